@@ -1,0 +1,71 @@
+// Weight gradient, equation (7): nabla_w^l = delta^l (a^{l-1})^T, summed over the minibatch.
+// delta is (n, B), a is (m, B), nabla_w is (n, m); all row-major.
+//
+// Tuning values come in as -D options from leapfrog_gpu/launch.py:
+//   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product
+//   TILE                tile edge of the rank-B update (16 or 32)
+
+#ifndef OUTER_BX
+#define OUTER_BX 32
+#endif
+#ifndef OUTER_BY
+#define OUTER_BY 8
+#endif
+#ifndef TILE
+#define TILE 16
+#endif
+
+// B = 1: nabla_w[i, j] = delta[i] * a[j].
+// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), ceil(n / OUTER_BY)); one thread
+// per element, consecutive threads along j so that the store is coalesced.
+// Bytes: n*m writes (plus the write-allocate read on a CPU) + n + m reads, in elements.
+template <typename T>
+__device__ void outer(T* nabla_w, const T* delta, const T* a, int n, int m) {
+    const int j = blockIdx.x * OUTER_BX + threadIdx.x;
+    const int i = blockIdx.y * OUTER_BY + threadIdx.y;
+    if (i < n && j < m) {
+        nabla_w[(long long)i * m + j] = delta[i] * a[j];
+    }
+}
+
+// B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update.
+// Launch: block (TILE, TILE), grid (ceil(m / TILE), ceil(n / TILE)). Each block walks the batch in
+// chunks of TILE, staging a TILE x TILE slab of delta and of a in shared memory (rows padded by one
+// to keep the column reads free of bank conflicts); loads and stores are masked at every edge.
+// Bytes: n*m writes + (n + m) * B * ceil(m / TILE or n / TILE) reads, in elements; the writes dominate
+// for B << TILE * min(n, m) / (n + m).
+template <typename T>
+__device__ void rank_update(T* nabla_w, const T* delta, const T* a, int n, int m, int batch) {
+    __shared__ T delta_tile[TILE][TILE + 1];
+    __shared__ T a_tile[TILE][TILE + 1];
+    const int tx = threadIdx.x;
+    const int ty = threadIdx.y;
+    const int i0 = blockIdx.y * TILE;
+    const int j0 = blockIdx.x * TILE;
+    T acc = T(0);
+    for (int s0 = 0; s0 < batch; s0 += TILE) {
+        const int s = s0 + tx;
+        delta_tile[ty][tx] = (i0 + ty < n && s < batch) ? delta[(long long)(i0 + ty) * batch + s] : T(0);
+        a_tile[ty][tx] = (j0 + ty < m && s < batch) ? a[(long long)(j0 + ty) * batch + s] : T(0);
+        __syncthreads();
+        for (int t = 0; t < TILE; ++t) {
+            acc += delta_tile[ty][t] * a_tile[tx][t];
+        }
+        __syncthreads();
+    }
+    if (i0 + ty < n && j0 + tx < m) {
+        nabla_w[(long long)(i0 + ty) * m + j0 + tx] = acc;
+    }
+}
+
+#define LEAPFROG_NABLA_W(T, SUFFIX)                                                                  \
+    extern "C" __global__ void outer_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n, int m) { \
+        outer<T>(nabla_w, delta, a, n, m);                                                           \
+    }                                                                                                \
+    extern "C" __global__ void rank_update_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n,  \
+                                                    int m, int batch) {                             \
+        rank_update<T>(nabla_w, delta, a, n, m, batch);                                              \
+    }
+
+LEAPFROG_NABLA_W(float, f32)
+LEAPFROG_NABLA_W(double, f64)

@@ -1,0 +1,297 @@
+"""Host streams: CUDA's stream and event model on CPU threads, so one schedule runs on NumPy too.
+
+A host stream is one worker thread draining a FIFO of operations; an event is set when its stream
+reaches the ``record``; a ``wait`` holds its stream until the event's latest recording (as of the
+moment the wait was enqueued, as in ``cudaStreamWaitEvent``) has been reached. NumPy releases the GIL
+inside BLAS and large ufuncs, so k host streams really run on k cores.
+
+Modes:
+
+``threads``  one thread per stream (the default).
+``serial``   everything inline on the caller, in program order; an error raises at once (debugging).
+``deferred`` nothing runs until ``synchronize()``, which then interleaves the streams on the caller
+             in a fixed order: ``main-first`` and ``workers-first`` starve one side for as long as the
+             events allow, ``random`` picks a ready stream with a seeded generator. A missing wait
+             then shows up deterministically as a wrong result.
+"""
+
+import collections
+import queue
+import random
+import threading
+
+import numpy as np
+import threadpoolctl
+
+from .. import annotate, ops_numpy
+
+MODES = ("threads", "serial", "deferred")
+ORDERS = ("main-first", "workers-first", "random")
+
+
+class HostEvent:
+    """A CUDA-like event: ``recorded`` counts enqueued recordings, ``completed`` those reached."""
+
+    __slots__ = ("name", "recorded", "completed")
+
+    def __init__(self, name):
+        self.name = name
+        self.recorded = 0
+        self.completed = 0
+
+    def __repr__(self):
+        return f"HostEvent({self.name!r}, recorded={self.recorded}, completed={self.completed})"
+
+
+class HostStream:
+    """A FIFO of operations, drained by its own thread (``threads`` mode) or by ``synchronize``."""
+
+    def __init__(self, name):
+        self.name = name
+        self.queue = queue.SimpleQueue()
+        self.deferred = collections.deque()
+        self.thread = None
+
+    def __repr__(self):
+        return f"HostStream({self.name!r})"
+
+
+class _Item:
+    """One enqueued operation: ``op`` (a function call), ``record``, ``wait`` or ``mark`` (NVTX)."""
+
+    __slots__ = ("kind", "name", "fn", "args", "event", "generation")
+
+    def __init__(self, kind, name, fn=None, args=(), event=None, generation=0):
+        self.kind, self.name, self.fn, self.args = kind, name, fn, args
+        self.event, self.generation = event, generation
+
+
+class NumpyBackend:
+    """NumPy arrays on host streams. ``with NumpyBackend() as backend: ...`` joins every thread on exit.
+
+    Args:
+        mode: one of ``MODES`` (see the module docstring).
+        blas_threads: BLAS threads for the life of the backend (process-wide, set with threadpoolctl
+            and restored on ``close()``); ``None`` leaves BLAS as it is.
+        order: interleaving of the ``deferred`` mode, one of ``ORDERS``.
+        seed: seed of the ``random`` order.
+        trace: keep ``self.trace``, a list of ``(stream, what, name)`` in execution order, where what
+            is ``start``/``end`` of an op, ``record`` or ``wait`` (appended once the wait is over).
+    """
+
+    name = "numpy"
+    xp = np
+    ops = ops_numpy
+
+    def __init__(self, mode="threads", blas_threads=None, order="main-first", seed=0, trace=False):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}")
+        if blas_threads is not None and (
+            isinstance(blas_threads, bool) or not isinstance(blas_threads, int) or blas_threads < 1
+        ):
+            raise ValueError(f"blas_threads must be None or an integer >= 1; got {blas_threads!r}")
+        self.mode, self.order, self.blas_threads = mode, order, blas_threads
+        self.trace = [] if trace else None
+        self._rng = random.Random(seed)
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._error = None
+        self._closed = False
+        self._limiter = None
+        if blas_threads is not None:
+            self._limiter = threadpoolctl.threadpool_limits(limits=blas_threads, user_api="blas")
+        self._streams = []
+        self.main = self._new_stream("main")
+        self._workers = []
+
+    def __repr__(self):
+        blas = "" if self.blas_threads is None else f", blas_threads={self.blas_threads}"
+        state = ", closed" if self._closed else ""
+        return f"NumpyBackend(mode={self.mode!r}{blas}, workers={len(self._workers)}{state})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- streams and events -------------------------------------------------------------------------
+
+    def _new_stream(self, name):
+        self._check_open()
+        stream = HostStream(name)
+        if self.mode == "threads":
+            stream.thread = threading.Thread(target=self._drain, args=(stream,), name=f"leapfrog-{name}", daemon=True)
+            stream.thread.start()
+        self._streams.append(stream)
+        return stream
+
+    def workers(self, k):
+        """The first ``k`` worker streams, created on first use and kept for the backend's life."""
+        while len(self._workers) < k:
+            self._workers.append(self._new_stream(f"worker{len(self._workers)}"))
+        return self._workers[:k]
+
+    def event(self, name=""):
+        return HostEvent(name)
+
+    def launch(self, stream, name, fn, *args):
+        """Enqueue ``fn(*args)`` on ``stream``; it runs inside an NVTX range called ``name``."""
+        self._submit(stream, _Item("op", name, fn, args))
+
+    def record(self, stream, event):
+        event.recorded += 1
+        self._submit(stream, _Item("record", event.name, event=event, generation=event.recorded))
+
+    def wait(self, stream, event):
+        self._submit(stream, _Item("wait", event.name, event=event, generation=event.recorded))
+
+    def range(self, stream, name):
+        """Bracket what is enqueued on ``stream`` inside the ``with`` block with an NVTX range."""
+        return _StreamRange(self, stream, name) if annotate.enabled else annotate.range(name)
+
+    def copy_in(self, stream, dst, src):
+        """Copy host array ``src`` into ``dst`` in stream order; ``src`` may be reused once this returns."""
+        if self.mode == "deferred":
+            src = np.array(src, copy=True)
+        elif self.mode == "threads":
+            done = self.event("copy_in")
+            self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
+            self.record(stream, done)
+            with self._cond:
+                self._cond.wait_for(lambda: done.completed >= done.recorded or self._error is not None)
+            return
+        self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
+
+    def synchronize(self):
+        """Wait for every stream to drain; re-raise the first exception an operation raised."""
+        self._check_open()
+        if self.mode == "deferred":
+            self._run_deferred()
+        with self._cond:
+            self._cond.wait_for(lambda: self._pending == 0)
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def close(self):
+        """Let queued work finish, stop every thread, restore BLAS threads. Safe to call twice."""
+        if self._closed:
+            return
+        if self.mode == "threads":
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending == 0)
+            for stream in self._streams:
+                stream.queue.put(None)
+            for stream in self._streams:
+                stream.thread.join()
+        self._closed = True
+        if self._limiter is not None:
+            self._limiter.restore_original_limits()
+
+    @property
+    def closed(self):
+        return self._closed
+
+    # -- execution ----------------------------------------------------------------------------------
+
+    def _check_open(self):
+        if self._closed:
+            raise RuntimeError("this NumpyBackend is closed; create a new one with get_backend('numpy')")
+
+    def _submit(self, stream, item):
+        self._check_open()
+        if self.mode == "serial":
+            self._execute(stream, item)
+            with self._cond:
+                error, self._error = self._error, None
+            if error is not None:
+                raise error
+        elif self.mode == "deferred":
+            stream.deferred.append(item)
+        else:
+            with self._cond:
+                self._pending += 1
+            stream.queue.put(item)
+
+    def _drain(self, stream):
+        while (item := stream.queue.get()) is not None:
+            self._execute(stream, item)
+            with self._cond:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._cond.notify_all()
+
+    def _execute(self, stream, item):
+        kind = item.kind
+        if kind == "op":
+            if self._error is not None:
+                return  # a failed step runs no further operation until synchronize() reports it
+            self._log(stream, "start", item.name)
+            try:
+                with annotate.range(item.name):
+                    item.fn(*item.args)
+            except BaseException as error:  # noqa: BLE001 - re-raised on the caller by synchronize()
+                with self._cond:
+                    if self._error is None:
+                        self._error = error
+                    self._cond.notify_all()
+                return
+            self._log(stream, "end", item.name)
+        elif kind == "record":
+            with self._cond:
+                item.event.completed = max(item.event.completed, item.generation)
+                self._log(stream, "record", item.name)
+                self._cond.notify_all()
+        elif kind == "wait":
+            with self._cond:
+                if self.mode == "threads":
+                    self._cond.wait_for(lambda: item.event.completed >= item.generation)
+                elif item.event.completed < item.generation:
+                    raise RuntimeError(f"{stream.name} waits on {item.event!r}, which nothing earlier records")
+                self._log(stream, "wait", item.name)
+        else:
+            item.fn(*item.args)
+
+    def _log(self, stream, what, name):
+        if self.trace is not None:
+            with self._cond:
+                self.trace.append((stream.name, what, name))
+
+    def _run_deferred(self):
+        while True:
+            ready = [s for s in self._streams if s.deferred and self._ready(s.deferred[0])]
+            if not ready:
+                stuck = [s.name for s in self._streams if s.deferred]
+                if stuck:
+                    raise RuntimeError(f"deadlock: streams {stuck} wait on events nothing will record")
+                return
+            stream = self._pick(ready)
+            self._execute(stream, stream.deferred.popleft())
+
+    @staticmethod
+    def _ready(item):
+        return item.kind != "wait" or item.event.completed >= item.generation
+
+    def _pick(self, ready):
+        if self.order == "random":
+            return self._rng.choice(ready)
+        workers = [s for s in ready if s is not self.main]
+        if self.order == "main-first":
+            return self.main if self.main in ready else workers[0]
+        return workers[0] if workers else self.main
+
+
+class _StreamRange:
+    """An NVTX range opened and closed by ``stream`` itself, around what is enqueued in between."""
+
+    def __init__(self, backend, stream, name):
+        self.backend, self.stream, self.name = backend, stream, name
+
+    def __enter__(self):
+        self.backend._submit(self.stream, _Item("mark", self.name, annotate.push, (self.name,)))
+
+    def __exit__(self, *exc):
+        self.backend._submit(self.stream, _Item("mark", self.name, annotate.pop))

@@ -1,0 +1,49 @@
+"""Launch shapes of every kernel in ``kernels/``, computed next to the asserts that check them.
+
+Pure Python, so the CPU harness and the CuPy launchers use the same numbers. Each function returns
+``(grid, block, options)``: CUDA grid and block as 3-tuples, and the ``-D`` compile options the kernel
+must be built with for that block shape.
+"""
+
+ELEMENTWISE_BLOCK = 256
+ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
+OUTER_BLOCK = (32, 8)
+BIAS_BLOCK = 128
+TILES = (16, 32)
+
+
+def elementwise_launch(size):
+    """Grid-stride launch over ``size`` elements (kernels/elementwise.cu)."""
+    assert size >= 1, size
+    grid = min(-(-size // ELEMENTWISE_BLOCK), ELEMENTWISE_MAX_GRID)
+    assert grid * ELEMENTWISE_BLOCK >= min(size, ELEMENTWISE_MAX_GRID * ELEMENTWISE_BLOCK)
+    return (grid, 1, 1), (ELEMENTWISE_BLOCK, 1, 1), ()
+
+
+def outer_launch(n, m):
+    """One thread per element of the (n, m) outer product (kernels/nabla_w.cu, ``outer_*``)."""
+    bx, by = OUTER_BLOCK
+    grid = (-(-m // bx), -(-n // by), 1)
+    assert grid[0] * bx >= m and grid[1] * by >= n and grid[1] <= 65535, (n, m, grid)
+    return grid, (bx, by, 1), (f"-DOUTER_BX={bx}", f"-DOUTER_BY={by}")
+
+
+def choose_tile(n, m):
+    """Tile edge of the rank-B update: 32 once both sides fill eight tiles of 32, else 16."""
+    return 32 if min(n, m) >= 8 * 32 else 16
+
+
+def rank_update_launch(n, m, tile=None):
+    """A (tile, tile) block per output tile of the (n, m) gradient (``rank_update_*``)."""
+    tile = choose_tile(n, m) if tile is None else tile
+    assert tile in TILES, tile
+    grid = (-(-m // tile), -(-n // tile), 1)
+    assert grid[0] * tile >= m and grid[1] * tile >= n and grid[1] <= 65535, (n, m, grid)
+    return grid, (tile, tile, 1), (f"-DTILE={tile}",)
+
+
+def bias_launch(n):
+    """One thread per row of the (n, B) error (kernels/nabla_b.cu)."""
+    grid = (-(-n // BIAS_BLOCK), 1, 1)
+    assert grid[0] * BIAS_BLOCK >= n, (n, grid)
+    return grid, (BIAS_BLOCK, 1, 1), (f"-DBIAS_BLOCK={BIAS_BLOCK}",)

@@ -1,0 +1,289 @@
+"""The multilayer perceptron: parameters, preallocated buffers, and one pass under a schedule.
+
+Layers are numbered 1..L as in the book; layer 1 is the input. Internally every per-layer quantity is a
+dict keyed by that number (``w[l]``, ``z[l]``, ``delta[l]``), so the code reads like the equations of
+DESIGN.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B).
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from .backends import get_backend
+from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
+from .schedules import Sequential, check_schedule
+
+
+class MLP:
+    """A fully connected network trained by SGD, its backward pass run under a schedule.
+
+    Args:
+        sizes: widths ``[n_1, ..., n_L]``, at least two (input and output).
+        activation: hidden-layer sigma, ``"sigmoid"``, ``"tanh"`` or ``"relu"``.
+        cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid output).
+        dtype: ``"float32"`` or ``"float64"``.
+        seed: seed of the initial parameters: w ~ N(0, 1/n_{l-1}), b ~ N(0, 1) (Nielsen's network2).
+        backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this
+            network).
+        output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
+
+    ``weights`` and ``biases`` list w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend.
+    """
+
+    def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
+                 backend="auto", output_activation=None):
+        self.sizes = _check_sizes(sizes)
+        self.activation = choose("activation", activation, ACTIVATIONS)
+        self.cost = choose("cost", cost, COSTS)
+        self.output_activation = resolve_output_activation(activation, cost, output_activation)
+        self.dtype = _check_dtype(dtype)
+        if isinstance(backend, str):
+            self.backend, self._owns_backend = get_backend(backend), True
+        elif hasattr(backend, "launch") and hasattr(backend, "xp"):
+            self.backend, self._owns_backend = backend, False
+        else:
+            raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
+        self.L = len(self.sizes)
+        self.n = dict(enumerate(self.sizes, start=1))
+        rng = np.random.default_rng(seed)
+        xp = self.backend.xp
+        self._w, self._b = {}, {}
+        for l in self.layers:
+            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
+            self._w[l] = xp.asarray(w, dtype=self.dtype)
+            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        self._plans = {}
+        self.backend.synchronize()
+
+    def __repr__(self):
+        return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, "
+                f"dtype={self.dtype!r}, backend={self.backend!r})")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def layers(self):
+        """Layer numbers that carry weights: 2..L."""
+        return range(2, self.L + 1)
+
+    @property
+    def weights(self):
+        self.backend.synchronize()
+        return [self._w[l] for l in self.layers]
+
+    @property
+    def biases(self):
+        self.backend.synchronize()
+        return [self._b[l] for l in self.layers]
+
+    def set_parameters(self, weights, biases):
+        """Copy ``weights`` and ``biases`` (lists for l = 2..L, the shapes of ``self.weights``) in."""
+        for name, given, current in (("weights", weights, self._w), ("biases", biases, self._b)):
+            if len(given) != len(self.layers):
+                raise ValueError(f"{name} must list {len(self.layers)} arrays (layers 2..L); got {len(given)}")
+            for l, value in zip(self.layers, given):
+                if tuple(value.shape) != current[l].shape:
+                    raise ValueError(f"{name}[{l - 2}] must have shape {current[l].shape}; got {tuple(value.shape)}")
+        self.backend.synchronize()
+        for l, w, b in zip(self.layers, weights, biases):
+            self._w[l][...] = self.backend.xp.asarray(w, dtype=self.dtype)
+            self._b[l][...] = self.backend.xp.asarray(b, dtype=self.dtype)
+        self.backend.synchronize()
+
+    def close(self):
+        """Wait for queued work; close the backend if this network created it."""
+        if self._owns_backend:
+            self.backend.close()
+        elif not self.backend.closed:
+            self.backend.synchronize()
+
+    # -- public passes ------------------------------------------------------------------------------
+
+    def feedforward(self, x):
+        """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,)."""
+        x = self._check_batch("x", x, self.n[1])
+        plan = self._plan(x.shape[1])
+        self.backend.copy_in(self.backend.main, plan.a[1], x)
+        self._forward(plan)
+        self.backend.synchronize()
+        return plan.a[self.L].copy()
+
+    def backprop(self, x, y, schedule=None):
+        """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
+        l = 2..L, summed over the batch."""
+        plan = self._start(x, y, schedule)
+        self.backend.synchronize()
+        return [plan.nabla_b[l].copy() for l in self.layers], [plan.nabla_w[l].copy() for l in self.layers]
+
+    def sgd_step(self, x, y, eta, schedule=None):
+        """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
+
+        ``x`` and ``y`` are copied before this returns. Reading ``weights`` (or ``synchronize()``)
+        waits for the step and raises any error it met.
+        """
+        if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
+            raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
+        plan = self._start(x, y, schedule)
+        backend = self.backend
+        scale = float(eta) / plan.batch
+        with backend.range(backend.main, "update"):
+            for l in self.layers:
+                backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, scale)
+
+    def synchronize(self):
+        self.backend.synchronize()
+
+    # -- one pass -----------------------------------------------------------------------------------
+
+    def _start(self, x, y, schedule):
+        """Validate, copy the batch in, enqueue forward and backward; return the plan."""
+        schedule = Sequential() if schedule is None else check_schedule(schedule)
+        x = self._check_batch("x", x, self.n[1])
+        y = self._check_batch("y", y, self.n[self.L])
+        if y.shape[1] != x.shape[1]:
+            raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
+        plan = self._plan(x.shape[1])
+        self.backend.copy_in(self.backend.main, plan.a[1], x)
+        self.backend.copy_in(self.backend.main, plan.y, y)
+        self._forward(plan)
+        self._backward(plan, schedule)
+        return plan
+
+    def _forward(self, plan):
+        backend, main = self.backend, self.backend.main
+        with backend.range(main, "forward"):
+            for l in self.layers:
+                backend.launch(main, f"z[{l}]", self._forward_layer, plan, l)
+
+    def _forward_layer(self, plan, l):
+        """(2) and (3) for layer l."""
+        self.backend.xp.matmul(self._w[l], plan.a[l - 1], out=plan.z[l])
+        self.backend.ops.bias_activation(plan.z[l], plan.a[l], plan.sp[l], self._b[l], self._activation(l))
+
+    def _backward(self, plan, schedule):
+        with self.backend.range(self.backend.main, "backward"):
+            schedule.backward(self, plan)
+
+    def delta_output(self, plan):
+        """Enqueue (4) on the main stream: delta^L from a^L, y and sigma'(z^L)."""
+        L, backend = self.L, self.backend
+        backend.launch(backend.main, f"delta[{L}]", backend.ops.delta_output,
+                       plan.delta[L], plan.a[L], plan.y, plan.sp[L], self.cost)
+
+    def delta_hidden(self, plan, l):
+        """Enqueue (5) for layer l on the main stream."""
+        self.backend.launch(self.backend.main, f"delta[{l}]", self._delta_layer, plan, l)
+
+    def _delta_layer(self, plan, l):
+        """(5): delta^l = ((w^{l+1})^T delta^{l+1}) * sigma'(z^l)."""
+        self.backend.xp.matmul(self._w[l + 1].T, plan.delta[l + 1], out=plan.delta[l])
+        self.backend.ops.delta_hidden(plan.delta[l], plan.sp[l])
+
+    def _update_layer(self, plan, l, scale):
+        ops = self.backend.ops
+        ops.sgd_update(self._w[l], plan.nabla_w[l], scale, plan.scratch)
+        ops.sgd_update(self._b[l], plan.nabla_b[l], scale, plan.scratch)
+
+    def _activation(self, l):
+        return self.output_activation if l == self.L else self.activation
+
+    def _plan(self, batch):
+        plan = self._plans.get(batch)
+        if plan is None:
+            plan = self._plans[batch] = Plan(self, batch)
+        return plan
+
+    def _check_batch(self, name, value, rows):
+        """``value`` as a 2-D (rows, B) array of real numbers on a device this backend can read."""
+        xp = self.backend.xp
+        if xp is np and type(value).__module__.startswith("cupy"):
+            raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass {name}.get()")
+        if not hasattr(value, "dtype"):
+            value = np.asarray(value)
+        kind = value.dtype.kind
+        if kind not in "fiu":
+            raise TypeError(f"{name} must hold real numbers (a float or integer dtype); got dtype {value.dtype}")
+        if value.ndim == 1:
+            value = value.reshape(-1, 1)
+        if value.ndim != 2 or value.shape[0] != rows:
+            raise ValueError(
+                f"{name} must have shape ({rows}, B) or ({rows},) for sizes {self.sizes}; got {tuple(value.shape)}"
+            )
+        if value.shape[1] == 0:
+            raise ValueError(f"{name} holds an empty batch: shape {tuple(value.shape)}, need B >= 1")
+        module = np if isinstance(value, np.ndarray) else xp
+        if kind == "f" and not bool(module.isfinite(value).all()):
+            raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
+        return value
+
+
+class Plan:
+    """Everything one network needs at one batch size, allocated once: buffers, events, scratch.
+
+    Buffers start filled with NaN, so that reading one before it is written shows in the result.
+    """
+
+    def __init__(self, net, batch):
+        backend, xp, n = net.backend, net.backend.xp, net.n
+        self.backend, self.main, self.batch = backend, backend.main, batch
+
+        def buffer(*shape):
+            return xp.full(shape, np.nan, dtype=net.dtype)
+
+        self.a = {1: buffer(n[1], batch)}
+        self.z, self.sp, self.delta, self.nabla_w, self.nabla_b = {}, {}, {}, {}, {}
+        for l in net.layers:
+            self.z[l], self.a[l], self.sp[l], self.delta[l] = (buffer(n[l], batch) for _ in range(4))
+            self.nabla_w[l] = buffer(n[l], n[l - 1])
+            self.nabla_b[l] = buffer(n[l])
+        self.y = buffer(n[net.L], batch)
+        largest = max(n[l] * n[l - 1] for l in net.layers)
+        self.scratch = xp.empty(largest, dtype=net.dtype) if backend.name == "numpy" else None
+        self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
+        self._worker_done = {}
+        backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
+
+    def workers(self, k):
+        return self.backend.workers(k)
+
+    def worker_done(self, k):
+        """The join events F_0..F_{k-1}, one per worker, created once per k."""
+        if k not in self._worker_done:
+            self._worker_done[k] = [self.backend.event(f"F_{j}") for j in range(k)]
+        return self._worker_done[k]
+
+    def launch_gradients(self, stream, l):
+        """Enqueue (6) and (7) of layer l on ``stream``."""
+        ops = self.backend.ops
+        self.backend.launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
+        self.backend.launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
+
+
+def _check_sizes(sizes):
+    try:
+        sizes = list(sizes)
+    except TypeError:
+        raise TypeError(f"sizes must be a list of layer widths such as [784, 30, 10]; got {sizes!r}") from None
+    for width in sizes:
+        if isinstance(width, bool) or not isinstance(width, numbers.Integral):
+            raise TypeError(f"sizes must hold integers (layer widths); got {sizes!r}")
+    if len(sizes) < 2:
+        raise ValueError(f"sizes must list at least 2 layers (input and output), e.g. [784, 30, 10]; got {sizes!r}")
+    if min(sizes) < 1:
+        raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
+    return [int(width) for width in sizes]
+
+
+def _check_dtype(dtype):
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
+    return name

@@ -1,0 +1,68 @@
+"""CuPy launchers for the raw CUDA kernels in ``kernels/``, with the same signatures as ``ops_numpy``.
+
+Each launcher enqueues on CuPy's current stream (the backend enters the stream around it). Modules are
+compiled once per (file, options) with ``cupy.RawModule`` and kept for the life of the process.
+"""
+
+import numpy as np
+
+from . import launch
+from .functions import COSTS, OUTPUT_ACTIVATIONS
+from .sources import kernel_source
+
+SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+
+class CudaOps:
+    """The kernels of ``kernels/*.cu`` as functions of CuPy arrays."""
+
+    def __init__(self, cupy):
+        self._cupy = cupy
+        self._modules = {}
+
+    def _kernel(self, filename, name, dtype, options=()):
+        key = (filename, options)
+        module = self._modules.get(key)
+        if module is None:
+            module = self._cupy.RawModule(code=kernel_source(filename), options=("-std=c++17", *options))
+            self._modules[key] = module
+        return module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
+
+    def _elementwise(self, name, size, dtype, args):
+        grid, block, options = launch.elementwise_launch(size)
+        self._kernel("elementwise.cu", name, dtype, options)(grid, block, args)
+
+    def bias_activation(self, z, a, sp, b, activation):
+        n, batch = z.shape
+        act = np.int32(OUTPUT_ACTIVATIONS[activation])
+        self._elementwise("bias_activation", z.size, z.dtype, (z, a, sp, b, np.int32(n), np.int32(batch), act))
+
+    def delta_output(self, delta, a, y, sp, cost):
+        args = (delta, a, y, sp, np.int64(delta.size), np.int32(COSTS[cost]))
+        self._elementwise("delta_output", delta.size, delta.dtype, args)
+
+    def delta_hidden(self, delta, sp):
+        self._elementwise("delta_hidden", delta.size, delta.dtype, (delta, sp, np.int64(delta.size)))
+
+    def nabla_w(self, nabla_w, delta, a):
+        (n, batch), m = delta.shape, a.shape[0]
+        if batch == 1:
+            grid, block, options = launch.outer_launch(n, m)
+            kernel = self._kernel("nabla_w.cu", "outer", delta.dtype, options)
+            kernel(grid, block, (nabla_w, delta, a, np.int32(n), np.int32(m)))
+        else:
+            grid, block, options = launch.rank_update_launch(n, m)
+            kernel = self._kernel("nabla_w.cu", "rank_update", delta.dtype, options)
+            kernel(grid, block, (nabla_w, delta, a, np.int32(n), np.int32(m), np.int32(batch)))
+
+    def nabla_b(self, nabla_b, delta):
+        n, batch = delta.shape
+        grid, block, options = launch.bias_launch(n)
+        kernel = self._kernel("nabla_b.cu", "bias_sum", delta.dtype, options)
+        kernel(grid, block, (nabla_b, delta, np.int32(n), np.int32(batch)))
+
+    def sgd_update(self, param, nabla, scale, scratch):
+        """``param -= scale * nabla`` in one pass; ``scratch`` is unused here (the host twin needs it)."""
+        del scratch
+        args = (param, nabla, param.dtype.type(scale), np.int64(param.size))
+        self._elementwise("sgd_update", param.size, param.dtype, args)

@@ -1,0 +1,69 @@
+"""NumPy twins of the kernels in ``kernels/``: same arguments, same results, written in place.
+
+The NumPy backend runs these; the tests compare each CUDA kernel against its twin. Every function
+writes into preallocated arrays (``out=``) and allocates nothing. Arrays are C-contiguous, minibatches
+are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B), ``b`` and ``nabla_b`` are (n,).
+"""
+
+import numpy as np
+
+
+def bias_activation(z, a, sp, b, activation):
+    """(2) bias half and (3): ``z += b``, ``a = sigma(z)``, ``sp = sigma'(z)`` (kernels/elementwise.cu)."""
+    np.add(z, b[:, None], out=z)
+    if activation == "sigmoid":
+        with np.errstate(over="ignore"):
+            np.negative(z, out=a)
+            np.exp(a, out=a)
+        np.add(a, 1, out=a)
+        np.reciprocal(a, out=a)
+        np.subtract(1, a, out=sp)
+        np.multiply(sp, a, out=sp)
+    elif activation == "tanh":
+        np.tanh(z, out=a)
+        np.multiply(a, a, out=sp)
+        np.subtract(1, sp, out=sp)
+    elif activation == "relu":
+        np.maximum(z, 0, out=a)
+        np.greater(z, 0, out=sp)
+    elif activation == "identity":
+        np.copyto(a, z)
+        sp.fill(1)
+    else:
+        raise ValueError(f"unknown activation {activation!r}")
+
+
+def delta_output(delta, a, y, sp, cost):
+    """(4): ``delta = (a - y) * sp`` (quadratic) or ``a - y`` (cross-entropy with a sigmoid output)."""
+    np.subtract(a, y, out=delta)
+    if cost == "quadratic":
+        np.multiply(delta, sp, out=delta)
+
+
+def delta_hidden(delta, sp):
+    """(5), Hadamard half: ``delta *= sp`` once ``delta`` holds ``(w^{l+1})^T delta^{l+1}``."""
+    np.multiply(delta, sp, out=delta)
+
+
+def nabla_w(nabla_w, delta, a):
+    """(7): ``nabla_w = delta a^T``, (n, m) from (n, B) and (m, B), summed over the batch.
+
+    B = 1 is a broadcasting outer product (about 5x faster than ``matmul`` with an inner dimension
+    of 1); B > 1 is one GEMM.
+    """
+    if delta.shape[1] == 1:
+        np.multiply(delta, a.T, out=nabla_w)
+    else:
+        np.matmul(delta, a.T, out=nabla_w)
+
+
+def nabla_b(nabla_b, delta):
+    """(6): ``nabla_b = sum over the batch of delta``."""
+    np.sum(delta, axis=1, out=nabla_b)
+
+
+def sgd_update(param, nabla, scale, scratch):
+    """``param -= scale * nabla``; ``scratch`` is a flat buffer of at least ``param.size`` elements."""
+    step = scratch[: param.size].reshape(param.shape)
+    np.multiply(nabla, scale, out=step)
+    np.subtract(param, step, out=param)

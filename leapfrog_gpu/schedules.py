@@ -1,0 +1,84 @@
+"""Schedules of one pass: where equations (6) and (7) run, and what they wait for (DESIGN.md §2).
+
+The main stream runs the chain: the forward pass (2)(3), the output error (4), and (5) for
+l = L-1..2. ``Sequential`` computes each layer's (6)(7) on the main stream right after its delta.
+``Leapfrog(k)`` records event E_l once delta^l is written; worker ``l mod k`` waits E_l, then computes
+(6)(7) for layer l while the main stream runs ahead; the main stream joins every worker before the
+update. Equation numbers follow DESIGN.md §1 (the seed's own equations were lost from its text).
+"""
+
+import numbers
+
+
+class Schedule:
+    """The backward chain on the main stream; subclasses say where (6)(7) run and how they join."""
+
+    def backward(self, net, plan):
+        """Enqueue (4), then (5) for l = L-1..2, each layer's (6)(7) as soon as its delta is ready."""
+        net.delta_output(plan)
+        self.gradients(plan, net.L)
+        for l in range(net.L - 1, 1, -1):
+            net.delta_hidden(plan, l)
+            self.gradients(plan, l)
+        self.join(plan)
+
+    def gradients(self, plan, l):
+        raise NotImplementedError
+
+    def join(self, plan):
+        raise NotImplementedError
+
+
+class Sequential(Schedule):
+    """Everything on the main stream, in the book's order."""
+
+    k = 0
+
+    def __repr__(self):
+        return "Sequential()"
+
+    def gradients(self, plan, l):
+        """Enqueue (6) and (7) of layer ``l`` on the main stream."""
+        plan.launch_gradients(plan.main, l)
+
+    def join(self, plan):
+        """Nothing to join."""
+
+
+class Leapfrog(Schedule):
+    """Equations (6)(7) of layer l on worker stream ``l mod k`` (the seed's levels mk + j)."""
+
+    def __init__(self, k):
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"k must be an integer >= 1 (the number of worker streams); got {k!r}")
+        if k < 1:
+            raise ValueError(f"k must be an integer >= 1 (the number of worker streams); got {k!r}")
+        self.k = int(k)
+
+    def __repr__(self):
+        return f"Leapfrog(k={self.k})"
+
+    def gradients(self, plan, l):
+        """Record E_l on the main stream; worker ``l mod k`` waits for it, then runs (6)(7) of layer l."""
+        worker = plan.workers(self.k)[l % self.k]
+        plan.backend.record(plan.main, plan.delta_ready[l])
+        self.wait_for_delta(plan, worker, l)
+        plan.launch_gradients(worker, l)
+
+    def wait_for_delta(self, plan, worker, l):
+        """Guard read-after-write: the worker reads delta^l and a^{l-1}, written by the main stream."""
+        plan.backend.wait(worker, plan.delta_ready[l])
+
+    def join(self, plan):
+        """Guard write-after-read: nothing on the main stream passes until every worker is done."""
+        backend = plan.backend
+        for worker, done in zip(plan.workers(self.k), plan.worker_done(self.k)):
+            backend.record(worker, done)
+            backend.wait(plan.main, done)
+
+
+def check_schedule(schedule):
+    """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be Sequential() or Leapfrog(k); got {schedule!r}")
+    return schedule

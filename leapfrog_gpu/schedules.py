@@ -46,17 +46,32 @@ class Sequential(Schedule):
 
 
 class Leapfrog(Schedule):
-    """Equations (6)(7) of layer l on worker stream ``l mod k`` (the seed's levels mk + j)."""
+    """Equations (6)(7) of layer l on worker stream ``l mod k`` (the seed's levels mk + j).
+
+    ``Leapfrog("auto")`` times ``Sequential()`` and ``Leapfrog(k)`` for k in ``autotune.KS`` the first
+    time it meets a network at a batch size (that pass waits for the calibration), then runs the
+    fastest for that network and batch size from then on (``leapfrog_gpu.autotune``).
+    """
 
     def __init__(self, k):
+        if k == "auto":
+            self.k = k
+            return
         if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-            raise TypeError(f"k must be an integer >= 1 (the number of worker streams); got {k!r}")
+            raise TypeError(f"k must be an integer >= 1 (the number of worker streams) or 'auto'; got {k!r}")
         if k < 1:
-            raise ValueError(f"k must be an integer >= 1 (the number of worker streams); got {k!r}")
+            raise ValueError(f"k must be an integer >= 1 (the number of worker streams) or 'auto'; got {k!r}")
         self.k = int(k)
 
     def __repr__(self):
-        return f"Leapfrog(k={self.k})"
+        return f"Leapfrog(k={self.k!r})"
+
+    def backward(self, net, plan):
+        if self.k != "auto":
+            return super().backward(net, plan)
+        from . import autotune  # autotune builds schedules from this module
+
+        return autotune.choose(net, plan).backward(net, plan)
 
     def gradients(self, plan, l):
         """Record E_l on the main stream; worker ``l mod k`` waits for it, then runs (6)(7) of layer l."""

@@ -1,0 +1,110 @@
+"""Choosing k, and on the CPU the BLAS threads per stream, from a short calibration.
+
+The candidates always include ``Sequential()``, so the choice (the smallest median backward pass of
+the calibration) is never slower than the best sequential configuration measured beside it, but for
+the noise of the measurement.
+
+``Leapfrog("auto")`` calls ``choose`` the first time it meets a network at a batch size, on that
+network's own buffers and under its backend's BLAS setting. ``tune`` also sweeps BLAS threads (on the
+NumPy backend, where they are a process-wide setting) by building one backend per setting.
+"""
+
+import dataclasses
+import os
+import weakref
+
+import numpy as np
+
+from . import timing
+from .backends import cuda_available, get_backend
+from .schedules import Leapfrog, Sequential
+
+KS = (1, 2, 4)
+"""Worker-stream counts tried by default."""
+REPEATS, WARMUP = 5, 1
+"""A calibration is short: its medians only need to rank the candidates."""
+
+_chosen = weakref.WeakKeyDictionary()  # plan -> the schedule chosen for it
+
+
+@dataclasses.dataclass
+class Tuning:
+    """The outcome of a calibration.
+
+    ``schedule`` is ``Sequential()`` or ``Leapfrog(k)``; ``blas_threads`` the BLAS threads it ran with
+    (``None``: left as they were); ``table`` lists ``(schedule, blas_threads, backward_ms)`` for every
+    candidate, ``backward_ms`` a ``timing.summary``.
+    """
+
+    schedule: object
+    blas_threads: object
+    table: list
+
+    @property
+    def backward_ms(self):
+        return next(ms for s, t, ms in self.table if s is self.schedule and t == self.blas_threads)
+
+
+def candidates(ks=KS):
+    """``Sequential()`` and ``Leapfrog(k)`` for each k in ``ks``."""
+    return [Sequential()] + [Leapfrog(k) for k in ks]
+
+
+def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP):
+    """``[(schedule, backward_ms)]``: the backward pass of each schedule, timed on ``plan``.
+
+    ``plan`` must hold a forward pass; the backward pass reads it and rewrites the same deltas and
+    gradients every time, so the calibration changes nothing a later pass sees.
+    """
+    return [(s, timing.summary(timing.measure(net.backend, lambda s=s: s.backward(net, plan), repeats, warmup)))
+            for s in schedules]
+
+
+def choose(net, plan, ks=KS):
+    """The fastest of ``candidates(ks)`` on ``plan``, cached for the plan's life."""
+    if plan not in _chosen:
+        table = measure(net, plan, candidates(ks))
+        _chosen[plan] = min(table, key=lambda row: row[1]["median"])[0]
+    return _chosen[plan]
+
+
+def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32", activation="sigmoid",
+         cost="quadratic", seed=0, repeats=REPEATS, warmup=WARMUP):
+    """Calibrate the backward pass of ``MLP(sizes)`` at ``batch`` samples; return a ``Tuning``.
+
+    On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
+    thread and all cores); use the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and
+    ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
+    """
+    from .network import MLP  # network imports schedules, which import this module lazily
+
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
+    if backend == "auto":
+        backend = "cupy" if cuda_available() else "numpy"
+    settings = blas_settings(backend, blas_threads)
+    rng = np.random.default_rng(seed)
+    x, y = rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
+    table = []
+    for threads in settings:
+        options = {} if threads is None else {"blas_threads": threads}
+        with get_backend(backend, **options) as device, MLP(
+            sizes, activation=activation, cost=cost, dtype=dtype, seed=seed, backend=device
+        ) as net:
+            net.backprop(x, y)  # the plan now holds a forward pass
+            plan = net._plan(batch)
+            table += [(s, threads, ms) for s, ms in measure(net, plan, candidates(ks), repeats, warmup)]
+    schedule, threads, _ = min(table, key=lambda row: row[2]["median"])
+    return Tuning(schedule, threads, table)
+
+
+def blas_settings(backend, blas_threads=None):
+    """The BLAS thread counts a calibration tries on ``backend`` ("numpy" or "cupy"): ``[None]`` on
+    a GPU, else ``blas_threads`` or, by default, one thread and all cores."""
+    if backend == "cupy":
+        if blas_threads is not None:
+            raise ValueError(f"blas_threads applies to the numpy backend only; got {blas_threads!r}")
+        return [None]
+    if blas_threads is None:
+        return sorted({1, os.cpu_count() or 1})
+    return list(blas_threads)

@@ -1,0 +1,388 @@
+"""leapfrog-bench: the training step and the backward pass under each schedule, against the model.
+
+For every network ``[N] * L`` and batch size B it measures, after a warm-up and over ``--repeats``
+repeats (median, p20, p80; the schedules take turns, one repeat each, so that load drifting during
+the run shifts them alike): the SGD step and the backward pass for every schedule; the forward pass;
+and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own, with the ops the
+schedules run (``xp.matmul`` for (2) and (5), ``ops.nabla_w`` for (7)). Beside the measured saving of
+a pass it prints the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (DESIGN.md §1).
+
+Anchors measured in the same run: the best sequential configuration (on the CPU, the fastest BLAS
+setting, all cores included, on one stream), PyTorch eager autograd when ``torch`` imports (at its
+fastest thread count), and the
+memory-traffic floor (``traffic.step_bytes`` over a measured copy bandwidth).
+
+    leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+
+import numpy as np
+
+from . import autotune, timing, torch_anchor, traffic
+from .backends import cuda_available, get_backend
+from .functions import ACTIVATIONS, DTYPES
+from .network import MLP
+from .schedules import Leapfrog, Sequential
+
+SCHEDULES = {
+    "sequential": (Sequential, False),
+    "leapfrog": (Leapfrog, True),
+}
+"""Schedules by name: (class, whether it takes k). ``sequential`` is always measured: it is the baseline."""
+
+ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """Bad input: one line on stderr, exit status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _int_list(name, least):
+    def parse(text):
+        try:
+            values = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a comma-separated list of integers; got {text!r}") from None
+        if min(values) < least:
+            raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
+        return values
+
+    return parse
+
+
+def _count(name, least):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= {least}; got {text!r}")
+        return value
+
+    return parse
+
+
+def _k_list(text):
+    ks = []
+    for part in text.split(","):
+        if part == "auto":
+            ks.append(part)
+            continue
+        try:
+            k = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}") from None
+        if k < 1:
+            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}")
+        ks.append(k)
+    return ks
+
+
+def _schedule_list(text):
+    names = text.split(",")
+    unknown = [name for name in names if name not in SCHEDULES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown schedule {unknown[0]!r}; choose from {', '.join(SCHEDULES)}")
+    return names
+
+
+def parser():
+    p = _Parser(prog="leapfrog-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--sizes", type=_int_list("size", 1), default=[256, 1024], help="widths N (default 256,1024)")
+    p.add_argument("--layers", type=_int_list("layer count", 2), default=[8, 16], help="layers L (default 8,16)")
+    p.add_argument("--batch", type=_int_list("batch size", 1), default=[1, 64], help="batch sizes B (default 1,64)")
+    p.add_argument("--k", type=_k_list, default=[1, 2, 4], help="worker streams, and 'auto' (default 1,2,4)")
+    p.add_argument("--schedule", type=_schedule_list, default=list(SCHEDULES),
+                   help=f"schedules by name, from {', '.join(SCHEDULES)} (default all)")
+    p.add_argument("--blas-threads", type=_int_list("BLAS thread count", 1), default=None,
+                   help="numpy backend: BLAS threads per stream to try (default 1 and all cores)")
+    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid")
+    p.add_argument("--repeats", type=_count("--repeats", 1), default=20, help="timed repeats (default 20)")
+    p.add_argument("--warmup", type=_count("--warmup", 0), default=2, help="untimed runs first (default 2)")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
+    p.add_argument("--json", metavar="FILE", help="write the records to FILE")
+    p.add_argument("--plot", metavar="FILE.png", help="plot speedup against k, measured and predicted (needs matplotlib)")
+    return p
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    if args.backend == "auto":
+        args.backend = "cupy" if cuda_available() else "numpy"
+    if args.backend == "cupy" and not cuda_available():
+        p.error("--backend cupy needs CuPy and a usable CUDA device; none is usable here (try --backend numpy)")
+    if args.backend == "cupy" and args.blas_threads is not None:
+        p.error("--blas-threads applies to the numpy backend only")
+    for option in ("json", "plot"):
+        path = getattr(args, option)
+        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error("--plot needs matplotlib: pip install 'leapfrog_gpu[plot]'")
+    torch_note = None
+    if args.no_torch:
+        torch_note = "PyTorch anchor skipped (--no-torch)"
+    elif not torch_anchor.available():
+        torch_note = "PyTorch anchor skipped: torch does not import (pip install 'leapfrog_gpu[torch]')"
+
+    records = run(args, with_torch=torch_note is None)
+    print(table(records))
+    if torch_note:
+        print(torch_note)
+    print(verdicts(records))
+    report = {"command": "leapfrog-bench " + " ".join(sys.argv[1:] if argv is None else argv),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine(args.backend), "torch_note": torch_note, "records": records}
+    if args.json:
+        _write_atomically(args.json, json.dumps(report, indent=1) + "\n")
+    if args.plot:
+        from .bench_plot import plot
+
+        plot(records, args.plot)
+    return 0
+
+
+# -- measuring ----------------------------------------------------------------------------------------
+
+
+def run(args, with_torch=True):
+    """Every record of the grid, in order: a list of dicts (see ``record``)."""
+    settings = autotune.blas_settings(args.backend, args.blas_threads)
+    ks = [k for k in args.k if k != "auto"]
+    specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
+                                   for k in (ks if SCHEDULES[name][1] else [0])]
+    bandwidth = {}
+    records = []
+    for n in args.sizes:
+        for layers in args.layers:
+            sizes = [n] * layers
+            for batch in args.batch:
+                case = []
+                tuning = None
+                if "auto" in args.k:
+                    tuning = autotune.tune(sizes, batch, args.backend, ks=ks or autotune.KS,
+                                           blas_threads=None if args.backend == "cupy" else settings,
+                                           dtype=args.dtype, activation=args.activation)
+                for threads in settings:
+                    chosen = tuning.schedule if tuning and tuning.blas_threads == threads else None
+                    case += _measure_setting(args, sizes, batch, threads, specs, chosen, bandwidth)
+                if with_torch:
+                    case.append(_measure_torch(args, sizes, batch, settings))
+                records += _derive(case)
+    return records
+
+
+def _measure_setting(args, sizes, batch, threads, specs, auto_schedule, bandwidth):
+    """Records for every schedule at one BLAS setting (one backend, one network)."""
+    options = {} if threads is None else {"blas_threads": threads}
+    rng = np.random.default_rng(0)
+    x, y = rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
+    reps, warm = args.repeats, args.warmup
+    with get_backend(args.backend, **options) as backend, MLP(
+        sizes, activation=args.activation, dtype=args.dtype, backend=backend
+    ) as net:
+        x, y = backend.xp.asarray(x, dtype=args.dtype), backend.xp.asarray(y, dtype=args.dtype)  # no host copy per step
+        if threads not in bandwidth:
+            bandwidth[threads] = traffic.copy_bandwidth(backend)["median"]
+        net.backprop(x, y)
+        plan = net._plan(batch)
+        f = layer_costs(net, plan, reps, warm)
+        forward = timing.summary(timing.measure(backend, lambda: net._forward(plan), reps, warm))
+        base = {"backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
+                "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward,
+                **f, "bytes_per_step": traffic.step_bytes(sizes, batch, np.dtype(args.dtype).itemsize),
+                "copy_gbps": bandwidth[threads]}
+        base["floor_ms"] = base["bytes_per_step"] / (bandwidth[threads] * 1e6)
+        runs = [(name, SCHEDULES[name][0](k) if SCHEDULES[name][1] else SCHEDULES[name][0](), False)
+                for name, k in specs]
+        if auto_schedule is not None:
+            name = "leapfrog" if isinstance(auto_schedule, Leapfrog) else "sequential"
+            runs.append((name, auto_schedule, True))
+        steps = timing.measure_interleaved(
+            backend, [lambda s=schedule: net.sgd_step(x, y, ETA, s) for _, schedule, _ in runs], reps, warm)
+        backwards = timing.measure_interleaved(
+            backend, [lambda s=schedule: net._backward(plan, s) for _, schedule, _ in runs], reps, warm)
+        return [{**base, "schedule": name, "k": schedule.k, "auto": auto, "step_ms": timing.summary(step),
+                 "backward_ms": timing.summary(backward)}
+                for (name, schedule, auto), step, backward in zip(runs, steps, backwards)]
+
+
+def layer_costs(net, plan, repeats, warmup):
+    """``{"f1_ms", "f2_ms", "f3_ms"}``: median per-layer time of the matrix product of (2), of (5),
+    and of (7), each timed alone as one sweep over the layers on the main stream."""
+    backend, xp, ops, w = net.backend, net.backend.xp, net.backend.ops, net._w
+    hidden = range(net.L - 1, 1, -1)
+
+    def f1():
+        for l in net.layers:
+            xp.matmul(w[l], plan.a[l - 1], out=plan.z[l])
+
+    def f2():
+        for l in hidden:
+            xp.matmul(w[l + 1].T, plan.delta[l + 1], out=plan.delta[l])
+
+    def f3():
+        for l in net.layers:
+            ops.nabla_w(plan.nabla_w[l], plan.delta[l], plan.a[l - 1])
+
+    costs = {}
+    for name, sweep, count in (("f1_ms", f1, len(net.layers)), ("f2_ms", f2, len(hidden)), ("f3_ms", f3, len(net.layers))):
+        if count == 0:
+            costs[name] = 0.0
+            continue
+        ms = timing.measure(backend, lambda s=sweep: backend.launch(backend.main, name, s), repeats, warmup)
+        costs[name] = float(np.median(ms)) / count
+    return costs
+
+
+def _measure_torch(args, sizes, batch, settings):
+    """PyTorch at its fastest thread count of ``settings`` (a short trial of each picks it)."""
+    device = "cuda" if args.backend == "cupy" else "cpu"
+    threads = None
+    if device == "cpu":
+        trials = {t: np.median(torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, t, 3, 1)[0])
+                  for t in settings}
+        threads = min(trials, key=trials.get)
+    step, backward = torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, threads,
+                                          args.repeats, args.warmup)
+    import torch
+
+    name = torch.cuda.get_device_name() if device == "cuda" else _cpu_name()
+    return {"backend": f"torch-{torch.__version__}", "device": name, "dtype": args.dtype, "N": sizes[0],
+            "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats, "schedule": "torch-autograd",
+            "k": 0, "auto": False, "step_ms": timing.summary(step), "backward_ms": timing.summary(backward),
+            "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "bytes_per_step": None,
+            "copy_gbps": None, "floor_ms": None}
+
+
+def _derive(case):
+    """Add the model's prediction and the ratios, each against a baseline measured in this run."""
+    ours = [r for r in case if r["schedule"] != "torch-autograd"]
+    sequential = {r["blas_threads"]: r for r in ours if r["schedule"] == "sequential" and not r["auto"]}
+    best_step = min(sequential.values(), key=lambda r: r["step_ms"]["median"])
+    best_backward = min(sequential.values(), key=lambda r: r["backward_ms"]["median"])
+    for r in case:
+        r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
+        r["backward_speedup_vs_best_sequential"] = best_backward["backward_ms"]["median"] / r["backward_ms"]["median"]
+        r["best_sequential"] = r is best_step
+        if r["schedule"] == "torch-autograd":
+            r.update(predicted_saving=None, measured_saving=None, backward_speedup=None, step_speedup=None)
+            continue
+        seq = sequential[r["blas_threads"]]
+        f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
+        k = r["k"]
+        r["predicted_saving"] = (1 - 1 / k) * r["f3_ms"] / f if k else 0.0
+        seq_backward = seq["backward_ms"]["median"]
+        r["measured_saving"] = (seq_backward - r["backward_ms"]["median"]) / (r["forward_ms"]["median"] + seq_backward)
+        r["backward_speedup"] = seq_backward / r["backward_ms"]["median"]
+        r["step_speedup"] = seq["step_ms"]["median"] / r["step_ms"]["median"]
+        if r["auto"]:
+            spread = max(timing.noise(r["backward_ms"]), timing.noise(best_backward["backward_ms"]))
+            r["auto_within_noise"] = r["backward_ms"]["median"] <= best_backward["backward_ms"]["median"] * (1 + spread)
+    return case
+
+
+# -- reporting ----------------------------------------------------------------------------------------
+
+COLUMNS = ("N", "L", "B", "dtype", "schedule", "k", "blas", "step ms [p20-p80]", "backward ms [p20-p80]",
+           "fwd ms", "f1", "f2", "f3", "pred", "meas", "bwd x seq", "bwd x best", "step x best", "floor ms")
+
+
+def table(records):
+    """One row per record, as fixed-width text."""
+    rows = [COLUMNS]
+    for r in records:
+        name = ("auto->" if r["auto"] else "") + r["schedule"] + ("*" if r["best_sequential"] else "")
+        rows.append((
+            r["N"], r["L"], r["B"], r["dtype"], name, r["k"], "-" if r["blas_threads"] is None else r["blas_threads"],
+            _spread(r["step_ms"]), _spread(r["backward_ms"]), _num(r["forward_ms"] and r["forward_ms"]["median"]),
+            _num(r["f1_ms"]), _num(r["f2_ms"]), _num(r["f3_ms"]), _pct(r["predicted_saving"]),
+            _pct(r["measured_saving"]), _ratio(r["backward_speedup"]), _ratio(r["backward_speedup_vs_best_sequential"]),
+            _ratio(r["step_speedup_vs_best_sequential"]), _num(r["floor_ms"]),
+        ))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)) for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.append("* best sequential configuration (fastest step); pred/meas: saving of a pass (forward + backward), "
+                 "the model's (1 - 1/k) f3/f and measured; f1-f3 in ms per layer")
+    return "\n".join(lines)
+
+
+def verdicts(records):
+    """One line per ``--k auto`` record: is it within noise of the best sequential configuration?"""
+    lines = []
+    for r in records:
+        if r.get("auto"):
+            verdict = "within noise of" if r["auto_within_noise"] else "SLOWER than"
+            lines.append(f"auto chose {r['schedule']} k={r['k']} blas={r['blas_threads']} at N={r['N']} L={r['L']} "
+                         f"B={r['B']}: backward {r['backward_speedup_vs_best_sequential']:.2f}x the best sequential, "
+                         f"{verdict} it")
+    return "\n".join(lines)
+
+
+def _spread(stats):
+    return f"{stats['median']:.3f} [{stats['p20']:.3f}-{stats['p80']:.3f}]"
+
+
+def _num(value):
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _pct(value):
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ratio(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def machine(backend):
+    return {"device": device_name(get_backend(backend)) if backend == "cupy" else _cpu_name(),
+            "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "numpy": np.__version__}
+
+
+def device_name(backend):
+    return backend.device_name if backend.name == "cupy" else _cpu_name()
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _write_atomically(path, text):
+    """Write ``text`` to ``path`` through a temporary file, so a failed run leaves no half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

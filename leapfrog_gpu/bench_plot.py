@@ -1,0 +1,36 @@
+"""The figure of ``leapfrog-bench --plot``: speedup of a pass against k, measured and as the model predicts.
+
+One panel per width N; one colour per (L, B, BLAS threads); dots are measured, the line is the model's
+1 / (1 - (1 - 1/k) f3/f). Both are speedups of a pass (forward + backward) over the sequential
+schedule at the same BLAS setting, k = 1 included.
+"""
+
+
+def plot(records, path):
+    """Write the figure for ``records`` (``bench.run``'s) to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ours = [r for r in records if r["schedule"] == "leapfrog" and not r["auto"]]
+    widths = sorted({r["N"] for r in ours}) or sorted({r["N"] for r in records})
+    fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False, sharey=True)
+    for ax, n in zip(axes[0], widths):
+        groups = sorted({(r["L"], r["B"], r["blas_threads"] or 0) for r in ours if r["N"] == n})
+        for colour, (layers, batch, threads) in enumerate(groups):
+            rows = sorted((r for r in ours if (r["N"], r["L"], r["B"], r["blas_threads"] or 0) == (n, layers, batch, threads)),
+                          key=lambda r: r["k"])
+            ks = [r["k"] for r in rows]
+            label = f"L={layers} B={batch}" + (f" blas={threads}" if threads else "")
+            ax.plot(ks, [1 / (1 - r["predicted_saving"]) for r in rows], "-", color=f"C{colour}", alpha=0.6)
+            ax.plot(ks, [1 / (1 - r["measured_saving"]) for r in rows], "o", color=f"C{colour}", label=label)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_title(f"N = {n}")
+        ax.set_xlabel("k (worker streams)")
+        ax.set_xticks(sorted({r["k"] for r in ours if r["N"] == n}) or [1])
+        ax.legend(fontsize="small")
+    axes[0][0].set_ylabel("speedup of a pass vs sequential\n(dots measured, lines the model)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,61 @@
+"""Timing a piece of work on a backend: warm up, repeat, and summarise by median, p20 and p80.
+
+On the host (NumPy backend) a repeat is the wall time of ``fn()`` followed by ``synchronize()``,
+from ``time.perf_counter``. On a GPU it is the time between two CUDA events recorded on the backend's
+main stream around ``fn()``: every schedule joins its workers into the main stream, so the second
+event completes only once the workers have finished too.
+"""
+
+import time
+
+import numpy as np
+
+
+def measure(backend, fn, repeats, warmup):
+    """Run ``fn()`` ``warmup`` times, then time it ``repeats`` times; return the times in ms."""
+    return measure_interleaved(backend, [fn], repeats, warmup)[0]
+
+
+def measure_interleaved(backend, fns, repeats, warmup):
+    """Time each of ``fns`` ``repeats`` times, round-robin (one repeat of each in turn), so that a
+    change of load during the run shifts every one alike; return one array of ms per function."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    backend.synchronize()
+    once = _device_time if backend.name == "cupy" else _host_time
+    times = np.empty((len(fns), repeats))
+    for i in range(repeats):
+        for j, fn in enumerate(fns):
+            times[j, i] = once(backend, fn)
+    return list(times)
+
+
+def _host_time(backend, fn):
+    start = time.perf_counter()
+    fn()
+    backend.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
+def _device_time(backend, fn):
+    cupy = backend.xp
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(backend.main)
+    fn()
+    end.record(backend.main)
+    end.synchronize()  # one repeat at a time: the next one's host work does not hide in this one
+    return cupy.cuda.get_elapsed_time(start, end)
+
+
+def summary(times_ms):
+    """``{"median", "p20", "p80"}`` of a sample of times, in ms."""
+    p20, median, p80 = np.percentile(np.asarray(times_ms), (20, 50, 80))
+    return {"median": float(median), "p20": float(p20), "p80": float(p80)}
+
+
+def noise(stats):
+    """The relative spread of one measurement, (p80 - p20) / median: what a ratio cannot resolve."""
+    return (stats["p80"] - stats["p20"]) / stats["median"]

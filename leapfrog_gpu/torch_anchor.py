@@ -1,0 +1,96 @@
+"""The same MLP trained by PyTorch eager autograd: what a user would otherwise run.
+
+Same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)), as
+PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Times are ms:
+``perf_counter`` on the CPU, CUDA events on a GPU, as in ``leapfrog_gpu.timing``.
+"""
+
+import math
+import time
+
+import numpy as np
+
+ACTIVATIONS = ("sigmoid", "tanh", "relu")
+
+
+def available():
+    """True when ``torch`` imports."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", threads=None, repeats=20,
+            warmup=3, seed=0, eta=0.01):
+    """``(step_ms, backward_ms)``: arrays of ``repeats`` times of an SGD step (forward, ``backward()``,
+    update) and of ``backward()`` alone (its forward pass untimed)."""
+    import torch
+
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(seed)
+    kind = getattr(torch, dtype)
+
+    def tensor(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=generator, dtype=kind) * scale).to(device)
+
+    params = []
+    for m, n in zip(sizes[:-1], sizes[1:]):
+        params += [tensor(n, m, scale=1 / math.sqrt(m)).requires_grad_(), tensor(n).requires_grad_()]
+    x, y = tensor(batch, sizes[0]).sigmoid(), tensor(batch, sizes[-1]).sigmoid()
+
+    def loss():
+        return quadratic_cost(params, x, y, activation)
+
+    def backward(c):
+        for p in params:
+            p.grad = None
+        c.backward()
+
+    def step():
+        backward(loss())
+        with torch.no_grad():
+            for p in params:
+                p.sub_(p.grad, alpha=eta / batch)
+
+    clock = _Clock(torch, device)
+    for _ in range(warmup):
+        step()
+    step_ms = np.array([clock.time(step) for _ in range(repeats)])
+    backward_ms = []
+    for _ in range(repeats):
+        c = loss()
+        backward_ms.append(clock.time(lambda c=c: backward(c)))
+    return step_ms, np.array(backward_ms)
+
+
+def quadratic_cost(params, x, y, activation="sigmoid"):
+    """C = 0.5 * sum ||a^L - y||^2 over the batch; ``params`` is ``[w^2, b^2, w^3, b^3, ...]``, x is (B, n_1)."""
+    import torch
+
+    a = x
+    for w, b in zip(params[::2], params[1::2]):
+        a = getattr(torch, activation)(torch.nn.functional.linear(a, w, b))  # equations (2) and (3)
+    return 0.5 * (a - y).square().sum()
+
+
+class _Clock:
+    def __init__(self, torch, device):
+        self.torch, self.cuda = torch, torch.device(device).type == "cuda"
+
+    def time(self, fn):
+        if self.cuda:
+            start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self.torch.cuda.synchronize()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3

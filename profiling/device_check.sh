@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The one command for a GPU machine; finishes in under 6 minutes (each part has its own time limit).
+#
+#   OUT=/path/to/results bash profiling/device_check.sh
+#
+# Writes into $OUT (default profiling/results/<UTC date>), eight files at most:
+#   summary.txt   environment (nvidia-smi, Python, CuPy, CUDA, torch, nsys) and each part's exit status
+#   tests.txt     python -m pytest -m gpu
+#   kernels.txt   kernels.json   our nabla_w kernels against cupy.matmul (cuBLAS), GB/s against a copy
+#   bench.txt     bench.json     leapfrog-bench grid, the H200 target N=1024 L=32 B=32 float32 included
+#   overlap.txt   trace.sqlite   nsys trace of sequential and leapfrog steps, and its overlap report
+#
+# Needs python3 with numpy and CuPy (cupy-cuda12x or cupy-cuda13x). No package index: the checkout is
+# imported through PYTHONPATH (nothing is installed), NVTX ranges fall back to cupy.cuda.nvtx when the
+# nvtx package is absent, and threadpoolctl/pytest, if missing, are installed from wheels in $WHEELS
+# (default profiling/wheels; fill it elsewhere with
+# `pip download -d profiling/wheels threadpoolctl pytest pytest-timeout`) into a temporary folder.
+set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+out=${OUT:-$here/results/$(date -u +%Y%m%dT%H%M%SZ)}
+python=${PYTHON:-python3}
+wheels=${WHEELS:-$here/wheels}
+mkdir -p "$out"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+export PYTHONPATH="$repo:$scratch/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+cd "$repo" || exit 2
+summary=$out/summary.txt
+: >"$summary"
+
+# part NAME SECONDS LOG COMMAND...: run COMMAND under a time limit, its output to LOG and the console.
+part() {
+    local name=$1 limit=$2 log=$3 status
+    shift 3
+    echo "== $name" | tee -a "$summary"
+    timeout "$limit" "$@" 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    echo "$name: exit $status$( ((status == 124)) && echo " (over its ${limit} s limit)")" >>"$summary"
+}
+
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi failed"
+    "$python" - <<'PY' 2>&1
+import platform
+print("python", platform.python_version())
+import numpy
+print("numpy", numpy.__version__)
+try:
+    import cupy
+    rt = cupy.cuda.runtime
+    print("cupy", cupy.__version__, "| CUDA runtime", rt.runtimeGetVersion(), "| driver", rt.driverGetVersion())
+    print("device", rt.getDeviceProperties(0)["name"].decode(), "| SMs", rt.getDeviceProperties(0)["multiProcessorCount"])
+except Exception as error:
+    print("cupy unusable:", error)
+try:
+    import torch
+    print("torch", torch.__version__, "| cuda", torch.version.cuda)
+except ImportError:
+    print("torch: not installed (no PyTorch anchor)")
+for name in ("nvtx", "threadpoolctl", "pytest"):
+    try:
+        __import__(name)
+        print(name, "importable")
+    except ImportError:
+        print(name, "missing")
+PY
+    command -v nsys >/dev/null && nsys --version
+} | tee -a "$summary"
+
+missing=()
+"$python" -c "import threadpoolctl" 2>/dev/null || missing+=(threadpoolctl)
+"$python" -c "import pytest" 2>/dev/null || missing+=(pytest pytest-timeout)
+if ((${#missing[@]})); then
+    if [[ -d $wheels ]]; then
+        "$python" -m pip install --quiet --no-index --find-links "$wheels" --target "$scratch/site" "${missing[@]}" \
+            >>"$summary" 2>&1 || echo "could not install ${missing[*]} from $wheels" | tee -a "$summary"
+    else
+        echo "missing ${missing[*]} and no wheels in $wheels" | tee -a "$summary"
+    fi
+fi
+
+part "GPU tests" 150 "$out/tests.txt" "$python" -m pytest -m gpu -q -p no:cacheprovider tests
+part "nabla_w kernels vs cuBLAS" 45 "$out/kernels.txt" \
+    "$python" profiling/kernels.py --backend cupy --json "$out/kernels.json"
+part "bench grid" 120 "$out/bench.txt" "$python" -m leapfrog_gpu.bench --backend cupy --dtype float32 \
+    --sizes 256,1024,4096 --layers 8,32 --batch 1,32 --k 1,2,4,auto --json "$out/bench.json"
+if command -v nsys >/dev/null; then
+    mkdir -p "$scratch/trace"
+    part "nsys trace" 60 "$out/overlap.txt" \
+        env OUT="$scratch/trace" bash profiling/nsys.sh --sizes 1024 --layers 32 --batch 32 --k 2 --steps 10
+    cp "$scratch/trace/trace.sqlite" "$out/" 2>/dev/null
+else
+    echo "nsys trace: skipped (nsys is not on PATH)" | tee -a "$summary"
+fi
+echo "results in $out" | tee -a "$summary"

@@ -1,0 +1,156 @@
+"""Stream overlap from an Nsight Systems SQLite export (``nsys export --type sqlite``).
+
+    python profiling/overlap.py trace.sqlite [--main-stream ID] [--json FILE]
+
+Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (start, end, deviceId, streamId, shortName -> ``StringIds``) and
+``NVTX_EVENTS`` (push/pop and start/end ranges; their name in ``text`` or ``textId`` -> ``StringIds``).
+Reports, per (device, stream): kernels, busy time (the union of its kernel intervals) and the share of
+it that overlaps kernels on the main stream; and per NVTX range name: count and total time.
+The main stream is ``--main-stream``, else the stream with the most kernels (the chain and the update
+launch more than all workers together).
+"""
+
+import argparse
+import json
+import sqlite3
+import sys
+
+NVTX_RANGES = (59, 60)  # eventType of NvtxPushPopRange and NvtxStartEndRange
+
+
+def union(intervals):
+    """Sorted, disjoint ``(start, end)`` pairs covering ``intervals``."""
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [tuple(pair) for pair in merged]
+
+
+def length(intervals):
+    return sum(end - start for start, end in intervals)
+
+
+def intersection(a, b):
+    """Total length of the intersection of two disjoint sorted interval lists."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, end - start)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def kernels(db):
+    """``[(device, stream, start, end, name)]`` of every kernel, times in ns."""
+    return db.execute(
+        "SELECT k.deviceId, k.streamId, k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
+        "LEFT JOIN StringIds AS s ON k.shortName = s.id"
+    ).fetchall()
+
+
+def nvtx_ranges(db):
+    """``[(name, start, end)]`` of every closed NVTX range, times in ns."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'NVTX_EVENTS'").fetchone():
+        return []
+    types = ", ".join(map(str, NVTX_RANGES))
+    return db.execute(
+        "SELECT COALESCE(e.text, s.value), e.start, e.end FROM NVTX_EVENTS AS e "
+        f"LEFT JOIN StringIds AS s ON e.textId = s.id WHERE e.eventType IN ({types}) AND e.end IS NOT NULL"
+    ).fetchall()
+
+
+def report(path, main_stream=None):
+    """The overlap report of the export at ``path``, as a dict (see the module docstring)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.OperationalError as error:
+        raise ValueError(f"cannot open {path}: {error}") from None
+    try:
+        rows = kernels(db)
+        ranges = nvtx_ranges(db)
+    except sqlite3.DatabaseError as error:
+        raise ValueError(f"{path} is not an Nsight Systems SQLite export with CUDA kernels: {error}") from None
+    finally:
+        db.close()
+    if not rows:
+        raise ValueError(f"{path} holds no CUDA kernels (was the trace taken with -t cuda?)")
+    streams = {}
+    for device, stream, start, end, name in rows:
+        streams.setdefault((device, stream), []).append((start, end, name))
+    if main_stream is None:
+        device, main_stream = max(streams, key=lambda key: len(streams[key]))
+    else:
+        device = next((d for d, s in streams if s == main_stream), None)
+        if device is None:
+            raise ValueError(f"--main-stream {main_stream}: no kernel ran on it; streams: {sorted(s for _, s in streams)}")
+    main = union((s, e) for s, e, _ in streams[(device, main_stream)])
+    per_stream = []
+    for (dev, stream), items in sorted(streams.items()):
+        busy = union((s, e) for s, e, _ in items)
+        shared = intersection(busy, main) if dev == device and stream != main_stream else None
+        per_stream.append({
+            "device": dev, "stream": stream, "main": (dev, stream) == (device, main_stream), "kernels": len(items),
+            "busy_ms": length(busy) / 1e6, "overlap_with_main": None if shared is None else shared / length(busy),
+            "top_kernels": sorted({name for _, _, name in items if name})[:4],
+        })
+    workers = [union((s, e) for s, e, _ in items) for (dev, stream), items in streams.items()
+               if dev == device and stream != main_stream]
+    worker_busy = sum(length(w) for w in workers)
+    worker_shared = sum(intersection(w, main) for w in workers)
+    totals = {}
+    for name, start, end in ranges:
+        count, ns = totals.get(name, (0, 0))
+        totals[name] = (count + 1, ns + end - start)
+    span = (min(r[2] for r in rows), max(r[3] for r in rows))
+    return {
+        "main_stream": main_stream, "device": device, "span_ms": (span[1] - span[0]) / 1e6, "streams": per_stream,
+        "worker_overlap": worker_shared / worker_busy if worker_busy else None,
+        "nvtx": [{"name": name, "count": count, "total_ms": ns / 1e6} for name, (count, ns) in sorted(totals.items())],
+    }
+
+
+def text(result):
+    """The report as lines of text."""
+    lines = [f"kernels span {result['span_ms']:.3f} ms; main stream {result['main_stream']} "
+             f"(device {result['device']})", "device  stream  kernels   busy ms  overlaps main  kernels"]
+    for s in result["streams"]:
+        share = "main" if s["main"] else ("-" if s["overlap_with_main"] is None else f"{100 * s['overlap_with_main']:.1f}%")
+        lines.append(f"{s['device']:>6}  {s['stream']:>6}  {s['kernels']:>7}  {s['busy_ms']:>8.3f}  {share:>13}  "
+                     + ", ".join(s["top_kernels"]))
+    overall = result["worker_overlap"]
+    lines.append("worker-stream kernel time overlapping main-stream kernels: "
+                 + ("- (no worker stream)" if overall is None else f"{100 * overall:.1f}%"))
+    if result["nvtx"]:
+        lines.append("NVTX range              count   total ms")
+        lines += [f"{r['name']!s:<22} {r['count']:>6} {r['total_ms']:>10.3f}" for r in result["nvtx"]]
+    else:
+        lines.append("no NVTX ranges (trace with -t cuda,nvtx and LEAPFROG_NVTX unset or 1)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="overlap.py", description="Stream overlap from an nsys SQLite export.")
+    parser.error = lambda message: parser.exit(2, f"overlap.py: error: {message}\n")
+    parser.add_argument("sqlite")
+    parser.add_argument("--main-stream", type=int, default=None)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    try:
+        result = report(args.sqlite, args.main_stream)
+    except (ValueError, sqlite3.Error) as error:
+        parser.error(str(error))
+    print(text(result))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

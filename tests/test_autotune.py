@@ -1,0 +1,88 @@
+"""Leapfrog("auto") and autotune: the choice is the fastest candidate, sequential included, and the
+gradients are those of the schedule it stands for."""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import MLP, Leapfrog, Sequential, autotune
+
+
+def _data(sizes, batch, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
+
+
+@pytest.mark.parametrize("fastest", ["Sequential()", "Leapfrog(k=2)", "Leapfrog(k=4)"])
+def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch, fastest):
+    calls = []
+
+    def fake_measure(net, plan, schedules, repeats=5, warmup=1):
+        calls.append([repr(s) for s in schedules])
+        return [(s, {"median": 1.0 if repr(s) == fastest else 2.0, "p20": 0.9, "p80": 2.1}) for s in schedules]
+
+    monkeypatch.setattr(autotune, "measure", fake_measure)
+    sizes = [6, 9, 9, 4]
+    x, y = _data(sizes, 3)
+    schedule = Leapfrog("auto")
+    with MLP(sizes, backend="numpy") as net:
+        expected = net.backprop(x, y, Sequential())
+        for _ in range(3):
+            got = net.backprop(x, y, schedule)
+            for ours, theirs in zip(got, expected):
+                assert all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+        assert repr(autotune.choose(net, net._plan(3))) == fastest
+        net.backprop(x[:, :1], y[:, :1], schedule)  # a new batch size is a new plan: calibrated again
+    assert calls == [["Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)", "Leapfrog(k=4)"]] * 2
+
+
+def test_auto_training_matches_sequential_bitwise():
+    sizes = [7, 11, 11, 11, 3]
+    x, y = _data(sizes, 4)
+    with MLP(sizes, backend="numpy") as auto, MLP(sizes, backend="numpy") as plain:
+        for _ in range(4):
+            auto.sgd_step(x, y, 0.5, Leapfrog("auto"))
+            plain.sgd_step(x, y, 0.5, Sequential())
+        for a, b in zip(auto.weights + auto.biases, plain.weights + plain.biases):
+            assert np.array_equal(a, b)
+
+
+def test_measure_leaves_the_gradients_unchanged():
+    sizes = [5, 8, 8, 2]
+    x, y = _data(sizes, 2)
+    with MLP(sizes, backend="numpy") as net:
+        nabla_b, nabla_w = net.backprop(x, y, Sequential())
+        plan = net._plan(2)
+        table = autotune.measure(net, plan, autotune.candidates((1, 3)), repeats=2, warmup=0)
+        assert [repr(s) for s, _ in table] == ["Sequential()", "Leapfrog(k=1)", "Leapfrog(k=3)"]
+        assert all(ms["median"] > 0 for _, ms in table)
+        net.synchronize()
+        assert all(np.array_equal(plan.nabla_w[l], w) for l, w in zip(net.layers, nabla_w))
+
+
+def test_tune_sweeps_blas_threads_and_returns_the_fastest():
+    tuning = autotune.tune([8, 16, 16, 4], 3, "numpy", ks=(1, 2), blas_threads=[1, 2], repeats=2, warmup=0)
+    assert [(repr(s), t) for s, t, _ in tuning.table] == [
+        (name, t) for t in (1, 2) for name in ("Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)")]
+    best = min(ms["median"] for _, _, ms in tuning.table)
+    assert tuning.backward_ms["median"] == best
+    assert tuning.blas_threads in (1, 2) and isinstance(tuning.schedule, (Sequential, Leapfrog))
+
+
+def test_blas_settings():
+    assert autotune.blas_settings("cupy") == [None]
+    assert autotune.blas_settings("numpy", [3, 1]) == [3, 1]
+    assert 1 in autotune.blas_settings("numpy")
+    with pytest.raises(ValueError, match="numpy backend only"):
+        autotune.blas_settings("cupy", [2])
+    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        autotune.tune([4, 4], 0)
+
+
+@pytest.mark.parametrize("k, error", [("fast", TypeError), (2.0, TypeError), (True, TypeError), (0, ValueError)])
+def test_leapfrog_names_auto_in_its_errors(k, error):
+    with pytest.raises(error, match="or 'auto'"):
+        Leapfrog(k)
+
+
+def test_auto_repr():
+    assert repr(Leapfrog("auto")) == "Leapfrog(k='auto')" and repr(Leapfrog(3)) == "Leapfrog(k=3)"

@@ -1,0 +1,146 @@
+"""leapfrog-bench on tiny sizes: every record field, the table, the JSON, the plot, and its CLI errors."""
+
+import json
+import struct
+import sys
+
+import pytest
+
+from leapfrog_gpu import bench, traffic
+from leapfrog_gpu.backends import cuda_available
+
+FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "blas_threads", "step_ms", "backward_ms",
+          "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
+TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2,auto",
+        "--blas-threads", "1", "--repeats", "3", "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bench")
+    argv = TINY + ["--no-torch", "--json", str(folder / "r.json"), "--plot", str(folder / "r.png")]
+    stdout = _run_main(argv)
+    return stdout, json.loads((folder / "r.json").read_text()), (folder / "r.png").read_bytes()
+
+
+def _run_main(argv):
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert bench.main(argv) == 0
+    return out.getvalue()
+
+
+def test_records_hold_every_field_for_every_configuration(report):
+    records = report[1]["records"]
+    # 2 sizes x 2 batches x (sequential, leapfrog k=1, k=2, the auto choice) at one BLAS setting
+    assert len(records) == 2 * 2 * 4
+    for r in records:
+        for field in FIELDS:
+            assert field in r, field
+        for timing in ("step_ms", "backward_ms"):
+            assert r[timing]["p20"] <= r[timing]["median"] <= r[timing]["p80"]
+            assert r[timing]["median"] > 0
+        assert r["backend"] == "numpy" and r["dtype"] == "float32" and r["L"] == 3 and r["blas_threads"] == 1
+        assert min(r["f1_ms"], r["f2_ms"], r["f3_ms"]) > 0
+    assert {(r["schedule"], r["k"]) for r in records if not r["auto"]} == {("sequential", 0), ("leapfrog", 1),
+                                                                          ("leapfrog", 2)}
+    assert sum(r["auto"] for r in records) == 4 and all("auto_within_noise" in r for r in records if r["auto"])
+
+
+def test_prediction_and_savings_follow_the_model_and_the_baseline(report):
+    records = report[1]["records"]
+    for r in records:
+        f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
+        assert r["predicted_saving"] == pytest.approx((1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0)
+        seq = next(s for s in records if (s["N"], s["B"], s["schedule"], s["auto"]) == (r["N"], r["B"], "sequential", False))
+        expected = (seq["backward_ms"]["median"] - r["backward_ms"]["median"]) / (
+            r["forward_ms"]["median"] + seq["backward_ms"]["median"])
+        assert r["measured_saving"] == pytest.approx(expected)
+        assert r["step_speedup_vs_best_sequential"] == pytest.approx(seq["step_ms"]["median"] / r["step_ms"]["median"])
+        assert r["floor_ms"] == pytest.approx(traffic.step_bytes([r["N"]] * 3, r["B"], 4) / (r["copy_gbps"] * 1e6))
+    assert sum(r["best_sequential"] for r in records) == 4  # one per (N, B)
+
+
+def test_table_prints_one_row_per_record(report):
+    stdout, data, _ = report
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("N "))
+    rows = [line for line in lines[header + 2:] if line.strip() and line.split()[0].isdigit()]
+    assert len(rows) == len(data["records"])
+    assert "auto->" in stdout and "auto chose" in stdout and "PyTorch anchor skipped (--no-torch)" in stdout
+    assert data["command"].startswith("leapfrog-bench --backend numpy") and data["machine"]["cores"] >= 1
+
+
+def test_plot_is_a_png(report):
+    png = report[2]
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width > 300 and height > 200
+
+
+def test_torch_anchor_in_the_same_table(capsys):
+    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    stdout = _run_main(["--backend", "numpy", "--sizes", "16", "--layers", "3", "--batch", "2", "--k", "2",
+                        "--blas-threads", "1", "--repeats", "2", "--warmup", "1"])
+    row = next(line for line in stdout.splitlines() if "torch-autograd" in line)
+    assert "x" in row.split()[-2]  # a speedup against the best sequential configuration
+
+
+def test_torch_anchor_computes_our_gradients():
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    from leapfrog_gpu import MLP, torch_anchor
+
+    step, backward = torch_anchor.measure([5, 7, 3], 4, dtype="float64", repeats=2, warmup=0)
+    assert step.shape == backward.shape == (2,) and (step > 0).all() and (backward > 0).all()
+    with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
+        x, y = torch.rand(4, 5, dtype=torch.float64), torch.rand(4, 3, dtype=torch.float64)
+        params = [torch.tensor(p, requires_grad=True) for w, b in zip(net.weights, net.biases) for p in (w, b)]
+        torch_anchor.quadratic_cost(params, x, y, "sigmoid").backward()
+        nabla_b, nabla_w = net.backprop(x.numpy().T, y.numpy().T)
+    ours = [g for pair in zip(nabla_w, nabla_b) for g in pair]
+    for p, g in zip(params, ours):
+        assert float((p.grad - torch.from_numpy(g)).abs().max()) < 1e-12
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sizes", "0"], "every size must be >= 1"),
+    (["--sizes", "a,b"], "--sizes"),
+    (["--layers", "1"], "layer count must be >= 2"),
+    (["--k", "0"], "--k takes integers >= 1 and 'auto'"),
+    (["--k", "two"], "--k takes integers >= 1 and 'auto'"),
+    (["--schedule", "naumov"], "unknown schedule 'naumov'"),
+    (["--repeats", "0"], "--repeats must be an integer >= 1"),
+    (["--dtype", "float16"], "invalid choice"),
+    (["--json", "/nonexistent-folder/r.json"], "does not exist"),
+])
+def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "numpy"] + argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error:") and message in err
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the message given when no GPU is usable")
+def test_cupy_without_gpu_is_a_cli_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "cupy"])
+    assert exit_info.value.code == 2 and "no" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(TINY + ["--plot", str(tmp_path / "r.png")])
+    assert exit_info.value.code == 2
+    assert "pip install 'leapfrog_gpu[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_schedules_are_listed_by_name():
+    assert set(bench.SCHEDULES) >= {"sequential", "leapfrog"}
+    cls, takes_k = bench.SCHEDULES["leapfrog"]
+    assert takes_k and cls(3).k == 3

@@ -1,0 +1,47 @@
+"""timing and traffic: percentiles, round-robin repeats, and the byte counts of the floor."""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import timing, traffic
+from leapfrog_gpu.backends import NumpyBackend
+
+
+def test_summary_percentiles():
+    stats = timing.summary(np.arange(1.0, 102.0))  # 1..101
+    assert stats == {"median": 51.0, "p20": 21.0, "p80": 81.0}
+    assert timing.noise(stats) == pytest.approx(60 / 51)
+
+
+def test_measure_interleaved_takes_turns_and_counts_warmup():
+    order = []
+    with NumpyBackend(mode="serial") as backend:
+        times = timing.measure_interleaved(backend, [lambda: order.append("a"), lambda: order.append("b")], 3, 1)
+    assert order == ["a", "b"] * 4
+    assert len(times) == 2 and all(t.shape == (3,) and (t >= 0).all() for t in times)
+
+
+def test_measure_waits_for_the_streams():
+    import time
+
+    with NumpyBackend() as backend:
+        ms = timing.measure(backend, lambda: backend.launch(backend.main, "sleep", time.sleep, 0.01), 3, 0)
+    assert (ms >= 10).all()
+
+
+def test_measure_rejects_bad_repeats():
+    with NumpyBackend(mode="serial") as backend, pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        timing.measure(backend, lambda: None, 0, 0)
+
+
+def test_step_bytes_by_hand():
+    # sizes [3, 2], B = 4, float64: 6*2*3 + 7*2*4 + 2*3*4 + 4*2 = 36 + 56 + 24 + 8 = 124 elements
+    assert traffic.step_bytes([3, 2], 4, 8) == 124 * 8
+    assert traffic.step_bytes([3, 2, 5], 1, 4) == traffic.step_bytes([3, 2], 1, 4) + traffic.step_bytes([2, 5], 1, 4)
+    assert traffic.nabla_w_bytes(4, 3, 2, 4) == (12 + 14) * 4
+
+
+def test_copy_bandwidth_is_positive():
+    with NumpyBackend() as backend:
+        stats = traffic.copy_bandwidth(backend, nbytes=1 << 20, repeats=3, warmup=1)
+    assert 0 < stats["p20"] <= stats["median"] <= stats["p80"]

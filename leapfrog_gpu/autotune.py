@@ -6,14 +6,18 @@ the noise of the measurement.
 
 ``Leapfrog("auto")`` calls ``choose`` the first time it meets a network at a batch size, on that
 network's own buffers and under its backend's BLAS setting. ``tune`` also sweeps BLAS threads (on the
-NumPy backend, where they are a process-wide setting) by building one backend per setting.
+NumPy backend, where they are a process-wide setting), switching the limit between blocks of timed
+calls so that every (schedule, threads) pair is calibrated in alternation with the others.
 """
 
+import contextlib
 import dataclasses
+import functools
 import os
 import weakref
 
 import numpy as np
+import threadpoolctl
 
 from . import timing
 from .backends import cuda_available, get_backend
@@ -50,21 +54,25 @@ def candidates(ks=KS):
     return [Sequential()] + [Leapfrog(k) for k in ks]
 
 
-def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP):
-    """``[(schedule, backward_ms)]``: the backward pass of each schedule, timed on ``plan``.
+def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP, blas_threads=(None,)):
+    """``[(schedule, threads, backward_ms)]``: the backward pass of each schedule at each BLAS setting,
+    timed on ``plan``, the configurations in turn (``timing.measure_in_blocks``).
 
     ``plan`` must hold a forward pass; the backward pass reads it and rewrites the same deltas and
     gradients every time, so the calibration changes nothing a later pass sees.
     """
-    return [(s, timing.summary(timing.measure(net.backend, lambda s=s: s.backward(net, plan), repeats, warmup)))
-            for s in schedules]
+    runs = [(s, t) for t in blas_threads for s in schedules]
+    keys = [t for _, t in runs]
+    times = timing.measure_in_blocks(net.backend, [lambda s=s: s.backward(net, plan) for s, _ in runs], keys,
+                                     repeats, warmup, [lambda t=t: blas_limit(t) for t in keys])
+    return [(s, t, timing.summary(ms)) for (s, t), ms in zip(runs, times)]
 
 
 def choose(net, plan, ks=KS):
-    """The fastest of ``candidates(ks)`` on ``plan``, cached for the plan's life."""
+    """The fastest of ``candidates(ks)`` on ``plan`` under the current BLAS setting, cached for the
+    plan's life."""
     if plan not in _chosen:
-        table = measure(net, plan, candidates(ks))
-        _chosen[plan] = min(table, key=lambda row: row[1]["median"])[0]
+        _chosen[plan] = min(measure(net, plan, candidates(ks)), key=lambda row: row[2]["median"])[0]
     return _chosen[plan]
 
 
@@ -85,17 +93,24 @@ def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32
     settings = blas_settings(backend, blas_threads)
     rng = np.random.default_rng(seed)
     x, y = rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
-    table = []
-    for threads in settings:
-        options = {} if threads is None else {"blas_threads": threads}
-        with get_backend(backend, **options) as device, MLP(
-            sizes, activation=activation, cost=cost, dtype=dtype, seed=seed, backend=device
-        ) as net:
-            net.backprop(x, y)  # the plan now holds a forward pass
-            plan = net._plan(batch)
-            table += [(s, threads, ms) for s, ms in measure(net, plan, candidates(ks), repeats, warmup)]
+    with get_backend(backend) as device, MLP(sizes, activation=activation, cost=cost, dtype=dtype, seed=seed,
+                                             backend=device) as net:
+        net.backprop(x, y)  # the plan now holds a forward pass
+        table = measure(net, net._plan(batch), candidates(ks), repeats, warmup, settings)
     schedule, threads, _ = min(table, key=lambda row: row[2]["median"])
     return Tuning(schedule, threads, table)
+
+
+def blas_limit(threads):
+    """A context in which BLAS uses ``threads`` threads, process-wide (``None``: as it is)."""
+    if threads is None:
+        return contextlib.nullcontext()
+    return _controller().limit(limits=threads, user_api="blas")
+
+
+@functools.cache
+def _controller():
+    return threadpoolctl.ThreadpoolController()
 
 
 def blas_settings(backend, blas_threads=None):

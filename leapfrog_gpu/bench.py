@@ -1,8 +1,8 @@
 """leapfrog-bench: the training step and the backward pass under each schedule, against the model.
 
 For every network ``[N] * L`` and batch size B it measures, after a warm-up and over ``--repeats``
-repeats (median, p20, p80; the schedules take turns, one repeat each, so that load drifting during
-the run shifts them alike): the SGD step and the backward pass for every schedule; the forward pass;
+repeats (median, p20, p80; the configurations take turns, so that load drifting during the run
+shifts them alike): the SGD step and the backward pass for every schedule; the forward pass;
 and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own, with the ops the
 schedules run (``xp.matmul`` for (2) and (5), ``ops.nabla_w`` for (7)). Beside the measured saving of
 a pass it prints the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (DESIGN.md §1).
@@ -54,7 +54,8 @@ def _int_list(name, least):
         try:
             values = [int(part) for part in text.split(",")]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a comma-separated list of integers; got {text!r}") from None
+            message = f"{name} must be a comma-separated list of integers; got {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
         if min(values) < least:
             raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
         return values
@@ -116,7 +117,8 @@ def parser():
     p.add_argument("--warmup", type=_count("--warmup", 0), default=2, help="untimed runs first (default 2)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--json", metavar="FILE", help="write the records to FILE")
-    p.add_argument("--plot", metavar="FILE.png", help="plot speedup against k, measured and predicted (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="plot speedup against k, measured and predicted (needs matplotlib)")
     return p
 
 
@@ -165,7 +167,7 @@ def main(argv=None):
 
 
 def run(args, with_torch=True):
-    """Every record of the grid, in order: a list of dicts (see ``record``)."""
+    """Every record of the grid, in order: a list of dicts (see ``_measure_case``)."""
     settings = autotune.blas_settings(args.backend, args.blas_threads)
     ks = [k for k in args.k if k != "auto"]
     specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
@@ -176,54 +178,62 @@ def run(args, with_torch=True):
         for layers in args.layers:
             sizes = [n] * layers
             for batch in args.batch:
-                case = []
                 tuning = None
                 if "auto" in args.k:
                     tuning = autotune.tune(sizes, batch, args.backend, ks=ks or autotune.KS,
                                            blas_threads=None if args.backend == "cupy" else settings,
                                            dtype=args.dtype, activation=args.activation)
-                for threads in settings:
-                    chosen = tuning.schedule if tuning and tuning.blas_threads == threads else None
-                    case += _measure_setting(args, sizes, batch, threads, specs, chosen, bandwidth)
+                case = _measure_case(args, sizes, batch, settings, specs, tuning, bandwidth)
                 if with_torch:
                     case.append(_measure_torch(args, sizes, batch, settings))
                 records += _derive(case)
     return records
 
 
-def _measure_setting(args, sizes, batch, threads, specs, auto_schedule, bandwidth):
-    """Records for every schedule at one BLAS setting (one backend, one network)."""
-    options = {} if threads is None else {"blas_threads": threads}
+def _measure_case(args, sizes, batch, settings, specs, tuning, bandwidth):
+    """Records for every schedule at every BLAS setting (and the auto choice) on one network.
+
+    The BLAS limit is switched between blocks of timed calls, so that all configurations are measured
+    in alternation (``timing.measure_in_blocks``): load that changes during the run shifts them alike,
+    and their ratios stay meaningful on a busy machine.
+    """
     rng = np.random.default_rng(0)
-    x, y = rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
     reps, warm = args.repeats, args.warmup
-    with get_backend(args.backend, **options) as backend, MLP(
-        sizes, activation=args.activation, dtype=args.dtype, backend=backend
-    ) as net:
-        x, y = backend.xp.asarray(x, dtype=args.dtype), backend.xp.asarray(y, dtype=args.dtype)  # no host copy per step
-        if threads not in bandwidth:
-            bandwidth[threads] = traffic.copy_bandwidth(backend)["median"]
+    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                   backend=backend) as net:
+        x = backend.xp.asarray(rng.random((sizes[0], batch)), dtype=args.dtype)  # on the device: no host
+        y = backend.xp.asarray(rng.random((sizes[-1], batch)), dtype=args.dtype)  # copy inside a step
         net.backprop(x, y)
         plan = net._plan(batch)
-        f = layer_costs(net, plan, reps, warm)
-        forward = timing.summary(timing.measure(backend, lambda: net._forward(plan), reps, warm))
-        base = {"backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
-                "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward,
-                **f, "bytes_per_step": traffic.step_bytes(sizes, batch, np.dtype(args.dtype).itemsize),
-                "copy_gbps": bandwidth[threads]}
-        base["floor_ms"] = base["bytes_per_step"] / (bandwidth[threads] * 1e6)
-        runs = [(name, SCHEDULES[name][0](k) if SCHEDULES[name][1] else SCHEDULES[name][0](), False)
-                for name, k in specs]
-        if auto_schedule is not None:
-            name = "leapfrog" if isinstance(auto_schedule, Leapfrog) else "sequential"
-            runs.append((name, auto_schedule, True))
-        steps = timing.measure_interleaved(
-            backend, [lambda s=schedule: net.sgd_step(x, y, ETA, s) for _, schedule, _ in runs], reps, warm)
-        backwards = timing.measure_interleaved(
-            backend, [lambda s=schedule: net._backward(plan, s) for _, schedule, _ in runs], reps, warm)
-        return [{**base, "schedule": name, "k": schedule.k, "auto": auto, "step_ms": timing.summary(step),
+        base = {}
+        for threads in settings:
+            with autotune.blas_limit(threads):
+                if threads not in bandwidth:
+                    bandwidth[threads] = traffic.copy_bandwidth(backend)["median"]
+                f = layer_costs(net, plan, reps, warm)
+                forward = timing.summary(timing.measure(backend, lambda: net._forward(plan), reps, warm))
+            step_bytes = traffic.step_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
+            base[threads] = {
+                "backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
+                "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
+                "bytes_per_step": step_bytes, "copy_gbps": bandwidth[threads],
+                "floor_ms": step_bytes / (bandwidth[threads] * 1e6)}
+        runs = [(name, SCHEDULES[name][0](k) if SCHEDULES[name][1] else SCHEDULES[name][0](), threads, False)
+                for threads in settings for name, k in specs]
+        if tuning is not None:
+            name = "leapfrog" if isinstance(tuning.schedule, Leapfrog) else "sequential"
+            runs.append((name, tuning.schedule, tuning.blas_threads, True))
+        keys = [threads for _, _, threads, _ in runs]
+        limits = [lambda t=t: autotune.blas_limit(t) for t in keys]
+        steps = timing.measure_in_blocks(
+            backend, [lambda s=schedule: net.sgd_step(x, y, ETA, s) for _, schedule, _, _ in runs], keys, reps, warm,
+            limits)
+        backwards = timing.measure_in_blocks(
+            backend, [lambda s=schedule: net._backward(plan, s) for _, schedule, _, _ in runs], keys, reps, warm,
+            limits)
+        return [{**base[threads], "schedule": name, "k": schedule.k, "auto": auto, "step_ms": timing.summary(step),
                  "backward_ms": timing.summary(backward)}
-                for (name, schedule, auto), step, backward in zip(runs, steps, backwards)]
+                for (name, schedule, threads, auto), step, backward in zip(runs, steps, backwards)]
 
 
 def layer_costs(net, plan, repeats, warmup):
@@ -245,7 +255,8 @@ def layer_costs(net, plan, repeats, warmup):
             ops.nabla_w(plan.nabla_w[l], plan.delta[l], plan.a[l - 1])
 
     costs = {}
-    for name, sweep, count in (("f1_ms", f1, len(net.layers)), ("f2_ms", f2, len(hidden)), ("f3_ms", f3, len(net.layers))):
+    sweeps = (("f1_ms", f1, len(net.layers)), ("f2_ms", f2, len(hidden)), ("f3_ms", f3, len(net.layers)))
+    for name, sweep, count in sweeps:
         if count == 0:
             costs[name] = 0.0
             continue

@@ -17,9 +17,11 @@ def plot(records, path):
     widths = sorted({r["N"] for r in ours}) or sorted({r["N"] for r in records})
     fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], widths):
-        groups = sorted({(r["L"], r["B"], r["blas_threads"] or 0) for r in ours if r["N"] == n})
-        for colour, (layers, batch, threads) in enumerate(groups):
-            rows = sorted((r for r in ours if (r["N"], r["L"], r["B"], r["blas_threads"] or 0) == (n, layers, batch, threads)),
+        def group(r):
+            return r["L"], r["B"], r["blas_threads"] or 0
+
+        for colour, (layers, batch, threads) in enumerate(sorted({group(r) for r in ours if r["N"] == n})):
+            rows = sorted((r for r in ours if r["N"] == n and group(r) == (layers, batch, threads)),
                           key=lambda r: r["k"])
             ks = [r["k"] for r in rows]
             label = f"L={layers} B={batch}" + (f" blas={threads}" if threads else "")

@@ -6,6 +6,7 @@ main stream around ``fn()``: every schedule joins its workers into the main stre
 event completes only once the workers have finished too.
 """
 
+import contextlib
 import time
 
 import numpy as np
@@ -16,21 +17,50 @@ def measure(backend, fn, repeats, warmup):
     return measure_interleaved(backend, [fn], repeats, warmup)[0]
 
 
-def measure_interleaved(backend, fns, repeats, warmup):
+def measure_interleaved(backend, fns, repeats, warmup, contexts=None):
     """Time each of ``fns`` ``repeats`` times, round-robin (one repeat of each in turn), so that a
-    change of load during the run shifts every one alike; return one array of ms per function."""
+    change of load during the run shifts every one alike; return one array of ms per function.
+
+    ``contexts``, if given, holds one context-manager factory per function, entered around each of
+    its calls, outside the timed interval (for example a BLAS thread limit).
+    """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    backend.synchronize()
+    contexts = contexts or [contextlib.nullcontext] * len(fns)
     once = _device_time if backend.name == "cupy" else _host_time
+    for _ in range(warmup):
+        for fn, context in zip(fns, contexts):
+            with context():
+                fn()
+                backend.synchronize()
     times = np.empty((len(fns), repeats))
     for i in range(repeats):
-        for j, fn in enumerate(fns):
-            times[j, i] = once(backend, fn)
+        for j, (fn, context) in enumerate(zip(fns, contexts)):
+            with context():
+                times[j, i] = once(backend, fn)
     return list(times)
+
+
+def measure_in_blocks(backend, fns, keys, repeats, warmup, contexts=None, block=5):
+    """Like ``measure_interleaved``, but the functions that share a key (a BLAS setting) take turns
+    among themselves for ``block`` repeats before the next key's turn, and keys alternate until each
+    function has ``repeats`` times. Each block starts with untimed calls (``warmup`` in the first
+    block, one later), so one setting's after-effects (BLAS threads still spinning) stay out of the
+    next setting's times, while alternating blocks still spreads slow drifts of load over all.
+    """
+    contexts = contexts or [contextlib.nullcontext] * len(fns)
+    groups = [[i for i, key in enumerate(keys) if key == k] for k in dict.fromkeys(keys)]
+    times = [[] for _ in fns]
+    done = 0
+    while done < repeats:
+        count = min(block, repeats - done)
+        for group in groups:
+            part = measure_interleaved(backend, [fns[i] for i in group], count, warmup if done == 0 else 1,
+                                       [contexts[i] for i in group])
+            for i, ms in zip(group, part):
+                times[i].extend(ms)
+        done += count
+    return [np.array(t) for t in times]
 
 
 def _host_time(backend, fn):

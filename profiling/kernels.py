@@ -32,7 +32,8 @@ def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
         ours, theirs = xp.empty((n, m), dtype=dtype), xp.empty((n, m), dtype=dtype)
         a_t = a.T
         implementations = (("ours", lambda: backend.launch(main, "nabla_w", ops.nabla_w, ours, delta, a)),
-                           ("matmul", lambda: backend.launch(main, "matmul", partial(xp.matmul, out=theirs), delta, a_t)))
+                           ("matmul", lambda: backend.launch(main, "matmul", partial(xp.matmul, out=theirs),
+                                                             delta, a_t)))
         bytes_moved = traffic.nabla_w_bytes(n, m, batch, np.dtype(dtype).itemsize)
         for name, fn in implementations:
             ms = timing.summary(timing.measure(backend, fn, repeats, warmup))

@@ -88,7 +88,8 @@ def report(path, main_stream=None):
     else:
         device = next((d for d, s in streams if s == main_stream), None)
         if device is None:
-            raise ValueError(f"--main-stream {main_stream}: no kernel ran on it; streams: {sorted(s for _, s in streams)}")
+            known = sorted(s for _, s in streams)
+            raise ValueError(f"--main-stream {main_stream}: no kernel ran on it; streams: {known}")
     main = union((s, e) for s, e, _ in streams[(device, main_stream)])
     per_stream = []
     for (dev, stream), items in sorted(streams.items()):
@@ -120,7 +121,8 @@ def text(result):
     lines = [f"kernels span {result['span_ms']:.3f} ms; main stream {result['main_stream']} "
              f"(device {result['device']})", "device  stream  kernels   busy ms  overlaps main  kernels"]
     for s in result["streams"]:
-        share = "main" if s["main"] else ("-" if s["overlap_with_main"] is None else f"{100 * s['overlap_with_main']:.1f}%")
+        share = s["overlap_with_main"]
+        share = "main" if s["main"] else ("-" if share is None else f"{100 * share:.1f}%")
         lines.append(f"{s['device']:>6}  {s['stream']:>6}  {s['kernels']:>7}  {s['busy_ms']:>8.3f}  {share:>13}  "
                      + ", ".join(s["top_kernels"]))
     overall = result["worker_overlap"]

@@ -3,6 +3,7 @@ gradients are those of the schedule it stands for."""
 
 import numpy as np
 import pytest
+import threadpoolctl
 
 from leapfrog_gpu import MLP, Leapfrog, Sequential, autotune
 
@@ -16,9 +17,9 @@ def _data(sizes, batch, seed=1):
 def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch, fastest):
     calls = []
 
-    def fake_measure(net, plan, schedules, repeats=5, warmup=1):
+    def fake_measure(net, plan, schedules):
         calls.append([repr(s) for s in schedules])
-        return [(s, {"median": 1.0 if repr(s) == fastest else 2.0, "p20": 0.9, "p80": 2.1}) for s in schedules]
+        return [(s, None, {"median": 1.0 if repr(s) == fastest else 2.0, "p20": 0.9, "p80": 2.1}) for s in schedules]
 
     monkeypatch.setattr(autotune, "measure", fake_measure)
     sizes = [6, 9, 9, 4]
@@ -53,8 +54,9 @@ def test_measure_leaves_the_gradients_unchanged():
         nabla_b, nabla_w = net.backprop(x, y, Sequential())
         plan = net._plan(2)
         table = autotune.measure(net, plan, autotune.candidates((1, 3)), repeats=2, warmup=0)
-        assert [repr(s) for s, _ in table] == ["Sequential()", "Leapfrog(k=1)", "Leapfrog(k=3)"]
-        assert all(ms["median"] > 0 for _, ms in table)
+        assert [(repr(s), t) for s, t, _ in table] == [("Sequential()", None), ("Leapfrog(k=1)", None),
+                                                       ("Leapfrog(k=3)", None)]
+        assert all(ms["median"] > 0 for _, _, ms in table)
         net.synchronize()
         assert all(np.array_equal(plan.nabla_w[l], w) for l, w in zip(net.layers, nabla_w))
 
@@ -66,6 +68,20 @@ def test_tune_sweeps_blas_threads_and_returns_the_fastest():
     best = min(ms["median"] for _, _, ms in tuning.table)
     assert tuning.backward_ms["median"] == best
     assert tuning.blas_threads in (1, 2) and isinstance(tuning.schedule, (Sequential, Leapfrog))
+
+
+def test_blas_limit_sets_and_restores_the_threads():
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"}
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("threadpoolctl finds no BLAS library in this process")
+    with autotune.blas_limit(1):
+        assert blas_threads() == {1}
+    assert blas_threads() == before
+    with autotune.blas_limit(None):
+        assert blas_threads() == before
 
 
 def test_blas_settings():

@@ -12,7 +12,7 @@ from leapfrog_gpu.backends import cuda_available
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "blas_threads", "step_ms", "backward_ms",
           "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
 TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2,auto",
-        "--blas-threads", "1", "--repeats", "3", "--warmup", "1"]
+        "--blas-threads", "1,2", "--repeats", "3", "--warmup", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +35,15 @@ def _run_main(argv):
 
 def test_records_hold_every_field_for_every_configuration(report):
     records = report[1]["records"]
-    # 2 sizes x 2 batches x (sequential, leapfrog k=1, k=2, the auto choice) at one BLAS setting
-    assert len(records) == 2 * 2 * 4
+    # 2 sizes x 2 batches x ((sequential, leapfrog k=1, k=2) x BLAS threads 1 and 2, and the auto choice)
+    assert len(records) == 2 * 2 * (3 * 2 + 1)
     for r in records:
         for field in FIELDS:
             assert field in r, field
         for timing in ("step_ms", "backward_ms"):
             assert r[timing]["p20"] <= r[timing]["median"] <= r[timing]["p80"]
             assert r[timing]["median"] > 0
-        assert r["backend"] == "numpy" and r["dtype"] == "float32" and r["L"] == 3 and r["blas_threads"] == 1
+        assert r["backend"] == "numpy" and r["dtype"] == "float32" and r["L"] == 3 and r["blas_threads"] in (1, 2)
         assert min(r["f1_ms"], r["f2_ms"], r["f3_ms"]) > 0
     assert {(r["schedule"], r["k"]) for r in records if not r["auto"]} == {("sequential", 0), ("leapfrog", 1),
                                                                           ("leapfrog", 2)}
@@ -55,11 +55,14 @@ def test_prediction_and_savings_follow_the_model_and_the_baseline(report):
     for r in records:
         f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
         assert r["predicted_saving"] == pytest.approx((1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0)
-        seq = next(s for s in records if (s["N"], s["B"], s["schedule"], s["auto"]) == (r["N"], r["B"], "sequential", False))
+        seq = next(s for s in records if (s["N"], s["B"], s["blas_threads"], s["schedule"], s["auto"])
+                   == (r["N"], r["B"], r["blas_threads"], "sequential", False))
         expected = (seq["backward_ms"]["median"] - r["backward_ms"]["median"]) / (
             r["forward_ms"]["median"] + seq["backward_ms"]["median"])
         assert r["measured_saving"] == pytest.approx(expected)
-        assert r["step_speedup_vs_best_sequential"] == pytest.approx(seq["step_ms"]["median"] / r["step_ms"]["median"])
+        best = next(s for s in records if s["best_sequential"] and (s["N"], s["B"]) == (r["N"], r["B"]))
+        assert r["step_speedup_vs_best_sequential"] == pytest.approx(best["step_ms"]["median"] / r["step_ms"]["median"])
+        assert r["step_speedup"] == pytest.approx(seq["step_ms"]["median"] / r["step_ms"]["median"])
         assert r["floor_ms"] == pytest.approx(traffic.step_bytes([r["N"]] * 3, r["B"], 4) / (r["copy_gbps"] * 1e6))
     assert sum(r["best_sequential"] for r in records) == 4  # one per (N, B)
 

@@ -138,3 +138,9 @@ def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
     assert lines[-1].startswith("copy: ")
+
+
+def test_trace_script_parses_its_options_without_a_gpu():
+    result = subprocess.run([sys.executable, str(PROFILING / "trace_steps.py"), "--help"], capture_output=True,
+                            text=True, check=True)
+    assert "--steps" in result.stdout and "--k" in result.stdout

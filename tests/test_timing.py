@@ -21,6 +21,35 @@ def test_measure_interleaved_takes_turns_and_counts_warmup():
     assert len(times) == 2 and all(t.shape == (3,) and (t >= 0).all() for t in times)
 
 
+def test_contexts_wrap_each_call_outside_the_timer():
+    import contextlib
+
+    events = []
+
+    def context(name):
+        @contextlib.contextmanager
+        def enter():
+            events.append(f"enter {name}")
+            yield
+            events.append(f"exit {name}")
+        return enter
+
+    with NumpyBackend(mode="serial") as backend:
+        timing.measure_interleaved(backend, [lambda: events.append("a"), lambda: events.append("b")], 2, 0,
+                                   [context("A"), context("B")])
+    assert events == ["enter A", "a", "exit A", "enter B", "b", "exit B"] * 2
+
+
+def test_blocks_alternate_keys_and_warm_up_each_block():
+    calls = []
+    with NumpyBackend(mode="serial") as backend:
+        times = timing.measure_in_blocks(backend, [lambda name=name: calls.append(name) for name in "abc"],
+                                         [1, 1, 2], 3, 0, block=2)
+    # block of 2 for key 1 (a, b in turn), then key 2 (c); then a block of 1, each after one untimed round
+    assert calls == ["a", "b", "a", "b", "c", "c", "a", "b", "a", "b", "c", "c"]
+    assert [len(t) for t in times] == [3, 3, 3]
+
+
 def test_measure_waits_for_the_streams():
     import time
 

@@ -1,8 +1,9 @@
 """Choosing k, and on the CPU the BLAS threads per stream, from a short calibration.
 
-The candidates always include ``Sequential()``, so the choice (the smallest median backward pass of
-the calibration) is never slower than the best sequential configuration measured beside it, but for
-the noise of the measurement.
+The candidates always include ``Sequential()``, so the choice is never slower than the best
+sequential configuration measured beside it, but for the noise of the measurement. The choice is the
+smallest p80 of the backward pass, not the smallest median: a configuration that is fast only some of
+the time (BLAS threads that compete with other work for the cores) loses to one that is reliably fast.
 
 ``Leapfrog("auto")`` calls ``choose`` the first time it meets a network at a batch size, on that
 network's own buffers and under its backend's BLAS setting. ``tune`` also sweeps BLAS threads (on the
@@ -25,8 +26,8 @@ from .schedules import Leapfrog, Sequential
 
 KS = (1, 2, 4)
 """Worker-stream counts tried by default."""
-REPEATS, WARMUP = 5, 1
-"""A calibration is short: its medians only need to rank the candidates."""
+REPEATS, WARMUP = 7, 1
+"""A calibration is short: its times only need to rank the candidates."""
 
 _chosen = weakref.WeakKeyDictionary()  # plan -> the schedule chosen for it
 
@@ -69,10 +70,10 @@ def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP, blas_threads=(
 
 
 def choose(net, plan, ks=KS):
-    """The fastest of ``candidates(ks)`` on ``plan`` under the current BLAS setting, cached for the
-    plan's life."""
+    """The fastest of ``candidates(ks)`` (smallest p80) on ``plan`` under the current BLAS setting,
+    cached for the plan's life."""
     if plan not in _chosen:
-        _chosen[plan] = min(measure(net, plan, candidates(ks)), key=lambda row: row[2]["median"])[0]
+        _chosen[plan] = min(measure(net, plan, candidates(ks)), key=_risk)[0]
     return _chosen[plan]
 
 
@@ -97,8 +98,13 @@ def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32
                                              backend=device) as net:
         net.backprop(x, y)  # the plan now holds a forward pass
         table = measure(net, net._plan(batch), candidates(ks), repeats, warmup, settings)
-    schedule, threads, _ = min(table, key=lambda row: row[2]["median"])
+    schedule, threads, _ = min(table, key=_risk)
     return Tuning(schedule, threads, table)
+
+
+def _risk(row):
+    """What a calibration minimises: the p80 of a row ``(schedule, threads, backward_ms)``."""
+    return row[2]["p80"]
 
 
 def blas_limit(threads):

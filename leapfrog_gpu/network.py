@@ -27,17 +27,21 @@ class MLP:
         backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this
             network).
         output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
+        check_finite: check every gradient for NaN and Inf at the join and refuse the update (raise
+            ``FloatingPointError``, parameters unchanged) when one is found. Costs a pass over the
+            gradients, and on the GPU a host synchronization per step.
 
     ``weights`` and ``biases`` list w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend.
     """
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
-                 backend="auto", output_activation=None):
+                 backend="auto", output_activation=None, check_finite=False):
         self.sizes = _check_sizes(sizes)
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
         self.output_activation = resolve_output_activation(activation, cost, output_activation)
         self.dtype = _check_dtype(dtype)
+        self.check_finite = bool(check_finite)
         if isinstance(backend, str):
             self.backend, self._owns_backend = get_backend(backend), True
         elif hasattr(backend, "launch") and hasattr(backend, "xp"):
@@ -134,6 +138,8 @@ class MLP:
         with backend.range(backend.main, "update"):
             for l in self.layers:
                 backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, scale)
+        if backend.poisons:
+            backend.launch(backend.main, "poison", plan.poison, plan.nabla_w, plan.nabla_b)
 
     def synchronize(self):
         self.backend.synchronize()
@@ -152,7 +158,23 @@ class MLP:
         self.backend.copy_in(self.backend.main, plan.y, y)
         self._forward(plan)
         self._backward(plan, schedule)
+        backend = self.backend
+        if self.check_finite:
+            backend.launch(backend.main, "check_finite", self._check_gradients, plan)
+        if backend.poisons:  # after the join nothing reads what the pass computed, but the gradients
+            backend.launch(backend.main, "poison", plan.poison, plan.a, plan.z, plan.sp, plan.delta, {0: plan.y})
         return plan
+
+    def _check_gradients(self, plan):
+        """Raise FloatingPointError naming the first gradient that holds NaN or Inf."""
+        xp = self.backend.xp
+        for l in reversed(self.layers):
+            for name, nabla in (("nabla_w", plan.nabla_w[l]), ("nabla_b", plan.nabla_b[l])):
+                if not bool(xp.isfinite(nabla).all()):
+                    raise FloatingPointError(
+                        f"{name}[{l}] holds NaN or Inf; update refused, parameters unchanged "
+                        "(try a smaller learning rate)"
+                    )
 
     def _forward(self, plan):
         backend, main = self.backend, self.backend.main
@@ -230,7 +252,7 @@ class Plan:
 
     def __init__(self, net, batch):
         backend, xp, n = net.backend, net.backend.xp, net.n
-        self.backend, self.main, self.batch = backend, backend.main, batch
+        self.backend, self.main, self.batch, self.L = backend, backend.main, batch, net.L
 
         def buffer(*shape):
             return xp.full(shape, np.nan, dtype=net.dtype)
@@ -251,11 +273,18 @@ class Plan:
     def workers(self, k):
         return self.backend.workers(k)
 
-    def worker_done(self, k):
-        """The join events F_0..F_{k-1}, one per worker, created once per k."""
-        if k not in self._worker_done:
-            self._worker_done[k] = [self.backend.event(f"F_{j}") for j in range(k)]
-        return self._worker_done[k]
+    @staticmethod
+    def poison(*buffers):
+        """Fill every array of the given per-layer dicts with NaN: they are dead until written again."""
+        for group in buffers:
+            for array in group.values():
+                array.fill(np.nan)
+
+    def worker_done(self, j):
+        """The join event F_j of worker j, created on first use."""
+        if j not in self._worker_done:
+            self._worker_done[j] = self.backend.event(f"F_{j}")
+        return self._worker_done[j]
 
     def launch_gradients(self, stream, l):
         """Enqueue (6) and (7) of layer l on ``stream``."""

@@ -60,20 +60,25 @@ class Leapfrog(Schedule):
 
     def gradients(self, plan, l):
         """Record E_l on the main stream; worker ``l mod k`` waits for it, then runs (6)(7) of layer l."""
-        worker = plan.workers(self.k)[l % self.k]
+        worker = self.worker(plan, l % self.k)
         plan.backend.record(plan.main, plan.delta_ready[l])
         self.wait_for_delta(plan, worker, l)
         plan.launch_gradients(worker, l)
+
+    def worker(self, plan, j):
+        """Worker stream j; only workers that own a layer are ever created, so any k is cheap."""
+        return plan.workers(min(self.k, plan.L + 1))[j]
 
     def wait_for_delta(self, plan, worker, l):
         """Guard read-after-write: the worker reads delta^l and a^{l-1}, written by the main stream."""
         plan.backend.wait(worker, plan.delta_ready[l])
 
     def join(self, plan):
-        """Guard write-after-read: nothing on the main stream passes until every worker is done."""
+        """Guard write-after-read: nothing on the main stream passes until every busy worker is done."""
         backend = plan.backend
-        for worker, done in zip(plan.workers(self.k), plan.worker_done(self.k)):
-            backend.record(worker, done)
+        for j in sorted({l % self.k for l in range(2, plan.L + 1)}):
+            done = plan.worker_done(j)
+            backend.record(self.worker(plan, j), done)
             backend.wait(plan.main, done)
 
 

@@ -27,3 +27,14 @@ def batch(sizes, size, seed=0, dtype=np.float64):
     x = rng.random((sizes[0], size)).astype(dtype)
     y = rng.uniform(0.05, 0.95, (sizes[-1], size)).astype(dtype)
     return x, y
+
+
+def pytest_addoption(parser):
+    parser.addoption("--chaos-full", action="store_true",
+                     help="run the full chaos suite (over 500 steps) instead of the short CI one")
+
+
+@pytest.fixture
+def chaos_steps(request):
+    """Steps per chaos configuration: 12 with --chaos-full (576 steps in all), else 4."""
+    return 12 if request.config.getoption("--chaos-full") else 4

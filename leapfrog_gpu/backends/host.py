@@ -13,12 +13,17 @@ Modes:
              in a fixed order: ``main-first`` and ``workers-first`` starve one side for as long as the
              events allow, ``random`` picks a ready stream with a seeded generator. A missing wait
              then shows up deterministically as a wrong result.
+
+Chaos (``chaos=seed``, any mode): a seeded random delay before every queued operation on every stream,
+and ``poisons = True``, which asks the network to fill each buffer with NaN the moment the schedule says
+it is dead. A missing wait then reads poison, or a value from the wrong step, under ever-changing timing.
 """
 
 import collections
 import queue
 import random
 import threading
+import time
 
 import numpy as np
 import threadpoolctl
@@ -51,6 +56,7 @@ class HostStream:
         self.queue = queue.SimpleQueue()
         self.deferred = collections.deque()
         self.thread = None
+        self.delays = None  # a seeded random.Random in chaos mode
 
     def __repr__(self):
         return f"HostStream({self.name!r})"
@@ -77,13 +83,16 @@ class NumpyBackend:
         seed: seed of the ``random`` order.
         trace: keep ``self.trace``, a list of ``(stream, what, name)`` in execution order, where what
             is ``start``/``end`` of an op, ``record`` or ``wait`` (appended once the wait is over).
+        chaos: ``None``, or the seed of chaos mode (see the module docstring).
+        max_delay: the longest chaos delay, in seconds.
     """
 
     name = "numpy"
     xp = np
     ops = ops_numpy
 
-    def __init__(self, mode="threads", blas_threads=None, order="main-first", seed=0, trace=False):
+    def __init__(self, mode="threads", blas_threads=None, order="main-first", seed=0, trace=False,
+                 chaos=None, max_delay=2e-4):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
         if order not in ORDERS:
@@ -93,7 +102,13 @@ class NumpyBackend:
         ):
             raise ValueError(f"blas_threads must be None or an integer >= 1; got {blas_threads!r}")
         self.mode, self.order, self.blas_threads = mode, order, blas_threads
+        if chaos is not None and (isinstance(chaos, bool) or not isinstance(chaos, int)):
+            raise ValueError(f"chaos must be None or an integer seed; got {chaos!r}")
+        if not (isinstance(max_delay, (int, float)) and 0 <= max_delay <= 1):
+            raise ValueError(f"max_delay must be a number of seconds in [0, 1]; got {max_delay!r}")
         self.trace = [] if trace else None
+        self.chaos, self.max_delay = chaos, max_delay
+        self.poisons = chaos is not None
         self._rng = random.Random(seed)
         self._cond = threading.Condition()
         self._pending = 0
@@ -108,8 +123,9 @@ class NumpyBackend:
 
     def __repr__(self):
         blas = "" if self.blas_threads is None else f", blas_threads={self.blas_threads}"
+        chaos = "" if self.chaos is None else f", chaos={self.chaos}"
         state = ", closed" if self._closed else ""
-        return f"NumpyBackend(mode={self.mode!r}{blas}, workers={len(self._workers)}{state})"
+        return f"NumpyBackend(mode={self.mode!r}{blas}{chaos}, workers={len(self._workers)}{state})"
 
     def __enter__(self):
         return self
@@ -122,6 +138,8 @@ class NumpyBackend:
     def _new_stream(self, name):
         self._check_open()
         stream = HostStream(name)
+        if self.chaos is not None:
+            stream.delays = random.Random(self.chaos * 1009 + len(self._streams))
         if self.mode == "threads":
             stream.thread = threading.Thread(target=self._drain, args=(stream,), name=f"leapfrog-{name}", daemon=True)
             stream.thread.start()
@@ -225,6 +243,8 @@ class NumpyBackend:
                     self._cond.notify_all()
 
     def _execute(self, stream, item):
+        if stream.delays is not None:
+            time.sleep(stream.delays.uniform(0, self.max_delay))
         kind = item.kind
         if kind == "op":
             if self._error is not None:

@@ -164,3 +164,15 @@ def test_cupy_backend_streams_are_non_blocking():
         streams = [backend.main, *backend.workers(3)]
         assert all(s.ptr != 0 for s in streams), "the legacy null stream must not be used"
         assert len({s.ptr for s in streams}) == 4
+
+
+def test_a_thousand_create_close_cycles_leak_nothing():
+    before_threads = threading.active_count()
+    for cycle in range(1000):
+        with NumpyBackend() as backend:
+            backend.workers(2)
+            if cycle % 100 == 0:
+                with MLP([3, 4, 2], backend=backend) as net:
+                    net.sgd_step(np.ones(3), np.zeros(2), 0.1, Leapfrog(2))
+    assert threading.active_count() == before_threads
+    assert not leapfrog_threads()

@@ -31,15 +31,19 @@ def snapshots(net, backend, schedule, sizes, size, dtype, steps):
     return taken
 
 
-def chaos_suite(steps, seed=0):
-    """Run every configuration under chaos; return the first (config, step) where leapfrog differs."""
+def chaos_suite(steps, seed=0, fused=None):
+    """Run every configuration under chaos; return the first (config, step) where leapfrog differs.
+
+    ``fused=None`` alternates plain and fused leapfrog over the configurations.
+    """
     for index, (k, L, size, dtype) in enumerate(CONFIGS):
         sizes = [int(n) for n in np.random.default_rng(index).integers(1, 14, size=L)]
         with NumpyBackend(mode="serial") as backend:
             want = snapshots(MLP(sizes, dtype=dtype, seed=index, backend=backend), backend, Sequential(),
                              sizes, size, dtype, steps)
         with NumpyBackend(chaos=seed * 100 + index) as backend:
-            got = snapshots(MLP(sizes, dtype=dtype, seed=index, backend=backend), backend, Leapfrog(k),
+            schedule = Leapfrog(k, fused=index % 2 == 1 if fused is None else fused)
+            got = snapshots(MLP(sizes, dtype=dtype, seed=index, backend=backend), backend, schedule,
                             sizes, size, dtype, steps)
         for step, (a, b) in enumerate(zip(want, got)):
             if not all(np.array_equal(p, q) for p, q in zip(a, b)):
@@ -52,12 +56,18 @@ def test_leapfrog_equals_sequential_under_chaos(chaos_steps):
     assert chaos_suite(chaos_steps) is None
 
 
-@pytest.mark.parametrize("wait", ["wait_for_delta", "join"])
+@pytest.mark.parametrize("wait", ["wait_for_delta", "join", "last_reader"])
 def test_chaos_catches_each_missing_wait(monkeypatch, chaos_steps, wait):
-    """The suite can fail: remove one wait of DESIGN.md §2 and it reports a difference within budget."""
-    patches = {"wait_for_delta": lambda self, plan, worker, l: None, "join": lambda self, plan: None}
+    """The suite can fail: remove one wait of DESIGN.md §2 and it reports a difference within budget.
+
+    ``last_reader`` made the identity has a fused worker wait only for its own delta^l (E_l), not for
+    delta^{l-1}, the main stream's last read of w^l.
+    """
+    patches = {"wait_for_delta": lambda self, plan, worker, l: None, "join": lambda self, plan: None,
+               "last_reader": staticmethod(lambda l: l)}
     monkeypatch.setattr(Leapfrog, wait, patches[wait])
-    assert chaos_suite(chaos_steps) is not None, f"removing {wait} went unnoticed"
+    fused = True if wait == "last_reader" else None
+    assert chaos_suite(chaos_steps, fused=fused) is not None, f"removing {wait} went unnoticed"
 
 
 def test_chaos_mode_poisons_dead_buffers():

@@ -87,3 +87,9 @@ def test_without_check_finite_a_nan_gradient_goes_through():
         backend.ops = patched_ops(nabla_w=nan_gradient)
         net.sgd_step(*batch(SIZES, 3), 0.5, Leapfrog(3))
         assert np.isnan(net.weights[0]).any()
+
+
+def test_check_finite_refuses_a_fused_schedule():
+    with MLP(SIZES, backend="numpy", check_finite=True) as net:
+        with pytest.raises(ValueError, match="check_finite needs an unfused schedule"):
+            net.sgd_step(*batch(SIZES, 2), 0.1, Leapfrog(2, fused=True))

@@ -5,6 +5,7 @@ import pytest
 
 from conftest import batch, gpu, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu.schedules import Schedule
 from leapfrog_gpu.backends.host import NumpyBackend
 
 STEPS = 50
@@ -24,7 +25,10 @@ def cases():
 
 
 def train_pair(sizes, schedule, backend, size, dtype="float32", steps=STEPS):
-    """Train two identical networks, one Sequential and one under ``schedule``; compare every step."""
+    """Train two identical networks, one Sequential and one under ``schedule``; compare every step.
+
+    The plain schedule is the reference even when ``schedule`` fuses the update into (7).
+    """
     sequential = MLP(sizes, dtype=dtype, seed=11, backend=backend)
     leapfrog = MLP(sizes, dtype=dtype, seed=11, backend=backend)
     for step in range(steps):
@@ -45,6 +49,20 @@ def test_leapfrog_is_bitwise_sequential_on_host_threads(L, k, size):
         train_pair(widths(L, seed=L), Leapfrog(k), backend, size)
 
 
+@pytest.mark.parametrize("L,k,size", [(L, k, size) for L, k, size in cases() if k <= 4])
+def test_fused_leapfrog_is_bitwise_sequential_on_host_threads(L, k, size):
+    with NumpyBackend(mode="threads") as backend:
+        train_pair(widths(L, seed=L + 1), Leapfrog(k, fused=True), backend, size, steps=20)
+
+
+@pytest.mark.parametrize("size", [1, 7])
+def test_fused_update_streams_wide_layers_through_scratch(size):
+    """Layers wider than the scratch block go through it in several row blocks, still bitwise."""
+    with NumpyBackend(mode="threads") as backend:
+        train_pair([300, 400, 2], Leapfrog(2, fused=True), backend, size, steps=3)
+        train_pair([300, 400, 2], Sequential(fused=True), backend, size, steps=3)
+
+
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [1, 2, 3, 8])
@@ -54,6 +72,7 @@ def test_leapfrog_is_bitwise_sequential_on_the_gpu(k, size):
 
     with CupyBackend() as backend:
         train_pair([33, 257, 31, 64, 129, 10], Leapfrog(k), backend, size)
+        train_pair([33, 257, 31, 64, 129, 10], Leapfrog(k, fused=True), backend, size, steps=10)
 
 
 def run_traced(L, k, schedule):
@@ -132,6 +151,7 @@ def same(got, want):
 def test_every_interleaving_with_all_waits_matches_sequential(order, seed):
     want = deferred_run("main-first", Sequential())
     assert same(deferred_run(order, Leapfrog(3), seed=seed), want)
+    assert same(deferred_run(order, Leapfrog(3, fused=True), seed=seed), want)
 
 
 def test_missing_read_after_write_wait_is_caught(monkeypatch):
@@ -140,6 +160,14 @@ def test_missing_read_after_write_wait_is_caught(monkeypatch):
     assert same(deferred_run("workers-first", Leapfrog(2)), want)
     monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
     assert not same(deferred_run("workers-first", Leapfrog(2)), want)
+
+
+def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch):
+    """A fused worker must wait for delta^{l-1}, the main stream's last read of w^l, not just E_l."""
+    want = deferred_run("main-first", Sequential())
+    assert same(deferred_run("workers-first", Leapfrog(2, fused=True)), want)
+    monkeypatch.setattr(Schedule, "last_reader", staticmethod(lambda l: l))
+    assert not same(deferred_run("workers-first", Leapfrog(2, fused=True)), want)
 
 
 def test_missing_join_is_caught(monkeypatch):

@@ -35,14 +35,19 @@ ORDERS = ("main-first", "workers-first", "random")
 
 
 class HostEvent:
-    """A CUDA-like event: ``recorded`` counts enqueued recordings, ``completed`` those reached."""
+    """A CUDA-like event: ``recorded`` counts enqueued recordings, ``completed`` those reached.
 
-    __slots__ = ("name", "recorded", "completed")
+    Waiters sleep on the event's own condition (sharing the backend's lock), so a recording wakes
+    only the streams that wait for this event.
+    """
 
-    def __init__(self, name):
+    __slots__ = ("name", "recorded", "completed", "reached")
+
+    def __init__(self, name, lock):
         self.name = name
         self.recorded = 0
         self.completed = 0
+        self.reached = threading.Condition(lock)
 
     def __repr__(self):
         return f"HostEvent({self.name!r}, recorded={self.recorded}, completed={self.completed})"
@@ -110,7 +115,8 @@ class NumpyBackend:
         self.chaos, self.max_delay = chaos, max_delay
         self.poisons = chaos is not None
         self._rng = random.Random(seed)
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)  # notified when no operation is pending
         self._pending = 0
         self._error = None
         self._closed = False
@@ -153,7 +159,7 @@ class NumpyBackend:
         return self._workers[:k]
 
     def event(self, name=""):
-        return HostEvent(name)
+        return HostEvent(name, self._lock)
 
     def launch(self, stream, name, fn, *args):
         """Enqueue ``fn(*args)`` on ``stream``; it runs inside an NVTX range called ``name``."""
@@ -178,8 +184,8 @@ class NumpyBackend:
             done = self.event("copy_in")
             self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
             self.record(stream, done)
-            with self._cond:
-                self._cond.wait_for(lambda: done.completed >= done.recorded or self._error is not None)
+            with self._lock:
+                done.reached.wait_for(lambda: done.completed >= done.recorded)
             return
         self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
 
@@ -188,8 +194,8 @@ class NumpyBackend:
         self._check_open()
         if self.mode == "deferred":
             self._run_deferred()
-        with self._cond:
-            self._cond.wait_for(lambda: self._pending == 0)
+        with self._lock:
+            self._idle.wait_for(lambda: self._pending == 0)
             error, self._error = self._error, None
         if error is not None:
             raise error
@@ -199,8 +205,8 @@ class NumpyBackend:
         if self._closed:
             return
         if self.mode == "threads":
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending == 0)
+            with self._lock:
+                self._idle.wait_for(lambda: self._pending == 0)
             for stream in self._streams:
                 stream.queue.put(None)
             for stream in self._streams:
@@ -223,24 +229,24 @@ class NumpyBackend:
         self._check_open()
         if self.mode == "serial":
             self._execute(stream, item)
-            with self._cond:
+            with self._lock:
                 error, self._error = self._error, None
             if error is not None:
                 raise error
         elif self.mode == "deferred":
             stream.deferred.append(item)
         else:
-            with self._cond:
+            with self._lock:
                 self._pending += 1
             stream.queue.put(item)
 
     def _drain(self, stream):
         while (item := stream.queue.get()) is not None:
             self._execute(stream, item)
-            with self._cond:
+            with self._lock:
                 self._pending -= 1
                 if self._pending == 0:
-                    self._cond.notify_all()
+                    self._idle.notify_all()
 
     def _execute(self, stream, item):
         if stream.delays is not None:
@@ -254,21 +260,20 @@ class NumpyBackend:
                 with annotate.range(item.name):
                     item.fn(*item.args)
             except BaseException as error:  # noqa: BLE001 - re-raised on the caller by synchronize()
-                with self._cond:
+                with self._lock:
                     if self._error is None:
                         self._error = error
-                    self._cond.notify_all()
                 return
             self._log(stream, "end", item.name)
         elif kind == "record":
-            with self._cond:
+            with self._lock:
                 item.event.completed = max(item.event.completed, item.generation)
                 self._log(stream, "record", item.name)
-                self._cond.notify_all()
+                item.event.reached.notify_all()
         elif kind == "wait":
-            with self._cond:
+            with self._lock:
                 if self.mode == "threads":
-                    self._cond.wait_for(lambda: item.event.completed >= item.generation)
+                    item.event.reached.wait_for(lambda: item.event.completed >= item.generation)
                 elif item.event.completed < item.generation:
                     raise RuntimeError(f"{stream.name} waits on {item.event!r}, which nothing earlier records")
                 self._log(stream, "wait", item.name)
@@ -277,7 +282,7 @@ class NumpyBackend:
 
     def _log(self, stream, what, name):
         if self.trace is not None:
-            with self._cond:
+            with self._lock:
                 self.trace.append((stream.name, what, name))
 
     def _run_deferred(self):

@@ -5,8 +5,6 @@ import pytest
 
 import cuda_cpu
 
-pytestmark = pytest.mark.skipif(not cuda_cpu.available(), reason=f"no C++ compiler ({cuda_cpu.CXX})")
-
 # Small kernels in the style of kernels/*.cu: a template, a __shared__ array inside it, extern "C".
 SOURCE = r"""
 template <typename T>
@@ -45,6 +43,8 @@ extern "C" __global__ void fill_f32(float* x, int n, int offset) {
 
 @pytest.fixture(scope="module")
 def module():
+    if not cuda_cpu.available():
+        pytest.fail(f"the CPU harness needs a C++ compiler ({cuda_cpu.CXX}) on the PATH")
     return cuda_cpu.RawModule(code=SOURCE)
 
 

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -50,8 +51,9 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace cuda_cpu {
 
-// A fiber's stack: the kernels are leaf code, and 1024-thread blocks need 1024 stacks.
-constexpr size_t STACK_BYTES = 64 * 1024;
+// A fiber's stack: the kernels are leaf code, and 1024-thread blocks need 1024 stacks. They are left
+// uninitialised, so the system maps only the pages a fiber touches.
+constexpr size_t STACK_BYTES = 32 * 1024;
 
 enum State { READY, AT_BARRIER, DONE };
 
@@ -64,7 +66,8 @@ struct Fiber {
 
 inline ucontext_t scheduler;
 inline std::vector<Fiber> fibers;
-inline std::vector<char> stacks;
+inline std::unique_ptr<char[]> stacks;
+inline size_t stack_count = 0;
 inline Fiber* current = nullptr;
 inline std::function<void()> body;
 inline std::string error;
@@ -86,7 +89,11 @@ inline std::string str(const dim3& d) {
     return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
 }
 
-inline void on_fault(int, siginfo_t* info, void*) {
+inline void on_fault(int signal, siginfo_t* info, void*) {
+    if (current == nullptr) {  // not in a kernel: the harness itself faulted, so crash as usual
+        std::signal(signal, SIG_DFL);
+        return;
+    }
     char where[64];
     std::snprintf(where, sizeof where, "%p", info->si_addr);
     error = "invalid memory access at " + std::string(where) + " by thread " + str(threadIdx) +
@@ -103,7 +110,7 @@ inline bool run_block() {
         f.index = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
         f.state = READY;
         getcontext(&f.context);
-        f.context.uc_stack.ss_sp = stacks.data() + (size_t)t * STACK_BYTES;
+        f.context.uc_stack.ss_sp = stacks.get() + (size_t)t * STACK_BYTES;
         f.context.uc_stack.ss_size = STACK_BYTES;
         f.context.uc_link = &scheduler;
         makecontext(&f.context, fiber_main, 0);
@@ -113,6 +120,7 @@ inline bool run_block() {
             current = &fibers[t];
             threadIdx = current->index;
             swapcontext(&scheduler, &current->context);
+            current = nullptr;
             if (!error.empty()) return false;
         }
         unsigned done = 0, waiting = 0;
@@ -152,7 +160,10 @@ inline int launch(const unsigned* grid, const unsigned* block, std::function<voi
     gridDim = {grid[0], grid[1], grid[2]};
     blockDim = {block[0], block[1], block[2]};
     fibers.resize(count);
-    if (stacks.size() < (size_t)count * STACK_BYTES) stacks.resize((size_t)count * STACK_BYTES);
+    if (stack_count < count) {
+        stacks.reset(new char[(size_t)count * STACK_BYTES]);
+        stack_count = count;
+    }
     body = std::move(kernel);
 
     stack_t alternate{}, old_alternate;

@@ -95,8 +95,8 @@ def check(device, request, run, inputs, twin, magnitude):
     """Run ``run(device, inputs)`` and compare its outputs with the twin's; see the module docstring.
 
     ``run(device, inputs)`` launches the kernel on device copies of ``inputs`` and returns the outputs
-    on the host; ``twin(inputs)`` returns the same outputs from ops_numpy; ``magnitude(inputs64, out64)``
-    returns the scale of each output's elements.
+    on the host; ``twin(inputs)`` returns the same outputs from ops_numpy; ``magnitude(inputs64,
+    reference)`` returns the scale of each output's elements.
     """
     dtype = next(iter(inputs.values())).dtype
     inputs64 = {name: value.astype(np.float64) for name, value in inputs.items()}
@@ -207,6 +207,17 @@ def test_delta_hidden(device, request, n, batch, dtype):
         return (dev.to_host(delta),)
 
     check(device, request, run, inputs, twin, _elementwise_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_elementwise_grid_stride_loop(device, request, monkeypatch, dtype):
+    """The sizes above fit in one pass of the grid; cap the grid so that every thread loops 2 or 3 times."""
+    monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
+    assert launch.elementwise_launch(257 * 3)[0][0] * launch.ELEMENTWISE_BLOCK < 257 * 3
+    test_bias_activation(device, request, "sigmoid", 257, 3, dtype)
+    test_delta_output(device, request, "quadratic", 257, 3, dtype)
+    test_delta_hidden(device, request, 257, 3, dtype)
+    test_sgd_update(device, request, (257, 3), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

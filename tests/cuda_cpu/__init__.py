@@ -8,6 +8,8 @@ options of ``leapfrog_gpu.launch``.
 
 ``guarded(array)`` copies an array into memory with an inaccessible page right after its last byte, so
 that a kernel reading or writing one element past the end stops the launch (``KernelError``).
+
+Libraries are cached in ``$CUDA_CPU_CACHE``, by default ``cuda_cpu-<uid>`` in the temporary directory.
 """
 
 import ctypes

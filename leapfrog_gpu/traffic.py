@@ -16,6 +16,8 @@ KERNELS = {
     "delta_hidden": ("(5) Hadamard", lambda n, m, b: 2 * n * b, lambda n, m, b: n * b),
     "outer": ("(7), B = 1", lambda n, m, b: n + m, lambda n, m, b: n * m),
     "rank_update": ("(7), B > 1", lambda n, m, b: (n + m) * b, lambda n, m, b: n * m),
+    "outer_sgd": ("(7) + SGD, B = 1", lambda n, m, b: n + m + n * m, lambda n, m, b: n * m),
+    "rank_update_sgd": ("(7) + SGD, B > 1", lambda n, m, b: (n + m) * b + n * m, lambda n, m, b: n * m),
     "bias_sum": ("(6)", lambda n, m, b: n * b, lambda n, m, b: n),
     "sgd_update": ("SGD on w", lambda n, m, b: 2 * n * m, lambda n, m, b: n * m),
 }
@@ -36,7 +38,7 @@ def _rows(widths=(1024, 4096), batches=(1, 64)):
     for name in KERNELS:
         for width in widths:
             for batch in batches:
-                if (name == "outer" and batch != 1) or (name == "rank_update" and batch == 1):
+                if (name.startswith("outer") and batch != 1) or (name.startswith("rank") and batch == 1):
                     continue  # the B = 1 and B > 1 kernels of (7)
                 if name == "sgd_update" and batch != batches[0]:
                     continue  # the update does not depend on B
@@ -50,9 +52,10 @@ def readme():
         f"the memory bandwidth: {H200_BANDWIDTH / 1e12:.1f} TB/s on an H200. Bytes count every input read "
         "once and every output written once (each kernel's header comment gives the count), for a square "
         "layer of width N (n = m = N) and a batch of B. `sgd_update` is the update of w (3 N^2 elements, "
-        "whatever B); that of b is N times smaller. Arrays of N = 1024 (4 MB in float32) fit in the 50 MB "
-        "L2, so a kernel whose inputs were just written may beat its floor there; at N = 4096 they do not. "
-        "Floors far below a microsecond say that the launch, not memory, sets the time."
+        "whatever B); that of b is N times smaller. A fused `*_sgd` kernel replaces (7) and that update. "
+        "Arrays of N = 1024 (4 MB in float32) fit in the 50 MB L2, so a kernel whose inputs were just "
+        "written may beat its floor there; at N = 4096 they do not. Floors far below a microsecond say "
+        "that the launch, not memory, sets the time."
     )
     lines = [
         "# Memory floor of each kernel",

@@ -256,6 +256,41 @@ def test_nabla_w(device, request, n, m, batch, tile, dtype):
     check(device, request, _run_nabla_w, inputs, _twin_nabla_w, _nabla_w_magnitude)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n, m", PAIRS)
+def test_fused_update(device, request, n, m, batch, tile, dtype):
+    """(7) fused with SGD, ``w -= scale * delta a^T`` (outer_sgd at B = 1, rank_update_sgd above);
+    bitwise the plain kernel followed by sgd_update, as nabla_w.cu says."""
+    if batch == 1 and tile != launch.TILES[0]:
+        pytest.skip("B = 1 runs the outer-product kernel, which has no tile")
+    rng = np.random.default_rng([n, m, batch, 4])
+    inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
+              "a": _random(rng, (m, batch), dtype)}
+    scale = 0.3 / batch
+
+    def twin(x):
+        w = x["w"].copy()
+        ops_numpy.fused_update(w, x["delta"], x["a"], scale, np.empty(ops_numpy.SCRATCH, w.dtype))
+        return (w,)
+
+    def run(dev, x):
+        w = dev.to_device(x["w"])
+        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), scale, None)
+        return (dev.to_host(w),)
+
+    def magnitude(x, reference):
+        return [np.maximum(np.abs(x["w"]) + scale * (np.abs(x["delta"]) @ np.abs(x["a"]).T), 1)]
+
+    check(device, request, run, inputs, twin, magnitude)
+    (fused,) = run(device, inputs)
+    w, nabla_w = device.to_device(inputs["w"]), device.to_device(np.zeros((n, m), dtype))
+    device.ops.nabla_w(nabla_w, device.to_device(inputs["delta"]), device.to_device(inputs["a"]))
+    device.ops.sgd_update(w, nabla_w, scale, None)
+    np.testing.assert_array_equal(fused, device.to_host(w))
+
+
 def _twin_nabla_w(x):
     nabla_w = np.empty((x["delta"].shape[0], x["a"].shape[0]), x["delta"].dtype)
     ops_numpy.nabla_w(nabla_w, x["delta"], x["a"])

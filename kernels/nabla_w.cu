@@ -5,7 +5,8 @@
 // memory. Each element's product or sum is formed exactly as in the plain kernel and rounded to T
 // before the update, so the result is bitwise that of the plain kernel followed by sgd_update.
 //
-// Tuning values come in as -D options from leapfrog_gpu/launch.py:
+// Bytes are given in elements: times 4 (float) or 8 (double); leapfrog_gpu/traffic.py holds the same
+// counts for kernels/README.md. Tuning values come in as -D options from leapfrog_gpu/launch.py:
 //   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product
 //   TILE                tile edge of the rank-B update (16 or 32)
 
@@ -19,11 +20,11 @@
 #define TILE 16
 #endif
 
-// B = 1: nabla_w[i, j] = delta[i] * a[j].
-// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), ceil(n / OUTER_BY)); one thread
-// per element, consecutive threads along j so that the store is coalesced.
-// Bytes: n*m writes (plus the write-allocate read on a CPU) + n + m reads, in elements.
-// The fused variant reads and writes w instead: 2 n*m elements.
+// (7) for B = 1: nabla_w[i, j] = delta[i] * a[j], an outer product.
+// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), ceil(n / OUTER_BY)) (outer_launch); one
+// thread per element, consecutive threads along j so that the store is coalesced.
+// Bytes: n + m reads (delta, a) + n*m writes (nabla_w). The fused outer_sgd reads w as well and writes
+// it instead: n + m + n*m reads + n*m writes.
 template <typename T, bool SGD>
 __device__ void outer(T* out, const T* delta, const T* a, int n, int m, T scale) {
     const int j = blockIdx.x * OUTER_BX + threadIdx.x;
@@ -38,12 +39,13 @@ __device__ void outer(T* out, const T* delta, const T* a, int n, int m, T scale)
     }
 }
 
-// B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update.
-// Launch: block (TILE, TILE), grid (ceil(m / TILE), ceil(n / TILE)). Each block walks the batch in
-// chunks of TILE, staging a TILE x TILE slab of delta and of a in shared memory (rows padded by one
-// to keep the column reads free of bank conflicts); loads and stores are masked at every edge.
-// Bytes: n*m writes + (n + m) * B * ceil(m / TILE or n / TILE) reads, in elements; the writes dominate
-// for B << TILE * min(n, m) / (n + m). The fused variant reads and writes w: 2 n*m elements.
+// (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update.
+// Launch: block (TILE, TILE), grid (ceil(m / TILE), ceil(n / TILE)) (rank_update_launch). Each block
+// walks the batch in chunks of TILE, staging a TILE x TILE slab of delta and of a in shared memory (rows
+// padded by one to keep the column reads free of bank conflicts); loads and stores are masked at every
+// edge. Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the fused rank_update_sgd reads w as
+// well and writes it instead: (n + m) * B + n*m reads + n*m writes. The blocks of a row re-read its
+// slab of delta, ceil(m / TILE) times in all (a: ceil(n / TILE) times), mostly from L2.
 template <typename T, bool SGD>
 __device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, int batch, T scale) {
     __shared__ T delta_tile[TILE][TILE + 1];

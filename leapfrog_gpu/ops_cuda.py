@@ -27,7 +27,7 @@ class CudaOps:
         key = (filename, options)
         module = self._modules.get(key)
         if module is None:
-            module = self._cupy.RawModule(code=kernel_source(filename), options=("-std=c++17", *options))
+            module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
             self._modules[key] = module
         return module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
 

@@ -177,10 +177,7 @@ class MLP:
         for l in reversed(self.layers):
             for name, nabla in (("nabla_w", plan.nabla_w[l]), ("nabla_b", plan.nabla_b[l])):
                 if not bool(xp.isfinite(nabla).all()):
-                    raise FloatingPointError(
-                        f"{name}[{l}] holds NaN or Inf; update refused, parameters unchanged "
-                        "(try a smaller learning rate)"
-                    )
+                    raise FloatingPointError(f"{name}[{l}] holds NaN or Inf; update refused, parameters unchanged")
 
     def _forward(self, plan):
         backend, main = self.backend, self.backend.main

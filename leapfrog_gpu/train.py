@@ -8,14 +8,17 @@
 A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
 line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.checkpoint``).
 
-Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss became
-non-finite (the last checkpoint is left as it was).
+Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
+``--check-finite``, a gradient became non-finite (the last checkpoint is left as it was); 130 stopped by
+Ctrl-C (SIGINT), after a checkpoint of the last completed step.
 """
 
 import argparse
 import json
+import contextlib
 import math
 import os
+import signal
 import sys
 import time
 import warnings
@@ -36,8 +39,8 @@ PROG = "leapfrog-train"
 DEFAULTS = {
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
     "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
-    "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2,
-    "backend": "auto", "blas_threads": 1,
+    "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
+    "backend": "auto", "blas_threads": 1, "check_finite": False,
     "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
 }
 """Every option's default. The digits default reaches about 97 % test accuracy in 30 epochs."""
@@ -45,7 +48,7 @@ DEFAULTS = {
 FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost", "dtype", "seed", "batch_size")
 """What a resumed run must keep: it defines the network, the data or the order of the batches."""
 
-RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k")
+RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
 
 LOSS_CHECK_SECONDS = 1.0
@@ -58,12 +61,38 @@ class UsageError(ValueError):
 
 
 class NonFiniteLoss(ArithmeticError):
-    """The loss became NaN or Inf: exit status 3."""
+    """The loss (or, with --check-finite, a gradient) became NaN or Inf: exit status 3."""
 
-    def __init__(self, loss, epoch, step):
-        super().__init__(f"the training loss is {loss} after epoch {epoch}, step {step}")
+    def __init__(self, loss, epoch, step, what=None):
+        super().__init__(what or f"the training loss is {loss} after epoch {epoch}, step {step}")
         self.loss, self.epoch, self.step = loss, epoch, step
         self.hint = "try a smaller --lr"  # the command adds the current one and what became of checkpoints
+
+
+class Interrupted(Exception):
+    """Ctrl-C, taken at the boundary of a step: exit status 130 after a checkpoint."""
+
+
+@contextlib.contextmanager
+def sigint_between_steps():
+    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps rather than
+    inside one (where part of an update could be enqueued); a second SIGINT interrupts at once."""
+    flag = {"stop": False}
+
+    def handler(signum, frame):
+        if flag["stop"]:
+            raise KeyboardInterrupt
+        flag["stop"] = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave SIGINT as it is
+        yield flag
+        return
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -154,6 +183,10 @@ def build_parser():
                        help=f"initial parameters and the order of the batches (default {d['seed']})")
     group.add_argument("--schedule", choices=("sequential", "leapfrog"), help=f"(default {d['schedule']})")
     group.add_argument("--k", type=_integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
+    group.add_argument("--fused", action="store_true",
+                       help="fuse the SGD update into the weight-gradient kernel (same result, fewer bytes)")
+    group.add_argument("--check-finite", action="store_true",
+                       help="check every gradient for NaN/Inf before each update and stop (exit 3) without it")
     group.add_argument("--backend", choices=("auto", "numpy", "cupy"),
                        help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
     group.add_argument("--blas-threads", type=_integer(1), metavar="N",
@@ -188,6 +221,8 @@ def configure(given, saved=None):
         raise UsageError("--data mnist needs --data-dir DIR (the four MNIST IDX files or one .npz)")
     if config["data"] == "teacher" and config["cost"] == "cross_entropy":
         raise UsageError("--data teacher is a regression task: use --cost quadratic")
+    if config["fused"] and config["check_finite"]:
+        raise UsageError("--check-finite needs the update after the gradients: drop --fused")
     return config
 
 
@@ -209,7 +244,8 @@ class Training:
 
     def __init__(self, config, dataset, net, report, state=None):
         self.config, self.data, self.net, self.report = config, dataset, net, report
-        self.schedule = Leapfrog(config["k"]) if config["schedule"] == "leapfrog" else Sequential()
+        fused = config["fused"]
+        self.schedule = Leapfrog(config["k"], fused) if config["schedule"] == "leapfrog" else Sequential(fused)
         self.batch = config["batch_size"]
         self.eval_batch = max(self.batch, 256)
         self.steps_per_epoch = math.ceil(dataset.x_train.shape[1] / self.batch)
@@ -234,16 +270,25 @@ class Training:
                             [_host(b) for b in self.net.biases], self.state())
 
     def run(self):
-        """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran)."""
+        """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
+
+        Ctrl-C stops the run between two steps: the steps enqueued so far complete, a checkpoint of
+        the last one is written, and ``Interrupted`` is raised.
+        """
         metrics = None
         try:
-            while self.epoch < self.config["epochs"]:
-                metrics = self.run_epoch()
+            with sigint_between_steps() as interrupt:
+                while self.epoch < self.config["epochs"]:
+                    metrics = self.run_epoch(interrupt)
+        except Interrupted:
+            self.net.synchronize()
+            self.save()
+            raise
         finally:
             self.profile.close()
         return metrics
 
-    def run_epoch(self):
+    def run_epoch(self, interrupt=None):
         """One epoch of SGD steps, then its loss and accuracy, a checkpoint and a report."""
         net, x, y, lr = self.net, self.data.x_train, self.data.y_train, self.config["lr"]
         self.epoch_rng = self.order.bit_generator.state
@@ -257,7 +302,11 @@ class Training:
             x_batch, y_batch = x[:, batch], y[:, batch]
             with self.profile.step(self.step):
                 net.sgd_step(x_batch, y_batch, lr, self.schedule)
+            if net.check_finite:
+                self._synchronize_checked()
             self.step, self.step_in_epoch = self.step + 1, s + 1
+            if interrupt is not None and interrupt["stop"]:
+                raise Interrupted
             samples += batch.size
             bar.update(batch.size)
             if time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
@@ -283,6 +332,14 @@ class Training:
     def _check(self, loss):
         if not math.isfinite(loss):
             raise NonFiniteLoss(loss, self.epoch + 1, self.step)
+
+    def _synchronize_checked(self):
+        """Wait for the step just enqueued; a non-finite gradient (the update was refused) ends the run."""
+        try:
+            self.net.synchronize()
+        except FloatingPointError as error:
+            raise NonFiniteLoss(math.nan, self.epoch + 1, self.step,
+                                f"at epoch {self.epoch + 1}, step {self.step}: {error}") from None
 
 
 def _host(array):
@@ -361,7 +418,8 @@ def _train(given):
         _writable_dir(directory)
     with _backend(config) as backend, MLP(sizes, activation=config["activation"], cost=config["cost"],
                                           dtype=config["dtype"], seed=config["seed"], backend=backend,
-                                          output_activation=None if dataset.classes else "identity") as net:
+                                          output_activation=None if dataset.classes else "identity",
+                                          check_finite=config["check_finite"]) as net:
         if saved is not None:
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
@@ -392,6 +450,12 @@ def _run(config, dataset, net, report, state):
         warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
         try:
             metrics = training.run()
+        except Interrupted:
+            where = f"epoch {training.epoch + 1}, step {training.step}"
+            saved = (f"checkpoint written to {checkpoint.path_in(config['checkpoint_dir'])}; continue with --resume"
+                     if config["checkpoint_dir"] else "no --checkpoint-dir, so nothing was saved")
+            print(f"{PROG}: interrupted at {where}: {saved}", file=sys.stderr)
+            return 130
         except NonFiniteLoss as error:
             error.hint = f"try a smaller --lr than {config['lr']}"
             if config["checkpoint_dir"]:

@@ -41,7 +41,7 @@ DEFAULT_MEMORY_LIMIT = 2**30
 
 
 class NaumovSchedule(Leapfrog):
-    """What the scan and Jacobi share: the padded layout, the memory check, the Jacobians, the hand-off."""
+    """What the scan and Jacobi share: the memory check, buffers cached in the plan, ``stats``."""
 
     kind = None
 
@@ -84,10 +84,6 @@ class NaumovSchedule(Leapfrog):
     def _allocate(self, xp, layout, dtype):
         raise NotImplementedError
 
-    def _hand_off(self, plan, l):
-        """delta^l is in ``plan.delta[l]``: record E_l; worker ``l mod k`` waits for it, then runs (6)(7)."""
-        self.gradients(plan, l)
-
 
 class NaumovScan(NaumovSchedule):
     """Direct solve by recursive doubling: ceil(log2(L-1)) rounds of batched matrix products.
@@ -122,7 +118,7 @@ class NaumovScan(NaumovSchedule):
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
         P, V = buffers["P"], buffers["V"]
         net.delta_output(plan)
-        self._hand_off(plan, net.L)
+        self.gradients(plan, net.L)  # Leapfrog's: record E_L; worker L mod k waits for it, then runs (6)(7)
         backend.launch(main, "naumov.jacobians", _jacobians, xp, net, plan, P[0], layout.padded)
         backend.launch(main, "naumov.g", _load_g, xp, net, plan, V)
         for r, (s, lo, hi) in enumerate(scan_rounds(layout.positions)):
@@ -130,7 +126,7 @@ class NaumovScan(NaumovSchedule):
             for i in range(hi - 1, lo - 1, -1):  # the positions this round turned into vectors, deepest first
                 l = i + 2
                 backend.launch(main, f"delta[{l}]", _unload, xp, plan.delta[l], V[i], net.n[l])
-                self._hand_off(plan, l)
+                self.gradients(plan, l)
         self.join(plan)
         self.stats = scan_counters(net.sizes, plan.batch, np.dtype(net.dtype).itemsize)
 
@@ -143,9 +139,11 @@ class NaumovJacobi(NaumovSchedule):
     the delta of the previous pass with this plan and stops at the first sweep whose relative change
     max_l ||delta_new^l - delta_old^l|| / ||delta_new^l|| (Frobenius over the batch, per layer, so that
     the small deltas of deep layers count as much as the large ones) is <= ``tol``, and at L-2 sweeps
-    at the latest; on a GPU each such test waits for the main stream to read L-1 numbers. ``max_sweeps`` caps either; fewer than L-2 sweeps may leave delta inexact,
-    which ``stats["converged"]`` reports. Buffers: (L-2)·B·N² elements for the Jacobians, 3(L-1)·B·N
-    for two iterates and their difference.
+    at the latest; on a GPU each such test waits for the main stream to read L-1 numbers. A warm start
+    helps only where delta moves by less than ``tol`` between passes (see the README). ``max_sweeps``
+    caps either; fewer than L-2 sweeps may leave delta inexact, which ``stats["converged"]`` reports.
+    Buffers: (L-2)·B·N² elements for the Jacobians, 3(L-1)·B·N for two iterates and their difference,
+    2(L-1) for the norms of the change.
 
     Args:
         tol: relative change at which a warm start stops, a number >= 0.
@@ -158,7 +156,7 @@ class NaumovJacobi(NaumovSchedule):
     kind = "jacobi"
 
     def __init__(self, tol=1e-6, max_sweeps=None, warm_start=False, k=2, memory_limit=DEFAULT_MEMORY_LIMIT):
-        tol_message = f"tol (the relative change at which a warm start stops) must be a finite number >= 0; got {tol!r}"
+        tol_message = f"tol (the relative change where a warm start stops) must be a finite number >= 0; got {tol!r}"
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
             raise TypeError(tol_message)
         if not math.isfinite(tol) or tol < 0:
@@ -179,7 +177,8 @@ class NaumovJacobi(NaumovSchedule):
 
     @staticmethod
     def elements(layout):
-        return layout.matrices * layout.B * layout.N**2 + 3 * layout.positions * layout.B * layout.N + 2 * layout.positions
+        n, B, N = layout.positions, layout.B, layout.N
+        return layout.matrices * B * N**2 + 3 * n * B * N + 2 * n
 
     def _allocate(self, xp, layout, dtype):
         n, B, N = layout.positions, layout.B, layout.N
@@ -189,15 +188,15 @@ class NaumovJacobi(NaumovSchedule):
 
     def backward(self, net, plan):
         """Enqueue (4), the Jacobians and the sweeps; then hand every delta to the workers."""
-        layout, buffers = self._buffers(net, plan)
+        _, buffers = self._buffers(net, plan)
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
         net.delta_output(plan)
-        self._hand_off(plan, net.L)
+        self.gradients(plan, net.L)
         # J's padding is never written, so it stays zero from the allocation.
         backend.launch(main, "naumov.jacobians", _jacobians, xp, net, plan, buffers["J"], False)
         backend.launch(main, "naumov.jacobi", self._solve, xp, net, plan, buffers)
         for l in range(net.L - 1, 1, -1):
-            self._hand_off(plan, l)
+            self.gradients(plan, l)
         self.join(plan)
 
     def _solve(self, xp, net, plan, buffers):

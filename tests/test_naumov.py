@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters, time_backward
 
@@ -21,7 +21,8 @@ WIDTHS = (7, 13, 5)
 
 BACKENDS = [
     "numpy",
-    pytest.param("cupy", marks=[pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")]),
+    pytest.param("cupy", marks=[pytest.mark.gpu,
+                                pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")]),
 ]
 
 
@@ -199,10 +200,14 @@ def test_memory_limit_refuses_before_allocating():
             with pytest.raises(ValueError, match=rf"needs .*\({needed} bytes\).*memory_limit=.*\(1000 bytes\)"):
                 net.backprop(x, y, schedule)
             assert "naumov" not in net._plans[B].__dict__
-        nabla_b, nabla_w = net.backprop(x, y, Sequential())  # the network is still usable
+        _, nabla_w = net.backprop(x, y, Sequential())  # the network is still usable
         assert all(np.isfinite(w).all() for w in nabla_w)
-        enough = NaumovScan(memory_limit=NaumovScan().memory_needed(net, B))
-        assert relative_error(net.backprop(x, y, enough)[1][0], nabla_w[0]) <= TOLERANCE["float32"]
+        for schedule in (NaumovScan(), NaumovJacobi()):
+            just_enough = type(schedule)(memory_limit=schedule.memory_needed(net, B))
+            assert relative_error(net.backprop(x, y, just_enough)[1][0], nabla_w[0]) <= TOLERANCE["float32"]
+            held = net._plans[B].naumov[schedule.kind]
+            arrays = [a for value in held.values() for a in (value if isinstance(value, tuple) else [value])]
+            assert sum(a.nbytes for a in arrays if hasattr(a, "nbytes")) == schedule.memory_needed(net, B)
 
 
 @pytest.mark.parametrize(

@@ -185,9 +185,8 @@ def test_training_on_digits_matches_sequential():
     for schedule in (NaumovScan(), NaumovJacobi(), NaumovJacobi(tol=1e-4, warm_start=True)):
         accuracy, sweeps = digits_accuracy(schedule)
         assert abs(accuracy - reference) <= 0.005, f"{schedule!r}: {accuracy:.4f} vs sequential {reference:.4f}"
-        if sweeps:
-            print(f"{schedule!r}: accuracy {accuracy:.4f} (sequential {reference:.4f}), "
-                  f"sweeps per step {np.mean(sweeps):.2f} (L - 2 = 4)")
+        per_step = f", sweeps per step {np.mean(sweeps):.2f} (L - 2 = 4)" if sweeps else ""
+        print(f"{schedule!r}: accuracy {accuracy:.4f} (sequential {reference:.4f}){per_step}")
 
 
 def test_memory_limit_refuses_before_allocating():

@@ -56,17 +56,17 @@ class NaumovSchedule(Leapfrog):
 
     def memory_needed(self, net, batch):
         """Bytes of the extra buffers this schedule holds for ``net`` at batch size ``batch``."""
-        return self.elements(Layout(net.sizes, batch)) * np.dtype(net.dtype).itemsize
+        return self.nbytes(Layout(net.sizes, batch), np.dtype(net.dtype).itemsize)
 
     @staticmethod
-    def elements(layout):
-        """Elements of the extra buffers for a ``Layout``."""
+    def nbytes(layout, itemsize):
+        """Bytes of the extra buffers for a ``Layout`` with elements of ``itemsize`` bytes."""
         raise NotImplementedError
 
     def _buffers(self, net, plan):
         """This schedule's buffers in ``plan``: checked against ``memory_limit``, allocated on first use."""
         layout = Layout(net.sizes, plan.batch)
-        needed = self.elements(layout) * np.dtype(net.dtype).itemsize
+        needed = self.nbytes(layout, np.dtype(net.dtype).itemsize)
         if needed > self.memory_limit:
             raise ValueError(
                 f"{type(self).__name__} needs {_size(needed)} ({needed} bytes) for sizes of depth L={net.L}, "
@@ -104,8 +104,8 @@ class NaumovScan(NaumovSchedule):
         return f"NaumovScan(k={self.k}, memory_limit={self.memory_limit})"
 
     @staticmethod
-    def elements(layout):
-        return 2 * layout.matrices * layout.B * layout.N**2 + layout.positions * layout.B * layout.N
+    def nbytes(layout, itemsize):
+        return (2 * layout.matrices * layout.B * layout.N**2 + layout.positions * layout.B * layout.N) * itemsize
 
     def _allocate(self, xp, layout, dtype):
         n, B, N = layout.positions, layout.B, layout.N
@@ -142,8 +142,8 @@ class NaumovJacobi(NaumovSchedule):
     at the latest; on a GPU each such test waits for the main stream to read L-1 numbers. A warm start
     helps only where delta moves by less than ``tol`` between passes (see the README). ``max_sweeps``
     caps either; fewer than L-2 sweeps may leave delta inexact, which ``stats["converged"]`` reports.
-    Buffers: (L-2)·B·N² elements for the Jacobians, 3(L-1)·B·N for two iterates and their difference,
-    2(L-1) for the norms of the change.
+    Buffers: (L-2)·B·N² elements for the Jacobians, 2(L-1)·B·N for two iterates; the change is taken
+    in float64 (squares of deep deltas underflow in float32): (L-1)·B·N + 2(L-1) float64 scratch.
 
     Args:
         tol: relative change at which a warm start stops, a number >= 0.
@@ -176,15 +176,16 @@ class NaumovJacobi(NaumovSchedule):
                 f"k={self.k}, memory_limit={self.memory_limit})")
 
     @staticmethod
-    def elements(layout):
+    def nbytes(layout, itemsize):
         n, B, N = layout.positions, layout.B, layout.N
-        return layout.matrices * B * N**2 + 3 * n * B * N + 2 * n
+        return (layout.matrices * B * N**2 + 2 * n * B * N) * itemsize + (n * B * N + 2 * n) * 8
 
     def _allocate(self, xp, layout, dtype):
         n, B, N = layout.positions, layout.B, layout.N
-        D = tuple(xp.zeros((n, B, N, 1), dtype=dtype) for _ in range(3))  # two iterates and their difference
         J = xp.zeros((n - 1, B, N, N), dtype=dtype)
-        return {"J": J, "D": D[:2], "diff": D[2], "sums": xp.zeros((2, n), dtype=dtype), "current": 0}
+        D = tuple(xp.zeros((n, B, N, 1), dtype=dtype) for _ in range(2))
+        diff, sums = xp.zeros((n, B, N, 1), dtype=np.float64), xp.zeros((2, n), dtype=np.float64)
+        return {"J": J, "D": D, "diff": diff, "sums": sums, "current": 0}
 
     def backward(self, net, plan):
         """Enqueue (4), the Jacobians and the sweeps; then hand every delta to the workers."""
@@ -259,14 +260,15 @@ def _scan_round(xp, P, P_next, V, s, lo, hi):
 def _change(xp, new, old, diff, sums):
     """max over layers of ||new^l - old^l|| / ||new^l|| (Frobenius over the batch; 0/0 counts as 0).
 
-    ``diff`` is scratch shaped like ``new``; ``sums`` is (2, L-1). Waits for the stream to read the result.
+    ``diff`` (shaped like ``new``) and ``sums`` (2, L-1) are float64 scratch. Waits for the stream to
+    read the result.
     """
-    xp.subtract(new, old, out=diff)
+    xp.subtract(new, old, out=diff, dtype=np.float64)
     xp.square(diff, out=diff)
     xp.sum(diff, axis=(1, 2, 3), out=sums[0])
-    xp.square(new, out=diff)
+    xp.square(new, out=diff, dtype=np.float64)
     xp.sum(diff, axis=(1, 2, 3), out=sums[1])
-    num, den = (np.asarray(row.get() if hasattr(row, "get") else row, dtype=np.float64) for row in sums)
+    num, den = sums.get() if hasattr(sums, "get") else sums
     changed = num > 0
     if not changed.any():
         return 0.0
@@ -344,7 +346,7 @@ def scan_counters(sizes, B, itemsize):
         rounds += 1
         flops += lo * B * 2 * N**3 + (hi - lo) * B * 2 * N**2
         moved += (3 * lo * B * N**2 + (hi - lo) * B * (N**2 + 2 * N)) * itemsize
-    memory = NaumovScan.elements(layout) * itemsize
+    memory = NaumovScan.nbytes(layout, itemsize)
     return _with_sequential({"rounds": rounds, "flops": flops, "bytes": moved}, sizes, B, itemsize, memory)
 
 
@@ -359,7 +361,7 @@ def jacobi_counters(sizes, B, itemsize, sweeps, warm_start):
     if warm_start:
         flops += sweeps * 5 * n * B * N  # subtract, two dot products
         moved += sweeps * 5 * n * B * N * itemsize
-    memory = NaumovJacobi.elements(layout) * itemsize
+    memory = NaumovJacobi.nbytes(layout, itemsize)
     return _with_sequential({"sweeps": sweeps, "flops": flops, "bytes": moved}, sizes, B, itemsize, memory)
 
 

@@ -15,7 +15,9 @@ is what (5) computes one layer at a time. Two solvers replace that chain:
                   warm start (the previous pass's delta) it stops once the relative change is <= tol.
 
 Both are ``Leapfrog`` schedules: once a layer's delta is in ``plan.delta[l]`` its (6)(7) go to worker
-``l mod k`` behind event E_l, and the main stream joins the workers at the end.
+``l mod k`` behind event E_l, and the main stream joins the workers at the end. The Jacobians are the
+main stream's last read of every w^l and come before any E_l, so with ``fused=True`` each worker may
+update w^l in place right behind E_l (DESIGN.md §2, third hazard).
 
 Storage: the unknowns are stacked and padded with zeros to the widest layer N = max(n_2..n_L), so that
 a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N, 1) arrays; position
@@ -45,8 +47,8 @@ class NaumovSchedule(Leapfrog):
 
     kind = None
 
-    def __init__(self, k=2, memory_limit=DEFAULT_MEMORY_LIMIT):
-        super().__init__(k)
+    def __init__(self, k=2, fused=False, memory_limit=DEFAULT_MEMORY_LIMIT):
+        super().__init__(k, fused)
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral):
             raise TypeError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
         if memory_limit < 1:
@@ -84,6 +86,15 @@ class NaumovSchedule(Leapfrog):
     def _allocate(self, xp, layout, dtype):
         raise NotImplementedError
 
+    def _hand_off(self, plan, l, scale):
+        """delta^l is in ``plan.delta[l]``: record E_l; worker ``l mod k`` runs (6)(7) behind it, with
+        the SGD update fused into (7) when this schedule fuses and ``sgd_step`` gave ``scale``."""
+        self.delta_ready(plan, l)
+        self.gradients(plan, l, after=l, scale=scale if self.fused else None)
+
+    def _options(self):
+        return f"k={self.k}{', fused=True' if self.fused else ''}, memory_limit={self.memory_limit}"
+
 
 class NaumovScan(NaumovSchedule):
     """Direct solve by recursive doubling: ceil(log2(L-1)) rounds of batched matrix products.
@@ -95,13 +106,14 @@ class NaumovScan(NaumovSchedule):
 
     Args:
         k: worker streams for (6)(7), as in ``Leapfrog(k)``.
+        fused: fuse the SGD update into (7) during ``sgd_step``, as in ``Leapfrog(k, fused=True)``.
         memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
     """
 
     kind = "scan"
 
     def __repr__(self):
-        return f"NaumovScan(k={self.k}, memory_limit={self.memory_limit})"
+        return f"NaumovScan({self._options()})"
 
     @staticmethod
     def nbytes(layout, itemsize):
@@ -112,21 +124,21 @@ class NaumovScan(NaumovSchedule):
         P = tuple(xp.zeros((n - 1, B, N, N), dtype=dtype) for _ in range(2))
         return {"P": P, "V": xp.zeros((n, B, N, 1), dtype=dtype)}
 
-    def backward(self, net, plan):
+    def backward(self, net, plan, scale=None):
         """Enqueue (4), the Jacobians, the rounds; hand each delta to the workers as its round ends."""
         layout, buffers = self._buffers(net, plan)
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
         P, V = buffers["P"], buffers["V"]
         net.delta_output(plan)
-        self.gradients(plan, net.L)  # Leapfrog's: record E_L; worker L mod k waits for it, then runs (6)(7)
         backend.launch(main, "naumov.jacobians", _jacobians, xp, net, plan, P[0], layout.padded)
+        self._hand_off(plan, net.L, scale)  # after the Jacobians: the last read of w^L
         backend.launch(main, "naumov.g", _load_g, xp, net, plan, V)
         for r, (s, lo, hi) in enumerate(scan_rounds(layout.positions)):
             backend.launch(main, f"naumov.round[{r}]", _scan_round, xp, P[r % 2], P[(r + 1) % 2], V, s, lo, hi)
             for i in range(hi - 1, lo - 1, -1):  # the positions this round turned into vectors, deepest first
                 l = i + 2
                 backend.launch(main, f"delta[{l}]", _unload, xp, plan.delta[l], V[i], net.n[l])
-                self.gradients(plan, l)
+                self._hand_off(plan, l, scale)
         self.join(plan)
         self.stats = scan_counters(net.sizes, plan.batch, np.dtype(net.dtype).itemsize)
 
@@ -150,12 +162,14 @@ class NaumovJacobi(NaumovSchedule):
         max_sweeps: None (L-2, exact) or an integer >= 1.
         warm_start: start from the previous pass's delta (True) or from zero (False).
         k: worker streams for (6)(7), as in ``Leapfrog(k)``.
+        fused: fuse the SGD update into (7) during ``sgd_step``, as in ``Leapfrog(k, fused=True)``.
         memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
     """
 
     kind = "jacobi"
 
-    def __init__(self, tol=1e-6, max_sweeps=None, warm_start=False, k=2, memory_limit=DEFAULT_MEMORY_LIMIT):
+    def __init__(self, tol=1e-6, max_sweeps=None, warm_start=False, k=2, fused=False,
+                 memory_limit=DEFAULT_MEMORY_LIMIT):
         tol_message = f"tol (the relative change where a warm start stops) must be a finite number >= 0; got {tol!r}"
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
             raise TypeError(tol_message)
@@ -168,12 +182,12 @@ class NaumovJacobi(NaumovSchedule):
             raise ValueError(sweeps_message)
         if not isinstance(warm_start, bool):
             raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
-        super().__init__(k, memory_limit)
+        super().__init__(k, fused, memory_limit)
         self.tol, self.max_sweeps, self.warm_start = float(tol), max_sweeps, warm_start
 
     def __repr__(self):
         return (f"NaumovJacobi(tol={self.tol}, max_sweeps={self.max_sweeps}, warm_start={self.warm_start}, "
-                f"k={self.k}, memory_limit={self.memory_limit})")
+                f"{self._options()})")
 
     @staticmethod
     def nbytes(layout, itemsize):
@@ -187,17 +201,17 @@ class NaumovJacobi(NaumovSchedule):
         diff, sums = xp.zeros((n, B, N, 1), dtype=np.float64), xp.zeros((2, n), dtype=np.float64)
         return {"J": J, "D": D, "diff": diff, "sums": sums, "current": 0}
 
-    def backward(self, net, plan):
+    def backward(self, net, plan, scale=None):
         """Enqueue (4), the Jacobians and the sweeps; then hand every delta to the workers."""
         _, buffers = self._buffers(net, plan)
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
         net.delta_output(plan)
-        self.gradients(plan, net.L)
         # J's padding is never written, so it stays zero from the allocation.
         backend.launch(main, "naumov.jacobians", _jacobians, xp, net, plan, buffers["J"], False)
+        self._hand_off(plan, net.L, scale)  # after the Jacobians: the last read of w^L
         backend.launch(main, "naumov.jacobi", self._solve, xp, net, plan, buffers)
         for l in range(net.L - 1, 1, -1):
-            self.gradients(plan, l)
+            self._hand_off(plan, l, scale)
         self.join(plan)
 
     def _solve(self, xp, net, plan, buffers):
@@ -411,7 +425,7 @@ def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats
             schedule = SCHEDULES[name](k, memory_limit)
             rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
             try:
-                net._backward(plan, schedule)
+                net._backward(plan, schedule, None)
             except ValueError as refusal:
                 rows[name]["refused"] = str(refusal)
                 continue
@@ -421,7 +435,7 @@ def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats
         for _ in range(repeats):
             for name, schedule in schedules.items():
                 start = time.perf_counter()
-                net._backward(plan, schedule)  # inside the NVTX range "backward"
+                net._backward(plan, schedule, None)  # inside the NVTX range "backward"
                 net.synchronize()
                 times[name].append(time.perf_counter() - start)
         for name, schedule in schedules.items():

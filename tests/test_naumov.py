@@ -36,8 +36,12 @@ def odd_sizes(L):
     return [WIDTHS[i % 3] for i in range(L)]
 
 
+def to_host(array):
+    return np.asarray(array.get() if hasattr(array, "get") else array)
+
+
 def relative_error(got, want):
-    got, want = (np.asarray(a.get() if hasattr(a, "get") else a, dtype=np.float64) for a in (got, want))
+    got, want = (np.asarray(to_host(a), dtype=np.float64) for a in (got, want))
     scale = np.linalg.norm(want)
     return np.linalg.norm(got - want) / scale if scale > 0 else np.linalg.norm(got)
 
@@ -55,9 +59,9 @@ def batch(sizes, B, seed=0):
 
 
 SCHEDULES = {
-    "scan": lambda: NaumovScan(k=2),
-    "jacobi-cold": lambda: NaumovJacobi(k=3),
-    "jacobi-warm": lambda: NaumovJacobi(tol=0.0, warm_start=True, k=1),
+    "scan": lambda **options: NaumovScan(k=2, **options),
+    "jacobi-cold": lambda **options: NaumovJacobi(k=3, **options),
+    "jacobi-warm": lambda **options: NaumovJacobi(tol=0.0, warm_start=True, k=1, **options),
 }
 
 
@@ -248,27 +252,32 @@ def test_time_backward_reports_every_schedule():
 
 @pytest.mark.parametrize("name", ["scan", "jacobi-warm"])
 def test_every_interleaving_gives_the_same_bits(name):
-    """Deferred host streams run the workers as early (or as late) as the events allow. A delta handed
-    to a worker before it is written, or a buffer reused before the join, changes the result under
-    some order: all orders must agree bit for bit, and with the sequential chain to rounding."""
+    """Deferred host streams run the workers as early (or as late) as the events allow, chaos delays
+    every operation at random and poisons dead buffers. A delta handed to a worker before it is
+    written, a fused update of w^l before its last read, or a buffer reused before the join changes
+    the result under some of them: all must agree bit for bit, fused or not, and with the sequential
+    chain to rounding."""
     from leapfrog_gpu.backends.host import NumpyBackend
 
     sizes = [5, 13, 7, 13, 5, 7, 13, 3, 7]
     x, y = batch(sizes, 4)
+    runs = [("sequential", "main-first", False)]
+    runs += [(name, order, fused) for fused in (False, True) for order in ("main-first", "workers-first", "random", 5)]
     results = {}
-    for order in ("sequential", "main-first", "workers-first", "random"):
-        backend = NumpyBackend(mode="deferred", order="random" if order == "sequential" else order, seed=7)
+    for schedule_name, order, fused in runs:
+        if isinstance(order, int):
+            backend = NumpyBackend(chaos=order)
+        else:
+            backend = NumpyBackend(mode="deferred", order=order, seed=7)
         with backend, MLP(sizes, dtype="float64", seed=2, backend=backend) as net:
-            schedule = Sequential() if order == "sequential" else SCHEDULES[name]()
-            for _ in range(2):  # the second step reuses every buffer
+            schedule = Sequential() if schedule_name == "sequential" else SCHEDULES[name](fused=fused)
+            for _ in range(3):  # later steps reuse every buffer
                 net.sgd_step(x, y, 0.5, schedule)
-            results[order] = net.backprop(x, y, schedule)
-    want = results.pop("sequential")
-    first = results.pop("main-first")
-    for order, got in results.items():
-        for a, b in zip(got, first):
-            for g, f in zip(a, b):
-                np.testing.assert_array_equal(g, f, err_msg=order)
-    for a, b in zip(first, want):
-        for f, w in zip(a, b):
-            assert relative_error(f, w) <= TOLERANCE["float64"]
+            results[schedule_name, order, fused] = [to_host(p) for p in net.weights + net.biases]
+    want = results.pop(("sequential", "main-first", False))
+    first = results.pop((name, "main-first", False))
+    for run, got in results.items():
+        for g, f in zip(got, first):
+            np.testing.assert_array_equal(g, f, err_msg=str(run))
+    for f, w in zip(first, want):
+        assert relative_error(f, w) <= TOLERANCE["float64"]

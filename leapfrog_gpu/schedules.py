@@ -116,5 +116,6 @@ class Leapfrog(Schedule):
 def check_schedule(schedule):
     """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be Sequential() or Leapfrog(k); got {schedule!r}")
+        raise TypeError("schedule must be a schedule object: Sequential(), Leapfrog(k), NaumovScan() or "
+                        f"NaumovJacobi(); got {schedule!r}")
     return schedule

@@ -83,7 +83,7 @@ def test_integer_and_strided_batches_are_accepted(net):
 
 
 def test_bad_schedule(net):
-    with pytest.raises(TypeError, match=r"Sequential\(\) or Leapfrog\(k\)"):
+    with pytest.raises(TypeError, match=r"Sequential\(\), Leapfrog\(k\), NaumovScan\(\)"):
         net.backprop(GOOD_X, GOOD_Y, schedule=2)
 
 

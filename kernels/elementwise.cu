@@ -2,8 +2,10 @@
 // the Hadamard factor of (5), and the SGD update. Arrays are row-major; an (n, B) array is a minibatch
 // stored as columns, so element (i, s) sits at i * B + s.
 //
-// Launch shape: 1-D grid-stride loop, block = ELEMENTWISE_BLOCK threads, grid chosen by
-// leapfrog_gpu/launch.py (elementwise_launch).
+// Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
+// ELEMENTWISE_BLOCK threads, grid = min(ceil(size / block), ELEMENTWISE_MAX_GRID), from
+// leapfrog_gpu/launch.py (elementwise_launch). Bytes are given in elements: times 4 (float) or 8 (double).
+// They are what each kernel must move; leapfrog_gpu/traffic.py holds the same counts for kernels/README.md.
 //
 // Activation codes (leapfrog_gpu/functions.py): 0 sigmoid, 1 tanh, 2 relu, 3 identity.
 // Cost codes: 0 quadratic, 1 cross-entropy (sigmoid output only).
@@ -29,7 +31,7 @@ __device__ T activate_prime(T z, T a, int act) {
 }
 
 // (2) bias half and (3): z += b (broadcast over the batch), a = sigma(z), sp = sigma'(z).
-// Moves 3 reads + 3 writes of n*B elements (b is n elements, cached).
+// Moves n*B + n reads (z, b) + 3*n*B writes (z, a, sp).
 template <typename T>
 __device__ void bias_activation(T* z, T* a, T* sp, const T* b, int n, int batch, int act) {
     const long long size = (long long)n * batch;
@@ -44,7 +46,7 @@ __device__ void bias_activation(T* z, T* a, T* sp, const T* b, int n, int batch,
 }
 
 // (4): delta^L = (a^L - y) * sigma'(z^L) for the quadratic cost, a^L - y for cross-entropy.
-// Moves 3 reads + 1 write of n*B elements.
+// Moves 3*n*B reads (a, y, sp; 2*n*B for cross-entropy, which skips sp) + n*B writes (delta).
 template <typename T>
 __device__ void delta_output(T* delta, const T* a, const T* y, const T* sp, long long size, int cost) {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
@@ -55,7 +57,7 @@ __device__ void delta_output(T* delta, const T* a, const T* y, const T* sp, long
 }
 
 // (5), Hadamard half: delta^l *= sigma'(z^l), after delta^l = (w^{l+1})^T delta^{l+1}.
-// Moves 2 reads + 1 write of n*B elements.
+// Moves 2*n*B reads (delta, sp) + n*B writes (delta).
 template <typename T>
 __device__ void delta_hidden(T* delta, const T* sp, long long size) {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
@@ -64,7 +66,8 @@ __device__ void delta_hidden(T* delta, const T* sp, long long size) {
     }
 }
 
-// SGD: param -= scale * nabla, with scale = eta / B. Moves 2 reads + 1 write of size elements.
+// The SGD step after (6) and (7): param -= scale * nabla, with scale = eta / B, for w (size n*m) and b
+// (size n). Moves 2*size reads (param, nabla) + size writes (param).
 template <typename T>
 __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;

@@ -3,7 +3,8 @@
 //
 // Launch: 1-D, block = BIAS_BLOCK threads (-D option from leapfrog_gpu/launch.py),
 // grid = ceil(n / BIAS_BLOCK); one thread per row, summing its B elements in order, so the result
-// does not depend on the launch shape. Bytes: n*B reads + n writes, in elements.
+// does not depend on the launch shape (bias_launch). Bytes: n*B reads (delta) + n writes (nabla_b), in
+// elements (times 4 or 8); leapfrog_gpu/traffic.py holds the same counts for kernels/README.md.
 
 #ifndef BIAS_BLOCK
 #define BIAS_BLOCK 128

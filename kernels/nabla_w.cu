@@ -1,7 +1,12 @@
 // Weight gradient, equation (7): nabla_w^l = delta^l (a^{l-1})^T, summed over the minibatch.
 // delta is (n, B), a is (m, B), nabla_w is (n, m); all row-major.
 //
-// Tuning values come in as -D options from leapfrog_gpu/launch.py:
+// The *_sgd variants fuse the SGD update: w -= scale * (delta a^T), so that nabla_w never goes to
+// memory. Each element's product or sum is formed exactly as in the plain kernel and rounded to T
+// before the update, so the result is bitwise that of the plain kernel followed by sgd_update.
+//
+// Bytes are given in elements: times 4 (float) or 8 (double); leapfrog_gpu/traffic.py holds the same
+// counts for kernels/README.md. Tuning values come in as -D options from leapfrog_gpu/launch.py:
 //   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product
 //   TILE                tile edge of the rank-B update (16 or 32)
 
@@ -15,27 +20,34 @@
 #define TILE 16
 #endif
 
-// B = 1: nabla_w[i, j] = delta[i] * a[j].
-// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), ceil(n / OUTER_BY)); one thread
-// per element, consecutive threads along j so that the store is coalesced.
-// Bytes: n*m writes (plus the write-allocate read on a CPU) + n + m reads, in elements.
-template <typename T>
-__device__ void outer(T* nabla_w, const T* delta, const T* a, int n, int m) {
+// (7) for B = 1: nabla_w[i, j] = delta[i] * a[j], an outer product.
+// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), ceil(n / OUTER_BY)) (outer_launch); one
+// thread per element, consecutive threads along j so that the store is coalesced.
+// Bytes: n + m reads (delta, a) + n*m writes (nabla_w). The fused outer_sgd reads w as well and writes
+// it instead: n + m + n*m reads + n*m writes.
+template <typename T, bool SGD>
+__device__ void outer(T* out, const T* delta, const T* a, int n, int m, T scale) {
     const int j = blockIdx.x * OUTER_BX + threadIdx.x;
     const int i = blockIdx.y * OUTER_BY + threadIdx.y;
     if (i < n && j < m) {
-        nabla_w[(long long)i * m + j] = delta[i] * a[j];
+        const T g = delta[i] * a[j];
+        if (SGD) {
+            out[(long long)i * m + j] -= scale * g;
+        } else {
+            out[(long long)i * m + j] = g;
+        }
     }
 }
 
-// B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update.
-// Launch: block (TILE, TILE), grid (ceil(m / TILE), ceil(n / TILE)). Each block walks the batch in
-// chunks of TILE, staging a TILE x TILE slab of delta and of a in shared memory (rows padded by one
-// to keep the column reads free of bank conflicts); loads and stores are masked at every edge.
-// Bytes: n*m writes + (n + m) * B * ceil(m / TILE or n / TILE) reads, in elements; the writes dominate
-// for B << TILE * min(n, m) / (n + m).
-template <typename T>
-__device__ void rank_update(T* nabla_w, const T* delta, const T* a, int n, int m, int batch) {
+// (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update.
+// Launch: block (TILE, TILE), grid (ceil(m / TILE), ceil(n / TILE)) (rank_update_launch). Each block
+// walks the batch in chunks of TILE, staging a TILE x TILE slab of delta and of a in shared memory (rows
+// padded by one to keep the column reads free of bank conflicts); loads and stores are masked at every
+// edge. Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the fused rank_update_sgd reads w as
+// well and writes it instead: (n + m) * B + n*m reads + n*m writes. The blocks of a row re-read its
+// slab of delta, ceil(m / TILE) times in all (a: ceil(n / TILE) times), mostly from L2.
+template <typename T, bool SGD>
+__device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, int batch, T scale) {
     __shared__ T delta_tile[TILE][TILE + 1];
     __shared__ T a_tile[TILE][TILE + 1];
     const int tx = threadIdx.x;
@@ -54,17 +66,29 @@ __device__ void rank_update(T* nabla_w, const T* delta, const T* a, int n, int m
         __syncthreads();
     }
     if (i0 + ty < n && j0 + tx < m) {
-        nabla_w[(long long)(i0 + ty) * m + j0 + tx] = acc;
+        if (SGD) {
+            out[(long long)(i0 + ty) * m + j0 + tx] -= scale * acc;
+        } else {
+            out[(long long)(i0 + ty) * m + j0 + tx] = acc;
+        }
     }
 }
 
 #define LEAPFROG_NABLA_W(T, SUFFIX)                                                                  \
     extern "C" __global__ void outer_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n, int m) { \
-        outer<T>(nabla_w, delta, a, n, m);                                                           \
+        outer<T, false>(nabla_w, delta, a, n, m, T(0));                                              \
+    }                                                                                                \
+    extern "C" __global__ void outer_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n, int m,   \
+                                                  T scale) {                                        \
+        outer<T, true>(w, delta, a, n, m, scale);                                                    \
     }                                                                                                \
     extern "C" __global__ void rank_update_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n,  \
                                                     int m, int batch) {                             \
-        rank_update<T>(nabla_w, delta, a, n, m, batch);                                              \
+        rank_update<T, false>(nabla_w, delta, a, n, m, batch, T(0));                                 \
+    }                                                                                                \
+    extern "C" __global__ void rank_update_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n,    \
+                                                        int m, int batch, T scale) {                \
+        rank_update<T, true>(w, delta, a, n, m, batch, scale);                                       \
     }
 
 LEAPFROG_NABLA_W(float, f32)

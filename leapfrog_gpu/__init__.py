@@ -5,8 +5,10 @@
 """
 
 from .backends import get_backend
+from .naumov import NaumovJacobi, NaumovScan
 from .network import MLP
 from .schedules import Leapfrog, Sequential
 
 __all__ = ["MLP", "Leapfrog", "Sequential", "get_backend"]
+__all__ += ["NaumovJacobi", "NaumovScan"]
 __version__ = "0.1.0"

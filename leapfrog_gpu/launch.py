@@ -2,8 +2,11 @@
 
 Pure Python, so the CPU harness and the CuPy launchers use the same numbers. Each function returns
 ``(grid, block, options)``: CUDA grid and block as 3-tuples, and the ``-D`` compile options the kernel
-must be built with for that block shape.
+must be built with for that block shape. ``compile_options`` adds the options every module is built
+with, and ``modules`` lists every (file, options) the launchers build, for the compile check.
 """
+
+NVRTC_OPTIONS = ("-std=c++17",)
 
 ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
@@ -47,3 +50,18 @@ def bias_launch(n):
     grid = (-(-n // BIAS_BLOCK), 1, 1)
     assert grid[0] * BIAS_BLOCK >= n, (n, grid)
     return grid, (BIAS_BLOCK, 1, 1), (f"-DBIAS_BLOCK={BIAS_BLOCK}",)
+
+
+def compile_options(defines):
+    """The NVRTC options of a module built with the ``-D`` options ``defines`` of a launch above."""
+    return (*NVRTC_OPTIONS, *defines)
+
+
+def modules():
+    """Every ``(file, compile options)`` pair the launchers in ``ops_cuda`` may build."""
+    return [
+        ("elementwise.cu", compile_options(elementwise_launch(1)[2])),
+        ("nabla_w.cu", compile_options(outer_launch(1, 1)[2])),
+        *[("nabla_w.cu", compile_options(rank_update_launch(1, 1, tile)[2])) for tile in TILES],
+        ("nabla_b.cu", compile_options(bias_launch(1)[2])),
+    ]

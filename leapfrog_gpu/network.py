@@ -27,17 +27,21 @@ class MLP:
         backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this
             network).
         output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
+        check_finite: check every gradient for NaN and Inf at the join and refuse the update (raise
+            ``FloatingPointError``, parameters unchanged) when one is found. Costs a pass over the
+            gradients, and on the GPU a host synchronization per step.
 
     ``weights`` and ``biases`` list w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend.
     """
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
-                 backend="auto", output_activation=None):
+                 backend="auto", output_activation=None, check_finite=False):
         self.sizes = _check_sizes(sizes)
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
         self.output_activation = resolve_output_activation(activation, cost, output_activation)
         self.dtype = _check_dtype(dtype)
+        self.check_finite = bool(check_finite)
         if isinstance(backend, str):
             self.backend, self._owns_backend = get_backend(backend), True
         elif hasattr(backend, "launch") and hasattr(backend, "xp"):
@@ -128,20 +132,27 @@ class MLP:
         """
         if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
-        plan = self._start(x, y, schedule)
+        schedule = Sequential() if schedule is None else check_schedule(schedule)
+        if schedule.fused and self.check_finite:
+            raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
+                             "join, where the check runs); pass fused=False or check_finite=False")
         backend = self.backend
-        scale = float(eta) / plan.batch
-        with backend.range(backend.main, "update"):
-            for l in self.layers:
-                backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, scale)
+        plan = self._start(x, y, schedule, eta=float(eta))
+        if not schedule.fused:
+            with backend.range(backend.main, "update"):
+                for l in self.layers:
+                    backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, plan.scale)
+        if backend.poisons:
+            backend.launch(backend.main, "poison", plan.poison, plan.nabla_w, plan.nabla_b)
 
     def synchronize(self):
         self.backend.synchronize()
 
     # -- one pass -----------------------------------------------------------------------------------
 
-    def _start(self, x, y, schedule):
-        """Validate, copy the batch in, enqueue forward and backward; return the plan."""
+    def _start(self, x, y, schedule, eta=None):
+        """Validate, copy the batch in, enqueue forward and backward (with the SGD step by ``eta``
+        fused into (7) when the schedule fuses it); return the plan, its ``scale`` set to eta / B."""
         schedule = Sequential() if schedule is None else check_schedule(schedule)
         x = self._check_batch("x", x, self.n[1])
         y = self._check_batch("y", y, self.n[self.L])
@@ -150,9 +161,23 @@ class MLP:
         plan = self._plan(x.shape[1])
         self.backend.copy_in(self.backend.main, plan.a[1], x)
         self.backend.copy_in(self.backend.main, plan.y, y)
+        plan.scale = None if eta is None else eta / plan.batch
         self._forward(plan)
-        self._backward(plan, schedule)
+        self._backward(plan, schedule, plan.scale)
+        backend = self.backend
+        if self.check_finite:
+            backend.launch(backend.main, "check_finite", self._check_gradients, plan)
+        if backend.poisons:  # after the join nothing reads what the pass computed, but the gradients
+            backend.launch(backend.main, "poison", plan.poison, plan.a, plan.z, plan.sp, plan.delta, {0: plan.y})
         return plan
+
+    def _check_gradients(self, plan):
+        """Raise FloatingPointError naming the first gradient that holds NaN or Inf."""
+        xp = self.backend.xp
+        for l in reversed(self.layers):
+            for name, nabla in (("nabla_w", plan.nabla_w[l]), ("nabla_b", plan.nabla_b[l])):
+                if not bool(xp.isfinite(nabla).all()):
+                    raise FloatingPointError(f"{name}[{l}] holds NaN or Inf; update refused, parameters unchanged")
 
     def _forward(self, plan):
         backend, main = self.backend, self.backend.main
@@ -165,9 +190,16 @@ class MLP:
         self.backend.xp.matmul(self._w[l], plan.a[l - 1], out=plan.z[l])
         self.backend.ops.bias_activation(plan.z[l], plan.a[l], plan.sp[l], self._b[l], self._activation(l))
 
-    def _backward(self, plan, schedule):
+    def _backward(self, plan, schedule, scale):
         with self.backend.range(self.backend.main, "backward"):
-            schedule.backward(self, plan)
+            schedule.backward(self, plan, scale)
+
+    def delta(self, plan, l):
+        """Enqueue delta^l on the main stream: (4) for the output layer, (5) below it."""
+        if l == self.L:
+            self.delta_output(plan)
+        else:
+            self.delta_hidden(plan, l)
 
     def delta_output(self, plan):
         """Enqueue (4) on the main stream: delta^L from a^L, y and sigma'(z^L)."""
@@ -186,8 +218,8 @@ class MLP:
 
     def _update_layer(self, plan, l, scale):
         ops = self.backend.ops
-        ops.sgd_update(self._w[l], plan.nabla_w[l], scale, plan.scratch)
-        ops.sgd_update(self._b[l], plan.nabla_b[l], scale, plan.scratch)
+        ops.sgd_update(self._w[l], plan.nabla_w[l], scale, plan.scratch[l])
+        ops.sgd_update(self._b[l], plan.nabla_b[l], scale, plan.scratch[l])
 
     def _activation(self, l):
         return self.output_activation if l == self.L else self.activation
@@ -230,7 +262,7 @@ class Plan:
 
     def __init__(self, net, batch):
         backend, xp, n = net.backend, net.backend.xp, net.n
-        self.backend, self.main, self.batch = backend, backend.main, batch
+        self.backend, self.main, self.batch, self.L = backend, backend.main, batch, net.L
 
         def buffer(*shape):
             return xp.full(shape, np.nan, dtype=net.dtype)
@@ -242,8 +274,10 @@ class Plan:
             self.nabla_w[l] = buffer(n[l], n[l - 1])
             self.nabla_b[l] = buffer(n[l])
         self.y = buffer(n[net.L], batch)
-        largest = max(n[l] * n[l - 1] for l in net.layers)
-        self.scratch = xp.empty(largest, dtype=net.dtype) if backend.name == "numpy" else None
+        self.w, self.b, self.scale = net._w, net._b, None
+        chunk = backend.ops.SCRATCH
+        self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
+                        if chunk else None for l in net.layers}
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
         self._worker_done = {}
         backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
@@ -251,17 +285,33 @@ class Plan:
     def workers(self, k):
         return self.backend.workers(k)
 
-    def worker_done(self, k):
-        """The join events F_0..F_{k-1}, one per worker, created once per k."""
-        if k not in self._worker_done:
-            self._worker_done[k] = [self.backend.event(f"F_{j}") for j in range(k)]
-        return self._worker_done[k]
+    @staticmethod
+    def poison(*buffers):
+        """Fill every array of the given per-layer dicts with NaN: they are dead until written again."""
+        for group in buffers:
+            for array in group.values():
+                array.fill(np.nan)
 
-    def launch_gradients(self, stream, l):
-        """Enqueue (6) and (7) of layer l on ``stream``."""
+    def worker_done(self, j):
+        """The join event F_j of worker j, created on first use."""
+        if j not in self._worker_done:
+            self._worker_done[j] = self.backend.event(f"F_{j}")
+        return self._worker_done[j]
+
+    def launch_gradients(self, stream, l, scale=None):
+        """Enqueue (6) and (7) of layer l on ``stream``; given ``scale``, fuse the SGD update into (7)."""
+        ops, launch = self.backend.ops, self.backend.launch
+        launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
+        if scale is None:
+            launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
+        else:
+            launch(stream, f"fused_update[{l}]", self._fused_update, l, scale)
+
+    def _fused_update(self, l, scale):
+        """b^l -= scale * nabla_b^l; w^l -= scale * delta^l (a^{l-1})^T without writing nabla_w^l."""
         ops = self.backend.ops
-        self.backend.launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
-        self.backend.launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
+        ops.sgd_update(self.b[l], self.nabla_b[l], scale, self.scratch[l])
+        ops.fused_update(self.w[l], self.delta[l], self.a[l - 1], scale, self.scratch[l])
 
 
 def _check_sizes(sizes):

@@ -16,6 +16,9 @@ SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 class CudaOps:
     """The kernels of ``kernels/*.cu`` as functions of CuPy arrays."""
 
+    SCRATCH = 0
+    """The kernels fuse what the NumPy twins stream through scratch: none is needed."""
+
     def __init__(self, cupy):
         self._cupy = cupy
         self._modules = {}
@@ -24,7 +27,7 @@ class CudaOps:
         key = (filename, options)
         module = self._modules.get(key)
         if module is None:
-            module = self._cupy.RawModule(code=kernel_source(filename), options=("-std=c++17", *options))
+            module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
             self._modules[key] = module
         return module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
 
@@ -45,15 +48,23 @@ class CudaOps:
         self._elementwise("delta_hidden", delta.size, delta.dtype, (delta, sp, np.int64(delta.size)))
 
     def nabla_w(self, nabla_w, delta, a):
+        self._nabla_w("", nabla_w, delta, a, ())
+
+    def fused_update(self, w, delta, a, scale, scratch):
+        """``w -= scale * (delta a^T)`` in one pass over w; ``scratch`` is unused here."""
+        del scratch
+        self._nabla_w("_sgd", w, delta, a, (w.dtype.type(scale),))
+
+    def _nabla_w(self, variant, out, delta, a, extra):
         (n, batch), m = delta.shape, a.shape[0]
         if batch == 1:
             grid, block, options = launch.outer_launch(n, m)
-            kernel = self._kernel("nabla_w.cu", "outer", delta.dtype, options)
-            kernel(grid, block, (nabla_w, delta, a, np.int32(n), np.int32(m)))
+            kernel = self._kernel("nabla_w.cu", "outer" + variant, delta.dtype, options)
+            kernel(grid, block, (out, delta, a, np.int32(n), np.int32(m), *extra))
         else:
             grid, block, options = launch.rank_update_launch(n, m)
-            kernel = self._kernel("nabla_w.cu", "rank_update", delta.dtype, options)
-            kernel(grid, block, (nabla_w, delta, a, np.int32(n), np.int32(m), np.int32(batch)))
+            kernel = self._kernel("nabla_w.cu", "rank_update" + variant, delta.dtype, options)
+            kernel(grid, block, (out, delta, a, np.int32(n), np.int32(m), np.int32(batch), *extra))
 
     def nabla_b(self, nabla_b, delta):
         n, batch = delta.shape
@@ -62,7 +73,7 @@ class CudaOps:
         kernel(grid, block, (nabla_b, delta, np.int32(n), np.int32(batch)))
 
     def sgd_update(self, param, nabla, scale, scratch):
-        """``param -= scale * nabla`` in one pass; ``scratch`` is unused here (the host twin needs it)."""
+        """``param -= scale * nabla`` in one pass; ``scratch`` is unused here."""
         del scratch
         args = (param, nabla, param.dtype.type(scale), np.int64(param.size))
         self._elementwise("sgd_update", param.size, param.dtype, args)

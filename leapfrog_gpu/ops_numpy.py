@@ -45,6 +45,10 @@ def delta_hidden(delta, sp):
     np.multiply(delta, sp, out=delta)
 
 
+SCRATCH = 1 << 16
+"""Elements of the per-layer scratch the updates stream through: 256 KiB in float32, cache-sized."""
+
+
 def nabla_w(nabla_w, delta, a):
     """(7): ``nabla_w = delta a^T``, (n, m) from (n, B) and (m, B), summed over the batch.
 
@@ -57,13 +61,32 @@ def nabla_w(nabla_w, delta, a):
         np.matmul(delta, a.T, out=nabla_w)
 
 
+def fused_update(w, delta, a, scale, scratch):
+    """(7) fused with SGD: ``w -= scale * (delta a^T)``, without ``nabla_w`` ever reaching memory.
+
+    Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element is
+    computed exactly as by ``nabla_w`` then ``sgd_update``, so the result is bitwise the same.
+    """
+    n, m = w.shape
+    rows = max(1, scratch.size // m)
+    for r0 in range(0, n, rows):
+        r1 = min(r0 + rows, n)
+        block = scratch[: (r1 - r0) * m].reshape(r1 - r0, m)
+        nabla_w(block, delta[r0:r1], a)
+        np.multiply(block, scale, out=block)
+        np.subtract(w[r0:r1], block, out=w[r0:r1])
+
+
 def nabla_b(nabla_b, delta):
     """(6): ``nabla_b = sum over the batch of delta``."""
     np.sum(delta, axis=1, out=nabla_b)
 
 
 def sgd_update(param, nabla, scale, scratch):
-    """``param -= scale * nabla``; ``scratch`` is a flat buffer of at least ``param.size`` elements."""
-    step = scratch[: param.size].reshape(param.shape)
-    np.multiply(nabla, scale, out=step)
-    np.subtract(param, step, out=param)
+    """``param -= scale * nabla``, through the flat ``scratch`` a cache-sized block at a time."""
+    param, nabla = param.reshape(-1), nabla.reshape(-1)
+    for start in range(0, param.size, scratch.size):
+        stop = min(start + scratch.size, param.size)
+        step = scratch[: stop - start]
+        np.multiply(nabla[start:stop], scale, out=step)
+        np.subtract(param[start:stop], step, out=param[start:stop])

@@ -10,7 +10,8 @@ import numpy as np
 
 def sigma(name, z):
     if name == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-z))
+        with np.errstate(over="ignore"):  # exp(-z) = inf gives sigma = 0, as it should
+            return 1.0 / (1.0 + np.exp(-z))
     if name == "tanh":
         return np.tanh(z)
     if name == "relu":

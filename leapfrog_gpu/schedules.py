@@ -4,25 +4,51 @@ The main stream runs the chain: the forward pass (2)(3), the output error (4), a
 l = L-1..2. ``Sequential`` computes each layer's (6)(7) on the main stream right after its delta.
 ``Leapfrog(k)`` records event E_l once delta^l is written; worker ``l mod k`` waits E_l, then computes
 (6)(7) for layer l while the main stream runs ahead; the main stream joins every worker before the
-update. Equation numbers follow DESIGN.md §1 (the seed's own equations were lost from its text).
+update. With ``fused=True`` the SGD update of w^l happens inside (7); since the main stream still reads
+w^l for delta^{l-1}, that worker waits E_{l-1} instead (the third hazard of DESIGN.md §2).
+Equation numbers follow DESIGN.md §1 (the seed's own equations were lost from its text).
 """
 
 import numbers
 
 
 class Schedule:
-    """The backward chain on the main stream; subclasses say where (6)(7) run and how they join."""
+    """The backward chain on the main stream; subclasses say where (6)(7) run and how they join.
 
-    def backward(self, net, plan):
-        """Enqueue (4), then (5) for l = L-1..2, each layer's (6)(7) as soon as its delta is ready."""
-        net.delta_output(plan)
-        self.gradients(plan, net.L)
-        for l in range(net.L - 1, 1, -1):
-            net.delta_hidden(plan, l)
-            self.gradients(plan, l)
+    ``fused=True`` fuses the SGD update into (7) during ``sgd_step`` (w -= eta/B * delta a^T, so that
+    nabla_w never goes to memory); ``backprop`` still returns nabla_w.
+    """
+
+    def __init__(self, fused=False):
+        self.fused = bool(fused)
+
+    def backward(self, net, plan, scale=None):
+        """Enqueue (4), then (5) for l = L-1..2, handing each layer's (6)(7) to ``gradients`` as soon
+        as it may run: right after delta^l, or, with a fused update (``scale`` given), once w^l has
+        been read for the last time."""
+        fuse = self.fused and scale is not None
+        for l in range(net.L, 1, -1):
+            net.delta(plan, l)
+            self.delta_ready(plan, l)
+            if not fuse:
+                self.gradients(plan, l, after=l)
+            elif l < net.L:  # delta^l was the last read of w^{l+1}
+                self.gradients(plan, l + 1, after=self.last_reader(l + 1), scale=scale)
+        if fuse:
+            self.gradients(plan, 2, after=2, scale=scale)
         self.join(plan)
 
-    def gradients(self, plan, l):
+    @staticmethod
+    def last_reader(l):
+        """The layer whose (5) reads w^l last: delta^{l-1} = ((w^l)^T delta^l) * sigma'(z^{l-1})."""
+        return l - 1
+
+    def delta_ready(self, plan, l):
+        """Called once delta^l is enqueued on the main stream."""
+
+    def gradients(self, plan, l, after, scale=None):
+        """Enqueue (6)(7) of layer l (with the SGD update by ``scale`` when given), ordered after
+        delta^after."""
         raise NotImplementedError
 
     def join(self, plan):
@@ -35,11 +61,11 @@ class Sequential(Schedule):
     k = 0
 
     def __repr__(self):
-        return "Sequential()"
+        return "Sequential(fused=True)" if self.fused else "Sequential()"
 
-    def gradients(self, plan, l):
-        """Enqueue (6) and (7) of layer ``l`` on the main stream."""
-        plan.launch_gradients(plan.main, l)
+    def gradients(self, plan, l, after, scale=None):
+        """Enqueue (6)(7) of layer l on the main stream, which has already run delta^after."""
+        plan.launch_gradients(plan.main, l, scale)
 
     def join(self, plan):
         """Nothing to join."""
@@ -53,47 +79,59 @@ class Leapfrog(Schedule):
     fastest for that network and batch size from then on (``leapfrog_gpu.autotune``).
     """
 
-    def __init__(self, k):
-        if k == "auto":
+    def __init__(self, k, fused=False):
+        super().__init__(fused)
+        if k == "auto" and type(self) is Leapfrog:
             self.k = k
             return
+        accepted = "an integer >= 1 (the number of worker streams)" + (" or 'auto'" if type(self) is Leapfrog else "")
         if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-            raise TypeError(f"k must be an integer >= 1 (the number of worker streams) or 'auto'; got {k!r}")
+            raise TypeError(f"k must be {accepted}; got {k!r}")
         if k < 1:
-            raise ValueError(f"k must be an integer >= 1 (the number of worker streams) or 'auto'; got {k!r}")
+            raise ValueError(f"k must be {accepted}; got {k!r}")
         self.k = int(k)
 
     def __repr__(self):
-        return f"Leapfrog(k={self.k!r})"
+        return f"Leapfrog(k={self.k!r}, fused=True)" if self.fused else f"Leapfrog(k={self.k!r})"
 
-    def backward(self, net, plan):
+    def backward(self, net, plan, scale=None):
         if self.k != "auto":
-            return super().backward(net, plan)
+            return super().backward(net, plan, scale)
         from . import autotune  # autotune builds schedules from this module
 
-        return autotune.choose(net, plan).backward(net, plan)
+        return autotune.choose(net, plan, fused=self.fused).backward(net, plan, scale)
 
-    def gradients(self, plan, l):
-        """Record E_l on the main stream; worker ``l mod k`` waits for it, then runs (6)(7) of layer l."""
-        worker = plan.workers(self.k)[l % self.k]
+    def delta_ready(self, plan, l):
+        """Record E_l on the main stream."""
         plan.backend.record(plan.main, plan.delta_ready[l])
-        self.wait_for_delta(plan, worker, l)
-        plan.launch_gradients(worker, l)
+
+    def gradients(self, plan, l, after, scale=None):
+        """Worker ``l mod k`` waits for E_after, then runs (6)(7) of layer l."""
+        worker = self.worker(plan, l % self.k)
+        self.wait_for_delta(plan, worker, after)
+        plan.launch_gradients(worker, l, scale)
+
+    def worker(self, plan, j):
+        """Worker stream j; only workers that own a layer are ever created, so any k is cheap."""
+        return plan.workers(min(self.k, plan.L + 1))[j]
 
     def wait_for_delta(self, plan, worker, l):
-        """Guard read-after-write: the worker reads delta^l and a^{l-1}, written by the main stream."""
+        """Guard read-after-write: the worker reads delta^l and a^{l-1}, written by the main stream
+        (and, with a fused update, write-after-read: E_{l-1} means the main stream is done with w^l)."""
         plan.backend.wait(worker, plan.delta_ready[l])
 
     def join(self, plan):
-        """Guard write-after-read: nothing on the main stream passes until every worker is done."""
+        """Guard write-after-read: nothing on the main stream passes until every busy worker is done."""
         backend = plan.backend
-        for worker, done in zip(plan.workers(self.k), plan.worker_done(self.k)):
-            backend.record(worker, done)
+        for j in sorted({l % self.k for l in range(2, plan.L + 1)}):
+            done = plan.worker_done(j)
+            backend.record(self.worker(plan, j), done)
             backend.wait(plan.main, done)
 
 
 def check_schedule(schedule):
     """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be Sequential() or Leapfrog(k); got {schedule!r}")
+        raise TypeError("schedule must be a schedule object: Sequential(), Leapfrog(k), NaumovScan() or "
+                        f"NaumovJacobi(); got {schedule!r}")
     return schedule

@@ -80,6 +80,17 @@ def _device_time(backend, fn):
     return cupy.cuda.get_elapsed_time(start, end)
 
 
+def copy_bandwidth(backend, nbytes=1 << 27, repeats=20, warmup=3):
+    """Device-to-device (host-to-host on NumPy) copy bandwidth in GB/s, read plus write: a
+    ``summary`` of GB/s over the repeats."""
+    xp = backend.xp
+    src = xp.ones(nbytes // 4, dtype=np.float32)
+    dst = xp.empty_like(src)
+    backend.synchronize()
+    ms = measure(backend, lambda: backend.launch(backend.main, "copy", xp.copyto, dst, src), repeats, warmup)
+    return summary(2 * src.nbytes / (ms * 1e6))
+
+
 def summary(times_ms):
     """``{"median", "p20", "p80"}`` of a sample of times, in ms."""
     p20, median, p80 = np.percentile(np.asarray(times_ms), (20, 50, 80))

@@ -8,13 +8,13 @@
 #   tests.txt     python -m pytest -m gpu
 #   kernels.txt   kernels.json   our nabla_w kernels against cupy.matmul (cuBLAS), GB/s against a copy
 #   bench.txt     bench.json     leapfrog-bench grid, the H200 target N=1024 L=32 B=32 float32 included
-#   overlap.txt   trace.sqlite   nsys trace of sequential and leapfrog steps, and its overlap report
+#   overlap.txt   trace.sqlite   nsys trace of leapfrog-train steps (N=1024 L=32 B=32 k=2), overlap report
 #
 # Needs python3 with numpy and CuPy (cupy-cuda12x or cupy-cuda13x). No package index: the checkout is
 # imported through PYTHONPATH (nothing is installed), NVTX ranges fall back to cupy.cuda.nvtx when the
-# nvtx package is absent, and threadpoolctl/pytest, if missing, are installed from wheels in $WHEELS
-# (default profiling/wheels; fill it elsewhere with
-# `pip download -d profiling/wheels threadpoolctl pytest pytest-timeout`) into a temporary folder.
+# nvtx package is absent, and threadpoolctl, pytest and tqdm, if missing, are installed from wheels in
+# $WHEELS (default profiling/wheels; fill it elsewhere with
+# `pip download -d profiling/wheels threadpoolctl pytest pytest-timeout tqdm`) into a temporary folder.
 set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -73,6 +73,7 @@ PY
 missing=()
 "$python" -c "import threadpoolctl" 2>/dev/null || missing+=(threadpoolctl)
 "$python" -c "import pytest" 2>/dev/null || missing+=(pytest pytest-timeout)
+"$python" -c "import tqdm" 2>/dev/null || missing+=(tqdm)  # leapfrog-train, traced by nsys.sh
 if ((${#missing[@]})); then
     if [[ -d $wheels ]]; then
         "$python" -m pip install --quiet --no-index --find-links "$wheels" --target "$scratch/site" "${missing[@]}" \
@@ -82,15 +83,14 @@ if ((${#missing[@]})); then
     fi
 fi
 
-part "GPU tests" 150 "$out/tests.txt" "$python" -m pytest -m gpu -q -p no:cacheprovider tests
-part "nabla_w kernels vs cuBLAS" 45 "$out/kernels.txt" \
+part "GPU tests" 90 "$out/tests.txt" "$python" -m pytest -m gpu -q -p no:cacheprovider tests
+part "nabla_w kernels vs cuBLAS" 40 "$out/kernels.txt" \
     "$python" profiling/kernels.py --backend cupy --json "$out/kernels.json"
 part "bench grid" 120 "$out/bench.txt" "$python" -m leapfrog_gpu.bench --backend cupy --dtype float32 \
     --sizes 256,1024,4096 --layers 8,32 --batch 1,32 --k 1,2,4,auto --json "$out/bench.json"
 if command -v nsys >/dev/null; then
     mkdir -p "$scratch/trace"
-    part "nsys trace" 60 "$out/overlap.txt" \
-        env OUT="$scratch/trace" bash profiling/nsys.sh --sizes 1024 --layers 32 --batch 32 --k 2 --steps 10
+    part "nsys trace" 90 "$out/overlap.txt" env OUT="$scratch/trace" bash profiling/nsys.sh
     cp "$scratch/trace/trace.sqlite" "$out/" 2>/dev/null
 else
     echo "nsys trace: skipped (nsys is not on PATH)" | tee -a "$summary"

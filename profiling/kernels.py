@@ -4,7 +4,7 @@
 
 For each shape (n, m, B) it times ``ops.nabla_w`` (the ``outer`` kernel at B = 1, ``rank_update``
 above) and ``xp.matmul(delta, a.T, out=nabla_w)`` (cuBLAS on a GPU, BLAS on NumPy) on the same
-arrays, checks that both agree, and prints GB/s from ``traffic.nabla_w_bytes`` beside the bandwidth
+arrays, checks that both agree, and prints GB/s from ``traffic.kernel_bytes`` beside the bandwidth
 of a measured device-to-device copy: one table, one row per shape and implementation.
 """
 
@@ -23,7 +23,7 @@ SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), 
 def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
     """One dict per (shape, implementation): median and p20/p80 ms, GB/s, and the copy's GB/s."""
     xp, ops, main = backend.xp, backend.ops, backend.main
-    copy = traffic.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
+    copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
     rng = np.random.default_rng(0)
     out = []
     for n, m, batch in shapes:
@@ -34,7 +34,8 @@ def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
         implementations = (("ours", lambda: backend.launch(main, "nabla_w", ops.nabla_w, ours, delta, a)),
                            ("matmul", lambda: backend.launch(main, "matmul", partial(xp.matmul, out=theirs),
                                                              delta, a_t)))
-        bytes_moved = traffic.nabla_w_bytes(n, m, batch, np.dtype(dtype).itemsize)
+        kernel = "outer" if batch == 1 else "rank_update"
+        bytes_moved = traffic.kernel_bytes(kernel, n, m, batch, np.dtype(dtype).itemsize)
         for name, fn in implementations:
             ms = timing.summary(timing.measure(backend, fn, repeats, warmup))
             out.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, "ms": ms,

@@ -19,7 +19,7 @@ def test_choose_takes_the_smallest_p80_and_runs_it_once_per_plan(monkeypatch, fa
 
     def fake_measure(net, plan, schedules):
         calls.append([repr(s) for s in schedules])
-        return [(s, None, {"median": 1.0, "p20": 0.9, "p80": 1.1 if repr(s) == fastest else 2.1}) for s in schedules]
+        return [(s, None, {"median": 1.0, "p20": 0.9, "p80": 0.8 if repr(s) == fastest else 2.1}) for s in schedules]
 
     monkeypatch.setattr(autotune, "measure", fake_measure)
     sizes = [6, 9, 9, 4]
@@ -65,8 +65,22 @@ def test_tune_sweeps_blas_threads_and_returns_the_fastest():
     tuning = autotune.tune([8, 16, 16, 4], 3, "numpy", ks=(1, 2), blas_threads=[1, 2], repeats=2, warmup=0)
     assert [(repr(s), t) for s, t, _ in tuning.table] == [
         (name, t) for t in (1, 2) for name in ("Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)")]
-    assert tuning.backward_ms["p80"] == min(ms["p80"] for _, _, ms in tuning.table)
+    assert (tuning.schedule, tuning.blas_threads) == autotune.pick(tuning.table)[:2]
     assert tuning.blas_threads in (1, 2) and isinstance(tuning.schedule, (Sequential, Leapfrog))
+
+
+def _row(schedule, p20, p80, threads=None):
+    return schedule, threads, {"p20": p20, "median": (p20 + p80) / 2, "p80": p80}
+
+
+def test_pick_leaves_sequential_only_beyond_noise():
+    seq, seq2, two, four = Sequential(), Sequential(), Leapfrog(2), Leapfrog(4)
+    # leapfrog's slow end below sequential's fast end: leapfrog, the one with the smaller p80
+    assert autotune.pick([_row(seq, 10, 11), _row(two, 7, 8), _row(four, 6, 9)])[0] is two
+    # overlapping spreads: sequential, although leapfrog's median is smaller
+    assert autotune.pick([_row(seq, 10, 12), _row(two, 8, 10.5)])[0] is seq
+    # the best sequential configuration is the one with the smallest p80, over BLAS settings
+    assert autotune.pick([_row(seq, 10, 30, 2), _row(seq2, 12, 13, 1), _row(two, 11.5, 12.5, 1)])[0] is seq2
 
 
 def test_blas_limit_sets_and_restores_the_threads():

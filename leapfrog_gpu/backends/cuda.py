@@ -14,6 +14,7 @@ class CupyBackend:
     """CuPy arrays on the current device; one main stream and k worker streams created on demand."""
 
     name = "cupy"
+    poisons = False
 
     def __init__(self):
         import cupy

@@ -13,12 +13,17 @@ Modes:
              in a fixed order: ``main-first`` and ``workers-first`` starve one side for as long as the
              events allow, ``random`` picks a ready stream with a seeded generator. A missing wait
              then shows up deterministically as a wrong result.
+
+Chaos (``chaos=seed``, any mode): a seeded random delay before every queued operation on every stream,
+and ``poisons = True``, which asks the network to fill each buffer with NaN the moment the schedule says
+it is dead. A missing wait then reads poison, or a value from the wrong step, under ever-changing timing.
 """
 
 import collections
 import queue
 import random
 import threading
+import time
 
 import numpy as np
 import threadpoolctl
@@ -30,14 +35,19 @@ ORDERS = ("main-first", "workers-first", "random")
 
 
 class HostEvent:
-    """A CUDA-like event: ``recorded`` counts enqueued recordings, ``completed`` those reached."""
+    """A CUDA-like event: ``recorded`` counts enqueued recordings, ``completed`` those reached.
 
-    __slots__ = ("name", "recorded", "completed")
+    Waiters sleep on the event's own condition (sharing the backend's lock), so a recording wakes
+    only the streams that wait for this event.
+    """
 
-    def __init__(self, name):
+    __slots__ = ("name", "recorded", "completed", "reached")
+
+    def __init__(self, name, lock):
         self.name = name
         self.recorded = 0
         self.completed = 0
+        self.reached = threading.Condition(lock)
 
     def __repr__(self):
         return f"HostEvent({self.name!r}, recorded={self.recorded}, completed={self.completed})"
@@ -51,6 +61,7 @@ class HostStream:
         self.queue = queue.SimpleQueue()
         self.deferred = collections.deque()
         self.thread = None
+        self.delays = None  # a seeded random.Random in chaos mode
 
     def __repr__(self):
         return f"HostStream({self.name!r})"
@@ -77,13 +88,16 @@ class NumpyBackend:
         seed: seed of the ``random`` order.
         trace: keep ``self.trace``, a list of ``(stream, what, name)`` in execution order, where what
             is ``start``/``end`` of an op, ``record`` or ``wait`` (appended once the wait is over).
+        chaos: ``None``, or the seed of chaos mode (see the module docstring).
+        max_delay: the longest chaos delay, in seconds.
     """
 
     name = "numpy"
     xp = np
     ops = ops_numpy
 
-    def __init__(self, mode="threads", blas_threads=None, order="main-first", seed=0, trace=False):
+    def __init__(self, mode="threads", blas_threads=None, order="main-first", seed=0, trace=False,
+                 chaos=None, max_delay=2e-4):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
         if order not in ORDERS:
@@ -93,9 +107,16 @@ class NumpyBackend:
         ):
             raise ValueError(f"blas_threads must be None or an integer >= 1; got {blas_threads!r}")
         self.mode, self.order, self.blas_threads = mode, order, blas_threads
+        if chaos is not None and (isinstance(chaos, bool) or not isinstance(chaos, int)):
+            raise ValueError(f"chaos must be None or an integer seed; got {chaos!r}")
+        if not (isinstance(max_delay, (int, float)) and 0 <= max_delay <= 1):
+            raise ValueError(f"max_delay must be a number of seconds in [0, 1]; got {max_delay!r}")
         self.trace = [] if trace else None
+        self.chaos, self.max_delay = chaos, max_delay
+        self.poisons = chaos is not None
         self._rng = random.Random(seed)
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)  # notified when no operation is pending
         self._pending = 0
         self._error = None
         self._closed = False
@@ -108,8 +129,9 @@ class NumpyBackend:
 
     def __repr__(self):
         blas = "" if self.blas_threads is None else f", blas_threads={self.blas_threads}"
+        chaos = "" if self.chaos is None else f", chaos={self.chaos}"
         state = ", closed" if self._closed else ""
-        return f"NumpyBackend(mode={self.mode!r}{blas}, workers={len(self._workers)}{state})"
+        return f"NumpyBackend(mode={self.mode!r}{blas}{chaos}, workers={len(self._workers)}{state})"
 
     def __enter__(self):
         return self
@@ -122,6 +144,8 @@ class NumpyBackend:
     def _new_stream(self, name):
         self._check_open()
         stream = HostStream(name)
+        if self.chaos is not None:
+            stream.delays = random.Random(self.chaos * 1009 + len(self._streams))
         if self.mode == "threads":
             stream.thread = threading.Thread(target=self._drain, args=(stream,), name=f"leapfrog-{name}", daemon=True)
             stream.thread.start()
@@ -135,7 +159,7 @@ class NumpyBackend:
         return self._workers[:k]
 
     def event(self, name=""):
-        return HostEvent(name)
+        return HostEvent(name, self._lock)
 
     def launch(self, stream, name, fn, *args):
         """Enqueue ``fn(*args)`` on ``stream``; it runs inside an NVTX range called ``name``."""
@@ -160,8 +184,8 @@ class NumpyBackend:
             done = self.event("copy_in")
             self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
             self.record(stream, done)
-            with self._cond:
-                self._cond.wait_for(lambda: done.completed >= done.recorded or self._error is not None)
+            with self._lock:
+                done.reached.wait_for(lambda: done.completed >= done.recorded)
             return
         self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
 
@@ -170,8 +194,8 @@ class NumpyBackend:
         self._check_open()
         if self.mode == "deferred":
             self._run_deferred()
-        with self._cond:
-            self._cond.wait_for(lambda: self._pending == 0)
+        with self._lock:
+            self._idle.wait_for(lambda: self._pending == 0)
             error, self._error = self._error, None
         if error is not None:
             raise error
@@ -181,8 +205,8 @@ class NumpyBackend:
         if self._closed:
             return
         if self.mode == "threads":
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending == 0)
+            with self._lock:
+                self._idle.wait_for(lambda: self._pending == 0)
             for stream in self._streams:
                 stream.queue.put(None)
             for stream in self._streams:
@@ -205,26 +229,28 @@ class NumpyBackend:
         self._check_open()
         if self.mode == "serial":
             self._execute(stream, item)
-            with self._cond:
+            with self._lock:
                 error, self._error = self._error, None
             if error is not None:
                 raise error
         elif self.mode == "deferred":
             stream.deferred.append(item)
         else:
-            with self._cond:
+            with self._lock:
                 self._pending += 1
             stream.queue.put(item)
 
     def _drain(self, stream):
         while (item := stream.queue.get()) is not None:
             self._execute(stream, item)
-            with self._cond:
+            with self._lock:
                 self._pending -= 1
                 if self._pending == 0:
-                    self._cond.notify_all()
+                    self._idle.notify_all()
 
     def _execute(self, stream, item):
+        if stream.delays is not None:
+            time.sleep(stream.delays.uniform(0, self.max_delay))
         kind = item.kind
         if kind == "op":
             if self._error is not None:
@@ -234,21 +260,20 @@ class NumpyBackend:
                 with annotate.range(item.name):
                     item.fn(*item.args)
             except BaseException as error:  # noqa: BLE001 - re-raised on the caller by synchronize()
-                with self._cond:
+                with self._lock:
                     if self._error is None:
                         self._error = error
-                    self._cond.notify_all()
                 return
             self._log(stream, "end", item.name)
         elif kind == "record":
-            with self._cond:
+            with self._lock:
                 item.event.completed = max(item.event.completed, item.generation)
                 self._log(stream, "record", item.name)
-                self._cond.notify_all()
+                item.event.reached.notify_all()
         elif kind == "wait":
-            with self._cond:
+            with self._lock:
                 if self.mode == "threads":
-                    self._cond.wait_for(lambda: item.event.completed >= item.generation)
+                    item.event.reached.wait_for(lambda: item.event.completed >= item.generation)
                 elif item.event.completed < item.generation:
                     raise RuntimeError(f"{stream.name} waits on {item.event!r}, which nothing earlier records")
                 self._log(stream, "wait", item.name)
@@ -257,7 +282,7 @@ class NumpyBackend:
 
     def _log(self, stream, what, name):
         if self.trace is not None:
-            with self._cond:
+            with self._lock:
                 self.trace.append((stream.name, what, name))
 
     def _run_deferred(self):

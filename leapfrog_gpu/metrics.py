@@ -1,0 +1,35 @@
+"""Loss and accuracy of a network on a dataset, computed on the host in float64 from ``feedforward``."""
+
+import numpy as np
+
+EPSILON = 1e-12
+"""Cross-entropy clips a^L to [EPSILON, 1 - EPSILON]: a float32 sigmoid rounds to exactly 0 or 1 long
+before the true cost is infinite, and only a NaN or Inf in the network should make the loss non-finite."""
+
+
+def cost(name, a, y):
+    """C summed over the batch, for a^L and y (n_L, B): quadratic ``0.5 ||a - y||^2`` or cross-entropy
+    ``-y ln a - (1 - y) ln(1 - a)``."""
+    a, y = np.asarray(a, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if name == "quadratic":
+        return 0.5 * float(np.sum((a - y) ** 2))
+    a = np.clip(a, EPSILON, 1 - EPSILON)
+    return -float(np.sum(y * np.log(a) + (1 - y) * np.log1p(-a)))
+
+
+def evaluate(net, x, y, batch, classes=None):
+    """Mean cost per sample of ``net`` on inputs ``x`` (n_1, N) and targets ``y`` (n_L, N), and the
+    fraction whose largest output is the target's class when ``classes`` is set (else ``None``).
+
+    ``feedforward`` runs ``batch`` columns at a time: the network keeps buffers per batch size, so the
+    training batch size adds no new ones but the remainder does.
+    """
+    total, correct, samples = 0.0, 0, x.shape[1]
+    for start in range(0, samples, batch):
+        a = net.feedforward(x[:, start:start + batch])
+        a = a.get() if hasattr(a, "get") else a  # a CuPy array comes to the host
+        target = y[:, start:start + batch]
+        total += cost(net.cost, a, target)
+        if classes is not None:
+            correct += int(np.sum(np.argmax(a, axis=0) == np.argmax(target, axis=0)))
+    return total / samples, (correct / samples if classes is not None else None)

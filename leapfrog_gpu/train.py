@@ -1,0 +1,510 @@
+"""``leapfrog-train``: train an MLP by SGD under the leapfrog (or sequential) schedule.
+
+    leapfrog-train                                        # digits, 4x128 tanh, Leapfrog(k=2), 30 epochs
+    leapfrog-train --data mnist --data-dir ~/mnist --hidden 6x256 --epochs 10 --checkpoint-dir run1
+    leapfrog-train --checkpoint-dir run1 --resume --epochs 20
+    leapfrog-train --data teacher --inputs 1024 --hidden 8x1024 --outputs 1024 --batch-size 1
+
+A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
+line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.checkpoint``).
+
+Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
+``--check-finite``, a gradient became non-finite (the last checkpoint is left as it was); 130 stopped by
+Ctrl-C (SIGINT), after a checkpoint of the last completed step.
+"""
+
+import argparse
+import json
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+import warnings
+
+import numpy as np
+from tqdm import tqdm
+
+from . import checkpoint, data
+from .backends import cuda_available, get_backend
+from .functions import ACTIVATIONS, COSTS, DTYPES
+from .metrics import cost, evaluate
+from .network import MLP
+from .profiling import ProfileWindow, parse_steps
+from .schedules import Leapfrog, Sequential
+
+PROG = "leapfrog-train"
+
+DEFAULTS = {
+    "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
+    "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
+    "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
+    "backend": "auto", "blas_threads": 1, "check_finite": False,
+    "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
+}
+"""Every option's default. The digits default reaches about 97 % test accuracy in 30 epochs."""
+
+FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost", "dtype", "seed", "batch_size")
+"""What a resumed run must keep: it defines the network, the data or the order of the batches."""
+
+RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
+"""What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
+
+LOSS_CHECK_SECONDS = 1.0
+"""How often the loss of the latest batch is computed for the progress bar and checked for NaN/Inf
+(a synchronization); the loss over the whole training set is computed after every epoch."""
+
+
+class UsageError(ValueError):
+    """A bad option or combination of options: exit status 2."""
+
+
+class NonFiniteLoss(ArithmeticError):
+    """The loss (or, with --check-finite, a gradient) became NaN or Inf: exit status 3."""
+
+    def __init__(self, loss, epoch, step, what=None):
+        super().__init__(what or f"the training loss is {loss} after epoch {epoch}, step {step}")
+        self.loss, self.epoch, self.step = loss, epoch, step
+        self.hint = "try a smaller --lr"  # the command adds the current one and what became of checkpoints
+
+
+class Interrupted(Exception):
+    """Ctrl-C, taken at the boundary of a step: exit status 130 after a checkpoint."""
+
+
+@contextlib.contextmanager
+def sigint_between_steps():
+    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps rather than
+    inside one (where part of an update could be enqueued); a second SIGINT interrupts at once."""
+    flag = {"stop": False}
+
+    def handler(signum, frame):
+        if flag["stop"]:
+            raise KeyboardInterrupt
+        flag["stop"] = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave SIGINT as it is
+        yield flag
+        return
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# -- options --------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One line on stderr and exit status 2 (argparse's usage block would make it several)."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse_hidden(text):
+    """Hidden widths from ``"6x128"``, ``"128,64,32"`` or a mix such as ``"2x128,64"``."""
+    widths = []
+    for part in text.split(","):
+        count, x, width = part.strip().rpartition("x")
+        try:
+            widths += [int(width)] * (int(count) if x else 1)
+        except ValueError:
+            widths = None
+            break
+    if not widths or min(widths) < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be widths >= 1 such as 6x128, 128,64,32 or 2x128,64; got {text!r}")
+    return widths
+
+
+def _integer(least):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {least}; got {text!r}")
+        return value
+
+    return parse
+
+
+def _learning_rate(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text!r}")
+    return value
+
+
+def _profile_steps(text):
+    try:
+        steps = parse_steps(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return [steps.start, steps.stop]
+
+
+def build_parser():
+    """The command line; defaults are left out of the namespace so that ``--resume`` can tell what
+    was given (``DEFAULTS`` holds them)."""
+    p = _Parser(prog=PROG, description="Train a deep MLP whose weight gradients leapfrog the backward chain.",
+                argument_default=argparse.SUPPRESS)
+    d = DEFAULTS
+    group = p.add_argument_group("data")
+    group.add_argument("--data", choices=("digits", "mnist", "teacher"),
+                       help=f"digits: scikit-learn's 8x8 digits; mnist: local files (--data-dir); teacher: "
+                            f"regression on a random deep network (default {d['data']})")
+    group.add_argument("--data-dir", metavar="DIR",
+                       help="mnist: a folder with the four IDX files (gzipped or not) or one .npz")
+    group.add_argument("--inputs", type=_integer(1), metavar="N", help=f"teacher: input width (default {d['inputs']})")
+    group.add_argument("--outputs", type=_integer(1), metavar="N", help=f"teacher: output width (default {d['outputs']})")
+    group.add_argument("--samples", type=_integer(1), metavar="N",
+                       help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
+    group = p.add_argument_group("model and schedule")
+    group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
+                       help="hidden widths: 6x128, 128,64,32 or 2x128,64 (default 4x128)")
+    group.add_argument("--activation", choices=tuple(ACTIVATIONS), help=f"hidden layers (default {d['activation']})")
+    group.add_argument("--cost", choices=tuple(COSTS),
+                       help="default cross_entropy (with a sigmoid output) for classification, quadratic "
+                            "(with an identity output) for teacher")
+    group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
+    group.add_argument("--epochs", type=_integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
+    group.add_argument("--batch-size", type=_integer(1), metavar="B", help=f"(default {d['batch_size']})")
+    group.add_argument("--lr", type=_learning_rate, metavar="ETA",
+                       help=f"learning rate: w -= ETA/B * nabla_w (default {d['lr']})")
+    group.add_argument("--seed", type=_integer(0), metavar="S",
+                       help=f"initial parameters and the order of the batches (default {d['seed']})")
+    group.add_argument("--schedule", choices=("sequential", "leapfrog"), help=f"(default {d['schedule']})")
+    group.add_argument("--k", type=_integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
+    group.add_argument("--fused", action="store_true",
+                       help="fuse the SGD update into the weight-gradient kernel (same result, fewer bytes)")
+    group.add_argument("--check-finite", action="store_true",
+                       help="check every gradient for NaN/Inf before each update and stop (exit 3) without it")
+    group.add_argument("--backend", choices=("auto", "numpy", "cupy"),
+                       help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
+    group.add_argument("--blas-threads", type=_integer(1), metavar="N",
+                       help="numpy backend: BLAS threads per host stream (default 1: each stream is a thread)")
+    group = p.add_argument_group("output and checkpoints")
+    group.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines, only the result")
+    group.add_argument("--metrics", metavar="FILE", help="write one JSON line per epoch to FILE (appended to on --resume)")
+    group.add_argument("--checkpoint-dir", metavar="DIR", help="write DIR/checkpoint.npz after every epoch")
+    group.add_argument("--resume", action="store_true",
+                       help="continue from the checkpoint in --checkpoint-dir, with its options unless given")
+    group.add_argument("--profile-steps", type=_profile_steps, metavar="A:B",
+                       help="steps A..B-1: CUDA profiler start/stop (cupy) and NVTX ranges")
+    return p
+
+
+def configure(given, saved=None):
+    """The run's config from the options ``given`` and, on ``--resume``, the checkpoint's ``saved``."""
+    config = dict(DEFAULTS)
+    if saved is not None:
+        for key in FIXED:
+            if key in given and given[key] != saved[key]:
+                raise UsageError(
+                    f"--{key.replace('_', '-')} {_show(given[key])} differs from the checkpoint's "
+                    f"{_show(saved[key])}; drop it to resume, or start a new --checkpoint-dir"
+                )
+        config.update({key: saved[key] for key in RESUMED})
+    config.update(given)
+    for key, kind in (("data_dir", "mnist"), ("inputs", "teacher"), ("outputs", "teacher"), ("samples", "teacher")):
+        if key in given and config["data"] != kind:
+            raise UsageError(f"--{key.replace('_', '-')} applies to --data {kind} only")
+    if config["data"] == "mnist" and not config["data_dir"]:
+        raise UsageError("--data mnist needs --data-dir DIR (the four MNIST IDX files or one .npz)")
+    if config["data"] == "teacher" and config["cost"] == "cross_entropy":
+        raise UsageError("--data teacher is a regression task: use --cost quadratic")
+    if config["fused"] and config["check_finite"]:
+        raise UsageError("--check-finite needs the update after the gradients: drop --fused")
+    return config
+
+
+def _show(value):
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+
+class Training:
+    """One run: network, data, schedule, and where it stands.
+
+    ``epoch`` epochs are done, plus ``step_in_epoch`` steps of the next; ``step`` counts every step.
+    The batches of an epoch are a permutation drawn from ``order``; ``epoch_rng`` is its state before
+    that draw, so ``save()`` after any completed step lets a resumed run draw the same permutation and
+    skip the steps already done.
+    """
+
+    def __init__(self, config, dataset, net, report, state=None):
+        self.config, self.data, self.net, self.report = config, dataset, net, report
+        fused = config["fused"]
+        self.schedule = Leapfrog(config["k"], fused) if config["schedule"] == "leapfrog" else Sequential(fused)
+        self.batch = config["batch_size"]
+        self.eval_batch = max(self.batch, 256)
+        self.steps_per_epoch = math.ceil(dataset.x_train.shape[1] / self.batch)
+        self.order = np.random.default_rng(config["seed"])
+        self.epoch = self.step_in_epoch = self.step = 0
+        if state is not None:
+            self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
+            self.order.bit_generator.state = state["rng"]
+        self.epoch_rng = self.order.bit_generator.state
+        steps = config["profile_steps"]
+        self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend)
+
+    def state(self):
+        """What a checkpoint holds besides the parameters (JSON-able)."""
+        return {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                "step": self.step, "rng": self.epoch_rng, "config": self.config}
+
+    def save(self):
+        """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
+        if self.config["checkpoint_dir"]:
+            checkpoint.save(self.config["checkpoint_dir"], [_host(w) for w in self.net.weights],
+                            [_host(b) for b in self.net.biases], self.state())
+
+    def run(self):
+        """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
+
+        Ctrl-C stops the run between two steps: the steps enqueued so far complete, a checkpoint of
+        the last one is written, and ``Interrupted`` is raised.
+        """
+        metrics = None
+        try:
+            with sigint_between_steps() as interrupt:
+                while self.epoch < self.config["epochs"]:
+                    metrics = self.run_epoch(interrupt)
+        except Interrupted:
+            self.net.synchronize()
+            self.save()
+            raise
+        finally:
+            self.profile.close()
+        return metrics
+
+    def run_epoch(self, interrupt=None):
+        """One epoch of SGD steps, then its loss and accuracy, a checkpoint and a report."""
+        net, x, y, lr = self.net, self.data.x_train, self.data.y_train, self.config["lr"]
+        self.epoch_rng = self.order.bit_generator.state
+        permutation = self.order.permutation(x.shape[1])
+        first = self.step_in_epoch
+        bar = self.report.bar(self.epoch + 1, x.shape[1], initial=min(first * self.batch, x.shape[1]))
+        start = checked = time.perf_counter()
+        samples = 0
+        for s in range(first, self.steps_per_epoch):
+            batch = permutation[s * self.batch:(s + 1) * self.batch]
+            x_batch, y_batch = x[:, batch], y[:, batch]
+            with self.profile.step(self.step):
+                net.sgd_step(x_batch, y_batch, lr, self.schedule)
+            if net.check_finite:
+                self._synchronize_checked()
+            self.step, self.step_in_epoch = self.step + 1, s + 1
+            if interrupt is not None and interrupt["stop"]:
+                raise Interrupted
+            samples += batch.size
+            bar.update(batch.size)
+            if time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
+                loss = cost(net.cost, _host(net.feedforward(x_batch)), y_batch) / batch.size
+                self._check(loss)
+                bar.set_postfix(loss=f"{loss:.4f}")
+                checked = time.perf_counter()
+        net.synchronize()
+        seconds = time.perf_counter() - start
+        bar.close()
+        train_loss, _ = evaluate(net, x, y, self.eval_batch)
+        self._check(train_loss)
+        test_loss, accuracy = evaluate(net, self.data.x_test, self.data.y_test, self.eval_batch, self.data.classes)
+        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        self.epoch_rng = self.order.bit_generator.state
+        self.save()
+        metrics = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss, "test_loss": test_loss,
+                   "test_accuracy": accuracy, "samples_per_s": samples / seconds, "seconds": seconds,
+                   "backend": net.backend.name, "schedule": repr(self.schedule)}
+        self.report.epoch(metrics, self.config["epochs"])
+        return metrics
+
+    def _check(self, loss):
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(loss, self.epoch + 1, self.step)
+
+    def _synchronize_checked(self):
+        """Wait for the step just enqueued; a non-finite gradient (the update was refused) ends the run."""
+        try:
+            self.net.synchronize()
+        except FloatingPointError as error:
+            raise NonFiniteLoss(math.nan, self.epoch + 1, self.step,
+                                f"at epoch {self.epoch + 1}, step {self.step}: {error}") from None
+
+
+def _host(array):
+    return array.get() if hasattr(array, "get") else array  # a CuPy array comes to the host
+
+
+class Report:
+    """What the user sees: progress bars and epoch lines (unless quiet), and the ``--metrics`` file."""
+
+    def __init__(self, quiet, metrics_file=None):
+        self.quiet, self.metrics_file = quiet, metrics_file
+
+    def line(self, text):
+        if not self.quiet:
+            print(text, flush=True)
+
+    def bar(self, epoch, total, initial):
+        """A tqdm bar for one epoch, counting samples; shown on a terminal only."""
+        return tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="sample", unit_scale=True,
+                    leave=False, file=sys.stderr, disable=self.quiet or not sys.stderr.isatty())
+
+    def epoch(self, metrics, epochs):
+        accuracy = metrics["test_accuracy"]
+        self.line(
+            f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
+            f"test loss {metrics['test_loss']:.4f}  "
+            + ("" if accuracy is None else f"test accuracy {accuracy:.2%}  ")
+            + f"{metrics['samples_per_s']:,.0f} samples/s  {metrics['backend']} {metrics['schedule']}"
+        )
+        if self.metrics_file is not None:
+            self.metrics_file.write(json.dumps(metrics) + "\n")
+            self.metrics_file.flush()
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    """Run the command; return its exit status."""
+    given = vars(build_parser().parse_args(argv))
+    try:
+        return _train(given)
+    except (UsageError, data.DataError, checkpoint.CheckpointError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    except NonFiniteLoss as error:
+        print(f"{PROG}: error: {error}: {error.hint}", file=sys.stderr)
+        return 3
+
+
+def _train(given):
+    saved = weights = biases = None
+    directory = given.get("checkpoint_dir")
+    if given.get("resume"):
+        if not directory:
+            raise UsageError("--resume needs --checkpoint-dir DIR")
+        weights, biases, state = checkpoint.load(directory)
+        missing = {"epoch", "step_in_epoch", "step", "rng", "config"} - set(state)
+        missing |= set(RESUMED) - set(state.get("config", {}))
+        if missing:
+            raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} was not written by {PROG} "
+                                             f"(its state lacks {', '.join(sorted(missing))})")
+        saved = state["config"]
+    elif directory and checkpoint.path_in(directory).exists():
+        raise UsageError(f"{checkpoint.path_in(directory)} exists: add --resume to continue it, "
+                         "or choose another --checkpoint-dir")
+    config = configure(given, saved)
+    dataset = _load(config)
+    config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
+    sizes = [dataset.inputs, *config["hidden"], dataset.outputs]
+    steps = math.ceil(dataset.x_train.shape[1] / config["batch_size"]) * config["epochs"]
+    if config["profile_steps"] and config["profile_steps"][1] > steps:
+        raise UsageError(f"--profile-steps {config['profile_steps'][0]}:{config['profile_steps'][1]} "
+                         f"reaches past this run's last step, {steps - 1} (steps count from 0)")
+    if directory:
+        _writable_dir(directory)
+    with _backend(config) as backend, MLP(sizes, activation=config["activation"], cost=config["cost"],
+                                          dtype=config["dtype"], seed=config["seed"], backend=backend,
+                                          output_activation=None if dataset.classes else "identity",
+                                          check_finite=config["check_finite"]) as net:
+        if saved is not None:
+            if state["sizes"] != sizes:
+                raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
+            net.set_parameters(weights, biases)
+        metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"]))
+        try:
+            return _run(config, dataset, net, Report(config["quiet"], metrics_file), None if saved is None else state)
+        finally:
+            if metrics_file is not None:
+                metrics_file.close()
+
+
+def _run(config, dataset, net, report, state):
+    started = time.perf_counter()
+    training = Training(config, dataset, net, report, state)
+    if training.epoch >= config["epochs"]:
+        print(f"nothing to do: the checkpoint has {training.epoch} of {config['epochs']} epochs")
+        return 0
+    report.line(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']} | "
+                f"{net.backend.name} {training.schedule} | {config['epochs']} epochs of "
+                f"{training.steps_per_epoch} steps, batch {config['batch_size']}, lr {config['lr']}"
+                + ("" if state is None else f" | resumed at epoch {training.epoch}, step {training.step}"))
+    if config["profile_steps"] and net.backend.name != "cupy":
+        print(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
+              "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)", file=sys.stderr)
+    with warnings.catch_warnings():
+        # The run checks the loss itself and stops with exit status 3: NumPy's warnings would only repeat it.
+        warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
+        try:
+            metrics = training.run()
+        except Interrupted:
+            where = f"epoch {training.epoch + 1}, step {training.step}"
+            saved = (f"checkpoint written to {checkpoint.path_in(config['checkpoint_dir'])}; continue with --resume"
+                     if config["checkpoint_dir"] else "no --checkpoint-dir, so nothing was saved")
+            print(f"{PROG}: interrupted at {where}: {saved}", file=sys.stderr)
+            return 130
+        except NonFiniteLoss as error:
+            error.hint = f"try a smaller --lr than {config['lr']}"
+            if config["checkpoint_dir"]:
+                error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
+                               else " (no checkpoint was written)")
+            raise
+    accuracy = metrics["test_accuracy"]
+    print(f"done: {metrics['epoch']} epochs, " + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
+          + f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _load(config):
+    dtype = config["dtype"]
+    if config["data"] == "digits":
+        return data.digits(dtype)
+    if config["data"] == "mnist":
+        return data.mnist(config["data_dir"], dtype)
+    sizes = [config["inputs"], *config["hidden"], config["outputs"]]
+    return data.teacher(sizes, config["samples"], dtype=dtype)
+
+
+def _backend(config):
+    name = config["backend"]
+    if name == "auto":
+        name = "cupy" if cuda_available() else "numpy"
+    try:
+        return get_backend(name, blas_threads=config["blas_threads"]) if name == "numpy" else get_backend(name)
+    except RuntimeError as error:
+        raise UsageError(f"--backend {name}: {error}") from None
+
+
+def _writable_dir(directory):
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--checkpoint-dir {directory}: {error.strerror}") from None
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"--checkpoint-dir {directory}: not writable")
+
+
+def _open_metrics(path, append):
+    if path is None:
+        return None
+    try:
+        return open(path, "a" if append else "w", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"--metrics {path}: {error.strerror}") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

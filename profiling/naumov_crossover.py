@@ -1,0 +1,190 @@
+"""Where does Naumov's log-depth scan beat the sequential chain? Time the backward pass over a grid.
+
+    nsys profile -t cuda,nvtx -o naumov --force-overwrite true \\
+        python profiling/naumov_crossover.py --backend cupy --L 32,128 --N 16,64 --B 1
+
+For every (L, N, B) of the grid, ``MLP([N] * L)`` runs its backward pass (4)-(7) under naumov-scan,
+naumov-jacobi (from zero, L-2 sweeps), sequential and leapfrog (k workers), interleaved, ``--repeats``
+times each after a warm-up; the table gives the median, the ratio to sequential in the same run, the
+rounds or sweeps, and the flops each pass does against the chain (5). A schedule whose predicted work
+exceeds ``--max-gflop`` or ``--max-gbyte`` is skipped, one whose buffers exceed ``--memory-limit`` is
+refused by the schedule itself; both show in the table. Writes the rows as JSON and plots time vs L,
+one panel per N.
+"""
+
+import argparse
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+
+import matplotlib  # the plot of time vs L; the only use of matplotlib in the project's tools
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from leapfrog_gpu.backends import get_backend
+from leapfrog_gpu.naumov import (
+    DEFAULT_MEMORY_LIMIT,
+    SCHEDULES,
+    jacobi_counters,
+    scan_counters,
+    sequential_counters,
+    time_backward,
+)
+
+HERE = Path(__file__).resolve().parent
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported in one line (exit status 2)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def integers(minimum):
+    def parse(text):
+        try:
+            values = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        if min(values) < minimum:
+            raise argparse.ArgumentTypeError(f"every value must be >= {minimum}; got {text!r}")
+        return values
+
+    return parse
+
+
+def names(text):
+    chosen = text.split(",")
+    unknown = [name for name in chosen if name not in SCHEDULES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown schedules {unknown}; choose from {', '.join(SCHEDULES)}")
+    return chosen
+
+
+def predicted(name, sizes, B, itemsize):
+    """(flops, bytes moved) of one backward chain under ``name``, for the budget."""
+    if name == "naumov-scan":
+        counters = scan_counters(sizes, B, itemsize)
+    elif name == "naumov-jacobi":
+        counters = jacobi_counters(sizes, B, itemsize, len(sizes) - 2, warm_start=False)
+    else:
+        counters = sequential_counters(sizes, B, itemsize)
+    return counters["flops"], counters["bytes"]
+
+
+def run_grid(args, backend):
+    itemsize = np.dtype(args.dtype).itemsize
+    rows = []
+    header = (f"{'L':>4} {'N':>4} {'B':>2}  {'schedule':<14} {'median ms':>10} {'vs seq':>7} "
+              f"{'rounds/sweeps':>13} {'flops/seq':>9}")
+    print(header)
+    print("-" * len(header))
+    for N in args.N:
+        for L in args.L:
+            for B in args.B:
+                sizes = [N] * L
+                run, skipped = [], []
+                for name in args.schedule:
+                    flops, moved = predicted(name, sizes, B, itemsize)
+                    if flops > args.max_gflop * 1e9 or moved > args.max_gbyte * 1e9:
+                        skipped.append({"schedule": name, "L": L, "N": N, "B": B,
+                                        "skipped": f"predicted {flops / 1e9:.1f} GFLOP, {moved / 1e9:.1f} GB per pass"})
+                    else:
+                        run.append(name)
+                if "sequential" not in run and "sequential" in args.schedule:
+                    run.insert(0, "sequential")
+                timed = time_backward(L, N, B, names=tuple(run), backend=backend, k=args.k, repeats=args.repeats,
+                                      dtype=args.dtype, memory_limit=args.memory_limit) if run else []
+                for row in timed + skipped:
+                    rows.append(row)
+                    print(format_row(row))
+                sys.stdout.flush()
+    return rows
+
+
+def format_row(row):
+    head = f"{row['L']:>4} {row['N']:>4} {row['B']:>2}  {row['schedule']:<14}"
+    if "median_s" not in row:
+        why = row.get("refused") or row.get("skipped")
+        return f"{head} {'refused' if 'refused' in row else 'skipped':>10}  ({why.split(';')[0][:90]})"
+    count = row.get("rounds", row.get("sweeps", ""))
+    work = f"{row['flops'] / row['sequential_flops']:.1f}x" if row.get("sequential_flops") else ""
+    ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
+    return f"{head} {row['median_s'] * 1e3:>10.3f} {ratio:>7} {count!s:>13} {work:>9}"
+
+
+def plot(rows, args, path):
+    fig, axes = plt.subplots(1, len(args.N), figsize=(5 * len(args.N), 4), squeeze=False)
+    styles = {B: style for B, style in zip(args.B, ("-", "--", ":", "-."))}
+    for ax, N in zip(axes[0], args.N):
+        for index, name in enumerate(args.schedule):
+            for B in args.B:
+                points = sorted((r["L"], r["median_s"] * 1e3) for r in rows
+                                if r["schedule"] == name and r["N"] == N and r["B"] == B and "median_s" in r)
+                if points:
+                    ax.plot(*zip(*points), styles.get(B, "-"), marker="o", color=f"C{index}", label=f"{name}, B={B}")
+        ax.set(xscale="log", yscale="log", xlabel="layers L", ylabel="backward pass, median ms", title=f"N = {N}")
+        ax.set_xticks(args.L, [str(L) for L in args.L])
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"backward pass on {args.backend} ({args.dtype}); naumov-jacobi from zero", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def crossover(rows):
+    """Per (N, B): the configurations where naumov-scan's median is below sequential's."""
+    wins = [r for r in rows if r["schedule"] == "naumov-scan" and r.get("ratio", math.inf) < 1]
+    return [{"L": r["L"], "N": r["N"], "B": r["B"], "ratio": r["ratio"]} for r in wins]
+
+
+def main(argv=None):
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("--L", type=integers(2), default=[8, 32, 128, 512], help="depths (default 8,32,128,512)")
+    parser.add_argument("--N", type=integers(1), default=[16, 64, 256], help="widths (default 16,64,256)")
+    parser.add_argument("--B", type=integers(1), default=[1, 8], help="batch sizes (default 1,8)")
+    parser.add_argument("--schedule", type=names, default=list(SCHEDULES), help=f"from {','.join(SCHEDULES)}")
+    parser.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
+    parser.add_argument("--blas-threads", type=int, default=1,
+                        help="numpy backend: BLAS threads per call (default 1: k+1 host streams on k+1 cores "
+                             "without BLAS threads spinning against each other)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--k", type=int, default=2, help="worker streams for (6)(7) (default 2)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed passes per schedule (default 5)")
+    parser.add_argument("--memory-limit", type=int, default=DEFAULT_MEMORY_LIMIT, help="bytes, per schedule")
+    parser.add_argument("--max-gflop", type=float, default=30.0, help="skip a pass predicted above this")
+    parser.add_argument("--max-gbyte", type=float, default=20.0, help="skip a pass moving more than this")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "naumov_crossover_cpu",
+                        help="path stem of the .json and .png written")
+    args = parser.parse_args(argv)
+    if min(args.k, args.repeats, args.memory_limit, args.blas_threads) < 1:
+        parser.error("--k, --repeats, --memory-limit and --blas-threads must be >= 1")
+    options = {"blas_threads": args.blas_threads} if args.backend == "numpy" else {}
+    try:
+        backend = get_backend(args.backend, **options)
+    except (RuntimeError, ValueError) as error:
+        print(f"naumov_crossover: {error}", file=sys.stderr)
+        return 2
+    with backend:
+        rows = run_grid(args, backend)
+        machine = {"backend": repr(backend), "python": platform.python_version(), "numpy": np.__version__,
+                   "processor": platform.processor() or platform.machine()}
+    wins = crossover(rows)
+    print("\nnaumov-scan faster than sequential:",
+          ", ".join(f"L={w['L']} N={w['N']} B={w['B']} ({w['ratio']:.2f}x)" for w in wins) or "nowhere")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {key: (value.name if isinstance(value, Path) else value) for key, value in vars(args).items()}
+    with open(args.out.with_suffix(".json"), "w") as f:
+        json.dump({"settings": settings, "machine": machine, "rows": rows, "scan_wins": wins}, f, indent=1)
+    plot(rows, args, args.out.with_suffix(".png"))
+    print(f"wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Shared fixtures: the backends a test body runs on, the GPU half skipped with a reason."""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu.backends import cuda_available
+
+NO_GPU = "needs CuPy and a usable CUDA device (none found)"
+gpu = pytest.mark.skipif(not cuda_available(), reason=NO_GPU)
+
+BACKENDS = ["numpy", pytest.param("cupy", marks=[pytest.mark.gpu, gpu])]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_name(request):
+    return request.param
+
+
+def to_numpy(array):
+    """A host copy of a NumPy or CuPy array."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def batch(sizes, size, seed=0, dtype=np.float64):
+    """A random input batch (n_1, B) and a target batch (n_L, B) in (0, 1)."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((sizes[0], size)).astype(dtype)
+    y = rng.uniform(0.05, 0.95, (sizes[-1], size)).astype(dtype)
+    return x, y
+
+
+def pytest_addoption(parser):
+    parser.addoption("--chaos-full", action="store_true",
+                     help="run the full chaos suite (over 500 steps) instead of the short CI one")
+
+
+@pytest.fixture
+def chaos_steps(request):
+    """Steps per chaos configuration: 12 with --chaos-full (576 steps in all), else 4."""
+    return 12 if request.config.getoption("--chaos-full") else 4

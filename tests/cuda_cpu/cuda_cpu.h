@@ -1,0 +1,250 @@
+// Runs the CUDA kernels of kernels/*.cu on the CPU, unchanged, so that CI executes them without a GPU.
+//
+// Blocks run one at a time. Each CUDA thread of a block is a fiber (ucontext) on its own small stack;
+// __syncthreads() parks the fiber and the scheduler runs the next one, and once every fiber of the
+// block has arrived at the same barrier all of them go on. __shared__ is a static, so one copy is
+// shared by the fibers of the block; it is filled with NaN bytes before each block (shared memory
+// starts undefined on a GPU too, so a read of an element nobody wrote shows in the result). A block
+// whose threads do not all meet at the same barrier (some finished, or waiting at another one) stops
+// the launch with a message: on a GPU that is undefined behaviour. An access that faults (the tests
+// put a PROT_NONE page after every array) stops the launch with the thread and block that made it.
+//
+// Supported: dim3, threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__shared__ (static
+// sizes), __syncthreads, and the <cmath> functions on float and double. Add intrinsics here as the
+// kernels need them.
+//
+// Each kernel is exported by CUDA_CPU_EXPORT(name) as
+//     int cuda_cpu_<name>(const unsigned grid[3], const unsigned block[3], void** args)
+// with the arguments passed as in cuLaunchKernel (an array of pointers to the values); it returns 0,
+// or 1 with the reason in cuda_cpu_error(). cuda_cpu_signature_<name>() spells its parameter types.
+
+#pragma once
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <ucontext.h>
+#include <utility>
+#include <vector>
+
+using std::exp;   // CUDA's float overloads: exp(float) stays in float, as on the device
+using std::tanh;
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __syncthreads() cuda_cpu::syncthreads(__LINE__)
+
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace cuda_cpu {
+
+// A fiber's stack: the kernels are leaf code, and 1024-thread blocks need 1024 stacks. They are left
+// uninitialised, so the system maps only the pages a fiber touches.
+constexpr size_t STACK_BYTES = 32 * 1024;
+
+enum State { READY, AT_BARRIER, DONE };
+
+struct Fiber {
+    ucontext_t context;
+    dim3 index;
+    State state = READY;
+    int line = 0;  // source line of the barrier it waits at
+};
+
+inline ucontext_t scheduler;
+inline std::vector<Fiber> fibers;
+inline std::unique_ptr<char[]> stacks;
+inline size_t stack_count = 0;
+inline Fiber* current = nullptr;
+inline std::function<void()> body;
+inline std::string error;
+inline std::vector<std::pair<char*, size_t>> shared;  // the __shared__ statics, set by the caller
+inline char signal_stack[256 * 1024];
+
+inline void syncthreads(int line) {
+    current->state = AT_BARRIER;
+    current->line = line;
+    swapcontext(&current->context, &scheduler);
+}
+
+inline void fiber_main() {
+    body();
+    current->state = DONE;  // returning resumes the scheduler through uc_link
+}
+
+inline std::string str(const dim3& d) {
+    return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
+inline void on_fault(int signal, siginfo_t* info, void*) {
+    if (current == nullptr) {  // not in a kernel: the harness itself faulted, so crash as usual
+        std::signal(signal, SIG_DFL);
+        return;
+    }
+    char where[64];
+    std::snprintf(where, sizeof where, "%p", info->si_addr);
+    error = "invalid memory access at " + std::string(where) + " by thread " + str(threadIdx) +
+            " of block " + str(blockIdx);
+    setcontext(&scheduler);  // abandon the block; the launch reports the error
+}
+
+// Runs one block; false (with `error` set) on a fault or a divergent barrier.
+inline bool run_block() {
+    for (auto [bytes, size] : shared) std::memset(bytes, 0xFF, size);
+    const unsigned count = blockDim.x * blockDim.y * blockDim.z;
+    for (unsigned t = 0; t < count; ++t) {
+        Fiber& f = fibers[t];
+        f.index = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+        f.state = READY;
+        getcontext(&f.context);
+        f.context.uc_stack.ss_sp = stacks.get() + (size_t)t * STACK_BYTES;
+        f.context.uc_stack.ss_size = STACK_BYTES;
+        f.context.uc_link = &scheduler;
+        makecontext(&f.context, fiber_main, 0);
+    }
+    for (;;) {
+        for (unsigned t = 0; t < count; ++t) {
+            current = &fibers[t];
+            threadIdx = current->index;
+            swapcontext(&scheduler, &current->context);
+            current = nullptr;
+            if (!error.empty()) return false;
+        }
+        unsigned done = 0, waiting = 0;
+        int line = 0;
+        for (unsigned t = 0; t < count; ++t) {
+            const Fiber& f = fibers[t];
+            if (f.state == DONE) {
+                ++done;
+            } else if (waiting++ == 0) {
+                line = f.line;
+            } else if (f.line != line) {
+                error = "divergent __syncthreads() in block " + str(blockIdx) + ": thread " +
+                        str(f.index) + " waits at line " + std::to_string(f.line) +
+                        " while others wait at line " + std::to_string(line);
+                return false;
+            }
+        }
+        if (done == count) return true;
+        if (done > 0) {
+            error = "divergent __syncthreads() in block " + str(blockIdx) + ": " +
+                    std::to_string(done) + " threads finished while " + std::to_string(waiting) +
+                    " wait at line " + std::to_string(line);
+            return false;
+        }
+        for (Fiber& f : fibers) f.state = READY;
+    }
+}
+
+inline int launch(const unsigned* grid, const unsigned* block, std::function<void()> kernel) {
+    error.clear();
+    const unsigned count = block[0] * block[1] * block[2];
+    if (count == 0 || count > 1024 || grid[0] * grid[1] * grid[2] == 0) {
+        error = "invalid launch: block " + std::to_string(count) + " threads, grid " +
+                std::to_string(grid[0]) + " x " + std::to_string(grid[1]) + " x " + std::to_string(grid[2]);
+        return 1;
+    }
+    gridDim = {grid[0], grid[1], grid[2]};
+    blockDim = {block[0], block[1], block[2]};
+    fibers.resize(count);
+    if (stack_count < count) {
+        stacks.reset(new char[(size_t)count * STACK_BYTES]);
+        stack_count = count;
+    }
+    body = std::move(kernel);
+
+    stack_t alternate{}, old_alternate;
+    alternate.ss_sp = signal_stack;
+    alternate.ss_size = sizeof signal_stack;
+    struct sigaction action {}, old_segv, old_bus;
+    action.sa_sigaction = on_fault;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    sigaltstack(&alternate, &old_alternate);
+    sigaction(SIGSEGV, &action, &old_segv);
+    sigaction(SIGBUS, &action, &old_bus);
+
+    bool ok = true;
+    for (unsigned z = 0; ok && z < grid[2]; ++z)
+        for (unsigned y = 0; ok && y < grid[1]; ++y)
+            for (unsigned x = 0; ok && x < grid[0]; ++x) {
+                blockIdx = {x, y, z};
+                ok = run_block();
+            }
+
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+    sigaltstack(&old_alternate, nullptr);
+    current = nullptr;
+    return ok ? 0 : 1;
+}
+
+// Kernel arguments arrive as in cuLaunchKernel: args[i] points to the value of parameter i.
+template <typename... Args, size_t... I>
+int launch_packed(void (*kernel)(Args...), const unsigned* grid, const unsigned* block, void** args,
+                  std::index_sequence<I...>) {
+    std::tuple<Args...> values{*static_cast<Args*>(args[I])...};
+    return launch(grid, block, [kernel, values] { std::apply(kernel, values); });
+}
+
+template <typename... Args>
+int launch_packed(void (*kernel)(Args...), const unsigned* grid, const unsigned* block, void** args) {
+    return launch_packed(kernel, grid, block, args, std::index_sequence_for<Args...>{});
+}
+
+// The parameter types as one letter each, so the caller can check what it packs:
+// f/d float/double, i/l int/long long, F/D float*/double* (const or not).
+template <typename T>
+constexpr char type_code() {
+    using U = std::remove_cv_t<std::remove_pointer_t<T>>;
+    if constexpr (std::is_pointer_v<T>) {
+        static_assert(std::is_same_v<U, float> || std::is_same_v<U, double>, "unsupported pointer");
+        return std::is_same_v<U, float> ? 'F' : 'D';
+    } else {
+        static_assert(std::is_same_v<U, float> || std::is_same_v<U, double> || std::is_same_v<U, int> ||
+                          std::is_same_v<U, long long>,
+                      "unsupported kernel parameter type");
+        if constexpr (std::is_same_v<U, float>) return 'f';
+        if constexpr (std::is_same_v<U, double>) return 'd';
+        if constexpr (std::is_same_v<U, int>) return 'i';
+        return 'l';
+    }
+}
+
+template <typename... Args>
+const char* signature(void (*)(Args...)) {
+    static const char codes[] = {type_code<Args>()..., '\0'};
+    return codes;
+}
+
+}  // namespace cuda_cpu
+
+#define CUDA_CPU_API extern "C" __attribute__((visibility("default")))
+
+CUDA_CPU_API const char* cuda_cpu_error() { return cuda_cpu::error.c_str(); }
+
+// Registers the __shared__ statics (address and size of each) to fill with NaN bytes before each
+// block; the caller finds them in the symbol table (GCC drops section attributes on template statics).
+CUDA_CPU_API void cuda_cpu_set_shared(char** bytes, size_t* sizes, int count) {
+    cuda_cpu::shared.clear();
+    for (int i = 0; i < count; ++i) cuda_cpu::shared.emplace_back(bytes[i], sizes[i]);
+}
+
+#define CUDA_CPU_EXPORT(name)                                                                     \
+    CUDA_CPU_API int cuda_cpu_##name(const unsigned* grid, const unsigned* block, void** args) {  \
+        return cuda_cpu::launch_packed(name, grid, block, args);                                  \
+    }                                                                                             \
+    CUDA_CPU_API const char* cuda_cpu_signature_##name() { return cuda_cpu::signature(name); }

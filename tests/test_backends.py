@@ -1,0 +1,178 @@
+"""Host streams and backend choice: errors reach the caller, threads end on close, auto is visible."""
+
+import logging
+import subprocess
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from conftest import NO_GPU, batch
+from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend, ops_numpy
+from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.backends.host import NumpyBackend
+
+SIZES = [6, 9, 7, 5, 4]
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def failing_ops(layer_shape):
+    """ops_numpy with a nabla_w that raises for the layer whose gradient has ``layer_shape``."""
+    def nabla_w(out, delta, a):
+        if out.shape == layer_shape:
+            raise Boom(f"injected failure for {layer_shape}")
+        ops_numpy.nabla_w(out, delta, a)
+
+    namespace = {name: getattr(ops_numpy, name) for name in dir(ops_numpy) if not name.startswith("_")}
+    return types.SimpleNamespace(**{**namespace, "nabla_w": nabla_w})
+
+
+def leapfrog_threads():
+    return {t for t in threading.enumerate() if t.name.startswith("leapfrog-")}
+
+
+@pytest.mark.parametrize("mode", ["threads", "serial", "deferred"])
+def test_worker_exception_reaches_the_caller_and_the_backend_recovers(mode):
+    x, y = batch(SIZES, 3)
+    with NumpyBackend(mode=mode) as backend:
+        net = MLP(SIZES, dtype="float64", backend=backend)
+        want = net.backprop(x, y, Sequential())
+        before = [p.copy() for p in net.weights + net.biases]
+        backend.ops = failing_ops((7, 9))  # w^3
+        with pytest.raises(Boom, match="injected failure"):
+            net.sgd_step(x, y, 0.5, Leapfrog(2))
+            net.synchronize()
+        assert all(np.array_equal(p, q) for p, q in zip(before, net.weights + net.biases)), "a failed step updated"
+        backend.ops = ops_numpy
+        got = net.backprop(x, y, Leapfrog(2))
+        assert all(np.array_equal(p, q) for p, q in zip(want[0] + want[1], got[0] + got[1]))
+
+
+def test_no_thread_outlives_close():
+    before = leapfrog_threads()
+    backend = NumpyBackend()
+    backend.workers(4)
+    assert len(leapfrog_threads() - before) == 5  # main and four workers
+    with MLP(SIZES, backend=backend) as net:
+        net.sgd_step(*batch(SIZES, 2), 0.1, Leapfrog(4))
+    backend.close()
+    assert leapfrog_threads() == before
+    with pytest.raises(RuntimeError, match="closed"):
+        backend.synchronize()
+
+
+def test_network_context_manager_closes_the_backend_it_created():
+    before = leapfrog_threads()
+    with MLP(SIZES, backend="numpy") as net:
+        net.backprop(*batch(SIZES, 2), Leapfrog(3))
+    assert net.backend.closed
+    assert leapfrog_threads() == before
+
+
+def test_events_follow_cuda_semantics():
+    """A wait holds until the recording that was latest when the wait was enqueued; unrecorded: no-op."""
+    with NumpyBackend(trace=True) as backend:
+        main, (worker,) = backend.main, backend.workers(1)
+        gate, event, seen = threading.Event(), backend.event("E"), []
+        backend.wait(worker, backend.event("never recorded"))
+        backend.launch(main, "hold", gate.wait)
+        backend.record(main, event)
+        backend.wait(worker, event)
+        backend.launch(worker, "after", seen.append, "worker ran")
+        assert not gate.is_set() and seen == []
+        gate.set()
+        backend.synchronize()
+        assert seen == ["worker ran"]
+        order = [(stream, what, name) for stream, what, name in backend.trace if name in ("E", "after")]
+        assert order == [("main", "record", "E"), ("worker0", "wait", "E"), ("worker0", "start", "after"),
+                         ("worker0", "end", "after")]
+
+
+def test_deferred_mode_reports_a_deadlock():
+    with NumpyBackend(mode="deferred") as backend:
+        event = backend.event("E")
+        (worker,) = backend.workers(1)
+        backend.wait(worker, event)  # not recorded yet: a no-op
+        backend.record(backend.main, event)
+        backend.wait(backend.main, event)
+        backend.synchronize()
+        event.recorded += 1  # a recording that nothing will ever reach
+        backend.wait(worker, event)
+        with pytest.raises(RuntimeError, match="deadlock"):
+            backend.synchronize()
+
+
+def test_blas_threads_are_set_and_restored():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas = [info for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
+    if not blas:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    def blas_threads():
+        return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
+
+    before = blas_threads()
+    with NumpyBackend(blas_threads=1):
+        assert set(blas_threads()) == {1}
+    assert blas_threads() == before
+
+
+def test_auto_backend_is_visible(caplog):
+    with caplog.at_level(logging.INFO, logger="leapfrog_gpu"):
+        backend = get_backend("auto")
+    try:
+        expected = "cupy" if cuda_available() else "numpy"
+        assert backend.name == expected
+        assert f"chose '{expected}'" in caplog.text
+        assert type(backend).__name__.lower().startswith(expected) and "Backend(" in repr(backend)
+    finally:
+        backend.close()
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the error seen without a GPU")
+def test_cupy_backend_without_a_gpu_says_what_to_do():
+    with pytest.raises(RuntimeError, match="numpy"):
+        get_backend("cupy")
+
+
+def test_nvtx_ranges_are_off_without_a_profiler_and_on_when_asked():
+    from leapfrog_gpu import annotate
+
+    assert annotate.range("x") is annotate.range("y"), "without a profiler a range must be a shared no-op"
+    code = (
+        "import numpy as np; from leapfrog_gpu import MLP, Leapfrog, annotate;"
+        "assert annotate.enabled and annotate.PROVIDER, annotate.PROVIDER;"
+        "net = MLP([5, 7, 3], backend='numpy'); net.sgd_step(np.ones((5, 2)), np.zeros((3, 2)), 0.1, Leapfrog(2));"
+        "net.close(); print(annotate.PROVIDER)"
+    )
+    env = {"LEAPFROG_NVTX": "1", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() in ("nvtx", "cupy.cuda.nvtx")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason=NO_GPU)
+def test_cupy_backend_streams_are_non_blocking():
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as backend:
+        streams = [backend.main, *backend.workers(3)]
+        assert all(s.ptr != 0 for s in streams), "the legacy null stream must not be used"
+        assert len({s.ptr for s in streams}) == 4
+
+
+def test_a_thousand_create_close_cycles_leak_nothing():
+    before_threads = threading.active_count()
+    for cycle in range(1000):
+        with NumpyBackend() as backend:
+            backend.workers(2)
+            if cycle % 100 == 0:
+                with MLP([3, 4, 2], backend=backend) as net:
+                    net.sgd_step(np.ones(3), np.zeros(2), 0.1, Leapfrog(2))
+    assert threading.active_count() == before_threads
+    assert not leapfrog_threads()

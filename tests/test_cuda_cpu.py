@@ -1,0 +1,108 @@
+"""The CPU harness (tests/cuda_cpu) itself: barriers, guards, argument checks and build errors."""
+
+import numpy as np
+import pytest
+
+import cuda_cpu
+
+# Small kernels in the style of kernels/*.cu: a template, a __shared__ array inside it, extern "C".
+SOURCE = r"""
+template <typename T>
+__device__ void reverse(T* out, const T* in) {
+    __shared__ T buffer[1024];
+    const int i = threadIdx.y * blockDim.x + threadIdx.x;
+    const int count = blockDim.x * blockDim.y;
+    buffer[i] = in[blockIdx.x * count + i];
+    __syncthreads();  // every element of the block is loaded before any is read back
+    out[blockIdx.x * count + i] = buffer[count - 1 - i];
+}
+
+extern "C" __global__ void reverse_f64(double* out, const double* in) { reverse<double>(out, in); }
+
+extern "C" __global__ void early_exit_f32(float* x, int n) {
+    if (threadIdx.x >= n) return;
+    __syncthreads();
+    x[threadIdx.x] = 1.0f;
+}
+
+extern "C" __global__ void two_barriers_f32(float* x) {
+    if (threadIdx.x % 2 == 0) {
+        __syncthreads();
+    } else {
+        __syncthreads();
+    }
+    x[threadIdx.x] = 1.0f;
+}
+
+extern "C" __global__ void fill_f32(float* x, int n, int offset) {
+    const int i = threadIdx.x;
+    if (i < n) x[i + offset] = 2.0f;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def module():
+    if not cuda_cpu.available():
+        pytest.fail(f"the CPU harness needs a C++ compiler ({cuda_cpu.CXX}) on the PATH")
+    return cuda_cpu.RawModule(code=SOURCE)
+
+
+@pytest.mark.parametrize("block", [(32, 32, 1), (7, 3, 1), (1, 1, 1)])
+def test_barrier_makes_a_block_see_each_others_writes(module, block):
+    """1024 threads (the largest block) and odd ones: reversal within each block needs the barrier."""
+    count = block[0] * block[1]
+    x = np.arange(3 * count, dtype=np.float64)
+    out = np.zeros_like(x)
+    module.get_function("reverse_f64")((3, 1, 1), block, (out, x))
+    np.testing.assert_array_equal(out, x.reshape(3, count)[:, ::-1].ravel())
+
+
+def test_threads_leaving_before_a_barrier_stop_the_launch(module):
+    x = np.zeros(32, np.float32)
+    with pytest.raises(cuda_cpu.KernelError, match=r"divergent __syncthreads\(\).*10 threads finished"):
+        module.get_function("early_exit_f32")((1, 1, 1), (32, 1, 1), (x, np.int32(22)))
+    module.get_function("early_exit_f32")((1, 1, 1), (32, 1, 1), (x, np.int32(32)))  # no divergence
+    assert np.all(x == 1)
+
+
+def test_threads_at_different_barriers_stop_the_launch(module):
+    x = np.zeros(8, np.float32)
+    with pytest.raises(cuda_cpu.KernelError, match=r"divergent __syncthreads\(\).*waits at line"):
+        module.get_function("two_barriers_f32")((1, 1, 1), (8, 1, 1), (x,))
+
+
+def test_access_past_the_end_stops_the_launch(module):
+    x = cuda_cpu.guarded(np.ones(5, np.float32))
+    kernel = module.get_function("fill_f32")
+    kernel((1, 1, 1), (8, 1, 1), (x, np.int32(5), np.int32(0)))
+    np.testing.assert_array_equal(x, 2)
+    with pytest.raises(cuda_cpu.KernelError, match=r"invalid memory access .* by thread \(4, 0, 0\)"):
+        kernel((1, 1, 1), (8, 1, 1), (x, np.int32(5), np.int32(1)))
+
+
+def test_write_before_the_start_is_seen(module):
+    x = cuda_cpu.guarded(np.ones(5, np.float32))
+    assert cuda_cpu.untouched_before(x)
+    module.get_function("fill_f32")((1, 1, 1), (8, 1, 1), (x, np.int32(1), np.int32(-1)))
+    assert not cuda_cpu.untouched_before(x)
+
+
+def test_arguments_of_the_wrong_type_are_refused(module):
+    x = np.ones(5, np.float32)
+    kernel = module.get_function("fill_f32")
+    with pytest.raises(TypeError, match="takes arguments of types 'Fii', got 'Fli'"):
+        kernel((1, 1, 1), (8, 1, 1), (x, np.int64(5), np.int32(0)))
+    with pytest.raises(TypeError, match="got 'Dii'"):
+        kernel((1, 1, 1), (8, 1, 1), (x.astype(np.float64), np.int32(5), np.int32(0)))
+
+
+def test_block_over_1024_threads_is_refused(module):
+    x = np.zeros(2048, np.float64)
+    with pytest.raises(cuda_cpu.KernelError, match="invalid launch: block 2048 threads"):
+        module.get_function("reverse_f64")((1, 1, 1), (64, 32, 1), (x, x))
+
+
+def test_compiler_errors_come_with_the_compiler_log():
+    with pytest.raises(cuda_cpu.BuildError, match=r"kernel\.cu:2:.*error"):
+        cuda_cpu.RawModule(code='extern "C" __global__ void broken_f32(float* x) {\n    x[0] = y;\n}\n')

@@ -1,0 +1,111 @@
+"""Bad input raises ValueError or TypeError naming the argument and what it accepts."""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import MLP, Leapfrog, get_backend
+from leapfrog_gpu.backends.host import NumpyBackend
+
+SIZES = [4, 6, 3]
+
+
+@pytest.fixture(scope="module")
+def net():
+    with MLP(SIZES, backend="numpy") as network:
+        yield network
+
+
+@pytest.mark.parametrize("kwargs,error,words", [
+    (dict(sizes=[5]), ValueError, ["sizes", "at least 2"]),
+    (dict(sizes=[]), ValueError, ["sizes", "at least 2"]),
+    (dict(sizes=[5, 0, 3]), ValueError, ["sizes", ">= 1"]),
+    (dict(sizes=[5, 2.5]), TypeError, ["sizes", "integers"]),
+    (dict(sizes=5), TypeError, ["sizes"]),
+    (dict(sizes=SIZES, activation="softmax"), ValueError, ["activation", "'sigmoid', 'tanh', 'relu'"]),
+    (dict(sizes=SIZES, activation=None), TypeError, ["activation", "'sigmoid'"]),
+    (dict(sizes=SIZES, cost="hinge"), ValueError, ["cost", "'quadratic', 'cross_entropy'"]),
+    (dict(sizes=SIZES, dtype="int32"), ValueError, ["dtype", "'float32', 'float64'"]),
+    (dict(sizes=SIZES, dtype="float16"), ValueError, ["dtype", "'float32', 'float64'"]),
+    (dict(sizes=SIZES, backend="tpu"), ValueError, ["backend", "'auto', 'numpy', 'cupy'"]),
+    (dict(sizes=SIZES, backend=3), TypeError, ["backend"]),
+    (dict(sizes=SIZES, cost="cross_entropy", output_activation="relu"), ValueError, ["output_activation", "sigmoid"]),
+    (dict(sizes=SIZES, output_activation="linear"), ValueError, ["output_activation", "'identity'"]),
+])
+def test_bad_network_arguments(kwargs, error, words):
+    with pytest.raises(error) as info:
+        MLP(**kwargs, **({} if "backend" in kwargs else {"backend": "numpy"}))
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize("k,error", [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError),
+                                     ("2", TypeError)])
+def test_bad_k(k, error):
+    with pytest.raises(error, match=r"k must be an integer >= 1"):
+        Leapfrog(k)
+
+
+GOOD_X, GOOD_Y = np.ones((4, 3)), np.zeros((3, 3))
+
+
+@pytest.mark.parametrize("x,y,error,words", [
+    (np.ones((5, 3)), GOOD_Y, ValueError, ["x must have shape (4, B) or (4,)", "(5, 3)"]),
+    (np.ones((4, 3, 1)), GOOD_Y, ValueError, ["x must have shape"]),
+    (GOOD_X, np.zeros((2, 3)), ValueError, ["y must have shape (3, B) or (3,)"]),
+    (GOOD_X, np.zeros((3, 2)), ValueError, ["same number of samples", "3 and 2"]),
+    (np.ones((4, 0)), np.zeros((3, 0)), ValueError, ["empty batch"]),
+    (GOOD_X.astype(complex), GOOD_Y, TypeError, ["x must hold real numbers", "complex128"]),
+    (GOOD_X.astype(object), GOOD_Y, TypeError, ["x must hold real numbers", "object"]),
+    (GOOD_X, GOOD_Y.astype(bool), TypeError, ["y must hold real numbers", "bool"]),
+    (np.full((4, 3), np.nan), GOOD_Y, ValueError, ["x contains NaN or Inf"]),
+    (GOOD_X, np.full((3, 3), np.inf), ValueError, ["y contains NaN or Inf"]),
+])
+def test_bad_batches(net, x, y, error, words):
+    with pytest.raises(error) as info:
+        net.backprop(x, y)
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize("eta", [-0.1, float("nan"), float("inf"), "0.1", None])
+def test_bad_learning_rate(net, eta):
+    with pytest.raises(ValueError, match=r"eta \(the learning rate\) must be a finite number >= 0"):
+        net.sgd_step(GOOD_X, GOOD_Y, eta)
+
+
+def test_integer_and_strided_batches_are_accepted(net):
+    """Integer inputs are converted; Fortran-ordered and strided arrays give the same gradients."""
+    x = np.arange(12).reshape(4, 3) % 2
+    want = net.backprop(x.astype(np.float32), GOOD_Y)
+    for variant in (x, np.asfortranarray(x.astype(np.float64)), np.repeat(x, 2, axis=1)[:, ::2]):
+        got = net.backprop(variant, GOOD_Y)
+        assert all(np.array_equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
+
+
+def test_bad_schedule(net):
+    with pytest.raises(TypeError, match=r"Sequential\(\), Leapfrog\(k\), NaumovScan\(\)"):
+        net.backprop(GOOD_X, GOOD_Y, schedule=2)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(mode="gpu"), ["mode", "'threads', 'serial', 'deferred'"]),
+    (dict(order="fifo"), ["order", "'main-first'"]),
+    (dict(blas_threads=0), ["blas_threads", ">= 1"]),
+])
+def test_bad_backend_options(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        NumpyBackend(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_unknown_backend_name():
+    with pytest.raises(ValueError, match="backend must be one of 'auto', 'numpy', 'cupy'"):
+        get_backend("opencl")
+
+
+def test_set_parameters_checks_shapes(net):
+    with pytest.raises(ValueError, match=r"weights\[0\] must have shape \(6, 4\)"):
+        net.set_parameters([np.zeros((4, 6)), np.zeros((3, 6))], [np.zeros(6), np.zeros(3)])
+    with pytest.raises(ValueError, match="biases must list 2 arrays"):
+        net.set_parameters(net.weights, [np.zeros(6)])

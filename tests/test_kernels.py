@@ -1,0 +1,378 @@
+"""Every kernel of ``kernels/*.cu`` against its NumPy twin in ``leapfrog_gpu.ops_numpy``.
+
+The kernels run through ``leapfrog_gpu.ops_cuda.CudaOps``, so with the launch shapes and ``-D`` options
+of ``leapfrog_gpu.launch``: on the CPU under the fiber harness of ``tests/cuda_cpu`` (always), and on a
+GPU through CuPy (skipped without one; there each result is also compared with the CPU harness's).
+Sizes are odd on purpose: no multiple of any block or tile edge, non-square, batches 1, 3 and 64.
+
+Tolerance, per element: ``2 * e32 + 4 * eps * magnitude``. ``e32`` is the largest error the NumPy twin
+makes in float32 against the float64 reference on the same inputs (zero for float64: the twin is the
+reference), so a kernel may be twice as wrong as a plain float32 implementation of the same maths.
+The second term allows for a different order of rounding (a sequential sum against BLAS's, a fused
+multiply-add, a device ``exp`` within 2 ulp) at a few units in the last place of the operands'
+magnitude: ``max(|x|, 1)`` for elementwise results, the sum of the terms' absolute values for the
+reductions (6) and (7). A wrong index or a missing term moves a result by a whole term, far outside it.
+"""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import launch, ops_cuda, ops_numpy
+from leapfrog_gpu.functions import COSTS, OUTPUT_ACTIVATIONS
+
+import cuda_cpu
+
+DTYPES = (np.float32, np.float64)
+SIZES = (1, 2, 31, 33, 257)
+BATCHES = (1, 3, 64)
+PAIRS = [(n, m) for n in SIZES for m in SIZES]  # (n, m): square and not
+
+
+class CpuDevice:
+    """CudaOps on the CPU harness; arrays are guarded copies (a page nobody may touch after each)."""
+
+    name = "cpu"
+
+    def __init__(self):
+        self.ops = ops_cuda.CudaOps(cuda_cpu)
+
+    def to_device(self, array):
+        return cuda_cpu.guarded(array)
+
+    def to_host(self, array):
+        assert cuda_cpu.untouched_before(array), "a kernel wrote before the start of an array"
+        return np.array(array)
+
+
+class GpuDevice:
+    """CudaOps on CuPy."""
+
+    name = "gpu"
+
+    def __init__(self, cupy):
+        self.cupy = cupy
+        self.ops = ops_cuda.CudaOps(cupy)
+
+    def to_device(self, array):
+        return self.cupy.asarray(array)
+
+    def to_host(self, array):
+        return self.cupy.asnumpy(array)
+
+
+def _gpu_or_skip():
+    try:
+        import cupy
+    except ImportError:
+        pytest.skip("CuPy is not installed (pip install -e '.[cuda12]' or '.[cuda13]')")
+    if not cupy.is_available():
+        pytest.skip("no CUDA device")
+    return GpuDevice(cupy)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    if not cuda_cpu.available():
+        pytest.fail(f"the CPU harness needs a C++ compiler ({cuda_cpu.CXX}) on the PATH")
+    return CpuDevice()
+
+
+@pytest.fixture(scope="module", params=["cpu", "gpu"])
+def device(request):
+    if request.param == "gpu":
+        return _gpu_or_skip()
+    return request.getfixturevalue("cpu")
+
+
+@pytest.fixture
+def tile(request, monkeypatch):
+    """Forces the launcher's tile edge for the rank-B update (it picks 16 or 32 by size)."""
+    monkeypatch.setattr(launch, "choose_tile", lambda n, m: request.param)
+    return request.param
+
+
+def check(device, request, run, inputs, twin, magnitude):
+    """Run ``run(device, inputs)`` and compare its outputs with the twin's; see the module docstring.
+
+    ``run(device, inputs)`` launches the kernel on device copies of ``inputs`` and returns the outputs
+    on the host; ``twin(inputs)`` returns the same outputs from ops_numpy; ``magnitude(inputs64,
+    reference)`` returns the scale of each output's elements.
+    """
+    dtype = next(iter(inputs.values())).dtype
+    inputs64 = {name: value.astype(np.float64) for name, value in inputs.items()}
+    reference = twin(inputs64)
+    if dtype == np.float32:
+        e32 = [np.max(np.abs(out - ref)) for out, ref in zip(twin(inputs), reference)]
+    else:
+        e32 = [0.0] * len(reference)
+    eps = np.finfo(dtype).eps
+    bounds = [2 * e + 4 * eps * m for e, m in zip(e32, magnitude(inputs64, reference))]
+    outputs = run(device, inputs)
+    for k, (out, ref, bound) in enumerate(zip(outputs, reference, bounds)):
+        assert out.dtype == dtype and out.shape == ref.shape
+        error = np.abs(out - ref)
+        excess = np.nan_to_num(error - bound, nan=np.inf)
+        worst = tuple(int(i) for i in np.unravel_index(np.argmax(excess), error.shape))
+        assert np.all(error <= bound), (
+            f"output {k}: error {error[worst]:.3g} > bound {np.broadcast_to(bound, error.shape)[worst]:.3g} "
+            f"at {worst} (got {out[worst]}, want {ref[worst]})"
+        )
+    if device.name == "gpu" and cuda_cpu.available():
+        # The same kernel on the CPU harness: each is within its bound of the reference, so within twice.
+        for out, host, bound in zip(outputs, run(request.getfixturevalue("cpu"), inputs), bounds):
+            assert np.all(np.abs(out - host) <= 2 * bound)
+
+
+@pytest.mark.parametrize("n, m", [(1, 1), (257, 31), (4096, 4096), (100_000, 3), (3, 100_000)])
+def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
+    """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits."""
+    shapes = {
+        "outer": (launch.outer_launch(n, m), (m, n)),
+        **{f"rank_update TILE={t}": (launch.rank_update_launch(n, m, t), (m, n)) for t in launch.TILES},
+        "bias_sum": (launch.bias_launch(n), (n, 1)),
+    }
+    for name, ((grid, block, _), (width, height)) in shapes.items():
+        assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535, name
+        assert grid[0] * block[0] >= width and grid[1] * block[1] >= height, name
+    grid, block, _ = launch.elementwise_launch(n * m)
+    assert block[0] <= 1024 and 1 <= grid[0] <= launch.ELEMENTWISE_MAX_GRID  # a grid-stride loop covers the rest
+
+
+def _random(rng, shape, dtype, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(dtype)
+
+
+def _elementwise_magnitude(inputs64, reference):
+    return [np.maximum(np.abs(r), 1) for r in reference]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("activation", list(OUTPUT_ACTIVATIONS))
+def test_bias_activation(device, request, activation, n, batch, dtype):
+    rng = np.random.default_rng([n, batch])
+    inputs = {"z": _random(rng, (n, batch), dtype, 3.0), "b": _random(rng, (n,), dtype)}
+
+    def twin(x):
+        z, a, sp = x["z"].copy(), np.empty_like(x["z"]), np.empty_like(x["z"])
+        ops_numpy.bias_activation(z, a, sp, x["b"], activation)
+        return z, a, sp
+
+    def run(dev, x):
+        z, a, sp = (dev.to_device(v) for v in (x["z"], np.zeros_like(x["z"]), np.zeros_like(x["z"])))
+        dev.ops.bias_activation(z, a, sp, dev.to_device(x["b"]), activation)
+        return dev.to_host(z), dev.to_host(a), dev.to_host(sp)
+
+    check(device, request, run, inputs, twin, _elementwise_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("cost", list(COSTS))
+def test_delta_output(device, request, cost, n, batch, dtype):
+    rng = np.random.default_rng([n, batch, 1])
+    inputs = {name: _random(rng, (n, batch), dtype) for name in ("a", "y", "sp")}
+
+    def twin(x):
+        delta = np.empty_like(x["a"])
+        ops_numpy.delta_output(delta, x["a"], x["y"], x["sp"], cost)
+        return (delta,)
+
+    def run(dev, x):
+        delta = dev.to_device(np.zeros_like(x["a"]))
+        a, y, sp = (dev.to_device(x[name]) for name in ("a", "y", "sp"))
+        dev.ops.delta_output(delta, a, y, sp, cost)
+        return (dev.to_host(delta),)
+
+    check(device, request, run, inputs, twin, _elementwise_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+def test_delta_hidden(device, request, n, batch, dtype):
+    rng = np.random.default_rng([n, batch, 2])
+    inputs = {name: _random(rng, (n, batch), dtype) for name in ("delta", "sp")}
+
+    def twin(x):
+        delta = x["delta"].copy()
+        ops_numpy.delta_hidden(delta, x["sp"])
+        return (delta,)
+
+    def run(dev, x):
+        delta = dev.to_device(x["delta"])
+        dev.ops.delta_hidden(delta, dev.to_device(x["sp"]))
+        return (dev.to_host(delta),)
+
+    check(device, request, run, inputs, twin, _elementwise_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_elementwise_grid_stride_loop(device, request, monkeypatch, dtype):
+    """The sizes above fit in one pass of the grid; cap the grid so that every thread loops 2 or 3 times."""
+    monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
+    assert launch.elementwise_launch(257 * 3)[0][0] * launch.ELEMENTWISE_BLOCK < 257 * 3
+    test_bias_activation(device, request, "sigmoid", 257, 3, dtype)
+    test_delta_output(device, request, "quadratic", 257, 3, dtype)
+    test_delta_hidden(device, request, 257, 3, dtype)
+    test_sgd_update(device, request, (257, 3), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(n, m) for n, m in PAIRS] + [(n,) for n in SIZES], ids=str)
+def test_sgd_update(device, request, shape, dtype):
+    rng = np.random.default_rng(list(shape))
+    inputs = {name: _random(rng, shape, dtype) for name in ("param", "nabla")}
+    scale = 0.3 / 64
+
+    def twin(x):
+        param = x["param"].copy()
+        ops_numpy.sgd_update(param, x["nabla"], scale, np.empty(param.size, param.dtype))
+        return (param,)
+
+    def run(dev, x):
+        param = dev.to_device(x["param"])
+        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), scale, None)
+        return (dev.to_host(param),)
+
+    def magnitude(x, reference):
+        return [np.maximum(np.abs(x["param"]) + scale * np.abs(x["nabla"]), 1)]
+
+    check(device, request, run, inputs, twin, magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n, m", PAIRS)
+def test_nabla_w(device, request, n, m, batch, tile, dtype):
+    """(7), the outer product at B = 1 (the tile does not apply) and the tiled rank-B update."""
+    if batch == 1 and tile != launch.TILES[0]:
+        pytest.skip("B = 1 runs the outer-product kernel, which has no tile")
+    rng = np.random.default_rng([n, m, batch])
+    inputs = {"delta": _random(rng, (n, batch), dtype), "a": _random(rng, (m, batch), dtype)}
+    check(device, request, _run_nabla_w, inputs, _twin_nabla_w, _nabla_w_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n, m", PAIRS)
+def test_fused_update(device, request, n, m, batch, tile, dtype):
+    """(7) fused with SGD, ``w -= scale * delta a^T`` (outer_sgd at B = 1, rank_update_sgd above);
+    bitwise the plain kernel followed by sgd_update, as nabla_w.cu says."""
+    if batch == 1 and tile != launch.TILES[0]:
+        pytest.skip("B = 1 runs the outer-product kernel, which has no tile")
+    rng = np.random.default_rng([n, m, batch, 4])
+    inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
+              "a": _random(rng, (m, batch), dtype)}
+    scale = 0.3 / batch
+
+    def twin(x):
+        w = x["w"].copy()
+        ops_numpy.fused_update(w, x["delta"], x["a"], scale, np.empty(ops_numpy.SCRATCH, w.dtype))
+        return (w,)
+
+    def run(dev, x):
+        w = dev.to_device(x["w"])
+        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), scale, None)
+        return (dev.to_host(w),)
+
+    def magnitude(x, reference):
+        return [np.maximum(np.abs(x["w"]) + scale * (np.abs(x["delta"]) @ np.abs(x["a"]).T), 1)]
+
+    check(device, request, run, inputs, twin, magnitude)
+    (fused,) = run(device, inputs)
+    w, nabla_w = device.to_device(inputs["w"]), device.to_device(np.zeros((n, m), dtype))
+    device.ops.nabla_w(nabla_w, device.to_device(inputs["delta"]), device.to_device(inputs["a"]))
+    device.ops.sgd_update(w, nabla_w, scale, None)
+    np.testing.assert_array_equal(fused, device.to_host(w))
+
+
+def _twin_nabla_w(x):
+    nabla_w = np.empty((x["delta"].shape[0], x["a"].shape[0]), x["delta"].dtype)
+    ops_numpy.nabla_w(nabla_w, x["delta"], x["a"])
+    return (nabla_w,)
+
+
+def _run_nabla_w(dev, x):
+    nabla_w = dev.to_device(np.zeros((x["delta"].shape[0], x["a"].shape[0]), x["delta"].dtype))
+    dev.ops.nabla_w(nabla_w, dev.to_device(x["delta"]), dev.to_device(x["a"]))
+    return (dev.to_host(nabla_w),)
+
+
+def _nabla_w_magnitude(x, reference):
+    return [np.abs(x["delta"]) @ np.abs(x["a"]).T]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+def test_nabla_b(device, request, n, batch, dtype):
+    """(6): the bias gradient, summed over the batch."""
+    rng = np.random.default_rng([n, batch, 3])
+    inputs = {"delta": _random(rng, (n, batch), dtype)}
+
+    def twin(x):
+        nabla_b = np.empty(n, x["delta"].dtype)
+        ops_numpy.nabla_b(nabla_b, x["delta"])
+        return (nabla_b,)
+
+    def run(dev, x):
+        nabla_b = dev.to_device(np.zeros(n, x["delta"].dtype))
+        dev.ops.nabla_b(nabla_b, dev.to_device(x["delta"]))
+        return (dev.to_host(nabla_b),)
+
+    def magnitude(x, reference):
+        return [np.abs(x["delta"]).sum(axis=1)]
+
+    check(device, request, run, inputs, twin, magnitude)
+
+
+def _rank_update_mutant(old, new, occurrence):
+    """nabla_w.cu with the ``occurrence``-th ``old`` inside rank_update replaced by ``new``."""
+    source = ops_cuda.kernel_source("nabla_w.cu")
+    start = source.index("__device__ void rank_update")
+    end = source.index("#define LEAPFROG_NABLA_W")
+    body = source[start:end]
+    at = -1
+    for _ in range(occurrence + 1):
+        at = body.index(old, at + 1)
+    mutant = body[:at] + new + body[at + len(old):]
+    assert mutant != body
+    return source[:start] + mutant + source[end:]
+
+
+@pytest.mark.parametrize(
+    "old, new, occurrence, batch, caught_by",
+    [
+        # A missing barrier: some threads compute from a tile not yet loaded, or one already reloaded.
+        ("__syncthreads();", "", 0, 64, AssertionError),
+        ("__syncthreads();", "", 1, 64, AssertionError),
+        # Off by one: the store one row past the end, the batch load one column past it, and the dot
+        # product over the padding column (NaN: the harness fills shared memory before each block).
+        ("i0 + ty < n && j0 + tx < m", "i0 + ty <= n && j0 + tx < m", 0, 3, cuda_cpu.KernelError),
+        ("s < batch", "s <= batch", 0, 3, cuda_cpu.KernelError),
+        ("t < TILE", "t <= TILE", 0, 64, AssertionError),
+    ],
+    ids=["first barrier removed", "second barrier removed", "store bound", "batch bound", "tile bound"],
+)
+def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occurrence, batch, caught_by):
+    """Mutations of the real tiled kernel fail: by a mismatch, or by the harness stopping the launch."""
+    source = ops_cuda.kernel_source
+    if old == "__syncthreads();":
+        assert source("nabla_w.cu").count(old) == 2  # the two barriers of rank_update, and no others
+    mutant = _rank_update_mutant(old, new, occurrence)
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutant if f == "nabla_w.cu" else source(f))
+    monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
+    rng = np.random.default_rng(7)
+    inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}
+    with pytest.raises(caught_by) as failure:
+        check(CpuDevice(), request, _run_nabla_w, inputs, _twin_nabla_w, _nabla_w_magnitude)
+    if caught_by is cuda_cpu.KernelError:
+        assert "invalid memory access" in str(failure.value)
+    # The unmutated kernel passes the same check.
+    monkeypatch.setattr(ops_cuda, "kernel_source", source)
+    check(CpuDevice(), request, _run_nabla_w, inputs, _twin_nabla_w, _nabla_w_magnitude)

@@ -1,0 +1,129 @@
+"""Every ``kernels/*.cu`` compiles with NVRTC, with the options the runtime uses, for sm_80 and sm_90.
+
+NVRTC needs no GPU: ``cuda-bindings`` and the NVRTC wheel come with the test extras. With ``-arch=sm_XX``
+NVRTC runs ptxas, and ``-Xptxas=-v`` puts its report in the program log: a warning, a spill or a stack
+frame (local memory) in any kernel fails the check.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+from cuda.bindings import nvrtc
+
+from leapfrog_gpu import launch, traffic
+from leapfrog_gpu.sources import kernel_files, kernel_source
+
+ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200
+MODULES = launch.modules()  # (file, NVRTC options) as the launchers build them
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a source; the message holds NVRTC's log."""
+
+
+def _check(result):
+    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"NVRTC call failed: {result!r}")
+
+
+def nvrtc_compile(source, filename, options, arch):
+    """Compile ``source`` to a cubin for ``arch`` with ``options``; returns NVRTC's log (with ptxas's)."""
+    result, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
+    _check(result)
+    try:
+        flags = [flag.encode() for flag in (*options, f"-arch={arch}", "-Xptxas=-v")]
+        (compiled,) = nvrtc.nvrtcCompileProgram(program, len(flags), flags)
+        result, size = nvrtc.nvrtcGetProgramLogSize(program)
+        _check(result)
+        log = b" " * size
+        (result,) = nvrtc.nvrtcGetProgramLog(program, log)
+        _check(result)
+        log = log.rstrip(b"\0 ").decode()
+        if compiled != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC could not compile {filename} ({' '.join(options)}, {arch}):\n{log}")
+        return log
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def ptxas_report(log):
+    """``{kernel: {"stack frame", "spill stores", "spill loads", "registers"}}`` from ptxas -v's log."""
+    report = {}
+    sections = re.findall(r"Function properties for (\w+)\n(.*?)(?=\n\S*ptxas info\s*: Comp|\Z)", log, re.S)
+    for name, body in sections:
+        local = re.findall(r"(\d+) bytes (stack frame|spill stores|spill loads|lmem)", body)
+        numbers = {key: int(value) for value, key in local}
+        numbers["registers"] = int(re.search(r"Used (\d+) registers", body).group(1))
+        report[name] = numbers
+    return report
+
+
+def kernel_names(source):
+    """Names of the ``extern "C" __global__`` kernels, with the _f32/_f64 suffix of each macro use."""
+    direct = re.findall(r'extern "C" __global__ void (\w+_f(?:32|64))\(', source)
+    templated = re.findall(r'extern "C" __global__ void (\w+)_##SUFFIX\(', source)
+    suffixes = re.findall(r"^LEAPFROG_\w+\(\w+, (f32|f64)\)", source, re.M)
+    return {*direct, *(f"{name}_{suffix}" for name in templated for suffix in suffixes)}
+
+
+def test_every_kernel_file_is_built_by_the_launchers():
+    assert {path.name for path in kernel_files()} == {filename for filename, _ in launch.modules()}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("filename, options", MODULES, ids=[" ".join((f, *o[1:])) for f, o in MODULES])
+def test_compiles_without_warning_spill_or_local_memory(filename, options, arch):
+    source = kernel_source(filename)
+    log = nvrtc_compile(source, filename, options, arch)
+    assert "warning" not in log.lower(), log
+    report = ptxas_report(log)
+    names = kernel_names(source)
+    assert names and {n[:-4] for n in names if n[-4:] == "_f32"} == {n[:-4] for n in names if n[-4:] == "_f64"}
+    assert set(report) == names, log  # ptxas reported on every kernel, float32 and float64
+    for name, numbers in report.items():
+        local = {key: numbers.get(key, 0) for key in ("stack frame", "spill stores", "spill loads", "lmem")}
+        assert not any(local.values()), f"{name} uses local memory for {arch}: {local}\n{log}"
+
+
+def test_syntax_error_puts_the_compiler_log_in_the_failure():
+    source = kernel_source("nabla_w.cu")
+    broken = source.replace("T acc = T(0);", "T acc = T(0)", 1)
+    assert broken != source
+    line = broken[: broken.index("T acc = T(0)")].count("\n") + 1
+    with pytest.raises(CompileError) as failure:
+        nvrtc_compile(broken, "nabla_w.cu", launch.compile_options(("-DTILE=16",)), "sm_90")
+    message = str(failure.value)
+    assert re.search(rf"nabla_w\.cu\({line + 1}\): error", message), message  # the statement after it
+    assert "expected a \";\"" in message, message
+
+
+def test_local_memory_shows_in_the_report():
+    """The check above can fail: an array indexed at run time lives in local memory (a stack frame)."""
+    source = (
+        'extern "C" __global__ void local_f32(float* x, int i) {\n'
+        "    volatile float t[64];  // volatile: kept in memory, not in registers\n"
+        "    for (int j = 0; j < 64; ++j) t[j] = x[j];\n"
+        "    x[0] = t[i];\n"
+        "}\n"
+    )
+    report = ptxas_report(nvrtc_compile(source, "local.cu", launch.NVRTC_OPTIONS, "sm_90"))
+    assert report["local_f32"]["stack frame"] > 0, report
+
+
+def test_traffic_counts_every_kernel():
+    names = {name[:-4] for path in kernel_files() for name in kernel_names(path.read_text())}
+    assert names == set(traffic.KERNELS)
+
+
+def test_kernels_readme_is_current():
+    """kernels/README.md is the output of ``python -m leapfrog_gpu.traffic``, not typed by hand."""
+    readme = Path(__file__).resolve().parents[1] / "kernels" / "README.md"
+    assert readme.read_text() == traffic.readme(), "run: python -m leapfrog_gpu.traffic > kernels/README.md"
+
+
+def test_warnings_show_in_the_log():
+    """The warning check above can fail: NVRTC reports an unused variable in the log it returns."""
+    source = 'extern "C" __global__ void unused_f32(float* x) {\n    int unused = 1;\n    x[0] = 1.0f;\n}\n'
+    log = nvrtc_compile(source, "unused.cu", launch.NVRTC_OPTIONS, "sm_90")
+    assert re.search(r"unused\.cu\(2\): warning", log), log

@@ -1,0 +1,43 @@
+"""The kernels/ folder is found from a checkout and from an installed wheel."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from leapfrog_gpu.sources import kernel_files
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_checkout_finds_every_kernel():
+    assert {path.name for path in kernel_files()} == {path.name for path in (ROOT / "kernels").glob("*.cu")}
+
+
+def test_wheel_ships_the_kernels_and_finds_them_installed(tmp_path):
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, ROOT],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("leapfrog_gpu-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for source in (ROOT / "kernels").glob("*.cu"):
+        assert f"leapfrog_gpu/kernels/{source.name}" in names
+
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, wheel],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert install.returncode == 0, install.stderr
+    code = (
+        f"import sys; sys.path.insert(0, {str(site)!r}); import leapfrog_gpu, leapfrog_gpu.sources as s;"
+        "print(leapfrog_gpu.__file__); print(s.kernel_dir()); print(len(s.kernel_files()))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    package, kernels, count = run.stdout.split()
+    assert package.startswith(str(site)), "the installed copy, not the checkout, must be imported"
+    assert kernels == str(site / "leapfrog_gpu" / "kernels")
+    assert int(count) == len(list((ROOT / "kernels").glob("*.cu")))

@@ -82,7 +82,7 @@ def choose(net, plan, ks=KS, fused=False):
 
 
 def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32", activation="sigmoid",
-         cost="quadratic", seed=0, repeats=REPEATS, warmup=WARMUP):
+         cost="quadratic", seed=0, repeats=REPEATS, warmup=WARMUP, fused=False):
     """Calibrate the backward pass of ``MLP(sizes)`` at ``batch`` samples; return a ``Tuning``.
 
     On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
@@ -101,7 +101,7 @@ def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32
     with get_backend(backend) as device, MLP(sizes, activation=activation, cost=cost, dtype=dtype, seed=seed,
                                              backend=device) as net:
         net.backprop(x, y)  # the plan now holds a forward pass
-        table = measure(net, net._plan(batch), candidates(ks), repeats, warmup, settings)
+        table = measure(net, net._plan(batch), candidates(ks, fused), repeats, warmup, settings)
     schedule, threads, _ = pick(table)
     return Tuning(schedule, threads, table)
 

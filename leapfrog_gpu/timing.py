@@ -95,8 +95,3 @@ def summary(times_ms):
     """``{"median", "p20", "p80"}`` of a sample of times, in ms."""
     p20, median, p80 = np.percentile(np.asarray(times_ms), (20, 50, 80))
     return {"median": float(median), "p20": float(p20), "p80": float(p80)}
-
-
-def noise(stats):
-    """The relative spread of one measurement, (p80 - p20) / median: what a ratio cannot resolve."""
-    return (stats["p80"] - stats["p20"]) / stats["median"]

@@ -9,7 +9,7 @@ import pytest
 from leapfrog_gpu import bench, traffic
 from leapfrog_gpu.backends import cuda_available
 
-FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "blas_threads", "step_ms", "backward_ms",
+FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms", "backward_ms",
           "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
 TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2,auto",
         "--blas-threads", "1,2", "--repeats", "3", "--warmup", "1"]
@@ -75,6 +75,12 @@ def test_table_prints_one_row_per_record(report):
     assert len(rows) == len(data["records"])
     assert "auto->" in stdout and "auto chose" in stdout and "PyTorch anchor skipped (--no-torch)" in stdout
     assert data["command"].startswith("leapfrog-bench --backend numpy") and data["machine"]["cores"] >= 1
+
+
+def test_fused_schedules_in_records_and_table():
+    stdout = _run_main(["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "3", "--k", "2,auto",
+                        "--blas-threads", "1", "--repeats", "2", "--warmup", "1", "--no-torch", "--fused"])
+    assert "sequential+fused" in stdout and "leapfrog+fused" in stdout and "auto->" in stdout
 
 
 def test_plot_is_a_png(report):

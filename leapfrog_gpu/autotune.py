@@ -7,9 +7,11 @@ fast only some of the time (BLAS threads that compete with other work for the co
 is reliably fast. So the choice is never slower than the best sequential configuration but for noise.
 
 ``Leapfrog("auto")`` calls ``choose`` the first time it meets a network at a batch size, on that
-network's own buffers and under its backend's BLAS setting. ``tune`` also sweeps BLAS threads (on the
-NumPy backend, where they are a process-wide setting), switching the limit between blocks of timed
-calls so that every (schedule, threads) pair is calibrated in alternation with the others.
+network's own buffers and under its backend's BLAS setting; it times the backward pass, the only part
+of a step the schedule changes. ``tune`` also sweeps BLAS threads (on the NumPy backend, where they are
+a process-wide setting), which change the forward pass and the update too, so it times whole steps,
+switching the limit between blocks of timed calls so that every (schedule, threads) pair is calibrated
+in alternation with the others.
 """
 
 import contextlib
@@ -38,8 +40,8 @@ class Tuning:
     """The outcome of a calibration.
 
     ``schedule`` is ``Sequential()`` or ``Leapfrog(k)``; ``blas_threads`` the BLAS threads it ran with
-    (``None``: left as they were); ``table`` lists ``(schedule, blas_threads, backward_ms)`` for every
-    candidate, ``backward_ms`` a ``timing.summary``.
+    (``None``: left as they were); ``table`` lists ``(schedule, blas_threads, step_ms)`` for every
+    candidate, ``step_ms`` a ``timing.summary`` of the SGD step.
     """
 
     schedule: object
@@ -47,7 +49,7 @@ class Tuning:
     table: list
 
     @property
-    def backward_ms(self):
+    def step_ms(self):
         return next(ms for s, t, ms in self.table if s is self.schedule and t == self.blas_threads)
 
 
@@ -56,17 +58,23 @@ def candidates(ks=KS, fused=False):
     return [Sequential(fused)] + [Leapfrog(k, fused) for k in ks]
 
 
-def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP, blas_threads=(None,)):
-    """``[(schedule, threads, backward_ms)]``: the backward pass of each schedule at each BLAS setting,
-    timed on ``plan``, the configurations in turn (``timing.measure_in_blocks``).
+def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP, blas_threads=(None,), batch=None):
+    """``[(schedule, threads, ms)]``: the backward pass of each schedule at each BLAS setting, timed on
+    ``plan``, the configurations in turn (``timing.measure_in_blocks``). With ``batch=(x, y)`` the
+    whole SGD step on that batch is timed instead, with eta = 0 (the same work, weights unchanged).
 
     ``plan`` must hold a forward pass; the backward pass reads it and rewrites the same deltas and
     gradients every time, so the calibration changes nothing a later pass sees.
     """
+    def timed(s):
+        if batch is None:
+            return lambda: s.backward(net, plan)
+        return lambda: net.sgd_step(*batch, 0.0, s)
+
     runs = [(s, t) for t in blas_threads for s in schedules]
     keys = [t for _, t in runs]
-    times = timing.measure_in_blocks(net.backend, [lambda s=s: s.backward(net, plan) for s, _ in runs], keys,
-                                     repeats, warmup, [lambda t=t: blas_limit(t) for t in keys])
+    times = timing.measure_in_blocks(net.backend, [timed(s) for s, _ in runs], keys, repeats, warmup,
+                                     [lambda t=t: blas_limit(t) for t in keys])
     return [(s, t, timing.summary(ms)) for (s, t), ms in zip(runs, times)]
 
 
@@ -83,8 +91,9 @@ def choose(net, plan, ks=KS, fused=False):
 
 def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32", activation="sigmoid",
          cost="quadratic", seed=0, repeats=REPEATS, warmup=WARMUP, fused=False):
-    """Calibrate the backward pass of ``MLP(sizes)`` at ``batch`` samples; return a ``Tuning``.
+    """Calibrate the SGD step of ``MLP(sizes)`` at ``batch`` samples; return a ``Tuning``.
 
+    The step, not the backward pass alone: BLAS threads also change the forward pass and the update.
     On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
     thread and all cores); use the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and
     ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
@@ -100,14 +109,13 @@ def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32
     x, y = rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
     with get_backend(backend) as device, MLP(sizes, activation=activation, cost=cost, dtype=dtype, seed=seed,
                                              backend=device) as net:
-        net.backprop(x, y)  # the plan now holds a forward pass
-        table = measure(net, net._plan(batch), candidates(ks, fused), repeats, warmup, settings)
+        table = measure(net, net._plan(batch), candidates(ks, fused), repeats, warmup, settings, batch=(x, y))
     schedule, threads, _ = pick(table)
     return Tuning(schedule, threads, table)
 
 
 def pick(table):
-    """The row ``(schedule, threads, backward_ms)`` of ``table`` to run (see the module docstring)."""
+    """The row ``(schedule, threads, ms)`` of ``table`` to run (see the module docstring)."""
     def p80(row):
         return row[2]["p80"]
 

@@ -9,8 +9,8 @@ import pytest
 from leapfrog_gpu import bench, traffic
 from leapfrog_gpu.backends import cuda_available
 
-FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms", "backward_ms",
-          "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
+FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
+          "backward_ms", "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
 TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2,auto",
         "--blas-threads", "1,2", "--repeats", "3", "--warmup", "1"]
 

@@ -405,6 +405,9 @@ def _write_atomically(path, text):
     folder = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
         tmp.write(text)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp.name, 0o666 & ~umask)  # as open() would have made it, not the temporary file's 0600
     os.replace(tmp.name, path)
 
 

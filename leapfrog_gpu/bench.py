@@ -38,7 +38,8 @@ SCHEDULES = {
     "naumov-scan": (NaumovScan, True),
     "naumov-jacobi": (NaumovJacobi, True),
 }
-"""Schedules by name: (class, whether it takes k). ``sequential`` is always measured: it is the baseline."""
+"""Schedules by name: (class, whether it takes k), built as ``cls(k=k, fused=...)`` or ``cls(fused=...)``.
+``sequential`` is always measured: it is the baseline."""
 DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
 
 ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
@@ -244,7 +245,7 @@ def _measure_case(args, sizes, batch, settings, specs, tuning, bandwidth):
 def make_schedule(name, k, fused=False):
     """The schedule called ``name`` in ``SCHEDULES``, with k worker streams if it takes them."""
     cls, takes_k = SCHEDULES[name]
-    return cls(k, fused) if takes_k else cls(fused)
+    return cls(k=k, fused=fused) if takes_k else cls(fused=fused)
 
 
 def layer_costs(net, plan, repeats, warmup):

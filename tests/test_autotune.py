@@ -36,13 +36,16 @@ def test_choose_takes_the_smallest_p80_and_runs_it_once_per_plan(monkeypatch, fa
     assert calls == [["Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)", "Leapfrog(k=4)"]] * 2
 
 
-def test_auto_training_matches_sequential_bitwise():
+@pytest.mark.parametrize("fused", [False, True])
+def test_auto_training_matches_sequential_bitwise(fused):
     sizes = [7, 11, 11, 11, 3]
     x, y = _data(sizes, 4)
+    schedule = Leapfrog("auto", fused)
     with MLP(sizes, backend="numpy") as auto, MLP(sizes, backend="numpy") as plain:
         for _ in range(4):
-            auto.sgd_step(x, y, 0.5, Leapfrog("auto"))
-            plain.sgd_step(x, y, 0.5, Sequential())
+            auto.sgd_step(x, y, 0.5, schedule)
+            plain.sgd_step(x, y, 0.5, Sequential(fused))
+        assert autotune.choose(auto, auto._plan(4), fused=fused).fused == fused
         for a, b in zip(auto.weights + auto.biases, plain.weights + plain.biases):
             assert np.array_equal(a, b)
 

@@ -83,6 +83,14 @@ def test_fused_schedules_in_records_and_table():
     assert "sequential+fused" in stdout and "leapfrog+fused" in stdout and "auto->" in stdout
 
 
+def test_schedules_by_name_include_naumov():
+    stdout = _run_main(["--backend", "numpy", "--sizes", "9", "--layers", "5", "--batch", "2", "--k", "2",
+                        "--schedule", "leapfrog,naumov-scan,naumov-jacobi", "--blas-threads", "1", "--repeats", "2",
+                        "--warmup", "1", "--no-torch"])
+    names = [line.split()[4] for line in stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert names == ["sequential*", "leapfrog", "naumov-scan", "naumov-jacobi"]
+
+
 def test_plot_is_a_png(report):
     png = report[2]
     assert png[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,7 +5,8 @@
 #
 # Writes into $OUT (default profiling/results/<UTC date>), eight files at most:
 #   summary.txt   environment (nvidia-smi, Python, CuPy, CUDA, torch, nsys) and each part's exit status
-#   tests.txt     python -m pytest -m gpu
+#   tests.txt     python -m pytest -m gpu, then the kernel and schedule GPU tests under compute-sanitizer
+#                 --tool racecheck and --tool synccheck (when compute-sanitizer is on PATH)
 #   kernels.txt   kernels.json   our nabla_w kernels against cupy.matmul (cuBLAS), GB/s against a copy
 #   bench.txt     bench.json     leapfrog-bench grid, the H200 target N=1024 L=32 B=32 float32 included
 #   overlap.txt   trace.sqlite   nsys trace of leapfrog-train steps (N=1024 L=32 B=32 k=2), overlap report
@@ -84,6 +85,18 @@ if ((${#missing[@]})); then
 fi
 
 part "GPU tests" 90 "$out/tests.txt" "$python" -m pytest -m gpu -q -p no:cacheprovider tests
+if command -v compute-sanitizer >/dev/null; then
+    # Shared-memory races and barrier misuse in the tiled kernels, on odd sizes; a leapfrog step too.
+    selection='(test_nabla_w or test_fused_update or test_nabla_b) and 257 and 33 or bitwise_sequential_on_the_gpu and 7-2'
+    for tool in racecheck synccheck; do
+        part "compute-sanitizer $tool" 45 "$scratch/$tool.txt" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            --target-processes all "$python" -m pytest -m gpu -q -p no:cacheprovider -x \
+            tests/test_kernels.py tests/test_schedules.py -k "$selection"
+        cat "$scratch/$tool.txt" >>"$out/tests.txt"
+    done
+else
+    echo "compute-sanitizer: skipped (not on PATH)" | tee -a "$summary"
+fi
 part "nabla_w kernels vs cuBLAS" 40 "$out/kernels.txt" \
     "$python" profiling/kernels.py --backend cupy --json "$out/kernels.json"
 part "bench grid" 120 "$out/bench.txt" "$python" -m leapfrog_gpu.bench --backend cupy --dtype float32 \

@@ -77,7 +77,7 @@ def cpu():
     return CpuDevice()
 
 
-@pytest.fixture(scope="module", params=["cpu", "gpu"])
+@pytest.fixture(scope="module", params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def device(request):
     if request.param == "gpu":
         return _gpu_or_skip()

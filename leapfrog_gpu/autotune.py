@@ -1,10 +1,11 @@
 """Choosing k, and on the CPU the BLAS threads per stream, from a short calibration.
 
 The candidates always include ``Sequential()``, and the choice leaves the best sequential configuration
-only for one that is faster beyond the calibration's noise: its p80 (slow end) below the sequential
-one's p20 (fast end). Among configurations the smallest p80 wins, not the smallest median: one that is
-fast only some of the time (BLAS threads that compete with other work for the cores) loses to one that
-is reliably fast. So the choice is never slower than the best sequential configuration but for noise.
+(the smallest median) only for one that is faster beyond the calibration's noise: its p80 (slow end)
+below the sequential one's p20 (fast end). Medians rank, because occasional spikes (BLAS threads that
+lose a core to other work for a moment) move a p80 of a short calibration far more than the typical
+time the benchmark then reports. So the choice is never slower than the best sequential configuration
+but for noise.
 
 ``Leapfrog("auto")`` calls ``choose`` the first time it meets a network at a batch size, on that
 network's own buffers and under its backend's BLAS setting; it times the backward pass, the only part
@@ -29,7 +30,7 @@ from .schedules import Leapfrog, Sequential
 
 KS = (1, 2, 4)
 """Worker-stream counts tried by default."""
-REPEATS, WARMUP = 7, 1
+REPEATS, WARMUP = 15, 1
 """A calibration is short: its times only need to rank the candidates."""
 
 _chosen = weakref.WeakKeyDictionary()  # plan -> {(ks, fused): the schedule chosen for it}
@@ -79,7 +80,7 @@ def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP, blas_threads=(
 
 
 def choose(net, plan, ks=KS, fused=False):
-    """The fastest of ``candidates(ks, fused)`` (smallest p80) on ``plan`` under the current BLAS
+    """The fastest of ``candidates(ks, fused)`` (see ``pick``) on ``plan`` under the current BLAS
     setting, cached for the plan's life. The calibration times the unfused backward pass (a fused one
     would update the weights), which does the same work on the same streams."""
     chosen = _chosen.setdefault(plan, {})
@@ -116,13 +117,13 @@ def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32
 
 def pick(table):
     """The row ``(schedule, threads, ms)`` of ``table`` to run (see the module docstring)."""
-    def p80(row):
-        return row[2]["p80"]
+    def median(row):
+        return row[2]["median"]
 
-    sequential = min((row for row in table if isinstance(row[0], Sequential)), key=p80)
+    sequential = min((row for row in table if isinstance(row[0], Sequential)), key=median)
     others = [row for row in table if not isinstance(row[0], Sequential)]
-    best = min(others, key=p80) if others else sequential
-    return best if p80(best) < sequential[2]["p20"] else sequential
+    best = min(others, key=median) if others else sequential
+    return best if best[2]["p80"] < sequential[2]["p20"] else sequential
 
 
 def blas_limit(threads):

@@ -161,3 +161,17 @@ def test_schedules_are_listed_by_name():
     assert set(bench.SCHEDULES) >= {"sequential", "leapfrog"}
     cls, takes_k = bench.SCHEDULES["leapfrog"]
     assert takes_k and cls(3).k == 3
+
+
+def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
+    """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
+    import subprocess
+    from pathlib import Path
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report[1]))
+    script = Path(__file__).resolve().parent.parent / "profiling" / "bench_table.py"
+    out = subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
+    assert len(rows) == len(report[1]["records"])
+    assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 17 for row in rows)

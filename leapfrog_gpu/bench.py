@@ -27,6 +27,7 @@ import numpy as np
 
 from . import autotune, timing, torch_anchor, traffic
 from .backends import cuda_available, get_backend
+from .cli import Parser, integer, integers
 from .functions import ACTIVATIONS, DTYPES
 from .network import MLP
 from .naumov import NaumovJacobi, NaumovScan
@@ -46,39 +47,6 @@ ETA = 1e-3  # small enough that the timed steps keep the activations away from s
 
 
 # -- command line -------------------------------------------------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """Bad input: one line on stderr, exit status 2."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _int_list(name, least):
-    def parse(text):
-        try:
-            values = [int(part) for part in text.split(",")]
-        except ValueError:
-            message = f"{name} must be a comma-separated list of integers; got {text!r}"
-            raise argparse.ArgumentTypeError(message) from None
-        if min(values) < least:
-            raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
-        return values
-
-    return parse
-
-
-def _count(name, least):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < least:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= {least}; got {text!r}")
-        return value
-
-    return parse
 
 
 def _k_list(text):
@@ -106,22 +74,22 @@ def _schedule_list(text):
 
 
 def parser():
-    p = _Parser(prog="leapfrog-bench", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="leapfrog-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--dtype", choices=DTYPES, default="float32")
-    p.add_argument("--sizes", type=_int_list("size", 1), default=[256, 1024], help="widths N (default 256,1024)")
-    p.add_argument("--layers", type=_int_list("layer count", 2), default=[8, 16], help="layers L (default 8,16)")
-    p.add_argument("--batch", type=_int_list("batch size", 1), default=[1, 64], help="batch sizes B (default 1,64)")
+    p.add_argument("--sizes", type=integers(1, "size"), default=[256, 1024], help="widths N (default 256,1024)")
+    p.add_argument("--layers", type=integers(2, "layer count"), default=[8, 16], help="layers L (default 8,16)")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], help="batch sizes B (default 1,64)")
     p.add_argument("--k", type=_k_list, default=[1, 2, 4], help="worker streams, and 'auto' (default 1,2,4)")
     p.add_argument("--schedule", type=_schedule_list, default=DEFAULT_SCHEDULES,
                    help=f"schedules by name, from {', '.join(SCHEDULES)} (default {','.join(DEFAULT_SCHEDULES)})")
-    p.add_argument("--blas-threads", type=_int_list("BLAS thread count", 1), default=None,
+    p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None,
                    help="numpy backend: BLAS threads per stream to try (default 1 and all cores)")
     p.add_argument("--fused", action="store_true",
                    help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid")
-    p.add_argument("--repeats", type=_count("--repeats", 1), default=20, help="timed repeats (default 20)")
-    p.add_argument("--warmup", type=_count("--warmup", 0), default=2, help="untimed runs first (default 2)")
+    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, help="timed repeats (default 20)")
+    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, help="untimed runs first (default 2)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--json", metavar="FILE", help="write the records to FILE")
     p.add_argument("--plot", metavar="FILE.png",

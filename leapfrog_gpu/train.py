@@ -14,8 +14,8 @@ Ctrl-C (SIGINT), after a checkpoint of the last completed step.
 """
 
 import argparse
-import json
 import contextlib
+import json
 import math
 import os
 import signal
@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from . import checkpoint, data
 from .backends import cuda_available, get_backend
+from .cli import Parser, integer
 from .functions import ACTIVATIONS, COSTS, DTYPES
 from .metrics import cost, evaluate
 from .network import MLP
@@ -98,12 +99,6 @@ def sigint_between_steps():
 # -- options --------------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """One line on stderr and exit status 2 (argparse's usage block would make it several)."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def parse_hidden(text):
     """Hidden widths from ``"6x128"``, ``"128,64,32"`` or a mix such as ``"2x128,64"``."""
     widths = []
@@ -118,19 +113,6 @@ def parse_hidden(text):
         raise argparse.ArgumentTypeError(
             f"must be widths >= 1 such as 6x128, 128,64,32 or 2x128,64; got {text!r}")
     return widths
-
-
-def _integer(least):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < least:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {least}; got {text!r}")
-        return value
-
-    return parse
 
 
 def _learning_rate(text):
@@ -154,7 +136,7 @@ def _profile_steps(text):
 def build_parser():
     """The command line; defaults are left out of the namespace so that ``--resume`` can tell what
     was given (``DEFAULTS`` holds them)."""
-    p = _Parser(prog=PROG, description="Train a deep MLP whose weight gradients leapfrog the backward chain.",
+    p = Parser(prog=PROG, description="Train a deep MLP whose weight gradients leapfrog the backward chain.",
                 argument_default=argparse.SUPPRESS)
     d = DEFAULTS
     group = p.add_argument_group("data")
@@ -163,9 +145,9 @@ def build_parser():
                             f"regression on a random deep network (default {d['data']})")
     group.add_argument("--data-dir", metavar="DIR",
                        help="mnist: a folder with the four IDX files (gzipped or not) or one .npz")
-    group.add_argument("--inputs", type=_integer(1), metavar="N", help=f"teacher: input width (default {d['inputs']})")
-    group.add_argument("--outputs", type=_integer(1), metavar="N", help=f"teacher: output width (default {d['outputs']})")
-    group.add_argument("--samples", type=_integer(1), metavar="N",
+    group.add_argument("--inputs", type=integer(1), metavar="N", help=f"teacher: input width (default {d['inputs']})")
+    group.add_argument("--outputs", type=integer(1), metavar="N", help=f"teacher: output width (default {d['outputs']})")
+    group.add_argument("--samples", type=integer(1), metavar="N",
                        help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
     group = p.add_argument_group("model and schedule")
     group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
@@ -175,21 +157,21 @@ def build_parser():
                        help="default cross_entropy (with a sigmoid output) for classification, quadratic "
                             "(with an identity output) for teacher")
     group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
-    group.add_argument("--epochs", type=_integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
-    group.add_argument("--batch-size", type=_integer(1), metavar="B", help=f"(default {d['batch_size']})")
+    group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
+    group.add_argument("--batch-size", type=integer(1), metavar="B", help=f"(default {d['batch_size']})")
     group.add_argument("--lr", type=_learning_rate, metavar="ETA",
                        help=f"learning rate: w -= ETA/B * nabla_w (default {d['lr']})")
-    group.add_argument("--seed", type=_integer(0), metavar="S",
+    group.add_argument("--seed", type=integer(0), metavar="S",
                        help=f"initial parameters and the order of the batches (default {d['seed']})")
     group.add_argument("--schedule", choices=("sequential", "leapfrog"), help=f"(default {d['schedule']})")
-    group.add_argument("--k", type=_integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
+    group.add_argument("--k", type=integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
     group.add_argument("--fused", action="store_true",
                        help="fuse the SGD update into the weight-gradient kernel (same result, fewer bytes)")
     group.add_argument("--check-finite", action="store_true",
                        help="check every gradient for NaN/Inf before each update and stop (exit 3) without it")
     group.add_argument("--backend", choices=("auto", "numpy", "cupy"),
                        help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
-    group.add_argument("--blas-threads", type=_integer(1), metavar="N",
+    group.add_argument("--blas-threads", type=integer(1), metavar="N",
                        help="numpy backend: BLAS threads per host stream (default 1: each stream is a thread)")
     group = p.add_argument_group("output and checkpoints")
     group.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines, only the result")

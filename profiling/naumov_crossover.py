@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from leapfrog_gpu.backends import get_backend
+from leapfrog_gpu.cli import Parser, integers
 from leapfrog_gpu.naumov import (
     DEFAULT_MEMORY_LIMIT,
     SCHEDULES,
@@ -36,26 +37,6 @@ from leapfrog_gpu.naumov import (
 )
 
 HERE = Path(__file__).resolve().parent
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with a bad argument reported in one line (exit status 2)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def integers(minimum):
-    def parse(text):
-        try:
-            values = [int(part) for part in text.split(",")]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-        if min(values) < minimum:
-            raise argparse.ArgumentTypeError(f"every value must be >= {minimum}; got {text!r}")
-        return values
-
-    return parse
 
 
 def names(text):

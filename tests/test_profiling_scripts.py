@@ -140,3 +140,15 @@ def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
     assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
     assert lines[-1].startswith("copy: ")
 
+
+
+def test_naumov_crossover_runs_a_tiny_grid(tmp_path):
+    """profiling/naumov_crossover.py: every schedule of a tiny grid timed, its JSON and plot written."""
+    out = tmp_path / "crossover"
+    run = subprocess.run([sys.executable, PROFILING / "naumov_crossover.py", "--L", "3,5", "--N", "4", "--B", "1",
+                          "--repeats", "1", "--out", out], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert {row["schedule"] for row in result["rows"]} >= {"naumov-scan", "naumov-jacobi", "sequential"}
+    assert {row["L"] for row in result["rows"]} == {3, 5}
+    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")

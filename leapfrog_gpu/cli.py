@@ -1,0 +1,43 @@
+"""What the command-line tools share: a parser whose errors are one line, and argument types."""
+
+import argparse
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported in one line on stderr and exit status 2 (argparse's own
+    usage block would make it several)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def integer(least, name=None):
+    """An argument type: one integer >= ``least`` (``name``, if given, starts the error message;
+    argparse itself names the option)."""
+    subject = "" if name is None else f"{name} "
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"{subject}must be an integer >= {least}; got {text!r}")
+        return value
+
+    return parse
+
+
+def integers(least, name="value"):
+    """An argument type: a comma-separated list of integers, each >= ``least``."""
+    def parse(text):
+        try:
+            values = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name}s must be a comma-separated list of integers; got {text!r}") from None
+        if min(values) < least:
+            raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
+        return values
+
+    return parse

@@ -65,13 +65,22 @@ class CupyBackend:
         return annotate.range(name)
 
     def copy_in(self, stream, dst, src):
-        """Copy ``src`` (NumPy or CuPy) into ``dst`` in stream order; ``src`` may be reused on return."""
-        with stream:
-            if isinstance(src, self.xp.ndarray):
+        """Copy ``src`` (NumPy or CuPy) into ``dst`` in stream order; ``src`` may be reused on return.
+
+        A CuPy ``src`` belongs to the caller's current stream: ``stream`` waits for what that stream
+        has enqueued (the work that produced ``src``), and the caller's stream waits for the copy, so
+        that overwriting ``src`` afterwards is ordered after it.
+        """
+        if isinstance(src, self.xp.ndarray):
+            caller = self.xp.cuda.get_current_stream()
+            stream.wait_event(caller.record())
+            with stream:
                 self.xp.copyto(dst, src, casting="same_kind")
-            else:
+            caller.wait_event(stream.record())
+        else:
+            with stream:
                 dst.set(np.ascontiguousarray(src, dtype=dst.dtype), stream=stream)
-                stream.synchronize()  # the host buffer may be pageable or temporary
+            stream.synchronize()  # the host buffer may be pageable or temporary
 
     def synchronize(self):
         """Wait for the whole device, the default stream (where CuPy allocates) included."""

@@ -2,6 +2,8 @@
 
 >>> from leapfrog_gpu import MLP, Leapfrog
 >>> net = MLP([64, 128, 128, 10], backend="numpy")
+>>> net.sgd_step([0.5] * 64, [0.0] * 10, eta=0.1, schedule=Leapfrog(k=2))
+>>> net.close()
 """
 
 from .backends import get_backend
@@ -9,6 +11,5 @@ from .naumov import NaumovJacobi, NaumovScan
 from .network import MLP
 from .schedules import Leapfrog, Sequential
 
-__all__ = ["MLP", "Leapfrog", "Sequential", "get_backend"]
-__all__ += ["NaumovJacobi", "NaumovScan"]
+__all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend"]
 __version__ = "0.1.0"

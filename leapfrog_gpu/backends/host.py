@@ -126,6 +126,7 @@ class NumpyBackend:
         self._streams = []
         self.main = self._new_stream("main")
         self._workers = []
+        self._copied = self.event("copy_in")  # what copy_in waits for, recorded anew by every call
 
     def __repr__(self):
         blas = "" if self.blas_threads is None else f", blas_threads={self.blas_threads}"
@@ -181,7 +182,7 @@ class NumpyBackend:
         if self.mode == "deferred":
             src = np.array(src, copy=True)
         elif self.mode == "threads":
-            done = self.event("copy_in")
+            done = self._copied
             self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
             self.record(stream, done)
             with self._lock:

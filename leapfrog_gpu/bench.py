@@ -27,7 +27,7 @@ import numpy as np
 
 from . import autotune, timing, torch_anchor, traffic
 from .backends import cuda_available, get_backend
-from .cli import Parser, integer, integers
+from .cli import Parser, integer, integers, names
 from .functions import ACTIVATIONS, DTYPES
 from .network import MLP
 from .naumov import NaumovJacobi, NaumovScan
@@ -65,14 +65,6 @@ def _k_list(text):
     return ks
 
 
-def _schedule_list(text):
-    names = text.split(",")
-    unknown = [name for name in names if name not in SCHEDULES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown schedule {unknown[0]!r}; choose from {', '.join(SCHEDULES)}")
-    return names
-
-
 def parser():
     p = Parser(prog="leapfrog-bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
@@ -81,7 +73,7 @@ def parser():
     p.add_argument("--layers", type=integers(2, "layer count"), default=[8, 16], help="layers L (default 8,16)")
     p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], help="batch sizes B (default 1,64)")
     p.add_argument("--k", type=_k_list, default=[1, 2, 4], help="worker streams, and 'auto' (default 1,2,4)")
-    p.add_argument("--schedule", type=_schedule_list, default=DEFAULT_SCHEDULES,
+    p.add_argument("--schedule", type=names(SCHEDULES), default=DEFAULT_SCHEDULES,
                    help=f"schedules by name, from {', '.join(SCHEDULES)} (default {','.join(DEFAULT_SCHEDULES)})")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None,
                    help="numpy backend: BLAS threads per stream to try (default 1 and all cores)")

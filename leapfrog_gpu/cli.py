@@ -41,3 +41,15 @@ def integers(least, name="value"):
         return values
 
     return parse
+
+
+def names(registry, what="schedule"):
+    """An argument type: a comma-separated list of names, each a key of ``registry``."""
+    def parse(text):
+        chosen = text.split(",")
+        unknown = [name for name in chosen if name not in registry]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r}; choose from {', '.join(registry)}")
+        return chosen
+
+    return parse

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from leapfrog_gpu.backends import get_backend
-from leapfrog_gpu.cli import Parser, integers
+from leapfrog_gpu.cli import Parser, integers, names
 from leapfrog_gpu.naumov import (
     DEFAULT_MEMORY_LIMIT,
     SCHEDULES,
@@ -37,14 +37,6 @@ from leapfrog_gpu.naumov import (
 )
 
 HERE = Path(__file__).resolve().parent
-
-
-def names(text):
-    chosen = text.split(",")
-    unknown = [name for name in chosen if name not in SCHEDULES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown schedules {unknown}; choose from {', '.join(SCHEDULES)}")
-    return chosen
 
 
 def predicted(name, sizes, B, itemsize):
@@ -129,7 +121,7 @@ def main(argv=None):
     parser.add_argument("--L", type=integers(2), default=[8, 32, 128, 512], help="depths (default 8,32,128,512)")
     parser.add_argument("--N", type=integers(1), default=[16, 64, 256], help="widths (default 16,64,256)")
     parser.add_argument("--B", type=integers(1), default=[1, 8], help="batch sizes (default 1,8)")
-    parser.add_argument("--schedule", type=names, default=list(SCHEDULES), help=f"from {','.join(SCHEDULES)}")
+    parser.add_argument("--schedule", type=names(SCHEDULES), default=list(SCHEDULES), help=f"from {','.join(SCHEDULES)}")
     parser.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="numpy backend: BLAS threads per call (default 1: k+1 host streams on k+1 cores "

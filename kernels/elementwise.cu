@@ -4,11 +4,12 @@
 //
 // Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
 // ELEMENTWISE_BLOCK threads, grid = min(ceil(size / block), ELEMENTWISE_MAX_GRID), from
-// leapfrog_gpu/launch.py (elementwise_launch). Bytes are given in elements: times 4 (float) or 8 (double).
-// They are what each kernel must move; leapfrog_gpu/traffic.py holds the same counts for kernels/README.md.
+// leapfrog_gpu/backends/launch.py (elementwise_launch). Bytes are given in elements: times 4 (float)
+// or 8 (double). They are what each kernel must move; leapfrog_gpu/tools/traffic.py holds the same
+// counts for kernels/README.md.
 //
-// Activation codes (leapfrog_gpu/functions.py): 0 sigmoid, 1 tanh, 2 relu, 3 identity.
-// Cost codes: 0 quadratic, 1 cross-entropy (sigmoid output only).
+// Activation codes (leapfrog_gpu/backends/ops_cuda.py): 0 sigmoid, 1 tanh, 2 relu, 3 identity.
+// Cost codes (the same file): 0 quadratic, 1 cross-entropy (sigmoid output only).
 
 template <typename T>
 __device__ T activate(T z, int act) {

@@ -1,10 +1,10 @@
 // Bias gradient, equation (6): nabla_b^l[i] = sum_s delta^l[i, s], summed over the minibatch.
 // delta is (n, B) row-major, nabla_b is (n,).
 //
-// Launch: 1-D, block = BIAS_BLOCK threads (-D option from leapfrog_gpu/launch.py),
+// Launch: 1-D, block = BIAS_BLOCK threads (-D option from leapfrog_gpu/backends/launch.py),
 // grid = ceil(n / BIAS_BLOCK); one thread per row, summing its B elements in order, so the result
 // does not depend on the launch shape (bias_launch). Bytes: n*B reads (delta) + n writes (nabla_b), in
-// elements (times 4 or 8); leapfrog_gpu/traffic.py holds the same counts for kernels/README.md.
+// elements (times 4 or 8); leapfrog_gpu/tools/traffic.py holds the same counts for kernels/README.md.
 
 #ifndef BIAS_BLOCK
 #define BIAS_BLOCK 128

@@ -5,8 +5,9 @@
 // memory. Each element's product or sum is formed exactly as in the plain kernel and rounded to T
 // before the update, so the result is bitwise that of the plain kernel followed by sgd_update.
 //
-// Bytes are given in elements: times 4 (float) or 8 (double); leapfrog_gpu/traffic.py holds the same
-// counts for kernels/README.md. Tuning values come in as -D options from leapfrog_gpu/launch.py:
+// Bytes are given in elements: times 4 (float) or 8 (double); leapfrog_gpu/tools/traffic.py holds the
+// same counts for kernels/README.md. Tuning values come in as -D options from
+// leapfrog_gpu/backends/launch.py:
 //   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product
 //   TILE                tile edge of the rank-B update (16 or 32)
 

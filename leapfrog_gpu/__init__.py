@@ -1,5 +1,11 @@
 """leapfrog_gpu: deep MLPs whose weight gradients leapfrog the backward chain on k streams.
 
+This top level is the library: the network and its buffers (``network``), the schedules of a pass
+(``schedules``, ``naumov``), the names of activations and costs (``functions``), the plain NumPy
+reference (``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
+``backends`` (where arrays live and how streams run) and never ``tools`` (the commands built on it):
+imports point downwards only, tools -> library -> backends.
+
 >>> from leapfrog_gpu import MLP, Leapfrog
 >>> net = MLP([64, 128, 128, 10], backend="numpy")
 >>> net.sgd_step([0.5] * 64, [0.0] * 10, eta=0.1, schedule=Leapfrog(k=2))

@@ -1,3 +1,3 @@
-from .train import main
+from .tools.train import main
 
 raise SystemExit(main())

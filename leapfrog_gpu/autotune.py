@@ -7,8 +7,7 @@ lose a core to other work for a moment) move a p80 of a short calibration far mo
 time the benchmark then reports. So the choice is never slower than the best sequential configuration
 but for noise.
 
-``Leapfrog("auto")`` calls ``choose`` the first time it meets a network at a batch size, on that
-network's own buffers and under its backend's BLAS setting; it times the backward pass, the only part
+For ``Leapfrog("auto")`` the network calls ``choose`` the first time it runs it at a batch size, on its own buffers and under its backend's BLAS setting; it times the backward pass, the only part
 of a step the schedule changes. ``tune`` also sweeps BLAS threads (on the NumPy backend, where they are
 a process-wide setting), which change the forward pass and the update too, so it times whole steps,
 switching the limit between blocks of timed calls so that every (schedule, threads) pair is calibrated
@@ -24,8 +23,7 @@ import weakref
 import numpy as np
 import threadpoolctl
 
-from . import timing
-from .backends import cuda_available, get_backend
+from .backends import timing
 from .schedules import Leapfrog, Sequential
 
 KS = (1, 2, 4)
@@ -90,27 +88,21 @@ def choose(net, plan, ks=KS, fused=False):
     return chosen[key]
 
 
-def tune(sizes, batch, backend="numpy", ks=KS, blas_threads=None, dtype="float32", activation="sigmoid",
-         cost="quadratic", seed=0, repeats=REPEATS, warmup=WARMUP, fused=False):
-    """Calibrate the SGD step of ``MLP(sizes)`` at ``batch`` samples; return a ``Tuning``.
+def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=WARMUP, fused=False):
+    """Calibrate the SGD step of the network ``net`` at ``batch`` random samples; return a ``Tuning``.
 
     The step, not the backward pass alone: BLAS threads also change the forward pass and the update.
-    On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
-    thread and all cores); use the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and
-    ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
+    The calibration steps with eta = 0, so ``net`` keeps its parameters. On the NumPy backend every
+    candidate runs at each BLAS setting in ``blas_threads`` (default: one thread and all cores); use
+    the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and ``t.schedule``. On CuPy
+    there is no BLAS setting and ``blas_threads`` must stay ``None``.
     """
-    from .network import MLP  # network imports schedules, which import this module lazily
-
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
-    if backend == "auto":
-        backend = "cupy" if cuda_available() else "numpy"
-    settings = blas_settings(backend, blas_threads)
+    settings = blas_settings(net.backend.name, blas_threads)
     rng = np.random.default_rng(seed)
-    x, y = rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
-    with get_backend(backend) as device, MLP(sizes, activation=activation, cost=cost, dtype=dtype, seed=seed,
-                                             backend=device) as net:
-        table = measure(net, net._plan(batch), candidates(ks, fused), repeats, warmup, settings, batch=(x, y))
+    x, y = rng.random((net.sizes[0], batch)), rng.random((net.sizes[-1], batch))
+    table = measure(net, net._plan(batch), candidates(ks, fused), repeats, warmup, settings, batch=(x, y))
     schedule, threads, _ = pick(table)
     return Tuning(schedule, threads, table)
 

@@ -1,13 +1,13 @@
-"""Names of the activations and costs, and the integer codes the kernels take for them."""
+"""Names of the activations, costs and dtypes a network accepts, and the checks that enforce them."""
 
-ACTIVATIONS = {"sigmoid": 0, "tanh": 1, "relu": 2}
-"""Hidden-layer activations sigma, by name, with their code in kernels/elementwise.cu."""
+ACTIVATIONS = ("sigmoid", "tanh", "relu")
+"""Hidden-layer activations sigma."""
 
-OUTPUT_ACTIVATIONS = {**ACTIVATIONS, "identity": 3}
+OUTPUT_ACTIVATIONS = (*ACTIVATIONS, "identity")
 """Output-layer activations: the hidden ones, plus the identity for regression."""
 
-COSTS = {"quadratic": 0, "cross_entropy": 1}
-"""Costs C, by name, with their code in kernels/elementwise.cu."""
+COSTS = ("quadratic", "cross_entropy")
+"""Costs C."""
 
 DTYPES = ("float32", "float64")
 

@@ -10,6 +10,7 @@ import numbers
 
 import numpy as np
 
+from . import autotune
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -191,6 +192,8 @@ class MLP:
         self.backend.ops.bias_activation(plan.z[l], plan.a[l], plan.sp[l], self._b[l], self._activation(l))
 
     def _backward(self, plan, schedule, scale):
+        if schedule.k == "auto":  # Leapfrog("auto"): the schedule calibrated for this plan
+            schedule = autotune.choose(self, plan, fused=schedule.fused)
         with self.backend.range(self.backend.main, "backward"):
             schedule.backward(self, plan, scale)
 

@@ -74,9 +74,9 @@ class Sequential(Schedule):
 class Leapfrog(Schedule):
     """Equations (6)(7) of layer l on worker stream ``l mod k`` (the seed's levels mk + j).
 
-    ``Leapfrog("auto")`` times ``Sequential()`` and ``Leapfrog(k)`` for k in ``autotune.KS`` the first
-    time it meets a network at a batch size (that pass waits for the calibration), then runs the
-    fastest for that network and batch size from then on (``leapfrog_gpu.autotune``).
+    ``Leapfrog("auto")``: the network times ``Sequential()`` and ``Leapfrog(k)`` for k in
+    ``autotune.KS`` the first time it runs this schedule at a batch size (that pass waits for the
+    calibration), then runs the fastest for that batch size from then on (``leapfrog_gpu.autotune``).
     """
 
     def __init__(self, k, fused=False):
@@ -95,11 +95,10 @@ class Leapfrog(Schedule):
         return f"Leapfrog(k={self.k!r}, fused=True)" if self.fused else f"Leapfrog(k={self.k!r})"
 
     def backward(self, net, plan, scale=None):
-        if self.k != "auto":
-            return super().backward(net, plan, scale)
-        from . import autotune  # autotune builds schedules from this module
-
-        return autotune.choose(net, plan, fused=self.fused).backward(net, plan, scale)
+        if self.k == "auto":
+            raise ValueError("Leapfrog('auto') stands for a calibrated choice: run it through the network "
+                             "(MLP.backprop or MLP.sgd_step), which makes that choice first")
+        super().backward(net, plan, scale)
 
     def delta_ready(self, plan, l):
         """Record E_l on the main stream."""

@@ -99,7 +99,7 @@ else
 fi
 part "nabla_w kernels vs cuBLAS" 40 "$out/kernels.txt" \
     "$python" profiling/kernels.py --backend cupy --json "$out/kernels.json"
-part "bench grid" 120 "$out/bench.txt" "$python" -m leapfrog_gpu.bench --backend cupy --dtype float32 \
+part "bench grid" 120 "$out/bench.txt" "$python" -m leapfrog_gpu.tools.bench --backend cupy --dtype float32 \
     --sizes 256,1024,4096 --layers 8,32 --batch 1,32 --k 1,2,4,auto --json "$out/bench.json"
 if command -v nsys >/dev/null; then
     mkdir -p "$scratch/trace"

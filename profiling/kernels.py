@@ -15,7 +15,9 @@ from functools import partial
 
 import numpy as np
 
-from leapfrog_gpu import get_backend, timing, traffic
+from leapfrog_gpu import get_backend
+from leapfrog_gpu.backends import timing
+from leapfrog_gpu.tools import traffic
 
 SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (1000, 999, 33))
 

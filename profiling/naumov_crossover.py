@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from leapfrog_gpu.backends import get_backend
-from leapfrog_gpu.cli import Parser, integers, names
+from leapfrog_gpu.tools.cli import Parser, integers, names
 from leapfrog_gpu.naumov import (
     DEFAULT_MEMORY_LIMIT,
     SCHEDULES,

@@ -26,7 +26,7 @@ if (($# == 0)); then
 fi
 mkdir -p "$out"
 export PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}"
-export LEAPFROG_NVTX=1  # NVTX ranges on even if nsys's injection variable is not seen (leapfrog_gpu.annotate)
+export LEAPFROG_NVTX=1  # NVTX ranges on even if nsys's injection variable is not seen (leapfrog_gpu.backends.annotate)
 nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop \
     --force-overwrite=true -o "$out/trace" "$python" -m leapfrog_gpu "$@"
 nsys export --type=sqlite --force-overwrite=true -o "$out/trace.sqlite" "$out/trace.nsys-rep"

@@ -1,5 +1,5 @@
 """A CuPy stand-in on the CPU, so that the CuPy backend's own code (``backends/cuda.py``,
-``ops_cuda.py`` and the ``cupy`` branches of the network) runs in CI.
+``backends/ops_cuda.py`` and the ``cupy`` branches of the network) runs in CI.
 
 Arrays are NumPy arrays of a subclass with ``get()`` and ``set()``; ``RawModule`` is the CPU harness
 (``cuda_cpu``), so the real kernels run; streams and events keep CuPy's interface and record what is

@@ -65,8 +65,11 @@ def test_measure_leaves_the_gradients_unchanged():
         assert all(np.array_equal(plan.nabla_w[l], w) for l, w in zip(net.layers, nabla_w))
 
 
-def test_tune_sweeps_blas_threads_and_returns_the_fastest():
-    tuning = autotune.tune([8, 16, 16, 4], 3, "numpy", ks=(1, 2), blas_threads=[1, 2], repeats=2, warmup=0)
+def test_tune_sweeps_blas_threads_returns_the_fastest_and_leaves_the_parameters():
+    with MLP([8, 16, 16, 4], backend="numpy") as net:
+        before = [w.copy() for w in net.weights + net.biases]
+        tuning = autotune.tune(net, 3, ks=(1, 2), blas_threads=[1, 2], repeats=2, warmup=0)
+        assert all(np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
     assert [(repr(s), t) for s, t, _ in tuning.table] == [
         (name, t) for t in (1, 2) for name in ("Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)")]
     assert (tuning.schedule, tuning.blas_threads) == autotune.pick(tuning.table)[:2]
@@ -111,8 +114,15 @@ def test_blas_settings():
     assert 1 in autotune.blas_settings("numpy")
     with pytest.raises(ValueError, match="numpy backend only"):
         autotune.blas_settings("cupy", [2])
-    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
-        autotune.tune([4, 4], 0)
+    with MLP([4, 4], backend="numpy") as net, pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        autotune.tune(net, 0)
+
+
+def test_auto_run_outside_the_network_says_how_to_run_it():
+    with MLP([4, 5, 2], backend="numpy") as net:
+        plan = net._start(*_data([4, 5, 2], 2), Sequential())
+        with pytest.raises(ValueError, match=r"through the network \(MLP.backprop or MLP.sgd_step\)"):
+            Leapfrog("auto").backward(net, plan)
 
 
 @pytest.mark.parametrize("k, error", [("fast", TypeError), (2.0, TypeError), (True, TypeError), (0, ValueError)])

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import NO_GPU, batch
-from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend, ops_numpy
+from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
+from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.backends.host import NumpyBackend
 
@@ -140,11 +141,11 @@ def test_cupy_backend_without_a_gpu_says_what_to_do():
 
 
 def test_nvtx_ranges_are_off_without_a_profiler_and_on_when_asked():
-    from leapfrog_gpu import annotate
+    from leapfrog_gpu.backends import annotate
 
     assert annotate.range("x") is annotate.range("y"), "without a profiler a range must be a shared no-op"
     code = (
-        "import numpy as np; from leapfrog_gpu import MLP, Leapfrog, annotate;"
+        "import numpy as np; from leapfrog_gpu import MLP, Leapfrog; from leapfrog_gpu.backends import annotate;"
         "assert annotate.enabled and annotate.PROVIDER, annotate.PROVIDER;"
         "net = MLP([5, 7, 3], backend='numpy'); net.sgd_step(np.ones((5, 2)), np.zeros((3, 2)), 0.1, Leapfrog(2));"
         "net.close(); print(annotate.PROVIDER)"

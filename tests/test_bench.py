@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from leapfrog_gpu import bench, traffic
+from leapfrog_gpu.tools import bench, traffic
 from leapfrog_gpu.backends import cuda_available
 
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
@@ -108,7 +108,8 @@ def test_torch_anchor_in_the_same_table(capsys):
 
 def test_torch_anchor_computes_our_gradients():
     torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
-    from leapfrog_gpu import MLP, torch_anchor
+    from leapfrog_gpu import MLP
+    from leapfrog_gpu.tools import torch_anchor
 
     step, backward = torch_anchor.measure([5, 7, 3], 4, dtype="float64", repeats=2, warmup=0)
     assert step.shape == backward.shape == (2,) and (step > 0).all() and (backward > 0).all()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from leapfrog_gpu import checkpoint
+from leapfrog_gpu.tools import checkpoint
 
 
 def arrays(seed, sizes=(5, 7, 3)):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import batch
-from leapfrog_gpu import MLP, Leapfrog, Sequential, ops_numpy
+from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
 SIZES = [6, 9, 7, 5, 4]

@@ -1,7 +1,7 @@
-"""Every kernel of ``kernels/*.cu`` against its NumPy twin in ``leapfrog_gpu.ops_numpy``.
+"""Every kernel of ``kernels/*.cu`` against its NumPy twin in ``leapfrog_gpu.backends.ops_numpy``.
 
-The kernels run through ``leapfrog_gpu.ops_cuda.CudaOps``, so with the launch shapes and ``-D`` options
-of ``leapfrog_gpu.launch``: on the CPU under the fiber harness of ``tests/cuda_cpu`` (always), and on a
+The kernels run through ``leapfrog_gpu.backends.ops_cuda.CudaOps``, so with the launch shapes and ``-D`` options
+of ``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/cuda_cpu`` (always), and on a
 GPU through CuPy (skipped without one; there each result is also compared with the CPU harness's).
 Sizes are odd on purpose: no multiple of any block or tile edge, non-square, batches 1, 3 and 64.
 
@@ -17,7 +17,7 @@ reductions (6) and (7). A wrong index or a missing term moves a result by a whol
 import numpy as np
 import pytest
 
-from leapfrog_gpu import launch, ops_cuda, ops_numpy
+from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
 from leapfrog_gpu.functions import COSTS, OUTPUT_ACTIVATIONS
 
 import cuda_cpu

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from cuda.bindings import nvrtc
 
-from leapfrog_gpu import launch, traffic
-from leapfrog_gpu.sources import kernel_files, kernel_source
+from leapfrog_gpu.backends import launch
+from leapfrog_gpu.backends.sources import kernel_files, kernel_source
+from leapfrog_gpu.tools import traffic
 
 ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200
 MODULES = launch.modules()  # (file, NVRTC options) as the launchers build them
@@ -120,9 +121,9 @@ def test_traffic_counts_every_kernel():
 
 
 def test_kernels_readme_is_current():
-    """kernels/README.md is the output of ``python -m leapfrog_gpu.traffic``, not typed by hand."""
+    """kernels/README.md is the output of ``python -m leapfrog_gpu.tools.traffic``, not typed by hand."""
     readme = Path(__file__).resolve().parents[1] / "kernels" / "README.md"
-    assert readme.read_text() == traffic.readme(), "run: python -m leapfrog_gpu.traffic > kernels/README.md"
+    assert readme.read_text() == traffic.readme(), "run: python -m leapfrog_gpu.tools.traffic > kernels/README.md"
 
 
 def test_warnings_show_in_the_log():

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from leapfrog_gpu import MLP, metrics, reference
+from leapfrog_gpu import MLP, reference
+from leapfrog_gpu.tools import metrics
 
 
 @pytest.mark.parametrize("cost", ["quadratic", "cross_entropy"])

@@ -5,7 +5,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from leapfrog_gpu.sources import kernel_files
+from leapfrog_gpu.backends.sources import kernel_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def test_wheel_ships_the_kernels_and_finds_them_installed(tmp_path):
     )
     assert install.returncode == 0, install.stderr
     code = (
-        f"import sys; sys.path.insert(0, {str(site)!r}); import leapfrog_gpu, leapfrog_gpu.sources as s;"
+        f"import sys; sys.path.insert(0, {str(site)!r}); import leapfrog_gpu, leapfrog_gpu.backends.sources as s;"
         "print(leapfrog_gpu.__file__); print(s.kernel_dir()); print(len(s.kernel_files()))"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from leapfrog_gpu import profiling
+from leapfrog_gpu.tools import profiling
 
 
 class FakeBackend:

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from leapfrog_gpu import timing, traffic
+from leapfrog_gpu.backends import timing
+from leapfrog_gpu.tools import traffic
 from leapfrog_gpu.backends import NumpyBackend
 
 

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from leapfrog_gpu import checkpoint, train
+from leapfrog_gpu.tools import checkpoint, train
 from leapfrog_gpu.backends import cuda_available
 
 SMALL = ["--hidden", "5x24", "--quiet"]  # digits with a small, odd, deep network: a fast epoch (45 steps)
@@ -132,7 +132,7 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
     before = checkpoint.path_in(run).read_bytes()
     marker = tmp_path / "paused"
     env = {**os.environ, "LEAPFROG_TEST_CHECKPOINT_PAUSE": str(marker)}
-    command = [sys.executable, "-m", "leapfrog_gpu.train", "--quiet", "--epochs", "2", "--resume",
+    command = [sys.executable, "-m", "leapfrog_gpu", "--quiet", "--epochs", "2", "--resume",
                "--checkpoint-dir", str(run)]
     writer = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -285,7 +285,7 @@ def test_cupy_backend_without_a_gpu(capsys):
 
 def test_console_entry_points():
     """As a user runs it: one line on stderr, no traceback, exit 2; ``python -m leapfrog_gpu`` is the same."""
-    for module in ("leapfrog_gpu.train", "leapfrog_gpu"):
+    for module in ("leapfrog_gpu.tools.train", "leapfrog_gpu"):
         done = subprocess.run([sys.executable, "-m", module, "--k", "0"], capture_output=True, text=True, timeout=120)
         assert (done.returncode, done.stdout) == (2, "")
         assert done.stderr == "leapfrog-train: error: argument --k: must be an integer >= 1; got '0'\n"

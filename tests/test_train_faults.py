@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leapfrog_gpu import checkpoint, train
+from leapfrog_gpu.tools import checkpoint, train
 from test_train import assert_bitwise_equal, cli, one_error_line, parameters
 
 TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", "3x32", "--samples", "20000",
@@ -22,7 +22,7 @@ TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", 
 @pytest.mark.timeout(240)
 def test_sigint_checkpoints_the_last_completed_step_and_exits_130(tmp_path):
     run, straight = tmp_path / "run", tmp_path / "straight"
-    command = [sys.executable, "-m", "leapfrog_gpu.train", *TEACHER, "--epochs", "12", "--checkpoint-dir", str(run)]
+    command = [sys.executable, "-m", "leapfrog_gpu", *TEACHER, "--epochs", "12", "--checkpoint-dir", str(run)]
     trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in trainer.stdout:  # the header, then one line per epoch
         if line.split()[:2] == ["epoch", "1/12"]:
@@ -86,7 +86,7 @@ def test_fuzzed_command_lines_run_or_exit_2_with_one_line(options, flags):
     base = ["--data", "teacher", "--inputs", "3", "--outputs", "2", "--samples", "24", "--hidden", "2x3",
             "--epochs", "1", "--quiet"]
     argv = base + [part for option in options for part in option] + flags
-    result = subprocess.run([sys.executable, "-c", "import sys; from leapfrog_gpu import train; sys.exit(train.main())",
+    result = subprocess.run([sys.executable, "-c", "import sys; from leapfrog_gpu.tools import train; sys.exit(train.main())",
                              *argv], capture_output=True, text=True, timeout=120, env={**os.environ, "CI": "1"})
     assert result.returncode in (0, 2, 3), (argv, result.stderr)
     assert "Traceback" not in result.stderr, (argv, result.stderr)

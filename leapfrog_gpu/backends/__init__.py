@@ -1,4 +1,11 @@
-"""Backends: where arrays live and how streams run. ``get_backend`` picks one by name."""
+"""Backends: where arrays live and how streams run. ``get_backend`` picks one by name.
+
+Everything that knows whether an array is on the host or the device lives here: the host streams
+(``host``) and the CUDA streams (``cuda``), the kernel launchers (``ops_cuda``) and their NumPy twins
+(``ops_numpy``), launch shapes (``launch``), the kernel sources (``sources``), NVTX ranges
+(``annotate``) and timing on a stream (``timing``). Modules here import each other and third-party
+packages only, never the library above them or the tools.
+"""
 
 import logging
 

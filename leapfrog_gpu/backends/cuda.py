@@ -6,8 +6,8 @@ the function at once: what it enqueues (CuPy calls, raw kernels) goes on that st
 
 import numpy as np
 
-from .. import annotate
-from ..ops_cuda import CudaOps
+from . import annotate
+from .ops_cuda import CudaOps
 
 
 class CupyBackend:

@@ -28,7 +28,7 @@ import time
 import numpy as np
 import threadpoolctl
 
-from .. import annotate, ops_numpy
+from . import annotate, ops_numpy
 
 MODES = ("threads", "serial", "deferred")
 ORDERS = ("main-first", "workers-first", "random")

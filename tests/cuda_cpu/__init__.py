@@ -3,8 +3,8 @@
 ``RawModule(code=..., options=...)`` compiles the source with g++ into a shared library (cached on disk,
 keyed by a hash of the header, the source and the options) and ``get_function(name)`` returns a kernel
 called as CuPy's: ``kernel(grid, block, args)``, with NumPy arrays for device pointers. So
-``CudaOps(cuda_cpu)`` from ``leapfrog_gpu.ops_cuda`` runs unchanged, with the launch shapes and ``-D``
-options of ``leapfrog_gpu.launch``.
+``CudaOps(cuda_cpu)`` from ``leapfrog_gpu.backends.ops_cuda`` runs unchanged, with the launch shapes and ``-D``
+options of ``leapfrog_gpu.backends.launch``.
 
 ``guarded(array)`` copies an array into memory with an inaccessible page right after its last byte, so
 that a kernel reading or writing one element past the end stops the launch (``KernelError``).

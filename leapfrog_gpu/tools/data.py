@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import reference
+from .. import reference
 
 MNIST_FILES = {
     "x_train": "train-images-idx3-ubyte",

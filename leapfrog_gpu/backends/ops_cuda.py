@@ -7,10 +7,14 @@ compiled once per (file, options) with ``cupy.RawModule`` and kept for the life 
 import numpy as np
 
 from . import launch
-from .functions import COSTS, OUTPUT_ACTIVATIONS
 from .sources import kernel_source
 
 SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+ACTIVATION_CODES = {"sigmoid": 0, "tanh": 1, "relu": 2, "identity": 3}
+"""The code of each activation sigma in kernels/elementwise.cu."""
+COST_CODES = {"quadratic": 0, "cross_entropy": 1}
+"""The code of each cost C in kernels/elementwise.cu."""
 
 
 class CudaOps:
@@ -37,11 +41,11 @@ class CudaOps:
 
     def bias_activation(self, z, a, sp, b, activation):
         n, batch = z.shape
-        act = np.int32(OUTPUT_ACTIVATIONS[activation])
+        act = np.int32(ACTIVATION_CODES[activation])
         self._elementwise("bias_activation", z.size, z.dtype, (z, a, sp, b, np.int32(n), np.int32(batch), act))
 
     def delta_output(self, delta, a, y, sp, cost):
-        args = (delta, a, y, sp, np.int64(delta.size), np.int32(COSTS[cost]))
+        args = (delta, a, y, sp, np.int64(delta.size), np.int32(COST_CODES[cost]))
         self._elementwise("delta_output", delta.size, delta.dtype, args)
 
     def delta_hidden(self, delta, sp):

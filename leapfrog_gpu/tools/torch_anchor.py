@@ -2,7 +2,7 @@
 
 Same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)), as
 PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Times are ms:
-``perf_counter`` on the CPU, CUDA events on a GPU, as in ``leapfrog_gpu.timing``.
+``perf_counter`` on the CPU, CUDA events on a GPU, as in ``leapfrog_gpu.backends.timing``.
 """
 
 import math

@@ -6,7 +6,7 @@
     leapfrog-train --data teacher --inputs 1024 --hidden 8x1024 --outputs 1024 --batch-size 1
 
 A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
-line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.checkpoint``).
+line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.checkpoint``).
 
 Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
 ``--check-finite``, a gradient became non-finite (the last checkpoint is left as it was); 130 stopped by
@@ -26,14 +26,14 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
+from ..backends import cuda_available, get_backend
+from ..functions import ACTIVATIONS, COSTS, DTYPES
+from ..network import MLP
+from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data
-from .backends import cuda_available, get_backend
 from .cli import Parser, integer
-from .functions import ACTIVATIONS, COSTS, DTYPES
 from .metrics import cost, evaluate
-from .network import MLP
 from .profiling import ProfileWindow, parse_steps
-from .schedules import Leapfrog, Sequential
 
 PROG = "leapfrog-train"
 

@@ -6,14 +6,14 @@
 Steps are counted from 0 over the whole run; the window holds steps A..B-1. On the cupy backend the
 CUDA profiler starts before step A and stops after step B-1 (cudaProfilerStart/Stop through
 ``cupyx.profiler.profile``), with the device synchronized at both ends so that the capture holds
-exactly those steps. Each step of the window is an NVTX range ``step N`` (``leapfrog_gpu.annotate``:
+exactly those steps. Each step of the window is an NVTX range ``step N`` (``leapfrog_gpu.backends.annotate``:
 emitted under nsys, or with ``LEAPFROG_NVTX=1``). The numpy backend has no CUDA profiler: there the
 window only adds the NVTX ranges.
 """
 
 import contextlib
 
-from . import annotate
+from ..backends import annotate
 
 
 def parse_steps(text):

@@ -25,13 +25,14 @@ import tempfile
 
 import numpy as np
 
-from . import autotune, timing, torch_anchor, traffic
-from .backends import cuda_available, get_backend
+from .. import autotune
+from ..backends import cuda_available, get_backend, timing
+from ..functions import ACTIVATIONS, DTYPES
+from ..naumov import NaumovJacobi, NaumovScan
+from ..network import MLP
+from ..schedules import Leapfrog, Sequential
+from . import torch_anchor, traffic
 from .cli import Parser, integer, integers, names
-from .functions import ACTIVATIONS, DTYPES
-from .network import MLP
-from .naumov import NaumovJacobi, NaumovScan
-from .schedules import Leapfrog, Sequential
 
 SCHEDULES = {
     "sequential": (Sequential, False),
@@ -145,20 +146,16 @@ def run(args, with_torch=True):
         for layers in args.layers:
             sizes = [n] * layers
             for batch in args.batch:
-                tuning = None
-                if "auto" in args.k:
-                    tuning = autotune.tune(sizes, batch, args.backend, ks=ks or autotune.KS,
-                                           blas_threads=None if args.backend == "cupy" else settings,
-                                           dtype=args.dtype, activation=args.activation, fused=args.fused)
-                case = _measure_case(args, sizes, batch, settings, specs, tuning, bandwidth)
+                case = _measure_case(args, sizes, batch, settings, specs, bandwidth)
                 if with_torch:
                     case.append(_measure_torch(args, sizes, batch, settings))
                 records += _derive(case)
     return records
 
 
-def _measure_case(args, sizes, batch, settings, specs, tuning, bandwidth):
-    """Records for every schedule at every BLAS setting (and the auto choice) on one network.
+def _measure_case(args, sizes, batch, settings, specs, bandwidth):
+    """Records for every schedule at every BLAS setting (and, with ``--k auto``, the configuration
+    ``autotune.tune`` picks) on one network.
 
     The BLAS limit is switched between blocks of timed calls, so that all configurations are measured
     in alternation (``timing.measure_in_blocks``): load that changes during the run shifts them alike,
@@ -172,6 +169,11 @@ def _measure_case(args, sizes, batch, settings, specs, tuning, bandwidth):
         y = backend.xp.asarray(rng.random((sizes[-1], batch)), dtype=args.dtype)  # copy inside a step
         net.backprop(x, y)
         plan = net._plan(batch)
+        tuning = None
+        if "auto" in args.k:
+            ks = [k for k in args.k if k != "auto"] or autotune.KS
+            tuning = autotune.tune(net, batch, ks=ks, blas_threads=None if args.backend == "cupy" else settings,
+                                   fused=args.fused)
         base = {}
         for threads in settings:
             with autotune.blas_limit(threads):

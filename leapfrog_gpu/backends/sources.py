@@ -2,16 +2,16 @@
 
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # leapfrog_gpu/
 
 
 def kernel_dir():
     """The folder holding ``*.cu``: ``leapfrog_gpu/kernels`` in a wheel, ``kernels/`` in a checkout."""
-    for candidate in (_HERE / "kernels", _HERE.parent / "kernels"):
+    for candidate in (_PACKAGE / "kernels", _PACKAGE.parent / "kernels"):
         if any(candidate.glob("*.cu")):
             return candidate
     raise FileNotFoundError(
-        f"no CUDA sources found in {_HERE / 'kernels'} or {_HERE.parent / 'kernels'}; "
+        f"no CUDA sources found in {_PACKAGE / 'kernels'} or {_PACKAGE.parent / 'kernels'}; "
         "reinstall leapfrog_gpu, or run from a checkout that has the kernels/ folder"
     )
 

@@ -13,6 +13,13 @@ fastest thread count), and the
 memory-traffic floor (``traffic.step_bytes`` over a measured copy bandwidth).
 
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
+
+``--timeline FILE.png`` (one network): after the grid, each configuration runs ``--repeats`` more
+steps with every launch stamped (``leapfrog_gpu.tools.timeline``), interleaved with as many plain
+steps, so that the timeline's own cost is measured in the same run; it prints each stream's busy time
+and the share of worker time that overlaps the main stream, and writes the Gantt chart and FILE.json.
+``--jsonl FILE`` appends one JSON line per configuration as soon as it is measured (after a line
+with the command and machine), so that a run killed part-way keeps what it measured.
 """
 
 import argparse
@@ -21,7 +28,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 
 import numpy as np
 
@@ -31,8 +37,8 @@ from ..functions import ACTIVATIONS, DTYPES
 from ..naumov import NaumovJacobi, NaumovScan
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
-from . import torch_anchor, traffic
-from .cli import Parser, integer, integers, names
+from . import timeline, torch_anchor, traffic
+from .cli import Parser, integer, integers, names, replaced_atomically
 
 SCHEDULES = {
     "sequential": (Sequential, False),
@@ -87,6 +93,10 @@ def parser():
     p.add_argument("--json", metavar="FILE", help="write the records to FILE")
     p.add_argument("--plot", metavar="FILE.png",
                    help="plot speedup against k, measured and predicted (needs matplotlib)")
+    p.add_argument("--timeline", metavar="FILE.png",
+                   help="stamp every launch of a few steps per configuration (one network only): busy time per "
+                        "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib)")
+    p.add_argument("--jsonl", metavar="FILE", help="append one JSON line per configuration to FILE as it is measured")
     return p
 
 
@@ -99,31 +109,47 @@ def main(argv=None):
         p.error("--backend cupy needs CuPy and a usable CUDA device; none is usable here (try --backend numpy)")
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
-    for option in ("json", "plot"):
+    for option in ("json", "plot", "timeline", "jsonl"):
         path = getattr(args, option)
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
-    if args.plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            p.error("--plot needs matplotlib: pip install 'leapfrog_gpu[plot]'")
+    if args.timeline is not None and len(args.sizes) * len(args.layers) * len(args.batch) > 1:
+        p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
+    for option in ("plot", "timeline"):
+        if getattr(args, option) is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                p.error(f"--{option} needs matplotlib: pip install 'leapfrog_gpu[plot]'")
     torch_note = None
     if args.no_torch:
         torch_note = "PyTorch anchor skipped (--no-torch)"
     elif not torch_anchor.available():
         torch_note = "PyTorch anchor skipped: torch does not import (pip install 'leapfrog_gpu[torch]')"
 
-    records = run(args, with_torch=torch_note is None)
+    about = {"command": "leapfrog-bench " + " ".join(sys.argv[1:] if argv is None else argv),
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "machine": machine(args.backend), "torch_note": torch_note}
+    panels = []
+
+    def measured(case):
+        if args.timeline:
+            panels.extend(stamped_steps(args, case))
+        if args.jsonl:
+            _append_lines(args.jsonl, case)
+
+    if args.jsonl:
+        _append_lines(args.jsonl, [about])
+    records = run(args, with_torch=torch_note is None, emit=measured)
     print(table(records))
     if torch_note:
         print(torch_note)
     print(verdicts(records))
-    report = {"command": "leapfrog-bench " + " ".join(sys.argv[1:] if argv is None else argv),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine(args.backend), "torch_note": torch_note, "records": records}
     if args.json:
-        _write_atomically(args.json, json.dumps(report, indent=1) + "\n")
+        _write_atomically(args.json, json.dumps({**about, "records": records}, indent=1) + "\n")
+    if args.timeline:
+        timeline.save(args.timeline, panels, about)
+        print(timeline_lines(records, args.timeline))
     if args.plot:
         from .bench_plot import plot
 
@@ -134,8 +160,9 @@ def main(argv=None):
 # -- measuring ----------------------------------------------------------------------------------------
 
 
-def run(args, with_torch=True):
-    """Every record of the grid, in order: a list of dicts (see ``_measure_case``)."""
+def run(args, with_torch=True, emit=None):
+    """Every record of the grid, in order: a list of dicts (see ``_measure_case``). ``emit``, if given,
+    is called with each network's records as soon as they are measured."""
     settings = autotune.blas_settings(args.backend, args.blas_threads)
     ks = [k for k in args.k if k != "auto"]
     specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
@@ -150,6 +177,8 @@ def run(args, with_torch=True):
                 if with_torch:
                     case.append(_measure_torch(args, sizes, batch, settings))
                 records += _derive(case)
+                if emit is not None:
+                    emit(case)
     return records
 
 
@@ -202,6 +231,43 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
         return [{**base[threads], "schedule": name, "k": schedule.k, "fused": schedule.fused, "auto": auto,
                  "step_ms": timing.summary(step), "backward_ms": timing.summary(backward)}
                 for (name, schedule, threads, auto), step, backward in zip(runs, steps, backwards)]
+
+
+def stamped_steps(args, case):
+    """The timeline of each of our configurations in ``case`` (one network's records, the ``--k auto``
+    choice left out as a repeat of one of them): ``args.repeats`` SGD steps with every launch stamped,
+    interleaved with as many plain ones. Adds ``"timeline"`` to each record: the analysis's medians and
+    the step's median time plain and stamped. Returns the chart's panels."""
+    first = case[0]
+    sizes, batch = [first["N"]] * first["L"], first["B"]
+    rng = np.random.default_rng(0)
+    panels = []
+    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                   backend=backend) as net:
+        x = backend.xp.asarray(rng.random((sizes[0], batch)), dtype=args.dtype)
+        y = backend.xp.asarray(rng.random((sizes[-1], batch)), dtype=args.dtype)
+        for r in case:
+            if r["schedule"] == "torch-autograd" or r["auto"]:
+                continue
+            schedule = make_schedule(r["schedule"], r["k"], r["fused"])
+            stamps = timing.Timeline(backend)
+
+            def stamped(schedule=schedule, stamps=stamps):
+                with stamps.step():
+                    net.sgd_step(x, y, ETA, schedule)
+
+            with autotune.blas_limit(r["blas_threads"]):
+                plain, on = timing.measure_interleaved(
+                    backend, [lambda s=schedule: net.sgd_step(x, y, ETA, s), stamped], args.repeats, args.warmup)
+            intervals = [i for i in stamps.intervals() if i.step >= args.warmup]
+            analysis = timeline.analyse(intervals)
+            r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
+                             "step_ms_stamped": timing.summary(on), "cost": float(np.median(on) / np.median(plain))}
+            label = (r["schedule"] + ("+fused" if r["fused"] else "") + (f" k={r['k']}" if r["k"] else "")
+                     + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
+            panels.append({"label": label, "schedule": r["schedule"], "k": r["k"], "fused": r["fused"],
+                           "blas_threads": r["blas_threads"], "intervals": intervals, "analysis": analysis})
+    return panels
 
 
 def make_schedule(name, k, fused=False):
@@ -314,6 +380,21 @@ def table(records):
     return "\n".join(lines)
 
 
+def timeline_lines(records, path):
+    """What ``--timeline`` prints: one line per stamped configuration, beside its backward speedup."""
+    lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the step with every "
+             "launch stamped, timed in alternation with plain steps"]
+    for r in records:
+        if "timeline" not in r:
+            continue
+        t = r["timeline"]
+        name = r["schedule"] + ("+fused" if r["fused"] else "")
+        lines.append(f"{name} k={r['k']} blas={r['blas_threads'] or '-'}: plain {t['step_ms_plain']['median']:.3f} ms, "
+                     f"stamped x{t['cost']:.3f}; {timeline.describe(t)}; backward x{r['backward_speedup']:.2f} "
+                     "of sequential")
+    return "\n".join(lines)
+
+
 def verdicts(records):
     """One line per ``--k auto`` record: is it within noise of the best sequential configuration?"""
     lines = []
@@ -363,15 +444,16 @@ def _cpu_name():
     return platform.processor() or platform.machine()
 
 
+def _append_lines(path, records):
+    """Append each record to ``path`` as one JSON line, flushed at once."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.writelines(json.dumps(r) + "\n" for r in records)
+
+
 def _write_atomically(path, text):
     """Write ``text`` to ``path`` through a temporary file, so a failed run leaves no half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp.name, 0o666 & ~umask)  # as open() would have made it, not the temporary file's 0600
-    os.replace(tmp.name, path)
+    with replaced_atomically(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
-"""What the command-line tools share: a parser whose errors are one line, and argument types."""
+"""What the command-line tools share: a parser whose errors are one line, argument types, and files
+written whole or not at all."""
 
 import argparse
+import contextlib
+import os
+import tempfile
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,3 +57,22 @@ def names(registry, what="schedule"):
         return chosen
 
     return parse
+
+
+@contextlib.contextmanager
+def replaced_atomically(path):
+    """A temporary file name beside ``path``: write it in the block; it then replaces ``path`` (with
+    the permissions ``open`` would have given), or is removed if the block raises. A reader, or a run
+    killed half-way, finds the old file or the new one, never half of one."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as tmp:
+        pass
+    try:
+        yield tmp.name
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp.name, 0o666 & ~umask)  # not the temporary file's 0600
+        os.replace(tmp.name, path)
+    finally:
+        if os.path.exists(tmp.name):
+            os.remove(tmp.name)

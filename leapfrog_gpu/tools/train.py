@@ -7,6 +7,8 @@
 
 A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
 line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.checkpoint``).
+``--timeline FILE.png`` stamps every launch of a window of steps (``--profile-steps``, default 10:15)
+and writes their Gantt chart and FILE.json (``leapfrog_gpu.tools.timeline``).
 
 Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
 ``--check-finite``, a gradient became non-finite (the last checkpoint is left as it was); 130 stopped by
@@ -15,6 +17,7 @@ Ctrl-C (SIGINT), after a checkpoint of the last completed step.
 
 import argparse
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -34,6 +37,7 @@ from . import checkpoint, data
 from .cli import Parser, integer
 from .metrics import cost, evaluate
 from .profiling import ProfileWindow, parse_steps
+from .timeline import describe
 
 PROG = "leapfrog-train"
 
@@ -43,6 +47,7 @@ DEFAULTS = {
     "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
     "backend": "auto", "blas_threads": 1, "check_finite": False,
     "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
+    "timeline": None,
 }
 """Every option's default. The digits default reaches about 97 % test accuracy in 30 epochs."""
 
@@ -51,6 +56,9 @@ FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost",
 
 RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
+
+TIMELINE_STEPS = [10, 15]
+"""The window ``--timeline`` records when ``--profile-steps`` is not given: 5 steps after 10 of warm-up."""
 
 LOSS_CHECK_SECONDS = 1.0
 """How often the loss of the latest batch is computed for the progress bar and checked for NaN/Inf
@@ -180,7 +188,10 @@ def build_parser():
     group.add_argument("--resume", action="store_true",
                        help="continue from the checkpoint in --checkpoint-dir, with its options unless given")
     group.add_argument("--profile-steps", type=_profile_steps, metavar="A:B",
-                       help="steps A..B-1: CUDA profiler start/stop (cupy) and NVTX ranges")
+                       help="steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window")
+    group.add_argument("--timeline", metavar="FILE.png",
+                       help="stamp every launch of the --profile-steps window (default 10:15): busy time per stream, "
+                            "worker overlap, a Gantt chart, and FILE.json (needs matplotlib)")
     return p
 
 
@@ -205,7 +216,23 @@ def configure(given, saved=None):
         raise UsageError("--data teacher is a regression task: use --cost quadratic")
     if config["fused"] and config["check_finite"]:
         raise UsageError("--check-finite needs the update after the gradients: drop --fused")
+    if config["timeline"] is not None:
+        folder = os.path.dirname(os.path.abspath(config["timeline"]))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--timeline {config['timeline']}: the folder {folder} does not exist")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--timeline needs matplotlib: pip install 'leapfrog_gpu[plot]'") from None
     return config
+
+
+def profile_window(config):
+    """The steps ``[A, B)`` of the profiling window: ``--profile-steps``, or with ``--timeline`` alone,
+    ``TIMELINE_STEPS``; ``None`` for no window."""
+    if config["profile_steps"] is None and config["timeline"] is not None:
+        return TIMELINE_STEPS
+    return config["profile_steps"]
 
 
 def _show(value):
@@ -237,8 +264,12 @@ class Training:
             self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
             self.order.bit_generator.state = state["rng"]
         self.epoch_rng = self.order.bit_generator.state
-        steps = config["profile_steps"]
-        self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend)
+        steps = profile_window(config)
+        timeline = None if config["timeline"] is None else {
+            "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
+            "about": {"program": PROG, "config": config, "sizes": net.sizes, "backend": repr(net.backend),
+                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
+        self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
@@ -393,9 +424,13 @@ def _train(given):
     config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
     sizes = [dataset.inputs, *config["hidden"], dataset.outputs]
     steps = math.ceil(dataset.x_train.shape[1] / config["batch_size"]) * config["epochs"]
-    if config["profile_steps"] and config["profile_steps"][1] > steps:
-        raise UsageError(f"--profile-steps {config['profile_steps'][0]}:{config['profile_steps'][1]} "
-                         f"reaches past this run's last step, {steps - 1} (steps count from 0)")
+    window = profile_window(config)
+    if window and window[1] > steps:
+        past = f"past this run's last step, {steps - 1} (steps count from 0)"
+        if config["profile_steps"]:
+            raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
+        raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
+                         "give --profile-steps A:B")
     if directory:
         _writable_dir(directory)
     with _backend(config) as backend, MLP(sizes, activation=config["activation"], cost=config["cost"],
@@ -424,7 +459,7 @@ def _run(config, dataset, net, report, state):
                 f"{net.backend.name} {training.schedule} | {config['epochs']} epochs of "
                 f"{training.steps_per_epoch} steps, batch {config['batch_size']}, lr {config['lr']}"
                 + ("" if state is None else f" | resumed at epoch {training.epoch}, step {training.step}"))
-    if config["profile_steps"] and net.backend.name != "cupy":
+    if config["profile_steps"] and config["timeline"] is None and net.backend.name != "cupy":
         print(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
               "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)", file=sys.stderr)
     with warnings.catch_warnings():
@@ -444,6 +479,10 @@ def _run(config, dataset, net, report, state):
                 error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
                                else " (no checkpoint was written)")
             raise
+    if training.profile.summary is not None:
+        window = training.profile.steps
+        print(f"timeline of steps {window.start}..{window.stop - 1} in {config['timeline']} and its .json: "
+              f"{describe(training.profile.summary)}")
     accuracy = metrics["test_accuracy"]
     print(f"done: {metrics['epoch']} epochs, " + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
           + f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s")

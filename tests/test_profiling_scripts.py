@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from leapfrog_gpu.backends.timing import Interval
+from leapfrog_gpu.tools import timeline
 
 PROFILING = Path(__file__).resolve().parent.parent / "profiling"
 sys.path.insert(0, str(PROFILING))
@@ -18,10 +22,15 @@ import kernels  # noqa: E402
 import overlap  # noqa: E402
 
 
-def build_export(path, with_nvtx=True):
+KERNELS = [(0, 100, 7, "gemv"), (100, 200, 7, "delta_hidden"), (300, 400, 7, "gemv"), (50, 150, 13, "outer_f32"),
+           (200, 300, 14, "outer_f32"), (350, 450, 14, "bias_sum_f32")]
+
+
+def build_export(path, with_nvtx=True, kernels=KERNELS):
     """Tables and columns as ``nsys export --type sqlite`` writes them (the ones overlap.py reads, plus
-    a few it must ignore). Main stream 7: kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13:
-    [50, 150] (all of it overlaps main), worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
+    a few it must ignore), holding ``kernels``: (start, end, stream, name). By default, main stream 7:
+    kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13: [50, 150] (all of it overlaps main),
+    worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
     db = sqlite3.connect(path)
     db.executescript("""
         CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
@@ -30,12 +39,11 @@ def build_export(path, with_nvtx=True):
             correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
             shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER, blockX INTEGER);
     """)
-    names = {1: "gemv", 2: "delta_hidden", 3: "outer_f32", 4: "bias_sum_f32", 5: "backward", 6: "forward"}
-    db.executemany("INSERT INTO StringIds VALUES (?, ?)", names.items())
-    rows = [(0, 100, 7, 1), (100, 200, 7, 2), (300, 400, 7, 1), (50, 150, 13, 3), (200, 300, 14, 3), (350, 450, 14, 4)]
+    names = {name: i for i, name in enumerate(dict.fromkeys(["backward", "forward"] + [k[3] for k in kernels]), 1)}
+    db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, name) for name, i in names.items()])
     db.executemany(
         "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, ?, 0, 0, ?, ?, 0, 1, 1)",
-        [(start, end, stream, name, name) for start, end, stream, name in rows],
+        [(start, end, stream, names[name], names[name]) for start, end, stream, name in kernels],
     )
     if with_nvtx:
         db.executescript("""
@@ -43,7 +51,8 @@ def build_export(path, with_nvtx=True):
                 rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
                 endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER);
         """)
-        events = [(0, 250, 59, None, 6), (250, 450, 59, None, 5), (260, 300, 59, "backward", None),
+        events = [(0, 250, 59, None, names["forward"]), (250, 450, 59, None, names["backward"]),
+                  (260, 300, 59, "backward", None),
                   (10, None, 34, "a mark", None), (500, 900, 60, "update", None)]
         db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES (?, ?, ?, ?, ?)", events)
     db.commit()
@@ -62,6 +71,28 @@ def test_overlap_per_stream_and_worker_share(tmp_path):
     assert result["worker_overlap"] == pytest.approx((100 + 50) / 300)
     assert result["span_ms"] == pytest.approx(450e-6)
     assert "outer_f32" in streams[13]["top_kernels"]
+
+
+def test_overlap_py_and_the_timeline_agree_on_the_same_intervals(tmp_path):
+    """The nsys report and the profiler-free timeline give the same busy times and worker overlap."""
+    rng = np.random.default_rng(5)
+    ids = {"main": 7, "worker0": 13, "worker1": 14, "worker2": 21}
+    intervals = []
+    for stream in ids:
+        end = int(rng.integers(0, 50))
+        for j in range(int(rng.integers(5, 15))):  # a stream runs one kernel at a time, with gaps
+            start = end + int(rng.integers(0, 40))
+            end = start + int(rng.integers(1, 60))
+            intervals.append(Interval(0, stream, f"kernel{j}", start, end))
+    path = build_export(tmp_path / "trace.sqlite", kernels=[(i.start, i.end, ids[i.stream], i.name) for i in intervals])
+    nsys = overlap.report(path, main_stream=ids["main"])
+    ours = timeline.analyse_step(intervals)
+    assert 0.1 < ours["worker_overlap"] < 0.9  # neither none nor all: the case says something
+    assert nsys["worker_overlap"] == pytest.approx(ours["worker_overlap"])
+    names = {v: k for k, v in ids.items()}
+    for s in nsys["streams"]:
+        assert s["busy_ms"] == pytest.approx(ours["busy_ms"][names[s["stream"]]])
+        assert s["overlap_with_main"] == (None if s["main"] else pytest.approx(ours["overlap_with_main"][names[s["stream"]]]))
 
 
 def test_nvtx_totals_by_name_from_text_or_string_ids(tmp_path):

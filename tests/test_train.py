@@ -192,6 +192,19 @@ def test_profile_steps_on_numpy_only_add_nvtx_ranges(capsys):
         "(recorded under nsys, or with LEAPFROG_NVTX=1)\n")
 
 
+def test_timeline_of_a_window_of_steps(tmp_path, capsys):
+    """--timeline alone stamps steps 10..14; the chart and every interval are written, one line printed."""
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--timeline", tmp_path / "t.png") == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # no note about the numpy backend's profiler: the window records the timeline
+    assert sum(line.startswith(f"timeline of steps 10..14 in {tmp_path / 't.png'}") for line in out.splitlines()) == 1
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["program"] == "leapfrog-train" and saved["config"]["k"] == 2
+    assert {row[0] for row in saved["panels"][0]["intervals"]} == set(range(10, 15))
+    assert saved["panels"][0]["analysis"]["summary"]["busy_ms"].keys() == {"main", "worker0", "worker1"}
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 # -- errors: exit status 2 and one line -----------------------------------------------------------------
 
 
@@ -213,6 +226,11 @@ def test_profile_steps_on_numpy_only_add_nvtx_ranges(capsys):
     (["--data", "teacher", "--cost", "cross_entropy"], "--data teacher is a regression task: use --cost quadratic"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),
     (["--epochs", 1, "--profile-steps", "40:46"], "--profile-steps 40:46 reaches past this run's last step, 44"),
+    (["--timeline", "/nonexistent-folder/t.png"], "--timeline /nonexistent-folder/t.png: the folder /nonexistent-folder "
+                                                  "does not exist"),
+    (["--data", "teacher", "--samples", 64, "--epochs", 1, "--timeline", "t.png"],
+     "--timeline records steps 10..14 by default, past this run's last step, 1 (steps count from 0): give "
+     "--profile-steps A:B"),
 ])
 def test_bad_options(capsys, args, message):
     assert cli(*args) == 2

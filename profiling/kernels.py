@@ -1,11 +1,12 @@
 """Micro-benchmark of equation (7): our nabla_w kernels against the library's matmul, in GB/s.
 
-    python profiling/kernels.py --backend cupy --json kernels.json
+    python profiling/kernels.py --backend cupy --json kernels.json [--jsonl kernels.jsonl]
 
 For each shape (n, m, B) it times ``ops.nabla_w`` (the ``outer`` kernel at B = 1, ``rank_update``
 above) and ``xp.matmul(delta, a.T, out=nabla_w)`` (cuBLAS on a GPU, BLAS on NumPy) on the same
 arrays, checks that both agree, and prints GB/s from ``traffic.kernel_bytes`` beside the bandwidth
-of a measured device-to-device copy: one table, one row per shape and implementation.
+of a measured device-to-device copy: one table, one row per shape and implementation, each printed
+(and, with ``--jsonl``, appended to a file) as soon as it is measured.
 """
 
 import argparse
@@ -23,11 +24,11 @@ SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), 
 
 
 def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
-    """One dict per (shape, implementation): median and p20/p80 ms, GB/s, and the copy's GB/s."""
+    """One dict per (shape, implementation), yielded as measured: median and p20/p80 ms, GB/s, and the
+    copy's GB/s."""
     xp, ops, main = backend.xp, backend.ops, backend.main
     copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
     rng = np.random.default_rng(0)
-    out = []
     for n, m, batch in shapes:
         delta = xp.asarray(rng.standard_normal((n, batch)), dtype=dtype)
         a = xp.asarray(rng.standard_normal((m, batch)), dtype=dtype)
@@ -38,25 +39,26 @@ def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
                                                              delta, a_t)))
         kernel = "outer" if batch == 1 else "rank_update"
         bytes_moved = traffic.kernel_bytes(kernel, n, m, batch, np.dtype(dtype).itemsize)
+        measured = []
         for name, fn in implementations:
             ms = timing.summary(timing.measure(backend, fn, repeats, warmup))
-            out.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, "ms": ms,
-                        "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy})
+            measured.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, "ms": ms,
+                             "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy})
         tolerance = 1e-4 if dtype == "float32" else 1e-10
         error = float(xp.max(xp.abs(ours - theirs))) / max(float(xp.max(xp.abs(theirs))), 1e-30)
         if error > tolerance:
             raise AssertionError(f"nabla_w differs from matmul at {(n, m, batch)}: relative error {error:.2e}")
-    return out
+        yield from measured
 
 
-def text(results):
-    lines = ["     n      m     B  impl        ms [p20-p80]           GB/s   of copy"]
-    for r in results:
-        ms = r["ms"]
-        lines.append(f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['impl']:<6}  {ms['median']:.4f} "
-                     f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%")
-    lines.append(f"copy: {results[0]['copy_gbps']:.1f} GB/s (read + write of a 128 MiB array)")
-    return "\n".join(lines)
+HEADER = "     n      m     B  impl        ms [p20-p80]           GB/s   of copy"
+
+
+def line(r):
+    """One row of the table."""
+    ms = r["ms"]
+    return (f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['impl']:<6}  {ms['median']:.4f} "
+            f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%")
 
 
 def main(argv=None):
@@ -66,11 +68,19 @@ def main(argv=None):
     parser.add_argument("--shapes", default=None, help="n:m:B,... (default: a fixed set)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--jsonl", metavar="FILE", help="append one JSON line per row to FILE as it is measured")
     args = parser.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split(":"))) for s in args.shapes.split(",")]
+    results = []
+    print(HEADER, flush=True)
     with get_backend(args.backend) as backend:
-        results = rows(backend, shapes, args.dtype, args.repeats)
-    print(text(results))
+        for r in rows(backend, shapes, args.dtype, args.repeats):
+            results.append(r)
+            print(line(r), flush=True)
+            if args.jsonl:
+                with open(args.jsonl, "a", encoding="utf-8") as out:
+                    out.write(json.dumps(r) + "\n")
+    print(f"copy: {results[0]['copy_gbps']:.1f} GB/s (read + write of a 128 MiB array)")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)

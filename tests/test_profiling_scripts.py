@@ -199,6 +199,18 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_gpu_tests_are_collected_without_the_optional_packages(tmp_path):
+    """The device check's first part must not abort because torch, mpi4py or CuPy is missing: with each
+    of them unimportable, every test module is still collected, the GPU tests among them."""
+    for name in ("torch", "mpi4py", "cupy", "cupyx"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError('{name} is blocked for this test')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                          "tests"], env=env, capture_output=True, text=True, timeout=120, cwd=PROFILING.parent)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert int(re.search(r"(\d+)/\d+ tests collected", run.stdout).group(1)) > 100 and "error" not in run.stdout
+
+
 def test_a_part_killed_at_its_limit_keeps_what_it_wrote_and_the_next_part_runs(tmp_path):
     script = f"""
         source {PROFILING / "device_check.sh"}

@@ -265,8 +265,8 @@ def stamped_steps(args, case):
                              "step_ms_stamped": timing.summary(on), "cost": float(np.median(on) / np.median(plain))}
             label = (r["schedule"] + ("+fused" if r["fused"] else "") + (f" k={r['k']}" if r["k"] else "")
                      + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
-            panels.append({"label": label, "schedule": r["schedule"], "k": r["k"], "fused": r["fused"],
-                           "blas_threads": r["blas_threads"], "intervals": intervals, "analysis": analysis})
+            panels.append({"label": label, "bench": {key: v for key, v in r.items() if key != "timeline"},
+                           "intervals": intervals, "analysis": analysis})
     return panels
 
 

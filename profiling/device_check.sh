@@ -137,7 +137,7 @@ bench_args() {
     if [[ -z $DRY ]]; then
         echo "--backend cupy --dtype float32 --sizes 1024 --layers 32 --batch 32 --k 1,2,4"
     else
-        echo "--backend $backend --dtype float32 --sizes 48 --layers 6 --batch 4 --k 1,2,4 --repeats 3 --warmup 1"
+        echo "--backend $backend --dtype float32 --sizes 32 --layers 5 --batch 3 --k 1,2,4 --repeats 3 --warmup 1"
         [[ $backend == numpy ]] && echo "--blas-threads 1"
     fi
 }

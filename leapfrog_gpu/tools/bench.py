@@ -14,7 +14,7 @@ memory-traffic floor (``traffic.step_bytes`` over a measured copy bandwidth).
 
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
 
-``--timeline FILE.png`` (one network): after the grid, each configuration runs ``--repeats`` more
+``--timeline FILE.png`` (one network): once it is measured, each configuration runs ``--repeats`` more
 steps with every launch stamped (``leapfrog_gpu.tools.timeline``), interleaved with as many plain
 steps, so that the timeline's own cost is measured in the same run; it prints each stream's busy time
 and the share of worker time that overlaps the main stream, and writes the Gantt chart and FILE.json.
@@ -257,12 +257,13 @@ def stamped_steps(args, case):
                     net.sgd_step(x, y, ETA, schedule)
 
             with autotune.blas_limit(r["blas_threads"]):
-                plain, on = timing.measure_interleaved(
+                plain, with_stamps = timing.measure_interleaved(
                     backend, [lambda s=schedule: net.sgd_step(x, y, ETA, s), stamped], args.repeats, args.warmup)
             intervals = [i for i in stamps.intervals() if i.step >= args.warmup]
             analysis = timeline.analyse(intervals)
             r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
-                             "step_ms_stamped": timing.summary(on), "cost": float(np.median(on) / np.median(plain))}
+                             "step_ms_stamped": timing.summary(with_stamps),
+                             "cost": float(np.median(with_stamps) / np.median(plain))}
             label = (r["schedule"] + ("+fused" if r["fused"] else "") + (f" k={r['k']}" if r["k"] else "")
                      + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
             panels.append({"label": label, "bench": {key: v for key, v in r.items() if key != "timeline"},

@@ -205,6 +205,15 @@ def test_timeline_of_a_window_of_steps(tmp_path, capsys):
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, capsys):
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--checkpoint-dir", tmp_path / "run") == 0
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--timeline",
+               tmp_path / "t.png") == 0
+    assert capsys.readouterr().err == (f"leapfrog-train: note: this run started at step 45, after the timeline's steps "
+                                       f"10..14, so {tmp_path / 't.png'} was not written\n")
+    assert not (tmp_path / "t.png").exists()
+
+
 # -- errors: exit status 2 and one line -----------------------------------------------------------------
 
 

@@ -479,10 +479,13 @@ def _run(config, dataset, net, report, state):
                 error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
                                else " (no checkpoint was written)")
             raise
+    window = training.profile.steps
     if training.profile.summary is not None:
-        window = training.profile.steps
         print(f"timeline of steps {window.start}..{window.stop - 1} in {config['timeline']} and its .json: "
               f"{describe(training.profile.summary)}")
+    elif config["timeline"] is not None:
+        print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
+              f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
     accuracy = metrics["test_accuracy"]
     print(f"done: {metrics['epoch']} epochs, " + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
           + f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s")

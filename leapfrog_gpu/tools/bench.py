@@ -266,8 +266,7 @@ def stamped_steps(args, case):
                              "cost": float(np.median(with_stamps) / np.median(plain))}
             label = (r["schedule"] + ("+fused" if r["fused"] else "") + (f" k={r['k']}" if r["k"] else "")
                      + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
-            panels.append({"label": label, "bench": {key: v for key, v in r.items() if key != "timeline"},
-                           "intervals": intervals, "analysis": analysis})
+            panels.append({"label": label, "bench": r, "intervals": intervals, "analysis": analysis})
     return panels
 
 

@@ -151,14 +151,14 @@ def test_host_stamps_bracket_the_operation_where_it_runs():
             backend.launch(backend.main, "first", work, "first", 0.02)
             backend.launch(worker, "second", work, "second", 0.01)
             backend.launch(backend.main, "third", work, "third", 0.0)
-        origin = time.perf_counter_ns()  # the clock, read after everything was enqueued
-        intervals = {i.name: i for i in stamps.intervals()}
-    zero = ran["first"][0] - intervals["first"].start  # the timeline's origin on the clock
+        enqueued = time.perf_counter_ns()  # the clock, read once everything was enqueued
+        backend.synchronize()
+    marks = {stamp.name: stamp for stamp in stamps.stamps}  # host stamps are perf_counter_ns readings
     for name, stream, seconds in (("first", "main", 0.02), ("second", "worker0", 0.01), ("third", "main", 0.0)):
-        i = intervals[name]
-        assert i.stream == stream and ran[name][1] == f"leapfrog-{stream}"
-        assert i.start <= ran[name][0] - zero <= i.end and i.end - i.start >= seconds * 1e9
-    assert intervals["third"].start >= intervals["first"].end > origin - zero  # ran after the enqueueing
+        stamp = marks[name]
+        assert stamp.stream == stream and ran[name][1] == f"leapfrog-{stream}"
+        assert stamp.start <= ran[name][0] <= stamp.end and stamp.end - stamp.start >= seconds * 1e9
+    assert marks["third"].start >= marks["first"].end > enqueued  # run in stream order, after the enqueueing
 
 
 def test_a_launch_that_raises_is_left_out():

@@ -91,7 +91,8 @@ def main():
         print(table(records))
         stamped = timeline_table(records)
         if stamped:
-            print("\nTimeline (medians per step; stamped ×: the step with every launch stamped, over the plain step):\n")
+            print("\nTimeline (medians per step; stamped ×: the step with every launch stamped, over the plain "
+                  "step):\n")
             print(stamped)
         print()
 

@@ -37,8 +37,12 @@ REPO=$(cd "$(dirname "$SELF")/.." && pwd)
 
 # Test selections for compute-sanitizer (tests/test_kernels.py and tests/test_schedules.py, GPU half):
 # every kernel once at odd sizes, then the tiled and reducing kernels at B = 64, each with a leapfrog step.
-MEMCHECK='(test_nabla_w or test_fused_update) and 257-33-3- and f32 or (test_nabla_b or test_delta_hidden or test_delta_output or test_bias_activation) and 257-3- and f32 or test_sgd_update and 257 and 33 and f32 or test_elementwise_grid_stride_loop and f32 or bitwise_sequential_on_the_gpu and 7-2'
-SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32 or bitwise_sequential_on_the_gpu and 7-2'
+MEMCHECK='(test_nabla_w or test_fused_update) and 257-33-3- and f32'
+MEMCHECK+=' or (test_nabla_b or test_delta_hidden or test_delta_output or test_bias_activation) and 257-3- and f32'
+MEMCHECK+=' or test_sgd_update and 257 and 33 and f32 or test_elementwise_grid_stride_loop and f32'
+MEMCHECK+=' or bitwise_sequential_on_the_gpu and 7-2'
+SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32'
+SHARED+=' or bitwise_sequential_on_the_gpu and 7-2'
 
 # -- the parts (each runs in its own process, under `timeout`) -------------------------------------------
 
@@ -81,7 +85,11 @@ for name in ("mpi4py", "nvtx", "cuda.bindings", "threadpoolctl", "tqdm", "matplo
         print(name, "missing:", type(error).__name__)
 PY
         for tool in nvcc g++ compute-sanitizer ncu nsys; do
-            echo "$tool: $(command -v "$tool" >/dev/null && "$tool" --version 2>&1 | grep -m1 -iE 'release|version|g\+\+' || echo 'not on PATH')"
+            if command -v "$tool" >/dev/null; then
+                echo "$tool: $("$tool" --version 2>&1 | grep -m1 -iE 'release|version|g\+\+')"
+            else
+                echo "$tool: not on PATH"
+            fi
         done
     } | tee -a "$SUMMARY"
     [[ -n $DRY ]] && note "dry run: 'import cupy' gives the CPU stand-in (tests/standin)"
@@ -94,7 +102,8 @@ part_gpu_tests() {
         listing=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider tests 2>&1)
         local status=$?
         echo "$listing" | tail -3
-        note "dry run: $(echo "$listing" | grep -Eo '[0-9]+(/[0-9]+)? tests? collected' || echo 'nothing') (collected only: they need a CUDA device)"
+        note "dry run: $(echo "$listing" | grep -Eo '[0-9]+(/[0-9]+)? tests? collected' || echo 'nothing')" \
+            "(collected only: they need a CUDA device)"
         return "$status"
     fi
     local timeout=()
@@ -188,7 +197,8 @@ part_sanitizer() {  # part_sanitizer TOOL SELECTION
     fi
     if grep -qE 'Device not supported|probe failed' "$SCRATCH/sanitizer_probe.txt"; then
         cat "$SCRATCH/sanitizer_probe.txt"
-        note "skipped: compute-sanitizer refused the device ($(grep -m1 -E 'not supported|rror' "$SCRATCH/sanitizer_probe.txt" | cut -c1-120))"
+        note "skipped: compute-sanitizer refused the device" \
+            "($(grep -m1 -E 'not supported|rror' "$SCRATCH/sanitizer_probe.txt" | cut -c1-120))"
         return 0
     fi
     note "${count} tests"

@@ -94,7 +94,8 @@ def test_overlap_py_and_the_timeline_agree_on_the_same_intervals(tmp_path):
     names = {v: k for k, v in ids.items()}
     for s in nsys["streams"]:
         assert s["busy_ms"] == pytest.approx(ours["busy_ms"][names[s["stream"]]])
-        assert s["overlap_with_main"] == (None if s["main"] else pytest.approx(ours["overlap_with_main"][names[s["stream"]]]))
+        want = None if s["main"] else pytest.approx(ours["overlap_with_main"][names[s["stream"]]])
+        assert s["overlap_with_main"] == want
 
 
 def test_nvtx_totals_by_name_from_text_or_string_ids(tmp_path):

@@ -97,7 +97,8 @@ def test_off_by_default_and_one_step_at_a_time(backend):
     assert backend.timeline is None
     intervals = stamped_steps(backend, Sequential(), steps=1)
     assert {i.stream for i in intervals} == {"main"} and {i.step for i in intervals} == {0}
-    assert len(intervals) == len(expected_launches(backend, 1)) and intervals[0].start == 0  # the warm-up step is not in it
+    assert len(intervals) == len(expected_launches(backend, 1))  # the unstamped step before is not in it
+    assert intervals[0].start == 0
     stamps = Timeline(backend)
     with stamps.step(7) as n:
         assert n == 7 and backend.timeline is stamps

@@ -100,7 +100,8 @@ def analyse_step(intervals):
     reach, last = None, None
     for i in chain:
         if reach is not None and i.start > reach:
-            gaps.append({"ms": (i.start - reach) / 1e6, "at_ms": (reach - first) / 1e6, "after": last, "before": i.name})
+            gaps.append({"ms": (i.start - reach) / 1e6, "at_ms": (reach - first) / 1e6, "after": last,
+                         "before": i.name})
         if reach is None or i.end >= reach:
             reach, last = i.end, i.name
     gaps.sort(key=lambda gap: -gap["ms"])
@@ -227,7 +228,7 @@ def draw(panels, path):
                      + f"; main idle {summary['main_idle_ms']:.3f} ms", fontsize=9, loc="left")
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("ms from the start of the step")
-    legend = [Patch(color=colour, label=text) for _, text, colour in CATEGORIES] + [Patch(color=OTHER[1], label=OTHER[0])]
+    legend = [Patch(color=colour, label=text) for _, text, colour in (*CATEGORIES, ("", *OTHER))]
     fig.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     with replaced_atomically(path) as tmp:

@@ -5,7 +5,8 @@
 #   bash profiling/device_check.sh --dry-run     # every part on a CPU, against the CuPy stand-in: under 2 minutes
 #
 # Parts, most important first; each runs under its own time limit, and all of them within BUDGET seconds
-# (default 450), so a part that would start too late is recorded as not run:
+# (default 420, leaving room for the 5 s a killed part may take to end), so a part that would start too late
+# is recorded as not run:
 #   environment        GPU, driver, Python and package versions, the tools on PATH
 #   GPU tests          python -m pytest -m gpu; a test module that cannot be imported (an optional package
 #                      missing) is reported and the other tests still run (--continue-on-collection-errors)
@@ -262,7 +263,7 @@ main() {
         PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
     fi
     PYTHON=${PYTHON:-python3}
-    BUDGET=${BUDGET:-450}
+    BUDGET=${BUDGET:-420}
     DEADLINE=$((SECONDS + BUDGET))
     mkdir -p "$OUT" || exit 2
     OUT=$(cd "$OUT" && pwd)

@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from . import autotune
+from . import autotune, parallel
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -31,12 +31,15 @@ class MLP:
         check_finite: check every gradient for NaN and Inf at the join and refuse the update (raise
             ``FloatingPointError``, parameters unchanged) when one is found. Costs a pass over the
             gradients, and on the GPU a host synchronization per step.
+        comm: a ``parallel.Communicator`` (``parallel.world()``) to train data-parallel over its
+            ranks: each computes on its share of every batch's columns and the gradients are summed
+            across ranks (``leapfrog_gpu.parallel``). ``None`` or one rank: this process alone.
 
     ``weights`` and ``biases`` list w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend.
     """
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
-                 backend="auto", output_activation=None, check_finite=False):
+                 backend="auto", output_activation=None, check_finite=False, comm=None):
         self.sizes = _check_sizes(sizes)
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
@@ -59,11 +62,14 @@ class MLP:
             self._w[l] = xp.asarray(w, dtype=self.dtype)
             self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
         self._plans = {}
+        self.comm = None
         self.backend.synchronize()
+        self.comm = parallel.attach(self, comm)
 
     def __repr__(self):
+        comm = "" if self.comm is None else f", comm={self.comm!r}"
         return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, "
-                f"dtype={self.dtype!r}, backend={self.backend!r})")
+                f"dtype={self.dtype!r}, backend={self.backend!r}{comm})")
 
     def __enter__(self):
         return self
@@ -120,7 +126,7 @@ class MLP:
 
     def backprop(self, x, y, schedule=None):
         """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
-        l = 2..L, summed over the batch."""
+        l = 2..L, summed over the batch (with a communicator: over every rank's share of it)."""
         plan = self._start(x, y, schedule)
         self.backend.synchronize()
         return [plan.nabla_b[l].copy() for l in self.layers], [plan.nabla_w[l].copy() for l in self.layers]
@@ -129,7 +135,8 @@ class MLP:
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
 
         ``x`` and ``y`` are copied before this returns. Reading ``weights`` (or ``synchronize()``)
-        waits for the step and raises any error it met.
+        waits for the step and raises any error it met. With a communicator every rank passes the same
+        batch and computes on its share of the columns; B is the whole batch's size.
         """
         if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
@@ -137,6 +144,7 @@ class MLP:
         if schedule.fused and self.check_finite:
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
                              "join, where the check runs); pass fused=False or check_finite=False")
+        parallel.check_schedule(self.comm, schedule)
         backend = self.backend
         plan = self._start(x, y, schedule, eta=float(eta))
         if not schedule.fused:
@@ -159,12 +167,19 @@ class MLP:
         y = self._check_batch("y", y, self.n[self.L])
         if y.shape[1] != x.shape[1]:
             raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
-        plan = self._plan(x.shape[1])
-        self.backend.copy_in(self.backend.main, plan.a[1], x)
-        self.backend.copy_in(self.backend.main, plan.y, y)
-        plan.scale = None if eta is None else eta / plan.batch
-        self._forward(plan)
-        self._backward(plan, schedule, plan.scale)
+        samples = x.shape[1]
+        if self.comm is not None:  # this rank's columns; the update still divides by all of them
+            share = self.comm.share(samples)
+            x, y = x[:, share], y[:, share]
+        plan = self._plan(max(x.shape[1], 1))
+        plan.scale = None if eta is None else eta / samples
+        if x.shape[1]:
+            self.backend.copy_in(self.backend.main, plan.a[1], x)
+            self.backend.copy_in(self.backend.main, plan.y, y)
+            self._forward(plan)
+            self._backward(plan, schedule, plan.scale)
+        else:  # a share of no columns (a batch smaller than the ranks) adds zeros to the sums
+            plan.reducer.add_zeros()
         backend = self.backend
         if self.check_finite:
             backend.launch(backend.main, "check_finite", self._check_gradients, plan)
@@ -194,7 +209,7 @@ class MLP:
     def _backward(self, plan, schedule, scale):
         if schedule.k == "auto":  # Leapfrog("auto"): the schedule calibrated for this plan
             schedule = autotune.choose(self, plan, fused=schedule.fused)
-        with self.backend.range(self.backend.main, "backward"):
+        with self.backend.range(self.backend.main, "backward"), parallel.reducing(plan):
             schedule.backward(self, plan, scale)
 
     def delta(self, plan, l):
@@ -283,6 +298,7 @@ class Plan:
                         if chunk else None for l in net.layers}
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
         self._worker_done = {}
+        self.reducer = parallel.reducer(net, self)  # with a communicator: nabla_w, nabla_b become its views
         backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
 
     def workers(self, k):
@@ -309,6 +325,8 @@ class Plan:
             launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
         else:
             launch(stream, f"fused_update[{l}]", self._fused_update, l, scale)
+        if self.reducer is not None:
+            self.reducer.ready(stream, l)
 
     def _fused_update(self, l, scale):
         """b^l -= scale * nabla_b^l; w^l -= scale * delta^l (a^{l-1})^T without writing nabla_w^l."""

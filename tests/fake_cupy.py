@@ -21,6 +21,11 @@ class ndarray(np.ndarray):  # noqa: N801 - CuPy's name
     def set(self, array, stream=None):
         np.copyto(self, array)
 
+    @property
+    def data(self):
+        """CuPy's memory pointer: ``.ptr`` is the address."""
+        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
 
 def _device(array):
     return array.view(ndarray) if isinstance(array, np.ndarray) else array
@@ -93,9 +98,28 @@ class Device:
         pass
 
 
+class NcclCommunicator:
+    """NCCL with one rank: the sum is the buffer itself. Checks what NCCL cannot: the call is in place,
+    on the current stream, which is not the legacy null stream."""
+
+    def __init__(self, ndev, commId, rank):  # noqa: N803 - CuPy's names
+        assert (ndev, rank) == (1, 0) and commId == UNIQUE_ID, "one rank, with an id from get_unique_id()"
+
+    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):  # noqa: N802 - CuPy's name
+        assert sendbuf == recvbuf and op == nccl.NCCL_SUM and datatype in (nccl.NCCL_FLOAT32, nccl.NCCL_FLOAT64)
+        assert stream == Stream.current.ptr != 0, "NCCL must run on the current, non-null stream"
+        Stream.log.append(("allreduce", stream, count))
+
+
+UNIQUE_ID = b"nccl-id"
+nccl = types.ModuleType("cupy.cuda.nccl")
+nccl.__dict__.update(available=True, get_unique_id=lambda: UNIQUE_ID, NcclCommunicator=NcclCommunicator,
+                     NCCL_SUM=0, NCCL_FLOAT32=7, NCCL_FLOAT64=8)
+
 cuda = types.SimpleNamespace(
-    Stream=Stream, Event=Event, Device=Device, get_current_stream=get_current_stream,
-    runtime=types.SimpleNamespace(getDeviceProperties=lambda device: {"name": b"CPU harness"}),
+    Stream=Stream, Event=Event, Device=Device, get_current_stream=get_current_stream, nccl=nccl,
+    runtime=types.SimpleNamespace(getDeviceProperties=lambda device: {"name": b"CPU harness"},
+                                  getDeviceCount=lambda: 1),
 )
 RawModule = cuda_cpu.RawModule
 

@@ -7,3 +7,4 @@ import sys
 import fake_cupy
 
 sys.modules[__name__] = fake_cupy  # ``import cupy`` returns what sys.modules holds once this has run
+sys.modules["cupy.cuda.nccl"] = fake_cupy.nccl

@@ -124,6 +124,10 @@ class Communicator:
         """The sum over ranks of ``values`` (numbers), as a float64 array."""
         return np.array(values, dtype=np.float64)
 
+    def barrier(self):
+        """Return once every rank has called it; a rank that waits sleeps, and leaves the cores to the
+        others (a benchmark's idle ranks)."""
+
     def engine(self, backend):
         """The callable that sums a flat gradient buffer of ``backend`` in place on the communication
         stream (``backends.collective``)."""
@@ -229,6 +233,12 @@ class MpiCommunicator(Communicator):
         with self.watch("a sum over every rank"):
             self._comm.Allreduce(self._mpi.IN_PLACE, array, op=self._mpi.SUM)
         return array
+
+    def barrier(self):
+        with self.watch("a barrier"):
+            request = self._comm.Ibarrier()
+            while not request.Test():
+                time.sleep(1e-3)
 
     def engine(self, backend):
         """MPI for the NumPy backend; NCCL for CuPy, its unique id broadcast from rank 0 (once per kind)."""
@@ -445,6 +455,11 @@ class Reducer:
     def add_zeros(self):
         """This rank's share of the batch is empty: it adds zero gradients to every sum."""
         self.backend.launch(self.main, "zero_gradients", self.flat.fill, 0)
+        self.sum_all()
+
+    def sum_all(self):
+        """Sum every bucket across ranks as it stands, in a pass of its own (also the sums alone, timed by
+        leapfrog-bench)."""
         with self.pass_():
             for l in range(self.L, 1, -1):
                 self.ready(self.main, l)

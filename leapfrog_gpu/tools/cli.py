@@ -1,14 +1,20 @@
 """What the command-line tools share: a parser whose errors are one line, and argument types."""
 
 import argparse
+import math
+
+from .. import parallel
+
+from .. import parallel
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line on stderr and exit status 2 (argparse's own
-    usage block would make it several)."""
+    usage block would make it several). Under mpiexec every rank parses the same command line; rank 0
+    alone says what is wrong with it (the rank comes from the launcher, before MPI starts)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
 
 
 def integer(least, name=None):
@@ -38,6 +44,21 @@ def integers(least, name="value"):
                 f"{name}s must be a comma-separated list of integers; got {text!r}") from None
         if min(values) < least:
             raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
+        return values
+
+    return parse
+
+
+def reals(least, name="value"):
+    """An argument type: a comma-separated list of finite numbers, each >= ``least``."""
+    def parse(text):
+        try:
+            values = [float(part) for part in text.split(",")]
+        except ValueError:
+            values = [math.nan]
+        if not all(math.isfinite(v) and v >= least for v in values):
+            raise argparse.ArgumentTypeError(f"{name}s must be a comma-separated list of numbers >= {least:g}; "
+                                             f"got {text!r}")
         return values
 
     return parse

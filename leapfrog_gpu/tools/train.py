@@ -22,7 +22,6 @@ alone ends every rank (``MPI_Abort`` with that status; 4 when a rank waited in v
 import argparse
 import contextlib
 import hashlib
-import io
 import json
 import math
 import os
@@ -407,8 +406,7 @@ class Report:
 
 def main(argv=None):
     """Run the command; return its exit status."""
-    with contextlib.nullcontext() if parallel.launcher_rank() == 0 else _silent():  # rank 0 tells of a bad option
-        given = vars(build_parser().parse_args(argv))
+    given = vars(build_parser().parse_args(argv))
     try:
         comm = parallel.world(PROG, given.get("comm_timeout", DEFAULTS["comm_timeout"]),
                               round(given.get("bucket_mb", DEFAULTS["bucket_mb"]) * 2**20))
@@ -443,12 +441,6 @@ def _fail(comm, error, status):
         print(f"{PROG}: error: rank {comm.rank} of {comm.size}: {error}; stopping every rank", file=sys.stderr)
         comm.abort(status)
     return status
-
-
-@contextlib.contextmanager
-def _silent():
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        yield
 
 
 def _train(given, comm):

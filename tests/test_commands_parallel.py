@@ -1,6 +1,7 @@
 """``mpiexec -n P leapfrog-train``: the accuracy of one process on the whole batches, rank 0 alone speaks and
 writes, and no fault leaves a rank waiting: a rank killed, interrupted or stopped ends the job, non-zero,
-within a bounded time, and the last checkpoint stays whole."""
+within a bounded time, and the last checkpoint stays whole. ``leapfrog-bench`` under mpiexec reports what
+the sums cost."""
 
 import json
 import signal
@@ -10,7 +11,7 @@ import time
 import pytest
 
 import mpirun
-from leapfrog_gpu.tools import checkpoint
+from leapfrog_gpu.tools import bench, checkpoint
 from test_train import assert_bitwise_equal, cli, one_error_line, parameters
 
 pytestmark = mpirun.needs_mpi
@@ -126,3 +127,36 @@ def test_ranks_with_other_options_are_refused(tmp_path):
     assert err.splitlines() == ["leapfrog-train: error: every rank must use the same options and data, but they "
                                 "differ in lr: 0.02 on rank 1, 0.01 on rank 0; start every rank with the same "
                                 "command line"]
+
+
+def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
+    report = tmp_path / "dp.json"
+    out = mpirun.run(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "numpy", "--sizes", 33,
+                     "--layers", 4, "--batch", 3, "--k", 2, "--repeats", 3, "--warmup", 1, "--blas-threads", 1,
+                     "--bucket-mb", "0,0.01", "--json", report, timeout=120)
+    lines = out.splitlines()
+    assert lines[0].split()[:9] == ["N", "L", "B", "P", "dtype", "schedule", "k", "bucket", "MB"]
+    assert len(lines) == 2 + 4 + 1  # header, rule, (sequential, leapfrog) x 2 bucket sizes, legend: rank 0 only
+    records = json.loads(report.read_text())["records"]
+    assert [(r["schedule"], r["bucket_mb"]) for r in records] == [
+        ("sequential", 0), ("sequential", 0.01), ("leapfrog", 0), ("leapfrog", 0.01)]
+    for r in records:
+        assert r["P"] == 2 and r["B"] == 3 and r["bytes_summed"] == 4 * 3 * 33 * 34
+        assert r["exposed_ms"] == r["step_ms"]["median"] - r["local_slowest_ms"]
+        assert r["speedup"] == r["one_ms"]["median"] / r["step_ms"]["median"] > 0
+
+
+def test_bench_options_that_need_or_refuse_mpiexec(capsys):
+    assert bench_main("--bucket-mb", 1) == 2
+    assert "--bucket-mb applies under mpiexec -n P with P > 1 only" in capsys.readouterr().err
+    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench",
+                                                          "--fused"), timeout=60)
+    assert returncode == 2 and out == ""
+    assert err.splitlines() == ["leapfrog-bench: error: --fused does not apply under mpiexec"]
+
+
+def bench_main(*args):
+    try:
+        return bench.main([str(arg) for arg in args])
+    except SystemExit as exit:
+        return exit.code

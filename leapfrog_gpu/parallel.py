@@ -64,6 +64,10 @@ def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUC
         raise RuntimeError(
             f"a launcher started {launched} processes, but MPI sees {MPI.COMM_WORLD.Get_size()}: mpiexec and "
             f"mpi4py come from different MPI libraries; use the mpiexec of {MPI.Get_library_version().splitlines()[0]}")
+    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:  # the communication stream calls MPI from its own thread
+        raise RuntimeError(f"MPI gives thread level {MPI.Query_thread()}; the communication stream needs "
+                           "MPI_THREAD_SERIALIZED or more (mpi4py asks for MPI_THREAD_MULTIPLE unless "
+                           "mpi4py.rc.thread_level says otherwise)")
     return MpiCommunicator(MPI.COMM_WORLD, name=name, timeout=timeout, bucket_bytes=bucket_bytes)
 
 

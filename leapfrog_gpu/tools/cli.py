@@ -49,17 +49,31 @@ def integers(least, name="value"):
     return parse
 
 
-def reals(least, name="value"):
-    """An argument type: a comma-separated list of finite numbers, each >= ``least``."""
+def number(least, strict=False, what="a finite number"):
+    """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``); ``what`` names it
+    in the error message."""
     def parse(text):
         try:
-            values = [float(part) for part in text.split(",")]
+            value = float(text)
         except ValueError:
-            values = [math.nan]
-        if not all(math.isfinite(v) and v >= least for v in values):
+            value = math.nan
+        if not math.isfinite(value) or value < least or (strict and value == least):
+            raise argparse.ArgumentTypeError(f"must be {what} {'>' if strict else '>='} {least:g}; got {text!r}")
+        return value
+
+    return parse
+
+
+def reals(least, name="value"):
+    """An argument type: a comma-separated list of finite numbers, each >= ``least``."""
+    one = number(least)
+
+    def parse(text):
+        try:
+            return [one(part) for part in text.split(",")]
+        except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(f"{name}s must be a comma-separated list of numbers >= {least:g}; "
-                                             f"got {text!r}")
-        return values
+                                             f"got {text!r}") from None
 
     return parse
 

@@ -40,7 +40,7 @@ from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data
-from .cli import Parser, integer
+from .cli import Parser, integer, number
 from .metrics import cost, evaluate
 from .profiling import ProfileWindow, parse_steps
 
@@ -132,36 +132,6 @@ def parse_hidden(text):
     return widths
 
 
-def _learning_rate(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text!r}")
-    return value
-
-
-def _positive(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0; got {text!r}")
-    return value
-
-
-def _megabytes(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number of MB >= 0; got {text!r}")
-    return value
-
-
 def _profile_steps(text):
     try:
         steps = parse_steps(text)
@@ -196,7 +166,7 @@ def build_parser():
     group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
     group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
     group.add_argument("--batch-size", type=integer(1), metavar="B", help=f"(default {d['batch_size']})")
-    group.add_argument("--lr", type=_learning_rate, metavar="ETA",
+    group.add_argument("--lr", type=number(0), metavar="ETA",
                        help=f"learning rate: w -= ETA/B * nabla_w (default {d['lr']})")
     group.add_argument("--seed", type=integer(0), metavar="S",
                        help=f"initial parameters and the order of the batches (default {d['seed']})")
@@ -219,9 +189,9 @@ def build_parser():
     group.add_argument("--profile-steps", type=_profile_steps, metavar="A:B",
                        help="steps A..B-1: CUDA profiler start/stop (cupy) and NVTX ranges")
     group = p.add_argument_group("data parallel (under mpiexec -n P; --batch-size is per rank)")
-    group.add_argument("--bucket-mb", type=_megabytes, metavar="MB",
+    group.add_argument("--bucket-mb", type=number(0, what="a number of MB"), metavar="MB",
                        help="sum the gradients of consecutive layers together up to MB (default 0: each layer alone)")
-    group.add_argument("--comm-timeout", type=_positive, metavar="S",
+    group.add_argument("--comm-timeout", type=number(0, strict=True, what="a number of seconds"), metavar="S",
                        help=f"stop every rank when one waits S seconds for the others (default {d['comm_timeout']:g})")
     return p
 

@@ -63,7 +63,7 @@ def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUC
     if MPI.COMM_WORLD.Get_size() != launched:
         raise RuntimeError(
             f"a launcher started {launched} processes, but MPI sees {MPI.COMM_WORLD.Get_size()}: mpiexec and "
-            f"mpi4py come from different MPI libraries; use the mpiexec of {MPI.Get_library_version().splitlines()[0]}")
+            f"mpi4py come from different MPI libraries; use the mpiexec of {' '.join(MPI.Get_library_version().split()[:3])}")
     if MPI.Query_thread() < MPI.THREAD_SERIALIZED:  # the communication stream calls MPI from its own thread
         raise RuntimeError(f"MPI gives thread level {MPI.Query_thread()}; the communication stream needs "
                            "MPI_THREAD_SERIALIZED or more (mpi4py asks for MPI_THREAD_MULTIPLE unless "
@@ -409,12 +409,12 @@ class Reducer:
             plan.nabla_w[l] = self.flat[offset:offset + n * m].reshape(n, m)
             plan.nabla_b[l] = self.flat[offset + n * m:offset + n * (m + 1)]
             offset += n * (m + 1)
-        self.buckets = {}  # the last layer of a bucket -> (name, its slice of the flat buffer)
+        self.buckets = {}  # the last layer of a bucket -> (name, its part of the flat buffer)
         for group in buckets(net.sizes, np.dtype(net.dtype).itemsize, self.comm.bucket_bytes):
             last = group[-1]
             stop = start[last] + net.n[last] * (net.n[last - 1] + 1)
             name = f"allreduce[{group[0]}]" if len(group) == 1 else f"allreduce[{group[0]}..{last}]"
-            self.buckets[last] = (name, slice(start[group[0]], stop))
+            self.buckets[last] = (name, self.flat[start[group[0]]:stop])
         self.done = {l: backend.event(f"G_{l}") for l in net.layers}
         self.reduced = backend.event("R")
         self.expected = None  # the layer the open pass hands over next; None outside a pass
@@ -443,7 +443,7 @@ class Reducer:
         self.wait_for_gradients(stream, l)
         if l in self.buckets:
             name, part = self.buckets[l]
-            self.backend.launch(self.stream, name, self._sum, name, self.flat[part])
+            self.backend.launch(self.stream, name, self._sum, name, part)
 
     def wait_for_gradients(self, stream, l):
         """Guard read after write: the sum of layer l reads (6)(7) of layer l, written on ``stream``."""

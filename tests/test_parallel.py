@@ -88,6 +88,18 @@ def test_a_launcher_without_mpi4py_is_refused(monkeypatch):
         parallel.world()
 
 
+@mpirun.needs_mpi
+def test_a_launcher_of_another_mpi_is_refused():
+    """Started by another MPI's launcher, each process would see itself alone and train on its own."""
+    env = {**os.environ, "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-m", "leapfrog_gpu", "--epochs", "1"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("leapfrog-train: error: a launcher started 2 processes, but MPI sees 1: mpiexec and mpi4py "
+                           "come from different MPI libraries; use the mpiexec of ")
+
+
 @pytest.mark.parametrize("count,ranks", [(0, 2), (1, 3), (7, 3), (9, 3), (64, 2), (5, 8)])
 def test_shares_are_contiguous_cover_the_batch_and_differ_by_one_at_most(count, ranks):
     shares = [Mirror(r).share(count) if ranks == 2 else _ranked(r, ranks).share(count) for r in range(ranks)]

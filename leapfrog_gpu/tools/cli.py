@@ -5,8 +5,6 @@ import math
 
 from .. import parallel
 
-from .. import parallel
-
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line on stderr and exit status 2 (argparse's own

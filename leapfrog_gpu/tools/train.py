@@ -271,7 +271,7 @@ class Training:
         the last one is written, and ``Interrupted`` is raised.
         """
         metrics = None
-        try:  # under mpiexec, Ctrl-C is mpiexec's: it ends every rank at once
+        try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 while self.epoch < self.config["epochs"]:
                     metrics = self.run_epoch(interrupt)

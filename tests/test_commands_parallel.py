@@ -145,6 +145,15 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
         assert r["exposed_ms"] == r["step_ms"]["median"] - r["local_slowest_ms"]
         assert r["speedup"] == r["one_ms"]["median"] / r["step_ms"]["median"] > 0
 
+    sys.path.insert(0, str(mpirun.ROOT / "profiling"))
+    import parallel_table  # the README's table: the median over runs, and their range
+
+    runs = [json.loads(report.read_text()) for _ in range(3)]
+    for run, step in zip(runs, (3.0, 1.0, 2.5)):
+        run["records"][0]["step_ms"]["median"] = step
+    rows = parallel_table.table(runs).splitlines()
+    assert len(rows) == 2 + 4 and rows[2].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
+
 
 def test_bench_options_that_need_or_refuse_mpiexec(capsys):
     assert bench_main("--bucket-mb", 1) == 2

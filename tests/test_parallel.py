@@ -80,6 +80,19 @@ def test_alone_no_mpi_is_imported_and_the_network_is_what_it_was():
     assert "comm=" not in out.stdout
 
 
+def test_a_one_process_communicator_changes_no_bit():
+    steps = [batch(SIZES, 4, seed=step, dtype=np.float32) for step in range(5)]
+    params = []
+    for comm in (None, Communicator(), Communicator(bucket_bytes=1 << 20)):
+        with MLP(SIZES, seed=3, backend="numpy", comm=comm) as net:
+            assert net.comm is None
+            for x, y in steps:
+                net.sgd_step(x, y, ETA, Leapfrog(2))
+            assert net._plan(4).reducer is None and net.backend._comm is None  # no communication stream
+            params.append([p.tobytes() for p in net.weights + net.biases])
+    assert params[0] == params[1] == params[2]
+
+
 def test_a_launcher_without_mpi4py_is_refused(monkeypatch):
     monkeypatch.setenv("PMI_SIZE", "2")
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py raises ImportError

@@ -234,7 +234,7 @@ class MpiCommunicator(Communicator):
 
     def sum(self, values):
         array = np.array(values, dtype=np.float64)
-        with self.watch("a sum over every rank"):
+        with self.watch("the sum of a metric over every rank"):
             self._comm.Allreduce(self._mpi.IN_PLACE, array, op=self._mpi.SUM)
         return array
 

@@ -45,6 +45,12 @@ def delta_hidden(delta, sp):
     np.multiply(delta, sp, out=delta)
 
 
+def flag_nonfinite(flag, x):
+    """``flag[0] = 1`` when ``x`` holds a NaN or an Inf; ``flag`` (one element) is left as it is otherwise."""
+    if not np.isfinite(x).all():
+        flag[0] = 1
+
+
 SCRATCH = 1 << 16
 """Elements of the per-layer scratch the updates stream through: 256 KiB in float32, cache-sized."""
 

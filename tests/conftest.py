@@ -24,18 +24,24 @@ STANDIN_ORDERS = ("main-first", "workers-first", "random")
 """The orders of the stand-in's queues every CuPy test runs under (the host backend's deferred ones)."""
 
 
-@pytest.fixture(params=STANDIN_ORDERS)
-def standin(request, monkeypatch):
-    """The CuPy stand-in as ``cupy`` (and ``cupy.cuda``, ``cupyx``), its device reset to ``request.param``."""
+def install_standin(monkeypatch, order, seed=0):
+    """The CuPy stand-in as ``cupy`` (and ``cupy.cuda``, ``cupyx``) for this test, on a fresh device
+    whose queues run in ``order``."""
     if not cuda_cpu.available():
         pytest.skip(f"the CuPy stand-in runs kernels on the CPU harness, which needs {cuda_cpu.CXX}")
     import fake_cupy
 
-    fake_cupy.reset(request.param, seed=len(request.node.name))
+    fake_cupy.reset(order, seed)
     fake_cupy.RawModule.calls.clear()
     for name, module in fake_cupy.modules().items():
         monkeypatch.setitem(sys.modules, name, module)
     return fake_cupy
+
+
+@pytest.fixture(params=STANDIN_ORDERS)
+def standin(request, monkeypatch):
+    """The CuPy stand-in, under each of its orders."""
+    return install_standin(monkeypatch, request.param, seed=len(request.node.name))
 
 
 def to_numpy(array):

@@ -152,22 +152,43 @@ def test_naumov_time_backward(standin):
 # -- the findings of the review against CuPy 14.2, one test each ------------------------------------
 
 
-def test_returned_arrays_are_complete_and_never_written_by_a_later_step(backend):
-    """feedforward, backprop, weights and biases hand out arrays that later steps leave alone, even
-    when the caller reads them on the null stream, which the backend's streams do not wait for."""
+@pytest.fixture
+def net(backend):
+    """A float64 tanh network on the stand-in, its parameters on the host, and a step on another batch
+    (eta = 0: it rewrites every buffer, not the parameters)."""
+    with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as network:
+        network.initial = host(network.weights), host(network.biases)
+        network.other_step = lambda eta=0.0: network.sgd_step(*batch(SIZES, 4, seed=9), eta, Leapfrog(2))
+        yield network
+
+
+# Arrays handed to the caller are complete and no later step writes them, even when the caller reads
+# them on CuPy's default stream, which the backend's streams do not wait for (nor it for them).
+
+
+def test_feedforward_returns_what_a_later_step_leaves_alone(net):
+    x, _ = batch(SIZES, 4)
+    a = net.feedforward(x)
+    net.other_step()
+    want = reference.feedforward(*net.initial, x, "tanh", net.output_activation)
+    np.testing.assert_allclose(a.get(), want, rtol=1e-12)
+
+
+def test_backprop_returns_what_a_later_step_leaves_alone(net):
     x, y = batch(SIZES, 4)
-    with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as net:
-        weights, biases = host(net.weights), host(net.biases)
-        a = net.feedforward(x)
-        nabla_b, nabla_w = net.backprop(x, y, Leapfrog(2))
-        w, b = net.weights, net.biases
-        for step in range(2):
-            net.sgd_step(*batch(SIZES, 4, seed=step + 1), 0.5, Leapfrog(2))
-        want_b, want_w = reference_gradients(weights, biases, x, y, net)
-        want_a = reference.feedforward(weights, biases, x, "tanh", net.output_activation)
-        np.testing.assert_allclose(a.get(), want_a, rtol=1e-12)
-        for got, want in zip(host(nabla_b + nabla_w + w + b), want_b + want_w + weights + biases):
-            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
+    nabla_b, nabla_w = net.backprop(x, y, Leapfrog(2))
+    net.other_step()
+    want_b, want_w = reference_gradients(*net.initial, x, y, net)
+    for got, want in zip(host(nabla_b + nabla_w), want_b + want_w):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
+
+
+def test_weights_and_biases_are_what_they_were_when_read(net):
+    weights, biases = net.weights, net.biases
+    for _ in range(2):
+        net.other_step(0.5)
+    for got, want in zip(host(weights + biases), net.initial[0] + net.initial[1]):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_check_finite_on_the_cupy_backend_stops_training_with_exit_3(standin, capsys):

@@ -41,6 +41,9 @@ Modelled, as CuPy 14.2's source does it (``cupy/cuda/stream.pyx``, ``cupy/_core/
 - Raw kernels: ``RawModule(code=, options=).get_function(name)`` returns a ``RawKernel`` called as
   ``kernel(grid, block, args, shared_mem=0, stream=None)``; a NumPy array argument of more than one
   element is refused, as CuPy does. ``RawModule.calls`` counts modules built and functions looked up.
+- The rest of what the project reaches: ``cuda.Device``, ``cuda.runtime.getDeviceProperties``,
+  ``cuda.nvtx`` (``_UnavailableModule`` is what CuPy built without NVTX puts there), ``cuda.profiler``
+  and ``cupyx.profiler.profile`` (no-ops); ``modules()`` says what ``sys.modules`` must hold.
 - Capture: ``Stream.begin_capture()`` (refused on the null stream), ``end_capture()`` returning a
   ``Graph`` whose ``launch(stream=None)`` replays what was captured: kernel launches with the
   argument values they had (pointers and scalars baked in), copies, ufuncs. Streams join a capture by
@@ -401,6 +404,7 @@ class Stream:
         unjoined = [s for s in capture.streams if s is not self and not s._frontier <= joined]
         for stream in capture.streams:
             stream._capture = stream._frontier = None
+        capture.ended = True
         if unjoined:
             raise CUDARuntimeError(
                 "cudaErrorStreamCaptureUnjoined",
@@ -467,6 +471,9 @@ def _wait(stream, event):
     _device.trace.append(("wait", stream.ptr, source))
     if event._captured is not None:
         capture, nodes = event._captured
+        if capture.ended:
+            raise CUDARuntimeError("cudaErrorStreamCaptureIsolation",
+                                   f"{event!r} was last recorded in a capture that has ended; record it again")
         if stream._capture is None:  # the stream joins the capture
             capture.streams.add(stream)
             stream._capture, stream._frontier = capture, set(nodes)
@@ -514,6 +521,7 @@ class _Capture:
 
     def __init__(self, origin):
         self.origin, self.nodes, self.streams = origin, [], {origin}
+        self.ended = False
 
     def add(self, stream, name, fn, touches):
         node = _Node(len(self.nodes), name, fn, touches, stream, frozenset(stream._frontier))
@@ -908,7 +916,6 @@ max = _make_reduction("max")  # noqa: A001
 min = _make_reduction("min")  # noqa: A001
 all = _make_reduction("all")  # noqa: A001
 any = _make_reduction("any")  # noqa: A001
-amax, amin = max, min
 
 
 def _cublas(name):
@@ -1025,12 +1032,6 @@ def array(obj, dtype=None, copy=True, order="K"):
 
 def asarray(a, dtype=None, order=None):
     return array(a, dtype=dtype, copy=False, order=order or "K")
-
-
-def ascontiguousarray(a, dtype=None):
-    if isinstance(a, ndarray) and a.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
-        return a
-    return array(a, dtype=dtype, order="C") if not isinstance(a, ndarray) else a.astype(dtype or a.dtype)
 
 
 def asnumpy(a, stream=None, order="C", out=None, blocking=True):

@@ -314,6 +314,18 @@ def test_a_fork_that_is_not_joined_back_ends_the_capture_with_an_error(standin):
     assert not origin.is_capturing() and not worker.is_capturing()
 
 
+def test_an_event_recorded_in_an_ended_capture_cannot_be_waited_on(standin):
+    origin, other = standin.cuda.Stream(non_blocking=True), standin.cuda.Stream(non_blocking=True)
+    origin.begin_capture()
+    event = origin.record()
+    origin.end_capture()
+    with pytest.raises(standin.CUDARuntimeError, match="capture that has ended"):
+        other.wait_event(event)
+    event.record(origin)  # recorded again, outside any capture: an ordinary event
+    other.wait_event(event)
+    event.synchronize()
+
+
 def test_a_graph_does_not_keep_its_buffers_alive(standin):
     graph, origin, buffers = capture_two_streams(standin)
     del buffers

@@ -1,6 +1,6 @@
 // Elementwise parts of one pass: the forward activation (3) with its derivative, the output error (4),
-// the Hadamard factor of (5), and the SGD update. Arrays are row-major; an (n, B) array is a minibatch
-// stored as columns, so element (i, s) sits at i * B + s.
+// the Hadamard factor of (5), the SGD update, and the finiteness check of the gradients. Arrays are
+// row-major; an (n, B) array is a minibatch stored as columns, so element (i, s) sits at i * B + s.
 //
 // Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
 // ELEMENTWISE_BLOCK threads, grid = min(ceil(size / block), ELEMENTWISE_MAX_GRID), from
@@ -77,6 +77,17 @@ __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     }
 }
 
+// The check of check_finite: flag[0] = 1 when x holds a NaN or an Inf; otherwise flag is left as it is,
+// so one flag, cleared first, collects the check of every gradient and the host reads it once.
+// Moves size reads (and a write of flag[0] per non-finite element).
+template <typename T>
+__device__ void flag_nonfinite(T* flag, const T* x, long long size) {
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
+         idx += (long long)gridDim.x * blockDim.x) {
+        if (!isfinite(x[idx])) flag[0] = T(1);
+    }
+}
+
 #define LEAPFROG_ELEMENTWISE(T, SUFFIX)                                                              \
     extern "C" __global__ void bias_activation_##SUFFIX(T* z, T* a, T* sp, const T* b, int n,       \
                                                         int batch, int act) {                       \
@@ -92,6 +103,9 @@ __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     extern "C" __global__ void sgd_update_##SUFFIX(T* param, const T* nabla, T scale,               \
                                                    long long size) {                                 \
         sgd_update<T>(param, nabla, scale, size);                                                    \
+    }                                                                                                \
+    extern "C" __global__ void flag_nonfinite_##SUFFIX(T* flag, const T* x, long long size) {       \
+        flag_nonfinite<T>(flag, x, size);                                                            \
     }
 
 LEAPFROG_ELEMENTWISE(float, f32)

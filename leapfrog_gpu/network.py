@@ -35,7 +35,9 @@ class MLP:
             ranks: each computes on its share of every batch's columns and the gradients are summed
             across ranks (``leapfrog_gpu.parallel``). ``None`` or one rank: this process alone.
 
-    ``weights`` and ``biases`` list w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend.
+    ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
+    backend, as they are once the steps enqueued so far have run. Every array the network hands out
+    (these, ``feedforward``'s and ``backprop``'s) is complete on return and no later step writes it.
     """
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
@@ -84,13 +86,20 @@ class MLP:
 
     @property
     def weights(self):
-        self.backend.synchronize()
-        return [self._w[l] for l in self.layers]
+        return self._handed_out([self._w[l] for l in self.layers])
 
     @property
     def biases(self):
+        return self._handed_out([self._b[l] for l in self.layers])
+
+    def _handed_out(self, arrays):
+        """Copies of ``arrays``, made on the main stream behind what is enqueued there and complete on
+        return: the caller may read them on any stream (CuPy's default one waits for none of ours), and
+        no later step writes them."""
+        copies = []
+        self.backend.launch(self.backend.main, "copy_out", _copy_into, copies, arrays)
         self.backend.synchronize()
-        return [self._b[l] for l in self.layers]
+        return copies
 
     def set_parameters(self, weights, biases):
         """Copy ``weights`` and ``biases`` (lists for l = 2..L, the shapes of ``self.weights``) in."""
@@ -121,15 +130,14 @@ class MLP:
         plan = self._plan(x.shape[1])
         self.backend.copy_in(self.backend.main, plan.a[1], x)
         self._forward(plan)
-        self.backend.synchronize()
-        return plan.a[self.L].copy()
+        return self._handed_out([plan.a[self.L]])[0]
 
     def backprop(self, x, y, schedule=None):
         """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
         l = 2..L, summed over the batch (with a communicator: over every rank's share of it)."""
         plan = self._start(x, y, schedule)
-        self.backend.synchronize()
-        return [plan.nabla_b[l].copy() for l in self.layers], [plan.nabla_w[l].copy() for l in self.layers]
+        copies = self._handed_out([plan.nabla_b[l] for l in self.layers] + [plan.nabla_w[l] for l in self.layers])
+        return copies[:self.L - 1], copies[self.L - 1:]
 
     def sgd_step(self, x, y, eta, schedule=None):
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
@@ -153,6 +161,7 @@ class MLP:
                     backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, plan.scale)
         if backend.poisons:
             backend.launch(backend.main, "poison", plan.poison, plan.nabla_w, plan.nabla_b)
+        backend.keep(plan)  # the step is queued: a network dropped before it has run leaves it the buffers
 
     def synchronize(self):
         self.backend.synchronize()
@@ -188,7 +197,15 @@ class MLP:
         return plan
 
     def _check_gradients(self, plan):
-        """Raise FloatingPointError naming the first gradient that holds NaN or Inf."""
+        """Raise FloatingPointError naming the first gradient that holds NaN or Inf. Every gradient
+        sets one shared flag, which the host reads once (on a GPU: one synchronization per step)."""
+        ops, flag = self.backend.ops, plan.nonfinite
+        flag.fill(0)
+        for l in self.layers:
+            ops.flag_nonfinite(flag, plan.nabla_w[l])
+            ops.flag_nonfinite(flag, plan.nabla_b[l])
+        if float(flag[0]) == 0:
+            return
         xp = self.backend.xp
         for l in reversed(self.layers):
             for name, nabla in (("nabla_w", plan.nabla_w[l]), ("nabla_b", plan.nabla_b[l])):
@@ -292,6 +309,7 @@ class Plan:
             self.nabla_w[l] = buffer(n[l], n[l - 1])
             self.nabla_b[l] = buffer(n[l])
         self.y = buffer(n[net.L], batch)
+        self.nonfinite = xp.zeros(1, dtype=net.dtype)  # the flag of check_finite
         self.w, self.b, self.scale = net._w, net._b, None
         chunk = backend.ops.SCRATCH
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
@@ -333,6 +351,10 @@ class Plan:
         ops = self.backend.ops
         ops.sgd_update(self.b[l], self.nabla_b[l], scale, self.scratch[l])
         ops.fused_update(self.w[l], self.delta[l], self.a[l - 1], scale, self.scratch[l])
+
+
+def _copy_into(copies, arrays):
+    copies.extend(array.copy() for array in arrays)
 
 
 def _check_sizes(sizes):

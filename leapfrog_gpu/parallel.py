@@ -42,6 +42,9 @@ LAUNCHERS = (("PMI_SIZE", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD
 number of processes and the rank; without them the program runs alone and mpi4py is not imported."""
 PEER_LOST = 4
 """Exit status of a rank that gave up waiting for the others."""
+ABORT_GRACE = 0.5
+"""Seconds a rank waits between its last line and ``MPI_Abort``: mpiexec forwards each rank's stderr
+through a pipe, and an abort ends the job at once, which can lose the line still in the pipe."""
 
 
 def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUCKET_BYTES):
@@ -260,6 +263,7 @@ class MpiCommunicator(Communicator):
 
     def abort(self, status):
         _flush()
+        time.sleep(ABORT_GRACE)
         self._comm.Abort(status)
 
     def _give_up(self, what):

@@ -11,10 +11,9 @@ import time
 import numpy as np
 import pytest
 
-import cuda_cpu
 import mpi_cases
 import mpirun
-from conftest import batch, gpu, to_numpy
+from conftest import batch, gpu, install_standin, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, parallel, reference
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -51,14 +50,15 @@ class Mirror(Communicator):
 
 def reference_steps(weights, biases, steps, rank=0, ranks=2):
     """Parameters after SGD steps on ``steps`` [(x, y)] in float64 by the plain reference, where the
-    gradient is twice that of this rank's share (the other rank holds the same share)."""
+    gradient is ``ranks`` times that of this rank's share (every other rank holds the same share)."""
     weights, biases = [w.astype(np.float64) for w in weights], [b.astype(np.float64) for b in biases]
+    comm = _ranked(rank, ranks)
     for x, y in steps:
-        share = Communicator.share(Mirror(rank), x.shape[1])
+        share = comm.share(x.shape[1])
         nabla_b, nabla_w = reference.backprop(weights, biases, x[:, share], y[:, share], "sigmoid", "quadratic", "sigmoid")
         scale = ETA / x.shape[1]
-        weights = [w - scale * 2 * g for w, g in zip(weights, nabla_w)]
-        biases = [b - scale * 2 * g for b, g in zip(biases, nabla_b)]
+        weights = [w - scale * ranks * g for w, g in zip(weights, nabla_w)]
+        biases = [b - scale * ranks * g for b, g in zip(biases, nabla_b)]
     return weights + biases
 
 
@@ -363,66 +363,78 @@ def test_a_rank_that_builds_another_network_is_refused_on_every_rank(ranks_run):
             "every rank must use the same network, but they differ in sizes: [7, 13, 5, 11, 4] on rank 1")
 
 
-# -- NCCL: the CuPy backend's path, with one rank ---------------------------------------------------------
+# -- NCCL: the CuPy backend's path ----------------------------------------------------------------------
 
 
-class OneGpu(Communicator):
-    """One rank that sums through NCCL all the same: the data-parallel path of the CuPy backend at P = 1
-    (more GPUs than one are not at hand)."""
+class Gpus(Mirror):
+    """Rank 0 of ``size`` GPUs summing through NCCL: on a GPU one rank (the sum is the buffer itself); on
+    the CuPy stand-in, whose NCCL makes the other ranks hold the same buffers, two mirrored ranks."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.size = size
 
     @property
     def reduces(self):
         return True
 
+    def allgather(self, value):
+        return [value] * self.size
+
     def engine(self, backend):
         if not hasattr(self, "nccl"):
-            self.nccl = collective.NcclSum(backend.xp, 1, 0, collective.nccl_unique_id())
+            self.nccl = collective.NcclSum(backend.xp, self.size, 0, collective.nccl_unique_id())
         return self.nccl
 
 
-def train_with_and_without_nccl(backend, schedule, size=3, steps=3):
-    """Parameters of a network that sums through NCCL (one rank) and of one that does not, after SGD steps."""
-    with MLP(SIZES, seed=3, backend=backend, comm=OneGpu()) as summed, MLP(SIZES, seed=3, backend=backend) as alone:
-        for step in range(steps):
-            x, y = batch(SIZES, size, seed=step, dtype=np.float32)
-            summed.sgd_step(x, y, ETA, schedule)
-            alone.sgd_step(x, y, ETA, schedule)
-        return [to_numpy(p) for p in summed.weights + summed.biases], [to_numpy(p) for p in alone.weights + alone.biases]
+def nccl_run(backend, schedule, ranks, steps=3, size=4):
+    """Whether SGD steps of a network summing through NCCL over ``ranks`` give the reference's parameters
+    (its share's gradients times ``ranks``, the update divided by the whole batch)."""
+    with MLP(SIZES, seed=3, dtype="float64", backend=backend, comm=Gpus(ranks)) as net:
+        data = [batch(SIZES, size, seed=step) for step in range(steps)]
+        want = reference_steps(to_numpy_all(net.weights), to_numpy_all(net.biases), data, ranks=ranks)
+        for x, y in data:
+            net.sgd_step(x, y, ETA, schedule)
+        return relative_error(to_numpy_all(net.weights + net.biases), want) < 1e-12
 
 
-@pytest.fixture
-def standin(monkeypatch):
-    """The CuPy backend on the CuPy stand-in (tests/fake_cupy.py), its NCCL one rank."""
-    if not cuda_cpu.available():
-        pytest.skip("the CPU harness needs g++")
-    import fake_cupy
+def to_numpy_all(arrays):
+    return [to_numpy(a) for a in arrays]
 
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
-    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", fake_cupy.nccl)
-    fake_cupy.Stream.log.clear()
+
+def cupy_backend(fake, workers_first=True):
+    """The CuPy backend on the stand-in; its workers made before the communication stream, which is then
+    the newest stream: "main-first" runs it as late as the events allow, "workers-first" as early."""
     from leapfrog_gpu.backends.cuda import CupyBackend
 
-    with CupyBackend() as backend:
-        yield backend
+    backend = CupyBackend()
+    if workers_first:
+        backend.workers(2)
+    return backend
 
 
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
-def test_nccl_sums_on_the_communication_stream_of_the_standin(standin, schedule):
-    import fake_cupy
+def test_nccl_on_the_standin_against_the_reference(standin, schedule):
+    with cupy_backend(standin) as backend:
+        assert nccl_run(backend, schedule, ranks=2)
+        comm, others = backend.comm_stream(), {backend.main.ptr, *(w.ptr for w in backend.workers(2))}
+    sums = [entry for entry in standin.trace() if entry[2] == "ncclAllReduce"]
+    assert len(sums) == 3 * (len(SIZES) - 1) and {stream for _, stream, _ in sums} == {comm.ptr}
+    assert comm.is_non_blocking and comm.ptr not in others
 
-    summed, alone = train_with_and_without_nccl(standin, schedule, steps=2)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(summed, alone))
-    comm = standin.comm_stream()
-    producers = {standin.main.ptr} if schedule.k == 0 else {w.ptr for w in standin.workers(2)}
-    assert comm.non_blocking and comm.ptr not in producers | {standin.main.ptr, 0}
-    log = fake_cupy.Stream.log
-    sums = [entry for entry in log if entry[0] == "allreduce"]
-    assert [count for _, _, count in sums] == [n * (m + 1) for n, m in zip(SIZES[:0:-1], SIZES[-2::-1])] * 2
-    assert {stream for _, stream, _ in sums} == {comm.ptr}
-    for i, entry in enumerate(log):  # before each sum the stream waited for the stream that computed it
-        if entry[0] == "allreduce":
-            assert log[i - 1][0] == "wait" and log[i - 1][1] == comm.ptr and log[i - 1][2] in producers
-    assert ("wait", standin.main.ptr, comm.ptr) in log  # the update waits for the sums
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+def test_nccl_sums_that_do_not_wait_for_their_gradients_are_caught(monkeypatch, schedule):
+    monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, stream, l: None)
+    with cupy_backend(install_standin(monkeypatch, "workers-first")) as backend:
+        assert not nccl_run(backend, schedule, ranks=2)
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+def test_an_update_that_does_not_wait_for_nccl_is_caught(monkeypatch, schedule):
+    monkeypatch.setattr(Reducer, "join", lambda self: None)
+    with cupy_backend(install_standin(monkeypatch, "main-first")) as backend:
+        assert not nccl_run(backend, schedule, ranks=2)
 
 
 @gpu
@@ -430,8 +442,8 @@ def test_nccl_sums_on_the_communication_stream_of_the_standin(standin, schedule)
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
 @pytest.mark.parametrize("size", [1, 64])
 def test_nccl_one_rank_on_the_gpu(schedule, size):
+    """NCCL with one rank: the sum is the buffer itself, and the update divides by the whole batch."""
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as backend:
-        summed, alone = train_with_and_without_nccl(backend, schedule, size, steps=5)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(summed, alone))
+        assert nccl_run(backend, schedule, ranks=1, steps=5, size=size)

@@ -181,6 +181,9 @@ class NumpyBackend:
     def wait(self, stream, event):
         self._submit(stream, _Item("wait", event.name, event=event, generation=event.recorded))
 
+    def keep(self, *objects):
+        """Nothing to do: queued operations hold their arguments until they have run."""
+
     def range(self, stream, name):
         """Bracket what is enqueued on ``stream`` inside the ``with`` block with an NVTX range."""
         return _StreamRange(self, stream, name) if annotate.enabled else annotate.range(name)

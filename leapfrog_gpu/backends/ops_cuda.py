@@ -1,7 +1,8 @@
 """CuPy launchers for the raw CUDA kernels in ``kernels/``, with the same signatures as ``ops_numpy``.
 
 Each launcher enqueues on CuPy's current stream (the backend enters the stream around it). Modules are
-compiled once per (file, options) with ``cupy.RawModule`` and kept for the life of the process.
+compiled once per (file, options) with ``cupy.RawModule``, and each kernel looked up once per (file,
+name, dtype, options): ``RawModule.get_function`` makes a new ``RawKernel`` on every call.
 """
 
 import numpy as np
@@ -26,14 +27,18 @@ class CudaOps:
     def __init__(self, cupy):
         self._cupy = cupy
         self._modules = {}
+        self._kernels = {}
 
     def _kernel(self, filename, name, dtype, options=()):
-        key = (filename, options)
-        module = self._modules.get(key)
-        if module is None:
-            module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
-            self._modules[key] = module
-        return module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
+        key = (filename, name, np.dtype(dtype), options)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            module = self._modules.get((filename, options))
+            if module is None:
+                module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
+                self._modules[filename, options] = module
+            kernel = self._kernels[key] = module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
+        return kernel
 
     def _elementwise(self, name, size, dtype, args):
         grid, block, options = launch.elementwise_launch(size)
@@ -75,6 +80,10 @@ class CudaOps:
         grid, block, options = launch.bias_launch(n)
         kernel = self._kernel("nabla_b.cu", "bias_sum", delta.dtype, options)
         kernel(grid, block, (nabla_b, delta, np.int32(n), np.int32(batch)))
+
+    def flag_nonfinite(self, flag, x):
+        """``flag[0] = 1`` when ``x`` holds a NaN or an Inf; ``flag`` (one element) is left as it is otherwise."""
+        self._elementwise("flag_nonfinite", x.size, x.dtype, (flag, x, np.int64(x.size)))
 
     def sgd_update(self, param, nabla, scale, scratch):
         """``param -= scale * nabla`` in one pass; ``scratch`` is unused here."""

@@ -45,6 +45,12 @@ def delta_hidden(delta, sp):
     np.multiply(delta, sp, out=delta)
 
 
+def flag_nonfinite(flag, x):
+    """``flag[0] = 1`` when ``x`` holds a NaN or an Inf; ``flag`` (one element) is left as it is otherwise."""
+    if not np.isfinite(x).all():
+        flag[0] = 1
+
+
 SCRATCH = 1 << 16
 """Elements of the per-layer scratch the updates stream through: 256 KiB in float32, cache-sized."""
 
@@ -65,7 +71,9 @@ def fused_update(w, delta, a, scale, scratch):
     """(7) fused with SGD: ``w -= scale * (delta a^T)``, without ``nabla_w`` ever reaching memory.
 
     Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element is
-    computed exactly as by ``nabla_w`` then ``sgd_update``, so the result is bitwise the same.
+    computed as by ``nabla_w`` then ``sgd_update``. The result is bitwise the same when w fits one
+    block (B = 1, or n*m <= SCRATCH); with several blocks at B > 1, BLAS may round a row of a smaller
+    GEMM otherwise than the same row of ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS).
     """
     n, m = w.shape
     rows = max(1, scratch.size // m)

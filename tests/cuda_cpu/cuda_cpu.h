@@ -34,6 +34,7 @@
 #include <vector>
 
 using std::exp;   // CUDA's float overloads: exp(float) stays in float, as on the device
+using std::isfinite;
 using std::tanh;
 
 struct dim3 {

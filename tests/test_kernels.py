@@ -17,7 +17,8 @@ reductions (6) and (7). A wrong index or a missing term moves a result by a whol
 import numpy as np
 import pytest
 
-from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
+from conftest import NO_GPU
+from leapfrog_gpu.backends import cuda_available, launch, ops_cuda, ops_numpy
 from leapfrog_gpu.functions import COSTS, OUTPUT_ACTIVATIONS
 
 import cuda_cpu
@@ -61,12 +62,10 @@ class GpuDevice:
 
 
 def _gpu_or_skip():
-    try:
-        import cupy
-    except ImportError:
-        pytest.skip("CuPy is not installed (pip install -e '.[cuda12]' or '.[cuda13]')")
-    if not cupy.is_available():
-        pytest.skip("no CUDA device")
+    if not cuda_available():
+        pytest.skip(NO_GPU)
+    import cupy
+
     return GpuDevice(cupy)
 
 

@@ -1,6 +1,8 @@
 """Data loaders on small files written here: IDX (raw and gzipped), .npz, and what they reject."""
 
 import gzip
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -163,9 +165,13 @@ def test_digits_are_scikit_learns_under_its_split(dtype):
         np.testing.assert_array_equal(got_y, np.eye(10, dtype=dtype)[:, labels])
 
 
-def test_digits_without_scikit_learn_installed(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "sklearn", None)
+def test_digits_without_scikit_learn_or_its_file(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "sklearn", None)
     with pytest.raises(data.DataError, match="pip install scikit-learn"):
+        data.digits()
+    monkeypatch.setitem(sys.modules, "sklearn", types.SimpleNamespace(
+        __spec__=types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])))  # no datasets/data in it
+    with pytest.raises(data.DataError, match="reinstall scikit-learn"):
         data.digits()
 
 

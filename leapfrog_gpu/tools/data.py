@@ -70,9 +70,11 @@ def digits(dtype="float32"):
     (tests/test_data.py checks both against scikit-learn).
     """
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
-    path = Path(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz") if spec else None
-    if path is None or not path.is_file():
+    if spec is None:
         raise DataError("the digits come with scikit-learn, which is not installed: pip install scikit-learn")
+    path = Path(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
+    if not path.is_file():
+        raise DataError(f"the digits are not where scikit-learn keeps them, {path}: reinstall scikit-learn")
     with gzip.open(path, "rt") as file:
         table = np.loadtxt(file, delimiter=",")  # one row per sample: 64 pixels, then the label
     with np.load(DIGITS_SPLIT) as split:

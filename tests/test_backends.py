@@ -151,6 +151,13 @@ def test_auto_says_once_why_an_installed_cupy_cannot_run(cupy_without_gpu, caplo
     assert warned == [f"backend 'auto' runs on numpy: {CUDA_ANSWER}"]
 
 
+def test_cupy_backend_without_cupy_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # not installed
+    with pytest.raises(RuntimeError) as caught:
+        get_backend("cupy")
+    assert "pip install 'leapfrog_gpu[cuda12]' (in a checkout, pip install -e '.[cuda12]'" in str(caught.value)
+
+
 def test_cupy_backend_says_what_cuda_answered(cupy_without_gpu):
     with pytest.raises(RuntimeError) as caught:
         get_backend("cupy")

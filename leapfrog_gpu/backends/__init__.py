@@ -76,7 +76,8 @@ def get_backend(name="auto", **options):
     status = cuda_status()
     if not status.installed:
         raise RuntimeError(
-            "backend 'cupy' needs CuPy: pip install 'leapfrog_gpu[cuda12]' (or [cuda13]), or use backend='numpy'"
+            "backend 'cupy' needs CuPy: pip install 'leapfrog_gpu[cuda12]' (in a checkout, pip install -e "
+            "'.[cuda12]'; [cuda13] for CUDA 13), or use backend='numpy'"
         )
     if not status.usable:
         raise RuntimeError(f"backend 'cupy' cannot run: {status.why}; use backend='numpy'")

@@ -9,8 +9,9 @@ A progress bar per epoch (on a terminal), one summary line per epoch, ``--metric
 line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.checkpoint``).
 
 Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
-``--check-finite``, a gradient became non-finite (the last checkpoint is left as it was); 130 stopped by
-Ctrl-C (SIGINT), after a checkpoint of the last completed step.
+``--check-finite``, a gradient became non-finite, or the run diverged (``metrics.Divergence``; the last
+checkpoint is left as it was); 130 stopped by Ctrl-C (SIGINT), after a checkpoint of the last completed
+step.
 """
 
 import argparse
@@ -18,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -26,13 +28,13 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
-from ..backends import cuda_available, get_backend
+from ..backends import get_backend
 from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data
-from .cli import Parser, integer
-from .metrics import cost, evaluate
+from .cli import Parser, choose_backend, integer, plural
+from .metrics import Divergence, chance_loss, cost, evaluate
 from .profiling import ProfileWindow, parse_steps
 
 PROG = "leapfrog-train"
@@ -41,7 +43,7 @@ DEFAULTS = {
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
     "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
     "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
-    "backend": "auto", "blas_threads": 1, "check_finite": False,
+    "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
     "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
 }
 """Every option's default. The digits default reaches about 97 % test accuracy in 30 epochs."""
@@ -68,6 +70,14 @@ class NonFiniteLoss(ArithmeticError):
         super().__init__(what or f"the training loss is {loss} after epoch {epoch}, step {step}")
         self.loss, self.epoch, self.step = loss, epoch, step
         self.hint = "try a smaller --lr"  # the command adds the current one and what became of checkpoints
+
+
+class Diverged(ArithmeticError):
+    """The loss is finite, but the run diverged or learns nothing (``metrics.Divergence``): exit status 3."""
+
+    def __init__(self, why, epoch, step):
+        super().__init__(f"{why} (epoch {epoch}, step {step})")
+        self.hint = "try another --lr"  # the command adds the current one and what became of checkpoints
 
 
 class Interrupted(Exception):
@@ -158,7 +168,8 @@ def build_parser():
                             "(with an identity output) for teacher")
     group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
     group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
-    group.add_argument("--batch-size", type=integer(1), metavar="B", help=f"(default {d['batch_size']})")
+    group.add_argument("--batch-size", type=integer(1), metavar="B",
+                       help=f"at most the number of training samples (default {d['batch_size']})")
     group.add_argument("--lr", type=_learning_rate, metavar="ETA",
                        help=f"learning rate: w -= ETA/B * nabla_w (default {d['lr']})")
     group.add_argument("--seed", type=integer(0), metavar="S",
@@ -169,6 +180,10 @@ def build_parser():
                        help="fuse the SGD update into the weight-gradient kernel (same result, fewer bytes)")
     group.add_argument("--check-finite", action="store_true",
                        help="check every gradient for NaN/Inf before each update and stop (exit 3) without it")
+    group.add_argument("--allow-divergence", action="store_true",
+                       help=f"go on when the training loss grows past {Divergence.GROWTH:g}x its start, or stays "
+                            f"at or above chance level (what a constant output scores) for {Divergence.PATIENCE} "
+                            "epochs in a row; without it, such a run stops with exit status 3")
     group.add_argument("--backend", choices=("auto", "numpy", "cupy"),
                        help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
     group.add_argument("--blas-threads", type=integer(1), metavar="N",
@@ -237,13 +252,24 @@ class Training:
             self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
             self.order.bit_generator.state = state["rng"]
         self.epoch_rng = self.order.bit_generator.state
+        self.divergence = None
+        if not config["allow_divergence"]:
+            state = state or {}
+            start = state.get("start_loss")  # None: a checkpoint written without it; start from here
+            if start is None:
+                start, _ = evaluate(net, dataset.x_train, dataset.y_train, self.eval_batch)
+            chance = chance_loss(net.cost, dataset.y_train)
+            self.divergence = Divergence(start, chance, state.get("epochs_at_chance", 0))
         steps = config["profile_steps"]
         self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend)
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
-        return {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-                "step": self.step, "rng": self.epoch_rng, "config": self.config}
+        state = {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                 "step": self.step, "rng": self.epoch_rng, "config": self.config}
+        if self.divergence is not None:
+            state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
+        return state
 
     def save(self):
         """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
@@ -301,6 +327,9 @@ class Training:
         bar.close()
         train_loss, _ = evaluate(net, x, y, self.eval_batch)
         self._check(train_loss)
+        why = None if self.divergence is None else self.divergence.check(train_loss)
+        if why:
+            raise Diverged(why, self.epoch + 1, self.step)
         test_loss, accuracy = evaluate(net, self.data.x_test, self.data.y_test, self.eval_batch, self.data.classes)
         self.epoch, self.step_in_epoch = self.epoch + 1, 0
         self.epoch_rng = self.order.bit_generator.state
@@ -349,7 +378,7 @@ class Report:
             f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
             f"test loss {metrics['test_loss']:.4f}  "
             + ("" if accuracy is None else f"test accuracy {accuracy:.2%}  ")
-            + f"{metrics['samples_per_s']:,.0f} samples/s  {metrics['backend']} {metrics['schedule']}"
+            + f"{metrics['samples_per_s']:,.0f} samples/s"
         )
         if self.metrics_file is not None:
             self.metrics_file.write(json.dumps(metrics) + "\n")
@@ -364,10 +393,13 @@ def main(argv=None):
     given = vars(build_parser().parse_args(argv))
     try:
         return _train(given)
+    except KeyboardInterrupt:  # while loading or setting up: training keeps Ctrl-C to itself (``Training.run``)
+        print(f"{PROG}: interrupted before the first step; nothing was written", file=sys.stderr)
+        return 130
     except (UsageError, data.DataError, checkpoint.CheckpointError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
-    except NonFiniteLoss as error:
+    except (NonFiniteLoss, Diverged) as error:
         print(f"{PROG}: error: {error}: {error.hint}", file=sys.stderr)
         return 3
 
@@ -390,6 +422,9 @@ def _train(given):
                          "or choose another --checkpoint-dir")
     config = configure(given, saved)
     dataset = _load(config)
+    if config["batch_size"] > dataset.x_train.shape[1]:
+        raise UsageError(f"--batch-size {config['batch_size']} is larger than the {dataset.x_train.shape[1]} "
+                         f"training samples of {dataset.name}; use at most {dataset.x_train.shape[1]}")
     config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
     sizes = [dataset.inputs, *config["hidden"], dataset.outputs]
     steps = math.ceil(dataset.x_train.shape[1] / config["batch_size"]) * config["epochs"]
@@ -398,32 +433,40 @@ def _train(given):
                          f"reaches past this run's last step, {steps - 1} (steps count from 0)")
     if directory:
         _writable_dir(directory)
-    with _backend(config) as backend, MLP(sizes, activation=config["activation"], cost=config["cost"],
-                                          dtype=config["dtype"], seed=config["seed"], backend=backend,
-                                          output_activation=None if dataset.classes else "identity",
-                                          check_finite=config["check_finite"]) as net:
+    try:
+        backend, why = choose_backend(config["backend"], PROG)
+    except ValueError as error:
+        raise UsageError(error) from None
+    options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
+    with get_backend(backend, **options) as backend, MLP(
+            sizes, activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
+            backend=backend, output_activation=None if dataset.classes else "identity",
+            check_finite=config["check_finite"]) as net:
         if saved is not None:
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
             net.set_parameters(weights, biases)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"]))
         try:
-            return _run(config, dataset, net, Report(config["quiet"], metrics_file), None if saved is None else state)
+            report = Report(config["quiet"], metrics_file)
+            return _run(config, dataset, net, report, None if saved is None else state, why)
         finally:
             if metrics_file is not None:
                 metrics_file.close()
 
 
-def _run(config, dataset, net, report, state):
+def _run(config, dataset, net, report, state, why):
     started = time.perf_counter()
     training = Training(config, dataset, net, report, state)
     if training.epoch >= config["epochs"]:
-        print(f"nothing to do: the checkpoint has {training.epoch} of {config['epochs']} epochs")
+        print(f"nothing to do: the checkpoint has {training.epoch} of {plural(config['epochs'], 'epoch')}")
         return 0
-    report.line(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']} | "
-                f"{net.backend.name} {training.schedule} | {config['epochs']} epochs of "
-                f"{training.steps_per_epoch} steps, batch {config['batch_size']}, lr {config['lr']}"
-                + ("" if state is None else f" | resumed at epoch {training.epoch}, step {training.step}"))
+    report.line(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}")
+    report.line(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule} | "
+                f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
+                f"batch {config['batch_size']}, lr {config['lr']}")
+    if state is not None:
+        report.line(f"resumed at {_position(training)} from {checkpoint.path_in(config['checkpoint_dir'])}")
     if config["profile_steps"] and net.backend.name != "cupy":
         print(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
               "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)", file=sys.stderr)
@@ -433,21 +476,35 @@ def _run(config, dataset, net, report, state):
         try:
             metrics = training.run()
         except Interrupted:
-            where = f"epoch {training.epoch + 1}, step {training.step}"
-            saved = (f"checkpoint written to {checkpoint.path_in(config['checkpoint_dir'])}; continue with --resume"
-                     if config["checkpoint_dir"] else "no --checkpoint-dir, so nothing was saved")
-            print(f"{PROG}: interrupted at {where}: {saved}", file=sys.stderr)
+            directory = config["checkpoint_dir"]
+            saved = (f"checkpoint written to {checkpoint.path_in(directory)}; continue with --resume "
+                     f"--checkpoint-dir {shlex.quote(str(directory))}" if directory
+                     else "no --checkpoint-dir, so nothing was saved")
+            print(f"{PROG}: interrupted at {_position(training)}: {saved}", file=sys.stderr)
             return 130
-        except NonFiniteLoss as error:
-            error.hint = f"try a smaller --lr than {config['lr']}"
+        except KeyboardInterrupt:  # a second Ctrl-C, which stops at once
+            path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
+            saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
+            print(f"{PROG}: interrupted at {_position(training)} and stopped at once: {saved}", file=sys.stderr)
+            return 130
+        except (NonFiniteLoss, Diverged) as error:
+            error.hint = (f"try another --lr than {config['lr']}, or add --allow-divergence to go on"
+                          if isinstance(error, Diverged) else f"try a smaller --lr than {config['lr']}")
             if config["checkpoint_dir"]:
                 error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
                                else " (no checkpoint was written)")
             raise
     accuracy = metrics["test_accuracy"]
-    print(f"done: {metrics['epoch']} epochs, " + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
+    print(f"done: {plural(metrics['epoch'], 'epoch')}, "
+          + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
           + f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _position(training):
+    """Where a run stands, as interrupting and resuming both say it: the epoch under way (counted from
+    1, as the epoch lines count) and the steps completed."""
+    return f"epoch {training.epoch + 1}, step {training.step}"
 
 
 def _load(config):
@@ -458,16 +515,6 @@ def _load(config):
         return data.mnist(config["data_dir"], dtype)
     sizes = [config["inputs"], *config["hidden"], config["outputs"]]
     return data.teacher(sizes, config["samples"], dtype=dtype)
-
-
-def _backend(config):
-    name = config["backend"]
-    if name == "auto":
-        name = "cupy" if cuda_available() else "numpy"
-    try:
-        return get_backend(name, blas_threads=config["blas_threads"]) if name == "numpy" else get_backend(name)
-    except RuntimeError as error:
-        raise UsageError(f"--backend {name}: {error}") from None
 
 
 def _writable_dir(directory):

@@ -1,11 +1,13 @@
 """leapfrog-bench on tiny sizes: every record field, the table, the JSON, the plot, and its CLI errors."""
 
 import json
+import re
 import struct
 import sys
 
 import pytest
 
+from conftest import CUDA_ANSWER
 from leapfrog_gpu.tools import bench, traffic
 from leapfrog_gpu.backends import cuda_available
 
@@ -146,7 +148,15 @@ def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
 def test_cupy_without_gpu_is_a_cli_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--backend", "cupy"])
-    assert exit_info.value.code == 2 and "no" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "use --backend numpy\n" in capsys.readouterr().err
+
+
+def test_cupy_that_cannot_run_says_what_cuda_answered(cupy_without_gpu, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "cupy"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"leapfrog-bench: error: --backend cupy cannot run: {CUDA_ANSWER}; use --backend numpy\n")
 
 
 def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path):
@@ -154,8 +164,48 @@ def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(TINY + ["--plot", str(tmp_path / "r.png")])
     assert exit_info.value.code == 2
-    assert "pip install 'leapfrog_gpu[plot]'" in capsys.readouterr().err
+    assert "pip install -e '.[plot]'" in capsys.readouterr().err  # as the README says it, in a checkout
     assert not (tmp_path / "r.png").exists()
+
+
+def _stdout_at_each_network(monkeypatch, capsys):
+    """What has reached stdout and stderr each time a network's measurement begins (since the previous one)."""
+    measure, seen = bench._measure_case, []
+
+    def look_then_measure(*args):
+        seen.append(capsys.readouterr())
+        return measure(*args)
+
+    monkeypatch.setattr(bench, "_measure_case", look_then_measure)
+    return seen
+
+
+def _rows(text):
+    return [line.split() for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
+
+
+def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
+    """Not minutes of silence: a network's rows come before the next network is measured, and a bar on
+    stderr counts the networks done, names the one being measured and estimates the time left."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    seen = _stdout_at_each_network(monkeypatch, capsys)
+    assert bench.main(TINY + ["--no-torch"]) == 0
+    seen.append(capsys.readouterr())
+    networks = [(24, 1), (24, 5), (40, 1), (40, 5)]
+    assert len(seen) == 5 and not _rows(seen[0].out) and seen[0].out.split()[:3] == ["N", "L", "B"]
+    for (out, _), (n, b) in zip(seen[1:], networks):
+        assert {(int(row[0]), int(row[2])) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 7
+    err = "".join(captured.err for captured in seen)
+    for done, (n, b) in enumerate(networks):  # time left: '?' until a network is done
+        assert re.search(rf"measuring: .*\| {done}/4 \[\d\d:\d\d<(\?|\d\d:\d\d), .*N={n} L=3 B={b}\]", err), err
+
+
+def test_quiet_prints_the_table_at_the_end_and_nothing_on_stderr(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    seen = _stdout_at_each_network(monkeypatch, capsys)
+    assert bench.main(TINY + ["--no-torch", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert [captured.out + captured.err for captured in seen] == [""] * 4 and err == "" and len(_rows(out)) == 4 * 7
 
 
 def test_schedules_are_listed_by_name():

@@ -28,9 +28,10 @@ def test_two_ranks_reach_the_accuracy_of_one_process_with_the_whole_batch(tmp_pa
     out = mpirun.run(2, *TRAIN, "--epochs", 3, "--backend", "numpy", "--metrics", two / "metrics.jsonl",
                      "--checkpoint-dir", two, timeout=120)
     lines = out.splitlines()
-    assert lines[0].startswith("digits: 1437 train, 360 test samples") and "batch 32 on each of 2 ranks" in lines[0]
-    assert [line.split()[:2] for line in lines[1:4]] == [["epoch", "1/3"], ["epoch", "2/3"], ["epoch", "3/3"]]
-    assert len(lines) == 5 and lines[4].startswith("done: 3 epochs")  # rank 0 alone prints
+    assert lines[0].startswith("digits: 1437 train, 360 test samples")
+    assert lines[1].startswith("numpy Leapfrog(k=2) | 3 epochs of 23 steps, batch 32 on each of 2 ranks, lr 0.1")
+    assert [line.split()[:2] for line in lines[2:5]] == [["epoch", "1/3"], ["epoch", "2/3"], ["epoch", "3/3"]]
+    assert len(lines) == 6 and lines[5].startswith("done: 3 epochs")  # rank 0 alone prints
     assert cli("--batch-size", 64, "--epochs", 3, "--backend", "numpy", "--quiet", "--metrics", one / "metrics.jsonl",
                "--checkpoint-dir", one) == 0
     two_metrics, one_metrics = ([json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
@@ -112,6 +113,8 @@ def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
     for args, message in (
         (["--lr", "-1"], "leapfrog-train: error: argument --lr: must be a finite number >= 0; got '-1'"),
         (["--data", "mnist", "--data-dir", tmp_path / "none"], "leapfrog-train: error: "),
+        (["--batch-size", "719"], "leapfrog-train: error: --batch-size 719 on each of 2 ranks is larger than the 1437 "
+                                  "training samples of digits; use at most 718"),
     ):
         returncode, out, err, _ = mpirun.finish(mpirun.launch(2, *TRAIN, *args), timeout=60)
         assert returncode == 2 and out == "", err

@@ -22,8 +22,9 @@ a result by a whole term, far outside it.
 import numpy as np
 import pytest
 
+from conftest import NO_GPU
 from leapfrog_gpu import reference
-from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
+from leapfrog_gpu.backends import cuda_available, launch, ops_cuda, ops_numpy
 from leapfrog_gpu.functions import COSTS, OUTPUT_ACTIVATIONS
 
 import cuda_cpu
@@ -95,12 +96,10 @@ class GpuDevice:
 
 
 def _gpu_or_skip():
-    try:
-        import cupy
-    except ImportError:
-        pytest.skip("CuPy is not installed (pip install -e '.[cuda12]' or '.[cuda13]')")
-    if not cupy.is_available():
-        pytest.skip("no CUDA device")
+    if not cuda_available():
+        pytest.skip(NO_GPU)
+    import cupy
+
     return GpuDevice(cupy)
 
 
@@ -325,7 +324,7 @@ def test_flag_nonfinite(device, shape, dtype):
 def test_nabla_w(device, request, n, m, batch, tile, dtype):
     """(7), the outer product at B = 1 (the tile does not apply) and the tiled rank-B update."""
     if (batch == 1 or device.name == "twin") and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the outer-product kernel, which has no tile; the twin has none")
+        pytest.skip("B = 1 runs the outer-product kernel, which has no tile (nor has its twin)")
     rng = np.random.default_rng([n, m, batch])
     inputs = {"delta": _random(rng, (n, batch), dtype), "a": _random(rng, (m, batch), dtype)}
     check(device, request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
@@ -339,7 +338,7 @@ def test_fused_update(device, request, n, m, batch, tile, dtype):
     """(7) fused with SGD, ``w -= scale * delta a^T`` (outer_sgd at B = 1, rank_update_sgd above);
     bitwise the plain kernel followed by sgd_update, as nabla_w.cu says."""
     if (batch == 1 or device.name == "twin") and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the outer-product kernel, which has no tile; the twin has none")
+        pytest.skip("B = 1 runs the outer-product kernel, which has no tile (nor has its twin)")
     rng = np.random.default_rng([n, m, batch, 4])
     inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
               "a": _random(rng, (m, batch), dtype)}

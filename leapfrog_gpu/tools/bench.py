@@ -12,6 +12,9 @@ setting, all cores included, on one stream), PyTorch eager autograd when ``torch
 fastest thread count), and the
 memory-traffic floor (``traffic.step_bytes`` over a measured copy bandwidth).
 
+Each network's rows are printed as soon as it is measured, with a progress bar on stderr (on a
+terminal); ``--quiet`` prints the whole table at the end instead, and nothing on stderr.
+
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
 """
 
@@ -24,15 +27,16 @@ import sys
 import tempfile
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import autotune, parallel
-from ..backends import cuda_available, get_backend, timing
+from ..backends import get_backend, timing
 from ..functions import ACTIVATIONS, DTYPES
 from ..naumov import NaumovJacobi, NaumovScan
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
-from . import bench_parallel, torch_anchor, traffic
-from .cli import Parser, integer, integers, names, reals
+from . import bench_parallel, checkpoint, torch_anchor, traffic
+from .cli import Parser, choose_backend, integer, integers, names, pip_install, reals
 
 SCHEDULES = {
     "sequential": (Sequential, False),
@@ -84,6 +88,8 @@ def parser():
     p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, help="timed repeats (default 20)")
     p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, help="untimed runs first (default 2)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar; the table at the end rather than each network's rows as it is measured")
     p.add_argument("--json", metavar="FILE", help="write the records to FILE")
     p.add_argument("--bucket-mb", type=reals(0, "bucket size"), default=None,
                    help="under mpiexec: bucket sizes in MB to measure (default 0: one sum per layer)")
@@ -95,10 +101,10 @@ def parser():
 def main(argv=None):
     p = parser()
     args = p.parse_args(argv)
-    if args.backend == "auto":
-        args.backend = "cupy" if cuda_available() else "numpy"
-    if args.backend == "cupy" and not cuda_available():
-        p.error("--backend cupy needs CuPy and a usable CUDA device; none is usable here (try --backend numpy)")
+    try:
+        args.backend, _ = choose_backend(args.backend, p.prog)
+    except ValueError as error:
+        p.error(str(error))
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     for option in ("json", "plot"):
@@ -109,7 +115,7 @@ def main(argv=None):
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            p.error("--plot needs matplotlib: pip install 'leapfrog_gpu[plot]'")
+            p.error(f"--plot needs matplotlib: {pip_install('plot')}")
     comm = parallel.world("leapfrog-bench")
     if comm.size > 1:  # under mpiexec: what the sums across ranks cost a step
         return _main_parallel(p, args, comm, sys.argv[1:] if argv is None else argv)
@@ -119,10 +125,17 @@ def main(argv=None):
     if args.no_torch:
         torch_note = "PyTorch anchor skipped (--no-torch)"
     elif not torch_anchor.available():
-        torch_note = "PyTorch anchor skipped: torch does not import (pip install 'leapfrog_gpu[torch]')"
+        torch_note = f"PyTorch anchor skipped: torch does not import ({pip_install('torch')})"
 
-    records = run(args, with_torch=torch_note is None)
-    print(table(records))
+    widths = column_widths(args)
+    if args.quiet:
+        records = run(args, with_torch=torch_note is None)
+        print(table(records, widths))
+    else:
+        print(*table_head(widths), sep="\n", flush=True)
+        records = run(args, with_torch=torch_note is None,
+                      on_network=lambda rows: print(*table_rows(rows, widths), sep="\n", flush=True))
+        print(TABLE_FOOT)
     if torch_note:
         print(torch_note)
     print(verdicts(records))
@@ -159,22 +172,32 @@ def _main_parallel(p, args, comm, argv):
 # -- measuring ----------------------------------------------------------------------------------------
 
 
-def run(args, with_torch=True):
-    """Every record of the grid, in order: a list of dicts (see ``_measure_case``)."""
+def run(args, with_torch=True, on_network=None):
+    """Every record of the grid, in order: a list of dicts (see ``_measure_case``).
+
+    With ``on_network``, each network's records are passed to it as soon as they are measured, and a
+    progress bar on stderr (on a terminal) counts the networks done and the time left.
+    """
     settings = autotune.blas_settings(args.backend, args.blas_threads)
     ks = [k for k in args.k if k != "auto"]
     specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
                                    for k in (ks if SCHEDULES[name][1] else [0])]
     bandwidth = {}
     records = []
-    for n in args.sizes:
-        for layers in args.layers:
+    grid = [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
+    with tqdm(total=len(grid), desc="measuring", unit="network", leave=False, file=sys.stderr,
+              disable=on_network is None or not sys.stderr.isatty()) as bar:
+        for n, layers, batch in grid:
+            bar.set_postfix_str(f"N={n} L={layers} B={batch}")
             sizes = [n] * layers
-            for batch in args.batch:
-                case = _measure_case(args, sizes, batch, settings, specs, bandwidth)
-                if with_torch:
-                    case.append(_measure_torch(args, sizes, batch, settings))
-                records += _derive(case)
+            case = _measure_case(args, sizes, batch, settings, specs, bandwidth)
+            if with_torch:
+                case.append(_measure_torch(args, sizes, batch, settings))
+            records += _derive(case)
+            if on_network is not None:
+                bar.clear()
+                on_network(case)
+            bar.update()
     return records
 
 
@@ -316,27 +339,49 @@ def _derive(case):
 
 COLUMNS = ("N", "L", "B", "dtype", "schedule", "k", "blas", "step ms [p20-p80]", "backward ms [p20-p80]",
            "fwd ms", "f1", "f2", "f3", "pred", "meas", "bwd x seq", "bwd x best", "step x best", "floor ms")
+CELL = {"N": 5, "B": 4, "dtype": 7, "step ms [p20-p80]": 22, "backward ms [p20-p80]": 22, "f1": 6, "f2": 6,
+        "f3": 6, "pred": 6, "meas": 7}
+"""Width of a column's cells where it exceeds its title's (``84.400 [84.000-84.800]``, ``-12.5%``): each
+network's rows are printed before the next network is measured, so the widths are set before any
+number is known; a wider number pushes the rest of its row to the right."""
+TABLE_FOOT = ("* best sequential configuration (fastest step); pred/meas: saving of a pass (forward + backward), "
+              "the model's (1 - 1/k) f3/f and measured; f1-f3 in ms per layer")
 
 
-def table(records):
-    """One row per record, as fixed-width text."""
-    rows = [COLUMNS]
-    for r in records:
-        name = ("auto->" if r["auto"] else "") + r["schedule"] + ("+fused" if r["fused"] else "")
-        name += "*" if r["best_sequential"] else ""
-        rows.append((
-            r["N"], r["L"], r["B"], r["dtype"], name, r["k"], "-" if r["blas_threads"] is None else r["blas_threads"],
-            _spread(r["step_ms"]), _spread(r["backward_ms"]), _num(r["forward_ms"] and r["forward_ms"]["median"]),
-            _num(r["f1_ms"]), _num(r["f2_ms"]), _num(r["f3_ms"]), _pct(r["predicted_saving"]),
-            _pct(r["measured_saving"]), _ratio(r["backward_speedup"]), _ratio(r["backward_speedup_vs_best_sequential"]),
-            _ratio(r["step_speedup_vs_best_sequential"]), _num(r["floor_ms"]),
-        ))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)) for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    lines.append("* best sequential configuration (fastest step); pred/meas: saving of a pass (forward + backward), "
-                 "the model's (1 - 1/k) f3/f and measured; f1-f3 in ms per layer")
-    return "\n".join(lines)
+def column_widths(args):
+    """The width of each column: its title's, a number's (``CELL``), or the longest schedule name
+    this run can print."""
+    names = [*SCHEDULES, "torch-autograd"] + [f"auto->{name}" for name in ("sequential", "leapfrog")]
+    schedule = max(len(name) for name in names) + len("+fused*" if args.fused else "*")
+    return [max(len(title), CELL.get(title, 0), schedule if title == "schedule" else 0) for title in COLUMNS]
+
+
+def table_head(widths):
+    """The titles and a rule under them."""
+    titles = "  ".join(title.rjust(width) for title, width in zip(COLUMNS, widths))
+    return [titles, "-" * len(titles)]
+
+
+def table_rows(records, widths):
+    """One line per record."""
+    return ["  ".join(str(cell).rjust(width) for cell, width in zip(_cells(r), widths)) for r in records]
+
+
+def table(records, widths):
+    """The whole table as text: titles, one row per record, and the legend."""
+    return "\n".join([*table_head(widths), *table_rows(records, widths), TABLE_FOOT])
+
+
+def _cells(r):
+    name = ("auto->" if r["auto"] else "") + r["schedule"] + ("+fused" if r["fused"] else "")
+    name += "*" if r["best_sequential"] else ""
+    return (
+        r["N"], r["L"], r["B"], r["dtype"], name, r["k"], "-" if r["blas_threads"] is None else r["blas_threads"],
+        _spread(r["step_ms"]), _spread(r["backward_ms"]), _num(r["forward_ms"] and r["forward_ms"]["median"]),
+        _num(r["f1_ms"]), _num(r["f2_ms"]), _num(r["f3_ms"]), _pct(r["predicted_saving"]),
+        _pct(r["measured_saving"]), _ratio(r["backward_speedup"]), _ratio(r["backward_speedup_vs_best_sequential"]),
+        _ratio(r["step_speedup_vs_best_sequential"]), _num(r["floor_ms"]),
+    )
 
 
 def verdicts(records):
@@ -393,9 +438,7 @@ def _write_atomically(path, text):
     folder = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
         tmp.write(text)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp.name, 0o666 & ~umask)  # as open() would have made it, not the temporary file's 0600
+    os.chmod(tmp.name, checkpoint.file_mode())  # as open() would have made it, not the temporary file's 0600
     os.replace(tmp.name, path)
 
 

@@ -43,6 +43,7 @@ def save(directory, weights, biases, state):
     arrays["state"] = np.array(json.dumps(state))
     fd, temporary = tempfile.mkstemp(prefix=_TEMPORARY[0], suffix=_TEMPORARY[1], dir=directory)
     try:
+        os.fchmod(fd, file_mode())  # the mode open() would give, not mkstemp's 0600
         with os.fdopen(fd, "wb") as file:
             _write_npz(file, arrays)
             file.flush()
@@ -57,6 +58,13 @@ def save(directory, weights, biases, state):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
     return path_in(directory)
+
+
+def file_mode():
+    """The mode ``open()`` gives a new file: 0o666 less the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def load(directory):

@@ -1,9 +1,13 @@
-"""What the command-line tools share: a parser whose errors are one line, and argument types."""
+"""What the command-line tools share: a parser whose errors are one line, argument types, the
+``--backend`` choice said in the command line's words, and install hints as the README gives them."""
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
 from .. import parallel
+from ..backends import cuda_status
 
 
 class Parser(argparse.ArgumentParser):
@@ -86,3 +90,42 @@ def names(registry, what="schedule"):
         return chosen
 
     return parse
+
+
+def choose_backend(name, prog):
+    """The backend that ``--backend name`` runs on, and why: ``("numpy" | "cupy", why)``.
+
+    ``why`` is empty for a backend named outright. When ``auto`` falls back to numpy although CuPy is
+    installed, a note on stderr says what CUDA answered. A ``cupy`` that cannot run raises
+    ``ValueError`` with one line that says why and what to do instead.
+    """
+    if name == "numpy":
+        return name, ""
+    status = cuda_status()
+    if name == "cupy":
+        if not status.installed:
+            raise ValueError(f"--backend cupy needs CuPy: {pip_install('cuda12')} (CUDA 12) or "
+                             f"{pip_install('cuda13')} (CUDA 13); or use --backend numpy")
+        if not status.usable:
+            raise ValueError(f"--backend cupy cannot run: {status.why}; use --backend numpy")
+        return name, ""
+    if status.usable:
+        return "cupy", "auto: a GPU is usable"
+    if not status.installed:
+        return "numpy", "auto: CuPy is not installed"
+    if parallel.launcher_rank() == 0:  # under mpiexec every rank would say it
+        print(f"{prog}: note: --backend auto runs on numpy: {status.why}", file=sys.stderr)
+    return "numpy", "auto: no usable GPU, see the note on stderr"
+
+
+def pip_install(extra):
+    """The command that adds the optional dependencies ``extra``, as the README gives it: run from a
+    checkout (``pip install -e .``), ``pip install -e '.[extra]'``; installed, ``pip install
+    'leapfrog_gpu[extra]'``."""
+    checkout = (Path(__file__).resolve().parents[2] / "pyproject.toml").is_file()
+    return f"pip install -e '.[{extra}]'" if checkout else f"pip install 'leapfrog_gpu[{extra}]'"
+
+
+def plural(count, noun):
+    """``1 epoch``, ``30 epochs``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

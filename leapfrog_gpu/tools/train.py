@@ -14,9 +14,10 @@ one process would take with ``--batch-size`` B·P (``leapfrog_gpu.parallel``); o
 progress and writes checkpoints and metrics, and every rank resumes from rank 0's checkpoint.
 
 Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
-``--check-finite``, a gradient became non-finite (the last checkpoint is left as it was); 130 stopped by
-Ctrl-C (SIGINT), after a checkpoint of the last completed step. Under mpiexec an error met by one rank
-alone ends every rank (``MPI_Abort`` with that status; 4 when a rank waited in vain for the others).
+``--check-finite``, a gradient became non-finite, or the run diverged (``metrics.Divergence``; the last
+checkpoint is left as it was); 130 stopped by Ctrl-C (SIGINT), after a checkpoint of the last completed
+step. Under mpiexec an error met by one rank alone ends every rank (``MPI_Abort`` with that status; 4
+when a rank waited in vain for the others).
 """
 
 import argparse
@@ -25,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -35,13 +37,13 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import parallel
-from ..backends import collective, cuda_available, get_backend
+from ..backends import collective, get_backend
 from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data
-from .cli import Parser, integer, number
-from .metrics import cost, evaluate
+from .cli import Parser, choose_backend, integer, number, plural
+from .metrics import Divergence, chance_loss, cost, evaluate
 from .profiling import ProfileWindow, parse_steps
 
 PROG = "leapfrog-train"
@@ -50,7 +52,7 @@ DEFAULTS = {
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
     "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
     "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
-    "backend": "auto", "blas_threads": 1, "check_finite": False,
+    "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
     "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
     "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
 }
@@ -81,6 +83,14 @@ class NonFiniteLoss(ArithmeticError):
         super().__init__(what or f"the training loss is {loss} after epoch {epoch}, step {step}")
         self.loss, self.epoch, self.step = loss, epoch, step
         self.hint = "try a smaller --lr"  # the command adds the current one and what became of checkpoints
+
+
+class Diverged(ArithmeticError):
+    """The loss is finite, but the run diverged or learns nothing (``metrics.Divergence``): exit status 3."""
+
+    def __init__(self, why, epoch, step):
+        super().__init__(f"{why} (epoch {epoch}, step {step})")
+        self.hint = "try another --lr"  # the command adds the current one and what became of checkpoints
 
 
 class Interrupted(Exception):
@@ -165,7 +175,8 @@ def build_parser():
                             "(with an identity output) for teacher")
     group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
     group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
-    group.add_argument("--batch-size", type=integer(1), metavar="B", help=f"(default {d['batch_size']})")
+    group.add_argument("--batch-size", type=integer(1), metavar="B",
+                       help=f"at most the number of training samples (default {d['batch_size']})")
     group.add_argument("--lr", type=number(0), metavar="ETA",
                        help=f"learning rate: w -= ETA/B * nabla_w (default {d['lr']})")
     group.add_argument("--seed", type=integer(0), metavar="S",
@@ -176,6 +187,10 @@ def build_parser():
                        help="fuse the SGD update into the weight-gradient kernel (same result, fewer bytes)")
     group.add_argument("--check-finite", action="store_true",
                        help="check every gradient for NaN/Inf before each update and stop (exit 3) without it")
+    group.add_argument("--allow-divergence", action="store_true",
+                       help=f"go on when the training loss grows past {Divergence.GROWTH:g}x its start, or stays "
+                            f"at or above chance level (what a constant output scores) for {Divergence.PATIENCE} "
+                            "epochs in a row; without it, such a run stops with exit status 3")
     group.add_argument("--backend", choices=("auto", "numpy", "cupy"),
                        help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
     group.add_argument("--blas-threads", type=integer(1), metavar="N",
@@ -250,13 +265,24 @@ class Training:
             self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
             self.order.bit_generator.state = state["rng"]
         self.epoch_rng = self.order.bit_generator.state
+        self.divergence = None
+        if not config["allow_divergence"]:
+            state = state or {}
+            start = state.get("start_loss")  # None: a checkpoint written without it; start from here
+            if start is None:
+                start, _ = evaluate(net, dataset.x_train, dataset.y_train, self.eval_batch)
+            chance = chance_loss(net.cost, dataset.y_train)
+            self.divergence = Divergence(start, chance, state.get("epochs_at_chance", 0))
         steps = config["profile_steps"]
         self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend)
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
-        return {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-                "step": self.step, "rng": self.epoch_rng, "config": self.config}
+        state = {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                 "step": self.step, "rng": self.epoch_rng, "config": self.config}
+        if self.divergence is not None:
+            state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
+        return state
 
     def save(self):
         """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
@@ -314,6 +340,9 @@ class Training:
         bar.close()
         train_loss, _ = evaluate(net, x, y, self.eval_batch)
         self._check(train_loss)
+        why = None if self.divergence is None else self.divergence.check(train_loss)
+        if why:
+            raise Diverged(why, self.epoch + 1, self.step)
         test_loss, accuracy = evaluate(net, self.data.x_test, self.data.y_test, self.eval_batch, self.data.classes)
         self.epoch, self.step_in_epoch = self.epoch + 1, 0
         self.epoch_rng = self.order.bit_generator.state
@@ -364,7 +393,7 @@ class Report:
             f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
             f"test loss {metrics['test_loss']:.4f}  "
             + ("" if accuracy is None else f"test accuracy {accuracy:.2%}  ")
-            + f"{metrics['samples_per_s']:,.0f} samples/s  {metrics['backend']} {metrics['schedule']}"
+            + f"{metrics['samples_per_s']:,.0f} samples/s"
         )
         if self.metrics_file is not None:
             self.metrics_file.write(json.dumps(metrics) + "\n")
@@ -385,15 +414,19 @@ def main(argv=None):
         return 2
     try:
         return _train(given, comm)
+    except KeyboardInterrupt:
+        if comm.size > 1:
+            return _fail(comm, "interrupted (SIGINT)", 130)
+        # while loading or setting up: training keeps Ctrl-C to itself (``Training.run``)
+        print(f"{PROG}: interrupted before the first step; nothing was written", file=sys.stderr)
+        return 130
     except SETUP_ERRORS as error:
         return _fail(comm, error, 2)
-    except NonFiniteLoss as error:
+    except (NonFiniteLoss, Diverged) as error:
         return _fail(comm, f"{error}: {error.hint}", 3)
-    except BaseException as error:
+    except Exception as error:
         if comm.size == 1:
             raise
-        if isinstance(error, KeyboardInterrupt):
-            return _fail(comm, "interrupted (SIGINT)", 130)
         traceback.print_exc()
         return _fail(comm, f"{type(error).__name__}: {error}", 1)
 
@@ -431,19 +464,30 @@ def _train(given, comm):
                              f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {saved.get('ranks', 1)})")
         config["ranks"] = comm.size
         dataset = _load(config)
+        samples, batch = dataset.x_train.shape[1], config["batch_size"] * comm.size
+        if batch > samples:
+            raise UsageError(f"--batch-size {config['batch_size']}{_on_ranks(comm.size)} is larger than the {samples} "
+                             f"training samples of {dataset.name}; use at most {samples // comm.size}")
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         sizes = [dataset.inputs, *config["hidden"], dataset.outputs]
-        steps = math.ceil(dataset.x_train.shape[1] / (config["batch_size"] * comm.size)) * config["epochs"]
+        steps = math.ceil(samples / batch) * config["epochs"]
         if config["profile_steps"] and config["profile_steps"][1] > steps:
             raise UsageError(f"--profile-steps {config['profile_steps'][0]}:{config['profile_steps'][1]} "
                              f"reaches past this run's last step, {steps - 1} (steps count from 0)")
         if directory and comm.rank == 0:
             _writable_dir(directory)
-        backend = _backend(config, comm)
+        try:
+            backend, why = choose_backend(config["backend"], PROG)
+        except ValueError as error:
+            raise UsageError(error) from None
     _check_same_options(comm, config, dataset)
-    with backend, MLP(sizes, activation=config["activation"], cost=config["cost"], dtype=config["dtype"],
-                      seed=config["seed"], backend=backend, output_activation=None if dataset.classes else "identity",
-                      check_finite=config["check_finite"], comm=comm) as net:
+    if backend == "cupy" and comm.size > 1:
+        collective.use_local_device(comm.local_rank)  # one GPU per process, before any CUDA stream
+    options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
+    with get_backend(backend, **options) as backend, MLP(
+            sizes, activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
+            backend=backend, output_activation=None if dataset.classes else "identity",
+            check_finite=config["check_finite"], comm=comm) as net:
         if saved is not None:
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
@@ -452,11 +496,16 @@ def _train(given, comm):
             parallel.broadcast_parameters(net)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
         try:
-            return _run(config, dataset, net, Report(config["quiet"], metrics_file, comm.rank),
-                        None if saved is None else state)
+            report = Report(config["quiet"], metrics_file, comm.rank)
+            return _run(config, dataset, net, report, None if saved is None else state, why)
         finally:
             if metrics_file is not None:
                 metrics_file.close()
+
+
+def _on_ranks(ranks):
+    """`` on each of P ranks`` under mpiexec, else nothing: what --batch-size means."""
+    return "" if ranks == 1 else f" on each of {ranks} ranks"
 
 
 def _checkpoint_to_resume(given, directory):
@@ -493,17 +542,19 @@ def _check_same_options(comm, config, dataset):
         raise raised from None
 
 
-def _run(config, dataset, net, report, state):
+def _run(config, dataset, net, report, state, why):
     started = time.perf_counter()
     training = Training(config, dataset, net, report, state)
     if training.epoch >= config["epochs"]:
-        report.line(f"nothing to do: the checkpoint has {training.epoch} of {config['epochs']} epochs", always=True)
+        report.line(f"nothing to do: the checkpoint has {training.epoch} of {plural(config['epochs'], 'epoch')}",
+                    always=True)
         return 0
-    batch = f"batch {config['batch_size']}" + ("" if training.ranks == 1 else f" on each of {training.ranks} ranks")
-    report.line(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']} | "
-                f"{net.backend.name} {training.schedule} | {config['epochs']} epochs of "
-                f"{training.steps_per_epoch} steps, {batch}, lr {config['lr']}"
-                + ("" if state is None else f" | resumed at epoch {training.epoch}, step {training.step}"))
+    report.line(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}")
+    report.line(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule} | "
+                f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
+                f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}")
+    if state is not None:
+        report.line(f"resumed at {_position(training)} from {checkpoint.path_in(config['checkpoint_dir'])}")
     if config["profile_steps"] and net.backend.name != "cupy" and training.rank == 0:
         print(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
               "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)", file=sys.stderr)
@@ -513,21 +564,37 @@ def _run(config, dataset, net, report, state):
         try:
             metrics = training.run()
         except Interrupted:
-            where = f"epoch {training.epoch + 1}, step {training.step}"
-            saved = (f"checkpoint written to {checkpoint.path_in(config['checkpoint_dir'])}; continue with --resume"
-                     if config["checkpoint_dir"] else "no --checkpoint-dir, so nothing was saved")
-            print(f"{PROG}: interrupted at {where}: {saved}", file=sys.stderr)
+            directory = config["checkpoint_dir"]
+            saved = (f"checkpoint written to {checkpoint.path_in(directory)}; continue with --resume "
+                     f"--checkpoint-dir {shlex.quote(str(directory))}" if directory
+                     else "no --checkpoint-dir, so nothing was saved")
+            print(f"{PROG}: interrupted at {_position(training)}: {saved}", file=sys.stderr)
             return 130
-        except NonFiniteLoss as error:
-            error.hint = f"try a smaller --lr than {config['lr']}"
+        except KeyboardInterrupt:  # a second Ctrl-C, which stops at once
+            if training.ranks > 1:
+                raise  # under mpiexec: every rank ends at once (``main``)
+            path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
+            saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
+            print(f"{PROG}: interrupted at {_position(training)} and stopped at once: {saved}", file=sys.stderr)
+            return 130
+        except (NonFiniteLoss, Diverged) as error:
+            error.hint = (f"try another --lr than {config['lr']}, or add --allow-divergence to go on"
+                          if isinstance(error, Diverged) else f"try a smaller --lr than {config['lr']}")
             if config["checkpoint_dir"]:
                 error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
                                else " (no checkpoint was written)")
             raise
     accuracy = metrics["test_accuracy"]
-    report.line(f"done: {metrics['epoch']} epochs, " + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
+    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, "
+                + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
                 + f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
     return 0
+
+
+def _position(training):
+    """Where a run stands, as interrupting and resuming both say it: the epoch under way (counted from
+    1, as the epoch lines count) and the steps completed."""
+    return f"epoch {training.epoch + 1}, step {training.step}"
 
 
 def _load(config):
@@ -538,18 +605,6 @@ def _load(config):
         return data.mnist(config["data_dir"], dtype)
     sizes = [config["inputs"], *config["hidden"], config["outputs"]]
     return data.teacher(sizes, config["samples"], dtype=dtype)
-
-
-def _backend(config, comm):
-    name = config["backend"]
-    if name == "auto":
-        name = "cupy" if cuda_available() else "numpy"
-    try:
-        if name == "cupy" and comm.size > 1:
-            collective.use_local_device(comm.local_rank)  # one GPU per process, before any CUDA stream
-        return get_backend(name, blas_threads=config["blas_threads"]) if name == "numpy" else get_backend(name)
-    except RuntimeError as error:
-        raise UsageError(f"--backend {name}: {error}") from None
 
 
 def _writable_dir(directory):

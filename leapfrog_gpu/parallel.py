@@ -64,9 +64,9 @@ def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUC
         raise RuntimeError(f"a launcher started {launched} processes, but mpi4py is not installed: "
                            "pip install 'leapfrog_gpu[mpi]'") from None
     if MPI.COMM_WORLD.Get_size() != launched:
-        raise RuntimeError(
-            f"a launcher started {launched} processes, but MPI sees {MPI.COMM_WORLD.Get_size()}: mpiexec and "
-            f"mpi4py come from different MPI libraries; use the mpiexec of {' '.join(MPI.Get_library_version().split()[:3])}")
+        library = " ".join(MPI.Get_library_version().split()[:3])
+        raise RuntimeError(f"a launcher started {launched} processes, but MPI sees {MPI.COMM_WORLD.Get_size()}: "
+                           f"mpiexec and mpi4py come from different MPI libraries; use the mpiexec of {library}")
     if MPI.Query_thread() < MPI.THREAD_SERIALIZED:  # the communication stream calls MPI from its own thread
         raise RuntimeError(f"MPI gives thread level {MPI.Query_thread()}; the communication stream needs "
                            "MPI_THREAD_SERIALIZED or more (mpi4py asks for MPI_THREAD_MULTIPLE unless "
@@ -91,8 +91,8 @@ class Communicator:
     """One process: rank 0 of 1. Every collective returns this rank's own value; nothing is summed.
 
     Subclasses (``MpiCommunicator``) talk to other ranks through the few primitives below
-    (``allgather``, ``bcast``, ``broadcast``, ``sum``, ``engine``, ``watch``, ``abort``); the rest is
-    written on top of them.
+    (``allgather``, ``bcast``, ``broadcast``, ``sum``, ``barrier``, ``engine``, ``watch``, ``abort``);
+    the rest is written on top of them.
 
     Args:
         bucket_bytes: gradients of consecutive layers that one collective sums, at most (0: each layer
@@ -103,7 +103,8 @@ class Communicator:
 
     def __init__(self, bucket_bytes=DEFAULT_BUCKET_BYTES):
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 0:
-            raise ValueError(f"bucket_bytes must be an integer >= 0 (0: one collective per layer); got {bucket_bytes!r}")
+            raise ValueError(f"bucket_bytes must be an integer >= 0 (0: one collective per layer); "
+                             f"got {bucket_bytes!r}")
         self.bucket_bytes = bucket_bytes
 
     def __repr__(self):
@@ -194,7 +195,8 @@ class Communicator:
         rank = next(r for r, d in enumerate(digests) if d != digests[0])
         first, other = descriptions[0], descriptions[rank]
         keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
-        differences = "; ".join(f"{key}: {other.get(key)!r} on rank {rank}, {first.get(key)!r} on rank 0" for key in keys)
+        differences = "; ".join(f"{key}: {other.get(key)!r} on rank {rank}, {first.get(key)!r} on rank 0"
+                                for key in keys)
         raise ValueError(f"every rank must use the same {what}, but they differ in {differences}")
 
 

@@ -104,7 +104,7 @@ def test_a_rank_that_hangs_is_given_up_after_the_timeout(tmp_path):
     returncode, _, err, _ = mpirun.finish(job, timeout=60)
     assert returncode == 4 and time.monotonic() - stopped < 30, err
     ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
-    assert len(ours) == 1 and ours[0].startswith("leapfrog-train: error: rank 0 of 2: the sum of ")  # a layer, or the loss
+    assert len(ours) == 1 and ours[0].startswith("leapfrog-train: error: rank 0 of 2: the sum of ")  # layer or loss
     assert ours[0].endswith("has waited 2 s for the other ranks: one of them died, failed or hangs; stopping the job")
     checkpoint.load(tmp_path)
 

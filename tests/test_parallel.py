@@ -55,7 +55,8 @@ def reference_steps(weights, biases, steps, rank=0, ranks=2):
     comm = _ranked(rank, ranks)
     for x, y in steps:
         share = comm.share(x.shape[1])
-        nabla_b, nabla_w = reference.backprop(weights, biases, x[:, share], y[:, share], "sigmoid", "quadratic", "sigmoid")
+        nabla_b, nabla_w = reference.backprop(weights, biases, x[:, share], y[:, share],
+                                              "sigmoid", "quadratic", "sigmoid")
         scale = ETA / x.shape[1]
         weights = [w - scale * ranks * g for w, g in zip(weights, nabla_w)]
         biases = [b - scale * ranks * g for b, g in zip(biases, nabla_b)]

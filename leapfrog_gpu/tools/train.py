@@ -459,9 +459,10 @@ def _train(given, comm):
         saved = state["config"]
     with comm.together(*SETUP_ERRORS):
         config = configure(given, saved)
-        if saved is not None and saved.get("ranks", 1) != comm.size:
-            raise UsageError(f"the checkpoint was written by {saved.get('ranks', 1)} rank(s) of --batch-size "
-                             f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {saved.get('ranks', 1)})")
+        written_by = saved and saved.get("ranks", 1)  # a checkpoint from before data parallelism: one rank
+        if written_by and written_by != comm.size:
+            raise UsageError(f"the checkpoint was written by {written_by} rank(s) of --batch-size "
+                             f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {written_by})")
         config["ranks"] = comm.size
         dataset = _load(config)
         samples, batch = dataset.x_train.shape[1], config["batch_size"] * comm.size

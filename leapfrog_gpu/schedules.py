@@ -16,7 +16,9 @@ class Schedule:
     """The backward chain on the main stream; subclasses say where (6)(7) run and how they join.
 
     ``fused=True`` fuses the SGD update into (7) during ``sgd_step`` (w -= eta/B * delta a^T, so that
-    nabla_w never goes to memory); ``backprop`` still returns nabla_w.
+    nabla_w never goes to memory); ``backprop`` still returns nabla_w. There the network passes
+    ``scale``: its step controls in device memory (eta / B and the refusal), which the fused update
+    reads when it runs.
     """
 
     def __init__(self, fused=False):

@@ -220,6 +220,11 @@ def test_elementwise_grid_stride_loop(device, request, monkeypatch, dtype):
     test_sgd_update(device, request, (257, 3), dtype)
 
 
+def step(scale, dtype, refused=0):
+    """A step's controls as the update kernels read them: eta / B, and the refusal (0: update)."""
+    return np.array([scale, refused], dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("shape", [(n, m) for n, m in PAIRS] + [(n,) for n in SIZES], ids=str)
 def test_sgd_update(device, request, shape, dtype):
@@ -229,12 +234,12 @@ def test_sgd_update(device, request, shape, dtype):
 
     def twin(x):
         param = x["param"].copy()
-        ops_numpy.sgd_update(param, x["nabla"], scale, np.empty(param.size, param.dtype))
+        ops_numpy.sgd_update(param, x["nabla"], step(scale, param.dtype), np.empty(param.size, param.dtype))
         return (param,)
 
     def run(dev, x):
         param = dev.to_device(x["param"])
-        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), scale, None)
+        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), dev.to_device(step(scale, dtype)), None)
         return (dev.to_host(param),)
 
     def magnitude(x, reference):
@@ -272,12 +277,13 @@ def test_fused_update(device, request, n, m, batch, tile, dtype):
 
     def twin(x):
         w = x["w"].copy()
-        ops_numpy.fused_update(w, x["delta"], x["a"], scale, np.empty(ops_numpy.SCRATCH, w.dtype))
+        ops_numpy.fused_update(w, x["delta"], x["a"], step(scale, w.dtype), np.empty(ops_numpy.SCRATCH, w.dtype))
         return (w,)
 
     def run(dev, x):
         w = dev.to_device(x["w"])
-        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), scale, None)
+        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), dev.to_device(step(scale, dtype)),
+                             None)
         return (dev.to_host(w),)
 
     def magnitude(x, reference):
@@ -287,8 +293,41 @@ def test_fused_update(device, request, n, m, batch, tile, dtype):
     (fused,) = run(device, inputs)
     w, nabla_w = device.to_device(inputs["w"]), device.to_device(np.zeros((n, m), dtype))
     device.ops.nabla_w(nabla_w, device.to_device(inputs["delta"]), device.to_device(inputs["a"]))
-    device.ops.sgd_update(w, nabla_w, scale, None)
+    device.ops.sgd_update(w, nabla_w, device.to_device(step(scale, dtype)), None)
     np.testing.assert_array_equal(fused, device.to_host(w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_refused_step_writes_nothing(device, dtype, batch):
+    """step[1] != 0 (check_finite found a NaN, or the host refused the step): no update kernel writes,
+    whatever step[0] holds; with step[1] = 0 the same launches do write."""
+    rng = np.random.default_rng(batch)
+    w, delta, a = _random(rng, (33, 31), dtype), _random(rng, (33, batch), dtype), _random(rng, (31, batch), dtype)
+    for refused, changed in ((7, False), (-1, False), (0, True)):
+        controls = device.to_device(step(np.nan if refused else 0.5, dtype, refused))
+        param, bias = device.to_device(w), device.to_device(w[:, 0].copy())
+        device.ops.fused_update(param, device.to_device(delta), device.to_device(a), controls, None)
+        device.ops.sgd_update(bias, device.to_device(delta[:, 0].copy()), controls, None)
+        assert np.array_equal(device.to_host(param), w) != changed
+        assert np.array_equal(device.to_host(bias), w[:, 0]) != changed
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("where", [None, 0, 256, -1], ids=["finite", "first", "middle", "last"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_check_finite(device, monkeypatch, dtype, where, bad):
+    """step[1] takes the code when the array holds a NaN or an Inf anywhere (the grid-stride loop capped
+    so that each thread visits several elements), and only while it is still 0."""
+    monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
+    x = _random(np.random.default_rng(5), (37, 29), dtype, 1e30)  # large, but finite
+    if where is not None:
+        x.reshape(-1)[where] = bad
+    want = 0 if np.isfinite(x).all() else 5
+    for before, after in ((0, want), (3, 3)):
+        controls = device.to_device(step(0.25, dtype, before))
+        device.ops.check_finite(controls, device.to_device(x), 5)
+        assert device.to_host(controls).tolist() == [0.25, after]
 
 
 def _twin_nabla_w(x):

@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from . import autotune
+from . import autotune, graphs
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -131,11 +131,16 @@ class MLP:
         self.synchronize()
         return [plan.nabla_b[l].copy() for l in self.layers], [plan.nabla_w[l].copy() for l in self.layers]
 
-    def sgd_step(self, x, y, eta, schedule=None):
+    def sgd_step(self, x, y, eta, schedule=None, graph=False):
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
 
         ``x`` and ``y`` are copied before this returns. Reading ``weights`` (or ``synchronize()``)
         waits for the step and raises any error it met.
+
+        ``graph=True`` runs the step as a graph (``leapfrog_gpu.graphs``): the first call at a batch
+        size and schedule runs the step and captures forward, backward and update; later calls copy
+        the batch and eta in and launch that graph, with no planning in between. A schedule that
+        cannot be captured raises a ``ValueError`` saying why.
         """
         if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
@@ -143,13 +148,18 @@ class MLP:
         if schedule.fused and self.check_finite:
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
                              "join, where the check runs); pass fused=False or check_finite=False")
+        if not isinstance(graph, bool):
+            raise TypeError(f"graph must be True or False; got {graph!r}")
         backend = self.backend
         plan = self._load(x, y)
         backend.launch(backend.main, "eta / B", backend.ops.set_element, self._step, 0, eta / plan.batch)
-        self._update_step(plan, schedule)
+        if graph:
+            graphs.step(self, plan, schedule)
+        else:
+            self._update_step(plan, schedule)
 
     def _update_step(self, plan, schedule):
-        """Enqueue what follows the copies of a step: forward, backward, check, update."""
+        """Enqueue what follows the copies of a step: forward, backward, check, update (what a graph holds)."""
         backend = self.backend
         self._pass(plan, schedule, self._step)
         if not schedule.fused:
@@ -309,6 +319,7 @@ class Plan:
             self.nabla_b[l] = buffer(n[l])
         self.y = buffer(n[net.L], batch)
         self.w, self.b = net._w, net._b
+        self.graphs = {}  # the captured steps of leapfrog_gpu.graphs, by schedule
         chunk = backend.ops.SCRATCH
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
                         if chunk else None for l in net.layers}

@@ -40,6 +40,11 @@ class Schedule:
             self.gradients(plan, 2, after=2, scale=scale)
         self.join(plan)
 
+    def graph_refusal(self, backend):
+        """Why a step under this schedule cannot be captured as a graph on ``backend`` ("numpy" or
+        "cupy"), or None: every schedule here enqueues a fixed set of launches, events and waits."""
+        return None
+
     @staticmethod
     def last_reader(l):
         """The layer whose (5) reads w^l last: delta^{l-1} = ((w^l)^T delta^l) * sigma'(z^{l-1})."""

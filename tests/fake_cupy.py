@@ -96,6 +96,7 @@ class Device:
 cuda = types.SimpleNamespace(
     Stream=Stream, Event=Event, Device=Device, get_current_stream=get_current_stream,
     runtime=types.SimpleNamespace(getDeviceProperties=lambda device: {"name": b"CPU harness"}),
+    alloc_pinned_memory=bytearray,  # host memory that np.ndarray(buffer=...) can wrap, as CuPy's can
 )
 RawModule = cuda_cpu.RawModule
 

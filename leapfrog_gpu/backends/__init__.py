@@ -30,8 +30,8 @@ def cuda_available():
 def get_backend(name="auto", **options):
     """A backend by name: ``"numpy"``, ``"cupy"``, or ``"auto"`` (CuPy when a GPU is usable).
 
-    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...). The choice is logged on the
-    ``leapfrog_gpu`` logger and shown by the backend's repr.
+    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...), or to ``CupyBackend``
+    (``chain``). The choice is logged on the ``leapfrog_gpu`` logger and shown by the backend's repr.
     """
     if not isinstance(name, str):
         raise TypeError(f"backend must be a string, one of {', '.join(map(repr, BACKENDS))}; got {name!r}")
@@ -42,8 +42,8 @@ def get_backend(name="auto", **options):
         log.info("backend 'auto' chose %r", name)
     if name == "numpy":
         return NumpyBackend(**options)
-    if options:
-        raise ValueError(f"options {sorted(options)} apply to the numpy backend only")
+    if set(options) - {"chain"}:
+        raise ValueError(f"options {sorted(set(options) - {'chain'})} apply to the numpy backend only")
     try:
         import cupy  # noqa: F401
     except ImportError:
@@ -52,4 +52,4 @@ def get_backend(name="auto", **options):
         ) from None
     from .cuda import CupyBackend
 
-    return CupyBackend()
+    return CupyBackend(**options)

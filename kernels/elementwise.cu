@@ -1,6 +1,6 @@
 // Elementwise parts of one pass: the forward activation (3) with its derivative, the output error (4),
-// the Hadamard factor of (5), the SGD update and the check of the gradients for NaN and Inf. Arrays are row-major; an (n, B) array is a minibatch
-// stored as columns, so element (i, s) sits at i * B + s.
+// the Hadamard factor of (5), the SGD update and the check of the gradients for NaN and Inf. Arrays are
+// row-major; an (n, B) array is a minibatch stored as columns, so element (i, s) sits at i * B + s.
 //
 // Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
 // ELEMENTWISE_BLOCK threads, grid = min(ceil(size / block), ELEMENTWISE_MAX_GRID), from

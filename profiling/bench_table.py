@@ -8,6 +8,8 @@ import json
 
 
 def cell(summary):
+    if summary is None:
+        return "–"
     digits = 2 if summary["median"] < 10 else 1
     return f"{summary['median']:.{digits}f} [{summary['p20']:.{digits}f}–{summary['p80']:.{digits}f}]"
 
@@ -30,6 +32,7 @@ def table(records):
             "|" + "---:|" * 16]
     for r in records:
         name = ("auto → " if r.get("auto") else "") + r["schedule"] + ("+fused" if r.get("fused") else "")
+        name += " graph" if r.get("graph") and not r["schedule"].startswith("torch") else ""
         name += " (best seq)" if r.get("best_sequential") else ""
         rows.append("| " + " | ".join([
             str(r["N"]), str(r["L"]), str(r["B"]), name, str(r.get("k", 0)), str(r.get("blas_threads") or "–"),

@@ -255,3 +255,49 @@ def test_harness_catches_broken_chain_kernels(cpu, monkeypatch, function, old, n
     mutated = CpuDevice()
     mutated.ops.chain = "kernels"
     run()
+
+
+def test_the_kernel_benchmark_runs_the_chain_on_cupy_against_cublas(monkeypatch):
+    """profiling/kernels.py's chain rows on the CuPy stand-in (real kernels on the CPU harness, its
+    matmul NumPy's): our kernels and cuBLAS + elementwise agree, byte and flop counts are the model's;
+    the timing itself is the GPU's (a constant here)."""
+    import sys
+    from pathlib import Path
+
+    import fake_cupy
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+    import kernels
+    from leapfrog_gpu.backends import timing
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    monkeypatch.setattr(timing, "measure", lambda backend, fn, repeats, warmup: [fn(), 0.5][1:])
+    with CupyBackend() as backend:
+        rows = kernels.chain_rows(backend, [(33, 31, 1), (20, 17, 5)], repeats=1, warmup=0, copy=10.0)
+    assert [(r["kernel"], r["impl"]) for r in rows] == [
+        ("forward_gemv", "ours"), ("forward_gemv", "cublas+ew"), ("backward_gemv", "ours"), ("backward_gemv", "cublas+ew"),
+        ("forward_gemm", "ours"), ("forward_gemm", "cublas+ew"), ("backward_gemm", "ours"), ("backward_gemm", "cublas+ew")]
+    gemm = rows[4]
+    assert gemm["gflops"] == pytest.approx(2 * 20 * 17 * 5 / 0.5e6) and rows[0]["gflops"] is None
+    assert gemm["gbps"] == pytest.approx((20 * 17 + 17 * 5 + 20 + 3 * 20 * 5) * 4 / 0.5e6)
+    assert kernels.chain_verdicts(rows) == []  # no target shape measured
+
+
+def test_the_kernel_benchmark_judges_the_gemv_targets():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+    import kernels
+
+    def row(n, kernel, impl, ms, gbps):
+        return {"n": n, "m": n, "B": 1, "kernel": kernel, "impl": impl, "ms": {"median": ms}, "gbps": gbps,
+                "copy_gbps": 4000.0}
+
+    rows = [row(4096, "forward_gemv", "ours", 1.0, 3400.0), row(4096, "backward_gemv", "ours", 1.0, 2000.0),
+            row(1024, "forward_gemv", "ours", 2.0, 1.0), row(1024, "forward_gemv", "cublas+ew", 3.0, 1.0)]
+    assert kernels.chain_verdicts(rows) == [
+        "target forward_gemv N=4096: 85% of copy bandwidth (>= 80%: met)",
+        "target backward_gemv N=4096: 50% of copy bandwidth (>= 80%: NOT MET)",
+        "target forward_gemv N=1024: 1.50x the speed of cuBLAS + elementwise (>= 1x: met)"]

@@ -14,16 +14,18 @@ import numpy as np
 import pytest
 
 import cuda_cpu
-from conftest import batch
+from conftest import batch, gpu
 from leapfrog_gpu import MLP, Leapfrog, NaumovScan, Sequential, reference
 
-pytestmark = pytest.mark.skipif(not cuda_cpu.available(), reason="the CPU harness needs g++")
+harness = pytest.mark.skipif(not cuda_cpu.available(), reason="the CPU harness needs g++")
 
 SIZES = [7, 13, 5, 11, 3]
 
 
 @pytest.fixture
 def cupy(monkeypatch):
+    if not cuda_cpu.available():
+        pytest.skip("the CPU harness needs g++")
     import fake_cupy_capture
 
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy_capture)
@@ -165,6 +167,7 @@ def test_a_numpy_batch_is_staged_through_pinned_buffers_without_a_host_sync(cupy
 # -- the stand-in refuses what CuPy refuses during a capture -------------------------------------------
 
 
+@harness
 def test_the_stand_in_refuses_cublas_allocation_and_strays_during_a_capture(cupy):
     import fake_cupy_capture as fake
 
@@ -190,6 +193,7 @@ def test_the_stand_in_refuses_cublas_allocation_and_strays_during_a_capture(cupy
         fake.cuda.Stream(null=True).begin_capture()
 
 
+@harness
 def test_the_stand_in_refuses_a_stream_not_joined_back(cupy):
     import fake_cupy_capture as fake
 
@@ -221,3 +225,47 @@ def _launch_on(fake, stream, array):
     step = np.array([-1, 0], array.dtype).view(fake.ndarray)  # param -= -1 * ones
     with stream:
         CudaOps(fake).sgd_update(array, ones, step, None)
+
+
+# -- on a GPU: real stream capture ---------------------------------------------------------------------
+
+GPU_SIZES = [33, 257, 31, 64, 129, 10]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [1, 7, 32])
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(3, fused=True),
+                                      Leapfrog(len(GPU_SIZES) + 1)], ids=repr)
+def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(schedule, size):
+    """CUDA graphs replayed 20 times, eta changing: bitwise the eager steps on the same kernels."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend(chain="kernels") as cuda:
+        nets = [MLP(GPU_SIZES, seed=4, backend=cuda) for _ in range(2)]
+        for step in range(20):
+            x, y = batch(GPU_SIZES, size, seed=step, dtype=np.float32)
+            for net, graph in zip(nets, (False, True)):
+                net.sgd_step(x, y, 0.05 * (1 + step % 3), schedule, graph=graph)
+            eager, graph = (host(net.weights + net.biases) for net in nets)
+            assert all(np.array_equal(p, q) for p, q in zip(eager, graph)), f"step {step} differs"
+        assert len(nets[1]._plans[size].graphs) == 1
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True)], ids=repr)
+def test_graph_steps_on_the_gpu_follow_the_reference(schedule):
+    """On a backend whose eager chain is cuBLAS (which CuPy cannot capture), in float64."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as cuda, MLP(GPU_SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:
+        weights, biases = host(net.weights), host(net.biases)
+        for step, eta in enumerate(etas(4)):
+            x, y = batch(GPU_SIZES, 5, seed=step)
+            net.sgd_step(x, y, eta, schedule, graph=True)
+            nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
+            weights = [w - eta / 5 * g for w, g in zip(weights, nabla_w)]
+            biases = [b - eta / 5 * g for b, g in zip(biases, nabla_b)]
+        for got, want in zip(host(net.weights + net.biases), weights + biases):
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)

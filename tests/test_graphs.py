@@ -229,7 +229,8 @@ def test_work_after_the_last_join_is_refused(backend):
             backend.launch(worker, "late", lambda: None)
 
     graph = backend.capture(lambda: body(False))
-    assert [item.name for stream, items in graph.streams if stream is worker for item in items] == ["fork", "work", "join"]
+    captured = [item.name for stream, items in graph.streams if stream is worker for item in items]
+    assert captured == ["fork", "work", "join"]
     with pytest.raises(CaptureError, match=r"worker0 is not joined back .* \(op 'late'\)"):
         backend.capture(lambda: body(True))
 

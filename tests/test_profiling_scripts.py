@@ -105,7 +105,7 @@ def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
     assert err.startswith("overlap.py: error:") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh"])
+@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh", "graph_targets.sh"])
 def test_shell_scripts_lint(script):
     subprocess.run(["bash", "-n", str(PROFILING / script)], check=True)
     shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
@@ -138,7 +138,8 @@ def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
     assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
-    assert lines[-1].startswith("copy: ")
+    assert sum(line.startswith("copy: ") for line in lines) == 1
+    assert sum(" numpy " in line for line in lines) == 4  # the chain: forward and backward of each shape
 
 
 

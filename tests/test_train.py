@@ -100,11 +100,11 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch):
 
     sgd_step, run, calls = train.MLP.sgd_step, train.Training.run, []
 
-    def step_until_interrupted(net, *args):
+    def step_until_interrupted(net, *args, **kwargs):
         calls.append(None)
         if len(calls) == 61:
             raise KeyboardInterrupt
-        sgd_step(net, *args)
+        sgd_step(net, *args, **kwargs)
 
     def run_saving_on_interrupt(training):
         try:

@@ -2,7 +2,8 @@
 
 The counts are the compulsory traffic of each kernel's header comment: every input element read once and
 every output element written once (re-reads are left to the caches). Layer ``l`` has ``n = n_l`` rows and
-``m = n_{l-1}`` columns; in (5) ``m = n_{l+1}``, the rows of the w^{l+1} it reads; ``batch`` is B. ``python -m leapfrog_gpu.tools.traffic`` prints kernels/README.md.
+``m = n_{l-1}`` columns; in (5) ``m = n_{l+1}``, the rows of the w^{l+1} it reads; ``batch`` is B.
+``python -m leapfrog_gpu.tools.traffic`` prints kernels/README.md.
 """
 
 import textwrap

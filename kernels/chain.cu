@@ -30,10 +30,22 @@
 #define TILE 16
 #endif
 
+// Sums values[0], values[stride], ..., values[(count - 1) * stride] into values[0] in a binary tree
+// (count a power of two): at each level thread `index` adds in the value half the level away, then the
+// block meets at a barrier, so every thread of the block must call it, with its own index.
+template <typename T>
+__device__ void tree_sum(T* values, int index, int count, int stride) {
+    for (int half = count / 2; half > 0; half /= 2) {
+        if (index < half) {
+            values[index * stride] += values[(index + half) * stride];
+        }
+        __syncthreads();
+    }
+}
+
 // (2)(3) for B = 1, a GEMV: z = w a_prev + b, a = sigma(z), sp = sigma'(z).
 // Launch: block (FWD_LANES, FWD_ROWS), grid ceil(n / FWD_ROWS). The lanes of a row read it in strides of
-// FWD_LANES (coalesced), each summing its share in order; the partial sums then meet in a binary tree in
-// shared memory, one barrier per level (every thread of the block reaches each barrier).
+// FWD_LANES (coalesced), each summing its share in order; the partial sums then meet in tree_sum.
 // Bytes: n*m + m + n reads (w, a_prev, b) + 3n writes (z, a, sp).
 template <typename T>
 __device__ void forward_gemv(T* z, T* a, T* sp, const T* w, const T* a_prev, const T* b, int n, int m,
@@ -52,12 +64,7 @@ __device__ void forward_gemv(T* z, T* a, T* sp, const T* w, const T* a_prev, con
     }
     partial[row][lane] = acc;
     __syncthreads();
-    for (int half = FWD_LANES / 2; half > 0; half /= 2) {
-        if (lane < half) {
-            partial[row][lane] += partial[row][lane + half];
-        }
-        __syncthreads();
-    }
+    tree_sum(&partial[row][0], lane, FWD_LANES, 1);
     if (lane == 0 && i < n) {
         store_activation(z, a, sp, i, partial[row][0] + b[i], act);
     }
@@ -66,7 +73,7 @@ __device__ void forward_gemv(T* z, T* a, T* sp, const T* w, const T* a_prev, con
 // (5) for B = 1, a transposed GEMV: delta = (w^T delta_next) * sp.
 // Launch: block (BWD_COLS, BWD_SPLIT), grid ceil(n / BWD_COLS). Thread (c, p) sums rows k = p, p +
 // BWD_SPLIT, ... of column i = c of its block (consecutive threads read consecutive columns of a row:
-// coalesced); the BWD_SPLIT partial sums of a column meet in a binary tree in shared memory.
+// coalesced); the BWD_SPLIT partial sums of a column meet in tree_sum.
 // Bytes: m*n + m + n reads (w, delta_next, sp) + n writes (delta).
 template <typename T>
 __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T* sp, int n, int m) {
@@ -83,12 +90,7 @@ __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T
     }
     partial[part][col] = acc;
     __syncthreads();
-    for (int half = BWD_SPLIT / 2; half > 0; half /= 2) {
-        if (part < half) {
-            partial[part][col] += partial[part + half][col];
-        }
-        __syncthreads();
-    }
+    tree_sum(&partial[0][col], part, BWD_SPLIT, BWD_COLS + 1);
     if (part == 0 && i < n) {
         delta[i] = partial[0][col] * sp[i];
     }

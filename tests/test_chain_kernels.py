@@ -24,7 +24,7 @@ import cuda_cpu
 from leapfrog_gpu import reference
 from leapfrog_gpu.backends import launch, ops_cuda
 from leapfrog_gpu.functions import OUTPUT_ACTIVATIONS
-from test_kernels import CpuDevice, _gpu_or_skip
+from test_kernels import CpuDevice, _gpu_or_skip, mutant
 
 DTYPES = (np.float32, np.float64)
 PAIRS = [(1, 1), (2, 31), (33, 257), (257, 33)]  # (n, m): outputs and inputs of the layer
@@ -197,63 +197,48 @@ def test_the_same_launch_gives_the_same_bits(cpu):
     assert np.array_equal(run_backward(cpu, y), run_backward(cpu, y))
 
 
-def _mutant(function, old, new, occurrence=0):
-    """chain.cu with the ``occurrence``-th ``old`` inside the device function ``function`` made ``new``."""
-    source = ops_cuda.kernel_source("chain.cu")
-    start = source.index(f"__device__ void {function}(")
-    end = min(i for i in (source.find("template <typename T>", start), source.find("#define LEAPFROG_CHAIN", start))
-              if i > 0)
-    body = source[start:end]
-    at = -1
-    for _ in range(occurrence + 1):
-        at = body.index(old, at + 1)
-    mutant = body[:at] + new + body[at + len(old):]
-    assert mutant != body
-    return source[:start] + mutant + source[end:]
-
-
 @pytest.mark.parametrize(
-    "function, old, new, occurrence, n, m, batch, caught_by",
+    "function, old, new, occurrence, check, n, m, batch, caught_by",
     [
         # The reduction trees of the GEMVs: a partial sum read before it is written, or before the level
-        # below has added into it.
-        ("forward_gemv", "__syncthreads();", "", 1, 33, 257, 1, AssertionError),
-        ("backward_gemv", "__syncthreads();", "", 0, 33, 257, 1, AssertionError),
+        # below has added into it, or a tree one level short.
+        ("forward_gemv", "__syncthreads();", "", 0, "forward", 33, 257, 1, AssertionError),
+        ("tree_sum", "__syncthreads();", "", 0, "backward", 33, 257, 1, AssertionError),
+        ("tree_sum", "half > 0", "half > 1", 0, "forward", 33, 257, 1, AssertionError),
         # The tiled kernels: a tile used before it is loaded, or reloaded while still in use.
-        ("forward_gemm", "__syncthreads();", "", 0, 33, 31, 3, AssertionError),
-        ("backward_gemm", "__syncthreads();", "", 1, 33, 31, 3, AssertionError),
+        ("forward_gemm", "__syncthreads();", "", 0, "forward", 33, 31, 3, AssertionError),
+        ("backward_gemm", "__syncthreads();", "", 1, "backward", 33, 31, 3, AssertionError),
         # Off by one at an edge: a read one past the end of w, a store one row past the end.
-        ("forward_gemm", "j0 + tx < m", "j0 + tx <= m", 0, 33, 31, 3, cuda_cpu.KernelError),
-        ("backward_gemm", "i0 + tx < n", "i0 + tx <= n", 0, 33, 31, 3, cuda_cpu.KernelError),
-        ("forward_gemv", "lane == 0 && i < n", "lane == 0 && i <= n", 0, 33, 31, 1, cuda_cpu.KernelError),
+        ("forward_gemm", "j0 + tx < m", "j0 + tx <= m", 0, "forward", 33, 31, 3, cuda_cpu.KernelError),
+        ("backward_gemm", "i0 + tx < n", "i0 + tx <= n", 0, "backward", 33, 31, 3, cuda_cpu.KernelError),
+        ("forward_gemv", "lane == 0 && i < n", "lane == 0 && i <= n", 0, "forward", 33, 31, 1, cuda_cpu.KernelError),
     ],
-    ids=["forward tree, level barrier", "backward tree, first barrier", "forward tile, first barrier",
+    ids=["gemv, first barrier", "tree, level barrier", "tree, last level", "forward tile, first barrier",
          "backward tile, second barrier", "forward tile, w bound", "backward tile, w bound",
          "forward gemv, store bound"],
 )
-def test_harness_catches_broken_chain_kernels(cpu, monkeypatch, function, old, new, occurrence, n, m, batch, caught_by):
+def test_harness_catches_broken_chain_kernels(monkeypatch, function, old, new, occurrence, check, n, m, batch,
+                                              caught_by):
     """Mutations of the real chain kernels fail: by a mismatch with the reference, or by the harness
     stopping the launch (an access past a guard page)."""
     source = ops_cuda.kernel_source
-    mutant = _mutant(function, old, new, occurrence)
-    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutant if f == "chain.cu" else source(f))
+    mutated = mutant("chain.cu", function, old, new, occurrence)
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "chain.cu" else source(f))
     monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
-    mutated = CpuDevice()
-    mutated.ops.chain = "kernels"
 
     def run():
-        if function.startswith("forward"):
-            check_forward(mutated, forward_inputs(n, m, batch, np.float32), "tanh")
+        device = CpuDevice()
+        device.ops.chain = "kernels"
+        if check == "forward":
+            check_forward(device, forward_inputs(n, m, batch, np.float32), "tanh")
         else:
-            check_backward(mutated, backward_inputs(n, m, batch, np.float32))
+            check_backward(device, backward_inputs(n, m, batch, np.float32))
 
     with pytest.raises(caught_by) as failure:
         run()
     if caught_by is cuda_cpu.KernelError:
         assert "invalid memory access" in str(failure.value)
     monkeypatch.setattr(ops_cuda, "kernel_source", source)  # the real kernel passes the same check
-    mutated = CpuDevice()
-    mutated.ops.chain = "kernels"
     run()
 
 

@@ -16,6 +16,7 @@ import pytest
 import cuda_cpu
 from conftest import batch, gpu
 from leapfrog_gpu import MLP, Leapfrog, NaumovScan, Sequential, reference
+from test_graphs import assert_graph_steps_follow_the_reference
 
 harness = pytest.mark.skipif(not cuda_cpu.available(), reason="the CPU harness needs g++")
 
@@ -73,15 +74,7 @@ def test_graph_steps_are_bitwise_eager_steps_on_the_chain_kernels(cupy, schedule
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=repr)
 def test_graph_steps_follow_the_reference(cupy, schedule):
     with backend() as cuda, MLP(SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:
-        weights, biases = host(net.weights), host(net.biases)
-        for step, eta in enumerate(etas(4)):
-            x, y = batch(SIZES, 3, seed=step)
-            net.sgd_step(x, y, eta, schedule, graph=True)
-            nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
-            weights = [w - eta / 3 * g for w, g in zip(weights, nabla_w)]
-            biases = [b - eta / 3 * g for b, g in zip(biases, nabla_b)]
-        for got, want in zip(host(net.weights + net.biases), weights + biases):
-            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        assert_graph_steps_follow_the_reference(net, schedule, 3)
 
 
 def test_the_capture_calls_no_cublas_and_allocates_nothing(cupy):
@@ -260,12 +253,4 @@ def test_graph_steps_on_the_gpu_follow_the_reference(schedule):
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as cuda, MLP(GPU_SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:
-        weights, biases = host(net.weights), host(net.biases)
-        for step, eta in enumerate(etas(4)):
-            x, y = batch(GPU_SIZES, 5, seed=step)
-            net.sgd_step(x, y, eta, schedule, graph=True)
-            nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
-            weights = [w - eta / 5 * g for w, g in zip(weights, nabla_w)]
-            biases = [b - eta / 5 * g for b, g in zip(biases, nabla_b)]
-        for got, want in zip(host(net.weights + net.biases), weights + biases):
-            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13)
+        assert_graph_steps_follow_the_reference(net, schedule, 5, rtol=1e-11)

@@ -6,12 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import gpu
 from leapfrog_gpu.tools import bench
-from test_bench import _run_main
+from test_bench import _run_main, render_table
 from test_train import SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 
 
@@ -62,11 +61,7 @@ def test_bench_graph_rows_beside_the_eager_ones(graph_report):
 
 
 def test_bench_table_renders_graph_rows(graph_report, tmp_path):
-    path = tmp_path / "r.json"
-    path.write_text(json.dumps(graph_report[1]))
-    script = Path(__file__).resolve().parent.parent / "profiling" / "bench_table.py"
-    out = subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=60, check=True).stdout
-    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
+    _, rows = render_table(graph_report[1], tmp_path)
     assert len(rows) == len(graph_report[1]["records"])
     assert sum(" graph |" in row for row in rows) == len(rows) // 2
 

@@ -10,7 +10,7 @@ deferred orders and under chaos, as in eager mode.
 import numpy as np
 import pytest
 
-from conftest import batch
+from conftest import batch, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -64,19 +64,24 @@ def test_graph_steps_are_bitwise_the_eager_steps_on_host_threads(schedule, size)
         assert equal, f"{schedule!r}, B = {size}: graph step {step} differs from the eager step"
 
 
+def assert_graph_steps_follow_the_reference(net, schedule, size, rtol=1e-12, steps=4):
+    """``steps`` graph steps of ``net`` (float64, tanh, quadratic cost), eta changing every step, against
+    SGD written out with the plain reference."""
+    weights, biases = [to_numpy(w) for w in net.weights], [to_numpy(b) for b in net.biases]
+    for step in range(steps):
+        x, y = batch(net.sizes, size, seed=step)
+        net.sgd_step(x, y, eta(step), schedule, graph=True)
+        nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
+        weights = [w - eta(step) / size * g for w, g in zip(weights, nabla_w)]
+        biases = [b - eta(step) / size * g for b, g in zip(biases, nabla_b)]
+    for got, want in zip(net.weights + net.biases, weights + biases):
+        np.testing.assert_allclose(to_numpy(got), want, rtol=rtol, atol=rtol / 100)
+
+
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=repr)
 def test_graph_steps_follow_the_reference(schedule):
-    """Three graph steps, eta changing each time, against SGD written out with the plain reference."""
     with MLP(SIZES, activation="tanh", dtype="float64", seed=2, backend="numpy") as net:
-        weights, biases = [w.copy() for w in net.weights], [b.copy() for b in net.biases]
-        for step in range(3):
-            x, y = batch(SIZES, 4, seed=step)
-            net.sgd_step(x, y, eta(step), schedule, graph=True)
-            nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
-            weights = [w - eta(step) / 4 * g for w, g in zip(weights, nabla_w)]
-            biases = [b - eta(step) / 4 * g for b, g in zip(biases, nabla_b)]
-        for got, want in zip(net.weights + net.biases, weights + biases):
-            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        assert_graph_steps_follow_the_reference(net, schedule, 4)
 
 
 def deferred_graph_run(order, schedule, seed=0, graph=True):

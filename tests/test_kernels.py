@@ -370,18 +370,19 @@ def test_nabla_b(device, request, n, batch, dtype):
     check(device, request, run, inputs, twin, magnitude)
 
 
-def _rank_update_mutant(old, new, occurrence):
-    """nabla_w.cu with the ``occurrence``-th ``old`` inside rank_update replaced by ``new``."""
-    source = ops_cuda.kernel_source("nabla_w.cu")
-    start = source.index("__device__ void rank_update")
-    end = source.index("#define LEAPFROG_NABLA_W")
+def mutant(filename, function, old, new, occurrence=0):
+    """kernels/``filename`` with the ``occurrence``-th ``old`` inside the device function ``function``
+    replaced by ``new``."""
+    source = ops_cuda.kernel_source(filename)
+    start = source.index(f"__device__ void {function}(")
+    end = min(i for i in (source.find("template <typename T>", start), source.find("#define LEAPFROG", start)) if i > 0)
     body = source[start:end]
     at = -1
     for _ in range(occurrence + 1):
         at = body.index(old, at + 1)
-    mutant = body[:at] + new + body[at + len(old):]
-    assert mutant != body
-    return source[:start] + mutant + source[end:]
+    changed = body[:at] + new + body[at + len(old):]
+    assert changed != body
+    return source[:start] + changed + source[end:]
 
 
 @pytest.mark.parametrize(
@@ -403,8 +404,8 @@ def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occu
     source = ops_cuda.kernel_source
     if old == "__syncthreads();":
         assert source("nabla_w.cu").count(old) == 2  # the two barriers of rank_update, and no others
-    mutant = _rank_update_mutant(old, new, occurrence)
-    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutant if f == "nabla_w.cu" else source(f))
+    mutated = mutant("nabla_w.cu", "rank_update", old, new, occurrence)
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
     monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
     rng = np.random.default_rng(7)
     inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}

@@ -7,6 +7,8 @@ on the host, so a schedule that loses a wait fails at capture, or, where the cap
 deferred orders and under chaos, as in eager mode.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -51,17 +53,35 @@ def schedules():
             yield Leapfrog(k, fused) if k else Sequential(fused)
 
 
+MODES = {
+    "threads": {},
+    "deferred main-first": {"mode": "deferred", "order": "main-first"},
+    "deferred workers-first": {"mode": "deferred", "order": "workers-first"},
+    "deferred random": {"mode": "deferred", "order": "random", "seed": 3},
+    "chaos": {"chaos": 7, "max_delay": 5e-5},
+}
+"""The host backends the graph steps run on: threads, the deferred orders, and chaos (short delays)."""
+
+
+@functools.cache
+def eager_steps(schedule, size):
+    """The eager steps the graph steps must equal: on threads, computed once per schedule and B."""
+    with NumpyBackend(mode="threads") as backend:
+        return snapshot_steps(MLP(SIZES, seed=5, backend=backend), backend, schedule, size, graph=False)
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("size", [1, 7])
 @pytest.mark.parametrize("schedule", list(schedules()), ids=repr)
-def test_graph_steps_are_bitwise_the_eager_steps_on_host_threads(schedule, size):
-    with NumpyBackend(mode="threads") as backend:
-        want = snapshot_steps(MLP(SIZES, seed=5, backend=backend), backend, schedule, size, graph=False)
+def test_graph_steps_are_bitwise_the_eager_steps(schedule, size, mode):
+    """50 steps, eta changing every step, captured once and replayed 49 times."""
+    with NumpyBackend(**MODES[mode]) as backend:
         net = MLP(SIZES, seed=5, backend=backend)
         got = snapshot_steps(net, backend, schedule, size, graph=True)
-        assert len(net._plans[size].graphs) == 1  # captured once, eta changing every step
-    for step, (a, b) in enumerate(zip(want, got)):
+        assert len(net._plans[size].graphs) == 1
+    for step, (a, b) in enumerate(zip(eager_steps(schedule, size), got)):
         equal = same(a, b)
-        assert equal, f"{schedule!r}, B = {size}: graph step {step} differs from the eager step"
+        assert equal, f"{schedule!r}, B = {size}, {mode}: graph step {step} differs from the eager step"
 
 
 def assert_graph_steps_follow_the_reference(net, schedule, size, rtol=1e-12, steps=4):

@@ -382,7 +382,7 @@ def graph_verdicts(records):
             continue
         best = min(ours, key=lambda r: r["step_ms"]["median"])
         ms = best["step_ms"]["median"]
-        parts = [f"graph {label(best)} k={best['k']} at N={key[0]} L={key[1]} B={key[2]}: step {ms:.4g} ms"]
+        parts = [f"{label(best)} k={best['k']} at N={key[0]} L={key[1]} B={key[2]}: step {ms:.4g} ms"]
         for name, target in GRAPH_TARGETS.items():
             base = [r for r in case if r["schedule"] == name and (r["graph"] or name.startswith("torch"))]
             if base:

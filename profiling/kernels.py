@@ -15,6 +15,7 @@ plus the elementwise kernel at N = 1024. On NumPy there is one implementation, t
 """
 
 import argparse
+import contextlib
 import json
 import sys
 from functools import partial
@@ -22,7 +23,7 @@ from functools import partial
 import numpy as np
 
 from leapfrog_gpu import get_backend
-from leapfrog_gpu.backends import timing
+from leapfrog_gpu.backends import launch, timing
 from leapfrog_gpu.tools import traffic
 
 SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (1000, 999, 33))
@@ -115,14 +116,16 @@ def _agree(outputs, dtype, where):
 
 
 def chain_text(results):
-    lines = ["     n      m     B  kernel         impl        ms [p20-p80]           GB/s   of copy    GFLOP/s"]
+    lines = ["     n      m     B  kernel         impl        ms [p20-p80]           GB/s   of copy    GFLOP/s"
+             "  blocks"]
     for r in results:
         ms = r["ms"]
         gflops = "-" if r["gflops"] is None else f"{r['gflops']:.1f}"
+        blocks = ":".join("x".join(map(str, block)) for block in r["gemv_blocks"]) if "gemv_blocks" in r else ""
         lines.append(f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['kernel']:<13}  {r['impl']:<9}  {ms['median']:.4f} "
                      f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%"
-                     f"  {gflops:>9}")
-    lines += chain_verdicts(results)
+                     f"  {gflops:>9}  {blocks}")
+    lines += chain_verdicts([r for r in results if "gemv_blocks" not in r])
     return "\n".join(lines)
 
 
@@ -134,7 +137,8 @@ def chain_verdicts(results):
         if r["n"] == 4096:
             share = r["gbps"] / r["copy_gbps"]
             met = "met" if share >= COPY_SHARE_TARGET else "NOT MET"
-            lines.append(f"target {r['kernel']} N=4096: {share:.0%} of copy bandwidth (>= {COPY_SHARE_TARGET:.0%}: {met})")
+            lines.append(f"target {r['kernel']} N=4096: {share:.0%} of copy bandwidth "
+                         f"(>= {COPY_SHARE_TARGET:.0%}: {met})")
         if r["n"] == 1024:
             library = next(x for x in results if x["impl"] == "cublas+ew" and (x["n"], x["m"], x["B"], x["kernel"])
                            == (r["n"], r["m"], r["B"], r["kernel"]))
@@ -142,6 +146,24 @@ def chain_verdicts(results):
             met = "met" if ratio >= CUBLAS_TARGET else "NOT MET"
             lines.append(f"target {r['kernel']} N=1024: {ratio:.2f}x the speed of cuBLAS + elementwise (>= 1x: {met})")
     return lines
+
+
+def _gemv_blocks(text):
+    """``[((lanes, rows), (cols, split)), ...]`` from ``32x8:8x64,32x4:32x16``."""
+    if not text:
+        return []
+    return [tuple(tuple(int(v) for v in block.split("x")) for block in pair.split(":")) for pair in text.split(",")]
+
+
+@contextlib.contextmanager
+def _gemv_block_shapes(forward, backward):
+    """The launcher's GEMV block shapes set to ``forward`` and ``backward`` within the block."""
+    saved = launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK
+    launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK = forward, backward
+    try:
+        yield
+    finally:
+        launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK = saved
 
 
 def text(results):
@@ -160,12 +182,21 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--shapes", default=None, help="n:m:B,... (default: a fixed set)")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--gemv-blocks", default=None, metavar="FxR:CxS,...",
+                        help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
+                             "(columns x split) pairs such as 32x8:8x64,32x4:32x16 (default: the launcher's)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split(":"))) for s in args.shapes.split(",")]
     with get_backend(args.backend) as backend:
         results = rows(backend, shapes, args.dtype, args.repeats)
         chain = chain_rows(backend, shapes, args.dtype, args.repeats, copy=results[0]["copy_gbps"])
+        for forward, backward in _gemv_blocks(args.gemv_blocks):
+            with _gemv_block_shapes(forward, backward):
+                gemvs = [shape for shape in shapes if shape[2] == 1]
+                chain += [{**r, "gemv_blocks": [forward, backward]}
+                          for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=results[0]["copy_gbps"])
+                          if r["impl"] != "cublas+ew"]
     print(text(results))
     print(chain_text(chain))
     if args.json:

@@ -261,8 +261,8 @@ def test_the_kernel_benchmark_runs_the_chain_on_cupy_against_cublas(monkeypatch)
     with CupyBackend() as backend:
         rows = kernels.chain_rows(backend, [(33, 31, 1), (20, 17, 5)], repeats=1, warmup=0, copy=10.0)
     assert [(r["kernel"], r["impl"]) for r in rows] == [
-        ("forward_gemv", "ours"), ("forward_gemv", "cublas+ew"), ("backward_gemv", "ours"), ("backward_gemv", "cublas+ew"),
-        ("forward_gemm", "ours"), ("forward_gemm", "cublas+ew"), ("backward_gemm", "ours"), ("backward_gemm", "cublas+ew")]
+        (f"{direction}_{shape}", impl) for shape in ("gemv", "gemm") for direction in ("forward", "backward")
+        for impl in ("ours", "cublas+ew")]
     gemm = rows[4]
     assert gemm["gflops"] == pytest.approx(2 * 20 * 17 * 5 / 0.5e6) and rows[0]["gflops"] is None
     assert gemm["gbps"] == pytest.approx((20 * 17 + 17 * 5 + 20 + 3 * 20 * 5) * 4 / 0.5e6)

@@ -135,11 +135,13 @@ def test_device_check_without_gpu_records_every_part(tmp_path):
 
 
 def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
-    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2"]) == 0
+    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2",
+                         "--gemv-blocks", "32x4:16x32"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
     assert sum(line.startswith("copy: ") for line in lines) == 1
-    assert sum(" numpy " in line for line in lines) == 4  # the chain: forward and backward of each shape
+    assert sum(" numpy " in line for line in lines) == 6  # the chain: forward and backward of each shape,
+    assert sum(line.endswith("32x4:16x32") for line in lines) == 2  # and of the B = 1 one with other blocks
 
 
 

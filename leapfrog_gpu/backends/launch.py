@@ -13,8 +13,11 @@ ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H
 OUTER_BLOCK = (32, 8)
 BIAS_BLOCK = 128
 TILES = (16, 32)
-FORWARD_GEMV_BLOCK = (32, 8)  # (lanes that share a row, rows per block), kernels/chain.cu forward_gemv
-BACKWARD_GEMV_BLOCK = (32, 16)  # (columns per block, threads that share a column), backward_gemv
+# The GEMVs of kernels/chain.cu, chosen on paper (not yet measured; profiling/kernels.py --gemv-blocks
+# compares others): a warp reads 128 contiguous bytes of a row of w (forward), or 8 columns of 4 rows,
+# 32 bytes each, whole sectors (backward); both give 128 blocks at N = 1024 and 512 at N = 4096.
+FORWARD_GEMV_BLOCK = (32, 8)  # (lanes that share a row, rows per block): forward_gemv
+BACKWARD_GEMV_BLOCK = (8, 64)  # (columns per block, threads that share a column): backward_gemv
 
 
 def elementwise_launch(size):

@@ -60,10 +60,10 @@ class MLP:
             w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
             self._w[l] = xp.asarray(w, dtype=self.dtype)
             self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        # The step's controls in device memory, read by the update kernels when they run (so that a
+        # captured graph reads the current ones): [eta / B, refusal], the refusal 0 to update, or the
+        # code of the first gradient check_finite found wanting (_refused decodes it).
         self._step = xp.zeros(2, dtype=self.dtype)
-        """The step's controls in device memory, read by the update kernels when they run (so that a
-        captured graph reads the current ones): [eta / B, refusal], the refusal 0 to update, or the code
-        of the first gradient ``check_finite`` found wanting (``_refused`` decodes it)."""
         self._plans = {}
         self.backend.synchronize()
 

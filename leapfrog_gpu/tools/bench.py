@@ -174,8 +174,10 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
     reps, warm = args.repeats, args.warmup
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
                                                    backend=backend) as net:
-        x = backend.xp.asarray(rng.random((sizes[0], batch)), dtype=args.dtype)  # on the device: no host
-        y = backend.xp.asarray(rng.random((sizes[-1], batch)), dtype=args.dtype)  # copy inside a step
+        # On the host, where training data lives: copy_in stages a NumPy batch through pinned memory without
+        # blocking, while a CuPy batch's check for NaN would wait for the device every step.
+        x = rng.random((sizes[0], batch)).astype(args.dtype)
+        y = rng.random((sizes[-1], batch)).astype(args.dtype)
         net.backprop(x, y)
         plan = net._plan(batch)
         tuning = None

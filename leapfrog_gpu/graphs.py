@@ -27,7 +27,9 @@ def step(net, plan, schedule):
     reason = refusal(net, plan, schedule)
     if reason is not None:
         raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")
-    plan.graphs[key] = net.backend.capture(lambda: net._update_step(plan, schedule))
+    graph = net.backend.capture(lambda: net._update_step(plan, schedule))
+    if graph is not None:  # None: a launch failed (the next synchronize() says why); capture again next time
+        plan.graphs[key] = graph
 
 
 def refusal(net, plan, schedule):

@@ -34,7 +34,9 @@ class MLP:
             step (steps enqueued after it do not update either). Costs a pass over the gradients and no
             host synchronization.
 
-    ``weights`` and ``biases`` list w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend.
+    ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
+    backend, as they are once the steps enqueued so far have run. Every array the network hands out
+    (these, ``feedforward``'s and ``backprop``'s) is complete on return and no later step writes it.
     """
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
@@ -84,13 +86,20 @@ class MLP:
 
     @property
     def weights(self):
-        self.synchronize()
-        return [self._w[l] for l in self.layers]
+        return self._handed_out([self._w[l] for l in self.layers])
 
     @property
     def biases(self):
+        return self._handed_out([self._b[l] for l in self.layers])
+
+    def _handed_out(self, arrays):
+        """Copies of ``arrays``, made on the main stream behind what is enqueued there and complete on
+        return: the caller may read them on any stream (CuPy's default one waits for none of ours), and
+        no later step writes them. Raises what ``synchronize()`` raises."""
+        copies = []
+        self.backend.launch(self.backend.main, "copy_out", _copy_into, copies, arrays)
         self.synchronize()
-        return [self._b[l] for l in self.layers]
+        return copies
 
     def set_parameters(self, weights, biases):
         """Copy ``weights`` and ``biases`` (lists for l = 2..L, the shapes of ``self.weights``) in."""
@@ -121,15 +130,14 @@ class MLP:
         plan = self._plan(x.shape[1])
         self.backend.copy_in(self.backend.main, plan.a[1], x)
         self._forward(plan)
-        self.backend.synchronize()
-        return plan.a[self.L].copy()
+        return self._handed_out([plan.a[self.L]])[0]
 
     def backprop(self, x, y, schedule=None):
         """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
         l = 2..L, summed over the batch."""
         plan = self._start(x, y, schedule)
-        self.synchronize()
-        return [plan.nabla_b[l].copy() for l in self.layers], [plan.nabla_w[l].copy() for l in self.layers]
+        copies = self._handed_out([plan.nabla_b[l] for l in self.layers] + [plan.nabla_w[l] for l in self.layers])
+        return copies[:self.L - 1], copies[self.L - 1:]
 
     def sgd_step(self, x, y, eta, schedule=None, graph=False):
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
@@ -157,6 +165,7 @@ class MLP:
             graphs.step(self, plan, schedule)
         else:
             self._update_step(plan, schedule)
+        backend.keep(plan, self._step)  # the step is queued: a network dropped before it has run leaves it these
 
     def _update_step(self, plan, schedule):
         """Enqueue what follows the copies of a step: forward, backward, check, update (what a graph holds)."""
@@ -358,6 +367,10 @@ class Plan:
         ops = self.backend.ops
         ops.sgd_update(self.b[l], self.nabla_b[l], scale, self.scratch[l])
         ops.fused_update(self.w[l], self.delta[l], self.a[l - 1], scale, self.scratch[l])
+
+
+def _copy_into(copies, arrays):
+    copies.extend(array.copy() for array in arrays)
 
 
 def _check_sizes(sizes):

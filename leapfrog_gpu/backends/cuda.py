@@ -1,15 +1,27 @@
 """CuPy on CUDA streams: cuBLAS for the chain (equations 2 and 5), our raw kernels for the rest.
 
 Every stream is ``non_blocking`` (never the legacy null stream). ``launch`` enters the stream and calls
-the function at once: what it enqueues (CuPy calls, raw kernels) goes on that stream, in order.
+the function at once: what it enqueues (CuPy calls, raw kernels) goes on that stream, in order. An
+exception it raises is kept and raised by the next ``synchronize()``, as on host streams; until then
+``launch`` enqueues nothing more, so a failed step leaves the parameters alone.
+
 ``capture`` turns the work of a function into a CUDA graph (CuPy's stream capture), the chain then on
 our own kernels (kernels/chain.cu), since CuPy refuses cuBLAS calls during a capture.
+
+The main stream runs the critical path at the device's highest stream priority, the workers at the
+lowest. CuPy 14 does not expose ``cudaDeviceGetStreamPriorityRange``; CUDA clamps a priority outside
+the device's range to its nearest end, so asking for the extremes below gets both ends.
 """
 
 import numpy as np
 
 from . import annotate
 from .ops_cuda import CudaOps
+
+MAIN_PRIORITY = -(2**31)
+"""The main stream's priority: the device's highest (lower numbers are higher priorities)."""
+WORKER_PRIORITY = 2**31 - 1
+"""The worker streams' priority: the device's lowest."""
 
 
 class CupyBackend:
@@ -30,9 +42,11 @@ class CupyBackend:
         self.xp = cupy
         self.ops = CudaOps(cupy, chain)
         self.device_name = _device_name(cupy)
-        self.main = cupy.cuda.Stream(non_blocking=True)
+        self.main = cupy.cuda.Stream(non_blocking=True, priority=MAIN_PRIORITY)
         self._workers = []
         self._staging = {}  # (shape, dtype) -> _Staging
+        self._kept = {}  # id -> what enqueued work uses, until synchronize()
+        self._error = None
         self._closed = False
 
     def __repr__(self):
@@ -50,7 +64,7 @@ class CupyBackend:
         """The first ``k`` worker streams, created on first use and kept for the backend's life."""
         self._check_open()
         while len(self._workers) < k:
-            self._workers.append(self.xp.cuda.Stream(non_blocking=True))
+            self._workers.append(self.xp.cuda.Stream(non_blocking=True, priority=WORKER_PRIORITY))
         return self._workers[:k]
 
     def event(self, name=""):
@@ -59,8 +73,13 @@ class CupyBackend:
 
     def launch(self, stream, name, fn, *args):
         self._check_open()
-        with annotate.range(name), stream:
-            fn(*args)
+        if self._error is not None:
+            return  # a failed step enqueues nothing more until synchronize() reports it
+        try:
+            with annotate.range(name), stream:
+                fn(*args)
+        except Exception as error:  # noqa: BLE001 - raised by synchronize(), as on host streams
+            self._error = error
 
     def record(self, stream, event):
         event.record(stream)
@@ -98,25 +117,47 @@ class CupyBackend:
         second call on the main stream into a CUDA graph: the workers join the capture by waiting on
         events recorded in it, and are joined back before it ends. The chain runs on our kernels
         throughout (CuPy refuses cuBLAS during a capture). Returns the graph; ``launch()`` launches it
-        on the main stream."""
+        on the main stream.
+
+        When a launch has failed (in either call, or in a step before them), capture returns None: the
+        graph would lack what that launch and those after it enqueue, and the next ``synchronize()``
+        raises the error, as after an eager step.
+        """
         self._check_open()
         with self.ops.own_chain():
             body()
+            if self._error is not None:
+                return None
             self.main.begin_capture()
             try:
                 body()
             finally:
                 graph = self.main.end_capture()
-        return CudaGraph(graph, self.main)
+        return None if self._error is not None else CudaGraph(graph, self.main)
+
+    def keep(self, *objects):
+        """Keep ``objects`` alive until the next ``synchronize()``: CuPy hands a collected array's
+        memory back to its pool at once, for reuse on the stream that allocated it, while other streams
+        may still be using it."""
+        for item in objects:
+            self._kept[id(item)] = item
 
     def synchronize(self):
-        """Wait for the whole device, the default stream (where CuPy allocates) included."""
+        """Wait for the whole device, the default stream (where CuPy allocates) included; raise the
+        first exception a launch raised since the last call."""
         self._check_open()
         self.xp.cuda.Device().synchronize()
+        self._kept.clear()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def close(self):
+        """Wait for the device and close; an error no ``synchronize()`` reported is dropped, as on host
+        streams."""
         if not self._closed:
-            self.synchronize()
+            self.xp.cuda.Device().synchronize()
+            self._kept.clear()
             self._closed = True
 
     @property

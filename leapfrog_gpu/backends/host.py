@@ -222,6 +222,9 @@ class NumpyBackend:
             for stream, items in graph.streams:
                 stream.queue.put((items, bases))
 
+    def keep(self, *objects):
+        """Nothing to do: queued operations hold their arguments until they have run."""
+
     def range(self, stream, name):
         """Bracket what is enqueued on ``stream`` inside the ``with`` block with an NVTX range."""
         return _StreamRange(self, stream, name) if annotate.enabled else annotate.range(name)

@@ -7,6 +7,10 @@ with, and ``modules`` lists every (file, options) the launchers build, for the c
 """
 
 NVRTC_OPTIONS = ("-std=c++17",)
+CUPY_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
+"""What ``cupy.RawModule`` adds itself to the options of every module it compiles with NVRTC, besides
+-arch and its include paths (CuPy 14, ``cupy/cuda/compiler.py``). The launchers do not pass them; the
+compile check adds them, so that it compiles exactly what CuPy will."""
 
 ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM

@@ -1,7 +1,8 @@
 """CuPy launchers for the raw CUDA kernels in ``kernels/``, with the same signatures as ``ops_numpy``.
 
 Each launcher enqueues on CuPy's current stream (the backend enters the stream around it). Modules are
-compiled once per (file, options) with ``cupy.RawModule`` and kept for the life of the process.
+compiled once per (file, options) with ``cupy.RawModule``, and each kernel looked up once per (file,
+name, dtype, options): ``RawModule.get_function`` makes a new ``RawKernel`` on every call.
 
 The chain, (2) and (5), runs on cuBLAS (``cupy.matmul``) and an elementwise kernel, or, with
 ``chain="kernels"``, on our own kernels of kernels/chain.cu, one per layer: those are what a CUDA graph
@@ -36,6 +37,7 @@ class CudaOps:
             raise ValueError(f"chain must be one of {', '.join(map(repr, CHAINS))}; got {chain!r}")
         self._cupy = cupy
         self._modules = {}
+        self._kernels = {}
         self.chain = chain
 
     @contextlib.contextmanager
@@ -48,12 +50,15 @@ class CudaOps:
             self.chain = chain
 
     def _kernel(self, filename, name, dtype, options=()):
-        key = (filename, options)
-        module = self._modules.get(key)
-        if module is None:
-            module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
-            self._modules[key] = module
-        return module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
+        key = (filename, name, np.dtype(dtype), options)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            module = self._modules.get((filename, options))
+            if module is None:
+                module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
+                self._modules[filename, options] = module
+            kernel = self._kernels[key] = module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
+        return kernel
 
     def _elementwise(self, name, size, dtype, args):
         grid, block, options = launch.elementwise_launch(size)

@@ -80,7 +80,9 @@ def fused_update(w, delta, a, step, scratch):
     reaching memory.
 
     Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element is
-    computed exactly as by ``nabla_w`` then ``sgd_update``, so the result is bitwise the same.
+    computed as by ``nabla_w`` then ``sgd_update``. The result is bitwise the same when w fits one
+    block (B = 1, or n*m <= SCRATCH); with several blocks at B > 1, BLAS may round a row of a smaller
+    GEMM otherwise than the same row of ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS).
     """
     if step[1] != 0:
         return

@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
-from ..backends import cuda_available, get_backend
+from ..backends import cuda_available, get_backend, ops_numpy
 from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
@@ -166,7 +166,9 @@ def build_parser():
     group.add_argument("--schedule", choices=("sequential", "leapfrog"), help=f"(default {d['schedule']})")
     group.add_argument("--k", type=integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
     group.add_argument("--fused", action="store_true",
-                       help="fuse the SGD update into the weight-gradient kernel (same result, fewer bytes)")
+                       help="fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per "
+                            "element (bitwise the unfused result on the GPU; with numpy, at batch size 1 or for layers "
+                            f"of at most {ops_numpy.SCRATCH} weights)")
     group.add_argument("--graph", action="store_true",
                        help="run each step as a graph, captured once per batch size (CUDA graphs on the GPU)")
     group.add_argument("--check-finite", action="store_true",

@@ -105,7 +105,7 @@ def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
     assert err.startswith("overlap.py: error:") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh", "graph_targets.sh"])
+@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh", "graph_targets.sh", "parts.sh"])
 def test_shell_scripts_lint(script):
     subprocess.run(["bash", "-n", str(PROFILING / script)], check=True)
     shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))

@@ -355,11 +355,17 @@ def _host(array):
     return np.array(array.get() if hasattr(array, "get") else array)  # a contiguous host copy
 
 
-def check_schedule(comm, schedule):
-    """Refuse a fused update when the gradients are summed across ranks (see the README)."""
-    if comm is not None and schedule.fused:
+def check_schedule(comm, schedule, graph=False):
+    """Refuse what cannot run data-parallel (see the README): a fused update, and a step as a graph."""
+    if comm is None:
+        return
+    if schedule.fused:
         raise ValueError(f"{schedule!r} cannot run data-parallel: a fused update never writes nabla_w, and the "
                          "sum across ranks needs it written; pass fused=False")
+    if graph:
+        raise ValueError("graph=True cannot run data-parallel yet: a graph holds the step of one plan, while a "
+                         "rank whose share of a batch is empty runs another step on it, and no graph has held "
+                         "the sums across ranks; pass graph=False")
 
 
 def buckets(sizes, itemsize, bucket_bytes):

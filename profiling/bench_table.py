@@ -8,6 +8,8 @@ import json
 
 
 def cell(summary):
+    if summary is None:
+        return "–"
     digits = 2 if summary["median"] < 10 else 1
     return f"{summary['median']:.{digits}f} [{summary['p20']:.{digits}f}–{summary['p80']:.{digits}f}]"
 
@@ -25,11 +27,13 @@ def number(value):
 
 
 def table(records):
+    graph = any(r.get("graph") for r in records)  # then a last column: a graph step against its eager one
     rows = ["| N | L | B | schedule | k | BLAS | step ms | backward ms | f1 | f2 | f3 | pred. | meas. | bwd ×seq "
-            "| bwd ×best seq | step ×best seq |",
-            "|" + "---:|" * 16]
+            "| bwd ×best seq | step ×best seq |" + (" graph ×eager |" if graph else ""),
+            "|" + "---:|" * (16 + graph)]
     for r in records:
         name = ("auto → " if r.get("auto") else "") + r["schedule"] + ("+fused" if r.get("fused") else "")
+        name += " graph" if r.get("graph") and not r["schedule"].startswith("torch") else ""
         name += " (best seq)" if r.get("best_sequential") else ""
         rows.append("| " + " | ".join([
             str(r["N"]), str(r["L"]), str(r["B"]), name, str(r.get("k", 0)), str(r.get("blas_threads") or "–"),
@@ -37,6 +41,7 @@ def table(records):
             number(r.get("f3_ms")), percent(r.get("predicted_saving")), percent(r.get("measured_saving")),
             ratio(r.get("backward_speedup")), ratio(r.get("backward_speedup_vs_best_sequential")),
             ratio(r.get("step_speedup_vs_best_sequential")),
+            *([ratio(r.get("graph_speedup"))] if graph else []),
         ]) + " |")
     return "\n".join(rows)
 

@@ -28,21 +28,9 @@ trap 'rm -rf "$scratch"' EXIT
 export PYTHONPATH="$repo:$scratch/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 cd "$repo" || exit 2
 summary=$out/summary.txt
-: >"$summary"
-
-# part NAME SECONDS LOG COMMAND...: run COMMAND under a time limit, its output to LOG and the console.
-part() {
-    local name=$1 limit=$2 log=$3 status
-    shift 3
-    echo "== $name" | tee -a "$summary"
-    timeout "$limit" "$@" 2>&1 | tee "$log"
-    status=${PIPESTATUS[0]}
-    echo "$name: exit $status$( ((status == 124)) && echo " (over its ${limit} s limit)")" >>"$summary"
-}
-
+# shellcheck source=/dev/null
+. "$here/parts.sh"  # part, and the summary's first lines
 {
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi failed"
     "$python" - <<'PY' 2>&1
 import platform

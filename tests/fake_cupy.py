@@ -155,7 +155,9 @@ def waits():
 
 
 def trace():
-    """``(kind, stream ptr, detail)`` of every record, wait and kernel launch enqueued since ``reset``."""
+    """``(kind, stream ptr, detail)`` of every record, wait and kernel launch enqueued (or captured) since
+    ``reset``; the detail is the event's ptr for a record, the ptr of the stream of the event's latest
+    recording for a wait (None if it was never recorded), the kernel's name (or ``"graph"``) for a launch."""
     return list(_device.trace)
 
 
@@ -435,6 +437,7 @@ class Event:
         self._stream, self._seq, self._time = None, 0, None
         self._recording = 0
         self._captured = None  # (capture, nodes) when recorded on a capturing stream
+        self._source = None  # the stream of its latest recording, captured or not (for trace())
 
     def __repr__(self):
         return f"<Event {self.ptr:#x}>"
@@ -442,6 +445,7 @@ class Event:
     def record(self, stream=None):
         stream = _device.stack[-1] if stream is None else stream
         self._recording += 1
+        self._source = stream
         _device.trace.append(("record", stream.ptr, self.ptr))
         if stream._capture is not None:
             self._captured = (stream._capture, frozenset(stream._frontier))
@@ -472,8 +476,7 @@ class Event:
 
 
 def _wait(stream, event):
-    source = event._stream.ptr if event._stream is not None else None
-    _device.trace.append(("wait", stream.ptr, source))
+    _device.trace.append(("wait", stream.ptr, None if event._source is None else event._source.ptr))
     if event._captured is not None:
         capture, nodes = event._captured
         if capture.ended:

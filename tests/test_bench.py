@@ -214,15 +214,20 @@ def test_schedules_are_listed_by_name():
     assert takes_k and cls(3).k == 3
 
 
-def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
-    """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
+def render_table(report, tmp_path):
+    """What profiling/bench_table.py prints for ``report`` (a --json file's content), and its data rows."""
     import subprocess
     from pathlib import Path
 
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(report[1]))
+    path.write_text(json.dumps(report))
     script = Path(__file__).resolve().parent.parent / "profiling" / "bench_table.py"
     out = subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=60, check=True).stdout
-    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
+    return out, [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
+
+
+def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
+    """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
+    out, rows = render_table(report[1], tmp_path)
     assert len(rows) == len(report[1]["records"])
     assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 17 for row in rows)

@@ -113,6 +113,8 @@ def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
     for args, message in (
         (["--lr", "-1"], "leapfrog-train: error: argument --lr: must be a finite number >= 0; got '-1'"),
         (["--data", "mnist", "--data-dir", tmp_path / "none"], "leapfrog-train: error: "),
+        (["--graph"], "leapfrog-train: error: --graph does not run under mpiexec yet (its graphs hold no sums "
+                      "across ranks); drop it"),
         (["--batch-size", "719"], "leapfrog-train: error: --batch-size 719 on each of 2 ranks is larger than the 1437 "
                                   "training samples of digits; use at most 718"),
     ):

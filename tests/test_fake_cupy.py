@@ -219,6 +219,7 @@ def capture_two_streams(cp, join=True):
     delta_hidden, sgd_update = elementwise(cp)
     origin, worker = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
     u, v, p, q = (cp.zeros(5) for _ in range(4))
+    half, one = cp.asarray([0.5, 0.0]), cp.asarray([1.0, 0.0])  # sgd_update's step controls: scale, refusal
     size, grid, block = np.int64(5), (1, 1, 1), (32, 1, 1)
     cp.cuda.Device().synchronize()
     origin.begin_capture()
@@ -227,11 +228,12 @@ def capture_two_streams(cp, join=True):
         delta_hidden(grid, block, (u, v, size))
     worker.wait_event(origin.record() if join else early)
     with worker:
-        sgd_update(grid, block, (p, u, np.float64(0.5), size))
+        sgd_update(grid, block, (p, u, half, size))
     origin.wait_event(worker.record())
     with origin:
-        sgd_update(grid, block, (q, p, np.float64(1.0), size))
+        sgd_update(grid, block, (q, p, one, size))
     graph = origin.end_capture()
+    graph.steps = (half, one)  # alive as long as the graph, unlike the buffers
     return graph, origin, (u, v, p, q)
 
 
@@ -258,6 +260,14 @@ def test_a_captured_graph_replays_kernels_on_two_streams_with_new_inputs(standin
         values = [rng.standard_normal(5) for _ in buffers]
         for got, want in zip(replay(standin, graph, origin, buffers, values), expected(values)):
             np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+def test_the_trace_names_the_stream_a_captured_wait_waits_for(standin):
+    start = len(standin.trace())
+    _, origin, _ = capture_two_streams(standin)
+    waits = [(stream, source) for kind, stream, source in standin.trace()[start:] if kind == "wait"]
+    (worker, fork), (join, joined) = waits
+    assert fork == origin.ptr and join == origin.ptr and joined == worker != origin.ptr
 
 
 def test_a_missing_edge_inside_a_graph_is_caught(standin):

@@ -58,12 +58,12 @@ class TwinOps:
         return getattr(ops_numpy, name)
 
     @staticmethod
-    def sgd_update(param, nabla, scale, scratch):
-        ops_numpy.sgd_update(param, nabla, scale, np.empty(ops_numpy.SCRATCH, param.dtype))
+    def sgd_update(param, nabla, step, scratch):
+        ops_numpy.sgd_update(param, nabla, step, np.empty(ops_numpy.SCRATCH, param.dtype))
 
     @staticmethod
-    def fused_update(w, delta, a, scale, scratch):
-        ops_numpy.fused_update(w, delta, a, scale, np.empty(max(ops_numpy.SCRATCH, w.shape[1]), w.dtype))
+    def fused_update(w, delta, a, step, scratch):
+        ops_numpy.fused_update(w, delta, a, step, np.empty(max(ops_numpy.SCRATCH, w.shape[1]), w.dtype))
 
 
 class TwinDevice:
@@ -272,7 +272,11 @@ def test_elementwise_grid_stride_loop(device, request, monkeypatch, dtype):
     test_delta_output(device, request, "quadratic", 257, 3, dtype)
     test_delta_hidden(device, request, 257, 3, dtype)
     test_sgd_update(device, request, (257, 3), dtype)
-    test_flag_nonfinite(device, (257, 3), dtype)
+
+
+def step(scale, dtype, refused=0):
+    """A step's controls as the update kernels read them: eta / B, and the refusal (0: update)."""
+    return np.array([scale, refused], dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -288,33 +292,13 @@ def test_sgd_update(device, request, shape, dtype):
 
     def run(dev, x):
         param = dev.to_device(x["param"])
-        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), scale, None)
+        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), dev.to_device(step(scale, dtype)), None)
         return (dev.to_host(param),)
 
     def magnitude(x, reference):
         return [np.maximum(np.abs(x["param"]) + scale * np.abs(x["nabla"]), 1)]
 
     check(device, request, run, inputs, expect, magnitude)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("shape", [(1, 1), (33, 257), (257,)], ids=str)
-def test_flag_nonfinite(device, shape, dtype):
-    """The check of check_finite: the flag becomes 1 for a NaN, +Inf or -Inf anywhere (first and last
-    element included), and is left alone otherwise, 0 or 1."""
-    rng = np.random.default_rng(list(shape))
-    size = int(np.prod(shape))
-    cases = [(None, 0.0), (None, 1.0)]
-    for bad in (np.nan, np.inf, -np.inf):
-        cases += [((0, bad), 0.0), ((size - 1, bad), 0.0), ((int(rng.integers(size)), bad), 1.0)]
-    for where, start in cases:
-        x = _random(rng, shape, dtype, 1e30, (0.0, np.finfo(dtype).max, np.finfo(dtype).tiny))
-        if where is not None:
-            x.reshape(-1)[where[0]] = where[1]
-        flag = device.to_device(np.full(1, start, dtype=dtype))
-        device.ops.flag_nonfinite(flag, device.to_device(x))
-        want = 1.0 if where is not None else start
-        assert device.to_host(flag).tolist() == [want], (where, start)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -349,7 +333,8 @@ def test_fused_update(device, request, n, m, batch, tile, dtype):
 
     def run(dev, x):
         w = dev.to_device(x["w"])
-        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), scale, None)
+        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), dev.to_device(step(scale, dtype)),
+                             None)
         return (dev.to_host(w),)
 
     def magnitude(x, reference):
@@ -361,8 +346,44 @@ def test_fused_update(device, request, n, m, batch, tile, dtype):
     (fused,) = run(device, inputs)
     w, nabla_w = device.to_device(inputs["w"]), device.to_device(nans((n, m), dtype))
     device.ops.nabla_w(nabla_w, device.to_device(inputs["delta"]), device.to_device(inputs["a"]))
-    device.ops.sgd_update(w, nabla_w, scale, None)
+    device.ops.sgd_update(w, nabla_w, device.to_device(step(scale, dtype)), None)
     np.testing.assert_array_equal(fused, device.to_host(w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_refused_step_writes_nothing(device, dtype, batch):
+    """step[1] != 0 (check_finite found a NaN, or the host refused the step): no update kernel writes,
+    whatever step[0] holds; with step[1] = 0 the same launches do write."""
+    rng = np.random.default_rng(batch)
+    w, delta, a = _random(rng, (33, 31), dtype), _random(rng, (33, batch), dtype), _random(rng, (31, batch), dtype)
+    for refused, changed in ((7, False), (-1, False), (0, True)):
+        controls = device.to_device(step(np.nan if refused else 0.5, dtype, refused))
+        param, bias = device.to_device(w), device.to_device(w[:, 0].copy())
+        device.ops.fused_update(param, device.to_device(delta), device.to_device(a), controls, None)
+        device.ops.sgd_update(bias, device.to_device(delta[:, 0].copy()), controls, None)
+        assert np.array_equal(device.to_host(param), w) != changed
+        assert np.array_equal(device.to_host(bias), w[:, 0]) != changed
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(1, 1), (37, 29), (257,)], ids=str)
+@pytest.mark.parametrize("where", [None, "first", "middle", "last"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_check_finite(device, monkeypatch, dtype, shape, where, bad):
+    """step[1] takes the code when the array holds a NaN or an Inf anywhere (the grid-stride loop capped
+    so that each thread visits several elements), and only while it is still 0. Zeros, the largest
+    finite magnitudes and the smallest normal one are finite."""
+    monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
+    finfo = np.finfo(dtype)
+    x = _random(np.random.default_rng(list(shape)), shape, dtype, 1e30, (0.0, finfo.max, -finfo.max, finfo.tiny))
+    if where is not None:
+        x.reshape(-1)[{"first": 0, "middle": x.size // 2, "last": -1}[where]] = bad
+    want = 0 if np.isfinite(x).all() else 5
+    for before, after in ((0, want), (3, 3)):
+        controls = device.to_device(step(0.25, dtype, before))
+        device.ops.check_finite(controls, device.to_device(x), 5)
+        assert device.to_host(controls).tolist() == [0.25, after]
 
 
 def _expect_nabla_w(x):
@@ -403,18 +424,19 @@ def test_nabla_b(device, request, n, batch, dtype):
     check(device, request, run, inputs, expect, magnitude)
 
 
-def _rank_update_mutant(old, new, occurrence):
-    """nabla_w.cu with the ``occurrence``-th ``old`` inside rank_update replaced by ``new``."""
-    source = ops_cuda.kernel_source("nabla_w.cu")
-    start = source.index("__device__ void rank_update")
-    end = source.index("#define LEAPFROG_NABLA_W")
+def mutant(filename, function, old, new, occurrence=0):
+    """kernels/``filename`` with the ``occurrence``-th ``old`` inside the device function ``function``
+    replaced by ``new``."""
+    source = ops_cuda.kernel_source(filename)
+    start = source.index(f"__device__ void {function}(")
+    end = min(i for i in (source.find("template <typename T>", start), source.find("#define LEAPFROG", start)) if i > 0)
     body = source[start:end]
     at = -1
     for _ in range(occurrence + 1):
         at = body.index(old, at + 1)
-    mutant = body[:at] + new + body[at + len(old):]
-    assert mutant != body
-    return source[:start] + mutant + source[end:]
+    changed = body[:at] + new + body[at + len(old):]
+    assert changed != body
+    return source[:start] + changed + source[end:]
 
 
 @pytest.mark.parametrize(
@@ -436,8 +458,8 @@ def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occu
     source = ops_cuda.kernel_source
     if old == "__syncthreads();":
         assert source("nabla_w.cu").count(old) == 2  # the two barriers of rank_update, and no others
-    mutant = _rank_update_mutant(old, new, occurrence)
-    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutant if f == "nabla_w.cu" else source(f))
+    mutated = mutant("nabla_w.cu", "rank_update", old, new, occurrence)
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
     monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
     rng = np.random.default_rng(7)
     inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}

@@ -201,6 +201,13 @@ def test_a_fused_update_is_refused():
         net.backprop(x, y, Leapfrog(2, fused=True))  # no update to fuse: allowed
 
 
+def test_a_step_as_a_graph_is_refused():
+    with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
+        with pytest.raises(ValueError, match="graph=True cannot run data-parallel yet: a graph holds the step of "
+                                             "one plan"):
+            net.sgd_step(*batch(SIZES, 4), ETA, Leapfrog(2), graph=True)
+
+
 def test_a_calibration_sums_nothing():
     """Leapfrog('auto') times backward passes on one rank only: they must not call a collective."""
     comm = Mirror()

@@ -105,7 +105,7 @@ def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
     assert err.startswith("overlap.py: error:") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh"])
+@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh", "graph_targets.sh", "parts.sh"])
 def test_shell_scripts_lint(script):
     subprocess.run(["bash", "-n", str(PROFILING / script)], check=True)
     shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
@@ -135,10 +135,13 @@ def test_device_check_without_gpu_records_every_part(tmp_path):
 
 
 def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
-    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2"]) == 0
+    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2",
+                         "--gemv-blocks", "32x4:16x32"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
-    assert lines[-1].startswith("copy: ")
+    assert sum(line.startswith("copy: ") for line in lines) == 1
+    assert sum(" numpy " in line for line in lines) == 6  # the chain: forward and backward of each shape,
+    assert sum(line.endswith("32x4:16x32") for line in lines) == 2  # and of the B = 1 one with other blocks
 
 
 

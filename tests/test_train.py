@@ -106,11 +106,11 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
 
     sgd_step, run, calls = train.MLP.sgd_step, train.Training.run, []
 
-    def step_until_interrupted(net, *args):
+    def step_until_interrupted(net, *args, **kwargs):
         calls.append(None)
         if len(calls) == 61:
             raise KeyboardInterrupt
-        sgd_step(net, *args)
+        sgd_step(net, *args, **kwargs)
 
     def run_saving_on_interrupt(training):
         try:
@@ -256,8 +256,8 @@ def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu,
 def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path, monkeypatch, capsys):
     run, sgd_step, calls = tmp_path / "first run", train.MLP.sgd_step, []  # a space: the hint must quote it
 
-    def step_then_ctrl_c(net, *args):
-        sgd_step(net, *args)
+    def step_then_ctrl_c(net, *args, **kwargs):
+        sgd_step(net, *args, **kwargs)
         calls.append(None)
         if len(calls) == 61:
             signal.raise_signal(signal.SIGINT)  # as Ctrl-C; the handler runs before this returns

@@ -54,9 +54,10 @@ def cuda_available():
 def get_backend(name="auto", **options):
     """A backend by name: ``"numpy"``, ``"cupy"``, or ``"auto"`` (CuPy when a GPU is usable).
 
-    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...). The choice is logged on the
-    ``leapfrog_gpu`` logger and shown by the backend's repr; when CuPy is installed but cannot run,
-    ``"auto"`` says why once, as a warning (printed on stderr unless logging is configured).
+    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...), or to ``CupyBackend``
+    (``chain``). The choice is logged on the ``leapfrog_gpu`` logger and shown by the backend's repr;
+    when CuPy is installed but cannot run, ``"auto"`` says why once, as a warning (printed on stderr
+    unless logging is configured).
     """
     if not isinstance(name, str):
         raise TypeError(f"backend must be a string, one of {', '.join(map(repr, BACKENDS))}; got {name!r}")
@@ -71,8 +72,8 @@ def get_backend(name="auto", **options):
             log.warning("backend 'auto' runs on numpy: %s", status.why)
     if name == "numpy":
         return NumpyBackend(**options)
-    if options:
-        raise ValueError(f"options {sorted(options)} apply to the numpy backend only")
+    if set(options) - {"chain"}:
+        raise ValueError(f"options {sorted(set(options) - {'chain'})} apply to the numpy backend only")
     status = cuda_status()
     if not status.installed:
         raise RuntimeError(
@@ -83,7 +84,7 @@ def get_backend(name="auto", **options):
         raise RuntimeError(f"backend 'cupy' cannot run: {status.why}; use backend='numpy'")
     from .cuda import CupyBackend
 
-    return CupyBackend()
+    return CupyBackend(**options)
 
 
 def _versions(runtime):

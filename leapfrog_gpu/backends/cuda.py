@@ -5,6 +5,9 @@ the function at once: what it enqueues (CuPy calls, raw kernels) goes on that st
 exception it raises is kept and raised by the next ``synchronize()``, as on host streams; until then
 ``launch`` enqueues nothing more, so a failed step leaves the parameters alone.
 
+``capture`` turns the work of a function into a CUDA graph (CuPy's stream capture), the chain then on
+our own kernels (kernels/chain.cu), since CuPy refuses cuBLAS calls during a capture.
+
 The main stream runs the critical path at the device's highest stream priority, the workers at the
 lowest. CuPy 14 does not expose ``cudaDeviceGetStreamPriorityRange``; CUDA clamps a priority outside
 the device's range to its nearest end, so asking for the extremes below gets both ends.
@@ -22,30 +25,35 @@ WORKER_PRIORITY = 2**31 - 1
 
 
 class CupyBackend:
-    """CuPy arrays on the current device; one main stream and k worker streams created on demand."""
+    """CuPy arrays on the current device; one main stream and k worker streams created on demand.
+
+    ``chain``: what runs (2) and (5) in eager steps, ``"cublas"`` (the default) or ``"kernels"``
+    (kernels/chain.cu, which graph steps always use: with it, eager and graph steps agree to the bit).
+    """
 
     name = "cupy"
     poisons = False
 
-    def __init__(self):
+    def __init__(self, chain="cublas"):
         import cupy
 
         if not cupy.is_available():
             raise RuntimeError("CuPy is installed but no CUDA device is usable; use backend='numpy'")
         self.xp = cupy
-        self.ops = CudaOps(cupy)
+        self.ops = CudaOps(cupy, chain)
         self.device_name = _device_name(cupy)
         self.main = cupy.cuda.Stream(non_blocking=True, priority=MAIN_PRIORITY)
         self._workers = []
         self._comm = None
-        self._staging = {}  # id(dst) -> (dst, pinned host buffer, event after the copy out of it)
+        self._staging = {}  # (shape, dtype) -> _Staging
         self._kept = {}  # id -> what enqueued work uses, until synchronize()
         self._error = None
         self._closed = False
 
     def __repr__(self):
         state = ", closed" if self._closed else ""
-        return f"CupyBackend(device={self.device_name!r}, workers={len(self._workers)}{state})"
+        chain = ", chain='kernels'" if self.ops.chain == "kernels" else ""
+        return f"CupyBackend(device={self.device_name!r}{chain}, workers={len(self._workers)}{state})"
 
     def __enter__(self):
         return self
@@ -96,7 +104,8 @@ class CupyBackend:
 
         A CuPy ``src`` belongs to the caller's current stream: ``stream`` waits for what that stream
         has enqueued (the work that produced ``src``), and the caller's stream waits for the copy, so
-        that overwriting ``src`` afterwards is ordered after it.
+        that overwriting ``src`` afterwards is ordered after it. A NumPy ``src`` goes through pinned
+        staging buffers (``_Staging``): the host blocks only to reuse one that a copy still reads.
         """
         if isinstance(src, self.xp.ndarray):
             caller = self.xp.cuda.get_current_stream()
@@ -105,21 +114,34 @@ class CupyBackend:
                 self.xp.copyto(dst, src, casting="same_kind")
             caller.wait_event(stream.record())
         else:
-            staging, copied = self._staged(dst)
-            copied.synchronize()  # the previous copy out of this buffer has run: the host may overwrite it
-            np.copyto(staging, src, casting="same_kind")
-            dst.set(staging, stream=stream)  # from pinned memory: asynchronous, the host goes on
-            copied.record(stream)
+            key = (dst.shape, dst.dtype.str)
+            if key not in self._staging:
+                self._staging[key] = _Staging(self.xp, dst.shape, dst.dtype)
+            self._staging[key].copy(stream, dst, src)
 
-    def _staged(self, dst):
-        """A pinned host buffer shaped like ``dst`` for ``copy_in``, and the event recorded after the
-        last copy out of it (on first use: never recorded, so complete)."""
-        entry = self._staging.get(id(dst))
-        if entry is None:
-            memory = self.xp.cuda.alloc_pinned_memory(dst.nbytes)
-            staging = np.frombuffer(memory, dst.dtype, dst.size).reshape(dst.shape)
-            entry = self._staging[id(dst)] = (dst, staging, self.event("copy_in"))
-        return entry[1], entry[2]
+    def capture(self, body):
+        """Run ``body()`` now, eagerly: the work it enqueues is this call's, and what it creates on first
+        use (compiled kernels, worker streams, events) then exists, outside any capture. Then capture a
+        second call on the main stream into a CUDA graph: the workers join the capture by waiting on
+        events recorded in it, and are joined back before it ends. The chain runs on our kernels
+        throughout (CuPy refuses cuBLAS during a capture). Returns the graph; ``launch()`` launches it
+        on the main stream.
+
+        When a launch has failed (in either call, or in a step before them), capture returns None: the
+        graph would lack what that launch and those after it enqueue, and the next ``synchronize()``
+        raises the error, as after an eager step.
+        """
+        self._check_open()
+        with self.ops.own_chain():
+            body()
+            if self._error is not None:
+                return None
+            self.main.begin_capture()
+            try:
+                body()
+            finally:
+                graph = self.main.end_capture()
+        return None if self._error is not None else CudaGraph(graph, self.main)
 
     def keep(self, *objects):
         """Keep ``objects`` alive until the next ``synchronize()``: CuPy hands a collected array's
@@ -153,6 +175,36 @@ class CupyBackend:
     def _check_open(self):
         if self._closed:
             raise RuntimeError("this CupyBackend is closed; create a new one with get_backend('cupy')")
+
+
+class CudaGraph:
+    """A step captured by ``CupyBackend.capture``: ``launch()`` enqueues it on the main stream."""
+
+    def __init__(self, graph, stream):
+        self.graph, self.stream = graph, stream
+
+    def launch(self):
+        self.graph.launch(stream=self.stream)
+
+
+class _Staging:
+    """Pinned host buffers of one shape and dtype, taken in turn by ``copy_in``: the batch is copied into
+    one on the host, then to the device asynchronously (pinned memory makes that copy truly
+    asynchronous). A buffer is reused only once the copy out of it has run (its event), so the host
+    runs up to ``count`` copies ahead of the stream before it waits."""
+
+    def __init__(self, cupy, shape, dtype, count=2):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self.buffers = [np.ndarray(shape, dtype, buffer=cupy.cuda.alloc_pinned_memory(nbytes)) for _ in range(count)]
+        self.copied = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(count)]
+        self.turn = 0
+
+    def copy(self, stream, dst, src):
+        i, self.turn = self.turn, (self.turn + 1) % len(self.buffers)
+        self.copied[i].synchronize()  # the copy out of this buffer two calls ago has run
+        np.copyto(self.buffers[i], src, casting="same_kind")
+        dst.set(self.buffers[i], stream=stream)
+        self.copied[i].record(stream)
 
 
 def _device_name(cupy):

@@ -37,7 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import parallel
-from ..backends import collective, get_backend
+from ..backends import collective, get_backend, ops_numpy
 from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
@@ -52,7 +52,7 @@ DEFAULTS = {
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
     "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
     "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
-    "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
+    "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
     "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
     "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
 }
@@ -184,7 +184,11 @@ def build_parser():
     group.add_argument("--schedule", choices=("sequential", "leapfrog"), help=f"(default {d['schedule']})")
     group.add_argument("--k", type=integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
     group.add_argument("--fused", action="store_true",
-                       help="fuse the SGD update into the weight-gradient kernel (same result, fewer bytes)")
+                       help="fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per "
+                            "element (bitwise the unfused result on the GPU; with numpy, at batch size 1 or for layers "
+                            f"of at most {ops_numpy.SCRATCH} weights)")
+    group.add_argument("--graph", action="store_true",
+                       help="run each step as a graph, captured once per batch size (CUDA graphs on the GPU)")
     group.add_argument("--check-finite", action="store_true",
                        help="check every gradient for NaN/Inf before each update and stop (exit 3) without it")
     group.add_argument("--allow-divergence", action="store_true",
@@ -322,7 +326,7 @@ class Training:
             batch = permutation[s * self.batch:(s + 1) * self.batch]
             x_batch, y_batch = x[:, batch], y[:, batch]
             with self.profile.step(self.step):
-                net.sgd_step(x_batch, y_batch, lr, self.schedule)
+                net.sgd_step(x_batch, y_batch, lr, self.schedule, graph=self.config["graph"])
             if net.check_finite:
                 self._synchronize_checked()
             self.step, self.step_in_epoch = self.step + 1, s + 1
@@ -349,7 +353,7 @@ class Training:
         self.save()
         metrics = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss, "test_loss": test_loss,
                    "test_accuracy": accuracy, "samples_per_s": samples / seconds, "seconds": seconds,
-                   "backend": net.backend.name, "schedule": repr(self.schedule)}
+                   "backend": net.backend.name, "schedule": repr(self.schedule), "graph": self.config["graph"]}
         self.report.epoch(metrics, self.config["epochs"])
         return metrics
 
@@ -464,6 +468,8 @@ def _train(given, comm):
             raise UsageError(f"the checkpoint was written by {written_by} rank(s) of --batch-size "
                              f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {written_by})")
         config["ranks"] = comm.size
+        if config["graph"] and comm.size > 1:
+            raise UsageError("--graph does not run under mpiexec yet (its graphs hold no sums across ranks); drop it")
         dataset = _load(config)
         samples, batch = dataset.x_train.shape[1], config["batch_size"] * comm.size
         if batch > samples:
@@ -550,8 +556,9 @@ def _run(config, dataset, net, report, state, why):
         report.line(f"nothing to do: the checkpoint has {training.epoch} of {plural(config['epochs'], 'epoch')}",
                     always=True)
         return 0
+    mode = " as a graph" if config["graph"] else ""
     report.line(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}")
-    report.line(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule} | "
+    report.line(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule}{mode} | "
                 f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
                 f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}")
     if state is not None:

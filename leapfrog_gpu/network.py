@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from . import autotune, graphs
+from . import autotune, graphs, parallel
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -33,6 +33,9 @@ class MLP:
             ``synchronize()`` raises ``FloatingPointError`` with the parameters as they were before that
             step (steps enqueued after it do not update either). Costs a pass over the gradients and no
             host synchronization.
+        comm: a ``parallel.Communicator`` (``parallel.world()``) to train data-parallel over its
+            ranks: each computes on its share of every batch's columns and the gradients are summed
+            across ranks (``leapfrog_gpu.parallel``). ``None`` or one rank: this process alone.
 
     ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
     backend, as they are once the steps enqueued so far have run. Every array the network hands out
@@ -40,7 +43,7 @@ class MLP:
     """
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
-                 backend="auto", output_activation=None, check_finite=False):
+                 backend="auto", output_activation=None, check_finite=False, comm=None):
         self.sizes = _check_sizes(sizes)
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
@@ -67,11 +70,14 @@ class MLP:
         # code of the first gradient check_finite found wanting (_refused decodes it).
         self._step = xp.zeros(2, dtype=self.dtype)
         self._plans = {}
+        self.comm = None
         self.backend.synchronize()
+        self.comm = parallel.attach(self, comm)
 
     def __repr__(self):
+        comm = "" if self.comm is None else f", comm={self.comm!r}"
         return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, "
-                f"dtype={self.dtype!r}, backend={self.backend!r})")
+                f"dtype={self.dtype!r}, backend={self.backend!r}{comm})")
 
     def __enter__(self):
         return self
@@ -134,7 +140,7 @@ class MLP:
 
     def backprop(self, x, y, schedule=None):
         """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
-        l = 2..L, summed over the batch."""
+        l = 2..L, summed over the batch (with a communicator: over every rank's share of it)."""
         plan = self._start(x, y, schedule)
         copies = self._handed_out([plan.nabla_b[l] for l in self.layers] + [plan.nabla_w[l] for l in self.layers])
         return copies[:self.L - 1], copies[self.L - 1:]
@@ -143,7 +149,8 @@ class MLP:
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
 
         ``x`` and ``y`` are copied before this returns. Reading ``weights`` (or ``synchronize()``)
-        waits for the step and raises any error it met.
+        waits for the step and raises any error it met. With a communicator every rank passes the same
+        batch and computes on its share of the columns; B is the whole batch's size.
 
         ``graph=True`` runs the step as a graph (``leapfrog_gpu.graphs``): the first call at a batch
         size and schedule runs the step and captures forward, backward and update; later calls copy
@@ -158,9 +165,10 @@ class MLP:
                              "join, where the check runs); pass fused=False or check_finite=False")
         if not isinstance(graph, bool):
             raise TypeError(f"graph must be True or False; got {graph!r}")
+        parallel.check_schedule(self.comm, schedule, graph)
         backend = self.backend
-        plan = self._load(x, y)
-        backend.launch(backend.main, "eta / B", backend.ops.set_element, self._step, 0, eta / plan.batch)
+        plan, samples = self._load(x, y)
+        backend.launch(backend.main, "eta / B", backend.ops.set_element, self._step, 0, eta / samples)
         if graph:
             graphs.step(self, plan, schedule)
         else:
@@ -193,26 +201,37 @@ class MLP:
     def _start(self, x, y, schedule):
         """Validate, copy the batch in, enqueue forward and backward; return the plan."""
         schedule = Sequential() if schedule is None else check_schedule(schedule)
-        plan = self._load(x, y)
+        plan, _ = self._load(x, y)
         self._pass(plan, schedule)
         return plan
 
     def _load(self, x, y):
-        """Validate the batch and copy it into its plan's buffers a^1 and y (on the main stream)."""
+        """Validate the batch and copy it into its plan's buffers a^1 and y (on the main stream); return
+        the plan and B. With a communicator this rank's columns are copied, and a rank whose share is
+        empty (a batch smaller than the ranks) gets a plan marked ``empty``."""
         x = self._check_batch("x", x, self.n[1])
         y = self._check_batch("y", y, self.n[self.L])
         if y.shape[1] != x.shape[1]:
             raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
-        plan = self._plan(x.shape[1])
-        self.backend.copy_in(self.backend.main, plan.a[1], x)
-        self.backend.copy_in(self.backend.main, plan.y, y)
-        return plan
+        samples = x.shape[1]
+        if self.comm is not None:
+            share = self.comm.share(samples)
+            x, y = x[:, share], y[:, share]
+        plan = self._plan(max(x.shape[1], 1))
+        plan.empty = not x.shape[1]
+        if not plan.empty:
+            self.backend.copy_in(self.backend.main, plan.a[1], x)
+            self.backend.copy_in(self.backend.main, plan.y, y)
+        return plan, samples
 
     def _pass(self, plan, schedule, step=None):
         """Enqueue forward and backward, with the SGD step of ``step`` (the controls ``self._step``)
         fused into (7) when given and the schedule fuses, and the check of the gradients."""
-        self._forward(plan)
-        self._backward(plan, schedule, step)
+        if plan.empty:  # this rank's share has no column: it adds zeros to the sums across ranks
+            plan.reducer.add_zeros()
+        else:
+            self._forward(plan)
+            self._backward(plan, schedule, step)
         backend = self.backend
         if self.check_finite:
             backend.launch(backend.main, "check_finite", self._check_gradients, plan)
@@ -245,7 +264,7 @@ class MLP:
     def _backward(self, plan, schedule, scale):
         if schedule.k == "auto":  # Leapfrog("auto"): the schedule calibrated for this plan
             schedule = autotune.choose(self, plan, fused=schedule.fused)
-        with self.backend.range(self.backend.main, "backward"):
+        with self.backend.range(self.backend.main, "backward"), parallel.reducing(plan):
             schedule.backward(self, plan, scale)
 
     def delta(self, plan, l):
@@ -334,6 +353,8 @@ class Plan:
                         if chunk else None for l in net.layers}
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
         self._worker_done = {}
+        self.empty = False  # this rank's share of the batch being loaded has no column (``MLP._load``)
+        self.reducer = parallel.reducer(net, self)  # with a communicator: nabla_w, nabla_b become its views
         backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
 
     def workers(self, k):
@@ -361,6 +382,8 @@ class Plan:
             launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
         else:
             launch(stream, f"fused_update[{l}]", self._fused_update, l, scale)
+        if self.reducer is not None:
+            self.reducer.ready(stream, l)
 
     def _fused_update(self, l, scale):
         """b^l -= eta/B * nabla_b^l; w^l -= eta/B * delta^l (a^{l-1})^T without writing nabla_w^l."""

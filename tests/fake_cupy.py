@@ -41,6 +41,11 @@ Modelled, as CuPy 14.2's source does it (``cupy/cuda/stream.pyx``, ``cupy/_core/
 - Raw kernels: ``RawModule(code=, options=).get_function(name)`` returns a ``RawKernel`` called as
   ``kernel(grid, block, args, shared_mem=0, stream=None)``; a NumPy array argument of more than one
   element is refused, as CuPy does. ``RawModule.calls`` counts modules built and functions looked up.
+- NCCL (``cupy.cuda.nccl``): ``get_unique_id``, ``NcclCommunicator(ndev, commId, rank)`` and its
+  ``allReduce(sendbuf, recvbuf, count, datatype, op, stream)`` on pointers (``array.data.ptr``), enqueued
+  on the stream whose ``ptr`` it is given. One process stands for every rank: the other ``ndev - 1`` hold
+  the very same buffer, so a sum multiplies it by ``ndev`` when the stream reaches it. It must be in place,
+  on the current stream, and not the legacy default one.
 - The rest of what the project reaches: ``cuda.Device``, ``cuda.runtime.getDeviceProperties``,
   ``cuda.nvtx`` (``_UnavailableModule`` is what CuPy built without NVTX puts there), ``cuda.profiler``
   and ``cupyx.profiler.profile`` (no-ops); ``modules()`` says what ``sys.modules`` must hold.
@@ -680,6 +685,7 @@ class ndarray:  # noqa: N801 - CuPy's name
         return array
 
     shape = property(lambda self: self._a.shape)
+    data = property(lambda self: types.SimpleNamespace(ptr=self._a.ctypes.data))  # the memory pointer
     dtype = property(lambda self: self._a.dtype)
     ndim = property(lambda self: self._a.ndim)
     size = property(lambda self: self._a.size)
@@ -1087,6 +1093,40 @@ class RawModule:
         return RawKernel(self._module.get_function(name), name)
 
 
+# -- NCCL --------------------------------------------------------------------------------------------
+
+_NCCL_TYPES = {7: ctypes.c_float, 8: ctypes.c_double}  # NCCL_FLOAT32, NCCL_FLOAT64
+
+
+class NcclCommunicator:
+    """``cupy.cuda.nccl.NcclCommunicator`` of rank ``rank`` among ``ndev``, whose other ranks hold the same
+    buffers as this one (see the module docstring)."""
+
+    def __init__(self, ndev, commId, rank):  # noqa: N803 - CuPy's names
+        if commId != _NCCL_ID or not 0 <= rank < ndev:
+            raise ValueError(f"NcclCommunicator wants an id from get_unique_id() and 0 <= rank < ndev; got "
+                             f"{commId!r}, rank {rank} of {ndev}")
+        self.ndev = ndev
+
+    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):  # noqa: N802 - CuPy's name
+        current = _device.stack[-1]
+        if sendbuf != recvbuf or op != nccl.NCCL_SUM or datatype not in _NCCL_TYPES:
+            raise ValueError("the stand-in's allReduce sums float32 or float64 in place")
+        if stream != current.ptr or current._null:
+            raise CUDARuntimeError("cudaErrorInvalidValue", f"allReduce on stream {stream:#x}: the stand-in wants "
+                                   f"the current stream ({current.ptr:#x}), and not the legacy default one")
+        view = np.ctypeslib.as_array(ctypes.cast(recvbuf, ctypes.POINTER(_NCCL_TYPES[datatype])), (count,))
+        ranks = self.ndev
+        _device.trace.append(("launch", stream, "ncclAllReduce"))
+        _enqueue(current, "ncclAllReduce", lambda: np.multiply(view, ranks, out=view))
+
+
+_NCCL_ID = b"stand-in nccl id"
+nccl = types.ModuleType("cupy.cuda.nccl")
+nccl.__dict__.update(available=True, get_unique_id=lambda: _NCCL_ID, NcclCommunicator=NcclCommunicator,
+                     NCCL_SUM=0, NCCL_FLOAT32=7, NCCL_FLOAT64=8)
+
+
 # -- the namespaces CuPy code reaches ----------------------------------------------------------------
 
 
@@ -1110,7 +1150,7 @@ profiler = types.SimpleNamespace(start=lambda: None, stop=lambda: None)
 cuda = types.SimpleNamespace(
     Stream=Stream, Event=Event, Device=Device, Graph=Graph, get_current_stream=get_current_stream,
     get_elapsed_time=get_elapsed_time, alloc_pinned_memory=alloc_pinned_memory,
-    PinnedMemoryPointer=PinnedMemoryPointer, runtime=runtime, nvtx=nvtx, profiler=profiler,
+    PinnedMemoryPointer=PinnedMemoryPointer, runtime=runtime, nvtx=nvtx, profiler=profiler, nccl=nccl,
     is_available=lambda: True,
 )
 
@@ -1133,7 +1173,8 @@ def modules():
     ``import cupyx.profiler`` to reach the stand-in."""
     import sys
 
-    return {"cupy": sys.modules[__name__], "cupy.cuda": cuda, "cupyx": cupyx, "cupyx.profiler": cupyx.profiler}
+    return {"cupy": sys.modules[__name__], "cupy.cuda": cuda, "cupy.cuda.nccl": nccl, "cupyx": cupyx,
+            "cupyx.profiler": cupyx.profiler}
 
 
 reset()

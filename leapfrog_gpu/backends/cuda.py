@@ -44,6 +44,7 @@ class CupyBackend:
         self.device_name = _device_name(cupy)
         self.main = cupy.cuda.Stream(non_blocking=True, priority=MAIN_PRIORITY)
         self._workers = []
+        self._comm = None
         self._staging = {}  # (shape, dtype) -> _Staging
         self._kept = {}  # id -> what enqueued work uses, until synchronize()
         self._error = None
@@ -66,6 +67,13 @@ class CupyBackend:
         while len(self._workers) < k:
             self._workers.append(self.xp.cuda.Stream(non_blocking=True, priority=WORKER_PRIORITY))
         return self._workers[:k]
+
+    def comm_stream(self):
+        """The communication stream (non-blocking), created on first use: NCCL calls go there alone."""
+        self._check_open()
+        if self._comm is None:
+            self._comm = self.xp.cuda.Stream(non_blocking=True)
+        return self._comm
 
     def event(self, name=""):
         del name

@@ -130,6 +130,7 @@ class NumpyBackend:
         self._streams = []
         self.main = self._new_stream("main")
         self._workers = []
+        self._comm = None
         self._copied = self.event("copy_in")  # what copy_in waits for, recorded anew by every call
         self._capture = None  # the HostCapture in progress
 
@@ -163,6 +164,13 @@ class NumpyBackend:
         while len(self._workers) < k:
             self._workers.append(self._new_stream(f"worker{len(self._workers)}"))
         return self._workers[:k]
+
+    def comm_stream(self):
+        """The communication stream, created on first use: the one stream that calls the communicator,
+        so that collectives leave in program order, the same on every rank."""
+        if self._comm is None:
+            self._comm = self._new_stream("comm")
+        return self._comm
 
     def event(self, name=""):
         return HostEvent(name, self._lock)

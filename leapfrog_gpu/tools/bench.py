@@ -34,14 +34,14 @@ import tempfile
 import numpy as np
 from tqdm import tqdm
 
-from .. import autotune, graphs
+from .. import autotune, graphs, parallel
 from ..backends import get_backend, timing
 from ..functions import ACTIVATIONS, DTYPES
 from ..naumov import NaumovJacobi, NaumovScan
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
-from . import checkpoint, torch_anchor, traffic
-from .cli import Parser, choose_backend, integer, integers, names, pip_install
+from . import bench_parallel, checkpoint, torch_anchor, traffic
+from .cli import Parser, choose_backend, integer, integers, names, pip_install, reals
 
 SCHEDULES = {
     "sequential": (Sequential, False),
@@ -98,6 +98,8 @@ def parser():
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar; the table at the end rather than each network's rows as it is measured")
     p.add_argument("--json", metavar="FILE", help="write the records to FILE")
+    p.add_argument("--bucket-mb", type=reals(0, "bucket size"), default=None,
+                   help="under mpiexec: bucket sizes in MB to measure (default 0: one sum per layer)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="plot speedup against k, measured and predicted (needs matplotlib)")
     return p
@@ -121,6 +123,11 @@ def main(argv=None):
             import matplotlib  # noqa: F401
         except ImportError:
             p.error(f"--plot needs matplotlib: {pip_install('plot')}")
+    comm = parallel.world("leapfrog-bench")
+    if comm.size > 1:  # under mpiexec: what the sums across ranks cost a step
+        return _main_parallel(p, args, comm, sys.argv[1:] if argv is None else argv)
+    if args.bucket_mb is not None:
+        p.error("--bucket-mb applies under mpiexec -n P with P > 1 only")
     torch_note = None
     if args.no_torch:
         torch_note = "PyTorch anchor skipped (--no-torch)"
@@ -150,6 +157,25 @@ def main(argv=None):
         from .bench_plot import plot
 
         plot(records, args.plot)
+    return 0
+
+
+def _main_parallel(p, args, comm, argv):
+    """``leapfrog-bench`` under ``mpiexec -n P`` (``bench_parallel``): every rank measures, rank 0 reports."""
+    for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--k auto", "auto" in args.k),
+                          ("--graph", args.graph)):
+        if given:
+            p.error(f"{option} does not apply under mpiexec")
+    specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
+                                   for k in (args.k if SCHEDULES[name][1] else [0])]
+    records = bench_parallel.run(args, comm, [(name, k, make_schedule(name, k)) for name, k in specs], ETA)
+    if comm.rank == 0:
+        print(bench_parallel.table(records))
+        report = {"command": f"mpiexec -n {comm.size} leapfrog-bench {' '.join(argv)}",
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "machine": machine(args.backend), "records": records}
+        if args.json:
+            _write_atomically(args.json, json.dumps(report, indent=1) + "\n")
     return 0
 
 

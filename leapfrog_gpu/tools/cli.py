@@ -2,18 +2,21 @@
 ``--backend`` choice said in the command line's words, and install hints as the README gives them."""
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
+from .. import parallel
 from ..backends import cuda_status
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line on stderr and exit status 2 (argparse's own
-    usage block would make it several)."""
+    usage block would make it several). Under mpiexec every rank parses the same command line; rank 0
+    alone says what is wrong with it (the rank comes from the launcher, before MPI starts)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
 
 
 def integer(least, name=None):
@@ -44,6 +47,35 @@ def integers(least, name="value"):
         if min(values) < least:
             raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
         return values
+
+    return parse
+
+
+def number(least, strict=False, what="a finite number"):
+    """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``); ``what`` names it
+    in the error message."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < least or (strict and value == least):
+            raise argparse.ArgumentTypeError(f"must be {what} {'>' if strict else '>='} {least:g}; got {text!r}")
+        return value
+
+    return parse
+
+
+def reals(least, name="value"):
+    """An argument type: a comma-separated list of finite numbers, each >= ``least``."""
+    one = number(least)
+
+    def parse(text):
+        try:
+            return [one(part) for part in text.split(",")]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{name}s must be a comma-separated list of numbers >= {least:g}; "
+                                             f"got {text!r}") from None
 
     return parse
 
@@ -81,7 +113,8 @@ def choose_backend(name, prog):
         return "cupy", "auto: a GPU is usable"
     if not status.installed:
         return "numpy", "auto: CuPy is not installed"
-    print(f"{prog}: note: --backend auto runs on numpy: {status.why}", file=sys.stderr)
+    if parallel.launcher_rank() == 0:  # under mpiexec every rank would say it
+        print(f"{prog}: note: --backend auto runs on numpy: {status.why}", file=sys.stderr)
     return "numpy", "auto: no usable GPU, see the note on stderr"
 
 

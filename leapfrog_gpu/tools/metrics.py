@@ -23,16 +23,23 @@ def evaluate(net, x, y, batch, classes=None):
     fraction whose largest output is the target's class when ``classes`` is set (else ``None``).
 
     ``feedforward`` runs ``batch`` columns at a time: the network keeps buffers per batch size, so the
-    training batch size adds no new ones but the remainder does.
+    training batch size adds no new ones but the remainder does. A data-parallel network (``net.comm``)
+    evaluates its rank's share of the columns, and the sums are added up across ranks.
     """
-    total, correct, samples = 0.0, 0, x.shape[1]
-    for start in range(0, samples, batch):
+    samples = x.shape[1]
+    if net.comm is not None:
+        share = net.comm.share(samples)
+        x, y = x[:, share], y[:, share]
+    total, correct = 0.0, 0
+    for start in range(0, x.shape[1], batch):
         a = net.feedforward(x[:, start:start + batch])
         a = a.get() if hasattr(a, "get") else a  # a CuPy array comes to the host
         target = y[:, start:start + batch]
         total += cost(net.cost, a, target)
         if classes is not None:
             correct += int(np.sum(np.argmax(a, axis=0) == np.argmax(target, axis=0)))
+    if net.comm is not None:
+        total, correct = net.comm.sum([total, correct])
     return total / samples, (correct / samples if classes is not None else None)
 
 

@@ -1,6 +1,6 @@
 // Elementwise parts of one pass: the forward activation (3) with its derivative, the output error (4),
-// the Hadamard factor of (5), and the SGD update. Arrays are row-major; an (n, B) array is a minibatch
-// stored as columns, so element (i, s) sits at i * B + s.
+// the Hadamard factor of (5), the SGD update and the check of the gradients for NaN and Inf. Arrays are
+// row-major; an (n, B) array is a minibatch stored as columns, so element (i, s) sits at i * B + s.
 //
 // Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
 // ELEMENTWISE_BLOCK threads, grid = min(ceil(size / block), ELEMENTWISE_MAX_GRID), from
@@ -8,28 +8,10 @@
 // or 8 (double). They are what each kernel must move; leapfrog_gpu/tools/traffic.py holds the same
 // counts for kernels/README.md.
 //
-// Activation codes (leapfrog_gpu/backends/ops_cuda.py): 0 sigmoid, 1 tanh, 2 relu, 3 identity.
-// Cost codes (the same file): 0 quadratic, 1 cross-entropy (sigmoid output only).
+// Activation codes: kernels/activation.h.
+// Cost codes (leapfrog_gpu/backends/ops_cuda.py): 0 quadratic, 1 cross-entropy (sigmoid output only).
 
-template <typename T>
-__device__ T activate(T z, int act) {
-    switch (act) {
-    case 0: return T(1) / (T(1) + exp(-z));
-    case 1: return tanh(z);
-    case 2: return z > T(0) ? z : T(0);
-    default: return z;
-    }
-}
-
-template <typename T>
-__device__ T activate_prime(T z, T a, int act) {
-    switch (act) {
-    case 0: return a * (T(1) - a);
-    case 1: return T(1) - a * a;
-    case 2: return z > T(0) ? T(1) : T(0);
-    default: return T(1);
-    }
-}
+#include "activation.h"
 
 // (2) bias half and (3): z += b (broadcast over the batch), a = sigma(z), sp = sigma'(z).
 // Moves n*B + n reads (z, b) + 3*n*B writes (z, a, sp).
@@ -38,11 +20,7 @@ __device__ void bias_activation(T* z, T* a, T* sp, const T* b, int n, int batch,
     const long long size = (long long)n * batch;
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
          idx += (long long)gridDim.x * blockDim.x) {
-        const T zi = z[idx] + b[idx / batch];
-        const T ai = activate(zi, act);
-        z[idx] = zi;
-        a[idx] = ai;
-        sp[idx] = activate_prime(zi, ai, act);
+        store_activation(z, a, sp, idx, z[idx] + b[idx / batch], act);
     }
 }
 
@@ -67,13 +45,31 @@ __device__ void delta_hidden(T* delta, const T* sp, long long size) {
     }
 }
 
-// The SGD step after (6) and (7): param -= scale * nabla, with scale = eta / B, for w (size n*m) and b
-// (size n). Moves 2*size reads (param, nabla) + size writes (param).
+// The SGD step after (6) and (7): param -= scale * nabla, for w (size n*m) and b (size n). The step's
+// controls live in device memory, so that a captured CUDA graph reads the current ones: step[0] is
+// scale = eta / B, and step[1] a refusal, 0 to update and otherwise a code left by check_finite (or a
+// value the host set), in which case nothing is written. Moves 2*size reads (param, nabla) + size
+// writes (param).
 template <typename T>
 __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
          idx += (long long)gridDim.x * blockDim.x) {
         param[idx] -= scale * nabla[idx];
+    }
+}
+
+// check_finite: step[1] = code when x holds a NaN or an Inf and step[1] is still 0, so the first
+// gradient found wanting in a step names itself and the updates after it write nothing. Every thread
+// that finds one writes the same value: no atomics, and the same result in any order. Moves size reads.
+template <typename T>
+__device__ void check_finite(T* step, const T* x, long long size, T code) {
+    bool finite = true;
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
+         idx += (long long)gridDim.x * blockDim.x) {
+        finite = finite && isfinite(x[idx]);
+    }
+    if (!finite && step[1] == T(0)) {
+        step[1] = code;
     }
 }
 
@@ -89,9 +85,12 @@ __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     extern "C" __global__ void delta_hidden_##SUFFIX(T* delta, const T* sp, long long size) {       \
         delta_hidden<T>(delta, sp, size);                                                            \
     }                                                                                                \
-    extern "C" __global__ void sgd_update_##SUFFIX(T* param, const T* nabla, T scale,               \
+    extern "C" __global__ void sgd_update_##SUFFIX(T* param, const T* nabla, const T* step,         \
                                                    long long size) {                                 \
-        sgd_update<T>(param, nabla, scale, size);                                                    \
+        if (step[1] == T(0)) sgd_update<T>(param, nabla, step[0], size);                             \
+    }                                                                                                \
+    extern "C" __global__ void check_finite_##SUFFIX(T* step, const T* x, long long size, T code) {  \
+        check_finite<T>(step, x, size, code);                                                        \
     }
 
 LEAPFROG_ELEMENTWISE(float, f32)

@@ -88,6 +88,11 @@ def choose(net, plan, ks=KS, fused=False):
     return chosen[key]
 
 
+def chosen(plan, fused=False):
+    """The schedule ``choose`` picked for ``plan`` with the default candidates, or None if it has not."""
+    return _chosen.get(plan, {}).get((tuple(KS), fused))
+
+
 def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=WARMUP, fused=False):
     """Calibrate the SGD step of the network ``net`` at ``batch`` random samples; return a ``Tuning``.
 

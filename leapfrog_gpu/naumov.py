@@ -95,6 +95,12 @@ class NaumovSchedule(Leapfrog):
     def _options(self):
         return f"k={self.k}{', fused=True' if self.fused else ''}, memory_limit={self.memory_limit}"
 
+    def graph_refusal(self, backend):
+        if backend == "cupy":
+            return ("its products are cupy.matmul calls (cuBLAS), which CuPy refuses during stream capture; "
+                    "use graph=False, or Sequential() or Leapfrog(k)")
+        return None
+
 
 class NaumovScan(NaumovSchedule):
     """Direct solve by recursive doubling: ceil(log2(L-1)) rounds of batched matrix products.
@@ -193,6 +199,12 @@ class NaumovJacobi(NaumovSchedule):
     def nbytes(layout, itemsize):
         n, B, N = layout.positions, layout.B, layout.N
         return (layout.matrices * B * N**2 + 2 * n * B * N) * itemsize + (n * B * N + 2 * n) * 8
+
+    def graph_refusal(self, backend):
+        if self.warm_start:
+            return ("its warm start decides when to stop from a change it reads on the host in the middle of "
+                    "the step, which a graph cannot do; use warm_start=False (exact in L-2 sweeps) or graph=False")
+        return super().graph_refusal(backend)
 
     def _allocate(self, xp, layout, dtype):
         n, B, N = layout.positions, layout.B, layout.N

@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from . import autotune
+from . import autotune, graphs, parallel
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -28,15 +28,22 @@ class MLP:
         backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this
             network).
         output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
-        check_finite: check every gradient for NaN and Inf at the join and refuse the update (raise
-            ``FloatingPointError``, parameters unchanged) when one is found. Costs a pass over the
-            gradients, and on the GPU a host synchronization per step.
+        check_finite: check every gradient for NaN and Inf at the join and refuse the update when one is
+            found: the check leaves a code in device memory that the update kernels obey, and the next
+            ``synchronize()`` raises ``FloatingPointError`` with the parameters as they were before that
+            step (steps enqueued after it do not update either). Costs a pass over the gradients and no
+            host synchronization.
+        comm: a ``parallel.Communicator`` (``parallel.world()``) to train data-parallel over its
+            ranks: each computes on its share of every batch's columns and the gradients are summed
+            across ranks (``leapfrog_gpu.parallel``). ``None`` or one rank: this process alone.
 
-    ``weights`` and ``biases`` list w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend.
+    ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
+    backend, as they are once the steps enqueued so far have run. Every array the network hands out
+    (these, ``feedforward``'s and ``backprop``'s) is complete on return and no later step writes it.
     """
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
-                 backend="auto", output_activation=None, check_finite=False):
+                 backend="auto", output_activation=None, check_finite=False, comm=None):
         self.sizes = _check_sizes(sizes)
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
@@ -58,12 +65,19 @@ class MLP:
             w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
             self._w[l] = xp.asarray(w, dtype=self.dtype)
             self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        # The step's controls in device memory, read by the update kernels when they run (so that a
+        # captured graph reads the current ones): [eta / B, refusal], the refusal 0 to update, or the
+        # code of the first gradient check_finite found wanting (_refused decodes it).
+        self._step = xp.zeros(2, dtype=self.dtype)
         self._plans = {}
+        self.comm = None
         self.backend.synchronize()
+        self.comm = parallel.attach(self, comm)
 
     def __repr__(self):
+        comm = "" if self.comm is None else f", comm={self.comm!r}"
         return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, "
-                f"dtype={self.dtype!r}, backend={self.backend!r})")
+                f"dtype={self.dtype!r}, backend={self.backend!r}{comm})")
 
     def __enter__(self):
         return self
@@ -78,13 +92,20 @@ class MLP:
 
     @property
     def weights(self):
-        self.backend.synchronize()
-        return [self._w[l] for l in self.layers]
+        return self._handed_out([self._w[l] for l in self.layers])
 
     @property
     def biases(self):
-        self.backend.synchronize()
-        return [self._b[l] for l in self.layers]
+        return self._handed_out([self._b[l] for l in self.layers])
+
+    def _handed_out(self, arrays):
+        """Copies of ``arrays``, made on the main stream behind what is enqueued there and complete on
+        return: the caller may read them on any stream (CuPy's default one waits for none of ours), and
+        no later step writes them. Raises what ``synchronize()`` raises."""
+        copies = []
+        self.backend.launch(self.backend.main, "copy_out", _copy_into, copies, arrays)
+        self.synchronize()
+        return copies
 
     def set_parameters(self, weights, biases):
         """Copy ``weights`` and ``biases`` (lists for l = 2..L, the shapes of ``self.weights``) in."""
@@ -115,21 +136,27 @@ class MLP:
         plan = self._plan(x.shape[1])
         self.backend.copy_in(self.backend.main, plan.a[1], x)
         self._forward(plan)
-        self.backend.synchronize()
-        return plan.a[self.L].copy()
+        return self._handed_out([plan.a[self.L]])[0]
 
     def backprop(self, x, y, schedule=None):
         """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
-        l = 2..L, summed over the batch."""
+        l = 2..L, summed over the batch (with a communicator: over every rank's share of it)."""
         plan = self._start(x, y, schedule)
-        self.backend.synchronize()
-        return [plan.nabla_b[l].copy() for l in self.layers], [plan.nabla_w[l].copy() for l in self.layers]
+        copies = self._handed_out([plan.nabla_b[l] for l in self.layers] + [plan.nabla_w[l] for l in self.layers])
+        return copies[:self.L - 1], copies[self.L - 1:]
 
-    def sgd_step(self, x, y, eta, schedule=None):
+    def sgd_step(self, x, y, eta, schedule=None, graph=False):
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
 
         ``x`` and ``y`` are copied before this returns. Reading ``weights`` (or ``synchronize()``)
-        waits for the step and raises any error it met.
+        waits for the step and raises any error it met. With a communicator every rank passes the same
+        batch and computes on its share of the columns; B is the whole batch's size.
+
+        ``graph=True`` runs the step as a graph (``leapfrog_gpu.graphs``): the first call at a batch
+        size and schedule runs the step and captures forward, backward and update; later calls copy
+        the batch and eta in and launch that graph, with no planning in between. A schedule that
+        cannot be captured raises a ``ValueError`` saying why, as does a graph step while a
+        ``timing.Timeline`` stamps the backend's launches.
         """
         if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
@@ -137,48 +164,96 @@ class MLP:
         if schedule.fused and self.check_finite:
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
                              "join, where the check runs); pass fused=False or check_finite=False")
+        if not isinstance(graph, bool):
+            raise TypeError(f"graph must be True or False; got {graph!r}")
+        if graph and self.backend.timeline is not None:
+            raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
+                             "one launch, with nothing inside it to stamp; take the timeline of eager steps "
+                             "(graph=False), or end the timeline's step() first")
+        parallel.check_schedule(self.comm, schedule, graph)
         backend = self.backend
-        plan = self._start(x, y, schedule, eta=float(eta))
+        plan, samples = self._load(x, y)
+        backend.launch(backend.main, "eta / B", backend.ops.set_element, self._step, 0, eta / samples)
+        if graph:
+            graphs.step(self, plan, schedule)
+        else:
+            self._update_step(plan, schedule)
+        backend.keep(plan, self._step)  # the step is queued: a network dropped before it has run leaves it these
+
+    def _update_step(self, plan, schedule):
+        """Enqueue what follows the copies of a step: forward, backward, check, update (what a graph holds)."""
+        backend = self.backend
+        self._pass(plan, schedule, self._step)
         if not schedule.fused:
             with backend.range(backend.main, "update"):
                 for l in self.layers:
-                    backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, plan.scale)
+                    backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, self._step)
         if backend.poisons:
             backend.launch(backend.main, "poison", plan.poison, plan.nabla_w, plan.nabla_b)
 
     def synchronize(self):
+        """Wait for every enqueued step; raise what went wrong in one: an exception on a stream, or
+        (``check_finite``) a ``FloatingPointError`` for a refused update, which also clears it."""
         self.backend.synchronize()
+        refused = int(self._step[1])
+        if refused:
+            backend = self.backend
+            backend.launch(backend.main, "clear refusal", backend.ops.set_element, self._step, 1, 0)
+            raise FloatingPointError(f"{self._refused(refused)} holds NaN or Inf; update refused, parameters unchanged")
 
     # -- one pass -----------------------------------------------------------------------------------
 
-    def _start(self, x, y, schedule, eta=None):
-        """Validate, copy the batch in, enqueue forward and backward (with the SGD step by ``eta``
-        fused into (7) when the schedule fuses it); return the plan, its ``scale`` set to eta / B."""
+    def _start(self, x, y, schedule):
+        """Validate, copy the batch in, enqueue forward and backward; return the plan."""
         schedule = Sequential() if schedule is None else check_schedule(schedule)
+        plan, _ = self._load(x, y)
+        self._pass(plan, schedule)
+        return plan
+
+    def _load(self, x, y):
+        """Validate the batch and copy it into its plan's buffers a^1 and y (on the main stream); return
+        the plan and B. With a communicator this rank's columns are copied, and a rank whose share is
+        empty (a batch smaller than the ranks) gets a plan marked ``empty``."""
         x = self._check_batch("x", x, self.n[1])
         y = self._check_batch("y", y, self.n[self.L])
         if y.shape[1] != x.shape[1]:
             raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
-        plan = self._plan(x.shape[1])
-        self.backend.copy_in(self.backend.main, plan.a[1], x)
-        self.backend.copy_in(self.backend.main, plan.y, y)
-        plan.scale = None if eta is None else eta / plan.batch
-        self._forward(plan)
-        self._backward(plan, schedule, plan.scale)
+        samples = x.shape[1]
+        if self.comm is not None:
+            share = self.comm.share(samples)
+            x, y = x[:, share], y[:, share]
+        plan = self._plan(max(x.shape[1], 1))
+        plan.empty = not x.shape[1]
+        if not plan.empty:
+            self.backend.copy_in(self.backend.main, plan.a[1], x)
+            self.backend.copy_in(self.backend.main, plan.y, y)
+        return plan, samples
+
+    def _pass(self, plan, schedule, step=None):
+        """Enqueue forward and backward, with the SGD step of ``step`` (the controls ``self._step``)
+        fused into (7) when given and the schedule fuses, and the check of the gradients."""
+        if plan.empty:  # this rank's share has no column: it adds zeros to the sums across ranks
+            plan.reducer.add_zeros()
+        else:
+            self._forward(plan)
+            self._backward(plan, schedule, step)
         backend = self.backend
         if self.check_finite:
             backend.launch(backend.main, "check_finite", self._check_gradients, plan)
         if backend.poisons:  # after the join nothing reads what the pass computed, but the gradients
             backend.launch(backend.main, "poison", plan.poison, plan.a, plan.z, plan.sp, plan.delta, {0: plan.y})
-        return plan
 
     def _check_gradients(self, plan):
-        """Raise FloatingPointError naming the first gradient that holds NaN or Inf."""
-        xp = self.backend.xp
+        """Leave in ``self._step`` the code of the first gradient (deepest first) that holds NaN or Inf."""
+        check = self.backend.ops.check_finite
         for l in reversed(self.layers):
-            for name, nabla in (("nabla_w", plan.nabla_w[l]), ("nabla_b", plan.nabla_b[l])):
-                if not bool(xp.isfinite(nabla).all()):
-                    raise FloatingPointError(f"{name}[{l}] holds NaN or Inf; update refused, parameters unchanged")
+            check(self._step, plan.nabla_w[l], 2 * l)
+            check(self._step, plan.nabla_b[l], 2 * l + 1)
+
+    @staticmethod
+    def _refused(code):
+        """The gradient a refusal code of ``_check_gradients`` names."""
+        return f"{('nabla_w', 'nabla_b')[code % 2]}[{code // 2}]"
 
     def _forward(self, plan):
         backend, main = self.backend, self.backend.main
@@ -188,13 +263,13 @@ class MLP:
 
     def _forward_layer(self, plan, l):
         """(2) and (3) for layer l."""
-        self.backend.xp.matmul(self._w[l], plan.a[l - 1], out=plan.z[l])
-        self.backend.ops.bias_activation(plan.z[l], plan.a[l], plan.sp[l], self._b[l], self._activation(l))
+        self.backend.ops.forward(plan.z[l], plan.a[l], plan.sp[l], self._w[l], plan.a[l - 1], self._b[l],
+                                 self._activation(l))
 
     def _backward(self, plan, schedule, scale):
         if schedule.k == "auto":  # Leapfrog("auto"): the schedule calibrated for this plan
             schedule = autotune.choose(self, plan, fused=schedule.fused)
-        with self.backend.range(self.backend.main, "backward"):
+        with self.backend.range(self.backend.main, "backward"), parallel.reducing(plan):
             schedule.backward(self, plan, scale)
 
     def delta(self, plan, l):
@@ -216,13 +291,12 @@ class MLP:
 
     def _delta_layer(self, plan, l):
         """(5): delta^l = ((w^{l+1})^T delta^{l+1}) * sigma'(z^l)."""
-        self.backend.xp.matmul(self._w[l + 1].T, plan.delta[l + 1], out=plan.delta[l])
-        self.backend.ops.delta_hidden(plan.delta[l], plan.sp[l])
+        self.backend.ops.backward(plan.delta[l], self._w[l + 1], plan.delta[l + 1], plan.sp[l])
 
-    def _update_layer(self, plan, l, scale):
+    def _update_layer(self, plan, l, step):
         ops = self.backend.ops
-        ops.sgd_update(self._w[l], plan.nabla_w[l], scale, plan.scratch[l])
-        ops.sgd_update(self._b[l], plan.nabla_b[l], scale, plan.scratch[l])
+        ops.sgd_update(self._w[l], plan.nabla_w[l], step, plan.scratch[l])
+        ops.sgd_update(self._b[l], plan.nabla_b[l], step, plan.scratch[l])
 
     def _activation(self, l):
         return self.output_activation if l == self.L else self.activation
@@ -277,12 +351,15 @@ class Plan:
             self.nabla_w[l] = buffer(n[l], n[l - 1])
             self.nabla_b[l] = buffer(n[l])
         self.y = buffer(n[net.L], batch)
-        self.w, self.b, self.scale = net._w, net._b, None
+        self.w, self.b = net._w, net._b
+        self.graphs = {}  # the captured steps of leapfrog_gpu.graphs, by schedule
         chunk = backend.ops.SCRATCH
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
                         if chunk else None for l in net.layers}
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
         self._worker_done = {}
+        self.empty = False  # this rank's share of the batch being loaded has no column (``MLP._load``)
+        self.reducer = parallel.reducer(net, self)  # with a communicator: nabla_w, nabla_b become its views
         backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
 
     def workers(self, k):
@@ -302,19 +379,26 @@ class Plan:
         return self._worker_done[j]
 
     def launch_gradients(self, stream, l, scale=None):
-        """Enqueue (6) and (7) of layer l on ``stream``; given ``scale``, fuse the SGD update into (7)."""
+        """Enqueue (6) and (7) of layer l on ``stream``; given ``scale`` (the network's step controls:
+        eta / B and the refusal, in device memory), fuse the SGD update into (7)."""
         ops, launch = self.backend.ops, self.backend.launch
         launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
         if scale is None:
             launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
         else:
             launch(stream, f"fused_update[{l}]", self._fused_update, l, scale)
+        if self.reducer is not None:
+            self.reducer.ready(stream, l)
 
     def _fused_update(self, l, scale):
-        """b^l -= scale * nabla_b^l; w^l -= scale * delta^l (a^{l-1})^T without writing nabla_w^l."""
+        """b^l -= eta/B * nabla_b^l; w^l -= eta/B * delta^l (a^{l-1})^T without writing nabla_w^l."""
         ops = self.backend.ops
         ops.sgd_update(self.b[l], self.nabla_b[l], scale, self.scratch[l])
         ops.fused_update(self.w[l], self.delta[l], self.a[l - 1], scale, self.scratch[l])
+
+
+def _copy_into(copies, arrays):
+    copies.extend(array.copy() for array in arrays)
 
 
 def _check_sizes(sizes):

@@ -16,7 +16,9 @@ class Schedule:
     """The backward chain on the main stream; subclasses say where (6)(7) run and how they join.
 
     ``fused=True`` fuses the SGD update into (7) during ``sgd_step`` (w -= eta/B * delta a^T, so that
-    nabla_w never goes to memory); ``backprop`` still returns nabla_w.
+    nabla_w never goes to memory); ``backprop`` still returns nabla_w. There the network passes
+    ``scale``: its step controls in device memory (eta / B and the refusal), which the fused update
+    reads when it runs.
     """
 
     def __init__(self, fused=False):
@@ -37,6 +39,11 @@ class Schedule:
         if fuse:
             self.gradients(plan, 2, after=2, scale=scale)
         self.join(plan)
+
+    def graph_refusal(self, backend):
+        """Why a step under this schedule cannot be captured as a graph on ``backend`` ("numpy" or
+        "cupy"), or None: every schedule here enqueues a fixed set of launches, events and waits."""
+        return None
 
     @staticmethod
     def last_reader(l):

@@ -5,16 +5,21 @@
 
 Takes a ``--json`` file (one run) or a ``--jsonl`` file (each run's header line, then one line per
 configuration; ``profiling/device_check.sh`` appends several runs to one). Per run: the command, date
-and machine, the table of every configuration, and for the configurations stamped by ``--timeline``,
-a second table: busy time per stream, the worker time overlapping the main stream, and the timeline's
-own cost, beside the backward-pass speedup.
+and machine, the table of every configuration, for a run with ``--graph`` graph mode's ratios against
+its GPU targets, and for the configurations stamped by ``--timeline``, a second table: busy time per
+stream, the worker time overlapping the main stream, and the timeline's own cost, beside the
+backward-pass speedup.
 """
 
 import argparse
 import json
 
+from leapfrog_gpu.tools.bench import graph_verdicts
+
 
 def cell(summary):
+    if summary is None:
+        return "–"
     digits = 2 if summary["median"] < 10 else 1
     return f"{summary['median']:.{digits}f} [{summary['p20']:.{digits}f}–{summary['p80']:.{digits}f}]"
 
@@ -32,11 +37,13 @@ def number(value):
 
 
 def table(records):
+    graph = any(r.get("graph") for r in records)  # then a last column: a graph step against its eager one
     rows = ["| N | L | B | schedule | k | BLAS | step ms | backward ms | f1 | f2 | f3 | pred. | meas. | bwd ×seq "
-            "| bwd ×best seq | step ×best seq |",
-            "|" + "---:|" * 16]
+            "| bwd ×best seq | step ×best seq |" + (" graph ×eager |" if graph else ""),
+            "|" + "---:|" * (16 + graph)]
     for r in records:
         name = ("auto → " if r.get("auto") else "") + r["schedule"] + ("+fused" if r.get("fused") else "")
+        name += " graph" if r.get("graph") and not r["schedule"].startswith("torch") else ""
         name += " (best seq)" if r.get("best_sequential") else ""
         rows.append("| " + " | ".join([
             str(r["N"]), str(r["L"]), str(r["B"]), name, str(r.get("k", 0)), str(r.get("blas_threads") or "–"),
@@ -44,6 +51,7 @@ def table(records):
             number(r.get("f3_ms")), percent(r.get("predicted_saving")), percent(r.get("measured_saving")),
             ratio(r.get("backward_speedup")), ratio(r.get("backward_speedup_vs_best_sequential")),
             ratio(r.get("step_speedup_vs_best_sequential")),
+            *([ratio(r.get("graph_speedup"))] if graph else []),
         ]) + " |")
     return "\n".join(rows)
 
@@ -89,6 +97,9 @@ def main():
         machine = ", ".join(labels.get(key, "{}").format(value) for key, value in run["machine"].items())
         print(f"Command: `{run['command']}`. Date: {run['date'][:10]}. Machine: {machine}.\n")
         print(table(records))
+        verdicts = graph_verdicts(records)
+        if verdicts:
+            print(f"\n{verdicts}")
         stamped = timeline_table(records)
         if stamped:
             print("\nTimeline (medians per step; stamped ×: the step with every launch stamped, over the plain "

@@ -8,12 +8,17 @@
 # (default 420, leaving room for the 5 s a killed part may take to end), so a part that would start too late
 # is recorded as not run:
 #   environment        GPU, driver, Python and package versions, the tools on PATH
-#   GPU tests          python -m pytest -m gpu; a test module that cannot be imported (an optional package
-#                      missing) is reported and the other tests still run (--continue-on-collection-errors)
-#   kernels            profiling/kernels.py: our nabla_w kernels against cuBLAS, GB/s beside a device copy
-#   bench headline     leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4 and PyTorch eager,
-#                      with --timeline (each stream's busy time, worker overlap, the Gantt chart)
-#   bench fused        the same network with the SGD update fused into (7), with --timeline
+#   GPU tests          python -m pytest -m gpu, the whole-step tests first (graph mode, NCCL with one rank, the
+#                      timeline, the commands), then the kernels'; a test module that cannot be imported (an
+#                      optional package missing) is reported and the other tests still run
+#   kernels            profiling/kernels.py: our nabla_w kernels against cuBLAS, and our chain kernels (2)(3) and
+#                      (5) against cuBLAS + our elementwise kernel, GB/s beside a device copy, the GEMV targets
+#                      judged, then the GEMVs with other block shapes than the launcher's
+#   bench headline     leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4, PyTorch eager, each
+#                      eager and as a graph (PyTorch's as a CUDA graph), the graph-mode targets judged (vs PyTorch
+#                      eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x, within 2x of the
+#                      bytes floor), with --timeline (each stream's busy time, worker overlap, the Gantt chart)
+#   bench fused        the same network with the SGD update fused into (7), eager and as a graph, with --timeline
 #   compute-sanitizer  memcheck, racecheck, synccheck, each on a selection of GPU tests (the count is shown);
 #                      skipped, with the reason, where the tool is missing or refuses the device
 #   bench grid         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
@@ -26,24 +31,31 @@
 #   bench.jsonl         per bench run, a line with its command and machine, then one line per configuration
 #   timeline.png  timeline.json  timeline_fused.png      the Gantt charts (and the headline's intervals)
 #
-# The machine needs python3 (PYTHON) with NumPy, CuPy, pytest and matplotlib; nothing is installed: the
-# checkout is imported through PYTHONPATH. With --dry-run, `import cupy` gives the CuPy stand-in of
-# tests/standin; where the stand-in cannot serve a part (it cannot time, it is no device for the tests or
-# for compute-sanitizer, PyTorch cannot use it), the part runs on the NumPy backend, collects instead of
-# running, or skips, and says so in summary.txt. Exit status: 0 when every part exited 0, else 1.
+# The machine needs python3 (PYTHON) with NumPy, CuPy, pytest and matplotlib (and torch for the PyTorch
+# anchors, mpi4py for the NCCL test); nothing is installed: the checkout is imported through PYTHONPATH.
+# With --dry-run, `import cupy` gives the CuPy stand-in of tests/standin, which runs our kernels on the CPU
+# harness and times with its events: kernels and benches run on it with tiny sizes; where it cannot serve
+# (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
+# instead of running, or skips, and says so in summary.txt. Exit status: 0 when every part exited 0, else 1.
 set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 REPO=$(cd "$(dirname "$SELF")/.." && pwd)
 
-# Test selections for compute-sanitizer (tests/test_kernels.py and tests/test_schedules.py, GPU half):
-# every kernel once at odd sizes, then the tiled and reducing kernels at B = 64, each with a leapfrog step.
+# Test selections for compute-sanitizer (SANITIZED, GPU half): every kernel once at odd sizes, then the tiled
+# and reducing kernels at B = 64, the chain's GEMV and tiled GEMM among them, each with a leapfrog step.
+SANITIZED=(tests/test_kernels.py tests/test_chain_kernels.py tests/test_schedules.py)
 MEMCHECK='(test_nabla_w or test_fused_update) and 257-33-3- and f32'
 MEMCHECK+=' or (test_nabla_b or test_delta_hidden or test_delta_output or test_bias_activation) and 257-3- and f32'
 MEMCHECK+=' or test_sgd_update and 257 and 33 and f32 or test_elementwise_grid_stride_loop and f32'
+MEMCHECK+=' or (test_forward and tanh-257-33- or test_backward and 257-33-) and f32'
 MEMCHECK+=' or bitwise_sequential_on_the_gpu and 7-2'
 SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32'
+SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
 SHARED+=' or bitwise_sequential_on_the_gpu and 7-2'
+# The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
+FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_parallel.py tests/test_graph_tools.py
+       tests/test_timeline.py tests/test_train.py tests/test_gradients.py)
 
 # -- the parts (each runs in its own process, under `timeout`) -------------------------------------------
 
@@ -100,7 +112,7 @@ PY
 part_gpu_tests() {
     if [[ -n $DRY ]]; then
         local listing
-        listing=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider tests 2>&1)
+        listing=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider "${FIRST[@]}" tests 2>&1)
         local status=$?
         echo "$listing" | tail -3
         note "dry run: $(echo "$listing" | grep -Eo '[0-9]+(/[0-9]+)? tests? collected' || echo 'nothing')" \
@@ -109,65 +121,43 @@ part_gpu_tests() {
     fi
     local timeout=()
     "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout=(--timeout 60)
-    "$PYTHON" -m pytest -m gpu -v --tb=line -p no:cacheprovider --continue-on-collection-errors "${timeout[@]}" tests
-}
-
-# The backend for timed CuPy work: cupy on a GPU; in a dry run, cupy only if the stand-in can time
-# (events and cupy.cuda.get_elapsed_time), else numpy, with the reason noted.
-timed_backend() {
-    if [[ -z $DRY ]]; then
-        echo cupy
-    elif "$PYTHON" - >/dev/null 2>"$SCRATCH/probe.txt" <<'PY'; then
-import cupy
-stream = cupy.cuda.Stream(non_blocking=True)
-start, end = cupy.cuda.Event(), cupy.cuda.Event()
-start.record(stream)
-end.record(stream)
-end.synchronize()
-cupy.cuda.get_elapsed_time(start, end)
-PY
-        echo cupy
-    else
-        note "dry run on the numpy backend: the CuPy stand-in cannot time ($(tail -1 "$SCRATCH/probe.txt"))"
-        echo numpy
-    fi
+    "$PYTHON" -m pytest -m gpu -v --tb=line -p no:cacheprovider --continue-on-collection-errors "${timeout[@]}" \
+        "${FIRST[@]}" tests
 }
 
 part_kernels() {
-    local backend shapes=()
-    backend=$(timed_backend)
-    [[ -n $DRY ]] && shapes=(--shapes "33:17:1,20:31:5" --repeats 2)
-    "$PYTHON" profiling/kernels.py --backend "$backend" "${shapes[@]}" --jsonl "$OUT/kernels.jsonl"
+    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33"
+                 --gemv-blocks "32x4:16x32,32x8:32x16,64x4:8x128,16x16:4x128")
+    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5" --gemv-blocks 32x4:16x32 --repeats 2)
+    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --jsonl "$OUT/kernels.jsonl"
 }
 
-# bench_args FUSED: the headline bench's options (a tiny network in a dry run).
-bench_args() {
-    local backend
-    backend=$(timed_backend)
+# The headline network (a tiny one in a dry run), eager and as a graph.
+headline() {
     if [[ -z $DRY ]]; then
-        echo "--backend cupy --dtype float32 --sizes 1024 --layers 32 --batch 32 --k 1,2,4"
+        HEADLINE=(--backend cupy --dtype float32 --sizes 1024 --layers 32 --batch 32 --k "1,2,4" --graph --repeats 30
+                  --warmup 5)
     else
-        echo "--backend $backend --dtype float32 --sizes 32 --layers 5 --batch 3 --k 1,2,4 --repeats 3 --warmup 1"
-        [[ $backend == numpy ]] && echo "--blas-threads 1"
+        HEADLINE=(--backend cupy --dtype float32 --sizes 32 --layers 5 --batch 3 --k "1,2,4" --graph --repeats 3
+                  --warmup 1)
     fi
 }
 
 part_bench_headline() {
-    local args torch=()
-    args=$(bench_args)
+    local torch=()
+    headline
     if [[ -n $DRY ]]; then
         torch=(--no-torch)
         note "no PyTorch anchor in a dry run: PyTorch cannot use the CuPy stand-in"
     fi
-    # shellcheck disable=SC2086  # the options are words
-    "$PYTHON" -m leapfrog_gpu.tools.bench $args "${torch[@]}" --jsonl "$OUT/bench.jsonl" --timeline "$OUT/timeline.png"
+    "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" "${torch[@]}" --jsonl "$OUT/bench.jsonl" \
+        --timeline "$OUT/timeline.png"
 }
 
 part_bench_fused() {
-    local args status
-    args=$(bench_args)
-    # shellcheck disable=SC2086
-    "$PYTHON" -m leapfrog_gpu.tools.bench $args --fused --no-torch --jsonl "$OUT/bench.jsonl" \
+    local status
+    headline
+    "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" --fused --no-torch --jsonl "$OUT/bench.jsonl" \
         --timeline "$SCRATCH/timeline_fused.png"
     status=$?
     cp "$SCRATCH/timeline_fused.png" "$OUT/" 2>/dev/null  # its intervals stay out: eight files at most
@@ -176,8 +166,8 @@ part_bench_fused() {
 
 part_sanitizer() {  # part_sanitizer TOOL SELECTION
     local tool=$1 selection=$2 count
-    count=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_kernels.py \
-        tests/test_schedules.py -k "$selection" 2>&1 | grep -Eo '^[0-9]+' | tail -1)
+    count=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider "${SANITIZED[@]}" -k "$selection" 2>&1 |
+        grep -Eo '^[0-9]+' | tail -1)
     echo "$tool: ${count:-0} tests selected"
     if ((${count:-0} == 0)); then
         note "the selection selects no test: fix it in $(basename "$SELF")"
@@ -204,19 +194,13 @@ part_sanitizer() {  # part_sanitizer TOOL SELECTION
     fi
     note "${count} tests"
     compute-sanitizer --tool "$tool" --error-exitcode 1 --target-processes all "$PYTHON" -m pytest -m gpu -q \
-        -p no:cacheprovider tests/test_kernels.py tests/test_schedules.py -k "$selection"
+        -p no:cacheprovider "${SANITIZED[@]}" -k "$selection"
 }
 
 part_bench_grid() {
-    local args
-    if [[ -z $DRY ]]; then
-        args="--backend cupy --sizes 256,4096 --layers 8,32 --batch 1,32 --k 1,2,4 --repeats 10 --no-torch"
-    else
-        args="--backend $(timed_backend) --sizes 16,24 --layers 3 --batch 1,2 --k 2 --repeats 2 --warmup 0 --no-torch"
-        [[ $args == *numpy* ]] && args+=" --blas-threads 1"
-    fi
-    # shellcheck disable=SC2086
-    "$PYTHON" -m leapfrog_gpu.tools.bench $args --jsonl "$OUT/bench.jsonl"
+    local grid=(--sizes "256,4096" --layers "8,32" --batch "1,32" --k "1,2,4" --repeats 10)
+    [[ -n $DRY ]] && grid=(--sizes "16,24" --layers 3 --batch "1,2" --k 2 --repeats 2 --warmup 0)
+    "$PYTHON" -m leapfrog_gpu.tools.bench --backend cupy "${grid[@]}" --no-torch --jsonl "$OUT/bench.jsonl"
 }
 
 # -- running them -----------------------------------------------------------------------------------------
@@ -281,10 +265,10 @@ main() {
         echo "device_check.sh${DRY:+ --dry-run}: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, budget $BUDGET s"
     } | tee "$SUMMARY" >"$LOG"
     part "environment" 30 part_environment
-    part "GPU tests" 150 part_gpu_tests
-    part "kernels" 45 part_kernels
-    part "bench headline" 75 part_bench_headline
-    part "bench fused" 45 part_bench_fused
+    part "GPU tests" 170 part_gpu_tests
+    part "kernels" 60 part_kernels
+    part "bench headline" 100 part_bench_headline
+    part "bench fused" 50 part_bench_fused
     part "compute-sanitizer memcheck" 45 part_sanitizer memcheck "$MEMCHECK"
     part "compute-sanitizer racecheck" 40 part_sanitizer racecheck "$SHARED"
     part "compute-sanitizer synccheck" 35 part_sanitizer synccheck "$SHARED"

@@ -1,15 +1,24 @@
-"""Micro-benchmark of equation (7): our nabla_w kernels against the library's matmul, in GB/s.
+"""Micro-benchmark of our kernels against the library's: (7), and the chain (2)(3) and (5), in GB/s.
 
     python profiling/kernels.py --backend cupy --json kernels.json [--jsonl kernels.jsonl]
 
 For each shape (n, m, B) it times ``ops.nabla_w`` (the ``outer`` kernel at B = 1, ``rank_update``
 above) and ``xp.matmul(delta, a.T, out=nabla_w)`` (cuBLAS on a GPU, BLAS on NumPy) on the same
 arrays, checks that both agree, and prints GB/s from ``traffic.kernel_bytes`` beside the bandwidth
-of a measured device-to-device copy: one table, one row per shape and implementation, each printed
-(and, with ``--jsonl``, appended to a file) as soon as it is measured.
+of a measured device-to-device copy: one table, one row per shape and implementation.
+
+Then the chain (``chain_rows``): the forward layer (2)(3) and the backward layer (5) on our kernels of
+kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a tiled GEMM above) against cuBLAS plus our
+elementwise kernel (what an eager step runs), in GB/s and, for B > 1, GFLOP/s, with the verdicts on
+the GPU targets: the GEMVs at >= 80 % of the copy's bandwidth at N = 4096, and no slower than cuBLAS
+plus the elementwise kernel at N = 1024. On NumPy there is one implementation, the library's.
+
+Each row is printed, and with ``--jsonl`` appended to a file, as soon as its shape is measured and its
+implementations agree, so that a run stopped part-way keeps what it measured.
 """
 
 import argparse
+import contextlib
 import json
 import sys
 from functools import partial
@@ -17,15 +26,17 @@ from functools import partial
 import numpy as np
 
 from leapfrog_gpu import get_backend
-from leapfrog_gpu.backends import timing
+from leapfrog_gpu.backends import launch, timing
 from leapfrog_gpu.tools import traffic
 
 SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (1000, 999, 33))
+COPY_SHARE_TARGET, CUBLAS_TARGET = 0.8, 1.0  # the GEMVs: of copy bandwidth at N = 4096; of cuBLAS's speed at 1024
 
 
 def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
-    """One dict per (shape, implementation), yielded as measured: median and p20/p80 ms, GB/s, and the
-    copy's GB/s."""
+    """One dict per (shape, implementation), yielded as each shape is measured: median and p20/p80 ms,
+    GB/s, the copy's GB/s, and the relative difference between the two implementations (a NaN or one
+    above the tolerance raises)."""
     xp, ops, main = backend.xp, backend.ops, backend.main
     copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
     rng = np.random.default_rng(0)
@@ -33,29 +44,139 @@ def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
         delta = xp.asarray(rng.standard_normal((n, batch)), dtype=dtype)
         a = xp.asarray(rng.standard_normal((m, batch)), dtype=dtype)
         ours, theirs = xp.empty((n, m), dtype=dtype), xp.empty((n, m), dtype=dtype)
+        backend.synchronize()  # the uploads ran on CuPy's default stream, which main does not wait for
         a_t = a.T
         implementations = (("ours", lambda: backend.launch(main, "nabla_w", ops.nabla_w, ours, delta, a)),
                            ("matmul", lambda: backend.launch(main, "matmul", partial(xp.matmul, out=theirs),
                                                              delta, a_t)))
         kernel = "outer" if batch == 1 else "rank_update"
         bytes_moved = traffic.kernel_bytes(kernel, n, m, batch, np.dtype(dtype).itemsize)
-        measured = []
+        shape_rows = []
         for name, fn in implementations:
             ms = timing.summary(timing.measure(backend, fn, repeats, warmup))
-            measured.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, "ms": ms,
-                             "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy})
+            shape_rows.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, "ms": ms,
+                               "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy})
         tolerance = 1e-4 if dtype == "float32" else 1e-10
         error = float(xp.max(xp.abs(ours - theirs))) / max(float(xp.max(xp.abs(theirs))), 1e-30)
-        if error > tolerance:
+        if not error <= tolerance:  # a NaN fails too
             raise AssertionError(f"nabla_w differs from matmul at {(n, m, batch)}: relative error {error:.2e}")
-        yield from measured
+        yield from ({**row, "error": error} for row in shape_rows)
+
+
+def chain_implementations(backend):
+    """``{name: ops}``: on CuPy our chain kernels and cuBLAS plus our elementwise kernel; on NumPy its twin."""
+    if backend.name != "cupy":
+        return {"numpy": backend.ops}
+    from leapfrog_gpu.backends.ops_cuda import CudaOps
+
+    return {"ours": CudaOps(backend.xp, "kernels"), "cublas+ew": CudaOps(backend.xp, "cublas")}
+
+
+def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None):
+    """One dict per (shape, direction, implementation) of the chain, yielded as each (shape, direction)
+    is measured: ms, GB/s, GFLOP/s (B > 1), copy GB/s.
+
+    The implementations must agree (relative to the largest output, 1e-4 in float32 and 1e-10 in
+    float64: a different order of summation); the outputs are compared before anything is reported.
+    """
+    xp, main = backend.xp, backend.main
+    if copy is None:
+        copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
+    rng = np.random.default_rng(1)
+    implementations = chain_implementations(backend)
+    for n, m, batch in shapes:
+        def array(*shape):
+            return xp.asarray(rng.standard_normal(shape), dtype=dtype)
+
+        w, a_prev, b, delta_next, sp = array(n, m), array(m, batch), array(n), array(n, batch), array(m, batch)
+        for direction in ("forward", "backward"):
+            results, measured = {}, []
+            kernel = f"{direction}_{'gemv' if batch == 1 else 'gemm'}"
+            # forward: layer of n outputs from m inputs; backward: delta^l (m, B) from w (n, m), delta^{l+1} (n, B)
+            outputs, rows = (n, m) if direction == "forward" else (m, n)
+            bytes_moved = traffic.kernel_bytes(kernel, outputs, rows, batch, np.dtype(dtype).itemsize)
+            for name, ops in implementations.items():
+                buffers = [xp.empty((outputs, batch), dtype=dtype) for _ in range(3)]
+                if direction == "forward":
+                    args = (ops.forward, *buffers, w, a_prev, b, "tanh")
+                else:
+                    args = (ops.backward, buffers[0], w, delta_next, sp)
+                backend.synchronize()  # the uploads ran on CuPy's default stream
+                ms = timing.summary(timing.measure(backend, lambda a=args: backend.launch(main, kernel, *a),
+                                                   repeats, warmup))
+                results[name] = buffers[0]
+                measured.append({"n": n, "m": m, "B": batch, "dtype": dtype, "kernel": kernel, "impl": name,
+                                 "ms": ms, "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy,
+                                 "gflops": 2 * n * m * batch / (ms["median"] * 1e6) if batch > 1 else None})
+            _agree(list(results.values()), dtype, f"{kernel} at {(n, m, batch)}")
+            yield from measured
+
+
+def _agree(outputs, dtype, where):
+    tolerance = 1e-4 if dtype == "float32" else 1e-10
+    for other in outputs[1:]:
+        scale = max(float(abs(outputs[0]).max()), 1e-30)
+        error = float(abs(outputs[0] - other).max()) / scale
+        if not error <= tolerance:
+            raise AssertionError(f"the chain implementations differ at {where}: relative error {error:.2e}")
+
+
+CHAIN_HEADER = ("     n      m     B  kernel         impl        ms [p20-p80]           GB/s   of copy    GFLOP/s"
+                "  blocks")
+
+
+def chain_line(r):
+    """One row of the chain's table."""
+    ms = r["ms"]
+    gflops = "-" if r["gflops"] is None else f"{r['gflops']:.1f}"
+    blocks = ":".join("x".join(map(str, block)) for block in r["gemv_blocks"]) if "gemv_blocks" in r else ""
+    return (f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['kernel']:<13}  {r['impl']:<9}  {ms['median']:.4f} "
+            f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%"
+            f"  {gflops:>9}  {blocks}")
+
+
+def chain_verdicts(results):
+    """The GPU targets of the GEMVs, where the run measured their shapes (our kernels only)."""
+    lines = []
+    ours = [r for r in results if r["impl"] == "ours" and r["B"] == 1 and r["n"] == r["m"]]
+    for r in ours:
+        if r["n"] == 4096:
+            share = r["gbps"] / r["copy_gbps"]
+            met = "met" if share >= COPY_SHARE_TARGET else "NOT MET"
+            lines.append(f"target {r['kernel']} N=4096: {share:.0%} of copy bandwidth "
+                         f"(>= {COPY_SHARE_TARGET:.0%}: {met})")
+        if r["n"] == 1024:
+            library = next(x for x in results if x["impl"] == "cublas+ew" and (x["n"], x["m"], x["B"], x["kernel"])
+                           == (r["n"], r["m"], r["B"], r["kernel"]))
+            ratio = library["ms"]["median"] / r["ms"]["median"]
+            met = "met" if ratio >= CUBLAS_TARGET else "NOT MET"
+            lines.append(f"target {r['kernel']} N=1024: {ratio:.2f}x the speed of cuBLAS + elementwise (>= 1x: {met})")
+    return lines
+
+
+def _gemv_blocks(text):
+    """``[((lanes, rows), (cols, split)), ...]`` from ``32x8:8x64,32x4:32x16``."""
+    if not text:
+        return []
+    return [tuple(tuple(int(v) for v in block.split("x")) for block in pair.split(":")) for pair in text.split(",")]
+
+
+@contextlib.contextmanager
+def _gemv_block_shapes(forward, backward):
+    """The launcher's GEMV block shapes set to ``forward`` and ``backward`` within the block."""
+    saved = launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK
+    launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK = forward, backward
+    try:
+        yield
+    finally:
+        launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK = saved
 
 
 HEADER = "     n      m     B  impl        ms [p20-p80]           GB/s   of copy"
 
 
 def line(r):
-    """One row of the table."""
+    """One row of the nabla_w table."""
     ms = r["ms"]
     return (f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['impl']:<6}  {ms['median']:.4f} "
             f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%")
@@ -67,23 +188,42 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--shapes", default=None, help="n:m:B,... (default: a fixed set)")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--gemv-blocks", default=None, metavar="FxR:CxS,...",
+                        help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
+                             "(columns x split) pairs such as 32x8:8x64,32x4:32x16 (default: the launcher's)")
     parser.add_argument("--json", metavar="FILE")
-    parser.add_argument("--jsonl", metavar="FILE", help="append one JSON line per row to FILE as it is measured")
+    parser.add_argument("--jsonl", metavar="FILE",
+                        help="append one JSON line per row to FILE as it is measured (its table in \"table\")")
     args = parser.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split(":"))) for s in args.shapes.split(",")]
-    results = []
-    print(HEADER, flush=True)
+    gemvs = [shape for shape in shapes if shape[2] == 1]
+    results, chain = [], []
+
+    def show(table, r, text):
+        (results if table == "nabla_w" else chain).append(r)
+        print(text, flush=True)
+        if args.jsonl:
+            with open(args.jsonl, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"table": table, **r}) + "\n")
+
     with get_backend(args.backend) as backend:
+        print(HEADER, flush=True)
         for r in rows(backend, shapes, args.dtype, args.repeats):
-            results.append(r)
-            print(line(r), flush=True)
-            if args.jsonl:
-                with open(args.jsonl, "a", encoding="utf-8") as out:
-                    out.write(json.dumps(r) + "\n")
-    print(f"copy: {results[0]['copy_gbps']:.1f} GB/s (read + write of a 128 MiB array)")
+            show("nabla_w", r, line(r))
+        copy = results[0]["copy_gbps"]
+        print(f"copy: {copy:.1f} GB/s (read + write of a 128 MiB array)\n\n{CHAIN_HEADER}", flush=True)
+        for r in chain_rows(backend, shapes, args.dtype, args.repeats, copy=copy):
+            show("chain", r, chain_line(r))
+        for forward, backward in _gemv_blocks(args.gemv_blocks):
+            with _gemv_block_shapes(forward, backward):
+                for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=copy):
+                    if r["impl"] != "cublas+ew":
+                        r = {**r, "gemv_blocks": [forward, backward]}
+                        show("chain", r, chain_line(r))
+    print("\n".join(chain_verdicts([r for r in chain if "gemv_blocks" not in r])))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump(results, out, indent=1)
+            json.dump({"nabla_w": results, "chain": chain}, out, indent=1)
     return 0
 
 

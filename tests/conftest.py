@@ -1,12 +1,22 @@
-"""Shared fixtures: the backends a test body runs on, the GPU half skipped with a reason."""
+"""Shared fixtures: the backends a test body runs on, the GPU half skipped with one reason that says
+why, the CuPy stand-in (``tests/fake_cupy.py``) under each order in which it interleaves its queues,
+and a last line that counts the skipped tests by reason."""
+
+import collections
+import importlib.machinery
+import sys
+import types
 
 import numpy as np
 import pytest
 
-from leapfrog_gpu.backends import cuda_available
+import cuda_cpu
+from leapfrog_gpu.backends import cuda_status
 
-NO_GPU = "needs CuPy and a usable CUDA device (none found)"
-gpu = pytest.mark.skipif(not cuda_available(), reason=NO_GPU)
+NO_GPU = f"no usable GPU: {cuda_status().why}"
+"""The reason of every test skipped for want of a GPU (what CuPy and CUDA answered, or that CuPy is
+not installed), so that the summary counts them under one line."""
+gpu = pytest.mark.skipif(not cuda_status().usable, reason=NO_GPU)
 
 BACKENDS = ["numpy", pytest.param("cupy", marks=[pytest.mark.gpu, gpu])]
 
@@ -14,6 +24,30 @@ BACKENDS = ["numpy", pytest.param("cupy", marks=[pytest.mark.gpu, gpu])]
 @pytest.fixture(params=BACKENDS)
 def backend_name(request):
     return request.param
+
+
+STANDIN_ORDERS = ("main-first", "workers-first", "random")
+"""The orders of the stand-in's queues every CuPy test runs under (the host backend's deferred ones)."""
+
+
+def install_standin(monkeypatch, order, seed=0):
+    """The CuPy stand-in as ``cupy`` (and ``cupy.cuda``, ``cupyx``) for this test, on a fresh device
+    whose queues run in ``order``."""
+    if not cuda_cpu.available():
+        pytest.skip(f"the CuPy stand-in runs kernels on the CPU harness, which needs {cuda_cpu.CXX}")
+    import fake_cupy
+
+    fake_cupy.reset(order, seed)
+    fake_cupy.RawModule.calls.clear()
+    for name, module in fake_cupy.modules().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return fake_cupy
+
+
+@pytest.fixture(params=STANDIN_ORDERS)
+def standin(request, monkeypatch):
+    """The CuPy stand-in, under each of its orders."""
+    return install_standin(monkeypatch, request.param, seed=len(request.node.name))
 
 
 def to_numpy(array):
@@ -27,6 +61,42 @@ def batch(sizes, size, seed=0, dtype=np.float64):
     x = rng.random((sizes[0], size)).astype(dtype)
     y = rng.uniform(0.05, 0.95, (sizes[-1], size)).astype(dtype)
     return x, y
+
+
+INSUFFICIENT_DRIVER = "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"
+CUDA_ANSWER = f"CuPy 14.2.0 finds no usable GPU: {INSUFFICIENT_DRIVER} (NVIDIA driver: 12.2; CuPy's CUDA runtime: 12.9)"
+"""What ``cupy_without_gpu`` makes every message say."""
+
+
+@pytest.fixture
+def cupy_without_gpu(monkeypatch):
+    """``import cupy`` gives a CuPy 14.2.0 (CUDA runtime 12.9) that finds no usable GPU: its runtime
+    answers ``INSUFFICIENT_DRIVER``, as on a machine whose NVIDIA driver (here for CUDA 12.2) is too old."""
+    from leapfrog_gpu import backends
+
+    def device_count():
+        raise RuntimeError(INSUFFICIENT_DRIVER)  # what CuPy's CUDARuntimeError says
+
+    cupy = types.ModuleType("cupy")
+    cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)
+    cupy.__version__ = "14.2.0"
+    cupy.is_available = lambda: False
+    cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
+        getDeviceCount=device_count, driverGetVersion=lambda: 12020, runtimeGetVersion=lambda: 12090))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(backends, "_said", set())
+    return cupy
+
+
+def pytest_terminal_summary(terminalreporter):
+    """``skipped by reason: 1032 no usable GPU: ...; 2 the PyTorch anchor needs torch ...``, most first."""
+    reasons = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.write_line(
+            "skipped by reason: " + "; ".join(f"{count} {reason}" for reason, count in reasons.most_common()))
 
 
 def pytest_addoption(parser):

@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import NO_GPU, batch
+from conftest import CUDA_ANSWER, NO_GPU, batch
 from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends import cuda_available
@@ -138,6 +138,30 @@ def test_auto_backend_is_visible(caplog):
 def test_cupy_backend_without_a_gpu_says_what_to_do():
     with pytest.raises(RuntimeError, match="numpy"):
         get_backend("cupy")
+
+
+def test_auto_says_once_why_an_installed_cupy_cannot_run(cupy_without_gpu, caplog):
+    """CuPy installed, no usable GPU: ``auto`` runs on numpy and warns once (stderr, where logging is not
+    configured) with CUDA's own error and the versions, not a silent fallback."""
+    with caplog.at_level(logging.INFO, logger="leapfrog_gpu"):
+        for _ in range(3):
+            with get_backend("auto") as backend:
+                assert backend.name == "numpy"
+    warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert warned == [f"backend 'auto' runs on numpy: {CUDA_ANSWER}"]
+
+
+def test_cupy_backend_without_cupy_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # not installed
+    with pytest.raises(RuntimeError) as caught:
+        get_backend("cupy")
+    assert "pip install 'leapfrog_gpu[cuda12]' (in a checkout, pip install -e '.[cuda12]'" in str(caught.value)
+
+
+def test_cupy_backend_says_what_cuda_answered(cupy_without_gpu):
+    with pytest.raises(RuntimeError) as caught:
+        get_backend("cupy")
+    assert str(caught.value) == f"backend 'cupy' cannot run: {CUDA_ANSWER}; use backend='numpy'"
 
 
 def test_nvtx_ranges_are_off_without_a_profiler_and_on_when_asked():

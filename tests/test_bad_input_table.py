@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from leapfrog_gpu import MLP, Leapfrog, get_backend, reference
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, get_backend, reference
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 START, END = "<!-- bad-inputs:start -->", "<!-- bad-inputs:end -->"
@@ -64,6 +64,9 @@ def cases(net):
         ("y with an Inf", backprop(y=np.full((3, 3), np.inf))),
         ("a CuPy array on the numpy backend", backprop(x=FakeCupyArray())),
         ("`sgd_step(x, y, eta=-0.1)`", lambda: net.sgd_step(X, Y, -0.1)),
+        ("`sgd_step(x, y, 0.1, graph=1)`", lambda: net.sgd_step(X, Y, 0.1, graph=1)),
+        ("`sgd_step(x, y, 0.1, NaumovJacobi(warm_start=True), graph=True)`",
+         lambda: net.sgd_step(X, Y, 0.1, NaumovJacobi(warm_start=True), graph=True)),
         ("`backprop(x, y, schedule=2)`", backprop(schedule=2)),
     ]
 

@@ -1,11 +1,13 @@
 """leapfrog-bench on tiny sizes: every record field, the table, the JSON, the plot, and its CLI errors."""
 
 import json
+import re
 import struct
 import sys
 
 import pytest
 
+from conftest import CUDA_ANSWER
 from leapfrog_gpu.tools import bench, traffic
 from leapfrog_gpu.backends import cuda_available
 
@@ -149,7 +151,15 @@ def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
 def test_cupy_without_gpu_is_a_cli_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--backend", "cupy"])
-    assert exit_info.value.code == 2 and "no" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "use --backend numpy\n" in capsys.readouterr().err
+
+
+def test_cupy_that_cannot_run_says_what_cuda_answered(cupy_without_gpu, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "cupy"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"leapfrog-bench: error: --backend cupy cannot run: {CUDA_ANSWER}; use --backend numpy\n")
 
 
 @pytest.mark.parametrize("option", ["--plot", "--timeline"])
@@ -159,7 +169,8 @@ def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, o
         bench.main(["--backend", "numpy", "--sizes", "24", "--layers", "3", "--batch", "1", option,
                     str(tmp_path / "r.png")])
     assert exit_info.value.code == 2
-    assert f"{option} needs matplotlib: pip install 'leapfrog_gpu[plot]'" in capsys.readouterr().err
+    # as the README says it, in a checkout
+    assert f"{option} needs matplotlib: pip install -e '.[plot]'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 
@@ -178,21 +189,46 @@ def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
     assert len(stamped) == 3 and all("timeline" not in r for r in records if r["auto"])
     for r in stamped:
         t = r["timeline"]
-        assert t["steps"] == 3 and t["cost"] == pytest.approx(t["step_ms_stamped"]["median"] / t["step_ms_plain"]["median"])
+        assert t["steps"] == 3
+        assert t["cost"] == pytest.approx(t["step_ms_stamped"]["median"] / t["step_ms_plain"]["median"])
         assert set(t["busy_ms"]) == {"main"} | {f"worker{j}" for j in range(r["k"])}
         assert (t["worker_overlap"] is None) == (r["k"] == 0)
     saved = json.loads((tmp_path / "t.json").read_text())
-    assert [p["label"] for p in saved["panels"]] == ["sequential, BLAS 1", "leapfrog k=1, BLAS 1", "leapfrog k=2, BLAS 1"]
+    assert [p["label"] for p in saved["panels"]] == ["sequential, BLAS 1", "leapfrog k=1, BLAS 1",
+                                                     "leapfrog k=2, BLAS 1"]
     assert all({row[0] for row in p["intervals"]} == {1, 2, 3} for p in saved["panels"])  # the warm-up step left out
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = [line for line in stdout.splitlines() if line.startswith(("sequential k=", "leapfrog k="))]
-    assert len(printed) == 3 and all("worker time overlapping main" in line and "backward x" in line for line in printed)
+    assert len(printed) == 3
+    assert all("worker time overlapping main" in line and "backward x" in line for line in printed)
     twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
     twice.write_text((tmp_path / "r.jsonl").read_text() * 2)
     out = _bench_table(twice)
     assert out.count("Command: `leapfrog-bench --backend numpy --sizes 24") == 2 and out.count("\nTimeline") == 2
     rows = [line for line in out.splitlines() if line.startswith("| ") and line.count("|") == 10]
     assert len(rows) == 2 * (1 + 3) and rows[1].startswith("| sequential | 0 | 1 |")  # a header and 3 rows, twice
+
+
+def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
+    """--graph with --timeline and --jsonl: each network's rows are printed, its eager configurations
+    stamped and its records appended, in that order, by one callback; a graph step is one launch, so
+    its row has no timeline and the chart no panel for it."""
+    argv = ["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "2", "--k", "2", "--blas-threads", "1",
+            "--repeats", "3", "--warmup", "1", "--no-torch", "--graph", "--jsonl", str(tmp_path / "r.jsonl"),
+            "--timeline", str(tmp_path / "t.png")]
+    stdout = _run_main(argv)
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()][1:]
+    assert [(r["schedule"], r["graph"]) for r in records] == [("sequential", False), ("leapfrog", False),
+                                                              ("sequential", True), ("leapfrog", True)]
+    assert [r["graph"] for r in records if "timeline" in r] == [False, False]
+    assert [p["label"] for p in json.loads((tmp_path / "t.json").read_text())["panels"]] == [
+        "sequential, BLAS 1", "leapfrog k=2, BLAS 1"]
+    lines = stdout.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.split()[:3] == ["20", "4", "2"]]
+    assert len(rows) == 4 and any("leapfrog[graph]" in lines[i] for i in rows)
+    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("* best sequential")))
+    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("timeline (")))
+    assert "graph mode against its GPU targets" in stdout
 
 
 def test_json_lines_survive_a_killed_run(tmp_path):
@@ -216,24 +252,69 @@ def test_json_lines_survive_a_killed_run(tmp_path):
     assert all(r["schedule"] in ("sequential", "leapfrog") for r in lines[1:])
 
 
+def _stdout_at_each_network(monkeypatch, capsys):
+    """What has reached stdout and stderr each time a network's measurement begins (since the previous one)."""
+    measure, seen = bench._measure_case, []
+
+    def look_then_measure(*args):
+        seen.append(capsys.readouterr())
+        return measure(*args)
+
+    monkeypatch.setattr(bench, "_measure_case", look_then_measure)
+    return seen
+
+
+def _rows(text):
+    return [line.split() for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
+
+
+def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
+    """Not minutes of silence: a network's rows come before the next network is measured, and a bar on
+    stderr counts the networks done, names the one being measured and estimates the time left."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    seen = _stdout_at_each_network(monkeypatch, capsys)
+    assert bench.main(TINY + ["--no-torch"]) == 0
+    seen.append(capsys.readouterr())
+    networks = [(24, 1), (24, 5), (40, 1), (40, 5)]
+    assert len(seen) == 5 and not _rows(seen[0].out) and seen[0].out.split()[:3] == ["N", "L", "B"]
+    for (out, _), (n, b) in zip(seen[1:], networks):
+        assert {(int(row[0]), int(row[2])) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 7
+    err = "".join(captured.err for captured in seen)
+    for done, (n, b) in enumerate(networks):  # time left: '?' until a network is done
+        assert re.search(rf"measuring: .*\| {done}/4 \[\d\d:\d\d<(\?|\d\d:\d\d), .*N={n} L=3 B={b}\]", err), err
+
+
+def test_quiet_prints_the_table_at_the_end_and_nothing_on_stderr(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    seen = _stdout_at_each_network(monkeypatch, capsys)
+    assert bench.main(TINY + ["--no-torch", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert [captured.out + captured.err for captured in seen] == [""] * 4 and err == "" and len(_rows(out)) == 4 * 7
+
+
 def test_schedules_are_listed_by_name():
     assert set(bench.SCHEDULES) >= {"sequential", "leapfrog"}
     cls, takes_k = bench.SCHEDULES["leapfrog"]
     assert takes_k and cls(3).k == 3
 
 
+def render_table(report, tmp_path):
+    """What profiling/bench_table.py prints for ``report`` (a --json file's content), and its data rows."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    out = _bench_table(path)
+    return out, [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
+
+
 def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
     """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
-    path = tmp_path / "r.json"
-    path.write_text(json.dumps(report[1]))
-    out = _bench_table(path)
-    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
+    out, rows = render_table(report[1], tmp_path)
     assert len(rows) == len(report[1]["records"])
     assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 17 for row in rows)
 
 
 def _bench_table(path):
-    """The output of profiling/bench_table.py on ``path``."""
+    """The output of profiling/bench_table.py on ``path`` (a --json or --jsonl file)."""
     import subprocess
     from pathlib import Path
 

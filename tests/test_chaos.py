@@ -16,7 +16,7 @@ from leapfrog_gpu.backends.host import NumpyBackend
 CONFIGS = list(itertools.product((1, 2, 3, 5), (2, 4, 9), (1, 6), ("float32", "float64")))  # k, L, B, dtype
 
 
-def snapshots(net, backend, schedule, sizes, size, dtype, steps):
+def snapshots(net, backend, schedule, sizes, size, dtype, steps, graph=False):
     """Parameters after every SGD step, copied in stream order (no host synchronization between steps)."""
     taken = []
 
@@ -25,18 +25,19 @@ def snapshots(net, backend, schedule, sizes, size, dtype, steps):
 
     for step in range(steps):
         x, y = batch(sizes, size, seed=step, dtype=dtype)
-        net.sgd_step(x, y, 0.5, schedule)
+        net.sgd_step(x, y, 0.5, schedule, graph=graph)
         backend.launch(backend.main, "snapshot", snapshot)
     backend.synchronize()
     return taken
 
 
-def chaos_suite(steps, seed=0, fused=None):
+def chaos_suite(steps, seed=0, fused=None, graph=False, configs=slice(None)):
     """Run every configuration under chaos; return the first (config, step) where leapfrog differs.
 
-    ``fused=None`` alternates plain and fused leapfrog over the configurations.
+    ``fused=None`` alternates plain and fused leapfrog over the configurations; ``graph=True`` runs the
+    leapfrog steps as graphs (captured at the first); ``configs`` selects configurations by a slice.
     """
-    for index, (k, L, size, dtype) in enumerate(CONFIGS):
+    for index, (k, L, size, dtype) in list(enumerate(CONFIGS))[configs]:
         sizes = [int(n) for n in np.random.default_rng(index).integers(1, 14, size=L)]
         with NumpyBackend(mode="serial") as backend:
             want = snapshots(MLP(sizes, dtype=dtype, seed=index, backend=backend), backend, Sequential(),
@@ -44,7 +45,7 @@ def chaos_suite(steps, seed=0, fused=None):
         with NumpyBackend(chaos=seed * 100 + index) as backend:
             schedule = Leapfrog(k, fused=index % 2 == 1 if fused is None else fused)
             got = snapshots(MLP(sizes, dtype=dtype, seed=index, backend=backend), backend, schedule,
-                            sizes, size, dtype, steps)
+                            sizes, size, dtype, steps, graph)
         for step, (a, b) in enumerate(zip(want, got)):
             if not all(np.array_equal(p, q) for p, q in zip(a, b)):
                 return (k, L, size, dtype), step

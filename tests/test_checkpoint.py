@@ -1,5 +1,8 @@
 """Checkpoints: a round trip is exact, and a failed write leaves the previous checkpoint and no debris."""
 
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -56,3 +59,14 @@ def test_load_errors(tmp_path):
     np.savez(tmp_path / "checkpoint.npz", w2=np.zeros((2, 2)))
     with pytest.raises(checkpoint.CheckpointError, match="KeyError"):
         checkpoint.load(tmp_path)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_checkpoint_gets_the_mode_of_any_new_file(tmp_path, umask):
+    """Not the 0600 of a temporary file: what open() gives under the umask, as for the other outputs."""
+    previous = os.umask(umask)
+    try:
+        path = checkpoint.save(tmp_path, *arrays(0))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask

@@ -34,6 +34,14 @@ extern "C" __global__ void two_barriers_f32(float* x) {
     x[threadIdx.x] = 1.0f;
 }
 
+template <typename T>
+__device__ void finite(T* out, const T* in) {
+    out[threadIdx.x] = isfinite(in[threadIdx.x]) ? T(1) : T(0);
+}
+
+extern "C" __global__ void finite_f32(float* out, const float* in) { finite<float>(out, in); }
+extern "C" __global__ void finite_f64(double* out, const double* in) { finite<double>(out, in); }
+
 extern "C" __global__ void fill_f32(float* x, int n, int offset) {
     const int i = threadIdx.x;
     if (i < n) x[i + offset] = 2.0f;
@@ -56,6 +64,15 @@ def test_barrier_makes_a_block_see_each_others_writes(module, block):
     out = np.zeros_like(x)
     module.get_function("reverse_f64")((3, 1, 1), block, (out, x))
     np.testing.assert_array_equal(out, x.reshape(3, count)[:, ::-1].ravel())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_isfinite_in_the_precision_of_its_argument(module, dtype):
+    info = np.finfo(dtype)
+    x = np.array([0.0, -1.5, info.max, -info.max, info.tiny / 4, np.nan, np.inf, -np.inf], dtype)
+    out = np.full_like(x, 7)
+    module.get_function(f"finite_f{8 * x.itemsize}")((1, 1, 1), (x.size, 1, 1), (out, x))
+    np.testing.assert_array_equal(out, np.isfinite(x))
 
 
 def test_threads_leaving_before_a_barrier_stop_the_launch(module):

@@ -1,6 +1,8 @@
 """Data loaders on small files written here: IDX (raw and gzipped), .npz, and what they reject."""
 
 import gzip
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -144,6 +146,33 @@ def test_digits_split():
     train, test = digits.y_train.sum(axis=1), digits.y_test.sum(axis=1)
     assert np.all(np.abs(test - (train + test) * 0.2) <= 1)
     np.testing.assert_array_equal(data.digits().x_test, digits.x_test)  # the split's seed is fixed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_digits_are_scikit_learns_under_its_split(dtype):
+    """Read from scikit-learn's file without importing it, the digits are what ``load_digits`` gives,
+    split as ``train_test_split(test_size=0.2, stratify, random_state=0)`` splits them, in its order."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x_train, x_test, labels_train, labels_test = train_test_split(
+        bunch.data / 16.0, bunch.target, test_size=0.2, stratify=bunch.target, random_state=0)
+    digits = data.digits(dtype)
+    for x, labels, got_x, got_y in ((x_train, labels_train, digits.x_train, digits.y_train),
+                                    (x_test, labels_test, digits.x_test, digits.y_test)):
+        assert got_x.dtype == dtype and got_x.tobytes() == np.ascontiguousarray(x.T, dtype=dtype).tobytes()
+        np.testing.assert_array_equal(got_y, np.eye(10, dtype=dtype)[:, labels])
+
+
+def test_digits_without_scikit_learn_or_its_file(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    with pytest.raises(data.DataError, match="pip install scikit-learn"):
+        data.digits()
+    monkeypatch.setitem(sys.modules, "sklearn", types.SimpleNamespace(
+        __spec__=types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])))  # no datasets/data in it
+    with pytest.raises(data.DataError, match="reinstall scikit-learn"):
+        data.digits()
 
 
 def test_teacher_shapes_and_determinism():

@@ -29,7 +29,7 @@ def unchanged(before, net):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("chaos", [None, 3])
-@pytest.mark.parametrize("where", ["worker: nabla_w", "main: delta_hidden", "main: bias_activation"])
+@pytest.mark.parametrize("where", ["worker: nabla_w", "main: backward", "main: forward"])
 def test_a_failing_operation_surfaces_and_leaves_parameters_alone(where, chaos):
     stream, name = where.split(": ")
 

@@ -1,23 +1,30 @@
-"""Every kernel of ``kernels/*.cu`` against its NumPy twin in ``leapfrog_gpu.backends.ops_numpy``.
+"""Every kernel of ``kernels/*.cu``, and its NumPy twin in ``leapfrog_gpu.backends.ops_numpy``, against
+the maths it computes, written out here in NumPy and evaluated in float64.
 
-The kernels run through ``leapfrog_gpu.backends.ops_cuda.CudaOps``, so with the launch shapes and ``-D`` options
-of ``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/cuda_cpu`` (always), and on a
-GPU through CuPy (skipped without one; there each result is also compared with the CPU harness's).
-Sizes are odd on purpose: no multiple of any block or tile edge, non-square, batches 1, 3 and 64.
+The kernels run through ``leapfrog_gpu.backends.ops_cuda.CudaOps``, so with the launch shapes and ``-D``
+options of ``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/cuda_cpu``
+(always), and on a GPU through CuPy (skipped without one; there each result is also compared with the
+CPU harness's). The twins run as they are (device ``twin``). Expected values never come from a twin, so
+a bug copied into a kernel and its twin fails both. Outputs start as NaN, so an element a kernel does
+not write (or adds to instead of setting) shows. Sizes are odd on purpose: no multiple of any block or
+tile edge, non-square, batches 1, 3 and 64. Inputs are random normals with exact ties and boundary
+values mixed in: z + b = 0 exactly (relu's kink), a = y, zeros, saturating |z|, and rows that cancel.
 
-Tolerance, per element: ``2 * e32 + 4 * eps * magnitude``. ``e32`` is the largest error the NumPy twin
-makes in float32 against the float64 reference on the same inputs (zero for float64: the twin is the
-reference), so a kernel may be twice as wrong as a plain float32 implementation of the same maths.
-The second term allows for a different order of rounding (a sequential sum against BLAS's, a fused
-multiply-add, a device ``exp`` within 2 ulp) at a few units in the last place of the operands'
-magnitude: ``max(|x|, 1)`` for elementwise results, the sum of the terms' absolute values for the
-reductions (6) and (7). A wrong index or a missing term moves a result by a whole term, far outside it.
+Tolerance, per element: ``2 * e32 + 4 * eps * magnitude``. ``e32`` is the largest error the same
+maths makes evaluated in float32 against float64 on the same inputs (zero for float64), so a kernel may
+be twice as wrong as a plain float32 implementation. The second term allows for a different order of
+rounding (a sequential sum against BLAS's, a fused multiply-add, a device ``exp`` within 2 ulp) at a
+few units in the last place of the operands' magnitude: ``max(|x|, 1)`` for elementwise results, the
+sum of the terms' absolute values for the reductions (6) and (7). A wrong index or a missing term moves
+a result by a whole term, far outside it.
 """
 
 import numpy as np
 import pytest
 
-from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
+from conftest import NO_GPU
+from leapfrog_gpu import reference
+from leapfrog_gpu.backends import cuda_available, launch, ops_cuda, ops_numpy
 from leapfrog_gpu.functions import COSTS, OUTPUT_ACTIVATIONS
 
 import cuda_cpu
@@ -44,6 +51,34 @@ class CpuDevice:
         return np.array(array)
 
 
+class TwinOps:
+    """ops_numpy with CudaOps's signatures: the updates get the scratch the twins stream through."""
+
+    def __getattr__(self, name):
+        return getattr(ops_numpy, name)
+
+    @staticmethod
+    def sgd_update(param, nabla, step, scratch):
+        ops_numpy.sgd_update(param, nabla, step, np.empty(ops_numpy.SCRATCH, param.dtype))
+
+    @staticmethod
+    def fused_update(w, delta, a, step, scratch):
+        ops_numpy.fused_update(w, delta, a, step, np.empty(max(ops_numpy.SCRATCH, w.shape[1]), w.dtype))
+
+
+class TwinDevice:
+    """The NumPy twins, on host arrays."""
+
+    name = "twin"
+    ops = TwinOps()
+
+    def to_device(self, array):
+        return np.array(array)
+
+    def to_host(self, array):
+        return np.array(array)
+
+
 class GpuDevice:
     """CudaOps on CuPy."""
 
@@ -61,12 +96,10 @@ class GpuDevice:
 
 
 def _gpu_or_skip():
-    try:
-        import cupy
-    except ImportError:
-        pytest.skip("CuPy is not installed (pip install -e '.[cuda12]' or '.[cuda13]')")
-    if not cupy.is_available():
-        pytest.skip("no CUDA device")
+    if not cuda_available():
+        pytest.skip(NO_GPU)
+    import cupy
+
     return GpuDevice(cupy)
 
 
@@ -77,10 +110,12 @@ def cpu():
     return CpuDevice()
 
 
-@pytest.fixture(scope="module", params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.fixture(scope="module", params=["cpu", "twin", pytest.param("gpu", marks=pytest.mark.gpu)])
 def device(request):
     if request.param == "gpu":
         return _gpu_or_skip()
+    if request.param == "twin":
+        return TwinDevice()
     return request.getfixturevalue("cpu")
 
 
@@ -91,20 +126,21 @@ def tile(request, monkeypatch):
     return request.param
 
 
-def check(device, request, run, inputs, twin, magnitude):
-    """Run ``run(device, inputs)`` and compare its outputs with the twin's; see the module docstring.
+def check(device, request, run, inputs, expect, magnitude):
+    """Run ``run(device, inputs)`` and compare its outputs with the maths; see the module docstring.
 
     ``run(device, inputs)`` launches the kernel on device copies of ``inputs`` and returns the outputs
-    on the host; ``twin(inputs)`` returns the same outputs from ops_numpy; ``magnitude(inputs64,
-    reference)`` returns the scale of each output's elements.
+    on the host; ``expect(inputs)`` computes the same outputs from their definition, in the inputs'
+    dtype; ``magnitude(inputs64, reference)`` returns the scale of each output's elements.
     """
     dtype = next(iter(inputs.values())).dtype
     inputs64 = {name: value.astype(np.float64) for name, value in inputs.items()}
-    reference = twin(inputs64)
-    if dtype == np.float32:
-        e32 = [np.max(np.abs(out - ref)) for out, ref in zip(twin(inputs), reference)]
-    else:
-        e32 = [0.0] * len(reference)
+    with np.errstate(over="ignore"):
+        reference = expect(inputs64)
+        if dtype == np.float32:
+            e32 = [np.max(np.abs(out.astype(np.float64) - ref), initial=0) for out, ref in zip(expect(inputs), reference)]
+        else:
+            e32 = [0.0] * len(reference)
     eps = np.finfo(dtype).eps
     bounds = [2 * e + 4 * eps * m for e, m in zip(e32, magnitude(inputs64, reference))]
     outputs = run(device, inputs)
@@ -123,6 +159,11 @@ def check(device, request, run, inputs, twin, magnitude):
             assert np.all(np.abs(out - host) <= 2 * bound)
 
 
+def nans(shape, dtype):
+    """An output buffer before a kernel writes it."""
+    return np.full(shape, np.nan, dtype=dtype)
+
+
 @pytest.mark.parametrize("n, m", [(1, 1), (257, 31), (4096, 4096), (100_000, 3), (3, 100_000)])
 def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
     """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits."""
@@ -138,8 +179,17 @@ def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
     assert block[0] <= 1024 and 1 <= grid[0] <= launch.ELEMENTWISE_MAX_GRID  # a grid-stride loop covers the rest
 
 
-def _random(rng, shape, dtype, scale=1.0):
-    return (scale * rng.standard_normal(shape)).astype(dtype)
+def _random(rng, shape, dtype, scale=1.0, specials=(0.0,)):
+    """Normals times ``scale``, about a quarter of them replaced by ``specials`` (ties, boundaries)."""
+    x = scale * rng.standard_normal(shape)
+    chosen = rng.random(shape) < 0.25
+    x[chosen] = np.resize(np.asarray(specials, dtype=np.float64), int(chosen.sum()))
+    return x.astype(dtype)
+
+
+def _ties(rng, shape):
+    """About a quarter of the positions of ``shape``, chosen at random."""
+    return rng.random(shape) < 0.25
 
 
 def _elementwise_magnitude(inputs64, reference):
@@ -151,20 +201,24 @@ def _elementwise_magnitude(inputs64, reference):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("activation", list(OUTPUT_ACTIVATIONS))
 def test_bias_activation(device, request, activation, n, batch, dtype):
+    """(2) bias half and (3): z + b, sigma(z + b), sigma'(z + b); some z + b exactly 0 (relu's kink), some
+    saturating (|z| = 100) or at the edge of float32's normal range (sigmoid at -88)."""
     rng = np.random.default_rng([n, batch])
-    inputs = {"z": _random(rng, (n, batch), dtype, 3.0), "b": _random(rng, (n,), dtype)}
+    inputs = {"z": _random(rng, (n, batch), dtype, 3.0, (100.0, -100.0, -88.0, 0.0)),
+              "b": _random(rng, (n,), dtype)}
+    tie = _ties(rng, (n, batch))
+    inputs["z"][tie] = -np.broadcast_to(inputs["b"][:, None], (n, batch))[tie]  # z + b == 0 exactly
 
-    def twin(x):
-        z, a, sp = x["z"].copy(), np.empty_like(x["z"]), np.empty_like(x["z"])
-        ops_numpy.bias_activation(z, a, sp, x["b"], activation)
-        return z, a, sp
+    def expect(x):
+        z = x["z"] + x["b"][:, None]
+        return z, reference.sigma(activation, z), reference.sigma_prime(activation, z)
 
     def run(dev, x):
-        z, a, sp = (dev.to_device(v) for v in (x["z"], np.zeros_like(x["z"]), np.zeros_like(x["z"])))
+        z, a, sp = (dev.to_device(v) for v in (x["z"], nans((n, batch), dtype), nans((n, batch), dtype)))
         dev.ops.bias_activation(z, a, sp, dev.to_device(x["b"]), activation)
         return dev.to_host(z), dev.to_host(a), dev.to_host(sp)
 
-    check(device, request, run, inputs, twin, _elementwise_magnitude)
+    check(device, request, run, inputs, expect, _elementwise_magnitude)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -172,41 +226,41 @@ def test_bias_activation(device, request, activation, n, batch, dtype):
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("cost", list(COSTS))
 def test_delta_output(device, request, cost, n, batch, dtype):
+    """(4): (a - y) * sigma'(z) for the quadratic cost, a - y for cross-entropy; some a == y exactly."""
     rng = np.random.default_rng([n, batch, 1])
     inputs = {name: _random(rng, (n, batch), dtype) for name in ("a", "y", "sp")}
+    tie = _ties(rng, (n, batch))
+    inputs["y"][tie] = inputs["a"][tie]
 
-    def twin(x):
-        delta = np.empty_like(x["a"])
-        ops_numpy.delta_output(delta, x["a"], x["y"], x["sp"], cost)
-        return (delta,)
+    def expect(x):
+        return ((x["a"] - x["y"]) * x["sp"] if cost == "quadratic" else x["a"] - x["y"],)
 
     def run(dev, x):
-        delta = dev.to_device(np.zeros_like(x["a"]))
+        delta = dev.to_device(nans((n, batch), dtype))
         a, y, sp = (dev.to_device(x[name]) for name in ("a", "y", "sp"))
         dev.ops.delta_output(delta, a, y, sp, cost)
         return (dev.to_host(delta),)
 
-    check(device, request, run, inputs, twin, _elementwise_magnitude)
+    check(device, request, run, inputs, expect, _elementwise_magnitude)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("n", SIZES)
 def test_delta_hidden(device, request, n, batch, dtype):
+    """(5), Hadamard half: delta * sigma'(z)."""
     rng = np.random.default_rng([n, batch, 2])
     inputs = {name: _random(rng, (n, batch), dtype) for name in ("delta", "sp")}
 
-    def twin(x):
-        delta = x["delta"].copy()
-        ops_numpy.delta_hidden(delta, x["sp"])
-        return (delta,)
+    def expect(x):
+        return (x["delta"] * x["sp"],)
 
     def run(dev, x):
         delta = dev.to_device(x["delta"])
         dev.ops.delta_hidden(delta, dev.to_device(x["sp"]))
         return (dev.to_host(delta),)
 
-    check(device, request, run, inputs, twin, _elementwise_magnitude)
+    check(device, request, run, inputs, expect, _elementwise_magnitude)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -220,27 +274,31 @@ def test_elementwise_grid_stride_loop(device, request, monkeypatch, dtype):
     test_sgd_update(device, request, (257, 3), dtype)
 
 
+def step(scale, dtype, refused=0):
+    """A step's controls as the update kernels read them: eta / B, and the refusal (0: update)."""
+    return np.array([scale, refused], dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("shape", [(n, m) for n, m in PAIRS] + [(n,) for n in SIZES], ids=str)
 def test_sgd_update(device, request, shape, dtype):
+    """param - scale * nabla."""
     rng = np.random.default_rng(list(shape))
     inputs = {name: _random(rng, shape, dtype) for name in ("param", "nabla")}
     scale = 0.3 / 64
 
-    def twin(x):
-        param = x["param"].copy()
-        ops_numpy.sgd_update(param, x["nabla"], scale, np.empty(param.size, param.dtype))
-        return (param,)
+    def expect(x):
+        return (x["param"] - scale * x["nabla"],)
 
     def run(dev, x):
         param = dev.to_device(x["param"])
-        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), scale, None)
+        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), dev.to_device(step(scale, dtype)), None)
         return (dev.to_host(param),)
 
     def magnitude(x, reference):
         return [np.maximum(np.abs(x["param"]) + scale * np.abs(x["nabla"]), 1)]
 
-    check(device, request, run, inputs, twin, magnitude)
+    check(device, request, run, inputs, expect, magnitude)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -249,11 +307,11 @@ def test_sgd_update(device, request, shape, dtype):
 @pytest.mark.parametrize("n, m", PAIRS)
 def test_nabla_w(device, request, n, m, batch, tile, dtype):
     """(7), the outer product at B = 1 (the tile does not apply) and the tiled rank-B update."""
-    if batch == 1 and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the outer-product kernel, which has no tile")
+    if (batch == 1 or device.name == "twin") and tile != launch.TILES[0]:
+        pytest.skip("B = 1 runs the outer-product kernel, which has no tile (nor has its twin)")
     rng = np.random.default_rng([n, m, batch])
     inputs = {"delta": _random(rng, (n, batch), dtype), "a": _random(rng, (m, batch), dtype)}
-    check(device, request, _run_nabla_w, inputs, _twin_nabla_w, _nabla_w_magnitude)
+    check(device, request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -263,42 +321,77 @@ def test_nabla_w(device, request, n, m, batch, tile, dtype):
 def test_fused_update(device, request, n, m, batch, tile, dtype):
     """(7) fused with SGD, ``w -= scale * delta a^T`` (outer_sgd at B = 1, rank_update_sgd above);
     bitwise the plain kernel followed by sgd_update, as nabla_w.cu says."""
-    if batch == 1 and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the outer-product kernel, which has no tile")
+    if (batch == 1 or device.name == "twin") and tile != launch.TILES[0]:
+        pytest.skip("B = 1 runs the outer-product kernel, which has no tile (nor has its twin)")
     rng = np.random.default_rng([n, m, batch, 4])
     inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
               "a": _random(rng, (m, batch), dtype)}
     scale = 0.3 / batch
 
-    def twin(x):
-        w = x["w"].copy()
-        ops_numpy.fused_update(w, x["delta"], x["a"], scale, np.empty(ops_numpy.SCRATCH, w.dtype))
-        return (w,)
+    def expect(x):
+        return (x["w"] - scale * (x["delta"] @ x["a"].T),)
 
     def run(dev, x):
         w = dev.to_device(x["w"])
-        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), scale, None)
+        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), dev.to_device(step(scale, dtype)),
+                             None)
         return (dev.to_host(w),)
 
     def magnitude(x, reference):
         return [np.maximum(np.abs(x["w"]) + scale * (np.abs(x["delta"]) @ np.abs(x["a"]).T), 1)]
 
-    check(device, request, run, inputs, twin, magnitude)
+    check(device, request, run, inputs, expect, magnitude)
+    if device.name == "twin" and batch > 1 and n * m > ops_numpy.SCRATCH:
+        return  # the twin's blocks are smaller GEMMs than nabla_w's one, which BLAS may round otherwise
     (fused,) = run(device, inputs)
-    w, nabla_w = device.to_device(inputs["w"]), device.to_device(np.zeros((n, m), dtype))
+    w, nabla_w = device.to_device(inputs["w"]), device.to_device(nans((n, m), dtype))
     device.ops.nabla_w(nabla_w, device.to_device(inputs["delta"]), device.to_device(inputs["a"]))
-    device.ops.sgd_update(w, nabla_w, scale, None)
+    device.ops.sgd_update(w, nabla_w, device.to_device(step(scale, dtype)), None)
     np.testing.assert_array_equal(fused, device.to_host(w))
 
 
-def _twin_nabla_w(x):
-    nabla_w = np.empty((x["delta"].shape[0], x["a"].shape[0]), x["delta"].dtype)
-    ops_numpy.nabla_w(nabla_w, x["delta"], x["a"])
-    return (nabla_w,)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_refused_step_writes_nothing(device, dtype, batch):
+    """step[1] != 0 (check_finite found a NaN, or the host refused the step): no update kernel writes,
+    whatever step[0] holds; with step[1] = 0 the same launches do write."""
+    rng = np.random.default_rng(batch)
+    w, delta, a = _random(rng, (33, 31), dtype), _random(rng, (33, batch), dtype), _random(rng, (31, batch), dtype)
+    for refused, changed in ((7, False), (-1, False), (0, True)):
+        controls = device.to_device(step(np.nan if refused else 0.5, dtype, refused))
+        param, bias = device.to_device(w), device.to_device(w[:, 0].copy())
+        device.ops.fused_update(param, device.to_device(delta), device.to_device(a), controls, None)
+        device.ops.sgd_update(bias, device.to_device(delta[:, 0].copy()), controls, None)
+        assert np.array_equal(device.to_host(param), w) != changed
+        assert np.array_equal(device.to_host(bias), w[:, 0]) != changed
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(1, 1), (37, 29), (257,)], ids=str)
+@pytest.mark.parametrize("where", [None, "first", "middle", "last"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_check_finite(device, monkeypatch, dtype, shape, where, bad):
+    """step[1] takes the code when the array holds a NaN or an Inf anywhere (the grid-stride loop capped
+    so that each thread visits several elements), and only while it is still 0. Zeros, the largest
+    finite magnitudes and the smallest normal one are finite."""
+    monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
+    finfo = np.finfo(dtype)
+    x = _random(np.random.default_rng(list(shape)), shape, dtype, 1e30, (0.0, finfo.max, -finfo.max, finfo.tiny))
+    if where is not None:
+        x.reshape(-1)[{"first": 0, "middle": x.size // 2, "last": -1}[where]] = bad
+    want = 0 if np.isfinite(x).all() else 5
+    for before, after in ((0, want), (3, 3)):
+        controls = device.to_device(step(0.25, dtype, before))
+        device.ops.check_finite(controls, device.to_device(x), 5)
+        assert device.to_host(controls).tolist() == [0.25, after]
+
+
+def _expect_nabla_w(x):
+    return (x["delta"] @ x["a"].T,)
 
 
 def _run_nabla_w(dev, x):
-    nabla_w = dev.to_device(np.zeros((x["delta"].shape[0], x["a"].shape[0]), x["delta"].dtype))
+    nabla_w = dev.to_device(nans((x["delta"].shape[0], x["a"].shape[0]), x["delta"].dtype))
     dev.ops.nabla_w(nabla_w, dev.to_device(x["delta"]), dev.to_device(x["a"]))
     return (dev.to_host(nabla_w),)
 
@@ -311,38 +404,39 @@ def _nabla_w_magnitude(x, reference):
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("n", SIZES)
 def test_nabla_b(device, request, n, batch, dtype):
-    """(6): the bias gradient, summed over the batch."""
+    """(6): the bias gradient, summed over the batch; the first row's first two terms cancel exactly."""
     rng = np.random.default_rng([n, batch, 3])
     inputs = {"delta": _random(rng, (n, batch), dtype)}
+    if batch > 1:
+        inputs["delta"][0, 1] = -inputs["delta"][0, 0]
 
-    def twin(x):
-        nabla_b = np.empty(n, x["delta"].dtype)
-        ops_numpy.nabla_b(nabla_b, x["delta"])
-        return (nabla_b,)
+    def expect(x):
+        return (x["delta"].sum(axis=1),)
 
     def run(dev, x):
-        nabla_b = dev.to_device(np.zeros(n, x["delta"].dtype))
+        nabla_b = dev.to_device(nans(n, dtype))
         dev.ops.nabla_b(nabla_b, dev.to_device(x["delta"]))
         return (dev.to_host(nabla_b),)
 
     def magnitude(x, reference):
         return [np.abs(x["delta"]).sum(axis=1)]
 
-    check(device, request, run, inputs, twin, magnitude)
+    check(device, request, run, inputs, expect, magnitude)
 
 
-def _rank_update_mutant(old, new, occurrence):
-    """nabla_w.cu with the ``occurrence``-th ``old`` inside rank_update replaced by ``new``."""
-    source = ops_cuda.kernel_source("nabla_w.cu")
-    start = source.index("__device__ void rank_update")
-    end = source.index("#define LEAPFROG_NABLA_W")
+def mutant(filename, function, old, new, occurrence=0):
+    """kernels/``filename`` with the ``occurrence``-th ``old`` inside the device function ``function``
+    replaced by ``new``."""
+    source = ops_cuda.kernel_source(filename)
+    start = source.index(f"__device__ void {function}(")
+    end = min(i for i in (source.find("template <typename T>", start), source.find("#define LEAPFROG", start)) if i > 0)
     body = source[start:end]
     at = -1
     for _ in range(occurrence + 1):
         at = body.index(old, at + 1)
-    mutant = body[:at] + new + body[at + len(old):]
-    assert mutant != body
-    return source[:start] + mutant + source[end:]
+    changed = body[:at] + new + body[at + len(old):]
+    assert changed != body
+    return source[:start] + changed + source[end:]
 
 
 @pytest.mark.parametrize(
@@ -364,15 +458,15 @@ def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occu
     source = ops_cuda.kernel_source
     if old == "__syncthreads();":
         assert source("nabla_w.cu").count(old) == 2  # the two barriers of rank_update, and no others
-    mutant = _rank_update_mutant(old, new, occurrence)
-    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutant if f == "nabla_w.cu" else source(f))
+    mutated = mutant("nabla_w.cu", "rank_update", old, new, occurrence)
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
     monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
     rng = np.random.default_rng(7)
     inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}
     with pytest.raises(caught_by) as failure:
-        check(CpuDevice(), request, _run_nabla_w, inputs, _twin_nabla_w, _nabla_w_magnitude)
+        check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
     if caught_by is cuda_cpu.KernelError:
         assert "invalid memory access" in str(failure.value)
     # The unmutated kernel passes the same check.
     monkeypatch.setattr(ops_cuda, "kernel_source", source)
-    check(CpuDevice(), request, _run_nabla_w, inputs, _twin_nabla_w, _nabla_w_magnitude)
+    check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)

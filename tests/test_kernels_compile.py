@@ -1,4 +1,5 @@
-"""Every ``kernels/*.cu`` compiles with NVRTC, with the options the runtime uses, for sm_80 and sm_90.
+"""Every ``kernels/*.cu`` compiles with NVRTC, with the options CuPy's RawModule will use (the
+launchers' and those CuPy adds itself), for sm_80 and sm_90.
 
 NVRTC needs no GPU: ``cuda-bindings`` and the NVRTC wheel come with the test extras. With ``-arch=sm_XX``
 NVRTC runs ptxas, and ``-Xptxas=-v`` puts its report in the program log: a warning, a spill or a stack
@@ -16,7 +17,9 @@ from leapfrog_gpu.backends.sources import kernel_files, kernel_source
 from leapfrog_gpu.tools import traffic
 
 ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200
-MODULES = launch.modules()  # (file, NVRTC options) as the launchers build them
+MODULES = [(filename, (*options, *launch.CUPY_OPTIONS)) for filename, options in launch.modules()]
+"""(file, NVRTC options) as RawModule compiles them for the launchers."""
+IDS = [" ".join((filename, *options[1:])) for filename, options in launch.modules()]
 
 
 class CompileError(RuntimeError):
@@ -28,24 +31,29 @@ def _check(result):
         raise RuntimeError(f"NVRTC call failed: {result!r}")
 
 
-def nvrtc_compile(source, filename, options, arch):
-    """Compile ``source`` to a cubin for ``arch`` with ``options``; returns NVRTC's log (with ptxas's)."""
+def nvrtc_compile(source, filename, options, arch, ptx=False):
+    """Compile ``source`` to a cubin for ``arch`` with ``options``; returns NVRTC's log (with ptxas's),
+    and with ``ptx=True`` the PTX as well."""
     result, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
     _check(result)
     try:
         flags = [flag.encode() for flag in (*options, f"-arch={arch}", "-Xptxas=-v")]
         (compiled,) = nvrtc.nvrtcCompileProgram(program, len(flags), flags)
-        result, size = nvrtc.nvrtcGetProgramLogSize(program)
-        _check(result)
-        log = b" " * size
-        (result,) = nvrtc.nvrtcGetProgramLog(program, log)
-        _check(result)
-        log = log.rstrip(b"\0 ").decode()
+        log = _text(program, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog)
         if compiled != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"NVRTC could not compile {filename} ({' '.join(options)}, {arch}):\n{log}")
-        return log
+        return (log, _text(program, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)) if ptx else log
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+
+
+def _text(program, get_size, get):
+    result, size = get_size(program)
+    _check(result)
+    text = b" " * size
+    (result,) = get(program, text)
+    _check(result)
+    return text.rstrip(b"\0 ").decode()
 
 
 def ptxas_report(log):
@@ -73,7 +81,7 @@ def test_every_kernel_file_is_built_by_the_launchers():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("filename, options", MODULES, ids=[" ".join((f, *o[1:])) for f, o in MODULES])
+@pytest.mark.parametrize("filename, options", MODULES, ids=IDS)
 def test_compiles_without_warning_spill_or_local_memory(filename, options, arch):
     source = kernel_source(filename)
     log = nvrtc_compile(source, filename, options, arch)
@@ -85,6 +93,15 @@ def test_compiles_without_warning_spill_or_local_memory(filename, options, arch)
     for name, numbers in report.items():
         local = {key: numbers.get(key, 0) for key in ("stack frame", "spill stores", "spill loads", "lmem")}
         assert not any(local.values()), f"{name} uses local memory for {arch}: {local}\n{log}"
+
+
+@pytest.mark.parametrize("filename, options", MODULES, ids=IDS)
+def test_float32_arithmetic_flushes_denormals_to_zero_as_under_cupy(filename, options):
+    """CuPy compiles every RawModule with -ftz=true: each float32 instruction that rounds or compares
+    carries .ftz in the PTX (kernels/README.md says what that changes against the NumPy twins)."""
+    _, ptx = nvrtc_compile(kernel_source(filename), filename, options, "sm_90", ptx=True)
+    f32 = re.findall(r"\b(?:add|sub|mul|fma|div|rcp|sqrt|abs|neg|min|max|setp)(?:\.\w+)*\.f32\b", ptx)
+    assert f32 and all(".ftz." in op for op in f32), sorted({op for op in f32 if ".ftz." not in op})
 
 
 def test_syntax_error_puts_the_compiler_log_in_the_failure():

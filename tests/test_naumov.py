@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import NO_GPU
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters, time_backward
@@ -22,7 +23,7 @@ WIDTHS = (7, 13, 5)
 BACKENDS = [
     "numpy",
     pytest.param("cupy", marks=[pytest.mark.gpu,
-                                pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")]),
+                                pytest.mark.skipif(not cuda_available(), reason=NO_GPU)]),
 ]
 
 

@@ -1,4 +1,5 @@
-"""The kernels/ folder is found from a checkout and from an installed wheel."""
+"""The kernels/ folder and the digits' split are found from a checkout and from an installed wheel,
+and an installed copy gives install hints for an installed package."""
 
 import subprocess
 import sys
@@ -24,6 +25,7 @@ def test_wheel_ships_the_kernels_and_finds_them_installed(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for source in (ROOT / "kernels").glob("*.cu"):
         assert f"leapfrog_gpu/kernels/{source.name}" in names
+    assert "leapfrog_gpu/tools/digits_split.npz" in names
 
     site = tmp_path / "site"
     install = subprocess.run(
@@ -33,11 +35,13 @@ def test_wheel_ships_the_kernels_and_finds_them_installed(tmp_path):
     assert install.returncode == 0, install.stderr
     code = (
         f"import sys; sys.path.insert(0, {str(site)!r}); import leapfrog_gpu, leapfrog_gpu.backends.sources as s;"
-        "print(leapfrog_gpu.__file__); print(s.kernel_dir()); print(len(s.kernel_files()))"
+        "print(leapfrog_gpu.__file__); print(s.kernel_dir()); print(len(s.kernel_files()));"
+        "from leapfrog_gpu.tools import cli, data; print(data.digits().x_test.shape[1]); print(cli.pip_install('x'))"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    package, kernels, count = run.stdout.split()
+    package, kernels, count, digits, hint = run.stdout.splitlines()
     assert package.startswith(str(site)), "the installed copy, not the checkout, must be imported"
     assert kernels == str(site / "leapfrog_gpu" / "kernels")
     assert int(count) == len(list((ROOT / "kernels").glob("*.cu")))
+    assert (int(digits), hint) == (360, "pip install 'leapfrog_gpu[x]'")

@@ -193,9 +193,16 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     bench = [json.loads(line) for line in (out / "bench.jsonl").read_text().splitlines()]
     headers = [line["command"] for line in bench if "command" in line]
     assert len(headers) == 3 and "--fused" in headers[1] and "--timeline" in headers[0]
-    assert sum("timeline" in line for line in bench) == 2 * 4  # headline and fused: sequential, k = 1, 2, 4
+    assert all("--backend cupy" in header for header in headers)  # on the stand-in, which times with its events
+    assert all(line["backend"] == "cupy" for line in bench if "command" not in line)
+    graph = [line for line in bench if line.get("graph")]  # headline and fused: sequential, k = 1, 2, 4
+    assert len(graph) == 2 * 4 and not any("timeline" in line for line in graph)
+    assert sum("timeline" in line for line in bench) == 2 * 4  # their eager twins
+    assert (out / "log.txt").read_text().count("graph mode against its GPU targets") == 2
     assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
-    assert len((out / "kernels.jsonl").read_text().splitlines()) == 4
+    kernels = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
+    assert [line["table"] for line in kernels] == ["nabla_w"] * 4 + ["chain"] * (8 + 2)  # our kernels against
+    assert {line["impl"] for line in kernels if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
     for name in ("timeline.png", "timeline_fused.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -210,6 +217,9 @@ def test_gpu_tests_are_collected_without_the_optional_packages(tmp_path):
                           "tests"], env=env, capture_output=True, text=True, timeout=120, cwd=PROFILING.parent)
     assert run.returncode == 0, run.stdout[-2000:]
     assert int(re.search(r"(\d+)/\d+ tests collected", run.stdout).group(1)) > 100 and "error" not in run.stdout
+    for test in ("test_parallel.py::test_nccl_one_rank_on_the_gpu", "test_cupy_graph.py::test_graph_steps_on_the_gpu",
+                 "test_graph_tools.py::test_the_torch_cuda_graph_anchor", "test_chain_kernels.py::test_forward"):
+        assert f"tests/{test}" in run.stdout, test
 
 
 def test_a_part_killed_at_its_limit_keeps_what_it_wrote_and_the_next_part_runs(tmp_path):
@@ -256,14 +266,20 @@ def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
         assert re.search(r"exit 0, .*; skipped: compute-sanitizer is not on PATH \(\d+ tests selected\)",
                          lines[f"compute-sanitizer {tool}"])
     log = (tmp_path / "log.txt").read_text()
-    assert log.count("leapfrog-bench: error: --backend cupy needs CuPy and a usable CUDA device") == 3
+    assert log.count("leapfrog-bench: error: --backend cupy ") == 3
 
 
-def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
-    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2"]) == 0
+def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):
+    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2",
+                         "--gemv-blocks", "32x4:16x32", "--jsonl", str(tmp_path / "k.jsonl")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
-    assert lines[-1].startswith("copy: ")
+    assert sum(line.startswith("copy: ") for line in lines) == 1
+    assert sum(" numpy " in line for line in lines) == 6  # the chain: forward and backward of each shape,
+    assert sum(line.endswith("32x4:16x32") for line in lines) == 2  # and of the B = 1 one with other blocks
+    rows = [json.loads(line) for line in (tmp_path / "k.jsonl").read_text().splitlines()]  # one line per row
+    assert [(r["table"], r["impl"]) for r in rows] == [("nabla_w", impl) for impl in ("ours", "matmul") * 2] + [
+        ("chain", "numpy")] * 6
 
 
 

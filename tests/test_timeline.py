@@ -3,15 +3,13 @@
 its analysis (busy time, worker overlap, idle gaps of the main stream) on intervals worked by hand."""
 
 import json
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 
-import cuda_cpu
-from conftest import NO_GPU, batch
+from conftest import NO_GPU, STANDIN_ORDERS, batch, install_standin, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.backends.timing import Interval, Timeline
@@ -21,27 +19,18 @@ SIZES = [7, 13, 5, 11, 3]  # L = 5: layers 2..5
 L = len(SIZES)
 
 
-@pytest.fixture(params=["numpy", pytest.param("stand-in", marks=pytest.mark.skipif(
-    not cuda_cpu.available(), reason="the CPU harness needs g++")),
-    pytest.param("cupy", marks=[pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason=NO_GPU)])])
+@pytest.fixture(params=["numpy", *(f"stand-in {order}" for order in STANDIN_ORDERS),
+                        pytest.param("cupy", marks=[pytest.mark.gpu, pytest.mark.skipif(not cuda_available(),
+                                                                                        reason=NO_GPU)])])
 def backend(request, monkeypatch):
+    """Host streams; the CuPy backend on the stand-in, whose queues run at synchronize in each of its
+    orders and whose timing events read the clock when their stream reaches them; and on a GPU."""
     if request.param == "numpy":
         with get_backend("numpy") as host:
             yield host
         return
-    if request.param == "stand-in":
-        import fake_cupy
-
-        monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
-        if not hasattr(fake_cupy.cuda, "get_elapsed_time"):
-            # The stand-in runs each launch at once, so an event's time is the clock when it is recorded.
-            class TimedEvent(fake_cupy.Event):
-                def record(self, stream=None):
-                    super().record(stream)
-                    self.ns = time.perf_counter_ns()
-
-            monkeypatch.setattr(fake_cupy.cuda, "Event", TimedEvent)
-            monkeypatch.setattr(fake_cupy.cuda, "get_elapsed_time", lambda a, b: (b.ns - a.ns) / 1e6, raising=False)
+    if request.param.startswith("stand-in"):
+        install_standin(monkeypatch, request.param.split()[1])
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as device:
@@ -50,10 +39,10 @@ def backend(request, monkeypatch):
 
 def expected_launches(backend, k):
     """(stream, name) of every launch of one unfused SGD step under Leapfrog(k), from the schedule's
-    definition (DESIGN.md §2): the chain on main, (6)(7) of layer l on worker l mod k. Host streams
-    copy x and y in by a launch too; CuPy copies without one."""
+    definition (DESIGN.md §2): eta / B and the chain on main, (6)(7) of layer l on worker l mod k. Host
+    streams copy x and y in by a launch too; CuPy copies without one."""
     main = [("main", "copy_in")] * 2 if backend.name == "numpy" else []
-    main += [("main", f"z[{l}]") for l in range(2, L + 1)]
+    main += [("main", "eta / B")] + [("main", f"z[{l}]") for l in range(2, L + 1)]
     main += [("main", f"delta[{l}]") for l in range(L, 1, -1)] + [("main", f"update[{l}]") for l in range(2, L + 1)]
     workers = [(f"worker{l % k}", f"{name}[{l}]") for l in range(2, L + 1) for name in ("nabla_b", "nabla_w")]
     return sorted(main + workers)
@@ -108,14 +97,10 @@ def test_off_by_default_and_one_step_at_a_time(backend):
     assert backend.timeline is None and stamps.next_step == 8 and stamps.intervals() == []
 
 
-@pytest.mark.skipif(not cuda_cpu.available(), reason="the CPU harness needs g++")
-def test_cuda_stamps_are_timing_events_recorded_on_the_launch_stream(monkeypatch):
-    import fake_cupy
-
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+def test_cuda_stamps_are_timing_events_recorded_on_the_launch_stream(standin, monkeypatch):
     recorded = {}
 
-    class Spy(fake_cupy.cuda.Event):
+    class Spy(standin.cuda.Event):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             recorded[id(self)] = ("made", kwargs.get("disable_timing", False))
@@ -124,7 +109,7 @@ def test_cuda_stamps_are_timing_events_recorded_on_the_launch_stream(monkeypatch
             recorded[id(self)] = ("recorded on", stream)
             super().record(stream)
 
-    monkeypatch.setattr(fake_cupy.cuda, "Event", Spy)
+    monkeypatch.setattr(standin.cuda, "Event", Spy)
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as backend, MLP(SIZES, backend=backend) as net:
@@ -162,18 +147,43 @@ def test_host_stamps_bracket_the_operation_where_it_runs():
     assert marks["third"].start >= marks["first"].end > enqueued  # run in stream order, after the enqueueing
 
 
-def test_a_launch_that_raises_is_left_out():
+def test_a_launch_that_raises_is_left_out(backend):
+    """Its error reaches ``intervals()``, which synchronizes, as after any step; it and the launches
+    after it, which a failed step does not run, leave no interval."""
     def fail():
         raise ZeroDivisionError("planted")
 
-    with get_backend("numpy") as backend:
+    xp = backend.xp
+    counts = xp.zeros(3)
+    backend.synchronize()  # CuPy fills it on the default stream, which main does not wait for
+    stamps = Timeline(backend)
+    with stamps.step():
+        backend.launch(backend.main, "fine", xp.add, counts, 1, counts)
+        backend.launch(backend.main, "fails", fail)
+        backend.launch(backend.main, "after", xp.add, counts, 1, counts)
+    with pytest.raises(ZeroDivisionError, match="planted"):
+        stamps.intervals()
+    assert [i.name for i in stamps.intervals()] == ["fine"]
+    assert to_numpy(counts).tolist() == [1, 1, 1]  # "after" did not run
+
+
+def test_a_graph_step_is_refused_while_stamping(backend):
+    """A graph step is one launch, with nothing inside to stamp (and CUDA cannot read timing events back
+    from a captured graph): inside ``timeline.step()`` it is refused before anything is enqueued,
+    whether its graph is still to be captured or already is; outside, graph and eager steps run on."""
+    with MLP(SIZES, backend=backend) as net:
+        x, y = batch(SIZES, 3, dtype=np.float32)
         stamps = Timeline(backend)
+        for captured in (False, True):
+            before = [to_numpy(w) for w in net.weights]
+            with stamps.step(), pytest.raises(ValueError, match="a graph step is one launch"):
+                net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
+            assert all(np.array_equal(a, to_numpy(b)) for a, b in zip(before, net.weights)), captured
+            assert stamps.stamps == [] and backend.timeline is None
+            net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)  # captured on the first pass, launched on the second
         with stamps.step():
-            backend.launch(backend.main, "fine", np.add, 1, 2)
-            backend.launch(backend.main, "fails", fail)
-        with pytest.raises(ZeroDivisionError):
-            backend.synchronize()
-        assert [i.name for i in stamps.intervals()] == ["fine"]
+            net.sgd_step(x, y, 0.1, Leapfrog(2))
+        assert sorted((i.stream, i.name) for i in stamps.intervals()) == expected_launches(backend, 2)
 
 
 # -- the analysis, on intervals worked by hand (ns) --------------------------------------------------

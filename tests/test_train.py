@@ -4,6 +4,8 @@ bad input is one line on stderr with exit status 2."""
 import gzip
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import CUDA_ANSWER, NO_GPU
 from leapfrog_gpu.tools import checkpoint, train
 from leapfrog_gpu.backends import cuda_available
 
@@ -54,8 +57,11 @@ def test_default_like_run_reaches_accuracy(tmp_path, capsys):
     metrics = tmp_path / "metrics.jsonl"
     assert cli("--epochs", 10, "--metrics", metrics) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("digits: 1437 train, 360 test samples | MLP [64, 128, 128, 128, 128, 10] tanh")
-    assert len(out) == 12 and out[10].startswith("epoch 10/10  train loss ") and out[11].startswith("done: 10 epochs")
+    assert out[0] == ("digits: 1437 train, 360 test samples | MLP [64, 128, 128, 128, 128, 10] tanh, cross_entropy, "
+                      "float32")
+    assert out[1].endswith(" Leapfrog(k=2) | 10 epochs of 45 steps, batch 32, lr 0.1") and "(auto: " in out[1]
+    assert len(out) == 13 and out[11].startswith("epoch 10/10  train loss ") and out[12].startswith("done: 10 epochs")
+    assert max(len(line) for line in out) <= 100, "every line fits 100 columns"
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [line["epoch"] for line in lines] == list(range(1, 11))
     assert [line["step"] for line in lines] == [45 * e for e in range(1, 11)]
@@ -92,7 +98,7 @@ def test_resume_is_bitwise_exact(tmp_path):
     assert [json.loads(line)["epoch"] for line in (halves / "m.jsonl").read_text().splitlines()] == [1, 2]
 
 
-def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch):
+def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
     """What an interrupt handler needs: ``save()`` after any completed step, and a resume that
     redraws that epoch's order and skips the steps already done."""
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
@@ -100,11 +106,11 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch):
 
     sgd_step, run, calls = train.MLP.sgd_step, train.Training.run, []
 
-    def step_until_interrupted(net, *args):
+    def step_until_interrupted(net, *args, **kwargs):
         calls.append(None)
         if len(calls) == 61:
             raise KeyboardInterrupt
-        sgd_step(net, *args)
+        sgd_step(net, *args, **kwargs)
 
     def run_saving_on_interrupt(training):
         try:
@@ -115,8 +121,9 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train.MLP, "sgd_step", step_until_interrupted)
     monkeypatch.setattr(train.Training, "run", run_saving_on_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        cli(*SMALL, "--epochs", 2, "--checkpoint-dir", interrupted)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", interrupted) == 130  # as a second Ctrl-C: no traceback
+    assert capsys.readouterr().err == ("leapfrog-train: interrupted at epoch 2, step 60 and stopped at once: "
+                                       f"{interrupted}/checkpoint.npz holds the last checkpoint written\n")
     state = parameters(interrupted)[1]
     assert (state["epoch"], state["step_in_epoch"], state["step"]) == (1, 15, 60)
     monkeypatch.undo()
@@ -170,7 +177,8 @@ def test_progress_bar_and_batch_loss(capsys, monkeypatch):
     assert cli("--hidden", "4x16", "--epochs", 1) == 0
     captured = capsys.readouterr()
     assert "epoch 1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
-    assert "epoch 1/1  train loss " in captured.out and " samples/s  numpy Leapfrog(k=2)" in captured.out
+    header, epoch, _ = captured.out.splitlines()[1:]
+    assert " Leapfrog(k=2) | " in header and epoch.startswith("epoch 1/1  train loss ") and epoch.endswith(" samples/s")
 
 
 def test_non_finite_loss_exits_3_and_keeps_the_checkpoint(tmp_path, capsys):
@@ -214,6 +222,99 @@ def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, 
     assert not (tmp_path / "t.png").exists()
 
 
+# -- what a newcomer meets ------------------------------------------------------------------------------
+
+
+def test_one_epoch_of_one_step_is_said_in_the_singular(capsys):
+    assert cli("--hidden", "2x8", "--epochs", 1, "--batch-size", 1437) == 0
+    out = capsys.readouterr().out
+    assert " | 1 epoch of 1 step, batch 1437, lr 0.1\n" in out and "\ndone: 1 epoch, test accuracy " in out
+
+
+def test_a_batch_larger_than_the_training_set_is_refused(capsys):
+    assert cli("--epochs", 1, "--batch-size", 100000) == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: --batch-size 100000 is larger than the 1437 training "
+                                      "samples of digits; use at most 1437")
+
+
+DIVERGING = ["--hidden", "3x16", "--lr", "1e6", "--epochs", "9"]  # outputs saturate: the loss stays far above chance
+
+
+def test_a_diverged_run_stops_with_exit_3_and_a_hint(tmp_path, capsys):
+    assert cli(*DIVERGING, "--checkpoint-dir", tmp_path) == 3
+    out, err = capsys.readouterr()
+    assert re.fullmatch(
+        r"leapfrog-train: error: the run diverged: its training loss grew from \S+ to \S+ \(epoch 4, step 180\): "
+        r"try another --lr than 1000000.0, or add --allow-divergence to go on \(the checkpoint of epoch 3 is kept as "
+        r"it was\)\n", err)
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("epoch ")] == ["1/9", "2/9", "3/9"]
+    assert parameters(tmp_path)[1]["epoch"] == 3
+
+
+def test_allow_divergence_goes_on(capsys):
+    assert cli(*DIVERGING, "--quiet", "--allow-divergence") == 0
+    assert capsys.readouterr().out.startswith("done: 9 epochs, test accuracy ")
+
+
+def test_fallback_to_numpy_says_why_once_and_in_the_header(cupy_without_gpu, capsys):
+    assert cli("--hidden", "2x8", "--epochs", 1) == 0
+    captured = capsys.readouterr()
+    assert captured.err == f"leapfrog-train: note: --backend auto runs on numpy: {CUDA_ANSWER}\n"
+    header = captured.out.splitlines()[1]
+    assert header.startswith("numpy (auto: no usable GPU, see the note on stderr) Leapfrog(k=2) | ")
+
+
+def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu, capsys, monkeypatch):
+    assert cli("--backend", "cupy", "--epochs", 1) == 2
+    assert one_error_line(capsys) == (
+        f"leapfrog-train: error: --backend cupy cannot run: {CUDA_ANSWER}; use --backend numpy")
+    monkeypatch.setitem(sys.modules, "cupy", None)  # CuPy not installed
+    assert cli("--backend", "cupy", "--epochs", 1) == 2
+    assert one_error_line(capsys) == (  # as the README says it for a checkout
+        "leapfrog-train: error: --backend cupy needs CuPy: pip install -e '.[cuda12]' (CUDA 12) or "
+        "pip install -e '.[cuda13]' (CUDA 13); or use --backend numpy")
+
+
+def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path, monkeypatch, capsys):
+    run, sgd_step, calls = tmp_path / "first run", train.MLP.sgd_step, []  # a space: the hint must quote it
+
+    def step_then_ctrl_c(net, *args, **kwargs):
+        sgd_step(net, *args, **kwargs)
+        calls.append(None)
+        if len(calls) == 61:
+            signal.raise_signal(signal.SIGINT)  # as Ctrl-C; the handler runs before this returns
+
+    monkeypatch.setattr(train.MLP, "sgd_step", step_then_ctrl_c)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run) == 130
+    line = capsys.readouterr().err.strip()
+    assert line == (f"leapfrog-train: interrupted at epoch 2, step 61: checkpoint written to {run}/checkpoint.npz; "
+                    f"continue with --resume --checkpoint-dir '{run}'")
+    monkeypatch.undo()
+    assert cli(*shlex.split(line.split("continue with ")[1])) == 0
+    assert f"resumed at epoch 2, step 61 from {run}/checkpoint.npz" in capsys.readouterr().out.splitlines()
+    assert parameters(run)[1]["step"] == 90
+
+
+def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
+    code = ("import signal, sys; from leapfrog_gpu.tools import data, train;"
+            "data.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
+            f"sys.exit(train.main(['--checkpoint-dir', {str(tmp_path)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (130, "")
+    assert done.stderr == "leapfrog-train: interrupted before the first step; nothing was written\n"
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_imports_neither_scikit_learn_nor_scipy():
+    """Most of a slow start was importing them to load the digits; the run needs neither."""
+    code = ("import sys; from leapfrog_gpu.tools import train;"
+            "assert train.main(['--hidden', '2x8', '--epochs', '1', '--quiet']) == 0;"
+            "print(sorted({name.partition('.')[0] for name in sys.modules} & {'sklearn', 'scipy', 'matplotlib'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
 # -- errors: exit status 2 and one line -----------------------------------------------------------------
 
 
@@ -235,11 +336,13 @@ def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, 
     (["--data", "teacher", "--cost", "cross_entropy"], "--data teacher is a regression task: use --cost quadratic"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),
     (["--epochs", 1, "--profile-steps", "40:46"], "--profile-steps 40:46 reaches past this run's last step, 44"),
-    (["--timeline", "/nonexistent-folder/t.png"], "--timeline /nonexistent-folder/t.png: the folder /nonexistent-folder "
-                                                  "does not exist"),
+    (["--timeline", "/nonexistent-folder/t.png"],
+     "--timeline /nonexistent-folder/t.png: the folder /nonexistent-folder does not exist"),
     (["--data", "teacher", "--samples", 64, "--epochs", 1, "--timeline", "t.png"],
      "--timeline records steps 10..14 by default, past this run's last step, 1 (steps count from 0): give "
      "--profile-steps A:B"),
+    (["--graph", "--timeline", "t.png"],
+     "--timeline stamps every launch of eager steps, and a graph step is one launch: drop --graph or --timeline"),
 ])
 def test_bad_options(capsys, args, message):
     assert cli(*args) == 2
@@ -283,7 +386,7 @@ def test_bad_data_files(tmp_path, capsys, break_it, after, message):
 
 def test_mnist_files_train(tmp_path, capsys):
     directory = _mnist_files(tmp_path, lambda arrays: None)
-    assert cli("--data", "mnist", "--data-dir", directory, "--hidden", "4x8", "--epochs", 2) == 0
+    assert cli("--data", "mnist", "--data-dir", directory, "--hidden", "4x8", "--epochs", 2, "--batch-size", 4) == 0
     assert "mnist: 9 train, 4 test samples | MLP [25, 8, 8, 8, 8, 10]" in capsys.readouterr().out
 
 
@@ -307,7 +410,8 @@ def test_checkpoint_errors(tmp_path, capsys):
 @pytest.mark.skipif(cuda_available(), reason="checks the message given when no CUDA device is usable")
 def test_cupy_backend_without_a_gpu(capsys):
     assert cli("--backend", "cupy", "--epochs", 1) == 2
-    assert one_error_line(capsys).startswith("leapfrog-train: error: --backend cupy: ")
+    line = one_error_line(capsys)
+    assert line.startswith("leapfrog-train: error: --backend cupy ") and line.endswith("use --backend numpy")
 
 
 def test_console_entry_points():
@@ -322,7 +426,7 @@ def test_console_entry_points():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")
+@pytest.mark.skipif(not cuda_available(), reason=NO_GPU)
 def test_cupy_backend_trains_and_profiles(tmp_path, capsys):
     metrics = tmp_path / "m.jsonl"
     assert cli(*SMALL, "--epochs", 2, "--backend", "cupy", "--profile-steps", "3:5", "--metrics", metrics,

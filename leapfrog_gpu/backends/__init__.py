@@ -7,49 +7,98 @@ Everything that knows whether an array is on the host or the device lives here: 
 here import each other and third-party packages only, never the library above them or the tools.
 """
 
+import dataclasses
+import importlib.util
 import logging
 
 from .host import NumpyBackend
 
 BACKENDS = ("auto", "numpy", "cupy")
 log = logging.getLogger("leapfrog_gpu")
+_said = set()  # the fallbacks already logged: each is said once per process
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaStatus:
+    """Whether CuPy can run here: ``usable``; else whether it is ``installed`` and ``why`` not, in words
+    that carry what CUDA said (the error, the CuPy and driver versions)."""
+
+    usable: bool
+    installed: bool
+    why: str = ""
+
+
+def cuda_status():
+    """Probe CuPy and the CUDA driver (this imports CuPy: call it only where a GPU may be wanted)."""
+    if importlib.util.find_spec("cupy") is None:
+        return CudaStatus(False, False, "CuPy is not installed")
+    try:
+        import cupy
+    except Exception as error:  # noqa: BLE001 - a broken install counts as no GPU, and says why
+        return CudaStatus(False, True, f"CuPy does not import: {_first_line(error)}")
+    if cupy.is_available():
+        return CudaStatus(True, True)
+    runtime = cupy.cuda.runtime  # is_available() keeps CUDA's answer to itself: ask again
+    try:
+        problem = "no CUDA device" if runtime.getDeviceCount() == 0 else "no usable CUDA device"
+    except Exception as error:  # noqa: BLE001 - CUDARuntimeError: "cudaErrorInsufficientDriver: ..."
+        problem = _first_line(error)
+    return CudaStatus(False, True, f"CuPy {cupy.__version__} finds no usable GPU: {problem} ({_versions(runtime)})")
 
 
 def cuda_available():
     """True when CuPy imports and a CUDA device is usable."""
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return bool(cupy.is_available())
-    except Exception:  # noqa: BLE001 - a broken driver counts as no GPU
-        return False
+    return cuda_status().usable
 
 
 def get_backend(name="auto", **options):
     """A backend by name: ``"numpy"``, ``"cupy"``, or ``"auto"`` (CuPy when a GPU is usable).
 
-    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...). The choice is logged on the
-    ``leapfrog_gpu`` logger and shown by the backend's repr.
+    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...), or to ``CupyBackend``
+    (``chain``). The choice is logged on the ``leapfrog_gpu`` logger and shown by the backend's repr;
+    when CuPy is installed but cannot run, ``"auto"`` says why once, as a warning (printed on stderr
+    unless logging is configured).
     """
     if not isinstance(name, str):
         raise TypeError(f"backend must be a string, one of {', '.join(map(repr, BACKENDS))}; got {name!r}")
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {name!r}")
     if name == "auto":
-        name = "cupy" if cuda_available() else "numpy"
-        log.info("backend 'auto' chose %r", name)
+        status = cuda_status()
+        name = "cupy" if status.usable else "numpy"
+        log.info("backend 'auto' chose %r%s", name, f": {status.why}" if status.why else "")
+        if status.installed and not status.usable and status.why not in _said:
+            _said.add(status.why)
+            log.warning("backend 'auto' runs on numpy: %s", status.why)
     if name == "numpy":
         return NumpyBackend(**options)
-    if options:
-        raise ValueError(f"options {sorted(options)} apply to the numpy backend only")
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
+    if set(options) - {"chain"}:
+        raise ValueError(f"options {sorted(set(options) - {'chain'})} apply to the numpy backend only")
+    status = cuda_status()
+    if not status.installed:
         raise RuntimeError(
-            "backend 'cupy' needs CuPy: pip install 'leapfrog_gpu[cuda12]' (or [cuda13]), or use backend='numpy'"
-        ) from None
+            "backend 'cupy' needs CuPy: pip install 'leapfrog_gpu[cuda12]' (in a checkout, pip install -e "
+            "'.[cuda12]'; [cuda13] for CUDA 13), or use backend='numpy'"
+        )
+    if not status.usable:
+        raise RuntimeError(f"backend 'cupy' cannot run: {status.why}; use backend='numpy'")
     from .cuda import CupyBackend
 
-    return CupyBackend()
+    return CupyBackend(**options)
+
+
+def _versions(runtime):
+    """The driver's CUDA version and that of CuPy's CUDA runtime, as far as they can be read."""
+    parts = []
+    for what, read in (("NVIDIA driver", "driverGetVersion"), ("CuPy's CUDA runtime", "runtimeGetVersion")):
+        try:
+            version = getattr(runtime, read)()
+        except Exception:  # noqa: BLE001 - unreadable: say so
+            parts.append(f"{what}: unreadable")
+            continue
+        parts.append(f"{what}: {version // 1000}.{version % 1000 // 10}" if version else f"{what}: none found")
+    return "; ".join(parts)
+
+
+def _first_line(error):
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -1,9 +1,9 @@
 """NVTX ranges for Nsight Systems, in one line each: ``with annotate.range("backward"): ...``.
 
-Uses the ``nvtx`` package when importable, else ``cupy.cuda.nvtx``, else nothing. Ranges are only
-emitted when a profiler has injected itself (``NVTX_INJECTION64_PATH`` is set, as ``nsys`` does) or
-when ``LEAPFROG_NVTX=1``; otherwise ``range`` returns a shared null context and costs one function call.
-``LEAPFROG_NVTX=0`` turns them off under a profiler too.
+Uses the ``nvtx`` package when importable, else ``cupy.cuda.nvtx`` when CuPy was built with NVTX, else
+nothing. Ranges are only emitted when a profiler has injected itself (``NVTX_INJECTION64_PATH`` is set,
+as ``nsys`` does) or when ``LEAPFROG_NVTX=1``; otherwise ``range`` returns a shared null context and
+costs one function call. ``LEAPFROG_NVTX=0`` turns them off under a profiler too.
 """
 
 import contextlib
@@ -22,8 +22,9 @@ def _provider():
     try:
         from cupy.cuda import nvtx as cupy_nvtx
 
+        # CuPy built without NVTX imports, with a placeholder here that has no functions at all.
         return "cupy.cuda.nvtx", cupy_nvtx.RangePush, cupy_nvtx.RangePop
-    except ImportError:
+    except (ImportError, AttributeError):
         return None, None, None
 
 

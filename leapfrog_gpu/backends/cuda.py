@@ -1,7 +1,16 @@
 """CuPy on CUDA streams: cuBLAS for the chain (equations 2 and 5), our raw kernels for the rest.
 
 Every stream is ``non_blocking`` (never the legacy null stream). ``launch`` enters the stream and calls
-the function at once: what it enqueues (CuPy calls, raw kernels) goes on that stream, in order.
+the function at once: what it enqueues (CuPy calls, raw kernels) goes on that stream, in order. An
+exception it raises is kept and raised by the next ``synchronize()``, as on host streams; until then
+``launch`` enqueues nothing more, so a failed step leaves the parameters alone.
+
+``capture`` turns the work of a function into a CUDA graph (CuPy's stream capture), the chain then on
+our own kernels (kernels/chain.cu), since CuPy refuses cuBLAS calls during a capture.
+
+The main stream runs the critical path at the device's highest stream priority, the workers at the
+lowest. CuPy 14 does not expose ``cudaDeviceGetStreamPriorityRange``; CUDA clamps a priority outside
+the device's range to its nearest end, so asking for the extremes below gets both ends.
 """
 
 import numpy as np
@@ -9,30 +18,44 @@ import numpy as np
 from . import annotate
 from .ops_cuda import CudaOps
 
+MAIN_PRIORITY = -(2**31)
+"""The main stream's priority: the device's highest (lower numbers are higher priorities)."""
+WORKER_PRIORITY = 2**31 - 1
+"""The worker streams' priority: the device's lowest."""
+
 
 class CupyBackend:
-    """CuPy arrays on the current device; one main stream and k worker streams created on demand."""
+    """CuPy arrays on the current device; one main stream and k worker streams created on demand.
+
+    ``chain``: what runs (2) and (5) in eager steps, ``"cublas"`` (the default) or ``"kernels"``
+    (kernels/chain.cu, which graph steps always use: with it, eager and graph steps agree to the bit).
+    """
 
     name = "cupy"
     poisons = False
 
-    def __init__(self):
+    def __init__(self, chain="cublas"):
         import cupy
 
         if not cupy.is_available():
             raise RuntimeError("CuPy is installed but no CUDA device is usable; use backend='numpy'")
         self.xp = cupy
-        self.ops = CudaOps(cupy)
+        self.ops = CudaOps(cupy, chain)
         self.device_name = _device_name(cupy)
-        self.main = cupy.cuda.Stream(non_blocking=True)
+        self.main = cupy.cuda.Stream(non_blocking=True, priority=MAIN_PRIORITY)
         self._workers = []
+        self._comm = None
         self._stream_names = {self.main.ptr: "main"}  # a timeline's stream names
         self.timeline = None  # the timing.Timeline recording launches, if any
+        self._staging = {}  # (shape, dtype) -> _Staging
+        self._kept = {}  # id -> what enqueued work uses, until synchronize()
+        self._error = None
         self._closed = False
 
     def __repr__(self):
         state = ", closed" if self._closed else ""
-        return f"CupyBackend(device={self.device_name!r}, workers={len(self._workers)}{state})"
+        chain = ", chain='kernels'" if self.ops.chain == "kernels" else ""
+        return f"CupyBackend(device={self.device_name!r}{chain}, workers={len(self._workers)}{state})"
 
     def __enter__(self):
         return self
@@ -44,10 +67,18 @@ class CupyBackend:
         """The first ``k`` worker streams, created on first use and kept for the backend's life."""
         self._check_open()
         while len(self._workers) < k:
-            stream = self.xp.cuda.Stream(non_blocking=True)
+            stream = self.xp.cuda.Stream(non_blocking=True, priority=WORKER_PRIORITY)
             self._stream_names[stream.ptr] = f"worker{len(self._workers)}"
             self._workers.append(stream)
         return self._workers[:k]
+
+    def comm_stream(self):
+        """The communication stream (non-blocking), created on first use: NCCL calls go there alone."""
+        self._check_open()
+        if self._comm is None:
+            self._comm = self.xp.cuda.Stream(non_blocking=True)
+            self._stream_names[self._comm.ptr] = "comm"
+        return self._comm
 
     def event(self, name=""):
         del name
@@ -57,16 +88,21 @@ class CupyBackend:
         """Call ``fn(*args)`` with ``stream`` current, inside an NVTX range called ``name``; when a
         ``timing.Timeline`` is recording, between two timing events recorded on ``stream``."""
         self._check_open()
-        with annotate.range(name), stream:
-            if self.timeline is None:
+        if self._error is not None:
+            return  # a failed step enqueues nothing more until synchronize() reports it
+        try:
+            with annotate.range(name), stream:
+                if self.timeline is None:
+                    fn(*args)
+                    return
+                stamp = self.timeline.stamp(self._stream_names.get(stream.ptr, f"stream {stream.ptr:#x}"), name)
+                stamp.start = self.xp.cuda.Event()
+                stamp.start.record(stream)
                 fn(*args)
-                return
-            stamp = self.timeline.stamp(self._stream_names.get(stream.ptr, f"stream {stream.ptr:#x}"), name)
-            stamp.start = self.xp.cuda.Event()
-            stamp.start.record(stream)
-            fn(*args)
-            stamp.end = self.xp.cuda.Event()
-            stamp.end.record(stream)
+                stamp.end = self.xp.cuda.Event()
+                stamp.end.record(stream)
+        except Exception as error:  # noqa: BLE001 - raised by synchronize(), as on host streams
+            self._error = error
 
     def elapsed_ns(self, start, end):
         """Nanoseconds between two recorded timing events (``cudaEventElapsedTime``, 0.5 us resolution)."""
@@ -87,7 +123,8 @@ class CupyBackend:
 
         A CuPy ``src`` belongs to the caller's current stream: ``stream`` waits for what that stream
         has enqueued (the work that produced ``src``), and the caller's stream waits for the copy, so
-        that overwriting ``src`` afterwards is ordered after it.
+        that overwriting ``src`` afterwards is ordered after it. A NumPy ``src`` goes through pinned
+        staging buffers (``_Staging``): the host blocks only to reuse one that a copy still reads.
         """
         if isinstance(src, self.xp.ndarray):
             caller = self.xp.cuda.get_current_stream()
@@ -96,18 +133,58 @@ class CupyBackend:
                 self.xp.copyto(dst, src, casting="same_kind")
             caller.wait_event(stream.record())
         else:
-            with stream:
-                dst.set(np.ascontiguousarray(src, dtype=dst.dtype), stream=stream)
-            stream.synchronize()  # the host buffer may be pageable or temporary
+            key = (dst.shape, dst.dtype.str)
+            if key not in self._staging:
+                self._staging[key] = _Staging(self.xp, dst.shape, dst.dtype)
+            self._staging[key].copy(stream, dst, src)
+
+    def capture(self, body):
+        """Run ``body()`` now, eagerly: the work it enqueues is this call's, and what it creates on first
+        use (compiled kernels, worker streams, events) then exists, outside any capture. Then capture a
+        second call on the main stream into a CUDA graph: the workers join the capture by waiting on
+        events recorded in it, and are joined back before it ends. The chain runs on our kernels
+        throughout (CuPy refuses cuBLAS during a capture). Returns the graph; ``launch()`` launches it
+        on the main stream.
+
+        When a launch has failed (in either call, or in a step before them), capture returns None: the
+        graph would lack what that launch and those after it enqueue, and the next ``synchronize()``
+        raises the error, as after an eager step.
+        """
+        self._check_open()
+        with self.ops.own_chain():
+            body()
+            if self._error is not None:
+                return None
+            self.main.begin_capture()
+            try:
+                body()
+            finally:
+                graph = self.main.end_capture()
+        return None if self._error is not None else CudaGraph(graph, self.main)
+
+    def keep(self, *objects):
+        """Keep ``objects`` alive until the next ``synchronize()``: CuPy hands a collected array's
+        memory back to its pool at once, for reuse on the stream that allocated it, while other streams
+        may still be using it."""
+        for item in objects:
+            self._kept[id(item)] = item
 
     def synchronize(self):
-        """Wait for the whole device, the default stream (where CuPy allocates) included."""
+        """Wait for the whole device, the default stream (where CuPy allocates) included; raise the
+        first exception a launch raised since the last call."""
         self._check_open()
         self.xp.cuda.Device().synchronize()
+        self._kept.clear()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def close(self):
+        """Wait for the device and close; an error no ``synchronize()`` reported is dropped, as on host
+        streams."""
         if not self._closed:
-            self.synchronize()
+            self.xp.cuda.Device().synchronize()
+            self._kept.clear()
             self._closed = True
 
     @property
@@ -117,6 +194,36 @@ class CupyBackend:
     def _check_open(self):
         if self._closed:
             raise RuntimeError("this CupyBackend is closed; create a new one with get_backend('cupy')")
+
+
+class CudaGraph:
+    """A step captured by ``CupyBackend.capture``: ``launch()`` enqueues it on the main stream."""
+
+    def __init__(self, graph, stream):
+        self.graph, self.stream = graph, stream
+
+    def launch(self):
+        self.graph.launch(stream=self.stream)
+
+
+class _Staging:
+    """Pinned host buffers of one shape and dtype, taken in turn by ``copy_in``: the batch is copied into
+    one on the host, then to the device asynchronously (pinned memory makes that copy truly
+    asynchronous). A buffer is reused only once the copy out of it has run (its event), so the host
+    runs up to ``count`` copies ahead of the stream before it waits."""
+
+    def __init__(self, cupy, shape, dtype, count=2):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self.buffers = [np.ndarray(shape, dtype, buffer=cupy.cuda.alloc_pinned_memory(nbytes)) for _ in range(count)]
+        self.copied = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(count)]
+        self.turn = 0
+
+    def copy(self, stream, dst, src):
+        i, self.turn = self.turn, (self.turn + 1) % len(self.buffers)
+        self.copied[i].synchronize()  # the copy out of this buffer two calls ago has run
+        np.copyto(self.buffers[i], src, casting="same_kind")
+        dst.set(self.buffers[i], stream=stream)
+        self.copied[i].record(stream)
 
 
 def _device_name(cupy):

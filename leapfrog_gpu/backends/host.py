@@ -17,6 +17,9 @@ Modes:
 Chaos (``chaos=seed``, any mode): a seeded random delay before every queued operation on every stream,
 and ``poisons = True``, which asks the network to fill each buffer with NaN the moment the schedule says
 it is dead. A missing wait then reads poison, or a value from the wrong step, under ever-changing timing.
+
+Graphs (``capture``): the work a function enqueues, recorded once and replayed by ``launch()`` on the
+same streams, in every mode (``leapfrog_gpu.backends.host_graph``).
 """
 
 import collections
@@ -29,6 +32,7 @@ import numpy as np
 import threadpoolctl
 
 from . import annotate, ops_numpy
+from .host_graph import CaptureError, HostCapture
 
 MODES = ("threads", "serial", "deferred")
 ORDERS = ("main-first", "workers-first", "random")
@@ -127,7 +131,9 @@ class NumpyBackend:
         self._streams = []
         self.main = self._new_stream("main")
         self._workers = []
+        self._comm = None
         self._copied = self.event("copy_in")  # what copy_in waits for, recorded anew by every call
+        self._capture = None  # the HostCapture in progress
 
     def __repr__(self):
         blas = "" if self.blas_threads is None else f", blas_threads={self.blas_threads}"
@@ -160,6 +166,13 @@ class NumpyBackend:
             self._workers.append(self._new_stream(f"worker{len(self._workers)}"))
         return self._workers[:k]
 
+    def comm_stream(self):
+        """The communication stream, created on first use: the one stream that calls the communicator,
+        so that collectives leave in program order, the same on every rank."""
+        if self._comm is None:
+            self._comm = self._new_stream("comm")
+        return self._comm
+
     def event(self, name=""):
         return HostEvent(name, self._lock)
 
@@ -176,11 +189,58 @@ class NumpyBackend:
         return end - start
 
     def record(self, stream, event):
+        if self._capture is not None:
+            self._capture.record(stream, event)
+            return
         event.recorded += 1
         self._submit(stream, _Item("record", event.name, event=event, generation=event.recorded))
 
     def wait(self, stream, event):
+        if self._capture is not None:
+            self._capture.wait(stream, event)
+            return
         self._submit(stream, _Item("wait", event.name, event=event, generation=event.recorded))
+
+    def capture(self, body):
+        """Run ``body()`` now, eagerly: the work it enqueues is this call's, and whatever it creates on
+        first use (buffers, streams, events) then exists. Then capture a second call of it: what it
+        enqueues on the main stream and on the streams that join it (see ``host_graph``) is recorded,
+        not run. Returns the ``HostGraph``, whose ``launch()`` enqueues that work again."""
+        self._check_open()
+        if self._capture is not None:
+            raise CaptureError("a capture is already in progress on this backend")
+        body()
+        self._capture = HostCapture(self.main, _Item)
+        try:
+            body()
+            return self._capture.graph(self)
+        finally:
+            self._capture = None
+
+    def replay(self, graph):
+        """Enqueue a ``HostGraph``: each stream's items as one entry, the generations of its events
+        offset past every recording so far, so that its waits match its own records."""
+        self._check_open()
+        if self._capture is not None:
+            raise CaptureError("launching a graph inside a capture is not supported")
+        bases = {}
+        for event, count in graph.records.items():
+            bases[event] = event.recorded
+            event.recorded += count
+        if self.mode == "serial":
+            for stream, item in graph.order:
+                self._run_now(stream, item, bases)
+        elif self.mode == "deferred":
+            for stream, items in graph.streams:
+                stream.deferred.extend((item, bases) for item in items)
+        else:
+            with self._lock:
+                self._pending += len(graph.streams)
+            for stream, items in graph.streams:
+                stream.queue.put((items, bases))
+
+    def keep(self, *objects):
+        """Nothing to do: queued operations hold their arguments until they have run."""
 
     def range(self, stream, name):
         """Bracket what is enqueued on ``stream`` inside the ``with`` block with an NVTX range."""
@@ -188,6 +248,7 @@ class NumpyBackend:
 
     def copy_in(self, stream, dst, src):
         """Copy host array ``src`` into ``dst`` in stream order; ``src`` may be reused once this returns."""
+        self._refuse_in_capture("copy_in")
         if self.mode == "deferred":
             src = np.array(src, copy=True)
         elif self.mode == "threads":
@@ -202,6 +263,7 @@ class NumpyBackend:
     def synchronize(self):
         """Wait for every stream to drain; re-raise the first exception an operation raised."""
         self._check_open()
+        self._refuse_in_capture("synchronize")
         if self.mode == "deferred":
             self._run_deferred()
         with self._lock:
@@ -235,30 +297,44 @@ class NumpyBackend:
         if self._closed:
             raise RuntimeError("this NumpyBackend is closed; create a new one with get_backend('numpy')")
 
+    def _refuse_in_capture(self, what):
+        if self._capture is not None:
+            raise CaptureError(f"{what}() during a capture: a captured step cannot wait for or copy from the host")
+
     def _submit(self, stream, item):
         self._check_open()
-        if self.mode == "serial":
-            self._execute(stream, item)
-            with self._lock:
-                error, self._error = self._error, None
-            if error is not None:
-                raise error
+        if self._capture is not None:
+            self._capture.add(stream, item)
+        elif self.mode == "serial":
+            self._run_now(stream, item)
         elif self.mode == "deferred":
-            stream.deferred.append(item)
+            stream.deferred.append((item, None))
         else:
             with self._lock:
                 self._pending += 1
-            stream.queue.put(item)
+            stream.queue.put(((item,), None))
+
+    def _run_now(self, stream, item, bases=None):
+        """Serial mode: run ``item`` on the caller; raise its error at once."""
+        self._execute(stream, item, bases)
+        with self._lock:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def _drain(self, stream):
-        while (item := stream.queue.get()) is not None:
-            self._execute(stream, item)
+        """A stream's thread: run each entry (one item, or a graph's items for this stream) in turn."""
+        while (entry := stream.queue.get()) is not None:
+            items, bases = entry
+            for item in items:
+                self._execute(stream, item, bases)
             with self._lock:
                 self._pending -= 1
                 if self._pending == 0:
                     self._idle.notify_all()
 
-    def _execute(self, stream, item):
+    def _execute(self, stream, item, bases=None):
+        """Run one item; ``bases`` (a graph's launch) offsets the generations of its events."""
         if stream.delays is not None:
             time.sleep(stream.delays.uniform(0, self.max_delay))
         kind = item.kind
@@ -276,15 +352,17 @@ class NumpyBackend:
                 return
             self._log(stream, "end", item.name)
         elif kind == "record":
+            generation = item.generation + (bases[item.event] if bases else 0)
             with self._lock:
-                item.event.completed = max(item.event.completed, item.generation)
+                item.event.completed = max(item.event.completed, generation)
                 self._log(stream, "record", item.name)
                 item.event.reached.notify_all()
         elif kind == "wait":
+            generation = item.generation + (bases[item.event] if bases else 0)
             with self._lock:
                 if self.mode == "threads":
-                    item.event.reached.wait_for(lambda: item.event.completed >= item.generation)
-                elif item.event.completed < item.generation:
+                    item.event.reached.wait_for(lambda: item.event.completed >= generation)
+                elif item.event.completed < generation:
                     raise RuntimeError(f"{stream.name} waits on {item.event!r}, which nothing earlier records")
                 self._log(stream, "wait", item.name)
         else:
@@ -304,11 +382,12 @@ class NumpyBackend:
                     raise RuntimeError(f"deadlock: streams {stuck} wait on events nothing will record")
                 return
             stream = self._pick(ready)
-            self._execute(stream, stream.deferred.popleft())
+            self._execute(stream, *stream.deferred.popleft())
 
     @staticmethod
-    def _ready(item):
-        return item.kind != "wait" or item.event.completed >= item.generation
+    def _ready(entry):
+        item, bases = entry
+        return item.kind != "wait" or item.event.completed >= item.generation + (bases[item.event] if bases else 0)
 
     def _pick(self, ready):
         if self.order == "random":

@@ -7,12 +7,21 @@ with, and ``modules`` lists every (file, options) the launchers build, for the c
 """
 
 NVRTC_OPTIONS = ("-std=c++17",)
+CUPY_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
+"""What ``cupy.RawModule`` adds itself to the options of every module it compiles with NVRTC, besides
+-arch and its include paths (CuPy 14, ``cupy/cuda/compiler.py``). The launchers do not pass them; the
+compile check adds them, so that it compiles exactly what CuPy will."""
 
 ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
 OUTER_BLOCK = (32, 8)
 BIAS_BLOCK = 128
 TILES = (16, 32)
+# The GEMVs of kernels/chain.cu, chosen on paper (not yet measured; profiling/kernels.py --gemv-blocks
+# compares others): a warp reads 128 contiguous bytes of a row of w (forward), or 8 columns of 4 rows,
+# 32 bytes each, whole sectors (backward); both give 128 blocks at N = 1024 and 512 at N = 4096.
+FORWARD_GEMV_BLOCK = (32, 8)  # (lanes that share a row, rows per block): forward_gemv
+BACKWARD_GEMV_BLOCK = (8, 64)  # (columns per block, threads that share a column): backward_gemv
 
 
 def elementwise_launch(size):
@@ -32,7 +41,8 @@ def outer_launch(n, m):
 
 
 def choose_tile(n, m):
-    """Tile edge of the rank-B update: 32 once both sides fill eight tiles of 32, else 16."""
+    """Tile edge of a tiled kernel with an (n, m) result (the rank-B update; the chain at B > 1, with
+    m = B): 32 once both sides fill eight tiles of 32, else 16."""
     return 32 if min(n, m) >= 8 * 32 else 16
 
 
@@ -52,6 +62,27 @@ def bias_launch(n):
     return grid, (BIAS_BLOCK, 1, 1), (f"-DBIAS_BLOCK={BIAS_BLOCK}",)
 
 
+def chain_launch(kind, n, batch, tile=None):
+    """``kind`` "forward" (2)(3) or "backward" (5) of kernels/chain.cu, for a layer of ``n`` outputs (rows
+    of z, or of delta) and a batch of ``batch``: a GEMV at B = 1 (both GEMVs share one module, so one set
+    of options), else a (tile, tile) block per output tile of the (n, B) result."""
+    assert kind in ("forward", "backward"), kind
+    if batch == 1:
+        (lanes, rows), (cols, split) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
+        assert lanes & (lanes - 1) == 0 and split & (split - 1) == 0, "the sums meet in a binary tree"
+        assert lanes * rows <= 1024 and cols * split <= 1024, (lanes, rows, cols, split)
+        per_block, block = (rows, (lanes, rows, 1)) if kind == "forward" else (cols, (cols, split, 1))
+        grid = (-(-n // per_block), 1, 1)
+        assert grid[0] * per_block >= n, (n, grid)
+        return grid, block, (f"-DFWD_LANES={lanes}", f"-DFWD_ROWS={rows}", f"-DBWD_COLS={cols}",
+                             f"-DBWD_SPLIT={split}")
+    tile = choose_tile(n, batch) if tile is None else tile
+    assert tile in TILES, tile
+    grid = (-(-batch // tile), -(-n // tile), 1)
+    assert grid[0] * tile >= batch and grid[1] * tile >= n and grid[1] <= 65535, (n, batch, grid)
+    return grid, (tile, tile, 1), (f"-DTILE={tile}",)
+
+
 def compile_options(defines):
     """The NVRTC options of a module built with the ``-D`` options ``defines`` of a launch above."""
     return (*NVRTC_OPTIONS, *defines)
@@ -64,4 +95,6 @@ def modules():
         ("nabla_w.cu", compile_options(outer_launch(1, 1)[2])),
         *[("nabla_w.cu", compile_options(rank_update_launch(1, 1, tile)[2])) for tile in TILES],
         ("nabla_b.cu", compile_options(bias_launch(1)[2])),
+        ("chain.cu", compile_options(chain_launch("forward", 1, 1)[2])),
+        *[("chain.cu", compile_options(chain_launch("forward", 1, 2, tile)[2])) for tile in TILES],
     ]

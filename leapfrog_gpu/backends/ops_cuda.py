@@ -1,8 +1,15 @@
 """CuPy launchers for the raw CUDA kernels in ``kernels/``, with the same signatures as ``ops_numpy``.
 
 Each launcher enqueues on CuPy's current stream (the backend enters the stream around it). Modules are
-compiled once per (file, options) with ``cupy.RawModule`` and kept for the life of the process.
+compiled once per (file, options) with ``cupy.RawModule``, and each kernel looked up once per (file,
+name, dtype, options): ``RawModule.get_function`` makes a new ``RawKernel`` on every call.
+
+The chain, (2) and (5), runs on cuBLAS (``cupy.matmul``) and an elementwise kernel, or, with
+``chain="kernels"``, on our own kernels of kernels/chain.cu, one per layer: those are what a CUDA graph
+captures, since CuPy refuses cuBLAS calls during stream capture.
 """
+
+import contextlib
 
 import numpy as np
 
@@ -15,6 +22,8 @@ ACTIVATION_CODES = {"sigmoid": 0, "tanh": 1, "relu": 2, "identity": 3}
 """The code of each activation sigma in kernels/elementwise.cu."""
 COST_CODES = {"quadratic": 0, "cross_entropy": 1}
 """The code of each cost C in kernels/elementwise.cu."""
+CHAINS = ("cublas", "kernels")
+"""What runs the chain (2)(5): cuBLAS and an elementwise kernel, or our kernels of kernels/chain.cu."""
 
 
 class CudaOps:
@@ -23,21 +32,64 @@ class CudaOps:
     SCRATCH = 0
     """The kernels fuse what the NumPy twins stream through scratch: none is needed."""
 
-    def __init__(self, cupy):
+    def __init__(self, cupy, chain="cublas"):
+        if chain not in CHAINS:
+            raise ValueError(f"chain must be one of {', '.join(map(repr, CHAINS))}; got {chain!r}")
         self._cupy = cupy
         self._modules = {}
+        self._kernels = {}
+        self.chain = chain
+
+    @contextlib.contextmanager
+    def own_chain(self):
+        """Within the block, the chain runs on our kernels whatever ``chain`` says."""
+        chain, self.chain = self.chain, "kernels"
+        try:
+            yield
+        finally:
+            self.chain = chain
 
     def _kernel(self, filename, name, dtype, options=()):
-        key = (filename, options)
-        module = self._modules.get(key)
-        if module is None:
-            module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
-            self._modules[key] = module
-        return module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
+        key = (filename, name, np.dtype(dtype), options)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            module = self._modules.get((filename, options))
+            if module is None:
+                module = self._cupy.RawModule(code=kernel_source(filename), options=launch.compile_options(options))
+                self._modules[filename, options] = module
+            kernel = self._kernels[key] = module.get_function(f"{name}_{SUFFIX[np.dtype(dtype)]}")
+        return kernel
 
     def _elementwise(self, name, size, dtype, args):
         grid, block, options = launch.elementwise_launch(size)
         self._kernel("elementwise.cu", name, dtype, options)(grid, block, args)
+
+    def forward(self, z, a, sp, w, a_prev, b, activation):
+        """(2)(3) of one layer: ``z = w a_prev + b``, ``a = sigma(z)``, ``sp = sigma'(z)``."""
+        if self.chain == "cublas":
+            self._cupy.matmul(w, a_prev, out=z)
+            self.bias_activation(z, a, sp, b, activation)
+            return
+        (n, m), batch = w.shape, a_prev.shape[1]
+        act = np.int32(ACTIVATION_CODES[activation])
+        self._chain("forward", n, batch, w.dtype, (z, a, sp, w, a_prev, b, np.int32(n), np.int32(m)), (act,))
+
+    def backward(self, delta, w_next, delta_next, sp):
+        """(5) of one layer: ``delta = ((w^{l+1})^T delta^{l+1}) * sp``."""
+        if self.chain == "cublas":
+            self._cupy.matmul(w_next.T, delta_next, out=delta)
+            self.delta_hidden(delta, sp)
+            return
+        (m, n), batch = w_next.shape, delta.shape[1]
+        self._chain("backward", n, batch, delta.dtype, (delta, w_next, delta_next, sp, np.int32(n), np.int32(m)), ())
+
+    def _chain(self, kind, n, batch, dtype, args, tail):
+        """Launch ``kind``_gemv (B = 1) or ``kind``_gemm (with ``batch`` before ``tail``) of chain.cu."""
+        grid, block, options = launch.chain_launch(kind, n, batch)
+        if batch == 1:
+            self._kernel("chain.cu", f"{kind}_gemv", dtype, options)(grid, block, (*args, *tail))
+        else:
+            self._kernel("chain.cu", f"{kind}_gemm", dtype, options)(grid, block, (*args, np.int32(batch), *tail))
 
     def bias_activation(self, z, a, sp, b, activation):
         n, batch = z.shape
@@ -54,10 +106,10 @@ class CudaOps:
     def nabla_w(self, nabla_w, delta, a):
         self._nabla_w("", nabla_w, delta, a, ())
 
-    def fused_update(self, w, delta, a, scale, scratch):
-        """``w -= scale * (delta a^T)`` in one pass over w; ``scratch`` is unused here."""
+    def fused_update(self, w, delta, a, step, scratch):
+        """``w -= step[0] * (delta a^T)`` unless ``step[1]``, in one pass over w; ``scratch`` is unused here."""
         del scratch
-        self._nabla_w("_sgd", w, delta, a, (w.dtype.type(scale),))
+        self._nabla_w("_sgd", w, delta, a, (step,))
 
     def _nabla_w(self, variant, out, delta, a, extra):
         (n, batch), m = delta.shape, a.shape[0]
@@ -76,8 +128,16 @@ class CudaOps:
         kernel = self._kernel("nabla_b.cu", "bias_sum", delta.dtype, options)
         kernel(grid, block, (nabla_b, delta, np.int32(n), np.int32(batch)))
 
-    def sgd_update(self, param, nabla, scale, scratch):
-        """``param -= scale * nabla`` in one pass; ``scratch`` is unused here."""
+    def sgd_update(self, param, nabla, step, scratch):
+        """``param -= step[0] * nabla`` unless ``step[1]``, in one pass; ``scratch`` is unused here."""
         del scratch
-        args = (param, nabla, param.dtype.type(scale), np.int64(param.size))
-        self._elementwise("sgd_update", param.size, param.dtype, args)
+        self._elementwise("sgd_update", param.size, param.dtype, (param, nabla, step, np.int64(param.size)))
+
+    def check_finite(self, step, x, code):
+        """``step[1] = code`` if ``x`` holds a NaN or an Inf and ``step[1]`` is still 0."""
+        self._elementwise("check_finite", x.size, x.dtype, (step, x, np.int64(x.size), x.dtype.type(code)))
+
+    @staticmethod
+    def set_element(array, index, value):
+        """``array[index] = value`` on the current stream (a fill kernel: no host copy, no allocation)."""
+        array[index:index + 1].fill(value)

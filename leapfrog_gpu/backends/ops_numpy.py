@@ -1,8 +1,10 @@
 """NumPy twins of the kernels in ``kernels/``: same arguments, same results, written in place.
 
 The NumPy backend runs these; the tests compare each CUDA kernel against its twin. Every function
-writes into preallocated arrays (``out=``) and allocates nothing. Arrays are C-contiguous, minibatches
-are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B), ``b`` and ``nabla_b`` are (n,).
+writes into preallocated arrays (``out=``) and allocates nothing but ``check_finite``'s temporary.
+Arrays are C-contiguous, minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B),
+``b`` and ``nabla_b`` are (n,). ``step`` holds a step's controls, read when the update runs: ``step[0]``
+is eta / B, ``step[1]`` a refusal (0 to update, else a ``check_finite`` code: the update writes nothing).
 """
 
 import numpy as np
@@ -33,6 +35,18 @@ def bias_activation(z, a, sp, b, activation):
         raise ValueError(f"unknown activation {activation!r}")
 
 
+def forward(z, a, sp, w, a_prev, b, activation):
+    """(2)(3) of one layer: ``z = w a_prev + b``, ``a = sigma(z)``, ``sp = sigma'(z)`` (kernels/chain.cu)."""
+    np.matmul(w, a_prev, out=z)
+    bias_activation(z, a, sp, b, activation)
+
+
+def backward(delta, w_next, delta_next, sp):
+    """(5) of one layer: ``delta = ((w^{l+1})^T delta^{l+1}) * sp`` (kernels/chain.cu)."""
+    np.matmul(w_next.T, delta_next, out=delta)
+    delta_hidden(delta, sp)
+
+
 def delta_output(delta, a, y, sp, cost):
     """(4): ``delta = (a - y) * sp`` (quadratic) or ``a - y`` (cross-entropy with a sigmoid output)."""
     np.subtract(a, y, out=delta)
@@ -61,12 +75,18 @@ def nabla_w(nabla_w, delta, a):
         np.matmul(delta, a.T, out=nabla_w)
 
 
-def fused_update(w, delta, a, scale, scratch):
-    """(7) fused with SGD: ``w -= scale * (delta a^T)``, without ``nabla_w`` ever reaching memory.
+def fused_update(w, delta, a, step, scratch):
+    """(7) fused with SGD: ``w -= step[0] * (delta a^T)`` unless ``step[1]``, without ``nabla_w`` ever
+    reaching memory.
 
     Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element is
-    computed exactly as by ``nabla_w`` then ``sgd_update``, so the result is bitwise the same.
+    computed as by ``nabla_w`` then ``sgd_update``. The result is bitwise the same when w fits one
+    block (B = 1, or n*m <= SCRATCH); with several blocks at B > 1, BLAS may round a row of a smaller
+    GEMM otherwise than the same row of ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS).
     """
+    if step[1] != 0:
+        return
+    scale = step[0]
     n, m = w.shape
     rows = max(1, scratch.size // m)
     for r0 in range(0, n, rows):
@@ -82,11 +102,27 @@ def nabla_b(nabla_b, delta):
     np.sum(delta, axis=1, out=nabla_b)
 
 
-def sgd_update(param, nabla, scale, scratch):
-    """``param -= scale * nabla``, through the flat ``scratch`` a cache-sized block at a time."""
+def sgd_update(param, nabla, step, scratch):
+    """``param -= step[0] * nabla`` unless ``step[1]``, through the flat ``scratch`` a cache-sized block at
+    a time."""
+    if step[1] != 0:
+        return
+    scale = step[0]
     param, nabla = param.reshape(-1), nabla.reshape(-1)
     for start in range(0, param.size, scratch.size):
         stop = min(start + scratch.size, param.size)
-        step = scratch[: stop - start]
-        np.multiply(nabla[start:stop], scale, out=step)
-        np.subtract(param[start:stop], step, out=param[start:stop])
+        chunk = scratch[: stop - start]
+        np.multiply(nabla[start:stop], scale, out=chunk)
+        np.subtract(param[start:stop], chunk, out=param[start:stop])
+
+
+def check_finite(step, x, code):
+    """``step[1] = code`` if ``x`` holds a NaN or an Inf and ``step[1]`` is still 0 (the first gradient
+    found wanting in a step names itself)."""
+    if step[1] == 0 and not np.isfinite(x).all():
+        step[1] = code
+
+
+def set_element(array, index, value):
+    """``array[index] = value`` on the stream that runs it (eta / B into ``step[0]``, say)."""
+    array[index] = value

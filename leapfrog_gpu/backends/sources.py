@@ -1,5 +1,11 @@
-"""Finds the CUDA sources in ``kernels/``, from a checkout and from an installed wheel."""
+"""Finds the CUDA sources in ``kernels/``, from a checkout and from an installed wheel.
 
+``cupy.RawModule(code=...)`` compiles one text with no include path, so ``kernel_source`` replaces each
+``#include "name.h"`` of a header in ``kernels/`` by that header's text, between ``#line`` markers that
+keep compiler messages pointing at the right file and line.
+"""
+
+import re
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # leapfrog_gpu/
@@ -21,8 +27,21 @@ def kernel_files():
     return sorted(kernel_dir().glob("*.cu"))
 
 
+_INCLUDE = re.compile(r'^#include "(\w+\.h)"$', re.M)
+
+
 def kernel_source(name):
-    """The text of ``kernels/<name>``."""
+    """The text of ``kernels/<name>``, its headers from ``kernels/`` inlined (see the module docstring)."""
+    text = _read(name)
+
+    def inline(match):
+        line = text.count("\n", 0, match.start()) + 2  # the line after the #include
+        return f'#line 1 "{match.group(1)}"\n{_read(match.group(1))}#line {line} "{name}"'
+
+    return _INCLUDE.sub(inline, text)
+
+
+def _read(name):
     path = kernel_dir() / name
     if not path.is_file():
         raise FileNotFoundError(f"kernel source {name!r} not found in {kernel_dir()}")

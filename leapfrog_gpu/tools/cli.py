@@ -1,18 +1,26 @@
-"""What the command-line tools share: a parser whose errors are one line, argument types, and files
-written whole or not at all."""
+"""What the command-line tools share: a parser whose errors are one line, argument types, the
+``--backend`` choice said in the command line's words, install hints as the README gives them, and
+files written whole or not at all."""
 
 import argparse
 import contextlib
+import math
 import os
+import sys
 import tempfile
+from pathlib import Path
+
+from .. import parallel
+from ..backends import cuda_status
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line on stderr and exit status 2 (argparse's own
-    usage block would make it several)."""
+    usage block would make it several). Under mpiexec every rank parses the same command line; rank 0
+    alone says what is wrong with it (the rank comes from the launcher, before MPI starts)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
 
 
 def integer(least, name=None):
@@ -47,6 +55,35 @@ def integers(least, name="value"):
     return parse
 
 
+def number(least, strict=False, what="a finite number"):
+    """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``); ``what`` names it
+    in the error message."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < least or (strict and value == least):
+            raise argparse.ArgumentTypeError(f"must be {what} {'>' if strict else '>='} {least:g}; got {text!r}")
+        return value
+
+    return parse
+
+
+def reals(least, name="value"):
+    """An argument type: a comma-separated list of finite numbers, each >= ``least``."""
+    one = number(least)
+
+    def parse(text):
+        try:
+            return [one(part) for part in text.split(",")]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{name}s must be a comma-separated list of numbers >= {least:g}; "
+                                             f"got {text!r}") from None
+
+    return parse
+
+
 def names(registry, what="schedule"):
     """An argument type: a comma-separated list of names, each a key of ``registry``."""
     def parse(text):
@@ -59,20 +96,70 @@ def names(registry, what="schedule"):
     return parse
 
 
+def choose_backend(name, prog):
+    """The backend that ``--backend name`` runs on, and why: ``("numpy" | "cupy", why)``.
+
+    ``why`` is empty for a backend named outright. When ``auto`` falls back to numpy although CuPy is
+    installed, a note on stderr says what CUDA answered. A ``cupy`` that cannot run raises
+    ``ValueError`` with one line that says why and what to do instead.
+    """
+    if name == "numpy":
+        return name, ""
+    status = cuda_status()
+    if name == "cupy":
+        if not status.installed:
+            raise ValueError(f"--backend cupy needs CuPy: {pip_install('cuda12')} (CUDA 12) or "
+                             f"{pip_install('cuda13')} (CUDA 13); or use --backend numpy")
+        if not status.usable:
+            raise ValueError(f"--backend cupy cannot run: {status.why}; use --backend numpy")
+        return name, ""
+    if status.usable:
+        return "cupy", "auto: a GPU is usable"
+    if not status.installed:
+        return "numpy", "auto: CuPy is not installed"
+    if parallel.launcher_rank() == 0:  # under mpiexec every rank would say it
+        print(f"{prog}: note: --backend auto runs on numpy: {status.why}", file=sys.stderr)
+    return "numpy", "auto: no usable GPU, see the note on stderr"
+
+
+def pip_install(extra):
+    """The command that adds the optional dependencies ``extra``, as the README gives it: run from a
+    checkout (``pip install -e .``), ``pip install -e '.[extra]'``; installed, ``pip install
+    'leapfrog_gpu[extra]'``."""
+    checkout = (Path(__file__).resolve().parents[2] / "pyproject.toml").is_file()
+    return f"pip install -e '.[{extra}]'" if checkout else f"pip install 'leapfrog_gpu[{extra}]'"
+
+
+def plural(count, noun):
+    """``1 epoch``, ``30 epochs``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 @contextlib.contextmanager
-def replaced_atomically(path):
-    """A temporary file name beside ``path``: write it in the block; it then replaces ``path`` (with
-    the permissions ``open`` would have given), or is removed if the block raises. A reader, or a run
-    killed half-way, finds the old file or the new one, never half of one."""
+def replaced_atomically(path, prefix="tmp"):
+    """A temporary file name beside ``path`` (``prefix``, random letters, ``.tmp``): write it in the
+    block; it then replaces ``path``, with the permissions ``open`` would have given, or is removed if
+    the block raises. The file and the rename are synced to disk, so a reader, a run killed half-way
+    or a machine that loses power finds the old file or the new one, never half of one."""
     folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as tmp:
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=".tmp", delete=False) as tmp:
         pass
     try:
         yield tmp.name
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp.name, 0o666 & ~umask)  # not the temporary file's 0600
+        _fsync(tmp.name)
         os.replace(tmp.name, path)
+        _fsync(folder)  # the rename itself
     finally:
         if os.path.exists(tmp.name):
             os.remove(tmp.name)
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

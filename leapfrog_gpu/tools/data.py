@@ -7,6 +7,7 @@ malformed or inconsistent file raises ``DataError`` (a ``ValueError``) naming th
 
 import dataclasses
 import gzip
+import importlib.util
 import math
 import zipfile
 from pathlib import Path
@@ -24,6 +25,9 @@ MNIST_FILES = {
 """The four MNIST IDX files by role; each may also end in ``.gz``."""
 
 MNIST_CLASSES = 10
+
+DIGITS_SPLIT = Path(__file__).with_name("digits_split.npz")
+"""The digits' split: arrays ``train`` and ``test`` of sample indices, each in its split's order."""
 
 
 class DataError(ValueError):
@@ -58,16 +62,25 @@ class Dataset:
 
 def digits(dtype="float32"):
     """scikit-learn's bundled 8x8 digits (1797 samples): a stratified 80/20 split with a fixed seed,
-    pixels scaled from 0..16 to [0, 1]."""
-    # Imported here: scikit-learn takes about a second to import and only this loader needs it.
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    pixels scaled from 0..16 to [0, 1].
 
-    bunch = load_digits()
-    x_train, x_test, labels_train, labels_test = train_test_split(
-        bunch.data / 16.0, bunch.target, test_size=0.2, stratify=bunch.target, random_state=0
-    )
-    return classification("digits", x_train, labels_train, x_test, labels_test, 10, dtype)
+    The samples are read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``)
+    without importing scikit-learn, which takes seconds; the split is the one of
+    ``train_test_split(test_size=0.2, stratify=labels, random_state=0)``, kept in ``DIGITS_SPLIT``
+    (tests/test_data.py checks both against scikit-learn).
+    """
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    if spec is None:
+        raise DataError("the digits come with scikit-learn, which is not installed: pip install scikit-learn")
+    path = Path(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
+    if not path.is_file():
+        raise DataError(f"the digits are not where scikit-learn keeps them, {path}: reinstall scikit-learn")
+    with gzip.open(path, "rt") as file:
+        table = np.loadtxt(file, delimiter=",")  # one row per sample: 64 pixels, then the label
+    with np.load(DIGITS_SPLIT) as split:
+        train, test = split["train"], split["test"]
+    x, labels = table[:, :-1] / 16.0, table[:, -1].astype(int)
+    return classification("digits", x[train], labels[train], x[test], labels[test], 10, dtype)
 
 
 def mnist(path, dtype="float32"):

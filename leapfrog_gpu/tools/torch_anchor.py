@@ -1,8 +1,13 @@
-"""The same MLP trained by PyTorch eager autograd: what a user would otherwise run.
+"""The same MLP trained by PyTorch: what a user would otherwise run, eagerly or as a CUDA graph.
 
 Same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)), as
 PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Times are ms:
 ``perf_counter`` on the CPU, CUDA events on a GPU, as in ``leapfrog_gpu.backends.timing``.
+
+``graph=True`` (a GPU only) captures forward, ``backward()`` and the SGD update of one step in a
+``torch.cuda.CUDAGraph`` as PyTorch's documentation does for a whole network: warm-up steps on a side
+stream, the gradients set to None so that the captured backward allocates them from the graph's
+private pool, static input and target tensors; a timed step copies the batch into those and replays.
 """
 
 import math
@@ -23,13 +28,16 @@ def available():
 
 
 def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", threads=None, repeats=20,
-            warmup=3, seed=0, eta=0.01):
+            warmup=3, seed=0, eta=0.01, graph=False):
     """``(step_ms, backward_ms)``: arrays of ``repeats`` times of an SGD step (forward, ``backward()``,
-    update) and of ``backward()`` alone (its forward pass untimed)."""
+    update) and of ``backward()`` alone (its forward pass untimed). With ``graph=True`` the step is
+    a replay of its CUDA graph, after copying the batch in, and ``backward_ms`` is None."""
     import torch
 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
+    if graph and torch.device(device).type != "cuda":
+        raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); got {device!r}")
     if threads is not None:
         torch.set_num_threads(threads)
     generator = torch.Generator().manual_seed(seed)
@@ -58,9 +66,13 @@ def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", t
                 p.sub_(p.grad, alpha=eta / batch)
 
     clock = _Clock(torch, device)
+    if graph:
+        step = _graphed(torch, step, params, x, y, activation, eta / batch, max(warmup, 3))
     for _ in range(warmup):
         step()
     step_ms = np.array([clock.time(step) for _ in range(repeats)])
+    if graph:
+        return step_ms, None
     backward_ms = []
     for _ in range(repeats):
         c = loss()
@@ -76,6 +88,33 @@ def quadratic_cost(params, x, y, activation="sigmoid"):
     for w, b in zip(params[::2], params[1::2]):
         a = getattr(torch, activation)(torch.nn.functional.linear(a, w, b))  # equations (2) and (3)
     return 0.5 * (a - y).square().sum()
+
+
+def _graphed(torch, step, params, x, y, activation, scale, warmup):
+    """The step as a CUDA graph, captured by PyTorch's whole-network recipe; returns a function that
+    copies the batch ``x``, ``y`` into the static inputs and replays the graph."""
+    static_x, static_y = x.clone(), y.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, on a side stream
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    for p in params:
+        p.grad = None  # the captured backward allocates the gradients from the graph's pool
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        quadratic_cost(params, static_x, static_y, activation).backward()
+        with torch.no_grad():
+            for p in params:
+                p.sub_(p.grad, alpha=scale)
+
+    def replay():
+        static_x.copy_(x)
+        static_y.copy_(y)
+        graph.replay()
+
+    return replay
 
 
 class _Clock:

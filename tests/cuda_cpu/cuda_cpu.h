@@ -10,8 +10,8 @@
 // put a PROT_NONE page after every array) stops the launch with the thread and block that made it.
 //
 // Supported: dim3, threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__shared__ (static
-// sizes), __syncthreads, and the <cmath> functions on float and double. Add intrinsics here as the
-// kernels need them.
+// sizes), __syncthreads, and exp, tanh and isfinite on float and double (the <cmath> ones). Add
+// intrinsics here as the kernels need them. `#pragma unroll` is CUDA's and means nothing here.
 //
 // Each kernel is exported by CUDA_CPU_EXPORT(name) as
 //     int cuda_cpu_<name>(const unsigned grid[3], const unsigned block[3], void** args)
@@ -34,6 +34,7 @@
 #include <vector>
 
 using std::exp;   // CUDA's float overloads: exp(float) stays in float, as on the device
+using std::isfinite;
 using std::tanh;
 
 struct dim3 {

@@ -1,0 +1,60 @@
+"""Render runs of ``mpiexec -n P leapfrog-bench --json`` as the Markdown table of the README's
+data-parallel benchmark: per configuration, the median over the runs of each run's medians, and the
+smallest and largest run in brackets (runs at different times meet different loads on a shared machine).
+
+    python profiling/parallel_table.py profiling/results/bench_cpu_parallel_*.json
+"""
+
+import argparse
+import json
+import statistics
+
+KEY = ("N", "L", "B", "P", "schedule", "k", "bucket_mb", "blas_threads")
+COLUMNS = {  # heading: how to read the value from a record
+    "step ms": lambda r: r["step_ms"]["median"],
+    "local ms": lambda r: r["local_slowest_ms"],
+    "sums ms": lambda r: r["sums_slowest_ms"],
+    "exposed ms": lambda r: r["exposed_ms"],
+    "hidden": lambda r: r["hidden"],
+    "one process ms (B·P)": lambda r: r["one_ms"]["median"],
+    "speedup": lambda r: r["speedup"],
+}
+
+
+def cell(values, heading):
+    middle, low, high = statistics.median(values), min(values), max(values)
+    if heading == "hidden":
+        return f"{middle:.0%} [{low:.0%}–{high:.0%}]"
+    if heading == "speedup":
+        return f"{middle:.2f}× [{low:.2f}–{high:.2f}]"
+    digits = 1 if abs(middle) >= 10 else 2
+    return f"{middle:.{digits}f} [{low:.{digits}f}–{high:.{digits}f}]"
+
+
+def table(runs):
+    """One row per configuration found in every run, in the order of the first."""
+    found = [{tuple(r[k] for k in KEY): r for r in run["records"]} for run in runs]
+    rows = ["| N | L | B per rank | P | schedule | k | bucket MB | BLAS | " + " | ".join(COLUMNS) + " |",
+            "|" + "---:|" * (len(KEY) + len(COLUMNS))]
+    for key in found[0]:
+        if not all(key in records for records in found):
+            continue
+        cells = [cell([read(records[key]) for records in found], heading) for heading, read in COLUMNS.items()]
+        rows.append("| " + " | ".join([*(f"{part:g}" if isinstance(part, float) else str(part) for part in key),
+                                       *cells]) + " |")
+    return "\n".join(rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", nargs="+", help="files written by mpiexec -n P leapfrog-bench --json")
+    runs = []
+    for path in parser.parse_args().json:
+        with open(path, encoding="utf-8") as file:
+            runs.append(json.load(file))
+    print(f"{len(runs)} runs: `{runs[0]['command']}`, {runs[0]['date'][:10]}\n")
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()

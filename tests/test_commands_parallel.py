@@ -1,0 +1,179 @@
+"""``mpiexec -n P leapfrog-train``: the accuracy of one process on the whole batches, rank 0 alone speaks and
+writes, and no fault leaves a rank waiting: a rank killed, interrupted or stopped ends the job, non-zero,
+within a bounded time, and the last checkpoint stays whole. ``leapfrog-bench`` under mpiexec reports what
+the sums cost."""
+
+import json
+import signal
+import sys
+import time
+
+import pytest
+
+import mpirun
+from leapfrog_gpu.tools import bench, checkpoint
+from test_train import assert_bitwise_equal, cli, one_error_line, parameters
+
+pytestmark = mpirun.needs_mpi
+
+TRAIN = [sys.executable, "-m", "leapfrog_gpu"]
+TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", "3x32", "--samples", "1000",
+           "--batch-size", "8", "--lr", "0.01", "--backend", "numpy", "--quiet"]  # 63 steps, about 0.1 s an epoch
+
+
+def test_two_ranks_reach_the_accuracy_of_one_process_with_the_whole_batch(tmp_path):
+    """``mpiexec -n 2 leapfrog-train --epochs 3`` (batch 32 per rank) against ``--batch-size 64``: the same
+    batches, so the same accuracy but for rounding (the bar is 0.5 %)."""
+    two, one = tmp_path / "two", tmp_path / "one"
+    out = mpirun.run(2, *TRAIN, "--epochs", 3, "--backend", "numpy", "--metrics", two / "metrics.jsonl",
+                     "--checkpoint-dir", two, timeout=120)
+    lines = out.splitlines()
+    assert lines[0].startswith("digits: 1437 train, 360 test samples")
+    assert lines[1].startswith("numpy Leapfrog(k=2) | 3 epochs of 23 steps, batch 32 on each of 2 ranks, lr 0.1")
+    assert [line.split()[:2] for line in lines[2:5]] == [["epoch", "1/3"], ["epoch", "2/3"], ["epoch", "3/3"]]
+    assert len(lines) == 6 and lines[5].startswith("done: 3 epochs")  # rank 0 alone prints
+    assert cli("--batch-size", 64, "--epochs", 3, "--backend", "numpy", "--quiet", "--metrics", one / "metrics.jsonl",
+               "--checkpoint-dir", one) == 0
+    two_metrics, one_metrics = ([json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+                                for d in (two, one))
+    assert [m["step"] for m in two_metrics] == [m["step"] for m in one_metrics] == [23, 46, 69]
+    assert abs(two_metrics[-1]["test_accuracy"] - one_metrics[-1]["test_accuracy"]) <= 0.005
+    assert abs(two_metrics[-1]["train_loss"] - one_metrics[-1]["train_loss"]) <= 1e-4 * one_metrics[-1]["train_loss"]
+    state = parameters(two)[1]
+    assert state["config"]["ranks"] == 2 and state["config"]["batch_size"] == 32
+    assert sorted(p.name for p in two.iterdir()) == ["checkpoint.npz", "metrics.jsonl"]
+
+
+def test_a_checkpoint_of_two_ranks_resumes_with_two_ranks_only(tmp_path, capsys):
+    mpirun.run(2, *TRAIN, *TEACHER, "--epochs", 1, "--checkpoint-dir", tmp_path, timeout=60)
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume") == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: the checkpoint was written by 2 rank(s) of --batch-size "
+                                      "8; resume it with as many ranks (mpiexec -n 2)")
+
+
+def wait_for(path, process, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"the job ended before {path} appeared: {process.communicate()[1]}"
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_rank_killed_mid_run_ends_the_job_and_the_last_checkpoint_resumes(tmp_path, victim):
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", run)
+    pids = mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(run), job)
+    time.sleep(0.15)  # inside a later epoch, perhaps while rank 0 writes the next checkpoint
+    killed = time.monotonic()
+    mpirun.os.kill(pids[victim], signal.SIGKILL)
+    returncode, out, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode != 0 and time.monotonic() - killed < 60, (returncode, out, err)
+    assert "Killed (signal 9)" in out  # mpiexec's word for it, on its stdout
+
+    state = parameters(run)[1]  # whole: it loads
+    assert 1 <= state["epoch"] < 100 and state["step_in_epoch"] == 0
+    epochs = state["epoch"] + 1
+    mpirun.run(2, *TRAIN, "--epochs", epochs, "--checkpoint-dir", run, "--resume", "--quiet", timeout=60)
+    mpirun.run(2, *TRAIN, *TEACHER, "--epochs", epochs, "--checkpoint-dir", straight, timeout=60)
+    assert_bitwise_equal(parameters(run)[0], parameters(straight)[0])
+
+
+def test_a_rank_that_raises_ends_every_rank_with_one_line(tmp_path):
+    """SIGINT sent to rank 1 alone (not through mpiexec) raises KeyboardInterrupt there."""
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path)
+    pids = mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(tmp_path), job)
+    mpirun.os.kill(pids[1], signal.SIGINT)
+    returncode, out, err, seconds = mpirun.finish(job, timeout=60)
+    assert returncode == 130, err
+    ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
+    assert ours == ["leapfrog-train: error: rank 1 of 2: interrupted (SIGINT); stopping every rank"], err
+    assert "Traceback" not in err and out == ""
+    checkpoint.load(tmp_path)
+
+
+def test_a_rank_that_hangs_is_given_up_after_the_timeout(tmp_path):
+    """A stopped rank neither answers nor exits: the others give up after --comm-timeout and end the job."""
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path, "--comm-timeout", 2)
+    pids = mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(tmp_path), job)
+    stopped = time.monotonic()
+    mpirun.os.kill(pids[1], signal.SIGSTOP)
+    returncode, _, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode == 4 and time.monotonic() - stopped < 30, err
+    ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
+    assert len(ours) == 1 and ours[0].startswith("leapfrog-train: error: rank 0 of 2: the sum of ")  # layer or loss
+    assert ours[0].endswith("has waited 2 s for the other ranks: one of them died, failed or hangs; stopping the job")
+    checkpoint.load(tmp_path)
+
+
+def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
+    for args, message in (
+        (["--lr", "-1"], "leapfrog-train: error: argument --lr: must be a finite number >= 0; got '-1'"),
+        (["--data", "mnist", "--data-dir", tmp_path / "none"], "leapfrog-train: error: "),
+        (["--graph"], "leapfrog-train: error: --graph does not run under mpiexec yet (its graphs hold no sums "
+                      "across ranks); drop it"),
+        (["--batch-size", "719"], "leapfrog-train: error: --batch-size 719 on each of 2 ranks is larger than the 1437 "
+                                  "training samples of digits; use at most 718"),
+    ):
+        returncode, out, err, _ = mpirun.finish(mpirun.launch(2, *TRAIN, *args), timeout=60)
+        assert returncode == 2 and out == "", err
+        assert len(err.splitlines()) == 1 and err.startswith(message), err
+
+
+def test_ranks_with_other_options_are_refused(tmp_path):
+    """Every rank compares a digest of its options and data with the others' before the first step."""
+    job = mpirun.launch(1, *TRAIN, *TEACHER, "--epochs", 1, ":", "-n", 1, *TRAIN, *TEACHER, "--epochs", 1,
+                        "--lr", 0.02)
+    returncode, _, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode == 2
+    assert err.splitlines() == ["leapfrog-train: error: every rank must use the same options and data, but they "
+                                "differ in lr: 0.02 on rank 1, 0.01 on rank 0; start every rank with the same "
+                                "command line"]
+
+
+def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
+    report = tmp_path / "dp.json"
+    out = mpirun.run(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "numpy", "--sizes", 33,
+                     "--layers", 4, "--batch", 3, "--k", 2, "--repeats", 3, "--warmup", 1, "--blas-threads", 1,
+                     "--bucket-mb", "0,0.01", "--json", report, timeout=120)
+    lines = out.splitlines()
+    assert lines[0].split()[:9] == ["N", "L", "B", "P", "dtype", "schedule", "k", "bucket", "MB"]
+    assert len(lines) == 2 + 4 + 1  # header, rule, (sequential, leapfrog) x 2 bucket sizes, legend: rank 0 only
+    records = json.loads(report.read_text())["records"]
+    assert [(r["schedule"], r["bucket_mb"]) for r in records] == [
+        ("sequential", 0), ("sequential", 0.01), ("leapfrog", 0), ("leapfrog", 0.01)]
+    for r in records:
+        assert r["P"] == 2 and r["B"] == 3 and r["bytes_summed"] == 4 * 3 * 33 * 34
+        assert r["exposed_ms"] == r["step_ms"]["median"] - r["local_slowest_ms"]
+        assert r["speedup"] == r["one_ms"]["median"] / r["step_ms"]["median"] > 0
+
+    sys.path.insert(0, str(mpirun.ROOT / "profiling"))
+    import parallel_table  # the README's table: the median over runs, and their range
+
+    runs = [json.loads(report.read_text()) for _ in range(3)]
+    for run, step in zip(runs, (3.0, 1.0, 2.5)):
+        run["records"][0]["step_ms"]["median"] = step
+    rows = parallel_table.table(runs).splitlines()
+    assert len(rows) == 2 + 4 and rows[2].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
+
+
+@pytest.mark.parametrize("option", ["--fused", "--jsonl"])
+def test_bench_options_that_need_or_refuse_mpiexec(capsys, tmp_path, option):
+    assert bench_main("--bucket-mb", 1) == 2
+    assert "--bucket-mb applies under mpiexec -n P with P > 1 only" in capsys.readouterr().err
+    argv = [option] + ([tmp_path / "r.jsonl"] if option == "--jsonl" else [])
+    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", *argv),
+                                            timeout=60)
+    assert returncode == 2 and out == ""
+    assert err.splitlines() == [f"leapfrog-bench: error: {option} does not apply under mpiexec"]
+    assert not list(tmp_path.iterdir())
+
+
+def bench_main(*args):
+    try:
+        return bench.main([str(arg) for arg in args])
+    except SystemExit as exit:
+        return exit.code

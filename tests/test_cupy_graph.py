@@ -1,0 +1,296 @@
+"""Graph mode on the CuPy backend, in CI: on the CuPy stand-in (tests/fake_cupy.py) under each of its
+orders. Its kernels are the real ones on the CPU harness; its stream capture refuses what CuPy refuses
+(cuBLAS, host transfers, synchronization) and allocations too; its graphs replay their nodes in an
+adversarial order that respects only the captured edges, and its pool catches memory freed under them.
+
+It checks the CuPy glue of graph mode: the capture succeeds (so nothing in it calls cuBLAS, allocates
+or copies from the host), the workers join it through events and are joined back, graph steps agree to
+the bit with eager steps on the same (chain) kernels and with the reference, eta changes without a new
+capture, check_finite needs no host round trip, a NumPy batch is staged outside the graph without
+blocking the host, a launch refused during the capture leaves no graph, and a queued replay keeps what
+it uses alive.
+"""
+
+import contextlib
+import gc
+import io
+import json
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+
+from conftest import batch, gpu
+from leapfrog_gpu import MLP, Leapfrog, NaumovScan, Sequential, reference
+from test_graphs import assert_graph_steps_follow_the_reference
+
+SIZES = [7, 13, 5, 11, 3]
+
+
+def cupy_backend(chain="cublas"):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    return CupyBackend(chain=chain)
+
+
+@pytest.fixture
+def captures(standin, monkeypatch):
+    """The streams that began a capture, in order."""
+    begun, begin = [], standin.Stream.begin_capture
+
+    def begin_capture(stream, mode=None):
+        begun.append(stream)
+        begin(stream, mode)
+
+    monkeypatch.setattr(standin.Stream, "begin_capture", begin_capture)
+    return begun
+
+
+def graph_launches(standin, start=0):
+    """Graph launches enqueued since the stand-in's trace held ``start`` entries."""
+    return sum(1 for kind, _, name in standin.trace()[start:] if kind == "launch" and name == "graph")
+
+
+def host(arrays):
+    return [np.array(array.get()) for array in arrays]
+
+
+def etas(steps):
+    return [0.5, 0.1, 0.3, 0.0, 0.2][:steps]
+
+
+def train(net, schedule, size, graph, steps=5, dtype=np.float32):
+    """Parameters (on the host) after each of ``steps`` SGD steps, eta changing every step."""
+    taken = []
+    for step, eta in enumerate(etas(steps)):
+        x, y = batch(SIZES, size, seed=step, dtype=dtype)
+        net.sgd_step(x, y, eta, schedule, graph=graph)
+        taken.append(host(net.weights + net.biases))
+    return taken
+
+
+@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(3, fused=True), Sequential(fused=True)],
+                         ids=repr)
+def test_graph_steps_are_bitwise_eager_steps_on_the_chain_kernels(standin, captures, schedule, size):
+    with cupy_backend(chain="kernels") as cuda:
+        want = train(MLP(SIZES, seed=4, backend=cuda), schedule, size, graph=False)
+        net = MLP(SIZES, seed=4, backend=cuda)
+        start = len(standin.trace())
+        got = train(net, schedule, size, graph=True)
+    assert len(captures) == 1 and graph_launches(standin, start) == 4  # the first step runs eagerly
+    for step, (a, b) in enumerate(zip(want, got)):
+        assert all(np.array_equal(p, q) for p, q in zip(a, b)), f"graph step {step} differs from the eager one"
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=repr)
+def test_graph_steps_follow_the_reference(standin, schedule):
+    with cupy_backend() as cuda, MLP(SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:
+        assert_graph_steps_follow_the_reference(net, schedule, 3)
+
+
+def test_the_capture_calls_no_cublas_and_allocates_nothing(standin, captures, monkeypatch):
+    """On a backend whose eager steps use cuBLAS, the graph steps run the chain on our kernels: the
+    capture, in which the stand-in refuses any cuBLAS call, allocation or host copy, succeeds (a refusal
+    would leave no graph and raise at synchronize()); the eager step did call cuBLAS."""
+    calls, matmul = [], standin.matmul
+
+    def counted(*args, **kwargs):
+        calls.append(standin.cuda.get_current_stream().is_capturing())
+        return matmul(*args, **kwargs)
+
+    monkeypatch.setattr(standin, "matmul", counted)
+    with cupy_backend() as cuda, MLP(SIZES, seed=1, backend=cuda) as net:
+        x, y = batch(SIZES, 2, dtype=np.float32)
+        net.sgd_step(x, y, 0.1, Leapfrog(2))
+        assert calls == [False] * (2 * (len(SIZES) - 1) - 1)  # (2) for every layer, (5) below the last
+        calls.clear()
+        start = len(standin.trace())
+        for _ in range(3):
+            net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
+        net.synchronize()
+        assert calls == [] and len(captures) == 1 and graph_launches(standin, start) == 2
+        assert len(net._plans[2].graphs) == 1
+        assert cuda.ops.chain == "cublas"  # the eager chain is cuBLAS again once the capture is done
+
+
+@pytest.mark.parametrize("plant", ["cublas", "allocation"])
+def test_a_launch_refused_during_the_capture_leaves_no_graph(standin, monkeypatch, plant):
+    """What CuPy refuses during a capture (cuBLAS: the chain left on it), or what the stand-in refuses
+    (an allocation in the update), planted in the step: its eager run does the step, no graph is kept,
+    the next synchronize() raises the refusal, and once the plant is gone the step is captured."""
+    with cupy_backend() as cuda, MLP(SIZES, dtype="float64", backend=cuda) as net:
+        x, y = batch(SIZES, 3)
+        with monkeypatch.context() as planted:
+            if plant == "cublas":
+                planted.setattr(cuda.ops, "own_chain", contextlib.nullcontext)
+                error, message = NotImplementedError, "calling cuBLAS API during stream capture"
+            else:
+                update = cuda.ops.sgd_update
+                planted.setattr(cuda.ops, "sgd_update",
+                                lambda param, nabla, step, scratch: update(param, nabla.copy(), step, scratch))
+                error, message = standin.CaptureAllocationError, "allocate every buffer before begin_capture"
+            before = host(net.weights)
+            net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
+            with pytest.raises(error, match=message):
+                net.synchronize()
+            assert net._plans[3].graphs == {}
+            assert not all(np.array_equal(p, q) for p, q in zip(host(net.weights), before))  # the eager run
+        net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
+        net.synchronize()
+        assert len(net._plans[3].graphs) == 1
+
+
+def test_the_workers_join_the_capture_through_events_and_are_joined_back(standin):
+    with cupy_backend() as cuda, MLP(SIZES, backend=cuda) as net:
+        x, y = batch(SIZES, 2)
+        start = len(standin.trace())
+        net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
+        waits = [entry for entry in standin.trace()[start:] if entry[0] == "wait"]
+        main, workers = cuda.main.ptr, {w.ptr for w in cuda.workers(2)}
+    half = len(waits) // 2  # the eager step, then the capture of the same step
+    assert half > 0 and waits[:half] == waits[half:]
+    assert {stream for _, stream, source in waits if source == main} == workers
+    assert {source for _, stream, source in waits if stream == main} == workers
+
+
+def test_eta_changes_without_a_new_capture(standin, captures):
+    with cupy_backend() as cuda, MLP(SIZES, dtype="float64", backend=cuda) as net:
+        x, y = batch(SIZES, 3)
+        net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
+        before = host(net.weights)
+        start = len(standin.trace())
+        net.sgd_step(x, y, 0.0, Leapfrog(2), graph=True)
+        assert all(np.array_equal(p, q) for p, q in zip(host(net.weights), before))  # eta = 0: no change
+        nabla_b, nabla_w = reference.backprop(before, host(net.biases), x, y)
+        net.sgd_step(x, y, 0.25, Leapfrog(2), graph=True)
+        for got, w, g in zip(host(net.weights), before, nabla_w):
+            np.testing.assert_allclose(got, w - 0.25 / 3 * g, rtol=1e-12, atol=1e-14)
+        assert len(captures) == 1 and graph_launches(standin, start) == 2
+
+
+def test_check_finite_refuses_the_update_without_a_host_round_trip(standin, captures):
+    with cupy_backend() as cuda, MLP(SIZES, dtype="float64", backend=cuda, check_finite=True) as net:
+        x, y = batch(SIZES, 3)
+        net.sgd_step(x, y, 0.1, Sequential(), graph=True)
+        weights, biases = host(net.weights), host(net.biases)
+        broken = [w.copy() for w in weights]
+        broken[1][2, 3] = np.nan
+        net.set_parameters(broken, biases)
+        start = len(standin.waits())
+        net.sgd_step(x, y, 0.1, Sequential(), graph=True)
+        net.sgd_step(x, y, 0.1, Sequential(), graph=True)
+        blocked = standin.waits()[start:]
+        # no flag read, no synchronization: the host only waited to reuse a staging buffer
+        assert {what for what, _ in blocked} <= {"event.synchronize"}, blocked
+        with pytest.raises(FloatingPointError, match=r"nabla_w\[\d\] holds NaN or Inf; update refused"):
+            net.synchronize()
+        assert all(np.array_equal(p, q, equal_nan=True) for p, q in zip(host(net.weights), broken))
+        net.set_parameters(weights, biases)
+        net.sgd_step(x, y, 0.1, Sequential(), graph=True)
+        assert not all(np.array_equal(p, q) for p, q in zip(host(net.weights), weights))
+        assert len(captures) == 1
+
+
+def test_check_finite_with_graph_on_the_cupy_backend_stops_training_with_exit_3(standin, capsys):
+    from leapfrog_gpu.tools import train
+
+    argv = ["--backend", "cupy", "--hidden", "3x16", "--activation", "relu", "--cost", "quadratic", "--quiet",
+            "--epochs", "1", "--lr", "1e20", "--check-finite", "--graph"]
+    assert train.main(argv) == 3
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "holds NaN or Inf; update refused, parameters unchanged: try a smaller --lr" in err
+
+
+def test_naumov_schedules_are_refused_on_cupy(standin, captures):
+    with cupy_backend() as cuda, MLP(SIZES, backend=cuda) as net:
+        with pytest.raises(ValueError, match=r"graph=True cannot capture NaumovScan.*cuBLAS"):
+            net.sgd_step(*batch(SIZES, 2), 0.1, NaumovScan(), graph=True)
+        assert captures == []
+
+
+def test_a_numpy_batch_is_staged_outside_the_graph_without_blocking_the_host(standin):
+    """Each replay reads the batch its step copied in (the stand-in refuses a host copy during a
+    capture, as CuPy does: the copies are outside the graph), through two pinned buffers per shape, and
+    the host runs ahead of the device: no stream or device synchronization, no read."""
+    batches = [batch(SIZES, 2, seed=s) for s in range(4)]
+    with cupy_backend() as cuda, MLP(SIZES, activation="tanh", dtype="float64", backend=cuda) as net:
+        net.sgd_step(*batches[0], 0.5, Leapfrog(2), graph=True)  # captured
+        weights, biases = host(net.weights), host(net.biases)
+        start = len(standin.waits())
+        for x, y in batches[1:]:
+            net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
+        blocked = standin.waits()[start:]
+        queued = standin.pending()
+        got = host(net.weights + net.biases)
+        assert sorted(cuda._staging) == sorted([((7, 2), "<f8"), ((3, 2), "<f8")])
+    assert {what for what, _ in blocked} <= {"event.synchronize"}, blocked
+    assert queued > 0  # the last steps were still queued when the last one returned
+    for x, y in batches[1:]:
+        nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", net.cost, net.output_activation)
+        weights = [w - 0.5 / 2 * g for w, g in zip(weights, nabla_w)]
+        biases = [b - 0.5 / 2 * g for b, g in zip(biases, nabla_b)]
+    for a, b in zip(got, weights + biases):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_a_dropped_network_keeps_what_its_queued_graph_steps_use(standin):
+    """A network whose backend is not its own, dropped with replays queued: its plan (buffers, graph)
+    and step controls go back to CuPy's pool only once the replays have run."""
+    x, y = batch(SIZES, 3)
+    with cupy_backend() as cuda:
+        net = MLP(SIZES, dtype="float64", backend=cuda)
+        for _ in range(3):
+            net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
+        del net
+        gc.collect()
+        cuda.synchronize()  # the stand-in raises UseAfterFreeError if the pool got them back too early
+
+
+def test_bench_graph_rows_on_cupy(standin, tmp_path):
+    from leapfrog_gpu.tools import bench
+
+    argv = ["--backend", "cupy", "--sizes", "12", "--layers", "3", "--batch", "1,3", "--k", "2", "--graph",
+            "--repeats", "2", "--warmup", "0", "--no-torch", "--json", str(tmp_path / "r.json")]
+    with redirect_stdout(io.StringIO()):
+        assert bench.main(argv) == 0
+    records = json.loads((tmp_path / "r.json").read_text())["records"]
+    assert {r["graph"] for r in records} == {False, True}
+    assert all(r["device"] == standin.DEVICE_NAME and r["step_ms"]["median"] > 0 for r in records)
+
+
+# -- on a GPU: real stream capture ---------------------------------------------------------------------
+
+GPU_SIZES = [33, 257, 31, 64, 129, 10]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [1, 7, 32])
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(3, fused=True),
+                                      Leapfrog(len(GPU_SIZES) + 1)], ids=repr)
+def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(schedule, size):
+    """CUDA graphs replayed 20 times, eta changing: bitwise the eager steps on the same kernels."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend(chain="kernels") as cuda:
+        nets = [MLP(GPU_SIZES, seed=4, backend=cuda) for _ in range(2)]
+        for step in range(20):
+            x, y = batch(GPU_SIZES, size, seed=step, dtype=np.float32)
+            for net, graph in zip(nets, (False, True)):
+                net.sgd_step(x, y, 0.05 * (1 + step % 3), schedule, graph=graph)
+            eager, graph = (host(net.weights + net.biases) for net in nets)
+            assert all(np.array_equal(p, q) for p, q in zip(eager, graph)), f"step {step} differs"
+        assert len(nets[1]._plans[size].graphs) == 1
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True)], ids=repr)
+def test_graph_steps_on_the_gpu_follow_the_reference(schedule):
+    """On a backend whose eager chain is cuBLAS (which CuPy cannot capture), in float64."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as cuda, MLP(GPU_SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:
+        assert_graph_steps_follow_the_reference(net, schedule, 5, rtol=1e-11)

@@ -1,0 +1,117 @@
+"""Graph mode in the tools: ``leapfrog-train --graph``, ``leapfrog-bench --graph`` (graph rows beside the
+eager ones, and the verdicts on the GPU targets) and the PyTorch CUDA-graph anchor."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import gpu
+from leapfrog_gpu.tools import bench
+from test_bench import _run_main, render_table
+from test_train import SMALL, assert_bitwise_equal, cli, one_error_line, parameters
+
+
+@pytest.mark.parametrize("schedule", [["--schedule", "leapfrog"], ["--schedule", "sequential", "--fused"]])
+def test_training_with_graph_is_bitwise_the_eager_training(tmp_path, capsys, schedule):
+    """Two epochs of digits (45 steps each, the last batch of an epoch smaller: two graphs)."""
+    eager, graph = tmp_path / "eager", tmp_path / "graph"
+    assert cli(*SMALL, *schedule, "--epochs", 2, "--checkpoint-dir", eager) == 0
+    assert cli(*SMALL, *schedule, "--epochs", 2, "--graph", "--checkpoint-dir", graph) == 0
+    assert_bitwise_equal(parameters(eager)[0], parameters(graph)[0])
+    assert parameters(graph)[1]["config"]["graph"] is True
+
+
+def test_training_with_graph_says_so_and_stops_on_a_non_finite_gradient(tmp_path, capsys):
+    assert cli("--hidden", "3x16", "--epochs", 1, "--graph") == 0
+    assert "Leapfrog(k=2) as a graph |" in capsys.readouterr().out
+    args = ["--hidden", "3x16", "--activation", "relu", "--cost", "quadratic", "--quiet", "--graph"]
+    assert cli(*args, "--epochs", 2, "--lr", 1e20, "--check-finite") == 3
+    assert "holds NaN or Inf; update refused, parameters unchanged" in one_error_line(capsys)
+
+
+@pytest.fixture(scope="module")
+def graph_report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "r.json"
+    stdout = _run_main(["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "1,3", "--k", "1,2",
+                        "--schedule", "leapfrog,naumov-jacobi", "--blas-threads", "1", "--repeats", "3",
+                        "--warmup", "1", "--no-torch", "--graph", "--json", str(path)])
+    return stdout, json.loads(path.read_text())
+
+
+def test_bench_graph_rows_beside_the_eager_ones(graph_report):
+    stdout, report = graph_report
+    records = report["records"]
+    eager = [r for r in records if not r["graph"]]
+    graph = [r for r in records if r["graph"]]
+    assert [(r["N"], r["B"], r["schedule"], r["k"]) for r in graph] == [(r["N"], r["B"], r["schedule"], r["k"])
+                                                                       for r in eager]
+    for r in graph:
+        twin = next(e for e in eager if (e["B"], e["schedule"], e["k"]) == (r["B"], r["schedule"], r["k"]))
+        assert r["backward_ms"] is None and r["measured_saving"] is None and r["step_ms"]["median"] > 0
+        assert r["graph_speedup"] == pytest.approx(twin["step_ms"]["median"] / r["step_ms"]["median"])
+        sequential = next(s for s in graph if (s["B"], s["schedule"]) == (r["B"], "sequential"))
+        assert r["step_speedup"] == pytest.approx(sequential["step_ms"]["median"] / r["step_ms"]["median"])
+    assert "leapfrog[graph]" in stdout and "graph x eager" in stdout
+    verdicts = stdout[stdout.index("graph mode against its GPU targets"):].splitlines()
+    assert len(verdicts) == 3 and all("torch-autograd: not measured" in line for line in verdicts[1:])
+    assert all("vs sequential[graph] (target >= 1.3x" in line and "the bytes floor" in line for line in verdicts[1:])
+
+
+def test_bench_table_renders_graph_rows(graph_report, tmp_path):
+    _, rows = render_table(graph_report[1], tmp_path)
+    assert len(rows) == len(graph_report[1]["records"])
+    assert sum(" graph |" in row for row in rows) == len(rows) // 2
+
+
+def test_graph_verdicts_compare_with_every_baseline():
+    def record(schedule, graph, ms, k=0):
+        return {"N": 1024, "L": 32, "B": 32, "schedule": schedule, "graph": graph, "k": k, "fused": False,
+                "auto": False, "best_sequential": False, "step_ms": {"median": ms}, "floor_ms": 0.5}
+
+    records = [record("torch-autograd", False, 4.0), record("torch-cuda-graph", True, 1.2),
+               record("sequential", True, 1.5), record("leapfrog", True, 1.25, k=2), record("leapfrog", True, 1.0, k=4)]
+    (line,) = bench.graph_verdicts(records).splitlines()[1:]
+    assert "k=4" in line and "4.00x vs torch-autograd (target >= 3.0x)" in line
+    assert "1.20x vs torch-cuda-graph (target >= 1.5x, NOT MET)" in line
+    assert "1.50x vs sequential[graph] (target >= 1.3x)" in line and "2.00x the bytes floor" in line
+
+
+def test_the_torch_cuda_graph_anchor_needs_a_gpu():
+    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    from leapfrog_gpu.tools import torch_anchor
+
+    with pytest.raises(ValueError, match="graph=True needs device='cuda'"):
+        torch_anchor.measure([5, 7, 3], 4, device="cpu", graph=True)
+
+
+@gpu
+@pytest.mark.gpu
+def test_the_torch_cuda_graph_anchor_trains_like_the_eager_one():
+    """Replays of PyTorch's captured step move the parameters as its eager steps do; measure() times it."""
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    from leapfrog_gpu.tools import torch_anchor
+
+    generator = torch.Generator().manual_seed(0)
+    start = [torch.randn(*shape, generator=generator, dtype=torch.float64) for shape in [(9, 5), (9,), (3, 9), (3,)]]
+    x, y = (torch.rand(4, n, generator=generator, dtype=torch.float64).cuda() for n in (5, 3))
+    copies = [[p.clone().cuda().requires_grad_() for p in start] for _ in range(2)]
+
+    def eager_step(params):
+        for p in params:
+            p.grad = None
+        torch_anchor.quadratic_cost(params, x, y).backward()
+        with torch.no_grad():
+            for p in params:
+                p.sub_(p.grad, alpha=0.1)
+
+    replay = torch_anchor._graphed(torch, lambda: eager_step(copies[1]), copies[1], x, y, "sigmoid", 0.1, warmup=3)
+    for _ in range(3 + 4):  # the warm-up ran three eager steps on the graphed copy
+        eager_step(copies[0])
+    for _ in range(4):
+        replay()
+    torch.cuda.synchronize()
+    for p, q in zip(*copies):
+        assert torch.allclose(p, q, rtol=1e-12, atol=1e-14)
+    step, backward = torch_anchor.measure([33, 65, 17], 8, "float64", "cuda", repeats=3, warmup=2, graph=True)
+    assert backward is None and step.shape == (3,) and (step > 0).all()

@@ -1,0 +1,367 @@
+"""Graph mode on host streams: a captured step replays bitwise the eager one, right, and race-free.
+
+``sgd_step(..., graph=True)`` captures the step (forward, backward with the schedule's events and
+workers, check, update) once per batch size and schedule and replays it afterwards
+(``leapfrog_gpu.graphs``, ``leapfrog_gpu.backends.host_graph``). The capture rules of CUDA are enforced
+on the host, so a schedule that loses a wait fails at capture, or, where the capture is legal, in the
+deferred orders and under chaos, as in eager mode.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import batch, to_numpy
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu.backends import ops_numpy
+from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.backends.host_graph import CaptureError
+from leapfrog_gpu.schedules import Schedule
+from test_chaos import chaos_suite
+from test_faults import patched_ops
+from test_schedules import same
+
+SIZES = [7, 13, 5, 11, 3]  # L = 5
+STEPS = 50
+
+
+def eta(step):
+    """A learning rate that changes every step: a graph must read the current one, not its first."""
+    return 0.5 * (1 + step % 3) / 3
+
+
+def snapshot_steps(net, backend, schedule, size, graph, steps=STEPS, dtype="float32"):
+    """Parameters after every SGD step, copied in stream order (no host synchronization in between)."""
+    taken = []
+
+    def snapshot():
+        taken.append([p.copy() for p in list(net._w.values()) + list(net._b.values())])
+
+    for step in range(steps):
+        x, y = batch(SIZES, size, seed=step, dtype=dtype)
+        net.sgd_step(x, y, eta(step), schedule, graph=graph)
+        backend.launch(backend.main, "snapshot", snapshot)
+    net.synchronize()
+    return taken
+
+
+def schedules():
+    L = len(SIZES)
+    for k in (0, 1, 2, 3, L + 1):
+        for fused in (False, True):
+            yield Leapfrog(k, fused) if k else Sequential(fused)
+
+
+MODES = {
+    "threads": {},
+    "deferred main-first": {"mode": "deferred", "order": "main-first"},
+    "deferred workers-first": {"mode": "deferred", "order": "workers-first"},
+    "deferred random": {"mode": "deferred", "order": "random", "seed": 3},
+    "chaos": {"chaos": 7, "max_delay": 5e-5},
+}
+"""The host backends the graph steps run on: threads, the deferred orders, and chaos (short delays)."""
+
+
+@functools.cache
+def eager_steps(schedule, size):
+    """The eager steps the graph steps must equal: on threads, computed once per schedule and B."""
+    with NumpyBackend(mode="threads") as backend:
+        return snapshot_steps(MLP(SIZES, seed=5, backend=backend), backend, schedule, size, graph=False)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("size", [1, 7])
+@pytest.mark.parametrize("schedule", list(schedules()), ids=repr)
+def test_graph_steps_are_bitwise_the_eager_steps(schedule, size, mode):
+    """50 steps, eta changing every step, captured once and replayed 49 times."""
+    with NumpyBackend(**MODES[mode]) as backend:
+        net = MLP(SIZES, seed=5, backend=backend)
+        got = snapshot_steps(net, backend, schedule, size, graph=True)
+        assert len(net._plans[size].graphs) == 1
+    for step, (a, b) in enumerate(zip(eager_steps(schedule, size), got)):
+        equal = same(a, b)
+        assert equal, f"{schedule!r}, B = {size}, {mode}: graph step {step} differs from the eager step"
+
+
+def assert_graph_steps_follow_the_reference(net, schedule, size, rtol=1e-12, steps=4):
+    """``steps`` graph steps of ``net`` (float64, tanh, quadratic cost), eta changing every step, against
+    SGD written out with the plain reference."""
+    weights, biases = [to_numpy(w) for w in net.weights], [to_numpy(b) for b in net.biases]
+    for step in range(steps):
+        x, y = batch(net.sizes, size, seed=step)
+        net.sgd_step(x, y, eta(step), schedule, graph=True)
+        nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
+        weights = [w - eta(step) / size * g for w, g in zip(weights, nabla_w)]
+        biases = [b - eta(step) / size * g for b, g in zip(biases, nabla_b)]
+    for got, want in zip(net.weights + net.biases, weights + biases):
+        np.testing.assert_allclose(to_numpy(got), want, rtol=rtol, atol=rtol / 100)
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=repr)
+def test_graph_steps_follow_the_reference(schedule):
+    with MLP(SIZES, activation="tanh", dtype="float64", seed=2, backend="numpy") as net:
+        assert_graph_steps_follow_the_reference(net, schedule, 4)
+
+
+def deferred_graph_run(order, schedule, seed=0, graph=True):
+    """Parameters after three steps enqueued back to back in a deferred order, then one more pass's
+    gradients (as ``test_schedules.deferred_run``, the steps as graphs)."""
+    with NumpyBackend(mode="deferred", order=order, seed=seed) as backend:
+        net = MLP(SIZES, seed=2, backend=backend)
+        for step in range(3):
+            x, y = batch(SIZES, 4, seed=step, dtype=np.float32)
+            net.sgd_step(x, y, eta(step), schedule, graph=graph)
+        nabla_b, nabla_w = net.backprop(x, y, schedule)
+        return net.weights + net.biases + nabla_b + nabla_w
+
+
+@pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0)] + [("random", s) for s in range(4)])
+def test_graph_steps_in_every_deferred_order_match_sequential(order, seed):
+    want = deferred_graph_run("main-first", Sequential(), graph=False)
+    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), Leapfrog(1, fused=True)):
+        assert same(deferred_graph_run(order, schedule, seed), want), f"{schedule!r} in order {order} {seed}"
+
+
+def test_graph_steps_equal_sequential_under_chaos(chaos_steps):
+    assert chaos_suite(chaos_steps, graph=True, configs=slice(None, None, 2)) is None
+
+
+@pytest.mark.parametrize("mode", ["threads", "serial", "deferred"])
+def test_a_graph_runs_each_stream_in_the_eager_order(mode):
+    """The trace of a replayed step holds, stream by stream, the same items in the same order as an
+    eager step's: the replay is the step, not an approximation of it."""
+    def traced(graph):
+        with NumpyBackend(mode=mode, trace=True) as backend:
+            net = MLP(SIZES, seed=1, backend=backend)
+            x, y = batch(SIZES, 3)
+            for _ in range(2):  # the second step replays the graph the first one captured
+                backend.trace.clear()
+                net.sgd_step(x, y, 0.5, Leapfrog(2), graph=graph)
+                net.synchronize()
+            return {stream: [entry[1:] for entry in backend.trace if entry[0] == stream]
+                    for stream in ("main", "worker0", "worker1")}
+
+    eager, replayed = traced(False), traced(True)
+    assert all(replayed[stream] for stream in replayed)
+    assert replayed == eager
+
+
+def test_a_replay_plans_nothing(monkeypatch):
+    """Once captured, the step runs without the network or the schedule being asked anything."""
+    with NumpyBackend() as backend:
+        want = snapshot_steps(MLP(SIZES, seed=3, backend=backend), backend, Leapfrog(2), 3, graph=False, steps=4)
+        net = MLP(SIZES, seed=3, backend=backend)
+        got = snapshot_steps(net, backend, Leapfrog(2), 3, graph=True, steps=1)
+
+        def planning(*args, **kwargs):
+            raise AssertionError("a replay planned the step again")
+
+        for name in ("_update_step", "_pass", "_forward", "_backward", "_check_gradients"):
+            monkeypatch.setattr(MLP, name, planning)
+        monkeypatch.setattr(Leapfrog, "backward", planning)
+        for step in range(1, 4):
+            x, y = batch(SIZES, 3, seed=step, dtype=np.float32)
+            net.sgd_step(x, y, eta(step), Leapfrog(2), graph=True)
+        got.append([p.copy() for p in net.weights + net.biases])
+    assert same(got[0], want[0]) and same(got[-1], want[-1])
+
+
+def test_a_graph_per_batch_size_and_schedule():
+    with MLP(SIZES, backend="numpy") as net:
+        for size, schedule in [(3, Leapfrog(2)), (3, Leapfrog(2)), (5, Leapfrog(2)), (3, Sequential()),
+                               (3, Leapfrog(2, fused=True)), (3, Leapfrog(2))]:
+            net.sgd_step(*batch(SIZES, size), 0.1, schedule, graph=True)
+        assert len(net._plans[3].graphs) == 3 and len(net._plans[5].graphs) == 1
+
+
+# -- a wait removed from the captured step is caught ------------------------------------------------
+
+
+def test_a_worker_without_its_wait_cannot_join_the_capture(monkeypatch):
+    """Without 'worker waits E_l' a worker never joins the capture: its first operation is refused."""
+    monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
+    with MLP(SIZES, backend="numpy") as net:
+        with pytest.raises(CaptureError, match=r"worker\d enqueued 'nabla_b\[5\]' during a capture of main without "
+                                               "having joined it"):
+            net.sgd_step(*batch(SIZES, 3), 0.1, Leapfrog(2), graph=True)
+        assert not net._plans[3].graphs
+        net.sgd_step(*batch(SIZES, 3), 0.1, Sequential(), graph=True)  # the backend is still usable
+
+
+def test_a_worker_without_the_join_is_caught_when_the_capture_ends(monkeypatch):
+    monkeypatch.setattr(Leapfrog, "join", lambda self, plan: None)
+    with MLP(SIZES, backend="numpy") as net:
+        with pytest.raises(CaptureError, match=r"worker\d is not joined back into main before the capture ends"):
+            net.sgd_step(*batch(SIZES, 3), 0.1, Leapfrog(2), graph=True)
+
+
+def test_a_fused_worker_waiting_only_for_its_own_delta_is_caught(monkeypatch):
+    """The capture is legal (every worker joins and is joined back); the race it holds shows in the
+    deferred order that lets workers run first, as in eager mode."""
+    want = deferred_graph_run("main-first", Sequential(), graph=False)
+    assert same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want)
+    monkeypatch.setattr(Schedule, "last_reader", staticmethod(lambda l: l))
+    assert not same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want)
+
+
+@pytest.mark.parametrize("wait", ["wait_for_delta", "join", "last_reader"])
+def test_chaos_catches_each_missing_wait_in_graph_mode(monkeypatch, chaos_steps, wait):
+    patches = {"wait_for_delta": lambda self, plan, worker, l: None, "join": lambda self, plan: None,
+               "last_reader": staticmethod(lambda l: l)}
+    monkeypatch.setattr(Leapfrog, wait, patches[wait])
+    try:
+        found = chaos_suite(chaos_steps, fused=wait == "last_reader" or None, graph=True)
+    except CaptureError:
+        found = "refused at capture"
+    assert found is not None, f"removing {wait} went unnoticed in graph mode"
+
+
+# -- capture rules -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def backend():
+    with NumpyBackend() as host:
+        yield host
+
+
+def test_work_on_a_stream_that_has_not_joined_is_refused(backend):
+    (worker,) = backend.workers(1)
+    with pytest.raises(CaptureError, match="worker0 enqueued 'stray' during a capture of main without having joined"):
+        backend.capture(lambda: backend.launch(worker, "stray", lambda: None))
+
+
+def test_a_wait_on_an_event_recorded_outside_the_capture_is_refused(backend):
+    (worker,) = backend.workers(1)
+    outside = backend.event("outside")
+    backend.record(backend.main, outside)
+    with pytest.raises(CaptureError, match="waits on event 'outside' .* nothing in the capture records it"):
+        backend.capture(lambda: backend.wait(worker, outside))
+
+
+def test_work_after_the_last_join_is_refused(backend):
+    (worker,) = backend.workers(1)
+    fork, join = backend.event("fork"), backend.event("join")
+
+    def body(late):
+        backend.record(backend.main, fork)
+        backend.wait(worker, fork)
+        backend.launch(worker, "work", lambda: None)
+        backend.record(worker, join)
+        backend.wait(backend.main, join)
+        if late:
+            backend.launch(worker, "late", lambda: None)
+
+    graph = backend.capture(lambda: body(False))
+    captured = [item.name for stream, items in graph.streams if stream is worker for item in items]
+    assert captured == ["fork", "work", "join"]
+    with pytest.raises(CaptureError, match=r"worker0 is not joined back .* \(op 'late'\)"):
+        backend.capture(lambda: body(True))
+
+
+@pytest.mark.parametrize("call", ["synchronize", "copy_in"])
+def test_the_host_cannot_be_reached_from_inside_a_capture(backend, call):
+    def body():
+        if call == "synchronize":
+            backend.synchronize()
+        else:
+            backend.copy_in(backend.main, np.zeros(3), np.ones(3))
+
+    with pytest.raises(CaptureError, match=f"{call}\\(\\) during a capture"):
+        backend.capture(body)
+    backend.synchronize()  # the failed capture left nothing open
+
+
+def test_a_capture_is_launched_once_and_replays_with_fresh_events(backend):
+    """capture() runs the body's work once; each launch runs it again and its waits match its own
+    records (the events' recordings are offset past the earlier ones)."""
+    (worker,) = backend.workers(1)
+    fork, join = backend.event("fork"), backend.event("join")
+    log = []
+
+    def body():
+        backend.launch(backend.main, "main", log.append, "main")
+        backend.record(backend.main, fork)
+        backend.wait(worker, fork)
+        backend.launch(worker, "worker", log.append, "worker")
+        backend.record(worker, join)
+        backend.wait(backend.main, join)
+        backend.launch(backend.main, "after", log.append, "after")
+
+    graph = backend.capture(body)
+    backend.synchronize()
+    assert log == ["main", "worker", "after"]
+    for _ in range(3):
+        graph.launch()
+    backend.synchronize()
+    assert log == ["main", "worker", "after"] * 4
+    assert (fork.recorded, fork.completed, join.recorded, join.completed) == (4, 4, 4, 4)
+
+
+# -- what cannot be captured, and check_finite -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule, reason", [
+    (NaumovJacobi(warm_start=True), "its warm start decides when to stop from a change it reads on the host"),
+    (Leapfrog("auto"), r"Leapfrog\('auto'\) chooses k by timing eager passes .* has not met B = 3 yet"),
+])
+def test_what_cannot_be_captured_is_refused_with_the_reason(schedule, reason):
+    with MLP(SIZES, backend="numpy") as net:
+        before = [p.copy() for p in net.weights + net.biases]
+        with pytest.raises(ValueError, match=f"graph=True cannot capture .*: {reason}"):
+            net.sgd_step(*batch(SIZES, 3), 0.1, schedule, graph=True)
+        assert same(net.weights + net.biases, before)
+
+
+def test_leapfrog_auto_is_captured_once_calibrated():
+    with MLP(SIZES, dtype="float64", backend="numpy") as net, MLP(SIZES, dtype="float64", backend="numpy") as plain:
+        x, y = batch(SIZES, 3)
+        net.sgd_step(x, y, 0.1, Leapfrog("auto"))  # calibrates at B = 3
+        plain.sgd_step(x, y, 0.1, Sequential())
+        for _ in range(3):
+            net.sgd_step(x, y, 0.1, Leapfrog("auto"), graph=True)
+            plain.sgd_step(x, y, 0.1, Sequential())
+        assert same(net.weights + net.biases, plain.weights + plain.biases)
+
+
+def test_naumov_schedules_without_a_warm_start_are_captured():
+    with MLP(SIZES, dtype="float64", backend="numpy") as net, MLP(SIZES, dtype="float64", backend="numpy") as eager:
+        for step in range(3):
+            x, y = batch(SIZES, 2, seed=step)
+            net.sgd_step(x, y, eta(step), NaumovScan(k=2), graph=True)
+            eager.sgd_step(x, y, eta(step), NaumovScan(k=2))
+        assert same(net.weights + net.biases, eager.weights + eager.biases)
+
+
+def test_graph_must_be_a_bool():
+    with MLP(SIZES, backend="numpy") as net, pytest.raises(TypeError, match="graph must be True or False; got 1"):
+        net.sgd_step(*batch(SIZES, 2), 0.1, graph=1)
+
+
+def test_check_finite_in_a_graph_refuses_the_update_and_the_next_step_goes_on():
+    """A NaN gradient in a replayed step: the update kernels read the refusal the check left in device
+    memory, the next synchronize() raises, and the graph (not captured again) then steps normally."""
+    calls = []
+
+    def nabla_w(out, delta, a):  # a NaN in nabla_w^3 of the second step, as it runs
+        ops_numpy.nabla_w(out, delta, a)
+        if out.shape == (5, 13):
+            calls.append(1)
+            if len(calls) == 2:
+                out[0, 0] = np.nan
+
+    with NumpyBackend() as backend:
+        net = MLP(SIZES, backend=backend, check_finite=True)
+        backend.ops = patched_ops(nabla_w=nabla_w)  # what the graph captures
+        x, y = batch(SIZES, 3)
+        net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
+        before = [p.copy() for p in net.weights + net.biases]
+        net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
+        net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)  # enqueued behind the refusal: no update either
+        with pytest.raises(FloatingPointError, match=r"nabla_w\[3\] holds NaN or Inf; update refused"):
+            net.synchronize()
+        assert same(net.weights + net.biases, before)
+        net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
+        assert not same(net.weights + net.biases, before)
+        assert len(net._plans[3].graphs) == 1

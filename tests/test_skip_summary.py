@@ -1,0 +1,36 @@
+"""The run ends with one line that counts the skipped tests by reason (``conftest.py``), not a bare
+count of skips."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import NO_GPU
+from leapfrog_gpu.backends import cuda_available
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_TILE = "B = 1 runs the outer-product kernel, which has no tile (nor has its twin)"
+SELECTION = {  # test: its reason to skip here, or None where it runs
+    "tests/test_kernels.py::test_nabla_w[cpu-1-1-1-TILE=32-f32]": NO_TILE,
+    "tests/test_kernels.py::test_nabla_w[cpu-1-1-1-TILE=32-f64]": NO_TILE,
+    "tests/test_backends.py::test_cupy_backend_streams_are_non_blocking": None if cuda_available() else NO_GPU,
+    "tests/test_bench.py::test_torch_anchor_computes_our_gradients":
+        None if importlib.util.find_spec("torch") else "the PyTorch anchor needs torch (extra 'torch')",
+    "tests/test_metrics.py::test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is": None,
+}
+
+
+def test_the_run_ends_with_the_skips_counted_by_reason():
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SELECTION],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    summary = [line for line in lines if line.startswith("skipped by reason: ")]
+    assert len(summary) == 1 and lines.index(summary[0]) >= len(lines) - 2, done.stdout  # at the end
+    counts = {}
+    for reason in SELECTION.values():
+        if reason is not None:
+            counts[reason] = counts.get(reason, 0) + 1
+    parts = summary[0].removeprefix("skipped by reason: ").split("; ")
+    assert parts[0] == f"2 {NO_TILE}" and sorted(parts) == sorted(f"{n} {reason}" for reason, n in counts.items())

@@ -155,7 +155,8 @@ class MLP:
         ``graph=True`` runs the step as a graph (``leapfrog_gpu.graphs``): the first call at a batch
         size and schedule runs the step and captures forward, backward and update; later calls copy
         the batch and eta in and launch that graph, with no planning in between. A schedule that
-        cannot be captured raises a ``ValueError`` saying why.
+        cannot be captured raises a ``ValueError`` saying why, as does a graph step while a
+        ``timing.Timeline`` stamps the backend's launches.
         """
         if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
@@ -165,6 +166,10 @@ class MLP:
                              "join, where the check runs); pass fused=False or check_finite=False")
         if not isinstance(graph, bool):
             raise TypeError(f"graph must be True or False; got {graph!r}")
+        if graph and self.backend.timeline is not None:
+            raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
+                             "one launch, with nothing inside it to stamp; take the timeline of eager steps "
+                             "(graph=False), or end the timeline's step() first")
         parallel.check_schedule(self.comm, schedule, graph)
         backend = self.backend
         plan, samples = self._load(x, y)

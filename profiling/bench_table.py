@@ -1,10 +1,20 @@
-"""Render a ``leapfrog-bench --json`` file as the Markdown table of the README's Performance section.
+"""Render ``leapfrog-bench`` results as the Markdown tables of the README's Performance section.
 
     python profiling/bench_table.py profiling/results/bench_cpu.json
+    python profiling/bench_table.py profiling/results/bench_h200_2026-12-01.jsonl
+
+Takes a ``--json`` file (one run) or a ``--jsonl`` file (each run's header line, then one line per
+configuration; ``profiling/device_check.sh`` appends several runs to one). Per run: the command, date
+and machine, the table of every configuration, for a run with ``--graph`` graph mode's ratios against
+its GPU targets, and for the configurations stamped by ``--timeline``, a second table: busy time per
+stream, the worker time overlapping the main stream, and the timeline's own cost, beside the
+backward-pass speedup.
 """
 
 import argparse
 import json
+
+from leapfrog_gpu.tools.bench import graph_verdicts
 
 
 def cell(summary):
@@ -46,15 +56,56 @@ def table(records):
     return "\n".join(rows)
 
 
+def timeline_table(records):
+    """The ``--timeline`` analysis of the stamped records, one row each."""
+    rows = ["| schedule | k | BLAS | step ms | stamped × | busy ms, main / workers | worker time overlapping main "
+            "| main idle ms | bwd ×seq |", "|" + "---:|" * 9]
+    for r in records:
+        t = r.get("timeline")
+        if t is None:
+            continue
+        busy = " / ".join(f"{ms:.3f}" for ms in t["busy_ms"].values())
+        rows.append("| " + " | ".join([
+            r["schedule"] + ("+fused" if r.get("fused") else ""), str(r["k"]), str(r.get("blas_threads") or "–"),
+            cell(t["step_ms_plain"]), f"{t['cost']:.3f}", busy, percent(t["worker_overlap"]),
+            number(t["main_idle_ms"]), ratio(r.get("backward_speedup")),
+        ]) + " |")
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
+def runs(path):
+    """``[(header, records)]``: one run from a ``--json`` file, one per header line from a ``--jsonl`` one."""
+    with open(path, encoding="utf-8") as file:
+        if not path.endswith(".jsonl"):
+            run = json.load(file)
+            return [(run, run["records"])]
+        found = []
+        for line in file:
+            item = json.loads(line)
+            if "command" in item:
+                found.append((item, []))
+            elif found:
+                found[-1][1].append(item)
+        return found
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", help="a file written by leapfrog-bench --json")
-    with open(parser.parse_args().json, encoding="utf-8") as file:
-        run = json.load(file)
+    parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
     labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
-    machine = ", ".join(labels.get(key, "{}").format(value) for key, value in run["machine"].items())
-    print(f"Command: `{run['command']}`. Date: {run['date'][:10]}. Machine: {machine}.\n")
-    print(table(run["records"]))
+    for run, records in runs(parser.parse_args().path):
+        machine = ", ".join(labels.get(key, "{}").format(value) for key, value in run["machine"].items())
+        print(f"Command: `{run['command']}`. Date: {run['date'][:10]}. Machine: {machine}.\n")
+        print(table(records))
+        verdicts = graph_verdicts(records)
+        if verdicts:
+            print(f"\n{verdicts}")
+        stamped = timeline_table(records)
+        if stamped:
+            print("\nTimeline (medians per step; stamped ×: the step with every launch stamped, over the plain "
+                  "step):\n")
+            print(stamped)
+        print()
 
 
 if __name__ == "__main__":

@@ -1,99 +1,287 @@
 #!/usr/bin/env bash
-# The one command for a GPU machine; finishes in under 6 minutes (each part has its own time limit).
+# The one command for a GPU machine: every GPU question answered in one run of at most 8 minutes.
 #
-#   OUT=/path/to/results bash profiling/device_check.sh
+#   COMMIT=$(git rev-parse --short HEAD) OUT=/path/to/results bash profiling/device_check.sh
+#   bash profiling/device_check.sh --dry-run     # every part on a CPU, against the CuPy stand-in: under 2 minutes
 #
-# Writes into $OUT (default profiling/results/<UTC date>), eight files at most:
-#   summary.txt   environment (nvidia-smi, Python, CuPy, CUDA, torch, nsys) and each part's exit status
-#   tests.txt     python -m pytest -m gpu, then the kernel and schedule GPU tests under compute-sanitizer
-#                 --tool racecheck and --tool synccheck (when compute-sanitizer is on PATH)
-#   kernels.txt   kernels.json   our nabla_w kernels against cupy.matmul (cuBLAS), GB/s against a copy
-#   bench.txt     bench.json     leapfrog-bench grid, the H200 target N=1024 L=32 B=32 float32 included
-#   overlap.txt   trace.sqlite   nsys trace of leapfrog-train steps (N=1024 L=32 B=32 k=2), overlap report
+# Parts, most important first; each runs under its own time limit, and all of them within BUDGET seconds
+# (default 420, leaving room for the 5 s a killed part may take to end), so a part that would start too late
+# is recorded as not run:
+#   environment        GPU, driver, Python and package versions, the tools on PATH
+#   GPU tests          python -m pytest -m gpu, the whole-step tests first (graph mode, NCCL with one rank, the
+#                      timeline, the commands), then the kernels'; a test module that cannot be imported (an
+#                      optional package missing) is reported and the other tests still run
+#   kernels            profiling/kernels.py: our nabla_w kernels against cuBLAS, and our chain kernels (2)(3) and
+#                      (5) against cuBLAS + our elementwise kernel, GB/s beside a device copy, the GEMV targets
+#                      judged, then the GEMVs with other block shapes than the launcher's
+#   bench headline     leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4, PyTorch eager, each
+#                      eager and as a graph (PyTorch's as a CUDA graph), the graph-mode targets judged (vs PyTorch
+#                      eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x, within 2x of the
+#                      bytes floor), with --timeline (each stream's busy time, worker overlap, the Gantt chart)
+#   bench fused        the same network with the SGD update fused into (7), eager and as a graph, with --timeline
+#   compute-sanitizer  memcheck, racecheck, synccheck, each on a selection of GPU tests (the count is shown);
+#                      skipped, with the reason, where the tool is missing or refuses the device
+#   bench grid         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
 #
-# Needs python3 with numpy and CuPy (cupy-cuda12x or cupy-cuda13x). No package index: the checkout is
-# imported through PYTHONPATH (nothing is installed), NVTX ranges fall back to cupy.cuda.nvtx when the
-# nvtx package is absent, and threadpoolctl, pytest and tqdm, if missing, are installed from wheels in
-# $WHEELS (default profiling/wheels; fill it elsewhere with
-# `pip download -d profiling/wheels threadpoolctl pytest pytest-timeout tqdm`) into a temporary folder.
+# Every part appends to files in $OUT (default profiling/results/device_check_<UTC time>) as it goes, so a
+# part killed at its limit keeps what it measured. Seven files, none in a subfolder:
+#   summary.txt         the environment, then one line per part: exit status, seconds, limit, notes
+#   log.txt             everything the parts printed
+#   kernels.jsonl       one JSON line per kernel measurement
+#   bench.jsonl         per bench run, a line with its command and machine, then one line per configuration
+#   timeline.png  timeline.json  timeline_fused.png      the Gantt charts (and the headline's intervals)
+#
+# The machine needs python3 (PYTHON) with NumPy, CuPy, pytest and matplotlib (and torch for the PyTorch
+# anchors, mpi4py for the NCCL test); nothing is installed: the checkout is imported through PYTHONPATH.
+# With --dry-run, `import cupy` gives the CuPy stand-in of tests/standin, which runs our kernels on the CPU
+# harness and times with its events: kernels and benches run on it with tiny sizes; where it cannot serve
+# (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
+# instead of running, or skips, and says so in summary.txt. Exit status: 0 when every part exited 0, else 1.
 set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
-out=${OUT:-$here/results/$(date -u +%Y%m%dT%H%M%SZ)}
-python=${PYTHON:-python3}
-wheels=${WHEELS:-$here/wheels}
-mkdir -p "$out"
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-export PYTHONPATH="$repo:$scratch/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-cd "$repo" || exit 2
-summary=$out/summary.txt
-# shellcheck source=/dev/null
-. "$here/parts.sh"  # part, and the summary's first lines
-{
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi failed"
-    "$python" - <<'PY' 2>&1
+
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+REPO=$(cd "$(dirname "$SELF")/.." && pwd)
+
+# Test selections for compute-sanitizer (SANITIZED, GPU half): every kernel once at odd sizes, then the tiled
+# and reducing kernels at B = 64, the chain's GEMV and tiled GEMM among them, each with a leapfrog step.
+SANITIZED=(tests/test_kernels.py tests/test_chain_kernels.py tests/test_schedules.py)
+MEMCHECK='(test_nabla_w or test_fused_update) and 257-33-3- and f32'
+MEMCHECK+=' or (test_nabla_b or test_delta_hidden or test_delta_output or test_bias_activation) and 257-3- and f32'
+MEMCHECK+=' or test_sgd_update and 257 and 33 and f32 or test_elementwise_grid_stride_loop and f32'
+MEMCHECK+=' or (test_forward and tanh-257-33- or test_backward and 257-33-) and f32'
+MEMCHECK+=' or bitwise_sequential_on_the_gpu and 7-2'
+SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32'
+SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
+SHARED+=' or bitwise_sequential_on_the_gpu and 7-2'
+# The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
+FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_parallel.py tests/test_graph_tools.py
+       tests/test_timeline.py tests/test_train.py tests/test_gradients.py)
+
+# -- the parts (each runs in its own process, under `timeout`) -------------------------------------------
+
+note() {  # note TEXT: added to this part's line in summary.txt
+    echo "$*" >>"$NOTE"
+}
+
+part_environment() {
+    {
+        if command -v nvidia-smi >/dev/null; then
+            nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
+        else
+            echo "nvidia-smi: not on PATH"
+        fi
+        "$PYTHON" - <<'PY' 2>&1
+import importlib
 import platform
-print("python", platform.python_version())
-import numpy
-print("numpy", numpy.__version__)
+
+print("python", platform.python_version(), "| numpy", importlib.import_module("numpy").__version__)
 try:
     import cupy
     rt = cupy.cuda.runtime
-    print("cupy", cupy.__version__, "| CUDA runtime", rt.runtimeGetVersion(), "| driver", rt.driverGetVersion())
-    print("device", rt.getDeviceProperties(0)["name"].decode(), "| SMs", rt.getDeviceProperties(0)["multiProcessorCount"])
-except Exception as error:
-    print("cupy unusable:", error)
+    properties = rt.getDeviceProperties(0)
+    name = properties["name"].decode() if isinstance(properties["name"], bytes) else properties["name"]
+    print("cupy", getattr(cupy, "__version__", "(no version)"), "| device", name, "| SMs",
+          properties.get("multiProcessorCount", "?"), "| CUDA runtime", rt.runtimeGetVersion(), "| driver",
+          rt.driverGetVersion())
+except Exception as error:  # the stand-in, or no device: say what failed and go on
+    print("cupy: not usable as a device:", type(error).__name__, str(error).splitlines()[0] if str(error) else "")
 try:
     import torch
-    print("torch", torch.__version__, "| cuda", torch.version.cuda)
-except ImportError:
-    print("torch: not installed (no PyTorch anchor)")
-for name in ("nvtx", "threadpoolctl", "pytest"):
+    print("torch", torch.__version__, "| CUDA", torch.version.cuda, "| device available", torch.cuda.is_available())
+except Exception as error:
+    print("torch: not usable:", type(error).__name__, error)
+for name in ("mpi4py", "nvtx", "cuda.bindings", "threadpoolctl", "tqdm", "matplotlib", "pytest", "pytest_timeout"):
     try:
-        __import__(name)
-        print(name, "importable")
-    except ImportError:
-        print(name, "missing")
+        module = importlib.import_module(name)
+        print(name, getattr(module, "__version__", "importable"))
+    except Exception as error:
+        print(name, "missing:", type(error).__name__)
 PY
-    command -v nsys >/dev/null && nsys --version
-} | tee -a "$summary"
+        for tool in nvcc g++ compute-sanitizer ncu nsys; do
+            if command -v "$tool" >/dev/null; then
+                echo "$tool: $("$tool" --version 2>&1 | grep -m1 -iE 'release|version|g\+\+')"
+            else
+                echo "$tool: not on PATH"
+            fi
+        done
+    } | tee -a "$SUMMARY"
+    [[ -n $DRY ]] && note "dry run: 'import cupy' gives the CPU stand-in (tests/standin)"
+    return 0
+}
 
-missing=()
-"$python" -c "import threadpoolctl" 2>/dev/null || missing+=(threadpoolctl)
-"$python" -c "import pytest" 2>/dev/null || missing+=(pytest pytest-timeout)
-"$python" -c "import tqdm" 2>/dev/null || missing+=(tqdm)  # leapfrog-train, traced by nsys.sh
-if ((${#missing[@]})); then
-    if [[ -d $wheels ]]; then
-        "$python" -m pip install --quiet --no-index --find-links "$wheels" --target "$scratch/site" "${missing[@]}" \
-            >>"$summary" 2>&1 || echo "could not install ${missing[*]} from $wheels" | tee -a "$summary"
-    else
-        echo "missing ${missing[*]} and no wheels in $wheels" | tee -a "$summary"
+part_gpu_tests() {
+    if [[ -n $DRY ]]; then
+        local listing
+        listing=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider "${FIRST[@]}" tests 2>&1)
+        local status=$?
+        echo "$listing" | tail -3
+        note "dry run: $(echo "$listing" | grep -Eo '[0-9]+(/[0-9]+)? tests? collected' || echo 'nothing')" \
+            "(collected only: they need a CUDA device)"
+        return "$status"
     fi
-fi
+    local timeout=()
+    "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout=(--timeout 60)
+    "$PYTHON" -m pytest -m gpu -v --tb=line -p no:cacheprovider --continue-on-collection-errors "${timeout[@]}" \
+        "${FIRST[@]}" tests
+}
 
-part "GPU tests" 90 "$out/tests.txt" "$python" -m pytest -m gpu -q -p no:cacheprovider tests
-if command -v compute-sanitizer >/dev/null; then
-    # Shared-memory races and barrier misuse in the tiled kernels, on odd sizes; a leapfrog step too.
-    selection='(test_nabla_w or test_fused_update or test_nabla_b) and 257 and 33 or bitwise_sequential_on_the_gpu and 7-2'
-    for tool in racecheck synccheck; do
-        part "compute-sanitizer $tool" 45 "$scratch/$tool.txt" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-            --target-processes all "$python" -m pytest -m gpu -q -p no:cacheprovider -x \
-            tests/test_kernels.py tests/test_schedules.py -k "$selection"
-        cat "$scratch/$tool.txt" >>"$out/tests.txt"
-    done
-else
-    echo "compute-sanitizer: skipped (not on PATH)" | tee -a "$summary"
+part_kernels() {
+    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33"
+                 --gemv-blocks "32x4:16x32,32x8:32x16,64x4:8x128,16x16:4x128")
+    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5" --gemv-blocks 32x4:16x32 --repeats 2)
+    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --jsonl "$OUT/kernels.jsonl"
+}
+
+# The headline network (a tiny one in a dry run), eager and as a graph.
+headline() {
+    if [[ -z $DRY ]]; then
+        HEADLINE=(--backend cupy --dtype float32 --sizes 1024 --layers 32 --batch 32 --k "1,2,4" --graph --repeats 30
+                  --warmup 5)
+    else
+        HEADLINE=(--backend cupy --dtype float32 --sizes 32 --layers 5 --batch 3 --k "1,2,4" --graph --repeats 3
+                  --warmup 1)
+    fi
+}
+
+part_bench_headline() {
+    local torch=()
+    headline
+    if [[ -n $DRY ]]; then
+        torch=(--no-torch)
+        note "no PyTorch anchor in a dry run: PyTorch cannot use the CuPy stand-in"
+    fi
+    "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" "${torch[@]}" --jsonl "$OUT/bench.jsonl" \
+        --timeline "$OUT/timeline.png"
+}
+
+part_bench_fused() {
+    local status
+    headline
+    "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" --fused --no-torch --jsonl "$OUT/bench.jsonl" \
+        --timeline "$SCRATCH/timeline_fused.png"
+    status=$?
+    cp "$SCRATCH/timeline_fused.png" "$OUT/" 2>/dev/null  # its intervals stay out: eight files at most
+    return "$status"
+}
+
+part_sanitizer() {  # part_sanitizer TOOL SELECTION
+    local tool=$1 selection=$2 count
+    count=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider "${SANITIZED[@]}" -k "$selection" 2>&1 |
+        grep -Eo '^[0-9]+' | tail -1)
+    echo "$tool: ${count:-0} tests selected"
+    if ((${count:-0} == 0)); then
+        note "the selection selects no test: fix it in $(basename "$SELF")"
+        return 1
+    fi
+    if [[ -n $DRY ]]; then
+        note "dry run: ${count} tests selected, not run (compute-sanitizer needs a CUDA device)"
+        return 0
+    fi
+    if ! command -v compute-sanitizer >/dev/null; then
+        note "skipped: compute-sanitizer is not on PATH (${count} tests selected)"
+        return 0
+    fi
+    if [[ ! -e $SCRATCH/sanitizer_probe.txt ]]; then  # once: does it accept this device?
+        compute-sanitizer --tool memcheck --error-exitcode 1 "$PYTHON" -c \
+            "import cupy; assert int(cupy.arange(4).sum()) == 6" >"$SCRATCH/sanitizer_probe.txt" 2>&1 ||
+            echo "probe failed, exit $?" >>"$SCRATCH/sanitizer_probe.txt"
+    fi
+    if grep -qE 'Device not supported|probe failed' "$SCRATCH/sanitizer_probe.txt"; then
+        cat "$SCRATCH/sanitizer_probe.txt"
+        note "skipped: compute-sanitizer refused the device" \
+            "($(grep -m1 -E 'not supported|rror' "$SCRATCH/sanitizer_probe.txt" | cut -c1-120))"
+        return 0
+    fi
+    note "${count} tests"
+    compute-sanitizer --tool "$tool" --error-exitcode 1 --target-processes all "$PYTHON" -m pytest -m gpu -q \
+        -p no:cacheprovider "${SANITIZED[@]}" -k "$selection"
+}
+
+part_bench_grid() {
+    local grid=(--sizes "256,4096" --layers "8,32" --batch "1,32" --k "1,2,4" --repeats 10)
+    [[ -n $DRY ]] && grid=(--sizes "16,24" --layers 3 --batch "1,2" --k 2 --repeats 2 --warmup 0)
+    "$PYTHON" -m leapfrog_gpu.tools.bench --backend cupy "${grid[@]}" --no-torch --jsonl "$OUT/bench.jsonl"
+}
+
+# -- running them -----------------------------------------------------------------------------------------
+
+# part NAME LIMIT FUNCTION [ARGS...]: run FUNCTION in a new process under LIMIT seconds (or what is left of
+# the budget), its output to the console and log.txt; append NAME's exit status, time and notes to summary.txt.
+part() {
+    local name=$1 limit=$2 left started status seconds line
+    shift 2
+    left=$((DEADLINE - SECONDS))
+    if ((left < limit)); then limit=$left; fi
+    if ((left < 5)); then
+        echo "$name: not run: ${left} s of the ${BUDGET} s budget left" >>"$SUMMARY"
+        FAILED=1
+        return
+    fi
+    echo "== $name (limit ${limit} s)" | tee -a "$LOG"
+    : >"$NOTE"
+    started=$EPOCHREALTIME
+    timeout -k 5 "$limit" bash "$SELF" --run "$@" 2>&1 | tee -a "$LOG"
+    status=${PIPESTATUS[0]}
+    seconds=$(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    line="$name: exit $status, $seconds s (limit $limit s)"
+    if ((status == 124 || status == 137)); then
+        line+="; killed at its limit, what it wrote is kept"
+    fi
+    while IFS= read -r text; do line+="; $text"; done <"$NOTE"
+    echo "$line" | tee -a "$SUMMARY"
+    ((status == 0)) || FAILED=1
+}
+
+main() {
+    DRY=
+    case ${1:-} in
+        --dry-run) DRY=1 ;;
+        "") ;;
+        *) echo "device_check.sh: error: unknown option ${1}; use --dry-run or nothing" >&2; exit 2 ;;
+    esac
+    if [[ -n $DRY ]]; then
+        OUT=${OUT:-$(mktemp -d)}
+        PYTHONPATH="$REPO/tests/standin:$REPO/tests:$REPO${PYTHONPATH:+:$PYTHONPATH}"
+    else
+        OUT=${OUT:-$REPO/profiling/results/device_check_$(date -u +%Y%m%dT%H%M%SZ)}
+        PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    PYTHON=${PYTHON:-python3}
+    BUDGET=${BUDGET:-420}
+    DEADLINE=$((SECONDS + BUDGET))
+    mkdir -p "$OUT" || exit 2
+    OUT=$(cd "$OUT" && pwd)
+    SCRATCH=$(mktemp -d)
+    trap 'rm -rf "$SCRATCH"' EXIT
+    SUMMARY=$OUT/summary.txt LOG=$OUT/log.txt NOTE=$SCRATCH/note.txt FAILED=0
+    export DRY OUT PYTHON PYTHONPATH SCRATCH SUMMARY NOTE PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+    cd "$REPO" || exit 2
+    local commit=${COMMIT:-}
+    if [[ -z $commit ]]; then
+        commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null) || commit="unknown (no git here: set COMMIT)"
+        [[ -n $(git -C "$REPO" status --porcelain 2>/dev/null) ]] && commit+=" with uncommitted changes"
+    fi
+    {
+        echo "device_check.sh${DRY:+ --dry-run}: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, budget $BUDGET s"
+    } | tee "$SUMMARY" >"$LOG"
+    part "environment" 30 part_environment
+    part "GPU tests" 170 part_gpu_tests
+    part "kernels" 60 part_kernels
+    part "bench headline" 100 part_bench_headline
+    part "bench fused" 50 part_bench_fused
+    part "compute-sanitizer memcheck" 45 part_sanitizer memcheck "$MEMCHECK"
+    part "compute-sanitizer racecheck" 40 part_sanitizer racecheck "$SHARED"
+    part "compute-sanitizer synccheck" 35 part_sanitizer synccheck "$SHARED"
+    part "bench grid" 60 part_bench_grid
+    echo "total: $SECONDS s; results in $OUT" | tee -a "$SUMMARY"
+    exit "$FAILED"
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    if [[ ${1:-} == --run ]]; then  # one part, in the process `part` started
+        shift
+        "$@"
+        exit
+    fi
+    main "$@"
 fi
-part "nabla_w kernels vs cuBLAS" 40 "$out/kernels.txt" \
-    "$python" profiling/kernels.py --backend cupy --json "$out/kernels.json"
-part "bench grid" 120 "$out/bench.txt" "$python" -m leapfrog_gpu.tools.bench --backend cupy --dtype float32 \
-    --sizes 256,1024,4096 --layers 8,32 --batch 1,32 --k 1,2,4,auto --json "$out/bench.json"
-if command -v nsys >/dev/null; then
-    mkdir -p "$scratch/trace"
-    part "nsys trace" 90 "$out/overlap.txt" env OUT="$scratch/trace" bash profiling/nsys.sh
-    cp "$scratch/trace/trace.sqlite" "$out/" 2>/dev/null
-else
-    echo "nsys trace: skipped (nsys is not on PATH)" | tee -a "$summary"
-fi
-echo "results in $out" | tee -a "$summary"

@@ -1,6 +1,6 @@
 """Micro-benchmark of our kernels against the library's: (7), and the chain (2)(3) and (5), in GB/s.
 
-    python profiling/kernels.py --backend cupy --json kernels.json
+    python profiling/kernels.py --backend cupy --json kernels.json [--jsonl kernels.jsonl]
 
 For each shape (n, m, B) it times ``ops.nabla_w`` (the ``outer`` kernel at B = 1, ``rank_update``
 above) and ``xp.matmul(delta, a.T, out=nabla_w)`` (cuBLAS on a GPU, BLAS on NumPy) on the same
@@ -12,6 +12,9 @@ kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a tiled GEMM above) a
 elementwise kernel (what an eager step runs), in GB/s and, for B > 1, GFLOP/s, with the verdicts on
 the GPU targets: the GEMVs at >= 80 % of the copy's bandwidth at N = 4096, and no slower than cuBLAS
 plus the elementwise kernel at N = 1024. On NumPy there is one implementation, the library's.
+
+Each row is printed, and with ``--jsonl`` appended to a file, as soon as its shape is measured and its
+implementations agree, so that a run stopped part-way keeps what it measured.
 """
 
 import argparse
@@ -31,12 +34,12 @@ COPY_SHARE_TARGET, CUBLAS_TARGET = 0.8, 1.0  # the GEMVs: of copy bandwidth at N
 
 
 def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
-    """One dict per (shape, implementation): median and p20/p80 ms, GB/s, the copy's GB/s, and the
-    relative difference between the two implementations (a NaN or one above the tolerance raises)."""
+    """One dict per (shape, implementation), yielded as each shape is measured: median and p20/p80 ms,
+    GB/s, the copy's GB/s, and the relative difference between the two implementations (a NaN or one
+    above the tolerance raises)."""
     xp, ops, main = backend.xp, backend.ops, backend.main
     copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
     rng = np.random.default_rng(0)
-    out = []
     for n, m, batch in shapes:
         delta = xp.asarray(rng.standard_normal((n, batch)), dtype=dtype)
         a = xp.asarray(rng.standard_normal((m, batch)), dtype=dtype)
@@ -57,8 +60,7 @@ def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
         error = float(xp.max(xp.abs(ours - theirs))) / max(float(xp.max(xp.abs(theirs))), 1e-30)
         if not error <= tolerance:  # a NaN fails too
             raise AssertionError(f"nabla_w differs from matmul at {(n, m, batch)}: relative error {error:.2e}")
-        out += [{**row, "error": error} for row in shape_rows]
-    return out
+        yield from ({**row, "error": error} for row in shape_rows)
 
 
 def chain_implementations(backend):
@@ -71,7 +73,8 @@ def chain_implementations(backend):
 
 
 def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None):
-    """One dict per (shape, direction, implementation) of the chain: ms, GB/s, GFLOP/s (B > 1), copy GB/s.
+    """One dict per (shape, direction, implementation) of the chain, yielded as each (shape, direction)
+    is measured: ms, GB/s, GFLOP/s (B > 1), copy GB/s.
 
     The implementations must agree (relative to the largest output, 1e-4 in float32 and 1e-10 in
     float64: a different order of summation); the outputs are compared before anything is reported.
@@ -81,14 +84,13 @@ def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None
         copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
     rng = np.random.default_rng(1)
     implementations = chain_implementations(backend)
-    out = []
     for n, m, batch in shapes:
         def array(*shape):
             return xp.asarray(rng.standard_normal(shape), dtype=dtype)
 
         w, a_prev, b, delta_next, sp = array(n, m), array(m, batch), array(n), array(n, batch), array(m, batch)
-        results = {}
         for direction in ("forward", "backward"):
+            results, measured = {}, []
             kernel = f"{direction}_{'gemv' if batch == 1 else 'gemm'}"
             # forward: layer of n outputs from m inputs; backward: delta^l (m, B) from w (n, m), delta^{l+1} (n, B)
             outputs, rows = (n, m) if direction == "forward" else (m, n)
@@ -102,12 +104,12 @@ def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None
                 backend.synchronize()  # the uploads ran on CuPy's default stream
                 ms = timing.summary(timing.measure(backend, lambda a=args: backend.launch(main, kernel, *a),
                                                    repeats, warmup))
-                results[direction, name] = buffers[0]
-                out.append({"n": n, "m": m, "B": batch, "dtype": dtype, "kernel": kernel, "impl": name, "ms": ms,
-                            "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy,
-                            "gflops": 2 * n * m * batch / (ms["median"] * 1e6) if batch > 1 else None})
-            _agree([results[direction, name] for name in implementations], dtype, f"{kernel} at {(n, m, batch)}")
-    return out
+                results[name] = buffers[0]
+                measured.append({"n": n, "m": m, "B": batch, "dtype": dtype, "kernel": kernel, "impl": name,
+                                 "ms": ms, "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy,
+                                 "gflops": 2 * n * m * batch / (ms["median"] * 1e6) if batch > 1 else None})
+            _agree(list(results.values()), dtype, f"{kernel} at {(n, m, batch)}")
+            yield from measured
 
 
 def _agree(outputs, dtype, where):
@@ -119,18 +121,18 @@ def _agree(outputs, dtype, where):
             raise AssertionError(f"the chain implementations differ at {where}: relative error {error:.2e}")
 
 
-def chain_text(results):
-    lines = ["     n      m     B  kernel         impl        ms [p20-p80]           GB/s   of copy    GFLOP/s"
-             "  blocks"]
-    for r in results:
-        ms = r["ms"]
-        gflops = "-" if r["gflops"] is None else f"{r['gflops']:.1f}"
-        blocks = ":".join("x".join(map(str, block)) for block in r["gemv_blocks"]) if "gemv_blocks" in r else ""
-        lines.append(f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['kernel']:<13}  {r['impl']:<9}  {ms['median']:.4f} "
-                     f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%"
-                     f"  {gflops:>9}  {blocks}")
-    lines += chain_verdicts([r for r in results if "gemv_blocks" not in r])
-    return "\n".join(lines)
+CHAIN_HEADER = ("     n      m     B  kernel         impl        ms [p20-p80]           GB/s   of copy    GFLOP/s"
+                "  blocks")
+
+
+def chain_line(r):
+    """One row of the chain's table."""
+    ms = r["ms"]
+    gflops = "-" if r["gflops"] is None else f"{r['gflops']:.1f}"
+    blocks = ":".join("x".join(map(str, block)) for block in r["gemv_blocks"]) if "gemv_blocks" in r else ""
+    return (f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['kernel']:<13}  {r['impl']:<9}  {ms['median']:.4f} "
+            f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%"
+            f"  {gflops:>9}  {blocks}")
 
 
 def chain_verdicts(results):
@@ -170,14 +172,14 @@ def _gemv_block_shapes(forward, backward):
         launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK = saved
 
 
-def text(results):
-    lines = ["     n      m     B  impl        ms [p20-p80]           GB/s   of copy"]
-    for r in results:
-        ms = r["ms"]
-        lines.append(f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['impl']:<6}  {ms['median']:.4f} "
-                     f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%")
-    lines.append(f"copy: {results[0]['copy_gbps']:.1f} GB/s (read + write of a 128 MiB array)")
-    return "\n".join(lines)
+HEADER = "     n      m     B  impl        ms [p20-p80]           GB/s   of copy"
+
+
+def line(r):
+    """One row of the nabla_w table."""
+    ms = r["ms"]
+    return (f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['impl']:<6}  {ms['median']:.4f} "
+            f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%")
 
 
 def main(argv=None):
@@ -190,19 +192,35 @@ def main(argv=None):
                         help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
                              "(columns x split) pairs such as 32x8:8x64,32x4:32x16 (default: the launcher's)")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--jsonl", metavar="FILE",
+                        help="append one JSON line per row to FILE as it is measured (its table in \"table\")")
     args = parser.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split(":"))) for s in args.shapes.split(",")]
+    gemvs = [shape for shape in shapes if shape[2] == 1]
+    results, chain = [], []
+
+    def show(table, r, text):
+        (results if table == "nabla_w" else chain).append(r)
+        print(text, flush=True)
+        if args.jsonl:
+            with open(args.jsonl, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"table": table, **r}) + "\n")
+
     with get_backend(args.backend) as backend:
-        results = rows(backend, shapes, args.dtype, args.repeats)
-        chain = chain_rows(backend, shapes, args.dtype, args.repeats, copy=results[0]["copy_gbps"])
+        print(HEADER, flush=True)
+        for r in rows(backend, shapes, args.dtype, args.repeats):
+            show("nabla_w", r, line(r))
+        copy = results[0]["copy_gbps"]
+        print(f"copy: {copy:.1f} GB/s (read + write of a 128 MiB array)\n\n{CHAIN_HEADER}", flush=True)
+        for r in chain_rows(backend, shapes, args.dtype, args.repeats, copy=copy):
+            show("chain", r, chain_line(r))
         for forward, backward in _gemv_blocks(args.gemv_blocks):
             with _gemv_block_shapes(forward, backward):
-                gemvs = [shape for shape in shapes if shape[2] == 1]
-                chain += [{**r, "gemv_blocks": [forward, backward]}
-                          for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=results[0]["copy_gbps"])
-                          if r["impl"] != "cublas+ew"]
-    print(text(results))
-    print(chain_text(chain))
+                for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=copy):
+                    if r["impl"] != "cublas+ew":
+                        r = {**r, "gemv_blocks": [forward, backward]}
+                        show("chain", r, chain_line(r))
+    print("\n".join(chain_verdicts([r for r in chain if "gemv_blocks" not in r])))
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"nabla_w": results, "chain": chain}, out, indent=1)

@@ -7,7 +7,8 @@ Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (start, end, deviceId, streamId, shortName 
 Reports, per (device, stream): kernels, busy time (the union of its kernel intervals) and the share of
 it that overlaps kernels on the main stream; and per NVTX range name: count and total time.
 The main stream is ``--main-stream``, else the stream with the most kernels (the chain and the update
-launch more than all workers together).
+launch more than all workers together). Busy time and overlap come from ``leapfrog_gpu.tools.timeline.overlap``,
+the function the stream timeline (``--timeline``, no profiler needed) uses, so both measure the same thing.
 """
 
 import argparse
@@ -15,35 +16,9 @@ import json
 import sqlite3
 import sys
 
+from leapfrog_gpu.tools.timeline import length, overlap, union
+
 NVTX_RANGES = (59, 60)  # eventType of NvtxPushPopRange and NvtxStartEndRange
-
-
-def union(intervals):
-    """Sorted, disjoint ``(start, end)`` pairs covering ``intervals``."""
-    merged = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [tuple(pair) for pair in merged]
-
-
-def length(intervals):
-    return sum(end - start for start, end in intervals)
-
-
-def intersection(a, b):
-    """Total length of the intersection of two disjoint sorted interval lists."""
-    total, i, j = 0, 0, 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0, end - start)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def kernels(db):
@@ -90,20 +65,18 @@ def report(path, main_stream=None):
         if device is None:
             known = sorted(s for _, s in streams)
             raise ValueError(f"--main-stream {main_stream}: no kernel ran on it; streams: {known}")
-    main = union((s, e) for s, e, _ in streams[(device, main_stream)])
+    busy, shared, share = overlap({key: [(s, e) for s, e, _ in items] for key, items in streams.items()
+                                   if key[0] == device}, (device, main_stream))
     per_stream = []
-    for (dev, stream), items in sorted(streams.items()):
-        busy = union((s, e) for s, e, _ in items)
-        shared = intersection(busy, main) if dev == device and stream != main_stream else None
+    for key, items in sorted(streams.items()):
+        dev, stream = key
+        if dev != device:  # another device: busy time only
+            busy[key], shared[key] = length(union((s, e) for s, e, _ in items)), None
         per_stream.append({
-            "device": dev, "stream": stream, "main": (dev, stream) == (device, main_stream), "kernels": len(items),
-            "busy_ms": length(busy) / 1e6, "overlap_with_main": None if shared is None else shared / length(busy),
+            "device": dev, "stream": stream, "main": key == (device, main_stream), "kernels": len(items),
+            "busy_ms": busy[key] / 1e6, "overlap_with_main": None if shared[key] is None else shared[key] / busy[key],
             "top_kernels": sorted({name for _, _, name in items if name})[:4],
         })
-    workers = [union((s, e) for s, e, _ in items) for (dev, stream), items in streams.items()
-               if dev == device and stream != main_stream]
-    worker_busy = sum(length(w) for w in workers)
-    worker_shared = sum(intersection(w, main) for w in workers)
     totals = {}
     for name, start, end in ranges:
         count, ns = totals.get(name, (0, 0))
@@ -111,7 +84,7 @@ def report(path, main_stream=None):
     span = (min(r[2] for r in rows), max(r[3] for r in rows))
     return {
         "main_stream": main_stream, "device": device, "span_ms": (span[1] - span[0]) / 1e6, "streams": per_stream,
-        "worker_overlap": worker_shared / worker_busy if worker_busy else None,
+        "worker_overlap": share,
         "nvtx": [{"name": name, "count": count, "total_ms": ns / 1e6} for name, (count, ns) in sorted(totals.items())],
     }
 

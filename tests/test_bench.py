@@ -135,6 +135,9 @@ def test_torch_anchor_computes_our_gradients():
     (["--repeats", "0"], "--repeats must be an integer >= 1"),
     (["--dtype", "float16"], "invalid choice"),
     (["--json", "/nonexistent-folder/r.json"], "does not exist"),
+    (["--timeline", "/nonexistent-folder/t.png"], "does not exist"),
+    (["--jsonl", "/nonexistent-folder/r.jsonl"], "does not exist"),
+    (["--sizes", "8,9", "--timeline", "t.png"], "--timeline charts one network: give one value each to --sizes"),
 ])
 def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -159,13 +162,94 @@ def test_cupy_that_cannot_run_says_what_cuda_answered(cupy_without_gpu, capsys):
         f"leapfrog-bench: error: --backend cupy cannot run: {CUDA_ANSWER}; use --backend numpy\n")
 
 
-def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize("option", ["--plot", "--timeline"])
+def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, option):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(TINY + ["--plot", str(tmp_path / "r.png")])
+        bench.main(["--backend", "numpy", "--sizes", "24", "--layers", "3", "--batch", "1", option,
+                    str(tmp_path / "r.png")])
     assert exit_info.value.code == 2
-    assert "pip install -e '.[plot]'" in capsys.readouterr().err  # as the README says it, in a checkout
-    assert not (tmp_path / "r.png").exists()
+    # as the README says it, in a checkout
+    assert f"{option} needs matplotlib: pip install -e '.[plot]'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
+    """--timeline: every configuration but the auto choice stamped, its cost and analysis in the record,
+    a chart panel each; --jsonl: the header line, then exactly the records of --json."""
+    argv = ["--backend", "numpy", "--sizes", "24", "--layers", "4", "--batch", "3", "--k", "1,2,auto",
+            "--blas-threads", "1", "--repeats", "3", "--warmup", "1", "--no-torch", "--json", str(tmp_path / "r.json"),
+            "--jsonl", str(tmp_path / "r.jsonl"), "--timeline", str(tmp_path / "t.png")]
+    stdout = _run_main(argv)
+    records = json.loads((tmp_path / "r.json").read_text())["records"]
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert lines[0]["command"] == "leapfrog-bench " + " ".join(argv) and "machine" in lines[0]
+    assert lines[1:] == records
+    stamped = [r for r in records if not r["auto"]]
+    assert len(stamped) == 3 and all("timeline" not in r for r in records if r["auto"])
+    for r in stamped:
+        t = r["timeline"]
+        assert t["steps"] == 3
+        assert t["cost"] == pytest.approx(t["step_ms_stamped"]["median"] / t["step_ms_plain"]["median"])
+        assert set(t["busy_ms"]) == {"main"} | {f"worker{j}" for j in range(r["k"])}
+        assert (t["worker_overlap"] is None) == (r["k"] == 0)
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert [p["label"] for p in saved["panels"]] == ["sequential, BLAS 1", "leapfrog k=1, BLAS 1",
+                                                     "leapfrog k=2, BLAS 1"]
+    assert all({row[0] for row in p["intervals"]} == {1, 2, 3} for p in saved["panels"])  # the warm-up step left out
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = [line for line in stdout.splitlines() if line.startswith(("sequential k=", "leapfrog k="))]
+    assert len(printed) == 3
+    assert all("worker time overlapping main" in line and "backward x" in line for line in printed)
+    twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
+    twice.write_text((tmp_path / "r.jsonl").read_text() * 2)
+    out = _bench_table(twice)
+    assert out.count("Command: `leapfrog-bench --backend numpy --sizes 24") == 2 and out.count("\nTimeline") == 2
+    rows = [line for line in out.splitlines() if line.startswith("| ") and line.count("|") == 10]
+    assert len(rows) == 2 * (1 + 3) and rows[1].startswith("| sequential | 0 | 1 |")  # a header and 3 rows, twice
+
+
+def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
+    """--graph with --timeline and --jsonl: each network's rows are printed, its eager configurations
+    stamped and its records appended, in that order, by one callback; a graph step is one launch, so
+    its row has no timeline and the chart no panel for it."""
+    argv = ["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "2", "--k", "2", "--blas-threads", "1",
+            "--repeats", "3", "--warmup", "1", "--no-torch", "--graph", "--jsonl", str(tmp_path / "r.jsonl"),
+            "--timeline", str(tmp_path / "t.png")]
+    stdout = _run_main(argv)
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()][1:]
+    assert [(r["schedule"], r["graph"]) for r in records] == [("sequential", False), ("leapfrog", False),
+                                                              ("sequential", True), ("leapfrog", True)]
+    assert [r["graph"] for r in records if "timeline" in r] == [False, False]
+    assert [p["label"] for p in json.loads((tmp_path / "t.json").read_text())["panels"]] == [
+        "sequential, BLAS 1", "leapfrog k=2, BLAS 1"]
+    lines = stdout.splitlines()
+    rows = [i for i, line in enumerate(lines) if line.split()[:3] == ["20", "4", "2"]]
+    assert len(rows) == 4 and any("leapfrog[graph]" in lines[i] for i in rows)
+    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("* best sequential")))
+    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("timeline (")))
+    assert "graph mode against its GPU targets" in stdout
+
+
+def test_json_lines_survive_a_killed_run(tmp_path):
+    """Each network's records are on disk as soon as it is measured: a run killed later keeps them whole."""
+    import subprocess
+    import time
+
+    path = tmp_path / "r.jsonl"
+    run = subprocess.Popen([sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "numpy", "--sizes",
+                            ",".join(map(str, range(8, 60))), "--layers", "3", "--batch", "2", "--k", "2",
+                            "--blas-threads", "1", "--repeats", "2", "--warmup", "0", "--no-torch", "--jsonl", path])
+    try:
+        deadline = time.monotonic() + 120
+        while (not path.exists() or len(path.read_text().splitlines()) < 5) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        run.kill()
+        run.wait()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "command" in lines[0] and len(lines) >= 5 and len(lines) < 1 + 2 * 52
+    assert all(r["schedule"] in ("sequential", "leapfrog") for r in lines[1:])
 
 
 def _stdout_at_each_network(monkeypatch, capsys):
@@ -216,13 +300,9 @@ def test_schedules_are_listed_by_name():
 
 def render_table(report, tmp_path):
     """What profiling/bench_table.py prints for ``report`` (a --json file's content), and its data rows."""
-    import subprocess
-    from pathlib import Path
-
     path = tmp_path / "r.json"
     path.write_text(json.dumps(report))
-    script = Path(__file__).resolve().parent.parent / "profiling" / "bench_table.py"
-    out = subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=60, check=True).stdout
+    out = _bench_table(path)
     return out, [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
 
 
@@ -231,3 +311,13 @@ def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
     out, rows = render_table(report[1], tmp_path)
     assert len(rows) == len(report[1]["records"])
     assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 17 for row in rows)
+
+
+def _bench_table(path):
+    """The output of profiling/bench_table.py on ``path`` (a --json or --jsonl file)."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "profiling" / "bench_table.py"
+    return subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=60,
+                          check=True).stdout

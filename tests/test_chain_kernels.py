@@ -256,7 +256,7 @@ def test_the_kernel_benchmark_runs_the_chain_on_cupy_against_cublas(standin, mon
 
     monkeypatch.setattr(timing, "measure", lambda backend, fn, repeats, warmup: [fn(), backend.synchronize(), 0.5][2:])
     with CupyBackend() as backend:
-        rows = kernels.chain_rows(backend, [(33, 31, 1), (20, 17, 5)], repeats=1, warmup=0, copy=10.0)
+        rows = list(kernels.chain_rows(backend, [(33, 31, 1), (20, 17, 5)], repeats=1, warmup=0, copy=10.0))
     assert [(r["kernel"], r["impl"]) for r in rows] == [
         (f"{direction}_{shape}", impl) for shape in ("gemv", "gemm") for direction in ("forward", "backward")
         for impl in ("ours", "cublas+ew")]

@@ -160,13 +160,16 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
     assert len(rows) == 2 + 4 and rows[2].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
 
 
-def test_bench_options_that_need_or_refuse_mpiexec(capsys):
+@pytest.mark.parametrize("option", ["--fused", "--jsonl"])
+def test_bench_options_that_need_or_refuse_mpiexec(capsys, tmp_path, option):
     assert bench_main("--bucket-mb", 1) == 2
     assert "--bucket-mb applies under mpiexec -n P with P > 1 only" in capsys.readouterr().err
-    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench",
-                                                          "--fused"), timeout=60)
+    argv = [option] + ([tmp_path / "r.jsonl"] if option == "--jsonl" else [])
+    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", *argv),
+                                            timeout=60)
     assert returncode == 2 and out == ""
-    assert err.splitlines() == ["leapfrog-bench: error: --fused does not apply under mpiexec"]
+    assert err.splitlines() == [f"leapfrog-bench: error: {option} does not apply under mpiexec"]
+    assert not list(tmp_path.iterdir())
 
 
 def bench_main(*args):

@@ -283,7 +283,7 @@ def test_kernel_micro_benchmark_checks_results_it_can_trust(backend):
         import kernels
     finally:
         sys.path.remove(str(PROFILING))
-    rows = kernels.rows(backend, [(33, 31, 1), (33, 31, 3)], "float64", repeats=2, warmup=0)
+    rows = list(kernels.rows(backend, [(33, 31, 1), (33, 31, 3)], "float64", repeats=2, warmup=0))
     assert len(rows) == 4 and all(row["ms"]["median"] >= 0 for row in rows)
     assert all(np.isfinite(row["error"]) and row["error"] <= 1e-10 for row in rows), rows
 

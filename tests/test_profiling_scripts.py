@@ -3,13 +3,19 @@ scripts linted, and the kernel micro-benchmark run on the NumPy backend."""
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.backends.timing import Interval
+from leapfrog_gpu.tools import timeline
 
 PROFILING = Path(__file__).resolve().parent.parent / "profiling"
 sys.path.insert(0, str(PROFILING))
@@ -18,10 +24,15 @@ import kernels  # noqa: E402
 import overlap  # noqa: E402
 
 
-def build_export(path, with_nvtx=True):
+KERNELS = [(0, 100, 7, "gemv"), (100, 200, 7, "delta_hidden"), (300, 400, 7, "gemv"), (50, 150, 13, "outer_f32"),
+           (200, 300, 14, "outer_f32"), (350, 450, 14, "bias_sum_f32")]
+
+
+def build_export(path, with_nvtx=True, kernels=KERNELS):
     """Tables and columns as ``nsys export --type sqlite`` writes them (the ones overlap.py reads, plus
-    a few it must ignore). Main stream 7: kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13:
-    [50, 150] (all of it overlaps main), worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
+    a few it must ignore), holding ``kernels``: (start, end, stream, name). By default, main stream 7:
+    kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13: [50, 150] (all of it overlaps main),
+    worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
     db = sqlite3.connect(path)
     db.executescript("""
         CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
@@ -30,12 +41,11 @@ def build_export(path, with_nvtx=True):
             correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
             shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER, blockX INTEGER);
     """)
-    names = {1: "gemv", 2: "delta_hidden", 3: "outer_f32", 4: "bias_sum_f32", 5: "backward", 6: "forward"}
-    db.executemany("INSERT INTO StringIds VALUES (?, ?)", names.items())
-    rows = [(0, 100, 7, 1), (100, 200, 7, 2), (300, 400, 7, 1), (50, 150, 13, 3), (200, 300, 14, 3), (350, 450, 14, 4)]
+    names = {name: i for i, name in enumerate(dict.fromkeys(["backward", "forward"] + [k[3] for k in kernels]), 1)}
+    db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, name) for name, i in names.items()])
     db.executemany(
         "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, ?, 0, 0, ?, ?, 0, 1, 1)",
-        [(start, end, stream, name, name) for start, end, stream, name in rows],
+        [(start, end, stream, names[name], names[name]) for start, end, stream, name in kernels],
     )
     if with_nvtx:
         db.executescript("""
@@ -43,7 +53,8 @@ def build_export(path, with_nvtx=True):
                 rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
                 endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER);
         """)
-        events = [(0, 250, 59, None, 6), (250, 450, 59, None, 5), (260, 300, 59, "backward", None),
+        events = [(0, 250, 59, None, names["forward"]), (250, 450, 59, None, names["backward"]),
+                  (260, 300, 59, "backward", None),
                   (10, None, 34, "a mark", None), (500, 900, 60, "update", None)]
         db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES (?, ?, ?, ?, ?)", events)
     db.commit()
@@ -62,6 +73,29 @@ def test_overlap_per_stream_and_worker_share(tmp_path):
     assert result["worker_overlap"] == pytest.approx((100 + 50) / 300)
     assert result["span_ms"] == pytest.approx(450e-6)
     assert "outer_f32" in streams[13]["top_kernels"]
+
+
+def test_overlap_py_and_the_timeline_agree_on_the_same_intervals(tmp_path):
+    """The nsys report and the profiler-free timeline give the same busy times and worker overlap."""
+    rng = np.random.default_rng(5)
+    ids = {"main": 7, "worker0": 13, "worker1": 14, "worker2": 21}
+    intervals = []
+    for stream in ids:
+        end = int(rng.integers(0, 50))
+        for j in range(int(rng.integers(5, 15))):  # a stream runs one kernel at a time, with gaps
+            start = end + int(rng.integers(0, 40))
+            end = start + int(rng.integers(1, 60))
+            intervals.append(Interval(0, stream, f"kernel{j}", start, end))
+    path = build_export(tmp_path / "trace.sqlite", kernels=[(i.start, i.end, ids[i.stream], i.name) for i in intervals])
+    nsys = overlap.report(path, main_stream=ids["main"])
+    ours = timeline.analyse_step(intervals)
+    assert 0.1 < ours["worker_overlap"] < 0.9  # neither none nor all: the case says something
+    assert nsys["worker_overlap"] == pytest.approx(ours["worker_overlap"])
+    names = {v: k for k, v in ids.items()}
+    for s in nsys["streams"]:
+        assert s["busy_ms"] == pytest.approx(ours["busy_ms"][names[s["stream"]]])
+        want = None if s["main"] else pytest.approx(ours["overlap_with_main"][names[s["stream"]]])
+        assert s["overlap_with_main"] == want
 
 
 def test_nvtx_totals_by_name_from_text_or_string_ids(tmp_path):
@@ -105,7 +139,7 @@ def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
     assert err.startswith("overlap.py: error:") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh", "graph_targets.sh", "parts.sh"])
+@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh"])
 def test_shell_scripts_lint(script):
     subprocess.run(["bash", "-n", str(PROFILING / script)], check=True)
     shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
@@ -122,26 +156,130 @@ def test_nsys_script_holds_the_exact_commands():
     assert '-m leapfrog_gpu "$@"' in text and "--profile-steps 20:30" in text  # the training script's window
 
 
-def test_device_check_without_gpu_records_every_part(tmp_path):
-    """On a machine without CuPy or nsys the script still runs every part and says how each ended."""
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": os.environ["PATH"]}
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not (Path(p) / "nsys").exists())
-    subprocess.run(["bash", str(PROFILING / "device_check.sh")], env=env, check=True, capture_output=True,
-                   timeout=240, cwd=tmp_path)
+PARTS = ("environment", "GPU tests", "kernels", "bench headline", "bench fused", "compute-sanitizer memcheck",
+         "compute-sanitizer racecheck", "compute-sanitizer synccheck", "bench grid")
+
+
+def part_lines(summary):
+    """``{part: its line in summary.txt}``; each part has exactly one."""
+    lines = {}
+    for name in PARTS:
+        found = [line for line in summary.splitlines() if line.startswith(f"{name}: ")]
+        assert len(found) == 1, (name, summary)
+        lines[name] = found[0]
+    return lines
+
+
+def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
+    """--dry-run on a CPU: every part exits 0 with its time in summary.txt, within what comes back from a
+    GPU machine (eight files at most, plain names, no folder), each result file readable."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    summary = (out / "summary.txt").read_text()
+    assert run.returncode == 0, summary
+    lines = part_lines(summary)
+    for name, line in lines.items():
+        assert re.match(rf"{name}: exit 0, \d+\.\d s \(limit \d+ s\)", line), line
+    assert int(re.search(r"(\d+)(/\d+)? tests collected", lines["GPU tests"]).group(1)) > 100
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        assert int(re.search(r"(\d+) tests selected", lines[f"compute-sanitizer {tool}"]).group(1)) >= 5
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in files)
+    assert all((out / name).is_file() for name in files)
+    assert {"summary.txt", "log.txt", "kernels.jsonl", "bench.jsonl", "timeline.png", "timeline.json",
+            "timeline_fused.png"} <= set(files)
+    bench = [json.loads(line) for line in (out / "bench.jsonl").read_text().splitlines()]
+    headers = [line["command"] for line in bench if "command" in line]
+    assert len(headers) == 3 and "--fused" in headers[1] and "--timeline" in headers[0]
+    assert all("--backend cupy" in header for header in headers)  # on the stand-in, which times with its events
+    assert all(line["backend"] == "cupy" for line in bench if "command" not in line)
+    graph = [line for line in bench if line.get("graph")]  # headline and fused: sequential, k = 1, 2, 4
+    assert len(graph) == 2 * 4 and not any("timeline" in line for line in graph)
+    assert sum("timeline" in line for line in bench) == 2 * 4  # their eager twins
+    assert (out / "log.txt").read_text().count("graph mode against its GPU targets") == 2
+    assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
+    kernels = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
+    assert [line["table"] for line in kernels] == ["nabla_w"] * 4 + ["chain"] * (8 + 2)  # our kernels against
+    assert {line["impl"] for line in kernels if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
+    for name in ("timeline.png", "timeline_fused.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gpu_tests_are_collected_without_the_optional_packages(tmp_path):
+    """The device check's first part must not abort because torch, mpi4py or CuPy is missing: with each
+    of them unimportable, every test module is still collected, the GPU tests among them."""
+    for name in ("torch", "mpi4py", "cupy", "cupyx"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError('{name} is blocked for this test')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                          "tests"], env=env, capture_output=True, text=True, timeout=120, cwd=PROFILING.parent)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert int(re.search(r"(\d+)/\d+ tests collected", run.stdout).group(1)) > 100 and "error" not in run.stdout
+    for test in ("test_parallel.py::test_nccl_one_rank_on_the_gpu", "test_cupy_graph.py::test_graph_steps_on_the_gpu",
+                 "test_graph_tools.py::test_the_torch_cuda_graph_anchor", "test_chain_kernels.py::test_forward"):
+        assert f"tests/{test}" in run.stdout, test
+
+
+def test_a_part_killed_at_its_limit_keeps_what_it_wrote_and_the_next_part_runs(tmp_path):
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        BUDGET=100 DEADLINE=$((SECONDS + 100)) SUMMARY={tmp_path}/summary.txt LOG={tmp_path}/log.txt
+        NOTE={tmp_path}/note FAILED=0
+        export NOTE
+        part slow 2 bash -c "echo measured >>{tmp_path}/r.jsonl; sleep 30; echo never >>{tmp_path}/r.jsonl"
+        part noted 5 note what was skipped and why
+        DEADLINE=$((SECONDS + 3))
+        part late 60 true
+        echo "failed: $FAILED"
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.stdout.endswith("failed: 1\n")
+    slow, noted, late = (tmp_path / "summary.txt").read_text().splitlines()
+    assert re.fullmatch(r"slow: exit 124, 2\.\d s \(limit 2 s\); killed at its limit, what it wrote is kept", slow)
+    assert (tmp_path / "r.jsonl").read_text() == "measured\n"
+    assert re.fullmatch(r"noted: exit 0, \d\.\d s \(limit 5 s\); what was skipped and why", noted)
+    assert re.fullmatch(r"late: not run: [0-3] s of the 100 s budget left", late)
+    assert "== slow (limit 2 s)" in (tmp_path / "log.txt").read_text()
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the script on a machine without a GPU")
+def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
+    """Without --dry-run on a CPU: the parts that need a GPU fail in their own way (their options parsed),
+    are recorded, and the script goes on to the end; its exit status says that some part failed."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if not (Path(p) / "compute-sanitizer").exists())
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": path, "COMMIT": "abc1234"}
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh")], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
     summary = (tmp_path / "summary.txt").read_text()
-    for part in ("GPU tests: exit", "nabla_w kernels vs cuBLAS: exit", "bench grid: exit", "nsys trace"):
-        assert part in summary
-    assert "python " in summary and (tmp_path / "bench.txt").exists() and (tmp_path / "tests.txt").exists()
+    assert run.returncode == 1, summary
+    assert summary.startswith("device_check.sh: ") and "commit abc1234" in summary.splitlines()[0]
+    lines = part_lines(summary)
+    assert lines["GPU tests"].startswith("GPU tests: exit 0")  # every GPU test skipped, with its reason
+    assert lines["kernels"].startswith("kernels: exit 1")
+    for name in ("bench headline", "bench fused", "bench grid"):
+        assert lines[name].startswith(f"{name}: exit 2")
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        assert re.search(r"exit 0, .*; skipped: compute-sanitizer is not on PATH \(\d+ tests selected\)",
+                         lines[f"compute-sanitizer {tool}"])
+    log = (tmp_path / "log.txt").read_text()
+    assert log.count("leapfrog-bench: error: --backend cupy ") == 3
 
 
-def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys):
+def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):
     assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2",
-                         "--gemv-blocks", "32x4:16x32"]) == 0
+                         "--gemv-blocks", "32x4:16x32", "--jsonl", str(tmp_path / "k.jsonl")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
     assert sum(line.startswith("copy: ") for line in lines) == 1
     assert sum(" numpy " in line for line in lines) == 6  # the chain: forward and backward of each shape,
     assert sum(line.endswith("32x4:16x32") for line in lines) == 2  # and of the B = 1 one with other blocks
+    rows = [json.loads(line) for line in (tmp_path / "k.jsonl").read_text().splitlines()]  # one line per row
+    assert [(r["table"], r["impl"]) for r in rows] == [("nabla_w", impl) for impl in ("ours", "matmul") * 2] + [
+        ("chain", "numpy")] * 6
 
 
 

@@ -200,6 +200,28 @@ def test_profile_steps_on_numpy_only_add_nvtx_ranges(capsys):
         "(recorded under nsys, or with LEAPFROG_NVTX=1)\n")
 
 
+def test_timeline_of_a_window_of_steps(tmp_path, capsys):
+    """--timeline alone stamps steps 10..14; the chart and every interval are written, one line printed."""
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--timeline", tmp_path / "t.png") == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # no note about the numpy backend's profiler: the window records the timeline
+    assert sum(line.startswith(f"timeline of steps 10..14 in {tmp_path / 't.png'}") for line in out.splitlines()) == 1
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["program"] == "leapfrog-train" and saved["config"]["k"] == 2
+    assert {row[0] for row in saved["panels"][0]["intervals"]} == set(range(10, 15))
+    assert saved["panels"][0]["analysis"]["summary"]["busy_ms"].keys() == {"main", "worker0", "worker1"}
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, capsys):
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--checkpoint-dir", tmp_path / "run") == 0
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--timeline",
+               tmp_path / "t.png") == 0
+    assert capsys.readouterr().err == (f"leapfrog-train: note: this run started at step 45, after the timeline's steps "
+                                       f"10..14, so {tmp_path / 't.png'} was not written\n")
+    assert not (tmp_path / "t.png").exists()
+
+
 # -- what a newcomer meets ------------------------------------------------------------------------------
 
 
@@ -314,6 +336,13 @@ def test_a_run_imports_neither_scikit_learn_nor_scipy():
     (["--data", "teacher", "--cost", "cross_entropy"], "--data teacher is a regression task: use --cost quadratic"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),
     (["--epochs", 1, "--profile-steps", "40:46"], "--profile-steps 40:46 reaches past this run's last step, 44"),
+    (["--timeline", "/nonexistent-folder/t.png"],
+     "--timeline /nonexistent-folder/t.png: the folder /nonexistent-folder does not exist"),
+    (["--data", "teacher", "--samples", 64, "--epochs", 1, "--timeline", "t.png"],
+     "--timeline records steps 10..14 by default, past this run's last step, 1 (steps count from 0): give "
+     "--profile-steps A:B"),
+    (["--graph", "--timeline", "t.png"],
+     "--timeline stamps every launch of eager steps, and a graph step is one launch: drop --graph or --timeline"),
 ])
 def test_bad_options(capsys, args, message):
     assert cli(*args) == 2

@@ -3,8 +3,8 @@
 Everything that knows whether an array is on the host or the device lives here: the host streams
 (``host``) and the CUDA streams (``cuda``), the kernel launchers (``ops_cuda``) and their NumPy twins
 (``ops_numpy``), launch shapes (``launch``), the kernel sources (``sources``), NVTX ranges
-(``annotate``) and timing on a stream (``timing``). Modules here import each other and third-party
-packages only, never the library above them or the tools.
+(``annotate``) and timing on a stream, the timeline's per-launch stamps included (``timing``). Modules
+here import each other and third-party packages only, never the library above them or the tools.
 """
 
 import dataclasses

@@ -45,6 +45,8 @@ class CupyBackend:
         self.main = cupy.cuda.Stream(non_blocking=True, priority=MAIN_PRIORITY)
         self._workers = []
         self._comm = None
+        self._stream_names = {self.main.ptr: "main"}  # a timeline's stream names
+        self.timeline = None  # the timing.Timeline recording launches, if any
         self._staging = {}  # (shape, dtype) -> _Staging
         self._kept = {}  # id -> what enqueued work uses, until synchronize()
         self._error = None
@@ -65,7 +67,9 @@ class CupyBackend:
         """The first ``k`` worker streams, created on first use and kept for the backend's life."""
         self._check_open()
         while len(self._workers) < k:
-            self._workers.append(self.xp.cuda.Stream(non_blocking=True, priority=WORKER_PRIORITY))
+            stream = self.xp.cuda.Stream(non_blocking=True, priority=WORKER_PRIORITY)
+            self._stream_names[stream.ptr] = f"worker{len(self._workers)}"
+            self._workers.append(stream)
         return self._workers[:k]
 
     def comm_stream(self):
@@ -73,6 +77,7 @@ class CupyBackend:
         self._check_open()
         if self._comm is None:
             self._comm = self.xp.cuda.Stream(non_blocking=True)
+            self._stream_names[self._comm.ptr] = "comm"
         return self._comm
 
     def event(self, name=""):
@@ -80,14 +85,28 @@ class CupyBackend:
         return self.xp.cuda.Event(block=False, disable_timing=True)
 
     def launch(self, stream, name, fn, *args):
+        """Call ``fn(*args)`` with ``stream`` current, inside an NVTX range called ``name``; when a
+        ``timing.Timeline`` is recording, between two timing events recorded on ``stream``."""
         self._check_open()
         if self._error is not None:
             return  # a failed step enqueues nothing more until synchronize() reports it
         try:
             with annotate.range(name), stream:
+                if self.timeline is None:
+                    fn(*args)
+                    return
+                stamp = self.timeline.stamp(self._stream_names.get(stream.ptr, f"stream {stream.ptr:#x}"), name)
+                stamp.start = self.xp.cuda.Event()
+                stamp.start.record(stream)
                 fn(*args)
+                stamp.end = self.xp.cuda.Event()
+                stamp.end.record(stream)
         except Exception as error:  # noqa: BLE001 - raised by synchronize(), as on host streams
             self._error = error
+
+    def elapsed_ns(self, start, end):
+        """Nanoseconds between two recorded timing events (``cudaEventElapsedTime``, 0.5 us resolution)."""
+        return round(self.xp.cuda.get_elapsed_time(start, end) * 1e6)
 
     def record(self, stream, event):
         event.record(stream)

@@ -116,6 +116,7 @@ class NumpyBackend:
         if not (isinstance(max_delay, (int, float)) and 0 <= max_delay <= 1):
             raise ValueError(f"max_delay must be a number of seconds in [0, 1]; got {max_delay!r}")
         self.trace = [] if trace else None
+        self.timeline = None  # the timing.Timeline recording launches, if any
         self.chaos, self.max_delay = chaos, max_delay
         self.poisons = chaos is not None
         self._rng = random.Random(seed)
@@ -176,8 +177,16 @@ class NumpyBackend:
         return HostEvent(name, self._lock)
 
     def launch(self, stream, name, fn, *args):
-        """Enqueue ``fn(*args)`` on ``stream``; it runs inside an NVTX range called ``name``."""
+        """Enqueue ``fn(*args)`` on ``stream``; it runs inside an NVTX range called ``name`` (and is
+        stamped when a ``timing.Timeline`` is recording)."""
+        if self.timeline is not None:
+            fn = _stamped(self.timeline.stamp(stream.name, name), fn)
         self._submit(stream, _Item("op", name, fn, args))
+
+    @staticmethod
+    def elapsed_ns(start, end):
+        """Nanoseconds between two marks of a timeline's clock (``perf_counter_ns`` values here)."""
+        return end - start
 
     def record(self, stream, event):
         if self._capture is not None:
@@ -387,6 +396,17 @@ class NumpyBackend:
         if self.order == "main-first":
             return self.main if self.main in ready else workers[0]
         return workers[0] if workers else self.main
+
+
+def _stamped(stamp, fn):
+    """``fn`` with the stream thread's clock read just before and after it, into ``stamp``."""
+
+    def run(*args):
+        stamp.start = time.perf_counter_ns()
+        fn(*args)
+        stamp.end = time.perf_counter_ns()
+
+    return run
 
 
 class _StreamRange:

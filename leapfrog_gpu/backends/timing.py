@@ -1,4 +1,5 @@
-"""Timing a piece of work on a backend: warm up, repeat, and summarise by median, p20 and p80.
+"""Timing on a backend: a piece of work (warm up, repeat, summarise by median, p20 and p80), and the
+timeline, every launch stamped on its own stream (``Timeline``).
 
 On the host (NumPy backend) a repeat is the wall time of ``fn()`` followed by ``synchronize()``,
 from ``time.perf_counter``. On a GPU it is the time between two CUDA events recorded on the backend's
@@ -6,6 +7,7 @@ main stream around ``fn()``: every schedule joins its workers into the main stre
 event completes only once the workers have finished too.
 """
 
+import collections
 import contextlib
 import time
 
@@ -95,3 +97,77 @@ def summary(times_ms):
     """``{"median", "p20", "p80"}`` of a sample of times, in ms."""
     p20, median, p80 = np.percentile(np.asarray(times_ms), (20, 50, 80))
     return {"median": float(median), "p20": float(p20), "p80": float(p80)}
+
+
+# -- the timeline: every launch stamped on its own stream ---------------------------------------------
+
+
+Interval = collections.namedtuple("Interval", "step stream name start end")
+"""One launch of a timeline: its step, stream name (``main``, ``worker0``, ...), launch name, and
+start and end in ns from the timeline's first stamp."""
+
+
+class Stamp:
+    """One launch being stamped: ``start`` and ``end`` are marks of the backend's clock (ns on the
+    host, CUDA events on the GPU), ``None`` until taken."""
+
+    __slots__ = ("step", "stream", "name", "start", "end")
+
+    def __init__(self, step, stream, name):
+        self.step, self.stream, self.name = step, stream, name
+        self.start = self.end = None
+
+
+class Timeline:
+    """Stamps every ``backend.launch`` made inside ``with timeline.step(): ...``, on its own stream.
+
+    Host streams take ``time.perf_counter_ns()`` on the stream's thread just before and after the
+    operation; CUDA streams record a timing event on the stream before and after the launch's work.
+    Outside ``step()`` the backend's ``timeline`` attribute is ``None`` and a launch pays one test for it.
+
+        timeline = Timeline(backend)
+        for _ in range(5):
+            with timeline.step():
+                net.sgd_step(x, y, eta, schedule)
+        timeline.intervals()    # synchronizes; [Interval(step, stream, name, start, end), ...]
+    """
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.stamps = []
+        self.next_step = 0
+        self._step = None
+
+    def __repr__(self):
+        return f"Timeline({self.backend!r}, stamps={len(self.stamps)})"
+
+    @contextlib.contextmanager
+    def step(self, n=None):
+        """Stamp what is launched in the block as step ``n`` (default: the step after the last one)."""
+        if self.backend.timeline is not None:
+            raise RuntimeError("a timeline is already recording on this backend; end its step() first")
+        self._step = self.next_step if n is None else n
+        self.next_step = self._step + 1
+        self.backend.timeline = self
+        try:
+            yield self._step
+        finally:
+            self.backend.timeline = None
+
+    def stamp(self, stream, name):
+        """A new ``Stamp`` of the current step, for the backend to fill."""
+        stamp = Stamp(self._step, stream, name)
+        self.stamps.append(stamp)
+        return stamp
+
+    def intervals(self):
+        """Wait for the backend, then every completed launch as an ``Interval``, in launch order, times
+        in ns from the earliest start. A launch that raised (no end stamp) is left out."""
+        self.backend.synchronize()
+        done = [s for s in self.stamps if s.end is not None]
+        if not done:
+            return []
+        elapsed, origin = self.backend.elapsed_ns, done[0].start
+        times = [(elapsed(origin, s.start), elapsed(origin, s.end)) for s in done]
+        zero = min(start for start, _ in times)
+        return [Interval(s.step, s.stream, s.name, start - zero, end - zero) for s, (start, end) in zip(done, times)]

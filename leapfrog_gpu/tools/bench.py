@@ -21,6 +21,14 @@ prints the graph-mode ratios of the project's GPU targets (``graph_verdicts``).
 
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
     leapfrog-bench --backend cupy --sizes 1024 --layers 32 --batch 32 --k 1,2,4 --graph
+
+``--timeline FILE.png`` (one network): once it is measured, each eager configuration runs ``--repeats``
+more steps with every launch stamped (``leapfrog_gpu.tools.timeline``), interleaved with as many plain
+steps, so that the timeline's own cost is measured in the same run; it prints each stream's busy time
+and the share of worker time that overlaps the main stream, and writes the Gantt chart and FILE.json.
+A graph step is one launch, so graph rows have no timeline. ``--jsonl FILE`` appends one JSON line
+per configuration as soon as its network is measured (after a line with the command and machine), so
+that a run killed part-way keeps what it measured.
 """
 
 import argparse
@@ -29,7 +37,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 
 import numpy as np
 from tqdm import tqdm
@@ -40,8 +47,8 @@ from ..functions import ACTIVATIONS, DTYPES
 from ..naumov import NaumovJacobi, NaumovScan
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
-from . import bench_parallel, checkpoint, torch_anchor, traffic
-from .cli import Parser, choose_backend, integer, integers, names, pip_install, reals
+from . import bench_parallel, timeline, torch_anchor, traffic
+from .cli import Parser, choose_backend, integer, integers, names, pip_install, reals, replaced_atomically
 
 SCHEDULES = {
     "sequential": (Sequential, False),
@@ -102,6 +109,10 @@ def parser():
                    help="under mpiexec: bucket sizes in MB to measure (default 0: one sum per layer)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="plot speedup against k, measured and predicted (needs matplotlib)")
+    p.add_argument("--timeline", metavar="FILE.png",
+                   help="stamp every launch of a few steps per configuration (one network only): busy time per "
+                        "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib)")
+    p.add_argument("--jsonl", metavar="FILE", help="append one JSON line per configuration to FILE as it is measured")
     return p
 
 
@@ -114,15 +125,18 @@ def main(argv=None):
         p.error(str(error))
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
-    for option in ("json", "plot"):
+    for option in ("json", "plot", "timeline", "jsonl"):
         path = getattr(args, option)
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
-    if args.plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            p.error(f"--plot needs matplotlib: {pip_install('plot')}")
+    if args.timeline is not None and len(args.sizes) * len(args.layers) * len(args.batch) > 1:
+        p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
+    for option in ("plot", "timeline"):
+        if getattr(args, option) is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                p.error(f"--{option} needs matplotlib: {pip_install('plot')}")
     comm = parallel.world("leapfrog-bench")
     if comm.size > 1:  # under mpiexec: what the sums across ranks cost a step
         return _main_parallel(p, args, comm, sys.argv[1:] if argv is None else argv)
@@ -134,25 +148,36 @@ def main(argv=None):
     elif not torch_anchor.available():
         torch_note = f"PyTorch anchor skipped: torch does not import ({pip_install('torch')})"
 
+    about = {"command": "leapfrog-bench " + " ".join(sys.argv[1:] if argv is None else argv),
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "machine": machine(args.backend), "torch_note": torch_note}
     widths = column_widths(args)
-    if args.quiet:
-        records = run(args, with_torch=torch_note is None)
-        print(table(records, widths))
-    else:
+    panels = []
+
+    def measured(case):  # one network's records, as soon as they are measured
+        if not args.quiet:
+            print(*table_rows(case, widths), sep="\n", flush=True)
+        if args.timeline:
+            panels.extend(stamped_steps(args, case))
+        if args.jsonl:
+            _append_lines(args.jsonl, case)
+
+    if args.jsonl:
+        _append_lines(args.jsonl, [about])
+    if not args.quiet:
         print(*table_head(widths), sep="\n", flush=True)
-        records = run(args, with_torch=torch_note is None,
-                      on_network=lambda rows: print(*table_rows(rows, widths), sep="\n", flush=True))
-        print(table_foot(args.graph))
+    records = run(args, with_torch=torch_note is None, on_network=measured)
+    print(table(records, widths) if args.quiet else table_foot(args.graph))
     if torch_note:
         print(torch_note)
     print(verdicts(records))
     if args.graph:
         print(graph_verdicts(records))
-    report = {"command": "leapfrog-bench " + " ".join(sys.argv[1:] if argv is None else argv),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine(args.backend), "torch_note": torch_note, "records": records}
     if args.json:
-        _write_atomically(args.json, json.dumps(report, indent=1) + "\n")
+        _write_atomically(args.json, json.dumps({**about, "records": records}, indent=1) + "\n")
+    if args.timeline:
+        timeline.save(args.timeline, panels, about)
+        print(timeline_lines(records, args.timeline))
     if args.plot:
         from .bench_plot import plot
 
@@ -163,7 +188,7 @@ def main(argv=None):
 def _main_parallel(p, args, comm, argv):
     """``leapfrog-bench`` under ``mpiexec -n P`` (``bench_parallel``): every rank measures, rank 0 reports."""
     for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--k auto", "auto" in args.k),
-                          ("--graph", args.graph)):
+                          ("--graph", args.graph), ("--timeline", args.timeline), ("--jsonl", args.jsonl)):
         if given:
             p.error(f"{option} does not apply under mpiexec")
     specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
@@ -185,8 +210,8 @@ def _main_parallel(p, args, comm, argv):
 def run(args, with_torch=True, on_network=None):
     """Every record of the grid, in order: a list of dicts (see ``_measure_case``).
 
-    With ``on_network``, each network's records are passed to it as soon as they are measured, and a
-    progress bar on stderr (on a terminal) counts the networks done and the time left.
+    ``on_network``, if given, is called with each network's records as soon as they are measured. A
+    progress bar on stderr (on a terminal, unless ``--quiet``) counts the networks done and the time left.
     """
     settings = autotune.blas_settings(args.backend, args.blas_threads)
     ks = [k for k in args.k if k != "auto"]
@@ -196,7 +221,7 @@ def run(args, with_torch=True, on_network=None):
     records = []
     grid = [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
     with tqdm(total=len(grid), desc="measuring", unit="network", leave=False, file=sys.stderr,
-              disable=on_network is None or not sys.stderr.isatty()) as bar:
+              disable=args.quiet or not sys.stderr.isatty()) as bar:
         for n, layers, batch in grid:
             bar.set_postfix_str(f"N={n} L={layers} B={batch}")
             sizes = [n] * layers
@@ -223,10 +248,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
     reps, warm = args.repeats, args.warmup
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
                                                    backend=backend) as net:
-        # On the host, where training data lives: copy_in stages a NumPy batch through pinned memory without
-        # blocking, while a CuPy batch's check for NaN would wait for the device every step.
-        x = rng.random((sizes[0], batch)).astype(args.dtype)
-        y = rng.random((sizes[-1], batch)).astype(args.dtype)
+        x, y = _batch(rng, sizes, batch, args.dtype)
         net.backprop(x, y)
         plan = net._plan(batch)
         tuning = None
@@ -269,12 +291,56 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                 for (name, schedule, threads, auto, graph), step in zip(runs, steps)]
 
 
+def _batch(rng, sizes, batch, dtype):
+    """A random batch ``(x, y)`` of ``batch`` columns on the host, where training data lives: ``copy_in``
+    stages a NumPy batch through pinned memory without blocking, while a CuPy batch's check for NaN
+    would wait for the device every step."""
+    return rng.random((sizes[0], batch)).astype(dtype), rng.random((sizes[-1], batch)).astype(dtype)
+
+
 def _measure_runs(backend, runs, repeats, warmup, call):
     """Times of ``call(schedule, graph)`` for every run, the BLAS limit switched between blocks of them."""
     keys = [threads for _, _, threads, _, _ in runs]
     return timing.measure_in_blocks(
         backend, [lambda s=schedule, g=graph: call(s, g) for _, schedule, _, _, graph in runs], keys, repeats, warmup,
         [lambda t=t: autotune.blas_limit(t) for t in keys])
+
+
+def stamped_steps(args, case):
+    """The timeline of each of our eager configurations in ``case`` (one network's records; the ``--k
+    auto`` choice is a repeat of one of them, and a graph step is one launch that nothing can stamp
+    inside, ``graphs.step``): ``args.repeats`` SGD steps with every launch stamped,
+    interleaved with as many plain ones. Adds ``"timeline"`` to each record: the analysis's medians and
+    the step's median time plain and stamped. Returns the chart's panels."""
+    first = case[0]
+    sizes, batch = [first["N"]] * first["L"], first["B"]
+    rng = np.random.default_rng(0)
+    panels = []
+    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                   backend=backend) as net:
+        x, y = _batch(rng, sizes, batch, args.dtype)
+        for r in case:
+            if r["schedule"].startswith("torch") or r["auto"] or r["graph"]:
+                continue
+            schedule = make_schedule(r["schedule"], r["k"], r["fused"])
+            stamps = timing.Timeline(backend)
+
+            def stamped(schedule=schedule, stamps=stamps):
+                with stamps.step():
+                    net.sgd_step(x, y, ETA, schedule)
+
+            with autotune.blas_limit(r["blas_threads"]):
+                plain, with_stamps = timing.measure_interleaved(
+                    backend, [lambda s=schedule: net.sgd_step(x, y, ETA, s), stamped], args.repeats, args.warmup)
+            intervals = [i for i in stamps.intervals() if i.step >= args.warmup]
+            analysis = timeline.analyse(intervals)
+            r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
+                             "step_ms_stamped": timing.summary(with_stamps),
+                             "cost": float(np.median(with_stamps) / np.median(plain))}
+            title = (label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
+                     + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
+            panels.append({"label": title, "bench": r, "intervals": intervals, "analysis": analysis})
+    return panels
 
 
 def make_schedule(name, k, fused=False):
@@ -477,6 +543,20 @@ def graph_verdicts(records):
     return "\n".join(lines) if len(lines) > 1 else ""
 
 
+def timeline_lines(records, path):
+    """What ``--timeline`` prints: one line per stamped configuration, beside its backward speedup."""
+    lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the step with every "
+             "launch stamped, timed in alternation with plain steps"]
+    for r in records:
+        if "timeline" not in r:
+            continue
+        t = r["timeline"]
+        lines.append(f"{label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
+                     f"{t['step_ms_plain']['median']:.3f} ms, stamped x{t['cost']:.3f}; {timeline.describe(t)}; "
+                     f"backward x{r['backward_speedup']:.2f} of sequential")
+    return "\n".join(lines)
+
+
 def verdicts(records):
     """One line per ``--k auto`` record: is it within noise of the best sequential configuration?"""
     lines = []
@@ -526,13 +606,16 @@ def _cpu_name():
     return platform.processor() or platform.machine()
 
 
+def _append_lines(path, records):
+    """Append each record to ``path`` as one JSON line, flushed at once."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.writelines(json.dumps(r) + "\n" for r in records)
+
+
 def _write_atomically(path, text):
     """Write ``text`` to ``path`` through a temporary file, so a failed run leaves no half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
-    os.chmod(tmp.name, checkpoint.file_mode())  # as open() would have made it, not the temporary file's 0600
-    os.replace(tmp.name, path)
+    with replaced_atomically(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 if __name__ == "__main__":

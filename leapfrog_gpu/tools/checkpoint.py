@@ -1,4 +1,5 @@
-"""Checkpoints that a crash cannot half-write: a temporary file beside the target, fsync, rename.
+"""Checkpoints that a crash cannot half-write: a temporary file beside the target, fsync, rename
+(``cli.replaced_atomically``).
 
 A checkpoint is one ``.npz`` file, ``checkpoint.npz`` in its directory: arrays ``w2..wL`` and
 ``b2..bL`` (Nielsen's shapes) and ``state``, a JSON object that holds at least ``sizes`` (the widths
@@ -10,12 +11,13 @@ writer dies.
 import contextlib
 import json
 import os
-import tempfile
 import time
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from .cli import replaced_atomically
 
 FILENAME = "checkpoint.npz"
 _TEMPORARY = (".checkpoint-", ".tmp")  # prefix and suffix of the file being written
@@ -35,36 +37,18 @@ def path_in(directory):
 
 def save(directory, weights, biases, state):
     """Write ``weights`` and ``biases`` (lists for l = 2..L, host arrays) and ``state`` (a JSON-able
-    dict) to ``directory/checkpoint.npz`` atomically; return the path. Temporary files that a killed
-    writer left behind are removed once this one is in place."""
+    dict) to ``directory/checkpoint.npz`` atomically (``cli.replaced_atomically``); return the path.
+    Temporary files that a killed writer left behind are removed once this one is in place."""
     directory = Path(directory)
     arrays = {f"w{l}": w for l, w in enumerate(weights, start=2)}
     arrays.update({f"b{l}": b for l, b in enumerate(biases, start=2)})
     arrays["state"] = np.array(json.dumps(state))
-    fd, temporary = tempfile.mkstemp(prefix=_TEMPORARY[0], suffix=_TEMPORARY[1], dir=directory)
-    try:
-        os.fchmod(fd, file_mode())  # the mode open() would give, not mkstemp's 0600
-        with os.fdopen(fd, "wb") as file:
-            _write_npz(file, arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path_in(directory))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-    _fsync_directory(directory)  # make the rename itself durable
+    with replaced_atomically(path_in(directory), prefix=_TEMPORARY[0]) as temporary, open(temporary, "wb") as file:
+        _write_npz(file, arrays)
     for stale in directory.glob("*".join(_TEMPORARY)):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
     return path_in(directory)
-
-
-def file_mode():
-    """The mode ``open()`` gives a new file: 0o666 less the process's umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def load(directory):
@@ -94,11 +78,3 @@ def _write_npz(file, arrays):
                 Path(os.environ[_PAUSE_FOR_TEST]).touch()
                 while True:
                     time.sleep(1)
-
-
-def _fsync_directory(directory):
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -8,6 +8,8 @@
 
 A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
 line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.checkpoint``).
+``--timeline FILE.png`` stamps every launch of a window of steps (``--profile-steps``, default 10:15)
+and writes their Gantt chart and FILE.json (``leapfrog_gpu.tools.timeline``).
 
 Under ``mpiexec -n P`` every rank trains on its share of each global batch of B·P samples, the batches
 one process would take with ``--batch-size`` B·P (``leapfrog_gpu.parallel``); only rank 0 prints, shows
@@ -22,6 +24,7 @@ when a rank waited in vain for the others).
 
 import argparse
 import contextlib
+import datetime
 import hashlib
 import json
 import math
@@ -42,9 +45,10 @@ from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data
-from .cli import Parser, choose_backend, integer, number, plural
+from .cli import Parser, choose_backend, integer, number, pip_install, plural
 from .metrics import Divergence, chance_loss, cost, evaluate
 from .profiling import ProfileWindow, parse_steps
+from .timeline import describe
 
 PROG = "leapfrog-train"
 
@@ -54,7 +58,7 @@ DEFAULTS = {
     "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
     "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
     "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
-    "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
+    "timeline": None, "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
 }
 """Every option's default. The digits default reaches about 97 % test accuracy in 30 epochs."""
 
@@ -64,8 +68,11 @@ FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost",
 RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
 
-PER_RANK = ("quiet", "metrics", "profile_steps")
+PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 """Options that may differ between ranks; every other option must be the same on all of them."""
+
+TIMELINE_STEPS = [10, 15]
+"""The window ``--timeline`` records when ``--profile-steps`` is not given: 5 steps after 10 of warm-up."""
 
 LOSS_CHECK_SECONDS = 1.0
 """How often the loss of the latest batch is computed for the progress bar and checked for NaN/Inf
@@ -206,7 +213,10 @@ def build_parser():
     group.add_argument("--resume", action="store_true",
                        help="continue from the checkpoint in --checkpoint-dir, with its options unless given")
     group.add_argument("--profile-steps", type=_profile_steps, metavar="A:B",
-                       help="steps A..B-1: CUDA profiler start/stop (cupy) and NVTX ranges")
+                       help="steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window")
+    group.add_argument("--timeline", metavar="FILE.png",
+                       help="stamp every launch of the --profile-steps window (default 10:15): busy time per stream, "
+                            "worker overlap, a Gantt chart, and FILE.json (needs matplotlib; rank 0 under mpiexec)")
     group = p.add_argument_group("data parallel (under mpiexec -n P; --batch-size is per rank)")
     group.add_argument("--bucket-mb", type=number(0, what="a number of MB"), metavar="MB",
                        help="sum the gradients of consecutive layers together up to MB (default 0: each layer alone)")
@@ -236,7 +246,26 @@ def configure(given, saved=None):
         raise UsageError("--data teacher is a regression task: use --cost quadratic")
     if config["fused"] and config["check_finite"]:
         raise UsageError("--check-finite needs the update after the gradients: drop --fused")
+    if config["timeline"] is not None:
+        folder = os.path.dirname(os.path.abspath(config["timeline"]))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--timeline {config['timeline']}: the folder {folder} does not exist")
+        if config["graph"]:
+            raise UsageError("--timeline stamps every launch of eager steps, and a graph step is one launch: "
+                             "drop --graph or --timeline")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError(f"--timeline needs matplotlib: {pip_install('plot')}") from None
     return config
+
+
+def profile_window(config):
+    """The steps ``[A, B)`` of the profiling window: ``--profile-steps``, or with ``--timeline`` alone,
+    ``TIMELINE_STEPS``; ``None`` for no window."""
+    if config["profile_steps"] is None and config["timeline"] is not None:
+        return TIMELINE_STEPS
+    return config["profile_steps"]
 
 
 def _show(value):
@@ -277,8 +306,12 @@ class Training:
                 start, _ = evaluate(net, dataset.x_train, dataset.y_train, self.eval_batch)
             chance = chance_loss(net.cost, dataset.y_train)
             self.divergence = Divergence(start, chance, state.get("epochs_at_chance", 0))
-        steps = config["profile_steps"]
-        self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend)
+        steps = profile_window(config)
+        timeline = None if config["timeline"] is None or self.rank > 0 else {
+            "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
+            "about": {"program": PROG, "config": config, "sizes": net.sizes, "backend": repr(net.backend),
+                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
+        self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
@@ -478,9 +511,13 @@ def _train(given, comm):
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         sizes = [dataset.inputs, *config["hidden"], dataset.outputs]
         steps = math.ceil(samples / batch) * config["epochs"]
-        if config["profile_steps"] and config["profile_steps"][1] > steps:
-            raise UsageError(f"--profile-steps {config['profile_steps'][0]}:{config['profile_steps'][1]} "
-                             f"reaches past this run's last step, {steps - 1} (steps count from 0)")
+        window = profile_window(config)
+        if window and window[1] > steps:
+            past = f"past this run's last step, {steps - 1} (steps count from 0)"
+            if config["profile_steps"]:
+                raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
+            raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
+                             "give --profile-steps A:B")
         if directory and comm.rank == 0:
             _writable_dir(directory)
         try:
@@ -563,7 +600,7 @@ def _run(config, dataset, net, report, state, why):
                 f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}")
     if state is not None:
         report.line(f"resumed at {_position(training)} from {checkpoint.path_in(config['checkpoint_dir'])}")
-    if config["profile_steps"] and net.backend.name != "cupy" and training.rank == 0:
+    if config["profile_steps"] and config["timeline"] is None and net.backend.name != "cupy" and training.rank == 0:
         print(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
               "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)", file=sys.stderr)
     with warnings.catch_warnings():
@@ -592,6 +629,13 @@ def _run(config, dataset, net, report, state, why):
                 error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
                                else " (no checkpoint was written)")
             raise
+    window = training.profile.steps
+    if training.profile.summary is not None:
+        report.line(f"timeline of steps {window.start}..{window.stop - 1} in {config['timeline']} and its .json: "
+                    f"{describe(training.profile.summary)}", always=True)
+    elif config["timeline"] is not None and training.rank == 0:
+        print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
+              f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
     accuracy = metrics["test_accuracy"]
     report.line(f"done: {plural(metrics['epoch'], 'epoch')}, "
                 + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")

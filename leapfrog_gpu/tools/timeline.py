@@ -1,0 +1,243 @@
+"""The stream timeline of a few steps: per-step analysis and a Gantt chart, without a profiler.
+
+The intervals come from ``leapfrog_gpu.backends.timing.Timeline`` (every launch stamped on its own
+stream). Per step: each stream's busy time (the union of its intervals), the share of worker-stream
+time that overlaps main-stream work, and the idle gaps of the main stream, which runs the critical
+path (forward, chain, update): a gap there is time the chain waited, for a join or for the host.
+``profiling/overlap.py`` computes its overlap from an Nsight Systems trace with ``overlap`` below, so
+both measure the same thing.
+
+    leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1 --k 2 --timeline t.png
+    leapfrog-train --timeline t.png --profile-steps 10:15
+
+Each writes the chart (``t.png``: one panel per configuration, one row per stream, one step) and
+``t.json`` (every interval, and the analysis of every step).
+"""
+
+import json
+
+import numpy as np
+
+from .cli import replaced_atomically
+
+MAIN = "main"
+GAPS_SHOWN = 3  # the longest idle gaps of the main stream kept per step
+CATEGORIES = (  # launch-name prefix -> (legend label, colour)
+    ("z[", "forward (2)(3)", "tab:blue"),
+    ("delta[", "chain (4)(5)", "tab:red"),
+    ("nabla_w[", "nabla_w (7)", "tab:green"),
+    ("nabla_b[", "nabla_b (6)", "tab:olive"),
+    ("fused_update[", "(7) + update, fused", "tab:purple"),
+    ("update[", "update", "tab:orange"),
+)
+OTHER = ("other", "tab:gray")
+
+
+# -- intervals ----------------------------------------------------------------------------------------
+
+
+def union(intervals):
+    """Sorted, disjoint ``(start, end)`` pairs covering ``intervals``."""
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [tuple(pair) for pair in merged]
+
+
+def length(intervals):
+    return sum(end - start for start, end in intervals)
+
+
+def intersection(a, b):
+    """Total length of the intersection of two disjoint sorted interval lists."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, end - start)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap(streams, main):
+    """How much of each stream's busy time overlaps the busy time of stream ``main``.
+
+    Args:
+        streams: ``{stream: [(start, end), ...]}``, ``main`` one of its keys.
+
+    Returns ``(busy, shared, share)``: ``busy[s]`` the length of the union of stream s's intervals,
+    ``shared[s]`` the part of it that overlaps ``main``'s (``None`` for ``main``), and ``share`` the
+    sum of ``shared`` over the other streams divided by the sum of their busy times (``None`` when
+    they are never busy).
+    """
+    merged = {s: union(intervals) for s, intervals in streams.items()}
+    busy = {s: length(m) for s, m in merged.items()}
+    shared = {s: None if s == main else intersection(m, merged[main]) for s, m in merged.items()}
+    worker_busy = sum(busy[s] for s in streams if s != main)
+    share = sum(shared[s] for s in streams if s != main) / worker_busy if worker_busy else None
+    return busy, shared, share
+
+
+# -- analysis -----------------------------------------------------------------------------------------
+
+
+def analyse_step(intervals):
+    """The analysis of one step's intervals (``timing.Interval``, ns): a dict of its span, each
+    stream's busy time, the worker time overlapping the main stream, and the main stream's idle gaps."""
+    first = min(i.start for i in intervals)
+    streams = {}
+    for i in intervals:
+        streams.setdefault(i.stream, []).append((i.start, i.end))
+    busy, shared, share = overlap(streams, MAIN) if MAIN in streams else (
+        {s: length(union(v)) for s, v in streams.items()}, {}, None)
+    chain = sorted((i for i in intervals if i.stream == MAIN), key=lambda i: i.start)
+    gaps = []
+    reach, last = None, None
+    for i in chain:
+        if reach is not None and i.start > reach:
+            gaps.append({"ms": (i.start - reach) / 1e6, "at_ms": (reach - first) / 1e6, "after": last,
+                         "before": i.name})
+        if reach is None or i.end >= reach:
+            reach, last = i.end, i.name
+    gaps.sort(key=lambda gap: -gap["ms"])
+    return {
+        "step": intervals[0].step,
+        "span_ms": (max(i.end for i in intervals) - first) / 1e6,
+        "launches": len(intervals),
+        "busy_ms": {s: ns / 1e6 for s, ns in sorted(busy.items(), key=lambda item: _stream_order(item[0]))},
+        "overlap_with_main": {s: ns / busy[s] if busy[s] else None for s, ns in shared.items() if ns is not None},
+        "worker_overlap": share,
+        "main_idle_ms": sum(gap["ms"] for gap in gaps),
+        "main_gaps": gaps[:GAPS_SHOWN],
+    }
+
+
+def by_step(intervals):
+    """``{step: [intervals of that step]}``, steps in order."""
+    steps = {}
+    for i in intervals:
+        steps.setdefault(i.step, []).append(i)
+    return dict(sorted(steps.items()))
+
+
+def analyse(intervals):
+    """Every step analysed, and their medians: ``{"steps": [...], "summary": {...}}``.
+
+    The summary holds the median span, busy time per stream, worker overlap and main-stream idle time
+    over the steps, and ``"shown_step"``, the step whose span is the median one (the chart's).
+    """
+    steps = [analyse_step(group) for group in by_step(intervals).values()]
+    if not steps:
+        raise ValueError("the timeline holds no launch: was anything launched inside timeline.step()?")
+    spans = [s["span_ms"] for s in steps]
+    shown = steps[int(np.argsort(spans)[(len(spans) - 1) // 2])]["step"]
+    streams = sorted({name for s in steps for name in s["busy_ms"]}, key=_stream_order)
+    overlaps = [s["worker_overlap"] for s in steps if s["worker_overlap"] is not None]
+    summary = {
+        "steps": len(steps), "shown_step": shown, "span_ms": float(np.median(spans)),
+        "busy_ms": {name: float(np.median([s["busy_ms"].get(name, 0.0) for s in steps])) for name in streams},
+        "worker_overlap": float(np.median(overlaps)) if overlaps else None,
+        "main_idle_ms": float(np.median([s["main_idle_ms"] for s in steps])),
+    }
+    return {"steps": steps, "summary": summary}
+
+
+def _stream_order(name):
+    """``main`` first, then workers by number, then anything else by name."""
+    if name == MAIN:
+        return 0, 0, ""
+    digits = name[len("worker"):]
+    if name.startswith("worker") and digits.isdigit():
+        return 1, int(digits), ""
+    return 2, 0, name
+
+
+def describe(summary):
+    """One line: busy time per stream, worker overlap and main-stream idle time, medians per step."""
+    busy = " / ".join(f"{name} {ms:.3f}" for name, ms in summary["busy_ms"].items())
+    share = summary["worker_overlap"]
+    return (f"step {summary['span_ms']:.3f} ms; busy ms {busy}; worker time overlapping main: "
+            + ("- (no worker stream)" if share is None else f"{100 * share:.0f}%")
+            + f"; main idle {summary['main_idle_ms']:.3f} ms (medians of {summary['steps']} steps)")
+
+
+# -- output -------------------------------------------------------------------------------------------
+
+
+def save(path, panels, about):
+    """Write the chart to ``path`` (PNG) and everything to ``path`` with suffix ``.json``, each file
+    whole or not at all.
+
+    Args:
+        panels: ``[{"label": str, "intervals": [Interval, ...], **anything}]``, one chart panel each;
+            the analysis is added to each as ``"analysis"``.
+        about: what the JSON's top level records beside them (command, date, machine, ...).
+    Returns the panels, analysed.
+    """
+    for panel in panels:
+        panel["analysis"] = analyse(panel["intervals"])
+    draw([(p["label"], p["intervals"], p["analysis"]["summary"]) for p in panels], path)
+    record = {**about, "units": "intervals: [step, stream, name, start ns, end ns] from the first stamp",
+              "panels": [{**{k: v for k, v in p.items() if k != "intervals"},
+                          "intervals": [list(i) for i in p["intervals"]]} for p in panels]}
+    json_path = str(path)[: -len(".png")] + ".json" if str(path).endswith(".png") else f"{path}.json"
+    with replaced_atomically(json_path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        json.dump(record, out, separators=(",", ":"))
+        out.write("\n")
+    return panels
+
+
+def draw(panels, path):
+    """The Gantt chart: one panel per ``(label, intervals, summary)``, showing the step
+    ``summary["shown_step"]``; one row per stream, a bar per launch, coloured by equation; all panels
+    on one time axis (ms from the start of the step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    rows = []
+    for label, intervals, summary in panels:
+        step = [i for i in intervals if i.step == summary["shown_step"]]
+        rows.append((label, step, summary, sorted({i.stream for i in step}, key=_stream_order)))
+    heights = [0.9 + 0.32 * len(streams) for *_, streams in rows]
+    fig, axes = plt.subplots(len(rows), 1, figsize=(12, 0.9 + sum(heights)), sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (label, step, summary, streams) in zip(axes[:, 0], rows):
+        first = min(i.start for i in step)
+        span = max(i.end for i in step) - first
+        for row, stream in enumerate(streams):
+            for i in (i for i in step if i.stream == stream):
+                _, colour = _category(i.name)
+                ax.broken_barh([((i.start - first) / 1e6, max(i.end - i.start, 1) / 1e6)], (row - 0.4, 0.8),
+                               facecolors=colour, edgecolors="white", linewidth=0.3)
+                if i.end - i.start > span / 60:  # room for the layer number
+                    ax.text((i.start + i.end - 2 * first) / 2e6, row, i.name[i.name.find("[") + 1:].rstrip("]"),
+                            ha="center", va="center", fontsize=6, color="white")
+        ax.set_yticks(range(len(streams)), streams)
+        ax.set_ylim(len(streams) - 0.5, -0.5)
+        ax.set_title(f"{label}: step {summary['shown_step']} (median of {summary['steps']}), "
+                     f"{span / 1e6:.3f} ms; worker time overlapping main "
+                     + ("-" if summary["worker_overlap"] is None else f"{100 * summary['worker_overlap']:.0f}%")
+                     + f"; main idle {summary['main_idle_ms']:.3f} ms", fontsize=9, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms from the start of the step")
+    legend = [Patch(color=colour, label=text) for _, text, colour in (*CATEGORIES, ("", *OTHER))]
+    fig.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
+    with replaced_atomically(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _category(name):
+    for prefix, text, colour in CATEGORIES:
+        if name.startswith(prefix):
+            return text, colour
+    return OTHER

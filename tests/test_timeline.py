@@ -1,0 +1,259 @@
+"""The stream timeline: every launch stamped once, on its own stream, in an order the schedule allows
+(host streams, the CuPy backend on the stand-in, and on a GPU), nothing stamped when it is off; and
+its analysis (busy time, worker overlap, idle gaps of the main stream) on intervals worked by hand."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import NO_GPU, STANDIN_ORDERS, batch, install_standin, to_numpy
+from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu.backends import cuda_available, get_backend
+from leapfrog_gpu.backends.timing import Interval, Timeline
+from leapfrog_gpu.tools import timeline
+
+SIZES = [7, 13, 5, 11, 3]  # L = 5: layers 2..5
+L = len(SIZES)
+
+
+@pytest.fixture(params=["numpy", *(f"stand-in {order}" for order in STANDIN_ORDERS),
+                        pytest.param("cupy", marks=[pytest.mark.gpu, pytest.mark.skipif(not cuda_available(),
+                                                                                        reason=NO_GPU)])])
+def backend(request, monkeypatch):
+    """Host streams; the CuPy backend on the stand-in, whose queues run at synchronize in each of its
+    orders and whose timing events read the clock when their stream reaches them; and on a GPU."""
+    if request.param == "numpy":
+        with get_backend("numpy") as host:
+            yield host
+        return
+    if request.param.startswith("stand-in"):
+        install_standin(monkeypatch, request.param.split()[1])
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as device:
+        yield device
+
+
+def expected_launches(backend, k):
+    """(stream, name) of every launch of one unfused SGD step under Leapfrog(k), from the schedule's
+    definition (DESIGN.md §2): eta / B and the chain on main, (6)(7) of layer l on worker l mod k. Host
+    streams copy x and y in by a launch too; CuPy copies without one."""
+    main = [("main", "copy_in")] * 2 if backend.name == "numpy" else []
+    main += [("main", "eta / B")] + [("main", f"z[{l}]") for l in range(2, L + 1)]
+    main += [("main", f"delta[{l}]") for l in range(L, 1, -1)] + [("main", f"update[{l}]") for l in range(2, L + 1)]
+    workers = [(f"worker{l % k}", f"{name}[{l}]") for l in range(2, L + 1) for name in ("nabla_b", "nabla_w")]
+    return sorted(main + workers)
+
+
+def stamped_steps(backend, schedule, steps):
+    with MLP(SIZES, backend=backend) as net:
+        x, y = batch(SIZES, 3, dtype=np.float32)
+        net.sgd_step(x, y, 0.1, schedule)  # not stamped: no timeline is on
+        stamps = Timeline(backend)
+        for _ in range(steps):
+            with stamps.step():
+                net.sgd_step(x, y, 0.1, schedule)
+        return stamps.intervals()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_every_launch_stamped_once_on_its_stream_in_an_order_the_schedule_allows(backend, k):
+    intervals = stamped_steps(backend, Leapfrog(k), steps=3)
+    assert backend.timeline is None
+    steps = timeline.by_step(intervals)
+    assert list(steps) == [0, 1, 2]
+    for n, step in steps.items():
+        assert sorted((i.stream, i.name) for i in step) == expected_launches(backend, k)
+        at = {i.name: i for i in step}
+        for i in step:
+            assert 0 <= i.start <= i.end
+        for l in range(2, L + 1):  # read after write: (6)(7) of layer l start once delta^l has ended
+            assert at[f"nabla_w[{l}]"].start >= at[f"delta[{l}]"].end
+            assert at[f"nabla_b[{l}]"].start >= at[f"delta[{l}]"].end
+        join = min(at[f"update[{l}]"].start for l in range(2, L + 1))  # the join: every worker done
+        assert all(i.end <= join for i in step if i.stream != "main")
+        for stream in {i.stream for i in step}:  # a stream runs one launch at a time, in launch order
+            mine = [i for i in step if i.stream == stream]
+            assert all(a.end <= b.start for a, b in zip(mine, mine[1:]))
+        if n:  # the next step's chain starts after this one's update
+            assert min(i.start for i in step) >= max(i.end for i in steps[n - 1] if i.stream == "main")
+
+
+def test_off_by_default_and_one_step_at_a_time(backend):
+    assert backend.timeline is None
+    intervals = stamped_steps(backend, Sequential(), steps=1)
+    assert {i.stream for i in intervals} == {"main"} and {i.step for i in intervals} == {0}
+    assert len(intervals) == len(expected_launches(backend, 1))  # the unstamped step before is not in it
+    assert intervals[0].start == 0
+    stamps = Timeline(backend)
+    with stamps.step(7) as n:
+        assert n == 7 and backend.timeline is stamps
+        with pytest.raises(RuntimeError, match="a timeline is already recording"):
+            with Timeline(backend).step():
+                pass
+    assert backend.timeline is None and stamps.next_step == 8 and stamps.intervals() == []
+
+
+def test_cuda_stamps_are_timing_events_recorded_on_the_launch_stream(standin, monkeypatch):
+    recorded = {}
+
+    class Spy(standin.cuda.Event):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            recorded[id(self)] = ("made", kwargs.get("disable_timing", False))
+
+        def record(self, stream=None):
+            recorded[id(self)] = ("recorded on", stream)
+            super().record(stream)
+
+    monkeypatch.setattr(standin.cuda, "Event", Spy)
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as backend, MLP(SIZES, backend=backend) as net:
+        stamps = Timeline(backend)
+        with stamps.step():
+            net.sgd_step(*batch(SIZES, 2, dtype=np.float32), 0.1, Leapfrog(2))
+        streams = {"main": backend.main, "worker0": backend.workers(2)[0], "worker1": backend.workers(2)[1]}
+    assert len(stamps.stamps) == len(expected_launches(backend, 2))
+    for stamp in stamps.stamps:
+        assert recorded[id(stamp.start)] == recorded[id(stamp.end)] == ("recorded on", streams[stamp.stream])
+
+
+def test_host_stamps_bracket_the_operation_where_it_runs():
+    """Taken on the stream's thread when the operation runs, not on the caller when it is enqueued."""
+    ran = {}
+
+    def work(name, seconds):
+        ran[name] = (time.perf_counter_ns(), threading.current_thread().name)
+        time.sleep(seconds)
+
+    with get_backend("numpy") as backend:
+        worker = backend.workers(1)[0]
+        stamps = Timeline(backend)
+        with stamps.step():
+            backend.launch(backend.main, "first", work, "first", 0.02)
+            backend.launch(worker, "second", work, "second", 0.01)
+            backend.launch(backend.main, "third", work, "third", 0.0)
+        enqueued = time.perf_counter_ns()  # the clock, read once everything was enqueued
+        backend.synchronize()
+    marks = {stamp.name: stamp for stamp in stamps.stamps}  # host stamps are perf_counter_ns readings
+    for name, stream, seconds in (("first", "main", 0.02), ("second", "worker0", 0.01), ("third", "main", 0.0)):
+        stamp = marks[name]
+        assert stamp.stream == stream and ran[name][1] == f"leapfrog-{stream}"
+        assert stamp.start <= ran[name][0] <= stamp.end and stamp.end - stamp.start >= seconds * 1e9
+    assert marks["third"].start >= marks["first"].end > enqueued  # run in stream order, after the enqueueing
+
+
+def test_a_launch_that_raises_is_left_out(backend):
+    """Its error reaches ``intervals()``, which synchronizes, as after any step; it and the launches
+    after it, which a failed step does not run, leave no interval."""
+    def fail():
+        raise ZeroDivisionError("planted")
+
+    xp = backend.xp
+    counts = xp.zeros(3)
+    backend.synchronize()  # CuPy fills it on the default stream, which main does not wait for
+    stamps = Timeline(backend)
+    with stamps.step():
+        backend.launch(backend.main, "fine", xp.add, counts, 1, counts)
+        backend.launch(backend.main, "fails", fail)
+        backend.launch(backend.main, "after", xp.add, counts, 1, counts)
+    with pytest.raises(ZeroDivisionError, match="planted"):
+        stamps.intervals()
+    assert [i.name for i in stamps.intervals()] == ["fine"]
+    assert to_numpy(counts).tolist() == [1, 1, 1]  # "after" did not run
+
+
+def test_a_graph_step_is_refused_while_stamping(backend):
+    """A graph step is one launch, with nothing inside to stamp (and CUDA cannot read timing events back
+    from a captured graph): inside ``timeline.step()`` it is refused before anything is enqueued,
+    whether its graph is still to be captured or already is; outside, graph and eager steps run on."""
+    with MLP(SIZES, backend=backend) as net:
+        x, y = batch(SIZES, 3, dtype=np.float32)
+        stamps = Timeline(backend)
+        for captured in (False, True):
+            before = [to_numpy(w) for w in net.weights]
+            with stamps.step(), pytest.raises(ValueError, match="a graph step is one launch"):
+                net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
+            assert all(np.array_equal(a, to_numpy(b)) for a, b in zip(before, net.weights)), captured
+            assert stamps.stamps == [] and backend.timeline is None
+            net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)  # captured on the first pass, launched on the second
+        with stamps.step():
+            net.sgd_step(x, y, 0.1, Leapfrog(2))
+        assert sorted((i.stream, i.name) for i in stamps.intervals()) == expected_launches(backend, 2)
+
+
+# -- the analysis, on intervals worked by hand (ns) --------------------------------------------------
+
+
+def step_of(rows, step=0):
+    return [Interval(step, stream, name, start, end) for stream, name, start, end in rows]
+
+
+HAND = step_of([
+    ("main", "z[2]", 100, 300), ("main", "delta[3]", 300, 400), ("main", "delta[2]", 600, 700),
+    ("main", "update[2]", 1000, 1100),
+    ("worker0", "nabla_w[3]", 350, 650),   # overlaps main on [350, 400] and [600, 650]: 100 of 300
+    ("worker1", "nabla_w[2]", 700, 900),   # overlaps main nowhere: 0 of 200
+    ("worker1", "nabla_b[2]", 850, 950),   # overlaps the launch before it: busy [700, 950] is 250
+])
+
+
+def test_busy_time_overlap_and_idle_gaps_of_one_step():
+    result = timeline.analyse_step(HAND)
+    assert result["span_ms"] == pytest.approx(1000e-6) and result["launches"] == 7
+    assert result["busy_ms"] == pytest.approx({"main": 500e-6, "worker0": 300e-6, "worker1": 250e-6})
+    assert list(result["busy_ms"]) == ["main", "worker0", "worker1"]
+    assert result["overlap_with_main"] == pytest.approx({"worker0": 100 / 300, "worker1": 0.0})
+    assert result["worker_overlap"] == pytest.approx(100 / 550)
+    assert result["main_idle_ms"] == pytest.approx((200 + 300) * 1e-6)
+    assert result["main_gaps"] == [{"ms": pytest.approx(300e-6), "at_ms": pytest.approx(600e-6), "after": "delta[2]",
+                                    "before": "update[2]"},
+                                   {"ms": pytest.approx(200e-6), "at_ms": pytest.approx(300e-6), "after": "delta[3]",
+                                    "before": "delta[2]"}]
+
+
+def test_a_main_launch_inside_another_leaves_no_gap_and_no_worker_means_no_share():
+    result = timeline.analyse_step(step_of([("main", "a", 0, 500), ("main", "b", 100, 200), ("main", "c", 500, 600),
+                                            ("main", "d", 650, 700)]))
+    assert result["main_gaps"] == [{"ms": pytest.approx(50e-6), "at_ms": pytest.approx(600e-6), "after": "c",
+                                    "before": "d"}]
+    assert result["worker_overlap"] is None and result["overlap_with_main"] == {}
+
+
+def test_summary_takes_medians_and_shows_the_median_step():
+    spans = {0: 1000, 1: 3000, 2: 2000}  # main alone, busy for the whole span
+    intervals = [i for n, span in spans.items() for i in step_of([("main", "z[2]", 10 * n, 10 * n + span)], n)]
+    summary = timeline.analyse(intervals)["summary"]
+    assert summary["shown_step"] == 2 and summary["steps"] == 3
+    assert summary["span_ms"] == pytest.approx(2000e-6) and summary["busy_ms"] == {"main": pytest.approx(2000e-6)}
+    assert "worker time overlapping main: - (no worker stream)" in timeline.describe(summary)
+    with pytest.raises(ValueError, match="the timeline holds no launch"):
+        timeline.analyse([])
+
+
+def test_save_writes_the_chart_and_every_interval(tmp_path):
+    panels = timeline.save(tmp_path / "t.png", [{"label": "by hand", "intervals": HAND}], {"command": "test"})
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["command"] == "test" and saved["panels"][0]["label"] == "by hand"
+    assert [Interval(*row) for row in saved["panels"][0]["intervals"]] == HAND
+    assert saved["panels"][0]["analysis"]["summary"]["worker_overlap"] == pytest.approx(100 / 550)
+    assert panels[0]["analysis"] == saved["panels"][0]["analysis"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.png"]  # no temporary file left
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason=NO_GPU)
+def test_training_window_on_the_gpu(tmp_path):
+    from leapfrog_gpu.tools import train
+
+    assert train.main(["--hidden", "5x24", "--quiet", "--epochs", "1", "--backend", "cupy", "--timeline",
+                       str(tmp_path / "t.png"), "--profile-steps", "3:6"]) == 0
+    panel = json.loads((tmp_path / "t.json").read_text())["panels"][0]
+    intervals = [Interval(*row) for row in panel["intervals"]]
+    assert {i.step for i in intervals} == {3, 4, 5} and all(0 <= i.start <= i.end for i in intervals)
+    assert set(panel["analysis"]["summary"]["busy_ms"]) == {"main", "worker0", "worker1"}

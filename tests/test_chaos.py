@@ -62,13 +62,16 @@ def test_chaos_catches_each_missing_wait(monkeypatch, chaos_steps, wait):
     """The suite can fail: remove one wait of DESIGN.md §2 and it reports a difference within budget.
 
     ``last_reader`` made the identity has a fused worker wait only for its own delta^l (E_l), not for
-    delta^{l-1}, the main stream's last read of w^l.
+    delta^{l-1}, the main stream's last read of w^l. Chaos is random timing on real threads, so a race
+    may slip through one seed on a loaded machine: the budget is up to three seeds of the suite (the
+    deterministic tests in test_schedules.py catch each missing wait every time).
     """
     patches = {"wait_for_delta": lambda self, plan, worker, l: None, "join": lambda self, plan: None,
                "last_reader": staticmethod(lambda l: l)}
     monkeypatch.setattr(Leapfrog, wait, patches[wait])
     fused = True if wait == "last_reader" else None
-    assert chaos_suite(chaos_steps, fused=fused) is not None, f"removing {wait} went unnoticed"
+    caught = any(chaos_suite(chaos_steps, seed=seed, fused=fused) is not None for seed in range(3))
+    assert caught, f"removing {wait} went unnoticed in three seeds"
 
 
 def test_chaos_mode_poisons_dead_buffers():

@@ -174,6 +174,18 @@ def test_freed_memory_is_reused_on_the_stream_that_allocated_it(standin):
         assert standin.zeros(100)._alloc.chunk is not chunk  # another stream does not
 
 
+def test_freed_memory_is_poisoned_before_it_is_reused(standin):
+    """What a freed array held is gone once its stream reaches the free: an ``empty`` array that gets the
+    same memory holds every byte 0xFF (NaN in float64), not the old values."""
+    a = standin.full(100, 3.0)
+    chunk = a._alloc.chunk
+    del a
+    b = standin.empty(100)
+    assert b._alloc.chunk is chunk
+    got = b.get()
+    assert np.isnan(got).all() and (got.view(np.uint8) == 0xFF).all(), got[:4]
+
+
 def test_memory_freed_while_another_stream_uses_it_is_caught(standin):
     """Allocated on the null stream, used on a non-blocking stream, dropped before that work ran."""
     def use_then_drop(order, synchronize):

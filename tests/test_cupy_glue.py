@@ -223,6 +223,33 @@ def test_a_refused_update_raises_at_synchronize_and_leaves_the_parameters(backen
         assert not all(np.array_equal(p, q) for p, q in zip(before, host(net.weights + net.biases)))
 
 
+def test_a_failing_launch_raises_at_synchronize_and_the_steps_behind_it_do_nothing(backend, monkeypatch):
+    """A launch that raises ((5) on the main stream) does not raise from sgd_step: synchronize() does, and
+    nothing after it in that step (the update) or in a step enqueued behind it has run. Once the fault is
+    gone the next step is w - eta/B nabla_w, nabla_w from the reference."""
+    x, y = batch(SIZES, 3)
+    with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as net:
+        before = host(net.weights + net.biases)
+
+        def fail(*args):
+            raise ArithmeticError("injected in backward")
+
+        with monkeypatch.context() as planted:
+            planted.setattr(backend.ops, "backward", fail)
+            net.sgd_step(x, y, 0.5, Leapfrog(2))
+            net.sgd_step(x, y, 0.5, Leapfrog(2))
+            with pytest.raises(ArithmeticError, match="injected in backward"):
+                net.synchronize()
+        assert all(np.array_equal(p, q) for p, q in zip(before, host(net.weights + net.biases)))
+        net.sgd_step(x, y, 0.5, Leapfrog(2))
+        got = host(net.weights + net.biases)
+        weights, biases = before[:len(SIZES) - 1], before[len(SIZES) - 1:]
+        nabla_b, nabla_w = reference_gradients(weights, biases, x, y, net)
+    want = [p - 0.5 / 3 * g for p, g in zip(weights + biases, nabla_w + nabla_b)]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
 def test_check_finite_does_not_wait_for_the_device(backend, standin):
     """The check of all 2(L-1) gradients leaves its verdict in device memory: a step enqueues it with no
     host wait (no read, no synchronization; a CuPy batch's own NaN check reads on the default stream),

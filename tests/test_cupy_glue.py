@@ -158,6 +158,7 @@ def net(backend):
     (eta = 0: it rewrites every buffer, not the parameters)."""
     with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as network:
         network.initial = host(network.weights), host(network.biases)
+        assert all(np.isfinite(p).all() for p in network.initial[0] + network.initial[1])  # NaN would match NaN
         network.other_step = lambda eta=0.0: network.sgd_step(*batch(SIZES, 4, seed=9), eta, Leapfrog(2))
         yield network
 

@@ -174,6 +174,14 @@ def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, o
     assert not list(tmp_path.iterdir())
 
 
+def test_without_torch_the_anchor_is_skipped_with_the_readmes_install_command(monkeypatch):
+    monkeypatch.setattr(bench.torch_anchor, "available", lambda: False)
+    stdout = _run_main(["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--k", "2",
+                        "--repeats", "1", "--warmup", "0", "--quiet"])
+    # as the README says it, in a checkout
+    assert "PyTorch anchor skipped: torch does not import (pip install -e '.[torch]')" in stdout.splitlines()
+
+
 def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
     """--timeline: every configuration but the auto choice stamped, its cost and analysis in the record,
     a chart panel each; --jsonl: the header line, then exactly the records of --json."""

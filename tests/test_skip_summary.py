@@ -2,9 +2,12 @@
 count of skips."""
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import NO_GPU
 from leapfrog_gpu.backends import cuda_available
@@ -34,3 +37,13 @@ def test_the_run_ends_with_the_skips_counted_by_reason():
             counts[reason] = counts.get(reason, 0) + 1
     parts = summary[0].removeprefix("skipped by reason: ").split("; ")
     assert parts[0] == f"2 {NO_TILE}" and sorted(parts) == sorted(f"{n} {reason}" for reason, n in counts.items())
+
+
+@pytest.mark.skipif(cuda_available(), reason="with a usable GPU the tests that need one run")
+def test_without_a_gpu_every_gpu_test_is_skipped_for_one_reason():
+    """One line of the summary for the GPU that is absent, whichever module a GPU test is in."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    skipped = int(re.search(r"(\d+) skipped", done.stdout.splitlines()[-1]).group(1))
+    assert f"skipped by reason: {skipped} {NO_GPU}" in done.stdout.splitlines(), done.stdout[-2000:]

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import CUDA_ANSWER, NO_GPU
+from conftest import CUDA_ANSWER, INSUFFICIENT_DRIVER, NO_GPU
 from leapfrog_gpu.tools import checkpoint, train
 from leapfrog_gpu.backends import cuda_available
 
@@ -256,12 +256,61 @@ def test_allow_divergence_goes_on(capsys):
     assert capsys.readouterr().out.startswith("done: 9 epochs, test accuracy ")
 
 
+def test_a_run_resumed_before_it_diverges_stops_where_a_straight_run_stops(tmp_path, capsys):
+    """The loss's start belongs to the run, not to the process: split at epoch 3 by a resume, the run
+    still stops at epoch 4 with the straight run's words, its start loss included."""
+    assert cli(*DIVERGING, "--quiet", "--checkpoint-dir", tmp_path / "straight") == 3
+    straight = capsys.readouterr().err
+    assert cli(*DIVERGING, "--quiet", "--epochs", 3, "--checkpoint-dir", tmp_path / "split") == 0
+    assert cli(*DIVERGING, "--quiet", "--resume", "--checkpoint-dir", tmp_path / "split") == 3
+    assert capsys.readouterr().err == straight and "(epoch 4, step 180)" in straight
+
+
+LEARNING_NOTHING = ["--hidden", "2x8", "--lr", "1e-9", "--epochs", "9", "--quiet"]  # the loss stays at its start
+
+
+def test_epochs_at_chance_level_are_counted_across_a_resume(tmp_path, capsys):
+    """Five epochs at or above chance level stop a run at epoch 5, whether or not it was resumed
+    after epoch 3 (not at epoch 8, five epochs after the resume)."""
+    assert cli(*LEARNING_NOTHING, "--checkpoint-dir", tmp_path / "straight") == 3
+    straight = capsys.readouterr().err
+    assert straight.startswith("leapfrog-train: error: the run learns nothing: ") and "(epoch 5, step 225)" in straight
+    assert cli(*LEARNING_NOTHING, "--epochs", 3, "--checkpoint-dir", tmp_path / "split") == 0
+    assert cli(*LEARNING_NOTHING, "--resume", "--checkpoint-dir", tmp_path / "split") == 3
+    assert capsys.readouterr().err == straight
+
+
 def test_fallback_to_numpy_says_why_once_and_in_the_header(cupy_without_gpu, capsys):
     assert cli("--hidden", "2x8", "--epochs", 1) == 0
     captured = capsys.readouterr()
     assert captured.err == f"leapfrog-train: note: --backend auto runs on numpy: {CUDA_ANSWER}\n"
     header = captured.out.splitlines()[1]
     assert header.startswith("numpy (auto: no usable GPU, see the note on stderr) Leapfrog(k=2) | ")
+
+
+def test_fallback_to_numpy_is_said_once_by_a_real_process():
+    """In a process of its own, where no test harness takes the library's log records, the fallback
+    reaches stderr once: the command's note, not the note and the library's warning as well. The
+    process's CuPy is ``cupy_without_gpu``'s."""
+    code = f"""
+import importlib.machinery, sys, types
+
+def device_count():
+    raise RuntimeError({INSUFFICIENT_DRIVER!r})
+
+cupy = types.ModuleType("cupy")
+cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)
+cupy.__version__ = "14.2.0"
+cupy.is_available = lambda: False
+cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
+    getDeviceCount=device_count, driverGetVersion=lambda: 12020, runtimeGetVersion=lambda: 12090))
+sys.modules["cupy"] = cupy
+from leapfrog_gpu.tools import train
+sys.exit(train.main(["--hidden", "2x8", "--epochs", "1", "--quiet"]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"leapfrog-train: note: --backend auto runs on numpy: {CUDA_ANSWER}\n"
 
 
 def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu, capsys, monkeypatch):

@@ -12,10 +12,28 @@ imports point downwards only, tools -> library -> backends.
 >>> net.close()
 """
 
-from .backends import get_backend
-from .naumov import NaumovJacobi, NaumovScan
-from .network import MLP
-from .schedules import Leapfrog, Sequential
-
 __all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """The public names, imported when first asked for: ``import leapfrog_gpu`` (which every module of the
+    package runs first) imports nothing, so that a command starts, and answers Ctrl-C, at once."""
+    if name == "get_backend":
+        from .backends import get_backend as value
+    elif name in ("NaumovJacobi", "NaumovScan"):
+        from . import naumov
+        value = getattr(naumov, name)
+    elif name == "MLP":
+        from .network import MLP as value
+    elif name in ("Leapfrog", "Sequential"):
+        from . import schedules
+        value = getattr(schedules, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

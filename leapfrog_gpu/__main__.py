@@ -1,3 +1,3 @@
-from .tools.train import main
+from .tools import leapfrog_train
 
-raise SystemExit(main())
+raise SystemExit(leapfrog_train())

@@ -260,6 +260,30 @@ def test_json_lines_survive_a_killed_run(tmp_path):
     assert all(r["schedule"] in ("sequential", "leapfrog") for r in lines[1:])
 
 
+def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the second of three networks is measured: the first one's rows are printed and in
+    --jsonl, stderr has one line that says so, and nothing else is written."""
+    measure, calls = bench._measure_case, []
+
+    def ctrl_c_at_the_second(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure(*args)
+
+    monkeypatch.setattr(bench, "_measure_case", ctrl_c_at_the_second)
+    path = tmp_path / "r.jsonl"
+    argv = ["--backend", "numpy", "--sizes", "8,9,10", "--layers", "3", "--batch", "2", "--k", "2", "--repeats", "1",
+            "--warmup", "0", "--no-torch", "--jsonl", str(path), "--json", str(tmp_path / "r.json")]
+    assert bench.main(argv) == 130
+    out, err = capsys.readouterr()
+    assert err == f"leapfrog-bench: interrupted with 1 of 3 networks measured; their lines are in {path}\n"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "command" in lines[0] and {r["N"] for r in lines[1:]} == {8} and len(lines) > 2
+    assert {row[0] for row in _rows(out)} == {"8"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no --json of a run cut short
+
+
 def _stdout_at_each_network(monkeypatch, capsys):
     """What has reached stdout and stderr each time a network's measurement begins (since the previous one)."""
     measure, seen = bench._measure_case, []

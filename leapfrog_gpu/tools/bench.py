@@ -48,7 +48,7 @@ from ..naumov import NaumovJacobi, NaumovScan
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
 from . import bench_parallel, timeline, torch_anchor, traffic
-from .cli import Parser, choose_backend, integer, integers, names, pip_install, reals, replaced_atomically
+from .cli import Parser, choose_backend, integer, integers, names, pip_install, plural, reals, replaced_atomically
 
 SCHEDULES = {
     "sequential": (Sequential, False),
@@ -152,9 +152,10 @@ def main(argv=None):
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "machine": machine(args.backend), "torch_note": torch_note}
     widths = column_widths(args)
-    panels = []
+    panels, networks = [], []
 
     def measured(case):  # one network's records, as soon as they are measured
+        networks.append(case)
         if not args.quiet:
             print(*table_rows(case, widths), sep="\n", flush=True)
         if args.timeline:
@@ -166,7 +167,14 @@ def main(argv=None):
         _append_lines(args.jsonl, [about])
     if not args.quiet:
         print(*table_head(widths), sep="\n", flush=True)
-    records = run(args, with_torch=torch_note is None, on_network=measured)
+    try:
+        records = run(args, with_torch=torch_note is None, on_network=measured)
+    except KeyboardInterrupt:
+        grid = len(args.sizes) * len(args.layers) * len(args.batch)
+        kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
+        print(f"{p.prog}: interrupted with {len(networks)} of {plural(grid, 'network')} measured{kept}",
+              file=sys.stderr)
+        return 130
     print(table(records, widths) if args.quiet else table_foot(args.graph))
     if torch_note:
         print(torch_note)

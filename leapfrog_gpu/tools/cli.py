@@ -1,6 +1,6 @@
 """What the command-line tools share: a parser whose errors are one line, argument types, the
-``--backend`` choice said in the command line's words, install hints as the README gives them, and
-files written whole or not at all."""
+``--backend`` choice said in the command line's words, install hints as the README gives them, lines
+that fit the terminal's 100 columns, and files written whole or not at all."""
 
 import argparse
 import contextlib
@@ -8,10 +8,14 @@ import math
 import os
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 from .. import parallel
 from ..backends import cuda_status
+
+WIDTH = 100
+"""Columns that a line of a command's own output (not a table's row) may take."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -118,8 +122,19 @@ def choose_backend(name, prog):
     if not status.installed:
         return "numpy", "auto: CuPy is not installed"
     if parallel.launcher_rank() == 0:  # under mpiexec every rank would say it
-        print(f"{prog}: note: --backend auto runs on numpy: {status.why}", file=sys.stderr)
-    return "numpy", "auto: no usable GPU, see the note on stderr"
+        print(fitted(f"{prog}: note: --backend auto runs on numpy: {status.why}"), file=sys.stderr)
+    return "numpy", "auto: no usable GPU, see stderr"
+
+
+def fitted(text):
+    """``text`` in lines of at most ``WIDTH`` columns: as it is if it fits, else broken at its ``" | "``
+    and then, where a part is still too wide, between words, each further line indented by two spaces."""
+    if len(text) <= WIDTH:
+        return text
+    parts = text.split(" | ")
+    lines = [line for part in parts
+             for line in textwrap.wrap(part, WIDTH - 2, break_long_words=False, break_on_hyphens=False)]
+    return "\n  ".join(lines)
 
 
 def pip_install(extra):

@@ -45,7 +45,7 @@ from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data
-from .cli import Parser, choose_backend, integer, number, pip_install, plural
+from .cli import Parser, choose_backend, fitted, integer, number, pip_install, plural
 from .metrics import Divergence, chance_loss, cost, evaluate
 from .profiling import ProfileWindow, parse_steps
 from .timeline import describe
@@ -594,15 +594,15 @@ def _run(config, dataset, net, report, state, why):
                     always=True)
         return 0
     mode = " as a graph" if config["graph"] else ""
-    report.line(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}")
-    report.line(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule}{mode} | "
-                f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
-                f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}")
+    report.line(fitted(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}"))
+    report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule}{mode} | "
+                       f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
+                       f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}"))
     if state is not None:
         report.line(f"resumed at {_position(training)} from {checkpoint.path_in(config['checkpoint_dir'])}")
     if config["profile_steps"] and config["timeline"] is None and net.backend.name != "cupy" and training.rank == 0:
-        print(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
-              "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)", file=sys.stderr)
+        print(fitted(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
+                     "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)"), file=sys.stderr)
     with warnings.catch_warnings():
         # The run checks the loss itself and stops with exit status 3: NumPy's warnings would only repeat it.
         warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)

@@ -279,6 +279,44 @@ def test_an_update_that_does_not_wait_for_the_sums_is_caught(monkeypatch, schedu
     assert not deferred_run("main-first", schedule)
 
 
+
+def bucketed_run(bucket_bytes):
+    """Whether three steps of Leapfrog(2) on two mirrored ranks, enqueued back to back in the deferred
+    order "main-first", give the reference's parameters, with buckets of several layers.
+
+    The communication stream is made between worker 0 and worker 1: once the main stream has enqueued
+    the whole pass, worker 0 (layers 6, 4, 2) runs, then the communication stream as far as its waits
+    allow, then worker 1 (layers 5, 3). A bucket whose sum waits only for some of its layers is then
+    summed before worker 1 has written the others."""
+    with NumpyBackend(mode="deferred", order="main-first") as backend:
+        backend.workers(1)
+        backend.comm_stream()
+        backend.workers(2)
+        net = MLP(SIZES, seed=2, dtype="float64", backend=backend, comm=Mirror(bucket_bytes=bucket_bytes))
+        steps = [batch(SIZES, 4, seed=step) for step in range(3)]
+        want = reference_steps(net.weights, net.biases, steps)
+        for x, y in steps:
+            net.sgd_step(x, y, ETA, Leapfrog(2))
+        return relative_error(net.weights + net.biases, want) < 1e-12
+
+
+@pytest.mark.parametrize("bucket_bytes,groups", [(1600, [[6, 5, 4], [3], [2]]), (10**9, [[6, 5, 4, 3, 2]])])
+def test_a_bucket_of_several_layers_waits_for_each_of_them(monkeypatch, bucket_bytes, groups):
+    """Every layer's G_l is waited for, not only that of the bucket's last layer (the one whose hand-over
+    launches the sum)."""
+    assert parallel.buckets(SIZES, 8, bucket_bytes) == groups
+    assert bucketed_run(bucket_bytes)
+    wait = Reducer.wait_for_gradients
+
+    def last_of_bucket_only(self, stream, l):
+        if l in self.buckets:
+            wait(self, stream, l)
+        else:
+            self.backend.record(stream, self.done[l])
+
+    monkeypatch.setattr(Reducer, "wait_for_gradients", last_of_bucket_only)
+    assert not bucketed_run(bucket_bytes)
+
 # -- the watchdog and the agreements ------------------------------------------------------------------
 
 

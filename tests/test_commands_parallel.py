@@ -94,6 +94,38 @@ def test_a_rank_that_raises_ends_every_rank_with_one_line(tmp_path):
     checkpoint.load(tmp_path)
 
 
+FAILING_RANK = """
+import os, sys
+from leapfrog_gpu import network
+from leapfrog_gpu.tools import train
+if os.environ.get("PMI_RANK") == "1":
+    step, calls = network.MLP.sgd_step, []
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 100:  # in epoch 2 of 63 steps
+            raise RuntimeError("step 100 failed on rank 1")
+        return step(self, *args, **kwargs)
+    network.MLP.sgd_step = failing
+sys.exit(train.main(sys.argv[1:]))
+"""
+"""leapfrog-train whose rank 1 raises a RuntimeError in its 100th step."""
+
+
+def test_a_rank_whose_step_raises_ends_every_rank_at_once_with_its_line(tmp_path):
+    """An exception other than Ctrl-C on rank 1 alone: rank 1 prints its traceback and one line naming
+    it, and ends the job with status 1 at once, not after rank 0 has waited --comm-timeout for it."""
+    script, run = tmp_path / "failing.py", tmp_path / "run"
+    script.write_text(FAILING_RANK)
+    job = mpirun.launch(2, sys.executable, script, *TEACHER, "--epochs", 100, "--checkpoint-dir", run,
+                        "--comm-timeout", 30)
+    returncode, out, err, seconds = mpirun.finish(job, timeout=60)
+    assert returncode == 1 and seconds < 20, (returncode, seconds, err)
+    ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
+    assert ours == ["leapfrog-train: error: rank 1 of 2: RuntimeError: step 100 failed on rank 1; "
+                    "stopping every rank"], err
+    assert "Traceback" in err and out == ""  # an unexpected error keeps its traceback
+    assert checkpoint.load(run)[2]["epoch"] == 1  # the checkpoint of epoch 1, whole
+
 def test_a_rank_that_hangs_is_given_up_after_the_timeout(tmp_path):
     """A stopped rank neither answers nor exits: the others give up after --comm-timeout and end the job."""
     job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path, "--comm-timeout", 2)

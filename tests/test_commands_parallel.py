@@ -126,6 +126,7 @@ def test_a_rank_whose_step_raises_ends_every_rank_at_once_with_its_line(tmp_path
     assert "Traceback" in err and out == ""  # an unexpected error keeps its traceback
     assert checkpoint.load(run)[2]["epoch"] == 1  # the checkpoint of epoch 1, whole
 
+
 def test_a_rank_that_hangs_is_given_up_after_the_timeout(tmp_path):
     """A stopped rank neither answers nor exits: the others give up after --comm-timeout and end the job."""
     job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path, "--comm-timeout", 2)

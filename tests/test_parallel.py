@@ -279,7 +279,6 @@ def test_an_update_that_does_not_wait_for_the_sums_is_caught(monkeypatch, schedu
     assert not deferred_run("main-first", schedule)
 
 
-
 def bucketed_run(bucket_bytes):
     """Whether three steps of Leapfrog(2) on two mirrored ranks, enqueued back to back in the deferred
     order "main-first", give the reference's parameters, with buckets of several layers.
@@ -316,6 +315,7 @@ def test_a_bucket_of_several_layers_waits_for_each_of_them(monkeypatch, bucket_b
 
     monkeypatch.setattr(Reducer, "wait_for_gradients", last_of_bucket_only)
     assert not bucketed_run(bucket_bytes)
+
 
 # -- the watchdog and the agreements ------------------------------------------------------------------
 

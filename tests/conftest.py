@@ -3,14 +3,13 @@ why, the CuPy stand-in (``tests/fake_cupy.py``) under each order in which it int
 and a last line that counts the skipped tests by reason."""
 
 import collections
-import importlib.machinery
 import sys
-import types
 
 import numpy as np
 import pytest
 
 import cuda_cpu
+import no_gpu_cupy
 from leapfrog_gpu.backends import cuda_status
 
 NO_GPU = f"no usable GPU: {cuda_status().why}"
@@ -63,26 +62,12 @@ def batch(sizes, size, seed=0, dtype=np.float64):
     return x, y
 
 
-INSUFFICIENT_DRIVER = "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"
-CUDA_ANSWER = f"CuPy 14.2.0 finds no usable GPU: {INSUFFICIENT_DRIVER} (NVIDIA driver: 12.2; CuPy's CUDA runtime: 12.9)"
-"""What ``cupy_without_gpu`` makes every message say."""
-
-
 @pytest.fixture
 def cupy_without_gpu(monkeypatch):
-    """``import cupy`` gives a CuPy 14.2.0 (CUDA runtime 12.9) that finds no usable GPU: its runtime
-    answers ``INSUFFICIENT_DRIVER``, as on a machine whose NVIDIA driver (here for CUDA 12.2) is too old."""
+    """``import cupy`` gives ``no_gpu_cupy``'s CuPy, which imports but finds no usable GPU."""
     from leapfrog_gpu import backends
 
-    def device_count():
-        raise RuntimeError(INSUFFICIENT_DRIVER)  # what CuPy's CUDARuntimeError says
-
-    cupy = types.ModuleType("cupy")
-    cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)
-    cupy.__version__ = "14.2.0"
-    cupy.is_available = lambda: False
-    cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
-        getDeviceCount=device_count, driverGetVersion=lambda: 12020, runtimeGetVersion=lambda: 12090))
+    cupy = no_gpu_cupy.module()
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(backends, "_said", set())
     return cupy

@@ -9,7 +9,8 @@ import types
 import numpy as np
 import pytest
 
-from conftest import CUDA_ANSWER, NO_GPU, batch
+from conftest import NO_GPU, batch
+from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends import cuda_available

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import CUDA_ANSWER
+from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools import bench, traffic
 from leapfrog_gpu.backends import cuda_available
 

@@ -14,7 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import CUDA_ANSWER, INSUFFICIENT_DRIVER, NO_GPU
+from conftest import NO_GPU
+from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools import checkpoint, train
 from leapfrog_gpu.backends import cuda_available
 
@@ -298,20 +299,12 @@ def test_fallback_to_numpy_says_why_once_and_in_the_header(cupy_without_gpu, cap
 def test_fallback_to_numpy_is_said_once_by_a_real_process():
     """In a process of its own, where no test harness takes the library's log records, the fallback
     reaches stderr once: the command's note, not the note and the library's warning as well. The
-    process's CuPy is ``cupy_without_gpu``'s."""
+    process's CuPy is ``no_gpu_cupy``'s, as under the ``cupy_without_gpu`` fixture."""
     code = f"""
-import importlib.machinery, sys, types
-
-def device_count():
-    raise RuntimeError({INSUFFICIENT_DRIVER!r})
-
-cupy = types.ModuleType("cupy")
-cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)
-cupy.__version__ = "14.2.0"
-cupy.is_available = lambda: False
-cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
-    getDeviceCount=device_count, driverGetVersion=lambda: 12020, runtimeGetVersion=lambda: 12090))
-sys.modules["cupy"] = cupy
+import sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import no_gpu_cupy
+sys.modules["cupy"] = no_gpu_cupy.module()
 from leapfrog_gpu.tools import train
 sys.exit(train.main(["--hidden", "2x8", "--epochs", "1", "--quiet"]))
 """

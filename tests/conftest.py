@@ -1,5 +1,5 @@
 """Shared fixtures: the backends a test body runs on, the GPU half skipped with one reason that says
-why, the CuPy stand-in (``tests/fake_cupy.py``) under each order in which it interleaves its queues,
+why, the CuPy stand-in (``tests/fake_cupy``) under each order in which it interleaves its queues,
 and a last line that counts the skipped tests by reason."""
 
 import collections

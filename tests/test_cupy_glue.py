@@ -1,4 +1,4 @@
-"""The CuPy backend's own code on the CPU, through the CuPy stand-in (tests/fake_cupy.py), under each
+"""The CuPy backend's own code on the CPU, through the CuPy stand-in (tests/fake_cupy), under each
 order in which it interleaves its queues: nothing runs until the host blocks, kernels are the real
 ``kernels/*.cu`` on the CPU harness. Training steps, backprop, feedforward, Naumov, autotune, timing
 and the bench agree with the reference there; and each hazard a review of the GPU path against CuPy
@@ -329,7 +329,7 @@ def test_nvtx_falls_back_when_cupy_was_built_without_it(standin, monkeypatch):
 def test_the_main_stream_has_the_highest_priority_and_workers_the_lowest(standin, monkeypatch, priorities):
     from leapfrog_gpu.backends.cuda import CupyBackend
 
-    monkeypatch.setattr(standin, "PRIORITY_RANGE", priorities)
+    monkeypatch.setattr(standin.streams, "PRIORITY_RANGE", priorities)  # where Stream reads it
     least, greatest = priorities
     with CupyBackend() as backend:
         assert backend.main.priority == greatest

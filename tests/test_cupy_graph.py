@@ -20,9 +20,8 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 
-from conftest import batch, gpu
+from helpers import assert_graph_steps_follow_the_reference, batch, gpu
 from leapfrog_gpu import MLP, Leapfrog, NaumovScan, Sequential, reference
-from test_graphs import assert_graph_steps_follow_the_reference
 
 SIZES = [7, 13, 5, 11, 3]
 

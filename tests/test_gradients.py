@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from conftest import batch, to_numpy
+from helpers import batch, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 from leapfrog_gpu.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 

@@ -12,23 +12,16 @@ import functools
 import numpy as np
 import pytest
 
-from conftest import batch, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from helpers import (assert_graph_steps_follow_the_reference, batch, chaos_catches, chaos_suite, eta, patched_ops,
+                     same)
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
 from leapfrog_gpu.schedules import Schedule
-from test_chaos import chaos_catches, chaos_suite
-from test_faults import patched_ops
-from test_schedules import same
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5
 STEPS = 50
-
-
-def eta(step):
-    """A learning rate that changes every step: a graph must read the current one, not its first."""
-    return 0.5 * (1 + step % 3) / 3
 
 
 def snapshot_steps(net, backend, schedule, size, graph, steps=STEPS, dtype="float32"):
@@ -82,20 +75,6 @@ def test_graph_steps_are_bitwise_the_eager_steps(schedule, size, mode):
     for step, (a, b) in enumerate(zip(eager_steps(schedule, size), got)):
         equal = same(a, b)
         assert equal, f"{schedule!r}, B = {size}, {mode}: graph step {step} differs from the eager step"
-
-
-def assert_graph_steps_follow_the_reference(net, schedule, size, rtol=1e-12, steps=4):
-    """``steps`` graph steps of ``net`` (float64, tanh, quadratic cost), eta changing every step, against
-    SGD written out with the plain reference."""
-    weights, biases = [to_numpy(w) for w in net.weights], [to_numpy(b) for b in net.biases]
-    for step in range(steps):
-        x, y = batch(net.sizes, size, seed=step)
-        net.sgd_step(x, y, eta(step), schedule, graph=True)
-        nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
-        weights = [w - eta(step) / size * g for w, g in zip(weights, nabla_w)]
-        biases = [b - eta(step) / size * g for b, g in zip(biases, nabla_b)]
-    for got, want in zip(net.weights + net.biases, weights + biases):
-        np.testing.assert_allclose(to_numpy(got), want, rtol=rtol, atol=rtol / 100)
 
 
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=repr)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import NO_GPU
+from helpers import NO_GPU
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters, time_backward

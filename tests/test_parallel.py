@@ -13,7 +13,7 @@ import pytest
 
 import mpi_cases
 import mpirun
-from conftest import batch, gpu, install_standin, to_numpy
+from helpers import batch, gpu, install_standin, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, parallel, reference
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.backends.host import NumpyBackend

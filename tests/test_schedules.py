@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from conftest import batch, gpu, to_numpy
+from helpers import batch, gpu, same, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.schedules import Schedule
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -141,10 +141,6 @@ def deferred_run(order, schedule, steps=3, seed=0):
             net.sgd_step(x, y, ETA, schedule)
         nabla_b, nabla_w = net.backprop(x, y, schedule)
         return net.weights + net.biases + nabla_b + nabla_w
-
-
-def same(got, want):
-    return all(np.array_equal(a, b) for a, b in zip(got, want))
 
 
 @pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0)] + [("random", s) for s in range(5)])

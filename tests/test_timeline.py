@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import NO_GPU, STANDIN_ORDERS, batch, install_standin, to_numpy
+from helpers import NO_GPU, STANDIN_ORDERS, batch, install_standin, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.backends.timing import Interval, Timeline

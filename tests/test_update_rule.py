@@ -9,7 +9,7 @@ from the plain reference's.
 import numpy as np
 import pytest
 
-from conftest import STANDIN_ORDERS, batch, install_standin, to_numpy
+from helpers import STANDIN_ORDERS, batch, install_standin, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.backends.host import ORDERS, NumpyBackend
 

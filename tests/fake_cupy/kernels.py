@@ -55,5 +55,3 @@ class RawModule:
     def get_function(self, name):
         RawModule.calls["get_function"] += 1
         return RawKernel(self._module.get_function(name), name)
-
-

@@ -197,7 +197,6 @@ def get_current_stream(device_id=-1):
     return queues.device.stack[-1]
 
 
-
 class Device:
     """``cupy.cuda.Device`` (one device, id 0)."""
 
@@ -220,4 +219,3 @@ class Device:
             raise CUDARuntimeError("cudaErrorStreamCaptureUnsupported",
                                    f"operation not permitted when stream is capturing ({capturing})")
         queues.host_wait("device.synchronize", None, queues.drained(queues.device.streams))
-

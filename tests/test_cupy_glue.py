@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import batch
+from helpers import batch, batch_id, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, autotune, reference
 from leapfrog_gpu.backends import timing
 
@@ -41,8 +41,8 @@ def reference_gradients(weights, biases, x, y, net):
 # -- the library on the stand-in -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), NaumovScan(k=2), NaumovJacobi(k=3)], ids=repr)
-@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("size", [1, 4], ids=batch_id)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), NaumovScan(k=2), NaumovJacobi(k=3)], ids=schedule_id)
 def test_gradients_match_the_reference(backend, size, schedule):
     x, y = batch(SIZES, size)
     with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as net:
@@ -61,7 +61,7 @@ def test_feedforward_matches_the_reference(backend):
         np.testing.assert_allclose(net.feedforward(x).get(), want, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("size", [1, 4], ids=batch_id)
 def test_training_steps_agree_bitwise_across_schedules(backend, size):
     nets = {s: MLP(SIZES, seed=3, backend=backend) for s in
             (Sequential(), Leapfrog(2), Leapfrog(3, fused=True), Sequential(fused=True), NaumovScan(k=2))}

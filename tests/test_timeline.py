@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import NO_GPU, STANDIN_ORDERS, batch, install_standin, to_numpy
+from helpers import NO_GPU, STANDIN_ORDERS, batch, case_id, install_standin, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.backends.timing import Interval, Timeline
@@ -59,7 +59,7 @@ def stamped_steps(backend, schedule, steps):
         return stamps.intervals()
 
 
-@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 2, 3], ids=lambda k: case_id(k=k))
 def test_every_launch_stamped_once_on_its_stream_in_an_order_the_schedule_allows(backend, k):
     intervals = stamped_steps(backend, Leapfrog(k), steps=3)
     assert backend.timeline is None

@@ -11,8 +11,8 @@ import time
 import pytest
 
 import mpirun
+from helpers import assert_bitwise_equal, cli, one_error_line, parameters
 from leapfrog_gpu.tools import bench, checkpoint
-from test_train import assert_bitwise_equal, cli, one_error_line, parameters
 
 pytestmark = mpirun.needs_mpi
 

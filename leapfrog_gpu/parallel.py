@@ -1,4 +1,4 @@
-"""Data parallelism across processes (DESIGN.md §9): the communicator, and the sums of the gradients.
+"""Data parallelism across processes (docs/design.md §5): the communicator, and the sums of the gradients.
 
 Every rank holds the whole network and computes on a contiguous share of each batch's columns; the
 gradients (6)(7) are summed across ranks before the update, which divides by the whole batch, so that

@@ -66,7 +66,7 @@ def test_leapfrog_equals_sequential_under_chaos(chaos_steps):
 
 @pytest.mark.parametrize("wait", ["wait_for_delta", "join", "last_reader"])
 def test_chaos_catches_each_missing_wait(monkeypatch, chaos_steps, wait):
-    """The suite can fail: remove one wait of DESIGN.md §2 and it reports a difference within budget.
+    """The suite can fail: remove one wait of docs/design.md §2 and it reports a difference within budget.
 
     ``last_reader`` made the identity has a fused worker wait only for its own delta^l (E_l), not for
     delta^{l-1}, the main stream's last read of w^l. The budget is three seeds (``chaos_catches``).

@@ -1,4 +1,4 @@
-"""Naumov's solvers of the backward system (DESIGN.md §4) against the sequential chain (5).
+"""Naumov's solvers of the backward system (docs/naumov.md) against the sequential chain (5).
 
 Tolerances: relative error, per layer, in the Frobenius norm, computed in float64. A product of
 Jacobians rounds differently from the chain (5), so float32 results differ from sequential by a few

@@ -124,7 +124,7 @@ def test_trace_of_a_sequential_step():
     assert ops.index("nabla_w[5]") < ops.index("delta[4]") < ops.index("nabla_w[4]") < ops.index("update[2]")
 
 
-# -- races: each wait of DESIGN.md §2 removed, caught deterministically ---------------------------------
+# -- races: each wait of docs/design.md §2 removed, caught deterministically ----------------------------
 #
 # The deferred host backend runs nothing until synchronize(), then interleaves the streams in a fixed
 # order that starves one side for as long as the events allow. Buffers start as NaN, so a read that

@@ -39,7 +39,7 @@ def backend(request, monkeypatch):
 
 def expected_launches(backend, k):
     """(stream, name) of every launch of one unfused SGD step under Leapfrog(k), from the schedule's
-    definition (DESIGN.md §2): eta / B and the chain on main, (6)(7) of layer l on worker l mod k. Host
+    definition (docs/design.md §2): eta / B and the chain on main, (6)(7) of layer l on worker l mod k. Host
     streams copy x and y in by a launch too; CuPy copies without one."""
     main = [("main", "copy_in")] * 2 if backend.name == "numpy" else []
     main += [("main", "eta / B")] + [("main", f"z[{l}]") for l in range(2, L + 1)]

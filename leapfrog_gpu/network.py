@@ -2,7 +2,7 @@
 
 Layers are numbered 1..L as in the book; layer 1 is the input. Internally every per-layer quantity is a
 dict keyed by that number (``w[l]``, ``z[l]``, ``delta[l]``), so the code reads like the equations of
-DESIGN.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B).
+docs/design.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B).
 """
 
 import math

@@ -160,7 +160,7 @@ def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, o
         bench.main(["--backend", "numpy", "--sizes", "24", "--layers", "3", "--batch", "1", option,
                     str(tmp_path / "r.png")])
     assert exit_info.value.code == 2
-    # as the README says it, in a checkout
+    # as docs/training.md says it, in a checkout
     assert f"{option} needs matplotlib: pip install -e '.[plot]'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
@@ -169,7 +169,7 @@ def test_without_torch_the_anchor_is_skipped_with_the_readmes_install_command(mo
     monkeypatch.setattr(bench.torch_anchor, "available", lambda: False)
     stdout = run_bench(["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--k", "2",
                         "--repeats", "1", "--warmup", "0", "--quiet"])
-    # as the README says it, in a checkout
+    # as docs/performance.md says it, in a checkout
     assert "PyTorch anchor skipped: torch does not import (pip install -e '.[torch]')" in stdout.splitlines()
 
 

@@ -18,8 +18,9 @@ occupancy, then four times, each a lower bound on the kernel's duration:
   shared    the shared-memory load cycles (one cycle per 128 bytes a warp loads, per SM).
 
 The prediction is the largest; its name is the kernel's bound, and ``predicted_fraction`` is the
-roofline time (memory or FMA, whichever is larger) over the prediction: 1 means the kernel runs at the
-bandwidth (or at the FMA peak), 0.2 that it takes five times as long. Assumptions, all stated here:
+ideal time over the prediction, the ideal being the largest of the memory and FMA times and one round
+trip to L2 (no kernel that reads memory can take less): 1 means the kernel runs at the bandwidth, at
+the FMA peak, or in a single round trip; 0.2 that it takes five times as long. Assumptions, all stated here:
 every access is coalesced, the compulsory bytes move at HBM bandwidth (an N = 1024 layer would partly
 hit the 50 MB L2), a round's loads are all in flight together, blocks overlap (no tail effect), the rounds of
 each kernel are counted from its loops in ``kernels/*.cu`` (``ROUNDS`` below, with the unroll factor
@@ -230,7 +231,7 @@ def model(kernel, n, batch, itemsize=4):
         "shared_cycles_per_fma": round(cycles_per_fma, 3),
         **{f"{name.split()[0].lower()}_us": seconds * 1e6 for name, seconds in times.items()},
         "bound": bound, "predicted_us": predicted * 1e6,
-        "predicted_fraction": max(times["memory"], times["FMA"]) / predicted,
+        "predicted_fraction": max(times["memory"], times["FMA"], L2_LATENCY) / predicted,
     }
 
 
@@ -296,7 +297,7 @@ def readme(rows=None):
         "From the sm_90 code NVRTC compiles and `cuobjdump` reads, with each kernel's launch shape: the "
         "occupancy, and four lower bounds on its time (the bytes at the bandwidth, the dependent round "
         "trips to memory at their latency, the FMAs, the shared-memory loads); the largest is the bound. "
-        "Fraction: the roofline time (memory or FMA) over the prediction. Assumptions are in "
+        "Fraction: the ideal time (memory, FMA, or one round trip to L2) over the prediction. Assumptions are in "
         f"`profiling/kernel_model.py`: {BANDWIDTH / 1e12:.1f} TB/s, {HBM_LATENCY * 1e6:.2f} us a round "
         f"from HBM, {L2_LATENCY * 1e6:.2f} us from L2, {CLOCK / 1e9:.2f} GHz, {SMS} SMs. Compiled with "
         f"NVRTC {nvrtc_version()}. Not yet checked against a measurement on the device."

@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from . import autotune, graphs, parallel, parameters
+from . import autotune, graphs, parallel, parameters, torch_io
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -126,6 +126,30 @@ class MLP:
             self._w[l][...] = self.backend.xp.asarray(w, dtype=self.dtype)
             self._b[l][...] = self.backend.xp.asarray(b, dtype=self.dtype)
         self.backend.synchronize()
+
+    def to_torch(self):
+        """A ``torch.nn.Sequential`` of ``Linear`` and activation modules computing ``feedforward`` on rows:
+        ``net.to_torch()(x.T).T`` is ``net.feedforward(x)`` (x (n_1, B)). Its parameters are a copy of w^l and
+        b^l as they are once the enqueued steps have run, in this network's dtype and on its device (through
+        DLPack, or on the host where torch cannot reach it): later steps do not change them, and training the
+        module does not change the network (``leapfrog_gpu.torch_io``)."""
+        return torch_io.to_module(self.weights, self.biases, self.activation, self.output_activation)
+
+    @classmethod
+    def from_torch(cls, module, cost="quadratic", backend="auto", dtype=None, **options):
+        """A network computing ``module``, a ``torch.nn.Sequential`` of ``Linear`` modules each followed by
+        ``Sigmoid``, ``Tanh``, ``ReLU`` or nothing (the output alone may have none): widths, activations and
+        parameters read from it, copied into the network's own buffers (training it never writes the module).
+        ``dtype`` defaults to the module's; ``options`` are the other arguments of ``MLP``."""
+        sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
+        net = cls(sizes, activation, cost, dtype or found, backend=backend, output_activation=output_activation,
+                  **options)
+        try:
+            net.set_parameters(*torch_io.as_arrays(tensors, net.backend.xp))
+        except BaseException:
+            net.close()
+            raise
+        return net
 
     def close(self):
         """Wait for queued work; close the backend if this network created it."""

@@ -1,8 +1,9 @@
 """leapfrog_gpu: deep MLPs whose weight gradients leapfrog the backward chain on k streams.
 
 This top level is the library: the network and its buffers (``network``), the schedules of a pass
-(``schedules``, ``naumov``), the names of activations and costs (``functions``), the plain NumPy
-reference (``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
+(``schedules``, ``naumov``), the names of activations and costs (``functions``), the checks of given
+parameters (``parameters``) and their way to and from PyTorch (``torch_io``), the plain NumPy reference
+(``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
 ``backends`` (where arrays live and how streams run) and never ``tools`` (the commands built on it):
 imports point downwards only, tools -> library -> backends.
 

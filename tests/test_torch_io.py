@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import to_numpy
+from helpers import to_numpy
 from leapfrog_gpu import MLP, Leapfrog
 from leapfrog_gpu.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 

@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 
+from .backends import to_host
 from .schedules import Leapfrog, Sequential
 
 DEFAULT_MEMORY_LIMIT = 2**30
@@ -294,7 +295,7 @@ def _change(xp, new, old, diff, sums):
     xp.sum(diff, axis=(1, 2, 3), out=sums[0])
     xp.square(new, out=diff, dtype=np.float64)
     xp.sum(diff, axis=(1, 2, 3), out=sums[1])
-    num, den = sums.get() if hasattr(sums, "get") else sums
+    num, den = to_host(sums)
     changed = num > 0
     if not changed.any():
         return 0.0

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from .backends import collective
+from .backends import collective, to_host
 
 DEFAULT_BUCKET_BYTES = 0
 """Gradients of consecutive layers summed by one collective, up to this many bytes: 0, one collective
@@ -346,13 +346,9 @@ def broadcast_parameters(net, comm=None):
     comm = comm or net.comm
     if comm is None:
         return
-    weights, biases = [_host(w) for w in net.weights], [_host(b) for b in net.biases]
+    weights, biases = [to_host(w) for w in net.weights], [to_host(b) for b in net.biases]
     comm.broadcast(weights + biases)
     net.set_parameters(weights, biases)
-
-
-def _host(array):
-    return np.array(array.get() if hasattr(array, "get") else array)  # a contiguous host copy
 
 
 def check_schedule(comm, schedule, graph=False):

@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from . import autotune, graphs, parallel
+from . import autotune, data_parallel, graphs
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -35,7 +35,7 @@ class MLP:
             host synchronization.
         comm: a ``parallel.Communicator`` (``parallel.world()``) to train data-parallel over its
             ranks: each computes on its share of every batch's columns and the gradients are summed
-            across ranks (``leapfrog_gpu.parallel``). ``None`` or one rank: this process alone.
+            across ranks (``leapfrog_gpu.data_parallel``). ``None`` or one rank: this process alone.
 
     ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
     backend, as they are once the steps enqueued so far have run. Every array the network hands out
@@ -72,7 +72,7 @@ class MLP:
         self._plans = {}
         self.comm = None
         self.backend.synchronize()
-        self.comm = parallel.attach(self, comm)
+        self.comm = data_parallel.attach(self, comm)
 
     def __repr__(self):
         comm = "" if self.comm is None else f", comm={self.comm!r}"
@@ -170,7 +170,7 @@ class MLP:
             raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
                              "one launch, with nothing inside it to stamp; take the timeline of eager steps "
                              "(graph=False), or end the timeline's step() first")
-        parallel.check_schedule(self.comm, schedule, graph)
+        data_parallel.check_schedule(self.comm, schedule, graph)
         backend = self.backend
         plan, samples = self._load(x, y)
         backend.launch(backend.main, "eta / B", backend.ops.set_element, self._step, 0, eta / samples)
@@ -269,7 +269,7 @@ class MLP:
     def _backward(self, plan, schedule, scale):
         if schedule.k == "auto":  # Leapfrog("auto"): the schedule calibrated for this plan
             schedule = autotune.choose(self, plan, fused=schedule.fused)
-        with self.backend.range(self.backend.main, "backward"), parallel.reducing(plan):
+        with self.backend.range(self.backend.main, "backward"), data_parallel.reducing(plan):
             schedule.backward(self, plan, scale)
 
     def delta(self, plan, l):
@@ -359,7 +359,7 @@ class Plan:
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
         self._worker_done = {}
         self.empty = False  # this rank's share of the batch being loaded has no column (``MLP._load``)
-        self.reducer = parallel.reducer(net, self)  # with a communicator: nabla_w, nabla_b become its views
+        self.reducer = data_parallel.reducer(net, self)  # with a communicator: nabla_w, nabla_b become its views
         backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
 
     def workers(self, k):

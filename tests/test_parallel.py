@@ -14,10 +14,11 @@ import pytest
 import mpi_cases
 import mpirun
 from conftest import batch, gpu, install_standin, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, parallel, reference
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, data_parallel, parallel, reference
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.backends.host import NumpyBackend
-from leapfrog_gpu.parallel import Communicator, Reducer
+from leapfrog_gpu.data_parallel import Reducer
+from leapfrog_gpu.parallel import Communicator
 
 SIZES = [9, 17, 5, 13, 7, 3]
 ETA = 0.5
@@ -135,7 +136,7 @@ def _ranked(rank, size):
     (10**9, [[5, 4, 3, 2]]),
 ])
 def test_buckets_group_consecutive_layers_up_to_their_size(bucket_bytes, want):
-    assert parallel.buckets([2, 6, 3, 4, 4], 4, bucket_bytes) == want
+    assert data_parallel.buckets([2, 6, 3, 4, 4], 4, bucket_bytes) == want
 
 
 def test_gradients_are_views_of_one_flat_buffer_in_the_order_they_are_handed_over():
@@ -172,7 +173,7 @@ def test_two_mirrored_ranks_against_the_reference(schedule, bucket_bytes):
         for x, y in steps:
             net.sgd_step(x, y, ETA, schedule)
         assert relative_error(net.weights + net.biases, want) < 1e-12
-    buckets = len(parallel.buckets(SIZES, 8, bucket_bytes))
+    buckets = len(data_parallel.buckets(SIZES, 8, bucket_bytes))
     assert len(comm.sums) == len(steps) * buckets
 
 
@@ -303,7 +304,7 @@ def bucketed_run(bucket_bytes):
 def test_a_bucket_of_several_layers_waits_for_each_of_them(monkeypatch, bucket_bytes, groups):
     """Every layer's G_l is waited for, not only that of the bucket's last layer (the one whose hand-over
     launches the sum)."""
-    assert parallel.buckets(SIZES, 8, bucket_bytes) == groups
+    assert data_parallel.buckets(SIZES, 8, bucket_bytes) == groups
     assert bucketed_run(bucket_bytes)
     wait = Reducer.wait_for_gradients
 

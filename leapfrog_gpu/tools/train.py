@@ -39,7 +39,7 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
-from .. import parallel
+from .. import data_parallel, parallel
 from ..backends import collective, get_backend, ops_numpy, to_host
 from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
@@ -533,7 +533,7 @@ def _train(given, comm):
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
             if comm.rank == 0:
                 net.set_parameters(weights, biases)
-            parallel.broadcast_parameters(net)
+            data_parallel.broadcast_parameters(net)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
         try:
             report = Report(config["quiet"], metrics_file, comm.rank)

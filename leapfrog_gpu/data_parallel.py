@@ -77,19 +77,8 @@ def buckets(sizes, itemsize, bucket_bytes):
     return groups
 
 
-def reducer(net, plan):
-    """The ``Reducer`` of ``plan``, or None when ``net`` runs alone."""
-    return None if net.comm is None else Reducer(net, plan)
-
-
-def reducing(plan):
-    """A context around one backward pass on ``plan``: the gradients that the schedule hands over in it
-    are summed across ranks, and the main stream waits for the sums at its end."""
-    return contextlib.nullcontext() if plan.reducer is None else plan.reducer.pass_()
-
-
 class Reducer:
-    """Sums one plan's gradients across ranks on the communication stream, bucket by bucket.
+    """Sums one plan's gradients across the ranks of ``comm`` on the communication stream, bucket by bucket.
 
     The plan's ``nabla_w[l]`` and ``nabla_b[l]`` become views into one flat buffer laid out in the order
     in which every schedule hands them over, layer L first: [nabla_w^L, nabla_b^L, nabla_w^{L-1}, ...].
@@ -101,32 +90,33 @@ class Reducer:
     the next pass rewrites the buffers (write after read).
     """
 
-    def __init__(self, net, plan):
-        backend, xp = net.backend, net.backend.xp
-        self.comm, self.backend, self.main, self.L = net.comm, backend, plan.main, net.L
+    def __init__(self, plan, comm):
+        backend, xp, n = plan.backend, plan.backend.xp, plan.n
+        self.comm, self.backend, self.main, self.L = comm, backend, plan.main, plan.L
         self.stream = backend.comm_stream()
-        self.engine = self.comm.engine(backend)
-        self.flat = xp.full(sum(net.n[l] * (net.n[l - 1] + 1) for l in net.layers), np.nan, dtype=net.dtype)
+        self.engine = comm.engine(backend)
+        self.flat = xp.full(sum(n[l] * (n[l - 1] + 1) for l in plan.layers), np.nan, dtype=plan.dtype)
         start = {}
         offset = 0
-        for l in range(net.L, 1, -1):
-            n, m = net.n[l], net.n[l - 1]
+        for l in range(plan.L, 1, -1):
             start[l] = offset
-            plan.nabla_w[l] = self.flat[offset:offset + n * m].reshape(n, m)
-            plan.nabla_b[l] = self.flat[offset + n * m:offset + n * (m + 1)]
-            offset += n * (m + 1)
+            plan.nabla_w[l] = self.flat[offset:offset + n[l] * n[l - 1]].reshape(n[l], n[l - 1])
+            plan.nabla_b[l] = self.flat[offset + n[l] * n[l - 1]:offset + n[l] * (n[l - 1] + 1)]
+            offset += n[l] * (n[l - 1] + 1)
         self.buckets = {}  # the last layer of a bucket -> (name, its part of the flat buffer)
-        for group in buckets(net.sizes, np.dtype(net.dtype).itemsize, self.comm.bucket_bytes):
+        for group in buckets(plan.sizes, np.dtype(plan.dtype).itemsize, comm.bucket_bytes):
             last = group[-1]
-            stop = start[last] + net.n[last] * (net.n[last - 1] + 1)
+            stop = start[last] + n[last] * (n[last - 1] + 1)
             name = f"allreduce[{group[0]}]" if len(group) == 1 else f"allreduce[{group[0]}..{last}]"
             self.buckets[last] = (name, self.flat[start[group[0]]:stop])
-        self.done = {l: backend.event(f"G_{l}") for l in net.layers}
+        self.done = {l: backend.event(f"G_{l}") for l in plan.layers}
         self.reduced = backend.event("R")
         self.expected = None  # the layer the open pass hands over next; None outside a pass
 
     @contextlib.contextmanager
     def pass_(self):
+        """A context around one backward pass: the gradients handed over in it are summed across ranks,
+        and the main stream waits for the sums at its end."""
         self.expected = self.L
         try:
             yield

@@ -18,10 +18,10 @@ CONFIGS = list(itertools.product((1, 2, 3, 5), (2, 4, 9), (1, 6), ("float32", "f
 
 def snapshots(net, backend, schedule, sizes, size, dtype, steps, graph=False):
     """Parameters after every SGD step, copied in stream order (no host synchronization between steps)."""
-    taken = []
+    taken, plan = [], net.plan(size)
 
     def snapshot():
-        taken.append([p.copy() for p in list(net._w.values()) + list(net._b.values())])
+        taken.append([p.copy() for p in list(plan.w.values()) + list(plan.b.values())])
 
     for step in range(steps):
         x, y = batch(sizes, size, seed=step, dtype=dtype)
@@ -84,7 +84,7 @@ def test_chaos_mode_poisons_dead_buffers():
         net = MLP(sizes, backend=backend)
         net.sgd_step(*batch(sizes, 2), 0.1, Leapfrog(2))
         net.synchronize()
-        plan = net._plans[2]
+        plan = net.plan(2)
         for group in (plan.a, plan.z, plan.delta, plan.nabla_w, plan.nabla_b):
             assert all(np.isnan(array).all() for array in group.values())
         assert all(np.isfinite(w).all() for w in net.weights)

@@ -90,7 +90,7 @@ def test_a_one_process_communicator_changes_no_bit():
             assert net.comm is None
             for x, y in steps:
                 net.sgd_step(x, y, ETA, Leapfrog(2))
-            assert net._plan(4).reducer is None and net.backend._comm is None  # no communication stream
+            assert net.plan(4).reducer is None and net.backend._comm is None  # no communication stream
             params.append([p.tobytes() for p in net.weights + net.biases])
     assert params[0] == params[1] == params[2]
 
@@ -141,7 +141,7 @@ def test_buckets_group_consecutive_layers_up_to_their_size(bucket_bytes, want):
 
 def test_gradients_are_views_of_one_flat_buffer_in_the_order_they_are_handed_over():
     with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
-        plan = net._plan(3)
+        plan = net.plan(3)
         flat, offset = plan.reducer.flat, 0
         for l in range(net.L, 1, -1):
             for array in (plan.nabla_w[l], plan.nabla_b[l]):
@@ -220,10 +220,10 @@ def test_a_calibration_sums_nothing():
 
 
 def test_gradients_handed_over_out_of_order_are_refused(monkeypatch):
-    def backward(self, net, plan, scale=None):
-        for l in net.layers:  # layer 2 first
-            net.delta(plan, l)
-            plan.launch_gradients(plan.main, l)
+    def backward(self, plan, controls=None):
+        for l in plan.layers:  # layer 2 first
+            plan.error(l)
+            plan.gradients(plan.main, l)
 
     monkeypatch.setattr(Sequential, "backward", backward)
     with MLP(SIZES, backend="numpy", comm=Mirror()) as net, pytest.raises(

@@ -258,7 +258,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                                                    backend=backend) as net:
         x, y = _batch(rng, sizes, batch, args.dtype)
         net.backprop(x, y)
-        plan = net._plan(batch)
+        plan = net.plan(batch)
         tuning = None
         if "auto" in args.k:
             ks = [k for k in args.k if k != "auto"] or autotune.KS
@@ -270,7 +270,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                 if threads not in bandwidth:
                     bandwidth[threads] = timing.copy_bandwidth(backend)["median"]
                 f = layer_costs(net, plan, reps, warm)
-                forward = timing.summary(timing.measure(backend, lambda: net._forward(plan), reps, warm))
+                forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
             step_bytes = traffic.step_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
             base[threads] = {
                 "backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
@@ -281,7 +281,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                 for threads in settings for name, k in specs]
         if args.graph:  # a graph twin of each configuration that can be captured, captured now
             runs += [(name, schedule, threads, False, True) for name, schedule, threads, _, _ in runs
-                     if graphs.refusal(net, plan, schedule) is None]
+                     if graphs.refusal(plan, schedule) is None]
             for _, schedule, threads, _, graph in runs:
                 if graph:
                     with autotune.blas_limit(threads):
@@ -292,7 +292,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
             runs.append((name, tuning.schedule, tuning.blas_threads, True, False))
         eager = [run for run in runs if not run[4]]
         steps = _measure_runs(backend, runs, reps, warm, lambda s, g: net.sgd_step(x, y, ETA, s, graph=g))
-        backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: net._backward(plan, s, None)))
+        backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: plan.backward(s)))
         return [{**base[threads], "schedule": name, "k": schedule.k, "fused": schedule.fused, "auto": auto,
                  "graph": graph, "step_ms": timing.summary(step),
                  "backward_ms": None if graph else timing.summary(next(backwards))}
@@ -360,7 +360,7 @@ def make_schedule(name, k, fused=False):
 def layer_costs(net, plan, repeats, warmup):
     """``{"f1_ms", "f2_ms", "f3_ms"}``: median per-layer time of the matrix product of (2), of (5),
     and of (7), each timed alone as one sweep over the layers on the main stream."""
-    backend, xp, ops, w = net.backend, net.backend.xp, net.backend.ops, net._w
+    backend, xp, ops, w = net.backend, net.backend.xp, net.backend.ops, plan.w
     hidden = range(net.L - 1, 1, -1)
 
     def f1():

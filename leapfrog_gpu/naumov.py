@@ -32,8 +32,6 @@ has run (``net.backprop`` returns then; after ``net.sgd_step`` call ``net.synchr
 
 import math
 import numbers
-import statistics
-import time
 
 import numpy as np
 
@@ -398,8 +396,6 @@ def _size(nbytes):
         nbytes /= 1024
 
 
-# -- timing ----------------------------------------------------------------------------------------
-
 SCHEDULES = {
     "naumov-scan": lambda k, memory_limit: NaumovScan(k=k, memory_limit=memory_limit),
     "naumov-jacobi": lambda k, memory_limit: NaumovJacobi(k=k, memory_limit=memory_limit),
@@ -408,53 +404,3 @@ SCHEDULES = {
 }
 """Schedules by benchmark name, each made from ``(k, memory_limit)``. ``naumov-jacobi`` starts from zero
 (exact, L-2 sweeps): a timing loop repeats one batch, where a warm start would find the answer in place."""
-
-
-def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats=5, dtype="float32",
-                  memory_limit=DEFAULT_MEMORY_LIMIT, activation="sigmoid", seed=0):
-    """Time the backward pass (4)-(7) of ``MLP([N] * L)`` at batch ``B`` under each schedule in ``names``.
-
-    One forward pass, one warm-up pass per schedule (it allocates), then ``repeats`` rounds that run
-    every schedule once each in turn (so load on the machine falls on all alike), each timed from
-    enqueue to ``synchronize()``. Returns one dict per name: ``median_s``, ``ratio`` (median over the
-    sequential median, when ``"sequential"`` is in ``names``), and the schedule's counters; a schedule
-    refused by its memory check has ``refused`` (the message) instead of a time.
-    """
-    from .network import MLP
-
-    unknown = [name for name in names if name not in SCHEDULES]
-    if unknown:
-        raise ValueError(f"unknown schedule names {unknown}; choose from {', '.join(SCHEDULES)}")
-    if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
-    rows, schedules = {}, {}
-    with MLP([N] * L, activation=activation, dtype=dtype, seed=seed, backend=backend) as net:
-        rng = np.random.default_rng(seed)
-        x, y = rng.random((N, B)), rng.random((N, B))
-        net.backprop(x, y, Sequential())
-        plan = net.plan(B)
-        for name in names:
-            schedule = SCHEDULES[name](k, memory_limit)
-            rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
-            try:
-                plan.backward(schedule)
-            except ValueError as refusal:
-                rows[name]["refused"] = str(refusal)
-                continue
-            net.synchronize()
-            schedules[name] = schedule
-        times = {name: [] for name in schedules}
-        for _ in range(repeats):
-            for name, schedule in schedules.items():
-                start = time.perf_counter()
-                plan.backward(schedule)  # inside the NVTX range "backward"
-                net.synchronize()
-                times[name].append(time.perf_counter() - start)
-        for name, schedule in schedules.items():
-            rows[name]["median_s"] = statistics.median(times[name])
-            rows[name].update(getattr(schedule, "stats", {}))
-    if "sequential" in schedules:
-        for row in rows.values():
-            if "median_s" in row:
-                row["ratio"] = row["median_s"] / rows["sequential"]["median_s"]
-    return [rows[name] for name in names]

@@ -15,7 +15,7 @@ import pytest
 from conftest import NO_GPU
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
-from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters, time_backward
+from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 WIDTHS = (7, 13, 5)
@@ -236,19 +236,6 @@ def test_memory_limit_refuses_before_allocating():
 def test_bad_arguments(make, error, words):
     with pytest.raises(error, match=words):
         make()
-
-
-def test_time_backward_reports_every_schedule():
-    rows = time_backward(L=5, N=8, B=2, repeats=2, backend="numpy")
-    by_name = {row["schedule"]: row for row in rows}
-    assert list(by_name) == ["naumov-scan", "naumov-jacobi", "sequential", "leapfrog"]
-    assert by_name["sequential"]["ratio"] == 1.0
-    assert all(row["median_s"] > 0 for row in rows)
-    assert by_name["naumov-scan"]["rounds"] == 2 and by_name["naumov-jacobi"]["sweeps"] == 3
-    refused = time_backward(L=5, N=8, B=2, repeats=1, names=("naumov-scan",), memory_limit=100)
-    assert "memory_limit" in refused[0]["refused"] and "median_s" not in refused[0]
-    with pytest.raises(ValueError, match="unknown schedule"):
-        time_backward(L=5, N=8, B=2, names=("naumov-fast",))
 
 
 @pytest.mark.parametrize("name", ["scan", "jacobi-warm"])

@@ -36,7 +36,7 @@ import numbers
 import numpy as np
 
 from .backends import to_host
-from .schedules import Leapfrog, Sequential
+from .schedules import Leapfrog
 
 DEFAULT_MEMORY_LIMIT = 2**30
 """Bytes the stacked Jacobians of one (network, batch size) may take unless the user allows more."""
@@ -394,13 +394,3 @@ def _size(nbytes):
         if nbytes < 1024 or unit == "GiB":
             return f"{nbytes:.1f} {unit}" if unit != "bytes" else f"{nbytes} bytes"
         nbytes /= 1024
-
-
-SCHEDULES = {
-    "naumov-scan": lambda k, memory_limit: NaumovScan(k=k, memory_limit=memory_limit),
-    "naumov-jacobi": lambda k, memory_limit: NaumovJacobi(k=k, memory_limit=memory_limit),
-    "sequential": lambda k, memory_limit: Sequential(),
-    "leapfrog": lambda k, memory_limit: Leapfrog(k),
-}
-"""Schedules by benchmark name, each made from ``(k, memory_limit)``. ``naumov-jacobi`` starts from zero
-(exact, L-2 sweeps): a timing loop repeats one batch, where a warm start would find the answer in place."""

@@ -15,7 +15,8 @@ from . import data_parallel, graphs
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .plan import Controls, Plan
-from .schedules import Sequential, check_schedule
+from .registry import check_schedule
+from .schedules import Sequential
 
 
 class MLP:

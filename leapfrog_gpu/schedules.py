@@ -137,10 +137,3 @@ class Leapfrog(Schedule):
             backend.record(self.worker(plan, j), done)
             backend.wait(plan.main, done)
 
-
-def check_schedule(schedule):
-    """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
-    if not isinstance(schedule, Schedule):
-        raise TypeError("schedule must be a schedule object: Sequential(), Leapfrog(k), NaumovScan() or "
-                        f"NaumovJacobi(); got {schedule!r}")
-    return schedule

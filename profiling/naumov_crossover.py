@@ -27,7 +27,8 @@ import numpy as np
 
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.naumov import DEFAULT_MEMORY_LIMIT, SCHEDULES, jacobi_counters, scan_counters, sequential_counters
+from leapfrog_gpu.naumov import DEFAULT_MEMORY_LIMIT, jacobi_counters, scan_counters, sequential_counters
+from leapfrog_gpu.registry import SCHEDULES, make_schedule
 from leapfrog_gpu.tools.cli import Parser, integers, names
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +55,7 @@ def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats
         net.backprop(rng.random((N, B)), rng.random((N, B)), Sequential())
         plan = net.plan(B)
         for name in names:
-            schedule = SCHEDULES[name](k, memory_limit)
+            schedule = make_schedule(name, k, memory_limit=memory_limit)
             rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
             try:
                 plan.backward(schedule)

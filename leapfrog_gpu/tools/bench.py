@@ -44,20 +44,12 @@ from tqdm import tqdm
 from .. import autotune, graphs, parallel
 from ..backends import get_backend, timing
 from ..functions import ACTIVATIONS, DTYPES
-from ..naumov import NaumovJacobi, NaumovScan
 from ..network import MLP
-from ..schedules import Leapfrog, Sequential
+from ..registry import SCHEDULES, make_schedule
+from ..schedules import Leapfrog
 from . import bench_parallel, timeline, torch_anchor, traffic
 from .cli import Parser, choose_backend, integer, integers, names, pip_install, plural, reals, replaced_atomically
 
-SCHEDULES = {
-    "sequential": (Sequential, False),
-    "leapfrog": (Leapfrog, True),
-    "naumov-scan": (NaumovScan, True),
-    "naumov-jacobi": (NaumovJacobi, True),
-}
-"""Schedules by name: (class, whether it takes k), built as ``cls(k=k, fused=...)`` or ``cls(fused=...)``.
-``sequential`` is always measured: it is the baseline."""
 DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
 
 ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
@@ -349,12 +341,6 @@ def stamped_steps(args, case):
                      + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
             panels.append({"label": title, "bench": r, "intervals": intervals, "analysis": analysis})
     return panels
-
-
-def make_schedule(name, k, fused=False):
-    """The schedule called ``name`` in ``SCHEDULES``, with k worker streams if it takes them."""
-    cls, takes_k = SCHEDULES[name]
-    return cls(k=k, fused=fused) if takes_k else cls(fused=fused)
 
 
 def layer_costs(net, plan, repeats, warmup):

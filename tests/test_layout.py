@@ -118,3 +118,61 @@ def test_the_checks_catch_an_upward_import_and_a_lazy_circle(toy):
     edges = graph(toy)
     assert upward(edges) == [("leapfrog_gpu.backends.host", "leapfrog_gpu.network")]
     assert cycles(edges) == [["leapfrog_gpu.network", "leapfrog_gpu.schedules", "leapfrog_gpu.network"]]
+
+
+MAX_LINES = 420
+"""The most lines a module of the library or of the backends may hold."""
+
+
+def long_modules(package=PACKAGE, rooms=("library", "backends")):
+    """``(module, lines)`` for every module of ``rooms`` over ``MAX_LINES`` lines."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = module_name(path, package)
+        lines = len(path.read_text().splitlines())
+        if room(module) in rooms and lines > MAX_LINES:
+            found.append((module, lines))
+    return found
+
+
+def reach_ins(path):
+    """``(line, "X._name")`` for every attribute access with one leading underscore whose ``X`` is not
+    ``self``, ``cls`` or a module imported from outside the package (``os._exit`` is the standard
+    library's business): a reach-in into a private member of the library."""
+    tree = ast.parse(path.read_text(), str(path))
+    outside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            outside |= {(alias.asname or alias.name).split(".")[0] for alias in node.names
+                        if not alias.name.startswith("leapfrog_gpu")}
+        elif isinstance(node, ast.ImportFrom) and not node.level and not (node.module or "").startswith("leapfrog_gpu"):
+            outside |= {alias.asname or alias.name for alias in node.names}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in {"self", "cls"} | outside:
+            continue
+        found.append((node.lineno, f"{ast.unparse(base)}.{node.attr}"))
+    return sorted(found)
+
+
+def test_no_module_of_the_library_or_the_backends_is_over_420_lines():
+    assert long_modules() == []
+
+
+def test_tools_and_profiling_use_the_public_api_only():
+    paths = sorted(PACKAGE.joinpath("tools").rglob("*.py")) + sorted((PACKAGE.parent / "profiling").glob("*.py"))
+    found = {str(path.relative_to(PACKAGE.parent)): reach_ins(path) for path in paths}
+    assert {path: hits for path, hits in found.items() if hits} == {}
+
+
+def test_the_checks_catch_a_long_module_and_a_reach_in(toy):
+    (toy / "network.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (toy / "backends" / "host.py").write_text("x = 1\n" * MAX_LINES)
+    assert long_modules(toy) == [("leapfrog_gpu.network", MAX_LINES + 1)]
+    (toy / "tools" / "bench.py").write_text(
+        "import os\nfrom ..network import MLP\n\n\nclass Bench:\n    def run(self, net):\n"
+        "        self._net = net\n        os._exit(0)\n        return net._plan(3).reducer, MLP([2, 2])._w\n")
+    assert reach_ins(toy / "tools" / "bench.py") == [(9, "MLP([2, 2])._w"), (9, "net._plan")]

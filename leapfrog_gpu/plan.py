@@ -132,13 +132,10 @@ class Plan:
 
     def forward(self, l=None):
         """Enqueue (2)(3) of layer l on the main stream; without l, of every layer, in an NVTX range."""
-        if l is None:
-            with self.backend.range(self.main, "forward"):
-                for l in self.layers:
-                    self.forward(l)
-            return
-        self.backend.launch(self.main, f"z[{l}]", self.backend.ops.forward, self.z[l], self.a[l], self.sp[l], self.w[l],
-                            self.a[l - 1], self.b[l], self.activation[l])
+        with self._range("forward", l):
+            for l in self.layers if l is None else (l,):
+                self.backend.launch(self.main, f"z[{l}]", self.backend.ops.forward, self.z[l], self.a[l], self.sp[l],
+                                    self.w[l], self.a[l - 1], self.b[l], self.activation[l])
 
     def error(self, l):
         """Enqueue delta^l, the error of layer l, into ``delta[l]`` on the main stream: (4) for the output
@@ -169,15 +166,12 @@ class Plan:
     def update(self, l=None):
         """Enqueue the SGD update of layer l on the main stream, w^l -= eta/B nabla_w^l and b^l alike, by
         the controls; without l, of every layer, in an NVTX range."""
-        if l is None:
-            with self.backend.range(self.main, "update"):
-                for l in self.layers:
-                    self.update(l)
-            return
         ops, controls = self.backend.ops, self.controls.array
-        self.backend.launch(self.main, f"update[{l}]", _calls,
-                            (ops.sgd_update, self.w[l], self.nabla_w[l], controls, self.scratch[l]),
-                            (ops.sgd_update, self.b[l], self.nabla_b[l], controls, self.scratch[l]))
+        with self._range("update", l):
+            for l in self.layers if l is None else (l,):
+                self.backend.launch(self.main, f"update[{l}]", _calls,
+                                    (ops.sgd_update, self.w[l], self.nabla_w[l], controls, self.scratch[l]),
+                                    (ops.sgd_update, self.b[l], self.nabla_b[l], controls, self.scratch[l]))
 
     def check_gradients(self):
         """Enqueue on the main stream the check of every gradient for NaN and Inf, deepest first, which
@@ -187,6 +181,10 @@ class Plan:
             w_code, b_code = Controls.codes(l)
             checks += [(check, controls, self.nabla_w[l], w_code), (check, controls, self.nabla_b[l], b_code)]
         self.backend.launch(self.main, "check_finite", _calls, *checks)
+
+    def _range(self, name, l):
+        """The NVTX range ``name`` around the launches of every layer (``l`` None), else none."""
+        return self.backend.range(self.main, name) if l is None else contextlib.nullcontext()
 
     # -- passes -------------------------------------------------------------------------------------
 

@@ -211,7 +211,6 @@ def test_no_module_is_over_the_line_limit():
     assert not found, f"modules over {MAX_LINES} lines (split each along its ideas):\n" + "\n".join(found)
 
 
-@UNTIL_THE_SPLIT
 def test_tools_and_profiling_use_the_public_api_only():
     found = reach_ins(tool_paths())
     assert not found, "private members reached from tools or profiling (add what they need to the public API):\n" + (

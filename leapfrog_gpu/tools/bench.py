@@ -44,20 +44,12 @@ from tqdm import tqdm
 from .. import autotune, graphs, parallel
 from ..backends import get_backend, timing
 from ..functions import ACTIVATIONS, DTYPES
-from ..naumov import NaumovJacobi, NaumovScan
 from ..network import MLP
-from ..schedules import Leapfrog, Sequential
+from ..registry import SCHEDULES, make_schedule
+from ..schedules import Leapfrog
 from . import bench_parallel, timeline, torch_anchor, traffic
 from .cli import Parser, choose_backend, integer, integers, names, pip_install, plural, reals, replaced_atomically
 
-SCHEDULES = {
-    "sequential": (Sequential, False),
-    "leapfrog": (Leapfrog, True),
-    "naumov-scan": (NaumovScan, True),
-    "naumov-jacobi": (NaumovJacobi, True),
-}
-"""Schedules by name: (class, whether it takes k), built as ``cls(k=k, fused=...)`` or ``cls(fused=...)``.
-``sequential`` is always measured: it is the baseline."""
 DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
 
 ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
@@ -258,7 +250,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                                                    backend=backend) as net:
         x, y = _batch(rng, sizes, batch, args.dtype)
         net.backprop(x, y)
-        plan = net._plan(batch)
+        plan = net.plan(batch)
         tuning = None
         if "auto" in args.k:
             ks = [k for k in args.k if k != "auto"] or autotune.KS
@@ -270,7 +262,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                 if threads not in bandwidth:
                     bandwidth[threads] = timing.copy_bandwidth(backend)["median"]
                 f = layer_costs(net, plan, reps, warm)
-                forward = timing.summary(timing.measure(backend, lambda: net._forward(plan), reps, warm))
+                forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
             step_bytes = traffic.step_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
             base[threads] = {
                 "backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
@@ -281,7 +273,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                 for threads in settings for name, k in specs]
         if args.graph:  # a graph twin of each configuration that can be captured, captured now
             runs += [(name, schedule, threads, False, True) for name, schedule, threads, _, _ in runs
-                     if graphs.refusal(net, plan, schedule) is None]
+                     if graphs.refusal(plan, schedule) is None]
             for _, schedule, threads, _, graph in runs:
                 if graph:
                     with autotune.blas_limit(threads):
@@ -292,7 +284,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
             runs.append((name, tuning.schedule, tuning.blas_threads, True, False))
         eager = [run for run in runs if not run[4]]
         steps = _measure_runs(backend, runs, reps, warm, lambda s, g: net.sgd_step(x, y, ETA, s, graph=g))
-        backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: net._backward(plan, s, None)))
+        backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: plan.backward(s)))
         return [{**base[threads], "schedule": name, "k": schedule.k, "fused": schedule.fused, "auto": auto,
                  "graph": graph, "step_ms": timing.summary(step),
                  "backward_ms": None if graph else timing.summary(next(backwards))}
@@ -351,16 +343,10 @@ def stamped_steps(args, case):
     return panels
 
 
-def make_schedule(name, k, fused=False):
-    """The schedule called ``name`` in ``SCHEDULES``, with k worker streams if it takes them."""
-    cls, takes_k = SCHEDULES[name]
-    return cls(k=k, fused=fused) if takes_k else cls(fused=fused)
-
-
 def layer_costs(net, plan, repeats, warmup):
     """``{"f1_ms", "f2_ms", "f3_ms"}``: median per-layer time of the matrix product of (2), of (5),
     and of (7), each timed alone as one sweep over the layers on the main stream."""
-    backend, xp, ops, w = net.backend, net.backend.xp, net.backend.ops, net._w
+    backend, xp, ops, w = net.backend, net.backend.xp, net.backend.ops, plan.w
     hidden = range(net.L - 1, 1, -1)
 
     def f1():

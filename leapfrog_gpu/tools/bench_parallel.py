@@ -56,7 +56,7 @@ def _measure_case(args, comm, comms, sizes, batch, threads, specs, eta):
         for name, k, schedule in specs:
             for mb, net in nets.items():
                 net.sgd_step(x, y, eta, schedule)  # the plan, and its sums, exist from here on
-                reducer = net._plan(x_share.shape[1]).reducer
+                reducer = net.plan(x_share.shape[1]).reducer
                 step, local, sums = timing.measure_interleaved(backend, [
                     lambda: net.sgd_step(x, y, eta, schedule),
                     lambda: alone.sgd_step(x_share, y_share, eta, schedule),

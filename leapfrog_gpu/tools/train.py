@@ -39,8 +39,8 @@ import warnings
 import numpy as np
 from tqdm import tqdm
 
-from .. import parallel
-from ..backends import collective, get_backend, ops_numpy
+from .. import data_parallel, parallel
+from ..backends import collective, get_backend, ops_numpy, to_host
 from ..functions import ACTIVATIONS, COSTS, DTYPES
 from ..network import MLP
 from ..schedules import Leapfrog, Sequential
@@ -324,8 +324,8 @@ class Training:
     def save(self):
         """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
         if self.config["checkpoint_dir"] and self.rank == 0:
-            checkpoint.save(self.config["checkpoint_dir"], [_host(w) for w in self.net.weights],
-                            [_host(b) for b in self.net.biases], self.state())
+            checkpoint.save(self.config["checkpoint_dir"], [to_host(w) for w in self.net.weights],
+                            [to_host(b) for b in self.net.biases], self.state())
 
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
@@ -368,7 +368,7 @@ class Training:
             samples += batch.size
             bar.update(batch.size)
             if self.rank == 0 and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
-                loss = cost(net.cost, _host(net.feedforward(x_batch)), y_batch) / batch.size
+                loss = cost(net.cost, to_host(net.feedforward(x_batch)), y_batch) / batch.size
                 self._check(loss)
                 bar.set_postfix(loss=f"{loss:.4f}")
                 checked = time.perf_counter()
@@ -401,10 +401,6 @@ class Training:
         except FloatingPointError as error:
             raise NonFiniteLoss(math.nan, self.epoch + 1, self.step,
                                 f"at epoch {self.epoch + 1}, step {self.step}: {error}") from None
-
-
-def _host(array):
-    return array.get() if hasattr(array, "get") else array  # a CuPy array comes to the host
 
 
 class Report:
@@ -537,7 +533,7 @@ def _train(given, comm):
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
             if comm.rank == 0:
                 net.set_parameters(weights, biases)
-            parallel.broadcast_parameters(net)
+            data_parallel.broadcast_parameters(net)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
         try:
             report = Report(config["quiet"], metrics_file, comm.rank)

@@ -62,7 +62,8 @@ def test_load_errors(tmp_path):
         assert str(error.value).endswith(remedy) and "\n" not in str(error.value)
         assert "pickle" not in str(error.value) and "unsafely" not in str(error.value)
     np.savez(tmp_path / "checkpoint.npz", w2=np.zeros((2, 2)))
-    with pytest.raises(checkpoint.CheckpointError, match="not a checkpoint of leapfrog-train \\(it lacks 'state") as error:
+    lacks = r"not a checkpoint of leapfrog-train \(it lacks 'state"
+    with pytest.raises(checkpoint.CheckpointError, match=lacks) as error:
         checkpoint.load(tmp_path)
     assert str(error.value).endswith(remedy)
     np.savez(tmp_path / "checkpoint.npz", state=np.array([{"sizes": [2, 2]}], dtype=object), allow_pickle=True)

@@ -238,6 +238,8 @@ def test_timeline_of_a_window_of_steps(tmp_path, capsys):
     assert sum(line.startswith(f"timeline of steps 10..14 in {tmp_path / 't.png'}") for line in out.splitlines()) == 1
     saved = json.loads((tmp_path / "t.json").read_text())
     assert saved["program"] == "leapfrog-train" and saved["config"]["k"] == 2
+    assert saved["title"] == ("leapfrog-train: MLP [64, 24, 24, 24, 24, 24, 10] tanh, batch 32, Leapfrog(k=2), "
+                              "float32, numpy")  # the chart's, above its panel
     assert {row[0] for row in saved["panels"][0]["intervals"]} == set(range(10, 15))
     assert saved["panels"][0]["analysis"]["summary"]["busy_ms"].keys() == {"main", "worker0", "worker1"}
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -103,6 +103,8 @@ class Training:
         steps = profile_window(config)
         timeline = None if config["timeline"] is None or self.rank > 0 else {
             "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
+            "title": f"{PROG}: MLP {net.sizes} {config['activation']}, batch {config['batch_size']}, "
+                     f"{self.schedule!r}, {config['dtype']}, {net.backend.name}",
             "about": {"program": PROG, "config": config, "sizes": net.sizes, "backend": repr(net.backend),
                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
         self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)

@@ -96,7 +96,8 @@ def build_parser():
     group.add_argument("--data-dir", metavar="DIR",
                        help="mnist: a folder with the four IDX files (gzipped or not) or one .npz")
     group.add_argument("--inputs", type=integer(1), metavar="N", help=f"teacher: input width (default {d['inputs']})")
-    group.add_argument("--outputs", type=integer(1), metavar="N", help=f"teacher: output width (default {d['outputs']})")
+    group.add_argument("--outputs", type=integer(1), metavar="N",
+                       help=f"teacher: output width (default {d['outputs']})")
     group.add_argument("--samples", type=integer(1), metavar="N",
                        help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
     group = p.add_argument_group("model and schedule")
@@ -136,7 +137,8 @@ def build_parser():
                             "streams are threads already)")
     group = p.add_argument_group("output and checkpoints")
     group.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines, only the result")
-    group.add_argument("--metrics", metavar="FILE", help="write one JSON line per epoch to FILE (appended to on --resume)")
+    group.add_argument("--metrics", metavar="FILE",
+                       help="write one JSON line per epoch to FILE (appended to on --resume)")
     group.add_argument("--checkpoint-dir", metavar="DIR", help="write DIR/checkpoint.npz after every epoch")
     group.add_argument("--resume", action="store_true",
                        help="continue from the checkpoint in --checkpoint-dir, with its options unless given")

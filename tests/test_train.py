@@ -444,11 +444,18 @@ def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path,
     assert parameters(run)[1]["step"] == 90
 
 
+def sigint_at_its_default():
+    """In a child that gets Ctrl-C, SIGINT as a terminal's job has it: a test runner started in the
+    background (``nohup pytest &``) ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
     code = ("import signal, sys; from leapfrog_gpu.tools import data, train;"
             "data.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
             f"sys.exit(train.main(['--checkpoint-dir', {str(tmp_path)!r}]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_at_its_default)
     assert (done.returncode, done.stdout) == (130, "")
     assert done.stderr == "leapfrog-train: interrupted before the first step; nothing was written\n"
     assert not list(tmp_path.iterdir())
@@ -473,7 +480,8 @@ sys.meta_path.insert(0, CtrlC())
 (command,) = importlib.metadata.entry_points(group="console_scripts", name={command!r})
 sys.exit(command.load()())
 """
-    done = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_at_its_default)
     assert (done.returncode, done.stdout, done.stderr) == (130, "", f"{command}: interrupted while starting; "
                                                                     "nothing was run\n")
 

@@ -17,7 +17,6 @@ RANK = {"backends": 0, "library": 1, "tools": 2}
 MAX_LINES = 420
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 """namedtuple's public methods and fields, underscored so as not to clash with field names."""
-UNTIL_THE_SPLIT = pytest.mark.xfail(strict=True, reason="until the plan/tools split lands")
 
 
 def module_name(path, package=PACKAGE):
@@ -205,7 +204,6 @@ def imports_of_test_modules(tests):
     return [f"{path}:{line}: {code}" for path, line, code in sorted(found)]
 
 
-@UNTIL_THE_SPLIT
 def test_no_module_is_over_the_line_limit():
     found = oversized()
     assert not found, f"modules over {MAX_LINES} lines (split each along its ideas):\n" + "\n".join(found)

@@ -93,7 +93,7 @@ def main(case, out):
     from leapfrog_gpu.parallel import MpiCommunicator
 
     log = []
-    comm = MpiCommunicator(Recording(MPI.COMM_WORLD, log), timeout=10)
+    comm = MpiCommunicator(Recording(MPI.COMM_WORLD, log), timeout=30)
     told, parameters = calls(comm, log) if case == "calls" else concurrent(comm)
     np.savez(Path(out) / f"rank{comm.rank}.npz", **parameters)
     (Path(out) / f"rank{comm.rank}.json").write_text(json.dumps(told))

@@ -20,7 +20,7 @@ pytestmark = mpirun.needs_mpi
 
 def run(case, tmp_path):
     """What each rank of ``mpi_comm_cases`` ``case`` wrote: ``[(told, parameters)]`` in rank order."""
-    mpirun.run(RANKS, sys.executable, "tests/mpi_comm_cases.py", case, tmp_path, timeout=60)
+    mpirun.run(RANKS, sys.executable, "tests/mpi_comm_cases.py", case, tmp_path, timeout=90)
     return [(json.loads((tmp_path / f"rank{r}.json").read_text()), dict(np.load(tmp_path / f"rank{r}.npz")))
             for r in range(RANKS)]
 
@@ -33,7 +33,6 @@ def test_the_sums_of_a_step_go_over_a_duplicate_of_the_world(tmp_path):
         assert off_the_program_thread == {("CONGRUENT", "Allreduce")}, (
             f"rank {rank}: MPI calls of the communication stream's thread, by how their communicator compares "
             f"to COMM_WORLD: {sorted(off_the_program_thread)}")
-        assert all(program for versus, _, program in calls if versus == "IDENT"), f"rank {rank}: {calls}"
 
 
 def test_collectives_of_the_program_while_sums_are_in_flight(tmp_path):

@@ -1,8 +1,9 @@
 """``CupyBackend.copy_in`` of a CuPy batch, on the CuPy stand-in under each of its orders: the copy waits
 for what the caller's stream has enqueued (the work that produces the batch), and the caller's stream
-waits for the copy (so that the caller may overwrite the batch at once). Each test fails without its wait:
-the first under ``main-first`` (the main stream would copy before the batch is written), the second under
-``workers-first`` (the caller's stream would overwrite the batch before the main stream copies it)."""
+waits for the copy (so that the caller may overwrite the batch at once). Without the first wait the tests
+of a batch still being produced fail under ``main-first`` (the main stream copies before the batch is
+written); without the second the tests of an overwritten batch fail under ``workers-first`` (the caller's
+stream overwrites the batch before the main stream copies it)."""
 
 import numpy as np
 import pytest

@@ -1,8 +1,9 @@
 """leapfrog_gpu: deep MLPs whose weight gradients leapfrog the backward chain on k streams.
 
 This top level is the library: the network and its buffers (``network``), the schedules of a pass
-(``schedules``, ``naumov``), the names of activations and costs (``functions``), the plain NumPy
-reference (``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
+(``schedules``, ``naumov``), networks that are DAGs of layers (``graphnet``, ``layers``) with their
+backward schedules (``dag_schedules``) and forward solvers (``forward_solvers``), the names of
+activations and costs (``functions``), the plain NumPy reference (``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
 ``backends`` (where arrays live and how streams run) and never ``tools`` (the commands built on it):
 imports point downwards only, tools -> library -> backends.
 
@@ -12,7 +13,8 @@ imports point downwards only, tools -> library -> backends.
 >>> net.close()
 """
 
-__all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend"]
+__all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend", "GraphNet", "Dense", "Add",
+           "Concat", "LayerNorm", "Layer", "LevelSets", "DagJacobi", "DagDoubling", "ForwardJacobi", "ForwardNewton"]
 __version__ = "0.1.0"
 
 
@@ -29,6 +31,17 @@ def __getattr__(name):
     elif name in ("Leapfrog", "Sequential"):
         from . import schedules
         value = getattr(schedules, name)
+    elif name == "GraphNet":
+        from .graphnet import GraphNet as value
+    elif name in ("Dense", "Add", "Concat", "LayerNorm", "Layer"):
+        from . import layers
+        value = getattr(layers, name)
+    elif name in ("LevelSets", "DagJacobi", "DagDoubling"):
+        from . import dag_schedules
+        value = getattr(dag_schedules, name)
+    elif name in ("ForwardJacobi", "ForwardNewton"):
+        from . import forward_solvers
+        value = getattr(forward_solvers, name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value

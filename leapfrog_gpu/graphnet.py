@@ -270,6 +270,14 @@ def chain(sizes, activation="sigmoid", output_activation=None, **options):
     return GraphNet(sizes[0], nodes, **options)
 
 
+def from_mlp(mlp):
+    """The ``chain`` of ``mlp`` on its backend, with copies of its parameters."""
+    net = chain(mlp.sizes, activation=mlp.activation, output_activation=mlp.output_activation, cost=mlp.cost,
+                dtype=mlp.dtype, backend=mlp.backend)
+    net.set_parameters({str(l): {"w": w, "b": b} for l, (w, b) in enumerate(zip(mlp.weights, mlp.biases), start=2)})
+    return net
+
+
 def residual(sizes, skip=2, activation="sigmoid", output_activation=None, **options):
     """``chain``, with a skip connection every ``skip`` hidden layers: node "s<l>" = a^l + a^{l-skip}
     wherever the two widths agree, and layer l + 1 reads it."""

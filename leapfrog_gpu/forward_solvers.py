@@ -75,8 +75,8 @@ def _evaluate(net, a, nodes, x):
 
 def _relative(xp, new, old):
     """||new - old|| / ||new|| (Frobenius over the batch), 0 when both vanish, inf when only new does."""
-    num = float(xp.sqrt(((new - old) ** 2).sum()))
-    den = float(xp.sqrt((new ** 2).sum()))
+    diff = new - old
+    num, den = math.sqrt(float((diff * diff).sum())), math.sqrt(float((new * new).sum()))
     return 0.0 if num == 0 else (math.inf if den == 0 else num / den)
 
 

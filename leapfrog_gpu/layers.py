@@ -264,7 +264,12 @@ class Concat(Layer):
         return sum(sizes)
 
     def forward(self, backend, params, inputs):
-        return backend.xp.concatenate(inputs, axis=0), {}
+        a, start = backend.xp.empty((self.size([x.shape[0] for x in inputs]), inputs[0].shape[1]),
+                                    dtype=inputs[0].dtype), 0
+        for x in inputs:
+            a[start:start + x.shape[0]] = x
+            start += x.shape[0]
+        return a, {}
 
     def vjp_inputs(self, backend, params, inputs, saved, g):
         out, start = [], 0
@@ -306,16 +311,17 @@ class LayerNorm(Layer):
 
     def forward(self, backend, params, inputs):
         xp, (x,) = backend.xp, inputs
-        centred = x - x.mean(axis=0, keepdims=True)
-        inv = 1 / xp.sqrt((centred * centred).mean(axis=0, keepdims=True) + self.eps)
+        n = x.shape[0]
+        centred = x - x.sum(axis=0, keepdims=True) / n
+        inv = 1 / xp.sqrt((centred * centred).sum(axis=0, keepdims=True) / n + self.eps)
         xhat = centred * inv
         return params["gamma"][:, None] * xhat + params["beta"][:, None], {"xhat": xhat, "inv": inv}
 
     def vjp_inputs(self, backend, params, inputs, saved, g):
         xhat, inv = saved["xhat"], saved["inv"]
-        gx = params["gamma"][:, None] * g
-        mean = gx.mean(axis=0, keepdims=True)
-        project = (gx * xhat).mean(axis=0, keepdims=True)
+        gx, n = params["gamma"][:, None] * g, g.shape[0]
+        mean = gx.sum(axis=0, keepdims=True) / n
+        project = (gx * xhat).sum(axis=0, keepdims=True) / n
         return [inv * (gx - mean - xhat * project)]
 
     def vjp_params(self, backend, params, inputs, saved, g):

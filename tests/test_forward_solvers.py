@@ -148,3 +148,22 @@ def test_bad_options_say_so():
                           (lambda: ForwardNewton(max_iterations=0), "max_iterations")):
         with pytest.raises(ValueError, match=message):
             make()
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on zeros
+@pytest.mark.parametrize("solver", [ForwardJacobi(), ForwardJacobi(tol=1e-9, blocks=2), ForwardNewton()], ids=repr)
+def test_solvers_on_the_cupy_backend(standin, solver):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with NumpyBackend(mode="serial") as host:
+        x, y = data(NETS["residual"](host), 3)
+        want = NETS["residual"](host).feedforward(x)
+    with CupyBackend() as cupy_backend:
+        net = NETS["residual"](cupy_backend)
+        np.testing.assert_allclose(net.feedforward(x, solver=solver).get(), want, rtol=1e-12, atol=1e-13)
+        grads = net.backprop(x, y, Leapfrog(2), solver=solver)
+        assert all(np.isfinite(g.get()).all() for g in flat(grads))
+        with MLP([5, 7, 7, 3], dtype="float64", backend=cupy_backend) as mlp:
+            xm = np.random.default_rng(1).random((5, 4))
+            np.testing.assert_allclose(mlp.feedforward(xm, solver=solver).get(), mlp.feedforward(xm).get(),
+                                       rtol=1e-12, atol=1e-13)

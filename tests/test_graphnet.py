@@ -323,3 +323,29 @@ def test_residual_builder_adds_a_skip_every_skip_layers():
         assert adds == ["s5"] and net.inputs["s5"] == ["5", "3"] and net.inputs["6"] == ["s5"]
     with residual([8, 6, 6, 6, 6, 6, 6, 3], skip=1, backend="numpy") as net:
         assert [v for v in net.order if isinstance(net.layer[v], Add)] == ["s3", "s4", "s5", "s6", "s7"]
+
+
+# -- the CuPy backend, on the stand-in --------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on zeros
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), LevelSets(k=2),
+                                      DagJacobi(k=2), DagDoubling(k=3)], ids=repr)
+def test_dags_on_the_cupy_backend_match_numpy(standin, schedule):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with NumpyBackend(mode="serial") as host:
+        want_net = residual_net(host)
+        x, y = data(want_net, 3)
+        want = flat(want_net.backprop(x, y))
+        for step in range(3):
+            want_net.sgd_step(x, y, ETA, Sequential())
+        want_params = flat(want_net.parameters())
+    with CupyBackend() as backend:
+        net = residual_net(backend)
+        got = [g.get() for g in flat(net.backprop(x, y, schedule))]
+        for step in range(3):
+            net.sgd_step(x, y, ETA, schedule)
+        params = [p.get() for p in flat(net.parameters())]
+    for a, b in zip(got + params, want + want_params):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

@@ -21,6 +21,10 @@ product per output unit). Parameters are dicts of arrays by name; ``Dense`` runs
 
 import math
 
+import numpy as np
+
+from .functions import OUTPUT_ACTIVATIONS, choose
+
 
 class Block:
     """The Jacobian of one sample batch: ``shape`` (n_out, n_in), ``batch`` B."""
@@ -191,8 +195,6 @@ class Dense(Layer):
     params = ("w", "b")
 
     def __init__(self, n, activation="sigmoid"):
-        from .functions import OUTPUT_ACTIVATIONS, choose
-
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"Dense needs a width n >= 1; got {n!r}")
         self.n, self.activation = n, choose("activation", activation, OUTPUT_ACTIVATIONS)
@@ -305,8 +307,6 @@ class LayerNorm(Layer):
         return sizes[0]
 
     def init(self, rng, sizes):
-        import numpy as np
-
         return {"gamma": np.ones(sizes[0]), "beta": np.zeros(sizes[0])}
 
     def forward(self, backend, params, inputs):

@@ -28,7 +28,6 @@ import numbers
 
 import numpy as np
 
-from .graphnet import INPUT
 from .layers import from_products
 from .schedules import Leapfrog, Sequential
 
@@ -115,7 +114,7 @@ def _node(net, state, hand, v):
     main, launch = net.backend.main, net.backend.launch
     launch(main, f"delta[{v}]", net.error, state, v)
     hand.ready(state, v)
-    if any(u != INPUT for u in net.inputs[v]):
+    if any(u in net.layer for u in net.inputs[v]):
         launch(main, f"vjp[{v}]", net.propagate, state, v)
     hand.read(state, v)
 
@@ -189,7 +188,7 @@ class DagJacobi(DagSchedule):
                     state.g[v] = xp.zeros((net.n[v], state.batch), dtype=net.dtype)
             state.contributions = contributions
             for v in net.order:
-                if any(u != INPUT for u in net.inputs[v]):
+                if any(u in net.layer for u in net.inputs[v]):
                     net.propagate(state, v)
         state.contributions = contributions
 
@@ -243,7 +242,7 @@ def transfer_blocks(net, state):
         args = net.arguments(state, v)
         layer, params, saved = net.layer[v], net.params[v], state.saved[v]
         for i, u in enumerate(net.inputs[v]):
-            if u == INPUT:
+            if u not in net.layer:  # the input
                 continue
             if v == net.output:
                 block = from_products(xp, lambda g, i=i: layer.vjp_inputs(net.backend, params, args, saved, g)[i],
@@ -330,7 +329,7 @@ def sequential_counters(net, batch):
     without, n_i B per input (Add) or nothing (Concat, a copy)."""
     itemsize, flops, moved = np.dtype(net.dtype).itemsize, 0, 0
     for v in net.order:
-        n, widths = net.n[v], [net.n[u] for u in net.inputs[v] if u != INPUT]
+        n, widths = net.n[v], [net.n[u] for u in net.inputs[v] if u in net.layer]
         if net.params[v]:
             flops += sum(2 * n * m * batch for m in widths) + n * batch
             moved += sum(p.size for p in net.params[v].values()) + 3 * n * batch + sum(widths) * batch

@@ -18,6 +18,7 @@ import numbers
 import numpy as np
 
 from .backends import get_backend
+from .dag_schedules import backward
 from .functions import COSTS, DTYPES, choose
 from .layers import Add, Dense, Layer
 
@@ -117,8 +118,9 @@ class GraphNet:
         self.backend.synchronize()
         for v, named in params.items():
             for name, value in named.items():
-                if tuple(value.shape) != self.params[v][name].shape:
-                    raise ValueError(f"{v}.{name} must have shape {self.params[v][name].shape}; got {tuple(value.shape)}")
+                want = self.params[v][name].shape
+                if tuple(value.shape) != want:
+                    raise ValueError(f"{v}.{name} must have shape {want}; got {tuple(value.shape)}")
                 self.params[v][name][...] = self.backend.xp.asarray(value, dtype=self.dtype)
         self.backend.synchronize()
 
@@ -134,8 +136,6 @@ class GraphNet:
     def backprop(self, x, y, schedule=None, solver=None):
         """Gradients summed over the batch, ``{node: {name: array}}``, under ``schedule`` (``Sequential()``
         by default, ``Leapfrog(k)`` or a ``dag_schedules`` one), the forward pass by ``solver``."""
-        from .dag_schedules import backward
-
         state = self._load(x, y)
         self._forward(state, solver)
         backward(self, state, schedule, None)
@@ -143,8 +143,6 @@ class GraphNet:
 
     def sgd_step(self, x, y, eta, schedule=None, solver=None):
         """One SGD step: every parameter -= eta / B * its gradient; enqueued, not awaited."""
-        from .dag_schedules import backward
-
         if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
         backend = self.backend

@@ -144,7 +144,8 @@ def test_solvers_inside_backprop(name):
 
 def test_bad_options_say_so():
     for make, message in ((lambda: ForwardJacobi(tol=-1), "tol"), (lambda: ForwardJacobi(blocks=0), "blocks"),
-                          (lambda: ForwardNewton(damping=0), "damping"), (lambda: ForwardNewton(damping=1.5), "damping"),
+                          (lambda: ForwardNewton(damping=0), "damping"),
+                          (lambda: ForwardNewton(damping=1.5), "damping"),
                           (lambda: ForwardNewton(max_iterations=0), "max_iterations")):
         with pytest.raises(ValueError, match=message):
             make()

@@ -118,19 +118,20 @@ def test_dag_gradients_match_central_differences(name):
 
 @pytest.mark.parametrize("name", list(NETS))
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
-def test_every_schedule_gives_the_sequential_gradients_bit_for_bit(name, schedule):
+def test_every_schedule_gives_the_sequential_gradients(name, schedule):
     with NumpyBackend(mode="threads") as backend:
         net = NETS[name](backend)
         x, y = data(net, 4)
-        assert same(flat(net.backprop(x, y, schedule)), flat(net.backprop(x, y, Sequential()))) or isinstance(
-            schedule, DagDoubling)
-        np.testing.assert_allclose(np.concatenate([g.ravel() for g in flat(net.backprop(x, y, schedule))]),
-                                   np.concatenate([g.ravel() for g in flat(net.backprop(x, y))]), rtol=1e-12, atol=1e-14)
+        got, want = flat(net.backprop(x, y, schedule)), flat(net.backprop(x, y, Sequential()))
+        assert same(got, want) or isinstance(schedule, DagDoubling)  # doubling sums its products otherwise
+        np.testing.assert_allclose(np.concatenate([g.ravel() for g in got]), np.concatenate([g.ravel() for g in want]),
+                                   rtol=1e-12, atol=1e-14)
 
 
 def torch_gradients(net, x, y):
     torch = pytest.importorskip("torch", reason="the PyTorch comparison needs torch (pip install torch==2.13.0)")
-    params = {v: {k: torch.tensor(np.asarray(p), requires_grad=True) for k, p in net.params[v].items()} for v in net.nodes}
+    params = {v: {k: torch.tensor(np.asarray(p), requires_grad=True) for k, p in net.params[v].items()}
+              for v in net.nodes}
     act = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "identity": lambda z: z}
     a = {"x": torch.tensor(x)}
     for v in net.order:

@@ -3,7 +3,8 @@
 This top level is the library: the network and its buffers (``network``), the schedules of a pass
 (``schedules``, ``naumov``), networks that are DAGs of layers (``graphnet``, ``layers``) with their
 backward schedules (``dag_schedules``) and forward solvers (``forward_solvers``), the names of
-activations and costs (``functions``), the plain NumPy reference (``reference``) and the calibration
+activations and costs (``functions``), the checks of given parameters (``parameters``) and their way
+to and from PyTorch (``torch_io``), the plain NumPy reference (``reference``) and the calibration
 behind ``Leapfrog("auto")`` (``autotune``). It imports
 ``backends`` (where arrays live and how streams run) and never ``tools`` (the commands built on it):
 imports point downwards only, tools -> library -> backends.

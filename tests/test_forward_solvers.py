@@ -11,7 +11,7 @@ from leapfrog_gpu import MLP, Leapfrog
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.forward_solvers import ForwardJacobi, ForwardNewton
 from leapfrog_gpu.graphnet import chain
-from test_graphnet import NETS, data, deep_chain, flat, same
+from helpers import NETS, dag_data as data, deep_chain, flat, same_arrays as same
 
 KEYS = {"rounds", "flops", "bytes", "memory_bytes", "sequential_flops", "sequential_bytes"}
 

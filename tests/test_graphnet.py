@@ -6,24 +6,17 @@ import math
 import numpy as np
 import pytest
 
-from conftest import batch
+from helpers import NETS, batch, deep_chain, dense_net, flat, gate_net, residual_net
+from helpers import dag_data as data
+from helpers import same_arrays as same
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.dag_schedules import DagDoubling, DagJacobi, Handoff, LevelSets
 from leapfrog_gpu.graphnet import GraphNet, chain, residual
 from leapfrog_gpu.layers import Add, Concat, Dense, LayerNorm
-from test_layers import Gate
 
 SIZES = [9, 17, 5, 13, 7, 3]
 ETA = 0.5
-
-
-def flat(grads):
-    return [grads[v][name] for v in sorted(grads, key=str) for name in sorted(grads[v])]
-
-
-def same(got, want):
-    return len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
 
 
 def chain_pair(backend, dtype="float32", cost="quadratic"):
@@ -55,36 +48,7 @@ def test_a_chain_is_bitwise_the_mlp(schedule, size, cost):
 # -- DAGs -----------------------------------------------------------------------------------------
 
 
-def residual_net(backend, dtype="float64", seed=3):
-    """x -> 2 -> 3 -> s3 = 3 + 2 -> norm -> 5 -> s5 = 5 + s3 -> out: two skips and a LayerNorm."""
-    return GraphNet(6, [
-        ("2", Dense(8, "tanh"), "x"), ("3", Dense(8, "tanh"), "2"), ("s3", Add(), ["3", "2"]),
-        ("norm", LayerNorm(), "s3"), ("5", Dense(8, "sigmoid"), "norm"), ("s5", Add(), ["5", "s3"]),
-        ("out", Dense(4, "sigmoid"), "s5"),
-    ], dtype=dtype, seed=seed, backend=backend)
-
-
-def dense_net(backend, dtype="float64", seed=4, cost="quadratic"):
-    """DenseNet-like: every block reads the concatenation of everything before it."""
-    return GraphNet(5, [
-        ("1", Dense(4, "tanh"), "x"), ("c1", Concat(), ["x", "1"]), ("2", Dense(4, "relu"), "c1"),
-        ("c2", Concat(), ["x", "1", "2"]), ("3", Dense(4, "sigmoid"), "c2"), ("c3", Concat(), ["1", "2", "3"]),
-        ("out", Dense(3, "sigmoid"), "c3"),
-    ], dtype=dtype, seed=seed, backend=backend, cost=cost)
-
-
-def gate_net(backend, dtype="float64", seed=5):
-    return GraphNet(4, [("2", Dense(6, "tanh"), "x"), ("g", Gate(), "2"), ("s", Add(), ["g", "2"]),
-                        ("out", Dense(2, "identity"), "s")], dtype=dtype, seed=seed, backend=backend)
-
-
-NETS = {"residual": residual_net, "densenet": dense_net, "gate": gate_net}
 SCHEDULES = [Sequential(), Leapfrog(2), Leapfrog(3, fused=True), LevelSets(k=2), DagJacobi(k=3), DagDoubling(k=2)]
-
-
-def data(net, size, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.random((net.n["x"], size)), rng.uniform(0.05, 0.95, (net.n[net.output], size))
 
 
 def total_cost(net, x, y):
@@ -181,10 +145,6 @@ def test_a_user_defined_layer_trains_in_a_dag():
 
 
 # -- the DAG schedules: rounds by their formulas ----------------------------------------------------
-
-
-def deep_chain(D, backend, width=4):
-    return chain([3] + [width] * (D - 1) + [2], activation="tanh", dtype="float64", seed=1, backend=backend)
 
 
 @pytest.mark.parametrize("D", [1, 2, 3, 5, 8, 9])

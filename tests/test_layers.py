@@ -5,36 +5,11 @@ import numpy as np
 import pytest
 
 from leapfrog_gpu.backends.host import NumpyBackend
-from leapfrog_gpu.layers import Add, Concat, Dense, Layer, LayerNorm
+from helpers import Gate
+from leapfrog_gpu.layers import Add, Concat, Dense, LayerNorm
 
 H = 1e-6
 B = 3
-
-
-class Gate(Layer):
-    """A layer the library does not have: a = x * tanh(v) + c, elementwise, with parameters v and c.
-
-    It gives only its products; its Jacobian comes from them."""
-
-    params = ("v", "c")
-
-    def size(self, sizes):
-        if len(sizes) != 1:
-            raise ValueError("Gate takes one input")
-        return sizes[0]
-
-    def init(self, rng, sizes):
-        return {"v": rng.standard_normal(sizes[0]), "c": np.zeros(sizes[0])}
-
-    def forward(self, backend, params, inputs):
-        t = backend.xp.tanh(params["v"])[:, None]
-        return inputs[0] * t + params["c"][:, None], {"t": t}
-
-    def vjp_inputs(self, backend, params, inputs, saved, g):
-        return [g * saved["t"]]
-
-    def vjp_params(self, backend, params, inputs, saved, g):
-        return {"v": (g * inputs[0] * (1 - saved["t"] ** 2)).sum(axis=1), "c": g.sum(axis=1)}
 
 
 CASES = [

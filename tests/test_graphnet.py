@@ -218,7 +218,8 @@ def deferred_params(order, schedule, seed=0):
 @pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0), ("random", 1), ("random", 2)])
 def test_every_interleaving_matches_sequential(order, seed):
     want = deferred_params("main-first", Sequential())
-    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), LevelSets(k=2), DagJacobi(k=2)):
+    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), LevelSets(k=2), LevelSets(k=3, fused=True), DagJacobi(k=2),
+                     DagJacobi(k=2, fused=True)):
         assert same(deferred_params(order, schedule, seed), want), schedule
 
 

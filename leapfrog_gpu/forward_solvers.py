@@ -169,17 +169,19 @@ class ForwardNewton(ForwardSolver):
     """Newton's method with a parallel scan of every linearized system: at most D iterations.
 
     Args:
-        tol: stop once the largest per-node relative residual is <= tol (a number >= 0).
+        tol: stop once the largest per-node relative residual is <= tol (a number >= 0); None: 1e-12 in
+            float64, 1e-6 in float32 (the residual of an exact float32 solution is a few ulps).
         max_iterations: None (the depth, exact) or a cap >= 1.
         damping: each step times this factor, in (0, 1] (1: plain Newton).
         warm_start: start from the previous solve's outputs (same network, same batch size).
         memory_limit: bytes the Jacobian blocks may take; a larger need raises before allocating.
     """
 
-    def __init__(self, tol=1e-12, max_iterations=None, damping=1.0, warm_start=False,
+    def __init__(self, tol=None, max_iterations=None, damping=1.0, warm_start=False,
                  memory_limit=DEFAULT_MEMORY_LIMIT):
         super().__init__()
-        _check("tol", tol, 0, "must be a finite number >= 0")
+        if tol is not None:
+            _check("tol", tol, 0, "must be None or a finite number >= 0")
         if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
                 max_iterations, numbers.Integral) or max_iterations < 1):
             raise ValueError(f"max_iterations must be None (the depth) or an integer >= 1; got {max_iterations!r}")
@@ -188,7 +190,7 @@ class ForwardNewton(ForwardSolver):
             raise ValueError(f"damping must be a number in (0, 1]; got {damping!r}")
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral) or memory_limit < 1:
             raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
-        self.tol, self.max_iterations, self.damping = float(tol), max_iterations, float(damping)
+        self.tol, self.max_iterations, self.damping = tol, max_iterations, float(damping)
         self.warm_start, self.memory_limit = warm_start, int(memory_limit)
 
     def __repr__(self):
@@ -214,6 +216,7 @@ class ForwardNewton(ForwardSolver):
         memory = self.check_memory(net, state.batch)
         a = self._start(net, state, self.warm_start)
         limit = D if self.max_iterations is None else self.max_iterations
+        tol = self.tol if self.tol is not None else (1e-12 if net.dtype == "float64" else 1e-6)
         base = forward_counters(net, state.batch)
         iterations = resets = flops = moved = 0
         history = []
@@ -222,7 +225,7 @@ class ForwardNewton(ForwardSolver):
             flops, moved = flops + base["sequential_flops"], moved + base["sequential_bytes"]
             residual = {v: _relative(xp, f[v], a[v]) for v in net.order}
             history.append(max(residual.values()))
-            if history[-1] <= self.tol or iterations == limit:
+            if history[-1] <= tol or iterations == limit:
                 break
             step, f_flops, f_moved = self._newton_step(net, state, a, f, saved, x)
             iterations += 1
@@ -235,7 +238,7 @@ class ForwardNewton(ForwardSolver):
         self._finish(net, state, a, saved)
         rounds = iterations * doubling_rounds(D)
         self.stats = {"iterations": iterations, "rounds": rounds, "residual": residual, "residuals": history,
-                      "resets": resets, "converged": history[-1] <= self.tol, "flops": flops, "bytes": moved,
+                      "resets": resets, "converged": history[-1] <= tol, "tol": tol, "flops": flops, "bytes": moved,
                       "memory_bytes": memory, **base}
         net.stats["forward"] = self.stats
 

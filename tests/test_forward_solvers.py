@@ -81,6 +81,16 @@ def test_newton_converges_early_on_a_contracting_network(backend):
     assert newton.stats["iterations"] <= 4 < net.depth
 
 
+def test_newton_stops_at_float32_precision_by_default(backend):
+    net = chain([4] + [6] * 15 + [4], activation="tanh", output_activation="tanh", seed=2, backend=backend)
+    for v in net.nodes:
+        net.params[v]["w"] *= np.float32(0.05)
+    x, _ = data(net, 3)
+    newton = ForwardNewton()
+    assert np.max(np.abs(net.feedforward(x, solver=newton) - net.feedforward(x))) <= 1e-6
+    assert newton.stats["tol"] == 1e-6 and newton.stats["converged"] and newton.stats["iterations"] <= 3
+
+
 def test_newton_needs_all_d_iterations_on_an_expanding_network(backend):
     net = scaled_chain(backend, 8, 4.0, "tanh")
     x, _ = data(net, 3)

@@ -198,8 +198,10 @@ class GraphNet:
         products = self.layer[v].vjp_inputs(self.backend, self.params[v], self.arguments(state, v), state.saved[v],
                                             state.g[v])
         for u, product in zip(self.inputs[v], products):
-            if u != INPUT:
-                state.contributions[u][v] = product
+            if u == INPUT:
+                continue
+            given = state.contributions[u]
+            given[v] = given[v] + product if v in given else product  # v may read u more than once
 
     def gradients(self, state, v, step=None):
         """Node v's parameter gradients (with the SGD update by ``step`` when given)."""

@@ -12,6 +12,7 @@ from helpers import same_arrays as same
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.dag_schedules import DagDoubling, DagJacobi, Handoff, LevelSets
+from leapfrog_gpu.forward_solvers import ForwardNewton
 from leapfrog_gpu.graphnet import GraphNet, chain, residual
 from leapfrog_gpu.layers import Add, Concat, Dense, LayerNorm
 
@@ -58,10 +59,16 @@ def total_cost(net, x, y):
     return float(0.5 * np.sum((a - y) ** 2))
 
 
-@pytest.mark.parametrize("name", list(NETS))
+def twice_net(backend):
+    """A node that reads another twice: a = 2 + 2."""
+    return GraphNet(3, [("2", Dense(4, "tanh"), "x"), ("double", Add(), ["2", "2"]), ("out", Dense(2), "double")],
+                    dtype="float64", seed=6, backend=backend)
+
+
+@pytest.mark.parametrize("name", list(NETS) + ["twice"])
 def test_dag_gradients_match_central_differences(name):
     with NumpyBackend(mode="serial") as backend:
-        net = NETS[name](backend)
+        net = twice_net(backend) if name == "twice" else NETS[name](backend)
         x, y = data(net, 3)
         grads = net.backprop(x, y)
         h, worst = 1e-6, 0.0
@@ -165,6 +172,19 @@ def test_rounds_are_their_formulas_on_chains(D):
         assert schedules["levels"].stats["rounds"] == D
         assert schedules["jacobi"].stats["sweeps"] == D
         assert schedules["doubling"].stats["rounds"] == (math.ceil(math.log2(D)) if D > 1 else 0)
+
+
+def test_a_node_that_reads_another_twice_under_every_schedule():
+    with NumpyBackend(mode="serial") as backend:
+        net = twice_net(backend)
+        x, y = data(net, 3)
+        want = flat(net.backprop(x, y))
+        for schedule in SCHEDULES:
+            got = flat(net.backprop(x, y, schedule))
+            np.testing.assert_allclose(np.concatenate([g.ravel() for g in got]),
+                                       np.concatenate([g.ravel() for g in want]), rtol=1e-12, atol=1e-15)
+        newton = flat(net.backprop(x, y, solver=ForwardNewton()))
+        assert max(float(np.max(np.abs(g - w))) for g, w in zip(newton, want)) <= 1e-12
 
 
 @pytest.mark.parametrize("name", list(NETS))

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import NETS, batch, deep_chain, dense_net, flat, gate_net, residual_net
+from helpers import NETS, batch, cli, deep_chain, dense_net, flat, gate_net, parameters, residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu import MLP, Leapfrog, Sequential
@@ -331,3 +331,33 @@ def test_dags_on_the_cupy_backend_match_numpy(standin, schedule):
         params = [p.get() for p in flat(net.parameters())]
     for a, b in zip(got + params, want + want_params):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+# -- leapfrog-train --model resmlp ------------------------------------------------------------------
+
+
+def test_leapfrog_train_resmlp_reaches_95_percent_on_digits(capsys):
+    assert cli("--model", "resmlp", "--skip", 2, "--backend", "numpy", "--quiet") == 0
+    done = capsys.readouterr().out.strip().splitlines()[-1]
+    accuracy = float(done.split("test accuracy ")[1].split("%")[0])
+    assert accuracy >= 95, done
+
+
+def test_leapfrog_train_resmlp_resumes_bitwise(tmp_path, capsys):
+    common = ["--model", "resmlp", "--skip", 1, "--hidden", "3x16", "--backend", "numpy", "--quiet"]
+    assert cli(*common, "--epochs", 2, "--checkpoint-dir", tmp_path / "a") == 0
+    assert cli(*common, "--epochs", 1, "--checkpoint-dir", tmp_path / "b") == 0
+    assert cli("--resume", "--epochs", 2, "--checkpoint-dir", tmp_path / "b", "--quiet") == 0
+    assert same(parameters(tmp_path / "a")[0], parameters(tmp_path / "b")[0])
+    assert cli("--resume", "--model", "mlp", "--checkpoint-dir", tmp_path / "b", "--quiet") == 2
+    assert "differs from the checkpoint's resmlp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--skip", 3], "--skip applies to --model resmlp only"),
+    (["--model", "resmlp", "--graph"], "--graph applies to --model mlp only"),
+    (["--model", "resmlp", "--check-finite"], "--check-finite applies to --model mlp only"),
+])
+def test_leapfrog_train_resmlp_refuses_what_it_cannot_run(options, message, capsys):
+    assert cli(*options, "--backend", "numpy", "--quiet") == 2
+    assert message in capsys.readouterr().err

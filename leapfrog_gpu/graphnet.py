@@ -74,8 +74,10 @@ class GraphNet:
         self.depth = self.level[self.output]
         if isinstance(backend, str):
             self.backend, self._owns_backend = get_backend(backend), True
-        else:
+        elif hasattr(backend, "launch") and hasattr(backend, "xp"):
             self.backend, self._owns_backend = backend, False
+        else:
+            raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
         xp, rng = self.backend.xp, np.random.default_rng(seed)
         self.params = {}
         for v in self.order:

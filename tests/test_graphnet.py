@@ -289,6 +289,8 @@ def test_cross_entropy_needs_a_sigmoid_output_and_schedules_are_checked():
         GraphNet(2, [("a", Dense(3, "tanh"), "x")], cost="cross_entropy", backend="numpy")
     with pytest.raises(TypeError, match="layer must implement"):
         GraphNet(2, [("a", object(), "x")], backend="numpy")
+    with pytest.raises(TypeError, match="backend must be"):
+        GraphNet(2, [("a", Dense(3), "x")], backend=3)
     from leapfrog_gpu import NaumovScan
 
     with residual_net("numpy") as net:

@@ -40,8 +40,8 @@ from .. import data_parallel, parallel
 from ..backends import collective, get_backend
 from ..network import MLP
 from . import checkpoint, data
-from .resmlp import ResidualMLP
 from .cli import choose_backend, fitted, plural
+from .resmlp import ResidualMLP
 from .timeline import describe
 from .train_loop import Diverged, Interrupted, NonFiniteLoss, Report, Training
 from .train_options import DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, profile_window

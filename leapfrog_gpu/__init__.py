@@ -3,11 +3,13 @@
 This top level is the library: the network, its parameters and its public API (``network``), the
 buffers, events and launches of a pass at one batch size (``plan``), the schedules of a pass
 (``schedules``, ``naumov``) and their names (``registry``), graph mode (``graphs``), data parallelism
-(``parallel``, the transport; ``data_parallel``, what a network does with it), the names of activations
-and costs (``functions``), the checks of given parameters (``parameters``) and their way to and from
-PyTorch (``torch_io``), the plain NumPy reference (``reference``) and the calibration behind
-``Leapfrog("auto")`` (``autotune``). It imports ``backends`` (where arrays live and how streams run)
-and never ``tools`` (the commands built on it): imports point downwards only, tools -> library -> backends.
+(``parallel``, the transport; ``data_parallel``, what a network does with it), networks that are DAGs
+of layers (``graphnet``, ``layers``) with their backward schedules (``dag_schedules``) and forward
+solvers (``forward_solvers``), the names of activations and costs (``functions``), the checks of given
+parameters (``parameters``) and their way to and from PyTorch (``torch_io``), the plain NumPy reference
+(``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports ``backends``
+(where arrays live and how streams run) and never ``tools`` (the commands built on it): imports point
+downwards only, tools -> library -> backends.
 
 >>> from leapfrog_gpu import MLP, Leapfrog
 >>> net = MLP([64, 128, 128, 10], backend="numpy")
@@ -15,7 +17,8 @@ and never ``tools`` (the commands built on it): imports point downwards only, to
 >>> net.close()
 """
 
-__all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend"]
+__all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend", "GraphNet", "Dense", "Add",
+           "Concat", "LayerNorm", "Layer", "LevelSets", "DagJacobi", "DagDoubling", "ForwardJacobi", "ForwardNewton"]
 __version__ = "0.1.0"
 
 
@@ -32,6 +35,17 @@ def __getattr__(name):
     elif name in ("Leapfrog", "Sequential"):
         from . import schedules
         value = getattr(schedules, name)
+    elif name == "GraphNet":
+        from .graphnet import GraphNet as value
+    elif name in ("Dense", "Add", "Concat", "LayerNorm", "Layer"):
+        from . import layers
+        value = getattr(layers, name)
+    elif name in ("LevelSets", "DagJacobi", "DagDoubling"):
+        from . import dag_schedules
+        value = getattr(dag_schedules, name)
+    elif name in ("ForwardJacobi", "ForwardNewton"):
+        from . import forward_solvers
+        value = getattr(forward_solvers, name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value

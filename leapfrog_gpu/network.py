@@ -160,9 +160,12 @@ class MLP:
 
     # -- public passes ------------------------------------------------------------------------------
 
-    def feedforward(self, x):
-        """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,)."""
+    def feedforward(self, x, solver=None):
+        """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,); by
+        ``solver`` (``forward_solvers.ForwardJacobi`` or ``ForwardNewton``) when given."""
         x = self._check_batch("x", x, self.n[1])
+        if solver is not None:
+            return solver.feedforward(self, x)
         plan = self.plan(x.shape[1])
         plan.load(x)
         plan.forward()

@@ -1,7 +1,7 @@
 """What several test modules share: batches and host copies, the GPU skip, the CuPy stand-in, the book's
-names and ids for what a test compares, the kernel devices, the chaos suite, and the commands run in this
-process. Test modules import from here, never from each other (``tests/test_layout.py`` checks it);
-``conftest.py`` keeps the fixtures and hooks only.
+names and ids for what a test compares, the kernel devices, the chaos suite, the commands run in this
+process, and the DAGs of the GraphNet tests. Test modules import from here, never from each other
+(``tests/test_layout.py`` checks it); ``conftest.py`` keeps the fixtures and hooks only.
 
 The commands' modules (``leapfrog_gpu.tools``) are imported where they are run: ``conftest.py`` imports
 this module for every run, most of which start no command.
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import cuda_cpu
-from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
+from leapfrog_gpu import MLP, Leapfrog, Sequential, graphnet, layers, reference
 from leapfrog_gpu.backends import cuda_available, cuda_status, ops_cuda, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
@@ -337,3 +337,85 @@ def render_table(report, tmp_path):
     path.write_text(json.dumps(report))
     out = bench_table(path)
     return out, [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
+
+
+
+# -- DAGs of layers: a layer defined here, the networks, their data ----------------------------------
+
+
+class Gate(layers.Layer):
+    """A layer the library does not have: a = x * tanh(v) + c, elementwise, with parameters v and c.
+
+    It gives only its products; its Jacobian comes from them."""
+
+    params = ("v", "c")
+
+    def size(self, sizes):
+        if len(sizes) != 1:
+            raise ValueError("Gate takes one input")
+        return sizes[0]
+
+    def init(self, rng, sizes):
+        return {"v": rng.standard_normal(sizes[0]), "c": np.zeros(sizes[0])}
+
+    def forward(self, backend, params, inputs):
+        t = backend.xp.tanh(params["v"])[:, None]
+        return inputs[0] * t + params["c"][:, None], {"t": t}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g * saved["t"]]
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {"v": (g * inputs[0] * (1 - saved["t"] ** 2)).sum(axis=1), "c": g.sum(axis=1)}
+
+
+def residual_net(backend, dtype="float64", seed=3):
+    """x -> 2 -> 3 -> s3 = 3 + 2 -> norm -> 5 -> s5 = 5 + s3 -> out: two skips and a LayerNorm (depth 7)."""
+    Dense, Add = layers.Dense, layers.Add
+    return graphnet.GraphNet(6, [
+        ("2", Dense(8, "tanh"), "x"), ("3", Dense(8, "tanh"), "2"), ("s3", Add(), ["3", "2"]),
+        ("norm", layers.LayerNorm(), "s3"), ("5", Dense(8, "sigmoid"), "norm"), ("s5", Add(), ["5", "s3"]),
+        ("out", Dense(4, "sigmoid"), "s5"),
+    ], dtype=dtype, seed=seed, backend=backend)
+
+
+def dense_net(backend, dtype="float64", seed=4, cost="quadratic"):
+    """DenseNet-like: every block reads the concatenation of everything before it (depth 7)."""
+    Dense, Concat = layers.Dense, layers.Concat
+    return graphnet.GraphNet(5, [
+        ("1", Dense(4, "tanh"), "x"), ("c1", Concat(), ["x", "1"]), ("2", Dense(4, "relu"), "c1"),
+        ("c2", Concat(), ["x", "1", "2"]), ("3", Dense(4, "sigmoid"), "c2"), ("c3", Concat(), ["1", "2", "3"]),
+        ("out", Dense(3, "sigmoid"), "c3"),
+    ], dtype=dtype, seed=seed, backend=backend, cost=cost)
+
+
+def gate_net(backend, dtype="float64", seed=5):
+    """A ``Gate`` and a skip around it (depth 4)."""
+    Dense = layers.Dense
+    return graphnet.GraphNet(4, [("2", Dense(6, "tanh"), "x"), ("g", Gate(), "2"), ("s", layers.Add(), ["g", "2"]),
+                                 ("out", Dense(2, "identity"), "s")], dtype=dtype, seed=seed, backend=backend)
+
+
+NETS = {"residual": residual_net, "densenet": dense_net, "gate": gate_net}
+"""The DAGs the GraphNet tests run, by name."""
+
+
+def deep_chain(D, backend, width=4):
+    """A tanh chain of depth D (D + 1 layers), float64."""
+    return graphnet.chain([3] + [width] * (D - 1) + [2], activation="tanh", dtype="float64", seed=1, backend=backend)
+
+
+def dag_data(net, size, seed=0):
+    """A random input batch and a target batch in (0.05, 0.95) for ``net``."""
+    rng = np.random.default_rng(seed)
+    return rng.random((net.n["x"], size)), rng.uniform(0.05, 0.95, (net.n[net.output], size))
+
+
+def flat(grads):
+    """``{node: {name: array}}`` as a list, in a fixed order."""
+    return [grads[v][name] for v in sorted(grads, key=str) for name in sorted(grads[v])]
+
+
+def same_arrays(got, want):
+    """``same``, and as many arrays on both sides."""
+    return len(got) == len(want) and same(got, want)

@@ -41,6 +41,7 @@ from ..backends import collective, get_backend
 from ..network import MLP
 from . import checkpoint, data
 from .cli import choose_backend, fitted, plural
+from .resmlp import ResidualMLP
 from .timeline import describe
 from .train_loop import Diverged, Interrupted, NonFiniteLoss, Report, Training
 from .train_options import DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, profile_window
@@ -111,6 +112,8 @@ def _train(given, comm):
             raise UsageError(f"the checkpoint was written by {written_by} rank(s) of --batch-size "
                              f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {written_by})")
         config["ranks"] = comm.size
+        if config["model"] == "resmlp" and comm.size > 1:
+            raise UsageError("--model resmlp runs on one process: drop mpiexec")
         if config["graph"] and comm.size > 1:
             raise UsageError("--graph does not run under mpiexec yet (its graphs hold no sums across ranks); drop it")
         if config["fused"] and comm.size > 1:
@@ -141,10 +144,11 @@ def _train(given, comm):
     if backend == "cupy" and comm.size > 1:
         collective.use_local_device(comm.local_rank)  # one GPU per process, before any CUDA stream
     options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
-    with get_backend(backend, **options) as backend, MLP(
-            sizes, activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
-            backend=backend, output_activation=None if dataset.classes else "identity",
-            check_finite=config["check_finite"], comm=comm) as net:
+    model = dict(activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
+                 output_activation=None if dataset.classes else "identity")
+    with get_backend(backend, **options) as backend, (
+            ResidualMLP(sizes, config["skip"], backend=backend, **model) if config["model"] == "resmlp"
+            else MLP(sizes, backend=backend, check_finite=config["check_finite"], comm=comm, **model)) as net:
         if saved is not None:
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
@@ -214,7 +218,8 @@ def _run(config, dataset, net, report, state, why):
                     always=True)
         return 0
     mode = " as a graph" if config["graph"] else ""
-    report.line(fitted(f"{dataset} | MLP {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}"))
+    model = "MLP" if config["model"] == "mlp" else f"residual MLP (a skip every {config['skip']} hidden layers)"
+    report.line(fitted(f"{dataset} | {model} {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}"))
     report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule}{mode} | "
                        f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
                        f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}"))

@@ -15,7 +15,7 @@ PROG = "leapfrog-train"
 
 DEFAULTS = {
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
-    "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
+    "model": "mlp", "skip": 2, "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
     "epochs": 30, "batch_size": 32, "lr": None, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
     "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
     "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
@@ -45,6 +45,10 @@ FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost",
 
 RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
+
+MODEL = ("model", "skip")
+"""What defines the network besides ``FIXED``, and a resumed run keeps too; a checkpoint written before
+``--model`` holds an MLP."""
 
 PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 """Options that may differ between ranks; every other option must be the same on all of them."""
@@ -101,6 +105,11 @@ def build_parser():
     group.add_argument("--samples", type=integer(1), metavar="N",
                        help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
     group = p.add_argument_group("model and schedule")
+    group.add_argument("--model", choices=("mlp", "resmlp"),
+                       help="mlp: the chain of layers; resmlp: the same layers with a skip connection every "
+                            f"--skip hidden layers, a GraphNet (default {d['model']})")
+    group.add_argument("--skip", type=integer(1), metavar="N",
+                       help=f"resmlp: hidden layers per skip connection (default {d['skip']})")
     group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
                        help="hidden widths: 6x128, 128,64,32 or 2x128,64 (default 4x128)")
     group.add_argument("--activation", choices=tuple(ACTIVATIONS), help=f"hidden layers (default {d['activation']})")
@@ -166,7 +175,19 @@ def configure(given, saved=None):
                     f"{_show(saved[key])}; drop it to resume, or start a new --checkpoint-dir"
                 )
         config.update({key: saved[key] for key in RESUMED})
+        for key in MODEL:
+            kept = saved.get(key, DEFAULTS[key])
+            if key in given and given[key] != kept:
+                raise UsageError(f"--{key} {given[key]} differs from the checkpoint's {kept}; drop it to resume, "
+                                 "or start a new --checkpoint-dir")
+            config[key] = kept
     config.update(given)
+    if "skip" in given and config["model"] != "resmlp":
+        raise UsageError("--skip applies to --model resmlp only")
+    if config["model"] == "resmlp":
+        for key in ("graph", "check_finite"):
+            if config[key]:
+                raise UsageError(f"--{key.replace('_', '-')} applies to --model mlp only")
     if config["lr"] is None:
         config["lr"] = LR[config["data"]]
     for key, kind in (("data_dir", "mnist"), ("inputs", "teacher"), ("outputs", "teacher"), ("samples", "teacher")):

@@ -1,0 +1,180 @@
+"""Forward solvers: Jacobi bitwise the node-by-node forward after D sweeps and not after D - 1, Newton
+within 1e-12 with its iterations counted (early on a contracting network, all D on a hard one), both
+for GraphNets and for the MLP, inside backprop, and their counters."""
+
+import math
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import MLP, Leapfrog
+from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.forward_solvers import ForwardJacobi, ForwardNewton
+from leapfrog_gpu.graphnet import chain
+from helpers import NETS, dag_data as data, deep_chain, flat, same_arrays as same
+
+KEYS = {"rounds", "flops", "bytes", "memory_bytes", "sequential_flops", "sequential_bytes"}
+
+
+@pytest.fixture
+def backend():
+    with NumpyBackend(mode="threads") as backend:
+        yield backend
+
+
+@pytest.mark.parametrize("name", list(NETS) + ["chain"])
+def test_jacobi_is_bitwise_after_d_sweeps_and_not_after_d_minus_1(backend, name):
+    net = deep_chain(9, backend) if name == "chain" else NETS[name](backend)
+    x, _ = data(net, 4)
+    want = net.feedforward(x)
+    exact = ForwardJacobi()
+    assert np.array_equal(net.feedforward(x, solver=exact), want)
+    assert exact.stats["sweeps"] == net.depth and exact.stats["converged"] and KEYS <= set(exact.stats)
+    short = ForwardJacobi(max_sweeps=net.depth - 1)
+    assert not np.allclose(net.feedforward(x, solver=short), want, rtol=1e-6, atol=0)
+    assert short.stats["sweeps"] == net.depth - 1 and not short.stats["converged"]
+
+
+def test_jacobi_blocks_and_warm_start(backend):
+    net = deep_chain(12, backend)
+    x, _ = data(net, 3)
+    want = net.feedforward(x)
+    blocked = ForwardJacobi(blocks=3)
+    assert np.array_equal(net.feedforward(x, solver=blocked), want)
+    assert blocked.stats["sweeps_per_block"] == [4, 4, 4]
+    tolerant = ForwardJacobi(tol=0.0, blocks=3)  # each group stops once a sweep changes nothing
+    assert np.array_equal(net.feedforward(x, solver=tolerant), want)
+    warm = ForwardJacobi(tol=1e-12, warm_start=True)
+    net.feedforward(x, solver=warm)
+    assert warm.stats["sweeps"] == net.depth
+    assert np.array_equal(net.feedforward(x, solver=warm), want)
+    assert warm.stats["sweeps"] == 1 and warm.stats["change"] == 0  # the answer was already in place
+
+
+@pytest.mark.parametrize("name", list(NETS) + ["chain"])
+def test_newton_is_within_1e_12(backend, name):
+    net = deep_chain(9, backend) if name == "chain" else NETS[name](backend)
+    x, _ = data(net, 4)
+    want = net.feedforward(x)
+    newton = ForwardNewton()
+    got = net.feedforward(x, solver=newton)
+    assert np.max(np.abs(got - want)) <= 1e-12
+    stats = newton.stats
+    assert stats["converged"] and 1 <= stats["iterations"] <= net.depth and KEYS <= set(stats)
+    assert stats["rounds"] == stats["iterations"] * math.ceil(math.log2(net.depth))
+    assert set(stats["residual"]) == set(net.order) and max(stats["residual"].values()) <= 1e-12
+
+
+def scaled_chain(backend, D, scale, activation):
+    net = chain([4] + [6] * (D - 1) + [4], activation=activation, output_activation=activation, dtype="float64",
+                seed=2, backend=backend)
+    for v in net.nodes:
+        net.params[v]["w"] *= scale
+    return net
+
+
+def test_newton_converges_early_on_a_contracting_network(backend):
+    net = scaled_chain(backend, 16, 0.05, "tanh")
+    x, _ = data(net, 3)
+    newton = ForwardNewton()
+    assert np.max(np.abs(net.feedforward(x, solver=newton) - net.feedforward(x))) <= 1e-12
+    assert newton.stats["iterations"] <= 4 < net.depth
+
+
+def test_newton_stops_at_float32_precision_by_default(backend):
+    net = chain([4] + [6] * 15 + [4], activation="tanh", output_activation="tanh", seed=2, backend=backend)
+    for v in net.nodes:
+        net.params[v]["w"] *= np.float32(0.05)
+    x, _ = data(net, 3)
+    newton = ForwardNewton()
+    assert np.max(np.abs(net.feedforward(x, solver=newton) - net.feedforward(x))) <= 1e-6
+    assert newton.stats["tol"] == 1e-6 and newton.stats["converged"] and newton.stats["iterations"] <= 3
+
+
+def test_newton_needs_all_d_iterations_on_an_expanding_network(backend):
+    net = scaled_chain(backend, 8, 4.0, "tanh")
+    x, _ = data(net, 3)
+    newton = ForwardNewton()
+    assert np.max(np.abs(net.feedforward(x, solver=newton) - net.feedforward(x))) <= 1e-12
+    assert newton.stats["iterations"] == net.depth
+    capped = ForwardNewton(max_iterations=net.depth - 1)
+    net.feedforward(x, solver=capped)
+    assert not capped.stats["converged"] and capped.stats["residuals"][-1] > 1e-12
+
+
+def test_newton_damping_and_the_reset_on_nan(backend, monkeypatch):
+    net = scaled_chain(backend, 6, 1.0, "tanh")
+    x, _ = data(net, 2)
+    want = net.feedforward(x)
+    damped = ForwardNewton(damping=0.5, max_iterations=200)
+    assert np.max(np.abs(net.feedforward(x, solver=damped) - want)) <= 1e-12 and damped.stats["iterations"] > 6
+    blowup = ForwardNewton()
+    real = ForwardNewton._newton_step
+
+    def poisoned(*args):
+        step, flops, moved = real(*args)
+        return {v: s * np.nan for v, s in step.items()}, flops, moved
+
+    monkeypatch.setattr(ForwardNewton, "_newton_step", staticmethod(poisoned))
+    assert np.array_equal(net.feedforward(x, solver=blowup), want)  # every step reset: Jacobi sweeps, exact in D
+    assert blowup.stats["resets"] == net.depth == blowup.stats["iterations"]
+
+
+def test_newton_checks_its_memory_first(backend):
+    net = deep_chain(6, backend)
+    x, _ = data(net, 2)
+    with pytest.raises(ValueError, match="over memory_limit"):
+        net.feedforward(x, solver=ForwardNewton(memory_limit=64))
+
+
+@pytest.mark.parametrize("solver", [ForwardJacobi(), ForwardNewton()], ids=repr)
+def test_the_mlp_takes_a_solver(backend, solver):
+    sizes = [5, 7, 7, 7, 3]
+    with MLP(sizes, activation="tanh", dtype="float64", seed=3, backend=backend) as mlp:
+        x = np.random.default_rng(0).random((5, 6))
+        want = mlp.feedforward(x)
+        got = mlp.feedforward(x, solver=solver)
+        if isinstance(solver, ForwardJacobi):
+            assert np.array_equal(got, want) and solver.stats["sweeps"] == len(sizes) - 1
+        else:
+            assert np.max(np.abs(got - want)) <= 1e-12
+
+
+@pytest.mark.parametrize("name", list(NETS))
+def test_solvers_inside_backprop(name):
+    with NumpyBackend(mode="threads") as backend:
+        net = NETS[name](backend)
+        x, y = data(net, 3)
+        want = flat(net.backprop(x, y))
+        assert same(flat(net.backprop(x, y, Leapfrog(2), solver=ForwardJacobi())), want)
+        got = flat(net.backprop(x, y, Leapfrog(2), solver=ForwardNewton()))
+        assert max(float(np.max(np.abs(g - w))) for g, w in zip(got, want)) <= 1e-11
+        assert net.stats["forward"]["iterations"] >= 1 and "rounds" in net.stats["backward"]
+
+
+def test_bad_options_say_so():
+    for make, message in ((lambda: ForwardJacobi(tol=-1), "tol"), (lambda: ForwardJacobi(blocks=0), "blocks"),
+                          (lambda: ForwardNewton(damping=0), "damping"),
+                          (lambda: ForwardNewton(damping=1.5), "damping"),
+                          (lambda: ForwardNewton(max_iterations=0), "max_iterations")):
+        with pytest.raises(ValueError, match=message):
+            make()
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on zeros
+@pytest.mark.parametrize("solver", [ForwardJacobi(), ForwardJacobi(tol=1e-9, blocks=2), ForwardNewton()], ids=repr)
+def test_solvers_on_the_cupy_backend(standin, solver):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with NumpyBackend(mode="serial") as host:
+        x, y = data(NETS["residual"](host), 3)
+        want = NETS["residual"](host).feedforward(x)
+    with CupyBackend() as cupy_backend:
+        net = NETS["residual"](cupy_backend)
+        np.testing.assert_allclose(net.feedforward(x, solver=solver).get(), want, rtol=1e-12, atol=1e-13)
+        grads = net.backprop(x, y, Leapfrog(2), solver=solver)
+        assert all(np.isfinite(g.get()).all() for g in flat(grads))
+        with MLP([5, 7, 7, 3], dtype="float64", backend=cupy_backend) as mlp:
+            xm = np.random.default_rng(1).random((5, 4))
+            np.testing.assert_allclose(mlp.feedforward(xm, solver=solver).get(), mlp.feedforward(xm).get(),
+                                       rtol=1e-12, atol=1e-13)

@@ -1,0 +1,365 @@
+"""GraphNet: a chain bitwise the MLP, DAGs against finite differences and PyTorch, the DAG schedules
+against the sequential order with the rounds of their formulas, and validation that says what is wrong."""
+
+import math
+
+import numpy as np
+import pytest
+
+from helpers import NETS, batch, cli, deep_chain, dense_net, flat, gate_net, parameters, residual_net
+from helpers import dag_data as data
+from helpers import same_arrays as same
+from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.dag_schedules import DagDoubling, DagJacobi, Handoff, LevelSets
+from leapfrog_gpu.forward_solvers import ForwardNewton
+from leapfrog_gpu.graphnet import GraphNet, chain, residual
+from leapfrog_gpu.layers import Add, Concat, Dense, LayerNorm
+
+SIZES = [9, 17, 5, 13, 7, 3]
+ETA = 0.5
+
+
+def chain_pair(backend, dtype="float32", cost="quadratic"):
+    mlp = MLP(SIZES, cost=cost, dtype=dtype, seed=11, backend=backend)
+    net = chain(SIZES, cost=cost, dtype=dtype, seed=11, backend=backend)
+    return mlp, net
+
+
+@pytest.mark.parametrize("cost", ["quadratic", "cross_entropy"])
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(3, fused=True)], ids=repr)
+@pytest.mark.parametrize("size", [1, 7])
+def test_a_chain_is_bitwise_the_mlp(schedule, size, cost):
+    with NumpyBackend(mode="threads") as backend:
+        mlp, net = chain_pair(backend, cost=cost)
+        for step in range(30):
+            x, y = batch(SIZES, size, seed=step, dtype=np.float32)
+            nabla_b, nabla_w = mlp.backprop(x, y, Sequential())
+            grads = net.backprop(x, y, schedule)
+            for l, (b, w) in enumerate(zip(nabla_b, nabla_w), start=2):
+                assert np.array_equal(grads[str(l)]["b"], b) and np.array_equal(grads[str(l)]["w"], w), step
+            mlp.sgd_step(x, y, ETA, Sequential())
+            net.sgd_step(x, y, ETA, schedule)
+        params = net.parameters()
+        for l, (w, b) in enumerate(zip(mlp.weights, mlp.biases), start=2):
+            assert np.array_equal(params[str(l)]["w"], w) and np.array_equal(params[str(l)]["b"], b)
+        assert np.array_equal(net.feedforward(x), mlp.feedforward(x))
+
+
+# -- DAGs -----------------------------------------------------------------------------------------
+
+
+SCHEDULES = [Sequential(), Leapfrog(2), Leapfrog(3, fused=True), LevelSets(k=2), DagJacobi(k=3), DagDoubling(k=2)]
+
+
+def total_cost(net, x, y):
+    a = net.feedforward(x)
+    if net.cost == "cross_entropy":
+        return float(-np.sum(y * np.log(a) + (1 - y) * np.log(1 - a)))
+    return float(0.5 * np.sum((a - y) ** 2))
+
+
+def twice_net(backend):
+    """A node that reads another twice: a = 2 + 2."""
+    return GraphNet(3, [("2", Dense(4, "tanh"), "x"), ("double", Add(), ["2", "2"]), ("out", Dense(2), "double")],
+                    dtype="float64", seed=6, backend=backend)
+
+
+@pytest.mark.parametrize("name", list(NETS) + ["twice"])
+def test_dag_gradients_match_central_differences(name):
+    with NumpyBackend(mode="serial") as backend:
+        net = twice_net(backend) if name == "twice" else NETS[name](backend)
+        x, y = data(net, 3)
+        grads = net.backprop(x, y)
+        h, worst = 1e-6, 0.0
+        for v in net.nodes:
+            for pname, param in net.params[v].items():
+                want = np.zeros_like(param)
+                for index in np.ndindex(param.shape):
+                    keep = param[index]
+                    param[index] = keep + h
+                    up = total_cost(net, x, y)
+                    param[index] = keep - h
+                    want[index] = (up - total_cost(net, x, y)) / (2 * h)
+                    param[index] = keep
+                np.testing.assert_allclose(grads[v][pname], want, rtol=1e-5, atol=1e-8)
+                worst = max(worst, float(np.max(np.abs(grads[v][pname] - want))))
+        print(f"{name}: worst |backprop - central difference| = {worst:.2e}")
+
+
+@pytest.mark.parametrize("name", list(NETS))
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
+def test_every_schedule_gives_the_sequential_gradients(name, schedule):
+    with NumpyBackend(mode="threads") as backend:
+        net = NETS[name](backend)
+        x, y = data(net, 4)
+        got, want = flat(net.backprop(x, y, schedule)), flat(net.backprop(x, y, Sequential()))
+        assert same(got, want) or isinstance(schedule, DagDoubling)  # doubling sums its products otherwise
+        np.testing.assert_allclose(np.concatenate([g.ravel() for g in got]), np.concatenate([g.ravel() for g in want]),
+                                   rtol=1e-12, atol=1e-14)
+
+
+def torch_gradients(net, x, y):
+    torch = pytest.importorskip("torch", reason="the PyTorch comparison needs torch (pip install torch==2.13.0)")
+    params = {v: {k: torch.tensor(np.asarray(p), requires_grad=True) for k, p in net.params[v].items()}
+              for v in net.nodes}
+    act = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "identity": lambda z: z}
+    a = {"x": torch.tensor(x)}
+    for v in net.order:
+        layer, ins, p = net.layer[v], [a[u] for u in net.inputs[v]], params.get(v)
+        if isinstance(layer, Dense):
+            a[v] = act[layer.activation](p["w"] @ ins[0] + p["b"][:, None])
+        elif isinstance(layer, Add):
+            a[v] = sum(ins[1:], ins[0])
+        elif isinstance(layer, Concat):
+            a[v] = torch.cat(ins, dim=0)
+        elif isinstance(layer, LayerNorm):
+            mean, var = ins[0].mean(0, keepdim=True), ins[0].var(0, unbiased=False, keepdim=True)
+            a[v] = p["gamma"][:, None] * (ins[0] - mean) / torch.sqrt(var + layer.eps) + p["beta"][:, None]
+        else:
+            a[v] = ins[0] * torch.tanh(p["v"])[:, None] + p["c"][:, None]
+    out, target = a[net.output], torch.tensor(y)
+    cost = (-(target * torch.log(out) + (1 - target) * torch.log(1 - out)).sum() if net.cost == "cross_entropy"
+            else 0.5 * ((out - target) ** 2).sum())
+    cost.backward()
+    return {v: {k: t.grad.numpy() for k, t in params[v].items()} for v in net.nodes}
+
+
+@pytest.mark.parametrize("name", list(NETS) + ["densenet-ce"])
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), DagDoubling()], ids=repr)
+def test_dag_gradients_match_pytorch_autograd(name, schedule):
+    with NumpyBackend(mode="threads") as backend:
+        net = dense_net(backend, cost="cross_entropy") if name == "densenet-ce" else NETS[name](backend)
+        x, y = data(net, 5)
+        want = torch_gradients(net, x, y)
+        got = net.backprop(x, y, schedule)
+        worst = max(float(np.max(np.abs(got[v][k] - want[v][k]) / (1 + np.abs(want[v][k])))) for v in want
+                    for k in want[v])
+        print(f"{name} {schedule!r}: worst |GraphNet - torch| / (1 + |torch|) = {worst:.2e}")
+        assert worst < 1e-12
+
+
+def test_a_user_defined_layer_trains_in_a_dag():
+    rng = np.random.default_rng(0)
+    x = rng.random((4, 64))
+    y = np.stack([np.sin(3 * x[0]) + x[1], x[2] * x[3]])
+    with NumpyBackend(mode="threads") as backend:
+        net = gate_net(backend)
+        before = total_cost(net, x, y)
+        for _ in range(300):
+            net.sgd_step(x, y, 0.05, Leapfrog(2))
+        assert total_cost(net, x, y) < 0.2 * before
+
+
+# -- the DAG schedules: rounds by their formulas ----------------------------------------------------
+
+
+@pytest.mark.parametrize("D", [1, 2, 3, 5, 8, 9])
+def test_rounds_are_their_formulas_on_chains(D):
+    with NumpyBackend(mode="serial") as backend:
+        net = deep_chain(D, backend)
+        assert net.depth == D
+        x, y = data(net, 2)
+        want = flat(net.backprop(x, y))
+        for schedule in (LevelSets(), DagJacobi(), DagDoubling()):
+            got = flat(net.backprop(x, y, schedule))
+            np.testing.assert_allclose(np.concatenate([g.ravel() for g in got]),
+                                       np.concatenate([g.ravel() for g in want]), rtol=1e-12, atol=1e-15)
+        assert net.stats["backward"]["sequential_rounds"] == D
+        schedules = {"levels": LevelSets(), "jacobi": DagJacobi(), "doubling": DagDoubling()}
+        for schedule in schedules.values():
+            net.backprop(x, y, schedule)
+        assert schedules["levels"].stats["rounds"] == D
+        assert schedules["jacobi"].stats["sweeps"] == D
+        assert schedules["doubling"].stats["rounds"] == (math.ceil(math.log2(D)) if D > 1 else 0)
+
+
+def test_a_node_that_reads_another_twice_under_every_schedule():
+    with NumpyBackend(mode="serial") as backend:
+        net = twice_net(backend)
+        x, y = data(net, 3)
+        want = flat(net.backprop(x, y))
+        for schedule in SCHEDULES:
+            got = flat(net.backprop(x, y, schedule))
+            np.testing.assert_allclose(np.concatenate([g.ravel() for g in got]),
+                                       np.concatenate([g.ravel() for g in want]), rtol=1e-12, atol=1e-15)
+        newton = flat(net.backprop(x, y, solver=ForwardNewton()))
+        assert max(float(np.max(np.abs(g - w))) for g, w in zip(newton, want)) <= 1e-12
+
+
+@pytest.mark.parametrize("name", list(NETS))
+def test_rounds_are_their_formulas_on_dags(name):
+    with NumpyBackend(mode="serial") as backend:
+        net = NETS[name](backend)
+        x, y = data(net, 2)
+        levels, jacobi, doubling = LevelSets(), DagJacobi(), DagDoubling()
+        for schedule in (levels, jacobi, doubling):
+            net.backprop(x, y, schedule)
+        depth = {"residual": 7, "densenet": 7, "gate": 4}[name]  # the longest path, counted by hand
+        assert net.depth == depth
+        assert levels.stats["rounds"] == depth and jacobi.stats["sweeps"] == depth
+        assert doubling.stats["rounds"] == math.ceil(math.log2(depth))
+        for stats in (levels.stats, jacobi.stats, doubling.stats):
+            assert {"rounds", "flops", "bytes", "memory_bytes", "sequential_flops"} <= set(stats)
+
+
+def test_jacobi_is_exact_after_d_sweeps_and_not_after_d_minus_1():
+    with NumpyBackend(mode="serial") as backend:
+        net = residual_net(backend)
+        x, y = data(net, 3)
+        want = flat(net.backprop(x, y))
+        assert same(flat(net.backprop(x, y, DagJacobi(max_sweeps=net.depth))), want)
+        short = DagJacobi(max_sweeps=net.depth - 1)
+        assert not same(flat(net.backprop(x, y, short)), want) and short.stats["converged"] is False
+
+
+def test_doubling_checks_its_memory_before_allocating(monkeypatch):
+    with NumpyBackend(mode="serial") as backend:
+        net = residual_net(backend)
+        x, y = data(net, 3)
+        schedule = DagDoubling(memory_limit=DagDoubling().memory_needed(net, 3) - 1)
+        monkeypatch.setattr(DagDoubling, "_solve", lambda *args: pytest.fail("allocated past the check"))
+        with pytest.raises(ValueError, match="over memory_limit"):
+            net.backprop(x, y, schedule)
+
+
+# -- streams: where gradients run, and the waits that make it right ---------------------------------
+
+
+def deferred_params(order, schedule, seed=0):
+    with NumpyBackend(mode="deferred", order=order, seed=seed) as backend:
+        net = residual_net(backend, dtype="float32")
+        for step in range(3):
+            x, y = data(net, 4, seed=step)
+            net.sgd_step(x, y, ETA, schedule)
+        return flat(net.parameters()) + flat(net.backprop(x, y, schedule))
+
+
+@pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0), ("random", 1), ("random", 2)])
+def test_every_interleaving_matches_sequential(order, seed):
+    want = deferred_params("main-first", Sequential())
+    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), LevelSets(k=2), LevelSets(k=3, fused=True), DagJacobi(k=2),
+                     DagJacobi(k=2, fused=True)):
+        assert same(deferred_params(order, schedule, seed), want), schedule
+
+
+def test_a_missing_wait_or_join_is_caught(monkeypatch):
+    want = deferred_params("main-first", Sequential())
+    monkeypatch.setattr(Handoff, "join", lambda self: None)
+    with pytest.raises(KeyError):  # the update reads gradients not computed yet
+        deferred_params("main-first", Leapfrog(2))
+    monkeypatch.undo()
+    monkeypatch.setattr(NumpyBackend, "wait", lambda self, stream, event: None)
+    with pytest.raises(KeyError):  # a worker reads an error not computed yet
+        deferred_params("workers-first", Leapfrog(2))
+    monkeypatch.undo()
+    assert same(deferred_params("workers-first", Leapfrog(2)), want)
+
+
+def test_gradients_run_on_worker_index_mod_k():
+    with NumpyBackend(mode="threads", trace=True) as backend:
+        net = residual_net(backend)
+        x, y = data(net, 2)
+        backend.trace.clear()
+        net.backprop(x, y, Leapfrog(3))
+        starts = {name: stream for stream, what, name in backend.trace if what == "start"}
+        for v in net.nodes:
+            assert starts[f"gradients[{v}]"] == f"worker{net.index[v] % 3}"
+
+
+# -- validation -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nodes,message", [
+    ([("a", Dense(3), "b"), ("b", Dense(3), "a")], "cycle: (a -> b -> a|b -> a -> b)"),
+    ([("a", Dense(3), "nowhere")], "unknown nodes"),
+    ([("a", Dense(3), "x"), ("b", Dense(3), "x")], "one output node"),
+    ([("a", Dense(3), "x"), ("b", Dense(4), "x"), ("c", Add(), ["a", "b"])], "node 'c'.*one width"),
+    ([("a", Dense(3), "x"), ("a", Dense(3), "a")], "given twice"),
+    ([("x", Dense(3), "x")], "other than 'x'"),
+    ([("a", Dense(3), [])], "no inputs"),
+])
+def test_bad_graphs_say_what_is_wrong(nodes, message):
+    with pytest.raises(ValueError, match=message):
+        GraphNet(2, nodes, backend="numpy")
+
+
+def test_cross_entropy_needs_a_sigmoid_output_and_schedules_are_checked():
+    with pytest.raises(ValueError, match="Dense sigmoid output"):
+        GraphNet(2, [("a", Dense(3, "tanh"), "x")], cost="cross_entropy", backend="numpy")
+    with pytest.raises(TypeError, match="layer must implement"):
+        GraphNet(2, [("a", object(), "x")], backend="numpy")
+    with pytest.raises(TypeError, match="backend must be"):
+        GraphNet(2, [("a", Dense(3), "x")], backend=3)
+    from leapfrog_gpu import NaumovScan
+
+    with residual_net("numpy") as net:
+        x, y = data(net, 2)
+        with pytest.raises(TypeError, match="NaumovScan"):
+            net.backprop(x, y, NaumovScan())
+        with pytest.raises(ValueError, match="auto"):
+            net.backprop(x, y, Leapfrog("auto"))
+
+
+def test_residual_builder_adds_a_skip_every_skip_layers():
+    with residual([8, 6, 6, 6, 6, 6, 3], skip=2, backend="numpy") as net:
+        adds = [v for v in net.order if isinstance(net.layer[v], Add)]
+        assert adds == ["s5"] and net.inputs["s5"] == ["5", "3"] and net.inputs["6"] == ["s5"]
+    with residual([8, 6, 6, 6, 6, 6, 6, 3], skip=1, backend="numpy") as net:
+        assert [v for v in net.order if isinstance(net.layer[v], Add)] == ["s3", "s4", "s5", "s6", "s7"]
+
+
+# -- the CuPy backend, on the stand-in --------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on zeros
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), LevelSets(k=2),
+                                      DagJacobi(k=2), DagDoubling(k=3)], ids=repr)
+def test_dags_on_the_cupy_backend_match_numpy(standin, schedule):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with NumpyBackend(mode="serial") as host:
+        want_net = residual_net(host)
+        x, y = data(want_net, 3)
+        want = flat(want_net.backprop(x, y))
+        for step in range(3):
+            want_net.sgd_step(x, y, ETA, Sequential())
+        want_params = flat(want_net.parameters())
+    with CupyBackend() as backend:
+        net = residual_net(backend)
+        got = [g.get() for g in flat(net.backprop(x, y, schedule))]
+        for step in range(3):
+            net.sgd_step(x, y, ETA, schedule)
+        params = [p.get() for p in flat(net.parameters())]
+    for a, b in zip(got + params, want + want_params):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+# -- leapfrog-train --model resmlp ------------------------------------------------------------------
+
+
+def test_leapfrog_train_resmlp_reaches_95_percent_on_digits(capsys):
+    assert cli("--model", "resmlp", "--skip", 2, "--backend", "numpy", "--quiet") == 0
+    done = capsys.readouterr().out.strip().splitlines()[-1]
+    accuracy = float(done.split("test accuracy ")[1].split("%")[0])
+    assert accuracy >= 95, done
+
+
+def test_leapfrog_train_resmlp_resumes_bitwise(tmp_path, capsys):
+    common = ["--model", "resmlp", "--skip", 1, "--hidden", "3x16", "--backend", "numpy", "--quiet"]
+    assert cli(*common, "--epochs", 2, "--checkpoint-dir", tmp_path / "a") == 0
+    assert cli(*common, "--epochs", 1, "--checkpoint-dir", tmp_path / "b") == 0
+    assert cli("--resume", "--epochs", 2, "--checkpoint-dir", tmp_path / "b", "--quiet") == 0
+    assert same(parameters(tmp_path / "a")[0], parameters(tmp_path / "b")[0])
+    assert cli("--resume", "--model", "mlp", "--checkpoint-dir", tmp_path / "b", "--quiet") == 2
+    assert "differs from the checkpoint's resmlp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options,message", [
+    (["--skip", 3], "--skip applies to --model resmlp only"),
+    (["--model", "resmlp", "--graph"], "--graph applies to --model mlp only"),
+    (["--model", "resmlp", "--check-finite"], "--check-finite applies to --model mlp only"),
+])
+def test_leapfrog_train_resmlp_refuses_what_it_cannot_run(options, message, capsys):
+    assert cli(*options, "--backend", "numpy", "--quiet") == 2
+    assert message in capsys.readouterr().err

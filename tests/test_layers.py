@@ -1,0 +1,119 @@
+"""Every layer's products and Jacobian blocks against central finite differences in float64, the
+dot-product test <u, J v> = <J^T u, v>, and a layer defined here, trained inside a DAG."""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu.backends.host import NumpyBackend
+from helpers import Gate
+from leapfrog_gpu.layers import Add, Concat, Dense, LayerNorm
+
+H = 1e-6
+B = 3
+
+
+CASES = [
+    (Dense(4, "sigmoid"), [5]), (Dense(4, "tanh"), [5]), (Dense(3, "identity"), [6]), (Dense(5, "relu"), [4]),
+    (Add(), [4, 4]), (Add(), [3, 3, 3]), (Concat(), [2, 4, 3]), (LayerNorm(), [5]), (Gate(), [4]),
+]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    with NumpyBackend(mode="serial") as backend:
+        yield backend
+
+
+def setup(layer, sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    params = {name: value + 0.1 * rng.standard_normal(value.shape) for name, value in layer.init(rng, sizes).items()}
+    inputs = [rng.standard_normal((n, B)) for n in sizes]
+    abar = rng.standard_normal((layer.size(sizes), B))
+    return params, inputs, abar
+
+
+def cost(backend, layer, params, inputs, abar):
+    """<abar, f(inputs)>: its gradient is the vector-Jacobian product of abar."""
+    return float(np.sum(abar * layer.forward(backend, params, inputs)[0]))
+
+
+def central(f, array):
+    """Central differences of the scalar f() in every element of ``array`` (changed in place, restored)."""
+    grad = np.zeros_like(array)
+    for index in np.ndindex(array.shape):
+        keep = array[index]
+        array[index] = keep + H
+        up = f()
+        array[index] = keep - H
+        down = f()
+        array[index] = keep
+        grad[index] = (up - down) / (2 * H)
+    return grad
+
+
+def products(backend, layer, params, inputs, abar):
+    _, saved = layer.forward(backend, params, inputs)
+    g = layer.error(backend, params, saved, abar)
+    return layer.vjp_inputs(backend, params, inputs, saved, g), layer.vjp_params(backend, params, inputs, saved, g)
+
+
+@pytest.mark.parametrize("layer,sizes", CASES, ids=lambda c: repr(c))
+def test_products_match_central_differences(backend, layer, sizes):
+    params, inputs, abar = setup(layer, sizes)
+    if isinstance(layer, Dense) and layer.activation == "relu":
+        inputs[0] += np.sign(inputs[0]) * 0.5  # keep z away from relu's kink
+    got_inputs, got_params = products(backend, layer, params, inputs, abar)
+    assert len(got_inputs) == len(inputs) and set(got_params) == set(layer.params)
+    f = lambda: cost(backend, layer, params, inputs, abar)  # noqa: E731
+    for x, got in zip(inputs, got_inputs):
+        np.testing.assert_allclose(got, central(f, x), rtol=1e-6, atol=1e-8)
+    for name, got in got_params.items():
+        np.testing.assert_allclose(got, central(f, params[name]), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("layer,sizes", CASES, ids=lambda c: repr(c))
+def test_jacobian_blocks_match_central_differences_and_their_products(backend, layer, sizes):
+    params, inputs, _ = setup(layer, sizes, seed=1)
+    _, saved = layer.forward(backend, params, inputs)
+    rng = np.random.default_rng(2)
+    n = layer.size(sizes)
+    for i, x in enumerate(inputs):
+        block = layer.jacobian(backend, params, inputs, saved, i)
+        assert block.shape == (n, x.shape[0]) and block.batch == B
+        dense = block.dense()
+        for r in range(n):
+            def row():
+                return layer.forward(backend, params, inputs)[0][r].sum()
+            # column sums over the batch separate by sample: each sample's output depends on its own input only
+            np.testing.assert_allclose(dense[:, r, :].T, central(row, x), rtol=1e-6, atol=1e-8)
+        u, v = rng.standard_normal((n, B)), rng.standard_normal((x.shape[0], B))
+        np.testing.assert_allclose(block.matvec(v), np.einsum("bij,jb->ib", dense, v), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(block.rmatvec(u), np.einsum("bij,ib->jb", dense, u), rtol=1e-12, atol=1e-14)
+        left, right = np.sum(u * block.matvec(v)), np.sum(block.rmatvec(u) * v)
+        assert abs(left - right) <= 1e-12 * max(1.0, abs(left))
+        g = layer.error(backend, params, saved, u)
+        np.testing.assert_allclose(layer.vjp_inputs(backend, params, inputs, saved, g)[i], block.rmatvec(u),
+                                   rtol=1e-12, atol=1e-14)
+
+
+def test_dense_keeps_w_out_of_per_sample_storage(backend):
+    params, inputs, _ = setup(Dense(6, "tanh"), [5])
+    _, saved = Dense(6, "tanh").forward(backend, params, inputs)
+    block = Dense(6, "tanh").jacobian(backend, params, inputs, saved, 0)
+    assert block.w is params["w"] and block.d.shape == (6, B)
+
+
+@pytest.mark.parametrize("layer,sizes,message", [
+    (Dense(3), [2, 2], "Dense takes one input"), (Add(), [3, 4], "one width"), (Add(), [3], "two or more"),
+    (LayerNorm(), [1], "width >= 2"),
+])
+def test_shapes_that_do_not_fit_say_so(layer, sizes, message):
+    with pytest.raises(ValueError, match=message):
+        layer.size(sizes)
+
+
+def test_dense_refuses_a_bad_width_or_activation():
+    with pytest.raises(ValueError, match="width n >= 1"):
+        Dense(0)
+    with pytest.raises(ValueError, match="activation"):
+        Dense(3, "softplus")

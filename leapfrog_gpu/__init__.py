@@ -1,7 +1,8 @@
 """leapfrog_gpu: deep MLPs whose weight gradients leapfrog the backward chain on k streams.
 
 This top level is the library: the network and its buffers (``network``), the schedules of a pass
-(``schedules``, ``naumov``), the names of activations and costs (``functions``), the plain NumPy
+(``schedules``, ``naumov``), the recurrent network (``rnn``, ``rnn_pass``, ``rnn_schedules``, ``rnn_scans``,
+``reference_rnn``), the names of activations and costs (``functions``), the plain NumPy
 reference (``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
 ``backends`` (where arrays live and how streams run) and never ``tools`` (the commands built on it):
 imports point downwards only, tools -> library -> backends.
@@ -12,7 +13,8 @@ imports point downwards only, tools -> library -> backends.
 >>> net.close()
 """
 
-__all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend"]
+__all__ = ["MLP", "RNN", "BPTT", "Leapfrog", "NaumovJacobi", "NaumovRNN", "NaumovScan", "Sequential", "TimeScan",
+           "Wavefront", "get_backend"]
 __version__ = "0.1.0"
 
 
@@ -26,6 +28,14 @@ def __getattr__(name):
         value = getattr(naumov, name)
     elif name == "MLP":
         from .network import MLP as value
+    elif name == "RNN":
+        from .rnn import RNN as value
+    elif name in ("BPTT", "Wavefront"):
+        from . import rnn_schedules
+        value = getattr(rnn_schedules, name)
+    elif name in ("TimeScan", "NaumovRNN"):
+        from . import rnn_scans
+        value = getattr(rnn_scans, name)
     elif name in ("Leapfrog", "Sequential"):
         from . import schedules
         value = getattr(schedules, name)

@@ -1,0 +1,188 @@
+"""The scan schedules of the recurrent network: the time recursion of delta solved by recursive doubling.
+
+Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is known:
+
+    delta^{l,t} = c^{l,t} + A^{l,t} delta^{l,t+1},   c^{l,t} = sigma'(z^{l,t}) * (w^{l+1})^T delta^{l+1,t},
+    A^{l,t} = diag(sigma'(z^{l,t})) (u^l)^T   (one (n_l, n_l) matrix per sample),   delta^{l,tau+1} = 0.
+
+``TimeScan``   per layer, a suffix scan over t of the pairs (A_t, c_t) by recursive doubling: the round
+               with stride s sets c_t <- c_t + A_t c_{t+s} and A_t <- A_t A_{t+s}, so that afterwards
+               delta_t = c_t + A_t delta_{t+2s}; ceil(log2 tau) rounds. As in BPPSA, the first round keeps
+               A_t factored as diag(sigma') times the shared (u^l)^T: its vector half is one product over
+               (tau-1)*B columns and no (n, n) matrix per sample is stored before the products
+               A_t A_{t+1}. Rounds K·(1 + ceil(log2 tau)): per layer c^l, then the scan.
+``NaumovRNN``  Naumov's nested solve. Ordered layer-first, delta^l = T_l delta^{l+1} with the layer
+               operator T_l = (I - N_l)^{-1} D_l, N_l the shift by A^{l,t} and D_l = diag_t(diag(sigma')
+               (w^{l+1})^T); T_l is upper block-triangular in time and dense. One round builds every N_l,
+               D_l and c^{L-1}; ceil(log2 tau) rounds form every T_l (and delta^{L-1}) at once by doubling,
+               X <- X + P X, P <- P P (so X = (I + N^{2^r}) ... (I + N) D = (I - N)^{-1} D, since N^tau = 0);
+               ceil(log2 K) rounds of recursive doubling over layers (as ``NaumovScan`` over the MLP's
+               layers) then give every delta^l. Rounds 1 + ceil(log2 tau) + ceil(log2 K): additive, since each
+               product of two dense-in-time blocks is one batched product here. Memory is the limit: the
+               blocks are (tau·N)^2 per sample and layer, checked against ``memory_limit`` before anything is
+               allocated.
+
+Both hand each layer on (to the workers, as ``rnn_schedules`` does) once its delta is final, deepest first.
+Their buffers are allocated once per pass, in ``p.cache``; scan vectors and matrices are stored
+(time, batch, n, ...) so that a round is one batched ``matmul``.
+"""
+
+import numpy as np
+
+from .rnn_schedules import RNNSchedule, bptt_counters, ceil_log2
+
+DEFAULT_MEMORY_LIMIT = 2**30
+"""Bytes a scan schedule's buffers may take for one (network, tau, B) unless the user allows more."""
+
+
+class ScanSchedule(RNNSchedule):
+    """The memory check and the buffers the scans share."""
+
+    kind = None
+
+    def __init__(self, k=2, fused=False, memory_limit=DEFAULT_MEMORY_LIMIT):
+        super().__init__(k, fused)
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 1:
+            raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
+        self.memory_limit = memory_limit
+
+    def __repr__(self):
+        options = [f"k={self.k}"] + (["fused=True"] if self.fused else [])
+        return f"{type(self).__name__}({', '.join(options)}, memory_limit={self.memory_limit})"
+
+    def memory_needed(self, sizes, tau, B, itemsize):
+        """Bytes of the extra buffers this schedule holds for ``sizes`` at ``tau`` and ``B``."""
+        return self.elements(sizes, tau, B) * itemsize
+
+    @staticmethod
+    def elements(sizes, tau, B):
+        raise NotImplementedError
+
+    def _buffers(self, p):
+        """This schedule's flat buffers in ``p``: checked against ``memory_limit``, allocated on first use."""
+        itemsize = np.dtype(p.net.dtype).itemsize
+        needed = self.memory_needed(p.net.sizes, p.tau, p.batch, itemsize)
+        if needed > self.memory_limit:
+            raise ValueError(
+                f"{type(self).__name__} needs {needed} bytes ({needed / 2**20:.1f} MiB) for sizes {p.net.sizes} at "
+                f"tau={p.tau}, B={p.batch} ({p.net.dtype}), over memory_limit={self.memory_limit} bytes; pass a "
+                "larger memory_limit, or use BPTT(), Leapfrog(k), Wavefront() or TimeScan()")
+        if self.kind not in p.cache:
+            p.cache[self.kind] = [p.xp.zeros(size, dtype=p.net.dtype) for size in self._sizes(p.net.sizes, p.tau, p.batch)]
+            p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
+        return p.cache[self.kind]
+
+    def counters(self, sizes, tau, B, itemsize):
+        counters = bptt_counters(sizes, tau, B, itemsize)
+        flops, moved = self.work(sizes, tau, B)
+        counters.update(flops=flops, bytes=moved * itemsize, memory_bytes=self.memory_needed(sizes, tau, B, itemsize))
+        return counters
+
+
+class TimeScan(ScanSchedule):
+    """Per layer, c^l from delta^{l+1}, then a suffix scan over time (see the module docstring).
+
+    Buffers (reused by every layer, sized for the widest n): the matrices A_t in ping-pong, 2·tau·B·n^2
+    elements, and the vectors c_t with their products, 2·tau·B·n.
+
+    Args:
+        k: worker streams for the gradients, as in ``Leapfrog(k)`` (0: the main stream).
+        fused: fuse the SGD update behind the gradients during ``sgd_step``.
+        memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
+    """
+
+    kind = "time-scan"
+
+    @staticmethod
+    def _sizes(sizes, tau, B):
+        n = max(sizes[1:-1])
+        matrices = tau * B * n * n if tau > 2 else 0
+        return [matrices, matrices, tau * B * n, tau * B * n]
+
+    @staticmethod
+    def elements(sizes, tau, B):
+        return sum(TimeScan._sizes(sizes, tau, B))
+
+    @staticmethod
+    def rounds_formula(K, tau):
+        return K * (1 + ceil_log2(tau))
+
+    def chain(self, p):
+        buffers = self._buffers(p)
+        p.delta_output()
+        yield p.L
+        for l in range(p.L - 1, 1, -1):
+            p.backend.launch(p.main, f"c[{l}]", self._load, p, l, buffers)
+            p.rounds += 1
+            s, (P, P_next, C, Q) = 1, buffers
+            while s < p.tau:  # the matrices in ping-pong: each round's buffers fixed as it is enqueued
+                p.backend.launch(p.main, f"scan[{l}, {s}]", self._round, p, l, s, (P, P_next, C, Q))
+                P, P_next = P_next, P
+                p.rounds += 1
+                s *= 2
+            p.backend.launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
+            yield l
+
+    @staticmethod
+    def _views(p, l, buffers):
+        """The buffers as layer l's (tau, B, n, n) matrices (None for tau <= 2) and (tau, B, n, 1) vectors."""
+        n, tau, B = p.net.n[l], p.tau, p.batch
+        P, P_next, C, Q = buffers
+        matrices = [M[: tau * B * n * n].reshape(tau, B, n, n) if M.size else None for M in (P, P_next)]
+        return (*matrices, C[: tau * B * n].reshape(tau, B, n, 1), Q[: tau * B * n].reshape(tau, B, n, 1))
+
+    @staticmethod
+    def _load(p, l, buffers):
+        """c^{l,t} = sigma'(z^{l,t}) * (w^{l+1})^T delta^{l+1,t} for every t, into the scan's vectors."""
+        p.from_above(l)
+        p.xp.multiply(p.delta[l], p.sp[l], out=p.delta[l])
+        _, _, C, _ = TimeScan._views(p, l, buffers)
+        p.xp.copyto(C[..., 0], p.delta[l].transpose(1, 2, 0))
+
+    @staticmethod
+    def _round(p, l, s, buffers):
+        """The round with stride s: c_t += A_t c_{t+s} for t + s < tau (0-based), A_t <- A_t A_{t+s} into the
+        other matrix buffer where a later round needs it."""
+        xp, tau, n = p.xp, p.tau, p.net.n[l]
+        P, P_next, C, Q = TimeScan._views(p, l, buffers)
+        m = tau - s
+        if s == 1:  # A_t = diag(sigma'_t) (u^l)^T, factored: (u^l)^T c_{t+1} for every t is one product
+            u = p.net._u[l]
+            xp.matmul(C[1:].reshape(-1, n), u, out=Q[:m].reshape(-1, n))
+            sp = p.sp[l].transpose(1, 2, 0)  # (tau, B, n)
+            xp.multiply(Q[:m, ..., 0], sp[:m], out=Q[:m, ..., 0])
+            if 2 < tau:  # A_t A_{t+1} = (diag(sigma'_t) (u^l)^T diag(sigma'_{t+1})) (u^l)^T, for t + 2 < tau
+                r = tau - 2
+                xp.multiply(sp[:r, :, :, None], u.T, out=P[:r])
+                xp.multiply(P[:r], sp[1:r + 1, :, None, :], out=P[:r])
+                xp.matmul(P[:r], u.T, out=P_next[:r])
+        else:
+            xp.matmul(P[:m], C[s:], out=Q[:m])
+            if 2 * s < tau:
+                r = tau - 2 * s
+                xp.matmul(P[:r], P[s:s + r], out=P_next[:r])
+        xp.add(C[:m], Q[:m], out=C[:m])
+
+    @staticmethod
+    def _unload(p, l, buffers):
+        _, _, C, _ = TimeScan._views(p, l, buffers)
+        p.xp.copyto(p.delta[l], C[..., 0].transpose(2, 0, 1))
+
+    def work(self, sizes, tau, B):
+        """Flops and elements moved: c^l as in BPTT, then per round its vector and matrix products."""
+        flops = moved = 0
+        for l in range(2, len(sizes)):
+            n, above = sizes[l - 1], sizes[l]
+            flops += 2 * n * above * tau * B + n * tau * B
+            moved += n * above + (above + 2 * n) * tau * B
+            s = 1
+            while s < tau:
+                m, r = tau - s, max(tau - 2 * s, 0)
+                if s == 1:  # the factored vector half; the first matrix products built from sigma' and u
+                    flops += 2 * n * n * m * B + m * B * n + r * B * (2 * n * n + 2 * n ** 3)
+                    moved += n * n + 3 * m * B * n + 2 * r * B * (n * n + n)
+                else:
+                    flops += 2 * n * n * m * B + m * B * n + r * B * 2 * n ** 3
+                    moved += m * B * (n * n + 3 * n) + 3 * r * B * n * n
+                s *= 2
+        return flops, moved

@@ -186,3 +186,134 @@ class TimeScan(ScanSchedule):
                     moved += m * B * (n * n + 3 * n) + 3 * r * B * n * n
                 s *= 2
         return flops, moved
+
+
+class NaumovRNN(ScanSchedule):
+    """Naumov's nested solve: time scans of every layer at once, then recursive doubling over layers.
+
+    Position i holds layer l = i + 2, padded to the widest recurrent width N, time-major: element
+    t·N + j of a position's vector is delta^{l,t+1}_j. Buffers: the shifts N_l and their powers in
+    ping-pong, 2·K·B·(tau·N)^2 elements; the layer operators T_l with their products, 2·(K-1)·B·(tau·N)^2;
+    the vectors, 2·K·B·tau·N. The check against ``memory_limit`` comes first, before any allocation.
+
+    Args:
+        k: worker streams for the gradients, as in ``Leapfrog(k)`` (0: the main stream).
+        fused: fuse the SGD update behind the gradients during ``sgd_step``.
+        memory_limit: bytes the buffers may take; a larger need raises a ValueError naming the bytes needed.
+    """
+
+    kind = "naumov"
+
+    @staticmethod
+    def _sizes(sizes, tau, B):
+        K, M = len(sizes) - 2, tau * max(sizes[1:-1])
+        return [K * B * M * M, K * B * M * M, (K - 1) * B * M * M, (K - 1) * B * M * M, K * B * M, K * B * M]
+
+    @staticmethod
+    def elements(sizes, tau, B):
+        return sum(NaumovRNN._sizes(sizes, tau, B))
+
+    @staticmethod
+    def rounds_formula(K, tau):
+        return 1 + ceil_log2(tau) + ceil_log2(K) if K else 0
+
+    def chain(self, p):
+        K, tau, B, L = p.L - 2, p.tau, p.batch, p.L
+        M = tau * max(p.net.sizes[1:-1])
+        flat_buffers = self._buffers(p)
+        P, P_next = (b.reshape(K, B, M, M) for b in flat_buffers[:2])
+        X, X_next = (b.reshape(K - 1, B, M, M) if K > 1 else None for b in flat_buffers[2:4])
+        V, V_next = (b.reshape(K, B, M, 1) for b in flat_buffers[4:])
+        p.delta_output()
+        yield L
+        launch = p.backend.launch
+        launch(p.main, "naumov: N, D, c", self._build, p, P, X, V)
+        p.rounds += 1
+        steps = ceil_log2(tau)
+        for r in range(steps):
+            launch(p.main, f"naumov: time {r}", self._time_round, p, P, P_next, X, X_next, V, V_next, r + 1 < steps)
+            P, P_next = P_next, P
+            p.rounds += 1
+        launch(p.main, f"delta[{L - 1}]", self._unload, p, V, K - 1)
+        yield L - 1
+        s = 1
+        while s < K:
+            lo, hi = max(0, K - 2 * s), K - s
+            launch(p.main, f"naumov: layers {s}", self._layer_round, p, X, X_next, V, s, lo, hi)
+            X, X_next = X_next, X
+            p.rounds += 1
+            for i in range(hi - 1, lo - 1, -1):
+                launch(p.main, f"delta[{i + 2}]", self._unload, p, V, i)
+                yield i + 2
+            s *= 2
+
+    @staticmethod
+    def _build(p, P, X, V):
+        """Every shift N_l (blocks diag(sigma'^{l,t}) (u^l)^T at (t, t+1)), every D_l (blocks diag(sigma'^{l,t})
+        (w^{l+1})^T at (t, t)) and c^{L-1} = sigma'(z^{L-1}) * (w^L)^T delta^L."""
+        xp, net, tau, B = p.xp, p.net, p.tau, p.batch
+        K, N = p.L - 2, P.shape[-1] // tau
+        P.fill(0)
+        if X is not None:
+            X.fill(0)
+        for i, l in enumerate(net.hidden):
+            n = net.n[l]
+            blocks = P[i].reshape(B, tau, N, tau, N)
+            for t in range(tau - 1):
+                xp.multiply(p.sp[l][:, t].T[:, :, None], net._u[l].T, out=blocks[:, t, :n, t + 1, :n])
+            if i < K - 1:
+                above = net.n[l + 1]
+                blocks = X[i].reshape(B, tau, N, tau, N)
+                for t in range(tau):
+                    xp.multiply(p.sp[l][:, t].T[:, :, None], net._w[l + 1].T, out=blocks[:, t, :n, t, :above])
+        l = p.L - 1
+        p.from_above(l)
+        xp.multiply(p.delta[l], p.sp[l], out=p.delta[l])
+        V[K - 1].fill(0)
+        xp.copyto(V[K - 1].reshape(B, tau, N)[:, :, : net.n[l]], p.delta[l].transpose(2, 1, 0))
+
+    @staticmethod
+    def _time_round(p, P, P_next, X, X_next, V, V_next, more):
+        """X <- X + P X for every layer operator, v <- v + P v for delta^{L-1}, and P_next = P P if ``more``."""
+        xp, K = p.xp, p.L - 2
+        if X is not None:
+            xp.matmul(P[: K - 1], X, out=X_next)
+            xp.add(X, X_next, out=X)
+        xp.matmul(P[K - 1], V[K - 1], out=V_next[K - 1])
+        xp.add(V[K - 1], V_next[K - 1], out=V[K - 1])
+        if more:
+            xp.matmul(P, P, out=P_next)
+
+    @staticmethod
+    def _layer_round(p, X, X_next, V, s, lo, hi):
+        """Recursive doubling over layers with stride s: positions [lo, hi) become vectors, [0, lo) longer products."""
+        xp = p.xp
+        xp.matmul(X[lo:hi], V[lo + s:hi + s], out=V[lo:hi])
+        if lo:
+            xp.matmul(X[:lo], X[s:lo + s], out=X_next[:lo])
+
+    @staticmethod
+    def _unload(p, V, i):
+        l, tau, B = i + 2, p.tau, p.batch
+        N = V.shape[2] // tau
+        p.xp.copyto(p.delta[l], V[i].reshape(B, tau, N)[:, :, : p.net.n[l]].transpose(2, 1, 0))
+
+    def work(self, sizes, tau, B):
+        """Flops and elements moved: building N, D, c; the time rounds; the rounds over layers."""
+        K, M = len(sizes) - 2, tau * max(sizes[1:-1])
+        flops = moved = 2 * K * B * M * M  # the fills and the blocks written into them
+        steps = ceil_log2(tau)
+        for r in range(steps):
+            flops += (K - 1) * B * (2 * M ** 3 + M * M) + B * (2 * M * M + M)
+            moved += (K - 1) * B * 4 * M * M + B * (M * M + 3 * M)
+            if r + 1 < steps:
+                flops += K * B * 2 * M ** 3
+                moved += K * B * 3 * M * M
+        s = 1
+        while s < K:
+            lo, hi = max(0, K - 2 * s), K - s
+            flops += lo * B * 2 * M ** 3 + (hi - lo) * B * 2 * M * M
+            moved += lo * B * 3 * M * M + (hi - lo) * B * (M * M + 2 * M)
+            s *= 2
+        return flops, moved
+

@@ -68,7 +68,8 @@ class ScanSchedule(RNNSchedule):
                 f"tau={p.tau}, B={p.batch} ({p.net.dtype}), over memory_limit={self.memory_limit} bytes; pass a "
                 "larger memory_limit, or use BPTT(), Leapfrog(k), Wavefront() or TimeScan()")
         if self.kind not in p.cache:
-            p.cache[self.kind] = [p.xp.zeros(size, dtype=p.net.dtype) for size in self._sizes(p.net.sizes, p.tau, p.batch)]
+            sizes = self._sizes(p.net.sizes, p.tau, p.batch)
+            p.cache[self.kind] = [p.xp.zeros(size, dtype=p.net.dtype) for size in sizes]
             p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
         return p.cache[self.kind]
 

@@ -138,8 +138,8 @@ class Leapfrog(Schedule):
 def check_schedule(schedule):
     """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
     if getattr(schedule, "model", "MLP") != "MLP":
-        raise TypeError(f"{schedule!r} runs on an {schedule.model}, not an MLP; an MLP takes Sequential(), Leapfrog(k), "
-                        "NaumovScan() or NaumovJacobi()")
+        raise TypeError(f"{schedule!r} runs on an {schedule.model}, not an MLP; an MLP takes Sequential(), "
+                        "Leapfrog(k), NaumovScan() or NaumovJacobi()")
     if not isinstance(schedule, Schedule):
         raise TypeError("schedule must be a schedule object: Sequential(), Leapfrog(k), NaumovScan() or "
                         f"NaumovJacobi(); got {schedule!r}")

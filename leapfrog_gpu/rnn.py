@@ -14,13 +14,15 @@ targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The
 
 import math
 import numbers
+import statistics
+import time
 
 import numpy as np
 
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .rnn_pass import Pass
-from .rnn_schedules import resolve
+from .rnn_schedules import BPTT, resolve
 
 OUTPUTS = ("last", "every")
 """Where the output layer is applied: at the last time step, or at every one."""
@@ -188,6 +190,33 @@ class RNN:
         if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
         self._start(x, y, schedule, eta)
+
+    def time_backward(self, x, y, schedules, repeats=5):
+        """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
+        to schedule): one forward pass, one warm-up per schedule (it allocates), then ``repeats`` rounds
+        that run every schedule once each in turn (so load on the machine falls on all alike), each timed
+        from enqueue to ``synchronize()``. Returns, by name, ``{"median_s": ..., **stats}``, or
+        ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
+        resolved = {name: resolve(schedule) for name, schedule in schedules.items()}
+        p = self._start(x, y, BPTT(), None)
+        results, times = {}, {}
+        for name, schedule in resolved.items():
+            try:
+                schedule.backward(p)
+            except ValueError as error:
+                results[name] = {"refused": str(error)}
+                continue
+            self.synchronize()
+            times[name] = []
+        for _ in range(repeats):
+            for name in times:
+                start = time.perf_counter()
+                resolved[name].backward(p)
+                self.synchronize()
+                times[name].append(time.perf_counter() - start)
+        for name, measured in times.items():
+            results[name] = {"median_s": statistics.median(measured), **resolved[name].stats}
+        return {name: results[name] for name in schedules}
 
     def _start(self, x, y, schedule, eta):
         """Validate, copy the batch in, enqueue forward and backward (and the update for ``eta``); return the pass."""

@@ -289,8 +289,8 @@ def test_schedules_that_cannot_run_are_refused_naming_those_that_can():
     with RNN([3, 5, 2], backend="numpy") as net:
         x, y = np.zeros((2, 3, 1)), np.zeros((2, 1))
         for schedule in (NaumovScan(), NaumovJacobi(), "bptt"):
-            with pytest.raises(TypeError, match=r"an RNN cannot run .*; it takes BPTT\(\), Wavefront\(\), TimeScan\(\), "
-                                                r"NaumovRNN\(\), Sequential\(\), Leapfrog\(k\)"):
+            with pytest.raises(TypeError, match=r"an RNN cannot run .*; it takes BPTT\(\), Wavefront\(\), "
+                                                r"TimeScan\(\), NaumovRNN\(\), Sequential\(\), Leapfrog\(k\)"):
                 net.backprop(x, y, schedule)
         with pytest.raises(ValueError, match="an RNN takes Leapfrog\\(k\\) with an integer k"):
             net.backprop(x, y, Leapfrog("auto"))

@@ -43,3 +43,36 @@ def test_train_refuses_bad_options():
     task = rnn_tasks.teacher(samples=8)
     with task.network(backend="numpy") as net, pytest.raises(ValueError, match="need batch >= 1"):
         rnn_tasks.train(net, task, epochs=1, batch=0, eta=0.1)
+
+
+def run(capsys, **given):
+    from leapfrog_gpu.tools import train_rnn
+
+    status = train_rnn.main({"model": "rnn", "backend": "numpy", **given})
+    return status, capsys.readouterr()
+
+
+def test_the_command_resumes_where_it_stopped_as_if_never_stopped(tmp_path, capsys):
+    from leapfrog_gpu.tools import checkpoint
+
+    options = {"data": "teacher", "samples": 64, "tau": 6, "hidden": [9], "quiet": True}
+    assert run(capsys, epochs=4, checkpoint_dir=str(tmp_path / "whole"), **options)[0] == 0
+    assert run(capsys, epochs=2, checkpoint_dir=str(tmp_path / "part"), **options)[0] == 0
+    status, out = run(capsys, epochs=4, checkpoint_dir=str(tmp_path / "part"), resume=True)
+    assert status == 0 and "test mse" in out.out
+    whole, part = checkpoint.load(tmp_path / "whole"), checkpoint.load(tmp_path / "part")
+    assert part[2]["epoch"] == 4
+    assert all(np.array_equal(a, b) for a, b in zip(whole[0] + whole[1], part[0] + part[1]))
+    assert whole[2]["recurrent"] == part[2]["recurrent"]
+
+
+@pytest.mark.parametrize("given,status,message", [
+    ({"data": "mnist"}, 2, "--model rnn trains on --data digits or teacher; got 'mnist'"),
+    ({"graph": True}, 2, "--model rnn does not take --graph"),
+    ({"resume": True}, 2, "--resume needs --checkpoint-dir DIR"),
+    ({"data": "teacher", "samples": 64, "tau": 6, "epochs": 2, "lr": 50.0}, 3, "the parameters became NaN or Inf"),
+])
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_the_command_exits_with_its_status_and_one_line(capsys, given, status, message):
+    got, out = run(capsys, **given)
+    assert got == status and message in out.err and out.err.count("\n") == 1, out.err

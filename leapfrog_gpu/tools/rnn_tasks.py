@@ -42,9 +42,10 @@ class Sequences:
         tau, _, samples = self.x_train.shape
         return f"{self.name}: {samples} train, {self.x_test.shape[2]} test sequences of tau = {tau}"
 
-    def network(self, **options):
-        """An ``RNN`` of this task's shape; ``options`` go to ``RNN`` (dtype, seed, backend, ...)."""
-        return RNN(list(self.sizes), self.activation, self.cost, self.output,
+    def network(self, sizes=None, activation=None, cost=None, **options):
+        """An ``RNN`` for this task: its shape, activation and cost unless given; ``options`` go to ``RNN``
+        (dtype, seed, backend, ...)."""
+        return RNN(list(sizes or self.sizes), activation or self.activation, cost or self.cost, self.output,
                    output_activation=self.output_activation, **options)
 
 
@@ -109,20 +110,24 @@ def _host(array):
     return array.get() if hasattr(array, "get") else array
 
 
+def run_epoch(net, task, batch, eta, schedule=None, seed=0):
+    """One pass of SGD over the training sequences, shuffled by the generator seeded with ``seed``, in
+    batches of ``batch`` (the last one smaller)."""
+    if batch < 1 or not math.isfinite(eta) or eta < 0:
+        raise ValueError(f"need batch >= 1 and a finite eta >= 0; got batch {batch}, eta {eta}")
+    order = np.random.default_rng(seed).permutation(task.x_train.shape[2])
+    for first in range(0, len(order), batch):
+        chosen = order[first:first + batch]
+        net.sgd_step(task.x_train[:, :, chosen], task.y_train[..., chosen], eta, schedule)
+
+
 def train(net, task, epochs, batch, eta, schedule=None, seed=0, report=None):
-    """Train ``net`` on ``task`` by SGD: ``epochs`` passes over the shuffled training sequences in batches
-    of ``batch``. After each epoch ``report(epoch, metric, seconds)`` (when given) gets the test accuracy
-    or mean squared error. Returns the list of ``(epoch, metric, seconds)``."""
-    if batch < 1 or epochs < 0 or not math.isfinite(eta) or eta < 0:
-        raise ValueError(f"need batch >= 1, epochs >= 0 and a finite eta >= 0; got {batch}, {epochs}, {eta}")
-    rng = np.random.default_rng(seed)
-    samples = task.x_train.shape[2]
+    """Train ``net`` on ``task`` by SGD for ``epochs`` epochs (epoch e shuffled by the seed (seed, e)).
+    After each epoch ``report(epoch, metric, seconds)`` (when given) gets the test accuracy or mean
+    squared error. Returns the list of ``(epoch, metric, seconds)``."""
     history, start = [], time.perf_counter()
     for epoch in range(1, epochs + 1):
-        order = rng.permutation(samples)
-        for first in range(0, samples, batch):
-            chosen = order[first:first + batch]
-            net.sgd_step(task.x_train[:, :, chosen], task.y_train[..., chosen], eta, schedule)
+        run_epoch(net, task, batch, eta, schedule, seed=[seed, epoch])
         metric = evaluate(net, task.x_test, task.y_test, task.classes)
         history.append((epoch, metric, time.perf_counter() - start))
         if report is not None:

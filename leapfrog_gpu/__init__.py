@@ -2,8 +2,9 @@
 
 This top level is the library: the network and its buffers (``network``), the schedules of a pass
 (``schedules``, ``naumov``), the recurrent network (``rnn``, ``rnn_pass``, ``rnn_schedules``, ``rnn_scans``,
-``reference_rnn``), the names of activations and costs (``functions``), the plain NumPy
-reference (``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
+``reference_rnn``), the names of activations and costs (``functions``), the checks of given
+parameters (``parameters``) and their way to and from PyTorch (``torch_io``), the plain NumPy reference
+(``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
 ``backends`` (where arrays live and how streams run) and never ``tools`` (the commands built on it):
 imports point downwards only, tools -> library -> backends.
 

@@ -1,4 +1,4 @@
-"""Graph mode (DESIGN.md §8): an SGD step captured once per batch size and schedule, then launched.
+"""Graph mode (docs/design.md §4): an SGD step captured once per batch size and schedule, then launched.
 
 ``MLP.sgd_step(x, y, eta, schedule, graph=True)`` copies the batch into its plan's fixed buffers and
 eta / B into the network's step controls (device memory) as in eager mode, then calls ``step`` here

@@ -1,4 +1,4 @@
-"""Naumov's formulation of the backward pass (DESIGN.md §4): delta as the solution of a linear system.
+"""Naumov's formulation of the backward pass (docs/naumov.md): delta as the solution of a linear system.
 
 Backward propagation solves the upper block-bidiagonal system
 
@@ -17,7 +17,7 @@ is what (5) computes one layer at a time. Two solvers replace that chain:
 Both are ``Leapfrog`` schedules: once a layer's delta is in ``plan.delta[l]`` its (6)(7) go to worker
 ``l mod k`` behind event E_l, and the main stream joins the workers at the end. The Jacobians are the
 main stream's last read of every w^l and come before any E_l, so with ``fused=True`` each worker may
-update w^l in place right behind E_l (DESIGN.md §2, third hazard).
+update w^l in place right behind E_l (docs/design.md §2, third hazard).
 
 Storage: the unknowns are stacked and padded with zeros to the widest layer N = max(n_2..n_L), so that
 a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N, 1) arrays; position
@@ -158,7 +158,7 @@ class NaumovJacobi(NaumovSchedule):
     max_l ||delta_new^l - delta_old^l|| / ||delta_new^l|| (Frobenius over the batch, per layer, so that
     the small deltas of deep layers count as much as the large ones) is <= ``tol``, and at L-2 sweeps
     at the latest; on a GPU each such test waits for the main stream to read L-1 numbers. A warm start
-    helps only where delta moves by less than ``tol`` between passes (see the README). ``max_sweeps``
+    helps only where delta moves by less than ``tol`` between passes (docs/naumov.md). ``max_sweeps``
     caps either; fewer than L-2 sweeps may leave delta inexact, which ``stats["converged"]`` reports.
     Buffers: (L-2)·B·N² elements for the Jacobians, 2(L-1)·B·N for two iterates; the change is taken
     in float64 (squares of deep deltas underflow in float32): (L-1)·B·N + 2(L-1) float64 scratch.

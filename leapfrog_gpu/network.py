@@ -2,7 +2,7 @@
 
 Layers are numbered 1..L as in the book; layer 1 is the input. Internally every per-layer quantity is a
 dict keyed by that number (``w[l]``, ``z[l]``, ``delta[l]``), so the code reads like the equations of
-DESIGN.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B).
+docs/design.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B).
 """
 
 import math
@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from . import autotune, graphs, parallel
+from . import autotune, graphs, parallel, parameters, torch_io
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
 from .schedules import Sequential, check_schedule
@@ -94,9 +94,17 @@ class MLP:
     def weights(self):
         return self._handed_out([self._w[l] for l in self.layers])
 
+    @weights.setter
+    def weights(self, _):
+        raise parameters.read_only("weights")
+
     @property
     def biases(self):
         return self._handed_out([self._b[l] for l in self.layers])
+
+    @biases.setter
+    def biases(self, _):
+        raise parameters.read_only("biases")
 
     def _handed_out(self, arrays):
         """Copies of ``arrays``, made on the main stream behind what is enqueued there and complete on
@@ -108,18 +116,40 @@ class MLP:
         return copies
 
     def set_parameters(self, weights, biases):
-        """Copy ``weights`` and ``biases`` (lists for l = 2..L, the shapes of ``self.weights``) in."""
-        for name, given, current in (("weights", weights, self._w), ("biases", biases, self._b)):
-            if len(given) != len(self.layers):
-                raise ValueError(f"{name} must list {len(self.layers)} arrays (layers 2..L); got {len(given)}")
-            for l, value in zip(self.layers, given):
-                if tuple(value.shape) != current[l].shape:
-                    raise ValueError(f"{name}[{l - 2}] must have shape {current[l].shape}; got {tuple(value.shape)}")
+        """Copy ``weights`` and ``biases`` in: lists of w^l (n_l, n_{l-1}) and b^l (n_l,) or Nielsen's (n_l, 1)
+        for l = 2..L, real and finite, on the host or on this backend's device. All are checked before any is
+        copied; an error names the layer and changes nothing. Later writes to the given arrays do not reach
+        the network."""
+        weights, biases = parameters.check(weights, biases, self.sizes, self.dtype, self.backend.xp)
         self.backend.synchronize()
         for l, w, b in zip(self.layers, weights, biases):
             self._w[l][...] = self.backend.xp.asarray(w, dtype=self.dtype)
             self._b[l][...] = self.backend.xp.asarray(b, dtype=self.dtype)
         self.backend.synchronize()
+
+    def to_torch(self):
+        """A ``torch.nn.Sequential`` of ``Linear`` and activation modules computing ``feedforward`` on rows:
+        ``net.to_torch()(x.T).T`` is ``net.feedforward(x)`` (x (n_1, B)). Its parameters are a copy of w^l and
+        b^l as they are once the enqueued steps have run, in this network's dtype and on its device (through
+        DLPack, or on the host where torch cannot reach it): later steps do not change them, and training the
+        module does not change the network (``leapfrog_gpu.torch_io``)."""
+        return torch_io.to_module(self.weights, self.biases, self.activation, self.output_activation)
+
+    @classmethod
+    def from_torch(cls, module, cost="quadratic", backend="auto", dtype=None, **options):
+        """A network computing ``module``, a ``torch.nn.Sequential`` of ``Linear`` modules each followed by
+        ``Sigmoid``, ``Tanh``, ``ReLU`` or nothing (the output alone may have none): widths, activations and
+        parameters read from it, copied into the network's own buffers (training it never writes the module).
+        ``dtype`` defaults to the module's; ``options`` are the other arguments of ``MLP``."""
+        sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
+        net = cls(sizes, activation, cost, dtype or found, backend=backend, output_activation=output_activation,
+                  **options)
+        try:
+            net.set_parameters(*torch_io.as_arrays(tensors, net.backend.xp))
+        except BaseException:
+            net.close()
+            raise
+        return net
 
     def close(self):
         """Wait for queued work; close the backend if this network created it."""

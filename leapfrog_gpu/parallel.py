@@ -1,4 +1,4 @@
-"""Data parallelism across processes (DESIGN.md §9): the communicator, and the sums of the gradients.
+"""Data parallelism across processes (docs/design.md §5): the communicator, and the sums of the gradients.
 
 Every rank holds the whole network and computes on a contiguous share of each batch's columns; the
 gradients (6)(7) are summed across ranks before the update, which divides by the whole batch, so that
@@ -33,7 +33,7 @@ from .backends import collective
 
 DEFAULT_BUCKET_BYTES = 0
 """Gradients of consecutive layers summed by one collective, up to this many bytes: 0, one collective
-per layer (on the CPU of the README's measurements no bucket size beat another beyond noise)."""
+per layer (on the CPU of docs/performance.md no bucket size beat another beyond noise)."""
 DEFAULT_TIMEOUT = 120.0
 """Seconds an MPI call may wait for the other ranks before the job is aborted."""
 LAUNCHERS = (("PMI_SIZE", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
@@ -356,7 +356,7 @@ def _host(array):
 
 
 def check_schedule(comm, schedule, graph=False):
-    """Refuse what cannot run data-parallel (see the README): a fused update, and a step as a graph."""
+    """Refuse what cannot run data-parallel (docs/data-parallel.md): a fused update, and a step as a graph."""
     if comm is None:
         return
     if schedule.fused:

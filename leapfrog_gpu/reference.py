@@ -2,7 +2,7 @@
 
 Follows Nielsen's ``network.py`` with minibatches as columns: ``x`` is (n_1, B), ``y`` is (n_L, B),
 ``weights[i]`` is w^{i+2} with shape (n_l, n_{l-1}), ``biases[i]`` is b^{i+2} with shape (n_l,).
-Gradients are summed over the batch. Equation numbers are those of DESIGN.md §1.
+Gradients are summed over the batch. Equation numbers are those of docs/design.md §1.
 """
 
 import numpy as np

@@ -1,12 +1,12 @@
-"""Schedules of one pass: where equations (6) and (7) run, and what they wait for (DESIGN.md §2).
+"""Schedules of one pass: where equations (6) and (7) run, and what they wait for (docs/design.md §2).
 
 The main stream runs the chain: the forward pass (2)(3), the output error (4), and (5) for
 l = L-1..2. ``Sequential`` computes each layer's (6)(7) on the main stream right after its delta.
 ``Leapfrog(k)`` records event E_l once delta^l is written; worker ``l mod k`` waits E_l, then computes
 (6)(7) for layer l while the main stream runs ahead; the main stream joins every worker before the
 update. With ``fused=True`` the SGD update of w^l happens inside (7); since the main stream still reads
-w^l for delta^{l-1}, that worker waits E_{l-1} instead (the third hazard of DESIGN.md §2).
-Equation numbers follow DESIGN.md §1 (the seed's own equations were lost from its text).
+w^l for delta^{l-1}, that worker waits E_{l-1} instead (the third hazard of docs/design.md §2).
+Equation numbers follow docs/design.md §1 (the seed's own equations were lost from its text).
 """
 
 import numbers

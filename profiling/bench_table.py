@@ -1,4 +1,4 @@
-"""Render ``leapfrog-bench`` results as the Markdown tables of the README's Performance section.
+"""Render ``leapfrog-bench`` results as the Markdown tables of docs/performance.md.
 
     python profiling/bench_table.py profiling/results/bench_cpu.json
     python profiling/bench_table.py profiling/results/bench_h200_2026-12-01.jsonl

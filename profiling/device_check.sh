@@ -49,10 +49,10 @@ MEMCHECK='(test_nabla_w or test_fused_update) and 257-33-3- and f32'
 MEMCHECK+=' or (test_nabla_b or test_delta_hidden or test_delta_output or test_bias_activation) and 257-3- and f32'
 MEMCHECK+=' or test_sgd_update and 257 and 33 and f32 or test_elementwise_grid_stride_loop and f32'
 MEMCHECK+=' or (test_forward and tanh-257-33- or test_backward and 257-33-) and f32'
-MEMCHECK+=' or bitwise_sequential_on_the_gpu and 7-2'
+MEMCHECK+=' or bitwise_sequential_on_the_gpu and k2-B7'
 SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32'
 SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
-SHARED+=' or bitwise_sequential_on_the_gpu and 7-2'
+SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
 FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_parallel.py tests/test_graph_tools.py
        tests/test_timeline.py tests/test_train.py tests/test_gradients.py)

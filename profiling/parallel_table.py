@@ -1,4 +1,4 @@
-"""Render runs of ``mpiexec -n P leapfrog-bench --json`` as the Markdown table of the README's
+"""Render runs of ``mpiexec -n P leapfrog-bench --json`` as the Markdown table of docs/performance.md's
 data-parallel benchmark: per configuration, the median over the runs of each run's medians, and the
 smallest and largest run in brackets (runs at different times meet different loads on a shared machine).
 

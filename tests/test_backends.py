@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import NO_GPU, batch
+from helpers import NO_GPU, batch
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
 from leapfrog_gpu.backends import ops_numpy

@@ -1,6 +1,6 @@
-"""Generates the README's table of bad inputs from what the library really answers, and checks it.
+"""Generates the table of bad inputs in docs/bad-input.md from what the library really answers, and checks it.
 
-The table in README.md (between the ``bad-inputs`` markers) must equal what this test generates; run
+The table in docs/bad-input.md (between the ``bad-inputs`` markers) must equal what this test generates; run
 ``LEAPFROG_WRITE_TABLE=1 python -m pytest tests/test_bad_input_table.py`` to rewrite it.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, get_backend, reference
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs/bad-input.md"
 START, END = "<!-- bad-inputs:start -->", "<!-- bad-inputs:end -->"
 SIZES = [4, 6, 3]
 X, Y = np.ones((4, 3)), np.zeros((3, 3))
@@ -85,16 +85,16 @@ def table():
     return "\n".join(["| input | answer |", "| --- | --- |", *(row.replace("\n", " ") for row in rows)])
 
 
-def test_readme_table_is_what_the_library_answers():
+def test_the_table_is_what_the_library_answers():
     generated = table()
-    text = README.read_text()
+    text = PAGE.read_text()
     block = re.compile(re.escape(START) + r"\n(.*?)" + re.escape(END), re.S)
     if os.environ.get("LEAPFROG_WRITE_TABLE") == "1":
-        README.write_text(block.sub(lambda _: f"{START}\n{generated}\n{END}", text))
-        text = README.read_text()
+        PAGE.write_text(block.sub(lambda _: f"{START}\n{generated}\n{END}", text))
+        text = PAGE.read_text()
     found = block.search(text)
-    assert found, f"README.md has no {START} ... {END} block"
-    assert found.group(1) == generated + "\n", "README's bad-input table is stale: rerun with LEAPFROG_WRITE_TABLE=1"
+    assert found, f"docs/bad-input.md has no {START} ... {END} block"
+    assert found.group(1) == generated + "\n", "docs/bad-input.md is stale: rerun with LEAPFROG_WRITE_TABLE=1"
 
 
 def test_every_row_is_accepted_or_a_clear_error():

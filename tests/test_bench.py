@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from helpers import bench_table, render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools import bench, traffic
 from leapfrog_gpu.backends import cuda_available
@@ -21,18 +22,8 @@ TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1
 def report(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bench")
     argv = TINY + ["--no-torch", "--json", str(folder / "r.json"), "--plot", str(folder / "r.png")]
-    stdout = _run_main(argv)
+    stdout = run_bench(argv)
     return stdout, json.loads((folder / "r.json").read_text()), (folder / "r.png").read_bytes()
-
-
-def _run_main(argv):
-    import io
-    from contextlib import redirect_stdout
-
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert bench.main(argv) == 0
-    return out.getvalue()
 
 
 def test_records_hold_every_field_for_every_configuration(report):
@@ -80,13 +71,13 @@ def test_table_prints_one_row_per_record(report):
 
 
 def test_fused_schedules_in_records_and_table():
-    stdout = _run_main(["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "3", "--k", "2,auto",
+    stdout = run_bench(["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "3", "--k", "2,auto",
                         "--blas-threads", "1", "--repeats", "2", "--warmup", "1", "--no-torch", "--fused"])
     assert "sequential+fused" in stdout and "leapfrog+fused" in stdout and "auto->" in stdout
 
 
 def test_schedules_by_name_include_naumov():
-    stdout = _run_main(["--backend", "numpy", "--sizes", "9", "--layers", "5", "--batch", "2", "--k", "2",
+    stdout = run_bench(["--backend", "numpy", "--sizes", "9", "--layers", "5", "--batch", "2", "--k", "2",
                         "--schedule", "leapfrog,naumov-scan,naumov-jacobi", "--blas-threads", "1", "--repeats", "2",
                         "--warmup", "1", "--no-torch"])
     names = [line.split()[4] for line in stdout.splitlines() if line.strip()[:1].isdigit()]
@@ -102,7 +93,7 @@ def test_plot_is_a_png(report):
 
 def test_torch_anchor_in_the_same_table(capsys):
     pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
-    stdout = _run_main(["--backend", "numpy", "--sizes", "16", "--layers", "3", "--batch", "2", "--k", "2",
+    stdout = run_bench(["--backend", "numpy", "--sizes", "16", "--layers", "3", "--batch", "2", "--k", "2",
                         "--blas-threads", "1", "--repeats", "2", "--warmup", "1"])
     row = next(line for line in stdout.splitlines() if "torch-autograd" in line)
     assert "x" in row.split()[-2]  # a speedup against the best sequential configuration
@@ -169,16 +160,16 @@ def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, o
         bench.main(["--backend", "numpy", "--sizes", "24", "--layers", "3", "--batch", "1", option,
                     str(tmp_path / "r.png")])
     assert exit_info.value.code == 2
-    # as the README says it, in a checkout
+    # as docs/training.md says it, in a checkout
     assert f"{option} needs matplotlib: pip install -e '.[plot]'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 
 def test_without_torch_the_anchor_is_skipped_with_the_readmes_install_command(monkeypatch):
     monkeypatch.setattr(bench.torch_anchor, "available", lambda: False)
-    stdout = _run_main(["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--k", "2",
+    stdout = run_bench(["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--k", "2",
                         "--repeats", "1", "--warmup", "0", "--quiet"])
-    # as the README says it, in a checkout
+    # as docs/performance.md says it, in a checkout
     assert "PyTorch anchor skipped: torch does not import (pip install -e '.[torch]')" in stdout.splitlines()
 
 
@@ -188,7 +179,7 @@ def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
     argv = ["--backend", "numpy", "--sizes", "24", "--layers", "4", "--batch", "3", "--k", "1,2,auto",
             "--blas-threads", "1", "--repeats", "3", "--warmup", "1", "--no-torch", "--json", str(tmp_path / "r.json"),
             "--jsonl", str(tmp_path / "r.jsonl"), "--timeline", str(tmp_path / "t.png")]
-    stdout = _run_main(argv)
+    stdout = run_bench(argv)
     records = json.loads((tmp_path / "r.json").read_text())["records"]
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert lines[0]["command"] == "leapfrog-bench " + " ".join(argv) and "machine" in lines[0]
@@ -211,7 +202,7 @@ def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
     assert all("worker time overlapping main" in line and "backward x" in line for line in printed)
     twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
     twice.write_text((tmp_path / "r.jsonl").read_text() * 2)
-    out = _bench_table(twice)
+    out = bench_table(twice)
     assert out.count("Command: `leapfrog-bench --backend numpy --sizes 24") == 2 and out.count("\nTimeline") == 2
     rows = [line for line in out.splitlines() if line.startswith("| ") and line.count("|") == 10]
     assert len(rows) == 2 * (1 + 3) and rows[1].startswith("| sequential | 0 | 1 |")  # a header and 3 rows, twice
@@ -224,7 +215,7 @@ def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
     argv = ["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "2", "--k", "2", "--blas-threads", "1",
             "--repeats", "3", "--warmup", "1", "--no-torch", "--graph", "--jsonl", str(tmp_path / "r.jsonl"),
             "--timeline", str(tmp_path / "t.png")]
-    stdout = _run_main(argv)
+    stdout = run_bench(argv)
     records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()][1:]
     assert [(r["schedule"], r["graph"]) for r in records] == [("sequential", False), ("leapfrog", False),
                                                               ("sequential", True), ("leapfrog", True)]
@@ -330,26 +321,8 @@ def test_schedules_are_listed_by_name():
     assert takes_k and cls(3).k == 3
 
 
-def render_table(report, tmp_path):
-    """What profiling/bench_table.py prints for ``report`` (a --json file's content), and its data rows."""
-    path = tmp_path / "r.json"
-    path.write_text(json.dumps(report))
-    out = _bench_table(path)
-    return out, [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
-
-
 def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
     """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
     out, rows = render_table(report[1], tmp_path)
     assert len(rows) == len(report[1]["records"])
     assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 17 for row in rows)
-
-
-def _bench_table(path):
-    """The output of profiling/bench_table.py on ``path`` (a --json or --jsonl file)."""
-    import subprocess
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parent.parent / "profiling" / "bench_table.py"
-    return subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=60,
-                          check=True).stdout

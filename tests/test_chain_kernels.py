@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 import cuda_cpu
+from helpers import CpuDevice, gpu_device_or_skip, mutant
 from leapfrog_gpu import reference
 from leapfrog_gpu.backends import launch, ops_cuda
 from leapfrog_gpu.functions import OUTPUT_ACTIVATIONS
-from test_kernels import CpuDevice, _gpu_or_skip, mutant
 
 DTYPES = (np.float32, np.float64)
 PAIRS = [(1, 1), (2, 31), (33, 257), (257, 33)]  # (n, m): outputs and inputs of the layer
@@ -43,7 +43,7 @@ def cpu():
 @pytest.fixture(scope="module", params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def device(request):
     if request.param == "gpu":
-        device = _gpu_or_skip()
+        device = gpu_device_or_skip()
         device.ops.chain = "kernels"
         return device
     return request.getfixturevalue("cpu")

@@ -11,8 +11,8 @@ import time
 import pytest
 
 import mpirun
+from helpers import assert_bitwise_equal, cli, one_error_line, parameters
 from leapfrog_gpu.tools import bench, checkpoint
-from test_train import assert_bitwise_equal, cli, one_error_line, parameters
 
 pytestmark = mpirun.needs_mpi
 
@@ -184,7 +184,7 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
         assert r["speedup"] == r["one_ms"]["median"] / r["step_ms"]["median"] > 0
 
     sys.path.insert(0, str(mpirun.ROOT / "profiling"))
-    import parallel_table  # the README's table: the median over runs, and their range
+    import parallel_table  # the table of docs/performance.md: the median over runs, and their range
 
     runs = [json.loads(report.read_text()) for _ in range(3)]
     for run, step in zip(runs, (3.0, 1.0, 2.5)):

@@ -1,4 +1,4 @@
-"""The CuPy backend's own code on the CPU, through the CuPy stand-in (tests/fake_cupy.py), under each
+"""The CuPy backend's own code on the CPU, through the CuPy stand-in (tests/fake_cupy), under each
 order in which it interleaves its queues: nothing runs until the host blocks, kernels are the real
 ``kernels/*.cu`` on the CPU harness. Training steps, backprop, feedforward, Naumov, autotune, timing
 and the bench agree with the reference there; and each hazard a review of the GPU path against CuPy
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import batch
+from helpers import batch, batch_id, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, autotune, reference
 from leapfrog_gpu.backends import timing
 
@@ -41,8 +41,8 @@ def reference_gradients(weights, biases, x, y, net):
 # -- the library on the stand-in -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), NaumovScan(k=2), NaumovJacobi(k=3)], ids=repr)
-@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("size", [1, 4], ids=batch_id)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), NaumovScan(k=2), NaumovJacobi(k=3)], ids=schedule_id)
 def test_gradients_match_the_reference(backend, size, schedule):
     x, y = batch(SIZES, size)
     with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as net:
@@ -61,7 +61,7 @@ def test_feedforward_matches_the_reference(backend):
         np.testing.assert_allclose(net.feedforward(x).get(), want, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("size", [1, 4], ids=batch_id)
 def test_training_steps_agree_bitwise_across_schedules(backend, size):
     nets = {s: MLP(SIZES, seed=3, backend=backend) for s in
             (Sequential(), Leapfrog(2), Leapfrog(3, fused=True), Sequential(fused=True), NaumovScan(k=2))}
@@ -329,7 +329,7 @@ def test_nvtx_falls_back_when_cupy_was_built_without_it(standin, monkeypatch):
 def test_the_main_stream_has_the_highest_priority_and_workers_the_lowest(standin, monkeypatch, priorities):
     from leapfrog_gpu.backends.cuda import CupyBackend
 
-    monkeypatch.setattr(standin, "PRIORITY_RANGE", priorities)
+    monkeypatch.setattr(standin.streams, "PRIORITY_RANGE", priorities)  # where Stream reads it
     least, greatest = priorities
     with CupyBackend() as backend:
         assert backend.main.priority == greatest

@@ -1,4 +1,4 @@
-"""Graph mode on the CuPy backend, in CI: on the CuPy stand-in (tests/fake_cupy.py) under each of its
+"""Graph mode on the CuPy backend, in CI: on the CuPy stand-in (tests/fake_cupy) under each of its
 orders. Its kernels are the real ones on the CPU harness; its stream capture refuses what CuPy refuses
 (cuBLAS, host transfers, synchronization) and allocations too; its graphs replay their nodes in an
 adversarial order that respects only the captured edges, and its pool catches memory freed under them.
@@ -20,9 +20,8 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 
-from conftest import batch, gpu
+from helpers import assert_graph_steps_follow_the_reference, batch, batch_id, gpu, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, NaumovScan, Sequential, reference
-from test_graphs import assert_graph_steps_follow_the_reference
 
 SIZES = [7, 13, 5, 11, 3]
 
@@ -69,9 +68,9 @@ def train(net, schedule, size, graph, steps=5, dtype=np.float32):
     return taken
 
 
-@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("size", [1, 4], ids=batch_id)
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(3, fused=True), Sequential(fused=True)],
-                         ids=repr)
+                         ids=schedule_id)
 def test_graph_steps_are_bitwise_eager_steps_on_the_chain_kernels(standin, captures, schedule, size):
     with cupy_backend(chain="kernels") as cuda:
         want = train(MLP(SIZES, seed=4, backend=cuda), schedule, size, graph=False)
@@ -83,7 +82,7 @@ def test_graph_steps_are_bitwise_eager_steps_on_the_chain_kernels(standin, captu
         assert all(np.array_equal(p, q) for p, q in zip(a, b)), f"graph step {step} differs from the eager one"
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=schedule_id)
 def test_graph_steps_follow_the_reference(standin, schedule):
     with cupy_backend() as cuda, MLP(SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:
         assert_graph_steps_follow_the_reference(net, schedule, 3)
@@ -170,12 +169,13 @@ def test_eta_changes_without_a_new_capture(standin, captures):
 
 
 def test_check_finite_refuses_the_update_without_a_host_round_trip(standin, captures):
-    with cupy_backend() as cuda, MLP(SIZES, dtype="float64", backend=cuda, check_finite=True) as net:
+    with cupy_backend() as cuda, MLP(SIZES, dtype="float64", backend=cuda, check_finite=True,
+                                     output_activation="identity") as net:
         x, y = batch(SIZES, 3)
         net.sgd_step(x, y, 0.1, Sequential(), graph=True)
         weights, biases = host(net.weights), host(net.biases)
         broken = [w.copy() for w in weights]
-        broken[1][2, 3] = np.nan
+        broken[-1][...] = np.finfo(np.float64).max  # finite, but z^L = w^L a^{L-1} + b^L overflows: nabla_w is Inf
         net.set_parameters(broken, biases)
         start = len(standin.waits())
         net.sgd_step(x, y, 0.1, Sequential(), graph=True)
@@ -267,9 +267,9 @@ GPU_SIZES = [33, 257, 31, 64, 129, 10]
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("size", [1, 7, 32])
+@pytest.mark.parametrize("size", [1, 7, 32], ids=batch_id)
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(3, fused=True),
-                                      Leapfrog(len(GPU_SIZES) + 1)], ids=repr)
+                                      Leapfrog(len(GPU_SIZES) + 1)], ids=schedule_id)
 def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(schedule, size):
     """CUDA graphs replayed 20 times, eta changing: bitwise the eager steps on the same kernels."""
     from leapfrog_gpu.backends.cuda import CupyBackend
@@ -287,7 +287,7 @@ def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(sch
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True)], ids=schedule_id)
 def test_graph_steps_on_the_gpu_follow_the_reference(schedule):
     """On a backend whose eager chain is cuBLAS (which CuPy cannot capture), in float64."""
     from leapfrog_gpu.backends.cuda import CupyBackend

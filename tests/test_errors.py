@@ -105,7 +105,7 @@ def test_unknown_backend_name():
 
 
 def test_set_parameters_checks_shapes(net):
-    with pytest.raises(ValueError, match=r"weights\[0\] must have shape \(6, 4\)"):
+    with pytest.raises(ValueError, match=r"weights of layer 2 must have shape \(6, 4\); got \(4, 6\)"):
         net.set_parameters([np.zeros((4, 6)), np.zeros((3, 6))], [np.zeros(6), np.zeros(3)])
     with pytest.raises(ValueError, match="biases must list 2 arrays"):
         net.set_parameters(net.weights, [np.zeros(6)])

@@ -1,22 +1,15 @@
 """Faults: errors on any stream surface at the caller within bounded time; a failed or refused step
 leaves the parameters as they were, and the next step works."""
 
-import types
-
 import numpy as np
 import pytest
 
-from conftest import batch
+from helpers import batch, patched_ops
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
 SIZES = [6, 9, 7, 5, 4]
-
-
-def patched_ops(**replacements):
-    namespace = {name: getattr(ops_numpy, name) for name in dir(ops_numpy) if not name.startswith("_")}
-    return types.SimpleNamespace(**{**namespace, **replacements})
 
 
 def params(net):

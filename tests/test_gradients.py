@@ -5,11 +5,12 @@ import itertools
 import numpy as np
 import pytest
 
-from conftest import batch, to_numpy
+from helpers import batch, batch_id, layer_names, schedule_id, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 from leapfrog_gpu.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 
 SIZES = [7, 13, 5, 11, 3]
+GRADIENTS = layer_names(len(SIZES), "nabla_b", "nabla_w")
 H = 1e-6  # central differences: truncation O(h^2) ~ 1e-12, rounding O(eps / h) ~ 1e-10
 
 
@@ -44,9 +45,9 @@ OUTPUTS = [("quadratic", output) for output in OUTPUT_ACTIVATIONS] + [("cross_en
 """Every cost with every output activation it accepts."""
 
 
+@pytest.mark.parametrize("size", [1, 5], ids=batch_id)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("cost,output_activation", OUTPUTS)
-@pytest.mark.parametrize("size", [1, 5])
 def test_sequential_matches_finite_differences(activation, cost, output_activation, size):
     x, y = batch(SIZES, size, seed=size)
     with MLP(SIZES, activation=activation, cost=cost, dtype="float64", seed=3, backend="numpy",
@@ -56,13 +57,13 @@ def test_sequential_matches_finite_differences(activation, cost, output_activati
         biases = [b.copy() for b in net.biases]
         kind = dict(activation=activation, cost=cost, output_activation=output_activation)
     fd_b, fd_w = finite_differences(weights, biases, x, y, **kind)
-    for got, want in zip(nabla_b + nabla_w, fd_b + fd_w):
-        assert relative_error(got, want) < 1e-6
+    for name, got, want in zip(GRADIENTS, nabla_b + nabla_w, fd_b + fd_w):
+        assert relative_error(got, want) < 1e-6, f"{name}: relative error {relative_error(got, want):.3g}"
 
 
 @pytest.mark.parametrize("activation,cost", list(itertools.product(ACTIVATIONS, COSTS)))
 @pytest.mark.parametrize("dtype,rtol", [("float32", 1e-5), ("float64", 1e-12)])
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_backends_match_reference(backend_name, activation, cost, dtype, rtol, schedule):
     """Both backends against the float64 reference; on the GPU this checks the CUDA kernels.
 
@@ -77,8 +78,9 @@ def test_backends_match_reference(backend_name, activation, cost, dtype, rtol, s
         biases = [to_numpy(b).astype(np.float64) for b in net.biases]
         kind = dict(activation=activation, cost=cost, output_activation=net.output_activation)
     want_b, want_w = reference.backprop(weights, biases, x, y, **kind)
-    for got, want in zip(nabla_b + nabla_w, want_b + want_w):
-        assert relative_error(to_numpy(got), want) <= rtol
+    for name, got, want in zip(GRADIENTS, nabla_b + nabla_w, want_b + want_w):
+        error = relative_error(to_numpy(got), want)
+        assert error <= rtol, f"{name}: relative error {error:.3g} against the reference"
 
 
 def test_feedforward_matches_reference(backend_name):

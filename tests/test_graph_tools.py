@@ -6,10 +6,8 @@ import sys
 
 import pytest
 
-from conftest import gpu
+from helpers import SMALL, assert_bitwise_equal, cli, gpu, one_error_line, parameters, render_table, run_bench
 from leapfrog_gpu.tools import bench
-from test_bench import _run_main, render_table
-from test_train import SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 
 
 @pytest.mark.parametrize("schedule", [["--schedule", "leapfrog"], ["--schedule", "sequential", "--fused"]])
@@ -33,7 +31,7 @@ def test_training_with_graph_says_so_and_stops_on_a_non_finite_gradient(tmp_path
 @pytest.fixture(scope="module")
 def graph_report(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "r.json"
-    stdout = _run_main(["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "1,3", "--k", "1,2",
+    stdout = run_bench(["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "1,3", "--k", "1,2",
                         "--schedule", "leapfrog,naumov-jacobi", "--blas-threads", "1", "--repeats", "3",
                         "--warmup", "1", "--no-torch", "--graph", "--json", str(path)])
     return stdout, json.loads(path.read_text())

@@ -12,23 +12,16 @@ import functools
 import numpy as np
 import pytest
 
-from conftest import batch, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from helpers import (assert_graph_steps_follow_the_reference, assert_same, batch, batch_id, chaos_catches, chaos_suite,
+                     eta, layer_names, patched_ops, same, schedule_id)
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
 from leapfrog_gpu.schedules import Schedule
-from test_chaos import chaos_catches, chaos_suite
-from test_faults import patched_ops
-from test_schedules import same
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5
 STEPS = 50
-
-
-def eta(step):
-    """A learning rate that changes every step: a graph must read the current one, not its first."""
-    return 0.5 * (1 + step % 3) / 3
 
 
 def snapshot_steps(net, backend, schedule, size, graph, steps=STEPS, dtype="float32"):
@@ -71,8 +64,8 @@ def eager_steps(schedule, size):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("size", [1, 7])
-@pytest.mark.parametrize("schedule", list(schedules()), ids=repr)
+@pytest.mark.parametrize("size", [1, 7], ids=batch_id)
+@pytest.mark.parametrize("schedule", list(schedules()), ids=lambda schedule: f"L{len(SIZES)}-{schedule_id(schedule)}")
 def test_graph_steps_are_bitwise_the_eager_steps(schedule, size, mode):
     """50 steps, eta changing every step, captured once and replayed 49 times."""
     with NumpyBackend(**MODES[mode]) as backend:
@@ -80,25 +73,11 @@ def test_graph_steps_are_bitwise_the_eager_steps(schedule, size, mode):
         got = snapshot_steps(net, backend, schedule, size, graph=True)
         assert len(net._plans[size].graphs) == 1
     for step, (a, b) in enumerate(zip(eager_steps(schedule, size), got)):
-        equal = same(a, b)
-        assert equal, f"{schedule!r}, B = {size}, {mode}: graph step {step} differs from the eager step"
+        assert_same(b, a, layer_names(len(SIZES), "w", "b"), f"{schedule!r}, B = {size}, {mode}: graph step {step}",
+                    against="the eager step")
 
 
-def assert_graph_steps_follow_the_reference(net, schedule, size, rtol=1e-12, steps=4):
-    """``steps`` graph steps of ``net`` (float64, tanh, quadratic cost), eta changing every step, against
-    SGD written out with the plain reference."""
-    weights, biases = [to_numpy(w) for w in net.weights], [to_numpy(b) for b in net.biases]
-    for step in range(steps):
-        x, y = batch(net.sizes, size, seed=step)
-        net.sgd_step(x, y, eta(step), schedule, graph=True)
-        nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
-        weights = [w - eta(step) / size * g for w, g in zip(weights, nabla_w)]
-        biases = [b - eta(step) / size * g for b, g in zip(biases, nabla_b)]
-    for got, want in zip(net.weights + net.biases, weights + biases):
-        np.testing.assert_allclose(to_numpy(got), want, rtol=rtol, atol=rtol / 100)
-
-
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=schedule_id)
 def test_graph_steps_follow_the_reference(schedule):
     with MLP(SIZES, activation="tanh", dtype="float64", seed=2, backend="numpy") as net:
         assert_graph_steps_follow_the_reference(net, schedule, 4)
@@ -116,11 +95,15 @@ def deferred_graph_run(order, schedule, seed=0, graph=True):
         return net.weights + net.biases + nabla_b + nabla_w
 
 
+DEFERRED = layer_names(len(SIZES), "w", "b", "nabla_b", "nabla_w")
+"""The names of what ``deferred_graph_run`` returns."""
+
+
 @pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0)] + [("random", s) for s in range(4)])
 def test_graph_steps_in_every_deferred_order_match_sequential(order, seed):
     want = deferred_graph_run("main-first", Sequential(), graph=False)
     for schedule in (Leapfrog(2), Leapfrog(3, fused=True), Leapfrog(1, fused=True)):
-        assert same(deferred_graph_run(order, schedule, seed), want), f"{schedule!r} in order {order} {seed}"
+        assert_same(deferred_graph_run(order, schedule, seed), want, DEFERRED, f"{schedule!r} in order {order} {seed}")
 
 
 def test_graph_steps_equal_sequential_under_chaos(chaos_steps):
@@ -200,7 +183,7 @@ def test_a_fused_worker_waiting_only_for_its_own_delta_is_caught(monkeypatch):
     """The capture is legal (every worker joins and is joined back); the race it holds shows in the
     deferred order that lets workers run first, as in eager mode."""
     want = deferred_graph_run("main-first", Sequential(), graph=False)
-    assert same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want)
+    assert_same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want, DEFERRED, "with every wait")
     monkeypatch.setattr(Schedule, "last_reader", staticmethod(lambda l: l))
     assert not same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want)
 

@@ -22,9 +22,9 @@ a result by a whole term, far outside it.
 import numpy as np
 import pytest
 
-from conftest import NO_GPU
+from helpers import CpuDevice, gpu_device_or_skip, mutant
 from leapfrog_gpu import reference
-from leapfrog_gpu.backends import cuda_available, launch, ops_cuda, ops_numpy
+from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
 from leapfrog_gpu.functions import COSTS, OUTPUT_ACTIVATIONS
 
 import cuda_cpu
@@ -33,22 +33,6 @@ DTYPES = (np.float32, np.float64)
 SIZES = (1, 2, 31, 33, 257)
 BATCHES = (1, 3, 64)
 PAIRS = [(n, m) for n in SIZES for m in SIZES]  # (n, m): square and not
-
-
-class CpuDevice:
-    """CudaOps on the CPU harness; arrays are guarded copies (a page nobody may touch after each)."""
-
-    name = "cpu"
-
-    def __init__(self):
-        self.ops = ops_cuda.CudaOps(cuda_cpu)
-
-    def to_device(self, array):
-        return cuda_cpu.guarded(array)
-
-    def to_host(self, array):
-        assert cuda_cpu.untouched_before(array), "a kernel wrote before the start of an array"
-        return np.array(array)
 
 
 class TwinOps:
@@ -79,30 +63,6 @@ class TwinDevice:
         return np.array(array)
 
 
-class GpuDevice:
-    """CudaOps on CuPy."""
-
-    name = "gpu"
-
-    def __init__(self, cupy):
-        self.cupy = cupy
-        self.ops = ops_cuda.CudaOps(cupy)
-
-    def to_device(self, array):
-        return self.cupy.asarray(array)
-
-    def to_host(self, array):
-        return self.cupy.asnumpy(array)
-
-
-def _gpu_or_skip():
-    if not cuda_available():
-        pytest.skip(NO_GPU)
-    import cupy
-
-    return GpuDevice(cupy)
-
-
 @pytest.fixture(scope="module")
 def cpu():
     if not cuda_cpu.available():
@@ -113,7 +73,7 @@ def cpu():
 @pytest.fixture(scope="module", params=["cpu", "twin", pytest.param("gpu", marks=pytest.mark.gpu)])
 def device(request):
     if request.param == "gpu":
-        return _gpu_or_skip()
+        return gpu_device_or_skip()
     if request.param == "twin":
         return TwinDevice()
     return request.getfixturevalue("cpu")
@@ -422,21 +382,6 @@ def test_nabla_b(device, request, n, batch, dtype):
         return [np.abs(x["delta"]).sum(axis=1)]
 
     check(device, request, run, inputs, expect, magnitude)
-
-
-def mutant(filename, function, old, new, occurrence=0):
-    """kernels/``filename`` with the ``occurrence``-th ``old`` inside the device function ``function``
-    replaced by ``new``."""
-    source = ops_cuda.kernel_source(filename)
-    start = source.index(f"__device__ void {function}(")
-    end = min(i for i in (source.find("template <typename T>", start), source.find("#define LEAPFROG", start)) if i > 0)
-    body = source[start:end]
-    at = -1
-    for _ in range(occurrence + 1):
-        at = body.index(old, at + 1)
-    changed = body[:at] + new + body[at + len(old):]
-    assert changed != body
-    return source[:start] + changed + source[end:]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Naumov's solvers of the backward system (DESIGN.md §4) against the sequential chain (5).
+"""Naumov's solvers of the backward system (docs/naumov.md) against the sequential chain (5).
 
 Tolerances: relative error, per layer, in the Frobenius norm, computed in float64. A product of
 Jacobians rounds differently from the chain (5), so float32 results differ from sequential by a few
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import NO_GPU
+from helpers import NO_GPU, batch_id, case_id
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters, time_backward
@@ -67,8 +67,8 @@ SCHEDULES = {
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("B", [1, 4])
-@pytest.mark.parametrize("L", [2, 3, 4, 5, 8, 17, 33])
+@pytest.mark.parametrize("B", [1, 4], ids=batch_id)
+@pytest.mark.parametrize("L", [2, 3, 4, 5, 8, 17, 33], ids=lambda L: case_id(L=L))
 @pytest.mark.parametrize("name", list(SCHEDULES))
 def test_matches_sequential(backend, name, L, B, dtype):
     sizes = odd_sizes(L)

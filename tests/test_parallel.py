@@ -13,7 +13,7 @@ import pytest
 
 import mpi_cases
 import mpirun
-from conftest import batch, gpu, install_standin, to_numpy
+from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, parallel, reference
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -162,7 +162,7 @@ def test_every_rank_must_build_the_same_network():
 
 
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(1), Leapfrog(3), NaumovScan(k=2), NaumovJacobi(k=2)],
-                         ids=repr)
+                         ids=schedule_id)
 @pytest.mark.parametrize("bucket_bytes", [0, 500, 10**9])
 def test_two_mirrored_ranks_against_the_reference(schedule, bucket_bytes):
     comm = Mirror(bucket_bytes=bucket_bytes)
@@ -249,7 +249,7 @@ def deferred_run(order, schedule, seed=0):
 
 
 @pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0)] + [("random", s) for s in range(4)])
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_every_interleaving_with_all_waits_is_right(order, seed, schedule):
     assert deferred_run(order, schedule, seed)
 
@@ -265,14 +265,14 @@ def test_chaos_with_all_waits_is_right():
             assert relative_error(net.weights + net.biases, want) < 1e-12
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_a_sum_that_does_not_wait_for_its_gradients_is_caught(monkeypatch, schedule):
     """Without 'the communication stream waits G_l', it sums the buffer before (6)(7) write it."""
     monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, stream, l: None)
     assert not deferred_run("workers-first", schedule)
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_an_update_that_does_not_wait_for_the_sums_is_caught(monkeypatch, schedule):
     """Without 'the main stream waits R', the update reads gradients not yet summed."""
     monkeypatch.setattr(Reducer, "join", lambda self: None)
@@ -459,7 +459,7 @@ def cupy_backend(fake, workers_first=True):
     return backend
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_nccl_on_the_standin_against_the_reference(standin, schedule):
     with cupy_backend(standin) as backend:
         assert nccl_run(backend, schedule, ranks=2)
@@ -469,14 +469,14 @@ def test_nccl_on_the_standin_against_the_reference(standin, schedule):
     assert comm.is_non_blocking and comm.ptr not in others
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_nccl_sums_that_do_not_wait_for_their_gradients_are_caught(monkeypatch, schedule):
     monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, stream, l: None)
     with cupy_backend(install_standin(monkeypatch, "workers-first")) as backend:
         assert not nccl_run(backend, schedule, ranks=2)
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_an_update_that_does_not_wait_for_nccl_is_caught(monkeypatch, schedule):
     monkeypatch.setattr(Reducer, "join", lambda self: None)
     with cupy_backend(install_standin(monkeypatch, "main-first")) as backend:
@@ -485,8 +485,8 @@ def test_an_update_that_does_not_wait_for_nccl_is_caught(monkeypatch, schedule):
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
-@pytest.mark.parametrize("size", [1, 64])
+@pytest.mark.parametrize("size", [1, 64], ids=batch_id)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_nccl_one_rank_on_the_gpu(schedule, size):
     """NCCL with one rank: the sum is the buffer itself, and the update divides by the whole batch."""
     from leapfrog_gpu.backends.cuda import CupyBackend

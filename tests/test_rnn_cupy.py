@@ -67,7 +67,7 @@ def test_training_steps_agree_bitwise_across_bptt_and_leapfrog(backend):
 
 def test_missing_read_after_write_wait_is_caught_on_the_standin(monkeypatch):
     """In the stand-in's workers-first order a worker that does not wait for E_l reads delta^l too early."""
-    from conftest import install_standin
+    from helpers import install_standin
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     install_standin(monkeypatch, "workers-first")

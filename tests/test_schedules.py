@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from conftest import batch, gpu, to_numpy
+from helpers import assert_same, batch, batch_id, case_id, case_ids, gpu, layer_names, same
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.schedules import Schedule
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -24,38 +24,43 @@ def cases():
                 yield L, k, size
 
 
+CASES = list(cases())
+FUSED_CASES = [(L, k, size) for L, k, size in CASES if k <= 4]
+
+
 def train_pair(sizes, schedule, backend, size, dtype="float32", steps=STEPS):
     """Train two identical networks, one Sequential and one under ``schedule``; compare every step.
 
-    The plain schedule is the reference even when ``schedule`` fuses the update into (7).
+    The plain schedule is the reference even when ``schedule`` fuses the update into (7). A failure
+    names the step and the array: ``step 3: nabla_w[5] differs from the reference: ...``.
     """
+    gradients, parameters = layer_names(len(sizes), "nabla_b", "nabla_w"), layer_names(len(sizes), "w", "b")
     sequential = MLP(sizes, dtype=dtype, seed=11, backend=backend)
     leapfrog = MLP(sizes, dtype=dtype, seed=11, backend=backend)
     for step in range(steps):
         x, y = batch(sizes, size, seed=step, dtype=dtype)
         want_b, want_w = sequential.backprop(x, y, Sequential())
         got_b, got_w = leapfrog.backprop(x, y, schedule)
-        for want, got in zip(want_b + want_w, got_b + got_w):
-            assert np.array_equal(to_numpy(want), to_numpy(got)), f"gradients differ at step {step}"
+        assert_same(got_b + got_w, want_b + want_w, gradients, f"step {step}")
         sequential.sgd_step(x, y, ETA, Sequential())
         leapfrog.sgd_step(x, y, ETA, schedule)
-    for want, got in zip(sequential.weights + sequential.biases, leapfrog.weights + leapfrog.biases):
-        assert np.array_equal(to_numpy(want), to_numpy(got)), "parameters differ after training"
+    assert_same(leapfrog.weights + leapfrog.biases, sequential.weights + sequential.biases, parameters,
+                f"after {steps} steps")
 
 
-@pytest.mark.parametrize("L,k,size", list(cases()))
+@pytest.mark.parametrize("L,k,size", CASES, ids=case_ids(CASES))
 def test_leapfrog_is_bitwise_sequential_on_host_threads(L, k, size):
     with NumpyBackend(mode="threads") as backend:
         train_pair(widths(L, seed=L), Leapfrog(k), backend, size)
 
 
-@pytest.mark.parametrize("L,k,size", [(L, k, size) for L, k, size in cases() if k <= 4])
+@pytest.mark.parametrize("L,k,size", FUSED_CASES, ids=case_ids(FUSED_CASES))
 def test_fused_leapfrog_is_bitwise_sequential_on_host_threads(L, k, size):
     with NumpyBackend(mode="threads") as backend:
         train_pair(widths(L, seed=L + 1), Leapfrog(k, fused=True), backend, size, steps=20)
 
 
-@pytest.mark.parametrize("size", [1, 7])
+@pytest.mark.parametrize("size", [1, 7], ids=batch_id)
 def test_fused_update_streams_wide_layers_through_scratch(size):
     """Layers wider than the scratch block go through it in several row blocks, still bitwise."""
     with NumpyBackend(mode="threads") as backend:
@@ -65,8 +70,8 @@ def test_fused_update_streams_wide_layers_through_scratch(size):
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("k", [1, 2, 3, 8])
-@pytest.mark.parametrize("size", [1, 7, 64])
+@pytest.mark.parametrize("size", [1, 7, 64], ids=batch_id)
+@pytest.mark.parametrize("k", [1, 2, 3, 8], ids=lambda k: case_id(k=k))
 def test_leapfrog_is_bitwise_sequential_on_the_gpu(k, size):
     from leapfrog_gpu.backends.cuda import CupyBackend
 
@@ -86,7 +91,10 @@ def run_traced(L, k, schedule):
         return list(backend.trace)
 
 
-@pytest.mark.parametrize("L,k", [(6, 1), (6, 2), (6, 3), (4, 7)])
+TRACED = [(6, 1), (6, 2), (6, 3), (4, 7)]  # L, k
+
+
+@pytest.mark.parametrize("L,k", TRACED, ids=case_ids(TRACED))
 def test_trace_of_a_leapfrog_step(L, k):
     trace = run_traced(L, k, Leapfrog(k))
     first_update = trace.index(("main", "start", "update[2]"))
@@ -114,7 +122,7 @@ def test_a_huge_k_creates_only_the_workers_it_uses():
         want = net.backprop(x, y, Sequential())
         got = net.backprop(x, y, Leapfrog(10**9))
         assert len(backend._workers) == len(sizes) + 1  # layers 2..L go to workers 2..L
-    assert all(np.array_equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
+    assert_same(got[0] + got[1], want[0] + want[1], layer_names(len(sizes), "nabla_b", "nabla_w"), "k = 10**9")
 
 
 def test_trace_of_a_sequential_step():
@@ -124,7 +132,7 @@ def test_trace_of_a_sequential_step():
     assert ops.index("nabla_w[5]") < ops.index("delta[4]") < ops.index("nabla_w[4]") < ops.index("update[2]")
 
 
-# -- races: each wait of DESIGN.md §2 removed, caught deterministically ---------------------------------
+# -- races: each wait of docs/design.md §2 removed, caught deterministically -----------------------------
 #
 # The deferred host backend runs nothing until synchronize(), then interleaves the streams in a fixed
 # order that starves one side for as long as the events allow. Buffers start as NaN, so a read that
@@ -143,21 +151,22 @@ def deferred_run(order, schedule, steps=3, seed=0):
         return net.weights + net.biases + nabla_b + nabla_w
 
 
-def same(got, want):
-    return all(np.array_equal(a, b) for a, b in zip(got, want))
+DEFERRED = layer_names(6, "w", "b", "nabla_b", "nabla_w")
+"""The names of what ``deferred_run`` returns (its network has L = 6 layers)."""
 
 
 @pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0)] + [("random", s) for s in range(5)])
 def test_every_interleaving_with_all_waits_matches_sequential(order, seed):
     want = deferred_run("main-first", Sequential())
-    assert same(deferred_run(order, Leapfrog(3), seed=seed), want)
-    assert same(deferred_run(order, Leapfrog(3, fused=True), seed=seed), want)
+    assert_same(deferred_run(order, Leapfrog(3), seed=seed), want, DEFERRED, f"k3, {order} order, seed {seed}")
+    assert_same(deferred_run(order, Leapfrog(3, fused=True), seed=seed), want, DEFERRED,
+                f"k3-fused, {order} order, seed {seed}")
 
 
 def test_missing_read_after_write_wait_is_caught(monkeypatch):
     """Without 'worker waits E_l', a worker that runs first reads delta^l before it is written."""
     want = deferred_run("main-first", Sequential())
-    assert same(deferred_run("workers-first", Leapfrog(2)), want)
+    assert_same(deferred_run("workers-first", Leapfrog(2)), want, DEFERRED, "with every wait")
     monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
     assert not same(deferred_run("workers-first", Leapfrog(2)), want)
 
@@ -165,7 +174,7 @@ def test_missing_read_after_write_wait_is_caught(monkeypatch):
 def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch):
     """A fused worker must wait for delta^{l-1}, the main stream's last read of w^l, not just E_l."""
     want = deferred_run("main-first", Sequential())
-    assert same(deferred_run("workers-first", Leapfrog(2, fused=True)), want)
+    assert_same(deferred_run("workers-first", Leapfrog(2, fused=True)), want, DEFERRED, "with every wait")
     monkeypatch.setattr(Schedule, "last_reader", staticmethod(lambda l: l))
     assert not same(deferred_run("workers-first", Leapfrog(2, fused=True)), want)
 
@@ -173,7 +182,7 @@ def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch):
 def test_missing_join_is_caught(monkeypatch):
     """Without the join, a main stream that runs first updates w with nabla_w not yet computed."""
     want = deferred_run("main-first", Sequential())
-    assert same(deferred_run("main-first", Leapfrog(2)), want)
+    assert_same(deferred_run("main-first", Leapfrog(2)), want, DEFERRED, "with every wait")
     monkeypatch.setattr(Leapfrog, "join", lambda self, plan: None)
     assert not same(deferred_run("main-first", Leapfrog(2)), want)
 

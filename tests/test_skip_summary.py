@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NO_GPU
+from helpers import NO_GPU
 from leapfrog_gpu.backends import cuda_available
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import NO_GPU, STANDIN_ORDERS, batch, install_standin, to_numpy
+from helpers import NO_GPU, STANDIN_ORDERS, batch, case_id, install_standin, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.backends.timing import Interval, Timeline
@@ -39,7 +39,7 @@ def backend(request, monkeypatch):
 
 def expected_launches(backend, k):
     """(stream, name) of every launch of one unfused SGD step under Leapfrog(k), from the schedule's
-    definition (DESIGN.md §2): eta / B and the chain on main, (6)(7) of layer l on worker l mod k. Host
+    definition (docs/design.md §2): eta / B and the chain on main, (6)(7) of layer l on worker l mod k. Host
     streams copy x and y in by a launch too; CuPy copies without one."""
     main = [("main", "copy_in")] * 2 if backend.name == "numpy" else []
     main += [("main", "eta / B")] + [("main", f"z[{l}]") for l in range(2, L + 1)]
@@ -59,7 +59,7 @@ def stamped_steps(backend, schedule, steps):
         return stamps.intervals()
 
 
-@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 2, 3], ids=lambda k: case_id(k=k))
 def test_every_launch_stamped_once_on_its_stream_in_an_order_the_schedule_allows(backend, k):
     intervals = stamped_steps(backend, Leapfrog(k), steps=3)
     assert backend.timeline is None

@@ -14,32 +14,10 @@ import time
 import numpy as np
 import pytest
 
-from conftest import NO_GPU
+from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools import checkpoint, train
 from leapfrog_gpu.backends import cuda_available
-
-SMALL = ["--hidden", "5x24", "--quiet"]  # digits with a small, odd, deep network: a fast epoch (45 steps)
-
-
-def cli(*args):
-    """Run the command in this process; return its exit status."""
-    try:
-        return train.main([str(arg) for arg in args])
-    except SystemExit as exit:  # argparse exits itself
-        return exit.code
-
-
-def parameters(directory):
-    weights, biases, state = checkpoint.load(directory)
-    return weights + biases, state
-
-
-def assert_bitwise_equal(first, second):
-    assert len(first) == len(second)
-    for a, b in zip(first, second):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        assert a.tobytes() == b.tobytes()
 
 
 def as_meant(text):
@@ -47,14 +25,6 @@ def as_meant(text):
     spaces) joined again, after checking that every line fits 100 columns."""
     assert all(len(line) <= 100 for line in text.splitlines()), text
     return text.replace("\n  ", " ")
-
-
-def one_error_line(capsys):
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("leapfrog-train: error: ") and "Traceback" not in err
-    return lines[0]
 
 
 # -- what it computes ---------------------------------------------------------------------------------

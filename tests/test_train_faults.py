@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import assert_bitwise_equal, cli, one_error_line, parameters
 from leapfrog_gpu.tools import checkpoint, train
-from test_train import assert_bitwise_equal, cli, one_error_line, parameters
 
 TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", "3x32", "--samples", "20000",
            "--batch-size", "8", "--lr", "0.01"]  # about a second an epoch

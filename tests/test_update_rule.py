@@ -9,7 +9,7 @@ from the plain reference's.
 import numpy as np
 import pytest
 
-from conftest import STANDIN_ORDERS, batch, install_standin, to_numpy
+from helpers import STANDIN_ORDERS, batch, batch_id, install_standin, layer_names, schedule_id, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.backends.host import ORDERS, NumpyBackend
 
@@ -39,8 +39,8 @@ def host(arrays):
     return [to_numpy(array) for array in arrays]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
-@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("size", [1, 4], ids=batch_id)
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)
 def test_sgd_step_is_w_minus_eta_over_b_times_nabla_w(backend, schedule, size):
     x, y = batch(SIZES, size, seed=size)
     with MLP(SIZES, activation="tanh", dtype="float64", seed=2, backend=backend) as net:
@@ -52,6 +52,6 @@ def test_sgd_step_is_w_minus_eta_over_b_times_nabla_w(backend, schedule, size):
     params = weights + biases
     from_backprop = [p - ETA / size * g for p, g in zip(params, host(nabla_w + nabla_b))]
     from_reference = [p - ETA / size * g for p, g in zip(params, want_w + want_b)]
-    for layer, (g, a, b) in enumerate(zip(got, from_backprop, from_reference)):
-        np.testing.assert_allclose(g, a, rtol=1e-13, atol=1e-15, err_msg=f"parameter {layer} against backprop")
-        np.testing.assert_allclose(g, b, rtol=1e-10, atol=1e-13, err_msg=f"parameter {layer} against the reference")
+    for name, g, a, b in zip(layer_names(len(SIZES), "w", "b"), got, from_backprop, from_reference):
+        np.testing.assert_allclose(g, a, rtol=1e-13, atol=1e-15, err_msg=f"step 1: {name} against backprop's")
+        np.testing.assert_allclose(g, b, rtol=1e-10, atol=1e-13, err_msg=f"step 1: {name} against the reference")

@@ -1,5 +1,5 @@
 """Summing a gradient buffer across processes on the communication stream: MPI for host arrays, NCCL
-for device arrays (DESIGN.md §9).
+for device arrays (docs/design.md §5).
 
 An engine is a callable ``engine(array)`` that replaces the contiguous 1-D ``array`` by its sum over
 every rank, in place. The library calls it inside ``backend.launch(backend.comm_stream(), ...)``: on

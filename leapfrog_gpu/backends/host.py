@@ -125,9 +125,7 @@ class NumpyBackend:
         self._pending = 0
         self._error = None
         self._closed = False
-        self._limiter = None
-        if blas_threads is not None:
-            self._limiter = threadpoolctl.threadpool_limits(limits=blas_threads, user_api="blas")
+        self._limiter = None if blas_threads is None else threadpoolctl.threadpool_limits(blas_threads, user_api="blas")
         self._streams = []
         self.main = self._new_stream("main")
         self._workers = []

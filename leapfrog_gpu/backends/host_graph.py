@@ -1,4 +1,4 @@
-"""Capture and replay on host streams: what a CUDA graph is to CUDA streams (DESIGN.md §8).
+"""Capture and replay on host streams: what a CUDA graph is to CUDA streams (docs/design.md §4).
 
 While a capture is open on a ``NumpyBackend``, what is enqueued on the origin stream, and on every
 stream that joins the capture, is recorded instead of run: each stream's operations, records and waits,

@@ -5,7 +5,7 @@ repeats (median, p20, p80; the configurations take turns, so that load drifting 
 shifts them alike): the SGD step and the backward pass for every schedule; the forward pass;
 and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own, with the ops the
 schedules run (``xp.matmul`` for (2) and (5), ``ops.nabla_w`` for (7)). Beside the measured saving of
-a pass it prints the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (DESIGN.md §1).
+a pass it prints the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1).
 
 Anchors measured in the same run: the best sequential configuration (on the CPU, the fastest BLAS
 setting, all cores included, on one stream), PyTorch eager autograd when ``torch`` imports (at its

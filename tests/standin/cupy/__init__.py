@@ -1,5 +1,5 @@
 """``import cupy`` resolves here when ``tests/standin`` and ``tests`` are on ``sys.path``: the CuPy
-stand-in of ``tests/fake_cupy.py``, for commands run in a subprocess (``PYTHONPATH=tests/standin:tests``).
+stand-in of ``tests/fake_cupy``, for commands run in a subprocess (``PYTHONPATH=tests/standin:tests``).
 ``LEAPFROG_STANDIN_ORDER`` (``main-first``, ``workers-first``, ``random``) and
 ``LEAPFROG_STANDIN_SEED`` choose how its queues interleave.
 """

@@ -1,0 +1,152 @@
+"""The documents hold together: the README stays a front door, and no reference points at nothing.
+
+Every ``*.py``, ``*.md``, ``*.sh``, ``*.cu``, ``*.h`` and ``*.toml`` file of the repository (outside
+``.git`` and virtual environments) is read for names of Markdown files, which must exist relative to
+the repository root or to the referring file; a ``docs/design.md §n`` must name a ``## n.`` section of
+it. In Markdown files every relative link must reach a file from the linking file's own folder (as a
+repository browser resolves it), and a ``#fragment`` must be a heading of the target.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README_LINES = 200
+SUFFIXES = (".py", ".md", ".sh", ".cu", ".h", ".toml")
+SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".hypothesis", "build", "dist"}
+DESIGN = "docs/design.md"
+
+MD_NAME = re.compile(r"(?<![\w./-])((?:\.\.?/)*(?:[\w-][\w.-]*/)*[\w-][\w.-]*\.md)(?![\w-])")
+"""A Markdown file's name in any text: ``README.md``, ``docs/design.md``, ``../kernels/README.md``; not a
+pattern (``*.md``) nor the tail of a URL."""
+SECTION = re.compile(re.escape(DESIGN) + r"\s*§\s*(\d+)")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def scanned_files(root=ROOT):
+    """The files whose references are checked, in a stable order."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        parts = path.relative_to(root).parts
+        if any(part in SKIPPED_DIRS or part.endswith(".egg-info") for part in parts[:-1]):
+            continue
+        if any((root.joinpath(*parts[:i]) / "pyvenv.cfg").exists() for i in range(1, len(parts))):
+            continue  # inside a virtual environment
+        if path.is_file() and path.suffix in SUFFIXES:
+            found.append(path)
+    return found
+
+
+def slug(heading):
+    """The fragment a repository browser gives a Markdown heading: lower case, punctuation dropped,
+    spaces turned into hyphens."""
+    text = re.sub(r"[`*_]", "", heading).strip().lower()
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+
+
+def headings(path):
+    """The fragments of every heading of the Markdown file ``path`` (a repeated one gets ``-1``, ``-2``)."""
+    fragments, seen, fence = set(), {}, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            continue
+        found = None if fence else HEADING.match(line)
+        if found:
+            base = slug(found.group(2))
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            fragments.add(base if count == 0 else f"{base}-{count}")
+    return fragments
+
+
+def design_sections(root=ROOT):
+    """The numbers of the ``## n.`` sections of docs/design.md."""
+    path = root / DESIGN
+    if not path.is_file():
+        return set()
+    return {int(n) for n in re.findall(r"^## (\d+)\. ", path.read_text(encoding="utf-8"), re.M)}
+
+
+def broken_references(root=ROOT):
+    """Every reference that points at nothing, as ``file:line: what``."""
+    sections = design_sections(root)
+    problems = []
+    for path in scanned_files(root):
+        where = path.relative_to(root).as_posix()
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            at = f"{where}:{number}"
+            for name in MD_NAME.findall(line):
+                if not ((root / name).exists() or (path.parent / name).exists()):
+                    problems.append(f"{at}: names {name}, which is neither at the repository root nor beside {where}")
+            for n in SECTION.findall(line):
+                if int(n) not in sections:
+                    problems.append(f"{at}: cites {DESIGN} §{n}, but {DESIGN} has no '## {n}.' section "
+                                    f"(it has §{', §'.join(map(str, sorted(sections))) or ' none'})")
+            if where == DESIGN:
+                for n in re.findall(r"(?<![\w.])§(\d+)", line):
+                    if int(n) not in sections:
+                        problems.append(f"{at}: cites its own §{n}, which it does not have")
+            if path.suffix == ".md":
+                problems.extend(f"{at}: {problem}" for problem in _link_problems(root, path, line))
+    return problems
+
+
+def _link_problems(root, path, line):
+    for target in LINK.findall(line):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # https:, mailto:
+        file_part, _, fragment = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if file_part and not linked.exists():
+            yield f"links to {target}, but {file_part} is not there relative to {path.relative_to(root).as_posix()}"
+        elif fragment and linked.suffix == ".md" and fragment not in headings(linked):
+            yield f"links to {target}, but {linked.relative_to(root).as_posix()} has no heading #{fragment}"
+
+
+def test_the_readme_is_a_front_door():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_LINES, (
+        f"README.md has {len(lines)} lines, over {README_LINES}: move the detail into docs/ and link to it")
+
+
+def test_design_notes_have_their_six_numbered_sections():
+    assert design_sections() == set(range(1, 7))
+
+
+def test_every_reference_points_at_something():
+    problems = broken_references()
+    assert not problems, f"{len(problems)} references point at nothing:\n" + "\n".join(problems)
+
+
+def test_the_check_finds_what_is_broken(tmp_path):
+    """A tree with one reference of each kind gone wrong: the check names every one of them."""
+    missing = "nowhere" + ".md"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / DESIGN).write_text("# Notes\n\n## 1. One\n\nSee §1 and §3.\n", encoding="utf-8")
+    (tmp_path / "README.md").write_text(
+        f"# T\n\n[ok](docs/design.md#1-one) [gone](docs/{missing}) [bad](docs/design.md#2-two)\n", encoding="utf-8")
+    (tmp_path / "code.py").write_text(f'"""See {DESIGN} §1, {DESIGN} §7 and {missing}."""\n', encoding="utf-8")
+    venv = tmp_path / "venv"
+    (venv / "lib").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("", encoding="utf-8")
+    (venv / "lib" / "x.py").write_text(f"# {missing}\n", encoding="utf-8")  # a virtual environment is not read
+    problems = broken_references(tmp_path)
+    assert len(problems) == 6, "\n".join(problems)
+    expected = [("README.md:3", f"docs/{missing}"), ("README.md:3", "#2-two"),
+                ("code.py:1", f"§7"), ("code.py:1", f"names {missing}"), ("docs/design.md:5", "§3")]
+    for where, what in expected:
+        assert any(p.startswith(where) and what in p for p in problems), (where, what, problems)
+
+
+@pytest.mark.parametrize("heading, fragment", [
+    ("## 3. The host-stream executor", "3-the-host-stream-executor"),
+    ("### `--k auto`", "--k-auto"),
+    ("## When data parallelism pays: an estimate, not a measurement",
+     "when-data-parallelism-pays-an-estimate-not-a-measurement"),
+])
+def test_fragments_are_those_of_a_repository_browser(heading, fragment):
+    assert slug(heading.lstrip("#").strip()) == fragment

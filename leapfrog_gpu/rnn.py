@@ -131,8 +131,11 @@ class RNN:
         ``self.recurrent``, ``self.biases``)."""
         groups = (("weights", weights, self._w, "w", self.layers), ("recurrent", recurrent, self._u, "u", self.hidden),
                   ("biases", biases, self._b, "b", self.layers))
+        checked = []
         for name, given, current, symbol, layers in groups:
-            given = list(given)
+            if isinstance(given, np.ndarray) or not hasattr(given, "__len__"):
+                raise TypeError(f"{name} must be a list of {len(layers)} arrays (layers {layers[0]}..{layers[-1]}); "
+                                f"got {type(given).__name__}")
             if len(given) != len(layers):
                 raise ValueError(f"{name} must list {len(layers)} arrays (layers {layers[0]}..{layers[-1]}); "
                                  f"got {len(given)}")
@@ -141,13 +144,15 @@ class RNN:
                 value = self._host_or_device(what, value)
                 if tuple(value.shape) != current[l].shape:
                     raise ValueError(f"{what} must have shape {current[l].shape}; got {tuple(value.shape)}")
+                with np.errstate(over="ignore"):  # a value beyond the dtype's range becomes Inf, refused below
+                    value = self._module(value).asarray(value, dtype=self.dtype)
                 if not bool(self._module(value).isfinite(value).all()):
-                    raise ValueError(f"{what} contains NaN or Inf")
+                    raise ValueError(f"{what} contains NaN or Inf (as {self.dtype}); every parameter must be finite")
+                checked.append((current[l], value))
         self.backend.synchronize()
         xp = self.backend.xp
-        for _, given, current, _, layers in groups:
-            for l, value in zip(layers, given):
-                current[l][...] = xp.asarray(value, dtype=self.dtype)
+        for target, value in checked:
+            target[...] = xp.asarray(value)
         self.backend.synchronize()
 
     def synchronize(self):
@@ -202,6 +207,7 @@ class RNN:
         results, times = {}, {}
         for name, schedule in resolved.items():
             try:
+                schedule.check(self.sizes, p.tau, p.batch, self.dtype)
                 schedule.backward(p)
             except ValueError as error:
                 results[name] = {"refused": str(error)}
@@ -224,6 +230,7 @@ class RNN:
         x = self._check_x(x)
         y = self._check_y(y, x.shape[0], x.shape[2])
         tau, batch = x.shape[0], x.shape[2]
+        schedule.check(self.sizes, tau, batch, self.dtype)
         p = self._pass(tau, batch)
         backend = self.backend
         if eta is not None:

@@ -58,15 +58,21 @@ class ScanSchedule(RNNSchedule):
     def elements(sizes, tau, B):
         raise NotImplementedError
 
+    def check(self, sizes, tau, B, dtype):
+        """Raise a ValueError naming the bytes needed when the buffers for ``sizes`` at ``tau`` and ``B``
+        would exceed ``memory_limit``: called before anything of the pass is allocated."""
+        needed = self.memory_needed(sizes, tau, B, np.dtype(dtype).itemsize)
+        if needed > self.memory_limit:
+            others = ", ".join(name for name in ("BPTT()", "Leapfrog(k)", "Wavefront()", "TimeScan()")
+                               if not name.startswith(type(self).__name__))
+            raise ValueError(
+                f"{type(self).__name__} needs {needed} bytes ({needed / 2**20:.1f} MiB) for sizes {list(sizes)} at "
+                f"tau={tau}, B={B} ({dtype}), over memory_limit={self.memory_limit} bytes; pass a larger "
+                f"memory_limit, or use {others}")
+
     def _buffers(self, p):
         """This schedule's flat buffers in ``p``: checked against ``memory_limit``, allocated on first use."""
-        itemsize = np.dtype(p.net.dtype).itemsize
-        needed = self.memory_needed(p.net.sizes, p.tau, p.batch, itemsize)
-        if needed > self.memory_limit:
-            raise ValueError(
-                f"{type(self).__name__} needs {needed} bytes ({needed / 2**20:.1f} MiB) for sizes {p.net.sizes} at "
-                f"tau={p.tau}, B={p.batch} ({p.net.dtype}), over memory_limit={self.memory_limit} bytes; pass a "
-                "larger memory_limit, or use BPTT(), Leapfrog(k), Wavefront() or TimeScan()")
+        self.check(p.net.sizes, p.tau, p.batch, p.net.dtype)
         if self.kind not in p.cache:
             sizes = self._sizes(p.net.sizes, p.tau, p.batch)
             p.cache[self.kind] = [p.xp.zeros(size, dtype=p.net.dtype) for size in sizes]

@@ -58,6 +58,9 @@ class RNNSchedule:
         options = ([f"k={self.k}"] if self.k else []) + (["fused=True"] if self.fused else [])
         return f"{type(self).__name__}({', '.join(options)})"
 
+    def check(self, sizes, tau, B, dtype):
+        """Raise before anything of a pass at ``tau`` and ``B`` is allocated if this schedule cannot run it."""
+
     def chain(self, p):
         """Enqueue the solve on the main stream of pass ``p``; yield each layer L, L-1, ..., 2 once its
         delta is complete, counting the dependent rounds in ``p.rounds``."""

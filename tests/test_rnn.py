@@ -244,6 +244,11 @@ def test_set_parameters_round_trips_and_refuses_bad_arrays():
         biases[1][0] = np.nan
         with pytest.raises(ValueError, match=r"biases\[1\] \(b\^3\) contains NaN"):
             net.set_parameters(net.weights, net.recurrent, biases)
+        with RNN([3, 5, 2], backend="numpy") as single, \
+                pytest.raises(ValueError, match=r"recurrent\[0\] \(u\^2\) contains NaN or Inf \(as float32\)"):
+            single.set_parameters(net.weights, [np.full((5, 5), 1e300)], net.biases)
+        with pytest.raises(TypeError, match=r"recurrent must be a list of 1 arrays \(layers 2..2\); got ndarray"):
+            net.set_parameters(net.weights, np.zeros((5, 5)), net.biases)
         with pytest.raises(TypeError, match=r"weights\[0\] \(w\^2\) must hold real numbers"):
             net.set_parameters([np.zeros((5, 3), complex), net.weights[1]], net.recurrent, net.biases)
 

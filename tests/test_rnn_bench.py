@@ -39,3 +39,18 @@ def test_the_profiling_script_writes_its_json(tmp_path):
     report = json.loads(out.read_text())
     assert {row["tau"] for row in report["rows"]} == {4, 5} and report["meta"]["threads"] == 1
     assert "naumov-rnn" in done.stdout
+
+
+def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    status = bench_rnn.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1,2",
+                             "--repeats", "1", "--no-torch", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0 and printed.startswith(bench_rnn.HEADER) and printed.count("\n") == 2 + 2 * 5
+    assert len(json.loads(out.read_text())["rows"]) == 10
+
+
+def test_the_command_refuses_a_bad_option_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench_rnn.main(["--layers", "2"])
+    assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1

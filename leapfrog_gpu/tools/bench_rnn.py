@@ -11,16 +11,22 @@ the GPU cuDNN's) is timed on the same batch and parameters: ``loss.backward()`` 
 pass under autograd.
 """
 
+import argparse
+import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from ..backends import get_backend
+from ..functions import DTYPES
 from ..rnn import RNN
 from ..rnn_scans import DEFAULT_MEMORY_LIMIT, NaumovRNN, TimeScan
 from ..rnn_schedules import BPTT, Wavefront, resolve
 from ..schedules import Leapfrog
+from .cli import Parser, integer, integers
 
 HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<13} {'median ms':>10} {'vs bptt':>8} {'rounds':>7} "
           f"{'flops/bptt':>10}")
@@ -125,3 +131,54 @@ def run(grid, report=print, **options):
             report(format_row(row))
             rows.append(row)
     return rows
+
+
+def parser():
+    """The command line of ``leapfrog-bench --model rnn``."""
+    p = Parser(prog="leapfrog-bench --model rnn", description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=("rnn",), default="rnn", help=argparse.SUPPRESS)
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
+                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
+    p.add_argument("--sizes", type=integers(1, "size"), default=[8, 32, 128], metavar="N[,N...]",
+                   help="widths N of RNN([N] * L) (default 8,32,128)")
+    p.add_argument("--layers", type=integer(3, "--layers"), default=4, metavar="L", help="depth L (default 4)")
+    p.add_argument("--tau", type=integers(1, "sequence length"), default=[16, 64, 256, 1024], metavar="T[,T...]",
+                   help="sequence lengths (default 16,64,256,1024)")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 8], metavar="B[,B...]",
+                   help="batch sizes (default 1,8)")
+    p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
+    p.add_argument("--repeats", type=integer(1, "--repeats"), default=15, metavar="N", help="(default 15)")
+    p.add_argument("--max-gflop", type=float, default=3.0, metavar="G",
+                   help="skip a schedule whose chain does more (default 3)")
+    p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
+                   help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch's nn.RNN")
+    p.add_argument("--json", metavar="FILE", help="write the rows to FILE")
+    return p
+
+
+def main(argv=None):
+    """Run ``leapfrog-bench --model rnn``; return the exit status (0 done, 2 a bad option, 130 Ctrl-C)."""
+    args = parser().parse_args(argv)
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch is not installed: no nn.RNN rows (pip install torch)", file=sys.stderr)
+        else:
+            torch.set_num_threads(args.blas_threads)
+    grid = [(N, tau, B) for N in args.sizes for tau in args.tau for B in args.batch]
+    try:
+        rows = run(grid, L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype, backend=args.backend,
+                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads)
+    except KeyboardInterrupt:
+        print("leapfrog-bench --model rnn: interrupted (SIGINT)", file=sys.stderr)
+        return 130
+    except RuntimeError as error:  # backend 'cupy' without a usable GPU
+        print(f"leapfrog-bench --model rnn: error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps({"argv": sys.argv if argv is None else argv, "rows": rows}, indent=1))
+    return 0

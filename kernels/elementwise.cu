@@ -46,10 +46,10 @@ __device__ void delta_hidden(T* delta, const T* sp, long long size) {
 }
 
 // The SGD step after (6) and (7): param -= scale * nabla, for w (size n*m) and b (size n). The step's
-// controls live in device memory, so that a captured CUDA graph reads the current ones: step[0] is
-// scale = eta / B, and step[1] a refusal, 0 to update and otherwise a code left by check_finite (or a
-// value the host set), in which case nothing is written. Moves 2*size reads (param, nabla) + size
-// writes (param).
+// controls live in device memory, so that a captured CUDA graph reads the current ones: controls[0]
+// is scale = eta / B, and controls[1] a refusal, 0 to update and otherwise a code left by check_finite
+// (or a value the host set), in which case nothing is written. Moves 2*size reads (param, nabla) +
+// size writes (param).
 template <typename T>
 __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
@@ -58,18 +58,18 @@ __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     }
 }
 
-// check_finite: step[1] = code when x holds a NaN or an Inf and step[1] is still 0, so the first
-// gradient found wanting in a step names itself and the updates after it write nothing. Every thread
+// check_finite: controls[1] = code when x holds a NaN or an Inf and controls[1] is still 0, so the
+// first gradient found wanting in a step names itself and the updates after it write nothing. Every thread
 // that finds one writes the same value: no atomics, and the same result in any order. Moves size reads.
 template <typename T>
-__device__ void check_finite(T* step, const T* x, long long size, T code) {
+__device__ void check_finite(T* controls, const T* x, long long size, T code) {
     bool finite = true;
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
          idx += (long long)gridDim.x * blockDim.x) {
         finite = finite && isfinite(x[idx]);
     }
-    if (!finite && step[1] == T(0)) {
-        step[1] = code;
+    if (!finite && controls[1] == T(0)) {
+        controls[1] = code;
     }
 }
 
@@ -85,12 +85,13 @@ __device__ void check_finite(T* step, const T* x, long long size, T code) {
     extern "C" __global__ void delta_hidden_##SUFFIX(T* delta, const T* sp, long long size) {       \
         delta_hidden<T>(delta, sp, size);                                                            \
     }                                                                                                \
-    extern "C" __global__ void sgd_update_##SUFFIX(T* param, const T* nabla, const T* step,         \
+    extern "C" __global__ void sgd_update_##SUFFIX(T* param, const T* nabla, const T* controls,     \
                                                    long long size) {                                 \
-        if (step[1] == T(0)) sgd_update<T>(param, nabla, step[0], size);                             \
+        if (controls[1] == T(0)) sgd_update<T>(param, nabla, controls[0], size);                     \
     }                                                                                                \
-    extern "C" __global__ void check_finite_##SUFFIX(T* step, const T* x, long long size, T code) {  \
-        check_finite<T>(step, x, size, code);                                                        \
+    extern "C" __global__ void check_finite_##SUFFIX(T* controls, const T* x, long long size,       \
+                                                     T code) {                                       \
+        check_finite<T>(controls, x, size, code);                                                    \
     }
 
 LEAPFROG_ELEMENTWISE(float, f32)

@@ -4,8 +4,8 @@
 // The *_sgd variants fuse the SGD update: w -= scale * (delta a^T), so that nabla_w never goes to
 // memory. Each element's product or sum is formed exactly as in the plain kernel and rounded to T
 // before the update, so the result is bitwise that of the plain kernel followed by sgd_update. They
-// take the step's controls as sgd_update does (kernels/elementwise.cu): scale = step[0], and nothing
-// is written when step[1] is not 0.
+// take the step's controls as sgd_update does (kernels/elementwise.cu): scale = controls[0], and
+// nothing is written when controls[1] is not 0.
 //
 // Bytes are given in elements: times 4 (float) or 8 (double); leapfrog_gpu/tools/traffic.py holds the
 // same counts for kernels/README.md. Tuning values come in as -D options from
@@ -82,16 +82,16 @@ __device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, in
         outer<T, false>(nabla_w, delta, a, n, m, T(0));                                              \
     }                                                                                                \
     extern "C" __global__ void outer_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n, int m,   \
-                                                  const T* step) {                                  \
-        if (step[1] == T(0)) outer<T, true>(w, delta, a, n, m, step[0]);                             \
+                                                  const T* controls) {                              \
+        if (controls[1] == T(0)) outer<T, true>(w, delta, a, n, m, controls[0]);                     \
     }                                                                                                \
     extern "C" __global__ void rank_update_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n,  \
                                                     int m, int batch) {                             \
         rank_update<T, false>(nabla_w, delta, a, n, m, batch, T(0));                                 \
     }                                                                                                \
     extern "C" __global__ void rank_update_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n,    \
-                                                        int m, int batch, const T* step) {          \
-        if (step[1] == T(0)) rank_update<T, true>(w, delta, a, n, m, batch, step[0]);                \
+                                                        int m, int batch, const T* controls) {      \
+        if (controls[1] == T(0)) rank_update<T, true>(w, delta, a, n, m, batch, controls[0]);        \
     }
 
 LEAPFROG_NABLA_W(float, f32)

@@ -1,12 +1,15 @@
 """leapfrog_gpu: deep MLPs whose weight gradients leapfrog the backward chain on k streams.
 
-This top level is the library: the network and its buffers (``network``), the schedules of a pass
-(``schedules``, ``naumov``), the recurrent network (``rnn``, ``rnn_pass``, ``rnn_schedules``, ``rnn_scans``,
-``reference_rnn``), the names of activations and costs (``functions``), the checks of given
-parameters (``parameters``) and their way to and from PyTorch (``torch_io``), the plain NumPy reference
-(``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports
-``backends`` (where arrays live and how streams run) and never ``tools`` (the commands built on it):
-imports point downwards only, tools -> library -> backends.
+This top level is the library: the network, its parameters and its public API (``network``), the
+buffers, events and launches of a pass at one batch size (``plan``), the schedules of a pass
+(``schedules``, ``naumov``) and their names (``registry``), graph mode (``graphs``), data parallelism
+(``parallel``, the transport; ``data_parallel``, what a network does with it), the recurrent network
+(``rnn``, its pass ``rnn_pass``, its schedules ``rnn_schedules`` and ``rnn_scans``, its reference
+``reference_rnn``), the names of activations and costs (``functions``), the checks of given parameters
+(``parameters``) and their way to and from PyTorch (``torch_io``), the plain NumPy reference
+(``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports ``backends``
+(where arrays live and how streams run) and never ``tools`` (the commands built on it): imports point
+downwards only, tools -> library -> backends.
 
 >>> from leapfrog_gpu import MLP, Leapfrog
 >>> net = MLP([64, 128, 128, 10], backend="numpy")

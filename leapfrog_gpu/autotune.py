@@ -7,8 +7,9 @@ lose a core to other work for a moment) move a p80 of a short calibration far mo
 time the benchmark then reports. So the choice is never slower than the best sequential configuration
 but for noise.
 
-For ``Leapfrog("auto")`` the network calls ``choose`` the first time it runs it at a batch size, on its own buffers and under its backend's BLAS setting; it times the backward pass, the only part
-of a step the schedule changes. ``tune`` also sweeps BLAS threads (on the NumPy backend, where they are
+For ``Leapfrog("auto")`` the plan of a batch size (``plan.Plan``) calls ``choose`` the first time it
+runs it, on its own buffers and under its backend's BLAS setting; it times the backward pass, the only
+part of a step the schedule changes. ``tune`` also sweeps BLAS threads (on the NumPy backend, where they are
 a process-wide setting), which change the forward pass and the update too, so it times whole steps,
 switching the limit between blocks of timed calls so that every (schedule, threads) pair is calibrated
 in alternation with the others.
@@ -18,7 +19,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import weakref
 
 import numpy as np
 import threadpoolctl
@@ -30,8 +30,6 @@ KS = (1, 2, 4)
 """Worker-stream counts tried by default."""
 REPEATS, WARMUP = 15, 1
 """A calibration is short: its times only need to rank the candidates."""
-
-_chosen = weakref.WeakKeyDictionary()  # plan -> {(ks, fused): the schedule chosen for it}
 
 
 @dataclasses.dataclass
@@ -57,40 +55,39 @@ def candidates(ks=KS, fused=False):
     return [Sequential(fused)] + [Leapfrog(k, fused) for k in ks]
 
 
-def measure(net, plan, schedules, repeats=REPEATS, warmup=WARMUP, blas_threads=(None,), batch=None):
+def measure(plan, schedules, repeats=REPEATS, warmup=WARMUP, blas_threads=(None,), step=None):
     """``[(schedule, threads, ms)]``: the backward pass of each schedule at each BLAS setting, timed on
-    ``plan``, the configurations in turn (``timing.measure_in_blocks``). With ``batch=(x, y)`` the
-    whole SGD step on that batch is timed instead, with eta = 0 (the same work, weights unchanged).
+    ``plan``, the configurations in turn (``timing.measure_in_blocks``). With ``step``, a function of a
+    schedule that runs a whole SGD step under it, that step is timed instead.
 
     ``plan`` must hold a forward pass; the backward pass reads it and rewrites the same deltas and
     gradients every time, so the calibration changes nothing a later pass sees.
     """
     def timed(s):
-        if batch is None:
-            return lambda: s.backward(net, plan)
-        return lambda: net.sgd_step(*batch, 0.0, s)
+        if step is None:
+            return lambda: s.backward(plan)
+        return lambda: step(s)
 
     runs = [(s, t) for t in blas_threads for s in schedules]
     keys = [t for _, t in runs]
-    times = timing.measure_in_blocks(net.backend, [timed(s) for s, _ in runs], keys, repeats, warmup,
+    times = timing.measure_in_blocks(plan.backend, [timed(s) for s, _ in runs], keys, repeats, warmup,
                                      [lambda t=t: blas_limit(t) for t in keys])
     return [(s, t, timing.summary(ms)) for (s, t), ms in zip(runs, times)]
 
 
-def choose(net, plan, ks=KS, fused=False):
+def choose(plan, ks=KS, fused=False):
     """The fastest of ``candidates(ks, fused)`` (see ``pick``) on ``plan`` under the current BLAS
-    setting, cached for the plan's life. The calibration times the unfused backward pass (a fused one
-    would update the weights), which does the same work on the same streams."""
-    chosen = _chosen.setdefault(plan, {})
+    setting, kept in ``plan.chosen`` for the plan's life. The calibration times the unfused backward
+    pass (a fused one would update the weights), which does the same work on the same streams."""
     key = (tuple(ks), fused)
-    if key not in chosen:
-        chosen[key] = pick(measure(net, plan, candidates(ks, fused)))[0]
-    return chosen[key]
+    if key not in plan.chosen:
+        plan.chosen[key] = pick(measure(plan, candidates(ks, fused)))[0]
+    return plan.chosen[key]
 
 
 def chosen(plan, fused=False):
     """The schedule ``choose`` picked for ``plan`` with the default candidates, or None if it has not."""
-    return _chosen.get(plan, {}).get((tuple(KS), fused))
+    return plan.chosen.get((tuple(KS), fused))
 
 
 def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=WARMUP, fused=False):
@@ -107,7 +104,8 @@ def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=W
     settings = blas_settings(net.backend.name, blas_threads)
     rng = np.random.default_rng(seed)
     x, y = rng.random((net.sizes[0], batch)), rng.random((net.sizes[-1], batch))
-    table = measure(net, net._plan(batch), candidates(ks, fused), repeats, warmup, settings, batch=(x, y))
+    table = measure(net.plan(batch), candidates(ks, fused), repeats, warmup, settings,
+                    step=lambda s: net.sgd_step(x, y, 0.0, s))
     schedule, threads, _ = pick(table)
     return Tuning(schedule, threads, table)
 

@@ -1,40 +1,41 @@
 """Graph mode (docs/design.md §4): an SGD step captured once per batch size and schedule, then launched.
 
 ``MLP.sgd_step(x, y, eta, schedule, graph=True)`` copies the batch into its plan's fixed buffers and
-eta / B into the network's step controls (device memory) as in eager mode, then calls ``step`` here
-for the rest: forward, backward with the schedule's events and worker streams, the check of the
-gradients and the update. The first call for a plan and schedule hands that work to
+eta / B into the network's controls (``plan.Controls``, device memory) as in eager mode, then calls
+``step`` here for the rest, ``Plan.sgd_step``: forward, backward with the schedule's events and worker
+streams, the check of the gradients and the update. The first call for a plan and schedule hands that work to
 ``backend.capture``, which runs it eagerly (so that what it creates on first use, buffers, streams,
 events, compiled kernels, exists outside the capture), captures it and returns the graph (a CUDA graph
 on CuPy, where the chain then runs on our own kernels; a ``HostGraph`` on host streams); later calls
 launch the graph, so no Python runs between the copies and the step but one launch.
 
 A graph fixes what it was captured with: buffers, streams, events, kernels and their scalar
-arguments. What may change between steps lives in device memory (eta / B, the refusal flag), and a
+arguments. What may change between steps lives in device memory (eta / B, the refusal code), and a
 schedule whose step needs the host part-way, or a call CuPy cannot capture, is refused (``refusal``).
 """
 
 from . import autotune
 
 
-def step(net, plan, schedule):
-    """Enqueue the step of ``net`` on ``plan`` under ``schedule`` as a graph: captured on first use."""
-    key = (type(schedule), repr(schedule), net.check_finite)
+def step(plan, schedule):
+    """Enqueue the SGD step on ``plan`` under ``schedule`` as a graph, kept in ``plan.graphs``: captured
+    on first use."""
+    key = (type(schedule), repr(schedule), plan.check_finite)
     graph = plan.graphs.get(key)
     if graph is not None:
         graph.launch()
         return
-    reason = refusal(net, plan, schedule)
+    reason = refusal(plan, schedule)
     if reason is not None:
         raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")
-    graph = net.backend.capture(lambda: net._update_step(plan, schedule))
+    graph = plan.backend.capture(lambda: plan.sgd_step(schedule))
     if graph is not None:  # None: a launch failed (the next synchronize() says why); capture again next time
         plan.graphs[key] = graph
 
 
-def refusal(net, plan, schedule):
+def refusal(plan, schedule):
     """Why the step of ``schedule`` on ``plan`` cannot be captured, or None."""
     if schedule.k == "auto" and autotune.chosen(plan, schedule.fused) is None:
         return (f"Leapfrog('auto') chooses k by timing eager passes the first time it meets a batch size, "
                 f"and has not met B = {plan.batch} yet: run one step with graph=False first, or pass k")
-    return schedule.graph_refusal(net.backend.name)
+    return schedule.graph_refusal(plan.backend.name)

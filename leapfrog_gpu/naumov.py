@@ -23,6 +23,7 @@ Storage: the unknowns are stacked and padded with zeros to the widest layer N = 
 a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N, 1) arrays; position
 i holds layer l = i + 2. Zero padding is exact: padded rows and columns stay zero in every product.
 The buffers are allocated once per (network, batch size), in ``plan.naumov``, after a memory check.
+The solvers read the network through the ``plan.Plan`` of the pass: ``plan.w``, ``plan.sp``, ``plan.delta``.
 
 Each pass leaves counters in ``schedule.stats`` (rounds or sweeps; flops and bytes moved against the
 sequential chain (5); memory held). Jacobi's sweep count is data dependent: read it after the pass
@@ -31,12 +32,11 @@ has run (``net.backprop`` returns then; after ``net.sgd_step`` call ``net.synchr
 
 import math
 import numbers
-import statistics
-import time
 
 import numpy as np
 
-from .schedules import Leapfrog, Sequential
+from .backends import to_host
+from .schedules import Leapfrog
 
 DEFAULT_MEMORY_LIMIT = 2**30
 """Bytes the stacked Jacobians of one (network, batch size) may take unless the user allows more."""
@@ -65,32 +65,30 @@ class NaumovSchedule(Leapfrog):
         """Bytes of the extra buffers for a ``Layout`` with elements of ``itemsize`` bytes."""
         raise NotImplementedError
 
-    def _buffers(self, net, plan):
+    def _buffers(self, plan):
         """This schedule's buffers in ``plan``: checked against ``memory_limit``, allocated on first use."""
-        layout = Layout(net.sizes, plan.batch)
-        needed = self.nbytes(layout, np.dtype(net.dtype).itemsize)
+        layout = Layout(plan.sizes, plan.batch)
+        needed = self.nbytes(layout, np.dtype(plan.dtype).itemsize)
         if needed > self.memory_limit:
             raise ValueError(
-                f"{type(self).__name__} needs {_size(needed)} ({needed} bytes) for sizes of depth L={net.L}, "
-                f"padded width N={layout.N}, batch B={plan.batch} ({net.dtype}), over memory_limit="
+                f"{type(self).__name__} needs {_size(needed)} ({needed} bytes) for sizes of depth L={plan.L}, "
+                f"padded width N={layout.N}, batch B={plan.batch} ({plan.dtype}), over memory_limit="
                 f"{_size(self.memory_limit)} ({self.memory_limit} bytes); pass a larger memory_limit or use "
                 "Sequential() or Leapfrog(k)"
             )
-        cache = plan.__dict__.setdefault("naumov", {})
-        if self.kind not in cache:
-            xp = net.backend.xp
-            cache[self.kind] = self._allocate(xp, layout, net.dtype)
-            net.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
-        return layout, cache[self.kind]
+        if self.kind not in plan.naumov:
+            plan.naumov[self.kind] = self._allocate(plan.backend.xp, layout, plan.dtype)
+            plan.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
+        return layout, plan.naumov[self.kind]
 
     def _allocate(self, xp, layout, dtype):
         raise NotImplementedError
 
-    def _hand_off(self, plan, l, scale):
+    def _hand_off(self, plan, l, controls):
         """delta^l is in ``plan.delta[l]``: record E_l; worker ``l mod k`` runs (6)(7) behind it, with
-        the SGD update fused into (7) when this schedule fuses and ``sgd_step`` gave ``scale``."""
+        the SGD update fused into (7) when this schedule fuses and ``sgd_step`` gave ``controls``."""
         self.delta_ready(plan, l)
-        self.gradients(plan, l, after=l, scale=scale if self.fused else None)
+        self.gradients(plan, l, after=l, controls=controls if self.fused else None)
 
     def _options(self):
         return f"k={self.k}{', fused=True' if self.fused else ''}, memory_limit={self.memory_limit}"
@@ -130,23 +128,23 @@ class NaumovScan(NaumovSchedule):
         P = tuple(xp.zeros((n - 1, B, N, N), dtype=dtype) for _ in range(2))
         return {"P": P, "V": xp.zeros((n, B, N, 1), dtype=dtype)}
 
-    def backward(self, net, plan, scale=None):
+    def backward(self, plan, controls=None):
         """Enqueue (4), the Jacobians, the rounds; hand each delta to the workers as its round ends."""
-        layout, buffers = self._buffers(net, plan)
+        layout, buffers = self._buffers(plan)
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
         P, V = buffers["P"], buffers["V"]
-        net.delta_output(plan)
-        backend.launch(main, "naumov.jacobians", _jacobians, xp, net, plan, P[0], layout.padded)
-        self._hand_off(plan, net.L, scale)  # after the Jacobians: the last read of w^L
-        backend.launch(main, "naumov.g", _load_g, xp, net, plan, V)
+        plan.error(plan.L)
+        backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, P[0], layout.padded)
+        self._hand_off(plan, plan.L, controls)  # after the Jacobians: the last read of w^L
+        backend.launch(main, "naumov.g", _load_g, xp, plan, V)
         for r, (s, lo, hi) in enumerate(scan_rounds(layout.positions)):
             backend.launch(main, f"naumov.round[{r}]", _scan_round, xp, P[r % 2], P[(r + 1) % 2], V, s, lo, hi)
             for i in range(hi - 1, lo - 1, -1):  # the positions this round turned into vectors, deepest first
                 l = i + 2
-                backend.launch(main, f"delta[{l}]", _unload, xp, plan.delta[l], V[i], net.n[l])
-                self._hand_off(plan, l, scale)
+                backend.launch(main, f"delta[{l}]", _unload, xp, plan.delta[l], V[i], plan.n[l])
+                self._hand_off(plan, l, controls)
         self.join(plan)
-        self.stats = scan_counters(net.sizes, plan.batch, np.dtype(net.dtype).itemsize)
+        self.stats = scan_counters(plan.sizes, plan.batch, np.dtype(plan.dtype).itemsize)
 
 
 class NaumovJacobi(NaumovSchedule):
@@ -213,26 +211,26 @@ class NaumovJacobi(NaumovSchedule):
         diff, sums = xp.zeros((n, B, N, 1), dtype=np.float64), xp.zeros((2, n), dtype=np.float64)
         return {"J": J, "D": D, "diff": diff, "sums": sums, "current": 0}
 
-    def backward(self, net, plan, scale=None):
+    def backward(self, plan, controls=None):
         """Enqueue (4), the Jacobians and the sweeps; then hand every delta to the workers."""
-        _, buffers = self._buffers(net, plan)
+        _, buffers = self._buffers(plan)
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
-        net.delta_output(plan)
+        plan.error(plan.L)
         # J's padding is never written, so it stays zero from the allocation.
-        backend.launch(main, "naumov.jacobians", _jacobians, xp, net, plan, buffers["J"], False)
-        self._hand_off(plan, net.L, scale)  # after the Jacobians: the last read of w^L
-        backend.launch(main, "naumov.jacobi", self._solve, xp, net, plan, buffers)
-        for l in range(net.L - 1, 1, -1):
-            self._hand_off(plan, l, scale)
+        backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, buffers["J"], False)
+        self._hand_off(plan, plan.L, controls)  # after the Jacobians: the last read of w^L
+        backend.launch(main, "naumov.jacobi", self._solve, xp, plan, buffers)
+        for l in range(plan.L - 1, 1, -1):
+            self._hand_off(plan, l, controls)
         self.join(plan)
 
-    def _solve(self, xp, net, plan, buffers):
+    def _solve(self, xp, plan, buffers):
         """Sweeps on the main stream, then delta^l into ``plan.delta[l]``; fills ``self.stats``."""
-        n = net.L - 1
+        n = plan.L - 1
         J, D, current = buffers["J"], buffers["D"], buffers["current"]
         diff, sums = buffers["diff"], buffers["sums"]
         for iterate in D:
-            _load_g(xp, net, plan, iterate)
+            _load_g(xp, plan, iterate)
         if not self.warm_start:
             D[current][: n - 1].fill(0)
         limit = n - 1 if self.max_sweeps is None else min(n - 1, self.max_sweeps)
@@ -248,27 +246,27 @@ class NaumovJacobi(NaumovSchedule):
                 break
         buffers["current"] = current
         for i in range(n - 1):
-            _unload(xp, plan.delta[i + 2], D[current][i], net.n[i + 2])
+            _unload(xp, plan.delta[i + 2], D[current][i], plan.n[i + 2])
         converged = sweeps == n - 1 or (change is not None and change <= self.tol)
-        self.stats = jacobi_counters(net.sizes, plan.batch, np.dtype(net.dtype).itemsize, sweeps, self.warm_start)
+        self.stats = jacobi_counters(plan.sizes, plan.batch, np.dtype(plan.dtype).itemsize, sweeps, self.warm_start)
         self.stats.update(converged=converged, change=change)
 
 
 # -- the operations the main stream runs -----------------------------------------------------------
 
 
-def _jacobians(xp, net, plan, J, clear):
+def _jacobians(xp, plan, J, clear):
     """J[i] = diag(sigma'(z^l)) (w^{l+1})^T for l = i + 2 = 2..L-1, one (n_l, n_{l+1}) block per sample."""
     if clear:
         J.fill(0)
-    for l in range(2, net.L):
-        xp.multiply(plan.sp[l].T[:, :, None], net._w[l + 1].T, out=J[l - 2, :, : net.n[l], : net.n[l + 1]])
+    for l in range(2, plan.L):
+        xp.multiply(plan.sp[l].T[:, :, None], plan.w[l + 1].T, out=J[l - 2, :, : plan.n[l], : plan.n[l + 1]])
 
 
-def _load_g(xp, net, plan, V):
+def _load_g(xp, plan, V):
     """The last block row: g = delta^L, written by (4), into position L-2 (padding stays zero)."""
-    L = net.L
-    xp.copyto(V[L - 2, :, : net.n[L], 0], plan.delta[L].T)
+    L = plan.L
+    xp.copyto(V[L - 2, :, : plan.n[L], 0], plan.delta[L].T)
 
 
 def _unload(xp, delta, v, rows):
@@ -294,7 +292,7 @@ def _change(xp, new, old, diff, sums):
     xp.sum(diff, axis=(1, 2, 3), out=sums[0])
     xp.square(new, out=diff, dtype=np.float64)
     xp.sum(diff, axis=(1, 2, 3), out=sums[1])
-    num, den = sums.get() if hasattr(sums, "get") else sums
+    num, den = to_host(sums)
     changed = num > 0
     if not changed.any():
         return 0.0
@@ -396,65 +394,3 @@ def _size(nbytes):
         if nbytes < 1024 or unit == "GiB":
             return f"{nbytes:.1f} {unit}" if unit != "bytes" else f"{nbytes} bytes"
         nbytes /= 1024
-
-
-# -- timing ----------------------------------------------------------------------------------------
-
-SCHEDULES = {
-    "naumov-scan": lambda k, memory_limit: NaumovScan(k=k, memory_limit=memory_limit),
-    "naumov-jacobi": lambda k, memory_limit: NaumovJacobi(k=k, memory_limit=memory_limit),
-    "sequential": lambda k, memory_limit: Sequential(),
-    "leapfrog": lambda k, memory_limit: Leapfrog(k),
-}
-"""Schedules by benchmark name, each made from ``(k, memory_limit)``. ``naumov-jacobi`` starts from zero
-(exact, L-2 sweeps): a timing loop repeats one batch, where a warm start would find the answer in place."""
-
-
-def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats=5, dtype="float32",
-                  memory_limit=DEFAULT_MEMORY_LIMIT, activation="sigmoid", seed=0):
-    """Time the backward pass (4)-(7) of ``MLP([N] * L)`` at batch ``B`` under each schedule in ``names``.
-
-    One forward pass, one warm-up pass per schedule (it allocates), then ``repeats`` rounds that run
-    every schedule once each in turn (so load on the machine falls on all alike), each timed from
-    enqueue to ``synchronize()``. Returns one dict per name: ``median_s``, ``ratio`` (median over the
-    sequential median, when ``"sequential"`` is in ``names``), and the schedule's counters; a schedule
-    refused by its memory check has ``refused`` (the message) instead of a time.
-    """
-    from .network import MLP
-
-    unknown = [name for name in names if name not in SCHEDULES]
-    if unknown:
-        raise ValueError(f"unknown schedule names {unknown}; choose from {', '.join(SCHEDULES)}")
-    if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
-    rows, schedules = {}, {}
-    with MLP([N] * L, activation=activation, dtype=dtype, seed=seed, backend=backend) as net:
-        rng = np.random.default_rng(seed)
-        x, y = rng.random((N, B)), rng.random((N, B))
-        plan = net._start(x, y, Sequential())
-        net.synchronize()
-        for name in names:
-            schedule = SCHEDULES[name](k, memory_limit)
-            rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
-            try:
-                net._backward(plan, schedule, None)
-            except ValueError as refusal:
-                rows[name]["refused"] = str(refusal)
-                continue
-            net.synchronize()
-            schedules[name] = schedule
-        times = {name: [] for name in schedules}
-        for _ in range(repeats):
-            for name, schedule in schedules.items():
-                start = time.perf_counter()
-                net._backward(plan, schedule, None)  # inside the NVTX range "backward"
-                net.synchronize()
-                times[name].append(time.perf_counter() - start)
-        for name, schedule in schedules.items():
-            rows[name]["median_s"] = statistics.median(times[name])
-            rows[name].update(getattr(schedule, "stats", {}))
-    if "sequential" in schedules:
-        for row in rows.values():
-            if "median_s" in row:
-                row["ratio"] = row["median_s"] / rows["sequential"]["median_s"]
-    return [rows[name] for name in names]

@@ -1,8 +1,9 @@
-"""The multilayer perceptron: parameters, preallocated buffers, and one pass under a schedule.
+"""The multilayer perceptron: its parameters, the checks of what it is given, and its public API.
 
 Layers are numbered 1..L as in the book; layer 1 is the input. Internally every per-layer quantity is a
 dict keyed by that number (``w[l]``, ``z[l]``, ``delta[l]``), so the code reads like the equations of
-docs/design.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B).
+docs/design.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B). The buffers and launches of a
+pass at one batch size are its ``plan.Plan`` (``MLP.plan``).
 """
 
 import math
@@ -10,10 +11,12 @@ import numbers
 
 import numpy as np
 
-from . import autotune, graphs, parallel, parameters, torch_io
+from . import data_parallel, graphs, parameters, torch_io
 from .backends import get_backend
 from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
-from .schedules import Sequential, check_schedule
+from .plan import Controls, Plan
+from .registry import check_schedule
+from .schedules import Sequential
 
 
 class MLP:
@@ -35,7 +38,7 @@ class MLP:
             host synchronization.
         comm: a ``parallel.Communicator`` (``parallel.world()``) to train data-parallel over its
             ranks: each computes on its share of every batch's columns and the gradients are summed
-            across ranks (``leapfrog_gpu.parallel``). ``None`` or one rank: this process alone.
+            across ranks (``leapfrog_gpu.data_parallel``). ``None`` or one rank: this process alone.
 
     ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
     backend, as they are once the steps enqueued so far have run. Every array the network hands out
@@ -65,14 +68,11 @@ class MLP:
             w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
             self._w[l] = xp.asarray(w, dtype=self.dtype)
             self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
-        # The step's controls in device memory, read by the update kernels when they run (so that a
-        # captured graph reads the current ones): [eta / B, refusal], the refusal 0 to update, or the
-        # code of the first gradient check_finite found wanting (_refused decodes it).
-        self._step = xp.zeros(2, dtype=self.dtype)
+        self._controls = Controls(self.backend, self.dtype)  # [eta / B, refusal] in device memory
         self._plans = {}
         self.comm = None
         self.backend.synchronize()
-        self.comm = parallel.attach(self, comm)
+        self.comm = data_parallel.attach(self, comm)
 
     def __repr__(self):
         comm = "" if self.comm is None else f", comm={self.comm!r}"
@@ -163,15 +163,17 @@ class MLP:
     def feedforward(self, x):
         """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,)."""
         x = self._check_batch("x", x, self.n[1])
-        plan = self._plan(x.shape[1])
-        self.backend.copy_in(self.backend.main, plan.a[1], x)
-        self._forward(plan)
+        plan = self.plan(x.shape[1])
+        plan.load(x)
+        plan.forward()
         return self._handed_out([plan.a[self.L]])[0]
 
     def backprop(self, x, y, schedule=None):
         """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
         l = 2..L, summed over the batch (with a communicator: over every rank's share of it)."""
-        plan = self._start(x, y, schedule)
+        schedule = Sequential() if schedule is None else check_schedule(schedule)
+        plan, _ = self._load(x, y)
+        plan.backprop(schedule)
         copies = self._handed_out([plan.nabla_b[l] for l in self.layers] + [plan.nabla_w[l] for l in self.layers])
         return copies[:self.L - 1], copies[self.L - 1:]
 
@@ -200,44 +202,38 @@ class MLP:
             raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
                              "one launch, with nothing inside it to stamp; take the timeline of eager steps "
                              "(graph=False), or end the timeline's step() first")
-        parallel.check_schedule(self.comm, schedule, graph)
-        backend = self.backend
+        data_parallel.check_schedule(self.comm, schedule, graph)
         plan, samples = self._load(x, y)
-        backend.launch(backend.main, "eta / B", backend.ops.set_element, self._step, 0, eta / samples)
+        self._controls.set_rate(eta / samples)
         if graph:
-            graphs.step(self, plan, schedule)
+            graphs.step(plan, schedule)
         else:
-            self._update_step(plan, schedule)
-        backend.keep(plan, self._step)  # the step is queued: a network dropped before it has run leaves it these
-
-    def _update_step(self, plan, schedule):
-        """Enqueue what follows the copies of a step: forward, backward, check, update (what a graph holds)."""
-        backend = self.backend
-        self._pass(plan, schedule, self._step)
-        if not schedule.fused:
-            with backend.range(backend.main, "update"):
-                for l in self.layers:
-                    backend.launch(backend.main, f"update[{l}]", self._update_layer, plan, l, self._step)
-        if backend.poisons:
-            backend.launch(backend.main, "poison", plan.poison, plan.nabla_w, plan.nabla_b)
+            plan.sgd_step(schedule)
+        self.backend.keep(plan, self._controls.array)  # a network dropped before its step has run leaves it these
 
     def synchronize(self):
         """Wait for every enqueued step; raise what went wrong in one: an exception on a stream, or
         (``check_finite``) a ``FloatingPointError`` for a refused update, which also clears it."""
         self.backend.synchronize()
-        refused = int(self._step[1])
+        refused = self._controls.refusal()
         if refused:
-            backend = self.backend
-            backend.launch(backend.main, "clear refusal", backend.ops.set_element, self._step, 1, 0)
-            raise FloatingPointError(f"{self._refused(refused)} holds NaN or Inf; update refused, parameters unchanged")
+            self._controls.clear()
+            raise FloatingPointError(f"{Controls.gradient(refused)} holds NaN or Inf; update refused, "
+                                     "parameters unchanged")
 
-    # -- one pass -----------------------------------------------------------------------------------
+    def plan(self, batch):
+        """The ``plan.Plan`` of this network at ``batch`` columns (this rank's share, with a communicator):
+        its buffers, events and launches, made on first use and kept for the network's life.
 
-    def _start(self, x, y, schedule):
-        """Validate, copy the batch in, enqueue forward and backward; return the plan."""
-        schedule = Sequential() if schedule is None else check_schedule(schedule)
-        plan, _ = self._load(x, y)
-        self._pass(plan, schedule)
+        For measurements and tools that enqueue parts of a pass themselves (``plan.forward()``,
+        ``plan.backward(schedule)``, after a ``backprop`` or ``sgd_step`` has loaded a batch of that
+        size); training goes through ``sgd_step``, which checks and loads the batch.
+        """
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
+        plan = self._plans.get(batch)
+        if plan is None:
+            plan = self._plans[batch] = Plan(self, int(batch), self._w, self._b, self._controls)
         return plan
 
     def _load(self, x, y):
@@ -252,90 +248,9 @@ class MLP:
         if self.comm is not None:
             share = self.comm.share(samples)
             x, y = x[:, share], y[:, share]
-        plan = self._plan(max(x.shape[1], 1))
-        plan.empty = not x.shape[1]
-        if not plan.empty:
-            self.backend.copy_in(self.backend.main, plan.a[1], x)
-            self.backend.copy_in(self.backend.main, plan.y, y)
+        plan = self.plan(max(x.shape[1], 1))
+        plan.load(x, y)
         return plan, samples
-
-    def _pass(self, plan, schedule, step=None):
-        """Enqueue forward and backward, with the SGD step of ``step`` (the controls ``self._step``)
-        fused into (7) when given and the schedule fuses, and the check of the gradients."""
-        if plan.empty:  # this rank's share has no column: it adds zeros to the sums across ranks
-            plan.reducer.add_zeros()
-        else:
-            self._forward(plan)
-            self._backward(plan, schedule, step)
-        backend = self.backend
-        if self.check_finite:
-            backend.launch(backend.main, "check_finite", self._check_gradients, plan)
-        if backend.poisons:  # after the join nothing reads what the pass computed, but the gradients
-            backend.launch(backend.main, "poison", plan.poison, plan.a, plan.z, plan.sp, plan.delta, {0: plan.y})
-
-    def _check_gradients(self, plan):
-        """Leave in ``self._step`` the code of the first gradient (deepest first) that holds NaN or Inf."""
-        check = self.backend.ops.check_finite
-        for l in reversed(self.layers):
-            check(self._step, plan.nabla_w[l], 2 * l)
-            check(self._step, plan.nabla_b[l], 2 * l + 1)
-
-    @staticmethod
-    def _refused(code):
-        """The gradient a refusal code of ``_check_gradients`` names."""
-        return f"{('nabla_w', 'nabla_b')[code % 2]}[{code // 2}]"
-
-    def _forward(self, plan):
-        backend, main = self.backend, self.backend.main
-        with backend.range(main, "forward"):
-            for l in self.layers:
-                backend.launch(main, f"z[{l}]", self._forward_layer, plan, l)
-
-    def _forward_layer(self, plan, l):
-        """(2) and (3) for layer l."""
-        self.backend.ops.forward(plan.z[l], plan.a[l], plan.sp[l], self._w[l], plan.a[l - 1], self._b[l],
-                                 self._activation(l))
-
-    def _backward(self, plan, schedule, scale):
-        if schedule.k == "auto":  # Leapfrog("auto"): the schedule calibrated for this plan
-            schedule = autotune.choose(self, plan, fused=schedule.fused)
-        with self.backend.range(self.backend.main, "backward"), parallel.reducing(plan):
-            schedule.backward(self, plan, scale)
-
-    def delta(self, plan, l):
-        """Enqueue delta^l on the main stream: (4) for the output layer, (5) below it."""
-        if l == self.L:
-            self.delta_output(plan)
-        else:
-            self.delta_hidden(plan, l)
-
-    def delta_output(self, plan):
-        """Enqueue (4) on the main stream: delta^L from a^L, y and sigma'(z^L)."""
-        L, backend = self.L, self.backend
-        backend.launch(backend.main, f"delta[{L}]", backend.ops.delta_output,
-                       plan.delta[L], plan.a[L], plan.y, plan.sp[L], self.cost)
-
-    def delta_hidden(self, plan, l):
-        """Enqueue (5) for layer l on the main stream."""
-        self.backend.launch(self.backend.main, f"delta[{l}]", self._delta_layer, plan, l)
-
-    def _delta_layer(self, plan, l):
-        """(5): delta^l = ((w^{l+1})^T delta^{l+1}) * sigma'(z^l)."""
-        self.backend.ops.backward(plan.delta[l], self._w[l + 1], plan.delta[l + 1], plan.sp[l])
-
-    def _update_layer(self, plan, l, step):
-        ops = self.backend.ops
-        ops.sgd_update(self._w[l], plan.nabla_w[l], step, plan.scratch[l])
-        ops.sgd_update(self._b[l], plan.nabla_b[l], step, plan.scratch[l])
-
-    def _activation(self, l):
-        return self.output_activation if l == self.L else self.activation
-
-    def _plan(self, batch):
-        plan = self._plans.get(batch)
-        if plan is None:
-            plan = self._plans[batch] = Plan(self, batch)
-        return plan
 
     def _check_batch(self, name, value, rows):
         """``value`` as a 2-D (rows, B) array of real numbers on a device this backend can read."""
@@ -360,71 +275,6 @@ class MLP:
             raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
         return value
 
-
-class Plan:
-    """Everything one network needs at one batch size, allocated once: buffers, events, scratch.
-
-    Buffers start filled with NaN, so that reading one before it is written shows in the result.
-    """
-
-    def __init__(self, net, batch):
-        backend, xp, n = net.backend, net.backend.xp, net.n
-        self.backend, self.main, self.batch, self.L = backend, backend.main, batch, net.L
-
-        def buffer(*shape):
-            return xp.full(shape, np.nan, dtype=net.dtype)
-
-        self.a = {1: buffer(n[1], batch)}
-        self.z, self.sp, self.delta, self.nabla_w, self.nabla_b = {}, {}, {}, {}, {}
-        for l in net.layers:
-            self.z[l], self.a[l], self.sp[l], self.delta[l] = (buffer(n[l], batch) for _ in range(4))
-            self.nabla_w[l] = buffer(n[l], n[l - 1])
-            self.nabla_b[l] = buffer(n[l])
-        self.y = buffer(n[net.L], batch)
-        self.w, self.b = net._w, net._b
-        self.graphs = {}  # the captured steps of leapfrog_gpu.graphs, by schedule
-        chunk = backend.ops.SCRATCH
-        self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
-                        if chunk else None for l in net.layers}
-        self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
-        self._worker_done = {}
-        self.empty = False  # this rank's share of the batch being loaded has no column (``MLP._load``)
-        self.reducer = parallel.reducer(net, self)  # with a communicator: nabla_w, nabla_b become its views
-        backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
-
-    def workers(self, k):
-        return self.backend.workers(k)
-
-    @staticmethod
-    def poison(*buffers):
-        """Fill every array of the given per-layer dicts with NaN: they are dead until written again."""
-        for group in buffers:
-            for array in group.values():
-                array.fill(np.nan)
-
-    def worker_done(self, j):
-        """The join event F_j of worker j, created on first use."""
-        if j not in self._worker_done:
-            self._worker_done[j] = self.backend.event(f"F_{j}")
-        return self._worker_done[j]
-
-    def launch_gradients(self, stream, l, scale=None):
-        """Enqueue (6) and (7) of layer l on ``stream``; given ``scale`` (the network's step controls:
-        eta / B and the refusal, in device memory), fuse the SGD update into (7)."""
-        ops, launch = self.backend.ops, self.backend.launch
-        launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
-        if scale is None:
-            launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
-        else:
-            launch(stream, f"fused_update[{l}]", self._fused_update, l, scale)
-        if self.reducer is not None:
-            self.reducer.ready(stream, l)
-
-    def _fused_update(self, l, scale):
-        """b^l -= eta/B * nabla_b^l; w^l -= eta/B * delta^l (a^{l-1})^T without writing nabla_w^l."""
-        ops = self.backend.ops
-        ops.sgd_update(self.b[l], self.nabla_b[l], scale, self.scratch[l])
-        ops.fused_update(self.w[l], self.delta[l], self.a[l - 1], scale, self.scratch[l])
 
 
 def _copy_into(copies, arrays):

@@ -7,6 +7,9 @@ l = L-1..2. ``Sequential`` computes each layer's (6)(7) on the main stream right
 update. With ``fused=True`` the SGD update of w^l happens inside (7); since the main stream still reads
 w^l for delta^{l-1}, that worker waits E_{l-1} instead (the third hazard of docs/design.md §2).
 Equation numbers follow docs/design.md §1 (the seed's own equations were lost from its text).
+
+A schedule talks to the ``plan.Plan`` of the pass only: ``plan.error(l)`` enqueues (4) or (5) on the
+main stream, ``plan.gradients(stream, l, controls)`` (6)(7) on a stream of the schedule's choice.
 """
 
 import numbers
@@ -16,28 +19,28 @@ class Schedule:
     """The backward chain on the main stream; subclasses say where (6)(7) run and how they join.
 
     ``fused=True`` fuses the SGD update into (7) during ``sgd_step`` (w -= eta/B * delta a^T, so that
-    nabla_w never goes to memory); ``backprop`` still returns nabla_w. There the network passes
-    ``scale``: its step controls in device memory (eta / B and the refusal), which the fused update
-    reads when it runs.
+    nabla_w never goes to memory); ``backprop`` still returns nabla_w. There the plan passes
+    ``controls``: the step's ``plan.Controls`` (eta / B and the refusal, in device memory), which the
+    fused update reads when it runs.
     """
 
     def __init__(self, fused=False):
         self.fused = bool(fused)
 
-    def backward(self, net, plan, scale=None):
+    def backward(self, plan, controls=None):
         """Enqueue (4), then (5) for l = L-1..2, handing each layer's (6)(7) to ``gradients`` as soon
-        as it may run: right after delta^l, or, with a fused update (``scale`` given), once w^l has
+        as it may run: right after delta^l, or, with a fused update (``controls`` given), once w^l has
         been read for the last time."""
-        fuse = self.fused and scale is not None
-        for l in range(net.L, 1, -1):
-            net.delta(plan, l)
+        fuse = self.fused and controls is not None
+        for l in range(plan.L, 1, -1):
+            plan.error(l)
             self.delta_ready(plan, l)
             if not fuse:
                 self.gradients(plan, l, after=l)
-            elif l < net.L:  # delta^l was the last read of w^{l+1}
-                self.gradients(plan, l + 1, after=self.last_reader(l + 1), scale=scale)
+            elif l < plan.L:  # delta^l was the last read of w^{l+1}
+                self.gradients(plan, l + 1, after=self.last_reader(l + 1), controls=controls)
         if fuse:
-            self.gradients(plan, 2, after=2, scale=scale)
+            self.gradients(plan, 2, after=2, controls=controls)
         self.join(plan)
 
     def graph_refusal(self, backend):
@@ -53,8 +56,8 @@ class Schedule:
     def delta_ready(self, plan, l):
         """Called once delta^l is enqueued on the main stream."""
 
-    def gradients(self, plan, l, after, scale=None):
-        """Enqueue (6)(7) of layer l (with the SGD update by ``scale`` when given), ordered after
+    def gradients(self, plan, l, after, controls=None):
+        """Enqueue (6)(7) of layer l (with the SGD update by ``controls`` when given), ordered after
         delta^after."""
         raise NotImplementedError
 
@@ -70,9 +73,9 @@ class Sequential(Schedule):
     def __repr__(self):
         return "Sequential(fused=True)" if self.fused else "Sequential()"
 
-    def gradients(self, plan, l, after, scale=None):
+    def gradients(self, plan, l, after, controls=None):
         """Enqueue (6)(7) of layer l on the main stream, which has already run delta^after."""
-        plan.launch_gradients(plan.main, l, scale)
+        plan.gradients(plan.main, l, controls)
 
     def join(self, plan):
         """Nothing to join."""
@@ -81,9 +84,9 @@ class Sequential(Schedule):
 class Leapfrog(Schedule):
     """Equations (6)(7) of layer l on worker stream ``l mod k`` (the seed's levels mk + j).
 
-    ``Leapfrog("auto")``: the network times ``Sequential()`` and ``Leapfrog(k)`` for k in
-    ``autotune.KS`` the first time it runs this schedule at a batch size (that pass waits for the
-    calibration), then runs the fastest for that batch size from then on (``leapfrog_gpu.autotune``).
+    ``Leapfrog("auto")``: the plan of a batch size times ``Sequential()`` and ``Leapfrog(k)`` for k in
+    ``autotune.KS`` the first time it runs this schedule (that pass waits for the calibration), then
+    runs the fastest from then on (``Plan.backward``, ``leapfrog_gpu.autotune``).
     """
 
     def __init__(self, k, fused=False):
@@ -101,21 +104,21 @@ class Leapfrog(Schedule):
     def __repr__(self):
         return f"Leapfrog(k={self.k!r}, fused=True)" if self.fused else f"Leapfrog(k={self.k!r})"
 
-    def backward(self, net, plan, scale=None):
+    def backward(self, plan, controls=None):
         if self.k == "auto":
             raise ValueError("Leapfrog('auto') stands for a calibrated choice: run it through the network "
                              "(MLP.backprop or MLP.sgd_step), which makes that choice first")
-        super().backward(net, plan, scale)
+        super().backward(plan, controls)
 
     def delta_ready(self, plan, l):
         """Record E_l on the main stream."""
         plan.backend.record(plan.main, plan.delta_ready[l])
 
-    def gradients(self, plan, l, after, scale=None):
+    def gradients(self, plan, l, after, controls=None):
         """Worker ``l mod k`` waits for E_after, then runs (6)(7) of layer l."""
         worker = self.worker(plan, l % self.k)
         self.wait_for_delta(plan, worker, after)
-        plan.launch_gradients(worker, l, scale)
+        plan.gradients(worker, l, controls)
 
     def worker(self, plan, j):
         """Worker stream j; only workers that own a layer are ever created, so any k is cheap."""
@@ -134,13 +137,3 @@ class Leapfrog(Schedule):
             backend.record(self.worker(plan, j), done)
             backend.wait(plan.main, done)
 
-
-def check_schedule(schedule):
-    """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
-    if getattr(schedule, "model", "MLP") != "MLP":
-        raise TypeError(f"{schedule!r} runs on an {schedule.model}, not an MLP; an MLP takes Sequential(), "
-                        "Leapfrog(k), NaumovScan() or NaumovJacobi()")
-    if not isinstance(schedule, Schedule):
-        raise TypeError("schedule must be a schedule object: Sequential(), Leapfrog(k), NaumovScan() or "
-                        f"NaumovJacobi(); got {schedule!r}")
-    return schedule

@@ -14,26 +14,12 @@ backward-pass speedup.
 import argparse
 import json
 
-from leapfrog_gpu.tools.bench import graph_verdicts
+from leapfrog_gpu.tools.bench_report import MARKDOWN, graph_verdicts, label, noisy, number, percent, ratio, spread
 
 
 def cell(summary):
-    if summary is None:
-        return "–"
-    digits = 2 if summary["median"] < 10 else 1
-    return f"{summary['median']:.{digits}f} [{summary['p20']:.{digits}f}–{summary['p80']:.{digits}f}]"
-
-
-def ratio(value):
-    return "–" if value is None else f"{value:.2f}×"
-
-
-def percent(value):
-    return "–" if value is None else f"{value:.0%}"
-
-
-def number(value):
-    return "–" if value is None else f"{value:.3f}"
+    """A timing as ``median [p20–p80]``, marked ``!`` when noisy (``bench_report.NOISY``)."""
+    return spread(summary, MARKDOWN) + ("!" if noisy(summary) else "")
 
 
 def table(records):
@@ -42,16 +28,15 @@ def table(records):
             "| bwd ×best seq | step ×best seq |" + (" graph ×eager |" if graph else ""),
             "|" + "---:|" * (16 + graph)]
     for r in records:
-        name = ("auto → " if r.get("auto") else "") + r["schedule"] + ("+fused" if r.get("fused") else "")
-        name += " graph" if r.get("graph") and not r["schedule"].startswith("torch") else ""
-        name += " (best seq)" if r.get("best_sequential") else ""
+        name = label(r, MARKDOWN)
         rows.append("| " + " | ".join([
             str(r["N"]), str(r["L"]), str(r["B"]), name, str(r.get("k", 0)), str(r.get("blas_threads") or "–"),
-            cell(r["step_ms"]), cell(r["backward_ms"]), number(r.get("f1_ms")), number(r.get("f2_ms")),
-            number(r.get("f3_ms")), percent(r.get("predicted_saving")), percent(r.get("measured_saving")),
-            ratio(r.get("backward_speedup")), ratio(r.get("backward_speedup_vs_best_sequential")),
-            ratio(r.get("step_speedup_vs_best_sequential")),
-            *([ratio(r.get("graph_speedup"))] if graph else []),
+            cell(r["step_ms"]), cell(r["backward_ms"]),
+            *(number(r.get(f), MARKDOWN) for f in ("f1_ms", "f2_ms", "f3_ms")),
+            *(percent(r.get(f), MARKDOWN) for f in ("predicted_saving", "measured_saving")),
+            *(ratio(r.get(f), MARKDOWN) for f in ("backward_speedup", "backward_speedup_vs_best_sequential",
+                                                  "step_speedup_vs_best_sequential")),
+            *([ratio(r.get("graph_speedup"), MARKDOWN)] if graph else []),
         ]) + " |")
     return "\n".join(rows)
 
@@ -67,8 +52,8 @@ def timeline_table(records):
         busy = " / ".join(f"{ms:.3f}" for ms in t["busy_ms"].values())
         rows.append("| " + " | ".join([
             r["schedule"] + ("+fused" if r.get("fused") else ""), str(r["k"]), str(r.get("blas_threads") or "–"),
-            cell(t["step_ms_plain"]), f"{t['cost']:.3f}", busy, percent(t["worker_overlap"]),
-            number(t["main_idle_ms"]), ratio(r.get("backward_speedup")),
+            cell(t["step_ms_plain"]), f"{t['cost']:.3f}", busy, percent(t["worker_overlap"], MARKDOWN),
+            number(t["main_idle_ms"], MARKDOWN), ratio(r.get("backward_speedup"), MARKDOWN),
         ]) + " |")
     return "\n".join(rows) if len(rows) > 2 else ""
 
@@ -97,6 +82,8 @@ def main():
         machine = ", ".join(labels.get(key, "{}").format(value) for key, value in run["machine"].items())
         print(f"Command: `{run['command']}`. Date: {run['date'][:10]}. Machine: {machine}.\n")
         print(table(records))
+        if any(noisy(r.get("step_ms")) or noisy(r.get("backward_ms")) for r in records):
+            print("\n! noisy: p80 – p20 over a quarter of the median")
         verdicts = graph_verdicts(records)
         if verdicts:
             print(f"\n{verdicts}")

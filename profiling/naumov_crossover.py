@@ -12,9 +12,9 @@ refused by the schedule itself; both show in the table. Writes the rows as JSON 
 one panel per N.
 """
 
-import argparse
 import json
 import math
+import numbers
 import platform
 import sys
 from pathlib import Path
@@ -25,18 +25,55 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from leapfrog_gpu.backends import get_backend
+from leapfrog_gpu import MLP, Sequential
+from leapfrog_gpu.backends import get_backend, timing
+from leapfrog_gpu.naumov import DEFAULT_MEMORY_LIMIT, jacobi_counters, scan_counters, sequential_counters
+from leapfrog_gpu.registry import SCHEDULES, make_schedule
 from leapfrog_gpu.tools.cli import Parser, integers, names
-from leapfrog_gpu.naumov import (
-    DEFAULT_MEMORY_LIMIT,
-    SCHEDULES,
-    jacobi_counters,
-    scan_counters,
-    sequential_counters,
-    time_backward,
-)
 
 HERE = Path(__file__).resolve().parent
+
+
+def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats=5, dtype="float32",
+                  memory_limit=DEFAULT_MEMORY_LIMIT, activation="sigmoid", seed=0):
+    """Time the backward pass (4)-(7) of ``MLP([N] * L)`` at batch ``B`` under each schedule in ``names``.
+
+    One forward pass, one warm-up pass per schedule (it allocates), then ``repeats`` rounds that run
+    every schedule once each in turn (``timing.measure_interleaved``, as leapfrog-bench times, so that
+    load on the machine falls on all alike). Returns one dict per name: ``median_s``, ``ratio`` (median
+    over the sequential median, when ``"sequential"`` is in ``names``), and the schedule's counters; a
+    schedule refused by its memory check has ``refused`` (the message) instead of a time.
+    """
+    unknown = [name for name in names if name not in SCHEDULES]
+    if unknown:
+        raise ValueError(f"unknown schedule names {unknown}; choose from {', '.join(SCHEDULES)}")
+    if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
+    rows, schedules = {}, {}
+    with MLP([N] * L, activation=activation, dtype=dtype, seed=seed, backend=backend) as net:
+        rng = np.random.default_rng(seed)
+        net.backprop(rng.random((N, B)), rng.random((N, B)), Sequential())
+        plan = net.plan(B)
+        for name in names:
+            schedule = make_schedule(name, k, memory_limit=memory_limit)
+            rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
+            try:
+                plan.backward(schedule)
+            except ValueError as refusal:
+                rows[name]["refused"] = str(refusal)
+                continue
+            net.synchronize()
+            schedules[name] = schedule
+        times = timing.measure_interleaved(net.backend, [lambda s=s: plan.backward(s) for s in schedules.values()],
+                                           repeats, 0) if schedules else []
+        for (name, schedule), ms in zip(schedules.items(), times):
+            rows[name]["median_s"] = float(np.median(ms)) / 1e3
+            rows[name].update(getattr(schedule, "stats", {}))
+    if "sequential" in schedules:
+        for row in rows.values():
+            if "median_s" in row:
+                row["ratio"] = row["median_s"] / rows["sequential"]["median_s"]
+    return [rows[name] for name in names]
 
 
 def predicted(name, sizes, B, itemsize):

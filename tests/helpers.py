@@ -169,10 +169,10 @@ CHAOS_CONFIGS = list(itertools.product((1, 2, 3, 5), (2, 4, 9), (1, 6), ("float3
 
 def chaos_snapshots(net, backend, schedule, sizes, size, dtype, steps, graph=False):
     """Parameters after every SGD step, copied in stream order (no host synchronization between steps)."""
-    taken = []
+    taken, plan = [], net.plan(size)
 
     def snapshot():
-        taken.append([p.copy() for p in list(net._w.values()) + list(net._b.values())])
+        taken.append([p.copy() for p in list(plan.w.values()) + list(plan.b.values())])
 
     for step in range(steps):
         x, y = batch(sizes, size, seed=step, dtype=dtype)

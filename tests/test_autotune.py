@@ -17,7 +17,7 @@ def _data(sizes, batch, seed=1):
 def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch, fastest):
     calls = []
 
-    def fake_measure(net, plan, schedules):
+    def fake_measure(plan, schedules):
         calls.append([repr(s) for s in schedules])
         return [(s, None, {"p20": 0.7, "median": 0.75, "p80": 0.8} if repr(s) == fastest else
                  {"p20": 1.9, "median": 2.0, "p80": 2.1}) for s in schedules]
@@ -32,7 +32,7 @@ def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch,
             got = net.backprop(x, y, schedule)
             for ours, theirs in zip(got, expected):
                 assert all(np.array_equal(a, b) for a, b in zip(ours, theirs))
-        assert repr(autotune.choose(net, net._plan(3))) == fastest
+        assert repr(autotune.choose(net.plan(3))) == fastest
         net.backprop(x[:, :1], y[:, :1], schedule)  # a new batch size is a new plan: calibrated again
     assert calls == [["Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)", "Leapfrog(k=4)"]] * 2
 
@@ -46,7 +46,7 @@ def test_auto_training_matches_sequential_bitwise(fused):
         for _ in range(4):
             auto.sgd_step(x, y, 0.5, schedule)
             plain.sgd_step(x, y, 0.5, Sequential(fused))
-        assert autotune.choose(auto, auto._plan(4), fused=fused).fused == fused
+        assert autotune.choose(auto.plan(4), fused=fused).fused == fused
         for a, b in zip(auto.weights + auto.biases, plain.weights + plain.biases):
             assert np.array_equal(a, b)
 
@@ -56,8 +56,8 @@ def test_measure_leaves_the_gradients_unchanged():
     x, y = _data(sizes, 2)
     with MLP(sizes, backend="numpy") as net:
         nabla_b, nabla_w = net.backprop(x, y, Sequential())
-        plan = net._plan(2)
-        table = autotune.measure(net, plan, autotune.candidates((1, 3)), repeats=2, warmup=0)
+        plan = net.plan(2)
+        table = autotune.measure(plan, autotune.candidates((1, 3)), repeats=2, warmup=0)
         assert [(repr(s), t) for s, t, _ in table] == [("Sequential()", None), ("Leapfrog(k=1)", None),
                                                        ("Leapfrog(k=3)", None)]
         assert all(ms["median"] > 0 for _, _, ms in table)
@@ -120,9 +120,9 @@ def test_blas_settings():
 
 def test_auto_run_outside_the_network_says_how_to_run_it():
     with MLP([4, 5, 2], backend="numpy") as net:
-        plan = net._start(*_data([4, 5, 2], 2), Sequential())
+        net.backprop(*_data([4, 5, 2], 2), Sequential())
         with pytest.raises(ValueError, match=r"through the network \(MLP.backprop or MLP.sgd_step\)"):
-            Leapfrog("auto").backward(net, plan)
+            Leapfrog("auto").backward(net.plan(2))
 
 
 @pytest.mark.parametrize("k, error", [("fast", TypeError), (2.0, TypeError), (True, TypeError), (0, ValueError)])

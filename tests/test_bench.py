@@ -1,5 +1,6 @@
 """leapfrog-bench on tiny sizes: every record field, the table, the JSON, the plot, and its CLI errors."""
 
+import argparse
 import json
 import re
 import struct
@@ -9,7 +10,7 @@ import pytest
 
 from helpers import bench_table, render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
-from leapfrog_gpu.tools import bench, traffic
+from leapfrog_gpu.tools import bench, bench_measure, bench_report, traffic
 from leapfrog_gpu.backends import cuda_available
 
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
@@ -62,10 +63,10 @@ def test_prediction_and_savings_follow_the_model_and_the_baseline(report):
 
 def test_table_prints_one_row_per_record(report):
     stdout, data, _ = report
-    lines = stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("N "))
-    rows = [line for line in lines[header + 2:] if line.strip() and line.split()[0].isdigit()]
+    rows = _rows(stdout)
     assert len(rows) == len(data["records"])
+    assert [(n, b, row[0]) for n, _, b, row in rows] == [(r["N"], r["B"], bench_report.label(r))
+                                                          for r in data["records"]]
     assert "auto->" in stdout and "auto chose" in stdout and "PyTorch anchor skipped (--no-torch)" in stdout
     assert data["command"].startswith("leapfrog-bench --backend numpy") and data["machine"]["cores"] >= 1
 
@@ -80,7 +81,7 @@ def test_schedules_by_name_include_naumov():
     stdout = run_bench(["--backend", "numpy", "--sizes", "9", "--layers", "5", "--batch", "2", "--k", "2",
                         "--schedule", "leapfrog,naumov-scan,naumov-jacobi", "--blas-threads", "1", "--repeats", "2",
                         "--warmup", "1", "--no-torch"])
-    names = [line.split()[4] for line in stdout.splitlines() if line.strip()[:1].isdigit()]
+    names = [row[0] for *_, row in _rows(stdout)]
     assert names == ["sequential*", "leapfrog", "naumov-scan", "naumov-jacobi"]
 
 
@@ -96,7 +97,7 @@ def test_torch_anchor_in_the_same_table(capsys):
     stdout = run_bench(["--backend", "numpy", "--sizes", "16", "--layers", "3", "--batch", "2", "--k", "2",
                         "--blas-threads", "1", "--repeats", "2", "--warmup", "1"])
     row = next(line for line in stdout.splitlines() if "torch-autograd" in line)
-    assert "x" in row.split()[-2]  # a speedup against the best sequential configuration
+    assert row.split()[-1].endswith("x")  # the step's speedup against the best sequential configuration
 
 
 def test_torch_anchor_computes_our_gradients():
@@ -129,6 +130,9 @@ def test_torch_anchor_computes_our_gradients():
     (["--timeline", "/nonexistent-folder/t.png"], "does not exist"),
     (["--jsonl", "/nonexistent-folder/r.jsonl"], "does not exist"),
     (["--sizes", "8,9", "--timeline", "t.png"], "--timeline charts one network: give one value each to --sizes"),
+    (["--timeline", "t.txt"], "--timeline t.txt: the chart is written as PNG: give a name ending in .png (its "
+                              "intervals go beside it, in .json)"),
+    (["--plot", "p.svg"], "--plot p.svg: the chart is written as PNG: give a name ending in .png"),
 ])
 def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -197,7 +201,7 @@ def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
                                                      "leapfrog k=2, BLAS 1"]
     assert all({row[0] for row in p["intervals"]} == {1, 2, 3} for p in saved["panels"])  # the warm-up step left out
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    printed = [line for line in stdout.splitlines() if line.startswith(("sequential k=", "leapfrog k="))]
+    printed = [line for line in as_meant(stdout).splitlines() if line.startswith(("sequential k=", "leapfrog k="))]
     assert len(printed) == 3
     assert all("worker time overlapping main" in line and "backward x" in line for line in printed)
     twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
@@ -223,8 +227,10 @@ def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
     assert [p["label"] for p in json.loads((tmp_path / "t.json").read_text())["panels"]] == [
         "sequential, BLAS 1", "leapfrog k=2, BLAS 1"]
     lines = stdout.splitlines()
-    rows = [i for i, line in enumerate(lines) if line.split()[:3] == ["20", "4", "2"]]
-    assert len(rows) == 4 and any("leapfrog[graph]" in lines[i] for i in rows)
+    foot = lines.index(next(line for line in lines if line.startswith("* best sequential")))
+    rows = [i for i, line in enumerate(lines[:foot]) if line.split()[:1] in (
+        ["sequential*"], ["leapfrog"], ["sequential[graph]"], ["leapfrog[graph]"])]
+    assert len(rows) == 4 and "leapfrog[graph]" in lines[rows[-1]] and lines[rows[0] - 2] == "N=20 L=4 B=2 float32"
     assert rows[-1] < lines.index(next(line for line in lines if line.startswith("* best sequential")))
     assert rows[-1] < lines.index(next(line for line in lines if line.startswith("timeline (")))
     assert "graph mode against its GPU targets" in stdout
@@ -254,7 +260,7 @@ def test_json_lines_survive_a_killed_run(tmp_path):
 def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the second of three networks is measured: the first one's rows are printed and in
     --jsonl, stderr has one line that says so, and nothing else is written."""
-    measure, calls = bench._measure_case, []
+    measure, calls = bench_measure._measure_case, []
 
     def ctrl_c_at_the_second(*args):
         calls.append(args)
@@ -262,7 +268,7 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
             raise KeyboardInterrupt
         return measure(*args)
 
-    monkeypatch.setattr(bench, "_measure_case", ctrl_c_at_the_second)
+    monkeypatch.setattr(bench_measure, "_measure_case", ctrl_c_at_the_second)
     path = tmp_path / "r.jsonl"
     argv = ["--backend", "numpy", "--sizes", "8,9,10", "--layers", "3", "--batch", "2", "--k", "2", "--repeats", "1",
             "--warmup", "0", "--no-torch", "--jsonl", str(path), "--json", str(tmp_path / "r.json")]
@@ -271,24 +277,43 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
     assert err == f"leapfrog-bench: interrupted with 1 of 3 networks measured; their lines are in {path}\n"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert "command" in lines[0] and {r["N"] for r in lines[1:]} == {8} and len(lines) > 2
-    assert {row[0] for row in _rows(out)} == {"8"}
+    assert {n for n, *_ in _rows(out)} == {8}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no --json of a run cut short
 
 
 def _stdout_at_each_network(monkeypatch, capsys):
     """What has reached stdout and stderr each time a network's measurement begins (since the previous one)."""
-    measure, seen = bench._measure_case, []
+    measure, seen = bench_measure._measure_case, []
 
     def look_then_measure(*args):
         seen.append(capsys.readouterr())
         return measure(*args)
 
-    monkeypatch.setattr(bench, "_measure_case", look_then_measure)
+    monkeypatch.setattr(bench_measure, "_measure_case", look_then_measure)
     return seen
 
 
+def as_meant(text):
+    """The output with each line that ``cli.fitted`` broke (its continuations indented by two spaces)
+    joined again, after checking that every line of the table fits 100 columns."""
+    table = text.split("\n* best sequential")[0]
+    assert all(len(line) <= 100 for line in table.splitlines()), table
+    return text.replace("\n  ", " ")
+
+
 def _rows(text):
-    return [line.split() for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
+    """``[(N, L, B, cells)]``, one per row of the table in ``text``: each network's heading names its
+    N, L and B; each row's first cell is its schedule."""
+    rows, network = [], None
+    for line in as_meant(text).splitlines():
+        if line.startswith("* best sequential"):
+            break
+        heading = re.match(r"N=(\d+) L=(\d+) B=(\d+) ", line)
+        if heading:
+            network = tuple(map(int, heading.groups()))
+        elif network and re.fullmatch(r"(auto->)?[a-z-]+(\+fused)?(\[graph\])?\*?", line.split()[0]):
+            rows.append((*network, line.split()))
+    return rows
 
 
 def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
@@ -299,9 +324,9 @@ def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
     assert bench.main(TINY + ["--no-torch"]) == 0
     seen.append(capsys.readouterr())
     networks = [(24, 1), (24, 5), (40, 1), (40, 5)]
-    assert len(seen) == 5 and not _rows(seen[0].out) and seen[0].out.split()[:3] == ["N", "L", "B"]
+    assert len(seen) == 5 and seen[0].out.split()[:1] == ["step"] and "schedule" in seen[0].out
     for (out, _), (n, b) in zip(seen[1:], networks):
-        assert {(int(row[0]), int(row[2])) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 7
+        assert {(row[0], row[2]) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 7
     err = "".join(captured.err for captured in seen)
     for done, (n, b) in enumerate(networks):  # time left: '?' until a network is done
         assert re.search(rf"measuring: .*\| {done}/4 \[\d\d:\d\d<(\?|\d\d:\d\d), .*N={n} L=3 B={b}\]", err), err
@@ -326,3 +351,146 @@ def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
     out, rows = render_table(report[1], tmp_path)
     assert len(rows) == len(report[1]["records"])
     assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 17 for row in rows)
+
+
+def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=False, auto=False, backward=0.5):
+    """A synthetic record of one network, as ``_measure_case`` returns it: no timing noise decides."""
+    stats = {"median": step, "p20": step - spread / 2, "p80": step + spread / 2}
+    ours = not schedule.startswith("torch")
+    return {"backend": "numpy", "device": "cpu", "dtype": "float32", "N": 8, "L": 3, "B": 2, "blas_threads": blas,
+            "repeats": 5, "schedule": schedule, "k": k, "fused": False, "auto": auto, "graph": graph,
+            "step_ms": stats, "backward_ms": None if graph else {"median": backward, "p20": backward, "p80": backward},
+            "forward_ms": {"median": 0.3, "p20": 0.3, "p80": 0.3} if ours else None,
+            "f1_ms": 0.1 if ours else None, "f2_ms": 0.1 if ours else None, "f3_ms": 0.1 if ours else None,
+            "bytes_per_step": 1, "copy_gbps": 1.0, "floor_ms": 0.01}
+
+
+def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequential_ones():
+    """Not a leapfrog, graph, --k auto or PyTorch record, however fast: the fastest eager sequential step."""
+    case = [_record(blas=1, step=3.0), _record(blas=2, step=2.0), _record(blas=4, step=2.5),
+            _record("leapfrog", 2, blas=2, step=1.5), _record(blas=2, step=1.0, graph=True),
+            _record(blas=2, step=0.9, auto=True), _record("torch-autograd", blas=2, step=0.5)]
+    derived = bench_measure._derive(case)
+    eager_sequential = [r for r in derived if r["schedule"] == "sequential" and not r["graph"] and not r["auto"]]
+    best = [r for r in derived if r["best_sequential"]]
+    assert len(best) == 1, best
+    assert best[0]["step_ms"]["median"] == min(r["step_ms"]["median"] for r in eager_sequential) == 2.0
+    assert [r["step_speedup_vs_best_sequential"] for r in derived] == [2 / 3, 1.0, 0.8, 2 / 1.5, 2.0, 2 / 0.9, 4.0]
+
+
+def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
+    case = bench_measure._derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
+    widths = bench_report.column_widths(argparse.Namespace(k=[2], fused=False, graph=False), ["leapfrog"])
+    heading, costs, quiet, noisy = bench_report.table_rows(case, widths)
+    assert heading == "N=8 L=3 B=2 float32" and costs.startswith("  BLAS 1: forward 0.300 ms")
+    assert quiet.split()[3] == "1.000" and noisy.split()[3] == "1.000!"  # 0.3 > a quarter of 1.0; 0.2 is not
+    assert f"! noisy: p80 - p20 over {bench_report.NOISY:.0%} of the median" in bench_report.table_foot(False)
+
+
+def test_the_table_fits_100_columns_at_its_widest(capsys):
+    """Every schedule, fused, in graph mode too, --k auto, two BLAS settings: no line of the table is
+    wider than 100 columns (the legend and the verdicts are broken into lines that fit as well)."""
+    assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1,2,auto",
+                       "--schedule", ",".join(bench.SCHEDULES), "--blas-threads", "1,2", "--repeats", "1",
+                       "--warmup", "0", "--no-torch", "--fused", "--graph"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    assert len(_rows(out)) == (1 + 3 * 2) * 2 * 2 + 1  # (sequential, 3 schedules at k = 1, 2) x BLAS x graph, auto
+
+
+def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--backend", "auto"), ("--dtype", "float32"), ("--activation", "sigmoid")):
+        assert re.search(rf"{option} {{[^}}]*}} .*?\(default {default}\)", out), option
+    for metavar in ("--sizes N[,N...]", "--layers L[,L...]", "--batch B[,B...]", "--k K[,K...]",
+                    "--bucket-mb MB[,MB...]", "--blas-threads N[,N...]", "--repeats N"):
+        assert metavar in out
+    assert "SIZES" not in out and "BUCKET_MB" not in out and "BLAS_THREADS" not in out
+    assert "BLAS threads per host stream, for its matrix products" in out
+    assert all(action.help for action in bench.parser()._actions), "an option without help"
+    assert re.search(r"exit status: 0 done 2 a bad option .* 130 stopped by Ctrl-C", out)
+
+
+def test_version_is_the_packages(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out == f"leapfrog-bench {version('leapfrog_gpu')}\n"
+
+
+def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
+    measure, calls = bench_measure._measure_case, []
+
+    def ctrl_c_at_the_second(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure(*args)
+
+    monkeypatch.setattr(bench_measure, "_measure_case", ctrl_c_at_the_second)
+    assert bench.main(["--backend", "numpy", "--sizes", "8,9", "--layers", "3", "--batch", "2", "--k", "2",
+                       "--repeats", "1", "--warmup", "0", "--no-torch"]) == 130
+    err = capsys.readouterr().err
+    before, said, _ = err.partition("leapfrog-bench: interrupted with 1 of 2 networks measured")
+    assert said and "measuring:" in before, err
+    *_, bar, line = re.split(r"[\r\n]", before)
+    assert line == "" and bar.strip() == "", f"the line is written onto the bar's: {err!r}"
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure saved while the test runs, with the renderer that drew it."""
+    import matplotlib.figure
+
+    saved, savefig = [], matplotlib.figure.Figure.savefig
+
+    def keep(figure, *args, **kwargs):
+        savefig(figure, *args, **kwargs)
+        figure.renderer = figure.canvas.get_renderer()  # before the figure is closed
+        saved.append(figure)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    return saved
+
+
+def test_the_plot_says_where_and_when_and_its_legend_covers_no_data(tmp_path, figures):
+    run_bench(["--backend", "numpy", "--sizes", "8,12", "--layers", "3", "--batch", "1,2", "--k", "1,2",
+               "--blas-threads", "1", "--repeats", "1", "--warmup", "0", "--no-torch", "--quiet",
+               "--plot", str(tmp_path / "p.png"), "--json", str(tmp_path / "r.json")])
+    about = json.loads((tmp_path / "r.json").read_text())
+    (figure,) = figures
+    title = figure.get_suptitle()
+    for said in ("numpy backend", about["machine"]["device"], about["machine"]["platform"], about["date"][:10]):
+        assert said in title, (said, title)
+    for ax in figure.axes:
+        legend, data = ax.get_legend(), ax.get_window_extent(figure.renderer)
+        assert legend is not None and not legend.get_window_extent(figure.renderer).overlaps(data), ax.get_title()
+
+
+def test_the_timeline_chart_names_its_network(tmp_path, figures):
+    run_bench(["--backend", "numpy", "--sizes", "16", "--layers", "4", "--batch", "3", "--k", "2",
+               "--blas-threads", "1", "--repeats", "2", "--warmup", "1", "--no-torch", "--quiet",
+               "--timeline", str(tmp_path / "t.png")])
+    title = "leapfrog-bench: MLP [16] * 4, batch 3, sigmoid, float32, numpy; a panel per schedule"
+    assert [figure.get_suptitle() for figure in figures] == [title]
+    assert json.loads((tmp_path / "t.json").read_text())["title"] == title
+
+
+def test_the_data_parallel_table_never_prints_a_negative_share_hidden():
+    """Noise can make a data-parallel step wait longer than its sums took: "none", not -56 %."""
+    from leapfrog_gpu.tools import bench_parallel
+
+    stats = {"median": 2.0, "p20": 1.9, "p80": 2.1}
+    records = [{"N": 8, "L": 3, "B": 2, "P": 2, "dtype": "float32", "schedule": "leapfrog", "k": 2, "bucket_mb": 0,
+                "blas_threads": 1, "step_ms": stats, "local_slowest_ms": 1.0, "sums_slowest_ms": sums,
+                "sums_gbps": 1.0, "exposed_ms": 1.0, "hidden": 1 - 1.0 / sums, "one_ms": stats, "speedup": 1.0}
+               for sums in (0.64, 2.0, 4.0)]
+    lines = bench_parallel.table(records).splitlines()
+    end = lines[0].index(" hidden") + len(" hidden")  # the column's cells end where its title does
+    assert [line[:end].split()[-1] for line in lines[2:5]] == ["none", "50%", "75%"]
+    assert "-56%" not in "\n".join(lines) and "none: the step waited as long as the sums took" in lines[-1]

@@ -37,7 +37,7 @@ def test_chaos_mode_poisons_dead_buffers():
         net = MLP(sizes, backend=backend)
         net.sgd_step(*batch(sizes, 2), 0.1, Leapfrog(2))
         net.synchronize()
-        plan = net._plans[2]
+        plan = net.plan(2)
         for group in (plan.a, plan.z, plan.delta, plan.nabla_w, plan.nabla_b):
             assert all(np.isnan(array).all() for array in group.values())
         assert all(np.isfinite(w).all() for w in net.weights)

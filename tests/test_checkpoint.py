@@ -51,14 +51,49 @@ def test_save_removes_a_killed_writers_temporary_file(tmp_path):
 
 
 def test_load_errors(tmp_path):
+    """Each says what is wrong in one line and what to do; none repeats NumPy's hint to load a pickle."""
+    remedy = ": delete it, or choose another --checkpoint-dir"
     with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
         checkpoint.load(tmp_path)
-    (tmp_path / "checkpoint.npz").write_bytes(b"garbage")
-    with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
-        checkpoint.load(tmp_path)
+    for garbage in (b"garbage", b"PK\x03\x04 not really a zip"):
+        (tmp_path / "checkpoint.npz").write_bytes(garbage)
+        with pytest.raises(checkpoint.CheckpointError, match=r"is not a checkpoint \(not an .npz archive") as error:
+            checkpoint.load(tmp_path)
+        assert str(error.value).endswith(remedy) and "\n" not in str(error.value)
+        assert "pickle" not in str(error.value) and "unsafely" not in str(error.value)
     np.savez(tmp_path / "checkpoint.npz", w2=np.zeros((2, 2)))
-    with pytest.raises(checkpoint.CheckpointError, match="KeyError"):
+    lacks = r"not a checkpoint of leapfrog-train \(it lacks 'state"
+    with pytest.raises(checkpoint.CheckpointError, match=lacks) as error:
         checkpoint.load(tmp_path)
+    assert str(error.value).endswith(remedy)
+    np.savez(tmp_path / "checkpoint.npz", state=np.array([{"sizes": [2, 2]}], dtype=object), allow_pickle=True)
+    with pytest.raises(checkpoint.CheckpointError, match=r"is damaged \(ValueError: ") as error:
+        checkpoint.load(tmp_path)
+    assert str(error.value).endswith(remedy) and "\n" not in str(error.value)
+
+
+def test_the_file_is_synced_before_the_rename_and_its_folder_after(tmp_path, monkeypatch):
+    """What survives a loss of power: the new file's bytes are on disk before the rename makes it the
+    checkpoint, and the rename itself (the folder) after it."""
+    calls, fsync, replace = [], os.fsync, os.replace
+
+    def recorded_fsync(fd):
+        calls.append(("fsync", os.path.realpath(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def recorded_replace(source, target):
+        calls.append(("replace", os.path.realpath(source), os.path.realpath(target)))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "replace", recorded_replace)
+    path = os.path.realpath(checkpoint.save(tmp_path, *arrays(0)))
+    replaced = [i for i, call in enumerate(calls) if call[0] == "replace"]
+    assert len(replaced) == 1, calls
+    (_, temporary, target), i = calls[replaced[0]], replaced[0]
+    assert target == path and os.path.dirname(temporary) == os.path.dirname(path)
+    assert ("fsync", temporary) in calls[:i], f"the file is not synced before the rename: {calls}"
+    assert ("fsync", os.path.dirname(path)) in calls[i + 1:], f"the folder is not synced after the rename: {calls}"
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])

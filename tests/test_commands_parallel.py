@@ -156,6 +156,16 @@ def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
         assert len(err.splitlines()) == 1 and err.startswith(message), err
 
 
+def test_fused_under_mpiexec_is_refused_before_the_first_step_in_one_line(tmp_path):
+    """Not a traceback per rank and MPI_Abort: exit 2 and rank 0's one line, as for --graph; nothing written."""
+    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--fused", "--checkpoint-dir",
+                                                          tmp_path / "run"), timeout=60)
+    assert (returncode, out) == (2, ""), err
+    assert err.splitlines() == ["leapfrog-train: error: --fused does not run under mpiexec yet (a fused update never "
+                                "writes the gradients that the ranks sum); drop it"]
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())
+
+
 def test_ranks_with_other_options_are_refused(tmp_path):
     """Every rank compares a digest of its options and data with the others' before the first step."""
     job = mpirun.launch(1, *TRAIN, *TEACHER, "--epochs", 1, ":", "-n", 1, *TRAIN, *TEACHER, "--epochs", 1,

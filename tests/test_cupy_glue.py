@@ -141,14 +141,6 @@ def test_bench_runs(standin, tmp_path):
     assert all(r["device"] == standin.DEVICE_NAME and r["step_ms"]["median"] > 0 for r in records)
 
 
-def test_naumov_time_backward(standin):
-    from leapfrog_gpu.naumov import time_backward
-
-    rows = time_backward(5, 6, 2, backend="cupy", repeats=1, dtype="float64")
-    assert [row["schedule"] for row in rows] == ["naumov-scan", "naumov-jacobi", "sequential", "leapfrog"]
-    assert all(row["median_s"] > 0 and row["backend"] == "cupy" for row in rows)
-
-
 # -- the findings of the review against CuPy 14.2, one test each ------------------------------------
 
 

@@ -109,7 +109,7 @@ def test_the_capture_calls_no_cublas_and_allocates_nothing(standin, captures, mo
             net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
         net.synchronize()
         assert calls == [] and len(captures) == 1 and graph_launches(standin, start) == 2
-        assert len(net._plans[2].graphs) == 1
+        assert len(net.plan(2).graphs) == 1
         assert cuda.ops.chain == "cublas"  # the eager chain is cuBLAS again once the capture is done
 
 
@@ -133,11 +133,11 @@ def test_a_launch_refused_during_the_capture_leaves_no_graph(standin, monkeypatc
             net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
             with pytest.raises(error, match=message):
                 net.synchronize()
-            assert net._plans[3].graphs == {}
+            assert net.plan(3).graphs == {}
             assert not all(np.array_equal(p, q) for p, q in zip(host(net.weights), before))  # the eager run
         net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
         net.synchronize()
-        assert len(net._plans[3].graphs) == 1
+        assert len(net.plan(3).graphs) == 1
 
 
 def test_the_workers_join_the_capture_through_events_and_are_joined_back(standin):
@@ -282,7 +282,7 @@ def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(sch
                 net.sgd_step(x, y, 0.05 * (1 + step % 3), schedule, graph=graph)
             eager, graph = (host(net.weights + net.biases) for net in nets)
             assert all(np.array_equal(p, q) for p, q in zip(eager, graph)), f"step {step} differs"
-        assert len(nets[1]._plans[size].graphs) == 1
+        assert len(nets[1].plan(size).graphs) == 1
 
 
 @gpu

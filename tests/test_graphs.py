@@ -18,6 +18,7 @@ from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
+from leapfrog_gpu.plan import Plan
 from leapfrog_gpu.schedules import Schedule
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5
@@ -26,10 +27,10 @@ STEPS = 50
 
 def snapshot_steps(net, backend, schedule, size, graph, steps=STEPS, dtype="float32"):
     """Parameters after every SGD step, copied in stream order (no host synchronization in between)."""
-    taken = []
+    taken, plan = [], net.plan(size)
 
     def snapshot():
-        taken.append([p.copy() for p in list(net._w.values()) + list(net._b.values())])
+        taken.append([p.copy() for p in list(plan.w.values()) + list(plan.b.values())])
 
     for step in range(steps):
         x, y = batch(SIZES, size, seed=step, dtype=dtype)
@@ -71,7 +72,7 @@ def test_graph_steps_are_bitwise_the_eager_steps(schedule, size, mode):
     with NumpyBackend(**MODES[mode]) as backend:
         net = MLP(SIZES, seed=5, backend=backend)
         got = snapshot_steps(net, backend, schedule, size, graph=True)
-        assert len(net._plans[size].graphs) == 1
+        assert len(net.plan(size).graphs) == 1
     for step, (a, b) in enumerate(zip(eager_steps(schedule, size), got)):
         assert_same(b, a, layer_names(len(SIZES), "w", "b"), f"{schedule!r}, B = {size}, {mode}: graph step {step}",
                     against="the eager step")
@@ -140,8 +141,8 @@ def test_a_replay_plans_nothing(monkeypatch):
         def planning(*args, **kwargs):
             raise AssertionError("a replay planned the step again")
 
-        for name in ("_update_step", "_pass", "_forward", "_backward", "_check_gradients"):
-            monkeypatch.setattr(MLP, name, planning)
+        for name in ("sgd_step", "backprop", "forward", "backward", "check_gradients", "update"):
+            monkeypatch.setattr(Plan, name, planning)
         monkeypatch.setattr(Leapfrog, "backward", planning)
         for step in range(1, 4):
             x, y = batch(SIZES, 3, seed=step, dtype=np.float32)
@@ -155,7 +156,7 @@ def test_a_graph_per_batch_size_and_schedule():
         for size, schedule in [(3, Leapfrog(2)), (3, Leapfrog(2)), (5, Leapfrog(2)), (3, Sequential()),
                                (3, Leapfrog(2, fused=True)), (3, Leapfrog(2))]:
             net.sgd_step(*batch(SIZES, size), 0.1, schedule, graph=True)
-        assert len(net._plans[3].graphs) == 3 and len(net._plans[5].graphs) == 1
+        assert len(net.plan(3).graphs) == 3 and len(net.plan(5).graphs) == 1
 
 
 # -- a wait removed from the captured step is caught ------------------------------------------------
@@ -168,7 +169,7 @@ def test_a_worker_without_its_wait_cannot_join_the_capture(monkeypatch):
         with pytest.raises(CaptureError, match=r"worker\d enqueued 'nabla_b\[5\]' during a capture of main without "
                                                "having joined it"):
             net.sgd_step(*batch(SIZES, 3), 0.1, Leapfrog(2), graph=True)
-        assert not net._plans[3].graphs
+        assert not net.plan(3).graphs
         net.sgd_step(*batch(SIZES, 3), 0.1, Sequential(), graph=True)  # the backend is still usable
 
 
@@ -347,4 +348,4 @@ def test_check_finite_in_a_graph_refuses_the_update_and_the_next_step_goes_on():
         assert same(net.weights + net.biases, before)
         net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
         assert not same(net.weights + net.biases, before)
-        assert len(net._plans[3].graphs) == 1
+        assert len(net.plan(3).graphs) == 1

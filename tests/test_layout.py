@@ -17,7 +17,6 @@ RANK = {"backends": 0, "library": 1, "tools": 2}
 MAX_LINES = 420
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 """namedtuple's public methods and fields, underscored so as not to clash with field names."""
-UNTIL_THE_SPLIT = pytest.mark.xfail(strict=True, reason="until the plan/tools split lands")
 
 
 def module_name(path, package=PACKAGE):
@@ -205,13 +204,11 @@ def imports_of_test_modules(tests):
     return [f"{path}:{line}: {code}" for path, line, code in sorted(found)]
 
 
-@UNTIL_THE_SPLIT
 def test_no_module_is_over_the_line_limit():
     found = oversized()
     assert not found, f"modules over {MAX_LINES} lines (split each along its ideas):\n" + "\n".join(found)
 
 
-@UNTIL_THE_SPLIT
 def test_tools_and_profiling_use_the_public_api_only():
     found = reach_ins(tool_paths())
     assert not found, "private members reached from tools or profiling (add what they need to the public API):\n" + (

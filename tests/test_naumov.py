@@ -15,7 +15,7 @@ import pytest
 from helpers import NO_GPU, batch_id, case_id
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
-from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters, time_backward
+from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 WIDTHS = (7, 13, 5)
@@ -50,7 +50,7 @@ def relative_error(got, want):
 def pass_with(net, x, y, schedule):
     """Run backprop under ``schedule``: (delta per layer, nabla_b, nabla_w), all copies."""
     nabla_b, nabla_w = net.backprop(x, y, schedule)
-    plan = net._plans[x.shape[1]]
+    plan = net.plan(x.shape[1])
     return [plan.delta[l].copy() for l in net.layers], nabla_b, nabla_w
 
 
@@ -120,10 +120,10 @@ def test_jacobi_from_zero_is_exact_after_L_minus_2_sweeps():
                 exact = NaumovJacobi()
                 delta, _, _ = pass_with(net, x, y, exact)
                 assert exact.stats["sweeps"] == L - 2 and exact.stats["converged"]
-                plan = net._plans[B]
+                plan = net.plan(B)
                 chain = {L: np.ascontiguousarray(plan.delta[L].T[:, :, None])}
                 for l in range(L - 1, 1, -1):
-                    J = np.ascontiguousarray(plan.sp[l].T[:, :, None] * net._w[l + 1].T)  # (B, n_l, n_{l+1})
+                    J = np.ascontiguousarray(plan.sp[l].T[:, :, None] * plan.w[l + 1].T)  # (B, n_l, n_{l+1})
                     chain[l] = np.matmul(J, chain[l + 1])
                 for l, got in enumerate(delta, start=2):
                     np.testing.assert_array_equal(got, chain[l][:, :, 0].T, err_msg=f"delta^{l}, {dtype}")
@@ -203,13 +203,13 @@ def test_memory_limit_refuses_before_allocating():
             assert needed > 1000
             with pytest.raises(ValueError, match=rf"needs .*\({needed} bytes\).*memory_limit=.*\(1000 bytes\)"):
                 net.backprop(x, y, schedule)
-            assert "naumov" not in net._plans[B].__dict__
+            assert not net.plan(B).naumov
         _, nabla_w = net.backprop(x, y, Sequential())  # the network is still usable
         assert all(np.isfinite(w).all() for w in nabla_w)
         for schedule in (NaumovScan(), NaumovJacobi()):
             just_enough = type(schedule)(memory_limit=schedule.memory_needed(net, B))
             assert relative_error(net.backprop(x, y, just_enough)[1][0], nabla_w[0]) <= TOLERANCE["float32"]
-            held = net._plans[B].naumov[schedule.kind]
+            held = net.plan(B).naumov[schedule.kind]
             arrays = [a for value in held.values() for a in (value if isinstance(value, tuple) else [value])]
             assert sum(a.nbytes for a in arrays if hasattr(a, "nbytes")) == schedule.memory_needed(net, B)
 
@@ -236,19 +236,6 @@ def test_memory_limit_refuses_before_allocating():
 def test_bad_arguments(make, error, words):
     with pytest.raises(error, match=words):
         make()
-
-
-def test_time_backward_reports_every_schedule():
-    rows = time_backward(L=5, N=8, B=2, repeats=2, backend="numpy")
-    by_name = {row["schedule"]: row for row in rows}
-    assert list(by_name) == ["naumov-scan", "naumov-jacobi", "sequential", "leapfrog"]
-    assert by_name["sequential"]["ratio"] == 1.0
-    assert all(row["median_s"] > 0 for row in rows)
-    assert by_name["naumov-scan"]["rounds"] == 2 and by_name["naumov-jacobi"]["sweeps"] == 3
-    refused = time_backward(L=5, N=8, B=2, repeats=1, names=("naumov-scan",), memory_limit=100)
-    assert "memory_limit" in refused[0]["refused"] and "median_s" not in refused[0]
-    with pytest.raises(ValueError, match="unknown schedule"):
-        time_backward(L=5, N=8, B=2, names=("naumov-fast",))
 
 
 @pytest.mark.parametrize("name", ["scan", "jacobi-warm"])

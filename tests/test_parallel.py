@@ -14,10 +14,11 @@ import pytest
 import mpi_cases
 import mpirun
 from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, parallel, reference
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, data_parallel, parallel, reference
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.backends.host import NumpyBackend
-from leapfrog_gpu.parallel import Communicator, Reducer
+from leapfrog_gpu.data_parallel import Reducer
+from leapfrog_gpu.parallel import Communicator
 
 SIZES = [9, 17, 5, 13, 7, 3]
 ETA = 0.5
@@ -89,7 +90,7 @@ def test_a_one_process_communicator_changes_no_bit():
             assert net.comm is None
             for x, y in steps:
                 net.sgd_step(x, y, ETA, Leapfrog(2))
-            assert net._plan(4).reducer is None and net.backend._comm is None  # no communication stream
+            assert net.plan(4).reducer is None and net.backend._comm is None  # no communication stream
             params.append([p.tobytes() for p in net.weights + net.biases])
     assert params[0] == params[1] == params[2]
 
@@ -135,12 +136,12 @@ def _ranked(rank, size):
     (10**9, [[5, 4, 3, 2]]),
 ])
 def test_buckets_group_consecutive_layers_up_to_their_size(bucket_bytes, want):
-    assert parallel.buckets([2, 6, 3, 4, 4], 4, bucket_bytes) == want
+    assert data_parallel.buckets([2, 6, 3, 4, 4], 4, bucket_bytes) == want
 
 
 def test_gradients_are_views_of_one_flat_buffer_in_the_order_they_are_handed_over():
     with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
-        plan = net._plan(3)
+        plan = net.plan(3)
         flat, offset = plan.reducer.flat, 0
         for l in range(net.L, 1, -1):
             for array in (plan.nabla_w[l], plan.nabla_b[l]):
@@ -172,7 +173,7 @@ def test_two_mirrored_ranks_against_the_reference(schedule, bucket_bytes):
         for x, y in steps:
             net.sgd_step(x, y, ETA, schedule)
         assert relative_error(net.weights + net.biases, want) < 1e-12
-    buckets = len(parallel.buckets(SIZES, 8, bucket_bytes))
+    buckets = len(data_parallel.buckets(SIZES, 8, bucket_bytes))
     assert len(comm.sums) == len(steps) * buckets
 
 
@@ -219,10 +220,10 @@ def test_a_calibration_sums_nothing():
 
 
 def test_gradients_handed_over_out_of_order_are_refused(monkeypatch):
-    def backward(self, net, plan, scale=None):
-        for l in net.layers:  # layer 2 first
-            net.delta(plan, l)
-            plan.launch_gradients(plan.main, l)
+    def backward(self, plan, controls=None):
+        for l in plan.layers:  # layer 2 first
+            plan.error(l)
+            plan.gradients(plan.main, l)
 
     monkeypatch.setattr(Sequential, "backward", backward)
     with MLP(SIZES, backend="numpy", comm=Mirror()) as net, pytest.raises(
@@ -303,7 +304,7 @@ def bucketed_run(bucket_bytes):
 def test_a_bucket_of_several_layers_waits_for_each_of_them(monkeypatch, bucket_bytes, groups):
     """Every layer's G_l is waited for, not only that of the bucket's last layer (the one whose hand-over
     launches the sum)."""
-    assert parallel.buckets(SIZES, 8, bucket_bytes) == groups
+    assert data_parallel.buckets(SIZES, 8, bucket_bytes) == groups
     assert bucketed_run(bucket_bytes)
     wait = Reducer.wait_for_gradients
 

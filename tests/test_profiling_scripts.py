@@ -21,6 +21,7 @@ PROFILING = Path(__file__).resolve().parent.parent / "profiling"
 sys.path.insert(0, str(PROFILING))
 
 import kernels  # noqa: E402
+import naumov_crossover  # noqa: E402
 import overlap  # noqa: E402
 
 
@@ -293,3 +294,22 @@ def test_naumov_crossover_runs_a_tiny_grid(tmp_path):
     assert {row["schedule"] for row in result["rows"]} >= {"naumov-scan", "naumov-jacobi", "sequential"}
     assert {row["L"] for row in result["rows"]} == {3, 5}
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_time_backward_reports_every_schedule():
+    rows = naumov_crossover.time_backward(L=5, N=8, B=2, repeats=2, backend="numpy")
+    by_name = {row["schedule"]: row for row in rows}
+    assert list(by_name) == ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"]  # the registry's order
+    assert by_name["sequential"]["ratio"] == 1.0
+    assert all(row["median_s"] > 0 for row in rows)
+    assert by_name["naumov-scan"]["rounds"] == 2 and by_name["naumov-jacobi"]["sweeps"] == 3
+    refused = naumov_crossover.time_backward(L=5, N=8, B=2, repeats=1, names=("naumov-scan",), memory_limit=100)
+    assert "memory_limit" in refused[0]["refused"] and "median_s" not in refused[0]
+    with pytest.raises(ValueError, match="unknown schedule"):
+        naumov_crossover.time_backward(L=5, N=8, B=2, names=("naumov-fast",))
+
+
+def test_naumov_time_backward(standin):
+    rows = naumov_crossover.time_backward(5, 6, 2, backend="cupy", repeats=1, dtype="float64")
+    assert [row["schedule"] for row in rows] == ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"]
+    assert all(row["median_s"] > 0 and row["backend"] == "cupy" for row in rows)

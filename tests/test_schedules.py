@@ -197,7 +197,9 @@ def test_missing_join_is_caught_across_steps_without_an_update(monkeypatch):
             backend.trace.clear()
             for step in range(2):
                 x, y = batch(sizes, 4, seed=step, dtype=np.float32)
-                net._start(x, y, schedule)  # enqueue forward and backward: no update, no sync
+                plan = net.plan(4)
+                plan.load(x, y)
+                plan.backprop(schedule)  # enqueue forward and backward: no update, no sync
             backend.synchronize()
             trace = backend.trace
             copies = [i for i, entry in enumerate(trace) if entry[1:] == ("start", "copy_in")]

@@ -236,10 +236,12 @@ def test_summary_takes_medians_and_shows_the_median_step():
 
 
 def test_save_writes_the_chart_and_every_interval(tmp_path):
-    panels = timeline.save(tmp_path / "t.png", [{"label": "by hand", "intervals": HAND}], {"command": "test"})
+    panels = timeline.save(tmp_path / "t.png", [{"label": "by hand", "intervals": HAND}], {"command": "test"},
+                           "a network by hand")
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = json.loads((tmp_path / "t.json").read_text())
-    assert saved["command"] == "test" and saved["panels"][0]["label"] == "by hand"
+    assert saved["command"] == "test" and saved["title"] == "a network by hand"
+    assert saved["panels"][0]["label"] == "by hand"
     assert [Interval(*row) for row in saved["panels"][0]["intervals"]] == HAND
     assert saved["panels"][0]["analysis"]["summary"]["worker_overlap"] == pytest.approx(100 / 550)
     assert panels[0]["analysis"] == saved["panels"][0]["analysis"]

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 from no_gpu_cupy import CUDA_ANSWER
-from leapfrog_gpu.tools import checkpoint, train
+from leapfrog_gpu.tools import checkpoint, train, train_loop
 from leapfrog_gpu.backends import cuda_available
 
 
@@ -109,6 +109,29 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
     assert_bitwise_equal(parameters(interrupted)[0], parameters(straight)[0])
 
 
+PAUSED_WRITER = """
+import io, pathlib, sys, time
+import numpy as np
+from leapfrog_gpu.tools import train
+
+savez = np.savez
+
+def half_then_pause(file, **arrays):
+    whole = io.BytesIO()
+    savez(whole, **arrays)
+    file.write(whole.getvalue()[: len(whole.getvalue()) // 2])
+    file.flush()
+    pathlib.Path(sys.argv[1]).touch()
+    while True:
+        time.sleep(1)
+
+np.savez = half_then_pause
+sys.exit(train.main(sys.argv[2:]))
+"""
+"""``leapfrog-train`` whose checkpoint writer writes half the archive, says so in the file ``argv[1]``,
+then waits to be killed."""
+
+
 def test_sigkill_while_writing_a_checkpoint(tmp_path):
     """A writer killed mid-file leaves the previous checkpoint whole, and --resume continues from it."""
     straight, run = tmp_path / "straight", tmp_path / "run"
@@ -116,10 +139,9 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
     assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", run) == 0
     before = checkpoint.path_in(run).read_bytes()
     marker = tmp_path / "paused"
-    env = {**os.environ, "LEAPFROG_TEST_CHECKPOINT_PAUSE": str(marker)}
-    command = [sys.executable, "-m", "leapfrog_gpu", "--quiet", "--epochs", "2", "--resume",
+    command = [sys.executable, "-c", PAUSED_WRITER, str(marker), "--quiet", "--epochs", "2", "--resume",
                "--checkpoint-dir", str(run)]
-    writer = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    writer = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not marker.exists():
         assert writer.poll() is None, writer.stderr.read().decode()
@@ -151,7 +173,7 @@ def test_teacher_regression(tmp_path, capsys):
 
 def test_progress_bar_and_batch_loss(capsys, monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    monkeypatch.setattr(train, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
+    monkeypatch.setattr(train_loop, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
     assert cli("--hidden", "4x16", "--epochs", 1) == 0
     captured = capsys.readouterr()
     assert "epoch 1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
@@ -186,6 +208,8 @@ def test_timeline_of_a_window_of_steps(tmp_path, capsys):
     assert sum(line.startswith(f"timeline of steps 10..14 in {tmp_path / 't.png'}") for line in out.splitlines()) == 1
     saved = json.loads((tmp_path / "t.json").read_text())
     assert saved["program"] == "leapfrog-train" and saved["config"]["k"] == 2
+    assert saved["title"] == ("leapfrog-train: MLP [64, 24, 24, 24, 24, 24, 10] tanh, batch 32, Leapfrog(k=2), "
+                              "float32, numpy")  # the chart's, above its panel
     assert {row[0] for row in saved["panels"][0]["intervals"]} == set(range(10, 15))
     assert saved["panels"][0]["analysis"]["summary"]["busy_ms"].keys() == {"main", "worker0", "worker1"}
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -201,6 +225,59 @@ def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, 
 
 
 # -- what a newcomer meets ------------------------------------------------------------------------------
+
+
+def _mnist_like(directory, samples=200):
+    """The four MNIST IDX files, gzipped, with random 28x28 images and labels: ``samples`` to train on."""
+    rng = np.random.default_rng(1)
+    arrays = {"x_train": rng.integers(0, 256, (samples, 28, 28)), "y_train": rng.integers(0, 10, samples),
+              "x_test": rng.integers(0, 256, (50, 28, 28)), "y_test": rng.integers(0, 10, 50)}
+    return _mnist_files(directory, lambda found: found.update(arrays))
+
+
+@pytest.mark.parametrize("dataset", ["digits", "mnist", "teacher"])
+def test_every_datasets_default_run_stays_finite_for_3_epochs(tmp_path, dataset):
+    """The documented defaults, the learning rate included, train every dataset: no NaN, no divergence."""
+    where = ["--data-dir", _mnist_like(tmp_path)] if dataset == "mnist" else []
+    metrics = tmp_path / "m.jsonl"
+    assert cli("--data", dataset, *where, "--epochs", 3, "--quiet", "--metrics", metrics) == 0
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert len(lines) == 3 and all(np.isfinite([m["train_loss"], m["test_loss"]]).all() for m in lines)
+
+
+def test_help_says_the_learning_rate_of_each_dataset_and_every_exit_status(capsys):
+    assert cli("--help") == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher)" in " ".join(out.split())
+    statuses = out[out.index("exit status:"):].split()
+    for status in ("0", "2", "3", "130", "1", "4"):
+        assert status in statuses, out
+
+
+def test_version_is_the_packages(capsys):
+    from importlib.metadata import version
+
+    assert cli("--version") == 0
+    assert capsys.readouterr().out == f"leapfrog-train {version('leapfrog_gpu')}\n"
+
+
+def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
+    sgd_step, calls = train.MLP.sgd_step, []
+
+    def step_then_ctrl_c(net, *args, **kwargs):
+        sgd_step(net, *args, **kwargs)
+        calls.append(None)
+        if len(calls) == 20:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(train.MLP, "sgd_step", step_then_ctrl_c)
+    assert cli(*SMALL[:2], "--epochs", 1) == 130
+    err = capsys.readouterr().err
+    before, said, _ = err.partition("leapfrog-train: interrupted at epoch 1, step 20")
+    assert said and "epoch 1:" in before, err  # the bar was shown
+    *_, bar, line = re.split(r"[\r\n]", before)
+    assert line == "" and bar.strip() == "", f"the line is written onto the bar's: {err!r}"
 
 
 def test_one_epoch_of_one_step_is_said_in_the_singular(capsys):
@@ -337,11 +414,18 @@ def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path,
     assert parameters(run)[1]["step"] == 90
 
 
+def sigint_at_its_default():
+    """In a child that gets Ctrl-C, SIGINT as a terminal's job has it: a test runner started in the
+    background (``nohup pytest &``) ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
     code = ("import signal, sys; from leapfrog_gpu.tools import data, train;"
             "data.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
             f"sys.exit(train.main(['--checkpoint-dir', {str(tmp_path)!r}]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_at_its_default)
     assert (done.returncode, done.stdout) == (130, "")
     assert done.stderr == "leapfrog-train: interrupted before the first step; nothing was written\n"
     assert not list(tmp_path.iterdir())
@@ -366,7 +450,8 @@ sys.meta_path.insert(0, CtrlC())
 (command,) = importlib.metadata.entry_points(group="console_scripts", name={command!r})
 sys.exit(command.load()())
 """
-    done = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_at_its_default)
     assert (done.returncode, done.stdout, done.stderr) == (130, "", f"{command}: interrupted while starting; "
                                                                     "nothing was run\n")
 
@@ -407,6 +492,8 @@ def test_a_run_imports_neither_scikit_learn_nor_scipy():
     (["--data", "teacher", "--samples", 64, "--epochs", 1, "--timeline", "t.png"],
      "--timeline records steps 10..14 by default, past this run's last step, 1 (steps count from 0): give "
      "--profile-steps A:B"),
+    (["--timeline", "t.txt"], "--timeline t.txt: the chart is written as PNG: give a name ending in .png (its "
+                              "intervals go beside it, in .json)"),
     (["--graph", "--timeline", "t.png"],
      "--timeline stamps every launch of eager steps, and a graph step is one launch: drop --graph or --timeline"),
 ])
@@ -450,6 +537,16 @@ def test_bad_data_files(tmp_path, capsys, break_it, after, message):
     assert message in one_error_line(capsys)
 
 
+@pytest.mark.parametrize("content", [b"garbage", b"PK\x03\x04 not really a zip"])
+def test_a_corrupt_mnist_npz_is_one_clear_line(tmp_path, capsys, content):
+    """Not NumPy's hint to load a pickle unsafely: what the file is not, and what to do."""
+    (tmp_path / "mnist.npz").write_bytes(content)
+    assert cli("--data", "mnist", "--data-dir", tmp_path / "mnist.npz") == 2
+    assert one_error_line(capsys) == (
+        f"leapfrog-train: error: {tmp_path / 'mnist.npz'} is not a readable .npz file (not a zip archive; damaged?): "
+        "replace it, or give --data-dir the four MNIST IDX files")
+
+
 def test_mnist_files_train(tmp_path, capsys):
     directory = _mnist_files(tmp_path, lambda arrays: None)
     assert cli("--data", "mnist", "--data-dir", directory, "--hidden", "4x8", "--epochs", 2, "--batch-size", 4) == 0
@@ -470,7 +567,20 @@ def test_checkpoint_errors(tmp_path, capsys):
     assert "no checkpoint to resume from" in one_error_line(capsys)
     checkpoint.path_in(run).write_bytes(b"PK\x03\x04 not really a zip")
     assert cli("--checkpoint-dir", run, "--resume") == 2
-    assert "is not a readable checkpoint" in one_error_line(capsys)
+    assert one_error_line(capsys) == (f"leapfrog-train: error: {checkpoint.path_in(run)} is not a checkpoint (not an "
+                                      ".npz archive; damaged?): delete it, or choose another --checkpoint-dir")
+
+
+@pytest.mark.parametrize("content", [b"garbage", b"PK\x03\x04 not really a zip"])
+def test_a_corrupt_checkpoint_says_to_delete_it_and_never_to_add_resume(tmp_path, capsys, content):
+    """Not NumPy's hint to load a pickle unsafely, and without --resume no hint to add --resume (which
+    would fail as well): one line that says what to do instead."""
+    checkpoint.path_in(tmp_path).write_bytes(content)
+    for resume in ([], ["--resume"]):
+        assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path, *resume) == 2
+        line = one_error_line(capsys)
+        assert line.endswith(": delete it, or choose another --checkpoint-dir"), line
+        assert "--resume" not in line and "pickle" not in line and "unsafe" not in line, line
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks the message given when no CUDA device is usable")

@@ -23,7 +23,8 @@ TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", 
 def test_sigint_checkpoints_the_last_completed_step_and_exits_130(tmp_path):
     run, straight = tmp_path / "run", tmp_path / "straight"
     command = [sys.executable, "-m", "leapfrog_gpu", *TEACHER, "--epochs", "12", "--checkpoint-dir", str(run)]
-    trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not a runner's
     for line in trainer.stdout:  # the header, then one line per epoch
         if line.split()[:2] == ["epoch", "1/12"]:
             break

@@ -87,6 +87,11 @@ def get_backend(name="auto", **options):
     return CupyBackend(**options)
 
 
+def to_host(array):
+    """``array`` as a NumPy array: a CuPy array copied to the host (on the current stream), a NumPy one as it is."""
+    return array.get() if hasattr(array, "get") else array
+
+
 def _versions(runtime):
     """The driver's CUDA version and that of CuPy's CUDA runtime, as far as they can be read."""
     parts = []

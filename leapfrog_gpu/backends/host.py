@@ -106,9 +106,8 @@ class NumpyBackend:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}")
-        if blas_threads is not None and (
-            isinstance(blas_threads, bool) or not isinstance(blas_threads, int) or blas_threads < 1
-        ):
+        if blas_threads is not None and (isinstance(blas_threads, bool) or not isinstance(blas_threads, int)
+                                         or blas_threads < 1):
             raise ValueError(f"blas_threads must be None or an integer >= 1; got {blas_threads!r}")
         self.mode, self.order, self.blas_threads = mode, order, blas_threads
         if chaos is not None and (isinstance(chaos, bool) or not isinstance(chaos, int)):
@@ -117,8 +116,7 @@ class NumpyBackend:
             raise ValueError(f"max_delay must be a number of seconds in [0, 1]; got {max_delay!r}")
         self.trace = [] if trace else None
         self.timeline = None  # the timing.Timeline recording launches, if any
-        self.chaos, self.max_delay = chaos, max_delay
-        self.poisons = chaos is not None
+        self.chaos, self.max_delay, self.poisons = chaos, max_delay, chaos is not None
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)  # notified when no operation is pending

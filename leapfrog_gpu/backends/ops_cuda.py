@@ -106,10 +106,10 @@ class CudaOps:
     def nabla_w(self, nabla_w, delta, a):
         self._nabla_w("", nabla_w, delta, a, ())
 
-    def fused_update(self, w, delta, a, step, scratch):
-        """``w -= step[0] * (delta a^T)`` unless ``step[1]``, in one pass over w; ``scratch`` is unused here."""
+    def fused_update(self, w, delta, a, controls, scratch):
+        """``w -= controls[0] * (delta a^T)`` unless ``controls[1]``, in one pass over w; ``scratch`` is unused here."""
         del scratch
-        self._nabla_w("_sgd", w, delta, a, (step,))
+        self._nabla_w("_sgd", w, delta, a, (controls,))
 
     def _nabla_w(self, variant, out, delta, a, extra):
         (n, batch), m = delta.shape, a.shape[0]
@@ -128,14 +128,14 @@ class CudaOps:
         kernel = self._kernel("nabla_b.cu", "bias_sum", delta.dtype, options)
         kernel(grid, block, (nabla_b, delta, np.int32(n), np.int32(batch)))
 
-    def sgd_update(self, param, nabla, step, scratch):
-        """``param -= step[0] * nabla`` unless ``step[1]``, in one pass; ``scratch`` is unused here."""
+    def sgd_update(self, param, nabla, controls, scratch):
+        """``param -= controls[0] * nabla`` unless ``controls[1]``, in one pass; ``scratch`` is unused here."""
         del scratch
-        self._elementwise("sgd_update", param.size, param.dtype, (param, nabla, step, np.int64(param.size)))
+        self._elementwise("sgd_update", param.size, param.dtype, (param, nabla, controls, np.int64(param.size)))
 
-    def check_finite(self, step, x, code):
-        """``step[1] = code`` if ``x`` holds a NaN or an Inf and ``step[1]`` is still 0."""
-        self._elementwise("check_finite", x.size, x.dtype, (step, x, np.int64(x.size), x.dtype.type(code)))
+    def check_finite(self, controls, x, code):
+        """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0."""
+        self._elementwise("check_finite", x.size, x.dtype, (controls, x, np.int64(x.size), x.dtype.type(code)))
 
     @staticmethod
     def set_element(array, index, value):

@@ -3,8 +3,9 @@
 The NumPy backend runs these; the tests compare each CUDA kernel against its twin. Every function
 writes into preallocated arrays (``out=``) and allocates nothing but ``check_finite``'s temporary.
 Arrays are C-contiguous, minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B),
-``b`` and ``nabla_b`` are (n,). ``step`` holds a step's controls, read when the update runs: ``step[0]``
-is eta / B, ``step[1]`` a refusal (0 to update, else a ``check_finite`` code: the update writes nothing).
+``b`` and ``nabla_b`` are (n,). ``controls`` holds a step's controls, read when the update runs:
+``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
+update writes nothing).
 """
 
 import numpy as np
@@ -75,8 +76,8 @@ def nabla_w(nabla_w, delta, a):
         np.matmul(delta, a.T, out=nabla_w)
 
 
-def fused_update(w, delta, a, step, scratch):
-    """(7) fused with SGD: ``w -= step[0] * (delta a^T)`` unless ``step[1]``, without ``nabla_w`` ever
+def fused_update(w, delta, a, controls, scratch):
+    """(7) fused with SGD: ``w -= controls[0] * (delta a^T)`` unless ``controls[1]``, without ``nabla_w`` ever
     reaching memory.
 
     Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element is
@@ -84,9 +85,9 @@ def fused_update(w, delta, a, step, scratch):
     block (B = 1, or n*m <= SCRATCH); with several blocks at B > 1, BLAS may round a row of a smaller
     GEMM otherwise than the same row of ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS).
     """
-    if step[1] != 0:
+    if controls[1] != 0:
         return
-    scale = step[0]
+    scale = controls[0]
     n, m = w.shape
     rows = max(1, scratch.size // m)
     for r0 in range(0, n, rows):
@@ -102,12 +103,12 @@ def nabla_b(nabla_b, delta):
     np.sum(delta, axis=1, out=nabla_b)
 
 
-def sgd_update(param, nabla, step, scratch):
-    """``param -= step[0] * nabla`` unless ``step[1]``, through the flat ``scratch`` a cache-sized block at
+def sgd_update(param, nabla, controls, scratch):
+    """``param -= controls[0] * nabla`` unless ``controls[1]``, through the flat ``scratch`` a cache-sized block at
     a time."""
-    if step[1] != 0:
+    if controls[1] != 0:
         return
-    scale = step[0]
+    scale = controls[0]
     param, nabla = param.reshape(-1), nabla.reshape(-1)
     for start in range(0, param.size, scratch.size):
         stop = min(start + scratch.size, param.size)
@@ -116,13 +117,13 @@ def sgd_update(param, nabla, step, scratch):
         np.subtract(param[start:stop], chunk, out=param[start:stop])
 
 
-def check_finite(step, x, code):
-    """``step[1] = code`` if ``x`` holds a NaN or an Inf and ``step[1]`` is still 0 (the first gradient
+def check_finite(controls, x, code):
+    """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0 (the first gradient
     found wanting in a step names itself)."""
-    if step[1] == 0 and not np.isfinite(x).all():
-        step[1] = code
+    if controls[1] == 0 and not np.isfinite(x).all():
+        controls[1] = code
 
 
 def set_element(array, index, value):
-    """``array[index] = value`` on the stream that runs it (eta / B into ``step[0]``, say)."""
+    """``array[index] = value`` on the stream that runs it (eta / B into ``controls[0]``, say)."""
     array[index] = value

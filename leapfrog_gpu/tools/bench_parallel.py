@@ -16,7 +16,7 @@ three in turn (``timing.measure_interleaved``: median, p20, p80 over ``--repeats
 Then rank 0 alone (the others wait, asleep) times ``one``: one process stepping on the whole B·P batch
 under the same schedule. From these: ``exposed = step - local``, what the step waits for the sums;
 ``hidden = 1 - exposed / sums``, the share of the sums hidden behind the backward pass (noise can push it
-past 0 % or 100 %); ``speedup = one / step``, what P ranks gain on the same batch. ``local`` and ``sums``
+past 0 % or 100 %: the table then says ``none`` or ``all``, the records keep the number); ``speedup = one / step``, what P ranks gain on the same batch. ``local`` and ``sums``
 are the slowest rank's medians (the sums make every rank wait for it); ``step`` is rank 0's.
 """
 
@@ -56,7 +56,7 @@ def _measure_case(args, comm, comms, sizes, batch, threads, specs, eta):
         for name, k, schedule in specs:
             for mb, net in nets.items():
                 net.sgd_step(x, y, eta, schedule)  # the plan, and its sums, exist from here on
-                reducer = net._plan(x_share.shape[1]).reducer
+                reducer = net.plan(x_share.shape[1]).reducer
                 step, local, sums = timing.measure_interleaved(backend, [
                     lambda: net.sgd_step(x, y, eta, schedule),
                     lambda: alone.sgd_step(x_share, y_share, eta, schedule),
@@ -102,14 +102,20 @@ def table(records):
         rows.append((r["N"], r["L"], r["B"], r["P"], r["dtype"], r["schedule"], r["k"], f"{r['bucket_mb']:g}",
                      r["blas_threads"], _spread(r["step_ms"]), f"{r['local_slowest_ms']:.3f}",
                      f"{r['sums_slowest_ms']:.3f}", f"{r['sums_gbps']:.2f}", f"{r['exposed_ms']:.3f}",
-                     f"{100 * r['hidden']:.0f}%", _spread(r["one_ms"]), f"{r['speedup']:.2f}x"))
+                     _hidden(r["hidden"]), _spread(r["one_ms"]), f"{r['speedup']:.2f}x"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)) for row in rows]
     lines.insert(1, "-" * len(lines[0]))
     lines.append("B per rank; step: the data-parallel step (rank 0); local: the same step without the sums; sums: "
-                 "the sums alone (slowest rank); exposed = step - local; hidden = 1 - exposed / sums; speedup = "
-                 "one process on B*P samples / step")
+                 "the sums alone (slowest rank); exposed = step - local; hidden = 1 - exposed / sums (none: the step "
+                 "waited as long as the sums took, or longer; all: not at all); speedup = one process on B*P samples "
+                 "/ step")
     return "\n".join(lines)
+
+
+def _hidden(share):
+    """The share of the sums hidden, within 0..100 %: noise alone takes it outside."""
+    return "none" if share <= 0 else "all" if share >= 1 else f"{100 * share:.0f}%"
 
 
 def _spread(stats):

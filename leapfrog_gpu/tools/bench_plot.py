@@ -2,12 +2,14 @@
 
 One panel per width N; one colour per (L, B, BLAS threads); dots are measured, the line is the model's
 1 / (1 - (1 - 1/k) f3/f). Both are speedups of a pass (forward + backward) over the sequential
-schedule at the same BLAS setting, k = 1 included.
+schedule at the same BLAS setting, k = 1 included. The title says where and when they were measured
+(backend, machine, date); each panel's legend sits below it, off the data.
 """
 
 
-def plot(records, path):
-    """Write the figure for ``records`` (``bench.run``'s) to ``path`` (PNG)."""
+def plot(records, path, about):
+    """Write the figure for ``records`` (``bench_measure.run``'s) to ``path`` (PNG); ``about`` is the run's
+    header (``date``, ``machine``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,8 +33,11 @@ def plot(records, path):
         ax.set_title(f"N = {n}")
         ax.set_xlabel("k (worker streams)")
         ax.set_xticks(sorted({r["k"] for r in ours if r["N"] == n}) or [1])
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     axes[0][0].set_ylabel("speedup of a pass vs sequential\n(dots measured, lines the model)")
+    machine = about["machine"]
+    fig.suptitle(f"leapfrog-bench, {records[0]['backend'] if records else '?'} backend: {machine['device']} "
+                 f"({machine['cores']} cores), {machine['platform']}; {about['date'][:10]}", fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

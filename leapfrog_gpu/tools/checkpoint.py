@@ -1,5 +1,5 @@
-"""Checkpoints that a crash cannot half-write: a temporary file beside the target, fsync, rename
-(``cli.replaced_atomically``).
+"""Checkpoints that a crash cannot half-write: ``np.savez`` into a temporary file beside the target,
+``fsync`` of the file, an atomic rename, ``fsync`` of the folder (``cli.replaced_atomically``).
 
 A checkpoint is one ``.npz`` file, ``checkpoint.npz`` in its directory: arrays ``w2..wL`` and
 ``b2..bL`` (Nielsen's shapes) and ``state``, a JSON object that holds at least ``sizes`` (the widths
@@ -10,8 +10,6 @@ writer dies.
 
 import contextlib
 import json
-import os
-import time
 import zipfile
 from pathlib import Path
 
@@ -22,9 +20,8 @@ from .cli import replaced_atomically
 FILENAME = "checkpoint.npz"
 _TEMPORARY = (".checkpoint-", ".tmp")  # prefix and suffix of the file being written
 
-_PAUSE_FOR_TEST = "LEAPFROG_TEST_CHECKPOINT_PAUSE"
-"""Test hook: when set to a path, ``save`` creates that file once the temporary file is partly
-written, then sleeps until killed, so a test can kill the writer at that exact point."""
+REMEDY = "delete it, or choose another --checkpoint-dir"
+"""What to do about a checkpoint that cannot be read."""
 
 
 class CheckpointError(ValueError):
@@ -44,7 +41,7 @@ def save(directory, weights, biases, state):
     arrays.update({f"b{l}": b for l, b in enumerate(biases, start=2)})
     arrays["state"] = np.array(json.dumps(state))
     with replaced_atomically(path_in(directory), prefix=_TEMPORARY[0]) as temporary, open(temporary, "wb") as file:
-        _write_npz(file, arrays)
+        np.savez(file, **arrays)  # a file object: a name would get ".npz" appended
     for stale in directory.glob("*".join(_TEMPORARY)):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
@@ -52,29 +49,25 @@ def save(directory, weights, biases, state):
 
 
 def load(directory):
-    """Return ``(weights, biases, state)`` from ``directory/checkpoint.npz``."""
+    """Return ``(weights, biases, state)`` from ``directory/checkpoint.npz``; a ``CheckpointError`` of one
+    line that says what is wrong with it and what to do."""
     path = path_in(directory)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint to resume from: {path} does not exist")
+    if not zipfile.is_zipfile(path):  # np.load would take it for a pickle, and say how to load one unsafely
+        raise CheckpointError(f"{path} is not a checkpoint (not an .npz archive; damaged?): {REMEDY}")
     try:
         with np.load(path, allow_pickle=False) as archive:
             state = json.loads(archive["state"].item())
             layers = range(2, len(state["sizes"]) + 1)
             weights = [archive[f"w{l}"] for l in layers]
             biases = [archive[f"b{l}"] for l in layers]
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: {error})") from None
+    except KeyError as error:
+        raise CheckpointError(f"{path} is not a checkpoint of leapfrog-train (it lacks {error}): {REMEDY}") from None
+    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"{path} is damaged ({type(error).__name__}: {_first_line(error)}): {REMEDY}") from None
     return weights, biases, state
 
 
-def _write_npz(file, arrays):
-    """What ``np.savez`` writes, one member per array, with the test hook after the first."""
-    with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for i, (name, array) in enumerate(arrays.items()):
-            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
-            if i == 0 and os.environ.get(_PAUSE_FOR_TEST):
-                file.flush()
-                Path(os.environ[_PAUSE_FOR_TEST]).touch()
-                while True:
-                    time.sleep(1)
+def _first_line(error):
+    return str(error).strip().split("\n")[0].rstrip(".")

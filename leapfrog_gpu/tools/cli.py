@@ -1,9 +1,11 @@
-"""What the command-line tools share: a parser whose errors are one line, argument types, the
-``--backend`` choice said in the command line's words, install hints as the README gives them, lines
-that fit the terminal's 100 columns, and files written whole or not at all."""
+"""What the command-line tools share: a parser whose errors are one line, with ``--version`` and its
+exit statuses in ``--help``, argument types, the ``--backend`` choice said in the command line's words,
+install hints as the README gives them, lines that fit the terminal's 100 columns, and files written
+whole or not at all."""
 
 import argparse
 import contextlib
+import importlib.metadata
 import math
 import os
 import sys
@@ -23,8 +25,33 @@ class Parser(argparse.ArgumentParser):
     usage block would make it several). Under mpiexec every rank parses the same command line; rank 0
     alone says what is wrong with it (the rank comes from the launcher, before MPI starts)."""
 
+    def __init__(self, *args, exit_statuses=(), **kwargs):
+        """``exit_statuses``: ``[(status, meaning)]``, listed at the end of ``--help``."""
+        if exit_statuses:
+            kwargs.update(formatter_class=argparse.RawDescriptionHelpFormatter, epilog="exit status:\n" + "\n".join(
+                textwrap.fill(f"{status:<5}{meaning}", 78, initial_indent="  ", subsequent_indent=" " * 7)
+                for status, meaning in exit_statuses))
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version", version=f"{self.prog} {package_version()}")
+
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
+
+
+def package_version():
+    """The installed package's version, from its metadata."""
+    try:
+        return importlib.metadata.version("leapfrog_gpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: no package metadata)"
+
+
+def png_refusal(option, path, beside=""):
+    """Why ``option`` cannot write its chart, a PNG, to ``path``, or ``None`` when the name ends in .png
+    (``beside``: what else it writes there, for the message)."""
+    if str(path).lower().endswith(".png"):
+        return None
+    return f"{option} {path}: the chart is written as PNG: give a name ending in .png{beside}"
 
 
 def integer(least, name=None):

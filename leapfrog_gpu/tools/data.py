@@ -208,6 +208,9 @@ def _find_idx(directory, stem):
 
 
 def _mnist_npz(path, dtype):
+    if not zipfile.is_zipfile(path):  # np.load would take it for a pickle, and say how to load one unsafely
+        raise DataError(f"{path} is not a readable .npz file (not a zip archive; damaged?): replace it, or give "
+                        "--data-dir the four MNIST IDX files")
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [role for role in MNIST_FILES if role not in archive.files]
@@ -217,7 +220,8 @@ def _mnist_npz(path, dtype):
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
         if isinstance(error, DataError):
             raise
-        raise DataError(f"{path} is not a readable .npz file ({error})") from None
+        raise DataError(f"{path} is not a readable .npz file ({type(error).__name__}: "
+                        f"{str(error).strip().splitlines()[0]})") from None
     return _mnist_arrays(arrays, {role: f"{path.name}[{role}]" for role in MNIST_FILES}, dtype)
 
 

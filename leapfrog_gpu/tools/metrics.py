@@ -3,6 +3,8 @@ and the rule that tells a run that diverged or learns nothing from one that is m
 
 import numpy as np
 
+from ..backends import to_host
+
 EPSILON = 1e-12
 """Cross-entropy clips a^L to [EPSILON, 1 - EPSILON]: a float32 sigmoid rounds to exactly 0 or 1 long
 before the true cost is infinite, and only a NaN or Inf in the network should make the loss non-finite."""
@@ -33,7 +35,7 @@ def evaluate(net, x, y, batch, classes=None):
     total, correct = 0.0, 0
     for start in range(0, x.shape[1], batch):
         a = net.feedforward(x[:, start:start + batch])
-        a = a.get() if hasattr(a, "get") else a  # a CuPy array comes to the host
+        a = to_host(a)
         target = y[:, start:start + batch]
         total += cost(net.cost, a, target)
         if classes is not None:

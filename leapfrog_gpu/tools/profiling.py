@@ -36,9 +36,9 @@ def parse_steps(text):
 class ProfileWindow:
     """Brackets steps ``steps`` (a range, or ``None`` for no window) of a run on ``backend``.
 
-    ``timeline``: ``None``, or a dict with ``path`` (the chart, FILE.png), ``label`` (its title) and
-    ``about`` (what its JSON records beside the intervals); ``self.summary`` then holds the
-    timeline's medians once written.
+    ``timeline``: ``None``, or a dict with ``path`` (the chart, FILE.png), ``title`` (the network it
+    names), ``label`` (its panel's) and ``about`` (what its JSON records beside the intervals);
+    ``self.summary`` then holds the timeline's medians once written.
     """
 
     def __init__(self, steps, backend, timeline=None):
@@ -75,7 +75,7 @@ class ProfileWindow:
     def _save_timeline(self):
         t = self.timeline
         panel = {"label": t["label"], "intervals": self._stamps.intervals()}
-        self.summary = timeline.save(t["path"], [panel], t["about"])[0]["analysis"]["summary"]
+        self.summary = timeline.save(t["path"], [panel], t["about"], t["title"])[0]["analysis"]["summary"]
 
     def close(self):
         """Stop the profiler if it runs (the last step was reached, or the run ended early)."""

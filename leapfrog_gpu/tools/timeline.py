@@ -169,9 +169,9 @@ def describe(summary):
 # -- output -------------------------------------------------------------------------------------------
 
 
-def save(path, panels, about):
+def save(path, panels, about, title):
     """Write the chart to ``path`` (PNG) and everything to ``path`` with suffix ``.json``, each file
-    whole or not at all.
+    whole or not at all. ``title`` names the network (sizes, B, schedule ...) above the panels.
 
     Args:
         panels: ``[{"label": str, "intervals": [Interval, ...], **anything}]``, one chart panel each;
@@ -181,8 +181,9 @@ def save(path, panels, about):
     """
     for panel in panels:
         panel["analysis"] = analyse(panel["intervals"])
-    draw([(p["label"], p["intervals"], p["analysis"]["summary"]) for p in panels], path)
-    record = {**about, "units": "intervals: [step, stream, name, start ns, end ns] from the first stamp",
+    draw([(p["label"], p["intervals"], p["analysis"]["summary"]) for p in panels], path, title)
+    record = {**about, "title": title,
+              "units": "intervals: [step, stream, name, start ns, end ns] from the first stamp",
               "panels": [{**{k: v for k, v in p.items() if k != "intervals"},
                           "intervals": [list(i) for i in p["intervals"]]} for p in panels]}
     json_path = str(path)[: -len(".png")] + ".json" if str(path).endswith(".png") else f"{path}.json"
@@ -192,8 +193,8 @@ def save(path, panels, about):
     return panels
 
 
-def draw(panels, path):
-    """The Gantt chart: one panel per ``(label, intervals, summary)``, showing the step
+def draw(panels, path, title):
+    """The Gantt chart under ``title``: one panel per ``(label, intervals, summary)``, showing the step
     ``summary["shown_step"]``; one row per stream, a bar per launch, coloured by equation; all panels
     on one time axis (ms from the start of the step)."""
     import matplotlib
@@ -229,8 +230,11 @@ def draw(panels, path):
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("ms from the start of the step")
     legend = [Patch(color=colour, label=text) for _, text, colour in (*CATEGORIES, ("", *OTHER))]
-    fig.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
+    height = fig.get_figheight()
+    fig.suptitle(title, y=1 - 0.08 / height, fontsize=10)
+    fig.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.35 / height), ncol=len(legend),
+               fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.65 / height))
     with replaced_atomically(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)

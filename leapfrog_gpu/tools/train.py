@@ -20,424 +20,34 @@ Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr
 checkpoint is left as it was); 130 stopped by Ctrl-C (SIGINT), after a checkpoint of the last completed
 step. Under mpiexec an error met by one rank alone ends every rank (``MPI_Abort`` with that status; 4
 when a rank waited in vain for the others).
+
+The options are ``train_options``'s, the loop ``train_loop``'s; this module runs them and turns what ends a
+run into its exit status.
 """
 
-import argparse
-import contextlib
-import datetime
 import hashlib
-import json
 import math
 import os
 import shlex
-import signal
 import sys
 import time
 import traceback
 import warnings
 
 import numpy as np
-from tqdm import tqdm
 
-from .. import parallel
-from ..backends import collective, get_backend, ops_numpy
-from ..functions import ACTIVATIONS, COSTS, DTYPES
+from .. import data_parallel, parallel
+from ..backends import collective, get_backend
 from ..network import MLP
-from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data
-from .cli import Parser, choose_backend, fitted, integer, number, pip_install, plural
-from .metrics import Divergence, chance_loss, cost, evaluate
-from .profiling import ProfileWindow, parse_steps
+from .cli import choose_backend, fitted, plural
 from .timeline import describe
-
-PROG = "leapfrog-train"
-
-DEFAULTS = {
-    "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
-    "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
-    "epochs": 30, "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
-    "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
-    "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
-    "timeline": None, "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
-}
-"""Every option's default. The digits default reaches about 97 % test accuracy in 30 epochs."""
-
-FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost", "dtype", "seed", "batch_size")
-"""What a resumed run must keep: it defines the network, the data or the order of the batches."""
-
-RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
-"""What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
-
-PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
-"""Options that may differ between ranks; every other option must be the same on all of them."""
-
-TIMELINE_STEPS = [10, 15]
-"""The window ``--timeline`` records when ``--profile-steps`` is not given: 5 steps after 10 of warm-up."""
-
-LOSS_CHECK_SECONDS = 1.0
-"""How often the loss of the latest batch is computed for the progress bar and checked for NaN/Inf
-(a synchronization); the loss over the whole training set is computed after every epoch."""
-
-
-class UsageError(ValueError):
-    """A bad option or combination of options: exit status 2."""
-
-
-class NonFiniteLoss(ArithmeticError):
-    """The loss (or, with --check-finite, a gradient) became NaN or Inf: exit status 3."""
-
-    def __init__(self, loss, epoch, step, what=None):
-        super().__init__(what or f"the training loss is {loss} after epoch {epoch}, step {step}")
-        self.loss, self.epoch, self.step = loss, epoch, step
-        self.hint = "try a smaller --lr"  # the command adds the current one and what became of checkpoints
-
-
-class Diverged(ArithmeticError):
-    """The loss is finite, but the run diverged or learns nothing (``metrics.Divergence``): exit status 3."""
-
-    def __init__(self, why, epoch, step):
-        super().__init__(f"{why} (epoch {epoch}, step {step})")
-        self.hint = "try another --lr"  # the command adds the current one and what became of checkpoints
-
-
-class Interrupted(Exception):
-    """Ctrl-C, taken at the boundary of a step: exit status 130 after a checkpoint."""
-
+from .train_loop import Diverged, Interrupted, NonFiniteLoss, Report, Training
+from .train_options import DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, profile_window
 
 SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
-
-@contextlib.contextmanager
-def sigint_between_steps():
-    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps rather than
-    inside one (where part of an update could be enqueued); a second SIGINT interrupts at once."""
-    flag = {"stop": False}
-
-    def handler(signum, frame):
-        if flag["stop"]:
-            raise KeyboardInterrupt
-        flag["stop"] = True
-
-    try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: leave SIGINT as it is
-        yield flag
-        return
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-# -- options --------------------------------------------------------------------------------------
-
-
-def parse_hidden(text):
-    """Hidden widths from ``"6x128"``, ``"128,64,32"`` or a mix such as ``"2x128,64"``."""
-    widths = []
-    for part in text.split(","):
-        count, x, width = part.strip().rpartition("x")
-        try:
-            widths += [int(width)] * (int(count) if x else 1)
-        except ValueError:
-            widths = None
-            break
-    if not widths or min(widths) < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be widths >= 1 such as 6x128, 128,64,32 or 2x128,64; got {text!r}")
-    return widths
-
-
-def _profile_steps(text):
-    try:
-        steps = parse_steps(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return [steps.start, steps.stop]
-
-
-def build_parser():
-    """The command line; defaults are left out of the namespace so that ``--resume`` can tell what
-    was given (``DEFAULTS`` holds them)."""
-    p = Parser(prog=PROG, description="Train a deep MLP whose weight gradients leapfrog the backward chain.",
-                argument_default=argparse.SUPPRESS)
-    d = DEFAULTS
-    group = p.add_argument_group("data")
-    group.add_argument("--data", choices=("digits", "mnist", "teacher"),
-                       help=f"digits: scikit-learn's 8x8 digits; mnist: local files (--data-dir); teacher: "
-                            f"regression on a random deep network (default {d['data']})")
-    group.add_argument("--data-dir", metavar="DIR",
-                       help="mnist: a folder with the four IDX files (gzipped or not) or one .npz")
-    group.add_argument("--inputs", type=integer(1), metavar="N", help=f"teacher: input width (default {d['inputs']})")
-    group.add_argument("--outputs", type=integer(1), metavar="N", help=f"teacher: output width (default {d['outputs']})")
-    group.add_argument("--samples", type=integer(1), metavar="N",
-                       help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
-    group = p.add_argument_group("model and schedule")
-    group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
-                       help="hidden widths: 6x128, 128,64,32 or 2x128,64 (default 4x128)")
-    group.add_argument("--activation", choices=tuple(ACTIVATIONS), help=f"hidden layers (default {d['activation']})")
-    group.add_argument("--cost", choices=tuple(COSTS),
-                       help="default cross_entropy (with a sigmoid output) for classification, quadratic "
-                            "(with an identity output) for teacher")
-    group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
-    group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
-    group.add_argument("--batch-size", type=integer(1), metavar="B",
-                       help=f"at most the number of training samples (default {d['batch_size']})")
-    group.add_argument("--lr", type=number(0), metavar="ETA",
-                       help=f"learning rate: w -= ETA/B * nabla_w (default {d['lr']})")
-    group.add_argument("--seed", type=integer(0), metavar="S",
-                       help=f"initial parameters and the order of the batches (default {d['seed']})")
-    group.add_argument("--schedule", choices=("sequential", "leapfrog"), help=f"(default {d['schedule']})")
-    group.add_argument("--k", type=integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
-    group.add_argument("--fused", action="store_true",
-                       help="fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per "
-                            "element (bitwise the unfused result on the GPU; with numpy, at batch size 1 or for layers "
-                            f"of at most {ops_numpy.SCRATCH} weights)")
-    group.add_argument("--graph", action="store_true",
-                       help="run each step as a graph, captured once per batch size (CUDA graphs on the GPU)")
-    group.add_argument("--check-finite", action="store_true",
-                       help="check every gradient for NaN/Inf before each update and stop (exit 3) without it")
-    group.add_argument("--allow-divergence", action="store_true",
-                       help=f"go on when the training loss grows past {Divergence.GROWTH:g}x its start, or stays "
-                            f"at or above chance level (what a constant output scores) for {Divergence.PATIENCE} "
-                            "epochs in a row; without it, such a run stops with exit status 3")
-    group.add_argument("--backend", choices=("auto", "numpy", "cupy"),
-                       help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
-    group.add_argument("--blas-threads", type=integer(1), metavar="N",
-                       help="numpy backend: BLAS threads per host stream (default 1: each stream is a thread)")
-    group = p.add_argument_group("output and checkpoints")
-    group.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines, only the result")
-    group.add_argument("--metrics", metavar="FILE", help="write one JSON line per epoch to FILE (appended to on --resume)")
-    group.add_argument("--checkpoint-dir", metavar="DIR", help="write DIR/checkpoint.npz after every epoch")
-    group.add_argument("--resume", action="store_true",
-                       help="continue from the checkpoint in --checkpoint-dir, with its options unless given")
-    group.add_argument("--profile-steps", type=_profile_steps, metavar="A:B",
-                       help="steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window")
-    group.add_argument("--timeline", metavar="FILE.png",
-                       help="stamp every launch of the --profile-steps window (default 10:15): busy time per stream, "
-                            "worker overlap, a Gantt chart, and FILE.json (needs matplotlib; rank 0 under mpiexec)")
-    group = p.add_argument_group("data parallel (under mpiexec -n P; --batch-size is per rank)")
-    group.add_argument("--bucket-mb", type=number(0, what="a number of MB"), metavar="MB",
-                       help="sum the gradients of consecutive layers together up to MB (default 0: each layer alone)")
-    group.add_argument("--comm-timeout", type=number(0, strict=True, what="a number of seconds"), metavar="S",
-                       help=f"stop every rank when one waits S seconds for the others (default {d['comm_timeout']:g})")
-    return p
-
-
-def configure(given, saved=None):
-    """The run's config from the options ``given`` and, on ``--resume``, the checkpoint's ``saved``."""
-    config = dict(DEFAULTS)
-    if saved is not None:
-        for key in FIXED:
-            if key in given and given[key] != saved[key]:
-                raise UsageError(
-                    f"--{key.replace('_', '-')} {_show(given[key])} differs from the checkpoint's "
-                    f"{_show(saved[key])}; drop it to resume, or start a new --checkpoint-dir"
-                )
-        config.update({key: saved[key] for key in RESUMED})
-    config.update(given)
-    for key, kind in (("data_dir", "mnist"), ("inputs", "teacher"), ("outputs", "teacher"), ("samples", "teacher")):
-        if key in given and config["data"] != kind:
-            raise UsageError(f"--{key.replace('_', '-')} applies to --data {kind} only")
-    if config["data"] == "mnist" and not config["data_dir"]:
-        raise UsageError("--data mnist needs --data-dir DIR (the four MNIST IDX files or one .npz)")
-    if config["data"] == "teacher" and config["cost"] == "cross_entropy":
-        raise UsageError("--data teacher is a regression task: use --cost quadratic")
-    if config["fused"] and config["check_finite"]:
-        raise UsageError("--check-finite needs the update after the gradients: drop --fused")
-    if config["timeline"] is not None:
-        folder = os.path.dirname(os.path.abspath(config["timeline"]))
-        if not os.path.isdir(folder):
-            raise UsageError(f"--timeline {config['timeline']}: the folder {folder} does not exist")
-        if config["graph"]:
-            raise UsageError("--timeline stamps every launch of eager steps, and a graph step is one launch: "
-                             "drop --graph or --timeline")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError(f"--timeline needs matplotlib: {pip_install('plot')}") from None
-    return config
-
-
-def profile_window(config):
-    """The steps ``[A, B)`` of the profiling window: ``--profile-steps``, or with ``--timeline`` alone,
-    ``TIMELINE_STEPS``; ``None`` for no window."""
-    if config["profile_steps"] is None and config["timeline"] is not None:
-        return TIMELINE_STEPS
-    return config["profile_steps"]
-
-
-def _show(value):
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-# -- the run ----------------------------------------------------------------------------------------
-
-
-class Training:
-    """One run: network, data, schedule, and where it stands.
-
-    ``epoch`` epochs are done, plus ``step_in_epoch`` steps of the next; ``step`` counts every step.
-    The batches of an epoch are a permutation drawn from ``order``; ``epoch_rng`` is its state before
-    that draw, so ``save()`` after any completed step lets a resumed run draw the same permutation and
-    skip the steps already done.
-    """
-
-    def __init__(self, config, dataset, net, report, state=None):
-        self.config, self.data, self.net, self.report = config, dataset, net, report
-        fused = config["fused"]
-        self.schedule = Leapfrog(config["k"], fused) if config["schedule"] == "leapfrog" else Sequential(fused)
-        self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
-        self.batch = config["batch_size"] * self.ranks  # the global batch; the network takes its share
-        self.eval_batch = max(self.batch, 256)
-        self.steps_per_epoch = math.ceil(dataset.x_train.shape[1] / self.batch)
-        self.order = np.random.default_rng(config["seed"])
-        self.epoch = self.step_in_epoch = self.step = 0
-        if state is not None:
-            self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
-            self.order.bit_generator.state = state["rng"]
-        self.epoch_rng = self.order.bit_generator.state
-        self.divergence = None
-        if not config["allow_divergence"]:
-            state = state or {}
-            start = state.get("start_loss")  # None: a checkpoint written without it; start from here
-            if start is None:
-                start, _ = evaluate(net, dataset.x_train, dataset.y_train, self.eval_batch)
-            chance = chance_loss(net.cost, dataset.y_train)
-            self.divergence = Divergence(start, chance, state.get("epochs_at_chance", 0))
-        steps = profile_window(config)
-        timeline = None if config["timeline"] is None or self.rank > 0 else {
-            "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
-            "about": {"program": PROG, "config": config, "sizes": net.sizes, "backend": repr(net.backend),
-                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
-        self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)
-
-    def state(self):
-        """What a checkpoint holds besides the parameters (JSON-able)."""
-        state = {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-                 "step": self.step, "rng": self.epoch_rng, "config": self.config}
-        if self.divergence is not None:
-            state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
-        return state
-
-    def save(self):
-        """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
-        if self.config["checkpoint_dir"] and self.rank == 0:
-            checkpoint.save(self.config["checkpoint_dir"], [_host(w) for w in self.net.weights],
-                            [_host(b) for b in self.net.biases], self.state())
-
-    def run(self):
-        """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
-
-        Ctrl-C stops the run between two steps: the steps enqueued so far complete, a checkpoint of
-        the last one is written, and ``Interrupted`` is raised.
-        """
-        metrics = None
-        try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
-            with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
-                while self.epoch < self.config["epochs"]:
-                    metrics = self.run_epoch(interrupt)
-        except Interrupted:
-            self.net.synchronize()
-            self.save()
-            raise
-        finally:
-            self.profile.close()
-        return metrics
-
-    def run_epoch(self, interrupt=None):
-        """One epoch of SGD steps, then its loss and accuracy, a checkpoint and a report."""
-        net, x, y, lr = self.net, self.data.x_train, self.data.y_train, self.config["lr"]
-        self.epoch_rng = self.order.bit_generator.state
-        permutation = self.order.permutation(x.shape[1])
-        first = self.step_in_epoch
-        bar = self.report.bar(self.epoch + 1, x.shape[1], initial=min(first * self.batch, x.shape[1]))
-        start = checked = time.perf_counter()
-        samples = 0
-        for s in range(first, self.steps_per_epoch):
-            batch = permutation[s * self.batch:(s + 1) * self.batch]
-            x_batch, y_batch = x[:, batch], y[:, batch]
-            with self.profile.step(self.step):
-                net.sgd_step(x_batch, y_batch, lr, self.schedule, graph=self.config["graph"])
-            if net.check_finite:
-                self._synchronize_checked()
-            self.step, self.step_in_epoch = self.step + 1, s + 1
-            if interrupt is not None and interrupt["stop"]:
-                raise Interrupted
-            samples += batch.size
-            bar.update(batch.size)
-            if self.rank == 0 and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
-                loss = cost(net.cost, _host(net.feedforward(x_batch)), y_batch) / batch.size
-                self._check(loss)
-                bar.set_postfix(loss=f"{loss:.4f}")
-                checked = time.perf_counter()
-        net.synchronize()
-        seconds = time.perf_counter() - start
-        bar.close()
-        train_loss, _ = evaluate(net, x, y, self.eval_batch)
-        self._check(train_loss)
-        why = None if self.divergence is None else self.divergence.check(train_loss)
-        if why:
-            raise Diverged(why, self.epoch + 1, self.step)
-        test_loss, accuracy = evaluate(net, self.data.x_test, self.data.y_test, self.eval_batch, self.data.classes)
-        self.epoch, self.step_in_epoch = self.epoch + 1, 0
-        self.epoch_rng = self.order.bit_generator.state
-        self.save()
-        metrics = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss, "test_loss": test_loss,
-                   "test_accuracy": accuracy, "samples_per_s": samples / seconds, "seconds": seconds,
-                   "backend": net.backend.name, "schedule": repr(self.schedule), "graph": self.config["graph"]}
-        self.report.epoch(metrics, self.config["epochs"])
-        return metrics
-
-    def _check(self, loss):
-        if not math.isfinite(loss):
-            raise NonFiniteLoss(loss, self.epoch + 1, self.step)
-
-    def _synchronize_checked(self):
-        """Wait for the step just enqueued; a non-finite gradient (the update was refused) ends the run."""
-        try:
-            self.net.synchronize()
-        except FloatingPointError as error:
-            raise NonFiniteLoss(math.nan, self.epoch + 1, self.step,
-                                f"at epoch {self.epoch + 1}, step {self.step}: {error}") from None
-
-
-def _host(array):
-    return array.get() if hasattr(array, "get") else array  # a CuPy array comes to the host
-
-
-class Report:
-    """What the user sees: progress bars and epoch lines (unless quiet), and the ``--metrics`` file.
-    Under mpiexec only rank 0 shows anything."""
-
-    def __init__(self, quiet, metrics_file=None, rank=0):
-        self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
-
-    def line(self, text, always=False):
-        """Print ``text`` unless quiet; ``always``: even when quiet (but on rank 0 only)."""
-        if self.rank == 0 and (always or not self.quiet):
-            print(text, flush=True)
-
-    def bar(self, epoch, total, initial):
-        """A tqdm bar for one epoch, counting samples; shown on a terminal only."""
-        return tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="sample", unit_scale=True,
-                    leave=False, file=sys.stderr, disable=self.quiet or not sys.stderr.isatty())
-
-    def epoch(self, metrics, epochs):
-        accuracy = metrics["test_accuracy"]
-        self.line(
-            f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
-            f"test loss {metrics['test_loss']:.4f}  "
-            + ("" if accuracy is None else f"test accuracy {accuracy:.2%}  ")
-            + f"{metrics['samples_per_s']:,.0f} samples/s"
-        )
-        if self.metrics_file is not None:
-            self.metrics_file.write(json.dumps(metrics) + "\n")
-            self.metrics_file.flush()
-
-
-# -- the command ------------------------------------------------------------------------------------
 
 
 def main(argv=None):
@@ -503,6 +113,9 @@ def _train(given, comm):
         config["ranks"] = comm.size
         if config["graph"] and comm.size > 1:
             raise UsageError("--graph does not run under mpiexec yet (its graphs hold no sums across ranks); drop it")
+        if config["fused"] and comm.size > 1:
+            raise UsageError("--fused does not run under mpiexec yet (a fused update never writes the gradients "
+                             "that the ranks sum); drop it")
         dataset = _load(config)
         samples, batch = dataset.x_train.shape[1], config["batch_size"] * comm.size
         if batch > samples:
@@ -537,7 +150,7 @@ def _train(given, comm):
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
             if comm.rank == 0:
                 net.set_parameters(weights, biases)
-            parallel.broadcast_parameters(net)
+            data_parallel.broadcast_parameters(net)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
         try:
             report = Report(config["quiet"], metrics_file, comm.rank)
@@ -553,18 +166,25 @@ def _on_ranks(ranks):
 
 
 def _checkpoint_to_resume(given, directory):
-    """``(weights, biases, state)`` of the checkpoint that ``--resume`` continues, else Nones."""
+    """``(weights, biases, state)`` of the checkpoint that ``--resume`` continues, else Nones. Without
+    ``--resume``, a checkpoint already in ``directory`` is refused: with a hint to add ``--resume`` if it
+    can be resumed, else with what is wrong with it."""
     if not given.get("resume"):
         if directory and checkpoint.path_in(directory).exists():
+            _read_checkpoint(directory)
             raise UsageError(f"{checkpoint.path_in(directory)} exists: add --resume to continue it, "
                              "or choose another --checkpoint-dir")
         return None, None, None
+    return _read_checkpoint(directory)
+
+
+def _read_checkpoint(directory):
     weights, biases, state = checkpoint.load(directory)
     missing = {"epoch", "step_in_epoch", "step", "rng", "config"} - set(state)
     missing |= set(RESUMED) - set(state.get("config", {}))
     if missing:
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} was not written by {PROG} "
-                                         f"(its state lacks {', '.join(sorted(missing))})")
+                                         f"(its state lacks {', '.join(sorted(missing))}): {checkpoint.REMEDY}")
     return weights, biases, state
 
 
@@ -679,3 +299,4 @@ def _open_metrics(path, append):
 
 if __name__ == "__main__":
     sys.exit(main())
+

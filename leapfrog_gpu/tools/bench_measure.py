@@ -1,0 +1,282 @@
+"""``leapfrog-bench``'s measurements: every configuration of a grid of networks timed in alternation,
+the anchors measured in the same run, and the ratios derived from them (``run``).
+
+For every network ``[N] * L`` and batch size B, after a warm-up and over ``--repeats`` repeats
+(median, p20, p80): the SGD step and the backward pass for every schedule at every BLAS setting; the
+forward pass; and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own, with the
+ops the schedules run (``xp.matmul`` for (2) and (5), ``ops.nabla_w`` for (7)). Beside the measured
+saving of a pass, the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1).
+"""
+
+import os
+import platform
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+from .. import autotune, graphs
+from ..backends import get_backend, timing
+from ..network import MLP
+from ..registry import SCHEDULES, make_schedule
+from ..schedules import Leapfrog
+from . import timeline, torch_anchor, traffic
+from .bench_report import label
+
+ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
+
+
+def run(args, with_torch=True, on_network=None):
+    """Every record of the grid, in order: a list of dicts (see ``_measure_case``).
+
+    ``on_network``, if given, is called with each network's records as soon as they are measured. A
+    progress bar on stderr (on a terminal, unless ``--quiet``) counts the networks done and the time left.
+    """
+    settings = autotune.blas_settings(args.backend, args.blas_threads)
+    ks = [k for k in args.k if k != "auto"]
+    specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
+                                   for k in (ks if SCHEDULES[name][1] else [0])]
+    bandwidth = {}
+    records = []
+    grid = [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
+    with tqdm(total=len(grid), desc="measuring", unit="network", leave=False, file=sys.stderr,
+              disable=args.quiet or not sys.stderr.isatty()) as bar:
+        for n, layers, batch in grid:
+            bar.set_postfix_str(f"N={n} L={layers} B={batch}")
+            sizes = [n] * layers
+            case = _measure_case(args, sizes, batch, settings, specs, bandwidth)
+            if with_torch:
+                case += _measure_torch(args, sizes, batch, settings)
+            records += _derive(case)
+            if on_network is not None:
+                bar.clear()
+                on_network(case)
+            bar.update()
+    return records
+
+
+def _measure_case(args, sizes, batch, settings, specs, bandwidth):
+    """Records for every schedule at every BLAS setting (and, with ``--k auto``, the configuration
+    ``autotune.tune`` picks) on one network.
+
+    The BLAS limit is switched between blocks of timed calls, so that all configurations are measured
+    in alternation (``timing.measure_in_blocks``): load that changes during the run shifts them alike,
+    and their ratios stay meaningful on a busy machine.
+    """
+    rng = np.random.default_rng(0)
+    reps, warm = args.repeats, args.warmup
+    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                   backend=backend) as net:
+        x, y = _batch(rng, sizes, batch, args.dtype)
+        net.backprop(x, y)
+        plan = net.plan(batch)
+        tuning = None
+        if "auto" in args.k:
+            ks = [k for k in args.k if k != "auto"] or autotune.KS
+            tuning = autotune.tune(net, batch, ks=ks, blas_threads=None if args.backend == "cupy" else settings,
+                                   fused=args.fused)
+        base = {}
+        for threads in settings:
+            with autotune.blas_limit(threads):
+                if threads not in bandwidth:
+                    bandwidth[threads] = timing.copy_bandwidth(backend)["median"]
+                f = layer_costs(net, plan, reps, warm)
+                forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
+            step_bytes = traffic.step_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
+            base[threads] = {
+                "backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
+                "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
+                "bytes_per_step": step_bytes, "copy_gbps": bandwidth[threads],
+                "floor_ms": step_bytes / (bandwidth[threads] * 1e6)}
+        runs = [(name, make_schedule(name, k, args.fused), threads, False, False)
+                for threads in settings for name, k in specs]
+        if args.graph:  # a graph twin of each configuration that can be captured, captured now
+            runs += [(name, schedule, threads, False, True) for name, schedule, threads, _, _ in runs
+                     if graphs.refusal(plan, schedule) is None]
+            for _, schedule, threads, _, graph in runs:
+                if graph:
+                    with autotune.blas_limit(threads):
+                        net.sgd_step(x, y, ETA, schedule, graph=True)
+            net.synchronize()
+        if tuning is not None:
+            name = "leapfrog" if isinstance(tuning.schedule, Leapfrog) else "sequential"
+            runs.append((name, tuning.schedule, tuning.blas_threads, True, False))
+        eager = [run for run in runs if not run[4]]
+        steps = _measure_runs(backend, runs, reps, warm, lambda s, g: net.sgd_step(x, y, ETA, s, graph=g))
+        backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: plan.backward(s)))
+        return [{**base[threads], "schedule": name, "k": schedule.k, "fused": schedule.fused, "auto": auto,
+                 "graph": graph, "step_ms": timing.summary(step),
+                 "backward_ms": None if graph else timing.summary(next(backwards))}
+                for (name, schedule, threads, auto, graph), step in zip(runs, steps)]
+
+
+def _batch(rng, sizes, batch, dtype):
+    """A random batch ``(x, y)`` of ``batch`` columns on the host, where training data lives: ``copy_in``
+    stages a NumPy batch through pinned memory without blocking, while a CuPy batch's check for NaN
+    would wait for the device every step."""
+    return rng.random((sizes[0], batch)).astype(dtype), rng.random((sizes[-1], batch)).astype(dtype)
+
+
+def _measure_runs(backend, runs, repeats, warmup, call):
+    """Times of ``call(schedule, graph)`` for every run, the BLAS limit switched between blocks of them."""
+    keys = [threads for _, _, threads, _, _ in runs]
+    return timing.measure_in_blocks(
+        backend, [lambda s=schedule, g=graph: call(s, g) for _, schedule, _, _, graph in runs], keys, repeats, warmup,
+        [lambda t=t: autotune.blas_limit(t) for t in keys])
+
+
+def stamped_steps(args, case):
+    """The timeline of each of our eager configurations in ``case`` (one network's records; the ``--k
+    auto`` choice is a repeat of one of them, and a graph step is one launch that nothing can stamp
+    inside, ``graphs.step``): ``args.repeats`` SGD steps with every launch stamped,
+    interleaved with as many plain ones. Adds ``"timeline"`` to each record: the analysis's medians and
+    the step's median time plain and stamped. Returns the chart's panels."""
+    first = case[0]
+    sizes, batch = [first["N"]] * first["L"], first["B"]
+    rng = np.random.default_rng(0)
+    panels = []
+    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                   backend=backend) as net:
+        x, y = _batch(rng, sizes, batch, args.dtype)
+        for r in case:
+            if r["schedule"].startswith("torch") or r["auto"] or r["graph"]:
+                continue
+            schedule = make_schedule(r["schedule"], r["k"], r["fused"])
+            stamps = timing.Timeline(backend)
+
+            def stamped(schedule=schedule, stamps=stamps):
+                with stamps.step():
+                    net.sgd_step(x, y, ETA, schedule)
+
+            with autotune.blas_limit(r["blas_threads"]):
+                plain, with_stamps = timing.measure_interleaved(
+                    backend, [lambda s=schedule: net.sgd_step(x, y, ETA, s), stamped], args.repeats, args.warmup)
+            intervals = [i for i in stamps.intervals() if i.step >= args.warmup]
+            analysis = timeline.analyse(intervals)
+            r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
+                             "step_ms_stamped": timing.summary(with_stamps),
+                             "cost": float(np.median(with_stamps) / np.median(plain))}
+            title = (label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
+                     + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
+            panels.append({"label": title, "bench": r, "intervals": intervals, "analysis": analysis})
+    return panels
+
+
+def layer_costs(net, plan, repeats, warmup):
+    """``{"f1_ms", "f2_ms", "f3_ms"}``: median per-layer time of the matrix product of (2), of (5),
+    and of (7), each timed alone as one sweep over the layers on the main stream."""
+    backend, xp, ops, w = net.backend, net.backend.xp, net.backend.ops, plan.w
+    hidden = range(net.L - 1, 1, -1)
+
+    def f1():
+        for l in net.layers:
+            xp.matmul(w[l], plan.a[l - 1], out=plan.z[l])
+
+    def f2():
+        for l in hidden:
+            xp.matmul(w[l + 1].T, plan.delta[l + 1], out=plan.delta[l])
+
+    def f3():
+        for l in net.layers:
+            ops.nabla_w(plan.nabla_w[l], plan.delta[l], plan.a[l - 1])
+
+    costs = {}
+    sweeps = (("f1_ms", f1, len(net.layers)), ("f2_ms", f2, len(hidden)), ("f3_ms", f3, len(net.layers)))
+    for name, sweep, count in sweeps:
+        if count == 0:
+            costs[name] = 0.0
+            continue
+        ms = timing.measure(backend, lambda s=sweep: backend.launch(backend.main, name, s), repeats, warmup)
+        costs[name] = float(np.median(ms)) / count
+    return costs
+
+
+def _measure_torch(args, sizes, batch, settings):
+    """PyTorch at its fastest thread count of ``settings`` (a short trial of each picks it); with
+    ``--graph`` on a GPU, also its step captured as a CUDA graph. A list of records."""
+    device = "cuda" if args.backend == "cupy" else "cpu"
+    threads = None
+    if device == "cpu":
+        trials = {t: np.median(torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, t, 3, 1)[0])
+                  for t in settings}
+        threads = min(trials, key=trials.get)
+    modes = [False, True] if args.graph and device == "cuda" else [False]
+    import torch
+
+    name = torch.cuda.get_device_name() if device == "cuda" else _cpu_name()
+    records = []
+    for graph in modes:
+        step, backward = torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, threads,
+                                              args.repeats, args.warmup, graph=graph)
+        records.append({
+            "backend": f"torch-{torch.__version__}", "device": name, "dtype": args.dtype, "N": sizes[0],
+            "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
+            "schedule": "torch-cuda-graph" if graph else "torch-autograd", "k": 0, "fused": False, "auto": False,
+            "graph": graph, "step_ms": timing.summary(step),
+            "backward_ms": None if backward is None else timing.summary(backward),
+            "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "bytes_per_step": None,
+            "copy_gbps": None, "floor_ms": None})
+    return records
+
+
+def _derive(case):
+    """Add the model's prediction and the ratios, each against a baseline measured in this run.
+
+    A graph row's ``step_speedup`` is against the graph-mode sequential step, and its
+    ``graph_speedup`` against its own configuration's eager step; it has no backward pass of its own.
+    """
+    ours = [r for r in case if not r["schedule"].startswith("torch")]
+    sequential = {(r["blas_threads"], r["graph"]): r for r in ours if r["schedule"] == "sequential" and not r["auto"]}
+    eager = {(r["schedule"], r["k"], r["blas_threads"]): r for r in ours if not r["graph"] and not r["auto"]}
+    best_step = min((r for (_, graph), r in sequential.items() if not graph), key=lambda r: r["step_ms"]["median"])
+    best_backward = min((r for (_, graph), r in sequential.items() if not graph),
+                        key=lambda r: r["backward_ms"]["median"])
+    for r in case:
+        r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
+        r["backward_speedup_vs_best_sequential"] = (None if r["backward_ms"] is None else
+                                                    best_backward["backward_ms"]["median"] / r["backward_ms"]["median"])
+        r["best_sequential"] = r is best_step
+        if r["schedule"].startswith("torch"):
+            r.update(predicted_saving=None, measured_saving=None, backward_speedup=None, step_speedup=None,
+                     graph_speedup=None)
+            continue
+        seq = sequential[r["blas_threads"], r["graph"]]
+        f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
+        k = r["k"]
+        model = {"leapfrog": (1 - 1 / k) * r["f3_ms"] / f if k else 0.0, "sequential": 0.0}
+        r["predicted_saving"] = model.get(r["schedule"])  # the seed's model speaks of these two only
+        r["step_speedup"] = seq["step_ms"]["median"] / r["step_ms"]["median"]
+        r["graph_speedup"] = None
+        if r["graph"]:
+            twin = eager[r["schedule"], r["k"], r["blas_threads"]]
+            r["graph_speedup"] = twin["step_ms"]["median"] / r["step_ms"]["median"]
+            r.update(measured_saving=None, backward_speedup=None)
+            continue
+        seq_backward = seq["backward_ms"]["median"]
+        r["measured_saving"] = (seq_backward - r["backward_ms"]["median"]) / (r["forward_ms"]["median"] + seq_backward)
+        r["backward_speedup"] = seq_backward / r["backward_ms"]["median"]
+        if r["auto"]:  # slower beyond noise: its step's p20-p80 range lies wholly above the best sequential one's
+            r["auto_within_noise"] = r["step_ms"]["p20"] <= best_step["step_ms"]["p80"]
+    return case
+
+
+
+def machine(backend):
+    return {"device": device_name(get_backend(backend)) if backend == "cupy" else _cpu_name(),
+            "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "numpy": np.__version__}
+
+
+def device_name(backend):
+    return backend.device_name if backend.name == "cupy" else _cpu_name()
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

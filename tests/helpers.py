@@ -256,6 +256,10 @@ def gpu_device_or_skip():
     return GpuDevice(cupy)
 
 
+OUT_OF_RANGE = r"out-of-range access by thread .*: index -?\d+ of argument \d+, a buffer of \d+ elements$"
+"""What the CPU harness says when a kernel reads or writes outside an argument's buffer."""
+
+
 def mutant(filename, function, old, new, occurrence=0):
     """kernels/``filename`` with the ``occurrence``-th ``old`` inside the device function ``function``
     replaced by ``new``."""

@@ -1,4 +1,5 @@
-"""The CPU harness (tests/cuda_cpu) itself: barriers, guards, argument checks and build errors."""
+"""The CPU harness (tests/cuda_cpu) itself: barriers, bounds checks, guards, argument checks and build
+errors."""
 
 import numpy as np
 import pytest
@@ -46,6 +47,17 @@ extern "C" __global__ void fill_f32(float* x, int n, int offset) {
     const int i = threadIdx.x;
     if (i < n) x[i + offset] = 2.0f;
 }
+
+extern "C" __global__ void fill_row_f64(double* x, const double* value, int row, int width) {
+    double* start = x + (long long)row * width;
+    start[threadIdx.x] = *value;
+}
+
+extern "C" __global__ void fill_unchecked_f32(float* x, int offset) {
+    const int i = threadIdx.x;
+    float* p = &x[0];  // a pointer from an element's address: no buffer to check against
+    p[i + offset] = 2.0f;
+}
 """
 
 
@@ -89,19 +101,46 @@ def test_threads_at_different_barriers_stop_the_launch(module):
         module.get_function("two_barriers_f32")((1, 1, 1), (8, 1, 1), (x,))
 
 
-def test_access_past_the_end_stops_the_launch(module):
-    x = cuda_cpu.guarded(np.ones(5, np.float32))
+@pytest.mark.parametrize("offset, index", [(1, 5), (-1, -1)], ids=["past the end", "before the start"])
+def test_an_access_outside_an_argument_stops_the_launch_with_the_index_and_the_size(module, offset, index):
+    x = np.ones(5, np.float32)
     kernel = module.get_function("fill_f32")
     kernel((1, 1, 1), (8, 1, 1), (x, np.int32(5), np.int32(0)))
     np.testing.assert_array_equal(x, 2)
+    thread = 4 if offset > 0 else 0
+    with pytest.raises(cuda_cpu.KernelError, match=rf"^fill_f32: out-of-range access by thread \({thread}, 0, 0\) of "
+                                                   rf"block \(0, 0, 0\): index {index} of argument 0, a buffer of 5 "
+                                                   r"elements$"):
+        kernel((1, 1, 1), (8, 1, 1), (x, np.int32(5), np.int32(offset)))
+
+
+def test_bounds_are_the_arguments_own_a_view_and_a_pointer_moved_along_it_included(module):
+    """A view's buffer is the view (a gradient is a view of one flat buffer); ``p + k`` keeps p's buffer."""
+    whole = np.zeros((3, 4))
+    rows = whole[:2]
+    kernel = module.get_function("fill_row_f64")
+    kernel((1, 1, 1), (4, 1, 1), (rows, np.full(1, 7.0), np.int32(1), np.int32(4)))
+    np.testing.assert_array_equal(whole, [[0] * 4, [7] * 4, [0] * 4])
+    with pytest.raises(cuda_cpu.KernelError, match=r"thread \(0, 0, 0\) .*: index 8 of argument 0, a buffer of 8 "):
+        kernel((1, 1, 1), (4, 1, 1), (rows, np.full(1, 7.0), np.int32(2), np.int32(4)))
+    np.testing.assert_array_equal(whole[2], 0)  # the launch stopped at the first access outside the view
+    with pytest.raises(cuda_cpu.KernelError, match=r"index 0 of argument 1, a buffer of 0 elements"):
+        kernel((1, 1, 1), (4, 1, 1), (rows, np.full(1, 7.0)[1:], np.int32(0), np.int32(4)))
+
+
+def test_an_unchecked_access_past_the_end_of_a_guarded_array_stops_the_launch(module):
+    x = cuda_cpu.guarded(np.ones(5, np.float32))
+    kernel = module.get_function("fill_unchecked_f32")
+    kernel((1, 1, 1), (5, 1, 1), (x, np.int32(0)))
+    np.testing.assert_array_equal(x, 2)
     with pytest.raises(cuda_cpu.KernelError, match=r"invalid memory access .* by thread \(4, 0, 0\)"):
-        kernel((1, 1, 1), (8, 1, 1), (x, np.int32(5), np.int32(1)))
+        kernel((1, 1, 1), (5, 1, 1), (x, np.int32(1)))
 
 
-def test_write_before_the_start_is_seen(module):
+def test_an_unchecked_write_before_the_start_is_seen(module):
     x = cuda_cpu.guarded(np.ones(5, np.float32))
     assert cuda_cpu.untouched_before(x)
-    module.get_function("fill_f32")((1, 1, 1), (8, 1, 1), (x, np.int32(1), np.int32(-1)))
+    module.get_function("fill_unchecked_f32")((1, 1, 1), (1, 1, 1), (x, np.int32(-1)))
     assert not cuda_cpu.untouched_before(x)
 
 

@@ -6,8 +6,12 @@ called as CuPy's: ``kernel(grid, block, args)``, with NumPy arrays for device po
 ``CudaOps(cuda_cpu)`` from ``leapfrog_gpu.backends.ops_cuda`` runs unchanged, with the launch shapes and ``-D``
 options of ``leapfrog_gpu.backends.launch``.
 
-``guarded(array)`` copies an array into memory with an inaccessible page right after its last byte, so
-that a kernel reading or writing one element past the end stops the launch (``KernelError``).
+Global memory is bounds-checked: ``build`` compiles every ``T*`` of the source (``T``, ``float`` or
+``double``, const or not) as ``cuda_cpu::global<T>``, a pointer that checks each access against the buffer
+of the argument it comes from, so that an access outside an argument stops the launch (``KernelError``)
+with the index and the buffer's size. ``guarded(array)`` copies an array into memory with an inaccessible
+page right after its last byte, for accesses the check cannot see (through a pointer that comes from no
+argument): one past the end stops the launch too.
 
 Libraries are cached in ``$CUDA_CPU_CACHE``, by default ``cuda_cpu-<uid>`` in the temporary directory.
 """
@@ -43,7 +47,8 @@ _POINTER_CODES = {np.dtype(np.float32): "F", np.dtype(np.float64): "D"}
 
 
 class KernelError(RuntimeError):
-    """A launch the harness stopped: a divergent barrier, an invalid memory access, a bad launch."""
+    """A launch the harness stopped: a divergent barrier, an out-of-range or invalid memory access, a bad
+    launch."""
 
 
 class BuildError(RuntimeError):
@@ -66,12 +71,29 @@ def _defines(options):
     return defines
 
 
+_POINTER = re.compile(r"(?<![\w:])((?:const\s+)?(?:T|float|double))\s*\*\s*")
+"""A pointer type in a kernel source: ``T*``, ``const T*``, ``float*``, ``const double*`` and the like."""
+_SHARED = re.compile(r"__shared__\s+\w+\s+(\w+)\s*\[")
+"""A ``__shared__`` array's declaration; group 1 is its name."""
+
+
+def checked(code):
+    """``code`` with every pointer type ``X*`` of ``_POINTER`` spelled ``cuda_cpu::global<X>``, and the
+    address of an element of a ``__shared__`` array, ``&tile[i][0]``, wrapped in ``cuda_cpu::global(...)``
+    (unchecked), so that a device function template taking a ``global<T>`` deduces its ``T`` from it."""
+    code = _POINTER.sub(r"cuda_cpu::global<\1> ", code)
+    for name in set(_SHARED.findall(code)):
+        code = re.sub(rf"&{name}((?:\[[^\[\]]*\])+)", rf"cuda_cpu::global(&{name}\1)", code)
+    return code
+
+
 def build(code, options=()):
-    """Compile ``code`` (a .cu source) with g++ into a cached shared library.
+    """Compile ``code`` (a .cu source), its pointers ``checked``, with g++ into a cached shared library.
 
     Returns its path and a description: the kernel names, and the offsets and sizes of the ``__shared__``
     statics next to the offset of ``cuda_cpu_error`` (to locate them once loaded).
     """
+    code = checked(code)
     defines = _defines(options)
     key = hashlib.sha256(
         "\0".join([HEADER.read_text(), code, *defines, *CXXFLAGS, CXX]).encode()
@@ -178,11 +200,17 @@ class Kernel:
             raise KernelError(f"{self.name}: {self._error().decode()}")
 
 
+class _Buffer(ctypes.Structure):
+    """``cuda_cpu::Buffer``: what a pointer parameter receives, the array's address and its elements."""
+
+    _fields_ = (("data", ctypes.c_void_p), ("size", ctypes.c_longlong))
+
+
 def _pack(arg):
     if isinstance(arg, np.ndarray):
         if not arg.flags.c_contiguous or arg.dtype not in _POINTER_CODES:
             raise TypeError(f"array arguments must be C-contiguous float32/float64, got {arg.dtype}")
-        return _POINTER_CODES[arg.dtype], ctypes.c_void_p(arg.ctypes.data)
+        return _POINTER_CODES[arg.dtype], _Buffer(arg.ctypes.data, arg.size)
     if isinstance(arg, np.generic) and arg.dtype in _CTYPES:
         code, ctype = _CTYPES[arg.dtype]
         return code, ctype(arg.item())

@@ -6,8 +6,14 @@
 // shared by the fibers of the block; it is filled with NaN bytes before each block (shared memory
 // starts undefined on a GPU too, so a read of an element nobody wrote shows in the result). A block
 // whose threads do not all meet at the same barrier (some finished, or waiting at another one) stops
-// the launch with a message: on a GPU that is undefined behaviour. An access that faults (the tests
-// put a PROT_NONE page after every array) stops the launch with the thread and block that made it.
+// the launch with a message: on a GPU that is undefined behaviour.
+//
+// Global memory is bounds-checked: the harness compiles every `T*` of a kernel source as
+// cuda_cpu::global<T> (tests/cuda_cpu/__init__.py rewrites the source), a pointer that knows the buffer of
+// the kernel argument it comes from, so an access outside that buffer stops the launch with the index, the
+// buffer's size, the argument and the thread and block that made it. A pointer that comes from no argument
+// (into shared memory, or taken from an element's address) is not checked; an access through it that
+// faults (the tests put a PROT_NONE page after every array) stops the launch with the thread and block.
 //
 // Supported: dim3, threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__shared__ (static
 // sizes), __syncthreads, and exp, tanh and isfinite on float and double (the <cmath> ones). Add
@@ -15,14 +21,16 @@
 //
 // Each kernel is exported by CUDA_CPU_EXPORT(name) as
 //     int cuda_cpu_<name>(const unsigned grid[3], const unsigned block[3], void** args)
-// with the arguments passed as in cuLaunchKernel (an array of pointers to the values); it returns 0,
-// or 1 with the reason in cuda_cpu_error(). cuda_cpu_signature_<name>() spells its parameter types.
+// with the arguments passed as in cuLaunchKernel (an array of pointers to the values; for a pointer
+// parameter, to a cuda_cpu::Buffer); it returns 0, or 1 with the reason in cuda_cpu_error().
+// cuda_cpu_signature_<name>() spells its parameter types.
 
 #pragma once
 
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -89,6 +97,61 @@ inline void fiber_main() {
 inline std::string str(const dim3& d) {
     return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
 }
+
+// Stops the launch: the thread in `current` accessed element `index` of a buffer of `size` elements,
+// the kernel's argument `argument`.
+[[noreturn]] inline void out_of_range(int argument, long long index, long long size) {
+    error = "out-of-range access by thread " + str(threadIdx) + " of block " + str(blockIdx) + ": index " +
+            std::to_string(index) + " of argument " + std::to_string(argument) + ", a buffer of " +
+            std::to_string(size) + " elements";
+    setcontext(&scheduler);  // abandon the block; the launch reports the error
+    std::abort();            // setcontext returns only if it fails
+}
+
+// What the caller passes for a pointer parameter: the buffer's address and its number of elements.
+struct Buffer {
+    void* data;
+    long long size;
+};
+
+// A pointer into global memory, checked at every access against the buffer of the kernel argument it
+// comes from (`size` elements from `base`, argument number `argument`); one made from a plain `T*`
+// (shared memory) has no buffer and is not checked. Kernels use it as they use a `T*`: p[i], *p, p + k.
+template <typename T>
+struct global {
+    using element = T;
+    T* base = nullptr;
+    long long offset = 0;  // where it points, in elements from base
+    long long size = -1;   // -1: not checked
+    int argument = -1;
+
+    global() = default;
+    global(T* pointer) : base(pointer) {}
+    global(const Buffer& buffer, int index)
+        : base(static_cast<T*>(buffer.data)), size(buffer.size), argument(index) {}
+    template <typename U>
+        requires std::is_convertible_v<U*, T*>
+    global(const global<U>& other)
+        : base(other.base), offset(other.offset), size(other.size), argument(other.argument) {}
+
+    T& operator[](long long i) const { return at(offset + i); }
+    T& operator*() const { return at(offset); }
+    global operator+(long long k) const {
+        global moved = *this;
+        moved.offset += k;
+        return moved;
+    }
+
+    T& at(long long index) const {
+        if (size >= 0 && (index < 0 || index >= size)) out_of_range(argument, index, size);
+        return base[index];
+    }
+};
+
+template <typename A>
+struct is_global : std::false_type {};
+template <typename T>
+struct is_global<global<T>> : std::true_type {};
 
 inline void on_fault(int signal, siginfo_t* info, void*) {
     if (current == nullptr) {  // not in a kernel: the harness itself faulted, so crash as usual
@@ -193,11 +256,21 @@ inline int launch(const unsigned* grid, const unsigned* block, std::function<voi
     return ok ? 0 : 1;
 }
 
-// Kernel arguments arrive as in cuLaunchKernel: args[i] points to the value of parameter i.
+// Kernel arguments arrive as in cuLaunchKernel: args[i] points to the value of parameter i (a Buffer for
+// a pointer parameter).
+template <typename A>
+A unpack(void* arg, int index) {
+    if constexpr (is_global<A>::value) {
+        return A(*static_cast<const Buffer*>(arg), index);
+    } else {
+        return *static_cast<A*>(arg);
+    }
+}
+
 template <typename... Args, size_t... I>
 int launch_packed(void (*kernel)(Args...), const unsigned* grid, const unsigned* block, void** args,
                   std::index_sequence<I...>) {
-    std::tuple<Args...> values{*static_cast<Args*>(args[I])...};
+    std::tuple<Args...> values{unpack<Args>(args[I], static_cast<int>(I))...};
     return launch(grid, block, [kernel, values] { std::apply(kernel, values); });
 }
 
@@ -210,11 +283,12 @@ int launch_packed(void (*kernel)(Args...), const unsigned* grid, const unsigned*
 // f/d float/double, i/l int/long long, F/D float*/double* (const or not).
 template <typename T>
 constexpr char type_code() {
-    using U = std::remove_cv_t<std::remove_pointer_t<T>>;
-    if constexpr (std::is_pointer_v<T>) {
+    if constexpr (is_global<T>::value) {
+        using U = std::remove_cv_t<typename T::element>;
         static_assert(std::is_same_v<U, float> || std::is_same_v<U, double>, "unsupported pointer");
         return std::is_same_v<U, float> ? 'F' : 'D';
     } else {
+        using U = std::remove_cv_t<T>;
         static_assert(std::is_same_v<U, float> || std::is_same_v<U, double> || std::is_same_v<U, int> ||
                           std::is_same_v<U, long long>,
                       "unsupported kernel parameter type");

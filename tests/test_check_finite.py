@@ -1,0 +1,62 @@
+"""``check_finite`` names the deepest gradient that holds NaN or Inf: a NaN in w^L reaches every gradient
+(delta^L, then every delta below it through (5)), and the refusal names ``nabla_w[L]``, on the NumPy
+backend and on the CuPy stand-in, eager and as a graph."""
+
+import numpy as np
+import pytest
+
+from helpers import STANDIN_ORDERS, batch, install_standin
+from leapfrog_gpu import MLP, Leapfrog, Sequential
+
+SIZES = [7, 13, 5, 11, 3]
+L = len(SIZES)
+
+
+@pytest.fixture(params=["numpy", *(f"stand-in {order}" for order in STANDIN_ORDERS)])
+def backend(request, monkeypatch):
+    """The NumPy backend, or the CuPy backend on the stand-in under each of its orders."""
+    if request.param == "numpy":
+        yield "numpy"
+        return
+    install_standin(monkeypatch, request.param.removeprefix("stand-in "))
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as cupy_backend:
+        yield cupy_backend
+
+
+def host(arrays):
+    return [np.array(a.get() if hasattr(a, "get") else a) for a in arrays]
+
+
+def nan_in_the_last_weights(net):
+    """Set w^L[1, 2] to NaN in ``net``'s own parameters (``set_parameters`` refuses a NaN, as a batch is
+    refused, so it goes in through the plan's view of them); return host copies of what they then hold."""
+    net.synchronize()
+    xp = net.backend.xp
+    net.plan(3).w[net.L][1, 2] = np.nan  # on CuPy, on the current stream, which the network's do not wait for
+    if xp is not np:
+        xp.cuda.Device().synchronize()
+    return host(net.weights) + host(net.biases)
+
+
+def test_a_nan_in_the_last_weights_reaches_every_gradient(backend):
+    x, y = batch(SIZES, 3)
+    with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as net:
+        nan_in_the_last_weights(net)
+        nabla_b, nabla_w = net.backprop(x, y)
+        assert all(np.isnan(g).any() for g in host(nabla_b + nabla_w))
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+def test_the_refusal_names_the_deepest_bad_gradient(backend, schedule, graph):
+    x, y = batch(SIZES, 3)
+    with MLP(SIZES, activation="tanh", dtype="float64", backend=backend, check_finite=True) as net:
+        before = nan_in_the_last_weights(net)
+        net.sgd_step(x, y, 0.5, schedule, graph=graph)
+        with pytest.raises(FloatingPointError) as refused:
+            net.synchronize()
+        assert str(refused.value) == f"nabla_w[{L}] holds NaN or Inf; update refused, parameters unchanged"
+        for got, want in zip(host(net.weights + net.biases), before):
+            np.testing.assert_array_equal(got, want)

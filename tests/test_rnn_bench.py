@@ -54,3 +54,11 @@ def test_the_command_refuses_a_bad_option_in_one_line(capsys):
     with pytest.raises(SystemExit) as stop:
         bench_rnn.main(["--layers", "2"])
     assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
+    from leapfrog_gpu.tools import bench
+
+    assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "3", "--batch", "1",
+                       "--repeats", "1", "--no-torch"]) == 0
+    assert capsys.readouterr().out.startswith(bench_rnn.HEADER)

@@ -76,3 +76,20 @@ def test_the_command_resumes_where_it_stopped_as_if_never_stopped(tmp_path, caps
 def test_the_command_exits_with_its_status_and_one_line(capsys, given, status, message):
     got, out = run(capsys, **given)
     assert got == status and message in out.err and out.err.count("\n") == 1, out.err
+
+
+def test_leapfrog_train_model_rnn_reaches_90_percent_with_its_defaults(capsys):
+    from leapfrog_gpu.tools import train
+
+    start = time.perf_counter()
+    assert train.main(["--model", "rnn", "--quiet"]) == 0
+    seconds = time.perf_counter() - start
+    printed = capsys.readouterr().out.split()
+    assert printed[:2] == ["test", "accuracy"] and float(printed[2]) >= 0.90 and seconds < 60
+
+
+def test_leapfrog_train_refuses_tau_without_model_rnn(capsys):
+    from leapfrog_gpu.tools import train
+
+    assert train.main(["--tau", "4"]) == 2
+    assert capsys.readouterr().err == "leapfrog-train: error: --tau applies to --model rnn only\n"

@@ -101,6 +101,10 @@ def build_parser():
     group.add_argument("--samples", type=integer(1), metavar="N",
                        help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
     group = p.add_argument_group("model and schedule")
+    group.add_argument("--model", choices=("mlp", "rnn"),
+                       help="rnn: a recurrent network on --data digits (read row by row) or teacher (a teacher RNN), "
+                            "leapfrog_gpu.tools.train_rnn (default mlp)")
+    group.add_argument("--tau", type=integer(1), metavar="T", help="--model rnn, teacher: steps of a sequence")
     group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
                        help="hidden widths: 6x128, 128,64,32 or 2x128,64 (default 4x128)")
     group.add_argument("--activation", choices=tuple(ACTIVATIONS), help=f"hidden layers (default {d['activation']})")

@@ -196,3 +196,13 @@ def test_naumov_rnn_checks_its_memory_before_allocating():
         TimeScan(memory_limit=0)
     with pytest.raises(ValueError, match="k must be an integer >= 0"):
         Wavefront(k=-1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_leapfrog_is_bitwise_bptt_under_chaos(seed):
+    """Seeded random delays before every operation on every stream: the waits alone keep the order."""
+    want = trained("numpy", BPTT(), steps=4)
+    with get_backend("numpy", chaos=seed) as backend:
+        assert same(trained(backend, Leapfrog(2), steps=4), want)
+        assert same(trained(backend, Leapfrog(3, fused=True), steps=4), want)
+        assert same(trained(backend, TimeScan(k=2, fused=True), steps=4), trained("numpy", TimeScan(k=0), steps=4))

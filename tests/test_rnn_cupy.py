@@ -36,7 +36,7 @@ def host(arrays):
 
 @pytest.mark.parametrize("output", ["last", "every"])
 @pytest.mark.parametrize("B", [1, 3])
-def test_gradients_of_every_schedule_match_the_reference(backend, B, output):
+def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, output):
     x, y = sequences(output, 4, B)
     with RNN(SIZES, "sigmoid", output=output, dtype="float64", backend=backend) as net:
         assert "CPU stand-in" in repr(net.backend)
@@ -49,6 +49,9 @@ def test_gradients_of_every_schedule_match_the_reference(backend, B, output):
                     np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14, err_msg=repr(schedule))
         np.testing.assert_allclose(net.feedforward(x).get(), reference_rnn.feedforward(
             *params, x, net.activation, net.output_activation, output), rtol=1e-12, atol=1e-15)
+    kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
+    assert {"delta_output_f64", "bias_sum_f64", "bias_activation_f64"} <= kernels  # the existing kernels
+    assert {"rank_update_f64", "outer_f64"} & kernels
 
 
 def trained(backend, schedule, steps=3):

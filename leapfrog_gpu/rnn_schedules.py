@@ -48,9 +48,11 @@ class RNNSchedule:
     model = "RNN"
 
     def __init__(self, k=0, fused=False):
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
-            raise ValueError(f"k must be an integer >= 0 (worker streams; 0 runs the gradients on the main "
-                             f"stream); got {k!r}")
+        accepted = "an integer >= 0 (worker streams; 0 runs the gradients on the main stream)"
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"k must be {accepted}; got {k!r}")
+        if k < 0:
+            raise ValueError(f"k must be {accepted}; got {k!r}")
         self.k, self.fused = int(k), bool(fused)
         self.stats = {}
 

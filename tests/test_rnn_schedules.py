@@ -194,8 +194,13 @@ def test_naumov_rnn_checks_its_memory_before_allocating():
         net.backprop(x, y, NaumovRNN(memory_limit=small.memory_needed(sizes, 2, 1, 4)))
     with pytest.raises(ValueError, match="memory_limit must be an integer number of bytes >= 1"):
         TimeScan(memory_limit=0)
+    with pytest.raises(TypeError, match="memory_limit must be an integer number of bytes >= 1; got 1.5"):
+        NaumovRNN(memory_limit=1.5)
     with pytest.raises(ValueError, match="k must be an integer >= 0"):
         Wavefront(k=-1)
+    with pytest.raises(TypeError, match=r"k must be an integer >= 0 \(worker streams; 0 runs the gradients on the "
+                                        r"main stream\); got '2'"):
+        TimeScan(k="2")
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -79,3 +79,18 @@ def test_missing_read_after_write_wait_is_caught_on_the_standin(monkeypatch):
         assert all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
         monkeypatch.setattr(RNNSchedule, "wait_for_delta", lambda self, p, worker, l: None)
         assert not all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
+
+
+def test_the_chain_on_our_own_kernels_gives_the_same_gradients(standin):
+    """With chain="kernels" the output layer's (2)(3) runs on kernels/chain.cu instead of cuBLAS."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    x, y = sequences("every", 3, 2)
+    with CupyBackend(chain="kernels") as backend, RNN(SIZES, output="every", dtype="float64", backend=backend) as net:
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "every")
+        for schedule in (BPTT(), Leapfrog(2)):
+            for got_list, want_list in zip(net.backprop(x, y, schedule), want):
+                for g, w in zip(host(got_list), want_list):
+                    np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+    assert any(kind == "launch" and detail.startswith("forward_gemm") for kind, _, detail in standin.trace())

@@ -4,7 +4,7 @@ takes Nielsen's (n, 1) biases, changes nothing when a check fails, and is the on
 import numpy as np
 import pytest
 
-from leapfrog_gpu import MLP
+from leapfrog_gpu import MLP, Sequential
 
 SIZES = [4, 6, 3]
 
@@ -153,3 +153,43 @@ def test_on_the_cupy_backend_host_and_device_arrays_are_checked_alike(standin):
             net.set_parameters(weights, [standin.asarray(biases[0]).reshape(1, 6), biases[1]])
         net.set_parameters(weights, [standin.asarray(b).reshape(-1, 1) for b in biases])
         assert all(np.array_equal(p.get(), q) for p, q in zip(net.weights + net.biases, weights + biases))
+
+
+def nielsen_backprop(weights, biases, x, y):
+    """The backprop of Nielsen's network.py, step for step: column vectors, sigmoid, quadratic cost."""
+    def sigmoid(z):
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def sigmoid_prime(z):
+        return sigmoid(z) * (1 - sigmoid(z))
+
+    activation, activations, zs = x, [x], []
+    for b, w in zip(biases, weights):
+        z = np.dot(w, activation) + b
+        zs.append(z)
+        activation = sigmoid(z)
+        activations.append(activation)
+    delta = (activations[-1] - y) * sigmoid_prime(zs[-1])
+    nabla_b, nabla_w = [delta], [np.dot(delta, activations[-2].transpose())]
+    for l in range(2, len(weights) + 1):
+        delta = np.dot(weights[-l + 1].transpose(), delta) * sigmoid_prime(zs[-l])
+        nabla_b.insert(0, delta)
+        nabla_w.insert(0, np.dot(delta, activations[-l - 1].transpose()))
+    return nabla_b, nabla_w
+
+
+@pytest.mark.parametrize("sizes", [[7, 9, 5, 3], [784, 30, 10], [2, 1]], ids=str)
+def test_nielsens_parameters_give_his_gradients_bit_for_bit(sizes):
+    """His (n, 1) biases go in as they are; at B = 1 in float64 the gradients are his, to the bit."""
+    rng = np.random.default_rng(len(sizes))
+    weights = [rng.standard_normal((n, m)) for m, n in zip(sizes[:-1], sizes[1:])]
+    biases = [rng.standard_normal((n, 1)) for n in sizes[1:]]
+    x, y = rng.standard_normal((sizes[0], 1)), rng.random((sizes[-1], 1))
+    with MLP(sizes, activation="sigmoid", cost="quadratic", dtype="float64", backend="numpy") as net:
+        net.set_parameters(weights, biases)
+        nabla_b, nabla_w = net.backprop(x, y, Sequential())
+    want_b, want_w = nielsen_backprop(weights, biases, x, y)
+    for l, (got, want) in enumerate(zip(nabla_w, want_w), start=2):
+        assert np.array_equal(got, want), f"nabla_w[{l}] differs from Nielsen's"
+    for l, (got, want) in enumerate(zip(nabla_b, want_b), start=2):
+        assert np.array_equal(got, want.ravel()), f"nabla_b[{l}] differs from Nielsen's"

@@ -5,8 +5,10 @@ buffers, events and launches of a pass at one batch size (``plan``), the schedul
 (``schedules``, ``naumov``) and their names (``registry``), graph mode (``graphs``), data parallelism
 (``parallel``, the transport; ``data_parallel``, what a network does with it), networks that are DAGs
 of layers (``graphnet``, ``layers``) with their backward schedules (``dag_schedules``) and forward
-solvers (``forward_solvers``), the names of activations and costs (``functions``), the checks of given
-parameters (``parameters``) and their way to and from PyTorch (``torch_io``), the plain NumPy reference
+solvers (``forward_solvers``), the recurrent network (``rnn``, its pass ``rnn_pass``, its schedules
+``rnn_schedules`` and ``rnn_scans``, its reference ``reference_rnn``), the names of activations and
+costs (``functions``), the checks of given parameters (``parameters``) and their way to and from
+PyTorch (``torch_io``), the plain NumPy reference
 (``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports ``backends``
 (where arrays live and how streams run) and never ``tools`` (the commands built on it): imports point
 downwards only, tools -> library -> backends.
@@ -17,8 +19,9 @@ downwards only, tools -> library -> backends.
 >>> net.close()
 """
 
-__all__ = ["MLP", "Leapfrog", "NaumovJacobi", "NaumovScan", "Sequential", "get_backend", "GraphNet", "Dense", "Add",
-           "Concat", "LayerNorm", "Layer", "LevelSets", "DagJacobi", "DagDoubling", "ForwardJacobi", "ForwardNewton"]
+__all__ = ["MLP", "RNN", "BPTT", "Leapfrog", "NaumovJacobi", "NaumovRNN", "NaumovScan", "Sequential", "TimeScan",
+           "Wavefront", "get_backend", "GraphNet", "Dense", "Add", "Concat", "LayerNorm", "Layer", "LevelSets",
+           "DagJacobi", "DagDoubling", "ForwardJacobi", "ForwardNewton"]
 __version__ = "0.1.0"
 
 
@@ -32,6 +35,14 @@ def __getattr__(name):
         value = getattr(naumov, name)
     elif name == "MLP":
         from .network import MLP as value
+    elif name == "RNN":
+        from .rnn import RNN as value
+    elif name in ("BPTT", "Wavefront"):
+        from . import rnn_schedules
+        value = getattr(rnn_schedules, name)
+    elif name in ("TimeScan", "NaumovRNN"):
+        from . import rnn_scans
+        value = getattr(rnn_scans, name)
     elif name in ("Leapfrog", "Sequential"):
         from . import schedules
         value = getattr(schedules, name)

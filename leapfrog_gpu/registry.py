@@ -27,8 +27,11 @@ def make_schedule(name, k=0, fused=False, **options):
 
 def check_schedule(schedule):
     """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
+    choices = [_signature(cls) for cls, _ in SCHEDULES.values()]
+    if getattr(schedule, "model", "MLP") != "MLP":  # a schedule of the RNN (``rnn_schedules``)
+        raise TypeError(f"{schedule!r} runs on an {schedule.model}, not an MLP; an MLP takes "
+                        f"{', '.join(choices[:-1])} or {choices[-1]}")
     if not isinstance(schedule, Schedule):
-        choices = [_signature(cls) for cls, _ in SCHEDULES.values()]
         raise TypeError(f"schedule must be a schedule object: {', '.join(choices[:-1])} or {choices[-1]}; "
                         f"got {schedule!r}")
     return schedule

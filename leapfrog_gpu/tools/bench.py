@@ -42,7 +42,7 @@ import sys
 
 from .. import parallel
 from ..functions import ACTIVATIONS, DTYPES
-from . import bench_parallel, timeline, torch_anchor
+from . import bench_parallel, bench_rnn, timeline, torch_anchor
 from ..registry import SCHEDULES, make_schedule
 from .bench_measure import ETA, machine, run, stamped_steps
 from .bench_report import (column_widths, graph_verdicts, table, table_foot, table_head, table_rows, timeline_lines,
@@ -82,6 +82,9 @@ EXIT_STATUSES = [
 
 def parser():
     p = Parser(prog="leapfrog-bench", description=__doc__.split("\n\n")[0], exit_statuses=EXIT_STATUSES)
+    p.add_argument("--model", choices=("mlp", "rnn"), default="mlp",
+                   help="rnn: the recurrent network's backward pass under each of its schedules against BPTT and "
+                        "torch.nn.RNN, with options of its own (leapfrog-bench --model rnn --help; default mlp)")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
@@ -126,6 +129,11 @@ def parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("--model", default="mlp")
+    if model.parse_known_args(argv)[0].model == "rnn":
+        return bench_rnn.main(argv)
     p = parser()
     args = p.parse_args(argv)
     try:

@@ -39,7 +39,7 @@ import numpy as np
 from .. import data_parallel, parallel
 from ..backends import collective, get_backend
 from ..network import MLP
-from . import checkpoint, data
+from . import checkpoint, data, train_rnn
 from .cli import choose_backend, fitted, plural
 from .resmlp import ResidualMLP
 from .timeline import describe
@@ -54,6 +54,11 @@ SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
 def main(argv=None):
     """Run the command; return its exit status."""
     given = vars(build_parser().parse_args(argv))
+    if given.get("model") == "rnn":
+        return train_rnn.main(given)
+    if "tau" in given:
+        print(f"{PROG}: error: --tau applies to --model rnn only", file=sys.stderr)
+        return 2
     try:
         comm = parallel.world(PROG, given.get("comm_timeout", DEFAULTS["comm_timeout"]),
                               round(given.get("bucket_mb", DEFAULTS["bucket_mb"]) * 2**20))

@@ -105,11 +105,13 @@ def build_parser():
     group.add_argument("--samples", type=integer(1), metavar="N",
                        help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
     group = p.add_argument_group("model and schedule")
-    group.add_argument("--model", choices=("mlp", "resmlp"),
+    group.add_argument("--model", choices=("mlp", "resmlp", "rnn"),
                        help="mlp: the chain of layers; resmlp: the same layers with a skip connection every "
-                            f"--skip hidden layers, a GraphNet (default {d['model']})")
+                            "--skip hidden layers, a GraphNet; rnn: a recurrent network on --data digits (read row "
+                            f"by row) or teacher (a teacher RNN), leapfrog_gpu.tools.train_rnn (default {d['model']})")
     group.add_argument("--skip", type=integer(1), metavar="N",
                        help=f"resmlp: hidden layers per skip connection (default {d['skip']})")
+    group.add_argument("--tau", type=integer(1), metavar="T", help="--model rnn, teacher: steps of a sequence")
     group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
                        help="hidden widths: 6x128, 128,64,32 or 2x128,64 (default 4x128)")
     group.add_argument("--activation", choices=tuple(ACTIVATIONS), help=f"hidden layers (default {d['activation']})")

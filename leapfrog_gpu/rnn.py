@@ -1,0 +1,336 @@
+"""The recurrent network: parameters, validation, and one pass under a schedule (``rnn_schedules``).
+
+Layers are numbered 1..L as in ``MLP``: layer 1 is the input, layers 2..L-1 are recurrent, layer L is
+the output. For t = 1..tau and l = 2..L-1,
+
+    z^{l,t} = w^l a^{l-1,t} + u^l a^{l,t-1} + b^l,    a^{l,t} = sigma(z^{l,t}),    a^{l,0} = 0,   a^{1,t} = x^t
+
+and the output layer z^{L,t} = w^L a^{L-1,t} + b^L, a^{L,t} = sigma_L(z^{L,t}) at every time step
+(``output="every"``) or at the last (``output="last"``), with the MLP's output activations and costs, the
+cost summed over the time steps that have an output. A batch of B sequences is ``x`` (tau, n_1, B);
+targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The buffers of one
+(tau, B) live in a ``rnn_pass.Pass``.
+"""
+
+import math
+import numbers
+import statistics
+import time
+
+import numpy as np
+
+from .backends import get_backend
+from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
+from .rnn_pass import Pass
+from .rnn_schedules import BPTT, resolve
+
+OUTPUTS = ("last", "every")
+"""Where the output layer is applied: at the last time step, or at every one."""
+
+RECURRENT_NORM = 0.9
+"""The spectral norm (largest singular value) of every u^l at initialisation: below 1, so that the
+linearised recurrence contracts and neither the forward states nor the deltas blow up with tau."""
+
+
+class RNN:
+    """A recurrent network trained by SGD, its backward pass (BPTT) run under a schedule.
+
+    Args:
+        sizes: widths ``[n_1, ..., n_L]``, at least three (input, one recurrent layer, output).
+        activation: sigma of the recurrent layers, ``"sigmoid"``, ``"tanh"`` or ``"relu"``.
+        cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid output).
+        output: ``"last"`` (one output, at t = tau) or ``"every"`` (one at every time step).
+        dtype: ``"float32"`` or ``"float64"``.
+        seed: seed of the initial parameters: w and b drawn as ``MLP(sizes, seed=seed)`` draws them
+            (w ~ N(0, 1/n_{l-1}), b ~ N(0, 1)), then each u^l ~ N(0, 1/n_l) scaled to spectral norm
+            ``recurrent_norm``.
+        backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this network).
+        output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
+        recurrent_norm: the spectral norm of each u^l at initialisation, >= 0 (``RECURRENT_NORM``).
+
+    ``weights``, ``recurrent`` and ``biases`` list copies of w^l (n_l, n_{l-1}) for l = 2..L, u^l (n_l, n_l)
+    for l = 2..L-1 and b^l (n_l,) for l = 2..L, as they are once the steps enqueued so far have run.
+    """
+
+    def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
+                 backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM):
+        self.sizes = _check_sizes(sizes)
+        self.activation = choose("activation", activation, ACTIVATIONS)
+        self.cost = choose("cost", cost, COSTS)
+        self.output = choose("output", output, OUTPUTS)
+        self.output_activation = resolve_output_activation(activation, cost, output_activation)
+        self.dtype = _check_dtype(dtype)
+        if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
+                not math.isfinite(recurrent_norm) or recurrent_norm < 0:
+            raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
+        if isinstance(backend, str):
+            self.backend, self._owns_backend = get_backend(backend), True
+        elif hasattr(backend, "launch") and hasattr(backend, "xp"):
+            self.backend, self._owns_backend = backend, False
+        else:
+            raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
+        self.L = len(self.sizes)
+        self.n = dict(enumerate(self.sizes, start=1))
+        rng = np.random.default_rng(seed)
+        xp = self.backend.xp
+        self._w, self._u, self._b = {}, {}, {}
+        for l in self.layers:
+            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
+            self._w[l] = xp.asarray(w, dtype=self.dtype)
+            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        for l in self.hidden:
+            u = rng.standard_normal((self.n[l], self.n[l])) / math.sqrt(self.n[l])
+            u *= recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny)
+            self._u[l] = xp.asarray(u, dtype=self.dtype)
+        self._step = xp.zeros(2, dtype=self.dtype)  # [eta / B, refusal]: the update kernels' controls
+        self._passes = {}
+        self.stats = {}  # the counters of the last backward pass (``rnn_schedules``)
+        self.backend.synchronize()
+
+    def __repr__(self):
+        return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, output={self.output!r}, "
+                f"dtype={self.dtype!r}, backend={self.backend!r})")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def layers(self):
+        """Layer numbers that carry w and b: 2..L."""
+        return range(2, self.L + 1)
+
+    @property
+    def hidden(self):
+        """The recurrent layers, which also carry u: 2..L-1."""
+        return range(2, self.L)
+
+    @property
+    def weights(self):
+        return self._handed_out([self._w[l] for l in self.layers])
+
+    @property
+    def recurrent(self):
+        return self._handed_out([self._u[l] for l in self.hidden])
+
+    @property
+    def biases(self):
+        return self._handed_out([self._b[l] for l in self.layers])
+
+    def _handed_out(self, arrays):
+        """Copies of ``arrays`` made on the main stream behind what is enqueued there, complete on return."""
+        copies = []
+        self.backend.launch(self.backend.main, "copy_out", _copy_into, copies, arrays)
+        self.synchronize()
+        return copies
+
+    def set_parameters(self, weights, recurrent, biases):
+        """Copy ``weights``, ``recurrent`` and ``biases`` in (lists in the shapes of ``self.weights``,
+        ``self.recurrent``, ``self.biases``)."""
+        groups = (("weights", weights, self._w, "w", self.layers), ("recurrent", recurrent, self._u, "u", self.hidden),
+                  ("biases", biases, self._b, "b", self.layers))
+        checked = []
+        for name, given, current, symbol, layers in groups:
+            if isinstance(given, np.ndarray) or not hasattr(given, "__len__"):
+                raise TypeError(f"{name} must be a list of {len(layers)} arrays (layers {layers[0]}..{layers[-1]}); "
+                                f"got {type(given).__name__}")
+            if len(given) != len(layers):
+                raise ValueError(f"{name} must list {len(layers)} arrays (layers {layers[0]}..{layers[-1]}); "
+                                 f"got {len(given)}")
+            for i, (l, value) in enumerate(zip(layers, given)):
+                what = f"{name}[{i}] ({symbol}^{l})"
+                value = self._host_or_device(what, value)
+                if tuple(value.shape) != current[l].shape:
+                    raise ValueError(f"{what} must have shape {current[l].shape}; got {tuple(value.shape)}")
+                with np.errstate(over="ignore"):  # a value beyond the dtype's range becomes Inf, refused below
+                    value = self._module(value).asarray(value, dtype=self.dtype)
+                if not bool(self._module(value).isfinite(value).all()):
+                    raise ValueError(f"{what} contains NaN or Inf (as {self.dtype}); every parameter must be finite")
+                checked.append((current[l], value))
+        self.backend.synchronize()
+        xp = self.backend.xp
+        for target, value in checked:
+            target[...] = xp.asarray(value)
+        self.backend.synchronize()
+
+    def synchronize(self):
+        """Wait for every enqueued step; raise what went wrong in one."""
+        self.backend.synchronize()
+
+    def close(self):
+        """Wait for queued work; close the backend if this network created it."""
+        if self._owns_backend:
+            self.backend.close()
+        elif not self.backend.closed:
+            self.backend.synchronize()
+
+    # -- public passes --------------------------------------------------------------------------------
+
+    def feedforward(self, x):
+        """The outputs for ``x`` (tau, n_1, B) or (tau, n_1): a copy of a^{L,tau} (n_L, B) for
+        ``output="last"``, of every a^{L,t} as (tau, n_L, B) for ``"every"``."""
+        x = self._check_x(x)
+        p = self._pass(x.shape[0], x.shape[2])
+        p.load(x, None)
+        p.forward()
+        out = p.a[self.L]
+        return self._handed_out([out[:, 0] if self.output == "last" else out.transpose(1, 0, 2)])[0]
+
+    def backprop(self, x, y, schedule=None):
+        """BPTT under ``schedule``: copies of ``(nabla_b, nabla_w, nabla_u)``, lists for l = 2..L, 2..L and
+        2..L-1, summed over the time steps and the batch."""
+        p = self._start(x, y, schedule, None)
+        copies = self._handed_out([p.nabla_b[l] for l in self.layers] + [p.nabla_w[l] for l in self.layers]
+                                  + [p.nabla_u[l] for l in self.hidden])
+        k = self.L - 1
+        return copies[:k], copies[k:2 * k], copies[2 * k:]
+
+    def sgd_step(self, x, y, eta, schedule=None):
+        """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and u, b alike), enqueued, not awaited.
+
+        ``x`` and ``y`` are copied before this returns; reading a parameter (or ``synchronize()``) waits
+        for the step."""
+        if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
+            raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
+        self._start(x, y, schedule, eta)
+
+    def time_backward(self, x, y, schedules, repeats=5):
+        """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
+        to schedule): one forward pass, one warm-up per schedule (it allocates), then ``repeats`` rounds
+        that run every schedule once each in turn (so load on the machine falls on all alike), each timed
+        from enqueue to ``synchronize()``. Returns, by name, ``{"median_s": ..., **stats}``, or
+        ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
+        resolved = {name: resolve(schedule) for name, schedule in schedules.items()}
+        p = self._start(x, y, BPTT(), None)
+        results, times = {}, {}
+        for name, schedule in resolved.items():
+            try:
+                schedule.check(self.sizes, p.tau, p.batch, self.dtype)
+                schedule.backward(p)
+            except ValueError as error:
+                results[name] = {"refused": str(error)}
+                continue
+            self.synchronize()
+            times[name] = []
+        for _ in range(repeats):
+            for name in times:
+                start = time.perf_counter()
+                resolved[name].backward(p)
+                self.synchronize()
+                times[name].append(time.perf_counter() - start)
+        for name, measured in times.items():
+            results[name] = {"median_s": statistics.median(measured), **resolved[name].stats}
+        return {name: results[name] for name in schedules}
+
+    def _start(self, x, y, schedule, eta):
+        """Validate, copy the batch in, enqueue forward and backward (and the update for ``eta``); return the pass."""
+        schedule = resolve(schedule)
+        x = self._check_x(x)
+        y = self._check_y(y, x.shape[0], x.shape[2])
+        tau, batch = x.shape[0], x.shape[2]
+        schedule.check(self.sizes, tau, batch, self.dtype)
+        p = self._pass(tau, batch)
+        backend = self.backend
+        if eta is not None:
+            backend.launch(backend.main, "eta / B", backend.ops.set_element, self._step, 0, eta / batch)
+        p.load(x, y)
+        p.forward()
+        step = self._step if eta is not None else None
+        self.stats = schedule.backward(p, step)
+        if step is not None and not schedule.fused:
+            for l in self.layers:
+                p.update(p.main, l, step)
+        return p
+
+    def _pass(self, tau, batch):
+        p = self._passes.get((tau, batch))
+        if p is None:
+            p = self._passes[tau, batch] = Pass(self, tau, batch)
+        return p
+
+    # -- validation -----------------------------------------------------------------------------------
+
+    def _host_or_device(self, name, value):
+        xp = self.backend.xp
+        if xp is np and type(value).__module__.startswith("cupy"):
+            raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass {name}.get()")
+        if not hasattr(value, "dtype"):
+            value = np.asarray(value)
+        if value.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must hold real numbers (a float or integer dtype); got dtype {value.dtype}")
+        return value
+
+    def _module(self, value):
+        return np if isinstance(value, np.ndarray) else self.backend.xp
+
+    def _check_sequences(self, name, value, width, what, tau=None):
+        """``value`` as (tau, width, B), from (tau, width, B) or (tau, width); ``tau`` given: it must match."""
+        value = self._host_or_device(name, value)
+        if value.ndim == 2:
+            value = value.reshape(*value.shape, 1)
+        want = f"({'tau' if tau is None else tau}, {width}, B) or ({'tau' if tau is None else tau}, {width})"
+        if value.ndim != 3 or value.shape[1] != width or (tau is not None and value.shape[0] != tau):
+            raise ValueError(f"{name} ({what}) must have shape {want} for sizes {self.sizes}"
+                             f"{'' if tau is None else ', tau as in x'}; got {tuple(value.shape)}")
+        return value
+
+    def _check_x(self, x):
+        x = self._check_sequences("x", x, self.n[1], "the input of layer 1")
+        if x.shape[0] == 0 or x.shape[2] == 0:
+            raise ValueError(f"x holds an empty batch: shape {tuple(x.shape)}, need tau >= 1 and B >= 1")
+        self._check_finite("x", x)
+        return x
+
+    def _check_y(self, y, tau, batch):
+        what = f"the target of layer L={self.L}"
+        if self.output == "every":
+            y = self._check_sequences("y", y, self.n[self.L], what + " at every time step", tau)
+            samples = y.shape[2]
+        else:
+            y = self._host_or_device("y", y)
+            if y.ndim == 1:
+                y = y.reshape(-1, 1)
+            if y.ndim != 2 or y.shape[0] != self.n[self.L]:
+                raise ValueError(f"y ({what}, output='last') must have shape ({self.n[self.L]}, B) or "
+                                 f"({self.n[self.L]},) for sizes {self.sizes}; got {tuple(y.shape)}")
+            samples = y.shape[1]
+        if samples != batch:
+            raise ValueError(f"x and y must hold the same number of sequences B; got {batch} and {samples}")
+        self._check_finite("y", y)
+        return y
+
+    def _check_finite(self, name, value):
+        if value.dtype.kind == "f" and not bool(self._module(value).isfinite(value).all()):
+            raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
+
+
+def _copy_into(copies, arrays):
+    copies.extend(array.copy() for array in arrays)
+
+
+def _check_sizes(sizes):
+    try:
+        sizes = list(sizes)
+    except TypeError:
+        raise TypeError(f"sizes must be a list of layer widths such as [8, 32, 10]; got {sizes!r}") from None
+    for width in sizes:
+        if isinstance(width, bool) or not isinstance(width, numbers.Integral):
+            raise TypeError(f"sizes must hold integers (layer widths); got {sizes!r}")
+    if len(sizes) < 3:
+        raise ValueError("sizes must list at least 3 layers (input, a recurrent layer, output), e.g. [8, 32, 10]; "
+                         f"got {sizes!r}")
+    if min(sizes) < 1:
+        raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
+    return [int(width) for width in sizes]
+
+
+def _check_dtype(dtype):
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
+    return name

@@ -1,0 +1,76 @@
+"""The recurrent network's backward pass under each schedule, against BPTT and PyTorch's nn.RNN, over the
+grid of the issue: N in {8, 32, 128}, tau in {16, 64, 256, 1024}, L = 4, B in {1, 8} (about a minute on
+one CPU core).
+
+    python profiling/rnn_bench.py
+    python profiling/rnn_bench.py --N 8 --tau 16,64 --B 1 --repeats 3
+
+Each (N, tau, B) is measured by ``leapfrog_gpu.tools.bench_rnn.measure`` (the same as ``leapfrog-bench
+--model rnn``): medians of ``--repeats`` interleaved repeats after a warm-up, ``--repeats-long`` at the
+longest tau. NumPy's BLAS and PyTorch both run ``--threads`` threads (one by default: on a shared machine
+more threads only wait for each other). Writes the rows as JSON under profiling/results/ with the date in
+the file name.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from leapfrog_gpu.tools import bench_rnn
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv=None):
+    def ints(text):
+        return [int(value) for value in text.split(",")]
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--N", type=ints, default=[8, 32, 128])
+    parser.add_argument("--tau", type=ints, default=[16, 64, 256, 1024])
+    parser.add_argument("--B", type=ints, default=[1, 8])
+    parser.add_argument("--L", type=int, default=4)
+    parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats-long", type=int, default=7, help="repeats at the longest tau")
+    parser.add_argument("--max-gflop", type=float, default=3.0, help="skip a schedule whose chain does more")
+    parser.add_argument("--threads", type=int, default=1, help="NumPy's BLAS threads and PyTorch's intra-op threads")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: under profiling/results/)")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        torch = None
+    today = datetime.date.today().isoformat()
+    start = time.perf_counter()
+    print(bench_rnn.HEADER)
+    print("-" * len(bench_rnn.HEADER))
+    rows = []
+    for N in args.N:
+        for tau in args.tau:
+            for B in args.B:
+                repeats = args.repeats_long if tau == max(args.tau) else args.repeats
+                for row in bench_rnn.measure(N, tau, B, args.L, args.k, repeats, max_gflop=args.max_gflop,
+                                             torch=torch, blas_threads=args.threads):
+                    print(bench_rnn.format_row(row))
+                    rows.append(row)
+    meta = {"date": today, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "load_average": [round(v, 2) for v in os.getloadavg()], "python": platform.python_version(),
+            "numpy": np.__version__, "torch": torch and torch.__version__, "threads": args.threads,
+            "dtype": "float32", "output": "every", "k": args.k, "max_gflop": args.max_gflop,
+            "seconds": round(time.perf_counter() - start, 1)}
+    out = args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json"
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {out} ({meta['seconds']} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The recurrent network on the CuPy backend's own code, through the CuPy stand-in (tests/fake_cupy.py) under
+each order in which it interleaves its queues: gradients of every schedule against the float64 reference,
+training steps bitwise across BPTT() and Leapfrog(k), and a removed wait caught there too."""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
+from leapfrog_gpu import reference_rnn
+from leapfrog_gpu.rnn_schedules import RNNSchedule
+
+SIZES = [3, 5, 7, 2]
+
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in reciprocal:RuntimeWarning")
+# the stand-in probes a ufunc's result dtype on zeros; CuPy itself does not compute there
+
+
+@pytest.fixture
+def backend(standin):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as cupy_backend:
+        yield cupy_backend
+
+
+def sequences(output, tau, B, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((tau, SIZES[0], B)).astype(dtype)
+    y = rng.uniform(0.05, 0.95, (SIZES[-1], B) if output == "last" else (tau, SIZES[-1], B)).astype(dtype)
+    return x, y
+
+
+def host(arrays):
+    return [array.get() for array in arrays]
+
+
+@pytest.mark.parametrize("output", ["last", "every"])
+@pytest.mark.parametrize("B", [1, 3])
+def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, output):
+    x, y = sequences(output, 4, B)
+    with RNN(SIZES, "sigmoid", output=output, dtype="float64", backend=backend) as net:
+        assert "CPU stand-in" in repr(net.backend)
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, output)
+        for schedule in (BPTT(), Leapfrog(2), Wavefront(), TimeScan(k=1), NaumovRNN()):
+            got = net.backprop(x, y, schedule)
+            for got_list, want_list in zip(got, want):
+                for g, w in zip(host(got_list), want_list):
+                    np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14, err_msg=repr(schedule))
+        np.testing.assert_allclose(net.feedforward(x).get(), reference_rnn.feedforward(
+            *params, x, net.activation, net.output_activation, output), rtol=1e-12, atol=1e-15)
+    kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
+    assert {"delta_output_f64", "bias_sum_f64", "bias_activation_f64"} <= kernels  # the existing kernels
+    assert {"rank_update_f64", "outer_f64"} & kernels
+
+
+def trained(backend, schedule, steps=3):
+    with RNN(SIZES, output="every", seed=3, backend=backend) as net:
+        for step in range(steps):
+            x, y = sequences("every", 5, 2, seed=step, dtype=np.float32)
+            net.sgd_step(x, y, 0.3, schedule)
+        return host(net.weights + net.recurrent + net.biases)
+
+
+def test_training_steps_agree_bitwise_across_bptt_and_leapfrog(backend):
+    want = trained(backend, BPTT())
+    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), BPTT(fused=True)):
+        assert all(np.array_equal(a, b) for a, b in zip(trained(backend, schedule), want)), repr(schedule)
+
+
+def test_missing_read_after_write_wait_is_caught_on_the_standin(monkeypatch):
+    """In the stand-in's workers-first order a worker that does not wait for E_l reads delta^l too early."""
+    from helpers import install_standin
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    install_standin(monkeypatch, "workers-first")
+    with CupyBackend() as backend:
+        want = trained(backend, BPTT())
+        assert all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
+        monkeypatch.setattr(RNNSchedule, "wait_for_delta", lambda self, p, worker, l: None)
+        assert not all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
+
+
+def test_the_chain_on_our_own_kernels_gives_the_same_gradients(standin):
+    """With chain="kernels" the output layer's (2)(3) runs on kernels/chain.cu instead of cuBLAS."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    x, y = sequences("every", 3, 2)
+    with CupyBackend(chain="kernels") as backend, RNN(SIZES, output="every", dtype="float64", backend=backend) as net:
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "every")
+        for schedule in (BPTT(), Leapfrog(2)):
+            for got_list, want_list in zip(net.backprop(x, y, schedule), want):
+                for g, w in zip(host(got_list), want_list):
+                    np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+    assert any(kind == "launch" and detail.startswith("forward_gemm") for kind, _, detail in standin.trace())

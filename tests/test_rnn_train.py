@@ -1,6 +1,7 @@
 """Training the recurrent network: the digits read row by row reach 90 % test accuracy in under a minute
 with the defaults, and the student of a teacher RNN ends far below the error of predicting the mean."""
 
+import re
 import time
 
 import numpy as np
@@ -84,8 +85,20 @@ def test_leapfrog_train_model_rnn_reaches_90_percent_with_its_defaults(capsys):
     start = time.perf_counter()
     assert train.main(["--model", "rnn", "--quiet"]) == 0
     seconds = time.perf_counter() - start
-    printed = capsys.readouterr().out.split()
-    assert printed[:2] == ["test", "accuracy"] and float(printed[2]) >= 0.90 and seconds < 60
+    (printed,) = capsys.readouterr().out.splitlines()
+    done = re.fullmatch(r"done: 20 epochs, test accuracy (\d+\.\d\d)%, \d+\.\d s", printed)
+    assert done and float(done.group(1)) >= 90 and seconds < 60, printed
+
+
+def test_the_header_and_epoch_lines_fit_100_columns(capsys):
+    from leapfrog_gpu.tools import train
+
+    assert train.main(["--model", "rnn", "--epochs", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "digits-by-rows: 1437 train, 360 test sequences of 8 steps | RNN [8, 64, 10] tanh, cross_entropy"
+    assert out[1].endswith("float32 Leapfrog(k=2) | 2 epochs, batch 16, lr 0.1")
+    assert re.fullmatch(r"epoch 1/2  test accuracy \d+\.\d\d%  \d+\.\d s", out[2]) and out[4].startswith("done: ")
+    assert max(map(len, out)) <= 100, out
 
 
 def test_leapfrog_train_refuses_tau_without_model_rnn(capsys):

@@ -40,7 +40,7 @@ class Sequences:
 
     def __str__(self):
         tau, _, samples = self.x_train.shape
-        return f"{self.name}: {samples} train, {self.x_test.shape[2]} test sequences of tau = {tau}"
+        return f"{self.name}: {samples} train, {self.x_test.shape[2]} test sequences of {tau} steps"
 
     def network(self, sizes=None, activation=None, cost=None, **options):
         """An ``RNN`` for this task: its shape, activation and cost unless given; ``options`` go to ``RNN``

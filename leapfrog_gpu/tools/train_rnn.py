@@ -26,6 +26,7 @@ import numpy as np
 from ..backends import get_backend
 from ..schedules import Leapfrog, Sequential
 from . import checkpoint, data, rnn_tasks
+from .cli import plural
 
 PROG = "leapfrog-train --model rnn"
 
@@ -127,11 +128,22 @@ def _run(given):
             net.set_parameters(*saved_params)
             first = saved_state["epoch"] + 1
         if not config["quiet"]:
-            print(f"{task}; {net!r}; {schedule!r}, lr {config['lr']:g}, batch {config['batch_size']}")
+            print(f"{task} | RNN {net.sizes} {config['activation']}, {config['cost']}")
+            print(f"{backend.name} {config['dtype']} {schedule!r} | {plural(config['epochs'], 'epoch')}, batch "
+                  f"{config['batch_size']}, lr {config['lr']:g}")
+        start = time.perf_counter()
         metric = _train(net, task, config, schedule, first)
-        name = "test accuracy" if task.classes else "test mse"
-        print(f"{name} {metric:.4f}" if metric is not None else "nothing to do: --epochs already reached")
+        if metric is None:
+            print("nothing to do: --epochs already reached")
+        else:
+            print(f"done: {plural(config['epochs'], 'epoch')}, {_score(task, metric)}, "
+                  f"{time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _score(task, metric):
+    """The test metric in words: ``test accuracy 96.11%`` (digits) or ``test mse 0.0050`` (teacher)."""
+    return f"test accuracy {metric:.2%}" if task.classes else f"test mse {metric:.4f}"
 
 
 def _train(net, task, config, schedule, first):
@@ -145,8 +157,8 @@ def _train(net, task, config, schedule, first):
         metric = rnn_tasks.evaluate(net, task.x_test, task.y_test, task.classes)
         seconds = time.perf_counter() - start
         if not config["quiet"]:
-            print(f"epoch {epoch}/{config['epochs']}: {'accuracy' if task.classes else 'mse'} {metric:.4f} "
-                  f"({seconds:.1f} s)")
+            print(f"epoch {epoch:>{len(str(config['epochs']))}}/{config['epochs']}  {_score(task, metric)}  "
+                  f"{seconds:.1f} s")
         if config["metrics"]:
             with open(config["metrics"], "a") as file:
                 file.write(json.dumps({"epoch": epoch, "metric": metric, "seconds": seconds}) + "\n")

@@ -494,3 +494,11 @@ def test_the_data_parallel_table_never_prints_a_negative_share_hidden():
     end = lines[0].index(" hidden") + len(" hidden")  # the column's cells end where its title does
     assert [line[:end].split()[-1] for line in lines[2:5]] == ["none", "50%", "75%"]
     assert "-56%" not in "\n".join(lines) and "none: the step waited as long as the sums took" in lines[-1]
+
+
+def test_a_saving_of_any_size_keeps_its_column_width():
+    """A pass slowed down 30-fold by another job on the machine must not widen the table: the saving
+    column holds at most 7 characters whatever the timing."""
+    assert bench_report.percent(-31.872) == "<-999%" and bench_report.percent(-9.98) == "-998.0%"
+    assert bench_report.percent(0.215) == "21.5%" and bench_report.percent(None) == "-"
+    assert max(len(bench_report.percent(v)) for v in (-1e9, -9.99, -1.0, 0.0, 0.999, 1.0)) <= bench_report.CELL["saving"]

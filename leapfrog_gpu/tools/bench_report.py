@@ -71,7 +71,11 @@ def ratio(value, style=PLAIN):
 
 
 def percent(value, style=PLAIN):
-    return style.none if value is None else f"{100 * value:.{style.percent_digits}f}%"
+    """``value`` as a percentage; a loss beyond -999 % (a run slowed down by another job, say) as
+    ``<-999%``, so that the column keeps its width."""
+    if value is None:
+        return style.none
+    return "<-999%" if 100 * value < -999 else f"{100 * value:.{style.percent_digits}f}%"
 
 
 def number(value, style=PLAIN):

@@ -28,7 +28,7 @@ from ..backends import get_backend
 from ..backends.ops_cuda import CudaOps
 from ..network import MLP
 from ..registry import make_schedule
-from .bench_measure import configurations
+from .bench_measure import ETA, configurations
 from .bench_report import label
 
 KINDS = ("matmul", "kernel", "fill", "copy", "record", "wait", "sync", "other", "enter")
@@ -55,11 +55,6 @@ class Counts:
     def calls(self):
         """The calls into CuPy: every kind but the stream enters."""
         return sum(getattr(self, kind) for kind in KINDS if kind != "enter")
-
-    @property
-    def events(self):
-        """The event operations: records, waits on the device and on the host."""
-        return self.record + self.wait + self.sync
 
     def as_dict(self):
         return {**dataclasses.asdict(self), "calls": self.calls}
@@ -151,7 +146,7 @@ def counting(backend):
                 setattr(cls, method, original)
 
 
-def count_step(net, x, y, schedule, eta=1e-3):
+def count_step(net, x, y, schedule, eta=ETA):
     """The ``Counts`` of one eager ``net.sgd_step(x, y, eta, schedule)`` on a ``CupyBackend``, after an
     uncounted step of the same batch size and schedule."""
     with counting(net.backend) as counts:

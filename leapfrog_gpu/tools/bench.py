@@ -29,7 +29,8 @@ and the share of worker time that overlaps the main stream, and writes the Gantt
 A graph step is one launch, so graph rows have no timeline. ``--jsonl FILE`` appends one JSON line
 per configuration as soon as its network is measured (after a line with the command and machine), so
 that a run killed part-way keeps what it measured. Under ``mpiexec -n P`` it measures what the sums
-across ranks cost a step instead (``bench_parallel``).
+across ranks cost a step instead (``bench_parallel``). ``--count-calls`` (CuPy backend) adds a table of
+what one eager step of each configuration calls of CuPy (``call_count``), and its records to ``--json``.
 
 This module is the command line; exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C.
 """
@@ -42,7 +43,7 @@ import sys
 
 from .. import parallel
 from ..functions import ACTIVATIONS, DTYPES
-from . import bench_parallel, bench_rnn, timeline, torch_anchor
+from . import bench_parallel, bench_rnn, call_count, timeline, torch_anchor
 from ..registry import SCHEDULES, make_schedule
 from .bench_measure import ETA, machine, run, stamped_steps
 from .bench_report import (column_widths, graph_verdicts, table, table_foot, table_head, table_rows, timeline_lines,
@@ -125,6 +126,9 @@ def parser():
                    help="stamp every launch of a few steps per configuration (one network only): busy time per "
                         "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib)")
     p.add_argument("--jsonl", metavar="FILE", help="append one JSON line per configuration to FILE as it is measured")
+    p.add_argument("--count-calls", action="store_true",
+                   help="cupy backend: also count what each eager step calls of CuPy (matmuls, kernel launches, "
+                        "event records and waits, stream enters), in a table of its own")
     return p
 
 
@@ -142,6 +146,8 @@ def main(argv=None):
         p.error(str(error))
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
+    if args.count_calls and args.backend != "cupy":
+        p.error("--count-calls counts calls into CuPy: it needs --backend cupy")
     for option in ("json", "plot", "timeline", "jsonl"):
         path = getattr(args, option)
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
@@ -202,8 +208,12 @@ def main(argv=None):
     print(_fitted(verdicts(records)))
     if args.graph:
         print(_fitted(graph_verdicts(records)))
+    counts = call_count.measure(args) if args.count_calls else None
+    if counts:
+        print(_fitted(call_count.table(counts)))
     if args.json:
-        _write_atomically(args.json, json.dumps({**about, "records": records}, indent=1) + "\n")
+        report = {**about, "records": records, **({"call_counts": counts} if counts else {})}
+        _write_atomically(args.json, json.dumps(report, indent=1) + "\n")
     if args.timeline:
         first = networks[0][0]
         timeline.save(args.timeline, panels, about, f"leapfrog-bench: MLP [{first['N']}] * {first['L']}, batch "
@@ -220,7 +230,8 @@ def main(argv=None):
 def _main_parallel(p, args, comm, argv):
     """``leapfrog-bench`` under ``mpiexec -n P`` (``bench_parallel``): every rank measures, rank 0 reports."""
     for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--k auto", "auto" in args.k),
-                          ("--graph", args.graph), ("--timeline", args.timeline), ("--jsonl", args.jsonl)):
+                          ("--graph", args.graph), ("--timeline", args.timeline), ("--jsonl", args.jsonl),
+                          ("--count-calls", args.count_calls)):
         if given:
             p.error(f"{option} does not apply under mpiexec")
     specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"

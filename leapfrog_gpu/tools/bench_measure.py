@@ -33,9 +33,7 @@ def run(args, with_torch=True, on_network=None):
     progress bar on stderr (on a terminal, unless ``--quiet``) counts the networks done and the time left.
     """
     settings = autotune.blas_settings(args.backend, args.blas_threads)
-    ks = [k for k in args.k if k != "auto"]
-    specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
-                                   for k in (ks if SCHEDULES[name][1] else [0])]
+    specs = configurations(args)
     bandwidth = {}
     records = []
     grid = [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
@@ -53,6 +51,14 @@ def run(args, with_torch=True, on_network=None):
                 on_network(case)
             bar.update()
     return records
+
+
+def configurations(args):
+    """The ``(schedule name, k)`` of every configuration measured: sequential first, then each of
+    ``--schedule`` at each k of ``--k`` but ``auto`` (k = 0 where the schedule takes none)."""
+    ks = [k for k in args.k if k != "auto"]
+    return [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
+                                  for k in (ks if SCHEDULES[name][1] else [0])]
 
 
 def _measure_case(args, sizes, batch, settings, specs, bandwidth):

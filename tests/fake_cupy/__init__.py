@@ -57,6 +57,7 @@ from .streams import PRIORITY_RANGE, Device, Event, Stream, get_current_stream, 
 globals().update(UFUNCS)  # cupy.add, cupy.exp, ...
 
 DEVICE_NAME = "CPU stand-in (cuda_cpu harness)"
+__version__ = "14.2.0"  # cupy-cuda13x, as on the lent GPU machines
 
 
 class _UnavailableModule:
@@ -75,6 +76,7 @@ runtime = types.SimpleNamespace(
     getDeviceCount=lambda: queues.device.count, getDeviceProperties=lambda device: {"name": DEVICE_NAME.encode()},
     deviceSynchronize=lambda: Device().synchronize(), streamCaptureModeGlobal=queues.GLOBAL,
     streamCaptureModeThreadLocal=queues.THREAD_LOCAL, streamCaptureModeRelaxed=queues.RELAXED,
+    runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,
 )
 driver = types.SimpleNamespace(CUDADriverError=CUDADriverError)
 profiler = types.SimpleNamespace(start=lambda: None, stop=lambda: None)

@@ -129,6 +129,13 @@ class Communicator:
         """Return once every rank has called it; a rank that waits sleeps, and leaves the cores to the
         others (a benchmark's idle ranks)."""
 
+    def use_own_device(self, backend):
+        """Make this rank's own GPU current (its local rank, modulo the GPUs of its machine) when
+        ``backend`` is ``"cupy"``: one GPU per process, as NCCL demands ("Duplicate GPU detected"). Every
+        command calls it before it creates a CuPy backend, whose streams belong to the device current then."""
+        if backend == "cupy":
+            collective.use_local_device(self.local_rank)
+
     def engine(self, backend):
         """The callable that sums a flat gradient buffer of ``backend`` in place on the communication
         stream (``backends.collective``)."""

@@ -159,6 +159,38 @@ def test_cupy_backend_without_cupy_says_how_to_install_it(monkeypatch):
     assert "pip install 'leapfrog_gpu[cuda12]' (in a checkout, pip install -e '.[cuda12]'" in str(caught.value)
 
 
+@pytest.mark.parametrize("missing", ["headers", "nvrtc"])
+def test_a_cupy_that_cannot_compile_kernels_says_what_is_missing(standin, monkeypatch, caplog, missing):
+    """CuPy 14 with a GPU but without the CUDA headers (or NVRTC), which it finds through ``cuda.pathfinder``
+    and needs only when the first kernel compiles: ``auto`` runs on numpy and says once what is missing and
+    what brings it; ``cupy`` refuses with the same words."""
+    from cuda import pathfinder
+
+    from leapfrog_gpu import backends
+
+    monkeypatch.setattr(backends, "_said", set())
+    if missing == "headers":
+        monkeypatch.setattr(pathfinder, "find_nvidia_header_directory", lambda name: None)
+        words = "the CUDA runtime headers (cuda_runtime.h) not found"
+    else:
+        def not_found(name):
+            raise pathfinder.DynamicLibNotFoundError(f"{name} not found")
+
+        monkeypatch.setattr(pathfinder, "load_nvidia_dynamic_lib", not_found)
+        words = "NVRTC (libnvrtc) not found"
+    why = (f"CuPy 14.2.0 cannot compile kernels here: {words}; pip install 'cupy-cuda13x[ctk]', which the "
+           "leapfrog_gpu[cuda13] extra brings, or set CUDA_PATH to a CUDA toolkit")
+    with caplog.at_level(logging.INFO, logger="leapfrog_gpu"):
+        for _ in range(2):
+            with get_backend("auto") as backend:
+                assert backend.name == "numpy"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        f"backend 'auto' runs on numpy: {why}"]
+    with pytest.raises(RuntimeError) as caught:
+        get_backend("cupy")
+    assert str(caught.value) == f"backend 'cupy' cannot run: {why}; use backend='numpy'"
+
+
 def test_cupy_backend_says_what_cuda_answered(cupy_without_gpu):
     with pytest.raises(RuntimeError) as caught:
         get_backend("cupy")

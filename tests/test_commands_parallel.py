@@ -203,6 +203,35 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
     assert len(rows) == 2 + 4 and rows[2].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
 
 
+STANDIN = {"PYTHONPATH": f"{mpirun.ROOT / 'tests' / 'standin'}:{mpirun.ROOT / 'tests'}",
+           "LEAPFROG_STANDIN_NCCL": "processes"}
+"""The CuPy stand-in in every rank, each rank its own NCCL rank (tests/fake_cupy/nccl.py)."""
+BENCH_CUPY = [sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "cupy", "--sizes", 9, "--layers", 3,
+              "--batch", 2, "--k", 2, "--repeats", 2, "--warmup", 1]
+
+
+@pytest.mark.parametrize("command", ["leapfrog-bench", "leapfrog-train"])
+def test_every_command_binds_each_rank_to_its_own_gpu_under_mpiexec(tmp_path, command):
+    """``mpiexec -n 2`` on a stand-in machine with two GPUs: each rank makes its own GPU current before it
+    creates its CuPy backend, so NCCL accepts the communicator (two ranks on one GPU it refuses)."""
+    env = {**STANDIN, "LEAPFROG_STANDIN_DEVICES": "2"}
+    if command == "leapfrog-bench":
+        out = mpirun.run(2, *BENCH_CUPY, timeout=120, env=env)
+        assert [line.split()[5] for line in out.splitlines()[2:4]] == ["sequential", "leapfrog"]
+    else:
+        out = mpirun.run(2, *TRAIN, *TEACHER[:-3], "--backend", "cupy", "--quiet", "--epochs", 1, "--samples", 64,
+                         "--checkpoint-dir", tmp_path, timeout=120, env=env)
+        assert parameters(tmp_path)[1]["config"]["ranks"] == 2
+
+
+def test_two_ranks_on_one_gpu_are_refused_as_nccl_refuses_them():
+    """The stand-in's NCCL, one process per rank, on a machine with one GPU: "Duplicate GPU detected"."""
+    job = mpirun.launch(2, *BENCH_CUPY, env={**STANDIN, "LEAPFROG_STANDIN_DEVICES": "1"})
+    returncode, _, err, _ = mpirun.finish(job, timeout=120)
+    assert returncode != 0 and "NCCL_ERROR_INVALID_USAGE" in err
+    assert "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 0" in err
+
+
 @pytest.mark.parametrize("option", ["--fused", "--jsonl"])
 def test_bench_options_that_need_or_refuse_mpiexec(capsys, tmp_path, option):
     assert bench_main("--bucket-mb", 1) == 2

@@ -37,7 +37,8 @@ def cuda_status():
     except Exception as error:  # noqa: BLE001 - a broken install counts as no GPU, and says why
         return CudaStatus(False, True, f"CuPy does not import: {_first_line(error)}")
     if cupy.is_available():
-        return CudaStatus(True, True)
+        gap = _compiler_gap(cupy)
+        return CudaStatus(not gap, True, gap)
     runtime = cupy.cuda.runtime  # is_available() keeps CUDA's answer to itself: ask again
     try:
         problem = "no CUDA device" if runtime.getDeviceCount() == 0 else "no usable CUDA device"
@@ -90,6 +91,35 @@ def get_backend(name="auto", **options):
 def to_host(array):
     """``array`` as a NumPy array: a CuPy array copied to the host (on the current stream), a NumPy one as it is."""
     return array.get() if hasattr(array, "get") else array
+
+
+def _compiler_gap(cupy):
+    """What CuPy 14 lacks here to compile a ``RawModule``, in words that name what brings it, or "".
+
+    CuPy 14 finds NVRTC and the CUDA headers through ``cuda.pathfinder`` (in a CUDA toolkit at
+    ``CUDA_PATH``, or in NVIDIA's wheels), and raises only when the first kernel compiles; older CuPy
+    has no ``cuda.pathfinder`` and finds them its own way.
+    """
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        return ""
+    missing = []
+    try:
+        pathfinder.load_nvidia_dynamic_lib("nvrtc")
+    except Exception:  # noqa: BLE001 - DynamicLibNotFoundError and its kin: not there
+        missing.append("NVRTC (libnvrtc)")
+    if pathfinder.find_nvidia_header_directory("cudart") is None:
+        missing.append("the CUDA runtime headers (cuda_runtime.h)")
+    if not missing:
+        return ""
+    try:
+        major = cupy.cuda.runtime.runtimeGetVersion() // 1000
+    except Exception:  # noqa: BLE001 - unreadable: name both
+        major = None
+    wheels = f"'cupy-cuda{major}x[ctk]'" if major in (12, 13) else "'cupy-cuda12x[ctk]' (or 'cupy-cuda13x[ctk]')"
+    return (f"CuPy {cupy.__version__} cannot compile kernels here: {' and '.join(missing)} not found; pip install "
+            f"{wheels}, which the leapfrog_gpu[cuda{major or 12}] extra brings, or set CUDA_PATH to a CUDA toolkit")
 
 
 def _versions(runtime):

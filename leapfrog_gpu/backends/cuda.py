@@ -5,8 +5,9 @@ the function at once: what it enqueues (CuPy calls, raw kernels) goes on that st
 exception it raises is kept and raised by the next ``synchronize()``, as on host streams; until then
 ``launch`` enqueues nothing more, so a failed step leaves the parameters alone.
 
-``capture`` turns the work of a function into a CUDA graph (CuPy's stream capture), the chain then on
-our own kernels (kernels/chain.cu), since CuPy refuses cuBLAS calls during a capture.
+``capture`` turns the work of a function into a CUDA graph (CuPy's stream capture, in thread-local
+mode), the chain then on our own kernels (kernels/chain.cu), since CuPy refuses cuBLAS calls during a
+capture; the graph is instantiated with node priorities (``cuda_graph``).
 
 The main stream runs the critical path at the device's highest stream priority, the workers at the
 lowest. CuPy 14 does not expose ``cudaDeviceGetStreamPriorityRange``; CUDA clamps a priority outside
@@ -16,6 +17,7 @@ the device's range to its nearest end, so asking for the extremes below gets bot
 import numpy as np
 
 from . import annotate
+from .cuda_graph import CudaGraph
 from .ops_cuda import CudaOps
 
 MAIN_PRIORITY = -(2**31)
@@ -143,24 +145,35 @@ class CupyBackend:
         use (compiled kernels, worker streams, events) then exists, outside any capture. Then capture a
         second call on the main stream into a CUDA graph: the workers join the capture by waiting on
         events recorded in it, and are joined back before it ends. The chain runs on our kernels
-        throughout (CuPy refuses cuBLAS during a capture). Returns the graph; ``launch()`` launches it
-        on the main stream.
+        throughout (CuPy refuses cuBLAS during a capture). Returns the graph, instantiated with node
+        priorities; ``launch()`` launches it on the main stream.
 
-        When a launch has failed (in either call, or in a step before them), capture returns None: the
-        graph would lack what that launch and those after it enqueue, and the next ``synchronize()``
-        raises the error, as after an eager step.
+        The capture is in thread-local mode: a call from this thread that may synchronize (a host wait,
+        a query, an allocation the pool cannot serve) fails, and invalidates the capture, instead of
+        passing silently as CuPy's default relaxed mode lets it. When a launch has failed (in either
+        call, or in a step before them) or the capture could not end (``cudaErrorStreamCaptureInvalidated``,
+        ``...Unjoined``), capture returns None: the next ``synchronize()`` raises the first error, as
+        after an eager step.
         """
         self._check_open()
         with self.ops.own_chain():
             body()
             if self._error is not None:
                 return None
-            self.main.begin_capture()
+            self.main.begin_capture(mode=self.xp.cuda.runtime.streamCaptureModeThreadLocal)
             try:
                 body()
             finally:
-                graph = self.main.end_capture()
+                graph = self._end_capture()
         return None if self._error is not None else CudaGraph(graph, self.main)
+
+    def _end_capture(self):
+        """End the main stream's capture: its graph, or None with the error kept for ``synchronize()``."""
+        try:
+            return self.main.end_capture()
+        except self.xp.cuda.runtime.CUDARuntimeError as error:
+            self._error = self._error or error
+            return None
 
     def keep(self, *objects):
         """Keep ``objects`` alive until the next ``synchronize()``: CuPy hands a collected array's
@@ -194,16 +207,6 @@ class CupyBackend:
     def _check_open(self):
         if self._closed:
             raise RuntimeError("this CupyBackend is closed; create a new one with get_backend('cupy')")
-
-
-class CudaGraph:
-    """A step captured by ``CupyBackend.capture``: ``launch()`` enqueues it on the main stream."""
-
-    def __init__(self, graph, stream):
-        self.graph, self.stream = graph, stream
-
-    def launch(self):
-        self.graph.launch(stream=self.stream)
 
 
 class _Staging:

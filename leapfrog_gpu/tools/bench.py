@@ -165,6 +165,7 @@ def main(argv=None):
             except ImportError:
                 p.error(f"--{option} needs matplotlib: {pip_install('plot')}")
     comm = parallel.world("leapfrog-bench")
+    comm.use_own_device(args.backend)
     if comm.size > 1:  # under mpiexec: what the sums across ranks cost a step
         return _main_parallel(p, args, comm, sys.argv[1:] if argv is None else argv)
     if args.bucket_mb is not None:

@@ -37,7 +37,7 @@ import warnings
 import numpy as np
 
 from .. import data_parallel, parallel
-from ..backends import collective, get_backend
+from ..backends import get_backend
 from ..network import MLP
 from . import checkpoint, data, train_rnn
 from .cli import choose_backend, fitted, plural
@@ -146,8 +146,7 @@ def _train(given, comm):
         except ValueError as error:
             raise UsageError(error) from None
     _check_same_options(comm, config, dataset)
-    if backend == "cupy" and comm.size > 1:
-        collective.use_local_device(comm.local_rank)  # one GPU per process, before any CUDA stream
+    comm.use_own_device(backend)
     options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
     model = dict(activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
                  output_activation=None if dataset.classes else "identity")

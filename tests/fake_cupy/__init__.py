@@ -16,10 +16,11 @@ a module, each saying what it models:
 - ``streams``: ``Stream``, ``Event``, ``Device``, ``get_elapsed_time``, and ``reset``;
 - ``memory``: the per-stream memory pool (freed memory poisoned in stream order) and pinned memory;
 - ``arrays``: ``ndarray``, creation, ufuncs, reductions, ``matmul``, host transfers;
-- ``kernels``: ``RawModule`` and ``RawKernel``;
-- ``capture``: stream capture and ``Graph``;
-- ``nccl``: ``cupy.cuda.nccl``, one process standing for every rank;
-- here: the rest of what the project reaches: ``cuda.Device``, ``cuda.runtime.getDeviceProperties``,
+- ``kernels``: ``RawModule`` and ``RawKernel``, launches checked against ``ptxas``'s numbers for sm_90;
+- ``capture``: stream capture in its three modes, ``Graph``, node priorities;
+- ``bindings``: ``cuda.bindings.runtime`` (``cuda-bindings``): graphs instantiated with flags;
+- ``nccl``: ``cupy.cuda.nccl``, one process standing for every rank, or one process per rank;
+- here: the rest of what the project reaches: ``cuda.runtime`` (device count, properties, capture modes),
   ``cuda.nvtx`` (``_UnavailableModule`` is what CuPy built without NVTX puts there), ``cuda.profiler``
   and ``cupyx.profiler.profile`` (no-ops); ``modules()`` says what ``sys.modules`` must hold.
 
@@ -32,9 +33,9 @@ Stricter than CuPy, on purpose:
   dependency would not be part of the graph.
 - Kernel arguments must match the kernel's C signature and arrays be C-contiguous (the harness).
 
-Not modelled: several devices, the per-thread default stream, host threads (the current stream is
-one global), ``launch_host_func``, memory hooks and async (``cudaMallocAsync``) pools, CUB's
-temporary allocations inside reductions, advanced indexing, Jitify and name expressions, external
+Not modelled: several devices' own queues and memory (device ids only), the per-thread default stream,
+host threads (the current stream is one global; only the capture modes know threads), ``launch_host_func``,
+memory hooks and async (``cudaMallocAsync``) pools, CUB's temporary allocations inside reductions, advanced indexing, Jitify and name expressions, external
 event record/wait nodes, and flush-to-zero (the harness computes float32 with denormals, as NumPy).
 Performance is not modelled: ``get_elapsed_time`` measures host time.
 """
@@ -43,18 +44,20 @@ import contextlib
 import sys
 import types
 
-from . import nccl
+from . import bindings, nccl, queues
 from .arrays import (UFUNCS, all, any, array, asarray, asnumpy, copyto, dot, empty, empty_like, full,  # noqa: A004
                      full_like, matmul, max, min, ndarray, ones, ones_like, sum, zeros, zeros_like)
-from .capture import Graph
+from .capture import Graph, node_runs
 from .kernels import RawKernel, RawModule
 from .memory import CaptureAllocationError, PinnedMemoryPointer, alloc_pinned_memory
+from .ptxas import CUDADriverError
 from .queues import ORDERS, CUDARuntimeError, UseAfterFreeError, pending, trace, waits
 from .streams import PRIORITY_RANGE, Device, Event, Stream, get_current_stream, get_elapsed_time, reset
 
 globals().update(UFUNCS)  # cupy.add, cupy.exp, ...
 
 DEVICE_NAME = "CPU stand-in (cuda_cpu harness)"
+__version__ = "14.2.0"  # cupy-cuda13x, as on the lent GPU machines
 
 
 class _UnavailableModule:
@@ -69,15 +72,18 @@ class _UnavailableModule:
 nvtx = types.SimpleNamespace(available=True, RangePush=lambda message, id_color=-1: None,
                              RangePop=lambda: None, Mark=lambda message, id_color=-1: None)
 runtime = types.SimpleNamespace(
-    CUDARuntimeError=CUDARuntimeError, is_hip=False, getDevice=lambda: 0, getDeviceCount=lambda: 1,
-    getDeviceProperties=lambda device: {"name": DEVICE_NAME.encode()},
-    deviceSynchronize=lambda: Device().synchronize(), streamCaptureModeRelaxed=2,
+    CUDARuntimeError=CUDARuntimeError, is_hip=False, getDevice=lambda: Device().id,
+    getDeviceCount=lambda: queues.device.count, getDeviceProperties=lambda device: {"name": DEVICE_NAME.encode()},
+    deviceSynchronize=lambda: Device().synchronize(), streamCaptureModeGlobal=queues.GLOBAL,
+    streamCaptureModeThreadLocal=queues.THREAD_LOCAL, streamCaptureModeRelaxed=queues.RELAXED,
+    runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,
 )
+driver = types.SimpleNamespace(CUDADriverError=CUDADriverError)
 profiler = types.SimpleNamespace(start=lambda: None, stop=lambda: None)
 cuda = types.SimpleNamespace(
     Stream=Stream, Event=Event, Device=Device, Graph=Graph, get_current_stream=get_current_stream,
     get_elapsed_time=get_elapsed_time, alloc_pinned_memory=alloc_pinned_memory,
-    PinnedMemoryPointer=PinnedMemoryPointer, runtime=runtime, nvtx=nvtx, profiler=profiler, nccl=nccl,
+    PinnedMemoryPointer=PinnedMemoryPointer, runtime=runtime, driver=driver, nvtx=nvtx, profiler=profiler, nccl=nccl,
     is_available=lambda: True,
 )
 
@@ -96,10 +102,11 @@ def is_available():
 
 
 def modules():
-    """What ``sys.modules`` must hold for ``import cupy``, ``from cupy.cuda import ...`` and
-    ``import cupyx.profiler`` to reach the stand-in."""
+    """What ``sys.modules`` must hold for ``import cupy``, ``from cupy.cuda import ...``,
+    ``import cupyx.profiler`` and ``importlib.import_module("cuda.bindings.runtime")`` to reach the
+    stand-in."""
     return {"cupy": sys.modules[__name__], "cupy.cuda": cuda, "cupy.cuda.nccl": nccl, "cupyx": cupyx,
-            "cupyx.profiler": cupyx.profiler}
+            "cupyx.profiler": cupyx.profiler, "cuda.bindings.runtime": bindings}
 
 
 reset()

@@ -1,9 +1,13 @@
 """Raw kernels on the stand-in: ``RawModule(code=, options=).get_function(name)`` returns a ``RawKernel``
 called as ``kernel(grid, block, args, shared_mem=0, stream=None)``, enqueued on the stream. Kernels are
 the real ``kernels/*.cu`` files, run by the fiber harness of ``tests/cuda_cpu``; their arguments must
-match the kernel's C signature and arrays be C-contiguous (the harness). A NumPy array argument of more
-than one element is refused, as CuPy does. ``RawModule.calls`` counts modules built and functions looked
-up.
+match the kernel's C signature and arrays be C-contiguous (the harness). ``RawModule.calls`` counts
+modules built and functions looked up.
+
+As CuPy 14 (Cython-typed arguments, ``cupy/_core/raw.pyx``, ``cupy/cuda/function.pyx``): ``options``, and
+``grid`` and ``block``, must be tuples (a list raises ``TypeError``); a NumPy array argument of more than
+one element is refused. A launch is checked against the kernel's ptxas numbers for sm_90 (``ptxas``):
+threads a block, registers, shared memory, as ``cuLaunchKernel`` checks them.
 """
 
 import collections
@@ -12,17 +16,29 @@ import numpy as np
 
 import cuda_cpu
 
-from . import queues
+from . import ptxas, queues
 from .arrays import ndarray, numpy_view
+
+
+def _typed(value, kind, what):
+    """Cython's check of an argument declared ``tuple`` or ``str``."""
+    if not isinstance(value, kind):
+        raise TypeError(f"Argument '{what}' has incorrect type (expected {kind.__name__}, got {type(value).__name__})")
 
 
 class RawKernel:
     """One kernel of a ``RawModule``: ``kernel(grid, block, args, shared_mem=0, stream=None)``."""
 
-    def __init__(self, function, name):
-        self._function, self.name = function, name
+    def __init__(self, function, name, resources):
+        self._function, self.name, self._resources = function, name, resources
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
+        _typed(grid, tuple, "grid")
+        _typed(block, tuple, "block")
+        if not 1 <= len(grid) <= 3 or not 1 <= len(block) <= 3:
+            raise ValueError(f"grid and block must have 1 to 3 dimensions; got {grid}, {block}")
+        grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+        ptxas.check(self.name, self._resources, grid, block, shared_mem)
         for arg in args:
             if isinstance(arg, np.ndarray) and arg.size != 1:
                 raise TypeError(f"You are trying to pass a numpy.ndarray of shape {arg.shape} as a kernel "
@@ -30,7 +46,6 @@ class RawKernel:
                                 "to pass a pointer to __global__ memory, you need to pass a cupy.ndarray instead.")
         stream = queues.device.stack[-1] if stream is None else stream
         function, values = self._function, tuple(numpy_view(arg) for arg in args)
-        grid, block = tuple(grid), tuple(block)
         queues.device.trace.append(("launch", stream.ptr, self.name))
         queues.enqueue(stream, self.name, lambda: function(grid, block, values),
                        [arg for arg in args if isinstance(arg, ndarray)])
@@ -48,10 +63,13 @@ class RawModule:
                  enable_cooperative_groups=False, name_expressions=None, jitify=False):
         if code is None or path is not None or name_expressions:
             raise NotImplementedError("the CuPy stand-in builds RawModule(code=..., options=...) only")
-        self.code, self.options = code, tuple(options)
-        self._module = cuda_cpu.RawModule(code, self.options)
+        _typed(code, str, "code")
+        _typed(options, tuple, "options")
+        self.code, self.options = code, options
+        self._module = cuda_cpu.RawModule(code, options)
+        self._resources = ptxas.resources(code, options)
         RawModule.calls["module"] += 1
 
     def get_function(self, name):
         RawModule.calls["get_function"] += 1
-        return RawKernel(self._module.get_function(name), name)
+        return RawKernel(self._module.get_function(name), name, self._resources[name])

@@ -6,7 +6,8 @@ stand-in also queues a poison on that stream (NaN in every byte), and a later op
 before the free, that runs after the poison raises ``UseAfterFreeError``: memory handed back while
 another stream still uses it is caught. Fresh memory and ``empty`` are NaN-filled (0xFF bytes). An
 allocation on a capturing stream raises ``CaptureAllocationError`` (stricter than CuPy: see the
-package's docstring).
+package's docstring). An allocation the pool cannot serve (``cudaMalloc``) and pinned memory
+(``cudaHostAlloc``) are potentially unsafe calls during a capture (``queues.unsafe``).
 """
 
 import ctypes
@@ -71,7 +72,10 @@ def malloc(nbytes):
             "buffer before begin_capture()")
     size = max(ROUND, -(-nbytes // ROUND) * ROUND)
     free = queues.device.free.get((stream, size))
-    return Allocation(free.pop() if free else Chunk(size, stream))
+    if free:
+        return Allocation(free.pop())
+    queues.unsafe("cudaMalloc (the pool grows)")
+    return Allocation(Chunk(size, stream))
 
 
 class PinnedMemoryPointer(bytearray):
@@ -83,6 +87,7 @@ class PinnedMemoryPointer(bytearray):
 
 
 def alloc_pinned_memory(size):
+    queues.unsafe("cudaHostAlloc")
     memory = PinnedMemoryPointer(max(int(size), 1))
     start = memory.ptr
     queues.device.pinned.append((start, start + len(memory), weakref.ref(memory)))

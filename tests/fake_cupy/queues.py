@@ -8,14 +8,20 @@ stream first and then the newest streams, ``random`` a ready stream drawn with a
 on the null stream waits for all earlier work on blocking streams and work on blocking streams for
 earlier null-stream work (``before``); non-blocking streams never wait for the null stream, nor it for
 them.
+
+``unsafe(what)`` is where a potentially unsafe call meets the capture modes (see ``capture``).
 """
 
 import collections
 import itertools
 import random
+import threading
 import time
 
 ORDERS = ("main-first", "workers-first", "random")
+GLOBAL, THREAD_LOCAL, RELAXED = 0, 1, 2
+MODES = {GLOBAL: "global", THREAD_LOCAL: "thread-local", RELAXED: "relaxed"}
+"""CUDA's stream capture modes (``cudaStreamCaptureMode``), as ``cupy.cuda.runtime`` numbers them."""
 
 
 class CUDARuntimeError(RuntimeError):
@@ -34,16 +40,19 @@ class _Device:
     """Everything ``reset`` replaces: streams, pool, pinned ranges, logs, the order (``streams.reset``
     adds the null stream and the stack of current streams)."""
 
-    def __init__(self, order, seed):
+    def __init__(self, order, seed, devices):
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}; got {order!r}")
         self.order, self.rng = order, random.Random(seed)
+        self.count, self.current = devices, 0  # device ids: the queues are shared, only the ids differ
         self.streams = []
         self.ids = itertools.count(0x1000, 0x10)
         self.free = collections.defaultdict(list)  # (stream, bytes) -> chunks to reuse, last freed first
         self.pinned = []  # (start, end, weakref to the buffer)
         self.waits = []  # (what, stream ptr) of every host wait, in order
         self.trace = []  # ("record" | "wait" | "launch", stream ptr, detail) of every enqueued operation
+        self.handles = {}  # graph and executable graph handles -> objects
+        self.node_runs = []  # (node name, stream ptr, priority) of every graph node run
         self.null, self.stack = None, []
 
 
@@ -51,11 +60,23 @@ device = None
 """The current device: what ``install`` made last."""
 
 
-def install(order, seed):
-    """A fresh device whose queues run in ``order``, without streams yet."""
+def install(order, seed, devices=1):
+    """A fresh device whose queues run in ``order``, without streams yet, and ``devices`` device ids."""
     global device
-    device = _Device(order, seed)
+    device = _Device(order, seed, devices)
     return device
+
+
+def unsafe(what):
+    """A potentially unsafe call by this thread: refused, and the capture invalidated, while this thread
+    has a capture under way in global or thread-local mode, or another thread one in global mode."""
+    me = threading.get_ident()
+    for capture in {s._capture for s in device.streams if s._capture is not None}:
+        if (capture.thread == me and capture.mode != RELAXED) or (capture.thread != me and capture.mode == GLOBAL):
+            capture.invalidated = capture.invalidated or what
+            raise CUDARuntimeError("cudaErrorStreamCaptureUnsupported",
+                                   f"operation not permitted when stream is capturing ({what} during a capture "
+                                   f"in {MODES[capture.mode]} mode)")
 
 
 def waits():
@@ -169,6 +190,7 @@ def _execute(stream, item):
 
 def host_wait(what, stream, done):
     """The host blocks until ``done()``, running the queues meanwhile; logged for ``waits()``."""
+    unsafe(what)
     device.waits.append((what, None if stream is None else stream.ptr))
     _run(done, what)
 

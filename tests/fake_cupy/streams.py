@@ -6,7 +6,10 @@ an event never recorded is complete), ``synchronize``, ``done``, ``priority`` (c
 ``PRIORITY_RANGE``, as CUDA clamps), ``is_non_blocking``. ``Event(block, disable_timing)``, ``record``,
 ``synchronize``, ``done``, ``get_elapsed_time`` (host time between the moments the streams reached the
 two recordings; refused for an event that is not complete or was made with ``disable_timing``).
-Synchronizing a capturing stream, a captured event or the device raises ``CUDARuntimeError``.
+Synchronizing a capturing stream, a captured event or the device raises ``CUDARuntimeError``; a query or
+a host wait is a potentially unsafe call (``queues.unsafe``). ``Device(i)`` for ``0 <= i <`` the count given
+to ``reset`` (``cuda.runtime.getDeviceCount()``), ``use()`` making it current: the devices share one set
+of queues, only their ids differ (what NCCL's duplicate check reads, ``nccl``).
 """
 
 import collections
@@ -19,9 +22,10 @@ PRIORITY_RANGE = (0, -5)
 """(least, greatest) stream priority of the stand-in's device; lower numbers are higher priorities."""
 
 
-def reset(order="main-first", seed=0):
-    """A fresh device whose queues run in ``order`` (one of ``ORDERS``; ``seed`` for ``random``)."""
-    device = queues.install(order, seed)
+def reset(order="main-first", seed=0, devices=1):
+    """A fresh device whose queues run in ``order`` (one of ``ORDERS``; ``seed`` for ``random``), with
+    ``devices`` device ids."""
+    device = queues.install(order, seed, devices)
     device.null = object.__new__(Stream)
     Stream._setup(device.null, device, null=True, non_blocking=False, priority=None)
     device.stack = [device.null]
@@ -50,7 +54,7 @@ class Stream:
     def _setup(stream, device, null, non_blocking, priority):
         least, greatest = PRIORITY_RANGE
         stream.ptr = 0 if null else next(device.ids)
-        stream.device_id = -1 if null else 0
+        stream.device_id = -1 if null else device.current
         stream._null, stream._non_blocking = null, bool(non_blocking) and not null
         stream._priority = 0 if priority is None else min(max(int(priority), greatest), least)
         stream._queue = collections.deque()
@@ -91,6 +95,7 @@ class Stream:
     @property
     def done(self):
         self._refuse_if_capturing()
+        queues.unsafe("stream.query")
         return self._completed == self._enqueued
 
     def synchronize(self):
@@ -106,7 +111,7 @@ class Stream:
         _wait(self, event)
 
     def begin_capture(self, mode=None):
-        capture.begin(self)
+        capture.begin(self, mode)
 
     def end_capture(self):
         return capture.end(self)
@@ -153,10 +158,12 @@ class Event:
     @property
     def done(self):
         self._refuse_if_captured()
+        queues.unsafe("event.query")
         return self._stream is None or self._stream._completed >= self._seq
 
     def synchronize(self):
         self._refuse_if_captured()
+        queues.unsafe("event.synchronize")
         if self._stream is not None:
             stream, seq = self._stream, self._seq
             queues.host_wait("event.synchronize", stream, lambda: stream._completed >= seq)
@@ -198,19 +205,27 @@ def get_current_stream(device_id=-1):
 
 
 class Device:
-    """``cupy.cuda.Device`` (one device, id 0)."""
+    """``cupy.cuda.Device(device=None)``: the current device, or device ``device``; ``with`` makes it
+    current for the block, ``use()`` from then on."""
 
     def __init__(self, device=None):
-        self.id = 0
+        self.id = queues.device.current if device is None else int(device)
+        if not 0 <= self.id < queues.device.count:
+            raise CUDARuntimeError("cudaErrorInvalidDevice", f"invalid device ordinal ({self.id} of "
+                                   f"{queues.device.count} devices)")
         self.compute_capability = "90"
+        self._previous = []
 
     def __enter__(self):
+        self._previous.append(queues.device.current)
+        queues.device.current = self.id
         return self
 
     def __exit__(self, *exc):
-        pass
+        queues.device.current = self._previous.pop()
 
     def use(self):
+        queues.device.current = self.id
         return self
 
     def synchronize(self):

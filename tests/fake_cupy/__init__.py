@@ -19,6 +19,8 @@ a module, each saying what it models:
 - ``kernels``: ``RawModule`` and ``RawKernel``;
 - ``capture``: stream capture and ``Graph``;
 - ``nccl``: ``cupy.cuda.nccl``, one process standing for every rank;
+- ``nvmath``: nvmath-python's cuBLAS bindings (``nvmath.bindings.cublas``), installed beside CuPy by
+  ``tests/helpers.install_standin`` (and ``tests/standin/nvmath``), its calls run on their handle's stream;
 - here: the rest of what the project reaches: ``cuda.Device``, ``cuda.runtime.getDeviceProperties``,
   ``cuda.nvtx`` (``_UnavailableModule`` is what CuPy built without NVTX puts there), ``cuda.profiler``
   and ``cupyx.profiler.profile`` (no-ops); ``modules()`` says what ``sys.modules`` must hold.

@@ -296,7 +296,8 @@ def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(sch
 @pytest.mark.gpu
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True)], ids=schedule_id)
 def test_graph_steps_on_the_gpu_follow_the_reference(schedule):
-    """On a backend whose eager chain is cuBLAS (which CuPy cannot capture), in float64."""
+    """On a backend whose chain is cuBLAS (through nvmath-python in the graph too, or, without it, our
+    kernels there), in float64."""
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as cuda, MLP(GPU_SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:

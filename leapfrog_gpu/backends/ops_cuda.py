@@ -11,10 +11,11 @@ refuses during stream capture: a graph then runs the chain on our kernels, and s
 """
 
 import contextlib
+import logging
 
 import numpy as np
 
-from . import _said, launch, log
+from . import launch
 from .sources import kernel_source
 
 SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -25,6 +26,8 @@ COST_CODES = {"quadratic": 0, "cross_entropy": 1}
 """The code of each cost C in kernels/elementwise.cu."""
 CHAINS = ("cublas", "kernels")
 """What runs the chain (2)(5): cuBLAS and an elementwise kernel, or our kernels of kernels/chain.cu."""
+log = logging.getLogger("leapfrog_gpu")
+_said = set()  # the graph fallbacks already logged: each is said once per process, as get_backend's are
 
 
 class CudaOps:

@@ -166,6 +166,42 @@ def test_without_nvmath_graph_mode_runs_our_kernels_and_says_so_once(standin_wit
         assert all(np.array_equal(p, q) for p, q in zip(a, b)), f"graph step {step} differs from our kernels'"
 
 
+def test_a_handle_that_nvmath_cannot_make_falls_back_the_same_way(standin, monkeypatch, caplog):
+    """nvmath-python imports, but makes no handle (no cuBLAS library, no driver): eager steps call
+    cupy.matmul, graph steps run our kernels, and the warning carries what nvmath said."""
+    nvmath = standin.nvmath
+
+    def create():
+        raise nvmath.cuBLASError(nvmath.Status.NOT_INITIALIZED)
+
+    monkeypatch.setattr(nvmath, "create", create)
+    monkeypatch.setattr(ops_cuda, "_said", set())
+    caplog.set_level(logging.WARNING, logger="leapfrog_gpu")
+    with cupy_backend() as cuda:
+        assert cuda.ops.blas is None and "chain='cublas' (cupy.matmul)" in repr(cuda)
+        train(MLP(SIZES, seed=4, backend=cuda), Leapfrog(2), 2, graph=True, steps=2)
+    said = [record.getMessage() for record in caplog.records if record.name == "leapfrog_gpu"]
+    assert said == ["graph mode runs the chain (2)(5) on our kernels of kernels/chain.cu, not cuBLAS: "
+                    "nvmath-python's cuBLAS makes no handle: cuBLASError: NOT_INITIALIZED (1)"]
+
+
+def test_the_stand_in_has_the_real_bindings_names_arguments_and_values():
+    """Each binding the stand-in models, against nvmath-python's own (which imports without a GPU)."""
+    import inspect
+
+    real = pytest.importorskip("nvmath.bindings.cublas", reason="needs nvmath-python (in the test extras)")
+    import fake_cupy.nvmath as fake
+
+    for name in ("create", "destroy", "set_stream", "get_stream", "set_workspace", "set_pointer_mode",
+                 "get_pointer_mode", "sgemm", "dgemm", "sgemv", "dgemv"):
+        assert list(inspect.signature(getattr(fake, name)).parameters) == \
+            list(inspect.signature(getattr(real, name)).parameters), name
+    for kind in ("Status", "Operation", "PointerMode"):
+        assert {m.name: int(m) for m in getattr(fake, kind)}.items() <= \
+            {m.name: int(m) for m in getattr(real, kind)}.items(), kind
+    assert issubclass(real.cuBLASError, Exception)
+
+
 def test_a_command_in_a_subprocess_finds_the_stand_in_nvmath():
     """``PYTHONPATH=tests/standin:tests`` gives a subprocess the stand-in's nvmath too."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "standin"), str(ROOT / "tests")])}

@@ -5,7 +5,8 @@ hold for ``from nvmath.bindings import cublas``.
 
 - A routine runs its product on the handle's stream (``set_stream``; the legacy null stream until then),
   in that stream's queue, when the stand-in's order reaches it, reading its operands then; the memory it
-  touches is checked as a kernel's is (freed while queued: ``UseAfterFreeError``). On a capturing stream
+  touches, the handle's workspace included, is checked as a kernel's is (freed while queued:
+  ``UseAfterFreeError``; a workspace freed before the call: ``EXECUTION_FAILED``). On a capturing stream
   it becomes a node of the graph.
 - ``set_stream`` resets the workspace to cuBLAS's default pool, as cuBLAS documents: set the workspace
   after the stream.
@@ -133,7 +134,7 @@ def _gemm(dtype):
         opa = va if Operation(transa) == Operation.N else va.T
         opb = vb if Operation(transb) == Operation.N else vb.T
         _enqueue(stream, name, _product(opa, opb, vc, _scalar(h, alpha, dtype), _scalar(h, beta, dtype)),
-                 (ta, tb, tc))
+                 (ta, tb, tc, h.workspace))
 
     return gemm
 
@@ -152,7 +153,7 @@ def _gemv(dtype):
         (vx, tx), (vy, ty) = _vector(x, size_x, incx, dtype), _vector(y, size_y, incy, dtype)
         opa = va if Operation(trans) == Operation.N else va.T
         _enqueue(stream, name, _product(opa, vx, vy, _scalar(h, alpha, dtype), _scalar(h, beta, dtype)),
-                 (ta, tx, ty))
+                 (ta, tx, ty, h.workspace))
 
     return gemv
 
@@ -202,6 +203,13 @@ def _call(name, handle):
         raise cuBLASError(Status.NOT_SUPPORTED, (
             f"{name} during a capture on a handle without a workspace of its own: cuBLAS would use its default "
             "pool, which the graph does not own; set_workspace(handle, ...) after set_stream, before the capture"))
+    if h.workspace is not None:
+        chunk, generation = h.workspace
+        freed = any(free is chunk for free in queues.device.free.get((chunk.stream, chunk.buffer.size), ()))
+        if freed or chunk.next_generation - 1 != generation:
+            raise cuBLASError(Status.EXECUTION_FAILED, (
+                f"{name} on a handle whose workspace was freed: keep the workspace's array alive as long as the "
+                "handle"))
     return h, stream
 
 

@@ -50,22 +50,21 @@ class Blas:
 
     def __init__(self, cupy, cublas, stream):
         self._cublas = cublas
-        self.stream = stream
         self.workspace = cupy.empty(WORKSPACE_BYTES, dtype=np.uint8)  # outside any capture, kept for life
         self.handle = cublas.create()
         cublas.set_stream(self.handle, stream.ptr)
         cublas.set_workspace(self.handle, self.workspace.data.ptr, WORKSPACE_BYTES)  # after set_stream
         cublas.set_pointer_mode(self.handle, cublas.PointerMode.HOST)
-        self._scalars = {np.dtype(t): (np.ones(1, t), np.zeros(1, t)) for t in (np.float32, np.float64)}
-        self._routines = {np.dtype(np.float32): (cublas.sgemm, cublas.sgemv),
-                          np.dtype(np.float64): (cublas.dgemm, cublas.dgemv)}
+        self._constants = [np.array([value], dtype) for dtype in (np.float32, np.float64) for value in (1, 0)]
+        one32, zero32, one64, zero64 = (c.ctypes.data for c in self._constants)  # host memory, kept for life
+        self._routines = {np.dtype(np.float32): (cublas.sgemm, cublas.sgemv, one32, zero32),
+                          np.dtype(np.float64): (cublas.dgemm, cublas.dgemv, one64, zero64)}
 
     def matmul(self, out, w, x, transpose=False):
         """``out = w x`` (``transpose``: ``out = w^T x``) on the handle's stream; ``w`` is ``(n, m)``
         (``(m, n)`` when transposed), ``x`` ``(m, B)``, ``out`` ``(n, B)``, all C-contiguous, one dtype."""
         (n, batch), m = out.shape, x.shape[0]
-        one, zero = (s.ctypes.data for s in self._scalars[out.dtype])
-        gemm, gemv = self._routines[out.dtype]
+        gemm, gemv, one, zero = self._routines[out.dtype]
         op = self._cublas.Operation
         rows = n if transpose else m  # of w^T's column-major storage: the leading dimension
         if batch == 1:

@@ -54,8 +54,8 @@ SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_
 SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
 SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
-FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_parallel.py tests/test_graph_tools.py
-       tests/test_timeline.py tests/test_train.py tests/test_gradients.py)
+FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_cublas.py tests/test_parallel.py
+       tests/test_graph_tools.py tests/test_timeline.py tests/test_train.py tests/test_gradients.py)
 
 # -- the parts (each runs in its own process, under `timeout`) -------------------------------------------
 
@@ -90,7 +90,8 @@ try:
     print("torch", torch.__version__, "| CUDA", torch.version.cuda, "| device available", torch.cuda.is_available())
 except Exception as error:
     print("torch: not usable:", type(error).__name__, error)
-for name in ("mpi4py", "nvtx", "cuda.bindings", "threadpoolctl", "tqdm", "matplotlib", "pytest", "pytest_timeout"):
+for name in ("mpi4py", "nvtx", "cuda.bindings", "nvmath", "threadpoolctl", "tqdm", "matplotlib", "pytest",
+             "pytest_timeout"):
     try:
         module = importlib.import_module(name)
         print(name, getattr(module, "__version__", "importable"))

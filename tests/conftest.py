@@ -57,3 +57,9 @@ def pytest_addoption(parser):
 def chaos_steps(request):
     """Steps per chaos configuration: 12 with --chaos-full (576 steps in all), else 4."""
     return 12 if request.config.getoption("--chaos-full") else 4
+
+
+@pytest.fixture(params=STANDIN_ORDERS)
+def standin_without_nvmath(request, monkeypatch):
+    """The CuPy stand-in, under each of its orders, where nvmath-python is missing: cuBLAS through CuPy only."""
+    return install_standin(monkeypatch, request.param, seed=len(request.node.name), nvmath=False)

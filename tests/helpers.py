@@ -51,17 +51,21 @@ STANDIN_ORDERS = ("main-first", "workers-first", "random")
 """The orders of the stand-in's queues every CuPy test runs under (the host backend's deferred ones)."""
 
 
-def install_standin(monkeypatch, order, seed=0):
+def install_standin(monkeypatch, order, seed=0, nvmath=True):
     """The CuPy stand-in (``tests/fake_cupy``) as ``cupy`` (and ``cupy.cuda``, ``cupyx``) for this test, on
-    a fresh device whose queues run in ``order``."""
+    a fresh device whose queues run in ``order``; with its ``nvmath.bindings.cublas`` as ``nvmath``, or,
+    unless ``nvmath``, with no ``nvmath`` to import (even where nvmath-python is installed)."""
     if not cuda_cpu.available():
         pytest.skip(f"the CuPy stand-in runs kernels on the CPU harness, which needs {cuda_cpu.CXX}")
     import fake_cupy
+    import fake_cupy.nvmath
 
     fake_cupy.reset(order, seed)
     fake_cupy.RawModule.calls.clear()
-    for name, module in fake_cupy.modules().items():
-        monkeypatch.setitem(sys.modules, name, module)
+    fake_cupy.nvmath.reset()
+    blas = fake_cupy.nvmath.modules()
+    for name, module in {**fake_cupy.modules(), **(blas if nvmath else dict.fromkeys(blas))}.items():
+        monkeypatch.setitem(sys.modules, name, module)  # None in sys.modules: that import raises ImportError
     return fake_cupy
 
 

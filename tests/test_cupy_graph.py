@@ -3,8 +3,8 @@ orders. Its kernels are the real ones on the CPU harness; its stream capture ref
 (cuBLAS, host transfers, synchronization) and allocations too; its graphs replay their nodes in an
 adversarial order that respects only the captured edges, and its pool catches memory freed under them.
 
-It checks the CuPy glue of graph mode: the capture succeeds (so nothing in it calls cuBLAS, allocates
-or copies from the host), the workers join it through events and are joined back, graph steps agree to
+It checks the CuPy glue of graph mode: the capture succeeds (so nothing in it calls CuPy's cuBLAS,
+allocates or copies from the host), the workers join it through events and are joined back, graph steps agree to
 the bit with eager steps on the same (chain) kernels and with the reference, eta changes without a new
 capture, check_finite needs no host round trip, a NumPy batch is staged outside the graph without
 blocking the host, a launch refused during the capture leaves no graph, and a queued replay keeps what
@@ -33,15 +33,17 @@ def cupy_backend(chain="cublas"):
 
 
 @pytest.fixture
-def captures(standin, monkeypatch):
-    """The streams that began a capture, in order."""
-    begun, begin = [], standin.Stream.begin_capture
+def captures(monkeypatch):
+    """The streams that began a capture, in order (on the stand-in a test installs)."""
+    import fake_cupy
+
+    begun, begin = [], fake_cupy.Stream.begin_capture
 
     def begin_capture(stream, mode=None):
         begun.append(stream)
         begin(stream, mode)
 
-    monkeypatch.setattr(standin.Stream, "begin_capture", begin_capture)
+    monkeypatch.setattr(fake_cupy.Stream, "begin_capture", begin_capture)
     return begun
 
 
@@ -88,10 +90,13 @@ def test_graph_steps_follow_the_reference(standin, schedule):
         assert_graph_steps_follow_the_reference(net, schedule, 3)
 
 
-def test_the_capture_calls_no_cublas_and_allocates_nothing(standin, captures, monkeypatch):
-    """On a backend whose eager steps use cuBLAS, the graph steps run the chain on our kernels: the
-    capture, in which the stand-in refuses any cuBLAS call, allocation or host copy, succeeds (a refusal
-    would leave no graph and raise at synchronize()); the eager step did call cuBLAS."""
+def test_without_nvmath_the_capture_calls_no_cublas_and_allocates_nothing(standin_without_nvmath, captures,
+                                                                          monkeypatch):
+    """Without nvmath-python, on a backend whose eager steps use CuPy's cuBLAS, the graph steps run the
+    chain on our kernels: the capture, in which the stand-in refuses any CuPy cuBLAS call, allocation or
+    host copy, succeeds (a refusal would leave no graph and raise at synchronize()); the eager step did
+    call cuBLAS."""
+    standin = standin_without_nvmath
     calls, matmul = [], standin.matmul
 
     def counted(*args, **kwargs):
@@ -114,15 +119,17 @@ def test_the_capture_calls_no_cublas_and_allocates_nothing(standin, captures, mo
 
 
 @pytest.mark.parametrize("plant", ["cublas", "allocation"])
-def test_a_launch_refused_during_the_capture_leaves_no_graph(standin, monkeypatch, plant):
-    """What CuPy refuses during a capture (cuBLAS: the chain left on it), or what the stand-in refuses
-    (an allocation in the update), planted in the step: its eager run does the step, no graph is kept,
-    the next synchronize() raises the refusal, and once the plant is gone the step is captured."""
+def test_a_launch_refused_during_the_capture_leaves_no_graph(standin_without_nvmath, monkeypatch, plant):
+    """What CuPy refuses during a capture (its cuBLAS: the chain left on it, without nvmath-python), or
+    what the stand-in refuses (an allocation in the update), planted in the step: its eager run does the
+    step, no graph is kept, the next synchronize() raises the refusal, and once the plant is gone the step
+    is captured."""
+    standin = standin_without_nvmath
     with cupy_backend() as cuda, MLP(SIZES, dtype="float64", backend=cuda) as net:
         x, y = batch(SIZES, 3)
         with monkeypatch.context() as planted:
             if plant == "cublas":
-                planted.setattr(cuda.ops, "own_chain", contextlib.nullcontext)
+                planted.setattr(cuda.ops, "capturable_chain", contextlib.nullcontext)
                 error, message = NotImplementedError, "calling cuBLAS API during stream capture"
             else:
                 update = cuda.ops.sgd_update
@@ -289,7 +296,8 @@ def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(sch
 @pytest.mark.gpu
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True)], ids=schedule_id)
 def test_graph_steps_on_the_gpu_follow_the_reference(schedule):
-    """On a backend whose eager chain is cuBLAS (which CuPy cannot capture), in float64."""
+    """On a backend whose chain is cuBLAS (through nvmath-python in the graph too, or, without it, our
+    kernels there), in float64."""
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as cuda, MLP(GPU_SIZES, activation="tanh", dtype="float64", seed=2, backend=cuda) as net:

@@ -6,8 +6,9 @@ exception it raises is kept and raised by the next ``synchronize()``, as on host
 ``launch`` enqueues nothing more, so a failed step leaves the parameters alone.
 
 ``capture`` turns the work of a function into a CUDA graph (CuPy's stream capture, in thread-local
-mode), the chain then on our own kernels (kernels/chain.cu), since CuPy refuses cuBLAS calls during a
-capture; the graph is instantiated with node priorities (``cuda_graph``).
+mode), the chain on cuBLAS through nvmath-python (``cublas``), or, without it, on our own kernels
+(kernels/chain.cu), since CuPy refuses its own cuBLAS calls during a capture; the graph is
+instantiated with node priorities (``cuda_graph``).
 
 The main stream runs the critical path at the device's highest stream priority, the workers at the
 lowest. CuPy 14 does not expose ``cudaDeviceGetStreamPriorityRange``; CUDA clamps a priority outside
@@ -16,7 +17,7 @@ the device's range to its nearest end, so asking for the extremes below gets bot
 
 import numpy as np
 
-from . import annotate
+from . import annotate, cublas
 from .cuda_graph import CudaGraph
 from .ops_cuda import CudaOps
 
@@ -29,8 +30,10 @@ WORKER_PRIORITY = 2**31 - 1
 class CupyBackend:
     """CuPy arrays on the current device; one main stream and k worker streams created on demand.
 
-    ``chain``: what runs (2) and (5) in eager steps, ``"cublas"`` (the default) or ``"kernels"``
-    (kernels/chain.cu, which graph steps always use: with it, eager and graph steps agree to the bit).
+    ``chain``: what runs (2) and (5), ``"cublas"`` (the default) or ``"kernels"`` (kernels/chain.cu).
+    cuBLAS runs through one nvmath-python handle on the main stream (``cublas.Blas``) in eager and graph
+    steps alike, so that they agree to the bit with either chain; without nvmath-python, eager steps call
+    ``cupy.matmul`` and graph steps run the chain on our kernels (``CudaOps.capturable_chain``).
     """
 
     name = "cupy"
@@ -42,9 +45,10 @@ class CupyBackend:
         if not cupy.is_available():
             raise RuntimeError("CuPy is installed but no CUDA device is usable; use backend='numpy'")
         self.xp = cupy
-        self.ops = CudaOps(cupy, chain)
         self.device_name = _device_name(cupy)
         self.main = cupy.cuda.Stream(non_blocking=True, priority=MAIN_PRIORITY)
+        blas, why = cublas.open_blas(cupy, self.main) if chain == "cublas" else (None, "")
+        self.ops = CudaOps(cupy, chain, blas, why)
         self._workers = []
         self._comm = None
         self._stream_names = {self.main.ptr: "main"}  # a timeline's stream names
@@ -56,7 +60,8 @@ class CupyBackend:
 
     def __repr__(self):
         state = ", closed" if self._closed else ""
-        chain = ", chain='kernels'" if self.ops.chain == "kernels" else ""
+        blas = "nvmath" if self.ops.blas is not None else "cupy.matmul"
+        chain = ", chain='kernels'" if self.ops.chain == "kernels" else f", chain='cublas' ({blas})"
         return f"CupyBackend(device={self.device_name!r}{chain}, workers={len(self._workers)}{state})"
 
     def __enter__(self):
@@ -144,8 +149,8 @@ class CupyBackend:
         """Run ``body()`` now, eagerly: the work it enqueues is this call's, and what it creates on first
         use (compiled kernels, worker streams, events) then exists, outside any capture. Then capture a
         second call on the main stream into a CUDA graph: the workers join the capture by waiting on
-        events recorded in it, and are joined back before it ends. The chain runs on our kernels
-        throughout (CuPy refuses cuBLAS during a capture). Returns the graph, instantiated with node
+        events recorded in it, and are joined back before it ends. Both calls run the chain on what a
+        capture can hold (``CudaOps.capturable_chain``). Returns the graph, instantiated with node
         priorities; ``launch()`` launches it on the main stream.
 
         The capture is in thread-local mode: a call from this thread that may synchronize (a host wait,
@@ -156,7 +161,7 @@ class CupyBackend:
         after an eager step.
         """
         self._check_open()
-        with self.ops.own_chain():
+        with self.ops.capturable_chain():
             body()
             if self._error is not None:
                 return None
@@ -198,6 +203,8 @@ class CupyBackend:
         if not self._closed:
             self.xp.cuda.Device().synchronize()
             self._kept.clear()
+            if self.ops.blas is not None:
+                self.ops.blas.close()
             self._closed = True
 
     @property

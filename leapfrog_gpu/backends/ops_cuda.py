@@ -4,12 +4,14 @@ Each launcher enqueues on CuPy's current stream (the backend enters the stream a
 compiled once per (file, options) with ``cupy.RawModule``, and each kernel looked up once per (file,
 name, dtype, options): ``RawModule.get_function`` makes a new ``RawKernel`` on every call.
 
-The chain, (2) and (5), runs on cuBLAS (``cupy.matmul``) and an elementwise kernel, or, with
-``chain="kernels"``, on our own kernels of kernels/chain.cu, one per layer: those are what a CUDA graph
-captures, since CuPy refuses cuBLAS calls during stream capture.
+The chain, (2) and (5), runs on cuBLAS and an elementwise kernel, or, with ``chain="kernels"``, on our own
+kernels of kernels/chain.cu, one per layer. cuBLAS is reached through nvmath-python (``cublas.Blas``: one
+handle, in eager steps and in a CUDA graph alike), or, without it, through ``cupy.matmul``, which CuPy
+refuses during stream capture: a graph then runs the chain on our kernels, and says so once.
 """
 
 import contextlib
+import logging
 
 import numpy as np
 
@@ -24,6 +26,8 @@ COST_CODES = {"quadratic": 0, "cross_entropy": 1}
 """The code of each cost C in kernels/elementwise.cu."""
 CHAINS = ("cublas", "kernels")
 """What runs the chain (2)(5): cuBLAS and an elementwise kernel, or our kernels of kernels/chain.cu."""
+log = logging.getLogger("leapfrog_gpu")
+_said = set()  # the graph fallbacks already logged: each is said once per process, as get_backend's are
 
 
 class CudaOps:
@@ -32,22 +36,39 @@ class CudaOps:
     SCRATCH = 0
     """The kernels fuse what the NumPy twins stream through scratch: none is needed."""
 
-    def __init__(self, cupy, chain="cublas"):
+    def __init__(self, cupy, chain="cublas", blas=None, why=""):
+        """``blas``: a ``cublas.Blas`` for ``chain="cublas"``, or None (then ``why`` says why not)."""
         if chain not in CHAINS:
             raise ValueError(f"chain must be one of {', '.join(map(repr, CHAINS))}; got {chain!r}")
         self._cupy = cupy
         self._modules = {}
         self._kernels = {}
         self.chain = chain
+        self.blas, self._why = blas, why
 
     @contextlib.contextmanager
-    def own_chain(self):
-        """Within the block, the chain runs on our kernels whatever ``chain`` says."""
+    def capturable_chain(self):
+        """Within the block, the chain runs on what a CUDA graph can capture: cuBLAS through nvmath-python,
+        or our kernels (said once, as a warning, when ``chain="cublas"`` has no nvmath-python)."""
+        if self.chain == "kernels" or self.blas is not None:
+            yield
+            return
+        if self._why not in _said:
+            _said.add(self._why)
+            log.warning("graph mode runs the chain (2)(5) on our kernels of kernels/chain.cu, not cuBLAS: %s",
+                        self._why)
         chain, self.chain = self.chain, "kernels"
         try:
             yield
         finally:
             self.chain = chain
+
+    def _matmul(self, out, w, x, transpose):
+        """``out = w x`` (``w^T x`` when ``transpose``) on cuBLAS, through nvmath-python when it is here."""
+        if self.blas is not None:
+            self.blas.matmul(out, w, x, transpose)
+        else:
+            self._cupy.matmul(w.T if transpose else w, x, out=out)
 
     def _kernel(self, filename, name, dtype, options=()):
         key = (filename, name, np.dtype(dtype), options)
@@ -67,7 +88,7 @@ class CudaOps:
     def forward(self, z, a, sp, w, a_prev, b, activation):
         """(2)(3) of one layer: ``z = w a_prev + b``, ``a = sigma(z)``, ``sp = sigma'(z)``."""
         if self.chain == "cublas":
-            self._cupy.matmul(w, a_prev, out=z)
+            self._matmul(z, w, a_prev, False)
             self.bias_activation(z, a, sp, b, activation)
             return
         (n, m), batch = w.shape, a_prev.shape[1]
@@ -77,7 +98,7 @@ class CudaOps:
     def backward(self, delta, w_next, delta_next, sp):
         """(5) of one layer: ``delta = ((w^{l+1})^T delta^{l+1}) * sp``."""
         if self.chain == "cublas":
-            self._cupy.matmul(w_next.T, delta_next, out=delta)
+            self._matmul(delta, w_next, delta_next, True)
             self.delta_hidden(delta, sp)
             return
         (m, n), batch = w_next.shape, delta.shape[1]

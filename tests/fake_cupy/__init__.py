@@ -20,6 +20,8 @@ a module, each saying what it models:
 - ``capture``: stream capture in its three modes, ``Graph``, node priorities;
 - ``bindings``: ``cuda.bindings.runtime`` (``cuda-bindings``): graphs instantiated with flags;
 - ``nccl``: ``cupy.cuda.nccl``, one process standing for every rank, or one process per rank;
+- ``nvmath``: nvmath-python's cuBLAS bindings (``nvmath.bindings.cublas``), installed beside CuPy by
+  ``tests/helpers.install_standin`` (and ``tests/standin/nvmath``), its calls run on their handle's stream;
 - here: the rest of what the project reaches: ``cuda.runtime`` (device count, properties, capture modes),
   ``cuda.nvtx`` (``_UnavailableModule`` is what CuPy built without NVTX puts there), ``cuda.profiler``
   and ``cupyx.profiler.profile`` (no-ops); ``modules()`` says what ``sys.modules`` must hold.

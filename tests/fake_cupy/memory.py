@@ -35,6 +35,7 @@ class Chunk:
         self.stream, self.device = stream, queues.device
         self.next_generation = 0
         self.dead = -1  # the last generation whose free the stream has reached
+        self.device.chunks.append(self)
 
 
 class Allocation:
@@ -76,6 +77,20 @@ def malloc(nbytes):
         return Allocation(free.pop())
     queues.unsafe("cudaMalloc (the pool grows)")
     return Allocation(Chunk(size, stream))
+
+
+def resolve(ptr, nbytes):
+    """``(chunk, offset)`` of the pool memory holding the ``nbytes`` bytes at the raw pointer ``ptr``, held
+    by an array now; a ``ValueError`` when they are not (a host pointer, freed or out-of-bounds memory)."""
+    for chunk in queues.device.chunks:
+        offset = ptr - chunk.buffer.ctypes.data
+        if 0 <= offset < chunk.buffer.size:
+            if offset + nbytes > chunk.buffer.size:
+                raise ValueError(f"{nbytes} bytes at {ptr:#x} run past the end of their allocation")
+            if any(free is chunk for free in queues.device.free.get((chunk.stream, chunk.buffer.size), ())):
+                raise ValueError(f"the memory at {ptr:#x} was freed")
+            return chunk, offset
+    raise ValueError(f"{ptr:#x} is not device memory from the pool")
 
 
 class PinnedMemoryPointer(bytearray):

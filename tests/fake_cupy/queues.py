@@ -48,6 +48,7 @@ class _Device:
         self.streams = []
         self.ids = itertools.count(0x1000, 0x10)
         self.free = collections.defaultdict(list)  # (stream, bytes) -> chunks to reuse, last freed first
+        self.chunks = []  # every pool chunk, to find a raw device pointer's memory (``memory.resolve``)
         self.pinned = []  # (start, end, weakref to the buffer)
         self.waits = []  # (what, stream ptr) of every host wait, in order
         self.trace = []  # ("record" | "wait" | "launch", stream ptr, detail) of every enqueued operation
@@ -127,7 +128,11 @@ def enqueue(stream, name, fn, arrays=()):
 
     ``fn`` must hold plain NumPy views, never a device array: queued work does not keep memory alive.
     """
-    touches = tuple((a._alloc.chunk, a._alloc.generation) for a in arrays)
+    enqueue_touching(stream, name, fn, tuple((a._alloc.chunk, a._alloc.generation) for a in arrays))
+
+
+def enqueue_touching(stream, name, fn, touches):
+    """``enqueue`` for work that holds raw pointers: ``touches`` are its ``(chunk, generation)`` pairs."""
     if stream._capture is not None:
         stream._capture.add(stream, name, fn, touches)
         return

@@ -4,11 +4,12 @@
 training loop (``train_loop``), data loaders (``data``), checkpoints (``checkpoint``), metrics
 (``metrics``) and profiler windows (``profiling``); ``leapfrog-bench`` (``bench``: the command line) with
 its measurements (``bench_measure``), report (``bench_report``), plot (``bench_plot``), data-parallel part
-(``bench_parallel``), the memory-traffic model (``traffic``), the PyTorch anchor (``torch_anchor``) and
-the count of an eager step's calls into CuPy (``call_count``); the stream timeline both draw
-(``timeline``); and what the commands share (``cli``). The console scripts start here (``leapfrog_train``,
-``leapfrog_bench``), which import their command behind a Ctrl-C guard. Tools may import the library and
-the backends; nothing in the package imports a tool but ``python -m leapfrog_gpu``.
+(``bench_parallel``), the memory-traffic model (``traffic``), the PyTorch anchor (``torch_anchor``), the
+count of an eager step's calls into CuPy (``call_count``), and the commands of its own of ``--model rnn``
+(``bench_rnn``) and ``--model dag`` (``bench_dag``); the stream timeline both draw (``timeline``); and
+what the commands share (``cli``). The console scripts start here (``leapfrog_train``, ``leapfrog_bench``),
+which import their command behind a Ctrl-C guard. Tools may import the library and the backends; nothing
+in the package imports a tool but ``python -m leapfrog_gpu``.
 """
 
 import sys

@@ -32,7 +32,9 @@ that a run killed part-way keeps what it measured. Under ``mpiexec -n P`` it mea
 across ranks cost a step instead (``bench_parallel``). ``--count-calls`` (CuPy backend) adds a table of
 what one eager step of each configuration calls of CuPy (``call_count``), and its records to ``--json``.
 
-This module is the command line; exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C.
+``--model rnn`` and ``--model dag`` hand the command line to ``bench_rnn`` (the recurrent network's
+schedules) and ``bench_dag`` (a ``GraphNet``'s forward solvers and backward schedules), each with
+options of its own. This module is the command line; exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C.
 """
 
 import argparse
@@ -43,13 +45,13 @@ import sys
 
 from .. import parallel
 from ..functions import ACTIVATIONS, DTYPES
-from . import bench_parallel, bench_rnn, call_count, timeline, torch_anchor
+from . import bench_dag, bench_parallel, bench_rnn, call_count, timeline, torch_anchor
 from ..registry import SCHEDULES, make_schedule
 from .bench_measure import ETA, machine, run, stamped_steps
 from .bench_report import (column_widths, graph_verdicts, table, table_foot, table_head, table_rows, timeline_lines,
                            verdicts)
-from .cli import Parser, choose_backend, fitted, integer, integers, names, pip_install, plural, png_refusal, reals
-from .cli import replaced_atomically
+from .cli import Parser, fitted, integer, integers, names, pip_install, plural, png_refusal, reals
+from .cli import parse_args_on_a_backend, replaced_atomically
 
 DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
 
@@ -83,9 +85,11 @@ EXIT_STATUSES = [
 
 def parser():
     p = Parser(prog="leapfrog-bench", description=__doc__.split("\n\n")[0], exit_statuses=EXIT_STATUSES)
-    p.add_argument("--model", choices=("mlp", "rnn"), default="mlp",
+    p.add_argument("--model", choices=("mlp", "rnn", "dag"), default="mlp",
                    help="rnn: the recurrent network's backward pass under each of its schedules against BPTT and "
-                        "torch.nn.RNN, with options of its own (leapfrog-bench --model rnn --help; default mlp)")
+                        "torch.nn.RNN; dag: a GraphNet's forward solvers and backward schedules against its "
+                        "sequential order; each with options of its own (leapfrog-bench --model rnn --help, "
+                        "--model dag --help; default mlp)")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
@@ -136,14 +140,11 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("--model", default="mlp")
-    if model.parse_known_args(argv)[0].model == "rnn":
-        return bench_rnn.main(argv)
+    other = {"rnn": bench_rnn, "dag": bench_dag}.get(model.parse_known_args(argv)[0].model)
+    if other is not None:  # a command of its own, with its own options
+        return other.main(argv)
     p = parser()
-    args = p.parse_args(argv)
-    try:
-        args.backend, _ = choose_backend(args.backend, p.prog)
-    except ValueError as error:
-        p.error(str(error))
+    args = parse_args_on_a_backend(p, argv)
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     if args.count_calls and args.backend != "cupy":

@@ -153,6 +153,17 @@ def choose_backend(name, prog):
     return "numpy", "auto: no usable GPU, see stderr"
 
 
+def parse_args_on_a_backend(p, argv):
+    """``p.parse_args(argv)`` with its ``--backend`` resolved by ``choose_backend``; one that cannot run
+    is ``p.error``: one line, exit status 2."""
+    args = p.parse_args(argv)
+    try:
+        args.backend, _ = choose_backend(args.backend, p.prog)
+    except ValueError as error:
+        p.error(str(error))
+    return args
+
+
 def fitted(text):
     """``text`` in lines of at most ``WIDTH`` columns: as it is if it fits, else broken at its ``" | "``
     and then, where a part is still too wide, between words, each further line indented by two spaces."""

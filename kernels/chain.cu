@@ -8,91 +8,144 @@
 // bits every time. Bytes are given in elements (times 4 or 8); leapfrog_gpu/tools/traffic.py holds the
 // same counts for kernels/README.md. Tuning values come in as -D options from
 // leapfrog_gpu/backends/launch.py (chain_launch):
-//   FWD_LANES, FWD_ROWS   forward GEMV block: FWD_LANES threads (a power of two) share each of FWD_ROWS rows
-//   BWD_COLS, BWD_SPLIT   backward GEMV block: BWD_SPLIT threads (a power of two) share each of BWD_COLS columns
-//   TILE                  tile edge of the B > 1 kernels (16 or 32)
+//   FWD_ROWS, FWD_UNROLL   forward GEMV block: a warp per row, FWD_ROWS rows; FWD_UNROLL 16-byte loads
+//                          of a row per lane before their sum
+//   BWD_THREADS, BWD_COLS  backward GEMV block: BWD_THREADS threads share BWD_COLS columns
+//   BWD_UNROLL             rows of w each of them loads before their sum
+//   TILE                   tile edge of the B > 1 kernels (16 or 32)
 
 #include "activation.h"
+#include "vector.h"
 
-#ifndef FWD_LANES
-#define FWD_LANES 32
-#endif
 #ifndef FWD_ROWS
-#define FWD_ROWS 8
+#define FWD_ROWS 4
+#endif
+#ifndef FWD_UNROLL
+#define FWD_UNROLL 8
+#endif
+#ifndef BWD_THREADS
+#define BWD_THREADS 256
 #endif
 #ifndef BWD_COLS
-#define BWD_COLS 32
+#define BWD_COLS 8
 #endif
-#ifndef BWD_SPLIT
-#define BWD_SPLIT 16
+#ifndef BWD_UNROLL
+#define BWD_UNROLL 8
 #endif
 #ifndef TILE
 #define TILE 16
 #endif
 
-// Sums values[0], values[stride], ..., values[(count - 1) * stride] into values[0] in a binary tree
-// (count a power of two): at each level thread `index` adds in the value half the level away, then the
-// block meets at a barrier, so every thread of the block must call it, with its own index.
-template <typename T>
-__device__ void tree_sum(T* values, int index, int count, int stride) {
-    for (int half = count / 2; half > 0; half /= 2) {
-        if (index < half) {
-            values[index * stride] += values[(index + half) * stride];
-        }
-        __syncthreads();
-    }
-}
-
 // (2)(3) for B = 1, a GEMV: z = w a_prev + b, a = sigma(z), sp = sigma'(z).
-// Launch: block (FWD_LANES, FWD_ROWS), grid ceil(n / FWD_ROWS). The lanes of a row read it in strides of
-// FWD_LANES (coalesced), each summing its share in order; the partial sums then meet in tree_sum.
+// Launch: block (32, FWD_ROWS), grid ceil(n / FWD_ROWS): a warp per row. The row goes in chunks of
+// 32 * FWD_UNROLL vectors: lane l loads vectors l, l + 32, ... of the chunk (of w and of a_prev; 16-byte
+// loads when the rows are aligned, else the same elements one by one), all before it sums them in order;
+// the lanes' sums then meet in warp_sum. A warp past the last row reads the last one and stores nothing.
 // Bytes: n*m + m + n reads (w, a_prev, b) + 3n writes (z, a, sp).
 template <typename T>
 __device__ void forward_gemv(T* z, T* a, T* sp, const T* w, const T* a_prev, const T* b, int n, int m,
                              int act) {
-    __shared__ T partial[FWD_ROWS][FWD_LANES + 1];
+    constexpr int V = Vec<T>::width;
     const int lane = threadIdx.x;
-    const int row = threadIdx.y;
-    const int i = blockIdx.x * FWD_ROWS + row;
+    const int i = blockIdx.x * FWD_ROWS + threadIdx.y;
+    const T* w_i = w + (long long)(i < n ? i : n - 1) * m;
+    const bool wide = m % V == 0 && aligned16(w) && aligned16(a_prev);
     T acc = T(0);
-    if (i < n) {
-        const T* w_i = w + (long long)i * m;
-#pragma unroll 4
-        for (int j = lane; j < m; j += FWD_LANES) {
-            acc += w_i[j] * a_prev[j];
+    for (int j0 = 0; j0 < m; j0 += 32 * V * FWD_UNROLL) {
+        T wv[FWD_UNROLL][V], av[FWD_UNROLL][V];
+#pragma unroll
+        for (int u = 0; u < FWD_UNROLL; ++u) {
+            const int j = j0 + (u * 32 + lane) * V;
+            if (wide && j < m) {
+                load16(wv[u], w_i + j);
+                load16(av[u], a_prev + j);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    wv[u][e] = j + e < m ? w_i[j + e] : T(0);
+                    av[u][e] = j + e < m ? a_prev[j + e] : T(0);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < FWD_UNROLL; ++u) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                acc += wv[u][e] * av[u][e];
+            }
         }
     }
-    partial[row][lane] = acc;
-    __syncthreads();
-    tree_sum(&partial[row][0], lane, FWD_LANES, 1);
+    acc = warp_sum(acc);
     if (lane == 0 && i < n) {
-        store_activation(z, a, sp, i, partial[row][0] + b[i], act);
+        store_activation(z, a, sp, i, acc + b[i], act);
     }
 }
 
 // (5) for B = 1, a transposed GEMV: delta = (w^T delta_next) * sp.
-// Launch: block (BWD_COLS, BWD_SPLIT), grid ceil(n / BWD_COLS). Thread (c, p) sums rows k = p, p +
-// BWD_SPLIT, ... of column i = c of its block (consecutive threads read consecutive columns of a row:
-// coalesced); the BWD_SPLIT partial sums of a column meet in tree_sum.
+// Launch: block BWD_THREADS, grid ceil(n / BWD_COLS). Thread t owns the V columns i0 + (t % A) * V, ...
+// (A = BWD_COLS / V threads across) and the rows k = p, p + P, ... (p = t / A, P = BWD_THREADS / A);
+// it loads BWD_UNROLL rows' vectors (16 bytes when the rows are aligned, else one by one) and their
+// delta_next before it sums them in order. The P partial sums of a column meet in a fixed order: the
+// 32 / A of a warp by halves in shuffles, then the warps' in order in shared memory.
 // Bytes: m*n + m + n reads (w, delta_next, sp) + n writes (delta).
 template <typename T>
 __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T* sp, int n, int m) {
-    __shared__ T partial[BWD_SPLIT][BWD_COLS + 1];
-    const int col = threadIdx.x;
-    const int part = threadIdx.y;
-    const int i = blockIdx.x * BWD_COLS + col;
-    T acc = T(0);
-    if (i < n) {
-#pragma unroll 4
-        for (int k = part; k < m; k += BWD_SPLIT) {
-            acc += w[(long long)k * n + i] * delta_next[k];
+    constexpr int V = Vec<T>::width, ACROSS = BWD_COLS / V, PARTS = BWD_THREADS / ACROSS;
+    static_assert(BWD_COLS % V == 0 && ACROSS <= 32 && BWD_THREADS % 32 == 0, "a warp holds whole rows");
+    __shared__ T partial[BWD_THREADS / 32][BWD_COLS];
+    const int t = threadIdx.x;
+    const int i = blockIdx.x * BWD_COLS + (t % ACROSS) * V;
+    const bool wide = n % V == 0 && aligned16(w);
+    T acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+        acc[e] = T(0);
+    }
+    for (int k0 = t / ACROSS; k0 < m; k0 += PARTS * BWD_UNROLL) {
+        T wv[BWD_UNROLL][V], d[BWD_UNROLL];
+#pragma unroll
+        for (int u = 0; u < BWD_UNROLL; ++u) {
+            const int k = k0 + u * PARTS;
+            const T* w_k = w + (long long)(k < m ? k : 0) * n;
+            d[u] = k < m ? delta_next[k] : T(0);
+            if (wide && k < m && i < n) {
+                load16(wv[u], w_k + i);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    wv[u][e] = k < m && i + e < n ? w_k[i + e] : T(0);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < BWD_UNROLL; ++u) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                acc[e] += wv[u][e] * d[u];
+            }
         }
     }
-    partial[part][col] = acc;
+#pragma unroll
+    for (int offset = 16; offset >= ACROSS; offset /= 2) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            acc[e] += __shfl_down_sync(0xffffffffu, acc[e], offset);
+        }
+    }
+    if (t % 32 < ACROSS) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            partial[t / 32][t % 32 * V + e] = acc[e];
+        }
+    }
     __syncthreads();
-    tree_sum(&partial[0][col], part, BWD_SPLIT, BWD_COLS + 1);
-    if (part == 0 && i < n) {
-        delta[i] = partial[0][col] * sp[i];
+    const int col = blockIdx.x * BWD_COLS + t;
+    if (t < BWD_COLS && col < n) {
+        T sum = partial[0][t];
+        for (int warp = 1; warp < BWD_THREADS / 32; ++warp) {
+            sum += partial[warp][t];
+        }
+        delta[col] = sum * sp[col];
     }
 }
 

@@ -76,7 +76,9 @@ def _module(kernel, n, batch):
         return ("nabla_w.cu", *_order(launch.rank_update_launch(n, n)))
     if kernel == "bias_sum":
         return ("nabla_b.cu", *_order(launch.bias_launch(n)))
-    size = n * n if kernel in ("sgd_update", "check_finite") else n * batch
+    if kernel == "check_finite":
+        return ("elementwise.cu", *_order(launch.check_finite_launch(n * n)))
+    size = n * n if kernel == "sgd_update" else n * batch
     return ("elementwise.cu", *_order(launch.elementwise_launch(size)))
 
 
@@ -89,10 +91,11 @@ def _rounds(kernel, n, batch, threads):
     """Dependent round trips to memory each thread makes, counted from the kernel's loops:
     ``(rounds that stream a matrix from HBM, rounds that read vectors from L2)``."""
     m = n
-    if kernel == "forward_gemv":  # lanes of a row stride over it, #pragma unroll 4; then b
-        return math.ceil(m / launch.FORWARD_GEMV_BLOCK[0] / 4), 1
-    if kernel == "backward_gemv":  # threads of a column stride over its rows, #pragma unroll 4; then sp
-        return math.ceil(m / launch.BACKWARD_GEMV_BLOCK[1] / 4), 1
+    if kernel == "forward_gemv":  # a warp per row, FORWARD_GEMV_UNROLL float4 loads a lane a round; then b
+        return math.ceil(m / (32 * 4 * launch.FORWARD_GEMV_UNROLL)), 1
+    if kernel == "backward_gemv":  # threads / (cols / 4) share the rows, BACKWARD_GEMV_UNROLL each a round; sp
+        cols, block = launch.BACKWARD_GEMV_BLOCK
+        return math.ceil(m / (block // (cols // 4) * launch.BACKWARD_GEMV_UNROLL)), 1
     if kernel in ("forward_gemm", "backward_gemm"):  # one staged tile of w and a per TILE of m; then b / sp
         return math.ceil(m / launch.choose_tile(n, batch)), 1
     if kernel in ("rank_update", "rank_update_sgd"):  # one staged tile per TILE of B; the SGD reads w after
@@ -101,9 +104,11 @@ def _rounds(kernel, n, batch, threads):
         return 0, 1
     if kernel == "outer_sgd":  # delta[i], a[j] and w at once
         return 1, 0
-    if kernel == "bias_sum":  # a row's B elements in order, unrolled by 4 by the compiler at best
-        return 0, math.ceil(batch / 4)
-    if kernel in ("sgd_update", "check_finite"):  # a grid-stride loop over n*m: a round per element visited
+    if kernel == "bias_sum":  # a warp per row, BIAS_UNROLL loads a lane a round
+        return 0, math.ceil(batch / (32 * launch.BIAS_UNROLL))
+    if kernel == "check_finite":  # a grid-stride loop over n*m, a float4 a round
+        return math.ceil(n * m / (4 * threads)), 0
+    if kernel == "sgd_update":  # a grid-stride loop over n*m: a round per element visited
         return math.ceil(n * m / threads), 0
     return 0, math.ceil(n * batch / threads)
 

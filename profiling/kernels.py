@@ -155,7 +155,7 @@ def chain_verdicts(results):
 
 
 def _gemv_blocks(text):
-    """``[((lanes, rows), (cols, split)), ...]`` from ``32x8:8x64,32x4:32x16``."""
+    """``[((lanes, rows), (cols, threads)), ...]`` from ``32x4:8x256,32x8:16x512``."""
     if not text:
         return []
     return [tuple(tuple(int(v) for v in block.split("x")) for block in pair.split(":")) for pair in text.split(",")]
@@ -190,7 +190,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--gemv-blocks", default=None, metavar="FxR:CxS,...",
                         help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
-                             "(columns x split) pairs such as 32x8:8x64,32x4:32x16 (default: the launcher's)")
+                             "(columns x threads) pairs such as 32x4:8x256,32x8:16x512 (default: the launcher's)")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--jsonl", metavar="FILE",
                         help="append one JSON line per row to FILE as it is measured (its table in \"table\")")

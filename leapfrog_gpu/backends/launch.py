@@ -15,13 +15,17 @@ compile check adds them, so that it compiles exactly what CuPy will."""
 ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
 OUTER_BLOCK = (32, 8)
-BIAS_BLOCK = 128
+BIAS_ROWS, BIAS_UNROLL = 8, 4  # bias_sum: a warp per row, 8 rows a block; 4 loads a lane before their sum
 TILES = (16, 32)
 # The GEMVs of kernels/chain.cu, chosen on paper (not yet measured; profiling/kernels.py --gemv-blocks
-# compares others): a warp reads 128 contiguous bytes of a row of w (forward), or 8 columns of 4 rows,
-# 32 bytes each, whole sectors (backward); both give 128 blocks at N = 1024 and 512 at N = 4096.
-FORWARD_GEMV_BLOCK = (32, 8)  # (lanes that share a row, rows per block): forward_gemv
-BACKWARD_GEMV_BLOCK = (8, 64)  # (columns per block, threads that share a column): backward_gemv
+# compares others). Forward: a warp per row, 16-byte loads, 8 of them a lane before their sum: 512
+# contiguous bytes a warp a load, a 1024-wide float32 row in one round trip, 256 blocks at N = 1024.
+# Backward: 8 columns a block (two 16-byte loads of a row, a whole sector), the rows shared by 128
+# threads, 8 each loaded before their sum: one round trip at N = 1024, 128 blocks (512 at N = 4096).
+FORWARD_GEMV_BLOCK = (32, 4)  # (lanes of a row: a warp, rows per block): forward_gemv
+FORWARD_GEMV_UNROLL = 8
+BACKWARD_GEMV_BLOCK = (8, 256)  # (columns per block, threads per block): backward_gemv
+BACKWARD_GEMV_UNROLL = 8
 
 
 def elementwise_launch(size):
@@ -55,11 +59,17 @@ def rank_update_launch(n, m, tile=None):
     return grid, (tile, tile, 1), (f"-DTILE={tile}",)
 
 
+def check_finite_launch(size):
+    """Grid-stride launch of check_finite (kernels/elementwise.cu): a thread per 16 bytes, 4 elements
+    (float32; two rounds of 2 in float64), as ``elementwise_launch`` over ``ceil(size / 4)``."""
+    return elementwise_launch(-(-size // 4))
+
+
 def bias_launch(n):
-    """One thread per row of the (n, B) error (kernels/nabla_b.cu)."""
-    grid = (-(-n // BIAS_BLOCK), 1, 1)
-    assert grid[0] * BIAS_BLOCK >= n, (n, grid)
-    return grid, (BIAS_BLOCK, 1, 1), (f"-DBIAS_BLOCK={BIAS_BLOCK}",)
+    """A warp per row of the (n, B) error (kernels/nabla_b.cu)."""
+    grid = (-(-n // BIAS_ROWS), 1, 1)
+    assert grid[0] * BIAS_ROWS >= n and grid[0] < 2**31, (n, grid)
+    return grid, (32, BIAS_ROWS, 1), (f"-DBIAS_ROWS={BIAS_ROWS}", f"-DBIAS_UNROLL={BIAS_UNROLL}")
 
 
 def chain_launch(kind, n, batch, tile=None):
@@ -68,14 +78,16 @@ def chain_launch(kind, n, batch, tile=None):
     of options), else a (tile, tile) block per output tile of the (n, B) result."""
     assert kind in ("forward", "backward"), kind
     if batch == 1:
-        (lanes, rows), (cols, split) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
-        assert lanes & (lanes - 1) == 0 and split & (split - 1) == 0, "the sums meet in a binary tree"
-        assert lanes * rows <= 1024 and cols * split <= 1024, (lanes, rows, cols, split)
-        per_block, block = (rows, (lanes, rows, 1)) if kind == "forward" else (cols, (cols, split, 1))
+        (lanes, rows), (cols, threads) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
+        assert lanes == 32 and lanes * rows <= 1024, "a warp per row, its lanes' sums meet in shuffles"
+        # Backward: the threads across a block's columns (cols / 4 in float32, cols / 2 in float64) divide
+        # a warp evenly, and every warp is whole, for the shuffles.
+        assert cols % 4 == 0 and 32 % (cols // 2) == 0 and threads % 32 == 0 and threads <= 1024, (cols, threads)
+        per_block, block = (rows, (lanes, rows, 1)) if kind == "forward" else (cols, (threads, 1, 1))
         grid = (-(-n // per_block), 1, 1)
-        assert grid[0] * per_block >= n, (n, grid)
-        return grid, block, (f"-DFWD_LANES={lanes}", f"-DFWD_ROWS={rows}", f"-DBWD_COLS={cols}",
-                             f"-DBWD_SPLIT={split}")
+        assert grid[0] * per_block >= n and grid[0] < 2**31, (n, grid)
+        return grid, block, (f"-DFWD_ROWS={rows}", f"-DFWD_UNROLL={FORWARD_GEMV_UNROLL}", f"-DBWD_THREADS={threads}",
+                             f"-DBWD_COLS={cols}", f"-DBWD_UNROLL={BACKWARD_GEMV_UNROLL}")
     tile = choose_tile(n, batch) if tile is None else tile
     assert tile in TILES, tile
     grid = (-(-batch // tile), -(-n // tile), 1)

@@ -135,7 +135,9 @@ class CudaOps:
 
     def check_finite(self, controls, x, code):
         """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0."""
-        self._elementwise("check_finite", x.size, x.dtype, (controls, x, np.int64(x.size), x.dtype.type(code)))
+        grid, block, options = launch.check_finite_launch(x.size)
+        kernel = self._kernel("elementwise.cu", "check_finite", x.dtype, options)
+        kernel(grid, block, (controls, x, np.int64(x.size), x.dtype.type(code)))
 
     @staticmethod
     def set_element(array, index, value):

@@ -12,7 +12,9 @@
 //                          of a row per lane before their sum
 //   BWD_THREADS, BWD_COLS  backward GEMV block: BWD_THREADS threads share BWD_COLS columns
 //   BWD_UNROLL             rows of w each of them loads before their sum
-//   TILE                   tile edge of the B > 1 kernels (16 or 32)
+//   GEMM_ROWS, GEMM_THREADS  B > 1 block: GEMM_THREADS threads (256) for GEMM_ROWS rows (8) of the result
+//   GEMM_STAGE             elements of m a B > 1 block stages in shared memory at a time (in float32)
+//   GEMM_UNROLL            vectors of a_prev (delta_next) each thread loads before their sum
 
 #include "activation.h"
 #include "vector.h"
@@ -32,8 +34,17 @@
 #ifndef BWD_UNROLL
 #define BWD_UNROLL 8
 #endif
-#ifndef TILE
-#define TILE 16
+#ifndef GEMM_ROWS
+#define GEMM_ROWS 8
+#endif
+#ifndef GEMM_THREADS
+#define GEMM_THREADS 256
+#endif
+#ifndef GEMM_STAGE
+#define GEMM_STAGE 1024
+#endif
+#ifndef GEMM_UNROLL
+#define GEMM_UNROLL 16
 #endif
 
 // (2)(3) for B = 1, a GEMV: z = w a_prev + b, a = sigma(z), sp = sigma'(z).
@@ -149,63 +160,134 @@ __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T
     }
 }
 
-// (2)(3) for B > 1, a tiled GEMM: z = w a_prev + b (b broadcast over the batch), a = sigma(z), sp.
-// Launch: block (TILE, TILE), grid (ceil(B / TILE), ceil(n / TILE)); thread (x, y) owns z[i0 + y, s0 + x].
-// The block walks m in chunks of TILE, staging a TILE x TILE slab of w and of a_prev in shared memory
-// (zero beyond every edge), and each thread sums its chunk's terms in order.
-// Bytes: n*m + m*B + n reads (w, a_prev, b) + 3*n*B writes (z, a, sp); the blocks of a row of tiles
-// re-read its slab of w, ceil(B / TILE) times in all, mostly from L2.
-template <typename T>
-__device__ void forward_gemm(T* z, T* a, T* sp, const T* w, const T* a_prev, const T* b, int n, int m,
-                             int batch, int act) {
-    __shared__ T w_tile[TILE][TILE + 1];
-    __shared__ T a_tile[TILE][TILE + 1];
-    const int tx = threadIdx.x;
-    const int ty = threadIdx.y;
-    const int i = blockIdx.y * TILE + ty;
-    const int s = blockIdx.x * TILE + tx;
-    T acc = T(0);
-    for (int j0 = 0; j0 < m; j0 += TILE) {
-        w_tile[ty][tx] = (i < n && j0 + tx < m) ? w[(long long)i * m + j0 + tx] : T(0);
-        a_tile[ty][tx] = (j0 + ty < m && s < batch) ? a_prev[(long long)(j0 + ty) * batch + s] : T(0);
+// (2)(3) and (5) for B > 1: out = w a_prev (forward; w is (n, m)) or out = w^T delta_next (backward; w
+// is (m, n)), for a block of GEMM_ROWS rows of out and S = 8 * V columns of the batch (32 in float32,
+// 16 in float64), then the epilogue: + b, then a = sigma(z) and sp_out = sigma'(z) (forward), or * sp
+// (backward; a, sp_out and b are unused there).
+// Launch: block GEMM_THREADS (256), grid (ceil(B / S), ceil(n / GEMM_ROWS)) (chain_launch). The block
+// walks m in stages of K = GEMM_STAGE elements (half as many in float64): it loads the stage's
+// (GEMM_ROWS, K) slab of w, 8 vectors a thread (16 bytes when the rows are aligned, else one by one;
+// zero beyond every edge), all before it stores them to shared memory. Thread t then takes the columns
+// s0 + (t % 8) * V, ... of x (a_prev, or delta_next) and the rows k = t / 8, t / 8 + 32, ... of the
+// stage: it loads GEMM_UNROLL vectors of x before it multiplies them by the 8 rows' w[., k] (shared
+// loads, one for 2 * V FMAs), summing over k in order. The 32 partial sums of an output meet in a fixed
+// order: by halves in shuffles within a warp (4 of them), then the 8 warps' in order in shared memory.
+// Bytes: n*m + m*B + n (forward: w, a_prev, b) or m*n + m*B + n*B (backward: w, delta_next, sp) reads
+// + 3*n*B (z, a, sp) or n*B (delta) writes; every block of a column of the grid re-reads the whole of
+// x's columns (m * S elements), ceil(n / GEMM_ROWS) times in all, from L2.
+template <typename T, bool BACKWARD>
+__device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, const T* x, const T* b, int n, int m,
+                           int batch, int act) {
+    constexpr int V = Vec<T>::width, S = 8 * V, R = GEMM_ROWS, K = GEMM_STAGE * 4 / sizeof(T);
+    constexpr int SLICES = GEMM_THREADS / 8, LOADS = R * K / V / GEMM_THREADS;
+    static_assert(R == 8 && GEMM_THREADS == 256 && R * K % (V * GEMM_THREADS) == 0 && K % (SLICES * GEMM_UNROLL) == 0,
+                  "8 rows; a slab divides among 256 threads; a stage among the slices");
+    __shared__ __align__(16) T slab[R][K];
+    const int t = threadIdx.x, lane = t % 32, g = t % 8, p = t / 8;
+    const int i0 = blockIdx.y * R, s = blockIdx.x * S + g * V;
+    const bool wide_w = (BACKWARD ? n : m) % V == 0 && aligned16(w);
+    const bool wide_x = batch % V == 0 && aligned16(x);
+    T acc[R][V];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            acc[r][e] = T(0);
+        }
+    }
+    for (int k0 = 0; k0 < m; k0 += K) {
+        T staged[LOADS][V];
+#pragma unroll
+        for (int q = 0; q < LOADS; ++q) {
+            const int v = t + q * GEMM_THREADS;
+            // Forward: row r of the slab is row i0 + r of w, vector kv along it. Backward: row k of w,
+            // vector rv along its n, which the slab holds transposed.
+            const int r = BACKWARD ? v % (R / V) * V : v / (K / V), k = BACKWARD ? v / (R / V) : v % (K / V) * V;
+            const bool in = BACKWARD ? k0 + k < m : i0 + r < n;
+            const long long start = BACKWARD ? (long long)(k0 + k) * n + i0 + r : (long long)(i0 + r) * m + k0 + k;
+            const int left = BACKWARD ? n - (i0 + r) : m - (k0 + k);  // elements of the vector inside w's row
+            if (wide_w && in && left > 0) {
+                load16(staged[q], w + start);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    staged[q][e] = in && e < left ? w[start + e] : T(0);
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < LOADS; ++q) {
+            const int v = t + q * GEMM_THREADS;
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                if (BACKWARD) {
+                    slab[v % (R / V) * V + e][v / (R / V)] = staged[q][e];
+                } else {
+                    slab[v / (K / V)][v % (K / V) * V + e] = staged[q][e];
+                }
+            }
+        }
         __syncthreads();
-        for (int t = 0; t < TILE; ++t) {
-            acc += w_tile[ty][t] * a_tile[t][tx];
+        for (int kk = p; kk < K; kk += SLICES * GEMM_UNROLL) {
+            T xv[GEMM_UNROLL][V];
+#pragma unroll
+            for (int u = 0; u < GEMM_UNROLL; ++u) {
+                const int k = k0 + kk + u * SLICES;
+                const T* x_k = x + (long long)(k < m ? k : 0) * batch;
+                if (wide_x && k < m && s < batch) {
+                    load16(xv[u], x_k + s);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        xv[u][e] = k < m && s + e < batch ? x_k[s + e] : T(0);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GEMM_UNROLL; ++u) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const T w_rk = slab[r][kk + u * SLICES];
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        acc[r][e] += w_rk * xv[u][e];
+                    }
+                }
+            }
         }
         __syncthreads();
     }
-    if (i < n && s < batch) {
-        store_activation(z, a, sp, (long long)i * batch + s, acc + b[i], act);
-    }
-}
-
-// (5) for B > 1, a tiled GEMM with the transpose: delta = (w^T delta_next) * sp.
-// Launch: block (TILE, TILE), grid (ceil(B / TILE), ceil(n / TILE)); thread (x, y) owns delta[i0 + y,
-// s0 + x]. The block walks m in chunks of TILE, staging w[k0.., i0..] (read along rows: coalesced) and
-// delta_next[k0.., s0..] in shared memory, zero beyond every edge.
-// Bytes: m*n + m*B + n*B reads (w, delta_next, sp) + n*B writes (delta).
-template <typename T>
-__device__ void backward_gemm(T* delta, const T* w, const T* delta_next, const T* sp, int n, int m,
-                              int batch) {
-    __shared__ T w_tile[TILE][TILE + 1];
-    __shared__ T d_tile[TILE][TILE + 1];
-    const int tx = threadIdx.x;
-    const int ty = threadIdx.y;
-    const int i0 = blockIdx.y * TILE;
-    const int s = blockIdx.x * TILE + tx;
-    T acc = T(0);
-    for (int k0 = 0; k0 < m; k0 += TILE) {
-        w_tile[ty][tx] = (k0 + ty < m && i0 + tx < n) ? w[(long long)(k0 + ty) * n + i0 + tx] : T(0);
-        d_tile[ty][tx] = (k0 + ty < m && s < batch) ? delta_next[(long long)(k0 + ty) * batch + s] : T(0);
-        __syncthreads();
-        for (int t = 0; t < TILE; ++t) {
-            acc += w_tile[t][ty] * d_tile[t][tx];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            acc[r][e] += __shfl_down_sync(0xffffffffu, acc[r][e], 16);
+            acc[r][e] += __shfl_down_sync(0xffffffffu, acc[r][e], 8);
         }
-        __syncthreads();
     }
-    if (i0 + ty < n && s < batch) {
-        const long long idx = (long long)(i0 + ty) * batch + s;
-        delta[idx] = acc * sp[idx];
+    T* partial = &slab[0][0];  // (8 warps, R, S), the slab's memory once every thread is past it
+    if (lane < 8) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                partial[(t / 32 * R + r) * S + lane * V + e] = acc[r][e];
+            }
+        }
+    }
+    __syncthreads();
+    const int r = t / S, col = blockIdx.x * S + t % S, i = i0 + r;
+    if (t < R * S && i < n && col < batch) {
+        T sum = partial[r * S + t % S];
+        for (int warp = 1; warp < GEMM_THREADS / 32; ++warp) {
+            sum += partial[(warp * R + r) * S + t % S];
+        }
+        const long long idx = (long long)i * batch + col;
+        if (BACKWARD) {
+            out[idx] = sum * sp[idx];
+        } else {
+            store_activation(out, a, sp_out, idx, sum + b[i], act);
+        }
     }
 }
 
@@ -216,7 +298,7 @@ __device__ void backward_gemm(T* delta, const T* w, const T* delta_next, const T
     }                                                                                                 \
     extern "C" __global__ void forward_gemm_##SUFFIX(T* z, T* a, T* sp, const T* w, const T* a_prev, \
                                                      const T* b, int n, int m, int batch, int act) {  \
-        forward_gemm<T>(z, a, sp, w, a_prev, b, n, m, batch, act);                                    \
+        chain_gemm<T, false>(z, a, sp, nullptr, w, a_prev, b, n, m, batch, act);                      \
     }                                                                                                 \
     extern "C" __global__ void backward_gemv_##SUFFIX(T* delta, const T* w, const T* delta_next,     \
                                                       const T* sp, int n, int m) {                    \
@@ -224,7 +306,7 @@ __device__ void backward_gemm(T* delta, const T* w, const T* delta_next, const T
     }                                                                                                 \
     extern "C" __global__ void backward_gemm_##SUFFIX(T* delta, const T* w, const T* delta_next,     \
                                                       const T* sp, int n, int m, int batch) {         \
-        backward_gemm<T>(delta, w, delta_next, sp, n, m, batch);                                      \
+        chain_gemm<T, true>(delta, nullptr, nullptr, sp, w, delta_next, nullptr, n, m, batch, 0);     \
     }
 
 LEAPFROG_CHAIN(float, f32)

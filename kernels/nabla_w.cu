@@ -11,7 +11,10 @@
 // same counts for kernels/README.md. Tuning values come in as -D options from
 // leapfrog_gpu/backends/launch.py:
 //   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product
-//   TILE                tile edge of the rank-B update (16 or 32)
+//   RANK_SIDE           the rank-B update's block is RANK_SIDE x RANK_SIDE threads, 8 x 8 outputs each
+//   RANK_CHUNK          samples of the batch it stages at a time (in float32; half as many in float64)
+
+#include "vector.h"
 
 #ifndef OUTER_BX
 #define OUTER_BX 32
@@ -19,8 +22,11 @@
 #ifndef OUTER_BY
 #define OUTER_BY 8
 #endif
-#ifndef TILE
-#define TILE 16
+#ifndef RANK_SIDE
+#define RANK_SIDE 8
+#endif
+#ifndef RANK_CHUNK
+#define RANK_CHUNK 16
 #endif
 
 // (7) for B = 1: nabla_w[i, j] = delta[i] * a[j], an outer product.
@@ -42,37 +48,116 @@ __device__ void outer(T* out, const T* delta, const T* a, int n, int m, T scale)
     }
 }
 
-// (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update.
-// Launch: block (TILE, TILE), grid (ceil(m / TILE), ceil(n / TILE)) (rank_update_launch). Each block
-// walks the batch in chunks of TILE, staging a TILE x TILE slab of delta and of a in shared memory (rows
-// padded by one to keep the column reads free of bank conflicts); loads and stores are masked at every
-// edge. Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the fused rank_update_sgd reads w as
-// well and writes it instead: (n + m) * B + n*m reads + n*m writes. The blocks of a row re-read its
-// slab of delta, ceil(m / TILE) times in all (a: ceil(n / TILE) times), mostly from L2.
+// (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-blocked.
+// Launch: block (RANK_SIDE, RANK_SIDE), grid (ceil(m / E), ceil(n / E)), E = 8 * RANK_SIDE
+// (rank_update_launch): thread (x, y) owns the 8 x 8 outputs (i0 + 8y + r, j0 + 8x + c). The block walks
+// the batch in chunks of RANK_CHUNK (half that in float64): each thread loads its share of the chunk's (E, RANK_CHUNK) slabs of
+// delta and of a (16-byte loads when the rows are aligned, else one by one; zero beyond every edge), all
+// before it stores them to shared memory transposed; then for each s of the chunk it reads its 8 deltas
+// and 8 a's (16-byte shared loads) for 64 FMAs, summing over s in order. Stores are 16 bytes where the
+// rows of nabla_w are aligned. Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the fused
+// rank_update_sgd reads w as well and writes it instead: (n + m) * B + n*m reads + n*m writes. The
+// blocks of a row re-read its slab of delta, ceil(m / E) times in all (a: ceil(n / E) times), from L2.
 template <typename T, bool SGD>
 __device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, int batch, T scale) {
-    __shared__ T delta_tile[TILE][TILE + 1];
-    __shared__ T a_tile[TILE][TILE + 1];
-    const int tx = threadIdx.x;
-    const int ty = threadIdx.y;
-    const int i0 = blockIdx.y * TILE;
-    const int j0 = blockIdx.x * TILE;
-    T acc = T(0);
-    for (int s0 = 0; s0 < batch; s0 += TILE) {
-        const int s = s0 + tx;
-        delta_tile[ty][tx] = (i0 + ty < n && s < batch) ? delta[(long long)(i0 + ty) * batch + s] : T(0);
-        a_tile[ty][tx] = (j0 + ty < m && s < batch) ? a[(long long)(j0 + ty) * batch + s] : T(0);
+    constexpr int V = Vec<T>::width, E = 8 * RANK_SIDE, THREADS = RANK_SIDE * RANK_SIDE;
+    constexpr int CHUNK = RANK_CHUNK * 4 / sizeof(T);  // samples a chunk: RANK_CHUNK floats, half as many doubles
+    constexpr int SLAB = E * CHUNK / V;                // vectors in a slab
+    constexpr int LOADS = 2 * SLAB / THREADS;          // vectors of the two slabs each thread stages
+    static_assert(CHUNK % V == 0 && 2 * SLAB % THREADS == 0, "the slabs divide among the threads");
+    __shared__ __align__(16) T delta_tile[CHUNK][E + V];
+    __shared__ __align__(16) T a_tile[CHUNK][E + V];
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * RANK_SIDE + tx;
+    const int i0 = blockIdx.y * E, j0 = blockIdx.x * E;
+    const bool wide_in = batch % V == 0 && aligned16(delta) && aligned16(a);
+    T acc[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            acc[r][c] = T(0);
+        }
+    }
+    for (int s0 = 0; s0 < batch; s0 += CHUNK) {
+        T staged[LOADS][V];
+#pragma unroll
+        for (int q = 0; q < LOADS; ++q) {
+            const int v = (t + q * THREADS) % SLAB, of_a = (t + q * THREADS) / SLAB;
+            const int row = v / (CHUNK / V), s = s0 + v % (CHUNK / V) * V;
+            const int rows = of_a ? m - j0 : n - i0;
+            const T* p = (of_a ? a + (long long)j0 * batch : delta + (long long)i0 * batch) +
+                         (long long)(row < rows ? row : 0) * batch;
+            if (wide_in && row < rows && s < batch) {
+                load16(staged[q], p + s);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    staged[q][e] = row < rows && s + e < batch ? p[s + e] : T(0);
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < LOADS; ++q) {
+            const int v = (t + q * THREADS) % SLAB, of_a = (t + q * THREADS) / SLAB;
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                (of_a ? a_tile : delta_tile)[v % (CHUNK / V) * V + e][v / (CHUNK / V)] = staged[q][e];
+            }
+        }
         __syncthreads();
-        for (int t = 0; t < TILE; ++t) {
-            acc += delta_tile[ty][t] * a_tile[tx][t];
+        for (int s = 0; s < CHUNK; ++s) {
+            T dv[8 / V][V], av[8 / V][V];
+#pragma unroll
+            for (int h = 0; h < 8 / V; ++h) {
+                load16_plain(dv[h], &delta_tile[s][8 * ty + h * V]);
+                load16_plain(av[h], &a_tile[s][8 * tx + h * V]);
+            }
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    acc[r][c] += dv[r / V][r % V] * av[c / V][c % V];
+                }
+            }
         }
         __syncthreads();
     }
-    if (i0 + ty < n && j0 + tx < m) {
-        if (SGD) {
-            out[(long long)(i0 + ty) * m + j0 + tx] -= scale * acc;
-        } else {
-            out[(long long)(i0 + ty) * m + j0 + tx] = acc;
+    const bool wide_out = m % V == 0 && aligned16(out);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        const int i = i0 + 8 * ty + r;
+        if (i < n) {
+#pragma unroll
+            for (int h = 0; h < 8 / V; ++h) {
+                const int j = j0 + 8 * tx + h * V;
+                T* p = out + (long long)i * m + j;
+                if (wide_out && j < m) {
+                    T v[V];
+                    if (SGD) {
+                        load16_plain(v, p);
+                    }
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        if (SGD) {
+                            v[e] -= scale * acc[r][h * V + e];
+                        } else {
+                            v[e] = acc[r][h * V + e];
+                        }
+                    }
+                    store16(p, v);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        if (j + e < m) {
+                            if (SGD) {
+                                p[e] -= scale * acc[r][h * V + e];
+                            } else {
+                                p[e] = acc[r][h * V + e];
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -30,9 +30,33 @@ __device__ __forceinline__ void load16(double (&out)[2], const double* p) {
     out[1] = v.y;
 }
 
-// Whether p is 16-byte aligned.
-template <typename T>
-__device__ __forceinline__ bool aligned16(const T* p) {
+// The same without the read-only cache: for shared memory, and for an array the kernel writes.
+__device__ __forceinline__ void load16_plain(float (&out)[4], const float* p) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+}
+
+__device__ __forceinline__ void load16_plain(double (&out)[2], const double* p) {
+    const double2 v = *reinterpret_cast<const double2*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+}
+
+// p[0..width) = in[0..width), one 16-byte store (p 16-byte aligned).
+__device__ __forceinline__ void store16(float* p, const float (&in)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+}
+
+__device__ __forceinline__ void store16(double* p, const double (&in)[2]) {
+    *reinterpret_cast<double2*>(p) = make_double2(in[0], in[1]);
+}
+
+// Whether the pointer p is 16-byte aligned.
+template <typename P>
+__device__ __forceinline__ bool aligned16(P p) {
     return ((unsigned long long)p & 15) == 0;
 }
 

@@ -68,7 +68,7 @@ HEADLINE = dict(N=1024, L=32, B=32)
 def _module(kernel, n, batch):
     """(file, -D options, grid, block) of the launch of ``kernel`` for an (n, n) layer and a batch."""
     if kernel in ("forward_gemv", "forward_gemm", "backward_gemv", "backward_gemm"):
-        grid, block, defines = launch.chain_launch(kernel.split("_")[0], n, batch)
+        grid, block, defines = launch.chain_launch(kernel.split("_")[0], n, batch, 4)
         return "chain.cu", defines, grid, block
     if kernel in ("outer", "outer_sgd"):
         return ("nabla_w.cu", *_order(launch.outer_launch(n, n)))
@@ -96,10 +96,11 @@ def _rounds(kernel, n, batch, threads):
     if kernel == "backward_gemv":  # threads / (cols / 4) share the rows, BACKWARD_GEMV_UNROLL each a round; sp
         cols, block = launch.BACKWARD_GEMV_BLOCK
         return math.ceil(m / (block // (cols // 4) * launch.BACKWARD_GEMV_UNROLL)), 1
-    if kernel in ("forward_gemm", "backward_gemm"):  # one staged tile of w and a per TILE of m; then b / sp
-        return math.ceil(m / launch.choose_tile(n, batch)), 1
-    if kernel in ("rank_update", "rank_update_sgd"):  # one staged tile per TILE of B; the SGD reads w after
-        return int(kernel == "rank_update_sgd"), math.ceil(batch / launch.choose_tile(n, n))
+    if kernel in ("forward_gemm", "backward_gemm"):  # a stage: its slab of w, then GEMM_UNROLL x-vectors a round
+        stages = math.ceil(m / launch.GEMM_STAGE)  # then b / sp
+        return stages, stages * math.ceil(launch.GEMM_STAGE / (32 * launch.GEMM_UNROLL)) + 1
+    if kernel in ("rank_update", "rank_update_sgd"):  # one staged chunk per RANK_CHUNK of B; the SGD reads w after
+        return int(kernel == "rank_update_sgd"), math.ceil(batch / launch.RANK_CHUNK)
     if kernel == "outer":  # delta[i] and a[j] at once; the store needs no answer
         return 0, 1
     if kernel == "outer_sgd":  # delta[i], a[j] and w at once

@@ -52,18 +52,6 @@ def device(request):
     return request.getfixturevalue("cpu")
 
 
-@pytest.fixture
-def tile(request, monkeypatch):
-    """Forces the tile edge of the B > 1 kernels (the launcher picks 16 or 32 by size)."""
-    monkeypatch.setattr(launch, "choose_tile", lambda n, m: request.param)
-    return request.param
-
-
-def skip_tile_at_batch_one(batch, tile):
-    if batch == 1 and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the GEMVs, which have no tile")
-
-
 def forward_inputs(n, m, batch, dtype, seed=0):
     """w, a_prev, b with exact zeros of z planted: row 0 of w and b zero (when n > 1), and, in column 0,
     a row whose terms cancel exactly (w small integers, a_prev multiples of 1/4, b minus their sum)."""
@@ -117,13 +105,11 @@ def compare(name, got, want, bound):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("n, m", PAIRS + WIDE)
 @pytest.mark.parametrize("activation", OUTPUT_ACTIVATIONS)
-def test_forward(device, activation, n, m, batch, tile, dtype):
-    """(2)(3): the GEMV at B = 1, the tiled GEMM above."""
-    skip_tile_at_batch_one(batch, tile)
+def test_forward(device, activation, n, m, batch, dtype):
+    """(2)(3): the GEMV at B = 1, the staged GEMM above."""
     ties = check_forward(device, forward_inputs(n, m, batch, dtype), activation)
     assert ties >= (0 if n == 1 else batch + 1)  # row 0 in every column, the cancelling row in column 0
 
@@ -158,12 +144,10 @@ def check_backward(dev, x):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("n, m", PAIRS + WIDE + [(31, 2)])
-def test_backward(device, n, m, batch, tile, dtype):
-    """(5): the transposed GEMV at B = 1, the tiled GEMM above."""
-    skip_tile_at_batch_one(batch, tile)
+def test_backward(device, n, m, batch, dtype):
+    """(5): the transposed GEMV at B = 1, the staged GEMM above."""
     check_backward(device, backward_inputs(n, m, batch, dtype))
 
 
@@ -207,14 +191,14 @@ def test_the_vector_and_the_scalar_path_give_the_same_bits(cpu, n, m, dtype):
 def test_launch_shapes_cover_every_output_within_cuda_limits():
     for n, batch in [(1, 1), (257, 1), (100_000, 1), (4096, 32), (100_000, 3), (3, 100_000)]:
         for kind in ("forward", "backward"):
-            for tile in launch.TILES:
-                grid, block, _ = launch.chain_launch(kind, n, batch, tile)
+            for itemsize in (4, 8):
+                grid, block, _ = launch.chain_launch(kind, n, batch, itemsize)
                 assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535
                 if batch == 1:
                     per_block = block[1] if kind == "forward" else launch.BACKWARD_GEMV_BLOCK[0]
                     assert grid[0] * per_block >= n
-                else:
-                    assert grid[0] * block[0] >= batch and grid[1] * block[1] >= n
+                else:  # GEMM_ROWS rows, 8 vectors of 16 bytes across the batch a block
+                    assert grid[0] * 8 * 16 // itemsize >= batch and grid[1] * launch.GEMM_ROWS >= n
 
 
 def test_the_same_launch_gives_the_same_bits(cpu):
@@ -241,17 +225,20 @@ def test_the_same_launch_gives_the_same_bits(cpu):
          AssertionError),
         ("backward_gemv", "n % V == 0 && aligned16(w)", "aligned16(w)", 0, "backward", 33, 256, 1,
          cuda_cpu.KernelError),
-        # The tiled kernels: a tile used before it is loaded, or reloaded while still in use.
-        ("forward_gemm", "__syncthreads();", "", 0, "forward", 33, 31, 3, AssertionError),
-        ("backward_gemm", "__syncthreads();", "", 1, "backward", 33, 31, 3, AssertionError),
-        # Off by one at an edge: a read one past the end of w, a store one row past the end.
-        ("forward_gemm", "j0 + tx < m", "j0 + tx <= m", 0, "forward", 33, 31, 3, cuda_cpu.KernelError),
-        ("backward_gemm", "i0 + tx < n", "i0 + tx <= n", 0, "backward", 33, 31, 3, cuda_cpu.KernelError),
+        # The staged GEMM: a slab used before it is staged, the warps' partial sums read before they are
+        # written; off by one at an edge: a read one past the end of a row of w, of a row of the batch, a
+        # store one row past the end.
+        ("chain_gemm", "__syncthreads();", "", 0, "forward", 33, 31, 3, AssertionError),
+        ("chain_gemm", "__syncthreads();", "", 2, "backward", 33, 31, 3, AssertionError),
+        ("chain_gemm", "in && e < left", "in && e <= left", 0, "forward", 33, 31, 3, cuda_cpu.KernelError),
+        ("chain_gemm", "s + e < batch ?", "s + e <= batch ?", 0, "backward", 33, 31, 3, cuda_cpu.KernelError),
+        ("chain_gemm", "i < n && col < batch", "i <= n && col < batch", 0, "forward", 33, 31, 3,
+         cuda_cpu.KernelError),
         ("forward_gemv", "lane == 0 && i < n", "lane == 0 && i <= n", 0, "forward", 33, 31, 1, cuda_cpu.KernelError),
     ],
     ids=["gemv, no warp sum", "backward gemv, shuffle level short", "backward gemv, barrier",
-         "forward gemv, wrong vector", "backward gemv, misaligned vectors", "forward tile, first barrier",
-         "backward tile, second barrier", "forward tile, w bound", "backward tile, w bound",
+         "forward gemv, wrong vector", "backward gemv, misaligned vectors", "gemm, stage barrier",
+         "gemm, partial sums barrier", "gemm, w bound", "gemm, batch bound", "gemm, store bound",
          "forward gemv, store bound"],
 )
 def test_harness_catches_broken_chain_kernels(monkeypatch, function, old, new, occurrence, check, n, m, batch,
@@ -261,7 +248,6 @@ def test_harness_catches_broken_chain_kernels(monkeypatch, function, old, new, o
     source = ops_cuda.kernel_source
     mutated = mutant("chain.cu", function, old, new, occurrence)
     monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "chain.cu" else source(f))
-    monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
 
     def run():
         device = CpuDevice()

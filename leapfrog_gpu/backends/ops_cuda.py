@@ -85,7 +85,7 @@ class CudaOps:
 
     def _chain(self, kind, n, batch, dtype, args, tail):
         """Launch ``kind``_gemv (B = 1) or ``kind``_gemm (with ``batch`` before ``tail``) of chain.cu."""
-        grid, block, options = launch.chain_launch(kind, n, batch)
+        grid, block, options = launch.chain_launch(kind, n, batch, np.dtype(dtype).itemsize)
         if batch == 1:
             self._kernel("chain.cu", f"{kind}_gemv", dtype, options)(grid, block, (*args, *tail))
         else:

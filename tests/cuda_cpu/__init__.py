@@ -76,7 +76,7 @@ _POINTER = re.compile(r"(?<![\w:])((?:const\s+)?(?:T|float|double))\s*\*\s*")
 """A pointer type in a kernel source: ``T*``, ``const T*``, ``float*``, ``const double*`` and the like."""
 _VECTOR_CAST = re.compile(r"reinterpret_cast<\s*((?:const\s+)?(?:float2|float4|double2))\s*\*\s*>\s*\(")
 """A cast of a pointer to a vector type: ``reinterpret_cast<const float4*>(``; group 1 is the type."""
-_SHARED = re.compile(r"__shared__\s+\w+\s+(\w+)\s*\[")
+_SHARED = re.compile(r"__shared__\s+(?:__align__\(\d+\)\s+)?\w+\s+(\w+)\s*\[")
 """A ``__shared__`` array's declaration; group 1 is its name."""
 
 

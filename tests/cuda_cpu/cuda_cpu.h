@@ -68,6 +68,7 @@ struct dim3 {
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __align__(bytes) __attribute__((aligned(bytes)))
 #define __syncthreads() cuda_cpu::syncthreads(__LINE__)
 #define __shfl_down_sync(mask, value, delta) cuda_cpu::shuffle(mask, value, delta, false, __LINE__)
 #define __shfl_xor_sync(mask, value, lane_mask) cuda_cpu::shuffle(mask, value, lane_mask, true, __LINE__)
@@ -240,7 +241,7 @@ struct vector {
 
 template <typename V, typename T>
 vector<V, T> vector_cast(const global<T>& pointer) {
-    static_assert(sizeof(V) % sizeof(T) == 0 && std::is_const_v<V> <= std::is_const_v<T>, "not a vector of T");
+    static_assert(sizeof(V) % sizeof(T) == 0 && (std::is_const_v<V> || !std::is_const_v<T>), "not a vector of T");
     return {pointer};
 }
 

@@ -33,11 +33,15 @@
 // Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), ceil(n / OUTER_BY)) (outer_launch); one
 // thread per element, consecutive threads along j so that the store is coalesced.
 // Bytes: n + m reads (delta, a) + n*m writes (nabla_w). The fused outer_sgd reads w as well and writes
-// it instead: n + m + n*m reads + n*m writes.
-template <typename T, bool SGD>
-__device__ void outer(T* out, const T* delta, const T* a, int n, int m, T scale) {
+// it instead: n + m + n*m reads + n*m writes. outer_bias writes (6) as well, nabla_b = delta (the
+// threads of column 0): n more writes.
+template <typename T, bool SGD, bool BIAS>
+__device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, T scale) {
     const int j = blockIdx.x * OUTER_BX + threadIdx.x;
     const int i = blockIdx.y * OUTER_BY + threadIdx.y;
+    if (BIAS && j == 0 && i < n) {
+        nabla_b[i] = T(0) + delta[i];  // (6) at B = 1, bitwise what bias_sum sums (0 + delta: -0 gives +0)
+    }
     if (i < n && j < m) {
         const T g = delta[i] * a[j];
         if (SGD) {
@@ -51,15 +55,19 @@ __device__ void outer(T* out, const T* delta, const T* a, int n, int m, T scale)
 // (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-blocked.
 // Launch: block (RANK_SIDE, RANK_SIDE), grid (ceil(m / E), ceil(n / E)), E = 8 * RANK_SIDE
 // (rank_update_launch): thread (x, y) owns the 8 x 8 outputs (i0 + 8y + r, j0 + 8x + c). The block walks
-// the batch in chunks of RANK_CHUNK (half that in float64): each thread loads its share of the chunk's (E, RANK_CHUNK) slabs of
-// delta and of a (16-byte loads when the rows are aligned, else one by one; zero beyond every edge), all
-// before it stores them to shared memory transposed; then for each s of the chunk it reads its 8 deltas
-// and 8 a's (16-byte shared loads) for 64 FMAs, summing over s in order. Stores are 16 bytes where the
+// the batch in chunks of RANK_CHUNK (half that in float64): each thread loads its share of the chunk's
+// (E, RANK_CHUNK) slabs of delta and of a (16-byte loads when the rows are aligned, else one by one;
+// zero beyond every edge), all before it stores them to shared memory transposed; then for each s of
+// the chunk it reads its 8 deltas and 8 a's (16-byte shared loads) for 64 FMAs, summing over s in order. Stores are 16 bytes where the
 // rows of nabla_w are aligned. Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the fused
 // rank_update_sgd reads w as well and writes it instead: (n + m) * B + n*m reads + n*m writes. The
 // blocks of a row re-read its slab of delta, ceil(m / E) times in all (a: ceil(n / E) times), from L2.
-template <typename T, bool SGD>
-__device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, int batch, T scale) {
+// rank_update_bias writes (6) as well, in the blocks of column 0 (n more writes), from the staged slabs
+// of delta and in bias_sum's order, so bitwise what bias_sum writes: thread t takes row i0 + t and keeps
+// 32 partial sums in shared memory, partial l of the samples s = l, l + 32, ... in order (bias_sum's lane
+// l); after the stores of nabla_w they meet in warp_sum's tree (by halves: l += l + 16, then l + 8, ...).
+template <typename T, bool SGD, bool BIAS>
+__device__ void rank_update(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, int batch, T scale) {
     constexpr int V = Vec<T>::width, E = 8 * RANK_SIDE, THREADS = RANK_SIDE * RANK_SIDE;
     constexpr int CHUNK = RANK_CHUNK * 4 / sizeof(T);  // samples a chunk: RANK_CHUNK floats, half as many doubles
     constexpr int SLAB = E * CHUNK / V;                // vectors in a slab
@@ -70,6 +78,14 @@ __device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, in
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * RANK_SIDE + tx;
     const int i0 = blockIdx.y * E, j0 = blockIdx.x * E;
     const bool wide_in = batch % V == 0 && aligned16(delta) && aligned16(a);
+    static_assert(!BIAS || THREADS == E, "rank_update_bias: a thread per row of the slab");
+    __shared__ T bias_part[BIAS ? E : 1][BIAS ? 33 : 1];  // [row][l]: partial l of each row (padded)
+    const bool bias = BIAS && blockIdx.x == 0;
+    if (bias) {
+        for (int l = 0; l < 32; ++l) {
+            bias_part[t][l] = T(0);
+        }
+    }
     T acc[8][8];
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
@@ -105,6 +121,12 @@ __device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, in
             }
         }
         __syncthreads();
+        if (bias) {  // off the hot path (the blocks of one column), left rolled: 3 shared accesses a sample
+#pragma unroll 1
+            for (int s = 0; s < CHUNK; ++s) {
+                bias_part[t][(s0 + s) % 32] += delta_tile[s][t];
+            }
+        }
         for (int s = 0; s < CHUNK; ++s) {
             T dv[8 / V][V], av[8 / V][V];
 #pragma unroll
@@ -160,23 +182,41 @@ __device__ void rank_update(T* out, const T* delta, const T* a, int n, int m, in
             }
         }
     }
+    if (bias && i0 + t < n) {  // once a thread: left rolled
+#pragma unroll 1
+        for (int half = 16; half > 0; half /= 2) {
+#pragma unroll 1
+            for (int l = 0; l < half; ++l) {
+                bias_part[t][l] += bias_part[t][l + half];
+            }
+        }
+        nabla_b[i0 + t] = bias_part[t][0];
+    }
 }
 
-#define LEAPFROG_NABLA_W(T, SUFFIX)                                                                  \
-    extern "C" __global__ void outer_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n, int m) { \
-        outer<T, false>(nabla_w, delta, a, n, m, T(0));                                              \
-    }                                                                                                \
-    extern "C" __global__ void outer_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n, int m,   \
-                                                  const T* controls) {                              \
-        if (controls[1] == T(0)) outer<T, true>(w, delta, a, n, m, controls[0]);                     \
-    }                                                                                                \
-    extern "C" __global__ void rank_update_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n,  \
-                                                    int m, int batch) {                             \
-        rank_update<T, false>(nabla_w, delta, a, n, m, batch, T(0));                                 \
-    }                                                                                                \
-    extern "C" __global__ void rank_update_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n,    \
-                                                        int m, int batch, const T* controls) {      \
-        if (controls[1] == T(0)) rank_update<T, true>(w, delta, a, n, m, batch, controls[0]);        \
+#define LEAPFROG_NABLA_W(T, SUFFIX)                                                                   \
+    extern "C" __global__ void outer_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n, int m) {  \
+        outer<T, false, false>(nabla_w, nullptr, delta, a, n, m, T(0));                               \
+    }                                                                                                 \
+    extern "C" __global__ void outer_bias_##SUFFIX(T* nabla_w, T* nabla_b, const T* delta, const T* a, \
+                                                   int n, int m) {                                    \
+        outer<T, false, true>(nabla_w, nabla_b, delta, a, n, m, T(0));                                \
+    }                                                                                                 \
+    extern "C" __global__ void outer_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n, int m,    \
+                                                  const T* controls) {                               \
+        if (controls[1] == T(0)) outer<T, true, false>(w, nullptr, delta, a, n, m, controls[0]);      \
+    }                                                                                                 \
+    extern "C" __global__ void rank_update_##SUFFIX(T* nabla_w, const T* delta, const T* a, int n,   \
+                                                    int m, int batch) {                              \
+        rank_update<T, false, false>(nabla_w, nullptr, delta, a, n, m, batch, T(0));                  \
+    }                                                                                                 \
+    extern "C" __global__ void rank_update_bias_##SUFFIX(T* nabla_w, T* nabla_b, const T* delta,     \
+                                                         const T* a, int n, int m, int batch) {      \
+        rank_update<T, false, true>(nabla_w, nabla_b, delta, a, n, m, batch, T(0));                   \
+    }                                                                                                 \
+    extern "C" __global__ void rank_update_sgd_##SUFFIX(T* w, const T* delta, const T* a, int n,     \
+                                                        int m, int batch, const T* controls) {       \
+        if (controls[1] == T(0)) rank_update<T, true, false>(w, nullptr, delta, a, n, m, batch, controls[0]); \
     }
 
 LEAPFROG_NABLA_W(float, f32)

@@ -70,15 +70,15 @@ def _module(kernel, n, batch):
     if kernel in ("forward_gemv", "forward_gemm", "backward_gemv", "backward_gemm"):
         grid, block, defines = launch.chain_launch(kernel.split("_")[0], n, batch, 4)
         return "chain.cu", defines, grid, block
-    if kernel in ("outer", "outer_sgd"):
+    if kernel in ("outer", "outer_sgd", "outer_bias"):
         return ("nabla_w.cu", *_order(launch.outer_launch(n, n)))
-    if kernel in ("rank_update", "rank_update_sgd"):
+    if kernel in ("rank_update", "rank_update_sgd", "rank_update_bias"):
         return ("nabla_w.cu", *_order(launch.rank_update_launch(n, n)))
     if kernel == "bias_sum":
         return ("nabla_b.cu", *_order(launch.bias_launch(n)))
     if kernel == "check_finite":
         return ("elementwise.cu", *_order(launch.check_finite_launch(n * n)))
-    size = n * n if kernel == "sgd_update" else n * batch
+    size = {"sgd_update": n * n, "sgd_update_layer": n * n + n}.get(kernel, n * batch)
     return ("elementwise.cu", *_order(launch.elementwise_launch(size)))
 
 
@@ -99,9 +99,9 @@ def _rounds(kernel, n, batch, threads):
     if kernel in ("forward_gemm", "backward_gemm"):  # a stage: its slab of w, then GEMM_UNROLL x-vectors a round
         stages = math.ceil(m / launch.GEMM_STAGE)  # then b / sp
         return stages, stages * math.ceil(launch.GEMM_STAGE / (32 * launch.GEMM_UNROLL)) + 1
-    if kernel in ("rank_update", "rank_update_sgd"):  # one staged chunk per RANK_CHUNK of B; the SGD reads w after
-        return int(kernel == "rank_update_sgd"), math.ceil(batch / launch.RANK_CHUNK)
-    if kernel == "outer":  # delta[i] and a[j] at once; the store needs no answer
+    if kernel in ("rank_update", "rank_update_sgd", "rank_update_bias"):  # a staged chunk per RANK_CHUNK of B;
+        return int(kernel == "rank_update_sgd"), math.ceil(batch / launch.RANK_CHUNK)  # the SGD reads w after
+    if kernel in ("outer", "outer_bias"):  # delta[i] and a[j] at once; the store needs no answer
         return 0, 1
     if kernel == "outer_sgd":  # delta[i], a[j] and w at once
         return 1, 0
@@ -111,14 +111,16 @@ def _rounds(kernel, n, batch, threads):
         return math.ceil(n * m / (4 * threads)), 0
     if kernel == "sgd_update":  # a grid-stride loop over n*m: a round per element visited
         return math.ceil(n * m / threads), 0
+    if kernel == "sgd_update_layer":  # the same over n*m + n
+        return math.ceil((n * m + n) / threads), 0
     return 0, math.ceil(n * batch / threads)
 
 
 def _fmas(kernel, n, batch):
     if kernel in ("forward_gemv", "forward_gemm", "backward_gemv", "backward_gemm", "rank_update",
-                  "rank_update_sgd"):
+                  "rank_update_sgd", "rank_update_bias"):
         return n * n * batch
-    if kernel in ("outer", "outer_sgd", "sgd_update"):
+    if kernel in ("outer", "outer_sgd", "outer_bias", "sgd_update", "sgd_update_layer"):
         return n * n
     return 0
 
@@ -214,7 +216,7 @@ def model(kernel, n, batch, itemsize=4):
     ffma = _count(sass, r"[FD]FMA(\..*)?")
     shared_cycles = sum(count * {"": 1, ".64": 2, ".128": 4}[re.sub(r"^LDS(\.U)?", "", op) or ""]
                         for op, count in sass.items() if re.fullmatch(r"LDS(\.U)?(\.64|\.128)?", op))
-    from_shared = kernel in ("forward_gemm", "backward_gemm", "rank_update", "rank_update_sgd")
+    from_shared = kernel in ("forward_gemm", "backward_gemm", "rank_update", "rank_update_sgd", "rank_update_bias")
     cycles_per_fma = shared_cycles / ffma if from_shared and ffma else 0.0
     hbm, l2 = _rounds(kernel, n, batch, threads)
     concurrency = max(1.0, threads / (SMS * resident * threads_per_block))
@@ -257,18 +259,19 @@ def step(rows, N=HEADLINE["N"], L=HEADLINE["L"], B=HEADLINE["B"]):
     bytes floor: N-wide, L layers, batch B, float32, every layer square.
 
     Sequential: every kernel on one stream, in order, each adding ``NODE``. Leapfrog: the chain
-    (forward, delta) on the main stream; the gradients of layer l run on a worker beside the chain
-    below it, so they cost time only past the chain's remaining length, and the updates follow the join.
+    (forward, delta) on the main stream; the gradients of layer l (one kernel, (6) in the (7) kernel) run
+    on a worker beside the chain below it, so they cost time only past the chain's remaining length, and
+    the updates (one kernel for w and b) follow the join.
     """
     t = {(r["kernel"]): r["predicted_us"] * 1e-6 + NODE for r in rows if r["N"] == N and r["B"] == B}
     many = B > 1
     forward, backward = t["forward_gemm" if many else "forward_gemv"], t["backward_gemm" if many else "backward_gemv"]
-    gradients = t["rank_update" if many else "outer"] + t["bias_sum"]
-    update = t["sgd_update"] + L2_LATENCY + NODE  # w, then b: n elements, one round from L2
+    gradients = t["rank_update_bias" if many else "outer_bias"]
+    update = t["sgd_update_layer"]
     layers = L - 1
     chain = layers * forward + t["delta_output"] + (layers - 1) * backward
     sequential = chain + layers * (gradients + update)
-    leapfrog = chain + max(gradients, 0) + layers * update  # the last layer's gradients pass the chain's end
+    leapfrog = chain + gradients + layers * update  # the last layer's gradients pass the chain's end
     floor = traffic.step_bytes([N] * L, B, 4) / BANDWIDTH
     return {"N": N, "L": L, "B": B, "sequential_us": sequential * 1e6, "leapfrog_us": leapfrog * 1e6,
             "bytes_floor_us": floor * 1e6, "leapfrog_over_floor": leapfrog / floor}
@@ -310,7 +313,8 @@ def readme(rows=None):
     )
     text = [traffic.readme(), "## Model on an H200 (float32)", "", textwrap.fill(about, 100), "",
             table(rows), "", textwrap.fill(
-                "Graph step, N = 1024, L = 32, float32, unfused: the kernels above plus "
+                "Graph step, N = 1024, L = 32, float32, unfused (gradients and updates one kernel a layer each): "
+                "the kernels above plus "
                 f"{NODE * 1e6:.0f} us a node, and the bytes floor (`traffic.step_bytes`) at the same bandwidth:",
                 100), "",
             "| B | Sequential() us | Leapfrog(k) us | bytes floor us | Leapfrog over floor |",

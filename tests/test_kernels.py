@@ -53,6 +53,10 @@ class TwinOps:
     def fused_update(w, delta, a, step, scratch):
         ops_numpy.fused_update(w, delta, a, step, np.empty(max(ops_numpy.SCRATCH, w.shape[1]), w.dtype))
 
+    @staticmethod
+    def update(w, nabla_w, b, nabla_b, step, scratch):
+        ops_numpy.update(w, nabla_w, b, nabla_b, step, np.empty(ops_numpy.SCRATCH, w.dtype))
+
 
 class TwinDevice:
     """The NumPy twins, on host arrays."""
@@ -406,3 +410,44 @@ def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occu
     # The unmutated kernel passes the same check.
     monkeypatch.setattr(ops_cuda, "kernel_source", source)
     check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
+
+
+def _bits(array):
+    return np.ascontiguousarray(array).tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES + (33,))
+@pytest.mark.parametrize("n, m", [(1, 1), (33, 31), (130, 67)] + WIDE)
+def test_gradients_are_bitwise_nabla_b_and_nabla_w(device, n, m, batch, dtype):
+    """(6) and (7) in one kernel (outer_bias, rank_update_bias: nabla_b from the staged slabs of delta)
+    write bit for bit what nabla_b and nabla_w write, -0 and the batch's padding included, for every
+    block of the grid (n = 130: three rows of blocks)."""
+    rng = np.random.default_rng([n, m, batch, 9])
+    delta, a = _random(rng, (n, batch), dtype, specials=(0.0, -0.0)), _random(rng, (m, batch), dtype)
+    nabla_w, nabla_b = device.to_device(nans((n, m), dtype)), device.to_device(nans(n, dtype))
+    device.ops.gradients(nabla_w, nabla_b, device.to_device(delta), device.to_device(a))
+    alone_w, alone_b = device.to_device(nans((n, m), dtype)), device.to_device(nans(n, dtype))
+    device.ops.nabla_w(alone_w, device.to_device(delta), device.to_device(a))
+    device.ops.nabla_b(alone_b, device.to_device(delta))
+    assert _bits(device.to_host(nabla_w)) == _bits(device.to_host(alone_w))
+    assert _bits(device.to_host(nabla_b)) == _bits(device.to_host(alone_b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("n, m", [(1, 1), (33, 31)] + WIDE)
+def test_the_update_of_a_layer_is_bitwise_sgd_update_of_w_and_of_b(device, n, m, dtype):
+    """One kernel for w and b writes what two sgd_update launches write; a refused step writes nothing."""
+    rng = np.random.default_rng([n, m, 10])
+    w, nabla_w = _random(rng, (n, m), dtype), _random(rng, (n, m), dtype)
+    b, nabla_b = _random(rng, n, dtype), _random(rng, n, dtype)
+    for refused in (0, 3):
+        controls = device.to_device(step(0.3 / 7, dtype, refused))
+        both_w, both_b, one_w, one_b = (device.to_device(x) for x in (w, b, w, b))
+        device.ops.update(both_w, device.to_device(nabla_w), both_b, device.to_device(nabla_b), controls, None)
+        device.ops.sgd_update(one_w, device.to_device(nabla_w), controls, None)
+        device.ops.sgd_update(one_b, device.to_device(nabla_b), controls, None)
+        assert _bits(device.to_host(both_w)) == _bits(device.to_host(one_w))
+        assert _bits(device.to_host(both_b)) == _bits(device.to_host(one_b))
+        if refused:
+            assert _bits(device.to_host(both_w)) == _bits(w) and _bits(device.to_host(both_b)) == _bits(b)

@@ -106,6 +106,18 @@ class CudaOps:
     def nabla_w(self, nabla_w, delta, a):
         self._nabla_w("", nabla_w, delta, a, ())
 
+    def gradients(self, nabla_w, nabla_b, delta, a):
+        """(6) and (7) in one kernel: ``nabla_b`` from the error the ``nabla_w`` kernel reads anyway."""
+        (n, batch), m = delta.shape, a.shape[0]
+        if batch == 1:
+            grid, block, options = launch.outer_launch(n, m)
+            kernel = self._kernel("nabla_w.cu", "outer_bias", delta.dtype, options)
+            kernel(grid, block, (nabla_w, nabla_b, delta, a, np.int32(n), np.int32(m)))
+        else:
+            grid, block, options = launch.rank_update_launch(n, m)
+            kernel = self._kernel("nabla_w.cu", "rank_update_bias", delta.dtype, options)
+            kernel(grid, block, (nabla_w, nabla_b, delta, a, np.int32(n), np.int32(m), np.int32(batch)))
+
     def fused_update(self, w, delta, a, controls, scratch):
         """``w -= controls[0] * (delta a^T)`` unless ``controls[1]``, in one pass over w; ``scratch`` is unused here."""
         del scratch
@@ -132,6 +144,12 @@ class CudaOps:
         """``param -= controls[0] * nabla`` unless ``controls[1]``, in one pass; ``scratch`` is unused here."""
         del scratch
         self._elementwise("sgd_update", param.size, param.dtype, (param, nabla, controls, np.int64(param.size)))
+
+    def update(self, w, nabla_w, b, nabla_b, controls, scratch):
+        """``sgd_update`` of w and of b in one kernel; ``scratch`` is unused here."""
+        del scratch
+        args = (w, nabla_w, np.int64(w.size), b, nabla_b, np.int64(b.size), controls)
+        self._elementwise("sgd_update_layer", w.size + b.size, w.dtype, args)
 
     def check_finite(self, controls, x, code):
         """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0."""

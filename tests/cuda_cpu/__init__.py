@@ -10,8 +10,8 @@ Global memory is bounds-checked: ``build`` compiles every ``T*`` of the source (
 ``double``, const or not) as ``cuda_cpu::global<T>``, a pointer that checks each access against the buffer
 of the argument it comes from, so that an access outside an argument stops the launch (``KernelError``)
 with the index and the buffer's size; a 16-byte access through ``reinterpret_cast<const float4*>`` (or
-``double2``) checks the whole vector and its alignment. ``guarded(array)`` copies an array into memory with an inaccessible
-page right after its last byte, for accesses the check cannot see (through a pointer that comes from no
+``double2``) checks the whole vector and its alignment. ``guarded(array)`` copies an array into memory with an
+inaccessible page right after its last byte, for accesses the check cannot see (through a pointer that comes from no
 argument): one past the end stops the launch too.
 
 Libraries are cached in ``$CUDA_CPU_CACHE``, by default ``cuda_cpu-<uid>`` in the temporary directory.

@@ -8,7 +8,7 @@ arrays, checks that both agree, and prints GB/s from ``traffic.kernel_bytes`` be
 of a measured device-to-device copy: one table, one row per shape and implementation.
 
 Then the chain (``chain_rows``): the forward layer (2)(3) and the backward layer (5) on our kernels of
-kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a tiled GEMM above) against cuBLAS plus our
+kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a staged GEMM above) against cuBLAS plus our
 elementwise kernel (what an eager step runs), in GB/s and, for B > 1, GFLOP/s, with the verdicts on
 the GPU targets: the GEMVs at >= 80 % of the copy's bandwidth at N = 4096, and no slower than cuBLAS
 plus the elementwise kernel at N = 1024. On NumPy there is one implementation, the library's.

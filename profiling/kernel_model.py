@@ -25,7 +25,12 @@ every access is coalesced, the compulsory bytes move at HBM bandwidth (an N = 10
 hit the 50 MB L2), a round's loads are all in flight together, blocks overlap (no tail effect), the rounds of
 each kernel are counted from its loops in ``kernels/*.cu`` (``ROUNDS`` below, with the unroll factor
 each source asks for), and launch overhead is left out of kernel times (the step adds ``NODE`` per
-kernel on the main stream's path).
+kernel on the main stream's path). Not timed: re-reads served by L2 (the staged chain GEMM re-reads
+a_prev's 32 columns once per block of 8 rows, 16 MB from L2 at N = 1024, B = 32, about 2-3 us if L2
+delivers 5-7 TB/s: the first thing a measurement should check), warp shuffles, and the tail of a grid
+whose blocks differ (the blocks of rank_update_bias's first column also sum nabla_b). SASS counts are
+static: an instruction outside the hot loop counts as one inside it, which is why the once-a-thread
+loops of rank_update_bias are left rolled.
 
 ``python profiling/kernel_model.py`` prints the table; ``--json FILE`` writes one record per kernel and
 shape; ``--readme`` prints kernels/README.md (the floors of ``traffic.py`` and this table).

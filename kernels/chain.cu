@@ -8,151 +8,286 @@
 // bits every time. Bytes are given in elements (times 4 or 8); leapfrog_gpu/tools/traffic.py holds the
 // same counts for kernels/README.md. Tuning values come in as -D options from
 // leapfrog_gpu/backends/launch.py (chain_launch):
-//   FWD_LANES, FWD_ROWS   forward GEMV block: FWD_LANES threads (a power of two) share each of FWD_ROWS rows
-//   BWD_COLS, BWD_SPLIT   backward GEMV block: BWD_SPLIT threads (a power of two) share each of BWD_COLS columns
-//   TILE                  tile edge of the B > 1 kernels (16 or 32)
+//   FWD_ROWS, FWD_UNROLL   forward GEMV block: a warp per row, FWD_ROWS rows; FWD_UNROLL 16-byte loads
+//                          of a row per lane before their sum
+//   BWD_THREADS, BWD_COLS  backward GEMV block: BWD_THREADS threads share BWD_COLS columns
+//   BWD_UNROLL             rows of w each of them loads before their sum
+//   GEMM_ROWS, GEMM_THREADS  B > 1 block: GEMM_THREADS threads (256) for GEMM_ROWS rows (8) of the result
+//   GEMM_STAGE             elements of m a B > 1 block stages in shared memory at a time (in float32)
+//   GEMM_UNROLL            vectors of a_prev (delta_next) each thread loads before their sum
 
 #include "activation.h"
+#include "vector.h"
 
-#ifndef FWD_LANES
-#define FWD_LANES 32
-#endif
 #ifndef FWD_ROWS
-#define FWD_ROWS 8
+#define FWD_ROWS 4
+#endif
+#ifndef FWD_UNROLL
+#define FWD_UNROLL 8
+#endif
+#ifndef BWD_THREADS
+#define BWD_THREADS 256
 #endif
 #ifndef BWD_COLS
-#define BWD_COLS 32
+#define BWD_COLS 8
 #endif
-#ifndef BWD_SPLIT
-#define BWD_SPLIT 16
+#ifndef BWD_UNROLL
+#define BWD_UNROLL 8
 #endif
-#ifndef TILE
-#define TILE 16
+#ifndef GEMM_ROWS
+#define GEMM_ROWS 8
 #endif
-
-// Sums values[0], values[stride], ..., values[(count - 1) * stride] into values[0] in a binary tree
-// (count a power of two): at each level thread `index` adds in the value half the level away, then the
-// block meets at a barrier, so every thread of the block must call it, with its own index.
-template <typename T>
-__device__ void tree_sum(T* values, int index, int count, int stride) {
-    for (int half = count / 2; half > 0; half /= 2) {
-        if (index < half) {
-            values[index * stride] += values[(index + half) * stride];
-        }
-        __syncthreads();
-    }
-}
+#ifndef GEMM_THREADS
+#define GEMM_THREADS 256
+#endif
+#ifndef GEMM_STAGE
+#define GEMM_STAGE 1024
+#endif
+#ifndef GEMM_UNROLL
+#define GEMM_UNROLL 16
+#endif
 
 // (2)(3) for B = 1, a GEMV: z = w a_prev + b, a = sigma(z), sp = sigma'(z).
-// Launch: block (FWD_LANES, FWD_ROWS), grid ceil(n / FWD_ROWS). The lanes of a row read it in strides of
-// FWD_LANES (coalesced), each summing its share in order; the partial sums then meet in tree_sum.
+// Launch: block (32, FWD_ROWS), grid ceil(n / FWD_ROWS): a warp per row. The row goes in chunks of
+// 32 * FWD_UNROLL vectors: lane l loads vectors l, l + 32, ... of the chunk (of w and of a_prev; 16-byte
+// loads when the rows are aligned, else the same elements one by one), all before it sums them in order;
+// the lanes' sums then meet in warp_sum. A warp past the last row reads the last one and stores nothing.
 // Bytes: n*m + m + n reads (w, a_prev, b) + 3n writes (z, a, sp).
 template <typename T>
 __device__ void forward_gemv(T* z, T* a, T* sp, const T* w, const T* a_prev, const T* b, int n, int m,
                              int act) {
-    __shared__ T partial[FWD_ROWS][FWD_LANES + 1];
+    constexpr int V = Vec<T>::width;
     const int lane = threadIdx.x;
-    const int row = threadIdx.y;
-    const int i = blockIdx.x * FWD_ROWS + row;
+    const int i = blockIdx.x * FWD_ROWS + threadIdx.y;
+    const T* w_i = w + (long long)(i < n ? i : n - 1) * m;
+    const bool wide = m % V == 0 && aligned16(w) && aligned16(a_prev);
     T acc = T(0);
-    if (i < n) {
-        const T* w_i = w + (long long)i * m;
-#pragma unroll 4
-        for (int j = lane; j < m; j += FWD_LANES) {
-            acc += w_i[j] * a_prev[j];
+    for (int j0 = 0; j0 < m; j0 += 32 * V * FWD_UNROLL) {
+        T wv[FWD_UNROLL][V], av[FWD_UNROLL][V];
+#pragma unroll
+        for (int u = 0; u < FWD_UNROLL; ++u) {
+            const int j = j0 + (u * 32 + lane) * V;
+            if (wide && j < m) {
+                load16(wv[u], w_i + j);
+                load16(av[u], a_prev + j);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    wv[u][e] = j + e < m ? w_i[j + e] : T(0);
+                    av[u][e] = j + e < m ? a_prev[j + e] : T(0);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < FWD_UNROLL; ++u) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                acc += wv[u][e] * av[u][e];
+            }
         }
     }
-    partial[row][lane] = acc;
-    __syncthreads();
-    tree_sum(&partial[row][0], lane, FWD_LANES, 1);
+    acc = warp_sum(acc);
     if (lane == 0 && i < n) {
-        store_activation(z, a, sp, i, partial[row][0] + b[i], act);
+        store_activation(z, a, sp, i, acc + b[i], act);
     }
 }
 
 // (5) for B = 1, a transposed GEMV: delta = (w^T delta_next) * sp.
-// Launch: block (BWD_COLS, BWD_SPLIT), grid ceil(n / BWD_COLS). Thread (c, p) sums rows k = p, p +
-// BWD_SPLIT, ... of column i = c of its block (consecutive threads read consecutive columns of a row:
-// coalesced); the BWD_SPLIT partial sums of a column meet in tree_sum.
+// Launch: block BWD_THREADS, grid ceil(n / BWD_COLS). Thread t owns the V columns i0 + (t % A) * V, ...
+// (A = BWD_COLS / V threads across) and the rows k = p, p + P, ... (p = t / A, P = BWD_THREADS / A);
+// it loads BWD_UNROLL rows' vectors (16 bytes when the rows are aligned, else one by one) and their
+// delta_next before it sums them in order. The P partial sums of a column meet in a fixed order: the
+// 32 / A of a warp by halves in shuffles, then the warps' in order in shared memory.
 // Bytes: m*n + m + n reads (w, delta_next, sp) + n writes (delta).
 template <typename T>
 __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T* sp, int n, int m) {
-    __shared__ T partial[BWD_SPLIT][BWD_COLS + 1];
-    const int col = threadIdx.x;
-    const int part = threadIdx.y;
-    const int i = blockIdx.x * BWD_COLS + col;
-    T acc = T(0);
-    if (i < n) {
-#pragma unroll 4
-        for (int k = part; k < m; k += BWD_SPLIT) {
-            acc += w[(long long)k * n + i] * delta_next[k];
+    constexpr int V = Vec<T>::width, ACROSS = BWD_COLS / V, PARTS = BWD_THREADS / ACROSS;
+    static_assert(BWD_COLS % V == 0 && ACROSS <= 32 && BWD_THREADS % 32 == 0, "a warp holds whole rows");
+    __shared__ T partial[BWD_THREADS / 32][BWD_COLS];
+    const int t = threadIdx.x;
+    const int i = blockIdx.x * BWD_COLS + (t % ACROSS) * V;
+    const bool wide = n % V == 0 && aligned16(w);
+    T acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+        acc[e] = T(0);
+    }
+    for (int k0 = t / ACROSS; k0 < m; k0 += PARTS * BWD_UNROLL) {
+        T wv[BWD_UNROLL][V], d[BWD_UNROLL];
+#pragma unroll
+        for (int u = 0; u < BWD_UNROLL; ++u) {
+            const int k = k0 + u * PARTS;
+            const T* w_k = w + (long long)(k < m ? k : 0) * n;
+            d[u] = k < m ? delta_next[k] : T(0);
+            if (wide && k < m && i < n) {
+                load16(wv[u], w_k + i);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    wv[u][e] = k < m && i + e < n ? w_k[i + e] : T(0);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < BWD_UNROLL; ++u) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                acc[e] += wv[u][e] * d[u];
+            }
         }
     }
-    partial[part][col] = acc;
+#pragma unroll
+    for (int offset = 16; offset >= ACROSS; offset /= 2) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            acc[e] += __shfl_down_sync(0xffffffffu, acc[e], offset);
+        }
+    }
+    if (t % 32 < ACROSS) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            partial[t / 32][t % 32 * V + e] = acc[e];
+        }
+    }
     __syncthreads();
-    tree_sum(&partial[0][col], part, BWD_SPLIT, BWD_COLS + 1);
-    if (part == 0 && i < n) {
-        delta[i] = partial[0][col] * sp[i];
+    const int col = blockIdx.x * BWD_COLS + t;
+    if (t < BWD_COLS && col < n) {
+        T sum = partial[0][t];
+        for (int warp = 1; warp < BWD_THREADS / 32; ++warp) {
+            sum += partial[warp][t];
+        }
+        delta[col] = sum * sp[col];
     }
 }
 
-// (2)(3) for B > 1, a tiled GEMM: z = w a_prev + b (b broadcast over the batch), a = sigma(z), sp.
-// Launch: block (TILE, TILE), grid (ceil(B / TILE), ceil(n / TILE)); thread (x, y) owns z[i0 + y, s0 + x].
-// The block walks m in chunks of TILE, staging a TILE x TILE slab of w and of a_prev in shared memory
-// (zero beyond every edge), and each thread sums its chunk's terms in order.
-// Bytes: n*m + m*B + n reads (w, a_prev, b) + 3*n*B writes (z, a, sp); the blocks of a row of tiles
-// re-read its slab of w, ceil(B / TILE) times in all, mostly from L2.
-template <typename T>
-__device__ void forward_gemm(T* z, T* a, T* sp, const T* w, const T* a_prev, const T* b, int n, int m,
-                             int batch, int act) {
-    __shared__ T w_tile[TILE][TILE + 1];
-    __shared__ T a_tile[TILE][TILE + 1];
-    const int tx = threadIdx.x;
-    const int ty = threadIdx.y;
-    const int i = blockIdx.y * TILE + ty;
-    const int s = blockIdx.x * TILE + tx;
-    T acc = T(0);
-    for (int j0 = 0; j0 < m; j0 += TILE) {
-        w_tile[ty][tx] = (i < n && j0 + tx < m) ? w[(long long)i * m + j0 + tx] : T(0);
-        a_tile[ty][tx] = (j0 + ty < m && s < batch) ? a_prev[(long long)(j0 + ty) * batch + s] : T(0);
+// (2)(3) and (5) for B > 1: out = w a_prev (forward; w is (n, m)) or out = w^T delta_next (backward; w
+// is (m, n)), for a block of GEMM_ROWS rows of out and S = 8 * V columns of the batch (32 in float32,
+// 16 in float64), then the epilogue: + b, then a = sigma(z) and sp_out = sigma'(z) (forward), or * sp
+// (backward; a, sp_out and b are unused there).
+// Launch: block GEMM_THREADS (256), grid (ceil(B / S), ceil(n / GEMM_ROWS)) (chain_launch). The block
+// walks m in stages of K = GEMM_STAGE elements (half as many in float64): it loads the stage's
+// (GEMM_ROWS, K) slab of w, 8 vectors a thread (16 bytes when the rows are aligned, else one by one;
+// zero beyond every edge), all before it stores them to shared memory. Thread t then takes the columns
+// s0 + (t % 8) * V, ... of x (a_prev, or delta_next) and the rows k = t / 8, t / 8 + 32, ... of the
+// stage: it loads GEMM_UNROLL vectors of x before it multiplies them by the 8 rows' w[., k] (shared
+// loads, one for 2 * V FMAs), summing over k in order. The 32 partial sums of an output meet in a fixed
+// order: by halves in shuffles within a warp (4 of them), then the 8 warps' in order in shared memory.
+// Bytes: n*m + m*B + n (forward: w, a_prev, b) or m*n + m*B + n*B (backward: w, delta_next, sp) reads
+// + 3*n*B (z, a, sp) or n*B (delta) writes; every block of a column of the grid re-reads the whole of
+// x's columns (m * S elements), ceil(n / GEMM_ROWS) times in all, from L2.
+template <typename T, bool BACKWARD>
+__device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, const T* x, const T* b, int n, int m,
+                           int batch, int act) {
+    constexpr int V = Vec<T>::width, S = 8 * V, R = GEMM_ROWS, K = GEMM_STAGE * 4 / sizeof(T);
+    constexpr int SLICES = GEMM_THREADS / 8, LOADS = R * K / V / GEMM_THREADS;
+    static_assert(R == 8 && GEMM_THREADS == 256 && R * K % (V * GEMM_THREADS) == 0 && K % (SLICES * GEMM_UNROLL) == 0,
+                  "8 rows; a slab divides among 256 threads; a stage among the slices");
+    __shared__ __align__(16) T slab[R][K];
+    const int t = threadIdx.x, lane = t % 32, g = t % 8, p = t / 8;
+    const int i0 = blockIdx.y * R, s = blockIdx.x * S + g * V;
+    const bool wide_w = (BACKWARD ? n : m) % V == 0 && aligned16(w);
+    const bool wide_x = batch % V == 0 && aligned16(x);
+    T acc[R][V];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            acc[r][e] = T(0);
+        }
+    }
+    for (int k0 = 0; k0 < m; k0 += K) {
+        T staged[LOADS][V];
+#pragma unroll
+        for (int q = 0; q < LOADS; ++q) {
+            const int v = t + q * GEMM_THREADS;
+            // Forward: row r of the slab is row i0 + r of w, vector kv along it. Backward: row k of w,
+            // vector rv along its n, which the slab holds transposed.
+            const int r = BACKWARD ? v % (R / V) * V : v / (K / V), k = BACKWARD ? v / (R / V) : v % (K / V) * V;
+            const bool in = BACKWARD ? k0 + k < m : i0 + r < n;
+            const long long start = BACKWARD ? (long long)(k0 + k) * n + i0 + r : (long long)(i0 + r) * m + k0 + k;
+            const int left = BACKWARD ? n - (i0 + r) : m - (k0 + k);  // elements of the vector inside w's row
+            if (wide_w && in && left > 0) {
+                load16(staged[q], w + start);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    staged[q][e] = in && e < left ? w[start + e] : T(0);
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < LOADS; ++q) {
+            const int v = t + q * GEMM_THREADS;
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                if (BACKWARD) {
+                    slab[v % (R / V) * V + e][v / (R / V)] = staged[q][e];
+                } else {
+                    slab[v / (K / V)][v % (K / V) * V + e] = staged[q][e];
+                }
+            }
+        }
         __syncthreads();
-        for (int t = 0; t < TILE; ++t) {
-            acc += w_tile[ty][t] * a_tile[t][tx];
+        for (int kk = p; kk < K; kk += SLICES * GEMM_UNROLL) {
+            T xv[GEMM_UNROLL][V];
+#pragma unroll
+            for (int u = 0; u < GEMM_UNROLL; ++u) {
+                const int k = k0 + kk + u * SLICES;
+                const T* x_k = x + (long long)(k < m ? k : 0) * batch;
+                if (wide_x && k < m && s < batch) {
+                    load16(xv[u], x_k + s);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        xv[u][e] = k < m && s + e < batch ? x_k[s + e] : T(0);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GEMM_UNROLL; ++u) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const T w_rk = slab[r][kk + u * SLICES];
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        acc[r][e] += w_rk * xv[u][e];
+                    }
+                }
+            }
         }
         __syncthreads();
     }
-    if (i < n && s < batch) {
-        store_activation(z, a, sp, (long long)i * batch + s, acc + b[i], act);
-    }
-}
-
-// (5) for B > 1, a tiled GEMM with the transpose: delta = (w^T delta_next) * sp.
-// Launch: block (TILE, TILE), grid (ceil(B / TILE), ceil(n / TILE)); thread (x, y) owns delta[i0 + y,
-// s0 + x]. The block walks m in chunks of TILE, staging w[k0.., i0..] (read along rows: coalesced) and
-// delta_next[k0.., s0..] in shared memory, zero beyond every edge.
-// Bytes: m*n + m*B + n*B reads (w, delta_next, sp) + n*B writes (delta).
-template <typename T>
-__device__ void backward_gemm(T* delta, const T* w, const T* delta_next, const T* sp, int n, int m,
-                              int batch) {
-    __shared__ T w_tile[TILE][TILE + 1];
-    __shared__ T d_tile[TILE][TILE + 1];
-    const int tx = threadIdx.x;
-    const int ty = threadIdx.y;
-    const int i0 = blockIdx.y * TILE;
-    const int s = blockIdx.x * TILE + tx;
-    T acc = T(0);
-    for (int k0 = 0; k0 < m; k0 += TILE) {
-        w_tile[ty][tx] = (k0 + ty < m && i0 + tx < n) ? w[(long long)(k0 + ty) * n + i0 + tx] : T(0);
-        d_tile[ty][tx] = (k0 + ty < m && s < batch) ? delta_next[(long long)(k0 + ty) * batch + s] : T(0);
-        __syncthreads();
-        for (int t = 0; t < TILE; ++t) {
-            acc += w_tile[t][ty] * d_tile[t][tx];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            acc[r][e] += __shfl_down_sync(0xffffffffu, acc[r][e], 16);
+            acc[r][e] += __shfl_down_sync(0xffffffffu, acc[r][e], 8);
         }
-        __syncthreads();
     }
-    if (i0 + ty < n && s < batch) {
-        const long long idx = (long long)(i0 + ty) * batch + s;
-        delta[idx] = acc * sp[idx];
+    T* partial = &slab[0][0];  // (8 warps, R, S), the slab's memory once every thread is past it
+    if (lane < 8) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                partial[(t / 32 * R + r) * S + lane * V + e] = acc[r][e];
+            }
+        }
+    }
+    __syncthreads();
+    const int r = t / S, col = blockIdx.x * S + t % S, i = i0 + r;
+    if (t < R * S && i < n && col < batch) {
+        T sum = partial[r * S + t % S];
+        for (int warp = 1; warp < GEMM_THREADS / 32; ++warp) {
+            sum += partial[(warp * R + r) * S + t % S];
+        }
+        const long long idx = (long long)i * batch + col;
+        if (BACKWARD) {
+            out[idx] = sum * sp[idx];
+        } else {
+            store_activation(out, a, sp_out, idx, sum + b[i], act);
+        }
     }
 }
 
@@ -163,7 +298,7 @@ __device__ void backward_gemm(T* delta, const T* w, const T* delta_next, const T
     }                                                                                                 \
     extern "C" __global__ void forward_gemm_##SUFFIX(T* z, T* a, T* sp, const T* w, const T* a_prev, \
                                                      const T* b, int n, int m, int batch, int act) {  \
-        forward_gemm<T>(z, a, sp, w, a_prev, b, n, m, batch, act);                                    \
+        chain_gemm<T, false>(z, a, sp, nullptr, w, a_prev, b, n, m, batch, act);                      \
     }                                                                                                 \
     extern "C" __global__ void backward_gemv_##SUFFIX(T* delta, const T* w, const T* delta_next,     \
                                                       const T* sp, int n, int m) {                    \
@@ -171,7 +306,7 @@ __device__ void backward_gemm(T* delta, const T* w, const T* delta_next, const T
     }                                                                                                 \
     extern "C" __global__ void backward_gemm_##SUFFIX(T* delta, const T* w, const T* delta_next,     \
                                                       const T* sp, int n, int m, int batch) {         \
-        backward_gemm<T>(delta, w, delta_next, sp, n, m, batch);                                      \
+        chain_gemm<T, true>(delta, nullptr, nullptr, sp, w, delta_next, nullptr, n, m, batch, 0);     \
     }
 
 LEAPFROG_CHAIN(float, f32)

@@ -12,6 +12,7 @@
 // Cost codes (leapfrog_gpu/backends/ops_cuda.py): 0 quadratic, 1 cross-entropy (sigmoid output only).
 
 #include "activation.h"
+#include "vector.h"
 
 // (2) bias half and (3): z += b (broadcast over the batch), a = sigma(z), sp = sigma'(z).
 // Moves n*B + n reads (z, b) + 3*n*B writes (z, a, sp).
@@ -58,15 +59,47 @@ __device__ void sgd_update(T* param, const T* nabla, T scale, long long size) {
     }
 }
 
+// The update of a layer in one launch: w -= scale * nabla_w (size_w elements), then b -= scale * nabla_b
+// (size_b), one grid-stride loop over both, each element as sgd_update computes it. Moves 2*(size_w +
+// size_b) reads + size_w + size_b writes.
+template <typename T>
+__device__ void sgd_update_layer(T* w, const T* nabla_w, long long size_w, T* b, const T* nabla_b, long long size_b,
+                                 T scale) {
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size_w + size_b;
+         idx += (long long)gridDim.x * blockDim.x) {
+        if (idx < size_w) {
+            w[idx] -= scale * nabla_w[idx];
+        } else {
+            b[idx - size_w] -= scale * nabla_b[idx - size_w];
+        }
+    }
+}
+
 // check_finite: controls[1] = code when x holds a NaN or an Inf and controls[1] is still 0, so the
 // first gradient found wanting in a step names itself and the updates after it write nothing. Every thread
-// that finds one writes the same value: no atomics, and the same result in any order. Moves size reads.
+// that finds one writes the same value: no atomics, and the same result in any order. Launched over
+// ceil(size / 4) threads (check_finite_launch), each visits 16 bytes at a time: a float4 or double2 when x
+// is aligned, else the same elements one by one. Moves size reads.
 template <typename T>
 __device__ void check_finite(T* controls, const T* x, long long size, T code) {
+    constexpr int V = Vec<T>::width;
+    const bool wide = aligned16(x);
     bool finite = true;
-    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
-         idx += (long long)gridDim.x * blockDim.x) {
-        finite = finite && isfinite(x[idx]);
+    for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v * V < size;
+         v += (long long)gridDim.x * blockDim.x) {
+        T values[V];
+        if (wide && (v + 1) * V <= size) {
+            load16(values, x + v * V);
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                values[e] = v * V + e < size ? x[v * V + e] : T(0);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            finite = finite && isfinite(values[e]);
+        }
     }
     if (!finite && controls[1] == T(0)) {
         controls[1] = code;
@@ -88,6 +121,11 @@ __device__ void check_finite(T* controls, const T* x, long long size, T code) {
     extern "C" __global__ void sgd_update_##SUFFIX(T* param, const T* nabla, const T* controls,     \
                                                    long long size) {                                 \
         if (controls[1] == T(0)) sgd_update<T>(param, nabla, controls[0], size);                     \
+    }                                                                                                \
+    extern "C" __global__ void sgd_update_layer_##SUFFIX(T* w, const T* nabla_w, long long size_w, T* b,  \
+                                                         const T* nabla_b, long long size_b,             \
+                                                         const T* controls) {                           \
+        if (controls[1] == T(0)) sgd_update_layer<T>(w, nabla_w, size_w, b, nabla_b, size_b, controls[0]); \
     }                                                                                                \
     extern "C" __global__ void check_finite_##SUFFIX(T* controls, const T* x, long long size,       \
                                                      T code) {                                       \

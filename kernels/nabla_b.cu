@@ -1,24 +1,42 @@
 // Bias gradient, equation (6): nabla_b^l[i] = sum_s delta^l[i, s], summed over the minibatch.
 // delta is (n, B) row-major, nabla_b is (n,).
 //
-// Launch: 1-D, block = BIAS_BLOCK threads (-D option from leapfrog_gpu/backends/launch.py),
-// grid = ceil(n / BIAS_BLOCK); one thread per row, summing its B elements in order, so the result
-// does not depend on the launch shape (bias_launch). Bytes: n*B reads (delta) + n writes (nabla_b), in
-// elements (times 4 or 8); leapfrog_gpu/tools/traffic.py holds the same counts for kernels/README.md.
+// Launch: block (32, BIAS_ROWS), grid ceil(n / BIAS_ROWS) (bias_launch, with the -D options from
+// leapfrog_gpu/backends/launch.py): a warp per row. Lane l loads elements l, l + 32, ... of its row,
+// BIAS_UNROLL of them before it adds them in order, and the lanes' sums meet in warp_sum: an order fixed
+// by the launch shape. A warp past the last row reads the last one and stores nothing. Bytes: n*B reads
+// (delta) + n writes (nabla_b), in elements (times 4 or 8); leapfrog_gpu/tools/traffic.py holds the same
+// counts for kernels/README.md.
 
-#ifndef BIAS_BLOCK
-#define BIAS_BLOCK 128
+#include "vector.h"
+
+#ifndef BIAS_ROWS
+#define BIAS_ROWS 8
+#endif
+#ifndef BIAS_UNROLL
+#define BIAS_UNROLL 4
 #endif
 
 template <typename T>
 __device__ void bias_sum(T* nabla_b, const T* delta, int n, int batch) {
-    const int i = blockIdx.x * BIAS_BLOCK + threadIdx.x;
-    if (i < n) {
-        const T* row = delta + (long long)i * batch;
-        T acc = T(0);
-        for (int s = 0; s < batch; ++s) {
-            acc += row[s];
+    const int lane = threadIdx.x;
+    const int i = blockIdx.x * BIAS_ROWS + threadIdx.y;
+    const T* row = delta + (long long)(i < n ? i : n - 1) * batch;
+    T acc = T(0);
+    for (int s0 = 0; s0 < batch; s0 += 32 * BIAS_UNROLL) {
+        T values[BIAS_UNROLL];
+#pragma unroll
+        for (int u = 0; u < BIAS_UNROLL; ++u) {
+            const int s = s0 + u * 32 + lane;
+            values[u] = s < batch ? row[s] : T(0);
         }
+#pragma unroll
+        for (int u = 0; u < BIAS_UNROLL; ++u) {
+            acc += values[u];
+        }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0 && i < n) {
         nabla_b[i] = acc;
     }
 }

@@ -153,10 +153,11 @@ class Plan:
         ``controls`` (a ``Controls``), the SGD update fused into (7): b^l -= eta/B nabla_b^l, and
         w^l -= eta/B delta^l (a^{l-1})^T without nabla_w^l ever written."""
         ops, launch = self.backend.ops, self.backend.launch
-        launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
         if controls is None:
-            launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], self.delta[l], self.a[l - 1])
+            launch(stream, f"gradients[{l}]", ops.gradients, self.nabla_w[l], self.nabla_b[l], self.delta[l],
+                   self.a[l - 1])
         else:
+            launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
             launch(stream, f"fused_update[{l}]", _calls,
                    (ops.sgd_update, self.b[l], self.nabla_b[l], controls.array, self.scratch[l]),
                    (ops.fused_update, self.w[l], self.delta[l], self.a[l - 1], controls.array, self.scratch[l]))
@@ -169,9 +170,8 @@ class Plan:
         ops, controls = self.backend.ops, self.controls.array
         with self._range("update", l):
             for l in self.layers if l is None else (l,):
-                self.backend.launch(self.main, f"update[{l}]", _calls,
-                                    (ops.sgd_update, self.w[l], self.nabla_w[l], controls, self.scratch[l]),
-                                    (ops.sgd_update, self.b[l], self.nabla_b[l], controls, self.scratch[l]))
+                self.backend.launch(self.main, f"update[{l}]", ops.update, self.w[l], self.nabla_w[l], self.b[l],
+                                    self.nabla_b[l], controls, self.scratch[l])
 
     def check_gradients(self):
         """Enqueue on the main stream the check of every gradient for NaN and Inf, deepest first, which

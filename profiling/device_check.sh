@@ -42,8 +42,8 @@ set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 REPO=$(cd "$(dirname "$SELF")/.." && pwd)
 
-# Test selections for compute-sanitizer (SANITIZED, GPU half): every kernel once at odd sizes, then the tiled
-# and reducing kernels at B = 64, the chain's GEMV and tiled GEMM among them, each with a leapfrog step.
+# Test selections for compute-sanitizer (SANITIZED, GPU half): every kernel once at odd sizes, then the staged
+# and reducing kernels at B = 64, the chain's GEMV and staged GEMM among them, each with a leapfrog step.
 SANITIZED=(tests/test_kernels.py tests/test_chain_kernels.py tests/test_schedules.py)
 MEMCHECK='(test_nabla_w or test_fused_update) and 257-33-3- and f32'
 MEMCHECK+=' or (test_nabla_b or test_delta_hidden or test_delta_output or test_bias_activation) and 257-3- and f32'

@@ -25,7 +25,12 @@ every access is coalesced, the compulsory bytes move at HBM bandwidth (an N = 10
 hit the 50 MB L2), a round's loads are all in flight together, blocks overlap (no tail effect), the rounds of
 each kernel are counted from its loops in ``kernels/*.cu`` (``ROUNDS`` below, with the unroll factor
 each source asks for), and launch overhead is left out of kernel times (the step adds ``NODE`` per
-kernel on the main stream's path).
+kernel on the main stream's path). Not timed: re-reads served by L2 (the staged chain GEMM re-reads
+a_prev's 32 columns once per block of 8 rows, 16 MB from L2 at N = 1024, B = 32, about 2-3 us if L2
+delivers 5-7 TB/s: the first thing a measurement should check), warp shuffles, and the tail of a grid
+whose blocks differ (the blocks of rank_update_bias's first column also sum nabla_b). SASS counts are
+static: an instruction outside the hot loop counts as one inside it, which is why the once-a-thread
+loops of rank_update_bias are left rolled.
 
 ``python profiling/kernel_model.py`` prints the table; ``--json FILE`` writes one record per kernel and
 shape; ``--readme`` prints kernels/README.md (the floors of ``traffic.py`` and this table).
@@ -68,15 +73,17 @@ HEADLINE = dict(N=1024, L=32, B=32)
 def _module(kernel, n, batch):
     """(file, -D options, grid, block) of the launch of ``kernel`` for an (n, n) layer and a batch."""
     if kernel in ("forward_gemv", "forward_gemm", "backward_gemv", "backward_gemm"):
-        grid, block, defines = launch.chain_launch(kernel.split("_")[0], n, batch)
+        grid, block, defines = launch.chain_launch(kernel.split("_")[0], n, batch, 4)
         return "chain.cu", defines, grid, block
-    if kernel in ("outer", "outer_sgd"):
+    if kernel in ("outer", "outer_sgd", "outer_bias"):
         return ("nabla_w.cu", *_order(launch.outer_launch(n, n)))
-    if kernel in ("rank_update", "rank_update_sgd"):
+    if kernel in ("rank_update", "rank_update_sgd", "rank_update_bias"):
         return ("nabla_w.cu", *_order(launch.rank_update_launch(n, n)))
     if kernel == "bias_sum":
         return ("nabla_b.cu", *_order(launch.bias_launch(n)))
-    size = n * n if kernel in ("sgd_update", "check_finite") else n * batch
+    if kernel == "check_finite":
+        return ("elementwise.cu", *_order(launch.check_finite_launch(n * n)))
+    size = {"sgd_update": n * n, "sgd_update_layer": n * n + n}.get(kernel, n * batch)
     return ("elementwise.cu", *_order(launch.elementwise_launch(size)))
 
 
@@ -89,30 +96,36 @@ def _rounds(kernel, n, batch, threads):
     """Dependent round trips to memory each thread makes, counted from the kernel's loops:
     ``(rounds that stream a matrix from HBM, rounds that read vectors from L2)``."""
     m = n
-    if kernel == "forward_gemv":  # lanes of a row stride over it, #pragma unroll 4; then b
-        return math.ceil(m / launch.FORWARD_GEMV_BLOCK[0] / 4), 1
-    if kernel == "backward_gemv":  # threads of a column stride over its rows, #pragma unroll 4; then sp
-        return math.ceil(m / launch.BACKWARD_GEMV_BLOCK[1] / 4), 1
-    if kernel in ("forward_gemm", "backward_gemm"):  # one staged tile of w and a per TILE of m; then b / sp
-        return math.ceil(m / launch.choose_tile(n, batch)), 1
-    if kernel in ("rank_update", "rank_update_sgd"):  # one staged tile per TILE of B; the SGD reads w after
-        return int(kernel == "rank_update_sgd"), math.ceil(batch / launch.choose_tile(n, n))
-    if kernel == "outer":  # delta[i] and a[j] at once; the store needs no answer
+    if kernel == "forward_gemv":  # a warp per row, FORWARD_GEMV_UNROLL float4 loads a lane a round; then b
+        return math.ceil(m / (32 * 4 * launch.FORWARD_GEMV_UNROLL)), 1
+    if kernel == "backward_gemv":  # threads / (cols / 4) share the rows, BACKWARD_GEMV_UNROLL each a round; sp
+        cols, block = launch.BACKWARD_GEMV_BLOCK
+        return math.ceil(m / (block // (cols // 4) * launch.BACKWARD_GEMV_UNROLL)), 1
+    if kernel in ("forward_gemm", "backward_gemm"):  # a stage: its slab of w, then GEMM_UNROLL x-vectors a round
+        stages = math.ceil(m / launch.GEMM_STAGE)  # then b / sp
+        return stages, stages * math.ceil(launch.GEMM_STAGE / (32 * launch.GEMM_UNROLL)) + 1
+    if kernel in ("rank_update", "rank_update_sgd", "rank_update_bias"):  # a staged chunk per RANK_CHUNK of B;
+        return int(kernel == "rank_update_sgd"), math.ceil(batch / launch.RANK_CHUNK)  # the SGD reads w after
+    if kernel in ("outer", "outer_bias"):  # delta[i] and a[j] at once; the store needs no answer
         return 0, 1
     if kernel == "outer_sgd":  # delta[i], a[j] and w at once
         return 1, 0
-    if kernel == "bias_sum":  # a row's B elements in order, unrolled by 4 by the compiler at best
-        return 0, math.ceil(batch / 4)
-    if kernel in ("sgd_update", "check_finite"):  # a grid-stride loop over n*m: a round per element visited
+    if kernel == "bias_sum":  # a warp per row, BIAS_UNROLL loads a lane a round
+        return 0, math.ceil(batch / (32 * launch.BIAS_UNROLL))
+    if kernel == "check_finite":  # a grid-stride loop over n*m, a float4 a round
+        return math.ceil(n * m / (4 * threads)), 0
+    if kernel == "sgd_update":  # a grid-stride loop over n*m: a round per element visited
         return math.ceil(n * m / threads), 0
+    if kernel == "sgd_update_layer":  # the same over n*m + n
+        return math.ceil((n * m + n) / threads), 0
     return 0, math.ceil(n * batch / threads)
 
 
 def _fmas(kernel, n, batch):
     if kernel in ("forward_gemv", "forward_gemm", "backward_gemv", "backward_gemm", "rank_update",
-                  "rank_update_sgd"):
+                  "rank_update_sgd", "rank_update_bias"):
         return n * n * batch
-    if kernel in ("outer", "outer_sgd", "sgd_update"):
+    if kernel in ("outer", "outer_sgd", "outer_bias", "sgd_update", "sgd_update_layer"):
         return n * n
     return 0
 
@@ -208,7 +221,7 @@ def model(kernel, n, batch, itemsize=4):
     ffma = _count(sass, r"[FD]FMA(\..*)?")
     shared_cycles = sum(count * {"": 1, ".64": 2, ".128": 4}[re.sub(r"^LDS(\.U)?", "", op) or ""]
                         for op, count in sass.items() if re.fullmatch(r"LDS(\.U)?(\.64|\.128)?", op))
-    from_shared = kernel in ("forward_gemm", "backward_gemm", "rank_update", "rank_update_sgd")
+    from_shared = kernel in ("forward_gemm", "backward_gemm", "rank_update", "rank_update_sgd", "rank_update_bias")
     cycles_per_fma = shared_cycles / ffma if from_shared and ffma else 0.0
     hbm, l2 = _rounds(kernel, n, batch, threads)
     concurrency = max(1.0, threads / (SMS * resident * threads_per_block))
@@ -251,18 +264,19 @@ def step(rows, N=HEADLINE["N"], L=HEADLINE["L"], B=HEADLINE["B"]):
     bytes floor: N-wide, L layers, batch B, float32, every layer square.
 
     Sequential: every kernel on one stream, in order, each adding ``NODE``. Leapfrog: the chain
-    (forward, delta) on the main stream; the gradients of layer l run on a worker beside the chain
-    below it, so they cost time only past the chain's remaining length, and the updates follow the join.
+    (forward, delta) on the main stream; the gradients of layer l (one kernel, (6) in the (7) kernel) run
+    on a worker beside the chain below it, so they cost time only past the chain's remaining length, and
+    the updates (one kernel for w and b) follow the join.
     """
     t = {(r["kernel"]): r["predicted_us"] * 1e-6 + NODE for r in rows if r["N"] == N and r["B"] == B}
     many = B > 1
     forward, backward = t["forward_gemm" if many else "forward_gemv"], t["backward_gemm" if many else "backward_gemv"]
-    gradients = t["rank_update" if many else "outer"] + t["bias_sum"]
-    update = t["sgd_update"] + L2_LATENCY + NODE  # w, then b: n elements, one round from L2
+    gradients = t["rank_update_bias" if many else "outer_bias"]
+    update = t["sgd_update_layer"]
     layers = L - 1
     chain = layers * forward + t["delta_output"] + (layers - 1) * backward
     sequential = chain + layers * (gradients + update)
-    leapfrog = chain + max(gradients, 0) + layers * update  # the last layer's gradients pass the chain's end
+    leapfrog = chain + gradients + layers * update  # the last layer's gradients pass the chain's end
     floor = traffic.step_bytes([N] * L, B, 4) / BANDWIDTH
     return {"N": N, "L": L, "B": B, "sequential_us": sequential * 1e6, "leapfrog_us": leapfrog * 1e6,
             "bytes_floor_us": floor * 1e6, "leapfrog_over_floor": leapfrog / floor}
@@ -304,7 +318,8 @@ def readme(rows=None):
     )
     text = [traffic.readme(), "## Model on an H200 (float32)", "", textwrap.fill(about, 100), "",
             table(rows), "", textwrap.fill(
-                "Graph step, N = 1024, L = 32, float32, unfused: the kernels above plus "
+                "Graph step, N = 1024, L = 32, float32, unfused (gradients and updates one kernel a layer each): "
+                "the kernels above plus "
                 f"{NODE * 1e6:.0f} us a node, and the bytes floor (`traffic.step_bytes`) at the same bandwidth:",
                 100), "",
             "| B | Sequential() us | Leapfrog(k) us | bytes floor us | Leapfrog over floor |",

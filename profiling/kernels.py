@@ -8,7 +8,7 @@ arrays, checks that both agree, and prints GB/s from ``traffic.kernel_bytes`` be
 of a measured device-to-device copy: one table, one row per shape and implementation.
 
 Then the chain (``chain_rows``): the forward layer (2)(3) and the backward layer (5) on our kernels of
-kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a tiled GEMM above) against cuBLAS plus our
+kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a staged GEMM above) against cuBLAS plus our
 elementwise kernel (what an eager step runs), in GB/s and, for B > 1, GFLOP/s, with the verdicts on
 the GPU targets: the GEMVs at >= 80 % of the copy's bandwidth at N = 4096, and no slower than cuBLAS
 plus the elementwise kernel at N = 1024. On NumPy there is one implementation, the library's.
@@ -155,7 +155,7 @@ def chain_verdicts(results):
 
 
 def _gemv_blocks(text):
-    """``[((lanes, rows), (cols, split)), ...]`` from ``32x8:8x64,32x4:32x16``."""
+    """``[((lanes, rows), (cols, threads)), ...]`` from ``32x4:8x256,32x8:16x512``."""
     if not text:
         return []
     return [tuple(tuple(int(v) for v in block.split("x")) for block in pair.split(":")) for pair in text.split(",")]
@@ -190,7 +190,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--gemv-blocks", default=None, metavar="FxR:CxS,...",
                         help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
-                             "(columns x split) pairs such as 32x8:8x64,32x4:32x16 (default: the launcher's)")
+                             "(columns x threads) pairs such as 32x4:8x256,32x8:16x512 (default: the launcher's)")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--jsonl", metavar="FILE",
                         help="append one JSON line per row to FILE as it is measured (its table in \"table\")")

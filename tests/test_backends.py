@@ -24,14 +24,14 @@ class Boom(RuntimeError):
 
 
 def failing_ops(layer_shape):
-    """ops_numpy with a nabla_w that raises for the layer whose gradient has ``layer_shape``."""
-    def nabla_w(out, delta, a):
-        if out.shape == layer_shape:
+    """ops_numpy with gradients (6)(7) that raise for the layer whose nabla_w has ``layer_shape``."""
+    def gradients(nabla_w, nabla_b, delta, a):
+        if nabla_w.shape == layer_shape:
             raise Boom(f"injected failure for {layer_shape}")
-        ops_numpy.nabla_w(out, delta, a)
+        ops_numpy.gradients(nabla_w, nabla_b, delta, a)
 
     namespace = {name: getattr(ops_numpy, name) for name in dir(ops_numpy) if not name.startswith("_")}
-    return types.SimpleNamespace(**{**namespace, "nabla_w": nabla_w})
+    return types.SimpleNamespace(**{**namespace, "gradients": gradients})
 
 
 def leapfrog_threads():

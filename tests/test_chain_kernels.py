@@ -30,6 +30,7 @@ from leapfrog_gpu.functions import OUTPUT_ACTIVATIONS
 
 DTYPES = (np.float32, np.float64)
 PAIRS = [(1, 1), (2, 31), (33, 257), (257, 33)]  # (n, m): outputs and inputs of the layer
+WIDE = [(260, 36), (8, 1100)]  # rows a multiple of 4 long: the GEMVs' 16-byte path; 1100 > one chunk
 BATCHES = (1, 3, 64)
 
 
@@ -49,18 +50,6 @@ def device(request):
         device.ops.chain = "kernels"
         return device
     return request.getfixturevalue("cpu")
-
-
-@pytest.fixture
-def tile(request, monkeypatch):
-    """Forces the tile edge of the B > 1 kernels (the launcher picks 16 or 32 by size)."""
-    monkeypatch.setattr(launch, "choose_tile", lambda n, m: request.param)
-    return request.param
-
-
-def skip_tile_at_batch_one(batch, tile):
-    if batch == 1 and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the GEMVs, which have no tile")
 
 
 def forward_inputs(n, m, batch, dtype, seed=0):
@@ -116,13 +105,11 @@ def compare(name, got, want, bound):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("n, m", PAIRS)
+@pytest.mark.parametrize("n, m", PAIRS + WIDE)
 @pytest.mark.parametrize("activation", OUTPUT_ACTIVATIONS)
-def test_forward(device, activation, n, m, batch, tile, dtype):
-    """(2)(3): the GEMV at B = 1, the tiled GEMM above."""
-    skip_tile_at_batch_one(batch, tile)
+def test_forward(device, activation, n, m, batch, dtype):
+    """(2)(3): the GEMV at B = 1, the staged GEMM above."""
     ties = check_forward(device, forward_inputs(n, m, batch, dtype), activation)
     assert ties >= (0 if n == 1 else batch + 1)  # row 0 in every column, the cancelling row in column 0
 
@@ -157,19 +144,17 @@ def check_backward(dev, x):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("n, m", PAIRS + [(31, 2)])
-def test_backward(device, n, m, batch, tile, dtype):
-    """(5): the transposed GEMV at B = 1, the tiled GEMM above."""
-    skip_tile_at_batch_one(batch, tile)
+@pytest.mark.parametrize("n, m", PAIRS + WIDE + [(31, 2)])
+def test_backward(device, n, m, batch, dtype):
+    """(5): the transposed GEMV at B = 1, the staged GEMM above."""
     check_backward(device, backward_inputs(n, m, batch, dtype))
 
 
-@pytest.mark.parametrize("forward_block, backward_block", [((1, 1), (1, 1)), ((64, 16), (8, 128))])
+@pytest.mark.parametrize("forward_block, backward_block", [((32, 1), (4, 32)), ((32, 16), (16, 512))])
 def test_gemvs_with_other_block_shapes(cpu, monkeypatch, forward_block, backward_block):
-    """The GEMVs' sums meet in a tree whose depth follows the block shape (-D options): other shapes,
-    down to one thread per row, give the same maths."""
+    """The GEMVs' sums meet in shuffles and a fixed-order pass whose shape follows the block (-D options):
+    other shapes, down to one warp a block and a thread across the columns, give the same maths."""
     monkeypatch.setattr(launch, "FORWARD_GEMV_BLOCK", forward_block)
     monkeypatch.setattr(launch, "BACKWARD_GEMV_BLOCK", backward_block)
     for n, m in [(33, 257), (257, 33), (1, 5)]:
@@ -177,17 +162,43 @@ def test_gemvs_with_other_block_shapes(cpu, monkeypatch, forward_block, backward
         check_backward(cpu, backward_inputs(n, m, 1, np.float32))
 
 
+class MisalignedDevice(CpuDevice):
+    """CpuDevice whose arrays start one element past a 16-byte boundary: the GEMVs' scalar path."""
+
+    def to_device(self, array):
+        raw = np.empty(array.size + 16 // array.itemsize + 1, array.dtype)
+        start = (-raw.ctypes.data % 16) // array.itemsize + 1
+        copy = raw[start:start + array.size].reshape(array.shape)
+        copy[...] = array
+        return copy
+
+    def to_host(self, array):
+        return np.array(array)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("n, m", WIDE)
+def test_the_vector_and_the_scalar_path_give_the_same_bits(cpu, n, m, dtype):
+    """Aligned rows take 16-byte loads, the same rows one element off a boundary scalar ones: the same
+    elements summed in the same order, so the same bits."""
+    other = MisalignedDevice()
+    other.ops.chain = "kernels"
+    x, y = forward_inputs(n, m, 1, dtype), backward_inputs(m, n, 1, dtype)
+    assert all(np.array_equal(p, q) for p, q in zip(run_forward(cpu, x, "tanh"), run_forward(other, x, "tanh")))
+    assert np.array_equal(run_backward(cpu, y), run_backward(other, y))
+
+
 def test_launch_shapes_cover_every_output_within_cuda_limits():
     for n, batch in [(1, 1), (257, 1), (100_000, 1), (4096, 32), (100_000, 3), (3, 100_000)]:
         for kind in ("forward", "backward"):
-            for tile in launch.TILES:
-                grid, block, _ = launch.chain_launch(kind, n, batch, tile)
+            for itemsize in (4, 8):
+                grid, block, _ = launch.chain_launch(kind, n, batch, itemsize)
                 assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535
                 if batch == 1:
-                    per_block = block[1] if kind == "forward" else block[0]
+                    per_block = block[1] if kind == "forward" else launch.BACKWARD_GEMV_BLOCK[0]
                     assert grid[0] * per_block >= n
-                else:
-                    assert grid[0] * block[0] >= batch and grid[1] * block[1] >= n
+                else:  # GEMM_ROWS rows, 8 vectors of 16 bytes across the batch a block
+                    assert grid[0] * 8 * 16 // itemsize >= batch and grid[1] * launch.GEMM_ROWS >= n
 
 
 def test_the_same_launch_gives_the_same_bits(cpu):
@@ -202,31 +213,41 @@ def test_the_same_launch_gives_the_same_bits(cpu):
 @pytest.mark.parametrize(
     "function, old, new, occurrence, check, n, m, batch, caught_by",
     [
-        # The reduction trees of the GEMVs: a partial sum read before it is written, or before the level
-        # below has added into it, or a tree one level short.
-        ("forward_gemv", "__syncthreads();", "", 0, "forward", 33, 257, 1, AssertionError),
-        ("tree_sum", "__syncthreads();", "", 0, "backward", 33, 257, 1, AssertionError),
-        ("tree_sum", "half > 0", "half > 1", 0, "forward", 33, 257, 1, AssertionError),
-        # The tiled kernels: a tile used before it is loaded, or reloaded while still in use.
-        ("forward_gemm", "__syncthreads();", "", 0, "forward", 33, 31, 3, AssertionError),
-        ("backward_gemm", "__syncthreads();", "", 1, "backward", 33, 31, 3, AssertionError),
-        # Off by one at an edge: a read one past the end of w, a store one row past the end.
-        ("forward_gemm", "j0 + tx < m", "j0 + tx <= m", 0, "forward", 33, 31, 3, cuda_cpu.KernelError),
-        ("backward_gemm", "i0 + tx < n", "i0 + tx <= n", 0, "backward", 33, 31, 3, cuda_cpu.KernelError),
+        # The GEMVs' sums: lanes' sums that never meet, a shuffle level short, the warps' partial sums
+        # read before they are written.
+        ("forward_gemv", "acc = warp_sum(acc);", "", 0, "forward", 33, 257, 1, AssertionError),
+        ("backward_gemv", "offset >= ACROSS", "offset > ACROSS", 0, "backward", 33, 257, 1, AssertionError),
+        ("backward_gemv", "__syncthreads();", "", 0, "backward", 33, 257, 1, AssertionError),
+        # The 16-byte path (rows a multiple of 4 long): the wrong vector loaded; the vector path taken for
+        # rows that are not aligned: w starts on 16 bytes, its rows of 33 do not (the harness stops a
+        # misaligned 16-byte access).
+        ("forward_gemv", "load16(av[u], a_prev + j);", "load16(av[u], w_i + j);", 0, "forward", 8, 1100, 1,
+         AssertionError),
+        ("backward_gemv", "n % V == 0 && aligned16(w)", "aligned16(w)", 0, "backward", 33, 256, 1,
+         cuda_cpu.KernelError),
+        # The staged GEMM: a slab used before it is staged, the warps' partial sums read before they are
+        # written; off by one at an edge: a read one past the end of a row of w, of a row of the batch, a
+        # store one row past the end.
+        ("chain_gemm", "__syncthreads();", "", 0, "forward", 33, 31, 3, AssertionError),
+        ("chain_gemm", "__syncthreads();", "", 2, "backward", 33, 31, 3, AssertionError),
+        ("chain_gemm", "in && e < left", "in && e <= left", 0, "forward", 33, 31, 3, cuda_cpu.KernelError),
+        ("chain_gemm", "s + e < batch ?", "s + e <= batch ?", 0, "backward", 33, 31, 3, cuda_cpu.KernelError),
+        ("chain_gemm", "i < n && col < batch", "i <= n && col < batch", 0, "forward", 33, 31, 3,
+         cuda_cpu.KernelError),
         ("forward_gemv", "lane == 0 && i < n", "lane == 0 && i <= n", 0, "forward", 33, 31, 1, cuda_cpu.KernelError),
     ],
-    ids=["gemv, first barrier", "tree, level barrier", "tree, last level", "forward tile, first barrier",
-         "backward tile, second barrier", "forward tile, w bound", "backward tile, w bound",
+    ids=["gemv, no warp sum", "backward gemv, shuffle level short", "backward gemv, barrier",
+         "forward gemv, wrong vector", "backward gemv, misaligned vectors", "gemm, stage barrier",
+         "gemm, partial sums barrier", "gemm, w bound", "gemm, batch bound", "gemm, store bound",
          "forward gemv, store bound"],
 )
 def test_harness_catches_broken_chain_kernels(monkeypatch, function, old, new, occurrence, check, n, m, batch,
                                               caught_by):
     """Mutations of the real chain kernels fail: by a mismatch with the reference, or by the harness
-    stopping the launch (an access outside an argument)."""
+    stopping the launch (an access outside an argument, or a misaligned vector)."""
     source = ops_cuda.kernel_source
     mutated = mutant("chain.cu", function, old, new, occurrence)
     monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "chain.cu" else source(f))
-    monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
 
     def run():
         device = CpuDevice()
@@ -239,7 +260,7 @@ def test_harness_catches_broken_chain_kernels(monkeypatch, function, old, new, o
     with pytest.raises(caught_by) as failure:
         run()
     if caught_by is cuda_cpu.KernelError:
-        assert re.search(OUT_OF_RANGE, str(failure.value)), failure.value
+        assert re.search(f"{OUT_OF_RANGE}|misaligned 16-byte access", str(failure.value)), failure.value
     monkeypatch.setattr(ops_cuda, "kernel_source", source)  # the real kernel passes the same check
     run()
 

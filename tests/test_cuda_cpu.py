@@ -58,6 +58,37 @@ extern "C" __global__ void fill_unchecked_f32(float* x, int offset) {
     float* p = &x[0];  // a pointer from an element's address: no buffer to check against
     p[i + offset] = 2.0f;
 }
+
+extern "C" __global__ void shuffle_f64(double* out, const double* in, int xor_lanes, int delta) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double v = in[i];
+    out[i] = xor_lanes ? __shfl_xor_sync(0xffffffffu, v, delta) : __shfl_down_sync(0xffffffffu, v, delta);
+}
+
+extern "C" __global__ void shuffle_twice_f32(float* out, const float* in) {
+    const int i = threadIdx.x;
+    float v = in[i];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);  // lanes swap values: each needs the other's before a new one
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    out[i] = v;
+}
+
+extern "C" __global__ void early_shuffle_f32(float* x, int n) {
+    if (threadIdx.x >= n) return;
+    x[threadIdx.x] = __shfl_down_sync(0xffffffffu, x[threadIdx.x], 1);
+}
+
+extern "C" __global__ void vector_copy_f32(float* out, const float* in, int offset) {
+    const int i = threadIdx.x * 4 + offset;
+    if ((unsigned long long)(in + i) % 16 == 0) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(in + i));
+        *reinterpret_cast<float4*>(out + i) = make_float4(v.w, v.z, v.y, v.x);
+    }
+}
+
+extern "C" __global__ void vector_first_f32(float* out, const float* in, int offset) {
+    out[0] = (*reinterpret_cast<const float4*>(in + offset)).x;  // no alignment test
+}
 """
 
 
@@ -157,6 +188,54 @@ def test_block_over_1024_threads_is_refused(module):
     x = np.zeros(2048, np.float64)
     with pytest.raises(cuda_cpu.KernelError, match="invalid launch: block 2048 threads"):
         module.get_function("reverse_f64")((1, 1, 1), (64, 32, 1), (x, x))
+
+
+@pytest.mark.parametrize("xor_lanes, delta", [(0, 1), (0, 16), (1, 3), (1, 16)])
+def test_warp_shuffles_exchange_values_within_each_warp(module, xor_lanes, delta):
+    """Two warps of 32 lanes in a block of 64, two blocks: lane l takes lane l + delta (its own past
+    lane 31) or lane l ^ delta of its own warp."""
+    x = np.arange(128, dtype=np.float64)
+    out = np.zeros_like(x)
+    module.get_function("shuffle_f64")((2, 1, 1), (64, 1, 1), (out, x, np.int32(xor_lanes), np.int32(delta)))
+    lane = np.arange(128) % 32
+    source = lane ^ delta if xor_lanes else np.where(lane + delta < 32, lane + delta, lane)
+    np.testing.assert_array_equal(out, x - lane + source)
+
+
+def test_a_shuffle_after_a_shuffle_sees_the_values_of_the_first(module):
+    x = np.arange(32, dtype=np.float32)
+    out = np.zeros_like(x)
+    module.get_function("shuffle_twice_f32")((1, 1, 1), (32, 1, 1), (out, x))
+    pair = x + x[np.arange(32) ^ 1]
+    np.testing.assert_array_equal(out, pair + pair[np.arange(32) ^ 2])
+
+
+def test_a_shuffle_not_every_lane_reaches_stops_the_launch(module):
+    x = np.zeros(32, np.float32)
+    with pytest.raises(cuda_cpu.KernelError, match=r"divergent warp shuffle .*lane 31 of warp 0 finished"):
+        module.get_function("early_shuffle_f32")((1, 1, 1), (32, 1, 1), (x, np.int32(31)))
+    with pytest.raises(cuda_cpu.KernelError, match=r"warp shuffle in a warp of fewer than 32 lanes"):
+        module.get_function("early_shuffle_f32")((1, 1, 1), (48, 1, 1), (np.zeros(48, np.float32), np.int32(48)))
+
+
+def test_vector_accesses_check_the_bounds_and_the_alignment(module):
+    """``reinterpret_cast<const float4*>`` of a checked pointer: the whole vector inside the buffer, its
+    address on 16 bytes."""
+    x = np.empty(40, np.float32)
+    start = (-x.ctypes.data % 16) // 4
+    x, out = x[start:start + 32], np.zeros(40, np.float32)[start:start + 32]
+    assert x.ctypes.data % 16 == 0 and out.ctypes.data % 16 == 0
+    x[:] = np.arange(32)
+    kernel = module.get_function("vector_copy_f32")
+    kernel((1, 1, 1), (8, 1, 1), (out, x, np.int32(0)))
+    np.testing.assert_array_equal(out, x.reshape(8, 4)[:, ::-1].ravel())
+    with pytest.raises(cuda_cpu.KernelError, match=r"thread \(7, 0, 0\).*index 35 of argument 1, a buffer of 32"):
+        kernel((1, 1, 1), (8, 1, 1), (out, x, np.int32(4)))
+    first = module.get_function("vector_first_f32")
+    first((1, 1, 1), (1, 1, 1), (out, x, np.int32(4)))
+    assert out[0] == 4
+    with pytest.raises(cuda_cpu.KernelError, match=r"misaligned 16-byte access at element 1 of argument 1"):
+        first((1, 1, 1), (1, 1, 1), (out, x, np.int32(1)))
 
 
 def test_compiler_errors_come_with_the_compiler_log():

@@ -132,9 +132,9 @@ def test_a_launch_refused_during_the_capture_leaves_no_graph(standin_without_nvm
                 planted.setattr(cuda.ops, "capturable_chain", contextlib.nullcontext)
                 error, message = NotImplementedError, "calling cuBLAS API during stream capture"
             else:
-                update = cuda.ops.sgd_update
-                planted.setattr(cuda.ops, "sgd_update",
-                                lambda param, nabla, step, scratch: update(param, nabla.copy(), step, scratch))
+                update = cuda.ops.update
+                planted.setattr(cuda.ops, "update", lambda w, nabla_w, b, nabla_b, step, scratch:
+                                update(w, nabla_w.copy(), b, nabla_b, step, scratch))
                 error, message = standin.CaptureAllocationError, "allocate every buffer before begin_capture"
             before = host(net.weights)
             net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)

@@ -22,7 +22,7 @@ def unchanged(before, net):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("chaos", [None, 3])
-@pytest.mark.parametrize("where", ["worker: nabla_w", "main: backward", "main: forward"])
+@pytest.mark.parametrize("where", ["worker: gradients", "main: backward", "main: forward"])
 def test_a_failing_operation_surfaces_and_leaves_parameters_alone(where, chaos):
     stream, name = where.split(": ")
 
@@ -51,16 +51,16 @@ def test_a_failing_operation_surfaces_and_leaves_parameters_alone(where, chaos):
 
 @pytest.mark.timeout(30)
 def test_check_finite_refuses_the_update():
-    def nan_gradient(out, delta, a):
-        ops_numpy.nabla_w(out, delta, a)
-        if out.shape == (7, 9):
-            out[0, 0] = np.nan
+    def nan_gradient(nabla_w, nabla_b, delta, a):
+        ops_numpy.gradients(nabla_w, nabla_b, delta, a)
+        if nabla_w.shape == (7, 9):
+            nabla_w[0, 0] = np.nan
 
     x, y = batch(SIZES, 3)
     with NumpyBackend() as backend:
         net = MLP(SIZES, backend=backend, check_finite=True)
         before = params(net)
-        backend.ops = patched_ops(nabla_w=nan_gradient)
+        backend.ops = patched_ops(gradients=nan_gradient)
         net.sgd_step(x, y, 0.5, Leapfrog(3))
         with pytest.raises(FloatingPointError, match=r"nabla_w\[3\] holds NaN or Inf; update refused"):
             net.synchronize()
@@ -72,13 +72,13 @@ def test_check_finite_refuses_the_update():
 
 def test_without_check_finite_a_nan_gradient_goes_through():
     """The check is what stops it: without it the update spreads the NaN (the failure mode it guards)."""
-    def nan_gradient(out, delta, a):
-        ops_numpy.nabla_w(out, delta, a)
-        out[0, 0] = np.nan
+    def nan_gradient(nabla_w, nabla_b, delta, a):
+        ops_numpy.gradients(nabla_w, nabla_b, delta, a)
+        nabla_w[0, 0] = np.nan
 
     with NumpyBackend() as backend:
         net = MLP(SIZES, backend=backend)
-        backend.ops = patched_ops(nabla_w=nan_gradient)
+        backend.ops = patched_ops(gradients=nan_gradient)
         net.sgd_step(*batch(SIZES, 3), 0.5, Leapfrog(3))
         assert np.isnan(net.weights[0]).any()
 

@@ -166,7 +166,7 @@ def test_a_worker_without_its_wait_cannot_join_the_capture(monkeypatch):
     """Without 'worker waits E_l' a worker never joins the capture: its first operation is refused."""
     monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
     with MLP(SIZES, backend="numpy") as net:
-        with pytest.raises(CaptureError, match=r"worker\d enqueued 'nabla_b\[5\]' during a capture of main without "
+        with pytest.raises(CaptureError, match=r"worker\d enqueued 'gradients\[5\]' during a capture of main without "
                                                "having joined it"):
             net.sgd_step(*batch(SIZES, 3), 0.1, Leapfrog(2), graph=True)
         assert not net.plan(3).graphs
@@ -328,16 +328,16 @@ def test_check_finite_in_a_graph_refuses_the_update_and_the_next_step_goes_on():
     memory, the next synchronize() raises, and the graph (not captured again) then steps normally."""
     calls = []
 
-    def nabla_w(out, delta, a):  # a NaN in nabla_w^3 of the second step, as it runs
-        ops_numpy.nabla_w(out, delta, a)
-        if out.shape == (5, 13):
+    def gradients(nabla_w, nabla_b, delta, a):  # a NaN in nabla_w^3 of the second step, as it runs
+        ops_numpy.gradients(nabla_w, nabla_b, delta, a)
+        if nabla_w.shape == (5, 13):
             calls.append(1)
             if len(calls) == 2:
-                out[0, 0] = np.nan
+                nabla_w[0, 0] = np.nan
 
     with NumpyBackend() as backend:
         net = MLP(SIZES, backend=backend, check_finite=True)
-        backend.ops = patched_ops(nabla_w=nabla_w)  # what the graph captures
+        backend.ops = patched_ops(gradients=gradients)  # what the graph captures
         x, y = batch(SIZES, 3)
         net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
         before = [p.copy() for p in net.weights + net.biases]

@@ -1,7 +1,8 @@
 """The CPU harness's bounds checks on a real kernel: the outer product (7) for B = 1 with its row bound one
-too far (``i <= n``) reads delta and writes nabla_w one row past their ends. The launch stops with the
-index and the buffer's size, from ``CudaOps`` on plain arrays and from a step on the CuPy stand-in, whose
-arrays are pool memory with no guard page after them (there such a store used to corrupt the heap)."""
+too far (``i <= n``) reads delta and writes nabla_w one row past their ends (in a step, in outer_bias, the
+(6)(7) kernel). The launch stops with the index and the buffer's size, from ``CudaOps`` on plain arrays and
+from a step on the CuPy stand-in, whose arrays are pool memory with no guard page after them (there such a
+store used to corrupt the heap)."""
 
 import contextlib
 
@@ -48,8 +49,8 @@ def test_a_step_on_the_standin_fails_with_the_index_and_the_size(outer_bound_off
     backend = CupyBackend()
     net = MLP(sizes, dtype="float64", backend=backend)
     net.sgd_step(*batch(sizes, 1), 0.5, Leapfrog(2))
-    with pytest.raises(cuda_cpu.KernelError, match=r"^outer_f64: out-of-range access by thread .*: "
-                                                   r"index (\d+) of argument 1, a buffer of \1 elements$"):
+    with pytest.raises(cuda_cpu.KernelError, match=r"^outer_bias_f64: out-of-range access by thread .*: "
+                                                   r"index (\d+) of argument 2, a buffer of \1 elements$"):
         net.synchronize()
     for _ in sizes:  # the stand-in runs what is still queued: the other layers' outer products fail as well
         with contextlib.suppress(cuda_cpu.KernelError):

@@ -35,6 +35,7 @@ DTYPES = (np.float32, np.float64)
 SIZES = (1, 2, 31, 33, 257)
 BATCHES = (1, 3, 64)
 PAIRS = [(n, m) for n in SIZES for m in SIZES]  # (n, m): square and not
+WIDE = [(70, 132), (36, 8)]  # rows of nabla_w a multiple of 4 long: the rank-B update's 16-byte stores
 """What the harness says of a kernel that accessed an argument outside its buffer."""
 
 
@@ -51,6 +52,10 @@ class TwinOps:
     @staticmethod
     def fused_update(w, delta, a, step, scratch):
         ops_numpy.fused_update(w, delta, a, step, np.empty(max(ops_numpy.SCRATCH, w.shape[1]), w.dtype))
+
+    @staticmethod
+    def update(w, nabla_w, b, nabla_b, step, scratch):
+        ops_numpy.update(w, nabla_w, b, nabla_b, step, np.empty(ops_numpy.SCRATCH, w.dtype))
 
 
 class TwinDevice:
@@ -80,13 +85,6 @@ def device(request):
     if request.param == "twin":
         return TwinDevice()
     return request.getfixturevalue("cpu")
-
-
-@pytest.fixture
-def tile(request, monkeypatch):
-    """Forces the launcher's tile edge for the rank-B update (it picks 16 or 32 by size)."""
-    monkeypatch.setattr(launch, "choose_tile", lambda n, m: request.param)
-    return request.param
 
 
 def check(device, request, run, inputs, expect, magnitude):
@@ -132,7 +130,7 @@ def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
     """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits."""
     shapes = {
         "outer": (launch.outer_launch(n, m), (m, n)),
-        **{f"rank_update TILE={t}": (launch.rank_update_launch(n, m, t), (m, n)) for t in launch.TILES},
+        "rank_update": (launch.rank_update_launch(n, m), (-(-m // 8), -(-n // 8))),  # 8 x 8 outputs a thread
         "bias_sum": (launch.bias_launch(n), (n, 1)),
     }
     for name, ((grid, block, _), (width, height)) in shapes.items():
@@ -265,27 +263,21 @@ def test_sgd_update(device, request, shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("n, m", PAIRS)
-def test_nabla_w(device, request, n, m, batch, tile, dtype):
-    """(7), the outer product at B = 1 (the tile does not apply) and the tiled rank-B update."""
-    if (batch == 1 or device.name == "twin") and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the outer-product kernel, which has no tile (nor has its twin)")
+@pytest.mark.parametrize("n, m", PAIRS + WIDE)
+def test_nabla_w(device, request, n, m, batch, dtype):
+    """(7), the outer product at B = 1 and the register-blocked rank-B update."""
     rng = np.random.default_rng([n, m, batch])
     inputs = {"delta": _random(rng, (n, batch), dtype), "a": _random(rng, (m, batch), dtype)}
     check(device, request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("tile", launch.TILES, indirect=True, ids=lambda t: f"TILE={t}")
 @pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("n, m", PAIRS)
-def test_fused_update(device, request, n, m, batch, tile, dtype):
+@pytest.mark.parametrize("n, m", PAIRS + WIDE)
+def test_fused_update(device, request, n, m, batch, dtype):
     """(7) fused with SGD, ``w -= scale * delta a^T`` (outer_sgd at B = 1, rank_update_sgd above);
     bitwise the plain kernel followed by sgd_update, as nabla_w.cu says."""
-    if (batch == 1 or device.name == "twin") and tile != launch.TILES[0]:
-        pytest.skip("B = 1 runs the outer-product kernel, which has no tile (nor has its twin)")
     rng = np.random.default_rng([n, m, batch, 4])
     inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
               "a": _random(rng, (m, batch), dtype)}
@@ -390,25 +382,25 @@ def test_nabla_b(device, request, n, batch, dtype):
 @pytest.mark.parametrize(
     "old, new, occurrence, batch, caught_by",
     [
-        # A missing barrier: some threads compute from a tile not yet loaded, or one already reloaded.
+        # A missing barrier: some threads compute from a slab not yet staged, or one already restaged.
         ("__syncthreads();", "", 0, 64, AssertionError),
         ("__syncthreads();", "", 1, 64, AssertionError),
-        # Off by one: the store one row past the end, the batch load one column past it, and the dot
-        # product over the padding column (NaN: the harness fills shared memory before each block).
-        ("i0 + ty < n && j0 + tx < m", "i0 + ty <= n && j0 + tx < m", 0, 3, cuda_cpu.KernelError),
-        ("s < batch", "s <= batch", 0, 3, cuda_cpu.KernelError),
-        ("t < TILE", "t <= TILE", 0, 64, AssertionError),
+        # Off by one: the store one row past the end, the batch load one column past it, and the sum one
+        # sample short of each chunk.
+        ("if (i < n) {", "if (i <= n) {", 0, 3, cuda_cpu.KernelError),
+        ("s + e < batch", "s + e <= batch", 0, 3, cuda_cpu.KernelError),
+        ("s < CHUNK; ++s", "s < CHUNK - 1; ++s", 1, 64, AssertionError),  # 0 is the loop of nabla_b
     ],
-    ids=["first barrier removed", "second barrier removed", "store bound", "batch bound", "tile bound"],
+    ids=["first barrier removed", "second barrier removed", "store bound", "batch bound", "chunk short"],
 )
 def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occurrence, batch, caught_by):
-    """Mutations of the real tiled kernel fail: by a mismatch, or by the harness stopping the launch."""
+    """Mutations of the real register-blocked kernel fail: by a mismatch, or by the harness stopping the
+    launch."""
     source = ops_cuda.kernel_source
     if old == "__syncthreads();":
         assert source("nabla_w.cu").count(old) == 2  # the two barriers of rank_update, and no others
     mutated = mutant("nabla_w.cu", "rank_update", old, new, occurrence)
     monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
-    monkeypatch.setattr(launch, "choose_tile", lambda n, m: 16)
     rng = np.random.default_rng(7)
     inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}
     with pytest.raises(caught_by) as failure:
@@ -418,3 +410,49 @@ def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occu
     # The unmutated kernel passes the same check.
     monkeypatch.setattr(ops_cuda, "kernel_source", source)
     check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
+
+
+TWIN_IS_THE_PAIR = "the NumPy twin of a fused op is the pair of twins it fuses"
+
+
+def _bits(array):
+    return np.ascontiguousarray(array).tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES + (33,))
+@pytest.mark.parametrize("n, m", [(1, 1), (33, 31), (130, 67)] + WIDE)
+def test_gradients_are_bitwise_nabla_b_and_nabla_w(device, n, m, batch, dtype):
+    """(6) and (7) in one kernel (outer_bias, rank_update_bias: nabla_b from the staged slabs of delta)
+    write bit for bit what nabla_b and nabla_w write, -0 and the batch's padding included, for every
+    block of the grid (n = 130: three rows of blocks)."""
+    if device.name == "twin":
+        pytest.skip(TWIN_IS_THE_PAIR)
+    rng = np.random.default_rng([n, m, batch, 9])
+    delta, a = _random(rng, (n, batch), dtype, specials=(0.0, -0.0)), _random(rng, (m, batch), dtype)
+    nabla_w, nabla_b = device.to_device(nans((n, m), dtype)), device.to_device(nans(n, dtype))
+    device.ops.gradients(nabla_w, nabla_b, device.to_device(delta), device.to_device(a))
+    alone_w, alone_b = device.to_device(nans((n, m), dtype)), device.to_device(nans(n, dtype))
+    device.ops.nabla_w(alone_w, device.to_device(delta), device.to_device(a))
+    device.ops.nabla_b(alone_b, device.to_device(delta))
+    assert _bits(device.to_host(nabla_w)) == _bits(device.to_host(alone_w))
+    assert _bits(device.to_host(nabla_b)) == _bits(device.to_host(alone_b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("n, m", [(1, 1), (33, 31)] + WIDE)
+def test_the_update_of_a_layer_is_bitwise_sgd_update_of_w_and_of_b(device, n, m, dtype):
+    """One kernel for w and b writes what two sgd_update launches write; a refused step writes nothing."""
+    rng = np.random.default_rng([n, m, 10])
+    w, nabla_w = _random(rng, (n, m), dtype), _random(rng, (n, m), dtype)
+    b, nabla_b = _random(rng, n, dtype), _random(rng, n, dtype)
+    for refused in (0, 3):
+        controls = device.to_device(step(0.3 / 7, dtype, refused))
+        both_w, both_b, one_w, one_b = (device.to_device(x) for x in (w, b, w, b))
+        device.ops.update(both_w, device.to_device(nabla_w), both_b, device.to_device(nabla_b), controls, None)
+        device.ops.sgd_update(one_w, device.to_device(nabla_w), controls, None)
+        device.ops.sgd_update(one_b, device.to_device(nabla_b), controls, None)
+        assert _bits(device.to_host(both_w)) == _bits(device.to_host(one_w))
+        assert _bits(device.to_host(both_b)) == _bits(device.to_host(one_b))
+        if refused:
+            assert _bits(device.to_host(both_w)) == _bits(w) and _bits(device.to_host(both_b)) == _bits(b)

@@ -100,7 +100,7 @@ def test_trace_of_a_leapfrog_step(L, k):
     first_update = trace.index(("main", "start", "update[2]"))
     for l in range(2, L + 1):
         delta_ready = trace.index(("main", "record", f"E_{l}"))
-        for name in (f"nabla_b[{l}]", f"nabla_w[{l}]"):
+        for name in (f"gradients[{l}]",):
             starts = [i for i, (stream, what, op) in enumerate(trace) if what == "start" and op == name]
             assert len(starts) == 1, f"{name} ran {len(starts)} times"
             stream = trace[starts[0]][0]
@@ -129,7 +129,7 @@ def test_trace_of_a_sequential_step():
     trace = run_traced(5, 0, Sequential())
     assert {stream for stream, _, _ in trace} == {"main"}
     ops = [op for _, what, op in trace if what == "start"]
-    assert ops.index("nabla_w[5]") < ops.index("delta[4]") < ops.index("nabla_w[4]") < ops.index("update[2]")
+    assert ops.index("gradients[5]") < ops.index("delta[4]") < ops.index("gradients[4]") < ops.index("update[2]")
 
 
 # -- races: each wait of docs/design.md §2 removed, caught deterministically -----------------------------
@@ -203,7 +203,7 @@ def test_missing_join_is_caught_across_steps_without_an_update(monkeypatch):
             backend.synchronize()
             trace = backend.trace
             copies = [i for i, entry in enumerate(trace) if entry[1:] == ("start", "copy_in")]
-            read = next(i for i, entry in enumerate(trace) if entry[1:] == ("end", "nabla_w[2]"))
+            read = next(i for i, entry in enumerate(trace) if entry[1:] == ("end", "gradients[2]"))
             return copies[2] < read  # copies 0, 1 are step 0's x and y; copy 2 writes a^1 again
 
     assert not overwrite_before_read(Sequential())

@@ -13,10 +13,10 @@ from helpers import NO_GPU
 from leapfrog_gpu.backends import cuda_available
 
 ROOT = Path(__file__).resolve().parent.parent
-NO_TILE = "B = 1 runs the outer-product kernel, which has no tile (nor has its twin)"
+TWIN = "the NumPy twin of a fused op is the pair of twins it fuses"
 SELECTION = {  # test: its reason to skip here, or None where it runs
-    "tests/test_kernels.py::test_nabla_w[cpu-1-1-1-TILE=32-f32]": NO_TILE,
-    "tests/test_kernels.py::test_nabla_w[cpu-1-1-1-TILE=32-f64]": NO_TILE,
+    "tests/test_kernels.py::test_gradients_are_bitwise_nabla_b_and_nabla_w[twin-33-31-3-f32]": TWIN,
+    "tests/test_kernels.py::test_gradients_are_bitwise_nabla_b_and_nabla_w[twin-33-31-3-f64]": TWIN,
     "tests/test_backends.py::test_cupy_backend_streams_are_non_blocking": None if cuda_available() else NO_GPU,
     "tests/test_bench.py::test_torch_anchor_computes_our_gradients":
         None if importlib.util.find_spec("torch") else "the PyTorch anchor needs torch (extra 'torch')",
@@ -36,7 +36,7 @@ def test_the_run_ends_with_the_skips_counted_by_reason():
         if reason is not None:
             counts[reason] = counts.get(reason, 0) + 1
     parts = summary[0].removeprefix("skipped by reason: ").split("; ")
-    assert parts[0] == f"2 {NO_TILE}" and sorted(parts) == sorted(f"{n} {reason}" for reason, n in counts.items())
+    assert parts[0] == f"2 {TWIN}" and sorted(parts) == sorted(f"{n} {reason}" for reason, n in counts.items())
 
 
 @pytest.mark.skipif(cuda_available(), reason="with a usable GPU the tests that need one run")

@@ -44,7 +44,7 @@ def expected_launches(backend, k):
     main = [("main", "copy_in")] * 2 if backend.name == "numpy" else []
     main += [("main", "eta / B")] + [("main", f"z[{l}]") for l in range(2, L + 1)]
     main += [("main", f"delta[{l}]") for l in range(L, 1, -1)] + [("main", f"update[{l}]") for l in range(2, L + 1)]
-    workers = [(f"worker{l % k}", f"{name}[{l}]") for l in range(2, L + 1) for name in ("nabla_b", "nabla_w")]
+    workers = [(f"worker{l % k}", f"gradients[{l}]") for l in range(2, L + 1)]
     return sorted(main + workers)
 
 
@@ -71,8 +71,7 @@ def test_every_launch_stamped_once_on_its_stream_in_an_order_the_schedule_allows
         for i in step:
             assert 0 <= i.start <= i.end
         for l in range(2, L + 1):  # read after write: (6)(7) of layer l start once delta^l has ended
-            assert at[f"nabla_w[{l}]"].start >= at[f"delta[{l}]"].end
-            assert at[f"nabla_b[{l}]"].start >= at[f"delta[{l}]"].end
+            assert at[f"gradients[{l}]"].start >= at[f"delta[{l}]"].end
         join = min(at[f"update[{l}]"].start for l in range(2, L + 1))  # the join: every worker done
         assert all(i.end <= join for i in step if i.stream != "main")
         for stream in {i.stream for i in step}:  # a stream runs one launch at a time, in launch order
@@ -196,8 +195,8 @@ def step_of(rows, step=0):
 HAND = step_of([
     ("main", "z[2]", 100, 300), ("main", "delta[3]", 300, 400), ("main", "delta[2]", 600, 700),
     ("main", "update[2]", 1000, 1100),
-    ("worker0", "nabla_w[3]", 350, 650),   # overlaps main on [350, 400] and [600, 650]: 100 of 300
-    ("worker1", "nabla_w[2]", 700, 900),   # overlaps main nowhere: 0 of 200
+    ("worker0", "gradients[3]", 350, 650),   # overlaps main on [350, 400] and [600, 650]: 100 of 300
+    ("worker1", "gradients[2]", 700, 900),   # overlaps main nowhere: 0 of 200
     ("worker1", "nabla_b[2]", 850, 950),   # overlaps the launch before it: busy [700, 950] is 250
 ])
 

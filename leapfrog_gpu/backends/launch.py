@@ -15,13 +15,23 @@ compile check adds them, so that it compiles exactly what CuPy will."""
 ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
 OUTER_BLOCK = (32, 8)
-BIAS_BLOCK = 128
-TILES = (16, 32)
+BIAS_ROWS, BIAS_UNROLL = 8, 4  # bias_sum: a warp per row, 8 rows a block; 4 loads a lane before their sum
+# The rank-B update: 64 threads a block, 8 x 8 outputs each (16 shared loads for 64 FMAs), 64 x 64 a block:
+# 256 blocks at N = 1024; the batch staged 16 samples at a time (8 in float64), 32 registers of loads.
+RANK_SIDE, RANK_CHUNK = 8, 16
+# The chain at B > 1: 8 rows of the result a block (128 blocks at N = 1024), their slab of w staged 1024
+# columns (4 KB a row) at a time in one round trip, 256 threads in 32 slices of the stage, 16 vectors of
+# a_prev each loaded before their sum: a 1024-wide layer in one trip to HBM and two to L2.
+GEMM_ROWS, GEMM_THREADS, GEMM_STAGE, GEMM_UNROLL = 8, 256, 1024, 16
 # The GEMVs of kernels/chain.cu, chosen on paper (not yet measured; profiling/kernels.py --gemv-blocks
-# compares others): a warp reads 128 contiguous bytes of a row of w (forward), or 8 columns of 4 rows,
-# 32 bytes each, whole sectors (backward); both give 128 blocks at N = 1024 and 512 at N = 4096.
-FORWARD_GEMV_BLOCK = (32, 8)  # (lanes that share a row, rows per block): forward_gemv
-BACKWARD_GEMV_BLOCK = (8, 64)  # (columns per block, threads that share a column): backward_gemv
+# compares others). Forward: a warp per row, 16-byte loads, 8 of them a lane before their sum: 512
+# contiguous bytes a warp a load, a 1024-wide float32 row in one round trip, 256 blocks at N = 1024.
+# Backward: 8 columns a block (two 16-byte loads of a row, a whole sector), the rows shared by 128
+# threads, 8 each loaded before their sum: one round trip at N = 1024, 128 blocks (512 at N = 4096).
+FORWARD_GEMV_BLOCK = (32, 4)  # (lanes of a row: a warp, rows per block): forward_gemv
+FORWARD_GEMV_UNROLL = 8
+BACKWARD_GEMV_BLOCK = (8, 256)  # (columns per block, threads per block): backward_gemv
+BACKWARD_GEMV_UNROLL = 8
 
 
 def elementwise_launch(size):
@@ -40,47 +50,54 @@ def outer_launch(n, m):
     return grid, (bx, by, 1), (f"-DOUTER_BX={bx}", f"-DOUTER_BY={by}")
 
 
-def choose_tile(n, m):
-    """Tile edge of a tiled kernel with an (n, m) result (the rank-B update; the chain at B > 1, with
-    m = B): 32 once both sides fill eight tiles of 32, else 16."""
-    return 32 if min(n, m) >= 8 * 32 else 16
+def rank_update_launch(n, m):
+    """A (RANK_SIDE, RANK_SIDE) block per (8 RANK_SIDE)-square tile of the (n, m) gradient, 8 x 8 outputs
+    a thread (``rank_update_*``); the batch staged RANK_CHUNK samples at a time."""
+    edge = 8 * RANK_SIDE
+    grid = (-(-m // edge), -(-n // edge), 1)
+    assert grid[0] * edge >= m and grid[1] * edge >= n and grid[1] <= 65535, (n, m, grid)
+    assert RANK_CHUNK % 8 == 0 and 2 * edge * RANK_CHUNK % (4 * RANK_SIDE**2) == 0, "the slabs divide"
+    return grid, (RANK_SIDE, RANK_SIDE, 1), (f"-DRANK_SIDE={RANK_SIDE}", f"-DRANK_CHUNK={RANK_CHUNK}")
 
 
-def rank_update_launch(n, m, tile=None):
-    """A (tile, tile) block per output tile of the (n, m) gradient (``rank_update_*``)."""
-    tile = choose_tile(n, m) if tile is None else tile
-    assert tile in TILES, tile
-    grid = (-(-m // tile), -(-n // tile), 1)
-    assert grid[0] * tile >= m and grid[1] * tile >= n and grid[1] <= 65535, (n, m, grid)
-    return grid, (tile, tile, 1), (f"-DTILE={tile}",)
+def check_finite_launch(size):
+    """Grid-stride launch of check_finite (kernels/elementwise.cu): a thread per 16 bytes, 4 elements
+    (float32; two rounds of 2 in float64), as ``elementwise_launch`` over ``ceil(size / 4)``."""
+    return elementwise_launch(-(-size // 4))
 
 
 def bias_launch(n):
-    """One thread per row of the (n, B) error (kernels/nabla_b.cu)."""
-    grid = (-(-n // BIAS_BLOCK), 1, 1)
-    assert grid[0] * BIAS_BLOCK >= n, (n, grid)
-    return grid, (BIAS_BLOCK, 1, 1), (f"-DBIAS_BLOCK={BIAS_BLOCK}",)
+    """A warp per row of the (n, B) error (kernels/nabla_b.cu)."""
+    grid = (-(-n // BIAS_ROWS), 1, 1)
+    assert grid[0] * BIAS_ROWS >= n and grid[0] < 2**31, (n, grid)
+    return grid, (32, BIAS_ROWS, 1), (f"-DBIAS_ROWS={BIAS_ROWS}", f"-DBIAS_UNROLL={BIAS_UNROLL}")
 
 
-def chain_launch(kind, n, batch, tile=None):
+def chain_launch(kind, n, batch, itemsize):
     """``kind`` "forward" (2)(3) or "backward" (5) of kernels/chain.cu, for a layer of ``n`` outputs (rows
-    of z, or of delta) and a batch of ``batch``: a GEMV at B = 1 (both GEMVs share one module, so one set
-    of options), else a (tile, tile) block per output tile of the (n, B) result."""
+    of z, or of delta), a batch of ``batch`` and elements of ``itemsize`` bytes: a GEMV at B = 1 (both
+    GEMVs share one module, so one set of options), else a block per GEMM_ROWS rows and 16 bytes' worth
+    of vectors for each of 8 threads across the batch (32 columns in float32, 16 in float64)."""
     assert kind in ("forward", "backward"), kind
     if batch == 1:
-        (lanes, rows), (cols, split) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
-        assert lanes & (lanes - 1) == 0 and split & (split - 1) == 0, "the sums meet in a binary tree"
-        assert lanes * rows <= 1024 and cols * split <= 1024, (lanes, rows, cols, split)
-        per_block, block = (rows, (lanes, rows, 1)) if kind == "forward" else (cols, (cols, split, 1))
+        (lanes, rows), (cols, threads) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
+        assert lanes == 32 and lanes * rows <= 1024, "a warp per row, its lanes' sums meet in shuffles"
+        # Backward: the threads across a block's columns (cols / 4 in float32, cols / 2 in float64) divide
+        # a warp evenly, and every warp is whole, for the shuffles.
+        assert cols % 4 == 0 and 32 % (cols // 2) == 0 and threads % 32 == 0 and threads <= 1024, (cols, threads)
+        per_block, block = (rows, (lanes, rows, 1)) if kind == "forward" else (cols, (threads, 1, 1))
         grid = (-(-n // per_block), 1, 1)
-        assert grid[0] * per_block >= n, (n, grid)
-        return grid, block, (f"-DFWD_LANES={lanes}", f"-DFWD_ROWS={rows}", f"-DBWD_COLS={cols}",
-                             f"-DBWD_SPLIT={split}")
-    tile = choose_tile(n, batch) if tile is None else tile
-    assert tile in TILES, tile
-    grid = (-(-batch // tile), -(-n // tile), 1)
-    assert grid[0] * tile >= batch and grid[1] * tile >= n and grid[1] <= 65535, (n, batch, grid)
-    return grid, (tile, tile, 1), (f"-DTILE={tile}",)
+        assert grid[0] * per_block >= n and grid[0] < 2**31, (n, grid)
+        return grid, block, (f"-DFWD_ROWS={rows}", f"-DFWD_UNROLL={FORWARD_GEMV_UNROLL}", f"-DBWD_THREADS={threads}",
+                             f"-DBWD_COLS={cols}", f"-DBWD_UNROLL={BACKWARD_GEMV_UNROLL}")
+    assert itemsize in (4, 8), itemsize
+    columns = 8 * 16 // itemsize
+    grid = (-(-batch // columns), -(-n // GEMM_ROWS), 1)
+    assert GEMM_ROWS == 8 and GEMM_THREADS == 256, "chain_gemm's layout: 8 rows, 32 slices of 8 vectors"
+    assert GEMM_STAGE % (32 * GEMM_UNROLL) == 0 and GEMM_STAGE // 2 % (32 * GEMM_UNROLL) == 0, "slices divide a stage"
+    assert grid[0] * columns >= batch and grid[1] * GEMM_ROWS >= n and grid[1] <= 65535, (n, batch, grid)
+    return grid, (GEMM_THREADS, 1, 1), (f"-DGEMM_ROWS={GEMM_ROWS}", f"-DGEMM_THREADS={GEMM_THREADS}",
+                                        f"-DGEMM_STAGE={GEMM_STAGE}", f"-DGEMM_UNROLL={GEMM_UNROLL}")
 
 
 def compile_options(defines):
@@ -93,8 +110,8 @@ def modules():
     return [
         ("elementwise.cu", compile_options(elementwise_launch(1)[2])),
         ("nabla_w.cu", compile_options(outer_launch(1, 1)[2])),
-        *[("nabla_w.cu", compile_options(rank_update_launch(1, 1, tile)[2])) for tile in TILES],
+        ("nabla_w.cu", compile_options(rank_update_launch(1, 1)[2])),
         ("nabla_b.cu", compile_options(bias_launch(1)[2])),
-        ("chain.cu", compile_options(chain_launch("forward", 1, 1)[2])),
-        *[("chain.cu", compile_options(chain_launch("forward", 1, 2, tile)[2])) for tile in TILES],
+        ("chain.cu", compile_options(chain_launch("forward", 1, 1, 4)[2])),
+        ("chain.cu", compile_options(chain_launch("forward", 1, 2, 4)[2])),
     ]

@@ -106,7 +106,7 @@ class CudaOps:
 
     def _chain(self, kind, n, batch, dtype, args, tail):
         """Launch ``kind``_gemv (B = 1) or ``kind``_gemm (with ``batch`` before ``tail``) of chain.cu."""
-        grid, block, options = launch.chain_launch(kind, n, batch)
+        grid, block, options = launch.chain_launch(kind, n, batch, np.dtype(dtype).itemsize)
         if batch == 1:
             self._kernel("chain.cu", f"{kind}_gemv", dtype, options)(grid, block, (*args, *tail))
         else:
@@ -126,6 +126,18 @@ class CudaOps:
 
     def nabla_w(self, nabla_w, delta, a):
         self._nabla_w("", nabla_w, delta, a, ())
+
+    def gradients(self, nabla_w, nabla_b, delta, a):
+        """(6) and (7) in one kernel: ``nabla_b`` from the error the ``nabla_w`` kernel reads anyway."""
+        (n, batch), m = delta.shape, a.shape[0]
+        if batch == 1:
+            grid, block, options = launch.outer_launch(n, m)
+            kernel = self._kernel("nabla_w.cu", "outer_bias", delta.dtype, options)
+            kernel(grid, block, (nabla_w, nabla_b, delta, a, np.int32(n), np.int32(m)))
+        else:
+            grid, block, options = launch.rank_update_launch(n, m)
+            kernel = self._kernel("nabla_w.cu", "rank_update_bias", delta.dtype, options)
+            kernel(grid, block, (nabla_w, nabla_b, delta, a, np.int32(n), np.int32(m), np.int32(batch)))
 
     def fused_update(self, w, delta, a, controls, scratch):
         """``w -= controls[0] * (delta a^T)`` unless ``controls[1]``, in one pass over w; ``scratch`` is unused here."""
@@ -154,9 +166,17 @@ class CudaOps:
         del scratch
         self._elementwise("sgd_update", param.size, param.dtype, (param, nabla, controls, np.int64(param.size)))
 
+    def update(self, w, nabla_w, b, nabla_b, controls, scratch):
+        """``sgd_update`` of w and of b in one kernel; ``scratch`` is unused here."""
+        del scratch
+        args = (w, nabla_w, np.int64(w.size), b, nabla_b, np.int64(b.size), controls)
+        self._elementwise("sgd_update_layer", w.size + b.size, w.dtype, args)
+
     def check_finite(self, controls, x, code):
         """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0."""
-        self._elementwise("check_finite", x.size, x.dtype, (controls, x, np.int64(x.size), x.dtype.type(code)))
+        grid, block, options = launch.check_finite_launch(x.size)
+        kernel = self._kernel("elementwise.cu", "check_finite", x.dtype, options)
+        kernel(grid, block, (controls, x, np.int64(x.size), x.dtype.type(code)))
 
     @staticmethod
     def set_element(array, index, value):

@@ -103,6 +103,22 @@ def nabla_b(nabla_b, delta):
     np.sum(delta, axis=1, out=nabla_b)
 
 
+_nabla_w, _nabla_b = nabla_w, nabla_b  # for the functions below, whose arguments take the names
+
+
+def gradients(nabla_w, nabla_b, delta, a):
+    """(6) and (7) of one layer: ``nabla_b`` then ``nabla_w``, as the two functions above compute them
+    (the CUDA kernel computes both in one)."""
+    _nabla_b(nabla_b, delta)
+    _nabla_w(nabla_w, delta, a)
+
+
+def update(w, nabla_w, b, nabla_b, controls, scratch):
+    """The SGD update of one layer, ``sgd_update`` of w then of b (the CUDA kernel does both in one)."""
+    sgd_update(w, nabla_w, controls, scratch)
+    sgd_update(b, nabla_b, controls, scratch)
+
+
 def sgd_update(param, nabla, controls, scratch):
     """``param -= controls[0] * nabla`` unless ``controls[1]``, through the flat ``scratch`` a cache-sized block at
     a time."""

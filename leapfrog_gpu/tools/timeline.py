@@ -25,7 +25,7 @@ GAPS_SHOWN = 3  # the longest idle gaps of the main stream kept per step
 CATEGORIES = (  # launch-name prefix -> (legend label, colour)
     ("z[", "forward (2)(3)", "tab:blue"),
     ("delta[", "chain (4)(5)", "tab:red"),
-    ("nabla_w[", "nabla_w (7)", "tab:green"),
+    ("gradients[", "gradients (6)(7)", "tab:green"),
     ("nabla_b[", "nabla_b (6)", "tab:olive"),
     ("fused_update[", "(7) + update, fused", "tab:purple"),
     ("update[", "update", "tab:orange"),

@@ -24,15 +24,18 @@ KERNELS = {
     "rank_update": ("(7), B > 1", lambda n, m, b: (n + m) * b, lambda n, m, b: n * m),
     "outer_sgd": ("(7) + SGD, B = 1", lambda n, m, b: n + m + n * m, lambda n, m, b: n * m),
     "rank_update_sgd": ("(7) + SGD, B > 1", lambda n, m, b: (n + m) * b + n * m, lambda n, m, b: n * m),
+    "outer_bias": ("(6)(7), B = 1", lambda n, m, b: n + m, lambda n, m, b: n * m + n),
+    "rank_update_bias": ("(6)(7), B > 1", lambda n, m, b: (n + m) * b, lambda n, m, b: n * m + n),
     "bias_sum": ("(6)", lambda n, m, b: n * b, lambda n, m, b: n),
     "sgd_update": ("SGD on w", lambda n, m, b: 2 * n * m, lambda n, m, b: n * m),
+    "sgd_update_layer": ("SGD on w and b", lambda n, m, b: 2 * n * m + 2 * n, lambda n, m, b: n * m + n),
     "check_finite": ("check of nabla_w", lambda n, m, b: n * m, lambda n, m, b: 0),
 }
-B_ONE = ("outer", "outer_sgd", "forward_gemv", "backward_gemv")
+B_ONE = ("outer", "outer_sgd", "outer_bias", "forward_gemv", "backward_gemv")
 """The kernels that run at B = 1 only."""
-B_MANY = ("rank_update", "rank_update_sgd", "forward_gemm", "backward_gemm")
+B_MANY = ("rank_update", "rank_update_sgd", "rank_update_bias", "forward_gemm", "backward_gemm")
 """Their twins, which run at B > 1 only."""
-B_ANY = ("sgd_update", "check_finite")
+B_ANY = ("sgd_update", "sgd_update_layer", "check_finite")
 """The kernels whose traffic does not depend on B."""
 
 
@@ -80,7 +83,9 @@ def readme():
         f"the memory bandwidth: {H200_BANDWIDTH / 1e12:.1f} TB/s on an H200. Bytes count every input read "
         "once and every output written once (each kernel's header comment gives the count), for a square "
         "layer of width N (n = m = N) and a batch of B. `sgd_update` is the update of w (3 N^2 elements, "
-        "whatever B); that of b is N times smaller. `check_finite` is the check of nabla_w (N^2 reads), run "
+        "whatever B); that of b is N times smaller, and `sgd_update_layer` updates both in one launch. "
+        "`outer_bias` and `rank_update_bias` are (7) with (6) in the same kernel. `check_finite` is the check "
+        "of nabla_w (N^2 reads), run "
         "on every gradient before the update when `check_finite=True`. A fused `*_sgd` kernel replaces (7) "
         "and that update. The chain kernels, `forward_*` (2)(3) and `backward_*` (5), are what a CUDA graph "
         "step runs in place of cuBLAS and an elementwise kernel. "

@@ -9,8 +9,9 @@ options of ``leapfrog_gpu.backends.launch``.
 Global memory is bounds-checked: ``build`` compiles every ``T*`` of the source (``T``, ``float`` or
 ``double``, const or not) as ``cuda_cpu::global<T>``, a pointer that checks each access against the buffer
 of the argument it comes from, so that an access outside an argument stops the launch (``KernelError``)
-with the index and the buffer's size. ``guarded(array)`` copies an array into memory with an inaccessible
-page right after its last byte, for accesses the check cannot see (through a pointer that comes from no
+with the index and the buffer's size; a 16-byte access through ``reinterpret_cast<const float4*>`` (or
+``double2``) checks the whole vector and its alignment. ``guarded(array)`` copies an array into memory with an
+inaccessible page right after its last byte, for accesses the check cannot see (through a pointer that comes from no
 argument): one past the end stops the launch too.
 
 Libraries are cached in ``$CUDA_CPU_CACHE``, by default ``cuda_cpu-<uid>`` in the temporary directory.
@@ -32,7 +33,7 @@ import numpy as np
 HEADER = Path(__file__).with_name("cuda_cpu.h")
 CXX = os.environ.get("CXX", "g++")
 # Hidden visibility and no GNU-unique symbols: each library keeps its own statics (the __shared__ arrays
-# of a TILE=16 build and a TILE=32 build must not be merged when both are loaded).
+# of two builds of one source with other -D options must not be merged when both are loaded).
 CXXFLAGS = ("-std=c++20", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-gnu-unique", "-Wall",
             "-Wno-unknown-pragmas")
 CACHE = Path(os.environ.get("CUDA_CPU_CACHE", Path(tempfile.gettempdir()) / f"cuda_cpu-{os.getuid()}"))
@@ -73,15 +74,20 @@ def _defines(options):
 
 _POINTER = re.compile(r"(?<![\w:])((?:const\s+)?(?:T|float|double))\s*\*\s*")
 """A pointer type in a kernel source: ``T*``, ``const T*``, ``float*``, ``const double*`` and the like."""
-_SHARED = re.compile(r"__shared__\s+\w+\s+(\w+)\s*\[")
+_VECTOR_CAST = re.compile(r"reinterpret_cast<\s*((?:const\s+)?(?:float2|float4|double2))\s*\*\s*>\s*\(")
+"""A cast of a pointer to a vector type: ``reinterpret_cast<const float4*>(``; group 1 is the type."""
+_SHARED = re.compile(r"__shared__\s+(?:__align__\(\d+\)\s+)?\w+\s+(\w+)\s*\[")
 """A ``__shared__`` array's declaration; group 1 is its name."""
 
 
 def checked(code):
     """``code`` with every pointer type ``X*`` of ``_POINTER`` spelled ``cuda_cpu::global<X>``, and the
     address of an element of a ``__shared__`` array, ``&tile[i][0]``, wrapped in ``cuda_cpu::global(...)``
-    (unchecked), so that a device function template taking a ``global<T>`` deduces its ``T`` from it."""
+    (unchecked), so that a device function template taking a ``global<T>`` deduces its ``T`` from it; a
+    cast of a pointer to a vector type, ``reinterpret_cast<const float4*>(p)``, becomes
+    ``cuda_cpu::vector_cast<const float4>(p)``, whose accesses check the bounds and the alignment."""
     code = _POINTER.sub(r"cuda_cpu::global<\1> ", code)
+    code = _VECTOR_CAST.sub(r"cuda_cpu::vector_cast<\1>(", code)
     for name in set(_SHARED.findall(code)):
         code = re.sub(rf"&{name}((?:\[[^\[\]]*\])+)", rf"cuda_cpu::global(&{name}\1)", code)
     return code

@@ -8,6 +8,12 @@
 // whose threads do not all meet at the same barrier (some finished, or waiting at another one) stops
 // the launch with a message: on a GPU that is undefined behaviour.
 //
+// Warp shuffles (__shfl_down_sync, __shfl_xor_sync) are warp-level barriers: a lane leaves its value and
+// parks, and once all 32 lanes of its warp (consecutive linear thread indices, as on a GPU) wait at the
+// same shuffle, each takes its partner's value and all go on. A shuffle that not every lane of the warp
+// reaches (some finished, at another shuffle or at __syncthreads), one in a warp of fewer than 32 lanes,
+// or one whose mask is not 0xffffffff stops the launch: the kernels here use only full-warp shuffles.
+//
 // Global memory is bounds-checked: the harness compiles every `T*` of a kernel source as
 // cuda_cpu::global<T> (tests/cuda_cpu/__init__.py rewrites the source), a pointer that knows the buffer of
 // the kernel argument it comes from, so an access outside that buffer stops the launch with the index, the
@@ -15,9 +21,17 @@
 // (into shared memory, or taken from an element's address) is not checked; an access through it that
 // faults (the tests put a PROT_NONE page after every array) stops the launch with the thread and block.
 //
+// 16-byte loads and stores: the vector types float4, float2 and double2 (with make_float4, ...), and
+// `reinterpret_cast<const float4*>(p)` of a checked pointer, which the source rewrite turns into a
+// cuda_cpu::vector<float4> view: each access checks that the whole vector lies in the buffer and that its
+// address is a multiple of the vector's size (a misaligned vector access faults on a GPU). `(unsigned long
+// long)p` gives a checked pointer's address, so a kernel can test the alignment before it takes the vector
+// path. __ldg(p) is *p.
+//
 // Supported: dim3, threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__shared__ (static
-// sizes), __syncthreads, and exp, tanh and isfinite on float and double (the <cmath> ones). Add
-// intrinsics here as the kernels need them. `#pragma unroll` is CUDA's and means nothing here.
+// sizes), __syncthreads, the warp shuffles above, the vector types, __ldg, and exp, tanh and isfinite on
+// float and double (the <cmath> ones). Add intrinsics here as the kernels need them. `#pragma unroll` is
+// CUDA's and means nothing here.
 //
 // Each kernel is exported by CUDA_CPU_EXPORT(name) as
 //     int cuda_cpu_<name>(const unsigned grid[3], const unsigned block[3], void** args)
@@ -54,7 +68,28 @@ struct dim3 {
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __align__(bytes) __attribute__((aligned(bytes)))
 #define __syncthreads() cuda_cpu::syncthreads(__LINE__)
+#define __shfl_down_sync(mask, value, delta) cuda_cpu::shuffle(mask, value, delta, false, __LINE__)
+#define __shfl_xor_sync(mask, value, lane_mask) cuda_cpu::shuffle(mask, value, lane_mask, true, __LINE__)
+
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(16) double2 {
+    double x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline double2 make_double2(double x, double y) { return {x, y}; }
+
+template <typename P>
+auto __ldg(P pointer) {
+    return *pointer;
+}
 
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
@@ -64,13 +99,15 @@ namespace cuda_cpu {
 // uninitialised, so the system maps only the pages a fiber touches.
 constexpr size_t STACK_BYTES = 32 * 1024;
 
-enum State { READY, AT_BARRIER, DONE };
+enum State { READY, AT_BARRIER, AT_SHUFFLE, DONE };
 
 struct Fiber {
     ucontext_t context;
     dim3 index;
     State state = READY;
-    int line = 0;  // source line of the barrier it waits at
+    int line = 0;  // source line of the barrier or shuffle it waits at
+    unsigned char sent[8], received[8];  // a shuffle's value left for the warp, and the one taken
+    int partner = 0;                     // the lane whose value a shuffle takes
 };
 
 inline ucontext_t scheduler;
@@ -89,6 +126,31 @@ inline void syncthreads(int line) {
     swapcontext(&current->context, &scheduler);
 }
 
+[[noreturn]] inline void stop(const std::string& reason);
+
+// A full-warp shuffle: lane l of the warp gets the value of lane l + delta (down; its own where that
+// is past lane 31) or of lane l ^ delta (xor). See the header comment.
+template <typename V>
+V shuffle(unsigned mask, V value, int delta, bool exclusive_or, int line) {
+    static_assert(sizeof(V) <= 8 && std::is_trivially_copyable_v<V>, "a shuffle moves up to 8 bytes");
+    const unsigned count = blockDim.x * blockDim.y * blockDim.z;
+    const unsigned t = static_cast<unsigned>(current - fibers.data());
+    const unsigned lane = t % 32;
+    if (mask != 0xffffffffu) stop("warp shuffle with mask " + std::to_string(mask) + ": only full warps are supported");
+    if (count - (t - lane) < 32) stop("warp shuffle in a warp of fewer than 32 lanes (block of " +
+                                      std::to_string(count) + " threads)");
+    if (delta < 0 || delta > 31) stop("warp shuffle by " + std::to_string(delta) + " lanes");
+    const unsigned source = exclusive_or ? (lane ^ delta) : (lane + delta < 32 ? lane + delta : lane);
+    std::memcpy(current->sent, &value, sizeof(V));
+    current->partner = static_cast<int>(t - lane + source);
+    current->state = AT_SHUFFLE;
+    current->line = line;
+    swapcontext(&current->context, &scheduler);
+    V out;
+    std::memcpy(&out, current->received, sizeof(V));
+    return out;
+}
+
 inline void fiber_main() {
     body();
     current->state = DONE;  // returning resumes the scheduler through uc_link
@@ -96,6 +158,13 @@ inline void fiber_main() {
 
 inline std::string str(const dim3& d) {
     return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
+// Stops the launch with `reason`, naming the thread and block in `current`.
+[[noreturn]] inline void stop(const std::string& reason) {
+    error = reason + " (thread " + str(threadIdx) + " of block " + str(blockIdx) + ")";
+    setcontext(&scheduler);  // abandon the block; the launch reports the error
+    std::abort();
 }
 
 // Stops the launch: the thread in `current` accessed element `index` of a buffer of `size` elements,
@@ -146,7 +215,35 @@ struct global {
         if (size >= 0 && (index < 0 || index >= size)) out_of_range(argument, index, size);
         return base[index];
     }
+    explicit operator unsigned long long() const { return reinterpret_cast<unsigned long long>(base + offset); }
 };
+
+// `reinterpret_cast<V*>(p)` of a global<T> p (the source rewrite spells it vector_cast<V>(p)): V is a
+// vector of T, and each access checks the whole vector against p's buffer, and its alignment.
+template <typename V, typename T>
+struct vector {
+    static constexpr long long WIDTH = sizeof(V) / sizeof(T);
+    global<T> pointer;
+
+    V& operator[](long long i) const {
+        const long long first = pointer.offset + i * WIDTH;
+        if (pointer.size >= 0 && (first < 0 || first + WIDTH > pointer.size))
+            out_of_range(pointer.argument, first < 0 ? first : first + WIDTH - 1, pointer.size);
+        T* address = pointer.base + first;
+        if (reinterpret_cast<unsigned long long>(address) % alignof(V) != 0)
+            stop("misaligned " + std::to_string(sizeof(V)) + "-byte access at element " + std::to_string(first) +
+                 " of argument " + std::to_string(pointer.argument));
+        return *reinterpret_cast<V*>(address);
+    }
+    V& operator*() const { return (*this)[0]; }
+    vector operator+(long long k) const { return {pointer + k * WIDTH}; }
+};
+
+template <typename V, typename T>
+vector<V, T> vector_cast(const global<T>& pointer) {
+    static_assert(sizeof(V) % sizeof(T) == 0 && (std::is_const_v<V> || !std::is_const_v<T>), "not a vector of T");
+    return {pointer};
+}
 
 template <typename A>
 struct is_global : std::false_type {};
@@ -165,7 +262,35 @@ inline void on_fault(int signal, siginfo_t* info, void*) {
     setcontext(&scheduler);  // abandon the block; the launch reports the error
 }
 
-// Runs one block; false (with `error` set) on a fault or a divergent barrier.
+// Once no fiber can run: every warp whose lanes all wait at the same shuffle takes its values and goes
+// on (true if any did). A warp with some lanes at a shuffle and others not sets `error`.
+inline bool release_shuffles(unsigned count) {
+    bool released = false;
+    for (unsigned first = 0; first < count; first += 32) {
+        const unsigned last = first + 32 < count ? first + 32 : count;
+        unsigned waiting = 0;
+        for (unsigned t = first; t < last; ++t) waiting += fibers[t].state == AT_SHUFFLE;
+        if (waiting == 0) continue;
+        const Fiber* at = &fibers[first];
+        while (at->state != AT_SHUFFLE) ++at;
+        for (unsigned t = first; t < last; ++t) {
+            const Fiber& f = fibers[t];
+            if (f.state != AT_SHUFFLE || f.line != at->line) {
+                error = "divergent warp shuffle in block " + str(blockIdx) + ": lane " + std::to_string(t % 32) +
+                        " of warp " + std::to_string(first / 32) + " " +
+                        (f.state == DONE ? std::string("finished") : "waits at line " + std::to_string(f.line)) +
+                        " while others wait at the shuffle of line " + std::to_string(at->line);
+                return false;
+            }
+        }
+        for (unsigned t = first; t < last; ++t) std::memcpy(fibers[t].received, fibers[fibers[t].partner].sent, 8);
+        for (unsigned t = first; t < last; ++t) fibers[t].state = READY;
+        released = true;
+    }
+    return released;
+}
+
+// Runs one block; false (with `error` set) on a fault, a divergent barrier or a divergent shuffle.
 inline bool run_block() {
     for (auto [bytes, size] : shared) std::memset(bytes, 0xFF, size);
     const unsigned count = blockDim.x * blockDim.y * blockDim.z;
@@ -181,12 +306,15 @@ inline bool run_block() {
     }
     for (;;) {
         for (unsigned t = 0; t < count; ++t) {
+            if (fibers[t].state != READY) continue;
             current = &fibers[t];
             threadIdx = current->index;
             swapcontext(&scheduler, &current->context);
             current = nullptr;
             if (!error.empty()) return false;
         }
+        if (release_shuffles(count)) continue;
+        if (!error.empty()) return false;
         unsigned done = 0, waiting = 0;
         int line = 0;
         for (unsigned t = 0; t < count; ++t) {

@@ -1,0 +1,72 @@
+// 16-byte loads, shared by the kernels that stream rows: Vec<T>::width elements of T (4 floats, or 2
+// doubles) in one float4 or double2 load. A kernel takes the vector path only where aligned16 says the
+// rows start on 16 bytes (a row length that is a multiple of the width, and an aligned base), and a
+// scalar path otherwise that sums the same elements in the same order, so both give the same bits.
+
+template <typename T>
+struct Vec;
+template <>
+struct Vec<float> {
+    static constexpr int width = 4;
+};
+template <>
+struct Vec<double> {
+    static constexpr int width = 2;
+};
+
+// out[0..width) = p[0..width), one 16-byte load through the read-only cache (p is not written by the
+// kernel that reads it, and is 16-byte aligned).
+__device__ __forceinline__ void load16(float (&out)[4], const float* p) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(p));
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+}
+
+__device__ __forceinline__ void load16(double (&out)[2], const double* p) {
+    const double2 v = __ldg(reinterpret_cast<const double2*>(p));
+    out[0] = v.x;
+    out[1] = v.y;
+}
+
+// The same without the read-only cache: for shared memory, and for an array the kernel writes.
+__device__ __forceinline__ void load16_plain(float (&out)[4], const float* p) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+}
+
+__device__ __forceinline__ void load16_plain(double (&out)[2], const double* p) {
+    const double2 v = *reinterpret_cast<const double2*>(p);
+    out[0] = v.x;
+    out[1] = v.y;
+}
+
+// p[0..width) = in[0..width), one 16-byte store (p 16-byte aligned).
+__device__ __forceinline__ void store16(float* p, const float (&in)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+}
+
+__device__ __forceinline__ void store16(double* p, const double (&in)[2]) {
+    *reinterpret_cast<double2*>(p) = make_double2(in[0], in[1]);
+}
+
+// Whether the pointer p is 16-byte aligned.
+template <typename P>
+__device__ __forceinline__ bool aligned16(P p) {
+    return ((unsigned long long)p & 15) == 0;
+}
+
+// The sum of value over the 32 lanes of a warp, in lane 0, by halves (lane l adds lane l + 16, then
+// l + 8, ...): a fixed order. Every lane of the warp must call it.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T value) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        value += __shfl_down_sync(0xffffffffu, value, offset);
+    }
+    return value;
+}

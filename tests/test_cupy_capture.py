@@ -57,13 +57,13 @@ def test_the_capture_is_thread_local_and_a_call_that_may_synchronize_fails_it(st
     with cupy_backend() as cuda, MLP(SIZES, dtype="float64", backend=cuda) as net:
         x, y = batch(SIZES, 3)
         with monkeypatch.context() as planted:
-            update = cuda.ops.sgd_update
+            update = cuda.ops.update
 
-            def update_that_waits(param, nabla, controls, scratch):
+            def update_that_waits(w, nabla_w, b, nabla_b, controls, scratch):
                 standin.cuda.Event().synchronize()
-                update(param, nabla, controls, scratch)
+                update(w, nabla_w, b, nabla_b, controls, scratch)
 
-            planted.setattr(cuda.ops, "sgd_update", update_that_waits)
+            planted.setattr(cuda.ops, "update", update_that_waits)
             net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
             with pytest.raises(standin.CUDARuntimeError, match="event.synchronize during a capture in thread-local"):
                 net.synchronize()
@@ -82,17 +82,17 @@ def test_a_capture_that_cannot_end_is_reported_by_synchronize(standin, monkeypat
         x, y = batch(SIZES, 3)
         side = standin.cuda.Stream(non_blocking=True)
         with monkeypatch.context() as planted:
-            update = cuda.ops.sgd_update
+            update = cuda.ops.update
 
-            def update_with_a_fork(param, nabla, controls, scratch):
-                update(param, nabla, controls, scratch)
+            def update_with_a_fork(w, nabla_w, b, nabla_b, controls, scratch):
+                update(w, nabla_w, b, nabla_b, controls, scratch)
                 current = standin.cuda.get_current_stream()
                 if current.is_capturing():
                     side.wait_event(current.record())
                     with side:
-                        param[0:1].fill(0.0)
+                        b[0:1].fill(0.0)
 
-            planted.setattr(cuda.ops, "sgd_update", update_with_a_fork)
+            planted.setattr(cuda.ops, "update", update_with_a_fork)
             net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)  # the eager run, then the capture that fails
             with pytest.raises(standin.CUDARuntimeError, match="cudaErrorStreamCaptureUnjoined"):
                 net.synchronize()

@@ -203,8 +203,9 @@ def with_model(table, r, model):
         return r
     kernel = model_kernel(table, r)
     record = model.get((kernel, r["n"], r["B"], r["dtype"])) if r["n"] == r["m"] else None
-    return {**r, "model_kernel": kernel, "predicted_us": record and record["predicted_us"],
-            "bound": record and record["bound"]}
+    found = record is not None
+    return {**r, "model_kernel": kernel, "predicted_us": record["predicted_us"] if found else None,
+            "bound": record["bound"] if found else None}
 
 
 MODEL_HEADER = "  model us  bound    vs model"

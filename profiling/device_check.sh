@@ -11,9 +11,13 @@
 #   GPU tests          python -m pytest -m gpu, the whole-step tests first (graph mode, NCCL with one rank, the
 #                      timeline, the commands), then the kernels'; a test module that cannot be imported (an
 #                      optional package missing) is reported and the other tests still run
+#   kernel model       profiling/kernel_model.py --json: every kernel's predicted time on an H200 from its sm_90
+#                      code, computed here where NVRTC and cuobjdump can be imported (the test extras), else the
+#                      committed MODEL is used; the line says which
 #   kernels            profiling/kernels.py: our nabla_w kernels against cuBLAS, and our chain kernels (2)(3) and
 #                      (5) against cuBLAS + our elementwise kernel, GB/s beside a device copy, the GEMV targets
-#                      judged, then the GEMVs with other block shapes than the launcher's
+#                      judged, then the GEMVs with other block shapes than the launcher's; the model's prediction
+#                      beside each kernel of ours, and the measured median over it
 #   bench headline     leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4, PyTorch eager, each
 #                      eager and as a graph (PyTorch's as a CUDA graph), the graph-mode targets judged (vs PyTorch
 #                      eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x, within 2x of the
@@ -24,10 +28,11 @@
 #   bench grid         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
 #
 # Every part appends to files in $OUT (default profiling/results/device_check_<UTC time>) as it goes, so a
-# part killed at its limit keeps what it measured. Seven files, none in a subfolder:
+# part killed at its limit keeps what it measured. Eight files at most, none in a subfolder:
 #   summary.txt         the environment, then one line per part: exit status, seconds, limit, notes
 #   log.txt             everything the parts printed
-#   kernels.jsonl       one JSON line per kernel measurement
+#   kernel_model.json   the kernel model, where it was computed here
+#   kernels.jsonl       one JSON line per kernel measurement (ours with the model's predicted_us and bound)
 #   bench.jsonl         per bench run, a line with its command and machine, then one line per configuration
 #   timeline.png  timeline.json  timeline_fused.png      the Gantt charts (and the headline's intervals)
 #
@@ -53,6 +58,8 @@ MEMCHECK+=' or bitwise_sequential_on_the_gpu and k2-B7'
 SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32'
 SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
 SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
+# The kernel model for kernels.py where this machine cannot compute it (no NVRTC or cuobjdump: no test extras).
+MODEL=profiling/results/kernel_model_cpu_2026-12-01.json
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
 FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_cublas.py tests/test_parallel.py
        tests/test_graph_tools.py tests/test_timeline.py tests/test_train.py tests/test_gradients.py)
@@ -126,11 +133,31 @@ part_gpu_tests() {
         "${FIRST[@]}" tests
 }
 
+part_kernel_model() {  # $OUT/kernel_model.json where it can be computed here, else a note naming MODEL
+    local probe="import sys; sys.path.insert(0, 'profiling'); import kernel_model; kernel_model.cuobjdump()"
+    if ! "$PYTHON" -c "$probe" 2>"$SCRATCH/model.txt"; then
+        note "not computed here ($(tail -1 "$SCRATCH/model.txt" | cut -c1-100)): the kernels part uses $MODEL"
+        return 0
+    fi
+    if ! "$PYTHON" profiling/kernel_model.py --json "$SCRATCH/kernel_model.json"; then
+        note "failed: the kernels part uses $MODEL"
+        return 1
+    fi
+    mv "$SCRATCH/kernel_model.json" "$OUT/" && note "computed here: kernel_model.json, which the kernels part uses"
+}
+
 part_kernels() {
+    local model=$OUT/kernel_model.json
     local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33"
                  --gemv-blocks "32x4:16x32,32x8:32x16,64x4:8x128,16x16:4x128")
-    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5" --gemv-blocks 32x4:16x32 --repeats 2)
-    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --jsonl "$OUT/kernels.jsonl"
+    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5,1024:1024:1" --gemv-blocks 32x4:16x32 --repeats 2)
+    if [[ -e $model ]]; then
+        note "predictions from kernel_model.json, computed here"
+    else
+        model=$REPO/$MODEL
+        note "predictions from the committed $MODEL"
+    fi
+    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --jsonl "$OUT/kernels.jsonl" --model "$model"
 }
 
 # The headline network (a tiny one in a dry run), eager and as a graph.
@@ -267,6 +294,7 @@ main() {
     } | tee "$SUMMARY" >"$LOG"
     part "environment" 30 part_environment
     part "GPU tests" 170 part_gpu_tests
+    part "kernel model" 40 part_kernel_model
     part "kernels" 60 part_kernels
     part "bench headline" 100 part_bench_headline
     part "bench fused" 50 part_bench_fused

@@ -1,6 +1,6 @@
 """Micro-benchmark of our kernels against the library's: (7), and the chain (2)(3) and (5), in GB/s.
 
-    python profiling/kernels.py --backend cupy --json kernels.json [--jsonl kernels.jsonl]
+    python profiling/kernels.py --backend cupy --json kernels.json [--jsonl kernels.jsonl] [--model MODEL]
 
 For each shape (n, m, B) it times ``ops.nabla_w`` (the ``outer`` kernel at B = 1, ``rank_update``
 above) and ``xp.matmul(delta, a.T, out=nabla_w)`` (cuBLAS on a GPU, BLAS on NumPy) on the same
@@ -12,6 +12,11 @@ kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a staged GEMM above) 
 elementwise kernel (what an eager step runs), in GB/s and, for B > 1, GFLOP/s, with the verdicts on
 the GPU targets: the GEMVs at >= 80 % of the copy's bandwidth at N = 4096, and no slower than cuBLAS
 plus the elementwise kernel at N = 1024. On NumPy there is one implementation, the library's.
+
+With ``--model`` (the JSON of ``profiling/kernel_model.py --json``), each row of our kernels (on NumPy,
+of their twins: the predictions are then for reference only) at a shape the model covers (square, its
+dtype) gets the model's ``predicted_us`` and ``bound`` of the kernel it times (``model_kernel``), printed
+beside the measured median with the ratio of the two; a shape the model lacks prints "-".
 
 Each row is printed, and with ``--jsonl`` appended to a file, as soon as its shape is measured and its
 implementations agree, so that a run stopped part-way keeps what it measured.
@@ -31,6 +36,12 @@ from leapfrog_gpu.tools import traffic
 
 SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (1000, 999, 33))
 COPY_SHARE_TARGET, CUBLAS_TARGET = 0.8, 1.0  # the GEMVs: of copy bandwidth at N = 4096; of cuBLAS's speed at 1024
+# The kernel of profiling/kernel_model.py that a row of ours times, by (the row's kernel, B > 1): ops.nabla_w
+# launches outer at B = 1 and rank_update above (not the _bias twins of ops.gradients); each chain row names its own.
+MODEL_KERNELS = {("nabla_w", False): "outer", ("nabla_w", True): "rank_update",
+                 ("forward_gemv", False): "forward_gemv", ("forward_gemm", True): "forward_gemm",
+                 ("backward_gemv", False): "backward_gemv", ("backward_gemm", True): "backward_gemm"}
+OURS = ("ours", "numpy")  # our kernels; on NumPy the chain's one implementation, their twin
 
 
 def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
@@ -121,18 +132,20 @@ def _agree(outputs, dtype, where):
             raise AssertionError(f"the chain implementations differ at {where}: relative error {error:.2e}")
 
 
-CHAIN_HEADER = ("     n      m     B  kernel         impl        ms [p20-p80]           GB/s   of copy    GFLOP/s"
-                "  blocks")
+def chain_header(model=False):
+    """The chain table's header, with the model's columns if ``model``."""
+    return ("     n      m     B  kernel         impl           ms [p20-p80]           GB/s   of copy    GFLOP/s"
+            f"{MODEL_HEADER if model else ''}  blocks")
 
 
-def chain_line(r):
-    """One row of the chain's table."""
+def chain_line(r, model=False):
+    """One row of the chain's table, with the model's columns if ``model``."""
     ms = r["ms"]
     gflops = "-" if r["gflops"] is None else f"{r['gflops']:.1f}"
     blocks = ":".join("x".join(map(str, block)) for block in r["gemv_blocks"]) if "gemv_blocks" in r else ""
     return (f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['kernel']:<13}  {r['impl']:<9}  {ms['median']:.4f} "
             f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%"
-            f"  {gflops:>9}  {blocks}")
+            f"  {gflops:>9}{model_columns(r) if model else ''}  {blocks}")
 
 
 def chain_verdicts(results):
@@ -172,14 +185,51 @@ def _gemv_block_shapes(forward, backward):
         launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK = saved
 
 
-HEADER = "     n      m     B  impl        ms [p20-p80]           GB/s   of copy"
+def load_model(path):
+    """``{(kernel, N, B, dtype): record}`` of a ``kernel_model.py --json`` file."""
+    with open(path, encoding="utf-8") as source:
+        return {(r["kernel"], r["N"], r["B"], r["dtype"]): r for r in json.load(source)["kernels"]}
 
 
-def line(r):
-    """One row of the nabla_w table."""
+def model_kernel(table, r):
+    """The model's name of the kernel that row ``r`` of ``table`` (``nabla_w`` or ``chain``) times."""
+    return MODEL_KERNELS[("nabla_w" if table == "nabla_w" else r["kernel"], r["B"] > 1)]
+
+
+def with_model(table, r, model):
+    """``r`` with the model's ``model_kernel``, ``predicted_us`` and ``bound`` if it is a row of ours at the
+    launcher's block shapes; ``predicted_us`` and ``bound`` are None where the model lacks its shape."""
+    if r["impl"] not in OURS or "gemv_blocks" in r:
+        return r
+    kernel = model_kernel(table, r)
+    record = model.get((kernel, r["n"], r["B"], r["dtype"])) if r["n"] == r["m"] else None
+    found = record is not None
+    return {**r, "model_kernel": kernel, "predicted_us": record["predicted_us"] if found else None,
+            "bound": record["bound"] if found else None}
+
+
+MODEL_HEADER = "  model us  bound    vs model"
+
+
+def model_columns(r):
+    """The model's columns of a row: predicted us, its bound and the measured median over it, or "-"."""
+    if r.get("predicted_us") is None:
+        return f"  {'-':>8}  {'-':<7}  {'-':>8}"
+    ratio = 1e3 * r["ms"]["median"] / r["predicted_us"]
+    return f"  {r['predicted_us']:>8.2f}  {r['bound'].split()[0]:<7}  {f'{ratio:.{2 if ratio < 100 else 0}f}x':>8}"
+
+
+def header(model=False):
+    """The nabla_w table's header, with the model's columns if ``model``."""
+    return "     n      m     B  impl        ms [p20-p80]           GB/s   of copy" + (MODEL_HEADER if model else "")
+
+
+def line(r, model=False):
+    """One row of the nabla_w table, with the model's columns if ``model``."""
     ms = r["ms"]
     return (f"{r['n']:>6} {r['m']:>6} {r['B']:>5}  {r['impl']:<6}  {ms['median']:.4f} "
-            f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%")
+            f"[{ms['p20']:.4f}-{ms['p80']:.4f}]  {r['gbps']:>8.1f}  {100 * r['gbps'] / r['copy_gbps']:>6.1f}%"
+            f"{model_columns(r) if model else ''}")
 
 
 def main(argv=None):
@@ -194,32 +244,38 @@ def main(argv=None):
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--jsonl", metavar="FILE",
                         help="append one JSON line per row to FILE as it is measured (its table in \"table\")")
+    parser.add_argument("--model", metavar="FILE",
+                        help="profiling/kernel_model.py --json output: its prediction beside each kernel of ours")
     args = parser.parse_args(argv)
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split(":"))) for s in args.shapes.split(",")]
     gemvs = [shape for shape in shapes if shape[2] == 1]
     results, chain = [], []
+    model = None if args.model is None else load_model(args.model)
 
-    def show(table, r, text):
+    def show(table, r):
+        if model is not None:
+            r = with_model(table, r, model)
         (results if table == "nabla_w" else chain).append(r)
-        print(text, flush=True)
+        print((line if table == "nabla_w" else chain_line)(r, model is not None), flush=True)
         if args.jsonl:
             with open(args.jsonl, "a", encoding="utf-8") as out:
                 out.write(json.dumps({"table": table, **r}) + "\n")
 
     with get_backend(args.backend) as backend:
-        print(HEADER, flush=True)
+        print(header(model is not None), flush=True)
         for r in rows(backend, shapes, args.dtype, args.repeats):
-            show("nabla_w", r, line(r))
+            show("nabla_w", r)
         copy = results[0]["copy_gbps"]
-        print(f"copy: {copy:.1f} GB/s (read + write of a 128 MiB array)\n\n{CHAIN_HEADER}", flush=True)
+        print(f"copy: {copy:.1f} GB/s (read + write of a 128 MiB array)\n", flush=True)
+        print(chain_header(model is not None), flush=True)
         for r in chain_rows(backend, shapes, args.dtype, args.repeats, copy=copy):
-            show("chain", r, chain_line(r))
+            show("chain", r)
         for forward, backward in _gemv_blocks(args.gemv_blocks):
             with _gemv_block_shapes(forward, backward):
                 for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=copy):
                     if r["impl"] != "cublas+ew":
                         r = {**r, "gemv_blocks": [forward, backward]}
-                        show("chain", r, chain_line(r))
+                        show("chain", r)
     print("\n".join(chain_verdicts([r for r in chain if "gemv_blocks" not in r])))
     if args.json:
         with open(args.json, "w") as out:

@@ -157,8 +157,9 @@ def test_nsys_script_holds_the_exact_commands():
     assert '-m leapfrog_gpu "$@"' in text and "--profile-steps 20:30" in text  # the training script's window
 
 
-PARTS = ("environment", "GPU tests", "kernels", "bench headline", "bench fused", "compute-sanitizer memcheck",
-         "compute-sanitizer racecheck", "compute-sanitizer synccheck", "bench grid")
+MODEL = re.search(r"^MODEL=(\S+)$", (PROFILING / "device_check.sh").read_text(), re.M).group(1)  # committed
+PARTS = ("environment", "GPU tests", "kernel model", "kernels", "bench headline", "bench fused",
+         "compute-sanitizer memcheck", "compute-sanitizer racecheck", "compute-sanitizer synccheck", "bench grid")
 
 
 def part_lines(summary):
@@ -173,7 +174,9 @@ def part_lines(summary):
 
 def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     """--dry-run on a CPU: every part exits 0 with its time in summary.txt, within what comes back from a
-    GPU machine (eight files at most, plain names, no folder), each result file readable."""
+    GPU machine (eight files at most, plain names, no folder), each result file readable; the kernels
+    part passes the model (computed here, or the committed one) to kernels.py, whose rows of ours carry
+    its predictions (at N = 1024, B = 1; "-" at the shapes it lacks)."""
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
     run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
@@ -201,9 +204,24 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     assert sum("timeline" in line for line in bench) == 2 * 4  # their eager twins
     assert (out / "log.txt").read_text().count("graph mode against its GPU targets") == 2
     assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
-    kernels = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
-    assert [line["table"] for line in kernels] == ["nabla_w"] * 4 + ["chain"] * (8 + 2)  # our kernels against
-    assert {line["impl"] for line in kernels if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
+    measured = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
+    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4)  # our kernels against
+    assert {line["impl"] for line in measured if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
+    # the model: computed here where NVRTC and cuobjdump import (the test extras), else the committed one
+    computed = "kernel_model.json" in files
+    assert ("computed here: kernel_model.json" in lines["kernel model"]) == computed, lines["kernel model"]
+    assert ("predictions from kernel_model.json" if computed else f"predictions from the committed {MODEL}") in \
+        lines["kernels"]
+    model = kernels.load_model(out / "kernel_model.json" if computed else PROFILING.parent / MODEL)
+    ours = [line for line in measured if line["impl"] == "ours" and "gemv_blocks" not in line]
+    assert len(ours) == 3 + 6 and all("predicted_us" in line for line in ours)
+    predicted = {(line["model_kernel"], line["n"]): line["predicted_us"] for line in ours}
+    assert predicted == {**{(name, n): None for name in ("outer", "forward_gemv", "backward_gemv") for n in (33, 1024)},
+                         ("rank_update", 20): None, ("forward_gemm", 20): None, ("backward_gemm", 20): None,
+                         **{(name, 1024): model[(name, 1024, 1, "float32")]["predicted_us"]
+                            for name in ("outer", "forward_gemv", "backward_gemv")}}
+    log = (out / "log.txt").read_text()
+    assert log.count(kernels.MODEL_HEADER) == 2 and "  1024   1024     1  ours  " in log
     for name in ("timeline.png", "timeline_fused.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -282,6 +300,127 @@ def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):
     assert [(r["table"], r["impl"]) for r in rows] == [("nabla_w", impl) for impl in ("ours", "matmul") * 2] + [
         ("chain", "numpy")] * 6
 
+
+SYNTHETIC = ("outer", "outer_bias", "rank_update", "rank_update_bias", "forward_gemv", "forward_gemm", "backward_gemv",
+             "backward_gemm")
+
+
+def synthetic_model(path):
+    """A kernel_model.py --json file at N = 16, B = 1 and 3, each kernel its own prediction: 1, 2, 3, ... us (B = 1)."""
+    records = [{"kernel": name, "N": 16, "B": batch, "dtype": "float32", "bound": ("memory", "shared memory")[i % 2],
+                "predicted_us": i + 1.0 + 10 * (batch > 1), "predicted_fraction": 1.0}
+               for i, name in enumerate(SYNTHETIC) for batch in (1, 3)]
+    path.write_text(json.dumps({"kernels": records}))
+    return {name: i + 1.0 for i, name in enumerate(SYNTHETIC)}
+
+
+def test_the_model_columns_map_each_row_to_the_kernel_it_times(tmp_path):
+    """ops.nabla_w runs outer at B = 1 and rank_update above (not their _bias twins), the chain rows the
+    kernel they name; only rows of ours at the launcher's blocks, square and in the model's dtype, get a time."""
+    us = synthetic_model(tmp_path / "model.json")
+    model = kernels.load_model(tmp_path / "model.json")
+
+    def row(batch, kernel=None, impl="ours", n=16, m=16, dtype="float32", **extra):
+        named = {} if kernel is None else {"kernel": kernel}
+        return {"n": n, "m": m, "B": batch, "dtype": dtype, "impl": impl, "ms": {"median": 0.004, "p20": 0, "p80": 0},
+                "gbps": 1.0, "copy_gbps": 2.0, "gflops": None, **named, **extra}
+
+    expected = [("nabla_w", row(1), "outer", us["outer"]), ("nabla_w", row(3), "rank_update", us["rank_update"] + 10)]
+    for direction in ("forward", "backward"):
+        expected += [("chain", row(1, f"{direction}_gemv"), f"{direction}_gemv", us[f"{direction}_gemv"]),
+                     ("chain", row(3, f"{direction}_gemm"), f"{direction}_gemm", us[f"{direction}_gemm"] + 10)]
+    for table, r, name, predicted in expected:
+        got = kernels.with_model(table, r, model)
+        assert (got["model_kernel"], got["predicted_us"]) == (name, predicted), (table, r)
+        assert got["bound"] == model[(name, 16, r["B"], "float32")]["bound"]
+    for table, r in [("nabla_w", row(1, n=16, m=15)), ("nabla_w", row(3, n=32, m=32)), ("chain", row(1, "forward_gemv",
+                     dtype="float64")), ("chain", row(3, "backward_gemm", impl="numpy", n=8, m=8))]:
+        got = kernels.with_model(table, r, model)  # a shape the model lacks: the kernel named, no time
+        assert got["model_kernel"] and got["predicted_us"] is None and got["bound"] is None
+        assert kernels.line(got, True).endswith("         -  -               -")
+    for table, r in [("nabla_w", row(1, impl="matmul")), ("chain", row(3, "forward_gemm", impl="cublas+ew")),
+                     ("chain", row(1, "forward_gemv", gemv_blocks=[[32, 4], [16, 32]]))]:
+        assert kernels.with_model(table, r, model) == r  # not ours, or not the launcher's block shapes
+    with pytest.raises(KeyError):
+        kernels.with_model("chain", row(3, "forward_gemv"), model)  # a GEMV row at B > 1 is no row of ours
+
+    printed = kernels.line(kernels.with_model("nabla_w", row(1), model), True)
+    assert printed.endswith("      1.00  memory      4.00x") and len(printed) <= 100  # 4 us measured, 1 predicted
+    header = kernels.header(True)
+    assert header.index("model us") + len("model us") == printed.index("1.00") + len("1.00")
+    assert header.endswith("vs model") and len(header) == len(printed)
+    chained = kernels.chain_line(kernels.with_model("chain", row(3, "backward_gemm", ms={"median": 1.3, "p20": 1,
+                                                                                          "p80": 2}), model), True)
+    assert chained.endswith("     18.00  shared     72.22x  ")  # "shared memory" by its first word; 1300 / 18
+    assert kernels.chain_header(True).index("vs model") + 8 == chained.index("72.22x") + 6
+
+
+def test_kernel_benchmark_with_a_model_on_numpy(capsys, tmp_path):
+    """--model on NumPy: the predictions of our kernels (the chain's twin) for reference beside the medians."""
+    synthetic_model(tmp_path / "model.json")
+    assert kernels.main(["--backend", "numpy", "--shapes", "16:16:1,16:16:3,9:16:3", "--repeats", "2",
+                         "--model", str(tmp_path / "model.json"), "--jsonl", str(tmp_path / "k.jsonl")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(kernels.MODEL_HEADER in line for line in lines) == 2
+    ours = [line for line in lines if " ours " in line or " numpy " in line]
+    assert len(ours) == 3 + 6 and sum(line.rstrip().endswith("-") for line in ours) == 1 + 2  # the 9 x 16 layer
+    assert all(len(line) <= 100 for line in lines[:7])  # the nabla_w table: within 100 columns, as it was
+    rows = [json.loads(line) for line in (tmp_path / "k.jsonl").read_text().splitlines()]
+    assert [r["predicted_us"] for r in rows if r["impl"] in ("ours", "numpy") and r["n"] == 16] == [
+        1.0, 13.0, 5.0, 7.0, 16.0, 18.0]
+    assert not any("predicted_us" in r for r in rows if r["impl"] == "matmul")
+
+
+def test_the_model_kernel_of_each_row_is_the_kernel_it_launches(standin, monkeypatch):
+    """On the stand-in, what each row of ours launches is ``model_kernel`` of the row (in float32)."""
+    from leapfrog_gpu.backends import timing
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    launched = []
+
+    def measure(backend, fn, repeats, warmup):
+        start = len(standin.trace())
+        fn()
+        backend.synchronize()
+        launched.append([name for kind, _, name in standin.trace()[start:] if kind == "launch"])
+        return np.array([0.5])
+
+    monkeypatch.setattr(timing, "measure", measure)
+    shapes = [(9, 9, 1), (9, 9, 3)]
+    with CupyBackend() as backend:
+        measured = [("nabla_w", r) for r in kernels.rows(backend, shapes, repeats=1, warmup=0)]
+        measured += [("chain", r) for r in kernels.chain_rows(backend, shapes, repeats=1, warmup=0, copy=1.0)]
+    launched = launched[1:]  # the copy's
+    assert len(launched) == len(measured) == 4 + 8
+    for (table, r), names in zip(measured, launched):
+        if r["impl"] == "ours":
+            assert names == [f"{kernels.model_kernel(table, r)}_f32"], (table, r)
+
+
+def test_device_check_falls_back_to_the_committed_model(tmp_path):
+    """Where NVRTC or cuobjdump cannot be imported, the kernel model part says so and the kernels part
+    uses the committed model, which holds every kernel kernels.py maps to at the model's shapes."""
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "__init__.py").write_text("raise ImportError('cuda-bindings is blocked for this test')\n")
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        cd {PROFILING.parent}
+        PYTHON={sys.executable} OUT={tmp_path} SCRATCH={tmp_path} NOTE={tmp_path}/note
+        PYTHONPATH={tmp_path}:{PROFILING.parent}
+        export PYTHONPATH
+        part_kernel_model
+        echo "status $?"
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.stdout.endswith("status 0\n"), run.stdout + run.stderr
+    note = (tmp_path / "note").read_text()
+    assert note == f"not computed here (ImportError: cuda-bindings is blocked for this test): the kernels part uses " \
+        f"{MODEL}\n"
+    assert not (tmp_path / "kernel_model.json").exists()
+    model = kernels.load_model(PROFILING.parent / MODEL)
+    for (_, many), name in kernels.MODEL_KERNELS.items():
+        for n, batch in [(1024, 32)] if many else [(1024, 1), (4096, 1)]:
+            assert model[(name, n, batch, "float32")]["predicted_us"] > 0, (name, n, batch)
 
 
 def test_naumov_crossover_runs_a_tiny_grid(tmp_path):

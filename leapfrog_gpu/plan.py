@@ -64,8 +64,9 @@ class Plan:
     for l = 2..L ``z[l]``, ``a[l]``, ``sp[l]`` (sigma'(z^l)), ``delta[l]``, all (n_l, B), ``nabla_w[l]``
     (n_l, n_{l-1}), ``nabla_b[l]`` (n_l,); ``y`` (n_L, B); ``scratch[l]``, what the updates stream
     through; ``sweep`` (host backends only), the one-pass sweep's own scratch: the main stream's, since a
-    worker updates b^{l+1} through ``scratch[l+1]`` while the sweep of delta^l updates w^{l+1}. ``w`` and ``b`` are the network's parameters themselves, not copies (steps write them as
-    they run: read them in stream order, or use ``MLP.weights``), ``controls`` its ``Controls``.
+    worker updates b^{l+1} through ``scratch[l+1]`` while the sweep of delta^l updates w^{l+1}. ``w`` and
+    ``b`` are the network's parameters themselves, not copies (steps write them as they run: read them in
+    stream order, or use ``MLP.weights``), ``controls`` its ``Controls``.
     Events: ``delta_ready[l]`` (E_l, recorded once delta^l is written) and the workers' joins
     (``worker_done``).
 

@@ -2,7 +2,7 @@
 formatters that ``profiling/bench_table.py`` renders the README's Markdown tables with.
 
 Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
-costs f1, f2, f3 and the bytes floor of a plain step), then one row per configuration: schedule, k,
+costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
 BLAS threads, the step's and the backward pass's medians, the model's and the measured saving of a pass,
 the speedups, and the step against its own bytes floor (that of its update: plain, fused or one-pass).
 A median whose p20-p80 range is wider than ``NOISY`` times itself is marked ``!``.
@@ -125,9 +125,12 @@ def network_lines(case):
     first = case[0]
     parts = [f"N={first['N']} L={first['L']} B={first['B']} {first['dtype']}"]
     for r in {r["blas_threads"]: r for r in case if r["f1_ms"] is not None}.values():
+        floors = {s.get("update", "plain"): s["floor_ms"] for s in case
+                  if s["f1_ms"] is not None and s["blas_threads"] == r["blas_threads"]}
         parts.append(("" if r["blas_threads"] is None else f"BLAS {r['blas_threads']}: ")
                      + f"forward {median(r['forward_ms'])} ms, per layer f1 {number(r['f1_ms'])} f2 "
-                     f"{number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes floor {number(r['floor_ms'])} ms")
+                     f"{number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes floor "
+                     + ", ".join(f"{update} {number(floor)}" for update, floor in floors.items()) + " ms")
     return [parts[0]] + [fitted(f"  {part}") for part in parts[1:]]
 
 

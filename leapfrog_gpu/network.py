@@ -199,6 +199,9 @@ class MLP:
         if schedule.fused and self.check_finite:
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
                              "join, where the check runs); pass fused=False or check_finite=False")
+        if schedule.one_pass and self.backend.name != "numpy":
+            raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
+                             "sweep of (5) and the update; pass fused=True instead of one_pass=True")
         if not isinstance(graph, bool):
             raise TypeError(f"graph must be True or False; got {graph!r}")
         if graph and self.backend.timeline is not None:

@@ -63,8 +63,10 @@ class Plan:
     Buffers (NaN until written, so that reading one too early shows in the result): ``a[1]`` (n_1, B);
     for l = 2..L ``z[l]``, ``a[l]``, ``sp[l]`` (sigma'(z^l)), ``delta[l]``, all (n_l, B), ``nabla_w[l]``
     (n_l, n_{l-1}), ``nabla_b[l]`` (n_l,); ``y`` (n_L, B); ``scratch[l]``, what the updates stream
-    through. ``w`` and ``b`` are the network's parameters themselves, not copies (steps write them as
-    they run: read them in stream order, or use ``MLP.weights``), ``controls`` its ``Controls``.
+    through; ``sweep`` (host backends only), the one-pass sweep's own scratch: the main stream's, since a
+    worker updates b^{l+1} through ``scratch[l+1]`` while the sweep of delta^l updates w^{l+1}. ``w`` and
+    ``b`` are the network's parameters themselves, not copies (steps write them as they run: read them in
+    stream order, or use ``MLP.weights``), ``controls`` its ``Controls``.
     Events: ``delta_ready[l]`` (E_l, recorded once delta^l is written) and the workers' joins
     (``worker_done``).
 
@@ -96,6 +98,8 @@ class Plan:
         chunk = backend.ops.SCRATCH
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
                         if chunk else None for l in net.layers}
+        self.sweep = (xp.empty(max(s.size for s in self.scratch.values()) + max(net.sizes) * batch, dtype=net.dtype)
+                      if chunk else None)
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
         self._worker_done = {}
         self.graphs, self.naumov, self.chosen = {}, {}, {}
@@ -148,14 +152,27 @@ class Plan:
             backend.launch(self.main, f"delta[{l}]", backend.ops.backward, self.delta[l], self.w[l + 1],
                            self.delta[l + 1], self.sp[l])
 
-    def gradients(self, stream, l, controls=None):
+    def error_update(self, l, controls):
+        """Enqueue on the main stream (5) of a layer l < L and the SGD update of w^{l+1} by ``controls``
+        in one sweep over w^{l+1} (``ops.backward_update``): delta^l is w^{l+1}'s last read in the pass."""
+        backend, block = self.backend, self.scratch[l + 1].size  # fused_update's blocks, for its bits
+        backend.launch(self.main, f"delta[{l}]+update[{l + 1}]", backend.ops.backward_update, self.delta[l],
+                       self.w[l + 1], self.delta[l + 1], self.sp[l], self.a[l], controls.array,
+                       self.sweep[:block], self.sweep[block:])
+
+    def gradients(self, stream, l, controls=None, weights=True):
         """Enqueue (6) and (7) of layer l on ``stream`` and hand them to the reducer, if any; with
         ``controls`` (a ``Controls``), the SGD update fused into (7): b^l -= eta/B nabla_b^l, and
-        w^l -= eta/B delta^l (a^{l-1})^T without nabla_w^l ever written."""
+        w^l -= eta/B delta^l (a^{l-1})^T without nabla_w^l ever written; ``weights=False`` (with
+        ``controls``): (6) and the update of b^l only, w^l being updated by the one-pass sweep."""
         ops, launch = self.backend.ops, self.backend.launch
         if controls is None:
             launch(stream, f"gradients[{l}]", ops.gradients, self.nabla_w[l], self.nabla_b[l], self.delta[l],
                    self.a[l - 1])
+        elif not weights:
+            launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
+            launch(stream, f"update_b[{l}]", ops.sgd_update, self.b[l], self.nabla_b[l], controls.array,
+                   self.scratch[l])
         else:
             launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
             launch(stream, f"fused_update[{l}]", _calls,

@@ -15,14 +15,17 @@ SCHEDULES = {
 """Schedules by name: (class, whether it takes k). ``sequential`` is the baseline of every measurement."""
 
 
-def make_schedule(name, k=0, fused=False, **options):
+def make_schedule(name, k=0, fused=False, one_pass=False, **options):
     """The schedule called ``name`` in ``SCHEDULES``, with ``k`` worker streams if it takes them and
-    ``fused``; ``options`` (``memory_limit``) go to Naumov's solvers only. ``naumov-jacobi`` starts from
-    zero (exact, L-2 sweeps): a timing loop repeats one batch, where a warm start finds the answer in place."""
+    ``fused``, and ``one_pass`` (sequential and leapfrog only); ``options`` (``memory_limit``) go to Naumov's
+    solvers only. ``naumov-jacobi`` starts from zero (exact, L-2 sweeps): a timing loop repeats one batch,
+    where a warm start finds the answer in place."""
     cls, takes_k = SCHEDULES[name]
-    if not takes_k:
-        return cls(fused=fused)
-    return cls(k=k, fused=fused, **(options if issubclass(cls, NaumovSchedule) else {}))
+    if issubclass(cls, NaumovSchedule):
+        if one_pass:
+            raise ValueError(f"one_pass applies to sequential and leapfrog, not {name}")
+        return cls(k=k, fused=fused, **options)
+    return cls(k=k, fused=fused, one_pass=one_pass) if takes_k else cls(fused=fused, one_pass=one_pass)
 
 
 def check_schedule(schedule):

@@ -6,6 +6,12 @@ l = L-1..2. ``Sequential`` computes each layer's (6)(7) on the main stream right
 (6)(7) for layer l while the main stream runs ahead; the main stream joins every worker before the
 update. With ``fused=True`` the SGD update of w^l happens inside (7); since the main stream still reads
 w^l for delta^{l-1}, that worker waits E_{l-1} instead (the third hazard of docs/design.md §2).
+With ``one_pass=True`` (NumPy backend; it implies ``fused``) the main stream updates w^{l+1} inside (5)
+itself, in one sweep over w^{l+1} that reads each row block for delta^l and then updates it while it
+is in cache (``ops_numpy.backward_update``): the chain never reads a block after its update, and no
+other stream touches w^{l+1}; the workers keep (6), the update of b^l, and the fused (7) of layer 2,
+whose w^2 no chain reads. So each weight matrix moves three times a step: read by (2), read and
+written by the sweep.
 Equation numbers follow docs/design.md §1 (the seed's own equations were lost from its text).
 
 A schedule talks to the ``plan.Plan`` of the pass only: ``plan.error(l)`` enqueues (4) or (5) on the
@@ -21,25 +27,33 @@ class Schedule:
     ``fused=True`` fuses the SGD update into (7) during ``sgd_step`` (w -= eta/B * delta a^T, so that
     nabla_w never goes to memory); ``backprop`` still returns nabla_w. There the plan passes
     ``controls``: the step's ``plan.Controls`` (eta / B and the refusal, in device memory), which the
-    fused update reads when it runs.
+    fused update reads when it runs. ``one_pass=True`` (which implies ``fused``) updates w^{l+1}, l < L,
+    in the sweep of (5) that reads it for delta^l (see the module docstring); ``backprop`` is unchanged.
     """
 
-    def __init__(self, fused=False):
-        self.fused = bool(fused)
+    def __init__(self, fused=False, one_pass=False):
+        self.one_pass = bool(one_pass)
+        self.fused = bool(fused) or self.one_pass
 
     def backward(self, plan, controls=None):
         """Enqueue (4), then (5) for l = L-1..2, handing each layer's (6)(7) to ``gradients`` as soon
         as it may run: right after delta^l, or, with a fused update (``controls`` given), once w^l has
         been read for the last time."""
         fuse = self.fused and controls is not None
+        sweep = fuse and self.one_pass
         for l in range(plan.L, 1, -1):
-            plan.error(l)
+            if sweep and l < plan.L:
+                plan.error_update(l, controls)  # delta^l and the update of w^{l+1}, in one sweep
+            else:
+                plan.error(l)
             self.delta_ready(plan, l)
             if not fuse:
                 self.gradients(plan, l, after=l)
+            elif sweep:
+                self.gradients(plan, l, after=l, controls=controls, weights=l == 2)
             elif l < plan.L:  # delta^l was the last read of w^{l+1}
                 self.gradients(plan, l + 1, after=self.last_reader(l + 1), controls=controls)
-        if fuse:
+        if fuse and not sweep:
             self.gradients(plan, 2, after=2, controls=controls)
         self.join(plan)
 
@@ -56,10 +70,14 @@ class Schedule:
     def delta_ready(self, plan, l):
         """Called once delta^l is enqueued on the main stream."""
 
-    def gradients(self, plan, l, after, controls=None):
-        """Enqueue (6)(7) of layer l (with the SGD update by ``controls`` when given), ordered after
-        delta^after."""
+    def gradients(self, plan, l, after, controls=None, weights=True):
+        """Enqueue (6)(7) of layer l (with the SGD update by ``controls`` when given; ``weights=False``:
+        (6) and b^l's update only), ordered after delta^after."""
         raise NotImplementedError
+
+    def _flags(self):
+        """The options ``repr`` shows: ``, one_pass=True``, ``, fused=True`` or nothing."""
+        return ", one_pass=True" if self.one_pass else ", fused=True" if self.fused else ""
 
     def join(self, plan):
         raise NotImplementedError
@@ -71,11 +89,11 @@ class Sequential(Schedule):
     k = 0
 
     def __repr__(self):
-        return "Sequential(fused=True)" if self.fused else "Sequential()"
+        return f"Sequential({self._flags()[2:]})"
 
-    def gradients(self, plan, l, after, controls=None):
+    def gradients(self, plan, l, after, controls=None, weights=True):
         """Enqueue (6)(7) of layer l on the main stream, which has already run delta^after."""
-        plan.gradients(plan.main, l, controls)
+        plan.gradients(plan.main, l, controls, weights)
 
     def join(self, plan):
         """Nothing to join."""
@@ -89,9 +107,12 @@ class Leapfrog(Schedule):
     runs the fastest from then on (``Plan.backward``, ``leapfrog_gpu.autotune``).
     """
 
-    def __init__(self, k, fused=False):
-        super().__init__(fused)
+    def __init__(self, k, fused=False, one_pass=False):
+        super().__init__(fused, one_pass)
         if k == "auto" and type(self) is Leapfrog:
+            if self.one_pass:
+                raise ValueError("Leapfrog('auto') calibrates the plain and fused schedules only; give k for "
+                                 "one_pass=True, e.g. Leapfrog(2, one_pass=True)")
             self.k = k
             return
         accepted = "an integer >= 1 (the number of worker streams)" + (" or 'auto'" if type(self) is Leapfrog else "")
@@ -102,7 +123,7 @@ class Leapfrog(Schedule):
         self.k = int(k)
 
     def __repr__(self):
-        return f"Leapfrog(k={self.k!r}, fused=True)" if self.fused else f"Leapfrog(k={self.k!r})"
+        return f"Leapfrog(k={self.k!r}{self._flags()})"
 
     def backward(self, plan, controls=None):
         if self.k == "auto":
@@ -114,11 +135,11 @@ class Leapfrog(Schedule):
         """Record E_l on the main stream."""
         plan.backend.record(plan.main, plan.delta_ready[l])
 
-    def gradients(self, plan, l, after, controls=None):
+    def gradients(self, plan, l, after, controls=None, weights=True):
         """Worker ``l mod k`` waits for E_after, then runs (6)(7) of layer l."""
         worker = self.worker(plan, l % self.k)
         self.wait_for_delta(plan, worker, after)
-        plan.gradients(worker, l, controls)
+        plan.gradients(worker, l, controls, weights)
 
     def worker(self, plan, j):
         """Worker stream j; only workers that own a layer are ever created, so any k is cheap."""

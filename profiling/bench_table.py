@@ -23,10 +23,11 @@ def cell(summary):
 
 
 def table(records):
-    graph = any(r.get("graph") for r in records)  # then a last column: a graph step against its eager one
+    graph = any(r.get("graph") for r in records)  # then a column: a graph step against its eager one
+    floored = any("floor_ratio" in r for r in records)  # then a last one: the step against its own bytes floor
     rows = ["| N | L | B | schedule | k | BLAS | step ms | backward ms | f1 | f2 | f3 | pred. | meas. | bwd ×seq "
-            "| bwd ×best seq | step ×best seq |" + (" graph ×eager |" if graph else ""),
-            "|" + "---:|" * (16 + graph)]
+            "| bwd ×best seq | step ×best seq |" + " graph ×eager |" * graph + " ×floor |" * floored,
+            "|" + "---:|" * (16 + graph + floored)]
     for r in records:
         name = label(r, MARKDOWN)
         rows.append("| " + " | ".join([
@@ -37,6 +38,7 @@ def table(records):
             *(ratio(r.get(f), MARKDOWN) for f in ("backward_speedup", "backward_speedup_vs_best_sequential",
                                                   "step_speedup_vs_best_sequential")),
             *([ratio(r.get("graph_speedup"), MARKDOWN)] if graph else []),
+            *([ratio(r.get("floor_ratio"), MARKDOWN)] if floored else []),
         ]) + " |")
     return "\n".join(rows)
 

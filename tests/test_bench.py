@@ -350,7 +350,7 @@ def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
     """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
     out, rows = render_table(report[1], tmp_path)
     assert len(rows) == len(report[1]["records"])
-    assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 17 for row in rows)
+    assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 18 for row in rows)  # 17 columns: the last, x floor
 
 
 def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=False, auto=False, backward=0.5):
@@ -380,7 +380,8 @@ def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequen
 
 def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
     case = bench_measure._derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
-    widths = bench_report.column_widths(argparse.Namespace(k=[2], fused=False, graph=False), ["leapfrog"])
+    widths = bench_report.column_widths(argparse.Namespace(k=[2], fused=False, one_pass=False, graph=False),
+                                        ["leapfrog"])
     heading, costs, quiet, noisy = bench_report.table_rows(case, widths)
     assert heading == "N=8 L=3 B=2 float32" and costs.startswith("  BLAS 1: forward 0.300 ms")
     assert quiet.split()[3] == "1.000" and noisy.split()[3] == "1.000!"  # 0.3 > a quarter of 1.0; 0.2 is not

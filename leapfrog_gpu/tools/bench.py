@@ -48,8 +48,8 @@ from ..functions import ACTIVATIONS, DTYPES
 from . import bench_dag, bench_parallel, bench_rnn, call_count, timeline, torch_anchor
 from ..registry import SCHEDULES, make_schedule
 from .bench_measure import ETA, machine, run, stamped_steps
-from .bench_report import (column_widths, graph_verdicts, table, table_foot, table_head, table_rows, timeline_lines,
-                           verdicts)
+from .bench_report import (column_widths, floor_verdicts, graph_verdicts, table, table_foot, table_head, table_rows,
+                           timeline_lines, verdicts)
 from .cli import Parser, fitted, integer, integers, names, pip_install, plural, png_refusal, reals
 from .cli import parse_args_on_a_backend, replaced_atomically
 
@@ -109,6 +109,10 @@ def parser():
                         f"measured (default 1 and all cores, {os.cpu_count()} here)")
     p.add_argument("--fused", action="store_true",
                    help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
+    p.add_argument("--one-pass", action="store_true",
+                   help="also time each sequential and leapfrog step with the one-pass backward (one_pass=True)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="also time PyTorch's step through torch.compile (its first steps compile: slow)")
     p.add_argument("--graph", action="store_true",
                    help="also time each step as a graph (sgd_step(graph=True)), and PyTorch's as a CUDA graph on a GPU")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid",
@@ -186,7 +190,7 @@ def main(argv=None):
     def measured(case):  # one network's records, as soon as they are measured
         networks.append(case)
         if not args.quiet:
-            print(*table_rows(case, widths), sep="\n", flush=True)
+            print(*table_rows(case, widths, args.graph), sep="\n", flush=True)
         if args.timeline:
             panels.extend(stamped_steps(args, case))
         if args.jsonl:
@@ -195,7 +199,7 @@ def main(argv=None):
     if args.jsonl:
         _append_lines(args.jsonl, [about])
     if not args.quiet:
-        print(*table_head(widths), sep="\n", flush=True)
+        print(*table_head(widths, args.graph), sep="\n", flush=True)
     try:
         records = run(args, with_torch=torch_note is None, on_network=measured)
     except KeyboardInterrupt:
@@ -204,12 +208,14 @@ def main(argv=None):
         print(f"{p.prog}: interrupted with {len(networks)} of {plural(grid, 'network')} measured{kept}",
               file=sys.stderr)
         return 130
-    print(table(records, widths) if args.quiet else table_foot(args.graph))
+    print(table(records, widths, args.graph) if args.quiet else table_foot(args.graph))
     if torch_note:
         print(torch_note)
     print(_fitted(verdicts(records)))
     if args.graph:
         print(_fitted(graph_verdicts(records)))
+    if args.one_pass:
+        print(_fitted(floor_verdicts(records)))
     counts = call_count.measure(args) if args.count_calls else None
     if counts:
         print(_fitted(call_count.table(counts)))
@@ -231,9 +237,9 @@ def main(argv=None):
 
 def _main_parallel(p, args, comm, argv):
     """``leapfrog-bench`` under ``mpiexec -n P`` (``bench_parallel``): every rank measures, rank 0 reports."""
-    for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--k auto", "auto" in args.k),
-                          ("--graph", args.graph), ("--timeline", args.timeline), ("--jsonl", args.jsonl),
-                          ("--count-calls", args.count_calls)):
+    for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--one-pass", args.one_pass),
+                          ("--k auto", "auto" in args.k), ("--graph", args.graph), ("--timeline", args.timeline),
+                          ("--jsonl", args.jsonl), ("--count-calls", args.count_calls)):
         if given:
             p.error(f"{option} does not apply under mpiexec")
     specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"

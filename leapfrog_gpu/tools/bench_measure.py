@@ -5,7 +5,8 @@ For every network ``[N] * L`` and batch size B, after a warm-up and over ``--rep
 (median, p20, p80): the SGD step and the backward pass for every schedule at every BLAS setting; the
 forward pass; and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own, with the
 ops the schedules run (``xp.matmul`` for (2) and (5), ``ops.nabla_w`` for (7)). Beside the measured
-saving of a pass, the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1).
+saving of a pass, the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1). Every
+record has its own bytes floor, that of its update (``traffic.UPDATES``), and its step's ratio to it.
 """
 
 import os
@@ -88,14 +89,15 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
                     bandwidth[threads] = timing.copy_bandwidth(backend)["median"]
                 f = layer_costs(net, plan, reps, warm)
                 forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
-            step_bytes = traffic.step_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
             base[threads] = {
                 "backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
                 "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
-                "bytes_per_step": step_bytes, "copy_gbps": bandwidth[threads],
-                "floor_ms": step_bytes / (bandwidth[threads] * 1e6)}
+                "copy_gbps": bandwidth[threads]}
         runs = [(name, make_schedule(name, k, args.fused), threads, False, False)
                 for threads in settings for name, k in specs]
+        if args.one_pass:  # beside each sequential and leapfrog configuration, its one-pass step
+            runs += [(name, make_schedule(name, k, one_pass=True), threads, False, False)
+                     for threads in settings for name, k in specs if name in ("sequential", "leapfrog")]
         if args.graph:  # a graph twin of each configuration that can be captured, captured now
             runs += [(name, schedule, threads, False, True) for name, schedule, threads, _, _ in runs
                      if graphs.refusal(plan, schedule) is None]
@@ -110,10 +112,18 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
         eager = [run for run in runs if not run[4]]
         steps = _measure_runs(backend, runs, reps, warm, lambda s, g: net.sgd_step(x, y, ETA, s, graph=g))
         backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: plan.backward(s)))
-        return [{**base[threads], "schedule": name, "k": schedule.k, "fused": schedule.fused, "auto": auto,
-                 "graph": graph, "step_ms": timing.summary(step),
+        return [{**base[threads], **floor(sizes, batch, args.dtype, traffic.update_of(schedule), bandwidth[threads]),
+                 "schedule": name, "k": schedule.k, "fused": schedule.fused, "one_pass": schedule.one_pass,
+                 "auto": auto, "graph": graph, "step_ms": timing.summary(step),
                  "backward_ms": None if graph else timing.summary(next(backwards))}
                 for (name, schedule, threads, auto, graph), step in zip(runs, steps)]
+
+
+def floor(sizes, batch, dtype, update, gbps):
+    """``{"update", "bytes_per_step", "floor_ms"}``: the bytes a step of ``update`` must move
+    (``traffic.step_bytes``) and the time they take at ``gbps`` GB/s."""
+    step_bytes = traffic.step_bytes(sizes, batch, np.dtype(dtype).itemsize, update)
+    return {"update": update, "bytes_per_step": step_bytes, "floor_ms": step_bytes / (gbps * 1e6)}
 
 
 def _batch(rng, sizes, batch, dtype):
@@ -147,7 +157,7 @@ def stamped_steps(args, case):
         for r in case:
             if r["schedule"].startswith("torch") or r["auto"] or r["graph"]:
                 continue
-            schedule = make_schedule(r["schedule"], r["k"], r["fused"])
+            schedule = make_schedule(r["schedule"], r["k"], r["fused"], r["one_pass"])
             stamps = timing.Timeline(backend)
 
             def stamped(schedule=schedule, stamps=stamps):
@@ -197,31 +207,40 @@ def layer_costs(net, plan, repeats, warmup):
     return costs
 
 
+TORCH_STEPS = {"torch-autograd": {}, "torch-sgd-foreach": {"optimizer": "foreach"},
+               "torch-sgd-fused": {"optimizer": "fused"}, "torch-compile": {"compiled": True},
+               "torch-cuda-graph": {"graph": True}}
+"""PyTorch's steps by record name: the loop update, ``torch.optim.SGD(foreach=True)``, ``(fused=True)``,
+``torch.compile`` (``--torch-compile``), and the CUDA graph (``--graph`` on a GPU)."""
+
+
 def _measure_torch(args, sizes, batch, settings):
-    """PyTorch at its fastest thread count of ``settings`` (a short trial of each picks it); with
-    ``--graph`` on a GPU, also its step captured as a CUDA graph. A list of records."""
+    """PyTorch at its fastest thread count of ``settings`` (a short trial of each picks it): its eager step
+    with each update of ``TORCH_STEPS`` (fused SGD where the build has it), with ``--torch-compile`` also
+    compiled, with ``--graph`` on a GPU also captured as a CUDA graph. A list of records."""
     device = "cuda" if args.backend == "cupy" else "cpu"
     threads = None
     if device == "cpu":
         trials = {t: np.median(torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, t, 3, 1)[0])
                   for t in settings}
         threads = min(trials, key=trials.get)
-    modes = [False, True] if args.graph and device == "cuda" else [False]
+    modes = ["torch-autograd", "torch-sgd-foreach"] + ["torch-sgd-fused"] * torch_anchor.fused_sgd_available(device)
+    modes += ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and device == "cuda")
     import torch
 
     name = torch.cuda.get_device_name() if device == "cuda" else _cpu_name()
     records = []
-    for graph in modes:
+    for mode in modes:
         step, backward = torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, threads,
-                                              args.repeats, args.warmup, graph=graph)
+                                              args.repeats, args.warmup, **TORCH_STEPS[mode])
+        graph = mode == "torch-cuda-graph"
         records.append({
             "backend": f"torch-{torch.__version__}", "device": name, "dtype": args.dtype, "N": sizes[0],
             "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
-            "schedule": "torch-cuda-graph" if graph else "torch-autograd", "k": 0, "fused": False, "auto": False,
+            "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
             "graph": graph, "step_ms": timing.summary(step),
             "backward_ms": None if backward is None else timing.summary(backward),
-            "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "bytes_per_step": None,
-            "copy_gbps": None, "floor_ms": None})
+            "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "copy_gbps": None})
     return records
 
 
@@ -232,12 +251,19 @@ def _derive(case):
     ``graph_speedup`` against its own configuration's eager step; it has no backward pass of its own.
     """
     ours = [r for r in case if not r["schedule"].startswith("torch")]
-    sequential = {(r["blas_threads"], r["graph"]): r for r in ours if r["schedule"] == "sequential" and not r["auto"]}
-    eager = {(r["schedule"], r["k"], r["blas_threads"]): r for r in ours if not r["graph"] and not r["auto"]}
+    sequential = {(r["blas_threads"], r["graph"]): r for r in ours
+                  if r["schedule"] == "sequential" and not r["auto"] and not r.get("one_pass")}
+    eager = {(r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]): r for r in ours
+             if not r["graph"] and not r["auto"]}
     best_step = min((r for (_, graph), r in sequential.items() if not graph), key=lambda r: r["step_ms"]["median"])
     best_backward = min((r for (_, graph), r in sequential.items() if not graph),
                         key=lambda r: r["backward_ms"]["median"])
     for r in case:
+        if r["schedule"].startswith("torch"):  # PyTorch writes nabla_w and reads it again: a plain step's floor
+            sizes = [r["N"]] * r["L"]
+            gbps = best_step["copy_gbps"]
+            r.update(floor(sizes, r["B"], r["dtype"], "plain", gbps), copy_gbps=gbps)
+        r["floor_ratio"] = r["step_ms"]["median"] / r["floor_ms"]
         r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
         r["backward_speedup_vs_best_sequential"] = (None if r["backward_ms"] is None else
                                                     best_backward["backward_ms"]["median"] / r["backward_ms"]["median"])
@@ -254,7 +280,7 @@ def _derive(case):
         r["step_speedup"] = seq["step_ms"]["median"] / r["step_ms"]["median"]
         r["graph_speedup"] = None
         if r["graph"]:
-            twin = eager[r["schedule"], r["k"], r["blas_threads"]]
+            twin = eager[r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]]
             r["graph_speedup"] = twin["step_ms"]["median"] / r["step_ms"]["median"]
             r.update(measured_saving=None, backward_speedup=None)
             continue

@@ -2,9 +2,10 @@
 formatters that ``profiling/bench_table.py`` renders the README's Markdown tables with.
 
 Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
-costs f1, f2, f3 and the bytes floor), then one row per configuration: schedule, k, BLAS threads, the
-step's and the backward pass's medians, the model's and the measured saving of a pass, and the
-speedups. A median whose p20-p80 range is wider than ``NOISY`` times itself is marked ``!``.
+costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
+BLAS threads, the step's and the backward pass's medians, the model's and the measured saving of a pass,
+the speedups, and the step against its own bytes floor (that of its update: plain, fused or one-pass).
+A median whose p20-p80 range is wider than ``NOISY`` times itself is marked ``!``.
 """
 
 import dataclasses
@@ -44,7 +45,8 @@ MARKDOWN = Style(none="–", times="×", dash="–", graph=" graph", best=" (bes
 
 def label(r, style=PLAIN):
     """A record's schedule as a table shows it: leapfrog+fused[graph], auto->sequential, sequential*."""
-    name = (style.auto if r.get("auto") else "") + r["schedule"] + ("+fused" if r.get("fused") else "")
+    update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
+    name = (style.auto if r.get("auto") else "") + r["schedule"] + update
     name += style.graph if r.get("graph") and not r["schedule"].startswith("torch") else ""
     return name + (style.best if r.get("best_sequential") else "")
 
@@ -66,8 +68,8 @@ def noisy(stats):
     return stats is not None and stats["p80"] - stats["p20"] > NOISY * stats["median"]
 
 
-def ratio(value, style=PLAIN):
-    return style.none if value is None else f"{value:.2f}{style.times}"
+def ratio(value, style=PLAIN, digits=2):
+    return style.none if value is None else f"{value:.{digits}f}{style.times}"
 
 
 def percent(value, style=PLAIN):
@@ -85,12 +87,15 @@ def number(value, style=PLAIN):
 TITLES = (("", "schedule"), ("", "k"), ("", "blas"), ("step", "ms"), ("bwd", "ms"), ("pred", "saving"),
           ("meas", "saving"), ("bwd", "x seq"), ("step", "x best"))
 """Each column's title, on two lines."""
-CELL = {"blas": 4, "ms": 7, "saving": 7, "x seq": 6, "x best": 6}
+CELL = {"blas": 4, "ms": 7, "saving": 7, "x seq": 6, "x best": 6, "floor": 5}
 """Width of a column's cells where it exceeds its title's (``1234.5!``, ``-112.5%``, ``12.34x``): each
 network's rows are printed before the next network is measured, so the widths are set before any
 number is known; a wider number pushes the rest of its row to the right."""
 GRAPH_TITLE = ("graph", "x eager")
 """The column ``--graph`` adds: a graph step's speedup over the same eager step."""
+FLOOR_TITLE = ("x", "floor")
+"""The last column of a table without ``--graph``: the step against its own bytes floor (with ``--graph``
+the graph column takes its place, to keep within 100 columns; the JSON has the ratio either way)."""
 TABLE_FOOT = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
               "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
               "bwd x seq: backward pass against sequential's at the same BLAS setting; step x best: step against "
@@ -100,18 +105,23 @@ TABLE_FOOT = (f"* best sequential configuration (fastest step); ! noisy: p80 - p
 def column_widths(args, schedules):
     """The width of each column: its titles', a number's (``CELL``), or for the schedule the longest
     name this run can print (``schedules``: the names it measures)."""
-    names = [*schedules, "torch-autograd", "torch-cuda-graph"]
-    names += [f"auto->{name}" for name in ("sequential", "leapfrog")] if "auto" in args.k else []
-    schedule = max(map(len, names)) + len("+fused") * args.fused + len("[graph]") * args.graph + len("*")
-    titles = TITLES + (GRAPH_TITLE,) * args.graph
+    update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
+    labels = [name + update + "[graph]" * args.graph for name in schedules] + [f"sequential{update}*"]
+    labels += [f"auto->{name}{update}" for name in ("sequential", "leapfrog")] if "auto" in args.k else []
+    labels += ["torch-autograd", "torch-sgd-foreach", "torch-cuda-graph"]
+    schedule = max(map(len, labels))
     return [max(len(top), len(bottom), CELL.get(bottom, 0), schedule if bottom == "schedule" else 0)
-            for top, bottom in titles]
+            for top, bottom in titles(args.graph)]
 
 
-def table_head(widths):
+def titles(graph):
+    """The titles of a table's columns, with or without ``--graph``."""
+    return TITLES + ((GRAPH_TITLE,) if graph else (FLOOR_TITLE,))
+
+
+def table_head(widths, graph=False):
     """The titles, on two lines."""
-    titles = TITLES + (GRAPH_TITLE,)
-    return [_line([title[line] for title in titles], widths) for line in (0, 1)]
+    return [_line([title[line] for title in titles(graph)], widths) for line in (0, 1)]
 
 
 def network_lines(case):
@@ -119,30 +129,33 @@ def network_lines(case):
     first = case[0]
     parts = [f"N={first['N']} L={first['L']} B={first['B']} {first['dtype']}"]
     for r in {r["blas_threads"]: r for r in case if r["f1_ms"] is not None}.values():
+        floors = {s.get("update", "plain"): s["floor_ms"] for s in case
+                  if s["f1_ms"] is not None and s["blas_threads"] == r["blas_threads"]}
         parts.append(("" if r["blas_threads"] is None else f"BLAS {r['blas_threads']}: ")
                      + f"forward {median(r['forward_ms'])} ms, per layer f1 {number(r['f1_ms'])} f2 "
-                     f"{number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes floor {number(r['floor_ms'])} ms")
+                     f"{number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes floor "
+                     + ", ".join(f"{update} {number(floor)}" for update, floor in floors.items()) + " ms")
     return [parts[0]] + [fitted(f"  {part}") for part in parts[1:]]
 
 
-def table_rows(case, widths):
+def table_rows(case, widths, graph=False):
     """One network's lines: its heading, then a row per record."""
-    return network_lines(case) + [_line(_cells(r), widths) for r in case]
+    return network_lines(case) + [_line(_cells(r, graph), widths) for r in case]
 
 
-def table(records, widths):
+def table(records, widths, graph=False):
     """The whole table as text: titles, each network's lines, and the legend."""
     networks = {}
     for r in records:
         networks.setdefault((r["N"], r["L"], r["B"]), []).append(r)
-    lines = [line for case in networks.values() for line in table_rows(case, widths)]
-    return "\n".join([*table_head(widths), *lines, table_foot(len(widths) > len(TITLES))])
+    lines = [line for case in networks.values() for line in table_rows(case, widths, graph)]
+    return "\n".join([*table_head(widths, graph), *lines, table_foot(graph)])
 
 
 def table_foot(graph):
-    """The legend under the table, with the graph column's when ``graph``."""
+    """The legend under the table, with the graph column's when ``graph``, else the floor's."""
     return fitted(TABLE_FOOT + ("; [graph]: the step as a graph; graph x eager: its speedup over the same eager step"
-                                if graph else ""))
+                                if graph else "; x floor: the step against its own bytes floor"))
 
 
 def _line(cells, widths):
@@ -150,10 +163,11 @@ def _line(cells, widths):
     return "  ".join([str(first).ljust(widths[0]), *(str(c).rjust(w) for c, w in zip(rest, widths[1:]))]).rstrip()
 
 
-def _cells(r):
+def _cells(r, graph):
+    last = ratio(r.get("graph_speedup")) if graph else ratio(r.get("floor_ratio"), digits=1)
     return (label(r), r["k"], "-" if r["blas_threads"] is None else r["blas_threads"], median(r["step_ms"]),
             median(r["backward_ms"]), percent(r["predicted_saving"]), percent(r["measured_saving"]),
-            ratio(r["backward_speedup"]), ratio(r["step_speedup_vs_best_sequential"]), ratio(r.get("graph_speedup")))
+            ratio(r["backward_speedup"]), ratio(r["step_speedup_vs_best_sequential"]), last)
 
 
 GRAPH_TARGETS = {"torch-autograd": 3.0, "torch-cuda-graph": 1.5, "sequential": 1.3}
@@ -211,4 +225,37 @@ def verdicts(records):
             lines.append(f"auto chose {r['schedule']} k={r['k']} blas={r['blas_threads']} at N={r['N']} L={r['L']} "
                          f"B={r['B']}: step {r['step_speedup_vs_best_sequential']:.2f}x as fast as the best "
                          f"sequential, {verdict} it")
+    return "\n".join(lines)
+
+
+CPU_TARGETS = {1: (1.5, 1.3), "many": (1.2, None)}
+"""The CPU targets of the one-pass step, by B (1, or more): the best step at least this many times faster
+than PyTorch's best eager step, and within this many times its own bytes floor (None: compute-bound)."""
+TORCH_EAGER = ("torch-autograd", "torch-sgd-foreach", "torch-sgd-fused")
+
+
+def floor_verdicts(records):
+    """Per network, our best eager step against PyTorch's best eager step and its own bytes floor, and
+    against ``torch.compile``'s step where measured, each ratio with its target, met or NOT MET."""
+    lines = ["the best step against PyTorch and its bytes floor (targets set for the CPU at N=1024 L=16):"]
+    for key in dict.fromkeys((r["N"], r["L"], r["B"]) for r in records):
+        case = [r for r in records if (r["N"], r["L"], r["B"]) == key]
+        ours = [r for r in case if not r["schedule"].startswith("torch") and not r.get("graph")]
+        best = min(ours, key=lambda r: r["step_ms"]["median"])
+        ms, (speedup, within) = best["step_ms"]["median"], CPU_TARGETS[1 if key[2] == 1 else "many"]
+        parts = [f"N={key[0]} L={key[1]} B={key[2]}: {label(best).rstrip('*')} k={best['k']} {ms:.4g} ms"]
+        torch = [r for r in case if r["schedule"] in TORCH_EAGER]
+        if torch:
+            anchor = min(torch, key=lambda r: r["step_ms"]["median"])
+            times = anchor["step_ms"]["median"] / ms
+            parts.append(f"{times:.2f}x as fast as {anchor['schedule']} {anchor['step_ms']['median']:.4g} ms (target "
+                         f">= {speedup}x{'' if times >= speedup else ', NOT MET'})")
+        compiled = [r for r in case if r["schedule"] == "torch-compile"]
+        if compiled:
+            parts.append(f"{compiled[0]['step_ms']['median'] / ms:.2f}x as fast as torch-compile "
+                         f"{compiled[0]['step_ms']['median']:.4g} ms")
+        floor = best["floor_ms"]
+        verdict = "" if within is None else f" (target <= {within}x{'' if ms / floor <= within else ', NOT MET'})"
+        parts.append(f"{ms / floor:.2f}x its bytes floor {floor:.4g} ms{verdict}")
+        lines.append("; ".join(parts))
     return "\n".join(lines)

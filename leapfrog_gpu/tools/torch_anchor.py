@@ -8,6 +8,12 @@ PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the b
 ``torch.cuda.CUDAGraph`` as PyTorch's documentation does for a whole network: warm-up steps on a side
 stream, the gradients set to None so that the captured backward allocates them from the graph's
 private pool, static input and target tensors; a timed step copies the batch into those and replays.
+
+``optimizer``: how the step updates the parameters: ``"loop"`` (``p.sub_(p.grad)`` for each), or
+``torch.optim.SGD`` with ``foreach=True`` (one multi-tensor update) or ``fused=True`` (one fused kernel;
+``fused_sgd_available`` says whether this build has it on the device). ``compiled=True`` runs the
+forward and backward through ``torch.compile`` (the first steps compile: a warm-up of at least 3),
+with the ``foreach`` update.
 """
 
 import math
@@ -16,6 +22,7 @@ import time
 import numpy as np
 
 ACTIVATIONS = ("sigmoid", "tanh", "relu")
+OPTIMIZERS = ("loop", "foreach", "fused")
 
 
 def available():
@@ -27,15 +34,32 @@ def available():
     return True
 
 
+def fused_sgd_available(device="cpu"):
+    """Whether ``torch.optim.SGD(fused=True)`` steps on ``device`` in this build (a one-parameter trial)."""
+    import torch
+
+    p = torch.zeros(2, device=device, requires_grad=True)
+    p.grad = torch.ones(2, device=device)
+    try:
+        torch.optim.SGD([p], lr=0.1, fused=True).step()
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return True
+
+
 def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", threads=None, repeats=20,
-            warmup=3, seed=0, eta=0.01, graph=False):
+            warmup=3, seed=0, eta=0.01, graph=False, optimizer="loop", compiled=False):
     """``(step_ms, backward_ms)``: arrays of ``repeats`` times of an SGD step (forward, ``backward()``,
-    update) and of ``backward()`` alone (its forward pass untimed). With ``graph=True`` the step is
-    a replay of its CUDA graph, after copying the batch in, and ``backward_ms`` is None."""
+    update by ``optimizer``) and of ``backward()`` alone (its forward pass untimed). With ``graph=True``
+    the step is a replay of its CUDA graph, after copying the batch in, and ``backward_ms`` is None."""
     import torch
 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {optimizer!r}")
+    if graph and (optimizer != "loop" or compiled):
+        raise ValueError("graph=True captures the loop update of an eager step only")
     if graph and torch.device(device).type != "cuda":
         raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); got {device!r}")
     if threads is not None:
@@ -51,19 +75,29 @@ def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", t
         params += [tensor(n, m, scale=1 / math.sqrt(m)).requires_grad_(), tensor(n).requires_grad_()]
     x, y = tensor(batch, sizes[0]).sigmoid(), tensor(batch, sizes[-1]).sigmoid()
 
+    cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
+    if compiled:
+        optimizer, warmup = "foreach", max(warmup, 3)
+
     def loss():
-        return quadratic_cost(params, x, y, activation)
+        return cost(params, x, y, activation)
 
     def backward(c):
         for p in params:
             p.grad = None
         c.backward()
 
-    def step():
-        backward(loss())
+    def update():
         with torch.no_grad():
             for p in params:
                 p.sub_(p.grad, alpha=eta / batch)
+
+    if optimizer != "loop":
+        update = torch.optim.SGD(params, lr=eta / batch, **{optimizer: True}).step
+
+    def step():
+        backward(loss())
+        update()
 
     clock = _Clock(torch, device)
     if graph:

@@ -50,18 +50,33 @@ def floor_seconds(name, n, m, batch, itemsize, bandwidth=H200_BANDWIDTH):
     return kernel_bytes(name, n, m, batch, itemsize) / bandwidth
 
 
-def step_bytes(sizes, batch, itemsize):
-    """Bytes one SGD step of ``MLP(sizes)`` on ``batch`` samples must move: the floor of a step.
+UPDATES = {"plain": 6, "fused": 4, "one-pass": 3}
+"""How many times a step moves each weight matrix, by how it updates w (``update_of``): plain, (2) reads
+w, (5) reads w^{l+1}, (7) writes nabla_w, the update reads w and nabla_w and writes w; fused, (2), (5)
+and the fused (7) reading and writing w; one-pass, (2) and the sweep of (5) reading and writing w^{l+1}
+(``ops_numpy.backward_update``)."""
 
-    Per layer l (n = n_l, m = n_{l-1}, B = batch), in elements:
+
+def update_of(schedule):
+    """The key of ``UPDATES`` for a schedule's SGD step."""
+    return "one-pass" if getattr(schedule, "one_pass", False) else "fused" if schedule.fused else "plain"
+
+
+def step_bytes(sizes, batch, itemsize, update="plain"):
+    """Bytes one SGD step of ``MLP(sizes)`` on ``batch`` samples must move: the floor of a step whose
+    update is ``update`` (a key of ``UPDATES``).
+
+    Per layer l (n = n_l, m = n_{l-1}, B = batch), in elements, for a plain step:
       (2)(3)  read w (n*m) and a^{l-1} (m*B); write z, a, sigma'(z) (3*n*B)
       (4)(5)  read w^{l+1} (counted as n*m per layer) and delta^{l+1}, sigma'(z) (2*n*B); write delta (n*B)
       (6)(7)  read delta (n*B) and a^{l-1} (m*B); write nabla_b (n) and nabla_w (n*m)
       update  read w, nabla_w, write w (3*n*m); read b, nabla_b, write b (3*n)
+    A fused or one-pass step moves each weight matrix ``UPDATES[update]`` times instead of 6, and the
+    rest alike.
     """
     total = 0
     for m, n in zip(sizes[:-1], sizes[1:]):
-        total += 6 * n * m + 7 * n * batch + 2 * m * batch + 4 * n
+        total += UPDATES[update] * n * m + 7 * n * batch + 2 * m * batch + 4 * n
     return total * itemsize
 
 

@@ -1,0 +1,76 @@
+"""leapfrog-bench's floor per schedule and its one-pass rows: each record against the bytes of its own update,
+the verdicts against PyTorch and the floor, and PyTorch's steps with a fused optimizer."""
+
+import json
+
+import pytest
+
+from helpers import run_bench
+from leapfrog_gpu import Leapfrog, Sequential
+from leapfrog_gpu.tools import bench_report, torch_anchor, traffic
+
+ONE_PASS = ["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "1,3", "--k", "2", "--blas-threads",
+            "1", "--repeats", "2", "--warmup", "1", "--one-pass"]
+
+
+def test_the_bytes_of_each_update():
+    """Each weight matrix moves 6, 4 or 3 times a step; the rest of the traffic is the same."""
+    sizes, batch, itemsize = [7, 5, 3], 2, 4
+    weights = 5 * 7 + 3 * 5
+    plain, fused, one_pass = (traffic.step_bytes(sizes, batch, itemsize, u) for u in ("plain", "fused", "one-pass"))
+    assert plain == traffic.step_bytes(sizes, batch, itemsize)
+    assert (plain - fused, fused - one_pass) == (2 * weights * itemsize, weights * itemsize)
+    assert [traffic.update_of(s) for s in (Sequential(), Leapfrog(2, fused=True), Leapfrog(2, one_pass=True))] == [
+        "plain", "fused", "one-pass"]
+
+
+def test_one_pass_rows_and_their_floors(tmp_path):
+    path = tmp_path / "r.json"
+    stdout = run_bench(ONE_PASS + ["--no-torch", "--json", str(path)])
+    records = json.loads(path.read_text())["records"]
+    assert {(r["schedule"], r["k"], r["update"]) for r in records} == {
+        ("sequential", 0, "plain"), ("leapfrog", 2, "plain"), ("sequential", 0, "one-pass"),
+        ("leapfrog", 2, "one-pass")}
+    for r in records:
+        step_bytes = traffic.step_bytes([12] * 4, r["B"], 4, r["update"])
+        assert r["bytes_per_step"] == step_bytes
+        assert r["floor_ms"] == pytest.approx(step_bytes / (r["copy_gbps"] * 1e6))
+        assert r["floor_ratio"] == pytest.approx(r["step_ms"]["median"] / r["floor_ms"])
+        assert r["best_sequential"] == (r["schedule"] == "sequential" and not r["one_pass"])  # one per network
+    assert "sequential+one-pass" in stdout and "leapfrog+one-pass" in stdout and "x floor" in stdout
+    verdicts = " ".join(stdout[stdout.index("the best step against PyTorch"):].split())  # lines joined
+    assert "N=12 L=4 B=1:" in verdicts and "(target <= 1.3x" in verdicts and "N=12 L=4 B=3:" in verdicts
+
+
+def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
+    def record(schedule, ms, floor, B=1, **more):
+        return {"N": 8, "L": 3, "B": B, "schedule": schedule, "k": 0, "step_ms": {"median": ms}, "floor_ms": floor,
+                "graph": False, **more}
+
+    lines = bench_report.floor_verdicts([
+        record("sequential", 2.0, 1.0, one_pass=True), record("torch-autograd", 4.0, 2.0),
+        record("torch-sgd-fused", 2.5, 2.0), record("torch-compile", 1.0, 2.0),
+        record("sequential", 5.0, 1.0, B=64), record("torch-sgd-foreach", 5.5, 2.0, B=64)]).splitlines()
+    assert lines[1] == ("N=8 L=3 B=1: sequential+one-pass k=0 2 ms; 1.25x as fast as torch-sgd-fused 2.5 ms "
+                        "(target >= 1.5x, NOT MET); 0.50x as fast as torch-compile 1 ms; 2.00x its bytes floor 1 ms "
+                        "(target <= 1.3x, NOT MET)")
+    assert lines[2] == ("N=8 L=3 B=64: sequential k=0 5 ms; 1.10x as fast as torch-sgd-foreach 5.5 ms (target >= 1.2x, "
+                        "NOT MET); 5.00x its bytes floor 1 ms")
+
+
+def test_torch_steps_with_each_optimizer(tmp_path):
+    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    for optimizer in torch_anchor.OPTIMIZERS[:2] + torch_anchor.OPTIMIZERS[2:] * torch_anchor.fused_sgd_available():
+        step, backward = torch_anchor.measure([5, 7, 3], 4, dtype="float64", repeats=2, warmup=0, optimizer=optimizer)
+        assert step.shape == backward.shape == (2,) and (step > 0).all()
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        torch_anchor.measure([5, 7, 3], 4, optimizer="adam")
+    path = tmp_path / "r.json"
+    run_bench(ONE_PASS + ["--json", str(path)])
+    torch = [r for r in json.loads(path.read_text())["records"] if r["schedule"].startswith("torch")]
+    fused = {"torch-sgd-fused"} if torch_anchor.fused_sgd_available() else set()
+    names = {"torch-autograd", "torch-sgd-foreach"} | fused
+    assert {r["schedule"] for r in torch} == names
+    for r in torch:  # PyTorch writes nabla_w and reads it again: the plain step's floor
+        assert r["update"] == "plain" and r["floor_ms"] > 0 and r["floor_ratio"] > 0
+

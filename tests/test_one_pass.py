@@ -1,0 +1,204 @@
+"""The one-pass backward (``one_pass=True``): delta^l and the update of w^{l+1} in one sweep over w^{l+1}.
+
+Its bits: the update of each row block is ``fused_update``'s; delta^l's sum runs block by block in row
+order, so it is bitwise (5)'s when w^{l+1} is one block and within rounding otherwise. Whatever the
+stream count, the interleaving or the timing, a step gives the same bits.
+"""
+
+import numpy as np
+import pytest
+
+from helpers import assert_same, batch, batch_id, case_id, layer_names, patched_ops, same
+from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
+from leapfrog_gpu.backends import ops_numpy
+from leapfrog_gpu.backends.host import NumpyBackend
+
+ETA = 0.5
+SMALL = [9, 17, 5, 13, 7, 3]  # every layer one block of the sweep
+WIDE = [300, 400, 500, 2]  # w^3 and w^4 several blocks (n*m > SCRATCH)
+KS = (1, 2, 3, 6)
+
+
+def train(sizes, schedule, size, steps=3, dtype="float32", backend=None, seed=0):
+    """Parameters after ``steps`` SGD steps under ``schedule`` (a backend of the default mode unless given)."""
+    with backend or NumpyBackend() as backend:
+        net = MLP(sizes, dtype=dtype, seed=5, backend=backend)
+        for step in range(steps):
+            x, y = batch(sizes, size, seed=seed + step, dtype=dtype)
+            net.sgd_step(x, y, ETA, schedule)
+        return net.weights + net.biases
+
+
+def names(sizes):
+    return layer_names(len(sizes), "w", "b")
+
+
+@pytest.mark.parametrize("size", [1, 7], ids=batch_id)
+def test_one_block_per_layer_is_bitwise_the_plain_step(size):
+    """When every w fits one block, the sweep adds nothing up otherwise than (5): the step's bits are the
+    plain one's, for every k."""
+    want = train(SMALL, Sequential(), size)
+    for schedule in [Sequential(one_pass=True)] + [Leapfrog(k, one_pass=True) for k in KS]:
+        assert_same(train(SMALL, schedule, size), want, names(SMALL), repr(schedule))
+
+
+@pytest.mark.parametrize("size", [1, 7], ids=batch_id)
+def test_wide_layers_match_the_reference_in_float64(size):
+    """Several blocks: the parameters follow the book's SGD step within rounding."""
+    net_sizes, steps = WIDE, 3
+    with NumpyBackend() as backend:
+        net = MLP(net_sizes, dtype="float64", seed=5, backend=backend)
+        weights, biases = [w.copy() for w in net.weights], [b.copy() for b in net.biases]
+        for step in range(steps):
+            x, y = batch(net_sizes, size, seed=step)
+            net.sgd_step(x, y, ETA, Leapfrog(2, one_pass=True))
+            nabla_b, nabla_w = reference.backprop(weights, biases, x, y)
+            weights = [w - ETA / size * nw for w, nw in zip(weights, nabla_w)]
+            biases = [b - ETA / size * nb for b, nb in zip(biases, nabla_b)]
+        got = net.weights + net.biases
+    for name, g, w in zip(names(net_sizes), got, weights + biases):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14, err_msg=name)
+    assert not same(got, train(net_sizes, Sequential(), size, dtype="float64")), "wide layers should round otherwise"
+
+
+@pytest.mark.parametrize("size", [1, 7], ids=batch_id)
+def test_bitwise_equal_across_reruns_k_and_timings(size):
+    """float32, several blocks a layer: threads, chaos delays, and every deferred order give the same bits."""
+    want = train(WIDE, Sequential(one_pass=True), size)
+    assert_same(train(WIDE, Sequential(one_pass=True), size), want, names(WIDE), "rerun")
+    for k in KS:
+        schedule = Leapfrog(k, one_pass=True)
+        assert_same(train(WIDE, schedule, size), want, names(WIDE), f"k{k}")
+        assert_same(train(WIDE, schedule, size, backend=NumpyBackend(chaos=k, max_delay=1e-4)), want,
+                    names(WIDE), f"k{k}, chaos")
+        for order in ("main-first", "workers-first", "random"):
+            backend = NumpyBackend(mode="deferred", order=order, seed=k)
+            assert_same(train(WIDE, schedule, size, backend=backend), want, names(WIDE), f"k{k}, {order}")
+
+
+@pytest.mark.parametrize("n,m,size", [(7, 5, 1), (7, 5, 3), (300, 400, 1), (300, 400, 5), (1, 70000, 2)],
+                         ids=lambda v: str(v))
+def test_the_sweep_against_backward_and_fused_update(n, m, size):
+    """The op on its own: w^{l+1} bitwise ``fused_update``'s; delta bitwise ``backward``'s in one block,
+    within a few ulps in several."""
+    rng = np.random.default_rng(n + m + size)
+    w, delta_next = rng.standard_normal((n, m)).astype(np.float32), rng.standard_normal((n, size)).astype(np.float32)
+    a, sp = rng.random((m, size)).astype(np.float32), rng.random((m, size)).astype(np.float32)
+    controls, scratch = np.array([0.01, 0], np.float32), np.empty(max(min(ops_numpy.SCRATCH, n * m), n, m), np.float32)
+    want_w, want_delta = w.copy(), np.empty((m, size), np.float32)
+    ops_numpy.backward(want_delta, want_w, delta_next, sp)
+    ops_numpy.fused_update(want_w, delta_next, a, controls, scratch)
+    got_delta = np.empty((m, size), np.float32)
+    ops_numpy.backward_update(got_delta, w, delta_next, sp, a, controls, scratch, np.empty(m * size, np.float32))
+    assert np.array_equal(w, want_w)
+    if n * m <= ops_numpy.SCRATCH or n == 1:
+        assert np.array_equal(got_delta, want_delta)
+    else:
+        bound = 8 * np.finfo(np.float32).eps * (np.abs(w).T @ np.abs(delta_next)) * sp
+        assert np.all(np.abs(got_delta - want_delta) <= bound)
+        assert not np.array_equal(got_delta, want_delta)
+
+
+def test_backprop_is_unchanged():
+    """``backprop`` under a one-pass schedule is the plain pass: nabla_w written, nothing updated."""
+    x, y = batch(WIDE, 4, dtype=np.float32)
+    with NumpyBackend() as backend:
+        net = MLP(WIDE, seed=5, backend=backend)
+        want = net.backprop(x, y, Sequential())
+        before = net.weights
+        for schedule in (Sequential(one_pass=True), Leapfrog(2, one_pass=True)):
+            got = net.backprop(x, y, schedule)
+            assert_same(got[0] + got[1], want[0] + want[1], layer_names(4, "nabla_b", "nabla_w"), repr(schedule))
+        assert_same(net.weights, before, layer_names(4, "w"), "after backprop")
+
+
+def test_a_graph_step_is_the_eager_step():
+    want = train(WIDE, Leapfrog(2, one_pass=True), 3)
+    with NumpyBackend() as backend:
+        net = MLP(WIDE, seed=5, backend=backend)
+        for step in range(3):
+            x, y = batch(WIDE, 3, seed=step, dtype=np.float32)
+            net.sgd_step(x, y, ETA, Leapfrog(2, one_pass=True), graph=True)
+        assert_same(net.weights + net.biases, want, names(WIDE), "graph")
+
+
+# -- the hazards of the sweep, each guard removed and caught deterministically ---------------------------
+
+
+def updated_then_read(delta, w_next, delta_next, sp, a, controls, scratch, partial):
+    """The sweep with its guard removed: each row block updated before the chain reads it."""
+    partial = partial[: delta.size].reshape(delta.shape)
+    rows = max(1, scratch.size // w_next.shape[1])
+    delta.fill(0)
+    for r0 in range(0, w_next.shape[0], rows):
+        block = slice(r0, r0 + rows)
+        ops_numpy.fused_update(w_next[block], delta_next[block], a, controls, scratch)
+        np.matmul(w_next[block].T, delta_next[block], out=partial)
+        np.add(delta, partial, out=delta)
+    ops_numpy.delta_hidden(delta, sp)
+
+
+@pytest.mark.parametrize("sizes", [SMALL, WIDE], ids=("one-block", "several-blocks"))
+def test_a_block_updated_before_the_chain_reads_it_is_caught(sizes):
+    want = train(sizes, Sequential(one_pass=True), 1)
+    backend = NumpyBackend(mode="deferred")
+    backend.ops = patched_ops(backward_update=updated_then_read)
+    assert not same(train(sizes, Sequential(one_pass=True), 1, backend=backend), want)
+
+
+@pytest.mark.parametrize("k", [1, 2], ids=lambda k: case_id(k=k))
+def test_a_worker_not_waiting_for_delta_is_caught(monkeypatch, k):
+    """The workers' (6) and update of b^l read delta^l: without E_l, a worker that runs first reads it unwritten."""
+    want = train(SMALL, Sequential(one_pass=True), 4)
+    schedule = Leapfrog(k, one_pass=True)
+    assert_same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="workers-first")), want,
+                names(SMALL), "with every wait")
+    monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
+    assert not same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="workers-first")), want)
+
+
+def test_a_missing_join_is_caught(monkeypatch):
+    """Without the join, the next step's forward reads b^l and w^2 before a worker updates them."""
+    want = train(SMALL, Sequential(one_pass=True), 4)
+    schedule = Leapfrog(2, one_pass=True)
+    assert_same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="main-first")), want,
+                names(SMALL), "with every wait")
+    monkeypatch.setattr(Leapfrog, "join", lambda self, plan: None)
+    assert not same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="main-first")), want)
+
+
+# -- what it refuses --------------------------------------------------------------------------------------
+
+
+def test_the_cupy_backend_refuses_it(standin):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    x, y = batch(SMALL, 2, dtype=np.float32)
+    with CupyBackend() as backend, MLP(SMALL, backend=backend) as net:
+        for schedule in (Sequential(one_pass=True), Leapfrog(2, one_pass=True)):
+            with pytest.raises(ValueError, match="NumPy backend only.*pass fused=True instead of one_pass=True"):
+                net.sgd_step(x, y, ETA, schedule)
+        net.sgd_step(x, y, ETA, Leapfrog(2, fused=True))  # the GPU's fused step runs
+        net.synchronize()
+
+
+def test_refusals_and_names():
+    assert repr(Sequential(one_pass=True)) == "Sequential(one_pass=True)"
+    assert repr(Leapfrog(3, one_pass=True)) == "Leapfrog(k=3, one_pass=True)"
+    assert Leapfrog(3, one_pass=True).fused and repr(Sequential()) == "Sequential()"
+    with pytest.raises(ValueError, match="give k for one_pass=True"):
+        Leapfrog("auto", one_pass=True)
+    x, y = batch(SMALL, 2, dtype=np.float32)
+    with NumpyBackend() as backend, MLP(SMALL, backend=backend, check_finite=True) as net:
+        with pytest.raises(ValueError, match="check_finite needs an unfused schedule"):
+            net.sgd_step(x, y, ETA, Sequential(one_pass=True))
+
+
+def test_the_sweep_streams_through_a_buffer_no_worker_uses():
+    """A worker updates b^{l+1} through scratch[l+1] while the main stream's sweep updates w^{l+1}: the
+    sweep has its own buffer (sharing scratch[l+1] mixes the two under real threads, chaos shows it)."""
+    with NumpyBackend() as backend:
+        net = MLP(WIDE, seed=5, backend=backend)
+        net.sgd_step(*batch(WIDE, 3, dtype=np.float32), ETA, Leapfrog(2, one_pass=True))
+        plan = net.plan(3)
+        assert not any(np.shares_memory(plan.sweep, scratch) for scratch in plan.scratch.values())

@@ -28,6 +28,7 @@ import numbers
 
 import numpy as np
 
+from .checks import check_memory_limit
 from .layers import from_products
 from .schedules import Leapfrog, Sequential
 
@@ -199,10 +200,9 @@ class DagDoubling(DagSchedule):
     and vectors may take; ``memory_needed`` is checked before anything is allocated."""
 
     def __init__(self, k=2, fused=False, memory_limit=DEFAULT_MEMORY_LIMIT):
-        if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral) or memory_limit < 1:
-            raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
+        memory_limit = check_memory_limit(memory_limit)
         super().__init__(k, fused)
-        self.memory_limit = int(memory_limit)
+        self.memory_limit = memory_limit
 
     def memory_needed(self, net, batch):
         """Bytes of P and its square over the reachable pairs, and two iterates."""

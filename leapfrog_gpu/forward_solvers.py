@@ -28,6 +28,7 @@ import numbers
 
 import numpy as np
 
+from .checks import check_memory_limit
 from .dag_schedules import doubling_rounds, doubling_solve
 from .graphnet import INPUT, GraphNet, from_mlp
 
@@ -188,10 +189,8 @@ class ForwardNewton(ForwardSolver):
         _check("damping", damping, 0, "must be a number in (0, 1]")
         if not 0 < damping <= 1:
             raise ValueError(f"damping must be a number in (0, 1]; got {damping!r}")
-        if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral) or memory_limit < 1:
-            raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
         self.tol, self.max_iterations, self.damping = tol, max_iterations, float(damping)
-        self.warm_start, self.memory_limit = warm_start, int(memory_limit)
+        self.warm_start, self.memory_limit = warm_start, check_memory_limit(memory_limit)
 
     def __repr__(self):
         return (f"ForwardNewton(tol={self.tol}, max_iterations={self.max_iterations}, damping={self.damping}, "

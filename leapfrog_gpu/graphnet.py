@@ -18,8 +18,9 @@ import numbers
 import numpy as np
 
 from .backends import get_backend
+from .checks import check_batch, check_dtype
 from .dag_schedules import backward
-from .functions import COSTS, DTYPES, choose
+from .functions import COSTS, choose
 from .layers import Add, Dense, Layer
 
 INPUT = "x"
@@ -46,7 +47,7 @@ class GraphNet:
         if isinstance(n_input, bool) or not isinstance(n_input, numbers.Integral) or n_input < 1:
             raise ValueError(f"n_input must be an integer width >= 1; got {n_input!r}")
         self.cost = choose("cost", cost, COSTS)
-        self.dtype = _check_dtype(dtype)
+        self.dtype = check_dtype(dtype)
         self.layer, self.inputs = _check_nodes(nodes)
         self.order = _topological(self.layer, self.inputs)
         self.index = {INPUT: 1, **{v: i for i, v in enumerate(self.order, start=2)}}
@@ -227,13 +228,13 @@ class GraphNet:
             backend.launch(backend.main, f"forward[{v}]", self.forward_node, state, v)
 
     def _load(self, x, y):
-        x = _check_batch(self.backend, "x", x, self.n[INPUT])
+        x = check_batch(self.backend.xp, "x", x, self.n[INPUT])
         state = State(x.shape[1])
         backend, xp = self.backend, self.backend.xp
         state.a[INPUT] = xp.empty(x.shape, dtype=self.dtype)
         backend.copy_in(backend.main, state.a[INPUT], x)
         if y is not None:
-            y = _check_batch(self.backend, "y", y, self.n[self.output])
+            y = check_batch(self.backend.xp, "y", y, self.n[self.output])
             if y.shape[1] != x.shape[1]:
                 raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
             state.y = xp.empty(y.shape, dtype=self.dtype)
@@ -352,27 +353,3 @@ def _cycle(pending, inputs):
         v = next(u for u in inputs[v] if u in pending)
     return list(reversed(seen[seen.index(v):] + [v]))
 
-
-def _check_dtype(dtype):
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = None
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
-    return name
-
-
-def _check_batch(backend, name, value, rows):
-    """``value`` as a 2-D (rows, B) array of finite real numbers."""
-    module = backend.xp if type(value).__module__.startswith("cupy") else np
-    value = value if hasattr(value, "dtype") else np.asarray(value)
-    if value.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers; got dtype {value.dtype}")
-    if value.ndim == 1:
-        value = value.reshape(-1, 1)
-    if value.ndim != 2 or value.shape[0] != rows or value.shape[1] == 0:
-        raise ValueError(f"{name} must have shape ({rows}, B) with B >= 1, or ({rows},); got {tuple(value.shape)}")
-    if value.dtype.kind == "f" and not bool(module.isfinite(value).all()):
-        raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
-    return value

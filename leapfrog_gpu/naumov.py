@@ -36,6 +36,7 @@ import numbers
 import numpy as np
 
 from .backends import to_host
+from .checks import check_memory_limit
 from .schedules import Leapfrog
 
 DEFAULT_MEMORY_LIMIT = 2**30
@@ -49,11 +50,7 @@ class NaumovSchedule(Leapfrog):
 
     def __init__(self, k=2, fused=False, memory_limit=DEFAULT_MEMORY_LIMIT):
         super().__init__(k, fused)
-        if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral):
-            raise TypeError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
-        if memory_limit < 1:
-            raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
-        self.memory_limit = int(memory_limit)
+        self.memory_limit = check_memory_limit(memory_limit)
         self.stats = {}
 
     def memory_needed(self, net, batch):

@@ -13,7 +13,8 @@ import numpy as np
 
 from . import data_parallel, graphs, parameters, torch_io
 from .backends import get_backend
-from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
+from .checks import check_batch, check_dtype, check_sizes, copy_into
+from .functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
 from .plan import Controls, Plan
 from .registry import check_schedule
 from .schedules import Sequential
@@ -47,11 +48,11 @@ class MLP:
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):
-        self.sizes = _check_sizes(sizes)
+        self.sizes = check_sizes(sizes)
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
         self.output_activation = resolve_output_activation(activation, cost, output_activation)
-        self.dtype = _check_dtype(dtype)
+        self.dtype = check_dtype(dtype)
         self.check_finite = bool(check_finite)
         if isinstance(backend, str):
             self.backend, self._owns_backend = get_backend(backend), True
@@ -111,7 +112,7 @@ class MLP:
         return: the caller may read them on any stream (CuPy's default one waits for none of ours), and
         no later step writes them. Raises what ``synchronize()`` raises."""
         copies = []
-        self.backend.launch(self.backend.main, "copy_out", _copy_into, copies, arrays)
+        self.backend.launch(self.backend.main, "copy_out", copy_into, copies, arrays)
         self.synchronize()
         return copies
 
@@ -260,53 +261,7 @@ class MLP:
 
     def _check_batch(self, name, value, rows):
         """``value`` as a 2-D (rows, B) array of real numbers on a device this backend can read."""
-        xp = self.backend.xp
-        if xp is np and type(value).__module__.startswith("cupy"):
-            raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass {name}.get()")
-        if not hasattr(value, "dtype"):
-            value = np.asarray(value)
-        kind = value.dtype.kind
-        if kind not in "fiu":
-            raise TypeError(f"{name} must hold real numbers (a float or integer dtype); got dtype {value.dtype}")
-        if value.ndim == 1:
-            value = value.reshape(-1, 1)
-        if value.ndim != 2 or value.shape[0] != rows:
-            raise ValueError(
-                f"{name} must have shape ({rows}, B) or ({rows},) for sizes {self.sizes}; got {tuple(value.shape)}"
-            )
-        if value.shape[1] == 0:
-            raise ValueError(f"{name} holds an empty batch: shape {tuple(value.shape)}, need B >= 1")
-        module = np if isinstance(value, np.ndarray) else xp
-        if kind == "f" and not bool(module.isfinite(value).all()):
-            raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
-        return value
+        return check_batch(self.backend.xp, name, value, rows, self.sizes)
 
 
 
-def _copy_into(copies, arrays):
-    copies.extend(array.copy() for array in arrays)
-
-
-def _check_sizes(sizes):
-    try:
-        sizes = list(sizes)
-    except TypeError:
-        raise TypeError(f"sizes must be a list of layer widths such as [784, 30, 10]; got {sizes!r}") from None
-    for width in sizes:
-        if isinstance(width, bool) or not isinstance(width, numbers.Integral):
-            raise TypeError(f"sizes must hold integers (layer widths); got {sizes!r}")
-    if len(sizes) < 2:
-        raise ValueError(f"sizes must list at least 2 layers (input and output), e.g. [784, 30, 10]; got {sizes!r}")
-    if min(sizes) < 1:
-        raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
-    return [int(width) for width in sizes]
-
-
-def _check_dtype(dtype):
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = None
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
-    return name

@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 from .backends import get_backend
-from .functions import ACTIVATIONS, COSTS, DTYPES, choose, resolve_output_activation
+from .checks import check_dtype, check_sizes, copy_into
+from .functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
 from .rnn_pass import Pass
 from .rnn_schedules import BPTT, resolve
 
@@ -54,12 +55,12 @@ class RNN:
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
                  backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM):
-        self.sizes = _check_sizes(sizes)
+        self.sizes = check_sizes(sizes, 3, "[8, 32, 10]", "input, a recurrent layer, output")
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
         self.output = choose("output", output, OUTPUTS)
         self.output_activation = resolve_output_activation(activation, cost, output_activation)
-        self.dtype = _check_dtype(dtype)
+        self.dtype = check_dtype(dtype)
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
@@ -122,7 +123,7 @@ class RNN:
     def _handed_out(self, arrays):
         """Copies of ``arrays`` made on the main stream behind what is enqueued there, complete on return."""
         copies = []
-        self.backend.launch(self.backend.main, "copy_out", _copy_into, copies, arrays)
+        self.backend.launch(self.backend.main, "copy_out", copy_into, copies, arrays)
         self.synchronize()
         return copies
 
@@ -306,31 +307,3 @@ class RNN:
             raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
 
 
-def _copy_into(copies, arrays):
-    copies.extend(array.copy() for array in arrays)
-
-
-def _check_sizes(sizes):
-    try:
-        sizes = list(sizes)
-    except TypeError:
-        raise TypeError(f"sizes must be a list of layer widths such as [8, 32, 10]; got {sizes!r}") from None
-    for width in sizes:
-        if isinstance(width, bool) or not isinstance(width, numbers.Integral):
-            raise TypeError(f"sizes must hold integers (layer widths); got {sizes!r}")
-    if len(sizes) < 3:
-        raise ValueError("sizes must list at least 3 layers (input, a recurrent layer, output), e.g. [8, 32, 10]; "
-                         f"got {sizes!r}")
-    if min(sizes) < 1:
-        raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
-    return [int(width) for width in sizes]
-
-
-def _check_dtype(dtype):
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = None
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
-    return name

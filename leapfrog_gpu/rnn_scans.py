@@ -27,10 +27,9 @@ Their buffers are allocated once per pass, in ``p.cache``; scan vectors and matr
 (time, batch, n, ...) so that a round is one batched ``matmul``.
 """
 
-import numbers
-
 import numpy as np
 
+from .checks import check_memory_limit
 from .rnn_schedules import RNNSchedule, bptt_counters, ceil_log2
 
 DEFAULT_MEMORY_LIMIT = 2**30
@@ -44,11 +43,7 @@ class ScanSchedule(RNNSchedule):
 
     def __init__(self, k=2, fused=False, memory_limit=DEFAULT_MEMORY_LIMIT):
         super().__init__(k, fused)
-        if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral):
-            raise TypeError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
-        if memory_limit < 1:
-            raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
-        self.memory_limit = int(memory_limit)
+        self.memory_limit = check_memory_limit(memory_limit)
 
     def __repr__(self):
         options = [f"k={self.k}"] + (["fused=True"] if self.fused else [])

@@ -1,4 +1,4 @@
-"""The checks every network runs on what it is given: layer widths, a dtype, a batch of columns.
+"""The checks every network runs on what it is given: layer widths, a dtype, a backend, a batch of columns.
 
 One place for them, so that ``MLP``, ``RNN`` and ``GraphNet`` refuse the same bad input in the same words.
 """
@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from .backends import get_backend
 from .functions import DTYPES
 
 
@@ -72,3 +73,13 @@ def check_memory_limit(memory_limit):
     if memory_limit < 1:
         raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
     return int(memory_limit)
+
+
+def open_backend(backend):
+    """``(backend, owned)``: a backend made by name (``"auto"``, ``"numpy"``, ``"cupy"``), which the network
+    then owns and closes, or a backend object given, which it does not; a TypeError for anything else."""
+    if isinstance(backend, str):
+        return get_backend(backend), True
+    if hasattr(backend, "launch") and hasattr(backend, "xp"):
+        return backend, False
+    raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")

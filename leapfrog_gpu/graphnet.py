@@ -17,8 +17,7 @@ import numbers
 
 import numpy as np
 
-from .backends import get_backend
-from .checks import check_batch, check_dtype
+from .checks import check_batch, check_dtype, open_backend
 from .dag_schedules import backward
 from .functions import COSTS, choose
 from .layers import Add, Dense, Layer
@@ -73,12 +72,7 @@ class GraphNet:
         for v in self.order:
             self.level[v] = 1 + max(self.level[u] for u in self.inputs[v])
         self.depth = self.level[self.output]
-        if isinstance(backend, str):
-            self.backend, self._owns_backend = get_backend(backend), True
-        elif hasattr(backend, "launch") and hasattr(backend, "xp"):
-            self.backend, self._owns_backend = backend, False
-        else:
-            raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
+        self.backend, self._owns_backend = open_backend(backend)
         xp, rng = self.backend.xp, np.random.default_rng(seed)
         self.params = {}
         for v in self.order:

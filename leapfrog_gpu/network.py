@@ -12,8 +12,7 @@ import numbers
 import numpy as np
 
 from . import data_parallel, graphs, parameters, torch_io
-from .backends import get_backend
-from .checks import check_batch, check_dtype, check_sizes, copy_into
+from .checks import check_batch, check_dtype, check_sizes, copy_into, open_backend
 from .functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
 from .plan import Controls, Plan
 from .registry import check_schedule
@@ -54,12 +53,7 @@ class MLP:
         self.output_activation = resolve_output_activation(activation, cost, output_activation)
         self.dtype = check_dtype(dtype)
         self.check_finite = bool(check_finite)
-        if isinstance(backend, str):
-            self.backend, self._owns_backend = get_backend(backend), True
-        elif hasattr(backend, "launch") and hasattr(backend, "xp"):
-            self.backend, self._owns_backend = backend, False
-        else:
-            raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
+        self.backend, self._owns_backend = open_backend(backend)
         self.L = len(self.sizes)
         self.n = dict(enumerate(self.sizes, start=1))
         rng = np.random.default_rng(seed)

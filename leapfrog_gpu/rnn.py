@@ -19,8 +19,7 @@ import time
 
 import numpy as np
 
-from .backends import get_backend
-from .checks import check_dtype, check_sizes, copy_into
+from .checks import check_dtype, check_sizes, copy_into, open_backend
 from .functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
 from .rnn_pass import Pass
 from .rnn_schedules import BPTT, resolve
@@ -64,12 +63,7 @@ class RNN:
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
-        if isinstance(backend, str):
-            self.backend, self._owns_backend = get_backend(backend), True
-        elif hasattr(backend, "launch") and hasattr(backend, "xp"):
-            self.backend, self._owns_backend = backend, False
-        else:
-            raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
+        self.backend, self._owns_backend = open_backend(backend)
         self.L = len(self.sizes)
         self.n = dict(enumerate(self.sizes, start=1))
         rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""Forward solvers and DAG backward schedules against the sequential order, on the CPU: the issue's grid.
+"""Forward solvers and DAG backward schedules against the sequential order, on the CPU: its standard grid.
 
     python profiling/dag_bench.py --repeats 7                # N 16,64,256  D 8,32,128  B 1,8: about a minute
     python profiling/dag_bench.py --sizes 16 --depths 8 --batch 1

@@ -1,5 +1,5 @@
 """The recurrent network's backward pass under each schedule, against BPTT and PyTorch's nn.RNN, over the
-grid of the issue: N in {8, 32, 128}, tau in {16, 64, 256, 1024}, L = 4, B in {1, 8} (about a minute on
+standard grid: N in {8, 32, 128}, tau in {16, 64, 256, 1024}, L = 4, B in {1, 8} (about a minute on
 one CPU core).
 
     python profiling/rnn_bench.py

@@ -242,7 +242,7 @@ class RNN:
     def _pass(self, tau, batch):
         p = self._passes.get((tau, batch))
         if p is None:
-            p = self._passes[tau, batch] = Pass(self, tau, batch)
+            p = self._passes[tau, batch] = Pass(self, tau, batch, self._w, self._u, self._b)
         return p
 
     # -- validation -----------------------------------------------------------------------------------

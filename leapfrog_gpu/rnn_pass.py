@@ -22,15 +22,17 @@ def flat(buffer):
 
 
 class Pass:
-    """Buffers, events and launches of ``net`` (an ``RNN``) at sequence length ``tau`` and batch ``batch``.
+    """Buffers, events and launches of ``net`` (an ``RNN``) at sequence length ``tau`` and batch ``batch``,
+    on its parameters ``w``, ``u``, ``b`` (dicts by layer, the network's own arrays, updated in place).
 
     The schedules of ``rnn_schedules`` enqueue through ``forward``, ``delta_output``, ``from_above``,
     ``recur``, ``gradients`` and ``update``; the δ of layer l is complete in ``delta[l]`` once the
     schedule hands l on.
     """
 
-    def __init__(self, net, tau, batch):
+    def __init__(self, net, tau, batch, w, u, b):
         backend, xp, n, L = net.backend, net.backend.xp, net.n, net.L
+        self.w, self.u, self.b = w, u, b  # the network's parameters, by layer, updated in place
         self.backend, self.xp, self.main = backend, xp, backend.main
         self.net, self.tau, self.batch, self.L = net, tau, batch, L
         self.outputs = tau if net.output == "every" else 1
@@ -88,13 +90,13 @@ class Pass:
     def _forward_layer(self, l):
         xp, z, a, sp, tmp = self.xp, self.z[l], self.a[l], self.sp[l], self.tmp[l]
         net = self.net
-        xp.matmul(net._w[l], flat(self.a[l - 1]), out=flat(z))
+        xp.matmul(self.w[l], flat(self.a[l - 1]), out=flat(z))
         for t in range(self.tau):
             zt = z[:, t]
             if t:
-                xp.matmul(net._u[l], a[:, t - 1], out=tmp)
+                xp.matmul(self.u[l], a[:, t - 1], out=tmp)
                 xp.add(zt, tmp, out=zt)
-            xp.add(zt, net._b[l][:, None], out=zt)
+            xp.add(zt, self.b[l][:, None], out=zt)
             activate(xp, zt, a[:, t], sp[:, t], net.activation)
 
     def output_input(self):
@@ -105,8 +107,8 @@ class Pass:
         L, net = self.L, self.net
         if self.a_last is not None:
             self.xp.copyto(self.a_last, self.a[L - 1][:, self.tau - 1])
-        self.backend.ops.forward(flat(self.z[L]), flat(self.a[L]), flat(self.sp[L]), net._w[L], self.output_input(),
-                                 net._b[L], net.output_activation)
+        self.backend.ops.forward(flat(self.z[L]), flat(self.a[L]), flat(self.sp[L]), self.w[L], self.output_input(),
+                                 self.b[L], net.output_activation)
 
     # -- the backward chain ---------------------------------------------------------------------------
 
@@ -119,7 +121,7 @@ class Pass:
     def from_above(self, l, t=None):
         """delta^{l,t} <- (w^{l+1})^T delta^{l+1,t}: every t at once (one product over tau*B columns), or one
         (0-based) ``t``. Called inside a launch on the main stream; zero where layer l+1 has no output."""
-        xp, w, delta = self.xp, self.net._w[l + 1], self.delta[l]
+        xp, w, delta = self.xp, self.w[l + 1], self.delta[l]
         if l + 1 == self.L and self.a_last is not None:
             if t is None:
                 delta[:, : self.tau - 1].fill(0)
@@ -139,7 +141,7 @@ class Pass:
         xp, delta, tmp = self.xp, self.delta[l], self.tmp[l]
         dt = delta[:, t]
         if t < self.tau - 1:
-            xp.matmul(self.net._u[l].T, delta[:, t + 1], out=tmp)
+            xp.matmul(self.u[l].T, delta[:, t + 1], out=tmp)
             xp.add(dt, tmp, out=dt)
         xp.multiply(dt, self.sp[l][:, t], out=dt)
 
@@ -173,11 +175,11 @@ class Pass:
         self.backend.launch(stream, f"update[{l}]", self._update_layer, l, step)
 
     def _update_layer(self, l, step):
-        ops, net, scratch = self.backend.ops, self.net, self.scratch[l]
-        ops.sgd_update(net._w[l], self.nabla_w[l], step, scratch)
+        ops, scratch = self.backend.ops, self.scratch[l]
+        ops.sgd_update(self.w[l], self.nabla_w[l], step, scratch)
         if l < self.L:
-            ops.sgd_update(net._u[l], self.nabla_u[l], step, scratch)
-        ops.sgd_update(net._b[l], self.nabla_b[l], step, scratch)
+            ops.sgd_update(self.u[l], self.nabla_u[l], step, scratch)
+        ops.sgd_update(self.b[l], self.nabla_b[l], step, scratch)
 
 
 def activate(xp, z, a, sp, activation):

@@ -153,7 +153,7 @@ class TimeScan(ScanSchedule):
         P, P_next, C, Q = TimeScan._views(p, l, buffers)
         m = tau - s
         if s == 1:  # A_t = diag(sigma'_t) (u^l)^T, factored: (u^l)^T c_{t+1} for every t is one product
-            u = p.net._u[l]
+            u = p.u[l]
             xp.matmul(C[1:].reshape(-1, n), u, out=Q[:m].reshape(-1, n))
             sp = p.sp[l].transpose(1, 2, 0)  # (tau, B, n)
             xp.multiply(Q[:m, ..., 0], sp[:m], out=Q[:m, ..., 0])
@@ -266,12 +266,12 @@ class NaumovRNN(ScanSchedule):
             n = net.n[l]
             blocks = P[i].reshape(B, tau, N, tau, N)
             for t in range(tau - 1):
-                xp.multiply(p.sp[l][:, t].T[:, :, None], net._u[l].T, out=blocks[:, t, :n, t + 1, :n])
+                xp.multiply(p.sp[l][:, t].T[:, :, None], p.u[l].T, out=blocks[:, t, :n, t + 1, :n])
             if i < K - 1:
                 above = net.n[l + 1]
                 blocks = X[i].reshape(B, tau, N, tau, N)
                 for t in range(tau):
-                    xp.multiply(p.sp[l][:, t].T[:, :, None], net._w[l + 1].T, out=blocks[:, t, :n, t, :above])
+                    xp.multiply(p.sp[l][:, t].T[:, :, None], p.w[l + 1].T, out=blocks[:, t, :n, t, :above])
         l = p.L - 1
         p.from_above(l)
         xp.multiply(p.delta[l], p.sp[l], out=p.delta[l])

@@ -15,6 +15,8 @@ that a read before its write shows in the result.
 
 import numpy as np
 
+from .backends import ops_numpy
+
 
 def flat(buffer):
     """The (n, tau*B) view of an (n, tau, B) buffer."""
@@ -97,7 +99,7 @@ class Pass:
                 xp.matmul(self.u[l], a[:, t - 1], out=tmp)
                 xp.add(zt, tmp, out=zt)
             xp.add(zt, self.b[l][:, None], out=zt)
-            activate(xp, zt, a[:, t], sp[:, t], net.activation)
+            ops_numpy.activate(zt, a[:, t], sp[:, t], net.activation, xp)
 
     def output_input(self):
         """a^{L-1} at the time steps with an output: (n_{L-1}, outputs*B), contiguous."""
@@ -181,23 +183,3 @@ class Pass:
             ops.sgd_update(self.u[l], self.nabla_u[l], step, scratch)
         ops.sgd_update(self.b[l], self.nabla_b[l], step, scratch)
 
-
-def activate(xp, z, a, sp, activation):
-    """(3) on a strided (n, B) view: ``a = sigma(z)``, ``sp = sigma'(z)``, as ``ops.bias_activation`` does."""
-    if activation == "sigmoid":
-        xp.negative(z, out=a)
-        with np.errstate(over="ignore"):  # exp(-z) = inf gives sigma = 0, as it should
-            xp.exp(a, out=a)
-        xp.add(a, 1, out=a)
-        xp.reciprocal(a, out=a)
-        xp.subtract(1, a, out=sp)
-        xp.multiply(sp, a, out=sp)
-    elif activation == "tanh":
-        xp.tanh(z, out=a)
-        xp.multiply(a, a, out=sp)
-        xp.subtract(1, sp, out=sp)
-    elif activation == "relu":
-        xp.maximum(z, 0, out=a)
-        xp.greater(z, 0, out=sp)
-    else:
-        raise ValueError(f"unknown activation {activation!r}")

@@ -15,23 +15,29 @@ import numpy as np
 def bias_activation(z, a, sp, b, activation):
     """(2) bias half and (3): ``z += b``, ``a = sigma(z)``, ``sp = sigma'(z)`` (kernels/elementwise.cu)."""
     np.add(z, b[:, None], out=z)
+    activate(z, a, sp, activation)
+
+
+def activate(z, a, sp, activation, xp=np):
+    """(3): ``a = sigma(z)``, ``sp = sigma'(z)``, into ``a`` and ``sp``; ``xp`` the arrays' module (CuPy's
+    for the recurrent pass's strided views on the device)."""
     if activation == "sigmoid":
-        with np.errstate(over="ignore"):
-            np.negative(z, out=a)
-            np.exp(a, out=a)
-        np.add(a, 1, out=a)
-        np.reciprocal(a, out=a)
-        np.subtract(1, a, out=sp)
-        np.multiply(sp, a, out=sp)
+        with np.errstate(over="ignore"):  # exp(-z) = inf gives sigma = 0, as it should
+            xp.negative(z, out=a)
+            xp.exp(a, out=a)
+        xp.add(a, 1, out=a)
+        xp.reciprocal(a, out=a)
+        xp.subtract(1, a, out=sp)
+        xp.multiply(sp, a, out=sp)
     elif activation == "tanh":
-        np.tanh(z, out=a)
-        np.multiply(a, a, out=sp)
-        np.subtract(1, sp, out=sp)
+        xp.tanh(z, out=a)
+        xp.multiply(a, a, out=sp)
+        xp.subtract(1, sp, out=sp)
     elif activation == "relu":
-        np.maximum(z, 0, out=a)
-        np.greater(z, 0, out=sp)
+        xp.maximum(z, 0, out=a)
+        xp.greater(z, 0, out=sp)
     elif activation == "identity":
-        np.copyto(a, z)
+        xp.copyto(a, z)
         sp.fill(1)
     else:
         raise ValueError(f"unknown activation {activation!r}")

@@ -63,10 +63,9 @@ class Plan:
     Buffers (NaN until written, so that reading one too early shows in the result): ``a[1]`` (n_1, B);
     for l = 2..L ``z[l]``, ``a[l]``, ``sp[l]`` (sigma'(z^l)), ``delta[l]``, all (n_l, B), ``nabla_w[l]``
     (n_l, n_{l-1}), ``nabla_b[l]`` (n_l,); ``y`` (n_L, B); ``scratch[l]``, what the updates stream
-    through; ``sweep`` (host backends only), the one-pass sweep's own scratch: the main stream's, since a
-    worker updates b^{l+1} through ``scratch[l+1]`` while the sweep of delta^l updates w^{l+1}. ``w`` and
-    ``b`` are the network's parameters themselves, not copies (steps write them as they run: read them in
-    stream order, or use ``MLP.weights``), ``controls`` its ``Controls``.
+    through (the one-pass sweep needs none). ``w`` and ``b`` are the network's parameters themselves, not
+    copies (steps write them as they run: read them in stream order, or use ``MLP.weights``), ``controls``
+    its ``Controls``.
     Events: ``delta_ready[l]`` (E_l, recorded once delta^l is written) and the workers' joins
     (``worker_done``).
 
@@ -98,8 +97,6 @@ class Plan:
         chunk = backend.ops.SCRATCH
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
                         if chunk else None for l in net.layers}
-        self.sweep = (xp.empty(max(s.size for s in self.scratch.values()) + max(net.sizes) * batch, dtype=net.dtype)
-                      if chunk else None)
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
         self._worker_done = {}
         self.graphs, self.naumov, self.chosen = {}, {}, {}
@@ -155,10 +152,16 @@ class Plan:
     def error_update(self, l, controls):
         """Enqueue on the main stream (5) of a layer l < L and the SGD update of w^{l+1} by ``controls``
         in one sweep over w^{l+1} (``ops.backward_update``): delta^l is w^{l+1}'s last read in the pass."""
-        backend, block = self.backend, self.scratch[l + 1].size  # fused_update's blocks, for its bits
+        backend = self.backend
         backend.launch(self.main, f"delta[{l}]+update[{l + 1}]", backend.ops.backward_update, self.delta[l],
-                       self.w[l + 1], self.delta[l + 1], self.sp[l], self.a[l], controls.array,
-                       self.sweep[:block], self.sweep[block:])
+                       self.w[l + 1], self.delta[l + 1], self.sp[l], self.a[l], controls.array)
+
+    def rank_update(self, l, controls):
+        """Enqueue on the main stream the SGD update of w^l alone by ``controls``, in place, as the sweep
+        updates the layers above (``ops.rank_update``): w^2, which no (5) reads."""
+        backend = self.backend
+        backend.launch(self.main, f"update_w[{l}]", backend.ops.rank_update, self.w[l], self.delta[l],
+                       self.a[l - 1], controls.array)
 
     def gradients(self, stream, l, controls=None, weights=True):
         """Enqueue (6) and (7) of layer l on ``stream`` and hand them to the reducer, if any; with

@@ -8,10 +8,10 @@ update. With ``fused=True`` the SGD update of w^l happens inside (7); since the 
 w^l for delta^{l-1}, that worker waits E_{l-1} instead (the third hazard of docs/design.md §2).
 With ``one_pass=True`` (NumPy backend; it implies ``fused``) the main stream updates w^{l+1} inside (5)
 itself, in one sweep over w^{l+1} that reads each row block for delta^l and then updates it while it
-is in cache (``ops_numpy.backward_update``): the chain never reads a block after its update, and no
-other stream touches w^{l+1}; the workers keep (6), the update of b^l, and the fused (7) of layer 2,
-whose w^2 no chain reads. So each weight matrix moves three times a step: read by (2), read and
-written by the sweep.
+is in cache (``ops_numpy.backward_update``), and updates w^2, which no (5) reads, last: the chain never
+reads a block after its update, and no other stream touches a weight matrix; the workers keep (6) and
+the update of b^l. So each weight matrix moves three times a step: read by (2), read and written by
+the sweep.
 Equation numbers follow docs/design.md §1 (the seed's own equations were lost from its text).
 
 A schedule talks to the ``plan.Plan`` of the pass only: ``plan.error(l)`` enqueues (4) or (5) on the
@@ -50,10 +50,12 @@ class Schedule:
             if not fuse:
                 self.gradients(plan, l, after=l)
             elif sweep:
-                self.gradients(plan, l, after=l, controls=controls, weights=l == 2)
+                self.gradients(plan, l, after=l, controls=controls, weights=False)
             elif l < plan.L:  # delta^l was the last read of w^{l+1}
                 self.gradients(plan, l + 1, after=self.last_reader(l + 1), controls=controls)
-        if fuse and not sweep:
+        if sweep:
+            plan.rank_update(2, controls)  # w^2, which no (5) reads, updated as the sweep updates the others
+        elif fuse:
             self.gradients(plan, 2, after=2, controls=controls)
         self.join(plan)
 

@@ -1,8 +1,10 @@
 """The one-pass backward (``one_pass=True``): delta^l and the update of w^{l+1} in one sweep over w^{l+1}.
 
-Its bits: the update of each row block is ``fused_update``'s; delta^l's sum runs block by block in row
-order, so it is bitwise (5)'s when w^{l+1} is one block and within rounding otherwise. Whatever the
-stream count, the interleaving or the timing, a step gives the same bits.
+Its bits: delta^l's sum runs block by block in row order, so it is bitwise (5)'s when w^{l+1} is one
+block and within rounding otherwise; every w^l is updated by ``ops_numpy.rank_update`` (BLAS's ger, or
+gemm with beta = 1, in place), each element within rounding of the exact update, as the plain step's is;
+b^l as in the plain step. Whatever the stream count, the interleaving or the timing, a step gives the
+same bits.
 """
 
 import numpy as np
@@ -15,8 +17,15 @@ from leapfrog_gpu.backends.host import NumpyBackend
 
 ETA = 0.5
 SMALL = [9, 17, 5, 13, 7, 3]  # every layer one block of the sweep
-WIDE = [300, 400, 500, 2]  # w^3 and w^4 several blocks (n*m > SCRATCH)
+WIDE = [300, 400, 500, 2]  # w^3 and w^4 several blocks under the sweep's block of the fixture below
 KS = (1, 2, 3, 6)
+EPS = np.finfo(np.float32).eps
+
+
+@pytest.fixture(autouse=True)
+def small_sweep_blocks(monkeypatch):
+    """Blocks of 64 KiB, so that WIDE's w^3 (500 x 400) and w^4 sweep in several, as a 4096-wide layer does."""
+    monkeypatch.setattr(ops_numpy, "SWEEP", 1 << 16)
 
 
 def train(sizes, schedule, size, steps=3, dtype="float32", backend=None, seed=0):
@@ -33,13 +42,37 @@ def names(sizes):
     return layer_names(len(sizes), "w", "b")
 
 
+def update_bound(w, delta, a, scale):
+    """``(exact, bound)``: ``w - scale delta a^T`` from the float32 operands in float64, and what rounding
+    may add to it in float32: the result's own rounding, and that of the product and its sum over B."""
+    exact = w.astype(np.float64) - scale * (delta.astype(np.float64) @ a.astype(np.float64).T)
+    terms = np.abs(scale) * (np.abs(delta.astype(np.float64)) @ np.abs(a.astype(np.float64)).T)
+    return exact, EPS * np.abs(exact) + (delta.shape[1] + 3) * EPS * terms
+
+
 @pytest.mark.parametrize("size", [1, 7], ids=batch_id)
-def test_one_block_per_layer_is_bitwise_the_plain_step(size):
-    """When every w fits one block, the sweep adds nothing up otherwise than (5): the step's bits are the
-    plain one's, for every k."""
-    want = train(SMALL, Sequential(), size)
-    for schedule in [Sequential(one_pass=True)] + [Leapfrog(k, one_pass=True) for k in KS]:
-        assert_same(train(SMALL, schedule, size), want, names(SMALL), repr(schedule))
+def test_one_step_against_the_exact_update(size):
+    """One step from the same parameters: each delta is the plain step's bit for bit (every w one block),
+    so b is too; each w^l lands within rounding of w^l - eta/B delta^l (a^{l-1})^T computed exactly from
+    the plain step's delta and a, as the plain step's own w^l does; and every k gives the same bits."""
+    x, y = batch(SMALL, size, dtype=np.float32)
+    with NumpyBackend() as backend:
+        start = MLP(SMALL, seed=5, backend=backend)
+        plain = MLP(SMALL, seed=5, backend=backend)
+        plain.sgd_step(x, y, ETA, Sequential())
+        plain_weights, plain_biases = plain.weights, plain.biases
+        start.backprop(x, y, Sequential())
+        plan = start.plan(size)
+        bounds = [update_bound(w, plan.delta[l], plan.a[l - 1], ETA / size)
+                  for l, w in zip(start.layers, start.weights)]
+    want = train(SMALL, Sequential(one_pass=True), size, steps=1)
+    for l, got_w, plain_w, (exact, bound) in zip(start.layers, want, plain_weights, bounds):
+        for which, w in (("one-pass", got_w), ("plain", plain_w)):
+            over = np.abs(w - exact) - bound
+            assert over.max() <= 0, f"{which} w[{l}] off the exact update by {over.max():.3g} over the bound"
+    assert_same(want[len(start.layers):], plain_biases, layer_names(len(SMALL), "b"), "the plain step's biases")
+    for schedule in [Leapfrog(k, one_pass=True) for k in KS]:
+        assert_same(train(SMALL, schedule, size, steps=1), want, names(SMALL), repr(schedule))
 
 
 @pytest.mark.parametrize("size", [1, 7], ids=batch_id)
@@ -76,27 +109,48 @@ def test_bitwise_equal_across_reruns_k_and_timings(size):
             assert_same(train(WIDE, schedule, size, backend=backend), want, names(WIDE), f"k{k}, {order}")
 
 
-@pytest.mark.parametrize("n,m,size", [(7, 5, 1), (7, 5, 3), (300, 400, 1), (300, 400, 5), (1, 70000, 2)],
-                         ids=lambda v: str(v))
-def test_the_sweep_against_backward_and_fused_update(n, m, size):
-    """The op on its own: w^{l+1} bitwise ``fused_update``'s; delta bitwise ``backward``'s in one block,
-    within a few ulps in several."""
+@pytest.mark.parametrize("n,m,size", [(7, 5, 1), (7, 5, 3), (300, 400, 1), (300, 400, 5), (1, 70000, 2),
+                                      (40, 1, 3)], ids=lambda v: str(v))
+def test_the_sweep_against_backward_and_the_exact_update(n, m, size):
+    """The op on its own: delta bitwise ``backward``'s in one block, within a few ulps in several; w^{l+1}
+    bitwise ``rank_update``'s at B = 1 (ger adds row by row, whatever the blocks), within rounding of the
+    exact update always. Zeros in delta^{l+1} and a leave their rows and columns of w as they were."""
     rng = np.random.default_rng(n + m + size)
     w, delta_next = rng.standard_normal((n, m)).astype(np.float32), rng.standard_normal((n, size)).astype(np.float32)
     a, sp = rng.random((m, size)).astype(np.float32), rng.random((m, size)).astype(np.float32)
-    controls, scratch = np.array([0.01, 0], np.float32), np.empty(max(min(ops_numpy.SCRATCH, n * m), n, m), np.float32)
-    want_w, want_delta = w.copy(), np.empty((m, size), np.float32)
+    delta_next[n // 2] = 0
+    a[m // 2] = 0
+    controls = np.array([0.01, 0], np.float32)
+    exact, bound = update_bound(w, delta_next, a, controls[0])
+    want_w, want_delta = w.copy(), np.full((m, size), np.nan, np.float32)
     ops_numpy.backward(want_delta, want_w, delta_next, sp)
-    ops_numpy.fused_update(want_w, delta_next, a, controls, scratch)
-    got_delta = np.empty((m, size), np.float32)
-    ops_numpy.backward_update(got_delta, w, delta_next, sp, a, controls, scratch, np.empty(m * size, np.float32))
-    assert np.array_equal(w, want_w)
-    if n * m <= ops_numpy.SCRATCH or n == 1:
+    ops_numpy.rank_update(want_w, delta_next, a, controls)
+    got_delta = np.full((m, size), np.nan, np.float32)
+    before = w.copy()
+    ops_numpy.backward_update(got_delta, w, delta_next, sp, a, controls)
+    assert np.all(np.abs(w - exact) <= bound)
+    assert np.array_equal(w[n // 2], before[n // 2]) and np.array_equal(w[:, m // 2], before[:, m // 2])
+    if size == 1:
+        assert np.array_equal(w, want_w)
+    if n * m * 4 <= ops_numpy.SWEEP or n == 1:
         assert np.array_equal(got_delta, want_delta)
     else:
-        bound = 8 * np.finfo(np.float32).eps * (np.abs(w).T @ np.abs(delta_next)) * sp
+        bound = 8 * EPS * (np.abs(before).T @ np.abs(delta_next)) * sp
         assert np.all(np.abs(got_delta - want_delta) <= bound)
         assert not np.array_equal(got_delta, want_delta)
+
+
+def test_a_refused_update_writes_nothing():
+    """``controls[1]`` set: the sweep still computes delta, and neither op touches w."""
+    rng = np.random.default_rng(1)
+    w, delta_next = rng.standard_normal((300, 400)).astype(np.float32), rng.standard_normal((300, 2)).astype(np.float32)
+    a, sp = rng.random((400, 2)).astype(np.float32), rng.random((400, 2)).astype(np.float32)
+    controls, before = np.array([0.01, 7], np.float32), w.copy()
+    want, got = np.full((400, 2), np.nan, np.float32), np.full((400, 2), np.nan, np.float32)
+    ops_numpy.backward_update(got, w, delta_next, sp, a, controls)
+    ops_numpy.rank_update(w, delta_next, a, controls)
+    assert np.array_equal(w, before)
+    np.testing.assert_allclose(got, (before.T.astype(np.float64) @ delta_next) * sp, rtol=1e-5, atol=1e-5)
 
 
 def test_backprop_is_unchanged():
@@ -125,16 +179,13 @@ def test_a_graph_step_is_the_eager_step():
 # -- the hazards of the sweep, each guard removed and caught deterministically ---------------------------
 
 
-def updated_then_read(delta, w_next, delta_next, sp, a, controls, scratch, partial):
+def updated_then_read(delta, w_next, delta_next, sp, a, controls):
     """The sweep with its guard removed: each row block updated before the chain reads it."""
-    partial = partial[: delta.size].reshape(delta.shape)
-    rows = max(1, scratch.size // w_next.shape[1])
-    delta.fill(0)
-    for r0 in range(0, w_next.shape[0], rows):
-        block = slice(r0, r0 + rows)
-        ops_numpy.fused_update(w_next[block], delta_next[block], a, controls, scratch)
-        np.matmul(w_next[block].T, delta_next[block], out=partial)
-        np.add(delta, partial, out=delta)
+    step = max(1, ops_numpy.SWEEP // (w_next.shape[1] * w_next.itemsize))
+    for r0 in range(0, w_next.shape[0], step):
+        w, delta_rows = w_next[r0 : r0 + step], delta_next[r0 : r0 + step]
+        ops_numpy.rank_update(w, delta_rows, a, controls)
+        ops_numpy.matmul(delta, w.T, delta_rows, beta=1.0 if r0 else 0.0)
     ops_numpy.delta_hidden(delta, sp)
 
 
@@ -192,13 +243,3 @@ def test_refusals_and_names():
     with NumpyBackend() as backend, MLP(SMALL, backend=backend, check_finite=True) as net:
         with pytest.raises(ValueError, match="check_finite needs an unfused schedule"):
             net.sgd_step(x, y, ETA, Sequential(one_pass=True))
-
-
-def test_the_sweep_streams_through_a_buffer_no_worker_uses():
-    """A worker updates b^{l+1} through scratch[l+1] while the main stream's sweep updates w^{l+1}: the
-    sweep has its own buffer (sharing scratch[l+1] mixes the two under real threads, chaos shows it)."""
-    with NumpyBackend() as backend:
-        net = MLP(WIDE, seed=5, backend=backend)
-        net.sgd_step(*batch(WIDE, 3, dtype=np.float32), ETA, Leapfrog(2, one_pass=True))
-        plan = net.plan(3)
-        assert not any(np.shares_memory(plan.sweep, scratch) for scratch in plan.scratch.values())

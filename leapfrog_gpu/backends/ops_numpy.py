@@ -1,15 +1,57 @@
 """NumPy twins of the kernels in ``kernels/``: same arguments, same results, written in place.
 
 The NumPy backend runs these; the tests compare each CUDA kernel against its twin. Every function
-writes into preallocated arrays (``out=``) and allocates no temporary of more than a few elements: what a
-weight matrix's worth of work needs goes through a cache-sized ``scratch`` (``SCRATCH``), a block at a time.
+writes into preallocated arrays and allocates no temporary of more than a few elements: the products are
+BLAS calls in place (``matmul``), and what else a weight matrix's worth of work needs goes through a
+cache-sized ``scratch`` (``SCRATCH``), a block at a time.
 Arrays are C-contiguous, minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B),
 ``b`` and ``nabla_b`` are (n,). ``controls`` holds a step's controls, read when the update runs:
 ``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
 update writes nothing).
 """
 
+import functools
+
 import numpy as np
+
+
+def matmul(out, x, y, alpha=1.0, beta=0.0):
+    """``out = alpha * (x @ y) + beta * out`` in place, by one BLAS call that allocates nothing: x (p, r),
+    y (r, q), out (p, q), each a C-contiguous array or the transpose of one.
+
+    ``gemv`` when q = 1, ``ger`` when r = 1 and beta = 1, ``gemm`` otherwise, on the arrays' Fortran
+    views. Every product of the backend goes through SciPy's BLAS, which has the in-place forms NumPy
+    lacks (beta = 1, ``ger``), and through it alone: NumPy's BLAS keeps a thread pool of its own, and
+    the two pools' threads, which spin between calls, take the cores from each other when calls
+    alternate (a step three times as slow on two cores).
+    """
+    if not out.flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
+        out, x, y = out.T, y.T, x.T
+    if not out.flags.f_contiguous:
+        raise ValueError(f"matmul writes into a C- or Fortran-contiguous array; got strides {out.strides}")
+    gemv, ger, gemm = _blas(out.dtype)
+    if out.shape[1] == 1:
+        a, trans = _fortran(x)
+        gemv(alpha, a, y[:, 0], beta, out[:, 0], trans=trans, overwrite_y=True)
+    elif x.shape[1] == 1 and beta == 1:
+        ger(alpha, x[:, 0], y[0], a=out, overwrite_a=True)
+    else:
+        (a, trans_a), (b, trans_b) = _fortran(x), _fortran(y)
+        gemm(alpha, a, b, beta, out, trans_a=trans_a, trans_b=trans_b, overwrite_c=True)
+
+
+def _fortran(x):
+    """x as BLAS takes it, without a copy: (x, 0) if Fortran-contiguous, else (x^T, 1)."""
+    return (x, 0) if x.flags.f_contiguous else (x.T, 1)
+
+
+@functools.cache
+def _blas(dtype):
+    """SciPy's ``(gemv, ger, gemm)`` for ``dtype``, imported with the first product (scipy.linalg takes
+    0.2 s to import, which a command's ``--help`` and the CuPy backend need not pay)."""
+    from scipy.linalg import blas
+
+    return blas.get_blas_funcs(("gemv", "ger", "gemm"), dtype=dtype)
 
 
 def bias_activation(z, a, sp, b, activation):
@@ -51,13 +93,13 @@ def forward(z, a, sp, w, a_prev, b, activation):
     to run them block by block saves no pass there, and at B > 1 costs more than the passes it saves
     (3.5x slower at n = m = 2048, B = 256, no faster at 4096, B = 64: medians of 20 on the loaded 2-core EPYC).
     """
-    np.matmul(w, a_prev, out=z)
+    matmul(z, w, a_prev)
     bias_activation(z, a, sp, b, activation)
 
 
 def backward(delta, w_next, delta_next, sp):
     """(5) of one layer: ``delta = ((w^{l+1})^T delta^{l+1}) * sp`` (kernels/chain.cu)."""
-    np.matmul(w_next.T, delta_next, out=delta)
+    matmul(delta, w_next.T, delta_next)
     delta_hidden(delta, sp)
 
 
@@ -86,7 +128,7 @@ def nabla_w(nabla_w, delta, a):
     if delta.shape[1] == 1:
         np.multiply(delta, a.T, out=nabla_w)
     else:
-        np.matmul(delta, a.T, out=nabla_w)
+        matmul(nabla_w, delta, a.T)
 
 
 def fused_update(w, delta, a, controls, scratch):
@@ -104,25 +146,45 @@ def fused_update(w, delta, a, controls, scratch):
         _update_rows(w[rows], delta[rows], a, controls[0], scratch)
 
 
-def backward_update(delta, w_next, delta_next, sp, a, controls, scratch, partial):
+def backward_update(delta, w_next, delta_next, sp, a, controls):
     """(5) and the SGD update of w^{l+1} in one sweep over w^{l+1}: ``delta = ((w^{l+1})^T delta^{l+1}) * sp``
     with w^{l+1} as it was, then ``w^{l+1} -= controls[0] * delta^{l+1} a^T`` unless ``controls[1]``.
 
-    ``w_next`` (n, m) goes by the row blocks of ``fused_update`` (``scratch``, flat, at least one row):
-    each block is read for delta's sum, then updated, before it leaves the cache, so that w^{l+1} is read
-    once and written once. ``a`` is a^l (m, B); ``partial`` (at least m*B elements, flat) holds a block's
-    product. The sum runs in a fixed order: the first block's product, then each next block's added in
-    row order; so it is the same bits whatever runs beside it. The update of each block is
-    ``fused_update``'s, bit for bit. delta's sum is bitwise (5)'s (``backward``) when w^{l+1} is one
-    block (n*m <= SCRATCH, or n = 1); with several it is rounded otherwise, within a few ulps of it.
+    ``w_next`` (n, m) goes by row blocks of ``SWEEP`` bytes: each block is read for delta's sum, then
+    updated in place by ``rank_update``, while it is still in cache, so that w^{l+1} is read once and
+    written once. ``a`` is a^l (m, B). The sum runs in a fixed order: the first block's product, as
+    ``backward`` computes it, then each next block's added in row order by BLAS (beta = 1); so it is the
+    same bits whatever runs beside it, and bitwise (5)'s when w^{l+1} is one block (n*m*itemsize <=
+    ``SWEEP``), within a few ulps of it otherwise. Nothing is allocated.
     """
-    partial = partial[: delta.size].reshape(delta.shape)
     update = controls[1] == 0
-    for rows in _row_blocks(w_next, scratch):
-        _chain_rows(delta, partial, w_next[rows], delta_next[rows], first=rows.start == 0)
+    n, m = w_next.shape
+    step = max(1, SWEEP // (m * w_next.itemsize))
+    for r0 in range(0, n, step):
+        w, delta_rows = w_next[r0 : r0 + step], delta_next[r0 : r0 + step]
+        matmul(delta, w.T, delta_rows, beta=1.0 if r0 else 0.0)
         if update:
-            _update_rows(w_next[rows], delta_next[rows], a, controls[0], scratch)
+            rank_update(w, delta_rows, a, controls)
     delta_hidden(delta, sp)
+
+
+def rank_update(w, delta, a, controls):
+    """``w -= controls[0] * delta a^T`` in place unless ``controls[1]``: w (n, m), delta (n, B), a (m, B).
+
+    One BLAS call on the Fortran view of w, which reads w once and writes it once and allocates
+    nothing: ``ger`` at B = 1, which adds ``(-controls[0] * delta_j) * a_i`` to each ``w_ji``, ``gemm``
+    with beta = 1 above. Each element lands within rounding of the exact ``w - controls[0] delta a^T``,
+    as the unfused ``nabla_w`` then ``sgd_update`` does, but rounded otherwise (one product less, and
+    fused multiply-adds where BLAS has them): the two differ by an ulp or two of w.
+    """
+    if controls[1] == 0:
+        matmul(w, delta, a.T, alpha=-float(controls[0]), beta=1.0)
+
+
+SWEEP = 1 << 22
+"""Bytes of w in a row block of ``backward_update``: 4 MiB (a 1024 x 1024 float32 matrix in one block),
+read from memory for the chain and found again in the last-level cache (16-32 MiB on a server CPU) by
+the update."""
 
 
 def _row_blocks(w, scratch):
@@ -138,15 +200,6 @@ def _update_rows(w, delta, a, scale, scratch):
     nabla_w(block, delta, a)
     np.multiply(block, scale, out=block)
     np.subtract(w, block, out=w)
-
-
-def _chain_rows(delta, partial, w, delta_next, first):
-    """Add ``w^T delta_next`` of a block of rows into delta (``first``: write it there)."""
-    if first:
-        np.matmul(w.T, delta_next, out=delta)
-    else:
-        np.matmul(w.T, delta_next, out=partial)
-        np.add(delta, partial, out=delta)
 
 
 def nabla_b(nabla_b, delta):

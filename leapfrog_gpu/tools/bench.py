@@ -8,8 +8,8 @@ measured saving of a pass it prints the model's prediction (1 - 1/k) f3 / f, f =
 (docs/design.md §1), in a table of at most 100 columns that marks noisy timings (``bench_report``).
 
 Anchors measured in the same run: the best sequential configuration (on the CPU, the fastest BLAS
-setting, all cores included, on one stream), PyTorch eager autograd when ``torch`` imports (at its
-fastest thread count), and the memory-traffic floor (``traffic.step_bytes`` over a measured copy
+setting, all cores included, on one stream), PyTorch eager autograd when ``torch`` imports (at each
+thread count, as ours), and the memory-traffic floor (``traffic.step_bytes`` over a measured copy
 bandwidth).
 
 Each network's rows are printed as soon as it is measured, with a progress bar on stderr (on a

@@ -3,8 +3,8 @@ the anchors measured in the same run, and the ratios derived from them (``run``)
 
 For every network ``[N] * L`` and batch size B, after a warm-up and over ``--repeats`` repeats
 (median, p20, p80): the SGD step and the backward pass for every schedule at every BLAS setting; the
-forward pass; and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own, with the
-ops the schedules run (``xp.matmul`` for (2) and (5), ``ops.nabla_w`` for (7)). Beside the measured
+forward pass; and f1, f2, f3, the per-layer costs of equations (2)(3), (5) and (7) on their own, with
+the ops the schedules run (``ops.forward``, ``ops.backward``, ``ops.nabla_w``). Beside the measured
 saving of a pass, the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1). Every
 record has its own bytes floor, that of its update (``traffic.UPDATES``), and its step's ratio to it.
 """
@@ -179,18 +179,18 @@ def stamped_steps(args, case):
 
 
 def layer_costs(net, plan, repeats, warmup):
-    """``{"f1_ms", "f2_ms", "f3_ms"}``: median per-layer time of the matrix product of (2), of (5),
-    and of (7), each timed alone as one sweep over the layers on the main stream."""
-    backend, xp, ops, w = net.backend, net.backend.xp, net.backend.ops, plan.w
+    """``{"f1_ms", "f2_ms", "f3_ms"}``: median per-layer time of (2)(3), of (5), and of (7), each timed
+    alone as one sweep over the layers on the main stream, by the ops the schedules run."""
+    backend, ops, w = net.backend, net.backend.ops, plan.w
     hidden = range(net.L - 1, 1, -1)
 
     def f1():
         for l in net.layers:
-            xp.matmul(w[l], plan.a[l - 1], out=plan.z[l])
+            ops.forward(plan.z[l], plan.a[l], plan.sp[l], w[l], plan.a[l - 1], plan.b[l], plan.activation[l])
 
     def f2():
         for l in hidden:
-            xp.matmul(w[l + 1].T, plan.delta[l + 1], out=plan.delta[l])
+            ops.backward(plan.delta[l], w[l + 1], plan.delta[l + 1], plan.sp[l])
 
     def f3():
         for l in net.layers:
@@ -215,32 +215,28 @@ TORCH_STEPS = {"torch-autograd": {}, "torch-sgd-foreach": {"optimizer": "foreach
 
 
 def _measure_torch(args, sizes, batch, settings):
-    """PyTorch at its fastest thread count of ``settings`` (a short trial of each picks it): its eager step
-    with each update of ``TORCH_STEPS`` (fused SGD where the build has it), with ``--torch-compile`` also
-    compiled, with ``--graph`` on a GPU also captured as a CUDA graph. A list of records."""
+    """PyTorch at every thread count of ``settings``, as ours at every BLAS setting (on a GPU, as it
+    comes): its eager step with each update of ``TORCH_STEPS`` (fused SGD where the build has it), with
+    ``--torch-compile`` also compiled, with ``--graph`` on a GPU also captured as a CUDA graph. A list
+    of records."""
     device = "cuda" if args.backend == "cupy" else "cpu"
-    threads = None
-    if device == "cpu":
-        trials = {t: np.median(torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, t, 3, 1)[0])
-                  for t in settings}
-        threads = min(trials, key=trials.get)
     modes = ["torch-autograd", "torch-sgd-foreach"] + ["torch-sgd-fused"] * torch_anchor.fused_sgd_available(device)
     modes += ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and device == "cuda")
     import torch
 
     name = torch.cuda.get_device_name() if device == "cuda" else _cpu_name()
     records = []
-    for mode in modes:
-        step, backward = torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, threads,
-                                              args.repeats, args.warmup, **TORCH_STEPS[mode])
-        graph = mode == "torch-cuda-graph"
-        records.append({
-            "backend": f"torch-{torch.__version__}", "device": name, "dtype": args.dtype, "N": sizes[0],
-            "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
-            "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
-            "graph": graph, "step_ms": timing.summary(step),
-            "backward_ms": None if backward is None else timing.summary(backward),
-            "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "copy_gbps": None})
+    for threads in settings if device == "cpu" else [None]:
+        for mode in modes:
+            step, backward = torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, threads,
+                                                  args.repeats, args.warmup, **TORCH_STEPS[mode])
+            records.append({
+                "backend": f"torch-{torch.__version__}", "device": name, "dtype": args.dtype, "N": sizes[0],
+                "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
+                "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
+                "graph": mode == "torch-cuda-graph", "step_ms": timing.summary(step),
+                "backward_ms": None if backward is None else timing.summary(backward),
+                "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "copy_gbps": None})
     return records
 
 

@@ -10,7 +10,7 @@ from leapfrog_gpu import Leapfrog, Sequential
 from leapfrog_gpu.tools import bench_report, torch_anchor, traffic
 
 ONE_PASS = ["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "1,3", "--k", "2", "--blas-threads",
-            "1", "--repeats", "2", "--warmup", "1", "--one-pass"]
+            "1,2", "--repeats", "2", "--warmup", "1", "--one-pass"]
 
 
 def test_the_bytes_of_each_update():
@@ -36,7 +36,9 @@ def test_one_pass_rows_and_their_floors(tmp_path):
         assert r["bytes_per_step"] == step_bytes
         assert r["floor_ms"] == pytest.approx(step_bytes / (r["copy_gbps"] * 1e6))
         assert r["floor_ratio"] == pytest.approx(r["step_ms"]["median"] / r["floor_ms"])
-        assert r["best_sequential"] == (r["schedule"] == "sequential" and not r["one_pass"])  # one per network
+    for batch in (1, 3):  # one best sequential configuration per network, a plain one
+        best = [r for r in records if r["B"] == batch and r["best_sequential"]]
+        assert [(r["schedule"], r["one_pass"]) for r in best] == [("sequential", False)]
     assert "sequential+one-pass" in stdout and "leapfrog+one-pass" in stdout and "x floor" in stdout
     verdicts = " ".join(stdout[stdout.index("the best step against PyTorch"):].split())  # lines joined
     assert "N=12 L=4 B=1:" in verdicts and "(target <= 1.3x" in verdicts and "N=12 L=4 B=3:" in verdicts
@@ -49,7 +51,7 @@ def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
 
     lines = bench_report.floor_verdicts([
         record("sequential", 2.0, 1.0, one_pass=True), record("torch-autograd", 4.0, 2.0),
-        record("torch-sgd-fused", 2.5, 2.0), record("torch-compile", 1.0, 2.0),
+        record("torch-sgd-fused", 2.5, 2.0), record("torch-compile", 3.0, 2.0), record("torch-compile", 1.0, 2.0),
         record("sequential", 5.0, 1.0, B=64), record("torch-sgd-foreach", 5.5, 2.0, B=64)]).splitlines()
     assert lines[1] == ("N=8 L=3 B=1: sequential+one-pass k=0 2 ms; 1.25x as fast as torch-sgd-fused 2.5 ms "
                         "(target >= 1.5x, NOT MET); 0.50x as fast as torch-compile 1 ms; 2.00x its bytes floor 1 ms "
@@ -67,10 +69,12 @@ def test_torch_steps_with_each_optimizer(tmp_path):
         torch_anchor.measure([5, 7, 3], 4, optimizer="adam")
     path = tmp_path / "r.json"
     run_bench(ONE_PASS + ["--json", str(path)])
-    torch = [r for r in json.loads(path.read_text())["records"] if r["schedule"].startswith("torch")]
+    records = json.loads(path.read_text())["records"]
+    torch = [r for r in records if r["schedule"].startswith("torch")]
     fused = {"torch-sgd-fused"} if torch_anchor.fused_sgd_available() else set()
     names = {"torch-autograd", "torch-sgd-foreach"} | fused
-    assert {r["schedule"] for r in torch} == names
+    ours = {r["blas_threads"] for r in records if not r["schedule"].startswith("torch")}
+    assert {(r["schedule"], r["blas_threads"]) for r in torch} == {(n, t) for n in names for t in ours}  # as ours
     for r in torch:  # PyTorch writes nabla_w and reads it again: the plain step's floor
         assert r["update"] == "plain" and r["floor_ms"] > 0 and r["floor_ratio"] > 0
 

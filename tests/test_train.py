@@ -456,7 +456,8 @@ sys.exit(command.load()())
                                                                     "nothing was run\n")
 
 
-@pytest.mark.parametrize("argv,imported", [(["--help"], []), (["--hidden", "2x8", "--epochs", "1", "--quiet"], ["scipy"])],
+@pytest.mark.parametrize("argv,imported", [(["--help"], []),
+                                           (["--hidden", "2x8", "--epochs", "1", "--quiet"], ["scipy"])],
                          ids=("help", "run"))
 def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
     """Most of a slow start was importing scikit-learn to load the digits; the run needs it no more than

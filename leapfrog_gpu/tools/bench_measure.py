@@ -43,9 +43,7 @@ def run(args, with_torch=True, on_network=None):
         for n, layers, batch in grid:
             bar.set_postfix_str(f"N={n} L={layers} B={batch}")
             sizes = [n] * layers
-            case = _measure_case(args, sizes, batch, settings, specs, bandwidth)
-            if with_torch:
-                case += _measure_torch(args, sizes, batch, settings)
+            case = _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch)
             records += _derive(case)
             if on_network is not None:
                 bar.clear()
@@ -62,13 +60,15 @@ def configurations(args):
                                   for k in (ks if SCHEDULES[name][1] else [0])]
 
 
-def _measure_case(args, sizes, batch, settings, specs, bandwidth):
+def _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch):
     """Records for every schedule at every BLAS setting (and, with ``--k auto``, the configuration
-    ``autotune.tune`` picks) on one network.
+    ``autotune.tune`` picks) on one network, and ``with_torch`` PyTorch's: on the CPU in the same
+    alternation (``_torch_steps``), on a GPU after ours (``_measure_torch``).
 
     The BLAS limit is switched between blocks of timed calls, so that all configurations are measured
     in alternation (``timing.measure_in_blocks``): load that changes during the run shifts them alike,
-    and their ratios stay meaningful on a busy machine.
+    and their ratios stay meaningful on a busy machine. PyTorch's CPU steps take their turns too, in
+    blocks of their own per thread count.
     """
     rng = np.random.default_rng(0)
     reps, warm = args.repeats, args.warmup
@@ -110,13 +110,26 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth):
             name = "leapfrog" if isinstance(tuning.schedule, Leapfrog) else "sequential"
             runs.append((name, tuning.schedule, tuning.blas_threads, True, False))
         eager = [run for run in runs if not run[4]]
-        steps = _measure_runs(backend, runs, reps, warm, lambda s, g: net.sgd_step(x, y, ETA, s, graph=g))
+        anchors = _torch_steps(args, sizes, batch, settings) if with_torch and backend.name == "numpy" else []
+        calls = [lambda s=schedule, g=graph: net.sgd_step(x, y, ETA, s, graph=g) for _, schedule, _, _, graph in runs]
+        keys = [threads for _, _, threads, _, _ in runs]
+        contexts = [lambda t=t: autotune.blas_limit(t) for t in keys]
+        calls += [anchor.step for _, _, anchor in anchors]
+        keys += [("torch", threads) for _, threads, _ in anchors]
+        contexts += [lambda t=threads: torch_anchor.num_threads(t) for _, threads, _ in anchors]
+        steps = timing.measure_in_blocks(backend, calls, keys, reps, warm, contexts)
         backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: plan.backward(s)))
-        return [{**base[threads], **floor(sizes, batch, args.dtype, traffic.update_of(schedule), bandwidth[threads]),
-                 "schedule": name, "k": schedule.k, "fused": schedule.fused, "one_pass": schedule.one_pass,
-                 "auto": auto, "graph": graph, "step_ms": timing.summary(step),
-                 "backward_ms": None if graph else timing.summary(next(backwards))}
-                for (name, schedule, threads, auto, graph), step in zip(runs, steps)]
+        records = [{**base[threads], **floor(sizes, batch, args.dtype, traffic.update_of(schedule), bandwidth[threads]),
+                    "schedule": name, "k": schedule.k, "fused": schedule.fused, "one_pass": schedule.one_pass,
+                    "auto": auto, "graph": graph, "step_ms": timing.summary(step),
+                    "backward_ms": None if graph else timing.summary(next(backwards))}
+                   for (name, schedule, threads, auto, graph), step in zip(runs, steps)]
+    for (mode, threads, anchor), step in zip(anchors, steps[len(runs):]):
+        with torch_anchor.num_threads(threads):
+            records.append(_torch_record(args, sizes, batch, "cpu", mode, threads, step, anchor.backward_ms(reps)))
+    if with_torch and not anchors:
+        records += _measure_torch(args, sizes, batch)
+    return records
 
 
 def floor(sizes, batch, dtype, update, gbps):
@@ -214,30 +227,49 @@ TORCH_STEPS = {"torch-autograd": {}, "torch-sgd-foreach": {"optimizer": "foreach
 ``torch.compile`` (``--torch-compile``), and the CUDA graph (``--graph`` on a GPU)."""
 
 
-def _measure_torch(args, sizes, batch, settings):
-    """PyTorch at every thread count of ``settings``, as ours at every BLAS setting (on a GPU, as it
-    comes): its eager step with each update of ``TORCH_STEPS`` (fused SGD where the build has it), with
-    ``--torch-compile`` also compiled, with ``--graph`` on a GPU also captured as a CUDA graph. A list
-    of records."""
-    device = "cuda" if args.backend == "cupy" else "cpu"
+def _torch_modes(args, device):
+    """The keys of ``TORCH_STEPS`` measured: the eager steps (fused SGD where the build has it), with
+    ``--torch-compile`` also compiled, with ``--graph`` on a GPU also captured as a CUDA graph."""
     modes = ["torch-autograd", "torch-sgd-foreach"] + ["torch-sgd-fused"] * torch_anchor.fused_sgd_available(device)
-    modes += ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and device == "cuda")
+    return modes + ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and device == "cuda")
+
+
+def _torch_steps(args, sizes, batch, settings):
+    """``(mode, threads, torch_anchor.SGDStep)`` for every mode of ``_torch_modes`` on the CPU at every
+    thread count of ``settings``, as ours at every BLAS setting, each warmed up (compiled, if so), all
+    on one network."""
+    anchors, network = [], torch_anchor.mlp(sizes, batch, args.dtype)  # one network: 2 GB at N = 4096
+    for threads in settings:
+        with torch_anchor.num_threads(threads):
+            for mode in _torch_modes(args, "cpu"):
+                anchor = torch_anchor.SGDStep(sizes, batch, args.dtype, "cpu", args.activation, warmup=args.warmup,
+                                              network=network, **TORCH_STEPS[mode])
+                for _ in range(anchor.warmup):
+                    anchor.step()
+                anchors.append((mode, threads, anchor))
+    return anchors
+
+
+def _measure_torch(args, sizes, batch):
+    """PyTorch on a GPU, after ours, as it comes: a record for each mode of ``_torch_modes``."""
+    return [_torch_record(args, sizes, batch, "cuda", mode, None,
+                          *torch_anchor.measure(sizes, batch, args.dtype, "cuda", args.activation, None, args.repeats,
+                                                args.warmup, **TORCH_STEPS[mode]))
+            for mode in _torch_modes(args, "cuda")]
+
+
+def _torch_record(args, sizes, batch, device, mode, threads, step, backward):
+    """The record of PyTorch's ``mode`` on ``device`` at ``threads`` from its times ``step`` and ``backward``
+    (or None)."""
     import torch
 
-    name = torch.cuda.get_device_name() if device == "cuda" else _cpu_name()
-    records = []
-    for threads in settings if device == "cpu" else [None]:
-        for mode in modes:
-            step, backward = torch_anchor.measure(sizes, batch, args.dtype, device, args.activation, threads,
-                                                  args.repeats, args.warmup, **TORCH_STEPS[mode])
-            records.append({
-                "backend": f"torch-{torch.__version__}", "device": name, "dtype": args.dtype, "N": sizes[0],
-                "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
-                "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
-                "graph": mode == "torch-cuda-graph", "step_ms": timing.summary(step),
-                "backward_ms": None if backward is None else timing.summary(backward),
-                "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "copy_gbps": None})
-    return records
+    return {"backend": f"torch-{torch.__version__}",
+            "device": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(), "dtype": args.dtype,
+            "N": sizes[0], "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
+            "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
+            "graph": mode == "torch-cuda-graph", "step_ms": timing.summary(step),
+            "backward_ms": None if backward is None else timing.summary(backward),
+            "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "copy_gbps": None}
 
 
 def _derive(case):

@@ -16,6 +16,7 @@ forward and backward through ``torch.compile`` (the first steps compile: a warm-
 with the ``foreach`` update.
 """
 
+import contextlib
 import math
 import time
 
@@ -47,6 +48,17 @@ def fused_sgd_available(device="cpu"):
     return True
 
 
+@contextlib.contextmanager
+def num_threads(threads):
+    """A context in which PyTorch's CPU ops run on ``threads`` threads (None: as they do), left so after
+    it: each change rebuilds PyTorch's thread pool, so it changes only when asked for another count."""
+    import torch
+
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    yield
+
+
 def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", threads=None, repeats=20,
             warmup=3, seed=0, eta=0.01, graph=False, optimizer="loop", compiled=False):
     """``(step_ms, backward_ms)``: arrays of ``repeats`` times of an SGD step (forward, ``backward()``,
@@ -54,16 +66,20 @@ def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", t
     the step is a replay of its CUDA graph, after copying the batch in, and ``backward_ms`` is None."""
     import torch
 
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {optimizer!r}")
-    if graph and (optimizer != "loop" or compiled):
-        raise ValueError("graph=True captures the loop update of an eager step only")
-    if graph and torch.device(device).type != "cuda":
-        raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); got {device!r}")
-    if threads is not None:
-        torch.set_num_threads(threads)
+    with num_threads(threads):
+        sgd = SGDStep(sizes, batch, dtype, device, activation, seed, eta, graph, optimizer, compiled, warmup)
+        clock = _Clock(torch, device)
+        for _ in range(sgd.warmup):
+            sgd.step()
+        step_ms = np.array([clock.time(sgd.step) for _ in range(repeats)])
+        return step_ms, None if graph else sgd.backward_ms(repeats)
+
+
+def mlp(sizes, batch, dtype="float32", device="cpu", seed=0):
+    """``(params, x, y)``: the MLP's parameters ``[w^2, b^2, w^3, b^3, ...]`` (normal, w scaled by
+    1/sqrt(n_{l-1})) and a batch of ``batch`` rows, as tensors on ``device``."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     kind = getattr(torch, dtype)
 
@@ -73,45 +89,63 @@ def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", t
     params = []
     for m, n in zip(sizes[:-1], sizes[1:]):
         params += [tensor(n, m, scale=1 / math.sqrt(m)).requires_grad_(), tensor(n).requires_grad_()]
-    x, y = tensor(batch, sizes[0]).sigmoid(), tensor(batch, sizes[-1]).sigmoid()
+    return params, tensor(batch, sizes[0]).sigmoid(), tensor(batch, sizes[-1]).sigmoid()
 
-    cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
-    if compiled:
-        optimizer, warmup = "foreach", max(warmup, 3)
 
-    def loss():
-        return cost(params, x, y, activation)
+class SGDStep:
+    """PyTorch's SGD step of ``[N] * L`` built once: ``step()`` runs one (forward, ``backward()``, update
+    by ``optimizer``; with ``graph=True`` a replay of its CUDA graph, captured here), ``backward_ms``
+    times ``backward()`` alone. ``warmup``: the untimed steps it needs first (3 at least compiled).
+    ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own)."""
 
-    def backward(c):
-        for p in params:
+    def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", seed=0, eta=0.01,
+                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None):
+        import torch
+
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {optimizer!r}")
+        if graph and (optimizer != "loop" or compiled):
+            raise ValueError("graph=True captures the loop update of an eager step only")
+        if graph and torch.device(device).type != "cuda":
+            raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); "
+                             f"got {device!r}")
+        params, x, y = network or mlp(sizes, batch, dtype, device, seed)
+        self.params, self._clock = params, _Clock(torch, device)
+        self.warmup = max(warmup, 3) if compiled or graph else warmup
+        cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
+        self.loss = lambda: cost(params, x, y, activation)
+        if compiled:
+            optimizer = "foreach"
+
+        def update():
+            with torch.no_grad():
+                for p in params:
+                    p.sub_(p.grad, alpha=eta / batch)
+
+        if optimizer != "loop":
+            update = torch.optim.SGD(params, lr=eta / batch, **{optimizer: True}).step
+
+        def step():
+            self.backward(self.loss())
+            update()
+
+        self.step = _graphed(torch, step, params, x, y, activation, eta / batch, self.warmup) if graph else step
+
+    def backward(self, c):
+        """``c.backward()`` into gradients set to None first."""
+        for p in self.params:
             p.grad = None
         c.backward()
 
-    def update():
-        with torch.no_grad():
-            for p in params:
-                p.sub_(p.grad, alpha=eta / batch)
-
-    if optimizer != "loop":
-        update = torch.optim.SGD(params, lr=eta / batch, **{optimizer: True}).step
-
-    def step():
-        backward(loss())
-        update()
-
-    clock = _Clock(torch, device)
-    if graph:
-        step = _graphed(torch, step, params, x, y, activation, eta / batch, max(warmup, 3))
-    for _ in range(warmup):
-        step()
-    step_ms = np.array([clock.time(step) for _ in range(repeats)])
-    if graph:
-        return step_ms, None
-    backward_ms = []
-    for _ in range(repeats):
-        c = loss()
-        backward_ms.append(clock.time(lambda c=c: backward(c)))
-    return step_ms, np.array(backward_ms)
+    def backward_ms(self, repeats):
+        """``repeats`` times of ``backward()`` alone, each after an untimed forward pass."""
+        times = []
+        for _ in range(repeats):
+            c = self.loss()
+            times.append(self._clock.time(lambda c=c: self.backward(c)))
+        return np.array(times)
 
 
 def quadratic_cost(params, x, y, activation="sigmoid"):

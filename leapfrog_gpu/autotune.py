@@ -23,7 +23,7 @@ import os
 import numpy as np
 import threadpoolctl
 
-from .backends import timing
+from .backends import ops_numpy, timing
 from .schedules import Leapfrog, Sequential
 
 KS = (1, 2, 4)
@@ -130,6 +130,9 @@ def blas_limit(threads):
 
 @functools.cache
 def _controller():
+    """The BLAS libraries to limit, SciPy's among them (loaded first: the controller knows only those
+    loaded when it is made)."""
+    ops_numpy.blas()
     return threadpoolctl.ThreadpoolController()
 
 

@@ -1,5 +1,6 @@
 """Host streams and backend choice: errors reach the caller, threads end on close, auto is visible."""
 
+import ast
 import logging
 import subprocess
 import sys
@@ -117,10 +118,29 @@ def test_blas_threads_are_set_and_restored():
     def blas_threads():
         return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
 
+    ops_numpy.blas()  # SciPy's BLAS, which the backend loads, is counted before too
     before = blas_threads()
     with NumpyBackend(blas_threads=1):
         assert set(blas_threads()) == {1}
     assert blas_threads() == before
+
+
+def test_blas_threads_reach_scipys_blas_in_a_fresh_process():
+    """Every product runs on SciPy's BLAS, imported on first use: the backend loads it before it sets the
+    limit, which reaches only the libraries loaded by then."""
+    code = ("import numpy as np, threadpoolctl\n"
+            "from leapfrog_gpu import MLP, Sequential\n"
+            "from leapfrog_gpu.backends.host import NumpyBackend\n"
+            "with NumpyBackend(blas_threads=1) as backend:\n"
+            "    net = MLP([4, 3, 2], backend=backend)\n"
+            "    net.sgd_step(np.ones((4, 1)), np.ones((2, 1)), 0.1, Sequential())\n"
+            "    net.synchronize()\n"
+            "    print(sorted((i['filepath'].rsplit('/', 2)[-2], i['num_threads']) for i in "
+            "threadpoolctl.threadpool_info() if i['user_api'] == 'blas'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    libraries = ast.literal_eval(done.stdout.splitlines()[-1])  # (folder, threads) of each BLAS loaded
+    assert libraries and {threads for _, threads in libraries} == {1}, libraries
 
 
 def test_auto_backend_is_visible(caplog):

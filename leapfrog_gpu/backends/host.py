@@ -123,6 +123,7 @@ class NumpyBackend:
         self._pending = 0
         self._error = None
         self._closed = False
+        ops_numpy.blas()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
         self._limiter = None if blas_threads is None else threadpoolctl.threadpool_limits(blas_threads, user_api="blas")
         self._streams = []
         self.main = self._new_stream("main")

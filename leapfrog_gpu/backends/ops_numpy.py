@@ -23,13 +23,13 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     views. Every product of the backend goes through SciPy's BLAS, which has the in-place forms NumPy
     lacks (beta = 1, ``ger``), and through it alone: NumPy's BLAS keeps a thread pool of its own, and
     the two pools' threads, which spin between calls, take the cores from each other when calls
-    alternate (a step three times as slow on two cores).
+    alternate (a forward pass on one and the sweep on the other run several times as slow on two cores).
     """
     if not out.flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
         out, x, y = out.T, y.T, x.T
     if not out.flags.f_contiguous:
         raise ValueError(f"matmul writes into a C- or Fortran-contiguous array; got strides {out.strides}")
-    gemv, ger, gemm = _blas(out.dtype)
+    gemv, ger, gemm = _routines(out.dtype)
     if out.shape[1] == 1:
         a, trans = _fortran(x)
         gemv(alpha, a, y[:, 0], beta, out[:, 0], trans=trans, overwrite_y=True)
@@ -46,12 +46,19 @@ def _fortran(x):
 
 
 @functools.cache
-def _blas(dtype):
-    """SciPy's ``(gemv, ger, gemm)`` for ``dtype``, imported with the first product (scipy.linalg takes
-    0.2 s to import, which a command's ``--help`` and the CuPy backend need not pay)."""
-    from scipy.linalg import blas
+def blas():
+    """SciPy's BLAS, ``scipy.linalg.blas``, imported on first use: scipy.linalg takes 0.2 s to import,
+    which a command's ``--help`` and the CuPy backend need not pay. ``NumpyBackend`` imports it as it
+    starts, before it sets the BLAS thread count, which reaches only the libraries loaded by then."""
+    from scipy.linalg import blas as module
 
-    return blas.get_blas_funcs(("gemv", "ger", "gemm"), dtype=dtype)
+    return module
+
+
+@functools.cache
+def _routines(dtype):
+    """SciPy's ``(gemv, ger, gemm)`` for ``dtype``."""
+    return blas().get_blas_funcs(("gemv", "ger", "gemm"), dtype=dtype)
 
 
 def bias_activation(z, a, sp, b, activation):

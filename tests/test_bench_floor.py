@@ -36,10 +36,13 @@ def test_one_pass_rows_and_their_floors(tmp_path):
         assert r["bytes_per_step"] == step_bytes
         assert r["floor_ms"] == pytest.approx(step_bytes / (r["copy_gbps"] * 1e6))
         assert r["floor_ratio"] == pytest.approx(r["step_ms"]["median"] / r["floor_ms"])
+        forward = sum((12 * 12 + 12 * r["B"] + 12 + 3 * 12 * r["B"]) * 4 for _ in range(3))  # (2)(3): w, a, b in; z, a, sp out
+        assert r["forward_floor_ms"] == pytest.approx(forward / (r["copy_gbps"] * 1e6))
     for batch in (1, 3):  # one best sequential configuration per network, a plain one
         best = [r for r in records if r["B"] == batch and r["best_sequential"]]
         assert [(r["schedule"], r["one_pass"]) for r in best] == [("sequential", False)]
     assert "sequential+one-pass" in stdout and "leapfrog+one-pass" in stdout and "x floor" in stdout
+    assert "x its floor), per layer f1" in " ".join(stdout.split())  # the forward pass against its own floor
     verdicts = " ".join(stdout[stdout.index("the best step against PyTorch"):].split())  # lines joined
     assert "N=12 L=4 B=1:" in verdicts and "(target <= 1.3x" in verdicts and "N=12 L=4 B=3:" in verdicts
 

@@ -92,7 +92,8 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch):
             base[threads] = {
                 "backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
                 "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
-                "copy_gbps": bandwidth[threads]}
+                "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
+                / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]}
         runs = [(name, make_schedule(name, k, args.fused), threads, False, False)
                 for threads in settings for name, k in specs]
         if args.one_pass:  # beside each sequential and leapfrog configuration, its one-pass step

@@ -132,10 +132,16 @@ def network_lines(case):
         floors = {s.get("update", "plain"): s["floor_ms"] for s in case
                   if s["f1_ms"] is not None and s["blas_threads"] == r["blas_threads"]}
         parts.append(("" if r["blas_threads"] is None else f"BLAS {r['blas_threads']}: ")
-                     + f"forward {median(r['forward_ms'])} ms, per layer f1 {number(r['f1_ms'])} f2 "
+                     + f"forward {median(r['forward_ms'])} ms{_of_floor(r)}, per layer f1 {number(r['f1_ms'])} f2 "
                      f"{number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes floor "
                      + ", ".join(f"{update} {number(floor)}" for update, floor in floors.items()) + " ms")
     return [parts[0]] + [fitted(f"  {part}") for part in parts[1:]]
+
+
+def _of_floor(r):
+    """`` (1.2x its floor)``: the forward pass against its own bytes floor, where the record has one."""
+    floor = r.get("forward_floor_ms")
+    return f" ({r['forward_ms']['median'] / floor:.3g}x its floor)" if floor else ""
 
 
 def table_rows(case, widths, graph=False):

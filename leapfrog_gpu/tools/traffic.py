@@ -62,6 +62,13 @@ def update_of(schedule):
     return "one-pass" if getattr(schedule, "one_pass", False) else "fused" if schedule.fused else "plain"
 
 
+def forward_bytes(sizes, batch, itemsize):
+    """Bytes the forward pass (2)(3) of ``MLP(sizes)`` on ``batch`` samples must move: each layer's
+    ``forward_gemv`` (B = 1) or ``forward_gemm``."""
+    kernel = "forward_gemv" if batch == 1 else "forward_gemm"
+    return sum(kernel_bytes(kernel, n, m, batch, itemsize) for m, n in zip(sizes[:-1], sizes[1:]))
+
+
 def step_bytes(sizes, batch, itemsize, update="plain"):
     """Bytes one SGD step of ``MLP(sizes)`` on ``batch`` samples must move: the floor of a step whose
     update is ``update`` (a key of ``UPDATES``).

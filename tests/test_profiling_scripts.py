@@ -452,3 +452,27 @@ def test_naumov_time_backward(standin):
     rows = naumov_crossover.time_backward(5, 6, 2, backend="cupy", repeats=1, dtype="float64")
     assert [row["schedule"] for row in rows] == ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"]
     assert all(row["median_s"] > 0 and row["backend"] == "cupy" for row in rows)
+
+
+def test_cpu_gemms_times_every_product_of_each_side(tmp_path):
+    pytest.importorskip("torch", reason="the PyTorch side needs torch (extra 'torch')")
+    path = tmp_path / "g.json"
+    done = subprocess.run([sys.executable, str(PROFILING / "cpu_gemms.py"), "--size", "24", "--layers", "3", "--batch",
+                           "1,3", "--repeats", "2", "--rounds", "2", "--json", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(path.read_text())
+    assert record["command"].startswith("python profiling/cpu_gemms.py --size 24") and "--rounds 2" in record["command"]
+    assert set(record["ms"]) == {"1", "3"}
+    for sides in record["ms"].values():
+        assert {side: set(ops) for side, ops in sides.items()} == {
+            "ours": {"(2)", "(5)", "update"}, "torch": {"(2)", "(5)", "grad_w"},
+            "pools-mixed": {"numpy_then_scipy"}, "pools-scipy": {"scipy_only"}}
+        assert all(ms > 0 for ops in sides.values() for ms in ops.values())
+    assert "N=24 B=3, ms per layer" in done.stdout
+
+
+def test_cpu_gemms_refuses_bad_options():
+    done = subprocess.run([sys.executable, str(PROFILING / "cpu_gemms.py"), "--batch", "1,x"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "--batch must be integers" in done.stderr

@@ -1,0 +1,157 @@
+"""The products of a CPU step on their own: ours (SciPy's BLAS, as ``ops_numpy`` calls it) against
+PyTorch's (its CPU build's BLAS), and what it costs to mix NumPy's BLAS with SciPy's.
+
+    python profiling/cpu_gemms.py --size 1024 --layers 16 --batch 1,64 --json gemms.json
+
+Per batch size B, the median time per layer, over ``--layers - 1`` weight matrices of N x N float32
+swept in turn, of each product a step makes:
+- ``ours``: (2) ``z = w a``, (5) ``delta = w^T delta_next``, and the update ``w -= eta delta a^T``
+  (``rank_update``: ger at B = 1, gemm with beta = 1 above);
+- ``torch``: the same three in PyTorch's layout (samples are rows): ``x w^T``, ``g w`` and ``g^T x``;
+- ``pools-mixed``, ``pools-scipy``: one forward pass of (2) then one sweep of ``backward_update``, per
+  pass, the forward on NumPy's ``matmul`` (``numpy_then_scipy``) or on SciPy's like the sweep
+  (``scipy_only``).
+Each side runs in a process of its own, so that no thread pool of one meets the other's, and the sides
+take turns for ``--rounds`` rounds, so that a drift of the machine's load reaches all of them alike.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+SIDES = ("ours", "torch", "pools-mixed", "pools-scipy")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=1024, help="N, the width of every layer (default 1024)")
+    p.add_argument("--layers", type=int, default=16, help="L: L - 1 weight matrices (default 16)")
+    p.add_argument("--batch", default="1,64", help="batch sizes B, comma-separated (default 1,64)")
+    p.add_argument("--threads", type=int, default=2, help="BLAS threads, and PyTorch's (default 2)")
+    p.add_argument("--repeats", type=int, default=10, help="timed sweeps per round (default 10)")
+    p.add_argument("--rounds", type=int, default=3, help="turns of each side (default 3)")
+    p.add_argument("--json", metavar="FILE", help="write the medians to FILE")
+    p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # one side's process
+    args = p.parse_args(argv)
+    if args.size < 1 or args.layers < 2 or args.threads < 1 or args.repeats < 1 or args.rounds < 1:
+        p.error("--size, --threads, --repeats and --rounds must be >= 1, --layers >= 2")
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        p.error(f"--batch must be integers separated by commas; got {args.batch!r}")
+    if args.side:
+        print(json.dumps({str(b): SIDE[args.side](args.size, args.layers - 1, b, args.threads, args.repeats)
+                          for b in batches}))
+        return 0
+    samples = {}
+    for _ in range(args.rounds):
+        for side in SIDES:
+            done = subprocess.run([sys.executable, __file__, "--side", side, *_options(args)], capture_output=True,
+                                  text=True)
+            if done.returncode:
+                sys.exit(f"cpu_gemms.py: the {side} side failed:\n{done.stderr}")
+            for b, ops in json.loads(done.stdout).items():
+                for name, times in ops.items():
+                    samples.setdefault(b, {}).setdefault(side, {}).setdefault(name, []).extend(times)
+    medians = {b: {side: {name: float(np.median(t)) for name, t in ops.items()} for side, ops in sides.items()}
+               for b, sides in samples.items()}
+    for b, sides in medians.items():
+        print(f"N={args.size} B={b}, ms per layer (a pass for pools):",
+              "; ".join(f"{side} " + ", ".join(f"{name} {ms:.3f}" for name, ms in ops.items())
+                        for side, ops in sides.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            command = " ".join(_options(args) + ["--rounds", str(args.rounds)])
+            json.dump({"command": f"python profiling/cpu_gemms.py {command}",
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ms": medians}, f, indent=1)
+    return 0
+
+
+def _options(args):
+    return ["--size", str(args.size), "--layers", str(args.layers), "--batch", args.batch,
+            "--threads", str(args.threads), "--repeats", str(args.repeats)]
+
+
+def _per_layer(fns, count, repeats):
+    """``{name: [ms per layer, ...]}``: ``repeats`` timed calls of each of ``fns`` in turn, after one untimed."""
+    times = {name: [] for name in fns}
+    for i in range(repeats + 1):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            if i:
+                times[name].append((time.perf_counter() - start) * 1e3 / count)
+    return times
+
+
+def _weights(n, count, batch):
+    rng = np.random.default_rng(0)
+    w = [rng.standard_normal((n, n), dtype=np.float32) / n**0.5 for _ in range(count)]  # float32 still
+    return w, rng.random((n, batch), dtype=np.float32), rng.standard_normal((n, batch), dtype=np.float32)
+
+
+def ours(n, count, batch, threads, repeats):
+    from threadpoolctl import threadpool_limits
+
+    from leapfrog_gpu.backends import ops_numpy
+
+    ops_numpy.blas()
+    w, a, delta = _weights(n, count, batch)
+    out, controls = np.empty_like(a), np.array([1e-6, 0], np.float32)
+    with threadpool_limits(threads, user_api="blas"):
+        return _per_layer({
+            "(2)": lambda: [ops_numpy.matmul(out, m, a) for m in w],
+            "(5)": lambda: [ops_numpy.matmul(out, m.T, delta) for m in w],
+            "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w]}, count, repeats)
+
+
+def torch_side(n, count, batch, threads, repeats):
+    import torch
+
+    torch.set_num_threads(threads)
+    w, a, delta = _weights(n, count, batch)
+    w = [torch.from_numpy(m) for m in w]
+    x, g = torch.from_numpy(np.ascontiguousarray(a.T)), torch.from_numpy(np.ascontiguousarray(delta.T))
+    out, grad = torch.empty(batch, n), torch.empty(n, n)
+    return _per_layer({
+        "(2)": lambda: [torch.mm(x, m.T, out=out) for m in w],
+        "(5)": lambda: [torch.mm(g, m, out=out) for m in w],
+        "grad_w": lambda: [torch.mm(g.T, x, out=grad) for m in w]}, count, repeats)
+
+
+def pools(mixed):
+    """The pass of ``pools``, its forward on NumPy's ``matmul`` if ``mixed``, else on SciPy's BLAS: one
+    side each, since within one process the pool that NumPy's calls woke would slow both."""
+
+    def side(n, count, batch, threads, repeats):
+        from threadpoolctl import threadpool_limits
+
+        from leapfrog_gpu.backends import ops_numpy
+
+        ops_numpy.blas()
+        w, a, delta = _weights(n, count, batch)
+        z, d, sp, controls = np.empty_like(a), np.empty_like(a), np.ones_like(a), np.array([1e-6, 0], np.float32)
+
+        def one_pass():
+            for m in w:
+                if mixed:
+                    np.matmul(m, a, out=z)
+                else:
+                    ops_numpy.matmul(z, m, a)
+            for m in reversed(w):
+                ops_numpy.backward_update(d, m, delta, sp, a, controls)
+
+        with threadpool_limits(threads, user_api="blas"):
+            return _per_layer({"numpy_then_scipy" if mixed else "scipy_only": one_pass}, 1, repeats)
+
+    return side
+
+
+SIDE = {"ours": ours, "torch": torch_side, "pools-mixed": pools(True), "pools-scipy": pools(False)}
+
+if __name__ == "__main__":
+    sys.exit(main())

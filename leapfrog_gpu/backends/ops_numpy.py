@@ -182,7 +182,8 @@ def rank_update(w, delta, a, controls):
     nothing: ``ger`` at B = 1, which adds ``(-controls[0] * delta_j) * a_i`` to each ``w_ji``, ``gemm``
     with beta = 1 above. Each element lands within rounding of the exact ``w - controls[0] delta a^T``,
     as the unfused ``nabla_w`` then ``sgd_update`` does, but rounded otherwise (one product less, and
-    fused multiply-adds where BLAS has them): the two differ by an ulp or two of w.
+    fused multiply-adds where BLAS has them): an ulp or two of w apart where the update is small
+    against w (docs/design.md §2 gives the bound).
     """
     if controls[1] == 0:
         matmul(w, delta, a.T, alpha=-float(controls[0]), beta=1.0)

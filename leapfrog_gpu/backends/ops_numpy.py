@@ -149,7 +149,7 @@ def fused_update(w, delta, a, controls, scratch):
     """
     if controls[1] != 0:
         return
-    for rows in _row_blocks(w, scratch):
+    for rows in _row_blocks(w, scratch.size // w.shape[1]):
         _update_rows(w[rows], delta[rows], a, controls[0], scratch)
 
 
@@ -165,11 +165,9 @@ def backward_update(delta, w_next, delta_next, sp, a, controls):
     ``SWEEP``), within a few ulps of it otherwise. Nothing is allocated.
     """
     update = controls[1] == 0
-    n, m = w_next.shape
-    step = max(1, SWEEP // (m * w_next.itemsize))
-    for r0 in range(0, n, step):
-        w, delta_rows = w_next[r0 : r0 + step], delta_next[r0 : r0 + step]
-        matmul(delta, w.T, delta_rows, beta=1.0 if r0 else 0.0)
+    for rows in _row_blocks(w_next, SWEEP // (w_next.shape[1] * w_next.itemsize)):
+        w, delta_rows = w_next[rows], delta_next[rows]
+        matmul(delta, w.T, delta_rows, beta=1.0 if rows.start else 0.0)
         if update:
             rank_update(w, delta_rows, a, controls)
     delta_hidden(delta, sp)
@@ -195,10 +193,9 @@ read from memory for the chain and found again in the last-level cache (16-32 Mi
 the update."""
 
 
-def _row_blocks(w, scratch):
-    """The row slices of w, in order, of as many rows as ``scratch`` holds (one at least)."""
-    n, m = w.shape
-    rows = max(1, scratch.size // m)
+def _row_blocks(w, rows):
+    """The row slices of w, in order, of ``rows`` rows each (one at least)."""
+    n, rows = w.shape[0], max(1, rows)
     return [slice(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]
 
 

@@ -57,7 +57,26 @@ class Controls:
         return f"{('nabla_w', 'nabla_b')[code % 2]}[{code // 2}]"
 
 
-class Plan:
+class Streams:
+    """The streams a schedule runs a pass on: the backend's ``main`` stream, its first ``workers(k)``,
+    and the join event F_j of each worker (``worker_done``), made on first use. The MLP's ``Plan`` and
+    the recurrent network's pass are both."""
+
+    def __init__(self, backend):
+        self.backend, self.main, self._worker_done = backend, backend.main, {}
+
+    def workers(self, k):
+        """The first ``k`` worker streams of the backend."""
+        return self.backend.workers(k)
+
+    def worker_done(self, j):
+        """The join event F_j of worker j, created on first use."""
+        if j not in self._worker_done:
+            self._worker_done[j] = self.backend.event(f"F_{j}")
+        return self._worker_done[j]
+
+
+class Plan(Streams):
     """Everything one network needs at one batch size B, allocated once, and the launches that use it.
 
     Buffers (NaN until written, so that reading one too early shows in the result): ``a[1]`` (n_1, B);
@@ -78,7 +97,7 @@ class Plan:
 
     def __init__(self, net, batch, w, b, controls):
         backend, xp, n = net.backend, net.backend.xp, dict(enumerate(net.sizes, start=1))
-        self.backend, self.main = backend, backend.main
+        super().__init__(backend)
         self.sizes, self.n, self.L, self.layers, self.batch = net.sizes, n, net.L, net.layers, batch
         self.dtype, self.cost, self.check_finite = net.dtype, net.cost, net.check_finite
         self.activation = {l: net.output_activation if l == net.L else net.activation for l in net.layers}
@@ -98,7 +117,6 @@ class Plan:
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
                         if chunk else None for l in net.layers}
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
-        self._worker_done = {}
         self.graphs, self.naumov, self.chosen = {}, {}, {}
         self.empty = False
         self.reducer = None if net.comm is None else Reducer(self, net.comm)
@@ -106,18 +124,6 @@ class Plan:
 
     def __repr__(self):
         return f"Plan(B={self.batch}, sizes={self.sizes})"
-
-    # -- streams and events -------------------------------------------------------------------------
-
-    def workers(self, k):
-        """The first ``k`` worker streams of the backend."""
-        return self.backend.workers(k)
-
-    def worker_done(self, j):
-        """The join event F_j of worker j, created on first use."""
-        if j not in self._worker_done:
-            self._worker_done[j] = self.backend.event(f"F_{j}")
-        return self._worker_done[j]
 
     # -- the launches -------------------------------------------------------------------------------
 

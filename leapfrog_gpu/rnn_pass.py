@@ -16,6 +16,7 @@ that a read before its write shows in the result.
 import numpy as np
 
 from .backends import ops_numpy
+from .plan import Streams
 
 
 def flat(buffer):
@@ -23,7 +24,7 @@ def flat(buffer):
     return buffer.reshape(buffer.shape[0], -1)
 
 
-class Pass:
+class Pass(Streams):
     """Buffers, events and launches of ``net`` (an ``RNN``) at sequence length ``tau`` and batch ``batch``,
     on its parameters ``w``, ``u``, ``b`` (dicts by layer, the network's own arrays, updated in place).
 
@@ -35,7 +36,8 @@ class Pass:
     def __init__(self, net, tau, batch, w, u, b):
         backend, xp, n, L = net.backend, net.backend.xp, net.n, net.L
         self.w, self.u, self.b = w, u, b  # the network's parameters, by layer, updated in place
-        self.backend, self.xp, self.main = backend, xp, backend.main
+        super().__init__(backend)
+        self.xp = xp
         self.net, self.tau, self.batch, self.L = net, tau, batch, L
         self.outputs = tau if net.output == "every" else 1
 
@@ -58,21 +60,9 @@ class Pass:
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * max(n[l - 1], n[l])), n[l], n[l - 1]), dtype=net.dtype)
                         if chunk else None for l in net.layers}
         self.delta_ready = {l: backend.event(f"E_{l}") for l in net.layers}
-        self._worker_done = {}
         self.cache = {}  # the extra buffers of the scan schedules, by kind (``rnn_scans``)
         self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
         backend.synchronize()  # allocation ran on CuPy's default stream, which the others do not wait for
-
-    # -- events and streams ---------------------------------------------------------------------------
-
-    def workers(self, k):
-        return self.backend.workers(k)
-
-    def worker_done(self, j):
-        """The join event F_j of worker j, created on first use."""
-        if j not in self._worker_done:
-            self._worker_done[j] = self.backend.event(f"F_{j}")
-        return self._worker_done[j]
 
     # -- the forward pass -----------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import os
 import numpy as np
 import threadpoolctl
 
-from .backends import ops_numpy, timing
+from .backends import host_blas, timing
 from .schedules import Leapfrog, Sequential
 
 KS = (1, 2, 4)
@@ -132,7 +132,7 @@ def blas_limit(threads):
 def _controller():
     """The BLAS libraries to limit, SciPy's among them (loaded first: the controller knows only those
     loaded when it is made)."""
-    ops_numpy.blas()
+    host_blas.load()
     return threadpoolctl.ThreadpoolController()
 
 

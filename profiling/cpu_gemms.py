@@ -97,15 +97,15 @@ def _weights(n, count, batch):
 def ours(n, count, batch, threads, repeats):
     from threadpoolctl import threadpool_limits
 
-    from leapfrog_gpu.backends import ops_numpy
+    from leapfrog_gpu.backends import host_blas, ops_numpy
 
-    ops_numpy.blas()
+    host_blas.load()
     w, a, delta = _weights(n, count, batch)
     out, controls = np.empty_like(a), np.array([1e-6, 0], np.float32)
     with threadpool_limits(threads, user_api="blas"):
         return _per_layer({
-            "(2)": lambda: [ops_numpy.matmul(out, m, a) for m in w],
-            "(5)": lambda: [ops_numpy.matmul(out, m.T, delta) for m in w],
+            "(2)": lambda: [host_blas.matmul(out, m, a) for m in w],
+            "(5)": lambda: [host_blas.matmul(out, m.T, delta) for m in w],
             "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w]}, count, repeats)
 
 
@@ -130,9 +130,9 @@ def pools(mixed):
     def side(n, count, batch, threads, repeats):
         from threadpoolctl import threadpool_limits
 
-        from leapfrog_gpu.backends import ops_numpy
+        from leapfrog_gpu.backends import host_blas, ops_numpy
 
-        ops_numpy.blas()
+        host_blas.load()
         w, a, delta = _weights(n, count, batch)
         z, d, sp, controls = np.empty_like(a), np.empty_like(a), np.ones_like(a), np.array([1e-6, 0], np.float32)
 
@@ -141,7 +141,7 @@ def pools(mixed):
                 if mixed:
                     np.matmul(m, a, out=z)
                 else:
-                    ops_numpy.matmul(z, m, a)
+                    host_blas.matmul(z, m, a)
             for m in reversed(w):
                 ops_numpy.backward_update(d, m, delta, sp, a, controls)
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import NO_GPU, batch
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
-from leapfrog_gpu.backends import ops_numpy
+from leapfrog_gpu.backends import host_blas, ops_numpy
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.backends.host import NumpyBackend
 
@@ -118,7 +118,7 @@ def test_blas_threads_are_set_and_restored():
     def blas_threads():
         return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
 
-    ops_numpy.blas()  # SciPy's BLAS, which the backend loads, is counted before too
+    host_blas.load()  # SciPy's BLAS, which the backend loads, is counted before too
     before = blas_threads()
     with NumpyBackend(blas_threads=1):
         assert set(blas_threads()) == {1}

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import assert_same, batch, batch_id, case_id, layer_names, patched_ops, same
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
-from leapfrog_gpu.backends import ops_numpy
+from leapfrog_gpu.backends import host_blas, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
 ETA = 0.5
@@ -185,7 +185,7 @@ def updated_then_read(delta, w_next, delta_next, sp, a, controls):
     for r0 in range(0, w_next.shape[0], step):
         w, delta_rows = w_next[r0 : r0 + step], delta_next[r0 : r0 + step]
         ops_numpy.rank_update(w, delta_rows, a, controls)
-        ops_numpy.matmul(delta, w.T, delta_rows, beta=1.0 if r0 else 0.0)
+        host_blas.matmul(delta, w.T, delta_rows, beta=1.0 if r0 else 0.0)
     ops_numpy.delta_hidden(delta, sp)
 
 

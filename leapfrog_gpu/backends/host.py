@@ -2,8 +2,9 @@
 
 A host stream is one worker thread draining a FIFO of operations; an event is set when its stream
 reaches the ``record``; a ``wait`` holds its stream until the event's latest recording (as of the
-moment the wait was enqueued, as in ``cudaStreamWaitEvent``) has been reached. NumPy releases the GIL
-inside BLAS and large ufuncs, so k host streams really run on k cores.
+moment the wait was enqueued, as in ``cudaStreamWaitEvent``) has been reached. NumPy's large ufuncs
+and the backend's large products (``host_blas``) release the GIL, so k host streams really run on k
+cores.
 
 Modes:
 
@@ -31,7 +32,7 @@ import time
 import numpy as np
 import threadpoolctl
 
-from . import annotate, ops_numpy
+from . import annotate, host_blas, ops_numpy
 from .host_graph import CaptureError, HostCapture
 
 MODES = ("threads", "serial", "deferred")
@@ -123,7 +124,7 @@ class NumpyBackend:
         self._pending = 0
         self._error = None
         self._closed = False
-        ops_numpy.blas()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
+        host_blas.load()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
         self._limiter = None if blas_threads is None else threadpoolctl.threadpool_limits(blas_threads, user_api="blas")
         self._streams = []
         self.main = self._new_stream("main")

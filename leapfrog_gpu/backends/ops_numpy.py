@@ -2,63 +2,18 @@
 
 The NumPy backend runs these; the tests compare each CUDA kernel against its twin. Every function
 writes into preallocated arrays and allocates no temporary of more than a few elements: the products are
-BLAS calls in place (``matmul``), and what else a weight matrix's worth of work needs goes through a
-cache-sized ``scratch`` (``SCRATCH``), a block at a time.
+BLAS calls in place (``host_blas.matmul``, which releases the GIL for the large ones, so that streams
+run side by side), and what else a weight matrix's worth of work needs goes through a cache-sized
+``scratch`` (``SCRATCH``), a block at a time.
 Arrays are C-contiguous, minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B),
 ``b`` and ``nabla_b`` are (n,). ``controls`` holds a step's controls, read when the update runs:
 ``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
 update writes nothing).
 """
 
-import functools
-
 import numpy as np
 
-
-def matmul(out, x, y, alpha=1.0, beta=0.0):
-    """``out = alpha * (x @ y) + beta * out`` in place, by one BLAS call that allocates nothing: x (p, r),
-    y (r, q), out (p, q), each a C-contiguous array or the transpose of one.
-
-    ``gemv`` when q = 1, ``ger`` when r = 1 and beta = 1, ``gemm`` otherwise, on the arrays' Fortran
-    views. Every product of the backend goes through SciPy's BLAS, which has the in-place forms NumPy
-    lacks (beta = 1, ``ger``), and through it alone: NumPy's BLAS keeps a thread pool of its own, and
-    the two pools' threads, which spin between calls, take the cores from each other when calls
-    alternate (a forward pass on one and the sweep on the other run several times as slow on two cores).
-    """
-    if not out.flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
-        out, x, y = out.T, y.T, x.T
-    if not out.flags.f_contiguous:
-        raise ValueError(f"matmul writes into a C- or Fortran-contiguous array; got strides {out.strides}")
-    gemv, ger, gemm = _routines(out.dtype)
-    if out.shape[1] == 1:
-        a, trans = _fortran(x)
-        gemv(alpha, a, y[:, 0], beta, out[:, 0], trans=trans, overwrite_y=True)
-    elif x.shape[1] == 1 and beta == 1:
-        ger(alpha, x[:, 0], y[0], a=out, overwrite_a=True)
-    else:
-        (a, trans_a), (b, trans_b) = _fortran(x), _fortran(y)
-        gemm(alpha, a, b, beta, out, trans_a=trans_a, trans_b=trans_b, overwrite_c=True)
-
-
-def _fortran(x):
-    """x as BLAS takes it, without a copy: (x, 0) if Fortran-contiguous, else (x^T, 1)."""
-    return (x, 0) if x.flags.f_contiguous else (x.T, 1)
-
-
-@functools.cache
-def blas():
-    """SciPy's BLAS, ``scipy.linalg.blas``, imported on first use: scipy.linalg takes 0.2 s to import,
-    which a command's ``--help`` and the CuPy backend need not pay. ``NumpyBackend`` imports it as it
-    starts, before it sets the BLAS thread count, which reaches only the libraries loaded by then."""
-    from scipy.linalg import blas as module
-
-    return module
-
-
-@functools.cache
-def _routines(dtype):
-    """SciPy's ``(gemv, ger, gemm)`` for ``dtype``."""
-    return blas().get_blas_funcs(("gemv", "ger", "gemm"), dtype=dtype)
+from .host_blas import matmul
 
 
 def bias_activation(z, a, sp, b, activation):

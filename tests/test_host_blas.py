@@ -1,0 +1,107 @@
+"""The NumPy backend's products (``host_blas.matmul``): every form and layout against the product in
+float64, the two ways of calling BLAS bitwise alike, and the GIL released for a large product, so that
+host streams run their products side by side."""
+
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu.backends import host_blas
+
+NEVER = 1 << 62
+"""A ``RELEASE`` no product reaches: every call through SciPy's Python wrappers."""
+
+# (p, r, q): out (p, q) = x (p, r) @ y (r, q); q = 1 is gemv, r = 1 with beta = 1 is ger
+SHAPES = [(37, 23, 1), (1, 23, 1), (37, 1, 29), (37, 23, 29), (1, 1, 1), (64, 200, 300)]
+
+
+def operand(rng, shape, transposed, dtype):
+    """A C-contiguous array of ``shape``, or the transpose of one; a zero row and column, and ties."""
+    x = rng.integers(-3, 4, size=shape).astype(dtype) / 4 + rng.standard_normal(shape).astype(dtype) * (
+        rng.random(shape) < 0.5)
+    x[0] = 0
+    x[:, -1] = 0
+    return np.ascontiguousarray(x.T).T if transposed else np.ascontiguousarray(x)
+
+
+def product(dtype, shape, x_t, y_t, beta, order, release, monkeypatch, seed=0):
+    rng = np.random.default_rng(seed)
+    p, r, q = shape
+    x, y = operand(rng, (p, r), x_t, dtype), operand(rng, (r, q), y_t, dtype)
+    before = rng.standard_normal((p, q)).astype(dtype)
+    out = np.array(before if beta else np.full((p, q), np.nan, dtype), order=order)
+    monkeypatch.setattr(host_blas, "RELEASE", release)
+    host_blas.matmul(out, x, y, alpha=-0.75, beta=beta)
+    want = -0.75 * (x.astype(np.float64) @ y.astype(np.float64)) + (beta * before.astype(np.float64) if beta else 0)
+    bound = np.finfo(dtype).eps * ((r + 2) * 0.75 * (np.abs(x).astype(np.float64) @ np.abs(y))
+                                   + (np.abs(before) if beta else 0))
+    return out, want, bound
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=("float32", "float64"))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("beta", [0.0, 1.0], ids=("beta0", "beta1"))
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_every_form_is_the_product_and_both_calls_give_the_same_bits(dtype, shape, beta, order, monkeypatch):
+    for x_t in (False, True):
+        for y_t in (False, True):
+            released, want, bound = product(dtype, shape, x_t, y_t, beta, order, 0, monkeypatch)
+            held, _, _ = product(dtype, shape, x_t, y_t, beta, order, NEVER, monkeypatch)
+            where = f"x{'^T' if x_t else ''} y{'^T' if y_t else ''}"
+            assert np.isfinite(released).all(), f"{where}: a NaN of the output survived (beta = {beta})"
+            assert (np.abs(released - want) <= bound).all(), f"{where}: off the float64 product by " \
+                f"{np.max(np.abs(released - want) - bound):.3g} beyond the rounding bound"
+            assert np.array_equal(released, held), f"{where}: the ctypes call and SciPy's wrapper differ"
+
+
+def test_a_large_product_releases_the_gil():
+    """While the main thread is inside one large product, another Python thread keeps running; held
+    (SciPy's wrapper), it would not run at all, since the switch interval is set far beyond the call."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((1024, 1024), dtype=np.float32), rng.standard_normal((1024, 1024), dtype=np.float32)
+    out = np.empty_like(x)
+    host_blas.load()
+    ticks, stop = [0], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(2e-4)  # releases the GIL between ticks
+
+    def ticks_during(release):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(host_blas, "RELEASE", release)
+            time.sleep(0.01)
+            before = ticks[0]
+            for _ in range(3):
+                host_blas.matmul(out, x, y)
+            return ticks[0] - before
+
+    thread, interval = threading.Thread(target=tick, daemon=True), sys.getswitchinterval()
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):  # a core left for the ticking thread
+        thread.start()
+        sys.setswitchinterval(100.0)
+        try:
+            released, held = ticks_during(host_blas.RELEASE), ticks_during(NEVER)
+        finally:
+            sys.setswitchinterval(interval)
+            stop.set()
+            thread.join()
+    assert held <= 2, f"the wrapper's call let the other thread tick {held} times: the test cannot tell"
+    assert released > 2, f"the other thread ticked {released} times during three large products: the GIL was held"
+
+
+def test_other_types_are_refused():
+    x = np.ones((4, 4), np.int64)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        host_blas.matmul(np.zeros((4, 4), np.int64), x, x)
+
+
+def test_a_strided_output_is_refused():
+    x = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match="contiguous"):
+        host_blas.matmul(np.zeros((4, 8), np.float32)[:, ::2], x, x)

@@ -95,6 +95,24 @@ def test_a_large_product_releases_the_gil():
     assert released > 2, f"the other thread ticked {released} times during three large products: the GIL was held"
 
 
+@pytest.mark.parametrize("release", [0, NEVER], ids=("released", "held"))
+def test_read_only_and_strided_operands(release, monkeypatch):
+    """Operands the buffer protocol does not hand out writable (read-only) or contiguous (a column of a
+    wider array, for gemv and ger): the product is still right."""
+    monkeypatch.setattr(host_blas, "RELEASE", release)
+    rng = np.random.default_rng(1)
+    w, wide = rng.standard_normal((6, 5)), rng.standard_normal((5, 3))
+    w.setflags(write=False)
+    column = wide[:, 1:2]  # strides (3 * 8, 8)
+    out = np.full((6, 1), np.nan)
+    host_blas.matmul(out, w, column)
+    np.testing.assert_allclose(out, w @ column, rtol=1e-14, atol=0)
+    rank = rng.standard_normal((6, 5))
+    want = rank + 0.5 * out @ wide[:, 2:3].T
+    host_blas.matmul(rank, out, wide[:, 2:3].T, alpha=0.5, beta=1.0)
+    np.testing.assert_allclose(rank, want, rtol=1e-14, atol=1e-15)
+
+
 def test_other_types_are_refused():
     x = np.ones((4, 4), np.int64)
     with pytest.raises(TypeError, match="float32 or float64"):

@@ -9,10 +9,19 @@ import time
 import numpy as np
 import pytest
 
+from helpers import assert_same, batch, layer_names
+from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 from leapfrog_gpu.backends import host_blas
+from leapfrog_gpu.backends.host import NumpyBackend
 
 NEVER = 1 << 62
-"""A ``RELEASE`` no product reaches: every call through SciPy's Python wrappers."""
+"""A threshold no product reaches: every call through SciPy's Python wrappers."""
+
+
+def release_from(monkeypatch, size):
+    """Every product from ``size`` on with the GIL released (0: all, ``NEVER``: none)."""
+    monkeypatch.setattr(host_blas, "RELEASE_MATRIX", size)
+    monkeypatch.setattr(host_blas, "RELEASE_GEMM", size)
 
 # (p, r, q): out (p, q) = x (p, r) @ y (r, q); q = 1 is gemv, r = 1 with beta = 1 is ger
 SHAPES = [(37, 23, 1), (1, 23, 1), (37, 1, 29), (37, 23, 29), (1, 1, 1), (64, 200, 300)]
@@ -33,7 +42,7 @@ def product(dtype, shape, x_t, y_t, beta, order, release, monkeypatch, seed=0):
     x, y = operand(rng, (p, r), x_t, dtype), operand(rng, (r, q), y_t, dtype)
     before = rng.standard_normal((p, q)).astype(dtype)
     out = np.array(before if beta else np.full((p, q), np.nan, dtype), order=order)
-    monkeypatch.setattr(host_blas, "RELEASE", release)
+    release_from(monkeypatch, release)
     host_blas.matmul(out, x, y, alpha=-0.75, beta=beta)
     want = -0.75 * (x.astype(np.float64) @ y.astype(np.float64)) + (beta * before.astype(np.float64) if beta else 0)
     bound = np.finfo(dtype).eps * ((r + 2) * 0.75 * (np.abs(x).astype(np.float64) @ np.abs(y))
@@ -74,7 +83,8 @@ def test_a_large_product_releases_the_gil():
 
     def ticks_during(release):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(host_blas, "RELEASE", release)
+            if release is not None:
+                release_from(patch, release)
             time.sleep(0.01)
             before = ticks[0]
             for _ in range(3):
@@ -86,7 +96,7 @@ def test_a_large_product_releases_the_gil():
         thread.start()
         sys.setswitchinterval(100.0)
         try:
-            released, held = ticks_during(host_blas.RELEASE), ticks_during(NEVER)
+            released, held = ticks_during(None), ticks_during(NEVER)
         finally:
             sys.setswitchinterval(interval)
             stop.set()
@@ -99,7 +109,7 @@ def test_a_large_product_releases_the_gil():
 def test_read_only_and_strided_operands(release, monkeypatch):
     """Operands the buffer protocol does not hand out writable (read-only) or contiguous (a column of a
     wider array, for gemv and ger): the product is still right."""
-    monkeypatch.setattr(host_blas, "RELEASE", release)
+    release_from(monkeypatch, release)
     rng = np.random.default_rng(1)
     w, wide = rng.standard_normal((6, 5)), rng.standard_normal((5, 3))
     w.setflags(write=False)
@@ -111,6 +121,48 @@ def test_read_only_and_strided_operands(release, monkeypatch):
     want = rank + 0.5 * out @ wide[:, 2:3].T
     host_blas.matmul(rank, out, wide[:, 2:3].T, alpha=0.5, beta=1.0)
     np.testing.assert_allclose(rank, want, rtol=1e-14, atol=1e-15)
+
+
+SIZES = [9, 17, 5, 13, 7, 3]
+
+
+def gradients_and_step(schedule, step_schedule, x, y, chaos):
+    """(nabla_b + nabla_w of one backprop under ``schedule``, the parameters after two SGD steps under
+    ``step_schedule``), on host streams with random delays before every operation."""
+    with NumpyBackend(chaos=chaos) as backend:
+        net = MLP(SIZES, dtype="float64", seed=3, backend=backend)
+        nabla_b, nabla_w = net.backprop(x, y, schedule)
+        gradients = [np.array(g) for g in nabla_b + nabla_w]
+        for _ in range(2):
+            net.sgd_step(x, y, 0.5, step_schedule)
+        return gradients, net.weights + net.biases
+
+
+@pytest.mark.parametrize("release", [0, NEVER], ids=("released", "held"))
+def test_streams_running_released_products_side_by_side_keep_every_bit(release, monkeypatch):
+    """With every product released (streams really computing at once) or none, each schedule's gradients
+    are the reference's in float64 within rounding and Sequential's bit for bit, and every stream count
+    and interleaving gives the same parameters; both ways give the same bits."""
+    release_from(monkeypatch, release)
+    x, y = batch(SIZES, 6)
+    with MLP(SIZES, dtype="float64", seed=3, backend="numpy") as net:
+        want_b, want_w = reference.backprop(net.weights, net.biases, x, y)
+    names = layer_names(len(SIZES), "nabla_b", "nabla_w")
+    for one_pass in (False, True):
+        want = None
+        for k in (0, 1, 2, 5):
+            schedule = Leapfrog(k) if k else Sequential()
+            step = Leapfrog(k, fused=True, one_pass=one_pass) if k else Sequential(fused=True, one_pass=one_pass)
+            got, params = gradients_and_step(schedule, step, x, y, chaos=k + 10 * one_pass)
+            for name, g, w in zip(names, got, want_b + want_w):
+                assert np.allclose(g, w, rtol=1e-12, atol=1e-15), f"{schedule!r}: {name} off the reference"
+            if want is None:
+                want, sequential = params, got
+            assert_same(got, sequential, names, repr(schedule), "Sequential()")
+            assert_same(params, want, layer_names(len(SIZES), "w", "b"), repr(step), "the sequential step")
+    release_from(monkeypatch, NEVER if release == 0 else 0)  # the other way of calling BLAS
+    _, other = gradients_and_step(Sequential(), Sequential(fused=True, one_pass=True), x, y, chaos=1)
+    assert_same(other, want, layer_names(len(SIZES), "w", "b"), "one-pass step", "the other way of calling BLAS")
 
 
 def test_other_types_are_refused():

@@ -4,10 +4,10 @@ enough to run beside another stream.
 SciPy's Python wrappers (``scipy.linalg.blas``) hold the GIL for the whole call, so two host streams
 whose products went through them ran one after the other: a worker's (7) waited for the main stream's
 (5) to return. Their dispatch is cheap (about 1 us), which matters for the small products of a narrow
-network. So a product of at least ``RELEASE`` multiply-adds calls the same BLAS routine through its
-C entry point (``scipy.linalg.cython_blas``) by ``ctypes``, which releases the GIL for the call (about
-5 us to dispatch), and a smaller one the Python wrapper. Both paths run the one routine of one
-library: the bits are the same either way.
+network. So a product that takes long enough (``RELEASE_MATRIX``, ``RELEASE_GEMM``) calls the same BLAS
+routine through its C entry point (``scipy.linalg.cython_blas``) by ``ctypes``, which releases the GIL
+for the call (about 5 us to dispatch), and a shorter one the Python wrapper. Both paths run the one
+routine of one library: the bits are the same either way.
 """
 
 import ctypes
@@ -15,9 +15,13 @@ import functools
 
 import numpy as np
 
-RELEASE = 1 << 20
-"""Multiply-adds from which a product runs with the GIL released: at least about 15 us of work (a
-gemv of 4 MiB, a 128 x 128 x 64 GEMM), against its 5 us dispatch."""
+RELEASE_MATRIX = 1 << 18
+"""Elements of its matrix from which a gemv or a ger, bound by the bytes it moves, runs with the GIL
+released: 1 MiB in float32, about 50 us on a server core, ten times the dispatch."""
+RELEASE_GEMM = 1 << 24
+"""Multiply-adds from which a gemm, bound by its arithmetic, runs with the GIL released (a 1024 x 1024
+x 16 product): about 100 us on a server core. At 256 x 256 x 64 the released call's dispatch made a
+step 7% slower, which no overlap repaid."""
 
 
 def matmul(out, x, y, alpha=1.0, beta=0.0):
@@ -35,21 +39,20 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     if not out.flags.f_contiguous:
         raise ValueError(f"matmul writes into a C- or Fortran-contiguous array; got strides {out.strides}")
     (m, n), k = out.shape, x.shape[1]
-    released = m * n * k >= RELEASE
     if n == 1:
         a, trans = _fortran(x)
-        if released:
+        if m * k >= RELEASE_MATRIX:
             _released(out.dtype).gemv(alpha, a, trans, y[:, 0], beta, out[:, 0])
         else:
             _wrappers(out.dtype)[0](alpha, a, y[:, 0], beta, out[:, 0], trans=trans, overwrite_y=True)
     elif k == 1 and beta == 1:
-        if released:
+        if m * n >= RELEASE_MATRIX:
             _released(out.dtype).ger(alpha, x[:, 0], y[0], out)
         else:
             _wrappers(out.dtype)[1](alpha, x[:, 0], y[0], a=out, overwrite_a=True)
     else:
         (a, trans_a), (b, trans_b) = _fortran(x), _fortran(y)
-        if released:
+        if m * n * k >= RELEASE_GEMM:
             _released(out.dtype).gemm(alpha, a, trans_a, b, trans_b, beta, out)
         else:
             _wrappers(out.dtype)[2](alpha, a, b, beta, out, trans_a=trans_a, trans_b=trans_b, overwrite_c=True)

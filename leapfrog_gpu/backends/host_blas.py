@@ -33,6 +33,7 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     lacks (beta = 1, ``ger``), and through it alone: NumPy's BLAS keeps a thread pool of its own, and
     the two pools' threads, which spin between calls, take the cores from each other when calls
     alternate (a forward pass on one and the sweep on the other run several times as slow on two cores).
+    A call as long as ``RELEASE_MATRIX`` or ``RELEASE_GEMM`` says runs with the GIL released.
     """
     if not out.flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
         out, x, y = out.T, y.T, x.T

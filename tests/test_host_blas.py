@@ -23,6 +23,7 @@ def release_from(monkeypatch, size):
     monkeypatch.setattr(host_blas, "RELEASE_MATRIX", size)
     monkeypatch.setattr(host_blas, "RELEASE_GEMM", size)
 
+
 # (p, r, q): out (p, q) = x (p, r) @ y (r, q); q = 1 is gemv, r = 1 with beta = 1 is ger
 SHAPES = [(37, 23, 1), (1, 23, 1), (37, 1, 29), (37, 23, 29), (1, 1, 1), (64, 200, 300)]
 

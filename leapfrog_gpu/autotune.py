@@ -130,8 +130,8 @@ def blas_limit(threads):
 
 @functools.cache
 def _controller():
-    """The BLAS libraries to limit, SciPy's among them (loaded first: the controller knows only those
-    loaded when it is made)."""
+    """The BLAS libraries to limit, the products' among them (loaded first: the controller knows only
+    those loaded when it is made)."""
     host_blas.load()
     return threadpoolctl.ThreadpoolController()
 

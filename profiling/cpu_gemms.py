@@ -1,5 +1,6 @@
-"""The products of a CPU step on their own: ours (SciPy's BLAS, as ``ops_numpy`` calls it) against
-PyTorch's (its CPU build's BLAS), and what it costs to mix NumPy's BLAS with SciPy's.
+"""The products of a CPU step on their own: ours (the OpenBLAS of ``scipy-openblas32``, as ``ops_numpy``
+calls it) against SciPy's bundled OpenBLAS and PyTorch's BLAS, and what it costs to mix NumPy's BLAS
+with ours.
 
     python profiling/cpu_gemms.py --size 1024 --layers 16 --batch 1,64 --json gemms.json
 
@@ -7,10 +8,12 @@ Per batch size B, the median time per layer, over ``--layers - 1`` weight matric
 swept in turn, of each product a step makes:
 - ``ours``: (2) ``z = w a``, (5) ``delta = w^T delta_next``, and the update ``w -= eta delta a^T``
   (``rank_update``: ger at B = 1, gemm with beta = 1 above);
+- ``scipy``: the same three through SciPy's wrappers (``scipy.linalg.blas``), on the OpenBLAS SciPy
+  bundles;
 - ``torch``: the same three in PyTorch's layout (samples are rows): ``x w^T``, ``g w`` and ``g^T x``;
-- ``pools-mixed``, ``pools-scipy``: one forward pass of (2) then one sweep of ``backward_update``, per
-  pass, the forward on NumPy's ``matmul`` (``numpy_then_scipy``) or on SciPy's like the sweep
-  (``scipy_only``).
+- ``pools-mixed``, ``pools-one``: one forward pass of (2) then one sweep of ``backward_update``, per
+  pass, the forward on NumPy's ``matmul`` (``numpy_then_ours``) or on our BLAS like the sweep
+  (``ours_only``).
 Each side runs in a process of its own, so that no thread pool of one meets the other's, and the sides
 take turns for ``--rounds`` rounds, so that a drift of the machine's load reaches all of them alike.
 """
@@ -23,7 +26,7 @@ import time
 
 import numpy as np
 
-SIDES = ("ours", "torch", "pools-mixed", "pools-scipy")
+SIDES = ("ours", "scipy", "torch", "pools-mixed", "pools-one")
 
 
 def main(argv=None):
@@ -109,6 +112,24 @@ def ours(n, count, batch, threads, repeats):
             "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w]}, count, repeats)
 
 
+def scipy_side(n, count, batch, threads, repeats):
+    from scipy.linalg import blas
+    from threadpoolctl import threadpool_limits
+
+    w, a, delta = _weights(n, count, batch)
+    out, eta = np.empty_like(a), 1e-6
+    if batch == 1:  # on the Fortran views, as host_blas takes them
+        products = {"(2)": lambda m: blas.sgemv(1.0, m.T, a[:, 0], y=out[:, 0], trans=1, overwrite_y=True),
+                    "(5)": lambda m: blas.sgemv(1.0, m.T, delta[:, 0], y=out[:, 0], overwrite_y=True),
+                    "update": lambda m: blas.sger(-eta, a[:, 0], delta[:, 0], a=m.T, overwrite_a=True)}
+    else:
+        products = {"(2)": lambda m: blas.sgemm(1.0, a.T, m.T, c=out.T, overwrite_c=True),
+                    "(5)": lambda m: blas.sgemm(1.0, delta.T, m.T, c=out.T, trans_b=1, overwrite_c=True),
+                    "update": lambda m: blas.sgemm(-eta, a.T, delta.T, c=m.T, trans_a=1, beta=1.0, overwrite_c=True)}
+    with threadpool_limits(threads, user_api="blas"):
+        return _per_layer({name: lambda f=f: [f(m) for m in w] for name, f in products.items()}, count, repeats)
+
+
 def torch_side(n, count, batch, threads, repeats):
     import torch
 
@@ -124,7 +145,7 @@ def torch_side(n, count, batch, threads, repeats):
 
 
 def pools(mixed):
-    """The pass of ``pools``, its forward on NumPy's ``matmul`` if ``mixed``, else on SciPy's BLAS: one
+    """The pass of ``pools``, its forward on NumPy's ``matmul`` if ``mixed``, else on our BLAS: one
     side each, since within one process the pool that NumPy's calls woke would slow both."""
 
     def side(n, count, batch, threads, repeats):
@@ -146,12 +167,12 @@ def pools(mixed):
                 ops_numpy.backward_update(d, m, delta, sp, a, controls)
 
         with threadpool_limits(threads, user_api="blas"):
-            return _per_layer({"numpy_then_scipy" if mixed else "scipy_only": one_pass}, 1, repeats)
+            return _per_layer({"numpy_then_ours" if mixed else "ours_only": one_pass}, 1, repeats)
 
     return side
 
 
-SIDE = {"ours": ours, "torch": torch_side, "pools-mixed": pools(True), "pools-scipy": pools(False)}
+SIDE = {"ours": ours, "scipy": scipy_side, "torch": torch_side, "pools-mixed": pools(True), "pools-one": pools(False)}
 
 if __name__ == "__main__":
     sys.exit(main())

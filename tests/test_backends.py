@@ -118,16 +118,16 @@ def test_blas_threads_are_set_and_restored():
     def blas_threads():
         return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
 
-    host_blas.load()  # SciPy's BLAS, which the backend loads, is counted before too
+    host_blas.load()  # the backend's BLAS, which it loads, is counted before too
     before = blas_threads()
     with NumpyBackend(blas_threads=1):
         assert set(blas_threads()) == {1}
     assert blas_threads() == before
 
 
-def test_blas_threads_reach_scipys_blas_in_a_fresh_process():
-    """Every product runs on SciPy's BLAS, imported on first use: the backend loads it before it sets the
-    limit, which reaches only the libraries loaded by then."""
+def test_blas_threads_reach_the_products_blas_in_a_fresh_process():
+    """Every product runs on the OpenBLAS of ``scipy-openblas32``, loaded on first use: the backend loads
+    it before it sets the limit, which reaches only the libraries loaded by then."""
     code = ("import numpy as np, threadpoolctl\n"
             "from leapfrog_gpu import MLP, Sequential\n"
             "from leapfrog_gpu.backends.host import NumpyBackend\n"

@@ -1,6 +1,6 @@
 """The NumPy backend's products (``host_blas.matmul``): every form and layout against the product in
-float64, the two ways of calling BLAS bitwise alike, and the GIL released for a large product, so that
-host streams run their products side by side."""
+float64, the two ways of calling BLAS (the GIL released or held) bitwise alike, and the GIL released for
+a large product, so that host streams run their products side by side."""
 
 import sys
 import threading
@@ -15,7 +15,7 @@ from leapfrog_gpu.backends import host_blas
 from leapfrog_gpu.backends.host import NumpyBackend
 
 NEVER = 1 << 62
-"""A threshold no product reaches: every call through SciPy's Python wrappers."""
+"""A threshold no product reaches: every call with the GIL held."""
 
 
 def release_from(monkeypatch, size):
@@ -64,12 +64,12 @@ def test_every_form_is_the_product_and_both_calls_give_the_same_bits(dtype, shap
             assert np.isfinite(released).all(), f"{where}: a NaN of the output survived (beta = {beta})"
             assert (np.abs(released - want) <= bound).all(), f"{where}: off the float64 product by " \
                 f"{np.max(np.abs(released - want) - bound):.3g} beyond the rounding bound"
-            assert np.array_equal(released, held), f"{where}: the ctypes call and SciPy's wrapper differ"
+            assert np.array_equal(released, held), f"{where}: the released call and the held one differ"
 
 
 def test_a_large_product_releases_the_gil():
     """While the main thread is inside one large product, another Python thread keeps running; held
-    (SciPy's wrapper), it would not run at all, since the switch interval is set far beyond the call."""
+    (``ctypes.PyDLL``), it would not run at all, since the switch interval is set far beyond the call."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((1024, 1024), dtype=np.float32), rng.standard_normal((1024, 1024), dtype=np.float32)
@@ -102,7 +102,7 @@ def test_a_large_product_releases_the_gil():
             sys.setswitchinterval(interval)
             stop.set()
             thread.join()
-    assert held <= 2, f"the wrapper's call let the other thread tick {held} times: the test cannot tell"
+    assert held <= 2, f"the held call let the other thread tick {held} times: the test cannot tell"
     assert released > 2, f"the other thread ticked {released} times during three large products: the GIL was held"
 
 
@@ -122,6 +122,31 @@ def test_read_only_and_strided_operands(release, monkeypatch):
     want = rank + 0.5 * out @ wide[:, 2:3].T
     host_blas.matmul(rank, out, wide[:, 2:3].T, alpha=0.5, beta=1.0)
     np.testing.assert_allclose(rank, want, rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("release", [0, NEVER], ids=("released", "held"))
+@pytest.mark.parametrize("x_t", [False, True], ids=("x", "xT"))
+def test_blocks_of_a_wider_matrix_are_taken_in_place(release, x_t, monkeypatch):
+    """A block of columns of a C array (or of rows of a Fortran one) has one unit stride and a leading
+    dimension wider than the block: gemm and gemv read it in place, as the columns it is."""
+    release_from(monkeypatch, release)
+    rng = np.random.default_rng(2)
+    wide = operand(rng, (40, 30), x_t, np.float64)
+    block = wide[:, 7:19] if not x_t else wide[5:31, :]
+    for q in (1, 9):
+        y = rng.standard_normal((block.shape[1], q))
+        out = np.full((block.shape[0], q), np.nan)
+        host_blas.matmul(out, block, y)
+        bound = 1e-15 * (block.shape[1] + 2) * (np.abs(block) @ np.abs(y))
+        assert (np.abs(out - block @ y) <= bound).all(), f"q = {q}: off the product"
+
+
+def test_an_operand_without_a_unit_stride_is_refused():
+    x = np.ones((8, 8), np.float32)
+    out = np.full((4, 4), np.nan, np.float32)
+    with pytest.raises(ValueError, match="unit stride.*ascontiguousarray"):
+        host_blas.matmul(out, x[::2, ::2], x[:4, :4])
+    assert np.isnan(out).all(), "the refused call wrote into its output"
 
 
 SIZES = [9, 17, 5, 13, 7, 3]

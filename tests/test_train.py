@@ -457,14 +457,15 @@ sys.exit(command.load()())
 
 
 @pytest.mark.parametrize("argv,imported", [(["--help"], []),
-                                           (["--hidden", "2x8", "--epochs", "1", "--quiet"], ["scipy"])],
+                                           (["--hidden", "2x8", "--epochs", "1", "--quiet"], ["scipy_openblas32"])],
                          ids=("help", "run"))
 def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
-    """Most of a slow start was importing scikit-learn to load the digits; the run needs it no more than
-    matplotlib. SciPy comes with the first product (its BLAS), so ``--help`` does without it too."""
+    """Most of a slow start was importing scikit-learn (and SciPy with it) to load the digits; the run
+    needs them no more than matplotlib. The BLAS comes with the first product, so ``--help`` does
+    without it too."""
     code = (f"import sys\nfrom leapfrog_gpu.tools import train\ntry:\n    code = train.main({argv!r})\n"
             "except SystemExit as stop:\n    code = stop.code or 0\nassert code == 0, code\n"
-            "print(sorted({name.partition('.')[0] for name in sys.modules} & {'sklearn', 'scipy', 'matplotlib'}))")
+            "print(sorted({name.partition('.')[0] for name in sys.modules} & {'sklearn', 'scipy', 'scipy_openblas32', 'matplotlib'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == str(imported)

@@ -30,14 +30,17 @@ def make_schedule(name, k=0, fused=False, one_pass=False, **options):
 
 def check_schedule(schedule):
     """Return ``schedule`` if it is a schedule object, else raise a TypeError naming the choices."""
-    choices = [_signature(cls) for cls, _ in SCHEDULES.values()]
     if getattr(schedule, "model", "MLP") != "MLP":  # a schedule of the RNN (``rnn_schedules``)
-        raise TypeError(f"{schedule!r} runs on an {schedule.model}, not an MLP; an MLP takes "
-                        f"{', '.join(choices[:-1])} or {choices[-1]}")
+        raise TypeError(f"{schedule!r} runs on an {schedule.model}, not an MLP; an MLP takes {_choices()}")
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be a schedule object: {', '.join(choices[:-1])} or {choices[-1]}; "
-                        f"got {schedule!r}")
+        raise TypeError(f"schedule must be a schedule object: {_choices()}; got {schedule!r}")
     return schedule
+
+
+def _choices():
+    """``Sequential(), Leapfrog(k), ... or NaumovJacobi(k)``: every schedule with the arguments it needs."""
+    choices = [_signature(cls) for cls, _ in SCHEDULES.values()]
+    return f"{', '.join(choices[:-1])} or {choices[-1]}"
 
 
 def _signature(cls):

@@ -201,3 +201,21 @@ def test_a_strided_output_is_refused():
     x = np.ones((4, 4), np.float32)
     with pytest.raises(ValueError, match="contiguous"):
         host_blas.matmul(np.zeros((4, 8), np.float32)[:, ::2], x, x)
+
+
+def test_an_output_or_a_vector_it_cannot_take_is_refused():
+    """A read-only or strided output, and a vector running backwards, each refused with the fix named,
+    before anything is written."""
+    rng = np.random.default_rng(3)
+    w, v = rng.standard_normal((6, 5)), rng.standard_normal((5, 1))
+    read_only = np.full((6, 1), np.nan)
+    read_only.setflags(write=False)
+    strided = np.full((12, 2), np.nan)[::2, :1]
+    for out in (read_only, strided):
+        with pytest.raises(ValueError, match="writable C- or Fortran-contiguous"):
+            host_blas.matmul(out, w, v)
+    out = np.full((6, 1), np.nan)
+    with pytest.raises(ValueError, match="positive stride.*ascontiguousarray"):
+        host_blas.matmul(out, w, v[::-1])
+    assert np.isnan(out).all() and np.isnan(read_only).all() and np.isnan(strided).all(), \
+        "a refused call wrote into its output"

@@ -4,7 +4,7 @@ place, with the GIL released for every product long enough to run beside another
 Why this OpenBLAS and not NumPy's or SciPy's: NumPy has no in-place GEMM (beta = 1) and no ``ger``; SciPy's
 wrappers have both, but hold the GIL for the whole call (two host streams' products ran one after the
 other), and SciPy 1.17 bundles OpenBLAS 0.3.30, whose transposed-weight GEMM of (5) at B = 64 takes
-1.4-1.8x the forward's time on a Zen 4 core, against 1.2-1.4x from 0.3.31 on. Every product goes through
+1.5-1.9x the forward's time on a Zen 4 core, against 1.15-1.4x from 0.3.31 on. Every product goes through
 the one library: two BLAS libraries' thread pools, whose threads spin between calls, take the cores from
 each other when calls alternate.
 
@@ -40,35 +40,54 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     ``gemv`` when q = 1, ``ger`` when r = 1 and beta = 1, ``gemm`` otherwise, on the arrays' Fortran
     views. A call as long as ``RELEASE_MATRIX`` or ``RELEASE_GEMM`` says runs with the GIL released.
     """
-    if not out.flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
+    flags = out.flags
+    if not flags.writeable or not (flags.f_contiguous or flags.c_contiguous):
+        raise ValueError(f"matmul writes into a writable C- or Fortran-contiguous array; got strides "
+                         f"{out.strides}, writeable={flags.writeable}")
+    if not flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
         out, x, y = out.T, y.T, x.T
-    if not out.flags.f_contiguous:
-        raise ValueError(f"matmul writes into a C- or Fortran-contiguous array; got strides {out.strides}")
+    c = _address(out.T)
     (m, n), k = out.shape, x.shape[1]
     if n == 1:
-        a, trans, lda = _operand(x)
+        (a, trans, lda), (b, inc) = _operand(x), _vector(y, 0)
         blas = _routines(out.dtype, m * k >= RELEASE_MATRIX)
-        blas.gemv(trans, a.shape[0], a.shape[1], alpha, a, lda, y[:, 0], beta, out[:, 0])
+        blas.gemv(trans, *((k, m) if trans else (m, k)), alpha, a, lda, b, inc, beta, c, 1)
     elif k == 1 and beta == 1:
+        (a, inc_a), (b, inc_b) = _vector(x, 0), _vector(y, 1)
         blas = _routines(out.dtype, m * n >= RELEASE_MATRIX)
-        blas.ger(m, n, alpha, x[:, 0], y[0], out, max(1, m))
+        blas.ger(m, n, alpha, a, inc_a, b, inc_b, c, max(1, m))
     else:
         (a, trans_a, lda), (b, trans_b, ldb) = _operand(x), _operand(y)
         blas = _routines(out.dtype, m * n * k >= RELEASE_GEMM)
-        blas.gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, out, max(1, m))
+        blas.gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, max(1, m))
 
 
 def _operand(x):
-    """x as BLAS takes it, without a copy: ``(x, 0, ld)`` if its columns are contiguous, ``(x^T, 1, ld)`` if
-    its rows are, ``ld`` the leading dimension of the Fortran-ordered matrix handed over."""
+    """x (rows, cols) as BLAS takes it, without a copy: ``(pointer, 0, ld)`` if its columns are contiguous,
+    ``(pointer, 1, ld)`` if its rows are, ``ld`` the leading dimension of the Fortran-ordered matrix
+    (x, or x^T) handed over."""
     rows, cols = x.shape
-    for a, trans in ((x, 0), (x.T, 1)):
-        (step, ld), (height, width) = (s // x.itemsize for s in a.strides), a.shape
-        ld = ld if width > 1 else height
-        if (step == 1 or height == 1) and ld >= max(1, height):
-            return a, trans, max(1, ld)
+    if x.flags.f_contiguous:
+        return _address(x.T), 0, max(1, rows)
+    if x.flags.c_contiguous:
+        return _address(x), 1, max(1, cols)
+    for a, trans in ((x, 0), (x.T, 1)):  # a block of columns or rows of a wider matrix
+        (step, ld), height = (s // x.itemsize for s in a.strides), a.shape[0]
+        if step == 1 and ld >= height:
+            return ctypes.c_void_p(x.ctypes.data), trans, ld
     raise ValueError(f"matmul takes operands with a unit stride along one axis; got a {rows} x {cols} array "
                      f"with strides {x.strides} (np.ascontiguousarray makes one)")
+
+
+def _vector(v, axis):
+    """v, an (n, 1) array (axis 0) or a (1, n) one (axis 1), as BLAS takes a vector: ``(pointer, inc)``."""
+    if v.shape[axis] < 2:
+        return _address(v) if v.flags.c_contiguous else ctypes.c_void_p(v.ctypes.data), 1
+    inc = v.strides[axis] // v.itemsize
+    if inc < 1 or inc * v.itemsize != v.strides[axis]:
+        raise ValueError(f"matmul takes vectors with a positive stride; got strides {v.strides} "
+                         f"(np.ascontiguousarray makes one)")
+    return (_address(v) if inc == 1 else ctypes.c_void_p(v.ctypes.data)), inc
 
 
 @functools.cache
@@ -106,33 +125,34 @@ class _Routines:
 
     def __init__(self, dtype, library):
         prefix = _prefix(dtype)
-        self.scalar, self.itemsize = (ctypes.c_float if prefix == "s" else ctypes.c_double), dtype.itemsize
+        self.scalar = ctypes.c_float if prefix == "s" else ctypes.c_double
         self._gemv, self._ger, self._gemm = (getattr(library, f"scipy_cblas_{prefix}{name}")
                                              for name in ("gemv", "ger", "gemm"))
 
-    def gemv(self, trans, m, n, alpha, a, lda, x, beta, y):
+    def gemv(self, trans, m, n, alpha, a, lda, x, inc_x, beta, y, inc_y):
         """``y = alpha op(a) x + beta y``: a (m, n) column-major, op transposes it if ``trans``."""
-        scalar, step = self.scalar, self.itemsize
-        self._gemv(_COLUMN_MAJOR, _TRANS[trans], m, n, scalar(alpha), _pointer(a), lda,
-                   _pointer(x), x.strides[0] // step, scalar(beta), _pointer(y), y.strides[0] // step)
+        self._gemv(_COLUMN_MAJOR, _TRANS[trans], m, n, self.scalar(alpha), a, lda, x, inc_x, self.scalar(beta),
+                   y, inc_y)
 
-    def ger(self, m, n, alpha, x, y, a, lda):
+    def ger(self, m, n, alpha, x, inc_x, y, inc_y, a, lda):
         """``a += alpha x y^T``: a (m, n) column-major."""
-        step = self.itemsize
-        self._ger(_COLUMN_MAJOR, m, n, self.scalar(alpha), _pointer(x), x.strides[0] // step,
-                  _pointer(y), y.strides[0] // step, _pointer(a), lda)
+        self._ger(_COLUMN_MAJOR, m, n, self.scalar(alpha), x, inc_x, y, inc_y, a, lda)
 
     def gemm(self, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
         """``c = alpha op(a) op(b) + beta c``: c (m, n) column-major, op(a) (m, k), op(b) (k, n)."""
         scalar = self.scalar
-        self._gemm(_COLUMN_MAJOR, _TRANS[trans_a], _TRANS[trans_b], m, n, k, scalar(alpha), _pointer(a), lda,
-                   _pointer(b), ldb, scalar(beta), _pointer(c), ldc)
+        self._gemm(_COLUMN_MAJOR, _TRANS[trans_a], _TRANS[trans_b], m, n, k, scalar(alpha), a, lda, b, ldb,
+                   scalar(beta), c, ldc)
 
 
-def _pointer(x):
-    """A pointer to x's first element. Through the buffer of x (or of x^T, C-contiguous where x is
-    Fortran-contiguous), five times as fast as ``x.ctypes.data``, which a read-only or strided x takes."""
+_BYTES = ctypes.c_char * 0
+"""A ctypes array over an array's buffer is passed as a pointer to its first byte."""
+
+
+def _address(x):
+    """A pointer to the first element of x, C-contiguous. Through its buffer, several times as fast as
+    ``x.ctypes.data``, which a read-only x takes."""
     try:
-        return ctypes.byref(ctypes.c_char.from_buffer(x.T if x.flags.f_contiguous and x.ndim > 1 else x))
-    except (TypeError, ValueError, BufferError):
+        return _BYTES.from_buffer(x)
+    except TypeError:  # read-only
         return ctypes.c_void_p(x.ctypes.data)

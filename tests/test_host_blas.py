@@ -219,3 +219,10 @@ def test_an_output_or_a_vector_it_cannot_take_is_refused():
         host_blas.matmul(out, w, v[::-1])
     assert np.isnan(out).all() and np.isnan(read_only).all() and np.isnan(strided).all(), \
         "a refused call wrote into its output"
+
+
+def test_operands_of_another_dtype_are_refused():
+    out = np.full((3, 1), np.nan, np.float32)
+    with pytest.raises(TypeError, match="dtype, float32; got float64 and float32"):
+        host_blas.matmul(out, np.ones((3, 4)), np.ones((4, 1), np.float32))
+    assert np.isnan(out).all(), "the refused call wrote into its output"

@@ -34,12 +34,16 @@ _COLUMN_MAJOR, _TRANS = 102, (111, 112)  # CBLAS's CblasColMajor and (CblasNoTra
 
 def matmul(out, x, y, alpha=1.0, beta=0.0):
     """``out = alpha * (x @ y) + beta * out`` in place, by one BLAS call that allocates nothing: x (p, r),
-    y (r, q), out (p, q); out C- or Fortran-contiguous, x and y with a unit stride along one axis (a
-    C- or Fortran-contiguous array, a block of rows or columns of one, or its transpose).
+    y (r, q), out (p, q), all of one dtype; out writable and C- or Fortran-contiguous, x and y with a
+    unit stride along one axis (a C- or Fortran-contiguous array, a block of rows or columns of one, or
+    its transpose).
 
     ``gemv`` when q = 1, ``ger`` when r = 1 and beta = 1, ``gemm`` otherwise, on the arrays' Fortran
     views. A call as long as ``RELEASE_MATRIX`` or ``RELEASE_GEMM`` says runs with the GIL released.
     """
+    if x.dtype != out.dtype or y.dtype != out.dtype:
+        raise TypeError(f"matmul takes operands of its output's dtype, {out.dtype}; got {x.dtype} and "
+                        f"{y.dtype}")
     flags = out.flags
     if not flags.writeable or not (flags.f_contiguous or flags.c_contiguous):
         raise ValueError(f"matmul writes into a writable C- or Fortran-contiguous array; got strides "
@@ -81,8 +85,8 @@ def _operand(x):
 
 def _vector(v, axis):
     """v, an (n, 1) array (axis 0) or a (1, n) one (axis 1), as BLAS takes a vector: ``(pointer, inc)``."""
-    if v.shape[axis] < 2:
-        return _address(v) if v.flags.c_contiguous else ctypes.c_void_p(v.ctypes.data), 1
+    if v.shape[axis] < 2:  # one element, or none: contiguous
+        return _address(v), 1
     inc = v.strides[axis] // v.itemsize
     if inc < 1 or inc * v.itemsize != v.strides[axis]:
         raise ValueError(f"matmul takes vectors with a positive stride; got strides {v.strides} "
@@ -131,8 +135,8 @@ class _Routines:
 
     def gemv(self, trans, m, n, alpha, a, lda, x, inc_x, beta, y, inc_y):
         """``y = alpha op(a) x + beta y``: a (m, n) column-major, op transposes it if ``trans``."""
-        self._gemv(_COLUMN_MAJOR, _TRANS[trans], m, n, self.scalar(alpha), a, lda, x, inc_x, self.scalar(beta),
-                   y, inc_y)
+        scalar = self.scalar
+        self._gemv(_COLUMN_MAJOR, _TRANS[trans], m, n, scalar(alpha), a, lda, x, inc_x, scalar(beta), y, inc_y)
 
     def ger(self, m, n, alpha, x, inc_x, y, inc_y, a, lda):
         """``a += alpha x y^T``: a (m, n) column-major."""

@@ -225,13 +225,13 @@ class GraphNet:
         x = check_batch(self.backend.xp, "x", x, self.n[INPUT])
         state = State(x.shape[1])
         backend, xp = self.backend, self.backend.xp
-        state.a[INPUT] = xp.empty(x.shape, dtype=self.dtype)
+        state.a[INPUT] = xp.empty(x.shape, dtype=self.dtype, order=backend.batch_order)
         backend.copy_in(backend.main, state.a[INPUT], x)
         if y is not None:
             y = check_batch(self.backend.xp, "y", y, self.n[self.output])
             if y.shape[1] != x.shape[1]:
                 raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
-            state.y = xp.empty(y.shape, dtype=self.dtype)
+            state.y = xp.empty(y.shape, dtype=self.dtype, order=backend.batch_order)
             backend.copy_in(backend.main, state.y, y)
         state.contributions = {v: {} for v in self.order}
         backend.keep(state)

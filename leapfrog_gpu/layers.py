@@ -213,17 +213,20 @@ class Dense(Layer):
 
     def forward(self, backend, params, inputs):
         xp, (a_in,) = backend.xp, inputs
-        z, a, sp = (xp.empty((self.n, a_in.shape[1]), dtype=a_in.dtype) for _ in range(3))
+        z, a, sp = (xp.empty((self.n, a_in.shape[1]), dtype=a_in.dtype, order=backend.batch_order) for _ in range(3))
         backend.ops.forward(z, a, sp, params["w"], a_in, params["b"], self.activation)
         return a, {"sp": sp}
 
     def error(self, backend, params, saved, abar):
-        delta = abar.copy()  # abar may be shared with another node (Add hands out one array)
+        delta = backend.xp.empty(abar.shape, dtype=abar.dtype, order=backend.batch_order)
+        backend.xp.copyto(delta, abar)  # abar may be shared with another node (Add hands out one array)
         backend.ops.delta_hidden(delta, saved["sp"])
         return delta
 
     def vjp_inputs(self, backend, params, inputs, saved, g):
-        return [backend.xp.matmul(params["w"].T, g)]
+        xp, w = backend.xp, params["w"]
+        out = xp.empty((w.shape[1], g.shape[1]), dtype=g.dtype, order=backend.batch_order)
+        return [xp.matmul(w.T, g, out=out)]
 
     def vjp_params(self, backend, params, inputs, saved, g):
         xp, ops, (a_in,) = backend.xp, backend.ops, inputs

@@ -80,7 +80,8 @@ class Plan(Streams):
     """Everything one network needs at one batch size B, allocated once, and the launches that use it.
 
     Buffers (NaN until written, so that reading one too early shows in the result): ``a[1]`` (n_1, B);
-    for l = 2..L ``z[l]``, ``a[l]``, ``sp[l]`` (sigma'(z^l)), ``delta[l]``, all (n_l, B), ``nabla_w[l]``
+    for l = 2..L ``z[l]``, ``a[l]``, ``sp[l]`` (sigma'(z^l)), ``delta[l]``, all (n_l, B) in the backend's
+    ``batch_order`` (Fortran order on the host, C order on a GPU), ``nabla_w[l]``
     (n_l, n_{l-1}), ``nabla_b[l]`` (n_l,); ``y`` (n_L, B); ``scratch[l]``, what the updates stream
     through (the one-pass sweep needs none). ``w`` and ``b`` are the network's parameters themselves, not
     copies (steps write them as they run: read them in stream order, or use ``MLP.weights``), ``controls``
@@ -103,16 +104,19 @@ class Plan(Streams):
         self.activation = {l: net.output_activation if l == net.L else net.activation for l in net.layers}
         self.w, self.b, self.controls = w, b, controls
 
-        def buffer(*shape):
-            return xp.full(shape, np.nan, dtype=net.dtype)
+        def buffer(*shape, order="C"):
+            return xp.full(shape, np.nan, dtype=net.dtype, order=order)
 
-        self.a = {1: buffer(n[1], batch)}
+        def columns(rows):  # (rows, B), in the backend's order for minibatches
+            return buffer(rows, batch, order=backend.batch_order)
+
+        self.a = {1: columns(n[1])}
         self.z, self.sp, self.delta, self.nabla_w, self.nabla_b = {}, {}, {}, {}, {}
         for l in net.layers:
-            self.z[l], self.a[l], self.sp[l], self.delta[l] = (buffer(n[l], batch) for _ in range(4))
+            self.z[l], self.a[l], self.sp[l], self.delta[l] = (columns(n[l]) for _ in range(4))
             self.nabla_w[l] = buffer(n[l], n[l - 1])
             self.nabla_b[l] = buffer(n[l])
-        self.y = buffer(n[net.L], batch)
+        self.y = columns(n[net.L])
         chunk = backend.ops.SCRATCH
         self.scratch = {l: xp.empty(max(min(chunk, n[l] * n[l - 1]), n[l], n[l - 1]), dtype=net.dtype)
                         if chunk else None for l in net.layers}

@@ -226,3 +226,24 @@ def test_operands_of_another_dtype_are_refused():
     with pytest.raises(TypeError, match="dtype, float32; got float64 and float32"):
         host_blas.matmul(out, np.ones((3, 4)), np.ones((4, 1), np.float32))
     assert np.isnan(out).all(), "the refused call wrote into its output"
+
+
+@pytest.mark.parametrize("one_pass", [False, True], ids=("plain", "one-pass"))
+def test_the_chain_takes_no_transposed_operand_at_b_above_one(one_pass, monkeypatch):
+    """A plan's (n, B) arrays are batch-major on the host, so (5), ``(w^{l+1})^T delta^{l+1}``, reaches
+    BLAS as a GEMM with neither operand transposed (M = n_l, K = n_{l+1}), the form OpenBLAS runs fastest;
+    row-major arrays would hand it over as delta^T = delta_next^T w, its weights transposed."""
+    calls, gemm = [], host_blas._Routines.gemm
+
+    def recorded(self, trans_a, trans_b, m, n, k, *args):
+        calls.append((m, k, n, trans_a, trans_b))
+        return gemm(self, trans_a, trans_b, m, n, k, *args)
+
+    monkeypatch.setattr(host_blas._Routines, "gemm", recorded)
+    x, y = batch(SIZES, 4)
+    with MLP(SIZES, seed=3, backend="numpy") as net:
+        net.sgd_step(x, y, 0.5, Sequential(one_pass=one_pass))
+    chain = {(SIZES[i], SIZES[i + 1]) for i in range(1, len(SIZES) - 1)}
+    found = [(trans_a, trans_b) for m, k, n, trans_a, trans_b in calls if (m, k) in chain and n == 4]
+    assert len(found) == len(chain), f"(5) did not reach BLAS as an n_l x B product over n_(l+1): {calls}"
+    assert set(found) == {(0, 0)}, f"(5) took a transposed operand: {found}"

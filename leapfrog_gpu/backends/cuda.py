@@ -38,6 +38,8 @@ class CupyBackend:
 
     name = "cupy"
     poisons = False
+    batch_order = "C"
+    """Memory order of the (n, B) arrays a plan allocates: row-major, as the kernels take them."""
 
     def __init__(self, chain="cublas"):
         import cupy

@@ -98,8 +98,8 @@ class NumpyBackend:
     """
 
     name = "numpy"
-    xp = np
-    ops = ops_numpy
+    xp, ops = np, ops_numpy
+    batch_order = "F"  # a plan's (n, B) arrays batch-major, where OpenBLAS runs (5) fastest (docs/design.md §3)
 
     def __init__(self, mode="threads", blas_threads=None, order="main-first", seed=0, trace=False,
                  chaos=None, max_delay=2e-4):

@@ -5,8 +5,9 @@ writes into preallocated arrays and allocates no temporary of more than a few el
 BLAS calls in place (``host_blas.matmul``, which releases the GIL for the large ones, so that streams
 run side by side), and what else a weight matrix's worth of work needs goes through a cache-sized
 ``scratch`` (``SCRATCH``), a block at a time.
-Arrays are C-contiguous, minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B),
-``b`` and ``nabla_b`` are (n,). ``controls`` holds a step's controls, read when the update runs:
+Minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B), C- or Fortran-contiguous
+(the backend's plans allocate them batch-major, ``NumpyBackend.batch_order``), ``w`` and ``nabla_w``
+C-contiguous, ``b`` and ``nabla_b`` (n,). ``controls`` holds a step's controls, read when the update runs:
 ``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
 update writes nothing).
 """

@@ -78,7 +78,7 @@ def _operand(x):
     for a, trans in ((x, 0), (x.T, 1)):  # a block of columns or rows of a wider matrix
         (step, ld), height = (s // x.itemsize for s in a.strides), a.shape[0]
         if step == 1 and ld >= height:
-            return ctypes.c_void_p(x.ctypes.data), trans, ld
+            return _address(x), trans, ld
     raise ValueError(f"matmul takes operands with a unit stride along one axis; got a {rows} x {cols} array "
                      f"with strides {x.strides} (np.ascontiguousarray makes one)")
 
@@ -91,7 +91,7 @@ def _vector(v, axis):
     if inc < 1 or inc * v.itemsize != v.strides[axis]:
         raise ValueError(f"matmul takes vectors with a positive stride; got strides {v.strides} "
                          f"(np.ascontiguousarray makes one)")
-    return (_address(v) if inc == 1 else ctypes.c_void_p(v.ctypes.data)), inc
+    return _address(v), inc
 
 
 @functools.cache
@@ -154,9 +154,9 @@ _BYTES = ctypes.c_char * 0
 
 
 def _address(x):
-    """A pointer to the first element of x, C-contiguous. Through its buffer, several times as fast as
-    ``x.ctypes.data``, which a read-only x takes."""
+    """A pointer to the first element of x. Through its buffer where x is C-contiguous and writable,
+    several times as fast as ``x.ctypes.data``, which any other x takes."""
     try:
         return _BYTES.from_buffer(x)
-    except TypeError:  # read-only
+    except TypeError:  # read-only, or not C-contiguous
         return ctypes.c_void_p(x.ctypes.data)

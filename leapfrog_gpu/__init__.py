@@ -1,17 +1,14 @@
-"""leapfrog_gpu: deep MLPs whose weight gradients leapfrog the backward chain on k streams.
+"""leapfrog_gpu: deep networks whose weight gradients leapfrog the backward chain on k streams.
 
-This top level is the library: the network, its parameters and its public API (``network``), the
-buffers, events and launches of a pass at one batch size (``plan``), the schedules of a pass
-(``schedules``, ``naumov``) and their names (``registry``), graph mode (``graphs``), data parallelism
-(``parallel``, the transport; ``data_parallel``, what a network does with it), networks that are DAGs
-of layers (``graphnet``, ``layers``) with their backward schedules (``dag_schedules``) and forward
-solvers (``forward_solvers``), the recurrent network (``rnn``, its pass ``rnn_pass``, its schedules
-``rnn_schedules`` and ``rnn_scans``, its reference ``reference_rnn``), the names of activations and
-costs (``functions``), the checks of given parameters (``parameters``) and their way to and from
-PyTorch (``torch_io``), the plain NumPy reference
-(``reference``) and the calibration behind ``Leapfrog("auto")`` (``autotune``). It imports ``backends``
-(where arrays live and how streams run) and never ``tools`` (the commands built on it): imports point
-downwards only, tools -> library -> backends.
+The library is one engine for three networks. ``core`` is what they share: the network base, the pass
+of one batch size, the hand-off of gradients to k worker streams, the schedules every network takes
+(``Sequential``, ``Leapfrog``), graph mode and the checks of what a network is given. Beside it, one
+package per network, each a peer of the others and importing none of them: ``mlp`` (``MLP``, Naumov's
+solvers of its backward pass), ``rnn`` (``RNN``, BPTT and the scans over time) and ``dag`` (``GraphNet``,
+networks that are DAGs of layers, their schedules and forward solvers). ``parallel`` sums gradients across
+processes; ``backends`` is where arrays live and how streams run; ``reference`` is the plain NumPy
+reference in the book's notation. Imports point downwards only: tools -> networks -> core -> parallel ->
+backends.
 
 >>> from leapfrog_gpu import MLP, Leapfrog
 >>> net = MLP([64, 128, 128, 10], backend="numpy")
@@ -19,46 +16,37 @@ downwards only, tools -> library -> backends.
 >>> net.close()
 """
 
-__all__ = ["MLP", "RNN", "BPTT", "Leapfrog", "NaumovJacobi", "NaumovRNN", "NaumovScan", "Sequential", "TimeScan",
-           "Wavefront", "get_backend", "GraphNet", "Dense", "Add", "Concat", "LayerNorm", "Layer", "LevelSets",
-           "DagJacobi", "DagDoubling", "ForwardJacobi", "ForwardNewton"]
 __version__ = "0.1.0"
+
+_HOMES = {
+    "get_backend": "backends", "Leapfrog": "core", "Sequential": "core",
+    "MLP": "mlp", "NaumovScan": "mlp", "NaumovJacobi": "mlp",
+    "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn",
+    "GraphNet": "dag", "Layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
+    "LevelSets": "dag", "DagJacobi": "dag", "DagDoubling": "dag", "ForwardJacobi": "dag", "ForwardNewton": "dag",
+}
+"""Each public name and the package it comes from."""
+
+__all__ = list(_HOMES)
 
 
 def __getattr__(name):
     """The public names, imported when first asked for: ``import leapfrog_gpu`` (which every module of the
     package runs first) imports nothing, so that a command starts, and answers Ctrl-C, at once."""
-    if name == "get_backend":
-        from .backends import get_backend as value
-    elif name in ("NaumovJacobi", "NaumovScan"):
-        from . import naumov
-        value = getattr(naumov, name)
-    elif name == "MLP":
-        from .network import MLP as value
-    elif name == "RNN":
-        from .rnn import RNN as value
-    elif name in ("BPTT", "Wavefront"):
-        from . import rnn_schedules
-        value = getattr(rnn_schedules, name)
-    elif name in ("TimeScan", "NaumovRNN"):
-        from . import rnn_scans
-        value = getattr(rnn_scans, name)
-    elif name in ("Leapfrog", "Sequential"):
-        from . import schedules
-        value = getattr(schedules, name)
-    elif name == "GraphNet":
-        from .graphnet import GraphNet as value
-    elif name in ("Dense", "Add", "Concat", "LayerNorm", "Layer"):
-        from . import layers
-        value = getattr(layers, name)
-    elif name in ("LevelSets", "DagJacobi", "DagDoubling"):
-        from . import dag_schedules
-        value = getattr(dag_schedules, name)
-    elif name in ("ForwardJacobi", "ForwardNewton"):
-        from . import forward_solvers
-        value = getattr(forward_solvers, name)
-    else:
+    if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES[name]
+    if home == "backends":
+        from . import backends as package
+    elif home == "core":
+        from .core import schedules as package
+    elif home == "mlp":
+        from . import mlp as package
+    elif home == "rnn":
+        from . import rnn as package
+    else:
+        from . import dag as package
+    value = getattr(package, name)
     globals()[name] = value
     return value
 

@@ -14,7 +14,7 @@ backward-pass speedup.
 import argparse
 import json
 
-from leapfrog_gpu.tools.bench_report import MARKDOWN, graph_verdicts, label, noisy, number, percent, ratio, spread
+from leapfrog_gpu.tools.bench.report import MARKDOWN, graph_verdicts, label, noisy, number, percent, ratio, spread
 
 
 def cell(summary):

@@ -3,7 +3,7 @@
     python profiling/dag_bench.py --repeats 7                # N 16,64,256  D 8,32,128  B 1,8: about a minute
     python profiling/dag_bench.py --sizes 16 --depths 8 --batch 1
 
-``leapfrog-bench --model dag`` on the NumPy backend (``leapfrog_gpu.tools.bench_dag``: the networks,
+``leapfrog-bench --model dag`` on the NumPy backend (``leapfrog_gpu.tools.bench.dag``: the networks,
 the rows and what they mean), every option of it taken as it is; the records go to
 ``results/dag_bench_cpu_<UTC date>.json`` unless ``--json`` says otherwise.
 """
@@ -12,7 +12,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from leapfrog_gpu.tools import bench_dag
+from leapfrog_gpu.tools.bench import dag as bench_dag
 
 HERE = Path(__file__).resolve().parent
 

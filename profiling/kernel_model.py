@@ -52,7 +52,7 @@ from cuda.bindings import nvrtc
 
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_source
-from leapfrog_gpu.tools import traffic
+from leapfrog_gpu.tools.bench import traffic
 
 SMS = 132
 BANDWIDTH = 4.3e12  # bytes/s HBM3e that a streaming kernel reaches (4.8 TB/s is the data sheet's peak)

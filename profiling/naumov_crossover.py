@@ -27,15 +27,16 @@ import numpy as np
 
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.naumov import DEFAULT_MEMORY_LIMIT, jacobi_counters, scan_counters, sequential_counters
-from leapfrog_gpu.registry import SCHEDULES, make_schedule
+from leapfrog_gpu.core.checks import MEMORY_LIMIT
+from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
+from leapfrog_gpu.mlp.registry import SCHEDULES, make_schedule
 from leapfrog_gpu.tools.cli import Parser, integers, names
 
 HERE = Path(__file__).resolve().parent
 
 
 def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats=5, dtype="float32",
-                  memory_limit=DEFAULT_MEMORY_LIMIT, activation="sigmoid", seed=0):
+                  memory_limit=MEMORY_LIMIT, activation="sigmoid", seed=0):
     """Time the backward pass (4)-(7) of ``MLP([N] * L)`` at batch ``B`` under each schedule in ``names``.
 
     One forward pass, one warm-up pass per schedule (it allocates), then ``repeats`` rounds that run
@@ -166,7 +167,7 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--k", type=int, default=2, help="worker streams for (6)(7) (default 2)")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per schedule (default 5)")
-    parser.add_argument("--memory-limit", type=int, default=DEFAULT_MEMORY_LIMIT, help="bytes, per schedule")
+    parser.add_argument("--memory-limit", type=int, default=MEMORY_LIMIT, help="bytes, per schedule")
     parser.add_argument("--max-gflop", type=float, default=30.0, help="skip a pass predicted above this")
     parser.add_argument("--max-gbyte", type=float, default=20.0, help="skip a pass moving more than this")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "naumov_crossover_cpu",

@@ -5,7 +5,7 @@ one CPU core).
     python profiling/rnn_bench.py
     python profiling/rnn_bench.py --N 8 --tau 16,64 --B 1 --repeats 3
 
-Each (N, tau, B) is measured by ``leapfrog_gpu.tools.bench_rnn.measure`` (the same as ``leapfrog-bench
+Each (N, tau, B) is measured by ``leapfrog_gpu.tools.bench.rnn.measure`` (the same as ``leapfrog-bench
 --model rnn``): medians of ``--repeats`` interleaved repeats after a warm-up, ``--repeats-long`` at the
 longest tau. NumPy's BLAS and PyTorch both run ``--threads`` threads (one by default: on a shared machine
 more threads only wait for each other). Writes the rows as JSON under profiling/results/ with the date in
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from leapfrog_gpu.tools import bench_rnn
+from leapfrog_gpu.tools.bench import rnn as bench_rnn
 
 HERE = Path(__file__).resolve().parent
 

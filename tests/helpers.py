@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import cuda_cpu
-from leapfrog_gpu import MLP, Leapfrog, Sequential, graphnet, layers, reference
+from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
+from leapfrog_gpu.dag import network as graphnet, layers
 from leapfrog_gpu.backends import cuda_available, cuda_status, ops_cuda, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
@@ -286,7 +287,7 @@ SMALL = ["--hidden", "5x24", "--quiet"]  # digits with a small, odd, deep networ
 
 def cli(*args):
     """Run ``leapfrog-train`` in this process; return its exit status."""
-    from leapfrog_gpu.tools import train
+    from leapfrog_gpu.tools.train import command as train
 
     try:
         return train.main([str(arg) for arg in args])
@@ -296,7 +297,7 @@ def cli(*args):
 
 def parameters(directory):
     """The parameters (weights, then biases) and the state of the checkpoint in ``directory``."""
-    from leapfrog_gpu.tools import checkpoint
+    from leapfrog_gpu.tools.train import checkpoint
 
     weights, biases, state = checkpoint.load(directory)
     return weights + biases, state
@@ -320,7 +321,7 @@ def one_error_line(capsys):
 
 def run_bench(argv):
     """Run ``leapfrog-bench`` in this process, which must exit 0; return what it printed."""
-    from leapfrog_gpu.tools import bench
+    from leapfrog_gpu.tools.bench import command as bench
 
     out = io.StringIO()
     with redirect_stdout(out):

@@ -66,7 +66,7 @@ def train(case, comm=None, seed=5):
 def main(out):
     from mpi4py import MPI
 
-    from leapfrog_gpu.parallel import MpiCommunicator
+    from leapfrog_gpu.parallel.comm import MpiCommunicator
 
     world = MPI.COMM_WORLD
     rank, ranks = world.Get_rank(), world.Get_size()

@@ -90,7 +90,7 @@ def concurrent(comm):
 def main(case, out):
     from mpi4py import MPI
 
-    from leapfrog_gpu.parallel import MpiCommunicator
+    from leapfrog_gpu.parallel.comm import MpiCommunicator
 
     log = []
     comm = MpiCommunicator(Recording(MPI.COMM_WORLD, log), timeout=30)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import threadpoolctl
 
-from leapfrog_gpu import MLP, Leapfrog, Sequential, autotune
+from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu.mlp import autotune
 
 
 def _data(sizes, batch, seed=1):
@@ -62,7 +63,7 @@ def test_measure_leaves_the_gradients_unchanged():
                                                        ("Leapfrog(k=3)", None)]
         assert all(ms["median"] > 0 for _, _, ms in table)
         net.synchronize()
-        assert all(np.array_equal(plan.nabla_w[l], w) for l, w in zip(net.layers, nabla_w))
+        assert all(np.array_equal(plan.nabla_w[l], w) for l, w in zip(net.layer_numbers, nabla_w))
 
 
 def test_tune_sweeps_blas_threads_returns_the_fastest_and_leaves_the_parameters():
@@ -122,7 +123,7 @@ def test_auto_run_outside_the_network_says_how_to_run_it():
     with MLP([4, 5, 2], backend="numpy") as net:
         net.backprop(*_data([4, 5, 2], 2), Sequential())
         with pytest.raises(ValueError, match=r"through the network \(MLP.backprop or MLP.sgd_step\)"):
-            Leapfrog("auto").backward(net.plan(2))
+            net.plan(2).run(Leapfrog("auto"))
 
 
 @pytest.mark.parametrize("k, error", [("fast", TypeError), (2.0, TypeError), (True, TypeError), (0, ValueError)])

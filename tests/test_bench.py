@@ -10,7 +10,7 @@ import pytest
 
 from helpers import bench_table, render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
-from leapfrog_gpu.tools import bench, bench_measure, bench_report, traffic
+from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, report as bench_report, traffic
 from leapfrog_gpu.backends import cuda_available
 
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
@@ -103,7 +103,7 @@ def test_torch_anchor_in_the_same_table(capsys):
 def test_torch_anchor_computes_our_gradients():
     torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
     from leapfrog_gpu import MLP
-    from leapfrog_gpu.tools import torch_anchor
+    from leapfrog_gpu.tools.bench import torch_anchor
 
     step, backward = torch_anchor.measure([5, 7, 3], 4, dtype="float64", repeats=2, warmup=0)
     assert step.shape == backward.shape == (2,) and (step > 0).all() and (backward > 0).all()
@@ -485,7 +485,7 @@ def test_the_timeline_chart_names_its_network(tmp_path, figures):
 
 def test_the_data_parallel_table_never_prints_a_negative_share_hidden():
     """Noise can make a data-parallel step wait longer than its sums took: "none", not -56 %."""
-    from leapfrog_gpu.tools import bench_parallel
+    from leapfrog_gpu.tools.bench import parallel as bench_parallel
 
     stats = {"median": 2.0, "p20": 1.9, "p80": 2.1}
     records = [{"N": 8, "L": 3, "B": 2, "P": 2, "dtype": "float32", "schedule": "leapfrog", "k": 2, "bucket_mb": 0,

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import STANDIN_ORDERS, install_standin
 from leapfrog_gpu.backends import get_backend
-from leapfrog_gpu.tools import bench, bench_dag
+from leapfrog_gpu.tools.bench import command as bench, dag as bench_dag
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = ("kind", "N", "D", "B", "k", "dtype", "backend", "pass", "schedule", "repeats", "ms", "ratio", "stats")

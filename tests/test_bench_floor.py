@@ -7,7 +7,7 @@ import pytest
 
 from helpers import run_bench
 from leapfrog_gpu import Leapfrog, Sequential
-from leapfrog_gpu.tools import bench_report, torch_anchor, traffic
+from leapfrog_gpu.tools.bench import report as bench_report, torch_anchor, traffic
 
 ONE_PASS = ["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "1,3", "--k", "2", "--blas-threads",
             "1,2", "--repeats", "2", "--warmup", "1", "--one-pass"]

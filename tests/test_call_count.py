@@ -1,4 +1,4 @@
-"""``leapfrog-bench --count-calls`` (``leapfrog_gpu.tools.call_count``) on the CuPy stand-in: the calls
+"""``leapfrog-bench --count-calls`` (``leapfrog_gpu.tools.bench.call_count``) on the CuPy stand-in: the calls
 an eager step makes into CuPy equal what ``plan.py`` and the schedules enqueue, counted launch by launch
 below (``expected``), so that a change in a step's launches, events or copies fails here; the counts
 agree with the stand-in's own trace; and the counting leaves the backend and CuPy as it found them."""
@@ -9,7 +9,7 @@ import pytest
 
 from helpers import STANDIN_ORDERS, batch, install_standin, run_bench, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, Sequential
-from leapfrog_gpu.tools import bench, call_count
+from leapfrog_gpu.tools.bench import command as bench, call_count
 
 SIZES = [5, 7, 4, 3]  # L = 4: three layers, l = 2..4
 

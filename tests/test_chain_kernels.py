@@ -26,7 +26,7 @@ import cuda_cpu
 from helpers import OUT_OF_RANGE, CpuDevice, gpu_device_or_skip, mutant
 from leapfrog_gpu import reference
 from leapfrog_gpu.backends import launch, ops_cuda
-from leapfrog_gpu.functions import OUTPUT_ACTIVATIONS
+from leapfrog_gpu.core.functions import OUTPUT_ACTIVATIONS
 
 DTYPES = (np.float32, np.float64)
 PAIRS = [(1, 1), (2, 31), (33, 257), (257, 33)]  # (n, m): outputs and inputs of the layer

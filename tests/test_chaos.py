@@ -10,6 +10,7 @@ import pytest
 from helpers import CHAOS_CONFIGS, batch, chaos_catches, chaos_suite
 from leapfrog_gpu import MLP, Leapfrog
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core.handoff import Handoff
 
 
 def test_leapfrog_equals_sequential_under_chaos(chaos_steps):
@@ -17,16 +18,16 @@ def test_leapfrog_equals_sequential_under_chaos(chaos_steps):
     assert chaos_suite(chaos_steps) is None
 
 
-@pytest.mark.parametrize("wait", ["wait_for_delta", "join", "last_reader"])
+@pytest.mark.parametrize("wait", ["wait", "join", "last_reader"])
 def test_chaos_catches_each_missing_wait(monkeypatch, chaos_steps, wait):
     """The suite can fail: remove one wait of docs/design.md §2 and it reports a difference within budget.
 
     ``last_reader`` made the identity has a fused worker wait only for its own delta^l (E_l), not for
     delta^{l-1}, the main stream's last read of w^l. The budget is three seeds (``chaos_catches``).
     """
-    patches = {"wait_for_delta": lambda self, plan, worker, l: None, "join": lambda self, plan: None,
+    patches = {"wait": lambda self, worker, unit: None, "join": lambda self: None,
                "last_reader": staticmethod(lambda l: l)}
-    monkeypatch.setattr(Leapfrog, wait, patches[wait])
+    monkeypatch.setattr(Handoff, wait, patches[wait])
     fused = True if wait == "last_reader" else None
     assert chaos_catches(chaos_steps, fused=fused), f"removing {wait} went unnoticed in three seeds"
 

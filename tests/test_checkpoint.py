@@ -6,7 +6,7 @@ import stat
 import numpy as np
 import pytest
 
-from leapfrog_gpu.tools import checkpoint
+from leapfrog_gpu.tools.train import checkpoint
 
 
 def arrays(seed, sizes=(5, 7, 3)):

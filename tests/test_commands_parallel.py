@@ -12,7 +12,8 @@ import pytest
 
 import mpirun
 from helpers import assert_bitwise_equal, cli, one_error_line, parameters
-from leapfrog_gpu.tools import bench, checkpoint
+from leapfrog_gpu.tools.bench import command as bench
+from leapfrog_gpu.tools.train import checkpoint
 
 pytestmark = mpirun.needs_mpi
 
@@ -96,8 +97,8 @@ def test_a_rank_that_raises_ends_every_rank_with_one_line(tmp_path):
 
 FAILING_RANK = """
 import os, sys
-from leapfrog_gpu import network
-from leapfrog_gpu.tools import train
+from leapfrog_gpu.mlp import network
+from leapfrog_gpu.tools.train import command as train
 if os.environ.get("PMI_RANK") == "1":
     step, calls = network.MLP.sgd_step, []
     def failing(self, *args, **kwargs):

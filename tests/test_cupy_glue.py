@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from helpers import batch, batch_id, schedule_id
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, autotune, reference
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.backends import timing
 
 SIZES = [7, 13, 5, 11, 3]
@@ -130,7 +131,7 @@ def test_timing_on_events(backend):
 
 
 def test_bench_runs(standin, tmp_path):
-    from leapfrog_gpu.tools import bench
+    from leapfrog_gpu.tools.bench import command as bench
 
     argv = ["--backend", "cupy", "--sizes", "12", "--layers", "3", "--batch", "1,3", "--k", "1,2",
             "--repeats", "2", "--warmup", "0", "--no-torch", "--json", str(tmp_path / "r.json")]
@@ -185,7 +186,7 @@ def test_weights_and_biases_are_what_they_were_when_read(net):
 
 
 def test_check_finite_on_the_cupy_backend_stops_training_with_exit_3(standin, capsys):
-    from leapfrog_gpu.tools import train
+    from leapfrog_gpu.tools.train import command as train
 
     argv = ["--backend", "cupy", "--hidden", "3x16", "--activation", "relu", "--cost", "quadratic", "--quiet",
             "--epochs", "1", "--lr", "1e20", "--check-finite"]

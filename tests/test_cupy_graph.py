@@ -114,7 +114,7 @@ def test_without_nvmath_the_capture_calls_no_cublas_and_allocates_nothing(standi
             net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
         net.synchronize()
         assert calls == [] and len(captures) == 1 and graph_launches(standin, start) == 2
-        assert len(net.plan(2).graphs) == 1
+        assert len(net.plan(2).captured) == 1
         assert cuda.ops.chain == "cublas"  # the eager chain is cuBLAS again once the capture is done
 
 
@@ -140,11 +140,11 @@ def test_a_launch_refused_during_the_capture_leaves_no_graph(standin_without_nvm
             net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
             with pytest.raises(error, match=message):
                 net.synchronize()
-            assert net.plan(3).graphs == {}
+            assert net.plan(3).captured == {}
             assert not all(np.array_equal(p, q) for p, q in zip(host(net.weights), before))  # the eager run
         net.sgd_step(x, y, 0.1, Leapfrog(2), graph=True)
         net.synchronize()
-        assert len(net.plan(3).graphs) == 1
+        assert len(net.plan(3).captured) == 1
 
 
 def test_the_workers_join_the_capture_through_events_and_are_joined_back(standin):
@@ -200,7 +200,7 @@ def test_check_finite_refuses_the_update_without_a_host_round_trip(standin, capt
 
 
 def test_check_finite_with_graph_on_the_cupy_backend_stops_training_with_exit_3(standin, capsys):
-    from leapfrog_gpu.tools import train
+    from leapfrog_gpu.tools.train import command as train
 
     argv = ["--backend", "cupy", "--hidden", "3x16", "--activation", "relu", "--cost", "quadratic", "--quiet",
             "--epochs", "1", "--lr", "1e20", "--check-finite", "--graph"]
@@ -256,7 +256,7 @@ def test_a_dropped_network_keeps_what_its_queued_graph_steps_use(standin):
 
 
 def test_bench_graph_rows_on_cupy(standin, tmp_path):
-    from leapfrog_gpu.tools import bench
+    from leapfrog_gpu.tools.bench import command as bench
 
     argv = ["--backend", "cupy", "--sizes", "12", "--layers", "3", "--batch", "1,3", "--k", "2", "--graph",
             "--repeats", "2", "--warmup", "0", "--no-torch", "--json", str(tmp_path / "r.json")]
@@ -289,7 +289,7 @@ def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(sch
                 net.sgd_step(x, y, 0.05 * (1 + step % 3), schedule, graph=graph)
             eager, graph = (host(net.weights + net.biases) for net in nets)
             assert all(np.array_equal(p, q) for p, q in zip(eager, graph)), f"step {step} differs"
-        assert len(nets[1].plan(size).graphs) == 1
+        assert len(nets[1].plan(size).captured) == 1
 
 
 @gpu

@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from leapfrog_gpu.tools import data
+from leapfrog_gpu.tools.train import data
 
 N_TRAIN, N_TEST, SIDE = 7, 3, 5  # odd, small sizes: 5x5 "images"
 

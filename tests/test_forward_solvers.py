@@ -9,8 +9,8 @@ import pytest
 
 from leapfrog_gpu import MLP, Leapfrog
 from leapfrog_gpu.backends.host import NumpyBackend
-from leapfrog_gpu.forward_solvers import ForwardJacobi, ForwardNewton
-from leapfrog_gpu.graphnet import chain
+from leapfrog_gpu.dag.forward import ForwardJacobi, ForwardNewton
+from leapfrog_gpu.dag.network import chain
 from helpers import NETS, dag_data as data, deep_chain, flat, same_arrays as same
 
 KEYS = {"rounds", "flops", "bytes", "memory_bytes", "sequential_flops", "sequential_bytes"}
@@ -68,8 +68,10 @@ def test_newton_is_within_1e_12(backend, name):
 def scaled_chain(backend, D, scale, activation):
     net = chain([4] + [6] * (D - 1) + [4], activation=activation, output_activation=activation, dtype="float64",
                 seed=2, backend=backend)
+    params = net.parameters()
     for v in net.nodes:
-        net.params[v]["w"] *= scale
+        params[v]["w"] *= scale
+    net.set_parameters(params)
     return net
 
 
@@ -83,8 +85,10 @@ def test_newton_converges_early_on_a_contracting_network(backend):
 
 def test_newton_stops_at_float32_precision_by_default(backend):
     net = chain([4] + [6] * 15 + [4], activation="tanh", output_activation="tanh", seed=2, backend=backend)
+    params = net.parameters()
     for v in net.nodes:
-        net.params[v]["w"] *= np.float32(0.05)
+        params[v]["w"] *= np.float32(0.05)
+    net.set_parameters(params)
     x, _ = data(net, 3)
     newton = ForwardNewton()
     assert np.max(np.abs(net.feedforward(x, solver=newton) - net.feedforward(x))) <= 1e-6

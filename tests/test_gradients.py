@@ -7,7 +7,7 @@ import pytest
 
 from helpers import batch, batch_id, layer_names, schedule_id, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
-from leapfrog_gpu.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
+from leapfrog_gpu.core.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 
 SIZES = [7, 13, 5, 11, 3]
 GRADIENTS = layer_names(len(SIZES), "nabla_b", "nabla_w")

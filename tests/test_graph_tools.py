@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from helpers import SMALL, assert_bitwise_equal, cli, gpu, one_error_line, parameters, render_table, run_bench
-from leapfrog_gpu.tools import bench
+from leapfrog_gpu.tools.bench import command as bench
 
 
 @pytest.mark.parametrize("schedule", [["--schedule", "leapfrog"], ["--schedule", "sequential", "--fused"]])
@@ -77,7 +77,7 @@ def test_graph_verdicts_compare_with_every_baseline():
 
 def test_the_torch_cuda_graph_anchor_needs_a_gpu():
     pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
-    from leapfrog_gpu.tools import torch_anchor
+    from leapfrog_gpu.tools.bench import torch_anchor
 
     with pytest.raises(ValueError, match="graph=True needs device='cuda'"):
         torch_anchor.measure([5, 7, 3], 4, device="cpu", graph=True)
@@ -88,7 +88,7 @@ def test_the_torch_cuda_graph_anchor_needs_a_gpu():
 def test_the_torch_cuda_graph_anchor_trains_like_the_eager_one():
     """Replays of PyTorch's captured step move the parameters as its eager steps do; measure() times it."""
     torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
-    from leapfrog_gpu.tools import torch_anchor
+    from leapfrog_gpu.tools.bench import torch_anchor
 
     generator = torch.Generator().manual_seed(0)
     start = [torch.randn(*shape, generator=generator, dtype=torch.float64) for shape in [(9, 5), (9,), (3, 9), (3,)]]

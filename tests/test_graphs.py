@@ -2,7 +2,7 @@
 
 ``sgd_step(..., graph=True)`` captures the step (forward, backward with the schedule's events and
 workers, check, update) once per batch size and schedule and replays it afterwards
-(``leapfrog_gpu.graphs``, ``leapfrog_gpu.backends.host_graph``). The capture rules of CUDA are enforced
+(``leapfrog_gpu.core.capture``, ``leapfrog_gpu.backends.host_graph``). The capture rules of CUDA are enforced
 on the host, so a schedule that loses a wait fails at capture, or, where the capture is legal, in the
 deferred orders and under chaos, as in eager mode.
 """
@@ -18,8 +18,8 @@ from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
-from leapfrog_gpu.plan import Plan
-from leapfrog_gpu.schedules import Schedule
+from leapfrog_gpu.mlp.plan import Plan
+from leapfrog_gpu.core.handoff import Handoff
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5
 STEPS = 50
@@ -72,7 +72,7 @@ def test_graph_steps_are_bitwise_the_eager_steps(schedule, size, mode):
     with NumpyBackend(**MODES[mode]) as backend:
         net = MLP(SIZES, seed=5, backend=backend)
         got = snapshot_steps(net, backend, schedule, size, graph=True)
-        assert len(net.plan(size).graphs) == 1
+        assert len(net.plan(size).captured) == 1
     for step, (a, b) in enumerate(zip(eager_steps(schedule, size), got)):
         assert_same(b, a, layer_names(len(SIZES), "w", "b"), f"{schedule!r}, B = {size}, {mode}: graph step {step}",
                     against="the eager step")
@@ -141,9 +141,8 @@ def test_a_replay_plans_nothing(monkeypatch):
         def planning(*args, **kwargs):
             raise AssertionError("a replay planned the step again")
 
-        for name in ("sgd_step", "backprop", "forward", "backward", "check_gradients", "update"):
+        for name in ("sgd_step", "backprop", "forward", "backward", "run", "chain", "check_gradients", "update"):
             monkeypatch.setattr(Plan, name, planning)
-        monkeypatch.setattr(Leapfrog, "backward", planning)
         for step in range(1, 4):
             x, y = batch(SIZES, 3, seed=step, dtype=np.float32)
             net.sgd_step(x, y, eta(step), Leapfrog(2), graph=True)
@@ -156,7 +155,7 @@ def test_a_graph_per_batch_size_and_schedule():
         for size, schedule in [(3, Leapfrog(2)), (3, Leapfrog(2)), (5, Leapfrog(2)), (3, Sequential()),
                                (3, Leapfrog(2, fused=True)), (3, Leapfrog(2))]:
             net.sgd_step(*batch(SIZES, size), 0.1, schedule, graph=True)
-        assert len(net.plan(3).graphs) == 3 and len(net.plan(5).graphs) == 1
+        assert len(net.plan(3).captured) == 3 and len(net.plan(5).captured) == 1
 
 
 # -- a wait removed from the captured step is caught ------------------------------------------------
@@ -164,17 +163,17 @@ def test_a_graph_per_batch_size_and_schedule():
 
 def test_a_worker_without_its_wait_cannot_join_the_capture(monkeypatch):
     """Without 'worker waits E_l' a worker never joins the capture: its first operation is refused."""
-    monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
+    monkeypatch.setattr(Handoff, "wait", lambda self, worker, unit: None)
     with MLP(SIZES, backend="numpy") as net:
         with pytest.raises(CaptureError, match=r"worker\d enqueued 'gradients\[5\]' during a capture of main without "
                                                "having joined it"):
             net.sgd_step(*batch(SIZES, 3), 0.1, Leapfrog(2), graph=True)
-        assert not net.plan(3).graphs
+        assert not net.plan(3).captured
         net.sgd_step(*batch(SIZES, 3), 0.1, Sequential(), graph=True)  # the backend is still usable
 
 
 def test_a_worker_without_the_join_is_caught_when_the_capture_ends(monkeypatch):
-    monkeypatch.setattr(Leapfrog, "join", lambda self, plan: None)
+    monkeypatch.setattr(Handoff, "join", lambda self: None)
     with MLP(SIZES, backend="numpy") as net:
         with pytest.raises(CaptureError, match=r"worker\d is not joined back into main before the capture ends"):
             net.sgd_step(*batch(SIZES, 3), 0.1, Leapfrog(2), graph=True)
@@ -185,15 +184,15 @@ def test_a_fused_worker_waiting_only_for_its_own_delta_is_caught(monkeypatch):
     deferred order that lets workers run first, as in eager mode."""
     want = deferred_graph_run("main-first", Sequential(), graph=False)
     assert_same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want, DEFERRED, "with every wait")
-    monkeypatch.setattr(Schedule, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
     assert not same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want)
 
 
-@pytest.mark.parametrize("wait", ["wait_for_delta", "join", "last_reader"])
+@pytest.mark.parametrize("wait", ["wait", "join", "last_reader"])
 def test_chaos_catches_each_missing_wait_in_graph_mode(monkeypatch, chaos_steps, wait):
-    patches = {"wait_for_delta": lambda self, plan, worker, l: None, "join": lambda self, plan: None,
+    patches = {"wait": lambda self, worker, unit: None, "join": lambda self: None,
                "last_reader": staticmethod(lambda l: l)}
-    monkeypatch.setattr(Leapfrog, wait, patches[wait])
+    monkeypatch.setattr(Handoff, wait, patches[wait])
     try:
         found = chaos_catches(chaos_steps, fused=wait == "last_reader" or None, graph=True)
     except CaptureError:
@@ -348,4 +347,4 @@ def test_check_finite_in_a_graph_refuses_the_update_and_the_next_step_goes_on():
         assert same(net.weights + net.biases, before)
         net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
         assert not same(net.weights + net.biases, before)
-        assert len(net.plan(3).graphs) == 1
+        assert len(net.plan(3).captured) == 1

@@ -13,7 +13,7 @@ from cuda.bindings import nvrtc
 
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_source
-from leapfrog_gpu.tools import traffic
+from leapfrog_gpu.tools.bench import traffic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "profiling"))

@@ -27,7 +27,7 @@ import pytest
 from helpers import OUT_OF_RANGE, CpuDevice, gpu_device_or_skip, mutant
 from leapfrog_gpu import reference
 from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
-from leapfrog_gpu.functions import COSTS, OUTPUT_ACTIVATIONS
+from leapfrog_gpu.core.functions import COSTS, OUTPUT_ACTIVATIONS
 
 import cuda_cpu
 

@@ -14,7 +14,7 @@ from cuda.bindings import nvrtc
 
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_dir, kernel_files, kernel_source
-from leapfrog_gpu.tools import traffic
+from leapfrog_gpu.tools.bench import traffic
 
 ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200
 MODULES = [(filename, (*options, *launch.CUPY_OPTIONS)) for filename, options in launch.modules()]

@@ -6,7 +6,7 @@ import pytest
 
 from leapfrog_gpu.backends.host import NumpyBackend
 from helpers import Gate
-from leapfrog_gpu.layers import Add, Concat, Dense, LayerNorm
+from leapfrog_gpu.dag.layers import Add, Concat, Dense, LayerNorm
 
 H = 1e-6
 B = 3

@@ -1,6 +1,8 @@
-"""The package's three rooms: imports point downwards only (tools -> library -> backends), no circle;
-modules small enough to read (``MAX_LINES``); tools and profiling scripts on the library's public API
-only; tests that share helpers through ``tests/helpers.py``, never through each other.
+"""The package's floors: imports point downwards only (tools -> the networks -> core -> parallel ->
+backends), no circle, and no import between the three networks' packages (``mlp``, ``rnn``, ``dag``), which
+are peers; modules small enough to read (``MAX_LINES``) and few loose at the top (``MAX_LOOSE``); tools and
+profiling scripts on the library's public API only; tests that share helpers through ``tests/helpers.py``,
+never through each other.
 
 Every module's imports are read with ``ast``, those inside functions included (a lazy import is still
 a dependency), and resolved to modules of the package.
@@ -13,8 +15,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "leapfrog_gpu"
-RANK = {"backends": 0, "library": 1, "tools": 2}
-MAX_LINES = 420
+FLOOR = {"backends": 0, "parallel": 1, "core": 2, "loose": 2, "mlp": 3, "rnn": 3, "dag": 3, "face": 4, "tools": 5}
+"""The floor of each room: a module may import from its own floor and below. ``loose``: the modules at the
+library's top level (the plain reference); ``face``: the package's own ``__init__``."""
+MODELS = ("mlp", "rnn", "dag")
+"""The networks' packages: peers, none imports another."""
+MAX_LINES = 400
+MAX_LOOSE = 14
+"""Modules at the library's top level, ``__init__`` and ``__main__`` included."""
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 """namedtuple's public methods and fields, underscored so as not to clash with field names."""
 
@@ -25,11 +33,14 @@ def module_name(path, package=PACKAGE):
 
 
 def room(module):
-    """``backends``, ``tools`` or ``library`` (the top level; ``__main__`` is the tools' entry point)."""
+    """The room of ``module``: its subpackage (``backends``, ``core``, ``mlp``, ...), ``face`` for the
+    package's ``__init__``, ``tools`` for ``__main__`` (the tools' entry point), else ``loose``."""
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("backends", "tools"):
-        return parts[1]
-    return "tools" if module == "leapfrog_gpu.__main__" else "library"
+    if len(parts) == 1:
+        return "face"
+    if module == "leapfrog_gpu.__main__":
+        return "tools"
+    return parts[1] if parts[1] in FLOOR else "loose"
 
 
 def imports(path, package=PACKAGE):
@@ -63,7 +74,13 @@ def graph(package=PACKAGE):
 
 
 def upward(edges):
-    return sorted((a, b) for a, targets in edges.items() for b in targets if RANK[room(b)] > RANK[room(a)])
+    return sorted((a, b) for a, targets in edges.items() for b in targets if FLOOR[room(b)] > FLOOR[room(a)])
+
+
+def across(edges):
+    """Imports from one network's package into another's."""
+    return sorted((a, b) for a, targets in edges.items() for b in targets
+                  if room(a) in MODELS and room(b) in MODELS and room(a) != room(b))
 
 
 def cycles(edges):
@@ -86,16 +103,27 @@ def cycles(edges):
 
 
 def test_every_module_sits_in_a_room_and_the_rooms_hold_what_the_readme_says():
-    edges = graph()
-    rooms = {module: room(module) for module in edges}
-    assert {"leapfrog_gpu.network", "leapfrog_gpu.schedules", "leapfrog_gpu.naumov", "leapfrog_gpu.autotune",
-            "leapfrog_gpu.reference", "leapfrog_gpu.functions"} <= {m for m, r in rooms.items() if r == "library"}
-    assert {"leapfrog_gpu.backends.host", "leapfrog_gpu.backends.cuda", "leapfrog_gpu.backends.ops_cuda",
-            "leapfrog_gpu.backends.ops_numpy"} <= {m for m, r in rooms.items() if r == "backends"}
-    assert {"leapfrog_gpu.tools.train", "leapfrog_gpu.tools.bench"} <= {m for m, r in rooms.items() if r == "tools"}
-    for package in ("leapfrog_gpu", "leapfrog_gpu.backends", "leapfrog_gpu.tools"):
+    rooms = {module: room(module) for module in graph()}
+    expected = {"backends": {"host", "cuda", "ops_cuda", "ops_numpy"}, "parallel": {"comm", "reducer"},
+                "core": {"network", "plan", "handoff", "schedules", "capture", "checks", "controls"},
+                "mlp": {"network", "plan", "naumov", "autotune"}, "rnn": {"network", "plan", "schedules", "scans"},
+                "dag": {"network", "plan", "layers", "schedules", "forward"}, "tools": {"train.command", "bench.command"}}
+    for name, modules in expected.items():
+        held = {m.removeprefix(f"leapfrog_gpu.{name}.") for m, r in rooms.items() if r == name}
+        assert modules <= held, f"{name} lacks {sorted(modules - held)}"
+    assert rooms["leapfrog_gpu.reference"] == "loose"
+    for package in [m for m in rooms if (PACKAGE.parent.joinpath(*m.split(".")) / "__init__.py").exists()]:
         path = PACKAGE.parent.joinpath(*package.split(".")) / "__init__.py"
         assert ast.get_docstring(ast.parse(path.read_text())), f"{package} needs a docstring saying what lives there"
+
+
+def test_no_import_between_the_networks():
+    assert across(graph()) == []
+
+
+def test_few_modules_loose_at_the_top():
+    loose = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(loose) <= MAX_LOOSE, f"{len(loose)} modules at the library's top level: {loose}"
 
 
 def test_no_import_points_upwards():
@@ -110,20 +138,23 @@ def test_no_import_circle():
 def toy(tmp_path):
     """A package laid out like ours, whose modules' imports each test writes."""
     package = tmp_path / "leapfrog_gpu"
-    for folder in (package, package / "backends", package / "tools"):
+    for folder in (package, *(package / name for name in FLOOR if name not in ("loose", "face"))):
         folder.mkdir(exist_ok=True)
         (folder / "__init__.py").write_text('"""A room."""\n')
     return package
 
 
-def test_the_checks_catch_an_upward_import_and_a_lazy_circle(toy):
-    (toy / "backends" / "host.py").write_text("from ..network import MLP\n")
-    (toy / "network.py").write_text("def f():\n    from .schedules import Leapfrog\n")
-    (toy / "schedules.py").write_text("def g():\n    from . import network\n")
-    (toy / "tools" / "train.py").write_text("from ..network import MLP\nfrom ..backends import host\n")
+def test_the_checks_catch_an_upward_import_a_crossing_and_a_lazy_circle(toy):
+    (toy / "backends" / "host.py").write_text("from ..core.network import Network\n")
+    (toy / "core" / "network.py").write_text("def f():\n    from .schedules import Leapfrog\n")
+    (toy / "core" / "schedules.py").write_text("def g():\n    from . import network\n")
+    (toy / "mlp" / "plan.py").write_text("")
+    (toy / "rnn" / "network.py").write_text("from ..mlp.plan import Plan\nfrom ..core import network\n")
+    (toy / "tools" / "train.py").write_text("from ..rnn.network import RNN\nfrom ..backends import host\n")
     edges = graph(toy)
-    assert upward(edges) == [("leapfrog_gpu.backends.host", "leapfrog_gpu.network")]
-    assert cycles(edges) == [["leapfrog_gpu.network", "leapfrog_gpu.schedules", "leapfrog_gpu.network"]]
+    assert upward(edges) == [("leapfrog_gpu.backends.host", "leapfrog_gpu.core.network")]
+    assert across(edges) == [("leapfrog_gpu.rnn.network", "leapfrog_gpu.mlp.plan")]
+    assert cycles(edges) == [["leapfrog_gpu.core.network", "leapfrog_gpu.core.schedules", "leapfrog_gpu.core.network"]]
 
 
 # -- sizes, reach-ins, test imports -----------------------------------------------------------------
@@ -221,9 +252,9 @@ def test_no_test_module_imports_another():
 
 
 def test_the_checks_catch_a_long_module_a_reach_in_and_a_test_import(toy, tmp_path):
-    (toy / "network.py").write_text("x = 1\n" * MAX_LINES)
-    (toy / "naumov.py").write_text("x = 1\n" * (MAX_LINES + 1))
-    assert oversized(toy) == [f"leapfrog_gpu/naumov.py: {MAX_LINES + 1} lines"]
+    (toy / "mlp" / "network.py").write_text("x = 1\n" * MAX_LINES)
+    (toy / "mlp" / "naumov.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    assert oversized(toy) == [f"leapfrog_gpu/mlp/naumov.py: {MAX_LINES + 1} lines"]
     (toy / "tools" / "bench.py").write_text(
         "import sys\nimport collections as c\nfrom tqdm import tqdm\nfrom ..network import MLP\n"
         "def f(net, point):\n"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from leapfrog_gpu import MLP, reference
-from leapfrog_gpu.tools import metrics
+from leapfrog_gpu.tools.train import metrics
 
 
 @pytest.mark.parametrize("cost", ["quadratic", "cross_entropy"])

@@ -15,7 +15,7 @@ import pytest
 from helpers import NO_GPU, batch_id, case_id
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
-from leapfrog_gpu.naumov import NaumovJacobi, NaumovScan, scan_counters
+from leapfrog_gpu.mlp.naumov import NaumovJacobi, NaumovScan, scan_counters
 
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 WIDTHS = (7, 13, 5)
@@ -51,7 +51,7 @@ def pass_with(net, x, y, schedule):
     """Run backprop under ``schedule``: (delta per layer, nabla_b, nabla_w), all copies."""
     nabla_b, nabla_w = net.backprop(x, y, schedule)
     plan = net.plan(x.shape[1])
-    return [plan.delta[l].copy() for l in net.layers], nabla_b, nabla_w
+    return [plan.delta[l].copy() for l in net.layer_numbers], nabla_b, nabla_w
 
 
 def batch(sizes, B, seed=0):

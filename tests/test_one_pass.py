@@ -14,6 +14,7 @@ from helpers import assert_same, batch, batch_id, case_id, layer_names, patched_
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 from leapfrog_gpu.backends import host_blas, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core.handoff import Handoff
 
 ETA = 0.5
 SMALL = [9, 17, 5, 13, 7, 3]  # every layer one block of the sweep
@@ -64,13 +65,13 @@ def test_one_step_against_the_exact_update(size):
         start.backprop(x, y, Sequential())
         plan = start.plan(size)
         bounds = [update_bound(w, plan.delta[l], plan.a[l - 1], ETA / size)
-                  for l, w in zip(start.layers, start.weights)]
+                  for l, w in zip(start.layer_numbers, start.weights)]
     want = train(SMALL, Sequential(one_pass=True), size, steps=1)
-    for l, got_w, plain_w, (exact, bound) in zip(start.layers, want, plain_weights, bounds):
+    for l, got_w, plain_w, (exact, bound) in zip(start.layer_numbers, want, plain_weights, bounds):
         for which, w in (("one-pass", got_w), ("plain", plain_w)):
             over = np.abs(w - exact) - bound
             assert over.max() <= 0, f"{which} w[{l}] off the exact update by {over.max():.3g} over the bound"
-    assert_same(want[len(start.layers):], plain_biases, layer_names(len(SMALL), "b"), "the plain step's biases")
+    assert_same(want[len(start.layer_numbers):], plain_biases, layer_names(len(SMALL), "b"), "the plain step's biases")
     for schedule in [Leapfrog(k, one_pass=True) for k in KS]:
         assert_same(train(SMALL, schedule, size, steps=1), want, names(SMALL), repr(schedule))
 
@@ -209,7 +210,7 @@ def test_a_worker_not_waiting_for_delta_is_caught(monkeypatch, k):
     schedule = Leapfrog(k, one_pass=True)
     assert_same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="workers-first")), want,
                 names(SMALL), "with every wait")
-    monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
+    monkeypatch.setattr(Handoff, "wait", lambda self, worker, unit: None)
     assert not same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="workers-first")), want)
 
 
@@ -219,7 +220,7 @@ def test_a_missing_join_is_caught(monkeypatch):
     schedule = Leapfrog(2, one_pass=True)
     assert_same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="main-first")), want,
                 names(SMALL), "with every wait")
-    monkeypatch.setattr(Leapfrog, "join", lambda self, plan: None)
+    monkeypatch.setattr(Handoff, "join", lambda self: None)
     assert not same(train(SMALL, schedule, 4, backend=NumpyBackend(mode="deferred", order="main-first")), want)
 
 

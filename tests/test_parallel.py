@@ -14,11 +14,13 @@ import pytest
 import mpi_cases
 import mpirun
 from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, data_parallel, parallel, reference
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu.mlp.plan import Plan
+from leapfrog_gpu.parallel import reducer as data_parallel, comm as parallel
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.backends.host import NumpyBackend
-from leapfrog_gpu.data_parallel import Reducer
-from leapfrog_gpu.parallel import Communicator
+from leapfrog_gpu.parallel.reducer import Reducer
+from leapfrog_gpu.parallel.comm import Communicator
 
 SIZES = [9, 17, 5, 13, 7, 3]
 ETA = 0.5
@@ -220,12 +222,12 @@ def test_a_calibration_sums_nothing():
 
 
 def test_gradients_handed_over_out_of_order_are_refused(monkeypatch):
-    def backward(self, plan, controls=None):
-        for l in plan.layers:  # layer 2 first
+    def chain(plan, schedule, controls=None):
+        for l in plan.layer_numbers:  # layer 2 first
             plan.error(l)
             plan.gradients(plan.main, l)
 
-    monkeypatch.setattr(Sequential, "backward", backward)
+    monkeypatch.setattr(Plan, "chain", chain)
     with MLP(SIZES, backend="numpy", comm=Mirror()) as net, pytest.raises(
             RuntimeError, match="handed over the gradients of layer 2 where layer 6 was due"):
         net.backprop(*batch(SIZES, 2))

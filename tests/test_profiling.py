@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from leapfrog_gpu.tools import profiling
+from leapfrog_gpu.tools.train import profiling
 
 
 class FakeBackend:

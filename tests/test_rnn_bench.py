@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from leapfrog_gpu.tools import bench_rnn
+from leapfrog_gpu.tools.bench import rnn as bench_rnn
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def test_the_command_refuses_a_bad_option_in_one_line(capsys):
 
 
 def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
-    from leapfrog_gpu.tools import bench
+    from leapfrog_gpu.tools.bench import command as bench
 
     assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "3", "--batch", "1",
                        "--repeats", "1", "--no-torch"]) == 0

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
-from leapfrog_gpu import reference_rnn
-from leapfrog_gpu.rnn_schedules import RNNSchedule
+from leapfrog_gpu.rnn import reference as reference_rnn
+from leapfrog_gpu.core.handoff import Handoff
 
 SIZES = [3, 5, 7, 2]
 
@@ -77,7 +77,7 @@ def test_missing_read_after_write_wait_is_caught_on_the_standin(monkeypatch):
     with CupyBackend() as backend:
         want = trained(backend, BPTT())
         assert all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
-        monkeypatch.setattr(RNNSchedule, "wait_for_delta", lambda self, p, worker, l: None)
+        monkeypatch.setattr(Handoff, "wait", lambda self, worker, unit: None)
         assert not all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
 
 

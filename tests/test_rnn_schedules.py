@@ -7,7 +7,8 @@ import pytest
 
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.backends import get_backend
-from leapfrog_gpu.rnn_schedules import RNNSchedule, ceil_log2
+from leapfrog_gpu.rnn.schedules import ceil_log2
+from leapfrog_gpu.core.handoff import Handoff
 
 ETA = 0.3
 SIZES = [5, 9, 7, 11, 3]
@@ -85,7 +86,7 @@ def test_missing_read_after_write_wait_is_caught(monkeypatch, bptt, schedule):
     """Without 'worker waits E_l', a worker that runs first reads delta^l before the chain wrote it."""
     assert np.allclose(np.concatenate([a.ravel() for a in deferred("workers-first", schedule)]),
                        np.concatenate([a.ravel() for a in bptt]), rtol=1e-4, atol=1e-6)
-    monkeypatch.setattr(RNNSchedule, "wait_for_delta", lambda self, p, worker, l: None)
+    monkeypatch.setattr(Handoff, "wait", lambda self, worker, unit: None)
     got = deferred("workers-first", schedule)
     assert not np.allclose(np.concatenate([a.ravel() for a in got]), np.concatenate([a.ravel() for a in bptt]),
                            rtol=1e-4, atol=1e-6, equal_nan=False)
@@ -94,14 +95,14 @@ def test_missing_read_after_write_wait_is_caught(monkeypatch, bptt, schedule):
 def test_missing_join_is_caught(monkeypatch, bptt):
     """Without the join, a main stream that runs first updates w with nabla_w not yet computed."""
     assert same(deferred("main-first", Leapfrog(2)), bptt)
-    monkeypatch.setattr(RNNSchedule, "join", lambda self, p: None)
+    monkeypatch.setattr(Handoff, "join", lambda self: None)
     assert not same(deferred("main-first", Leapfrog(2)), bptt)
 
 
 def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch, bptt):
     """A fused worker must wait for delta^{l-1}, the chain's last read of w^l, not only E_l."""
     assert same(deferred("workers-first", Leapfrog(2, fused=True)), bptt)
-    monkeypatch.setattr(RNNSchedule, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
     assert not same(deferred("workers-first", Leapfrog(2, fused=True)), bptt)
 
 
@@ -186,7 +187,7 @@ def test_naumov_rnn_checks_its_memory_before_allocating():
         x, y = sequences(sizes, 1024, 8, "last", seed=0)
         with pytest.raises(ValueError, match=rf"NaumovRNN needs {needed} bytes .* over memory_limit=1073741824 bytes"):
             net.backprop(x, y, schedule)
-        assert not net._passes  # refused before the pass's own buffers were allocated
+        assert not net._plans  # refused before the pass's own buffers were allocated
         small = NaumovRNN(memory_limit=100)
         x, y = sequences(sizes, 2, 1, "last", seed=0)
         with pytest.raises(ValueError, match=r"NaumovRNN needs \d+ bytes"):

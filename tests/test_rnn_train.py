@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from leapfrog_gpu import Leapfrog
-from leapfrog_gpu.tools import rnn_tasks
+from leapfrog_gpu.tools.train import rnn_tasks
 
 pytest.importorskip("sklearn", reason="the digits come with scikit-learn")
 
@@ -26,7 +26,7 @@ def test_digits_by_rows_reach_90_percent_within_a_minute():
 
 def test_digits_rows_are_the_images_rows():
     task = rnn_tasks.digits_by_rows()
-    from leapfrog_gpu.tools import data
+    from leapfrog_gpu.tools.train import data
 
     images = data.digits().x_train.reshape(8, 8, -1)
     assert np.array_equal(task.x_train[3, :, 5], images[3, :, 5])  # time step 4 = pixel row 3 of image 5
@@ -47,14 +47,14 @@ def test_train_refuses_bad_options():
 
 
 def run(capsys, **given):
-    from leapfrog_gpu.tools import train_rnn
+    from leapfrog_gpu.tools.train import rnn as train_rnn
 
     status = train_rnn.main({"model": "rnn", "backend": "numpy", **given})
     return status, capsys.readouterr()
 
 
 def test_the_command_resumes_where_it_stopped_as_if_never_stopped(tmp_path, capsys):
-    from leapfrog_gpu.tools import checkpoint
+    from leapfrog_gpu.tools.train import checkpoint
 
     options = {"data": "teacher", "samples": 64, "tau": 6, "hidden": [9], "quiet": True}
     assert run(capsys, epochs=4, checkpoint_dir=str(tmp_path / "whole"), **options)[0] == 0
@@ -80,7 +80,7 @@ def test_the_command_exits_with_its_status_and_one_line(capsys, given, status, m
 
 
 def test_leapfrog_train_model_rnn_reaches_90_percent_with_its_defaults(capsys):
-    from leapfrog_gpu.tools import train
+    from leapfrog_gpu.tools.train import command as train
 
     start = time.perf_counter()
     assert train.main(["--model", "rnn", "--quiet"]) == 0
@@ -91,7 +91,7 @@ def test_leapfrog_train_model_rnn_reaches_90_percent_with_its_defaults(capsys):
 
 
 def test_the_header_and_epoch_lines_fit_100_columns(capsys):
-    from leapfrog_gpu.tools import train
+    from leapfrog_gpu.tools.train import command as train
 
     assert train.main(["--model", "rnn", "--epochs", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -102,7 +102,7 @@ def test_the_header_and_epoch_lines_fit_100_columns(capsys):
 
 
 def test_leapfrog_train_refuses_tau_without_model_rnn(capsys):
-    from leapfrog_gpu.tools import train
+    from leapfrog_gpu.tools.train import command as train
 
     assert train.main(["--tau", "4"]) == 2
     assert capsys.readouterr().err == "leapfrog-train: error: --tau applies to --model rnn only\n"

@@ -5,8 +5,8 @@ import pytest
 
 from helpers import assert_same, batch, batch_id, case_id, case_ids, gpu, layer_names, same
 from leapfrog_gpu import MLP, Leapfrog, Sequential
-from leapfrog_gpu.schedules import Schedule
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core.handoff import Handoff
 
 STEPS = 50
 ETA = 0.5
@@ -167,7 +167,7 @@ def test_missing_read_after_write_wait_is_caught(monkeypatch):
     """Without 'worker waits E_l', a worker that runs first reads delta^l before it is written."""
     want = deferred_run("main-first", Sequential())
     assert_same(deferred_run("workers-first", Leapfrog(2)), want, DEFERRED, "with every wait")
-    monkeypatch.setattr(Leapfrog, "wait_for_delta", lambda self, plan, worker, l: None)
+    monkeypatch.setattr(Handoff, "wait", lambda self, worker, unit: None)
     assert not same(deferred_run("workers-first", Leapfrog(2)), want)
 
 
@@ -175,7 +175,7 @@ def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch):
     """A fused worker must wait for delta^{l-1}, the main stream's last read of w^l, not just E_l."""
     want = deferred_run("main-first", Sequential())
     assert_same(deferred_run("workers-first", Leapfrog(2, fused=True)), want, DEFERRED, "with every wait")
-    monkeypatch.setattr(Schedule, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
     assert not same(deferred_run("workers-first", Leapfrog(2, fused=True)), want)
 
 
@@ -183,7 +183,7 @@ def test_missing_join_is_caught(monkeypatch):
     """Without the join, a main stream that runs first updates w with nabla_w not yet computed."""
     want = deferred_run("main-first", Sequential())
     assert_same(deferred_run("main-first", Leapfrog(2)), want, DEFERRED, "with every wait")
-    monkeypatch.setattr(Leapfrog, "join", lambda self, plan: None)
+    monkeypatch.setattr(Handoff, "join", lambda self: None)
     assert not same(deferred_run("main-first", Leapfrog(2)), want)
 
 
@@ -208,5 +208,5 @@ def test_missing_join_is_caught_across_steps_without_an_update(monkeypatch):
 
     assert not overwrite_before_read(Sequential())
     assert not overwrite_before_read(Leapfrog(2))
-    monkeypatch.setattr(Leapfrog, "join", lambda self, plan: None)
+    monkeypatch.setattr(Handoff, "join", lambda self: None)
     assert overwrite_before_read(Leapfrog(2))

@@ -250,7 +250,7 @@ def test_save_writes_the_chart_and_every_interval(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason=NO_GPU)
 def test_training_window_on_the_gpu(tmp_path):
-    from leapfrog_gpu.tools import train
+    from leapfrog_gpu.tools.train import command as train
 
     assert train.main(["--hidden", "5x24", "--quiet", "--epochs", "1", "--backend", "cupy", "--timeline",
                        str(tmp_path / "t.png"), "--profile-steps", "3:6"]) == 0

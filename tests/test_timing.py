@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from leapfrog_gpu.backends import timing
-from leapfrog_gpu.tools import traffic
+from leapfrog_gpu.tools.bench import traffic
 from leapfrog_gpu.backends import NumpyBackend
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from helpers import to_numpy
 from leapfrog_gpu import MLP, Leapfrog
-from leapfrog_gpu.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
+from leapfrog_gpu.core.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 
 NEEDS_TORCH = "the PyTorch conversions need torch: pip install 'leapfrog_gpu[torch]'"
 KINDS = [(activation, output, cost) for activation, output, cost in itertools.product(
@@ -165,7 +165,7 @@ def test_from_torch_converts_to_the_dtype_asked_for(torch):
 
 def test_the_conversions_share_memory_only_with_what_they_are_handed(torch):
     """DLPack in both directions on the CPU: no copy between a NumPy array and a CPU tensor."""
-    from leapfrog_gpu import torch_io
+    from leapfrog_gpu.mlp import torch_io
 
     w, b = np.ones((2, 3)), np.zeros(2)
     module = torch_io.to_module([w], [b], "sigmoid", "identity")

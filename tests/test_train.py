@@ -16,7 +16,7 @@ import pytest
 
 from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 from no_gpu_cupy import CUDA_ANSWER
-from leapfrog_gpu.tools import checkpoint, train, train_loop
+from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
 from leapfrog_gpu.backends import cuda_available
 
 
@@ -112,7 +112,7 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
 PAUSED_WRITER = """
 import io, pathlib, sys, time
 import numpy as np
-from leapfrog_gpu.tools import train
+from leapfrog_gpu.tools.train import command as train
 
 savez = np.savez
 
@@ -352,7 +352,7 @@ import sys
 sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
 import no_gpu_cupy
 sys.modules["cupy"] = no_gpu_cupy.module()
-from leapfrog_gpu.tools import train
+from leapfrog_gpu.tools.train import command as train
 sys.exit(train.main(["--hidden", "2x8", "--epochs", "1", "--quiet"]))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -421,7 +421,7 @@ def sigint_at_its_default():
 
 
 def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
-    code = ("import signal, sys; from leapfrog_gpu.tools import data, train;"
+    code = ("import signal, sys; from leapfrog_gpu.tools.train import command as train, data;"
             "data.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
             f"sys.exit(train.main(['--checkpoint-dir', {str(tmp_path)!r}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -463,7 +463,7 @@ def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
     """Most of a slow start was importing scikit-learn (and SciPy with it) to load the digits; the run
     needs them no more than matplotlib. The BLAS comes with the first product, so ``--help`` does
     without it too."""
-    code = (f"import sys\nfrom leapfrog_gpu.tools import train\ntry:\n    code = train.main({argv!r})\n"
+    code = (f"import sys\nfrom leapfrog_gpu.tools.train import command as train\ntry:\n    code = train.main({argv!r})\n"
             "except SystemExit as stop:\n    code = stop.code or 0\nassert code == 0, code\n"
             "print(sorted({name.partition('.')[0] for name in sys.modules} & {'sklearn', 'scipy', 'scipy_openblas32', 'matplotlib'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_bitwise_equal, cli, one_error_line, parameters
-from leapfrog_gpu.tools import checkpoint, train
+from leapfrog_gpu.tools.train import checkpoint, command as train
 
 TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", "3x32", "--samples", "20000",
            "--batch-size", "8", "--lr", "0.01"]  # about a second an epoch
@@ -87,7 +87,7 @@ def test_fuzzed_command_lines_run_or_exit_2_with_one_line(options, flags):
     base = ["--data", "teacher", "--inputs", "3", "--outputs", "2", "--samples", "24", "--hidden", "2x3",
             "--epochs", "1", "--quiet"]
     argv = base + [part for option in options for part in option] + flags
-    result = subprocess.run([sys.executable, "-c", "import sys; from leapfrog_gpu.tools import train; sys.exit(train.main())",
+    result = subprocess.run([sys.executable, "-c", "import sys; from leapfrog_gpu.tools.train import command as train; sys.exit(train.main())",
                              *argv], capture_output=True, text=True, timeout=120, env={**os.environ, "CI": "1"})
     assert result.returncode in (0, 2, 3), (argv, result.stderr)
     assert "Traceback" not in result.stderr, (argv, result.stderr)

@@ -23,8 +23,6 @@ Graphs (``capture``): the work a function enqueues, recorded once and replayed b
 same streams, in every mode (``leapfrog_gpu.backends.host_graph``).
 """
 
-import collections
-import queue
 import random
 import threading
 import time
@@ -34,52 +32,10 @@ import threadpoolctl
 
 from . import annotate, host_blas, ops_numpy
 from .host_graph import CaptureError, HostCapture
+from .host_streams import HostEvent, HostStream, Item
 
 MODES = ("threads", "serial", "deferred")
 ORDERS = ("main-first", "workers-first", "random")
-
-
-class HostEvent:
-    """A CUDA-like event: ``recorded`` counts enqueued recordings, ``completed`` those reached.
-
-    Waiters sleep on the event's own condition (sharing the backend's lock), so a recording wakes
-    only the streams that wait for this event.
-    """
-
-    __slots__ = ("name", "recorded", "completed", "reached")
-
-    def __init__(self, name, lock):
-        self.name = name
-        self.recorded = 0
-        self.completed = 0
-        self.reached = threading.Condition(lock)
-
-    def __repr__(self):
-        return f"HostEvent({self.name!r}, recorded={self.recorded}, completed={self.completed})"
-
-
-class HostStream:
-    """A FIFO of operations, drained by its own thread (``threads`` mode) or by ``synchronize``."""
-
-    def __init__(self, name):
-        self.name = name
-        self.queue = queue.SimpleQueue()
-        self.deferred = collections.deque()
-        self.thread = None
-        self.delays = None  # a seeded random.Random in chaos mode
-
-    def __repr__(self):
-        return f"HostStream({self.name!r})"
-
-
-class _Item:
-    """One enqueued operation: ``op`` (a function call), ``record``, ``wait`` or ``mark`` (NVTX)."""
-
-    __slots__ = ("kind", "name", "fn", "args", "event", "generation")
-
-    def __init__(self, kind, name, fn=None, args=(), event=None, generation=0):
-        self.kind, self.name, self.fn, self.args = kind, name, fn, args
-        self.event, self.generation = event, generation
 
 
 class NumpyBackend:
@@ -179,7 +135,7 @@ class NumpyBackend:
         stamped when a ``timing.Timeline`` is recording)."""
         if self.timeline is not None:
             fn = _stamped(self.timeline.stamp(stream.name, name), fn)
-        self._submit(stream, _Item("op", name, fn, args))
+        self._submit(stream, Item("op", name, fn, args))
 
     @staticmethod
     def elapsed_ns(start, end):
@@ -191,13 +147,13 @@ class NumpyBackend:
             self._capture.record(stream, event)
             return
         event.recorded += 1
-        self._submit(stream, _Item("record", event.name, event=event, generation=event.recorded))
+        self._submit(stream, Item("record", event.name, event=event, generation=event.recorded))
 
     def wait(self, stream, event):
         if self._capture is not None:
             self._capture.wait(stream, event)
             return
-        self._submit(stream, _Item("wait", event.name, event=event, generation=event.recorded))
+        self._submit(stream, Item("wait", event.name, event=event, generation=event.recorded))
 
     def capture(self, body):
         """Run ``body()`` now, eagerly: the work it enqueues is this call's, and whatever it creates on
@@ -208,7 +164,7 @@ class NumpyBackend:
         if self._capture is not None:
             raise CaptureError("a capture is already in progress on this backend")
         body()
-        self._capture = HostCapture(self.main, _Item)
+        self._capture = HostCapture(self.main, Item)
         try:
             body()
             return self._capture.graph(self)
@@ -414,7 +370,7 @@ class _StreamRange:
         self.backend, self.stream, self.name = backend, stream, name
 
     def __enter__(self):
-        self.backend._submit(self.stream, _Item("mark", self.name, annotate.push, (self.name,)))
+        self.backend._submit(self.stream, Item("mark", self.name, annotate.push, (self.name,)))
 
     def __exit__(self, *exc):
-        self.backend._submit(self.stream, _Item("mark", self.name, annotate.pop))
+        self.backend._submit(self.stream, Item("mark", self.name, annotate.pop))

@@ -13,7 +13,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from .. import parallel
+from ..parallel import comm as parallel
 from ..backends import cuda_status
 
 WIDTH = 100

@@ -1,0 +1,106 @@
+"""The checks every network runs on what it is given: layer widths, a dtype, a backend, a learning rate,
+a batch of columns, an array on the host or the device, a memory limit.
+
+One place for them, so that ``MLP``, ``RNN`` and ``GraphNet`` refuse the same bad input in the same words.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from ..backends import get_backend
+from .functions import DTYPES
+
+MEMORY_LIMIT = 2**30
+"""Bytes the extra buffers of a solver (Naumov's, the scans over time, DAG doubling, Newton's blocks) may
+take for one network and batch size unless the user allows more."""
+
+
+def check_sizes(sizes, least=2, example="[784, 30, 10]", layers="input and output"):
+    """``sizes`` as a list of at least ``least`` integer widths >= 1, or a TypeError/ValueError saying why."""
+    try:
+        sizes = list(sizes)
+    except TypeError:
+        raise TypeError(f"sizes must be a list of layer widths such as {example}; got {sizes!r}") from None
+    for width in sizes:
+        if isinstance(width, bool) or not isinstance(width, numbers.Integral):
+            raise TypeError(f"sizes must hold integers (layer widths); got {sizes!r}")
+    if len(sizes) < least:
+        raise ValueError(f"sizes must list at least {least} layers ({layers}), e.g. {example}; got {sizes!r}")
+    if min(sizes) < 1:
+        raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
+    return [int(width) for width in sizes]
+
+
+def check_dtype(dtype):
+    """The name of ``dtype``, one of ``DTYPES``, or a ValueError naming them."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
+    return name
+
+
+def real_array(xp, name, value):
+    """``value`` (an array, or anything ``numpy.asarray`` takes) as an array of real numbers that ``xp``'s
+    backend can read: a host array, or a CuPy array on a GPU backend; else a TypeError saying what to pass."""
+    if xp is np and type(value).__module__.startswith("cupy"):
+        raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass its host copy "
+                        "(.get())")
+    if not hasattr(value, "dtype"):
+        value = np.asarray(value)
+    if value.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers (a float or integer dtype); got dtype {value.dtype}")
+    return value
+
+
+def all_finite(xp, value):
+    """Whether every element of ``value`` (a host or an ``xp`` array) is finite; integers always are."""
+    if value.dtype.kind != "f":
+        return True
+    return bool((np if isinstance(value, np.ndarray) else xp).isfinite(value).all())
+
+
+def check_batch(xp, name, value, rows, sizes=None):
+    """``value`` as a 2-D (rows, B) array of finite real numbers, B >= 1, on a device ``xp`` can read;
+    ``sizes``, when given, is named in a shape error."""
+    value = real_array(xp, name, value)
+    if value.ndim == 1:
+        value = value.reshape(-1, 1)
+    if value.ndim != 2 or value.shape[0] != rows:
+        network = "" if sizes is None else f" for sizes {sizes}"
+        raise ValueError(f"{name} must have shape ({rows}, B) or ({rows},){network}; got {tuple(value.shape)}")
+    if value.shape[1] == 0:
+        raise ValueError(f"{name} holds an empty batch: shape {tuple(value.shape)}, need B >= 1")
+    if not all_finite(xp, value):
+        raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
+    return value
+
+
+def check_eta(eta):
+    """``eta``, the learning rate, a finite real number >= 0, or a ValueError."""
+    if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
+        raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
+    return eta
+
+
+def check_memory_limit(memory_limit):
+    """``memory_limit`` as an int of bytes >= 1: what a solver's buffers may take before it refuses."""
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral):
+        raise TypeError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
+    if memory_limit < 1:
+        raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
+    return int(memory_limit)
+
+
+def open_backend(backend):
+    """``(backend, owned)``: a backend made by name (``"auto"``, ``"numpy"``, ``"cupy"``), which the network
+    then owns and closes, or a backend object given, which it does not; a TypeError for anything else."""
+    if isinstance(backend, str):
+        return get_backend(backend), True
+    if hasattr(backend, "launch") and hasattr(backend, "xp"):
+        return backend, False
+    raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")

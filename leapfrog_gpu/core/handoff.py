@@ -1,0 +1,57 @@
+"""The hand-off: a pass's weight gradients leave the backward chain for k worker streams (docs/design.md §2).
+
+The main stream runs the chain. Once it has enqueued what the gradients of unit u (a layer, a node) wait
+for, it records the event E_u (``mark``); the gradients then run on worker ``index(u) mod k`` behind
+E_after, where ``after`` is u itself (read after write: the worker reads delta^u) or, for an update fused
+into the gradients, the unit whose delta reads u's parameters last (write after read). ``join`` makes the
+main stream wait for every busy worker (write after read: the update and the next pass rewrite what the
+workers read). With k = 0 the gradients run on the main stream, in the chain's order, and nothing waits.
+The MLP's, the RNN's and the DAG's schedules all hand off through this one piece.
+"""
+
+
+class Handoff:
+    """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)``, below
+    ``plan.units``, chooses a unit's worker) to ``k`` workers; only the workers that can own a unit are
+    ever made."""
+
+    def __init__(self, plan, k):
+        self.plan, self.k = plan, k
+        self.busy = {}
+
+    def mark(self, unit):
+        """The main stream has enqueued what unit's gradients wait for: record E_unit there (k >= 1)."""
+        if self.k:
+            self.plan.backend.record(self.plan.main, self.plan.event(f"E_{unit}"))
+
+    def off(self, unit, after=None):
+        """The stream to enqueue unit's gradients on: the main stream (k = 0), else worker ``index(unit)
+        mod k``, made to wait for E_after (``after`` defaults to ``unit``) first."""
+        plan = self.plan
+        if not self.k:
+            return plan.main
+        j = plan.index(unit) % self.k
+        worker = plan.workers(min(self.k, plan.units))[j]
+        self.wait(worker, unit if after is None else after)
+        self.busy[j] = worker
+        return worker
+
+    def wait(self, worker, unit):
+        """Guard read after write: ``worker`` reads what the main stream wrote up to E_unit (and, with a
+        fused update, write after read: E_unit means the main stream is done with the parameters)."""
+        self.plan.backend.wait(worker, self.plan.event(f"E_{unit}"))
+
+    @staticmethod
+    def last_reader(l):
+        """In a chain of layers, the layer whose delta reads w^l last: delta^{l-1} = ((w^l)^T delta^l) * ...,
+        so a fused update of layer l is handed off behind E_{l-1}."""
+        return l - 1
+
+    def join(self):
+        """Nothing on the main stream passes until every busy worker is done."""
+        backend, main = self.plan.backend, self.plan.main
+        for j in sorted(self.busy):
+            done = self.plan.event(f"F_{j}")
+            backend.record(self.busy[j], done)
+            backend.wait(main, done)
+        self.busy = {}

@@ -1,0 +1,79 @@
+"""Parameters in and out of a network, one protocol for the three: ``{unit: {name: array}}``.
+
+A unit is what carries parameters: a layer number l for ``MLP`` and ``RNN`` (``{2: {"w": ..., "b": ...}}``,
+the RNN's recurrent layers with ``"u"`` too), a node name for ``GraphNet`` (``{"h": {"w": ..., "b": ...}}``).
+``check`` is the one path a network's ``set_parameters`` takes: every given array is checked (a real array
+on the host or on the backend's device, of the shape the network holds, finite once in the network's
+dtype) before any is copied, and an error names the parameter and changes nothing. Each b may also be
+given as Nielsen's column, (n, 1). Nested Python lists are arrays too.
+"""
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .checks import all_finite, real_array
+
+
+def check(params, live, dtype, xp, label):
+    """``[(target, value)]``: each array of ``params`` (``{unit: {name: value}}``, any subset of the units
+    and names of ``live``, the network's own arrays) paired with the array it replaces, as an array of
+    ``dtype`` on the host or on ``xp``'s device; or raise for the first that is wrong. ``label(unit, name)``
+    names a parameter in an error."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"parameters must be a dict {{unit: {{name: array}}}} as parameters() gives; "
+                        f"got {type(params).__name__}")
+    checked = []
+    for unit, named in params.items():
+        if unit not in live:
+            raise ValueError(f"no unit {unit!r} carries parameters; those that do are {_listing(live)}")
+        if not isinstance(named, Mapping):
+            raise TypeError(f"the parameters of {unit!r} must be a dict {{name: array}}; got {type(named).__name__}")
+        for name, value in named.items():
+            if name not in live[unit]:
+                raise ValueError(f"{unit!r} has no parameter {name!r}; it has {_listing(live[unit])}")
+            shape = tuple(live[unit][name].shape)
+            checked.append((live[unit][name], array(label(unit, name), value, shape, dtype, xp)))
+    return checked
+
+
+def from_lists(groups):
+    """``{unit: {name: value}}`` from lists given by position: ``groups`` holds ``(what, given, name,
+    units)``, e.g. ``("weights", weights, "w", range(2, L + 1))``; a TypeError or ValueError when a list is
+    not one or has not one array per unit."""
+    params = {}
+    for what, given, name, units in groups:
+        span = f"layers {units[0]}..{units[-1]}"
+        if isinstance(given, (np.ndarray, Mapping)) or not hasattr(given, "__len__"):
+            raise TypeError(f"{what} must be a list of {len(units)} arrays ({span}); got {type(given).__name__}")
+        if len(given) != len(units):
+            raise ValueError(f"{what} must list {len(units)} arrays ({span}); got {len(given)}")
+        for unit, value in zip(units, given):
+            params.setdefault(unit, {})[name] = value
+    return params
+
+
+def array(what, value, shape, dtype, xp):
+    """``value`` as an array of ``shape`` in ``dtype``: real, finite, on the host or on ``xp``'s device."""
+    value = real_array(xp, what, value)
+    if len(shape) == 1 and tuple(value.shape) == (*shape, 1):
+        value = value.reshape(shape)  # Nielsen's column of biases
+    if tuple(value.shape) != shape:
+        nielsen = f" or ({shape[0]}, 1)" if len(shape) == 1 else ""
+        raise ValueError(f"{what} must have shape {shape}{nielsen}; got {tuple(value.shape)}")
+    module = np if isinstance(value, np.ndarray) else xp
+    with np.errstate(over="ignore"):  # a value beyond dtype's range becomes Inf, refused below
+        value = module.asarray(value, dtype=dtype)
+    if not all_finite(xp, value):
+        raise ValueError(f"{what} contains NaN or Inf (as {dtype}); every parameter must be finite")
+    return value
+
+
+def read_only(name, call):
+    """The error for an assignment to the network's ``name`` (``weights``, ``biases``, ...); ``call`` is how
+    to load parameters instead."""
+    return AttributeError(f"{name} cannot be assigned: each read of it is a copy; to load parameters call {call}")
+
+
+def _listing(names):
+    return ", ".join(repr(name) for name in names)

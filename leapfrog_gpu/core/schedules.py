@@ -1,0 +1,111 @@
+"""Schedules of a backward pass: where the weight gradients run, and what each network takes.
+
+Every network's chain runs on the main stream: the MLP's deltas layer by layer, the RNN's over layers
+and time, a DAG's adjoints node by node. A schedule says where the gradients that nothing on the chain
+needs run (``k`` worker streams through the hand-off, ``core.handoff``; ``k = 0``: the main stream, in
+the chain's order) and whether the SGD update is fused into them. ``Sequential()`` and ``Leapfrog(k)``
+are the schedules every network takes: the network's own chain in its own order, the gradients on the
+main stream or on worker ``l mod k`` (the seed's levels mk + j). The others belong to one network each
+(Naumov's solvers to the MLP, the scans over time to the RNN, the DAG's solvers to ``GraphNet``), and a
+network refuses a schedule it cannot run by name (``check``).
+
+``fused=True`` folds the SGD update into the gradients during ``sgd_step`` (w -= eta/B * delta a^T, so
+that nabla_w never goes to memory); ``backprop`` still returns nabla_w. ``one_pass=True`` (the MLP on the
+NumPy backend; it implies ``fused``) updates w^{l+1} inside the sweep of (5) that reads it
+(``mlp.plan``). Equation numbers follow docs/design.md §1.
+"""
+
+import numbers
+
+
+class Schedule:
+    """What every schedule says: ``k`` worker streams for the gradients (at least ``least_k``) and
+    ``fused``; ``stats`` holds the counters of its last pass, where it counts any."""
+
+    least_k = 1
+    one_pass = False
+
+    def __init__(self, k, fused=False):
+        self.k = self._check_k(k)
+        self.fused = bool(fused)
+        self.stats = {}
+
+    def _check_k(self, k):
+        accepted = self._accepted_k()
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"k must be {accepted}; got {k!r}")
+        if k < self.least_k:
+            raise ValueError(f"k must be {accepted}; got {k!r}")
+        return int(k)
+
+    def _accepted_k(self):
+        if self.least_k == 0:
+            return "an integer >= 0 (worker streams; 0 runs the gradients on the main stream)"
+        return "an integer >= 1 (the number of worker streams)"
+
+    def graph_refusal(self, backend):
+        """Why a step under this schedule cannot be captured as a graph on ``backend`` ("numpy" or
+        "cupy"), or None."""
+        return None
+
+    def _flags(self):
+        """The options ``repr`` shows: ``, one_pass=True``, ``, fused=True`` or nothing."""
+        return ", one_pass=True" if self.one_pass else ", fused=True" if self.fused else ""
+
+
+class Sequential(Schedule):
+    """Everything on the main stream, in the book's order."""
+
+    def __init__(self, fused=False, one_pass=False):
+        self.one_pass = bool(one_pass)
+        super().__init__(0, bool(fused) or self.one_pass)
+
+    def _check_k(self, k):
+        return 0
+
+    def __repr__(self):
+        return f"Sequential({self._flags()[2:]})"
+
+
+class Leapfrog(Schedule):
+    """The gradients of layer l on worker stream ``l mod k`` (the seed's levels mk + j), behind E_l.
+
+    ``Leapfrog("auto")`` (the MLP): the plan of a batch size times ``Sequential()`` and ``Leapfrog(k)`` for
+    a few k the first time it runs this schedule (that pass waits for the calibration), then runs the
+    fastest from then on (``leapfrog_gpu.mlp.autotune``).
+    """
+
+    def __init__(self, k, fused=False, one_pass=False):
+        self.one_pass = bool(one_pass)
+        if k == "auto" and self.one_pass:
+            raise ValueError("Leapfrog('auto') calibrates the plain and fused schedules only; give k for "
+                             "one_pass=True, e.g. Leapfrog(2, one_pass=True)")
+        super().__init__(k, bool(fused) or self.one_pass)
+
+    def _check_k(self, k):
+        return k if k == "auto" else super()._check_k(k)
+
+    def _accepted_k(self):
+        return super()._accepted_k() + " or 'auto'"
+
+    def __repr__(self):
+        return f"Leapfrog(k={self.k!r}{self._flags()})"
+
+
+def check(schedule, network, accepted):
+    """``schedule`` (``Sequential()`` when None) if its class is one of ``accepted``, the schedules that
+    ``network`` (its name with its article, "an MLP") runs; else a TypeError naming those."""
+    if schedule is None:
+        return Sequential()
+    if type(schedule) in accepted:
+        return schedule
+    names = [_signature(cls) for cls in accepted]
+    choices = f"{', '.join(names[:-1])} or {names[-1]}"
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a schedule object: {choices}; got {schedule!r}")
+    raise TypeError(f"{network} cannot run {schedule!r}; it takes {choices}")
+
+
+def _signature(cls):
+    """``Leapfrog(k)``: a schedule class with the arguments it needs."""
+    return f"{cls.__name__}(k)" if cls is Leapfrog else f"{cls.__name__}()"

@@ -1,0 +1,253 @@
+"""The forward pass as a lower-triangular nonlinear system, solved by iteration (docs/naumov.md).
+
+The unknowns are the outputs a_v of every non-input node; F_v = a_v - f_v(a_{inputs of v}) = 0, f_v
+its layer's forward. D (``net.depth``) is the number of non-input nodes on the longest path.
+
+``ForwardJacobi``  every node from the previous sweep's outputs at once (the nodes of one sweep are
+                   independent). Exact after D sweeps from any start and, being the same per-layer
+                   arithmetic, bitwise the node-by-node forward; a warm start (the previous solve's
+                   outputs) and a tolerance on the per-node relative change may stop it earlier, and
+                   ``blocks`` runs Jacobi inside groups of levels, sequentially across them (each group
+                   exact after its own depth, its own convergence test).
+``ForwardNewton``  DEER / DeepPCR: linearize at the iterate, a_v = f_v + sum_u J_{v,u} (a_u - a_u^(i)),
+                   and solve that linear lower-triangular system by recursive doubling in ceil(log2 D)
+                   rounds (``schedules.doubling_solve``); repeat. Exact in at most D iterations
+                   (after i of them every node of level <= i is exact); stops when the largest per-node
+                   relative residual ||a_v - f_v(a)|| / ||f_v(a)|| is <= ``tol``. ``damping`` scales each
+                   step (ELK's remedy for steps that blow up); a step that leaves NaN or Inf is undone
+                   and replaced by a Jacobi sweep from the previous iterate.
+
+Both run as one operation on the main stream, for ``GraphNet.feedforward(x, solver=...)``,
+``GraphNet.backprop(..., solver=...)`` and ``MLP.feedforward(x, solver=...)`` (the MLP as its chain).
+Each leaves in ``stats``: sweeps or iterations, rounds (dependent steps), flops and bytes (estimates:
+each operand read once, each result written once) beside the node-by-node forward's, memory held.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from .network import GraphNet, from_mlp
+from .plan import INPUT
+from .schedules import doubling_bytes, doubling_rounds, doubling_solve, reachable_pairs
+
+
+class ForwardSolver:
+    """What the solvers share: ``feedforward`` for either network, counters, the previous solution."""
+
+    def __init__(self):
+        self.stats = {}
+        self._previous = None  # (network id, batch, outputs) of the last solve
+
+    def feedforward(self, net, x):
+        """a^out (n_out, B) of ``net`` (a ``GraphNet``, or an ``MLP`` run as its chain) by this solver."""
+        graph = net if isinstance(net, GraphNet) else from_mlp(net)
+        return graph.feedforward(x, solver=self)
+
+    def solve(self, net, state):
+        """Fill ``state.a`` and ``state.saved`` for every node of ``net`` (runs on the main stream); ``state``
+        is the pass's ``plan.Plan``, its parameters ``state.params``."""
+        raise NotImplementedError
+
+    def _start(self, net, state, warm):
+        xp, B = net.backend.xp, state.batch
+        previous = self._previous
+        if warm and previous is not None and previous[:2] == (id(net), B):
+            return dict(previous[2])
+        return {v: xp.zeros((net.n[v], B), dtype=net.dtype) for v in net.order}
+
+    def _finish(self, net, state, a, saved):
+        for v in net.order:
+            state.a[v], state.saved[v] = a[v], saved[v]
+        self._previous = (id(net), state.batch, {v: a[v] for v in net.order})
+
+
+def _evaluate(net, params, a, nodes, x):
+    """f_v of the iterate ``a`` for ``nodes``, on ``params`` (the plan's): ``(outputs, saved)``."""
+    out, saved = {}, {}
+    for v in nodes:
+        args = [x if u == INPUT else a[u] for u in net.inputs[v]]
+        out[v], saved[v] = net.layer[v].forward(net.backend, params[v], args)
+    return out, saved
+
+
+def _relative(xp, new, old):
+    """||new - old|| / ||new|| (Frobenius over the batch), 0 when both vanish, inf when only new does."""
+    diff = new - old
+    num, den = math.sqrt(float((diff * diff).sum())), math.sqrt(float((new * new).sum()))
+    return 0.0 if num == 0 else (math.inf if den == 0 else num / den)
+
+
+def forward_counters(net, batch, nodes=None):
+    """Flops and bytes of the node-by-node forward of ``nodes`` (all by default): a node with parameters
+    2 n m B + 4 n B, another n_in B."""
+    itemsize, flops, moved = np.dtype(net.dtype).itemsize, 0, 0
+    for v in net.order if nodes is None else nodes:
+        n, widths = net.n[v], [net.n[u] for u in net.inputs[v]]
+        if net.n_params[v]:
+            flops += sum(2 * n * m * batch for m in widths) + 4 * n * batch
+            moved += net.n_params[v] + sum(widths) * batch + 3 * n * batch
+        else:
+            flops += sum(widths) * batch
+            moved += sum(widths) * batch + n * batch
+    return {"sequential_rounds": len(net.order), "sequential_flops": flops, "sequential_bytes": moved * itemsize}
+
+
+def _check(name, value, low, message):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < low:
+        raise ValueError(f"{name} {message}; got {value!r}")
+
+
+class ForwardJacobi(ForwardSolver):
+    """Jacobi sweeps over the nodes, exact after D sweeps.
+
+    Args:
+        tol: None (no test: D sweeps), or stop a group at the first sweep whose per-node relative
+            change max_v ||a_v' - a_v|| / ||a_v'|| is <= tol (a number >= 0).
+        max_sweeps: None (the depth, exact) or a cap >= 1 on each group's sweeps.
+        warm_start: start from the previous solve's outputs (same network, same batch size).
+        blocks: groups of consecutive levels (>= 1): Jacobi inside each, sequential across.
+    """
+
+    def __init__(self, tol=None, max_sweeps=None, warm_start=False, blocks=1):
+        super().__init__()
+        if tol is not None:
+            _check("tol", tol, 0, "must be None or a finite number >= 0")
+        for name, value in (("max_sweeps", max_sweeps), ("blocks", blocks)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+        if not isinstance(warm_start, bool):
+            raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
+        self.tol, self.max_sweeps, self.warm_start, self.blocks = tol, max_sweeps, warm_start, int(blocks)
+
+    def __repr__(self):
+        return (f"ForwardJacobi(tol={self.tol}, max_sweeps={self.max_sweeps}, warm_start={self.warm_start}, "
+                f"blocks={self.blocks})")
+
+    def groups(self, net):
+        """The nodes in ``blocks`` groups of consecutive levels, in order, as equal as the depth allows."""
+        D = net.depth
+        count = min(self.blocks, D)
+        bounds = [round(D * j / count) for j in range(count + 1)]
+        return [[v for v in net.order if bounds[j] < net.level[v] <= bounds[j + 1]] for j in range(count)]
+
+    def solve(self, net, state):
+        xp, x = net.backend.xp, state.a[INPUT]
+        a = self._start(net, state, self.warm_start)
+        saved, per_group, changes, flops, moved = {}, [], [], 0, 0
+        for group in self.groups(net):
+            depth = max(net.level[v] for v in group) - min(net.level[v] for v in group) + 1
+            limit = depth if self.max_sweeps is None else min(depth, self.max_sweeps)
+            sweeps = 0
+            while sweeps < limit:
+                new, new_saved = _evaluate(net, state.params, a, group, x)
+                sweeps += 1
+                change = max(_relative(xp, new[v], a[v]) for v in group) if self.tol is not None else None
+                a.update(new)
+                saved.update(new_saved)
+                if change is not None:
+                    changes.append(change)
+                    if change <= self.tol:
+                        break
+            per_group.append(sweeps)
+            cost = forward_counters(net, state.batch, group)
+            flops, moved = flops + sweeps * cost["sequential_flops"], moved + sweeps * cost["sequential_bytes"]
+        self._finish(net, state, a, saved)
+        base, itemsize = forward_counters(net, state.batch), np.dtype(net.dtype).itemsize
+        total = sum(per_group)
+        self.stats = {"sweeps": total, "sweeps_per_block": per_group, "rounds": total,
+                      "converged": total >= net.depth or (self.tol is not None and changes[-1] <= self.tol),
+                      "change": changes[-1] if changes else None,
+                      "flops": flops, "bytes": moved,
+                      "memory_bytes": 2 * sum(net.n[v] for v in net.order) * state.batch * itemsize, **base}
+        net.stats["forward"] = self.stats
+
+
+class ForwardNewton(ForwardSolver):
+    """Newton's method with a parallel scan of every linearized system: at most D iterations.
+
+    Args:
+        tol: stop once the largest per-node relative residual is <= tol (a number >= 0); None: 1e-12 in
+            float64, 1e-6 in float32 (the residual of an exact float32 solution is a few ulps).
+        max_iterations: None (the depth, exact) or a cap >= 1.
+        damping: each step times this factor, in (0, 1] (1: plain Newton).
+        warm_start: start from the previous solve's outputs (same network, same batch size).
+        memory_limit: bytes the Jacobian blocks may take; a larger need raises before allocating.
+    """
+
+    def __init__(self, tol=None, max_iterations=None, damping=1.0, warm_start=False,
+                 memory_limit=MEMORY_LIMIT):
+        super().__init__()
+        if tol is not None:
+            _check("tol", tol, 0, "must be None or a finite number >= 0")
+        if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
+                max_iterations, numbers.Integral) or max_iterations < 1):
+            raise ValueError(f"max_iterations must be None (the depth) or an integer >= 1; got {max_iterations!r}")
+        _check("damping", damping, 0, "must be a number in (0, 1]")
+        if not 0 < damping <= 1:
+            raise ValueError(f"damping must be a number in (0, 1]; got {damping!r}")
+        self.tol, self.max_iterations, self.damping = tol, max_iterations, float(damping)
+        self.warm_start, self.memory_limit = warm_start, check_memory_limit(memory_limit)
+
+    def __repr__(self):
+        return (f"ForwardNewton(tol={self.tol}, max_iterations={self.max_iterations}, damping={self.damping}, "
+                f"warm_start={self.warm_start})")
+
+    def memory_needed(self, net, batch):
+        """Bytes of the blocks over every pair (u, v) with a path u -> v, their square, two iterates."""
+        return doubling_bytes(net, reachable_pairs(net), batch, np.dtype(net.dtype).itemsize)
+
+    def check_memory(self, net, batch):
+        needed = self.memory_needed(net, batch)
+        if needed > self.memory_limit:
+            raise ValueError(f"ForwardNewton needs {needed} bytes for depth D={net.depth}, batch B={batch} "
+                             f"({net.dtype}), over memory_limit={self.memory_limit}; pass a larger memory_limit or "
+                             "use ForwardJacobi() or the node-by-node forward")
+        return needed
+
+    def solve(self, net, state):
+        xp, x, D = net.backend.xp, state.a[INPUT], net.depth
+        memory = self.check_memory(net, state.batch)
+        a = self._start(net, state, self.warm_start)
+        limit = D if self.max_iterations is None else self.max_iterations
+        tol = self.tol if self.tol is not None else (1e-12 if net.dtype == "float64" else 1e-6)
+        base = forward_counters(net, state.batch)
+        iterations = resets = flops = moved = 0
+        history = []
+        while True:
+            f, saved = _evaluate(net, state.params, a, net.order, x)
+            flops, moved = flops + base["sequential_flops"], moved + base["sequential_bytes"]
+            residual = {v: _relative(xp, f[v], a[v]) for v in net.order}
+            history.append(max(residual.values()))
+            if history[-1] <= tol or iterations == limit:
+                break
+            step, f_flops, f_moved = self._newton_step(net, state, a, f, saved, x)
+            iterations += 1
+            flops, moved = flops + f_flops, moved + f_moved * np.dtype(net.dtype).itemsize
+            new = {v: a[v] + self.damping * step[v] for v in net.order}
+            if not all(bool(xp.isfinite(new[v]).all()) for v in net.order):
+                resets += 1
+                new = f  # undo the step: a Jacobi sweep from the previous iterate instead
+            a = new
+        self._finish(net, state, a, saved)
+        rounds = iterations * doubling_rounds(D)
+        self.stats = {"iterations": iterations, "rounds": rounds, "residual": residual, "residuals": history,
+                      "resets": resets, "converged": history[-1] <= tol, "tol": tol, "flops": flops, "bytes": moved,
+                      "memory_bytes": memory, **base}
+        net.stats["forward"] = self.stats
+
+    @staticmethod
+    def _newton_step(net, state, a, f, saved, x):
+        """The step s of one Newton iteration: s_v = (f_v - a_v) + sum_u J_{v,u} s_u, by doubling."""
+        xp, blocks = net.backend.xp, {}
+        for v in net.order:
+            args = [x if u == INPUT else a[u] for u in net.inputs[v]]
+            for i, u in enumerate(net.inputs[v]):
+                if u != INPUT:
+                    block = net.layer[v].jacobian(net.backend, state.params[v], args, saved[v], i).dense()
+                    blocks[v, u] = blocks[v, u] + block if (v, u) in blocks else block
+        e = {v: f[v] - a[v] for v in net.order}
+        step, flops, moved = doubling_solve(xp, blocks, e, net.depth)
+        return step, flops, moved

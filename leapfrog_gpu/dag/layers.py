@@ -1,0 +1,331 @@
+"""Layers as Jacobian providers: the protocol every node of a ``GraphNet`` follows, and its blocks.
+
+A layer maps its inputs (each (n_i, B), a minibatch as columns) to one output a, (n, B). Backward it
+gives vector-Jacobian products: from the adjoint abar = dC/da, (n, B), its ``error`` g (for ``Dense``
+the book's delta = abar * sigma'(z), eq. (5)'s Hadamard half; for the other layers abar itself), then
+``vjp_inputs`` (dC/d input_i from g, per input) and ``vjp_params`` (dC/d parameter from g, summed over
+the batch). The solvers of ``dag_schedules`` and ``forward_solvers`` also need the input Jacobian
+J_i = d a / d input_i of every sample as a block (docs/naumov.md):
+
+``DenseBlock``  (B, n, n_i), one matrix per sample;
+``Diagonal``    (n, B), diag(d) per sample (elementwise layers, ``Add``);
+``Factored``    diag(d) w with d (n, B) and a shared w (n, n_i): the ``Dense`` layer's diag(sigma') w,
+                whose transpose w^T diag(sigma') is Naumov's block; w stays out of per-sample storage;
+``Slice``       rows [offset, offset + n_i) of the identity (``Concat``).
+
+Every block multiplies (``matvec``: J v, ``rmatvec``: J^T u, both (., B)) and materializes (``dense``).
+A layer that gives only its products gets its Jacobian built from them (``Layer.jacobian``: one
+product per output unit). Parameters are dicts of arrays by name; ``Dense`` runs the MLP's kernels
+(``backend.ops``), so that a chain of them computes what ``MLP`` computes, bit for bit.
+"""
+
+import math
+
+import numpy as np
+
+from ..core.functions import OUTPUT_ACTIVATIONS, choose
+
+
+class Block:
+    """The Jacobian of one sample batch: ``shape`` (n_out, n_in), ``batch`` B."""
+
+    def matvec(self, v):
+        """J v for every sample: (n_in, B) -> (n_out, B)."""
+        raise NotImplementedError
+
+    def rmatvec(self, u):
+        """J^T u for every sample: (n_out, B) -> (n_in, B)."""
+        raise NotImplementedError
+
+    def dense(self):
+        """The blocks as one (B, n_out, n_in) array."""
+        raise NotImplementedError
+
+    def matvec_flops(self):
+        """Flops of one ``matvec`` (or ``rmatvec``) over the batch."""
+        n, m = self.shape
+        return 2 * n * m * self.batch
+
+
+class DenseBlock(Block):
+    """One dense (n_out, n_in) matrix per sample, stored (B, n_out, n_in)."""
+
+    def __init__(self, xp, matrices):
+        self.xp, self.matrices = xp, matrices
+        self.batch, *shape = matrices.shape
+        self.shape = tuple(shape)
+
+    def matvec(self, v):
+        return self.xp.matmul(self.matrices, v.T[:, :, None])[:, :, 0].T
+
+    def rmatvec(self, u):
+        return self.xp.matmul(self.matrices.transpose(0, 2, 1), u.T[:, :, None])[:, :, 0].T
+
+    def dense(self):
+        return self.matrices
+
+
+class Diagonal(Block):
+    """diag(d) per sample, d (n, B)."""
+
+    def __init__(self, xp, d):
+        self.xp, self.d = xp, d
+        self.shape, self.batch = (d.shape[0], d.shape[0]), d.shape[1]
+
+    def matvec(self, v):
+        return self.d * v
+
+    rmatvec = matvec
+
+    def dense(self):
+        n, B = self.d.shape
+        out = self.xp.zeros((B, n, n), dtype=self.d.dtype)
+        out.reshape(B, n * n)[:, :: n + 1] = self.d.T
+        return out
+
+    def matvec_flops(self):
+        return self.shape[0] * self.batch
+
+
+class Factored(Block):
+    """diag(d) w with d (n, B) per sample and w (n, m) shared: the Jacobian of ``Dense``."""
+
+    def __init__(self, xp, d, w):
+        self.xp, self.d, self.w = xp, d, w
+        self.shape, self.batch = w.shape, d.shape[1]
+
+    def matvec(self, v):
+        return self.d * self.xp.matmul(self.w, v)
+
+    def rmatvec(self, u):
+        return self.xp.matmul(self.w.T, self.d * u)
+
+    def dense(self):
+        return self.d.T[:, :, None] * self.w[None]
+
+    def matvec_flops(self):
+        n, m = self.shape
+        return (2 * m + 1) * n * self.batch
+
+
+class Slice(Block):
+    """Rows [offset, offset + n_in) of the (n_out, n_out) identity, the same for every sample."""
+
+    def __init__(self, xp, n_out, offset, n_in, batch, dtype):
+        self.xp, self.offset, self.dtype = xp, offset, dtype
+        self.shape, self.batch = (n_out, n_in), batch
+
+    def matvec(self, v):
+        out = self.xp.zeros((self.shape[0], self.batch), dtype=v.dtype)
+        out[self.offset:self.offset + self.shape[1]] = v
+        return out
+
+    def rmatvec(self, u):
+        return u[self.offset:self.offset + self.shape[1]]
+
+    def dense(self):
+        n, m = self.shape
+        out = self.xp.zeros((self.batch, n, m), dtype=self.dtype)
+        for j in range(m):
+            out[:, self.offset + j, j] = 1
+        return out
+
+    def matvec_flops(self):
+        return 0
+
+
+class Layer:
+    """The protocol. ``params`` names the parameters; subclasses override what they need.
+
+    Methods take the network's ``backend`` (its ``xp`` and ``ops``), the layer's parameters (a dict,
+    empty for none), its inputs (a list of (n_i, B) arrays) and what ``forward`` saved for backward.
+    """
+
+    params = ()
+
+    def size(self, sizes):
+        """The output width for input widths ``sizes``; raise a ValueError if they do not fit."""
+        raise NotImplementedError
+
+    def init(self, rng, sizes):
+        """Initial parameters (NumPy float64 arrays by name) for input widths ``sizes``."""
+        return {}
+
+    def forward(self, backend, params, inputs):
+        """Return ``(a, saved)``: the output (n, B) and what the products need."""
+        raise NotImplementedError
+
+    def error(self, backend, params, saved, abar):
+        """The layer's error g from the adjoint abar = dC/da, (n, B); by default abar itself."""
+        return abar
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        """dC/d input_i for every input i, from the error g: a list of (n_i, B)."""
+        raise NotImplementedError
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        """dC/d parameter summed over the batch, from the error g: a dict by name."""
+        return {}
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        """J_i = d a / d input_i as a ``DenseBlock``, built from the products: row r of every sample's
+        J_i is J_i^T e_r, one product per output unit."""
+        return from_products(backend.xp, lambda u: self.vjp_inputs(backend, params, inputs, saved,
+                                                                   self.error(backend, params, saved, u))[i],
+                             self.size([x.shape[0] for x in inputs]), inputs[i])
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+def from_products(xp, rproduct, n_out, like):
+    """A ``DenseBlock`` from u -> J^T u (n_out, B) -> (n_in, B): its rows, one unit vector at a time."""
+    n_in, B = like.shape
+    matrices = xp.zeros((B, n_out, n_in), dtype=like.dtype)
+    for r in range(n_out):
+        unit = xp.zeros((n_out, B), dtype=like.dtype)
+        unit[r] = 1
+        matrices[:, r, :] = rproduct(unit).T
+    return DenseBlock(xp, matrices)
+
+
+class Dense(Layer):
+    """Affine and sigma: z = w a_in + b, a = sigma(z) (eqs. (2)(3)); w (n, m) ~ N(0, 1/m), b ~ N(0, 1)."""
+
+    params = ("w", "b")
+
+    def __init__(self, n, activation="sigmoid"):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"Dense needs a width n >= 1; got {n!r}")
+        self.n, self.activation = n, choose("activation", activation, OUTPUT_ACTIVATIONS)
+
+    def __repr__(self):
+        return f"Dense({self.n}, {self.activation!r})"
+
+    def size(self, sizes):
+        if len(sizes) != 1:
+            raise ValueError(f"Dense takes one input; got {len(sizes)} (join them with Add or Concat first)")
+        return self.n
+
+    def init(self, rng, sizes):
+        m = sizes[0]
+        return {"w": rng.standard_normal((self.n, m)) / math.sqrt(m), "b": rng.standard_normal(self.n)}
+
+    def forward(self, backend, params, inputs):
+        xp, (a_in,) = backend.xp, inputs
+        z, a, sp = (xp.empty((self.n, a_in.shape[1]), dtype=a_in.dtype, order=backend.batch_order) for _ in range(3))
+        backend.ops.forward(z, a, sp, params["w"], a_in, params["b"], self.activation)
+        return a, {"sp": sp}
+
+    def error(self, backend, params, saved, abar):
+        delta = backend.xp.empty(abar.shape, dtype=abar.dtype, order=backend.batch_order)
+        backend.xp.copyto(delta, abar)  # abar may be shared with another node (Add hands out one array)
+        backend.ops.delta_hidden(delta, saved["sp"])
+        return delta
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        xp, w = backend.xp, params["w"]
+        out = xp.empty((w.shape[1], g.shape[1]), dtype=g.dtype, order=backend.batch_order)
+        return [xp.matmul(w.T, g, out=out)]
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        xp, ops, (a_in,) = backend.xp, backend.ops, inputs
+        nabla_b, nabla_w = xp.empty(self.n, dtype=g.dtype), xp.empty(params["w"].shape, dtype=g.dtype)
+        ops.nabla_b(nabla_b, g)
+        ops.nabla_w(nabla_w, g, a_in)
+        return {"w": nabla_w, "b": nabla_b}
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        return Factored(backend.xp, saved["sp"], params["w"])
+
+
+class Add(Layer):
+    """The sum of two or more inputs of one width: a skip connection."""
+
+    def size(self, sizes):
+        if len(sizes) < 2 or len(set(sizes)) != 1:
+            raise ValueError(f"Add needs two or more inputs of one width; got widths {list(sizes)}")
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        a = inputs[0] + inputs[1]
+        for more in inputs[2:]:
+            a = a + more
+        return a, {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g] * len(inputs)
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        return Diagonal(backend.xp, backend.xp.ones_like(inputs[i]))
+
+
+class Concat(Layer):
+    """The inputs stacked along the features, first input on top: a DenseNet-like join."""
+
+    def size(self, sizes):
+        if len(sizes) < 1:
+            raise ValueError("Concat needs at least one input")
+        return sum(sizes)
+
+    def forward(self, backend, params, inputs):
+        a, start = backend.xp.empty((self.size([x.shape[0] for x in inputs]), inputs[0].shape[1]),
+                                    dtype=inputs[0].dtype), 0
+        for x in inputs:
+            a[start:start + x.shape[0]] = x
+            start += x.shape[0]
+        return a, {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        out, start = [], 0
+        for x in inputs:
+            out.append(g[start:start + x.shape[0]])
+            start += x.shape[0]
+        return out
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        offset = sum(x.shape[0] for x in inputs[:i])
+        x = inputs[i]
+        return Slice(backend.xp, self.size([u.shape[0] for u in inputs]), offset, x.shape[0], x.shape[1], x.dtype)
+
+
+class LayerNorm(Layer):
+    """Layer normalization of every sample over its features: gamma * (x - mean) / sqrt(var + eps) + beta.
+
+    It gives only its products; its Jacobian (dense: every output depends on every input) is built
+    from them by ``Layer.jacobian``.
+    """
+
+    params = ("gamma", "beta")
+
+    def __init__(self, eps=1e-5):
+        self.eps = float(eps)
+
+    def __repr__(self):
+        return f"LayerNorm(eps={self.eps})"
+
+    def size(self, sizes):
+        if len(sizes) != 1 or sizes[0] < 2:
+            raise ValueError(f"LayerNorm takes one input of width >= 2; got widths {list(sizes)}")
+        return sizes[0]
+
+    def init(self, rng, sizes):
+        return {"gamma": np.ones(sizes[0]), "beta": np.zeros(sizes[0])}
+
+    def forward(self, backend, params, inputs):
+        xp, (x,) = backend.xp, inputs
+        n = x.shape[0]
+        centred = x - x.sum(axis=0, keepdims=True) / n
+        inv = 1 / xp.sqrt((centred * centred).sum(axis=0, keepdims=True) / n + self.eps)
+        xhat = centred * inv
+        return params["gamma"][:, None] * xhat + params["beta"][:, None], {"xhat": xhat, "inv": inv}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        xhat, inv = saved["xhat"], saved["inv"]
+        gx, n = params["gamma"][:, None] * g, g.shape[0]
+        mean = gx.sum(axis=0, keepdims=True) / n
+        project = (gx * xhat).sum(axis=0, keepdims=True) / n
+        return [inv * (gx - mean - xhat * project)]
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {"gamma": (g * saved["xhat"]).sum(axis=1), "beta": g.sum(axis=1)}

@@ -1,0 +1,234 @@
+"""Networks that are DAGs of layers (``layers``): nodes given by their inputs, one pass under a schedule.
+
+Node numbering follows the MLP's: the input is node 1, the others 2, 3, ... in a topological order
+(the given order where it is one), so that a chain of ``Dense`` layers is ``MLP``'s layers 2..L and
+computes what it computes, bit for bit, with the same seed. Each node's output a_v is its layer's
+forward of its inputs' outputs; backward, its adjoint abar_v = dC/da_v sums, in a fixed order (the
+consumers' numbers, deepest first), the products its consumers hand back, and its error g_v (eq. (4)
+at the output) gives its parameters' gradients. Where those run is the schedule's business
+(``schedules``, through the pass's ``plan``); forward solvers other than the plain topological sweep:
+``forward``.
+
+Heights: ``level[v]``, the longest path from the input to v in edges (the input 0); the depth D is the
+output's, the number of non-input nodes on the longest path (a chain of L layers: D = L - 1).
+"""
+
+import numbers
+
+import numpy as np
+
+from ..core.checks import check_batch
+from ..core.functions import COSTS, choose
+from ..core.network import Network
+from ..core.schedules import Leapfrog, Sequential
+from .layers import Add, Dense, Layer
+from .plan import INPUT, Plan
+from .schedules import DagDoubling, DagJacobi, LevelSets, backward
+
+
+class GraphNet(Network):
+    """A DAG of layers trained by SGD.
+
+    Args:
+        n_input: the input width n_1.
+        nodes: ``(name, layer, inputs)`` triples, ``inputs`` a name or a list of names ("x" is the
+            input); any order, validated: acyclic, widths that fit, one output node (the one node
+            nothing reads).
+        cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid ``Dense`` output).
+        dtype, seed, backend: as for ``MLP``; parameters are drawn in node order, each layer's
+            ``init`` from one ``numpy.random.default_rng(seed)``.
+
+    The shape: ``order`` (the nodes but the input, topologically), ``inputs``, ``consumers``, ``layer``
+    (each node's ``Layer``), ``n`` (widths), ``n_params`` (each node's number of parameters), ``level``,
+    ``depth``, ``output``. ``parameters()`` gives ``{node: {name: array}}`` for the nodes with parameters
+    (``nodes``). ``stats`` holds the last pass's
+    counters: ``stats["forward"]`` (a forward solver's, when one ran) and ``stats["backward"]``.
+    """
+
+    NOUN = "a GraphNet"
+    SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
+
+    def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto"):
+        if isinstance(n_input, bool) or not isinstance(n_input, numbers.Integral) or n_input < 1:
+            raise ValueError(f"n_input must be an integer width >= 1; got {n_input!r}")
+        self.cost = choose("cost", cost, COSTS)
+        self.layer, self.inputs = _check_nodes(nodes)
+        self.order = _topological(self.layer, self.inputs)
+        self.index = {INPUT: 1, **{v: i for i, v in enumerate(self.order, start=2)}}
+        self.consumers = {v: [] for v in (INPUT, *self.order)}
+        for v in self.order:
+            for u in self.inputs[v]:
+                self.consumers[u].append(v)
+        sinks = [v for v in self.order if not self.consumers[v]]
+        if len(sinks) != 1:
+            raise ValueError(f"a GraphNet has one output node (one that no node reads); nodes {sinks} are read by none")
+        self.output = sinks[0]
+        self.n = {INPUT: int(n_input)}
+        for v in self.order:
+            try:
+                self.n[v] = int(self.layer[v].size([self.n[u] for u in self.inputs[v]]))
+            except ValueError as error:
+                widths = [f"{u}: {self.n[u]}" for u in self.inputs[v]]
+                raise ValueError(f"node {v!r} ({self.layer[v]!r}) with inputs of widths {widths}: {error}") from None
+        out = self.layer[self.output]
+        if self.cost == "cross_entropy" and not (isinstance(out, Dense) and out.activation == "sigmoid"):
+            raise ValueError(f"cost 'cross_entropy' needs a Dense sigmoid output; node {self.output!r} is {out!r}")
+        self.level = {INPUT: 0}
+        for v in self.order:
+            self.level[v] = 1 + max(self.level[u] for u in self.inputs[v])
+        self.depth = self.level[self.output]
+        super().__init__(dtype, backend)
+        xp, rng = self.backend.xp, np.random.default_rng(seed)
+        self._params = {}
+        for v in self.order:
+            drawn = self.layer[v].init(rng, [self.n[u] for u in self.inputs[v]])
+            self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
+        self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
+        self.stats = {}
+        self.backend.synchronize()
+
+    def __repr__(self):
+        return f"GraphNet({len(self.order)} nodes, depth {self.depth}, cost={self.cost!r}, dtype={self.dtype!r})"
+
+    @property
+    def nodes(self):
+        """The nodes with parameters, in order."""
+        return [v for v in self.order if self._params[v]]
+
+    def _live(self):
+        return {v: self._params[v] for v in self.nodes}
+
+    def _label(self, v, name):
+        return f"{name} of node {v!r}"
+
+    # -- public passes ------------------------------------------------------------------------------
+
+    def feedforward(self, x, solver=None):
+        """a^out, (n_out, B), for input ``x`` (n_1, B) or (n_1,): node by node, or by ``solver``
+        (``ForwardJacobi`` or ``ForwardNewton``)."""
+        plan = self._load(x, None)
+        plan.forward(solver)
+        return self._handed_out(lambda: plan.a[self.output])
+
+    def backprop(self, x, y, schedule=None, solver=None):
+        """Gradients summed over the batch, ``{node: {name: array}}``, under ``schedule`` (``Sequential()``
+        by default, ``Leapfrog(k)``, ``LevelSets()``, ``DagJacobi()`` or ``DagDoubling()``), the forward pass
+        by ``solver``."""
+        schedule = self._check_schedule(schedule)
+        plan = self._load(x, y)
+        plan.forward(solver)
+        self.stats["backward"] = backward(plan, schedule, None)
+        return self._handed_out(lambda: {v: plan.grads[v] for v in self.nodes})
+
+    def sgd_step(self, x, y, eta, schedule=None, solver=None):
+        """One SGD step: every parameter -= eta / B * its gradient; enqueued, not awaited."""
+        schedule = self._check_step(eta, schedule)
+        plan = self._load(x, y)
+        self._controls.set_rate(eta / plan.batch)
+        plan.forward(solver)
+        self.stats["backward"] = backward(plan, schedule, self._controls)
+        if not schedule.fused:  # the update after the join
+            for v in self.nodes:
+                self.backend.launch(self.backend.main, f"update[{v}]", plan.update, v, self._controls)
+
+    def plan(self, batch):
+        """The ``plan.Plan`` of this network at ``batch`` columns: made on first use, kept for its life."""
+        return self._plan(batch, lambda: Plan(self, batch, self._params, self._controls))
+
+    def _load(self, x, y):
+        """Check the batch and enqueue its copy into its plan; return the plan."""
+        x = check_batch(self.backend.xp, "x", x, self.n[INPUT])
+        if y is not None:
+            y = check_batch(self.backend.xp, "y", y, self.n[self.output])
+            if y.shape[1] != x.shape[1]:
+                raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
+        plan = self.plan(x.shape[1])
+        plan.load(x, y)
+        self.backend.keep(plan)
+        return plan
+
+
+def chain(sizes, activation="sigmoid", output_activation=None, **options):
+    """The ``GraphNet`` of ``MLP(sizes, activation, ...)``: nodes "2".."L", each a ``Dense`` of the one before."""
+    out = output_activation or ("sigmoid" if options.get("cost") == "cross_entropy" else activation)
+    nodes, previous = [], INPUT
+    for l in range(2, len(sizes) + 1):
+        nodes.append((str(l), Dense(sizes[l - 1], out if l == len(sizes) else activation), [previous]))
+        previous = str(l)
+    return GraphNet(sizes[0], nodes, **options)
+
+
+def from_mlp(mlp):
+    """The ``chain`` of ``mlp`` on its backend, with copies of its parameters."""
+    net = chain(mlp.sizes, activation=mlp.activation, output_activation=mlp.output_activation, cost=mlp.cost,
+                dtype=mlp.dtype, backend=mlp.backend)
+    net.set_parameters({str(l): {"w": w, "b": b} for l, (w, b) in enumerate(zip(mlp.weights, mlp.biases), start=2)})
+    return net
+
+
+def residual(sizes, skip=2, activation="sigmoid", output_activation=None, **options):
+    """``chain``, with a skip connection every ``skip`` hidden layers: node "s<l>" = a^l + a^{l-skip}
+    wherever the two widths agree, and layer l + 1 reads it."""
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 1:
+        raise ValueError(f"skip must be an integer >= 1 (hidden layers per skip connection); got {skip!r}")
+    out = output_activation or ("sigmoid" if options.get("cost") == "cross_entropy" else activation)
+    L, nodes, read, read_by = len(sizes), [], INPUT, {}
+    for l in range(2, L + 1):
+        read_by[l] = read
+        nodes.append((str(l), Dense(sizes[l - 1], out if l == L else activation), [read]))
+        read = str(l)
+        block_input = read_by.get(l - skip + 1)  # what the first layer of the block ending at l read
+        if l < L and (l - 1) % skip == 0 and block_input not in (None, INPUT):
+            if sizes[int(block_input.lstrip("s")) - 1] == sizes[l - 1]:
+                nodes.append((f"s{l}", Add(), [str(l), block_input]))
+                read = f"s{l}"
+    return GraphNet(sizes[0], nodes, **options)
+
+
+def _check_nodes(nodes):
+    layer, inputs = {}, {}
+    for entry in nodes:
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 3):
+            raise TypeError(f"every node must be a (name, layer, inputs) triple; got {entry!r}")
+        name, node_layer, node_inputs = entry
+        if not isinstance(name, str) or not name or name == INPUT:
+            raise ValueError(f"node names must be non-empty strings other than {INPUT!r}; got {name!r}")
+        if name in layer:
+            raise ValueError(f"node {name!r} is given twice")
+        if not isinstance(node_layer, Layer):
+            raise TypeError(f"node {name!r}: its layer must implement leapfrog_gpu.dag.Layer; got {node_layer!r}")
+        node_inputs = [node_inputs] if isinstance(node_inputs, str) else list(node_inputs)
+        if not node_inputs:
+            raise ValueError(f"node {name!r} has no inputs")
+        layer[name], inputs[name] = node_layer, node_inputs
+    if not layer:
+        raise ValueError("a GraphNet needs at least one node")
+    for name, given in inputs.items():
+        unknown = [u for u in given if u != INPUT and u not in layer]
+        if unknown:
+            raise ValueError(f"node {name!r} reads unknown nodes {unknown} (the input is {INPUT!r})")
+    return layer, inputs
+
+
+def _topological(layer, inputs):
+    """The nodes in a topological order, the given one where possible; a cycle raises and names itself."""
+    order, done = [], {INPUT}
+    pending = list(layer)
+    while pending:
+        ready = next((v for v in pending if all(u in done for u in inputs[v])), None)
+        if ready is None:
+            raise ValueError(f"the nodes form a cycle: {' -> '.join(_cycle(pending, inputs))}")
+        pending.remove(ready)
+        order.append(ready)
+        done.add(ready)
+    return order
+
+
+def _cycle(pending, inputs):
+    """A cycle among ``pending`` nodes (each reads at least one pending node), as a list of names."""
+    seen, v = [], pending[0]
+    while v not in seen:
+        seen.append(v)
+        v = next(u for u in inputs[v] if u in pending)
+    return list(reversed(seen[seen.index(v):] + [v]))
+

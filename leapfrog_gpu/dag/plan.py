@@ -1,0 +1,206 @@
+"""A DAG network's pass at one batch size: its buffers and events, and the pieces its schedules enqueue.
+
+What the MLP's ``plan`` is to the MLP: a ``core.plan.Plan``, made once per batch size (``GraphNet.plan``).
+A pass fills, node by node, ``a`` (outputs, the input's under ``"x"``), ``saved`` (what each layer's
+products need), ``g`` (errors), ``contributions`` (``contributions[u][v]``: the product consumer v hands
+back to u), ``adjoints`` (abar_v solved for at once, by a solver) and ``grads``; ``load`` clears them on
+the main stream, behind the steps enqueued before.
+
+The DAG's schedules (``schedules``) speak to a plan through eight names and nothing else of the network:
+its shape, ``order`` (the non-input nodes, topologically), ``depth``, ``consumers`` and ``n`` (widths);
+``node`` (one node of the reverse order: g_v, the hand-off of v's gradients, v's products to its inputs),
+``sweep`` (one Jacobi sweep of the adjoint system), ``blocks`` (N's blocks and the output's g) and
+``counters`` (flops and bytes of the sequential order). A solver leaves abar_v in ``adjoints``.
+"""
+
+import numpy as np
+
+from ..core import plan
+from .layers import Dense, from_products
+
+INPUT = "x"
+"""The input node's name."""
+
+
+class Plan(plan.Plan):
+    """The pass of ``net`` (a ``GraphNet``) at ``batch`` columns, on its parameters ``params``, with its
+    step ``controls``."""
+
+    def __init__(self, net, batch, params, controls):
+        super().__init__(net.backend, net.dtype, batch, len(net.order) + 2)
+        self.net, self.params, self.controls = net, params, controls
+        self.order, self.depth, self.consumers, self.n = net.order, net.depth, net.consumers, net.n
+        self.x, self.y = self.columns(net.n[INPUT]), self.columns(net.n[net.output])
+        self.scratch = {v: self.make_scratch(max(p.size for p in params[v].values())) if params[v] else None
+                        for v in net.order}
+        self._empty()
+        self.allocated()
+
+    def index(self, v):
+        return self.net.index[v]
+
+    def clear(self):
+        """Forget the last pass (run on the main stream, behind it). On a GPU that run is its enqueue, and
+        the backend keeps the last pass's arrays until the work that reads them has run."""
+        self.backend.keep(self.a, self.saved, self.g, self.grads, self.contributions, self.adjoints)
+        self._empty()
+
+    def _empty(self):
+        self.a, self.saved, self.g, self.grads, self.adjoints = {INPUT: self.x}, {}, {}, {}, {}
+        self.contributions = {v: {} for v in self.order}
+
+    def load(self, x, y=None):
+        """Enqueue on the main stream: clear the last pass, copy ``x`` (n_1, B) and ``y`` (n_out, B), if given."""
+        backend = self.backend
+        backend.launch(self.main, "clear", self.clear)
+        backend.copy_in(self.main, self.x, x)
+        if y is not None:
+            backend.copy_in(self.main, self.y, y)
+
+    # -- forward ------------------------------------------------------------------------------------
+
+    def forward(self, solver=None):
+        """Enqueue the forward pass on the main stream: node by node, or by ``solver`` in one launch."""
+        backend = self.backend
+        if solver is not None:
+            backend.launch(self.main, f"forward[{solver!r}]", solver.solve, self.net, self)
+            return
+        for v in self.order:
+            backend.launch(self.main, f"forward[{v}]", self._forward_node, v)
+
+    def _forward_node(self, v):
+        """a_v and what its products need, from its inputs' outputs."""
+        self.a[v], self.saved[v] = self.net.layer[v].forward(self.backend, self.params[v], self._arguments(v))
+
+    def _arguments(self, v):
+        return [self.a[u] for u in self.net.inputs[v]]
+
+    # -- what the schedules enqueue -----------------------------------------------------------------
+
+    def node(self, hand, v, controls=None, products=True):
+        """Enqueue on the main stream g_v, then (``products``) v's products to its inputs, and hand v's
+        gradients off (``hand``, a ``core.handoff.Handoff``) behind g_v; with ``controls`` (a fused update)
+        behind v's products instead, the last read of v's parameters in the pass."""
+        launch, main = self.backend.launch, self.main
+        launch(main, f"delta[{v}]", self._error, v)
+        if controls is None:
+            self._give(hand, v, None)
+        if products and any(u in self.net.layer for u in self.net.inputs[v]):
+            launch(main, f"vjp[{v}]", self._propagate, v)
+        if controls is not None:
+            self._give(hand, v, controls)
+
+    def _give(self, hand, v, controls):
+        if self.params[v]:
+            hand.mark(v)
+            self.backend.launch(hand.off(v), f"gradients[{v}]", self._gradients, v, controls)
+
+    def sweep(self, first):
+        """One Jacobi sweep of the adjoint system, run on the main stream: every g_v from the products of the
+        last sweep (the output's own g, but zero on the ``first`` sweep), then every node's products from
+        those."""
+        xp, out, last = self.xp, self.net.output, self.contributions
+        self.contributions = {v: {} for v in self.order}
+        for v in reversed(self.order):
+            if v == out:
+                g = self.output_error()
+                self.g[v] = xp.zeros_like(g) if first else g
+            elif last[v]:
+                self._error(v, last)
+            else:
+                self.g[v] = xp.zeros((self.n[v], self.batch), dtype=self.dtype)
+        for v in self.order:
+            if any(u in self.net.layer for u in self.net.inputs[v]):
+                self._propagate(v)
+
+    def blocks(self):
+        """``(blocks, e)``: N's blocks {(u, v): (B, n_u, n_v)}, J_{v,u}^T for v below the output and the
+        matrix of g -> (its product to u) for the output, and e = {output: g} (eq. (4)); run on the main
+        stream after the forward pass."""
+        net, xp, blocks = self.net, self.xp, {}
+        for v in self.order:
+            args = self._arguments(v)
+            layer, params, saved = net.layer[v], self.params[v], self.saved[v]
+            for i, u in enumerate(net.inputs[v]):
+                if u not in net.layer:  # the input
+                    continue
+                if v == net.output:
+                    block = from_products(xp, lambda g, i=i: layer.vjp_inputs(self.backend, params, args, saved, g)[i],
+                                          self.n[v], args[i])
+                else:
+                    block = layer.jacobian(self.backend, params, args, saved, i)
+                matrix = block.dense().transpose(0, 2, 1)
+                blocks[u, v] = blocks[u, v] + matrix if (u, v) in blocks else matrix
+        return blocks, {net.output: self.output_error()}
+
+    def counters(self):
+        """Flops and bytes of the adjoint system in the sequential order: each node's error and products.
+
+        A node with parameters counts 2 n n_i B per input (a matrix product) and n B (its error); one
+        without, n_i B per input (Add) or nothing (Concat, a copy)."""
+        net, flops, moved = self.net, 0, 0
+        for v in self.order:
+            n, widths = self.n[v], [self.n[u] for u in net.inputs[v] if u in net.layer]
+            if self.params[v]:
+                flops += sum(2 * n * m * self.batch for m in widths) + n * self.batch
+                moved += sum(p.size for p in self.params[v].values()) + 3 * n * self.batch + sum(widths) * self.batch
+            else:
+                flops += sum(widths) * self.batch if len(net.inputs[v]) > 1 and len(set(widths)) == 1 else 0
+                moved += n * self.batch + sum(widths) * self.batch
+        itemsize = np.dtype(self.dtype).itemsize
+        return {"sequential_rounds": len(self.order), "sequential_flops": flops, "sequential_bytes": moved * itemsize}
+
+    # -- the pieces, run on a stream --------------------------------------------------------------------
+
+    def output_error(self):
+        """Eq. (4): (a - y) * sigma'(z) (quadratic), a - y (cross-entropy); a - y before the layer's error
+        for an output that is not ``Dense``."""
+        out = self.net.output
+        a, saved, layer = self.a[out], self.saved[out], self.net.layer[out]
+        if isinstance(layer, Dense):
+            delta = self.xp.empty_like(a)
+            self.backend.ops.delta_output(delta, a, self.y, saved["sp"], self.net.cost)
+            return delta
+        return layer.error(self.backend, self.params[out], saved, a - self.y)
+
+    def _error(self, v, contributions=None):
+        """g_v: eq. (4) at the output, else the layer's error of abar_v."""
+        if v == self.net.output:
+            self.g[v] = self.output_error()
+        else:
+            abar = self._adjoint(v, self.contributions if contributions is None else contributions)
+            self.g[v] = self.net.layer[v].error(self.backend, self.params[v], self.saved[v], abar)
+
+    def _adjoint(self, v, contributions):
+        """abar_v: as a solver left it in ``adjoints``, else the products handed back by v's consumers,
+        summed deepest consumer first."""
+        if v in self.adjoints:
+            return self.adjoints[v]
+        given = contributions[v]
+        parts = [given[c] for c in sorted(given, key=self.net.index.get, reverse=True)]
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        return total
+
+    def _propagate(self, v):
+        """Hand g_v's products back to v's inputs (the last read of v's parameters in the pass)."""
+        layer, inputs = self.net.layer[v], self.net.inputs[v]
+        products = layer.vjp_inputs(self.backend, self.params[v], self._arguments(v), self.saved[v], self.g[v])
+        for u, product in zip(inputs, products):
+            if u == INPUT:
+                continue
+            given = self.contributions[u]
+            given[v] = given[v] + product if v in given else product  # v may read u more than once
+
+    def _gradients(self, v, controls=None):
+        """Node v's parameter gradients (with the SGD update by ``controls`` when given)."""
+        self.grads[v] = self.net.layer[v].vjp_params(self.backend, self.params[v], self._arguments(v),
+                                                     self.saved[v], self.g[v])
+        if controls is not None:
+            self.update(v, controls)
+
+    def update(self, v, controls):
+        """Node v's parameters -= eta / B * their gradients, by ``controls``: run on a stream."""
+        for name in self.net.layer[v].params:
+            self.backend.ops.sgd_update(self.params[v][name], self.grads[v][name], controls.array, self.scratch[v])

@@ -1,0 +1,9 @@
+"""The multilayer perceptron: ``MLP`` (``network``), its pass at one batch size (``plan``), Naumov's
+solvers of its backward pass (``naumov``), the schedules by name (``registry``), the calibration behind
+``Leapfrog("auto")`` (``autotune``) and its way to and from PyTorch (``torch_io``).
+"""
+
+from .naumov import NaumovJacobi, NaumovScan
+from .network import MLP
+
+__all__ = ["MLP", "NaumovJacobi", "NaumovScan"]

@@ -1,0 +1,393 @@
+"""Naumov's formulation of the backward pass (docs/naumov.md): delta as the solution of a linear system.
+
+Backward propagation solves the upper block-bidiagonal system
+
+    delta^L = g                                  (4)
+    delta^l - J_l delta^{l+1} = 0,   l = L-1..2,  J_l = diag(sigma'(z^l)) (w^{l+1})^T
+
+with one (n_l, n_{l+1}) Jacobian J_l per sample, whose solution delta^l = J_l J_{l+1} ... J_{L-1} g
+is what (5) computes one layer at a time. Two solvers replace that chain:
+
+``NaumovScan``    direct: recursive doubling (a parallel suffix scan) over the L-1 block rows in
+                  ceil(log2(L-1)) rounds, each one batched matrix product over layers and samples.
+``NaumovJacobi``  iterative: block Jacobi, delta^l <- J_l delta^{l+1} for every l at once (a sweep).
+                  The iteration matrix is nilpotent, so L-2 sweeps are exact from any start; from a
+                  warm start (the previous pass's delta) it stops once the relative change is <= tol.
+
+Both hand the gradients off as ``Leapfrog(k)`` does (``core.handoff``): once a layer's delta is in
+``plan.delta[l]`` its (6)(7) go to worker ``l mod k`` behind event E_l, and the main stream joins the
+workers at the end. The Jacobians are the
+main stream's last read of every w^l and come before any E_l, so with ``fused=True`` each worker may
+update w^l in place right behind E_l (docs/design.md §2, third hazard).
+
+Storage: the unknowns are stacked and padded with zeros to the widest layer N = max(n_2..n_L), so that
+a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N, 1) arrays; position
+i holds layer l = i + 2. Zero padding is exact: padded rows and columns stay zero in every product.
+The buffers are allocated once per (network, batch size), in ``plan.naumov``, after a memory check.
+The solvers read the network through the ``plan.Plan`` of the pass: ``plan.w``, ``plan.sp``, ``plan.delta``.
+
+Each pass leaves counters in ``schedule.stats`` (rounds or sweeps; flops and bytes moved against the
+sequential chain (5); memory held). Jacobi's sweep count is data dependent: read it after the pass
+has run (``net.backprop`` returns then; after ``net.sgd_step`` call ``net.synchronize()`` first).
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from ..backends import to_host
+from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from ..core.schedules import Schedule
+
+
+class NaumovSchedule(Schedule):
+    """What the scan and Jacobi share: the memory check, buffers cached in the plan, the hand-off of each
+    delta to the workers, ``stats``."""
+
+    kind = None
+
+    def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT):
+        super().__init__(k, fused)
+        self.memory_limit = check_memory_limit(memory_limit)
+
+    def memory_needed(self, net, batch):
+        """Bytes of the extra buffers this schedule holds for ``net`` at batch size ``batch``."""
+        return self.nbytes(Layout(net.sizes, batch), np.dtype(net.dtype).itemsize)
+
+    @staticmethod
+    def nbytes(layout, itemsize):
+        """Bytes of the extra buffers for a ``Layout`` with elements of ``itemsize`` bytes."""
+        raise NotImplementedError
+
+    def _buffers(self, plan):
+        """This schedule's buffers in ``plan``: checked against ``memory_limit``, allocated on first use."""
+        layout = Layout(plan.sizes, plan.batch)
+        needed = self.nbytes(layout, np.dtype(plan.dtype).itemsize)
+        if needed > self.memory_limit:
+            raise ValueError(
+                f"{type(self).__name__} needs {_size(needed)} ({needed} bytes) for sizes of depth L={plan.L}, "
+                f"padded width N={layout.N}, batch B={plan.batch} ({plan.dtype}), over memory_limit="
+                f"{_size(self.memory_limit)} ({self.memory_limit} bytes); pass a larger memory_limit or use "
+                "Sequential() or Leapfrog(k)"
+            )
+        if self.kind not in plan.naumov:
+            plan.naumov[self.kind] = self._allocate(plan.backend.xp, layout, plan.dtype)
+            plan.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
+        return layout, plan.naumov[self.kind]
+
+    def _allocate(self, xp, layout, dtype):
+        raise NotImplementedError
+
+    def _hand_off(self, plan, hand, l, controls):
+        """delta^l is in ``plan.delta[l]``: record E_l; worker ``l mod k`` runs (6)(7) behind it, with
+        the SGD update fused into (7) when this schedule fuses and ``sgd_step`` gave ``controls``."""
+        hand.mark(l)
+        plan.gradients(hand.off(l), l, controls if self.fused else None)
+
+    def _options(self):
+        return f"k={self.k}{', fused=True' if self.fused else ''}, memory_limit={self.memory_limit}"
+
+    def graph_refusal(self, backend):
+        if backend == "cupy":
+            return ("its products are cupy.matmul calls (cuBLAS), which CuPy refuses during stream capture; "
+                    "use graph=False, or Sequential() or Leapfrog(k)")
+        return None
+
+
+class NaumovScan(NaumovSchedule):
+    """Direct solve by recursive doubling: ceil(log2(L-1)) rounds of batched matrix products.
+
+    Position i starts as the block row of layer i + 2: the matrix J_{i+2}, or the vector g for layer L.
+    A round with stride s replaces position i by its product with position i + s, so after it position i
+    spans layers i+2 .. i+2s+1; a position whose span reaches layer L holds a vector, delta^{i+2}.
+    Matrix positions need ping-pong buffers: 2(L-2)·B·N² elements, plus (L-1)·B·N for the vectors.
+
+    Args:
+        k: worker streams for (6)(7), as in ``Leapfrog(k)``.
+        fused: fuse the SGD update into (7) during ``sgd_step``, as in ``Leapfrog(k, fused=True)``.
+        memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
+    """
+
+    kind = "scan"
+
+    def __repr__(self):
+        return f"NaumovScan({self._options()})"
+
+    @staticmethod
+    def nbytes(layout, itemsize):
+        return (2 * layout.matrices * layout.B * layout.N**2 + layout.positions * layout.B * layout.N) * itemsize
+
+    def _allocate(self, xp, layout, dtype):
+        n, B, N = layout.positions, layout.B, layout.N
+        P = tuple(xp.zeros((n - 1, B, N, N), dtype=dtype) for _ in range(2))
+        return {"P": P, "V": xp.zeros((n, B, N, 1), dtype=dtype)}
+
+    def backward(self, plan, controls=None):
+        """Enqueue (4), the Jacobians, the rounds; hand each delta to the workers as its round ends."""
+        layout, buffers = self._buffers(plan)
+        backend, main, xp = plan.backend, plan.main, plan.backend.xp
+        P, V = buffers["P"], buffers["V"]
+        hand = plan.handoff(self.k)
+        plan.error(plan.L)
+        backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, P[0], layout.padded)
+        self._hand_off(plan, hand, plan.L, controls)  # after the Jacobians: the last read of w^L
+        backend.launch(main, "naumov.g", _load_g, xp, plan, V)
+        for r, (s, lo, hi) in enumerate(scan_rounds(layout.positions)):
+            backend.launch(main, f"naumov.round[{r}]", _scan_round, xp, P[r % 2], P[(r + 1) % 2], V, s, lo, hi)
+            for i in range(hi - 1, lo - 1, -1):  # the positions this round turned into vectors, deepest first
+                l = i + 2
+                backend.launch(main, f"delta[{l}]", _unload, xp, plan.delta[l], V[i], plan.n[l])
+                self._hand_off(plan, hand, l, controls)
+        hand.join()
+        self.stats = scan_counters(plan.sizes, plan.batch, np.dtype(plan.dtype).itemsize)
+
+
+class NaumovJacobi(NaumovSchedule):
+    """Block Jacobi on all layers at once: delta^l <- J_l delta^{l+1} for l = L-1..2 in one batched matmul.
+
+    From zero (``warm_start=False``) it runs exactly L-2 sweeps, after which the iterate is the chain
+    J_l (J_{l+1} (... g)) evaluated in the same order, so exact. With ``warm_start=True`` it starts from
+    the delta of the previous pass with this plan and stops at the first sweep whose relative change
+    max_l ||delta_new^l - delta_old^l|| / ||delta_new^l|| (Frobenius over the batch, per layer, so that
+    the small deltas of deep layers count as much as the large ones) is <= ``tol``, and at L-2 sweeps
+    at the latest; on a GPU each such test waits for the main stream to read L-1 numbers. A warm start
+    helps only where delta moves by less than ``tol`` between passes (docs/naumov.md). ``max_sweeps``
+    caps either; fewer than L-2 sweeps may leave delta inexact, which ``stats["converged"]`` reports.
+    Buffers: (L-2)·B·N² elements for the Jacobians, 2(L-1)·B·N for two iterates; the change is taken
+    in float64 (squares of deep deltas underflow in float32): (L-1)·B·N + 2(L-1) float64 scratch.
+
+    Args:
+        tol: relative change at which a warm start stops, a number >= 0.
+        max_sweeps: None (L-2, exact) or an integer >= 1.
+        warm_start: start from the previous pass's delta (True) or from zero (False).
+        k: worker streams for (6)(7), as in ``Leapfrog(k)``.
+        fused: fuse the SGD update into (7) during ``sgd_step``, as in ``Leapfrog(k, fused=True)``.
+        memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
+    """
+
+    kind = "jacobi"
+
+    def __init__(self, tol=1e-6, max_sweeps=None, warm_start=False, k=2, fused=False,
+                 memory_limit=MEMORY_LIMIT):
+        tol_message = f"tol (the relative change where a warm start stops) must be a finite number >= 0; got {tol!r}"
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
+            raise TypeError(tol_message)
+        if not math.isfinite(tol) or tol < 0:
+            raise ValueError(tol_message)
+        sweeps_message = f"max_sweeps must be None (L-2 sweeps, exact) or an integer >= 1; got {max_sweeps!r}"
+        if max_sweeps is not None and (isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral)):
+            raise TypeError(sweeps_message)
+        if max_sweeps is not None and max_sweeps < 1:
+            raise ValueError(sweeps_message)
+        if not isinstance(warm_start, bool):
+            raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
+        super().__init__(k, fused, memory_limit)
+        self.tol, self.max_sweeps, self.warm_start = float(tol), max_sweeps, warm_start
+
+    def __repr__(self):
+        return (f"NaumovJacobi(tol={self.tol}, max_sweeps={self.max_sweeps}, warm_start={self.warm_start}, "
+                f"{self._options()})")
+
+    @staticmethod
+    def nbytes(layout, itemsize):
+        n, B, N = layout.positions, layout.B, layout.N
+        return (layout.matrices * B * N**2 + 2 * n * B * N) * itemsize + (n * B * N + 2 * n) * 8
+
+    def graph_refusal(self, backend):
+        if self.warm_start:
+            return ("its warm start decides when to stop from a change it reads on the host in the middle of "
+                    "the step, which a graph cannot do; use warm_start=False (exact in L-2 sweeps) or graph=False")
+        return super().graph_refusal(backend)
+
+    def _allocate(self, xp, layout, dtype):
+        n, B, N = layout.positions, layout.B, layout.N
+        J = xp.zeros((n - 1, B, N, N), dtype=dtype)
+        D = tuple(xp.zeros((n, B, N, 1), dtype=dtype) for _ in range(2))
+        diff, sums = xp.zeros((n, B, N, 1), dtype=np.float64), xp.zeros((2, n), dtype=np.float64)
+        return {"J": J, "D": D, "diff": diff, "sums": sums, "current": 0}
+
+    def backward(self, plan, controls=None):
+        """Enqueue (4), the Jacobians and the sweeps; then hand every delta to the workers."""
+        _, buffers = self._buffers(plan)
+        backend, main, xp = plan.backend, plan.main, plan.backend.xp
+        hand = plan.handoff(self.k)
+        plan.error(plan.L)
+        # J's padding is never written, so it stays zero from the allocation.
+        backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, buffers["J"], False)
+        self._hand_off(plan, hand, plan.L, controls)  # after the Jacobians: the last read of w^L
+        backend.launch(main, "naumov.jacobi", self._solve, xp, plan, buffers)
+        for l in range(plan.L - 1, 1, -1):
+            self._hand_off(plan, hand, l, controls)
+        hand.join()
+
+    def _solve(self, xp, plan, buffers):
+        """Sweeps on the main stream, then delta^l into ``plan.delta[l]``; fills ``self.stats``."""
+        n = plan.L - 1
+        J, D, current = buffers["J"], buffers["D"], buffers["current"]
+        diff, sums = buffers["diff"], buffers["sums"]
+        for iterate in D:
+            _load_g(xp, plan, iterate)
+        if not self.warm_start:
+            D[current][: n - 1].fill(0)
+        limit = n - 1 if self.max_sweeps is None else min(n - 1, self.max_sweeps)
+        sweeps, change = 0, None
+        while sweeps < limit:
+            new = 1 - current
+            xp.matmul(J, D[current][1:], out=D[new][: n - 1])
+            sweeps += 1
+            if self.warm_start:
+                change = _change(xp, D[new], D[current], diff, sums)
+            current = new
+            if self.warm_start and change <= self.tol:
+                break
+        buffers["current"] = current
+        for i in range(n - 1):
+            _unload(xp, plan.delta[i + 2], D[current][i], plan.n[i + 2])
+        converged = sweeps == n - 1 or (change is not None and change <= self.tol)
+        self.stats = jacobi_counters(plan.sizes, plan.batch, np.dtype(plan.dtype).itemsize, sweeps, self.warm_start)
+        self.stats.update(converged=converged, change=change)
+
+
+# -- the operations the main stream runs -----------------------------------------------------------
+
+
+def _jacobians(xp, plan, J, clear):
+    """J[i] = diag(sigma'(z^l)) (w^{l+1})^T for l = i + 2 = 2..L-1, one (n_l, n_{l+1}) block per sample."""
+    if clear:
+        J.fill(0)
+    for l in range(2, plan.L):
+        xp.multiply(plan.sp[l].T[:, :, None], plan.w[l + 1].T, out=J[l - 2, :, : plan.n[l], : plan.n[l + 1]])
+
+
+def _load_g(xp, plan, V):
+    """The last block row: g = delta^L, written by (4), into position L-2 (padding stays zero)."""
+    L = plan.L
+    xp.copyto(V[L - 2, :, : plan.n[L], 0], plan.delta[L].T)
+
+
+def _unload(xp, delta, v, rows):
+    """delta^l (n_l, B) from its padded stacked column ``v`` (B, N, 1)."""
+    xp.copyto(delta, v[:, :rows, 0].T)
+
+
+def _scan_round(xp, P, P_next, V, s, lo, hi):
+    """One round with stride s: positions [lo, hi) become vectors, positions [0, lo) longer products."""
+    if lo > 0:
+        xp.matmul(P[:lo], P[s : lo + s], out=P_next[:lo])
+    xp.matmul(P[lo:hi], V[lo + s : hi + s], out=V[lo:hi])
+
+
+def _change(xp, new, old, diff, sums):
+    """max over layers of ||new^l - old^l|| / ||new^l|| (Frobenius over the batch; 0/0 counts as 0).
+
+    ``diff`` (shaped like ``new``) and ``sums`` (2, L-1) are float64 scratch. Waits for the stream to
+    read the result.
+    """
+    xp.subtract(new, old, out=diff, dtype=np.float64)
+    xp.square(diff, out=diff)
+    xp.sum(diff, axis=(1, 2, 3), out=sums[0])
+    xp.square(new, out=diff, dtype=np.float64)
+    xp.sum(diff, axis=(1, 2, 3), out=sums[1])
+    num, den = to_host(sums)
+    changed = num > 0
+    if not changed.any():
+        return 0.0
+    if (den[changed] == 0).any():
+        return math.inf
+    return float(np.sqrt(np.max(num[changed] / den[changed])))
+
+
+# -- layout and counters ---------------------------------------------------------------------------
+
+
+class Layout:
+    """The stacked system of ``sizes`` at batch ``B``: L-1 positions (layers 2..L), L-2 Jacobians, width N."""
+
+    def __init__(self, sizes, B):
+        hidden = sizes[1:]
+        self.L, self.B = len(sizes), B
+        self.positions = self.L - 1
+        self.matrices = self.L - 2
+        self.N = max(hidden)
+        self.padded = min(hidden) != self.N
+
+
+def scan_rounds(positions):
+    """Yield ``(s, lo, hi)`` per round of recursive doubling over ``positions`` block rows.
+
+    Before the round with stride s, positions >= positions - s hold vectors; the round turns [lo, hi)
+    into vectors (matrix times vector) and [0, lo) into longer products (matrix times matrix).
+    """
+    s = 1
+    while s < positions:
+        yield s, max(0, positions - 2 * s), positions - s
+        s *= 2
+
+
+def sequential_counters(sizes, B, itemsize):
+    """Flops and bytes of the chain (5) for l = L-1..2: a matrix-vector product and a Hadamard product."""
+    n = dict(enumerate(sizes, start=1))
+    flops = moved = 0
+    for l in range(2, len(sizes)):
+        flops += (2 * n[l + 1] + 1) * n[l] * B
+        moved += n[l + 1] * n[l] + n[l + 1] * B + n[l] * B + 3 * n[l] * B  # w, delta^{l+1}, delta^l; then (.)*sp
+    return {"flops": flops, "bytes": moved * itemsize}
+
+
+def _jacobian_counters(layout, sizes, itemsize, clear):
+    """Building J_l for every layer: one multiply per element; reads w and sigma', writes J (and clears)."""
+    n = dict(enumerate(sizes, start=1))
+    flops = moved = 0
+    for l in range(2, layout.L):
+        flops += layout.B * n[l] * n[l + 1]
+        moved += n[l] * n[l + 1] + n[l] * layout.B + layout.B * n[l] * n[l + 1]
+    if clear:
+        moved += layout.matrices * layout.B * layout.N**2
+    moved += 2 * (layout.positions - 1) * layout.B * layout.N  # g in, every delta^l out
+    return flops, moved * itemsize
+
+
+def _with_sequential(counters, sizes, B, itemsize, memory):
+    base = sequential_counters(sizes, B, itemsize)
+    counters.update(
+        sequential_flops=base["flops"], extra_flops=counters["flops"] - base["flops"],
+        sequential_bytes=base["bytes"], extra_bytes=counters["bytes"] - base["bytes"], memory_bytes=memory,
+    )
+    return counters
+
+
+def scan_counters(sizes, B, itemsize):
+    """What one ``NaumovScan`` pass does for ``sizes`` at batch ``B``: rounds, flops, bytes moved
+    (each operand read once, each result written once), memory held; and the same against (5)."""
+    layout, N = Layout(sizes, B), max(sizes[1:])
+    flops, moved = _jacobian_counters(layout, sizes, itemsize, layout.padded)
+    rounds = 0
+    for s, lo, hi in scan_rounds(layout.positions):
+        rounds += 1
+        flops += lo * B * 2 * N**3 + (hi - lo) * B * 2 * N**2
+        moved += (3 * lo * B * N**2 + (hi - lo) * B * (N**2 + 2 * N)) * itemsize
+    memory = NaumovScan.nbytes(layout, itemsize)
+    return _with_sequential({"rounds": rounds, "flops": flops, "bytes": moved}, sizes, B, itemsize, memory)
+
+
+def jacobi_counters(sizes, B, itemsize, sweeps, warm_start):
+    """What a ``NaumovJacobi`` pass of ``sweeps`` sweeps does (as ``scan_counters``), the warm start's
+    change test included."""
+    layout, N = Layout(sizes, B), max(sizes[1:])
+    m, n = layout.matrices, layout.positions
+    flops, moved = _jacobian_counters(layout, sizes, itemsize, False)
+    flops += sweeps * m * B * 2 * N**2
+    moved += sweeps * (m * B * N**2 + 2 * m * B * N) * itemsize
+    if warm_start:
+        flops += sweeps * 5 * n * B * N  # subtract, two dot products
+        moved += sweeps * 5 * n * B * N * itemsize
+    memory = NaumovJacobi.nbytes(layout, itemsize)
+    return _with_sequential({"sweeps": sweeps, "flops": flops, "bytes": moved}, sizes, B, itemsize, memory)
+
+
+def _size(nbytes):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.1f} {unit}" if unit != "bytes" else f"{nbytes} bytes"
+        nbytes /= 1024

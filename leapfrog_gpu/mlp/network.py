@@ -1,0 +1,224 @@
+"""The multilayer perceptron: its parameters, the checks of what it is given, and its public API.
+
+Layers are numbered 1..L as in the book; layer 1 is the input. Internally every per-layer quantity is a
+dict keyed by that number (``w[l]``, ``z[l]``, ``delta[l]``), so the code reads like the equations of
+docs/design.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B). The buffers and launches of a
+pass at one batch size are its ``plan.Plan`` (``MLP.plan``); what every network shares (the backend,
+parameters in and out, the step controls) is ``core.network.Network``.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from ..core import capture, parameters
+from ..core.checks import check_batch, check_sizes
+from ..core.functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
+from ..core.network import Network
+from ..core.schedules import Leapfrog, Sequential
+from ..parallel import reducer
+from . import torch_io
+from .naumov import NaumovJacobi, NaumovScan
+from .plan import Plan
+
+
+class MLP(Network):
+    """A fully connected network trained by SGD, its backward pass run under a schedule.
+
+    Args:
+        sizes: widths ``[n_1, ..., n_L]``, at least two (input and output).
+        activation: hidden-layer sigma, ``"sigmoid"``, ``"tanh"`` or ``"relu"``.
+        cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid output).
+        dtype: ``"float32"`` or ``"float64"``.
+        seed: seed of the initial parameters: w ~ N(0, 1/n_{l-1}), b ~ N(0, 1) (Nielsen's network2).
+        backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this
+            network).
+        output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
+        check_finite: check every gradient for NaN and Inf at the join and refuse the update when one is
+            found: the check leaves a code in device memory that the update kernels obey, and the next
+            ``synchronize()`` raises ``FloatingPointError`` with the parameters as they were before that
+            step (steps enqueued after it do not update either). Costs a pass over the gradients and no
+            host synchronization.
+        comm: a ``parallel.Communicator`` (``parallel.world()``) to train data-parallel over its
+            ranks: each computes on its share of every batch's columns and the gradients are summed
+            across ranks (``leapfrog_gpu.parallel.reducer``). ``None`` or one rank: this process alone.
+
+    ``parameters()`` gives ``{l: {"w": w^l, "b": b^l}}`` for l = 2..L. ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
+    backend, as they are once the steps enqueued so far have run. Every array the network hands out
+    (these, ``feedforward``'s and ``backprop``'s) is complete on return and no later step writes it.
+    """
+
+    NOUN = "an MLP"
+    SCHEDULES = (Sequential, Leapfrog, NaumovScan, NaumovJacobi)
+
+    def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
+                 backend="auto", output_activation=None, check_finite=False, comm=None):
+        self.sizes = check_sizes(sizes)
+        self.activation = choose("activation", activation, ACTIVATIONS)
+        self.cost = choose("cost", cost, COSTS)
+        self.output_activation = resolve_output_activation(activation, cost, output_activation)
+        super().__init__(dtype, backend, check_finite)
+        self.L = len(self.sizes)
+        self.n = dict(enumerate(self.sizes, start=1))
+        rng = np.random.default_rng(seed)
+        xp = self.backend.xp
+        self._w, self._b = {}, {}
+        for l in self.layer_numbers:
+            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
+            self._w[l] = xp.asarray(w, dtype=self.dtype)
+            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        self.comm = None
+        self.backend.synchronize()
+        self.comm = reducer.attach(self, comm)
+
+    def __repr__(self):
+        comm = "" if self.comm is None else f", comm={self.comm!r}"
+        return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, "
+                f"dtype={self.dtype!r}, backend={self.backend!r}{comm})")
+
+    @property
+    def layer_numbers(self):
+        """The numbers of the layers that carry weights: 2..L."""
+        return range(2, self.L + 1)
+
+    @property
+    def weights(self):
+        return self._handed_out([self._w[l] for l in self.layer_numbers])
+
+    @weights.setter
+    def weights(self, _):
+        raise parameters.read_only("weights", "net.set_parameters(weights, biases)")
+
+    @property
+    def biases(self):
+        return self._handed_out([self._b[l] for l in self.layer_numbers])
+
+    @biases.setter
+    def biases(self, _):
+        raise parameters.read_only("biases", "net.set_parameters(weights, biases)")
+
+    def set_parameters(self, weights, biases=None):
+        """Copy parameters in: ``weights`` and ``biases``, lists of w^l (n_l, n_{l-1}) and b^l (n_l,) or
+        Nielsen's (n_l, 1) for l = 2..L; or, alone, the dict of ``parameters()`` (``Network.set_parameters``).
+        All are checked before any is copied; an error names the layer and changes nothing."""
+        if biases is None and not isinstance(weights, (list, tuple)):
+            return super().set_parameters(weights)
+        layers = self.layer_numbers
+        return super().set_parameters(parameters.from_lists([("weights", weights, "w", layers),
+                                                             ("biases", biases, "b", layers)]))
+
+    def _live(self):
+        return {l: {"w": self._w[l], "b": self._b[l]} for l in self.layer_numbers}
+
+    @staticmethod
+    def _label(l, name):
+        return f"{dict(w='weights', b='biases')[name]} of layer {l}"
+
+    def to_torch(self):
+        """A ``torch.nn.Sequential`` of ``Linear`` and activation modules computing ``feedforward`` on rows:
+        ``net.to_torch()(x.T).T`` is ``net.feedforward(x)`` (x (n_1, B)). Its parameters are a copy of w^l and
+        b^l as they are once the enqueued steps have run, in this network's dtype and on its device (through
+        DLPack, or on the host where torch cannot reach it): later steps do not change them, and training the
+        module does not change the network (``leapfrog_gpu.mlp.torch_io``)."""
+        return torch_io.to_module(self.weights, self.biases, self.activation, self.output_activation)
+
+    @classmethod
+    def from_torch(cls, module, cost="quadratic", backend="auto", dtype=None, **options):
+        """A network computing ``module``, a ``torch.nn.Sequential`` of ``Linear`` modules each followed by
+        ``Sigmoid``, ``Tanh``, ``ReLU`` or nothing (the output alone may have none): widths, activations and
+        parameters read from it, copied into the network's own buffers (training it never writes the module).
+        ``dtype`` defaults to the module's; ``options`` are the other arguments of ``MLP``."""
+        sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
+        net = cls(sizes, activation, cost, dtype or found, backend=backend, output_activation=output_activation,
+                  **options)
+        try:
+            net.set_parameters(*torch_io.as_arrays(tensors, net.backend.xp))
+        except BaseException:
+            net.close()
+            raise
+        return net
+
+    # -- public passes ------------------------------------------------------------------------------
+
+    def feedforward(self, x, solver=None):
+        """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,); by
+        ``solver`` (``ForwardJacobi`` or ``ForwardNewton``, which run it as its chain of ``Dense`` layers)."""
+        x = self._check_batch("x", x, self.n[1])
+        if solver is not None:
+            return solver.feedforward(self, x)
+        plan = self.plan(x.shape[1])
+        plan.load(x)
+        plan.forward()
+        return self._handed_out([plan.a[self.L]])[0]
+
+    def backprop(self, x, y, schedule=None):
+        """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
+        l = 2..L, summed over the batch (with a communicator: over every rank's share of it)."""
+        schedule = self._check_schedule(schedule)
+        plan, _ = self._load(x, y)
+        plan.backprop(schedule)
+        layers = self.layer_numbers
+        copies = self._handed_out([plan.nabla_b[l] for l in layers] + [plan.nabla_w[l] for l in layers])
+        return copies[:self.L - 1], copies[self.L - 1:]
+
+    def sgd_step(self, x, y, eta, schedule=None, graph=False):
+        """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
+
+        ``x`` and ``y`` are copied before this returns. Reading ``weights`` (or ``synchronize()``)
+        waits for the step and raises any error it met. With a communicator every rank passes the same
+        batch and computes on its share of the columns; B is the whole batch's size.
+
+        ``graph=True`` runs the step as a graph (``leapfrog_gpu.core.capture``): the first call at a batch
+        size and schedule runs the step and captures forward, backward and update; later calls copy
+        the batch and eta in and launch that graph, with no planning in between. A schedule that
+        cannot be captured raises a ``ValueError`` saying why, as does a graph step while a
+        ``timing.Timeline`` stamps the backend's launches.
+        """
+        schedule = self._check_step(eta, schedule, graph)
+        if schedule.one_pass and self.backend.name != "numpy":
+            raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
+                             "sweep of (5) and the update; pass fused=True instead of one_pass=True")
+        reducer.check_schedule(self.comm, schedule, graph)
+        plan, samples = self._load(x, y)
+        self._controls.set_rate(eta / samples)
+        if graph:
+            capture.step(plan, schedule, self.check_finite, lambda: plan.sgd_step(schedule))
+        else:
+            plan.sgd_step(schedule)
+        self.backend.keep(plan, self._controls.array)  # a network dropped before its step has run leaves it these
+
+    def plan(self, batch):
+        """The ``plan.Plan`` of this network at ``batch`` columns (this rank's share, with a communicator):
+        its buffers, events and launches, made on first use and kept for the network's life.
+
+        For measurements and tools that enqueue parts of a pass themselves (``plan.forward()``,
+        ``plan.backward(schedule)``, after a ``backprop`` or ``sgd_step`` has loaded a batch of that
+        size); training goes through ``sgd_step``, which checks and loads the batch.
+        """
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
+        return self._plan(int(batch), lambda: Plan(self, int(batch), self._w, self._b, self._controls))
+
+    def _load(self, x, y):
+        """Validate the batch and copy it into its plan's buffers a^1 and y (on the main stream); return
+        the plan and B. With a communicator this rank's columns are copied, and a rank whose share is
+        empty (a batch smaller than the ranks) gets a plan marked ``empty``."""
+        x = self._check_batch("x", x, self.n[1])
+        y = self._check_batch("y", y, self.n[self.L])
+        if y.shape[1] != x.shape[1]:
+            raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
+        samples = x.shape[1]
+        if self.comm is not None:
+            share = self.comm.share(samples)
+            x, y = x[:, share], y[:, share]
+        plan = self.plan(max(x.shape[1], 1))
+        plan.load(x, y)
+        return plan, samples
+
+    def _check_batch(self, name, value, rows):
+        """``value`` as a 2-D (rows, B) array of real numbers on a device this backend can read."""
+        return check_batch(self.backend.xp, name, value, rows, self.sizes)
+
+
+

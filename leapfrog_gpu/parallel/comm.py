@@ -1,0 +1,316 @@
+"""Data parallelism's transport (docs/design.md §5): the communicator of the program and its watchdog.
+
+Every rank holds the whole network and computes on a contiguous share of each batch's columns; the
+gradients (6)(7) are summed across ranks before the update, which divides by the whole batch, so that
+P ranks compute what one process computes on that batch. ``world()`` is the program's communicator:
+the MPI world (through mpi4py) when the program runs under ``mpiexec`` with more than one process,
+else a one-process ``Communicator`` with which a network runs exactly as without one. What a network
+does with it, joining it and summing its gradients, is ``leapfrog_gpu.parallel.reducer``.
+
+MPI calls that wait for the other ranks are watched: one still waiting after ``timeout`` seconds
+means that another rank died, failed or hangs; the watching rank then prints one line and aborts the
+job (``MPI_Abort``) rather than wait forever.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from ..backends import collective
+
+DEFAULT_BUCKET_BYTES = 0
+"""Gradients of consecutive layers summed by one collective, up to this many bytes: 0, one collective
+per layer (on the CPU of docs/performance.md no bucket size beat another beyond noise)."""
+DEFAULT_TIMEOUT = 120.0
+"""Seconds an MPI call may wait for the other ranks before the job is aborted."""
+LAUNCHERS = (("PMI_SIZE", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+             ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK"))
+"""Environment variables in which MPI launchers (MPICH and Intel MPI, Open MPI, MVAPICH) give the
+number of processes and the rank; without them the program runs alone and mpi4py is not imported."""
+PEER_LOST = 4
+"""Exit status of a rank that gave up waiting for the others."""
+ABORT_GRACE = 0.5
+"""Seconds a rank waits between its last line and ``MPI_Abort``: mpiexec forwards each rank's stderr
+through a pipe, and an abort ends the job at once, which can lose the line still in the pipe."""
+
+
+def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUCKET_BYTES):
+    """The communicator of this program: MPI's world under a launcher with more than one process,
+    else a one-process ``Communicator``.
+
+    ``name`` starts the line a rank prints when it gives up waiting (``timeout`` seconds) for the
+    others. Raises RuntimeError when a launcher started several processes but mpi4py is missing, or
+    belongs to another MPI library than the launcher (each process would then train alone).
+    """
+    launched = _launcher(0)
+    if launched <= 1:
+        return Communicator(bucket_bytes=bucket_bytes)
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise RuntimeError(f"a launcher started {launched} processes, but mpi4py is not installed: "
+                           "pip install 'leapfrog_gpu[mpi]'") from None
+    if MPI.COMM_WORLD.Get_size() != launched:
+        library = " ".join(MPI.Get_library_version().split()[:3])
+        raise RuntimeError(f"a launcher started {launched} processes, but MPI sees {MPI.COMM_WORLD.Get_size()}: "
+                           f"mpiexec and mpi4py come from different MPI libraries; use the mpiexec of {library}")
+    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:  # the communication stream calls MPI from its own thread
+        raise RuntimeError(f"MPI gives thread level {MPI.Query_thread()}; the communication stream needs "
+                           "MPI_THREAD_SERIALIZED or more (mpi4py asks for MPI_THREAD_MULTIPLE unless "
+                           "mpi4py.rc.thread_level says otherwise)")
+    return MpiCommunicator(MPI.COMM_WORLD, name=name, timeout=timeout, bucket_bytes=bucket_bytes)
+
+
+def launcher_rank():
+    """This process's rank as its launcher gives it (0 without one), known before MPI starts."""
+    return _launcher(1)
+
+
+def _launcher(which):
+    for variables in LAUNCHERS:
+        value = os.environ.get(variables[which], "")
+        if value.isdigit():
+            return int(value)
+    return 1 - which  # alone: one process, rank 0
+
+
+class Communicator:
+    """One process: rank 0 of 1. Every collective returns this rank's own value; nothing is summed.
+
+    Subclasses (``MpiCommunicator``) talk to other ranks through the few primitives below
+    (``allgather``, ``bcast``, ``broadcast``, ``sum``, ``barrier``, ``engine``, ``watch``, ``abort``);
+    the rest is written on top of them.
+
+    Args:
+        bucket_bytes: gradients of consecutive layers that one collective sums, at most (0: each layer
+            on its own; a layer larger than the bucket is summed alone).
+    """
+
+    rank, size, local_rank = 0, 1, 0
+
+    def __init__(self, bucket_bytes=DEFAULT_BUCKET_BYTES):
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 0:
+            raise ValueError(f"bucket_bytes must be an integer >= 0 (0: one collective per layer); "
+                             f"got {bucket_bytes!r}")
+        self.bucket_bytes = bucket_bytes
+
+    def __repr__(self):
+        return f"{type(self).__name__}(rank {self.rank} of {self.size}, bucket_bytes={self.bucket_bytes})"
+
+    @property
+    def reduces(self):
+        """Whether a network built with this communicator sums its gradients across ranks."""
+        return self.size > 1
+
+    # -- primitives -----------------------------------------------------------------------------------
+
+    def allgather(self, value):
+        """Every rank's ``value`` (picklable), in rank order."""
+        return [value]
+
+    def bcast(self, value):
+        """Rank 0's ``value`` (picklable)."""
+        return value
+
+    def broadcast(self, arrays):
+        """Overwrite each NumPy array of ``arrays`` with rank 0's, in place."""
+
+    def sum(self, values):
+        """The sum over ranks of ``values`` (numbers), as a float64 array."""
+        return np.array(values, dtype=np.float64)
+
+    def barrier(self):
+        """Return once every rank has called it; a rank that waits sleeps, and leaves the cores to the
+        others (a benchmark's idle ranks)."""
+
+    def use_own_device(self, backend):
+        """Make this rank's own GPU current (its local rank, modulo the GPUs of its machine) when
+        ``backend`` is ``"cupy"``: one GPU per process, as NCCL demands ("Duplicate GPU detected"). Every
+        command calls it before it creates a CuPy backend, whose streams belong to the device current then."""
+        if backend == "cupy":
+            collective.use_local_device(self.local_rank)
+
+    def engine(self, backend):
+        """The callable that sums a flat gradient buffer of ``backend`` in place on the communication
+        stream (``backends.collective``)."""
+        raise RuntimeError("a one-process Communicator sums nothing")
+
+    def watch(self, what):
+        """A context around a call that waits for the other ranks (``what`` names it)."""
+        return contextlib.nullcontext()
+
+    def abort(self, status):
+        """End every rank of the job with exit status ``status``."""
+        _flush()
+        os._exit(status)
+
+    # -- built on them --------------------------------------------------------------------------------
+
+    def share(self, count):
+        """This rank's contiguous share of ``count`` items, as a slice: the first ``count mod size`` ranks
+        take one more (a rank may take none)."""
+        base, extra = divmod(count, self.size)
+        start = self.rank * base + min(self.rank, extra)
+        return slice(start, start + base + (self.rank < extra))
+
+    @contextlib.contextmanager
+    def together(self, *kinds):
+        """Run the block on every rank; an exception of ``kinds`` raised in it on any rank is raised on
+        every rank once all of them have run it: the lowest failing rank's, its message prefixed by
+        that rank unless every rank failed alike. ``kinds`` must be built from one message. No
+        collective may run inside the block (a rank that failed before it would never join it)."""
+        if self.size == 1:
+            yield
+            return
+        failure = None
+        try:
+            yield
+        except kinds as error:
+            failure = (type(error), str(error))
+        failures = self.allgather(failure)
+        failed = [(rank, f) for rank, f in enumerate(failures) if f is not None]
+        if failed:
+            rank, (kind, message) = failed[0]
+            alike = len(failed) == self.size and all(f == failed[0][1] for _, f in failed)
+            raised = kind(message if alike else f"rank {rank}: {message}")
+            raised.every_rank = True  # every rank raises it: nobody is left waiting
+            raise raised
+
+    def check_same(self, what, description):
+        """Raise ValueError on every rank unless all ranks give the same ``description`` (a JSON-able
+        dict): the digests are compared first, and only on a mismatch the keys that differ named."""
+        if self.size == 1:
+            return
+        text = json.dumps(description, sort_keys=True, default=str)
+        digests = self.allgather(hashlib.sha256(text.encode()).hexdigest())
+        if len(set(digests)) == 1:
+            return
+        descriptions = self.allgather(description)
+        rank = next(r for r, d in enumerate(digests) if d != digests[0])
+        first, other = descriptions[0], descriptions[rank]
+        keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+        differences = "; ".join(f"{key}: {other.get(key)!r} on rank {rank}, {first.get(key)!r} on rank 0"
+                                for key in keys)
+        raise ValueError(f"every rank must use the same {what}, but they differ in {differences}")
+
+
+class MpiCommunicator(Communicator):
+    """The ranks of an mpi4py communicator (``world()`` gives ``MPI.COMM_WORLD``'s).
+
+    Collectives that the communication stream runs during a step go over a duplicate of ``comm``, so
+    that they never mix with those the program's thread runs (loss sums, broadcasts). Every call that
+    waits for the other ranks is watched (``timeout``).
+    """
+
+    def __init__(self, comm, name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUCKET_BYTES):
+        super().__init__(bucket_bytes)
+        from mpi4py import MPI
+
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a number of seconds > 0; got {timeout!r}")
+        self._mpi, self._comm = MPI, comm
+        self.rank, self.size, self.name, self.timeout = comm.Get_rank(), comm.Get_size(), name, float(timeout)
+        self._watchdog = _Watchdog(self.timeout, self._give_up)
+        with self.watch("setting up MPI"):
+            self._steps = comm.Dup()
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+            self.local_rank = node.Get_rank()
+            node.Free()
+        self._engines = {}
+
+    def allgather(self, value):
+        with self.watch("a gather over every rank"):
+            return self._comm.allgather(value)
+
+    def bcast(self, value):
+        with self.watch("a broadcast from rank 0"):
+            return self._comm.bcast(value, root=0)
+
+    def broadcast(self, arrays):
+        with self.watch("the broadcast of rank 0's parameters"):
+            for array in arrays:
+                self._comm.Bcast(array, root=0)
+
+    def sum(self, values):
+        array = np.array(values, dtype=np.float64)
+        with self.watch("the sum of a metric over every rank"):
+            self._comm.Allreduce(self._mpi.IN_PLACE, array, op=self._mpi.SUM)
+        return array
+
+    def barrier(self):
+        with self.watch("a barrier"):
+            request = self._comm.Ibarrier()
+            while not request.Test():
+                time.sleep(1e-3)
+
+    def engine(self, backend):
+        """MPI for the NumPy backend; NCCL for CuPy, its unique id broadcast from rank 0 (once per kind)."""
+        if backend.name not in self._engines:
+            if backend.name == "cupy":
+                unique_id = self.bcast(collective.nccl_unique_id() if self.rank == 0 else None)
+                with self.watch("setting up NCCL"):
+                    self._engines[backend.name] = collective.NcclSum(backend.xp, self.size, self.rank, unique_id)
+            else:
+                self._engines[backend.name] = collective.MpiSum(self._steps)
+        return self._engines[backend.name]
+
+    def watch(self, what):
+        return self._watchdog.watch(what)
+
+    def abort(self, status):
+        _flush()
+        time.sleep(ABORT_GRACE)
+        self._comm.Abort(status)
+
+    def _give_up(self, what):
+        print(f"{self.name}: error: rank {self.rank} of {self.size}: {what} has waited {self.timeout:g} s for the "
+              "other ranks: one of them died, failed or hangs; stopping the job", file=sys.stderr, flush=True)
+        self.abort(PEER_LOST)
+
+
+class _Watchdog:
+    """Calls ``expire(what)`` from its own thread once a watched call has run for ``timeout`` seconds
+    (a thread blocked inside MPI cannot be interrupted otherwise)."""
+
+    def __init__(self, timeout, expire):
+        self.timeout, self._expire = timeout, expire
+        self._lock = threading.Lock()
+        self._open = {}
+        self._thread = None
+
+    @contextlib.contextmanager
+    def watch(self, what):
+        token = object()
+        with self._lock:
+            self._open[token] = (time.monotonic() + self.timeout, what)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="leapfrog-watchdog", daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._open[token]
+
+    def _run(self):
+        period = min(0.5, self.timeout / 4)
+        while True:
+            time.sleep(period)
+            now = time.monotonic()
+            with self._lock:
+                late = [what for deadline, what in self._open.values() if deadline <= now]
+            if late:
+                self._expire(late[0])
+                return
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()

@@ -1,0 +1,262 @@
+"""The recurrent network: parameters, validation, and one pass under a schedule (``rnn_schedules``).
+
+Layers are numbered 1..L as in ``MLP``: layer 1 is the input, layers 2..L-1 are recurrent, layer L is
+the output. For t = 1..tau and l = 2..L-1,
+
+    z^{l,t} = w^l a^{l-1,t} + u^l a^{l,t-1} + b^l,    a^{l,t} = sigma(z^{l,t}),    a^{l,0} = 0,   a^{1,t} = x^t
+
+and the output layer z^{L,t} = w^L a^{L-1,t} + b^L, a^{L,t} = sigma_L(z^{L,t}) at every time step
+(``output="every"``) or at the last (``output="last"``), with the MLP's output activations and costs, the
+cost summed over the time steps that have an output. A batch of B sequences is ``x`` (tau, n_1, B);
+targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The buffers of one
+(tau, B) live in a ``plan.Plan``; what every network shares is ``core.network.Network``.
+"""
+
+import math
+import numbers
+import statistics
+import time
+
+import numpy as np
+
+from ..core import parameters
+from ..core.checks import all_finite, check_sizes, real_array
+from ..core.functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
+from ..core.network import Network
+from ..core.schedules import Leapfrog, Sequential
+from .plan import Plan
+from .scans import NaumovRNN, TimeScan
+from .schedules import BPTT, Wavefront, resolve
+
+OUTPUTS = ("last", "every")
+"""Where the output layer is applied: at the last time step, or at every one."""
+
+RECURRENT_NORM = 0.9
+"""The spectral norm (largest singular value) of every u^l at initialisation: below 1, so that the
+linearised recurrence contracts and neither the forward states nor the deltas blow up with tau."""
+
+
+class RNN(Network):
+    """A recurrent network trained by SGD, its backward pass (BPTT) run under a schedule.
+
+    Args:
+        sizes: widths ``[n_1, ..., n_L]``, at least three (input, one recurrent layer, output).
+        activation: sigma of the recurrent layers, ``"sigmoid"``, ``"tanh"`` or ``"relu"``.
+        cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid output).
+        output: ``"last"`` (one output, at t = tau) or ``"every"`` (one at every time step).
+        dtype: ``"float32"`` or ``"float64"``.
+        seed: seed of the initial parameters: w and b drawn as ``MLP(sizes, seed=seed)`` draws them
+            (w ~ N(0, 1/n_{l-1}), b ~ N(0, 1)), then each u^l ~ N(0, 1/n_l) scaled to spectral norm
+            ``recurrent_norm``.
+        backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this network).
+        output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
+        recurrent_norm: the spectral norm of each u^l at initialisation, >= 0 (``RECURRENT_NORM``).
+
+    ``parameters()`` gives ``{l: {"w": w^l, "u": u^l, "b": b^l}}`` for l = 2..L (no ``"u"`` at the output).
+    ``weights``, ``recurrent`` and ``biases`` list copies of w^l (n_l, n_{l-1}) for l = 2..L, u^l (n_l, n_l)
+    for l = 2..L-1 and b^l (n_l,) for l = 2..L, as they are once the steps enqueued so far have run.
+    """
+
+    NOUN = "an RNN"
+    SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
+
+    def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
+                 backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM):
+        self.sizes = check_sizes(sizes, 3, "[8, 32, 10]", "input, a recurrent layer, output")
+        self.activation = choose("activation", activation, ACTIVATIONS)
+        self.cost = choose("cost", cost, COSTS)
+        self.output = choose("output", output, OUTPUTS)
+        self.output_activation = resolve_output_activation(activation, cost, output_activation)
+        if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
+                not math.isfinite(recurrent_norm) or recurrent_norm < 0:
+            raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
+        super().__init__(dtype, backend)
+        self.L = len(self.sizes)
+        self.n = dict(enumerate(self.sizes, start=1))
+        rng = np.random.default_rng(seed)
+        xp = self.backend.xp
+        self._w, self._u, self._b = {}, {}, {}
+        for l in self.layer_numbers:
+            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
+            self._w[l] = xp.asarray(w, dtype=self.dtype)
+            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        for l in self.hidden:
+            u = rng.standard_normal((self.n[l], self.n[l])) / math.sqrt(self.n[l])
+            u *= recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny)
+            self._u[l] = xp.asarray(u, dtype=self.dtype)
+        self.stats = {}  # the counters of the last backward pass (``rnn_schedules``)
+        self.backend.synchronize()
+
+    def __repr__(self):
+        return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, output={self.output!r}, "
+                f"dtype={self.dtype!r}, backend={self.backend!r})")
+
+    @property
+    def layer_numbers(self):
+        """The numbers of the layers that carry w and b: 2..L."""
+        return range(2, self.L + 1)
+
+    @property
+    def hidden(self):
+        """The recurrent layers, which also carry u: 2..L-1."""
+        return range(2, self.L)
+
+    @property
+    def weights(self):
+        return self._handed_out([self._w[l] for l in self.layer_numbers])
+
+    @property
+    def recurrent(self):
+        return self._handed_out([self._u[l] for l in self.hidden])
+
+    @property
+    def biases(self):
+        return self._handed_out([self._b[l] for l in self.layer_numbers])
+
+    def set_parameters(self, weights, recurrent=None, biases=None):
+        """Copy parameters in: ``weights``, ``recurrent`` and ``biases``, lists in the shapes of
+        ``self.weights``, ``self.recurrent``, ``self.biases``; or, alone, the dict of ``parameters()``
+        (``Network.set_parameters``). All are checked before any is copied; an error names the parameter
+        and changes nothing."""
+        if recurrent is None and biases is None and not isinstance(weights, (list, tuple)):
+            return super().set_parameters(weights)
+        return super().set_parameters(parameters.from_lists([
+            ("weights", weights, "w", self.layer_numbers), ("recurrent", recurrent, "u", self.hidden),
+            ("biases", biases, "b", self.layer_numbers)]))
+
+    def _live(self):
+        live = {l: {"w": self._w[l], "u": self._u[l], "b": self._b[l]} for l in self.hidden}
+        live[self.L] = {"w": self._w[self.L], "b": self._b[self.L]}
+        return live
+
+    def _label(self, l, name):
+        group = dict(w="weights", u="recurrent", b="biases")[name]
+        first = self.hidden[0] if name == "u" else 2
+        return f"{group}[{l - first}] ({name}^{l})"
+
+    # -- public passes --------------------------------------------------------------------------------
+
+    def feedforward(self, x):
+        """The outputs for ``x`` (tau, n_1, B) or (tau, n_1): a copy of a^{L,tau} (n_L, B) for
+        ``output="last"``, of every a^{L,t} as (tau, n_L, B) for ``"every"``."""
+        x = self._check_x(x)
+        p = self.plan(x.shape[0], x.shape[2])
+        p.load(x, None)
+        p.forward()
+        out = p.a[self.L]
+        return self._handed_out([out[:, 0] if self.output == "last" else out.transpose(1, 0, 2)])[0]
+
+    def backprop(self, x, y, schedule=None):
+        """BPTT under ``schedule``: copies of ``(nabla_b, nabla_w, nabla_u)``, lists for l = 2..L, 2..L and
+        2..L-1, summed over the time steps and the batch."""
+        p = self._start(x, y, schedule, None)
+        layers = self.layer_numbers
+        copies = self._handed_out([p.nabla_b[l] for l in layers] + [p.nabla_w[l] for l in layers]
+                                  + [p.nabla_u[l] for l in self.hidden])
+        k = self.L - 1
+        return copies[:k], copies[k:2 * k], copies[2 * k:]
+
+    def sgd_step(self, x, y, eta, schedule=None):
+        """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and u, b alike), enqueued, not awaited.
+
+        ``x`` and ``y`` are copied before this returns; reading a parameter (or ``synchronize()``) waits
+        for the step."""
+        schedule = self._check_step(eta, schedule)
+        self._start(x, y, schedule, eta)
+
+    def time_backward(self, x, y, schedules, repeats=5):
+        """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
+        to schedule): one forward pass, one warm-up per schedule (it allocates), then ``repeats`` rounds
+        that run every schedule once each in turn (so load on the machine falls on all alike), each timed
+        from enqueue to ``synchronize()``. Returns, by name, ``{"median_s": ..., **stats}``, or
+        ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
+        resolved = {name: resolve(self._check_schedule(schedule)) for name, schedule in schedules.items()}
+        p = self._start(x, y, BPTT(), None)
+        results, times = {}, {}
+        for name, schedule in resolved.items():
+            try:
+                schedule.check(self.sizes, p.tau, p.batch, self.dtype)
+                schedule.backward(p)
+            except ValueError as error:
+                results[name] = {"refused": str(error)}
+                continue
+            self.synchronize()
+            times[name] = []
+        for _ in range(repeats):
+            for name in times:
+                start = time.perf_counter()
+                resolved[name].backward(p)
+                self.synchronize()
+                times[name].append(time.perf_counter() - start)
+        for name, measured in times.items():
+            results[name] = {"median_s": statistics.median(measured), **resolved[name].stats}
+        return {name: results[name] for name in schedules}
+
+    def _start(self, x, y, schedule, eta):
+        """Validate, copy the batch in, enqueue forward and backward (and the update for ``eta``); return the plan."""
+        schedule = resolve(self._check_schedule(schedule))
+        x = self._check_x(x)
+        y = self._check_y(y, x.shape[0], x.shape[2])
+        tau, batch = x.shape[0], x.shape[2]
+        schedule.check(self.sizes, tau, batch, self.dtype)
+        p = self.plan(tau, batch)
+        controls = None if eta is None else self._controls
+        if controls is not None:
+            controls.set_rate(eta / batch)
+        p.load(x, y)
+        p.forward()
+        self.stats = schedule.backward(p, controls)
+        if controls is not None and not schedule.fused:
+            for l in self.layer_numbers:
+                p.update(p.main, l, controls)
+        return p
+
+    def plan(self, tau, batch):
+        """The ``plan.Plan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,
+        events and launches, made on first use and kept for the network's life."""
+        return self._plan((tau, batch), lambda: Plan(self, tau, batch, self._w, self._u, self._b))
+
+    # -- validation -----------------------------------------------------------------------------------
+
+    def _check_sequences(self, name, value, width, what, tau=None):
+        """``value`` as (tau, width, B), from (tau, width, B) or (tau, width); ``tau`` given: it must match."""
+        value = real_array(self.backend.xp, name, value)
+        given = tuple(value.shape)
+        if value.ndim == 2:
+            value = value.reshape(*value.shape, 1)
+        want = f"({'tau' if tau is None else tau}, {width}, B) or ({'tau' if tau is None else tau}, {width})"
+        if value.ndim != 3 or value.shape[1] != width or (tau is not None and value.shape[0] != tau):
+            raise ValueError(f"{name} ({what}) must have shape {want} for sizes {self.sizes}"
+                             f"{'' if tau is None else ', tau as in x'}; got {given}")
+        return value
+
+    def _check_x(self, x):
+        x = self._check_sequences("x", x, self.n[1], "the input of layer 1")
+        if x.shape[0] == 0 or x.shape[2] == 0:
+            raise ValueError(f"x holds an empty batch: shape {tuple(x.shape)}, need tau >= 1 and B >= 1")
+        self._check_finite("x", x)
+        return x
+
+    def _check_y(self, y, tau, batch):
+        what = f"the target of layer L={self.L}"
+        if self.output == "every":
+            y = self._check_sequences("y", y, self.n[self.L], what + " at every time step", tau)
+            samples = y.shape[2]
+        else:
+            y = real_array(self.backend.xp, "y", y)
+            if y.ndim == 1:
+                y = y.reshape(-1, 1)
+            if y.ndim != 2 or y.shape[0] != self.n[self.L]:
+                raise ValueError(f"y ({what}, output='last') must have shape ({self.n[self.L]}, B) or "
+                                 f"({self.n[self.L]},) for sizes {self.sizes}; got {tuple(y.shape)}")
+            samples = y.shape[1]
+        if samples != batch:
+            raise ValueError(f"x and y must hold the same number of sequences B; got {batch} and {samples}")
+        self._check_finite("y", y)
+        return y
+
+    def _check_finite(self, name, value):
+        if not all_finite(self.backend.xp, value):
+            raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
+
+

@@ -1,0 +1,166 @@
+"""One recurrent network at one sequence length tau and batch size B: its buffers, events and launches.
+
+A ``core.plan.Plan``, as the MLP's is. Every per-layer buffer holds all time steps, stored (n_l, tau, B): time
+step t (1-based) is the (n_l, B) view ``buffer[:, t - 1]``, and the whole sequence is the contiguous
+(n_l, tau*B) view ``flat(buffer)``. What does not depend on the time recursion is then one product over
+tau*B columns, on the backend's own kernels: the input half w^l a^{l-1} of every z^{l,t}, the part
+(w^{l+1})^T delta^{l+1} of every delta^{l,t}, the output layer (2)-(4), nabla_w^l and nabla_b^l (a
+sum over time and batch at once). The recursion over t (u^l a^{l,t-1} forwards, (u^l)^T delta^{l,t+1}
+backwards) runs step by step on strided views, as array operations of the backend's ``xp``.
+
+The output layer L has a time step per output: tau of them for ``output="every"``, one (t = tau) for
+``"last"``, where ``a_last`` holds a contiguous copy of a^{L-1,tau}. Buffers start filled with NaN, so
+that a read before its write shows in the result.
+"""
+
+from ..backends import ops_numpy
+from ..core import plan
+
+
+def flat(buffer):
+    """The (n, tau*B) view of an (n, tau, B) buffer."""
+    return buffer.reshape(buffer.shape[0], -1)
+
+
+class Plan(plan.Plan):
+    """Buffers, events and launches of ``net`` (an ``RNN``) at sequence length ``tau`` and batch ``batch``,
+    on its parameters ``w``, ``u``, ``b`` (dicts by layer, the network's own arrays, updated in place).
+
+    The schedules of ``schedules`` and ``scans`` enqueue through ``forward``, ``delta_output``, ``from_above``,
+    ``recur``, ``gradients`` and ``update``; the δ of layer l is complete in ``delta[l]`` once the
+    schedule hands l on.
+    """
+
+    def __init__(self, net, tau, batch, w, u, b):
+        super().__init__(net.backend, net.dtype, batch, net.L + 1)
+        n, L, buffer = net.n, net.L, self.buffer
+        self.w, self.u, self.b = w, u, b  # the network's parameters, by layer, updated in place
+        self.net, self.tau, self.L = net, tau, L
+        self.outputs = tau if net.output == "every" else 1
+        self.a = {1: buffer(n[1], tau, batch)}
+        self.z, self.sp, self.delta, self.nabla_w, self.nabla_b, self.nabla_u, self.tmp = {}, {}, {}, {}, {}, {}, {}
+        for l in net.hidden:
+            self.z[l], self.a[l], self.sp[l], self.delta[l] = (buffer(n[l], tau, batch) for _ in range(4))
+            self.nabla_u[l] = buffer(n[l], n[l])
+            self.tmp[l] = buffer(n[l], batch)  # u^l a^{l,t-1} and (u^l)^T delta^{l,t+1}, on the main stream
+        self.z[L], self.a[L], self.sp[L], self.delta[L] = (buffer(n[L], self.outputs, batch) for _ in range(4))
+        self.y = buffer(n[L], self.outputs, batch)
+        self.a_last = buffer(n[L - 1], batch) if net.output == "last" else None
+        for l in net.layer_numbers:
+            self.nabla_w[l] = buffer(n[l], n[l - 1])
+            self.nabla_b[l] = buffer(n[l])
+        self.scratch = {l: self.make_scratch(n[l] * max(n[l - 1], n[l]), max(n[l], n[l - 1]))
+                        for l in net.layer_numbers}
+        self.cache = {}  # the extra buffers of the scan schedules, by kind (``scans``)
+        self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
+        self.allocated()
+
+    # -- the forward pass -----------------------------------------------------------------------------
+
+    def load(self, x, y):
+        """Copy ``x`` (tau, n_1, B) and ``y`` ((n_L, B), or (tau, n_L, B)) into a^1 and y, on the main stream."""
+        self.backend.copy_in(self.main, self.a[1], x.transpose(1, 0, 2))
+        if y is not None:
+            self.backend.copy_in(self.main, self.y, y[:, None, :] if y.ndim == 2 else y.transpose(1, 0, 2))
+
+    def forward(self):
+        """Enqueue z^{l,t}, a^{l,t} for every layer and time step (the output layer where it has outputs)."""
+        launch = self.backend.launch
+        for l in self.net.hidden:
+            launch(self.main, f"z[{l}]", self._forward_layer, l)
+        launch(self.main, f"z[{self.L}]", self._forward_output)
+
+    def _forward_layer(self, l):
+        xp, z, a, sp, tmp = self.xp, self.z[l], self.a[l], self.sp[l], self.tmp[l]
+        net = self.net
+        xp.matmul(self.w[l], flat(self.a[l - 1]), out=flat(z))
+        for t in range(self.tau):
+            zt = z[:, t]
+            if t:
+                xp.matmul(self.u[l], a[:, t - 1], out=tmp)
+                xp.add(zt, tmp, out=zt)
+            xp.add(zt, self.b[l][:, None], out=zt)
+            ops_numpy.activate(zt, a[:, t], sp[:, t], net.activation, xp)
+
+    def output_input(self):
+        """a^{L-1} at the time steps with an output: (n_{L-1}, outputs*B), contiguous."""
+        return flat(self.a[self.L - 1]) if self.a_last is None else self.a_last
+
+    def _forward_output(self):
+        L, net = self.L, self.net
+        if self.a_last is not None:
+            self.xp.copyto(self.a_last, self.a[L - 1][:, self.tau - 1])
+        self.backend.ops.forward(flat(self.z[L]), flat(self.a[L]), flat(self.sp[L]), self.w[L], self.output_input(),
+                                 self.b[L], net.output_activation)
+
+    # -- the backward chain ---------------------------------------------------------------------------
+
+    def delta_output(self):
+        """Enqueue (4) for every output time step: delta^{L,t} from a^{L,t}, y^t and sigma'(z^{L,t})."""
+        L, ops = self.L, self.backend.ops
+        self.backend.launch(self.main, f"delta[{L}]", ops.delta_output, flat(self.delta[L]), flat(self.a[L]),
+                            flat(self.y), flat(self.sp[L]), self.net.cost)
+
+    def from_above(self, l, t=None):
+        """delta^{l,t} <- (w^{l+1})^T delta^{l+1,t}: every t at once (one product over tau*B columns), or one
+        (0-based) ``t``. Called inside a launch on the main stream; zero where layer l+1 has no output."""
+        xp, w, delta = self.xp, self.w[l + 1], self.delta[l]
+        if l + 1 == self.L and self.a_last is not None:
+            if t is None:
+                delta[:, : self.tau - 1].fill(0)
+                xp.matmul(w.T, self.delta[self.L][:, 0], out=delta[:, self.tau - 1])
+            elif t == self.tau - 1:
+                xp.matmul(w.T, self.delta[self.L][:, 0], out=delta[:, t])
+            else:
+                delta[:, t].fill(0)
+        elif t is None:
+            xp.matmul(w.T, flat(self.delta[l + 1]), out=flat(delta))
+        else:
+            xp.matmul(w.T, self.delta[l + 1][:, t], out=delta[:, t])
+
+    def recur(self, l, t):
+        """delta^{l,t} <- sigma'(z^{l,t}) * (delta^{l,t} + (u^l)^T delta^{l,t+1}), t 0-based, once delta^{l,t}
+        holds (w^{l+1})^T delta^{l+1,t} and delta^{l,t+1} is final."""
+        xp, delta, tmp = self.xp, self.delta[l], self.tmp[l]
+        dt = delta[:, t]
+        if t < self.tau - 1:
+            xp.matmul(self.u[l].T, delta[:, t + 1], out=tmp)
+            xp.add(dt, tmp, out=dt)
+        xp.multiply(dt, self.sp[l][:, t], out=dt)
+
+    # -- gradients and the update ---------------------------------------------------------------------
+
+    def gradients(self, stream, l, controls=None):
+        """Enqueue nabla_b^l, nabla_w^l (and nabla_u^l below the output) on ``stream``; given ``controls``
+        (the network's ``Controls``: eta / B and the refusal, in device memory), then the SGD update of layer l."""
+        ops, launch = self.backend.ops, self.backend.launch
+        delta = flat(self.delta[l])
+        a_in = self.output_input() if l == self.L else flat(self.a[l - 1])
+        launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], delta)
+        launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], delta, a_in)
+        if l < self.L:
+            launch(stream, f"nabla_u[{l}]", self._nabla_u, l)
+        if controls is not None:
+            self.update(stream, l, controls)
+
+    def _nabla_u(self, l):
+        """nabla_u^l = sum over t = 2..tau of delta^{l,t} (a^{l,t-1})^T: one product over (tau-1)*B columns."""
+        if self.tau == 1:
+            self.nabla_u[l].fill(0)
+            return
+        n = self.net.n[l]
+        later = self.delta[l][:, 1:].reshape(n, -1)
+        earlier = self.a[l][:, :-1].reshape(n, -1)
+        self.xp.matmul(later, earlier.T, out=self.nabla_u[l])
+
+    def update(self, stream, l, controls):
+        """Enqueue w^l -= eta/B nabla_w^l (and u^l, b^l alike) on ``stream``."""
+        self.backend.launch(stream, f"update[{l}]", self._update_layer, l, controls.array)
+
+    def _update_layer(self, l, controls):
+        ops, scratch = self.backend.ops, self.scratch[l]
+        ops.sgd_update(self.w[l], self.nabla_w[l], controls, scratch)
+        if l < self.L:
+            ops.sgd_update(self.u[l], self.nabla_u[l], controls, scratch)
+        ops.sgd_update(self.b[l], self.nabla_b[l], controls, scratch)
+

@@ -1,0 +1,322 @@
+"""The scan schedules of the recurrent network: the time recursion of delta solved by recursive doubling.
+
+Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is known:
+
+    delta^{l,t} = c^{l,t} + A^{l,t} delta^{l,t+1},   c^{l,t} = sigma'(z^{l,t}) * (w^{l+1})^T delta^{l+1,t},
+    A^{l,t} = diag(sigma'(z^{l,t})) (u^l)^T   (one (n_l, n_l) matrix per sample),   delta^{l,tau+1} = 0.
+
+``TimeScan``   per layer, a suffix scan over t of the pairs (A_t, c_t) by recursive doubling: the round
+               with stride s sets c_t <- c_t + A_t c_{t+s} and A_t <- A_t A_{t+s}, so that afterwards
+               delta_t = c_t + A_t delta_{t+2s}; ceil(log2 tau) rounds. As in BPPSA, the first round keeps
+               A_t factored as diag(sigma') times the shared (u^l)^T: its vector half is one product over
+               (tau-1)*B columns and no (n, n) matrix per sample is stored before the products
+               A_t A_{t+1}. Rounds K·(1 + ceil(log2 tau)): per layer c^l, then the scan.
+``NaumovRNN``  Naumov's nested solve. Ordered layer-first, delta^l = T_l delta^{l+1} with the layer
+               operator T_l = (I - N_l)^{-1} D_l, N_l the shift by A^{l,t} and D_l = diag_t(diag(sigma')
+               (w^{l+1})^T); T_l is upper block-triangular in time and dense. One round builds every N_l,
+               D_l and c^{L-1}; ceil(log2 tau) rounds form every T_l (and delta^{L-1}) at once by doubling,
+               X <- X + P X, P <- P P (so X = (I + N^{2^r}) ... (I + N) D = (I - N)^{-1} D, since N^tau = 0);
+               ceil(log2 K) rounds of recursive doubling over layers (as ``NaumovScan`` over the MLP's
+               layers) then give every delta^l. Rounds 1 + ceil(log2 tau) + ceil(log2 K): additive, since each
+               product of two dense-in-time blocks is one batched product here. Memory is the limit: the
+               blocks are (tau·N)^2 per sample and layer, checked against ``memory_limit`` before anything is
+               allocated.
+
+Both hand each layer on (to the workers, as ``schedules`` does) once its delta is final, deepest first.
+Their buffers are allocated once per pass, in ``p.cache``; scan vectors and matrices are stored
+(time, batch, n, ...) so that a round is one batched ``matmul``.
+"""
+
+import numpy as np
+
+from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from .schedules import RNNSchedule, bptt_counters, ceil_log2
+
+
+class ScanSchedule(RNNSchedule):
+    """The memory check and the buffers the scans share."""
+
+    kind = None
+
+    def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT):
+        super().__init__(k, fused)
+        self.memory_limit = check_memory_limit(memory_limit)
+
+    def __repr__(self):
+        options = [f"k={self.k}"] + (["fused=True"] if self.fused else [])
+        return f"{type(self).__name__}({', '.join(options)}, memory_limit={self.memory_limit})"
+
+    def memory_needed(self, sizes, tau, B, itemsize):
+        """Bytes of the extra buffers this schedule holds for ``sizes`` at ``tau`` and ``B``."""
+        return self.elements(sizes, tau, B) * itemsize
+
+    @staticmethod
+    def elements(sizes, tau, B):
+        raise NotImplementedError
+
+    def check(self, sizes, tau, B, dtype):
+        """Raise a ValueError naming the bytes needed when the buffers for ``sizes`` at ``tau`` and ``B``
+        would exceed ``memory_limit``: called before anything of the pass is allocated."""
+        needed = self.memory_needed(sizes, tau, B, np.dtype(dtype).itemsize)
+        if needed > self.memory_limit:
+            others = ", ".join(name for name in ("BPTT()", "Leapfrog(k)", "Wavefront()", "TimeScan()")
+                               if not name.startswith(type(self).__name__))
+            raise ValueError(
+                f"{type(self).__name__} needs {needed} bytes ({needed / 2**20:.1f} MiB) for sizes {list(sizes)} at "
+                f"tau={tau}, B={B} ({dtype}), over memory_limit={self.memory_limit} bytes; pass a larger "
+                f"memory_limit, or use {others}")
+
+    def _buffers(self, p):
+        """This schedule's flat buffers in ``p``: checked against ``memory_limit``, allocated on first use."""
+        self.check(p.net.sizes, p.tau, p.batch, p.net.dtype)
+        if self.kind not in p.cache:
+            sizes = self._sizes(p.net.sizes, p.tau, p.batch)
+            p.cache[self.kind] = [p.xp.zeros(size, dtype=p.net.dtype) for size in sizes]
+            p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
+        return p.cache[self.kind]
+
+    def counters(self, sizes, tau, B, itemsize):
+        counters = bptt_counters(sizes, tau, B, itemsize)
+        flops, moved = self.work(sizes, tau, B)
+        counters.update(flops=flops, bytes=moved * itemsize, memory_bytes=self.memory_needed(sizes, tau, B, itemsize))
+        return counters
+
+
+class TimeScan(ScanSchedule):
+    """Per layer, c^l from delta^{l+1}, then a suffix scan over time (see the module docstring).
+
+    Buffers (reused by every layer, sized for the widest n): the matrices A_t in ping-pong, 2·tau·B·n^2
+    elements, and the vectors c_t with their products, 2·tau·B·n.
+
+    Args:
+        k: worker streams for the gradients, as in ``Leapfrog(k)`` (0: the main stream).
+        fused: fuse the SGD update behind the gradients during ``sgd_step``.
+        memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
+    """
+
+    kind = "time-scan"
+
+    @staticmethod
+    def _sizes(sizes, tau, B):
+        n = max(sizes[1:-1])
+        matrices = tau * B * n * n if tau > 2 else 0
+        return [matrices, matrices, tau * B * n, tau * B * n]
+
+    @staticmethod
+    def elements(sizes, tau, B):
+        return sum(TimeScan._sizes(sizes, tau, B))
+
+    @staticmethod
+    def rounds_formula(K, tau):
+        return K * (1 + ceil_log2(tau))
+
+    def chain(self, p):
+        buffers = self._buffers(p)
+        p.delta_output()
+        yield p.L
+        for l in range(p.L - 1, 1, -1):
+            p.backend.launch(p.main, f"c[{l}]", self._load, p, l, buffers)
+            p.rounds += 1
+            s, (P, P_next, C, Q) = 1, buffers
+            while s < p.tau:  # the matrices in ping-pong: each round's buffers fixed as it is enqueued
+                p.backend.launch(p.main, f"scan[{l}, {s}]", self._round, p, l, s, (P, P_next, C, Q))
+                P, P_next = P_next, P
+                p.rounds += 1
+                s *= 2
+            p.backend.launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
+            yield l
+
+    @staticmethod
+    def _views(p, l, buffers):
+        """The buffers as layer l's (tau, B, n, n) matrices (None for tau <= 2) and (tau, B, n, 1) vectors."""
+        n, tau, B = p.net.n[l], p.tau, p.batch
+        P, P_next, C, Q = buffers
+        matrices = [M[: tau * B * n * n].reshape(tau, B, n, n) if M.size else None for M in (P, P_next)]
+        return (*matrices, C[: tau * B * n].reshape(tau, B, n, 1), Q[: tau * B * n].reshape(tau, B, n, 1))
+
+    @staticmethod
+    def _load(p, l, buffers):
+        """c^{l,t} = sigma'(z^{l,t}) * (w^{l+1})^T delta^{l+1,t} for every t, into the scan's vectors."""
+        p.from_above(l)
+        p.xp.multiply(p.delta[l], p.sp[l], out=p.delta[l])
+        _, _, C, _ = TimeScan._views(p, l, buffers)
+        p.xp.copyto(C[..., 0], p.delta[l].transpose(1, 2, 0))
+
+    @staticmethod
+    def _round(p, l, s, buffers):
+        """The round with stride s: c_t += A_t c_{t+s} for t + s < tau (0-based), A_t <- A_t A_{t+s} into the
+        other matrix buffer where a later round needs it."""
+        xp, tau, n = p.xp, p.tau, p.net.n[l]
+        P, P_next, C, Q = TimeScan._views(p, l, buffers)
+        m = tau - s
+        if s == 1:  # A_t = diag(sigma'_t) (u^l)^T, factored: (u^l)^T c_{t+1} for every t is one product
+            u = p.u[l]
+            xp.matmul(C[1:].reshape(-1, n), u, out=Q[:m].reshape(-1, n))
+            sp = p.sp[l].transpose(1, 2, 0)  # (tau, B, n)
+            xp.multiply(Q[:m, ..., 0], sp[:m], out=Q[:m, ..., 0])
+            if 2 < tau:  # A_t A_{t+1} = (diag(sigma'_t) (u^l)^T diag(sigma'_{t+1})) (u^l)^T, for t + 2 < tau
+                r = tau - 2
+                xp.multiply(sp[:r, :, :, None], u.T, out=P[:r])
+                xp.multiply(P[:r], sp[1:r + 1, :, None, :], out=P[:r])
+                xp.matmul(P[:r], u.T, out=P_next[:r])
+        else:
+            xp.matmul(P[:m], C[s:], out=Q[:m])
+            if 2 * s < tau:
+                r = tau - 2 * s
+                xp.matmul(P[:r], P[s:s + r], out=P_next[:r])
+        xp.add(C[:m], Q[:m], out=C[:m])
+
+    @staticmethod
+    def _unload(p, l, buffers):
+        _, _, C, _ = TimeScan._views(p, l, buffers)
+        p.xp.copyto(p.delta[l], C[..., 0].transpose(2, 0, 1))
+
+    def work(self, sizes, tau, B):
+        """Flops and elements moved: c^l as in BPTT, then per round its vector and matrix products."""
+        flops = moved = 0
+        for l in range(2, len(sizes)):
+            n, above = sizes[l - 1], sizes[l]
+            flops += 2 * n * above * tau * B + n * tau * B
+            moved += n * above + (above + 2 * n) * tau * B
+            s = 1
+            while s < tau:
+                m, r = tau - s, max(tau - 2 * s, 0)
+                if s == 1:  # the factored vector half; the first matrix products built from sigma' and u
+                    flops += 2 * n * n * m * B + m * B * n + r * B * (2 * n * n + 2 * n ** 3)
+                    moved += n * n + 3 * m * B * n + 2 * r * B * (n * n + n)
+                else:
+                    flops += 2 * n * n * m * B + m * B * n + r * B * 2 * n ** 3
+                    moved += m * B * (n * n + 3 * n) + 3 * r * B * n * n
+                s *= 2
+        return flops, moved
+
+
+class NaumovRNN(ScanSchedule):
+    """Naumov's nested solve: time scans of every layer at once, then recursive doubling over layers.
+
+    Position i holds layer l = i + 2, padded to the widest recurrent width N, time-major: element
+    t·N + j of a position's vector is delta^{l,t+1}_j. Buffers: the shifts N_l and their powers in
+    ping-pong, 2·K·B·(tau·N)^2 elements; the layer operators T_l with their products, 2·(K-1)·B·(tau·N)^2;
+    the vectors, 2·K·B·tau·N. The check against ``memory_limit`` comes first, before any allocation.
+
+    Args:
+        k: worker streams for the gradients, as in ``Leapfrog(k)`` (0: the main stream).
+        fused: fuse the SGD update behind the gradients during ``sgd_step``.
+        memory_limit: bytes the buffers may take; a larger need raises a ValueError naming the bytes needed.
+    """
+
+    kind = "naumov"
+
+    @staticmethod
+    def _sizes(sizes, tau, B):
+        K, M = len(sizes) - 2, tau * max(sizes[1:-1])
+        return [K * B * M * M, K * B * M * M, (K - 1) * B * M * M, (K - 1) * B * M * M, K * B * M, K * B * M]
+
+    @staticmethod
+    def elements(sizes, tau, B):
+        return sum(NaumovRNN._sizes(sizes, tau, B))
+
+    @staticmethod
+    def rounds_formula(K, tau):
+        return 1 + ceil_log2(tau) + ceil_log2(K) if K else 0
+
+    def chain(self, p):
+        K, tau, B, L = p.L - 2, p.tau, p.batch, p.L
+        M = tau * max(p.net.sizes[1:-1])
+        flat_buffers = self._buffers(p)
+        P, P_next = (b.reshape(K, B, M, M) for b in flat_buffers[:2])
+        X, X_next = (b.reshape(K - 1, B, M, M) if K > 1 else None for b in flat_buffers[2:4])
+        V, V_next = (b.reshape(K, B, M, 1) for b in flat_buffers[4:])
+        p.delta_output()
+        yield L
+        launch = p.backend.launch
+        launch(p.main, "naumov: N, D, c", self._build, p, P, X, V)
+        p.rounds += 1
+        steps = ceil_log2(tau)
+        for r in range(steps):
+            launch(p.main, f"naumov: time {r}", self._time_round, p, P, P_next, X, X_next, V, V_next, r + 1 < steps)
+            P, P_next = P_next, P
+            p.rounds += 1
+        launch(p.main, f"delta[{L - 1}]", self._unload, p, V, K - 1)
+        yield L - 1
+        s = 1
+        while s < K:
+            lo, hi = max(0, K - 2 * s), K - s
+            launch(p.main, f"naumov: layers {s}", self._layer_round, p, X, X_next, V, s, lo, hi)
+            X, X_next = X_next, X
+            p.rounds += 1
+            for i in range(hi - 1, lo - 1, -1):
+                launch(p.main, f"delta[{i + 2}]", self._unload, p, V, i)
+                yield i + 2
+            s *= 2
+
+    @staticmethod
+    def _build(p, P, X, V):
+        """Every shift N_l (blocks diag(sigma'^{l,t}) (u^l)^T at (t, t+1)), every D_l (blocks diag(sigma'^{l,t})
+        (w^{l+1})^T at (t, t)) and c^{L-1} = sigma'(z^{L-1}) * (w^L)^T delta^L."""
+        xp, net, tau, B = p.xp, p.net, p.tau, p.batch
+        K, N = p.L - 2, P.shape[-1] // tau
+        P.fill(0)
+        if X is not None:
+            X.fill(0)
+        for i, l in enumerate(net.hidden):
+            n = net.n[l]
+            blocks = P[i].reshape(B, tau, N, tau, N)
+            for t in range(tau - 1):
+                xp.multiply(p.sp[l][:, t].T[:, :, None], p.u[l].T, out=blocks[:, t, :n, t + 1, :n])
+            if i < K - 1:
+                above = net.n[l + 1]
+                blocks = X[i].reshape(B, tau, N, tau, N)
+                for t in range(tau):
+                    xp.multiply(p.sp[l][:, t].T[:, :, None], p.w[l + 1].T, out=blocks[:, t, :n, t, :above])
+        l = p.L - 1
+        p.from_above(l)
+        xp.multiply(p.delta[l], p.sp[l], out=p.delta[l])
+        V[K - 1].fill(0)
+        xp.copyto(V[K - 1].reshape(B, tau, N)[:, :, : net.n[l]], p.delta[l].transpose(2, 1, 0))
+
+    @staticmethod
+    def _time_round(p, P, P_next, X, X_next, V, V_next, more):
+        """X <- X + P X for every layer operator, v <- v + P v for delta^{L-1}, and P_next = P P if ``more``."""
+        xp, K = p.xp, p.L - 2
+        if X is not None:
+            xp.matmul(P[: K - 1], X, out=X_next)
+            xp.add(X, X_next, out=X)
+        xp.matmul(P[K - 1], V[K - 1], out=V_next[K - 1])
+        xp.add(V[K - 1], V_next[K - 1], out=V[K - 1])
+        if more:
+            xp.matmul(P, P, out=P_next)
+
+    @staticmethod
+    def _layer_round(p, X, X_next, V, s, lo, hi):
+        """Recursive doubling over layers with stride s: positions [lo, hi) become vectors, [0, lo) longer products."""
+        xp = p.xp
+        xp.matmul(X[lo:hi], V[lo + s:hi + s], out=V[lo:hi])
+        if lo:
+            xp.matmul(X[:lo], X[s:lo + s], out=X_next[:lo])
+
+    @staticmethod
+    def _unload(p, V, i):
+        l, tau, B = i + 2, p.tau, p.batch
+        N = V.shape[2] // tau
+        p.xp.copyto(p.delta[l], V[i].reshape(B, tau, N)[:, :, : p.net.n[l]].transpose(2, 1, 0))
+
+    def work(self, sizes, tau, B):
+        """Flops and elements moved: building N, D, c; the time rounds; the rounds over layers."""
+        K, M = len(sizes) - 2, tau * max(sizes[1:-1])
+        flops = moved = 2 * K * B * M * M  # the fills and the blocks written into them
+        steps = ceil_log2(tau)
+        for r in range(steps):
+            flops += (K - 1) * B * (2 * M ** 3 + M * M) + B * (2 * M * M + M)
+            moved += (K - 1) * B * 4 * M * M + B * (M * M + 3 * M)
+            if r + 1 < steps:
+                flops += K * B * 2 * M ** 3
+                moved += K * B * 3 * M * M
+        s = 1
+        while s < K:
+            lo, hi = max(0, K - 2 * s), K - s
+            flops += lo * B * 2 * M ** 3 + (hi - lo) * B * 2 * M * M
+            moved += lo * B * 3 * M * M + (hi - lo) * B * (M * M + 2 * M)
+            s *= 2
+        return flops, moved
+

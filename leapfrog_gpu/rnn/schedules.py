@@ -1,0 +1,196 @@
+"""Schedules of the recurrent network's backward pass: who computes delta^{l,t}, and where the weight
+gradients run.
+
+The unknowns delta^{l,t} of layers l = L-1..2 (K = L-2 recurrent layers) and time steps t = tau..1 form
+a grid in which delta^{l,t} depends on delta^{l+1,t} (through w^{l+1}) and on delta^{l,t+1} (through
+u^l). Each schedule solves that grid on the main stream in its own way and hands layer l on as soon as
+every delta^{l,t} is final, deepest layer first; then nabla_b^l, nabla_w^l, nabla_u^l (sums over t of
+outer products that nothing on the chain needs) run where the schedule's ``k`` says:
+
+``BPTT()``       layer by layer, t = tau..1 inside each: K·tau dependent rounds; gradients on the main stream.
+``Wavefront()``  the anti-diagonals of the (layer, time) grid, one per round: K + tau - 1 rounds.
+``TimeScan()``   per layer, a suffix scan over time (``scans``): K·(1 + ceil(log2 tau)) rounds.
+``NaumovRNN()``  time scans of every layer at once, then recursive doubling over layers (``scans``).
+
+``k = 0`` runs the gradients on the main stream, right after their layer; ``k >= 1`` on worker
+``l mod k`` behind event E_l (read after write: the worker reads delta^l, a^{l-1} and a^l), and the main
+stream joins every busy worker before the update and the next pass (write after read). The schedules
+every network takes run here too: ``Sequential()`` is ``BPTT()``, and ``Leapfrog(k)`` is the BPTT chain with its k
+workers, bitwise equal to ``BPTT()`` (the same launches on the same data, on other streams). Layer by
+layer rather than time-blocked: a layer's three gradients are then each one product over tau*B
+columns, and they leave the chain whole while it runs the next layer.
+
+With ``fused=True`` the SGD update of layer l runs right behind its gradients, before the join. The
+main stream reads w^l last for delta^{l-1} = sigma' * ((w^l)^T delta^l + ...), so that update waits
+for E_{l-1}, not E_l (u^l and b^l are last read before E_l).
+
+Each schedule keeps ``stats`` of its last pass: ``rounds`` (counted as it enqueued them), ``flops`` and
+``bytes`` of its chain (each operand read once, each result written once), ``memory_bytes`` (what it
+holds beyond the pass's buffers), and the chain's ``sequential_*`` counterparts (BPTT's) to set them
+against; ``rounds_formula`` gives the same rounds in closed form.
+"""
+
+import numpy as np
+
+from ..core.schedules import Leapfrog, Schedule, Sequential
+
+
+class RNNSchedule(Schedule):
+    """The chain of an RNN's backward pass (``chain``), the hand-off of every layer's gradients (to the main
+    stream, or to k workers, ``core.handoff``), the join, ``stats``."""
+
+    least_k = 0
+
+    def __init__(self, k=0, fused=False):
+        super().__init__(k, fused)
+
+    def __repr__(self):
+        options = ([f"k={self.k}"] if self.k else []) + (["fused=True"] if self.fused else [])
+        return f"{type(self).__name__}({', '.join(options)})"
+
+    def check(self, sizes, tau, B, dtype):
+        """Raise before anything of a pass at ``tau`` and ``B`` is allocated if this schedule cannot run it."""
+
+    def chain(self, p):
+        """Enqueue the solve on the main stream of pass ``p``; yield each layer L, L-1, ..., 2 once its
+        delta is complete, counting the dependent rounds in ``p.rounds``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def rounds_formula(K, tau):
+        raise NotImplementedError
+
+    def counters(self, sizes, tau, B, itemsize):
+        """Flops, bytes and memory of this schedule's chain; the BPTT chain's by default."""
+        return bptt_counters(sizes, tau, B, itemsize)
+
+    def backward(self, p, controls=None):
+        """Enqueue the backward pass of ``p``: the chain, each layer's gradients as soon as they may run
+        (with the SGD update by ``controls``, the network's ``Controls``, when given and fused), then the
+        join. The main stream reads w^l last for delta^{l-1}, so a fused update of layer l waits for
+        E_{l-1} (u^l and b^l are last read before E_l)."""
+        p.rounds = 0
+        fuse = self.fused and controls is not None
+        hand = p.handoff(self.k)
+        for l in self.chain(p):
+            hand.mark(l)
+            if not fuse:
+                p.gradients(hand.off(l), l)
+            elif l < p.L:  # delta^l was the last read of w^{l+1}
+                p.gradients(hand.off(l + 1, after=hand.last_reader(l + 1)), l + 1, controls)
+        if fuse:
+            p.gradients(hand.off(2), 2, controls)
+        hand.join()
+        itemsize = np.dtype(p.net.dtype).itemsize
+        self.stats = {"rounds": p.rounds, **self.counters(p.net.sizes, p.tau, p.batch, itemsize)}
+        return self.stats
+
+
+class BPTT(RNNSchedule):
+    """Backpropagation through time: delta^{l,tau}, ..., delta^{l,1} for l = L-1..2, on the main stream.
+
+    Layer l starts with (w^{l+1})^T delta^{l+1} for every t (one product), then runs its recursion
+    over t. ``k`` is what ``Leapfrog(k)`` gives it: 0 for ``BPTT()``, whose gradients run on the main stream.
+    """
+
+    def __init__(self, fused=False, k=0):
+        super().__init__(k, fused)
+
+    def chain(self, p):
+        p.delta_output()
+        yield p.L
+        for l in range(p.L - 1, 1, -1):
+            p.backend.launch(p.main, f"delta[{l}]", self._layer, p, l)
+            p.rounds += p.tau
+            yield l
+
+    @staticmethod
+    def _layer(p, l):
+        p.from_above(l)
+        for t in range(p.tau - 1, -1, -1):
+            p.recur(l, t)
+
+    @staticmethod
+    def rounds_formula(K, tau):
+        return K * tau
+
+
+class Wavefront(RNNSchedule):
+    """The level sets of the (layer, time) grid: round d computes every delta^{l,t} with
+    (L-1-l) + (tau-t) = d, all independent of each other; K + tau - 1 rounds.
+
+    Args:
+        k: worker streams for the gradients (0: the main stream).
+        fused: fuse the SGD update behind the gradients during ``sgd_step``.
+    """
+
+    def __init__(self, k=2, fused=False):
+        super().__init__(k, fused)
+
+    def chain(self, p):
+        p.delta_output()
+        yield p.L
+        K, tau = p.L - 2, p.tau
+        for d in range(K + tau - 1):
+            cells = [(l, tau - 1 - (d - (p.L - 1 - l))) for l in range(p.L - 1, 1, -1)]
+            cells = [(l, t) for l, t in cells if 0 <= t < tau]
+            p.backend.launch(p.main, f"wavefront[{d}]", self._round, p, cells)
+            p.rounds += 1
+            yield from (l for l, t in cells if t == 0)
+
+    @staticmethod
+    def _round(p, cells):
+        for l, t in cells:
+            p.from_above(l, t)
+            p.recur(l, t)
+
+    @staticmethod
+    def rounds_formula(K, tau):
+        return K + tau - 1 if K else 0
+
+    def counters(self, sizes, tau, B, itemsize):
+        """BPTT's flops; w^{l+1} is read once per cell rather than once per layer."""
+        counters = bptt_counters(sizes, tau, B, itemsize)
+        extra = sum(sizes[l] * sizes[l - 1] for l in range(2, len(sizes) - 1)) * (tau - 1) * itemsize
+        counters["bytes"] += extra
+        return counters
+
+
+def bptt_counters(sizes, tau, B, itemsize, output="every"):
+    """Flops and bytes of the BPTT chain for ``sizes`` (n_1..n_L) at ``tau`` and ``B``: per layer l,
+    (w^{l+1})^T delta^{l+1} over tau*B columns, then per step (u^l)^T delta^{l,t+1} and sigma' * (.)."""
+    n = dict(enumerate(sizes, start=1))
+    flops = moved = 0
+    for l in range(2, len(sizes)):
+        flops += 2 * n[l] * n[l + 1] * tau * B + (tau - 1) * (2 * n[l] ** 2 + n[l]) * B + tau * n[l] * B
+        moved += n[l] * n[l + 1] + (n[l + 1] + n[l]) * tau * B
+        moved += (tau - 1) * (n[l] ** 2 + 3 * n[l] * B) + 3 * tau * n[l] * B
+    return {"flops": flops, "bytes": moved * itemsize, "memory_bytes": 0,
+            "sequential_flops": flops, "sequential_bytes": moved * itemsize}
+
+
+def gradient_flops(sizes, tau, B, outputs):
+    """Flops of nabla_w, nabla_u, nabla_b of every layer (the work the workers take off the chain)."""
+    n = dict(enumerate(sizes, start=1))
+    L, flops = len(sizes), 0
+    for l in range(2, L):
+        flops += 2 * n[l] * n[l - 1] * tau * B + 2 * n[l] ** 2 * (tau - 1) * B + n[l] * tau * B
+    return flops + 2 * n[L] * n[L - 1] * outputs * B + n[L] * outputs * B
+
+
+def resolve(schedule):
+    """The RNN schedule that runs ``schedule``, one the network has checked: ``Sequential()`` is ``BPTT()``,
+    ``Leapfrog(k)`` the BPTT chain with k workers."""
+    if type(schedule) is Sequential:
+        return BPTT(fused=schedule.fused)
+    if type(schedule) is Leapfrog:
+        if schedule.k == "auto":
+            raise ValueError("Leapfrog('auto') calibrates the MLP's pass; an RNN takes Leapfrog(k) with an "
+                             "integer k >= 1")
+        return BPTT(fused=schedule.fused, k=schedule.k)
+    return schedule
+
+
+def ceil_log2(m):
+    """ceil(log2 m) for m >= 1: the rounds of recursive doubling over m elements."""
+    return (m - 1).bit_length()

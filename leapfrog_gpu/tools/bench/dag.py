@@ -1,0 +1,269 @@
+"""``leapfrog-bench --model dag``: the forward solvers and the backward schedules of a ``GraphNet`` against
+its sequential order.
+
+For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``GraphNet``
+and ``measure`` times, all interleaved in one run after a warm-up (``timing.measure_interleaved``:
+median, p20, p80), its backward pass (``backprop``: the forward node by node, then the schedule) under
+Sequential(), Leapfrog(k), LevelSets(k), DagJacobi(k) and DagDoubling(k), and its forward pass
+(``feedforward``) node by node and by ForwardJacobi() and ForwardNewton(). A row gives the median, its
+ratio to the sequential order's median of the same pass on the same network (``with_ratios``), and
+the rounds, sweeps or iterations, flops (over the sequential order's) and memory that the solver
+reports in its ``stats``. The block solvers (DagDoubling, ForwardNewton) hold a block per reachable
+pair of nodes, about D^2/2 of N^2 B each: where that exceeds ``--memory-limit`` they are refused
+before anything is allocated, and deeper than ``--max-block-depth`` (their block products grow as
+D^3) skipped; the row says which.
+
+Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add``
+of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like,
+2N wide); the other nodes ``Dense`` tanh layers, the last a sigmoid.
+
+    leapfrog-bench --model dag --backend numpy --sizes 16,64 --depths 8,32 --batch 1,8 --json dag.json
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+from ...backends import get_backend, timing
+from ...dag.schedules import DagDoubling, DagJacobi, LevelSets
+from ...dag.forward import ForwardJacobi, ForwardNewton, forward_counters
+from ...core.functions import DTYPES
+from ...dag.network import INPUT, GraphNet
+from ...dag.layers import Add, Concat, Dense
+from ...core.schedules import Leapfrog, Sequential
+from .measure import machine
+from .report import NOISY, noisy, spread
+from ..cli import Parser, integer, integers, names, parse_args_on_a_backend, plural, replaced_atomically
+
+KINDS = {"residual": Add, "dense": Concat}
+"""The DAG shapes, by the layer that joins node i - 3 into node i."""
+
+HEADER = (f"  {'pass':<8} {'schedule':<14} {'median [p20-p80] ms':<23} {'x seq':>8} {'rounds':>6} {'iters':>5} "
+          f"{'flops/seq':>9} {'mem MiB':>8}")
+FOOT = ("x seq: median over the sequential order's, same pass, same network (forward: node by node)\n"
+        f"! noisy: p80 - p20 over {NOISY:.0%} of the median; rounds: dependent steps; iters: sweeps or iterations\n"
+        "flops/seq: flops over the sequential order's; mem MiB: what the solver holds")
+EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
+                 (130, "stopped by Ctrl-C; the networks measured so far are printed")]
+
+
+def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
+    """The ``GraphNet`` of shape ``kind`` (a key of ``KINDS``), width N, nodes "1".."D"."""
+    nodes = []
+    for i in range(1, D + 1):
+        previous = str(i - 1) if i > 1 else INPUT
+        if i % 3 == 0 and i < D:
+            nodes.append((str(i), KINDS[kind](), [previous, str(i - 3) if i > 3 else INPUT]))
+        else:
+            nodes.append((str(i), Dense(N, "sigmoid" if i == D else "tanh"), [previous]))
+    return GraphNet(N, nodes, dtype=dtype, seed=seed, backend=backend)
+
+
+def runs(k, memory_limit):
+    """``(pass, name, solver or schedule)`` of every row, the sequential order of each pass first
+    (``None``: the forward node by node)."""
+    return [("backward", "sequential", Sequential()), ("backward", f"leapfrog({k})", Leapfrog(k)),
+            ("backward", "level-sets", LevelSets(k=k)), ("backward", "dag-jacobi", DagJacobi(k=k)),
+            ("backward", "dag-doubling", DagDoubling(k=k, memory_limit=memory_limit)),
+            ("forward", "sequential", None), ("forward", "forward-jacobi", ForwardJacobi()),
+            ("forward", "forward-newton", ForwardNewton(memory_limit=memory_limit))]
+
+
+def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
+            dtype="float32"):
+    """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, with
+    ``ms`` (median, p20, p80), ``ratio`` and ``stats`` (its numbers), or ``refused`` and the memory
+    the solver would need (``memory_limit`` in bytes)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
+    records, calls, stats = [], [], {}
+    with network(kind, N, D, dtype, backend) as net:
+        for pass_, name, made in runs(k, memory_limit):
+            record = {"kind": kind, "N": N, "D": net.depth, "B": B, "k": k, "dtype": dtype,
+                      "backend": backend.name, "pass": pass_, "schedule": name, "repeats": repeats}
+            needed = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
+            if needed > memory_limit:
+                record["refused"] = f"needs {needed / 2**20:.1f} MiB > --memory-limit {memory_limit / 2**20:g} MiB"
+            elif needed and D > max_block_depth:
+                record["refused"] = f"skipped: D > --max-block-depth {max_block_depth} (work grows as D^3)"
+            if "refused" in record:
+                record["stats"] = {"memory_bytes": needed}
+            else:
+                calls.append((len(records), _call(net, pass_, made, x, y, stats, len(records))))
+            records.append(record)
+        times = timing.measure_interleaved(backend, [call for _, call in calls], repeats, warmup)
+        for (i, _), ms in zip(calls, times):
+            records[i]["ms"] = timing.summary(ms)
+            records[i]["stats"] = {key: value for key, value in stats[i].items()
+                                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return with_ratios(records)
+
+
+def _call(net, pass_, made, x, y, stats, i):
+    """One pass of ``net`` by ``made``, leaving its counters in ``stats[i]``."""
+    if pass_ == "backward":
+        def call():
+            net.backprop(x, y, made)
+            stats[i] = net.stats["backward"]
+    elif made is None:
+        counters = forward_counters(net, x.shape[1])
+        node_by_node = {"rounds": counters["sequential_rounds"], "flops": counters["sequential_flops"],
+                        "bytes": counters["sequential_bytes"], "memory_bytes": 0, **counters}
+
+        def call():
+            net.feedforward(x)
+            stats[i] = node_by_node
+    else:
+        def call():
+            net.feedforward(x, solver=made)
+            stats[i] = made.stats
+    return call
+
+
+def with_ratios(records):
+    """``records``, each timed one given ``ratio``: its median over the median of the sequential record
+    of the same pass on the same network (kind, N, D, B, k, dtype, backend)."""
+    def network_of(r):
+        return tuple(r[key] for key in ("kind", "N", "D", "B", "k", "dtype", "backend", "pass"))
+
+    base = {network_of(r): r["ms"]["median"] for r in records if r["schedule"] == "sequential" and "ms" in r}
+    for r in records:
+        if "ms" in r and base.get(network_of(r)):
+            r["ratio"] = r["ms"]["median"] / base[network_of(r)]
+    return records
+
+
+def heading(record):
+    """The line above a network's rows."""
+    return (f"{record['kind']} DAG, N={record['N']} D={record['D']} B={record['B']}, {record['dtype']}, "
+            f"{record['backend']}, k={record['k']}")
+
+
+def format_row(record):
+    """One row under ``HEADER``: within 100 columns whatever its numbers."""
+    stats = record.get("stats", {})
+    head = f"  {record['pass']:<8} {record['schedule']:<14}"
+    memory = f"{_short(stats.get('memory_bytes', 0) / 2**20, 2):>8}"
+    if "refused" in record:
+        return f"{head} {record['refused'][:55]:<55} {memory}"
+    timed = spread(record["ms"]) + ("!" if noisy(record["ms"]) else "")
+    times = f"{_short(record['ratio'], 2)}x" if "ratio" in record else "-"
+    flops = _short(stats["flops"] / stats["sequential_flops"], 1) if stats.get("sequential_flops") else "-"
+    iters = stats.get("sweeps", stats.get("iterations", ""))
+    return (f"{head} {timed:<23} {times:>8} {_short(stats.get('rounds', ''), 0):>6} {_short(iters, 0):>5} "
+            f"{flops:>9} {memory}")
+
+
+def _short(value, digits):
+    """A number with ``digits`` decimals, or to 3 significant digits from 10^4 up ("" as it is)."""
+    if value == "":
+        return value
+    return f"{value:.{digits}f}" if value < 1e4 else f"{value:.3g}"
+
+
+def table(records):
+    """The whole table: ``HEADER``, and each network's heading and rows."""
+    lines = [HEADER]
+    for i, r in enumerate(records):
+        if i == 0 or heading(r) != heading(records[i - 1]):
+            lines.append(heading(r))
+        lines.append(format_row(r))
+    return "\n".join(lines)
+
+
+def run(args, on_network=None):
+    """Every record of the grid of ``args`` (from ``parser``), network by network; ``on_network``, if
+    given, is called with each network's records as soon as they are measured. A progress bar on
+    stderr (on a terminal, unless ``--quiet``) counts the networks."""
+    grid = [(kind, N, D, B) for kind in args.kind for N in args.sizes for D in args.depths for B in args.batch]
+    options = {"mode": "threads", "blas_threads": args.blas_threads} if args.backend == "numpy" else {}
+    records = []
+    with get_backend(args.backend, **options) as backend, \
+            tqdm(total=len(grid), desc="measuring", unit="network", leave=False, file=sys.stderr,
+                 disable=args.quiet or not sys.stderr.isatty()) as bar:
+        for kind, N, D, B in grid:
+            bar.set_postfix_str(f"{kind} N={N} D={D} B={B}")
+            case = measure(kind, N, D, B, backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
+                           memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
+                           dtype=args.dtype)
+            records += case
+            if on_network is not None:
+                bar.clear()
+                on_network(case)
+            bar.update()
+    return records
+
+
+def parser():
+    """The command line of ``leapfrog-bench --model dag``."""
+    p = Parser(prog="leapfrog-bench --model dag", description=__doc__.split("\n\n")[0], exit_statuses=EXIT_STATUSES)
+    p.add_argument("--model", choices=("dag",), default="dag", help=argparse.SUPPRESS)
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
+                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
+    p.add_argument("--kind", type=names(KINDS, "kind"), default=["residual"], metavar="KIND[,KIND...]",
+                   help=f"DAG shapes, from {', '.join(KINDS)} (default residual)")
+    p.add_argument("--sizes", type=integers(1, "size"), default=[16, 64, 256], metavar="N[,N...]",
+                   help="widths N (default 16,64,256)")
+    p.add_argument("--depths", type=integers(1, "depth"), default=[8, 32, 128], metavar="D[,D...]",
+                   help="depths D: nodes on the longest path (default 8,32,128)")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 8], metavar="B[,B...]",
+                   help="batch sizes B (default 1,8)")
+    p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K",
+                   help="worker streams of the backward schedules (default 2)")
+    p.add_argument("--repeats", type=integer(1, "--repeats"), default=7, metavar="N", help="(default 7)")
+    p.add_argument("--warmup", type=integer(0, "--warmup"), default=1, metavar="N",
+                   help="untimed runs first (default 1)")
+    p.add_argument("--memory-limit", type=integer(1, "--memory-limit"), default=64, metavar="MIB",
+                   help="MiB the block solvers (dag-doubling, forward-newton) may hold (default 64)")
+    p.add_argument("--max-block-depth", type=integer(1, "--max-block-depth"), default=32, metavar="D",
+                   help="the deepest D at which the block solvers run (default 32)")
+    p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
+                   help="numpy backend: BLAS threads (default 1)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar; the table at the end rather than each network's rows as it is measured")
+    p.add_argument("--json", metavar="FILE", help="write the records to FILE")
+    return p
+
+
+def main(argv=None):
+    """Run ``leapfrog-bench --model dag``; return the exit status (0 done, 2 a bad option, 130 Ctrl-C)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    args = parse_args_on_a_backend(p, argv)
+    folder = os.path.dirname(os.path.abspath(args.json or "."))
+    if args.json is not None and not os.path.isdir(folder):
+        p.error(f"--json {args.json}: the folder {folder} does not exist")
+    given = [a for i, a in enumerate(argv) if a not in ("--model", "--model=dag") and argv[i - 1:i] != ["--model"]]
+    about = {"command": " ".join([p.prog, *given]),
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "machine": machine(args.backend), "memory_limit_mib": args.memory_limit,
+             "max_block_depth": args.max_block_depth, "warmup": args.warmup}
+    measured = []
+
+    def show(case):
+        measured.append(case)
+        if not args.quiet:
+            print(table(case).split("\n", 1)[1], flush=True)
+
+    if not args.quiet:
+        print(HEADER, flush=True)
+    try:
+        records = run(args, on_network=show)
+    except KeyboardInterrupt:
+        grid = len(args.kind) * len(args.sizes) * len(args.depths) * len(args.batch)
+        print(f"{p.prog}: interrupted with {len(measured)} of {plural(grid, 'network')} measured", file=sys.stderr)
+        return 130
+    if args.quiet:
+        print(table(records))
+    print(FOOT)
+    if args.json:
+        with replaced_atomically(args.json) as tmp, open(tmp, "w", encoding="utf-8") as out:
+            out.write(json.dumps({**about, "records": records}, indent=1) + "\n")
+    return 0
+

@@ -1,0 +1,266 @@
+"""``leapfrog-bench``'s report: the table (within 100 columns), its legend, the verdicts, and the cell
+formatters that ``profiling/bench_table.py`` renders the README's Markdown tables with.
+
+Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
+costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
+BLAS threads, the step's and the backward pass's medians, the model's and the measured saving of a pass,
+the speedups, and the step against its own bytes floor (that of its update: plain, fused or one-pass).
+A median whose p20-p80 range is wider than ``NOISY`` times itself is marked ``!``.
+"""
+
+import dataclasses
+from typing import Callable
+
+from ..cli import fitted
+from ..timeline import describe
+
+NOISY = 0.25
+"""A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
+then say little (a quieter machine or more ``--repeats`` would)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Style:
+    """How a cell is written: in the terminal's table (``PLAIN``) or in Markdown (``MARKDOWN``)."""
+
+    none: str  # a value that does not apply
+    times: str  # after a ratio
+    dash: str  # between p20 and p80
+    graph: str  # after a graph step's schedule
+    best: str  # after the best sequential configuration
+    auto: str  # before the --k auto choice
+    ms: Callable[[float], str]  # a time in ms
+    percent_digits: int
+
+
+def _ms(value):
+    """A time in ms in at most 6 characters, to 4 significant digits from 0.001 up to 9999."""
+    return f"{value:.{3 if value < 10 else 2 if value < 100 else 1 if value < 1000 else 0}f}"
+
+
+PLAIN = Style(none="-", times="x", dash="-", graph="[graph]", best="*", auto="auto->", ms=_ms, percent_digits=1)
+MARKDOWN = Style(none="–", times="×", dash="–", graph=" graph", best=" (best seq)", auto="auto → ",
+                 ms=lambda value: f"{value:.{2 if value < 10 else 1}f}", percent_digits=0)
+
+
+def label(r, style=PLAIN):
+    """A record's schedule as a table shows it: leapfrog+fused[graph], auto->sequential, sequential*."""
+    update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
+    name = (style.auto if r.get("auto") else "") + r["schedule"] + update
+    name += style.graph if r.get("graph") and not r["schedule"].startswith("torch") else ""
+    return name + (style.best if r.get("best_sequential") else "")
+
+
+def spread(stats, style=PLAIN):
+    """``median [p20-p80]`` of a timing summary."""
+    if stats is None:
+        return style.none
+    return f"{style.ms(stats['median'])} [{style.ms(stats['p20'])}{style.dash}{style.ms(stats['p80'])}]"
+
+
+def median(stats, style=PLAIN):
+    """A timing's median, marked ``!`` when it is noisy."""
+    return style.none if stats is None else style.ms(stats["median"]) + ("!" if noisy(stats) else "")
+
+
+def noisy(stats):
+    """Whether a timing summary's p20-p80 range exceeds ``NOISY`` times its median."""
+    return stats is not None and stats["p80"] - stats["p20"] > NOISY * stats["median"]
+
+
+def ratio(value, style=PLAIN, digits=2):
+    return style.none if value is None else f"{value:.{digits}f}{style.times}"
+
+
+def percent(value, style=PLAIN):
+    """``value`` as a percentage; a loss beyond -999 % (a run slowed down by another job, say) as
+    ``<-999%``, so that the column keeps its width."""
+    if value is None:
+        return style.none
+    return "<-999%" if 100 * value < -999 else f"{100 * value:.{style.percent_digits}f}%"
+
+
+def number(value, style=PLAIN):
+    return style.none if value is None else f"{value:.3f}"
+
+
+TITLES = (("", "schedule"), ("", "k"), ("", "blas"), ("step", "ms"), ("bwd", "ms"), ("pred", "saving"),
+          ("meas", "saving"), ("bwd", "x seq"), ("step", "x best"))
+"""Each column's title, on two lines."""
+CELL = {"blas": 4, "ms": 7, "saving": 7, "x seq": 6, "x best": 6, "floor": 5}
+"""Width of a column's cells where it exceeds its title's (``1234.5!``, ``-112.5%``, ``12.34x``): each
+network's rows are printed before the next network is measured, so the widths are set before any
+number is known; a wider number pushes the rest of its row to the right."""
+GRAPH_TITLE = ("graph", "x eager")
+"""The column ``--graph`` adds: a graph step's speedup over the same eager step."""
+FLOOR_TITLE = ("x", "floor")
+"""The last column of a table without ``--graph``: the step against its own bytes floor (with ``--graph``
+the graph column takes its place, to keep within 100 columns; the JSON has the ratio either way)."""
+TABLE_FOOT = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
+              "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
+              "bwd x seq: backward pass against sequential's at the same BLAS setting; step x best: step against "
+              "the best sequential; f1-f3 in ms per layer")
+
+
+def column_widths(args, schedules):
+    """The width of each column: its titles', a number's (``CELL``), or for the schedule the longest
+    name this run can print (``schedules``: the names it measures)."""
+    update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
+    labels = [name + update + "[graph]" * args.graph for name in schedules] + [f"sequential{update}*"]
+    labels += [f"auto->{name}{update}" for name in ("sequential", "leapfrog")] if "auto" in args.k else []
+    labels += ["torch-autograd", "torch-sgd-foreach", "torch-cuda-graph"]
+    schedule = max(map(len, labels))
+    return [max(len(top), len(bottom), CELL.get(bottom, 0), schedule if bottom == "schedule" else 0)
+            for top, bottom in titles(args.graph)]
+
+
+def titles(graph):
+    """The titles of a table's columns, with or without ``--graph``."""
+    return TITLES + ((GRAPH_TITLE,) if graph else (FLOOR_TITLE,))
+
+
+def table_head(widths, graph=False):
+    """The titles, on two lines."""
+    return [_line([title[line] for title in titles(graph)], widths) for line in (0, 1)]
+
+
+def network_lines(case):
+    """The heading of one network's rows: its shape, then per BLAS setting, indented, what its rows share."""
+    first = case[0]
+    parts = [f"N={first['N']} L={first['L']} B={first['B']} {first['dtype']}"]
+    for r in {r["blas_threads"]: r for r in case if r["f1_ms"] is not None}.values():
+        floors = {s.get("update", "plain"): s["floor_ms"] for s in case
+                  if s["f1_ms"] is not None and s["blas_threads"] == r["blas_threads"]}
+        parts.append(("" if r["blas_threads"] is None else f"BLAS {r['blas_threads']}: ")
+                     + f"forward {median(r['forward_ms'])} ms{_of_floor(r)}, per layer f1 {number(r['f1_ms'])} f2 "
+                     f"{number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes floor "
+                     + ", ".join(f"{update} {number(floor)}" for update, floor in floors.items()) + " ms")
+    return [parts[0]] + [fitted(f"  {part}") for part in parts[1:]]
+
+
+def _of_floor(r):
+    """`` (1.2x its floor)``: the forward pass against its own bytes floor, where the record has one."""
+    floor = r.get("forward_floor_ms")
+    return f" ({r['forward_ms']['median'] / floor:.3g}x its floor)" if floor else ""
+
+
+def table_rows(case, widths, graph=False):
+    """One network's lines: its heading, then a row per record."""
+    return network_lines(case) + [_line(_cells(r, graph), widths) for r in case]
+
+
+def table(records, widths, graph=False):
+    """The whole table as text: titles, each network's lines, and the legend."""
+    networks = {}
+    for r in records:
+        networks.setdefault((r["N"], r["L"], r["B"]), []).append(r)
+    lines = [line for case in networks.values() for line in table_rows(case, widths, graph)]
+    return "\n".join([*table_head(widths, graph), *lines, table_foot(graph)])
+
+
+def table_foot(graph):
+    """The legend under the table, with the graph column's when ``graph``, else the floor's."""
+    return fitted(TABLE_FOOT + ("; [graph]: the step as a graph; graph x eager: its speedup over the same eager step"
+                                if graph else "; x floor: the step against its own bytes floor"))
+
+
+def _line(cells, widths):
+    first, *rest = cells
+    return "  ".join([str(first).ljust(widths[0]), *(str(c).rjust(w) for c, w in zip(rest, widths[1:]))]).rstrip()
+
+
+def _cells(r, graph):
+    last = ratio(r.get("graph_speedup")) if graph else ratio(r.get("floor_ratio"), digits=1)
+    return (label(r), r["k"], "-" if r["blas_threads"] is None else r["blas_threads"], median(r["step_ms"]),
+            median(r["backward_ms"]), percent(r["predicted_saving"]), percent(r["measured_saving"]),
+            ratio(r["backward_speedup"]), ratio(r["step_speedup_vs_best_sequential"]), last)
+
+
+GRAPH_TARGETS = {"torch-autograd": 3.0, "torch-cuda-graph": 1.5, "sequential": 1.3}
+"""The GPU targets of graph mode (H200, N = 1024, L = 32, B = 32, float32): the fastest graph-mode
+Leapfrog step at least this many times faster than each of these steps; and within 2x of the floor."""
+FLOOR_TARGET = 2.0
+
+
+def graph_verdicts(records):
+    """Per network, the fastest graph-mode leapfrog step against the targets' baselines and the floor."""
+    lines = ["graph mode against its GPU targets (set for an H200 at N=1024 L=32 B=32 float32):"]
+    for key in dict.fromkeys((r["N"], r["L"], r["B"]) for r in records):
+        case = [r for r in records if (r["N"], r["L"], r["B"]) == key]
+        ours = [r for r in case if r.get("graph") and r["schedule"] == "leapfrog"]
+        if not ours:
+            continue
+        best = min(ours, key=lambda r: r["step_ms"]["median"])
+        ms = best["step_ms"]["median"]
+        parts = [f"{label(best)} k={best['k']} at N={key[0]} L={key[1]} B={key[2]}: step {ms:.4g} ms"]
+        for name, target in GRAPH_TARGETS.items():
+            base = [r for r in case if r["schedule"] == name and (r.get("graph") or name.startswith("torch"))]
+            if base:
+                times = min(r["step_ms"]["median"] for r in base) / ms
+                parts.append(f"{times:.2f}x vs {name}{'[graph]' if name == 'sequential' else ''} "
+                             f"(target >= {target}x{'' if times >= target else ', NOT MET'})")
+            else:
+                parts.append(f"{name}: not measured")
+        floor = best["floor_ms"]
+        parts.append(f"{ms / floor:.2f}x the bytes floor {floor:.4g} ms (target <= {FLOOR_TARGET}x"
+                     f"{'' if ms / floor <= FLOOR_TARGET else ', NOT MET'})")
+        lines.append("; ".join(parts))
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def timeline_lines(records, path):
+    """What ``--timeline`` prints: one line per stamped configuration, beside its backward speedup."""
+    lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the step with every "
+             "launch stamped, timed in alternation with plain steps"]
+    for r in records:
+        if "timeline" not in r:
+            continue
+        t = r["timeline"]
+        lines.append(f"{label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
+                     f"{t['step_ms_plain']['median']:.3f} ms, stamped x{t['cost']:.3f}; {describe(t)}; "
+                     f"backward x{r['backward_speedup']:.2f} of sequential")
+    return "\n".join(lines)
+
+
+def verdicts(records):
+    """One line per ``--k auto`` record: is it within noise of the best sequential configuration?"""
+    lines = []
+    for r in records:
+        if r.get("auto"):
+            verdict = "within noise of" if r["auto_within_noise"] else "SLOWER than"
+            lines.append(f"auto chose {r['schedule']} k={r['k']} blas={r['blas_threads']} at N={r['N']} L={r['L']} "
+                         f"B={r['B']}: step {r['step_speedup_vs_best_sequential']:.2f}x as fast as the best "
+                         f"sequential, {verdict} it")
+    return "\n".join(lines)
+
+
+CPU_TARGETS = {1: (1.5, 1.3), "many": (1.2, None)}
+"""The CPU targets of the one-pass step, by B (1, or more): the best step at least this many times faster
+than PyTorch's best eager step, and within this many times its own bytes floor (None: compute-bound)."""
+TORCH_EAGER = ("torch-autograd", "torch-sgd-foreach", "torch-sgd-fused")
+
+
+def floor_verdicts(records):
+    """Per network, our best eager step against PyTorch's best eager step and its own bytes floor, and
+    against ``torch.compile``'s step where measured, each ratio with its target, met or NOT MET."""
+    lines = ["the best step against PyTorch and its bytes floor (targets set for the CPU at N=1024 L=16):"]
+    for key in dict.fromkeys((r["N"], r["L"], r["B"]) for r in records):
+        case = [r for r in records if (r["N"], r["L"], r["B"]) == key]
+        ours = [r for r in case if not r["schedule"].startswith("torch") and not r.get("graph")]
+        best = min(ours, key=lambda r: r["step_ms"]["median"])
+        ms, (speedup, within) = best["step_ms"]["median"], CPU_TARGETS[1 if key[2] == 1 else "many"]
+        parts = [f"N={key[0]} L={key[1]} B={key[2]}: {label(best).rstrip('*')} k={best['k']} {ms:.4g} ms"]
+        torch = [r for r in case if r["schedule"] in TORCH_EAGER]
+        if torch:
+            anchor = min(torch, key=lambda r: r["step_ms"]["median"])
+            times = anchor["step_ms"]["median"] / ms
+            parts.append(f"{times:.2f}x as fast as {anchor['schedule']} {anchor['step_ms']['median']:.4g} ms (target "
+                         f">= {speedup}x{'' if times >= speedup else ', NOT MET'})")
+        compiled = [r["step_ms"]["median"] for r in case if r["schedule"] == "torch-compile"]
+        if compiled:  # its fastest thread count
+            parts.append(f"{min(compiled) / ms:.2f}x as fast as torch-compile {min(compiled):.4g} ms")
+        floor = best["floor_ms"]
+        verdict = "" if within is None else f" (target <= {within}x{'' if ms / floor <= within else ', NOT MET'})"
+        parts.append(f"{ms / floor:.2f}x its bytes floor {floor:.4g} ms{verdict}")
+        lines.append("; ".join(parts))
+    return "\n".join(lines)

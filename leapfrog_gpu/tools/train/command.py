@@ -1,0 +1,311 @@
+"""``leapfrog-train``: train an MLP by SGD under the leapfrog (or sequential) schedule.
+
+    leapfrog-train                                        # digits, 4x128 tanh, Leapfrog(k=2), 30 epochs
+    leapfrog-train --data mnist --data-dir ~/mnist --hidden 6x256 --epochs 10 --checkpoint-dir run1
+    leapfrog-train --checkpoint-dir run1 --resume --epochs 20
+    leapfrog-train --data teacher --inputs 1024 --hidden 8x1024 --outputs 1024 --batch-size 1
+    mpiexec -n 2 leapfrog-train --batch-size 16                  # data-parallel: 16 samples per rank
+
+A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
+line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.train.checkpoint``).
+``--timeline FILE.png`` stamps every launch of a window of steps (``--profile-steps``, default 10:15)
+and writes their Gantt chart and FILE.json (``leapfrog_gpu.tools.timeline``).
+
+Under ``mpiexec -n P`` every rank trains on its share of each global batch of B·P samples, the batches
+one process would take with ``--batch-size`` B·P (``leapfrog_gpu.parallel``); only rank 0 prints, shows
+progress and writes checkpoints and metrics, and every rank resumes from rank 0's checkpoint.
+
+Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
+``--check-finite``, a gradient became non-finite, or the run diverged (``metrics.Divergence``; the last
+checkpoint is left as it was); 130 stopped by Ctrl-C (SIGINT), after a checkpoint of the last completed
+step. Under mpiexec an error met by one rank alone ends every rank (``MPI_Abort`` with that status; 4
+when a rank waited in vain for the others).
+
+The options are ``train_options``'s, the loop ``train_loop``'s; this module runs them and turns what ends a
+run into its exit status.
+"""
+
+import hashlib
+import math
+import os
+import shlex
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+from ...parallel import reducer as data_parallel, comm as parallel
+from ...backends import get_backend
+from ...mlp.network import MLP
+from . import checkpoint, data, rnn as train_rnn
+from ..cli import choose_backend, fitted, plural
+from .resmlp import ResidualMLP
+from ..timeline import describe
+from .loop import Diverged, Interrupted, NonFiniteLoss, Report, Training
+from .options import DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, profile_window
+
+SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
+"""A bad option, data file or checkpoint: exit status 2."""
+
+
+
+def main(argv=None):
+    """Run the command; return its exit status."""
+    given = vars(build_parser().parse_args(argv))
+    if given.get("model") == "rnn":
+        return train_rnn.main(given)
+    if "tau" in given:
+        print(f"{PROG}: error: --tau applies to --model rnn only", file=sys.stderr)
+        return 2
+    try:
+        comm = parallel.world(PROG, given.get("comm_timeout", DEFAULTS["comm_timeout"]),
+                              round(given.get("bucket_mb", DEFAULTS["bucket_mb"]) * 2**20))
+    except RuntimeError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        return _train(given, comm)
+    except KeyboardInterrupt:
+        if comm.size > 1:
+            return _fail(comm, "interrupted (SIGINT)", 130)
+        # while loading or setting up: training keeps Ctrl-C to itself (``Training.run``)
+        print(f"{PROG}: interrupted before the first step; nothing was written", file=sys.stderr)
+        return 130
+    except SETUP_ERRORS as error:
+        return _fail(comm, error, 2)
+    except (NonFiniteLoss, Diverged) as error:
+        return _fail(comm, f"{error}: {error.hint}", 3)
+    except Exception as error:
+        if comm.size == 1:
+            raise
+        traceback.print_exc()
+        return _fail(comm, f"{type(error).__name__}: {error}", 1)
+
+
+def _fail(comm, error, status):
+    """Report ``error`` on stderr and return ``status``. Under mpiexec, rank 0 alone reports an error
+    that every rank met (``Communicator.together``) and every rank returns; an error of one rank is
+    reported by that rank, which then ends every rank of the job with ``status``."""
+    if comm.size == 1:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+    elif getattr(error, "every_rank", False):
+        if comm.rank == 0:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+    else:
+        print(f"{PROG}: error: rank {comm.rank} of {comm.size}: {error}; stopping every rank", file=sys.stderr)
+        comm.abort(status)
+    return status
+
+
+def _train(given, comm):
+    saved = weights = biases = state = None
+    directory = given.get("checkpoint_dir")
+    with comm.together(*SETUP_ERRORS):  # rank 0's checkpoint is every rank's
+        if given.get("resume") and not directory:
+            raise UsageError("--resume needs --checkpoint-dir DIR")
+        if comm.rank == 0:
+            weights, biases, state = _checkpoint_to_resume(given, directory)
+    if given.get("resume"):
+        state = comm.bcast(state)
+        saved = state["config"]
+    with comm.together(*SETUP_ERRORS):
+        config = configure(given, saved)
+        written_by = saved and saved.get("ranks", 1)  # a checkpoint from before data parallelism: one rank
+        if written_by and written_by != comm.size:
+            raise UsageError(f"the checkpoint was written by {written_by} rank(s) of --batch-size "
+                             f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {written_by})")
+        config["ranks"] = comm.size
+        if config["model"] == "resmlp" and comm.size > 1:
+            raise UsageError("--model resmlp runs on one process: drop mpiexec")
+        if config["graph"] and comm.size > 1:
+            raise UsageError("--graph does not run under mpiexec yet (its graphs hold no sums across ranks); drop it")
+        if config["fused"] and comm.size > 1:
+            raise UsageError("--fused does not run under mpiexec yet (a fused update never writes the gradients "
+                             "that the ranks sum); drop it")
+        dataset = _load(config)
+        samples, batch = dataset.x_train.shape[1], config["batch_size"] * comm.size
+        if batch > samples:
+            raise UsageError(f"--batch-size {config['batch_size']}{_on_ranks(comm.size)} is larger than the {samples} "
+                             f"training samples of {dataset.name}; use at most {samples // comm.size}")
+        config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
+        sizes = [dataset.inputs, *config["hidden"], dataset.outputs]
+        steps = math.ceil(samples / batch) * config["epochs"]
+        window = profile_window(config)
+        if window and window[1] > steps:
+            past = f"past this run's last step, {steps - 1} (steps count from 0)"
+            if config["profile_steps"]:
+                raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
+            raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
+                             "give --profile-steps A:B")
+        if directory and comm.rank == 0:
+            _writable_dir(directory)
+        try:
+            backend, why = choose_backend(config["backend"], PROG)
+        except ValueError as error:
+            raise UsageError(error) from None
+    _check_same_options(comm, config, dataset)
+    comm.use_own_device(backend)
+    options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
+    model = dict(activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
+                 output_activation=None if dataset.classes else "identity")
+    with get_backend(backend, **options) as backend, (
+            ResidualMLP(sizes, config["skip"], backend=backend, **model) if config["model"] == "resmlp"
+            else MLP(sizes, backend=backend, check_finite=config["check_finite"], comm=comm, **model)) as net:
+        if saved is not None:
+            if state["sizes"] != sizes:
+                raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
+            if comm.rank == 0:
+                net.set_parameters(weights, biases)
+            data_parallel.broadcast_parameters(net)
+        metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
+        try:
+            report = Report(config["quiet"], metrics_file, comm.rank)
+            return _run(config, dataset, net, report, None if saved is None else state, why)
+        finally:
+            if metrics_file is not None:
+                metrics_file.close()
+
+
+def _on_ranks(ranks):
+    """`` on each of P ranks`` under mpiexec, else nothing: what --batch-size means."""
+    return "" if ranks == 1 else f" on each of {ranks} ranks"
+
+
+def _checkpoint_to_resume(given, directory):
+    """``(weights, biases, state)`` of the checkpoint that ``--resume`` continues, else Nones. Without
+    ``--resume``, a checkpoint already in ``directory`` is refused: with a hint to add ``--resume`` if it
+    can be resumed, else with what is wrong with it."""
+    if not given.get("resume"):
+        if directory and checkpoint.path_in(directory).exists():
+            _read_checkpoint(directory)
+            raise UsageError(f"{checkpoint.path_in(directory)} exists: add --resume to continue it, "
+                             "or choose another --checkpoint-dir")
+        return None, None, None
+    return _read_checkpoint(directory)
+
+
+def _read_checkpoint(directory):
+    weights, biases, state = checkpoint.load(directory)
+    missing = {"epoch", "step_in_epoch", "step", "rng", "config"} - set(state)
+    missing |= set(RESUMED) - set(state.get("config", {}))
+    if missing:
+        raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} was not written by {PROG} "
+                                         f"(its state lacks {', '.join(sorted(missing))}): {checkpoint.REMEDY}")
+    return weights, biases, state
+
+
+def _check_same_options(comm, config, dataset):
+    """Under mpiexec, refuse to start unless every rank has the same options and the same data (their
+    digests are compared)."""
+    if comm.size == 1:
+        return
+    options = {key: value for key, value in config.items() if key not in PER_RANK}
+    digest = hashlib.sha256()
+    for array in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    options["data_digest"] = digest.hexdigest()
+    try:
+        comm.check_same("options and data", options)
+    except ValueError as error:
+        raised = UsageError(f"{error}; start every rank with the same command line")
+        raised.every_rank = True
+        raise raised from None
+
+
+def _run(config, dataset, net, report, state, why):
+    started = time.perf_counter()
+    training = Training(config, dataset, net, report, state)
+    if training.epoch >= config["epochs"]:
+        report.line(f"nothing to do: the checkpoint has {training.epoch} of {plural(config['epochs'], 'epoch')}",
+                    always=True)
+        return 0
+    mode = " as a graph" if config["graph"] else ""
+    model = "MLP" if config["model"] == "mlp" else f"residual MLP (a skip every {config['skip']} hidden layers)"
+    report.line(fitted(f"{dataset} | {model} {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}"))
+    report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule}{mode} | "
+                       f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
+                       f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}"))
+    if state is not None:
+        report.line(f"resumed at {_position(training)} from {checkpoint.path_in(config['checkpoint_dir'])}")
+    if config["profile_steps"] and config["timeline"] is None and net.backend.name != "cupy" and training.rank == 0:
+        print(fitted(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
+                     "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)"), file=sys.stderr)
+    with warnings.catch_warnings():
+        # The run checks the loss itself and stops with exit status 3: NumPy's warnings would only repeat it.
+        warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
+        try:
+            metrics = training.run()
+        except Interrupted:
+            directory = config["checkpoint_dir"]
+            saved = (f"checkpoint written to {checkpoint.path_in(directory)}; continue with --resume "
+                     f"--checkpoint-dir {shlex.quote(str(directory))}" if directory
+                     else "no --checkpoint-dir, so nothing was saved")
+            print(f"{PROG}: interrupted at {_position(training)}: {saved}", file=sys.stderr)
+            return 130
+        except KeyboardInterrupt:  # a second Ctrl-C, which stops at once
+            if training.ranks > 1:
+                raise  # under mpiexec: every rank ends at once (``main``)
+            path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
+            saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
+            print(f"{PROG}: interrupted at {_position(training)} and stopped at once: {saved}", file=sys.stderr)
+            return 130
+        except (NonFiniteLoss, Diverged) as error:
+            error.hint = (f"try another --lr than {config['lr']}, or add --allow-divergence to go on"
+                          if isinstance(error, Diverged) else f"try a smaller --lr than {config['lr']}")
+            if config["checkpoint_dir"]:
+                error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
+                               else " (no checkpoint was written)")
+            raise
+    window = training.profile.steps
+    if training.profile.summary is not None:
+        report.line(f"timeline of steps {window.start}..{window.stop - 1} in {config['timeline']} and its .json: "
+                    f"{describe(training.profile.summary)}", always=True)
+    elif config["timeline"] is not None and training.rank == 0:
+        print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
+              f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
+    accuracy = metrics["test_accuracy"]
+    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, "
+                + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
+                + f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
+    return 0
+
+
+def _position(training):
+    """Where a run stands, as interrupting and resuming both say it: the epoch under way (counted from
+    1, as the epoch lines count) and the steps completed."""
+    return f"epoch {training.epoch + 1}, step {training.step}"
+
+
+def _load(config):
+    dtype = config["dtype"]
+    if config["data"] == "digits":
+        return data.digits(dtype)
+    if config["data"] == "mnist":
+        return data.mnist(config["data_dir"], dtype)
+    sizes = [config["inputs"], *config["hidden"], config["outputs"]]
+    return data.teacher(sizes, config["samples"], dtype=dtype)
+
+
+def _writable_dir(directory):
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--checkpoint-dir {directory}: {error.strerror}") from None
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"--checkpoint-dir {directory}: not writable")
+
+
+def _open_metrics(path, append):
+    if path is None:
+        return None
+    try:
+        return open(path, "a" if append else "w", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"--metrics {path}: {error.strerror}") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,237 @@
+"""Training data: scikit-learn's digits, MNIST from local files, and a random deep teacher network.
+
+Every loader returns a ``Dataset`` whose inputs and targets are columns, as the network takes them:
+``x`` is (n_1, N) and ``y`` is (n_L, N). Classification targets are one-hot columns. A missing,
+malformed or inconsistent file raises ``DataError`` (a ``ValueError``) naming the file.
+"""
+
+import dataclasses
+import gzip
+import importlib.util
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ... import reference
+
+MNIST_FILES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
+"""The four MNIST IDX files by role; each may also end in ``.gz``."""
+
+MNIST_CLASSES = 10
+
+DIGITS_SPLIT = Path(__file__).with_name("digits_split.npz")
+"""The digits' split: arrays ``train`` and ``test`` of sample indices, each in its split's order."""
+
+
+class DataError(ValueError):
+    """A data file is missing, malformed, or disagrees with the others."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """Inputs ``x`` (n_1, N) and targets ``y`` (n_L, N) for training and test, in one dtype.
+
+    ``classes`` is the number of classes (targets one-hot), or ``None`` for regression.
+    """
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int | None
+
+    @property
+    def inputs(self):
+        return self.x_train.shape[0]
+
+    @property
+    def outputs(self):
+        return self.y_train.shape[0]
+
+    def __str__(self):
+        return f"{self.name}: {self.x_train.shape[1]} train, {self.x_test.shape[1]} test samples"
+
+
+def digits(dtype="float32"):
+    """scikit-learn's bundled 8x8 digits (1797 samples): a stratified 80/20 split with a fixed seed,
+    pixels scaled from 0..16 to [0, 1].
+
+    The samples are read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``)
+    without importing scikit-learn, which takes seconds; the split is the one of
+    ``train_test_split(test_size=0.2, stratify=labels, random_state=0)``, kept in ``DIGITS_SPLIT``
+    (tests/test_data.py checks both against scikit-learn).
+    """
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    if spec is None:
+        raise DataError("the digits come with scikit-learn, which is not installed: pip install scikit-learn")
+    path = Path(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
+    if not path.is_file():
+        raise DataError(f"the digits are not where scikit-learn keeps them, {path}: reinstall scikit-learn")
+    with gzip.open(path, "rt") as file:
+        table = np.loadtxt(file, delimiter=",")  # one row per sample: 64 pixels, then the label
+    with np.load(DIGITS_SPLIT) as split:
+        train, test = split["train"], split["test"]
+    x, labels = table[:, :-1] / 16.0, table[:, -1].astype(int)
+    return classification("digits", x[train], labels[train], x[test], labels[test], 10, dtype)
+
+
+def mnist(path, dtype="float32"):
+    """MNIST from local files: a directory with the four IDX files (``MNIST_FILES``, gzipped or not),
+    or one ``.npz`` holding ``x_train, y_train, x_test, y_test`` (a directory with exactly one, or its
+    path). Integer pixels are scaled from 0..255 to [0, 1]; float pixels are taken as they are."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".npz":
+        return _mnist_npz(path, dtype)
+    if not path.exists():
+        raise DataError(f"MNIST path {path} does not exist")
+    if not path.is_dir():
+        raise DataError(f"MNIST path {path} is neither a directory nor a .npz file")
+    found = {role: _find_idx(path, stem) for role, stem in MNIST_FILES.items()}
+    missing = [MNIST_FILES[role] for role, file in found.items() if file is None]
+    if not missing:
+        arrays = {role: read_idx(file) for role, file in found.items()}
+        return _mnist_arrays(arrays, {role: file.name for role, file in found.items()}, dtype)
+    archives = sorted(path.glob("*.npz"))
+    if len(missing) == len(MNIST_FILES) and len(archives) == 1:
+        return _mnist_npz(archives[0], dtype)
+    raise DataError(
+        f"{path} lacks MNIST file(s) {', '.join(missing)} (each may end in .gz)"
+        + (f" and holds {len(archives)} .npz files, not one" if archives else " and holds no .npz")
+    )
+
+
+def teacher(sizes, samples=4096, seed=1, dtype="float32"):
+    """A regression task: targets ``y = T(x)`` from a random teacher network ``T`` of widths ``sizes``
+    (tanh hidden layers, identity output, w ~ N(0, 1/n_{l-1}), b ~ N(0, 0.1^2)), inputs x ~ N(0, 1).
+
+    ``samples`` training samples plus a quarter as many (at least one) test samples. The teacher may
+    have any width and depth; the student usually takes its ``sizes``.
+    """
+    sizes = [int(n) for n in sizes]
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise ValueError(f"sizes must list at least 2 widths >= 1; got {sizes}")
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1; got {samples}")
+    test = max(1, samples // 4)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((sizes[0], samples + test)).astype(dtype)
+    weights = [(rng.standard_normal((n, m)) / math.sqrt(m)).astype(dtype) for m, n in zip(sizes, sizes[1:])]
+    biases = [(0.1 * rng.standard_normal(n)).astype(dtype) for n in sizes[1:]]
+    y = reference.feedforward(weights, biases, x, activation="tanh", output_activation="identity")
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y, dtype=dtype)
+    return Dataset("teacher", x[:, :samples].copy(), y[:, :samples].copy(),
+                   x[:, samples:].copy(), y[:, samples:].copy(), None)
+
+
+def classification(name, x_train, labels_train, x_test, labels_test, classes, dtype="float32", files=None):
+    """A ``Dataset`` from inputs as rows (N, ...) and integer labels (N,) in ``0..classes-1``.
+
+    ``files`` maps ``x_train``, ``y_train``, ``x_test``, ``y_test`` to the names errors should show.
+    """
+    files = files or {}
+    parts = {}
+    for split, x, labels in (("train", x_train, labels_train), ("test", x_test, labels_test)):
+        x, labels = np.asarray(x), np.asarray(labels)
+        x_file, y_file = files.get(f"x_{split}", f"x_{split}"), files.get(f"y_{split}", f"y_{split}")
+        if x.ndim < 2:
+            raise DataError(f"{name}: {x_file} must have one row per sample; got shape {x.shape}")
+        if labels.ndim != 1:
+            raise DataError(f"{name}: {y_file} must be a vector of labels; got shape {labels.shape}")
+        if x.shape[0] != labels.shape[0]:
+            raise DataError(f"{name}: {x_file} has {x.shape[0]} samples but {y_file} has {labels.shape[0]} labels")
+        if x.shape[0] == 0:
+            raise DataError(f"{name}: {x_file} holds no samples")
+        if labels.dtype.kind not in "iu":
+            raise DataError(f"{name}: {y_file} must hold integer labels; got dtype {labels.dtype}")
+        bad = (labels < 0) | (labels >= classes)
+        if bad.any():
+            raise DataError(
+                f"{name}: {y_file} holds label {labels[bad][0]} at index {int(np.argmax(bad))}; "
+                f"labels must lie in 0..{classes - 1}"
+            )
+        if x.dtype.kind not in "fiu":
+            raise DataError(f"{name}: {x_file} must hold numbers; got dtype {x.dtype}")
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            raise DataError(f"{name}: {x_file} contains NaN or Inf")
+        x = x.reshape(x.shape[0], -1)
+        parts[split] = (np.ascontiguousarray(x.T, dtype=dtype), np.eye(classes, dtype=dtype)[:, labels])
+    (x_train, y_train), (x_test, y_test) = parts["train"], parts["test"]
+    if x_train.shape[0] != x_test.shape[0]:
+        raise DataError(
+            f"{name}: train samples have {x_train.shape[0]} inputs but test samples have {x_test.shape[0]}"
+        )
+    return Dataset(name, x_train, y_train, x_test, y_test, classes)
+
+
+def read_idx(path):
+    """An IDX file of unsigned bytes (the MNIST format), gzipped or not, as an array of its shape."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise DataError(f"cannot read {path}: {error.strerror}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, ValueError) as error:
+            raise DataError(f"{path} is not a readable gzip file ({error})") from None
+    if len(raw) < 4 or raw[:2] != b"\0\0" or raw[3] == 0:
+        raise DataError(f"{path} is not an IDX file (bad magic number)")
+    if raw[2] != 0x08:
+        raise DataError(f"{path} holds IDX type 0x{raw[2]:02x}; only unsigned bytes (0x08, as in MNIST) are read")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path} is truncated inside its IDX header")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    if len(raw) - header != math.prod(shape):
+        raise DataError(
+            f"{path}: its header says shape {shape} ({math.prod(shape)} bytes of data) "
+            f"but it holds {len(raw) - header} bytes (truncated or corrupt)"
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def _find_idx(directory, stem):
+    for name in (stem, stem + ".gz"):
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def _mnist_npz(path, dtype):
+    if not zipfile.is_zipfile(path):  # np.load would take it for a pickle, and say how to load one unsafely
+        raise DataError(f"{path} is not a readable .npz file (not a zip archive; damaged?): replace it, or give "
+                        "--data-dir the four MNIST IDX files")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [role for role in MNIST_FILES if role not in archive.files]
+            if missing:
+                raise DataError(f"{path} lacks array(s) {', '.join(missing)}; it has {', '.join(archive.files)}")
+            arrays = {role: archive[role] for role in MNIST_FILES}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        if isinstance(error, DataError):
+            raise
+        raise DataError(f"{path} is not a readable .npz file ({type(error).__name__}: "
+                        f"{str(error).strip().splitlines()[0]})") from None
+    return _mnist_arrays(arrays, {role: f"{path.name}[{role}]" for role in MNIST_FILES}, dtype)
+
+
+def _mnist_arrays(arrays, names, dtype):
+    for role in ("x_train", "x_test"):
+        x = arrays[role]
+        if x.dtype.kind in "iu":
+            if x.size and (x.min() < 0 or x.max() > 255):
+                raise DataError(f"{names[role]}: integer pixels must lie in 0..255")
+            arrays[role] = x.astype(dtype)
+            arrays[role] /= 255
+    return classification("mnist", arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"],
+                          MNIST_CLASSES, dtype, names)

@@ -1,0 +1,232 @@
+"""``leapfrog-train``'s training loop: one run's epochs of SGD steps, its checkpoints, what it shows,
+and how Ctrl-C and a non-finite or diverging loss end it."""
+
+import contextlib
+import datetime
+import json
+import math
+import signal
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from ...backends import to_host
+from ...core.schedules import Leapfrog, Sequential
+from . import checkpoint
+from .metrics import Divergence, chance_loss, cost, evaluate
+from .profiling import ProfileWindow
+from .options import PROG, profile_window
+
+LOSS_CHECK_SECONDS = 1.0
+"""How often the loss of the latest batch is computed for the progress bar and checked for NaN/Inf
+(a synchronization); the loss over the whole training set is computed after every epoch."""
+
+
+
+class NonFiniteLoss(ArithmeticError):
+    """The loss (or, with --check-finite, a gradient) became NaN or Inf: exit status 3."""
+
+    def __init__(self, loss, epoch, step, what=None):
+        super().__init__(what or f"the training loss is {loss} after epoch {epoch}, step {step}")
+        self.loss, self.epoch, self.step = loss, epoch, step
+        self.hint = "try a smaller --lr"  # the command adds the current one and what became of checkpoints
+
+
+class Diverged(ArithmeticError):
+    """The loss is finite, but the run diverged or learns nothing (``metrics.Divergence``): exit status 3."""
+
+    def __init__(self, why, epoch, step):
+        super().__init__(f"{why} (epoch {epoch}, step {step})")
+        self.hint = "try another --lr"  # the command adds the current one and what became of checkpoints
+
+
+class Interrupted(Exception):
+    """Ctrl-C, taken at the boundary of a step: exit status 130 after a checkpoint."""
+
+
+
+@contextlib.contextmanager
+def sigint_between_steps():
+    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps rather than
+    inside one (where part of an update could be enqueued); a second SIGINT interrupts at once."""
+    flag = {"stop": False}
+
+    def handler(signum, frame):
+        if flag["stop"]:
+            raise KeyboardInterrupt
+        flag["stop"] = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave SIGINT as it is
+        yield flag
+        return
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+
+class Training:
+    """One run: network, data, schedule, and where it stands.
+
+    ``epoch`` epochs are done, plus ``step_in_epoch`` steps of the next; ``step`` counts every step.
+    The batches of an epoch are a permutation drawn from ``order``; ``epoch_rng`` is its state before
+    that draw, so ``save()`` after any completed step lets a resumed run draw the same permutation and
+    skip the steps already done.
+    """
+
+    def __init__(self, config, dataset, net, report, state=None):
+        self.config, self.data, self.net, self.report = config, dataset, net, report
+        fused = config["fused"]
+        self.schedule = Leapfrog(config["k"], fused) if config["schedule"] == "leapfrog" else Sequential(fused)
+        self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
+        self.batch = config["batch_size"] * self.ranks  # the global batch; the network takes its share
+        self.eval_batch = max(self.batch, 256)
+        self.steps_per_epoch = math.ceil(dataset.x_train.shape[1] / self.batch)
+        self.order = np.random.default_rng(config["seed"])
+        self.epoch = self.step_in_epoch = self.step = 0
+        if state is not None:
+            self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
+            self.order.bit_generator.state = state["rng"]
+        self.epoch_rng = self.order.bit_generator.state
+        self.divergence = None
+        if not config["allow_divergence"]:
+            state = state or {}
+            start = state.get("start_loss")  # None: a checkpoint written without it; start from here
+            if start is None:
+                start, _ = evaluate(net, dataset.x_train, dataset.y_train, self.eval_batch)
+            chance = chance_loss(net.cost, dataset.y_train)
+            self.divergence = Divergence(start, chance, state.get("epochs_at_chance", 0))
+        steps = profile_window(config)
+        timeline = None if config["timeline"] is None or self.rank > 0 else {
+            "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
+            "title": f"{PROG}: MLP {net.sizes} {config['activation']}, batch {config['batch_size']}, "
+                     f"{self.schedule!r}, {config['dtype']}, {net.backend.name}",
+            "about": {"program": PROG, "config": config, "sizes": net.sizes, "backend": repr(net.backend),
+                      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
+        self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)
+
+    def state(self):
+        """What a checkpoint holds besides the parameters (JSON-able)."""
+        state = {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                 "step": self.step, "rng": self.epoch_rng, "config": self.config}
+        if self.divergence is not None:
+            state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
+        return state
+
+    def save(self):
+        """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
+        if self.config["checkpoint_dir"] and self.rank == 0:
+            checkpoint.save(self.config["checkpoint_dir"], [to_host(w) for w in self.net.weights],
+                            [to_host(b) for b in self.net.biases], self.state())
+
+    def run(self):
+        """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
+
+        Ctrl-C stops the run between two steps: the steps enqueued so far complete, a checkpoint of
+        the last one is written, and ``Interrupted`` is raised.
+        """
+        metrics = None
+        try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
+            with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
+                while self.epoch < self.config["epochs"]:
+                    metrics = self.run_epoch(interrupt)
+        except Interrupted:
+            self.net.synchronize()
+            self.save()
+            raise
+        finally:
+            self.profile.close()
+        return metrics
+
+    def run_epoch(self, interrupt=None):
+        """One epoch of SGD steps, then its loss and accuracy, a checkpoint and a report."""
+        net, x, y, lr = self.net, self.data.x_train, self.data.y_train, self.config["lr"]
+        self.epoch_rng = self.order.bit_generator.state
+        permutation = self.order.permutation(x.shape[1])
+        first = self.step_in_epoch
+        bar = self.report.bar(self.epoch + 1, x.shape[1], initial=min(first * self.batch, x.shape[1]))
+        start = checked = time.perf_counter()
+        samples = 0
+        try:  # whatever ends the epoch, the bar goes first: a line printed then starts a line of its own
+            for s in range(first, self.steps_per_epoch):
+                batch = permutation[s * self.batch:(s + 1) * self.batch]
+                x_batch, y_batch = x[:, batch], y[:, batch]
+                with self.profile.step(self.step):
+                    net.sgd_step(x_batch, y_batch, lr, self.schedule, graph=self.config["graph"])
+                if net.check_finite:
+                    self._synchronize_checked()
+                self.step, self.step_in_epoch = self.step + 1, s + 1
+                if interrupt is not None and interrupt["stop"]:
+                    raise Interrupted
+                samples += batch.size
+                bar.update(batch.size)
+                if self.rank == 0 and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
+                    loss = cost(net.cost, to_host(net.feedforward(x_batch)), y_batch) / batch.size
+                    self._check(loss)
+                    bar.set_postfix(loss=f"{loss:.4f}")
+                    checked = time.perf_counter()
+            net.synchronize()
+            seconds = time.perf_counter() - start
+        finally:
+            bar.close()
+        train_loss, _ = evaluate(net, x, y, self.eval_batch)
+        self._check(train_loss)
+        why = None if self.divergence is None else self.divergence.check(train_loss)
+        if why:
+            raise Diverged(why, self.epoch + 1, self.step)
+        test_loss, accuracy = evaluate(net, self.data.x_test, self.data.y_test, self.eval_batch, self.data.classes)
+        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        self.epoch_rng = self.order.bit_generator.state
+        self.save()
+        metrics = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss, "test_loss": test_loss,
+                   "test_accuracy": accuracy, "samples_per_s": samples / seconds, "seconds": seconds,
+                   "backend": net.backend.name, "schedule": repr(self.schedule), "graph": self.config["graph"]}
+        self.report.epoch(metrics, self.config["epochs"])
+        return metrics
+
+    def _check(self, loss):
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(loss, self.epoch + 1, self.step)
+
+    def _synchronize_checked(self):
+        """Wait for the step just enqueued; a non-finite gradient (the update was refused) ends the run."""
+        try:
+            self.net.synchronize()
+        except FloatingPointError as error:
+            raise NonFiniteLoss(math.nan, self.epoch + 1, self.step,
+                                f"at epoch {self.epoch + 1}, step {self.step}: {error}") from None
+
+
+class Report:
+    """What the user sees: progress bars and epoch lines (unless quiet), and the ``--metrics`` file.
+    Under mpiexec only rank 0 shows anything."""
+
+    def __init__(self, quiet, metrics_file=None, rank=0):
+        self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
+
+    def line(self, text, always=False):
+        """Print ``text`` unless quiet; ``always``: even when quiet (but on rank 0 only)."""
+        if self.rank == 0 and (always or not self.quiet):
+            print(text, flush=True)
+
+    def bar(self, epoch, total, initial):
+        """A tqdm bar for one epoch, counting samples; shown on a terminal only."""
+        return tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="sample", unit_scale=True,
+                    leave=False, file=sys.stderr, disable=self.quiet or not sys.stderr.isatty())
+
+    def epoch(self, metrics, epochs):
+        accuracy = metrics["test_accuracy"]
+        self.line(
+            f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
+            f"test loss {metrics['test_loss']:.4f}  "
+            + ("" if accuracy is None else f"test accuracy {accuracy:.2%}  ")
+            + f"{metrics['samples_per_s']:,.0f} samples/s"
+        )
+        if self.metrics_file is not None:
+            self.metrics_file.write(json.dumps(metrics) + "\n")
+            self.metrics_file.flush()

@@ -121,6 +121,7 @@ class Network:
 
     def _plan(self, key, make):
         """The plan of this network at ``key`` (its batch shape): ``make()`` on first use, then kept."""
+        self._check_open()
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = make()

@@ -43,8 +43,8 @@ class ForwardSolver:
 
     def feedforward(self, net, x):
         """a^out (n_out, B) of ``net`` (a ``GraphNet``, or an ``MLP`` run as its chain) by this solver."""
-        graph = net if isinstance(net, GraphNet) else from_mlp(net)
-        return graph.feedforward(x, solver=self)
+        dag = net if isinstance(net, GraphNet) else from_mlp(net)
+        return dag.feedforward(x, solver=self)
 
     def solve(self, net, state):
         """Fill ``state.a`` and ``state.saved`` for every node of ``net`` (runs on the main stream); ``state``

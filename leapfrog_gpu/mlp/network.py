@@ -7,15 +7,13 @@ pass at one batch size are its ``plan.Plan`` (``MLP.plan``); what every network 
 parameters in and out, the step controls) is ``core.network.Network``.
 """
 
-import math
 import numbers
 
 import numpy as np
 
 from ..core import capture, parameters
-from ..core.checks import check_batch, check_sizes
-from ..core.functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
-from ..core.network import Network
+from ..core.checks import check_batch
+from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel import reducer
 from . import torch_io
@@ -23,7 +21,7 @@ from .naumov import NaumovJacobi, NaumovScan
 from .plan import Plan
 
 
-class MLP(Network):
+class MLP(Layered):
     """A fully connected network trained by SGD, its backward pass run under a schedule.
 
     Args:
@@ -54,20 +52,8 @@ class MLP(Network):
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):
-        self.sizes = check_sizes(sizes)
-        self.activation = choose("activation", activation, ACTIVATIONS)
-        self.cost = choose("cost", cost, COSTS)
-        self.output_activation = resolve_output_activation(activation, cost, output_activation)
-        super().__init__(dtype, backend, check_finite)
-        self.L = len(self.sizes)
-        self.n = dict(enumerate(self.sizes, start=1))
-        rng = np.random.default_rng(seed)
-        xp = self.backend.xp
-        self._w, self._b = {}, {}
-        for l in self.layer_numbers:
-            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
-            self._w[l] = xp.asarray(w, dtype=self.dtype)
-            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite)
+        self._draw(np.random.default_rng(seed))
         self.comm = None
         self.backend.synchronize()
         self.comm = reducer.attach(self, comm)
@@ -76,27 +62,6 @@ class MLP(Network):
         comm = "" if self.comm is None else f", comm={self.comm!r}"
         return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, "
                 f"dtype={self.dtype!r}, backend={self.backend!r}{comm})")
-
-    @property
-    def layer_numbers(self):
-        """The numbers of the layers that carry weights: 2..L."""
-        return range(2, self.L + 1)
-
-    @property
-    def weights(self):
-        return self._handed_out([self._w[l] for l in self.layer_numbers])
-
-    @weights.setter
-    def weights(self, _):
-        raise parameters.read_only("weights", "net.set_parameters(weights, biases)")
-
-    @property
-    def biases(self):
-        return self._handed_out([self._b[l] for l in self.layer_numbers])
-
-    @biases.setter
-    def biases(self, _):
-        raise parameters.read_only("biases", "net.set_parameters(weights, biases)")
 
     def set_parameters(self, weights, biases=None):
         """Copy parameters in: ``weights`` and ``biases``, lists of w^l (n_l, n_{l-1}) and b^l (n_l,) or

@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 from ..core import parameters
-from ..core.checks import all_finite, check_sizes, real_array
-from ..core.functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
-from ..core.network import Network
+from ..core.checks import all_finite, real_array
+from ..core.functions import choose
+from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from .plan import Plan
 from .scans import NaumovRNN, TimeScan
@@ -36,7 +36,7 @@ RECURRENT_NORM = 0.9
 linearised recurrence contracts and neither the forward states nor the deltas blow up with tau."""
 
 
-class RNN(Network):
+class RNN(Layered):
     """A recurrent network trained by SGD, its backward pass (BPTT) run under a schedule.
 
     Args:
@@ -58,33 +58,25 @@ class RNN(Network):
     """
 
     NOUN = "an RNN"
+    LOAD = "net.set_parameters(weights, recurrent, biases)"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
                  backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM):
-        self.sizes = check_sizes(sizes, 3, "[8, 32, 10]", "input, a recurrent layer, output")
-        self.activation = choose("activation", activation, ACTIVATIONS)
-        self.cost = choose("cost", cost, COSTS)
         self.output = choose("output", output, OUTPUTS)
-        self.output_activation = resolve_output_activation(activation, cost, output_activation)
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
-        super().__init__(dtype, backend)
-        self.L = len(self.sizes)
-        self.n = dict(enumerate(self.sizes, start=1))
+        super().__init__(sizes, activation, cost, output_activation, dtype, backend, least=3, example="[8, 32, 10]",
+                         layers="input, a recurrent layer, output")
         rng = np.random.default_rng(seed)
-        xp = self.backend.xp
-        self._w, self._u, self._b = {}, {}, {}
-        for l in self.layer_numbers:
-            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
-            self._w[l] = xp.asarray(w, dtype=self.dtype)
-            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+        self._draw(rng)
+        xp, self._u = self.backend.xp, {}
         for l in self.hidden:
             u = rng.standard_normal((self.n[l], self.n[l])) / math.sqrt(self.n[l])
             u *= recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny)
             self._u[l] = xp.asarray(u, dtype=self.dtype)
-        self.stats = {}  # the counters of the last backward pass (``rnn_schedules``)
+        self.stats = {}  # the counters of the last backward pass (``schedules``)
         self.backend.synchronize()
 
     def __repr__(self):
@@ -92,26 +84,13 @@ class RNN(Network):
                 f"dtype={self.dtype!r}, backend={self.backend!r})")
 
     @property
-    def layer_numbers(self):
-        """The numbers of the layers that carry w and b: 2..L."""
-        return range(2, self.L + 1)
-
-    @property
     def hidden(self):
         """The recurrent layers, which also carry u: 2..L-1."""
         return range(2, self.L)
 
     @property
-    def weights(self):
-        return self._handed_out([self._w[l] for l in self.layer_numbers])
-
-    @property
     def recurrent(self):
         return self._handed_out([self._u[l] for l in self.hidden])
-
-    @property
-    def biases(self):
-        return self._handed_out([self._b[l] for l in self.layer_numbers])
 
     def set_parameters(self, weights, recurrent=None, biases=None):
         """Copy parameters in: ``weights``, ``recurrent`` and ``biases``, lists in the shapes of

@@ -1,5 +1,5 @@
 """``leapfrog-train --model resmlp``: an MLP with a skip connection every ``--skip`` hidden layers, a
-``graphnet.residual`` network seen as the training loop sees an MLP.
+``dag.network.residual`` network seen as the training loop sees an MLP.
 
 Its ``Dense`` nodes are the MLP's layers 2..L, so ``weights`` and ``biases`` (and the checkpoints made
 of them) have the MLP's shapes; the ``Add`` nodes have no parameters. It runs on one process, eagerly,
@@ -10,7 +10,7 @@ from ...dag.network import residual
 
 
 class ResidualMLP:
-    """``graphnet.residual(sizes, skip, ...)`` with the MLP's ``sizes``, ``weights``, ``biases``,
+    """``dag.network.residual(sizes, skip, ...)`` with the MLP's ``sizes``, ``weights``, ``biases``,
     ``set_parameters``, ``sgd_step``, ``feedforward`` and ``synchronize``."""
 
     comm = None

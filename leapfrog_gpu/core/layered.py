@@ -1,0 +1,63 @@
+"""Networks of numbered layers, ``MLP`` and ``RNN``: what they share beyond ``Network``.
+
+Layers are numbered 1..L as in the book; layer 1 is the input and has no parameters. Every per-layer
+quantity is a dict keyed by that number: ``w[l]`` (n_l, n_{l-1}) and ``b[l]`` (n_l,) for l = 2..L, drawn
+as Nielsen's network2 draws them.
+"""
+
+import math
+
+from . import parameters
+from .checks import check_sizes
+from .functions import ACTIVATIONS, COSTS, choose, resolve_output_activation
+from .network import Network
+
+
+class Layered(Network):
+    """A ``Network`` of layers of widths ``sizes`` (at least ``least`` of them, as ``example``, which
+    ``layers`` describes), hidden sigma ``activation``, ``cost`` and the output's sigma.
+
+    ``weights`` and ``biases`` list copies of w^l and b^l for l = 2..L, as they are once the steps enqueued
+    so far have run; ``LOAD`` says how to load them instead of assigning.
+    """
+
+    LOAD = "net.set_parameters(weights, biases)"
+
+    def __init__(self, sizes, activation, cost, output_activation, dtype, backend, check_finite=False,
+                 least=2, example="[784, 30, 10]", layers="input and output"):
+        self.sizes = check_sizes(sizes, least, example, layers)
+        self.activation = choose("activation", activation, ACTIVATIONS)
+        self.cost = choose("cost", cost, COSTS)
+        self.output_activation = resolve_output_activation(activation, cost, output_activation)
+        super().__init__(dtype, backend, check_finite)
+        self.L = len(self.sizes)
+        self.n = dict(enumerate(self.sizes, start=1))
+
+    def _draw(self, rng):
+        """w^l ~ N(0, 1/n_{l-1}) and b^l ~ N(0, 1) for l = 2..L, from ``rng``, in that order, on the backend."""
+        xp, self._w, self._b = self.backend.xp, {}, {}
+        for l in self.layer_numbers:
+            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
+            self._w[l] = xp.asarray(w, dtype=self.dtype)
+            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+
+    @property
+    def layer_numbers(self):
+        """The numbers of the layers that carry weights: 2..L."""
+        return range(2, self.L + 1)
+
+    @property
+    def weights(self):
+        return self._handed_out([self._w[l] for l in self.layer_numbers])
+
+    @weights.setter
+    def weights(self, _):
+        raise parameters.read_only("weights", self.LOAD)
+
+    @property
+    def biases(self):
+        return self._handed_out([self._b[l] for l in self.layer_numbers])
+
+    @biases.setter
+    def biases(self, _):
+        raise parameters.read_only("biases", self.LOAD)

@@ -7,7 +7,7 @@ instructions (``-sass``): global loads by width (``LDG.E`` 32-bit, ``.64``, ``.1
 loads issued per FMA. With the launch shape of ``leapfrog_gpu/backends/launch.py`` that gives the
 occupancy, then four times, each a lower bound on the kernel's duration:
 
-  memory    the compulsory bytes (``leapfrog_gpu/tools/traffic.py``) at ``BANDWIDTH``;
+  memory    the compulsory bytes (``leapfrog_gpu/tools/bench/traffic.py``) at ``BANDWIDTH``;
   latency   dependent round trips to memory per thread x their latency x (threads / resident threads,
             at least 1): a thread that must see a load's value before it issues the next one (a loop
             with no prefetch, a tile staged behind a barrier) pays the latency once per round, however

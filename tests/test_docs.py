@@ -3,7 +3,9 @@
 Every ``*.py``, ``*.md``, ``*.sh``, ``*.cu``, ``*.h`` and ``*.toml`` file of the repository (outside
 ``.git`` and virtual environments) is read for names of Markdown files, which must exist relative to
 the repository root or to the referring file; a ``docs/design.md §n`` must name a ``## n.`` section of
-it. In Markdown files every relative link must reach a file from the linking file's own folder (as a
+it. The package's own paths (``leapfrog_gpu/mlp/plan.py``) must exist, and its dotted names
+(``leapfrog_gpu.core.capture``, ``leapfrog_gpu.mlp.autotune.tune``) must be a module, or a name a module
+defines. In Markdown files every relative link must reach a file from the linking file's own folder (as a
 repository browser resolves it), and a ``#fragment`` must be a heading of the target.
 """
 
@@ -24,6 +26,12 @@ pattern (``*.md``) nor the tail of a URL."""
 SECTION = re.compile(re.escape(DESIGN) + r"\s*§\s*(\d+)")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+PACKAGE_PATH = re.compile(r"(?<![\w./-])(leapfrog_gpu(?:/[\w.]+)+)")
+"""A path into the package: ``leapfrog_gpu/core/plan.py``, ``leapfrog_gpu/dag/``."""
+DOTTED = re.compile(r"(?<![\w./-])(leapfrog_gpu(?:\.[A-Za-z_]\w*)+)(?![\w-])")
+"""A dotted name in the package: ``leapfrog_gpu.tools.bench.call_count``, ``leapfrog_gpu.mlp.autotune.tune``."""
+SHIPPED = {"leapfrog_gpu/kernels": "kernels"}
+"""Where a path of the installed package lies in the repository."""
 
 
 def scanned_files(root=ROOT):
@@ -92,7 +100,38 @@ def broken_references(root=ROOT):
                         problems.append(f"{at}: cites its own §{n}, which it does not have")
             if path.suffix == ".md":
                 problems.extend(f"{at}: {problem}" for problem in _link_problems(root, path, line))
+            problems.extend(f"{at}: {problem}" for problem in _code_problems(root, line))
     return problems
+
+
+def _code_problems(root, line):
+    for name in PACKAGE_PATH.findall(line):
+        name = name.rstrip(".")
+        shipped = next((name.replace(k, v, 1) for k, v in SHIPPED.items() if name.startswith(k)), name)
+        if not (root / shipped).exists():
+            yield f"names {name}, which is not in the repository"
+    for name in DOTTED.findall(line):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest prefix that is a module or a package
+            module = root.joinpath(*parts[:cut])
+            source = module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
+            if source.is_file() or (cut == 2 and parts[1] == "kernels"):
+                break
+        else:
+            yield f"names {name}, which is not a module of the repository"
+            continue
+        rest = parts[cut:]
+        if len(rest) > 1 or rest and not _defines(source.read_text(encoding="utf-8"), rest[0]):
+            yield f"names {name}, but {'.'.join(parts[:cut])} has no {rest[0]}"
+
+
+def _defines(source, name):
+    """Whether module ``source`` defines ``name`` (a function, class, assignment, import, or a public name
+    a package's face lists)."""
+    if name.startswith("__") and name.endswith("__"):
+        return True  # a module's own attributes: __file__, __version__
+    return bool(re.search(rf"^\s*(?:def|class)\s+{name}\b|^\s*{name}\s*[:=]|\bimport\b.*\b{name}\b|"
+                          rf"[\"']{name}[\"']", source, re.M))
 
 
 def _link_problems(root, path, line):
@@ -124,20 +163,26 @@ def test_every_reference_points_at_something():
 
 def test_the_check_finds_what_is_broken(tmp_path):
     """A tree with one reference of each kind gone wrong: the check names every one of them."""
-    missing = "nowhere" + ".md"
+    missing, pkg = "nowhere" + ".md", "leapfrog" + "_gpu"  # spelt apart, so this file names neither
     (tmp_path / "docs").mkdir()
     (tmp_path / DESIGN).write_text("# Notes\n\n## 1. One\n\nSee §1 and §3.\n", encoding="utf-8")
     (tmp_path / "README.md").write_text(
         f"# T\n\n[ok](docs/design.md#1-one) [gone](docs/{missing}) [bad](docs/design.md#2-two)\n", encoding="utf-8")
-    (tmp_path / "code.py").write_text(f'"""See {DESIGN} §1, {DESIGN} §7 and {missing}."""\n', encoding="utf-8")
+    (tmp_path / "code.py").write_text(f'"""See {DESIGN} §1, {DESIGN} §7 and {missing}."""\n'
+                                      f'# {pkg}/core/plan.py, {pkg}/gone.py, {pkg}.core.plan.Plan,\n'
+                                      f'# {pkg}.core.plan.Gone, {pkg}.nowhere\n', encoding="utf-8")
+    (tmp_path / "leapfrog_gpu" / "core").mkdir(parents=True)
+    (tmp_path / "leapfrog_gpu" / "core" / "plan.py").write_text("class Plan:\n    pass\n", encoding="utf-8")
     venv = tmp_path / "venv"
     (venv / "lib").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("", encoding="utf-8")
     (venv / "lib" / "x.py").write_text(f"# {missing}\n", encoding="utf-8")  # a virtual environment is not read
     problems = broken_references(tmp_path)
-    assert len(problems) == 6, "\n".join(problems)
+    assert len(problems) == 9, "\n".join(problems)
     expected = [("README.md:3", f"docs/{missing}"), ("README.md:3", "#2-two"),
-                ("code.py:1", f"§7"), ("code.py:1", f"names {missing}"), ("docs/design.md:5", "§3")]
+                ("code.py:1", f"§7"), ("code.py:1", f"names {missing}"), ("docs/design.md:5", "§3"),
+                ("code.py:2", f"{pkg}/gone.py, which is not"), ("code.py:3", f"{pkg}.core.plan has no Gone"),
+                ("code.py:3", f"{pkg}.nowhere, which is not a module")]
     for where, what in expected:
         assert any(p.startswith(where) and what in p for p in problems), (where, what, problems)
 

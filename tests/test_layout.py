@@ -255,7 +255,7 @@ def test_the_checks_catch_a_long_module_a_reach_in_and_a_test_import(toy, tmp_pa
     (toy / "mlp" / "network.py").write_text("x = 1\n" * MAX_LINES)
     (toy / "mlp" / "naumov.py").write_text("x = 1\n" * (MAX_LINES + 1))
     assert oversized(toy) == [f"leapfrog_gpu/mlp/naumov.py: {MAX_LINES + 1} lines"]
-    (toy / "tools" / "bench.py").write_text(
+    (toy / "tools" / "cli.py").write_text(
         "import sys\nimport collections as c\nfrom tqdm import tqdm\nfrom ..network import MLP\n"
         "def f(net, point):\n"
         "    sys._getframe(); c.OrderedDict()._data; tqdm._instances; point._replace(x=1); net.__class__\n"
@@ -264,9 +264,9 @@ def test_the_checks_catch_a_long_module_a_reach_in_and_a_test_import(toy, tmp_pa
         "    def g(self):\n"
         "        self._x; self.net._plan\n")
     assert reach_ins(tool_paths(tmp_path), tmp_path) == [
-        "leapfrog_gpu/tools/bench.py:7: net._plan", "leapfrog_gpu/tools/bench.py:7: net._plan(3)._buffers",
-        "leapfrog_gpu/tools/bench.py:7: MLP._forward", "leapfrog_gpu/tools/bench.py:7: getattr(net, '_w')",
-        "leapfrog_gpu/tools/bench.py:10: self.net._plan"]
+        "leapfrog_gpu/tools/cli.py:7: net._plan", "leapfrog_gpu/tools/cli.py:7: net._plan(3)._buffers",
+        "leapfrog_gpu/tools/cli.py:7: MLP._forward", "leapfrog_gpu/tools/cli.py:7: getattr(net, '_w')",
+        "leapfrog_gpu/tools/cli.py:10: self.net._plan"]
     tests = tmp_path / "tests"
     (tests / "fake").mkdir(parents=True)
     (tests / "test_a.py").write_text("import helpers\nfrom helpers import batch\nimport test_b\n")

@@ -31,7 +31,8 @@ def test_jacobi_is_bitwise_after_d_sweeps_and_not_after_d_minus_1(backend, name)
     assert np.array_equal(net.feedforward(x, solver=exact), want)
     assert exact.stats["sweeps"] == net.depth and exact.stats["converged"] and KEYS <= set(exact.stats)
     short = ForwardJacobi(max_sweeps=net.depth - 1)
-    assert not np.allclose(net.feedforward(x, solver=short), want, rtol=1e-6, atol=0)
+    with pytest.warns(RuntimeWarning, match=f"stopped after {net.depth - 1} sweeps"):
+        assert not np.allclose(net.feedforward(x, solver=short), want, rtol=1e-6, atol=0)
     assert short.stats["sweeps"] == net.depth - 1 and not short.stats["converged"]
 
 
@@ -102,7 +103,8 @@ def test_newton_needs_all_d_iterations_on_an_expanding_network(backend):
     assert np.max(np.abs(net.feedforward(x, solver=newton) - net.feedforward(x))) <= 1e-12
     assert newton.stats["iterations"] == net.depth
     capped = ForwardNewton(max_iterations=net.depth - 1)
-    net.feedforward(x, solver=capped)
+    with pytest.warns(RuntimeWarning, match="stopped after 7 iterations"):
+        net.feedforward(x, solver=capped)
     assert not capped.stats["converged"] and capped.stats["residuals"][-1] > 1e-12
 
 
@@ -182,3 +184,72 @@ def test_solvers_on_the_cupy_backend(standin, solver):
             xm = np.random.default_rng(1).random((5, 4))
             np.testing.assert_allclose(mlp.feedforward(xm, solver=solver).get(), mlp.feedforward(xm).get(),
                                        rtol=1e-12, atol=1e-13)
+
+
+def relu_chain(backend, scale):
+    """40 relu layers of width 8, weights times ``scale``, float32: the sequential output's magnitude grows by
+    orders of magnitude (times 12) or overflows to Inf and NaN (times 1e4)."""
+    net = chain([8] * 41, activation="relu", output_activation="relu", seed=0, backend=backend)
+    params = net.parameters()
+    for v in net.nodes:
+        params[v]["w"] *= np.float32(scale)
+    net.set_parameters(params)
+    return net
+
+
+def relative_error(got, want):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("solver", [ForwardNewton(), ForwardJacobi(tol=1e-6), ForwardJacobi()], ids=repr)
+def test_a_solver_never_claims_convergence_on_a_wrong_output(backend, solver):
+    """Residuals that square float32 values overflow, and an overflow's NaN must not pass for converged: a
+    solve that says it converged is within float32 rounding of the sequential output, relative to its
+    largest value, and one whose sequential output overflows says it did not."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.random.default_rng(0).random((8, 3))
+        net = relu_chain(backend, 12)
+        want = net.feedforward(x).astype(np.float64)
+        assert np.isfinite(want).all() and np.max(np.abs(want)) > 1e4
+        got = net.feedforward(x, solver=solver)
+        assert not solver.stats["converged"] or relative_error(got, want) <= 1e-4, solver.stats
+        overflowing = relu_chain(backend, 1e4)
+        assert not np.isfinite(overflowing.feedforward(x)).all()
+        overflowing.feedforward(x, solver=solver)
+        assert solver.stats["converged"] is False
+
+
+def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
+    from leapfrog_gpu.dag.forward import _relative
+
+    big = np.full((3, 2), 3e38, dtype=np.float32)
+    assert _relative(np, big, big * np.float32(0.5)) == pytest.approx(0.5)  # the squares would overflow float32
+    assert _relative(np, np.full((2, 2), 1e-30, np.float32), np.zeros((2, 2), np.float32)) == pytest.approx(1.0)
+    assert _relative(np, np.zeros(3), np.zeros(3)) == 0 and _relative(np, np.zeros(3), np.ones(3)) == math.inf
+    for bad in (np.nan, np.inf):
+        assert _relative(np, np.array([1.0, bad]), np.ones(2)) == math.inf
+        assert _relative(np, np.ones(2), np.array([bad, 1.0])) == math.inf
+
+
+def test_an_early_stop_warns_once_or_raises_when_strict(backend):
+    net = deep_chain(9, backend)
+    x, _ = data(net, 3)
+    want = net.feedforward(x)
+    solver = ForwardNewton(max_iterations=2)
+    with pytest.warns(RuntimeWarning, match=r"stopped after 2 iterations with a relative residual of .* above "
+                                            r"tol=1e-12: its output is not the forward pass's"):
+        got = net.feedforward(x, solver=solver)
+    assert not solver.stats["converged"] and not np.allclose(got, want, rtol=1e-9, atol=0)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per solver: a second early stop is silent
+        net.feedforward(x, solver=solver)
+    with pytest.warns(RuntimeWarning, match="stopped after 3 sweeps"):
+        net.feedforward(x, solver=ForwardJacobi(max_sweeps=3))
+    for strict in (ForwardNewton(max_iterations=2, strict=True), ForwardJacobi(max_sweeps=3, strict=True)):
+        with pytest.raises(RuntimeError, match="stopped after"):
+            net.feedforward(x, solver=strict)
+    with pytest.raises(TypeError, match="strict must be True or False"):
+        ForwardNewton(strict="yes")

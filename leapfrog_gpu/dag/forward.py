@@ -25,6 +25,7 @@ each operand read once, each result written once) beside the node-by-node forwar
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -35,11 +36,16 @@ from .schedules import doubling_bytes, doubling_rounds, doubling_solve, reachabl
 
 
 class ForwardSolver:
-    """What the solvers share: ``feedforward`` for either network, counters, the previous solution."""
+    """What the solvers share: ``feedforward`` for either network, counters, the previous solution, and
+    what a solve that stops short of its tolerance does: a ``RuntimeWarning``, once per solver, or with
+    ``strict=True`` a ``RuntimeError``, raised by the call that waits for the solve."""
 
-    def __init__(self):
-        self.stats = {}
+    def __init__(self, strict=False):
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be True or False; got {strict!r}")
+        self.strict, self.stats = strict, {}
         self._previous = None  # (network id, batch, outputs) of the last solve
+        self._warned = False
 
     def feedforward(self, net, x):
         """a^out (n_out, B) of ``net`` (a ``GraphNet``, or an ``MLP`` run as its chain) by this solver."""
@@ -63,6 +69,17 @@ class ForwardSolver:
             state.a[v], state.saved[v] = a[v], saved[v]
         self._previous = (id(net), state.batch, {v: a[v] for v in net.order})
 
+    def _report(self, steps, what, measure, tol):
+        """Say that the solve stopped after ``steps`` ``what`` with ``measure`` above ``tol``, unconverged."""
+        message = (f"{self!r} stopped after {steps} {what} with a relative {measure} above tol={tol}: its output "
+                   "is not the forward pass's (NaN or Inf counts as unconverged); allow more iterations, or compare "
+                   "stats['converged'] before using it")
+        if self.strict:
+            raise RuntimeError(message)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+
 
 def _evaluate(net, params, a, nodes, x):
     """f_v of the iterate ``a`` for ``nodes``, on ``params`` (the plan's): ``(outputs, saved)``."""
@@ -74,10 +91,19 @@ def _evaluate(net, params, a, nodes, x):
 
 
 def _relative(xp, new, old):
-    """||new - old|| / ||new|| (Frobenius over the batch), 0 when both vanish, inf when only new does."""
+    """||new - old|| / ||new|| (Frobenius over the batch), never NaN: taken in float64 on arrays scaled by
+    their largest magnitude, so that no square overflows or underflows to the answer's harm; 0 when both
+    vanish, inf when only ``new`` does, and inf when either holds a NaN or an Inf (not converged)."""
+    new, old = new.astype(np.float64), old.astype(np.float64)
+    if not bool(xp.isfinite(new).all() and xp.isfinite(old).all()):
+        return math.inf
     diff = new - old
+    scale = max(float(xp.abs(new).max()), float(xp.abs(diff).max()))
+    if scale == 0:
+        return 0.0
+    diff, new = diff / scale, new / scale
     num, den = math.sqrt(float((diff * diff).sum())), math.sqrt(float((new * new).sum()))
-    return 0.0 if num == 0 else (math.inf if den == 0 else num / den)
+    return math.inf if den == 0 else num / den
 
 
 def forward_counters(net, batch, nodes=None):
@@ -109,10 +135,13 @@ class ForwardJacobi(ForwardSolver):
         max_sweeps: None (the depth, exact) or a cap >= 1 on each group's sweeps.
         warm_start: start from the previous solve's outputs (same network, same batch size).
         blocks: groups of consecutive levels (>= 1): Jacobi inside each, sequential across.
+        strict: raise a RuntimeError, rather than warn, when a solve ends unconverged.
+
+    ``stats["converged"]``: every group ran its own depth or met ``tol``, and every output is finite.
     """
 
-    def __init__(self, tol=None, max_sweeps=None, warm_start=False, blocks=1):
-        super().__init__()
+    def __init__(self, tol=None, max_sweeps=None, warm_start=False, blocks=1, strict=False):
+        super().__init__(strict)
         if tol is not None:
             _check("tol", tol, 0, "must be None or a finite number >= 0")
         for name, value in (("max_sweeps", max_sweeps), ("blocks", blocks)):
@@ -136,11 +165,11 @@ class ForwardJacobi(ForwardSolver):
     def solve(self, net, state):
         xp, x = net.backend.xp, state.a[INPUT]
         a = self._start(net, state, self.warm_start)
-        saved, per_group, changes, flops, moved = {}, [], [], 0, 0
+        saved, per_group, changes, flops, moved, converged = {}, [], [], 0, 0, True
         for group in self.groups(net):
             depth = max(net.level[v] for v in group) - min(net.level[v] for v in group) + 1
             limit = depth if self.max_sweeps is None else min(depth, self.max_sweeps)
-            sweeps = 0
+            sweeps, change = 0, None
             while sweeps < limit:
                 new, new_saved = _evaluate(net, state.params, a, group, x)
                 sweeps += 1
@@ -151,18 +180,21 @@ class ForwardJacobi(ForwardSolver):
                     changes.append(change)
                     if change <= self.tol:
                         break
+            converged = converged and (sweeps == depth or change is not None and change <= self.tol)
             per_group.append(sweeps)
             cost = forward_counters(net, state.batch, group)
             flops, moved = flops + sweeps * cost["sequential_flops"], moved + sweeps * cost["sequential_bytes"]
         self._finish(net, state, a, saved)
         base, itemsize = forward_counters(net, state.batch), np.dtype(net.dtype).itemsize
         total = sum(per_group)
-        self.stats = {"sweeps": total, "sweeps_per_block": per_group, "rounds": total,
-                      "converged": total >= net.depth or (self.tol is not None and changes[-1] <= self.tol),
+        converged = converged and all(bool(xp.isfinite(a[v]).all()) for v in net.order)
+        self.stats = {"sweeps": total, "sweeps_per_block": per_group, "rounds": total, "converged": converged,
                       "change": changes[-1] if changes else None,
                       "flops": flops, "bytes": moved,
                       "memory_bytes": 2 * sum(net.n[v] for v in net.order) * state.batch * itemsize, **base}
         net.stats["forward"] = self.stats
+        if not converged:
+            self._report(total, "sweeps", "change" if not changes else f"change of {changes[-1]:.3g}", self.tol)
 
 
 class ForwardNewton(ForwardSolver):
@@ -175,11 +207,14 @@ class ForwardNewton(ForwardSolver):
         damping: each step times this factor, in (0, 1] (1: plain Newton).
         warm_start: start from the previous solve's outputs (same network, same batch size).
         memory_limit: bytes the Jacobian blocks may take; a larger need raises before allocating.
+        strict: raise a RuntimeError, rather than warn, when a solve ends unconverged.
+
+    ``stats["converged"]``: the largest residual, NaN and Inf counted as infinite, is <= ``tol``.
     """
 
     def __init__(self, tol=None, max_iterations=None, damping=1.0, warm_start=False,
-                 memory_limit=MEMORY_LIMIT):
-        super().__init__()
+                 memory_limit=MEMORY_LIMIT, strict=False):
+        super().__init__(strict)
         if tol is not None:
             _check("tol", tol, 0, "must be None or a finite number >= 0")
         if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
@@ -237,6 +272,8 @@ class ForwardNewton(ForwardSolver):
                       "resets": resets, "converged": history[-1] <= tol, "tol": tol, "flops": flops, "bytes": moved,
                       "memory_bytes": memory, **base}
         net.stats["forward"] = self.stats
+        if not self.stats["converged"]:
+            self._report(iterations, "iterations", f"residual of {history[-1]:.3g}", tol)
 
     @staticmethod
     def _newton_step(net, state, a, f, saved, x):

@@ -14,7 +14,8 @@ import pytest
 import mpi_cases
 import mpirun
 from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu import MLP, RNN, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.mlp.plan import Plan
 from leapfrog_gpu.parallel import reducer as data_parallel, comm as parallel
 from leapfrog_gpu.backends import collective
@@ -138,7 +139,14 @@ def _ranked(rank, size):
     (10**9, [[5, 4, 3, 2]]),
 ])
 def test_buckets_group_consecutive_layers_up_to_their_size(bucket_bytes, want):
-    assert data_parallel.buckets([2, 6, 3, 4, 4], 4, bucket_bytes) == want
+    with MLP([2, 6, 3, 4, 4], backend="numpy") as net:
+        assert net.gradient_layout() == mlp_layout([2, 6, 3, 4, 4])
+    assert data_parallel.buckets(mlp_layout([2, 6, 3, 4, 4]), 4, bucket_bytes) == want
+
+
+def mlp_layout(sizes):
+    """An MLP's gradients in the order its schedules hand them over: layer L first, w^l then b^l."""
+    return [(l, {"w": (sizes[l - 1], sizes[l - 2]), "b": (sizes[l - 1],)}) for l in range(len(sizes), 1, -1)]
 
 
 def test_gradients_are_views_of_one_flat_buffer_in_the_order_they_are_handed_over():
@@ -175,7 +183,7 @@ def test_two_mirrored_ranks_against_the_reference(schedule, bucket_bytes):
         for x, y in steps:
             net.sgd_step(x, y, ETA, schedule)
         assert relative_error(net.weights + net.biases, want) < 1e-12
-    buckets = len(data_parallel.buckets(SIZES, 8, bucket_bytes))
+    buckets = len(data_parallel.buckets(mlp_layout(SIZES), 8, bucket_bytes))
     assert len(comm.sums) == len(steps) * buckets
 
 
@@ -221,16 +229,33 @@ def test_a_calibration_sums_nothing():
     assert len(comm.sums) == len(SIZES) - 1  # one pass, one sum per layer
 
 
-def test_gradients_handed_over_out_of_order_are_refused(monkeypatch):
+def test_sums_leave_in_the_layouts_order_whatever_order_the_gradients_come_in(monkeypatch):
+    """Collectives must leave in the same order on every rank: a schedule that hands layer 2 over first
+    (``LevelSets`` hands a DAG's nodes over by height) still has them summed L first, each once the
+    layers before it in that order are in."""
     def chain(plan, schedule, controls=None):
         for l in plan.layer_numbers:  # layer 2 first
             plan.error(l)
             plan.gradients(plan.main, l)
 
     monkeypatch.setattr(Plan, "chain", chain)
-    with MLP(SIZES, backend="numpy", comm=Mirror()) as net, pytest.raises(
-            RuntimeError, match="handed over the gradients of layer 2 where layer 6 was due"):
+    with NumpyBackend(mode="serial", trace=True) as backend, MLP(SIZES, backend=backend, comm=Mirror()) as net:
+        backend.trace.clear()
         net.backprop(*batch(SIZES, 2))
+        sums = [name for stream, what, name in backend.trace if name.startswith("allreduce") and what == "start"]
+        assert sums == [f"allreduce[{l}]" for l in range(len(SIZES), 1, -1)]
+
+
+def test_gradients_handed_over_twice_or_not_at_all_are_refused(monkeypatch):
+    for layers, message in ((lambda L: range(L, 2, -1), r"did not hand over the gradients of 2; every rank must sum"),
+                            (lambda L: [L, L], "handed over the gradients of 6 twice")):
+        def chain(plan, schedule, controls=None, layers=layers):
+            for l in layers(plan.L):
+                plan.gradients(plan.main, l)
+
+        monkeypatch.setattr(Plan, "chain", chain)
+        with MLP(SIZES, backend="numpy", comm=Mirror()) as net, pytest.raises(RuntimeError, match=message):
+            net.backprop(*batch(SIZES, 2))
 
 
 # -- the waits of the communication stream, each removed ------------------------------------------------
@@ -271,7 +296,7 @@ def test_chaos_with_all_waits_is_right():
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_a_sum_that_does_not_wait_for_its_gradients_is_caught(monkeypatch, schedule):
     """Without 'the communication stream waits G_l', it sums the buffer before (6)(7) write it."""
-    monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, stream, l: None)
+    monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, unit: None)
     assert not deferred_run("workers-first", schedule)
 
 
@@ -306,15 +331,13 @@ def bucketed_run(bucket_bytes):
 def test_a_bucket_of_several_layers_waits_for_each_of_them(monkeypatch, bucket_bytes, groups):
     """Every layer's G_l is waited for, not only that of the bucket's last layer (the one whose hand-over
     launches the sum)."""
-    assert data_parallel.buckets(SIZES, 8, bucket_bytes) == groups
+    assert data_parallel.buckets(mlp_layout(SIZES), 8, bucket_bytes) == groups
     assert bucketed_run(bucket_bytes)
     wait = Reducer.wait_for_gradients
 
-    def last_of_bucket_only(self, stream, l):
-        if l in self.buckets:
-            wait(self, stream, l)
-        else:
-            self.backend.record(stream, self.done[l])
+    def last_of_bucket_only(self, unit):
+        if unit in self.buckets:
+            wait(self, unit)
 
     monkeypatch.setattr(Reducer, "wait_for_gradients", last_of_bucket_only)
     assert not bucketed_run(bucket_bytes)
@@ -370,8 +393,11 @@ def ranks_run(request, tmp_path_factory):
 @mpirun.needs_mpi
 def test_every_rank_holds_the_same_bits(ranks_run):
     ranks, results, _ = ranks_run
-    assert set(results[0]) == {f"{name}/{i}" for name, case in mpi_cases.cases(ranks).items()
-                               for i in range(2 * (len(case["sizes"]) - 1))}
+    assert {key.rpartition("/")[0] for key in results[0]} == set(mpi_cases.cases(ranks))
+    for name, case in mpi_cases.cases(ranks).items():  # w and b of every layer (or Dense node), u of the RNN's
+        layers = len(case["sizes"]) - 1
+        count = {"mlp": 2 * layers, "dag": 2 * layers, "rnn": 3 * layers - 1}[case.get("network", "mlp")]
+        assert {key for key in results[0] if key.rpartition("/")[0] == name} == {f"{name}/{i}" for i in range(count)}
     for key, first in results[0].items():
         for rank in range(1, ranks):
             assert results[rank][key].tobytes() == first.tobytes(), f"rank {rank} differs from rank 0 in {key}"
@@ -401,7 +427,27 @@ def test_ranks_against_the_reference(ranks_run):
         weights = [w - mpi_cases.ETA / x.shape[1] * g for w, g in zip(weights, nabla_w)]
         biases = [b - mpi_cases.ETA / x.shape[1] * g for b, g in zip(biases, nabla_b)]
     got = [results[0][f"float64/leapfrog2/uneven/{i}"] for i in range(2 * len(weights))]
-    assert relative_error(got, weights + biases) < 1e-12
+    assert relative_error(got, [array for w, b in zip(weights, biases) for array in (w, b)]) < 1e-12
+
+
+@mpirun.needs_mpi
+def test_recurrent_ranks_against_the_reference(ranks_run):
+    """The RNN's sums across ranks against the plain float64 BPTT on the whole batches."""
+    ranks, results, _ = ranks_run
+    case = mpi_cases.cases(ranks)["rnn/float64/leapfrog2/uneven"]
+    with RNN(case["sizes"], output="every", dtype="float64", seed=5, backend="numpy") as net:
+        weights, recurrent, biases = net.weights, net.recurrent, net.biases
+    for x, y in mpi_cases.data(case["sizes"], case["batches"], "float64", "rnn"):
+        nabla_b, nabla_w, nabla_u = reference_rnn.backprop(weights, recurrent, biases, x, y, "tanh", "quadratic",
+                                                           "tanh", "every")
+        step = mpi_cases.ETA / x.shape[2]
+        weights = [w - step * g for w, g in zip(weights, nabla_w)]
+        recurrent = [u - step * g for u, g in zip(recurrent, nabla_u)]
+        biases = [b - step * g for b, g in zip(biases, nabla_b)]
+    want = [array for l in range(len(weights)) for array in
+            ((weights[l], recurrent[l], biases[l]) if l < len(recurrent) else (weights[l], biases[l]))]
+    got = [results[0][f"rnn/float64/leapfrog2/uneven/{i}"] for i in range(len(want))]
+    assert relative_error(got, want) < 1e-12
 
 
 @mpirun.needs_mpi
@@ -474,7 +520,7 @@ def test_nccl_on_the_standin_against_the_reference(standin, schedule):
 
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_nccl_sums_that_do_not_wait_for_their_gradients_are_caught(monkeypatch, schedule):
-    monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, stream, l: None)
+    monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, unit: None)
     with cupy_backend(install_standin(monkeypatch, "workers-first")) as backend:
         assert not nccl_run(backend, schedule, ranks=2)
 

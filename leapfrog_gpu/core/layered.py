@@ -33,6 +33,11 @@ class Layered(Network):
         self.L = len(self.sizes)
         self.n = dict(enumerate(self.sizes, start=1))
 
+    def structure(self):
+        """The widths give every parameter's shape; with the activations and the cost, the network."""
+        return {"network": type(self).__name__, "dtype": self.dtype, "sizes": self.sizes, "activation": self.activation,
+                "cost": self.cost, "output_activation": self.output_activation}
+
     def _draw(self, rng):
         """w^l ~ N(0, 1/n_{l-1}) and b^l ~ N(0, 1) for l = 2..L, from ``rng``, in that order, on the backend."""
         xp, self._w, self._b = self.backend.xp, {}, {}

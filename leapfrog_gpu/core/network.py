@@ -5,9 +5,11 @@ memory (``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its b
 out copies that no later step writes, and takes its parameters in and out by one protocol,
 ``{unit: {name: array}}`` (``core.parameters``): ``parameters()`` gives copies, ``set_parameters(params)``
 checks every given array before it copies any. The checks of a step (the learning rate, a schedule the
-network can run, graph mode) are written here once.
+network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums its
+gradients, ``parallel.reducer``) are written here once.
 """
 
+from ..parallel import reducer
 from . import parameters, schedules
 from .checks import check_dtype, check_eta, open_backend
 from .controls import Controls
@@ -31,6 +33,7 @@ class Network:
         self.backend, self._owns_backend = open_backend(backend)
         self._controls = Controls(self.backend, self.dtype)
         self._plans = {}
+        self.comm = None
 
     def __enter__(self):
         return self
@@ -75,6 +78,29 @@ class Network:
             target[...] = xp.asarray(value)
         self.backend.synchronize()
 
+    def structure(self):
+        """What every rank of a data-parallel network must build alike: its kind, dtype and the shapes of
+        its parameters (a network adds its own choices: activations, cost, ...)."""
+        return {"network": type(self).__name__, "dtype": self.dtype,
+                "parameters": [[repr(unit), name, list(array.shape)] for unit, named in self._live().items()
+                               for name, array in named.items()]}
+
+    def gradient_layout(self):
+        """``[(unit, {name: shape})]``: the gradients of every unit in the order the schedules hand them over,
+        the deepest unit first (what ``parallel.reducer.Reducer`` lays out and sums in)."""
+        return [(unit, {name: tuple(array.shape) for name, array in named.items()})
+                for unit, named in reversed(list(self._live().items()))]
+
+    def _join(self, comm):
+        """Join ``comm`` (None: run alone): with more than one rank every rank takes rank 0's parameters and
+        each plan sums its gradients across ranks (``parallel.reducer``)."""
+        self.backend.synchronize()
+        try:
+            self.comm = reducer.attach(self, comm)
+        except BaseException:
+            self.close()
+            raise
+
     def _live(self):
         raise NotImplementedError
 
@@ -113,6 +139,7 @@ class Network:
             raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
                              "one launch, with nothing inside it to stamp; take the timeline of eager steps "
                              "(graph=False), or end the timeline's step() first")
+        reducer.check_schedule(self.comm, schedule, graph)
         return schedule
 
     def _check_schedule(self, schedule):

@@ -13,6 +13,7 @@ Heights: ``level[v]``, the longest path from the input to v in edges (the input 
 output's, the number of non-input nodes on the longest path (a chain of L layers: D = L - 1).
 """
 
+import contextlib
 import numbers
 
 import numpy as np
@@ -37,6 +38,7 @@ class GraphNet(Network):
         cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid ``Dense`` output).
         dtype, seed, backend: as for ``MLP``; parameters are drawn in node order, each layer's
             ``init`` from one ``numpy.random.default_rng(seed)``.
+        comm: a ``parallel.Communicator`` to train data-parallel over its ranks, as ``MLP``'s.
 
     The shape: ``order`` (the nodes but the input, topologically), ``inputs``, ``consumers``, ``layer``
     (each node's ``Layer``), ``n`` (widths), ``n_params`` (each node's number of parameters), ``level``,
@@ -48,7 +50,7 @@ class GraphNet(Network):
     NOUN = "a GraphNet"
     SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
 
-    def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto"):
+    def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", comm=None):
         if isinstance(n_input, bool) or not isinstance(n_input, numbers.Integral) or n_input < 1:
             raise ValueError(f"n_input must be an integer width >= 1; got {n_input!r}")
         self.cost = choose("cost", cost, COSTS)
@@ -85,7 +87,7 @@ class GraphNet(Network):
             self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
         self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
         self.stats = {}
-        self.backend.synchronize()
+        self._join(comm)
 
     def __repr__(self):
         return f"GraphNet({len(self.order)} nodes, depth {self.depth}, cost={self.cost!r}, dtype={self.dtype!r})"
@@ -98,6 +100,10 @@ class GraphNet(Network):
     def _live(self):
         return {v: self._params[v] for v in self.nodes}
 
+    def structure(self):
+        return {**super().structure(), "cost": self.cost,
+                "nodes": [[v, repr(self.layer[v]), self.inputs[v]] for v in self.order]}
+
     def _label(self, v, name):
         return f"{name} of node {v!r}"
 
@@ -106,7 +112,7 @@ class GraphNet(Network):
     def feedforward(self, x, solver=None):
         """a^out, (n_out, B), for input ``x`` (n_1, B) or (n_1,): node by node, or by ``solver``
         (``ForwardJacobi`` or ``ForwardNewton``)."""
-        plan = self._load(x, None)
+        plan, _ = self._load(x, None, share=False)
         plan.forward(solver)
         return self._handed_out(lambda: plan.a[self.output])
 
@@ -115,18 +121,16 @@ class GraphNet(Network):
         by default, ``Leapfrog(k)``, ``LevelSets()``, ``DagJacobi()`` or ``DagDoubling()``), the forward pass
         by ``solver``."""
         schedule = self._check_schedule(schedule)
-        plan = self._load(x, y)
-        plan.forward(solver)
-        self.stats["backward"] = backward(plan, schedule, None)
+        plan, _ = self._load(x, y)
+        self._pass(plan, schedule, solver, None)
         return self._handed_out(lambda: {v: plan.grads[v] for v in self.nodes})
 
     def sgd_step(self, x, y, eta, schedule=None, solver=None):
         """One SGD step: every parameter -= eta / B * its gradient; enqueued, not awaited."""
         schedule = self._check_step(eta, schedule)
-        plan = self._load(x, y)
-        self._controls.set_rate(eta / plan.batch)
-        plan.forward(solver)
-        self.stats["backward"] = backward(plan, schedule, self._controls)
+        plan, samples = self._load(x, y)
+        self._controls.set_rate(eta / samples)
+        self._pass(plan, schedule, solver, self._controls)
         if not schedule.fused:  # the update after the join
             for v in self.nodes:
                 self.backend.launch(self.backend.main, f"update[{v}]", plan.update, v, self._controls)
@@ -135,17 +139,32 @@ class GraphNet(Network):
         """The ``plan.Plan`` of this network at ``batch`` columns: made on first use, kept for its life."""
         return self._plan(batch, lambda: Plan(self, batch, self._params, self._controls))
 
-    def _load(self, x, y):
-        """Check the batch and enqueue its copy into its plan; return the plan."""
+    def _pass(self, plan, schedule, solver, controls):
+        """Enqueue forward and backward on the batch loaded, the gradients summed across ranks when there are
+        several (an empty share adds zeros to the sums)."""
+        if plan.empty:
+            plan.add_zeros()
+            return
+        plan.forward(solver)
+        with contextlib.nullcontext() if plan.reducer is None else plan.reducer.pass_():
+            self.stats["backward"] = backward(plan, schedule, controls)
+
+    def _load(self, x, y, share=True):
+        """Check the batch and enqueue its copy (this rank's columns, with a communicator and ``share``) into
+        its plan; return the plan and the whole batch's size."""
         x = check_batch(self.backend.xp, "x", x, self.n[INPUT])
         if y is not None:
             y = check_batch(self.backend.xp, "y", y, self.n[self.output])
             if y.shape[1] != x.shape[1]:
                 raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
-        plan = self.plan(x.shape[1])
+        samples = x.shape[1]
+        if self.comm is not None and share:
+            columns = self.comm.share(samples)
+            x, y = x[:, columns], None if y is None else y[:, columns]
+        plan = self.plan(max(x.shape[1], 1))
         plan.load(x, y)
         self.backend.keep(plan)
-        return plan
+        return plan, samples
 
 
 def chain(sizes, activation="sigmoid", output_activation=None, **options):

@@ -16,6 +16,7 @@ its shape, ``order`` (the non-input nodes, topologically), ``depth``, ``consumer
 import numpy as np
 
 from ..core import plan
+from ..parallel.reducer import Reducer
 from .layers import Dense, from_products
 
 INPUT = "x"
@@ -33,6 +34,8 @@ class Plan(plan.Plan):
         self.x, self.y = self.columns(net.n[INPUT]), self.columns(net.n[net.output])
         self.scratch = {v: self.make_scratch(max(p.size for p in params[v].values())) if params[v] else None
                         for v in net.order}
+        self.reducer = None if net.comm is None else Reducer(self, net.comm, net.gradient_layout())
+        self.empty = False
         self._empty()
         self.allocated()
 
@@ -50,12 +53,25 @@ class Plan(plan.Plan):
         self.contributions = {v: {} for v in self.order}
 
     def load(self, x, y=None):
-        """Enqueue on the main stream: clear the last pass, copy ``x`` (n_1, B) and ``y`` (n_out, B), if given."""
+        """Enqueue on the main stream: clear the last pass, copy ``x`` (n_1, B) and ``y`` (n_out, B), if given.
+        A batch of no column (this rank's empty share, data-parallel) copies nothing and marks the plan
+        ``empty``."""
         backend = self.backend
         backend.launch(self.main, "clear", self.clear)
+        self.empty = not x.shape[1]
+        if self.empty:
+            return
         backend.copy_in(self.main, self.x, x)
         if y is not None:
             backend.copy_in(self.main, self.y, y)
+
+    def add_zeros(self):
+        """This rank's share of the batch is empty: zero gradients, added to every sum across ranks."""
+        self.backend.launch(self.main, "gradients", self._zero_gradients)
+        self.reducer.add_zeros()
+
+    def _zero_gradients(self):
+        self.grads.update(self.reducer.views)
 
     # -- forward ------------------------------------------------------------------------------------
 
@@ -93,7 +109,10 @@ class Plan(plan.Plan):
     def _give(self, hand, v, controls):
         if self.params[v]:
             hand.mark(v)
-            self.backend.launch(hand.off(v), f"gradients[{v}]", self._gradients, v, controls)
+            stream = hand.off(v)
+            self.backend.launch(stream, f"gradients[{v}]", self._gradients, v, controls)
+            if self.reducer is not None:
+                self.reducer.ready(stream, v)
 
     def sweep(self, first):
         """One Jacobi sweep of the adjoint system, run on the main stream: every g_v from the products of the
@@ -195,8 +214,13 @@ class Plan(plan.Plan):
 
     def _gradients(self, v, controls=None):
         """Node v's parameter gradients (with the SGD update by ``controls`` when given)."""
-        self.grads[v] = self.net.layer[v].vjp_params(self.backend, self.params[v], self._arguments(v),
-                                                     self.saved[v], self.g[v])
+        grads = self.net.layer[v].vjp_params(self.backend, self.params[v], self._arguments(v), self.saved[v],
+                                             self.g[v])
+        if self.reducer is not None:  # into the buffer the sums across ranks read
+            for name, gradient in grads.items():
+                self.reducer.views[v][name][...] = gradient
+            grads = self.reducer.views[v]
+        self.grads[v] = grads
         if controls is not None:
             self.update(v, controls)
 

@@ -15,7 +15,6 @@ from ..core import capture, parameters
 from ..core.checks import check_batch
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
-from ..parallel import reducer
 from . import torch_io
 from .naumov import NaumovJacobi, NaumovScan
 from .plan import Plan
@@ -54,9 +53,7 @@ class MLP(Layered):
                  backend="auto", output_activation=None, check_finite=False, comm=None):
         super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite)
         self._draw(np.random.default_rng(seed))
-        self.comm = None
-        self.backend.synchronize()
-        self.comm = reducer.attach(self, comm)
+        self._join(comm)
 
     def __repr__(self):
         comm = "" if self.comm is None else f", comm={self.comm!r}"
@@ -144,7 +141,6 @@ class MLP(Layered):
         if schedule.one_pass and self.backend.name != "numpy":
             raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
                              "sweep of (5) and the update; pass fused=True instead of one_pass=True")
-        reducer.check_schedule(self.comm, schedule, graph)
         plan, samples = self._load(x, y)
         self._controls.set_rate(eta / samples)
         if graph:

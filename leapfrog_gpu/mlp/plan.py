@@ -63,7 +63,11 @@ class Plan(plan.Plan):
         self.scratch = {l: self.make_scratch(n[l] * n[l - 1], max(n[l], n[l - 1])) for l in net.layer_numbers}
         self.naumov, self.chosen = {}, {}
         self.empty = False
-        self.reducer = None if net.comm is None else Reducer(self, net.comm)
+        self.reducer = None
+        if net.comm is not None:
+            self.reducer = Reducer(self, net.comm, net.gradient_layout())
+            for l in net.layer_numbers:
+                self.nabla_w[l], self.nabla_b[l] = self.reducer.views[l]["w"], self.reducer.views[l]["b"]
         self.allocated()
 
     def __repr__(self):

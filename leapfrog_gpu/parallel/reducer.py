@@ -1,15 +1,17 @@
 """What a network does with a communicator (docs/design.md §5): join it, and sum its gradients across ranks.
 
-The communicator itself, the MPI transport and its watchdog, is ``leapfrog_gpu.parallel``. A network built
-with ``MLP(..., comm=parallel.world())`` on more than one rank is attached (``attach``): every rank must
-build the same network, and takes rank 0's parameters. Each of its plans then has a ``Reducer``: as soon
-as the schedule has produced a layer's gradients, the communication stream (one per backend, the only
-one that communicates) waits for that layer's event, then sums its gradients across ranks, layer L
-first, in the same order on every rank. Consecutive layers go together in buckets of at most
-``bucket_bytes`` (``buckets``); the main stream waits for the last sum before the update.
+The communicator itself, the MPI transport and its watchdog, is ``parallel.comm``. A network built with
+``comm=parallel.world()`` on more than one rank (an ``MLP``, an ``RNN`` or a ``GraphNet``) is attached
+(``attach``): every rank must build the same network, and takes rank 0's parameters. Each of its plans then
+has a ``Reducer`` over the gradients of its units (layers or nodes), laid out in the order the network's
+schedules hand them over (``layout``): as soon as a unit's gradients are enqueued, the communication stream
+(one per backend, the only one that communicates) waits for them, then sums them across ranks, in the
+layout's order on every rank. Consecutive units go together in buckets of at most ``bucket_bytes``
+(``buckets``); the main stream waits for the last sum before the update.
 """
 
 import contextlib
+import math
 
 import numpy as np
 
@@ -20,8 +22,9 @@ from .comm import Communicator
 def attach(net, comm):
     """The communicator ``net`` sums its gradients over, or None when it runs alone.
 
-    With more than one rank: every rank must build the same network (compared by digest; ValueError
-    otherwise), the engine for its backend is set up, and rank 0's parameters replace every rank's.
+    With more than one rank: every rank must build the same network (``net.structure()``, compared by
+    digest; ValueError otherwise), the engine for its backend is set up, and rank 0's parameters replace
+    every rank's.
     """
     if comm is None:
         return None
@@ -29,24 +32,27 @@ def attach(net, comm):
         raise TypeError(f"comm must be a leapfrog_gpu.parallel.Communicator, such as parallel.world(); got {comm!r}")
     if not comm.reduces:
         return None
-    comm.check_same("network", {
-        "sizes": net.sizes, "activation": net.activation, "cost": net.cost,
-        "output_activation": net.output_activation, "dtype": net.dtype, "backend": net.backend.name,
-        "buckets": buckets(net.sizes, np.dtype(net.dtype).itemsize, comm.bucket_bytes)})
+    layout = net.gradient_layout()
+    comm.check_same("network", {**net.structure(), "backend": net.backend.name,
+                                "buckets": buckets(layout, np.dtype(net.dtype).itemsize, comm.bucket_bytes)})
     comm.engine(net.backend)
     broadcast_parameters(net, comm)
     return comm
 
 
 def broadcast_parameters(net, comm=None):
-    """Give every rank rank 0's weights and biases over ``comm`` (default ``net.comm``; with neither,
-    nothing happens)."""
+    """Give every rank rank 0's parameters over ``comm`` (default ``net.comm``; with neither, nothing happens)."""
     comm = comm or net.comm
     if comm is None:
         return
-    weights, biases = [to_host(w) for w in net.weights], [to_host(b) for b in net.biases]
-    comm.broadcast(weights + biases)
-    net.set_parameters(weights, biases)
+    params = net.parameters()
+    keys = [(unit, name) for unit, named in params.items() for name in named]
+    arrays = [to_host(params[unit][name]) for unit, name in keys]
+    comm.broadcast(arrays)
+    given = {}
+    for (unit, name), array in zip(keys, arrays):
+        given.setdefault(unit, {})[name] = array
+    net.set_parameters(given)
 
 
 def check_schedule(comm, schedule, graph=False):
@@ -62,17 +68,18 @@ def check_schedule(comm, schedule, graph=False):
                          "the sums across ranks; pass graph=False")
 
 
-def buckets(sizes, itemsize, bucket_bytes):
-    """Layers L..2 grouped for the sums: each bucket holds consecutive layers whose gradients (nabla_w and
-    nabla_b) take at most ``bucket_bytes`` together, or a single layer larger than that."""
+def buckets(layout, itemsize, bucket_bytes):
+    """The units of ``layout`` (``[(unit, {name: shape})]``) grouped for the sums, in order: each bucket
+    holds consecutive units whose gradients take at most ``bucket_bytes`` together, or a single unit larger
+    than that."""
     groups, nbytes = [], 0
-    for l in range(len(sizes), 1, -1):
-        size = sizes[l - 1] * (sizes[l - 2] + 1) * itemsize
+    for unit, shapes in layout:
+        size = sum(math.prod(shape) for shape in shapes.values()) * itemsize
         if groups and nbytes + size <= bucket_bytes:
-            groups[-1].append(l)
+            groups[-1].append(unit)
             nbytes += size
         else:
-            groups.append([l])
+            groups.append([unit])
             nbytes = size
     return groups
 
@@ -80,71 +87,79 @@ def buckets(sizes, itemsize, bucket_bytes):
 class Reducer:
     """Sums one plan's gradients across the ranks of ``comm`` on the communication stream, bucket by bucket.
 
-    The plan's ``nabla_w[l]`` and ``nabla_b[l]`` become views into one flat buffer laid out in the order
-    in which every schedule hands them over, layer L first: [nabla_w^L, nabla_b^L, nabla_w^{L-1}, ...].
-    A bucket is then one contiguous slice, summed in place by one collective, without a copy.
+    ``layout`` (``[(unit, {name: shape})]``, the network's ``gradient_layout()``) lists the gradients in the
+    order the schedules hand them over; ``views[unit][name]`` are views into one flat buffer laid out in
+    that order, which the plan takes as its gradient buffers. A bucket is one contiguous slice, summed in
+    place by one collective, without a copy.
 
-    Events: ``done[l]`` (G_l) is recorded on the stream that computed (6)(7) of layer l, and the
-    communication stream waits for it (read after write); ``reduced`` (R) is recorded after the last
-    sum, and the main stream waits for it before the update reads the sums (read after write) and before
-    the next pass rewrites the buffers (write after read).
+    Events: ``done[unit]`` (G_unit) is recorded on the stream that computed the unit's gradients, and the
+    communication stream waits for it (read after write); ``reduced`` (R) is recorded after the last sum,
+    and the main stream waits for it before the update reads the sums (read after write) and before the
+    next pass rewrites the buffers (write after read). A schedule may hand units over in another order than
+    the layout's (``LevelSets``): the sums still leave in the layout's order, each once every unit before
+    it has been handed over, so that every rank issues its collectives alike.
     """
 
-    def __init__(self, plan, comm):
-        backend, xp, n = plan.backend, plan.backend.xp, plan.n
-        self.comm, self.backend, self.main, self.L = comm, backend, plan.main, plan.L
+    def __init__(self, plan, comm, layout):
+        backend, xp = plan.backend, plan.backend.xp
+        self.comm, self.backend, self.main = comm, backend, plan.main
         self.stream = backend.comm_stream()
         self.engine = comm.engine(backend)
-        self.flat = xp.full(sum(n[l] * (n[l - 1] + 1) for l in plan.layer_numbers), np.nan, dtype=plan.dtype)
-        start = {}
-        offset = 0
-        for l in range(plan.L, 1, -1):
-            start[l] = offset
-            plan.nabla_w[l] = self.flat[offset:offset + n[l] * n[l - 1]].reshape(n[l], n[l - 1])
-            plan.nabla_b[l] = self.flat[offset + n[l] * n[l - 1]:offset + n[l] * (n[l - 1] + 1)]
-            offset += n[l] * (n[l - 1] + 1)
-        self.buckets = {}  # the last layer of a bucket -> (name, its part of the flat buffer)
-        for group in buckets(plan.sizes, np.dtype(plan.dtype).itemsize, comm.bucket_bytes):
-            last = group[-1]
-            stop = start[last] + n[last] * (n[last - 1] + 1)
-            name = f"allreduce[{group[0]}]" if len(group) == 1 else f"allreduce[{group[0]}..{last}]"
-            self.buckets[last] = (name, self.flat[start[group[0]]:stop])
-        self.done = {l: backend.event(f"G_{l}") for l in plan.layer_numbers}
-        self.reduced = backend.event("R")
-        self.expected = None  # the layer the open pass hands over next; None outside a pass
+        self.units = [unit for unit, _ in layout]
+        self.flat = xp.full(sum(math.prod(s) for _, shapes in layout for s in shapes.values()), np.nan,
+                            dtype=plan.dtype)
+        self.views, start, offset = {}, {}, 0
+        for unit, shapes in layout:
+            start[unit], self.views[unit] = offset, {}
+            for name, shape in shapes.items():
+                self.views[unit][name] = self.flat[offset:offset + math.prod(shape)].reshape(shape)
+                offset += math.prod(shape)
+        self.buckets = {}  # the last unit of a bucket -> (name, its part of the flat buffer)
+        groups = buckets(layout, np.dtype(plan.dtype).itemsize, comm.bucket_bytes)
+        for group, after in zip(groups, [start[g[0]] for g in groups[1:]] + [offset]):
+            name = f"allreduce[{group[0]}]" if len(group) == 1 else f"allreduce[{group[0]}..{group[-1]}]"
+            self.buckets[group[-1]] = (name, self.flat[start[group[0]]:after])
+        self.done = {unit: plan.event(f"G_{unit}") for unit in self.units}
+        self.reduced = plan.event("R")
+        self.handed = None  # the units the open pass has handed over; None outside a pass
+        self.issued = 0  # how many units of the layout the open pass has waited for on the communication stream
 
     @contextlib.contextmanager
     def pass_(self):
         """A context around one backward pass: the gradients handed over in it are summed across ranks,
         and the main stream waits for the sums at its end."""
-        self.expected = self.L
+        self.handed, self.issued = set(), 0
         try:
             yield
-            if self.expected != 1:
-                raise RuntimeError(f"the schedule handed over the gradients of layers {self.L}..{self.expected + 1} "
-                                   f"only; every rank must sum all of them")
+            missing = [unit for unit in self.units if unit not in self.handed]
+            if missing:
+                raise RuntimeError(f"the schedule did not hand over the gradients of {_listing(missing)}; every "
+                                   "rank must sum all of them")
             self.join()
         finally:
-            self.expected = None
+            self.handed = None
 
-    def ready(self, stream, l):
-        """(6)(7) of layer l are enqueued on ``stream``: the communication stream waits for them and, at
-        the end of a bucket, sums it. Outside a pass (a calibration) nothing is summed."""
-        if self.expected is None:
+    def ready(self, stream, unit):
+        """The gradients of ``unit`` are enqueued on ``stream``: the communication stream waits for them and
+        sums each bucket once all of its units are in, in the layout's order. Outside a pass (a calibration)
+        nothing is summed."""
+        if self.handed is None:
             return
-        if l != self.expected:
-            raise RuntimeError(f"the schedule handed over the gradients of layer {l} where layer {self.expected} was "
-                               "due: collectives must leave in the same order on every rank, L first")
-        self.expected = l - 1
-        self.wait_for_gradients(stream, l)
-        if l in self.buckets:
-            name, part = self.buckets[l]
-            self.backend.launch(self.stream, name, self._sum, name, part)
+        if unit in self.handed:
+            raise RuntimeError(f"the schedule handed over the gradients of {unit!r} twice in one pass")
+        self.handed.add(unit)
+        self.backend.record(stream, self.done[unit])
+        while self.issued < len(self.units) and self.units[self.issued] in self.handed:
+            unit = self.units[self.issued]
+            self.issued += 1
+            self.wait_for_gradients(unit)
+            if unit in self.buckets:
+                name, part = self.buckets[unit]
+                self.backend.launch(self.stream, name, self._sum, name, part)
 
-    def wait_for_gradients(self, stream, l):
-        """Guard read after write: the sum of layer l reads (6)(7) of layer l, written on ``stream``."""
-        self.backend.record(stream, self.done[l])
-        self.backend.wait(self.stream, self.done[l])
+    def wait_for_gradients(self, unit):
+        """Guard read after write: the sum of ``unit``'s gradients reads what its stream wrote up to G_unit."""
+        self.backend.wait(self.stream, self.done[unit])
 
     def join(self):
         """Guard read after write (the update reads the sums) and write after read (the next pass
@@ -161,9 +176,13 @@ class Reducer:
         """Sum every bucket across ranks as it stands, in a pass of its own (also the sums alone, timed by
         leapfrog-bench)."""
         with self.pass_():
-            for l in range(self.L, 1, -1):
-                self.ready(self.main, l)
+            for unit in self.units:
+                self.ready(self.main, unit)
 
     def _sum(self, what, part):
         with self.comm.watch(f"the sum of {what}"):
             self.engine(part)
+
+
+def _listing(units):
+    return ", ".join(repr(unit) for unit in units)

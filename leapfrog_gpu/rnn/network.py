@@ -12,6 +12,7 @@ targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The
 (tau, B) live in a ``plan.Plan``; what every network shares is ``core.network.Network``.
 """
 
+import contextlib
 import math
 import numbers
 import statistics
@@ -51,6 +52,8 @@ class RNN(Layered):
         backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this network).
         output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
         recurrent_norm: the spectral norm of each u^l at initialisation, >= 0 (``RECURRENT_NORM``).
+        comm: a ``parallel.Communicator`` to train data-parallel over its ranks, as ``MLP``'s: each rank
+            computes on its share of every batch's sequences and the gradients are summed across ranks.
 
     ``parameters()`` gives ``{l: {"w": w^l, "u": u^l, "b": b^l}}`` for l = 2..L (no ``"u"`` at the output).
     ``weights``, ``recurrent`` and ``biases`` list copies of w^l (n_l, n_{l-1}) for l = 2..L, u^l (n_l, n_l)
@@ -62,7 +65,7 @@ class RNN(Layered):
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
-                 backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM):
+                 backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, comm=None):
         self.output = choose("output", output, OUTPUTS)
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
@@ -77,7 +80,7 @@ class RNN(Layered):
             u *= recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny)
             self._u[l] = xp.asarray(u, dtype=self.dtype)
         self.stats = {}  # the counters of the last backward pass (``schedules``)
-        self.backend.synchronize()
+        self._join(comm)
 
     def __repr__(self):
         return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, output={self.output!r}, "
@@ -107,6 +110,9 @@ class RNN(Layered):
         live = {l: {"w": self._w[l], "u": self._u[l], "b": self._b[l]} for l in self.hidden}
         live[self.L] = {"w": self._w[self.L], "b": self._b[self.L]}
         return live
+
+    def structure(self):
+        return {**super().structure(), "output": self.output}
 
     def _label(self, l, name):
         group = dict(w="weights", u="recurrent", b="biases")[name]
@@ -176,15 +182,24 @@ class RNN(Layered):
         schedule = resolve(self._check_schedule(schedule))
         x = self._check_x(x)
         y = self._check_y(y, x.shape[0], x.shape[2])
-        tau, batch = x.shape[0], x.shape[2]
-        schedule.check(self.sizes, tau, batch, self.dtype)
-        p = self.plan(tau, batch)
+        tau, samples = x.shape[0], x.shape[2]
+        if self.comm is not None:  # this rank's share of the sequences
+            share = self.comm.share(samples)
+            x, y = x[..., share], y[..., share]
+        batch = x.shape[2]
+        schedule.check(self.sizes, tau, max(batch, 1), self.dtype)
+        p = self.plan(tau, max(batch, 1))
         controls = None if eta is None else self._controls
         if controls is not None:
-            controls.set_rate(eta / batch)
-        p.load(x, y)
-        p.forward()
-        self.stats = schedule.backward(p, controls)
+            controls.set_rate(eta / samples)
+        if not batch:  # an empty share adds zeros to the sums across ranks
+            p.reducer.add_zeros()
+        else:
+            p.load(x, y)
+            p.forward()
+            summed = contextlib.nullcontext() if p.reducer is None else p.reducer.pass_()
+            with summed:
+                self.stats = schedule.backward(p, controls)
         if controls is not None and not schedule.fused:
             for l in self.layer_numbers:
                 p.update(p.main, l, controls)

@@ -15,6 +15,7 @@ that a read before its write shows in the result.
 
 from ..backends import ops_numpy
 from ..core import plan
+from ..parallel.reducer import Reducer
 
 
 def flat(buffer):
@@ -51,6 +52,13 @@ class Plan(plan.Plan):
             self.nabla_b[l] = buffer(n[l])
         self.scratch = {l: self.make_scratch(n[l] * max(n[l - 1], n[l]), max(n[l], n[l - 1]))
                         for l in net.layer_numbers}
+        self.reducer = None  # with a communicator, the sums across ranks; the gradients are then its views
+        if net.comm is not None:
+            self.reducer = Reducer(self, net.comm, net.gradient_layout())
+            for l, views in self.reducer.views.items():
+                self.nabla_w[l], self.nabla_b[l] = views["w"], views["b"]
+                if "u" in views:
+                    self.nabla_u[l] = views["u"]
         self.cache = {}  # the extra buffers of the scan schedules, by kind (``scans``)
         self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
         self.allocated()
@@ -140,6 +148,8 @@ class Plan(plan.Plan):
         launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], delta, a_in)
         if l < self.L:
             launch(stream, f"nabla_u[{l}]", self._nabla_u, l)
+        if self.reducer is not None:
+            self.reducer.ready(stream, l)
         if controls is not None:
             self.update(stream, l, controls)
 

@@ -173,7 +173,10 @@ class CudaOps:
         self._elementwise("sgd_update_layer", w.size + b.size, w.dtype, args)
 
     def check_finite(self, controls, x, code):
-        """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0."""
+        """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0 (a strided view
+        is checked in a contiguous copy)."""
+        if not x.flags.c_contiguous:
+            x = x.copy()
         grid, block, options = launch.check_finite_launch(x.size)
         kernel = self._kernel("elementwise.cu", "check_finite", x.dtype, options)
         kernel(grid, block, (controls, x, np.int64(x.size), x.dtype.type(code)))

@@ -18,6 +18,7 @@ import numbers
 
 import numpy as np
 
+from ..core import capture
 from ..core.checks import check_batch
 from ..core.functions import COSTS, choose
 from ..core.network import Network
@@ -38,6 +39,8 @@ class GraphNet(Network):
         cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid ``Dense`` output).
         dtype, seed, backend: as for ``MLP``; parameters are drawn in node order, each layer's
             ``init`` from one ``numpy.random.default_rng(seed)``.
+        check_finite: check every gradient for NaN and Inf before the update and refuse it, as ``MLP``'s
+            does, naming the deepest bad one (nodes in reverse order, e.g. ``"nabla_w[h2]"``).
         comm: a ``parallel.Communicator`` to train data-parallel over its ranks, as ``MLP``'s.
 
     The shape: ``order`` (the nodes but the input, topologically), ``inputs``, ``consumers``, ``layer``
@@ -50,7 +53,8 @@ class GraphNet(Network):
     NOUN = "a GraphNet"
     SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
 
-    def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", comm=None):
+    def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", check_finite=False,
+                 comm=None):
         if isinstance(n_input, bool) or not isinstance(n_input, numbers.Integral) or n_input < 1:
             raise ValueError(f"n_input must be an integer width >= 1; got {n_input!r}")
         self.cost = choose("cost", cost, COSTS)
@@ -79,7 +83,7 @@ class GraphNet(Network):
         for v in self.order:
             self.level[v] = 1 + max(self.level[u] for u in self.inputs[v])
         self.depth = self.level[self.output]
-        super().__init__(dtype, backend)
+        super().__init__(dtype, backend, check_finite)
         xp, rng = self.backend.xp, np.random.default_rng(seed)
         self._params = {}
         for v in self.order:
@@ -125,15 +129,27 @@ class GraphNet(Network):
         self._pass(plan, schedule, solver, None)
         return self._handed_out(lambda: {v: plan.grads[v] for v in self.nodes})
 
-    def sgd_step(self, x, y, eta, schedule=None, solver=None):
-        """One SGD step: every parameter -= eta / B * its gradient; enqueued, not awaited."""
-        schedule = self._check_step(eta, schedule)
+    def sgd_step(self, x, y, eta, schedule=None, solver=None, graph=False):
+        """One SGD step: every parameter -= eta / B * its gradient; enqueued, not awaited. ``graph=True`` runs
+        it as a graph captured once per batch size and schedule, as ``MLP.sgd_step`` does (host streams only:
+        a DAG's layers allocate their outputs as they run, which a CUDA graph's capture refuses)."""
+        schedule = self._check_step(eta, schedule, graph)
         plan, samples = self._load(x, y)
         self._controls.set_rate(eta / samples)
-        self._pass(plan, schedule, solver, self._controls)
+        if graph:
+            capture.step(plan, schedule, self.check_finite, lambda: self._step(plan, schedule, solver))
+        else:
+            self._step(plan, schedule, solver)
+
+    def _step(self, plan, schedule, solver):
+        """What follows the copies of a step: the pass, the check of the gradients and the update."""
+        controls = self._controls
+        self._pass(plan, schedule, solver, controls)
+        if self.check_finite:
+            plan.check_gradients(controls)
         if not schedule.fused:  # the update after the join
             for v in self.nodes:
-                self.backend.launch(self.backend.main, f"update[{v}]", plan.update, v, self._controls)
+                self.backend.launch(self.backend.main, f"update[{v}]", plan.update, v, controls)
 
     def plan(self, batch):
         """The ``plan.Plan`` of this network at ``batch`` columns: made on first use, kept for its life."""

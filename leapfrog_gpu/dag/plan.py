@@ -224,6 +224,23 @@ class Plan(plan.Plan):
         if controls is not None:
             self.update(v, controls)
 
+    def check_gradients(self, controls):
+        """Enqueue on the main stream the check of every node's gradients for NaN and Inf, nodes in reverse
+        order (the deepest first), which leaves the refusal code of the first bad one in ``controls``."""
+        codes = [(v, name, controls.code(f"nabla_{name}[{v}]")) for v in reversed(self.order)
+                 for name in self.params[v]]
+        self.backend.launch(self.main, "check_finite", self._check, controls.array, codes)
+
+    def _check(self, controls, codes):
+        for v, name, code in codes:
+            self.backend.ops.check_finite(controls, self.grads[v][name], code)
+
+    def capture_refusal(self, schedule):
+        if self.backend.name == "cupy":
+            return ("a DAG's layers allocate their outputs as they run, which a CUDA graph's capture refuses; use "
+                    "graph=False")
+        return None
+
     def update(self, v, controls):
         """Node v's parameters -= eta / B * their gradients, by ``controls``: run on a stream."""
         for name in self.net.layer[v].params:

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ..core import parameters
+from ..core import capture, parameters
 from ..core.checks import all_finite, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
@@ -52,6 +52,9 @@ class RNN(Layered):
         backend: ``"auto"``, ``"numpy"``, ``"cupy"``, or a backend object (then not closed by this network).
         output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
         recurrent_norm: the spectral norm of each u^l at initialisation, >= 0 (``RECURRENT_NORM``).
+        check_finite: check every delta and gradient for NaN and Inf before the update and refuse it, as
+            ``MLP``'s does, naming the deepest bad array: deepest layer first, each layer's deltas from the
+            last time step back (``"delta[3] at t = 17"``), then its gradients.
         comm: a ``parallel.Communicator`` to train data-parallel over its ranks, as ``MLP``'s: each rank
             computes on its share of every batch's sequences and the gradients are summed across ranks.
 
@@ -65,13 +68,14 @@ class RNN(Layered):
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
-                 backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, comm=None):
+                 backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, check_finite=False,
+                 comm=None):
         self.output = choose("output", output, OUTPUTS)
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
-        super().__init__(sizes, activation, cost, output_activation, dtype, backend, least=3, example="[8, 32, 10]",
-                         layers="input, a recurrent layer, output")
+        super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,
+                         example="[8, 32, 10]", layers="input, a recurrent layer, output")
         rng = np.random.default_rng(seed)
         self._draw(rng)
         xp, self._u = self.backend.xp, {}
@@ -141,13 +145,15 @@ class RNN(Layered):
         k = self.L - 1
         return copies[:k], copies[k:2 * k], copies[2 * k:]
 
-    def sgd_step(self, x, y, eta, schedule=None):
+    def sgd_step(self, x, y, eta, schedule=None, graph=False):
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and u, b alike), enqueued, not awaited.
 
         ``x`` and ``y`` are copied before this returns; reading a parameter (or ``synchronize()``) waits
-        for the step."""
-        schedule = self._check_step(eta, schedule)
-        self._start(x, y, schedule, eta)
+        for the step. ``graph=True`` runs the step as a graph captured once per (tau, B) and schedule, as
+        ``MLP.sgd_step`` does (host streams only: on a GPU the recurrence runs on cupy.matmul, which CuPy
+        refuses during a capture)."""
+        schedule = self._check_step(eta, schedule, graph)
+        self._start(x, y, schedule, eta, graph)
 
     def time_backward(self, x, y, schedules, repeats=5):
         """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
@@ -177,8 +183,9 @@ class RNN(Layered):
             results[name] = {"median_s": statistics.median(measured), **resolved[name].stats}
         return {name: results[name] for name in schedules}
 
-    def _start(self, x, y, schedule, eta):
-        """Validate, copy the batch in, enqueue forward and backward (and the update for ``eta``); return the plan."""
+    def _start(self, x, y, schedule, eta, graph=False):
+        """Validate, copy the batch in, enqueue forward and backward (and, given ``eta``, the check of the
+        gradients and the update, as a graph with ``graph``); return the plan."""
         schedule = resolve(self._check_schedule(schedule))
         x = self._check_x(x)
         y = self._check_y(y, x.shape[0], x.shape[2])
@@ -192,18 +199,29 @@ class RNN(Layered):
         controls = None if eta is None else self._controls
         if controls is not None:
             controls.set_rate(eta / samples)
-        if not batch:  # an empty share adds zeros to the sums across ranks
+        p.load(x, y)
+        if graph:
+            capture.step(p, schedule, self.check_finite, lambda: self._step(p, schedule, controls))
+        else:
+            self._step(p, schedule, controls)
+        return p
+
+    def _step(self, p, schedule, controls):
+        """Enqueue what follows the copies: forward and backward (an empty share adds zeros to the sums
+        across ranks), then, given ``controls``, the check of the gradients and the update."""
+        if p.empty:
             p.reducer.add_zeros()
         else:
-            p.load(x, y)
             p.forward()
-            summed = contextlib.nullcontext() if p.reducer is None else p.reducer.pass_()
-            with summed:
+            with contextlib.nullcontext() if p.reducer is None else p.reducer.pass_():
                 self.stats = schedule.backward(p, controls)
-        if controls is not None and not schedule.fused:
+        if controls is None:
+            return
+        if self.check_finite:
+            p.check_gradients(controls)
+        if not schedule.fused:
             for l in self.layer_numbers:
                 p.update(p.main, l, controls)
-        return p
 
     def plan(self, tau, batch):
         """The ``plan.Plan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,

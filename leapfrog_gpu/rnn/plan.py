@@ -60,13 +60,19 @@ class Plan(plan.Plan):
                 if "u" in views:
                     self.nabla_u[l] = views["u"]
         self.cache = {}  # the extra buffers of the scan schedules, by kind (``scans``)
+        self.empty = False
         self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
         self.allocated()
 
     # -- the forward pass -----------------------------------------------------------------------------
 
     def load(self, x, y):
-        """Copy ``x`` (tau, n_1, B) and ``y`` ((n_L, B), or (tau, n_L, B)) into a^1 and y, on the main stream."""
+        """Copy ``x`` (tau, n_1, B) and ``y`` ((n_L, B), or (tau, n_L, B)) into a^1 and y, on the main stream.
+        A batch of no sequence (this rank's empty share, data-parallel) copies nothing and marks the plan
+        ``empty``."""
+        self.empty = not x.shape[2]
+        if self.empty:
+            return
         self.backend.copy_in(self.main, self.a[1], x.transpose(1, 0, 2))
         if y is not None:
             self.backend.copy_in(self.main, self.y, y[:, None, :] if y.ndim == 2 else y.transpose(1, 0, 2))
@@ -163,6 +169,27 @@ class Plan(plan.Plan):
         earlier = self.a[l][:, :-1].reshape(n, -1)
         self.xp.matmul(later, earlier.T, out=self.nabla_u[l])
 
+    def check_gradients(self, controls):
+        """Enqueue on the main stream the check of every delta and gradient for NaN and Inf, which leaves the
+        refusal code of the first bad one in ``controls``: deepest layer first; in each layer its deltas from
+        the last time step back, the order BPTT computes them in, then nabla_w, nabla_u, nabla_b."""
+        check, checks, array = self.backend.ops.check_finite, [], controls.array
+        for l in range(self.L, 1, -1):
+            delta, steps = self.delta[l], self.tau if l < self.L or self.outputs == self.tau else 1
+            for i in range(delta.shape[1] - 1, -1, -1):
+                t = i + 1 if steps == self.tau else self.tau
+                checks.append((check, array, delta[:, i], controls.code(f"delta[{l}] at t = {t}")))
+            for name, gradients in (("nabla_w", self.nabla_w), ("nabla_u", self.nabla_u), ("nabla_b", self.nabla_b)):
+                if l in gradients:
+                    checks.append((check, array, gradients[l], controls.code(f"{name}[{l}]")))
+        self.backend.launch(self.main, "check_finite", _calls, checks)
+
+    def capture_refusal(self, schedule):
+        if self.backend.name == "cupy":
+            return ("the recurrent pass runs its products as cupy.matmul calls (cuBLAS), which CuPy refuses during "
+                    "stream capture; use graph=False")
+        return None
+
     def update(self, stream, l, controls):
         """Enqueue w^l -= eta/B nabla_w^l (and u^l, b^l alike) on ``stream``."""
         self.backend.launch(stream, f"update[{l}]", self._update_layer, l, controls.array)
@@ -174,3 +201,8 @@ class Plan(plan.Plan):
             ops.sgd_update(self.u[l], self.nabla_u[l], controls, scratch)
         ops.sgd_update(self.b[l], self.nabla_b[l], controls, scratch)
 
+
+def _calls(calls):
+    """Run each ``(op, *args)`` of ``calls`` in turn: the ops of one launch."""
+    for op, *args in calls:
+        op(*args)

@@ -37,6 +37,19 @@ def cupy_without_gpu(monkeypatch):
     return cupy
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which resolves -n auto
+def pytest_cmdline_main(config):
+    """``python -m pytest`` runs on every core: ``-n auto --dist loadfile`` where pytest-xdist is installed and
+    neither ``-n`` nor ``--dist`` is given (``-n 0``: one process). Without pytest-xdist, or with
+    ``-p no:xdist``, the tests run in this process; in pyproject's ``addopts``, ``-n`` would be an unknown
+    option wherever pytest-xdist is missing (a GPU machine with pytest alone: profiling/device_check.sh)."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):  # a worker: never again
+        return
+    if config.option.numprocesses is None and config.option.dist == "no" and not config.option.distload:
+        config.option.numprocesses = "auto"
+        config.option.dist = "loadfile"
+
+
 def pytest_terminal_summary(terminalreporter):
     """``skipped by reason: 1032 no usable GPU: ...; 2 the PyTorch anchor needs torch ...``, most first."""
     reasons = collections.Counter()

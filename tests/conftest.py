@@ -1,6 +1,7 @@
 """Shared fixtures and hooks: the backends a test body runs on, the GPU half skipped with one reason that
 says why, the CuPy stand-in (``tests/fake_cupy``) under each order in which it interleaves its queues,
-and a last line that counts the skipped tests by reason. Shared helpers live in ``helpers.py``."""
+a last line that counts the skipped tests by reason, and pytest-xdist's workers by default on a machine
+without a GPU. Shared helpers live in ``helpers.py``."""
 
 import collections
 import sys
@@ -8,6 +9,7 @@ import sys
 import pytest
 
 import no_gpu_cupy
+from leapfrog_gpu.backends import cuda_status
 
 pytest.register_assert_rewrite("helpers")  # its asserts explain themselves as a test module's do
 from helpers import STANDIN_ORDERS, gpu, install_standin  # noqa: E402
@@ -35,6 +37,22 @@ def cupy_without_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(backends, "_said", set())
     return cupy
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which resolves -n auto
+def pytest_cmdline_main(config):
+    """``python -m pytest`` runs on every core: ``-n auto --dist loadfile`` where pytest-xdist is installed and
+    neither ``-n`` nor ``--dist`` is given (``-n 0``: one process). Not where a GPU is usable: the GPU tests
+    share its one device and run in one process, in the order given (profiling/device_check.sh), unless
+    ``-n`` says otherwise. Without pytest-xdist, or with ``-p no:xdist``, the tests run in this process; in
+    pyproject's ``addopts``, ``-n`` would be an unknown option wherever pytest-xdist is missing (a GPU machine
+    with pytest alone)."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):  # a worker: never again
+        return
+    if config.option.numprocesses is None and config.option.dist == "no" and not config.option.distload \
+            and not cuda_status().usable:
+        config.option.numprocesses = "auto"
+        config.option.dist = "loadfile"
 
 
 def pytest_terminal_summary(terminalreporter):

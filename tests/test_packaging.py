@@ -1,6 +1,7 @@
 """The kernels/ folder and the digits' split are found from a checkout and from an installed wheel,
 and an installed copy gives install hints for an installed package."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,9 +16,21 @@ def test_checkout_finds_every_kernel():
     assert {path.name for path in kernel_files()} == {path.name for path in (ROOT / "kernels").glob("*.cu")}
 
 
+def source_copy(destination):
+    """The checkout without what builds and runs leave in it (build/, *.egg-info, caches, virtual
+    environments, dot-folders), copied to ``destination``: a build writes build/ and the egg-info there,
+    not into the checkout, where tests running beside this one read them."""
+    def ignored(folder, names):
+        return {name for name in names if name.startswith(".") or name in ("build", "dist", "__pycache__")
+                or name.endswith(".egg-info") or (Path(folder) / name / "pyvenv.cfg").exists()}
+
+    return shutil.copytree(ROOT, destination, ignore=ignored)
+
+
 def test_wheel_ships_the_kernels_and_finds_them_installed(tmp_path):
+    source = source_copy(tmp_path / "source")
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, ROOT],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, source],
         capture_output=True, text=True, timeout=300,
     )
     assert build.returncode == 0, build.stderr

@@ -24,8 +24,13 @@ SELECTION = {  # test: its reason to skip here, or None where it runs
 }
 
 
-def test_the_run_ends_with_the_skips_counted_by_reason():
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SELECTION],
+@pytest.mark.parametrize("processes", [["-p", "no:xdist"], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_the_run_ends_with_the_skips_counted_by_reason(processes, request):
+    """In one process, and under pytest-xdist, whose workers send their reports to the process that
+    prints the summary."""
+    if "-n" in processes and not request.config.pluginmanager.hasplugin("xdist"):
+        pytest.skip("needs pytest-xdist (the test extra)")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *processes, *SELECTION],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -42,7 +47,8 @@ def test_the_run_ends_with_the_skips_counted_by_reason():
 @pytest.mark.skipif(cuda_available(), reason="with a usable GPU the tests that need one run")
 def test_without_a_gpu_every_gpu_test_is_skipped_for_one_reason():
     """One line of the summary for the GPU that is absent, whichever module a GPU test is in."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-m", "gpu"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     skipped = int(re.search(r"(\d+) skipped", done.stdout.splitlines()[-1]).group(1))

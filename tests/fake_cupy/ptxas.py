@@ -15,6 +15,7 @@ and dynamic shared memory, the most a kernel may use without opting in
 import hashlib
 import json
 import math
+import os
 import re
 
 import cuda_cpu
@@ -46,7 +47,7 @@ def resources(code, options):
         return json.loads(path.read_text())
     report = _report(_compile(code, flags))
     cuda_cpu.CACHE.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{id(report)}.tmp")
+    partial = path.with_suffix(f".{os.getpid()}-{id(report)}.tmp")  # the cache is shared by processes
     partial.write_text(json.dumps(report))
     partial.replace(path)
     return report

@@ -16,6 +16,7 @@ from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
 from leapfrog_gpu.backends import host_blas, ops_numpy
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core.checks import BLAS_THREADS
 
 SIZES = [6, 9, 7, 5, 4]
 
@@ -123,6 +124,54 @@ def test_blas_threads_are_set_and_restored():
     with NumpyBackend(blas_threads=1):
         assert set(blas_threads()) == {1}
     assert blas_threads() == before
+
+
+def test_blas_threads_of_backends_closed_in_any_order():
+    """The newest open backend's setting holds; closing one that is not the newest keeps it; the threads
+    from before come back when the last one closes, in either order."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    host_blas.load()
+
+    def blas_threads():
+        return {info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("no BLAS library found by threadpoolctl")
+    with threadpoolctl.threadpool_limits(3, user_api="blas"):  # threads from before that neither backend sets
+        for last in ("first", "second"):
+            first, second = NumpyBackend(blas_threads=1), None
+            try:
+                assert blas_threads() == {1}
+                second = NumpyBackend(blas_threads=2)
+                assert blas_threads() == {2}
+                closing = (first, second) if last == "second" else (second, first)
+                closing[0].close()
+                assert blas_threads() == {2 if last == "second" else 1}
+                closing[1].close()
+                closing[1].close()  # twice: nothing more
+                assert blas_threads() == {3}
+            finally:
+                first.close()
+                if second is not None:
+                    second.close()
+
+
+def test_a_network_that_makes_its_backend_runs_one_blas_thread_per_stream():
+    """As leapfrog-train's default: a backend made by name gets ``BLAS_THREADS``; one given is left as it is."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    host_blas.load()
+
+    def blas_threads():
+        return {info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("no BLAS library found by threadpoolctl")
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        with MLP(SIZES, backend="numpy"):
+            assert blas_threads() == {BLAS_THREADS} == {1}
+        assert blas_threads() == {2}
+        with NumpyBackend() as backend, MLP(SIZES, backend=backend):
+            assert blas_threads() == {2}
 
 
 def test_blas_threads_reach_the_products_blas_in_a_fresh_process():

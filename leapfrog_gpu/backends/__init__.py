@@ -52,14 +52,9 @@ def cuda_available():
     return cuda_status().usable
 
 
-def get_backend(name="auto", **options):
-    """A backend by name: ``"numpy"``, ``"cupy"``, or ``"auto"`` (CuPy when a GPU is usable).
-
-    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...), or to ``CupyBackend``
-    (``chain``). The choice is logged on the ``leapfrog_gpu`` logger and shown by the backend's repr;
-    when CuPy is installed but cannot run, ``"auto"`` says why once, as a warning (printed on stderr
-    unless logging is configured).
-    """
+def resolve(name):
+    """``"numpy"`` or ``"cupy"``: the backend that ``name`` (one of ``BACKENDS``) stands for here; for
+    ``"auto"``, CuPy when a GPU is usable, the choice logged and a fallback's reason warned once."""
     if not isinstance(name, str):
         raise TypeError(f"backend must be a string, one of {', '.join(map(repr, BACKENDS))}; got {name!r}")
     if name not in BACKENDS:
@@ -71,6 +66,18 @@ def get_backend(name="auto", **options):
         if status.installed and not status.usable and status.why not in _said:
             _said.add(status.why)
             log.warning("backend 'auto' runs on numpy: %s", status.why)
+    return name
+
+
+def get_backend(name="auto", **options):
+    """A backend by name: ``"numpy"``, ``"cupy"``, or ``"auto"`` (CuPy when a GPU is usable).
+
+    ``options`` go to ``NumpyBackend`` (``mode``, ``blas_threads``, ...), or to ``CupyBackend``
+    (``chain``). The choice is logged on the ``leapfrog_gpu`` logger and shown by the backend's repr;
+    when CuPy is installed but cannot run, ``"auto"`` says why once, as a warning (printed on stderr
+    unless logging is configured).
+    """
+    name = resolve(name)
     if name == "numpy":
         return NumpyBackend(**options)
     if set(options) - {"chain"}:

@@ -28,9 +28,8 @@ import threading
 import time
 
 import numpy as np
-import threadpoolctl
 
-from . import annotate, host_blas, ops_numpy
+from . import annotate, blas_limits, host_blas, ops_numpy
 from .host_graph import CaptureError, HostCapture
 from .host_streams import HostEvent, HostStream, Item
 
@@ -43,8 +42,8 @@ class NumpyBackend:
 
     Args:
         mode: one of ``MODES`` (see the module docstring).
-        blas_threads: BLAS threads for the life of the backend (process-wide, set with threadpoolctl
-            and restored on ``close()``); ``None`` leaves BLAS as it is.
+        blas_threads: BLAS threads for the life of the backend (process-wide: ``blas_limits``, given back
+            on ``close()``); ``None`` leaves BLAS as it is.
         order: interleaving of the ``deferred`` mode, one of ``ORDERS``.
         seed: seed of the ``random`` order.
         trace: keep ``self.trace``, a list of ``(stream, what, name)`` in execution order, where what
@@ -81,7 +80,7 @@ class NumpyBackend:
         self._error = None
         self._closed = False
         host_blas.load()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
-        self._limiter = None if blas_threads is None else threadpoolctl.threadpool_limits(blas_threads, user_api="blas")
+        self._blas = None if blas_threads is None else blas_limits.hold(blas_threads)
         self._streams = []
         self.main = self._new_stream("main")
         self._workers = []
@@ -238,8 +237,8 @@ class NumpyBackend:
             for stream in self._streams:
                 stream.thread.join()
         self._closed = True
-        if self._limiter is not None:
-            self._limiter.restore_original_limits()
+        if self._blas is not None:
+            blas_limits.release(self._blas)
 
     @property
     def closed(self):

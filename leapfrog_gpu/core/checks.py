@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from ..backends import get_backend
+from ..backends import get_backend, resolve
 from .functions import DTYPES
 
 MEMORY_LIMIT = 2**30
@@ -96,11 +96,18 @@ def check_memory_limit(memory_limit):
     return int(memory_limit)
 
 
+BLAS_THREADS = 1
+"""The BLAS threads of a NumPy backend that a network makes for itself, as ``leapfrog-train``'s default: one
+per host stream, so that k streams do not each start as many BLAS threads as there are cores."""
+
+
 def open_backend(backend):
-    """``(backend, owned)``: a backend made by name (``"auto"``, ``"numpy"``, ``"cupy"``), which the network
-    then owns and closes, or a backend object given, which it does not; a TypeError for anything else."""
+    """``(backend, owned)``: a backend made by name (``"auto"``, ``"numpy"``, ``"cupy"``; NumPy's with
+    ``BLAS_THREADS``), which the network then owns and closes, or a backend object given, which it does
+    not; a TypeError for anything else."""
     if isinstance(backend, str):
-        return get_backend(backend), True
+        name = resolve(backend)
+        return get_backend(name, **({"blas_threads": BLAS_THREADS} if name == "numpy" else {})), True
     if hasattr(backend, "launch") and hasattr(backend, "xp"):
         return backend, False
     raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")

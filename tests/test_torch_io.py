@@ -165,13 +165,14 @@ def test_from_torch_converts_to_the_dtype_asked_for(torch):
 
 def test_the_conversions_share_memory_only_with_what_they_are_handed(torch):
     """DLPack in both directions on the CPU: no copy between a NumPy array and a CPU tensor."""
-    from leapfrog_gpu.mlp import torch_io
+    from leapfrog_gpu.core.torch_io import as_arrays
+    from leapfrog_gpu.mlp.torch_io import to_module
 
     w, b = np.ones((2, 3)), np.zeros(2)
-    module = torch_io.to_module([w], [b], "sigmoid", "identity")
+    module = to_module([w], [b], "sigmoid", "identity")
     w[0, 0] = 7.0
     assert module[0].weight[0, 0].item() == 7.0
-    (weights,), (biases,) = torch_io.as_arrays(([module[0].weight.detach()], [module[0].bias.detach()]), np)
+    (weights,), (biases,) = as_arrays(([module[0].weight.detach()], [module[0].bias.detach()]), np)
     assert np.shares_memory(weights, w) and np.shares_memory(biases, b)
 
 

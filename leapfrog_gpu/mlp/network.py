@@ -15,6 +15,7 @@ from ..core import capture, parameters
 from ..core.checks import check_batch
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
+from ..core.torch_io import loaded
 from . import torch_io
 from .naumov import NaumovJacobi, NaumovScan
 from .plan import Plan
@@ -92,14 +93,8 @@ class MLP(Layered):
         parameters read from it, copied into the network's own buffers (training it never writes the module).
         ``dtype`` defaults to the module's; ``options`` are the other arguments of ``MLP``."""
         sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
-        net = cls(sizes, activation, cost, dtype or found, backend=backend, output_activation=output_activation,
-                  **options)
-        try:
-            net.set_parameters(*torch_io.as_arrays(tensors, net.backend.xp))
-        except BaseException:
-            net.close()
-            raise
-        return net
+        return loaded(cls(sizes, activation, cost, dtype or found, backend=backend,
+                          output_activation=output_activation, **options), tensors)
 
     # -- public passes ------------------------------------------------------------------------------
 

@@ -1,0 +1,93 @@
+"""PyTorch in and out, what the bridges of ``MLP``, ``RNN`` and ``GraphNet`` share: torch imported when
+asked for, arrays and tensors crossing between the two, and a dense layer's ``Linear`` and activation
+modules, made and read.
+
+torch is an optional extra: each function imports it when called, and without it raises an ImportError
+that says ``pip install 'leapfrog_gpu[torch]'``.
+
+Memory. Arrays and tensors cross through DLPack, sharing their memory, where both sides are on the same
+device (a NumPy array and a CPU tensor, a CuPy array and a CUDA tensor), and through the host, as a copy,
+otherwise. Neither direction leaves a network's live parameters and a module's tensors sharing memory: a
+network's ``to_torch`` makes its module from the copies that ``weights`` or ``parameters()`` hand out, so
+the module owns parameters that later steps do not change (and training the module leaves the network as
+it was); what ``as_arrays`` returns does share the module's memory, and ``loaded`` copies it into the
+network's own buffers (``set_parameters``), so that training the network never writes the user's module.
+"""
+
+import numpy as np
+
+MODULES = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "ReLU"}
+"""The ``torch.nn`` module of each activation; ``"identity"`` has none (or ``nn.Identity``)."""
+
+
+def import_torch():
+    """``torch``, or an ImportError that names the extra to install."""
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError("PyTorch is not installed; it is an optional extra of leapfrog_gpu: "
+                          "pip install 'leapfrog_gpu[torch]'") from error
+    return torch
+
+
+def parameter(array):
+    """``array`` as a ``torch.nn.Parameter``: its memory through DLPack where torch reaches its device, else
+    a CPU copy."""
+    torch = import_torch()
+    if isinstance(array, np.ndarray) or hasattr(array, "__dlpack__") and torch.cuda.is_available():
+        return torch.nn.Parameter(torch.from_dlpack(array))
+    return torch.nn.Parameter(torch.from_numpy(array.get()))
+
+
+def dense(w, b, activation):
+    """The modules of z = w a + b, a = sigma(z) on rows: a ``Linear`` holding w (n, m) as its weight and
+    b (n,) as its bias (their memory, see ``parameter``), then ``activation``'s module (none for
+    ``"identity"``), as a list."""
+    torch = import_torch()
+    linear = torch.nn.Linear(w.shape[1], w.shape[0], device="meta")  # no memory, no initialization
+    linear.weight, linear.bias = parameter(w), parameter(b)
+    return [linear] if activation == "identity" else [linear, getattr(torch.nn, MODULES[activation])()]
+
+
+def activation_of(module):
+    """The name of the activation that ``module`` computes (``Sigmoid``: ``"sigmoid"``, ...), or None for
+    a module of any other type."""
+    torch = import_torch()
+    return {getattr(torch.nn, kind): name for name, kind in MODULES.items()}.get(type(module))
+
+
+def linear_parameters(linear):
+    """``(w, b)`` of a ``torch.nn.Linear``: its weight (n, m) and bias (n,), detached (sharing its memory);
+    zeros for a Linear without a bias."""
+    torch = import_torch()
+    w = linear.weight.detach()
+    b = torch.zeros(w.shape[0], dtype=w.dtype, device=w.device) if linear.bias is None else linear.bias.detach()
+    return w, b
+
+
+def as_arrays(tensors, xp):
+    """Lists of tensors as arrays that the backend of ``xp`` reads: their memory through DLPack on the same
+    device (CPU tensors as NumPy arrays, CUDA ones as CuPy arrays when ``xp`` is CuPy), else a host copy."""
+    torch = import_torch()
+    return [[_array(torch, tensor, xp) for tensor in group] for group in tensors]
+
+
+def loaded(net, tensors):
+    """``net``, given ``tensors`` (lists of tensors in the order of its ``set_parameters``) as parameters,
+    copied into its own buffers; closed before the error is raised when it refuses them."""
+    try:
+        net.set_parameters(*as_arrays(tensors, net.backend.xp))
+    except BaseException:
+        net.close()
+        raise
+    return net
+
+
+def _array(torch, tensor, xp):
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()  # exact; NumPy has no bfloat16
+    if tensor.device.type != "cpu":
+        if xp is not np:
+            return xp.from_dlpack(tensor)
+        tensor = tensor.cpu()
+    return np.from_dlpack(tensor)

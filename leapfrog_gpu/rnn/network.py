@@ -25,6 +25,8 @@ from ..core.checks import all_finite, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
+from ..core.torch_io import loaded
+from . import torch_io
 from .plan import Plan
 from .scans import NaumovRNN, TimeScan
 from .schedules import BPTT, Wavefront, resolve
@@ -122,6 +124,30 @@ class RNN(Layered):
         group = dict(w="weights", u="recurrent", b="biases")[name]
         first = self.hidden[0] if name == "u" else 2
         return f"{group}[{l - first}] ({name}^{l})"
+
+    def to_torch(self):
+        """A ``torch.fx.GraphModule`` computing ``feedforward`` in torch's layout: for x (tau, n_1, B) as a tensor,
+        ``module(x.permute(0, 2, 1))`` gives a^{L,tau} as (B, n_L) for ``output="last"`` and every a^{L,t} as
+        (tau, B, n_L) for ``"every"``. One ``torch.nn.RNN`` per recurrent layer l
+        (``weight_ih_l0`` w^l, ``weight_hh_l0`` u^l, ``bias_ih_l0`` b^l, ``bias_hh_l0`` zeros), then the output
+        ``Linear`` and its activation (``leapfrog_gpu.rnn.torch_io``). Its parameters are a copy, as they are
+        once the enqueued steps have run: later steps do not change them, and training the module does not
+        change the network. A ValueError for ``activation="sigmoid"``, which ``torch.nn.RNN`` does not have."""
+        return torch_io.to_module(self.weights, self.recurrent, self.biases, self.activation,
+                                  self.output_activation, self.output)
+
+    @classmethod
+    def from_torch(cls, module, cost="quadratic", output="last", backend="auto", dtype=None, **options):
+        """A network computing ``module``, read as ``to_torch`` writes it: its ``torch.nn.RNN`` modules (tanh
+        or relu, one or more layers each; ``bias_ih + bias_hh`` summed into b^l), then its output ``Linear``
+        and at most one activation, in the order the module registers them. A module does not say where its
+        output layer is applied: ``output`` does, as for ``RNN``. Parameters are copied into the network's
+        own buffers (training it never writes the module); ``dtype`` defaults to the module's; ``options``
+        are the other arguments of ``RNN``. What an RNN cannot compute is refused, each with its reason
+        (``leapfrog_gpu.rnn.torch_io.read_module``)."""
+        sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
+        return loaded(cls(sizes, activation, cost, output, dtype or found, backend=backend,
+                          output_activation=output_activation, **options), tensors)
 
     # -- public passes --------------------------------------------------------------------------------
 

@@ -1,0 +1,133 @@
+"""PyTorch in and out: a recurrent network as a ``torch.fx.GraphModule`` of ``torch.nn.RNN`` layers and
+its output layer, and such a module read back.
+
+The functions take and return widths, activation names and arrays (``RNN.to_torch`` and ``RNN.from_torch``
+call them); torch, the crossing of arrays and tensors and who shares whose memory are
+``leapfrog_gpu.core.torch_io``'s.
+
+Shapes. The recurrent layer l is a one-layer ``torch.nn.RNN(n_{l-1}, n_l)``: ``weight_ih_l0`` is w^l
+(n_l, n_{l-1}), ``weight_hh_l0`` is u^l (n_l, n_l), and ``bias_ih_l0 + bias_hh_l0`` is b^l (n_l,), with
+zeros starting its state as a^{l,0} = 0. The output layer is a ``Linear`` holding w^L and b^L and its
+activation. The network stores a batch of sequences as x (tau, n_1, B); ``nn.RNN`` takes (tau, B, n_1), so
+``module(torch.from_numpy(x).permute(0, 2, 1))`` computes ``feedforward(x)``, as (B, n_L) for
+``output="last"`` (its ``.T``) and (tau, B, n_L) for ``"every"`` (its ``.permute(0, 2, 1)``).
+
+``nn.RNN`` has the nonlinearities tanh and relu; an RNN with sigmoid recurrent layers has no such module
+and ``to_module`` refuses it.
+"""
+
+import operator
+
+from ..core import torch_io
+
+NONLINEARITIES = ("tanh", "relu")
+"""The activations of the recurrent layers that ``torch.nn.RNN`` computes."""
+
+
+def to_module(weights, recurrent, biases, activation, output_activation, output):
+    """A ``torch.fx.GraphModule`` named ``RNNModule``: ``layer<l>``, a ``torch.nn.RNN`` holding
+    ``weights[l - 2]``, ``recurrent[l - 2]`` and ``biases[l - 2]`` (in ``bias_ih_l0``; ``bias_hh_l0`` zeros)
+    for each recurrent layer l = 2..L-1 in turn, then ``layer<L>``, a ``torch.nn.Sequential`` of the output
+    ``Linear`` and its activation, at the last step (``output="last"``) or every step (``"every"``). The
+    parameters share the arrays' memory where DLPack allows, so pass arrays that nothing else writes."""
+    torch = torch_io.import_torch()
+    if activation not in NONLINEARITIES:
+        raise ValueError(f"torch.nn.RNN has no {activation} nonlinearity (it has {' and '.join(NONLINEARITIES)}): "
+                         f"an RNN with activation={activation!r} cannot be written as torch.nn.RNN layers")
+    graph, modules = torch.fx.Graph(), {}
+    a = graph.placeholder("x")
+    for l, (w, u, b) in enumerate(zip(weights, recurrent, biases), start=2):
+        modules[f"layer{l}"] = _recurrent_layer(torch, w, u, b, activation)
+        a = graph.call_function(operator.getitem, (graph.call_module(f"layer{l}", (a,)), 0))  # every a^{l,t}
+    if output == "last":
+        a = graph.call_function(operator.getitem, (a, -1))
+    L = len(weights) + 1
+    modules[f"layer{L}"] = torch.nn.Sequential(*torch_io.dense(weights[-1], biases[-1], output_activation))
+    graph.output(graph.call_module(f"layer{L}", (a,)))
+    return torch.fx.GraphModule(modules, graph, class_name="RNNModule")
+
+
+def _recurrent_layer(torch, w, u, b, activation):
+    rnn = torch.nn.RNN(w.shape[1], w.shape[0], nonlinearity=activation, device="meta")  # no memory
+    rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0 = (torch_io.parameter(p) for p in (w, u, b))
+    rnn.bias_hh_l0 = torch.nn.Parameter(torch.zeros_like(rnn.bias_ih_l0.detach()))
+    rnn.flatten_parameters()  # cuDNN's one buffer on a GPU; nothing on the CPU
+    return rnn
+
+
+def read_module(module):
+    """``(sizes, activation, output_activation, dtype, (weights, recurrent, biases))`` of a module whose
+    modules, in the order it registers them (containers opened, ``Identity`` passed over), are one or more
+    ``torch.nn.RNN`` of one nonlinearity (each of one or more layers: w^l from ``weight_ih_l<k>``, u^l from
+    ``weight_hh_l<k>``, b^l the sum ``bias_ih_l<k> + bias_hh_l<k>``, zeros with ``bias=False``), then the
+    output ``Linear`` (its bias zeros when it has none), then at most one ``Sigmoid``, ``Tanh`` or ``ReLU``:
+    what ``to_module`` makes, or a module of one's own laid out alike. ``batch_first`` is read past: it
+    changes the module's layout of x, not its function. The weights and recurrent weights are the module's
+    tensors, detached (sharing its memory); the biases are new tensors. ``dtype`` is the weights' dtype name.
+
+    Raises TypeError for anything but a module, or a module of another type in it (a GRU or LSTM among
+    them), and ValueError for what an RNN cannot compute: a bidirectional RNN, dropout between layers, mixed
+    nonlinearities, modules out of that order, widths that do not chain.
+    """
+    torch = torch_io.import_torch()
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"from_torch reads a torch.nn.Module of torch.nn.RNN, Linear and activation modules; "
+                        f"got {type(module).__name__}")
+    rnns, linear, activation = [], None, "identity"
+    for name, part in module.named_modules():
+        where = f"module.{name} ({type(part).__name__})" if name else f"the module ({type(part).__name__})"
+        if any(part.children()) or isinstance(part, torch.nn.Identity):
+            continue
+        if isinstance(part, torch.nn.RNN):
+            if linear is not None:
+                raise ValueError(f"{where} comes after the output Linear: an RNN's recurrent layers come first")
+            rnns.append((where, _checked(part, where)))
+        elif isinstance(part, torch.nn.Linear):
+            if linear is not None or not rnns:
+                raise ValueError(f"{where} is not one output Linear after the recurrent layers: from_torch reads "
+                                 "torch.nn.RNN modules, then one Linear, then at most one activation")
+            linear = part
+        elif torch_io.activation_of(part) is not None:
+            if linear is None or activation != "identity":
+                raise ValueError(f"{where} must follow the output Linear, alone: the recurrent layers' activation "
+                                 "is their nonlinearity")
+            activation = torch_io.activation_of(part)
+        else:
+            raise TypeError(f"{where}: from_torch reads torch.nn.RNN, Linear, Sigmoid, Tanh, ReLU and Identity "
+                            "modules" + (": an RNN's layers have no gates" if isinstance(part, torch.nn.RNNBase) else ""))
+    if linear is None:
+        raise ValueError("the module holds no torch.nn.RNN followed by a Linear: from_torch needs both")
+    nonlinearity = rnns[0][1].nonlinearity
+    for where, rnn in rnns:
+        if rnn.nonlinearity != nonlinearity:
+            raise ValueError(f"the recurrent layers must share one nonlinearity; {rnns[0][0]} has "
+                             f"{nonlinearity!r}, {where} {rnn.nonlinearity!r}")
+    weights, recurrent, biases = [], [], []
+    for where, rnn in rnns:
+        for k in range(rnn.num_layers):
+            w, u = (getattr(rnn, f"weight_{kind}_l{k}").detach() for kind in ("ih", "hh"))
+            weights.append(w)
+            recurrent.append(u)
+            biases.append(getattr(rnn, f"bias_ih_l{k}").detach() + getattr(rnn, f"bias_hh_l{k}").detach()
+                          if rnn.bias else torch.zeros(w.shape[0], dtype=w.dtype, device=w.device))
+    w, b = torch_io.linear_parameters(linear)
+    weights.append(w)
+    biases.append(b)
+    sizes = [weights[0].shape[1]] + [w.shape[0] for w in weights]
+    for l, w in enumerate(weights[1:], start=3):
+        if w.shape[1] != sizes[l - 2]:
+            raise ValueError(f"layer {l} takes {w.shape[1]} inputs but layer {l - 1} has {sizes[l - 2]} units: "
+                             "the widths do not chain")
+    dtype = str(weights[0].dtype).removeprefix("torch.")
+    return sizes, nonlinearity, activation, dtype, (weights, recurrent, biases)
+
+
+def _checked(rnn, where):
+    """``rnn``, if an RNN computes what it computes."""
+    if rnn.bidirectional:
+        raise ValueError(f"{where} is bidirectional: an RNN runs forward in time only; "
+                         "read a module with bidirectional=False")
+    if rnn.dropout > 0 and rnn.num_layers > 1:
+        raise ValueError(f"{where} drops out between its layers (dropout={rnn.dropout}), which an RNN does not; "
+                         "set its dropout to 0")
+    return rnn

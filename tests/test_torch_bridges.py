@@ -1,14 +1,16 @@
-"""The RNN to and from PyTorch: ``to_torch`` computes ``feedforward`` (the expected values computed by
-torch itself), its parameters equal the network's bitwise and are copies that neither side's training
-reaches, ``RNN.from_torch`` reads a module back bitwise and refuses what an RNN cannot compute saying why,
-and without torch both name the extra to install.
+"""The RNN and the GraphNet to and from PyTorch: ``to_torch`` computes ``feedforward`` (the expected values
+computed by torch itself), its parameters equal the network's bitwise and are copies that neither side's
+training reaches, ``RNN.from_torch`` reads a module back bitwise and refuses what an RNN cannot compute
+saying why, ``GraphNet.to_torch`` refuses a layer or a node name it cannot translate, and without torch
+every one names the extra to install.
 
 Tolerance of the comparisons with ``feedforward``: 64 eps of the dtype, relative to 1 + |a^L|, as
 tests/test_torch_io.py. An RNN's output at step t is a chain of t steps of sums of at most 12 products and
 an activation, rounded in another order than the network's; the contraction of u (spectral norm 0.9)
 keeps the differences of early steps from growing with tau, but a sum of large terms that cancel leaves
 its rounding in a small z: over 20 seeds of every case the worst is 14 eps (float32) and 26 eps
-(float64), a relu RNN whose states reach hundreds before a tanh output.
+(float64), a relu RNN whose states reach hundreds before a tanh output. The DAGs' sums and LayerNorm are
+rounded in another order too (worst: 1.4 eps).
 """
 
 import re
@@ -17,7 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-from leapfrog_gpu import RNN
+from helpers import NETS, Gate
+from leapfrog_gpu import RNN, Add, Concat, Dense, GraphNet, LayerNorm
 
 NEEDS_TORCH = "the PyTorch conversions need torch: pip install 'leapfrog_gpu[torch]'"
 KINDS = [(activation, output, cost) for activation in ("tanh", "relu")
@@ -233,14 +236,98 @@ def test_the_rnn_module_is_a_copy_neither_side_s_training_reaches(torch):
             assert_bitwise(detached(module.parameters()), [p + 1.0 for p in kept])
 
 
+# -- GraphNet -----------------------------------------------------------------------------------------
+
+
+def three_way(backend, dtype="float64", seed=6):
+    """Three Dense branches of the input summed by one Add, an identity output."""
+    return GraphNet(3, [("a", Dense(4, "relu"), "x"), ("b", Dense(4, "tanh"), "x"), ("c", Dense(4), "x"),
+                        ("s", Add(), ["a", "b", "c"]), ("out", Dense(2, "identity"), "s")],
+                    dtype=dtype, seed=seed, backend=backend)
+
+
+def joined(backend, dtype="float64", seed=7):
+    """A Concat of the input and a LayerNorm, nodes named as torch names nothing."""
+    return GraphNet(4, [("2", Dense(5, "sigmoid"), "x"), ("my norm", LayerNorm(eps=1e-3), "2"),
+                        ("c-1", Concat(), ["x", "my norm"]), ("out", Dense(3, "tanh"), "c-1")],
+                    dtype=dtype, seed=seed, backend=backend)
+
+
+DAGS = {"residual": NETS["residual"], "densenet": NETS["densenet"], "three_way": three_way, "joined": joined}
+
+
+def trained_dag(make, dtype):
+    """The DAG of ``make``, trained one step, and a batch to run it on."""
+    net = make("numpy", dtype=dtype)
+    rng = np.random.default_rng(8)
+    net.sgd_step(rng.random((net.n["x"], 6)), rng.uniform(0.05, 0.95, (net.n[net.output], 6)), 0.5)
+    return net, rng.uniform(-1, 1, (net.n["x"], 9)).astype(dtype)
+
+
+def dag_parameters(net):
+    """The network's parameters by the names of the module's: ``<node>.0.weight`` for a Dense node's w, ..."""
+    names = {"w": "0.weight", "b": "0.bias", "gamma": "weight", "beta": "bias"}
+    return {f"{v}.{names[name]}": array for v, named in net.parameters().items() for name, array in named.items()}
+
+
+def run_dag(torch, module, x):
+    with torch.no_grad():
+        return module(torch.from_numpy(x.T)).numpy().T
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", DAGS)
+def test_graphnet_to_torch_computes_feedforward(torch, name, dtype):
+    net, x = trained_dag(DAGS[name], dtype)
+    with net:
+        module = net.to_torch()
+        params = {key: p.detach().numpy() for key, p in module.named_parameters()}
+        want = dag_parameters(net)
+        assert sorted(params) == sorted(want)
+        assert_bitwise([params[key] for key in sorted(want)], [want[key] for key in sorted(want)])
+        assert_close(run_dag(torch, module, x), net.feedforward(x), dtype)
+
+
+def test_graphnet_to_torch_refuses_a_layer_it_cannot_translate(torch):
+    with NETS["gate"]("numpy") as net:
+        with pytest.raises(TypeError, match="node 'g' is a Gate, which to_torch cannot translate: it translates "
+                                            "Dense, Add, Concat, LayerNorm layers"):
+            net.to_torch()
+
+
+@pytest.mark.parametrize("name", ["forward", "graph", "a.b", 'a"b', "class", "é"])
+def test_graphnet_to_torch_refuses_a_node_name_torch_cannot_take(torch, name):
+    with GraphNet(3, [(name, Dense(4), "x"), ("out", Dense(2), name)], backend="numpy") as net:
+        with pytest.raises(ValueError) as info:
+            net.to_torch()
+    assert str(info.value).startswith(f"node {name!r} cannot name a torch module: to_torch names each Dense and "
+                                      "LayerNorm node's module after the node")
+    assert str(info.value).endswith("rename the node")
+
+
+def test_the_graphnet_module_is_a_copy_neither_side_s_training_reaches(torch):
+    net, x = trained_dag(NETS["residual"], "float64")
+    with net:
+        module = net.to_torch()
+        kept = detached(module.parameters())
+        net.sgd_step(x, np.full((net.n[net.output], x.shape[1]), 0.5), 1.0)
+        assert_bitwise(detached(module.parameters()), kept)
+        before = net.parameters()
+        with torch.no_grad():
+            for p in module.parameters():
+                p.mul_(2.0)
+        after = net.parameters()
+        assert_bitwise([after[v][n] for v in before for n in before[v]], [before[v][n] for v in before for n in before[v]])
+
+
 # -- without torch -------------------------------------------------------------------------------
 
 
 def test_without_torch_every_bridge_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     extra = re.escape("pip install 'leapfrog_gpu[torch]'")
-    with RNN([3, 4, 2], backend="numpy") as rnn:
-        for call in (rnn.to_torch, lambda: RNN.from_torch(object(), backend="numpy")):
+    with RNN([3, 4, 2], backend="numpy") as rnn, three_way("numpy") as dag:
+        for call in (rnn.to_torch, dag.to_torch, lambda: RNN.from_torch(object(), backend="numpy")):
             with pytest.raises(ImportError, match=f"PyTorch is not installed; it is an optional extra of "
                                                   f"leapfrog_gpu: {extra}"):
                 call()

@@ -23,6 +23,7 @@ from ..core.checks import check_batch
 from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
+from . import torch_io
 from .layers import Add, Dense, Layer
 from .plan import INPUT, Plan
 from .schedules import DagDoubling, DagJacobi, LevelSets, backward
@@ -110,6 +111,16 @@ class GraphNet(Network):
 
     def _label(self, v, name):
         return f"{name} of node {v!r}"
+
+    def to_torch(self):
+        """A ``torch.fx.GraphModule`` computing ``feedforward`` on rows: ``net.to_torch()(x.T).T`` is
+        ``net.feedforward(x)`` (x (n_1, B)). One call per node, in ``order``: a Dense node's ``Linear`` and
+        activation and a LayerNorm node's ``torch.nn.LayerNorm`` registered under the node's name, Add a sum,
+        Concat ``torch.cat`` (``leapfrog_gpu.dag.torch_io``). Its parameters are a copy, as they are once the
+        enqueued steps have run: later steps do not change them, and training the module does not change the
+        network. A TypeError names a node of a layer it cannot translate."""
+        return torch_io.to_module([(v, self.layer[v], self.inputs[v]) for v in self.order], self.output,
+                                  self.parameters())
 
     # -- public passes ------------------------------------------------------------------------------
 

@@ -15,12 +15,11 @@ rounded in another order too (worst: 1.4 eps).
 
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import NETS, Gate
+from helpers import NETS
 from leapfrog_gpu import RNN, Add, Concat, Dense, GraphNet, LayerNorm
 
 NEEDS_TORCH = "the PyTorch conversions need torch: pip install 'leapfrog_gpu[torch]'"
@@ -30,7 +29,6 @@ KINDS = [(activation, output, cost) for activation in ("tanh", "relu")
 """Every recurrent activation torch.nn.RNN has, every output activation and cost an RNN accepts."""
 DTYPES = ["float32", "float64"]
 OUTPUTS = ["last", "every"]
-DOC = Path(__file__).resolve().parent.parent / "docs/parameters.md"
 
 
 @pytest.fixture
@@ -322,7 +320,7 @@ def test_the_graphnet_module_is_a_copy_neither_side_s_training_reaches(torch):
         assert_bitwise([after[v][n] for v in before for n in before[v]], [before[v][n] for v in before for n in before[v]])
 
 
-# -- without torch, and the documents' example ----------------------------------------------------------
+# -- without torch ----------------------------------------------------------------------------------
 
 
 def test_without_torch_every_bridge_names_the_extra(monkeypatch):
@@ -333,13 +331,3 @@ def test_without_torch_every_bridge_names_the_extra(monkeypatch):
             with pytest.raises(ImportError, match=f"PyTorch is not installed; it is an optional extra of "
                                                   f"leapfrog_gpu: {extra}"):
                 call()
-
-
-def test_the_example_of_the_documents_runs(torch):
-    """The Python blocks of docs/parameters.md's section on the RNN and the GraphNet, run in turn."""
-    section = DOC.read_text(encoding="utf-8").split("## RNN and GraphNet to and from PyTorch", 1)[1].split("\n## ")[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert blocks
-    namespace = {}
-    for block in blocks:
-        exec(compile(block, str(DOC), "exec"), namespace)

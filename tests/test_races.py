@@ -266,7 +266,8 @@ def test_an_update_that_does_not_wait_for_the_sums_is_reported(monkeypatch, back
     """docs/design.md §5: the update reads a gradient the communication stream still sums."""
     monkeypatch.setattr(Reducer, "join", lambda self: None)
     found = planted(monkeypatch, backend, name, Leapfrog(1), "ranks")
-    unit, buffer = {"MLP": ("2", "nabla_w[2]"), "RNN": ("2", "nabla_w[2]"), "GraphNet": ("h", "reducer.views[h][w]")}[name]
+    unit, buffer = {"MLP": ("2", "nabla_w[2]"), "RNN": ("2", "nabla_w[2]"),
+                    "GraphNet": ("h", "reducer.views[h][w]")}[name]
     assert race(f"allreduce[{unit}] #1 on comm", True, buffer, f"update[{unit}] #1 on main") in found, found
 
 

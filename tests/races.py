@@ -64,6 +64,7 @@ class Recorder:
         backend.launch, backend.record, backend.wait = self._launch, self._record, self._wait
         backend.synchronize = self._synchronize
         if backend.name == "numpy":
+            self._saved["xp"] = backend.xp
             backend.xp, self._stop = tracked.NUMPY, tracked.listen(self)
         else:
             self._saved["copy_in"] = backend.copy_in

@@ -37,10 +37,15 @@ def listen(listener):
     return stop
 
 
-
 def _touch(value, writes):
-    if _listener is not None and isinstance(value, Tracked):
-        _listener.touch(value.view(np.ndarray), writes)
+    """Tell the listener that ``value``, if a tracked array, is read (or written)."""
+    if isinstance(value, Tracked):
+        _tell(value.view(np.ndarray), writes)
+
+
+def _tell(view, writes):
+    if _listener is not None:
+        _listener.touch(view, writes)
 
 
 def _plain(value):
@@ -86,7 +91,8 @@ class Tracked(np.ndarray):
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.get("out") or ()
-        for value in inputs[1:] if method == "at" else inputs:
+        others = [value for key, value in kwargs.items() if key != "out"]  # where=, initial=
+        for value in _arrays((*(inputs[1:] if method == "at" else inputs), *others)):
             _touch(value, False)
         for value in (*out, *(inputs[:1] if method == "at" else ())):
             _touch(value, True)
@@ -111,9 +117,8 @@ class Tracked(np.ndarray):
 
     def __setitem__(self, key, value):
         plain = self.view(np.ndarray)
-        region = plain[key]
-        _touch(region.view(Tracked) if isinstance(region, np.ndarray) and np.may_share_memory(region, plain)
-               else self, True)
+        region = plain[key]  # the view written, or, where the key makes no view, the whole array
+        _tell(region if isinstance(region, np.ndarray) and np.may_share_memory(region, plain) else plain, True)
         for array in _arrays((value,)):
             _touch(array, False)
         plain[key] = _plain(value)
@@ -130,17 +135,20 @@ class Tracked(np.ndarray):
         _touch(self, False)
         return _wrap(self.view(np.ndarray).astype(*args, **kwargs))
 
-    def _read(method):
-        def read(self, *args, **kwargs):
-            _touch(self, False)
-            return getattr(self.view(np.ndarray), method)(*args, **kwargs)
 
-        read.__name__ = method
-        return read
 
-    item, tolist, tobytes, __float__, __int__, __bool__ = map(_read, ("item", "tolist", "tobytes", "__float__",
-                                                                     "__int__", "__bool__"))
-    del _read
+def _reading(method):
+    """The ndarray method ``method``, which reads the array and is no ufunc, telling the listener so."""
+    def read(self, *args, **kwargs):
+        _touch(self, False)
+        return getattr(self.view(np.ndarray), method)(*args, **kwargs)
+
+    read.__name__ = method
+    return read
+
+
+for _method in ("item", "tolist", "tobytes", "__float__", "__int__", "__bool__"):
+    setattr(Tracked, _method, _reading(_method))
 
 
 def matmul(out, x, y, alpha=1.0, beta=0.0):

@@ -56,28 +56,31 @@ def schedules(name):
 
 def runs_on(backend, name, schedule, mode):
     """Whether the network ``name`` runs ``schedule`` in ``mode`` on ``backend`` (what it refuses is tested
-    where it is refused)."""
+    where it is refused); "kernels" is the CuPy backend's chain on our kernels, for the MLP."""
     if backend == "cupy" and (schedule.one_pass or type(schedule) in (NaumovScan, NaumovJacobi)):
         return False
     if mode == "graph":
         refused = getattr(schedule, "warm_start", False) or schedule.k == "auto" or backend == "cupy" and name != "MLP"
         return not refused
+    if mode == "kernels":
+        return backend == "cupy" and name == "MLP"
     return mode != "ranks" or not schedule.fused
 
 
-CASES = [(backend, name, schedule, mode) for backend in ("numpy", "cupy") for mode in ("eager", "graph", "ranks")
-         for name in NETWORKS for schedule in schedules(name) if runs_on(backend, name, schedule, mode)]
+CASES = [(backend, name, schedule, mode) for backend in ("numpy", "cupy")
+         for mode in ("eager", "graph", "ranks", "kernels") for name in NETWORKS for schedule in schedules(name)
+         if runs_on(backend, name, schedule, mode)]
 
 
 class Mirror(Communicator):
-    """Rank 0 of two in one process, the other holding the same gradients: each sum doubles them, on the
-    host, or through the stand-in's NCCL on the CuPy backend."""
+    """Rank 1 of two in one process, the other holding the same gradients: each sum doubles them, on the
+    host, or through the stand-in's NCCL on the CuPy backend. Of a batch of one column its share is empty."""
 
     size = 2
 
     def __init__(self, bucket_bytes=0):
         super().__init__(bucket_bytes)
-        self.rank = 0
+        self.rank = 1
 
     def allgather(self, value):
         return [value, value]
@@ -86,41 +89,43 @@ class Mirror(Communicator):
         if backend.name == "numpy":
             return lambda part: np.multiply(part, 2, out=part)
         if not hasattr(self, "nccl"):
-            self.nccl = collective.NcclSum(backend.xp, self.size, 0, collective.nccl_unique_id())
+            self.nccl = collective.NcclSum(backend.xp, self.size, 1, collective.nccl_unique_id())
         return self.nccl
 
 
-def data(name, step):
+def data(name, step, size=4):
     rng = np.random.default_rng(step)
     steps = (3,) if name == "RNN" else ()
-    return rng.random((*steps, 3, 4)).astype(np.float32), rng.random((*steps, 2, 4)).astype(np.float32)
+    return rng.random((*steps, 3, size)).astype(np.float32), rng.random((*steps, 2, size)).astype(np.float32)
 
 
-def recorded_steps(backend, name, schedule, mode="eager", steps=2):
-    """The races of ``steps`` SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back
-    to back (``mode``: "eager", "graph", or "ranks", two mirrored ranks, bucketed at k = 2), and what the
-    launches were given and did not touch (``Recorder.unseen``)."""
+def recorded_steps(backend, name, schedule, mode="eager"):
+    """The races of two SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back to back
+    (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as rank 1 of two mirrored
+    ranks, bucketed at k = 2, then a third step on one column, of which this rank's share is empty), and what
+    the launches were given and did not touch (``Recorder.unseen``)."""
     comm = Mirror(1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
     with Recorder(backend) as recorder:
         net = NETWORKS[name](backend, comm)
-        for step in range(steps):
-            net.sgd_step(*data(name, step), 0.5, schedule, graph=mode == "graph")
+        for step, size in enumerate((4, 4, 1) if comm else (4, 4)):
+            net.sgd_step(*data(name, step, size), 0.5, schedule, graph=mode == "graph")
         net.synchronize()
     names = buffer_names(net)
     return races(recorder, names), recorder.unseen(names)
 
 
-def cupy_backend(monkeypatch):
+def cupy_backend(monkeypatch, chain="cublas"):
     install_standin(monkeypatch, "main-first")
     from leapfrog_gpu.backends.cuda import CupyBackend
 
-    return CupyBackend()
+    return CupyBackend(chain)
 
 
 @pytest.mark.parametrize("backend, name, schedule, mode", CASES,
                          ids=[f"{b}-{n}-{s!r}-{m}".replace(" ", "") for b, n, s, m in CASES])
 def test_no_two_launches_race(backend, name, schedule, mode, monkeypatch):
-    with (host_backend() if backend == "numpy" else cupy_backend(monkeypatch)) as made:
+    chain = "kernels" if mode == "kernels" else "cublas"
+    with (host_backend() if backend == "numpy" else cupy_backend(monkeypatch, chain)) as made:
         found, unseen = recorded_steps(made, name, schedule, mode)
     assert not found, f"{len(found)} races:\n{report(found)}"
     assert not unseen, "\n".join(unseen)

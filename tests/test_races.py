@@ -39,14 +39,14 @@ NETWORKS = {"MLP": mlp, "RNN": rnn, "GraphNet": dag}
 
 
 def schedules(name):
-    """Every schedule ``name`` runs, the leapfrog at k = 1, 2, 3, the others at k = 1 and 2 (and 0 where they
-    take it), plain and fused; the MLP's one-pass backward too."""
+    """Every schedule ``name`` runs, plain and fused: the leapfrog at k = 1, 2, 3 (and calibrated, "auto"), the
+    others at k = 1 and 2 (and 0 where they take it); the MLP's one-pass backward too."""
     leapfrogs = [Leapfrog(k, fused=fused) for k in (1, 2, 3) for fused in (False, True)]
     if name == "MLP":
-        return ([Sequential(), Sequential(fused=True), Sequential(one_pass=True), *leapfrogs, Leapfrog("auto"),
-                 Leapfrog("auto", fused=True),
-                 *(Leapfrog(k, one_pass=True) for k in (1, 2, 3)), NaumovScan(k=1), NaumovScan(k=2, fused=True),
-                 NaumovJacobi(k=1), NaumovJacobi(k=2, fused=True), NaumovJacobi(warm_start=True, tol=1e-3)])
+        return [Sequential(), Sequential(fused=True), Sequential(one_pass=True), *leapfrogs,
+                *(Leapfrog(k, one_pass=True) for k in (1, 2, 3)), Leapfrog("auto"), Leapfrog("auto", fused=True),
+                NaumovScan(k=1), NaumovScan(k=2, fused=True), NaumovJacobi(k=1), NaumovJacobi(k=2, fused=True),
+                NaumovJacobi(warm_start=True, tol=1e-3)]
     if name == "RNN":
         return [BPTT(), BPTT(fused=True), *leapfrogs, Wavefront(k=0), Wavefront(k=1), Wavefront(k=2, fused=True),
                 TimeScan(k=1), TimeScan(k=2, fused=True), NaumovRNN(k=1), NaumovRNN(k=2, fused=True)]
@@ -99,14 +99,16 @@ def data(name, step, size=4):
     return rng.random((*steps, 3, size)).astype(np.float32), rng.random((*steps, 2, size)).astype(np.float32)
 
 
-def recorded_steps(backend, name, schedule, mode="eager"):
+def recorded_steps(backend, name, schedule, mode="eager", prepare=None):
     """The races of two SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back to back
     (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as rank 1 of two mirrored
     ranks, bucketed at k = 2, then a third step on one column, of which this rank's share is empty), and what
-    the launches were given and did not touch (``Recorder.unseen``)."""
+    the launches were given and did not touch (``Recorder.unseen``); ``prepare(net)`` runs before the steps."""
     comm = Mirror(1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
     with Recorder(backend) as recorder:
         net = NETWORKS[name](backend, comm)
+        if prepare is not None:
+            prepare(net)
         for step, size in enumerate((4, 4, 1) if comm else (4, 4)):
             net.sgd_step(*data(name, step, size), 0.5, schedule, graph=mode == "graph")
         net.synchronize()
@@ -135,18 +137,9 @@ def test_no_two_launches_race(backend, name, schedule, mode, monkeypatch):
 
 
 def planted(monkeypatch, backend, name, schedule, mode="eager", prepare=None):
-    """The report of two steps, as ``recorded_steps``, on "numpy" or "cupy" (the stand-in); ``prepare(net)``
-    runs on the network before them."""
+    """The report's lines of ``recorded_steps`` on "numpy" or "cupy" (the stand-in)."""
     with (host_backend() if backend == "numpy" else cupy_backend(monkeypatch)) as made:
-        if prepare is None:
-            return [str(race) for race in recorded_steps(made, name, schedule, mode)[0]]
-        with Recorder(made) as recorder:
-            net = NETWORKS[name](made)
-            prepare(net)
-            for step in range(2):
-                net.sgd_step(*data(name, step), 0.5, schedule)
-            net.synchronize()
-        return [str(race) for race in races(recorder, buffer_names(net))]
+        return [str(race) for race in recorded_steps(made, name, schedule, mode, prepare)[0]]
 
 
 def race(first, writes, buffer, second, second_writes=False):

@@ -162,7 +162,7 @@ def taken(rng, shape, dtype):
                 continue
             wide = operand(rng, (1 + rows * steps[0] + 1, 1 + cols * steps[1] + 1), False, dtype)
             view = np.asarray(wide, order=order)[1:1 + rows * steps[0]:steps[0], 1:1 + cols * steps[1]:steps[1]]
-            yield f"{order}{steps}", view
+            yield f"taken with steps {steps} from a {order}-order array", view
 
 
 TINY = list(itertools.product((1, 2, 3), repeat=3))
@@ -186,7 +186,7 @@ def test_tiny_strided_operands_are_the_product(dtype, p, r, q):
         want = -0.75 * np.matmul(x64, y64) + beta * before.astype(np.float64)
         bound = np.finfo(dtype).eps * ((r + 2) * 0.75 * np.matmul(np.abs(x64), np.abs(y64)) + beta * np.abs(before))
         within = bool((np.abs(out - want) <= bound).all())
-        assert within, (f"x {x_how} strides {x.strides}, y {y_how} strides {y.strides}, beta {beta}, {order} output: "
+        assert within, (f"x {x_how}, strides {x.strides}; y {y_how}, strides {y.strides}; beta {beta}, {order} output: "
                         f"got {out.tolist()}, want {want.tolist()}")
 
 

@@ -31,10 +31,11 @@ class Launch:
     """One launch: its name, its stream, what it touched (``[(view, writes)]``), its vector clock, and which
     launch of that name on that stream it is (``gradients[3] #2 on worker1``: the second)."""
 
-    __slots__ = ("name", "stream", "accesses", "clock", "count", "given")
+    __slots__ = ("name", "stream", "on", "accesses", "clock", "count", "given")
 
-    def __init__(self, name, stream):
-        self.name, self.stream, self.accesses, self.clock, self.count, self.given = name, stream, [], None, 0, []
+    def __init__(self, name, stream, on):
+        self.name, self.stream, self.on = name, stream, on  # the stream's name, the stream
+        self.accesses, self.clock, self.count, self.given = [], None, 0, []
 
     def __repr__(self):
         return f"{self.name} #{self.count} on {self.stream}"
@@ -59,7 +60,7 @@ class Recorder:
     def __init__(self, backend):
         if backend.name == "numpy" and backend.mode != "serial":
             raise ValueError("the recorder reads the host backend's accesses in serial mode only")
-        self.backend, self.log, self.current, self.made = backend, [], None, []
+        self.backend, self.log, self.current, self.made, self._strays = backend, [], None, [], []
         self._saved = {name: getattr(backend, name) for name in ("launch", "record", "wait", "synchronize")}
         backend.launch, backend.record, backend.wait = self._launch, self._record, self._wait
         backend.synchronize = self._synchronize
@@ -91,7 +92,7 @@ class Recorder:
         return self.backend._stream_names.get(stream.ptr, f"stream {stream.ptr:#x}")
 
     def _launch(self, stream, name, fn, *args):
-        launch = Launch(name, self._stream(stream))
+        launch = Launch(name, self._stream(stream), stream)
         launch.given = [_host_view(array) for array in _given(self.backend.ops, fn, args)]
         self.log.append(("launch", launch))
 
@@ -129,7 +130,12 @@ class Recorder:
         if self.current is not None:
             self.made.append((array, self.current))
 
-    def _observe(self, name, reads, writes):
+    def _observe(self, stream, name, reads, writes):
+        """An operation the running launch enqueued on the stand-in: what it touches, unless it went to another
+        stream than the launch's (``strays``), whose order the launch's is not."""
+        if self.current is not None and stream is not self.current.on:
+            self._strays.append((self.current, name, self._stream(stream)))
+            return
         for view in reads:
             self.touch(view, False)
         for view in writes:
@@ -142,6 +148,12 @@ class Recorder:
         return [f"{launch} touched nothing of {name(array, names)}" for launch in self.launches()
                 for array in launch.given if array.size
                 and not any(np.shares_memory(array, view) for view, _ in launch.accesses)]
+
+    def strays(self):
+        """``gradients[3] #1 on worker1 enqueued matmul on main``: each operation a launch enqueued on another
+        stream than its own (on the stand-in), whose order is not the launch's: left out of its accesses."""
+        self.launches()
+        return [f"{launch} enqueued {what} on {stream}" for launch, what, stream in self._strays]
 
     def launches(self):
         """The launches logged so far, each with its vector clock: ``clock[s]`` launches of stream s happen

@@ -103,7 +103,7 @@ def recorded_steps(backend, name, schedule, mode="eager", prepare=None):
     """The races of two SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back to back
     (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as rank 1 of two mirrored
     ranks, bucketed at k = 2, then a third step on one column, of which this rank's share is empty), and what
-    the launches were given and did not touch (``Recorder.unseen``); ``prepare(net)`` runs before the steps."""
+    the recorder could not see (``Recorder.unseen``, ``Recorder.strays``); ``prepare(net)`` runs before the steps."""
     comm = Mirror(1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
     with Recorder(backend) as recorder:
         net = NETWORKS[name](backend, comm)
@@ -113,7 +113,7 @@ def recorded_steps(backend, name, schedule, mode="eager", prepare=None):
             net.sgd_step(*data(name, step, size), 0.5, schedule, graph=mode == "graph")
         net.synchronize()
     names = buffer_names(net)
-    return races(recorder, names), recorder.unseen(names)
+    return races(recorder, names), recorder.unseen(names) + recorder.strays()
 
 
 def cupy_backend(monkeypatch, chain="cublas"):
@@ -295,3 +295,20 @@ def test_an_op_the_recorder_cannot_see_into_is_named():
         unseen = recorder.unseen(buffer_names(net))
     assert unseen[:2] == ["nabla_b[5] #1 on worker1 touched nothing of nabla_b[5]",
                           "nabla_b[5] #1 on worker1 touched nothing of delta[5]"], unseen
+
+
+def test_work_a_launch_enqueues_on_another_stream_is_named(monkeypatch):
+    """On the stand-in a launch's work goes on its stream, made current; work it puts on another (as a cuBLAS
+    handle bound to the main stream would) is not ordered as the launch is: named, not counted as its."""
+    with cupy_backend(monkeypatch) as backend:
+        with Recorder(backend) as recorder:
+            worker, x = backend.workers(1)[0], backend.xp.zeros(3)
+
+            def elsewhere():
+                with backend.main:
+                    x.fill(1)
+
+            backend.launch(worker, "elsewhere", elsewhere)
+            backend.synchronize()
+    assert recorder.strays() == ["elsewhere #1 on worker0 enqueued fill on main"]
+    assert recorder.launches()[0].accesses == []

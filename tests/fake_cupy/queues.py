@@ -12,8 +12,8 @@ them.
 ``unsafe(what)`` is where a potentially unsafe call meets the capture modes (see ``capture``).
 
 Every operation says, as it is enqueued, what memory it reads and what it writes, as NumPy views of the
-device's memory; ``device.observer``, when set, is called with ``(name, reads, writes)`` for each, in
-enqueue (or capture) order: what ``tests/races.py`` reads a launch's accesses from.
+device's memory; ``device.observer``, when set, is called with ``(stream, name, reads, writes)`` for each,
+in enqueue (or capture) order: what ``tests/races.py`` reads a launch's accesses from.
 """
 
 import collections
@@ -59,7 +59,7 @@ class _Device:
         self.handles = {}  # graph and executable graph handles -> objects
         self.node_runs = []  # (node name, stream ptr, priority) of every graph node run
         self.null, self.stack = None, []
-        self.observer = None  # called with (name, reads, writes) of every operation enqueued or captured
+        self.observer = None  # called with (stream, name, reads, writes) of every operation enqueued or captured
 
 
 device = None
@@ -143,7 +143,7 @@ def enqueue_touching(stream, name, fn, touches, reads=(), writes=()):
     """``enqueue`` for work that holds raw pointers: ``touches`` are its ``(chunk, generation)`` pairs,
     ``reads`` and ``writes`` NumPy views of the memory it reads and writes."""
     if device.observer is not None:
-        device.observer(name, list(reads), list(writes))
+        device.observer(stream, name, list(reads), list(writes))
     if stream._capture is not None:
         stream._capture.add(stream, name, fn, touches)
         return

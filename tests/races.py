@@ -28,8 +28,9 @@ from leapfrog_gpu.backends.host import NumpyBackend
 
 
 class Launch:
-    """One launch: its name, its stream, what it touched (``[(view, writes)]``), its vector clock, and which
-    launch of that name on that stream it is (``gradients[3] #2 on worker1``: the second)."""
+    """One launch: its name, its stream, what it touched (``[(view, writes)]``), the arrays it handed an op
+    (``given``), its vector clock, and which launch of that name on that stream it is (``gradients[3] #2 on
+    worker1``: the second)."""
 
     __slots__ = ("name", "stream", "on", "accesses", "clock", "count", "given")
 

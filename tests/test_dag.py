@@ -276,6 +276,7 @@ def test_gradients_run_on_worker_index_mod_k():
 
 @pytest.mark.parametrize("nodes,message", [
     ([("a", Dense(3), "b"), ("b", Dense(3), "a")], "cycle: (a -> b -> a|b -> a -> b)"),
+    ([("a", Add(), ["x", "b"]), ("b", Dense(2), "a"), ("out", Dense(2), "b")], "the nodes form a cycle: a -> b -> a$"),
     ([("a", Dense(3), "nowhere")], "unknown nodes"),
     ([("a", Dense(3), "x"), ("b", Dense(3), "x")], "one output node"),
     ([("a", Dense(3), "x"), ("b", Dense(4), "x"), ("c", Add(), ["a", "b"])], "node 'c'.*one width"),
@@ -286,6 +287,18 @@ def test_gradients_run_on_worker_index_mod_k():
 def test_bad_graphs_say_what_is_wrong(nodes, message):
     with pytest.raises(ValueError, match=message):
         GraphNet(2, nodes, backend="numpy")
+
+
+def test_a_node_listed_before_one_of_its_inputs_is_placed_after_all_of_them():
+    """``s`` reads ``a`` and the input and is listed first: it waits for ``a``, not only for the input that is
+    ready, and computes ``sigma(w x + b) + x``."""
+    with GraphNet(3, [("s", Add(), ["a", "x"]), ("a", Dense(3), "x")], dtype="float64", seed=2,
+                  backend="numpy") as net:
+        assert net.order == ["a", "s"] and net.output == "s"
+        x, _ = data(net, 4)
+        w, b = net.parameters()["a"]["w"], net.parameters()["a"]["b"]
+        want = 1 / (1 + np.exp(-(w @ x + b[:, None]))) + x
+        np.testing.assert_allclose(net.feedforward(x), want, rtol=1e-15, atol=0)
 
 
 def test_cross_entropy_needs_a_sigmoid_output_and_schedules_are_checked():

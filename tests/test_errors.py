@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from leapfrog_gpu import MLP, Leapfrog, get_backend
+from leapfrog_gpu import MLP, RNN, Dense, GraphNet, Leapfrog, get_backend
 from leapfrog_gpu.backends.host import NumpyBackend
 
 SIZES = [4, 6, 3]
@@ -65,6 +65,41 @@ def test_bad_batches(net, x, y, error, words):
         net.backprop(x, y)
     for word in words:
         assert word in str(info.value)
+
+
+NETWORKS = {  # each network on the NumPy backend, in float32, and the shapes of its x and y
+    "MLP": (lambda: MLP(SIZES, backend="numpy"), (4, 3), (3, 3)),
+    "RNN": (lambda: RNN(SIZES, output="every", backend="numpy"), (2, 4, 3), (2, 3, 3)),
+    "GraphNet": (lambda: GraphNet(4, [("h", Dense(6), "x"), ("out", Dense(3), "h")], backend="numpy"), (4, 3), (3, 3)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("name", NETWORKS)
+def test_a_batch_holding_nan_or_inf_is_refused_in_every_float_dtype(name, bad, dtype):
+    """One non-finite element, the last of x (or of y), in a batch of any float dtype: feedforward, backprop
+    and sgd_step refuse it by name before anything runs, and the parameters stay as they were."""
+    make, x_shape, y_shape = NETWORKS[name]
+    x, y = np.full(x_shape, 0.5, dtype=dtype), np.full(y_shape, 0.5, dtype=dtype)
+    with make() as net:
+        before = [np.array(a) for named in net.parameters().values() for a in named.values()]
+        for which, good in (("x", x), ("y", y)):
+            poisoned = good.copy()
+            poisoned.reshape(-1)[-1] = bad
+            given = (poisoned, y) if which == "x" else (x, poisoned)
+            calls = {"backprop": lambda: net.backprop(*given), "sgd_step": lambda: net.sgd_step(*given, 0.1)}
+            if which == "x":
+                calls = {"feedforward": lambda: net.feedforward(poisoned), **calls}
+            for call, run in calls.items():
+                try:
+                    run()
+                except ValueError as error:
+                    assert str(error) == f"{which} contains NaN or Inf; every input and target must be finite"
+                else:
+                    pytest.fail(f"{call} took a {dtype} {which} holding {bad} instead of refusing it")
+        after = [np.array(a) for named in net.parameters().values() for a in named.values()]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
 
 
 @pytest.mark.parametrize("eta", [-0.1, float("nan"), float("inf"), "0.1", None])

@@ -52,6 +52,18 @@ def test_jacobi_blocks_and_warm_start(backend):
     assert warm.stats["sweeps"] == 1 and warm.stats["change"] == 0  # the answer was already in place
 
 
+def test_a_tolerance_of_zero_is_met_by_a_sweep_that_changes_nothing(backend):
+    """The stopping test is ``change <= tol``: with tol = 0 a warm start from the answer stops after its first
+    sweep, whose change is exactly 0, instead of running all D."""
+    net = deep_chain(5, backend)
+    x, _ = data(net, 3)
+    warm = ForwardJacobi(tol=0.0, warm_start=True)
+    want = net.feedforward(x, solver=warm)
+    assert warm.stats["sweeps"] == net.depth == 5
+    assert np.array_equal(net.feedforward(x, solver=warm), want)
+    assert (warm.stats["sweeps"], warm.stats["change"], warm.stats["converged"]) == (1, 0, True)
+
+
 @pytest.mark.parametrize("name", list(NETS) + ["chain"])
 def test_newton_is_within_1e_12(backend, name):
     net = deep_chain(9, backend) if name == "chain" else NETS[name](backend)

@@ -2,6 +2,7 @@
 float64, the two ways of calling BLAS (the GIL released or held) bitwise alike, and the GIL released for
 a large product, so that host streams run their products side by side."""
 
+import itertools
 import sys
 import threading
 import time
@@ -147,6 +148,46 @@ def test_an_operand_without_a_unit_stride_is_refused():
     with pytest.raises(ValueError, match="unit stride.*ascontiguousarray"):
         host_blas.matmul(out, x[::2, ::2], x[:4, :4])
     assert np.isnan(out).all(), "the refused call wrote into its output"
+
+
+def taken(rng, shape, dtype):
+    """``(how, view)``: every way the grid takes an array of ``shape`` from a wider one, a row and a column
+    in from its corner: C or Fortran order, every step of 1 to 3 along each axis where the view keeps a
+    unit stride along one axis, and every step along both where it is a vector (one axis of one element)."""
+    rows, cols = shape
+    for order in "CF":
+        for steps in itertools.product((1, 2, 3), repeat=2):
+            unit = steps[1] if order == "C" else steps[0]
+            if unit != 1 and rows > 1 and cols > 1:
+                continue
+            wide = operand(rng, (1 + rows * steps[0] + 1, 1 + cols * steps[1] + 1), False, dtype)
+            view = np.asarray(wide, order=order)[1:1 + rows * steps[0]:steps[0], 1:1 + cols * steps[1]:steps[1]]
+            yield f"taken with steps {steps} from a {order}-order array", view
+
+
+TINY = list(itertools.product((1, 2, 3), repeat=3))
+"""(p, r, q) of the tiny products: every side 1, 2 or 3."""
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=("float32", "float64"))
+@pytest.mark.parametrize("p, r, q", TINY, ids=["x".join(map(str, shape)) for shape in TINY])
+def test_tiny_strided_operands_are_the_product(dtype, p, r, q):
+    """(p, r) by (r, q) with every side 1, 2 or 3 (gemv at q = 1, ger at r = 1 with beta = 1, gemm otherwise),
+    each operand taken from a wider array with every stride, into a C or Fortran output, beta 0 (the output
+    NaN) or 1: each is the float64 product of np.matmul within rounding, the first stride or element of
+    no operand skipped or read twice."""
+    rng = np.random.default_rng(p * 9 + r * 3 + q)
+    xs, ys = list(taken(rng, (p, r), dtype)), list(taken(rng, (r, q), dtype))
+    for (x_how, x), (y_how, y), beta, order in itertools.product(xs, ys, (0.0, 1.0), "CF"):
+        before = rng.standard_normal((p, q)).astype(dtype)
+        out = np.array(before if beta else np.full((p, q), np.nan, dtype), order=order)
+        host_blas.matmul(out, x, y, alpha=-0.75, beta=beta)
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        want = -0.75 * np.matmul(x64, y64) + beta * before.astype(np.float64)
+        bound = np.finfo(dtype).eps * ((r + 2) * 0.75 * np.matmul(np.abs(x64), np.abs(y64)) + beta * np.abs(before))
+        within = bool((np.abs(out - want) <= bound).all())
+        assert within, (f"x {x_how}, strides {x.strides}; y {y_how}, strides {y.strides}; beta {beta}, {order} output: "
+                        f"got {out.tolist()}, want {want.tolist()}")
 
 
 SIZES = [9, 17, 5, 13, 7, 3]

@@ -36,7 +36,7 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     """``out = alpha * (x @ y) + beta * out`` in place, by one BLAS call that allocates nothing: x (p, r),
     y (r, q), out (p, q), all of one dtype; out writable and C- or Fortran-contiguous, x and y with a
     unit stride along one axis (a C- or Fortran-contiguous array, a block of rows or columns of one, or
-    its transpose).
+    its transpose) or a single row or column of any positive stride.
 
     ``gemv`` when q = 1, ``ger`` when r = 1 and beta = 1, ``gemm`` otherwise, on the arrays' Fortran
     views. A call as long as ``RELEASE_MATRIX`` or ``RELEASE_GEMM`` says runs with the GIL released.
@@ -69,15 +69,18 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
 def _operand(x):
     """x (rows, cols) as BLAS takes it, without a copy: ``(pointer, 0, ld)`` if its columns are contiguous,
     ``(pointer, 1, ld)`` if its rows are, ``ld`` the leading dimension of the Fortran-ordered matrix
-    (x, or x^T) handed over."""
+    (x, or x^T) handed over. The stride of an axis of one element steps nowhere: a single row or column
+    of any positive stride is taken as it is."""
     rows, cols = x.shape
     if x.flags.f_contiguous:
         return _address(x.T), 0, max(1, rows)
     if x.flags.c_contiguous:
         return _address(x), 1, max(1, cols)
-    for a, trans in ((x, 0), (x.T, 1)):  # a block of columns or rows of a wider matrix
-        (step, ld), height = (s // x.itemsize for s in a.strides), a.shape[0]
-        if step == 1 and ld >= height:
+    for a, trans in ((x, 0), (x.T, 1)):  # a block of columns or rows of a wider matrix, or a strided vector
+        (step, ld), (height, width) = (s // x.itemsize for s in a.strides), a.shape
+        if width == 1:
+            ld = max(1, height)  # one column: no next column for a leading dimension to reach
+        if (step == 1 or height == 1) and ld >= max(1, height):
             return _address(x), trans, ld
     raise ValueError(f"matmul takes operands with a unit stride along one axis; got a {rows} x {cols} array "
                      f"with strides {x.strides} (np.ascontiguousarray makes one)")

@@ -147,7 +147,7 @@ class ndarray:  # noqa: N801 - CuPy's name
             if out.shape != self.shape:
                 raise ValueError(f"Shape mismatch. Expected shape: {self.shape}, actual shape: {out.shape}")
         view, host = self._a, out
-        queues.enqueue(stream, "get", lambda: np.copyto(host, view), [self])
+        queues.enqueue(stream, "get", lambda: np.copyto(host, view), reads=[self])
         if blocking or not memory.is_pinned(out):  # a copy into pageable memory returns once it is done
             queues.host_wait("get", stream, queues.drained([stream]))
         return out
@@ -170,7 +170,7 @@ class ndarray:  # noqa: N801 - CuPy's name
             raise RuntimeError("the current stream is capturing, so H2D transfers are disallowed")
         source = arr if memory.is_pinned(arr) else arr.copy()  # pageable memory is staged at once
         view = self._a
-        queues.enqueue(stream, "set", lambda: np.copyto(view, source), [self])
+        queues.enqueue(stream, "set", lambda: np.copyto(view, source), writes=[self])
 
     def item(self):
         if self.size != 1:
@@ -201,7 +201,7 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     def fill(self, value):
         view = self._a
-        queues.enqueue(queues.device.stack[-1], "fill", lambda: view.fill(value), [self])
+        queues.enqueue(queues.device.stack[-1], "fill", lambda: view.fill(value), writes=[self])
 
     def __setitem__(self, key, value):
         target = self[key]
@@ -271,7 +271,7 @@ def _make_ufunc(name):
             raise ValueError(f"{name}: out has shape {out.shape}, the result {shape}")
         views, target = [numpy_view(arg) for arg in args], out._a
         queues.enqueue(queues.device.stack[-1], name,
-                       lambda: ufunc(*views, out=target, dtype=dtype, casting=casting), [*devices, out])
+                       lambda: ufunc(*views, out=target, dtype=dtype, casting=casting), devices, [out])
         return out
 
     call.__name__ = name
@@ -304,7 +304,7 @@ def _make_reduction(name):
             raise ValueError(f"{name}: out must be a cupy.ndarray of shape {shape}")
         view, target = a._a, out._a
         queues.enqueue(queues.device.stack[-1], name,
-                       lambda: function(view, axis=axes, out=target, keepdims=keepdims, **options), [a, out])
+                       lambda: function(view, axis=axes, out=target, keepdims=keepdims, **options), [a], [out])
         return out
 
     reduce.__name__ = name
@@ -350,7 +350,7 @@ def matmul(a, b, out=None):
     elif not isinstance(out, ndarray) or out.shape != shape:
         raise ValueError(f"matmul: out must be a cupy.ndarray of shape {shape}")
     va, vb, target = a._a, b._a, out._a
-    queues.enqueue(stream, "matmul", lambda: np.matmul(va, vb, out=target), [a, b, out])
+    queues.enqueue(stream, "matmul", lambda: np.matmul(va, vb, out=target), [a, b], [out])
     return out
 
 
@@ -371,7 +371,7 @@ def copyto(dst, src, casting="same_kind", where=None):
         np.broadcast_shapes(src.shape, dst.shape)
     target, source = dst._a, numpy_view(src)
     queues.enqueue(queues.device.stack[-1], "copyto", lambda: np.copyto(target, source, casting="unsafe"),
-                   [dst] + ([src] if isinstance(src, ndarray) else []))
+                   [src] if isinstance(src, ndarray) else [], [dst])
 
 
 # -- creation ----------------------------------------------------------------------------------------
@@ -426,7 +426,7 @@ def array(obj, dtype=None, copy=True, order="K"):
     host = np.array(obj, dtype=dtype, copy=True, order="F" if order == "F" else "C")  # staged at once
     out = _new(host.shape, host.dtype, "F" if order == "F" else "C")
     target = out._a
-    queues.enqueue(stream, "asarray", lambda: np.copyto(target, host), [out])
+    queues.enqueue(stream, "asarray", lambda: np.copyto(target, host), writes=[out])
     return out
 
 

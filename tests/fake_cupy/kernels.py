@@ -1,8 +1,9 @@
 """Raw kernels on the stand-in: ``RawModule(code=, options=).get_function(name)`` returns a ``RawKernel``
 called as ``kernel(grid, block, args, shared_mem=0, stream=None)``, enqueued on the stream. Kernels are
 the real ``kernels/*.cu`` files, run by the fiber harness of ``tests/cuda_cpu``; their arguments must
-match the kernel's C signature and arrays be C-contiguous (the harness). ``RawModule.calls`` counts
-modules built and functions looked up.
+match the kernel's C signature and arrays be C-contiguous (the harness). A launch reads the arrays its
+kernel takes as ``const`` pointers and writes the others (``queues``). ``RawModule.calls`` counts modules
+built and functions looked up.
 
 As CuPy 14 (Cython-typed arguments, ``cupy/_core/raw.pyx``, ``cupy/cuda/function.pyx``): ``options``, and
 ``grid`` and ``block``, must be tuples (a list raises ``TypeError``); a NumPy array argument of more than
@@ -11,6 +12,7 @@ threads a block, registers, shared memory, as ``cuLaunchKernel`` checks them.
 """
 
 import collections
+import re
 
 import numpy as np
 
@@ -29,8 +31,8 @@ def _typed(value, kind, what):
 class RawKernel:
     """One kernel of a ``RawModule``: ``kernel(grid, block, args, shared_mem=0, stream=None)``."""
 
-    def __init__(self, function, name, resources):
-        self._function, self.name, self._resources = function, name, resources
+    def __init__(self, function, name, resources, written):
+        self._function, self.name, self._resources, self._written = function, name, resources, written
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
         _typed(grid, tuple, "grid")
@@ -47,8 +49,10 @@ class RawKernel:
         stream = queues.device.stack[-1] if stream is None else stream
         function, values = self._function, tuple(numpy_view(arg) for arg in args)
         queues.device.trace.append(("launch", stream.ptr, self.name))
-        queues.enqueue(stream, self.name, lambda: function(grid, block, values),
-                       [arg for arg in args if isinstance(arg, ndarray)])
+        arrays = [(i, arg) for i, arg in enumerate(args) if isinstance(arg, ndarray)]
+        reads = [arg for i, arg in arrays if i not in self._written]
+        writes = [arg for i, arg in arrays if i in self._written]
+        queues.enqueue(stream, self.name, lambda: function(grid, block, values), reads, writes)
 
 
 class RawModule:
@@ -72,4 +76,15 @@ class RawModule:
 
     def get_function(self, name):
         RawModule.calls["get_function"] += 1
-        return RawKernel(self._module.get_function(name), name, self._resources[name])
+        return RawKernel(self._module.get_function(name), name, self._resources[name], written(self.code, name))
+
+
+def written(code, name):
+    """The positions of the pointer parameters of kernel ``name`` in ``code`` that are not ``const``: what
+    it writes. Kernels of both precisions come from one macro (``name_##SUFFIX``) or are written out."""
+    base = re.sub(r"_f(32|64)$", "", name)
+    found = re.search(rf"__global__\s+void\s+(?:{re.escape(name)}|{re.escape(base)}_##SUFFIX)\s*\(([^)]*)\)", code)
+    if found is None:
+        raise KeyError(f"no signature of kernel {name!r} in its module's source")
+    params = [param.replace("\\", " ").strip() for param in found.group(1).split(",")]
+    return {i for i, param in enumerate(params) if "*" in param and not param.startswith("const")}

@@ -73,10 +73,12 @@ class NcclCommunicator:
         queues.device.trace.append(("launch", stream, "ncclAllReduce"))
         if self._mpi is None:
             ranks = self.ndev
-            queues.enqueue(current, "ncclAllReduce", lambda: np.multiply(view, ranks, out=view))
+            queues.enqueue_touching(current, "ncclAllReduce", lambda: np.multiply(view, ranks, out=view), (),
+                                    writes=[view])
         else:
             comm, (in_place, total) = self._mpi
-            queues.enqueue(current, "ncclAllReduce", lambda: comm.Allreduce(in_place, view, op=total))
+            queues.enqueue_touching(current, "ncclAllReduce", lambda: comm.Allreduce(in_place, view, op=total), (),
+                                    writes=[view])
 
 
 def _join(ndev, commId, rank):  # noqa: N803

@@ -134,7 +134,7 @@ def _gemm(dtype):
         opa = va if Operation(transa) == Operation.N else va.T
         opb = vb if Operation(transb) == Operation.N else vb.T
         _enqueue(stream, name, _product(opa, opb, vc, _scalar(h, alpha, dtype), _scalar(h, beta, dtype)),
-                 (ta, tb, tc, h.workspace))
+                 (ta, tb, tc, h.workspace), (va, vb), (vc,))
 
     return gemm
 
@@ -153,7 +153,7 @@ def _gemv(dtype):
         (vx, tx), (vy, ty) = _vector(x, size_x, incx, dtype), _vector(y, size_y, incy, dtype)
         opa = va if Operation(trans) == Operation.N else va.T
         _enqueue(stream, name, _product(opa, vx, vy, _scalar(h, alpha, dtype), _scalar(h, beta, dtype)),
-                 (ta, tx, ty, h.workspace))
+                 (ta, tx, ty, h.workspace), (va, vx), (vy,))
 
     return gemv
 
@@ -250,8 +250,8 @@ def _scalar(h, ptr, dtype):
     return np.frombuffer((ctypes.c_char * np.dtype(dtype).itemsize).from_address(ptr), dtype, 1)[0]
 
 
-def _enqueue(stream, name, fn, touches):
-    queues.enqueue_touching(stream, name, fn, tuple(t for t in touches if t is not None))
+def _enqueue(stream, name, fn, touches, reads, writes):
+    queues.enqueue_touching(stream, name, fn, tuple(t for t in touches if t is not None), reads, writes)
 
 
 def reset():

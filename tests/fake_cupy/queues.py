@@ -10,6 +10,10 @@ earlier null-stream work (``before``); non-blocking streams never wait for the n
 them.
 
 ``unsafe(what)`` is where a potentially unsafe call meets the capture modes (see ``capture``).
+
+Every operation says, as it is enqueued, what memory it reads and what it writes, as NumPy views of the
+device's memory; ``device.observer``, when set, is called with ``(stream, name, reads, writes)`` for each,
+in enqueue (or capture) order: what ``tests/races.py`` reads a launch's accesses from.
 """
 
 import collections
@@ -55,6 +59,7 @@ class _Device:
         self.handles = {}  # graph and executable graph handles -> objects
         self.node_runs = []  # (node name, stream ptr, priority) of every graph node run
         self.null, self.stack = None, []
+        self.observer = None  # called with (stream, name, reads, writes) of every operation enqueued or captured
 
 
 device = None
@@ -123,16 +128,22 @@ def before(stream):
         push(stream, Item("wait", "implicit", target=(device.null, device.null._enqueued)))
 
 
-def enqueue(stream, name, fn, arrays=()):
-    """Put ``fn()`` on ``stream`` (or into its capture); it runs when the scheduler reaches it.
+def enqueue(stream, name, fn, reads=(), writes=()):
+    """Put ``fn()`` on ``stream`` (or into its capture); it runs when the scheduler reaches it. ``reads`` and
+    ``writes`` are the device arrays it reads and writes (an array read and written is written).
 
     ``fn`` must hold plain NumPy views, never a device array: queued work does not keep memory alive.
     """
-    enqueue_touching(stream, name, fn, tuple((a._alloc.chunk, a._alloc.generation) for a in arrays))
+    arrays = (*reads, *writes)
+    enqueue_touching(stream, name, fn, tuple((a._alloc.chunk, a._alloc.generation) for a in arrays),
+                     [a._a for a in reads], [a._a for a in writes])
 
 
-def enqueue_touching(stream, name, fn, touches):
-    """``enqueue`` for work that holds raw pointers: ``touches`` are its ``(chunk, generation)`` pairs."""
+def enqueue_touching(stream, name, fn, touches, reads=(), writes=()):
+    """``enqueue`` for work that holds raw pointers: ``touches`` are its ``(chunk, generation)`` pairs,
+    ``reads`` and ``writes`` NumPy views of the memory it reads and writes."""
+    if device.observer is not None:
+        device.observer(stream, name, list(reads), list(writes))
     if stream._capture is not None:
         stream._capture.add(stream, name, fn, touches)
         return

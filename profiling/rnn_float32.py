@@ -54,9 +54,9 @@ def cancellation(net, x, y, name):
     recurrent = [np.asarray(u, np.float64) for u in net.recurrent]
     biases = [np.asarray(b, np.float64) for b in net.biases]
     tau, L = len(x), net.L
-    z, a = reference._forward(weights, recurrent, biases, x, net.activation, net.output_activation, net.output)
+    z, a = reference.states(weights, recurrent, biases, x, net.activation, net.output_activation, net.output)
     delta = {}
-    for t, target in reference._targets(y, tau, net.output).items():
+    for t, target in reference.targets(y, tau, net.output).items():
         delta[L, t] = (a[L, t] - target) * (sigma_prime(net.output_activation, z[L, t]) if net.cost == "quadratic" else 1)
     for l in range(L - 1, 1, -1):
         after = np.zeros_like(a[l, 0])

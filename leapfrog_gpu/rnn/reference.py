@@ -23,7 +23,7 @@ import numpy as np
 from ..reference import sigma, sigma_prime
 
 
-def _forward(weights, recurrent, biases, x, activation, output_activation, output):
+def states(weights, recurrent, biases, x, activation, output_activation, output):
     """Every z^{l,t} and a^{l,t}: dicts keyed by (l, t), a^{1,t} = x^t, a^{l,0} = 0."""
     x = np.asarray(x, dtype=np.float64)
     tau, B = x.shape[0], x.shape[2]
@@ -46,7 +46,7 @@ def _output_times(tau, output):
     return range(1, tau + 1) if output == "every" else [tau]
 
 
-def _targets(y, tau, output):
+def targets(y, tau, output):
     """y^t by time step t, for the time steps that have an output."""
     y = np.asarray(y, dtype=np.float64)
     return {t: (y[t - 1] if output == "every" else y) for t in _output_times(tau, output)}
@@ -55,7 +55,7 @@ def _targets(y, tau, output):
 def feedforward(weights, recurrent, biases, x, activation="tanh", output_activation="tanh", output="last"):
     """a^{L,tau} (n_L, B) for ``output="last"``, every a^{L,t} stacked as (tau, n_L, B) for ``"every"``."""
     tau = len(x)
-    _, a = _forward(weights, recurrent, biases, x, activation, output_activation, output)
+    _, a = states(weights, recurrent, biases, x, activation, output_activation, output)
     L = len(weights) + 1
     if output == "last":
         return a[L, tau]
@@ -66,9 +66,9 @@ def cost(weights, recurrent, biases, x, y, activation="tanh", cost="quadratic", 
          output="last"):
     """C summed over the batch and the time steps with an output (quadratic or cross-entropy, as the MLP's)."""
     tau, L = len(x), len(weights) + 1
-    _, a = _forward(weights, recurrent, biases, x, activation, output_activation, output)
+    _, a = states(weights, recurrent, biases, x, activation, output_activation, output)
     total = 0.0
-    for t, target in _targets(y, tau, output).items():
+    for t, target in targets(y, tau, output).items():
         if cost == "quadratic":
             total += 0.5 * float(np.sum((a[L, t] - target) ** 2))
         else:
@@ -84,9 +84,9 @@ def backprop(weights, recurrent, biases, x, y, activation="tanh", cost="quadrati
     recurrent = [np.asarray(u, dtype=np.float64) for u in recurrent]
     biases = [np.asarray(b, dtype=np.float64) for b in biases]
     tau, L = len(x), len(weights) + 1
-    z, a = _forward(weights, recurrent, biases, x, activation, output_activation, output)
+    z, a = states(weights, recurrent, biases, x, activation, output_activation, output)
     delta = {}
-    for t, target in _targets(y, tau, output).items():
+    for t, target in targets(y, tau, output).items():
         delta[L, t] = a[L, t] - target  # (4), cross-entropy with a sigmoid output
         if cost == "quadratic":
             delta[L, t] = delta[L, t] * sigma_prime(output_activation, z[L, t])

@@ -107,8 +107,7 @@ class BPTT(RNNSchedule):
     @staticmethod
     def _layer(p, l):
         p.from_above(l)
-        for t in range(p.tau - 1, -1, -1):
-            p.recur(l, t)
+        p.sweep(l)
 
     @staticmethod
     def rounds_formula(K, tau):

@@ -187,8 +187,9 @@ class RNN(Layered):
         that run every schedule once each in turn (so load on the machine falls on all alike), each timed
         from enqueue to ``synchronize()``. Returns, by name, ``{"median_s": ..., **stats}``, or
         ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
-        resolved = {name: resolve(self._check_schedule(schedule)) for name, schedule in schedules.items()}
+        checked = {name: self._check_schedule(schedule) for name, schedule in schedules.items()}
         p = self._start(x, y, BPTT(), None)
+        resolved = {name: resolve(schedule, p) for name, schedule in checked.items()}
         results, times = {}, {}
         for name, schedule in resolved.items():
             try:
@@ -212,7 +213,7 @@ class RNN(Layered):
     def _start(self, x, y, schedule, eta, graph=False):
         """Validate, copy the batch in, enqueue forward and backward (and, given ``eta``, the check of the
         gradients and the update, as a graph with ``graph``); return the plan."""
-        schedule = resolve(self._check_schedule(schedule))
+        schedule = self._check_schedule(schedule)
         x = self._check_x(x)
         y = self._check_y(y, x.shape[0], x.shape[2])
         tau, samples = x.shape[0], x.shape[2]
@@ -220,7 +221,9 @@ class RNN(Layered):
             share = self.comm.share(samples)
             x, y = x[..., share], y[..., share]
         batch = x.shape[2]
-        schedule.check(self.sizes, tau, max(batch, 1), self.dtype)
+        if schedule.k != "auto":  # Leapfrog("auto") runs the BPTT chain, which allocates nothing more
+            schedule = resolve(schedule)
+            schedule.check(self.sizes, tau, max(batch, 1), self.dtype)
         p = self.plan(tau, max(batch, 1))
         controls = None if eta is None else self._controls
         if controls is not None:
@@ -239,8 +242,9 @@ class RNN(Layered):
             p.reducer.add_zeros()
         else:
             p.forward()
+            chain = resolve(schedule, p)  # Leapfrog("auto"): calibrated on this plan the first time
             with contextlib.nullcontext() if p.reducer is None else p.reducer.pass_():
-                self.stats = schedule.backward(p, controls)
+                self.stats = chain.backward(p, controls)
         if controls is None:
             return
         if self.check_finite:

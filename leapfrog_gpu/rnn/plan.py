@@ -21,6 +21,7 @@ from ..backends import ops_numpy
 from ..core import plan
 from ..parallel.reducer import Reducer
 from .recursion import Recursion
+from .schedules import resolve
 
 
 def flat(buffer):
@@ -66,6 +67,7 @@ class Plan(plan.Plan):
         self.products = self._products()
         self.recursion = {l: Recursion(self, l) for l in net.hidden}
         self.cache = {}  # the extra buffers of the scan schedules, by kind (``scans``)
+        self.chosen = {}  # what ``core.calibrate.choose`` picked for Leapfrog("auto"), by candidates
         self.empty = False
         self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
         self.allocated()
@@ -167,6 +169,11 @@ class Plan(plan.Plan):
         """``recur(l, t)`` for t = tau-1..0, 0-based: the recursion of layer l over every step."""
         for call in self.recursion[l].sweep_backward:
             call()
+
+    def run(self, schedule):
+        """Enqueue the backward pass under ``schedule`` (``Sequential()`` or ``Leapfrog(k)``), as a calibration
+        times it: no update, no sums across ranks."""
+        resolve(schedule).backward(self)
 
     # -- gradients and the update ---------------------------------------------------------------------
 

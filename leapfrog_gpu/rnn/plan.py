@@ -109,11 +109,16 @@ class Plan(plan.Plan):
         if y is not None:
             self.backend.copy_in(self.main, self.y, y[:, None, :] if y.ndim == 2 else y.transpose(1, 0, 2))
 
-    def forward(self):
-        """Enqueue z^{l,t}, a^{l,t} for every layer and time step (the output layer where it has outputs)."""
+    def forward(self, solver=None):
+        """Enqueue z^{l,t}, a^{l,t} for every layer and time step (the output layer where it has outputs): the
+        recurrent layers step by step, or by ``solver`` (a ``newton.TimeNewton``), its buffers made first."""
         launch = self.backend.launch
-        for l in self.net.hidden:
-            launch(self.main, f"z[{l}]", self._forward_layer, l)
+        if solver is None:
+            for l in self.net.hidden:
+                launch(self.main, f"z[{l}]", self._forward_layer, l)
+        else:
+            solver.prepare(self)
+            launch(self.main, "time-newton", solver.solve, self)
         launch(self.main, f"z[{self.L}]", self._forward_output)
 
     def _forward_layer(self, l):

@@ -129,3 +129,18 @@ def test_without_nvmath_the_recurrence_runs_on_cupy_matmul(standin_without_nvmat
         for got_list, want_list in zip(net.backprop(x, y, BPTT()), want):
             for g, w in zip(host(got_list), want_list):
                 np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("quasi", [False, True])
+def test_time_newton_on_the_standin_matches_the_reference(backend, quasi):
+    from leapfrog_gpu import TimeNewton
+
+    x, _ = sequences("every", 9, 2)
+    with RNN(SIZES, output="every", dtype="float64", backend=backend, recurrent_norm=2.0) as net:
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        solver = TimeNewton(quasi=quasi)
+        got = net.feedforward(x, solver=solver).get()
+    want = reference_rnn.feedforward(*params, x, net.activation, net.output_activation, "every")
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert solver.stats["converged"] and solver.stats["rounds"] == TimeNewton.rounds_formula(
+        solver.stats["iterations_per_layer"], 9)

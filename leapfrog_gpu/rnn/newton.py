@@ -196,11 +196,11 @@ class TimeNewton(Solver):
         which runs on time reversed (its x_j is a_{tau-1-j}), J_t damped: (1 - damping) diag(sigma'_t) u."""
         xp, n, tau, B, a, u = p.xp, p.net.n[l], p.tau, p.batch, p.a[l], p.u[l]
         J, J_next, c, q = scan
-        keep = 1.0 - self.damping
+        keep, diagonal = 1.0 - self.damping, u.reshape(-1)[:: n + 1]  # diag(u), a view of u
         forwards = c.reshape(tau, B, n)[::-1].transpose(2, 0, 1)  # the scan's vectors as (n, tau, B), time in order
         if self.quasi:  # J_t a_{t-1} = sigma'_t * diag(u) * a_{t-1}
             forwards[:, 0].fill(0)
-            xp.multiply(a[:, :-1], xp.diagonal(u)[:, None, None], out=forwards[:, 1:])
+            xp.multiply(a[:, :-1], diagonal[:, None, None], out=forwards[:, 1:])
             xp.multiply(forwards, p.sp[l], out=forwards)
         else:  # J_t a_{t-1} = sigma'_t * (u a_{t-1}), the product of the evaluation
             xp.multiply(ua, p.sp[l], out=forwards)
@@ -209,7 +209,7 @@ class TimeNewton(Solver):
         xp.subtract(f, forwards, out=forwards)  # c_t = f_t - J_t a_{t-1}
         sp = p.sp[l].transpose(1, 2, 0)  # (tau, B, n)
         if self.quasi:
-            xp.multiply(sp, xp.diagonal(u), out=J[::-1])
+            xp.multiply(sp, diagonal, out=J[::-1])
         else:
             xp.multiply(sp[..., None], u, out=J[::-1])
         if keep != 1:

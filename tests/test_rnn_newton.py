@@ -258,3 +258,14 @@ def test_what_cannot_run_is_refused_before_it_runs():
             net.sgd_step(x, np.zeros((6, 3, 3)), 0.1, graph=True, solver=TimeNewton())
         np.testing.assert_allclose(net.feedforward(x, solver=TimeNewton(quasi=True, memory_limit=7000)),
                                    reference(net, x), rtol=1e-10, atol=1e-12)
+
+
+def test_the_example_in_docs_rnn_md_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs/rnn.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/rnn.md", "exec"), {})

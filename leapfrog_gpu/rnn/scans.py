@@ -23,6 +23,8 @@ Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is kn
                allocated.
 
 Both hand each layer on (to the workers, as ``schedules`` does) once its delta is final, deepest first.
+``scan_round`` is the one round of the suffix scan, for matrices or diagonals: TimeScan's rounds after the
+first, and the linear systems of ``newton.TimeNewton`` (on time reversed).
 Their buffers are allocated once per pass, in ``p.cache``; scan vectors and matrices are stored
 (time, batch, n, ...) so that a round is one batched ``matmul``.
 """

@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 _HOMES = {
     "get_backend": "backends", "Leapfrog": "core", "Sequential": "core",
     "MLP": "mlp", "NaumovScan": "mlp", "NaumovJacobi": "mlp",
-    "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn",
+    "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn", "TimeNewton": "rnn",
     "GraphNet": "dag", "Layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
     "LevelSets": "dag", "DagJacobi": "dag", "DagDoubling": "dag", "ForwardJacobi": "dag", "ForwardNewton": "dag",
 }

@@ -6,6 +6,7 @@ import pytest
 import threadpoolctl
 
 from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu.core import calibrate
 from leapfrog_gpu.mlp import autotune
 
 
@@ -23,7 +24,7 @@ def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch,
         return [(s, None, {"p20": 0.7, "median": 0.75, "p80": 0.8} if repr(s) == fastest else
                  {"p20": 1.9, "median": 2.0, "p80": 2.1}) for s in schedules]
 
-    monkeypatch.setattr(autotune, "measure", fake_measure)
+    monkeypatch.setattr(calibrate, "measure", fake_measure)  # what choose() calls, shared with the RNN
     sizes = [6, 9, 9, 4]
     x, y = _data(sizes, 3)
     schedule = Leapfrog("auto")

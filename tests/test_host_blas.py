@@ -288,3 +288,23 @@ def test_the_chain_takes_no_transposed_operand_at_b_above_one(one_pass, monkeypa
     found = [(trans_a, trans_b) for m, k, n, trans_a, trans_b in calls if (m, k) in chain and n == 4]
     assert len(found) == len(chain), f"(5) did not reach BLAS as an n_l x B product over n_(l+1): {calls}"
     assert set(found) == {(0, 0)}, f"(5) took a transposed operand: {found}"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_a_bound_product_is_the_product_on_what_the_arrays_hold_when_called(shape, beta):
+    """``bind`` fixes the routine and the pointers, not the values: each call is ``matmul`` on the arrays as
+    they are then, bitwise; the columns of one step of an (n, tau, B) buffer stored (tau, B, n) included."""
+    rng = np.random.default_rng(1)
+    p, r, q = shape
+    x, y = operand(rng, (p, r), False, np.float32), rng.standard_normal((3, q, r)).astype(np.float32).transpose(2, 0, 1)
+    out = rng.standard_normal((3, q, p)).astype(np.float32).transpose(2, 0, 1)
+    call = host_blas.bind(out[:, 2], x, y[:, 1], beta=beta)
+    assert call.operands[0] is not None
+    for _ in range(2):
+        want = out[:, 2].copy(order="F")  # the same layout: the same BLAS call
+        host_blas.matmul(want, x, y[:, 1], beta=beta)
+        call()
+        assert np.array_equal(out[:, 2], want)
+        x += 1
+        y[:, 1] *= 2

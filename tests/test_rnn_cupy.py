@@ -94,3 +94,53 @@ def test_the_chain_on_our_own_kernels_gives_the_same_gradients(standin):
                 for g, w in zip(host(got_list), want_list):
                     np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
     assert any(kind == "launch" and detail.startswith("forward_gemm") for kind, _, detail in standin.trace())
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_the_recurrence_runs_on_cublas_through_nvmath_one_call_a_step(standin, backend, B):
+    """Each step's u^l a^{l,t-1} and (u^l)^T delta^{l,t+1} is one cuBLAS call (beta = 1) on the step's
+    strided columns: 2 recurrent layers, tau - 1 steps each way."""
+    import fake_cupy.nvmath
+
+    tau, name = 5, "dgemv" if B == 1 else "dgemm"
+    x, y = sequences("every", tau, B)
+    with RNN(SIZES, output="every", dtype="float64", backend=backend) as net:
+        net.backprop(x, y, BPTT())
+        fake_cupy.nvmath.calls.clear()
+        got = net.backprop(x, y, BPTT())
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+    calls = [routine for routine, _, _ in fake_cupy.nvmath.calls]
+    assert calls.count(name) >= 2 * 2 * (tau - 1)
+    want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "every")
+    for got_list, want_list in zip(got, want):
+        for g, w in zip(host(got_list), want_list):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_without_nvmath_the_recurrence_runs_on_cupy_matmul(standin_without_nvmath, B):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    x, y = sequences("last", 4, B)
+    with CupyBackend() as cupy_backend, RNN(SIZES, dtype="float64", backend=cupy_backend) as net:
+        assert cupy_backend.ops.blas is None
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "last")
+        for got_list, want_list in zip(net.backprop(x, y, BPTT()), want):
+            for g, w in zip(host(got_list), want_list):
+                np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("quasi", [False, True])
+def test_time_newton_on_the_standin_matches_the_reference(backend, quasi):
+    from leapfrog_gpu import TimeNewton
+
+    x, _ = sequences("every", 9, 2)
+    with RNN(SIZES, output="every", dtype="float64", backend=backend, recurrent_norm=2.0) as net:
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        solver = TimeNewton(quasi=quasi)
+        got = net.feedforward(x, solver=solver).get()
+    want = reference_rnn.feedforward(*params, x, net.activation, net.output_activation, "every")
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert solver.stats["converged"] and solver.stats["rounds"] == TimeNewton.rounds_formula(
+        solver.stats["iterations_per_layer"], 9)

@@ -212,3 +212,39 @@ def test_leapfrog_is_bitwise_bptt_under_chaos(seed):
         assert same(trained(backend, Leapfrog(2), steps=4), want)
         assert same(trained(backend, Leapfrog(3, fused=True), steps=4), want)
         assert same(trained(backend, TimeScan(k=2, fused=True), steps=4), trained("numpy", TimeScan(k=0), steps=4))
+
+
+def row(schedule, median):
+    """A calibration row whose spread (p20..p80) is 2 % about its median."""
+    return schedule, None, {"median": median, "p20": 0.99 * median, "p80": 1.01 * median}
+
+
+def test_leapfrog_auto_calibrates_each_plan_once_and_is_bitwise_bptt(monkeypatch):
+    """Whatever k the calibration picks, the pass is BPTT's chain: bitwise BPTT(), step after step."""
+    from leapfrog_gpu.core import calibrate
+
+    tables, measure = [], calibrate.measure
+    monkeypatch.setattr(calibrate, "measure", lambda plan, schedules: tables.append(
+        measure(plan, schedules, repeats=2, warmup=0)) or tables[-1])
+    assert same(trained("numpy", Leapfrog("auto"), steps=3, tau=4), trained("numpy", BPTT(), steps=3, tau=4))
+    assert len(tables) == 1  # one plan (tau, B), calibrated once
+    assert [repr(schedule) for schedule, _, _ in tables[0]] == ["Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)",
+                                                                "Leapfrog(k=4)"]
+
+
+@pytest.mark.parametrize("faster,workers", [(None, 0), (2, 2)])
+def test_leapfrog_auto_runs_bptt_where_no_hand_off_pays(monkeypatch, faster, workers):
+    """A hand-off that the calibration finds no faster beyond its noise is not made: no worker stream
+    exists after the step; one that pays, is."""
+    from leapfrog_gpu.core import calibrate
+
+    def measured(plan, schedules):
+        return [row(s, 1.0 if s.k != faster else 0.5) for s in schedules]
+
+    monkeypatch.setattr(calibrate, "measure", measured)
+    x, y = sequences(SIZES, 4, 2, "every", seed=0)
+    with get_backend("numpy") as backend, RNN(SIZES, output="every", backend=backend) as net:
+        net.sgd_step(x, y, ETA, Leapfrog("auto"))
+        net.synchronize()
+        assert repr(calibrate.chosen(net.plan(4, 2))) == ("Sequential()" if faster is None else "Leapfrog(k=2)")
+        assert f"workers={workers}" in repr(backend)

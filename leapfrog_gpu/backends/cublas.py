@@ -7,16 +7,19 @@ and raises when that stream is capturing); cuBLAS itself can be captured once th
 of its own (``cublasSetWorkspace``: it then allocates nothing) and runs on the capturing stream. So a
 ``Blas`` holds one handle for the backend's life: its stream set to the main stream once, then (in that
 order: ``cublasSetStream`` resets the workspace to cuBLAS's default pool) its workspace, preallocated once
-outside any capture; host-pointer scalars, the constants alpha = 1 and beta = 0 only (read when the call is
-made, so a graph bakes them in). The same handle, workspace and stream serve eager and graph steps, so
-cuBLAS picks the same algorithm for both and they agree to the bit.
+outside any capture; host-pointer scalars, the constants 1 and 0 only (alpha = 1; beta = 0, or 1 to add
+into the output; read when the call is made, so a graph bakes them in). The same handle, workspace and
+stream serve eager and graph steps, so cuBLAS picks the same algorithm for both and they agree to the bit.
 
 Layout: our arrays are row-major, ``(n, B)``; cuBLAS is column-major. A row-major ``(r, c)`` array is the
-column-major ``(c, r)`` matrix with leading dimension ``c``, its transpose. So ``z = w a_prev`` is computed
+column-major ``(c, r)`` matrix with leading dimension ``c`` (the stride between its rows, which is larger
+for the columns of one time step of an ``(n, tau, B)`` array), its transpose. So ``z = w a_prev`` is computed
 as ``z^T = a_prev^T w^T`` (a GEMM of column-major ``(B, m)`` by ``(m, n)``), and at B = 1 as the GEMV
 ``z = (w^T)^T a_prev`` of the column-major ``(m, n)`` matrix ``w^T``; ``delta = w^T delta_next`` as
 ``delta^T = delta_next^T w`` (``w`` read transposed), and at B = 1 as ``delta = (w^T) delta_next``.
 """
+
+import functools
 
 import numpy as np
 
@@ -63,16 +66,24 @@ class Blas:
     def matmul(self, out, w, x, transpose=False):
         """``out = w x`` (``transpose``: ``out = w^T x``) on the handle's stream; ``w`` is ``(n, m)``
         (``(m, n)`` when transposed), ``x`` ``(m, B)``, ``out`` ``(n, B)``, all C-contiguous, one dtype."""
+        self.bind(out, w, x, transpose)()
+
+    def bind(self, out, w, x, transpose=False, accumulate=False):
+        """``matmul(out, w, x, transpose)`` (with ``accumulate``, ``out += w x``: beta = 1) as a call of no
+        argument on the arrays' pointers, fixed now; ``w`` C-contiguous, ``x`` and ``out`` with a unit
+        stride along their rows (C-contiguous, or the columns of one time step of an (n, tau, B) array):
+        the stride between rows is their leading dimension."""
         (n, batch), m = out.shape, x.shape[0]
         gemm, gemv, one, zero = self._routines[out.dtype]
+        beta = one if accumulate else zero
         op = self._cublas.Operation
         rows = n if transpose else m  # of w^T's column-major storage: the leading dimension
+        ld_x, ld_out = (max(1, a.strides[0] // a.itemsize) for a in (x, out))
         if batch == 1:
-            gemv(self.handle, op.N if transpose else op.T, rows, m if transpose else n, one,
-                 w.data.ptr, rows, x.data.ptr, 1, zero, out.data.ptr, 1)
-        else:
-            gemm(self.handle, op.N, op.T if transpose else op.N, batch, n, m, one,
-                 x.data.ptr, batch, w.data.ptr, rows, zero, out.data.ptr, batch)
+            return functools.partial(gemv, self.handle, op.N if transpose else op.T, rows, m if transpose else n,
+                                     one, w.data.ptr, rows, x.data.ptr, ld_x, beta, out.data.ptr, ld_out)
+        return functools.partial(gemm, self.handle, op.N, op.T if transpose else op.N, batch, n, m, one,
+                                 x.data.ptr, ld_x, w.data.ptr, rows, beta, out.data.ptr, ld_out)
 
     def close(self):
         """Destroy the handle (the caller has synchronized: no queued call still uses the workspace)."""

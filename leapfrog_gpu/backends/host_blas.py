@@ -41,6 +41,20 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     ``gemv`` when q = 1, ``ger`` when r = 1 and beta = 1, ``gemm`` otherwise, on the arrays' Fortran
     views. A call as long as ``RELEASE_MATRIX`` or ``RELEASE_GEMM`` says runs with the GIL released.
     """
+    _product(out, x, y, alpha, beta, False)
+
+
+def bind(out, x, y, alpha=1.0, beta=0.0):
+    """``matmul(out, x, y, alpha, beta)`` as a call of no argument, its routine and arguments fixed now:
+    each call is the one BLAS call, on what the arrays hold then, with no Python before it. The call
+    holds the three arrays (``operands``), whose memory it reads and writes."""
+    call = _product(out, x, y, alpha, beta, True)
+    call.operands = (out, x, y)
+    return call
+
+
+def _product(out, x, y, alpha, beta, bound):
+    """The BLAS call of ``matmul``: made now, or, if ``bound``, returned as a ``functools.partial``."""
     if x.dtype != out.dtype or y.dtype != out.dtype:
         raise TypeError(f"matmul takes operands of its output's dtype, {out.dtype}; got {x.dtype} and "
                         f"{y.dtype}")
@@ -55,15 +69,14 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     if n == 1:
         (a, trans, lda), (b, inc) = _operand(x), _vector(y, 0)
         blas = _routines(out.dtype, m * k >= RELEASE_MATRIX)
-        blas.gemv(trans, *((k, m) if trans else (m, k)), alpha, a, lda, b, inc, beta, c, 1)
-    elif k == 1 and beta == 1:
+        return blas.gemv(trans, *((k, m) if trans else (m, k)), alpha, a, lda, b, inc, beta, c, 1, bound)
+    if k == 1 and beta == 1:
         (a, inc_a), (b, inc_b) = _vector(x, 0), _vector(y, 1)
         blas = _routines(out.dtype, m * n >= RELEASE_MATRIX)
-        blas.ger(m, n, alpha, a, inc_a, b, inc_b, c, max(1, m))
-    else:
-        (a, trans_a, lda), (b, trans_b, ldb) = _operand(x), _operand(y)
-        blas = _routines(out.dtype, m * n * k >= RELEASE_GEMM)
-        blas.gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, max(1, m))
+        return blas.ger(m, n, alpha, a, inc_a, b, inc_b, c, max(1, m), bound)
+    (a, trans_a, lda), (b, trans_b, ldb) = _operand(x), _operand(y)
+    blas = _routines(out.dtype, m * n * k >= RELEASE_GEMM)
+    return blas.gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, max(1, m), bound)
 
 
 def _operand(x):
@@ -136,20 +149,29 @@ class _Routines:
         self._gemv, self._ger, self._gemm = (getattr(library, f"scipy_cblas_{prefix}{name}")
                                              for name in ("gemv", "ger", "gemm"))
 
-    def gemv(self, trans, m, n, alpha, a, lda, x, inc_x, beta, y, inc_y):
+    def gemv(self, trans, m, n, alpha, a, lda, x, inc_x, beta, y, inc_y, bound=False):
         """``y = alpha op(a) x + beta y``: a (m, n) column-major, op transposes it if ``trans``."""
         scalar = self.scalar
-        self._gemv(_COLUMN_MAJOR, _TRANS[trans], m, n, scalar(alpha), a, lda, x, inc_x, scalar(beta), y, inc_y)
+        return self._call(bound, self._gemv, _COLUMN_MAJOR, _TRANS[trans], m, n, scalar(alpha), a, lda, x, inc_x,
+                          scalar(beta), y, inc_y)
 
-    def ger(self, m, n, alpha, x, inc_x, y, inc_y, a, lda):
+    def ger(self, m, n, alpha, x, inc_x, y, inc_y, a, lda, bound=False):
         """``a += alpha x y^T``: a (m, n) column-major."""
-        self._ger(_COLUMN_MAJOR, m, n, self.scalar(alpha), x, inc_x, y, inc_y, a, lda)
+        return self._call(bound, self._ger, _COLUMN_MAJOR, m, n, self.scalar(alpha), x, inc_x, y, inc_y, a, lda)
 
-    def gemm(self, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    def gemm(self, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bound=False):
         """``c = alpha op(a) op(b) + beta c``: c (m, n) column-major, op(a) (m, k), op(b) (k, n)."""
         scalar = self.scalar
-        self._gemm(_COLUMN_MAJOR, _TRANS[trans_a], _TRANS[trans_b], m, n, k, scalar(alpha), a, lda, b, ldb,
-                   scalar(beta), c, ldc)
+        return self._call(bound, self._gemm, _COLUMN_MAJOR, _TRANS[trans_a], _TRANS[trans_b], m, n, k,
+                          scalar(alpha), a, lda, b, ldb, scalar(beta), c, ldc)
+
+    @staticmethod
+    def _call(bound, routine, *args):
+        """``routine(*args)`` now, or, if ``bound``, that call for later."""
+        if bound:
+            return functools.partial(routine, *args)
+        routine(*args)
+        return None
 
 
 _BYTES = ctypes.c_char * 0

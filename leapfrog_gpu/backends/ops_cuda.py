@@ -11,6 +11,7 @@ refuses during stream capture: a graph then runs the chain on our kernels, and s
 """
 
 import contextlib
+import functools
 import logging
 
 import numpy as np
@@ -69,6 +70,26 @@ class CudaOps:
             self.blas.matmul(out, w, x, transpose)
         else:
             self._cupy.matmul(w.T if transpose else w, x, out=out)
+
+    def bind_matmul(self, out, w, x, transpose=False, accumulate=False):
+        """``out = w x`` (``w^T x`` if ``transpose``; ``out += ...`` if ``accumulate``) as a call of no
+        argument, bound now: one cuBLAS call through nvmath-python (``cublas.Blas.bind``) where ``w`` is
+        C-contiguous and ``x`` and ``out`` have a unit stride along their rows (the columns of one time
+        step of an (n, tau, B) array), else ``cupy.matmul`` (into a buffer made now, then added, to
+        accumulate)."""
+        cupy = self._cupy
+        if self.blas is not None and w.flags.c_contiguous and _rows(x) and _rows(out):
+            return self.blas.bind(out, w, x, transpose, accumulate)
+        a = w.T if transpose else w
+        if not accumulate:
+            return functools.partial(cupy.matmul, a, x, out=out)
+        product = cupy.empty(out.shape, out.dtype)
+
+        def call():
+            cupy.matmul(a, x, out=product)
+            cupy.add(out, product, out=out)
+
+        return call
 
     def _kernel(self, filename, name, dtype, options=()):
         key = (filename, name, np.dtype(dtype), options)
@@ -185,3 +206,8 @@ class CudaOps:
     def set_element(array, index, value):
         """``array[index] = value`` on the current stream (a fill kernel: no host copy, no allocation)."""
         array[index:index + 1].fill(value)
+
+
+def _rows(x):
+    """Whether the 2-D ``x`` has a unit stride along its rows and a positive one between them."""
+    return (x.shape[1] == 1 or x.strides[1] == x.itemsize) and x.strides[0] > 0

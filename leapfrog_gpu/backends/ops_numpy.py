@@ -12,8 +12,12 @@ C-contiguous, ``b`` and ``nabla_b`` (n,). ``controls`` holds a step's controls, 
 update writes nothing).
 """
 
+import contextlib
+import functools
+
 import numpy as np
 
+from . import host_blas
 from .host_blas import matmul
 
 
@@ -24,25 +28,41 @@ def bias_activation(z, a, sp, b, activation):
 
 
 def activate(z, a, sp, activation, xp=np):
-    """(3): ``a = sigma(z)``, ``sp = sigma'(z)``, into ``a`` and ``sp``; ``xp`` the arrays' module (CuPy's
-    for the recurrent pass's strided views on the device)."""
+    """(3): ``a = sigma(z)`` (``sigma_calls``), then ``sp = sigma'(z)`` (``sigma_prime``), into ``a`` and
+    ``sp``; ``xp`` the arrays' module (CuPy's on the device)."""
+    with np.errstate(over="ignore") if activation == "sigmoid" else contextlib.nullcontext():
+        for call in sigma_calls(z, a, activation, xp):
+            call()
+    sigma_prime(z, a, sp, activation, xp)
+
+
+def sigma_calls(z, a, activation, xp=np):
+    """``a = sigma(z)`` as calls of no argument bound to ``z`` and ``a``: one ufunc for tanh, relu and the
+    identity, four for sigmoid (whose ``exp(-z)`` may overflow to inf, giving sigma = 0 as it should:
+    run them under ``np.errstate(over="ignore")``)."""
     if activation == "sigmoid":
-        with np.errstate(over="ignore"):  # exp(-z) = inf gives sigma = 0, as it should
-            xp.negative(z, out=a)
-            xp.exp(a, out=a)
-        xp.add(a, 1, out=a)
-        xp.reciprocal(a, out=a)
+        return [functools.partial(xp.negative, z, out=a), functools.partial(xp.exp, a, out=a),
+                functools.partial(xp.add, a, 1, out=a), functools.partial(xp.reciprocal, a, out=a)]
+    if activation == "tanh":
+        return [functools.partial(xp.tanh, z, out=a)]
+    if activation == "relu":
+        return [functools.partial(xp.maximum, z, 0, out=a)]
+    if activation == "identity":
+        return [functools.partial(xp.copyto, a, z)]
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+def sigma_prime(z, a, sp, activation, xp=np):
+    """``sp = sigma'(z)``, from ``a = sigma(z)`` (sigmoid, tanh) or from z (relu)."""
+    if activation == "sigmoid":
         xp.subtract(1, a, out=sp)
         xp.multiply(sp, a, out=sp)
     elif activation == "tanh":
-        xp.tanh(z, out=a)
         xp.multiply(a, a, out=sp)
         xp.subtract(1, sp, out=sp)
     elif activation == "relu":
-        xp.maximum(z, 0, out=a)
         xp.greater(z, 0, out=sp)
     elif activation == "identity":
-        xp.copyto(a, z)
         sp.fill(1)
     else:
         raise ValueError(f"unknown activation {activation!r}")
@@ -64,6 +84,13 @@ def backward(delta, w_next, delta_next, sp):
     """(5) of one layer: ``delta = ((w^{l+1})^T delta^{l+1}) * sp`` (kernels/chain.cu)."""
     matmul(delta, w_next.T, delta_next)
     delta_hidden(delta, sp)
+
+
+def bind_matmul(out, w, x, transpose=False, accumulate=False):
+    """``out = w x`` (``w^T x`` if ``transpose``; ``out += ...`` if ``accumulate``) as a call of no argument,
+    bound now (``host_blas.bind``): one BLAS call each time, on what the arrays hold then. ``out`` (n, B)
+    and ``x`` may be the columns of one time step of a longer sequence (``rnn.plan``)."""
+    return host_blas.bind(out, w.T if transpose else w, x, beta=1.0 if accumulate else 0.0)
 
 
 def delta_output(delta, a, y, sp, cost):

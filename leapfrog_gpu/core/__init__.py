@@ -1,8 +1,9 @@
 """The core the three networks share: the network base (backend, parameters, step controls, handed-out
 copies), the pass of one batch size (streams, events, buffers), the hand-off of gradients to k worker
-streams, the schedules every network takes (``Sequential``, ``Leapfrog``), graph mode (a step captured
-once and launched), the checks and names of what a network is given, and what the PyTorch bridges
-share (``torch_io``).
+streams, the schedules every network takes (``Sequential``, ``Leapfrog``) and the calibration of
+``Leapfrog("auto")`` (``calibrate``), graph mode (a step captured once and launched), the convergence test
+of the forward solvers (``convergence``), the checks and names of what a network is given, and what the
+PyTorch bridges share (``torch_io``).
 
 It imports the backends and the data-parallel transport (``parallel``), and no model package.
 """

@@ -70,9 +70,10 @@ class Sequential(Schedule):
 class Leapfrog(Schedule):
     """The gradients of layer l on worker stream ``l mod k`` (the seed's levels mk + j), behind E_l.
 
-    ``Leapfrog("auto")`` (the MLP): the plan of a batch size times ``Sequential()`` and ``Leapfrog(k)`` for
-    a few k the first time it runs this schedule (that pass waits for the calibration), then runs the
-    fastest from then on (``leapfrog_gpu.mlp.autotune``).
+    ``Leapfrog("auto")`` (the MLP, the RNN): the plan of a batch shape times ``Sequential()`` and
+    ``Leapfrog(k)`` for a few k the first time it runs this schedule (that pass waits for the calibration),
+    then runs the fastest from then on, never slower than ``Sequential()`` but for noise
+    (``leapfrog_gpu.core.calibrate``).
     """
 
     def __init__(self, k, fused=False, one_pass=False):

@@ -25,27 +25,24 @@ each operand read once, each result written once) beside the node-by-node forwar
 
 import math
 import numbers
-import warnings
 
 import numpy as np
 
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from ..core.convergence import Solver, relative
 from .network import GraphNet, from_mlp
 from .plan import INPUT
 from .schedules import doubling_bytes, doubling_rounds, doubling_solve, reachable_pairs
 
 
-class ForwardSolver:
+class ForwardSolver(Solver):
     """What the solvers share: ``feedforward`` for either network, counters, the previous solution, and
-    what a solve that stops short of its tolerance does: a ``RuntimeWarning``, once per solver, or with
-    ``strict=True`` a ``RuntimeError``, raised by the call that waits for the solve."""
+    what a solve that stops short of its tolerance does (``core.convergence.Solver``): a ``RuntimeWarning``,
+    once per solver, or with ``strict=True`` a ``RuntimeError``, raised by the call that waits for the solve."""
 
     def __init__(self, strict=False):
-        if not isinstance(strict, bool):
-            raise TypeError(f"strict must be True or False; got {strict!r}")
-        self.strict, self.stats = strict, {}
+        super().__init__(strict)
         self._previous = None  # (network id, batch, outputs) of the last solve
-        self._warned = False
 
     def feedforward(self, net, x):
         """a^out (n_out, B) of ``net`` (a ``GraphNet``, or an ``MLP`` run as its chain) by this solver."""
@@ -69,18 +66,6 @@ class ForwardSolver:
             state.a[v], state.saved[v] = a[v], saved[v]
         self._previous = (id(net), state.batch, {v: a[v] for v in net.order})
 
-    def _report(self, steps, what, measure, tol):
-        """Say that the solve stopped after ``steps`` ``what`` with ``measure`` above ``tol``, unconverged."""
-        message = (f"{self!r} stopped after {steps} {what} with a relative {measure} above tol={tol}: its output "
-                   "is not the forward pass's (NaN or Inf counts as unconverged); allow more iterations, or compare "
-                   "stats['converged'] before using it")
-        if self.strict:
-            raise RuntimeError(message)
-        if not self._warned:
-            self._warned = True
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
-
-
 def _evaluate(net, params, a, nodes, x):
     """f_v of the iterate ``a`` for ``nodes``, on ``params`` (the plan's): ``(outputs, saved)``."""
     out, saved = {}, {}
@@ -88,22 +73,6 @@ def _evaluate(net, params, a, nodes, x):
         args = [x if u == INPUT else a[u] for u in net.inputs[v]]
         out[v], saved[v] = net.layer[v].forward(net.backend, params[v], args)
     return out, saved
-
-
-def _relative(xp, new, old):
-    """||new - old|| / ||new|| (Frobenius over the batch), never NaN: taken in float64 on arrays scaled by
-    their largest magnitude, so that no square overflows or underflows to the answer's harm; 0 when both
-    vanish, inf when only ``new`` does, and inf when either holds a NaN or an Inf (not converged)."""
-    new, old = new.astype(np.float64), old.astype(np.float64)
-    if not bool(xp.isfinite(new).all() and xp.isfinite(old).all()):
-        return math.inf
-    diff = new - old
-    scale = max(float(xp.abs(new).max()), float(xp.abs(diff).max()))
-    if scale == 0:
-        return 0.0
-    diff, new = diff / scale, new / scale
-    num, den = math.sqrt(float((diff * diff).sum())), math.sqrt(float((new * new).sum()))
-    return math.inf if den == 0 else num / den
 
 
 def forward_counters(net, batch, nodes=None):
@@ -173,7 +142,7 @@ class ForwardJacobi(ForwardSolver):
             while sweeps < limit:
                 new, new_saved = _evaluate(net, state.params, a, group, x)
                 sweeps += 1
-                change = max(_relative(xp, new[v], a[v]) for v in group) if self.tol is not None else None
+                change = max(relative(xp, new[v], a[v]) for v in group) if self.tol is not None else None
                 a.update(new)
                 saved.update(new_saved)
                 if change is not None:
@@ -254,7 +223,7 @@ class ForwardNewton(ForwardSolver):
         while True:
             f, saved = _evaluate(net, state.params, a, net.order, x)
             flops, moved = flops + base["sequential_flops"], moved + base["sequential_bytes"]
-            residual = {v: _relative(xp, f[v], a[v]) for v in net.order}
+            residual = {v: relative(xp, f[v], a[v]) for v in net.order}
             history.append(max(residual.values()))
             if history[-1] <= tol or iterations == limit:
                 break

@@ -28,6 +28,7 @@ from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
 from .plan import Plan
+from .newton import TimeNewton
 from .scans import NaumovRNN, TimeScan
 from .schedules import BPTT, Wavefront, resolve
 
@@ -151,35 +152,42 @@ class RNN(Layered):
 
     # -- public passes --------------------------------------------------------------------------------
 
-    def feedforward(self, x):
+    def feedforward(self, x, solver=None):
         """The outputs for ``x`` (tau, n_1, B) or (tau, n_1): a copy of a^{L,tau} (n_L, B) for
-        ``output="last"``, of every a^{L,t} as (tau, n_L, B) for ``"every"``."""
+        ``output="last"``, of every a^{L,t} as (tau, n_L, B) for ``"every"``; the recurrent layers step by
+        step, or by ``solver`` (``TimeNewton``: its ``stats`` say how)."""
+        solver = _check_solver(solver)
         x = self._check_x(x)
         p = self.plan(x.shape[0], x.shape[2])
         p.load(x, None)
-        p.forward()
+        p.forward(solver)
         out = p.a[self.L]
         return self._handed_out([out[:, 0] if self.output == "last" else out.transpose(1, 0, 2)])[0]
 
-    def backprop(self, x, y, schedule=None):
-        """BPTT under ``schedule``: copies of ``(nabla_b, nabla_w, nabla_u)``, lists for l = 2..L, 2..L and
-        2..L-1, summed over the time steps and the batch."""
-        p = self._start(x, y, schedule, None)
+    def backprop(self, x, y, schedule=None, solver=None):
+        """BPTT under ``schedule``, the forward pass by ``solver`` (None: step by step): copies of
+        ``(nabla_b, nabla_w, nabla_u)``, lists for l = 2..L, 2..L and 2..L-1, summed over the time steps and
+        the batch."""
+        p = self._start(x, y, schedule, None, solver=_check_solver(solver))
         layers = self.layer_numbers
         copies = self._handed_out([p.nabla_b[l] for l in layers] + [p.nabla_w[l] for l in layers]
                                   + [p.nabla_u[l] for l in self.hidden])
         k = self.L - 1
         return copies[:k], copies[k:2 * k], copies[2 * k:]
 
-    def sgd_step(self, x, y, eta, schedule=None, graph=False):
+    def sgd_step(self, x, y, eta, schedule=None, graph=False, solver=None):
         """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and u, b alike), enqueued, not awaited.
 
         ``x`` and ``y`` are copied before this returns; reading a parameter (or ``synchronize()``) waits
         for the step. ``graph=True`` runs the step as a graph captured once per (tau, B) and schedule, as
         ``MLP.sgd_step`` does (host streams only: on a GPU the recurrence runs on cupy.matmul, which CuPy
-        refuses during a capture)."""
+        refuses during a capture). ``solver`` (``TimeNewton``) runs the forward pass, eagerly only."""
         schedule = self._check_step(eta, schedule, graph)
-        self._start(x, y, schedule, eta, graph)
+        solver = _check_solver(solver)
+        if graph and solver is not None:
+            raise ValueError(f"graph=True captures the step-by-step forward pass; {solver!r} stops on a residual read "
+                             "on the host: pass graph=False")
+        self._start(x, y, schedule, eta, graph, solver)
 
     def time_backward(self, x, y, schedules, repeats=5):
         """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
@@ -187,8 +195,9 @@ class RNN(Layered):
         that run every schedule once each in turn (so load on the machine falls on all alike), each timed
         from enqueue to ``synchronize()``. Returns, by name, ``{"median_s": ..., **stats}``, or
         ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
-        resolved = {name: resolve(self._check_schedule(schedule)) for name, schedule in schedules.items()}
+        checked = {name: self._check_schedule(schedule) for name, schedule in schedules.items()}
         p = self._start(x, y, BPTT(), None)
+        resolved = {name: resolve(schedule, p) for name, schedule in checked.items()}
         results, times = {}, {}
         for name, schedule in resolved.items():
             try:
@@ -209,10 +218,10 @@ class RNN(Layered):
             results[name] = {"median_s": statistics.median(measured), **resolved[name].stats}
         return {name: results[name] for name in schedules}
 
-    def _start(self, x, y, schedule, eta, graph=False):
+    def _start(self, x, y, schedule, eta, graph=False, solver=None):
         """Validate, copy the batch in, enqueue forward and backward (and, given ``eta``, the check of the
         gradients and the update, as a graph with ``graph``); return the plan."""
-        schedule = resolve(self._check_schedule(schedule))
+        schedule = self._check_schedule(schedule)
         x = self._check_x(x)
         y = self._check_y(y, x.shape[0], x.shape[2])
         tau, samples = x.shape[0], x.shape[2]
@@ -220,7 +229,9 @@ class RNN(Layered):
             share = self.comm.share(samples)
             x, y = x[..., share], y[..., share]
         batch = x.shape[2]
-        schedule.check(self.sizes, tau, max(batch, 1), self.dtype)
+        if schedule.k != "auto":  # Leapfrog("auto") runs the BPTT chain, which allocates nothing more
+            schedule = resolve(schedule)
+            schedule.check(self.sizes, tau, max(batch, 1), self.dtype)
         p = self.plan(tau, max(batch, 1))
         controls = None if eta is None else self._controls
         if controls is not None:
@@ -229,18 +240,19 @@ class RNN(Layered):
         if graph:
             capture.step(p, schedule, self.check_finite, lambda: self._step(p, schedule, controls))
         else:
-            self._step(p, schedule, controls)
+            self._step(p, schedule, controls, solver)
         return p
 
-    def _step(self, p, schedule, controls):
+    def _step(self, p, schedule, controls, solver=None):
         """Enqueue what follows the copies: forward and backward (an empty share adds zeros to the sums
         across ranks), then, given ``controls``, the check of the gradients and the update."""
         if p.empty:
             p.reducer.add_zeros()
         else:
-            p.forward()
+            p.forward(solver)
+            chain = resolve(schedule, p)  # Leapfrog("auto"): calibrated on this plan the first time
             with contextlib.nullcontext() if p.reducer is None else p.reducer.pass_():
-                self.stats = schedule.backward(p, controls)
+                self.stats = chain.backward(p, controls)
         if controls is None:
             return
         if self.check_finite:
@@ -298,3 +310,8 @@ class RNN(Layered):
             raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
 
 
+def _check_solver(solver):
+    """``solver``, the forward pass's: None (step by step) or a ``TimeNewton``; else a TypeError."""
+    if solver is not None and not isinstance(solver, TimeNewton):
+        raise TypeError(f"solver must be None (the forward step by step) or a TimeNewton(); got {solver!r}")
+    return solver

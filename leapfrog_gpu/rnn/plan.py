@@ -1,21 +1,27 @@
 """One recurrent network at one sequence length tau and batch size B: its buffers, events and launches.
 
-A ``core.plan.Plan``, as the MLP's is. Every per-layer buffer holds all time steps, stored (n_l, tau, B): time
-step t (1-based) is the (n_l, B) view ``buffer[:, t - 1]``, and the whole sequence is the contiguous
-(n_l, tau*B) view ``flat(buffer)``. What does not depend on the time recursion is then one product over
-tau*B columns, on the backend's own kernels: the input half w^l a^{l-1} of every z^{l,t}, the part
-(w^{l+1})^T delta^{l+1} of every delta^{l,t}, the output layer (2)-(4), nabla_w^l and nabla_b^l (a
-sum over time and batch at once). The recursion over t (u^l a^{l,t-1} forwards, (u^l)^T delta^{l,t+1}
-backwards) runs step by step on strided views, as array operations of the backend's ``xp``.
+A ``core.plan.Plan``, as the MLP's is. Every per-layer buffer holds all time steps as an (n_l, tau, B)
+array: time step t (1-based) is the (n_l, B) view ``buffer[:, t - 1]``, and the whole sequence the
+(n_l, tau*B) view ``flat(buffer)``. Both are contiguous in the backend's order for minibatches
+(``sequence``): on the host, batch-major, so that a step is a Fortran-contiguous (n_l, B) block that
+BLAS writes in place. What does not depend on the time recursion is then one product over tau*B
+columns: the input half w^l a^{l-1} + b^l of every z^{l,t}, sigma'(z^l), the part (w^{l+1})^T delta^{l+1}
+of every delta^{l,t}, the output layer (2)-(4), nabla_w^l, nabla_u^l and nabla_b^l (sums over time and
+batch at once). The recursion over t (u^l a^{l,t-1} forwards, (u^l)^T delta^{l,t+1} backwards) runs step
+by step, each step one BLAS call and its elementwise half, bound once (``recursion``).
 
 The output layer L has a time step per output: tau of them for ``output="every"``, one (t = tau) for
 ``"last"``, where ``a_last`` holds a contiguous copy of a^{L-1,tau}. Buffers start filled with NaN, so
 that a read before its write shows in the result.
 """
 
+import numpy as np
+
 from ..backends import ops_numpy
 from ..core import plan
 from ..parallel.reducer import Reducer
+from .recursion import Recursion
+from .schedules import resolve
 
 
 def flat(buffer):
@@ -28,25 +34,24 @@ class Plan(plan.Plan):
     on its parameters ``w``, ``u``, ``b`` (dicts by layer, the network's own arrays, updated in place).
 
     The schedules of ``schedules`` and ``scans`` enqueue through ``forward``, ``delta_output``, ``from_above``,
-    ``recur``, ``gradients`` and ``update``; the δ of layer l is complete in ``delta[l]`` once the
+    ``recur`` (one step) or ``sweep`` (every step), ``gradients`` and ``update``; the δ of layer l is complete in ``delta[l]`` once the
     schedule hands l on.
     """
 
     def __init__(self, net, tau, batch, w, u, b):
         super().__init__(net.backend, net.dtype, batch, net.L + 1)
-        n, L, buffer = net.n, net.L, self.buffer
+        n, L, buffer, sequence = net.n, net.L, self.buffer, self.sequence
         self.w, self.u, self.b = w, u, b  # the network's parameters, by layer, updated in place
         self.net, self.tau, self.L = net, tau, L
         self.outputs = tau if net.output == "every" else 1
-        self.a = {1: buffer(n[1], tau, batch)}
-        self.z, self.sp, self.delta, self.nabla_w, self.nabla_b, self.nabla_u, self.tmp = {}, {}, {}, {}, {}, {}, {}
+        self.a = {1: sequence(n[1], tau)}
+        self.z, self.sp, self.delta, self.nabla_w, self.nabla_b, self.nabla_u = {}, {}, {}, {}, {}, {}
         for l in net.hidden:
-            self.z[l], self.a[l], self.sp[l], self.delta[l] = (buffer(n[l], tau, batch) for _ in range(4))
+            self.z[l], self.a[l], self.sp[l], self.delta[l] = (sequence(n[l], tau) for _ in range(4))
             self.nabla_u[l] = buffer(n[l], n[l])
-            self.tmp[l] = buffer(n[l], batch)  # u^l a^{l,t-1} and (u^l)^T delta^{l,t+1}, on the main stream
-        self.z[L], self.a[L], self.sp[L], self.delta[L] = (buffer(n[L], self.outputs, batch) for _ in range(4))
-        self.y = buffer(n[L], self.outputs, batch)
-        self.a_last = buffer(n[L - 1], batch) if net.output == "last" else None
+        self.z[L], self.a[L], self.sp[L], self.delta[L] = (sequence(n[L], self.outputs) for _ in range(4))
+        self.y = sequence(n[L], self.outputs)
+        self.a_last = self.columns(n[L - 1]) if net.output == "last" else None
         for l in net.layer_numbers:
             self.nabla_w[l] = buffer(n[l], n[l - 1])
             self.nabla_b[l] = buffer(n[l])
@@ -59,10 +64,37 @@ class Plan(plan.Plan):
                 self.nabla_w[l], self.nabla_b[l] = views["w"], views["b"]
                 if "u" in views:
                     self.nabla_u[l] = views["u"]
+        self.products = self._products()
+        self.recursion = {l: Recursion(self, l) for l in net.hidden}
         self.cache = {}  # the extra buffers of the scan schedules, by kind (``scans``)
+        self.chosen = {}  # what ``core.calibrate.choose`` picked for Leapfrog("auto"), by candidates
         self.empty = False
         self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
         self.allocated()
+
+    def sequence(self, n, steps):
+        """A NaN-filled (n, steps, B) buffer whose steps ``[:, t]`` and whole ``flat`` view are contiguous in
+        the backend's order for minibatches: stored (steps, B, n) where that order is batch-major."""
+        if self.backend.batch_order == "F":
+            return self.buffer(steps, self.batch, n).transpose(2, 0, 1)
+        return self.buffer(n, steps, self.batch)
+
+    def _products(self):
+        """The whole-sequence products, bound once (``ops.bind_matmul``), by (name, layer): ``"z"``, w^l a^{l-1};
+        ``"above"``, (w^{l+1})^T delta^{l+1} (at t = tau alone below a last-step output); ``"nabla_u"``, the
+        sum over t = 2..tau of delta^{l,t} (a^{l,t-1})^T."""
+        bind, products = self.backend.ops.bind_matmul, {}
+        for l in self.net.hidden:
+            products["z", l] = bind(flat(self.z[l]), self.w[l], flat(self.a[l - 1]))
+            if l + 1 == self.L and self.a_last is not None:
+                products["above", l] = bind(self.delta[l][:, self.tau - 1], self.w[l + 1], self.delta[self.L][:, 0],
+                                            transpose=True)
+            else:
+                products["above", l] = bind(flat(self.delta[l]), self.w[l + 1], flat(self.delta[l + 1]), transpose=True)
+            if self.tau > 1:
+                later, earlier = (x.reshape(x.shape[0], -1) for x in (self.delta[l][:, 1:], self.a[l][:, :-1]))
+                products["nabla_u", l] = bind(self.nabla_u[l], later, earlier.T)
+        return products
 
     # -- the forward pass -----------------------------------------------------------------------------
 
@@ -77,24 +109,27 @@ class Plan(plan.Plan):
         if y is not None:
             self.backend.copy_in(self.main, self.y, y[:, None, :] if y.ndim == 2 else y.transpose(1, 0, 2))
 
-    def forward(self):
-        """Enqueue z^{l,t}, a^{l,t} for every layer and time step (the output layer where it has outputs)."""
+    def forward(self, solver=None):
+        """Enqueue z^{l,t}, a^{l,t} for every layer and time step (the output layer where it has outputs): the
+        recurrent layers step by step, or by ``solver`` (a ``newton.TimeNewton``), its buffers made first."""
         launch = self.backend.launch
-        for l in self.net.hidden:
-            launch(self.main, f"z[{l}]", self._forward_layer, l)
+        if solver is None:
+            for l in self.net.hidden:
+                launch(self.main, f"z[{l}]", self._forward_layer, l)
+        else:
+            solver.prepare(self)
+            launch(self.main, "time-newton", solver.solve, self)
         launch(self.main, f"z[{self.L}]", self._forward_output)
 
     def _forward_layer(self, l):
-        xp, z, a, sp, tmp = self.xp, self.z[l], self.a[l], self.sp[l], self.tmp[l]
-        net = self.net
-        xp.matmul(self.w[l], flat(self.a[l - 1]), out=flat(z))
-        for t in range(self.tau):
-            zt = z[:, t]
-            if t:
-                xp.matmul(self.u[l], a[:, t - 1], out=tmp)
-                xp.add(zt, tmp, out=zt)
-            xp.add(zt, self.b[l][:, None], out=zt)
-            ops_numpy.activate(zt, a[:, t], sp[:, t], net.activation, xp)
+        """z^l = w^l a^{l-1} + b^l at every step, then the recursion over t, then sigma'(z^l) at every step."""
+        xp, z = self.xp, flat(self.z[l])
+        self.products["z", l]()
+        xp.add(z, self.b[l][:, None], out=z)
+        with np.errstate(over="ignore"):  # sigmoid: exp(-z) = inf gives sigma = 0, as it should
+            for call in self.recursion[l].sweep_forward:
+                call()
+        ops_numpy.sigma_prime(z, flat(self.a[l]), flat(self.sp[l]), self.net.activation, xp)
 
     def output_input(self):
         """a^{L-1} at the time steps with an output: (n_{L-1}, outputs*B), contiguous."""
@@ -119,28 +154,31 @@ class Plan(plan.Plan):
         """delta^{l,t} <- (w^{l+1})^T delta^{l+1,t}: every t at once (one product over tau*B columns), or one
         (0-based) ``t``. Called inside a launch on the main stream; zero where layer l+1 has no output."""
         xp, w, delta = self.xp, self.w[l + 1], self.delta[l]
-        if l + 1 == self.L and self.a_last is not None:
-            if t is None:
+        last = l + 1 == self.L and self.a_last is not None
+        if t is None:
+            if last:
                 delta[:, : self.tau - 1].fill(0)
-                xp.matmul(w.T, self.delta[self.L][:, 0], out=delta[:, self.tau - 1])
-            elif t == self.tau - 1:
-                xp.matmul(w.T, self.delta[self.L][:, 0], out=delta[:, t])
-            else:
-                delta[:, t].fill(0)
-        elif t is None:
-            xp.matmul(w.T, flat(self.delta[l + 1]), out=flat(delta))
+            self.products["above", l]()
+        elif last and t < self.tau - 1:
+            delta[:, t].fill(0)
         else:
-            xp.matmul(w.T, self.delta[l + 1][:, t], out=delta[:, t])
+            xp.matmul(w.T, self.delta[l + 1][:, 0 if last else t], out=delta[:, t])
 
     def recur(self, l, t):
         """delta^{l,t} <- sigma'(z^{l,t}) * (delta^{l,t} + (u^l)^T delta^{l,t+1}), t 0-based, once delta^{l,t}
         holds (w^{l+1})^T delta^{l+1,t} and delta^{l,t+1} is final."""
-        xp, delta, tmp = self.xp, self.delta[l], self.tmp[l]
-        dt = delta[:, t]
-        if t < self.tau - 1:
-            xp.matmul(self.u[l].T, delta[:, t + 1], out=tmp)
-            xp.add(dt, tmp, out=dt)
-        xp.multiply(dt, self.sp[l][:, t], out=dt)
+        for call in self.recursion[l].backward[t]:
+            call()
+
+    def sweep(self, l):
+        """``recur(l, t)`` for t = tau-1..0, 0-based: the recursion of layer l over every step."""
+        for call in self.recursion[l].sweep_backward:
+            call()
+
+    def run(self, schedule):
+        """Enqueue the backward pass under ``schedule`` (``Sequential()`` or ``Leapfrog(k)``), as a calibration
+        times it: no update, no sums across ranks."""
+        resolve(schedule).backward(self)
 
     # -- gradients and the update ---------------------------------------------------------------------
 
@@ -163,11 +201,8 @@ class Plan(plan.Plan):
         """nabla_u^l = sum over t = 2..tau of delta^{l,t} (a^{l,t-1})^T: one product over (tau-1)*B columns."""
         if self.tau == 1:
             self.nabla_u[l].fill(0)
-            return
-        n = self.net.n[l]
-        later = self.delta[l][:, 1:].reshape(n, -1)
-        earlier = self.a[l][:, :-1].reshape(n, -1)
-        self.xp.matmul(later, earlier.T, out=self.nabla_u[l])
+        else:
+            self.products["nabla_u", l]()
 
     def check_gradients(self, controls):
         """Enqueue on the main stream the check of every delta and gradient for NaN and Inf, which leaves the

@@ -23,6 +23,8 @@ Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is kn
                allocated.
 
 Both hand each layer on (to the workers, as ``schedules`` does) once its delta is final, deepest first.
+``scan_round`` is the one round of the suffix scan, for matrices or diagonals: TimeScan's rounds after the
+first, and the linear systems of ``newton.TimeNewton`` (on time reversed).
 Their buffers are allocated once per pass, in ``p.cache``; scan vectors and matrices are stored
 (time, batch, n, ...) so that a round is one batched ``matmul``.
 """
@@ -31,6 +33,22 @@ import numpy as np
 
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from .schedules import RNNSchedule, bptt_counters, ceil_log2
+
+
+def scan_round(xp, product, A, A_next, c, q, s):
+    """The round with stride s of the suffix scan x_t = c_t + A_t x_{t+1} (0-based t < tau, x_tau = 0), in
+    place: c_t += A_t c_{t+s} for t + s < tau, and A_t A_{t+s} into ``A_next`` for t + 2s < tau (what a
+    later round reads), so that afterwards x_t = c_t + A_t x_{t+2s}. Rounds s = 1, 2, 4, ... < tau, the
+    matrices in ping-pong, leave x in c. ``product`` is ``xp.matmul`` for matrices A_t (tau, B, n, n) and
+    vectors (tau, B, n, 1), ``xp.multiply`` for diagonals (tau, B, n) and vectors (tau, B, n); ``q`` is
+    scratch of c's shape."""
+    tau = len(c)
+    m = tau - s
+    product(A[:m], c[s:], out=q[:m])
+    if 2 * s < tau:
+        r = tau - 2 * s
+        product(A[:r], A[s:s + r], out=A_next[:r])
+    xp.add(c[:m], q[:m], out=c[:m])
 
 
 class ScanSchedule(RNNSchedule):
@@ -159,12 +177,9 @@ class TimeScan(ScanSchedule):
                 xp.multiply(sp[:r, :, :, None], u.T, out=P[:r])
                 xp.multiply(P[:r], sp[1:r + 1, :, None, :], out=P[:r])
                 xp.matmul(P[:r], u.T, out=P_next[:r])
+            xp.add(C[:m], Q[:m], out=C[:m])
         else:
-            xp.matmul(P[:m], C[s:], out=Q[:m])
-            if 2 * s < tau:
-                r = tau - 2 * s
-                xp.matmul(P[:r], P[s:s + r], out=P_next[:r])
-        xp.add(C[:m], Q[:m], out=C[:m])
+            scan_round(xp, xp.matmul, P, P_next, C, Q, s)
 
     @staticmethod
     def _unload(p, l, buffers):

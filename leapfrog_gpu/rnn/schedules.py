@@ -16,7 +16,8 @@ outer products that nothing on the chain needs) run where the schedule's ``k`` s
 ``l mod k`` behind event E_l (read after write: the worker reads delta^l, a^{l-1} and a^l), and the main
 stream joins every busy worker before the update and the next pass (write after read). The schedules
 every network takes run here too: ``Sequential()`` is ``BPTT()``, and ``Leapfrog(k)`` is the BPTT chain with its k
-workers, bitwise equal to ``BPTT()`` (the same launches on the same data, on other streams). Layer by
+workers, bitwise equal to ``BPTT()`` (the same launches on the same data, on other streams);
+``Leapfrog("auto")`` calibrates k on each plan (``core.calibrate``), BPTT() where no hand-off pays. Layer by
 layer rather than time-blocked: a layer's three gradients are then each one product over tau*B
 columns, and they leave the chain whole while it runs the next layer.
 
@@ -32,6 +33,7 @@ against; ``rounds_formula`` gives the same rounds in closed form.
 
 import numpy as np
 
+from ..core import calibrate
 from ..core.schedules import Leapfrog, Schedule, Sequential
 
 
@@ -107,8 +109,7 @@ class BPTT(RNNSchedule):
     @staticmethod
     def _layer(p, l):
         p.from_above(l)
-        for t in range(p.tau - 1, -1, -1):
-            p.recur(l, t)
+        p.sweep(l)
 
     @staticmethod
     def rounds_formula(K, tau):
@@ -178,15 +179,15 @@ def gradient_flops(sizes, tau, B, outputs):
     return flops + 2 * n[L] * n[L - 1] * outputs * B + n[L] * outputs * B
 
 
-def resolve(schedule):
+def resolve(schedule, plan=None):
     """The RNN schedule that runs ``schedule``, one the network has checked: ``Sequential()`` is ``BPTT()``,
-    ``Leapfrog(k)`` the BPTT chain with k workers."""
+    ``Leapfrog(k)`` the BPTT chain with k workers, and ``Leapfrog("auto")`` that of the k that
+    ``core.calibrate.choose`` picks on ``plan`` (whose forward pass is enqueued) the first time."""
+    if type(schedule) is Leapfrog and schedule.k == "auto":
+        return resolve(calibrate.choose(plan, fused=schedule.fused))
     if type(schedule) is Sequential:
         return BPTT(fused=schedule.fused)
     if type(schedule) is Leapfrog:
-        if schedule.k == "auto":
-            raise ValueError("Leapfrog('auto') calibrates the MLP's pass; an RNN takes Leapfrog(k) with an "
-                             "integer k >= 1")
         return BPTT(fused=schedule.fused, k=schedule.k)
     return schedule
 

@@ -1,0 +1,235 @@
+"""The forward pass over time as a Newton solve (DEER), layer by layer: ``TimeNewton``.
+
+For a recurrent layer l with its input a^{l-1} known, the states a_t = a^{l,t} solve
+
+    F_t(a) = a_t - sigma(w a^{l-1,t} + u a_{t-1} + b) = 0,   t = 1..tau,   a_0 = 0,
+
+a lower block-bidiagonal system. Newton linearizes it at the iterate a^(i): with f_t = sigma(z_t),
+z_t = w a^{l-1,t} + u a^(i)_{t-1} + b and J_t = diag(sigma'(z_t)) u, the next iterate solves
+
+    a_t = J_t a_{t-1} + c_t,   c_t = f_t - J_t a^(i)_{t-1},
+
+a linear recurrence, solved by the associative scan of ``TimeScan`` (``scans.scan_round``: the pairs
+(J_t, c_t), ceil(log2 tau) rounds, on time reversed). Whatever J is, step 1 is exact after one iteration
+and every iteration makes at least one more step exact, so tau iterations give the sequential forward
+(to rounding); DEER's quadratic convergence usually takes far fewer.
+
+- ``quasi=True`` keeps only the diagonal of J_t, sigma'(z_t) * diag(u) (quasi-DEER): the scan is
+  elementwise, its memory O(tau·n) per sample instead of O(tau·n^2).
+- ``damping`` in [0, 1] damps the Jacobian, not the step: J_t <- (1 - damping) J_t, from Newton
+  (0) to the Picard sweep a_t = f_t (1). It shrinks the products of Jacobians that overflow on expanding
+  RNNs (ELK's concern) and keeps the tau bound above, which a damped step a <- a + d·Delta (d < 1) loses.
+- A step that leaves NaN or Inf is undone and replaced by the Picard sweep from the previous iterate
+  (``stats["resets"]`` counts them).
+- ``warm_start=True`` starts from the states the plan holds from its previous forward pass (the previous
+  minibatch of the same (tau, B)) where they are finite, else from zero.
+
+The layers are solved one after another (layer l's input is layer l-1's solution); each stops once its
+relative residual ||a - f(a)|| / ||f(a)|| (``core.convergence.relative``: scaled float64, NaN or Inf
+infinite) is <= ``tol``, or after ``max_iterations``. Each iteration evaluates f at the iterate (one
+product over tau·B columns), then runs ceil(log2 tau) rounds of the scan; with the evaluation of the start,
+layer l takes rounds_l = i_l·ceil(log2 tau) + (i_l + 1) dependent rounds for i_l iterations, and the
+solve their sum over the layers (``rounds_formula``), against tau per layer for the sequential forward.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from ..backends import ops_numpy
+from ..core.checks import MEMORY_LIMIT, all_finite, check_memory_limit
+from ..core.convergence import Solver, relative
+from .plan import flat
+from .scans import scan_round
+from .schedules import ceil_log2
+
+
+class TimeNewton(Solver):
+    """Newton's method over time (DEER), the forward pass of ``RNN.feedforward(x, solver=...)``,
+    ``backprop`` and ``sgd_step``, layer by layer (see the module docstring).
+
+    Args:
+        tol: stop a layer once its relative residual is <= tol (a number >= 0); None: 1e-12 in float64,
+            1e-6 in float32 (the residual of an exact float32 solution is a few ulps).
+        max_iterations: None (tau, exact) or a cap >= 1 on each layer's iterations.
+        quasi: keep the diagonal of each Jacobian only (quasi-DEER: O(tau·n) memory).
+        damping: the Jacobian times (1 - damping), a number in [0, 1] (0: Newton; 1: Picard sweeps).
+        warm_start: start from the plan's states of its previous forward pass, where finite.
+        memory_limit: bytes the solver's buffers may take; a larger need raises before allocating.
+        strict: raise a RuntimeError, rather than warn once, when a solve ends unconverged.
+
+    ``stats`` of the last solve: ``iterations`` (and ``iterations_per_layer``), ``evaluations``, ``rounds``
+    (counted as run, ``rounds_formula``), ``residual`` (the largest final one) and ``residuals`` (per layer,
+    each evaluation's), ``resets``, ``converged`` (every layer's residual <= ``tol``, NaN and Inf counted
+    infinite), ``tol``, ``flops``, ``memory_bytes``, and the sequential forward's ``sequential_rounds`` and
+    ``sequential_flops``.
+    """
+
+    def __init__(self, tol=None, max_iterations=None, quasi=False, damping=0.0, warm_start=False,
+                 memory_limit=MEMORY_LIMIT, strict=False):
+        super().__init__(strict)
+        if tol is not None:
+            _check_number("tol", tol, "None or a finite number >= 0", 0, math.inf)
+        if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
+                max_iterations, numbers.Integral)):
+            raise TypeError(f"max_iterations must be None (tau) or an integer >= 1; got {max_iterations!r}")
+        if max_iterations is not None and max_iterations < 1:
+            raise ValueError(f"max_iterations must be None (tau) or an integer >= 1; got {max_iterations!r}")
+        _check_number("damping", damping, "a number in [0, 1] (0: Newton, 1: Picard sweeps)", 0, 1)
+        for name, value in (("quasi", quasi), ("warm_start", warm_start)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False; got {value!r}")
+        self.tol, self.max_iterations, self.quasi, self.damping = tol, max_iterations, quasi, float(damping)
+        self.warm_start, self.memory_limit = warm_start, check_memory_limit(memory_limit)
+
+    def __repr__(self):
+        return (f"TimeNewton(tol={self.tol}, max_iterations={self.max_iterations}, quasi={self.quasi}, "
+                f"damping={self.damping}, warm_start={self.warm_start})")
+
+    @staticmethod
+    def rounds_formula(iterations, tau):
+        """The dependent rounds of a solve whose layers took ``iterations`` (a list), at ``tau`` steps."""
+        return sum(i * ceil_log2(tau) + i + 1 for i in iterations)
+
+    def memory_needed(self, sizes, tau, B, itemsize):
+        """Bytes of the buffers beyond the pass's, for ``sizes`` at ``tau`` and ``B``, sized for the widest
+        recurrent layer n: w a^{l-1} + b, u a_{t-1} and f (3·tau·B·n), the scan's vectors (2·tau·B·n) and
+        its Jacobians in ping-pong (2·tau·B·n^2, or 2·tau·B·n with ``quasi``)."""
+        n = max(sizes[1:-1])
+        return (5 * tau * B * n + 2 * tau * B * (n if self.quasi else n * n)) * itemsize
+
+    def prepare(self, p):
+        """Check the memory of a solve on pass ``p`` and allocate its buffers there (once per pass), before
+        the solve is enqueued: called on the host, outside any stream."""
+        sizes, itemsize = p.net.sizes, np.dtype(p.net.dtype).itemsize
+        needed = self.memory_needed(sizes, p.tau, p.batch, itemsize)
+        if needed > self.memory_limit:
+            raise ValueError(f"{self!r} needs {needed} bytes ({needed / 2**20:.1f} MiB) for sizes {list(sizes)} at "
+                             f"tau={p.tau}, B={p.batch} ({p.net.dtype}), over memory_limit={self.memory_limit} "
+                             f"bytes; pass a larger memory_limit{'' if self.quasi else ', quasi=True'}, or use the "
+                             "sequential forward (solver=None)")
+        key = ("time-newton", self.quasi)
+        if key not in p.cache:
+            n, tau, B, xp = max(sizes[1:-1]), p.tau, p.batch, p.xp
+            jacobian = n if self.quasi else n * n
+            p.cache[key] = ([p.sequence(n, tau) for _ in range(3)],
+                            [xp.zeros(tau * B * size, dtype=p.net.dtype) for size in (jacobian, jacobian, n, n)])
+            p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
+        return needed
+
+    def solve(self, p):
+        """Fill ``p.z``, ``p.a`` and ``p.sp`` of every recurrent layer, layer by layer (runs on the main
+        stream, once ``prepare(p)`` has run on the host)."""
+        memory = self.memory_needed(p.net.sizes, p.tau, p.batch, np.dtype(p.net.dtype).itemsize)
+        tol = self.tol if self.tol is not None else (1e-12 if p.net.dtype == "float64" else 1e-6)
+        limit = p.tau if self.max_iterations is None else self.max_iterations
+        count = {"evaluations": 0, "rounds": 0, "resets": 0, "flops": 0}
+        iterations, residuals = [], []
+        for l in p.net.hidden:
+            done, history = self._layer(p, l, tol, limit, count)
+            iterations.append(done)
+            residuals.append(history)
+        sizes, tau, B = p.net.sizes, p.tau, p.batch
+        sequential = sum(2 * sizes[l - 1] * sizes[l - 2] * tau * B + 2 * sizes[l - 1] ** 2 * (tau - 1) * B
+                         + 5 * sizes[l - 1] * tau * B for l in p.net.hidden)
+        final = [history[-1] for history in residuals]
+        self.stats = {"iterations": sum(iterations), "iterations_per_layer": iterations,
+                      "evaluations": count["evaluations"], "rounds": count["rounds"], "residual": max(final),
+                      "residuals": residuals, "resets": count["resets"], "converged": max(final) <= tol, "tol": tol,
+                      "flops": count["flops"], "memory_bytes": memory,
+                      "sequential_rounds": len(p.net.hidden) * tau, "sequential_flops": sequential}
+        if not self.stats["converged"]:
+            self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}", tol)
+
+    def _layer(self, p, l, tol, limit, count):
+        """Solve layer l in place in ``p.a[l]`` (with ``p.z[l]``, ``p.sp[l]`` of its last evaluation); return
+        its iterations and the residual of each evaluation."""
+        xp, n, tau, B = p.xp, p.net.n[l], p.tau, p.batch
+        (inp, ua, f), scan = self._buffers(p, l)
+        a, w, u, b = p.a[l], p.w[l], p.u[l], p.b[l]
+        xp.matmul(w, flat(p.a[l - 1]), out=flat(inp))
+        xp.add(flat(inp), b[:, None], out=flat(inp))
+        count["flops"] += 2 * n * p.net.n[l - 1] * tau * B + n * tau * B
+        if not (self.warm_start and all_finite(xp, a)):
+            a.fill(0)
+        history = [self._evaluate(p, l, inp, ua, f, count)]
+        done = 0
+        while history[-1] > tol and done < limit:
+            with np.errstate(over="ignore", invalid="ignore"):  # a step that overflows is undone below
+                self._step(p, l, ua, f, scan, count)
+            if not all_finite(xp, a):
+                count["resets"] += 1
+                xp.copyto(a, f)  # the Picard sweep from the previous iterate instead
+            done += 1
+            history.append(self._evaluate(p, l, inp, ua, f, count))
+        return done, history
+
+    def _buffers(self, p, l):
+        """The solver's buffers in ``p`` as layer l's: three (n, tau, B) sequences, and the scan's Jacobians
+        (tau, B, n, n), or their diagonals (tau, B, n), in ping-pong and its vectors, (tau, B, n, 1) or (tau, B, n)."""
+        n, tau, B = p.net.n[l], p.tau, p.batch
+        sequences, flats = p.cache["time-newton", self.quasi]
+        matrix = (tau, B, n) if self.quasi else (tau, B, n, n)
+        vector = (tau, B, n) if self.quasi else (tau, B, n, 1)
+        J, J_next, c, q = ([x[: int(np.prod(shape))].reshape(shape) for x, shape in
+                            zip(flats, (matrix, matrix, vector, vector))])
+        return [s[:n] for s in sequences], (J, J_next, c, q)
+
+    @staticmethod
+    def _evaluate(p, l, inp, ua, f, count):
+        """At the iterate a = p.a[l]: ua_t = u a_{t-1} (one product over (tau-1)·B columns; ua_1 = 0),
+        z = inp + ua, f = sigma(z) and sigma'(z) into p.z[l], f, p.sp[l]; return ||a - f|| / ||f||."""
+        xp, a, z, n, tau, B = p.xp, p.a[l], p.z[l], p.net.n[l], p.tau, p.batch
+        ua[:, 0].fill(0)
+        if tau > 1:
+            xp.matmul(p.u[l], a[:, :-1].reshape(n, -1), out=ua[:, 1:].reshape(n, -1))
+        xp.add(flat(ua), flat(inp), out=flat(z))
+        ops_numpy.activate(flat(z), flat(f), flat(p.sp[l]), p.net.activation, xp)
+        count["evaluations"] += 1
+        count["rounds"] += 1
+        count["flops"] += 2 * n * n * (tau - 1) * B + 5 * n * tau * B
+        return relative(xp, f, a)
+
+    def _step(self, p, l, ua, f, scan, count):
+        """One Newton iteration: the new iterate, into p.a[l], solves a_t = J_t a_{t-1} + c_t by the scan,
+        which runs on time reversed (its x_j is a_{tau-1-j}), J_t damped: (1 - damping) diag(sigma'_t) u."""
+        xp, n, tau, B, a, u = p.xp, p.net.n[l], p.tau, p.batch, p.a[l], p.u[l]
+        J, J_next, c, q = scan
+        keep, diagonal = 1.0 - self.damping, u.reshape(-1)[:: n + 1]  # diag(u), a view of u
+        forwards = c.reshape(tau, B, n)[::-1].transpose(2, 0, 1)  # the scan's vectors as (n, tau, B), time in order
+        if self.quasi:  # J_t a_{t-1} = sigma'_t * diag(u) * a_{t-1}
+            forwards[:, 0].fill(0)
+            xp.multiply(a[:, :-1], diagonal[:, None, None], out=forwards[:, 1:])
+            xp.multiply(forwards, p.sp[l], out=forwards)
+        else:  # J_t a_{t-1} = sigma'_t * (u a_{t-1}), the product of the evaluation
+            xp.multiply(ua, p.sp[l], out=forwards)
+        if keep != 1:
+            xp.multiply(forwards, keep, out=forwards)
+        xp.subtract(f, forwards, out=forwards)  # c_t = f_t - J_t a_{t-1}
+        sp = p.sp[l].transpose(1, 2, 0)  # (tau, B, n)
+        if self.quasi:
+            xp.multiply(sp, diagonal, out=J[::-1])
+        else:
+            xp.multiply(sp[..., None], u, out=J[::-1])
+        if keep != 1:
+            xp.multiply(J, keep, out=J)
+        count["flops"] += (5 if self.quasi else 4 + 2 * n) * n * tau * B
+        product = xp.multiply if self.quasi else xp.matmul
+        s = 1
+        while s < tau:
+            scan_round(xp, product, J, J_next, c, q, s)
+            J, J_next = J_next, J
+            m, r = tau - s, max(tau - 2 * s, 0)
+            count["flops"] += 2 * m * B * n + r * B * n if self.quasi else 2 * m * B * n * n + m * B * n + 2 * r * B * n ** 3
+            count["rounds"] += 1
+            s *= 2
+        xp.copyto(a, forwards)
+
+
+def _check_number(name, value, what, low, high):
+    """``value`` a real number in [low, high] and finite, or a TypeError/ValueError saying ``what`` it must be."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {what}; got {value!r}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ValueError(f"{name} must be {what}; got {value!r}")

@@ -1,0 +1,271 @@
+"""TimeNewton, the forward pass over time as a Newton solve (DEER), against the float64 reference: its
+iterations and errors on contracting and expanding RNNs (float64, float32; full and quasi; damped or
+not), the tau bound (every iteration makes one more step exact), its rounds against their formula, early
+stops (a warning once, or an error), NaN and Inf undone, warm starts, its refusals, and an SGD step whose
+forward pass it runs within rounding of BPTT's."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import BPTT, RNN, TimeNewton, TimeScan
+from leapfrog_gpu.rnn import newton
+from leapfrog_gpu.rnn import reference as reference_rnn
+
+SIZES = [4, 6, 5, 3]
+NORMS = {"contracting": 0.9, "expanding": 3.0}
+"""Spectral norms of u: the linearised recurrence contracts, or it expands (its Jacobians' products grow)."""
+
+
+def network(norm, dtype="float64", activation="tanh", output="every", seed=1):
+    return RNN(SIZES, activation, output=output, dtype=dtype, seed=seed, backend="numpy", recurrent_norm=norm)
+
+
+def inputs(tau, B=3, dtype="float64", seed=0):
+    return np.random.default_rng(seed).standard_normal((tau, SIZES[0], B)).astype(dtype)
+
+
+def reference(net, x):
+    """Every a^{L,t} in float64, by the plain loop of ``rnn.reference``."""
+    return reference_rnn.feedforward(net.weights, net.recurrent, net.biases, x, net.activation,
+                                     net.output_activation, net.output)
+
+
+def error(got, want):
+    return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / np.max(np.abs(want)))
+
+
+def solved(net, x, solver):
+    """The outputs by ``solver``, and the warnings the solve gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = net.feedforward(x, solver=solver)
+    return out, [w for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+SOLVERS = {"newton": {}, "quasi": {"quasi": True}, "damped": {"damping": 0.5}, "quasi-damped": {"quasi": True,
+                                                                                                 "damping": 0.3}}
+
+
+@pytest.mark.parametrize("kind", list(SOLVERS))
+@pytest.mark.parametrize("norm", list(NORMS))
+@pytest.mark.parametrize("tau", [1, 2, 5, 33])
+def test_float64_outputs_match_the_reference_within_1e_10(tau, norm, kind):
+    with network(NORMS[norm]) as net:
+        x = inputs(tau)
+        solver = TimeNewton(**SOLVERS[kind])
+        out, caught = solved(net, x, solver)
+        stats, want = solver.stats, reference(net, x)
+    assert not caught and stats["converged"] and stats["resets"] == 0
+    assert error(out, want) <= 1e-10
+    assert all(1 <= i <= tau for i in stats["iterations_per_layer"])
+    assert stats["residual"] <= stats["tol"] == 1e-12
+
+
+def test_iterations_and_errors_of_each_kind_at_64_steps():
+    """The table of docs/rnn.md: iterations per layer, float64, tau = 64, B = 3."""
+    table = {}
+    for norm in NORMS:
+        for kind, options in SOLVERS.items():
+            with network(NORMS[norm]) as net:
+                x = inputs(64)
+                solver = TimeNewton(**options)
+                out, _ = solved(net, x, solver)
+                table[norm, kind] = (solver.stats["iterations_per_layer"], error(out, reference(net, x)))
+    assert table["contracting", "newton"][0] == [4, 5] and table["expanding", "newton"][0] == [8, 7]
+    assert all(1 <= i < 64 for iterations, _ in table.values() for i in iterations)
+    assert max(e for _, e in table.values()) <= 1e-10
+    newton_iterations = sum(table["expanding", "newton"][0])
+    assert sum(table["expanding", "quasi"][0]) > newton_iterations  # the diagonal converges more slowly
+
+
+@pytest.mark.parametrize("quasi", [False, True])
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_float32_outputs_match_the_reference_within_float32_rounding(norm, quasi):
+    tau = 64
+    with network(NORMS[norm], dtype="float32") as net:
+        x = inputs(tau, dtype="float32")
+        solver = TimeNewton(quasi=quasi)
+        out, caught = solved(net, x, solver)
+        assert solver.stats["converged"] and solver.stats["tol"] == 1e-6 and not caught
+        assert error(out, reference(net, x)) <= 1e-6 * (1 + tau / 8)  # as test_rnn's float32 tolerance
+
+
+@pytest.mark.parametrize("damping", [0.0, 1.0])
+@pytest.mark.parametrize("quasi", [False, True])
+def test_each_iteration_makes_at_least_one_more_step_exact(quasi, damping):
+    """After i iterations of every layer the first i steps are the sequential forward's, whatever the
+    Jacobian (damping = 1 is the Picard sweep), on an expanding RNN; tau iterations make every step exact."""
+    tau = 12
+    with network(NORMS["expanding"]) as net:
+        x = inputs(tau)
+        want = reference(net, x)
+        for i in (1, 2, 5, tau):
+            out, _ = solved(net, x, TimeNewton(tol=0, max_iterations=i, quasi=quasi, damping=damping))
+            assert error(out[:i], want[:i]) <= 1e-10, f"{i} iterations"
+        solver = TimeNewton(quasi=quasi, damping=damping)
+        out, caught = solved(net, x, solver)
+        assert solver.stats["converged"] and not caught and max(solver.stats["iterations_per_layer"]) <= tau
+        assert error(out, want) <= 1e-10
+
+
+@pytest.mark.parametrize("quasi", [False, True])
+@pytest.mark.parametrize("tau", [1, 2, 3, 8, 13, 64])
+def test_rounds_are_counted_as_run_and_match_the_formula(tau, quasi):
+    with network(1.5) as net:
+        solver = TimeNewton(quasi=quasi)
+        solved(net, inputs(tau), solver)
+    stats, log2 = solver.stats, (tau - 1).bit_length()
+    assert stats["rounds"] == TimeNewton.rounds_formula(stats["iterations_per_layer"], tau)
+    assert stats["rounds"] == sum(i * log2 + i + 1 for i in stats["iterations_per_layer"])
+    assert stats["evaluations"] == sum(i + 1 for i in stats["iterations_per_layer"])
+    assert stats["sequential_rounds"] == 2 * tau
+    assert stats["flops"] > 0 and stats["sequential_flops"] > 0
+    n = max(SIZES[1:-1])
+    assert stats["memory_bytes"] == 8 * (5 * tau * 3 * n + 2 * tau * 3 * (n if quasi else n * n))
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "relu"])
+def test_every_activation(activation):
+    with network(1.5, activation=activation, output="last") as net:
+        x = inputs(20)
+        out, caught = solved(net, x, TimeNewton())
+        assert not caught and error(out, reference(net, x)) <= 1e-10
+
+
+def test_an_early_stop_warns_once_and_says_so_in_its_stats():
+    with network(NORMS["contracting"]) as net:
+        x = inputs(40)
+        solver = TimeNewton(max_iterations=1)
+        with pytest.warns(RuntimeWarning, match=r"TimeNewton\(.*\) stopped after 2 iterations with a relative "
+                                                 r"residual of .* above tol=1e-12"):
+            net.feedforward(x, solver=solver)
+        assert solver.stats["converged"] is False and solver.stats["residual"] > 1e-12
+        _, caught = solved(net, x, solver)  # once per solver
+        assert not caught and solver.stats["converged"] is False
+
+
+def test_strict_raises_from_the_call_that_waits_for_the_solve():
+    with network(NORMS["contracting"]) as net:
+        with pytest.raises(RuntimeError, match="stopped after 2 iterations"):
+            net.feedforward(inputs(40), solver=TimeNewton(max_iterations=1, strict=True))
+        out, caught = solved(net, inputs(40), TimeNewton())  # the network still runs
+        assert not caught and error(out, reference(net, inputs(40))) <= 1e-10
+
+
+def test_a_step_that_leaves_nan_or_inf_is_undone_and_counted(monkeypatch):
+    """A scan that returns NaN (as one that overflows does) is undone: the Picard sweep from the previous
+    iterate replaces it, the solve still converges, and ``resets`` counts it."""
+    rounds, scan_round = [], newton.scan_round
+
+    def poisoned(xp, product, A, A_next, c, q, s):
+        scan_round(xp, product, A, A_next, c, q, s)
+        rounds.append(s)
+        if len(rounds) in (1, 7):
+            c[3].fill(np.nan if len(rounds) == 1 else np.inf)
+
+    monkeypatch.setattr(newton, "scan_round", poisoned)
+    with network(NORMS["expanding"]) as net:
+        x = inputs(16)
+        solver = TimeNewton()
+        out, caught = solved(net, x, solver)
+        assert solver.stats["resets"] == 2 and solver.stats["converged"] and not caught
+        assert error(out, reference(net, x)) <= 1e-10
+
+
+def test_an_overflowing_expanding_rnn_in_float32_is_undone_and_still_converges():
+    with network(3.0, dtype="float32") as net:
+        x = inputs(1024, B=1, dtype="float32")
+        solver = TimeNewton()
+        out, caught = solved(net, x, solver)
+        assert solver.stats["resets"] >= 1 and solver.stats["converged"] and not caught
+        assert error(out, reference(net, x)) <= 1e-5
+
+
+def test_nan_input_is_refused_before_the_solve():
+    with network(0.9) as net:
+        x = inputs(5)
+        x[2, 1, 0] = np.nan
+        with pytest.raises(ValueError, match="x contains NaN or Inf"):
+            net.feedforward(x, solver=TimeNewton())
+
+
+def test_a_warm_start_begins_at_the_previous_minibatchs_states():
+    with network(NORMS["expanding"]) as net:
+        x, other = inputs(30), inputs(30, seed=5)
+        cold, warm = TimeNewton(), TimeNewton(warm_start=True)
+        solved(net, x, cold)
+        first = cold.stats["iterations"]
+        solved(net, x, cold)
+        assert cold.stats["iterations"] == first  # from zero again
+        out, _ = solved(net, x, warm)
+        assert warm.stats["iterations"] == 0 and error(out, reference(net, x)) <= 1e-10  # already solved
+        out, _ = solved(net, other, warm)
+        assert warm.stats["converged"] and error(out, reference(net, other)) <= 1e-10
+        solved(net, inputs(31), warm)  # another (tau, B): another plan, which holds no states yet: from zero
+        assert warm.stats["converged"] and warm.stats["iterations"] > 0
+
+
+def test_backprop_and_sgd_step_take_the_forward_pass_from_the_solver():
+    """Forward by TimeNewton, backward by TimeScan: within rounding of BPTT over three SGD steps."""
+    x, y = inputs(9, B=2), np.random.default_rng(3).uniform(0.1, 0.9, (9, SIZES[-1], 2))
+    with network(1.5) as bptt, network(1.5) as solved_net:
+        for _ in range(3):
+            bptt.sgd_step(x, y, 0.2, BPTT())
+            solved_net.sgd_step(x, y, 0.2, schedule=TimeScan(), solver=TimeNewton())
+        for got, want in zip(solved_net.weights + solved_net.recurrent + solved_net.biases,
+                             bptt.weights + bptt.recurrent + bptt.biases):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+        want = reference_rnn.backprop(bptt.weights, bptt.recurrent, bptt.biases, x, y, bptt.activation, bptt.cost,
+                                      bptt.output_activation, "every")
+        for got_list, want_list in zip(solved_net.backprop(x, y, BPTT(), solver=TimeNewton(quasi=True)), want):
+            for got, expected in zip(got_list, want_list):
+                np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("options,kind,message", [
+    ({"tol": -1}, ValueError, r"tol must be None or a finite number >= 0; got -1"),
+    ({"tol": float("nan")}, ValueError, r"tol must be None or a finite number >= 0; got nan"),
+    ({"tol": "1e-9"}, TypeError, r"tol must be None or a finite number >= 0; got '1e-9'"),
+    ({"max_iterations": 0}, ValueError, r"max_iterations must be None \(tau\) or an integer >= 1; got 0"),
+    ({"max_iterations": 2.5}, TypeError, r"max_iterations must be None \(tau\) or an integer >= 1; got 2.5"),
+    ({"max_iterations": True}, TypeError, r"max_iterations must be None \(tau\) or an integer >= 1; got True"),
+    ({"damping": 1.5}, ValueError, r"damping must be a number in \[0, 1\] \(0: Newton, 1: Picard sweeps\); got 1.5"),
+    ({"damping": -0.1}, ValueError, r"damping must be a number in \[0, 1\]"),
+    ({"damping": None}, TypeError, r"damping must be a number in \[0, 1\]"),
+    ({"quasi": "yes"}, TypeError, r"quasi must be True or False; got 'yes'"),
+    ({"warm_start": 1}, TypeError, r"warm_start must be True or False; got 1"),
+    ({"memory_limit": 0}, ValueError, r"memory_limit must be an integer number of bytes >= 1; got 0"),
+    ({"strict": "no"}, TypeError, r"strict must be True or False; got 'no'"),
+])
+def test_bad_options_are_refused_naming_the_option(options, kind, message):
+    with pytest.raises(kind, match=message):
+        TimeNewton(**options)
+
+
+def test_what_cannot_run_is_refused_before_it_runs():
+    with network(0.9) as net:
+        x = inputs(6)
+        with pytest.raises(TypeError, match=r"solver must be None \(the forward step by step\) or a TimeNewton\(\); "
+                                            r"got 'newton'"):
+            net.feedforward(x, solver="newton")
+        with pytest.raises(ValueError, match=r"TimeNewton\(.*\) needs 14688 bytes .* for sizes \[4, 6, 5, 3\] at tau=6, "
+                                             r"B=3 \(float64\), over memory_limit=1000 bytes; pass a larger "
+                                             r"memory_limit, quasi=True"):
+            net.feedforward(x, solver=TimeNewton(memory_limit=1000))
+        with pytest.raises(ValueError, match="graph=True captures the step-by-step forward pass"):
+            net.sgd_step(x, np.zeros((6, 3, 3)), 0.1, graph=True, solver=TimeNewton())
+        np.testing.assert_allclose(net.feedforward(x, solver=TimeNewton(quasi=True, memory_limit=7000)),
+                                   reference(net, x), rtol=1e-10, atol=1e-12)
+
+
+def test_the_example_in_docs_rnn_md_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs/rnn.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/rnn.md", "exec"), {})

@@ -4,7 +4,8 @@
 ``Tracked`` one is one too. While ``listen(listener)`` holds, each ufunc, array function and method that reads
 or writes a tracked array tells ``listener.touch(view, writes)``, with the plain view it touches, and each new
 array ``listener.born(array)``; the library's BLAS products (``host_blas.matmul``, into which NumPy cannot see)
-are replaced by ``matmul``, which says that it reads its operands and writes its output.
+are replaced by ``matmul``, which says that it reads its operands and writes its output, and the products
+bound once and called later (``host_blas.bind``) by ``bind``, whose calls say the same.
 """
 
 import sys
@@ -16,6 +17,7 @@ from leapfrog_gpu.backends import host_blas
 
 _listener = None  # what listen() was given, while it holds
 _MATMUL = host_blas.matmul
+_BIND = host_blas.bind
 
 
 def listen(listener):
@@ -26,12 +28,14 @@ def listen(listener):
         "leapfrog_gpu") and getattr(module, "matmul", None) is _MATMUL]
     for module in modules:
         module.matmul = matmul
+    host_blas.bind = bind
     _listener = listener
 
     def stop():
         global _listener
         for module in modules:
             module.matmul = _MATMUL
+        host_blas.bind = _BIND
         _listener = None
 
     return stop
@@ -156,6 +160,19 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     for value, writes in ((x, False), (y, False), (out, True)):
         _touch(value, writes)
     _MATMUL(*_plain((out, x, y)), alpha, beta)
+
+
+def bind(out, x, y, alpha=1.0, beta=0.0):
+    """``host_blas.bind``, whose call reads x and y and writes out (reads it too when beta is not 0) each
+    time it is made."""
+    call = _BIND(*_plain((out, x, y)), alpha, beta)
+
+    def bound():
+        for value, writes in ((x, False), (y, False), *(((out, False),) if beta else ()), (out, True)):
+            _touch(value, writes)
+        call()
+
+    return bound
 
 
 def _made(function):

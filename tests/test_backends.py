@@ -128,7 +128,7 @@ def test_blas_threads_are_set_and_restored():
 
 def test_blas_threads_of_backends_closed_in_any_order():
     """The newest open backend's setting holds; closing one that is not the newest keeps it; the threads
-    from before come back when the last one closes, in either order."""
+    from before come back when the last one closes, in either order, whatever older backend stays open."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
     host_blas.load()
 
@@ -137,6 +137,7 @@ def test_blas_threads_of_backends_closed_in_any_order():
 
     if not blas_threads():
         pytest.skip("no BLAS library found by threadpoolctl")
+    below = NumpyBackend(blas_threads=1)  # open throughout, as one a caller forgot to close
     with threadpoolctl.threadpool_limits(3, user_api="blas"):  # threads from before that neither backend sets
         for last in ("first", "second"):
             first, second = NumpyBackend(blas_threads=1), None
@@ -154,6 +155,7 @@ def test_blas_threads_of_backends_closed_in_any_order():
                 first.close()
                 if second is not None:
                     second.close()
+    below.close()
 
 
 def test_a_network_that_makes_its_backend_runs_one_blas_thread_per_stream():

@@ -3,8 +3,10 @@
 BLAS threads are process-wide (threadpoolctl sets them in every loaded BLAS library), but backends open
 and close in any order: two networks that each own a backend, a backend closed while another made
 later is still open. ``hold(threads)`` sets the threads and returns a ticket; ``release(ticket)`` gives
-the setting back. The newest open holder's setting is the one in force; when the last holder is released,
-the BLAS libraries get back the threads they had before the first.
+the setting back. The holders form a stack: the newest open one's setting is in force; releasing it
+brings back what was in force before it was held, and releasing one below it changes nothing now but
+hands what it found on to the holder above, so that the threads from before the stack come back when
+its last holder is released, in whatever order they are.
 """
 
 import threading
@@ -12,32 +14,26 @@ import threading
 import threadpoolctl
 
 _lock = threading.Lock()
-_held = {}  # ticket: threads, in the order held (dicts keep it)
-_original = None  # the threadpoolctl limiter of the first holder, which knows the threads from before
+_stack = []  # [ticket, limiter]: the limiter restores what was in force before that ticket's hold
 _tickets = iter(range(1, 2**63))
 
 
 def hold(threads):
     """Set the BLAS libraries to ``threads`` threads until ``release(ticket)``; return the ticket."""
-    global _original
     with _lock:
         ticket = next(_tickets)
-        _held[ticket] = threads
-        limiter = threadpoolctl.threadpool_limits(threads, user_api="blas")
-        if _original is None:
-            _original = limiter
+        _stack.append([ticket, threadpoolctl.threadpool_limits(threads, user_api="blas")])
         return ticket
 
 
 def release(ticket):
     """Give back what ``hold`` returned ``ticket`` for; a ticket already released is ignored."""
-    global _original
     with _lock:
-        if _held.pop(ticket, None) is None:
+        place = next((i for i, (held, _) in enumerate(_stack) if held == ticket), None)
+        if place is None:
             return
-        if _held:
-            threadpoolctl.threadpool_limits(list(_held.values())[-1], user_api="blas")
+        _, limiter = _stack.pop(place)
+        if place < len(_stack):
+            _stack[place][1] = limiter  # the holder above now restores what this one found
         else:
-            _original.restore_original_limits()
-            _original = None
-
+            limiter.restore_original_limits()

@@ -29,13 +29,13 @@ from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.core.checks import MEMORY_LIMIT
 from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
-from leapfrog_gpu.mlp.registry import SCHEDULES, make_schedule
-from leapfrog_gpu.tools.cli import Parser, integers, names
+from leapfrog_gpu.tools.cli import Parser, integers
+from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 HERE = Path(__file__).resolve().parent
 
 
-def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats=5, dtype="float32",
+def time_backward(L, N, B, names=schedule_names("mlp"), backend="numpy", k=2, repeats=5, dtype="float32",
                   memory_limit=MEMORY_LIMIT, activation="sigmoid", seed=0):
     """Time the backward pass (4)-(7) of ``MLP([N] * L)`` at batch ``B`` under each schedule in ``names``.
 
@@ -45,9 +45,8 @@ def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats
     over the sequential median, when ``"sequential"`` is in ``names``), and the schedule's counters; a
     schedule refused by its memory check has ``refused`` (the message) instead of a time.
     """
-    unknown = [name for name in names if name not in SCHEDULES]
-    if unknown:
-        raise ValueError(f"unknown schedule names {unknown}; choose from {', '.join(SCHEDULES)}")
+    for name in names:
+        make_schedule("mlp", name)  # an unknown name: ValueError, naming the known ones
     if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
     rows, schedules = {}, {}
@@ -56,7 +55,7 @@ def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats
         net.backprop(rng.random((N, B)), rng.random((N, B)), Sequential())
         plan = net.plan(B)
         for name in names:
-            schedule = make_schedule(name, k, memory_limit=memory_limit)
+            schedule = make_schedule("mlp", name, k, memory_limit=memory_limit)
             rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
             try:
                 plan.backward(schedule)
@@ -159,7 +158,8 @@ def main(argv=None):
     parser.add_argument("--L", type=integers(2), default=[8, 32, 128, 512], help="depths (default 8,32,128,512)")
     parser.add_argument("--N", type=integers(1), default=[16, 64, 256], help="widths (default 16,64,256)")
     parser.add_argument("--B", type=integers(1), default=[1, 8], help="batch sizes (default 1,8)")
-    parser.add_argument("--schedule", type=names(SCHEDULES), default=list(SCHEDULES), help=f"from {','.join(SCHEDULES)}")
+    parser.add_argument("--schedule", type=names_type("mlp"), default=list(schedule_names("mlp")),
+                        help=f"from {','.join(schedule_names('mlp'))}")
     parser.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="numpy backend: BLAS threads per call (default 1: k+1 host streams on k+1 cores "

@@ -89,4 +89,5 @@ def test_the_dag_table_gives_the_sequential_orders_time_over_each_rows(tmp_path,
 def test_a_speed_up_far_below_1_keeps_two_significant_digits():
     assert [bench_report.ratio(v) for v in (12.345, 1.0, 0.25, 0.0123, 0.000712)] == [
         "12.35x", "1.00x", "0.25x", "0.012x", "0.00071x"]
+    assert bench_report.ratio(0.09) == "0.090x"  # two significant digits shown
     assert bench_rnn.TITLE.endswith(FASTER)

@@ -74,7 +74,7 @@ def ratio(value, style=PLAIN):
     """A speed-up to 2 decimals (``1.25x``), below 0.1 to 2 significant digits (``0.0072x``)."""
     if value is None:
         return style.none
-    return (f"{value:.2f}" if value >= 0.1 else f"{value:.2g}") + style.times
+    return (f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}") + style.times
 
 
 def percent(value, style=PLAIN):

@@ -5,15 +5,14 @@
 
 For every (L, N, B) of the grid, ``MLP([N] * L)`` runs its backward pass (4)-(7) under naumov-scan,
 naumov-jacobi (from zero, L-2 sweeps), sequential and leapfrog (k workers), interleaved, ``--repeats``
-times each after a warm-up; the table gives the median, the ratio to sequential in the same run, the
-rounds or sweeps, and the flops each pass does against the chain (5). A schedule whose predicted work
+times each after a warm-up; the table gives the median, the speed-up over sequential in the same run
+(the sequential median over the row's, > 1: faster), the rounds or sweeps, and the flops each pass does against the chain (5). A schedule whose predicted work
 exceeds ``--max-gflop`` or ``--max-gbyte`` is skipped, one whose buffers exceed ``--memory-limit`` is
 refused by the schedule itself; both show in the table. Writes the rows as JSON and plots time vs L,
 one panel per N.
 """
 
 import json
-import math
 import numbers
 import platform
 import sys
@@ -29,6 +28,7 @@ from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.core.checks import MEMORY_LIMIT
 from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
+from leapfrog_gpu.tools.bench.report import ratio
 from leapfrog_gpu.tools.cli import Parser, integers
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
@@ -41,9 +41,9 @@ def time_backward(L, N, B, names=schedule_names("mlp"), backend="numpy", k=2, re
 
     One forward pass, one warm-up pass per schedule (it allocates), then ``repeats`` rounds that run
     every schedule once each in turn (``timing.measure_interleaved``, as leapfrog-bench times, so that
-    load on the machine falls on all alike). Returns one dict per name: ``median_s``, ``ratio`` (median
-    over the sequential median, when ``"sequential"`` is in ``names``), and the schedule's counters; a
-    schedule refused by its memory check has ``refused`` (the message) instead of a time.
+    load on the machine falls on all alike). Returns one dict per name: ``median_s``, ``speedup`` (the
+    sequential median over it, > 1: faster; when ``"sequential"`` is in ``names``), and the schedule's
+    counters; a schedule refused by its memory check has ``refused`` (the message) instead of a time.
     """
     for name in names:
         make_schedule("mlp", name)  # an unknown name: ValueError, naming the known ones
@@ -72,7 +72,7 @@ def time_backward(L, N, B, names=schedule_names("mlp"), backend="numpy", k=2, re
     if "sequential" in schedules:
         for row in rows.values():
             if "median_s" in row:
-                row["ratio"] = row["median_s"] / rows["sequential"]["median_s"]
+                row["speedup"] = rows["sequential"]["median_s"] / row["median_s"]
     return [rows[name] for name in names]
 
 
@@ -90,8 +90,9 @@ def predicted(name, sizes, B, itemsize):
 def run_grid(args, backend):
     itemsize = np.dtype(args.dtype).itemsize
     rows = []
-    header = (f"{'L':>4} {'N':>4} {'B':>2}  {'schedule':<14} {'median ms':>10} {'vs seq':>7} "
+    header = (f"{'L':>4} {'N':>4} {'B':>2}  {'schedule':<14} {'median ms':>10} {'speed-up vs seq':>15} "
               f"{'rounds/sweeps':>13} {'flops/seq':>9}")
+    print("speed-up vs seq: the sequential median over the row's, same network (> 1: faster)")
     print(header)
     print("-" * len(header))
     for N in args.N:
@@ -124,8 +125,8 @@ def format_row(row):
         return f"{head} {'refused' if 'refused' in row else 'skipped':>10}  ({why.split(';')[0][:90]})"
     count = row.get("rounds", row.get("sweeps", ""))
     work = f"{row['flops'] / row['sequential_flops']:.1f}x" if row.get("sequential_flops") else ""
-    ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
-    return f"{head} {row['median_s'] * 1e3:>10.3f} {ratio:>7} {count!s:>13} {work:>9}"
+    speedup = ratio(row.get("speedup")) if "speedup" in row else ""
+    return f"{head} {row['median_s'] * 1e3:>10.3f} {speedup:>15} {count!s:>13} {work:>9}"
 
 
 def plot(rows, args, path):
@@ -149,8 +150,8 @@ def plot(rows, args, path):
 
 def crossover(rows):
     """Per (N, B): the configurations where naumov-scan's median is below sequential's."""
-    wins = [r for r in rows if r["schedule"] == "naumov-scan" and r.get("ratio", math.inf) < 1]
-    return [{"L": r["L"], "N": r["N"], "B": r["B"], "ratio": r["ratio"]} for r in wins]
+    wins = [r for r in rows if r["schedule"] == "naumov-scan" and r.get("speedup", 0) > 1]
+    return [{"L": r["L"], "N": r["N"], "B": r["B"], "speedup": r["speedup"]} for r in wins]
 
 
 def main(argv=None):
@@ -187,7 +188,7 @@ def main(argv=None):
                    "processor": platform.processor() or platform.machine()}
     wins = crossover(rows)
     print("\nnaumov-scan faster than sequential:",
-          ", ".join(f"L={w['L']} N={w['N']} B={w['B']} ({w['ratio']:.2f}x)" for w in wins) or "nowhere")
+          ", ".join(f"L={w['L']} N={w['N']} B={w['B']} ({ratio(w['speedup'])})" for w in wins) or "nowhere")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     settings = {key: (value.name if isinstance(value, Path) else value) for key, value in vars(args).items()}
     with open(args.out.with_suffix(".json"), "w") as f:

@@ -51,8 +51,9 @@ def about(seconds):
 
 def layer_work(n, batch):
     """The work of one layer of width ``n`` at ``batch``, in arbitrary units: its n^2 weights, moved a few
-    times a pass (the 8), and its products' n^2 B multiply-adds, beside a fixed cost of its launches (2^20)."""
-    return n * n * (batch + 8) + 2**20
+    times a pass (the 8), its products' n^2 B multiply-adds, and a fixed part (2^22), the launches' and
+    the Python around them, ours and PyTorch's, which dominates a small network's time on a CPU."""
+    return n * n * (batch + 8) + 2**22
 
 
 class Progress:

@@ -221,7 +221,7 @@ def test_every_command_binds_each_rank_to_its_own_gpu_under_mpiexec(tmp_path, co
     env = {**STANDIN, "LEAPFROG_STANDIN_DEVICES": "2"}
     if command == "leapfrog-bench":
         out = mpirun.run(2, *BENCH_CUPY, timeout=120, env=env)
-        assert [line.split()[5] for line in out.splitlines()[2:4]] == ["sequential", "leapfrog"]
+        assert [line.split()[5] for line in out.splitlines()[3:5]] == ["sequential", "leapfrog"]  # below the title
     else:
         out = mpirun.run(2, *TRAIN, *TEACHER[:-3], "--backend", "cupy", "--quiet", "--epochs", 1, "--samples", 64,
                          "--checkpoint-dir", tmp_path, timeout=120, env=env)

@@ -4,11 +4,10 @@ network weighed by its size.
 A grid's networks differ in cost by orders of magnitude (the MLP's default grid runs from [256] * 8 at
 B = 1 to [1024] * 16 at B = 64, the first a small part of the run), so the time left is not the networks
 left times the mean time of those measured, a plain bar's estimate, but the work left at the seconds per
-unit of work measured so far (``Estimate``). A network's work is what its
-layers cost (``layer_work``: the weights it moves and the products it computes, and a fixed part for
-the launches) times the layers its passes run through. Once the first network is measured, one line on
-stderr says about how long the rest will take; the bar then shows the estimate, refined after each
-network.
+unit of work measured so far (``Estimate``). A network's work is what a layer costs (``layer_work``: the
+weights it moves, the products it computes, a fixed part for the launches) times the layers its passes
+run through. Once the first network is measured, one line on stderr says about how long the rest will
+take; the bar then shows the estimate, refined after each network.
 """
 
 import math

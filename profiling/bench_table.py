@@ -8,13 +8,19 @@ configuration; ``profiling/device_check.sh`` appends several runs to one). Per r
 and machine, the table of every configuration, for a run with ``--graph`` graph mode's ratios against
 its GPU targets, and for the configurations stamped by ``--timeline``, a second table: busy time per
 stream, the worker time overlapping the main stream, and the timeline's own cost, beside the
-backward-pass speedup.
+backward-pass speed-up. Every ratio in a table is a speed-up, the baseline's time over the row's
+(``SPEEDUP``); a file written before the floor was a speed-up (``floor_ratio``, the step over its floor)
+gets its floor column as one.
 """
 
 import argparse
 import json
 
-from leapfrog_gpu.tools.bench.report import MARKDOWN, graph_verdicts, label, noisy, number, percent, ratio, spread
+from leapfrog_gpu.tools.bench.report import (MARKDOWN, graph_verdicts, label, noisy, number, percent, ratio, spread,
+                                             stamping)
+
+SPEEDUP = "Speed-up vs X: X's median time over the row's (> 1: faster)."
+"""The line above each table: which way its speed-ups point."""
 
 
 def cell(summary):
@@ -24,9 +30,11 @@ def cell(summary):
 
 def table(records):
     graph = any(r.get("graph") for r in records)  # then a column: a graph step against its eager one
-    floored = any("floor_ratio" in r for r in records)  # then a last one: the step against its own bytes floor
-    rows = ["| N | L | B | schedule | k | BLAS | step ms | backward ms | f1 | f2 | f3 | pred. | meas. | bwd ×seq "
-            "| bwd ×best seq | step ×best seq |" + " graph ×eager |" * graph + " ×floor |" * floored,
+    floored = any(floor_speedup(r) for r in records)  # then a last one: the step against its own bytes floor
+    rows = [SPEEDUP, "",
+            "| N | L | B | schedule | k | BLAS | step ms | backward ms | f1 | f2 | f3 | pred. | meas. | bwd speed-up "
+            "vs seq | bwd speed-up vs best seq | step speed-up vs best seq |" + " graph speed-up vs eager |" * graph
+            + " step speed-up vs floor |" * floored,
             "|" + "---:|" * (16 + graph + floored)]
     for r in records:
         name = label(r, MARKDOWN)
@@ -38,15 +46,20 @@ def table(records):
             *(ratio(r.get(f), MARKDOWN) for f in ("backward_speedup", "backward_speedup_vs_best_sequential",
                                                   "step_speedup_vs_best_sequential")),
             *([ratio(r.get("graph_speedup"), MARKDOWN)] if graph else []),
-            *([ratio(r.get("floor_ratio"), MARKDOWN)] if floored else []),
+            *([ratio(floor_speedup(r), MARKDOWN)] if floored else []),
         ]) + " |")
     return "\n".join(rows)
 
 
+def floor_speedup(r):
+    """The step's speed-up over its bytes floor, also from a file that has its inverse (``floor_ratio``)."""
+    return r.get("floor_speedup") or (r.get("floor_ratio") and 1 / r["floor_ratio"])
+
+
 def timeline_table(records):
     """The ``--timeline`` analysis of the stamped records, one row each."""
-    rows = ["| schedule | k | BLAS | step ms | stamped × | busy ms, main / workers | worker time overlapping main "
-            "| main idle ms | bwd ×seq |", "|" + "---:|" * 9]
+    rows = [SPEEDUP, "", "| schedule | k | BLAS | step ms | stamping cost | busy ms, main / workers | worker time "
+            "overlapping main | main idle ms | bwd speed-up vs seq |", "|" + "---:|" * 9]
     for r in records:
         t = r.get("timeline")
         if t is None:
@@ -54,10 +67,10 @@ def timeline_table(records):
         busy = " / ".join(f"{ms:.3f}" for ms in t["busy_ms"].values())
         rows.append("| " + " | ".join([
             r["schedule"] + ("+fused" if r.get("fused") else ""), str(r["k"]), str(r.get("blas_threads") or "–"),
-            cell(t["step_ms_plain"]), f"{t['cost']:.3f}", busy, percent(t["worker_overlap"], MARKDOWN),
+            cell(t["step_ms_plain"]), stamping(t["cost"]), busy, percent(t["worker_overlap"], MARKDOWN),
             number(t["main_idle_ms"], MARKDOWN), ratio(r.get("backward_speedup"), MARKDOWN),
         ]) + " |")
-    return "\n".join(rows) if len(rows) > 2 else ""
+    return "\n".join(rows) if len(rows) > 4 else ""
 
 
 def runs(path):
@@ -91,7 +104,7 @@ def main():
             print(f"\n{verdicts}")
         stamped = timeline_table(records)
         if stamped:
-            print("\nTimeline (medians per step; stamped ×: the step with every launch stamped, over the plain "
+            print("\nTimeline (medians per step; stamping cost: what stamping every launch adds to the plain "
                   "step):\n")
             print(stamped)
         print()

@@ -5,15 +5,14 @@
 
 For every (L, N, B) of the grid, ``MLP([N] * L)`` runs its backward pass (4)-(7) under naumov-scan,
 naumov-jacobi (from zero, L-2 sweeps), sequential and leapfrog (k workers), interleaved, ``--repeats``
-times each after a warm-up; the table gives the median, the ratio to sequential in the same run, the
-rounds or sweeps, and the flops each pass does against the chain (5). A schedule whose predicted work
+times each after a warm-up; the table gives the median, the speed-up over sequential in the same run
+(the sequential median over the row's, > 1: faster), the rounds or sweeps, and the flops each pass does against the chain (5). A schedule whose predicted work
 exceeds ``--max-gflop`` or ``--max-gbyte`` is skipped, one whose buffers exceed ``--memory-limit`` is
 refused by the schedule itself; both show in the table. Writes the rows as JSON and plots time vs L,
 one panel per N.
 """
 
 import json
-import math
 import numbers
 import platform
 import sys
@@ -29,25 +28,25 @@ from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.core.checks import MEMORY_LIMIT
 from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
-from leapfrog_gpu.mlp.registry import SCHEDULES, make_schedule
-from leapfrog_gpu.tools.cli import Parser, integers, names
+from leapfrog_gpu.tools.bench.report import ratio
+from leapfrog_gpu.tools.cli import Parser, integers
+from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 HERE = Path(__file__).resolve().parent
 
 
-def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats=5, dtype="float32",
+def time_backward(L, N, B, names=schedule_names("mlp"), backend="numpy", k=2, repeats=5, dtype="float32",
                   memory_limit=MEMORY_LIMIT, activation="sigmoid", seed=0):
     """Time the backward pass (4)-(7) of ``MLP([N] * L)`` at batch ``B`` under each schedule in ``names``.
 
     One forward pass, one warm-up pass per schedule (it allocates), then ``repeats`` rounds that run
     every schedule once each in turn (``timing.measure_interleaved``, as leapfrog-bench times, so that
-    load on the machine falls on all alike). Returns one dict per name: ``median_s``, ``ratio`` (median
-    over the sequential median, when ``"sequential"`` is in ``names``), and the schedule's counters; a
-    schedule refused by its memory check has ``refused`` (the message) instead of a time.
+    load on the machine falls on all alike). Returns one dict per name: ``median_s``, ``speedup`` (the
+    sequential median over it, > 1: faster; when ``"sequential"`` is in ``names``), and the schedule's
+    counters; a schedule refused by its memory check has ``refused`` (the message) instead of a time.
     """
-    unknown = [name for name in names if name not in SCHEDULES]
-    if unknown:
-        raise ValueError(f"unknown schedule names {unknown}; choose from {', '.join(SCHEDULES)}")
+    for name in names:
+        make_schedule("mlp", name)  # an unknown name: ValueError, naming the known ones
     if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
     rows, schedules = {}, {}
@@ -56,7 +55,7 @@ def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats
         net.backprop(rng.random((N, B)), rng.random((N, B)), Sequential())
         plan = net.plan(B)
         for name in names:
-            schedule = make_schedule(name, k, memory_limit=memory_limit)
+            schedule = make_schedule("mlp", name, k, memory_limit=memory_limit)
             rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
             try:
                 plan.backward(schedule)
@@ -73,7 +72,7 @@ def time_backward(L, N, B, names=tuple(SCHEDULES), backend="numpy", k=2, repeats
     if "sequential" in schedules:
         for row in rows.values():
             if "median_s" in row:
-                row["ratio"] = row["median_s"] / rows["sequential"]["median_s"]
+                row["speedup"] = rows["sequential"]["median_s"] / row["median_s"]
     return [rows[name] for name in names]
 
 
@@ -91,8 +90,9 @@ def predicted(name, sizes, B, itemsize):
 def run_grid(args, backend):
     itemsize = np.dtype(args.dtype).itemsize
     rows = []
-    header = (f"{'L':>4} {'N':>4} {'B':>2}  {'schedule':<14} {'median ms':>10} {'vs seq':>7} "
+    header = (f"{'L':>4} {'N':>4} {'B':>2}  {'schedule':<14} {'median ms':>10} {'speed-up vs seq':>15} "
               f"{'rounds/sweeps':>13} {'flops/seq':>9}")
+    print("speed-up vs seq: the sequential median over the row's, same network (> 1: faster)")
     print(header)
     print("-" * len(header))
     for N in args.N:
@@ -125,8 +125,8 @@ def format_row(row):
         return f"{head} {'refused' if 'refused' in row else 'skipped':>10}  ({why.split(';')[0][:90]})"
     count = row.get("rounds", row.get("sweeps", ""))
     work = f"{row['flops'] / row['sequential_flops']:.1f}x" if row.get("sequential_flops") else ""
-    ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
-    return f"{head} {row['median_s'] * 1e3:>10.3f} {ratio:>7} {count!s:>13} {work:>9}"
+    speedup = ratio(row.get("speedup")) if "speedup" in row else ""
+    return f"{head} {row['median_s'] * 1e3:>10.3f} {speedup:>15} {count!s:>13} {work:>9}"
 
 
 def plot(rows, args, path):
@@ -150,8 +150,8 @@ def plot(rows, args, path):
 
 def crossover(rows):
     """Per (N, B): the configurations where naumov-scan's median is below sequential's."""
-    wins = [r for r in rows if r["schedule"] == "naumov-scan" and r.get("ratio", math.inf) < 1]
-    return [{"L": r["L"], "N": r["N"], "B": r["B"], "ratio": r["ratio"]} for r in wins]
+    wins = [r for r in rows if r["schedule"] == "naumov-scan" and r.get("speedup", 0) > 1]
+    return [{"L": r["L"], "N": r["N"], "B": r["B"], "speedup": r["speedup"]} for r in wins]
 
 
 def main(argv=None):
@@ -159,7 +159,8 @@ def main(argv=None):
     parser.add_argument("--L", type=integers(2), default=[8, 32, 128, 512], help="depths (default 8,32,128,512)")
     parser.add_argument("--N", type=integers(1), default=[16, 64, 256], help="widths (default 16,64,256)")
     parser.add_argument("--B", type=integers(1), default=[1, 8], help="batch sizes (default 1,8)")
-    parser.add_argument("--schedule", type=names(SCHEDULES), default=list(SCHEDULES), help=f"from {','.join(SCHEDULES)}")
+    parser.add_argument("--schedule", type=names_type("mlp"), default=list(schedule_names("mlp")),
+                        help=f"from {','.join(schedule_names('mlp'))}")
     parser.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="numpy backend: BLAS threads per call (default 1: k+1 host streams on k+1 cores "
@@ -187,7 +188,7 @@ def main(argv=None):
                    "processor": platform.processor() or platform.machine()}
     wins = crossover(rows)
     print("\nnaumov-scan faster than sequential:",
-          ", ".join(f"L={w['L']} N={w['N']} B={w['B']} ({w['ratio']:.2f}x)" for w in wins) or "nowhere")
+          ", ".join(f"L={w['L']} N={w['N']} B={w['B']} ({ratio(w['speedup'])})" for w in wins) or "nowhere")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     settings = {key: (value.name if isinstance(value, Path) else value) for key, value in vars(args).items()}
     with open(args.out.with_suffix(".json"), "w") as f:

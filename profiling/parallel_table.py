@@ -17,7 +17,7 @@ COLUMNS = {  # heading: how to read the value from a record
     "exposed ms": lambda r: r["exposed_ms"],
     "hidden": lambda r: r["hidden"],
     "one process ms (B·P)": lambda r: r["one_ms"]["median"],
-    "speedup": lambda r: r["speedup"],
+    "speed-up vs one process": lambda r: r["speedup"],
 }
 
 
@@ -25,7 +25,7 @@ def cell(values, heading):
     middle, low, high = statistics.median(values), min(values), max(values)
     if heading == "hidden":
         return f"{middle:.0%} [{low:.0%}–{high:.0%}]"
-    if heading == "speedup":
+    if heading == "speed-up vs one process":
         return f"{middle:.2f}× [{low:.2f}–{high:.2f}]"
     digits = 1 if abs(middle) >= 10 else 2
     return f"{middle:.{digits}f} [{low:.{digits}f}–{high:.{digits}f}]"
@@ -34,7 +34,8 @@ def cell(values, heading):
 def table(runs):
     """One row per configuration found in every run, in the order of the first."""
     found = [{tuple(r[k] for k in KEY): r for r in run["records"]} for run in runs]
-    rows = ["| N | L | B per rank | P | schedule | k | bucket MB | BLAS | " + " | ".join(COLUMNS) + " |",
+    rows = ["Speed-up vs one process: one process's step on B·P samples over the data-parallel step (> 1: faster).",
+            "", "| N | L | B per rank | P | schedule | k | bucket MB | BLAS | " + " | ".join(COLUMNS) + " |",
             "|" + "---:|" * (len(KEY) + len(COLUMNS))]
     for key in found[0]:
         if not all(key in records for records in found):

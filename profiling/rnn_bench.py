@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from leapfrog_gpu.tools.bench import rnn as bench_rnn
+from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,16 +43,14 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="NumPy's BLAS threads and PyTorch's intra-op threads")
     parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: under profiling/results/)")
     args = parser.parse_args(argv)
-    try:
+    torch, torch_note = None, torch_anchor.skipped(False)
+    if torch_note is None:
         import torch
 
         torch.set_num_threads(args.threads)
-    except ImportError:
-        torch = None
     today = datetime.date.today().isoformat()
     start = time.perf_counter()
-    print(bench_rnn.HEADER)
-    print("-" * len(bench_rnn.HEADER))
+    print(*bench_rnn.table_head(), sep="\n")
     rows = []
     for N in args.N:
         for tau in args.tau:
@@ -69,6 +67,8 @@ def main(argv=None):
             "seconds": round(time.perf_counter() - start, 1)}
     out = args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    if torch_note:
+        print(torch_note)
     print(f"wrote {out} ({meta['seconds']} s)")
 
 

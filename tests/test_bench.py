@@ -12,6 +12,7 @@ from helpers import bench_table, render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, report as bench_report, traffic
 from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.tools.schedules import schedule_names
 
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
           "backward_ms", "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
@@ -123,7 +124,8 @@ def test_torch_anchor_computes_our_gradients():
     (["--layers", "1"], "layer count must be >= 2"),
     (["--k", "0"], "--k takes integers >= 1 and 'auto'"),
     (["--k", "two"], "--k takes integers >= 1 and 'auto'"),
-    (["--schedule", "naumov"], "unknown schedule 'naumov'"),
+    (["--schedule", "naumov"], "unknown MLP schedule 'naumov'; choose from sequential, leapfrog, naumov-scan, "
+                               "naumov-jacobi"),
     (["--repeats", "0"], "--repeats must be an integer >= 1"),
     (["--dtype", "float16"], "invalid choice"),
     (["--json", "/nonexistent-folder/r.json"], "does not exist"),
@@ -169,12 +171,25 @@ def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, o
     assert not list(tmp_path.iterdir())
 
 
-def test_without_torch_the_anchor_is_skipped_with_the_readmes_install_command(monkeypatch):
-    monkeypatch.setattr(bench.torch_anchor, "available", lambda: False)
-    stdout = run_bench(["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--k", "2",
-                        "--repeats", "1", "--warmup", "0", "--quiet"])
+@pytest.mark.parametrize("model, argv", [
+    ("mlp", ["--sizes", "8", "--layers", "2", "--batch", "1", "--k", "2", "--warmup", "0", "--quiet"]),
+    ("rnn", ["--sizes", "3", "--tau", "3", "--batch", "1"]),
+])
+def test_without_torch_every_bench_says_so_in_the_same_line_with_the_readmes_install_command(
+        monkeypatch, capsys, model, argv):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    assert bench.main(["--model", model, "--backend", "numpy", "--repeats", "1", *argv]) == 0
+    out, err = capsys.readouterr()
     # as docs/performance.md says it, in a checkout
-    assert "PyTorch anchor skipped: torch does not import (pip install -e '.[torch]')" in stdout.splitlines()
+    assert "PyTorch anchor skipped: torch does not import (pip install -e '.[torch]')" in out.splitlines()
+    assert "torch" not in err
+
+
+def test_the_plot_says_where_it_was_written(report):
+    said = [line for line in report[0].splitlines() if line.startswith("plot: ")]
+    assert len(said) == 1 and said[0].endswith("(the speed-up of a pass against k, measured and as the model predicts)")
+    path = said[0].removeprefix("plot: ").split(" (")[0]
+    assert path.endswith("r.png") and open(path, "rb").read() == report[2]
 
 
 def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
@@ -203,7 +218,8 @@ def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = [line for line in as_meant(stdout).splitlines() if line.startswith(("sequential k=", "leapfrog k="))]
     assert len(printed) == 3
-    assert all("worker time overlapping main" in line and "backward x" in line for line in printed)
+    assert all("worker time overlapping main" in line and "backward speed-up vs sequential " in line
+               for line in printed)
     twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
     twice.write_text((tmp_path / "r.jsonl").read_text() * 2)
     out = bench_table(twice)
@@ -260,7 +276,8 @@ def test_json_lines_survive_a_killed_run(tmp_path):
 
 def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the second of three networks is measured: the first one's rows are printed and in
-    --jsonl, stderr has one line that says so, and nothing else is written."""
+    --jsonl, stderr has one line that says so (after the one with the time left), and nothing else is
+    written."""
     measure, calls = bench_measure._measure_case, []
 
     def ctrl_c_at_the_second(*args):
@@ -275,7 +292,9 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
             "--warmup", "0", "--no-torch", "--jsonl", str(path), "--json", str(tmp_path / "r.json")]
     assert bench.main(argv) == 130
     out, err = capsys.readouterr()
-    assert err == f"leapfrog-bench: interrupted with 1 of 3 networks measured; their lines are in {path}\n"
+    left, said = err.splitlines()
+    assert re.fullmatch(r"leapfrog-bench: about \d+ s left for 2 more networks \(the first took [\d.]+ s\)", left)
+    assert said == f"leapfrog-bench: interrupted with 1 of 3 networks measured; their lines are in {path}"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert "command" in lines[0] and {r["N"] for r in lines[1:]} == {8} and len(lines) > 2
     assert {n for n, *_ in _rows(out)} == {8}
@@ -319,18 +338,21 @@ def _rows(text):
 
 def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
     """Not minutes of silence: a network's rows come before the next network is measured, and a bar on
-    stderr counts the networks done, names the one being measured and estimates the time left."""
+    stderr counts the networks done, names the one being measured and estimates the time left, from the
+    first network on (the estimate itself: tests/test_bench_progress.py)."""
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     seen = _stdout_at_each_network(monkeypatch, capsys)
     assert bench.main(TINY + ["--no-torch"]) == 0
     seen.append(capsys.readouterr())
     networks = [(24, 1), (24, 5), (40, 1), (40, 5)]
-    assert len(seen) == 5 and seen[0].out.split()[:1] == ["step"] and "schedule" in seen[0].out
+    assert len(seen) == 5 and seen[0].out.split()[:1] == ["speed-up"] and "schedule" in seen[0].out
     for (out, _), (n, b) in zip(seen[1:], networks):
         assert {(row[0], row[2]) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 7
     err = "".join(captured.err for captured in seen)
     for done, (n, b) in enumerate(networks):  # time left: '?' until a network is done
-        assert re.search(rf"measuring: .*\| {done}/4 \[\d\d:\d\d<(\?|\d\d:\d\d), .*N={n} L=3 B={b}\]", err), err
+        left = r"\?" if done == 0 else r"about \d+"
+        assert re.search(rf"measuring: .*\| {done}/4 \[\d\d:\d\d, N={n} L=3 B={b}, {left} s left\]", err), err
+    assert re.search(r"\rleapfrog-bench: about \d+ s left for 3 more networks \(the first took [\d.]+ s\)\n", err)
 
 
 def test_quiet_prints_the_table_at_the_end_and_nothing_on_stderr(monkeypatch, capsys):
@@ -341,17 +363,11 @@ def test_quiet_prints_the_table_at_the_end_and_nothing_on_stderr(monkeypatch, ca
     assert [captured.out + captured.err for captured in seen] == [""] * 4 and err == "" and len(_rows(out)) == 4 * 7
 
 
-def test_schedules_are_listed_by_name():
-    assert set(bench.SCHEDULES) >= {"sequential", "leapfrog"}
-    cls, takes_k = bench.SCHEDULES["leapfrog"]
-    assert takes_k and cls(3).k == 3
-
-
 def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
     """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
     out, rows = render_table(report[1], tmp_path)
     assert len(rows) == len(report[1]["records"])
-    assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 18 for row in rows)  # 17 columns: the last, x floor
+    assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 18 for row in rows)  # 17 columns: the last, vs floor
 
 
 def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=False, auto=False, backward=0.5):
@@ -393,7 +409,7 @@ def test_the_table_fits_100_columns_at_its_widest(capsys):
     """Every schedule, fused, in graph mode too, --k auto, two BLAS settings: no line of the table is
     wider than 100 columns (the legend and the verdicts are broken into lines that fit as well)."""
     assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1,2,auto",
-                       "--schedule", ",".join(bench.SCHEDULES), "--blas-threads", "1,2", "--repeats", "1",
+                       "--schedule", ",".join(schedule_names("mlp")), "--blas-threads", "1,2", "--repeats", "1",
                        "--warmup", "0", "--no-torch", "--fused", "--graph"]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 100, out
@@ -492,7 +508,7 @@ def test_the_data_parallel_table_never_prints_a_negative_share_hidden():
                 "blas_threads": 1, "step_ms": stats, "local_slowest_ms": 1.0, "sums_slowest_ms": sums,
                 "sums_gbps": 1.0, "exposed_ms": 1.0, "hidden": 1 - 1.0 / sums, "one_ms": stats, "speedup": 1.0}
                for sums in (0.64, 2.0, 4.0)]
-    lines = bench_parallel.table(records).splitlines()
+    lines = bench_parallel.table(records).splitlines()[1:]  # below the line that says which way speed-ups point
     end = lines[0].index(" hidden") + len(" hidden")  # the column's cells end where its title does
     assert [line[:end].split()[-1] for line in lines[2:5]] == ["none", "50%", "75%"]
     assert "-56%" not in "\n".join(lines) and "none: the step waited as long as the sums took" in lines[-1]

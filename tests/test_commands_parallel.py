@@ -12,7 +12,7 @@ import pytest
 
 import mpirun
 from helpers import assert_bitwise_equal, cli, one_error_line, parameters
-from leapfrog_gpu.tools.bench import command as bench
+from leapfrog_gpu.tools.bench import command as bench, parallel as bench_parallel
 from leapfrog_gpu.tools.train import checkpoint
 
 pytestmark = mpirun.needs_mpi
@@ -184,8 +184,10 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
                      "--layers", 4, "--batch", 3, "--k", 2, "--repeats", 3, "--warmup", 1, "--blas-threads", 1,
                      "--bucket-mb", "0,0.01", "--json", report, timeout=120)
     lines = out.splitlines()
-    assert lines[0].split()[:9] == ["N", "L", "B", "P", "dtype", "schedule", "k", "bucket", "MB"]
-    assert len(lines) == 2 + 4 + 1  # header, rule, (sequential, leapfrog) x 2 bucket sizes, legend: rank 0 only
+    assert lines[0] == bench_parallel.TITLE and lines[0].endswith("(> 1: faster)")
+    assert lines[1].split()[:9] == ["N", "L", "B", "P", "dtype", "schedule", "k", "bucket", "MB"]
+    assert lines[1].endswith("speed-up vs one process")
+    assert len(lines) == 3 + 4 + 1  # title, header, rule, (sequential, leapfrog) x 2 bucket sizes, legend: rank 0 only
     records = json.loads(report.read_text())["records"]
     assert [(r["schedule"], r["bucket_mb"]) for r in records] == [
         ("sequential", 0), ("sequential", 0.01), ("leapfrog", 0), ("leapfrog", 0.01)]
@@ -201,7 +203,8 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
     for run, step in zip(runs, (3.0, 1.0, 2.5)):
         run["records"][0]["step_ms"]["median"] = step
     rows = parallel_table.table(runs).splitlines()
-    assert len(rows) == 2 + 4 and rows[2].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
+    assert rows[0].startswith("Speed-up vs one process: ") and rows[2].endswith("| speed-up vs one process |")
+    assert len(rows) == 4 + 4 and rows[4].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
 
 
 STANDIN = {"PYTHONPATH": f"{mpirun.ROOT / 'tests' / 'standin'}:{mpirun.ROOT / 'tests'}",
@@ -218,7 +221,7 @@ def test_every_command_binds_each_rank_to_its_own_gpu_under_mpiexec(tmp_path, co
     env = {**STANDIN, "LEAPFROG_STANDIN_DEVICES": "2"}
     if command == "leapfrog-bench":
         out = mpirun.run(2, *BENCH_CUPY, timeout=120, env=env)
-        assert [line.split()[5] for line in out.splitlines()[2:4]] == ["sequential", "leapfrog"]
+        assert [line.split()[5] for line in out.splitlines()[3:5]] == ["sequential", "leapfrog"]  # below the title
     else:
         out = mpirun.run(2, *TRAIN, *TEACHER[:-3], "--backend", "cupy", "--quiet", "--epochs", 1, "--samples", 64,
                          "--checkpoint-dir", tmp_path, timeout=120, env=env)

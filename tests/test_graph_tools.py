@@ -50,7 +50,7 @@ def test_bench_graph_rows_beside_the_eager_ones(graph_report):
         assert r["graph_speedup"] == pytest.approx(twin["step_ms"]["median"] / r["step_ms"]["median"])
         sequential = next(s for s in graph if (s["B"], s["schedule"]) == (r["B"], "sequential"))
         assert r["step_speedup"] == pytest.approx(sequential["step_ms"]["median"] / r["step_ms"]["median"])
-    assert "leapfrog[graph]" in stdout and "graph x eager" in stdout
+    assert "leapfrog[graph]" in stdout and "graph vs eager: the step vs the same eager step" in " ".join(stdout.split())
     verdicts = stdout[stdout.index("graph mode against its GPU targets"):].replace("\n  ", " ").splitlines()  # unfitted
     assert len(verdicts) == 3 and all("torch-autograd: not measured" in line for line in verdicts[1:])
     assert all("vs sequential[graph] (target >= 1.3x" in line and "the bytes floor" in line for line in verdicts[1:])

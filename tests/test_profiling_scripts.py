@@ -438,13 +438,14 @@ def test_naumov_crossover_runs_a_tiny_grid(tmp_path):
 def test_time_backward_reports_every_schedule():
     rows = naumov_crossover.time_backward(L=5, N=8, B=2, repeats=2, backend="numpy")
     by_name = {row["schedule"]: row for row in rows}
-    assert list(by_name) == ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"]  # the registry's order
-    assert by_name["sequential"]["ratio"] == 1.0
+    assert list(by_name) == ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"]  # the order of tools.schedules
+    assert by_name["sequential"]["speedup"] == 1.0
+    assert by_name["leapfrog"]["speedup"] == by_name["sequential"]["median_s"] / by_name["leapfrog"]["median_s"]
     assert all(row["median_s"] > 0 for row in rows)
     assert by_name["naumov-scan"]["rounds"] == 2 and by_name["naumov-jacobi"]["sweeps"] == 3
     refused = naumov_crossover.time_backward(L=5, N=8, B=2, repeats=1, names=("naumov-scan",), memory_limit=100)
     assert "memory_limit" in refused[0]["refused"] and "median_s" not in refused[0]
-    with pytest.raises(ValueError, match="unknown schedule"):
+    with pytest.raises(ValueError, match="unknown MLP schedule"):
         naumov_crossover.time_backward(L=5, N=8, B=2, names=("naumov-fast",))
 
 

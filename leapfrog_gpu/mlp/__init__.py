@@ -1,6 +1,6 @@
 """The multilayer perceptron: ``MLP`` (``network``), its pass at one batch size (``plan``), Naumov's
-solvers of its backward pass (``naumov``), the schedules by name (``registry``), the calibration behind
-``Leapfrog("auto")`` (``autotune``) and its way to and from PyTorch (``torch_io``).
+solvers of its backward pass (``naumov``), the calibration behind ``Leapfrog("auto")`` (``autotune``)
+and its way to and from PyTorch (``torch_io``).
 """
 
 from .naumov import NaumovJacobi, NaumovScan

@@ -27,7 +27,7 @@ import numpy as np
 from ...backends import get_backend
 from ...backends.ops_cuda import CudaOps
 from ...mlp.network import MLP
-from ...mlp.registry import make_schedule
+from ..schedules import make_schedule
 from .measure import ETA, configurations
 from .report import label
 
@@ -170,7 +170,7 @@ def measure(args):
             y = rng.uniform(0.05, 0.95, (n, batch)).astype(args.dtype)
             for name, k in configurations(args):
                 with MLP([n] * layers, activation=args.activation, dtype=args.dtype, backend=backend) as net:
-                    counts = count_step(net, x, y, make_schedule(name, k, fused=args.fused))
+                    counts = count_step(net, x, y, make_schedule("mlp", name, k, fused=args.fused))
                 records.append({"N": n, "L": layers, "B": batch, "schedule": name, "k": k, "fused": args.fused,
                                 "chain": backend.ops.chain, **counts.as_dict()})
     return records

@@ -42,15 +42,16 @@ import datetime
 import json
 import os
 import sys
+import textwrap
 
 from ...parallel import comm as parallel
 from ...core.functions import ACTIVATIONS, DTYPES
 from . import dag as bench_dag, parallel as bench_parallel, rnn as bench_rnn, call_count, torch_anchor
 from .. import timeline
-from ...mlp.registry import SCHEDULES, make_schedule
+from ..schedules import make_schedule, names_type, schedule_names, takes_k
 from .measure import ETA, machine, run, stamped_steps
 from .report import column_widths, floor_verdicts, graph_verdicts, table, table_foot, table_head, table_rows, timeline_lines, verdicts
-from ..cli import Parser, fitted, integer, integers, names, pip_install, plural, png_refusal, reals
+from ..cli import Parser, fitted, integer, integers, pip_install, plural, png_refusal, reals
 from ..cli import parse_args_on_a_backend, replaced_atomically
 
 DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
@@ -83,8 +84,15 @@ EXIT_STATUSES = [
 """What the command's exit status means, as ``--help`` lists it."""
 
 
+DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] * 16 at B = 64: several minutes "
+            "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
+            "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")
+"""What ``--help`` says of the time a run takes."""
+
+
 def parser():
-    p = Parser(prog="leapfrog-bench", description=__doc__.split("\n\n")[0], exit_statuses=EXIT_STATUSES)
+    description = "\n\n".join([__doc__.split("\n\n")[0], textwrap.fill(DURATION, 79)])
+    p = Parser(prog="leapfrog-bench", description=description, exit_statuses=EXIT_STATUSES)
     p.add_argument("--model", choices=("mlp", "rnn", "dag"), default="mlp",
                    help="rnn: the recurrent network's backward pass under each of its schedules against BPTT and "
                         "torch.nn.RNN; dag: a GraphNet's forward solvers and backward schedules against its "
@@ -101,8 +109,8 @@ def parser():
                    help="batch sizes B (default 1,64)")
     p.add_argument("--k", type=_k_list, default=[1, 2, 4], metavar="K[,K...]",
                    help="worker streams, and 'auto': the configuration autotune picks (default 1,2,4)")
-    p.add_argument("--schedule", type=names(SCHEDULES), default=DEFAULT_SCHEDULES, metavar="NAME[,NAME...]",
-                   help=f"schedules by name, from {', '.join(SCHEDULES)}; sequential is always measured "
+    p.add_argument("--schedule", type=names_type("mlp"), default=DEFAULT_SCHEDULES, metavar="NAME[,NAME...]",
+                   help=f"schedules by name, from {', '.join(schedule_names('mlp'))}; sequential is always measured "
                         f"(default {','.join(DEFAULT_SCHEDULES)})")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
                    help="numpy backend: BLAS threads per host stream, for its matrix products; each count given is "
@@ -128,8 +136,8 @@ def parser():
     p.add_argument("--bucket-mb", type=reals(0, "bucket size"), default=None, metavar="MB[,MB...]",
                    help="under mpiexec: bucket sizes in MB to measure (default 0: one sum per layer)")
     p.add_argument("--plot", metavar="FILE.png",
-                   help="plot speedup against k, measured and predicted, with the run's backend, machine and date "
-                        "(needs matplotlib)")
+                   help="plot the speed-up of a pass against k, measured and predicted, with the run's backend, "
+                        "machine and date, and say where it was written (needs matplotlib)")
     p.add_argument("--timeline", metavar="FILE.png",
                    help="stamp every launch of a few steps per configuration (one network only): busy time per "
                         "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib)")
@@ -175,11 +183,7 @@ def main(argv=None):
         return _main_parallel(p, args, comm, sys.argv[1:] if argv is None else argv)
     if args.bucket_mb is not None:
         p.error("--bucket-mb applies under mpiexec -n P with P > 1 only")
-    torch_note = None
-    if args.no_torch:
-        torch_note = "PyTorch anchor skipped (--no-torch)"
-    elif not torch_anchor.available():
-        torch_note = f"PyTorch anchor skipped: torch does not import ({pip_install('torch')})"
+    torch_note = torch_anchor.skipped(args.no_torch)
 
     about = {"command": "leapfrog-bench " + " ".join(sys.argv[1:] if argv is None else argv),
              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -232,6 +236,7 @@ def main(argv=None):
         from .plot import plot
 
         plot(records, args.plot, about)
+        print(f"plot: {args.plot} (the speed-up of a pass against k, measured and as the model predicts)")
     return 0
 
 
@@ -243,8 +248,8 @@ def _main_parallel(p, args, comm, argv):
         if given:
             p.error(f"{option} does not apply under mpiexec")
     specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
-                                   for k in (args.k if SCHEDULES[name][1] else [0])]
-    records = bench_parallel.run(args, comm, [(name, k, make_schedule(name, k)) for name, k in specs], ETA)
+                                   for k in (args.k if takes_k("mlp", name) else [0])]
+    records = bench_parallel.run(args, comm, [(name, k, make_schedule("mlp", name, k)) for name, k in specs], ETA)
     if comm.rank == 0:
         print(bench_parallel.table(records))
         report = {"command": f"mpiexec -n {comm.size} leapfrog-bench {' '.join(argv)}",

@@ -4,14 +4,15 @@ its sequential order.
 For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``GraphNet``
 and ``measure`` times, all interleaved in one run after a warm-up (``timing.measure_interleaved``:
 median, p20, p80), its backward pass (``backprop``: the forward node by node, then the schedule) under
-Sequential(), Leapfrog(k), LevelSets(k), DagJacobi(k) and DagDoubling(k), and its forward pass
-(``feedforward``) node by node and by ForwardJacobi() and ForwardNewton(). A row gives the median, its
-ratio to the sequential order's median of the same pass on the same network (``with_ratios``), and
-the rounds, sweeps or iterations, flops (over the sequential order's) and memory that the solver
-reports in its ``stats``. The block solvers (DagDoubling, ForwardNewton) hold a block per reachable
-pair of nodes, about D^2/2 of N^2 B each: where that exceeds ``--memory-limit`` they are refused
-before anything is allocated, and deeper than ``--max-block-depth`` (their block products grow as
-D^3) skipped; the row says which.
+each schedule of ``--schedule`` (by the names of ``tools.schedules``: sequential, leapfrog, level-sets,
+dag-jacobi, dag-doubling; sequential, the baseline, always), and its forward pass (``feedforward``) node
+by node and by ForwardJacobi() and ForwardNewton(). A row gives the median, its speed-up over the
+sequential order (that order's median of the same pass on the same network over the row's: > 1 is
+faster; ``with_speedups``), and the rounds, sweeps or iterations, flops (over the sequential order's)
+and memory that the solver reports in its ``stats``. The block solvers (DagDoubling, ForwardNewton)
+hold a block per reachable pair of nodes, about D^2/2 of N^2 B each: where that exceeds
+``--memory-limit`` they are refused before anything is allocated, and deeper than ``--max-block-depth``
+(their block products grow as D^3) skipped; the row says which.
 
 Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add``
 of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like,
@@ -27,25 +28,28 @@ import os
 import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from ...backends import get_backend, timing
-from ...dag.schedules import DagDoubling, DagJacobi, LevelSets
 from ...dag.forward import ForwardJacobi, ForwardNewton, forward_counters
 from ...core.functions import DTYPES
 from ...dag.network import INPUT, GraphNet
 from ...dag.layers import Add, Concat, Dense
-from ...core.schedules import Leapfrog, Sequential
+from . import progress
 from .measure import machine
-from .report import NOISY, noisy, spread
+from .report import NOISY, noisy, ratio, spread
 from ..cli import Parser, integer, integers, names, parse_args_on_a_backend, plural, replaced_atomically
+from ..schedules import make_schedule, names_type, schedule_names
 
+PROG = "leapfrog-bench --model dag"
 KINDS = {"residual": Add, "dense": Concat}
 """The DAG shapes, by the layer that joins node i - 3 into node i."""
 
-HEADER = (f"  {'pass':<8} {'schedule':<14} {'median [p20-p80] ms':<23} {'x seq':>8} {'rounds':>6} {'iters':>5} "
-          f"{'flops/seq':>9} {'mem MiB':>8}")
-FOOT = ("x seq: median over the sequential order's, same pass, same network (forward: node by node)\n"
+TITLE = "speed-up vs seq: the sequential order's median over the row's, same pass and network (> 1: faster)"
+"""The line above the table: which way its speed-ups point."""
+HEADER = (f"  {'pass':<8} {'schedule':<14} {'median [p20-p80] ms':<23} {'speed-up vs seq':>15} {'rounds':>6} "
+          f"{'iters':>5} {'flops/seq':>9} {'mem MiB':>8}")
+"""The columns' titles."""
+FOOT = ("speed-up vs seq: the sequential order's median over the row's (forward: node by node); > 1: faster\n"
         f"! noisy: p80 - p20 over {NOISY:.0%} of the median; rounds: dependent steps; iters: sweeps or iterations\n"
         "flops/seq: flops over the sequential order's; mem MiB: what the solver holds")
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
@@ -64,26 +68,26 @@ def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
     return GraphNet(N, nodes, dtype=dtype, seed=seed, backend=backend)
 
 
-def runs(k, memory_limit):
-    """``(pass, name, solver or schedule)`` of every row, the sequential order of each pass first
+def runs(k, memory_limit, names=schedule_names("dag")):
+    """``(pass, name, solver or schedule)`` of every row: the backward schedules of ``names`` (by the
+    names of ``tools.schedules``), then the forward solvers; the sequential order of each pass first
     (``None``: the forward node by node)."""
-    return [("backward", "sequential", Sequential()), ("backward", f"leapfrog({k})", Leapfrog(k)),
-            ("backward", "level-sets", LevelSets(k=k)), ("backward", "dag-jacobi", DagJacobi(k=k)),
-            ("backward", "dag-doubling", DagDoubling(k=k, memory_limit=memory_limit)),
-            ("forward", "sequential", None), ("forward", "forward-jacobi", ForwardJacobi()),
-            ("forward", "forward-newton", ForwardNewton(memory_limit=memory_limit))]
+    backward = [("backward", name, make_schedule("dag", name, k=k, memory_limit=memory_limit))
+                for name in dict.fromkeys(["sequential", *names])]
+    return backward + [("forward", "sequential", None), ("forward", "forward-jacobi", ForwardJacobi()),
+                       ("forward", "forward-newton", ForwardNewton(memory_limit=memory_limit))]
 
 
 def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
-            dtype="float32"):
+            dtype="float32", names=schedule_names("dag")):
     """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, with
-    ``ms`` (median, p20, p80), ``ratio`` and ``stats`` (its numbers), or ``refused`` and the memory
+    ``ms`` (median, p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory
     the solver would need (``memory_limit`` in bytes)."""
     rng = np.random.default_rng(0)
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
     records, calls, stats = [], [], {}
     with network(kind, N, D, dtype, backend) as net:
-        for pass_, name, made in runs(k, memory_limit):
+        for pass_, name, made in runs(k, memory_limit, names):
             record = {"kind": kind, "N": N, "D": net.depth, "B": B, "k": k, "dtype": dtype,
                       "backend": backend.name, "pass": pass_, "schedule": name, "repeats": repeats}
             needed = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
@@ -101,7 +105,7 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
             records[i]["ms"] = timing.summary(ms)
             records[i]["stats"] = {key: value for key, value in stats[i].items()
                                    if isinstance(value, (int, float)) and not isinstance(value, bool)}
-    return with_ratios(records)
+    return with_speedups(records)
 
 
 def _call(net, pass_, made, x, y, stats, i):
@@ -125,16 +129,16 @@ def _call(net, pass_, made, x, y, stats, i):
     return call
 
 
-def with_ratios(records):
-    """``records``, each timed one given ``ratio``: its median over the median of the sequential record
-    of the same pass on the same network (kind, N, D, B, k, dtype, backend)."""
+def with_speedups(records):
+    """``records``, each timed one given ``speedup``: the median of the sequential record of the same pass
+    on the same network (kind, N, D, B, k, dtype, backend) over its own."""
     def network_of(r):
         return tuple(r[key] for key in ("kind", "N", "D", "B", "k", "dtype", "backend", "pass"))
 
     base = {network_of(r): r["ms"]["median"] for r in records if r["schedule"] == "sequential" and "ms" in r}
     for r in records:
         if "ms" in r and base.get(network_of(r)):
-            r["ratio"] = r["ms"]["median"] / base[network_of(r)]
+            r["speedup"] = base[network_of(r)] / r["ms"]["median"]
     return records
 
 
@@ -150,12 +154,12 @@ def format_row(record):
     head = f"  {record['pass']:<8} {record['schedule']:<14}"
     memory = f"{_short(stats.get('memory_bytes', 0) / 2**20, 2):>8}"
     if "refused" in record:
-        return f"{head} {record['refused'][:55]:<55} {memory}"
+        return f"{head} {record['refused'][:62]:<62} {memory}"
     timed = spread(record["ms"]) + ("!" if noisy(record["ms"]) else "")
-    times = f"{_short(record['ratio'], 2)}x" if "ratio" in record else "-"
+    times = ratio(record.get("speedup"))
     flops = _short(stats["flops"] / stats["sequential_flops"], 1) if stats.get("sequential_flops") else "-"
     iters = stats.get("sweeps", stats.get("iterations", ""))
-    return (f"{head} {timed:<23} {times:>8} {_short(stats.get('rounds', ''), 0):>6} {_short(iters, 0):>5} "
+    return (f"{head} {timed:<23} {times:>15} {_short(stats.get('rounds', ''), 0):>6} {_short(iters, 0):>5} "
             f"{flops:>9} {memory}")
 
 
@@ -167,8 +171,8 @@ def _short(value, digits):
 
 
 def table(records):
-    """The whole table: ``HEADER``, and each network's heading and rows."""
-    lines = [HEADER]
+    """The whole table: ``TITLE``, ``HEADER``, and each network's heading and rows."""
+    lines = [TITLE, HEADER]
     for i, r in enumerate(records):
         if i == 0 or heading(r) != heading(records[i - 1]):
             lines.append(heading(r))
@@ -178,30 +182,30 @@ def table(records):
 
 def run(args, on_network=None):
     """Every record of the grid of ``args`` (from ``parser``), network by network; ``on_network``, if
-    given, is called with each network's records as soon as they are measured. A progress bar on
-    stderr (on a terminal, unless ``--quiet``) counts the networks."""
+    given, is called with each network's records as soon as they are measured. Unless ``--quiet``, the
+    time left goes to stderr (``progress``: each network weighed by D (D + 8) layers' work, its Jacobi
+    solvers' D sweeps among its passes), with a bar on a terminal."""
     grid = [(kind, N, D, B) for kind in args.kind for N in args.sizes for D in args.depths for B in args.batch]
     options = {"mode": "threads", "blas_threads": args.blas_threads} if args.backend == "numpy" else {}
     records = []
-    with get_backend(args.backend, **options) as backend, \
-            tqdm(total=len(grid), desc="measuring", unit="network", leave=False, file=sys.stderr,
-                 disable=args.quiet or not sys.stderr.isatty()) as bar:
+    works = [D * (D + 8) * progress.layer_work(N, B) for _, N, D, B in grid]
+    with get_backend(args.backend, **options) as backend, progress.Progress(PROG, works, args.quiet) as bar:
         for kind, N, D, B in grid:
-            bar.set_postfix_str(f"{kind} N={N} D={D} B={B}")
+            bar.start(f"{kind} N={N} D={D} B={B}")
             case = measure(kind, N, D, B, backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
                            memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
-                           dtype=args.dtype)
+                           dtype=args.dtype, names=args.schedule)
             records += case
             if on_network is not None:
                 bar.clear()
                 on_network(case)
-            bar.update()
+            bar.done()
     return records
 
 
 def parser():
     """The command line of ``leapfrog-bench --model dag``."""
-    p = Parser(prog="leapfrog-bench --model dag", description=__doc__.split("\n\n")[0], exit_statuses=EXIT_STATUSES)
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0], exit_statuses=EXIT_STATUSES)
     p.add_argument("--model", choices=("dag",), default="dag", help=argparse.SUPPRESS)
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
@@ -214,6 +218,9 @@ def parser():
                    help="depths D: nodes on the longest path (default 8,32,128)")
     p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 8], metavar="B[,B...]",
                    help="batch sizes B (default 1,8)")
+    p.add_argument("--schedule", type=names_type("dag"), default=list(schedule_names("dag")),
+                   metavar="NAME[,NAME...]", help="backward schedules by name, from "
+                   f"{', '.join(schedule_names('dag'))}; sequential is always measured (default all)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K",
                    help="worker streams of the backward schedules (default 2)")
     p.add_argument("--repeats", type=integer(1, "--repeats"), default=7, metavar="N", help="(default 7)")
@@ -249,10 +256,10 @@ def main(argv=None):
     def show(case):
         measured.append(case)
         if not args.quiet:
-            print(table(case).split("\n", 1)[1], flush=True)
+            print(table(case).split("\n", 2)[2], flush=True)
 
     if not args.quiet:
-        print(HEADER, flush=True)
+        print(TITLE, HEADER, sep="\n", flush=True)
     try:
         records = run(args, on_network=show)
     except KeyboardInterrupt:

@@ -11,19 +11,17 @@ record has its own bytes floor, that of its update (``traffic.UPDATES``), and it
 
 import os
 import platform
-import sys
 
 import numpy as np
-from tqdm import tqdm
 
 from ...mlp import autotune
 from ...core import capture as graphs
 from ...backends import get_backend, timing
 from ...mlp.network import MLP
-from ...mlp.registry import SCHEDULES, make_schedule
 from ...core.schedules import Leapfrog
 from .. import timeline
-from . import torch_anchor, traffic
+from ..schedules import make_schedule, takes_k
+from . import progress, torch_anchor, traffic
 from .report import label
 
 ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
@@ -32,26 +30,38 @@ ETA = 1e-3  # small enough that the timed steps keep the activations away from s
 def run(args, with_torch=True, on_network=None):
     """Every record of the grid, in order: a list of dicts (see ``_measure_case``).
 
-    ``on_network``, if given, is called with each network's records as soon as they are measured. A
-    progress bar on stderr (on a terminal, unless ``--quiet``) counts the networks done and the time left.
+    ``on_network``, if given, is called with each network's records as soon as they are measured.
+    Unless ``--quiet``, the time left goes to stderr (``progress``, each network weighed by its ``work``),
+    with a bar on a terminal.
     """
     settings = autotune.blas_settings(args.backend, args.blas_threads)
     specs = configurations(args)
-    bandwidth = {}
     records = []
     grid = [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
-    with tqdm(total=len(grid), desc="measuring", unit="network", leave=False, file=sys.stderr,
-              disable=args.quiet or not sys.stderr.isatty()) as bar:
+    with get_backend(args.backend) as backend:  # before the first network, so that its time is its own
+        bandwidth = {threads: copy_bandwidth(backend, threads) for threads in settings}
+    with progress.Progress("leapfrog-bench", [work(*network) for network in grid], args.quiet) as bar:
         for n, layers, batch in grid:
-            bar.set_postfix_str(f"N={n} L={layers} B={batch}")
+            bar.start(f"N={n} L={layers} B={batch}")
             sizes = [n] * layers
             case = _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch)
             records += _derive(case)
             if on_network is not None:
                 bar.clear()
                 on_network(case)
-            bar.update()
+            bar.done()
     return records
+
+
+def work(n, layers, batch):
+    """The work of the network ``[n] * layers`` at ``batch``, by which the time left weighs it: its layers'."""
+    return (layers - 1) * progress.layer_work(n, batch)
+
+
+def copy_bandwidth(backend, threads):
+    """GB/s of a copy on ``backend`` at the BLAS setting ``threads``: what a step's bytes floor is taken at."""
+    with autotune.blas_limit(threads):
+        return timing.copy_bandwidth(backend)["median"]
 
 
 def configurations(args):
@@ -59,7 +69,7 @@ def configurations(args):
     ``--schedule`` at each k of ``--k`` but ``auto`` (k = 0 where the schedule takes none)."""
     ks = [k for k in args.k if k != "auto"]
     return [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
-                                  for k in (ks if SCHEDULES[name][1] else [0])]
+                                  for k in (ks if takes_k("mlp", name) else [0])]
 
 
 def _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch):
@@ -87,8 +97,6 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch):
         base = {}
         for threads in settings:
             with autotune.blas_limit(threads):
-                if threads not in bandwidth:
-                    bandwidth[threads] = timing.copy_bandwidth(backend)["median"]
                 f = layer_costs(net, plan, reps, warm)
                 forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
             base[threads] = {
@@ -96,10 +104,10 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch):
                 "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
                 "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
                 / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]}
-        runs = [(name, make_schedule(name, k, args.fused), threads, False, False)
+        runs = [(name, make_schedule("mlp", name, k, fused=args.fused), threads, False, False)
                 for threads in settings for name, k in specs]
         if args.one_pass:  # beside each sequential and leapfrog configuration, its one-pass step
-            runs += [(name, make_schedule(name, k, one_pass=True), threads, False, False)
+            runs += [(name, make_schedule("mlp", name, k, one_pass=True), threads, False, False)
                      for threads in settings for name, k in specs if name in ("sequential", "leapfrog")]
         if args.graph:  # a graph twin of each configuration that can be captured, captured now
             runs += [(name, schedule, threads, False, True) for name, schedule, threads, _, _ in runs
@@ -173,7 +181,7 @@ def stamped_steps(args, case):
         for r in case:
             if r["schedule"].startswith("torch") or r["auto"] or r["graph"]:
                 continue
-            schedule = make_schedule(r["schedule"], r["k"], r["fused"], r["one_pass"])
+            schedule = make_schedule("mlp", r["schedule"], r["k"], r["fused"], r["one_pass"])
             stamps = timing.Timeline(backend)
 
             def stamped(schedule=schedule, stamps=stamps):
@@ -294,7 +302,7 @@ def _derive(case):
             sizes = [r["N"]] * r["L"]
             gbps = best_step["copy_gbps"]
             r.update(floor(sizes, r["B"], r["dtype"], "plain", gbps), copy_gbps=gbps)
-        r["floor_ratio"] = r["step_ms"]["median"] / r["floor_ms"]
+        r["floor_speedup"] = r["floor_ms"] / r["step_ms"]["median"]
         r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
         r["backward_speedup_vs_best_sequential"] = (None if r["backward_ms"] is None else
                                                     best_backward["backward_ms"]["median"] / r["backward_ms"]["median"])

@@ -16,8 +16,9 @@ three in turn (``timing.measure_interleaved``: median, p20, p80 over ``--repeats
 Then rank 0 alone (the others wait, asleep) times ``one``: one process stepping on the whole B·P batch
 under the same schedule. From these: ``exposed = step - local``, what the step waits for the sums;
 ``hidden = 1 - exposed / sums``, the share of the sums hidden behind the backward pass (noise can push it
-past 0 % or 100 %: the table then says ``none`` or ``all``, the records keep the number); ``speedup = one / step``, what P ranks gain on the same batch. ``local`` and ``sums``
-are the slowest rank's medians (the sums make every rank wait for it); ``step`` is rank 0's.
+past 0 % or 100 %: the table then says ``none`` or ``all``, the records keep the number); ``speedup = one /
+step``, what P ranks gain on the same batch (the table's "speed-up vs one process", > 1: faster). ``local``
+and ``sums`` are the slowest rank's medians (the sums make every rank wait for it); ``step`` is rank 0's.
 """
 
 import numpy as np
@@ -93,11 +94,13 @@ def _measure_case(args, comm, comms, sizes, batch, threads, specs, eta):
 
 
 COLUMNS = ("N", "L", "B", "P", "dtype", "schedule", "k", "bucket MB", "blas", "step ms [p20-p80]", "local ms",
-           "sums ms", "sums GB/s", "exposed ms", "hidden", "one process ms (B*P)", "speedup")
+           "sums ms", "sums GB/s", "exposed ms", "hidden", "one process ms (B*P)", "speed-up vs one process")
+TITLE = "speed-up vs one process: one process's step on B*P samples over the data-parallel step (> 1: faster)"
+"""The line above the table: which way its speed-ups point."""
 
 
 def table(records):
-    """One row per record, as fixed-width text."""
+    """``TITLE``, then one row per record, as fixed-width text."""
     rows = [COLUMNS]
     for r in records:
         rows.append((r["N"], r["L"], r["B"], r["P"], r["dtype"], r["schedule"], r["k"], f"{r['bucket_mb']:g}",
@@ -107,10 +110,10 @@ def table(records):
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)) for row in rows]
     lines.insert(1, "-" * len(lines[0]))
+    lines.insert(0, TITLE)
     lines.append("B per rank; step: the data-parallel step (rank 0); local: the same step without the sums; sums: "
                  "the sums alone (slowest rank); exposed = step - local; hidden = 1 - exposed / sums (none: the step "
-                 "waited as long as the sums took, or longer; all: not at all); speedup = one process on B*P samples "
-                 "/ step")
+                 "waited as long as the sums took, or longer; all: not at all)")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
-"""The figure of ``leapfrog-bench --plot``: speedup of a pass against k, measured and as the model predicts.
+"""The figure of ``leapfrog-bench --plot``: the speed-up of a pass against k, measured and as the model
+predicts.
 
 One panel per width N; one colour per (L, B, BLAS threads); dots are measured, the line is the model's
-1 / (1 - (1 - 1/k) f3/f). Both are speedups of a pass (forward + backward) over the sequential
+1 / (1 - (1 - 1/k) f3/f). Both are speed-ups of a pass (forward + backward) over the sequential
 schedule at the same BLAS setting, k = 1 included. The title says where and when they were measured
 (backend, machine, date); each panel's legend sits below it, off the data.
 """
@@ -34,7 +35,7 @@ def plot(records, path, about):
         ax.set_xlabel("k (worker streams)")
         ax.set_xticks(sorted({r["k"] for r in ours if r["N"] == n}) or [1])
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-    axes[0][0].set_ylabel("speedup of a pass vs sequential\n(dots measured, lines the model)")
+    axes[0][0].set_ylabel("speed-up of a pass vs sequential\n(> 1: faster; dots measured, lines the model)")
     machine = about["machine"]
     fig.suptitle(f"leapfrog-bench, {records[0]['backend'] if records else '?'} backend: {machine['device']} "
                  f"({machine['cores']} cores), {machine['platform']}; {about['date'][:10]}", fontsize="small")

@@ -4,8 +4,10 @@ formatters that ``profiling/bench_table.py`` renders the README's Markdown table
 Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
 costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
 BLAS threads, the step's and the backward pass's medians, the model's and the measured saving of a pass,
-the speedups, and the step against its own bytes floor (that of its update: plain, fused or one-pass).
-A median whose p20-p80 range is wider than ``NOISY`` times itself is marked ``!``.
+and the speed-ups: the backward pass's over sequential's, the step's over the best sequential step and
+over its own bytes floor (that of its update: plain, fused or one-pass). Every ratio in the table is a
+speed-up, the baseline's time over the row's (> 1: faster), and its titles say so (``SPEEDUP``). A median
+whose p20-p80 range is wider than ``NOISY`` times itself is marked ``!``.
 """
 
 import dataclasses
@@ -68,8 +70,11 @@ def noisy(stats):
     return stats is not None and stats["p80"] - stats["p20"] > NOISY * stats["median"]
 
 
-def ratio(value, style=PLAIN, digits=2):
-    return style.none if value is None else f"{value:.{digits}f}{style.times}"
+def ratio(value, style=PLAIN):
+    """A speed-up to 2 decimals (``1.25x``), below 0.1 to 2 significant digits (``0.0072x``)."""
+    if value is None:
+        return style.none
+    return (f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}") + style.times
 
 
 def percent(value, style=PLAIN):
@@ -85,21 +90,26 @@ def number(value, style=PLAIN):
 
 
 TITLES = (("", "schedule"), ("", "k"), ("", "blas"), ("step", "ms"), ("bwd", "ms"), ("pred", "saving"),
-          ("meas", "saving"), ("bwd", "x seq"), ("step", "x best"))
-"""Each column's title, on two lines."""
-CELL = {"blas": 4, "ms": 7, "saving": 7, "x seq": 6, "x best": 6, "floor": 5}
+          ("meas", "saving"), ("bwd", "vs seq"), ("step", "vs best"))
+"""Each column's title, on two lines; the last three columns are speed-ups, under ``SPEEDUP``."""
+SPEEDUP = "speed-up (> 1: faster)"
+"""The title above the speed-up columns, ending where they end: each column is a speed-up vs its baseline,
+the baseline's median time over the row's."""
+CELL = {"blas": 4, "ms": 7, "saving": 7, "vs seq": 6, "vs best": 6, "vs floor": 6}
 """Width of a column's cells where it exceeds its title's (``1234.5!``, ``-112.5%``, ``12.34x``): each
 network's rows are printed before the next network is measured, so the widths are set before any
 number is known; a wider number pushes the rest of its row to the right."""
-GRAPH_TITLE = ("graph", "x eager")
-"""The column ``--graph`` adds: a graph step's speedup over the same eager step."""
-FLOOR_TITLE = ("x", "floor")
-"""The last column of a table without ``--graph``: the step against its own bytes floor (with ``--graph``
-the graph column takes its place, to keep within 100 columns; the JSON has the ratio either way)."""
+GRAPH_TITLE = ("graph", "vs eager")
+"""The column ``--graph`` adds: a graph step's speed-up over the same eager step."""
+FLOOR_TITLE = ("step", "vs floor")
+"""The last column of a table without ``--graph``: the step's speed-up over its own bytes floor, the
+floor's time over the step's (with ``--graph`` the graph column takes its place, to keep within 100
+columns; the JSON has the speed-up either way)."""
 TABLE_FOOT = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
               "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
-              "bwd x seq: backward pass against sequential's at the same BLAS setting; step x best: step against "
-              "the best sequential; f1-f3 in ms per layer")
+              "speed-up vs X: X's median time over the row's (> 1: faster); bwd vs seq: the backward pass vs "
+              "sequential's at the same BLAS setting; step vs best: the step vs the best sequential step; f1-f3 in "
+              "ms per layer")
 
 
 def column_widths(args, schedules):
@@ -120,8 +130,9 @@ def titles(graph):
 
 
 def table_head(widths, graph=False):
-    """The titles, on two lines."""
-    return [_line([title[line] for title in titles(graph)], widths) for line in (0, 1)]
+    """The titles, on three lines: ``SPEEDUP`` above the speed-up columns, then each column's own."""
+    above = SPEEDUP.rjust(sum(widths) + 2 * (len(widths) - 1))
+    return [above] + [_line([title[line] for title in titles(graph)], widths) for line in (0, 1)]
 
 
 def network_lines(case):
@@ -139,9 +150,10 @@ def network_lines(case):
 
 
 def _of_floor(r):
-    """`` (1.2x its floor)``: the forward pass against its own bytes floor, where the record has one."""
+    """`` (speed-up vs its floor 0.83x)``: the forward pass's own bytes floor over its median, where the record
+    has one."""
     floor = r.get("forward_floor_ms")
-    return f" ({r['forward_ms']['median'] / floor:.3g}x its floor)" if floor else ""
+    return f" (speed-up vs its floor {ratio(floor / r['forward_ms']['median'])})" if floor else ""
 
 
 def table_rows(case, widths, graph=False):
@@ -160,8 +172,8 @@ def table(records, widths, graph=False):
 
 def table_foot(graph):
     """The legend under the table, with the graph column's when ``graph``, else the floor's."""
-    return fitted(TABLE_FOOT + ("; [graph]: the step as a graph; graph x eager: its speedup over the same eager step"
-                                if graph else "; x floor: the step against its own bytes floor"))
+    return fitted(TABLE_FOOT + ("; [graph]: the step as a graph; graph vs eager: the step vs the same eager step"
+                                if graph else "; step vs floor: the step vs its own bytes floor (1: at the floor)"))
 
 
 def _line(cells, widths):
@@ -170,7 +182,7 @@ def _line(cells, widths):
 
 
 def _cells(r, graph):
-    last = ratio(r.get("graph_speedup")) if graph else ratio(r.get("floor_ratio"), digits=1)
+    last = ratio(r.get("graph_speedup")) if graph else ratio(r.get("floor_speedup"))
     return (label(r), r["k"], "-" if r["blas_threads"] is None else r["blas_threads"], median(r["step_ms"]),
             median(r["backward_ms"]), percent(r["predicted_saving"]), percent(r["measured_saving"]),
             ratio(r["backward_speedup"]), ratio(r["step_speedup_vs_best_sequential"]), last)
@@ -209,17 +221,22 @@ def graph_verdicts(records):
 
 
 def timeline_lines(records, path):
-    """What ``--timeline`` prints: one line per stamped configuration, beside its backward speedup."""
-    lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the step with every "
-             "launch stamped, timed in alternation with plain steps"]
+    """What ``--timeline`` prints: one line per stamped configuration, beside its backward speed-up."""
+    lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the time the stamps "
+             "add to a plain step, the two timed in alternation"]
     for r in records:
         if "timeline" not in r:
             continue
         t = r["timeline"]
         lines.append(f"{label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
-                     f"{t['step_ms_plain']['median']:.3f} ms, stamped x{t['cost']:.3f}; {describe(t)}; "
-                     f"backward x{r['backward_speedup']:.2f} of sequential")
+                     f"{t['step_ms_plain']['median']:.3f} ms, stamped {stamping(t['cost'])}; {describe(t)}; "
+                     f"backward speed-up vs sequential {ratio(r['backward_speedup'])}")
     return "\n".join(lines)
+
+
+def stamping(cost):
+    """What the stamps add to a step, ``cost`` (the stamped step's time over the plain one's): ``+2.1%``."""
+    return f"{100 * (cost - 1):+.1f}%"
 
 
 def verdicts(records):

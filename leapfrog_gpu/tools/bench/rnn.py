@@ -2,13 +2,14 @@
 and PyTorch's ``nn.RNN``.
 
 For every (N, tau, B), ``RNN([N] * L, output="every")`` runs its backward pass (the chain and the weight
-gradients) under BPTT(), Leapfrog(k), Wavefront(k), TimeScan(k) and NaumovRNN(k), interleaved, after a
-warm-up (``RNN.time_backward``); a row gives the median, the ratio to BPTT's median in the same run, the
-dependent rounds and the flops of each chain against BPTT's. A schedule whose predicted chain work exceeds
-``max_gflop`` is skipped, one whose buffers exceed ``memory_limit`` is refused by its own check; both show
-as rows. PyTorch's ``nn.RNN`` (tanh, L-2 layers, bias_hh held at zero, a Linear output at every step; on
-the GPU cuDNN's) is timed on the same batch and parameters: ``loss.backward()`` alone, after a forward
-pass under autograd.
+gradients) under each schedule of ``--schedule`` (by the names of ``tools.schedules``: bptt, leapfrog,
+wavefront, timescan, naumov-rnn; bptt, the baseline, always), interleaved, after a warm-up
+(``RNN.time_backward``); a row gives the median, the speed-up over BPTT (BPTT's median in the same run over
+the row's: > 1 is faster), the dependent rounds and the flops of each chain against BPTT's. A schedule
+whose predicted chain work exceeds ``max_gflop`` is skipped, one whose buffers exceed ``memory_limit`` is
+refused by its own check; both show as rows. PyTorch's ``nn.RNN`` (tanh, L-2 layers, bias_hh held at zero,
+a Linear output at every step; on the GPU cuDNN's) is timed on the same batch and parameters:
+``loss.backward()`` alone, after a forward pass under autograd.
 """
 
 import argparse
@@ -24,20 +25,30 @@ from ...backends import get_backend
 from ...core.functions import DTYPES
 from ...rnn.network import RNN
 from ...core.checks import MEMORY_LIMIT
-from ...rnn.scans import NaumovRNN, TimeScan
-from ...rnn.schedules import BPTT, Wavefront, resolve
-from ...core.schedules import Leapfrog
+from ...rnn.schedules import resolve
 from ..cli import Parser, integer, integers
+from ..schedules import make_schedule, names_type, schedule_names
+from . import torch_anchor
+from .report import ratio
 
-HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<13} {'median ms':>10} {'vs bptt':>8} {'rounds':>7} "
-          f"{'flops/bptt':>10}")
+TITLE = "speed-up vs bptt: BPTT's median time over the row's, same network (> 1: faster)"
+"""The line above the table: which way its speed-ups point."""
+HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<13} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
+          f"{'rounds':>7} {'flops/bptt':>10}")
+"""The columns' titles."""
+TORCH = "torch nn.RNN"
+"""The name of PyTorch's row."""
 
 
-def schedules(k, memory_limit=MEMORY_LIMIT):
-    """The schedules measured, by name."""
-    return {"bptt": BPTT(), f"leapfrog({k})": Leapfrog(k), "wavefront": Wavefront(k=k),
-            "time-scan": TimeScan(k=k, memory_limit=memory_limit),
-            "naumov-rnn": NaumovRNN(k=k, memory_limit=memory_limit)}
+def table_head():
+    """The lines above the rows: ``TITLE``, ``HEADER`` and a rule."""
+    return [TITLE, HEADER, "-" * len(HEADER)]
+
+
+def schedules(k, memory_limit=MEMORY_LIMIT, names=schedule_names("rnn")):
+    """The schedules measured, by name: ``names`` (of ``tools.schedules``), bptt first whether named or not."""
+    chosen = dict.fromkeys(["bptt", *names])
+    return {name: make_schedule("rnn", name, k=k, memory_limit=memory_limit) for name in chosen}
 
 
 def sequences(N, tau, B, dtype="float32", seed=0):
@@ -83,12 +94,14 @@ def _host(arrays):
 
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
-            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None):
-    """The rows of one (N, tau, B): a dict per schedule (and ``"torch nn.RNN"`` when ``torch``, the module,
-    is given) with ``median_s`` and ``ratio`` (to BPTT) and the schedule's ``stats``, or ``refused``."""
+            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn")):
+    """The rows of one (N, tau, B): a dict per schedule of ``names`` (``schedules``; and ``TORCH`` when
+    ``torch``, the module, is given) with ``median_s``, ``speedup`` (BPTT's median over it) and the
+    schedule's ``stats``, or ``refused``."""
     sizes, chosen, refused = [N] * L, {}, {}
     itemsize = np.dtype(dtype).itemsize
-    for name, schedule in schedules(k, memory_limit).items():
+    measured = schedules(k, memory_limit, names)
+    for name, schedule in measured.items():
         flops = resolve(schedule).counters(sizes, tau, B, itemsize)["flops"]
         if flops > max_gflop * 1e9:
             refused[name] = f"skipped: {flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
@@ -100,32 +113,34 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
         results = net.time_backward(x, y, chosen, repeats=repeats)
         if torch is not None:
             where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
-            results["torch nn.RNN"] = {"median_s": torch_backward(torch, net, x, y, repeats, where)}
+            results[TORCH] = {"median_s": torch_backward(torch, net, x, y, repeats, where)}
     results.update({name: {"refused": why} for name, why in refused.items()})
     base = results["bptt"]["median_s"]
     rows = []
-    for name in [*schedules(k), "torch nn.RNN"]:
+    for name in [*measured, TORCH]:
         if name in results:
-            row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "repeats": repeats, **results[name]}
+            row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": measured[name].k if name in measured
+                   else None, "repeats": repeats, **results[name]}
             if "median_s" in row:
-                row["ratio"] = row["median_s"] / base
+                row["speedup"] = base / row["median_s"]
             rows.append(row)
     return rows
 
 
 def format_row(row):
     """One line of the table under ``HEADER``."""
-    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<13}"
+    k = "-" if row["k"] is None else row["k"]
+    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<13} {k:>2}"
     if "median_s" not in row:
         return f"{head} {row['refused'][:80]}"
     flops = f"{row['flops'] / row['sequential_flops']:10.2f}" if "flops" in row else f"{'':>10}"
-    return f"{head} {row['median_s'] * 1e3:>10.3f} {row['ratio']:>8.2f} {row.get('rounds', ''):>7} {flops}"
+    return f"{head} {row['median_s'] * 1e3:>10.3f} {ratio(row['speedup']):>16} {row.get('rounds', ''):>7} {flops}"
 
 
 def run(grid, report=print, **options):
     """Measure every (N, tau, B) of ``grid`` (an iterable of triples), printing each row as it comes."""
-    report(HEADER)
-    report("-" * len(HEADER))
+    for line in table_head():
+        report(line)
     rows = []
     for N, tau, B in grid:
         for row in measure(N, tau, B, **options):
@@ -148,6 +163,9 @@ def parser():
                    help="sequence lengths (default 16,64,256,1024)")
     p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 8], metavar="B[,B...]",
                    help="batch sizes (default 1,8)")
+    p.add_argument("--schedule", type=names_type("rnn"), default=list(schedule_names("rnn")),
+                   metavar="NAME[,NAME...]", help=f"schedules by name, from {', '.join(schedule_names('rnn'))}; "
+                                                  "bptt is always measured (default all)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
     p.add_argument("--repeats", type=integer(1, "--repeats"), default=15, metavar="N", help="(default 15)")
     p.add_argument("--max-gflop", type=float, default=3.0, metavar="G",
@@ -162,24 +180,23 @@ def parser():
 def main(argv=None):
     """Run ``leapfrog-bench --model rnn``; return the exit status (0 done, 2 a bad option, 130 Ctrl-C)."""
     args = parser().parse_args(argv)
-    torch = None
-    if not args.no_torch:
-        try:
-            import torch
-        except ImportError:
-            print("torch is not installed: no nn.RNN rows (pip install torch)", file=sys.stderr)
-        else:
-            torch.set_num_threads(args.blas_threads)
+    torch, torch_note = None, torch_anchor.skipped(args.no_torch)
+    if torch_note is None:
+        import torch
+
+        torch.set_num_threads(args.blas_threads)
     grid = [(N, tau, B) for N in args.sizes for tau in args.tau for B in args.batch]
     try:
         rows = run(grid, L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype, backend=args.backend,
-                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads)
+                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads, names=args.schedule)
     except KeyboardInterrupt:
         print("leapfrog-bench --model rnn: interrupted (SIGINT)", file=sys.stderr)
         return 130
     except RuntimeError as error:  # backend 'cupy' without a usable GPU
         print(f"leapfrog-bench --model rnn: error: {error}", file=sys.stderr)
         return 2
+    if torch_note:
+        print(torch_note)
     if args.json:
         Path(args.json).write_text(json.dumps({"argv": sys.argv if argv is None else argv, "rows": rows}, indent=1))
     return 0

@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from ..cli import pip_install
+
 ACTIVATIONS = ("sigmoid", "tanh", "relu")
 OPTIMIZERS = ("loop", "foreach", "fused")
 
@@ -33,6 +35,16 @@ def available():
     except ImportError:
         return False
     return True
+
+
+def skipped(no_torch):
+    """The one line every bench prints where its PyTorch rows would be (``no_torch``: ``--no-torch`` was
+    given), or None when ``torch`` imports and runs."""
+    if no_torch:
+        return "PyTorch anchor skipped (--no-torch)"
+    if not available():
+        return f"PyTorch anchor skipped: torch does not import ({pip_install('torch')})"
+    return None
 
 
 def fused_sgd_available(device="cpu"):

@@ -1,0 +1,86 @@
+"""Each network's schedules by name: the one table that the commands' ``--schedule`` takes its names from.
+
+    schedule_names("rnn")                     # ('bptt', 'leapfrog', 'wavefront', 'timescan', 'naumov-rnn')
+    make_schedule("dag", "level-sets", k=4)   # LevelSets(k=4)
+    refusal("rnn", "sequential")              # "unknown RNN schedule 'sequential'; choose from bptt, ..."
+
+A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``, as ``--model`` names it. Its first schedule
+is its baseline, the order every other one is measured against: ``sequential`` (the MLP, the DAG) or
+``bptt`` (the RNN).
+"""
+
+import argparse
+
+from ..core.schedules import Leapfrog, Sequential
+from ..dag.schedules import DagDoubling, DagJacobi, LevelSets
+from ..mlp.naumov import NaumovJacobi, NaumovScan
+from ..rnn.scans import NaumovRNN, TimeScan
+from ..rnn.schedules import BPTT, Wavefront
+
+SCHEDULES = {
+    "mlp": {"sequential": Sequential, "leapfrog": Leapfrog, "naumov-scan": NaumovScan, "naumov-jacobi": NaumovJacobi},
+    "rnn": {"bptt": BPTT, "leapfrog": Leapfrog, "wavefront": Wavefront, "timescan": TimeScan, "naumov-rnn": NaumovRNN},
+    "dag": {"sequential": Sequential, "leapfrog": Leapfrog, "level-sets": LevelSets, "dag-jacobi": DagJacobi,
+            "dag-doubling": DagDoubling},
+}
+"""The schedule classes of each network by name, its baseline first."""
+WITHOUT_K = (Sequential, BPTT)
+"""The schedules that run everything on the main stream, and take no ``k``."""
+BOUNDED = (NaumovScan, NaumovJacobi, TimeScan, NaumovRNN, DagDoubling)
+"""The solvers whose buffers grow past the weights', which take a ``memory_limit`` in bytes."""
+NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
+
+
+def schedule_names(model):
+    """The names of ``model``'s schedules, its baseline first."""
+    if model not in SCHEDULES:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(SCHEDULES)}")
+    return tuple(SCHEDULES[model])
+
+
+def refusal(model, name):
+    """``None`` when ``name`` is one of ``model``'s schedules, else one line that names the valid ones."""
+    names = schedule_names(model)
+    return None if name in names else f"unknown {NAMES[model]} schedule {name!r}; choose from {', '.join(names)}"
+
+
+def takes_k(model, name):
+    """Whether the schedule ``name`` of ``model`` runs gradients on ``k`` worker streams."""
+    return _class(model, name) not in WITHOUT_K
+
+
+def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=None):
+    """The schedule ``name`` of ``model``: with ``k`` worker streams where it takes them (``takes_k``),
+    ``fused`` (the SGD update fused into the gradients' pass), ``one_pass`` (the MLP's sequential and
+    leapfrog only) and ``memory_limit`` (bytes, for the solvers that take one; None: their default).
+    An unknown name raises ``ValueError`` with ``refusal``'s line."""
+    cls = _class(model, name)
+    options = {"fused": fused}
+    if one_pass:
+        if model != "mlp" or cls not in (Sequential, Leapfrog):
+            raise ValueError(f"one_pass applies to the MLP's sequential and leapfrog, not the {NAMES[model]}'s {name}")
+        options["one_pass"] = True
+    if cls not in WITHOUT_K:
+        options["k"] = k
+    if memory_limit is not None and cls in BOUNDED:
+        options["memory_limit"] = memory_limit
+    return cls(**options)
+
+
+def names_type(model):
+    """An argparse type: a comma-separated list of ``model``'s schedule names, refused by ``refusal``."""
+    def parse(text):
+        chosen = text.split(",")
+        for name in chosen:
+            if refusal(model, name):
+                raise argparse.ArgumentTypeError(refusal(model, name))
+        return chosen
+
+    return parse
+
+
+def _class(model, name):
+    why = refusal(model, name)
+    if why:
+        raise ValueError(why)
+    return SCHEDULES[model][name]

@@ -1,0 +1,83 @@
+"""Each network's schedules by name (``leapfrog_gpu.tools.schedules``): the names, the schedules they make,
+the one-line refusal, and every ``leapfrog-bench --model`` taking exactly those names."""
+
+import re
+
+import pytest
+
+from helpers import run_bench
+from leapfrog_gpu import BPTT, DagDoubling, DagJacobi, LevelSets, Leapfrog, NaumovJacobi, NaumovRNN, NaumovScan
+from leapfrog_gpu import Sequential, TimeScan, Wavefront
+from leapfrog_gpu.tools.bench import command as bench
+from leapfrog_gpu.tools.schedules import make_schedule, names_type, refusal, schedule_names, takes_k
+
+NAMES = {
+    "mlp": {"sequential": Sequential, "leapfrog": Leapfrog, "naumov-scan": NaumovScan, "naumov-jacobi": NaumovJacobi},
+    "rnn": {"bptt": BPTT, "leapfrog": Leapfrog, "wavefront": Wavefront, "timescan": TimeScan, "naumov-rnn": NaumovRNN},
+    "dag": {"sequential": Sequential, "leapfrog": Leapfrog, "level-sets": LevelSets, "dag-jacobi": DagJacobi,
+            "dag-doubling": DagDoubling},
+}
+"""What ``leapfrog-train --schedule`` and ``leapfrog-bench --schedule`` take, per ``--model``, baseline first."""
+TINY = {"mlp": ["--sizes", "6", "--layers", "4", "--batch", "1", "--k", "2", "--blas-threads", "1", "--no-torch"],
+        "rnn": ["--sizes", "3", "--tau", "3", "--batch", "1", "--no-torch"],
+        "dag": ["--sizes", "3", "--depths", "4", "--batch", "1"]}
+
+
+@pytest.mark.parametrize("model", NAMES)
+def test_each_name_makes_its_schedule_with_k_fused_and_a_memory_limit(model):
+    assert schedule_names(model) == tuple(NAMES[model])
+    for name, cls in NAMES[model].items():
+        schedule = make_schedule(model, name, k=3, fused=True, memory_limit=12345)
+        assert type(schedule) is cls and schedule.fused and takes_k(model, name) == (schedule.k == 3)
+        assert getattr(schedule, "memory_limit", 12345) == 12345
+
+
+def test_an_unknown_name_is_refused_in_one_line_naming_the_valid_ones():
+    line = "unknown RNN schedule 'sequential'; choose from bptt, leapfrog, wavefront, timescan, naumov-rnn"
+    assert refusal("rnn", "sequential") == line and refusal("rnn", "timescan") is None
+    with pytest.raises(ValueError) as error:
+        make_schedule("rnn", "sequential")
+    assert str(error.value) == line
+    with pytest.raises(ValueError, match="unknown model 'cnn'; choose from mlp, rnn, dag"):
+        schedule_names("cnn")
+    assert names_type("dag")("leapfrog,level-sets") == ["leapfrog", "level-sets"]
+
+
+def test_one_pass_is_the_mlps_sequential_and_leapfrog_only():
+    assert make_schedule("mlp", "leapfrog", k=2, one_pass=True).one_pass
+    for model, name in (("mlp", "naumov-scan"), ("rnn", "leapfrog"), ("dag", "sequential")):
+        with pytest.raises(ValueError, match="one_pass applies to the MLP's sequential and leapfrog"):
+            make_schedule(model, name, one_pass=True)
+
+
+def printed_schedules(model, out):
+    """The schedule of each row that ``leapfrog-bench --model model`` printed (the DAG's backward rows)."""
+    if model == "mlp":
+        return [line.split()[0].rstrip("*") for line in out.splitlines()
+                if re.match(r"[a-z-]+\*? +\d+ +\d+ ", line)]
+    if model == "rnn":
+        return [line.split()[3] for line in out.splitlines() if re.match(r" +3 +3 +1  ", line)]
+    return [line.split()[1] for line in out.splitlines() if line.startswith("  backward ")]
+
+
+@pytest.mark.parametrize("model", NAMES)
+def test_every_bench_takes_the_names_of_its_model_and_prints_them(model, capsys):
+    """Every name of the model's schedules, and a row for each under that name; the baseline first."""
+    argv = ["--model", model, "--backend", "numpy", "--schedule", ",".join(NAMES[model]), "--repeats", "1",
+            *TINY[model]]
+    out = run_bench(argv) if model == "mlp" else _main(argv, capsys)
+    assert printed_schedules(model, out) == list(NAMES[model])
+
+
+@pytest.mark.parametrize("model", NAMES)
+def test_every_bench_refuses_another_models_name_with_the_same_line(model, capsys):
+    other = {"mlp": "bptt", "rnn": "sequential", "dag": "naumov-scan"}[model]
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--model", model, "--backend", "numpy", "--schedule", f"leapfrog,{other}"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and err.endswith(f"{refusal(model, other)}\n"), err
+
+
+def _main(argv, capsys):
+    assert bench.main(argv) == 0
+    return capsys.readouterr().out

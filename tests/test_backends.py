@@ -111,32 +111,32 @@ def test_deferred_mode_reports_a_deadlock():
             backend.synchronize()
 
 
-def test_blas_threads_are_set_and_restored():
+@pytest.fixture
+def blas_threads():
+    """A function giving the thread counts of the BLAS libraries loaded, the backend's included."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    blas = [info for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
-    if not blas:
-        pytest.skip("no BLAS library found by threadpoolctl")
-    def blas_threads():
-        return [info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"]
-
     host_blas.load()  # the backend's BLAS, which it loads, is counted before too
+
+    def counts():
+        return {info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"}
+
+    if not counts():
+        pytest.skip("no BLAS library found by threadpoolctl")
+    return counts
+
+
+def test_blas_threads_are_set_and_restored(blas_threads):
     before = blas_threads()
     with NumpyBackend(blas_threads=1):
-        assert set(blas_threads()) == {1}
+        assert blas_threads() == {1}
     assert blas_threads() == before
 
 
-def test_blas_threads_of_backends_closed_in_any_order():
+def test_blas_threads_of_backends_closed_in_any_order(blas_threads):
     """The newest open backend's setting holds; closing one that is not the newest keeps it; the threads
     from before come back when the last one closes, in either order, whatever older backend stays open."""
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    host_blas.load()
+    import threadpoolctl
 
-    def blas_threads():
-        return {info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"}
-
-    if not blas_threads():
-        pytest.skip("no BLAS library found by threadpoolctl")
     below = NumpyBackend(blas_threads=1)  # open throughout, as one a caller forgot to close
     with threadpoolctl.threadpool_limits(3, user_api="blas"):  # threads from before that neither backend sets
         for last in ("first", "second"):
@@ -158,16 +158,10 @@ def test_blas_threads_of_backends_closed_in_any_order():
     below.close()
 
 
-def test_a_network_that_makes_its_backend_runs_one_blas_thread_per_stream():
+def test_a_network_that_makes_its_backend_runs_one_blas_thread_per_stream(blas_threads):
     """As leapfrog-train's default: a backend made by name gets ``BLAS_THREADS``; one given is left as it is."""
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    host_blas.load()
+    import threadpoolctl
 
-    def blas_threads():
-        return {info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"}
-
-    if not blas_threads():
-        pytest.skip("no BLAS library found by threadpoolctl")
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         with MLP(SIZES, backend="numpy"):
             assert blas_threads() == {BLAS_THREADS} == {1}

@@ -2,9 +2,10 @@
 
 ``train``: ``leapfrog-train`` and what it is built of (options, training loops, data, checkpoints,
 metrics); ``bench``: ``leapfrog-bench`` and its measurements, report and plot; what both share: the
-stream timeline (``timeline``) and the command-line helpers (``cli``). The console scripts start here
-(``leapfrog_train``, ``leapfrog_bench``), which import their command behind a Ctrl-C guard. Tools may
-import the library and the backends; nothing in the package imports a tool but ``python -m leapfrog_gpu``.
+stream timeline (``timeline``), every network's schedules by name (``schedules``) and the command-line
+helpers (``cli``). The console scripts start here (``leapfrog_train``, ``leapfrog_bench``), which import
+their command behind a Ctrl-C guard. Tools may import the library and the backends; nothing in the
+package imports a tool but ``python -m leapfrog_gpu``.
 """
 
 import sys

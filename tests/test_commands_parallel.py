@@ -4,6 +4,7 @@ within a bounded time, and the last checkpoint stays whole. ``leapfrog-bench`` u
 the sums cost."""
 
 import json
+import re
 import signal
 import sys
 import time
@@ -72,6 +73,22 @@ def test_two_ranks_train_the_recurrent_and_residual_networks_as_one_process_does
     assert state["config"]["ranks"] == 2 and len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_ctrl_c_under_mpiexec_is_said_in_one_line_by_rank_0(tmp_path):
+    """Ctrl-C at the terminal reaches mpiexec and every rank: one line, rank 0's, and exit status 130."""
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path)
+    mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(tmp_path), job)
+    time.sleep(0.3)
+    mpirun.os.killpg(job.pid, signal.SIGINT)  # the terminal's foreground job: mpiexec and the ranks
+    returncode, out, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode == 130, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"leapfrog-train: interrupted at epoch \d+, step \d+ and every rank "
+                                            rf"stopped at once: {tmp_path}/checkpoint.npz holds the last checkpoint "
+                                            r"written", lines[0]), err
+    checkpoint.load(tmp_path)
 
 
 def test_a_checkpoint_of_two_ranks_resumes_with_two_ranks_only(tmp_path, capsys):

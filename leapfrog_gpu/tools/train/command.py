@@ -24,7 +24,8 @@ Exit status: 0 done; 2 a bad option, data file or checkpoint, or a step the netw
 (one line on stderr); 3 the loss or, with ``--check-finite``, a gradient became non-finite, or the run
 diverged (``metrics.Divergence``; a checkpoint already written is left as it was); 130 stopped by Ctrl-C
 (SIGINT), after a checkpoint of the last completed step. Under mpiexec an error met by one rank alone
-ends every rank (``MPI_Abort`` with that status; 4 when a rank waited in vain for the others).
+ends every rank (``MPI_Abort`` with that status; 4 when a rank waited in vain for the others), and
+Ctrl-C, which reaches every rank, is said by rank 0 alone.
 
 The options are ``train_options``'s, the loop ``train_loop``'s; this module runs them and turns what ends a
 run into its exit status.
@@ -54,6 +55,11 @@ from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parse
 SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
+PEERS_INTERRUPTED = 3.0
+"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and
+ends the job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` (within
+``parallel.comm.ABORT_GRACE``) end the job first; a rank interrupted alone speaks for itself."""
+
 
 def main(argv=None):
     """Run the command; return its exit status."""
@@ -69,9 +75,14 @@ def main(argv=None):
         return _train(given, comm)
     except KeyboardInterrupt:
         if comm.size > 1:
-            return _fail(comm, "interrupted (SIGINT)", 130)
+            if comm.rank > 0:
+                time.sleep(PEERS_INTERRUPTED)
+            return _fail(comm, "interrupted (SIGINT)", 130, quiet=True)
         # while loading or setting up: training keeps Ctrl-C to itself (``Training.run``)
         print(f"{PROG}: interrupted before the first step; nothing was written", file=sys.stderr)
+        return 130
+    except StoppedEveryRank:
+        comm.abort(130, quiet=True)
         return 130
     except (*SETUP_ERRORS, Refused) as error:
         return _fail(comm, error, 2)
@@ -84,10 +95,11 @@ def main(argv=None):
         return _fail(comm, f"{type(error).__name__}: {error}", 1)
 
 
-def _fail(comm, error, status):
+def _fail(comm, error, status, quiet=False):
     """Report ``error`` on stderr and return ``status``. Under mpiexec, rank 0 alone reports an error
     that every rank met (``Communicator.together``) and every rank returns; an error of one rank is
-    reported by that rank, which then ends every rank of the job with ``status``."""
+    reported by that rank, which then ends every rank of the job with ``status`` (``quiet``: without
+    MPI's own line about it)."""
     if comm.size == 1:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     elif getattr(error, "every_rank", False):
@@ -95,8 +107,12 @@ def _fail(comm, error, status):
             print(f"{PROG}: error: {error}", file=sys.stderr)
     else:
         print(f"{PROG}: error: rank {comm.rank} of {comm.size}: {error}; stopping every rank", file=sys.stderr)
-        comm.abort(status)
+        comm.abort(status, quiet)
     return status
+
+
+class StoppedEveryRank(Exception):
+    """Ctrl-C under mpiexec, said by rank 0: every rank ends at once, with exit status 130."""
 
 
 def _train(given, comm):
@@ -249,12 +265,15 @@ def _run(config, dataset, net, report, state, why):
                      else "no --checkpoint-dir, so nothing was saved")
             print(f"{PROG}: interrupted at {_position(training)}: {saved}", file=sys.stderr)
             return 130
-        except KeyboardInterrupt:  # a second Ctrl-C, which stops at once
-            if training.ranks > 1:
-                raise  # under mpiexec: every rank ends at once (``main``)
+        except KeyboardInterrupt:  # a second Ctrl-C, which stops at once; under mpiexec, the first
+            if training.rank > 0:
+                raise  # rank 0 says it for every rank (``main``)
             path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
             saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
-            print(f"{PROG}: interrupted at {_position(training)} and stopped at once: {saved}", file=sys.stderr)
+            every = "every rank stopped at once" if training.ranks > 1 else "stopped at once"
+            print(f"{PROG}: interrupted at {_position(training)} and {every}: {saved}", file=sys.stderr)
+            if training.ranks > 1:
+                raise StoppedEveryRank from None
             return 130
         except (NonFiniteLoss, Diverged) as error:
             error.hint = (f"try another --lr than {config['lr']}, or add --allow-divergence to go on"

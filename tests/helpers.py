@@ -7,6 +7,7 @@ The commands' modules (``leapfrog_gpu.tools``) are imported where they are run: 
 this module for every run, most of which start no command.
 """
 
+import gzip
 import io
 import itertools
 import json
@@ -296,11 +297,34 @@ def cli(*args):
 
 
 def parameters(directory):
-    """The parameters (weights, then biases) and the state of the checkpoint in ``directory``."""
+    """The parameters (in the checkpoint's order: w2, b2, w3, ... for an MLP) and the state of the checkpoint
+    in ``directory``."""
     from leapfrog_gpu.tools.train import checkpoint
 
-    weights, biases, state = checkpoint.load(directory)
-    return weights + biases, state
+    arrays, state = checkpoint.load(directory)
+    return list(arrays.values()), state
+
+
+def idx_file(path, array):
+    """Write ``array`` (unsigned bytes) to ``path`` as a gzipped IDX file, MNIST's format."""
+    array = np.asarray(array, dtype=np.uint8)
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(n.to_bytes(4, "big") for n in array.shape)
+    Path(path).write_bytes(gzip.compress(header + array.tobytes()))
+
+
+def digits_as_mnist(directory):
+    """The digits as MNIST's four IDX files in ``directory``: each 8x8 image scaled to 0..255, every pixel
+    a 3x3 block, framed by 2 blank pixels (28x28), with its label; the digits' split. Return ``directory``."""
+    from leapfrog_gpu.tools.train import data
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    digits = data.digits("float64")
+    for split, x, y in (("train", digits.x_train, digits.y_train), ("t10k", digits.x_test, digits.y_test)):
+        images = np.kron(np.rint(x.T.reshape(-1, 8, 8) * 255), np.ones((1, 3, 3)))
+        idx_file(directory / f"{split}-images-idx3-ubyte.gz", np.pad(images, ((0, 0), (2, 2), (2, 2))))
+        idx_file(directory / f"{split}-labels-idx1-ubyte.gz", y.argmax(axis=0))
+    return directory
 
 
 def assert_bitwise_equal(first, second):

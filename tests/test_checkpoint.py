@@ -10,20 +10,30 @@ from leapfrog_gpu.tools.train import checkpoint
 
 
 def arrays(seed, sizes=(5, 7, 3)):
+    """The parameters of an RNN ``sizes`` as ``parameters()`` gives them (u^l in the recurrent layers), and a state."""
     rng = np.random.default_rng(seed)
-    weights = [rng.standard_normal((n, m)).astype(np.float32) for m, n in zip(sizes, sizes[1:])]
-    biases = [rng.standard_normal(n).astype(np.float32) for n in sizes[1:]]
-    return weights, biases, {"sizes": list(sizes), "rng": {"state": 2**100 + 7}, "note": "ü"}
+    params = {l: {"w": rng.standard_normal((n, m)).astype(np.float32)}
+              for l, (m, n) in enumerate(zip(sizes, sizes[1:]), start=2)}
+    for l, named in params.items():
+        if l < len(sizes):
+            named["u"] = rng.standard_normal((sizes[l - 1],) * 2).astype(np.float32)
+        named["b"] = rng.standard_normal(sizes[l - 1]).astype(np.float32)
+    return params, {"sizes": list(sizes), "rng": {"state": 2**100 + 7}, "note": "ü"}
 
 
 def test_round_trip_is_exact(tmp_path):
-    weights, biases, state = arrays(0)
-    assert checkpoint.save(tmp_path, weights, biases, state) == tmp_path / "checkpoint.npz"
-    got_w, got_b, got_state = checkpoint.load(tmp_path)
+    params, state = arrays(0)
+    assert checkpoint.save(tmp_path, params, state) == tmp_path / "checkpoint.npz"
+    got, got_state = checkpoint.load(tmp_path)
     assert got_state == state  # big integers (PCG64 state) and text survive JSON
-    for got, expected in zip(got_w + got_b, weights + biases):
-        assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
+    assert list(got) == ["w2", "u2", "b2", "w3", "b3"]  # each parameter named by its layer, in order
+    for name, expected in [(f"{name}{l}", array) for l, named in params.items() for name, array in named.items()]:
+        assert got[name].dtype == expected.dtype and got[name].tobytes() == expected.tobytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
+    like = {l: dict.fromkeys(named) for l, named in params.items()}
+    assert checkpoint.parameters(got, like, tmp_path)[2]["u"].tobytes() == params[2]["u"].tobytes()
+    with pytest.raises(checkpoint.CheckpointError, match=r"checkpoint.npz lacks the parameter 'u3' of this network"):
+        checkpoint.parameters(got, {**like, 3: {"w": None, "u": None}}, tmp_path)
 
 
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

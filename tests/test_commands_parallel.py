@@ -4,10 +4,12 @@ within a bounded time, and the last checkpoint stays whole. ``leapfrog-bench`` u
 the sums cost."""
 
 import json
+import re
 import signal
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import mpirun
@@ -43,6 +45,50 @@ def test_two_ranks_reach_the_accuracy_of_one_process_with_the_whole_batch(tmp_pa
     state = parameters(two)[1]
     assert state["config"]["ranks"] == 2 and state["config"]["batch_size"] == 32
     assert sorted(p.name for p in two.iterdir()) == ["checkpoint.npz", "metrics.jsonl"]
+
+
+SMALL = {"rnn": ["--model", "rnn", "--tau", "6", "--hidden", "2x12"], "resmlp": ["--model", "resmlp", "--skip", "1",
+                                                                      "--hidden", "3x12"]}
+
+
+@pytest.mark.parametrize("model", ["rnn", "resmlp"])
+def test_two_ranks_train_the_recurrent_and_residual_networks_as_one_process_does(tmp_path, model):
+    """``mpiexec -n 2 leapfrog-train --model M`` on batches of 8 per rank against one process on batches of
+    16: the same steps on the same global batches, so the same parameters but for float32 rounding."""
+    common = [*SMALL[model], "--data", "teacher", "--samples", "300", "--epochs", "2", "--backend", "numpy"]
+    two, one = tmp_path / "two", tmp_path / "one"
+    out = mpirun.run(2, *TRAIN, *common, "--batch-size", 8, "--metrics", two / "m.jsonl", "--checkpoint-dir", two,
+                     timeout=120)
+    lines = out.replace("\n  ", " ").splitlines()
+    assert lines[0].startswith("teacher") and " | 2 epochs of 19 steps, batch 8 on each of 2 ranks, " in lines[1]
+    assert [line.split()[:2] for line in lines[2:4]] == [["epoch", "1/2"], ["epoch", "2/2"]]
+    assert len(lines) == 5 and lines[4].startswith("done: 2 epochs, test mse ")  # rank 0 alone prints
+    assert cli(*common, "--batch-size", 16, "--quiet", "--metrics", one / "m.jsonl", "--checkpoint-dir", one) == 0
+    two_metrics, one_metrics = ([json.loads(line) for line in (d / "m.jsonl").read_text().splitlines()]
+                                for d in (two, one))
+    assert [m["step"] for m in two_metrics] == [m["step"] for m in one_metrics] == [19, 38]
+    assert two_metrics[-1]["ranks"] == 2 and one_metrics[-1]["ranks"] == 1
+    assert two_metrics[-1]["test_mse"] == pytest.approx(one_metrics[-1]["test_mse"], rel=1e-4)
+    (got, state), (want, _) = parameters(two), parameters(one)
+    assert state["config"]["ranks"] == 2 and len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_ctrl_c_under_mpiexec_is_said_in_one_line_by_rank_0(tmp_path):
+    """Ctrl-C at the terminal reaches mpiexec and every rank: one line, rank 0's, and exit status 130."""
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path)
+    mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(tmp_path), job)
+    time.sleep(0.3)
+    mpirun.os.killpg(job.pid, signal.SIGINT)  # the terminal's foreground job: mpiexec and the ranks
+    returncode, out, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode == 130, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"leapfrog-train: interrupted at epoch \d+, step \d+ and every rank "
+                                            rf"stopped at once: {tmp_path}/checkpoint.npz holds the last checkpoint "
+                                            r"written", lines[0]), err
+    checkpoint.load(tmp_path)
 
 
 def test_a_checkpoint_of_two_ranks_resumes_with_two_ranks_only(tmp_path, capsys):
@@ -125,7 +171,7 @@ def test_a_rank_whose_step_raises_ends_every_rank_at_once_with_its_line(tmp_path
     assert ours == ["leapfrog-train: error: rank 1 of 2: RuntimeError: step 100 failed on rank 1; "
                     "stopping every rank"], err
     assert "Traceback" in err and out == ""  # an unexpected error keeps its traceback
-    assert checkpoint.load(run)[2]["epoch"] == 1  # the checkpoint of epoch 1, whole
+    assert checkpoint.load(run)[1]["epoch"] == 1  # the checkpoint of epoch 1, whole
 
 
 def test_a_rank_that_hangs_is_given_up_after_the_timeout(tmp_path):

@@ -257,7 +257,11 @@ def test_set_parameters_round_trips_and_refuses_bad_arrays():
 
 @pytest.mark.parametrize("output,x_shape,y_shape,message", [
     ("last", (4, 2, 3), (2, 3), r"x \(the input of layer 1\) must have shape \(tau, 3, B\) or \(tau, 3\)"),
-    ("last", (4, 3), (2, 3), r"x and y must hold the same number of sequences B; got 1 and 3"),
+    ("last", (4, 3), (2, 3), r"x and y must hold the same number of sequences B; got 1 in x of shape \(4, 3\) "
+                             r"and 3 in y of shape \(2, 3\)$"),
+    ("every", (4, 3), (4, 2, 3), r"got 1 in x of shape \(4, 3\) and 3 in y of shape \(4, 2, 3\)$"),
+    ("last", (4, 3, 2), (5,), r"must have shape \(2, B\) or \(2,\) for sizes \[3, 5, 2\]; got \(5,\)$"),
+    ("last", (0, 3), (2,), r"x holds an empty batch: shape \(0, 3\), need tau >= 1 and B >= 1"),
     ("last", (4, 3, 3), (3, 3), r"y \(the target of layer L=3, output='last'\) must have shape \(2, B\) or \(2,\)"),
     ("every", (4, 3, 3), (2, 3), r"y \(the target of layer L=3 at every time step\) must have shape \(4, 2, B\)"),
     ("every", (4, 3, 3), (5, 2, 3), r"must have shape \(4, 2, B\) or \(4, 2\) for sizes \[3, 5, 2\], tau as in x"),
@@ -265,6 +269,7 @@ def test_set_parameters_round_trips_and_refuses_bad_arrays():
     ("last", (4, 3, 0), (2, 0), r"x holds an empty batch"),
 ])
 def test_bad_batches_are_refused_naming_the_argument_the_layer_and_the_shape(output, x_shape, y_shape, message):
+    """Each shape as it was given: one sequence (tau, n_1) is not shown as (tau, n_1, 1)."""
     with RNN([3, 5, 2], output=output, backend="numpy") as net:
         with pytest.raises(ValueError, match=message):
             net.backprop(np.zeros(x_shape), np.zeros(y_shape))

@@ -18,6 +18,7 @@ from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, pa
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
 from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.mlp.network import MLP
 
 
 def as_meant(text):
@@ -58,7 +59,7 @@ def test_sequential_and_leapfrog_agree_bitwise_after_an_epoch(tmp_path):
     assert state["step"] == 45
     for name in ("k2", "k3"):
         assert_bitwise_equal(parameters(tmp_path / name)[0], reference)
-    initial = train.MLP([64, *[24] * 5, 10], seed=0, backend="numpy")
+    initial = MLP([64, *[24] * 5, 10], seed=0, backend="numpy")
     assert not np.array_equal(initial.weights[0], reference[0])  # the epoch did train
     initial.close()
 
@@ -82,7 +83,7 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0
 
-    sgd_step, run, calls = train.MLP.sgd_step, train.Training.run, []
+    sgd_step, run, calls = MLP.sgd_step, train.Training.run, []
 
     def step_until_interrupted(net, *args, **kwargs):
         calls.append(None)
@@ -97,7 +98,7 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
             training.save()
             raise
 
-    monkeypatch.setattr(train.MLP, "sgd_step", step_until_interrupted)
+    monkeypatch.setattr(MLP, "sgd_step", step_until_interrupted)
     monkeypatch.setattr(train.Training, "run", run_saving_on_interrupt)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", interrupted) == 130  # as a second Ctrl-C: no traceback
     assert capsys.readouterr().err == ("leapfrog-train: interrupted at epoch 2, step 60 and stopped at once: "
@@ -107,6 +108,37 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
     monkeypatch.undo()
     assert cli("--quiet", "--checkpoint-dir", interrupted, "--resume") == 0
     assert_bitwise_equal(parameters(interrupted)[0], parameters(straight)[0])
+
+
+OLD_CONFIG = {  # a checkpoint's config before --model rnn joined the loop (and before --model, "model" and "skip")
+    "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096, "model": "mlp", "skip": 2,
+    "hidden": [8, 8], "activation": "tanh", "cost": "cross_entropy", "dtype": "float32", "epochs": 1,
+    "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False, "graph": False,
+    "backend": "numpy", "blas_threads": 1, "check_finite": False, "allow_divergence": False, "quiet": True,
+    "metrics": None, "checkpoint_dir": "run", "resume": False, "profile_steps": None, "timeline": None,
+    "bucket_mb": 0.0, "comm_timeout": 120.0, "ranks": 1}
+
+
+@pytest.mark.parametrize("kept", [OLD_CONFIG, {k: v for k, v in OLD_CONFIG.items() if k not in ("model", "skip")}],
+                         ids=["with-model", "before-model"])
+def test_a_checkpoint_of_an_older_mlp_run_resumes(tmp_path, capsys, kept):
+    """Written as the MLP's command wrote it: w2..wL, then b2..bL, and its state; --resume takes its
+    parameters (at lr 0 they stay as they were, bit for bit) and its position."""
+    rng = np.random.default_rng(7)
+    weights = [rng.standard_normal((n, m)).astype(np.float32) for m, n in ((64, 8), (8, 8), (8, 10))]
+    biases = [rng.standard_normal(n).astype(np.float32) for n in (8, 8, 10)]
+    state = {"sizes": [64, 8, 8, 10], "epoch": 1, "step_in_epoch": 0, "step": 45,
+             "rng": np.random.default_rng(0).bit_generator.state, "config": kept, "start_loss": 7.6,
+             "epochs_at_chance": 0}
+    np.savez(tmp_path / "checkpoint.npz", **{f"w{l}": w for l, w in enumerate(weights, 2)},
+             **{f"b{l}": b for l, b in enumerate(biases, 2)}, state=np.array(json.dumps(state)))
+    assert cli("--epochs", 2, "--lr", 0, "--allow-divergence", "--checkpoint-dir", tmp_path, "--resume") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("| MLP [64, 8, 8, 10] tanh, cross_entropy, float32") and out[2] == (
+        f"resumed at epoch 2, step 45 from {tmp_path}/checkpoint.npz")
+    got, state = parameters(tmp_path)
+    assert state["step"] == 90 and state["config"]["model"] == "mlp"
+    assert_bitwise_equal(got, [a for pair in zip(weights, biases) for a in pair])
 
 
 PAUSED_WRITER = """
@@ -166,9 +198,11 @@ def test_teacher_regression(tmp_path, capsys):
                "--epochs", 4, "--lr", 0.05, "--metrics", metrics) == 0
     out = capsys.readouterr().out
     assert "teacher: 301 train, 75 test samples | MLP [7, 16, 16, 9, 3] tanh, quadratic" in out
-    assert "test accuracy" not in out
+    assert "test accuracy" not in out and "test mse " in out
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert lines[-1]["test_accuracy"] is None and lines[-1]["train_loss"] < lines[0]["train_loss"]
+    assert "test_accuracy" not in lines[-1] and lines[-1]["train_loss"] < lines[0]["train_loss"]
+    # the quadratic cost is half the squared error summed over the 3 outputs: the mse is a third of twice it
+    assert lines[-1]["test_mse"] == pytest.approx(2 * lines[-1]["test_loss"] / 3, rel=1e-9)
 
 
 def test_progress_bar_and_batch_loss(capsys, monkeypatch):
@@ -263,7 +297,7 @@ def test_version_is_the_packages(capsys):
 
 def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
-    sgd_step, calls = train.MLP.sgd_step, []
+    sgd_step, calls = MLP.sgd_step, []
 
     def step_then_ctrl_c(net, *args, **kwargs):
         sgd_step(net, *args, **kwargs)
@@ -271,7 +305,7 @@ def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, m
         if len(calls) == 20:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(train.MLP, "sgd_step", step_then_ctrl_c)
+    monkeypatch.setattr(MLP, "sgd_step", step_then_ctrl_c)
     assert cli(*SMALL[:2], "--epochs", 1) == 130
     err = capsys.readouterr().err
     before, said, _ = err.partition("leapfrog-train: interrupted at epoch 1, step 20")
@@ -365,7 +399,7 @@ def ctrl_c_at_the_first_step(*args, **kwargs):
 
 
 def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
-    monkeypatch.setattr(train.MLP, "sgd_step", ctrl_c_at_the_first_step)
+    monkeypatch.setattr(MLP, "sgd_step", ctrl_c_at_the_first_step)
     assert cli() == 130
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and max(len(line) for line in out) <= 100, out
@@ -374,7 +408,7 @@ def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(c
 def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
     """A deep network, a fused graph step on two worker streams: the header says all of it, each part of
     a line too wide on a line of its own."""
-    monkeypatch.setattr(train.MLP, "sgd_step", ctrl_c_at_the_first_step)
+    monkeypatch.setattr(MLP, "sgd_step", ctrl_c_at_the_first_step)
     assert cli("--hidden", "12x100", "--fused", "--graph", "--k", 2) == 130
     out = capsys.readouterr().out
     assert as_meant(out).splitlines() == [
@@ -395,7 +429,7 @@ def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu,
 
 
 def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path, monkeypatch, capsys):
-    run, sgd_step, calls = tmp_path / "first run", train.MLP.sgd_step, []  # a space: the hint must quote it
+    run, sgd_step, calls = tmp_path / "first run", MLP.sgd_step, []  # a space: the hint must quote it
 
     def step_then_ctrl_c(net, *args, **kwargs):
         sgd_step(net, *args, **kwargs)
@@ -403,7 +437,7 @@ def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path,
         if len(calls) == 61:
             signal.raise_signal(signal.SIGINT)  # as Ctrl-C; the handler runs before this returns
 
-    monkeypatch.setattr(train.MLP, "sgd_step", step_then_ctrl_c)
+    monkeypatch.setattr(MLP, "sgd_step", step_then_ctrl_c)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run) == 130
     line = capsys.readouterr().err.strip()
     assert line == (f"leapfrog-train: interrupted at epoch 2, step 61: checkpoint written to {run}/checkpoint.npz; "
@@ -480,7 +514,10 @@ def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
     (["--lr", -0.5], "argument --lr: must be a finite number >= 0; got '-0.5'"),
     (["--lr", "inf"], "argument --lr: must be a finite number >= 0; got 'inf'"),
     (["--epochs", "two"], "argument --epochs: must be an integer >= 1; got 'two'"),
-    (["--schedule", "fast"], "argument --schedule: invalid choice: 'fast' (choose from 'sequential', 'leapfrog')"),
+    (["--schedule", "fast"], "--schedule fast is not a schedule of --model mlp; choose from sequential, leapfrog, "
+                             "naumov-scan, naumov-jacobi"),
+    (["--schedule", "bptt"], "--schedule bptt is not a schedule of --model mlp; choose from sequential, leapfrog, "
+                             "naumov-scan, naumov-jacobi"),
     (["--activation", "softmax"], "argument --activation: invalid choice: 'softmax'"),
     (["--data", "cifar"], "argument --data: invalid choice: 'cifar'"),
     (["--hidden", "4x0"], "argument --hidden: must be widths >= 1 such as 6x128"),

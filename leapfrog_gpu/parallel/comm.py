@@ -145,8 +145,9 @@ class Communicator:
         """A context around a call that waits for the other ranks (``what`` names it)."""
         return contextlib.nullcontext()
 
-    def abort(self, status):
-        """End every rank of the job with exit status ``status``."""
+    def abort(self, status, quiet=False):
+        """End every rank of the job with exit status ``status``; ``quiet``: without MPI's own line about it
+        (the caller has said why)."""
         _flush()
         os._exit(status)
 
@@ -263,9 +264,11 @@ class MpiCommunicator(Communicator):
     def watch(self, what):
         return self._watchdog.watch(what)
 
-    def abort(self, status):
+    def abort(self, status, quiet=False):
         _flush()
         time.sleep(ABORT_GRACE)
+        if quiet:  # MPI_Abort writes its own line to stderr
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
         self._comm.Abort(status)
 
     def _give_up(self, what):

@@ -157,7 +157,7 @@ class RNN(Layered):
         ``output="last"``, of every a^{L,t} as (tau, n_L, B) for ``"every"``; the recurrent layers step by
         step, or by ``solver`` (``TimeNewton``: its ``stats`` say how)."""
         solver = _check_solver(solver)
-        x = self._check_x(x)
+        x, _ = self._check_x(x)
         p = self.plan(x.shape[0], x.shape[2])
         p.load(x, None)
         p.forward(solver)
@@ -222,8 +222,8 @@ class RNN(Layered):
         """Validate, copy the batch in, enqueue forward and backward (and, given ``eta``, the check of the
         gradients and the update, as a graph with ``graph``); return the plan."""
         schedule = self._check_schedule(schedule)
-        x = self._check_x(x)
-        y = self._check_y(y, x.shape[0], x.shape[2])
+        x, given = self._check_x(x)
+        y = self._check_y(y, x.shape[0], given)
         tau, samples = x.shape[0], x.shape[2]
         if self.comm is not None:  # this rank's share of the sequences
             share = self.comm.share(samples)
@@ -269,7 +269,8 @@ class RNN(Layered):
     # -- validation -----------------------------------------------------------------------------------
 
     def _check_sequences(self, name, value, width, what, tau=None):
-        """``value`` as (tau, width, B), from (tau, width, B) or (tau, width); ``tau`` given: it must match."""
+        """``value`` as (tau, width, B), from (tau, width, B) or (tau, width); ``tau`` given: it must match.
+        Returns it with the shape it was given, which errors show."""
         value = real_array(self.backend.xp, name, value)
         given = tuple(value.shape)
         if value.ndim == 2:
@@ -278,30 +279,33 @@ class RNN(Layered):
         if value.ndim != 3 or value.shape[1] != width or (tau is not None and value.shape[0] != tau):
             raise ValueError(f"{name} ({what}) must have shape {want} for sizes {self.sizes}"
                              f"{'' if tau is None else ', tau as in x'}; got {given}")
-        return value
+        return value, given
 
     def _check_x(self, x):
-        x = self._check_sequences("x", x, self.n[1], "the input of layer 1")
+        x, given = self._check_sequences("x", x, self.n[1], "the input of layer 1")
         if x.shape[0] == 0 or x.shape[2] == 0:
-            raise ValueError(f"x holds an empty batch: shape {tuple(x.shape)}, need tau >= 1 and B >= 1")
+            raise ValueError(f"x holds an empty batch: shape {given}, need tau >= 1 and B >= 1")
         self._check_finite("x", x)
-        return x
+        return x, given
 
-    def _check_y(self, y, tau, batch):
+    def _check_y(self, y, tau, x_given):
         what = f"the target of layer L={self.L}"
         if self.output == "every":
-            y = self._check_sequences("y", y, self.n[self.L], what + " at every time step", tau)
+            y, given = self._check_sequences("y", y, self.n[self.L], what + " at every time step", tau)
             samples = y.shape[2]
         else:
             y = real_array(self.backend.xp, "y", y)
+            given = tuple(y.shape)
             if y.ndim == 1:
                 y = y.reshape(-1, 1)
             if y.ndim != 2 or y.shape[0] != self.n[self.L]:
                 raise ValueError(f"y ({what}, output='last') must have shape ({self.n[self.L]}, B) or "
-                                 f"({self.n[self.L]},) for sizes {self.sizes}; got {tuple(y.shape)}")
+                                 f"({self.n[self.L]},) for sizes {self.sizes}; got {given}")
             samples = y.shape[1]
+        batch = 1 if len(x_given) == 2 else x_given[2]
         if samples != batch:
-            raise ValueError(f"x and y must hold the same number of sequences B; got {batch} and {samples}")
+            raise ValueError(f"x and y must hold the same number of sequences B; got {batch} in x of shape {x_given} "
+                             f"and {samples} in y of shape {given}")
         self._check_finite("y", y)
         return y
 

@@ -1,5 +1,5 @@
 """``leapfrog-train`` (``command``: the command and its exit statuses), with its options (``options``),
-training loop (``loop``), the recurrent network's command (``rnn``) and tasks (``rnn_tasks``), data
-loaders (``data``), checkpoints (``checkpoint``), metrics (``metrics``), profiler windows
-(``profiling``) and the residual network of ``--model resmlp`` (``resmlp``).
+the models it trains and their data and networks (``models``), its one training loop (``loop``), data
+loaders (``data``) and the recurrent network's tasks (``rnn_tasks``), checkpoints (``checkpoint``),
+metrics (``metrics``) and profiler windows (``profiling``).
 """

@@ -1,11 +1,12 @@
 """Checkpoints that a crash cannot half-write: ``np.savez`` into a temporary file beside the target,
 ``fsync`` of the file, an atomic rename, ``fsync`` of the folder (``cli.replaced_atomically``).
 
-A checkpoint is one ``.npz`` file, ``checkpoint.npz`` in its directory: arrays ``w2..wL`` and
-``b2..bL`` (Nielsen's shapes) and ``state``, a JSON object that holds at least ``sizes`` (the widths
-n_1..n_L) and whatever else the trainer keeps (position, RNG state, config). ``os.replace`` is
-atomic on POSIX, so a reader finds either the previous checkpoint or the new one, whole, however the
-writer dies.
+A checkpoint is one ``.npz`` file, ``checkpoint.npz`` in its directory: one array per parameter of the
+network, named by the parameter and its layer or node (``w2``, ``u2``, ``b3``: w^2, u^2, b^3 in the
+book's shapes), and ``state``, a JSON object that holds at least ``sizes`` (the widths n_1..n_L) and
+whatever else the trainer keeps (position, RNG state, config). An MLP's checkpoint is thus ``w2..wL``
+and ``b2..bL``, as it has always been. ``os.replace`` is atomic on POSIX, so a reader finds either the
+previous checkpoint or the new one, whole, however the writer dies.
 """
 
 import contextlib
@@ -32,13 +33,12 @@ def path_in(directory):
     return Path(directory) / FILENAME
 
 
-def save(directory, weights, biases, state):
-    """Write ``weights`` and ``biases`` (lists for l = 2..L, host arrays) and ``state`` (a JSON-able
-    dict) to ``directory/checkpoint.npz`` atomically (``cli.replaced_atomically``); return the path.
-    Temporary files that a killed writer left behind are removed once this one is in place."""
+def save(directory, params, state):
+    """Write ``params`` (``{unit: {name: host array}}``, as a network's ``parameters()``) and ``state`` (a
+    JSON-able dict) to ``directory/checkpoint.npz`` atomically (``cli.replaced_atomically``); return the
+    path. Temporary files that a killed writer left behind are removed once this one is in place."""
     directory = Path(directory)
-    arrays = {f"w{l}": w for l, w in enumerate(weights, start=2)}
-    arrays.update({f"b{l}": b for l, b in enumerate(biases, start=2)})
+    arrays = {f"{name}{unit}": array for unit, named in params.items() for name, array in named.items()}
     arrays["state"] = np.array(json.dumps(state))
     with replaced_atomically(path_in(directory), prefix=_TEMPORARY[0]) as temporary, open(temporary, "wb") as file:
         np.savez(file, **arrays)  # a file object: a name would get ".npz" appended
@@ -49,8 +49,9 @@ def save(directory, weights, biases, state):
 
 
 def load(directory):
-    """Return ``(weights, biases, state)`` from ``directory/checkpoint.npz``; a ``CheckpointError`` of one
-    line that says what is wrong with it and what to do."""
+    """Return ``(arrays, state)`` from ``directory/checkpoint.npz``: every parameter by its name in the
+    file, in the file's order, and the state; a ``CheckpointError`` of one line that says what is wrong
+    with it and what to do."""
     path = path_in(directory)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint to resume from: {path} does not exist")
@@ -59,14 +60,23 @@ def load(directory):
     try:
         with np.load(path, allow_pickle=False) as archive:
             state = json.loads(archive["state"].item())
-            layers = range(2, len(state["sizes"]) + 1)
-            weights = [archive[f"w{l}"] for l in layers]
-            biases = [archive[f"b{l}"] for l in layers]
+            if "sizes" not in state:  # every checkpoint holds the widths
+                raise KeyError("sizes")
+            arrays = {name: archive[name] for name in archive.files if name != "state"}
     except KeyError as error:
         raise CheckpointError(f"{path} is not a checkpoint of leapfrog-train (it lacks {error}): {REMEDY}") from None
     except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as error:
         raise CheckpointError(f"{path} is damaged ({type(error).__name__}: {_first_line(error)}): {REMEDY}") from None
-    return weights, biases, state
+    return arrays, state
+
+
+def parameters(arrays, like, directory):
+    """The parameters of ``arrays`` (``load``'s) in the units and names of ``like`` (a network's
+    ``parameters()``), for its ``set_parameters``; a ``CheckpointError`` naming one it lacks."""
+    try:
+        return {unit: {name: arrays[f"{name}{unit}"] for name in named} for unit, named in like.items()}
+    except KeyError as error:
+        raise CheckpointError(f"{path_in(directory)} lacks the parameter {error} of this network: {REMEDY}") from None
 
 
 def _first_line(error):

@@ -1,10 +1,15 @@
-"""``leapfrog-train``: train an MLP by SGD under the leapfrog (or sequential) schedule.
+"""``leapfrog-train``: train an MLP, a residual MLP (a ``GraphNet``) or an RNN by SGD under a schedule.
 
     leapfrog-train                                        # digits, 4x128 tanh, Leapfrog(k=2), 30 epochs
     leapfrog-train --data mnist --data-dir ~/mnist --hidden 6x256 --epochs 10 --checkpoint-dir run1
     leapfrog-train --checkpoint-dir run1 --resume --epochs 20
     leapfrog-train --data teacher --inputs 1024 --hidden 8x1024 --outputs 1024 --batch-size 1
+    leapfrog-train --model resmlp --schedule dag-doubling --forward-solver newton
+    leapfrog-train --model rnn --data teacher --tau 32 --schedule timescan
     mpiexec -n 2 leapfrog-train --batch-size 16                  # data-parallel: 16 samples per rank
+
+Every model runs through the one loop (``loop``); what differs between them is their data and network
+(``models``) and the schedules they take (``leapfrog_gpu.tools.schedules``).
 
 A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
 line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.train.checkpoint``).
@@ -15,11 +20,12 @@ Under ``mpiexec -n P`` every rank trains on its share of each global batch of BÂ
 one process would take with ``--batch-size`` BÂ·P (``leapfrog_gpu.parallel``); only rank 0 prints, shows
 progress and writes checkpoints and metrics, and every rank resumes from rank 0's checkpoint.
 
-Exit status: 0 done; 2 a bad option, data file or checkpoint (one line on stderr); 3 the loss or, with
-``--check-finite``, a gradient became non-finite, or the run diverged (``metrics.Divergence``; the last
-checkpoint is left as it was); 130 stopped by Ctrl-C (SIGINT), after a checkpoint of the last completed
-step. Under mpiexec an error met by one rank alone ends every rank (``MPI_Abort`` with that status; 4
-when a rank waited in vain for the others).
+Exit status: 0 done; 2 a bad option, data file or checkpoint, or a step the network refuses as set up
+(one line on stderr); 3 the loss or, with ``--check-finite``, a gradient became non-finite, or the run
+diverged (``metrics.Divergence``; a checkpoint already written is left as it was); 130 stopped by Ctrl-C
+(SIGINT), after a checkpoint of the last completed step. Under mpiexec an error met by one rank alone
+ends every rank (``MPI_Abort`` with that status; 4 when a rank waited in vain for the others), and
+Ctrl-C, which reaches every rank, is said by rank 0 alone.
 
 The options are ``train_options``'s, the loop ``train_loop``'s; this module runs them and turns what ends a
 run into its exit status.
@@ -38,27 +44,27 @@ import numpy as np
 
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
-from ...mlp.network import MLP
-from . import checkpoint, data, rnn as train_rnn
+from . import checkpoint, data, models
 from ..cli import choose_backend, fitted, plural
-from .resmlp import ResidualMLP
 from ..timeline import describe
-from .loop import Diverged, Interrupted, NonFiniteLoss, Report, Training
-from .options import DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, profile_window
+from .loop import Diverged, Interrupted, NonFiniteLoss, Refused, Report, Training
+from .metrics import in_words, measured
+from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, model_named,
+                      profile_window)
 
 SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
+PEERS_INTERRUPTED = 3.0
+"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and
+ends the job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` (within
+``parallel.comm.ABORT_GRACE``) end the job first; a rank interrupted alone speaks for itself."""
 
 
 def main(argv=None):
     """Run the command; return its exit status."""
-    given = vars(build_parser().parse_args(argv))
-    if given.get("model") == "rnn":
-        return train_rnn.main(given)
-    if "tau" in given:
-        print(f"{PROG}: error: --tau applies to --model rnn only", file=sys.stderr)
-        return 2
+    argv = sys.argv[1:] if argv is None else argv
+    given = vars(build_parser(model_named(argv)).parse_args(argv))
     try:
         comm = parallel.world(PROG, given.get("comm_timeout", DEFAULTS["comm_timeout"]),
                               round(given.get("bucket_mb", DEFAULTS["bucket_mb"]) * 2**20))
@@ -69,11 +75,16 @@ def main(argv=None):
         return _train(given, comm)
     except KeyboardInterrupt:
         if comm.size > 1:
-            return _fail(comm, "interrupted (SIGINT)", 130)
+            if comm.rank > 0:
+                time.sleep(PEERS_INTERRUPTED)
+            return _fail(comm, "interrupted (SIGINT)", 130, quiet=True)
         # while loading or setting up: training keeps Ctrl-C to itself (``Training.run``)
         print(f"{PROG}: interrupted before the first step; nothing was written", file=sys.stderr)
         return 130
-    except SETUP_ERRORS as error:
+    except StoppedEveryRank:
+        comm.abort(130, quiet=True)
+        return 130
+    except (*SETUP_ERRORS, Refused) as error:
         return _fail(comm, error, 2)
     except (NonFiniteLoss, Diverged) as error:
         return _fail(comm, f"{error}: {error.hint}", 3)
@@ -84,10 +95,11 @@ def main(argv=None):
         return _fail(comm, f"{type(error).__name__}: {error}", 1)
 
 
-def _fail(comm, error, status):
+def _fail(comm, error, status, quiet=False):
     """Report ``error`` on stderr and return ``status``. Under mpiexec, rank 0 alone reports an error
     that every rank met (``Communicator.together``) and every rank returns; an error of one rank is
-    reported by that rank, which then ends every rank of the job with ``status``."""
+    reported by that rank, which then ends every rank of the job with ``status`` (``quiet``: without
+    MPI's own line about it)."""
     if comm.size == 1:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     elif getattr(error, "every_rank", False):
@@ -95,18 +107,22 @@ def _fail(comm, error, status):
             print(f"{PROG}: error: {error}", file=sys.stderr)
     else:
         print(f"{PROG}: error: rank {comm.rank} of {comm.size}: {error}; stopping every rank", file=sys.stderr)
-        comm.abort(status)
+        comm.abort(status, quiet)
     return status
 
 
+class StoppedEveryRank(Exception):
+    """Ctrl-C under mpiexec, said by rank 0: every rank ends at once, with exit status 130."""
+
+
 def _train(given, comm):
-    saved = weights = biases = state = None
+    saved = arrays = state = None
     directory = given.get("checkpoint_dir")
     with comm.together(*SETUP_ERRORS):  # rank 0's checkpoint is every rank's
         if given.get("resume") and not directory:
             raise UsageError("--resume needs --checkpoint-dir DIR")
         if comm.rank == 0:
-            weights, biases, state = _checkpoint_to_resume(given, directory)
+            arrays, state = _checkpoint_to_resume(given, directory)
     if given.get("resume"):
         state = comm.bcast(state)
         saved = state["config"]
@@ -117,20 +133,18 @@ def _train(given, comm):
             raise UsageError(f"the checkpoint was written by {written_by} rank(s) of --batch-size "
                              f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {written_by})")
         config["ranks"] = comm.size
-        if config["model"] == "resmlp" and comm.size > 1:
-            raise UsageError("--model resmlp runs on one process: drop mpiexec")
         if config["graph"] and comm.size > 1:
             raise UsageError("--graph does not run under mpiexec yet (its graphs hold no sums across ranks); drop it")
         if config["fused"] and comm.size > 1:
             raise UsageError("--fused does not run under mpiexec yet (a fused update never writes the gradients "
                              "that the ranks sum); drop it")
-        dataset = _load(config)
-        samples, batch = dataset.x_train.shape[1], config["batch_size"] * comm.size
+        dataset = models.dataset(config)
+        samples, batch = dataset.x_train.shape[-1], config["batch_size"] * comm.size
         if batch > samples:
             raise UsageError(f"--batch-size {config['batch_size']}{_on_ranks(comm.size)} is larger than the {samples} "
                              f"training samples of {dataset.name}; use at most {samples // comm.size}")
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
-        sizes = [dataset.inputs, *config["hidden"], dataset.outputs]
+        sizes = models.sizes(config, dataset)
         steps = math.ceil(samples / batch) * config["epochs"]
         window = profile_window(config)
         if window and window[1] > steps:
@@ -148,16 +162,12 @@ def _train(given, comm):
     _check_same_options(comm, config, dataset)
     comm.use_own_device(backend)
     options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
-    model = dict(activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
-                 output_activation=None if dataset.classes else "identity")
-    with get_backend(backend, **options) as backend, (
-            ResidualMLP(sizes, config["skip"], backend=backend, **model) if config["model"] == "resmlp"
-            else MLP(sizes, backend=backend, check_finite=config["check_finite"], comm=comm, **model)) as net:
+    with get_backend(backend, **options) as backend, models.network(config, dataset, backend, comm) as net:
         if saved is not None:
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
             if comm.rank == 0:
-                net.set_parameters(weights, biases)
+                _set_parameters(net, arrays, directory)
             data_parallel.broadcast_parameters(net)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
         try:
@@ -173,8 +183,18 @@ def _on_ranks(ranks):
     return "" if ranks == 1 else f" on each of {ranks} ranks"
 
 
+def _set_parameters(net, arrays, directory):
+    """Give ``net`` the parameters of the checkpoint in ``directory`` (``arrays``, as ``checkpoint.load``
+    read them)."""
+    try:
+        net.set_parameters(checkpoint.parameters(arrays, net.parameters(), directory))
+    except ValueError as error:
+        raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} does not fit this network ({error}): "
+                                         f"{checkpoint.REMEDY}") from None
+
+
 def _checkpoint_to_resume(given, directory):
-    """``(weights, biases, state)`` of the checkpoint that ``--resume`` continues, else Nones. Without
+    """``(arrays, state)`` of the checkpoint that ``--resume`` continues, else Nones. Without
     ``--resume``, a checkpoint already in ``directory`` is refused: with a hint to add ``--resume`` if it
     can be resumed, else with what is wrong with it."""
     if not given.get("resume"):
@@ -182,18 +202,18 @@ def _checkpoint_to_resume(given, directory):
             _read_checkpoint(directory)
             raise UsageError(f"{checkpoint.path_in(directory)} exists: add --resume to continue it, "
                              "or choose another --checkpoint-dir")
-        return None, None, None
+        return None, None
     return _read_checkpoint(directory)
 
 
 def _read_checkpoint(directory):
-    weights, biases, state = checkpoint.load(directory)
+    arrays, state = checkpoint.load(directory)
     missing = {"epoch", "step_in_epoch", "step", "rng", "config"} - set(state)
     missing |= set(RESUMED) - set(state.get("config", {}))
     if missing:
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} was not written by {PROG} "
                                          f"(its state lacks {', '.join(sorted(missing))}): {checkpoint.REMEDY}")
-    return weights, biases, state
+    return arrays, state
 
 
 def _check_same_options(comm, config, dataset):
@@ -221,10 +241,11 @@ def _run(config, dataset, net, report, state, why):
         report.line(f"nothing to do: the checkpoint has {training.epoch} of {plural(config['epochs'], 'epoch')}",
                     always=True)
         return 0
-    mode = " as a graph" if config["graph"] else ""
-    model = "MLP" if config["model"] == "mlp" else f"residual MLP (a skip every {config['skip']} hidden layers)"
-    report.line(fitted(f"{dataset} | {model} {net.sizes} {config['activation']}, {config['cost']}, {config['dtype']}"))
-    report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule}{mode} | "
+    mode = (" as a graph" if config["graph"] else "") + (
+        f", forward {config['forward_solver']}" if training.solver is not None else "")
+    report.line(fitted(f"{dataset} | {models.name(config)} {training.sizes} {config['activation']}, {config['cost']}, "
+                       f"{config['dtype']}"))
+    report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule!r}{mode} | "
                        f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
                        f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}"))
     if state is not None:
@@ -244,12 +265,15 @@ def _run(config, dataset, net, report, state, why):
                      else "no --checkpoint-dir, so nothing was saved")
             print(f"{PROG}: interrupted at {_position(training)}: {saved}", file=sys.stderr)
             return 130
-        except KeyboardInterrupt:  # a second Ctrl-C, which stops at once
-            if training.ranks > 1:
-                raise  # under mpiexec: every rank ends at once (``main``)
+        except KeyboardInterrupt:  # a second Ctrl-C, which stops at once; under mpiexec, the first
+            if training.rank > 0:
+                raise  # rank 0 says it for every rank (``main``)
             path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
             saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
-            print(f"{PROG}: interrupted at {_position(training)} and stopped at once: {saved}", file=sys.stderr)
+            every = "every rank stopped at once" if training.ranks > 1 else "stopped at once"
+            print(f"{PROG}: interrupted at {_position(training)} and {every}: {saved}", file=sys.stderr)
+            if training.ranks > 1:
+                raise StoppedEveryRank from None
             return 130
         except (NonFiniteLoss, Diverged) as error:
             error.hint = (f"try another --lr than {config['lr']}, or add --allow-divergence to go on"
@@ -265,10 +289,8 @@ def _run(config, dataset, net, report, state, why):
     elif config["timeline"] is not None and training.rank == 0:
         print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
               f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
-    accuracy = metrics["test_accuracy"]
-    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, "
-                + ("" if accuracy is None else f"test accuracy {accuracy:.2%}, ")
-                + f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
+    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(*measured(metrics))}, "
+                f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
     return 0
 
 
@@ -276,16 +298,6 @@ def _position(training):
     """Where a run stands, as interrupting and resuming both say it: the epoch under way (counted from
     1, as the epoch lines count) and the steps completed."""
     return f"epoch {training.epoch + 1}, step {training.step}"
-
-
-def _load(config):
-    dtype = config["dtype"]
-    if config["data"] == "digits":
-        return data.digits(dtype)
-    if config["data"] == "mnist":
-        return data.mnist(config["data_dir"], dtype)
-    sizes = [config["inputs"], *config["hidden"], config["outputs"]]
-    return data.teacher(sizes, config["samples"], dtype=dtype)
 
 
 def _writable_dir(directory):

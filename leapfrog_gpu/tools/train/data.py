@@ -1,7 +1,8 @@
 """Training data: scikit-learn's digits, MNIST from local files, and a random deep teacher network.
 
 Every loader returns a ``Dataset`` whose inputs and targets are columns, as the network takes them:
-``x`` is (n_1, N) and ``y`` is (n_L, N). Classification targets are one-hot columns. A missing,
+``x`` is (n_1, N) and ``y`` is (n_L, N) (sequences: ``rnn_tasks``). Classification targets are one-hot
+columns. A missing,
 malformed or inconsistent file raises ``DataError`` (a ``ValueError``) naming the file.
 """
 
@@ -36,7 +37,9 @@ class DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """Inputs ``x`` (n_1, N) and targets ``y`` (n_L, N) for training and test, in one dtype.
+    """Inputs ``x`` (n_1, N) and targets ``y`` (n_L, N) for training and test, in one dtype; for sequences
+    ``x`` is (tau, n_1, N) and ``y`` (n_L, N), a target at the last step, or (tau, n_L, N), one at every step.
+    The samples are the last axis.
 
     ``classes`` is the number of classes (targets one-hot), or ``None`` for regression.
     """
@@ -50,14 +53,17 @@ class Dataset:
 
     @property
     def inputs(self):
-        return self.x_train.shape[0]
+        return self.x_train.shape[-2]
 
     @property
     def outputs(self):
-        return self.y_train.shape[0]
+        return self.y_train.shape[-2]
 
     def __str__(self):
-        return f"{self.name}: {self.x_train.shape[1]} train, {self.x_test.shape[1]} test samples"
+        train, test = self.x_train.shape[-1], self.x_test.shape[-1]
+        if self.x_train.ndim == 3:
+            return f"{self.name}: {train} train, {test} test {self.x_train.shape[0]}-step sequences"
+        return f"{self.name}: {train} train, {test} test samples"
 
 
 def digits(dtype="float32"):

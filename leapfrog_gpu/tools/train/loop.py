@@ -1,5 +1,10 @@
-"""``leapfrog-train``'s training loop: one run's epochs of SGD steps, its checkpoints, what it shows,
-and how Ctrl-C and a non-finite or diverging loss end it."""
+"""``leapfrog-train``'s training loop, one for every model: one run's epochs of SGD steps, its checkpoints,
+what it shows, and how Ctrl-C and a non-finite or diverging loss end it.
+
+The loop speaks to a network through what the three networks share (``core.network.Network``):
+``sgd_step``, ``feedforward``, ``synchronize``, ``parameters()`` for its checkpoints, ``cost``, ``comm`` and
+``check_finite``; the samples of its data are their last axis, columns or sequences alike.
+"""
 
 import contextlib
 import datetime
@@ -13,9 +18,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ...backends import to_host
-from ...core.schedules import Leapfrog, Sequential
-from . import checkpoint
-from .metrics import Divergence, chance_loss, cost, evaluate
+from ..schedules import make_schedule
+from . import checkpoint, models
+from .metrics import Divergence, chance_loss, cost, evaluate, in_words, measured, metric_name
 from .profiling import ProfileWindow
 from .options import PROG, profile_window
 
@@ -44,6 +49,11 @@ class Diverged(ArithmeticError):
 
 class Interrupted(Exception):
     """Ctrl-C, taken at the boundary of a step: exit status 130 after a checkpoint."""
+
+
+class Refused(ValueError):
+    """The network refused a step as the options set it up (a schedule's memory check, a step it cannot
+    capture as a graph on this backend): exit status 2."""
 
 
 
@@ -81,12 +91,15 @@ class Training:
 
     def __init__(self, config, dataset, net, report, state=None):
         self.config, self.data, self.net, self.report = config, dataset, net, report
-        fused = config["fused"]
-        self.schedule = Leapfrog(config["k"], fused) if config["schedule"] == "leapfrog" else Sequential(fused)
+        self.sizes = models.sizes(config, dataset)
+        self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"],
+                                      config["fused"])
+        self.solver = models.forward_solver(config)
+        self.forward = {} if self.solver is None else {"solver": self.solver}
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
         self.batch = config["batch_size"] * self.ranks  # the global batch; the network takes its share
         self.eval_batch = max(self.batch, 256)
-        self.steps_per_epoch = math.ceil(dataset.x_train.shape[1] / self.batch)
+        self.steps_per_epoch = math.ceil(dataset.x_train.shape[-1] / self.batch)
         self.order = np.random.default_rng(config["seed"])
         self.epoch = self.step_in_epoch = self.step = 0
         if state is not None:
@@ -98,21 +111,21 @@ class Training:
             state = state or {}
             start = state.get("start_loss")  # None: a checkpoint written without it; start from here
             if start is None:
-                start, _ = evaluate(net, dataset.x_train, dataset.y_train, self.eval_batch)
+                start, _ = evaluate(net, dataset.x_train, dataset.y_train, self.eval_batch, solver=self.solver)
             chance = chance_loss(net.cost, dataset.y_train)
             self.divergence = Divergence(start, chance, state.get("epochs_at_chance", 0))
         steps = profile_window(config)
         timeline = None if config["timeline"] is None or self.rank > 0 else {
             "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
-            "title": f"{PROG}: MLP {net.sizes} {config['activation']}, batch {config['batch_size']}, "
-                     f"{self.schedule!r}, {config['dtype']}, {net.backend.name}",
-            "about": {"program": PROG, "config": config, "sizes": net.sizes, "backend": repr(net.backend),
+            "title": f"{PROG}: {models.name(config)} {self.sizes} {config['activation']}, batch "
+                     f"{config['batch_size']}, {self.schedule!r}, {config['dtype']}, {net.backend.name}",
+            "about": {"program": PROG, "config": config, "sizes": self.sizes, "backend": repr(net.backend),
                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
         self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
-        state = {"sizes": self.net.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+        state = {"sizes": self.sizes, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
                  "step": self.step, "rng": self.epoch_rng, "config": self.config}
         if self.divergence is not None:
             state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
@@ -121,8 +134,9 @@ class Training:
     def save(self):
         """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
         if self.config["checkpoint_dir"] and self.rank == 0:
-            checkpoint.save(self.config["checkpoint_dir"], [to_host(w) for w in self.net.weights],
-                            [to_host(b) for b in self.net.biases], self.state())
+            params = {unit: {name: to_host(array) for name, array in named.items()}
+                      for unit, named in self.net.parameters().items()}
+            checkpoint.save(self.config["checkpoint_dir"], params, self.state())
 
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
@@ -144,20 +158,21 @@ class Training:
         return metrics
 
     def run_epoch(self, interrupt=None):
-        """One epoch of SGD steps, then its loss and accuracy, a checkpoint and a report."""
+        """One epoch of SGD steps, then its loss and test metric, a checkpoint and a report."""
         net, x, y, lr = self.net, self.data.x_train, self.data.y_train, self.config["lr"]
         self.epoch_rng = self.order.bit_generator.state
-        permutation = self.order.permutation(x.shape[1])
+        samples_in_epoch = x.shape[-1]
+        permutation = self.order.permutation(samples_in_epoch)
         first = self.step_in_epoch
-        bar = self.report.bar(self.epoch + 1, x.shape[1], initial=min(first * self.batch, x.shape[1]))
+        bar = self.report.bar(self.epoch + 1, samples_in_epoch, initial=min(first * self.batch, samples_in_epoch))
         start = checked = time.perf_counter()
         samples = 0
         try:  # whatever ends the epoch, the bar goes first: a line printed then starts a line of its own
             for s in range(first, self.steps_per_epoch):
                 batch = permutation[s * self.batch:(s + 1) * self.batch]
-                x_batch, y_batch = x[:, batch], y[:, batch]
+                x_batch, y_batch = x[..., batch], y[..., batch]
                 with self.profile.step(self.step):
-                    net.sgd_step(x_batch, y_batch, lr, self.schedule, graph=self.config["graph"])
+                    self._step(x_batch, y_batch, lr)
                 if net.check_finite:
                     self._synchronize_checked()
                 self.step, self.step_in_epoch = self.step + 1, s + 1
@@ -166,7 +181,7 @@ class Training:
                 samples += batch.size
                 bar.update(batch.size)
                 if self.rank == 0 and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
-                    loss = cost(net.cost, to_host(net.feedforward(x_batch)), y_batch) / batch.size
+                    loss = cost(net.cost, to_host(net.feedforward(x_batch, **self.forward)), y_batch) / batch.size
                     self._check(loss)
                     bar.set_postfix(loss=f"{loss:.4f}")
                     checked = time.perf_counter()
@@ -174,20 +189,31 @@ class Training:
             seconds = time.perf_counter() - start
         finally:
             bar.close()
-        train_loss, _ = evaluate(net, x, y, self.eval_batch)
+        train_loss, _ = evaluate(net, x, y, self.eval_batch, solver=self.solver)
         self._check(train_loss)
         why = None if self.divergence is None else self.divergence.check(train_loss)
         if why:
             raise Diverged(why, self.epoch + 1, self.step)
-        test_loss, accuracy = evaluate(net, self.data.x_test, self.data.y_test, self.eval_batch, self.data.classes)
+        test_loss, metric = evaluate(net, self.data.x_test, self.data.y_test, self.eval_batch, self.data.classes,
+                                     self.solver)
         self.epoch, self.step_in_epoch = self.epoch + 1, 0
         self.epoch_rng = self.order.bit_generator.state
         self.save()
-        metrics = {"epoch": self.epoch, "step": self.step, "train_loss": train_loss, "test_loss": test_loss,
-                   "test_accuracy": accuracy, "samples_per_s": samples / seconds, "seconds": seconds,
-                   "backend": net.backend.name, "schedule": repr(self.schedule), "graph": self.config["graph"]}
-        self.report.epoch(metrics, self.config["epochs"])
+        config = self.config
+        metrics = {"model": config["model"], "data": config["data"], "epoch": self.epoch, "step": self.step,
+                   "train_loss": train_loss, "test_loss": test_loss, metric_name(self.data.classes): metric,
+                   "samples_per_s": samples / seconds, "seconds": seconds, "backend": net.backend.name,
+                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"],
+                   "graph": config["graph"], "ranks": self.ranks}
+        self.report.epoch(metrics, config["epochs"])
         return metrics
+
+    def _step(self, x, y, lr):
+        """Enqueue one SGD step; a step the network refuses as set up raises ``Refused``."""
+        try:
+            self.net.sgd_step(x, y, lr, self.schedule, graph=self.config["graph"], **self.forward)
+        except ValueError as error:
+            raise Refused(str(error)) from None
 
     def _check(self, loss):
         if not math.isfinite(loss):
@@ -220,12 +246,10 @@ class Report:
                     leave=False, file=sys.stderr, disable=self.quiet or not sys.stderr.isatty())
 
     def epoch(self, metrics, epochs):
-        accuracy = metrics["test_accuracy"]
         self.line(
             f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
-            f"test loss {metrics['test_loss']:.4f}  "
-            + ("" if accuracy is None else f"test accuracy {accuracy:.2%}  ")
-            + f"{metrics['samples_per_s']:,.0f} samples/s"
+            f"test loss {metrics['test_loss']:.4f}  {in_words(*measured(metrics))}  "
+            f"{metrics['samples_per_s']:,.0f} samples/s"
         )
         if self.metrics_file is not None:
             self.metrics_file.write(json.dumps(metrics) + "\n")

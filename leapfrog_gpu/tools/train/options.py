@@ -1,5 +1,5 @@
-"""``leapfrog-train``'s options: the command line, every default, and the run's config from them
-(and, on ``--resume``, from the checkpoint)."""
+"""``leapfrog-train``'s options: the command line, every default (each model's), and the run's config from
+them (and, on ``--resume``, from the checkpoint)."""
 
 import argparse
 import os
@@ -8,32 +8,45 @@ from ...parallel import comm as parallel
 from ...backends import ops_numpy
 from ...core.functions import ACTIVATIONS, COSTS, DTYPES
 from ..cli import Parser, integer, number, pip_install, png_refusal
+from ..schedules import schedule_names
 from .metrics import Divergence
+from .models import DATA, FORWARD_SOLVERS, NETWORK
 from .profiling import parse_steps
 
 PROG = "leapfrog-train"
 
+MODELS = tuple(DATA)
+"""``--model``: mlp, resmlp, rnn (``models``)."""
+
 DEFAULTS = {
-    "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096,
+    "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096, "tau": 16,
     "model": "mlp", "skip": 2, "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
     "epochs": 30, "batch_size": 32, "lr": None, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
-    "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False, "allow_divergence": False,
-    "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False, "profile_steps": None,
-    "timeline": None, "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
+    "forward_solver": "sequential", "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False,
+    "allow_divergence": False, "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False,
+    "profile_steps": None, "timeline": None, "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
 }
-"""Every option's default (``lr``: the data's, ``LR``). The digits default reaches about 97 % test
-accuracy in 30 epochs."""
+"""Every option's default for ``--model mlp`` and ``resmlp`` (``lr``: the data's, ``LR``). The digits default
+reaches about 97 % test accuracy in 30 epochs."""
+
+RNN_DEFAULTS = {"hidden": [64], "epochs": 20, "batch_size": 16, "inputs": 4, "outputs": 2, "samples": 2048}
+"""What ``--model rnn`` takes otherwise: about 96 % test accuracy on the digits read row by row."""
 
 LR = {"digits": 0.1, "mnist": 0.1, "teacher": 0.01}
 """Each dataset's default learning rate. The teacher's quadratic cost sums over its outputs, so its
 gradients are larger: with the default network its loss becomes NaN in the first epoch from about
 ``--lr 0.04``, and 0.01 leaves a margin of four."""
 
+RNN_TEACHER_LR = 0.08
+"""``--model rnn --data teacher`` learns at ``RNN_TEACHER_LR / tau`` by default (0.005 at tau = 16). Its cost
+sums over the tau time steps, so a step's gradient grows with tau: for the default network the loss
+becomes NaN (or stalls) from lr·tau of about 0.16 at any tau from 8 to 64, and 0.08 leaves a margin of two."""
+
 EXIT_STATUSES = [
     (0, "done"),
     (2, "a bad option, data file or checkpoint (one line on stderr)"),
-    (3, "the loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged; the last "
-        "checkpoint is kept as it was"),
+    (3, "the loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged; a checkpoint "
+        "already written is kept as it was"),
     (130, "stopped by Ctrl-C, after a checkpoint of the last completed step"),
     (1, "under mpiexec: an unexpected error on one rank (which ends every rank; so do the statuses above)"),
     (4, "under mpiexec: a rank waited --comm-timeout seconds in vain for the others"),
@@ -46,16 +59,20 @@ FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost",
 RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
 
-MODEL = ("model", "skip")
-"""What defines the network besides ``FIXED``, and a resumed run keeps too; a checkpoint written before
-``--model`` holds an MLP."""
+LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential"}
+"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP. A resumed
+run keeps ``model``, ``skip`` and ``tau`` as ``FIXED``, and takes ``forward_solver`` as ``RESUMED``."""
 
 PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 """Options that may differ between ranks; every other option must be the same on all of them."""
 
+ONLY = {"data_dir": ("mnist", None), "inputs": ("teacher", None), "outputs": ("teacher", None),
+        "samples": ("teacher", None), "skip": (None, "resmlp"), "forward_solver": (None, "resmlp"),
+        "tau": ("teacher", "rnn")}
+"""Options that apply to one ``--data`` or one ``--model`` only (None: any): the others refuse them."""
+
 TIMELINE_STEPS = [10, 15]
 """The window ``--timeline`` records when ``--profile-steps`` is not given: 5 steps after 10 of warm-up."""
-
 
 
 class UsageError(ValueError):
@@ -87,48 +104,108 @@ def _profile_steps(text):
     return [steps.start, steps.stop]
 
 
-def build_parser():
-    """The command line; defaults are left out of the namespace so that ``--resume`` can tell what
-    was given (``DEFAULTS`` holds them)."""
-    p = Parser(prog=PROG, description="Train a deep MLP whose weight gradients leapfrog the backward chain.",
+def model_named(argv):
+    """The ``--model`` that ``argv`` names (``--model M`` or ``--model=M``), or the default: whose options
+    ``--help`` shows. The parser itself reads it again, and refuses a model that is not one."""
+    for arg, following in zip(argv, [*argv[1:], None]):
+        name, equals, value = str(arg).partition("=")
+        if name == "--model" and (value if equals else following) in MODELS:
+            return value if equals else following
+    return DEFAULTS["model"]
+
+
+def defaults(model):
+    """Every option's default for ``model``."""
+    return {**DEFAULTS, **(RNN_DEFAULTS if model == "rnn" else {})}
+
+
+def default_lr(config):
+    """The learning rate a run takes when ``--lr`` is not given: its dataset's (``LR``, ``RNN_TEACHER_LR``)."""
+    if config["model"] == "rnn" and config["data"] == "teacher":
+        return RNN_TEACHER_LR / config["tau"]
+    return LR[config["data"]]
+
+
+DESCRIPTIONS = {
+    "mlp": "Train a deep MLP whose weight gradients leapfrog the backward chain.",
+    "resmlp": "Train a residual MLP (a GraphNet: the MLP's layers with a skip connection every --skip hidden "
+              "layers) whose weight gradients leapfrog its backward pass.",
+    "rnn": "Train a recurrent network (RNN) by backpropagation through time, its weight gradients leapfrogging "
+           "the chain over layers and time steps.",
+}
+
+DATA_HELP = {
+    "digits": "scikit-learn's 8x8 digits", "mnist": "local files (--data-dir)",
+    "teacher": "regression on a random deep network",
+}
+
+RNN_DATA_HELP = {
+    "digits": "the 8x8 digits read row by row (8 steps of 8 pixels, the class at the last step)",
+    "teacher": "regression on a random teacher RNN, a target at every step (--tau)",
+}
+
+
+def build_parser(model=DEFAULTS["model"]):
+    """The command line, its help written for ``model``: that model's defaults, datasets and schedules,
+    and only the options that apply to it (every option is parsed for any model; ``configure`` refuses
+    those that do not apply). Defaults are left out of the namespace so that ``--resume`` can tell what
+    was given (``defaults`` holds them)."""
+    others = " and ".join(f"--model {m} --help" for m in MODELS if m != model)
+    p = Parser(prog=PROG, description=f"{DESCRIPTIONS[model]} ({others}: the options of the other models)",
                exit_statuses=EXIT_STATUSES, argument_default=argparse.SUPPRESS)
-    d = DEFAULTS
+    d, rnn = defaults(model), model == "rnn"
+
+    def shown(help, *models):
+        """``help`` where ``model`` takes the option, else hidden."""
+        return help if model in models else argparse.SUPPRESS
+
     group = p.add_argument_group("data")
-    group.add_argument("--data", choices=("digits", "mnist", "teacher"),
-                       help=f"digits: scikit-learn's 8x8 digits; mnist: local files (--data-dir); teacher: "
-                            f"regression on a random deep network (default {d['data']})")
-    group.add_argument("--data-dir", metavar="DIR",
-                       help="mnist: a folder with the four IDX files (gzipped or not) or one .npz")
+    words = RNN_DATA_HELP if rnn else DATA_HELP
+    group.add_argument("--data", choices=("digits", "mnist", "teacher"), metavar="{" + ",".join(DATA[model]) + "}",
+                       help="; ".join(f"{name}: {words[name]}" for name in DATA[model]) + f" (default {d['data']})")
+    group.add_argument("--data-dir", metavar="DIR", help=shown(
+        "mnist: a folder with the four IDX files (gzipped or not) or one .npz", "mlp", "resmlp"))
     group.add_argument("--inputs", type=integer(1), metavar="N", help=f"teacher: input width (default {d['inputs']})")
     group.add_argument("--outputs", type=integer(1), metavar="N",
                        help=f"teacher: output width (default {d['outputs']})")
     group.add_argument("--samples", type=integer(1), metavar="N",
-                       help=f"teacher: training samples, plus a quarter as many test samples (default {d['samples']})")
+                       help=f"teacher: training {'sequences' if rnn else 'samples'}, plus a quarter as many test "
+                            f"ones (default {d['samples']})")
+    group.add_argument("--tau", type=integer(1), metavar="T",
+                       help=shown(f"teacher: time steps of a sequence (default {d['tau']})", "rnn"))
     group = p.add_argument_group("model and schedule")
-    group.add_argument("--model", choices=("mlp", "resmlp", "rnn"),
-                       help="mlp: the chain of layers; resmlp: the same layers with a skip connection every "
-                            "--skip hidden layers, a GraphNet; rnn: a recurrent network on --data digits (read row "
-                            f"by row) or teacher (a teacher RNN), leapfrog_gpu.tools.train.rnn (default {d['model']})")
+    group.add_argument("--model", choices=MODELS,
+                       help="mlp: the chain of layers; resmlp: the same layers with a skip connection every --skip "
+                            "hidden layers, a GraphNet; rnn: a recurrent network on sequences "
+                            f"(default {d['model']}; --model M --help: the options of M)")
     group.add_argument("--skip", type=integer(1), metavar="N",
-                       help=f"resmlp: hidden layers per skip connection (default {d['skip']})")
-    group.add_argument("--tau", type=integer(1), metavar="T", help="--model rnn, teacher: steps of a sequence")
+                       help=shown(f"hidden layers per skip connection (default {d['skip']})", "resmlp"))
     group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
-                       help="hidden widths: 6x128, 128,64,32 or 2x128,64 (default 4x128)")
-    group.add_argument("--activation", choices=tuple(ACTIVATIONS), help=f"hidden layers (default {d['activation']})")
+                       help=f"{'recurrent' if rnn else 'hidden'} widths: 6x128, 128,64,32 or 2x128,64 "
+                            f"(default {_show(d['hidden'])})")
+    group.add_argument("--activation", choices=tuple(ACTIVATIONS),
+                       help=f"{'recurrent' if rnn else 'hidden'} layers (default {d['activation']})")
     group.add_argument("--cost", choices=tuple(COSTS),
                        help="default cross_entropy (with a sigmoid output) for classification, quadratic "
-                            "(with an identity output) for teacher")
+                            "(with an identity output) for teacher" + ("; summed over the time steps" if rnn else ""))
     group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
     group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
     group.add_argument("--batch-size", type=integer(1), metavar="B",
                        help=f"at most the number of training samples (default {d['batch_size']})")
+    rates = ([f"{LR['digits']} for digits", f"{RNN_TEACHER_LR}/tau for teacher"] if rnn
+             else [f"{lr} for {name}" for name, lr in LR.items()])
     group.add_argument("--lr", type=number(0), metavar="ETA",
-                       help="learning rate: w -= ETA/B * nabla_w (default "
-                            + ", ".join(f"{lr} for {name}" for name, lr in LR.items()) + ")")
+                       help=f"learning rate: w -= ETA/B * nabla_w (default {', '.join(rates)})")
     group.add_argument("--seed", type=integer(0), metavar="S",
                        help=f"initial parameters and the order of the batches (default {d['seed']})")
-    group.add_argument("--schedule", choices=("sequential", "leapfrog"), help=f"(default {d['schedule']})")
-    group.add_argument("--k", type=integer(1), metavar="K", help=f"leapfrog worker streams (default {d['k']})")
+    names = schedule_names(NETWORK[model])
+    group.add_argument("--schedule", metavar="{" + ",".join(names) + "}",
+                       help=f"the backward pass: {names[0]} on one stream, or a schedule with --k worker streams "
+                            f"(default {d['schedule']})")
+    group.add_argument("--k", type=integer(1), metavar="K", help=f"worker streams of the schedule (default {d['k']})")
+    group.add_argument("--forward-solver", choices=tuple(FORWARD_SOLVERS), help=shown(
+        "the forward pass: node by node, or solved as a system by Jacobi sweeps or Newton's method "
+        f"(leapfrog_gpu.dag.forward; default {d['forward_solver']})", "resmlp"))
     group.add_argument("--fused", action="store_true",
                        help="fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per "
                             "element (bitwise the unfused result on the GPU; with numpy, at batch size 1 or for layers "
@@ -149,7 +226,7 @@ def build_parser():
     group = p.add_argument_group("output and checkpoints")
     group.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines, only the result")
     group.add_argument("--metrics", metavar="FILE",
-                       help="write one JSON line per epoch to FILE (appended to on --resume)")
+                       help="write one JSON line per epoch to FILE (appended to on --resume; docs/training.md)")
     group.add_argument("--checkpoint-dir", metavar="DIR", help="write DIR/checkpoint.npz after every epoch")
     group.add_argument("--resume", action="store_true",
                        help="continue from the checkpoint in --checkpoint-dir, with its options unless given")
@@ -168,33 +245,30 @@ def build_parser():
 
 def configure(given, saved=None):
     """The run's config from the options ``given`` and, on ``--resume``, the checkpoint's ``saved``."""
-    config = dict(DEFAULTS)
-    if saved is not None:
-        for key in FIXED:
-            if key in given and given[key] != saved[key]:
+    kept = None if saved is None else {**LATER, **saved}
+    config = defaults(given.get("model", kept["model"] if kept else DEFAULTS["model"]))
+    if kept is not None:
+        for key in FIXED + ("model", "skip", "tau"):
+            if key in given and given[key] != kept[key]:
                 raise UsageError(
                     f"--{key.replace('_', '-')} {_show(given[key])} differs from the checkpoint's "
-                    f"{_show(saved[key])}; drop it to resume, or start a new --checkpoint-dir"
+                    f"{_show(kept[key])}; drop it to resume, or start a new --checkpoint-dir"
                 )
-        config.update({key: saved[key] for key in RESUMED})
-        for key in MODEL:
-            kept = saved.get(key, DEFAULTS[key])
-            if key in given and given[key] != kept:
-                raise UsageError(f"--{key} {given[key]} differs from the checkpoint's {kept}; drop it to resume, "
-                                 "or start a new --checkpoint-dir")
-            config[key] = kept
+        config.update({key: kept[key] for key in RESUMED + tuple(LATER)})
     config.update(given)
-    if "skip" in given and config["model"] != "resmlp":
-        raise UsageError("--skip applies to --model resmlp only")
-    if config["model"] == "resmlp":
-        for key in ("graph", "check_finite"):
-            if config[key]:
-                raise UsageError(f"--{key.replace('_', '-')} applies to --model mlp only")
+    model = config["model"]
+    if config["data"] not in DATA[model]:
+        raise UsageError(f"--model {model} trains on --data {' or '.join(DATA[model])}; got {config['data']}")
+    for key, (data, only) in ONLY.items():
+        if key in given and (data not in (None, config["data"]) or only not in (None, model)):
+            where = " ".join(f"--{what} {name}" for what, name in (("model", only), ("data", data)) if name)
+            raise UsageError(f"--{key.replace('_', '-')} applies to {where} only")
+    names = schedule_names(NETWORK[model])
+    if config["schedule"] not in names:
+        raise UsageError(f"--schedule {config['schedule']} is not a schedule of --model {model}; choose from "
+                         f"{', '.join(names)}")
     if config["lr"] is None:
-        config["lr"] = LR[config["data"]]
-    for key, kind in (("data_dir", "mnist"), ("inputs", "teacher"), ("outputs", "teacher"), ("samples", "teacher")):
-        if key in given and config["data"] != kind:
-            raise UsageError(f"--{key.replace('_', '-')} applies to --data {kind} only")
+        config["lr"] = default_lr(config)
     if config["data"] == "mnist" and not config["data_dir"]:
         raise UsageError("--data mnist needs --data-dir DIR (the four MNIST IDX files or one .npz)")
     if config["data"] == "teacher" and config["cost"] == "cross_entropy":
@@ -202,20 +276,24 @@ def configure(given, saved=None):
     if config["fused"] and config["check_finite"]:
         raise UsageError("--check-finite needs the update after the gradients: drop --fused")
     if config["timeline"] is not None:
-        refusal = png_refusal("--timeline", config["timeline"], " (its intervals go beside it, in .json)")
-        if refusal:
-            raise UsageError(refusal)
-        folder = os.path.dirname(os.path.abspath(config["timeline"]))
-        if not os.path.isdir(folder):
-            raise UsageError(f"--timeline {config['timeline']}: the folder {folder} does not exist")
-        if config["graph"]:
-            raise UsageError("--timeline stamps every launch of eager steps, and a graph step is one launch: "
-                             "drop --graph or --timeline")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError(f"--timeline needs matplotlib: {pip_install('plot')}") from None
+        _check_timeline(config)
     return config
+
+
+def _check_timeline(config):
+    refusal = png_refusal("--timeline", config["timeline"], " (its intervals go beside it, in .json)")
+    if refusal:
+        raise UsageError(refusal)
+    folder = os.path.dirname(os.path.abspath(config["timeline"]))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--timeline {config['timeline']}: the folder {folder} does not exist")
+    if config["graph"]:
+        raise UsageError("--timeline stamps every launch of eager steps, and a graph step is one launch: "
+                         "drop --graph or --timeline")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--timeline needs matplotlib: {pip_install('plot')}") from None
 
 
 def profile_window(config):

@@ -1,0 +1,74 @@
+"""The networks ``leapfrog-train`` trains (``--model``): each one's data, network, schedules and name.
+
+``mlp``     an ``MLP`` [n_1, *hidden, n_L] on the digits, MNIST or a teacher network (``data``).
+``resmlp``  the same layers with a skip connection (an ``Add``) every ``--skip`` hidden layers wherever the
+            widths agree: ``dag.network.residual``, a ``GraphNet`` whose ``Dense`` nodes "2".."L" are the
+            MLP's layers, so that its parameters are named as an MLP's; its forward pass node by node or
+            by a forward solver (``--forward-solver``, ``leapfrog_gpu.dag.forward``).
+``rnn``     an ``RNN`` whose hidden layers are recurrent, on sequences (``rnn_tasks``): the digits read row
+            by row (an output at the last step) or a teacher RNN (an output at every step).
+
+The training loop sees each network through what the three share (``core.network.Network``).
+"""
+
+from ...dag.forward import ForwardJacobi, ForwardNewton
+from ...dag.network import residual
+from ...mlp.network import MLP
+from ...rnn.network import RNN
+from . import data, rnn_tasks
+
+DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "teacher"), "rnn": ("digits", "teacher")}
+"""The datasets each model trains on (``--data``)."""
+
+NETWORK = {"mlp": "mlp", "resmlp": "dag", "rnn": "rnn"}
+"""Each model's network, by its name in the table of schedules (``leapfrog_gpu.tools.schedules``)."""
+
+FORWARD_SOLVERS = {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton}
+"""``--forward-solver``: the forward pass of a ``GraphNet``, node by node or by a solver of its system."""
+
+
+def dataset(config):
+    """The dataset of ``config`` (``--data`` for ``--model``), in its dtype."""
+    dtype = config["dtype"]
+    if config["model"] == "rnn":
+        if config["data"] == "digits":
+            return rnn_tasks.digits_by_rows(dtype)
+        return rnn_tasks.teacher(config["inputs"], config["outputs"], config["tau"], config["samples"], dtype=dtype)
+    if config["data"] == "digits":
+        return data.digits(dtype)
+    if config["data"] == "mnist":
+        return data.mnist(config["data_dir"], dtype)
+    return data.teacher([config["inputs"], *config["hidden"], config["outputs"]], config["samples"], dtype=dtype)
+
+
+def sizes(config, dataset):
+    """The widths n_1..n_L of the network: the data's inputs, ``--hidden``, the data's outputs."""
+    return [dataset.inputs, *config["hidden"], dataset.outputs]
+
+
+def network(config, dataset, backend, comm):
+    """The network of ``config`` for ``dataset`` on ``backend``, data-parallel over ``comm``: a sigmoid
+    output under cross-entropy for classes, an identity output for regression."""
+    options = dict(activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
+                   backend=backend, output_activation=None if dataset.classes else "identity",
+                   check_finite=config["check_finite"], comm=comm)
+    widths = sizes(config, dataset)
+    if config["model"] == "resmlp":
+        return residual(widths, skip=config["skip"], **options)
+    if config["model"] == "rnn":
+        return RNN(widths, output="last" if dataset.y_train.ndim == 2 else "every", **options)
+    return MLP(widths, **options)
+
+
+def name(config):
+    """The model in the header's words."""
+    if config["model"] == "resmlp":
+        every = "hidden layer" if config["skip"] == 1 else f"{config['skip']} hidden layers"
+        return f"residual MLP (a skip every {every})"
+    return config["model"].upper()
+
+
+def forward_solver(config):
+    """A new solver of the forward pass that ``--forward-solver`` names, or ``None`` (node by node)."""
+    solver = FORWARD_SOLVERS[config["forward_solver"]]
+    return None if solver is None else solver()

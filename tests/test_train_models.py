@@ -1,0 +1,227 @@
+"""``leapfrog-train`` trains the three models through one loop: each model's default run learns each of its
+datasets, every schedule it lists runs and any other is refused by name, the metrics lines share one
+schema (the one docs/training.md gives), and the residual and recurrent networks take --graph,
+--check-finite, --forward-solver, Ctrl-C and --resume as the MLP does."""
+
+import json
+import re
+import shlex
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, assert_bitwise_equal, cli, digits_as_mnist, one_error_line, parameters
+from leapfrog_gpu import RNN, GraphNet
+from leapfrog_gpu.mlp.network import MLP
+
+SMALL = {  # teacher tasks of 8 steps an epoch
+    "mlp": ["--data", "teacher", "--samples", 64, "--hidden", "3x8", "--batch-size", 8],
+    "resmlp": ["--model", "resmlp", "--skip", 1, "--data", "teacher", "--samples", 64, "--hidden", "3x8",
+               "--batch-size", 8],
+    "rnn": ["--model", "rnn", "--data", "teacher", "--samples", 64, "--tau", 4, "--hidden", "2x8", "--batch-size", 8],
+}
+NETWORK = {"mlp": MLP, "resmlp": GraphNet, "rnn": RNN}
+
+SCHEDULES = {
+    "mlp": ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"],
+    "resmlp": ["sequential", "leapfrog", "level-sets", "dag-jacobi", "dag-doubling"],
+    "rnn": ["bptt", "leapfrog", "wavefront", "timescan", "naumov-rnn"],
+}
+
+CLASSES = {"sequential": "Sequential", "leapfrog": "Leapfrog", "naumov-scan": "NaumovScan",
+           "naumov-jacobi": "NaumovJacobi", "level-sets": "LevelSets", "dag-jacobi": "DagJacobi",
+           "dag-doubling": "DagDoubling", "bptt": "BPTT", "wavefront": "Wavefront", "timescan": "TimeScan",
+           "naumov-rnn": "NaumovRNN"}
+"""The schedule each name gives."""
+
+SCHEMA = ["model", "data", "epoch", "step", "train_loss", "test_loss", "METRIC", "samples_per_s", "seconds",
+          "backend", "schedule", "forward_solver", "graph", "ranks"]
+"""The keys of every ``--metrics`` line, in order; METRIC is ``test_accuracy`` or ``test_mse``."""
+
+
+def metrics_of(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def mean_predictor_mse(y_train, y_test):
+    """The test mse of the best constant output the training targets give (their mean): chance level."""
+    return float(np.mean((y_test - y_train.mean(axis=-1, keepdims=True)) ** 2))
+
+
+# -- every model, every dataset, every schedule --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model, dataset", [("mlp", "digits"), ("mlp", "mnist"), ("mlp", "teacher"),
+                                            ("resmlp", "digits"), ("resmlp", "mnist"), ("resmlp", "teacher"),
+                                            ("rnn", "digits"), ("rnn", "teacher")])
+def test_every_models_default_run_learns_each_of_its_datasets(tmp_path, model, dataset):
+    """As shipped but for two epochs: the training loss falls, and the test metric is far from chance
+    (10 % for ten classes; for a regression, the mse of always answering the training targets' mean)."""
+    where = ["--data-dir", digits_as_mnist(tmp_path / "mnist")] if dataset == "mnist" else []
+    assert cli("--model", model, "--data", dataset, *where, "--epochs", 2, "--quiet", "--metrics", tmp_path / "m") == 0
+    first, last = metrics_of(tmp_path / "m")
+    assert last["train_loss"] < 0.9 * first["train_loss"], (first, last)
+    if dataset != "teacher":
+        assert last["test_accuracy"] >= 0.5, last
+        return
+    from leapfrog_gpu.tools.train import data, rnn_tasks
+
+    task = rnn_tasks.teacher() if model == "rnn" else data.teacher([64, 128, 128, 128, 128, 10], 4096)
+    assert last["test_mse"] < 0.8 * mean_predictor_mse(task.y_train, task.y_test), last
+
+
+@pytest.mark.parametrize("model, schedule", [(m, s) for m, names in SCHEDULES.items() for s in names])
+def test_every_schedule_a_model_lists_trains_as_its_first_does(tmp_path, capsys, model, schedule):
+    """In float64 every schedule gives the parameters of the model's plain chain (the first it lists)."""
+    base = [*SMALL[model], "--dtype", "float64", "--epochs", 1, "--quiet", "--backend", "numpy"]
+    assert cli("--model", model, "--help") == 0
+    assert "{" + ",".join(SCHEDULES[model]) + "}" in capsys.readouterr().out
+    assert cli(*base, "--schedule", SCHEDULES[model][0], "--checkpoint-dir", tmp_path / "first") == 0
+    assert cli(*base, "--schedule", schedule, "--checkpoint-dir", tmp_path / "run", "--metrics", tmp_path / "m") == 0
+    assert metrics_of(tmp_path / "m")[0]["schedule"].startswith(CLASSES[schedule] + "(")
+    for got, want in zip(parameters(tmp_path / "run")[0], parameters(tmp_path / "first")[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("model, other", [("mlp", "bptt"), ("resmlp", "wavefront"), ("rnn", "level-sets"),
+                                          ("rnn", "sequential")])
+def test_a_schedule_of_another_model_is_refused_naming_the_valid_ones(capsys, model, other):
+    assert cli("--model", model, "--schedule", other, "--epochs", 1) == 2
+    assert one_error_line(capsys) == (f"leapfrog-train: error: --schedule {other} is not a schedule of --model "
+                                      f"{model}; choose from {', '.join(SCHEDULES[model])}")
+
+
+def test_the_metrics_lines_of_every_model_share_the_schema_the_docs_give(tmp_path):
+    runs = {("mlp", "digits", "test_accuracy"): ["--hidden", "2x8"], ("resmlp", "teacher", "test_mse"): SMALL["resmlp"],
+            ("rnn", "teacher", "test_mse"): SMALL["rnn"], ("rnn", "digits", "test_accuracy"): ["--model", "rnn"]}
+    for (model, dataset, metric), options in runs.items():
+        path = tmp_path / f"{model}-{dataset}.jsonl"
+        assert cli(*options, "--epochs", 2, "--quiet", "--backend", "numpy", "--metrics", path) == 0
+        lines = metrics_of(path)
+        assert [list(line) for line in lines] == [[metric if k == "METRIC" else k for k in SCHEMA]] * 2, lines
+        assert (lines[1]["model"], lines[1]["data"], lines[1]["epoch"], lines[1]["ranks"]) == (model, dataset, 2, 1)
+        assert lines[1]["forward_solver"] == "sequential" and lines[1]["graph"] is False
+    doc = (ROOT / "docs/training.md").read_text()
+    section = doc[doc.index("### The metrics lines"):]
+    table = section[section.index("\n|"):].split("\n\n")[0]  # the section's first table
+    documented = re.findall(r"^\| `(\w+)`", table, re.M)
+    assert documented == SCHEMA[:6] + ["test_accuracy", "test_mse"] + SCHEMA[7:], documented
+
+
+# -- --help per model ------------------------------------------------------------------------------------------
+
+
+def test_each_model_has_its_own_help(capsys):
+    helps = {}
+    for model in ("mlp", "resmlp", "rnn"):
+        assert cli("--model", model, "--help") == 0
+        helps[model] = " ".join(capsys.readouterr().out.split())
+    rnn = helps["rnn"]
+    assert rnn.startswith("usage: leapfrog-train") and "Train a recurrent network (RNN)" in rnn
+    assert "--tau T teacher: time steps of a sequence (default 16)" in rnn
+    assert "recurrent widths: 6x128, 128,64,32 or 2x128,64 (default 64)" in rnn
+    assert "epochs in all (default 20)" in rnn and "(default 0.1 for digits, 0.08/tau for teacher)" in rnn
+    options = {model: set(re.findall(r"\[(--[\w-]+)", text)) for model, text in helps.items()}  # the usage line's
+    assert "{digits,teacher}" in rnn and not {"--data-dir", "--skip", "--forward-solver"} & options["rnn"], rnn
+    resmlp = helps["resmlp"]
+    assert "--skip N hidden layers per skip connection (default 2)" in resmlp and "--tau" not in resmlp
+    assert "--forward-solver {sequential,jacobi,newton}" in resmlp
+    mlp = helps["mlp"]
+    assert "Train a deep MLP" in mlp
+    assert "(--model resmlp --help and --model rnn --help: the options of the other models)" in mlp
+    assert not {"--tau", "--skip", "--forward-solver"} & options["mlp"], mlp
+    assert {"--skip", "--forward-solver", "--data-dir"} <= options["resmlp"] and "--tau" not in options["resmlp"]
+    assert "epochs in all (default 30)" in mlp and "(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher)" in mlp
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "rnn", "--data", "mnist"], "--model rnn trains on --data digits or teacher; got mnist"),
+    (["--tau", 4], "--tau applies to --model rnn --data teacher only"),
+    (["--model", "rnn", "--tau", 4], "--tau applies to --model rnn --data teacher only"),
+    (["--model", "rnn", "--skip", 2], "--skip applies to --model resmlp only"),
+    (["--forward-solver", "newton"], "--forward-solver applies to --model resmlp only"),
+    (["--model", "rnn", "--forward-solver", "jacobi"], "--forward-solver applies to --model resmlp only"),
+    (["--model", "resmlp", "--forward-solver", "euler"], "argument --forward-solver: invalid choice: 'euler'"),
+])
+def test_options_of_other_models_are_refused_in_one_line(capsys, args, message):
+    assert cli(*args, "--epochs", 1) == 2
+    assert one_error_line(capsys).startswith("leapfrog-train: error: " + message)
+
+
+# -- the residual and recurrent networks take what the MLP takes -----------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["resmlp", "rnn"])
+def test_header_epoch_lines_and_graph_steps_bitwise_the_eager_ones(tmp_path, capsys, model):
+    assert cli(*SMALL[model], "--epochs", 2, "--checkpoint-dir", tmp_path / "eager") == 0
+    out = capsys.readouterr().out.replace("\n  ", " ").splitlines()  # a header line broken at its " | "
+    assert out[0].startswith("teacher") and out[0].endswith(" tanh, quadratic, float32"), out
+    assert re.fullmatch(r"numpy \(auto: CuPy is not installed\) Leapfrog\(k=2\) \| 2 epochs of 8 steps, batch 8, "
+                        r"lr 0\.0\d+", out[1]), out  # the backend and why
+    assert all(re.fullmatch(r"epoch [12]/2  train loss \d\.\d{4}  test loss \d\.\d{4}  test mse \d\.\d{4}  "
+                            r"[\d,]+ samples/s", line) for line in out[2:4]), out
+    assert cli(*SMALL[model], "--epochs", 2, "--quiet", "--graph", "--checkpoint-dir", tmp_path / "graph") == 0
+    assert_bitwise_equal(parameters(tmp_path / "graph")[0], parameters(tmp_path / "eager")[0])
+
+
+@pytest.mark.parametrize("model", ["resmlp", "rnn"])
+def test_check_finite_stops_on_a_non_finite_gradient_with_exit_3(tmp_path, capsys, model):
+    assert cli(*SMALL[model], "--epochs", 1, "--quiet", "--checkpoint-dir", tmp_path) == 0
+    before = (tmp_path / "checkpoint.npz").read_bytes()
+    assert cli("--epochs", 2, "--lr", 1e20, "--check-finite", "--checkpoint-dir", tmp_path, "--resume") == 3
+    line = one_error_line(capsys)
+    assert "at epoch 2, step " in line and "holds NaN or Inf; update refused, parameters unchanged: try a smaller " \
+        "--lr than 1e+20 (the checkpoint of epoch 1 is kept as it was)" in line, line
+    assert (tmp_path / "checkpoint.npz").read_bytes() == before
+
+
+@pytest.mark.parametrize("model", ["resmlp", "rnn"])
+def test_ctrl_c_says_how_to_resume_and_the_resumed_run_is_the_uninterrupted_one(tmp_path, monkeypatch, capsys,
+                                                                                model):
+    run, straight = tmp_path / "a run", tmp_path / "straight"
+    assert cli(*SMALL[model], "--epochs", 3, "--quiet", "--checkpoint-dir", straight) == 0
+    network, calls = NETWORK[model], []
+    sgd_step = network.sgd_step
+
+    def step_then_ctrl_c(net, *args, **kwargs):
+        sgd_step(net, *args, **kwargs)
+        calls.append(None)
+        if len(calls) == 11:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(network, "sgd_step", step_then_ctrl_c)
+    assert cli(*SMALL[model], "--epochs", 3, "--checkpoint-dir", run) == 130
+    line = capsys.readouterr().err.strip()
+    assert line == (f"leapfrog-train: interrupted at epoch 2, step 11: checkpoint written to {run}/checkpoint.npz; "
+                    f"continue with --resume --checkpoint-dir '{run}'")
+    monkeypatch.undo()
+    assert cli(*shlex.split(line.split("continue with ")[1])) == 0
+    assert f"resumed at epoch 2, step 11 from {run}/checkpoint.npz" in capsys.readouterr().out.splitlines()
+    assert_bitwise_equal(parameters(run)[0], parameters(straight)[0])
+
+
+def test_forward_solvers_train_as_the_node_by_node_forward(tmp_path, capsys):
+    base = [*SMALL["resmlp"], "--dtype", "float64", "--epochs", 2, "--backend", "numpy"]
+    assert cli(*base, "--quiet", "--checkpoint-dir", tmp_path / "sequential") == 0
+    assert cli(*base, "--forward-solver", "jacobi", "--quiet", "--checkpoint-dir", tmp_path / "jacobi") == 0
+    assert_bitwise_equal(parameters(tmp_path / "jacobi")[0], parameters(tmp_path / "sequential")[0])  # exact sweeps
+    assert cli(*base, "--forward-solver", "newton", "--checkpoint-dir", tmp_path / "newton") == 0
+    assert " Leapfrog(k=2), forward newton | 2 epochs" in capsys.readouterr().out
+    for got, want in zip(parameters(tmp_path / "newton")[0], parameters(tmp_path / "sequential")[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)  # Newton's residual is below 1e-12
+
+
+def test_a_step_the_network_refuses_is_one_line_and_exit_2(capsys):
+    assert cli(*SMALL["rnn"], "--tau", 4000, "--schedule", "naumov-rnn", "--epochs", 1, "--quiet") == 2
+    assert one_error_line(capsys).startswith("leapfrog-train: error: NaumovRNN needs ")
+
+
+@pytest.mark.parametrize("model", ["resmlp", "rnn"])
+def test_a_graph_the_gpu_cannot_capture_is_refused_in_one_line(standin, capsys, model):
+    """On CuPy the DAG's layers and the RNN's products are CuPy calls that a capture refuses: exit 2 at the
+    first step, with the network's reason."""
+    assert cli(*SMALL[model], "--backend", "cupy", "--graph", "--epochs", 1, "--quiet") == 2
+    assert re.fullmatch(r"leapfrog-train: error: graph=True cannot capture \w+\(k=2\): .*; use graph=False",
+                        one_error_line(capsys))

@@ -31,9 +31,29 @@ def test_round_trip_is_exact(tmp_path):
         assert got[name].dtype == expected.dtype and got[name].tobytes() == expected.tobytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
     like = {l: dict.fromkeys(named) for l, named in params.items()}
-    assert checkpoint.parameters(got, like, tmp_path)[2]["u"].tobytes() == params[2]["u"].tobytes()
+    net = Receiver(like)
+    checkpoint.restore(net, got, tmp_path)
+    assert net.given[2]["u"].tobytes() == params[2]["u"].tobytes()
     with pytest.raises(checkpoint.CheckpointError, match=r"checkpoint.npz lacks the parameter 'u3' of this network"):
-        checkpoint.parameters(got, {**like, 3: {"w": None, "u": None}}, tmp_path)
+        checkpoint.restore(Receiver({**like, 3: {"w": None, "u": None}}), got, tmp_path)
+    with pytest.raises(checkpoint.CheckpointError, match=r"checkpoint.npz does not fit this network \(bad shape\)"):
+        checkpoint.restore(Receiver(like, refusal="bad shape"), got, tmp_path)
+
+
+class Receiver:
+    """What ``restore`` asks of a network: its ``parameters()``, and ``set_parameters``, here kept (or refused
+    with a ValueError that says ``refusal``)."""
+
+    def __init__(self, like, refusal=None):
+        self.like, self.refusal, self.given = like, refusal, None
+
+    def parameters(self):
+        return self.like
+
+    def set_parameters(self, params):
+        if self.refusal:
+            raise ValueError(self.refusal)
+        self.given = params
 
 
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -183,3 +183,14 @@ def test_teacher_shapes_and_determinism():
     np.testing.assert_array_equal(task.y_train, again.y_train)
     assert np.isfinite(task.y_train).all() and task.y_train.std() > 0.1  # targets carry signal
     assert not np.array_equal(data.teacher([9, 13, 13, 5], samples=41, seed=2).y_train, task.y_train)
+
+
+def test_a_teachers_targets_are_the_same_bits_whatever_blas_threads_run():
+    """A run and the run that resumes it may see other BLAS threads (another process, another machine's
+    default): they must train on the same targets. The sizes are those where OpenBLAS splits a product."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    targets = []
+    for threads in (1, 2):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            targets.append(data.teacher([16, 32, 32, 32, 4], 20000).y_train)
+    assert targets[0].tobytes() == targets[1].tobytes()

@@ -179,7 +179,7 @@ def test_the_check_finds_what_is_broken(tmp_path):
     problems = broken_references(tmp_path)
     assert len(problems) == 9, "\n".join(problems)
     expected = [("README.md:3", f"docs/{missing}"), ("README.md:3", "#2-two"),
-                ("code.py:1", f"§7"), ("code.py:1", f"names {missing}"), ("docs/design.md:5", "§3"),
+                ("code.py:1", "§7"), ("code.py:1", f"names {missing}"), ("docs/design.md:5", "§3"),
                 ("code.py:2", f"{pkg}/gone.py, which is not"), ("code.py:3", f"{pkg}.core.plan has no Gone"),
                 ("code.py:3", f"{pkg}.nowhere, which is not a module")]
     for where, what in expected:

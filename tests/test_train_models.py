@@ -225,3 +225,30 @@ def test_a_graph_the_gpu_cannot_capture_is_refused_in_one_line(standin, capsys, 
     assert cli(*SMALL[model], "--backend", "cupy", "--graph", "--epochs", 1, "--quiet") == 2
     assert re.fullmatch(r"leapfrog-train: error: graph=True cannot capture \w+\(k=2\): .*; use graph=False",
                         one_error_line(capsys))
+
+
+@pytest.mark.parametrize("model", SMALL)
+def test_a_checkpoint_loads_as_the_network_that_wrote_it(tmp_path, model):
+    """``models.load``: the network of the run's ``--model``, its parameters the checkpoint's bits, and its
+    test loss, computed here from its outputs, the one the run reported for its last epoch."""
+    from leapfrog_gpu.tools.train import data, models, rnn_tasks
+
+    assert cli(*SMALL[model], "--epochs", 1, "--quiet", "--checkpoint-dir", tmp_path, "--metrics", tmp_path / "m") == 0
+    saved, state = parameters(tmp_path)
+    sizes = state["sizes"]
+    task = (rnn_tasks.teacher(sizes[0], sizes[-1], tau=4, samples=64) if model == "rnn"
+            else data.teacher(sizes, 64))
+    with models.load(tmp_path, backend="numpy") as net:
+        assert type(net) is NETWORK[model]
+        assert_bitwise_equal([np.asarray(a) for named in net.parameters().values() for a in named.values()], saved)
+        a = np.asarray(net.feedforward(task.x_test), dtype=np.float64)
+    loss = 0.5 * np.sum((a - task.y_test) ** 2) / task.y_test.shape[-1]
+    assert loss == pytest.approx(metrics_of(tmp_path / "m")[-1]["test_loss"], rel=1e-5)
+
+
+def test_a_file_that_is_no_checkpoint_of_the_command_is_refused_in_one_line(tmp_path):
+    from leapfrog_gpu.tools.train import checkpoint, models
+
+    checkpoint.save(tmp_path, {2: {"w": np.ones((2, 3)), "b": np.ones(2)}}, {"sizes": [3, 2]})
+    with pytest.raises(checkpoint.CheckpointError, match="holds no leapfrog-train options to build its network"):
+        models.load(tmp_path)

@@ -147,7 +147,7 @@ class TimeNewton(Solver):
         its iterations and the residual of each evaluation."""
         xp, n, tau, B = p.xp, p.net.n[l], p.tau, p.batch
         (inp, ua, f), scan = self._buffers(p, l)
-        a, w, u, b = p.a[l], p.w[l], p.u[l], p.b[l]
+        a, w, b = p.a[l], p.w[l], p.b[l]
         xp.matmul(w, flat(p.a[l - 1]), out=flat(inp))
         xp.add(flat(inp), b[:, None], out=flat(inp))
         count["flops"] += 2 * n * p.net.n[l - 1] * tau * B + n * tau * B

@@ -70,13 +70,18 @@ def load(directory):
     return arrays, state
 
 
-def parameters(arrays, like, directory):
-    """The parameters of ``arrays`` (``load``'s) in the units and names of ``like`` (a network's
-    ``parameters()``), for its ``set_parameters``; a ``CheckpointError`` naming one it lacks."""
+def restore(net, arrays, directory):
+    """Give ``net`` the parameters of ``arrays`` (``load``'s, of the checkpoint in ``directory``), by the units
+    and names of its ``parameters()``; a ``CheckpointError`` naming one the file lacks, or saying why the
+    network refuses them."""
     try:
-        return {unit: {name: arrays[f"{name}{unit}"] for name in named} for unit, named in like.items()}
+        params = {unit: {name: arrays[f"{name}{unit}"] for name in named} for unit, named in net.parameters().items()}
     except KeyError as error:
         raise CheckpointError(f"{path_in(directory)} lacks the parameter {error} of this network: {REMEDY}") from None
+    try:
+        net.set_parameters(params)
+    except ValueError as error:
+        raise CheckpointError(f"{path_in(directory)} does not fit this network ({error}): {REMEDY}") from None
 
 
 def _first_line(error):

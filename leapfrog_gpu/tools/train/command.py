@@ -167,7 +167,7 @@ def _train(given, comm):
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
             if comm.rank == 0:
-                _set_parameters(net, arrays, directory)
+                checkpoint.restore(net, arrays, directory)
             data_parallel.broadcast_parameters(net)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
         try:
@@ -181,16 +181,6 @@ def _train(given, comm):
 def _on_ranks(ranks):
     """`` on each of P ranks`` under mpiexec, else nothing: what --batch-size means."""
     return "" if ranks == 1 else f" on each of {ranks} ranks"
-
-
-def _set_parameters(net, arrays, directory):
-    """Give ``net`` the parameters of the checkpoint in ``directory`` (``arrays``, as ``checkpoint.load``
-    read them)."""
-    try:
-        net.set_parameters(checkpoint.parameters(arrays, net.parameters(), directory))
-    except ValueError as error:
-        raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} does not fit this network ({error}): "
-                                         f"{checkpoint.REMEDY}") from None
 
 
 def _checkpoint_to_resume(given, directory):

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import threadpoolctl
 
 from ... import reference
 
@@ -131,10 +132,17 @@ def teacher(sizes, samples=4096, seed=1, dtype="float32"):
     x = rng.standard_normal((sizes[0], samples + test)).astype(dtype)
     weights = [(rng.standard_normal((n, m)) / math.sqrt(m)).astype(dtype) for m, n in zip(sizes, sizes[1:])]
     biases = [(0.1 * rng.standard_normal(n)).astype(dtype) for n in sizes[1:]]
-    y = reference.feedforward(weights, biases, x, activation="tanh", output_activation="identity")
+    with same_bits():
+        y = reference.feedforward(weights, biases, x, activation="tanh", output_activation="identity")
     x, y = np.ascontiguousarray(x), np.ascontiguousarray(y, dtype=dtype)
     return Dataset("teacher", x[:, :samples].copy(), y[:, :samples].copy(),
                    x[:, samples:].copy(), y[:, samples:].copy(), None)
+
+
+def same_bits():
+    """A context in which NumPy's products give the same bits whatever BLAS threads the process runs: one
+    thread, for the targets of a teacher, which a run and the run that resumes it must compute alike."""
+    return threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
 def classification(name, x_train, labels_train, x_test, labels_test, classes, dtype="float32", files=None):

@@ -15,7 +15,7 @@ from ...dag.forward import ForwardJacobi, ForwardNewton
 from ...dag.network import residual
 from ...mlp.network import MLP
 from ...rnn.network import RNN
-from . import data, rnn_tasks
+from . import checkpoint, data, rnn_tasks
 
 DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "teacher"), "rnn": ("digits", "teacher")}
 """The datasets each model trains on (``--data``)."""
@@ -46,17 +46,41 @@ def sizes(config, dataset):
     return [dataset.inputs, *config["hidden"], dataset.outputs]
 
 
-def network(config, dataset, backend, comm):
-    """The network of ``config`` for ``dataset`` on ``backend``, data-parallel over ``comm``: a sigmoid
-    output under cross-entropy for classes, an identity output for regression."""
+def network(config, dataset, backend, comm=None):
+    """The network of ``config`` for ``dataset`` on ``backend``, data-parallel over ``comm``."""
+    return _network(config, sizes(config, dataset), bool(dataset.classes), backend, comm)
+
+
+def load(directory, backend="auto"):
+    """The network that ``leapfrog-train`` checkpointed in ``directory``, with the parameters of the last
+    step it completed: an ``MLP``, a residual ``GraphNet`` or an ``RNN``, as its ``--model`` was, on
+    ``backend`` (a name or a backend object); close it when done (``with``). Raises
+    ``checkpoint.CheckpointError``, one line, for a file that is not such a checkpoint or does not fit."""
+    arrays, state = checkpoint.load(directory)
+    config = state.get("config")
+    if not isinstance(config, dict) or not {"data", "activation", "cost", "dtype", "seed"} <= set(config):
+        raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} holds no leapfrog-train options to build "
+                                         f"its network from: {checkpoint.REMEDY}")
+    config = {"model": "mlp", "skip": 2, **config, "check_finite": False}  # older MLP checkpoints name no model
+    net = _network(config, state["sizes"], config["data"] != "teacher", backend, None)
+    try:
+        checkpoint.restore(net, arrays, directory)
+    except BaseException:
+        net.close()
+        raise
+    return net
+
+
+def _network(config, widths, classes, backend, comm):
+    """A sigmoid output under cross-entropy for classes, an identity output for regression; an RNN's output
+    at the last step for classes (a sequence read whole), at every step for regression."""
     options = dict(activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
-                   backend=backend, output_activation=None if dataset.classes else "identity",
+                   backend=backend, output_activation=None if classes else "identity",
                    check_finite=config["check_finite"], comm=comm)
-    widths = sizes(config, dataset)
     if config["model"] == "resmlp":
         return residual(widths, skip=config["skip"], **options)
     if config["model"] == "rnn":
-        return RNN(widths, output="last" if dataset.y_train.ndim == 2 else "every", **options)
+        return RNN(widths, output="last" if classes else "every", **options)
     return MLP(widths, **options)
 
 

@@ -1,4 +1,5 @@
-"""Each network's schedules by name: the one table that the commands' ``--schedule`` takes its names from.
+"""Each network's schedules and forward solvers by name: the tables that the commands' ``--schedule`` and
+``--forward-solver`` take their names from.
 
     schedule_names("rnn")                     # ('bptt', 'leapfrog', 'wavefront', 'timescan', 'naumov-rnn')
     make_schedule("dag", "level-sets", k=4)   # LevelSets(k=4)
@@ -6,14 +7,18 @@
 
 A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``, as ``--model`` names it. Its first schedule
 is its baseline, the order every other one is measured against: ``sequential`` (the MLP, the DAG) or
-``bptt`` (the RNN).
+``bptt`` (the RNN). Its first forward solver, ``sequential``, is the pass node by node (step by step): no
+solver.
 """
 
 import argparse
+import functools
 
 from ..core.schedules import Leapfrog, Sequential
+from ..dag.forward import ForwardJacobi, ForwardNewton
 from ..dag.schedules import DagDoubling, DagJacobi, LevelSets
 from ..mlp.naumov import NaumovJacobi, NaumovScan
+from ..rnn.newton import TimeNewton
 from ..rnn.scans import NaumovRNN, TimeScan
 from ..rnn.schedules import BPTT, Wavefront
 
@@ -29,6 +34,13 @@ WITHOUT_K = (Sequential, BPTT)
 BOUNDED = (NaumovScan, NaumovJacobi, TimeScan, NaumovRNN, DagDoubling)
 """The solvers whose buffers grow past the weights', which take a ``memory_limit`` in bytes."""
 NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
+SOLVERS = {
+    "dag": {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton},
+    "rnn": {"sequential": None, "newton": TimeNewton, "quasi-newton": functools.partial(TimeNewton, quasi=True)},
+}
+"""The forward solvers of the networks that take one, by name, ``sequential`` (no solver) first: a
+``GraphNet``'s by Jacobi sweeps or Newton's method over its system (``dag.forward``); an RNN's by Newton's
+method over time (``TimeNewton``, DEER; ``quasi-newton``: its Jacobians' diagonals only)."""
 
 
 def schedule_names(model):
@@ -65,6 +77,12 @@ def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=No
     if memory_limit is not None and cls in BOUNDED:
         options["memory_limit"] = memory_limit
     return cls(**options)
+
+
+def make_solver(model, name):
+    """A new forward solver ``name`` of ``model`` (``SOLVERS``), or ``None`` for ``sequential``."""
+    solver = SOLVERS[model][name]
+    return None if solver is None else solver()
 
 
 def names_type(model):

@@ -6,25 +6,29 @@
             MLP's layers, so that its parameters are named as an MLP's; its forward pass node by node or
             by a forward solver (``--forward-solver``, ``leapfrog_gpu.dag.forward``).
 ``rnn``     an ``RNN`` whose hidden layers are recurrent, on sequences (``rnn_tasks``): the digits read row
-            by row (an output at the last step) or a teacher RNN (an output at every step).
+            by row or pixel by pixel (an output at the last step) or a teacher RNN (an output at every
+            step); its forward pass step by step or solved over time (``--forward-solver``,
+            ``leapfrog_gpu.rnn.newton``), which with ``--schedule timescan`` makes the step parallel in time.
 
 The training loop sees each network through what the three share (``core.network.Network``).
 """
 
-from ...dag.forward import ForwardJacobi, ForwardNewton
 from ...dag.network import residual
 from ...mlp.network import MLP
 from ...rnn.network import RNN
+from ..schedules import SOLVERS, make_solver
 from . import checkpoint, data, rnn_tasks
 
-DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "teacher"), "rnn": ("digits", "teacher")}
+DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "teacher"),
+        "rnn": ("digits", "pixels", "teacher")}
 """The datasets each model trains on (``--data``)."""
 
 NETWORK = {"mlp": "mlp", "resmlp": "dag", "rnn": "rnn"}
 """Each model's network, by its name in the table of schedules (``leapfrog_gpu.tools.schedules``)."""
 
-FORWARD_SOLVERS = {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton}
-"""``--forward-solver``: the forward pass of a ``GraphNet``, node by node or by a solver of its system."""
+FORWARD_SOLVERS = {model: tuple(SOLVERS[network]) for model, network in NETWORK.items() if network in SOLVERS}
+"""``--forward-solver``: the names each model that takes one takes (``tools.schedules.SOLVERS``), the
+default first."""
 
 
 def dataset(config):
@@ -33,6 +37,8 @@ def dataset(config):
     if config["model"] == "rnn":
         if config["data"] == "digits":
             return rnn_tasks.digits_by_rows(dtype)
+        if config["data"] == "pixels":
+            return rnn_tasks.digits_by_pixels(dtype)
         return rnn_tasks.teacher(config["inputs"], config["outputs"], config["tau"], config["samples"], dtype=dtype)
     if config["data"] == "digits":
         return data.digits(dtype)
@@ -93,6 +99,8 @@ def name(config):
 
 
 def forward_solver(config):
-    """A new solver of the forward pass that ``--forward-solver`` names, or ``None`` (node by node)."""
-    solver = FORWARD_SOLVERS[config["forward_solver"]]
-    return None if solver is None else solver()
+    """A new solver of the forward pass that ``--forward-solver`` names, or ``None`` (node by node, step by
+    step; the MLP has no other)."""
+    if config["model"] not in FORWARD_SOLVERS:
+        return None
+    return make_solver(NETWORK[config["model"]], config["forward_solver"])

@@ -32,7 +32,7 @@ reaches about 97 % test accuracy in 30 epochs."""
 RNN_DEFAULTS = {"hidden": [64], "epochs": 20, "batch_size": 16, "inputs": 4, "outputs": 2, "samples": 2048}
 """What ``--model rnn`` takes otherwise: about 96 % test accuracy on the digits read row by row."""
 
-LR = {"digits": 0.1, "mnist": 0.1, "teacher": 0.01}
+LR = {"digits": 0.1, "pixels": 0.02, "mnist": 0.1, "teacher": 0.01}
 """Each dataset's default learning rate. The teacher's quadratic cost sums over its outputs, so its
 gradients are larger: with the default network its loss becomes NaN in the first epoch from about
 ``--lr 0.04``, and 0.01 leaves a margin of four."""
@@ -67,9 +67,9 @@ PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 """Options that may differ between ranks; every other option must be the same on all of them."""
 
 ONLY = {"data_dir": ("mnist", None), "inputs": ("teacher", None), "outputs": ("teacher", None),
-        "samples": ("teacher", None), "skip": (None, "resmlp"), "forward_solver": (None, "resmlp"),
-        "tau": ("teacher", "rnn")}
-"""Options that apply to one ``--data`` or one ``--model`` only (None: any): the others refuse them."""
+        "samples": ("teacher", None), "skip": (None, ("resmlp",)), "tau": ("teacher", ("rnn",)),
+        "forward_solver": (None, tuple(FORWARD_SOLVERS))}
+"""Options that apply to one ``--data`` or to some ``--model``s only (None: any): the others refuse them."""
 
 TIMELINE_STEPS = [10, 15]
 """The window ``--timeline`` records when ``--profile-steps`` is not given: 5 steps after 10 of warm-up."""
@@ -141,6 +141,7 @@ DATA_HELP = {
 
 RNN_DATA_HELP = {
     "digits": "the 8x8 digits read row by row (8 steps of 8 pixels, the class at the last step)",
+    "pixels": "the 8x8 digits read pixel by pixel (64 steps of one pixel, the class at the last step)",
     "teacher": "regression on a random teacher RNN, a target at every step (--tau)",
 }
 
@@ -161,7 +162,8 @@ def build_parser(model=DEFAULTS["model"]):
 
     group = p.add_argument_group("data")
     words = RNN_DATA_HELP if rnn else DATA_HELP
-    group.add_argument("--data", choices=("digits", "mnist", "teacher"), metavar="{" + ",".join(DATA[model]) + "}",
+    group.add_argument("--data", choices=tuple(dict.fromkeys(sum(DATA.values(), ()))),
+                       metavar="{" + ",".join(DATA[model]) + "}",
                        help="; ".join(f"{name}: {words[name]}" for name in DATA[model]) + f" (default {d['data']})")
     group.add_argument("--data-dir", metavar="DIR", help=shown(
         "mnist: a folder with the four IDX files (gzipped or not) or one .npz", "mlp", "resmlp"))
@@ -192,8 +194,8 @@ def build_parser(model=DEFAULTS["model"]):
     group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
     group.add_argument("--batch-size", type=integer(1), metavar="B",
                        help=f"at most the number of training samples (default {d['batch_size']})")
-    rates = ([f"{LR['digits']} for digits", f"{RNN_TEACHER_LR}/tau for teacher"] if rnn
-             else [f"{lr} for {name}" for name, lr in LR.items()])
+    rates = [f"{LR[name]} for {name}" if not (rnn and name == "teacher") else f"{RNN_TEACHER_LR}/tau for teacher"
+             for name in DATA[model]]
     group.add_argument("--lr", type=number(0), metavar="ETA",
                        help=f"learning rate: w -= ETA/B * nabla_w (default {', '.join(rates)})")
     group.add_argument("--seed", type=integer(0), metavar="S",
@@ -203,9 +205,12 @@ def build_parser(model=DEFAULTS["model"]):
                        help=f"the backward pass: {names[0]} on one stream, or a schedule with --k worker streams "
                             f"(default {d['schedule']})")
     group.add_argument("--k", type=integer(1), metavar="K", help=f"worker streams of the schedule (default {d['k']})")
-    group.add_argument("--forward-solver", choices=tuple(FORWARD_SOLVERS), help=shown(
-        "the forward pass: node by node, or solved as a system by Jacobi sweeps or Newton's method "
-        f"(leapfrog_gpu.dag.forward; default {d['forward_solver']})", "resmlp"))
+    solvers = FORWARD_SOLVERS.get(model, ())
+    group.add_argument("--forward-solver", metavar="{" + ",".join(solvers) + "}", help=shown(
+        ("the forward pass: step by step, or solved over time by Newton's method (quasi-newton: the Jacobians' "
+         "diagonals only; leapfrog_gpu.rnn.newton); with --schedule timescan the step is parallel in time"
+         if rnn else "the forward pass: node by node, or solved as a system by Jacobi sweeps or Newton's method "
+                     "(leapfrog_gpu.dag.forward)") + f" (default {d['forward_solver']})", *FORWARD_SOLVERS))
     group.add_argument("--fused", action="store_true",
                        help="fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per "
                             "element (bitwise the unfused result on the GPU; with numpy, at batch size 1 or for layers "
@@ -260,9 +265,17 @@ def configure(given, saved=None):
     if config["data"] not in DATA[model]:
         raise UsageError(f"--model {model} trains on --data {' or '.join(DATA[model])}; got {config['data']}")
     for key, (data, only) in ONLY.items():
-        if key in given and (data not in (None, config["data"]) or only not in (None, model)):
-            where = " ".join(f"--{what} {name}" for what, name in (("model", only), ("data", data)) if name)
+        if key in given and (data not in (None, config["data"]) or model not in (only or MODELS)):
+            where = " ".join(f"--{what} {name}" for what, name in
+                             (("model", only and " or ".join(only)), ("data", data)) if name)
             raise UsageError(f"--{key.replace('_', '-')} applies to {where} only")
+    solvers = FORWARD_SOLVERS.get(model, ())
+    if solvers and config["forward_solver"] not in solvers:
+        raise UsageError(f"--forward-solver {config['forward_solver']} is not a forward solver of --model {model}; "
+                         f"choose from {', '.join(solvers)}")
+    if model == "rnn" and config["graph"] and config["forward_solver"] != solvers[0]:
+        raise UsageError(f"--graph captures the step-by-step forward pass, and --forward-solver "
+                         f"{config['forward_solver']} stops on a residual read on the host: drop one of them")
     names = schedule_names(NETWORK[model])
     if config["schedule"] not in names:
         raise UsageError(f"--schedule {config['schedule']} is not a schedule of --model {model}; choose from "

@@ -2,6 +2,9 @@
 
 ``digits_by_rows``  scikit-learn's 8x8 digits read one row per time step: tau = 8 steps of 8 pixels,
                     one-hot targets at the last step (``output="last"``); the split of ``data.digits``.
+``digits_by_pixels`` the same digits read one pixel per time step, row by row: tau = 64 steps of one
+                    input, the class at the last step; a constant output scores 10 % (ten classes about
+                    equally frequent), the trivial baseline.
 ``teacher``         a regression task: targets at every step from a random teacher RNN (tanh recurrent
                     layers, identity output, u^l of spectral norm 0.9), inputs x ~ N(0, 1).
 
@@ -24,6 +27,18 @@ def digits_by_rows(dtype="float32"):
     digits = data.digits(dtype)
     return data.Dataset("digits-by-rows", _rows(digits.x_train), digits.y_train, _rows(digits.x_test), digits.y_test,
                         digits.classes)
+
+
+def digits_by_pixels(dtype="float32"):
+    """The digits, pixel p of an image (row-major) at time step p + 1."""
+    digits = data.digits(dtype)
+    return data.Dataset("digits-by-pixels", _pixels(digits.x_train), digits.y_train, _pixels(digits.x_test),
+                        digits.y_test, digits.classes)
+
+
+def _pixels(x):
+    """(64, N) images as (64, 1, N): time step = pixel, one input."""
+    return np.ascontiguousarray(x.reshape(64, 1, -1))
 
 
 def _rows(x):

@@ -10,6 +10,12 @@ whose predicted chain work exceeds ``max_gflop`` is skipped, one whose buffers e
 refused by its own check; both show as rows. PyTorch's ``nn.RNN`` (tanh, L-2 layers, bias_hh held at zero,
 a Linear output at every step; on the GPU cuDNN's) is timed on the same batch and parameters:
 ``loss.backward()`` alone, after a forward pass under autograd.
+
+``--forward-solver`` (names of ``tools.schedules.SOLVERS["rnn"]``: newton, quasi-newton) adds the SGD step
+parallel in time: the forward pass by that solver (``TimeNewton``), the backward by ``TimeScan``, the update;
+a row ``step timescan+NAME`` each, against a row ``step bptt``, BPTT's whole step, timed alike (interleaved,
+enqueue to ``synchronize()``, after a warm-up); their speed-up is BPTT's step over the row's and their rounds
+the forward's plus the backward's. A step that would take more memory than ``memory_limit`` is refused.
 """
 
 import argparse
@@ -25,19 +31,24 @@ from ...backends import get_backend
 from ...core.functions import DTYPES
 from ...rnn.network import RNN
 from ...core.checks import MEMORY_LIMIT
-from ...rnn.schedules import resolve
+from ...rnn.scans import TimeScan
+from ...rnn.schedules import BPTT, resolve
 from ..cli import Parser, integer, integers
-from ..schedules import make_schedule, names_type, schedule_names
+from ..schedules import SOLVERS, make_schedule, make_solver, names_type, schedule_names
 from . import torch_anchor
 from .report import ratio
 
-TITLE = "speed-up vs bptt: BPTT's median time over the row's, same network (> 1: faster)"
+TITLE = "speed-up vs bptt: BPTT's median over the row's (a step: BPTT's step's), same network; > 1: faster"
 """The line above the table: which way its speed-ups point."""
-HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<13} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
+HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<26} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
           f"{'rounds':>7} {'flops/bptt':>10}")
 """The columns' titles."""
 TORCH = "torch nn.RNN"
 """The name of PyTorch's row."""
+STEP = "step "
+"""What a step's row name starts with: ``step bptt``, ``step timescan+newton``."""
+ETA = 1e-3
+"""The learning rate of the timed steps."""
 
 
 def table_head():
@@ -89,15 +100,59 @@ def torch_backward(torch, net, x, y, repeats, device="cpu"):
     return statistics.median(times[1:])
 
 
+def step_name(solver):
+    """The row of the step whose forward pass is ``solver`` (a name of ``SOLVERS["rnn"]``): ``step bptt`` for
+    ``sequential``, else ``step timescan+NAME``."""
+    return f"{STEP}bptt" if solver == "sequential" else f"{STEP}timescan+{solver}"
+
+
+def time_steps(net, x, y, solvers, k, memory_limit, repeats):
+    """Median seconds of BPTT's SGD step and of the step parallel in time with each of ``solvers`` (names),
+    interleaved after a warm-up each, by row name (``step_name``): ``{"median_s", "rounds"}``, or
+    ``{"refused": why}`` for a step that refuses this batch (a memory check)."""
+    steps = {}
+    for name in dict.fromkeys(["sequential", *solvers]):
+        solver = make_solver("rnn", name)
+        if solver is not None:
+            solver.memory_limit = memory_limit
+        steps[step_name(name)] = (BPTT() if solver is None else TimeScan(k=k, memory_limit=memory_limit), solver)
+    results, times = {}, {}
+
+    def step(row):
+        schedule, solver = steps[row]
+        net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))
+        net.synchronize()
+        forward = solver.stats["rounds"] if solver is not None else len(net.hidden) * x.shape[0]
+        return forward + net.stats["rounds"]
+
+    for row in steps:
+        try:
+            step(row)
+        except ValueError as error:
+            results[row] = {"refused": str(error)}
+        else:
+            times[row] = []
+    for _ in range(repeats):
+        for row in times:
+            start = time.perf_counter()
+            rounds = step(row)
+            times[row].append(time.perf_counter() - start)
+            results[row] = {"rounds": rounds}
+    for row, measured in times.items():
+        results[row]["median_s"] = statistics.median(measured)
+    return results
+
+
 def _host(arrays):
     return [a.get() if hasattr(a, "get") else a for a in arrays]
 
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
-            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn")):
-    """The rows of one (N, tau, B): a dict per schedule of ``names`` (``schedules``; and ``TORCH`` when
-    ``torch``, the module, is given) with ``median_s``, ``speedup`` (BPTT's median over it) and the
-    schedule's ``stats``, or ``refused``."""
+            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=()):
+    """The rows of one (N, tau, B): a dict per schedule of ``names`` (``schedules``; ``TORCH`` when
+    ``torch``, the module, is given; and with ``solvers``, the steps of ``time_steps``) with ``median_s``,
+    ``speedup`` (BPTT's median over it, BPTT's step's for a step) and the schedule's ``stats``, or
+    ``refused``."""
     sizes, chosen, refused = [N] * L, {}, {}
     itemsize = np.dtype(dtype).itemsize
     measured = schedules(k, memory_limit, names)
@@ -114,15 +169,18 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
         if torch is not None:
             where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
             results[TORCH] = {"median_s": torch_backward(torch, net, x, y, repeats, where)}
+        if solvers:
+            results.update(time_steps(net, x, y, solvers, k, memory_limit, repeats))
     results.update({name: {"refused": why} for name, why in refused.items()})
-    base = results["bptt"]["median_s"]
-    rows = []
-    for name in [*measured, TORCH]:
+    base, rows = results["bptt"]["median_s"], []
+    for name in [*measured, TORCH, *(step_name(solver) for solver in dict.fromkeys(["sequential", *solvers]))]:
         if name in results:
-            row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": measured[name].k if name in measured
-                   else None, "repeats": repeats, **results[name]}
+            streams = measured[name].k if name in measured else (k if name.startswith(f"{STEP}timescan") else None)
+            row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
+                   **results[name]}
             if "median_s" in row:
-                row["speedup"] = base / row["median_s"]
+                row["speedup"] = (results[step_name("sequential")]["median_s"] if name.startswith(STEP)
+                                  else base) / row["median_s"]
             rows.append(row)
     return rows
 
@@ -130,7 +188,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
 def format_row(row):
     """One line of the table under ``HEADER``."""
     k = "-" if row["k"] is None else row["k"]
-    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<13} {k:>2}"
+    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<26} {k:>2}"
     if "median_s" not in row:
         return f"{head} {row['refused'][:80]}"
     flops = f"{row['flops'] / row['sequential_flops']:10.2f}" if "flops" in row else f"{'':>10}"
@@ -147,6 +205,17 @@ def run(grid, report=print, **options):
             report(format_row(row))
             rows.append(row)
     return rows
+
+
+def solver_names(text):
+    """An argparse type: a comma-separated list of the RNN's forward solvers by name, ``sequential`` left out
+    (BPTT's step, always timed with them)."""
+    names = text.split(",")
+    valid = [name for name in SOLVERS["rnn"] if name != "sequential"]
+    for name in names:
+        if name not in valid:
+            raise argparse.ArgumentTypeError(f"unknown RNN forward solver {name!r}; choose from {', '.join(valid)}")
+    return names
 
 
 def parser():
@@ -166,6 +235,11 @@ def parser():
     p.add_argument("--schedule", type=names_type("rnn"), default=list(schedule_names("rnn")),
                    metavar="NAME[,NAME...]", help=f"schedules by name, from {', '.join(schedule_names('rnn'))}; "
                                                   "bptt is always measured (default all)")
+    solvers = [name for name in SOLVERS["rnn"] if name != "sequential"]
+    p.add_argument("--forward-solver", type=solver_names, default=[], metavar="NAME[,NAME...]",
+                   help=f"also time the SGD step parallel in time: the forward pass by each solver named, from "
+                        f"{', '.join(solvers)} (TimeNewton), the backward by timescan, against BPTT's step "
+                        "(default none)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
     p.add_argument("--repeats", type=integer(1, "--repeats"), default=15, metavar="N", help="(default 15)")
     p.add_argument("--max-gflop", type=float, default=3.0, metavar="G",
@@ -188,7 +262,8 @@ def main(argv=None):
     grid = [(N, tau, B) for N in args.sizes for tau in args.tau for B in args.batch]
     try:
         rows = run(grid, L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype, backend=args.backend,
-                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads, names=args.schedule)
+                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads, names=args.schedule,
+                   solvers=args.forward_solver)
     except KeyboardInterrupt:
         print("leapfrog-bench --model rnn: interrupted (SIGINT)", file=sys.stderr)
         return 130

@@ -122,9 +122,10 @@ def test_each_model_has_its_own_help(capsys):
     assert rnn.startswith("usage: leapfrog-train") and "Train a recurrent network (RNN)" in rnn
     assert "--tau T teacher: time steps of a sequence (default 16)" in rnn
     assert "recurrent widths: 6x128, 128,64,32 or 2x128,64 (default 64)" in rnn
-    assert "epochs in all (default 20)" in rnn and "(default 0.1 for digits, 0.08/tau for teacher)" in rnn
+    assert "epochs in all (default 20)" in rnn and "(default 0.1 for digits, 0.02 for pixels, 0.08/tau for teacher)" in rnn
     options = {model: set(re.findall(r"\[(--[\w-]+)", text)) for model, text in helps.items()}  # the usage line's
-    assert "{digits,teacher}" in rnn and not {"--data-dir", "--skip", "--forward-solver"} & options["rnn"], rnn
+    assert "{digits,pixels,teacher}" in rnn and not {"--data-dir", "--skip"} & options["rnn"], rnn
+    assert "--forward-solver {sequential,newton,quasi-newton}" in rnn
     resmlp = helps["resmlp"]
     assert "--skip N hidden layers per skip connection (default 2)" in resmlp and "--tau" not in resmlp
     assert "--forward-solver {sequential,jacobi,newton}" in resmlp
@@ -137,13 +138,18 @@ def test_each_model_has_its_own_help(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "rnn", "--data", "mnist"], "--model rnn trains on --data digits or teacher; got mnist"),
+    (["--model", "rnn", "--data", "mnist"], "--model rnn trains on --data digits or pixels or teacher; got mnist"),
+    (["--data", "pixels"], "--model mlp trains on --data digits or mnist or teacher; got pixels"),
     (["--tau", 4], "--tau applies to --model rnn --data teacher only"),
     (["--model", "rnn", "--tau", 4], "--tau applies to --model rnn --data teacher only"),
     (["--model", "rnn", "--skip", 2], "--skip applies to --model resmlp only"),
-    (["--forward-solver", "newton"], "--forward-solver applies to --model resmlp only"),
-    (["--model", "rnn", "--forward-solver", "jacobi"], "--forward-solver applies to --model resmlp only"),
-    (["--model", "resmlp", "--forward-solver", "euler"], "argument --forward-solver: invalid choice: 'euler'"),
+    (["--forward-solver", "newton"], "--forward-solver applies to --model resmlp or rnn only"),
+    (["--model", "rnn", "--forward-solver", "jacobi"],
+     "--forward-solver jacobi is not a forward solver of --model rnn; choose from sequential, newton, quasi-newton"),
+    (["--model", "resmlp", "--forward-solver", "quasi-newton"],
+     "--forward-solver quasi-newton is not a forward solver of --model resmlp; choose from sequential, jacobi, newton"),
+    (["--model", "rnn", "--forward-solver", "newton", "--graph"],
+     "--graph captures the step-by-step forward pass, and --forward-solver newton stops on a residual read"),
 ])
 def test_options_of_other_models_are_refused_in_one_line(capsys, args, message):
     assert cli(*args, "--epochs", 1) == 2

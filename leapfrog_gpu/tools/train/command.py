@@ -6,6 +6,7 @@
     leapfrog-train --data teacher --inputs 1024 --hidden 8x1024 --outputs 1024 --batch-size 1
     leapfrog-train --model resmlp --schedule dag-doubling --forward-solver newton
     leapfrog-train --model rnn --data teacher --tau 32 --schedule timescan
+    leapfrog-train --model rnn --data pixels --schedule timescan --forward-solver newton   # parallel in time
     mpiexec -n 2 leapfrog-train --batch-size 16                  # data-parallel: 16 samples per rank
 
 Every model runs through the one loop (``loop``); what differs between them is their data and network

@@ -79,10 +79,11 @@ def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=No
     return cls(**options)
 
 
-def make_solver(model, name):
-    """A new forward solver ``name`` of ``model`` (``SOLVERS``), or ``None`` for ``sequential``."""
+def make_solver(model, name, **options):
+    """A new forward solver ``name`` of ``model`` (``SOLVERS``) made with ``options`` (``memory_limit=``...),
+    or ``None`` for ``sequential``."""
     solver = SOLVERS[model][name]
-    return None if solver is None else solver()
+    return None if solver is None else solver(**options)
 
 
 def names_type(model):

@@ -112,9 +112,7 @@ def time_steps(net, x, y, solvers, k, memory_limit, repeats):
     ``{"refused": why}`` for a step that refuses this batch (a memory check)."""
     steps = {}
     for name in dict.fromkeys(["sequential", *solvers]):
-        solver = make_solver("rnn", name)
-        if solver is not None:
-            solver.memory_limit = memory_limit
+        solver = make_solver("rnn", name, memory_limit=memory_limit)
         steps[step_name(name)] = (BPTT() if solver is None else TimeScan(k=k, memory_limit=memory_limit), solver)
     results, times = {}, {}
 

@@ -150,6 +150,13 @@ SOLVERS = {"TimeScan": (time_scan, 4, 16), "Wavefront": (wavefront, 2, 5), "Time
            "NaumovScan": (naumov_scan, 3, 7), "DagJacobi": (dag_jacobi, 3, 8), "DagDoubling": (dag_doubling, 3, 9),
            "ForwardNewton": (forward_newton, 3, 9)}
 """Each solver: what runs it, and two sizes (tau, recurrent layers or depth) whose rounds are counted."""
+UNBATCHED = {"DagJacobi": "a sweep runs every node's own layer (Dense, Add, Concat, ...) one after another"}
+"""Solvers whose rounds still loop over nodes in Python, and why."""
+
+
+def solvers():
+    return [pytest.param(name, marks=pytest.mark.xfail(reason=UNBATCHED[name], strict=True)) if name in UNBATCHED
+            else name for name in SOLVERS]
 
 
 def calls_per_round(backend, monkeypatch, solver, size):
@@ -175,15 +182,31 @@ def cupy_backend(standin):
         yield backend
 
 
-@pytest.mark.parametrize("solver", list(SOLVERS))
+@pytest.mark.parametrize("solver", solvers())
 def test_calls_per_round_do_not_grow_on_numpy(numpy_backend, monkeypatch, solver):
     _, small, large = SOLVERS[solver]
     assert (calls_per_round(numpy_backend, monkeypatch, solver, small)
             == calls_per_round(numpy_backend, monkeypatch, solver, large))
 
 
-@pytest.mark.parametrize("solver", list(SOLVERS))
+@pytest.mark.parametrize("solver", solvers())
 def test_calls_per_round_do_not_grow_on_the_cupy_standin(cupy_backend, monkeypatch, solver):
     _, small, large = SOLVERS[solver]
     assert (calls_per_round(cupy_backend, monkeypatch, solver, small)
             == calls_per_round(cupy_backend, monkeypatch, solver, large))
+
+
+def test_a_loop_over_block_pairs_planted_in_a_round_is_caught(numpy_backend, monkeypatch):
+    """The x half of DagDoubling's round as one product per block row (a node, width 4 in ``deep_chain``):
+    its calls grow with the depth, and the count says so."""
+    def looped(xp, P, P_next, X, Q, square):
+        for r in range(0, X.shape[1], 4):
+            xp.matmul(P[:, r:r + 4], X, out=Q[:, r:r + 4])
+        xp.add(X, Q, out=X)
+        if square:
+            xp.matmul(P, P, out=P_next)
+
+    monkeypatch.setattr(dag_schedules, "doubling_round", looped)
+    _, small, large = SOLVERS["DagDoubling"]
+    assert (calls_per_round(numpy_backend, monkeypatch, "DagDoubling", small)
+            != calls_per_round(numpy_backend, monkeypatch, "DagDoubling", large))

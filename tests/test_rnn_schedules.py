@@ -169,9 +169,9 @@ def test_counters_are_reported_and_the_scans_say_what_they_hold():
             net.backprop(x, y, schedule)
             stats = schedule.stats
             assert {"rounds", "flops", "bytes", "memory_bytes", "sequential_flops", "sequential_bytes"} <= set(stats)
-            if isinstance(schedule, (TimeScan, NaumovRNN)):
+            if isinstance(schedule, (Wavefront, TimeScan, NaumovRNN)):
                 assert stats["memory_bytes"] == schedule.memory_needed(sizes, tau, B, 4) > 0
-                assert stats["flops"] > stats["sequential_flops"]
+                assert stats["flops"] > stats["sequential_flops"] or isinstance(schedule, Wavefront)
             else:
                 assert stats["memory_bytes"] == 0
         # NaumovRNN holds 2K + 2(K-1) blocks of (tau·N)^2 per sample and 2K vectors of tau·N

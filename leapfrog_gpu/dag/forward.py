@@ -32,7 +32,7 @@ from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.convergence import Solver, relative
 from .network import GraphNet, from_mlp
 from .plan import INPUT
-from .schedules import doubling_bytes, doubling_rounds, doubling_solve, reachable_pairs
+from .schedules import doubling_bytes, doubling_rounds, doubling_solve
 
 
 class ForwardSolver(Solver):
@@ -200,8 +200,8 @@ class ForwardNewton(ForwardSolver):
                 f"warm_start={self.warm_start})")
 
     def memory_needed(self, net, batch):
-        """Bytes of the blocks over every pair (u, v) with a path u -> v, their square, two iterates."""
-        return doubling_bytes(net, reachable_pairs(net), batch, np.dtype(net.dtype).itemsize)
+        """Bytes of the Jacobian's blocks laid into one (B, M, M) matrix, its square, two iterates."""
+        return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
     def check_memory(self, net, batch):
         needed = self.memory_needed(net, batch)
@@ -255,5 +255,5 @@ class ForwardNewton(ForwardSolver):
                     block = net.layer[v].jacobian(net.backend, state.params[v], args, saved[v], i).dense()
                     blocks[v, u] = blocks[v, u] + block if (v, u) in blocks else block
         e = {v: f[v] - a[v] for v in net.order}
-        step, flops, moved = doubling_solve(xp, blocks, e, net.depth)
+        step, flops, moved = doubling_solve(xp, blocks, e, net.depth, {v: net.n[v] for v in net.order})
         return step, flops, moved

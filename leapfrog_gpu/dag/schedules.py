@@ -12,9 +12,9 @@ the DAG's sparsity; D (``depth``) is the number of non-input nodes on the longes
 ``LevelSets(k)``  reverse generations by height (the longest path to the output): D rounds, the nodes
                   of a round independent of each other.
 ``DagJacobi(k)``  every x_v from the previous sweep's at once, from x = 0: exact after D sweeps.
-``DagDoubling(k)``  (I - N)^{-1} = (I + N)(I + N^2)(I + N^4)...: ceil(log2 D) rounds of block products
-                  over the reachable pairs (its chain case is ``NaumovScan``); the memory it needs is
-                  checked against ``memory_limit`` before anything is allocated.
+``DagDoubling(k)``  (I - N)^{-1} = (I + N)(I + N^2)(I + N^4)...: ceil(log2 D) rounds, each one batched
+                  product of N's blocks laid into one matrix (its chain case is ``NaumovScan``); the
+                  memory it needs is checked against ``memory_limit`` before anything is allocated.
 
 Every adjoint sums its consumers' products in one fixed order (deepest consumer first), so every
 schedule here whose inputs are exact computes the sequential order's values bit for bit. The last
@@ -120,8 +120,9 @@ class DagJacobi(DagSchedule):
 
 class DagDoubling(DagSchedule):
     """Recursive doubling over the DAG's blocks: x <- x + P x, P <- P^2, ceil(log2 D) rounds, P = N at
-    first, every block one (B, n_u, n_w) array per reachable pair. ``memory_limit``: bytes its blocks
-    and vectors may take; ``memory_needed`` is checked before anything is allocated."""
+    first, the blocks laid into one (B, M, M) matrix (M the sum of the node widths), so that a round is
+    three calls whatever the block pairs. ``memory_limit``: bytes its matrices and vectors may take;
+    ``memory_needed`` is checked before anything is allocated."""
 
     def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT):
         memory_limit = check_memory_limit(memory_limit)
@@ -129,9 +130,9 @@ class DagDoubling(DagSchedule):
         self.memory_limit = memory_limit
 
     def memory_needed(self, net, batch):
-        """Bytes of P and P^2 over the reachable pairs, and two iterates, for ``net`` (a ``GraphNet`` or its
-        plan) at ``batch``."""
-        return doubling_bytes(net, reachable_pairs(net), batch, np.dtype(net.dtype).itemsize)
+        """Bytes of P and P^2, (B, M, M) each, and two iterates, for ``net`` (a ``GraphNet`` or its plan) at
+        ``batch``."""
+        return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
     def dag_backward(self, plan, hand, controls):
         needed = self.memory_needed(plan, plan.batch)
@@ -145,47 +146,47 @@ class DagDoubling(DagSchedule):
 
     def _solve(self, plan):
         blocks, e = plan.blocks()
-        x, flops, moved = doubling_solve(plan.xp, blocks, e, plan.depth)
+        x, flops, moved = doubling_solve(plan.xp, blocks, e, plan.depth, {v: plan.n[v] for v in plan.order})
         for v in plan.order:
             if v not in e:
                 plan.adjoints[v] = x[v]
         self.stats.update(flops=flops, bytes=moved * np.dtype(plan.dtype).itemsize)
 
 
-def doubling_solve(xp, blocks, e, depth):
+def doubling_solve(xp, blocks, e, depth, widths):
     """x = (I - N)^{-1} e = sum_{i < D} N^i e for nilpotent N of index <= D, in ceil(log2 D) rounds.
 
-    ``blocks``: {(u, v): (B, n_u, n_v)}; ``e``: {v: (n_v, B)}. Returns ``(x, flops, elements moved)``."""
-    P, x, flops, moved = blocks, dict(e), 0, 0
+    ``blocks``: {(u, v): (B, n_u, n_v)}; ``e``: {v: (n_v, B)}; ``widths``: {v: n_v} of every unknown, in
+    order. The blocks are laid into one (B, M, M) matrix P (M = sum of n_v, zero where no block is) and
+    x into (B, M, 1), so that each round is one batched product for x <- x + P x, an add, and one for
+    P <- P P (``doubling_round``). Returns ``({v: x_v (n_v, B)}, flops, elements moved)``."""
+    rows, M = {}, 0
+    for v, n in widths.items():
+        rows[v], M = slice(M, M + n), M + n
+    any_e = next(iter(e.values()))
+    B = any_e.shape[1]
+    P, P_next = (xp.zeros((B, M, M), dtype=any_e.dtype) for _ in range(2))
+    X, Q = (xp.zeros((B, M, 1), dtype=any_e.dtype) for _ in range(2))
+    for (u, v), block in blocks.items():
+        xp.copyto(P[:, rows[u], rows[v]], block)
+    for v, vector in e.items():
+        xp.copyto(X[:, rows[v], 0], vector.T)
     rounds = doubling_rounds(depth)
     for r in range(rounds):
-        new = dict(x)
-        for (u, v), block in P.items():
-            if v in x:
-                term = xp.matmul(block, x[v].T[:, :, None])[:, :, 0].T
-                new[u] = new[u] + term if u in new else term
-                B, n_u, n_v = block.shape
-                flops, moved = flops + 2 * B * n_u * n_v, moved + B * n_u * n_v + B * (n_v + 2 * n_u)
-        x = new
-        if r < rounds - 1:
-            P, f, m = _square(xp, P)
-            flops, moved = flops + f, moved + m
+        doubling_round(xp, P, P_next, X, Q, r < rounds - 1)
+        P, P_next = P_next, P
+    x = {v: X[:, rows[v], 0].T.copy() for v in widths}
+    flops = rounds * B * (2 * M * M + M) + max(rounds - 1, 0) * B * 2 * M ** 3
+    moved = rounds * B * (M * M + 4 * M) + max(rounds - 1, 0) * B * 3 * M * M
     return x, flops, moved
 
 
-def _square(xp, P):
-    """P^2 over block pairs: (u, w) = sum over v of P[u, v] P[v, w]."""
-    by_row, squared, flops, moved = {}, {}, 0, 0
-    for (v, w), block in P.items():
-        by_row.setdefault(v, []).append((w, block))
-    for (u, v), left in P.items():
-        for w, right in by_row.get(v, ()):
-            product = xp.matmul(left, right)
-            squared[u, w] = squared[u, w] + product if (u, w) in squared else product
-            B, n_u, n_v = left.shape
-            flops += 2 * B * n_u * n_v * right.shape[2]
-            moved += B * (n_u * n_v + n_v * right.shape[2] + n_u * right.shape[2])
-    return squared, flops, moved
+def doubling_round(xp, P, P_next, X, Q, square):
+    """One round: X <- X + P X, and P P into ``P_next`` if ``square``; P (B, M, M), X and Q (B, M, 1)."""
+    xp.matmul(P, X, out=Q)
+    xp.add(X, Q, out=X)
+    if square:
+        xp.matmul(P, P, out=P_next)
 
 
 def doubling_rounds(depth):
@@ -202,18 +203,11 @@ def heights(dag):
     return height
 
 
-def reachable_pairs(dag):
-    """Pairs (u, w) of non-input nodes of ``dag`` with a path u -> ... -> w: where P's blocks can be nonzero."""
-    below = {}
-    for v in reversed(dag.order):
-        below[v] = set(dag.consumers[v]).union(*(below[c] for c in dag.consumers[v]))
-    return [(u, w) for u in dag.order for w in below[u]]
-
-
-def doubling_bytes(dag, pairs, batch, itemsize):
-    """Bytes of P and P^2 over ``pairs`` and of two iterates of ``dag``, at ``batch``."""
-    blocks = sum(dag.n[u] * dag.n[w] for u, w in pairs)
-    return (2 * blocks + 2 * sum(dag.n[v] for v in dag.order)) * batch * itemsize
+def doubling_bytes(dag, batch, itemsize):
+    """Bytes of P and P^2, (B, M, M) each with M the sum of the widths of ``dag``'s non-input nodes, and of
+    two iterates (B, M, 1), at ``batch``."""
+    M = sum(dag.n[v] for v in dag.order)
+    return (2 * M * M + 2 * M) * batch * itemsize
 
 
 def _times(plan, times):

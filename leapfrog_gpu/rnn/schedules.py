@@ -118,7 +118,13 @@ class BPTT(RNNSchedule):
 
 class Wavefront(RNNSchedule):
     """The level sets of the (layer, time) grid: round d computes every delta^{l,t} with
-    (L-1-l) + (tau-t) = d, all independent of each other; K + tau - 1 rounds.
+    (L-1-l) + (tau-t) = d, all independent of each other; K + tau - 1 rounds, each four batched calls.
+
+    Position i = l - 2 holds layer l (position K: delta^L), padded to the widest width N and skewed in
+    time: E[i, s] is delta^{l,t} at s = t + i, so that round d's cells are E[lo:hi, s] (s = K + tau - 2 - d)
+    and read only column s + 1: E[i, s] = sigma' * ((w^{l+1})^T E[i+1, s+1] + (u^l)^T E[i, s+1]), one
+    stacked product of each, an add and a multiply. The weights are stacked once per pass (2·K·N^2
+    elements), delta and sigma' skewed ((2K+1)·(tau+K)·N·B) with a scratch of K·N·B.
 
     Args:
         k: worker streams for the gradients (0: the main stream).
@@ -129,31 +135,84 @@ class Wavefront(RNNSchedule):
         super().__init__(k, fused)
 
     def chain(self, p):
+        buffers = self._buffers(p)
         p.delta_output()
         yield p.L
         K, tau = p.L - 2, p.tau
+        p.backend.launch(p.main, "wavefront: load", self._load, p, buffers)
         for d in range(K + tau - 1):
-            cells = [(l, tau - 1 - (d - (p.L - 1 - l))) for l in range(p.L - 1, 1, -1)]
-            cells = [(l, t) for l, t in cells if 0 <= t < tau]
-            p.backend.launch(p.main, f"wavefront[{d}]", self._round, p, cells)
+            s = K + tau - 2 - d
+            lo, hi = max(0, s - tau + 1), min(K, s + 1)
+            p.backend.launch(p.main, f"wavefront[{d}]", self._round, p.xp, buffers, s, lo, hi)
             p.rounds += 1
-            yield from (l for l, t in cells if t == 0)
+            if s < K:  # position s reached t = 0: layer s + 2 is final
+                p.backend.launch(p.main, f"delta[{s + 2}]", self._unload, p, buffers, s)
+                yield s + 2
 
     @staticmethod
-    def _round(p, cells):
-        for l, t in cells:
-            p.from_above(l, t)
-            p.recur(l, t)
+    def _elements(sizes, tau, B):
+        K, N = len(sizes) - 2, max(sizes[1:])
+        return [K * N * N, K * N * N, (K + 1) * (tau + K) * N * B, K * (tau + K) * N * B, K * N * B]
+
+    def memory_needed(self, sizes, tau, B, itemsize):
+        """Bytes of the stacked weights, the skewed delta and sigma' and the scratch, for ``sizes`` at
+        ``tau`` and ``B``."""
+        return sum(self._elements(sizes, tau, B)) * itemsize
+
+    @staticmethod
+    def _buffers(p):
+        """W (K, N, N) with the (w^{l+1})^T, U (K, N, N) with the (u^l)^T, E (K+1, tau+K, N, B), SP
+        (K, tau+K, N, B) and Q (K, N, B), allocated once per pass, zero (their padding stays so)."""
+        if "wavefront" not in p.cache:
+            K, N, tau, B = p.L - 2, max(p.net.sizes[1:]), p.tau, p.batch
+            shapes = [(K, N, N), (K, N, N), (K + 1, tau + K, N, B), (K, tau + K, N, B), (K, N, B)]
+            p.cache["wavefront"] = [p.xp.zeros(shape, dtype=p.net.dtype) for shape in shapes]
+            p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
+        return p.cache["wavefront"]
+
+    @staticmethod
+    def _load(p, buffers):
+        """The pass's weights and sigma' into their stacks, delta^L into position K (zero where layer L has
+        no output)."""
+        xp, n, tau, K, L = p.xp, p.net.n, p.tau, p.L - 2, p.L
+        W, U, E, SP, _ = buffers
+        for i, l in enumerate(range(2, L)):
+            xp.copyto(W[i, : n[l], : n[l + 1]], p.w[l + 1].T)
+            xp.copyto(U[i, : n[l], : n[l]], p.u[l].T)
+            xp.copyto(SP[i, i: i + tau, : n[l]], p.sp[l].transpose(1, 0, 2))
+        top = E[K, K:, : n[L]]
+        if p.a_last is not None:
+            top.fill(0)
+            xp.copyto(top[tau - 1], p.delta[L][:, 0])
+        else:
+            xp.copyto(top, p.delta[L].transpose(1, 0, 2))
+
+    @staticmethod
+    def _round(xp, buffers, s, lo, hi):
+        """The cells E[lo:hi, s] from column s + 1: four batched calls."""
+        W, U, E, SP, Q = buffers
+        xp.matmul(W[lo:hi], E[lo + 1: hi + 1, s + 1], out=Q[lo:hi])
+        xp.matmul(U[lo:hi], E[lo:hi, s + 1], out=E[lo:hi, s])
+        xp.add(E[lo:hi, s], Q[lo:hi], out=E[lo:hi, s])
+        xp.multiply(E[lo:hi, s], SP[lo:hi, s], out=E[lo:hi, s])
+
+    @staticmethod
+    def _unload(p, buffers, i):
+        l = i + 2
+        p.xp.copyto(p.delta[l], buffers[2][i, i: i + p.tau, : p.net.n[l]].transpose(1, 0, 2))
 
     @staticmethod
     def rounds_formula(K, tau):
         return K + tau - 1 if K else 0
 
     def counters(self, sizes, tau, B, itemsize):
-        """BPTT's flops; w^{l+1} is read once per cell rather than once per layer."""
+        """BPTT's flops over the padded width N; w^{l+1} is read once per round rather than once per layer,
+        and the stacks are what it holds."""
+        K, N = len(sizes) - 2, max(sizes[1:])
         counters = bptt_counters(sizes, tau, B, itemsize)
-        extra = sum(sizes[l] * sizes[l - 1] for l in range(2, len(sizes) - 1)) * (tau - 1) * itemsize
-        counters["bytes"] += extra
+        counters["flops"] = K * tau * (4 * N * N + 2 * N) * B
+        counters["bytes"] = (K * tau * (2 * N * N + 5 * N * B) + 2 * K * N * N + 2 * K * tau * N * B) * itemsize
+        counters["memory_bytes"] = self.memory_needed(sizes, tau, B, itemsize)
         return counters
 
 

@@ -58,6 +58,9 @@ MEMCHECK+=' or bitwise_sequential_on_the_gpu and k2-B7'
 SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32'
 SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
 SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
+# The GEMV block shapes kernels.py compares with the launcher's, forward (lanes x rows) : backward (columns x
+# threads), in a dry run too: each must pass launch.chain_launch's checks (tests/test_profiling_scripts.py).
+GEMV_BLOCKS=32x4:16x32,32x8:32x256,32x2:8x128,32x16:4x128
 # The kernel model for kernels.py where this machine cannot compute it (no NVRTC or cuobjdump: no test extras).
 MODEL=profiling/results/kernel_model_cpu_2026-12-01.json
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
@@ -148,16 +151,16 @@ part_kernel_model() {  # $OUT/kernel_model.json where it can be computed here, e
 
 part_kernels() {
     local model=$OUT/kernel_model.json
-    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33"
-                 --gemv-blocks "32x4:16x32,32x8:32x16,64x4:8x128,16x16:4x128")
-    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5,1024:1024:1" --gemv-blocks 32x4:16x32 --repeats 2)
+    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33")
+    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5,1024:1024:1" --repeats 2)  # smaller shapes, the same blocks
     if [[ -e $model ]]; then
         note "predictions from kernel_model.json, computed here"
     else
         model=$REPO/$MODEL
         note "predictions from the committed $MODEL"
     fi
-    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --jsonl "$OUT/kernels.jsonl" --model "$model"
+    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --gemv-blocks "$GEMV_BLOCKS" \
+        --jsonl "$OUT/kernels.jsonl" --model "$model"
 }
 
 # The headline network (a tiny one in a dry run), eager and as a graph.

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.backends import cuda_available, launch
 from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
 
@@ -172,6 +172,37 @@ def part_lines(summary):
     return lines
 
 
+GEMV_BLOCKS = re.search(r"^GEMV_BLOCKS=(\S+)$", (PROFILING / "device_check.sh").read_text(), re.M).group(1)
+
+
+def test_the_gemv_block_shapes_of_the_device_check_pass_the_launchers_checks():
+    """Every GEMV block shape the kernels part passes, in a run and in a dry run alike (one option, no other
+    list), is one the launcher accepts, in float32 and float64."""
+    text = (PROFILING / "device_check.sh").read_text()
+    assert text.count("--gemv-blocks") == 1 and '--gemv-blocks "$GEMV_BLOCKS"' in text
+    blocks = kernels._gemv_blocks(GEMV_BLOCKS)
+    assert len(blocks) >= 4 and len(set(blocks)) == len(blocks)
+    for forward, backward in blocks:
+        with kernels._gemv_block_shapes(forward, backward):
+            for kind in ("forward", "backward"):
+                for itemsize in (4, 8):
+                    launch.chain_launch(kind, 4096, 1, itemsize)
+
+
+def test_a_gemv_block_shape_the_launcher_refuses_is_reported_and_the_next_runs(capsys, tmp_path):
+    """A block shape the launcher refuses fails on its own line; the block shapes after it still run, and
+    the exit status says that one failed."""
+    status = kernels.main(["--backend", "numpy", "--shapes", "33:17:1", "--repeats", "2",
+                           "--gemv-blocks", "64x4:8x128,32x8:32x16,32x4:16x32", "--jsonl", str(tmp_path / "k.jsonl")])
+    out = capsys.readouterr().out.splitlines()
+    assert status == 1
+    failed = [line for line in out if " failed: AssertionError: " in line]
+    assert [line.split(":")[0] for line in failed] == ["GEMV blocks 64x4", "GEMV blocks 32x8"]
+    assert "a warp (32 lanes) per row" in failed[0] and "16 threads" in failed[1]
+    assert sum(line.endswith("32x4:16x32") for line in out) == 2 and out.index(failed[1]) < len(out) - 3
+    assert out[-1] == "2 of the GEMV block shapes failed: 64x4:8x128, 32x8:32x16"
+
+
 def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     """--dry-run on a CPU: every part exits 0 with its time in summary.txt, within what comes back from a
     GPU machine (eight files at most, plain names, no folder), each result file readable; the kernels
@@ -205,7 +236,8 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     assert (out / "log.txt").read_text().count("graph mode against its GPU targets") == 2
     assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
     measured = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
-    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4)  # our kernels against
+    blocks = GEMV_BLOCKS.split(",")  # every block shape of the real run, at the dry run's two B = 1 shapes
+    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4 * len(blocks))  # ours against
     assert {line["impl"] for line in measured if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
     # the model: computed here where NVRTC and cuobjdump import (the test extras), else the committed one
     computed = "kernel_model.json" in files

@@ -33,7 +33,8 @@ class CupyBackend:
     ``chain``: what runs (2) and (5), ``"cublas"`` (the default) or ``"kernels"`` (kernels/chain.cu).
     cuBLAS runs through one nvmath-python handle on the main stream (``cublas.Blas``) in eager and graph
     steps alike, so that they agree to the bit with either chain; without nvmath-python, eager steps call
-    ``cupy.matmul`` and graph steps run the chain on our kernels (``CudaOps.capturable_chain``).
+    ``cupy.matmul`` and graph steps run the chain on our kernels (``CudaOps.capturable_chain``), so that
+    they agree only to rounding.
     """
 
     name = "cupy"

@@ -1,35 +1,44 @@
 #!/usr/bin/env bash
-# The one command for a GPU machine: every GPU question answered in one run of at most 8 minutes.
+# The one command for a GPU machine: every GPU question answered in one run of at most 7 minutes.
 #
 #   COMMIT=$(git rev-parse --short HEAD) OUT=/path/to/results bash profiling/device_check.sh
+#   PARTS=tests,kernels bash profiling/device_check.sh    # some parts only (keys below), e.g. for a rerun
 #   bash profiling/device_check.sh --dry-run     # every part on a CPU, against the CuPy stand-in: under 2 minutes
 #
-# Parts, most important first; each runs under its own time limit, and all of them within BUDGET seconds
-# (default 420, leaving room for the 5 s a killed part may take to end), so a part that would start too late
-# is recorded as not run:
-#   environment        GPU, driver, Python and package versions, the tools on PATH
-#   GPU tests          python -m pytest -m gpu, the whole-step tests first (graph mode, NCCL with one rank, the
-#                      timeline, the commands), then the kernels'; a test module that cannot be imported (an
-#                      optional package missing) is reported and the other tests still run
-#   kernel model       profiling/kernel_model.py --json: every kernel's predicted time on an H200 from its sm_90
+# Parts, in the order they run, each under its own limit (seconds; 400 in all), all of them within BUDGET
+# seconds (default 420, leaving room for the 5 s a killed part may take to end), so a part that would start
+# too late is recorded as not run. PARTS (comma-separated keys; default every part) selects some; the others
+# are recorded as not selected. The headline benchmark comes third, after 75 s at most.
+#   smoke (smoke, 60)             profiling/smoke.py: CuPy imported, the device named, one kernel of each family
+#                                 against its NumPy twin, one eager and one graph step against NumPy's (eager and
+#                                 graph bitwise), each line written to summary.txt at once
+#   environment (environment, 15) GPU, driver, Python and package versions, the tools on PATH
+#   bench headline (headline, 90) leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4, PyTorch
+#                      eager, each eager and as a graph (PyTorch's as a CUDA graph), the graph-mode targets judged
+#                      (vs PyTorch eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x,
+#                      within 2x of the bytes floor), with --timeline (each stream's busy time, worker overlap,
+#                      the Gantt chart)
+#   kernel model (model, 25)      profiling/kernel_model.py --json: every kernel's predicted time from its sm_90
 #                      code, computed here where NVRTC and cuobjdump can be imported (the test extras), else the
 #                      committed MODEL is used; the line says which
-#   kernels            profiling/kernels.py: our nabla_w kernels against cuBLAS, and our chain kernels (2)(3) and
-#                      (5) against cuBLAS + our elementwise kernel, GB/s beside a device copy, the GEMV targets
-#                      judged, then the GEMVs with other block shapes than the launcher's; the model's prediction
-#                      beside each kernel of ours, and the measured median over it
-#   bench headline     leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4, PyTorch eager, each
-#                      eager and as a graph (PyTorch's as a CUDA graph), the graph-mode targets judged (vs PyTorch
-#                      eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x, within 2x of the
-#                      bytes floor), with --timeline (each stream's busy time, worker overlap, the Gantt chart)
-#   bench fused        the same network with the SGD update fused into (7), eager and as a graph, with --timeline
-#   compute-sanitizer  memcheck, racecheck, synccheck, each on a selection of GPU tests (the count is shown);
-#                      skipped, with the reason, where the tool is missing or refuses the device
-#   bench grid         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
+#   kernels (kernels, 55)         profiling/kernels.py: our nabla_w kernels against cuBLAS, and our chain kernels
+#                      (2)(3) and (5) against cuBLAS + our elementwise kernel, GB/s beside a device copy, the GEMV
+#                      targets judged, then the GEMVs at the other block shapes of GEMV_BLOCKS, each on its own;
+#                      the model's prediction beside each kernel of ours, and the measured median over it
+#   GPU tests (tests, 45)         python -m pytest -m gpu on the whole-step test modules (FIRST: graph mode, cuBLAS,
+#                      NCCL with one rank, the timeline, the commands, the gradients); with PARTS naming tests,
+#                      every GPU test (limit 400 s); a test module that cannot be imported (an optional package
+#                      missing) is reported and the other tests still run
+#   bench fused (fused, 35)       the same network with the SGD update fused into (7), eager and as a graph, with
+#                      --timeline
+#   compute-sanitizer (memcheck 15, racecheck 15, synccheck 15)  each on a selection of GPU tests (the count is
+#                      shown); skipped, with the reason, where the tool is missing or refuses the device
+#   bench grid (grid, 10)         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
 #
 # Every part appends to files in $OUT (default profiling/results/device_check_<UTC time>) as it goes, so a
 # part killed at its limit keeps what it measured. Eight files at most, none in a subfolder:
-#   summary.txt         the environment, then one line per part: exit status, seconds, limit, notes
+#   summary.txt         the wheels installed and the imports missing (in the first seconds), the smoke checks,
+#                       the environment, then one line per part: exit status, seconds, limit, notes
 #   log.txt             everything the parts printed
 #   kernel_model.json   the kernel model, where it was computed here
 #   kernels.jsonl       one JSON line per kernel measurement (ours with the model's predicted_us and bound)
@@ -37,7 +46,11 @@
 #   timeline.png  timeline.json  timeline_fused.png      the Gantt charts (and the headline's intervals)
 #
 # The machine needs python3 (PYTHON) with NumPy, CuPy, pytest and matplotlib (and torch for the PyTorch
-# anchors, mpi4py for the NCCL test); nothing is installed: the checkout is imported through PYTHONPATH.
+# anchors, mpi4py for the NCCL test); the checkout is imported through PYTHONPATH. What such a machine may
+# lack (nvmath-python, cuda-core, cuda-pathfinder, cuda-bindings, threadpoolctl, tqdm, pytest-timeout) comes as wheels in
+# WHEELS (default build/wheels, filled by profiling/fetch_wheels.sh): installed with pip --no-index into a
+# scratch folder put first on PYTHONPATH, those the image lacks only. The imports still missing are listed in
+# the first seconds.
 # With --dry-run, `import cupy` gives the CuPy stand-in of tests/standin, which runs our kernels on the CPU
 # harness and times with its events: kernels and benches run on it with tiny sizes; where it cannot serve
 # (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
@@ -58,9 +71,13 @@ MEMCHECK+=' or bitwise_sequential_on_the_gpu and k2-B7'
 SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_b and 257-64 and f32'
 SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
 SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
+# The GEMV block shapes kernels.py compares with the launcher's, forward (lanes x rows) : backward (columns x
+# threads), in a dry run too: each must pass launch.chain_launch's checks (tests/test_profiling_scripts.py).
+GEMV_BLOCKS=32x4:16x32,32x8:32x256,32x2:8x128,32x16:4x128
 # The kernel model for kernels.py where this machine cannot compute it (no NVRTC or cuobjdump: no test extras).
 MODEL=profiling/results/kernel_model_cpu_2026-12-01.json
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
+# In a run of every part, these only (about 70 tests, 45 s); the kernels' ~950 GPU tests: PARTS=tests.
 FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_cublas.py tests/test_parallel.py
        tests/test_graph_tools.py tests/test_timeline.py tests/test_train.py tests/test_gradients.py)
 
@@ -117,20 +134,29 @@ PY
     return 0
 }
 
-part_gpu_tests() {
+part_gpu_tests() {  # the whole-step tests (FIRST); every GPU test where PARTS names the part
+    local modules=("${FIRST[@]}") what="the whole-step tests (FIRST; every GPU test: PARTS=tests)"
+    if [[ ,$PARTS, == *,tests,* ]]; then
+        modules=("${FIRST[@]}" tests) what="every GPU test"
+    fi
     if [[ -n $DRY ]]; then
         local listing
-        listing=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider "${FIRST[@]}" tests 2>&1)
+        listing=$("$PYTHON" -m pytest --collect-only -q -m gpu -p no:cacheprovider "${modules[@]}" 2>&1)
         local status=$?
         echo "$listing" | tail -3
-        note "dry run: $(echo "$listing" | grep -Eo '[0-9]+(/[0-9]+)? tests? collected' || echo 'nothing')" \
-            "(collected only: they need a CUDA device)"
+        note "dry run: $(echo "$listing" | grep -Eo '[0-9]+(/[0-9]+)? tests? collected' || echo 'nothing')," \
+            "$what (collected only: they need a CUDA device)"
         return "$status"
     fi
+    note "$what"
     local timeout=()
-    "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout=(--timeout 60)
+    "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout=(--timeout 20)
     "$PYTHON" -m pytest -m gpu -v --tb=line -p no:cacheprovider --continue-on-collection-errors "${timeout[@]}" \
-        "${FIRST[@]}" tests
+        "${modules[@]}"
+}
+
+part_smoke() {
+    "$PYTHON" profiling/smoke.py --summary "$SUMMARY"
 }
 
 part_kernel_model() {  # $OUT/kernel_model.json where it can be computed here, else a note naming MODEL
@@ -148,16 +174,16 @@ part_kernel_model() {  # $OUT/kernel_model.json where it can be computed here, e
 
 part_kernels() {
     local model=$OUT/kernel_model.json
-    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33"
-                 --gemv-blocks "32x4:16x32,32x8:32x16,64x4:8x128,16x16:4x128")
-    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5,1024:1024:1" --gemv-blocks 32x4:16x32 --repeats 2)
+    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33")
+    [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5,1024:1024:1" --repeats 2)  # smaller shapes, the same blocks
     if [[ -e $model ]]; then
         note "predictions from kernel_model.json, computed here"
     else
         model=$REPO/$MODEL
         note "predictions from the committed $MODEL"
     fi
-    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --jsonl "$OUT/kernels.jsonl" --model "$model"
+    "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --gemv-blocks "$GEMV_BLOCKS" \
+        --jsonl "$OUT/kernels.jsonl" --model "$model"
 }
 
 # The headline network (a tiny one in a dry run), eager and as a graph.
@@ -238,6 +264,10 @@ part_bench_grid() {
 part() {
     local name=$1 limit=$2 left started status seconds line
     shift 2
+    if ! selected "$name"; then
+        echo "$name: not selected (PARTS=$PARTS)" >>"$SUMMARY"
+        return
+    fi
     left=$((DEADLINE - SECONDS))
     if ((left < limit)); then limit=$left; fi
     if ((left < 5)); then
@@ -260,6 +290,76 @@ part() {
     ((status == 0)) || FAILED=1
 }
 
+# The key of each part in PARTS, by its name.
+declare -A KEYS=([smoke]=smoke [environment]=environment ["bench headline"]=headline ["kernel model"]=model
+                 [kernels]=kernels ["GPU tests"]=tests ["bench fused"]=fused ["compute-sanitizer memcheck"]=memcheck
+                 ["compute-sanitizer racecheck"]=racecheck ["compute-sanitizer synccheck"]=synccheck
+                 ["bench grid"]=grid)
+
+selected() {  # selected NAME: whether PARTS (empty: every part) names the part NAME (or names no key at all)
+    local key=${KEYS[$1]:-}
+    [[ -z ${PARTS:-} || -z $key || ,$PARTS, == *,$key,* ]]
+}
+
+check_parts() {  # PARTS names keys only; exit 2 naming them otherwise
+    local key known=" ${KEYS[*]} "
+    for key in ${PARTS//,/ }; do
+        if [[ $known != *" $key "* ]]; then
+            echo "device_check.sh: error: PARTS names '$key'; the parts are: smoke environment headline model" \
+                "kernels tests fused memcheck racecheck synccheck grid" >&2
+            exit 2
+        fi
+    done
+}
+
+# Wheels of what a GPU machine may lack (profiling/fetch_wheels.sh fills WHEELS): those whose module this
+# Python cannot import are installed, without an index, into a folder put first on PYTHONPATH, before
+# anything imports them; what the image has is left as it is.
+install_wheels() {
+    local wheels=${WHEELS:-$REPO/build/wheels} wheel chosen=() names=()
+    compgen -G "$wheels/*.whl" >/dev/null || return 0
+    for wheel in "$wheels"/*.whl; do
+        local name module
+        name=$(basename "$wheel" | cut -d- -f1)
+        case $name in
+            nvmath_python) module=nvmath ;;
+            cuda_core | cuda_bindings | cuda_pathfinder) module=cuda.${name#cuda_} ;;
+            *) module=$name ;;
+        esac
+        if ! "$PYTHON" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$module') is None)" 2>/dev/null
+        then
+            chosen+=("$wheel") names+=("$name")
+        fi
+    done
+    if ((${#chosen[@]} == 0)); then
+        echo "wheels: none needed from $wheels (every module imports)"
+    elif "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SCRATCH/site" \
+        "${chosen[@]}" >"$SCRATCH/pip.txt" 2>&1; then
+        PYTHONPATH="$SCRATCH/site:$PYTHONPATH"
+        echo "wheels: installed from $wheels: ${names[*]}"
+    else
+        echo "wheels: pip install --no-index from $wheels failed: $(tail -1 "$SCRATCH/pip.txt")"
+    fi
+}
+
+missing_imports() {  # one line: what the parts import that this Python cannot, in its first seconds
+    "$PYTHON" - <<'PY'
+import importlib.util
+
+names = ("numpy", "cupy", "cuda.bindings", "nvmath", "threadpoolctl", "tqdm", "pytest", "pytest_timeout",
+         "matplotlib", "torch", "mpi4py", "nvtx")
+missing = []
+for name in names:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        missing.append(name)
+print("imports missing:", " ".join(missing) if missing else "none")
+PY
+}
+
 main() {
     DRY=
     case ${1:-} in
@@ -275,6 +375,10 @@ main() {
         PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
     fi
     PYTHON=${PYTHON:-python3}
+    PARTS=${PARTS:-}
+    check_parts
+    TESTS_LIMIT=45  # the whole-step tests (FIRST); all the GPU tests when PARTS names them
+    [[ ,$PARTS, == *,tests,* ]] && TESTS_LIMIT=400
     BUDGET=${BUDGET:-420}
     DEADLINE=$((SECONDS + BUDGET))
     mkdir -p "$OUT" || exit 2
@@ -282,26 +386,28 @@ main() {
     SCRATCH=$(mktemp -d)
     trap 'rm -rf "$SCRATCH"' EXIT
     SUMMARY=$OUT/summary.txt LOG=$OUT/log.txt NOTE=$SCRATCH/note.txt FAILED=0
-    export DRY OUT PYTHON PYTHONPATH SCRATCH SUMMARY NOTE PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+    export DRY OUT PARTS PYTHON PYTHONPATH SCRATCH SUMMARY NOTE PYTHONUNBUFFERED=1 MPLBACKEND=Agg
     cd "$REPO" || exit 2
     local commit=${COMMIT:-}
     if [[ -z $commit ]]; then
         commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null) || commit="unknown (no git here: set COMMIT)"
         [[ -n $(git -C "$REPO" status --porcelain 2>/dev/null) ]] && commit+=" with uncommitted changes"
     fi
-    {
-        echo "device_check.sh${DRY:+ --dry-run}: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit, budget $BUDGET s"
-    } | tee "$SUMMARY" >"$LOG"
-    part "environment" 30 part_environment
-    part "GPU tests" 170 part_gpu_tests
-    part "kernel model" 40 part_kernel_model
-    part "kernels" 60 part_kernels
-    part "bench headline" 100 part_bench_headline
-    part "bench fused" 50 part_bench_fused
-    part "compute-sanitizer memcheck" 45 part_sanitizer memcheck "$MEMCHECK"
-    part "compute-sanitizer racecheck" 40 part_sanitizer racecheck "$SHARED"
-    part "compute-sanitizer synccheck" 35 part_sanitizer synccheck "$SHARED"
-    part "bench grid" 60 part_bench_grid
+    echo "device_check.sh${DRY:+ --dry-run}: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $commit," \
+        "budget $BUDGET s${PARTS:+, PARTS=$PARTS}" | tee "$SUMMARY" >"$LOG"
+    install_wheels >"$SCRATCH/wheels.txt"  # here, not in a pipeline's subshell: it sets PYTHONPATH
+    { cat "$SCRATCH/wheels.txt"; missing_imports; } | tee -a "$SUMMARY" "$LOG"
+    part "smoke" 60 part_smoke  # first: does anything run at all
+    part "environment" 15 part_environment
+    part "bench headline" 90 part_bench_headline  # the headline next: nothing before it can starve it
+    part "kernel model" 25 part_kernel_model
+    part "kernels" 55 part_kernels
+    part "GPU tests" "$TESTS_LIMIT" part_gpu_tests
+    part "bench fused" 35 part_bench_fused
+    part "compute-sanitizer memcheck" 15 part_sanitizer memcheck "$MEMCHECK"
+    part "compute-sanitizer racecheck" 15 part_sanitizer racecheck "$SHARED"
+    part "compute-sanitizer synccheck" 15 part_sanitizer synccheck "$SHARED"
+    part "bench grid" 10 part_bench_grid
     echo "total: $SECONDS s; results in $OUT" | tee -a "$SUMMARY"
     exit "$FAILED"
 }

@@ -270,17 +270,39 @@ def main(argv=None):
         print(chain_header(model is not None), flush=True)
         for r in chain_rows(backend, shapes, args.dtype, args.repeats, copy=copy):
             show("chain", r)
-        for forward, backward in _gemv_blocks(args.gemv_blocks):
-            with _gemv_block_shapes(forward, backward):
-                for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=copy):
-                    if r["impl"] != "cublas+ew":
-                        r = {**r, "gemv_blocks": [forward, backward]}
-                        show("chain", r)
-    print("\n".join(chain_verdicts([r for r in chain if "gemv_blocks" not in r])))
+        print("\n".join(chain_verdicts(chain)), flush=True)
+        failed = [blocks for blocks in _gemv_blocks(args.gemv_blocks)
+                  if not _other_gemv_blocks(backend, blocks, gemvs, args, show, copy)]
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"nabla_w": results, "chain": chain}, out, indent=1)
-    return 0
+    if failed:
+        print(f"{len(failed)} of the GEMV block shapes failed: {', '.join(map(_blocks_text, failed))}")
+    return 1 if failed else 0
+
+
+def _blocks_text(blocks):
+    return ":".join("x".join(map(str, block)) for block in blocks)
+
+
+def _other_gemv_blocks(backend, blocks, gemvs, args, show, copy):
+    """The chain's GEMVs at ``blocks`` (forward, backward), ours only, each row shown; True if they ran.
+    A shape the launcher refuses, or a launch that fails, is reported on one line and the device's
+    error cleared, so that the next block shapes still run."""
+    forward, backward = blocks
+    try:
+        with _gemv_block_shapes(forward, backward):
+            launch.chain_launch("forward", 1, 1, 4)  # the launcher's checks, before anything is launched
+            for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=copy):
+                if r["impl"] != "cublas+ew":
+                    show("chain", {**r, "gemv_blocks": [list(forward), list(backward)]})
+        return True
+    except Exception as error:  # noqa: BLE001 - reported; the other block shapes still run
+        text = str(error).splitlines()[0] if str(error) else ""
+        print(f"GEMV blocks {_blocks_text(blocks)}: failed: {type(error).__name__}: {text}", flush=True)
+        with contextlib.suppress(Exception):
+            backend.synchronize()  # the error a launch kept, cleared
+        return False
 
 
 if __name__ == "__main__":

@@ -103,3 +103,38 @@ def test_a_capture_that_cannot_end_is_reported_by_synchronize(standin, monkeypat
         net.synchronize()
         assert len(net.plan(3).captured) == 1
         assert not any(np.array_equal(p, q) for p, q in zip(host(net.weights), before))
+
+
+def test_without_cuda_bindings_cupy_launches_the_graph_with_one_warning(standin, monkeypatch):
+    """With ``cuda.bindings`` hidden, graph mode still runs: CuPy's own ``Graph.launch``, whose graph steps
+    agree to the bit with eager steps on the same chain kernels; every node runs at the main stream's
+    priority, which one warning (for all the captures of the process) says."""
+    import sys
+    import warnings
+
+    from leapfrog_gpu import Sequential
+    from leapfrog_gpu.backends import cuda_graph
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", None)  # import raises ImportError
+    monkeypatch.setattr(cuda_graph, "_warned", [])
+    schedules = (Leapfrog(2), Sequential())
+    x, y = batch(SIZES, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        taken = {}
+        for graph in (False, True):
+            with CupyBackend(chain="kernels") as cuda, MLP(SIZES, seed=3, backend=cuda) as net:
+                for step in range(4):
+                    net.sgd_step(x, y, 0.1 * (step + 1), schedules[step % 2], graph=graph)
+                net.synchronize()
+                taken[graph] = host(net.weights + net.biases)
+                if graph:
+                    assert len(net.plan(3).captured) == 2
+                    main = cuda.main.ptr
+    assert all(np.array_equal(p, q) for p, q in zip(taken[False], taken[True]))
+    runs = standin.node_runs()
+    assert runs and {priority for _, _, priority in runs} == {standin.PRIORITY_RANGE[1]}
+    assert {stream for _, stream, _ in runs} != {main}  # the workers' nodes too, at the main stream's priority
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and "node priorities are lost" in said[0] and "cuda-bindings" in said[0], said

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.backends import cuda_available, launch
 from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
 
@@ -158,7 +158,7 @@ def test_nsys_script_holds_the_exact_commands():
 
 
 MODEL = re.search(r"^MODEL=(\S+)$", (PROFILING / "device_check.sh").read_text(), re.M).group(1)  # committed
-PARTS = ("environment", "GPU tests", "kernel model", "kernels", "bench headline", "bench fused",
+PARTS = ("smoke", "environment", "bench headline", "kernel model", "kernels", "GPU tests", "bench fused",
          "compute-sanitizer memcheck", "compute-sanitizer racecheck", "compute-sanitizer synccheck", "bench grid")
 
 
@@ -170,6 +170,37 @@ def part_lines(summary):
         assert len(found) == 1, (name, summary)
         lines[name] = found[0]
     return lines
+
+
+GEMV_BLOCKS = re.search(r"^GEMV_BLOCKS=(\S+)$", (PROFILING / "device_check.sh").read_text(), re.M).group(1)
+
+
+def test_the_gemv_block_shapes_of_the_device_check_pass_the_launchers_checks():
+    """Every GEMV block shape the kernels part passes, in a run and in a dry run alike (one option, no other
+    list), is one the launcher accepts, in float32 and float64."""
+    text = (PROFILING / "device_check.sh").read_text()
+    assert text.count("--gemv-blocks") == 1 and '--gemv-blocks "$GEMV_BLOCKS"' in text
+    blocks = kernels._gemv_blocks(GEMV_BLOCKS)
+    assert len(blocks) >= 4 and len(set(blocks)) == len(blocks)
+    for forward, backward in blocks:
+        with kernels._gemv_block_shapes(forward, backward):
+            for kind in ("forward", "backward"):
+                for itemsize in (4, 8):
+                    launch.chain_launch(kind, 4096, 1, itemsize)
+
+
+def test_a_gemv_block_shape_the_launcher_refuses_is_reported_and_the_next_runs(capsys, tmp_path):
+    """A block shape the launcher refuses fails on its own line; the block shapes after it still run, and
+    the exit status says that one failed."""
+    status = kernels.main(["--backend", "numpy", "--shapes", "33:17:1", "--repeats", "2",
+                           "--gemv-blocks", "64x4:8x128,32x8:32x16,32x4:16x32", "--jsonl", str(tmp_path / "k.jsonl")])
+    out = capsys.readouterr().out.splitlines()
+    assert status == 1
+    failed = [line for line in out if " failed: AssertionError: " in line]
+    assert [line.split(":")[0] for line in failed] == ["GEMV blocks 64x4", "GEMV blocks 32x8"]
+    assert "a warp (32 lanes) per row" in failed[0] and "16 threads" in failed[1]
+    assert sum(line.endswith("32x4:16x32") for line in out) == 2 and out.index(failed[1]) < len(out) - 3
+    assert out[-1] == "2 of the GEMV block shapes failed: 64x4:8x128, 32x8:32x16"
 
 
 def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
@@ -186,7 +217,12 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     lines = part_lines(summary)
     for name, line in lines.items():
         assert re.match(rf"{name}: exit 0, \d+\.\d s \(limit \d+ s\)", line), line
-    assert int(re.search(r"(\d+)(/\d+)? tests collected", lines["GPU tests"]).group(1)) > 100
+    assert 50 <= int(re.search(r"(\d+)(/\d+)? tests collected", lines["GPU tests"]).group(1)) <= 100
+    assert "the whole-step tests (FIRST; every GPU test: PARTS=tests)" in lines["GPU tests"]
+    smoke = [line for line in summary.splitlines() if line.startswith("smoke check: ")]
+    assert len(smoke) == 6 and all(": ok: " in line for line in smoke), smoke  # before the part's own line
+    assert "eager and graph bitwise equal" in smoke[-1] and summary.index(smoke[-1]) < summary.index(lines["smoke"])
+    assert re.search(r"^imports missing: ", summary, re.M)
     for tool in ("memcheck", "racecheck", "synccheck"):
         assert int(re.search(r"(\d+) tests selected", lines[f"compute-sanitizer {tool}"]).group(1)) >= 5
     files = sorted(p.name for p in out.iterdir())
@@ -205,7 +241,8 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     assert (out / "log.txt").read_text().count("graph mode against its GPU targets") == 2
     assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
     measured = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
-    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4)  # our kernels against
+    blocks = GEMV_BLOCKS.split(",")  # every block shape of the real run, at the dry run's two B = 1 shapes
+    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4 * len(blocks))  # ours against
     assert {line["impl"] for line in measured if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
     # the model: computed here where NVRTC and cuobjdump import (the test extras), else the committed one
     computed = "kernel_model.json" in files
@@ -286,6 +323,73 @@ def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
                          lines[f"compute-sanitizer {tool}"])
     log = (tmp_path / "log.txt").read_text()
     assert log.count("leapfrog-bench: error: --backend cupy ") == 3
+
+
+def wheel(folder, name, version="1.0"):
+    """A wheel of one module ``name`` (``name = True``) in ``folder``."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": f"{name.upper()} = True\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+
+
+def test_the_wheels_a_machine_lacks_are_installed_without_an_index_and_the_missing_imports_said(tmp_path):
+    """install_wheels installs, with pip --no-index, the wheels of WHEELS whose module does not import (and
+    only those), into a folder first on PYTHONPATH; missing_imports then names what still does not import."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    wheel(folder, "leapfrog_absent_probe")
+    wheel(folder, "numpy", "0.0")  # the image's NumPy imports: left alone
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        PYTHON={sys.executable} WHEELS={folder} SCRATCH={tmp_path} PYTHONPATH={PROFILING.parent}
+        install_wheels
+        export PYTHONPATH
+        "$PYTHON" -c "import leapfrog_absent_probe, numpy; print('imported', numpy.__version__ != '0.0')"
+        missing_imports
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"wheels: installed from {folder}: leapfrog_absent_probe", run.stdout + run.stderr
+    assert lines[1] == "imported True" and not (tmp_path / "site" / "numpy.py").exists()
+    assert lines[2].startswith("imports missing: ") and "numpy" not in lines[2].split(": ")[1].split()
+
+
+def test_parts_selects_some_parts_and_refuses_an_unknown_key(tmp_path):
+    """PARTS=smoke,kernels runs those two (smoke first, its lines in summary.txt at once), records the
+    others as not selected; an unknown key exits 2 naming the keys."""
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "PARTS": "kernels,smoke"}
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert run.returncode == 0, summary
+    lines = part_lines(summary)
+    assert [name for name, line in lines.items() if "not selected" not in line] == ["smoke", "kernels"]
+    assert lines["GPU tests"] == "GPU tests: not selected (PARTS=kernels,smoke)"
+    checks = [line for line in summary.splitlines() if line.startswith("smoke check: ") and ": ok" in line]
+    assert len(checks) == 6 and summary.index(checks[-1]) < summary.index(lines["smoke"])
+    env["PARTS"] = "kernels,sanitizer"
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 2 and "PARTS names 'sanitizer'; the parts are: smoke environment" in run.stderr
+
+
+def test_the_part_limits_fit_the_budget_with_the_headline_early():
+    """The limits of a run of every part add up to at most 400 s (the 420 s budget less the time killed
+    parts take to end); the headline benchmark starts after the smoke and environment parts only."""
+    text = (PROFILING / "device_check.sh").read_text()
+    calls = re.findall(r'^    part "([^"]+)" (\S+) ', text, re.M)
+    limits = {name: int(re.search(r"^    TESTS_LIMIT=(\d+)", text, re.M).group(1)) if limit == '"$TESTS_LIMIT"'
+              else int(limit) for name, limit in calls}
+    assert list(limits) == list(PARTS)
+    assert sum(limits.values()) <= 400 and limits["smoke"] == 60 and limits["bench headline"] >= 90
+    assert int(re.search(r"BUDGET=\$\{BUDGET:-(\d+)\}", text).group(1)) == 420
 
 
 def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):

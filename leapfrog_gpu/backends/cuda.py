@@ -8,7 +8,7 @@ exception it raises is kept and raised by the next ``synchronize()``, as on host
 ``capture`` turns the work of a function into a CUDA graph (CuPy's stream capture, in thread-local
 mode), the chain on cuBLAS through nvmath-python (``cublas``), or, without it, on our own kernels
 (kernels/chain.cu), since CuPy refuses its own cuBLAS calls during a capture; the graph is
-instantiated with node priorities (``cuda_graph``).
+instantiated with node priorities (``cuda_graph``), or, without ``cuda.bindings``, launched by CuPy.
 
 The main stream runs the critical path at the device's highest stream priority, the workers at the
 lowest. CuPy 14 does not expose ``cudaDeviceGetStreamPriorityRange``; CUDA clamps a priority outside
@@ -18,7 +18,7 @@ the device's range to its nearest end, so asking for the extremes below gets bot
 import numpy as np
 
 from . import annotate, cublas
-from .cuda_graph import CudaGraph
+from . import cuda_graph
 from .ops_cuda import CudaOps
 
 MAIN_PRIORITY = -(2**31)
@@ -33,7 +33,8 @@ class CupyBackend:
     ``chain``: what runs (2) and (5), ``"cublas"`` (the default) or ``"kernels"`` (kernels/chain.cu).
     cuBLAS runs through one nvmath-python handle on the main stream (``cublas.Blas``) in eager and graph
     steps alike, so that they agree to the bit with either chain; without nvmath-python, eager steps call
-    ``cupy.matmul`` and graph steps run the chain on our kernels (``CudaOps.capturable_chain``).
+    ``cupy.matmul`` and graph steps run the chain on our kernels (``CudaOps.capturable_chain``), so that
+    they agree only to rounding.
     """
 
     name = "cupy"
@@ -153,7 +154,8 @@ class CupyBackend:
         second call on the main stream into a CUDA graph: the workers join the capture by waiting on
         events recorded in it, and are joined back before it ends. Both calls run the chain on what a
         capture can hold (``CudaOps.capturable_chain``). Returns the graph, instantiated with node
-        priorities; ``launch()`` launches it on the main stream.
+        priorities (without ``cuda.bindings``, CuPy's, with a warning); ``launch()`` launches it on the main
+        stream.
 
         The capture is in thread-local mode: a call from this thread that may synchronize (a host wait,
         a query, an allocation the pool cannot serve) fails, and invalidates the capture, instead of
@@ -172,7 +174,13 @@ class CupyBackend:
                 body()
             finally:
                 graph = self._end_capture()
-        return None if self._error is not None else CudaGraph(graph, self.main)
+        if self._error is not None:
+            return None
+        try:
+            return cuda_graph.instantiate(graph, self.main)
+        except Exception as error:  # noqa: BLE001 - raised by synchronize(), as a failed launch is
+            self._error = error
+            return None
 
     def _end_capture(self):
         """End the main stream's capture: its graph, or None with the error kept for ``synchronize()``."""

@@ -81,10 +81,14 @@ def chain_launch(kind, n, batch, itemsize):
     assert kind in ("forward", "backward"), kind
     if batch == 1:
         (lanes, rows), (cols, threads) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
-        assert lanes == 32 and lanes * rows <= 1024, "a warp per row, its lanes' sums meet in shuffles"
+        assert lanes == 32 and lanes * rows <= 1024, (
+            f"forward GEMV block of {lanes} lanes x {rows} rows: a warp (32 lanes) per row, its lanes' sums meet in "
+            "shuffles; at most 1024 threads")
         # Backward: the threads across a block's columns (cols / 4 in float32, cols / 2 in float64) divide
         # a warp evenly, and every warp is whole, for the shuffles.
-        assert cols % 4 == 0 and 32 % (cols // 2) == 0 and threads % 32 == 0 and threads <= 1024, (cols, threads)
+        assert cols % 4 == 0 and 32 % (cols // 2) == 0 and threads % 32 == 0 and threads <= 1024, (
+            f"backward GEMV block of {cols} columns and {threads} threads: the columns a multiple of 4 whose "
+            "half divides 32, the threads whole warps, at most 1024")
         per_block, block = (rows, (lanes, rows, 1)) if kind == "forward" else (cols, (threads, 1, 1))
         grid = (-(-n // per_block), 1, 1)
         assert grid[0] * per_block >= n and grid[0] < 2**31, (n, grid)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Fill build/wheels (WHEELS) with the wheels device_check.sh installs without a package index, on a GPU
+# machine whose image lacks them: nvmath-python with cuda-core, cuda-pathfinder and cuda-bindings (the
+# chain's cuBLAS in graph mode; cuda-bindings also for graphs with node priorities), threadpoolctl and tqdm (imported by the package and the benches), pytest-timeout (a hung GPU
+# test fails alone). Run it where pip reaches an index; build/ is ignored by git, so the folder travels with
+# the working tree only when named among its untracked paths (docs/testing.md).
+#
+#   bash profiling/fetch_wheels.sh                     # for CPython 3.12 on x86_64 Linux
+#   PYTHON_VERSION=3.11 WHEELS=/tmp/wheels bash profiling/fetch_wheels.sh
+#
+# The versions are those the test extras install (pyproject.toml), pinned so that a rerun fetches the same
+# files; the folder is emptied first, so that it holds one version of each. It must stay under 20 MiB (19.5 with
+# CUDA 13's cuda-bindings, for an image with cupy-cuda13x). device_check.sh installs only those the image lacks.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WHEELS=${WHEELS:-$REPO/build/wheels}
+PYTHON=${PYTHON:-python3}
+PYTHON_VERSION=${PYTHON_VERSION:-3.12}
+LIMIT_MIB=20
+PACKAGES=(nvmath-python==1.0.0 cuda-core==1.2.2 cuda-pathfinder==1.9.1 cuda-bindings==13.5.0 threadpoolctl==3.8.0
+          tqdm==4.70.1 pytest-timeout==2.4.0)
+PLATFORMS=()
+for tag in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do
+    PLATFORMS+=(--platform "${tag}_x86_64")
+done
+
+rm -rf "$WHEELS"
+mkdir -p "$WHEELS"
+"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --implementation cp \
+    --python-version "$PYTHON_VERSION" "${PLATFORMS[@]}" -d "$WHEELS" "${PACKAGES[@]}"
+count=$(find "$WHEELS" -name '*.whl' | wc -l)
+if ((count != ${#PACKAGES[@]})); then
+    echo "fetch_wheels.sh: error: $count wheels in $WHEELS for ${#PACKAGES[@]} packages" >&2
+    exit 1
+fi
+kib=$(du -sk "$WHEELS" | cut -f1)
+if ((kib > LIMIT_MIB * 1024)); then
+    echo "fetch_wheels.sh: error: $WHEELS holds $((kib / 1024)) MiB, over $LIMIT_MIB MiB" >&2
+    exit 1
+fi
+ls -1 "$WHEELS"
+echo "$count wheels, $((kib / 1024)).$(((kib % 1024) * 10 / 1024)) MiB in $WHEELS (CPython $PYTHON_VERSION)"

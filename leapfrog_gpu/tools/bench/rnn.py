@@ -38,7 +38,7 @@ from ..schedules import SOLVERS, make_schedule, make_solver, names_type, schedul
 from . import torch_anchor
 from .report import ratio
 
-TITLE = "speed-up vs bptt: BPTT's median over the row's (a step: BPTT's step's), same network; > 1: faster"
+TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
 HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<26} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
           f"{'rounds':>7} {'flops/bptt':>10}")

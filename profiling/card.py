@@ -6,6 +6,8 @@ peak for a listed card, or the device-to-device copy measured in the same run fo
 
 from dataclasses import dataclass
 
+from leapfrog_gpu.backends import timing
+
 STREAM_SHARE = 0.9  # of the peak DRAM bandwidth that a streaming kernel reaches (H200: 4.3 of 4.8 TB/s)
 
 
@@ -41,13 +43,14 @@ def from_device(properties, copy_bandwidth=None):
                 max_warps=properties["maxThreadsPerMultiProcessor"] // 32)
 
 
-def lent_card():
-    """The ``Card`` of this machine's GPU (device 0), its bandwidth a copy measured now (CuPy)."""
-    import cupy
+def lent_card(backend):
+    """The ``Card`` of the GPU of ``backend`` (CuPy), its bandwidth a copy measured now."""
+    device = backend.xp.cuda.runtime.getDevice()
+    copy = timing.copy_bandwidth(backend)["median"] * 1e9
+    return from_device(backend.xp.cuda.runtime.getDeviceProperties(device), copy)
 
-    from leapfrog_gpu import get_backend
-    from leapfrog_gpu.backends import timing
 
-    with get_backend("cupy") as backend:
-        copy = timing.copy_bandwidth(backend)["median"] * 1e9
-    return from_device(cupy.cuda.runtime.getDeviceProperties(0), copy)
+def line(card):
+    """One line: what the model takes of ``card``."""
+    return (f"card: {card.name}, {card.sms} SMs, {card.clock / 1e9:.2f} GHz, {card.bandwidth / 1e12:.2f} TB/s, "
+            f"L2 {card.l2 / 2**20:.0f} MiB, {card.shared_per_sm // 1024} KiB shared and {card.max_warps} warps an SM")

@@ -18,9 +18,11 @@
 #                      (vs PyTorch eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x,
 #                      within 2x of the bytes floor), with --timeline (each stream's busy time, worker overlap,
 #                      the Gantt chart)
-#   kernel model (model, 25)      profiling/kernel_model.py --json: every kernel's predicted time from its sm_90
-#                      code, computed here where NVRTC and cuobjdump can be imported (the test extras), else the
-#                      committed MODEL is used; the line says which
+#   kernel model (model, 25)      profiling/kernel_model.py --card device --json: every kernel's predicted time
+#                      from its sm_90 code on this GPU (SMs, clocks, bus from its properties, the bandwidth of a
+#                      copy measured now; printed), the step with a graph node's cost measured on graphs of n empty
+#                      kernels (printed), computed here where NVRTC and cuobjdump can be imported (the test
+#                      extras), else the committed MODEL (an H200's) is used; the line says which
 #   kernels (kernels, 55)         profiling/kernels.py: our nabla_w kernels against cuBLAS, and our chain kernels
 #                      (2)(3) and (5) against cuBLAS + our elementwise kernel, GB/s beside a device copy, the GEMV
 #                      targets judged, then the GEMVs at the other block shapes of GEMV_BLOCKS, each on its own;
@@ -165,7 +167,7 @@ part_kernel_model() {  # $OUT/kernel_model.json where it can be computed here, e
         note "not computed here ($(tail -1 "$SCRATCH/model.txt" | cut -c1-100)): the kernels part uses $MODEL"
         return 0
     fi
-    if ! "$PYTHON" profiling/kernel_model.py --json "$SCRATCH/kernel_model.json"; then
+    if ! "$PYTHON" profiling/kernel_model.py --card device --json "$SCRATCH/kernel_model.json"; then
         note "failed: the kernels part uses $MODEL"
         return 1
     fi

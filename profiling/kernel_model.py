@@ -57,11 +57,14 @@ from pathlib import Path
 
 from cuda.bindings import nvrtc
 
+from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_source
 from leapfrog_gpu.tools.bench import traffic
 
-from card import CARDS, H100, H200, lent_card
+import card as cards
+import graph_nodes
+from card import CARDS, H100, H200
 
 FMA_PER_CLOCK = {4: 128, 8: 64}  # per SM: float32, float64 lanes
 SHARED_BYTES_PER_CLOCK = 128  # per SM: one 32-lane 32-bit load a cycle, no bank conflicts
@@ -355,14 +358,20 @@ def main(argv=None):
     parser.add_argument("--json", metavar="FILE", help="write one JSON record per kernel and shape to FILE")
     parser.add_argument("--readme", action="store_true", help="print kernels/README.md (the H100 and H200)")
     parser.add_argument("--card", choices=(*CARDS, "device"), default="H200",
-                        help="the card of the table and the JSON; device: the GPU here, its copy bandwidth measured")
-    parser.add_argument("--node-us", type=float, default=NODE * 1e6, help="a graph node's cost in the step (us)")
+                        help="the card of the table and the JSON; device: this machine's GPU, with its copy "
+                             "bandwidth and a graph node's cost measured now")
     args = parser.parse_args(argv)
-    card = lent_card() if args.card == "device" else CARDS[args.card]
+    card, node = CARDS.get(args.card), NODE
+    if card is None:
+        with get_backend("cupy") as backend:
+            card, cost = cards.lent_card(backend), graph_nodes.node_cost(backend)
+        node = cost["node_us"] * 1e-6
+        print(cards.line(card), graph_nodes.line(cost), sep="\n", flush=True)
     rows = records(card=card)
     if args.json:
-        steps = [step(rows, card, args.node_us * 1e-6, B=b) for b in (1, 32)]
-        Path(args.json).write_text(json.dumps({"card": asdict(card), "kernels": rows, "steps": steps}, indent=1) + "\n")
+        steps = [step(rows, card, node, B=b) for b in (1, 32)]
+        Path(args.json).write_text(json.dumps({"card": asdict(card), "node_us": node * 1e6, "kernels": rows,
+                                               "steps": steps}, indent=1) + "\n")
     print(readme() if args.readme else table(rows), end="" if args.readme else "\n")
     return 0
 

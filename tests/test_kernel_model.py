@@ -202,3 +202,29 @@ def test_the_kernels_of_a_step_at_b_1_reach_seventy_percent_of_their_bound(rows)
     assert {(kernel, batch) for kernel, batch, _ in low} == {
         ("forward_gemm", 32), ("backward_gemm", 32), ("rank_update", 32), ("rank_update_sgd", 32),
         ("rank_update_bias", 32)}, low
+
+
+def test_the_device_s_card_takes_its_properties_the_copy_and_the_node_measured(standin, monkeypatch, tmp_path,
+                                                                                capsys):
+    """``--card device`` on the stand-in (an H200's properties): the bandwidth is the copy's, 2000 GB/s here,
+    and the step charges the node cost measured, 0.7 us here, for each of Sequential()'s 124 nodes."""
+    import graph_nodes
+    from leapfrog_gpu.backends import timing
+
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda backend: {"median": 2000.0})
+    cost = {"counts": [1, 2], "us": [3.7, 4.4], "node_us": 0.7, "launch_us": 3.0}
+    monkeypatch.setattr(graph_nodes, "node_cost", lambda backend: cost)
+    path = tmp_path / "model.json"
+    assert kernel_model.main(["--card", "device", "--json", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["card: CPU stand-in (cuda_cpu harness), 132 SMs, 1.98 GHz, 2.00 TB/s, L2 50 MiB, 228 KiB "
+                       "shared and 64 warps an SM", graph_nodes.line(cost)]
+    written = json.loads(path.read_text())
+    assert written["card"]["bandwidth"] == 2e12 and written["node_us"] == 0.7
+    gemv = [r for r in written["kernels"] if (r["kernel"], r["N"]) == ("forward_gemv", 1024)][0]
+    assert gemv["memory_us"] == pytest.approx(traffic.kernel_bytes("forward_gemv", 1024, 1024, 1, 4) / 2e12 * 1e6)
+    (s32,) = [s for s in written["steps"] if s["B"] == 32]
+    t = {r["kernel"]: r["predicted_us"] for r in written["kernels"] if (r["N"], r["B"]) == (1024, 32)}
+    kernels = 31 * (t["forward_gemm"] + t["rank_update_bias"] + t["sgd_update_layer"]) + t["delta_output"] + \
+        30 * t["backward_gemm"]
+    assert s32["sequential_us"] == pytest.approx(kernels + 124 * 0.7)

@@ -73,9 +73,12 @@ class _UnavailableModule:
 
 nvtx = types.SimpleNamespace(available=True, RangePush=lambda message, id_color=-1: None,
                              RangePop=lambda: None, Mark=lambda message, id_color=-1: None)
+H200_PROPERTIES = {"multiProcessorCount": 132, "clockRate": 1980000, "memoryClockRate": 3125000,
+                   "memoryBusWidth": 6144, "l2CacheSize": 50 * 2**20, "sharedMemPerMultiprocessor": 228 * 1024,
+                   "maxThreadsPerMultiProcessor": 2048}  # what the model reads of an H200 (4.8 TB/s peak)
 runtime = types.SimpleNamespace(
     CUDARuntimeError=CUDARuntimeError, is_hip=False, getDevice=lambda: Device().id,
-    getDeviceCount=lambda: queues.device.count, getDeviceProperties=lambda device: {"name": DEVICE_NAME.encode()},
+    getDeviceCount=lambda: queues.device.count, getDeviceProperties=lambda device: {"name": DEVICE_NAME.encode(), **H200_PROPERTIES},
     deviceSynchronize=lambda: Device().synchronize(), streamCaptureModeGlobal=queues.GLOBAL,
     streamCaptureModeThreadLocal=queues.THREAD_LOCAL, streamCaptureModeRelaxed=queues.RELAXED,
     runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,

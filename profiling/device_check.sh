@@ -77,7 +77,7 @@ SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
 # threads), in a dry run too: each must pass launch.chain_launch's checks (tests/test_profiling_scripts.py).
 GEMV_BLOCKS=32x4:16x32,32x8:32x256,32x2:8x128,32x16:4x128
 # The kernel model for kernels.py where this machine cannot compute it (no NVRTC or cuobjdump: no test extras).
-MODEL=profiling/results/kernel_model_cpu_2026-12-01.json
+MODEL=profiling/results/kernel_model_cpu_2026-12-03.json
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
 # In a run of every part, these only (about 70 tests, 45 s); the kernels' ~950 GPU tests: PARTS=tests.
 FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_cublas.py tests/test_parallel.py

@@ -43,11 +43,25 @@ def from_device(properties, copy_bandwidth=None):
                 max_warps=properties["maxThreadsPerMultiProcessor"] // 32)
 
 
+ATTRIBUTES = {"clockRate": 13, "memoryClockRate": 36}
+"""The ``cudaDeviceAttr`` numbers of the clocks (kHz), which CUDA 13's ``cudaDeviceProp`` no longer holds."""
+
+
+def device_properties(runtime, device):
+    """``runtime.getDeviceProperties(device)`` (CuPy's runtime) with the clocks it lacks asked for one by one
+    (``deviceGetAttribute``)."""
+    properties = dict(runtime.getDeviceProperties(device))
+    for key, attribute in ATTRIBUTES.items():
+        if key not in properties:
+            properties[key] = runtime.deviceGetAttribute(attribute, device)
+    return properties
+
+
 def lent_card(backend):
     """The ``Card`` of the GPU of ``backend`` (CuPy), its bandwidth a copy measured now."""
-    device = backend.xp.cuda.runtime.getDevice()
+    runtime = backend.xp.cuda.runtime
     copy = timing.copy_bandwidth(backend)["median"] * 1e9
-    return from_device(backend.xp.cuda.runtime.getDeviceProperties(device), copy)
+    return from_device(device_properties(runtime, runtime.getDevice()), copy)
 
 
 def line(card):

@@ -194,6 +194,26 @@ def test_a_card_from_the_device_s_properties():
     assert card.from_device(properties, copy_bandwidth=3.0e12).bandwidth == 3.0e12
 
 
+def test_the_clocks_a_cuda_13_device_s_properties_lack_are_asked_for_by_attribute():
+    """CUDA 13's ``cudaDeviceProp`` has no ``clockRate`` or ``memoryClockRate``: they come from
+    ``deviceGetAttribute`` (13 and 36, in kHz); the properties that are there are taken as they are."""
+    class Runtime:
+        asked = []
+
+        @staticmethod
+        def getDeviceProperties(device):
+            return {"name": b"NVIDIA H100 80GB HBM3", "multiProcessorCount": 132, "memoryBusWidth": 5120}
+
+        @staticmethod
+        def deviceGetAttribute(attribute, device):
+            Runtime.asked.append((attribute, device))
+            return {13: 1980000, 36: 2619000}[attribute]
+
+    got = card.device_properties(Runtime, 3)
+    assert (got["clockRate"], got["memoryClockRate"], got["multiProcessorCount"]) == (1980000, 2619000, 132)
+    assert sorted(Runtime.asked) == [(13, 3), (36, 3)]
+
+
 def test_the_kernels_of_a_step_at_b_1_reach_seventy_percent_of_their_bound(rows):
     """The kernels' design target, by the model: at N = 1024, B = 1, each at 70 % of its bound or more.
     At B = 32 the GEMMs (load + compute) and the rank updates (4 warps an SM) fall short of it."""

@@ -77,6 +77,20 @@ def patched_ops(**replacements):
     return types.SimpleNamespace(**{**namespace, **replacements})
 
 
+class CountedNumpy:
+    """NumPy as a host backend's ``xp``, each of its functions (not its classes or constants) passed through
+    ``wrap(name, function)``: what a test that counts a pass's calls sets."""
+
+    def __init__(self, wrap):
+        self._wrap = wrap
+
+    def __getattr__(self, name):
+        value = getattr(np, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+        return self._wrap(name, value)
+
+
 # -- the book's names, differences in words, and test ids ----------------------------------------------
 
 

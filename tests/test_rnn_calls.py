@@ -8,7 +8,7 @@ import collections
 import numpy as np
 import pytest
 
-from helpers import patched_ops
+from helpers import CountedNumpy, patched_ops
 from leapfrog_gpu import BPTT, RNN
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -36,7 +36,8 @@ class Counter:
         def bind_matmul(*args, **options):
             return self.counted("blas", ops_numpy.bind_matmul(*args, **options))
 
-        backend.launch, backend.xp = named, _Proxy(self)
+        backend.launch = named
+        backend.xp = CountedNumpy(lambda name, fn: self.counted("blas" if name in PRODUCTS else "ufunc", fn))
         backend.ops = patched_ops(bind_matmul=bind_matmul, nabla_w=self.counted("blas", ops_numpy.nabla_w))
 
     def counted(self, kind, fn):
@@ -45,19 +46,6 @@ class Counter:
             return fn(*args, **options)
 
         return call
-
-
-class _Proxy:
-    """NumPy, its functions counted by ``counter``."""
-
-    def __init__(self, counter):
-        self._counter = counter
-
-    def __getattr__(self, name):
-        value = getattr(np, name)
-        if not callable(value) or isinstance(value, type):
-            return value
-        return self._counter.counted("blas" if name in PRODUCTS else "ufunc", value)
 
 
 def counts(activation, tau):

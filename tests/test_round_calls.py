@@ -10,7 +10,7 @@ import functools
 import numpy as np
 import pytest
 
-from helpers import dag_data, deep_chain, patched_ops
+from helpers import CountedNumpy, dag_data, deep_chain, patched_ops
 from leapfrog_gpu import MLP, RNN, DagDoubling, DagJacobi, NaumovScan, TimeScan, Wavefront
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -32,7 +32,7 @@ class Rounds:
         if hasattr(backend.xp, "queues"):  # the stand-in: every operation it enqueues
             monkeypatch.setattr(backend.xp.queues.device, "observer", lambda *args: self._add())
         else:
-            monkeypatch.setattr(backend, "xp", _Proxy(self))
+            monkeypatch.setattr(backend, "xp", CountedNumpy(lambda name, fn: self.counted(fn)))
             counted = {name: self.counted(getattr(ops_numpy, name)) for name in dir(ops_numpy)
                        if not name.startswith("_") and callable(getattr(ops_numpy, name))}
             counted["bind_matmul"] = lambda *args, **options: self.counted(ops_numpy.bind_matmul(*args, **options))
@@ -70,19 +70,6 @@ class Rounds:
                     self.calls[key].append(self.count - start)
 
         self.monkeypatch.setattr(owner, name, staticmethod(round_) if static else round_)
-
-
-class _Proxy:
-    """NumPy, each function counted by ``rounds``."""
-
-    def __init__(self, rounds):
-        self._rounds = rounds
-
-    def __getattr__(self, name):
-        value = getattr(np, name)
-        if not callable(value) or isinstance(value, type):
-            return value
-        return self._rounds.counted(value)
 
 
 def launches(rounds, backend, *prefixes):

@@ -21,6 +21,11 @@ from ..cli import replaced_atomically
 FILENAME = "checkpoint.npz"
 _TEMPORARY = (".checkpoint-", ".tmp")  # prefix and suffix of the file being written
 
+LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential"}
+"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP. A resumed
+run keeps ``model``, ``skip`` and ``tau`` as ``FIXED``, and takes ``forward_solver`` as ``RESUMED``
+(``options``)."""
+
 REMEDY = "delete it, or choose another --checkpoint-dir"
 """What to do about a checkpoint that cannot be read."""
 

@@ -67,7 +67,7 @@ def load(directory, backend="auto"):
     if not isinstance(config, dict) or not {"data", "activation", "cost", "dtype", "seed"} <= set(config):
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} holds no leapfrog-train options to build "
                                          f"its network from: {checkpoint.REMEDY}")
-    config = {"model": "mlp", "skip": 2, **config, "check_finite": False}  # older MLP checkpoints name no model
+    config = {**checkpoint.LATER, **config, "check_finite": False}
     net = _network(config, state["sizes"], config["data"] != "teacher", backend, None)
     try:
         checkpoint.restore(net, arrays, directory)

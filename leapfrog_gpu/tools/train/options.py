@@ -9,6 +9,7 @@ from ...backends import ops_numpy
 from ...core.functions import ACTIVATIONS, COSTS, DTYPES
 from ..cli import Parser, integer, number, pip_install, png_refusal
 from ..schedules import schedule_names
+from .checkpoint import LATER
 from .metrics import Divergence
 from .models import DATA, FORWARD_SOLVERS, NETWORK
 from .profiling import parse_steps
@@ -58,10 +59,6 @@ FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost",
 
 RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
-
-LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential"}
-"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP. A resumed
-run keeps ``model``, ``skip`` and ``tau`` as ``FIXED``, and takes ``forward_solver`` as ``RESUMED``."""
 
 PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 """Options that may differ between ranks; every other option must be the same on all of them."""

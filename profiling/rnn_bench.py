@@ -1,15 +1,16 @@
-"""The recurrent network's backward pass under each schedule, against BPTT and PyTorch's nn.RNN, over the
-standard grid: N in {8, 32, 128}, tau in {16, 64, 256, 1024}, L = 4, B in {1, 8} (about a minute on
-one CPU core).
+"""The recurrent network's SGD step under each schedule, parallel in time, and PyTorch's nn.RNN, over the
+standard grid: N in {4, 8, 16, 32, 128}, tau in {64, 256, 1024, 4096}, L = 4, B in {1, 8, 32} (about
+half an hour on one CPU core).
 
     python profiling/rnn_bench.py
-    python profiling/rnn_bench.py --N 8 --tau 16,64 --B 1 --repeats 3
+    python profiling/rnn_bench.py --N 8 --tau 64,256 --B 1 --repeats 3 --time step,backward
 
 Each (N, tau, B) is measured by ``leapfrog_gpu.tools.bench.rnn.measure`` (the same as ``leapfrog-bench
---model rnn``): medians of ``--repeats`` interleaved repeats after a warm-up, ``--repeats-long`` at the
-longest tau. NumPy's BLAS and PyTorch both run ``--threads`` threads (one by default: on a shared machine
-more threads only wait for each other). Writes the rows as JSON under profiling/results/ with the date in
-the file name.
+--model rnn``): the steps of BPTT, Leapfrog(k), TimeScan, the step parallel in time (``TimeNewton``,
+Newton and quasi-Newton, with TimeScan) and PyTorch's, interleaved, medians of ``--repeats`` repeats after
+a warm-up each, ``--repeats-long`` at the longest tau. NumPy's BLAS and PyTorch both run ``--threads``
+threads (one by default: on a shared machine more threads only wait for each other). Writes the rows as
+JSON under profiling/results/ with the date in the file name.
 """
 
 import argparse
@@ -23,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
+from leapfrog_gpu.tools.cli import names
+from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,13 +35,18 @@ def main(argv=None):
         return [int(value) for value in text.split(",")]
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--N", type=ints, default=[8, 32, 128])
-    parser.add_argument("--tau", type=ints, default=[16, 64, 256, 1024])
-    parser.add_argument("--B", type=ints, default=[1, 8])
+    parser.add_argument("--N", type=ints, default=[4, 8, 16, 32, 128])
+    parser.add_argument("--tau", type=ints, default=[64, 256, 1024, 4096])
+    parser.add_argument("--B", type=ints, default=[1, 8, 32])
+    parser.add_argument("--schedule", type=names_type("rnn"), default=["bptt", "leapfrog", "timescan"])
+    parser.add_argument("--forward-solver", type=names(["newton", "quasi-newton"], "RNN forward solver"),
+                        default=["newton", "quasi-newton"])
+    parser.add_argument("--time", type=names(bench_rnn.PARTS, "part"), default=["step"],
+                        help="step, backward, or both (step,backward)")
     parser.add_argument("--L", type=int, default=4)
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--repeats-long", type=int, default=7, help="repeats at the longest tau")
+    parser.add_argument("--repeats-long", type=int, default=5, help="repeats at the longest tau")
     parser.add_argument("--max-gflop", type=float, default=3.0, help="skip a schedule whose chain does more")
     parser.add_argument("--threads", type=int, default=1, help="NumPy's BLAS threads and PyTorch's intra-op threads")
     parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: under profiling/results/)")
@@ -57,13 +65,15 @@ def main(argv=None):
             for B in args.B:
                 repeats = args.repeats_long if tau == max(args.tau) else args.repeats
                 for row in bench_rnn.measure(N, tau, B, args.L, args.k, repeats, max_gflop=args.max_gflop,
-                                             torch=torch, blas_threads=args.threads):
+                                             torch=torch, blas_threads=args.threads, names=args.schedule,
+                                             solvers=args.forward_solver, parts=args.time):
                     print(bench_rnn.format_row(row))
                     rows.append(row)
     meta = {"date": today, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
             "load_average": [round(v, 2) for v in os.getloadavg()], "python": platform.python_version(),
             "numpy": np.__version__, "torch": torch and torch.__version__, "threads": args.threads,
             "dtype": "float32", "output": "every", "k": args.k, "max_gflop": args.max_gflop,
+            "schedules": args.schedule, "forward_solvers": args.forward_solver, "parts": args.time,
             "seconds": round(time.perf_counter() - start, 1)}
     out = args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")

@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn
-from leapfrog_gpu.tools.schedules import schedule_names
+from leapfrog_gpu.tools.schedules import make_solver, schedule_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,20 +19,58 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_measure_gives_a_row_per_schedule_with_its_speedup_over_bptt():
     rows = bench_rnn.measure(4, 8, 2, L=4, repeats=2, max_gflop=1e-4)
     by_name = {row["schedule"]: row for row in rows}
-    assert list(by_name) == ["bptt", "leapfrog", "wavefront", "timescan", "naumov-rnn"] == list(schedule_names("rnn"))
-    assert by_name["bptt"]["speedup"] == 1.0 and by_name["bptt"]["rounds"] == 16
-    for row in rows[1:-1]:
-        assert row["speedup"] == by_name["bptt"]["median_s"] / row["median_s"]  # > 1: faster than BPTT
+    names = list(schedule_names("rnn"))
+    assert list(by_name) == names + [f"step {name}" for name in names] and names[0] == "bptt"
+    for part in ("", "step "):
+        bptt = by_name[f"{part}bptt"]
+        assert bptt["speedup"] == 1.0
+        for name in names[1:-1]:  # > 1: faster than BPTT
+            assert by_name[part + name]["speedup"] == bptt["median_s"] / by_name[part + name]["median_s"]
+        assert by_name[f"{part}naumov-rnn"]["refused"].startswith("skipped: ")  # 4e-4 GFLOP over a budget of 1e-4
+    assert by_name["bptt"]["rounds"] == 16 and by_name["step bptt"]["rounds"] == 2 * 16  # the forward's K·tau too
     assert by_name["wavefront"]["rounds"] == 9 and by_name["timescan"]["rounds"] == 8
-    assert by_name["naumov-rnn"]["refused"].startswith("skipped: ")  # 4e-4 GFLOP over a budget of 1e-4
+    assert by_name["step wavefront"]["rounds"] == 16 + 9 and by_name["step timescan"]["rounds"] == 16 + 8
     for row in rows:
         assert bench_rnn.format_row(row).startswith("   4     8   2  ")
+    assert [row["schedule"] for row in bench_rnn.measure(4, 8, 2, repeats=1, parts=("step",))] == list(by_name)[5:]
+
+
+def test_a_step_parallel_in_time_over_the_budget_is_skipped_by_the_flops_of_one_iteration():
+    newton, quasi = make_solver("rnn", "newton"), make_solver("rnn", "quasi-newton")
+    budget = (quasi.iteration_flops([6] * 4, 16, 2) + newton.iteration_flops([6] * 4, 16, 2)) / 2e9
+    rows = bench_rnn.measure(6, 16, 2, repeats=1, names=["bptt"], solvers=["newton", "quasi-newton"],
+                             max_gflop=budget, parts=("step",))
+    by_name = {row["schedule"]: row for row in rows}
+    assert by_name["step timescan+newton"]["refused"].startswith("skipped: an iteration takes ")
+    assert by_name["step timescan+quasi-newton"]["median_s"] > 0
 
 
 def test_pytorch_nn_rnn_is_timed_on_the_same_network():
     torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
-    rows = bench_rnn.measure(4, 6, 1, repeats=1, torch=torch)
-    assert rows[-1]["schedule"] == "torch nn.RNN" and rows[-1]["median_s"] > 0
+    rows = bench_rnn.measure(4, 6, 1, repeats=1, torch=torch, names=["bptt"])
+    assert [row["schedule"] for row in rows] == ["bptt", "torch nn.RNN", "step bptt", "step torch nn.RNN"]
+    assert all(row["median_s"] > 0 for row in rows)
+
+
+def test_pytorchs_network_is_ours_its_gradients_and_its_step():
+    """The anchor's gradients are the network's (backprop, float64) and its SGD step is ``sgd_step``'s."""
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    from leapfrog_gpu import RNN
+
+    x, y = bench_rnn.sequences(3, 5, 2, "float64")
+    with RNN([3] * 4, output="every", dtype="float64", backend="numpy") as net:
+        anchor = bench_rnn.TorchRNN(torch, net, x, y)
+        anchor._loss().backward()
+        nabla_b, nabla_w, nabla_u = net.backprop(x, y)
+        for i in range(2):
+            assert np.allclose(anchor.rnn.get_parameter(f"weight_ih_l{i}").grad.numpy(), nabla_w[i], rtol=1e-12)
+            assert np.allclose(anchor.rnn.get_parameter(f"weight_hh_l{i}").grad.numpy(), nabla_u[i], rtol=1e-12)
+        assert np.allclose(anchor.out.bias.grad.numpy(), nabla_b[-1], rtol=1e-12)
+        anchor.step()
+        net.sgd_step(x, y, bench_rnn.ETA)
+        assert np.allclose(anchor.rnn.weight_hh_l1.detach().numpy(), net.recurrent[1], rtol=1e-12)
+        assert np.allclose(anchor.out.weight.detach().numpy(), net.weights[-1], rtol=1e-12)
+        assert not anchor.rnn.bias_hh_l0.detach().numpy().any()  # held at zero: the RNN has one bias a layer
 
 
 def test_the_profiling_script_writes_its_json(tmp_path):
@@ -42,7 +81,9 @@ def test_the_profiling_script_writes_its_json(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert {row["tau"] for row in report["rows"]} == {4, 5} and report["meta"]["threads"] == 1
-    assert "naumov-rnn" in done.stdout
+    names = ["step bptt", "step leapfrog", "step timescan", "step timescan+newton", "step timescan+quasi-newton"]
+    assert [row["schedule"] for row in report["rows"] if row["tau"] == 4][:5] == names
+    assert all(name in done.stdout for name in names)
 
 
 def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
@@ -51,8 +92,8 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
                              "--repeats", "1", "--no-torch", "--json", str(out)])
     printed = capsys.readouterr().out
     assert status == 0 and printed.startswith("\n".join(bench_rnn.table_head()) + "\n")
-    assert printed.count("\n") == 3 + 2 * 5 + 1  # the head, 5 rows a network, the line saying PyTorch was skipped
-    assert len(json.loads(out.read_text())["rows"]) == 10
+    assert printed.count("\n") == 3 + 2 * 10 + 1  # the head, 10 rows a network, the line saying PyTorch was skipped
+    assert len(json.loads(out.read_text())["rows"]) == 20
 
 
 def test_the_command_refuses_a_bad_option_in_one_line(capsys):

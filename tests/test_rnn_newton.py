@@ -126,6 +126,19 @@ def test_rounds_are_counted_as_run_and_match_the_formula(tau, quasi):
     assert stats["memory_bytes"] == 8 * (5 * tau * 3 * n + 2 * tau * 3 * (n if quasi else n * n))
 
 
+@pytest.mark.parametrize("quasi", [False, True])
+def test_one_more_iteration_of_every_layer_costs_the_predicted_flops(quasi):
+    flops = {}
+    for m in (1, 2):
+        with network(3.0) as net, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # stopped early, as asked
+            solver = TimeNewton(quasi=quasi, max_iterations=m)
+            solved(net, inputs(16), solver)
+        assert solver.stats["iterations_per_layer"] == [m, m]
+        flops[m] = solver.stats["flops"]
+    assert flops[2] - flops[1] == solver.iteration_flops(SIZES, 16, 3) > 0
+
+
 @pytest.mark.parametrize("activation", ["sigmoid", "relu"])
 def test_every_activation(activation):
     with network(1.5, activation=activation, output="last") as net:

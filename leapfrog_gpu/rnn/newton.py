@@ -188,8 +188,28 @@ class TimeNewton(Solver):
         ops_numpy.activate(flat(z), flat(f), flat(p.sp[l]), p.net.activation, xp)
         count["evaluations"] += 1
         count["rounds"] += 1
-        count["flops"] += 2 * n * n * (tau - 1) * B + 5 * n * tau * B
+        count["flops"] += TimeNewton._evaluation_flops(n, tau, B)
         return relative(xp, f, a)
+
+    @staticmethod
+    def _evaluation_flops(n, tau, B):
+        """Flops of one evaluation of a layer of width n: u a_{t-1}, the add, sigma, sigma' and the residual."""
+        return 2 * n * n * (tau - 1) * B + 5 * n * tau * B
+
+    def _step_flops(self, n, tau, B):
+        """Flops of one iteration's step on a layer of width n: the Jacobians and c, then the scan's rounds (at
+        shift s, m = tau - s pairs take J_t x + c, and r = tau - 2s of them J_t J_{t-s})."""
+        flops, s = (5 if self.quasi else 4 + 2 * n) * n * tau * B, 1
+        while s < tau:
+            m, r = tau - s, max(tau - 2 * s, 0)
+            flops += 2 * m * B * n + r * B * n if self.quasi else 2 * m * B * n * n + m * B * n + 2 * r * B * n ** 3
+            s *= 2
+        return flops
+
+    def iteration_flops(self, sizes, tau, B):
+        """Flops of one iteration (a step and an evaluation) of every recurrent layer of ``sizes`` at ``tau``
+        and ``B``: the least a solve that does not start converged takes."""
+        return sum(self._step_flops(n, tau, B) + self._evaluation_flops(n, tau, B) for n in sizes[1:-1])
 
     def _step(self, p, l, ua, f, scan, count):
         """One Newton iteration: the new iterate, into p.a[l], solves a_t = J_t a_{t-1} + c_t by the scan,
@@ -214,16 +234,14 @@ class TimeNewton(Solver):
             xp.multiply(sp[..., None], u, out=J[::-1])
         if keep != 1:
             xp.multiply(J, keep, out=J)
-        count["flops"] += (5 if self.quasi else 4 + 2 * n) * n * tau * B
         product = xp.multiply if self.quasi else xp.matmul
         s = 1
         while s < tau:
             scan_round(xp, product, J, J_next, c, q, s)
             J, J_next = J_next, J
-            m, r = tau - s, max(tau - 2 * s, 0)
-            count["flops"] += 2 * m * B * n + r * B * n if self.quasi else 2 * m * B * n * n + m * B * n + 2 * r * B * n ** 3
             count["rounds"] += 1
             s *= 2
+        count["flops"] += self._step_flops(n, tau, B)
         xp.copyto(a, forwards)
 
 

@@ -1,24 +1,29 @@
-"""``leapfrog-bench --model rnn``: the recurrent network's backward pass under each schedule, against BPTT
-and PyTorch's ``nn.RNN``.
+"""``leapfrog-bench --model rnn``: the recurrent network's backward pass and SGD step under each schedule,
+against BPTT and PyTorch's ``nn.RNN``.
 
-For every (N, tau, B), ``RNN([N] * L, output="every")`` runs its backward pass (the chain and the weight
-gradients) under each schedule of ``--schedule`` (by the names of ``tools.schedules``: bptt, leapfrog,
-wavefront, timescan, naumov-rnn; bptt, the baseline, always), interleaved, after a warm-up
-(``RNN.time_backward``); a row gives the median, the speed-up over BPTT (BPTT's median in the same run over
-the row's: > 1 is faster), the dependent rounds and the flops of each chain against BPTT's. A schedule
-whose predicted chain work exceeds ``max_gflop`` is skipped, one whose buffers exceed ``memory_limit`` is
-refused by its own check; both show as rows. PyTorch's ``nn.RNN`` (tanh, L-2 layers, bias_hh held at zero,
-a Linear output at every step; on the GPU cuDNN's) is timed on the same batch and parameters:
-``loss.backward()`` alone, after a forward pass under autograd.
+For every (N, tau, B), ``RNN([N] * L, output="every")`` is timed under each schedule of ``--schedule`` (by
+the names of ``tools.schedules``: bptt, leapfrog, wavefront, timescan, naumov-rnn; bptt, the baseline,
+always), in two parts (``--time``):
 
-``--forward-solver`` (names of ``tools.schedules.SOLVERS["rnn"]``: newton, quasi-newton) adds the SGD step
-parallel in time: the forward pass by that solver (``TimeNewton``), the backward by ``TimeScan``, the update;
-a row ``step timescan+NAME`` each, against a row ``step bptt``, BPTT's whole step, timed alike (interleaved,
-enqueue to ``synchronize()``, after a warm-up); their speed-up is BPTT's step over the row's and their rounds
-the forward's plus the backward's. A step that would take more memory than ``memory_limit`` is refused.
+``step``      the whole SGD step (forward, backward, update), a row ``step NAME`` each, interleaved with
+              PyTorch's step (``step torch nn.RNN``) and, with ``--forward-solver``, the step parallel in
+              time (``step timescan+NAME``: the forward pass by that solver, ``TimeNewton``, the backward
+              by ``TimeScan``); speed-ups over ``step bptt``.
+``backward``  the backward pass alone (the chain and the weight gradients, ``RNN.time_backward``), a row
+              NAME each, and PyTorch's ``loss.backward()``; speed-ups over ``bptt``.
+
+Each row gives the median of ``--repeats`` interleaved repeats (each row once in turn, after a warm-up
+each, timed from enqueue to ``synchronize()``), the speed-up (BPTT's median in the same run over the
+row's: > 1 is faster), the dependent rounds (a step's: its forward's plus its backward's) and the flops of
+each chain against BPTT's. A schedule whose predicted chain work exceeds ``max_gflop`` is skipped, as is
+a step parallel in time whose one iteration would (``TimeNewton.iteration_flops``); one whose buffers
+exceed ``memory_limit`` is refused by its own check; all show as rows. PyTorch's network is
+the same one (tanh, L-2 layers of ``nn.RNN``, bias_hh held at zero, a ``Linear`` output at every step, the
+same parameters and batch; on the GPU cuDNN's), stepped by ``torch.optim.SGD(foreach=True)``.
 """
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -32,9 +37,9 @@ from ...core.functions import DTYPES
 from ...rnn.network import RNN
 from ...core.checks import MEMORY_LIMIT
 from ...rnn.scans import TimeScan
-from ...rnn.schedules import BPTT, resolve
-from ..cli import Parser, integer, integers
-from ..schedules import SOLVERS, make_schedule, make_solver, names_type, schedule_names
+from ...rnn.schedules import resolve
+from ..cli import Parser, integer, integers, names as names_of
+from ..schedules import SCHEDULES, SOLVERS, make_schedule, make_solver, names_type, schedule_names
 from . import torch_anchor
 from .report import ratio
 
@@ -47,6 +52,8 @@ TORCH = "torch nn.RNN"
 """The name of PyTorch's row."""
 STEP = "step "
 """What a step's row name starts with: ``step bptt``, ``step timescan+newton``."""
+PARTS = ("backward", "step")
+"""What ``measure`` can time: the backward pass alone, the whole SGD step."""
 ETA = 1e-3
 """The learning rate of the timed steps."""
 
@@ -68,64 +75,75 @@ def sequences(N, tau, B, dtype="float32", seed=0):
     return (rng.standard_normal((tau, N, B)).astype(dtype), rng.uniform(0.05, 0.95, (tau, N, B)).astype(dtype))
 
 
-def torch_backward(torch, net, x, y, repeats, device="cpu"):
-    """Median seconds of ``loss.backward()`` of ``net`` written as torch.nn.RNN plus a Linear output layer."""
-    L, N = net.L, net.sizes[0]
-    rnn = torch.nn.RNN(N, N, num_layers=L - 2, nonlinearity="tanh", dtype=getattr(torch, net.dtype))
-    out = torch.nn.Linear(N, net.sizes[-1], dtype=getattr(torch, net.dtype))
-    weights, recurrent, biases = (_host(a) for a in (net.weights, net.recurrent, net.biases))
-    with torch.no_grad():
-        for i in range(L - 2):
-            getattr(rnn, f"weight_ih_l{i}").copy_(torch.from_numpy(weights[i]))
-            getattr(rnn, f"weight_hh_l{i}").copy_(torch.from_numpy(recurrent[i]))
-            getattr(rnn, f"bias_ih_l{i}").copy_(torch.from_numpy(biases[i]))
-            getattr(rnn, f"bias_hh_l{i}").zero_()
-        out.weight.copy_(torch.from_numpy(weights[-1]))
-        out.bias.copy_(torch.from_numpy(biases[-1]))
-    rnn, out = rnn.to(device), out.to(device)
-    xt = torch.from_numpy(x.transpose(0, 2, 1).copy()).to(device)
-    yt = torch.from_numpy(y.transpose(0, 2, 1).copy()).to(device)
-    synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    times = []
-    for _ in range(repeats + 1):  # the first is the warm-up
-        for parameter in (*rnn.parameters(), *out.parameters()):
+class TorchRNN:
+    """``net`` (an ``RNN``) written as ``torch.nn.RNN`` plus a ``Linear`` output layer, on the batch ``x``,
+    ``y`` (as ``sequences`` gives them), on ``device``: its backward pass and its SGD step, timed alike."""
+
+    def __init__(self, torch, net, x, y, device="cpu"):
+        L, N, dtype = net.L, net.sizes[0], getattr(torch, net.dtype)
+        self.rnn = torch.nn.RNN(N, N, num_layers=L - 2, nonlinearity="tanh", dtype=dtype)
+        self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
+        weights, recurrent, biases = (_host(a) for a in (net.weights, net.recurrent, net.biases))
+        with torch.no_grad():
+            for i in range(L - 2):
+                getattr(self.rnn, f"weight_ih_l{i}").copy_(torch.from_numpy(weights[i]))
+                getattr(self.rnn, f"weight_hh_l{i}").copy_(torch.from_numpy(recurrent[i]))
+                getattr(self.rnn, f"bias_ih_l{i}").copy_(torch.from_numpy(biases[i]))
+                getattr(self.rnn, f"bias_hh_l{i}").zero_()
+            self.out.weight.copy_(torch.from_numpy(weights[-1]))
+            self.out.bias.copy_(torch.from_numpy(biases[-1]))
+        self.rnn, self.out, self.torch = self.rnn.to(device), self.out.to(device), torch
+        self.x = torch.from_numpy(x.transpose(0, 2, 1).copy()).to(device)
+        self.y = torch.from_numpy(y.transpose(0, 2, 1).copy()).to(device)
+        self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        self.parameters = [*self.rnn.parameters(), *self.out.parameters()]
+        for i in range(L - 2):  # held at zero: the RNN has one bias a layer
+            getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
+        self.sgd = torch.optim.SGD([p for p in self.parameters if p.requires_grad], lr=ETA / x.shape[2],
+                                   foreach=True)
+
+    def _loss(self):
+        for parameter in self.parameters:
             parameter.grad = None
-        states, _ = rnn(xt)
-        loss = 0.5 * ((torch.tanh(out(states)) - yt) ** 2).sum()
-        synchronize()
-        start = time.perf_counter()
-        loss.backward()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+        states, _ = self.rnn(self.x)
+        return 0.5 * ((self.torch.tanh(self.out(states)) - self.y) ** 2).sum()
+
+    def backward_s(self, repeats):
+        """Median seconds of ``loss.backward()`` alone, after a forward pass under autograd; one warm-up."""
+        times = []
+        for _ in range(repeats + 1):
+            loss = self._loss()
+            self.synchronize()
+            start = time.perf_counter()
+            loss.backward()
+            self.synchronize()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    def step(self):
+        """One SGD step, finished: forward, ``backward()``, ``SGD.step()``."""
+        self._loss().backward()
+        self.sgd.step()
+        self.synchronize()
 
 
-def step_name(solver):
-    """The row of the step whose forward pass is ``solver`` (a name of ``SOLVERS["rnn"]``): ``step bptt`` for
-    ``sequential``, else ``step timescan+NAME``."""
-    return f"{STEP}bptt" if solver == "sequential" else f"{STEP}timescan+{solver}"
+def step_name(name):
+    """The row of a step: ``step NAME`` for the schedule ``NAME`` (``sequential``: BPTT's), ``step
+    timescan+NAME`` for the forward solver ``NAME`` of ``SOLVERS["rnn"]``."""
+    if name == "sequential":
+        name = "bptt"
+    return f"{STEP}{name}" if name in SCHEDULES["rnn"] or name == TORCH else f"{STEP}timescan+{name}"
 
 
-def time_steps(net, x, y, solvers, k, memory_limit, repeats):
-    """Median seconds of BPTT's SGD step and of the step parallel in time with each of ``solvers`` (names),
-    interleaved after a warm-up each, by row name (``step_name``): ``{"median_s", "rounds"}``, or
-    ``{"refused": why}`` for a step that refuses this batch (a memory check)."""
-    steps = {}
-    for name in dict.fromkeys(["sequential", *solvers]):
-        solver = make_solver("rnn", name, memory_limit=memory_limit)
-        steps[step_name(name)] = (BPTT() if solver is None else TimeScan(k=k, memory_limit=memory_limit), solver)
+def interleaved(calls, repeats):
+    """Median seconds of each of ``calls`` (row name -> a callable that runs one repeat to its end and
+    returns a dict of what to report with it): one warm-up each, then ``repeats`` rounds that run every
+    call once in turn, so that load on the machine falls on all alike. A call whose warm-up raises
+    ``ValueError`` (a memory check) gives ``{"refused": why}``."""
     results, times = {}, {}
-
-    def step(row):
-        schedule, solver = steps[row]
-        net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))
-        net.synchronize()
-        forward = solver.stats["rounds"] if solver is not None else len(net.hidden) * x.shape[0]
-        return forward + net.stats["rounds"]
-
-    for row in steps:
+    for row, call in calls.items():
         try:
-            step(row)
+            call()
         except ValueError as error:
             results[row] = {"refused": str(error)}
         else:
@@ -133,12 +151,34 @@ def time_steps(net, x, y, solvers, k, memory_limit, repeats):
     for _ in range(repeats):
         for row in times:
             start = time.perf_counter()
-            rounds = step(row)
+            reported = calls[row]()
             times[row].append(time.perf_counter() - start)
-            results[row] = {"rounds": rounds}
+            results[row] = dict(reported or {})
     for row, measured in times.items():
         results[row]["median_s"] = statistics.median(measured)
     return results
+
+
+def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=None):
+    """Median seconds of the SGD step under each of ``schedules`` (name -> schedule), of the step parallel
+    in time with each of ``solvers`` (names) and of ``anchor``'s (a ``TorchRNN``), interleaved
+    (``interleaved``), by row name (``step_name``): ``{"median_s", "rounds"}`` (forward and backward
+    rounds), ``{"median_s"}`` for PyTorch's, or ``{"refused": why}``."""
+    steps = {step_name(name): (schedule, None) for name, schedule in schedules.items()}
+    for name in dict.fromkeys(solvers):
+        steps[step_name(name)] = (TimeScan(k=k, memory_limit=memory_limit), make_solver("rnn", name,
+                                                                                      memory_limit=memory_limit))
+
+    def step(schedule, solver):
+        net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))
+        net.synchronize()
+        forward = solver.stats["rounds"] if solver is not None else len(net.hidden) * x.shape[0]
+        return {"rounds": forward + net.stats["rounds"]}
+
+    calls = {row: functools.partial(step, *pair) for row, pair in steps.items()}
+    if anchor is not None:
+        calls[step_name(TORCH)] = anchor.step
+    return interleaved(calls, repeats)
 
 
 def _host(arrays):
@@ -146,39 +186,61 @@ def _host(arrays):
 
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
-            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=()):
-    """The rows of one (N, tau, B): a dict per schedule of ``names`` (``schedules``; ``TORCH`` when
-    ``torch``, the module, is given; and with ``solvers``, the steps of ``time_steps``) with ``median_s``,
-    ``speedup`` (BPTT's median over it, BPTT's step's for a step) and the schedule's ``stats``, or
-    ``refused``."""
-    sizes, chosen, refused = [N] * L, {}, {}
+            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
+            parts=PARTS):
+    """The rows of one (N, tau, B), for each of ``parts`` (``PARTS``): the backward pass under each schedule
+    of ``names`` (``schedules``) and PyTorch's (``TORCH``, when ``torch``, the module, is given), then the
+    step under each (``time_steps``: ``step NAME``, with ``solvers`` the steps parallel in time too); each a
+    dict with ``median_s``, ``speedup`` (BPTT's median over it, ``step bptt``'s for a step) and the
+    schedule's ``stats``, or ``refused``."""
+    sizes, chosen, timed_solvers, skipped = [N] * L, {}, [], {}
     itemsize = np.dtype(dtype).itemsize
     measured = schedules(k, memory_limit, names)
+
+    def over(flops, what):
+        return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}" if flops > max_gflop * 1e9 else None
+
     for name, schedule in measured.items():
-        flops = resolve(schedule).counters(sizes, tau, B, itemsize)["flops"]
-        if flops > max_gflop * 1e9:
-            refused[name] = f"skipped: {flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
+        why = over(resolve(schedule).counters(sizes, tau, B, itemsize)["flops"], "")
+        if why:
+            skipped[name] = skipped[step_name(name)] = why
         else:
             chosen[name] = schedule
+    for name in dict.fromkeys(solvers):
+        why = over(make_solver("rnn", name).iteration_flops(sizes, tau, B), "an iteration takes ")
+        if why:
+            skipped[step_name(name)] = why
+        else:
+            timed_solvers.append(name)
     options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
+    results = {}
     with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device) as net:
         x, y = sequences(N, tau, B, dtype)
-        results = net.time_backward(x, y, chosen, repeats=repeats)
-        if torch is not None:
+        anchor = None
+        if torch is not None:  # built before a step moves the parameters
             where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
-            results[TORCH] = {"median_s": torch_backward(torch, net, x, y, repeats, where)}
-        if solvers:
-            results.update(time_steps(net, x, y, solvers, k, memory_limit, repeats))
-    results.update({name: {"refused": why} for name, why in refused.items()})
-    base, rows = results["bptt"]["median_s"], []
-    for name in [*measured, TORCH, *(step_name(solver) for solver in dict.fromkeys(["sequential", *solvers]))]:
-        if name in results:
-            streams = measured[name].k if name in measured else (k if name.startswith(f"{STEP}timescan") else None)
+            anchor = TorchRNN(torch, net, x, y, where)
+        if "backward" in parts:
+            results.update(net.time_backward(x, y, chosen, repeats=repeats))
+            if anchor is not None:
+                results[TORCH] = {"median_s": anchor.backward_s(repeats)}
+        if "step" in parts:
+            results.update(time_steps(net, x, y, chosen, timed_solvers, k, memory_limit, repeats, anchor))
+    results.update({name: {"refused": why} for name, why in skipped.items()})
+    order = {"backward": [*measured, TORCH],
+             "step": [step_name(name) for name in [*measured, *dict.fromkeys(solvers), TORCH]]}
+    rows = []
+    for part in PARTS:
+        base = results.get(order[part][0], {}).get("median_s")
+        for name in order[part] if part in parts else ():
+            if name not in results:
+                continue
+            streams = (k if name.startswith(f"{STEP}timescan") else
+                       measured[name.removeprefix(STEP)].k if name.removeprefix(STEP) in measured else None)
             row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
                    **results[name]}
             if "median_s" in row:
-                row["speedup"] = (results[step_name("sequential")]["median_s"] if name.startswith(STEP)
-                                  else base) / row["median_s"]
+                row["speedup"] = base / row["median_s"]
             rows.append(row)
     return rows
 
@@ -205,17 +267,6 @@ def run(grid, report=print, **options):
     return rows
 
 
-def solver_names(text):
-    """An argparse type: a comma-separated list of the RNN's forward solvers by name, ``sequential`` left out
-    (BPTT's step, always timed with them)."""
-    names = text.split(",")
-    valid = [name for name in SOLVERS["rnn"] if name != "sequential"]
-    for name in names:
-        if name not in valid:
-            raise argparse.ArgumentTypeError(f"unknown RNN forward solver {name!r}; choose from {', '.join(valid)}")
-    return names
-
-
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
     p = Parser(prog="leapfrog-bench --model rnn", description=__doc__.splitlines()[0])
@@ -233,15 +284,20 @@ def parser():
     p.add_argument("--schedule", type=names_type("rnn"), default=list(schedule_names("rnn")),
                    metavar="NAME[,NAME...]", help=f"schedules by name, from {', '.join(schedule_names('rnn'))}; "
                                                   "bptt is always measured (default all)")
-    solvers = [name for name in SOLVERS["rnn"] if name != "sequential"]
-    p.add_argument("--forward-solver", type=solver_names, default=[], metavar="NAME[,NAME...]",
+    solvers = [name for name in SOLVERS["rnn"] if name != "sequential"]  # BPTT's step is always timed
+    p.add_argument("--forward-solver", type=names_of(solvers, "RNN forward solver"), default=[],
+                   metavar="NAME[,NAME...]",
                    help=f"also time the SGD step parallel in time: the forward pass by each solver named, from "
                         f"{', '.join(solvers)} (TimeNewton), the backward by timescan, against BPTT's step "
                         "(default none)")
+    p.add_argument("--time", type=names_of(PARTS, "part"), default=list(PARTS), metavar="PART[,PART...]",
+                   help="what to time: backward (the backward pass alone), step (the whole SGD step), or both "
+                        "(default backward,step)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
     p.add_argument("--repeats", type=integer(1, "--repeats"), default=15, metavar="N", help="(default 15)")
     p.add_argument("--max-gflop", type=float, default=3.0, metavar="G",
-                   help="skip a schedule whose chain does more (default 3)")
+                   help="skip a schedule whose chain does more, and a step parallel in time whose one iteration "
+                        "does (default 3)")
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
                    help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch's nn.RNN")
@@ -261,7 +317,7 @@ def main(argv=None):
     try:
         rows = run(grid, L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype, backend=args.backend,
                    max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads, names=args.schedule,
-                   solvers=args.forward_solver)
+                   solvers=args.forward_solver, parts=args.time)
     except KeyboardInterrupt:
         print("leapfrog-bench --model rnn: interrupted (SIGINT)", file=sys.stderr)
         return 130

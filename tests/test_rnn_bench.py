@@ -30,6 +30,10 @@ def test_measure_gives_a_row_per_schedule_with_its_speedup_over_bptt():
     assert by_name["bptt"]["rounds"] == 16 and by_name["step bptt"]["rounds"] == 2 * 16  # the forward's K·tau too
     assert by_name["wavefront"]["rounds"] == 9 and by_name["timescan"]["rounds"] == 8
     assert by_name["step wavefront"]["rounds"] == 16 + 9 and by_name["step timescan"]["rounds"] == 16 + 8
+    # the forward's flops: per layer 2·4·4·8·2 (w a), 2·4²·7·2 (u a, t >= 2), 5·4·8·2 (bias, sigma, sigma')
+    forward = 2 * (2 * 4 * 4 * 8 * 2 + 2 * 16 * 7 * 2 + 5 * 4 * 8 * 2)
+    assert by_name["step bptt"]["flops"] == by_name["step bptt"]["sequential_flops"] == forward + by_name["bptt"]["flops"]
+    assert by_name["step timescan"]["flops"] == forward + by_name["timescan"]["flops"]
     for row in rows:
         assert bench_rnn.format_row(row).startswith("   4     8   2  ")
     assert [row["schedule"] for row in bench_rnn.measure(4, 8, 2, repeats=1, parts=("step",))] == list(by_name)[5:]

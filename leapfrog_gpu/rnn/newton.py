@@ -42,7 +42,7 @@ from ..core.checks import MEMORY_LIMIT, all_finite, check_memory_limit
 from ..core.convergence import Solver, relative
 from .plan import flat
 from .scans import scan_round
-from .schedules import ceil_log2
+from .schedules import ceil_log2, forward_flops
 
 
 class TimeNewton(Solver):
@@ -130,15 +130,13 @@ class TimeNewton(Solver):
             done, history = self._layer(p, l, tol, limit, count)
             iterations.append(done)
             residuals.append(history)
-        sizes, tau, B = p.net.sizes, p.tau, p.batch
-        sequential = sum(2 * sizes[l - 1] * sizes[l - 2] * tau * B + 2 * sizes[l - 1] ** 2 * (tau - 1) * B
-                         + 5 * sizes[l - 1] * tau * B for l in p.net.hidden)
         final = [history[-1] for history in residuals]
         self.stats = {"iterations": sum(iterations), "iterations_per_layer": iterations,
                       "evaluations": count["evaluations"], "rounds": count["rounds"], "residual": max(final),
                       "residuals": residuals, "resets": count["resets"], "converged": max(final) <= tol, "tol": tol,
                       "flops": count["flops"], "memory_bytes": memory,
-                      "sequential_rounds": len(p.net.hidden) * tau, "sequential_flops": sequential}
+                      "sequential_rounds": len(p.net.hidden) * p.tau,
+                      "sequential_flops": forward_flops(p.net.sizes, p.tau, p.batch)}
         if not self.stats["converged"]:
             self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}", tol)
 

@@ -229,6 +229,15 @@ def bptt_counters(sizes, tau, B, itemsize, output="every"):
             "sequential_flops": flops, "sequential_bytes": moved * itemsize}
 
 
+def forward_flops(sizes, tau, B):
+    """Flops of the sequential forward pass of the recurrent layers of ``sizes`` at ``tau`` and ``B``: per
+    layer, w^l a^{l-1} over tau*B columns, u^l a^{l,t-1} at every step but the first, the bias, sigma and
+    sigma'."""
+    n = dict(enumerate(sizes, start=1))
+    return sum(2 * n[l] * n[l - 1] * tau * B + 2 * n[l] ** 2 * (tau - 1) * B + 5 * n[l] * tau * B
+               for l in range(2, len(sizes)))
+
+
 def gradient_flops(sizes, tau, B, outputs):
     """Flops of nabla_w, nabla_u, nabla_b of every layer (the work the workers take off the chain)."""
     n = dict(enumerate(sizes, start=1))

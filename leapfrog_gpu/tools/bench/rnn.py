@@ -37,7 +37,7 @@ from ...core.functions import DTYPES
 from ...rnn.network import RNN
 from ...core.checks import MEMORY_LIMIT
 from ...rnn.scans import TimeScan
-from ...rnn.schedules import resolve
+from ...rnn.schedules import forward_flops, resolve
 from ..cli import Parser, integer, integers, names as names_of
 from ..schedules import SCHEDULES, SOLVERS, make_schedule, make_solver, names_type, schedule_names
 from . import torch_anchor
@@ -162,18 +162,22 @@ def interleaved(calls, repeats):
 def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=None):
     """Median seconds of the SGD step under each of ``schedules`` (name -> schedule), of the step parallel
     in time with each of ``solvers`` (names) and of ``anchor``'s (a ``TorchRNN``), interleaved
-    (``interleaved``), by row name (``step_name``): ``{"median_s", "rounds"}`` (forward and backward
-    rounds), ``{"median_s"}`` for PyTorch's, or ``{"refused": why}``."""
+    (``interleaved``), by row name (``step_name``): ``{"median_s", "rounds", "flops", "sequential_flops"}``
+    (of the forward pass and the backward chain; BPTT's flops), ``{"median_s"}`` for PyTorch's, or
+    ``{"refused": why}``."""
     steps = {step_name(name): (schedule, None) for name, schedule in schedules.items()}
     for name in dict.fromkeys(solvers):
         steps[step_name(name)] = (TimeScan(k=k, memory_limit=memory_limit), make_solver("rnn", name,
                                                                                       memory_limit=memory_limit))
 
+    sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, *x.shape[::2])}
+
     def step(schedule, solver):
         net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))
         net.synchronize()
-        forward = solver.stats["rounds"] if solver is not None else len(net.hidden) * x.shape[0]
-        return {"rounds": forward + net.stats["rounds"]}
+        forward = sequential if solver is None else solver.stats
+        return {"rounds": forward["rounds"] + net.stats["rounds"], "flops": forward["flops"] + net.stats["flops"],
+                "sequential_flops": sequential["flops"] + net.stats["sequential_flops"]}
 
     calls = {row: functools.partial(step, *pair) for row, pair in steps.items()}
     if anchor is not None:

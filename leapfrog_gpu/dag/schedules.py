@@ -91,6 +91,40 @@ class LevelSets(DagSchedule):
         self.stats.update(_times(plan, 1))
 
 
+class BlockSchedule(DagSchedule):
+    """A schedule on N's blocks laid into one (B, M, M) matrix (``lay_out``; M the sum of the widths of
+    the non-input nodes), whose buffers may take ``memory_limit`` bytes: ``memory_needed`` is checked
+    before anything is allocated."""
+
+    INSTEAD = "Sequential(), Leapfrog(k) or LevelSets()"
+    """What to use instead when the buffers do not fit."""
+
+    def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT):
+        memory_limit = check_memory_limit(memory_limit)
+        super().__init__(k, fused)
+        self.memory_limit = memory_limit
+
+    def memory_needed(self, net, batch):
+        """Bytes of the buffers for ``net`` (a ``GraphNet`` or its plan) at ``batch``."""
+        raise NotImplementedError
+
+    def check_memory(self, plan):
+        """The bytes ``plan`` needs, or a ValueError when they exceed ``memory_limit``."""
+        needed = self.memory_needed(plan, plan.batch)
+        if needed > self.memory_limit:
+            raise ValueError(f"{type(self).__name__} needs {needed} bytes for depth D={plan.depth}, batch "
+                             f"B={plan.batch} ({plan.dtype}), over memory_limit={self.memory_limit}; pass a larger "
+                             f"memory_limit or use {self.INSTEAD}")
+        return needed
+
+    @staticmethod
+    def _adjoints(plan, x, e):
+        """Leave each solved x_v but the output's (its g, given by ``e``) in ``plan.adjoints``."""
+        for v in plan.order:
+            if v not in e:
+                plan.adjoints[v] = x[v]
+
+
 class DagJacobi(DagSchedule):
     """Block Jacobi on every node at once from x = 0: each sweep hands every node's products back from
     the previous sweep's errors. Exact after D sweeps from any start; ``max_sweeps`` caps them (fewer
@@ -118,16 +152,13 @@ class DagJacobi(DagSchedule):
             plan.sweep(first=sweep == 0)
 
 
-class DagDoubling(DagSchedule):
+class DagDoubling(BlockSchedule):
     """Recursive doubling over the DAG's blocks: x <- x + P x, P <- P^2, ceil(log2 D) rounds, P = N at
     first, the blocks laid into one (B, M, M) matrix (M the sum of the node widths), so that a round is
     three calls whatever the block pairs. ``memory_limit``: bytes its matrices and vectors may take;
     ``memory_needed`` is checked before anything is allocated."""
 
-    def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT):
-        memory_limit = check_memory_limit(memory_limit)
-        super().__init__(k, fused)
-        self.memory_limit = memory_limit
+    INSTEAD = "Sequential(), Leapfrog(k), LevelSets() or DagJacobi()"
 
     def memory_needed(self, net, batch):
         """Bytes of P and P^2, (B, M, M) each, and two iterates, for ``net`` (a ``GraphNet`` or its plan) at
@@ -135,11 +166,7 @@ class DagDoubling(DagSchedule):
         return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
     def dag_backward(self, plan, hand, controls):
-        needed = self.memory_needed(plan, plan.batch)
-        if needed > self.memory_limit:
-            raise ValueError(f"DagDoubling needs {needed} bytes for depth D={plan.depth}, batch B={plan.batch} "
-                             f"({plan.dtype}), over memory_limit={self.memory_limit}; pass a larger memory_limit or "
-                             "use Sequential(), Leapfrog(k), LevelSets() or DagJacobi()")
+        needed = self.check_memory(plan)
         self.stats = {"rounds": doubling_rounds(plan.depth), "memory_bytes": needed}
         plan.backend.launch(plan.main, "doubling", self._solve, plan)
         self._finish(plan, hand, controls)
@@ -147,38 +174,49 @@ class DagDoubling(DagSchedule):
     def _solve(self, plan):
         blocks, e = plan.blocks()
         x, flops, moved = doubling_solve(plan.xp, blocks, e, plan.depth, {v: plan.n[v] for v in plan.order})
-        for v in plan.order:
-            if v not in e:
-                plan.adjoints[v] = x[v]
+        self._adjoints(plan, x, e)
         self.stats.update(flops=flops, bytes=moved * np.dtype(plan.dtype).itemsize)
+
+
+def lay_out(xp, blocks, e, widths):
+    """``(N, E, rows)``: ``blocks`` {(u, v): (B, n_u, n_v)} laid into one (B, M, M) matrix N (zero where no
+    block is) and ``e`` {v: (n_v, B)} into one (B, M, 1) vector E, the unknowns in the order of ``widths``
+    {v: n_v} (M = sum of n_v); ``rows`` {v: slice}: v's rows of either."""
+    rows, M = {}, 0
+    for v, n in widths.items():
+        rows[v], M = slice(M, M + n), M + n
+    any_e = next(iter(e.values()))
+    B = any_e.shape[1]
+    N, E = xp.zeros((B, M, M), dtype=any_e.dtype), xp.zeros((B, M, 1), dtype=any_e.dtype)
+    for (u, v), block in blocks.items():
+        xp.copyto(N[:, rows[u], rows[v]], block)
+    for v, vector in e.items():
+        xp.copyto(E[:, rows[v], 0], vector.T)
+    return N, E, rows
+
+
+def unstack(X, rows):
+    """{v: x_v (n_v, B)} of a (B, M, 1) vector laid out by ``rows`` (``lay_out``)."""
+    return {v: X[:, r, 0].T.copy() for v, r in rows.items()}
 
 
 def doubling_solve(xp, blocks, e, depth, widths):
     """x = (I - N)^{-1} e = sum_{i < D} N^i e for nilpotent N of index <= D, in ceil(log2 D) rounds.
 
     ``blocks``: {(u, v): (B, n_u, n_v)}; ``e``: {v: (n_v, B)}; ``widths``: {v: n_v} of every unknown, in
-    order. The blocks are laid into one (B, M, M) matrix P (M = sum of n_v, zero where no block is) and
-    x into (B, M, 1), so that each round is one batched product for x <- x + P x, an add, and one for
-    P <- P P (``doubling_round``). Returns ``({v: x_v (n_v, B)}, flops, elements moved)``."""
-    rows, M = {}, 0
-    for v, n in widths.items():
-        rows[v], M = slice(M, M + n), M + n
-    any_e = next(iter(e.values()))
-    B = any_e.shape[1]
-    P, P_next = (xp.zeros((B, M, M), dtype=any_e.dtype) for _ in range(2))
-    X, Q = (xp.zeros((B, M, 1), dtype=any_e.dtype) for _ in range(2))
-    for (u, v), block in blocks.items():
-        xp.copyto(P[:, rows[u], rows[v]], block)
-    for v, vector in e.items():
-        xp.copyto(X[:, rows[v], 0], vector.T)
+    order. The blocks are laid into one (B, M, M) matrix P (``lay_out``) and x into (B, M, 1), so that
+    each round is one batched product for x <- x + P x, an add, and one for P <- P P (``doubling_round``).
+    Returns ``({v: x_v (n_v, B)}, flops, elements moved)``."""
+    P, X, rows = lay_out(xp, blocks, e, widths)
+    B, M = P.shape[0], P.shape[1]
+    P_next, Q = xp.zeros_like(P), xp.zeros_like(X)
     rounds = doubling_rounds(depth)
     for r in range(rounds):
         doubling_round(xp, P, P_next, X, Q, r < rounds - 1)
         P, P_next = P_next, P
-    x = {v: X[:, rows[v], 0].T.copy() for v in widths}
     flops = rounds * B * (2 * M * M + M) + max(rounds - 1, 0) * B * 2 * M ** 3
     moved = rounds * B * (M * M + 4 * M) + max(rounds - 1, 0) * B * 3 * M * M
-    return x, flops, moved
+    return unstack(X, rows), flops, moved
 
 
 def doubling_round(xp, P, P_next, X, Q, square):
@@ -203,11 +241,16 @@ def heights(dag):
     return height
 
 
-def doubling_bytes(dag, batch, itemsize):
-    """Bytes of P and P^2, (B, M, M) each with M the sum of the widths of ``dag``'s non-input nodes, and of
-    two iterates (B, M, 1), at ``batch``."""
+def stacked_bytes(dag, batch, itemsize, matrices, vectors):
+    """Bytes of ``matrices`` (B, M, M) and ``vectors`` (B, M, 1) at ``batch``, M the sum of the widths of
+    ``dag``'s non-input nodes."""
     M = sum(dag.n[v] for v in dag.order)
-    return (2 * M * M + 2 * M) * batch * itemsize
+    return (matrices * M * M + vectors * M) * batch * itemsize
+
+
+def doubling_bytes(dag, batch, itemsize):
+    """Bytes of P and P^2, (B, M, M) each, and of two iterates (B, M, 1) (``stacked_bytes``)."""
+    return stacked_bytes(dag, batch, itemsize, matrices=2, vectors=2)
 
 
 def _times(plan, times):

@@ -14,7 +14,7 @@ from helpers import CountedNumpy, dag_data, deep_chain, patched_ops
 from leapfrog_gpu import MLP, RNN, DagDoubling, DagJacobi, NaumovScan, TimeScan, Wavefront
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
-from leapfrog_gpu.dag import plan as dag_plan, schedules as dag_schedules
+from leapfrog_gpu.dag import schedules as dag_schedules
 from leapfrog_gpu.dag.forward import ForwardNewton
 from leapfrog_gpu.rnn import newton
 from leapfrog_gpu.rnn.newton import TimeNewton
@@ -116,7 +116,7 @@ def naumov_scan(backend, rounds, size):
 
 
 def dag_jacobi(backend, rounds, size):
-    rounds.rounds(dag_plan.Plan, "sweep")
+    rounds.rounds(dag_schedules, "jacobi_sweep")
     net = deep_chain(size, backend)
     net.backprop(*dag_data(net, 2), DagJacobi(k=1))
 
@@ -137,13 +137,6 @@ SOLVERS = {"TimeScan": (time_scan, 4, 16), "Wavefront": (wavefront, 2, 5), "Time
            "NaumovScan": (naumov_scan, 3, 7), "DagJacobi": (dag_jacobi, 3, 8), "DagDoubling": (dag_doubling, 3, 9),
            "ForwardNewton": (forward_newton, 3, 9)}
 """Each solver: what runs it, and two sizes (tau, recurrent layers or depth) whose rounds are counted."""
-UNBATCHED = {"DagJacobi": "a sweep runs every node's own layer (Dense, Add, Concat, ...) one after another"}
-"""Solvers whose rounds still loop over nodes in Python, and why."""
-
-
-def solvers():
-    return [pytest.param(name, marks=pytest.mark.xfail(reason=UNBATCHED[name], strict=True)) if name in UNBATCHED
-            else name for name in SOLVERS]
 
 
 def calls_per_round(backend, monkeypatch, solver, size):
@@ -169,14 +162,14 @@ def cupy_backend(standin):
         yield backend
 
 
-@pytest.mark.parametrize("solver", solvers())
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_calls_per_round_do_not_grow_on_numpy(numpy_backend, monkeypatch, solver):
     _, small, large = SOLVERS[solver]
     assert (calls_per_round(numpy_backend, monkeypatch, solver, small)
             == calls_per_round(numpy_backend, monkeypatch, solver, large))
 
 
-@pytest.mark.parametrize("solver", solvers())
+@pytest.mark.parametrize("solver", SOLVERS)
 def test_calls_per_round_do_not_grow_on_the_cupy_standin(cupy_backend, monkeypatch, solver):
     _, small, large = SOLVERS[solver]
     assert (calls_per_round(cupy_backend, monkeypatch, solver, small)

@@ -13,8 +13,8 @@ from ..backends import get_backend, resolve
 from .functions import DTYPES
 
 MEMORY_LIMIT = 2**30
-"""Bytes the extra buffers of a solver (Naumov's, the scans over time, DAG doubling, Newton's blocks) may
-take for one network and batch size unless the user allows more."""
+"""Bytes the extra buffers of a solver (Naumov's, the scans over time, the DAG's block schedules, Newton's
+blocks) may take for one network and batch size unless the user allows more."""
 
 
 def check_sizes(sizes, least=2, example="[784, 30, 10]", layers="input and output"):

@@ -6,11 +6,11 @@ products need), ``g`` (errors), ``contributions`` (``contributions[u][v]``: the 
 back to u), ``adjoints`` (abar_v solved for at once, by a solver) and ``grads``; ``load`` clears them on
 the main stream, behind the steps enqueued before.
 
-The DAG's schedules (``schedules``) speak to a plan through eight names and nothing else of the network:
+The DAG's schedules (``schedules``) speak to a plan through seven names and nothing else of the network:
 its shape, ``order`` (the non-input nodes, topologically), ``depth``, ``consumers`` and ``n`` (widths);
 ``node`` (one node of the reverse order: g_v, the hand-off of v's gradients, v's products to its inputs),
-``sweep`` (one Jacobi sweep of the adjoint system), ``blocks`` (N's blocks and the output's g) and
-``counters`` (flops and bytes of the sequential order). A solver leaves abar_v in ``adjoints``.
+``blocks`` (N's blocks and the output's g) and ``counters`` (flops and bytes of the sequential order). A
+solver leaves abar_v in ``adjoints``.
 """
 
 import numpy as np
@@ -114,24 +114,6 @@ class Plan(plan.Plan):
             if self.reducer is not None:
                 self.reducer.ready(stream, v)
 
-    def sweep(self, first):
-        """One Jacobi sweep of the adjoint system, run on the main stream: every g_v from the products of the
-        last sweep (the output's own g, but zero on the ``first`` sweep), then every node's products from
-        those."""
-        xp, out, last = self.xp, self.net.output, self.contributions
-        self.contributions = {v: {} for v in self.order}
-        for v in reversed(self.order):
-            if v == out:
-                g = self.output_error()
-                self.g[v] = xp.zeros_like(g) if first else g
-            elif last[v]:
-                self._error(v, last)
-            else:
-                self.g[v] = xp.zeros((self.n[v], self.batch), dtype=self.dtype)
-        for v in self.order:
-            if any(u in self.net.layer for u in self.net.inputs[v]):
-                self._propagate(v)
-
     def blocks(self):
         """``(blocks, e)``: N's blocks {(u, v): (B, n_u, n_v)}, J_{v,u}^T for v below the output and the
         matrix of g -> (its product to u) for the output, and e = {output: g} (eq. (4)); run on the main
@@ -182,20 +164,19 @@ class Plan(plan.Plan):
             return delta
         return layer.error(self.backend, self.params[out], saved, a - self.y)
 
-    def _error(self, v, contributions=None):
+    def _error(self, v):
         """g_v: eq. (4) at the output, else the layer's error of abar_v."""
         if v == self.net.output:
             self.g[v] = self.output_error()
         else:
-            abar = self._adjoint(v, self.contributions if contributions is None else contributions)
-            self.g[v] = self.net.layer[v].error(self.backend, self.params[v], self.saved[v], abar)
+            self.g[v] = self.net.layer[v].error(self.backend, self.params[v], self.saved[v], self._adjoint(v))
 
-    def _adjoint(self, v, contributions):
+    def _adjoint(self, v):
         """abar_v: as a solver left it in ``adjoints``, else the products handed back by v's consumers,
         summed deepest consumer first."""
         if v in self.adjoints:
             return self.adjoints[v]
-        given = contributions[v]
+        given = self.contributions[v]
         parts = [given[c] for c in sorted(given, key=self.net.index.get, reverse=True)]
         total = parts[0]
         for part in parts[1:]:

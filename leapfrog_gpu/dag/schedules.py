@@ -11,19 +11,21 @@ the DAG's sparsity; D (``depth``) is the number of non-input nodes on the longes
                   updates, behind the main stream's last read of the node's parameters.
 ``LevelSets(k)``  reverse generations by height (the longest path to the output): D rounds, the nodes
                   of a round independent of each other.
-``DagJacobi(k)``  every x_v from the previous sweep's at once, from x = 0: exact after D sweeps.
-``DagDoubling(k)``  (I - N)^{-1} = (I + N)(I + N^2)(I + N^4)...: ceil(log2 D) rounds, each one batched
-                  product of N's blocks laid into one matrix (its chain case is ``NaumovScan``); the
-                  memory it needs is checked against ``memory_limit`` before anything is allocated.
+``DagJacobi(k)``  x <- e + N x from x = 0, every x_v at once: exact after D sweeps, each sweep one batched
+                  product of N's blocks laid into one (B, M, M) matrix (M the sum of the node widths).
+``DagDoubling(k)``  (I - N)^{-1} = (I + N)(I + N^2)(I + N^4)...: ceil(log2 D) rounds on the same matrix
+                  P = N at first, each x <- x + P x and P <- P^2 (its chain case is ``NaumovScan``).
 
-Every adjoint sums its consumers' products in one fixed order (deepest consumer first), so every
-schedule here whose inputs are exact computes the sequential order's values bit for bit. The last
-three hand gradients to workers as ``Leapfrog(k)`` does. Each fills ``stats`` (and the network's
+The last two (``BlockSchedule``) check the memory they need against ``memory_limit`` before anything is
+allocated. Every adjoint sums its consumers' products in one fixed order (deepest consumer first), so
+``Leapfrog(k)`` and ``LevelSets(k)`` compute the sequential order's values bit for bit; the block
+schedules' products of N's blocks round otherwise, and agree with it within rounding. The last three
+hand gradients to workers as ``Leapfrog(k)`` does. Each fills ``stats`` (and the network's
 ``stats["backward"]``): rounds, sweeps, flops and bytes of the adjoint system (estimates: each operand
 read once, each result written once), the same for the sequential order, and the memory it holds.
 
 The schedules see the pass through its ``plan.Plan`` and the few names it gives them (``order``,
-``depth``, ``consumers``, ``n``, ``node``, ``sweep``, ``blocks``, ``counters``), not the network.
+``depth``, ``consumers``, ``n``, ``node``, ``blocks``, ``counters``), not the network.
 """
 
 import math
@@ -87,42 +89,18 @@ class LevelSets(DagSchedule):
             for v in reversed(plan.order):
                 if levels[v] == r:
                     plan.node(hand, v, controls)
-        self.stats = {"rounds": max(levels.values()) + 1, "memory_bytes": 0}
-        self.stats.update(_times(plan, 1))
+        counters = plan.counters()  # the sequential order's work, in another order
+        self.stats = {"rounds": max(levels.values()) + 1, "memory_bytes": 0, "flops": counters["sequential_flops"],
+                      "bytes": counters["sequential_bytes"]}
 
 
-class DagJacobi(DagSchedule):
-    """Block Jacobi on every node at once from x = 0: each sweep hands every node's products back from
-    the previous sweep's errors. Exact after D sweeps from any start; ``max_sweeps`` caps them (fewer
-    than D may leave x inexact, which ``stats["converged"]`` says). Holds two iterates."""
+class BlockSchedule(DagSchedule):
+    """A schedule on N's blocks laid into one (B, M, M) matrix (``lay_out``; M the sum of the widths of
+    the non-input nodes), whose buffers may take ``memory_limit`` bytes: ``memory_needed`` is checked
+    before anything is allocated."""
 
-    def __init__(self, max_sweeps=None, k=2, fused=False):
-        if max_sweeps is not None and (isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral)
-                                       or max_sweeps < 1):
-            raise ValueError(f"max_sweeps must be None (D sweeps, exact) or an integer >= 1; got {max_sweeps!r}")
-        super().__init__(k, fused)
-        self.max_sweeps = max_sweeps
-
-    def dag_backward(self, plan, hand, controls):
-        sweeps = plan.depth if self.max_sweeps is None else min(self.max_sweeps, plan.depth)
-        plan.backend.launch(plan.main, "jacobi", self._solve, plan, sweeps)
-        self._finish(plan, hand, controls)
-        itemsize = np.dtype(plan.dtype).itemsize
-        self.stats = {"sweeps": sweeps, "rounds": sweeps, "converged": sweeps == plan.depth,
-                      "memory_bytes": 2 * sum(plan.n[v] for v in plan.order) * plan.batch * itemsize}
-        self.stats.update(_times(plan, sweeps))
-
-    @staticmethod
-    def _solve(plan, sweeps):
-        for sweep in range(sweeps):
-            plan.sweep(first=sweep == 0)
-
-
-class DagDoubling(DagSchedule):
-    """Recursive doubling over the DAG's blocks: x <- x + P x, P <- P^2, ceil(log2 D) rounds, P = N at
-    first, the blocks laid into one (B, M, M) matrix (M the sum of the node widths), so that a round is
-    three calls whatever the block pairs. ``memory_limit``: bytes its matrices and vectors may take;
-    ``memory_needed`` is checked before anything is allocated."""
+    INSTEAD = "Sequential(), Leapfrog(k) or LevelSets()"
+    """What to use instead when the buffers do not fit."""
 
     def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT):
         memory_limit = check_memory_limit(memory_limit)
@@ -130,16 +108,83 @@ class DagDoubling(DagSchedule):
         self.memory_limit = memory_limit
 
     def memory_needed(self, net, batch):
+        """Bytes of the buffers for ``net`` (a ``GraphNet`` or its plan) at ``batch``."""
+        raise NotImplementedError
+
+    def check_memory(self, plan):
+        """The bytes ``plan`` needs, or a ValueError when they exceed ``memory_limit``."""
+        needed = self.memory_needed(plan, plan.batch)
+        if needed > self.memory_limit:
+            raise ValueError(f"{type(self).__name__} needs {needed} bytes for depth D={plan.depth}, batch "
+                             f"B={plan.batch} ({plan.dtype}), over memory_limit={self.memory_limit}; pass a larger "
+                             f"memory_limit or use {self.INSTEAD}")
+        return needed
+
+    @staticmethod
+    def _adjoints(plan, x, e):
+        """Leave each solved x_v but the output's (its g, given by ``e``) in ``plan.adjoints``."""
+        for v in plan.order:
+            if v not in e:
+                plan.adjoints[v] = x[v]
+
+
+class DagJacobi(BlockSchedule):
+    """Block Jacobi on every node at once from x = 0: x <- e + N x, N's blocks laid into one (B, M, M)
+    matrix, so that a sweep is one batched product and one add (``jacobi_sweep``) whatever the nodes or
+    block pairs. Exact after D sweeps; ``max_sweeps`` caps them (after s < D, the nodes s or more edges
+    from the output are inexact, which ``stats["converged"]`` says). Holds N, e and two iterates
+    (``memory_needed``), checked against ``memory_limit`` before anything is allocated."""
+
+    INSTEAD = "Sequential(), Leapfrog(k) or LevelSets(), which hold no block matrix"
+
+    def __init__(self, max_sweeps=None, k=2, fused=False, memory_limit=MEMORY_LIMIT):
+        if max_sweeps is not None and (isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral)
+                                       or max_sweeps < 1):
+            raise ValueError(f"max_sweeps must be None (D sweeps, exact) or an integer >= 1; got {max_sweeps!r}")
+        super().__init__(k, fused, memory_limit)
+        self.max_sweeps = max_sweeps
+
+    def memory_needed(self, net, batch):
+        """Bytes of N (B, M, M), e and two iterates (B, M, 1) for ``net`` (a ``GraphNet`` or its plan) at
+        ``batch``."""
+        return stacked_bytes(net, batch, np.dtype(net.dtype).itemsize, matrices=1, vectors=3)
+
+    def dag_backward(self, plan, hand, controls):
+        needed = self.check_memory(plan)
+        sweeps = plan.depth if self.max_sweeps is None else min(self.max_sweeps, plan.depth)
+        M, B = sum(plan.n[v] for v in plan.order), plan.batch
+        # each sweep: N x, 2 M^2 B flops, and + e, M B; reads N, x, then N x and e, writes x twice
+        self.stats = {"sweeps": sweeps, "rounds": sweeps, "converged": sweeps == plan.depth, "memory_bytes": needed,
+                      "flops": sweeps * B * (2 * M * M + M),
+                      "bytes": sweeps * B * (M * M + 5 * M) * np.dtype(plan.dtype).itemsize}
+        plan.backend.launch(plan.main, "jacobi", self._solve, plan, sweeps)
+        self._finish(plan, hand, controls)
+
+    def _solve(self, plan, sweeps):
+        blocks, e = plan.blocks()
+        N, E, rows = lay_out(plan.xp, blocks, e, {v: plan.n[v] for v in plan.order})
+        X, X_next = plan.xp.zeros_like(E), plan.xp.zeros_like(E)
+        for _ in range(sweeps):
+            jacobi_sweep(plan.xp, N, X, X_next, E)
+            X, X_next = X_next, X
+        self._adjoints(plan, unstack(X, rows), e)
+
+
+class DagDoubling(BlockSchedule):
+    """Recursive doubling over the DAG's blocks: x <- x + P x, P <- P^2, ceil(log2 D) rounds, P = N at
+    first, the blocks laid into one (B, M, M) matrix (M the sum of the node widths), so that a round is
+    three calls whatever the block pairs. ``memory_limit``: bytes its matrices and vectors may take;
+    ``memory_needed`` is checked before anything is allocated."""
+
+    INSTEAD = "Sequential(), Leapfrog(k), LevelSets() or DagJacobi() (about half the memory)"
+
+    def memory_needed(self, net, batch):
         """Bytes of P and P^2, (B, M, M) each, and two iterates, for ``net`` (a ``GraphNet`` or its plan) at
         ``batch``."""
         return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
     def dag_backward(self, plan, hand, controls):
-        needed = self.memory_needed(plan, plan.batch)
-        if needed > self.memory_limit:
-            raise ValueError(f"DagDoubling needs {needed} bytes for depth D={plan.depth}, batch B={plan.batch} "
-                             f"({plan.dtype}), over memory_limit={self.memory_limit}; pass a larger memory_limit or "
-                             "use Sequential(), Leapfrog(k), LevelSets() or DagJacobi()")
+        needed = self.check_memory(plan)
         self.stats = {"rounds": doubling_rounds(plan.depth), "memory_bytes": needed}
         plan.backend.launch(plan.main, "doubling", self._solve, plan)
         self._finish(plan, hand, controls)
@@ -147,38 +192,55 @@ class DagDoubling(DagSchedule):
     def _solve(self, plan):
         blocks, e = plan.blocks()
         x, flops, moved = doubling_solve(plan.xp, blocks, e, plan.depth, {v: plan.n[v] for v in plan.order})
-        for v in plan.order:
-            if v not in e:
-                plan.adjoints[v] = x[v]
+        self._adjoints(plan, x, e)
         self.stats.update(flops=flops, bytes=moved * np.dtype(plan.dtype).itemsize)
+
+
+def lay_out(xp, blocks, e, widths):
+    """``(N, E, rows)``: ``blocks`` {(u, v): (B, n_u, n_v)} laid into one (B, M, M) matrix N (zero where no
+    block is) and ``e`` {v: (n_v, B)} into one (B, M, 1) vector E, the unknowns in the order of ``widths``
+    {v: n_v} (M = sum of n_v); ``rows`` {v: slice}: v's rows of either."""
+    rows, M = {}, 0
+    for v, n in widths.items():
+        rows[v], M = slice(M, M + n), M + n
+    any_e = next(iter(e.values()))
+    B = any_e.shape[1]
+    N, E = xp.zeros((B, M, M), dtype=any_e.dtype), xp.zeros((B, M, 1), dtype=any_e.dtype)
+    for (u, v), block in blocks.items():
+        xp.copyto(N[:, rows[u], rows[v]], block)
+    for v, vector in e.items():
+        xp.copyto(E[:, rows[v], 0], vector.T)
+    return N, E, rows
+
+
+def unstack(X, rows):
+    """{v: x_v (n_v, B)} of a (B, M, 1) vector laid out by ``rows`` (``lay_out``)."""
+    return {v: X[:, r, 0].T.copy() for v, r in rows.items()}
+
+
+def jacobi_sweep(xp, N, X, X_next, E):
+    """One sweep: X_next <- E + N X; N (B, M, M), X, X_next and E (B, M, 1)."""
+    xp.matmul(N, X, out=X_next)
+    xp.add(X_next, E, out=X_next)
 
 
 def doubling_solve(xp, blocks, e, depth, widths):
     """x = (I - N)^{-1} e = sum_{i < D} N^i e for nilpotent N of index <= D, in ceil(log2 D) rounds.
 
     ``blocks``: {(u, v): (B, n_u, n_v)}; ``e``: {v: (n_v, B)}; ``widths``: {v: n_v} of every unknown, in
-    order. The blocks are laid into one (B, M, M) matrix P (M = sum of n_v, zero where no block is) and
-    x into (B, M, 1), so that each round is one batched product for x <- x + P x, an add, and one for
-    P <- P P (``doubling_round``). Returns ``({v: x_v (n_v, B)}, flops, elements moved)``."""
-    rows, M = {}, 0
-    for v, n in widths.items():
-        rows[v], M = slice(M, M + n), M + n
-    any_e = next(iter(e.values()))
-    B = any_e.shape[1]
-    P, P_next = (xp.zeros((B, M, M), dtype=any_e.dtype) for _ in range(2))
-    X, Q = (xp.zeros((B, M, 1), dtype=any_e.dtype) for _ in range(2))
-    for (u, v), block in blocks.items():
-        xp.copyto(P[:, rows[u], rows[v]], block)
-    for v, vector in e.items():
-        xp.copyto(X[:, rows[v], 0], vector.T)
+    order. The blocks are laid into one (B, M, M) matrix P (``lay_out``) and x into (B, M, 1), so that
+    each round is one batched product for x <- x + P x, an add, and one for P <- P P (``doubling_round``).
+    Returns ``({v: x_v (n_v, B)}, flops, elements moved)``."""
+    P, X, rows = lay_out(xp, blocks, e, widths)
+    B, M = P.shape[0], P.shape[1]
+    P_next, Q = xp.zeros_like(P), xp.zeros_like(X)
     rounds = doubling_rounds(depth)
     for r in range(rounds):
         doubling_round(xp, P, P_next, X, Q, r < rounds - 1)
         P, P_next = P_next, P
-    x = {v: X[:, rows[v], 0].T.copy() for v in widths}
     flops = rounds * B * (2 * M * M + M) + max(rounds - 1, 0) * B * 2 * M ** 3
     moved = rounds * B * (M * M + 4 * M) + max(rounds - 1, 0) * B * 3 * M * M
-    return x, flops, moved
+    return unstack(X, rows), flops, moved
 
 
 def doubling_round(xp, P, P_next, X, Q, square):
@@ -203,16 +265,13 @@ def heights(dag):
     return height
 
 
-def doubling_bytes(dag, batch, itemsize):
-    """Bytes of P and P^2, (B, M, M) each with M the sum of the widths of ``dag``'s non-input nodes, and of
-    two iterates (B, M, 1), at ``batch``."""
+def stacked_bytes(dag, batch, itemsize, matrices, vectors):
+    """Bytes of ``matrices`` (B, M, M) and ``vectors`` (B, M, 1) at ``batch``, M the sum of the widths of
+    ``dag``'s non-input nodes."""
     M = sum(dag.n[v] for v in dag.order)
-    return (2 * M * M + 2 * M) * batch * itemsize
+    return (matrices * M * M + vectors * M) * batch * itemsize
 
 
-def _times(plan, times):
-    """The sequential order's flops and bytes, ``times`` over."""
-    counters = plan.counters()
-    return {"flops": times * counters["sequential_flops"], "bytes": times * counters["sequential_bytes"]}
-
-
+def doubling_bytes(dag, batch, itemsize):
+    """Bytes of P and P^2, (B, M, M) each, and of two iterates (B, M, 1) (``stacked_bytes``)."""
+    return stacked_bytes(dag, batch, itemsize, matrices=2, vectors=2)

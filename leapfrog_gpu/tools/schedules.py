@@ -31,7 +31,7 @@ SCHEDULES = {
 """The schedule classes of each network by name, its baseline first."""
 WITHOUT_K = (Sequential, BPTT)
 """The schedules that run everything on the main stream, and take no ``k``."""
-BOUNDED = (NaumovScan, NaumovJacobi, TimeScan, NaumovRNN, DagDoubling)
+BOUNDED = (NaumovScan, NaumovJacobi, TimeScan, NaumovRNN, DagJacobi, DagDoubling)
 """The solvers whose buffers grow past the weights', which take a ``memory_limit`` in bytes."""
 NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
 SOLVERS = {

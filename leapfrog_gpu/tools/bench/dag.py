@@ -9,10 +9,10 @@ dag-jacobi, dag-doubling; sequential, the baseline, always), and its forward pas
 by node and by ForwardJacobi() and ForwardNewton(). A row gives the median, its speed-up over the
 sequential order (that order's median of the same pass on the same network over the row's: > 1 is
 faster; ``with_speedups``), and the rounds, sweeps or iterations, flops (over the sequential order's)
-and memory that the solver reports in its ``stats``. The block solvers (DagDoubling, ForwardNewton)
-hold a block per reachable pair of nodes, about D^2/2 of N^2 B each: where that exceeds
-``--memory-limit`` they are refused before anything is allocated, and deeper than ``--max-block-depth``
-(their block products grow as D^3) skipped; the row says which.
+and memory that the solver reports in its ``stats``. The block solvers (DagJacobi, DagDoubling,
+ForwardNewton) lay N's blocks into one (B, M, M) matrix, M about D N, and DagDoubling and ForwardNewton
+its square too: where that exceeds ``--memory-limit`` they are refused before anything is allocated, and
+deeper than ``--max-block-depth`` (their block products grow as D^3) skipped; the row says which.
 
 Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add``
 of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like,
@@ -227,7 +227,7 @@ def parser():
     p.add_argument("--warmup", type=integer(0, "--warmup"), default=1, metavar="N",
                    help="untimed runs first (default 1)")
     p.add_argument("--memory-limit", type=integer(1, "--memory-limit"), default=64, metavar="MIB",
-                   help="MiB the block solvers (dag-doubling, forward-newton) may hold (default 64)")
+                   help="MiB the block solvers (dag-jacobi, dag-doubling, forward-newton) may hold (default 64)")
     p.add_argument("--max-block-depth", type=integer(1, "--max-block-depth"), default=32, metavar="D",
                    help="the deepest D at which the block solvers run (default 32)")
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",

@@ -70,7 +70,7 @@ def test_the_rnn_table_gives_bptts_time_over_each_rows(tmp_path, capsys):
     base = {row["schedule"]: row["median_s"] for row in rows if row["schedule"] in ("bptt", "step bptt")}
     assert len(lines) == len(rows) == 10  # five schedules, their backward passes and their steps
     for line, row in zip(lines, rows):
-        name, (k, median, faster, *_) = line[16:42].strip(), line[42:].split()
+        name, (_, _, faster, *_) = line[16:42].strip(), line[42:].split()
         bptt = base["step bptt" if name.startswith("step ") else "bptt"]
         assert name == row["schedule"] and faster == speedup(bptt, row["median_s"])
 

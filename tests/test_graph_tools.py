@@ -2,7 +2,6 @@
 eager ones, and the verdicts on the GPU targets) and the PyTorch CUDA-graph anchor."""
 
 import json
-import sys
 
 import pytest
 

@@ -7,7 +7,6 @@ frame (local memory) in any kernel fails the check.
 """
 
 import re
-from pathlib import Path
 
 import pytest
 from cuda.bindings import nvrtc

@@ -57,8 +57,8 @@ def printed_schedules(model, out):
     if model == "mlp":
         return [line.split()[0].rstrip("*") for line in out.splitlines()
                 if re.match(r"[a-z-]+\*? +\d+ +\d+ ", line)]
-    if model == "rnn":
-        return [line.split()[3] for line in out.splitlines() if re.match(r" +3 +3 +1  ", line)]
+    if model == "rnn":  # the backward rows (the step rows' names start with "step ")
+        return [line.split()[3] for line in out.splitlines() if re.match(r" +3 +3 +1  (?!step )", line)]
     return [line.split()[1] for line in out.splitlines() if line.startswith("  backward ")]
 
 

@@ -26,7 +26,9 @@ and every iteration makes at least one more step exact, so tau iterations give t
 
 The layers are solved one after another (layer l's input is layer l-1's solution); each stops once its
 relative residual ||a - f(a)|| / ||f(a)|| (``core.convergence.relative``: scaled float64, NaN or Inf
-infinite) is <= ``tol``, or after ``max_iterations``. Each iteration evaluates f at the iterate (one
+infinite) is <= ``tol``, after ``max_iterations``, or once it has reached rounding: within ``STALL``
+machine epsilons of the dtype and no smaller than the last (``stats["stalled"]``; a float32 solve of
+thousands of steps can stall above the default tol of 1e-6, and would otherwise run tau iterations). Each iteration evaluates f at the iterate (one
 product over tau·B columns), then runs ceil(log2 tau) rounds of the scan; with the evaluation of the start,
 layer l takes rounds_l = i_l·ceil(log2 tau) + (i_l + 1) dependent rounds for i_l iterations, and the
 solve their sum over the layers (``rounds_formula``), against tau per layer for the sequential forward.
@@ -45,6 +47,10 @@ from .scans import scan_round
 from .schedules import ceil_log2, forward_flops
 
 
+STALL = 1000
+"""A residual within STALL times its dtype's machine epsilon that stops decreasing has reached rounding."""
+
+
 class TimeNewton(Solver):
     """Newton's method over time (DEER), the forward pass of ``RNN.feedforward(x, solver=...)``,
     ``backprop`` and ``sgd_step``, layer by layer (see the module docstring).
@@ -61,9 +67,9 @@ class TimeNewton(Solver):
 
     ``stats`` of the last solve: ``iterations`` (and ``iterations_per_layer``), ``evaluations``, ``rounds``
     (counted as run, ``rounds_formula``), ``residual`` (the largest final one) and ``residuals`` (per layer,
-    each evaluation's), ``resets``, ``converged`` (every layer's residual <= ``tol``, NaN and Inf counted
-    infinite), ``tol``, ``flops``, ``memory_bytes``, and the sequential forward's ``sequential_rounds`` and
-    ``sequential_flops``.
+    each evaluation's), ``resets``, ``stalled`` (per layer: stopped at rounding above ``tol``),
+    ``converged`` (every layer's residual <= ``tol``, NaN and Inf counted infinite), ``tol``, ``flops``,
+    ``memory_bytes``, and the sequential forward's ``sequential_rounds`` and ``sequential_flops``.
     """
 
     def __init__(self, tol=None, max_iterations=None, quasi=False, damping=0.0, warm_start=False,
@@ -131,18 +137,22 @@ class TimeNewton(Solver):
             iterations.append(done)
             residuals.append(history)
         final = [history[-1] for history in residuals]
+        floor = STALL * float(np.finfo(p.net.dtype).eps)
+        stuck = [stalled(history, floor) and history[-1] > tol for history in residuals]
         self.stats = {"iterations": sum(iterations), "iterations_per_layer": iterations,
                       "evaluations": count["evaluations"], "rounds": count["rounds"], "residual": max(final),
-                      "residuals": residuals, "resets": count["resets"], "converged": max(final) <= tol, "tol": tol,
+                      "residuals": residuals, "stalled": stuck, "resets": count["resets"], "converged": max(final) <= tol, "tol": tol,
                       "flops": count["flops"], "memory_bytes": memory,
                       "sequential_rounds": len(p.net.hidden) * p.tau,
                       "sequential_flops": forward_flops(p.net.sizes, p.tau, p.batch)}
         if not self.stats["converged"]:
-            self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}", tol)
+            where = " (where it stopped decreasing: the rounding of " + p.net.dtype + ")" if any(stuck) else ""
+            self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}{where}", tol)
 
     def _layer(self, p, l, tol, limit, count):
         """Solve layer l in place in ``p.a[l]`` (with ``p.z[l]``, ``p.sp[l]`` of its last evaluation); return
-        its iterations and the residual of each evaluation."""
+        its iterations and the residual of each evaluation. It stops at ``tol``, after ``limit`` iterations,
+        or where the residual has reached rounding (``stalled``)."""
         xp, n, tau, B = p.xp, p.net.n[l], p.tau, p.batch
         (inp, ua, f), scan = self._buffers(p, l)
         a, w, b = p.a[l], p.w[l], p.b[l]
@@ -152,8 +162,8 @@ class TimeNewton(Solver):
         if not (self.warm_start and all_finite(xp, a)):
             a.fill(0)
         history = [self._evaluate(p, l, inp, ua, f, count)]
-        done = 0
-        while history[-1] > tol and done < limit:
+        done, floor = 0, STALL * float(np.finfo(p.net.dtype).eps)
+        while history[-1] > tol and done < limit and not stalled(history, floor):
             with np.errstate(over="ignore", invalid="ignore"):  # a step that overflows is undone below
                 self._step(p, l, ua, f, scan, count)
             if not all_finite(xp, a):
@@ -241,6 +251,13 @@ class TimeNewton(Solver):
             s *= 2
         count["flops"] += self._step_flops(n, tau, B)
         xp.copyto(a, forwards)
+
+
+def stalled(history, floor):
+    """Whether a layer's residuals ``history`` have reached rounding: the last within ``floor`` and no smaller
+    than the one before (Newton's quadratic convergence ends there; a residual above ``floor`` may yet fall,
+    as each iteration makes one more step exact)."""
+    return len(history) > 1 and history[-2] <= history[-1] <= floor
 
 
 def _check_number(name, value, what, low, high):

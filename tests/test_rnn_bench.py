@@ -63,7 +63,7 @@ def test_pytorchs_network_is_ours_its_gradients_and_its_step():
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64")
     with RNN([3] * 4, output="every", dtype="float64", backend="numpy") as net:
-        anchor = bench_rnn.TorchRNN(torch, net, x, y)
+        anchor = bench_rnn.TorchRNN(torch, net, x, y, eta=0.1)
         anchor._loss().backward()
         nabla_b, nabla_w, nabla_u = net.backprop(x, y)
         for i in range(2):
@@ -71,7 +71,7 @@ def test_pytorchs_network_is_ours_its_gradients_and_its_step():
             assert np.allclose(anchor.rnn.get_parameter(f"weight_hh_l{i}").grad.numpy(), nabla_u[i], rtol=1e-12)
         assert np.allclose(anchor.out.bias.grad.numpy(), nabla_b[-1], rtol=1e-12)
         anchor.step()
-        net.sgd_step(x, y, bench_rnn.ETA)
+        net.sgd_step(x, y, 0.1)
         assert np.allclose(anchor.rnn.weight_hh_l1.detach().numpy(), net.recurrent[1], rtol=1e-12)
         assert np.allclose(anchor.out.weight.detach().numpy(), net.weights[-1], rtol=1e-12)
         assert not anchor.rnn.bias_hh_l0.detach().numpy().any()  # held at zero: the RNN has one bias a layer

@@ -26,9 +26,10 @@ and every iteration makes at least one more step exact, so tau iterations give t
 
 The layers are solved one after another (layer l's input is layer l-1's solution); each stops once its
 relative residual ||a - f(a)|| / ||f(a)|| (``core.convergence.relative``: scaled float64, NaN or Inf
-infinite) is <= ``tol``, after ``max_iterations``, or once it has reached rounding: within ``STALL``
-machine epsilons of the dtype and no smaller than the last (``stats["stalled"]``; a float32 solve of
-thousands of steps can stall above the default tol of 1e-6, and would otherwise run tau iterations). Each iteration evaluates f at the iterate (one
+infinite) is <= ``tol``, after ``max_iterations``, or once it has reached rounding (``stalled``:
+within ``STALL`` machine epsilons of the dtype and no longer falling; ``stats["stalled"]``). A float32
+solve of thousands of steps can stall above the default tol of 1e-6, and would otherwise run tau
+iterations. Each iteration evaluates f at the iterate (one
 product over tau·B columns), then runs ceil(log2 tau) rounds of the scan; with the evaluation of the start,
 layer l takes rounds_l = i_l·ceil(log2 tau) + (i_l + 1) dependent rounds for i_l iterations, and the
 solve their sum over the layers (``rounds_formula``), against tau per layer for the sequential forward.
@@ -47,8 +48,9 @@ from .scans import scan_round
 from .schedules import ceil_log2, forward_flops
 
 
-STALL = 1000
-"""A residual within STALL times its dtype's machine epsilon that stops decreasing has reached rounding."""
+STALL, PATIENCE = 100, 3
+"""A residual within STALL times its dtype's machine epsilon that has not fallen by 10 % in PATIENCE
+iterations has reached rounding."""
 
 
 class TimeNewton(Solver):
@@ -146,7 +148,7 @@ class TimeNewton(Solver):
                       "sequential_rounds": len(p.net.hidden) * p.tau,
                       "sequential_flops": forward_flops(p.net.sizes, p.tau, p.batch)}
         if not self.stats["converged"]:
-            where = " (where it stopped decreasing: the rounding of " + p.net.dtype + ")" if any(stuck) else ""
+            where = " (where it stopped falling: the rounding of " + p.net.dtype + ")" if any(stuck) else ""
             self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}{where}", tol)
 
     def _layer(self, p, l, tol, limit, count):
@@ -254,10 +256,13 @@ class TimeNewton(Solver):
 
 
 def stalled(history, floor):
-    """Whether a layer's residuals ``history`` have reached rounding: the last within ``floor`` and no smaller
-    than the one before (Newton's quadratic convergence ends there; a residual above ``floor`` may yet fall,
-    as each iteration makes one more step exact)."""
-    return len(history) > 1 and history[-2] <= history[-1] <= floor
+    """Whether a layer's residuals ``history`` have reached rounding: the last ``PATIENCE`` all within
+    ``floor``, and none of them 10 % below the best before them (Newton's convergence ends there; a
+    residual above ``floor`` may yet fall, as each iteration makes one more step exact)."""
+    if len(history) <= PATIENCE:
+        return False
+    recent = history[-PATIENCE:]
+    return max(recent) <= floor and min(recent) > 0.9 * min(history[:-PATIENCE])
 
 
 def _check_number(name, value, what, low, high):

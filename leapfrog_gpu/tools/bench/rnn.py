@@ -54,8 +54,10 @@ STEP = "step "
 """What a step's row name starts with: ``step bptt``, ``step timescan+newton``."""
 PARTS = ("backward", "step")
 """What ``measure`` can time: the backward pass alone, the whole SGD step."""
-ETA = 1e-3
-"""The learning rate of the timed steps."""
+ETA = 1e-9
+"""The learning rate of the timed steps: small enough that the network they time stays the one they
+started from (a step's cost sums over tau outputs: at 1e-3, a few hundred steps at tau = 4096 move the
+weights far enough to change what the forward solvers face)."""
 
 
 def table_head():
@@ -77,9 +79,10 @@ def sequences(N, tau, B, dtype="float32", seed=0):
 
 class TorchRNN:
     """``net`` (an ``RNN``) written as ``torch.nn.RNN`` plus a ``Linear`` output layer, on the batch ``x``,
-    ``y`` (as ``sequences`` gives them), on ``device``: its backward pass and its SGD step, timed alike."""
+    ``y`` (as ``sequences`` gives them), on ``device``: its backward pass and its SGD step (``eta``, as
+    ``RNN.sgd_step`` takes it), timed alike."""
 
-    def __init__(self, torch, net, x, y, device="cpu"):
+    def __init__(self, torch, net, x, y, device="cpu", eta=ETA):
         L, N, dtype = net.L, net.sizes[0], getattr(torch, net.dtype)
         self.rnn = torch.nn.RNN(N, N, num_layers=L - 2, nonlinearity="tanh", dtype=dtype)
         self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
@@ -99,7 +102,7 @@ class TorchRNN:
         self.parameters = [*self.rnn.parameters(), *self.out.parameters()]
         for i in range(L - 2):  # held at zero: the RNN has one bias a layer
             getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
-        self.sgd = torch.optim.SGD([p for p in self.parameters if p.requires_grad], lr=ETA / x.shape[2],
+        self.sgd = torch.optim.SGD([p for p in self.parameters if p.requires_grad], lr=eta / x.shape[2],
                                    foreach=True)
 
     def _loss(self):

@@ -192,9 +192,10 @@ class RNN(Layered):
     def time_backward(self, x, y, schedules, repeats=5):
         """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
         to schedule): one forward pass, one warm-up per schedule (it allocates), then ``repeats`` rounds
-        that run every schedule once each in turn (so load on the machine falls on all alike), each timed
-        from enqueue to ``synchronize()``. Returns, by name, ``{"median_s": ..., **stats}``, or
-        ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
+        that run every schedule once each in turn (so load on the machine falls on all alike; each round
+        starts one schedule later), each timed from enqueue to ``synchronize()``. Returns, by name,
+        ``{"median_s": ..., **stats}``, or ``{"refused": why}`` for a schedule that refuses this pass (its
+        memory check)."""
         checked = {name: self._check_schedule(schedule) for name, schedule in schedules.items()}
         p = self._start(x, y, BPTT(), None)
         resolved = {name: resolve(schedule, p) for name, schedule in checked.items()}
@@ -208,8 +209,9 @@ class RNN(Layered):
                 continue
             self.synchronize()
             times[name] = []
-        for _ in range(repeats):
-            for name in times:
+        names = list(times)
+        for i in range(repeats):  # each round one schedule later, so that none always follows the same one
+            for name in names[i % len(names):] + names[: i % len(names)]:
                 start = time.perf_counter()
                 resolved[name].backward(p)
                 self.synchronize()

@@ -141,7 +141,9 @@ def step_name(name):
 def interleaved(calls, repeats):
     """Median seconds of each of ``calls`` (row name -> a callable that runs one repeat to its end and
     returns a dict of what to report with it): one warm-up each, then ``repeats`` rounds that run every
-    call once in turn, so that load on the machine falls on all alike. A call whose warm-up raises
+    call once in turn, so that load on the machine falls on all alike, each round starting one call later
+    than the last, so that no call always follows the same one (whose memory traffic leaves the caches
+    cold for it). A call whose warm-up raises
     ``ValueError`` (a memory check) gives ``{"refused": why}``."""
     results, times = {}, {}
     for row, call in calls.items():
@@ -151,8 +153,9 @@ def interleaved(calls, repeats):
             results[row] = {"refused": str(error)}
         else:
             times[row] = []
-    for _ in range(repeats):
-        for row in times:
+    rows = list(times)
+    for i in range(repeats):
+        for row in rows[i % len(rows):] + rows[: i % len(rows)]:
             start = time.perf_counter()
             reported = calls[row]()
             times[row].append(time.perf_counter() - start)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
-from leapfrog_gpu.tools.cli import names
+from leapfrog_gpu.tools.cli import names, replaced_atomically
 from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent
@@ -57,7 +57,20 @@ def main(argv=None):
 
         torch.set_num_threads(args.threads)
     today = datetime.date.today().isoformat()
+    out = args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json"
     start = time.perf_counter()
+
+    def write(rows):  # after every (N, tau, B), so that an interrupted run keeps what it measured
+        meta = {"date": today, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                "load_average": [round(v, 2) for v in os.getloadavg()], "python": platform.python_version(),
+                "numpy": np.__version__, "torch": torch and torch.__version__, "threads": args.threads,
+                "dtype": "float32", "output": "every", "k": args.k, "max_gflop": args.max_gflop,
+                "schedules": args.schedule, "forward_solvers": args.forward_solver, "parts": args.time,
+                "seconds": round(time.perf_counter() - start, 1)}
+        with replaced_atomically(out) as path:
+            Path(path).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        return meta
+
     print(*bench_rnn.table_head(), sep="\n")
     rows = []
     for N in args.N:
@@ -67,16 +80,9 @@ def main(argv=None):
                 for row in bench_rnn.measure(N, tau, B, args.L, args.k, repeats, max_gflop=args.max_gflop,
                                              torch=torch, blas_threads=args.threads, names=args.schedule,
                                              solvers=args.forward_solver, parts=args.time):
-                    print(bench_rnn.format_row(row))
+                    print(bench_rnn.format_row(row), flush=True)
                     rows.append(row)
-    meta = {"date": today, "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "load_average": [round(v, 2) for v in os.getloadavg()], "python": platform.python_version(),
-            "numpy": np.__version__, "torch": torch and torch.__version__, "threads": args.threads,
-            "dtype": "float32", "output": "every", "k": args.k, "max_gflop": args.max_gflop,
-            "schedules": args.schedule, "forward_solvers": args.forward_solver, "parts": args.time,
-            "seconds": round(time.perf_counter() - start, 1)}
-    out = args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json"
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+                meta = write(rows)
     if torch_note:
         print(torch_note)
     print(f"wrote {out} ({meta['seconds']} s)")

@@ -48,13 +48,14 @@ SOLVERS = {"newton": {}, "quasi": {"quasi": True}, "damped": {"damping": 0.5}, "
                                                                                                  "damping": 0.3}}
 
 
+@pytest.mark.parametrize("scan", ["doubling", "reduction"])
 @pytest.mark.parametrize("kind", list(SOLVERS))
 @pytest.mark.parametrize("norm", list(NORMS))
 @pytest.mark.parametrize("tau", [1, 2, 5, 33])
-def test_float64_outputs_match_the_reference_within_1e_10(tau, norm, kind):
+def test_float64_outputs_match_the_reference_within_1e_10(tau, norm, kind, scan):
     with network(NORMS[norm]) as net:
         x = inputs(tau)
-        solver = TimeNewton(**SOLVERS[kind])
+        solver = TimeNewton(**SOLVERS[kind], scan=scan)
         out, caught = solved(net, x, solver)
         stats, want = solver.stats, reference(net, x)
     assert not caught and stats["converged"] and stats["resets"] == 0
@@ -110,15 +111,18 @@ def test_each_iteration_makes_at_least_one_more_step_exact(quasi, damping):
         assert error(out, want) <= 1e-10
 
 
+@pytest.mark.parametrize("scan", ["doubling", "reduction"])
 @pytest.mark.parametrize("quasi", [False, True])
 @pytest.mark.parametrize("tau", [1, 2, 3, 8, 13, 64])
-def test_rounds_are_counted_as_run_and_match_the_formula(tau, quasi):
+def test_rounds_are_counted_as_run_and_match_the_formula(tau, quasi, scan):
     with network(1.5) as net:
-        solver = TimeNewton(quasi=quasi)
+        solver = TimeNewton(quasi=quasi, scan=scan)
         solved(net, inputs(tau), solver)
     stats, log2 = solver.stats, (tau - 1).bit_length()
-    assert stats["rounds"] == TimeNewton.rounds_formula(stats["iterations_per_layer"], tau)
-    assert stats["rounds"] == sum(i * log2 + i + 1 for i in stats["iterations_per_layer"])
+    per_scan = log2 if scan == "doubling" else max(2 * log2 - 1, 0)  # reduction: up log2, down one fewer
+    assert stats["scan"] == scan
+    assert stats["rounds"] == TimeNewton.rounds_formula(stats["iterations_per_layer"], tau, scan)
+    assert stats["rounds"] == sum(i * per_scan + i + 1 for i in stats["iterations_per_layer"])
     assert stats["evaluations"] == sum(i + 1 for i in stats["iterations_per_layer"])
     assert stats["sequential_rounds"] == 2 * tau
     assert stats["flops"] > 0 and stats["sequential_flops"] > 0
@@ -191,15 +195,16 @@ def test_strict_raises_from_the_call_that_waits_for_the_solve():
 def test_a_step_that_leaves_nan_or_inf_is_undone_and_counted(monkeypatch):
     """A scan that returns NaN (as one that overflows does) is undone: the Picard sweep from the previous
     iterate replaces it, the solve still converges, and ``resets`` counts it."""
-    rounds, scan_round = [], newton.scan_round
+    scans, suffix_scan = [], newton.suffix_scan
 
-    def poisoned(xp, product, A, A_next, c, q, s):
-        scan_round(xp, product, A, A_next, c, q, s)
-        rounds.append(s)
-        if len(rounds) in (1, 7):
-            c[3].fill(np.nan if len(rounds) == 1 else np.inf)
+    def poisoned(xp, product, A, A_next, c, q, scan):
+        rounds = suffix_scan(xp, product, A, A_next, c, q, scan)
+        scans.append(scan)
+        if len(scans) in (1, 2):  # the first layer's first two iterations
+            c[3].fill(np.nan if len(scans) == 1 else np.inf)
+        return rounds
 
-    monkeypatch.setattr(newton, "scan_round", poisoned)
+    monkeypatch.setattr(newton, "suffix_scan", poisoned)
     with network(NORMS["expanding"]) as net:
         x = inputs(16)
         solver = TimeNewton()

@@ -2,6 +2,8 @@
 the deferred orders, every removed wait caught deterministically, the order of a traced step, the rounds
 each schedule reports against its formula, the counters, and NaumovRNN's memory check."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -130,10 +132,12 @@ def test_trace_of_a_leapfrog_step():
 
 
 FORMULAS = {
-    BPTT: lambda K, tau: K * tau,
-    Wavefront: lambda K, tau: K + tau - 1,
-    TimeScan: lambda K, tau: K * (1 + ceil_log2(tau)),
-    NaumovRNN: lambda K, tau: 1 + ceil_log2(tau) + ceil_log2(K),
+    "BPTT": (BPTT, lambda K, tau: K * tau),
+    "Wavefront": (Wavefront, lambda K, tau: K + tau - 1),
+    "TimeScan-doubling": (functools.partial(TimeScan, scan="doubling"), lambda K, tau: K * (1 + ceil_log2(tau))),
+    "TimeScan-reduction": (functools.partial(TimeScan, scan="reduction"),  # up ceil(log2 tau), down one fewer
+                           lambda K, tau: K * (1 + max(2 * ceil_log2(tau) - 1, 0))),
+    "NaumovRNN": (NaumovRNN, lambda K, tau: 1 + ceil_log2(tau) + ceil_log2(K)),
 }
 
 
@@ -141,22 +145,25 @@ FORMULAS = {
 @pytest.mark.parametrize("L", [3, 4, 6, 7])
 @pytest.mark.parametrize("tau", [1, 2, 3, 8, 13])
 def test_each_schedule_counts_the_rounds_of_its_formula(kind, L, tau):
+    make, formula = FORMULAS[kind]
     with RNN([2] + [1] * (L - 2) + [2], dtype="float64", backend="numpy") as net:
         x, y = sequences(net.sizes, tau, 2, "last", seed=0)
-        schedule = kind()
+        schedule = make()
         net.backprop(x, y, schedule)
-        assert schedule.stats["rounds"] == FORMULAS[kind](L - 2, tau) == kind.rounds_formula(L - 2, tau)
+        scan = {"scan": schedule.scan} if isinstance(schedule, TimeScan) else {}
+        assert schedule.stats["rounds"] == formula(L - 2, tau) == type(schedule).rounds_formula(L - 2, tau, **scan)
         assert net.stats is schedule.stats
 
 
 def test_rounds_at_four_layers_and_64_steps():
-    """K = 4 recurrent layers, tau = 64: BPTT 256, Wavefront 67, TimeScan 4·(1 + 6) = 28, and NaumovRNN
-    1 + ceil(log2 64) + ceil(log2 4) = 9 (build; six time rounds; two rounds over layers)."""
-    want = {BPTT: 256, Wavefront: 67, TimeScan: 28, NaumovRNN: 9}
+    """K = 4 recurrent layers, tau = 64: BPTT 256, Wavefront 67, TimeScan 4·(1 + 6) = 28 by doubling and
+    4·(1 + 11) = 48 by reduction, and NaumovRNN 1 + ceil(log2 64) + ceil(log2 4) = 9 (build; six time
+    rounds; two rounds over layers)."""
+    want = {"BPTT": 256, "Wavefront": 67, "TimeScan-doubling": 28, "TimeScan-reduction": 48, "NaumovRNN": 9}
     with RNN([2, 1, 1, 1, 1, 2], dtype="float64", backend="numpy") as net:
         x, y = sequences(net.sizes, 64, 1, "last", seed=0)
         for kind, rounds in want.items():
-            schedule = kind()
+            schedule = FORMULAS[kind][0]()
             net.backprop(x, y, schedule)
             assert schedule.stats["rounds"] == rounds
 

@@ -16,7 +16,7 @@ from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.dag import schedules as dag_schedules
 from leapfrog_gpu.dag.forward import ForwardNewton
-from leapfrog_gpu.rnn import newton
+from leapfrog_gpu.rnn import suffix
 from leapfrog_gpu.rnn.newton import TimeNewton
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in reciprocal:RuntimeWarning")
@@ -85,11 +85,11 @@ def rnn_data(sizes, tau, B=2, seed=0):
     return rng.standard_normal((tau, sizes[0], B)), rng.uniform(0.1, 0.9, (tau, sizes[-1], B))
 
 
-def time_scan(backend, rounds, size):
+def time_scan(backend, rounds, size, scan="doubling"):
     sizes, tau = [3, 5, 4, 2], size
-    launches(rounds, backend, "c[", "scan[")
+    launches(rounds, backend, "c[", "scan[", "reduce[", "substitute[")
     with RNN(sizes, "tanh", output="every", dtype="float64", backend=backend) as net:
-        net.backprop(*rnn_data(sizes, tau), TimeScan(k=0))
+        net.backprop(*rnn_data(sizes, tau), TimeScan(k=0, scan=scan))
 
 
 def wavefront(backend, rounds, size):
@@ -99,12 +99,13 @@ def wavefront(backend, rounds, size):
         net.backprop(*rnn_data(sizes, tau), Wavefront(k=0))
 
 
-def time_newton(backend, rounds, size):
+def time_newton(backend, rounds, size, scan="doubling"):
     sizes, tau = [3, 5, 4, 2], size
-    rounds.rounds(newton, "scan_round")
+    for name in ("scan_round", "reduce_round", "substitute_round"):
+        rounds.rounds(suffix, name)
     rounds.rounds(TimeNewton, "_evaluate", static=True)
     with RNN(sizes, "tanh", output="every", dtype="float64", backend=backend) as net:
-        net.feedforward(rnn_data(sizes, tau)[0], solver=TimeNewton())
+        net.feedforward(rnn_data(sizes, tau)[0], solver=TimeNewton(scan=scan))
 
 
 def naumov_scan(backend, rounds, size):
@@ -133,7 +134,9 @@ def forward_newton(backend, rounds, size):
     net.feedforward(dag_data(net, 2)[0], solver=ForwardNewton())
 
 
-SOLVERS = {"TimeScan": (time_scan, 4, 16), "Wavefront": (wavefront, 2, 5), "TimeNewton": (time_newton, 4, 16),
+SOLVERS = {"TimeScan": (time_scan, 4, 16), "TimeScan-reduction": (functools.partial(time_scan, scan="reduction"), 4, 16),
+           "Wavefront": (wavefront, 2, 5), "TimeNewton": (time_newton, 4, 16),
+           "TimeNewton-reduction": (functools.partial(time_newton, scan="reduction"), 4, 16),
            "NaumovScan": (naumov_scan, 3, 7), "DagJacobi": (dag_jacobi, 3, 8), "DagDoubling": (dag_doubling, 3, 9),
            "ForwardNewton": (forward_newton, 3, 9)}
 """Each solver: what runs it, and two sizes (tau, recurrent layers or depth) whose rounds are counted."""

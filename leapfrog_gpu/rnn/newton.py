@@ -9,8 +9,10 @@ z_t = w a^{l-1,t} + u a^(i)_{t-1} + b and J_t = diag(sigma'(z_t)) u, the next it
 
     a_t = J_t a_{t-1} + c_t,   c_t = f_t - J_t a^(i)_{t-1},
 
-a linear recurrence, solved by the associative scan of ``TimeScan`` (``scans.scan_round``: the pairs
-(J_t, c_t), ceil(log2 tau) rounds, on time reversed). Whatever J is, step 1 is exact after one iteration
+a linear recurrence, solved by the associative scan of ``TimeScan`` over the pairs (J_t, c_t), on time
+reversed (``suffix.suffix_scan``): by recursive doubling in ceil(log2 tau) rounds, or by cyclic reduction in
+2·ceil(log2 tau) - 1 rounds and O(tau) products rather than O(tau·log2 tau) (``scan``; ``"auto"``:
+reduction on the host, doubling on a GPU). Whatever J is, step 1 is exact after one iteration
 and every iteration makes at least one more step exact, so tau iterations give the sequential forward
 (to rounding); DEER's quadratic convergence usually takes far fewer.
 
@@ -29,10 +31,10 @@ relative residual ||a - f(a)|| / ||f(a)|| (``core.convergence.relative``: scaled
 infinite) is <= ``tol``, after ``max_iterations``, or once it has reached rounding (``stalled``:
 within ``STALL`` machine epsilons of the dtype and no longer falling; ``stats["stalled"]``). A float32
 solve of thousands of steps can stall above the default tol of 1e-6, and would otherwise run tau
-iterations. Each iteration evaluates f at the iterate (one
-product over tau·B columns), then runs ceil(log2 tau) rounds of the scan; with the evaluation of the start,
-layer l takes rounds_l = i_l·ceil(log2 tau) + (i_l + 1) dependent rounds for i_l iterations, and the
-solve their sum over the layers (``rounds_formula``), against tau per layer for the sequential forward.
+iterations. Each iteration evaluates f at the iterate (one product over tau·B columns), then runs the
+r rounds of the scan (``suffix.scan_rounds``); with the evaluation of the start, layer l takes
+rounds_l = i_l·r + (i_l + 1) dependent rounds for i_l iterations, and the solve their sum over the
+layers (``rounds_formula``), against tau per layer for the sequential forward.
 """
 
 import math
@@ -44,8 +46,8 @@ from ..backends import ops_numpy
 from ..core.checks import MEMORY_LIMIT, all_finite, check_memory_limit
 from ..core.convergence import Solver, relative
 from .plan import flat
-from .scans import scan_round
-from .schedules import ceil_log2, forward_flops
+from .suffix import check_scan, reduction_strides, resolve_scan, scan_rounds, suffix_scan
+from .schedules import forward_flops
 
 
 STALL, PATIENCE = 100, 3
@@ -64,17 +66,18 @@ class TimeNewton(Solver):
         quasi: keep the diagonal of each Jacobian only (quasi-DEER: O(tau·n) memory).
         damping: the Jacobian times (1 - damping), a number in [0, 1] (0: Newton; 1: Picard sweeps).
         warm_start: start from the plan's states of its previous forward pass, where finite.
+        scan: the algorithm of each iteration's scan, ``"doubling"``, ``"reduction"`` or ``"auto"``.
         memory_limit: bytes the solver's buffers may take; a larger need raises before allocating.
         strict: raise a RuntimeError, rather than warn once, when a solve ends unconverged.
 
     ``stats`` of the last solve: ``iterations`` (and ``iterations_per_layer``), ``evaluations``, ``rounds``
     (counted as run, ``rounds_formula``), ``residual`` (the largest final one) and ``residuals`` (per layer,
-    each evaluation's), ``resets``, ``stalled`` (per layer: stopped at rounding above ``tol``),
+    each evaluation's), ``resets``, ``stalled`` (per layer: stopped at rounding above ``tol``), ``scan``,
     ``converged`` (every layer's residual <= ``tol``, NaN and Inf counted infinite), ``tol``, ``flops``,
     ``memory_bytes``, and the sequential forward's ``sequential_rounds`` and ``sequential_flops``.
     """
 
-    def __init__(self, tol=None, max_iterations=None, quasi=False, damping=0.0, warm_start=False,
+    def __init__(self, tol=None, max_iterations=None, quasi=False, damping=0.0, warm_start=False, scan="auto",
                  memory_limit=MEMORY_LIMIT, strict=False):
         super().__init__(strict)
         if tol is not None:
@@ -90,15 +93,17 @@ class TimeNewton(Solver):
                 raise TypeError(f"{name} must be True or False; got {value!r}")
         self.tol, self.max_iterations, self.quasi, self.damping = tol, max_iterations, quasi, float(damping)
         self.warm_start, self.memory_limit = warm_start, check_memory_limit(memory_limit)
+        self.scan = check_scan(scan)
 
     def __repr__(self):
         return (f"TimeNewton(tol={self.tol}, max_iterations={self.max_iterations}, quasi={self.quasi}, "
-                f"damping={self.damping}, warm_start={self.warm_start})")
+                f"damping={self.damping}, warm_start={self.warm_start}, scan={self.scan!r})")
 
     @staticmethod
-    def rounds_formula(iterations, tau):
-        """The dependent rounds of a solve whose layers took ``iterations`` (a list), at ``tau`` steps."""
-        return sum(i * ceil_log2(tau) + i + 1 for i in iterations)
+    def rounds_formula(iterations, tau, scan="doubling"):
+        """The dependent rounds of a solve whose layers took ``iterations`` (a list), at ``tau`` steps, each
+        iteration's scan by ``scan`` (resolved)."""
+        return sum(i * scan_rounds(scan, tau) + i + 1 for i in iterations)
 
     def memory_needed(self, sizes, tau, B, itemsize):
         """Bytes of the buffers beyond the pass's, for ``sizes`` at ``tau`` and ``B``, sized for the widest
@@ -132,7 +137,7 @@ class TimeNewton(Solver):
         memory = self.memory_needed(p.net.sizes, p.tau, p.batch, np.dtype(p.net.dtype).itemsize)
         tol = self.tol if self.tol is not None else (1e-12 if p.net.dtype == "float64" else 1e-6)
         limit = p.tau if self.max_iterations is None else self.max_iterations
-        count = {"evaluations": 0, "rounds": 0, "resets": 0, "flops": 0}
+        count = {"evaluations": 0, "rounds": 0, "resets": 0, "flops": 0, "scan": resolve_scan(self.scan, p.backend.name)}
         iterations, residuals = [], []
         for l in p.net.hidden:
             done, history = self._layer(p, l, tol, limit, count)
@@ -143,7 +148,8 @@ class TimeNewton(Solver):
         stuck = [stalled(history, floor) and history[-1] > tol for history in residuals]
         self.stats = {"iterations": sum(iterations), "iterations_per_layer": iterations,
                       "evaluations": count["evaluations"], "rounds": count["rounds"], "residual": max(final),
-                      "residuals": residuals, "stalled": stuck, "resets": count["resets"], "converged": max(final) <= tol, "tol": tol,
+                      "residuals": residuals, "stalled": stuck, "resets": count["resets"],
+                      "converged": max(final) <= tol, "tol": tol, "scan": count["scan"],
                       "flops": count["flops"], "memory_bytes": memory,
                       "sequential_rounds": len(p.net.hidden) * p.tau,
                       "sequential_flops": forward_flops(p.net.sizes, p.tau, p.batch)}
@@ -206,20 +212,32 @@ class TimeNewton(Solver):
         """Flops of one evaluation of a layer of width n: u a_{t-1}, the add, sigma, sigma' and the residual."""
         return 2 * n * n * (tau - 1) * B + 5 * n * tau * B
 
-    def _step_flops(self, n, tau, B):
-        """Flops of one iteration's step on a layer of width n: the Jacobians and c, then the scan's rounds (at
-        shift s, m = tau - s pairs take J_t x + c, and r = tau - 2s of them J_t J_{t-s})."""
-        flops, s = (5 if self.quasi else 4 + 2 * n) * n * tau * B, 1
-        while s < tau:
-            m, r = tau - s, max(tau - 2 * s, 0)
-            flops += 2 * m * B * n + r * B * n if self.quasi else 2 * m * B * n * n + m * B * n + 2 * r * B * n ** 3
-            s *= 2
+    def _step_flops(self, n, tau, B, scan):
+        """Flops of one iteration's step on a layer of width n: the Jacobians and c, then the scan by ``scan``
+        (resolved): per round, m vector products J x + c and ``kept`` products J J."""
+        flops = (5 if self.quasi else 4 + 2 * n) * n * tau * B
+
+        def products(m, kept):
+            if self.quasi:
+                return 2 * m * B * n + kept * B * n
+            return 2 * m * B * n * n + m * B * n + 2 * kept * B * n ** 3
+
+        if scan == "doubling":
+            s = 1
+            while s < tau:
+                flops, s = flops + products(tau - s, max(tau - 2 * s, 0)), 2 * s
+            return flops
+        for s in reduction_strides(tau):
+            flops += products(len(range(s, tau, 2 * s)), len(range(2 * s, tau, 2 * s)))
+            if 2 * s < tau:
+                flops += products(len(range(2 * s, tau, 2 * s)), 0)
         return flops
 
-    def iteration_flops(self, sizes, tau, B):
+    def iteration_flops(self, sizes, tau, B, backend="numpy"):
         """Flops of one iteration (a step and an evaluation) of every recurrent layer of ``sizes`` at ``tau``
-        and ``B``: the least a solve that does not start converged takes."""
-        return sum(self._step_flops(n, tau, B) + self._evaluation_flops(n, tau, B) for n in sizes[1:-1])
+        and ``B`` on ``backend`` (its name): the least a solve that does not start converged takes."""
+        scan = resolve_scan(self.scan, backend)
+        return sum(self._step_flops(n, tau, B, scan) + self._evaluation_flops(n, tau, B) for n in sizes[1:-1])
 
     def _step(self, p, l, ua, f, scan, count):
         """One Newton iteration: the new iterate, into p.a[l], solves a_t = J_t a_{t-1} + c_t by the scan,
@@ -245,13 +263,8 @@ class TimeNewton(Solver):
         if keep != 1:
             xp.multiply(J, keep, out=J)
         product = xp.multiply if self.quasi else xp.matmul
-        s = 1
-        while s < tau:
-            scan_round(xp, product, J, J_next, c, q, s)
-            J, J_next = J_next, J
-            count["rounds"] += 1
-            s *= 2
-        count["flops"] += self._step_flops(n, tau, B)
+        count["rounds"] += suffix_scan(xp, product, J, J_next, c, q, count["scan"])
+        count["flops"] += self._step_flops(n, tau, B, count["scan"])
         xp.copyto(a, forwards)
 
 

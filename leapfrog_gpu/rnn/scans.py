@@ -1,16 +1,15 @@
-"""The scan schedules of the recurrent network: the time recursion of delta solved by recursive doubling.
+"""The scan schedules of the recurrent network: the time recursion of delta solved by scans in log-depth.
 
 Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is known:
 
     delta^{l,t} = c^{l,t} + A^{l,t} delta^{l,t+1},   c^{l,t} = sigma'(z^{l,t}) * (w^{l+1})^T delta^{l+1,t},
     A^{l,t} = diag(sigma'(z^{l,t})) (u^l)^T   (one (n_l, n_l) matrix per sample),   delta^{l,tau+1} = 0.
 
-``TimeScan``   per layer, a suffix scan over t of the pairs (A_t, c_t) by recursive doubling: the round
-               with stride s sets c_t <- c_t + A_t c_{t+s} and A_t <- A_t A_{t+s}, so that afterwards
-               delta_t = c_t + A_t delta_{t+2s}; ceil(log2 tau) rounds. As in BPPSA, the first round keeps
-               A_t factored as diag(sigma') times the shared (u^l)^T: its vector half is one product over
-               (tau-1)*B columns and no (n, n) matrix per sample is stored before the products
-               A_t A_{t+1}. Rounds K·(1 + ceil(log2 tau)): per layer c^l, then the scan.
+``TimeScan``   per layer, a suffix scan over t of the pairs (A_t, c_t) (``suffix``: recursive doubling,
+               ceil(log2 tau) rounds, or cyclic reduction, 2·ceil(log2 tau) - 1 rounds and O(tau) work;
+               ``scan``). As in BPPSA, the first round keeps A_t factored as diag(sigma') times the shared
+               (u^l)^T: its vector half is one product of (u^l)^T and no (n, n) matrix per sample is
+               stored before the products A_t A_{t+1}. Rounds per layer: c^l, then the scan's.
 ``NaumovRNN``  Naumov's nested solve. Ordered layer-first, delta^l = T_l delta^{l+1} with the layer
                operator T_l = (I - N_l)^{-1} D_l, N_l the shift by A^{l,t} and D_l = diag_t(diag(sigma')
                (w^{l+1})^T); T_l is upper block-triangular in time and dense. One round builds every N_l,
@@ -23,32 +22,16 @@ Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is kn
                allocated.
 
 Both hand each layer on (to the workers, as ``schedules`` does) once its delta is final, deepest first.
-``scan_round`` is the one round of the suffix scan, for matrices or diagonals: TimeScan's rounds after the
-first, and the linear systems of ``newton.TimeNewton`` (on time reversed).
-Their buffers are allocated once per pass, in ``p.cache``; scan vectors and matrices are stored
-(time, batch, n, ...) so that a round is one batched ``matmul``.
+Their buffers are allocated once per pass, in ``p.cache``, stored (time, batch, n, ...) so that a round is
+one batched ``matmul``.
 """
 
 import numpy as np
 
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from .schedules import RNNSchedule, bptt_counters, ceil_log2
-
-
-def scan_round(xp, product, A, A_next, c, q, s):
-    """The round with stride s of the suffix scan x_t = c_t + A_t x_{t+1} (0-based t < tau, x_tau = 0), in
-    place: c_t += A_t c_{t+s} for t + s < tau, and A_t A_{t+s} into ``A_next`` for t + 2s < tau (what a
-    later round reads), so that afterwards x_t = c_t + A_t x_{t+2s}. Rounds s = 1, 2, 4, ... < tau, the
-    matrices in ping-pong, leave x in c. ``product`` is ``xp.matmul`` for matrices A_t (tau, B, n, n) and
-    vectors (tau, B, n, 1), ``xp.multiply`` for diagonals (tau, B, n) and vectors (tau, B, n); ``q`` is
-    scratch of c's shape."""
-    tau = len(c)
-    m = tau - s
-    product(A[:m], c[s:], out=q[:m])
-    if 2 * s < tau:
-        r = tau - 2 * s
-        product(A[:r], A[s:s + r], out=A_next[:r])
-    xp.add(c[:m], q[:m], out=c[:m])
+from .suffix import (check_scan, reduce_round, reduction_strides, resolve_scan, scan_round, scan_rounds,
+                     substitute_round)
 
 
 class ScanSchedule(RNNSchedule):
@@ -93,9 +76,9 @@ class ScanSchedule(RNNSchedule):
             p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
         return p.cache[self.kind]
 
-    def counters(self, sizes, tau, B, itemsize):
+    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
         counters = bptt_counters(sizes, tau, B, itemsize)
-        flops, moved = self.work(sizes, tau, B)
+        flops, moved = self.work(sizes, tau, B, backend)
         counters.update(flops=flops, bytes=moved * itemsize, memory_bytes=self.memory_needed(sizes, tau, B, itemsize))
         return counters
 
@@ -103,16 +86,25 @@ class ScanSchedule(RNNSchedule):
 class TimeScan(ScanSchedule):
     """Per layer, c^l from delta^{l+1}, then a suffix scan over time (see the module docstring).
 
-    Buffers (reused by every layer, sized for the widest n): the matrices A_t in ping-pong, 2·tau·B·n^2
-    elements, and the vectors c_t with their products, 2·tau·B·n.
+    Buffers (reused by every layer, sized for the widest n): the matrices A_t in ping-pong (doubling) or
+    with their scratch (reduction), 2·tau·B·n^2 elements, and the vectors c_t with their products, 2·tau·B·n.
 
     Args:
         k: worker streams for the gradients, as in ``Leapfrog(k)`` (0: the main stream).
         fused: fuse the SGD update behind the gradients during ``sgd_step``.
         memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
+        scan: ``"doubling"``, ``"reduction"`` or ``"auto"`` (see the module docstring; ``stats["scan"]``
+            says which ran).
     """
 
     kind = "time-scan"
+
+    def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT, scan="auto"):
+        super().__init__(k, fused, memory_limit)
+        self.scan = check_scan(scan)
+
+    def __repr__(self):
+        return f"{super().__repr__()[:-1]}, scan={self.scan!r})"
 
     @staticmethod
     def _sizes(sizes, tau, B):
@@ -125,24 +117,37 @@ class TimeScan(ScanSchedule):
         return sum(TimeScan._sizes(sizes, tau, B))
 
     @staticmethod
-    def rounds_formula(K, tau):
-        return K * (1 + ceil_log2(tau))
+    def rounds_formula(K, tau, scan="doubling"):
+        return K * (1 + scan_rounds(scan, tau))
 
     def chain(self, p):
-        buffers = self._buffers(p)
+        scan = resolve_scan(self.scan, p.backend.name)
+        buffers, launch = self._buffers(p), p.backend.launch
         p.delta_output()
         yield p.L
         for l in range(p.L - 1, 1, -1):
-            p.backend.launch(p.main, f"c[{l}]", self._load, p, l, buffers)
+            launch(p.main, f"c[{l}]", self._load, p, l, buffers)
             p.rounds += 1
-            s, (P, P_next, C, Q) = 1, buffers
-            while s < p.tau:  # the matrices in ping-pong: each round's buffers fixed as it is enqueued
-                p.backend.launch(p.main, f"scan[{l}, {s}]", self._round, p, l, s, (P, P_next, C, Q))
-                P, P_next = P_next, P
-                p.rounds += 1
-                s *= 2
-            p.backend.launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
+            if scan == "doubling":
+                s, (P, P_next, C, Q) = 1, buffers
+                while s < p.tau:  # the matrices in ping-pong: each round's buffers fixed as it is enqueued
+                    launch(p.main, f"scan[{l}, {s}]", self._round, p, l, s, (P, P_next, C, Q))
+                    P, P_next = P_next, P
+                    p.rounds += 1
+                    s *= 2
+            else:
+                strides = reduction_strides(p.tau)
+                for s in strides:
+                    launch(p.main, f"reduce[{l}, {s}]", self._reduce, p, l, s, buffers)
+                for s in reversed(strides):
+                    if 2 * s < p.tau:
+                        launch(p.main, f"substitute[{l}, {s}]", self._substitute, p, l, s, buffers)
+                p.rounds += scan_rounds(scan, p.tau)
+            launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
             yield l
+
+    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
+        return {**super().counters(sizes, tau, B, itemsize, backend), "scan": resolve_scan(self.scan, backend)}
 
     @staticmethod
     def _views(p, l, buffers):
@@ -182,17 +187,56 @@ class TimeScan(ScanSchedule):
             scan_round(xp, xp.matmul, P, P_next, C, Q, s)
 
     @staticmethod
+    def _reduce(p, l, s, buffers):
+        """Level s of cyclic reduction; at s = 1 with A_t = diag(sigma'_t) (u^l)^T factored: c_{2i} +=
+        sigma'_{2i} * ((u^l)^T c_{2i+1}), and A_{2i} A_{2i+1} built from sigma' and u into P at 2i."""
+        xp, tau = p.xp, p.tau
+        P, P_next, C, Q = TimeScan._views(p, l, buffers)
+        if s > 1:
+            reduce_round(xp, xp.matmul, P, P_next, C, Q, s)
+            return
+        u, sp = p.u[l], p.sp[l].transpose(1, 2, 0)  # sigma' as (tau, B, n)
+        m = len(range(1, tau, 2))
+        xp.matmul(C[1::2][:m, ..., 0], u, out=Q[:m, ..., 0])
+        xp.multiply(Q[:m, ..., 0], sp[0::2][:m], out=Q[:m, ..., 0])
+        xp.add(C[0::2][:m], Q[:m], out=C[0::2][:m])
+        kept = len(range(2, tau, 2))
+        if kept:
+            xp.multiply(sp[0::2][:kept, :, :, None], u.T, out=P_next[:kept])
+            xp.multiply(P_next[:kept], sp[1::2][:kept, :, None, :], out=P_next[:kept])
+            xp.matmul(P_next[:kept], u.T, out=P[0::2][:kept])
+
+    @staticmethod
+    def _substitute(p, l, s, buffers):
+        """Level s of the way down; at s = 1 factored: delta_{2i+1} = c_{2i+1} + sigma'_{2i+1} * ((u^l)^T
+        delta_{2i+2})."""
+        xp, tau = p.xp, p.tau
+        P, _, C, Q = TimeScan._views(p, l, buffers)
+        if s > 1:
+            substitute_round(xp, xp.matmul, P, C, Q, s)
+            return
+        m = len(range(2, tau, 2))
+        xp.matmul(C[2::2][:m, ..., 0], p.u[l], out=Q[:m, ..., 0])
+        xp.multiply(Q[:m, ..., 0], p.sp[l].transpose(1, 2, 0)[1::2][:m], out=Q[:m, ..., 0])
+        xp.add(C[1::2][:m], Q[:m], out=C[1::2][:m])
+
+    @staticmethod
     def _unload(p, l, buffers):
         _, _, C, _ = TimeScan._views(p, l, buffers)
         p.xp.copyto(p.delta[l], C[..., 0].transpose(2, 0, 1))
 
-    def work(self, sizes, tau, B):
+    def work(self, sizes, tau, B, backend="numpy"):
         """Flops and elements moved: c^l as in BPTT, then per round its vector and matrix products."""
         flops = moved = 0
+        reduction = resolve_scan(self.scan, backend) == "reduction"
         for l in range(2, len(sizes)):
             n, above = sizes[l - 1], sizes[l]
             flops += 2 * n * above * tau * B + n * tau * B
             moved += n * above + (above + 2 * n) * tau * B
+            if reduction:
+                scan_flops, scan_moved = _reduction_work(n, tau, B)
+                flops, moved = flops + scan_flops, moved + scan_moved
+                continue
             s = 1
             while s < tau:
                 m, r = tau - s, max(tau - 2 * s, 0)
@@ -204,6 +248,25 @@ class TimeScan(ScanSchedule):
                     moved += m * B * (n * n + 3 * n) + 3 * r * B * n * n
                 s *= 2
         return flops, moved
+
+
+def _reduction_work(n, tau, B):
+    """Flops and elements moved by cyclic reduction over tau steps of width n (level 1 factored): per level,
+    m pairs' vector products and the kept products A A; then the way down's vector products."""
+    flops = moved = 0
+    for s in reduction_strides(tau):
+        m, kept = len(range(s, tau, 2 * s)), len(range(2 * s, tau, 2 * s))
+        if s == 1:
+            flops += 2 * n * n * m * B + 2 * m * B * n + kept * B * (2 * n * n + 2 * n ** 3)
+            moved += n * n + 4 * m * B * n + 2 * kept * B * (n * n + n)
+        else:
+            flops += 2 * n * n * m * B + m * B * n + kept * B * 2 * n ** 3
+            moved += m * B * (n * n + 3 * n) + 4 * kept * B * n * n
+        if 2 * s < tau:
+            down = len(range(2 * s, tau, 2 * s))
+            flops += 2 * n * n * down * B + (2 if s == 1 else 1) * down * B * n
+            moved += (n * n + 4 * down * B * n) if s == 1 else down * B * (n * n + 3 * n)
+    return flops, moved
 
 
 class NaumovRNN(ScanSchedule):
@@ -316,7 +379,7 @@ class NaumovRNN(ScanSchedule):
         N = V.shape[2] // tau
         p.xp.copyto(p.delta[l], V[i].reshape(B, tau, N)[:, :, : p.net.n[l]].transpose(2, 1, 0))
 
-    def work(self, sizes, tau, B):
+    def work(self, sizes, tau, B, backend="numpy"):
         """Flops and elements moved: building N, D, c; the time rounds; the rounds over layers."""
         K, M = len(sizes) - 2, tau * max(sizes[1:-1])
         flops = moved = 2 * K * B * M * M  # the fills and the blocks written into them

@@ -62,8 +62,9 @@ class RNNSchedule(Schedule):
     def rounds_formula(K, tau):
         raise NotImplementedError
 
-    def counters(self, sizes, tau, B, itemsize):
-        """Flops, bytes and memory of this schedule's chain; the BPTT chain's by default."""
+    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
+        """Flops, bytes and memory of this schedule's chain on ``backend`` (its name); the BPTT chain's by
+        default."""
         return bptt_counters(sizes, tau, B, itemsize)
 
     def backward(self, p, controls=None):
@@ -84,7 +85,7 @@ class RNNSchedule(Schedule):
             p.gradients(hand.off(2), 2, controls)
         hand.join()
         itemsize = np.dtype(p.net.dtype).itemsize
-        self.stats = {"rounds": p.rounds, **self.counters(p.net.sizes, p.tau, p.batch, itemsize)}
+        self.stats = {"rounds": p.rounds, **self.counters(p.net.sizes, p.tau, p.batch, itemsize, p.backend.name)}
         return self.stats
 
 
@@ -205,7 +206,7 @@ class Wavefront(RNNSchedule):
     def rounds_formula(K, tau):
         return K + tau - 1 if K else 0
 
-    def counters(self, sizes, tau, B, itemsize):
+    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
         """BPTT's flops over the padded width N; w^{l+1} is read once per round rather than once per layer,
         and the stacks are what it holds."""
         K, N = len(sizes) - 2, max(sizes[1:])

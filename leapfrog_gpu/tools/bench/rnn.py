@@ -211,21 +211,22 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
     def over(flops, what):
         return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}" if flops > max_gflop * 1e9 else None
 
-    for name, schedule in measured.items():
-        why = over(resolve(schedule).counters(sizes, tau, B, itemsize)["flops"], "") if name != "bptt" else None
-        if why:
-            skipped[name] = skipped[step_name(name)] = why
-        else:
-            chosen[name] = schedule
-    for name in dict.fromkeys(solvers):
-        why = over(make_solver("rnn", name).iteration_flops(sizes, tau, B), "an iteration takes ")
-        if why:
-            skipped[step_name(name)] = why
-        else:
-            timed_solvers.append(name)
     options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
     results = {}
     with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device) as net:
+        for name, schedule in measured.items():
+            flops = resolve(schedule).counters(sizes, tau, B, itemsize, device.name)["flops"]
+            why = over(flops, "") if name != "bptt" else None
+            if why:
+                skipped[name] = skipped[step_name(name)] = why
+            else:
+                chosen[name] = schedule
+        for name in dict.fromkeys(solvers):
+            why = over(make_solver("rnn", name).iteration_flops(sizes, tau, B, device.name), "an iteration takes ")
+            if why:
+                skipped[step_name(name)] = why
+            else:
+                timed_solvers.append(name)
         x, y = sequences(N, tau, B, dtype)
         anchor = None
         if torch is not None:  # built before a step moves the parameters

@@ -33,7 +33,8 @@ def test_measure_gives_a_row_per_schedule_with_its_speedup_over_bptt():
     assert by_name["step wavefront"]["rounds"] == 16 + 9 and by_name["step timescan"]["rounds"] == 16 + 12
     # the forward's flops: per layer 2·4·4·8·2 (w a), 2·4²·7·2 (u a, t >= 2), 5·4·8·2 (bias, sigma, sigma')
     forward = 2 * (2 * 4 * 4 * 8 * 2 + 2 * 16 * 7 * 2 + 5 * 4 * 8 * 2)
-    assert by_name["step bptt"]["flops"] == by_name["step bptt"]["sequential_flops"] == forward + by_name["bptt"]["flops"]
+    step = by_name["step bptt"]
+    assert step["flops"] == step["sequential_flops"] == forward + by_name["bptt"]["flops"]
     assert by_name["step timescan"]["flops"] == forward + by_name["timescan"]["flops"]
     for row in rows:
         assert bench_rnn.format_row(row).startswith("   4     8   2  ")

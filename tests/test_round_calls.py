@@ -134,7 +134,8 @@ def forward_newton(backend, rounds, size):
     net.feedforward(dag_data(net, 2)[0], solver=ForwardNewton())
 
 
-SOLVERS = {"TimeScan": (time_scan, 4, 16), "TimeScan-reduction": (functools.partial(time_scan, scan="reduction"), 4, 16),
+SOLVERS = {"TimeScan": (time_scan, 4, 16),
+           "TimeScan-reduction": (functools.partial(time_scan, scan="reduction"), 4, 16),
            "Wavefront": (wavefront, 2, 5), "TimeNewton": (time_newton, 4, 16),
            "TimeNewton-reduction": (functools.partial(time_newton, scan="reduction"), 4, 16),
            "NaumovScan": (naumov_scan, 3, 7), "DagJacobi": (dag_jacobi, 3, 8), "DagDoubling": (dag_doubling, 3, 9),

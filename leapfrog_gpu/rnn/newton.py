@@ -137,7 +137,8 @@ class TimeNewton(Solver):
         memory = self.memory_needed(p.net.sizes, p.tau, p.batch, np.dtype(p.net.dtype).itemsize)
         tol = self.tol if self.tol is not None else (1e-12 if p.net.dtype == "float64" else 1e-6)
         limit = p.tau if self.max_iterations is None else self.max_iterations
-        count = {"evaluations": 0, "rounds": 0, "resets": 0, "flops": 0, "scan": resolve_scan(self.scan, p.backend.name)}
+        count = {"evaluations": 0, "rounds": 0, "resets": 0, "flops": 0,
+                 "scan": resolve_scan(self.scan, p.backend.name)}
         iterations, residuals = [], []
         for l in p.net.hidden:
             done, history = self._layer(p, l, tol, limit, count)

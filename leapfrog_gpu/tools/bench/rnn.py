@@ -209,7 +209,9 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
     measured = schedules(k, memory_limit, names)
 
     def over(flops, what):
-        return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}" if flops > max_gflop * 1e9 else None
+        if flops > max_gflop * 1e9:
+            return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
+        return None
 
     options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
     results = {}

@@ -42,11 +42,13 @@ def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, ou
         assert "CPU stand-in" in repr(net.backend)
         params = [host(net.weights), host(net.recurrent), host(net.biases)]
         want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, output)
-        for schedule in (BPTT(), Leapfrog(2), Wavefront(), TimeScan(k=1), NaumovRNN()):
+        for schedule in (BPTT(), Leapfrog(2), Wavefront(), TimeScan(k=1), TimeScan(k=1, scan="reduction"), NaumovRNN()):
             got = net.backprop(x, y, schedule)
             for got_list, want_list in zip(got, want):
                 for g, w in zip(host(got_list), want_list):
                     np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14, err_msg=repr(schedule))
+            if isinstance(schedule, TimeScan):  # "auto" on a GPU: doubling, the fewest rounds
+                assert schedule.stats["scan"] == ("doubling" if schedule.scan == "auto" else schedule.scan)
         np.testing.assert_allclose(net.feedforward(x).get(), reference_rnn.feedforward(
             *params, x, net.activation, net.output_activation, output), rtol=1e-12, atol=1e-15)
     kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
@@ -144,3 +146,4 @@ def test_time_newton_on_the_standin_matches_the_reference(backend, quasi):
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     assert solver.stats["converged"] and solver.stats["rounds"] == TimeNewton.rounds_formula(
         solver.stats["iterations_per_layer"], 9)
+    assert solver.stats["scan"] == "doubling"  # "auto" on a GPU: the fewest rounds

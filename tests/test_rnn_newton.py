@@ -143,6 +143,15 @@ def test_one_more_iteration_of_every_layer_costs_the_predicted_flops(quasi):
     assert flops[2] - flops[1] == solver.iteration_flops(SIZES, 16, 3) > 0
 
 
+def test_auto_scans_full_jacobians_by_reduction_and_diagonals_by_doubling_on_the_host():
+    with network(0.9) as net:
+        for quasi, want in ((False, "reduction"), (True, "doubling")):
+            solver = TimeNewton(quasi=quasi)
+            solved(net, inputs(8), solver)
+            assert solver.stats["scan"] == want
+            assert solver.stats["rounds"] == TimeNewton.rounds_formula(solver.stats["iterations_per_layer"], 8, want)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_solve_that_reaches_rounding_above_tol_stops_there_and_says_so(dtype):
     """tol = 0 cannot be met: Newton stops once its residual is within STALL machine epsilons and has not
@@ -277,6 +286,8 @@ def test_backprop_and_sgd_step_take_the_forward_pass_from_the_solver():
     ({"warm_start": 1}, TypeError, r"warm_start must be True or False; got 1"),
     ({"memory_limit": 0}, ValueError, r"memory_limit must be an integer number of bytes >= 1; got 0"),
     ({"strict": "no"}, TypeError, r"strict must be True or False; got 'no'"),
+    ({"scan": "blelloch"}, ValueError, r"scan must be one of 'auto', 'doubling', 'reduction'; got 'blelloch'"),
+    ({"scan": None}, TypeError, r"scan must be one of 'auto', 'doubling', 'reduction'; got None"),
 ])
 def test_bad_options_are_refused_naming_the_option(options, kind, message):
     with pytest.raises(kind, match=message):

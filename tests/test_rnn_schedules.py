@@ -168,6 +168,17 @@ def test_rounds_at_four_layers_and_64_steps():
             assert schedule.stats["rounds"] == rounds
 
 
+def test_timescan_on_the_host_scans_by_reduction_unless_told_otherwise():
+    with RNN([2, 3, 3, 2], dtype="float64", backend="numpy") as net:
+        x, y = sequences(net.sizes, 8, 2, "last", seed=0)
+        for scan, want in (("auto", "reduction"), ("doubling", "doubling"), ("reduction", "reduction")):
+            schedule = TimeScan(scan=scan)
+            net.backprop(x, y, schedule)
+            assert schedule.stats["scan"] == want and f"scan={scan!r}" in repr(schedule)
+    with pytest.raises(ValueError, match="scan must be one of 'auto', 'doubling', 'reduction'; got 'blelloch'"):
+        TimeScan(scan="blelloch")
+
+
 def test_counters_are_reported_and_the_scans_say_what_they_hold():
     sizes, tau, B = [4, 6, 5, 3], 9, 2
     with RNN(sizes, dtype="float32", backend="numpy") as net:

@@ -12,7 +12,7 @@ z_t = w a^{l-1,t} + u a^(i)_{t-1} + b and J_t = diag(sigma'(z_t)) u, the next it
 a linear recurrence, solved by the associative scan of ``TimeScan`` over the pairs (J_t, c_t), on time
 reversed (``suffix.suffix_scan``): by recursive doubling in ceil(log2 tau) rounds, or by cyclic reduction in
 2·ceil(log2 tau) - 1 rounds and O(tau) products rather than O(tau·log2 tau) (``scan``; ``"auto"``:
-reduction on the host, doubling on a GPU). Whatever J is, step 1 is exact after one iteration
+reduction for full Jacobians on the host, doubling on a GPU and for quasi's diagonals). Whatever J is, step 1 is exact after one iteration
 and every iteration makes at least one more step exact, so tau iterations give the sequential forward
 (to rounding); DEER's quadratic convergence usually takes far fewer.
 
@@ -138,7 +138,7 @@ class TimeNewton(Solver):
         tol = self.tol if self.tol is not None else (1e-12 if p.net.dtype == "float64" else 1e-6)
         limit = p.tau if self.max_iterations is None else self.max_iterations
         count = {"evaluations": 0, "rounds": 0, "resets": 0, "flops": 0,
-                 "scan": resolve_scan(self.scan, p.backend.name)}
+                 "scan": resolve_scan(self.scan, p.backend.name, self.quasi)}
         iterations, residuals = [], []
         for l in p.net.hidden:
             done, history = self._layer(p, l, tol, limit, count)
@@ -237,7 +237,7 @@ class TimeNewton(Solver):
     def iteration_flops(self, sizes, tau, B, backend="numpy"):
         """Flops of one iteration (a step and an evaluation) of every recurrent layer of ``sizes`` at ``tau``
         and ``B`` on ``backend`` (its name): the least a solve that does not start converged takes."""
-        scan = resolve_scan(self.scan, backend)
+        scan = resolve_scan(self.scan, backend, self.quasi)
         return sum(self._step_flops(n, tau, B, scan) + self._evaluation_flops(n, tau, B) for n in sizes[1:-1])
 
     def _step(self, p, l, ua, f, scan, count):

@@ -6,7 +6,7 @@ A_t (tau, B, n, n) with vectors (tau, B, n, 1) or diagonals and vectors (tau, B,
 ``"reduction"``  cyclic reduction (``reduce_round`` up, ``substitute_round`` down): 2·ceil(log2 tau) - 1
                  rounds, fewer than tau products A A: the least work, what a CPU rewards.
 
-``"auto"`` picks reduction on the host backend and doubling on a GPU. ``suffix_scan`` runs every round of
+``"auto"`` picks reduction for matrices on the host backend, doubling on a GPU and for diagonals. ``suffix_scan`` runs every round of
 one solve (``newton.TimeNewton``); ``scans.TimeScan`` launches them one by one.
 """
 
@@ -34,15 +34,21 @@ SCANS = ("auto", "doubling", "reduction")
 
 
 def check_scan(scan):
-    """``scan`` if it names one of ``SCANS``, else a ValueError that names them."""
+    """``scan`` if it names one of ``SCANS``, else a TypeError (not a string) or ValueError that names them."""
+    if not isinstance(scan, str):
+        raise TypeError(f"scan must be one of {', '.join(map(repr, SCANS))}; got {scan!r}")
     if scan not in SCANS:
         raise ValueError(f"scan must be one of {', '.join(map(repr, SCANS))}; got {scan!r}")
     return scan
 
 
-def resolve_scan(scan, backend):
-    """The algorithm ``scan`` runs on ``backend`` (its name): ``auto`` is ``reduction`` on ``"numpy"``."""
-    return ("reduction" if backend == "numpy" else "doubling") if scan == "auto" else scan
+def resolve_scan(scan, backend, diagonal=False):
+    """The algorithm ``scan`` runs on ``backend`` (its name): ``auto`` is ``reduction`` for matrices on
+    ``"numpy"``, else ``doubling`` (a scan of ``diagonal`` A_t is elementwise: its work is cheap anywhere,
+    and its rounds, strided in reduction, are what it costs)."""
+    if scan != "auto":
+        return scan
+    return "reduction" if backend == "numpy" and not diagonal else "doubling"
 
 
 def scan_rounds(scan, tau):

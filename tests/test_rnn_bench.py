@@ -123,20 +123,22 @@ def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
     assert capsys.readouterr().out.startswith("\n".join(bench_rnn.table_head()))
 
 
-def test_the_gpu_model_adds_rounds_and_flops_with_the_gradients_every_step_does(tmp_path):
-    """profiling/rnn_gpu_model.py at 1 s a round and 1 flop/s: N = 2, L = 4, tau = 3, B = 1, whose weight
+def test_the_tables_give_the_measured_steps_and_a_gpu_model_of_rounds_and_flops(tmp_path):
+    """profiling/rnn_tables.py; its model at 1 s a round and 1 flop/s: N = 2, L = 4, tau = 3, B = 1, whose weight
     gradients take 2·(2·2·2·3 + 2·2²·2 + 2·3) + 2·2·2·3 + 2·3 = 122 flops."""
     row = {"N": 2, "L": 4, "tau": 3, "B": 1}
-    rows = [{**row, "schedule": "step bptt", "rounds": 12, "flops": 100},
+    rows = [{**row, "schedule": "step bptt", "rounds": 12, "flops": 100, "median_s": 0.002},
             {**row, "schedule": "step timescan", "refused": "skipped: 9 GFLOP over the budget of 3"},
-            {**row, "schedule": "step timescan+newton", "rounds": 4, "flops": 500},
-            {**row, "schedule": "step timescan+quasi-newton", "rounds": 2, "flops": 110},
-            {**row, "schedule": "step torch nn.RNN", "median_s": 1.0}]
+            {**row, "schedule": "step timescan+newton", "rounds": 4, "flops": 500, "median_s": 0.004},
+            {**row, "schedule": "step timescan+quasi-newton", "rounds": 2, "flops": 110, "median_s": 0.001},
+            {**row, "schedule": "step torch nn.RNN", "median_s": 0.008}]
     path = tmp_path / "rows.json"
     path.write_text(json.dumps({"rows": rows}))
-    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_gpu_model.py"), str(path), "--round-us", "1e6",
+    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_tables.py"), str(path), "--round-us", "1e6",
                            "--tflops", "1e-12"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     bptt, newton, quasi = 12 + 100 + 122, 4 + 500 + 122, 2 + 110 + 122
-    assert done.stdout.splitlines()[-1] == (f"| 2 | 3 | 1 | {bptt * 1e3:.2f} ms | — | {bptt / newton:.2f}× | "
-                                            f"{bptt / quasi:.2f}× |")
+    lines = done.stdout.splitlines()
+    assert lines[-1] == f"| 2 | 3 | 1 | {bptt * 1e3:.2f} ms | — | {bptt / newton:.2f}× | {bptt / quasi:.2f}× |"
+    # measured: BPTT's 2 ms, leapfrog and timescan absent or refused, 0.5×, 2×, torch 0.25×
+    assert "| 2 | 3 | 1 | 2.00 | — | — | 0.50× | 2.00× | 0.25× |" in lines

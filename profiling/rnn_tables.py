@@ -1,0 +1,95 @@
+"""The Markdown tables of docs/rnn.md from a run of ``profiling/rnn_bench.py``: the steps measured, and the
+same steps on a GPU, modelled (a model, not a measurement).
+
+    python profiling/rnn_tables.py profiling/results/rnn_bench_cpu_2026-12-03.json
+    python profiling/rnn_tables.py RESULTS.json --round-us 10 --tflops 50
+
+The measured table gives, per (N, tau, B), BPTT's step and every step's speed-up over it (BPTT's median
+over the row's, > 1: faster; "—" where the run skipped or refused the step).
+
+In the model a step's time is its dependent rounds at ``--round-us`` each (a launch that waits for the one
+before) plus its flops at ``--tflops`` (the forward pass and the backward chain, as the bench counts
+them, and the weight gradients, ``rnn.schedules.gradient_flops``, which every schedule does alike). The
+rounds and flops are the CPU run's: a step parallel in time takes the same Newton iterations on any
+device, up to rounding; its scans ran by the host's algorithm (``scan="auto"``: cyclic reduction for
+full Jacobians), whose rounds a GPU's ``auto`` (doubling) would about halve and whose flops it would
+multiply by up to log2 tau. Leapfrog(k) is modelled as BPTT: the same rounds; the gradients it overlaps
+are a few microseconds of flops at this rate. PyTorch's step on a GPU runs cuDNN's fused kernels and is
+not modelled.
+"""
+
+import argparse
+import json
+from collections import defaultdict
+
+from leapfrog_gpu.rnn.schedules import gradient_flops
+from leapfrog_gpu.tools.bench.report import MARKDOWN, ratio
+
+MEASURED = ("step bptt", "step leapfrog", "step timescan", "step timescan+newton", "step timescan+quasi-newton",
+            "step torch nn.RNN")
+"""The rows of the measured table, BPTT's first."""
+MODELLED = ("step bptt", "step timescan", "step timescan+newton", "step timescan+quasi-newton")
+"""The rows modelled, BPTT's first."""
+
+
+def modelled_s(row, round_s, flops_per_s):
+    """Seconds of ``row`` (a step's row of the bench's JSON, with ``rounds`` and ``flops``) on the model."""
+    sizes = [row["N"]] * row["L"]
+    gradients = gradient_flops(sizes, row["tau"], row["B"], outputs=row["tau"])
+    return row["rounds"] * round_s + (row["flops"] + gradients) / flops_per_s
+
+
+def by_size(rows, names):
+    """{(N, tau, B): {name: row}} of the rows named in ``names``."""
+    sizes = defaultdict(dict)
+    for row in rows:
+        if row["schedule"] in names:
+            sizes[row["N"], row["tau"], row["B"]][row["schedule"]] = row
+    return sizes
+
+
+def head(names, first):
+    return ["| N | τ | B | " + first + " | " + " | ".join(name.removeprefix("step ") for name in names[1:]) + " |",
+            "|---:|---:|---:|---:|" + "---:|" * (len(names) - 1)]
+
+
+def measured(rows):
+    """Markdown lines: per (N, tau, B), BPTT's step (median ms) and every step's speed-up over it."""
+    lines = head(MEASURED, "BPTT ms")
+    for (N, tau, B), steps in sorted(by_size(rows, MEASURED).items()):
+        base = steps[MEASURED[0]]["median_s"]
+        cells = [ratio(base / steps[name]["median_s"], MARKDOWN) if "median_s" in steps.get(name, {}) else "—"
+                 for name in MEASURED[1:]]
+        lines.append(f"| {N} | {tau} | {B} | {base * 1e3:.2f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def table(rows, round_s, flops_per_s):
+    """Markdown lines: per (N, tau, B), BPTT's modelled ms and every modelled step's speed-up over it
+    ("—" where the CPU run skipped or refused the step)."""
+    lines = head(MODELLED, "BPTT (model)")
+    for (N, tau, B), steps in sorted(by_size(rows, MODELLED).items()):
+        base = modelled_s(steps[MODELLED[0]], round_s, flops_per_s)
+        cells = [ratio(base / modelled_s(steps[name], round_s, flops_per_s), MARKDOWN)
+                 if "rounds" in steps.get(name, {}) else "—" for name in MODELLED[1:]]
+        lines.append(f"| {N} | {tau} | {B} | {base * 1e3:.2f} ms | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="the JSON file profiling/rnn_bench.py wrote")
+    parser.add_argument("--round-us", type=float, default=5.0, help="microseconds a dependent round takes (default 5)")
+    parser.add_argument("--tflops", type=float, default=20.0, help="TFLOP/s of the products (default 20)")
+    args = parser.parse_args(argv)
+    with open(args.results) as file:
+        rows = json.load(file)["rows"]
+    print("Measured: BPTT's step (median ms) and each step's speed-up over it (> 1: faster).\n")
+    print("\n".join(measured(rows)))
+    print(f"\nModelled: {args.round_us:g} µs per dependent round, {args.tflops:g} TFLOP/s; speed-up over BPTT's "
+          "modelled step (> 1: faster).\n")
+    print("\n".join(table(rows, args.round_us * 1e-6, args.tflops * 1e12)))
+
+
+if __name__ == "__main__":
+    main()

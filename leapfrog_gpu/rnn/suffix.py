@@ -6,8 +6,9 @@ A_t (tau, B, n, n) with vectors (tau, B, n, 1) or diagonals and vectors (tau, B,
 ``"reduction"``  cyclic reduction (``reduce_round`` up, ``substitute_round`` down): 2·ceil(log2 tau) - 1
                  rounds, fewer than tau products A A: the least work, what a CPU rewards.
 
-``"auto"`` picks reduction for matrices on the host backend, doubling on a GPU and for diagonals. ``suffix_scan`` runs every round of
-one solve (``newton.TimeNewton``); ``scans.TimeScan`` launches them one by one.
+``"auto"`` picks reduction for matrices on the host backend, doubling on a GPU and for diagonals.
+``suffix_scan`` runs every round of one solve (``newton.TimeNewton``); ``scans.TimeScan`` launches them
+one by one.
 """
 
 from .schedules import ceil_log2
@@ -30,7 +31,7 @@ def scan_round(xp, product, A, A_next, c, q, s):
 
 
 SCANS = ("auto", "doubling", "reduction")
-"""The algorithms of the suffix scan: ``auto`` is ``reduction`` on the host backend, ``doubling`` on a GPU."""
+"""The algorithms of the suffix scan (``resolve_scan`` says which ``auto`` runs)."""
 
 
 def check_scan(scan):

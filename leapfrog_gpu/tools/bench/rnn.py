@@ -16,11 +16,11 @@ Each row gives the median of ``--repeats`` interleaved repeats (each row once in
 each, timed from enqueue to ``synchronize()``), the speed-up (BPTT's median in the same run over the
 row's: > 1 is faster), the dependent rounds (a step's: its forward's plus its backward's) and the flops of
 each chain against BPTT's. A schedule whose predicted chain work exceeds ``max_gflop`` and BPTT's is
-skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is
-a step parallel in time whose one iteration would (``TimeNewton.iteration_flops``); one whose buffers
-exceed ``memory_limit`` is refused by its own check; all show as rows. PyTorch's network is
-the same one (tanh, L-2 layers of ``nn.RNN``, bias_hh held at zero, a ``Linear`` output at every step, the
-same parameters and batch; on the GPU cuDNN's), stepped by ``torch.optim.SGD(foreach=True)``.
+skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is a step parallel in time whose
+one iteration would (``TimeNewton.iteration_flops``); one whose buffers exceed ``memory_limit`` is
+refused by its own check; all show as rows. PyTorch's network is the same one (tanh, L-2 layers of
+``nn.RNN``, bias_hh held at zero, a ``Linear`` output at every step, the same parameters and batch; on
+the GPU cuDNN's), stepped by ``torch.optim.SGD(foreach=True)``.
 """
 
 import argparse
@@ -144,8 +144,7 @@ def interleaved(calls, repeats):
     returns a dict of what to report with it): one warm-up each, then ``repeats`` rounds that run every
     call once in turn, so that load on the machine falls on all alike, each round starting one call later
     than the last, so that no call always follows the same one (whose memory traffic leaves the caches
-    cold for it). A call whose warm-up raises
-    ``ValueError`` (a memory check) gives ``{"refused": why}``."""
+    cold for it). A call whose warm-up raises ``ValueError`` (a memory check) gives ``{"refused": why}``."""
     results, times = {}, {}
     for row, call in calls.items():
         try:
@@ -177,7 +176,7 @@ def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=N
         steps[step_name(name)] = (TimeScan(k=k, memory_limit=memory_limit), make_solver("rnn", name,
                                                                                       memory_limit=memory_limit))
 
-    sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, *x.shape[::2])}
+    sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, x.shape[0], x.shape[2])}
 
     def step(schedule, solver):
         net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))

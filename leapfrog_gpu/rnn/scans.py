@@ -139,10 +139,11 @@ class TimeScan(ScanSchedule):
                 strides = reduction_strides(p.tau)
                 for s in strides:
                     launch(p.main, f"reduce[{l}, {s}]", self._reduce, p, l, s, buffers)
+                    p.rounds += 1
                 for s in reversed(strides):
                     if 2 * s < p.tau:
                         launch(p.main, f"substitute[{l}, {s}]", self._substitute, p, l, s, buffers)
-                p.rounds += scan_rounds(scan, p.tau)
+                        p.rounds += 1
             launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
             yield l
 

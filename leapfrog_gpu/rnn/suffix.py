@@ -107,7 +107,9 @@ def suffix_scan(xp, product, A, A_next, c, q, scan):
     strides = reduction_strides(tau)
     for s in strides:
         reduce_round(xp, product, A, A_next, c, q, s)
+        rounds += 1
     for s in reversed(strides):
         if 2 * s < tau:
             substitute_round(xp, product, A, c, q, s)
-    return scan_rounds(scan, tau)
+            rounds += 1
+    return rounds

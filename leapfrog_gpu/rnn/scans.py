@@ -136,14 +136,12 @@ class TimeScan(ScanSchedule):
                     p.rounds += 1
                     s *= 2
             else:
-                strides = reduction_strides(p.tau)
-                for s in strides:
-                    launch(p.main, f"reduce[{l}, {s}]", self._reduce, p, l, s, buffers)
+                strides = reduction_strides(p.tau)  # up every level, down those with 2s < tau
+                rounds = [("reduce", self._reduce, s) for s in strides]
+                rounds += [("substitute", self._substitute, s) for s in reversed(strides) if 2 * s < p.tau]
+                for name, run, s in rounds:
+                    launch(p.main, f"{name}[{l}, {s}]", run, p, l, s, buffers)
                     p.rounds += 1
-                for s in reversed(strides):
-                    if 2 * s < p.tau:
-                        launch(p.main, f"substitute[{l}, {s}]", self._substitute, p, l, s, buffers)
-                        p.rounds += 1
             launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
             yield l
 

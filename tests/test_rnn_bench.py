@@ -117,6 +117,17 @@ def test_the_command_refuses_a_bad_option_in_one_line(capsys):
     assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 
 
+def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):
+    """``--mod rnn`` is not ``--model rnn`` (which would run the RNN's benchmark), nor ``--layer`` ``--layers``."""
+    from leapfrog_gpu.tools.bench import command as bench
+
+    for argv in (["--mod", "rnn"], ["--model", "rnn", "--layer", "3"]):
+        with pytest.raises(SystemExit) as stop:
+            bench.main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments: " + argv[-2] in err
+
+
 def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
     from leapfrog_gpu.tools.bench import command as bench
 

@@ -523,6 +523,7 @@ def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
     (["--hidden", "4x0"], "argument --hidden: must be widths >= 1 such as 6x128"),
     (["--profile-steps", "9:3"], "argument --profile-steps: must be A:B with integers 0 <= A < B"),
     (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs
     (["--data", "mnist"], "--data mnist needs --data-dir DIR"),
     (["--data-dir", "somewhere"], "--data-dir applies to --data mnist only"),
     (["--samples", 10], "--samples applies to --data teacher only"),

@@ -22,8 +22,10 @@ WIDTH = 100
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line on stderr and exit status 2 (argparse's own
-    usage block would make it several). Under mpiexec every rank parses the same command line; rank 0
-    alone says what is wrong with it (the rank comes from the launcher, before MPI starts)."""
+    usage block would make it several), and no option taken by a prefix of its name (``--epoch 5`` is
+    an error, not ``--epochs 5``: a prefix that names one option today would name another tomorrow). Under mpiexec every rank parses the same
+    command line; rank 0 alone says what is wrong with it (the rank comes from the launcher, before MPI
+    starts)."""
 
     def __init__(self, *args, exit_statuses=(), **kwargs):
         """``exit_statuses``: ``[(status, meaning)]``, listed at the end of ``--help``."""
@@ -31,7 +33,7 @@ class Parser(argparse.ArgumentParser):
             kwargs.update(formatter_class=argparse.RawDescriptionHelpFormatter, epilog="exit status:\n" + "\n".join(
                 textwrap.fill(f"{status:<5}{meaning}", 78, initial_indent="  ", subsequent_indent=" " * 7)
                 for status, meaning in exit_statuses))
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, allow_abbrev=False, **kwargs)
         self.add_argument("--version", action="version", version=f"{self.prog} {package_version()}")
 
     def error(self, message):

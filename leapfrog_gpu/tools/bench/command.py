@@ -150,7 +150,7 @@ def parser():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    model = argparse.ArgumentParser(add_help=False)
+    model = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     model.add_argument("--model", default="mlp")
     other = {"rnn": bench_rnn, "dag": bench_dag}.get(model.parse_known_args(argv)[0].model)
     if other is not None:  # a command of its own, with its own options

@@ -21,6 +21,15 @@ def test_measure_interleaved_takes_turns_and_counts_warmup():
     assert len(times) == 2 and all(t.shape == (3,) and (t >= 0).all() for t in times)
 
 
+def test_rotated_rounds_start_one_function_later_each():
+    order = []
+    with NumpyBackend(mode="serial") as backend:
+        times = timing.measure_interleaved(backend, [lambda name=name: order.append(name) for name in "abc"], 4, 1,
+                                           rotate=True)
+    assert order == list("abc" "abc" "bca" "cab" "abc")  # the warm-up, then rounds starting at a, b, c, a
+    assert [t.shape for t in times] == [(4,)] * 3
+
+
 def test_contexts_wrap_each_call_outside_the_timer():
     import contextlib
 

@@ -19,12 +19,14 @@ def measure(backend, fn, repeats, warmup):
     return measure_interleaved(backend, [fn], repeats, warmup)[0]
 
 
-def measure_interleaved(backend, fns, repeats, warmup, contexts=None):
+def measure_interleaved(backend, fns, repeats, warmup, contexts=None, rotate=False):
     """Time each of ``fns`` ``repeats`` times, round-robin (one repeat of each in turn), so that a
     change of load during the run shifts every one alike; return one array of ms per function.
 
     ``contexts``, if given, holds one context-manager factory per function, entered around each of
-    its calls, outside the timed interval (for example a BLAS thread limit).
+    its calls, outside the timed interval (for example a BLAS thread limit). With ``rotate`` each
+    round starts one function later than the last, so that no function always runs after the same
+    one (whose memory traffic would leave the caches cold for it).
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
@@ -37,9 +39,10 @@ def measure_interleaved(backend, fns, repeats, warmup, contexts=None):
                 backend.synchronize()
     times = np.empty((len(fns), repeats))
     for i in range(repeats):
-        for j, (fn, context) in enumerate(zip(fns, contexts)):
-            with context():
-                times[j, i] = once(backend, fn)
+        first = i % len(fns) if rotate else 0
+        for j in [*range(first, len(fns)), *range(first)]:
+            with contexts[j]():
+                times[j, i] = once(backend, fns[j])
     return list(times)
 
 

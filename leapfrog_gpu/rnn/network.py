@@ -13,13 +13,13 @@ targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The
 """
 
 import contextlib
+import functools
 import math
 import numbers
-import statistics
-import time
 
 import numpy as np
 
+from ..backends import timing
 from ..core import capture, parameters
 from ..core.checks import all_finite, real_array
 from ..core.functions import choose
@@ -192,14 +192,13 @@ class RNN(Layered):
     def time_backward(self, x, y, schedules, repeats=5):
         """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
         to schedule): one forward pass, one warm-up per schedule (it allocates), then ``repeats`` rounds
-        that run every schedule once each in turn (so load on the machine falls on all alike; each round
-        starts one schedule later), each timed from enqueue to ``synchronize()``. Returns, by name,
-        ``{"median_s": ..., **stats}``, or ``{"refused": why}`` for a schedule that refuses this pass (its
-        memory check)."""
+        that run every schedule once each in turn, each round starting one schedule later
+        (``timing.measure_interleaved``). Returns, by name, ``{"median_s": ..., **stats}``, or
+        ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
         checked = {name: self._check_schedule(schedule) for name, schedule in schedules.items()}
         p = self._start(x, y, BPTT(), None)
         resolved = {name: resolve(schedule, p) for name, schedule in checked.items()}
-        results, times = {}, {}
+        results, timed = {}, []
         for name, schedule in resolved.items():
             try:
                 schedule.check(self.sizes, p.tau, p.batch, self.dtype)
@@ -208,16 +207,11 @@ class RNN(Layered):
                 results[name] = {"refused": str(error)}
                 continue
             self.synchronize()
-            times[name] = []
-        names = list(times)
-        for i in range(repeats):  # each round one schedule later, so that none always follows the same one
-            for name in names[i % len(names):] + names[: i % len(names)]:
-                start = time.perf_counter()
-                resolved[name].backward(p)
-                self.synchronize()
-                times[name].append(time.perf_counter() - start)
-        for name, measured in times.items():
-            results[name] = {"median_s": statistics.median(measured), **resolved[name].stats}
+            timed.append(name)
+        times = timing.measure_interleaved(self.backend, [functools.partial(resolved[name].backward, p)
+                                                          for name in timed], repeats, 0, rotate=True)
+        for name, ms in zip(timed, times):
+            results[name] = {"median_s": float(np.median(ms)) / 1e3, **resolved[name].stats}
         return {name: results[name] for name in schedules}
 
     def _start(self, x, y, schedule, eta, graph=False, solver=None):

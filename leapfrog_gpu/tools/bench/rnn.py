@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...backends import get_backend
+from ...backends import get_backend, timing
 from ...core.functions import DTYPES
 from ...rnn.network import RNN
 from ...core.checks import MEMORY_LIMIT
@@ -139,29 +139,26 @@ def step_name(name):
     return f"{STEP}{name}" if name in SCHEDULES["rnn"] or name == TORCH else f"{STEP}timescan+{name}"
 
 
-def interleaved(calls, repeats):
-    """Median seconds of each of ``calls`` (row name -> a callable that runs one repeat to its end and
-    returns a dict of what to report with it): one warm-up each, then ``repeats`` rounds that run every
-    call once in turn, so that load on the machine falls on all alike, each round starting one call later
-    than the last, so that no call always follows the same one (whose memory traffic leaves the caches
-    cold for it). A call whose warm-up raises ``ValueError`` (a memory check) gives ``{"refused": why}``."""
-    results, times = {}, {}
+def interleaved(backend, calls, repeats):
+    """Median seconds of each of ``calls`` (row name -> a callable that runs one repeat and returns a dict
+    of what to report with it) on ``backend``: one warm-up each, then ``repeats`` rounds that run every call
+    once in turn, each round starting one call later (``timing.measure_interleaved``). A call whose warm-up
+    raises ``ValueError`` (a memory check) gives ``{"refused": why}``."""
+    results, reported = {}, {}
     for row, call in calls.items():
         try:
-            call()
+            reported[row] = call()
         except ValueError as error:
             results[row] = {"refused": str(error)}
-        else:
-            times[row] = []
-    rows = list(times)
-    for i in range(repeats):
-        for row in rows[i % len(rows):] + rows[: i % len(rows)]:
-            start = time.perf_counter()
-            reported = calls[row]()
-            times[row].append(time.perf_counter() - start)
-            results[row] = dict(reported or {})
-    for row, measured in times.items():
-        results[row]["median_s"] = statistics.median(measured)
+    rows = list(reported)
+
+    def timed(row):
+        reported[row] = calls[row]()
+
+    times = timing.measure_interleaved(backend, [functools.partial(timed, row) for row in rows], repeats, 0,
+                                       rotate=True)
+    for row, ms in zip(rows, times):
+        results[row] = {**(reported[row] or {}), "median_s": float(np.median(ms)) / 1e3}
     return results
 
 
@@ -188,7 +185,7 @@ def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=N
     calls = {row: functools.partial(step, *pair) for row, pair in steps.items()}
     if anchor is not None:
         calls[step_name(TORCH)] = anchor.step
-    return interleaved(calls, repeats)
+    return interleaved(net.backend, calls, repeats)
 
 
 def _host(arrays):

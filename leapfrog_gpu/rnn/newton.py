@@ -47,7 +47,7 @@ from ..backends import ops_numpy
 from ..core.checks import MEMORY_LIMIT, all_finite, check_memory_limit
 from ..core.convergence import Solver, relative
 from .plan import flat
-from .suffix import check_scan, reduction_strides, resolve_scan, scan_rounds, suffix_scan
+from .suffix import check_scan, resolve_scan, round_sizes, scan_rounds, suffix_scan
 from .schedules import forward_flops
 
 
@@ -218,21 +218,11 @@ class TimeNewton(Solver):
         """Flops of one iteration's step on a layer of width n: the Jacobians and c, then the scan by ``scan``
         (resolved): per round, m vector products J x + c and ``kept`` products J J."""
         flops = (5 if self.quasi else 4 + 2 * n) * n * tau * B
-
-        def products(m, kept):
+        for _, m, kept in round_sizes(scan, tau):  # J x + c and J J: elementwise for quasi's diagonals
             if self.quasi:
-                return 2 * m * B * n + kept * B * n
-            return 2 * m * B * n * n + m * B * n + 2 * kept * B * n ** 3
-
-        if scan == "doubling":
-            s = 1
-            while s < tau:
-                flops, s = flops + products(tau - s, max(tau - 2 * s, 0)), 2 * s
-            return flops
-        for s in reduction_strides(tau):
-            flops += products(len(range(s, tau, 2 * s)), len(range(2 * s, tau, 2 * s)))
-            if 2 * s < tau:
-                flops += products(len(range(2 * s, tau, 2 * s)), 0)
+                flops += 2 * m * B * n + kept * B * n
+            else:
+                flops += 2 * m * B * n * n + m * B * n + 2 * kept * B * n ** 3
         return flops
 
     def iteration_flops(self, sizes, tau, B, backend="numpy"):

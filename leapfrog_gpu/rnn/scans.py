@@ -30,8 +30,8 @@ import numpy as np
 
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from .schedules import RNNSchedule, bptt_counters, ceil_log2
-from .suffix import (check_scan, reduce_round, reduction_strides, resolve_scan, scan_round, scan_rounds,
-                     substitute_round)
+from .suffix import (check_scan, reduce_round, reduction_strides, resolve_scan, round_sizes, scan_round,
+                     scan_rounds, substitute_round)
 
 
 class ScanSchedule(RNNSchedule):
@@ -225,47 +225,24 @@ class TimeScan(ScanSchedule):
         p.xp.copyto(p.delta[l], C[..., 0].transpose(2, 0, 1))
 
     def work(self, sizes, tau, B, backend="numpy"):
-        """Flops and elements moved: c^l as in BPTT, then per round its vector and matrix products."""
+        """Flops and elements moved: c^l as in BPTT, then per round its vector and matrix products, the first
+        round's factored (its matrix products built from sigma' and u). Reduction also multiplies its
+        factored vectors by sigma' and copies each product A A back into place."""
+        scan = resolve_scan(self.scan, backend)
+        copy = int(scan == "reduction")
         flops = moved = 0
-        reduction = resolve_scan(self.scan, backend) == "reduction"
         for l in range(2, len(sizes)):
             n, above = sizes[l - 1], sizes[l]
             flops += 2 * n * above * tau * B + n * tau * B
             moved += n * above + (above + 2 * n) * tau * B
-            if reduction:
-                scan_flops, scan_moved = _reduction_work(n, tau, B)
-                flops, moved = flops + scan_flops, moved + scan_moved
-                continue
-            s = 1
-            while s < tau:
-                m, r = tau - s, max(tau - 2 * s, 0)
-                if s == 1:  # the factored vector half; the first matrix products built from sigma' and u
-                    flops += 2 * n * n * m * B + m * B * n + r * B * (2 * n * n + 2 * n ** 3)
-                    moved += n * n + 3 * m * B * n + 2 * r * B * (n * n + n)
+            for s, m, kept in round_sizes(scan, tau):
+                if s == 1:
+                    flops += 2 * n * n * m * B + (1 + copy) * m * B * n + kept * B * (2 * n * n + 2 * n ** 3)
+                    moved += n * n + (3 + copy) * m * B * n + 2 * kept * B * (n * n + n)
                 else:
-                    flops += 2 * n * n * m * B + m * B * n + r * B * 2 * n ** 3
-                    moved += m * B * (n * n + 3 * n) + 3 * r * B * n * n
-                s *= 2
+                    flops += 2 * n * n * m * B + m * B * n + kept * B * 2 * n ** 3
+                    moved += m * B * (n * n + 3 * n) + (3 + copy) * kept * B * n * n
         return flops, moved
-
-
-def _reduction_work(n, tau, B):
-    """Flops and elements moved by cyclic reduction over tau steps of width n (level 1 factored): per level,
-    m pairs' vector products and the kept products A A; then the way down's vector products."""
-    flops = moved = 0
-    for s in reduction_strides(tau):
-        m, kept = len(range(s, tau, 2 * s)), len(range(2 * s, tau, 2 * s))
-        if s == 1:
-            flops += 2 * n * n * m * B + 2 * m * B * n + kept * B * (2 * n * n + 2 * n ** 3)
-            moved += n * n + 4 * m * B * n + 2 * kept * B * (n * n + n)
-        else:
-            flops += 2 * n * n * m * B + m * B * n + kept * B * 2 * n ** 3
-            moved += m * B * (n * n + 3 * n) + 4 * kept * B * n * n
-        if 2 * s < tau:
-            down = len(range(2 * s, tau, 2 * s))
-            flops += 2 * n * n * down * B + (2 if s == 1 else 1) * down * B * n
-            moved += (n * n + 4 * down * B * n) if s == 1 else down * B * (n * n + 3 * n)
-    return flops, moved
 
 
 class NaumovRNN(ScanSchedule):

@@ -58,13 +58,23 @@ def scan_rounds(scan, tau):
 
 
 def reduction_strides(tau):
-    """The strides s = 1, 2, 4, ... < tau of cyclic reduction's levels going up; it comes back down through
-    those with 2s < tau."""
+    """The strides s = 1, 2, 4, ... < tau: of doubling's rounds, and of cyclic reduction's levels going up
+    (it comes back down through those with 2s < tau)."""
     strides, s = [], 1
     while s < tau:
         strides.append(s)
         s *= 2
     return strides
+
+
+def round_sizes(scan, tau):
+    """``(s, m, kept)`` of each round of the scan over ``tau`` steps by ``scan`` (resolved), in order: its
+    stride s, its m vector products A x + c, and its ``kept`` products A A (none on reduction's way down)."""
+    strides = reduction_strides(tau)
+    if scan == "doubling":
+        return [(s, tau - s, max(tau - 2 * s, 0)) for s in strides]
+    up = [(s, len(range(s, tau, 2 * s)), len(range(2 * s, tau, 2 * s))) for s in strides]
+    return up + [(s, len(range(2 * s, tau, 2 * s)), 0) for s in reversed(strides) if 2 * s < tau]
 
 
 def reduce_round(xp, product, A, A_next, c, q, s):

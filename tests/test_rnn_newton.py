@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+from helpers import CountedNumpy
 from leapfrog_gpu import BPTT, RNN, TimeNewton, TimeScan
 from leapfrog_gpu.rnn import newton
 from leapfrog_gpu.rnn import reference as reference_rnn
@@ -171,6 +172,52 @@ def test_a_solve_that_reaches_rounding_above_tol_stops_there_and_says_so(dtype):
         assert max(recent) <= newton.STALL * eps and min(recent) > 0.9 * min(h[:-newton.PATIENCE])
     assert error(out, want) <= 100 * eps
     assert [f"where it stopped falling: the rounding of {dtype}" in str(w.message) for w in caught] == [True]
+
+
+@pytest.mark.parametrize("scan, vectors, matrices", [
+    # tau = 5. Doubling, strides 1, 2, 4: J x + c for t + s < 5 (4, 3, 1), J J for t + 2s < 5 (3, 1, 0).
+    ("doubling", 8, 4),
+    # Reduction up, strides 1, 2, 4: pairs (0,1) (2,3); (0,2); (0,4): 2 + 1 + 1 J x + c; J J kept for a later
+    # level at 0 and 2, then 0: 2 + 1; down, strides 2 then 1: x_2 from x_4; x_1 from x_2 and x_3 from x_4.
+    ("reduction", 2 + 1 + 1 + 1 + 2, 2 + 1),
+])
+def test_the_scans_run_the_products_their_algorithm_takes_and_the_flops_count_them(monkeypatch, scan, vectors,
+                                                                                     matrices):
+    """One Newton iteration a layer at tau = 5, B = 3: the matrix-vector and matrix-matrix products the scans
+    run, counted from the calls, are those of the algorithm worked by hand, and ``iteration_flops`` is their
+    flops (2 n^2 and 2 n^3 a product, n a vector product's add) with the elementwise work and the evaluation."""
+    tau, B, ran, in_scan = 5, 3, [], []
+
+    def counted(name, fn):
+        def call(*args, **options):
+            if name == "matmul" and in_scan:
+                ran.append((args[0].shape[-2], args[1].shape[-1], args[0].shape[0]))  # (n, 1 or n, products)
+            return fn(*args, **options)
+        return call
+
+    def scanning(*args):
+        in_scan.append(True)
+        try:
+            return suffix_scan(*args)
+        finally:
+            in_scan.pop()
+
+    suffix_scan = newton.suffix_scan
+    monkeypatch.setattr(newton, "suffix_scan", scanning)
+    with network(3.0) as net, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # stopped after one iteration, as asked
+        monkeypatch.setattr(net.backend, "xp", CountedNumpy(counted))
+        solver = TimeNewton(scan=scan, max_iterations=1)
+        solved(net, inputs(tau, B), solver)
+    assert solver.stats["iterations_per_layer"] == [1, 1]
+    for n in SIZES[1:-1]:  # the layers in turn: 6 then 5
+        mine = [(rows, cols, count) for rows, cols, count in ran if rows == n]
+        assert sum(count for _, cols, count in mine if cols == 1) == vectors
+        assert sum(count for _, cols, count in mine if cols == n) == matrices
+    step = sum((4 + 2 * n) * n * tau * B + vectors * B * (2 * n * n + n) + matrices * B * 2 * n ** 3
+               for n in SIZES[1:-1])
+    evaluation = sum(2 * n * n * (tau - 1) * B + 5 * n * tau * B for n in SIZES[1:-1])
+    assert solver.iteration_flops(SIZES, tau, B) == step + evaluation
 
 
 @pytest.mark.parametrize("activation", ["sigmoid", "relu"])

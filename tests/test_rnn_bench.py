@@ -111,10 +111,15 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
     assert len(json.loads(out.read_text())["rows"]) == 20
 
 
-def test_the_command_refuses_a_bad_option_in_one_line(capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--layers", "2"], "--layers"),
+    (["--time", "forward"], "unknown part 'forward'; choose from backward, step"),
+])
+def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as stop:
-        bench_rnn.main(["--layers", "2"])
-    assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+        bench_rnn.main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and message in err
 
 
 def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):

@@ -44,6 +44,14 @@ def batch(sizes, size, seed=0, dtype=np.float64):
     return x, y
 
 
+def rnn_lists(grads):
+    """An RNN's gradients as ``gradients`` gives them, ``{l: {"w", "u", "b"}}``, as the reference's
+    ``(nabla_b, nabla_w, nabla_u)``: lists for l = 2..L, 2..L and 2..L-1."""
+    layers = sorted(grads)
+    return ([grads[l]["b"] for l in layers], [grads[l]["w"] for l in layers],
+            [grads[l]["u"] for l in layers if "u" in grads[l]])
+
+
 def to_numpy(array):
     """A host copy of a NumPy or CuPy array."""
     return array.get() if hasattr(array, "get") else np.asarray(array)

@@ -10,6 +10,7 @@ import pytest
 from helpers import CHAOS_CONFIGS, batch, chaos_catches, chaos_suite
 from leapfrog_gpu import MLP, Leapfrog
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
 
 
@@ -26,8 +27,8 @@ def test_chaos_catches_each_missing_wait(monkeypatch, chaos_steps, wait):
     delta^{l-1}, the main stream's last read of w^l. The budget is three seeds (``chaos_catches``).
     """
     patches = {"wait": lambda self, worker, unit: None, "join": lambda self: None,
-               "last_reader": staticmethod(lambda l: l)}
-    monkeypatch.setattr(Handoff, wait, patches[wait])
+               "last_reader": lambda self, l: l}
+    monkeypatch.setattr(plan.Plan if wait == "last_reader" else Handoff, wait, patches[wait])
     fused = True if wait == "last_reader" else None
     assert chaos_catches(chaos_steps, fused=fused), f"removing {wait} went unnoticed in three seeds"
 

@@ -9,6 +9,7 @@ import pytest
 from helpers import NETS, batch, cli, deep_chain, dense_net, flat, gate_net, parameters, residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
+from leapfrog_gpu.core import calibrate
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core.handoff import Handoff
@@ -335,8 +336,23 @@ def test_cross_entropy_needs_a_sigmoid_output_and_schedules_are_checked():
         x, y = data(net, 2)
         with pytest.raises(TypeError, match="NaumovScan"):
             net.backprop(x, y, NaumovScan())
-        with pytest.raises(ValueError, match="auto"):
-            net.backprop(x, y, Leapfrog("auto"))
+        with pytest.raises(ValueError, match="one_pass"):
+            net.backprop(x, y, Leapfrog(2, one_pass=True))
+
+
+def test_leapfrog_auto_calibrates_a_graphnet_and_runs_what_it_chose_bitwise():
+    """Leapfrog("auto") calibrates on the GraphNet's plan as on the MLP's and the RNN's: it chooses Sequential()
+    or a Leapfrog(k), once per plan, and its gradients are Sequential()'s bit for bit."""
+    with residual_net("numpy") as net:
+        x, y = data(net, 3)
+        want = net.backprop(x, y, Sequential())
+        got = net.backprop(x, y, Leapfrog("auto"))
+        plan = net.plan(3)
+        chosen = calibrate.chosen(plan)
+        assert isinstance(chosen, (Sequential, Leapfrog)) and not chosen.auto
+        assert all((got[v][name] == want[v][name]).all() for v in want for name in want[v])
+        net.backprop(x, y, Leapfrog("auto"))
+        assert calibrate.chosen(plan) is chosen
 
 
 def test_residual_builder_adds_a_skip_every_skip_layers():

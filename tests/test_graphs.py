@@ -19,6 +19,7 @@ from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
 from leapfrog_gpu.mlp.plan import Plan
+from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5
@@ -141,7 +142,7 @@ def test_a_replay_plans_nothing(monkeypatch):
         def planning(*args, **kwargs):
             raise AssertionError("a replay planned the step again")
 
-        for name in ("sgd_step", "backprop", "forward", "backward", "run", "chain", "check_gradients", "update"):
+        for name in ("step", "backprop", "forward", "backward", "run", "chain", "check_gradients", "update"):
             monkeypatch.setattr(Plan, name, planning)
         for step in range(1, 4):
             x, y = batch(SIZES, 3, seed=step, dtype=np.float32)
@@ -184,15 +185,15 @@ def test_a_fused_worker_waiting_only_for_its_own_delta_is_caught(monkeypatch):
     deferred order that lets workers run first, as in eager mode."""
     want = deferred_graph_run("main-first", Sequential(), graph=False)
     assert_same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want, DEFERRED, "with every wait")
-    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
     assert not same(deferred_graph_run("workers-first", Leapfrog(2, fused=True)), want)
 
 
 @pytest.mark.parametrize("wait", ["wait", "join", "last_reader"])
 def test_chaos_catches_each_missing_wait_in_graph_mode(monkeypatch, chaos_steps, wait):
     patches = {"wait": lambda self, worker, unit: None, "join": lambda self: None,
-               "last_reader": staticmethod(lambda l: l)}
-    monkeypatch.setattr(Handoff, wait, patches[wait])
+               "last_reader": lambda self, l: l}
+    monkeypatch.setattr(plan.Plan if wait == "last_reader" else Handoff, wait, patches[wait])
     try:
         found = chaos_catches(chaos_steps, fused=wait == "last_reader" or None, graph=True)
     except CaptureError:

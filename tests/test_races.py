@@ -11,6 +11,7 @@ from helpers import install_standin, patched_ops
 from leapfrog_gpu import (BPTT, MLP, RNN, Add, Concat, DagDoubling, DagJacobi, Dense, GraphNet, LayerNorm, Leapfrog,
                           LevelSets, NaumovJacobi, NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends import collective, ops_numpy
+from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
 from leapfrog_gpu.mlp.plan import Plan
 from leapfrog_gpu.parallel.comm import Communicator
@@ -189,19 +190,19 @@ def test_a_fused_update_waiting_for_its_own_delta_is_reported(monkeypatch, backe
     """docs/design.md §2, the fused update's write after read: w^l updated while the chain still reads it
     for delta^{l-1}. A DAG hands a fused update off behind the node's own products, its last read, and
     never asks ``last_reader``: nothing to report there."""
-    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
     found = planted(monkeypatch, backend, name, Leapfrog(2, fused=True))
     update = {"MLP": "fused_update[3] #1 on worker1", "RNN": "update[3] #1 on worker1"}.get(name)
-    assert found == [] if update is None else race("delta[2] #1 on main", False, "w[3]", update, True) in found
+    assert found == [] if update is None else race(update, True, "w[3]", "delta[2] #1 on main", False) in found
 
 
 @BOTH
 def test_a_captured_fused_update_waiting_for_its_own_delta_is_reported(monkeypatch, backend):
     """The same race in the graph a step captures (its launches are the second of their names): the
     recorder reads the captured launches, and on host streams what they touch when the graph is launched."""
-    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
     found = planted(monkeypatch, backend, "MLP", Leapfrog(2, fused=True), "graph")
-    assert race("delta[2] #2 on main", False, "w[3]", "fused_update[3] #2 on worker1", True) in found
+    assert race("fused_update[3] #2 on worker1", True, "w[3]", "delta[2] #2 on main", False) in found
 
 
 def test_a_one_pass_worker_that_does_not_wait_is_reported(monkeypatch):

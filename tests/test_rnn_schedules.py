@@ -10,7 +10,10 @@ import pytest
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.rnn.schedules import ceil_log2
+from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
+
+from helpers import rnn_lists
 
 ETA = 0.3
 SIZES = [5, 9, 7, 11, 3]
@@ -33,7 +36,7 @@ def trained(backend, schedule, sizes=SIZES, B=5, output="every", steps=30, tau=6
         for step in range(steps):
             x, y = sequences(sizes, tau, B, output, seed=step)
             net.sgd_step(x, y, ETA, schedule)
-        nabla_b, nabla_w, nabla_u = net.backprop(x, y, schedule)
+        nabla_b, nabla_w, nabla_u = rnn_lists(net.backprop(x, y, schedule))
         return net.weights + net.recurrent + net.biases + nabla_b + nabla_w + nabla_u
 
 
@@ -104,7 +107,7 @@ def test_missing_join_is_caught(monkeypatch, bptt):
 def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch, bptt):
     """A fused worker must wait for delta^{l-1}, the chain's last read of w^l, not only E_l."""
     assert same(deferred("workers-first", Leapfrog(2, fused=True)), bptt)
-    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
     assert not same(deferred("workers-first", Leapfrog(2, fused=True)), bptt)
 
 

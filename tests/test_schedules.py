@@ -6,6 +6,7 @@ import pytest
 from helpers import assert_same, batch, batch_id, case_id, case_ids, gpu, layer_names, same
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
 
 STEPS = 50
@@ -175,7 +176,7 @@ def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch):
     """A fused worker must wait for delta^{l-1}, the main stream's last read of w^l, not just E_l."""
     want = deferred_run("main-first", Sequential())
     assert_same(deferred_run("workers-first", Leapfrog(2, fused=True)), want, DEFERRED, "with every wait")
-    monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
+    monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
     assert not same(deferred_run("workers-first", Leapfrog(2, fused=True)), want)
 
 

@@ -14,6 +14,8 @@ What may change between steps lives in device memory (eta / B, the refusal code)
 step needs the host part-way, or a call CuPy cannot capture, is refused (``refusal``).
 """
 
+from . import calibrate
+
 
 def step(plan, schedule, check_finite, body):
     """Enqueue ``body()``, the SGD step of ``schedule`` on ``plan``, as a graph kept in ``plan.captured``:
@@ -33,4 +35,7 @@ def step(plan, schedule, check_finite, body):
 
 def refusal(plan, schedule):
     """Why the step of ``schedule`` on ``plan`` cannot be captured, or None."""
+    if schedule.auto and calibrate.chosen(plan, schedule.fused) is None:
+        return (f"Leapfrog('auto') chooses k by timing eager passes the first time it meets a batch size, and "
+                f"has not met B = {plan.batch} yet: run one step with graph=False first, or pass k")
     return plan.capture_refusal(schedule) or schedule.graph_refusal(plan.backend.name)

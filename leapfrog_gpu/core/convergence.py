@@ -30,7 +30,10 @@ def relative(xp, new, old):
 
 
 class Solver:
-    """A solver that says when it stops short: ``strict`` (raise, rather than warn once), ``stats``."""
+    """A solver that says when it stops short: ``strict`` (raise, rather than warn once), ``stats``; ``network``
+    names the network class whose forward pass it solves."""
+
+    network = None
 
     def __init__(self, strict=False):
         if not isinstance(strict, bool):

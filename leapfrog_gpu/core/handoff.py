@@ -6,13 +6,13 @@ E_after, where ``after`` is u itself (read after write: the worker reads delta^u
 into the gradients, the unit whose delta reads u's parameters last (write after read). ``join`` makes the
 main stream wait for every busy worker (write after read: the update and the next pass rewrite what the
 workers read). With k = 0 the gradients run on the main stream, in the chain's order, and nothing waits.
-The MLP's, the RNN's and the DAG's schedules all hand off through this one piece.
+``core.driver`` runs it for the MLP's, the RNN's and the DAG's schedules alike.
 """
 
 
 class Handoff:
     """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)``, below
-    ``plan.units``, chooses a unit's worker) to ``k`` workers; only the workers that can own a unit are
+    ``plan.bound``, chooses a unit's worker) to ``k`` workers; only the workers that can own a unit are
     ever made."""
 
     def __init__(self, plan, k):
@@ -31,7 +31,7 @@ class Handoff:
         if not self.k:
             return plan.main
         j = plan.index(unit) % self.k
-        worker = plan.workers(min(self.k, plan.units))[j]
+        worker = plan.workers(min(self.k, plan.bound))[j]
         self.wait(worker, unit if after is None else after)
         self.busy[j] = worker
         return worker
@@ -40,12 +40,6 @@ class Handoff:
         """Guard read after write: ``worker`` reads what the main stream wrote up to E_unit (and, with a
         fused update, write after read: E_unit means the main stream is done with the parameters)."""
         self.plan.backend.wait(worker, self.plan.event(f"E_{unit}"))
-
-    @staticmethod
-    def last_reader(l):
-        """In a chain of layers, the layer whose delta reads w^l last: delta^{l-1} = ((w^l)^T delta^l) * ...,
-        so a fused update of layer l is handed off behind E_{l-1}."""
-        return l - 1
 
     def join(self):
         """Nothing on the main stream passes until every busy worker is done."""

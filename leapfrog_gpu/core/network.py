@@ -4,15 +4,20 @@ A network owns its backend when it made it by name (and closes it), takes the st
 memory (``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands
 out copies that no later step writes, and takes its parameters in and out by one protocol,
 ``{unit: {name: array}}`` (``core.parameters``): ``parameters()`` gives copies, ``set_parameters(params)``
-checks every given array before it copies any. The checks of a step (the learning rate, a schedule the
-network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums its
-gradients, ``parallel.reducer``) are written here once.
+checks every given array before it copies any. The public passes (``feedforward``, ``gradients``,
+``sgd_step``), their checks (the learning rate, a schedule the network can run, graph mode) and data
+parallelism (``join``: a communicator over which every rank sums its gradients, ``parallel.reducer``) are
+written here once, over the plan's pass and step (``core.plan``).
+
+A network's batch is an array whose last axis holds its B samples (the MLP's and the GraphNet's (n_1, B), the
+RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B.
 """
 
 from ..parallel import reducer
-from . import parameters, schedules
+from . import capture, parameters, schedules
 from .checks import check_dtype, check_eta, open_backend
 from .controls import Controls
+from .convergence import Solver
 
 
 class Network:
@@ -21,11 +26,16 @@ class Network:
 
     A subclass sets ``NOUN`` (its name with its article, for errors), ``SCHEDULES`` (the schedule classes
     it runs) and gives ``_live()``, its parameters ``{unit: {name: array}}`` as it holds them (the arrays
-    that steps update), and ``_label(unit, name)``, a parameter's name in an error.
+    that steps update), ``_label(unit, name)``, a parameter's name in an error, ``_check_batch(x, y)`` and
+    ``plan(*shape)``; ``_check_solver`` where it takes a forward solver.
     """
 
     NOUN = "a network"
     SCHEDULES = ()
+    SOLVERS = None
+    """The forward solvers its passes take, in words for an error (None: none)."""
+    ONE_PASS = False
+    """Whether the network has the one-pass sweep of ``one_pass=True`` (the MLP's, on the NumPy backend)."""
 
     def __init__(self, dtype, backend, check_finite=False):
         self.dtype = check_dtype(dtype)
@@ -107,7 +117,72 @@ class Network:
     def _label(self, unit, name):
         return f"{name} of {unit!r}"
 
-    # -- what every step shares ---------------------------------------------------------------------
+    # -- the public passes ----------------------------------------------------------------------------------
+
+    def feedforward(self, x, solver=None):
+        """The network's output for the batch ``x``, a copy; the forward pass by ``solver`` where the network
+        takes one (None: layer by layer, node by node, step by step)."""
+        solver = self._check_solver(solver)
+        plan, _ = self._load(x, None, share=False)
+        plan.forward(solver)
+        return self._handed_out(plan.output)
+
+    def gradients(self, x, y, schedule=None, *, solver=None):
+        """The gradients of the cost on the batch, summed over it (with a communicator: over every rank's share
+        of it), under ``schedule`` (None: ``Sequential()``): copies shaped as ``parameters()``,
+        ``{unit: {name: array}}``."""
+        schedule, solver = self._check_schedule(schedule), self._check_solver(solver)
+        plan, _ = self._load(x, y, schedule)
+        plan.backprop(schedule, None, solver)
+        return self._handed_out(plan.gradient_arrays)
+
+    def backprop(self, x, y, schedule=None, solver=None):
+        """``gradients``: the gradients summed over the batch, ``{unit: {name: array}}``."""
+        return self.gradients(x, y, schedule, solver=solver)
+
+    def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
+        """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient; enqueued, not awaited.
+
+        ``x`` and ``y`` are copied before this returns; reading a parameter (or ``synchronize()``) waits for
+        the step and raises any error it met. With a communicator every rank passes the same batch and
+        computes on its share of the samples; B is the whole batch's size. ``solver``: the forward pass's,
+        where the network takes one.
+
+        ``graph=True`` runs the step as a graph (``core.capture``): the first call at a batch shape and
+        schedule runs the step and captures it; later calls copy the batch and eta in and launch that graph,
+        with no planning in between. A step that cannot be captured raises a ``ValueError`` saying why.
+        """
+        schedule, solver = self._check_step(eta, schedule, graph, solver)
+        plan, samples = self._load(x, y, schedule)
+        controls = self._controls
+        controls.set_rate(eta / samples)
+        if graph:
+            capture.step(plan, schedule, self.check_finite, lambda: plan.step(schedule, controls))
+        else:
+            plan.step(schedule, controls, solver)
+        self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these
+
+    # -- what every pass shares ------------------------------------------------------------------------------
+
+    def _load(self, x, y, schedule=None, share=True):
+        """Check the batch (``y`` None: inputs alone), take this rank's share of its samples (with a
+        communicator and ``share``), check that ``schedule`` can run a pass of that shape (``_check_pass``),
+        and enqueue its copy into its plan; return the plan and the whole batch's size B. A rank whose share
+        is empty (a batch smaller than the ranks) gets a plan marked ``empty``."""
+        x, y = self._check_batch(x, y)
+        samples = x.shape[-1]
+        if self.comm is not None and share:
+            columns = self.comm.share(samples)
+            x, y = x[..., columns], None if y is None else y[..., columns]
+        shape = (*x.shape[:-2], max(x.shape[-1], 1))
+        if schedule is not None:
+            self._check_pass(schedule, shape)
+        plan = self.plan(*shape)
+        plan.load(x, y)
+        return plan, samples
+
+    def _check_pass(self, schedule, shape):
+        """Raise before a plan of ``shape`` is made if ``schedule`` cannot run a pass of it."""
 
     def _handed_out(self, arrays):
         """Copies of ``arrays`` (an array, or lists and dicts of them; or a function that gives them once the
@@ -125,11 +200,12 @@ class Network:
         if self.backend.closed:
             raise RuntimeError(f"this {type(self).__name__} is closed (its backend is): build a new one")
 
-    def _check_step(self, eta, schedule, graph=False):
-        """The checks of an SGD step: ``eta``, the ``schedule`` (None: ``Sequential()``), which it returns,
-        and ``graph``."""
+    def _check_step(self, eta, schedule, graph=False, solver=None):
+        """The checks of an SGD step: ``eta``, the ``schedule`` (None: ``Sequential()``), ``graph`` and
+        ``solver``; returns the schedule and the solver."""
         check_eta(eta)
         schedule = self._check_schedule(schedule)
+        solver = self._check_solver(solver)
         if schedule.fused and self.check_finite:
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
                              "join, where the check runs); pass fused=False or check_finite=False")
@@ -139,12 +215,32 @@ class Network:
             raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
                              "one launch, with nothing inside it to stamp; take the timeline of eager steps "
                              "(graph=False), or end the timeline's step() first")
+        if graph and solver is not None:
+            raise ValueError(f"graph=True captures the step-by-step forward pass; {solver!r} stops on a residual "
+                             "read on the host: pass graph=False, or solver=None")
+        if schedule.one_pass and self.backend.name != "numpy":
+            raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
+                             "sweep of (5) and the update; pass fused=True instead of one_pass=True")
         reducer.check_schedule(self.comm, schedule, graph)
-        return schedule
+        return schedule, solver
 
     def _check_schedule(self, schedule):
-        """``schedule`` (None: ``Sequential()``) if this network runs it, else a TypeError naming those it runs."""
-        return schedules.check(schedule, self.NOUN, self.SCHEDULES)
+        """``schedule`` (None: ``Sequential()``) if this network runs it, else a TypeError naming those it runs;
+        a ValueError for ``one_pass=True`` on a network without its sweep."""
+        schedule = schedules.check(schedule, self.NOUN, self.SCHEDULES)
+        if schedule.one_pass and not self.ONE_PASS:
+            raise ValueError(f"{self.NOUN} has no one-pass sweep (one_pass=True updates w inside the MLP's (5)); "
+                             f"pass fused=True instead: {type(schedule).__name__}("
+                             f"{'' if schedule.k == 0 else f'{schedule.k!r}, '}fused=True)")
+        return schedule
+
+    def _check_solver(self, solver):
+        """``solver`` if this network's forward pass takes it (None always: no solver), else a TypeError."""
+        if solver is None or (self.SOLVERS and isinstance(solver, Solver) and solver.network == type(self).__name__):
+            return solver
+        if not self.SOLVERS:
+            raise TypeError(f"{self.NOUN} takes no forward solver here; got solver={solver!r}: pass solver=None")
+        raise TypeError(f"solver must be {self.SOLVERS}; got {solver!r}")
 
     def _plan(self, key, make):
         """The plan of this network at ``key`` (its batch shape): ``make()`` on first use, then kept."""

@@ -1,24 +1,43 @@
-"""A network's pass at one batch size: the streams it runs on, its events and its buffers, made once.
+"""A network's pass at one batch shape: the streams it runs on, its events and its buffers, made once; and the
+pass and the step, written once over what each network's pass gives.
 
 The MLP's ``Plan``, the RNN's and the DAG's are each one of these. Every buffer starts filled with NaN, so
 that a read before its write shows in the result; every event is made on first use and kept, so that a
 pass makes none after its first (``E_u``: the main stream is past what unit u's gradients wait for; ``F_j``:
 worker j is done). ``captured`` holds the steps graph mode captured on this plan (``core.capture``).
+
+What a network's pass gives (a unit is a layer or a node that has parameters): ``load(x, y)``,
+``forward(solver)``, ``chain(schedule, controls)``, ``last_reader(unit)`` and ``gradients(stream, unit,
+controls)`` (what ``core.driver`` runs), ``check_gradients(controls)``, ``update(stream, unit, controls)``,
+``gradient_arrays()`` and ``output()``; ``units`` lists its units in order.
 """
 
 import numpy as np
 
-from .handoff import Handoff
+from . import driver
 
 
 class Plan:
-    """Streams, events and buffers of one pass of a network on ``backend``, in ``dtype``, at ``batch`` columns;
-    ``units`` bounds ``index(unit)``, the number that chooses the worker of a unit's gradients."""
+    """Streams, events and buffers of one pass of ``net`` at ``batch`` columns, on its backend and in its dtype;
+    ``bound`` bounds ``index(unit)``, the number that chooses the worker of a unit's gradients; ``controls``
+    are the network's ``core.controls.Controls``.
 
-    def __init__(self, backend, dtype, batch, units):
-        self.backend, self.xp, self.main, self.dtype, self.batch = backend, backend.xp, backend.main, dtype, batch
-        self.units = units
+    ``reducer``: the ``parallel.reducer.Reducer`` that sums the gradients across ranks, or None; ``empty``: this
+    rank's share of the batch loaded last has no column; ``stats``: the counters of the last backward pass.
+    """
+
+    reducer = None
+    empty = False
+
+    def __init__(self, net, batch, bound):
+        backend = net.backend  # no reference to ``net`` kept here: a network and its plans are freed as it is
+        self.check_finite, self.controls = net.check_finite, net._controls
+        self.backend, self.xp, self.main, self.dtype, self.batch = backend, backend.xp, backend.main, net.dtype, batch
+        self.bound = bound
+        self.units = list(net._live())
         self.captured = {}
+        self.chosen = {}  # what ``core.calibrate.choose`` picked for Leapfrog("auto"), by candidates
+        self.stats = {}
         self._events = {}
 
     def workers(self, k):
@@ -45,20 +64,87 @@ class Plan:
         chunk = self.backend.ops.SCRATCH
         return self.xp.empty(max(min(chunk, elements), least), dtype=self.dtype) if chunk else None
 
-    def handoff(self, k):
-        """A ``Handoff`` of this pass's gradients to ``k`` workers (0: the main stream)."""
-        return Handoff(self, k)
-
     def index(self, unit):
         """The number of ``unit`` that chooses its worker (``index(unit) mod k``): a layer's own number."""
         return unit
 
+    def last_reader(self, l):
+        """In a chain of layers, the layer after whose delta the chain no longer reads w^l:
+        delta^{l-1} = ((w^l)^T delta^l) * ..., and no delta reads w^2."""
+        return max(l - 1, 2)
+
+    def resolve(self, schedule):
+        """The schedule whose chain runs ``schedule`` on this network (itself, but where a network runs a shared
+        schedule as one of its own)."""
+        return schedule
+
     def capture_refusal(self, schedule):
-        """Why a step of ``schedule`` on this plan cannot be captured yet, beyond the schedule's own reasons,
-        or None."""
+        """Why a step of ``schedule`` on this plan cannot be captured, beyond the schedule's own reasons, or
+        None."""
         return None
+
+    # -- the pass and the step, for every network ------------------------------------------------------------
+
+    def backward(self, schedule, controls=None):
+        """Enqueue the backward pass under ``schedule`` as a step runs it (``core.driver.backward``)."""
+        self.stats = driver.backward(self, schedule, controls)
+        return self.stats
+
+    def run(self, schedule):
+        """Enqueue the backward pass under ``schedule`` as it stands: no update, no sums across ranks, no range
+        (a calibration's pass, ``core.calibrate``)."""
+        return driver.run(self, schedule)
+
+    def backprop(self, schedule, controls=None, solver=None):
+        """Enqueue the pass on the batch loaded: the forward pass (by ``solver``, where the network takes one),
+        the backward pass under ``schedule`` (an empty share adds zeros to the sums across ranks), then, if the
+        network checks them, the check of the gradients."""
+        if self.empty:
+            self.add_zeros()
+        else:
+            self.forward(solver)
+            self.backward(schedule, controls)
+        if self.check_finite:
+            self.check_gradients(self.controls)
+        self.poison(self.dead_after_pass())
+
+    def step(self, schedule, controls, solver=None):
+        """Enqueue what follows the copies of a step (what a graph holds): the pass, with the update by
+        ``controls`` fused into the gradients where ``schedule`` fuses, else every unit's update after the
+        join, on the main stream."""
+        self.backprop(schedule, controls, solver)
+        if not schedule.fused:
+            with self.backend.range(self.main, "update"):
+                for unit in self.units:
+                    self.update(self.main, unit, controls)
+        self.poison(self.dead_after_step())
+
+    def add_zeros(self):
+        """This rank's share of the batch is empty: it adds zero gradients to every sum across ranks."""
+        self.reducer.add_zeros()
+
+    def dead_after_pass(self):
+        """The buffers (dicts of arrays) that nothing reads once a pass has joined: poisoned on a backend that
+        asks for it (``backend.poisons``)."""
+        return ()
+
+    def dead_after_step(self):
+        """The buffers that nothing reads once a step has updated."""
+        return ()
+
+    def poison(self, buffers):
+        """Fill every array of the dicts ``buffers`` with NaN on the main stream, where the backend asks for it:
+        a read the schedule does not wait for then reads NaN."""
+        if self.backend.poisons and buffers:
+            self.backend.launch(self.main, "poison", _poison, buffers)
 
     def allocated(self):
         """Call once the plan's buffers are made: CuPy allocates on its default stream, which ours do not
         wait for."""
         self.backend.synchronize()
+
+
+def _poison(buffers):
+    for group in buffers:
+        for array in group.values():
+            array.fill(np.nan)

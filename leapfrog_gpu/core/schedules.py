@@ -12,7 +12,7 @@ network refuses a schedule it cannot run by name (``check``).
 ``fused=True`` folds the SGD update into the gradients during ``sgd_step`` (w -= eta/B * delta a^T, so
 that nabla_w never goes to memory); ``backprop`` still returns nabla_w. ``one_pass=True`` (the MLP on the
 NumPy backend; it implies ``fused``) updates w^{l+1} inside the sweep of (5) that reads it
-(``mlp.plan``). Equation numbers follow docs/design.md §1.
+(``mlp.plan``); a network without that sweep refuses it by name. Equation numbers follow docs/design.md §1.
 """
 
 import numbers
@@ -24,6 +24,8 @@ class Schedule:
 
     least_k = 1
     one_pass = False
+    auto = False
+    """``Leapfrog("auto")``: k is chosen by a calibration on each plan (``core.calibrate``)."""
 
     def __init__(self, k, fused=False):
         self.k = self._check_k(k)
@@ -48,6 +50,12 @@ class Schedule:
         "cupy"), or None."""
         return None
 
+    def last_reader(self, plan, unit):
+        """The unit after whose delta this schedule's chain on ``plan`` no longer reads ``unit``'s parameters:
+        the plan's chain rule, or ``unit`` itself under ``one_pass`` (the main stream updates w in the sweep that
+        reads it last; the workers update b alone)."""
+        return unit if self.one_pass else plan.last_reader(unit)
+
     def _flags(self):
         """The options ``repr`` shows: ``, one_pass=True``, ``, fused=True`` or nothing."""
         return ", one_pass=True" if self.one_pass else ", fused=True" if self.fused else ""
@@ -70,7 +78,7 @@ class Sequential(Schedule):
 class Leapfrog(Schedule):
     """The gradients of layer l on worker stream ``l mod k`` (the seed's levels mk + j), behind E_l.
 
-    ``Leapfrog("auto")`` (the MLP, the RNN): the plan of a batch shape times ``Sequential()`` and
+    ``Leapfrog("auto")`` (every network): the plan of a batch shape times ``Sequential()`` and
     ``Leapfrog(k)`` for a few k the first time it runs this schedule (that pass waits for the calibration),
     then runs the fastest from then on, never slower than ``Sequential()`` but for noise
     (``leapfrog_gpu.core.calibrate``).
@@ -78,13 +86,14 @@ class Leapfrog(Schedule):
 
     def __init__(self, k, fused=False, one_pass=False):
         self.one_pass = bool(one_pass)
-        if k == "auto" and self.one_pass:
+        self.auto = isinstance(k, str) and k == "auto"
+        if self.auto and self.one_pass:
             raise ValueError("Leapfrog('auto') calibrates the plain and fused schedules only; give k for "
                              "one_pass=True, e.g. Leapfrog(2, one_pass=True)")
         super().__init__(k, bool(fused) or self.one_pass)
 
     def _check_k(self, k):
-        return k if k == "auto" else super()._check_k(k)
+        return k if self.auto else super()._check_k(k)
 
     def _accepted_k(self):
         return super()._accepted_k() + " or 'auto'"

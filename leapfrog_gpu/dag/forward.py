@@ -40,6 +40,8 @@ class ForwardSolver(Solver):
     what a solve that stops short of its tolerance does (``core.convergence.Solver``): a ``RuntimeWarning``,
     once per solver, or with ``strict=True`` a ``RuntimeError``, raised by the call that waits for the solve."""
 
+    network = "GraphNet"
+
     def __init__(self, strict=False):
         super().__init__(strict)
         self._previous = None  # (network id, batch, outputs) of the last solve

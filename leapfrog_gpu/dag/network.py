@@ -13,12 +13,10 @@ Heights: ``level[v]``, the longest path from the input to v in edges (the input 
 output's, the number of non-input nodes on the longest path (a chain of L layers: D = L - 1).
 """
 
-import contextlib
 import numbers
 
 import numpy as np
 
-from ..core import capture
 from ..core.checks import check_batch
 from ..core.functions import COSTS, choose
 from ..core.network import Network
@@ -26,7 +24,7 @@ from ..core.schedules import Leapfrog, Sequential
 from . import torch_io
 from .layers import Add, Dense, Layer
 from .plan import INPUT, Plan
-from .schedules import DagDoubling, DagJacobi, LevelSets, backward
+from .schedules import DagDoubling, DagJacobi, LevelSets
 
 
 class GraphNet(Network):
@@ -53,6 +51,7 @@ class GraphNet(Network):
 
     NOUN = "a GraphNet"
     SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
+    SOLVERS = "None (the forward node by node), ForwardJacobi() or ForwardNewton()"
 
     def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", check_finite=False,
                  comm=None):
@@ -127,71 +126,20 @@ class GraphNet(Network):
     def feedforward(self, x, solver=None):
         """a^out, (n_out, B), for input ``x`` (n_1, B) or (n_1,): node by node, or by ``solver``
         (``ForwardJacobi`` or ``ForwardNewton``)."""
-        plan, _ = self._load(x, None, share=False)
-        plan.forward(solver)
-        return self._handed_out(lambda: plan.a[self.output])
-
-    def backprop(self, x, y, schedule=None, solver=None):
-        """Gradients summed over the batch, ``{node: {name: array}}``, under ``schedule`` (``Sequential()``
-        by default, ``Leapfrog(k)``, ``LevelSets()``, ``DagJacobi()`` or ``DagDoubling()``), the forward pass
-        by ``solver``."""
-        schedule = self._check_schedule(schedule)
-        plan, _ = self._load(x, y)
-        self._pass(plan, schedule, solver, None)
-        return self._handed_out(lambda: {v: plan.grads[v] for v in self.nodes})
-
-    def sgd_step(self, x, y, eta, schedule=None, solver=None, graph=False):
-        """One SGD step: every parameter -= eta / B * its gradient; enqueued, not awaited. ``graph=True`` runs
-        it as a graph captured once per batch size and schedule, as ``MLP.sgd_step`` does (host streams only:
-        a DAG's layers allocate their outputs as they run, which a CUDA graph's capture refuses)."""
-        schedule = self._check_step(eta, schedule, graph)
-        plan, samples = self._load(x, y)
-        self._controls.set_rate(eta / samples)
-        if graph:
-            capture.step(plan, schedule, self.check_finite, lambda: self._step(plan, schedule, solver))
-        else:
-            self._step(plan, schedule, solver)
-
-    def _step(self, plan, schedule, solver):
-        """What follows the copies of a step: the pass, the check of the gradients and the update."""
-        controls = self._controls
-        self._pass(plan, schedule, solver, controls)
-        if self.check_finite:
-            plan.check_gradients(controls)
-        if not schedule.fused:  # the update after the join
-            for v in self.nodes:
-                self.backend.launch(self.backend.main, f"update[{v}]", plan.update, v, controls)
+        return super().feedforward(x, solver)
 
     def plan(self, batch):
         """The ``plan.Plan`` of this network at ``batch`` columns: made on first use, kept for its life."""
         return self._plan(batch, lambda: Plan(self, batch, self._params, self._controls))
 
-    def _pass(self, plan, schedule, solver, controls):
-        """Enqueue forward and backward on the batch loaded, the gradients summed across ranks when there are
-        several (an empty share adds zeros to the sums)."""
-        if plan.empty:
-            plan.add_zeros()
-            return
-        plan.forward(solver)
-        with contextlib.nullcontext() if plan.reducer is None else plan.reducer.pass_():
-            self.stats["backward"] = backward(plan, schedule, controls)
-
-    def _load(self, x, y, share=True):
-        """Check the batch and enqueue its copy (this rank's columns, with a communicator and ``share``) into
-        its plan; return the plan and the whole batch's size."""
+    def _check_batch(self, x, y):
+        """``x`` (n_1, B) and ``y`` (n_out, B) (or None) as 2-D arrays of the same B."""
         x = check_batch(self.backend.xp, "x", x, self.n[INPUT])
         if y is not None:
             y = check_batch(self.backend.xp, "y", y, self.n[self.output])
             if y.shape[1] != x.shape[1]:
                 raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
-        samples = x.shape[1]
-        if self.comm is not None and share:
-            columns = self.comm.share(samples)
-            x, y = x[:, columns], None if y is None else y[:, columns]
-        plan = self.plan(max(x.shape[1], 1))
-        plan.load(x, y)
-        self.backend.keep(plan)
-        return plan, samples
+        return x, y
 
 
 def chain(sizes, activation="sigmoid", output_activation=None, **options):

@@ -8,14 +8,15 @@ the main stream, behind the steps enqueued before.
 
 The DAG's schedules (``schedules``) speak to a plan through seven names and nothing else of the network:
 its shape, ``order`` (the non-input nodes, topologically), ``depth``, ``consumers`` and ``n`` (widths);
-``node`` (one node of the reverse order: g_v, the hand-off of v's gradients, v's products to its inputs),
-``blocks`` (N's blocks and the output's g) and ``counters`` (flops and bytes of the sequential order). A
-solver leaves abar_v in ``adjoints``.
+``node`` (one node of the reverse order: g_v, v's products to its inputs, and v given on to ``core.driver``
+once its gradients may run), ``blocks`` (N's blocks and the output's g) and ``counters`` (flops and bytes
+of the sequential order). A solver leaves abar_v in ``adjoints``.
 """
 
 import numpy as np
 
 from ..core import plan
+from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
 from .layers import Dense, from_products
 
@@ -28,19 +29,23 @@ class Plan(plan.Plan):
     step ``controls``."""
 
     def __init__(self, net, batch, params, controls):
-        super().__init__(net.backend, net.dtype, batch, len(net.order) + 2)
+        super().__init__(net, batch, len(net.order) + 2)
         self.net, self.params, self.controls = net, params, controls
         self.order, self.depth, self.consumers, self.n = net.order, net.depth, net.consumers, net.n
         self.x, self.y = self.columns(net.n[INPUT]), self.columns(net.n[net.output])
         self.scratch = {v: self.make_scratch(max(p.size for p in params[v].values())) if params[v] else None
                         for v in net.order}
-        self.reducer = None if net.comm is None else Reducer(self, net.comm, net.gradient_layout())
-        self.empty = False
+        if net.comm is not None:
+            self.reducer = Reducer(self, net.comm, net.gradient_layout())
         self._empty()
         self.allocated()
 
     def index(self, v):
         return self.net.index[v]
+
+    def last_reader(self, v):
+        """``node`` gives a fused node on once its products, the last read of its parameters, are enqueued."""
+        return v
 
     def clear(self):
         """Forget the last pass (run on the main stream, behind it). On a GPU that run is its enqueue, and
@@ -49,7 +54,17 @@ class Plan(plan.Plan):
         self._empty()
 
     def _empty(self):
-        self.a, self.saved, self.g, self.grads, self.adjoints = {INPUT: self.x}, {}, {}, {}, {}
+        self.a, self.saved, self.grads = {INPUT: self.x}, {}, {}
+        self._empty_backward()
+
+    def clear_backward(self):
+        """Forget the last backward pass's errors and adjoints, so that a backward pass run again on the same
+        forward pass (a calibration's) sums its products afresh; run on the main stream, as ``clear``."""
+        self.backend.keep(self.g, self.contributions, self.adjoints)
+        self._empty_backward()
+
+    def _empty_backward(self):
+        self.g, self.adjoints = {}, {}
         self.contributions = {v: {} for v in self.order}
 
     def load(self, x, y=None):
@@ -93,26 +108,50 @@ class Plan(plan.Plan):
 
     # -- what the schedules enqueue -----------------------------------------------------------------
 
-    def node(self, hand, v, controls=None, products=True):
-        """Enqueue on the main stream g_v, then (``products``) v's products to its inputs, and hand v's
-        gradients off (``hand``, a ``core.handoff.Handoff``) behind g_v; with ``controls`` (a fused update)
-        behind v's products instead, the last read of v's parameters in the pass."""
+    def chain(self, schedule, controls=None):
+        """The reverse topological order, node by node, for ``Sequential()`` and ``Leapfrog(k)``; a DAG
+        schedule's own solve otherwise. Returns the counters of the pass, also the network's
+        ``stats["backward"]``."""
+        self.backend.launch(self.main, "clear_backward", self.clear_backward)
+        if type(schedule) in (Sequential, Leapfrog):
+            for v in reversed(self.order):
+                yield from self.node(v, controls)
+            counters = self.counters()
+            stats = {"rounds": counters["sequential_rounds"], "flops": counters["sequential_flops"],
+                     "bytes": counters["sequential_bytes"], "memory_bytes": 0, **counters}
+        else:
+            yield from schedule.chain(self, controls)
+            stats = schedule.stats
+            stats.update(self.counters())  # the solvers add what they count as they run
+        self.net.stats["backward"] = stats
+        return stats
+
+    def node(self, v, controls=None, products=True):
+        """Enqueue on the main stream g_v, then (``products``) v's products to its inputs; give v on (a node
+        with parameters) once its gradients may run: behind g_v or, with ``controls`` (a fused update),
+        behind v's products, the last read of v's parameters in the pass."""
         launch, main = self.backend.launch, self.main
         launch(main, f"delta[{v}]", self._error, v)
-        if controls is None:
-            self._give(hand, v, None)
+        if controls is None and self.params[v]:
+            yield v
         if products and any(u in self.net.layer for u in self.net.inputs[v]):
             launch(main, f"vjp[{v}]", self._propagate, v)
-        if controls is not None:
-            self._give(hand, v, controls)
+        if controls is not None and self.params[v]:
+            yield v
 
-    def _give(self, hand, v, controls):
-        if self.params[v]:
-            hand.mark(v)
-            stream = hand.off(v)
-            self.backend.launch(stream, f"gradients[{v}]", self._gradients, v, controls)
-            if self.reducer is not None:
-                self.reducer.ready(stream, v)
+    def gradients(self, stream, v, controls=None):
+        """Enqueue node v's parameter gradients on ``stream``, then its SGD update by ``controls`` when given."""
+        self.backend.launch(stream, f"gradients[{v}]", self._gradients, v)
+        if controls is not None:
+            self.update(stream, v, controls)
+
+    def gradient_arrays(self):
+        """``{node: {name: gradient}}`` of the nodes with parameters."""
+        return {v: self.grads[v] for v in self.units}
+
+    def output(self):
+        """a^out, (n_out, B)."""
+        return self.a[self.net.output]
 
     def blocks(self):
         """``(blocks, e)``: N's blocks {(u, v): (B, n_u, n_v)}, J_{v,u}^T for v below the output and the
@@ -193,8 +232,8 @@ class Plan(plan.Plan):
             given = self.contributions[u]
             given[v] = given[v] + product if v in given else product  # v may read u more than once
 
-    def _gradients(self, v, controls=None):
-        """Node v's parameter gradients (with the SGD update by ``controls`` when given)."""
+    def _gradients(self, v):
+        """Node v's parameter gradients."""
         grads = self.net.layer[v].vjp_params(self.backend, self.params[v], self._arguments(v), self.saved[v],
                                              self.g[v])
         if self.reducer is not None:  # into the buffer the sums across ranks read
@@ -202,8 +241,6 @@ class Plan(plan.Plan):
                 self.reducer.views[v][name][...] = gradient
             grads = self.reducer.views[v]
         self.grads[v] = grads
-        if controls is not None:
-            self.update(v, controls)
 
     def check_gradients(self, controls):
         """Enqueue on the main stream the check of every node's gradients for NaN and Inf, nodes in reverse
@@ -222,7 +259,10 @@ class Plan(plan.Plan):
                     "graph=False")
         return None
 
-    def update(self, v, controls):
-        """Node v's parameters -= eta / B * their gradients, by ``controls``: run on a stream."""
+    def update(self, stream, v, controls):
+        """Enqueue node v's parameters -= eta / B * their gradients, by ``controls``, on ``stream``."""
+        self.backend.launch(stream, f"update[{v}]", self._update, v, controls)
+
+    def _update(self, v, controls):
         for name in self.net.layer[v].params:
             self.backend.ops.sgd_update(self.params[v][name], self.grads[v][name], controls.array, self.scratch[v])

@@ -37,27 +37,6 @@ from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.schedules import Schedule
 
 
-def backward(plan, schedule, controls):
-    """Enqueue the backward pass of ``plan`` under ``schedule`` (one the network has checked), the SGD
-    update fused where the schedule fuses and ``controls`` is given; return its counters."""
-    if schedule.k == "auto":
-        raise ValueError("Leapfrog('auto') calibrates an MLP; give a GraphNet Leapfrog(k) with an integer k")
-    hand = plan.handoff(schedule.k)
-    fused = controls if schedule.fused else None
-    if isinstance(schedule, DagSchedule):
-        schedule.dag_backward(plan, hand, fused)
-    else:  # Sequential(), Leapfrog(k): the reverse topological order
-        for v in reversed(plan.order):
-            plan.node(hand, v, fused)
-    hand.join()
-    counters = plan.counters()
-    if isinstance(schedule, DagSchedule):
-        schedule.stats.update(counters)  # the solvers add what they count as they run
-        return schedule.stats
-    return {"rounds": counters["sequential_rounds"], "flops": counters["sequential_flops"],
-            "bytes": counters["sequential_bytes"], "memory_bytes": 0, **counters}
-
-
 class DagSchedule(Schedule):
     """A DAG schedule: gradients handed to ``k`` workers as by ``Leapfrog(k)``; ``stats`` per pass."""
 
@@ -67,28 +46,28 @@ class DagSchedule(Schedule):
     def __repr__(self):
         return f"{type(self).__name__}(k={self.k}{', fused=True' if self.fused else ''})"
 
-    def dag_backward(self, plan, hand, controls):
-        """Enqueue the solve on the main stream of ``plan`` and every node's hand-off through ``hand``
-        (with a fused update by ``controls``, when given)."""
+    def chain(self, plan, controls=None):
+        """Enqueue the solve on the main stream of ``plan``, giving each node on as ``plan.node`` does (with a
+        fused update by ``controls``, when given)."""
         raise NotImplementedError
 
     @staticmethod
-    def _finish(plan, hand, controls):
-        """Every node's g and hand-off, its adjoint solved: in the reverse order, no products."""
+    def _finish(plan, controls):
+        """Every node's g, its adjoint solved, given on: in the reverse order, no products."""
         for v in reversed(plan.order):
-            plan.node(hand, v, controls, products=False)
+            yield from plan.node(v, controls, products=False)
 
 
 class LevelSets(DagSchedule):
     """Reverse generations by height: round r holds the nodes whose longest path to the output has r
     edges; D rounds."""
 
-    def dag_backward(self, plan, hand, controls):
+    def chain(self, plan, controls=None):
         levels = heights(plan)
         for r in range(max(levels.values()) + 1):
             for v in reversed(plan.order):
                 if levels[v] == r:
-                    plan.node(hand, v, controls)
+                    yield from plan.node(v, controls)
         counters = plan.counters()  # the sequential order's work, in another order
         self.stats = {"rounds": max(levels.values()) + 1, "memory_bytes": 0, "flops": counters["sequential_flops"],
                       "bytes": counters["sequential_bytes"]}
@@ -149,7 +128,7 @@ class DagJacobi(BlockSchedule):
         ``batch``."""
         return stacked_bytes(net, batch, np.dtype(net.dtype).itemsize, matrices=1, vectors=3)
 
-    def dag_backward(self, plan, hand, controls):
+    def chain(self, plan, controls=None):
         needed = self.check_memory(plan)
         sweeps = plan.depth if self.max_sweeps is None else min(self.max_sweeps, plan.depth)
         M, B = sum(plan.n[v] for v in plan.order), plan.batch
@@ -158,7 +137,7 @@ class DagJacobi(BlockSchedule):
                       "flops": sweeps * B * (2 * M * M + M),
                       "bytes": sweeps * B * (M * M + 5 * M) * np.dtype(plan.dtype).itemsize}
         plan.backend.launch(plan.main, "jacobi", self._solve, plan, sweeps)
-        self._finish(plan, hand, controls)
+        yield from self._finish(plan, controls)
 
     def _solve(self, plan, sweeps):
         blocks, e = plan.blocks()
@@ -183,11 +162,11 @@ class DagDoubling(BlockSchedule):
         ``batch``."""
         return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
-    def dag_backward(self, plan, hand, controls):
+    def chain(self, plan, controls=None):
         needed = self.check_memory(plan)
         self.stats = {"rounds": doubling_rounds(plan.depth), "memory_bytes": needed}
         plan.backend.launch(plan.main, "doubling", self._solve, plan)
-        self._finish(plan, hand, controls)
+        yield from self._finish(plan, controls)
 
     def _solve(self, plan):
         blocks, e = plan.blocks()

@@ -14,11 +14,11 @@ is what (5) computes one layer at a time. Two solvers replace that chain:
                   The iteration matrix is nilpotent, so L-2 sweeps are exact from any start; from a
                   warm start (the previous pass's delta) it stops once the relative change is <= tol.
 
-Both hand the gradients off as ``Leapfrog(k)`` does (``core.handoff``): once a layer's delta is in
+Both give each layer on as ``Leapfrog(k)``'s chain does (``core.driver``): once a layer's delta is in
 ``plan.delta[l]`` its (6)(7) go to worker ``l mod k`` behind event E_l, and the main stream joins the
-workers at the end. The Jacobians are the
-main stream's last read of every w^l and come before any E_l, so with ``fused=True`` each worker may
-update w^l in place right behind E_l (docs/design.md §2, third hazard).
+workers at the end. The Jacobians are the main stream's last read of every w^l and come before any E_l
+(``last_reader``), so with ``fused=True`` each worker may update w^l in place right behind E_l
+(docs/design.md §2, third hazard).
 
 Storage: the unknowns are stacked and padded with zeros to the widest layer N = max(n_2..n_L), so that
 a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N, 1) arrays; position
@@ -79,11 +79,9 @@ class NaumovSchedule(Schedule):
     def _allocate(self, xp, layout, dtype):
         raise NotImplementedError
 
-    def _hand_off(self, plan, hand, l, controls):
-        """delta^l is in ``plan.delta[l]``: record E_l; worker ``l mod k`` runs (6)(7) behind it, with
-        the SGD update fused into (7) when this schedule fuses and ``sgd_step`` gave ``controls``."""
-        hand.mark(l)
-        plan.gradients(hand.off(l), l, controls if self.fused else None)
+    def last_reader(self, plan, unit):
+        """The Jacobians read every w^l before any delta is final."""
+        return unit
 
     def _options(self):
         return f"k={self.k}{', fused=True' if self.fused else ''}, memory_limit={self.memory_limit}"
@@ -123,24 +121,23 @@ class NaumovScan(NaumovSchedule):
         P = tuple(xp.zeros((n - 1, B, N, N), dtype=dtype) for _ in range(2))
         return {"P": P, "V": xp.zeros((n, B, N, 1), dtype=dtype)}
 
-    def backward(self, plan, controls=None):
-        """Enqueue (4), the Jacobians, the rounds; hand each delta to the workers as its round ends."""
+    def chain(self, plan, controls=None):
+        """Enqueue (4), the Jacobians, the rounds; give each delta on as its round ends."""
         layout, buffers = self._buffers(plan)
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
         P, V = buffers["P"], buffers["V"]
-        hand = plan.handoff(self.k)
         plan.error(plan.L)
         backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, P[0], layout.padded)
-        self._hand_off(plan, hand, plan.L, controls)  # after the Jacobians: the last read of w^L
+        yield plan.L  # after the Jacobians: the last read of w^L
         backend.launch(main, "naumov.g", _load_g, xp, plan, V)
         for r, (s, lo, hi) in enumerate(scan_rounds(layout.positions)):
             backend.launch(main, f"naumov.round[{r}]", _scan_round, xp, P[r % 2], P[(r + 1) % 2], V, s, lo, hi)
             for i in range(hi - 1, lo - 1, -1):  # the positions this round turned into vectors, deepest first
                 l = i + 2
                 backend.launch(main, f"delta[{l}]", _unload, xp, plan.delta[l], V[i], plan.n[l])
-                self._hand_off(plan, hand, l, controls)
-        hand.join()
+                yield l
         self.stats = scan_counters(plan.sizes, plan.batch, np.dtype(plan.dtype).itemsize)
+        return self.stats
 
 
 class NaumovJacobi(NaumovSchedule):
@@ -207,19 +204,16 @@ class NaumovJacobi(NaumovSchedule):
         diff, sums = xp.zeros((n, B, N, 1), dtype=np.float64), xp.zeros((2, n), dtype=np.float64)
         return {"J": J, "D": D, "diff": diff, "sums": sums, "current": 0}
 
-    def backward(self, plan, controls=None):
-        """Enqueue (4), the Jacobians and the sweeps; then hand every delta to the workers."""
+    def chain(self, plan, controls=None):
+        """Enqueue (4), the Jacobians and the sweeps; then give every delta on."""
         _, buffers = self._buffers(plan)
         backend, main, xp = plan.backend, plan.main, plan.backend.xp
-        hand = plan.handoff(self.k)
         plan.error(plan.L)
         # J's padding is never written, so it stays zero from the allocation.
         backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, buffers["J"], False)
-        self._hand_off(plan, hand, plan.L, controls)  # after the Jacobians: the last read of w^L
+        yield plan.L  # after the Jacobians: the last read of w^L
         backend.launch(main, "naumov.jacobi", self._solve, xp, plan, buffers)
-        for l in range(plan.L - 1, 1, -1):
-            self._hand_off(plan, hand, l, controls)
-        hand.join()
+        yield from range(plan.L - 1, 1, -1)  # ``stats`` are counted as the sweeps run
 
     def _solve(self, xp, plan, buffers):
         """Sweeps on the main stream, then delta^l into ``plan.delta[l]``; fills ``self.stats``."""

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from ..core import capture, parameters
+from ..core import parameters
 from ..core.checks import check_batch
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -49,6 +49,7 @@ class MLP(Layered):
 
     NOUN = "an MLP"
     SCHEDULES = (Sequential, Leapfrog, NaumovScan, NaumovJacobi)
+    ONE_PASS = True
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):
@@ -101,48 +102,17 @@ class MLP(Layered):
     def feedforward(self, x, solver=None):
         """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,); by
         ``solver`` (``ForwardJacobi`` or ``ForwardNewton``, which run it as its chain of ``Dense`` layers)."""
-        x = self._check_batch("x", x, self.n[1])
         if solver is not None:
+            x, _ = self._check_batch(x, None)
             return solver.feedforward(self, x)
-        plan = self.plan(x.shape[1])
-        plan.load(x)
-        plan.forward()
-        return self._handed_out([plan.a[self.L]])[0]
+        return super().feedforward(x)
 
     def backprop(self, x, y, schedule=None):
-        """Equations (1)-(7) under ``schedule``: return copies of ``(nabla_b, nabla_w)``, lists for
-        l = 2..L, summed over the batch (with a communicator: over every rank's share of it)."""
-        schedule = self._check_schedule(schedule)
-        plan, _ = self._load(x, y)
-        plan.backprop(schedule)
-        layers = self.layer_numbers
-        copies = self._handed_out([plan.nabla_b[l] for l in layers] + [plan.nabla_w[l] for l in layers])
-        return copies[:self.L - 1], copies[self.L - 1:]
-
-    def sgd_step(self, x, y, eta, schedule=None, graph=False):
-        """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and b alike), enqueued, not awaited.
-
-        ``x`` and ``y`` are copied before this returns. Reading ``weights`` (or ``synchronize()``)
-        waits for the step and raises any error it met. With a communicator every rank passes the same
-        batch and computes on its share of the columns; B is the whole batch's size.
-
-        ``graph=True`` runs the step as a graph (``leapfrog_gpu.core.capture``): the first call at a batch
-        size and schedule runs the step and captures forward, backward and update; later calls copy
-        the batch and eta in and launch that graph, with no planning in between. A schedule that
-        cannot be captured raises a ``ValueError`` saying why, as does a graph step while a
-        ``timing.Timeline`` stamps the backend's launches.
-        """
-        schedule = self._check_step(eta, schedule, graph)
-        if schedule.one_pass and self.backend.name != "numpy":
-            raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
-                             "sweep of (5) and the update; pass fused=True instead of one_pass=True")
-        plan, samples = self._load(x, y)
-        self._controls.set_rate(eta / samples)
-        if graph:
-            capture.step(plan, schedule, self.check_finite, lambda: plan.sgd_step(schedule))
-        else:
-            plan.sgd_step(schedule)
-        self.backend.keep(plan, self._controls.array)  # a network dropped before its step has run leaves it these
+        """Equations (1)-(7) under ``schedule``, Nielsen's face of ``gradients``: copies of ``(nabla_b,
+        nabla_w)``, lists for l = 2..L, summed over the batch (with a communicator: over every rank's share
+        of it)."""
+        grads = self.gradients(x, y, schedule)
+        return [grads[l]["b"] for l in self.layer_numbers], [grads[l]["w"] for l in self.layer_numbers]
 
     def plan(self, batch):
         """The ``plan.Plan`` of this network at ``batch`` columns (this rank's share, with a communicator):
@@ -156,25 +126,12 @@ class MLP(Layered):
             raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
         return self._plan(int(batch), lambda: Plan(self, int(batch), self._w, self._b, self._controls))
 
-    def _load(self, x, y):
-        """Validate the batch and copy it into its plan's buffers a^1 and y (on the main stream); return
-        the plan and B. With a communicator this rank's columns are copied, and a rank whose share is
-        empty (a batch smaller than the ranks) gets a plan marked ``empty``."""
-        x = self._check_batch("x", x, self.n[1])
-        y = self._check_batch("y", y, self.n[self.L])
-        if y.shape[1] != x.shape[1]:
-            raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
-        samples = x.shape[1]
-        if self.comm is not None:
-            share = self.comm.share(samples)
-            x, y = x[:, share], y[:, share]
-        plan = self.plan(max(x.shape[1], 1))
-        plan.load(x, y)
-        return plan, samples
-
-    def _check_batch(self, name, value, rows):
-        """``value`` as a 2-D (rows, B) array of real numbers on a device this backend can read."""
-        return check_batch(self.backend.xp, name, value, rows, self.sizes)
-
-
-
+    def _check_batch(self, x, y):
+        """``x`` (n_1, B) and ``y`` (n_L, B) (or None) as 2-D arrays of real numbers on a device this backend can
+        read, of the same B."""
+        x = check_batch(self.backend.xp, "x", x, self.n[1], self.sizes)
+        if y is not None:
+            y = check_batch(self.backend.xp, "y", y, self.n[self.L], self.sizes)
+            if y.shape[1] != x.shape[1]:
+                raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
+        return x, y

@@ -1,10 +1,11 @@
 """The MLP's pass at one batch size: its buffers, and the launches of equations (1)-(7) and the update.
 
 ``MLP.plan(B)`` gives the ``Plan`` of a network at batch size B, made on first use and kept. The plan
-makes the launches, each one a backend op called on its own buffers, and runs the chain of a backward
-pass (``chain``): (4), then (5) for l = L-1..2, handing each layer's (6)(7) off the chain as soon as they
-may run (``core.handoff``: on the main stream for ``Sequential()``, on worker ``l mod k`` for
-``Leapfrog(k)``); Naumov's schedules (``naumov``) solve the chain their own way through the same launches.
+makes the launches, each one a backend op called on its own buffers, and the chain of a backward pass
+(``chain``): (4), then (5) for l = L-1..2, each layer given on as its delta is final, so that
+``core.driver`` hands its (6)(7) off the chain (on the main stream for ``Sequential()``, on worker
+``l mod k`` for ``Leapfrog(k)``); Naumov's schedules (``naumov``) solve the chain their own way through the
+same launches.
 docs/design.md §1 numbers the equations, §2 gives the schedule and its hazards. Every per-layer quantity
 is a dict keyed by the layer number l = 2..L (a^1 is the input), a minibatch stored as columns.
 
@@ -18,14 +19,9 @@ the update of b^l. So each weight matrix moves three times a step: read by (2), 
 the sweep.
 """
 
-import contextlib
-
-import numpy as np
-
 from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
-from . import autotune
 
 
 class Plan(plan.Plan):
@@ -40,17 +36,15 @@ class Plan(plan.Plan):
     its ``core.controls.Controls``.
 
     Caches, filled on first use: ``captured`` (graph mode's steps, ``core.capture``), ``naumov`` (Naumov's
-    buffers, by solver), ``chosen`` (the schedules ``autotune.choose`` picked, by candidates).
-    ``reducer``: the ``parallel.reducer.Reducer`` that sums the gradients across ranks (then
-    ``nabla_w`` and ``nabla_b`` are views of its flat buffer), or None. ``empty``: this rank's share of
-    the batch loaded last has no column.
+    buffers, by solver), ``chosen`` (the schedules ``core.calibrate.choose`` picked, by candidates).
+    With a ``reducer`` (``core.plan.Plan``), ``nabla_w`` and ``nabla_b`` are views of its flat buffer.
     """
 
     def __init__(self, net, batch, w, b, controls):
-        super().__init__(net.backend, net.dtype, batch, net.L + 1)
+        super().__init__(net, batch, net.L + 1)
         n = dict(enumerate(net.sizes, start=1))
         self.sizes, self.n, self.L, self.layer_numbers = net.sizes, n, net.L, net.layer_numbers
-        self.cost, self.check_finite = net.cost, net.check_finite
+        self.cost = net.cost
         self.activation = {l: net.output_activation if l == net.L else net.activation for l in net.layer_numbers}
         self.w, self.b, self.controls = w, b, controls
         self.a = {1: self.columns(n[1])}
@@ -61,9 +55,8 @@ class Plan(plan.Plan):
             self.nabla_b[l] = self.buffer(n[l])
         self.y = self.columns(n[net.L])
         self.scratch = {l: self.make_scratch(n[l] * n[l - 1], max(n[l], n[l - 1])) for l in net.layer_numbers}
-        self.naumov, self.chosen = {}, {}
-        self.empty = False
-        self.reducer = None
+        self.naumov = {}
+        self.sweep = False  # the chain runs the one-pass sweep: the workers update b alone
         if net.comm is not None:
             self.reducer = Reducer(self, net.comm, net.gradient_layout())
             for l in net.layer_numbers:
@@ -85,12 +78,16 @@ class Plan(plan.Plan):
             if y is not None:
                 self.backend.copy_in(self.main, self.y, y)
 
-    def forward(self, l=None):
-        """Enqueue (2)(3) of layer l on the main stream; without l, of every layer, in an NVTX range."""
-        with self._range("forward", l):
-            for l in self.layer_numbers if l is None else (l,):
+    def forward(self, solver=None):
+        """Enqueue (2)(3) of every layer on the main stream, in an NVTX range (``MLP`` takes no solver here)."""
+        with self.backend.range(self.main, "forward"):
+            for l in self.layer_numbers:
                 self.backend.launch(self.main, f"z[{l}]", self.backend.ops.forward, self.z[l], self.a[l], self.sp[l],
                                     self.w[l], self.a[l - 1], self.b[l], self.activation[l])
+
+    def output(self):
+        """a^L, (n_L, B)."""
+        return self.a[self.L]
 
     def error(self, l):
         """Enqueue delta^l, the error of layer l, into ``delta[l]`` on the main stream: (4) for the output
@@ -117,131 +114,67 @@ class Plan(plan.Plan):
         backend.launch(self.main, f"update_w[{l}]", backend.ops.rank_update, self.w[l], self.delta[l],
                        self.a[l - 1], controls.array)
 
-    def gradients(self, stream, l, controls=None, weights=True):
-        """Enqueue (6) and (7) of layer l on ``stream`` and hand them to the reducer, if any; with
-        ``controls`` (a ``Controls``), the SGD update fused into (7): b^l -= eta/B nabla_b^l, and
-        w^l -= eta/B delta^l (a^{l-1})^T without nabla_w^l ever written; ``weights=False`` (with
-        ``controls``): (6) and the update of b^l only, w^l being updated by the one-pass sweep."""
+    def gradients(self, stream, l, controls=None):
+        """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the SGD update fused
+        into (7): b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l (a^{l-1})^T without nabla_w^l ever written;
+        in a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by the sweep."""
         ops, launch = self.backend.ops, self.backend.launch
         if controls is None:
             launch(stream, f"gradients[{l}]", ops.gradients, self.nabla_w[l], self.nabla_b[l], self.delta[l],
                    self.a[l - 1])
-        elif not weights:
-            launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
+            return
+        launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
+        if self.sweep:
             launch(stream, f"update_b[{l}]", ops.sgd_update, self.b[l], self.nabla_b[l], controls.array,
                    self.scratch[l])
         else:
-            launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
             launch(stream, f"fused_update[{l}]", _calls,
                    (ops.sgd_update, self.b[l], self.nabla_b[l], controls.array, self.scratch[l]),
                    (ops.fused_update, self.w[l], self.delta[l], self.a[l - 1], controls.array, self.scratch[l]))
-        if self.reducer is not None:
-            self.reducer.ready(stream, l)
 
-    def update(self, l=None):
-        """Enqueue the SGD update of layer l on the main stream, w^l -= eta/B nabla_w^l and b^l alike, by
-        the controls; without l, of every layer, in an NVTX range."""
-        ops, controls = self.backend.ops, self.controls.array
-        with self._range("update", l):
-            for l in self.layer_numbers if l is None else (l,):
-                self.backend.launch(self.main, f"update[{l}]", ops.update, self.w[l], self.nabla_w[l], self.b[l],
-                                    self.nabla_b[l], controls, self.scratch[l])
+    def update(self, stream, l, controls):
+        """Enqueue the SGD update of layer l on ``stream``, w^l -= eta/B nabla_w^l and b^l alike, by ``controls``."""
+        self.backend.launch(stream, f"update[{l}]", self.backend.ops.update, self.w[l], self.nabla_w[l], self.b[l],
+                            self.nabla_b[l], controls.array, self.scratch[l])
 
-    def check_gradients(self):
+    def gradient_arrays(self):
+        """``{l: {"w": nabla_w^l, "b": nabla_b^l}}``, the buffers themselves."""
+        return {l: {"w": self.nabla_w[l], "b": self.nabla_b[l]} for l in self.layer_numbers}
+
+    def check_gradients(self, controls):
         """Enqueue on the main stream the check of every gradient for NaN and Inf, deepest first, which
-        leaves its refusal code in the controls (``Controls``): nabla_w^l before nabla_b^l, nabla_w^L first."""
-        check, controls, checks = self.backend.ops.check_finite, self.controls, []
+        leaves its refusal code in ``controls``: nabla_w^l before nabla_b^l, nabla_w^L first."""
+        check, checks = self.backend.ops.check_finite, []
         for l in reversed(self.layer_numbers):
             checks += [(check, controls.array, self.nabla_w[l], controls.code(f"nabla_w[{l}]")),
                        (check, controls.array, self.nabla_b[l], controls.code(f"nabla_b[{l}]"))]
         self.backend.launch(self.main, "check_finite", _calls, *checks)
 
-    def _range(self, name, l):
-        """The NVTX range ``name`` around the launches of every layer (``l`` None), else none."""
-        return self.backend.range(self.main, name) if l is None else contextlib.nullcontext()
-
-    # -- passes -------------------------------------------------------------------------------------
-
-    def backward(self, schedule, controls=None):
-        """Enqueue (4)-(7) under ``schedule``, in an NVTX range, the gradients summed across ranks when
-        there is a reducer; ``controls``: fuse the update into (7) where the schedule fuses.
-        ``Leapfrog("auto")`` runs the schedule ``autotune.choose`` picks for this plan."""
-        if schedule.k == "auto":
-            schedule = autotune.choose(self, fused=schedule.fused)
-        summed = contextlib.nullcontext() if self.reducer is None else self.reducer.pass_()
-        with self.backend.range(self.main, "backward"), summed:
-            self.run(schedule, controls)
-
-    def run(self, schedule, controls=None):
-        """Enqueue (4)-(7) under ``schedule`` as they stand: no sums across ranks, no range (a calibration's
-        pass). ``Sequential()`` and ``Leapfrog(k)`` run this plan's ``chain``, Naumov's schedules their own solve."""
-        if type(schedule) in (Sequential, Leapfrog):
-            if schedule.k == "auto":
-                raise ValueError("Leapfrog('auto') stands for a calibrated choice: run it through the network "
-                                 "(MLP.backprop or MLP.sgd_step), which makes that choice first")
-            self.chain(schedule, controls)
-        else:
-            schedule.backward(self, controls)
+    # -- the chain ----------------------------------------------------------------------------------
 
     def chain(self, schedule, controls=None):
-        """Enqueue (4), then (5) for l = L-1..2, handing each layer's (6)(7) off as soon as they may run:
-        right after delta^l, or, with a fused update (``controls`` given), once w^l has been read for the
-        last time (by delta^{l-1}); then the join."""
-        fuse = schedule.fused and controls is not None
-        sweep = fuse and schedule.one_pass
-        hand = self.handoff(schedule.k)
+        """Enqueue (4), then (5) for l = L-1..2, giving each layer on once delta^l is written (``core.driver``);
+        Naumov's schedules their own solve. With ``one_pass`` and ``controls`` (a fused update), (5) of every
+        l < L and the update of w^{l+1} run in one sweep, and w^2, which no (5) reads, is updated last."""
+        if type(schedule) not in (Sequential, Leapfrog):
+            return (yield from schedule.chain(self, controls))
+        self.sweep = schedule.one_pass and controls is not None
         for l in range(self.L, 1, -1):
-            if sweep and l < self.L:
+            if self.sweep and l < self.L:
                 self.error_update(l, controls)  # delta^l and the update of w^{l+1}, in one sweep
             else:
                 self.error(l)
-            hand.mark(l)
-            if not fuse:
-                self.gradients(hand.off(l), l)
-            elif sweep:
-                self.gradients(hand.off(l), l, controls, weights=False)
-            elif l < self.L:  # delta^l was the last read of w^{l+1}
-                self.gradients(hand.off(l + 1, after=hand.last_reader(l + 1)), l + 1, controls)
-        if sweep:
+            yield l
+        if self.sweep:
             self.rank_update(2, controls)  # w^2, which no (5) reads, updated as the sweep updates the others
-        elif fuse:
-            self.gradients(hand.off(2), 2, controls)
-        hand.join()
+        return {}
 
-    def capture_refusal(self, schedule):
-        if schedule.k == "auto" and autotune.chosen(self, schedule.fused) is None:
-            return (f"Leapfrog('auto') chooses k by timing eager passes the first time it meets a batch size, "
-                    f"and has not met B = {self.batch} yet: run one step with graph=False first, or pass k")
-        return None
+    def dead_after_pass(self):
+        """After the join nothing reads what the pass computed, but the gradients."""
+        return self.a, self.z, self.sp, self.delta, {0: self.y}
 
-    def backprop(self, schedule, controls=None):
-        """Enqueue the pass on the batch loaded: (1)-(7) under ``schedule`` (an empty share adds zeros
-        to the sums across ranks), then, if the network checks them, the check of the gradients."""
-        if self.empty:
-            self.reducer.add_zeros()
-        else:
-            self.forward()
-            self.backward(schedule, controls)
-        if self.check_finite:
-            self.check_gradients()
-        if self.backend.poisons:  # after the join nothing reads what the pass computed, but the gradients
-            self.backend.launch(self.main, "poison", poison, self.a, self.z, self.sp, self.delta, {0: self.y})
-
-    def sgd_step(self, schedule):
-        """Enqueue what follows the copies of an SGD step (what a graph holds): the pass, with the
-        update fused into (7) where ``schedule`` fuses, else the update after the join."""
-        self.backprop(schedule, self.controls)
-        if not schedule.fused:
-            self.update()
-        if self.backend.poisons:
-            self.backend.launch(self.main, "poison", poison, self.nabla_w, self.nabla_b)
-
-
-def poison(*buffers):
-    """Fill every array of the given per-layer dicts with NaN: they are dead until written again."""
-    for group in buffers:
-        for array in group.values():
-            array.fill(np.nan)
+    def dead_after_step(self):
+        return self.nabla_w, self.nabla_b
 
 
 def _calls(*calls):

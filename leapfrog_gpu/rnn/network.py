@@ -1,4 +1,4 @@
-"""The recurrent network: parameters, validation, and one pass under a schedule (``rnn_schedules``).
+"""The recurrent network: parameters, validation, and one pass under a schedule (``schedules``, ``scans``).
 
 Layers are numbered 1..L as in ``MLP``: layer 1 is the input, layers 2..L-1 are recurrent, layer L is
 the output. For t = 1..tau and l = 2..L-1,
@@ -12,7 +12,6 @@ targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The
 (tau, B) live in a ``plan.Plan``; what every network shares is ``core.network.Network``.
 """
 
-import contextlib
 import functools
 import math
 import numbers
@@ -20,7 +19,7 @@ import numbers
 import numpy as np
 
 from ..backends import timing
-from ..core import capture, parameters
+from ..core import parameters
 from ..core.checks import all_finite, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
@@ -28,7 +27,6 @@ from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
 from .plan import Plan
-from .newton import TimeNewton
 from .scans import NaumovRNN, TimeScan
 from .schedules import BPTT, Wavefront, resolve
 
@@ -69,6 +67,7 @@ class RNN(Layered):
     NOUN = "an RNN"
     LOAD = "net.set_parameters(weights, recurrent, biases)"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
+    SOLVERS = "None (the forward step by step) or a TimeNewton()"
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
                  backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, check_finite=False,
@@ -156,38 +155,13 @@ class RNN(Layered):
         """The outputs for ``x`` (tau, n_1, B) or (tau, n_1): a copy of a^{L,tau} (n_L, B) for
         ``output="last"``, of every a^{L,t} as (tau, n_L, B) for ``"every"``; the recurrent layers step by
         step, or by ``solver`` (``TimeNewton``: its ``stats`` say how)."""
-        solver = _check_solver(solver)
-        x, _ = self._check_x(x)
-        p = self.plan(x.shape[0], x.shape[2])
-        p.load(x, None)
-        p.forward(solver)
-        out = p.a[self.L]
-        return self._handed_out([out[:, 0] if self.output == "last" else out.transpose(1, 0, 2)])[0]
+        return super().feedforward(x, solver)
 
-    def backprop(self, x, y, schedule=None, solver=None):
-        """BPTT under ``schedule``, the forward pass by ``solver`` (None: step by step): copies of
-        ``(nabla_b, nabla_w, nabla_u)``, lists for l = 2..L, 2..L and 2..L-1, summed over the time steps and
-        the batch."""
-        p = self._start(x, y, schedule, None, solver=_check_solver(solver))
-        layers = self.layer_numbers
-        copies = self._handed_out([p.nabla_b[l] for l in layers] + [p.nabla_w[l] for l in layers]
-                                  + [p.nabla_u[l] for l in self.hidden])
-        k = self.L - 1
-        return copies[:k], copies[k:2 * k], copies[2 * k:]
-
-    def sgd_step(self, x, y, eta, schedule=None, graph=False, solver=None):
-        """One SGD step on the batch: ``w -= eta / B * nabla_w`` (and u, b alike), enqueued, not awaited.
-
-        ``x`` and ``y`` are copied before this returns; reading a parameter (or ``synchronize()``) waits
-        for the step. ``graph=True`` runs the step as a graph captured once per (tau, B) and schedule, as
-        ``MLP.sgd_step`` does (host streams only: on a GPU the recurrence runs on cupy.matmul, which CuPy
-        refuses during a capture). ``solver`` (``TimeNewton``) runs the forward pass, eagerly only."""
-        schedule = self._check_step(eta, schedule, graph)
-        solver = _check_solver(solver)
-        if graph and solver is not None:
-            raise ValueError(f"graph=True captures the step-by-step forward pass; {solver!r} stops on a residual read "
-                             "on the host: pass graph=False")
-        self._start(x, y, schedule, eta, graph, solver)
+    def gradients(self, x, y, schedule=None, *, solver=None):
+        """BPTT under ``schedule``, the forward pass by ``solver`` (None: step by step): copies of the gradients
+        summed over the time steps and the batch, ``{l: {"w": nabla_w^l, "u": nabla_u^l, "b": nabla_b^l}}`` as
+        ``parameters()`` (no ``"u"`` at the output)."""
+        return super().gradients(x, y, schedule, solver=solver)
 
     def time_backward(self, x, y, schedules, repeats=5):
         """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
@@ -196,66 +170,24 @@ class RNN(Layered):
         (``timing.measure_interleaved``). Returns, by name, ``{"median_s": ..., **stats}``, or
         ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
         checked = {name: self._check_schedule(schedule) for name, schedule in schedules.items()}
-        p = self._start(x, y, BPTT(), None)
+        p, _ = self._load(x, y, BPTT())
+        p.backprop(BPTT())
         resolved = {name: resolve(schedule, p) for name, schedule in checked.items()}
         results, timed = {}, []
         for name, schedule in resolved.items():
             try:
                 schedule.check(self.sizes, p.tau, p.batch, self.dtype)
-                schedule.backward(p)
+                p.run(schedule)
             except ValueError as error:
                 results[name] = {"refused": str(error)}
                 continue
             self.synchronize()
             timed.append(name)
-        times = timing.measure_interleaved(self.backend, [functools.partial(resolved[name].backward, p)
+        times = timing.measure_interleaved(self.backend, [functools.partial(p.run, resolved[name])
                                                           for name in timed], repeats, 0, rotate=True)
         for name, ms in zip(timed, times):
             results[name] = {"median_s": float(np.median(ms)) / 1e3, **resolved[name].stats}
         return {name: results[name] for name in schedules}
-
-    def _start(self, x, y, schedule, eta, graph=False, solver=None):
-        """Validate, copy the batch in, enqueue forward and backward (and, given ``eta``, the check of the
-        gradients and the update, as a graph with ``graph``); return the plan."""
-        schedule = self._check_schedule(schedule)
-        x, given = self._check_x(x)
-        y = self._check_y(y, x.shape[0], given)
-        tau, samples = x.shape[0], x.shape[2]
-        if self.comm is not None:  # this rank's share of the sequences
-            share = self.comm.share(samples)
-            x, y = x[..., share], y[..., share]
-        batch = x.shape[2]
-        if schedule.k != "auto":  # Leapfrog("auto") runs the BPTT chain, which allocates nothing more
-            schedule = resolve(schedule)
-            schedule.check(self.sizes, tau, max(batch, 1), self.dtype)
-        p = self.plan(tau, max(batch, 1))
-        controls = None if eta is None else self._controls
-        if controls is not None:
-            controls.set_rate(eta / samples)
-        p.load(x, y)
-        if graph:
-            capture.step(p, schedule, self.check_finite, lambda: self._step(p, schedule, controls))
-        else:
-            self._step(p, schedule, controls, solver)
-        return p
-
-    def _step(self, p, schedule, controls, solver=None):
-        """Enqueue what follows the copies: forward and backward (an empty share adds zeros to the sums
-        across ranks), then, given ``controls``, the check of the gradients and the update."""
-        if p.empty:
-            p.reducer.add_zeros()
-        else:
-            p.forward(solver)
-            chain = resolve(schedule, p)  # Leapfrog("auto"): calibrated on this plan the first time
-            with contextlib.nullcontext() if p.reducer is None else p.reducer.pass_():
-                self.stats = chain.backward(p, controls)
-        if controls is None:
-            return
-        if self.check_finite:
-            p.check_gradients(controls)
-        if not schedule.fused:
-            for l in self.layer_numbers:
-                p.update(p.main, l, controls)
 
     def plan(self, tau, batch):
         """The ``plan.Plan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,
@@ -276,6 +208,17 @@ class RNN(Layered):
             raise ValueError(f"{name} ({what}) must have shape {want} for sizes {self.sizes}"
                              f"{'' if tau is None else ', tau as in x'}; got {given}")
         return value, given
+
+    def _check_batch(self, x, y):
+        """``x`` (tau, n_1, B) and ``y`` (its targets, or None) checked, as 3-D arrays."""
+        x, given = self._check_x(x)
+        return x, None if y is None else self._check_y(y, x.shape[0], given)
+
+    def _check_pass(self, schedule, shape):
+        """A scan's memory check, before the plan of (tau, B) is made (``Leapfrog("auto")`` runs the BPTT
+        chain, which allocates nothing more)."""
+        if not schedule.auto:
+            resolve(schedule).check(self.sizes, *shape, self.dtype)
 
     def _check_x(self, x):
         x, given = self._check_sequences("x", x, self.n[1], "the input of layer 1")
@@ -309,9 +252,3 @@ class RNN(Layered):
         if not all_finite(self.backend.xp, value):
             raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
 
-
-def _check_solver(solver):
-    """``solver``, the forward pass's: None (step by step) or a ``TimeNewton``; else a TypeError."""
-    if solver is not None and not isinstance(solver, TimeNewton):
-        raise TypeError(f"solver must be None (the forward step by step) or a TimeNewton(); got {solver!r}")
-    return solver

@@ -78,6 +78,8 @@ class TimeNewton(Solver):
     ``memory_bytes``, and the sequential forward's ``sequential_rounds`` and ``sequential_flops``.
     """
 
+    network = "RNN"
+
     def __init__(self, tol=None, max_iterations=None, quasi=False, damping=0.0, warm_start=False, scan="auto",
                  memory_limit=MEMORY_LIMIT, strict=False):
         super().__init__(strict)

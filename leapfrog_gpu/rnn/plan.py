@@ -39,7 +39,7 @@ class Plan(plan.Plan):
     """
 
     def __init__(self, net, tau, batch, w, u, b):
-        super().__init__(net.backend, net.dtype, batch, net.L + 1)
+        super().__init__(net, batch, net.L + 1)
         n, L, buffer, sequence = net.n, net.L, self.buffer, self.sequence
         self.w, self.u, self.b = w, u, b  # the network's parameters, by layer, updated in place
         self.net, self.tau, self.L = net, tau, L
@@ -57,8 +57,7 @@ class Plan(plan.Plan):
             self.nabla_b[l] = buffer(n[l])
         self.scratch = {l: self.make_scratch(n[l] * max(n[l - 1], n[l]), max(n[l], n[l - 1]))
                         for l in net.layer_numbers}
-        self.reducer = None  # with a communicator, the sums across ranks; the gradients are then its views
-        if net.comm is not None:
+        if net.comm is not None:  # the sums across ranks; the gradients are then its views
             self.reducer = Reducer(self, net.comm, net.gradient_layout())
             for l, views in self.reducer.views.items():
                 self.nabla_w[l], self.nabla_b[l] = views["w"], views["b"]
@@ -67,8 +66,6 @@ class Plan(plan.Plan):
         self.products = self._products()
         self.recursion = {l: Recursion(self, l) for l in net.hidden}
         self.cache = {}  # the extra buffers of the scan schedules, by kind (``scans``)
-        self.chosen = {}  # what ``core.calibrate.choose`` picked for Leapfrog("auto"), by candidates
-        self.empty = False
         self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
         self.allocated()
 
@@ -175,10 +172,32 @@ class Plan(plan.Plan):
         for call in self.recursion[l].sweep_backward:
             call()
 
-    def run(self, schedule):
-        """Enqueue the backward pass under ``schedule`` (``Sequential()`` or ``Leapfrog(k)``), as a calibration
-        times it: no update, no sums across ranks."""
-        resolve(schedule).backward(self)
+    def resolve(self, schedule):
+        """``Sequential()`` is ``BPTT()``, ``Leapfrog(k)`` the BPTT chain with k workers (``schedules.resolve``)."""
+        return resolve(schedule)
+
+    def chain(self, schedule, controls=None):
+        """The chain of ``schedule`` (an RNN schedule), each layer L, L-1, ..., 2 given on once its delta is
+        complete; its dependent rounds counted in ``rounds``. Returns its counters, also the network's
+        ``stats`` and the schedule's."""
+        self.rounds = 0
+        yield from schedule.chain(self)
+        itemsize = np.dtype(self.dtype).itemsize
+        schedule.stats = {"rounds": self.rounds,
+                          **schedule.counters(self.net.sizes, self.tau, self.batch, itemsize, self.backend.name)}
+        self.net.stats = schedule.stats
+        return schedule.stats
+
+    def output(self):
+        """a^{L,tau} (n_L, B) for ``output="last"``, every a^{L,t} as (tau, n_L, B) for ``"every"``."""
+        out = self.a[self.L]
+        return out[:, 0] if self.net.output == "last" else out.transpose(1, 0, 2)
+
+    def gradient_arrays(self):
+        """``{l: {"w": nabla_w^l, "u": nabla_u^l, "b": nabla_b^l}}`` (no ``"u"`` at the output), the buffers."""
+        grads = {l: {"w": self.nabla_w[l], "u": self.nabla_u[l], "b": self.nabla_b[l]} for l in self.net.hidden}
+        grads[self.L] = {"w": self.nabla_w[self.L], "b": self.nabla_b[self.L]}
+        return grads
 
     # -- gradients and the update ---------------------------------------------------------------------
 
@@ -192,8 +211,6 @@ class Plan(plan.Plan):
         launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], delta, a_in)
         if l < self.L:
             launch(stream, f"nabla_u[{l}]", self._nabla_u, l)
-        if self.reducer is not None:
-            self.reducer.ready(stream, l)
         if controls is not None:
             self.update(stream, l, controls)
 

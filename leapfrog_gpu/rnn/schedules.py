@@ -31,15 +31,14 @@ holds beyond the pass's buffers), and the chain's ``sequential_*`` counterparts 
 against; ``rounds_formula`` gives the same rounds in closed form.
 """
 
-import numpy as np
 
 from ..core import calibrate
 from ..core.schedules import Leapfrog, Schedule, Sequential
 
 
 class RNNSchedule(Schedule):
-    """The chain of an RNN's backward pass (``chain``), the hand-off of every layer's gradients (to the main
-    stream, or to k workers, ``core.handoff``), the join, ``stats``."""
+    """The chain of an RNN's backward pass (``chain``), whose layers ``core.driver`` hands off (to the main
+    stream, or to k workers) and joins; ``stats``."""
 
     least_k = 0
 
@@ -66,27 +65,6 @@ class RNNSchedule(Schedule):
         """Flops, bytes and memory of this schedule's chain on ``backend`` (its name); the BPTT chain's by
         default."""
         return bptt_counters(sizes, tau, B, itemsize)
-
-    def backward(self, p, controls=None):
-        """Enqueue the backward pass of ``p``: the chain, each layer's gradients as soon as they may run
-        (with the SGD update by ``controls``, the network's ``Controls``, when given and fused), then the
-        join. The main stream reads w^l last for delta^{l-1}, so a fused update of layer l waits for
-        E_{l-1} (u^l and b^l are last read before E_l)."""
-        p.rounds = 0
-        fuse = self.fused and controls is not None
-        hand = p.handoff(self.k)
-        for l in self.chain(p):
-            hand.mark(l)
-            if not fuse:
-                p.gradients(hand.off(l), l)
-            elif l < p.L:  # delta^l was the last read of w^{l+1}
-                p.gradients(hand.off(l + 1, after=hand.last_reader(l + 1)), l + 1, controls)
-        if fuse:
-            p.gradients(hand.off(2), 2, controls)
-        hand.join()
-        itemsize = np.dtype(p.net.dtype).itemsize
-        self.stats = {"rounds": p.rounds, **self.counters(p.net.sizes, p.tau, p.batch, itemsize, p.backend.name)}
-        return self.stats
 
 
 class BPTT(RNNSchedule):
@@ -252,7 +230,7 @@ def resolve(schedule, plan=None):
     """The RNN schedule that runs ``schedule``, one the network has checked: ``Sequential()`` is ``BPTT()``,
     ``Leapfrog(k)`` the BPTT chain with k workers, and ``Leapfrog("auto")`` that of the k that
     ``core.calibrate.choose`` picks on ``plan`` (whose forward pass is enqueued) the first time."""
-    if type(schedule) is Leapfrog and schedule.k == "auto":
+    if type(schedule) is Leapfrog and schedule.auto:
         return resolve(calibrate.choose(plan, fused=schedule.fused))
     if type(schedule) is Sequential:
         return BPTT(fused=schedule.fused)

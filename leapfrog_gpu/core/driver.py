@@ -1,0 +1,76 @@
+"""The backward pass of every network, driven once: the chain on the main stream, its gradients handed off.
+
+A network's pass (its ``core.plan.Plan``) says three things of its backward pass and nothing of streams:
+
+- ``plan.chain(schedule, controls)``: enqueue the schedule's solve on the main stream and yield each unit (a
+  layer, a node) once its gradients may run: right after its delta is final or, for an update fused into
+  the gradients (``controls`` given), once the chain no longer reads the unit's parameters either. A chain may
+  ``return`` the counters of its pass.
+- ``schedule.last_reader(plan, unit)``: the unit after whose yield the chain no longer reads ``unit``'s
+  parameters (write after read, for a fused update; ``plan.last_reader`` unless the schedule reads every
+  parameter before any unit is final).
+- ``plan.gradients(stream, unit, controls)``: enqueue the unit's gradients on ``stream``, and its update by
+  ``controls`` when given.
+
+``run`` turns those into the hand-off (docs/design.md §2): the event E_u on the main stream at each yield,
+each unit's gradients on worker ``index(u) mod k`` behind E_u (read after write) or, fused, behind E of its
+last reader (write after read), each handed to the sums across ranks as it is enqueued, then the join
+(write after read: the update and the next pass rewrite what the workers read). ``backward`` adds what a
+step's pass needs around it: ``Leapfrog("auto")`` resolved by its calibration, the NVTX range and the sums
+across ranks.
+"""
+
+import contextlib
+
+from . import calibrate
+from .handoff import Handoff
+
+
+def backward(plan, schedule, controls=None):
+    """Enqueue the backward pass of ``plan`` under ``schedule`` (one its network checked) as a step runs it:
+    ``Leapfrog("auto")`` as ``core.calibrate`` chose on this plan, in an NVTX range, the gradients summed across
+    ranks when the plan has a reducer; ``controls``: fuse the update where the schedule fuses. Returns the
+    pass's counters."""
+    if schedule.auto:
+        schedule = calibrate.choose(plan, fused=schedule.fused)
+    summed = contextlib.nullcontext() if plan.reducer is None else plan.reducer.pass_()
+    with plan.backend.range(plan.main, "backward"), summed:
+        return run(plan, schedule, controls)
+
+
+def run(plan, schedule, controls=None):
+    """Enqueue the chain of ``schedule`` on ``plan`` and hand each unit's gradients off as it becomes free
+    (see the module docstring); then the join. Returns the counters the chain returned (or ``{}``)."""
+    schedule = plan.resolve(schedule)
+    if schedule.auto:
+        raise ValueError("Leapfrog('auto') stands for a calibrated choice: run it through the network "
+                         "(sgd_step, gradients or backprop), which makes that choice first")
+    controls = controls if schedule.fused else None
+    hand = Handoff(plan, schedule.k)
+    waiting = {}  # fused: the units whose update waits for a reader, by that reader
+    chain = plan.chain(schedule, controls)
+    while True:
+        try:
+            unit = next(chain)
+        except StopIteration as end:
+            stats = end.value or {}
+            break
+        hand.mark(unit)
+        if controls is None:
+            _give(plan, hand.off(unit), unit, None)
+            continue
+        waiting.setdefault(schedule.last_reader(plan, unit), []).append(unit)
+        for freed in waiting.pop(unit, ()):
+            _give(plan, hand.off(freed, after=unit), freed, controls)
+    if waiting:
+        units = [unit for held in waiting.values() for unit in held]
+        raise RuntimeError(f"{schedule!r}: the chain never freed the parameters of {units}")
+    hand.join()
+    return stats
+
+
+def _give(plan, stream, unit, controls):
+    """The gradients of ``unit`` on ``stream``, handed to the sums across ranks as they are enqueued."""
+    plan.gradients(stream, unit, controls)
+    if plan.reducer is not None:
+        plan.reducer.ready(stream, unit)

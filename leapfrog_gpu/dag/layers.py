@@ -4,7 +4,7 @@ A layer maps its inputs (each (n_i, B), a minibatch as columns) to one output a,
 gives vector-Jacobian products: from the adjoint abar = dC/da, (n, B), its ``error`` g (for ``Dense``
 the book's delta = abar * sigma'(z), eq. (5)'s Hadamard half; for the other layers abar itself), then
 ``vjp_inputs`` (dC/d input_i from g, per input) and ``vjp_params`` (dC/d parameter from g, summed over
-the batch). The solvers of ``dag_schedules`` and ``forward_solvers`` also need the input Jacobian
+the batch). The solvers of ``dag.schedules`` and ``dag.forward`` also need the input Jacobian
 J_i = d a / d input_i of every sample as a block (docs/naumov.md):
 
 ``DenseBlock``  (B, n, n_i), one matrix per sample;

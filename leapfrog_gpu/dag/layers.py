@@ -41,11 +41,6 @@ class Block:
         """The blocks as one (B, n_out, n_in) array."""
         raise NotImplementedError
 
-    def matvec_flops(self):
-        """Flops of one ``matvec`` (or ``rmatvec``) over the batch."""
-        n, m = self.shape
-        return 2 * n * m * self.batch
-
 
 class DenseBlock(Block):
     """One dense (n_out, n_in) matrix per sample, stored (B, n_out, n_in)."""
@@ -83,9 +78,6 @@ class Diagonal(Block):
         out.reshape(B, n * n)[:, :: n + 1] = self.d.T
         return out
 
-    def matvec_flops(self):
-        return self.shape[0] * self.batch
-
 
 class Factored(Block):
     """diag(d) w with d (n, B) per sample and w (n, m) shared: the Jacobian of ``Dense``."""
@@ -102,10 +94,6 @@ class Factored(Block):
 
     def dense(self):
         return self.d.T[:, :, None] * self.w[None]
-
-    def matvec_flops(self):
-        n, m = self.shape
-        return (2 * m + 1) * n * self.batch
 
 
 class Slice(Block):
@@ -129,9 +117,6 @@ class Slice(Block):
         for j in range(m):
             out[:, self.offset + j, j] = 1
         return out
-
-    def matvec_flops(self):
-        return 0
 
 
 class Layer:

@@ -3,10 +3,11 @@ place, with the GIL released for every product long enough to run beside another
 
 Why this OpenBLAS and not NumPy's or SciPy's: NumPy has no in-place GEMM (beta = 1) and no ``ger``; SciPy's
 wrappers have both, but hold the GIL for the whole call (two host streams' products ran one after the
-other), and SciPy 1.17 bundles OpenBLAS 0.3.30, whose transposed-weight GEMM of (5) at B = 64 takes
-1.5-1.9x the forward's time on a Zen 4 core, against 1.15-1.4x from 0.3.31 on. Every product goes through
-the one library: two BLAS libraries' thread pools, whose threads spin between calls, take the cores from
-each other when calls alternate.
+other), and the OpenBLAS SciPy bundles may be a release older than the one ``pyproject.toml`` asks
+for, on which the transposed-weight GEMM of (5) at B > 1 runs markedly slower than the forward's
+(docs/performance.md has the measurements). Every product goes through the one library: two BLAS
+libraries' thread pools, whose threads spin between calls, take the cores from each other when calls
+alternate.
 
 The calls are made by ``ctypes``: through ``ctypes.CDLL``, which releases the GIL for the call, when the
 product takes long enough (``RELEASE_MATRIX``, ``RELEASE_GEMM``), and through ``ctypes.PyDLL``, which
@@ -23,11 +24,12 @@ import numpy as np
 
 RELEASE_MATRIX = 1 << 18
 """Elements of its matrix from which a gemv or a ger, bound by the bytes it moves, runs with the GIL
-released: 1 MiB in float32, about 50 us on a server core."""
+released: 1 MiB in float32, long enough that the dispatch of a released call is small beside it
+(docs/performance.md, products with the GIL released)."""
 RELEASE_GEMM = 1 << 24
 """Multiply-adds from which a gemm, bound by its arithmetic, runs with the GIL released (a 1024 x 1024
-x 16 product): about 100 us on a server core. At 256 x 256 x 64 the released call made a step 7%
-slower, which no overlap repaid."""
+x 16 product). Below it the released call's dispatch costs a step more than the overlap it allows
+repays, as at 256 x 256 x 64 (docs/performance.md, products with the GIL released)."""
 
 _COLUMN_MAJOR, _TRANS = 102, (111, 112)  # CBLAS's CblasColMajor and (CblasNoTrans, CblasTrans)
 
@@ -180,7 +182,7 @@ _BYTES = ctypes.c_char * 0
 
 def _address(x):
     """A pointer to the first element of x. Through its buffer where x is C-contiguous and writable,
-    several times as fast as ``x.ctypes.data``, which any other x takes."""
+    without the helper object ``x.ctypes`` builds at every use, which any other x takes."""
     try:
         return _BYTES.from_buffer(x)
     except TypeError:  # read-only, or not C-contiguous

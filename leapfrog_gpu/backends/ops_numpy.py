@@ -73,8 +73,8 @@ def forward(z, a, sp, w, a_prev, b, activation):
 
     One product, then the bias and the activation on z while it is in cache: z is n*B elements, a vector
     at B = 1, against the n*m weights the product reads. Cutting the product into cache-sized row blocks
-    to run them block by block saves no pass there, and at B > 1 costs more than the passes it saves
-    (3.5x slower at n = m = 2048, B = 256, no faster at 4096, B = 64: medians of 20 on the loaded 2-core EPYC).
+    to run them block by block saves no pass there, and at B > 1 costs more than the passes it saves:
+    smaller GEMMs run below the speed of one large one (docs/performance.md, the NumPy backend's choices).
     """
     matmul(z, w, a_prev)
     bias_activation(z, a, sp, b, activation)
@@ -112,8 +112,8 @@ SCRATCH = 1 << 16
 def nabla_w(nabla_w, delta, a):
     """(7): ``nabla_w = delta a^T``, (n, m) from (n, B) and (m, B), summed over the batch.
 
-    B = 1 is a broadcasting outer product (about 5x faster than ``matmul`` with an inner dimension
-    of 1); B > 1 is one GEMM.
+    B = 1 is a broadcasting outer product (a ``matmul`` with an inner dimension of 1 runs far slower,
+    docs/design.md §3); B > 1 is one GEMM.
     """
     if delta.shape[1] == 1:
         np.multiply(delta, a.T, out=nabla_w)

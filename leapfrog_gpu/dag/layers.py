@@ -4,7 +4,7 @@ A layer maps its inputs (each (n_i, B), a minibatch as columns) to one output a,
 gives vector-Jacobian products: from the adjoint abar = dC/da, (n, B), its ``error`` g (for ``Dense``
 the book's delta = abar * sigma'(z), eq. (5)'s Hadamard half; for the other layers abar itself), then
 ``vjp_inputs`` (dC/d input_i from g, per input) and ``vjp_params`` (dC/d parameter from g, summed over
-the batch). The solvers of ``dag_schedules`` and ``forward_solvers`` also need the input Jacobian
+the batch). The solvers of ``dag.schedules`` and ``dag.forward`` also need the input Jacobian
 J_i = d a / d input_i of every sample as a block (docs/naumov.md):
 
 ``DenseBlock``  (B, n, n_i), one matrix per sample;
@@ -40,11 +40,6 @@ class Block:
     def dense(self):
         """The blocks as one (B, n_out, n_in) array."""
         raise NotImplementedError
-
-    def matvec_flops(self):
-        """Flops of one ``matvec`` (or ``rmatvec``) over the batch."""
-        n, m = self.shape
-        return 2 * n * m * self.batch
 
 
 class DenseBlock(Block):
@@ -83,9 +78,6 @@ class Diagonal(Block):
         out.reshape(B, n * n)[:, :: n + 1] = self.d.T
         return out
 
-    def matvec_flops(self):
-        return self.shape[0] * self.batch
-
 
 class Factored(Block):
     """diag(d) w with d (n, B) per sample and w (n, m) shared: the Jacobian of ``Dense``."""
@@ -102,10 +94,6 @@ class Factored(Block):
 
     def dense(self):
         return self.d.T[:, :, None] * self.w[None]
-
-    def matvec_flops(self):
-        n, m = self.shape
-        return (2 * m + 1) * n * self.batch
 
 
 class Slice(Block):
@@ -129,9 +117,6 @@ class Slice(Block):
         for j in range(m):
             out[:, self.offset + j, j] = 1
         return out
-
-    def matvec_flops(self):
-        return 0
 
 
 class Layer:

@@ -1,4 +1,4 @@
-"""The recurrent network: parameters, validation, and one pass under a schedule (``schedules``, ``scans``).
+"""The recurrent network: parameters, validation, and one pass under a schedule (``rnn.schedules``, ``rnn.scans``).
 
 Layers are numbered 1..L as in ``MLP``: layer 1 is the input, layers 2..L-1 are recurrent, layer L is
 the output. For t = 1..tau and l = 2..L-1,

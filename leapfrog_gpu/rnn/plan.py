@@ -34,7 +34,7 @@ class Plan(plan.Plan):
     on its parameters ``w``, ``u``, ``b`` (dicts by layer, the network's own arrays, updated in place).
 
     The schedules of ``schedules`` and ``scans`` enqueue through ``forward``, ``delta_output``, ``from_above``,
-    ``recur`` (one step) or ``sweep`` (every step), ``gradients`` and ``update``; the δ of layer l is complete in ``delta[l]`` once the
+    ``sweep``, ``gradients`` and ``update``; the δ of layer l is complete in ``delta[l]`` once the
     schedule hands l on.
     """
 
@@ -147,28 +147,16 @@ class Plan(plan.Plan):
         self.backend.launch(self.main, f"delta[{L}]", ops.delta_output, flat(self.delta[L]), flat(self.a[L]),
                             flat(self.y), flat(self.sp[L]), self.net.cost)
 
-    def from_above(self, l, t=None):
-        """delta^{l,t} <- (w^{l+1})^T delta^{l+1,t}: every t at once (one product over tau*B columns), or one
-        (0-based) ``t``. Called inside a launch on the main stream; zero where layer l+1 has no output."""
-        xp, w, delta = self.xp, self.w[l + 1], self.delta[l]
-        last = l + 1 == self.L and self.a_last is not None
-        if t is None:
-            if last:
-                delta[:, : self.tau - 1].fill(0)
-            self.products["above", l]()
-        elif last and t < self.tau - 1:
-            delta[:, t].fill(0)
-        else:
-            xp.matmul(w.T, self.delta[l + 1][:, 0 if last else t], out=delta[:, t])
-
-    def recur(self, l, t):
-        """delta^{l,t} <- sigma'(z^{l,t}) * (delta^{l,t} + (u^l)^T delta^{l,t+1}), t 0-based, once delta^{l,t}
-        holds (w^{l+1})^T delta^{l+1,t} and delta^{l,t+1} is final."""
-        for call in self.recursion[l].backward[t]:
-            call()
+    def from_above(self, l):
+        """delta^{l,t} <- (w^{l+1})^T delta^{l+1,t} at every t at once (one product over tau*B columns). Called
+        inside a launch on the main stream; zero where layer l+1 has no output."""
+        if l + 1 == self.L and self.a_last is not None:
+            self.delta[l][:, : self.tau - 1].fill(0)
+        self.products["above", l]()
 
     def sweep(self, l):
-        """``recur(l, t)`` for t = tau-1..0, 0-based: the recursion of layer l over every step."""
+        """delta^{l,t} <- sigma'(z^{l,t}) * (delta^{l,t} + (u^l)^T delta^{l,t+1}) for t = tau-1..0, 0-based, once
+        delta^l holds (w^{l+1})^T delta^{l+1} at every step: the recursion of layer l over every step."""
         for call in self.recursion[l].sweep_backward:
             call()
 

@@ -1,5 +1,5 @@
 """A plain float64 reference for the recurrent network: backpropagation through time in the book's
-notation, no streams, no buffers, no tricks, written apart from the fast path (``rnn_pass``).
+notation, no streams, no buffers, no tricks, written apart from the fast path (``rnn.plan``).
 
 Layer 1 is the input, layers 2..L-1 are recurrent, layer L is the output. For t = 1..tau:
 

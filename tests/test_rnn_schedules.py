@@ -9,8 +9,8 @@ import pytest
 
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.backends import get_backend
-from leapfrog_gpu.rnn.schedules import ceil_log2
 from leapfrog_gpu.core.handoff import Handoff
+from leapfrog_gpu.core.triangular import ceil_log2
 
 ETA = 0.3
 SIZES = [5, 9, 7, 11, 3]

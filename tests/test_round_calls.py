@@ -15,7 +15,6 @@ from leapfrog_gpu import MLP, RNN, DagDoubling, DagJacobi, NaumovScan, TimeScan,
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core import triangular
-from leapfrog_gpu.dag import schedules as dag_schedules
 from leapfrog_gpu.dag.forward import ForwardNewton
 from leapfrog_gpu.rnn.newton import TimeNewton
 

@@ -22,7 +22,8 @@ update w^l in place right behind E_l (docs/design.md §2, third hazard).
 
 Storage: the unknowns are stacked and padded with zeros to the widest layer N = max(n_2..n_L), so that
 a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N, 1) arrays; position
-i holds layer l = i + 2. Zero padding is exact: padded rows and columns stay zero in every product.
+i holds layer l = i + 2. Zero padding is exact: padded rows and columns stay zero in every product. The
+rounds, the sweeps, their counters and the memory check are ``core.triangular``'s (the chain's).
 The buffers are allocated once per (network, batch size), in ``plan.naumov``, after a memory check.
 The solvers read the network through the ``plan.Plan`` of the pass: ``plan.w``, ``plan.sp``, ``plan.delta``.
 

@@ -234,7 +234,8 @@ def test_a_block_schedule_checks_its_memory_before_allocating(cls, monkeypatch):
             patch.setattr(cls, "_solve", lambda *args: pytest.fail("allocated past the check"))
             patch.setattr(dag_schedules, "lay_out", lambda *args: pytest.fail("allocated past the check"))
             with pytest.raises(ValueError, match=rf"^{cls.__name__} needs {needed} bytes .* over memory_limit="
-                                                 rf"{needed - 1}; pass a larger memory_limit or use Sequential\(\)"):
+                                                 rf"{needed - 1} bytes \(.*\); pass a larger memory_limit or use "
+                                                 r"Sequential\(\)"):
                 net.backprop(x, y, cls(memory_limit=needed - 1))
         schedule = cls(memory_limit=needed)
         net.backprop(x, y, schedule)

@@ -9,9 +9,9 @@ import pytest
 
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.backends import get_backend
-from leapfrog_gpu.rnn.schedules import ceil_log2
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
+from leapfrog_gpu.core.triangular import ceil_log2
 
 from helpers import rnn_lists
 

@@ -14,9 +14,8 @@ from helpers import CountedNumpy, dag_data, deep_chain, patched_ops
 from leapfrog_gpu import MLP, RNN, DagDoubling, DagJacobi, NaumovScan, TimeScan, Wavefront
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
-from leapfrog_gpu.dag import schedules as dag_schedules
+from leapfrog_gpu.core import triangular
 from leapfrog_gpu.dag.forward import ForwardNewton
-from leapfrog_gpu.rnn import suffix
 from leapfrog_gpu.rnn.newton import TimeNewton
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in reciprocal:RuntimeWarning")
@@ -102,7 +101,7 @@ def wavefront(backend, rounds, size):
 def time_newton(backend, rounds, size, scan="doubling"):
     sizes, tau = [3, 5, 4, 2], size
     for name in ("scan_round", "reduce_round", "substitute_round"):
-        rounds.rounds(suffix, name)
+        rounds.rounds(triangular, name)
     rounds.rounds(TimeNewton, "_evaluate", static=True)
     with RNN(sizes, "tanh", output="every", dtype="float64", backend=backend) as net:
         net.feedforward(rnn_data(sizes, tau)[0], solver=TimeNewton(scan=scan))
@@ -117,19 +116,19 @@ def naumov_scan(backend, rounds, size):
 
 
 def dag_jacobi(backend, rounds, size):
-    rounds.rounds(dag_schedules, "jacobi_sweep")
+    rounds.rounds(triangular, "jacobi_sweep")
     net = deep_chain(size, backend)
     net.backprop(*dag_data(net, 2), DagJacobi(k=1))
 
 
 def dag_doubling(backend, rounds, size):
-    rounds.rounds(dag_schedules, "doubling_round")
+    rounds.rounds(triangular, "neumann_round")
     net = deep_chain(size, backend)
     net.backprop(*dag_data(net, 2), DagDoubling(k=1))
 
 
 def forward_newton(backend, rounds, size):
-    rounds.rounds(dag_schedules, "doubling_round")
+    rounds.rounds(triangular, "neumann_round")
     net = deep_chain(size, backend)
     net.feedforward(dag_data(net, 2)[0], solver=ForwardNewton())
 
@@ -190,7 +189,7 @@ def test_a_loop_over_block_pairs_planted_in_a_round_is_caught(numpy_backend, mon
         if square:
             xp.matmul(P, P, out=P_next)
 
-    monkeypatch.setattr(dag_schedules, "doubling_round", looped)
+    monkeypatch.setattr(triangular, "neumann_round", looped)
     _, small, large = SOLVERS["DagDoubling"]
     assert (calls_per_round(numpy_backend, monkeypatch, "DagDoubling", small)
             != calls_per_round(numpy_backend, monkeypatch, "DagDoubling", large))

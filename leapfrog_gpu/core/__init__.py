@@ -2,8 +2,9 @@
 copies), the pass of one batch size (streams, events, buffers), the hand-off of gradients to k worker
 streams, the schedules every network takes (``Sequential``, ``Leapfrog``) and the calibration of
 ``Leapfrog("auto")`` (``calibrate``), graph mode (a step captured once and launched), the convergence test
-of the forward solvers (``convergence``), the checks and names of what a network is given, and what the
-PyTorch bridges share (``torch_io``).
+of the forward solvers (``convergence``), the triangular solvers the schedules lower onto (``triangular``:
+recursive doubling, cyclic reduction, block Jacobi, their counters and memory check), the checks and names
+of what a network is given, and what the PyTorch bridges share (``torch_io``).
 
 It imports the backends and the data-parallel transport (``parallel``), and no model package.
 """

@@ -30,9 +30,10 @@ import numpy as np
 
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.convergence import Solver, relative
+from ..core.triangular import ceil_log2, check_memory
 from .network import GraphNet, from_mlp
 from .plan import INPUT
-from .schedules import doubling_bytes, doubling_rounds, doubling_solve
+from .schedules import doubling_bytes, doubling_solve
 
 
 class ForwardSolver(Solver):
@@ -206,12 +207,9 @@ class ForwardNewton(ForwardSolver):
         return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
     def check_memory(self, net, batch):
-        needed = self.memory_needed(net, batch)
-        if needed > self.memory_limit:
-            raise ValueError(f"ForwardNewton needs {needed} bytes for depth D={net.depth}, batch B={batch} "
-                             f"({net.dtype}), over memory_limit={self.memory_limit}; pass a larger memory_limit or "
-                             "use ForwardJacobi() or the node-by-node forward")
-        return needed
+        return check_memory("ForwardNewton", self.memory_needed(net, batch), self.memory_limit,
+                            f"depth D={net.depth}, batch B={batch} ({net.dtype})",
+                            "ForwardJacobi() or the node-by-node forward")
 
     def solve(self, net, state):
         xp, x, D = net.backend.xp, state.a[INPUT], net.depth
@@ -238,7 +236,7 @@ class ForwardNewton(ForwardSolver):
                 new = f  # undo the step: a Jacobi sweep from the previous iterate instead
             a = new
         self._finish(net, state, a, saved)
-        rounds = iterations * doubling_rounds(D)
+        rounds = iterations * ceil_log2(D)
         self.stats = {"iterations": iterations, "rounds": rounds, "residual": residual, "residuals": history,
                       "resets": resets, "converged": history[-1] <= tol, "tol": tol, "flops": flops, "bytes": moved,
                       "memory_bytes": memory, **base}

@@ -28,11 +28,11 @@ The schedules see the pass through its ``plan.Plan`` and the few names it gives 
 ``depth``, ``consumers``, ``n``, ``node``, ``blocks``, ``counters``), not the network.
 """
 
-import math
 import numbers
 
 import numpy as np
 
+from ..core import triangular
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.schedules import Schedule
 
@@ -92,12 +92,8 @@ class BlockSchedule(DagSchedule):
 
     def check_memory(self, plan):
         """The bytes ``plan`` needs, or a ValueError when they exceed ``memory_limit``."""
-        needed = self.memory_needed(plan, plan.batch)
-        if needed > self.memory_limit:
-            raise ValueError(f"{type(self).__name__} needs {needed} bytes for depth D={plan.depth}, batch "
-                             f"B={plan.batch} ({plan.dtype}), over memory_limit={self.memory_limit}; pass a larger "
-                             f"memory_limit or use {self.INSTEAD}")
-        return needed
+        return triangular.check_memory(type(self).__name__, self.memory_needed(plan, plan.batch), self.memory_limit,
+                                       f"depth D={plan.depth}, batch B={plan.batch} ({plan.dtype})", self.INSTEAD)
 
     @staticmethod
     def _adjoints(plan, x, e):
@@ -109,7 +105,7 @@ class BlockSchedule(DagSchedule):
 
 class DagJacobi(BlockSchedule):
     """Block Jacobi on every node at once from x = 0: x <- e + N x, N's blocks laid into one (B, M, M)
-    matrix, so that a sweep is one batched product and one add (``jacobi_sweep``) whatever the nodes or
+    matrix, so that a sweep is one batched product and one add (``core.triangular.jacobi``) whatever the nodes or
     block pairs. Exact after D sweeps; ``max_sweeps`` caps them (after s < D, the nodes s or more edges
     from the output are inexact, which ``stats["converged"]`` says). Holds N, e and two iterates
     (``memory_needed``), checked against ``memory_limit`` before anything is allocated."""
@@ -131,21 +127,16 @@ class DagJacobi(BlockSchedule):
     def chain(self, plan, controls=None):
         needed = self.check_memory(plan)
         sweeps = plan.depth if self.max_sweeps is None else min(self.max_sweeps, plan.depth)
-        M, B = sum(plan.n[v] for v in plan.order), plan.batch
-        # each sweep: N x, 2 M^2 B flops, and + e, M B; reads N, x, then N x and e, writes x twice
+        flops, moved = triangular.jacobi_work(sweeps, plan.batch, sum(plan.n[v] for v in plan.order))
         self.stats = {"sweeps": sweeps, "rounds": sweeps, "converged": sweeps == plan.depth, "memory_bytes": needed,
-                      "flops": sweeps * B * (2 * M * M + M),
-                      "bytes": sweeps * B * (M * M + 5 * M) * np.dtype(plan.dtype).itemsize}
+                      "flops": flops, "bytes": moved * np.dtype(plan.dtype).itemsize}
         plan.backend.launch(plan.main, "jacobi", self._solve, plan, sweeps)
         yield from self._finish(plan, controls)
 
     def _solve(self, plan, sweeps):
         blocks, e = plan.blocks()
         N, E, rows = lay_out(plan.xp, blocks, e, {v: plan.n[v] for v in plan.order})
-        X, X_next = plan.xp.zeros_like(E), plan.xp.zeros_like(E)
-        for _ in range(sweeps):
-            jacobi_sweep(plan.xp, N, X, X_next, E)
-            X, X_next = X_next, X
+        X, _, _ = triangular.jacobi(plan.xp, N, plan.xp.zeros_like(E), plan.xp.zeros_like(E), sweeps, e=E)
         self._adjoints(plan, unstack(X, rows), e)
 
 
@@ -164,7 +155,7 @@ class DagDoubling(BlockSchedule):
 
     def chain(self, plan, controls=None):
         needed = self.check_memory(plan)
-        self.stats = {"rounds": doubling_rounds(plan.depth), "memory_bytes": needed}
+        self.stats = {"rounds": triangular.ceil_log2(plan.depth), "memory_bytes": needed}
         plan.backend.launch(plan.main, "doubling", self._solve, plan)
         yield from self._finish(plan, controls)
 
@@ -197,42 +188,17 @@ def unstack(X, rows):
     return {v: X[:, r, 0].T.copy() for v, r in rows.items()}
 
 
-def jacobi_sweep(xp, N, X, X_next, E):
-    """One sweep: X_next <- E + N X; N (B, M, M), X, X_next and E (B, M, 1)."""
-    xp.matmul(N, X, out=X_next)
-    xp.add(X_next, E, out=X_next)
-
-
 def doubling_solve(xp, blocks, e, depth, widths):
     """x = (I - N)^{-1} e = sum_{i < D} N^i e for nilpotent N of index <= D, in ceil(log2 D) rounds.
 
     ``blocks``: {(u, v): (B, n_u, n_v)}; ``e``: {v: (n_v, B)}; ``widths``: {v: n_v} of every unknown, in
     order. The blocks are laid into one (B, M, M) matrix P (``lay_out``) and x into (B, M, 1), so that
-    each round is one batched product for x <- x + P x, an add, and one for P <- P P (``doubling_round``).
-    Returns ``({v: x_v (n_v, B)}, flops, elements moved)``."""
+    each round is one batched product for x <- x + P x, an add, and one for P <- P P
+    (``core.triangular.neumann_solve``). Returns ``({v: x_v (n_v, B)}, flops, elements moved)``."""
     P, X, rows = lay_out(xp, blocks, e, widths)
-    B, M = P.shape[0], P.shape[1]
-    P_next, Q = xp.zeros_like(P), xp.zeros_like(X)
-    rounds = doubling_rounds(depth)
-    for r in range(rounds):
-        doubling_round(xp, P, P_next, X, Q, r < rounds - 1)
-        P, P_next = P_next, P
-    flops = rounds * B * (2 * M * M + M) + max(rounds - 1, 0) * B * 2 * M ** 3
-    moved = rounds * B * (M * M + 4 * M) + max(rounds - 1, 0) * B * 3 * M * M
+    triangular.neumann_solve(xp, P, xp.zeros_like(P), X, xp.zeros_like(X), depth)
+    _, flops, moved = triangular.neumann_work(depth, P.shape[0], P.shape[1])
     return unstack(X, rows), flops, moved
-
-
-def doubling_round(xp, P, P_next, X, Q, square):
-    """One round: X <- X + P X, and P P into ``P_next`` if ``square``; P (B, M, M), X and Q (B, M, 1)."""
-    xp.matmul(P, X, out=Q)
-    xp.add(X, Q, out=X)
-    if square:
-        xp.matmul(P, P, out=P_next)
-
-
-def doubling_rounds(depth):
-    """ceil(log2 D): the rounds after which sum_{i < 2^r} N^i covers every power below D."""
-    return math.ceil(math.log2(depth)) if depth > 1 else 0
 
 
 def heights(dag):

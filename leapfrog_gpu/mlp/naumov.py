@@ -22,7 +22,8 @@ workers at the end. The Jacobians are the main stream's last read of every w^l a
 
 Storage: the unknowns are stacked and padded with zeros to the widest layer N = max(n_2..n_L), so that
 a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N, 1) arrays; position
-i holds layer l = i + 2. Zero padding is exact: padded rows and columns stay zero in every product.
+i holds layer l = i + 2. Zero padding is exact: padded rows and columns stay zero in every product. The
+rounds, the sweeps, their counters and the memory check are ``core.triangular``'s (the chain's).
 The buffers are allocated once per (network, batch size), in ``plan.naumov``, after a memory check.
 The solvers read the network through the ``plan.Plan`` of the pass: ``plan.w``, ``plan.sp``, ``plan.delta``.
 
@@ -36,7 +37,7 @@ import numbers
 
 import numpy as np
 
-from ..backends import to_host
+from ..core import triangular
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.schedules import Schedule
 
@@ -63,14 +64,9 @@ class NaumovSchedule(Schedule):
     def _buffers(self, plan):
         """This schedule's buffers in ``plan``: checked against ``memory_limit``, allocated on first use."""
         layout = Layout(plan.sizes, plan.batch)
-        needed = self.nbytes(layout, np.dtype(plan.dtype).itemsize)
-        if needed > self.memory_limit:
-            raise ValueError(
-                f"{type(self).__name__} needs {_size(needed)} ({needed} bytes) for sizes of depth L={plan.L}, "
-                f"padded width N={layout.N}, batch B={plan.batch} ({plan.dtype}), over memory_limit="
-                f"{_size(self.memory_limit)} ({self.memory_limit} bytes); pass a larger memory_limit or use "
-                "Sequential() or Leapfrog(k)"
-            )
+        triangular.check_memory(type(self).__name__, self.nbytes(layout, np.dtype(plan.dtype).itemsize),
+                                self.memory_limit, f"sizes of depth L={plan.L}, padded width N={layout.N}, batch "
+                                f"B={plan.batch} ({plan.dtype})", "Sequential() or Leapfrog(k)")
         if self.kind not in plan.naumov:
             plan.naumov[self.kind] = self._allocate(plan.backend.xp, layout, plan.dtype)
             plan.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
@@ -130,8 +126,8 @@ class NaumovScan(NaumovSchedule):
         backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, P[0], layout.padded)
         yield plan.L  # after the Jacobians: the last read of w^L
         backend.launch(main, "naumov.g", _load_g, xp, plan, V)
-        for r, (s, lo, hi) in enumerate(scan_rounds(layout.positions)):
-            backend.launch(main, f"naumov.round[{r}]", _scan_round, xp, P[r % 2], P[(r + 1) % 2], V, s, lo, hi)
+        for r, (s, lo, hi, A, A_next) in enumerate(triangular.chain_rounds(layout.positions, *P)):
+            backend.launch(main, f"naumov.round[{r}]", triangular.chain_round, xp, A, A_next, V, s, lo, hi)
             for i in range(hi - 1, lo - 1, -1):  # the positions this round turned into vectors, deepest first
                 l = i + 2
                 backend.launch(main, f"delta[{l}]", _unload, xp, plan.delta[l], V[i], plan.n[l])
@@ -225,17 +221,9 @@ class NaumovJacobi(NaumovSchedule):
         if not self.warm_start:
             D[current][: n - 1].fill(0)
         limit = n - 1 if self.max_sweeps is None else min(n - 1, self.max_sweeps)
-        sweeps, change = 0, None
-        while sweeps < limit:
-            new = 1 - current
-            xp.matmul(J, D[current][1:], out=D[new][: n - 1])
-            sweeps += 1
-            if self.warm_start:
-                change = _change(xp, D[new], D[current], diff, sums)
-            current = new
-            if self.warm_start and change <= self.tol:
-                break
-        buffers["current"] = current
+        last, sweeps, change = triangular.jacobi(xp, J, D[current], D[1 - current], limit,
+                                                 scratch=(diff, sums) if self.warm_start else None, tol=self.tol)
+        current = buffers["current"] = 0 if last is D[0] else 1
         for i in range(n - 1):
             _unload(xp, plan.delta[i + 2], D[current][i], plan.n[i + 2])
         converged = sweeps == n - 1 or (change is not None and change <= self.tol)
@@ -265,33 +253,6 @@ def _unload(xp, delta, v, rows):
     xp.copyto(delta, v[:, :rows, 0].T)
 
 
-def _scan_round(xp, P, P_next, V, s, lo, hi):
-    """One round with stride s: positions [lo, hi) become vectors, positions [0, lo) longer products."""
-    if lo > 0:
-        xp.matmul(P[:lo], P[s : lo + s], out=P_next[:lo])
-    xp.matmul(P[lo:hi], V[lo + s : hi + s], out=V[lo:hi])
-
-
-def _change(xp, new, old, diff, sums):
-    """max over layers of ||new^l - old^l|| / ||new^l|| (Frobenius over the batch; 0/0 counts as 0).
-
-    ``diff`` (shaped like ``new``) and ``sums`` (2, L-1) are float64 scratch. Waits for the stream to
-    read the result.
-    """
-    xp.subtract(new, old, out=diff, dtype=np.float64)
-    xp.square(diff, out=diff)
-    xp.sum(diff, axis=(1, 2, 3), out=sums[0])
-    xp.square(new, out=diff, dtype=np.float64)
-    xp.sum(diff, axis=(1, 2, 3), out=sums[1])
-    num, den = to_host(sums)
-    changed = num > 0
-    if not changed.any():
-        return 0.0
-    if (den[changed] == 0).any():
-        return math.inf
-    return float(np.sqrt(np.max(num[changed] / den[changed])))
-
-
 # -- layout and counters ---------------------------------------------------------------------------
 
 
@@ -305,18 +266,6 @@ class Layout:
         self.matrices = self.L - 2
         self.N = max(hidden)
         self.padded = min(hidden) != self.N
-
-
-def scan_rounds(positions):
-    """Yield ``(s, lo, hi)`` per round of recursive doubling over ``positions`` block rows.
-
-    Before the round with stride s, positions >= positions - s hold vectors; the round turns [lo, hi)
-    into vectors (matrix times vector) and [0, lo) into longer products (matrix times matrix).
-    """
-    s = 1
-    while s < positions:
-        yield s, max(0, positions - 2 * s), positions - s
-        s *= 2
 
 
 def sequential_counters(sizes, B, itemsize):
@@ -356,11 +305,8 @@ def scan_counters(sizes, B, itemsize):
     (each operand read once, each result written once), memory held; and the same against (5)."""
     layout, N = Layout(sizes, B), max(sizes[1:])
     flops, moved = _jacobian_counters(layout, sizes, itemsize, layout.padded)
-    rounds = 0
-    for s, lo, hi in scan_rounds(layout.positions):
-        rounds += 1
-        flops += lo * B * 2 * N**3 + (hi - lo) * B * 2 * N**2
-        moved += (3 * lo * B * N**2 + (hi - lo) * B * (N**2 + 2 * N)) * itemsize
+    rounds, round_flops, elements = triangular.chain_work(layout.positions, B, N)
+    flops, moved = flops + round_flops, moved + elements * itemsize
     memory = NaumovScan.nbytes(layout, itemsize)
     return _with_sequential({"rounds": rounds, "flops": flops, "bytes": moved}, sizes, B, itemsize, memory)
 
@@ -371,17 +317,7 @@ def jacobi_counters(sizes, B, itemsize, sweeps, warm_start):
     layout, N = Layout(sizes, B), max(sizes[1:])
     m, n = layout.matrices, layout.positions
     flops, moved = _jacobian_counters(layout, sizes, itemsize, False)
-    flops += sweeps * m * B * 2 * N**2
-    moved += sweeps * (m * B * N**2 + 2 * m * B * N) * itemsize
-    if warm_start:
-        flops += sweeps * 5 * n * B * N  # subtract, two dot products
-        moved += sweeps * 5 * n * B * N * itemsize
+    sweep_flops, elements = triangular.jacobi_work(sweeps, B, N, chain=m, change=n * B * N if warm_start else 0)
+    flops, moved = flops + sweep_flops, moved + elements * itemsize
     memory = NaumovJacobi.nbytes(layout, itemsize)
     return _with_sequential({"sweeps": sweeps, "flops": flops, "bytes": moved}, sizes, B, itemsize, memory)
-
-
-def _size(nbytes):
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes:.1f} {unit}" if unit != "bytes" else f"{nbytes} bytes"
-        nbytes /= 1024

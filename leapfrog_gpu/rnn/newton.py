@@ -10,8 +10,8 @@ z_t = w a^{l-1,t} + u a^(i)_{t-1} + b and J_t = diag(sigma'(z_t)) u, the next it
     a_t = J_t a_{t-1} + c_t,   c_t = f_t - J_t a^(i)_{t-1},
 
 a linear recurrence, solved by the associative scan of ``TimeScan`` over the pairs (J_t, c_t), on time
-reversed (``suffix.suffix_scan``): by recursive doubling in ceil(log2 tau) rounds, or by cyclic reduction in
-2·ceil(log2 tau) - 1 rounds and O(tau) products rather than O(tau·log2 tau) (``scan``; ``"auto"``:
+reversed (``core.triangular.suffix_scan``): by recursive doubling in ceil(log2 tau) rounds, or by cyclic
+reduction in 2·ceil(log2 tau) - 1 rounds and O(tau) products rather than O(tau·log2 tau) (``scan``; ``"auto"``:
 reduction for full Jacobians on the host, doubling on a GPU and for quasi's diagonals). Whatever J is,
 step 1 is exact after one iteration and every iteration makes at least one more step exact, so tau
 iterations give the sequential forward (to rounding); DEER's quadratic convergence usually takes far
@@ -33,7 +33,7 @@ infinite) is <= ``tol``, after ``max_iterations``, or once it has reached roundi
 within ``STALL`` machine epsilons of the dtype and no longer falling; ``stats["stalled"]``). A float32
 solve of thousands of steps can stall above the default tol of 1e-6, and would otherwise run tau
 iterations. Each iteration evaluates f at the iterate (one product over tau·B columns), then runs the
-r rounds of the scan (``suffix.scan_rounds``); with the evaluation of the start, layer l takes
+r rounds of the scan (``core.triangular.scan_rounds``); with the evaluation of the start, layer l takes
 rounds_l = i_l·r + (i_l + 1) dependent rounds for i_l iterations, and the solve their sum over the
 layers (``rounds_formula``), against tau per layer for the sequential forward.
 """
@@ -46,8 +46,9 @@ import numpy as np
 from ..backends import ops_numpy
 from ..core.checks import MEMORY_LIMIT, all_finite, check_memory_limit
 from ..core.convergence import Solver, relative
+from ..core.triangular import (check_memory, check_scan, resolve_scan, round_sizes, scan_round_work, scan_rounds,
+                               suffix_scan)
 from .plan import flat
-from .suffix import check_scan, resolve_scan, round_sizes, scan_rounds, suffix_scan
 from .schedules import forward_flops
 
 
@@ -119,12 +120,9 @@ class TimeNewton(Solver):
         """Check the memory of a solve on pass ``p`` and allocate its buffers there (once per pass), before
         the solve is enqueued: called on the host, outside any stream."""
         sizes, itemsize = p.net.sizes, np.dtype(p.net.dtype).itemsize
-        needed = self.memory_needed(sizes, p.tau, p.batch, itemsize)
-        if needed > self.memory_limit:
-            raise ValueError(f"{self!r} needs {needed} bytes ({needed / 2**20:.1f} MiB) for sizes {list(sizes)} at "
-                             f"tau={p.tau}, B={p.batch} ({p.net.dtype}), over memory_limit={self.memory_limit} "
-                             f"bytes; pass a larger memory_limit{'' if self.quasi else ', quasi=True'}, or use the "
-                             "sequential forward (solver=None)")
+        needed = check_memory(repr(self), self.memory_needed(sizes, p.tau, p.batch, itemsize), self.memory_limit,
+                              f"sizes {list(sizes)} at tau={p.tau}, B={p.batch} ({p.net.dtype})",
+                              "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",))
         key = ("time-newton", self.quasi)
         if key not in p.cache:
             n, tau, B, xp = max(sizes[1:-1]), p.tau, p.batch, p.xp
@@ -221,10 +219,7 @@ class TimeNewton(Solver):
         (resolved): per round, m vector products J x + c and ``kept`` products J J."""
         flops = (5 if self.quasi else 4 + 2 * n) * n * tau * B
         for _, m, kept in round_sizes(scan, tau):  # J x + c and J J: elementwise for quasi's diagonals
-            if self.quasi:
-                flops += 2 * m * B * n + kept * B * n
-            else:
-                flops += 2 * m * B * n * n + m * B * n + 2 * kept * B * n ** 3
+            flops += scan_round_work(m, kept, B, n, diagonal=self.quasi)[0]
         return flops
 
     def iteration_flops(self, sizes, tau, B, backend="numpy"):

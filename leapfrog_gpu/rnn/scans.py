@@ -5,7 +5,7 @@ Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is kn
     delta^{l,t} = c^{l,t} + A^{l,t} delta^{l,t+1},   c^{l,t} = sigma'(z^{l,t}) * (w^{l+1})^T delta^{l+1,t},
     A^{l,t} = diag(sigma'(z^{l,t})) (u^l)^T   (one (n_l, n_l) matrix per sample),   delta^{l,tau+1} = 0.
 
-``TimeScan``   per layer, a suffix scan over t of the pairs (A_t, c_t) (``suffix``: recursive doubling,
+``TimeScan``   per layer, a suffix scan over t of the pairs (A_t, c_t) (``core.triangular``: recursive doubling,
                ceil(log2 tau) rounds, or cyclic reduction, 2·ceil(log2 tau) - 1 rounds and O(tau) work;
                ``scan``). As in BPPSA, the first round keeps A_t factored as diag(sigma') times the shared
                (u^l)^T: its vector half is one product of (u^l)^T and no (n, n) matrix per sample is
@@ -28,10 +28,10 @@ one batched ``matmul``.
 
 import numpy as np
 
+from ..core import triangular
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
-from .schedules import RNNSchedule, bptt_counters, ceil_log2
-from .suffix import (check_scan, reduce_round, reduction_strides, resolve_scan, round_sizes, scan_round,
-                     scan_rounds, substitute_round)
+from ..core.triangular import ceil_log2, check_scan, resolve_scan, round_sizes, scan_rounds
+from .schedules import RNNSchedule, bptt_counters
 
 
 class ScanSchedule(RNNSchedule):
@@ -58,14 +58,10 @@ class ScanSchedule(RNNSchedule):
     def check(self, sizes, tau, B, dtype):
         """Raise a ValueError naming the bytes needed when the buffers for ``sizes`` at ``tau`` and ``B``
         would exceed ``memory_limit``: called before anything of the pass is allocated."""
-        needed = self.memory_needed(sizes, tau, B, np.dtype(dtype).itemsize)
-        if needed > self.memory_limit:
-            others = ", ".join(name for name in ("BPTT()", "Leapfrog(k)", "Wavefront()", "TimeScan()")
-                               if not name.startswith(type(self).__name__))
-            raise ValueError(
-                f"{type(self).__name__} needs {needed} bytes ({needed / 2**20:.1f} MiB) for sizes {list(sizes)} at "
-                f"tau={tau}, B={B} ({dtype}), over memory_limit={self.memory_limit} bytes; pass a larger "
-                f"memory_limit, or use {others}")
+        others = ", ".join(name for name in ("BPTT()", "Leapfrog(k)", "Wavefront()", "TimeScan()")
+                           if not name.startswith(type(self).__name__))
+        triangular.check_memory(type(self).__name__, self.memory_needed(sizes, tau, B, np.dtype(dtype).itemsize),
+                                self.memory_limit, f"sizes {list(sizes)} at tau={tau}, B={B} ({dtype})", others)
 
     def _buffers(self, p):
         """This schedule's flat buffers in ``p``: checked against ``memory_limit``, allocated on first use."""
@@ -128,20 +124,10 @@ class TimeScan(ScanSchedule):
         for l in range(p.L - 1, 1, -1):
             launch(p.main, f"c[{l}]", self._load, p, l, buffers)
             p.rounds += 1
-            if scan == "doubling":
-                s, (P, P_next, C, Q) = 1, buffers
-                while s < p.tau:  # the matrices in ping-pong: each round's buffers fixed as it is enqueued
-                    launch(p.main, f"scan[{l}, {s}]", self._round, p, l, s, (P, P_next, C, Q))
-                    P, P_next = P_next, P
-                    p.rounds += 1
-                    s *= 2
-            else:
-                strides = reduction_strides(p.tau)  # up every level, down those with 2s < tau
-                rounds = [("reduce", self._reduce, s) for s in strides]
-                rounds += [("substitute", self._substitute, s) for s in reversed(strides) if 2 * s < p.tau]
-                for name, run, s in rounds:
-                    launch(p.main, f"{name}[{l}, {s}]", run, p, l, s, buffers)
-                    p.rounds += 1
+            P, P_next, C, Q = buffers
+            for kind, s, A, A_next in triangular.suffix_rounds(scan, p.tau, P, P_next):  # "scan", "reduce", ...
+                launch(p.main, f"{kind}[{l}, {s}]", getattr(self, f"_{kind}"), p, l, s, (A, A_next, C, Q))
+                p.rounds += 1
             launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
             yield l
 
@@ -165,7 +151,7 @@ class TimeScan(ScanSchedule):
         p.xp.copyto(C[..., 0], p.delta[l].transpose(1, 2, 0))
 
     @staticmethod
-    def _round(p, l, s, buffers):
+    def _scan(p, l, s, buffers):
         """The round with stride s: c_t += A_t c_{t+s} for t + s < tau (0-based), A_t <- A_t A_{t+s} into the
         other matrix buffer where a later round needs it."""
         xp, tau, n = p.xp, p.tau, p.net.n[l]
@@ -183,7 +169,7 @@ class TimeScan(ScanSchedule):
                 xp.matmul(P[:r], u.T, out=P_next[:r])
             xp.add(C[:m], Q[:m], out=C[:m])
         else:
-            scan_round(xp, xp.matmul, P, P_next, C, Q, s)
+            triangular.scan_round(xp, xp.matmul, P, P_next, C, Q, s)
 
     @staticmethod
     def _reduce(p, l, s, buffers):
@@ -192,7 +178,7 @@ class TimeScan(ScanSchedule):
         xp, tau = p.xp, p.tau
         P, P_next, C, Q = TimeScan._views(p, l, buffers)
         if s > 1:
-            reduce_round(xp, xp.matmul, P, P_next, C, Q, s)
+            triangular.reduce_round(xp, xp.matmul, P, P_next, C, Q, s)
             return
         u, sp = p.u[l], p.sp[l].transpose(1, 2, 0)  # sigma' as (tau, B, n)
         m = len(range(1, tau, 2))
@@ -212,7 +198,7 @@ class TimeScan(ScanSchedule):
         xp, tau = p.xp, p.tau
         P, _, C, Q = TimeScan._views(p, l, buffers)
         if s > 1:
-            substitute_round(xp, xp.matmul, P, C, Q, s)
+            triangular.substitute_round(xp, xp.matmul, P, C, Q, s)
             return
         m = len(range(2, tau, 2))
         xp.matmul(C[2::2][:m, ..., 0], p.u[l], out=Q[:m, ..., 0])
@@ -240,8 +226,8 @@ class TimeScan(ScanSchedule):
                     flops += 2 * n * n * m * B + (1 + copy) * m * B * n + kept * B * (2 * n * n + 2 * n ** 3)
                     moved += n * n + (3 + copy) * m * B * n + 2 * kept * B * (n * n + n)
                 else:
-                    flops += 2 * n * n * m * B + m * B * n + kept * B * 2 * n ** 3
-                    moved += m * B * (n * n + 3 * n) + (3 + copy) * kept * B * n * n
+                    round_flops, elements = triangular.scan_round_work(m, kept, B, n, copy=bool(copy))
+                    flops, moved = flops + round_flops, moved + elements
         return flops, moved
 
 
@@ -286,23 +272,17 @@ class NaumovRNN(ScanSchedule):
         launch = p.backend.launch
         launch(p.main, "naumov: N, D, c", self._build, p, P, X, V)
         p.rounds += 1
-        steps = ceil_log2(tau)
-        for r in range(steps):
-            launch(p.main, f"naumov: time {r}", self._time_round, p, P, P_next, X, X_next, V, V_next, r + 1 < steps)
-            P, P_next = P_next, P
+        for r, P_r, P_next_r, square in triangular.neumann_rounds(tau, P, P_next):
+            launch(p.main, f"naumov: time {r}", self._time_round, p, P_r, P_next_r, X, X_next, V, V_next, square)
             p.rounds += 1
         launch(p.main, f"delta[{L - 1}]", self._unload, p, V, K - 1)
         yield L - 1
-        s = 1
-        while s < K:
-            lo, hi = max(0, K - 2 * s), K - s
-            launch(p.main, f"naumov: layers {s}", self._layer_round, p, X, X_next, V, s, lo, hi)
-            X, X_next = X_next, X
+        for s, lo, hi, A, A_next in triangular.chain_rounds(K, X, X_next):
+            launch(p.main, f"naumov: layers {s}", triangular.chain_round, p.xp, A, A_next, V, s, lo, hi)
             p.rounds += 1
             for i in range(hi - 1, lo - 1, -1):
                 launch(p.main, f"delta[{i + 2}]", self._unload, p, V, i)
                 yield i + 2
-            s *= 2
 
     @staticmethod
     def _build(p, P, X, V):
@@ -331,23 +311,14 @@ class NaumovRNN(ScanSchedule):
 
     @staticmethod
     def _time_round(p, P, P_next, X, X_next, V, V_next, more):
-        """X <- X + P X for every layer operator, v <- v + P v for delta^{L-1}, and P_next = P P if ``more``."""
+        """A round of the Neumann doubling: X <- X + P X for every layer operator, v <- v + P v for delta^{L-1},
+        and P_next = P P if ``more``."""
         xp, K = p.xp, p.L - 2
         if X is not None:
-            xp.matmul(P[: K - 1], X, out=X_next)
-            xp.add(X, X_next, out=X)
-        xp.matmul(P[K - 1], V[K - 1], out=V_next[K - 1])
-        xp.add(V[K - 1], V_next[K - 1], out=V[K - 1])
+            triangular.accumulate(xp, P[: K - 1], X, X_next)
+        triangular.accumulate(xp, P[K - 1], V[K - 1], V_next[K - 1])
         if more:
             xp.matmul(P, P, out=P_next)
-
-    @staticmethod
-    def _layer_round(p, X, X_next, V, s, lo, hi):
-        """Recursive doubling over layers with stride s: positions [lo, hi) become vectors, [0, lo) longer products."""
-        xp = p.xp
-        xp.matmul(X[lo:hi], V[lo + s:hi + s], out=V[lo:hi])
-        if lo:
-            xp.matmul(X[:lo], X[s:lo + s], out=X_next[:lo])
 
     @staticmethod
     def _unload(p, V, i):
@@ -358,19 +329,8 @@ class NaumovRNN(ScanSchedule):
     def work(self, sizes, tau, B, backend="numpy"):
         """Flops and elements moved: building N, D, c; the time rounds; the rounds over layers."""
         K, M = len(sizes) - 2, tau * max(sizes[1:-1])
-        flops = moved = 2 * K * B * M * M  # the fills and the blocks written into them
-        steps = ceil_log2(tau)
-        for r in range(steps):
-            flops += (K - 1) * B * (2 * M ** 3 + M * M) + B * (2 * M * M + M)
-            moved += (K - 1) * B * 4 * M * M + B * (M * M + 3 * M)
-            if r + 1 < steps:
-                flops += K * B * 2 * M ** 3
-                moved += K * B * 3 * M * M
-        s = 1
-        while s < K:
-            lo, hi = max(0, K - 2 * s), K - s
-            flops += lo * B * 2 * M ** 3 + (hi - lo) * B * 2 * M * M
-            moved += lo * B * 3 * M * M + (hi - lo) * B * (M * M + 2 * M)
-            s *= 2
-        return flops, moved
+        built = 2 * K * B * M * M  # the fills and the blocks written into them
+        _, time_flops, time_moved = triangular.neumann_work(tau, B, M, columns=(M,) * (K - 1) + (1,), squares=K)
+        _, layer_flops, layer_moved = triangular.chain_work(K, B, M)
+        return built + time_flops + layer_flops, built + time_moved + layer_moved
 

@@ -237,8 +237,3 @@ def resolve(schedule, plan=None):
     if type(schedule) is Leapfrog:
         return BPTT(fused=schedule.fused, k=schedule.k)
     return schedule
-
-
-def ceil_log2(m):
-    """ceil(log2 m) for m >= 1: the rounds of recursive doubling over m elements."""
-    return (m - 1).bit_length()

@@ -53,6 +53,7 @@ class GraphNet(Network):
 
     NOUN = "a GraphNet"
     SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
+    BASELINE = Sequential  # the schedule the others are measured against
 
     def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", check_finite=False,
                  comm=None):

@@ -49,6 +49,7 @@ class MLP(Layered):
 
     NOUN = "an MLP"
     SCHEDULES = (Sequential, Leapfrog, NaumovScan, NaumovJacobi)
+    BASELINE = Sequential  # the schedule the others are measured against
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):

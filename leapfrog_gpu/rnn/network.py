@@ -69,6 +69,7 @@ class RNN(Layered):
     NOUN = "an RNN"
     LOAD = "net.set_parameters(weights, recurrent, biases)"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
+    BASELINE = BPTT  # the schedule the others are measured against
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
                  backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, check_finite=False,

@@ -40,7 +40,7 @@ from ...core.checks import MEMORY_LIMIT
 from ...rnn.scans import TimeScan
 from ...rnn.schedules import forward_flops, resolve
 from ..cli import Parser, integer, integers, names as names_of
-from ..schedules import SCHEDULES, SOLVERS, make_schedule, make_solver, names_type, schedule_names
+from ..schedules import SOLVERS, make_schedule, make_solver, names_type, schedule_names
 from . import torch_anchor
 from .report import ratio
 
@@ -136,7 +136,7 @@ def step_name(name):
     timescan+NAME`` for the forward solver ``NAME`` of ``SOLVERS["rnn"]``."""
     if name == "sequential":
         name = "bptt"
-    return f"{STEP}{name}" if name in SCHEDULES["rnn"] or name == TORCH else f"{STEP}timescan+{name}"
+    return f"{STEP}{name}" if name in schedule_names("rnn") or name == TORCH else f"{STEP}timescan+{name}"
 
 
 def interleaved(backend, calls, repeats):

@@ -13,13 +13,11 @@ targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The
 """
 
 import contextlib
-import functools
 import math
 import numbers
 
 import numpy as np
 
-from ..backends import timing
 from ..core import capture, parameters
 from ..core.checks import all_finite, real_array
 from ..core.functions import choose
@@ -189,31 +187,6 @@ class RNN(Layered):
             raise ValueError(f"graph=True captures the step-by-step forward pass; {solver!r} stops on a residual read "
                              "on the host: pass graph=False")
         self._start(x, y, schedule, eta, graph, solver)
-
-    def time_backward(self, x, y, schedules, repeats=5):
-        """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
-        to schedule): one forward pass, one warm-up per schedule (it allocates), then ``repeats`` rounds
-        that run every schedule once each in turn, each round starting one schedule later
-        (``timing.measure_interleaved``). Returns, by name, ``{"median_s": ..., **stats}``, or
-        ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
-        checked = {name: self._check_schedule(schedule) for name, schedule in schedules.items()}
-        p = self._start(x, y, BPTT(), None)
-        resolved = {name: resolve(schedule, p) for name, schedule in checked.items()}
-        results, timed = {}, []
-        for name, schedule in resolved.items():
-            try:
-                schedule.check(self.sizes, p.tau, p.batch, self.dtype)
-                schedule.backward(p)
-            except ValueError as error:
-                results[name] = {"refused": str(error)}
-                continue
-            self.synchronize()
-            timed.append(name)
-        times = timing.measure_interleaved(self.backend, [functools.partial(resolved[name].backward, p)
-                                                          for name in timed], repeats, 0, rotate=True)
-        for name, ms in zip(timed, times):
-            results[name] = {"median_s": float(np.median(ms)) / 1e3, **resolved[name].stats}
-        return {name: results[name] for name in schedules}
 
     def _start(self, x, y, schedule, eta, graph=False, solver=None):
         """Validate, copy the batch in, enqueue forward and backward (and, given ``eta``, the check of the

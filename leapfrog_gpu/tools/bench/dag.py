@@ -182,7 +182,7 @@ def work(key):
     return D * (D + 8) * progress.layer_work(N, B)
 
 
-def label(key):
+def title(key):
     kind, N, D, B = key
     return f"{kind} N={N} D={D} B={B}"
 

@@ -274,7 +274,7 @@ def work(key):
     return tau * progress.layer_work(N, B)
 
 
-def label(key):
+def title(key):
     return "N={} tau={} B={}".format(*key)
 
 

@@ -8,7 +8,7 @@ A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particula
 ``parser()``                      its options (``--json``, ``--quiet`` and ``--jsonl`` among them)
 ``check(p, args)``                more checks of the options (``p.error``), or what to run instead: a status
 ``about(args)``                   what the JSON's header records beside the command, date and machine
-``grid(args)``                    its networks; ``work(key)`` and ``label(key)``: their weight and name
+``grid(args)``                    its networks; ``work(key)`` and ``title(key)``: their weight and name
 ``start(args)``                   a context manager yielding ``state``, what the networks share
 ``case(args, state, key)``        one network's records (dicts)
 ``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)``: its lines
@@ -87,7 +87,7 @@ def main(suite, argv=None):
     try:
         with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, grid), args.quiet) as bar:
             for key in grid:
-                bar.start(suite.label(key))
+                bar.start(suite.title(key))
                 case = suite.case(args, state, key)
                 networks.append(case)
                 bar.clear()
@@ -110,11 +110,12 @@ def main(suite, argv=None):
     return 0
 
 
-def parser(prog, description, model, exit_statuses=EXIT_STATUSES):
-    """A suite's command line with the options every suite takes: ``--model`` (hidden: the suite's),
-    ``--backend``, ``--dtype``, ``--quiet``, ``--json`` and ``--jsonl``."""
-    p = Parser(prog=prog, description=description, exit_statuses=exit_statuses)
-    p.add_argument("--model", choices=(model,), default=model, help=argparse.SUPPRESS)
+def parser(prog, description, model, model_help=None):
+    """A suite's command line with the options every suite takes: ``--model`` (hidden but for
+    ``model_help``), ``--backend``, ``--dtype``, ``--quiet``, ``--json`` and ``--jsonl``."""
+    p = Parser(prog=prog, description=description, exit_statuses=EXIT_STATUSES)
+    p.add_argument("--model", choices=("mlp", "rnn", "dag") if model_help else (model,), default=model,
+                   help=model_help or argparse.SUPPRESS)
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")

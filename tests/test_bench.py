@@ -10,7 +10,8 @@ import pytest
 
 from helpers import bench_table, render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
-from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp, report as bench_report
+from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
+from leapfrog_gpu.tools.bench import report as bench_report
 from leapfrog_gpu.tools.bench import traffic
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.tools.schedules import schedule_names

@@ -12,15 +12,15 @@ always), in two parts (``--time``):
 ``backward``  the backward pass alone (the chain and the weight gradients, ``time_backward``), a row
               NAME each, and PyTorch's ``loss.backward()``; speed-ups over ``bptt``.
 
-Each row gives the median of ``--repeats`` interleaved repeats (``runner.interleaved``: each row once in
-turn, after a warm-up each, timed from enqueue to ``synchronize()``), the speed-up (BPTT's median in the
-same run over the row's: > 1 is faster), the dependent rounds (a step's: its forward's plus its backward's) and the flops of
-each chain against BPTT's. A schedule whose predicted chain work exceeds ``max_gflop`` and BPTT's is
-skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is a step parallel in time whose
-one iteration would (``TimeNewton.iteration_flops``); one whose buffers exceed ``memory_limit`` is
-refused by its own check; all show as rows. PyTorch's network is the same one (tanh, L-2 layers of
-``nn.RNN``, bias_hh held at zero, a ``Linear`` output at every step, the same parameters and batch; on
-the GPU cuDNN's), stepped by ``torch.optim.SGD(foreach=True)``.
+Each row gives the median of ``--repeats`` interleaved repeats (``runner.interleaved``: each row once in turn,
+after a warm-up each, timed from enqueue to ``synchronize()``), the speed-up (BPTT's median in the same run
+over the row's: > 1 is faster), the dependent rounds (a step's: its forward's plus its backward's) and the
+flops of each chain against BPTT's. A schedule whose predicted chain work exceeds ``max_gflop`` and BPTT's is
+skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is a step parallel in time whose one
+iteration would (``TimeNewton.iteration_flops``); one whose buffers exceed ``memory_limit`` is refused by its
+own check; all show as rows. PyTorch's network is the same one (tanh, L-2 layers of ``nn.RNN``, bias_hh held
+at zero, a ``Linear`` output at every step, the same parameters and batch; on the GPU cuDNN's), stepped by
+``torch.optim.SGD(foreach=True)``.
 """
 
 import contextlib

@@ -5,7 +5,7 @@
 // Backward, layer l: w is w^{l+1}, (m, n) = (n_{l+1}, n_l); delta_next is (m, B); delta, sp are (n, B).
 //
 // Every sum runs in an order fixed by the launch shape alone (no atomics), so a launch gives the same
-// bits every time. Bytes are given in elements (times 4 or 8); leapfrog_gpu/tools/bench/traffic.py holds the
+// bits every time. Bytes are given in elements (times 4 or 8); profiling/kernel_traffic.py holds the
 // same counts for kernels/README.md. Tuning values come in as -D options from
 // leapfrog_gpu/backends/launch.py (chain_launch):
 //   FWD_ROWS, FWD_UNROLL   forward GEMV block: a warp per row, FWD_ROWS rows; FWD_UNROLL 16-byte loads

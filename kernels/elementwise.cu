@@ -5,7 +5,7 @@
 // Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
 // ELEMENTWISE_BLOCK threads, grid = min(ceil(size / block), ELEMENTWISE_MAX_GRID), from
 // leapfrog_gpu/backends/launch.py (elementwise_launch). Bytes are given in elements: times 4 (float)
-// or 8 (double). They are what each kernel must move; leapfrog_gpu/tools/bench/traffic.py holds the same
+// or 8 (double). They are what each kernel must move; profiling/kernel_traffic.py holds the same
 // counts for kernels/README.md.
 //
 // Activation codes: kernels/activation.h.

@@ -5,7 +5,7 @@
 // leapfrog_gpu/backends/launch.py): a warp per row. Lane l loads elements l, l + 32, ... of its row,
 // BIAS_UNROLL of them before it adds them in order, and the lanes' sums meet in warp_sum: an order fixed
 // by the launch shape. A warp past the last row reads the last one and stores nothing. Bytes: n*B reads
-// (delta) + n writes (nabla_b), in elements (times 4 or 8); leapfrog_gpu/tools/bench/traffic.py holds the same
+// (delta) + n writes (nabla_b), in elements (times 4 or 8); profiling/kernel_traffic.py holds the same
 // counts for kernels/README.md.
 
 #include "vector.h"

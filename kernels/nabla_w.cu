@@ -7,7 +7,7 @@
 // take the step's controls as sgd_update does (kernels/elementwise.cu): scale = controls[0], and
 // nothing is written when controls[1] is not 0.
 //
-// Bytes are given in elements: times 4 (float) or 8 (double); leapfrog_gpu/tools/bench/traffic.py holds the
+// Bytes are given in elements: times 4 (float) or 8 (double); profiling/kernel_traffic.py holds the
 // same counts for kernels/README.md. Tuning values come in as -D options from
 // leapfrog_gpu/backends/launch.py:
 //   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product

@@ -10,7 +10,7 @@ occupancy and the issue rate: the warps resident on a busy SM over ``FULL_ISSUE_
 instruction-level parallelism within a warp is not counted). Then five times, each a lower bound on the
 kernel's duration:
 
-  memory    the compulsory bytes (``leapfrog_gpu/tools/bench/traffic.py``) at the card's bandwidth;
+  memory    the compulsory bytes (``kernel_traffic.py``) at the card's bandwidth;
   latency   dependent round trips to memory per thread x their latency x (threads / resident threads,
             at least 1): a thread that must see a load's value before it issues the next one (a loop
             with no prefetch, a tile staged behind a barrier) pays the latency once per round, however
@@ -39,7 +39,7 @@ static: an instruction outside the hot loop counts as one inside it, which is wh
 loops of rank_update_bias are left rolled.
 
 ``python profiling/kernel_model.py`` prints the table; ``--json FILE`` writes one record per kernel and
-shape; ``--readme`` prints kernels/README.md (the floors of ``traffic.py`` and this table).
+shape; ``--readme`` prints kernels/README.md (the floors of ``kernel_traffic.py`` and this table).
 """
 
 import argparse
@@ -60,9 +60,10 @@ from cuda.bindings import nvrtc
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_source
-from leapfrog_gpu.tools.bench import traffic
+from leapfrog_gpu.tools.bench.traffic import step_bytes
 
 import card as cards
+import kernel_traffic as traffic
 import graph_nodes
 from card import CARDS, H100, H200
 
@@ -297,7 +298,7 @@ def step(rows, card=H200, node=NODE, N=HEADLINE["N"], L=HEADLINE["L"], B=HEADLIN
     nodes = (2 * layers) * node
     sequential = kernels + nodes + layers * (gradients + update)
     leapfrog = (1 + CONTENTION) * kernels + nodes + gradients + layers * update  # the last gradients: past the end
-    floor = traffic.step_bytes([N] * L, B, 4) / card.bandwidth
+    floor = step_bytes([N] * L, B, 4) / card.bandwidth
     return {"N": N, "L": L, "B": B, "sequential_us": sequential * 1e6, "leapfrog_us": leapfrog * 1e6,
             "bytes_floor_us": floor * 1e6, "leapfrog_over_floor": leapfrog / floor}
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch, timing
-from leapfrog_gpu.tools.bench import traffic
+import kernel_traffic as traffic
 
 SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (1000, 999, 33))
 COPY_SHARE_TARGET, CUBLAS_TARGET = 0.8, 1.0  # the GEMVs: of copy bandwidth at N = 4096; of cuBLAS's speed at 1024

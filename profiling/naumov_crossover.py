@@ -25,10 +25,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from leapfrog_gpu import MLP, Sequential
-from leapfrog_gpu.backends import get_backend, timing
+from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.core.checks import MEMORY_LIMIT
 from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
-from leapfrog_gpu.tools.bench.report import ratio
+from leapfrog_gpu.tools.bench import runner
+from leapfrog_gpu.tools.bench.runner import ratio
 from leapfrog_gpu.tools.cli import Parser, integers
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
@@ -40,36 +41,33 @@ def time_backward(L, N, B, names=schedule_names("mlp"), backend="numpy", k=2, re
     """Time the backward pass (4)-(7) of ``MLP([N] * L)`` at batch ``B`` under each schedule in ``names``.
 
     One forward pass, one warm-up pass per schedule (it allocates), then ``repeats`` rounds that run
-    every schedule once each in turn (``timing.measure_interleaved``, as leapfrog-bench times, so that
-    load on the machine falls on all alike). Returns one dict per name: ``median_s``, ``speedup`` (the
-    sequential median over it, > 1: faster; when ``"sequential"`` is in ``names``), and the schedule's
-    counters; a schedule refused by its memory check has ``refused`` (the message) instead of a time.
+    every schedule once each in turn, each round starting one later (``runner.interleaved``, as
+    leapfrog-bench times, so that load on the machine falls on all alike). Returns one dict per name:
+    ``median_s``, ``speedup`` (the sequential median over it, > 1: faster; when ``"sequential"`` is in
+    ``names``), and the schedule's counters; a schedule refused by its memory check has ``refused`` (the message) instead of a time.
     """
     for name in names:
         make_schedule("mlp", name)  # an unknown name: ValueError, naming the known ones
     if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
-    rows, schedules = {}, {}
+    rows = {}
     with MLP([N] * L, activation=activation, dtype=dtype, seed=seed, backend=backend) as net:
         rng = np.random.default_rng(seed)
         net.backprop(rng.random((N, B)), rng.random((N, B)), Sequential())
         plan = net.plan(B)
-        for name in names:
-            schedule = make_schedule("mlp", name, k, memory_limit=memory_limit)
+
+        def backward(schedule):
+            plan.backward(schedule)
+            return dict(getattr(schedule, "stats", {}))
+
+        made = {name: make_schedule("mlp", name, k, memory_limit=memory_limit) for name in names}
+        calls = {name: lambda s=schedule: backward(s) for name, schedule in made.items()}
+        for name, timed in runner.interleaved(net.backend, calls, repeats).items():
             rows[name] = {"schedule": name, "L": L, "N": N, "B": B, "backend": net.backend.name, "dtype": dtype}
-            try:
-                plan.backward(schedule)
-            except ValueError as refusal:
-                rows[name]["refused"] = str(refusal)
-                continue
-            net.synchronize()
-            schedules[name] = schedule
-        times = timing.measure_interleaved(net.backend, [lambda s=s: plan.backward(s) for s in schedules.values()],
-                                           repeats, 0) if schedules else []
-        for (name, schedule), ms in zip(schedules.items(), times):
-            rows[name]["median_s"] = float(np.median(ms)) / 1e3
-            rows[name].update(getattr(schedule, "stats", {}))
-    if "sequential" in schedules:
+            if "ms" in timed:
+                rows[name]["median_s"] = float(np.median(timed.pop("ms"))) / 1e3
+            rows[name].update(timed)
+    if "median_s" in rows.get("sequential", {}):
         for row in rows.values():
             if "median_s" in row:
                 row["speedup"] = rows["sequential"]["median_s"] / row["median_s"]

@@ -10,7 +10,9 @@ import pytest
 
 from helpers import bench_table, render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
-from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, report as bench_report, traffic
+from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
+from leapfrog_gpu.tools.bench import report as bench_report
+from leapfrog_gpu.tools.bench import traffic
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.tools.schedules import schedule_names
 
@@ -278,7 +280,7 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
     """Ctrl-C while the second of three networks is measured: the first one's rows are printed and in
     --jsonl, stderr has one line that says so (after the one with the time left), and nothing else is
     written."""
-    measure, calls = bench_measure._measure_case, []
+    measure, calls = bench_measure.measure_network, []
 
     def ctrl_c_at_the_second(*args):
         calls.append(args)
@@ -286,7 +288,7 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
             raise KeyboardInterrupt
         return measure(*args)
 
-    monkeypatch.setattr(bench_measure, "_measure_case", ctrl_c_at_the_second)
+    monkeypatch.setattr(bench_measure, "measure_network", ctrl_c_at_the_second)
     path = tmp_path / "r.jsonl"
     argv = ["--backend", "numpy", "--sizes", "8,9,10", "--layers", "3", "--batch", "2", "--k", "2", "--repeats", "1",
             "--warmup", "0", "--no-torch", "--jsonl", str(path), "--json", str(tmp_path / "r.json")]
@@ -303,13 +305,13 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
 
 def _stdout_at_each_network(monkeypatch, capsys):
     """What has reached stdout and stderr each time a network's measurement begins (since the previous one)."""
-    measure, seen = bench_measure._measure_case, []
+    measure, seen = bench_measure.measure_network, []
 
     def look_then_measure(*args):
         seen.append(capsys.readouterr())
         return measure(*args)
 
-    monkeypatch.setattr(bench_measure, "_measure_case", look_then_measure)
+    monkeypatch.setattr(bench_measure, "measure_network", look_then_measure)
     return seen
 
 
@@ -371,7 +373,7 @@ def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
 
 
 def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=False, auto=False, backward=0.5):
-    """A synthetic record of one network, as ``_measure_case`` returns it: no timing noise decides."""
+    """A synthetic record of one network, as ``measure_network`` returns it: no timing noise decides."""
     stats = {"median": step, "p20": step - spread / 2, "p80": step + spread / 2}
     ours = not schedule.startswith("torch")
     return {"backend": "numpy", "device": "cpu", "dtype": "float32", "N": 8, "L": 3, "B": 2, "blas_threads": blas,
@@ -387,7 +389,7 @@ def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequen
     case = [_record(blas=1, step=3.0), _record(blas=2, step=2.0), _record(blas=4, step=2.5),
             _record("leapfrog", 2, blas=2, step=1.5), _record(blas=2, step=1.0, graph=True),
             _record(blas=2, step=0.9, auto=True), _record("torch-autograd", blas=2, step=0.5)]
-    derived = bench_measure._derive(case)
+    derived = bench_measure.derive(case)
     eager_sequential = [r for r in derived if r["schedule"] == "sequential" and not r["graph"] and not r["auto"]]
     best = [r for r in derived if r["best_sequential"]]
     assert len(best) == 1, best
@@ -396,7 +398,7 @@ def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequen
 
 
 def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
-    case = bench_measure._derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
+    case = bench_measure.derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
     widths = bench_report.column_widths(argparse.Namespace(k=[2], fused=False, one_pass=False, graph=False),
                                         ["leapfrog"])
     heading, costs, quiet, noisy = bench_report.table_rows(case, widths)
@@ -428,7 +430,7 @@ def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exi
         assert metavar in out
     assert "SIZES" not in out and "BUCKET_MB" not in out and "BLAS_THREADS" not in out
     assert "BLAS threads per host stream, for its matrix products" in out
-    assert all(action.help for action in bench.parser()._actions), "an option without help"
+    assert all(action.help for action in bench_mlp.parser()._actions), "an option without help"
     assert re.search(r"exit status: 0 done 2 a bad option .* 130 stopped by Ctrl-C", out)
 
 
@@ -442,7 +444,7 @@ def test_version_is_the_packages(capsys):
 
 def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
-    measure, calls = bench_measure._measure_case, []
+    measure, calls = bench_measure.measure_network, []
 
     def ctrl_c_at_the_second(*args):
         calls.append(args)
@@ -450,7 +452,7 @@ def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(monkeypatch
             raise KeyboardInterrupt
         return measure(*args)
 
-    monkeypatch.setattr(bench_measure, "_measure_case", ctrl_c_at_the_second)
+    monkeypatch.setattr(bench_measure, "measure_network", ctrl_c_at_the_second)
     assert bench.main(["--backend", "numpy", "--sizes", "8,9", "--layers", "3", "--batch", "2", "--k", "2",
                        "--repeats", "1", "--warmup", "0", "--no-torch"]) == 130
     err = capsys.readouterr().err

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, progress
+from leapfrog_gpu.tools.bench import mlp as bench_mlp, progress
 
 
 class Terminal(io.StringIO):
@@ -69,10 +69,10 @@ def test_the_default_grid_is_weighed_by_its_networks_sizes():
     """A plain bar, counting networks, said 19 s left once the first of the default grid's 8 networks was
     measured (in 2.7 s, then), where well over 150 s were: the smallest network is a small part of the
     grid's work."""
-    args = bench.parser().parse_args([])
-    grid = [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
+    args = bench_mlp.parser().parse_args([])
+    grid = bench_mlp.grid(args)
     assert grid[0] == (256, 8, 1) and grid[-1] == (1024, 16, 64)
-    estimate = progress.Estimate([bench_measure.work(*network) for network in grid])
+    estimate = progress.Estimate([bench_mlp.work(network) for network in grid])
     estimate.measured(2.7)
     assert estimate.left() > 150
-    assert "several minutes on a 2-core CPU" in " ".join(bench.parser().format_help().split())
+    assert "several minutes on a 2-core CPU" in " ".join(bench_mlp.parser().format_help().split())

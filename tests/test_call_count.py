@@ -1,15 +1,21 @@
-"""``leapfrog-bench --count-calls`` (``leapfrog_gpu.tools.bench.call_count``) on the CuPy stand-in: the calls
+"""``profiling/call_count.py`` on the CuPy stand-in: the calls
 an eager step makes into CuPy equal what ``plan.py`` and the schedules enqueue, counted launch by launch
 below (``expected``), so that a change in a step's launches, events or copies fails here; the counts
 agree with the stand-in's own trace; and the counting leaves the backend and CuPy as it found them."""
 
+import io
 import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
 
 import pytest
 
-from helpers import STANDIN_ORDERS, batch, install_standin, run_bench, schedule_id
+from helpers import STANDIN_ORDERS, batch, install_standin, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, Sequential
-from leapfrog_gpu.tools.bench import command as bench, call_count
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+import call_count  # noqa: E402
 
 SIZES = [5, 7, 4, 3]  # L = 4: three layers, l = 2..4
 
@@ -115,10 +121,12 @@ def test_counting_leaves_the_backend_and_cupy_as_it_found_them(standin):
     assert dict(vars(standin.Stream)) == stream_methods and dict(vars(standin.Event)) == event_methods
 
 
-def test_bench_count_calls_prints_a_table_within_100_columns_and_writes_the_counts(standin, tmp_path):
+def test_the_script_prints_a_table_within_100_columns_and_writes_the_counts(standin, tmp_path):
     path = tmp_path / "r.json"
-    out = run_bench(["--backend", "cupy", "--sizes", "4", "--layers", "4", "--batch", "2", "--k", "2",
-                     "--repeats", "1", "--warmup", "0", "--no-torch", "--count-calls", "--json", str(path)])
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert call_count.main(["--sizes", "4", "--layers", "4", "--batch", "2", "--k", "2", "--json", str(path)]) == 0
+    out = out.getvalue()
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("host calls per eager step"))
     assert max(map(len, lines[start:])) <= 100
@@ -130,9 +138,8 @@ def test_bench_count_calls_prints_a_table_within_100_columns_and_writes_the_coun
     assert row.split()[1:] == [str(leapfrog[t]) for t in ("k", *call_count.TITLES)]
 
 
-def test_count_calls_needs_the_cupy_backend(capsys):
+def test_the_script_counts_calls_into_cupy_only(capsys):
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--backend", "numpy", "--count-calls"])
-    assert exit_.value.code == 2
-    assert "--count-calls counts calls into CuPy: it needs --backend cupy" in capsys.readouterr().err
+        call_count.main(["--backend", "numpy"])
+    assert exit_.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 

@@ -288,11 +288,11 @@ def parse_with_the_commands_parser(words):
 
         chosen = build_parser()
     else:
-        from leapfrog_gpu.tools.bench import command, dag, rnn
+        from leapfrog_gpu.tools.bench import command
 
         model = next((argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--model"), None)
         model = next((word.split("=", 1)[1] for word in argv if word.startswith("--model=")), model)
-        chosen = {"rnn": rnn, "dag": dag}.get(model, command).parser()
+        chosen = command.SUITES.get(model, command.SUITES["mlp"]).parser()
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):

@@ -30,7 +30,7 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 PACKAGE_PATH = re.compile(r"(?<![\w./-])(leapfrog_gpu(?:/[\w.]+)+)")
 """A path into the package: ``leapfrog_gpu/core/plan.py``, ``leapfrog_gpu/dag/``."""
 DOTTED = re.compile(r"(?<![\w./-])(leapfrog_gpu(?:\.[A-Za-z_]\w*)+)(?![\w-])")
-"""A dotted name in the package: ``leapfrog_gpu.tools.bench.call_count``, ``leapfrog_gpu.mlp.autotune.tune``."""
+"""A dotted name in the package: ``leapfrog_gpu.tools.bench.runner``, ``leapfrog_gpu.mlp.autotune.tune``."""
 SHIPPED = {"leapfrog_gpu/kernels": "kernels"}
 """Where a path of the installed package lies in the repository."""
 

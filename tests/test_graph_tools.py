@@ -6,7 +6,7 @@ import json
 import pytest
 
 from helpers import SMALL, assert_bitwise_equal, cli, gpu, one_error_line, parameters, render_table, run_bench
-from leapfrog_gpu.tools.bench import command as bench
+from leapfrog_gpu.tools.bench import report as bench_report
 
 
 @pytest.mark.parametrize("schedule", [["--schedule", "leapfrog"], ["--schedule", "sequential", "--fused"]])
@@ -68,7 +68,7 @@ def test_graph_verdicts_compare_with_every_baseline():
 
     records = [record("torch-autograd", False, 4.0), record("torch-cuda-graph", True, 1.2),
                record("sequential", True, 1.5), record("leapfrog", True, 1.25, k=2), record("leapfrog", True, 1.0, k=4)]
-    (line,) = bench.graph_verdicts(records).splitlines()[1:]
+    (line,) = bench_report.graph_verdicts(records).splitlines()[1:]
     assert "k=4" in line and "4.00x vs torch-autograd (target >= 3.0x)" in line
     assert "1.20x vs torch-cuda-graph (target >= 1.5x, NOT MET)" in line
     assert "1.50x vs sequential[graph] (target >= 1.3x)" in line and "2.00x the bytes floor" in line

@@ -13,11 +13,11 @@ from cuda.bindings import nvrtc
 
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_source
-from leapfrog_gpu.tools.bench import traffic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "profiling"))
 import card  # noqa: E402
+import kernel_traffic as traffic  # noqa: E402
 import kernel_model  # noqa: E402
 
 FIELDS = {"kernel", "N", "B", "bound", "predicted_us", "predicted_fraction"}

@@ -7,13 +7,17 @@ frame (local memory) in any kernel fails the check.
 """
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from cuda.bindings import nvrtc
 
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_dir, kernel_files, kernel_source
-from leapfrog_gpu.tools.bench import traffic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+import kernel_traffic as traffic  # noqa: E402
 
 ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200
 MODULES = [(filename, (*options, *launch.CUPY_OPTIONS)) for filename, options in launch.modules()]

@@ -64,6 +64,8 @@ class Schedule:
 class Sequential(Schedule):
     """Everything on the main stream, in the book's order."""
 
+    name = "sequential"  # on the command line: --schedule sequential
+
     def __init__(self, fused=False, one_pass=False):
         self.one_pass = bool(one_pass)
         super().__init__(0, bool(fused) or self.one_pass)
@@ -83,6 +85,8 @@ class Leapfrog(Schedule):
     then runs the fastest from then on, never slower than ``Sequential()`` but for noise
     (``leapfrog_gpu.core.calibrate``).
     """
+
+    name = "leapfrog"  # on the command line: --schedule leapfrog
 
     def __init__(self, k, fused=False, one_pass=False):
         self.one_pass = bool(one_pass)

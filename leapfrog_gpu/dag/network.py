@@ -52,6 +52,7 @@ class GraphNet(Network):
     NOUN = "a GraphNet"
     SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
     SOLVERS = "None (the forward node by node), ForwardJacobi() or ForwardNewton()"
+    BASELINE = Sequential  # the schedule the others are measured against
 
     def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", check_finite=False,
                  comm=None):

@@ -62,6 +62,8 @@ class LevelSets(DagSchedule):
     """Reverse generations by height: round r holds the nodes whose longest path to the output has r
     edges; D rounds."""
 
+    name = "level-sets"  # on the command line: --schedule level-sets
+
     def chain(self, plan, controls=None):
         levels = heights(plan)
         for r in range(max(levels.values()) + 1):
@@ -110,6 +112,8 @@ class DagJacobi(BlockSchedule):
     from the output are inexact, which ``stats["converged"]`` says). Holds N, e and two iterates
     (``memory_needed``), checked against ``memory_limit`` before anything is allocated."""
 
+    name = "dag-jacobi"  # on the command line: --schedule dag-jacobi
+
     INSTEAD = "Sequential(), Leapfrog(k) or LevelSets(), which hold no block matrix"
 
     def __init__(self, max_sweeps=None, k=2, fused=False, memory_limit=MEMORY_LIMIT):
@@ -145,6 +149,8 @@ class DagDoubling(BlockSchedule):
     first, the blocks laid into one (B, M, M) matrix (M the sum of the node widths), so that a round is
     three calls whatever the block pairs. ``memory_limit``: bytes its matrices and vectors may take;
     ``memory_needed`` is checked before anything is allocated."""
+
+    name = "dag-doubling"  # on the command line: --schedule dag-doubling
 
     INSTEAD = "Sequential(), Leapfrog(k), LevelSets() or DagJacobi() (about half the memory)"
 

@@ -103,6 +103,8 @@ class NaumovScan(NaumovSchedule):
         memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
     """
 
+    name = "naumov-scan"  # on the command line: --schedule naumov-scan
+
     kind = "scan"
 
     def __repr__(self):
@@ -158,6 +160,8 @@ class NaumovJacobi(NaumovSchedule):
         fused: fuse the SGD update into (7) during ``sgd_step``, as in ``Leapfrog(k, fused=True)``.
         memory_limit: bytes the buffers may take; a larger need raises a ValueError before allocating.
     """
+
+    name = "naumov-jacobi"  # on the command line: --schedule naumov-jacobi
 
     kind = "jacobi"
 

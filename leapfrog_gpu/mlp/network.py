@@ -50,6 +50,7 @@ class MLP(Layered):
     NOUN = "an MLP"
     SCHEDULES = (Sequential, Leapfrog, NaumovScan, NaumovJacobi)
     ONE_PASS = True
+    BASELINE = Sequential  # the schedule the others are measured against
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):

@@ -12,13 +12,11 @@ targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The
 (tau, B) live in a ``plan.Plan``; what every network shares is ``core.network.Network``.
 """
 
-import functools
 import math
 import numbers
 
 import numpy as np
 
-from ..backends import timing
 from ..core import parameters
 from ..core.checks import all_finite, real_array
 from ..core.functions import choose
@@ -68,6 +66,7 @@ class RNN(Layered):
     LOAD = "net.set_parameters(weights, recurrent, biases)"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
     SOLVERS = "None (the forward step by step) or a TimeNewton()"
+    BASELINE = BPTT  # the schedule the others are measured against
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
                  backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, check_finite=False,
@@ -162,32 +161,6 @@ class RNN(Layered):
         summed over the time steps and the batch, ``{l: {"w": nabla_w^l, "u": nabla_u^l, "b": nabla_b^l}}`` as
         ``parameters()`` (no ``"u"`` at the output)."""
         return super().gradients(x, y, schedule, solver=solver)
-
-    def time_backward(self, x, y, schedules, repeats=5):
-        """Median seconds of the backward pass alone on the batch under each of ``schedules`` (a dict, name
-        to schedule): one forward pass, one warm-up per schedule (it allocates), then ``repeats`` rounds
-        that run every schedule once each in turn, each round starting one schedule later
-        (``timing.measure_interleaved``). Returns, by name, ``{"median_s": ..., **stats}``, or
-        ``{"refused": why}`` for a schedule that refuses this pass (its memory check)."""
-        checked = {name: self._check_schedule(schedule) for name, schedule in schedules.items()}
-        p, _ = self._load(x, y, BPTT())
-        p.backprop(BPTT())
-        resolved = {name: resolve(schedule, p) for name, schedule in checked.items()}
-        results, timed = {}, []
-        for name, schedule in resolved.items():
-            try:
-                schedule.check(self.sizes, p.tau, p.batch, self.dtype)
-                p.run(schedule)
-            except ValueError as error:
-                results[name] = {"refused": str(error)}
-                continue
-            self.synchronize()
-            timed.append(name)
-        times = timing.measure_interleaved(self.backend, [functools.partial(p.run, resolved[name])
-                                                          for name in timed], repeats, 0, rotate=True)
-        for name, ms in zip(timed, times):
-            results[name] = {"median_s": float(np.median(ms)) / 1e3, **resolved[name].stats}
-        return {name: results[name] for name in schedules}
 
     def plan(self, tau, batch):
         """The ``plan.Plan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,

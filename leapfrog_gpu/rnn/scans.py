@@ -93,6 +93,8 @@ class TimeScan(ScanSchedule):
             says which ran).
     """
 
+    name = "timescan"  # on the command line: --schedule timescan
+
     kind = "time-scan"
 
     def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT, scan="auto"):
@@ -244,6 +246,8 @@ class NaumovRNN(ScanSchedule):
         fused: fuse the SGD update behind the gradients during ``sgd_step``.
         memory_limit: bytes the buffers may take; a larger need raises a ValueError naming the bytes needed.
     """
+
+    name = "naumov-rnn"  # on the command line: --schedule naumov-rnn
 
     kind = "naumov"
 

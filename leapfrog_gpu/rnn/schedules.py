@@ -74,6 +74,8 @@ class BPTT(RNNSchedule):
     over t. ``k`` is what ``Leapfrog(k)`` gives it: 0 for ``BPTT()``, whose gradients run on the main stream.
     """
 
+    name = "bptt"  # on the command line: --schedule bptt
+
     def __init__(self, fused=False, k=0):
         super().__init__(k, fused)
 
@@ -109,6 +111,8 @@ class Wavefront(RNNSchedule):
         k: worker streams for the gradients (0: the main stream).
         fused: fuse the SGD update behind the gradients during ``sgd_step``.
     """
+
+    name = "wavefront"  # on the command line: --schedule wavefront
 
     def __init__(self, k=2, fused=False):
         super().__init__(k, fused)

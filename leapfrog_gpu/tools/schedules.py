@@ -1,38 +1,29 @@
-"""Each network's schedules and forward solvers by name: the tables that the commands' ``--schedule`` and
-``--forward-solver`` take their names from.
+"""Each network's schedules and forward solvers by name: what the commands' ``--schedule`` and
+``--forward-solver`` take.
 
     schedule_names("rnn")                     # ('bptt', 'leapfrog', 'wavefront', 'timescan', 'naumov-rnn')
     make_schedule("dag", "level-sets", k=4)   # LevelSets(k=4)
     refusal("rnn", "sequential")              # "unknown RNN schedule 'sequential'; choose from bptt, ..."
 
-A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``, as ``--model`` names it. Its first schedule
-is its baseline, the order every other one is measured against: ``sequential`` (the MLP, the DAG) or
-``bptt`` (the RNN). Its first forward solver, ``sequential``, is the pass node by node (step by step): no
-solver.
+A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``, as ``--model`` names it. Its schedules are its
+class's ``SCHEDULES``, each by its class's ``name``, its ``BASELINE`` first (the order every other one is
+measured against, run on the main stream: it takes no ``k``); ``Sequential()``, which every network runs
+when given no schedule, is named only where it is the baseline (the RNN runs it as ``BPTT()``). Its first
+forward solver, ``sequential``, is the pass node by node (step by step): no solver.
 """
 
 import argparse
 import functools
+import inspect
 
 from ..core.schedules import Leapfrog, Sequential
 from ..dag.forward import ForwardJacobi, ForwardNewton
-from ..dag.schedules import DagDoubling, DagJacobi, LevelSets
-from ..mlp.naumov import NaumovJacobi, NaumovScan
+from ..dag.network import GraphNet
+from ..mlp.network import MLP
+from ..rnn.network import RNN
 from ..rnn.newton import TimeNewton
-from ..rnn.scans import NaumovRNN, TimeScan
-from ..rnn.schedules import BPTT, Wavefront
 
-SCHEDULES = {
-    "mlp": {"sequential": Sequential, "leapfrog": Leapfrog, "naumov-scan": NaumovScan, "naumov-jacobi": NaumovJacobi},
-    "rnn": {"bptt": BPTT, "leapfrog": Leapfrog, "wavefront": Wavefront, "timescan": TimeScan, "naumov-rnn": NaumovRNN},
-    "dag": {"sequential": Sequential, "leapfrog": Leapfrog, "level-sets": LevelSets, "dag-jacobi": DagJacobi,
-            "dag-doubling": DagDoubling},
-}
-"""The schedule classes of each network by name, its baseline first."""
-WITHOUT_K = (Sequential, BPTT)
-"""The schedules that run everything on the main stream, and take no ``k``."""
-BOUNDED = (NaumovScan, NaumovJacobi, TimeScan, NaumovRNN, DagJacobi, DagDoubling)
-"""The solvers whose buffers grow past the weights', which take a ``memory_limit`` in bytes."""
+NETWORKS = {"mlp": MLP, "rnn": RNN, "dag": GraphNet}
 NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
 SOLVERS = {
     "dag": {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton},
@@ -43,11 +34,18 @@ SOLVERS = {
 method over time (``TimeNewton``, DEER; ``quasi-newton``: its Jacobians' diagonals only)."""
 
 
+def classes(model):
+    """``model``'s schedule classes by name, its baseline first."""
+    if model not in NETWORKS:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(NETWORKS)}")
+    network = NETWORKS[model]
+    rest = [cls for cls in network.SCHEDULES if cls not in (network.BASELINE, Sequential)]
+    return {cls.name: cls for cls in [network.BASELINE, *rest]}
+
+
 def schedule_names(model):
     """The names of ``model``'s schedules, its baseline first."""
-    if model not in SCHEDULES:
-        raise ValueError(f"unknown model {model!r}; choose from {', '.join(SCHEDULES)}")
-    return tuple(SCHEDULES[model])
+    return tuple(classes(model))
 
 
 def refusal(model, name):
@@ -57,24 +55,24 @@ def refusal(model, name):
 
 
 def takes_k(model, name):
-    """Whether the schedule ``name`` of ``model`` runs gradients on ``k`` worker streams."""
-    return _class(model, name) not in WITHOUT_K
+    """Whether the schedule ``name`` of ``model`` runs gradients on ``k`` worker streams: all but the baseline."""
+    return _class(model, name) is not NETWORKS[model].BASELINE
 
 
 def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=None):
     """The schedule ``name`` of ``model``: with ``k`` worker streams where it takes them (``takes_k``),
     ``fused`` (the SGD update fused into the gradients' pass), ``one_pass`` (the MLP's sequential and
-    leapfrog only) and ``memory_limit`` (bytes, for the solvers that take one; None: their default).
-    An unknown name raises ``ValueError`` with ``refusal``'s line."""
+    leapfrog only) and ``memory_limit`` (bytes, for the solvers whose buffers grow past the weights'; None:
+    their default). An unknown name raises ``ValueError`` with ``refusal``'s line."""
     cls = _class(model, name)
     options = {"fused": fused}
     if one_pass:
         if model != "mlp" or cls not in (Sequential, Leapfrog):
             raise ValueError(f"one_pass applies to the MLP's sequential and leapfrog, not the {NAMES[model]}'s {name}")
         options["one_pass"] = True
-    if cls not in WITHOUT_K:
+    if takes_k(model, name):
         options["k"] = k
-    if memory_limit is not None and cls in BOUNDED:
+    if memory_limit is not None and "memory_limit" in inspect.signature(cls).parameters:
         options["memory_limit"] = memory_limit
     return cls(**options)
 
@@ -102,4 +100,4 @@ def _class(model, name):
     why = refusal(model, name)
     if why:
         raise ValueError(why)
-    return SCHEDULES[model][name]
+    return classes(model)[name]

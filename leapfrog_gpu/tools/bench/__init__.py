@@ -1,5 +1,5 @@
-"""``leapfrog-bench`` (``command``: the command line), with its measurements (``measure``), report
-(``report``), plot (``plot``), data-parallel part (``parallel``), the memory-traffic model (``traffic``),
-the PyTorch anchor (``torch_anchor``), the count of an eager step's calls into CuPy (``call_count``),
-and the commands of ``--model rnn`` (``rnn``) and ``--model dag`` (``dag``).
+"""``leapfrog-bench`` (``command``: the command line): one runner (``runner``: rows timed in turn,
+refusals, progress, table, JSONL and JSON) over a suite per network, ``mlp`` (its measurements
+``measure``, report ``report``, plot ``plot``, data-parallel part ``parallel`` and bytes floor
+``traffic``), ``rnn`` and ``dag``; the PyTorch anchor (``torch_anchor``) beside them.
 """

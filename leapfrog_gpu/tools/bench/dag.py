@@ -2,7 +2,7 @@
 its sequential order.
 
 For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``GraphNet``
-and ``measure`` times, all interleaved in one run after a warm-up (``timing.measure_interleaved``:
+and ``measure`` times, all interleaved in one run after a warm-up (``runner.interleaved``:
 median, p20, p80), its backward pass (``backprop``: the forward node by node, then the schedule) under
 each schedule of ``--schedule`` (by the names of ``tools.schedules``: sequential, leapfrog, level-sets,
 dag-jacobi, dag-doubling; sequential, the baseline, always), and its forward pass (``feedforward``) node
@@ -21,26 +21,21 @@ of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them in
     leapfrog-bench --model dag --backend numpy --sizes 16,64 --depths 8,32 --batch 1,8 --json dag.json
 """
 
-import argparse
-import datetime
-import json
-import os
 import sys
 
 import numpy as np
 
 from ...backends import get_backend, timing
 from ...dag.forward import ForwardJacobi, ForwardNewton, forward_counters
-from ...core.functions import DTYPES
-from ...dag.network import INPUT, GraphNet
 from ...dag.layers import Add, Concat, Dense
-from . import progress
-from .measure import machine
-from .report import NOISY, noisy, ratio, spread
-from ..cli import Parser, integer, integers, names, parse_args_on_a_backend, plural, replaced_atomically
+from ...dag.network import INPUT, GraphNet
+from ..cli import integer, integers, names
 from ..schedules import make_schedule, names_type, schedule_names
+from . import progress, runner
+from .runner import NOISY, noisy, ratio, spread
 
 PROG = "leapfrog-bench --model dag"
+RECORDS = "records"
 KINDS = {"residual": Add, "dense": Concat}
 """The DAG shapes, by the layer that joins node i - 3 into node i."""
 
@@ -52,8 +47,6 @@ HEADER = (f"  {'pass':<8} {'schedule':<14} {'median [p20-p80] ms':<23} {'speed-u
 FOOT = ("speed-up vs seq: the sequential order's median over the row's (forward: node by node); > 1: faster\n"
         f"! noisy: p80 - p20 over {NOISY:.0%} of the median; rounds: dependent steps; iters: sweeps or iterations\n"
         "flops/seq: flops over the sequential order's; mem MiB: what the solver holds")
-EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
-                 (130, "stopped by Ctrl-C; the networks measured so far are printed")]
 
 
 def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
@@ -80,12 +73,12 @@ def runs(k, memory_limit, names=schedule_names("dag")):
 
 def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
             dtype="float32", names=schedule_names("dag")):
-    """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, with
-    ``ms`` (median, p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory
-    the solver would need (``memory_limit`` in bytes)."""
+    """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, timed in
+    turn (``runner.interleaved``), with ``ms`` (median, p20, p80), ``speedup`` and ``stats`` (its numbers),
+    or ``refused`` and the memory the solver would need (``memory_limit`` in bytes)."""
     rng = np.random.default_rng(0)
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
-    records, calls, stats = [], [], {}
+    records, calls = [], {}
     with network(kind, N, D, dtype, backend) as net:
         for pass_, name, made in runs(k, memory_limit, names):
             record = {"kind": kind, "N": N, "D": net.depth, "B": B, "k": k, "dtype": dtype,
@@ -98,22 +91,21 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
             if "refused" in record:
                 record["stats"] = {"memory_bytes": needed}
             else:
-                calls.append((len(records), _call(net, pass_, made, x, y, stats, len(records))))
+                calls[len(records)] = _call(net, pass_, made, x, y)
             records.append(record)
-        times = timing.measure_interleaved(backend, [call for _, call in calls], repeats, warmup)
-        for (i, _), ms in zip(calls, times):
-            records[i]["ms"] = timing.summary(ms)
-            records[i]["stats"] = {key: value for key, value in stats[i].items()
+        for i, timed in runner.interleaved(backend, calls, repeats, warmup).items():
+            records[i]["ms"] = timing.summary(timed.pop("ms"))
+            records[i]["stats"] = {key: value for key, value in timed.items()
                                    if isinstance(value, (int, float)) and not isinstance(value, bool)}
     return with_speedups(records)
 
 
-def _call(net, pass_, made, x, y, stats, i):
-    """One pass of ``net`` by ``made``, leaving its counters in ``stats[i]``."""
+def _call(net, pass_, made, x, y):
+    """One pass of ``net`` by ``made``, returning its counters."""
     if pass_ == "backward":
         def call():
             net.backprop(x, y, made)
-            stats[i] = net.stats["backward"]
+            return dict(net.stats["backward"])
     elif made is None:
         counters = forward_counters(net, x.shape[1])
         node_by_node = {"rounds": counters["sequential_rounds"], "flops": counters["sequential_flops"],
@@ -121,11 +113,11 @@ def _call(net, pass_, made, x, y, stats, i):
 
         def call():
             net.feedforward(x)
-            stats[i] = node_by_node
+            return dict(node_by_node)
     else:
         def call():
             net.feedforward(x, solver=made)
-            stats[i] = made.stats
+            return dict(made.stats)
     return call
 
 
@@ -180,36 +172,57 @@ def table(records):
     return "\n".join(lines)
 
 
-def run(args, on_network=None):
-    """Every record of the grid of ``args`` (from ``parser``), network by network; ``on_network``, if
-    given, is called with each network's records as soon as they are measured. Unless ``--quiet``, the
-    time left goes to stderr (``progress``: each network weighed by D (D + 8) layers' work, its Jacobi
-    solvers' D sweeps among its passes), with a bar on a terminal."""
-    grid = [(kind, N, D, B) for kind in args.kind for N in args.sizes for D in args.depths for B in args.batch]
+def grid(args):
+    return [(kind, N, D, B) for kind in args.kind for N in args.sizes for D in args.depths for B in args.batch]
+
+
+def work(key):
+    """A network's weight in the time left: D (D + 8) layers' work, its Jacobi solvers' D sweeps among its passes."""
+    _, N, D, B = key
+    return D * (D + 8) * progress.layer_work(N, B)
+
+
+def title(key):
+    kind, N, D, B = key
+    return f"{kind} N={N} D={D} B={B}"
+
+
+def start(args):
+    """One backend for every network (``--blas-threads`` on numpy)."""
     options = {"mode": "threads", "blas_threads": args.blas_threads} if args.backend == "numpy" else {}
-    records = []
-    works = [D * (D + 8) * progress.layer_work(N, B) for _, N, D, B in grid]
-    with get_backend(args.backend, **options) as backend, progress.Progress(PROG, works, args.quiet) as bar:
-        for kind, N, D, B in grid:
-            bar.start(f"{kind} N={N} D={D} B={B}")
-            case = measure(kind, N, D, B, backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
-                           memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
-                           dtype=args.dtype, names=args.schedule)
-            records += case
-            if on_network is not None:
-                bar.clear()
-                on_network(case)
-            bar.done()
-    return records
+    return get_backend(args.backend, **options)
+
+
+def check(p, args):
+    return None
+
+
+def case(args, backend, key):
+    kind, N, D, B = key
+    return measure(kind, N, D, B, backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
+                   memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
+                   dtype=args.dtype, names=args.schedule)
+
+
+def about(args):
+    return {"memory_limit_mib": args.memory_limit, "max_block_depth": args.max_block_depth, "warmup": args.warmup}
+
+
+def head(args):
+    return [TITLE, HEADER]
+
+
+def rows(args, case):
+    return table(case).split("\n")[2:]
+
+
+def foot(args, backend, records, about):
+    print(FOOT)
 
 
 def parser():
     """The command line of ``leapfrog-bench --model dag``."""
-    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0], exit_statuses=EXIT_STATUSES)
-    p.add_argument("--model", choices=("dag",), default="dag", help=argparse.SUPPRESS)
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
-                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
+    p = runner.parser(PROG, __doc__.split("\n\n")[0], "dag")
     p.add_argument("--kind", type=names(KINDS, "kind"), default=["residual"], metavar="KIND[,KIND...]",
                    help=f"DAG shapes, from {', '.join(KINDS)} (default residual)")
     p.add_argument("--sizes", type=integers(1, "size"), default=[16, 64, 256], metavar="N[,N...]",
@@ -232,45 +245,9 @@ def parser():
                    help="the deepest D at which the block solvers run (default 32)")
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
                    help="numpy backend: BLAS threads (default 1)")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress bar; the table at the end rather than each network's rows as it is measured")
-    p.add_argument("--json", metavar="FILE", help="write the records to FILE")
     return p
 
 
 def main(argv=None):
     """Run ``leapfrog-bench --model dag``; return the exit status (0 done, 2 a bad option, 130 Ctrl-C)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    p = parser()
-    args = parse_args_on_a_backend(p, argv)
-    folder = os.path.dirname(os.path.abspath(args.json or "."))
-    if args.json is not None and not os.path.isdir(folder):
-        p.error(f"--json {args.json}: the folder {folder} does not exist")
-    given = [a for i, a in enumerate(argv) if a not in ("--model", "--model=dag") and argv[i - 1:i] != ["--model"]]
-    about = {"command": " ".join([p.prog, *given]),
-             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "machine": machine(args.backend), "memory_limit_mib": args.memory_limit,
-             "max_block_depth": args.max_block_depth, "warmup": args.warmup}
-    measured = []
-
-    def show(case):
-        measured.append(case)
-        if not args.quiet:
-            print(table(case).split("\n", 2)[2], flush=True)
-
-    if not args.quiet:
-        print(TITLE, HEADER, sep="\n", flush=True)
-    try:
-        records = run(args, on_network=show)
-    except KeyboardInterrupt:
-        grid = len(args.kind) * len(args.sizes) * len(args.depths) * len(args.batch)
-        print(f"{p.prog}: interrupted with {len(measured)} of {plural(grid, 'network')} measured", file=sys.stderr)
-        return 130
-    if args.quiet:
-        print(table(records))
-    print(FOOT)
-    if args.json:
-        with replaced_atomically(args.json) as tmp, open(tmp, "w", encoding="utf-8") as out:
-            out.write(json.dumps({**about, "records": records}, indent=1) + "\n")
-    return 0
-
+    return runner.main(sys.modules[__name__], argv)

@@ -1,5 +1,5 @@
-"""``leapfrog-bench``'s measurements: every configuration of a grid of networks timed in alternation,
-the anchors measured in the same run, and the ratios derived from them (``run``).
+"""``leapfrog-bench``'s measurements of one MLP: every configuration timed in alternation, the anchors
+measured in the same run (``measure_network``), and the ratios derived from them (``derive``).
 
 For every network ``[N] * L`` and batch size B, after a warm-up and over ``--repeats`` repeats
 (median, p20, p80): the SGD step and the backward pass for every schedule at every BLAS setting; the
@@ -8,9 +8,6 @@ the ops the schedules run (``ops.forward``, ``ops.backward``, ``ops.nabla_w``). 
 saving of a pass, the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1). Every
 record has its own bytes floor, that of its update (``traffic.UPDATES``), and its step's ratio to it.
 """
-
-import os
-import platform
 
 import numpy as np
 
@@ -21,41 +18,10 @@ from ...mlp.network import MLP
 from ...core.schedules import Leapfrog
 from .. import timeline
 from ..schedules import make_schedule, takes_k
-from . import progress, torch_anchor, traffic
+from . import runner, torch_anchor, traffic
 from .report import label
 
 ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
-
-
-def run(args, with_torch=True, on_network=None):
-    """Every record of the grid, in order: a list of dicts (see ``_measure_case``).
-
-    ``on_network``, if given, is called with each network's records as soon as they are measured.
-    Unless ``--quiet``, the time left goes to stderr (``progress``, each network weighed by its ``work``),
-    with a bar on a terminal.
-    """
-    settings = autotune.blas_settings(args.backend, args.blas_threads)
-    specs = configurations(args)
-    records = []
-    grid = [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
-    with get_backend(args.backend) as backend:  # before the first network, so that its time is its own
-        bandwidth = {threads: copy_bandwidth(backend, threads) for threads in settings}
-    with progress.Progress("leapfrog-bench", [work(*network) for network in grid], args.quiet) as bar:
-        for n, layers, batch in grid:
-            bar.start(f"N={n} L={layers} B={batch}")
-            sizes = [n] * layers
-            case = _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch)
-            records += _derive(case)
-            if on_network is not None:
-                bar.clear()
-                on_network(case)
-            bar.done()
-    return records
-
-
-def work(n, layers, batch):
-    """The work of the network ``[n] * layers`` at ``batch``, by which the time left weighs it: its layers'."""
-    return (layers - 1) * progress.layer_work(n, batch)
 
 
 def copy_bandwidth(backend, threads):
@@ -72,7 +38,7 @@ def configurations(args):
                                   for k in (ks if takes_k("mlp", name) else [0])]
 
 
-def _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch):
+def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch):
     """Records for every schedule at every BLAS setting (and, with ``--k auto``, the configuration
     ``autotune.tune`` picks) on one network, and ``with_torch`` PyTorch's: on the CPU in the same
     alternation (``_torch_steps``), on a GPU after ours (``_measure_torch``).
@@ -100,7 +66,7 @@ def _measure_case(args, sizes, batch, settings, specs, bandwidth, with_torch):
                 f = layer_costs(net, plan, reps, warm)
                 forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
             base[threads] = {
-                "backend": args.backend, "device": device_name(backend), "dtype": args.dtype, "N": sizes[0],
+                "backend": args.backend, "device": runner.device_name(backend), "dtype": args.dtype, "N": sizes[0],
                 "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
                 "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
                 / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]}
@@ -275,7 +241,7 @@ def _torch_record(args, sizes, batch, device, mode, threads, step, backward):
     import torch
 
     return {"backend": f"torch-{torch.__version__}",
-            "device": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(), "dtype": args.dtype,
+            "device": torch.cuda.get_device_name() if device == "cuda" else runner.cpu_name(), "dtype": args.dtype,
             "N": sizes[0], "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
             "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
             "graph": mode == "torch-cuda-graph", "step_ms": timing.summary(step),
@@ -283,7 +249,7 @@ def _torch_record(args, sizes, batch, device, mode, threads, step, backward):
             "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "copy_gbps": None}
 
 
-def _derive(case):
+def derive(case):
     """Add the model's prediction and the ratios, each against a baseline measured in this run.
 
     A graph row's ``step_speedup`` is against the graph-mode sequential step, and its
@@ -331,23 +297,3 @@ def _derive(case):
     return case
 
 
-
-def machine(backend):
-    return {"device": device_name(get_backend(backend)) if backend == "cupy" else _cpu_name(),
-            "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "numpy": np.__version__}
-
-
-def device_name(backend):
-    return backend.device_name if backend.name == "cupy" else _cpu_name()
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

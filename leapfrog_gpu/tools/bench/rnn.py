@@ -9,41 +9,39 @@ always), in two parts (``--time``):
               PyTorch's step (``step torch nn.RNN``) and, with ``--forward-solver``, the step parallel in
               time (``step timescan+NAME``: the forward pass by that solver, ``TimeNewton``, the backward
               by ``TimeScan``); speed-ups over ``step bptt``.
-``backward``  the backward pass alone (the chain and the weight gradients, ``RNN.time_backward``), a row
+``backward``  the backward pass alone (the chain and the weight gradients, ``time_backward``), a row
               NAME each, and PyTorch's ``loss.backward()``; speed-ups over ``bptt``.
 
-Each row gives the median of ``--repeats`` interleaved repeats (each row once in turn, after a warm-up
-each, timed from enqueue to ``synchronize()``), the speed-up (BPTT's median in the same run over the
-row's: > 1 is faster), the dependent rounds (a step's: its forward's plus its backward's) and the flops of
-each chain against BPTT's. A schedule whose predicted chain work exceeds ``max_gflop`` and BPTT's is
-skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is a step parallel in time whose
-one iteration would (``TimeNewton.iteration_flops``); one whose buffers exceed ``memory_limit`` is
-refused by its own check; all show as rows. PyTorch's network is the same one (tanh, L-2 layers of
-``nn.RNN``, bias_hh held at zero, a ``Linear`` output at every step, the same parameters and batch; on
-the GPU cuDNN's), stepped by ``torch.optim.SGD(foreach=True)``.
+Each row gives the median of ``--repeats`` interleaved repeats (``runner.interleaved``: each row once in turn,
+after a warm-up each, timed from enqueue to ``synchronize()``), the speed-up (BPTT's median in the same run
+over the row's: > 1 is faster), the dependent rounds (a step's: its forward's plus its backward's) and the
+flops of each chain against BPTT's. A schedule whose predicted chain work exceeds ``max_gflop`` and BPTT's is
+skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is a step parallel in time whose one
+iteration would (``TimeNewton.iteration_flops``); one whose buffers exceed ``memory_limit`` is refused by its
+own check; all show as rows. PyTorch's network is the same one (tanh, L-2 layers of ``nn.RNN``, bias_hh held
+at zero, a ``Linear`` output at every step, the same parameters and batch; on the GPU cuDNN's), stepped by
+``torch.optim.SGD(foreach=True)``.
 """
 
-import argparse
-import functools
-import json
+import contextlib
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-from ...backends import get_backend, timing
-from ...core.functions import DTYPES
-from ...rnn.network import RNN
+from ...backends import get_backend
 from ...core.checks import MEMORY_LIMIT
+from ...rnn.network import RNN
 from ...rnn.scans import TimeScan
-from ...rnn.schedules import forward_flops, resolve
-from ..cli import Parser, integer, integers, names as names_of
-from ..schedules import SCHEDULES, SOLVERS, make_schedule, make_solver, names_type, schedule_names
-from . import torch_anchor
-from .report import ratio
+from ...rnn.schedules import BPTT, forward_flops, resolve
+from ..cli import integer, integers, names as names_of
+from ..schedules import SOLVERS, make_schedule, make_solver, names_type, schedule_names
+from . import progress, runner, torch_anchor
+from .runner import ratio
 
+PROG = "leapfrog-bench --model rnn"
+RECORDS = "rows"
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
 HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<26} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
@@ -136,36 +134,36 @@ def step_name(name):
     timescan+NAME`` for the forward solver ``NAME`` of ``SOLVERS["rnn"]``."""
     if name == "sequential":
         name = "bptt"
-    return f"{STEP}{name}" if name in SCHEDULES["rnn"] or name == TORCH else f"{STEP}timescan+{name}"
+    return f"{STEP}{name}" if name in schedule_names("rnn") or name == TORCH else f"{STEP}timescan+{name}"
 
 
-def interleaved(backend, calls, repeats):
-    """Median seconds of each of ``calls`` (row name -> a callable that runs one repeat and returns a dict
-    of what to report with it) on ``backend``: one warm-up each, then ``repeats`` rounds that run every call
-    once in turn, each round starting one call later (``timing.measure_interleaved``). A call whose warm-up
-    raises ``ValueError`` (a memory check) gives ``{"refused": why}``."""
-    results, reported = {}, {}
-    for row, call in calls.items():
-        try:
-            reported[row] = call()
-        except ValueError as error:
-            results[row] = {"refused": str(error)}
-    rows = list(reported)
+def time_backward(net, x, y, schedules, repeats=5):
+    """Median seconds of the backward pass alone of ``net`` (an ``RNN``) on the batch under each of
+    ``schedules`` (name -> schedule), after one forward pass, timed in turn (``runner.interleaved``). Returns,
+    by name, ``{"median_s", **stats}``, or ``{"refused": why}`` for a schedule that refuses this pass (its
+    memory check)."""
+    net.backprop(x, y, BPTT())
+    p = net.plan(x.shape[0], x.shape[2])
 
-    def timed(row):
-        reported[row] = calls[row]()
+    def backward(schedule):
+        schedule = resolve(schedule, p)
+        schedule.check(net.sizes, p.tau, p.batch, net.dtype)
+        return dict(p.run(schedule))
 
-    times = timing.measure_interleaved(backend, [functools.partial(timed, row) for row in rows], repeats, 0,
-                                       rotate=True)
-    for row, ms in zip(rows, times):
-        results[row] = {**(reported[row] or {}), "median_s": float(np.median(ms)) / 1e3}
-    return results
+    calls = {name: lambda s=schedule: backward(s) for name, schedule in schedules.items()}
+    return _seconds(runner.interleaved(net.backend, calls, repeats))
+
+
+def _seconds(timed):
+    """``runner.interleaved``'s rows with ``median_s`` in place of the times in ms."""
+    return {row: {"median_s": float(np.median(r.pop("ms"))) / 1e3, **r} if "ms" in r else r
+            for row, r in timed.items()}
 
 
 def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=None):
     """Median seconds of the SGD step under each of ``schedules`` (name -> schedule), of the step parallel
     in time with each of ``solvers`` (names) and of ``anchor``'s (a ``TorchRNN``), interleaved
-    (``interleaved``), by row name (``step_name``): ``{"median_s", "rounds", "flops", "sequential_flops"}``
+    (``runner.interleaved``), by row name (``step_name``): ``{"median_s", "rounds", "flops", "sequential_flops"}``
     (of the forward pass and the backward chain; BPTT's flops), ``{"median_s"}`` for PyTorch's, or
     ``{"refused": why}``."""
     steps = {step_name(name): (schedule, None) for name, schedule in schedules.items()}
@@ -182,10 +180,10 @@ def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=N
         return {"rounds": forward["rounds"] + net.stats["rounds"], "flops": forward["flops"] + net.stats["flops"],
                 "sequential_flops": sequential["flops"] + net.stats["sequential_flops"]}
 
-    calls = {row: functools.partial(step, *pair) for row, pair in steps.items()}
+    calls = {row: lambda pair=pair: step(*pair) for row, pair in steps.items()}
     if anchor is not None:
         calls[step_name(TORCH)] = anchor.step
-    return interleaved(net.backend, calls, repeats)
+    return _seconds(runner.interleaved(net.backend, calls, repeats))
 
 
 def _host(arrays):
@@ -231,7 +229,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
             where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
             anchor = TorchRNN(torch, net, x, y, where)
         if "backward" in parts:
-            results.update(net.time_backward(x, y, chosen, repeats=repeats))
+            results.update(time_backward(net, x, y, chosen, repeats=repeats))
             if anchor is not None:
                 results[TORCH] = {"median_s": anchor.backward_s(repeats)}
         if "step" in parts:
@@ -265,25 +263,62 @@ def format_row(row):
     return f"{head} {row['median_s'] * 1e3:>10.3f} {ratio(row['speedup']):>16} {row.get('rounds', ''):>7} {flops}"
 
 
-def run(grid, report=print, **options):
-    """Measure every (N, tau, B) of ``grid`` (an iterable of triples), printing each row as it comes."""
-    for line in table_head():
-        report(line)
-    rows = []
-    for N, tau, B in grid:
-        for row in measure(N, tau, B, **options):
-            report(format_row(row))
-            rows.append(row)
-    return rows
+def grid(args):
+    return [(N, tau, B) for N in args.sizes for tau in args.tau for B in args.batch]
+
+
+def work(key):
+    """A network's weight in the time left: its layers' work at every time step."""
+    N, tau, B = key
+    return tau * progress.layer_work(N, B)
+
+
+def title(key):
+    return "N={} tau={} B={}".format(*key)
+
+
+def check(p, args):
+    return None
+
+
+def about(args):
+    return {"layers": args.layers, "k": args.k, "max_gflop": args.max_gflop}
+
+
+@contextlib.contextmanager
+def start(args):
+    """PyTorch, at ``--blas-threads`` intra-op threads, unless skipped: None then."""
+    torch = None
+    if torch_anchor.skipped(args.no_torch) is None:
+        import torch
+
+        torch.set_num_threads(args.blas_threads)
+    yield torch
+
+
+def case(args, torch, key):
+    return measure(*key, L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype, backend=args.backend,
+                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads, names=args.schedule,
+                   solvers=args.forward_solver, parts=args.time)
+
+
+def head(args):
+    return table_head()
+
+
+def rows(args, case):
+    return [format_row(row) for row in case]
+
+
+def foot(args, torch, records, about):
+    note = torch_anchor.skipped(args.no_torch)
+    if note:
+        print(note)
 
 
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
-    p = Parser(prog="leapfrog-bench --model rnn", description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("rnn",), default="rnn", help=argparse.SUPPRESS)
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
-                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
+    p = runner.parser(PROG, __doc__.splitlines()[0], "rnn")
     p.add_argument("--sizes", type=integers(1, "size"), default=[8, 32, 128], metavar="N[,N...]",
                    help="widths N of RNN([N] * L) (default 8,32,128)")
     p.add_argument("--layers", type=integer(3, "--layers"), default=4, metavar="L", help="depth L (default 4)")
@@ -311,31 +346,9 @@ def parser():
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
                    help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch's nn.RNN")
-    p.add_argument("--json", metavar="FILE", help="write the rows to FILE")
     return p
 
 
 def main(argv=None):
     """Run ``leapfrog-bench --model rnn``; return the exit status (0 done, 2 a bad option, 130 Ctrl-C)."""
-    args = parser().parse_args(argv)
-    torch, torch_note = None, torch_anchor.skipped(args.no_torch)
-    if torch_note is None:
-        import torch
-
-        torch.set_num_threads(args.blas_threads)
-    grid = [(N, tau, B) for N in args.sizes for tau in args.tau for B in args.batch]
-    try:
-        rows = run(grid, L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype, backend=args.backend,
-                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads, names=args.schedule,
-                   solvers=args.forward_solver, parts=args.time)
-    except KeyboardInterrupt:
-        print("leapfrog-bench --model rnn: interrupted (SIGINT)", file=sys.stderr)
-        return 130
-    except RuntimeError as error:  # backend 'cupy' without a usable GPU
-        print(f"leapfrog-bench --model rnn: error: {error}", file=sys.stderr)
-        return 2
-    if torch_note:
-        print(torch_note)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"argv": sys.argv if argv is None else argv, "rows": rows}, indent=1))
-    return 0
+    return runner.main(sys.modules[__name__], argv)

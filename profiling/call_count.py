@@ -1,4 +1,7 @@
-"""Host calls per eager step on the CuPy backend: what ``leapfrog-bench --count-calls`` prints.
+"""Host calls per eager step on the CuPy backend, counted for each configuration of a grid of MLPs.
+
+    PYTHONPATH=tests/standin:tests python profiling/call_count.py --sizes 16 --layers 32 --batch 32 --k 2 \\
+        --json profiling/results/call_count_standin.json
 
 An eager step costs the host one Python call into CuPy for every matmul, kernel and event it enqueues;
 with L = 32 that count, not the GPU, can bound the step. ``count_step`` runs one step (after a step
@@ -21,15 +24,19 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import sys
 
 import numpy as np
 
-from ...backends import get_backend
-from ...backends.ops_cuda import CudaOps
-from ...mlp.network import MLP
-from ..schedules import make_schedule
-from .measure import ETA, configurations
-from .report import label
+from leapfrog_gpu.backends import get_backend
+from leapfrog_gpu.backends.ops_cuda import CudaOps
+from leapfrog_gpu.mlp.network import MLP
+from leapfrog_gpu.tools.bench import runner
+from leapfrog_gpu.tools.bench.measure import ETA, configurations
+from leapfrog_gpu.tools.bench.mlp import DEFAULT_SCHEDULES, k_list
+from leapfrog_gpu.tools.bench.report import label
+from leapfrog_gpu.tools.cli import Parser, fitted, integers, parse_args_on_a_backend
+from leapfrog_gpu.tools.schedules import make_schedule, names_type
 
 KINDS = ("matmul", "kernel", "fill", "copy", "record", "wait", "sync", "other", "enter")
 """What is counted: cuBLAS matmuls, raw kernel launches, fills (``set_element``), copies in (``copy_in``),
@@ -160,8 +167,8 @@ def count_step(net, x, y, schedule, eta=ETA):
 
 
 def measure(args):
-    """One record per network of the bench's grid and eager configuration (``bench_measure.configurations``),
-    with ``args.fused``, on a CuPy backend: the configuration and its ``Counts.as_dict()``."""
+    """One record per network of the grid and eager configuration (``leapfrog-bench``'s: its
+    ``configurations``), with ``args.fused``, on a CuPy backend: the configuration and its ``Counts.as_dict()``."""
     rng = np.random.default_rng(0)
     records = []
     with get_backend("cupy") as backend:
@@ -196,3 +203,34 @@ def table(records):
 TABLE_FOOT = ("calls: into CuPy, every kind but enter; matmul: cuBLAS; kernel: raw kernel launches; fill: set_element; "
               "copy: copy_in; record, wait: events on streams; sync: the host waits on an event; other: other cupy "
               "functions; enter: with stream")
+
+
+def parser():
+    p = Parser(prog="python profiling/call_count.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("cupy",), default="cupy", help="the calls counted are CuPy's")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(default float32)")
+    p.add_argument("--sizes", type=integers(1, "size"), default=[16], metavar="N[,N...]", help="(default 16)")
+    p.add_argument("--layers", type=integers(2, "layer count"), default=[32], metavar="L[,L...]", help="(default 32)")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=[32], metavar="B[,B...]", help="(default 32)")
+    p.add_argument("--k", type=k_list, default=[2], metavar="K[,K...]", help="worker streams (default 2)")
+    p.add_argument("--schedule", type=names_type("mlp"), default=DEFAULT_SCHEDULES, metavar="NAME[,NAME...]",
+                   help="schedules by name; sequential is always counted")
+    p.add_argument("--activation", default="sigmoid", help="(default sigmoid)")
+    p.add_argument("--fused", action="store_true", help="every schedule fuses the SGD update into (7)")
+    p.add_argument("--json", metavar="FILE", help="write the counts to FILE, under \"call_counts\"")
+    return p
+
+
+def main(argv=None):
+    """Count, print the table (within 100 columns), write ``--json``; the exit status (2: no usable CuPy)."""
+    args = parse_args_on_a_backend(parser(), argv)
+    counts = measure(args)
+    print("\n".join(fitted(line) for line in table(counts).splitlines()))
+    if args.json:
+        runner.write_json(args.json, {"command": " ".join(["python profiling/call_count.py", *(argv or sys.argv[1:])]),
+                                      "machine": runner.machine("cupy"), "call_counts": counts})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

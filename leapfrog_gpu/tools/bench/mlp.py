@@ -1,0 +1,239 @@
+"""leapfrog-bench: the training step and the backward pass under each schedule, against the model.
+
+For every network ``[N] * L`` and batch size B it measures (``bench_measure``), after a warm-up and
+over ``--repeats`` repeats (median, p20, p80; the configurations take turns, so that load drifting
+during the run shifts them alike): the SGD step and the backward pass for every schedule; the forward
+pass; and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own. Beside the
+measured saving of a pass it prints the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3
+(docs/design.md §1), in a table of at most 100 columns that marks noisy timings (``bench_report``).
+
+Anchors measured in the same run: the best sequential configuration (on the CPU, the fastest BLAS
+setting, all cores included, on one stream), PyTorch eager autograd when ``torch`` imports (at each
+thread count, as ours), and the memory-traffic floor (``traffic.step_bytes`` over a measured copy
+bandwidth).
+
+Each network's rows are printed as soon as it is measured, with a progress bar on stderr (on a
+terminal); ``--quiet`` prints the whole table at the end instead, and nothing on stderr.
+
+``--graph`` adds, beside every configuration, its step in graph mode (``sgd_step(..., graph=True)``,
+captured before the timing starts), and on a GPU PyTorch's step captured as a CUDA graph; it then
+prints the graph-mode ratios of the project's GPU targets (``bench_report.graph_verdicts``).
+
+    leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
+    leapfrog-bench --backend cupy --sizes 1024 --layers 32 --batch 32 --k 1,2,4 --graph
+
+``--timeline FILE.png`` (one network): once it is measured, each eager configuration runs ``--repeats``
+more steps with every launch stamped (``leapfrog_gpu.tools.timeline``), interleaved with as many plain
+steps, so that the timeline's own cost is measured in the same run; it prints each stream's busy time
+and the share of worker time that overlaps the main stream, and writes the Gantt chart and FILE.json.
+A graph step is one launch, so graph rows have no timeline. ``--jsonl FILE`` appends one JSON line
+per configuration as soon as its network is measured (after a line with the command and machine), so
+that a run killed part-way keeps what it measured. Under ``mpiexec -n P`` it measures what the sums
+across ranks cost a step instead (``bench_parallel``).
+
+This module is the MLP's suite of ``runner``: its options, its grid and what its networks share; the
+measurements are ``measure``'s, the table and verdicts ``report``'s.
+"""
+
+import argparse
+import contextlib
+import datetime
+import os
+import sys
+import textwrap
+
+from ...backends import get_backend
+from ...core.functions import ACTIVATIONS
+from ...mlp import autotune
+from ...parallel import comm as parallel
+from .. import timeline
+from ..cli import fitted, integer, integers, pip_install, png_refusal, reals
+from ..schedules import make_schedule, names_type, schedule_names, takes_k
+from . import measure, parallel as bench_parallel, progress, runner, torch_anchor
+from .measure import ETA, configurations, copy_bandwidth, stamped_steps
+from .report import column_widths, floor_verdicts, graph_verdicts, table_foot, table_head, table_rows
+from .report import timeline_lines, verdicts
+
+PROG = "leapfrog-bench"
+RECORDS = "records"
+DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
+
+
+def k_list(text):
+    ks = []
+    for part in text.split(","):
+        if part == "auto":
+            ks.append(part)
+            continue
+        try:
+            k = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}") from None
+        if k < 1:
+            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}")
+        ks.append(k)
+    return ks
+
+
+DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] * 16 at B = 64: several minutes "
+            "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
+            "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")
+"""What ``--help`` says of the time a run takes."""
+
+MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
+              "dag: a GraphNet's forward solvers and backward schedules against its sequential order; each with "
+              "options of its own (leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
+
+
+def parser():
+    description = "\n\n".join([__doc__.split("\n\n")[0], textwrap.fill(DURATION, 79)])
+    p = runner.parser(PROG, description, "mlp", MODEL_HELP)
+    p.add_argument("--sizes", type=integers(1, "size"), default=[256, 1024], metavar="N[,N...]",
+                   help="widths N, each network [N] * L (default 256,1024)")
+    p.add_argument("--layers", type=integers(2, "layer count"), default=[8, 16], metavar="L[,L...]",
+                   help="layers L, the input layer included (default 8,16)")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
+                   help="batch sizes B (default 1,64)")
+    p.add_argument("--k", type=k_list, default=[1, 2, 4], metavar="K[,K...]",
+                   help="worker streams, and 'auto': the configuration autotune picks (default 1,2,4)")
+    p.add_argument("--schedule", type=names_type("mlp"), default=DEFAULT_SCHEDULES, metavar="NAME[,NAME...]",
+                   help=f"schedules by name, from {', '.join(schedule_names('mlp'))}; sequential is always measured "
+                        f"(default {','.join(DEFAULT_SCHEDULES)})")
+    p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
+                   help="numpy backend: BLAS threads per host stream, for its matrix products; each count given is "
+                        f"measured (default 1 and all cores, {os.cpu_count()} here)")
+    p.add_argument("--fused", action="store_true",
+                   help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
+    p.add_argument("--one-pass", action="store_true",
+                   help="also time each sequential and leapfrog step with the one-pass backward (one_pass=True)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="also time PyTorch's step through torch.compile (its first steps compile: slow)")
+    p.add_argument("--graph", action="store_true",
+                   help="also time each step as a graph (sgd_step(graph=True)), and PyTorch's as a CUDA graph on a GPU")
+    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid",
+                   help="every layer's, and the PyTorch anchor's (default sigmoid)")
+    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N",
+                   help="timed repeats of each configuration (default 20)")
+    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N",
+                   help="untimed runs first (default 2)")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
+    p.add_argument("--bucket-mb", type=reals(0, "bucket size"), default=None, metavar="MB[,MB...]",
+                   help="under mpiexec: bucket sizes in MB to measure (default 0: one sum per layer)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="plot the speed-up of a pass against k, measured and predicted, with the run's backend, "
+                        "machine and date, and say where it was written (needs matplotlib)")
+    p.add_argument("--timeline", metavar="FILE.png",
+                   help="stamp every launch of a few steps per configuration (one network only): busy time per "
+                        "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib)")
+    return p
+
+
+def check(p, args):
+    """The options that do not go together; under mpiexec, the run of ``bench_parallel``: its status."""
+    if args.backend == "cupy" and args.blas_threads is not None:
+        p.error("--blas-threads applies to the numpy backend only")
+    for option, beside in (("plot", ""), ("timeline", " (its intervals go beside it, in .json)")):
+        refusal = getattr(args, option) is not None and png_refusal(f"--{option}", getattr(args, option), beside)
+        if refusal:
+            p.error(refusal)
+    if args.timeline is not None and len(grid(args)) > 1:
+        p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
+    for option in ("plot", "timeline"):
+        if getattr(args, option) is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                p.error(f"--{option} needs matplotlib: {pip_install('plot')}")
+    comm = parallel.world(PROG)
+    comm.use_own_device(args.backend)
+    if comm.size > 1:  # under mpiexec: what the sums across ranks cost a step
+        return _main_parallel(p, args, comm)
+    if args.bucket_mb is not None:
+        p.error("--bucket-mb applies under mpiexec -n P with P > 1 only")
+    return None
+
+
+def about(args):
+    return {"torch_note": torch_anchor.skipped(args.no_torch)}
+
+
+def grid(args):
+    return [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
+
+
+def work(key):
+    """The work of the network ``[n] * layers`` at ``batch``, by which the time left weighs it: its layers'."""
+    n, layers, batch = key
+    return (layers - 1) * progress.layer_work(n, batch)
+
+
+def title(key):
+    return "N={} L={} B={}".format(*key)
+
+
+@contextlib.contextmanager
+def start(args):
+    """What the networks share: the BLAS settings, the copy bandwidth at each (measured before the first
+    network, so that its time is its own), the table's widths and the timeline's panels."""
+    settings = autotune.blas_settings(args.backend, args.blas_threads)
+    with get_backend(args.backend) as backend:
+        bandwidth = {threads: copy_bandwidth(backend, threads) for threads in settings}
+    yield {"settings": settings, "bandwidth": bandwidth, "panels": []}
+
+
+def case(args, state, key):
+    """One network's records (``measure.measure_network``, ``measure.derive``), its timeline stamped with
+    ``--timeline``."""
+    n, layers, batch = key
+    records = measure.derive(measure.measure_network(args, [n] * layers, batch, state["settings"], configurations(args),
+                                                     state["bandwidth"], torch_anchor.skipped(args.no_torch) is None))
+    if args.timeline:
+        state["panels"].extend(stamped_steps(args, records))
+    return records
+
+
+def head(args):
+    return table_head(column_widths(args, args.schedule), args.graph)
+
+
+def rows(args, case):
+    return table_rows(case, column_widths(args, args.schedule), args.graph)
+
+
+def foot(args, state, records, about):
+    """The legend, the PyTorch note, the verdicts; the timeline's chart and the plot."""
+    print(table_foot(args.graph))
+    lines = [about["torch_note"], verdicts(records), args.graph and graph_verdicts(records),
+             args.one_pass and floor_verdicts(records)]
+    if args.timeline:
+        first = records[0]
+        timeline.save(args.timeline, state["panels"], about, f"{PROG}: MLP [{first['N']}] * {first['L']}, batch "
+                                                            f"{first['B']}, {args.activation}, {args.dtype}, "
+                                                            f"{args.backend}; a panel per schedule")
+        lines.append(timeline_lines(records, args.timeline))
+    print(*(fitted(line) for text in lines if text for line in text.splitlines()), sep="\n")
+    if args.plot:
+        from .plot import plot
+
+        plot(records, args.plot, about)
+        print(f"plot: {args.plot} (the speed-up of a pass against k, measured and as the model predicts)")
+
+
+def _main_parallel(p, args, comm):
+    """``leapfrog-bench`` under ``mpiexec -n P`` (``bench_parallel``): every rank measures, rank 0 reports."""
+    for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--one-pass", args.one_pass),
+                          ("--k auto", "auto" in args.k), ("--graph", args.graph), ("--timeline", args.timeline),
+                          ("--jsonl", args.jsonl)):
+        if given:
+            p.error(f"{option} does not apply under mpiexec")
+    specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
+                                   for k in (args.k if takes_k("mlp", name) else [0])]
+    records = bench_parallel.run(args, comm, [(name, k, make_schedule("mlp", name, k)) for name, k in specs], ETA)
+    if comm.rank == 0:
+        print(bench_parallel.table(records))
+        report = {"command": f"mpiexec -n {comm.size} {PROG} {' '.join(sys.argv[1:])}",
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "machine": runner.machine(args.backend), "records": records}
+        if args.json:
+            runner.write_json(args.json, report)
+    return 0

@@ -1,0 +1,191 @@
+"""What every ``leapfrog-bench`` suite shares: the rows timed in turn with refusals recorded
+(``interleaved``), the run over a grid of networks with its progress, table, JSONL and JSON (``main``),
+the machine it ran on, and the table's cell formats.
+
+A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particular to its network:
+
+``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
+``parser()``                      its options (``--json``, ``--quiet`` and ``--jsonl`` among them)
+``check(p, args)``                more checks of the options (``p.error``), or what to run instead: a status
+``about(args)``                   what the JSON's header records beside the command, date and machine
+``grid(args)``                    its networks; ``work(key)`` and ``title(key)``: their weight and name
+``start(args)``                   a context manager yielding ``state``, what the networks share
+``case(args, state, key)``        one network's records (dicts)
+``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)``: its lines
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+
+import numpy as np
+
+from ...backends import get_backend, timing
+from ...core.functions import DTYPES
+from ..cli import Parser, parse_args_on_a_backend, plural, replaced_atomically
+from . import progress
+
+NOISY = 0.25
+"""A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
+then say little (a quieter machine or more ``--repeats`` would)."""
+
+EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
+                 (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given")]
+"""What a command's exit status means, as ``--help`` lists it."""
+
+
+def interleaved(backend, calls, repeats, warmup=1):
+    """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report with it, or
+    None) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that run
+    every call once in turn, each round starting one call later (``timing.measure_interleaved`` with
+    ``rotate``). A call whose first run raises ``ValueError`` (a memory check) is refused. Returns, in the
+    order of ``calls``, row -> ``{"ms": times in ms (repeats,), **reported}`` or ``{"refused": why}``."""
+    results, reported = {}, {}
+    for row, call in calls.items():
+        try:
+            reported[row] = call()
+        except ValueError as error:
+            results[row] = {"refused": str(error)}
+    timed = list(reported)
+
+    def run(row):
+        reported[row] = calls[row]()
+
+    times = timing.measure_interleaved(backend, [lambda row=row: run(row) for row in timed], repeats,
+                                       max(warmup, 1) - 1, rotate=True) if timed else []
+    for row, ms in zip(timed, times):
+        results[row] = {"ms": ms, **(reported[row] or {})}
+    return {row: results[row] for row in calls}
+
+
+def main(suite, argv=None):
+    """Run ``suite`` over its grid: each network's rows printed as soon as it is measured (unless
+    ``--quiet``: then the table at the end) and appended to ``--jsonl``, the time left on stderr, the
+    records to ``--json``. Returns the exit status: 0 done, 2 a bad option, 130 stopped by Ctrl-C."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = suite.parser()
+    args = parse_args_on_a_backend(p, argv)
+    for option in ("json", "jsonl", "plot", "timeline"):
+        path = getattr(args, option, None)
+        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
+    status = suite.check(p, args)
+    if status is not None:
+        return status
+    given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
+    about = {"command": " ".join([suite.PROG, *given]),
+             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "machine": machine(args.backend), **suite.about(args)}
+    grid, networks = suite.grid(args), []
+    if args.jsonl:
+        append_lines(args.jsonl, [about])
+    if not args.quiet:
+        print(*suite.head(args), sep="\n", flush=True)
+    try:
+        with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, grid), args.quiet) as bar:
+            for key in grid:
+                bar.start(suite.title(key))
+                case = suite.case(args, state, key)
+                networks.append(case)
+                bar.clear()
+                if not args.quiet:
+                    print(*suite.rows(args, case), sep="\n", flush=True)
+                if args.jsonl:
+                    append_lines(args.jsonl, case)
+                bar.done()
+            records = [r for case in networks for r in case]
+            if args.quiet:
+                print(*suite.head(args), *(line for case in networks for line in suite.rows(args, case)), sep="\n")
+            suite.foot(args, state, records, about)
+    except KeyboardInterrupt:
+        kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
+        print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(grid), 'network')} measured{kept}",
+              file=sys.stderr)
+        return 130
+    if args.json:
+        write_json(args.json, {**about, suite.RECORDS: records})
+    return 0
+
+
+def parser(prog, description, model, model_help=None):
+    """A suite's command line with the options every suite takes: ``--model`` (hidden but for
+    ``model_help``), ``--backend``, ``--dtype``, ``--quiet``, ``--json`` and ``--jsonl``."""
+    p = Parser(prog=prog, description=description, exit_statuses=EXIT_STATUSES)
+    p.add_argument("--model", choices=("mlp", "rnn", "dag") if model_help else (model,), default=model,
+                   help=model_help or argparse.SUPPRESS)
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
+                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar; the table at the end rather than each network's rows as it is measured")
+    p.add_argument("--json", metavar="FILE", help="write the records to FILE")
+    p.add_argument("--jsonl", metavar="FILE", help="append one JSON line per row to FILE as its network is measured, "
+                                                   "after a line with the command and machine")
+    return p
+
+
+def append_lines(path, records):
+    """Append each record to ``path`` as one JSON line, flushed at once."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.writelines(json.dumps(r, default=_plain) + "\n" for r in records)
+
+
+def write_json(path, report):
+    """Write ``report`` to ``path`` through a temporary file, so a failed run leaves no half a file."""
+    with replaced_atomically(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.write(json.dumps(report, indent=1, default=_plain) + "\n")
+
+
+def _plain(value):
+    """What ``json`` cannot write of a record: a NumPy number or array, as Python's."""
+    return value.tolist() if isinstance(value, (np.ndarray, np.generic)) else str(value)
+
+
+def machine(backend):
+    """Where the run measures: the device (or CPU), its cores, the platform, Python and NumPy."""
+    return {"device": device_name(get_backend(backend)) if backend == "cupy" else cpu_name(),
+            "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "numpy": np.__version__}
+
+
+def device_name(backend):
+    return backend.device_name if backend.name == "cupy" else cpu_name()
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def ms(value):
+    """A time in ms in at most 6 characters, to 4 significant digits from 0.001 up to 9999."""
+    return f"{value:.{3 if value < 10 else 2 if value < 100 else 1 if value < 1000 else 0}f}"
+
+
+def spread(stats):
+    """``median [p20-p80]`` of a timing summary."""
+    return "-" if stats is None else f"{ms(stats['median'])} [{ms(stats['p20'])}-{ms(stats['p80'])}]"
+
+
+def median(stats):
+    """A timing's median, marked ``!`` when it is noisy."""
+    return "-" if stats is None else ms(stats["median"]) + ("!" if noisy(stats) else "")
+
+
+def noisy(stats):
+    """Whether a timing summary's p20-p80 range exceeds ``NOISY`` times its median."""
+    return stats is not None and stats["p80"] - stats["p20"] > NOISY * stats["median"]
+
+
+def ratio(value, times="x"):
+    """A speed-up to 2 decimals (``1.25x``), below 0.1 to 2 significant digits (``0.0072x``)."""
+    return "-" if value is None else (f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}") + times

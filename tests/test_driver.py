@@ -1,0 +1,168 @@
+"""The one backward driver and the one step (docs/design.md §2): the same rooms for the three networks,
+gradients shaped as their parameters and equal to the float64 references, refusals by name."""
+
+import ast
+import inspect
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import batch
+from leapfrog_gpu import MLP, RNN, GraphNet, Leapfrog, Sequential, reference
+from leapfrog_gpu.core import network as core_network
+from leapfrog_gpu.core import plan as core_plan
+from leapfrog_gpu.dag import Concat, Dense
+from leapfrog_gpu.rnn import reference as reference_rnn
+
+PACKAGE = Path(core_network.__file__).resolve().parent.parent
+SIZES = [4, 6, 5, 3]
+
+
+def make(kind, dtype="float64"):
+    """One network of each kind, on host streams in serial mode (the walk is then one thread's calls)."""
+    if kind == "MLP":
+        return MLP(SIZES, dtype=dtype, backend="numpy", seed=1)
+    if kind == "RNN":
+        return RNN(SIZES, dtype=dtype, backend="numpy", seed=1)
+    nodes = [("h", Dense(6, "sigmoid"), "x"), ("g", Dense(5, "tanh"), "h"), ("c", Concat(), ["g", "h"]),
+             ("out", Dense(3, "sigmoid"), "c")]
+    return GraphNet(4, nodes, dtype=dtype, backend="numpy", seed=1)
+
+
+def data(net, B=3, seed=0):
+    x, y = batch(SIZES, B, seed=seed)
+    if isinstance(net, RNN):
+        rng = np.random.default_rng(seed)
+        return rng.standard_normal((5, SIZES[0], B)), y
+    return x, y
+
+
+NETWORKS = ["MLP", "RNN", "GraphNet"]
+
+
+def room(filename):
+    """The room of the package a function is written in: the network base, the network's plan, the core
+    driver, the backend; None for any other."""
+    path = Path(filename).resolve()
+    if PACKAGE not in path.parents:
+        return None
+    part = path.relative_to(PACKAGE).as_posix()
+    if part == "core/network.py":
+        return "network base"
+    if part in ("core/plan.py", "mlp/plan.py", "rnn/plan.py", "dag/plan.py"):
+        return "the network's plan"
+    if part == "core/driver.py":
+        return "core driver"
+    if part.startswith("backends/"):
+        return "backend"
+    return None
+
+
+def walk(net, x, y):
+    """The rooms of ``sgd_step(x, y, eta, Leapfrog(2))`` in the order they are first entered."""
+    entered = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            where = room(frame.f_code.co_filename)
+            if where is not None and where not in entered:
+                entered.append(where)
+
+    sys.setprofile(profile)
+    try:
+        net.sgd_step(x, y, 0.1, Leapfrog(2))
+    finally:
+        sys.setprofile(None)
+    net.synchronize()
+    return entered
+
+
+@pytest.mark.parametrize("kind", NETWORKS)
+def test_a_step_walks_the_same_rooms_on_every_network(kind):
+    with make(kind) as net:
+        x, y = data(net)
+        net.sgd_step(x, y, 0.1, Leapfrog(2))  # the plan made, its first step run
+        net.synchronize()
+        assert walk(net, x, y) == ["network base", "backend", "the network's plan", "core driver"]
+
+
+def test_no_network_runs_the_hand_off_or_defines_a_step_of_its_own():
+    """The hand-off's mark, off and join() are called by core.driver alone (a string's join takes an
+    argument); no network or plan class defines sgd_step; the three networks' sgd_step is the one signature."""
+    for package in ("mlp", "rnn", "dag"):
+        for path in (PACKAGE / package).glob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            calls = {node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call)
+                     and isinstance(node.func, ast.Attribute) and (node.func.attr != "join" or not node.args)}
+            names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+            assert not calls & {"mark", "off", "join", "handoff"} and "Handoff" not in names, path
+            defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+            assert "sgd_step" not in defined, path
+    want = inspect.signature(core_network.Network.sgd_step)
+    assert str(want) == "(self, x, y, eta, schedule=None, *, graph=False, solver=None)"
+    for cls in (MLP, RNN, GraphNet):
+        assert inspect.signature(cls.sgd_step) == want
+
+
+def reference_gradients(net, x, y):
+    """``{unit: {name: array}}`` in float64 from the plain references (the GraphNet's from the chain rule
+    written here: out reads [g; h], g reads h)."""
+    if isinstance(net, MLP):
+        nabla_b, nabla_w = reference.backprop(net.weights, net.biases, x, y, net.activation, net.cost,
+                                              net.output_activation)
+        return {l: {"w": w, "b": b} for l, w, b in zip(net.layer_numbers, nabla_w, nabla_b)}
+    if isinstance(net, RNN):
+        nabla_b, nabla_w, nabla_u = reference_rnn.backprop(net.weights, net.recurrent, net.biases, x, y,
+                                                           net.activation, net.cost, net.output_activation,
+                                                           net.output)
+        grads = {l: {"w": w, "b": b} for l, w, b in zip(net.layer_numbers, nabla_w, nabla_b)}
+        for l, u in zip(net.hidden, nabla_u):
+            grads[l]["u"] = u
+        return grads
+    p = net.parameters()
+    sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    h = sig(p["h"]["w"] @ x + p["h"]["b"][:, None])
+    g = np.tanh(p["g"]["w"] @ h + p["g"]["b"][:, None])
+    a = sig(p["out"]["w"] @ np.vstack([g, h]) + p["out"]["b"][:, None])
+    d_out = (a - y) * a * (1 - a)
+    back = p["out"]["w"].T @ d_out
+    d_g = back[:5] * (1 - g ** 2)
+    d_h = (back[5:] + p["g"]["w"].T @ d_g) * h * (1 - h)
+    return {"h": {"w": d_h @ x.T, "b": d_h.sum(1)}, "g": {"w": d_g @ h.T, "b": d_g.sum(1)},
+            "out": {"w": d_out @ np.vstack([g, h]).T, "b": d_out.sum(1)}}
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=["sequential", "k2"])
+@pytest.mark.parametrize("kind", NETWORKS)
+def test_gradients_are_shaped_as_parameters_and_equal_the_reference(kind, schedule):
+    with make(kind) as net:
+        x, y = data(net, B=4, seed=2)
+        got = net.gradients(x, y, schedule)
+        params = net.parameters()
+        assert {u: {n: a.shape for n, a in named.items()} for u, named in got.items()} == \
+            {u: {n: a.shape for n, a in named.items()} for u, named in params.items()}
+        want = reference_gradients(net, x, y)
+        for unit, named in want.items():
+            for name, array in named.items():
+                assert np.allclose(got[unit][name], array, rtol=1e-10, atol=1e-12), (unit, name)
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GraphNet"])
+def test_one_pass_is_refused_by_name_where_there_is_no_sweep(kind):
+    with make(kind) as net:
+        x, y = data(net)
+        before = net.parameters()
+        for schedule in (Sequential(one_pass=True), Leapfrog(2, one_pass=True)):
+            with pytest.raises(ValueError, match=r"one_pass=True .* pass fused=True instead"):
+                net.sgd_step(x, y, 0.1, schedule)
+        after = net.parameters()
+        assert all((after[u][n] == before[u][n]).all() for u in before for n in before[u])
+
+
+def test_a_chain_that_never_frees_a_fused_unit_is_refused(monkeypatch):
+    """A fused update behind a reader that never comes would be lost: the driver says which."""
+    monkeypatch.setattr(core_plan.Plan, "last_reader", lambda self, l: 1)
+    with make("MLP") as net, pytest.raises(RuntimeError, match=r"never freed the parameters of \[4, 3, 2\]"):
+        net.sgd_step(*data(net), 0.1, Leapfrog(2, fused=True))

@@ -12,15 +12,15 @@ import pytest
 from helpers import NO_GPU
 from leapfrog_gpu.backends import cuda_available
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TWIN = "the NumPy twin of a fused op is the pair of twins it fuses"
 SELECTION = {  # test: its reason to skip here, or None where it runs
-    "tests/test_kernels.py::test_gradients_are_bitwise_nabla_b_and_nabla_w[twin-33-31-3-f32]": TWIN,
-    "tests/test_kernels.py::test_gradients_are_bitwise_nabla_b_and_nabla_w[twin-33-31-3-f64]": TWIN,
-    "tests/test_backends.py::test_cupy_backend_streams_are_non_blocking": None if cuda_available() else NO_GPU,
-    "tests/test_bench.py::test_torch_anchor_computes_our_gradients":
+    "tests/kernels/test_kernels.py::test_gradients_are_bitwise_nabla_b_and_nabla_w[twin-33-31-3-f32]": TWIN,
+    "tests/kernels/test_kernels.py::test_gradients_are_bitwise_nabla_b_and_nabla_w[twin-33-31-3-f64]": TWIN,
+    "tests/backends/test_backends.py::test_cupy_backend_streams_are_non_blocking": None if cuda_available() else NO_GPU,
+    "tests/tools/bench/test_bench.py::test_torch_anchor_computes_our_gradients":
         None if importlib.util.find_spec("torch") else "the PyTorch anchor needs torch (extra 'torch')",
-    "tests/test_metrics.py::test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is": None,
+    "tests/tools/train/test_metrics.py::test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is": None,
 }
 
 

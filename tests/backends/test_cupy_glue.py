@@ -20,7 +20,7 @@ from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.backends import timing
 
 SIZES = [7, 13, 5, 11, 3]
-PROFILING = Path(__file__).resolve().parent.parent / "profiling"
+PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 
 
 @pytest.fixture

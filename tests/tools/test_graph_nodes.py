@@ -8,7 +8,7 @@ import pytest
 
 from leapfrog_gpu.backends import timing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
 import graph_nodes  # noqa: E402
 
 

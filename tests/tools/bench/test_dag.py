@@ -14,7 +14,7 @@ from helpers import STANDIN_ORDERS, install_standin
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.tools.bench import command as bench, dag as bench_dag
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIELDS = ("kind", "N", "D", "B", "k", "dtype", "backend", "pass", "schedule", "repeats", "ms", "speedup", "stats")
 STATS = ("rounds", "flops", "bytes", "memory_bytes", "sequential_rounds", "sequential_flops", "sequential_bytes")
 TINY = ["--backend", "numpy", "--kind", "residual,dense", "--sizes", "3,5", "--depths", "4", "--batch", "2",

@@ -272,7 +272,7 @@ def test_the_kernel_benchmark_runs_the_chain_on_cupy_against_cublas(standin, mon
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
     import kernels
     from leapfrog_gpu.backends import timing
     from leapfrog_gpu.backends.cuda import CupyBackend
@@ -293,7 +293,7 @@ def test_the_kernel_benchmark_judges_the_gemv_targets():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
     import kernels
 
     def row(n, kernel, impl, ms, gbps):

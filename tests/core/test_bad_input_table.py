@@ -12,7 +12,7 @@ import numpy as np
 
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, get_backend, reference
 
-PAGE = Path(__file__).resolve().parent.parent / "docs/bad-input.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs/bad-input.md"
 START, END = "<!-- bad-inputs:start -->", "<!-- bad-inputs:end -->"
 SIZES = [4, 6, 3]
 X, Y = np.ones((4, 3)), np.zeros((3, 3))

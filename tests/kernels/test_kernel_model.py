@@ -15,7 +15,7 @@ from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_source
 from leapfrog_gpu.tools.bench import traffic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "profiling"))
 import card  # noqa: E402
 import kernel_model  # noqa: E402

@@ -17,7 +17,7 @@ from leapfrog_gpu.backends import cuda_available, launch
 from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
 
-PROFILING = Path(__file__).resolve().parent.parent / "profiling"
+PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 sys.path.insert(0, str(PROFILING))
 
 import kernels  # noqa: E402
@@ -273,8 +273,9 @@ def test_gpu_tests_are_collected_without_the_optional_packages(tmp_path):
                           "tests"], env=env, capture_output=True, text=True, timeout=120, cwd=PROFILING.parent)
     assert run.returncode == 0, run.stdout[-2000:]
     assert int(re.search(r"(\d+)/\d+ tests collected", run.stdout).group(1)) > 100 and "error" not in run.stdout
-    for test in ("test_parallel.py::test_nccl_one_rank_on_the_gpu", "test_cupy_graph.py::test_graph_steps_on_the_gpu",
-                 "test_graph_tools.py::test_the_torch_cuda_graph_anchor", "test_chain_kernels.py::test_forward"):
+    for test in ("parallel/test_parallel.py::test_nccl_one_rank_on_the_gpu",
+                 "backends/test_cupy_graph.py::test_graph_steps_on_the_gpu",
+                 "tools/test_graph_tools.py::test_the_torch_cuda_graph_anchor", "kernels/test_chain.py::test_forward"):
         assert f"tests/{test}" in run.stdout, test
 
 

@@ -26,7 +26,7 @@ from leapfrog_gpu.dag import network as graphnet, layers
 from leapfrog_gpu.backends import cuda_available, cuda_status, ops_cuda, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # -- data, host copies, the GPU ----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
+import no_gpu_cupy
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
 from leapfrog_gpu.backends import cuda_available
@@ -383,7 +384,7 @@ def test_fallback_to_numpy_is_said_once_by_a_real_process():
     process's CuPy is ``no_gpu_cupy``'s, as under the ``cupy_without_gpu`` fixture."""
     code = f"""
 import sys
-sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+sys.path.insert(0, {os.path.dirname(os.path.abspath(no_gpu_cupy.__file__))!r})
 import no_gpu_cupy
 sys.modules["cupy"] = no_gpu_cupy.module()
 from leapfrog_gpu.tools.train import command as train

@@ -204,7 +204,7 @@ def test_the_stand_in_has_the_real_bindings_names_arguments_and_values():
 
 def test_a_command_in_a_subprocess_finds_the_stand_in_nvmath():
     """``PYTHONPATH=tests/standin:tests`` gives a subprocess the stand-in's nvmath too."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "standin"), str(ROOT / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "harness" / "standin"), str(ROOT / "tests" / "harness")])}
     code = "from leapfrog_gpu.backends.cuda import CupyBackend; print(repr(CupyBackend()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "chain='cublas' (nvmath)" in out

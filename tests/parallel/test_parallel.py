@@ -384,7 +384,7 @@ def ranks_run(request, tmp_path_factory):
         pytest.skip("needs mpi4py and mpiexec: pip install -e '.[mpi]'")
     ranks = request.param
     out = tmp_path_factory.mktemp(f"ranks{ranks}")
-    mpirun.run(ranks, sys.executable, "tests/mpi_cases.py", out, timeout=120)
+    mpirun.run(ranks, sys.executable, "tests/harness/mpi_cases.py", out, timeout=120)
     results = [dict(np.load(out / f"rank{r}.npz")) for r in range(ranks)]
     told = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
     return ranks, results, told

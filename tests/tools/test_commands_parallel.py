@@ -253,7 +253,7 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
     assert len(rows) == 4 + 4 and rows[4].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
 
 
-STANDIN = {"PYTHONPATH": f"{mpirun.ROOT / 'tests' / 'standin'}:{mpirun.ROOT / 'tests'}",
+STANDIN = {"PYTHONPATH": f"{mpirun.ROOT / 'tests' / 'harness' / 'standin'}:{mpirun.ROOT / 'tests' / 'harness'}",
            "LEAPFROG_STANDIN_NCCL": "processes"}
 """The CuPy stand-in in every rank, each rank its own NCCL rank (tests/fake_cupy/nccl.py)."""
 BENCH_CUPY = [sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "cupy", "--sizes", 9, "--layers", 3,

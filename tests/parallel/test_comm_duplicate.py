@@ -20,7 +20,7 @@ pytestmark = mpirun.needs_mpi
 
 def run(case, tmp_path):
     """What each rank of ``mpi_comm_cases`` ``case`` wrote: ``[(told, parameters)]`` in rank order."""
-    mpirun.run(RANKS, sys.executable, "tests/mpi_comm_cases.py", case, tmp_path, timeout=90)
+    mpirun.run(RANKS, sys.executable, "tests/harness/mpi_comm_cases.py", case, tmp_path, timeout=90)
     return [(json.loads((tmp_path / f"rank{r}.json").read_text()), dict(np.load(tmp_path / f"rank{r}.npz")))
             for r in range(RANKS)]
 

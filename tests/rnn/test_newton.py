@@ -361,7 +361,7 @@ def test_the_example_in_docs_rnn_md_runs():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "docs/rnn.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs/rnn.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks
     for block in blocks:

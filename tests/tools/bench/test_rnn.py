@@ -13,7 +13,7 @@ import pytest
 from leapfrog_gpu.tools.bench import rnn as bench_rnn
 from leapfrog_gpu.tools.schedules import make_solver, schedule_names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_measure_gives_a_row_per_schedule_with_its_speedup_over_bptt():

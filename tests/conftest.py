@@ -1,5 +1,5 @@
 """Shared fixtures and hooks: the backends a test body runs on, the GPU half skipped with one reason that
-says why, the CuPy stand-in (``tests/fake_cupy``) under each order in which it interleaves its queues,
+says why, the CuPy stand-in (``tests/harness/fake_cupy``) under each order in which it interleaves its queues,
 a last line that counts the skipped tests by reason, and pytest-xdist's workers by default on a machine
 without a GPU. Shared helpers live in ``helpers.py``."""
 

@@ -1,5 +1,5 @@
 """cuBLAS in the graph: the chain (2)(5) on nvmath-python's cuBLAS bindings (``backends/cublas.py``), on the
-CuPy stand-in and its ``nvmath.bindings.cublas`` (``tests/fake_cupy/nvmath.py``), under each of its orders.
+CuPy stand-in and its ``nvmath.bindings.cublas`` (``tests/harness/fake_cupy/nvmath.py``), under each of its orders.
 
 The stand-in's cuBLAS runs each product on its handle's stream, in that stream's queue, and refuses a call
 during a capture when the handle has no workspace of its own or its stream is not the capturing stream. So
@@ -203,7 +203,7 @@ def test_the_stand_in_has_the_real_bindings_names_arguments_and_values():
 
 
 def test_a_command_in_a_subprocess_finds_the_stand_in_nvmath():
-    """``PYTHONPATH=tests/standin:tests`` gives a subprocess the stand-in's nvmath too."""
+    """``PYTHONPATH=tests/harness/standin:tests/harness`` gives a subprocess the stand-in's nvmath too."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "harness" / "standin"), str(ROOT / "tests" / "harness")])}
     code = "from leapfrog_gpu.backends.cuda import CupyBackend; print(repr(CupyBackend()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""The CuPy backend's own code on the CPU, through the CuPy stand-in (tests/fake_cupy), under each
+"""The CuPy backend's own code on the CPU, through the CuPy stand-in (tests/harness/fake_cupy), under each
 order in which it interleaves its queues: nothing runs until the host blocks, kernels are the real
 ``kernels/*.cu`` on the CPU harness. Training steps, backprop, feedforward, Naumov, autotune, timing
 and the bench agree with the reference there; and each hazard a review of the GPU path against CuPy

@@ -1,4 +1,4 @@
-"""Graph mode on the CuPy backend, in CI: on the CuPy stand-in (tests/fake_cupy) under each of its
+"""Graph mode on the CuPy backend, in CI: on the CuPy stand-in (tests/harness/fake_cupy) under each of its
 orders. Its kernels are the real ones on the CPU harness; its stream capture refuses what CuPy refuses
 (cuBLAS, host transfers, synchronization) and allocations too; its graphs replay their nodes in an
 adversarial order that respects only the captured edges, and its pool catches memory freed under them.

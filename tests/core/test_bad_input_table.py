@@ -1,7 +1,7 @@
 """Generates the table of bad inputs in docs/bad-input.md from what the library really answers, and checks it.
 
 The table in docs/bad-input.md (between the ``bad-inputs`` markers) must equal what this test generates; run
-``LEAPFROG_WRITE_TABLE=1 python -m pytest tests/test_bad_input_table.py`` to rewrite it.
+``LEAPFROG_WRITE_TABLE=1 python -m pytest tests/core/test_bad_input_table.py`` to rewrite it.
 """
 
 import os

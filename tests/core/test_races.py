@@ -1,4 +1,4 @@
-"""The race detector (``tests/races.py``) over every schedule of every network: two SGD steps enqueued back
+"""The race detector (``tests/harness/races.py``) over every schedule of every network: two SGD steps enqueued back
 to back, and no two launches that nothing orders touch one buffer where one of them writes it. On the NumPy
 backend and on the CuPy stand-in, eager and as a graph, alone and summing across two mirrored ranks, at
 several k. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and

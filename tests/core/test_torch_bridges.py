@@ -5,7 +5,7 @@ saying why, ``GraphNet.to_torch`` refuses a layer or a node name it cannot trans
 every one names the extra to install.
 
 Tolerance of the comparisons with ``feedforward``: 64 eps of the dtype, relative to 1 + |a^L|, as
-tests/test_torch_io.py. An RNN's output at step t is a chain of t steps of sums of at most 12 products and
+tests/core/test_torch_io.py. An RNN's output at step t is a chain of t steps of sums of at most 12 products and
 an activation, rounded in another order than the network's; the contraction of u (spectral norm 0.9)
 keeps the differences of early steps from growing with tau, but a sum of large terms that cancel leaves
 its rounding in a small z: over 20 seeds of every case the worst is 14 eps (float32) and 26 eps

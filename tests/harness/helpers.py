@@ -54,7 +54,7 @@ STANDIN_ORDERS = ("main-first", "workers-first", "random")
 
 
 def install_standin(monkeypatch, order, seed=0, nvmath=True):
-    """The CuPy stand-in (``tests/fake_cupy``) as ``cupy`` (and ``cupy.cuda``, ``cupyx``) for this test, on
+    """The CuPy stand-in (``tests/harness/fake_cupy``) as ``cupy`` (and ``cupy.cuda``, ``cupyx``) for this test, on
     a fresh device whose queues run in ``order``; with its ``nvmath.bindings.cublas`` as ``nvmath``, or,
     unless ``nvmath``, with no ``nvmath`` to import (even where nvmath-python is installed)."""
     if not cuda_cpu.available():

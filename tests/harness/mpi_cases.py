@@ -1,4 +1,4 @@
-"""Data-parallel training cases, run by every rank under ``mpiexec -n P python tests/mpi_cases.py OUT``.
+"""Data-parallel training cases, run by every rank under ``mpiexec -n P python tests/harness/mpi_cases.py OUT``.
 
 Each rank trains every case of ``cases(P)`` (an MLP, an RNN or a GraphNet) and writes its parameters to
 ``OUT/rank{r}.npz`` (keys ``case/i``, the arrays of ``parameters()`` in order) and what it was told to

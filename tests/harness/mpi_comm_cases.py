@@ -1,5 +1,5 @@
 """Which MPI communicator a step's sums go over, run by every rank under
-``mpiexec -n 2 python tests/mpi_comm_cases.py CASE OUT``; ``test_comm_duplicate.py`` reads what each rank
+``mpiexec -n 2 python tests/harness/mpi_comm_cases.py CASE OUT``; ``test_comm_duplicate.py`` reads what each rank
 writes to ``OUT/rank{r}.json`` (and ``OUT/rank{r}.npz``).
 
 The program's communicator is ``MPI.COMM_WORLD`` behind ``Recording``, which logs every call made on it,

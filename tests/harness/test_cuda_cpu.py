@@ -1,4 +1,4 @@
-"""The CPU harness (tests/cuda_cpu) itself: barriers, bounds checks, guards, argument checks and build
+"""The CPU harness (tests/harness/cuda_cpu) itself: barriers, bounds checks, guards, argument checks and build
 errors."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The CuPy stand-in itself (tests/fake_cupy): what it runs when, the blocking rules of CUDA's
+"""The CuPy stand-in itself (tests/harness/fake_cupy): what it runs when, the blocking rules of CUDA's
 streams, CuPy's strictness about host transfers, the pool's reuse of freed memory, and capture.
 
 A race the stand-in must catch is shown to give a wrong result (or an error) under at least one of

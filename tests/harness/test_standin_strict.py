@@ -1,8 +1,8 @@
-"""The CuPy stand-in (tests/fake_cupy) as strict as CuPy 14 and CUDA where the review found it lenient:
+"""The CuPy stand-in (tests/harness/fake_cupy) as strict as CuPy 14 and CUDA where the review found it lenient:
 tuples for grid, block and ``RawModule`` options; launches checked against the kernels' ptxas numbers for
 sm_90; 128-byte NCCL ids; the three capture modes and what each refuses; node priorities, used only by a
 graph instantiated with ``cudaGraphInstantiateFlagUseNodePriority``. (Two ranks on one device, refused
-as NCCL refuses them, run under mpiexec: tests/test_commands_parallel.py.)"""
+as NCCL refuses them, run under mpiexec: tests/tools/test_commands_parallel.py.)"""
 
 import threading
 

@@ -1,7 +1,7 @@
 """The chain kernels of kernels/chain.cu, (2)(3) and (5), against the float64 maths of the reference.
 
 They run through ``CudaOps(chain="kernels")``, so with the launch shapes and ``-D`` options of
-``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/cuda_cpu`` (always), and
+``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/harness/cuda_cpu`` (always), and
 on a GPU through CuPy (skipped without one). Sizes are odd and non-square; every output starts as NaN.
 
 Expected values are the float64 expressions of ``leapfrog_gpu.reference``: ``z = w a + b``,

@@ -2,7 +2,7 @@
 the maths it computes, written out here in NumPy and evaluated in float64.
 
 The kernels run through ``leapfrog_gpu.backends.ops_cuda.CudaOps``, so with the launch shapes and ``-D``
-options of ``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/cuda_cpu``
+options of ``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/harness/cuda_cpu``
 (always), and on a GPU through CuPy (skipped without one; there each result is also compared with the
 CPU harness's). The twins run as they are (device ``twin``). Expected values never come from a twin, so
 a bug copied into a kernel and its twin fails both. Outputs start as NaN, so an element a kernel does

@@ -1,7 +1,7 @@
 """Chaos suite: random delays on every host stream and NaN in every dead buffer; leapfrog must still
 equal sequential to the bit at every step. Each wait of the schedule, removed, is caught by it.
 
-Short in CI (192 steps); ``pytest tests/test_chaos.py --chaos-full`` runs 576.
+Short in CI (192 steps); ``pytest tests/mlp/test_chaos.py --chaos-full`` runs 576.
 """
 
 import numpy as np

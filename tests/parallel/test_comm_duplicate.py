@@ -1,5 +1,5 @@
 """The sums of a step go over a duplicate of the program's communicator, never over the communicator
-itself: under ``mpiexec`` (``tests/mpi_comm_cases.py``), the communication stream's thread calls MPI only
+itself: under ``mpiexec`` (``tests/harness/mpi_comm_cases.py``), the communication stream's thread calls MPI only
 on a communicator that compares ``CONGRUENT`` to ``COMM_WORLD`` (and ``IDENT`` to itself), the world only
 the program's thread; and a sum and a gather the program's thread runs over the world while a step's
 sums are in flight give what they should, as do the step's."""

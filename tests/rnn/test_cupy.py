@@ -1,4 +1,4 @@
-"""The recurrent network on the CuPy backend's own code, through the CuPy stand-in (tests/fake_cupy.py) under
+"""The recurrent network on the CuPy backend's own code, through the CuPy stand-in (tests/harness/fake_cupy) under
 each order in which it interleaves its queues: gradients of every schedule against the float64 reference,
 training steps bitwise across BPTT() and Leapfrog(k), and a removed wait caught there too."""
 

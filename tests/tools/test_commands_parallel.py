@@ -255,7 +255,7 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
 
 STANDIN = {"PYTHONPATH": f"{mpirun.ROOT / 'tests' / 'harness' / 'standin'}:{mpirun.ROOT / 'tests' / 'harness'}",
            "LEAPFROG_STANDIN_NCCL": "processes"}
-"""The CuPy stand-in in every rank, each rank its own NCCL rank (tests/fake_cupy/nccl.py)."""
+"""The CuPy stand-in in every rank, each rank its own NCCL rank (tests/harness/fake_cupy/nccl.py)."""
 BENCH_CUPY = [sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "cupy", "--sizes", 9, "--layers", 3,
               "--batch", 2, "--k", 2, "--repeats", 2, "--warmup", 1]
 

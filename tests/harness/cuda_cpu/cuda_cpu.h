@@ -15,7 +15,7 @@
 // or one whose mask is not 0xffffffff stops the launch: the kernels here use only full-warp shuffles.
 //
 // Global memory is bounds-checked: the harness compiles every `T*` of a kernel source as
-// cuda_cpu::global<T> (tests/cuda_cpu/__init__.py rewrites the source), a pointer that knows the buffer of
+// cuda_cpu::global<T> (tests/harness/cuda_cpu/__init__.py rewrites the source), a pointer that knows the buffer of
 // the kernel argument it comes from, so an access outside that buffer stops the launch with the index, the
 // buffer's size, the argument and the thread and block that made it. A pointer that comes from no argument
 // (into shared memory, or taken from an element's address) is not checked; an access through it that

@@ -5,7 +5,7 @@ in CI and a missing wait fails there. This package is what ``import cupy`` gives
 Nothing runs when it is enqueued. Every stream, the legacy default (null) stream included, is a queue;
 the queues run when the host blocks on them, interleaved in an adversarial order that respects only
 events and CUDA's blocking rules. ``reset(order, seed)`` starts a fresh device with one of ``ORDERS``.
-Kernels are the real ``kernels/*.cu`` files, run by the fiber harness of ``tests/cuda_cpu``
+Kernels are the real ``kernels/*.cu`` files, run by the fiber harness of ``tests/harness/cuda_cpu``
 (``RawModule``); the rest is NumPy, run when reached.
 
 Modelled as CuPy 14.2's source does it (``cupy/cuda/stream.pyx``, ``cupy/_core/core.pyx``,
@@ -21,7 +21,7 @@ a module, each saying what it models:
 - ``bindings``: ``cuda.bindings.runtime`` (``cuda-bindings``): graphs instantiated with flags;
 - ``nccl``: ``cupy.cuda.nccl``, one process standing for every rank, or one process per rank;
 - ``nvmath``: nvmath-python's cuBLAS bindings (``nvmath.bindings.cublas``), installed beside CuPy by
-  ``tests/helpers.install_standin`` (and ``tests/standin/nvmath``), its calls run on their handle's stream;
+  ``helpers.install_standin`` (``tests/harness/helpers.py``) (and ``tests/harness/standin/nvmath``), its calls run on their handle's stream;
 - here: the rest of what the project reaches: ``cuda.runtime`` (device count, properties, capture modes),
   ``cuda.nvtx`` (``_UnavailableModule`` is what CuPy built without NVTX puts there), ``cuda.profiler``
   and ``cupyx.profiler.profile`` (no-ops); ``modules()`` says what ``sys.modules`` must hold.

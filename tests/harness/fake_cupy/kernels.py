@@ -1,6 +1,6 @@
 """Raw kernels on the stand-in: ``RawModule(code=, options=).get_function(name)`` returns a ``RawKernel``
 called as ``kernel(grid, block, args, shared_mem=0, stream=None)``, enqueued on the stream. Kernels are
-the real ``kernels/*.cu`` files, run by the fiber harness of ``tests/cuda_cpu``; their arguments must
+the real ``kernels/*.cu`` files, run by the fiber harness of ``tests/harness/cuda_cpu``; their arguments must
 match the kernel's C signature and arrays be C-contiguous (the harness). A launch reads the arrays its
 kernel takes as ``const`` pointers and writes the others (``queues``). ``RawModule.calls`` counts modules
 built and functions looked up.

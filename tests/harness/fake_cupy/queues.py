@@ -13,7 +13,7 @@ them.
 
 Every operation says, as it is enqueued, what memory it reads and what it writes, as NumPy views of the
 device's memory; ``device.observer``, when set, is called with ``(stream, name, reads, writes)`` for each,
-in enqueue (or capture) order: what ``tests/races.py`` reads a launch's accesses from.
+in enqueue (or capture) order: what ``tests/harness/races.py`` reads a launch's accesses from.
 """
 
 import collections

@@ -339,7 +339,7 @@ def _rows(text):
 def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
     """Not minutes of silence: a network's rows come before the next network is measured, and a bar on
     stderr counts the networks done, names the one being measured and estimates the time left, from the
-    first network on (the estimate itself: tests/test_bench_progress.py)."""
+    first network on (the estimate itself: tests/tools/bench/test_progress.py)."""
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     seen = _stdout_at_each_network(monkeypatch, capsys)
     assert bench.main(TINY + ["--no-torch"]) == 0

@@ -1,5 +1,5 @@
-"""``import cupy`` resolves here when ``tests/standin`` and ``tests`` are on ``sys.path``: the CuPy
-stand-in of ``tests/fake_cupy``, for commands run in a subprocess (``PYTHONPATH=tests/standin:tests``).
+"""``import cupy`` resolves here when ``tests/harness/standin`` and ``tests/harness`` are on ``sys.path``: the CuPy
+stand-in of ``tests/harness/fake_cupy``, for commands run in a subprocess (``PYTHONPATH=tests/harness/standin:tests/harness``).
 ``LEAPFROG_STANDIN_ORDER`` (``main-first``, ``workers-first``, ``random``) and
 ``LEAPFROG_STANDIN_SEED`` choose how its queues interleave; ``LEAPFROG_STANDIN_DEVICES`` (default 1) is
 the number of devices, and ``LEAPFROG_STANDIN_NCCL=processes`` makes each rank of an ``mpiexec`` its own

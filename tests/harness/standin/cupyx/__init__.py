@@ -1,4 +1,4 @@
-"""``import cupyx`` (and ``cupyx.profiler``) for the CuPy stand-in: see ``tests/standin/cupy``."""
+"""``import cupyx`` (and ``cupyx.profiler``) for the CuPy stand-in: see ``tests/harness/standin/cupy``."""
 
 import sys
 

@@ -1,5 +1,5 @@
 """``import nvmath`` (and ``nvmath.bindings.cublas``) for the CuPy stand-in: its cuBLAS bindings
-(``tests/fake_cupy/nvmath.py``), for commands run in a subprocess (``PYTHONPATH=tests/standin:tests``)."""
+(``tests/harness/fake_cupy/nvmath.py``), for commands run in a subprocess (``PYTHONPATH=tests/harness/standin:tests/harness``)."""
 
 import sys
 

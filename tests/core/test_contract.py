@@ -1,5 +1,5 @@
 """The contract every network keeps, written once and run over ``MLP``, ``RNN`` and ``GraphNet``: closing,
-use after close, parameters in and out by one protocol (``{unit: {name: array}}``) and one checked path,
+use after close, parameters in and out by one protocol (``{unit: {network_name: array}}``) and one checked path,
 copies handed out that no later step writes, and the schedules a network cannot run refused by name."""
 
 import copy
@@ -7,24 +7,11 @@ import copy
 import numpy as np
 import pytest
 
-from leapfrog_gpu import (BPTT, MLP, RNN, DagDoubling, DagJacobi, Dense, GraphNet, Leapfrog, LevelSets, NaumovJacobi,
-                          NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront)
+from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN, NaumovScan,
+                          Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends.host import NumpyBackend
+from networks import UNITS, network, network_batch
 
-
-def mlp(backend, dtype="float32"):
-    return MLP([3, 5, 2], activation="tanh", dtype=dtype, seed=1, backend=backend)
-
-
-def rnn(backend, dtype="float32"):
-    return RNN([3, 5, 2], dtype=dtype, seed=1, backend=backend)
-
-
-def dag(backend, dtype="float32"):
-    return GraphNet(3, [("h", Dense(5, "tanh"), "x"), ("out", Dense(2), "h")], dtype=dtype, seed=1, backend=backend)
-
-
-NETWORKS = {"MLP": mlp, "RNN": rnn, "GraphNet": dag}
 
 TAKES = {
     "MLP": ("Sequential()", "Leapfrog(k)", "NaumovScan()", "NaumovJacobi()"),
@@ -35,17 +22,6 @@ TAKES = {
 
 EVERY_SCHEDULE = [Sequential(), Leapfrog(2), NaumovScan(), NaumovJacobi(), BPTT(), Wavefront(), TimeScan(),
                   NaumovRNN(), LevelSets(), DagJacobi(max_sweeps=1), DagDoubling()]
-
-
-def batch(name, B=4, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((6, 3, B) if name == "RNN" else (3, B))  # the RNN's sequences are (tau, n_1, B)
-    return x, rng.random((2, B))
-
-
-@pytest.fixture(params=list(NETWORKS))
-def name(request):
-    return request.param
 
 
 def flat(params):
@@ -59,46 +35,45 @@ def assert_equal(got, want):
         assert np.array_equal(got[key], want[key]), f"{key} changed"
 
 
-def test_parameters_is_one_protocol_and_its_round_trip_is_bitwise(name):
-    with NETWORKS[name]("numpy") as net:
+def test_parameters_is_one_protocol_and_its_round_trip_is_bitwise(network_name):
+    with network(network_name, "numpy") as net:
         params = net.parameters()
-        units = {"MLP": [2, 3], "RNN": [2, 3], "GraphNet": ["h", "out"]}[name]
-        assert list(params) == units
-        assert all(set(named) >= {"w", "b"} for named in params.values())
-        if name == "RNN":
-            assert set(params[2]) == {"w", "u", "b"} and set(params[3]) == {"w", "b"}
+        assert list(params) == UNITS[network_name]
+        assert all(set(named) >= ({"gamma", "beta"} if unit == "n" else {"w", "b"}) for unit, named in params.items())
+        if network_name == "RNN":
+            assert set(params[2]) == set(params[3]) == {"w", "u", "b"} and set(params[4]) == {"w", "b"}
         doubled = {unit: {key: 2 * value for key, value in named.items()} for unit, named in params.items()}
         net.set_parameters(doubled)
         assert_equal(net.parameters(), doubled)
 
 
-def test_close_twice_and_use_after_close(name):
-    net = NETWORKS[name]("numpy")
-    x, y = batch(name)
+def test_close_twice_and_use_after_close(network_name):
+    net = network(network_name, "numpy")
+    x, y = network_batch(network_name)
     net.sgd_step(x, y, 0.1)
     net.close()
     net.close()  # a second close does nothing
     assert net.backend.closed
     for use in (lambda: net.sgd_step(x, y, 0.1), lambda: net.backprop(x, y), lambda: net.parameters(),
                 lambda: net.synchronize()):
-        with pytest.raises(RuntimeError, match=f"this {name} is closed"):
+        with pytest.raises(RuntimeError, match=f"this {network_name} is closed"):
             use()
 
 
-def test_a_network_leaves_a_backend_it_was_given_open(name):
+def test_a_network_leaves_a_backend_it_was_given_open(network_name):
     with NumpyBackend() as backend:
-        net = NETWORKS[name](backend)
+        net = network(network_name, backend)
         net.close()
         net.close()
         assert not backend.closed
-        with NETWORKS[name](backend) as other:  # the backend still runs networks
-            other.sgd_step(*batch(name), 0.1)
+        with network(network_name, backend) as other:  # the backend still runs networks
+            other.sgd_step(*network_batch(network_name), 0.1)
             other.synchronize()
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e39], ids=["nan", "inf", "-inf", "beyond float32"])
-def test_a_non_finite_parameter_is_refused_by_name_and_nothing_changes(name, bad):
-    with NETWORKS[name]("numpy") as net:
+def test_a_non_finite_parameter_is_refused_by_name_and_nothing_changes(network_name, bad):
+    with network(network_name, "numpy") as net:
         before = net.parameters()
         given = {unit: {key: value + 1 for key, value in named.items()} for unit, named in before.items()}
         unit = list(given)[-1]
@@ -110,8 +85,8 @@ def test_a_non_finite_parameter_is_refused_by_name_and_nothing_changes(name, bad
         assert_equal(net.parameters(), before)
 
 
-def test_a_wrong_shape_is_refused_by_name_and_nothing_changes(name):
-    with NETWORKS[name]("numpy") as net:
+def test_a_wrong_shape_is_refused_by_name_and_nothing_changes(network_name):
+    with network(network_name, "numpy") as net:
         before = net.parameters()
         given = {unit: {key: value + 1 for key, value in named.items()} for unit, named in before.items()}
         unit = list(given)[-1]
@@ -123,8 +98,8 @@ def test_a_wrong_shape_is_refused_by_name_and_nothing_changes(name):
         assert_equal(net.parameters(), before)
 
 
-def test_unknown_units_and_names_are_refused_by_name_and_nothing_changes(name):
-    with NETWORKS[name]("numpy") as net:
+def test_unknown_units_and_names_are_refused_by_name_and_nothing_changes(network_name):
+    with network(network_name, "numpy") as net:
         before = net.parameters()
         unit = list(before)[0]
         for given, word in (({"zz": {"w": before[unit]["w"]}}, "'zz'"), ({unit: {"q": before[unit]["b"]}}, "'q'")):
@@ -139,8 +114,8 @@ def test_unknown_units_and_names_are_refused_by_name_and_nothing_changes(name):
         assert_equal(net.parameters(), before)
 
 
-def test_nested_lists_are_accepted(name):
-    with NETWORKS[name]("numpy", dtype="float64") as net:
+def test_nested_lists_are_accepted(network_name):
+    with network(network_name, "numpy", dtype="float64") as net:
         rng = np.random.default_rng(3)
         want = {unit: {key: rng.standard_normal(value.shape) for key, value in named.items()}
                 for unit, named in net.parameters().items()}
@@ -148,15 +123,15 @@ def test_nested_lists_are_accepted(name):
         assert_equal(net.parameters(), want)
 
 
-def test_copies_handed_out_stay_valid_after_a_step(name):
-    with NETWORKS[name]("numpy") as net:
-        x, y = batch(name)
+def test_copies_handed_out_stay_valid_after_a_step(network_name):
+    with network(network_name, "numpy") as net:
+        x, y = network_batch(network_name)
         params = net.parameters()
         kept = copy.deepcopy(params)
         gradients = net.backprop(x, y)
         kept_gradients = copy.deepcopy(gradients)
         for step in range(3):
-            net.sgd_step(*batch(name, seed=step + 1), 0.5)
+            net.sgd_step(*network_batch(network_name, seed=step + 1), 0.5)
         net.synchronize()
         assert_equal(params, kept)
         for got, want in zip(np.concatenate([np.ravel(a) for a in _arrays(gradients)]),
@@ -174,11 +149,11 @@ def _arrays(nested):
 
 
 @pytest.mark.parametrize("schedule", EVERY_SCHEDULE, ids=repr)
-def test_a_schedule_the_network_cannot_run_is_refused_naming_those_it_can(name, schedule):
-    takes = TAKES[name]
+def test_a_schedule_the_network_cannot_run_is_refused_naming_those_it_can(network_name, schedule):
+    takes = TAKES[network_name]
     runs = f"{type(schedule).__name__}()" in takes or (isinstance(schedule, Leapfrog) and "Leapfrog(k)" in takes)
-    with NETWORKS[name]("numpy") as net:
-        x, y = batch(name, B=2)
+    with network(network_name, "numpy") as net:
+        x, y = network_batch(network_name, 2)
         before = net.parameters()
         for call in (lambda: net.backprop(x, y, schedule), lambda: net.sgd_step(x, y, 0.1, schedule)):
             if runs:
@@ -187,15 +162,15 @@ def test_a_schedule_the_network_cannot_run_is_refused_naming_those_it_can(name, 
             with pytest.raises(TypeError) as info:
                 call()
             message = str(info.value)
-            article = "a" if name == "GraphNet" else "an"
-            assert message.startswith(f"{article} {name} cannot run {schedule!r}; it takes "), message
+            article = "a" if network_name == "GraphNet" else "an"
+            assert message.startswith(f"{article} {network_name} cannot run {schedule!r}; it takes "), message
             assert all(choice in message for choice in takes), message
         if not runs:
             assert_equal(net.parameters(), before)
 
 
-def test_what_is_not_a_schedule_is_refused_naming_the_choices(name):
-    with NETWORKS[name]("numpy") as net:
+def test_what_is_not_a_schedule_is_refused_naming_the_choices(network_name):
+    with network(network_name, "numpy") as net:
         with pytest.raises(TypeError, match="schedule must be a schedule object: ") as info:
-            net.backprop(*batch(name), "leapfrog")
-        assert all(choice in str(info.value) for choice in TAKES[name])
+            net.backprop(*network_batch(network_name), "leapfrog")
+        assert all(choice in str(info.value) for choice in TAKES[network_name])

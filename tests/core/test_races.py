@@ -8,34 +8,16 @@ import numpy as np
 import pytest
 
 from helpers import install_standin, patched_ops
-from leapfrog_gpu import (BPTT, MLP, RNN, Add, Concat, DagDoubling, DagJacobi, Dense, GraphNet, LayerNorm, Leapfrog,
-                          LevelSets, NaumovJacobi, NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront)
-from leapfrog_gpu.backends import collective, ops_numpy
+from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN, NaumovScan,
+                          Sequential, TimeScan, Wavefront)
+from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.core.handoff import Handoff
 from leapfrog_gpu.mlp.plan import Plan
-from leapfrog_gpu.parallel.comm import Communicator
 from leapfrog_gpu.parallel.reducer import Reducer
+from networks import NAMES, Mirror, network, network_batch
 from races import Recorder, buffer_names, host_backend, races, report
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on 0
-
-
-def mlp(backend, comm=None):
-    return MLP([3, 6, 5, 4, 2], seed=1, backend=backend, comm=comm)
-
-
-def rnn(backend, comm=None):
-    return RNN([3, 6, 5, 2], output="every", seed=1, backend=backend, comm=comm)
-
-
-def dag(backend, comm=None):
-    """Skips, a concatenation with the input, a layer norm: every kind of node and join."""
-    return GraphNet(3, [("h", Dense(5, "tanh"), "x"), ("g", Dense(5, "relu"), "h"), ("s", Add(), ["g", "h"]),
-                        ("c", Concat(), ["s", "x"]), ("n", LayerNorm(), "c"), ("out", Dense(2), "n")],
-                    seed=1, backend=backend, comm=comm)
-
-
-NETWORKS = {"MLP": mlp, "RNN": rnn, "GraphNet": dag}
 
 
 def schedules(name):
@@ -68,35 +50,8 @@ def runs_on(backend, name, schedule, mode):
 
 
 CASES = [(backend, name, schedule, mode) for backend in ("numpy", "cupy")
-         for mode in ("eager", "graph", "ranks", "kernels") for name in NETWORKS for schedule in schedules(name)
+         for mode in ("eager", "graph", "ranks", "kernels") for name in NAMES for schedule in schedules(name)
          if runs_on(backend, name, schedule, mode)]
-
-
-class Mirror(Communicator):
-    """Rank 1 of two in one process, the other holding the same gradients: each sum doubles them, on the
-    host, or through the stand-in's NCCL on the CuPy backend. Of a batch of one column its share is empty."""
-
-    size = 2
-
-    def __init__(self, bucket_bytes=0):
-        super().__init__(bucket_bytes)
-        self.rank = 1
-
-    def allgather(self, value):
-        return [value, value]
-
-    def engine(self, backend):
-        if backend.name == "numpy":
-            return lambda part: np.multiply(part, 2, out=part)
-        if not hasattr(self, "nccl"):
-            self.nccl = collective.NcclSum(backend.xp, self.size, 1, collective.nccl_unique_id())
-        return self.nccl
-
-
-def data(name, step, size=4):
-    rng = np.random.default_rng(step)
-    steps = (3,) if name == "RNN" else ()
-    return rng.random((*steps, 3, size)).astype(np.float32), rng.random((*steps, 2, size)).astype(np.float32)
 
 
 def recorded_steps(backend, name, schedule, mode="eager", prepare=None):
@@ -104,13 +59,13 @@ def recorded_steps(backend, name, schedule, mode="eager", prepare=None):
     (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as rank 1 of two mirrored
     ranks, bucketed at k = 2, then a third step on one column, of which this rank's share is empty), and what
     the recorder could not see (``Recorder.unseen``, ``Recorder.strays``); ``prepare(net)`` runs before the steps."""
-    comm = Mirror(1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
+    comm = Mirror(rank=1, bucket_bytes=1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
     with Recorder(backend) as recorder:
-        net = NETWORKS[name](backend, comm)
+        net = network(name, backend, comm=comm)
         if prepare is not None:
             prepare(net)
         for step, size in enumerate((4, 4, 1) if comm else (4, 4)):
-            net.sgd_step(*data(name, step, size), 0.5, schedule, graph=mode == "graph")
+            net.sgd_step(*network_batch(name, size, seed=step), 0.5, schedule, graph=mode == "graph")
         net.synchronize()
     names = buffer_names(net)
     return races(recorder, names), recorder.unseen(names) + recorder.strays()
@@ -153,16 +108,15 @@ BOTH = pytest.mark.parametrize("backend", ["numpy", "cupy"])
 WORKER_READS = {  # with no wait, a worker reads what the chain writes
     "MLP": race("delta[3] #1 on main", True, "delta[3]", "gradients[3] #1 on worker1"),
     "RNN": race("delta[3] #1 on main", True, "delta[3]", "nabla_w[3] #1 on worker1"),
-    "GraphNet": race("delta[g] #2 on main", True, "g[g]", "gradients[g] #2 on worker1"),
+    "GraphNet": race("delta[g] #2 on main", True, "g[g]", "gradients[g] #2 on worker0"),
 }
 
 
 @BOTH
-@pytest.mark.parametrize("name", NETWORKS)
-def test_a_worker_that_does_not_wait_for_its_unit_is_reported(monkeypatch, backend, name):
+def test_a_worker_that_does_not_wait_for_its_unit_is_reported(monkeypatch, backend, network_name):
     """docs/design.md §2, read after write: the worker reads delta^l before the chain has written it."""
     monkeypatch.setattr(Handoff, "wait", lambda self, worker, unit: None)
-    assert WORKER_READS[name] in planted(monkeypatch, backend, name, Leapfrog(2))
+    assert WORKER_READS[network_name] in planted(monkeypatch, backend, network_name, Leapfrog(2))
 
 
 JOINS = {  # with no join, the update reads a gradient a worker writes, the next pass rewrites what it reads
@@ -175,23 +129,21 @@ JOINS = {  # with no join, the update reads a gradient a worker writes, the next
 
 
 @BOTH
-@pytest.mark.parametrize("name", NETWORKS)
-def test_a_missing_join_is_reported(monkeypatch, backend, name):
+def test_a_missing_join_is_reported(monkeypatch, backend, network_name):
     """docs/design.md §2, write after read at the join."""
     monkeypatch.setattr(Handoff, "join", lambda self: None)
-    found = planted(monkeypatch, backend, name, Leapfrog(2))
-    assert set(JOINS[name]) <= set(found), "\n".join(found)
+    found = planted(monkeypatch, backend, network_name, Leapfrog(2))
+    assert set(JOINS[network_name]) <= set(found), "\n".join(found)
 
 
 @BOTH
-@pytest.mark.parametrize("name", NETWORKS)
-def test_a_fused_update_waiting_for_its_own_delta_is_reported(monkeypatch, backend, name):
+def test_a_fused_update_waiting_for_its_own_delta_is_reported(monkeypatch, backend, network_name):
     """docs/design.md §2, the fused update's write after read: w^l updated while the chain still reads it
     for delta^{l-1}. A DAG hands a fused update off behind the node's own products, its last read, and
     never asks ``last_reader``: nothing to report there."""
     monkeypatch.setattr(Handoff, "last_reader", staticmethod(lambda l: l))
-    found = planted(monkeypatch, backend, name, Leapfrog(2, fused=True))
-    update = {"MLP": "fused_update[3] #1 on worker1", "RNN": "update[3] #1 on worker1"}.get(name)
+    found = planted(monkeypatch, backend, network_name, Leapfrog(2, fused=True))
+    update = {"MLP": "fused_update[3] #1 on worker1", "RNN": "update[3] #1 on worker1"}.get(network_name)
     assert found == [] if update is None else race("delta[2] #1 on main", False, "w[3]", update, True) in found
 
 
@@ -259,24 +211,22 @@ def test_the_one_pass_sweep_streaming_through_a_workers_scratch_is_reported(monk
 
 
 @BOTH
-@pytest.mark.parametrize("name", NETWORKS)
-def test_a_sum_across_ranks_that_does_not_wait_for_its_gradients_is_reported(monkeypatch, backend, name):
+def test_a_sum_across_ranks_that_does_not_wait_for_its_gradients_is_reported(monkeypatch, backend, network_name):
     """docs/design.md §5, read after write: the communication stream sums a gradient a worker still writes."""
     monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, unit: None)
-    found = planted(monkeypatch, backend, name, Leapfrog(1), "ranks")
-    gradient = {"MLP": "gradients[3]", "RNN": "nabla_w[3]", "GraphNet": "gradients[g]"}[name]
-    buffer = {"MLP": "nabla_w[3]", "RNN": "nabla_w[3]", "GraphNet": "reducer.views[g][w]"}[name]
+    found = planted(monkeypatch, backend, network_name, Leapfrog(1), "ranks")
+    gradient = {"MLP": "gradients[3]", "RNN": "nabla_w[3]", "GraphNet": "gradients[g]"}[network_name]
+    buffer = {"MLP": "nabla_w[3]", "RNN": "nabla_w[3]", "GraphNet": "reducer.views[g][w]"}[network_name]
     assert any(line.startswith(f"{gradient} #1 on worker0 writes {buffer} and allreduce[") for line in found), found
 
 
 @BOTH
-@pytest.mark.parametrize("name", NETWORKS)
-def test_an_update_that_does_not_wait_for_the_sums_is_reported(monkeypatch, backend, name):
+def test_an_update_that_does_not_wait_for_the_sums_is_reported(monkeypatch, backend, network_name):
     """docs/design.md §5: the update reads a gradient the communication stream still sums."""
     monkeypatch.setattr(Reducer, "join", lambda self: None)
-    found = planted(monkeypatch, backend, name, Leapfrog(1), "ranks")
+    found = planted(monkeypatch, backend, network_name, Leapfrog(1), "ranks")
     unit, buffer = {"MLP": ("2", "nabla_w[2]"), "RNN": ("2", "nabla_w[2]"),
-                    "GraphNet": ("h", "reducer.views[h][w]")}[name]
+                    "GraphNet": ("h", "reducer.views[h][w]")}[network_name]
     assert race(f"allreduce[{unit}] #1 on comm", True, buffer, f"update[{unit}] #1 on main") in found, found
 
 
@@ -289,8 +239,8 @@ def test_an_op_the_recorder_cannot_see_into_is_named():
     with host_backend() as backend:
         backend.ops = patched_ops(nabla_b=nabla_b)
         with Recorder(backend) as recorder:
-            net = mlp(backend)
-            net.sgd_step(*data("MLP", 0), 0.5, Leapfrog(2, fused=True))
+            net = network("MLP", backend)
+            net.sgd_step(*network_batch("MLP"), 0.5, Leapfrog(2, fused=True))
             net.synchronize()
         unseen = recorder.unseen(buffer_names(net))
     assert unseen[:2] == ["nabla_b[5] #1 on worker1 touched nothing of nabla_b[5]",

@@ -14,6 +14,7 @@ import pytest
 import mpi_cases
 import mpirun
 from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
+from networks import Mirror
 from leapfrog_gpu import MLP, RNN, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.mlp.plan import Plan
@@ -29,27 +30,6 @@ TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 """Relative error ||P ranks - one process|| / ||one process|| of every parameter after 20 steps: the
 ranks add their partial sums in another order than one process adds the samples (a few ulps a step,
 grown by the training); the runs here stay below 1e-14 and 4e-7."""
-
-
-class Mirror(Communicator):
-    """Rank ``rank`` of two in one process; the other rank holds the very same gradients, so every sum
-    doubles them, and every gather returns this rank's value twice."""
-
-    size = 2
-
-    def __init__(self, rank=0, bucket_bytes=0):
-        super().__init__(bucket_bytes)
-        self.rank, self.sums = rank, []
-
-    def allgather(self, value):
-        return [value, value]
-
-    def engine(self, backend):
-        def double(part):
-            self.sums.append(part.size)
-            np.multiply(part, 2, out=part)
-
-        return double
 
 
 def reference_steps(weights, biases, steps, rank=0, ranks=2):

@@ -10,7 +10,7 @@ import functools
 import numpy as np
 import pytest
 
-from helpers import CountedNumpy, dag_data, deep_chain, patched_ops
+from helpers import CountedNumpy, batch, dag_data, deep_chain, patched_ops
 from leapfrog_gpu import MLP, RNN, DagDoubling, DagJacobi, NaumovScan, TimeScan, Wavefront
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -80,23 +80,18 @@ def launches(rounds, backend, *prefixes):
     rounds.rounds(backend, "launch", label)
 
 
-def rnn_data(sizes, tau, B=2, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((tau, sizes[0], B)), rng.uniform(0.1, 0.9, (tau, sizes[-1], B))
-
-
 def time_scan(backend, rounds, size, scan="doubling"):
     sizes, tau = [3, 5, 4, 2], size
     launches(rounds, backend, "c[", "scan[", "reduce[", "substitute[")
     with RNN(sizes, "tanh", output="every", dtype="float64", backend=backend) as net:
-        net.backprop(*rnn_data(sizes, tau), TimeScan(k=0, scan=scan))
+        net.backprop(*batch(sizes, 2, dtype=np.float64, tau=tau), TimeScan(k=0, scan=scan))
 
 
 def wavefront(backend, rounds, size):
     sizes, tau = [3] + [5, 4, 6, 5, 4, 3][:size] + [2], 2 * size
     launches(rounds, backend, "wavefront[")
     with RNN(sizes, "tanh", output="every", dtype="float64", backend=backend) as net:
-        net.backprop(*rnn_data(sizes, tau), Wavefront(k=0))
+        net.backprop(*batch(sizes, 2, dtype=np.float64, tau=tau), Wavefront(k=0))
 
 
 def time_newton(backend, rounds, size, scan="doubling"):
@@ -105,7 +100,7 @@ def time_newton(backend, rounds, size, scan="doubling"):
         rounds.rounds(suffix, name)
     rounds.rounds(TimeNewton, "_evaluate", static=True)
     with RNN(sizes, "tanh", output="every", dtype="float64", backend=backend) as net:
-        net.feedforward(rnn_data(sizes, tau)[0], solver=TimeNewton(scan=scan))
+        net.feedforward(batch(sizes, 2, dtype=np.float64, tau=tau)[0], solver=TimeNewton(scan=scan))
 
 
 def naumov_scan(backend, rounds, size):

@@ -36,11 +36,16 @@ not installed), so that the summary counts them under one line."""
 gpu = pytest.mark.skipif(not cuda_status().usable, reason=NO_GPU)
 
 
-def batch(sizes, size, seed=0, dtype=np.float64):
-    """A random input batch (n_1, B) and a target batch (n_L, B) in (0, 1)."""
+def batch(sizes, size, seed=0, dtype=np.float64, tau=None, output="every"):
+    """A random input batch (n_1, B) in [0, 1) and a target batch (n_L, B) in (0.05, 0.95); with ``tau``, an
+    RNN's: sequences (tau, n_1, B), standard normal, and targets (tau, n_L, B), or (n_L, B) for ``output="last"``."""
     rng = np.random.default_rng(seed)
-    x = rng.random((sizes[0], size)).astype(dtype)
-    y = rng.uniform(0.05, 0.95, (sizes[-1], size)).astype(dtype)
+    if tau is None:
+        x = rng.random((sizes[0], size)).astype(dtype)
+        y = rng.uniform(0.05, 0.95, (sizes[-1], size)).astype(dtype)
+        return x, y
+    x = rng.standard_normal((tau, sizes[0], size)).astype(dtype)
+    y = rng.uniform(0.05, 0.95, (sizes[-1], size) if output == "last" else (tau, sizes[-1], size)).astype(dtype)
     return x, y
 
 
@@ -449,9 +454,8 @@ def deep_chain(D, backend, width=4):
 
 
 def dag_data(net, size, seed=0):
-    """A random input batch and a target batch in (0.05, 0.95) for ``net``."""
-    rng = np.random.default_rng(seed)
-    return rng.random((net.n["x"], size)), rng.uniform(0.05, 0.95, (net.n[net.output], size))
+    """``batch`` for the GraphNet ``net``: its input's and its output node's sizes."""
+    return batch([net.n["x"], net.n[net.output]], size, seed)
 
 
 def flat(grads):

@@ -33,12 +33,9 @@ def network(name, backend, **options):
 
 
 def network_batch(name, size=4, seed=0, dtype=np.float32):
-    """A batch of ``size`` samples for the network ``name``: ``helpers.batch``, as sequences of TAU steps with
-    a target at each for the RNN."""
-    if name != "RNN":
-        return batch([IN, OUT], size, seed, dtype)
-    steps = [batch([IN, OUT], size, seed * TAU + t, dtype) for t in range(TAU)]
-    return np.stack([x for x, _ in steps]), np.stack([y for _, y in steps])
+    """A batch of ``size`` samples for the network ``name``: ``helpers.batch``, for the RNN sequences of TAU
+    steps with a target at each."""
+    return batch([IN, OUT], size, seed, dtype, tau=TAU if name == "RNN" else None)
 
 
 def arrays(params):

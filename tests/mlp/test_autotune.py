@@ -5,14 +5,10 @@ import numpy as np
 import pytest
 import threadpoolctl
 
+from helpers import batch
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.core import calibrate
 from leapfrog_gpu.mlp import autotune
-
-
-def _data(sizes, batch, seed=1):
-    rng = np.random.default_rng(seed)
-    return rng.random((sizes[0], batch)), rng.random((sizes[-1], batch))
 
 
 @pytest.mark.parametrize("fastest", ["Sequential()", "Leapfrog(k=2)", "Leapfrog(k=4)"])
@@ -26,7 +22,7 @@ def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch,
 
     monkeypatch.setattr(calibrate, "measure", fake_measure)  # what choose() calls, shared with the RNN
     sizes = [6, 9, 9, 4]
-    x, y = _data(sizes, 3)
+    x, y = batch(sizes, 3, seed=1)
     schedule = Leapfrog("auto")
     with MLP(sizes, backend="numpy") as net:
         expected = net.backprop(x, y, Sequential())
@@ -42,7 +38,7 @@ def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch,
 @pytest.mark.parametrize("fused", [False, True])
 def test_auto_training_matches_sequential_bitwise(fused):
     sizes = [7, 11, 11, 11, 3]
-    x, y = _data(sizes, 4)
+    x, y = batch(sizes, 4, seed=1)
     schedule = Leapfrog("auto", fused)
     with MLP(sizes, backend="numpy") as auto, MLP(sizes, backend="numpy") as plain:
         for _ in range(4):
@@ -55,7 +51,7 @@ def test_auto_training_matches_sequential_bitwise(fused):
 
 def test_measure_leaves_the_gradients_unchanged():
     sizes = [5, 8, 8, 2]
-    x, y = _data(sizes, 2)
+    x, y = batch(sizes, 2, seed=1)
     with MLP(sizes, backend="numpy") as net:
         nabla_b, nabla_w = net.backprop(x, y, Sequential())
         plan = net.plan(2)
@@ -122,7 +118,7 @@ def test_blas_settings():
 
 def test_auto_run_outside_the_network_says_how_to_run_it():
     with MLP([4, 5, 2], backend="numpy") as net:
-        net.backprop(*_data([4, 5, 2], 2), Sequential())
+        net.backprop(*batch([4, 5, 2], 2, seed=1), Sequential())
         with pytest.raises(ValueError, match=r"through the network \(MLP.backprop or MLP.sgd_step\)"):
             net.plan(2).run(Leapfrog("auto"))
 

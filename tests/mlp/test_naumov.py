@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import NO_GPU, batch_id, case_id
+from helpers import NO_GPU, batch, batch_id, case_id
 from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.mlp.naumov import NaumovJacobi, NaumovScan, scan_counters
@@ -52,11 +52,6 @@ def pass_with(net, x, y, schedule):
     nabla_b, nabla_w = net.backprop(x, y, schedule)
     plan = net.plan(x.shape[1])
     return [plan.delta[l].copy() for l in net.layer_numbers], nabla_b, nabla_w
-
-
-def batch(sizes, B, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.random((sizes[0], B)), rng.random((sizes[-1], B))
 
 
 SCHEDULES = {

@@ -5,6 +5,7 @@ training steps bitwise across BPTT() and Leapfrog(k), and a removed wait caught 
 import numpy as np
 import pytest
 
+from helpers import batch
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
 from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.core.handoff import Handoff
@@ -23,13 +24,6 @@ def backend(standin):
         yield cupy_backend
 
 
-def sequences(output, tau, B, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((tau, SIZES[0], B)).astype(dtype)
-    y = rng.uniform(0.05, 0.95, (SIZES[-1], B) if output == "last" else (tau, SIZES[-1], B)).astype(dtype)
-    return x, y
-
-
 def host(arrays):
     return [array.get() for array in arrays]
 
@@ -37,7 +31,7 @@ def host(arrays):
 @pytest.mark.parametrize("output", ["last", "every"])
 @pytest.mark.parametrize("B", [1, 3])
 def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, output):
-    x, y = sequences(output, 4, B)
+    x, y = batch(SIZES, B, 0, tau=4, output=output)
     with RNN(SIZES, "sigmoid", output=output, dtype="float64", backend=backend) as net:
         assert "CPU stand-in" in repr(net.backend)
         params = [host(net.weights), host(net.recurrent), host(net.biases)]
@@ -59,7 +53,7 @@ def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, ou
 def trained(backend, schedule, steps=3):
     with RNN(SIZES, output="every", seed=3, backend=backend) as net:
         for step in range(steps):
-            x, y = sequences("every", 5, 2, seed=step, dtype=np.float32)
+            x, y = batch(SIZES, 2, step, np.float32, tau=5, output="every")
             net.sgd_step(x, y, 0.3, schedule)
         return host(net.weights + net.recurrent + net.biases)
 
@@ -87,7 +81,7 @@ def test_the_chain_on_our_own_kernels_gives_the_same_gradients(standin):
     """With chain="kernels" the output layer's (2)(3) runs on kernels/chain.cu instead of cuBLAS."""
     from leapfrog_gpu.backends.cuda import CupyBackend
 
-    x, y = sequences("every", 3, 2)
+    x, y = batch(SIZES, 2, 0, tau=3, output="every")
     with CupyBackend(chain="kernels") as backend, RNN(SIZES, output="every", dtype="float64", backend=backend) as net:
         params = [host(net.weights), host(net.recurrent), host(net.biases)]
         want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "every")
@@ -105,7 +99,7 @@ def test_the_recurrence_runs_on_cublas_through_nvmath_one_call_a_step(standin, b
     import fake_cupy.nvmath
 
     tau, name = 5, "dgemv" if B == 1 else "dgemm"
-    x, y = sequences("every", tau, B)
+    x, y = batch(SIZES, B, 0, tau=tau, output="every")
     with RNN(SIZES, output="every", dtype="float64", backend=backend) as net:
         net.backprop(x, y, BPTT())
         fake_cupy.nvmath.calls.clear()
@@ -123,7 +117,7 @@ def test_the_recurrence_runs_on_cublas_through_nvmath_one_call_a_step(standin, b
 def test_without_nvmath_the_recurrence_runs_on_cupy_matmul(standin_without_nvmath, B):
     from leapfrog_gpu.backends.cuda import CupyBackend
 
-    x, y = sequences("last", 4, B)
+    x, y = batch(SIZES, B, 0, tau=4, output="last")
     with CupyBackend() as cupy_backend, RNN(SIZES, dtype="float64", backend=cupy_backend) as net:
         assert cupy_backend.ops.blas is None
         params = [host(net.weights), host(net.recurrent), host(net.biases)]
@@ -137,7 +131,7 @@ def test_without_nvmath_the_recurrence_runs_on_cupy_matmul(standin_without_nvmat
 def test_time_newton_on_the_standin_matches_the_reference(backend, quasi):
     from leapfrog_gpu import TimeNewton
 
-    x, _ = sequences("every", 9, 2)
+    x, _ = batch(SIZES, 2, 0, tau=9, output="every")
     with RNN(SIZES, output="every", dtype="float64", backend=backend, recurrent_norm=2.0) as net:
         params = [host(net.weights), host(net.recurrent), host(net.biases)]
         solver = TimeNewton(quasi=quasi)

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from helpers import CountedNumpy
+from helpers import CountedNumpy, batch
 from leapfrog_gpu import BPTT, RNN, TimeNewton, TimeScan
 from leapfrog_gpu.rnn import newton
 from leapfrog_gpu.rnn import reference as reference_rnn
@@ -24,7 +24,8 @@ def network(norm, dtype="float64", activation="tanh", output="every", seed=1):
 
 
 def inputs(tau, B=3, dtype="float64", seed=0):
-    return np.random.default_rng(seed).standard_normal((tau, SIZES[0], B)).astype(dtype)
+    """The sequences of ``helpers.batch`` alone: the solvers run the forward pass only."""
+    return batch(SIZES, B, seed, dtype, tau=tau)[0]
 
 
 def reference(net, x):

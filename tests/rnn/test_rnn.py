@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from helpers import batch
 from leapfrog_gpu import BPTT, MLP, RNN, Leapfrog, NaumovJacobi, NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.rnn import reference as reference_rnn
 
@@ -21,14 +22,6 @@ SCANS = (TimeScan(scan="doubling"), TimeScan(scan="reduction"))
 def odd_widths(L, seed):
     """L odd widths in 1..15."""
     return [int(2 * n + 1) for n in np.random.default_rng(seed).integers(0, 8, size=L)]
-
-
-def sequences(net, tau, B, seed=0, dtype=np.float64):
-    """A random (x, y) for ``net``: x (tau, n_1, B) standard normal, y in (0.05, 0.95) of its output's shape."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((tau, net.sizes[0], B)).astype(dtype)
-    shape = (net.sizes[-1], B) if net.output == "last" else (tau, net.sizes[-1], B)
-    return x, rng.uniform(0.05, 0.95, shape).astype(dtype)
 
 
 def reference(net, x, y):
@@ -65,7 +58,7 @@ def test_float64_gradients_of_every_schedule_match_the_reference(L, tau, B, outp
     for i, (activation, cost, output_activation) in enumerate(FUNCTIONS):
         with RNN(sizes, activation, cost, output, dtype="float64", seed=i, backend="numpy",
                  output_activation=output_activation) as net:
-            x, y = sequences(net, tau, B, seed=i)
+            x, y = batch(net.sizes, B, i, tau=tau, output=net.output)
             want = reference(net, x, y)
             for schedule in schedules(tau, sizes):
                 error = worst(net.backprop(x, y, schedule), want)
@@ -78,7 +71,7 @@ def test_naumov_rnn_over_33_steps_on_narrow_layers_matches_the_reference(output)
         with RNN([3, 1, 3, 1, 3], activation, cost, output, dtype="float64", seed=i, backend="numpy",
                  output_activation=output_activation) as net:
             for B in (1, 5):
-                x, y = sequences(net, 33, B, seed=i)
+                x, y = batch(net.sizes, B, i, tau=33, output=net.output)
                 assert worst(net.backprop(x, y, NaumovRNN()), reference(net, x, y)) <= 1e-10
 
 
@@ -100,7 +93,7 @@ def test_float32_gradients_match_the_reference_within_a_tolerance_growing_with_t
     for i, (activation, cost, output_activation) in enumerate(FUNCTIONS):
         with RNN(sizes, activation, cost, output, dtype="float32", seed=i, backend="numpy",
                  output_activation=output_activation) as net:
-            x, y = sequences(net, tau, 5, seed=i, dtype=np.float32)
+            x, y = batch(net.sizes, 5, i, np.float32, tau=tau, output=net.output)
             want = reference(net, x, y)
             for schedule in (BPTT(), Leapfrog(2), Wavefront(), *SCANS) + ((NaumovRNN(),) if tau <= 7 else ()):
                 error = worst(net.backprop(x, y, schedule), want)
@@ -113,7 +106,7 @@ def test_gradients_match_central_finite_differences(activation, cost, output_act
     sizes = [2, 3, 3, 2]
     with RNN(sizes, activation, cost, output, dtype="float64", seed=4, backend="numpy",
              output_activation=output_activation) as net:
-        x, y = sequences(net, 4, 2, seed=1)
+        x, y = batch(net.sizes, 2, 1, tau=4, output=net.output)
         params = [net.weights, net.recurrent, net.biases]
         nabla_b, nabla_w, nabla_u = net.backprop(x, y, Leapfrog(2))
     h = 1e-6
@@ -168,7 +161,7 @@ def test_gradients_match_pytorch_autograd(activation, cost, output_activation, o
     with RNN(sizes, activation, cost, output, dtype="float64", seed=2, backend="numpy",
              output_activation=output_activation) as net:
         for tau in (1, 7, 33):
-            x, y = sequences(net, tau, 5, seed=tau)
+            x, y = batch(net.sizes, 5, tau, tau=tau, output=net.output)
             want = torch_gradients(torch, net, x, y)
             for schedule in (BPTT(), Leapfrog(2), Wavefront(), *SCANS):
                 assert worst(net.backprop(x, y, schedule), want) <= 1e-10
@@ -179,7 +172,7 @@ def test_gradients_match_pytorch_nn_rnn():
     torch = pytest.importorskip("torch", reason="the PyTorch comparison needs torch (pip install torch==2.13.0)")
     sizes, tau, B = [4, 6, 6, 3], 9, 3
     with RNN(sizes, "tanh", "quadratic", "every", dtype="float64", seed=5, backend="numpy") as net:
-        x, y = sequences(net, tau, B)
+        x, y = batch(net.sizes, B, 0, tau=tau, output=net.output)
         rnn = torch.nn.RNN(4, 6, num_layers=2, nonlinearity="tanh", dtype=torch.float64)
         weights, recurrent, biases = net.weights, net.recurrent, net.biases
         with torch.no_grad():
@@ -204,7 +197,7 @@ def test_gradients_match_pytorch_nn_rnn():
 def test_feedforward_matches_the_reference():
     for output in ("last", "every"):
         with RNN([3, 5, 7, 2], "sigmoid", output=output, dtype="float64", backend="numpy") as net:
-            x, _ = sequences(net, 6, 4)
+            x, _ = batch(net.sizes, 4, 0, tau=6, output=net.output)
             want = reference_rnn.feedforward(net.weights, net.recurrent, net.biases, x, "sigmoid",
                                              net.output_activation, output)
             got = net.feedforward(x)
@@ -226,7 +219,7 @@ def test_initialisation_draws_w_and_b_as_the_mlp_and_u_with_spectral_norm_below_
 
 def test_sgd_step_follows_the_update_rule():
     with RNN([3, 5, 2], dtype="float64", output="every", backend="numpy") as net:
-        x, y = sequences(net, 4, 3)
+        x, y = batch(net.sizes, 3, 0, tau=4, output=net.output)
         before = [net.weights, net.recurrent, net.biases]
         nabla_b, nabla_w, nabla_u = net.backprop(x, y)
         net.sgd_step(x, y, 0.3, Leapfrog(2, fused=True))

@@ -7,6 +7,7 @@ import functools
 import numpy as np
 import pytest
 
+from helpers import batch
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.rnn.schedules import ceil_log2
@@ -14,13 +15,6 @@ from leapfrog_gpu.core.handoff import Handoff
 
 ETA = 0.3
 SIZES = [5, 9, 7, 11, 3]
-
-
-def sequences(sizes, tau, B, output, seed):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((tau, sizes[0], B)).astype(np.float32)
-    y = rng.uniform(0.05, 0.95, (sizes[-1], B) if output == "last" else (tau, sizes[-1], B)).astype(np.float32)
-    return x, y
 
 
 def same(got, want):
@@ -31,7 +25,7 @@ def trained(backend, schedule, sizes=SIZES, B=5, output="every", steps=30, tau=6
     """Parameters after ``steps`` SGD steps enqueued back to back, then one more pass's gradients."""
     with RNN(sizes, output=output, seed=3, backend=backend) as net:
         for step in range(steps):
-            x, y = sequences(sizes, tau, B, output, seed=step)
+            x, y = batch(sizes, B, step, np.float32, tau=tau, output=output)
             net.sgd_step(x, y, ETA, schedule)
         nabla_b, nabla_w, nabla_u = net.backprop(x, y, schedule)
         return net.weights + net.recurrent + net.biases + nabla_b + nabla_w + nabla_u
@@ -112,7 +106,7 @@ def test_trace_of_a_leapfrog_step():
     k, L = 2, len(SIZES)
     with get_backend("numpy", mode="threads", trace=True) as backend:
         net = RNN(SIZES, seed=1, backend=backend)
-        x, y = sequences(SIZES, 4, 3, "last", seed=0)
+        x, y = batch(SIZES, 3, 0, np.float32, tau=4, output="last")
         backend.trace.clear()
         net.sgd_step(x, y, ETA, Leapfrog(k))
         net.synchronize()
@@ -147,7 +141,7 @@ FORMULAS = {
 def test_each_schedule_counts_the_rounds_of_its_formula(kind, L, tau):
     make, formula = FORMULAS[kind]
     with RNN([2] + [1] * (L - 2) + [2], dtype="float64", backend="numpy") as net:
-        x, y = sequences(net.sizes, tau, 2, "last", seed=0)
+        x, y = batch(net.sizes, 2, 0, np.float32, tau=tau, output="last")
         schedule = make()
         net.backprop(x, y, schedule)
         scan = {"scan": schedule.scan} if isinstance(schedule, TimeScan) else {}
@@ -161,7 +155,7 @@ def test_rounds_at_four_layers_and_64_steps():
     rounds; two rounds over layers)."""
     want = {"BPTT": 256, "Wavefront": 67, "TimeScan-doubling": 28, "TimeScan-reduction": 48, "NaumovRNN": 9}
     with RNN([2, 1, 1, 1, 1, 2], dtype="float64", backend="numpy") as net:
-        x, y = sequences(net.sizes, 64, 1, "last", seed=0)
+        x, y = batch(net.sizes, 1, 0, np.float32, tau=64, output="last")
         for kind, rounds in want.items():
             schedule = FORMULAS[kind][0]()
             net.backprop(x, y, schedule)
@@ -170,7 +164,7 @@ def test_rounds_at_four_layers_and_64_steps():
 
 def test_timescan_on_the_host_scans_by_reduction_unless_told_otherwise():
     with RNN([2, 3, 3, 2], dtype="float64", backend="numpy") as net:
-        x, y = sequences(net.sizes, 8, 2, "last", seed=0)
+        x, y = batch(net.sizes, 2, 0, np.float32, tau=8, output="last")
         for scan, want in (("auto", "reduction"), ("doubling", "doubling"), ("reduction", "reduction")):
             schedule = TimeScan(scan=scan)
             net.backprop(x, y, schedule)
@@ -182,7 +176,7 @@ def test_timescan_on_the_host_scans_by_reduction_unless_told_otherwise():
 def test_counters_are_reported_and_the_scans_say_what_they_hold():
     sizes, tau, B = [4, 6, 5, 3], 9, 2
     with RNN(sizes, dtype="float32", backend="numpy") as net:
-        x, y = sequences(sizes, tau, B, "last", seed=0)
+        x, y = batch(sizes, B, 0, np.float32, tau=tau, output="last")
         for schedule in (BPTT(), Wavefront(), TimeScan(), NaumovRNN()):
             net.backprop(x, y, schedule)
             stats = schedule.stats
@@ -202,12 +196,12 @@ def test_naumov_rnn_checks_its_memory_before_allocating():
     schedule = NaumovRNN()
     needed = schedule.memory_needed(sizes, 1024, 8, 4)
     with RNN(sizes, backend="numpy") as net:
-        x, y = sequences(sizes, 1024, 8, "last", seed=0)
+        x, y = batch(sizes, 8, 0, np.float32, tau=1024, output="last")
         with pytest.raises(ValueError, match=rf"NaumovRNN needs {needed} bytes .* over memory_limit=1073741824 bytes"):
             net.backprop(x, y, schedule)
         assert not net._plans  # refused before the pass's own buffers were allocated
         small = NaumovRNN(memory_limit=100)
-        x, y = sequences(sizes, 2, 1, "last", seed=0)
+        x, y = batch(sizes, 1, 0, np.float32, tau=2, output="last")
         with pytest.raises(ValueError, match=r"NaumovRNN needs \d+ bytes"):
             net.backprop(x, y, small)
         net.backprop(x, y, NaumovRNN(memory_limit=small.memory_needed(sizes, 2, 1, 4)))
@@ -260,7 +254,7 @@ def test_leapfrog_auto_runs_bptt_where_no_hand_off_pays(monkeypatch, faster, wor
         return [row(s, 1.0 if s.k != faster else 0.5) for s in schedules]
 
     monkeypatch.setattr(calibrate, "measure", measured)
-    x, y = sequences(SIZES, 4, 2, "every", seed=0)
+    x, y = batch(SIZES, 2, 0, np.float32, tau=4, output="every")
     with get_backend("numpy") as backend, RNN(SIZES, output="every", backend=backend) as net:
         net.sgd_step(x, y, ETA, Leapfrog("auto"))
         net.synchronize()

@@ -53,7 +53,7 @@
 # WHEELS (default build/wheels, filled by profiling/fetch_wheels.sh): installed with pip --no-index into a
 # scratch folder put first on PYTHONPATH, those the image lacks only. The imports still missing are listed in
 # the first seconds.
-# With --dry-run, `import cupy` gives the CuPy stand-in of tests/standin, which runs our kernels on the CPU
+# With --dry-run, `import cupy` gives the CuPy stand-in of tests/harness/standin, which runs our kernels on the CPU
 # harness and times with its events: kernels and benches run on it with tiny sizes; where it cannot serve
 # (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
 # instead of running, or skips, and says so in summary.txt. Exit status: 0 when every part exited 0, else 1.
@@ -64,7 +64,7 @@ REPO=$(cd "$(dirname "$SELF")/.." && pwd)
 
 # Test selections for compute-sanitizer (SANITIZED, GPU half): every kernel once at odd sizes, then the staged
 # and reducing kernels at B = 64, the chain's GEMV and staged GEMM among them, each with a leapfrog step.
-SANITIZED=(tests/test_kernels.py tests/test_chain_kernels.py tests/test_schedules.py)
+SANITIZED=(tests/kernels/test_kernels.py tests/kernels/test_chain.py tests/mlp/test_schedules.py)
 MEMCHECK='(test_nabla_w or test_fused_update) and 257-33-3- and f32'
 MEMCHECK+=' or (test_nabla_b or test_delta_hidden or test_delta_output or test_bias_activation) and 257-3- and f32'
 MEMCHECK+=' or test_sgd_update and 257 and 33 and f32 or test_elementwise_grid_stride_loop and f32'
@@ -74,14 +74,15 @@ SHARED='(test_nabla_w or test_fused_update) and 257-33-64 and f32 or test_nabla_
 SHARED+=' or (test_forward and tanh-257-33-64 or test_backward and 257-33-64) and f32'
 SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
 # The GEMV block shapes kernels.py compares with the launcher's, forward (lanes x rows) : backward (columns x
-# threads), in a dry run too: each must pass launch.chain_launch's checks (tests/test_profiling_scripts.py).
+# threads), in a dry run too: each must pass launch.chain_launch's checks (tests/tools/test_profiling_scripts.py).
 GEMV_BLOCKS=32x4:16x32,32x8:32x256,32x2:8x128,32x16:4x128
 # The kernel model for kernels.py where this machine cannot compute it (no NVRTC or cuobjdump: no test extras).
 MODEL=profiling/results/kernel_model_cpu_2026-12-03.json
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
 # In a run of every part, these only (about 70 tests, 45 s); the kernels' ~950 GPU tests: PARTS=tests.
-FIRST=(tests/test_backends.py tests/test_cupy_graph.py tests/test_cublas.py tests/test_parallel.py
-       tests/test_graph_tools.py tests/test_timeline.py tests/test_train.py tests/test_gradients.py)
+FIRST=(tests/backends/test_backends.py tests/backends/test_cupy_graph.py tests/backends/test_cublas.py
+       tests/parallel/test_parallel.py tests/tools/test_graph_tools.py tests/tools/test_timeline.py
+       tests/tools/train/test_train.py tests/mlp/test_mlp.py)
 
 # -- the parts (each runs in its own process, under `timeout`) -------------------------------------------
 
@@ -132,7 +133,7 @@ PY
             fi
         done
     } | tee -a "$SUMMARY"
-    [[ -n $DRY ]] && note "dry run: 'import cupy' gives the CPU stand-in (tests/standin)"
+    [[ -n $DRY ]] && note "dry run: 'import cupy' gives the CPU stand-in (tests/harness/standin)"
     return 0
 }
 
@@ -371,7 +372,7 @@ main() {
     esac
     if [[ -n $DRY ]]; then
         OUT=${OUT:-$(mktemp -d)}
-        PYTHONPATH="$REPO/tests/standin:$REPO/tests:$REPO${PYTHONPATH:+:$PYTHONPATH}"
+        PYTHONPATH="$REPO/tests/harness/standin:$REPO/tests/harness:$REPO${PYTHONPATH:+:$PYTHONPATH}"
     else
         OUT=${OUT:-$REPO/profiling/results/device_check_$(date -u +%Y%m%dT%H%M%SZ)}
         PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"

@@ -2,7 +2,7 @@
 
     python profiling/rnn_float32.py             # a few seconds on one core
 
-Two parts. First, the network of ``tests/test_rnn.py``'s float32 test ([5, 9, 7, 3], every activation
+Two parts. First, the network of ``tests/rnn/test_rnn.py``'s float32 test ([5, 9, 7, 3], every activation
 and cost, both output modes, seeds 0..4, every schedule) over more sequence lengths: the worst relative
 error per array, max |got - want| / max |want|, against the test's tolerance 1e-6 (1 + tau/8). Second,
 two relu networks of odd widths (tau = 64, B = 5) where that error is far larger, beside PyTorch's own
@@ -21,7 +21,7 @@ from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
 from leapfrog_gpu.reference import sigma_prime
 from leapfrog_gpu.rnn import reference
 
-FUNCTIONS = [  # (activation, cost, output_activation), as tests/test_rnn.py
+FUNCTIONS = [  # (activation, cost, output_activation), as tests/rnn/test_rnn.py
     ("tanh", "quadratic", None), ("sigmoid", "quadratic", None), ("relu", "quadratic", "identity"),
     ("tanh", "cross_entropy", None), ("sigmoid", "quadratic", "identity"),
 ]

@@ -1,7 +1,7 @@
 """Shared fixtures and hooks: the backends a test body runs on, the GPU half skipped with one reason that
-says why, the CuPy stand-in (``tests/fake_cupy``) under each order in which it interleaves its queues,
-a last line that counts the skipped tests by reason, and pytest-xdist's workers by default on a machine
-without a GPU. Shared helpers live in ``helpers.py``."""
+says why, the CuPy stand-in (``tests/harness/fake_cupy``) under each order in which it interleaves its queues,
+each kind of network, a last line that counts the skipped tests by reason, and pytest-xdist's workers by
+default on a machine without a GPU. Shared helpers live in ``tests/harness`` (``helpers.py``, ``networks.py``)."""
 
 import collections
 import sys
@@ -13,12 +13,20 @@ from leapfrog_gpu.backends import cuda_status
 
 pytest.register_assert_rewrite("helpers")  # its asserts explain themselves as a test module's do
 from helpers import STANDIN_ORDERS, gpu, install_standin  # noqa: E402
+import networks  # noqa: E402
 
 BACKENDS = ["numpy", pytest.param("cupy", marks=[pytest.mark.gpu, gpu])]
 
 
 @pytest.fixture(params=BACKENDS)
 def backend_name(request):
+    return request.param
+
+
+@pytest.fixture(params=networks.NAMES)
+def network_name(request):
+    """Each kind of network: "MLP", "RNN", "GraphNet" (``networks.network`` makes it, ``networks.network_batch``
+    its batches)."""
     return request.param
 
 

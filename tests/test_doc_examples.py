@@ -151,7 +151,7 @@ def _environment():
     import os
 
     env = dict(os.environ, MPLBACKEND="Agg")
-    env.pop("PYTHONPATH", None)  # the package as installed, not the stand-ins of tests/
+    env.pop("PYTHONPATH", None)  # the package as installed, not the stand-ins of tests/harness
     return env
 
 

@@ -1,7 +1,7 @@
 """The package's floors: imports point downwards only (tools -> the networks -> core -> parallel ->
 backends), no circle, and no import between the three networks' packages (``mlp``, ``rnn``, ``dag``), which
 are peers; modules small enough to read (``MAX_LINES``) and few loose at the top (``MAX_LOOSE``); tools and
-profiling scripts on the library's public API only; tests that share helpers through ``tests/helpers.py``,
+profiling scripts on the library's public API only; tests that share helpers through ``tests/harness/helpers.py``,
 never through each other.
 
 Every module's imports are read with ``ast``, those inside functions included (a lazy import is still
@@ -248,7 +248,7 @@ def test_tools_and_profiling_use_the_public_api_only():
 
 def test_no_test_module_imports_another():
     found = imports_of_test_modules(ROOT / "tests")
-    assert not found, "imports of test modules (shared helpers live in tests/helpers.py):\n" + "\n".join(found)
+    assert not found, "imports of test modules (shared helpers live in tests/harness/helpers.py):\n" + "\n".join(found)
 
 
 def test_the_checks_catch_a_long_module_a_reach_in_and_a_test_import(toy, tmp_path):

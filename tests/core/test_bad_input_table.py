@@ -1,0 +1,102 @@
+"""Generates the table of bad inputs in docs/bad-input.md from what the library really answers, and checks it.
+
+The table in docs/bad-input.md (between the ``bad-inputs`` markers) must equal what this test generates; run
+``LEAPFROG_WRITE_TABLE=1 python -m pytest tests/core/test_bad_input_table.py`` to rewrite it.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, get_backend, reference
+
+PAGE = Path(__file__).resolve().parents[2] / "docs/bad-input.md"
+START, END = "<!-- bad-inputs:start -->", "<!-- bad-inputs:end -->"
+SIZES = [4, 6, 3]
+X, Y = np.ones((4, 3)), np.zeros((3, 3))
+
+
+def cases(net):
+    """(what is passed, a call that passes it), in the order of the table."""
+    def backprop(x=X, y=Y, schedule=None):
+        def call():
+            nabla_b, nabla_w = net.backprop(x, y, schedule)
+            x64 = np.asarray(x, dtype=np.float64).reshape(SIZES[0], -1)
+            y64 = np.asarray(y, dtype=np.float64).reshape(SIZES[-1], -1)
+            want_b, want_w = reference.backprop(net.weights, net.biases, x64, y64)
+            for got, want in zip(nabla_b + nabla_w, want_b + want_w):
+                np.testing.assert_allclose(got, want, rtol=1e-12)
+        return call
+
+    class FakeCupyArray:
+        __module__ = "cupy"
+        dtype, shape, ndim = np.dtype("float32"), (4, 3), 2
+
+    return [
+        ("`MLP([5])`", lambda: MLP([5], backend="numpy")),
+        ("`MLP([5, 0, 3])`", lambda: MLP([5, 0, 3], backend="numpy")),
+        ("`MLP([5, 2.5])`", lambda: MLP([5, 2.5], backend="numpy")),
+        ("`MLP(sizes, activation='softmax')`", lambda: MLP(SIZES, activation="softmax", backend="numpy")),
+        ("`MLP(sizes, cost='hinge')`", lambda: MLP(SIZES, cost="hinge", backend="numpy")),
+        ("`MLP(sizes, dtype='float16')`", lambda: MLP(SIZES, dtype="float16", backend="numpy")),
+        ("`MLP(sizes, backend='tpu')`", lambda: MLP(SIZES, backend="tpu")),
+        ("`MLP(sizes, cost='cross_entropy', output_activation='relu')`",
+         lambda: MLP(SIZES, cost="cross_entropy", output_activation="relu", backend="numpy")),
+        ("`Leapfrog(0)`", lambda: Leapfrog(0)),
+        ("`Leapfrog(2.5)`", lambda: Leapfrog(2.5)),
+        ("`Leapfrog(10**9)` (huge k)", backprop(schedule=Leapfrog(10**9))),
+        ("`get_backend('opencl')`", lambda: get_backend("opencl")),
+        ("x of shape (5, 3)", backprop(x=np.ones((5, 3)))),
+        ("x of shape (4, 3, 1)", backprop(x=np.ones((4, 3, 1)))),
+        ("x of shape (4,) (one sample)", backprop(x=np.ones(4), y=np.zeros(3))),
+        ("y of shape (3, 2) for 3 samples", backprop(y=np.zeros((3, 2)))),
+        ("an empty batch, x (4, 0)", backprop(x=np.ones((4, 0)), y=np.zeros((3, 0)))),
+        ("x of dtype int64", backprop(x=np.ones((4, 3), dtype=np.int64))),
+        ("x of dtype float16", backprop(x=np.ones((4, 3), dtype=np.float16))),
+        ("x of dtype complex128", backprop(x=X.astype(complex))),
+        ("x of dtype object", backprop(x=X.astype(object))),
+        ("y of dtype bool", backprop(y=Y.astype(bool))),
+        ("x Fortran-ordered", backprop(x=np.asfortranarray(X))),
+        ("x a strided view", backprop(x=np.ones((4, 6))[:, ::2])),
+        ("x with a NaN", backprop(x=np.where(np.eye(4, 3) > 0, np.nan, 1.0))),
+        ("y with an Inf", backprop(y=np.full((3, 3), np.inf))),
+        ("a CuPy array on the numpy backend", backprop(x=FakeCupyArray())),
+        ("`sgd_step(x, y, eta=-0.1)`", lambda: net.sgd_step(X, Y, -0.1)),
+        ("`sgd_step(x, y, 0.1, graph=1)`", lambda: net.sgd_step(X, Y, 0.1, graph=1)),
+        ("`sgd_step(x, y, 0.1, NaumovJacobi(warm_start=True), graph=True)`",
+         lambda: net.sgd_step(X, Y, 0.1, NaumovJacobi(warm_start=True), graph=True)),
+        ("`backprop(x, y, schedule=2)`", backprop(schedule=2)),
+    ]
+
+
+def outcome(call):
+    try:
+        call()
+    except (ValueError, TypeError) as error:
+        return f"`{type(error).__name__}`: {error}"
+    return "accepted: gradients as for the same values in float64"
+
+
+def table():
+    with MLP(SIZES, dtype="float64", backend="numpy") as net:
+        rows = [f"| {what} | {outcome(call)} |" for what, call in cases(net)]
+    return "\n".join(["| input | answer |", "| --- | --- |", *(row.replace("\n", " ") for row in rows)])
+
+
+def test_the_table_is_what_the_library_answers():
+    generated = table()
+    text = PAGE.read_text()
+    block = re.compile(re.escape(START) + r"\n(.*?)" + re.escape(END), re.S)
+    if os.environ.get("LEAPFROG_WRITE_TABLE") == "1":
+        PAGE.write_text(block.sub(lambda _: f"{START}\n{generated}\n{END}", text))
+        text = PAGE.read_text()
+    found = block.search(text)
+    assert found, f"docs/bad-input.md has no {START} ... {END} block"
+    assert found.group(1) == generated + "\n", "docs/bad-input.md is stale: rerun with LEAPFROG_WRITE_TABLE=1"
+
+
+def test_every_row_is_accepted_or_a_clear_error():
+    for line in table().splitlines()[2:]:
+        assert "accepted" in line or "Error`: " in line, line

@@ -1,0 +1,176 @@
+"""The contract every network keeps, written once and run over ``MLP``, ``RNN`` and ``GraphNet``: closing,
+use after close, parameters in and out by one protocol (``{unit: {network_name: array}}``) and one checked path,
+copies handed out that no later step writes, and the schedules a network cannot run refused by name."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN, NaumovScan,
+                          Sequential, TimeScan, Wavefront)
+from leapfrog_gpu.backends.host import NumpyBackend
+from networks import UNITS, network, network_batch
+
+
+TAKES = {
+    "MLP": ("Sequential()", "Leapfrog(k)", "NaumovScan()", "NaumovJacobi()"),
+    "RNN": ("Sequential()", "Leapfrog(k)", "BPTT()", "Wavefront()", "TimeScan()", "NaumovRNN()"),
+    "GraphNet": ("Sequential()", "Leapfrog(k)", "LevelSets()", "DagJacobi()", "DagDoubling()"),
+}
+"""What each network runs, as the issue's user reads it in a refusal; written here, not read from the code."""
+
+EVERY_SCHEDULE = [Sequential(), Leapfrog(2), NaumovScan(), NaumovJacobi(), BPTT(), Wavefront(), TimeScan(),
+                  NaumovRNN(), LevelSets(), DagJacobi(max_sweeps=1), DagDoubling()]
+
+
+def flat(params):
+    return {(unit, key): np.array(value) for unit, named in params.items() for key, value in named.items()}
+
+
+def assert_equal(got, want):
+    got, want = flat(got), flat(want)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert np.array_equal(got[key], want[key]), f"{key} changed"
+
+
+def test_parameters_is_one_protocol_and_its_round_trip_is_bitwise(network_name):
+    with network(network_name, "numpy") as net:
+        params = net.parameters()
+        assert list(params) == UNITS[network_name]
+        assert all(set(named) >= ({"gamma", "beta"} if unit == "n" else {"w", "b"}) for unit, named in params.items())
+        if network_name == "RNN":
+            assert set(params[2]) == set(params[3]) == {"w", "u", "b"} and set(params[4]) == {"w", "b"}
+        doubled = {unit: {key: 2 * value for key, value in named.items()} for unit, named in params.items()}
+        net.set_parameters(doubled)
+        assert_equal(net.parameters(), doubled)
+
+
+def test_close_twice_and_use_after_close(network_name):
+    net = network(network_name, "numpy")
+    x, y = network_batch(network_name)
+    net.sgd_step(x, y, 0.1)
+    net.close()
+    net.close()  # a second close does nothing
+    assert net.backend.closed
+    for use in (lambda: net.sgd_step(x, y, 0.1), lambda: net.backprop(x, y), lambda: net.parameters(),
+                lambda: net.synchronize()):
+        with pytest.raises(RuntimeError, match=f"this {network_name} is closed"):
+            use()
+
+
+def test_a_network_leaves_a_backend_it_was_given_open(network_name):
+    with NumpyBackend() as backend:
+        net = network(network_name, backend)
+        net.close()
+        net.close()
+        assert not backend.closed
+        with network(network_name, backend) as other:  # the backend still runs networks
+            other.sgd_step(*network_batch(network_name), 0.1)
+            other.synchronize()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e39], ids=["nan", "inf", "-inf", "beyond float32"])
+def test_a_non_finite_parameter_is_refused_by_name_and_nothing_changes(network_name, bad):
+    with network(network_name, "numpy") as net:
+        before = net.parameters()
+        given = {unit: {key: value + 1 for key, value in named.items()} for unit, named in before.items()}
+        unit = list(given)[-1]
+        given[unit]["w"] = given[unit]["w"].astype(np.float64)  # 1e39 is finite in float64 only
+        given[unit]["w"][0, -1] = bad  # the last array checked, so every other one was read first
+        with pytest.raises(ValueError, match=r"contains NaN or Inf \(as float32\)") as info:
+            net.set_parameters(given)
+        assert str(unit) in str(info.value)
+        assert_equal(net.parameters(), before)
+
+
+def test_a_wrong_shape_is_refused_by_name_and_nothing_changes(network_name):
+    with network(network_name, "numpy") as net:
+        before = net.parameters()
+        given = {unit: {key: value + 1 for key, value in named.items()} for unit, named in before.items()}
+        unit = list(given)[-1]
+        given[unit]["w"] = given[unit]["w"][:, :-1]
+        shape = before[unit]["w"].shape
+        with pytest.raises(ValueError, match=rf"must have shape \({shape[0]}, {shape[1]}\); got \({shape[0]}, "
+                                             rf"{shape[1] - 1}\)"):
+            net.set_parameters(given)
+        assert_equal(net.parameters(), before)
+
+
+def test_unknown_units_and_names_are_refused_by_name_and_nothing_changes(network_name):
+    with network(network_name, "numpy") as net:
+        before = net.parameters()
+        unit = list(before)[0]
+        for given, word in (({"zz": {"w": before[unit]["w"]}}, "'zz'"), ({unit: {"q": before[unit]["b"]}}, "'q'")):
+            with pytest.raises(ValueError, match=word):
+                net.set_parameters({**{u: {k: v + 1 for k, v in named.items()} for u, named in before.items()},
+                                    **given})
+            assert_equal(net.parameters(), before)
+        with pytest.raises(TypeError, match="dict"):
+            net.set_parameters({unit: before[unit]["w"]})
+        with pytest.raises(TypeError, match="real numbers"):
+            net.set_parameters({unit: {"w": np.full(before[unit]["w"].shape, "a")}})
+        assert_equal(net.parameters(), before)
+
+
+def test_nested_lists_are_accepted(network_name):
+    with network(network_name, "numpy", dtype="float64") as net:
+        rng = np.random.default_rng(3)
+        want = {unit: {key: rng.standard_normal(value.shape) for key, value in named.items()}
+                for unit, named in net.parameters().items()}
+        net.set_parameters({unit: {key: value.tolist() for key, value in named.items()} for unit, named in want.items()})
+        assert_equal(net.parameters(), want)
+
+
+def test_copies_handed_out_stay_valid_after_a_step(network_name):
+    with network(network_name, "numpy") as net:
+        x, y = network_batch(network_name)
+        params = net.parameters()
+        kept = copy.deepcopy(params)
+        gradients = net.backprop(x, y)
+        kept_gradients = copy.deepcopy(gradients)
+        for step in range(3):
+            net.sgd_step(*network_batch(network_name, seed=step + 1), 0.5)
+        net.synchronize()
+        assert_equal(params, kept)
+        for got, want in zip(np.concatenate([np.ravel(a) for a in _arrays(gradients)]),
+                             np.concatenate([np.ravel(a) for a in _arrays(kept_gradients)])):
+            assert got == want
+        assert any(not np.array_equal(flat(net.parameters())[key], value) for key, value in flat(kept).items())
+
+
+def _arrays(nested):
+    if isinstance(nested, dict):
+        return [a for value in nested.values() for a in _arrays(value)]
+    if isinstance(nested, (list, tuple)):
+        return [a for value in nested for a in _arrays(value)]
+    return [nested]
+
+
+@pytest.mark.parametrize("schedule", EVERY_SCHEDULE, ids=repr)
+def test_a_schedule_the_network_cannot_run_is_refused_naming_those_it_can(network_name, schedule):
+    takes = TAKES[network_name]
+    runs = f"{type(schedule).__name__}()" in takes or (isinstance(schedule, Leapfrog) and "Leapfrog(k)" in takes)
+    with network(network_name, "numpy") as net:
+        x, y = network_batch(network_name, 2)
+        before = net.parameters()
+        for call in (lambda: net.backprop(x, y, schedule), lambda: net.sgd_step(x, y, 0.1, schedule)):
+            if runs:
+                call()
+                continue
+            with pytest.raises(TypeError) as info:
+                call()
+            message = str(info.value)
+            article = "a" if network_name == "GraphNet" else "an"
+            assert message.startswith(f"{article} {network_name} cannot run {schedule!r}; it takes "), message
+            assert all(choice in message for choice in takes), message
+        if not runs:
+            assert_equal(net.parameters(), before)
+
+
+def test_what_is_not_a_schedule_is_refused_naming_the_choices(network_name):
+    with network(network_name, "numpy") as net:
+        with pytest.raises(TypeError, match="schedule must be a schedule object: ") as info:
+            net.backprop(*network_batch(network_name), "leapfrog")
+        assert all(choice in str(info.value) for choice in TAKES[network_name])

@@ -1,0 +1,95 @@
+"""What the core gives every network, run over ``MLP``, ``RNN`` and ``GraphNet``: graph mode (a replayed
+step bitwise the eager one, for every schedule a network runs), ``check_finite`` (a NaN or Inf refused
+before the update, named, nothing updated), and data parallelism (two mirrored ranks against one
+process on the batch they make together)."""
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan, Sequential,
+                          TimeScan, Wavefront)
+from leapfrog_gpu.backends.host import NumpyBackend
+from networks import NAMES, TAU, Mirror, arrays, network, network_batch
+
+
+SCHEDULES = {
+    "MLP": [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), NaumovScan(), NaumovJacobi()],
+    "RNN": [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), BPTT(), Wavefront(), TimeScan()],
+    "GraphNet": [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), LevelSets(), DagJacobi(), DagDoubling()],
+}
+
+
+CASES = [(name, schedule) for name in NAMES for schedule in SCHEDULES[name]]
+
+
+@pytest.mark.parametrize("mode", ["threads", "deferred"])
+@pytest.mark.parametrize("name, schedule", CASES, ids=[f"{n}-{s!r}" for n, s in CASES])
+def test_a_replayed_step_is_bitwise_the_eager_step(name, schedule, mode):
+    results = []
+    for graph in (False, True):
+        with NumpyBackend(mode=mode, order="workers-first") as backend:
+            net = network(name, backend)
+            for step in range(4):
+                net.sgd_step(*network_batch(name, 5, seed=step), 0.1 + 0.01 * step, schedule, graph=graph)
+            if graph:
+                assert len(net._plans[(TAU, 5) if name == "RNN" else 5].captured) == 1
+            results.append(arrays(net.parameters()))
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+    assert not all(np.array_equal(a, b) for a, b in zip(results[0], arrays(network(name, "numpy").parameters())))
+
+
+@pytest.mark.parametrize("name", ["RNN", "GraphNet"])
+def test_graph_mode_on_a_gpu_is_refused_saying_why(standin, name):
+    with network(name, "cupy") as net:
+        with pytest.raises(ValueError, match=r"graph=True cannot capture .*(cupy.matmul|allocate)"):
+            net.sgd_step(*network_batch(name, 3, seed=0), 0.1, Leapfrog(2), graph=True)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # overflow in the stream threads, where errstate does not reach
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("name", NAMES)
+def test_check_finite_refuses_a_non_finite_gradient_by_name_and_updates_nothing(name, graph):
+    """Weights × 1e15 overflow a float32 relu network: its gradients hold Inf and NaN. The refusal names
+    the deepest bad array, and the steps enqueued behind it update nothing either."""
+    with network(name, "numpy", check_finite=True) as net:
+        params = net.parameters()
+        for named in params.values():
+            if "w" in named:  # a layer norm's gain and shift stay as they are
+                named["w"] = np.abs(named["w"]) * np.float32(1e15)
+        net.set_parameters(params)
+        before = arrays(net.parameters())
+        with np.errstate(all="ignore"):
+            for step in range(3):
+                net.sgd_step(*network_batch(name, 4, seed=step), 0.1, Leapfrog(2), graph=graph)
+            with pytest.raises(FloatingPointError, match=r"holds NaN or Inf; update refused, parameters unchanged") \
+                    as info:
+                net.synchronize()
+        deepest = {"MLP": "nabla_w[5]", "RNN": f"delta[4] at t = {TAU}", "GraphNet": "nabla_w[out]"}[name]
+        assert str(info.value).startswith(deepest)
+        assert all(np.array_equal(a, b) for a, b in zip(arrays(net.parameters()), before))
+        net.set_parameters(network(name, "numpy").parameters())  # the refusal is cleared: steps update again
+        net.sgd_step(*network_batch(name, 4, seed=9), 0.1, Leapfrog(2), graph=graph)
+        net.synchronize()
+
+
+@pytest.mark.parametrize("name, schedule", [(n, s) for n, s in CASES if not s.fused],
+                         ids=[f"{n}-{s!r}" for n, s in CASES if not s.fused])
+def test_two_mirrored_ranks_compute_one_process_on_the_batch_they_make(name, schedule):
+    """Rank 0 of two takes the first half of each batch, and the other holds the same gradients: the sums
+    are those of one process on that half twice over, the update divided by the whole batch."""
+    results = []
+    for comm in (Mirror(), None):
+        with network(name, "numpy", dtype="float64", comm=comm) as net:
+            for step in range(3):
+                x, y = network_batch(name, 6, seed=step, dtype=np.float64)
+                if comm is None:
+                    x, y = (np.concatenate([a[..., :3], a[..., :3]], axis=-1) for a in (x, y))
+                net.sgd_step(x, y, 0.5, schedule)
+            results.append(arrays(net.parameters()))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    with network(name, "numpy", comm=Mirror()) as net:
+        with pytest.raises(ValueError, match="cannot run data-parallel"):
+            net.sgd_step(*network_batch(name, 4, seed=0), 0.1, Leapfrog(2, fused=True))
+        with pytest.raises(ValueError, match="graph=True cannot run data-parallel"):
+            net.sgd_step(*network_batch(name, 4, seed=0), 0.1, Leapfrog(2), graph=True)

@@ -1,0 +1,458 @@
+"""Every kernel of ``kernels/*.cu``, and its NumPy twin in ``leapfrog_gpu.backends.ops_numpy``, against
+the maths it computes, written out here in NumPy and evaluated in float64.
+
+The kernels run through ``leapfrog_gpu.backends.ops_cuda.CudaOps``, so with the launch shapes and ``-D``
+options of ``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness of ``tests/harness/cuda_cpu``
+(always), and on a GPU through CuPy (skipped without one; there each result is also compared with the
+CPU harness's). The twins run as they are (device ``twin``). Expected values never come from a twin, so
+a bug copied into a kernel and its twin fails both. Outputs start as NaN, so an element a kernel does
+not write (or adds to instead of setting) shows. Sizes are odd on purpose: no multiple of any block or
+tile edge, non-square, batches 1, 3 and 64. Inputs are random normals with exact ties and boundary
+values mixed in: z + b = 0 exactly (relu's kink), a = y, zeros, saturating |z|, and rows that cancel.
+
+Tolerance, per element: ``2 * e32 + 4 * eps * magnitude``. ``e32`` is the largest error the same
+maths makes evaluated in float32 against float64 on the same inputs (zero for float64), so a kernel may
+be twice as wrong as a plain float32 implementation. The second term allows for a different order of
+rounding (a sequential sum against BLAS's, a fused multiply-add, a device ``exp`` within 2 ulp) at a
+few units in the last place of the operands' magnitude: ``max(|x|, 1)`` for elementwise results, the
+sum of the terms' absolute values for the reductions (6) and (7). A wrong index or a missing term moves
+a result by a whole term, far outside it.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from helpers import OUT_OF_RANGE, CpuDevice, gpu_device_or_skip, mutant
+from leapfrog_gpu import reference
+from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
+from leapfrog_gpu.core.functions import COSTS, OUTPUT_ACTIVATIONS
+
+import cuda_cpu
+
+DTYPES = (np.float32, np.float64)
+SIZES = (1, 2, 31, 33, 257)
+BATCHES = (1, 3, 64)
+PAIRS = [(n, m) for n in SIZES for m in SIZES]  # (n, m): square and not
+WIDE = [(70, 132), (36, 8)]  # rows of nabla_w a multiple of 4 long: the rank-B update's 16-byte stores
+"""What the harness says of a kernel that accessed an argument outside its buffer."""
+
+
+class TwinOps:
+    """ops_numpy with CudaOps's signatures: the updates get the scratch the twins stream through."""
+
+    def __getattr__(self, name):
+        return getattr(ops_numpy, name)
+
+    @staticmethod
+    def sgd_update(param, nabla, step, scratch):
+        ops_numpy.sgd_update(param, nabla, step, np.empty(ops_numpy.SCRATCH, param.dtype))
+
+    @staticmethod
+    def fused_update(w, delta, a, step, scratch):
+        ops_numpy.fused_update(w, delta, a, step, np.empty(max(ops_numpy.SCRATCH, w.shape[1]), w.dtype))
+
+    @staticmethod
+    def update(w, nabla_w, b, nabla_b, step, scratch):
+        ops_numpy.update(w, nabla_w, b, nabla_b, step, np.empty(ops_numpy.SCRATCH, w.dtype))
+
+
+class TwinDevice:
+    """The NumPy twins, on host arrays."""
+
+    name = "twin"
+    ops = TwinOps()
+
+    def to_device(self, array):
+        return np.array(array)
+
+    def to_host(self, array):
+        return np.array(array)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    if not cuda_cpu.available():
+        pytest.fail(f"the CPU harness needs a C++ compiler ({cuda_cpu.CXX}) on the PATH")
+    return CpuDevice()
+
+
+@pytest.fixture(scope="module", params=["cpu", "twin", pytest.param("gpu", marks=pytest.mark.gpu)])
+def device(request):
+    if request.param == "gpu":
+        return gpu_device_or_skip()
+    if request.param == "twin":
+        return TwinDevice()
+    return request.getfixturevalue("cpu")
+
+
+def check(device, request, run, inputs, expect, magnitude):
+    """Run ``run(device, inputs)`` and compare its outputs with the maths; see the module docstring.
+
+    ``run(device, inputs)`` launches the kernel on device copies of ``inputs`` and returns the outputs
+    on the host; ``expect(inputs)`` computes the same outputs from their definition, in the inputs'
+    dtype; ``magnitude(inputs64, reference)`` returns the scale of each output's elements.
+    """
+    dtype = next(iter(inputs.values())).dtype
+    inputs64 = {name: value.astype(np.float64) for name, value in inputs.items()}
+    with np.errstate(over="ignore"):
+        reference = expect(inputs64)
+        if dtype == np.float32:
+            e32 = [np.max(np.abs(out.astype(np.float64) - ref), initial=0) for out, ref in zip(expect(inputs), reference)]
+        else:
+            e32 = [0.0] * len(reference)
+    eps = np.finfo(dtype).eps
+    bounds = [2 * e + 4 * eps * m for e, m in zip(e32, magnitude(inputs64, reference))]
+    outputs = run(device, inputs)
+    for k, (out, ref, bound) in enumerate(zip(outputs, reference, bounds)):
+        assert out.dtype == dtype and out.shape == ref.shape
+        error = np.abs(out - ref)
+        excess = np.nan_to_num(error - bound, nan=np.inf)
+        worst = tuple(int(i) for i in np.unravel_index(np.argmax(excess), error.shape))
+        assert np.all(error <= bound), (
+            f"output {k}: error {error[worst]:.3g} > bound {np.broadcast_to(bound, error.shape)[worst]:.3g} "
+            f"at {worst} (got {out[worst]}, want {ref[worst]})"
+        )
+    if device.name == "gpu" and cuda_cpu.available():
+        # The same kernel on the CPU harness: each is within its bound of the reference, so within twice.
+        for out, host, bound in zip(outputs, run(request.getfixturevalue("cpu"), inputs), bounds):
+            assert np.all(np.abs(out - host) <= 2 * bound)
+
+
+def nans(shape, dtype):
+    """An output buffer before a kernel writes it."""
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+@pytest.mark.parametrize("n, m", [(1, 1), (257, 31), (4096, 4096), (100_000, 3), (3, 100_000)])
+def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
+    """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits."""
+    shapes = {
+        "outer": (launch.outer_launch(n, m), (m, n)),
+        "rank_update": (launch.rank_update_launch(n, m), (-(-m // 8), -(-n // 8))),  # 8 x 8 outputs a thread
+        "bias_sum": (launch.bias_launch(n), (n, 1)),
+    }
+    for name, ((grid, block, _), (width, height)) in shapes.items():
+        assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535, name
+        assert grid[0] * block[0] >= width and grid[1] * block[1] >= height, name
+    grid, block, _ = launch.elementwise_launch(n * m)
+    assert block[0] <= 1024 and 1 <= grid[0] <= launch.ELEMENTWISE_MAX_GRID  # a grid-stride loop covers the rest
+
+
+def _random(rng, shape, dtype, scale=1.0, specials=(0.0,)):
+    """Normals times ``scale``, about a quarter of them replaced by ``specials`` (ties, boundaries)."""
+    x = scale * rng.standard_normal(shape)
+    chosen = rng.random(shape) < 0.25
+    x[chosen] = np.resize(np.asarray(specials, dtype=np.float64), int(chosen.sum()))
+    return x.astype(dtype)
+
+
+def _ties(rng, shape):
+    """About a quarter of the positions of ``shape``, chosen at random."""
+    return rng.random(shape) < 0.25
+
+
+def _elementwise_magnitude(inputs64, reference):
+    return [np.maximum(np.abs(r), 1) for r in reference]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("activation", list(OUTPUT_ACTIVATIONS))
+def test_bias_activation(device, request, activation, n, batch, dtype):
+    """(2) bias half and (3): z + b, sigma(z + b), sigma'(z + b); some z + b exactly 0 (relu's kink), some
+    saturating (|z| = 100) or at the edge of float32's normal range (sigmoid at -88)."""
+    rng = np.random.default_rng([n, batch])
+    inputs = {"z": _random(rng, (n, batch), dtype, 3.0, (100.0, -100.0, -88.0, 0.0)),
+              "b": _random(rng, (n,), dtype)}
+    tie = _ties(rng, (n, batch))
+    inputs["z"][tie] = -np.broadcast_to(inputs["b"][:, None], (n, batch))[tie]  # z + b == 0 exactly
+
+    def expect(x):
+        z = x["z"] + x["b"][:, None]
+        return z, reference.sigma(activation, z), reference.sigma_prime(activation, z)
+
+    def run(dev, x):
+        z, a, sp = (dev.to_device(v) for v in (x["z"], nans((n, batch), dtype), nans((n, batch), dtype)))
+        dev.ops.bias_activation(z, a, sp, dev.to_device(x["b"]), activation)
+        return dev.to_host(z), dev.to_host(a), dev.to_host(sp)
+
+    check(device, request, run, inputs, expect, _elementwise_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("cost", list(COSTS))
+def test_delta_output(device, request, cost, n, batch, dtype):
+    """(4): (a - y) * sigma'(z) for the quadratic cost, a - y for cross-entropy; some a == y exactly."""
+    rng = np.random.default_rng([n, batch, 1])
+    inputs = {name: _random(rng, (n, batch), dtype) for name in ("a", "y", "sp")}
+    tie = _ties(rng, (n, batch))
+    inputs["y"][tie] = inputs["a"][tie]
+
+    def expect(x):
+        return ((x["a"] - x["y"]) * x["sp"] if cost == "quadratic" else x["a"] - x["y"],)
+
+    def run(dev, x):
+        delta = dev.to_device(nans((n, batch), dtype))
+        a, y, sp = (dev.to_device(x[name]) for name in ("a", "y", "sp"))
+        dev.ops.delta_output(delta, a, y, sp, cost)
+        return (dev.to_host(delta),)
+
+    check(device, request, run, inputs, expect, _elementwise_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+def test_delta_hidden(device, request, n, batch, dtype):
+    """(5), Hadamard half: delta * sigma'(z)."""
+    rng = np.random.default_rng([n, batch, 2])
+    inputs = {name: _random(rng, (n, batch), dtype) for name in ("delta", "sp")}
+
+    def expect(x):
+        return (x["delta"] * x["sp"],)
+
+    def run(dev, x):
+        delta = dev.to_device(x["delta"])
+        dev.ops.delta_hidden(delta, dev.to_device(x["sp"]))
+        return (dev.to_host(delta),)
+
+    check(device, request, run, inputs, expect, _elementwise_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_elementwise_grid_stride_loop(device, request, monkeypatch, dtype):
+    """The sizes above fit in one pass of the grid; cap the grid so that every thread loops 2 or 3 times."""
+    monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
+    assert launch.elementwise_launch(257 * 3)[0][0] * launch.ELEMENTWISE_BLOCK < 257 * 3
+    test_bias_activation(device, request, "sigmoid", 257, 3, dtype)
+    test_delta_output(device, request, "quadratic", 257, 3, dtype)
+    test_delta_hidden(device, request, 257, 3, dtype)
+    test_sgd_update(device, request, (257, 3), dtype)
+
+
+def step(scale, dtype, refused=0):
+    """A step's controls as the update kernels read them: eta / B, and the refusal (0: update)."""
+    return np.array([scale, refused], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(n, m) for n, m in PAIRS] + [(n,) for n in SIZES], ids=str)
+def test_sgd_update(device, request, shape, dtype):
+    """param - scale * nabla."""
+    rng = np.random.default_rng(list(shape))
+    inputs = {name: _random(rng, shape, dtype) for name in ("param", "nabla")}
+    scale = 0.3 / 64
+
+    def expect(x):
+        return (x["param"] - scale * x["nabla"],)
+
+    def run(dev, x):
+        param = dev.to_device(x["param"])
+        dev.ops.sgd_update(param, dev.to_device(x["nabla"]), dev.to_device(step(scale, dtype)), None)
+        return (dev.to_host(param),)
+
+    def magnitude(x, reference):
+        return [np.maximum(np.abs(x["param"]) + scale * np.abs(x["nabla"]), 1)]
+
+    check(device, request, run, inputs, expect, magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n, m", PAIRS + WIDE)
+def test_nabla_w(device, request, n, m, batch, dtype):
+    """(7), the outer product at B = 1 and the register-blocked rank-B update."""
+    rng = np.random.default_rng([n, m, batch])
+    inputs = {"delta": _random(rng, (n, batch), dtype), "a": _random(rng, (m, batch), dtype)}
+    check(device, request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n, m", PAIRS + WIDE)
+def test_fused_update(device, request, n, m, batch, dtype):
+    """(7) fused with SGD, ``w -= scale * delta a^T`` (outer_sgd at B = 1, rank_update_sgd above);
+    bitwise the plain kernel followed by sgd_update, as nabla_w.cu says."""
+    rng = np.random.default_rng([n, m, batch, 4])
+    inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
+              "a": _random(rng, (m, batch), dtype)}
+    scale = 0.3 / batch
+
+    def expect(x):
+        return (x["w"] - scale * (x["delta"] @ x["a"].T),)
+
+    def run(dev, x):
+        w = dev.to_device(x["w"])
+        dev.ops.fused_update(w, dev.to_device(x["delta"]), dev.to_device(x["a"]), dev.to_device(step(scale, dtype)),
+                             None)
+        return (dev.to_host(w),)
+
+    def magnitude(x, reference):
+        return [np.maximum(np.abs(x["w"]) + scale * (np.abs(x["delta"]) @ np.abs(x["a"]).T), 1)]
+
+    check(device, request, run, inputs, expect, magnitude)
+    if device.name == "twin" and batch > 1 and n * m > ops_numpy.SCRATCH:
+        return  # the twin's blocks are smaller GEMMs than nabla_w's one, which BLAS may round otherwise
+    (fused,) = run(device, inputs)
+    w, nabla_w = device.to_device(inputs["w"]), device.to_device(nans((n, m), dtype))
+    device.ops.nabla_w(nabla_w, device.to_device(inputs["delta"]), device.to_device(inputs["a"]))
+    device.ops.sgd_update(w, nabla_w, device.to_device(step(scale, dtype)), None)
+    np.testing.assert_array_equal(fused, device.to_host(w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_refused_step_writes_nothing(device, dtype, batch):
+    """step[1] != 0 (check_finite found a NaN, or the host refused the step): no update kernel writes,
+    whatever step[0] holds; with step[1] = 0 the same launches do write."""
+    rng = np.random.default_rng(batch)
+    w, delta, a = _random(rng, (33, 31), dtype), _random(rng, (33, batch), dtype), _random(rng, (31, batch), dtype)
+    for refused, changed in ((7, False), (-1, False), (0, True)):
+        controls = device.to_device(step(np.nan if refused else 0.5, dtype, refused))
+        param, bias = device.to_device(w), device.to_device(w[:, 0].copy())
+        device.ops.fused_update(param, device.to_device(delta), device.to_device(a), controls, None)
+        device.ops.sgd_update(bias, device.to_device(delta[:, 0].copy()), controls, None)
+        assert np.array_equal(device.to_host(param), w) != changed
+        assert np.array_equal(device.to_host(bias), w[:, 0]) != changed
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(1, 1), (37, 29), (257,)], ids=str)
+@pytest.mark.parametrize("where", [None, "first", "middle", "last"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_check_finite(device, monkeypatch, dtype, shape, where, bad):
+    """step[1] takes the code when the array holds a NaN or an Inf anywhere (the grid-stride loop capped
+    so that each thread visits several elements), and only while it is still 0. Zeros, the largest
+    finite magnitudes and the smallest normal one are finite."""
+    monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
+    finfo = np.finfo(dtype)
+    x = _random(np.random.default_rng(list(shape)), shape, dtype, 1e30, (0.0, finfo.max, -finfo.max, finfo.tiny))
+    if where is not None:
+        x.reshape(-1)[{"first": 0, "middle": x.size // 2, "last": -1}[where]] = bad
+    want = 0 if np.isfinite(x).all() else 5
+    for before, after in ((0, want), (3, 3)):
+        controls = device.to_device(step(0.25, dtype, before))
+        device.ops.check_finite(controls, device.to_device(x), 5)
+        assert device.to_host(controls).tolist() == [0.25, after]
+
+
+def _expect_nabla_w(x):
+    return (x["delta"] @ x["a"].T,)
+
+
+def _run_nabla_w(dev, x):
+    nabla_w = dev.to_device(nans((x["delta"].shape[0], x["a"].shape[0]), x["delta"].dtype))
+    dev.ops.nabla_w(nabla_w, dev.to_device(x["delta"]), dev.to_device(x["a"]))
+    return (dev.to_host(nabla_w),)
+
+
+def _nabla_w_magnitude(x, reference):
+    return [np.abs(x["delta"]) @ np.abs(x["a"]).T]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("n", SIZES)
+def test_nabla_b(device, request, n, batch, dtype):
+    """(6): the bias gradient, summed over the batch; the first row's first two terms cancel exactly."""
+    rng = np.random.default_rng([n, batch, 3])
+    inputs = {"delta": _random(rng, (n, batch), dtype)}
+    if batch > 1:
+        inputs["delta"][0, 1] = -inputs["delta"][0, 0]
+
+    def expect(x):
+        return (x["delta"].sum(axis=1),)
+
+    def run(dev, x):
+        nabla_b = dev.to_device(nans(n, dtype))
+        dev.ops.nabla_b(nabla_b, dev.to_device(x["delta"]))
+        return (dev.to_host(nabla_b),)
+
+    def magnitude(x, reference):
+        return [np.abs(x["delta"]).sum(axis=1)]
+
+    check(device, request, run, inputs, expect, magnitude)
+
+
+@pytest.mark.parametrize(
+    "old, new, occurrence, batch, caught_by",
+    [
+        # A missing barrier: some threads compute from a slab not yet staged, or one already restaged.
+        ("__syncthreads();", "", 0, 64, AssertionError),
+        ("__syncthreads();", "", 1, 64, AssertionError),
+        # Off by one: the store one row past the end, the batch load one column past it, and the sum one
+        # sample short of each chunk.
+        ("if (i < n) {", "if (i <= n) {", 0, 3, cuda_cpu.KernelError),
+        ("s + e < batch", "s + e <= batch", 0, 3, cuda_cpu.KernelError),
+        ("s < CHUNK; ++s", "s < CHUNK - 1; ++s", 1, 64, AssertionError),  # 0 is the loop of nabla_b
+    ],
+    ids=["first barrier removed", "second barrier removed", "store bound", "batch bound", "chunk short"],
+)
+def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occurrence, batch, caught_by):
+    """Mutations of the real register-blocked kernel fail: by a mismatch, or by the harness stopping the
+    launch."""
+    source = ops_cuda.kernel_source
+    if old == "__syncthreads();":
+        assert source("nabla_w.cu").count(old) == 2  # the two barriers of rank_update, and no others
+    mutated = mutant("nabla_w.cu", "rank_update", old, new, occurrence)
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
+    rng = np.random.default_rng(7)
+    inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}
+    with pytest.raises(caught_by) as failure:
+        check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
+    if caught_by is cuda_cpu.KernelError:
+        assert re.search(OUT_OF_RANGE, str(failure.value)), failure.value
+    # The unmutated kernel passes the same check.
+    monkeypatch.setattr(ops_cuda, "kernel_source", source)
+    check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
+
+
+TWIN_IS_THE_PAIR = "the NumPy twin of a fused op is the pair of twins it fuses"
+
+
+def _bits(array):
+    return np.ascontiguousarray(array).tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES + (33,))
+@pytest.mark.parametrize("n, m", [(1, 1), (33, 31), (130, 67)] + WIDE)
+def test_gradients_are_bitwise_nabla_b_and_nabla_w(device, n, m, batch, dtype):
+    """(6) and (7) in one kernel (outer_bias, rank_update_bias: nabla_b from the staged slabs of delta)
+    write bit for bit what nabla_b and nabla_w write, -0 and the batch's padding included, for every
+    block of the grid (n = 130: three rows of blocks)."""
+    if device.name == "twin":
+        pytest.skip(TWIN_IS_THE_PAIR)
+    rng = np.random.default_rng([n, m, batch, 9])
+    delta, a = _random(rng, (n, batch), dtype, specials=(0.0, -0.0)), _random(rng, (m, batch), dtype)
+    nabla_w, nabla_b = device.to_device(nans((n, m), dtype)), device.to_device(nans(n, dtype))
+    device.ops.gradients(nabla_w, nabla_b, device.to_device(delta), device.to_device(a))
+    alone_w, alone_b = device.to_device(nans((n, m), dtype)), device.to_device(nans(n, dtype))
+    device.ops.nabla_w(alone_w, device.to_device(delta), device.to_device(a))
+    device.ops.nabla_b(alone_b, device.to_device(delta))
+    assert _bits(device.to_host(nabla_w)) == _bits(device.to_host(alone_w))
+    assert _bits(device.to_host(nabla_b)) == _bits(device.to_host(alone_b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("n, m", [(1, 1), (33, 31)] + WIDE)
+def test_the_update_of_a_layer_is_bitwise_sgd_update_of_w_and_of_b(device, n, m, dtype):
+    """One kernel for w and b writes what two sgd_update launches write; a refused step writes nothing."""
+    rng = np.random.default_rng([n, m, 10])
+    w, nabla_w = _random(rng, (n, m), dtype), _random(rng, (n, m), dtype)
+    b, nabla_b = _random(rng, n, dtype), _random(rng, n, dtype)
+    for refused in (0, 3):
+        controls = device.to_device(step(0.3 / 7, dtype, refused))
+        both_w, both_b, one_w, one_b = (device.to_device(x) for x in (w, b, w, b))
+        device.ops.update(both_w, device.to_device(nabla_w), both_b, device.to_device(nabla_b), controls, None)
+        device.ops.sgd_update(one_w, device.to_device(nabla_w), controls, None)
+        device.ops.sgd_update(one_b, device.to_device(nabla_b), controls, None)
+        assert _bits(device.to_host(both_w)) == _bits(device.to_host(one_w))
+        assert _bits(device.to_host(both_b)) == _bits(device.to_host(one_b))
+        if refused:
+            assert _bits(device.to_host(both_w)) == _bits(w) and _bits(device.to_host(both_b)) == _bits(b)

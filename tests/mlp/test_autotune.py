@@ -1,0 +1,133 @@
+"""Leapfrog("auto") and autotune: the choice is the fastest candidate, sequential included, and the
+gradients are those of the schedule it stands for."""
+
+import numpy as np
+import pytest
+import threadpoolctl
+
+from helpers import batch
+from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu.core import calibrate
+from leapfrog_gpu.mlp import autotune
+
+
+@pytest.mark.parametrize("fastest", ["Sequential()", "Leapfrog(k=2)", "Leapfrog(k=4)"])
+def test_choose_takes_the_smallest_median_and_runs_it_once_per_plan(monkeypatch, fastest):
+    calls = []
+
+    def fake_measure(plan, schedules):
+        calls.append([repr(s) for s in schedules])
+        return [(s, None, {"p20": 0.7, "median": 0.75, "p80": 0.8} if repr(s) == fastest else
+                 {"p20": 1.9, "median": 2.0, "p80": 2.1}) for s in schedules]
+
+    monkeypatch.setattr(calibrate, "measure", fake_measure)  # what choose() calls, shared with the RNN
+    sizes = [6, 9, 9, 4]
+    x, y = batch(sizes, 3, seed=1)
+    schedule = Leapfrog("auto")
+    with MLP(sizes, backend="numpy") as net:
+        expected = net.backprop(x, y, Sequential())
+        for _ in range(3):
+            got = net.backprop(x, y, schedule)
+            for ours, theirs in zip(got, expected):
+                assert all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+        assert repr(autotune.choose(net.plan(3))) == fastest
+        net.backprop(x[:, :1], y[:, :1], schedule)  # a new batch size is a new plan: calibrated again
+    assert calls == [["Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)", "Leapfrog(k=4)"]] * 2
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_auto_training_matches_sequential_bitwise(fused):
+    sizes = [7, 11, 11, 11, 3]
+    x, y = batch(sizes, 4, seed=1)
+    schedule = Leapfrog("auto", fused)
+    with MLP(sizes, backend="numpy") as auto, MLP(sizes, backend="numpy") as plain:
+        for _ in range(4):
+            auto.sgd_step(x, y, 0.5, schedule)
+            plain.sgd_step(x, y, 0.5, Sequential(fused))
+        assert autotune.choose(auto.plan(4), fused=fused).fused == fused
+        for a, b in zip(auto.weights + auto.biases, plain.weights + plain.biases):
+            assert np.array_equal(a, b)
+
+
+def test_measure_leaves_the_gradients_unchanged():
+    sizes = [5, 8, 8, 2]
+    x, y = batch(sizes, 2, seed=1)
+    with MLP(sizes, backend="numpy") as net:
+        nabla_b, nabla_w = net.backprop(x, y, Sequential())
+        plan = net.plan(2)
+        table = autotune.measure(plan, autotune.candidates((1, 3)), repeats=2, warmup=0)
+        assert [(repr(s), t) for s, t, _ in table] == [("Sequential()", None), ("Leapfrog(k=1)", None),
+                                                       ("Leapfrog(k=3)", None)]
+        assert all(ms["median"] > 0 for _, _, ms in table)
+        net.synchronize()
+        assert all(np.array_equal(plan.nabla_w[l], w) for l, w in zip(net.layer_numbers, nabla_w))
+
+
+def test_tune_sweeps_blas_threads_returns_the_fastest_and_leaves_the_parameters():
+    with MLP([8, 16, 16, 4], backend="numpy") as net:
+        before = [w.copy() for w in net.weights + net.biases]
+        tuning = autotune.tune(net, 3, ks=(1, 2), blas_threads=[1, 2], repeats=2, warmup=0)
+        assert all(np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
+    assert [(repr(s), t) for s, t, _ in tuning.table] == [
+        (name, t) for t in (1, 2) for name in ("Sequential()", "Leapfrog(k=1)", "Leapfrog(k=2)")]
+    assert (tuning.schedule, tuning.blas_threads) == autotune.pick(tuning.table)[:2]
+    assert tuning.blas_threads in (1, 2) and isinstance(tuning.schedule, (Sequential, Leapfrog))
+
+
+def _row(schedule, p20, p80, threads=None, median=None):
+    return schedule, threads, {"p20": p20, "median": (p20 + p80) / 2 if median is None else median, "p80": p80}
+
+
+def test_pick_leaves_sequential_only_beyond_noise():
+    seq, seq2, two, four = Sequential(), Sequential(), Leapfrog(2), Leapfrog(4)
+    # leapfrog's slow end below sequential's fast end: leapfrog, the one with the smaller median
+    assert autotune.pick([_row(seq, 10, 11), _row(two, 7, 8), _row(four, 6, 9, median=7.8)])[0] is two
+    # the fastest by median, although its spread reaches past sequential's fast end: sequential
+    assert autotune.pick([_row(seq, 10, 11), _row(two, 7, 8), _row(four, 6, 10.5, median=6.5)])[0] is seq
+    # overlapping spreads: sequential, although leapfrog's median is smaller
+    assert autotune.pick([_row(seq, 10, 12), _row(two, 8, 10.5)])[0] is seq
+    # the best sequential configuration is the one with the smallest median, over BLAS settings, even
+    # when its spikes make its p80 the larger: a short calibration's p80 is mostly noise
+    assert autotune.pick([_row(seq, 10, 30, 2, median=11), _row(seq2, 12, 13, 1), _row(two, 11.5, 12.5, 1)])[0] is seq
+    assert autotune.pick([_row(seq, 10, 30, 2, median=20), _row(seq2, 12, 13, 1), _row(two, 11.5, 12.5, 1)])[0] is seq2
+
+
+def test_blas_limit_sets_and_restores_the_threads():
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"}
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("threadpoolctl finds no BLAS library in this process")
+    with autotune.blas_limit(1):
+        assert blas_threads() == {1}
+    assert blas_threads() == before
+    with autotune.blas_limit(None):
+        assert blas_threads() == before
+
+
+def test_blas_settings():
+    assert autotune.blas_settings("cupy") == [None]
+    assert autotune.blas_settings("numpy", [3, 1]) == [3, 1]
+    assert 1 in autotune.blas_settings("numpy")
+    with pytest.raises(ValueError, match="numpy backend only"):
+        autotune.blas_settings("cupy", [2])
+    with MLP([4, 4], backend="numpy") as net, pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        autotune.tune(net, 0)
+
+
+def test_auto_run_outside_the_network_says_how_to_run_it():
+    with MLP([4, 5, 2], backend="numpy") as net:
+        net.backprop(*batch([4, 5, 2], 2, seed=1), Sequential())
+        with pytest.raises(ValueError, match=r"through the network \(sgd_step, gradients or backprop\)"):
+            net.plan(2).run(Leapfrog("auto"))
+
+
+@pytest.mark.parametrize("k, error", [("fast", TypeError), (2.0, TypeError), (True, TypeError), (0, ValueError)])
+def test_leapfrog_names_auto_in_its_errors(k, error):
+    with pytest.raises(error, match="or 'auto'"):
+        Leapfrog(k)
+
+
+def test_auto_repr():
+    assert repr(Leapfrog("auto")) == "Leapfrog(k='auto')" and repr(Leapfrog(3)) == "Leapfrog(k=3)"

@@ -1,0 +1,523 @@
+"""Data parallelism (``leapfrog_gpu.parallel``): P ranks under mpiexec compute what one process computes on
+the whole batches, every rank to the same bit; in one process, a stand-in of two ranks makes each wait
+of the communication stream fail its test when removed; one process alone is what it was."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import mpi_cases
+import mpirun
+from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
+from networks import Mirror
+from leapfrog_gpu import MLP, RNN, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu.rnn import reference as reference_rnn
+from leapfrog_gpu.mlp.plan import Plan
+from leapfrog_gpu.parallel import reducer as data_parallel, comm as parallel
+from leapfrog_gpu.backends import collective
+from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.parallel.reducer import Reducer
+from leapfrog_gpu.parallel.comm import Communicator
+
+SIZES = [9, 17, 5, 13, 7, 3]
+ETA = 0.5
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+"""Relative error ||P ranks - one process|| / ||one process|| of every parameter after 20 steps: the
+ranks add their partial sums in another order than one process adds the samples (a few ulps a step,
+grown by the training); the runs here stay below 1e-14 and 4e-7."""
+
+
+def reference_steps(weights, biases, steps, rank=0, ranks=2):
+    """Parameters after SGD steps on ``steps`` [(x, y)] in float64 by the plain reference, where the
+    gradient is ``ranks`` times that of this rank's share (every other rank holds the same share)."""
+    weights, biases = [w.astype(np.float64) for w in weights], [b.astype(np.float64) for b in biases]
+    comm = _ranked(rank, ranks)
+    for x, y in steps:
+        share = comm.share(x.shape[1])
+        nabla_b, nabla_w = reference.backprop(weights, biases, x[:, share], y[:, share],
+                                              "sigmoid", "quadratic", "sigmoid")
+        scale = ETA / x.shape[1]
+        weights = [w - scale * ranks * g for w, g in zip(weights, nabla_w)]
+        biases = [b - scale * ranks * g for b, g in zip(biases, nabla_b)]
+    return weights + biases
+
+
+def relative_error(got, want):
+    return max(np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w) for g, w in zip(got, want))
+
+
+# -- one process ---------------------------------------------------------------------------------------
+
+
+def test_alone_no_mpi_is_imported_and_the_network_is_what_it_was():
+    code = ("import sys; from leapfrog_gpu import MLP, parallel; comm = parallel.world(); "
+            "net = MLP([3, 4, 2], backend='numpy', comm=comm); "
+            "print(comm.rank, comm.size, net.comm, 'mpi4py' in sys.modules, repr(net))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "MV2_"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:4] == ["0", "1", "None", "False"]
+    assert "comm=" not in out.stdout
+
+
+def test_a_one_process_communicator_changes_no_bit():
+    steps = [batch(SIZES, 4, seed=step, dtype=np.float32) for step in range(5)]
+    params = []
+    for comm in (None, Communicator(), Communicator(bucket_bytes=1 << 20)):
+        with MLP(SIZES, seed=3, backend="numpy", comm=comm) as net:
+            assert net.comm is None
+            for x, y in steps:
+                net.sgd_step(x, y, ETA, Leapfrog(2))
+            assert net.plan(4).reducer is None and net.backend._comm is None  # no communication stream
+            params.append([p.tobytes() for p in net.weights + net.biases])
+    assert params[0] == params[1] == params[2]
+
+
+def test_a_launcher_without_mpi4py_is_refused(monkeypatch):
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py raises ImportError
+    with pytest.raises(RuntimeError, match=r"a launcher started 2 processes, but mpi4py is not installed: "
+                                           r"pip install 'leapfrog_gpu\[mpi\]'"):
+        parallel.world()
+
+
+@mpirun.needs_mpi
+def test_a_launcher_of_another_mpi_is_refused():
+    """Started by another MPI's launcher, each process would see itself alone and train on its own."""
+    env = {**os.environ, "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-m", "leapfrog_gpu", "--epochs", "1"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("leapfrog-train: error: a launcher started 2 processes, but MPI sees 1: mpiexec and mpi4py "
+                           "come from different MPI libraries; use the mpiexec of ")
+
+
+@pytest.mark.parametrize("count,ranks", [(0, 2), (1, 3), (7, 3), (9, 3), (64, 2), (5, 8)])
+def test_shares_are_contiguous_cover_the_batch_and_differ_by_one_at_most(count, ranks):
+    shares = [_ranked(r, ranks).share(count) for r in range(ranks)]
+    assert shares[0].start == 0 and shares[-1].stop == count
+    assert all(a.stop == b.start for a, b in zip(shares, shares[1:]))
+    lengths = [s.stop - s.start for s in shares]
+    assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
+
+
+def _ranked(rank, size):
+    comm = Communicator()
+    comm.rank, comm.size = rank, size
+    return comm
+
+
+@pytest.mark.parametrize("bucket_bytes,want", [
+    (0, [[5], [4], [3], [2]]),
+    (150, [[5, 4], [3], [2]]),  # float32 bytes: layer 5 4*(4+1)*4 = 80, 4: 64, 3: 3*(6+1)*4 = 84, 2: 72
+    (10**9, [[5, 4, 3, 2]]),
+])
+def test_buckets_group_consecutive_layers_up_to_their_size(bucket_bytes, want):
+    with MLP([2, 6, 3, 4, 4], backend="numpy") as net:
+        assert net.gradient_layout() == mlp_layout([2, 6, 3, 4, 4])
+    assert data_parallel.buckets(mlp_layout([2, 6, 3, 4, 4]), 4, bucket_bytes) == want
+
+
+def mlp_layout(sizes):
+    """An MLP's gradients in the order its schedules hand them over: layer L first, w^l then b^l."""
+    return [(l, {"w": (sizes[l - 1], sizes[l - 2]), "b": (sizes[l - 1],)}) for l in range(len(sizes), 1, -1)]
+
+
+def test_gradients_are_views_of_one_flat_buffer_in_the_order_they_are_handed_over():
+    with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
+        plan = net.plan(3)
+        flat, offset = plan.reducer.flat, 0
+        for l in range(net.L, 1, -1):
+            for array in (plan.nabla_w[l], plan.nabla_b[l]):
+                assert array.base is flat or array.base.base is flat
+                assert array.__array_interface__["data"][0] == flat.__array_interface__["data"][0] + offset * 4
+                offset += array.size
+        assert offset == flat.size
+
+
+def test_every_rank_must_build_the_same_network():
+    class Other(Mirror):
+        def allgather(self, value):
+            other = dict(value, sizes=[9, 17, 5]) if isinstance(value, dict) else "another digest"
+            return [value, other]
+
+    with pytest.raises(ValueError, match=r"every rank must use the same network, but they differ in sizes: "
+                                         r"\[9, 17, 5\] on rank 1, \[9, 17, 5, 13, 7, 3\] on rank 0"):
+        MLP(SIZES, backend="numpy", comm=Other())
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(1), Leapfrog(3), NaumovScan(k=2), NaumovJacobi(k=2)],
+                         ids=schedule_id)
+@pytest.mark.parametrize("bucket_bytes", [0, 500, 10**9])
+def test_two_mirrored_ranks_against_the_reference(schedule, bucket_bytes):
+    comm = Mirror(bucket_bytes=bucket_bytes)
+    steps = [batch(SIZES, count, seed=count) for count in (6, 7, 1, 2, 5)]
+    with MLP(SIZES, dtype="float64", seed=3, backend="numpy", comm=comm) as net:
+        want = reference_steps(net.weights, net.biases, steps)
+        for x, y in steps:
+            net.sgd_step(x, y, ETA, schedule)
+        assert relative_error(net.weights + net.biases, want) < 1e-12
+    buckets = len(data_parallel.buckets(mlp_layout(SIZES), 8, bucket_bytes))
+    assert len(comm.sums) == len(steps) * buckets
+
+
+def test_a_rank_without_samples_adds_zeros():
+    """Rank 1 of 2 takes no column of a batch of 1: it sums zero gradients, and the update still runs."""
+    comm = Mirror(rank=1)
+    with MLP(SIZES, dtype="float64", backend="numpy", comm=comm) as net:
+        before = [p.copy() for p in net.weights + net.biases]
+        x, y = batch(SIZES, 1)
+        nabla_b, nabla_w = net.backprop(x, y, Leapfrog(2))
+        assert all(not g.any() for g in nabla_b + nabla_w)
+        net.sgd_step(x, y, ETA, Leapfrog(2))
+        assert all(np.array_equal(a, b) for a, b in zip(before, net.weights + net.biases))
+        x, y = batch(SIZES, 3)  # then rank 1 takes the last column
+        want = reference_steps(before[:5], before[5:], [(x, y)], rank=1)
+        net.sgd_step(x, y, ETA, Leapfrog(2))
+        assert relative_error(net.weights + net.biases, want) < 1e-12
+
+
+def test_a_fused_update_is_refused():
+    with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
+        x, y = batch(SIZES, 4)
+        with pytest.raises(ValueError, match=r"Leapfrog\(k=2, fused=True\) cannot run data-parallel: a fused update "
+                                             r"never writes nabla_w, and the sum across ranks needs it written"):
+            net.sgd_step(x, y, ETA, Leapfrog(2, fused=True))
+        net.backprop(x, y, Leapfrog(2, fused=True))  # no update to fuse: allowed
+
+
+def test_a_step_as_a_graph_is_refused():
+    with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
+        with pytest.raises(ValueError, match="graph=True cannot run data-parallel yet: a graph holds the step of "
+                                             "one plan"):
+            net.sgd_step(*batch(SIZES, 4), ETA, Leapfrog(2), graph=True)
+
+
+def test_a_calibration_sums_nothing():
+    """Leapfrog('auto') times backward passes on one rank only: they must not call a collective."""
+    comm = Mirror()
+    with MLP(SIZES, backend="numpy", comm=comm) as net:
+        x, y = batch(SIZES, 4)
+        net.sgd_step(x, y, ETA, Leapfrog("auto"))
+        net.synchronize()
+    assert len(comm.sums) == len(SIZES) - 1  # one pass, one sum per layer
+
+
+def test_sums_leave_in_the_layouts_order_whatever_order_the_gradients_come_in(monkeypatch):
+    """Collectives must leave in the same order on every rank: a schedule that hands layer 2 over first
+    (``LevelSets`` hands a DAG's nodes over by height) still has them summed L first, each once the
+    layers before it in that order are in."""
+    def chain(plan, schedule, controls=None):
+        for l in plan.layer_numbers:  # layer 2 first
+            plan.error(l)
+            yield l
+
+    monkeypatch.setattr(Plan, "chain", chain)
+    with NumpyBackend(mode="serial", trace=True) as backend, MLP(SIZES, backend=backend, comm=Mirror()) as net:
+        backend.trace.clear()
+        net.backprop(*batch(SIZES, 2))
+        sums = [name for stream, what, name in backend.trace if name.startswith("allreduce") and what == "start"]
+        assert sums == [f"allreduce[{l}]" for l in range(len(SIZES), 1, -1)]
+
+
+def test_gradients_handed_over_twice_or_not_at_all_are_refused(monkeypatch):
+    for layers, message in ((lambda L: range(L, 2, -1), r"did not hand over the gradients of 2; every rank must sum"),
+                            (lambda L: [L, L], "handed over the gradients of 6 twice")):
+        def chain(plan, schedule, controls=None, layers=layers):
+            yield from layers(plan.L)
+
+        monkeypatch.setattr(Plan, "chain", chain)
+        with MLP(SIZES, backend="numpy", comm=Mirror()) as net, pytest.raises(RuntimeError, match=message):
+            net.backprop(*batch(SIZES, 2))
+
+
+# -- the waits of the communication stream, each removed ------------------------------------------------
+
+
+def deferred_run(order, schedule, seed=0):
+    """Whether three steps enqueued back to back on two mirrored ranks give the reference's parameters.
+
+    The workers are made before the communication stream, which then comes last among the streams that
+    are not the main one: "main-first" runs it as late as the events allow, "workers-first" as early."""
+    with NumpyBackend(mode="deferred", order=order, seed=seed) as backend:
+        backend.workers(2)
+        net = MLP(SIZES, seed=2, dtype="float64", backend=backend, comm=Mirror(bucket_bytes=600))
+        steps = [batch(SIZES, 4, seed=step) for step in range(3)]
+        want = reference_steps(net.weights, net.biases, steps)
+        for x, y in steps:
+            net.sgd_step(x, y, ETA, schedule)
+        return relative_error(net.weights + net.biases, want) < 1e-12
+
+
+@pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0)] + [("random", s) for s in range(4)])
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_every_interleaving_with_all_waits_is_right(order, seed, schedule):
+    assert deferred_run(order, schedule, seed)
+
+
+def test_chaos_with_all_waits_is_right():
+    for seed in range(3):
+        with NumpyBackend(chaos=seed) as backend:
+            net = MLP(SIZES, seed=2, dtype="float64", backend=backend, comm=Mirror(bucket_bytes=600))
+            steps = [batch(SIZES, 5, seed=step) for step in range(4)]
+            want = reference_steps(net.weights, net.biases, steps)
+            for x, y in steps:
+                net.sgd_step(x, y, ETA, Leapfrog(3))
+            assert relative_error(net.weights + net.biases, want) < 1e-12
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_a_sum_that_does_not_wait_for_its_gradients_is_caught(monkeypatch, schedule):
+    """Without 'the communication stream waits G_l', it sums the buffer before (6)(7) write it."""
+    monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, unit: None)
+    assert not deferred_run("workers-first", schedule)
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_an_update_that_does_not_wait_for_the_sums_is_caught(monkeypatch, schedule):
+    """Without 'the main stream waits R', the update reads gradients not yet summed."""
+    monkeypatch.setattr(Reducer, "join", lambda self: None)
+    assert not deferred_run("main-first", schedule)
+
+
+def bucketed_run(bucket_bytes):
+    """Whether three steps of Leapfrog(2) on two mirrored ranks, enqueued back to back in the deferred
+    order "main-first", give the reference's parameters, with buckets of several layers.
+
+    The communication stream is made between worker 0 and worker 1: once the main stream has enqueued
+    the whole pass, worker 0 (layers 6, 4, 2) runs, then the communication stream as far as its waits
+    allow, then worker 1 (layers 5, 3). A bucket whose sum waits only for some of its layers is then
+    summed before worker 1 has written the others."""
+    with NumpyBackend(mode="deferred", order="main-first") as backend:
+        backend.workers(1)
+        backend.comm_stream()
+        backend.workers(2)
+        net = MLP(SIZES, seed=2, dtype="float64", backend=backend, comm=Mirror(bucket_bytes=bucket_bytes))
+        steps = [batch(SIZES, 4, seed=step) for step in range(3)]
+        want = reference_steps(net.weights, net.biases, steps)
+        for x, y in steps:
+            net.sgd_step(x, y, ETA, Leapfrog(2))
+        return relative_error(net.weights + net.biases, want) < 1e-12
+
+
+@pytest.mark.parametrize("bucket_bytes,groups", [(1600, [[6, 5, 4], [3], [2]]), (10**9, [[6, 5, 4, 3, 2]])])
+def test_a_bucket_of_several_layers_waits_for_each_of_them(monkeypatch, bucket_bytes, groups):
+    """Every layer's G_l is waited for, not only that of the bucket's last layer (the one whose hand-over
+    launches the sum)."""
+    assert data_parallel.buckets(mlp_layout(SIZES), 8, bucket_bytes) == groups
+    assert bucketed_run(bucket_bytes)
+    wait = Reducer.wait_for_gradients
+
+    def last_of_bucket_only(self, unit):
+        if unit in self.buckets:
+            wait(self, unit)
+
+    monkeypatch.setattr(Reducer, "wait_for_gradients", last_of_bucket_only)
+    assert not bucketed_run(bucket_bytes)
+
+
+# -- the watchdog and the agreements ------------------------------------------------------------------
+
+
+def test_the_watchdog_gives_up_on_a_call_that_outlasts_its_deadline():
+    expired = []
+    watchdog = parallel._Watchdog(0.2, expired.append)
+    with watchdog.watch("a quick sum"):
+        pass
+    with watchdog.watch("a sum nobody answers"):
+        time.sleep(1.0)
+    assert expired == ["a sum nobody answers"]
+
+
+def test_an_error_on_some_ranks_is_raised_on_every_rank_with_its_rank():
+    class Gather(Mirror):
+        def __init__(self, others):
+            super().__init__()
+            self.others = others
+
+        def allgather(self, value):
+            return [value, *self.others]
+
+    with pytest.raises(KeyError, match="rank 1: no such file") as raised:
+        with Gather([(KeyError, "no such file")]).together(KeyError):
+            pass
+    assert raised.value.every_rank
+    with pytest.raises(ValueError, match="^bad option$"):  # every rank failed alike: no rank named
+        with Gather([(ValueError, "bad option")]).together(ValueError):
+            raise ValueError("bad option")
+
+
+# -- under mpiexec ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda p: f"P={p}")
+def ranks_run(request, tmp_path_factory):
+    """Every case of ``mpi_cases`` trained by P ranks: ``(P, [results of each rank], [what each was told])``."""
+    if mpirun.MPIEXEC is None:
+        pytest.skip("needs mpi4py and mpiexec: pip install -e '.[mpi]'")
+    ranks = request.param
+    out = tmp_path_factory.mktemp(f"ranks{ranks}")
+    mpirun.run(ranks, sys.executable, "tests/harness/mpi_cases.py", out, timeout=120)
+    results = [dict(np.load(out / f"rank{r}.npz")) for r in range(ranks)]
+    told = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
+    return ranks, results, told
+
+
+@mpirun.needs_mpi
+def test_every_rank_holds_the_same_bits(ranks_run):
+    ranks, results, _ = ranks_run
+    assert {key.rpartition("/")[0] for key in results[0]} == set(mpi_cases.cases(ranks))
+    for name, case in mpi_cases.cases(ranks).items():  # w and b of every layer (or Dense node), u of the RNN's
+        layers = len(case["sizes"]) - 1
+        count = {"mlp": 2 * layers, "dag": 2 * layers, "rnn": 3 * layers - 1}[case.get("network", "mlp")]
+        assert {key for key in results[0] if key.rpartition("/")[0] == name} == {f"{name}/{i}" for i in range(count)}
+    for key, first in results[0].items():
+        for rank in range(1, ranks):
+            assert results[rank][key].tobytes() == first.tobytes(), f"rank {rank} differs from rank 0 in {key}"
+
+
+@mpirun.needs_mpi
+def test_ranks_compute_what_one_process_computes_on_the_whole_batches(ranks_run):
+    """One process with batch B·P and rank 0's seed; the ranks started from other seeds, so this also shows
+    that rank 0's parameters were broadcast."""
+    ranks, results, _ = ranks_run
+    for name, case in mpi_cases.cases(ranks).items():
+        want = mpi_cases.train(case)
+        got = [results[0][f"{name}/{i}"] for i in range(len(want))]
+        error = relative_error(got, want)
+        assert error < TOLERANCE[case["dtype"]], f"{name}: relative error {error:.2e}"
+
+
+@mpirun.needs_mpi
+def test_ranks_against_the_reference(ranks_run):
+    """Independently of the network: the plain reference on the whole batches, in float64."""
+    ranks, results, _ = ranks_run
+    case = mpi_cases.cases(ranks)["float64/leapfrog2/uneven"]
+    with MLP(case["sizes"], activation="tanh", dtype="float64", seed=5, backend="numpy") as net:
+        weights, biases = [w.copy() for w in net.weights], [b.copy() for b in net.biases]
+    for x, y in mpi_cases.data(case["sizes"], case["batches"], "float64"):
+        nabla_b, nabla_w = reference.backprop(weights, biases, x, y, "tanh", "quadratic", "tanh")
+        weights = [w - mpi_cases.ETA / x.shape[1] * g for w, g in zip(weights, nabla_w)]
+        biases = [b - mpi_cases.ETA / x.shape[1] * g for b, g in zip(biases, nabla_b)]
+    got = [results[0][f"float64/leapfrog2/uneven/{i}"] for i in range(2 * len(weights))]
+    assert relative_error(got, [array for w, b in zip(weights, biases) for array in (w, b)]) < 1e-12
+
+
+@mpirun.needs_mpi
+def test_recurrent_ranks_against_the_reference(ranks_run):
+    """The RNN's sums across ranks against the plain float64 BPTT on the whole batches."""
+    ranks, results, _ = ranks_run
+    case = mpi_cases.cases(ranks)["rnn/float64/leapfrog2/uneven"]
+    with RNN(case["sizes"], output="every", dtype="float64", seed=5, backend="numpy") as net:
+        weights, recurrent, biases = net.weights, net.recurrent, net.biases
+    for x, y in mpi_cases.data(case["sizes"], case["batches"], "float64", "rnn"):
+        nabla_b, nabla_w, nabla_u = reference_rnn.backprop(weights, recurrent, biases, x, y, "tanh", "quadratic",
+                                                           "tanh", "every")
+        step = mpi_cases.ETA / x.shape[2]
+        weights = [w - step * g for w, g in zip(weights, nabla_w)]
+        recurrent = [u - step * g for u, g in zip(recurrent, nabla_u)]
+        biases = [b - step * g for b, g in zip(biases, nabla_b)]
+    want = [array for l in range(len(weights)) for array in
+            ((weights[l], recurrent[l], biases[l]) if l < len(recurrent) else (weights[l], biases[l]))]
+    got = [results[0][f"rnn/float64/leapfrog2/uneven/{i}"] for i in range(len(want))]
+    assert relative_error(got, want) < 1e-12
+
+
+@mpirun.needs_mpi
+def test_a_rank_that_builds_another_network_is_refused_on_every_rank(ranks_run):
+    ranks, _, told = ranks_run
+    for rank in range(ranks):
+        assert told[rank]["other network"].startswith(
+            "every rank must use the same network, but they differ in sizes: [7, 13, 5, 11, 4] on rank 1")
+
+
+# -- NCCL: the CuPy backend's path ----------------------------------------------------------------------
+
+
+class Gpus(Mirror):
+    """Rank 0 of ``size`` GPUs summing through NCCL: on a GPU one rank (the sum is the buffer itself); on
+    the CuPy stand-in, whose NCCL makes the other ranks hold the same buffers, two mirrored ranks."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.size = size
+
+    @property
+    def reduces(self):
+        return True
+
+    def allgather(self, value):
+        return [value] * self.size
+
+    def engine(self, backend):
+        if not hasattr(self, "nccl"):
+            self.nccl = collective.NcclSum(backend.xp, self.size, 0, collective.nccl_unique_id())
+        return self.nccl
+
+
+def nccl_run(backend, schedule, ranks, steps=3, size=4):
+    """Whether SGD steps of a network summing through NCCL over ``ranks`` give the reference's parameters
+    (its share's gradients times ``ranks``, the update divided by the whole batch)."""
+    with MLP(SIZES, seed=3, dtype="float64", backend=backend, comm=Gpus(ranks)) as net:
+        data = [batch(SIZES, size, seed=step) for step in range(steps)]
+        want = reference_steps(to_numpy_all(net.weights), to_numpy_all(net.biases), data, ranks=ranks)
+        for x, y in data:
+            net.sgd_step(x, y, ETA, schedule)
+        return relative_error(to_numpy_all(net.weights + net.biases), want) < 1e-12
+
+
+def to_numpy_all(arrays):
+    return [to_numpy(a) for a in arrays]
+
+
+def cupy_backend(fake, workers_first=True):
+    """The CuPy backend on the stand-in; its workers made before the communication stream, which is then
+    the newest stream: "main-first" runs it as late as the events allow, "workers-first" as early."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    backend = CupyBackend()
+    if workers_first:
+        backend.workers(2)
+    return backend
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_nccl_on_the_standin_against_the_reference(standin, schedule):
+    with cupy_backend(standin) as backend:
+        assert nccl_run(backend, schedule, ranks=2)
+        comm, others = backend.comm_stream(), {backend.main.ptr, *(w.ptr for w in backend.workers(2))}
+    sums = [entry for entry in standin.trace() if entry[2] == "ncclAllReduce"]
+    assert len(sums) == 3 * (len(SIZES) - 1) and {stream for _, stream, _ in sums} == {comm.ptr}
+    assert comm.is_non_blocking and comm.ptr not in others
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_nccl_sums_that_do_not_wait_for_their_gradients_are_caught(monkeypatch, schedule):
+    monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, unit: None)
+    with cupy_backend(install_standin(monkeypatch, "workers-first")) as backend:
+        assert not nccl_run(backend, schedule, ranks=2)
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_an_update_that_does_not_wait_for_nccl_is_caught(monkeypatch, schedule):
+    monkeypatch.setattr(Reducer, "join", lambda self: None)
+    with cupy_backend(install_standin(monkeypatch, "main-first")) as backend:
+        assert not nccl_run(backend, schedule, ranks=2)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [1, 64], ids=batch_id)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_nccl_one_rank_on_the_gpu(schedule, size):
+    """NCCL with one rank: the sum is the buffer itself, and the update divides by the whole batch."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as backend:
+        assert nccl_run(backend, schedule, ranks=1, steps=5, size=size)

@@ -1,0 +1,145 @@
+"""The recurrent network on the CuPy backend's own code, through the CuPy stand-in (tests/harness/fake_cupy) under
+each order in which it interleaves its queues: gradients of every schedule against the float64 reference,
+training steps bitwise across BPTT() and Leapfrog(k), and a removed wait caught there too."""
+
+import numpy as np
+import pytest
+
+from helpers import batch
+from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
+from leapfrog_gpu.rnn import reference as reference_rnn
+from leapfrog_gpu.core.handoff import Handoff
+
+from helpers import rnn_lists
+
+SIZES = [3, 5, 7, 2]
+
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in reciprocal:RuntimeWarning")
+# the stand-in probes a ufunc's result dtype on zeros; CuPy itself does not compute there
+
+
+@pytest.fixture
+def backend(standin):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as cupy_backend:
+        yield cupy_backend
+
+
+def host(arrays):
+    return [array.get() for array in arrays]
+
+
+@pytest.mark.parametrize("output", ["last", "every"])
+@pytest.mark.parametrize("B", [1, 3])
+def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, output):
+    x, y = batch(SIZES, B, 0, tau=4, output=output)
+    with RNN(SIZES, "sigmoid", output=output, dtype="float64", backend=backend) as net:
+        assert "CPU stand-in" in repr(net.backend)
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, output)
+        for schedule in (BPTT(), Leapfrog(2), Wavefront(), TimeScan(k=1), TimeScan(k=1, scan="reduction"), NaumovRNN()):
+            got = rnn_lists(net.backprop(x, y, schedule))
+            for got_list, want_list in zip(got, want):
+                for g, w in zip(host(got_list), want_list):
+                    np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14, err_msg=repr(schedule))
+            if isinstance(schedule, TimeScan):  # "auto" on a GPU: doubling, the fewest rounds
+                assert schedule.stats["scan"] == ("doubling" if schedule.scan == "auto" else schedule.scan)
+        np.testing.assert_allclose(net.feedforward(x).get(), reference_rnn.feedforward(
+            *params, x, net.activation, net.output_activation, output), rtol=1e-12, atol=1e-15)
+    kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
+    assert {"delta_output_f64", "bias_sum_f64", "bias_activation_f64"} <= kernels  # the existing kernels
+    assert {"rank_update_f64", "outer_f64"} & kernels
+
+
+def trained(backend, schedule, steps=3):
+    with RNN(SIZES, output="every", seed=3, backend=backend) as net:
+        for step in range(steps):
+            x, y = batch(SIZES, 2, step, np.float32, tau=5, output="every")
+            net.sgd_step(x, y, 0.3, schedule)
+        return host(net.weights + net.recurrent + net.biases)
+
+
+def test_training_steps_agree_bitwise_across_bptt_and_leapfrog(backend):
+    want = trained(backend, BPTT())
+    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), BPTT(fused=True)):
+        assert all(np.array_equal(a, b) for a, b in zip(trained(backend, schedule), want)), repr(schedule)
+
+
+def test_missing_read_after_write_wait_is_caught_on_the_standin(monkeypatch):
+    """In the stand-in's workers-first order a worker that does not wait for E_l reads delta^l too early."""
+    from helpers import install_standin
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    install_standin(monkeypatch, "workers-first")
+    with CupyBackend() as backend:
+        want = trained(backend, BPTT())
+        assert all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
+        monkeypatch.setattr(Handoff, "wait", lambda self, worker, unit: None)
+        assert not all(np.array_equal(a, b) for a, b in zip(trained(backend, Leapfrog(2)), want))
+
+
+def test_the_chain_on_our_own_kernels_gives_the_same_gradients(standin):
+    """With chain="kernels" the output layer's (2)(3) runs on kernels/chain.cu instead of cuBLAS."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    x, y = batch(SIZES, 2, 0, tau=3, output="every")
+    with CupyBackend(chain="kernels") as backend, RNN(SIZES, output="every", dtype="float64", backend=backend) as net:
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "every")
+        for schedule in (BPTT(), Leapfrog(2)):
+            for got_list, want_list in zip(rnn_lists(net.backprop(x, y, schedule)), want):
+                for g, w in zip(host(got_list), want_list):
+                    np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+    assert any(kind == "launch" and detail.startswith("forward_gemm") for kind, _, detail in standin.trace())
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_the_recurrence_runs_on_cublas_through_nvmath_one_call_a_step(standin, backend, B):
+    """Each step's u^l a^{l,t-1} and (u^l)^T delta^{l,t+1} is one cuBLAS call (beta = 1) on the step's
+    strided columns: 2 recurrent layers, tau - 1 steps each way."""
+    import fake_cupy.nvmath
+
+    tau, name = 5, "dgemv" if B == 1 else "dgemm"
+    x, y = batch(SIZES, B, 0, tau=tau, output="every")
+    with RNN(SIZES, output="every", dtype="float64", backend=backend) as net:
+        net.backprop(x, y, BPTT())
+        fake_cupy.nvmath.calls.clear()
+        got = rnn_lists(net.backprop(x, y, BPTT()))
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+    calls = [routine for routine, _, _ in fake_cupy.nvmath.calls]
+    assert calls.count(name) >= 2 * 2 * (tau - 1)
+    want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "every")
+    for got_list, want_list in zip(got, want):
+        for g, w in zip(host(got_list), want_list):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_without_nvmath_the_recurrence_runs_on_cupy_matmul(standin_without_nvmath, B):
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    x, y = batch(SIZES, B, 0, tau=4, output="last")
+    with CupyBackend() as cupy_backend, RNN(SIZES, dtype="float64", backend=cupy_backend) as net:
+        assert cupy_backend.ops.blas is None
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        want = reference_rnn.backprop(*params, x, y, net.activation, net.cost, net.output_activation, "last")
+        for got_list, want_list in zip(rnn_lists(net.backprop(x, y, BPTT())), want):
+            for g, w in zip(host(got_list), want_list):
+                np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("quasi", [False, True])
+def test_time_newton_on_the_standin_matches_the_reference(backend, quasi):
+    from leapfrog_gpu import TimeNewton
+
+    x, _ = batch(SIZES, 2, 0, tau=9, output="every")
+    with RNN(SIZES, output="every", dtype="float64", backend=backend, recurrent_norm=2.0) as net:
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        solver = TimeNewton(quasi=quasi)
+        got = net.feedforward(x, solver=solver).get()
+    want = reference_rnn.feedforward(*params, x, net.activation, net.output_activation, "every")
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert solver.stats["converged"] and solver.stats["rounds"] == TimeNewton.rounds_formula(
+        solver.stats["iterations_per_layer"], 9)
+    assert solver.stats["scan"] == "doubling"  # "auto" on a GPU: the fewest rounds

@@ -1,0 +1,524 @@
+"""leapfrog-bench on tiny sizes: every record field, the table, the JSON, the plot, and its CLI errors."""
+
+import argparse
+import json
+import re
+import struct
+import sys
+
+import pytest
+
+from helpers import bench_table, render_table, run_bench
+from no_gpu_cupy import CUDA_ANSWER
+from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
+from leapfrog_gpu.tools.bench import report as bench_report
+from leapfrog_gpu.tools.bench import traffic
+from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.tools.schedules import schedule_names
+
+FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
+          "backward_ms", "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
+TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2,auto",
+        "--blas-threads", "1,2", "--repeats", "3", "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bench")
+    argv = TINY + ["--no-torch", "--json", str(folder / "r.json"), "--plot", str(folder / "r.png")]
+    stdout = run_bench(argv)
+    return stdout, json.loads((folder / "r.json").read_text()), (folder / "r.png").read_bytes()
+
+
+def test_records_hold_every_field_for_every_configuration(report):
+    records = report[1]["records"]
+    # 2 sizes x 2 batches x ((sequential, leapfrog k=1, k=2) x BLAS threads 1 and 2, and the auto choice)
+    assert len(records) == 2 * 2 * (3 * 2 + 1)
+    for r in records:
+        for field in FIELDS:
+            assert field in r, field
+        for timing in ("step_ms", "backward_ms"):
+            assert r[timing]["p20"] <= r[timing]["median"] <= r[timing]["p80"]
+            assert r[timing]["median"] > 0
+        assert r["backend"] == "numpy" and r["dtype"] == "float32" and r["L"] == 3 and r["blas_threads"] in (1, 2)
+        assert min(r["f1_ms"], r["f2_ms"], r["f3_ms"]) > 0
+    assert {(r["schedule"], r["k"]) for r in records if not r["auto"]} == {("sequential", 0), ("leapfrog", 1),
+                                                                          ("leapfrog", 2)}
+    assert sum(r["auto"] for r in records) == 4 and all("auto_within_noise" in r for r in records if r["auto"])
+
+
+def test_prediction_and_savings_follow_the_model_and_the_baseline(report):
+    records = report[1]["records"]
+    for r in records:
+        f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
+        assert r["predicted_saving"] == pytest.approx((1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0)
+        seq = next(s for s in records if (s["N"], s["B"], s["blas_threads"], s["schedule"], s["auto"])
+                   == (r["N"], r["B"], r["blas_threads"], "sequential", False))
+        expected = (seq["backward_ms"]["median"] - r["backward_ms"]["median"]) / (
+            r["forward_ms"]["median"] + seq["backward_ms"]["median"])
+        assert r["measured_saving"] == pytest.approx(expected)
+        best = next(s for s in records if s["best_sequential"] and (s["N"], s["B"]) == (r["N"], r["B"]))
+        assert r["step_speedup_vs_best_sequential"] == pytest.approx(best["step_ms"]["median"] / r["step_ms"]["median"])
+        assert r["step_speedup"] == pytest.approx(seq["step_ms"]["median"] / r["step_ms"]["median"])
+        assert r["floor_ms"] == pytest.approx(traffic.step_bytes([r["N"]] * 3, r["B"], 4) / (r["copy_gbps"] * 1e6))
+    assert sum(r["best_sequential"] for r in records) == 4  # one per (N, B)
+
+
+def test_table_prints_one_row_per_record(report):
+    stdout, data, _ = report
+    rows = _rows(stdout)
+    assert len(rows) == len(data["records"])
+    assert [(n, b, row[0]) for n, _, b, row in rows] == [(r["N"], r["B"], bench_report.label(r))
+                                                          for r in data["records"]]
+    assert "auto->" in stdout and "auto chose" in stdout and "PyTorch anchor skipped (--no-torch)" in stdout
+    assert data["command"].startswith("leapfrog-bench --backend numpy") and data["machine"]["cores"] >= 1
+
+
+def test_fused_schedules_in_records_and_table():
+    stdout = run_bench(["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "3", "--k", "2,auto",
+                        "--blas-threads", "1", "--repeats", "2", "--warmup", "1", "--no-torch", "--fused"])
+    assert "sequential+fused" in stdout and "leapfrog+fused" in stdout and "auto->" in stdout
+
+
+def test_schedules_by_name_include_naumov():
+    stdout = run_bench(["--backend", "numpy", "--sizes", "9", "--layers", "5", "--batch", "2", "--k", "2",
+                        "--schedule", "leapfrog,naumov-scan,naumov-jacobi", "--blas-threads", "1", "--repeats", "2",
+                        "--warmup", "1", "--no-torch"])
+    names = [row[0] for *_, row in _rows(stdout)]
+    assert names == ["sequential*", "leapfrog", "naumov-scan", "naumov-jacobi"]
+
+
+def test_plot_is_a_png(report):
+    png = report[2]
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width > 300 and height > 200
+
+
+def test_torch_anchor_in_the_same_table(capsys):
+    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    stdout = run_bench(["--backend", "numpy", "--sizes", "16", "--layers", "3", "--batch", "2", "--k", "2",
+                        "--blas-threads", "1", "--repeats", "2", "--warmup", "1"])
+    row = next(line for line in stdout.splitlines() if "torch-autograd" in line)
+    assert row.split()[-1].endswith("x")  # the step's speedup against the best sequential configuration
+
+
+def test_torch_anchor_computes_our_gradients():
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    from leapfrog_gpu import MLP
+    from leapfrog_gpu.tools.bench import torch_anchor
+
+    step, backward = torch_anchor.measure([5, 7, 3], 4, dtype="float64", repeats=2, warmup=0)
+    assert step.shape == backward.shape == (2,) and (step > 0).all() and (backward > 0).all()
+    with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
+        x, y = torch.rand(4, 5, dtype=torch.float64), torch.rand(4, 3, dtype=torch.float64)
+        params = [torch.tensor(p, requires_grad=True) for w, b in zip(net.weights, net.biases) for p in (w, b)]
+        torch_anchor.quadratic_cost(params, x, y, "sigmoid").backward()
+        nabla_b, nabla_w = net.backprop(x.numpy().T, y.numpy().T)
+    ours = [g for pair in zip(nabla_w, nabla_b) for g in pair]
+    for p, g in zip(params, ours):
+        assert float((p.grad - torch.from_numpy(g)).abs().max()) < 1e-12
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sizes", "0"], "every size must be >= 1"),
+    (["--sizes", "a,b"], "--sizes"),
+    (["--layers", "1"], "layer count must be >= 2"),
+    (["--k", "0"], "--k takes integers >= 1 and 'auto'"),
+    (["--k", "two"], "--k takes integers >= 1 and 'auto'"),
+    (["--schedule", "naumov"], "unknown MLP schedule 'naumov'; choose from sequential, leapfrog, naumov-scan, "
+                               "naumov-jacobi"),
+    (["--repeats", "0"], "--repeats must be an integer >= 1"),
+    (["--dtype", "float16"], "invalid choice"),
+    (["--json", "/nonexistent-folder/r.json"], "does not exist"),
+    (["--timeline", "/nonexistent-folder/t.png"], "does not exist"),
+    (["--jsonl", "/nonexistent-folder/r.jsonl"], "does not exist"),
+    (["--sizes", "8,9", "--timeline", "t.png"], "--timeline charts one network: give one value each to --sizes"),
+    (["--timeline", "t.txt"], "--timeline t.txt: the chart is written as PNG: give a name ending in .png (its "
+                              "intervals go beside it, in .json)"),
+    (["--plot", "p.svg"], "--plot p.svg: the chart is written as PNG: give a name ending in .png"),
+])
+def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "numpy"] + argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error:") and message in err
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the message given when no GPU is usable")
+def test_cupy_without_gpu_is_a_cli_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "cupy"])
+    assert exit_info.value.code == 2 and "use --backend numpy\n" in capsys.readouterr().err
+
+
+def test_cupy_that_cannot_run_says_what_cuda_answered(cupy_without_gpu, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "cupy"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"leapfrog-bench: error: --backend cupy cannot run: {CUDA_ANSWER}; use --backend numpy\n")
+
+
+@pytest.mark.parametrize("option", ["--plot", "--timeline"])
+def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, option):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "numpy", "--sizes", "24", "--layers", "3", "--batch", "1", option,
+                    str(tmp_path / "r.png")])
+    assert exit_info.value.code == 2
+    # as docs/training.md says it, in a checkout
+    assert f"{option} needs matplotlib: pip install -e '.[plot]'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("model, argv", [
+    ("mlp", ["--sizes", "8", "--layers", "2", "--batch", "1", "--k", "2", "--warmup", "0", "--quiet"]),
+    ("rnn", ["--sizes", "3", "--tau", "3", "--batch", "1"]),
+])
+def test_without_torch_every_bench_says_so_in_the_same_line_with_the_readmes_install_command(
+        monkeypatch, capsys, model, argv):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    assert bench.main(["--model", model, "--backend", "numpy", "--repeats", "1", *argv]) == 0
+    out, err = capsys.readouterr()
+    # as docs/performance.md says it, in a checkout
+    assert "PyTorch anchor skipped: torch does not import (pip install -e '.[torch]')" in out.splitlines()
+    assert "torch" not in err
+
+
+def test_the_plot_says_where_it_was_written(report):
+    said = [line for line in report[0].splitlines() if line.startswith("plot: ")]
+    assert len(said) == 1 and said[0].endswith("(the speed-up of a pass against k, measured and as the model predicts)")
+    path = said[0].removeprefix("plot: ").split(" (")[0]
+    assert path.endswith("r.png") and open(path, "rb").read() == report[2]
+
+
+def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
+    """--timeline: every configuration but the auto choice stamped, its cost and analysis in the record,
+    a chart panel each; --jsonl: the header line, then exactly the records of --json."""
+    argv = ["--backend", "numpy", "--sizes", "24", "--layers", "4", "--batch", "3", "--k", "1,2,auto",
+            "--blas-threads", "1", "--repeats", "3", "--warmup", "1", "--no-torch", "--json", str(tmp_path / "r.json"),
+            "--jsonl", str(tmp_path / "r.jsonl"), "--timeline", str(tmp_path / "t.png")]
+    stdout = run_bench(argv)
+    records = json.loads((tmp_path / "r.json").read_text())["records"]
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert lines[0]["command"] == "leapfrog-bench " + " ".join(argv) and "machine" in lines[0]
+    assert lines[1:] == records
+    stamped = [r for r in records if not r["auto"]]
+    assert len(stamped) == 3 and all("timeline" not in r for r in records if r["auto"])
+    for r in stamped:
+        t = r["timeline"]
+        assert t["steps"] == 3
+        assert t["cost"] == pytest.approx(t["step_ms_stamped"]["median"] / t["step_ms_plain"]["median"])
+        assert set(t["busy_ms"]) == {"main"} | {f"worker{j}" for j in range(r["k"])}
+        assert (t["worker_overlap"] is None) == (r["k"] == 0)
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert [p["label"] for p in saved["panels"]] == ["sequential, BLAS 1", "leapfrog k=1, BLAS 1",
+                                                     "leapfrog k=2, BLAS 1"]
+    assert all({row[0] for row in p["intervals"]} == {1, 2, 3} for p in saved["panels"])  # the warm-up step left out
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = [line for line in as_meant(stdout).splitlines() if line.startswith(("sequential k=", "leapfrog k="))]
+    assert len(printed) == 3
+    assert all("worker time overlapping main" in line and "backward speed-up vs sequential " in line
+               for line in printed)
+    twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
+    twice.write_text((tmp_path / "r.jsonl").read_text() * 2)
+    out = bench_table(twice)
+    assert out.count("Command: `leapfrog-bench --backend numpy --sizes 24") == 2 and out.count("\nTimeline") == 2
+    rows = [line for line in out.splitlines() if line.startswith("| ") and line.count("|") == 10]
+    assert len(rows) == 2 * (1 + 3) and rows[1].startswith("| sequential | 0 | 1 |")  # a header and 3 rows, twice
+
+
+def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
+    """--graph with --timeline and --jsonl: each network's rows are printed, its eager configurations
+    stamped and its records appended, in that order, by one callback; a graph step is one launch, so
+    its row has no timeline and the chart no panel for it."""
+    argv = ["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "2", "--k", "2", "--blas-threads", "1",
+            "--repeats", "3", "--warmup", "1", "--no-torch", "--graph", "--jsonl", str(tmp_path / "r.jsonl"),
+            "--timeline", str(tmp_path / "t.png")]
+    stdout = run_bench(argv)
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()][1:]
+    assert [(r["schedule"], r["graph"]) for r in records] == [("sequential", False), ("leapfrog", False),
+                                                              ("sequential", True), ("leapfrog", True)]
+    assert [r["graph"] for r in records if "timeline" in r] == [False, False]
+    assert [p["label"] for p in json.loads((tmp_path / "t.json").read_text())["panels"]] == [
+        "sequential, BLAS 1", "leapfrog k=2, BLAS 1"]
+    lines = stdout.splitlines()
+    foot = lines.index(next(line for line in lines if line.startswith("* best sequential")))
+    rows = [i for i, line in enumerate(lines[:foot]) if line.split()[:1] in (
+        ["sequential*"], ["leapfrog"], ["sequential[graph]"], ["leapfrog[graph]"])]
+    heading = max(i for i in range(rows[0]) if lines[i].startswith("N="))  # then its costs, on a line or two
+    assert len(rows) == 4 and "leapfrog[graph]" in lines[rows[-1]] and lines[heading] == "N=20 L=4 B=2 float32"
+    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("* best sequential")))
+    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("timeline (")))
+    assert "graph mode against its GPU targets" in stdout
+
+
+def test_json_lines_survive_a_killed_run(tmp_path):
+    """Each network's records are on disk as soon as it is measured: a run killed later keeps them whole."""
+    import subprocess
+    import time
+
+    path = tmp_path / "r.jsonl"
+    run = subprocess.Popen([sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "numpy", "--sizes",
+                            ",".join(map(str, range(8, 60))), "--layers", "3", "--batch", "2", "--k", "2",
+                            "--blas-threads", "1", "--repeats", "2", "--warmup", "0", "--no-torch", "--jsonl", path])
+    try:
+        deadline = time.monotonic() + 120
+        while (not path.exists() or len(path.read_text().splitlines()) < 5) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        run.kill()
+        run.wait()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "command" in lines[0] and len(lines) >= 5 and len(lines) < 1 + 2 * 52
+    assert all(r["schedule"] in ("sequential", "leapfrog") for r in lines[1:])
+
+
+def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the second of three networks is measured: the first one's rows are printed and in
+    --jsonl, stderr has one line that says so (after the one with the time left), and nothing else is
+    written."""
+    measure, calls = bench_measure.measure_network, []
+
+    def ctrl_c_at_the_second(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure(*args)
+
+    monkeypatch.setattr(bench_measure, "measure_network", ctrl_c_at_the_second)
+    path = tmp_path / "r.jsonl"
+    argv = ["--backend", "numpy", "--sizes", "8,9,10", "--layers", "3", "--batch", "2", "--k", "2", "--repeats", "1",
+            "--warmup", "0", "--no-torch", "--jsonl", str(path), "--json", str(tmp_path / "r.json")]
+    assert bench.main(argv) == 130
+    out, err = capsys.readouterr()
+    left, said = err.splitlines()
+    assert re.fullmatch(r"leapfrog-bench: about \d+ s left for 2 more networks \(the first took [\d.]+ s\)", left)
+    assert said == f"leapfrog-bench: interrupted with 1 of 3 networks measured; their lines are in {path}"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "command" in lines[0] and {r["N"] for r in lines[1:]} == {8} and len(lines) > 2
+    assert {n for n, *_ in _rows(out)} == {8}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no --json of a run cut short
+
+
+def _stdout_at_each_network(monkeypatch, capsys):
+    """What has reached stdout and stderr each time a network's measurement begins (since the previous one)."""
+    measure, seen = bench_measure.measure_network, []
+
+    def look_then_measure(*args):
+        seen.append(capsys.readouterr())
+        return measure(*args)
+
+    monkeypatch.setattr(bench_measure, "measure_network", look_then_measure)
+    return seen
+
+
+def as_meant(text):
+    """The output with each line that ``cli.fitted`` broke (its continuations indented by two spaces)
+    joined again, after checking that every line of the table fits 100 columns."""
+    table = text.split("\n* best sequential")[0]
+    assert all(len(line) <= 100 for line in table.splitlines()), table
+    return text.replace("\n  ", " ")
+
+
+def _rows(text):
+    """``[(N, L, B, cells)]``, one per row of the table in ``text``: each network's heading names its
+    N, L and B; each row's first cell is its schedule."""
+    rows, network = [], None
+    for line in as_meant(text).splitlines():
+        if line.startswith("* best sequential"):
+            break
+        heading = re.match(r"N=(\d+) L=(\d+) B=(\d+) ", line)
+        if heading:
+            network = tuple(map(int, heading.groups()))
+        elif network and re.fullmatch(r"(auto->)?[a-z-]+(\+fused)?(\[graph\])?\*?", line.split()[0]):
+            rows.append((*network, line.split()))
+    return rows
+
+
+def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
+    """Not minutes of silence: a network's rows come before the next network is measured, and a bar on
+    stderr counts the networks done, names the one being measured and estimates the time left, from the
+    first network on (the estimate itself: tests/tools/bench/test_progress.py)."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    seen = _stdout_at_each_network(monkeypatch, capsys)
+    assert bench.main(TINY + ["--no-torch"]) == 0
+    seen.append(capsys.readouterr())
+    networks = [(24, 1), (24, 5), (40, 1), (40, 5)]
+    assert len(seen) == 5 and seen[0].out.split()[:1] == ["speed-up"] and "schedule" in seen[0].out
+    for (out, _), (n, b) in zip(seen[1:], networks):
+        assert {(row[0], row[2]) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 7
+    err = "".join(captured.err for captured in seen)
+    for done, (n, b) in enumerate(networks):  # time left: '?' until a network is done
+        left = r"\?" if done == 0 else r"about \d+"
+        assert re.search(rf"measuring: .*\| {done}/4 \[\d\d:\d\d, N={n} L=3 B={b}, {left} s left\]", err), err
+    assert re.search(r"\rleapfrog-bench: about \d+ s left for 3 more networks \(the first took [\d.]+ s\)\n", err)
+
+
+def test_quiet_prints_the_table_at_the_end_and_nothing_on_stderr(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    seen = _stdout_at_each_network(monkeypatch, capsys)
+    assert bench.main(TINY + ["--no-torch", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert [captured.out + captured.err for captured in seen] == [""] * 4 and err == "" and len(_rows(out)) == 4 * 7
+
+
+def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
+    """profiling/bench_table.py turns the JSON into the README's table: one row per record."""
+    out, rows = render_table(report[1], tmp_path)
+    assert len(rows) == len(report[1]["records"])
+    assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 18 for row in rows)  # 17 columns: the last, vs floor
+
+
+def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=False, auto=False, backward=0.5):
+    """A synthetic record of one network, as ``measure_network`` returns it: no timing noise decides."""
+    stats = {"median": step, "p20": step - spread / 2, "p80": step + spread / 2}
+    ours = not schedule.startswith("torch")
+    return {"backend": "numpy", "device": "cpu", "dtype": "float32", "N": 8, "L": 3, "B": 2, "blas_threads": blas,
+            "repeats": 5, "schedule": schedule, "k": k, "fused": False, "auto": auto, "graph": graph,
+            "step_ms": stats, "backward_ms": None if graph else {"median": backward, "p20": backward, "p80": backward},
+            "forward_ms": {"median": 0.3, "p20": 0.3, "p80": 0.3} if ours else None,
+            "f1_ms": 0.1 if ours else None, "f2_ms": 0.1 if ours else None, "f3_ms": 0.1 if ours else None,
+            "bytes_per_step": 1, "copy_gbps": 1.0, "floor_ms": 0.01}
+
+
+def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequential_ones():
+    """Not a leapfrog, graph, --k auto or PyTorch record, however fast: the fastest eager sequential step."""
+    case = [_record(blas=1, step=3.0), _record(blas=2, step=2.0), _record(blas=4, step=2.5),
+            _record("leapfrog", 2, blas=2, step=1.5), _record(blas=2, step=1.0, graph=True),
+            _record(blas=2, step=0.9, auto=True), _record("torch-autograd", blas=2, step=0.5)]
+    derived = bench_measure.derive(case)
+    eager_sequential = [r for r in derived if r["schedule"] == "sequential" and not r["graph"] and not r["auto"]]
+    best = [r for r in derived if r["best_sequential"]]
+    assert len(best) == 1, best
+    assert best[0]["step_ms"]["median"] == min(r["step_ms"]["median"] for r in eager_sequential) == 2.0
+    assert [r["step_speedup_vs_best_sequential"] for r in derived] == [2 / 3, 1.0, 0.8, 2 / 1.5, 2.0, 2 / 0.9, 4.0]
+
+
+def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
+    case = bench_measure.derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
+    widths = bench_report.column_widths(argparse.Namespace(k=[2], fused=False, one_pass=False, graph=False),
+                                        ["leapfrog"])
+    heading, costs, quiet, noisy = bench_report.table_rows(case, widths)
+    assert heading == "N=8 L=3 B=2 float32" and costs.startswith("  BLAS 1: forward 0.300 ms")
+    assert quiet.split()[3] == "1.000" and noisy.split()[3] == "1.000!"  # 0.3 > a quarter of 1.0; 0.2 is not
+    assert f"! noisy: p80 - p20 over {bench_report.NOISY:.0%} of the median" in bench_report.table_foot(False)
+
+
+def test_the_table_fits_100_columns_at_its_widest(capsys):
+    """Every schedule, fused, in graph mode too, --k auto, two BLAS settings: no line of the table is
+    wider than 100 columns (the legend and the verdicts are broken into lines that fit as well)."""
+    assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1,2,auto",
+                       "--schedule", ",".join(schedule_names("mlp")), "--blas-threads", "1,2", "--repeats", "1",
+                       "--warmup", "0", "--no-torch", "--fused", "--graph"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    assert len(_rows(out)) == (1 + 3 * 2) * 2 * 2 + 1  # (sequential, 3 schedules at k = 1, 2) x BLAS x graph, auto
+
+
+def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--backend", "auto"), ("--dtype", "float32"), ("--activation", "sigmoid")):
+        assert re.search(rf"{option} {{[^}}]*}} .*?\(default {default}\)", out), option
+    for metavar in ("--sizes N[,N...]", "--layers L[,L...]", "--batch B[,B...]", "--k K[,K...]",
+                    "--bucket-mb MB[,MB...]", "--blas-threads N[,N...]", "--repeats N"):
+        assert metavar in out
+    assert "SIZES" not in out and "BUCKET_MB" not in out and "BLAS_THREADS" not in out
+    assert "BLAS threads per host stream, for its matrix products" in out
+    assert all(action.help for action in bench_mlp.parser()._actions), "an option without help"
+    assert re.search(r"exit status: 0 done 2 a bad option .* 130 stopped by Ctrl-C", out)
+
+
+def test_version_is_the_packages(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out == f"leapfrog-bench {version('leapfrog_gpu')}\n"
+
+
+def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
+    measure, calls = bench_measure.measure_network, []
+
+    def ctrl_c_at_the_second(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure(*args)
+
+    monkeypatch.setattr(bench_measure, "measure_network", ctrl_c_at_the_second)
+    assert bench.main(["--backend", "numpy", "--sizes", "8,9", "--layers", "3", "--batch", "2", "--k", "2",
+                       "--repeats", "1", "--warmup", "0", "--no-torch"]) == 130
+    err = capsys.readouterr().err
+    before, said, _ = err.partition("leapfrog-bench: interrupted with 1 of 2 networks measured")
+    assert said and "measuring:" in before, err
+    *_, bar, line = re.split(r"[\r\n]", before)
+    assert line == "" and bar.strip() == "", f"the line is written onto the bar's: {err!r}"
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure saved while the test runs, with the renderer that drew it."""
+    import matplotlib.figure
+
+    saved, savefig = [], matplotlib.figure.Figure.savefig
+
+    def keep(figure, *args, **kwargs):
+        savefig(figure, *args, **kwargs)
+        figure.renderer = figure.canvas.get_renderer()  # before the figure is closed
+        saved.append(figure)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    return saved
+
+
+def test_the_plot_says_where_and_when_and_its_legend_covers_no_data(tmp_path, figures):
+    run_bench(["--backend", "numpy", "--sizes", "8,12", "--layers", "3", "--batch", "1,2", "--k", "1,2",
+               "--blas-threads", "1", "--repeats", "1", "--warmup", "0", "--no-torch", "--quiet",
+               "--plot", str(tmp_path / "p.png"), "--json", str(tmp_path / "r.json")])
+    about = json.loads((tmp_path / "r.json").read_text())
+    (figure,) = figures
+    title = figure.get_suptitle()
+    for said in ("numpy backend", about["machine"]["device"], about["machine"]["platform"], about["date"][:10]):
+        assert said in title, (said, title)
+    for ax in figure.axes:
+        legend, data = ax.get_legend(), ax.get_window_extent(figure.renderer)
+        assert legend is not None and not legend.get_window_extent(figure.renderer).overlaps(data), ax.get_title()
+
+
+def test_the_timeline_chart_names_its_network(tmp_path, figures):
+    run_bench(["--backend", "numpy", "--sizes", "16", "--layers", "4", "--batch", "3", "--k", "2",
+               "--blas-threads", "1", "--repeats", "2", "--warmup", "1", "--no-torch", "--quiet",
+               "--timeline", str(tmp_path / "t.png")])
+    title = "leapfrog-bench: MLP [16] * 4, batch 3, sigmoid, float32, numpy; a panel per schedule"
+    assert [figure.get_suptitle() for figure in figures] == [title]
+    assert json.loads((tmp_path / "t.json").read_text())["title"] == title
+
+
+def test_the_data_parallel_table_never_prints_a_negative_share_hidden():
+    """Noise can make a data-parallel step wait longer than its sums took: "none", not -56 %."""
+    from leapfrog_gpu.tools.bench import parallel as bench_parallel
+
+    stats = {"median": 2.0, "p20": 1.9, "p80": 2.1}
+    records = [{"N": 8, "L": 3, "B": 2, "P": 2, "dtype": "float32", "schedule": "leapfrog", "k": 2, "bucket_mb": 0,
+                "blas_threads": 1, "step_ms": stats, "local_slowest_ms": 1.0, "sums_slowest_ms": sums,
+                "sums_gbps": 1.0, "exposed_ms": 1.0, "hidden": 1 - 1.0 / sums, "one_ms": stats, "speedup": 1.0}
+               for sums in (0.64, 2.0, 4.0)]
+    lines = bench_parallel.table(records).splitlines()[1:]  # below the line that says which way speed-ups point
+    end = lines[0].index(" hidden") + len(" hidden")  # the column's cells end where its title does
+    assert [line[:end].split()[-1] for line in lines[2:5]] == ["none", "50%", "75%"]
+    assert "-56%" not in "\n".join(lines) and "none: the step waited as long as the sums took" in lines[-1]
+
+
+def test_a_saving_of_any_size_keeps_its_column_width():
+    """A pass slowed down 30-fold by another job on the machine must not widen the table: the saving
+    column holds at most 7 characters whatever the timing."""
+    assert bench_report.percent(-31.872) == "<-999%" and bench_report.percent(-9.98) == "-998.0%"
+    assert bench_report.percent(0.215) == "21.5%" and bench_report.percent(None) == "-"
+    assert max(len(bench_report.percent(v)) for v in (-1e9, -9.99, -1.0, 0.0, 0.999, 1.0)) <= bench_report.CELL["saving"]

@@ -1,0 +1,164 @@
+"""The recurrent network's benchmark: rows for every schedule by its name in ``tools.schedules``, with its
+speed-up over BPTT, PyTorch's nn.RNN beside them, a budget that skips what would take too long, and the
+profiling script's JSON."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu.tools.bench import rnn as bench_rnn
+from leapfrog_gpu.tools.schedules import make_solver, schedule_names
+
+from helpers import rnn_lists
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_measure_gives_a_row_per_schedule_with_its_speedup_over_bptt():
+    rows = bench_rnn.measure(4, 8, 2, L=4, repeats=2, max_gflop=1e-4)
+    by_name = {row["schedule"]: row for row in rows}
+    names = list(schedule_names("rnn"))
+    assert list(by_name) == names + [f"step {name}" for name in names] and names[0] == "bptt"
+    for part in ("", "step "):
+        bptt = by_name[f"{part}bptt"]
+        assert bptt["speedup"] == 1.0
+        for name in names[1:-1]:  # > 1: faster than BPTT
+            assert by_name[part + name]["speedup"] == bptt["median_s"] / by_name[part + name]["median_s"]
+        assert by_name[f"{part}naumov-rnn"]["refused"].startswith("skipped: ")  # 4e-4 GFLOP over a budget of 1e-4
+    assert by_name["bptt"]["rounds"] == 16 and by_name["step bptt"]["rounds"] == 2 * 16  # the forward's K·tau too
+    # TimeScan on the host scans by cyclic reduction: K·(1 + 2·ceil(log2 8) - 1) = 2·6 rounds
+    assert by_name["wavefront"]["rounds"] == 9 and by_name["timescan"]["rounds"] == 12
+    assert by_name["step wavefront"]["rounds"] == 16 + 9 and by_name["step timescan"]["rounds"] == 16 + 12
+    # the forward's flops: per layer 2·4·4·8·2 (w a), 2·4²·7·2 (u a, t >= 2), 5·4·8·2 (bias, sigma, sigma')
+    forward = 2 * (2 * 4 * 4 * 8 * 2 + 2 * 16 * 7 * 2 + 5 * 4 * 8 * 2)
+    step = by_name["step bptt"]
+    assert step["flops"] == step["sequential_flops"] == forward + by_name["bptt"]["flops"]
+    assert by_name["step timescan"]["flops"] == forward + by_name["timescan"]["flops"]
+    for row in rows:
+        assert bench_rnn.format_row(row).startswith("   4     8   2  ")
+    assert [row["schedule"] for row in bench_rnn.measure(4, 8, 2, repeats=1, parts=("step",))] == list(by_name)[5:]
+
+
+def test_a_step_parallel_in_time_over_the_budget_is_skipped_by_the_flops_of_one_iteration():
+    newton, quasi = make_solver("rnn", "newton"), make_solver("rnn", "quasi-newton")
+    budget = (quasi.iteration_flops([6] * 4, 16, 2) + newton.iteration_flops([6] * 4, 16, 2)) / 2e9
+    rows = bench_rnn.measure(6, 16, 2, repeats=1, names=["bptt"], solvers=["newton", "quasi-newton"],
+                             max_gflop=budget, parts=("step",))
+    by_name = {row["schedule"]: row for row in rows}
+    assert by_name["step timescan+newton"]["refused"].startswith("skipped: an iteration takes ")
+    assert by_name["step timescan+quasi-newton"]["median_s"] > 0
+
+
+def test_bptts_chain_is_timed_whatever_the_budget():
+    """BPTT, the baseline, and Leapfrog, its chain with workers, run whatever the budget; a scan is skipped."""
+    rows = bench_rnn.measure(3, 4, 1, repeats=1, max_gflop=1e-12, names=["bptt", "leapfrog", "timescan"])
+    by_name = {row["schedule"]: row for row in rows}
+    assert by_name["bptt"]["speedup"] == by_name["step bptt"]["speedup"] == 1.0
+    assert by_name["leapfrog"]["median_s"] > 0 and by_name["step leapfrog"]["median_s"] > 0
+    assert by_name["timescan"]["refused"].startswith("skipped: ") and by_name["step timescan"]["refused"]
+
+
+def test_pytorch_nn_rnn_is_timed_on_the_same_network():
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    rows = bench_rnn.measure(4, 6, 1, repeats=1, torch=torch, names=["bptt"])
+    assert [row["schedule"] for row in rows] == ["bptt", "torch nn.RNN", "step bptt", "step torch nn.RNN"]
+    assert all(row["median_s"] > 0 for row in rows)
+
+
+def test_pytorchs_network_is_ours_its_gradients_and_its_step():
+    """The anchor's gradients are the network's (backprop, float64) and its SGD step is ``sgd_step``'s."""
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    from leapfrog_gpu import RNN
+
+    x, y = bench_rnn.sequences(3, 5, 2, "float64")
+    with RNN([3] * 4, output="every", dtype="float64", backend="numpy") as net:
+        anchor = bench_rnn.TorchRNN(torch, net, x, y, eta=0.1)
+        anchor._loss().backward()
+        nabla_b, nabla_w, nabla_u = rnn_lists(net.backprop(x, y))
+        for i in range(2):
+            assert np.allclose(anchor.rnn.get_parameter(f"weight_ih_l{i}").grad.numpy(), nabla_w[i], rtol=1e-12)
+            assert np.allclose(anchor.rnn.get_parameter(f"weight_hh_l{i}").grad.numpy(), nabla_u[i], rtol=1e-12)
+        assert np.allclose(anchor.out.bias.grad.numpy(), nabla_b[-1], rtol=1e-12)
+        anchor.step()
+        net.sgd_step(x, y, 0.1)
+        assert np.allclose(anchor.rnn.weight_hh_l1.detach().numpy(), net.recurrent[1], rtol=1e-12)
+        assert np.allclose(anchor.out.weight.detach().numpy(), net.weights[-1], rtol=1e-12)
+        assert not anchor.rnn.bias_hh_l0.detach().numpy().any()  # held at zero: the RNN has one bias a layer
+
+
+def test_the_profiling_script_writes_its_json(tmp_path):
+    out = tmp_path / "rnn.json"
+    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_bench.py"), "--N", "3", "--tau", "4,5",
+                           "--B", "1", "--repeats", "1", "--repeats-long", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert {row["tau"] for row in report["rows"]} == {4, 5} and report["meta"]["threads"] == 1
+    names = ["step bptt", "step leapfrog", "step timescan", "step timescan+newton", "step timescan+quasi-newton"]
+    assert [row["schedule"] for row in report["rows"] if row["tau"] == 4][:5] == names
+    assert all(name in done.stdout for name in names)
+
+
+def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    status = bench_rnn.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1,2",
+                             "--repeats", "1", "--no-torch", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0 and printed.startswith("\n".join(bench_rnn.table_head()) + "\n")
+    assert printed.count("\n") == 3 + 2 * 10 + 1  # the head, 10 rows a network, the line saying PyTorch was skipped
+    assert len(json.loads(out.read_text())["rows"]) == 20
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layers", "2"], "--layers"),
+    (["--time", "forward"], "unknown part 'forward'; choose from backward, step"),
+])
+def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        bench_rnn.main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):
+    """``--mod rnn`` is not ``--model rnn`` (which would run the RNN's benchmark), nor ``--layer`` ``--layers``."""
+    from leapfrog_gpu.tools.bench import command as bench
+
+    for argv in (["--mod", "rnn"], ["--model", "rnn", "--layer", "3"]):
+        with pytest.raises(SystemExit) as stop:
+            bench.main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments: " + argv[-2] in err
+
+
+def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
+    from leapfrog_gpu.tools.bench import command as bench
+
+    assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "3", "--batch", "1",
+                       "--repeats", "1", "--no-torch"]) == 0
+    assert capsys.readouterr().out.startswith("\n".join(bench_rnn.table_head()))
+
+
+def test_the_tables_give_the_measured_steps_and_a_gpu_model_of_rounds_and_flops(tmp_path):
+    """profiling/rnn_tables.py; its model at 1 s a round and 1 flop/s: N = 2, L = 4, tau = 3, B = 1, whose weight
+    gradients take 2·(2·2·2·3 + 2·2²·2 + 2·3) + 2·2·2·3 + 2·3 = 122 flops."""
+    row = {"N": 2, "L": 4, "tau": 3, "B": 1}
+    rows = [{**row, "schedule": "step bptt", "rounds": 12, "flops": 100, "median_s": 0.002},
+            {**row, "schedule": "step timescan", "refused": "skipped: 9 GFLOP over the budget of 3"},
+            {**row, "schedule": "step timescan+newton", "rounds": 4, "flops": 500, "median_s": 0.004},
+            {**row, "schedule": "step timescan+quasi-newton", "rounds": 2, "flops": 110, "median_s": 0.001},
+            {**row, "schedule": "step torch nn.RNN", "median_s": 0.008}]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"rows": rows}))
+    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_tables.py"), str(path), "--round-us", "1e6",
+                           "--tflops", "1e-12"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    bptt, newton, quasi = 12 + 100 + 122, 4 + 500 + 122, 2 + 110 + 122
+    lines = done.stdout.splitlines()
+    assert lines[-1] == f"| 2 | 3 | 1 | {bptt * 1e3:.2f} ms | — | {bptt / newton:.2f}× | {bptt / quasi:.2f}× |"
+    # measured: BPTT's 2 ms, leapfrog and timescan absent or refused, 0.5×, 2×, torch 0.25×
+    assert "| 2 | 3 | 1 | 2.00 | — | — | 0.50× | 2.00× | 0.25× |" in lines

@@ -1,0 +1,301 @@
+"""``mpiexec -n P leapfrog-train``: the accuracy of one process on the whole batches, rank 0 alone speaks and
+writes, and no fault leaves a rank waiting: a rank killed, interrupted or stopped ends the job, non-zero,
+within a bounded time, and the last checkpoint stays whole. ``leapfrog-bench`` under mpiexec reports what
+the sums cost."""
+
+import json
+import re
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import mpirun
+from helpers import assert_bitwise_equal, cli, one_error_line, parameters
+from leapfrog_gpu.tools.bench import command as bench, parallel as bench_parallel
+from leapfrog_gpu.tools.train import checkpoint
+
+pytestmark = mpirun.needs_mpi
+
+TRAIN = [sys.executable, "-m", "leapfrog_gpu"]
+TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", "3x32", "--samples", "1000",
+           "--batch-size", "8", "--lr", "0.01", "--backend", "numpy", "--quiet"]  # 63 steps, about 0.1 s an epoch
+
+
+def test_two_ranks_reach_the_accuracy_of_one_process_with_the_whole_batch(tmp_path):
+    """``mpiexec -n 2 leapfrog-train --epochs 3`` (batch 32 per rank) against ``--batch-size 64``: the same
+    batches, so the same accuracy but for rounding (the bar is 0.5 %)."""
+    two, one = tmp_path / "two", tmp_path / "one"
+    out = mpirun.run(2, *TRAIN, "--epochs", 3, "--backend", "numpy", "--metrics", two / "metrics.jsonl",
+                     "--checkpoint-dir", two, timeout=120)
+    lines = out.splitlines()
+    assert lines[0].startswith("digits: 1437 train, 360 test samples")
+    assert lines[1].startswith("numpy Leapfrog(k=2) | 3 epochs of 23 steps, batch 32 on each of 2 ranks, lr 0.1")
+    assert [line.split()[:2] for line in lines[2:5]] == [["epoch", "1/3"], ["epoch", "2/3"], ["epoch", "3/3"]]
+    assert len(lines) == 6 and lines[5].startswith("done: 3 epochs")  # rank 0 alone prints
+    assert cli("--batch-size", 64, "--epochs", 3, "--backend", "numpy", "--quiet", "--metrics", one / "metrics.jsonl",
+               "--checkpoint-dir", one) == 0
+    two_metrics, one_metrics = ([json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+                                for d in (two, one))
+    assert [m["step"] for m in two_metrics] == [m["step"] for m in one_metrics] == [23, 46, 69]
+    assert abs(two_metrics[-1]["test_accuracy"] - one_metrics[-1]["test_accuracy"]) <= 0.005
+    assert abs(two_metrics[-1]["train_loss"] - one_metrics[-1]["train_loss"]) <= 1e-4 * one_metrics[-1]["train_loss"]
+    state = parameters(two)[1]
+    assert state["config"]["ranks"] == 2 and state["config"]["batch_size"] == 32
+    assert sorted(p.name for p in two.iterdir()) == ["checkpoint.npz", "metrics.jsonl"]
+
+
+SMALL = {"rnn": ["--model", "rnn", "--tau", "6", "--hidden", "2x12"], "resmlp": ["--model", "resmlp", "--skip", "1",
+                                                                      "--hidden", "3x12"]}
+
+
+@pytest.mark.parametrize("model", ["rnn", "resmlp"])
+def test_two_ranks_train_the_recurrent_and_residual_networks_as_one_process_does(tmp_path, model):
+    """``mpiexec -n 2 leapfrog-train --model M`` on batches of 8 per rank against one process on batches of
+    16: the same steps on the same global batches, so the same parameters but for float32 rounding."""
+    common = [*SMALL[model], "--data", "teacher", "--samples", "300", "--epochs", "2", "--backend", "numpy"]
+    two, one = tmp_path / "two", tmp_path / "one"
+    out = mpirun.run(2, *TRAIN, *common, "--batch-size", 8, "--metrics", two / "m.jsonl", "--checkpoint-dir", two,
+                     timeout=120)
+    lines = out.replace("\n  ", " ").splitlines()
+    assert lines[0].startswith("teacher") and " | 2 epochs of 19 steps, batch 8 on each of 2 ranks, " in lines[1]
+    assert [line.split()[:2] for line in lines[2:4]] == [["epoch", "1/2"], ["epoch", "2/2"]]
+    assert len(lines) == 5 and lines[4].startswith("done: 2 epochs, test mse ")  # rank 0 alone prints
+    assert cli(*common, "--batch-size", 16, "--quiet", "--metrics", one / "m.jsonl", "--checkpoint-dir", one) == 0
+    two_metrics, one_metrics = ([json.loads(line) for line in (d / "m.jsonl").read_text().splitlines()]
+                                for d in (two, one))
+    assert [m["step"] for m in two_metrics] == [m["step"] for m in one_metrics] == [19, 38]
+    assert two_metrics[-1]["ranks"] == 2 and one_metrics[-1]["ranks"] == 1
+    assert two_metrics[-1]["test_mse"] == pytest.approx(one_metrics[-1]["test_mse"], rel=1e-4)
+    (got, state), (want, _) = parameters(two), parameters(one)
+    assert state["config"]["ranks"] == 2 and len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_ctrl_c_under_mpiexec_is_said_in_one_line_by_rank_0(tmp_path):
+    """Ctrl-C at the terminal reaches mpiexec and every rank: one line, rank 0's, and exit status 130."""
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path)
+    mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(tmp_path), job)
+    time.sleep(0.3)
+    mpirun.os.killpg(job.pid, signal.SIGINT)  # the terminal's foreground job: mpiexec and the ranks
+    returncode, out, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode == 130, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"leapfrog-train: interrupted at epoch \d+, step \d+ and every rank "
+                                            rf"stopped at once: {tmp_path}/checkpoint.npz holds the last checkpoint "
+                                            r"written", lines[0]), err
+    checkpoint.load(tmp_path)
+
+
+def test_a_checkpoint_of_two_ranks_resumes_with_two_ranks_only(tmp_path, capsys):
+    mpirun.run(2, *TRAIN, *TEACHER, "--epochs", 1, "--checkpoint-dir", tmp_path, timeout=60)
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume") == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: the checkpoint was written by 2 rank(s) of --batch-size "
+                                      "8; resume it with as many ranks (mpiexec -n 2)")
+
+
+def wait_for(path, process, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"the job ended before {path} appeared: {process.communicate()[1]}"
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_rank_killed_mid_run_ends_the_job_and_the_last_checkpoint_resumes(tmp_path, victim):
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", run)
+    pids = mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(run), job)
+    time.sleep(0.15)  # inside a later epoch, perhaps while rank 0 writes the next checkpoint
+    killed = time.monotonic()
+    mpirun.os.kill(pids[victim], signal.SIGKILL)
+    returncode, out, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode != 0 and time.monotonic() - killed < 60, (returncode, out, err)
+    assert "Killed (signal 9)" in out  # mpiexec's word for it, on its stdout
+
+    state = parameters(run)[1]  # whole: it loads
+    assert 1 <= state["epoch"] < 100 and state["step_in_epoch"] == 0
+    epochs = state["epoch"] + 1
+    mpirun.run(2, *TRAIN, "--epochs", epochs, "--checkpoint-dir", run, "--resume", "--quiet", timeout=60)
+    mpirun.run(2, *TRAIN, *TEACHER, "--epochs", epochs, "--checkpoint-dir", straight, timeout=60)
+    assert_bitwise_equal(parameters(run)[0], parameters(straight)[0])
+
+
+def test_a_rank_that_raises_ends_every_rank_with_one_line(tmp_path):
+    """SIGINT sent to rank 1 alone (not through mpiexec) raises KeyboardInterrupt there."""
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path)
+    pids = mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(tmp_path), job)
+    mpirun.os.kill(pids[1], signal.SIGINT)
+    returncode, out, err, seconds = mpirun.finish(job, timeout=60)
+    assert returncode == 130, err
+    ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
+    assert ours == ["leapfrog-train: error: rank 1 of 2: interrupted (SIGINT); stopping every rank"], err
+    assert "Traceback" not in err and out == ""
+    checkpoint.load(tmp_path)
+
+
+FAILING_RANK = """
+import os, sys
+from leapfrog_gpu.mlp import network
+from leapfrog_gpu.tools.train import command as train
+if os.environ.get("PMI_RANK") == "1":
+    step, calls = network.MLP.sgd_step, []
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 100:  # in epoch 2 of 63 steps
+            raise RuntimeError("step 100 failed on rank 1")
+        return step(self, *args, **kwargs)
+    network.MLP.sgd_step = failing
+sys.exit(train.main(sys.argv[1:]))
+"""
+"""leapfrog-train whose rank 1 raises a RuntimeError in its 100th step."""
+
+
+def test_a_rank_whose_step_raises_ends_every_rank_at_once_with_its_line(tmp_path):
+    """An exception other than Ctrl-C on rank 1 alone: rank 1 prints its traceback and one line naming
+    it, and ends the job with status 1 at once, not after rank 0 has waited --comm-timeout for it."""
+    script, run = tmp_path / "failing.py", tmp_path / "run"
+    script.write_text(FAILING_RANK)
+    job = mpirun.launch(2, sys.executable, script, *TEACHER, "--epochs", 100, "--checkpoint-dir", run,
+                        "--comm-timeout", 30)
+    returncode, out, err, seconds = mpirun.finish(job, timeout=60)
+    assert returncode == 1 and seconds < 20, (returncode, seconds, err)
+    ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
+    assert ours == ["leapfrog-train: error: rank 1 of 2: RuntimeError: step 100 failed on rank 1; "
+                    "stopping every rank"], err
+    assert "Traceback" in err and out == ""  # an unexpected error keeps its traceback
+    assert checkpoint.load(run)[1]["epoch"] == 1  # the checkpoint of epoch 1, whole
+
+
+def test_a_rank_that_hangs_is_given_up_after_the_timeout(tmp_path):
+    """A stopped rank neither answers nor exits: the others give up after --comm-timeout and end the job."""
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path, "--comm-timeout", 2)
+    pids = mpirun.rank_pids(job, 2)
+    wait_for(checkpoint.path_in(tmp_path), job)
+    stopped = time.monotonic()
+    mpirun.os.kill(pids[1], signal.SIGSTOP)
+    returncode, _, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode == 4 and time.monotonic() - stopped < 30, err
+    ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
+    assert len(ours) == 1 and ours[0].startswith("leapfrog-train: error: rank 0 of 2: the sum of ")  # layer or loss
+    assert ours[0].endswith("has waited 2 s for the other ranks: one of them died, failed or hangs; stopping the job")
+    checkpoint.load(tmp_path)
+
+
+def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
+    for args, message in (
+        (["--lr", "-1"], "leapfrog-train: error: argument --lr: must be a finite number >= 0; got '-1'"),
+        (["--data", "mnist", "--data-dir", tmp_path / "none"], "leapfrog-train: error: "),
+        (["--graph"], "leapfrog-train: error: --graph does not run under mpiexec yet (its graphs hold no sums "
+                      "across ranks); drop it"),
+        (["--batch-size", "719"], "leapfrog-train: error: --batch-size 719 on each of 2 ranks is larger than the 1437 "
+                                  "training samples of digits; use at most 718"),
+    ):
+        returncode, out, err, _ = mpirun.finish(mpirun.launch(2, *TRAIN, *args), timeout=60)
+        assert returncode == 2 and out == "", err
+        assert len(err.splitlines()) == 1 and err.startswith(message), err
+
+
+def test_fused_under_mpiexec_is_refused_before_the_first_step_in_one_line(tmp_path):
+    """Not a traceback per rank and MPI_Abort: exit 2 and rank 0's one line, as for --graph; nothing written."""
+    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--fused", "--checkpoint-dir",
+                                                          tmp_path / "run"), timeout=60)
+    assert (returncode, out) == (2, ""), err
+    assert err.splitlines() == ["leapfrog-train: error: --fused does not run under mpiexec yet (a fused update never "
+                                "writes the gradients that the ranks sum); drop it"]
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())
+
+
+def test_ranks_with_other_options_are_refused(tmp_path):
+    """Every rank compares a digest of its options and data with the others' before the first step."""
+    job = mpirun.launch(1, *TRAIN, *TEACHER, "--epochs", 1, ":", "-n", 1, *TRAIN, *TEACHER, "--epochs", 1,
+                        "--lr", 0.02)
+    returncode, _, err, _ = mpirun.finish(job, timeout=60)
+    assert returncode == 2
+    assert err.splitlines() == ["leapfrog-train: error: every rank must use the same options and data, but they "
+                                "differ in lr: 0.02 on rank 1, 0.01 on rank 0; start every rank with the same "
+                                "command line"]
+
+
+def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
+    report = tmp_path / "dp.json"
+    out = mpirun.run(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "numpy", "--sizes", 33,
+                     "--layers", 4, "--batch", 3, "--k", 2, "--repeats", 3, "--warmup", 1, "--blas-threads", 1,
+                     "--bucket-mb", "0,0.01", "--json", report, timeout=120)
+    lines = out.splitlines()
+    assert lines[0] == bench_parallel.TITLE and lines[0].endswith("(> 1: faster)")
+    assert lines[1].split()[:9] == ["N", "L", "B", "P", "dtype", "schedule", "k", "bucket", "MB"]
+    assert lines[1].endswith("speed-up vs one process")
+    assert len(lines) == 3 + 4 + 1  # title, header, rule, (sequential, leapfrog) x 2 bucket sizes, legend: rank 0 only
+    records = json.loads(report.read_text())["records"]
+    assert [(r["schedule"], r["bucket_mb"]) for r in records] == [
+        ("sequential", 0), ("sequential", 0.01), ("leapfrog", 0), ("leapfrog", 0.01)]
+    for r in records:
+        assert r["P"] == 2 and r["B"] == 3 and r["bytes_summed"] == 4 * 3 * 33 * 34
+        assert r["exposed_ms"] == r["step_ms"]["median"] - r["local_slowest_ms"]
+        assert r["speedup"] == r["one_ms"]["median"] / r["step_ms"]["median"] > 0
+
+    sys.path.insert(0, str(mpirun.ROOT / "profiling"))
+    import parallel_table  # the table of docs/performance.md: the median over runs, and their range
+
+    runs = [json.loads(report.read_text()) for _ in range(3)]
+    for run, step in zip(runs, (3.0, 1.0, 2.5)):
+        run["records"][0]["step_ms"]["median"] = step
+    rows = parallel_table.table(runs).splitlines()
+    assert rows[0].startswith("Speed-up vs one process: ") and rows[2].endswith("| speed-up vs one process |")
+    assert len(rows) == 4 + 4 and rows[4].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
+
+
+STANDIN = {"PYTHONPATH": f"{mpirun.ROOT / 'tests' / 'harness' / 'standin'}:{mpirun.ROOT / 'tests' / 'harness'}",
+           "LEAPFROG_STANDIN_NCCL": "processes"}
+"""The CuPy stand-in in every rank, each rank its own NCCL rank (tests/harness/fake_cupy/nccl.py)."""
+BENCH_CUPY = [sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "cupy", "--sizes", 9, "--layers", 3,
+              "--batch", 2, "--k", 2, "--repeats", 2, "--warmup", 1]
+
+
+@pytest.mark.parametrize("command", ["leapfrog-bench", "leapfrog-train"])
+def test_every_command_binds_each_rank_to_its_own_gpu_under_mpiexec(tmp_path, command):
+    """``mpiexec -n 2`` on a stand-in machine with two GPUs: each rank makes its own GPU current before it
+    creates its CuPy backend, so NCCL accepts the communicator (two ranks on one GPU it refuses)."""
+    env = {**STANDIN, "LEAPFROG_STANDIN_DEVICES": "2"}
+    if command == "leapfrog-bench":
+        out = mpirun.run(2, *BENCH_CUPY, timeout=120, env=env)
+        assert [line.split()[5] for line in out.splitlines()[3:5]] == ["sequential", "leapfrog"]  # below the title
+    else:
+        out = mpirun.run(2, *TRAIN, *TEACHER[:-3], "--backend", "cupy", "--quiet", "--epochs", 1, "--samples", 64,
+                         "--checkpoint-dir", tmp_path, timeout=120, env=env)
+        assert parameters(tmp_path)[1]["config"]["ranks"] == 2
+
+
+def test_two_ranks_on_one_gpu_are_refused_as_nccl_refuses_them():
+    """The stand-in's NCCL, one process per rank, on a machine with one GPU: "Duplicate GPU detected"."""
+    job = mpirun.launch(2, *BENCH_CUPY, env={**STANDIN, "LEAPFROG_STANDIN_DEVICES": "1"})
+    returncode, _, err, _ = mpirun.finish(job, timeout=120)
+    assert returncode != 0 and "NCCL_ERROR_INVALID_USAGE" in err
+    assert "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 0" in err
+
+
+@pytest.mark.parametrize("option", ["--fused", "--jsonl"])
+def test_bench_options_that_need_or_refuse_mpiexec(capsys, tmp_path, option):
+    assert bench_main("--bucket-mb", 1) == 2
+    assert "--bucket-mb applies under mpiexec -n P with P > 1 only" in capsys.readouterr().err
+    argv = [option] + ([tmp_path / "r.jsonl"] if option == "--jsonl" else [])
+    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", *argv),
+                                            timeout=60)
+    assert returncode == 2 and out == ""
+    assert err.splitlines() == [f"leapfrog-bench: error: {option} does not apply under mpiexec"]
+    assert not list(tmp_path.iterdir())
+
+
+def bench_main(*args):
+    try:
+        return bench.main([str(arg) for arg in args])
+    except SystemExit as exit:
+        return exit.code

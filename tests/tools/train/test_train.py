@@ -1,0 +1,657 @@
+"""``leapfrog-train``: schedules agree bitwise, resume is exact, checkpoints survive SIGKILL, and every
+bad input is one line on stderr with exit status 2."""
+
+import gzip
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
+import no_gpu_cupy
+from no_gpu_cupy import CUDA_ANSWER
+from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
+from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.mlp.network import MLP
+
+
+def as_meant(text):
+    """The command's output with each line that ``cli.fitted`` broke (its continuations indented by two
+    spaces) joined again, after checking that every line fits 100 columns."""
+    assert all(len(line) <= 100 for line in text.splitlines()), text
+    return text.replace("\n  ", " ")
+
+
+# -- what it computes ---------------------------------------------------------------------------------
+
+
+def test_default_like_run_reaches_accuracy(tmp_path, capsys):
+    """The defaults, a third of the epochs: the full default run reaches about 97 %."""
+    metrics = tmp_path / "metrics.jsonl"
+    assert cli("--epochs", 10, "--metrics", metrics) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("digits: 1437 train, 360 test samples | MLP [64, 128, 128, 128, 128, 10] tanh, cross_entropy, "
+                      "float32")
+    assert out[1].endswith(" Leapfrog(k=2) | 10 epochs of 45 steps, batch 32, lr 0.1") and "(auto: " in out[1]
+    assert len(out) == 13 and out[11].startswith("epoch 10/10  train loss ") and out[12].startswith("done: 10 epochs")
+    assert max(len(line) for line in out) <= 100, "every line fits 100 columns"
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == list(range(1, 11))
+    assert [line["step"] for line in lines] == [45 * e for e in range(1, 11)]
+    assert lines[0]["schedule"] == "Leapfrog(k=2)" and lines[0]["samples_per_s"] > 0
+    assert lines[-1]["train_loss"] < lines[0]["train_loss"] / 4
+    # Seed 0 reaches 96.7 % after 10 epochs here; 93 % leaves room for other BLAS builds.
+    assert lines[-1]["test_accuracy"] >= 0.93
+
+
+def test_sequential_and_leapfrog_agree_bitwise_after_an_epoch(tmp_path):
+    """(6)(7) move to worker streams but compute the same numbers: every parameter equal, bit for bit."""
+    runs = {"sequential": ["--schedule", "sequential"], "k2": ["--k", 2], "k3": ["--k", 3]}
+    for name, options in runs.items():
+        assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--checkpoint-dir", tmp_path / name, *options) == 0
+    reference, state = parameters(tmp_path / "sequential")
+    assert state["step"] == 45
+    for name in ("k2", "k3"):
+        assert_bitwise_equal(parameters(tmp_path / name)[0], reference)
+    initial = MLP([64, *[24] * 5, 10], seed=0, backend="numpy")
+    assert not np.array_equal(initial.weights[0], reference[0])  # the epoch did train
+    initial.close()
+
+
+def test_resume_is_bitwise_exact(tmp_path):
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", halves, "--metrics", halves / "m.jsonl") == 0
+    assert parameters(halves)[1]["epoch"] == 1
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", halves, "--resume", "--metrics", halves / "m.jsonl") == 0
+    (expected, expected_state), (got, state) = parameters(straight), parameters(halves)
+    assert_bitwise_equal(got, expected)
+    assert (state["epoch"], state["step"], state["rng"]) == (2, 90, expected_state["rng"])
+    assert state["config"]["hidden"] == [24] * 5  # taken from the checkpoint, not the default
+    assert [json.loads(line)["epoch"] for line in (halves / "m.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
+    """What an interrupt handler needs: ``save()`` after any completed step, and a resume that
+    redraws that epoch's order and skips the steps already done."""
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0
+
+    sgd_step, run, calls = MLP.sgd_step, train.Training.run, []
+
+    def step_until_interrupted(net, *args, **kwargs):
+        calls.append(None)
+        if len(calls) == 61:
+            raise KeyboardInterrupt
+        sgd_step(net, *args, **kwargs)
+
+    def run_saving_on_interrupt(training):
+        try:
+            return run(training)
+        except KeyboardInterrupt:
+            training.save()
+            raise
+
+    monkeypatch.setattr(MLP, "sgd_step", step_until_interrupted)
+    monkeypatch.setattr(train.Training, "run", run_saving_on_interrupt)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", interrupted) == 130  # as a second Ctrl-C: no traceback
+    assert capsys.readouterr().err == ("leapfrog-train: interrupted at epoch 2, step 60 and stopped at once: "
+                                       f"{interrupted}/checkpoint.npz holds the last checkpoint written\n")
+    state = parameters(interrupted)[1]
+    assert (state["epoch"], state["step_in_epoch"], state["step"]) == (1, 15, 60)
+    monkeypatch.undo()
+    assert cli("--quiet", "--checkpoint-dir", interrupted, "--resume") == 0
+    assert_bitwise_equal(parameters(interrupted)[0], parameters(straight)[0])
+
+
+OLD_CONFIG = {  # a checkpoint's config before --model rnn joined the loop (and before --model, "model" and "skip")
+    "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096, "model": "mlp", "skip": 2,
+    "hidden": [8, 8], "activation": "tanh", "cost": "cross_entropy", "dtype": "float32", "epochs": 1,
+    "batch_size": 32, "lr": 0.1, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False, "graph": False,
+    "backend": "numpy", "blas_threads": 1, "check_finite": False, "allow_divergence": False, "quiet": True,
+    "metrics": None, "checkpoint_dir": "run", "resume": False, "profile_steps": None, "timeline": None,
+    "bucket_mb": 0.0, "comm_timeout": 120.0, "ranks": 1}
+
+
+@pytest.mark.parametrize("kept", [OLD_CONFIG, {k: v for k, v in OLD_CONFIG.items() if k not in ("model", "skip")}],
+                         ids=["with-model", "before-model"])
+def test_a_checkpoint_of_an_older_mlp_run_resumes(tmp_path, capsys, kept):
+    """Written as the MLP's command wrote it: w2..wL, then b2..bL, and its state; --resume takes its
+    parameters (at lr 0 they stay as they were, bit for bit) and its position."""
+    rng = np.random.default_rng(7)
+    weights = [rng.standard_normal((n, m)).astype(np.float32) for m, n in ((64, 8), (8, 8), (8, 10))]
+    biases = [rng.standard_normal(n).astype(np.float32) for n in (8, 8, 10)]
+    state = {"sizes": [64, 8, 8, 10], "epoch": 1, "step_in_epoch": 0, "step": 45,
+             "rng": np.random.default_rng(0).bit_generator.state, "config": kept, "start_loss": 7.6,
+             "epochs_at_chance": 0}
+    np.savez(tmp_path / "checkpoint.npz", **{f"w{l}": w for l, w in enumerate(weights, 2)},
+             **{f"b{l}": b for l, b in enumerate(biases, 2)}, state=np.array(json.dumps(state)))
+    assert cli("--epochs", 2, "--lr", 0, "--allow-divergence", "--checkpoint-dir", tmp_path, "--resume") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("| MLP [64, 8, 8, 10] tanh, cross_entropy, float32") and out[2] == (
+        f"resumed at epoch 2, step 45 from {tmp_path}/checkpoint.npz")
+    got, state = parameters(tmp_path)
+    assert state["step"] == 90 and state["config"]["model"] == "mlp"
+    assert_bitwise_equal(got, [a for pair in zip(weights, biases) for a in pair])
+
+
+PAUSED_WRITER = """
+import io, pathlib, sys, time
+import numpy as np
+from leapfrog_gpu.tools.train import command as train
+
+savez = np.savez
+
+def half_then_pause(file, **arrays):
+    whole = io.BytesIO()
+    savez(whole, **arrays)
+    file.write(whole.getvalue()[: len(whole.getvalue()) // 2])
+    file.flush()
+    pathlib.Path(sys.argv[1]).touch()
+    while True:
+        time.sleep(1)
+
+np.savez = half_then_pause
+sys.exit(train.main(sys.argv[2:]))
+"""
+"""``leapfrog-train`` whose checkpoint writer writes half the archive, says so in the file ``argv[1]``,
+then waits to be killed."""
+
+
+def test_sigkill_while_writing_a_checkpoint(tmp_path):
+    """A writer killed mid-file leaves the previous checkpoint whole, and --resume continues from it."""
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", run) == 0
+    before = checkpoint.path_in(run).read_bytes()
+    marker = tmp_path / "paused"
+    command = [sys.executable, "-c", PAUSED_WRITER, str(marker), "--quiet", "--epochs", "2", "--resume",
+               "--checkpoint-dir", str(run)]
+    writer = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert writer.poll() is None, writer.stderr.read().decode()
+        assert time.monotonic() < deadline, "the writer never reached its checkpoint"
+        time.sleep(0.05)
+    partial = list(run.glob(".checkpoint-*.tmp"))
+    assert len(partial) == 1 and partial[0].stat().st_size > 0  # the new checkpoint is half-written
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    assert writer.returncode == -signal.SIGKILL
+
+    assert checkpoint.path_in(run).read_bytes() == before
+    assert parameters(run)[1]["epoch"] == 1
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", run, "--resume") == 0
+    assert_bitwise_equal(parameters(run)[0], parameters(straight)[0])
+    assert not list(run.glob(".checkpoint-*.tmp"))  # the killed writer's file is gone
+
+
+def test_teacher_regression(tmp_path, capsys):
+    metrics = tmp_path / "m.jsonl"
+    assert cli("--data", "teacher", "--inputs", 7, "--hidden", "2x16,9", "--outputs", 3, "--samples", 301,
+               "--epochs", 4, "--lr", 0.05, "--metrics", metrics) == 0
+    out = capsys.readouterr().out
+    assert "teacher: 301 train, 75 test samples | MLP [7, 16, 16, 9, 3] tanh, quadratic" in out
+    assert "test accuracy" not in out and "test mse " in out
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert "test_accuracy" not in lines[-1] and lines[-1]["train_loss"] < lines[0]["train_loss"]
+    # the quadratic cost is half the squared error summed over the 3 outputs: the mse is a third of twice it
+    assert lines[-1]["test_mse"] == pytest.approx(2 * lines[-1]["test_loss"] / 3, rel=1e-9)
+
+
+def test_progress_bar_and_batch_loss(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(train_loop, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
+    assert cli("--hidden", "4x16", "--epochs", 1) == 0
+    captured = capsys.readouterr()
+    assert "epoch 1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
+    header, epoch, _ = captured.out.splitlines()[1:]
+    assert " Leapfrog(k=2) | " in header and epoch.startswith("epoch 1/1  train loss ") and epoch.endswith(" samples/s")
+
+
+def test_non_finite_loss_exits_3_and_keeps_the_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(*SMALL, "--activation", "relu", "--lr", 0.01, "--epochs", 1, "--checkpoint-dir", run) == 0
+    before = checkpoint.path_in(run).read_bytes()
+    capsys.readouterr()
+    assert cli("--epochs", 3, "--lr", 100, "--checkpoint-dir", run, "--resume") == 3
+    assert one_error_line(capsys) == (
+        "leapfrog-train: error: the training loss is nan after epoch 2, step 90: try a smaller --lr than 100.0 "
+        "(the checkpoint of epoch 1 is kept as it was)")
+    assert checkpoint.path_in(run).read_bytes() == before
+
+
+def test_profile_steps_on_numpy_only_add_nvtx_ranges(capsys):
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--profile-steps", "3:5") == 0
+    assert as_meant(capsys.readouterr().err) == (
+        "leapfrog-train: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX ranges "
+        "(recorded under nsys, or with LEAPFROG_NVTX=1)\n")
+
+
+def test_timeline_of_a_window_of_steps(tmp_path, capsys):
+    """--timeline alone stamps steps 10..14; the chart and every interval are written, one line printed."""
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--timeline", tmp_path / "t.png") == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # no note about the numpy backend's profiler: the window records the timeline
+    assert sum(line.startswith(f"timeline of steps 10..14 in {tmp_path / 't.png'}") for line in out.splitlines()) == 1
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["program"] == "leapfrog-train" and saved["config"]["k"] == 2
+    assert saved["title"] == ("leapfrog-train: MLP [64, 24, 24, 24, 24, 24, 10] tanh, batch 32, Leapfrog(k=2), "
+                              "float32, numpy")  # the chart's, above its panel
+    assert {row[0] for row in saved["panels"][0]["intervals"]} == set(range(10, 15))
+    assert saved["panels"][0]["analysis"]["summary"]["busy_ms"].keys() == {"main", "worker0", "worker1"}
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, capsys):
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--checkpoint-dir", tmp_path / "run") == 0
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--timeline",
+               tmp_path / "t.png") == 0
+    assert capsys.readouterr().err == (f"leapfrog-train: note: this run started at step 45, after the timeline's steps "
+                                       f"10..14, so {tmp_path / 't.png'} was not written\n")
+    assert not (tmp_path / "t.png").exists()
+
+
+# -- what a newcomer meets ------------------------------------------------------------------------------
+
+
+def _mnist_like(directory, samples=200):
+    """The four MNIST IDX files, gzipped, with random 28x28 images and labels: ``samples`` to train on."""
+    rng = np.random.default_rng(1)
+    arrays = {"x_train": rng.integers(0, 256, (samples, 28, 28)), "y_train": rng.integers(0, 10, samples),
+              "x_test": rng.integers(0, 256, (50, 28, 28)), "y_test": rng.integers(0, 10, 50)}
+    return _mnist_files(directory, lambda found: found.update(arrays))
+
+
+@pytest.mark.parametrize("dataset", ["digits", "mnist", "teacher"])
+def test_every_datasets_default_run_stays_finite_for_3_epochs(tmp_path, dataset):
+    """The documented defaults, the learning rate included, train every dataset: no NaN, no divergence."""
+    where = ["--data-dir", _mnist_like(tmp_path)] if dataset == "mnist" else []
+    metrics = tmp_path / "m.jsonl"
+    assert cli("--data", dataset, *where, "--epochs", 3, "--quiet", "--metrics", metrics) == 0
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert len(lines) == 3 and all(np.isfinite([m["train_loss"], m["test_loss"]]).all() for m in lines)
+
+
+def test_help_says_the_learning_rate_of_each_dataset_and_every_exit_status(capsys):
+    assert cli("--help") == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher)" in " ".join(out.split())
+    statuses = out[out.index("exit status:"):].split()
+    for status in ("0", "2", "3", "130", "1", "4"):
+        assert status in statuses, out
+
+
+def test_version_is_the_packages(capsys):
+    from importlib.metadata import version
+
+    assert cli("--version") == 0
+    assert capsys.readouterr().out == f"leapfrog-train {version('leapfrog_gpu')}\n"
+
+
+def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
+    sgd_step, calls = MLP.sgd_step, []
+
+    def step_then_ctrl_c(net, *args, **kwargs):
+        sgd_step(net, *args, **kwargs)
+        calls.append(None)
+        if len(calls) == 20:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(MLP, "sgd_step", step_then_ctrl_c)
+    assert cli(*SMALL[:2], "--epochs", 1) == 130
+    err = capsys.readouterr().err
+    before, said, _ = err.partition("leapfrog-train: interrupted at epoch 1, step 20")
+    assert said and "epoch 1:" in before, err  # the bar was shown
+    *_, bar, line = re.split(r"[\r\n]", before)
+    assert line == "" and bar.strip() == "", f"the line is written onto the bar's: {err!r}"
+
+
+def test_one_epoch_of_one_step_is_said_in_the_singular(capsys):
+    assert cli("--hidden", "2x8", "--epochs", 1, "--batch-size", 1437) == 0
+    out = capsys.readouterr().out
+    assert " | 1 epoch of 1 step, batch 1437, lr 0.1\n" in out and "\ndone: 1 epoch, test accuracy " in out
+
+
+def test_a_batch_larger_than_the_training_set_is_refused(capsys):
+    assert cli("--epochs", 1, "--batch-size", 100000) == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: --batch-size 100000 is larger than the 1437 training "
+                                      "samples of digits; use at most 1437")
+
+
+DIVERGING = ["--hidden", "3x16", "--lr", "1e6", "--epochs", "9"]  # outputs saturate: the loss stays far above chance
+
+
+def test_a_diverged_run_stops_with_exit_3_and_a_hint(tmp_path, capsys):
+    assert cli(*DIVERGING, "--checkpoint-dir", tmp_path) == 3
+    out, err = capsys.readouterr()
+    assert re.fullmatch(
+        r"leapfrog-train: error: the run diverged: its training loss grew from \S+ to \S+ \(epoch 4, step 180\): "
+        r"try another --lr than 1000000.0, or add --allow-divergence to go on \(the checkpoint of epoch 3 is kept as "
+        r"it was\)\n", err)
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("epoch ")] == ["1/9", "2/9", "3/9"]
+    assert parameters(tmp_path)[1]["epoch"] == 3
+
+
+def test_allow_divergence_goes_on(capsys):
+    assert cli(*DIVERGING, "--quiet", "--allow-divergence") == 0
+    assert capsys.readouterr().out.startswith("done: 9 epochs, test accuracy ")
+
+
+def test_a_run_resumed_before_it_diverges_stops_where_a_straight_run_stops(tmp_path, capsys):
+    """The loss's start belongs to the run, not to the process: split at epoch 3 by a resume, the run
+    still stops at epoch 4 with the straight run's words, its start loss included."""
+    assert cli(*DIVERGING, "--quiet", "--checkpoint-dir", tmp_path / "straight") == 3
+    straight = capsys.readouterr().err
+    assert cli(*DIVERGING, "--quiet", "--epochs", 3, "--checkpoint-dir", tmp_path / "split") == 0
+    assert cli(*DIVERGING, "--quiet", "--resume", "--checkpoint-dir", tmp_path / "split") == 3
+    assert capsys.readouterr().err == straight and "(epoch 4, step 180)" in straight
+
+
+LEARNING_NOTHING = ["--hidden", "2x8", "--lr", "1e-9", "--epochs", "9", "--quiet"]  # the loss stays at its start
+
+
+def test_epochs_at_chance_level_are_counted_across_a_resume(tmp_path, capsys):
+    """Five epochs at or above chance level stop a run at epoch 5, whether or not it was resumed
+    after epoch 3 (not at epoch 8, five epochs after the resume)."""
+    assert cli(*LEARNING_NOTHING, "--checkpoint-dir", tmp_path / "straight") == 3
+    straight = capsys.readouterr().err
+    assert straight.startswith("leapfrog-train: error: the run learns nothing: ") and "(epoch 5, step 225)" in straight
+    assert cli(*LEARNING_NOTHING, "--epochs", 3, "--checkpoint-dir", tmp_path / "split") == 0
+    assert cli(*LEARNING_NOTHING, "--resume", "--checkpoint-dir", tmp_path / "split") == 3
+    assert capsys.readouterr().err == straight
+
+
+def test_fallback_to_numpy_says_why_once_and_in_the_header(cupy_without_gpu, capsys):
+    assert cli("--hidden", "2x8", "--epochs", 1) == 0
+    captured = capsys.readouterr()
+    assert as_meant(captured.err) == f"leapfrog-train: note: --backend auto runs on numpy: {CUDA_ANSWER}\n"
+    header = captured.out.splitlines()[1]
+    assert header.startswith("numpy (auto: no usable GPU, see stderr) Leapfrog(k=2) | ")
+
+
+def test_fallback_to_numpy_is_said_once_by_a_real_process():
+    """In a process of its own, where no test harness takes the library's log records, the fallback
+    reaches stderr once: the command's note, not the note and the library's warning as well. The
+    process's CuPy is ``no_gpu_cupy``'s, as under the ``cupy_without_gpu`` fixture."""
+    code = f"""
+import sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(no_gpu_cupy.__file__))!r})
+import no_gpu_cupy
+sys.modules["cupy"] = no_gpu_cupy.module()
+from leapfrog_gpu.tools.train import command as train
+sys.exit(train.main(["--hidden", "2x8", "--epochs", "1", "--quiet"]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert as_meant(done.stderr) == f"leapfrog-train: note: --backend auto runs on numpy: {CUDA_ANSWER}\n"
+
+
+def ctrl_c_at_the_first_step(*args, **kwargs):
+    signal.raise_signal(signal.SIGINT)  # the header is all a run prints before it
+
+
+def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
+    monkeypatch.setattr(MLP, "sgd_step", ctrl_c_at_the_first_step)
+    assert cli() == 130
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and max(len(line) for line in out) <= 100, out
+
+
+def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
+    """A deep network, a fused graph step on two worker streams: the header says all of it, each part of
+    a line too wide on a line of its own."""
+    monkeypatch.setattr(MLP, "sgd_step", ctrl_c_at_the_first_step)
+    assert cli("--hidden", "12x100", "--fused", "--graph", "--k", 2) == 130
+    out = capsys.readouterr().out
+    assert as_meant(out).splitlines() == [
+        f"digits: 1437 train, 360 test samples MLP {[64] + [100] * 12 + [10]} tanh, cross_entropy, float32",
+        "numpy (auto: no usable GPU, see stderr) Leapfrog(k=2, fused=True) as a graph "
+        "30 epochs of 45 steps, batch 32, lr 0.1"]
+
+
+def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu, capsys, monkeypatch):
+    assert cli("--backend", "cupy", "--epochs", 1) == 2
+    assert one_error_line(capsys) == (
+        f"leapfrog-train: error: --backend cupy cannot run: {CUDA_ANSWER}; use --backend numpy")
+    monkeypatch.setitem(sys.modules, "cupy", None)  # CuPy not installed
+    assert cli("--backend", "cupy", "--epochs", 1) == 2
+    assert one_error_line(capsys) == (  # as the README says it for a checkout
+        "leapfrog-train: error: --backend cupy needs CuPy: pip install -e '.[cuda12]' (CUDA 12) or "
+        "pip install -e '.[cuda13]' (CUDA 13); or use --backend numpy")
+
+
+def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path, monkeypatch, capsys):
+    run, sgd_step, calls = tmp_path / "first run", MLP.sgd_step, []  # a space: the hint must quote it
+
+    def step_then_ctrl_c(net, *args, **kwargs):
+        sgd_step(net, *args, **kwargs)
+        calls.append(None)
+        if len(calls) == 61:
+            signal.raise_signal(signal.SIGINT)  # as Ctrl-C; the handler runs before this returns
+
+    monkeypatch.setattr(MLP, "sgd_step", step_then_ctrl_c)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run) == 130
+    line = capsys.readouterr().err.strip()
+    assert line == (f"leapfrog-train: interrupted at epoch 2, step 61: checkpoint written to {run}/checkpoint.npz; "
+                    f"continue with --resume --checkpoint-dir '{run}'")
+    monkeypatch.undo()
+    assert cli(*shlex.split(line.split("continue with ")[1])) == 0
+    assert f"resumed at epoch 2, step 61 from {run}/checkpoint.npz" in capsys.readouterr().out.splitlines()
+    assert parameters(run)[1]["step"] == 90
+
+
+def sigint_at_its_default():
+    """In a child that gets Ctrl-C, SIGINT as a terminal's job has it: a test runner started in the
+    background (``nohup pytest &``) ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
+    code = ("import signal, sys; from leapfrog_gpu.tools.train import command as train, data;"
+            "data.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
+            f"sys.exit(train.main(['--checkpoint-dir', {str(tmp_path)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_at_its_default)
+    assert (done.returncode, done.stdout) == (130, "")
+    assert done.stderr == "leapfrog-train: interrupted before the first step; nothing was written\n"
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["leapfrog-train", "leapfrog-bench"])
+@pytest.mark.parametrize("module", ["numpy", "tqdm"])
+def test_ctrl_c_while_the_command_starts_exits_130_with_one_line(command, module):
+    """As the console script runs the command, with Ctrl-C while it imports numpy (the first module of
+    weight that any command needs) or tqdm (which only the commands import, after the package)."""
+    code = f"""
+import importlib.abc, importlib.metadata, signal, sys
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+(command,) = importlib.metadata.entry_points(group="console_scripts", name={command!r})
+sys.exit(command.load()())
+"""
+    done = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_at_its_default)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", f"{command}: interrupted while starting; "
+                                                                    "nothing was run\n")
+
+
+@pytest.mark.parametrize("argv,imported", [(["--help"], []),
+                                           (["--hidden", "2x8", "--epochs", "1", "--quiet"], ["scipy_openblas32"])],
+                         ids=("help", "run"))
+def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
+    """Most of a slow start was importing scikit-learn (and SciPy with it) to load the digits; the run
+    needs them no more than matplotlib. The BLAS comes with the first product, so ``--help`` does
+    without it too."""
+    code = (f"import sys\nfrom leapfrog_gpu.tools.train import command as train\ntry:\n    code = train.main({argv!r})\n"
+            "except SystemExit as stop:\n    code = stop.code or 0\nassert code == 0, code\n"
+            "print(sorted({name.partition('.')[0] for name in sys.modules} & {'sklearn', 'scipy', 'scipy_openblas32', 'matplotlib'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == str(imported)
+
+
+# -- errors: exit status 2 and one line -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", 0], "argument --k: must be an integer >= 1; got '0'"),
+    (["--batch-size", 0], "argument --batch-size: must be an integer >= 1; got '0'"),
+    (["--lr", -0.5], "argument --lr: must be a finite number >= 0; got '-0.5'"),
+    (["--lr", "inf"], "argument --lr: must be a finite number >= 0; got 'inf'"),
+    (["--epochs", "two"], "argument --epochs: must be an integer >= 1; got 'two'"),
+    (["--schedule", "fast"], "--schedule fast is not a schedule of --model mlp; choose from sequential, leapfrog, "
+                             "naumov-scan, naumov-jacobi"),
+    (["--schedule", "bptt"], "--schedule bptt is not a schedule of --model mlp; choose from sequential, leapfrog, "
+                             "naumov-scan, naumov-jacobi"),
+    (["--activation", "softmax"], "argument --activation: invalid choice: 'softmax'"),
+    (["--data", "cifar"], "argument --data: invalid choice: 'cifar'"),
+    (["--hidden", "4x0"], "argument --hidden: must be widths >= 1 such as 6x128"),
+    (["--profile-steps", "9:3"], "argument --profile-steps: must be A:B with integers 0 <= A < B"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs
+    (["--data", "mnist"], "--data mnist needs --data-dir DIR"),
+    (["--data-dir", "somewhere"], "--data-dir applies to --data mnist only"),
+    (["--samples", 10], "--samples applies to --data teacher only"),
+    (["--data", "teacher", "--cost", "cross_entropy"], "--data teacher is a regression task: use --cost quadratic"),
+    (["--resume"], "--resume needs --checkpoint-dir DIR"),
+    (["--epochs", 1, "--profile-steps", "40:46"], "--profile-steps 40:46 reaches past this run's last step, 44"),
+    (["--timeline", "/nonexistent-folder/t.png"],
+     "--timeline /nonexistent-folder/t.png: the folder /nonexistent-folder does not exist"),
+    (["--data", "teacher", "--samples", 64, "--epochs", 1, "--timeline", "t.png"],
+     "--timeline records steps 10..14 by default, past this run's last step, 1 (steps count from 0): give "
+     "--profile-steps A:B"),
+    (["--timeline", "t.txt"], "--timeline t.txt: the chart is written as PNG: give a name ending in .png (its "
+                              "intervals go beside it, in .json)"),
+    (["--graph", "--timeline", "t.png"],
+     "--timeline stamps every launch of eager steps, and a graph step is one launch: drop --graph or --timeline"),
+])
+def test_bad_options(capsys, args, message):
+    assert cli(*args) == 2
+    assert one_error_line(capsys).startswith("leapfrog-train: error: " + message)
+
+
+def _mnist_files(directory, break_it):
+    """The four MNIST IDX files, 5x5 images, then ``break_it`` applied to the folder."""
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 256, (9, 5, 5)), "y_train": rng.integers(0, 10, 9),
+              "x_test": rng.integers(0, 256, (4, 5, 5)), "y_test": rng.integers(0, 10, 4)}
+    break_it(arrays)
+    for role, stem in train.data.MNIST_FILES.items():
+        array = np.asarray(arrays[role], dtype=np.uint8)
+        header = bytes([0, 0, 8, array.ndim]) + b"".join(n.to_bytes(4, "big") for n in array.shape)
+        (directory / (stem + ".gz")).write_bytes(gzip.compress(header + array.tobytes()))
+    return directory
+
+
+def _set(role, value):
+    return lambda arrays: arrays.__setitem__(role, value)
+
+
+@pytest.mark.parametrize("break_it, after, message", [
+    (lambda arrays: None, lambda d: (d / "t10k-images-idx3-ubyte.gz").unlink(),
+     "lacks MNIST file(s) t10k-images-idx3-ubyte"),
+    (lambda arrays: None, lambda d: (d / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b garbage"),
+     "train-labels-idx1-ubyte.gz is not a readable gzip file"),
+    (_set("y_test", [1, 2, 13, 4]), lambda d: None, "t10k-labels-idx1-ubyte.gz holds label 13 at index 2"),
+    (_set("y_train", np.zeros(8, dtype=int)), lambda d: None,
+     "train-images-idx3-ubyte.gz has 9 samples but train-labels-idx1-ubyte.gz has 8 labels"),
+    (_set("x_test", np.zeros((4, 6, 5), dtype=int)), lambda d: None,
+     "train samples have 25 inputs but test samples have 30"),
+], ids=["missing", "malformed", "label-out-of-range", "samples-vs-labels", "image-sizes"])
+def test_bad_data_files(tmp_path, capsys, break_it, after, message):
+    directory = _mnist_files(tmp_path, break_it)
+    after(directory)
+    assert cli("--data", "mnist", "--data-dir", directory) == 2
+    assert message in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("content", [b"garbage", b"PK\x03\x04 not really a zip"])
+def test_a_corrupt_mnist_npz_is_one_clear_line(tmp_path, capsys, content):
+    """Not NumPy's hint to load a pickle unsafely: what the file is not, and what to do."""
+    (tmp_path / "mnist.npz").write_bytes(content)
+    assert cli("--data", "mnist", "--data-dir", tmp_path / "mnist.npz") == 2
+    assert one_error_line(capsys) == (
+        f"leapfrog-train: error: {tmp_path / 'mnist.npz'} is not a readable .npz file (not a zip archive; damaged?): "
+        "replace it, or give --data-dir the four MNIST IDX files")
+
+
+def test_mnist_files_train(tmp_path, capsys):
+    directory = _mnist_files(tmp_path, lambda arrays: None)
+    assert cli("--data", "mnist", "--data-dir", directory, "--hidden", "4x8", "--epochs", 2, "--batch-size", 4) == 0
+    assert "mnist: 9 train, 4 test samples | MLP [25, 8, 8, 8, 8, 10]" in capsys.readouterr().out
+
+
+def test_checkpoint_errors(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", run) == 0
+    capsys.readouterr()
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run) == 2
+    assert "exists: add --resume to continue it, or choose another --checkpoint-dir" in one_error_line(capsys)
+    assert cli("--hidden", "4x128", "--checkpoint-dir", run, "--resume") == 2
+    assert one_error_line(capsys) == (
+        "leapfrog-train: error: --hidden 128,128,128,128 differs from the checkpoint's 24,24,24,24,24; "
+        "drop it to resume, or start a new --checkpoint-dir")
+    assert cli("--checkpoint-dir", tmp_path / "empty", "--resume") == 2
+    assert "no checkpoint to resume from" in one_error_line(capsys)
+    checkpoint.path_in(run).write_bytes(b"PK\x03\x04 not really a zip")
+    assert cli("--checkpoint-dir", run, "--resume") == 2
+    assert one_error_line(capsys) == (f"leapfrog-train: error: {checkpoint.path_in(run)} is not a checkpoint (not an "
+                                      ".npz archive; damaged?): delete it, or choose another --checkpoint-dir")
+
+
+@pytest.mark.parametrize("content", [b"garbage", b"PK\x03\x04 not really a zip"])
+def test_a_corrupt_checkpoint_says_to_delete_it_and_never_to_add_resume(tmp_path, capsys, content):
+    """Not NumPy's hint to load a pickle unsafely, and without --resume no hint to add --resume (which
+    would fail as well): one line that says what to do instead."""
+    checkpoint.path_in(tmp_path).write_bytes(content)
+    for resume in ([], ["--resume"]):
+        assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path, *resume) == 2
+        line = one_error_line(capsys)
+        assert line.endswith(": delete it, or choose another --checkpoint-dir"), line
+        assert "--resume" not in line and "pickle" not in line and "unsafe" not in line, line
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the message given when no CUDA device is usable")
+def test_cupy_backend_without_a_gpu(capsys):
+    assert cli("--backend", "cupy", "--epochs", 1) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("leapfrog-train: error: --backend cupy ") and line.endswith("use --backend numpy")
+
+
+def test_console_entry_points():
+    """As a user runs it: one line on stderr, no traceback, exit 2; ``python -m leapfrog_gpu`` is the same."""
+    for module in ("leapfrog_gpu.tools.train", "leapfrog_gpu"):
+        done = subprocess.run([sys.executable, "-m", module, "--k", "0"], capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == "leapfrog-train: error: argument --k: must be an integer >= 1; got '0'\n"
+
+
+# -- GPU ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason=NO_GPU)
+def test_cupy_backend_trains_and_profiles(tmp_path, capsys):
+    metrics = tmp_path / "m.jsonl"
+    assert cli(*SMALL, "--epochs", 2, "--backend", "cupy", "--profile-steps", "3:5", "--metrics", metrics,
+               "--checkpoint-dir", tmp_path / "run") == 0
+    assert "note" not in capsys.readouterr().err
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert lines[-1]["backend"] == "cupy" and lines[-1]["train_loss"] < lines[0]["train_loss"]
+    assert parameters(tmp_path / "run")[1]["step"] == 90

@@ -14,7 +14,7 @@ import pytest
 from helpers import STANDIN_ORDERS, batch, install_standin, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "profiling"))
 import call_count  # noqa: E402
 
 SIZES = [5, 7, 4, 3]  # L = 4: three layers, l = 2..4

@@ -1,8 +1,9 @@
 """leapfrog_gpu: deep networks whose weight gradients leapfrog the backward chain on k streams.
 
-The library is one engine for three networks. ``core`` is what they share: the network base, the pass
-of one batch size, the hand-off of gradients to k worker streams, the schedules every network takes
-(``Sequential``, ``Leapfrog``), graph mode and the checks of what a network is given. Beside it, one
+The library is one engine for three networks. ``core`` is what they share: the network base with its
+public passes and step, the pass of one batch shape, the backward driver that hands gradients to k worker
+streams, the schedules every network takes (``Sequential``, ``Leapfrog``), the triangular solvers, graph
+mode and the checks of what a network is given. Beside it, one
 package per network, each a peer of the others and importing none of them: ``mlp`` (``MLP``, Naumov's
 solvers of its backward pass), ``rnn`` (``RNN``, BPTT and the scans over time) and ``dag`` (``GraphNet``,
 networks that are DAGs of layers, their schedules and forward solvers). ``parallel`` sums gradients across

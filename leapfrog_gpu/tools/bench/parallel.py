@@ -21,6 +21,8 @@ step``, what P ranks gain on the same batch (the table's "speed-up vs one proces
 and ``sums`` are the slowest rank's medians (the sums make every rank wait for it); ``step`` is rank 0's.
 """
 
+import itertools
+
 import numpy as np
 
 from ...mlp import autotune
@@ -37,10 +39,8 @@ def run(args, comm, specs, eta):
     records = []
     for threads in args.blas_threads or [1]:
         with autotune.blas_limit(threads):
-            for n in args.sizes:
-                for layers in args.layers:
-                    for batch in args.batch:
-                        records += _measure_case(args, comm, comms, [n] * layers, batch, threads, specs, eta)
+            for n, layers, batch in itertools.product(args.sizes, args.layers, args.batch):
+                records += _measure_case(args, comm, comms, [n] * layers, batch, threads, specs, eta)
     return records
 
 

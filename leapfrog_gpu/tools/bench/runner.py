@@ -76,9 +76,7 @@ def main(suite, argv=None):
     if status is not None:
         return status
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
-    about = {"command": " ".join([suite.PROG, *given]),
-             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "machine": machine(args.backend), **suite.about(args)}
+    about = {**header(" ".join([suite.PROG, *given]), args.backend), **suite.about(args)}
     grid, networks = suite.grid(args), []
     if args.jsonl:
         append_lines(args.jsonl, [about])
@@ -142,6 +140,12 @@ def write_json(path, report):
 def _plain(value):
     """What ``json`` cannot write of a record: a NumPy number or array, as Python's."""
     return value.tolist() if isinstance(value, (np.ndarray, np.generic)) else str(value)
+
+
+def header(command, backend):
+    """What a run's records are written under: ``command``, the date (UTC) and the ``machine``."""
+    return {"command": command, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(backend)}
 
 
 def machine(backend):

@@ -26,7 +26,6 @@ at zero, a ``Linear`` output at every step, the same parameters and batch; on th
 import contextlib
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -98,6 +97,7 @@ class TorchRNN:
         self.x = torch.from_numpy(x.transpose(0, 2, 1).copy()).to(device)
         self.y = torch.from_numpy(y.transpose(0, 2, 1).copy()).to(device)
         self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        self.clock = torch_anchor.Clock(torch, device)
         self.parameters = [*self.rnn.parameters(), *self.out.parameters()]
         for i in range(L - 2):  # held at zero: the RNN has one bias a layer
             getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
@@ -112,15 +112,8 @@ class TorchRNN:
 
     def backward_s(self, repeats):
         """Median seconds of ``loss.backward()`` alone, after a forward pass under autograd; one warm-up."""
-        times = []
-        for _ in range(repeats + 1):
-            loss = self._loss()
-            self.synchronize()
-            start = time.perf_counter()
-            loss.backward()
-            self.synchronize()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times[1:])
+        times = [self.clock.time(self._loss().backward) for _ in range(repeats + 1)]
+        return statistics.median(times[1:]) / 1e3
 
     def step(self):
         """One SGD step, finished: forward, ``backward()``, ``SGD.step()``."""
@@ -275,10 +268,6 @@ def work(key):
 
 def title(key):
     return "N={} tau={} B={}".format(*key)
-
-
-def check(p, args):
-    return None
 
 
 def about(args):

@@ -48,18 +48,13 @@ DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
 
 
 def k_list(text):
-    ks = []
-    for part in text.split(","):
-        if part == "auto":
-            ks.append(part)
-            continue
-        try:
-            k = int(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}") from None
-        if k < 1:
-            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}")
-        ks.append(k)
+    """``--k``: a comma-separated list of integers >= 1 and ``auto``."""
+    try:
+        ks = [part if part == "auto" else int(part) for part in text.split(",")]
+    except ValueError:
+        ks = [0]
+    if min((k for k in ks if k != "auto"), default=1) < 1:
+        raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}")
     return ks
 
 

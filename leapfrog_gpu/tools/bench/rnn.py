@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from ...backends import get_backend
+from ...backends import get_backend, to_host
 from ...core.checks import MEMORY_LIMIT
 from ...rnn.network import RNN
 from ...rnn.scans import TimeScan
@@ -84,7 +84,8 @@ class TorchRNN:
         L, N, dtype = net.L, net.sizes[0], getattr(torch, net.dtype)
         self.rnn = torch.nn.RNN(N, N, num_layers=L - 2, nonlinearity="tanh", dtype=dtype)
         self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
-        weights, recurrent, biases = (_host(a) for a in (net.weights, net.recurrent, net.biases))
+        weights, recurrent, biases = ([to_host(a) for a in arrays]
+                                      for arrays in (net.weights, net.recurrent, net.biases))
         with torch.no_grad():
             for i in range(L - 2):
                 getattr(self.rnn, f"weight_ih_l{i}").copy_(torch.from_numpy(weights[i]))
@@ -177,10 +178,6 @@ def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=N
     if anchor is not None:
         calls[step_name(TORCH)] = anchor.step
     return _seconds(runner.interleaved(net.backend, calls, repeats))
-
-
-def _host(arrays):
-    return [a.get() if hasattr(a, "get") else a for a in arrays]
 
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,

@@ -16,16 +16,12 @@ gets its floor column as one.
 import argparse
 import json
 
-from leapfrog_gpu.tools.bench.report import (MARKDOWN, graph_verdicts, label, noisy, number, percent, ratio, spread,
-                                             stamping)
+from leapfrog_gpu.tools.bench.report import graph_verdicts, stamping
+from leapfrog_gpu.tools.bench.runner import noisy
+from markdown_cells import label, number, percent, ratio, spread
 
 SPEEDUP = "Speed-up vs X: X's median time over the row's (> 1: faster)."
 """The line above each table: which way its speed-ups point."""
-
-
-def cell(summary):
-    """A timing as ``median [p20–p80]``, marked ``!`` when noisy (``bench_report.NOISY``)."""
-    return spread(summary, MARKDOWN) + ("!" if noisy(summary) else "")
 
 
 def table(records):
@@ -37,16 +33,16 @@ def table(records):
             + " step speed-up vs floor |" * floored,
             "|" + "---:|" * (16 + graph + floored)]
     for r in records:
-        name = label(r, MARKDOWN)
+        name = label(r)
         rows.append("| " + " | ".join([
             str(r["N"]), str(r["L"]), str(r["B"]), name, str(r.get("k", 0)), str(r.get("blas_threads") or "–"),
-            cell(r["step_ms"]), cell(r["backward_ms"]),
-            *(number(r.get(f), MARKDOWN) for f in ("f1_ms", "f2_ms", "f3_ms")),
-            *(percent(r.get(f), MARKDOWN) for f in ("predicted_saving", "measured_saving")),
-            *(ratio(r.get(f), MARKDOWN) for f in ("backward_speedup", "backward_speedup_vs_best_sequential",
+            spread(r["step_ms"]), spread(r["backward_ms"]),
+            *(number(r.get(f)) for f in ("f1_ms", "f2_ms", "f3_ms")),
+            *(percent(r.get(f)) for f in ("predicted_saving", "measured_saving")),
+            *(ratio(r.get(f)) for f in ("backward_speedup", "backward_speedup_vs_best_sequential",
                                                   "step_speedup_vs_best_sequential")),
-            *([ratio(r.get("graph_speedup"), MARKDOWN)] if graph else []),
-            *([ratio(floor_speedup(r), MARKDOWN)] if floored else []),
+            *([ratio(r.get("graph_speedup"))] if graph else []),
+            *([ratio(floor_speedup(r))] if floored else []),
         ]) + " |")
     return "\n".join(rows)
 
@@ -67,8 +63,8 @@ def timeline_table(records):
         busy = " / ".join(f"{ms:.3f}" for ms in t["busy_ms"].values())
         rows.append("| " + " | ".join([
             r["schedule"] + ("+fused" if r.get("fused") else ""), str(r["k"]), str(r.get("blas_threads") or "–"),
-            cell(t["step_ms_plain"]), stamping(t["cost"]), busy, percent(t["worker_overlap"], MARKDOWN),
-            number(t["main_idle_ms"], MARKDOWN), ratio(r.get("backward_speedup"), MARKDOWN),
+            spread(t["step_ms_plain"]), stamping(t["cost"]), busy, percent(t["worker_overlap"]),
+            number(t["main_idle_ms"]), ratio(r.get("backward_speedup")),
         ]) + " |")
     return "\n".join(rows) if len(rows) > 4 else ""
 

@@ -23,7 +23,7 @@ import json
 from collections import defaultdict
 
 from leapfrog_gpu.rnn.schedules import gradient_flops
-from leapfrog_gpu.tools.bench.report import MARKDOWN, ratio
+from markdown_cells import ratio
 
 MEASURED = ("step bptt", "step leapfrog", "step timescan", "step timescan+newton", "step timescan+quasi-newton",
             "step torch nn.RNN")
@@ -58,7 +58,7 @@ def measured(rows):
     lines = head(MEASURED, "BPTT ms")
     for (N, tau, B), steps in sorted(by_size(rows, MEASURED).items()):
         base = steps[MEASURED[0]]["median_s"]
-        cells = [ratio(base / steps[name]["median_s"], MARKDOWN) if "median_s" in steps.get(name, {}) else "—"
+        cells = [ratio(base / steps[name]["median_s"]) if "median_s" in steps.get(name, {}) else "—"
                  for name in MEASURED[1:]]
         lines.append(f"| {N} | {tau} | {B} | {base * 1e3:.2f} | " + " | ".join(cells) + " |")
     return lines
@@ -70,7 +70,7 @@ def table(rows, round_s, flops_per_s):
     lines = head(MODELLED, "BPTT (model)")
     for (N, tau, B), steps in sorted(by_size(rows, MODELLED).items()):
         base = modelled_s(steps[MODELLED[0]], round_s, flops_per_s)
-        cells = [ratio(base / modelled_s(steps[name], round_s, flops_per_s), MARKDOWN)
+        cells = [ratio(base / modelled_s(steps[name], round_s, flops_per_s))
                  if "rounds" in steps.get(name, {}) else "—" for name in MODELLED[1:]]
         lines.append(f"| {N} | {tau} | {B} | {base * 1e3:.2f} ms | " + " | ".join(cells) + " |")
     return lines

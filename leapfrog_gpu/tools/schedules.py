@@ -12,7 +12,6 @@ when given no schedule, is named only where it is the baseline (the RNN runs it 
 forward solver, ``sequential``, is the pass node by node (step by step): no solver.
 """
 
-import argparse
 import functools
 import inspect
 
@@ -22,6 +21,7 @@ from ..dag.network import GraphNet
 from ..mlp.network import MLP
 from ..rnn.network import RNN
 from ..rnn.newton import TimeNewton
+from .cli import names
 
 NETWORKS = {"mlp": MLP, "rnn": RNN, "dag": GraphNet}
 NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
@@ -85,15 +85,9 @@ def make_solver(model, name, **options):
 
 
 def names_type(model):
-    """An argparse type: a comma-separated list of ``model``'s schedule names, refused by ``refusal``."""
-    def parse(text):
-        chosen = text.split(",")
-        for name in chosen:
-            if refusal(model, name):
-                raise argparse.ArgumentTypeError(refusal(model, name))
-        return chosen
-
-    return parse
+    """An argparse type: a comma-separated list of ``model``'s schedule names, an unknown one refused as
+    ``refusal`` says it."""
+    return names(schedule_names(model), f"{NAMES[model]} schedule")
 
 
 def _class(model, name):

@@ -193,10 +193,6 @@ def start(args):
     return get_backend(args.backend, **options)
 
 
-def check(p, args):
-    return None
-
-
 def case(args, backend, key):
     kind, N, D, B = key
     return measure(kind, N, D, B, backend, k=args.k, repeats=args.repeats, warmup=args.warmup,

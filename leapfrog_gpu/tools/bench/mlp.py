@@ -1,19 +1,11 @@
 """leapfrog-bench: the training step and the backward pass under each schedule, against the model.
 
-For every network ``[N] * L`` and batch size B it measures (``bench_measure``), after a warm-up and
-over ``--repeats`` repeats (median, p20, p80; the configurations take turns, so that load drifting
-during the run shifts them alike): the SGD step and the backward pass for every schedule; the forward
-pass; and f1, f2, f3, the per-layer costs of equations (2), (5) and (7) on their own. Beside the
-measured saving of a pass it prints the model's prediction (1 - 1/k) f3 / f, f = f1 + f2 + f3
-(docs/design.md §1), in a table of at most 100 columns that marks noisy timings (``bench_report``).
-
-Anchors measured in the same run: the best sequential configuration (on the CPU, the fastest BLAS
-setting, all cores included, on one stream), PyTorch eager autograd when ``torch`` imports (at each
-thread count, as ours), and the memory-traffic floor (``traffic.step_bytes`` over a measured copy
-bandwidth).
-
-Each network's rows are printed as soon as it is measured, with a progress bar on stderr (on a
-terminal); ``--quiet`` prints the whole table at the end instead, and nothing on stderr.
+For every network ``[N] * L`` and batch size B: the SGD step and the backward pass under each schedule,
+the forward pass and the per-layer costs f1, f2, f3, timed in turn (``measure``), beside the model's
+prediction of a pass's saving, in a table that marks noisy timings (``report``). Anchors measured in the
+same run: the best sequential configuration (on the CPU, the fastest BLAS setting, all cores included, on
+one stream), PyTorch when ``torch`` imports (at each thread count, as ours), and the memory-traffic floor
+(``traffic.step_bytes`` over a measured copy bandwidth).
 
 ``--graph`` adds, beside every configuration, its step in graph mode (``sgd_step(..., graph=True)``,
 captured before the timing starts), and on a GPU PyTorch's step captured as a CUDA graph; it then
@@ -26,18 +18,14 @@ prints the graph-mode ratios of the project's GPU targets (``bench_report.graph_
 more steps with every launch stamped (``leapfrog_gpu.tools.timeline``), interleaved with as many plain
 steps, so that the timeline's own cost is measured in the same run; it prints each stream's busy time
 and the share of worker time that overlaps the main stream, and writes the Gantt chart and FILE.json.
-A graph step is one launch, so graph rows have no timeline. ``--jsonl FILE`` appends one JSON line
-per configuration as soon as its network is measured (after a line with the command and machine), so
-that a run killed part-way keeps what it measured. Under ``mpiexec -n P`` it measures what the sums
-across ranks cost a step instead (``bench_parallel``).
+A graph step is one launch, so graph rows have no timeline. Under
+``mpiexec -n P`` it measures what the sums across ranks cost a step instead (``bench_parallel``).
 
-This module is the MLP's suite of ``runner``: its options, its grid and what its networks share; the
-measurements are ``measure``'s, the table and verdicts ``report``'s.
+This module is the MLP's suite of ``runner``: its options, its grid and what its networks share.
 """
 
 import argparse
 import contextlib
-import datetime
 import os
 import sys
 import textwrap
@@ -48,7 +36,7 @@ from ...mlp import autotune
 from ...parallel import comm as parallel
 from .. import timeline
 from ..cli import fitted, integer, integers, pip_install, png_refusal, reals
-from ..schedules import make_schedule, names_type, schedule_names, takes_k
+from ..schedules import make_schedule, names_type, schedule_names
 from . import measure, parallel as bench_parallel, progress, runner, torch_anchor
 from .measure import ETA, configurations, copy_bandwidth, stamped_steps
 from .report import column_widths, floor_verdicts, graph_verdicts, table_foot, table_head, table_rows
@@ -60,18 +48,13 @@ DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
 
 
 def k_list(text):
-    ks = []
-    for part in text.split(","):
-        if part == "auto":
-            ks.append(part)
-            continue
-        try:
-            k = int(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}") from None
-        if k < 1:
-            raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}")
-        ks.append(k)
+    """``--k``: a comma-separated list of integers >= 1 and ``auto``."""
+    try:
+        ks = [part if part == "auto" else int(part) for part in text.split(",")]
+    except ValueError:
+        ks = [0]
+    if min((k for k in ks if k != "auto"), default=1) < 1:
+        raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}")
     return ks
 
 
@@ -226,14 +209,11 @@ def _main_parallel(p, args, comm):
                           ("--jsonl", args.jsonl)):
         if given:
             p.error(f"{option} does not apply under mpiexec")
-    specs = [("sequential", 0)] + [(name, k) for name in args.schedule if name != "sequential"
-                                   for k in (args.k if takes_k("mlp", name) else [0])]
-    records = bench_parallel.run(args, comm, [(name, k, make_schedule("mlp", name, k)) for name, k in specs], ETA)
+    specs = [(name, k, make_schedule("mlp", name, k)) for name, k in configurations(args)]
+    records = bench_parallel.run(args, comm, specs, ETA)
     if comm.rank == 0:
         print(bench_parallel.table(records))
-        report = {"command": f"mpiexec -n {comm.size} {PROG} {' '.join(sys.argv[1:])}",
-                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "machine": runner.machine(args.backend), "records": records}
         if args.json:
-            runner.write_json(args.json, report)
+            command = f"mpiexec -n {comm.size} {PROG} {' '.join(sys.argv[1:])}"
+            runner.write_json(args.json, {**runner.header(command, args.backend), "records": records})
     return 0

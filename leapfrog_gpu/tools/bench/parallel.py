@@ -21,12 +21,15 @@ step``, what P ranks gain on the same batch (the table's "speed-up vs one proces
 and ``sums`` are the slowest rank's medians (the sums make every rank wait for it); ``step`` is rank 0's.
 """
 
+import itertools
+
 import numpy as np
 
 from ...mlp import autotune
 from ...parallel import comm as parallel
 from ...backends import get_backend, timing
 from ...mlp.network import MLP
+from .runner import ratio, spread
 
 
 def run(args, comm, specs, eta):
@@ -37,10 +40,8 @@ def run(args, comm, specs, eta):
     records = []
     for threads in args.blas_threads or [1]:
         with autotune.blas_limit(threads):
-            for n in args.sizes:
-                for layers in args.layers:
-                    for batch in args.batch:
-                        records += _measure_case(args, comm, comms, [n] * layers, batch, threads, specs, eta)
+            for n, layers, batch in itertools.product(args.sizes, args.layers, args.batch):
+                records += _measure_case(args, comm, comms, [n] * layers, batch, threads, specs, eta)
     return records
 
 
@@ -104,9 +105,9 @@ def table(records):
     rows = [COLUMNS]
     for r in records:
         rows.append((r["N"], r["L"], r["B"], r["P"], r["dtype"], r["schedule"], r["k"], f"{r['bucket_mb']:g}",
-                     r["blas_threads"], _spread(r["step_ms"]), f"{r['local_slowest_ms']:.3f}",
+                     r["blas_threads"], spread(r["step_ms"]), f"{r['local_slowest_ms']:.3f}",
                      f"{r['sums_slowest_ms']:.3f}", f"{r['sums_gbps']:.2f}", f"{r['exposed_ms']:.3f}",
-                     _hidden(r["hidden"]), _spread(r["one_ms"]), f"{r['speedup']:.2f}x"))
+                     _hidden(r["hidden"]), spread(r["one_ms"]), ratio(r["speedup"])))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)) for row in rows]
     lines.insert(1, "-" * len(lines[0]))
@@ -120,7 +121,3 @@ def table(records):
 def _hidden(share):
     """The share of the sums hidden, within 0..100 %: noise alone takes it outside."""
     return "none" if share <= 0 else "all" if share >= 1 else f"{100 * share:.0f}%"
-
-
-def _spread(stats):
-    return f"{stats['median']:.2f} [{stats['p20']:.2f}-{stats['p80']:.2f}]"

@@ -1,5 +1,5 @@
-"""``leapfrog-bench``'s report: the table (within 100 columns), its legend, the verdicts, and the cell
-formatters that ``profiling/bench_table.py`` renders the README's Markdown tables with.
+"""``leapfrog-bench``'s report: the table (within 100 columns), its legend and the verdicts, in the cell
+formats of ``runner`` (the Markdown tables' are ``profiling/markdown_cells.py``'s).
 
 Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
 costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
@@ -7,86 +7,32 @@ BLAS threads, the step's and the backward pass's medians, the model's and the me
 and the speed-ups: the backward pass's over sequential's, the step's over the best sequential step and
 over its own bytes floor (that of its update: plain, fused or one-pass). Every ratio in the table is a
 speed-up, the baseline's time over the row's (> 1: faster), and its titles say so (``SPEEDUP``). A median
-whose p20-p80 range is wider than ``NOISY`` times itself is marked ``!``.
+whose p20-p80 range is wider than ``runner.NOISY`` times itself is marked ``!``.
 """
-
-import dataclasses
-from typing import Callable
 
 from ..cli import fitted
 from ..timeline import describe
-
-NOISY = 0.25
-"""A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
-then say little (a quieter machine or more ``--repeats`` would)."""
+from .runner import NOISY, median, ratio
 
 
-@dataclasses.dataclass(frozen=True)
-class Style:
-    """How a cell is written: in the terminal's table (``PLAIN``) or in Markdown (``MARKDOWN``)."""
-
-    none: str  # a value that does not apply
-    times: str  # after a ratio
-    dash: str  # between p20 and p80
-    graph: str  # after a graph step's schedule
-    best: str  # after the best sequential configuration
-    auto: str  # before the --k auto choice
-    ms: Callable[[float], str]  # a time in ms
-    percent_digits: int
-
-
-def _ms(value):
-    """A time in ms in at most 6 characters, to 4 significant digits from 0.001 up to 9999."""
-    return f"{value:.{3 if value < 10 else 2 if value < 100 else 1 if value < 1000 else 0}f}"
-
-
-PLAIN = Style(none="-", times="x", dash="-", graph="[graph]", best="*", auto="auto->", ms=_ms, percent_digits=1)
-MARKDOWN = Style(none="–", times="×", dash="–", graph=" graph", best=" (best seq)", auto="auto → ",
-                 ms=lambda value: f"{value:.{2 if value < 10 else 1}f}", percent_digits=0)
-
-
-def label(r, style=PLAIN):
+def label(r):
     """A record's schedule as a table shows it: leapfrog+fused[graph], auto->sequential, sequential*."""
     update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
-    name = (style.auto if r.get("auto") else "") + r["schedule"] + update
-    name += style.graph if r.get("graph") and not r["schedule"].startswith("torch") else ""
-    return name + (style.best if r.get("best_sequential") else "")
+    name = ("auto->" if r.get("auto") else "") + r["schedule"] + update
+    name += "[graph]" if r.get("graph") and not r["schedule"].startswith("torch") else ""
+    return name + ("*" if r.get("best_sequential") else "")
 
 
-def spread(stats, style=PLAIN):
-    """``median [p20-p80]`` of a timing summary."""
-    if stats is None:
-        return style.none
-    return f"{style.ms(stats['median'])} [{style.ms(stats['p20'])}{style.dash}{style.ms(stats['p80'])}]"
-
-
-def median(stats, style=PLAIN):
-    """A timing's median, marked ``!`` when it is noisy."""
-    return style.none if stats is None else style.ms(stats["median"]) + ("!" if noisy(stats) else "")
-
-
-def noisy(stats):
-    """Whether a timing summary's p20-p80 range exceeds ``NOISY`` times its median."""
-    return stats is not None and stats["p80"] - stats["p20"] > NOISY * stats["median"]
-
-
-def ratio(value, style=PLAIN):
-    """A speed-up to 2 decimals (``1.25x``), below 0.1 to 2 significant digits (``0.0072x``)."""
-    if value is None:
-        return style.none
-    return (f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}") + style.times
-
-
-def percent(value, style=PLAIN):
+def percent(value):
     """``value`` as a percentage; a loss beyond -999 % (a run slowed down by another job, say) as
     ``<-999%``, so that the column keeps its width."""
     if value is None:
-        return style.none
-    return "<-999%" if 100 * value < -999 else f"{100 * value:.{style.percent_digits}f}%"
+        return "-"
+    return "<-999%" if 100 * value < -999 else f"{100 * value:.1f}%"
 
 
-def number(value, style=PLAIN):
-    return style.none if value is None else f"{value:.3f}"
+def number(value):
+    return "-" if value is None else f"{value:.3f}"
 
 
 TITLES = (("", "schedule"), ("", "k"), ("", "blas"), ("step", "ms"), ("bwd", "ms"), ("pred", "saving"),
@@ -159,15 +105,6 @@ def _of_floor(r):
 def table_rows(case, widths, graph=False):
     """One network's lines: its heading, then a row per record."""
     return network_lines(case) + [_line(_cells(r, graph), widths) for r in case]
-
-
-def table(records, widths, graph=False):
-    """The whole table as text: titles, each network's lines, and the legend."""
-    networks = {}
-    for r in records:
-        networks.setdefault((r["N"], r["L"], r["B"]), []).append(r)
-    lines = [line for case in networks.values() for line in table_rows(case, widths, graph)]
-    return "\n".join([*table_head(widths, graph), *lines, table_foot(graph)])
 
 
 def table_foot(graph):

@@ -26,11 +26,10 @@ at zero, a ``Linear`` output at every step, the same parameters and batch; on th
 import contextlib
 import statistics
 import sys
-import time
 
 import numpy as np
 
-from ...backends import get_backend
+from ...backends import get_backend, to_host
 from ...core.checks import MEMORY_LIMIT
 from ...rnn.network import RNN
 from ...rnn.scans import TimeScan
@@ -85,7 +84,8 @@ class TorchRNN:
         L, N, dtype = net.L, net.sizes[0], getattr(torch, net.dtype)
         self.rnn = torch.nn.RNN(N, N, num_layers=L - 2, nonlinearity="tanh", dtype=dtype)
         self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
-        weights, recurrent, biases = (_host(a) for a in (net.weights, net.recurrent, net.biases))
+        weights, recurrent, biases = ([to_host(a) for a in arrays]
+                                      for arrays in (net.weights, net.recurrent, net.biases))
         with torch.no_grad():
             for i in range(L - 2):
                 getattr(self.rnn, f"weight_ih_l{i}").copy_(torch.from_numpy(weights[i]))
@@ -98,6 +98,7 @@ class TorchRNN:
         self.x = torch.from_numpy(x.transpose(0, 2, 1).copy()).to(device)
         self.y = torch.from_numpy(y.transpose(0, 2, 1).copy()).to(device)
         self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        self.clock = torch_anchor.Clock(torch, device)
         self.parameters = [*self.rnn.parameters(), *self.out.parameters()]
         for i in range(L - 2):  # held at zero: the RNN has one bias a layer
             getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
@@ -112,15 +113,8 @@ class TorchRNN:
 
     def backward_s(self, repeats):
         """Median seconds of ``loss.backward()`` alone, after a forward pass under autograd; one warm-up."""
-        times = []
-        for _ in range(repeats + 1):
-            loss = self._loss()
-            self.synchronize()
-            start = time.perf_counter()
-            loss.backward()
-            self.synchronize()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times[1:])
+        times = [self.clock.time(self._loss().backward) for _ in range(repeats + 1)]
+        return statistics.median(times[1:]) / 1e3
 
     def step(self):
         """One SGD step, finished: forward, ``backward()``, ``SGD.step()``."""
@@ -184,10 +178,6 @@ def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=N
     if anchor is not None:
         calls[step_name(TORCH)] = anchor.step
     return _seconds(runner.interleaved(net.backend, calls, repeats))
-
-
-def _host(arrays):
-    return [a.get() if hasattr(a, "get") else a for a in arrays]
 
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
@@ -275,10 +265,6 @@ def work(key):
 
 def title(key):
     return "N={} tau={} B={}".format(*key)
-
-
-def check(p, args):
-    return None
 
 
 def about(args):

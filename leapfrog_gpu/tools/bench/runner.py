@@ -6,7 +6,8 @@ A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particula
 
 ``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
 ``parser()``                      its options (``--json``, ``--quiet`` and ``--jsonl`` among them)
-``check(p, args)``                more checks of the options (``p.error``), or what to run instead: a status
+``check(p, args)``                (optional) more checks of the options (``p.error``), or what to run instead:
+                                  a status
 ``about(args)``                   what the JSON's header records beside the command, date and machine
 ``grid(args)``                    its networks; ``work(key)`` and ``title(key)``: their weight and name
 ``start(args)``                   a context manager yielding ``state``, what the networks share
@@ -72,13 +73,11 @@ def main(suite, argv=None):
         path = getattr(args, option, None)
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
-    status = suite.check(p, args)
+    status = suite.check(p, args) if hasattr(suite, "check") else None
     if status is not None:
         return status
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
-    about = {"command": " ".join([suite.PROG, *given]),
-             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "machine": machine(args.backend), **suite.about(args)}
+    about = {**header(" ".join([suite.PROG, *given]), args.backend), **suite.about(args)}
     grid, networks = suite.grid(args), []
     if args.jsonl:
         append_lines(args.jsonl, [about])
@@ -142,6 +141,12 @@ def write_json(path, report):
 def _plain(value):
     """What ``json`` cannot write of a record: a NumPy number or array, as Python's."""
     return value.tolist() if isinstance(value, (np.ndarray, np.generic)) else str(value)
+
+
+def header(command, backend):
+    """What a run's records are written under: ``command``, the date (UTC) and the ``machine``."""
+    return {"command": command, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(backend)}
 
 
 def machine(backend):

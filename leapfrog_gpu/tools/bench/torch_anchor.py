@@ -80,7 +80,7 @@ def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", t
 
     with num_threads(threads):
         sgd = SGDStep(sizes, batch, dtype, device, activation, seed, eta, graph, optimizer, compiled, warmup)
-        clock = _Clock(torch, device)
+        clock = Clock(torch, device)
         for _ in range(sgd.warmup):
             sgd.step()
         step_ms = np.array([clock.time(sgd.step) for _ in range(repeats)])
@@ -124,7 +124,7 @@ class SGDStep:
             raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); "
                              f"got {device!r}")
         params, x, y = network or mlp(sizes, batch, dtype, device, seed)
-        self.params, self._clock = params, _Clock(torch, device)
+        self.params, self._clock = params, Clock(torch, device)
         self.warmup = max(warmup, 3) if compiled or graph else warmup
         cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
         self.loss = lambda: cost(params, x, y, activation)
@@ -197,7 +197,9 @@ def _graphed(torch, step, params, x, y, activation, scale, warmup):
     return replay
 
 
-class _Clock:
+class Clock:
+    """``time(fn)``: the ms that ``fn()`` takes on ``device``, by CUDA events on a GPU, else ``perf_counter``."""
+
     def __init__(self, torch, device):
         self.torch, self.cuda = torch, torch.device(device).type == "cuda"
 

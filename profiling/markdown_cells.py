@@ -1,0 +1,40 @@
+"""The cells of the Markdown tables of docs/performance.md (``bench_table.py``, ``rnn_tables.py``): the
+terminal table's (``leapfrog_gpu.tools.bench.mlp``) with an en dash for what does not apply and between
+p20 and p80, ``×`` after a ratio, and times to 3 significant digits."""
+
+from leapfrog_gpu.tools.bench.runner import noisy
+
+NONE = "–"
+"""A value that does not apply."""
+
+
+def ms(value):
+    return f"{value:.{2 if value < 10 else 1}f}"
+
+
+def label(r):
+    """A record's schedule: ``leapfrog+fused graph``, ``auto → sequential``, ``sequential (best seq)``."""
+    update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
+    name = ("auto → " if r.get("auto") else "") + r["schedule"] + update
+    name += " graph" if r.get("graph") and not r["schedule"].startswith("torch") else ""
+    return name + (" (best seq)" if r.get("best_sequential") else "")
+
+
+def spread(stats):
+    """``median [p20–p80]``, marked ``!`` when noisy (``runner.NOISY``)."""
+    if stats is None:
+        return NONE
+    return f"{ms(stats['median'])} [{ms(stats['p20'])}–{ms(stats['p80'])}]" + ("!" if noisy(stats) else "")
+
+
+def ratio(value):
+    """A speed-up to 2 decimals (``1.25×``), below 0.1 to 2 significant digits (``0.0072×``)."""
+    return NONE if value is None else (f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}") + "×"
+
+
+def percent(value):
+    return NONE if value is None else "<-999%" if 100 * value < -999 else f"{100 * value:.0f}%"
+
+
+def number(value):
+    return NONE if value is None else f"{value:.3f}"

@@ -5,7 +5,7 @@ public passes and step, the pass of one batch shape, the backward driver that ha
 streams, the schedules every network takes (``Sequential``, ``Leapfrog``), the triangular solvers, graph
 mode and the checks of what a network is given. Beside it, one
 package per network, each a peer of the others and importing none of them: ``mlp`` (``MLP``, Naumov's
-solvers of its backward pass), ``rnn`` (``RNN``, BPTT and the scans over time) and ``dag`` (``GraphNet``,
+solvers of its backward pass), ``rnn`` (``RNN``, BPTT and the scans over time) and ``dag`` (``DagNet``,
 networks that are DAGs of layers, their schedules and forward solvers). ``parallel`` sums gradients across
 processes; ``backends`` is where arrays live and how streams run; ``reference`` is the plain NumPy
 reference in the book's notation. Imports point downwards only: tools -> networks -> core -> parallel ->
@@ -23,7 +23,7 @@ _HOMES = {
     "get_backend": "backends", "Leapfrog": "core", "Sequential": "core",
     "MLP": "mlp", "NaumovScan": "mlp", "NaumovJacobi": "mlp",
     "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn", "TimeNewton": "rnn",
-    "GraphNet": "dag", "Layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
+    "DagNet": "dag", "Layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
     "LevelSets": "dag", "DagJacobi": "dag", "DagDoubling": "dag", "ForwardJacobi": "dag", "ForwardNewton": "dag",
 }
 """Each public name and the package it comes from."""
@@ -34,6 +34,11 @@ __all__ = list(_HOMES)
 def __getattr__(name):
     """The public names, imported when first asked for: ``import leapfrog_gpu`` (which every module of the
     package runs first) imports nothing, so that a command starts, and answers Ctrl-C, at once."""
+    from .core.renamed import RENAMED, old_name
+
+    if name in RENAMED:  # kept once asked for: one warning where it is imported
+        globals()[name] = old_name(__name__, name, __getattr__(RENAMED[name]))
+        return globals()[name]
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     home = _HOMES[name]

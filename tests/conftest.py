@@ -25,7 +25,7 @@ def backend_name(request):
 
 @pytest.fixture(params=networks.NAMES)
 def network_name(request):
-    """Each kind of network: "MLP", "RNN", "GraphNet" (``networks.network`` makes it, ``networks.network_batch``
+    """Each kind of network: "MLP", "RNN", "DagNet" (``networks.network`` makes it, ``networks.network_batch``
     its batches)."""
     return request.param
 

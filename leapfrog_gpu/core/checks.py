@@ -1,7 +1,7 @@
 """The checks every network runs on what it is given: layer widths, a dtype, a backend, a learning rate,
 a batch of columns, an array on the host or the device, a memory limit.
 
-One place for them, so that ``MLP``, ``RNN`` and ``GraphNet`` refuse the same bad input in the same words.
+One place for them, so that ``MLP``, ``RNN`` and ``DagNet`` refuse the same bad input in the same words.
 """
 
 import math

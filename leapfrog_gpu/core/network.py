@@ -1,4 +1,4 @@
-"""The network base: what ``MLP``, ``RNN`` and ``GraphNet`` share.
+"""The network base: what ``MLP``, ``RNN`` and ``DagNet`` share.
 
 A network owns its backend when it made it by name (and closes it), takes the step controls in device
 memory (``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands
@@ -9,7 +9,7 @@ checks every given array before it copies any. The public passes (``feedforward`
 parallelism (``join``: a communicator over which every rank sums its gradients, ``parallel.reducer``) are
 written here once, over the plan's pass and step (``core.plan``).
 
-A network's batch is an array whose last axis holds its B samples (the MLP's and the GraphNet's (n_1, B), the
+A network's batch is an array whose last axis holds its B samples (the MLP's and the DagNet's (n_1, B), the
 RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B.
 """
 

@@ -1,7 +1,7 @@
 """Parameters in and out of a network, one protocol for the three: ``{unit: {name: array}}``.
 
 A unit is what carries parameters: a layer number l for ``MLP`` and ``RNN`` (``{2: {"w": ..., "b": ...}}``,
-the RNN's recurrent layers with ``"u"`` too), a node name for ``GraphNet`` (``{"h": {"w": ..., "b": ...}}``).
+the RNN's recurrent layers with ``"u"`` too), a node name for ``DagNet`` (``{"h": {"w": ..., "b": ...}}``).
 ``check`` is the one path a network's ``set_parameters`` takes: every given array is checked (a real array
 on the host or on the backend's device, of the shape the network holds, finite once in the network's
 dtype) before any is copied, and an error names the parameter and changes nothing. Each b may also be

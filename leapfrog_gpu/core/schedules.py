@@ -6,7 +6,7 @@ needs run (``k`` worker streams through the hand-off, ``core.handoff``; ``k = 0`
 the chain's order) and whether the SGD update is fused into them. ``Sequential()`` and ``Leapfrog(k)``
 are the schedules every network takes: the network's own chain in its own order, the gradients on the
 main stream or on worker ``l mod k`` (the seed's levels mk + j). The others belong to one network each
-(Naumov's solvers to the MLP, the scans over time to the RNN, the DAG's solvers to ``GraphNet``), and a
+(Naumov's solvers to the MLP, the scans over time to the RNN, the DAG's solvers to ``DagNet``), and a
 network refuses a schedule it cannot run by name (``check``).
 
 ``fused=True`` folds the SGD update into the gradients during ``sgd_step`` (w -= eta/B * delta a^T, so

@@ -1,4 +1,4 @@
-"""PyTorch in and out, what the bridges of ``MLP``, ``RNN`` and ``GraphNet`` share: torch imported when
+"""PyTorch in and out, what the bridges of ``MLP``, ``RNN`` and ``DagNet`` share: torch imported when
 asked for, arrays and tensors crossing between the two, and a dense layer's ``Linear`` and activation
 modules, made and read.
 

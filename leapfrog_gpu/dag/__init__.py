@@ -1,12 +1,22 @@
-"""Networks that are DAGs of layers: ``GraphNet`` (``network``), layers known by their Jacobians
+"""Networks that are DAGs of layers: ``DagNet`` (``network``), layers known by their Jacobians
 (``layers``), the backward schedules of a DAG (``schedules``), the forward pass as a triangular
 solve (``forward``) and the DAG as a PyTorch module (``torch_io``).
 """
 
 from .forward import ForwardJacobi, ForwardNewton
 from .layers import Add, Concat, Dense, Layer, LayerNorm
-from .network import GraphNet
+from .network import DagNet
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
-__all__ = ["GraphNet", "Layer", "Dense", "Add", "Concat", "LayerNorm", "LevelSets", "DagJacobi", "DagDoubling",
+__all__ = ["DagNet", "Layer", "Dense", "Add", "Concat", "LayerNorm", "LevelSets", "DagJacobi", "DagDoubling",
            "ForwardJacobi", "ForwardNewton"]
+
+
+def __getattr__(name):
+    """The names of the last release (``GraphNet``), with a DeprecationWarning."""
+    from ..core.renamed import RENAMED, old_name
+
+    if name in RENAMED:  # kept once asked for: one warning where it is imported
+        globals()[name] = old_name(__name__, name, globals()[RENAMED[name]])
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,8 +17,8 @@ its layer's forward. D (``net.depth``) is the number of non-input nodes on the l
                    step (ELK's remedy for steps that blow up); a step that leaves NaN or Inf is undone
                    and replaced by a Jacobi sweep from the previous iterate.
 
-Both run as one operation on the main stream, for ``GraphNet.feedforward(x, solver=...)``,
-``GraphNet.backprop(..., solver=...)`` and ``MLP.feedforward(x, solver=...)`` (the MLP as its chain).
+Both run as one operation on the main stream, for ``DagNet.feedforward(x, solver=...)``,
+``DagNet.backprop(..., solver=...)`` and ``MLP.feedforward(x, solver=...)`` (the MLP as its chain).
 Each leaves in ``stats``: sweeps or iterations, rounds (dependent steps), flops and bytes (estimates:
 each operand read once, each result written once) beside the node-by-node forward's, memory held.
 """
@@ -31,7 +31,7 @@ import numpy as np
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.convergence import Solver, relative
 from ..core.triangular import ceil_log2, check_memory
-from .network import GraphNet, from_mlp
+from .network import DagNet, from_mlp
 from .plan import INPUT
 from .schedules import doubling_bytes, doubling_solve
 
@@ -41,20 +41,20 @@ class ForwardSolver(Solver):
     what a solve that stops short of its tolerance does (``core.convergence.Solver``): a ``RuntimeWarning``,
     once per solver, or with ``strict=True`` a ``RuntimeError``, raised by the call that waits for the solve."""
 
-    network = "GraphNet"
+    network = "DagNet"
 
     def __init__(self, strict=False):
         super().__init__(strict)
         self._previous = None  # (network id, batch, outputs) of the last solve
 
     def feedforward(self, net, x):
-        """a^out (n_out, B) of ``net`` (a ``GraphNet``, or an ``MLP`` run as its chain) by this solver."""
-        dag = net if isinstance(net, GraphNet) else from_mlp(net)
+        """a^out (n_out, B) of ``net`` (a ``DagNet``, or an ``MLP`` run as its chain) by this solver."""
+        dag = net if isinstance(net, DagNet) else from_mlp(net)
         return dag.feedforward(x, solver=self)
 
     def solve(self, net, state):
         """Fill ``state.a`` and ``state.saved`` for every node of ``net`` (runs on the main stream); ``state``
-        is the pass's ``plan.Plan``, its parameters ``state.params``."""
+        is the pass's ``plan.DagPlan``, its parameters ``state.params``."""
         raise NotImplementedError
 
     def _start(self, net, state, warm):

@@ -1,4 +1,4 @@
-"""Layers as Jacobian providers: the protocol every node of a ``GraphNet`` follows, and its blocks.
+"""Layers as Jacobian providers: the protocol every node of a ``DagNet`` follows, and its blocks.
 
 A layer maps its inputs (each (n_i, B), a minibatch as columns) to one output a, (n, B). Backward it
 gives vector-Jacobian products: from the adjoint abar = dC/da, (n, B), its ``error`` g (for ``Dense``

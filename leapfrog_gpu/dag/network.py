@@ -23,11 +23,11 @@ from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
 from . import torch_io
 from .layers import Add, Dense, Layer
-from .plan import INPUT, Plan
+from .plan import INPUT, DagPlan
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
 
-class GraphNet(Network):
+class DagNet(Network):
     """A DAG of layers trained by SGD.
 
     Args:
@@ -49,7 +49,7 @@ class GraphNet(Network):
     counters: ``stats["forward"]`` (a forward solver's, when one ran) and ``stats["backward"]``.
     """
 
-    NOUN = "a GraphNet"
+    NOUN = "a DagNet"
     SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
     SOLVERS = "None (the forward node by node), ForwardJacobi() or ForwardNewton()"
     BASELINE = Sequential  # the schedule the others are measured against
@@ -68,7 +68,7 @@ class GraphNet(Network):
                 self.consumers[u].append(v)
         sinks = [v for v in self.order if not self.consumers[v]]
         if len(sinks) != 1:
-            raise ValueError(f"a GraphNet has one output node (one that no node reads); nodes {sinks} are read by none")
+            raise ValueError(f"a DagNet has one output node (one that no node reads); nodes {sinks} are read by none")
         self.output = sinks[0]
         self.n = {INPUT: int(n_input)}
         for v in self.order:
@@ -95,7 +95,7 @@ class GraphNet(Network):
         self._join(comm)
 
     def __repr__(self):
-        return f"GraphNet({len(self.order)} nodes, depth {self.depth}, cost={self.cost!r}, dtype={self.dtype!r})"
+        return f"DagNet({len(self.order)} nodes, depth {self.depth}, cost={self.cost!r}, dtype={self.dtype!r})"
 
     @property
     def nodes(self):
@@ -130,8 +130,8 @@ class GraphNet(Network):
         return super().feedforward(x, solver)
 
     def plan(self, batch):
-        """The ``plan.Plan`` of this network at ``batch`` columns: made on first use, kept for its life."""
-        return self._plan(batch, lambda: Plan(self, batch, self._params, self._controls))
+        """The ``plan.DagPlan`` of this network at ``batch`` columns: made on first use, kept for its life."""
+        return self._plan(batch, lambda: DagPlan(self, batch, self._params, self._controls))
 
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_out, B) (or None) as 2-D arrays of the same B."""
@@ -144,13 +144,13 @@ class GraphNet(Network):
 
 
 def chain(sizes, activation="sigmoid", output_activation=None, **options):
-    """The ``GraphNet`` of ``MLP(sizes, activation, ...)``: nodes "2".."L", each a ``Dense`` of the one before."""
+    """The ``DagNet`` of ``MLP(sizes, activation, ...)``: nodes "2".."L", each a ``Dense`` of the one before."""
     out = output_activation or ("sigmoid" if options.get("cost") == "cross_entropy" else activation)
     nodes, previous = [], INPUT
     for l in range(2, len(sizes) + 1):
         nodes.append((str(l), Dense(sizes[l - 1], out if l == len(sizes) else activation), [previous]))
         previous = str(l)
-    return GraphNet(sizes[0], nodes, **options)
+    return DagNet(sizes[0], nodes, **options)
 
 
 def from_mlp(mlp):
@@ -177,7 +177,7 @@ def residual(sizes, skip=2, activation="sigmoid", output_activation=None, **opti
             if sizes[int(block_input.lstrip("s")) - 1] == sizes[l - 1]:
                 nodes.append((f"s{l}", Add(), [str(l), block_input]))
                 read = f"s{l}"
-    return GraphNet(sizes[0], nodes, **options)
+    return DagNet(sizes[0], nodes, **options)
 
 
 def _check_nodes(nodes):
@@ -197,7 +197,7 @@ def _check_nodes(nodes):
             raise ValueError(f"node {name!r} has no inputs")
         layer[name], inputs[name] = node_layer, node_inputs
     if not layer:
-        raise ValueError("a GraphNet needs at least one node")
+        raise ValueError("a DagNet needs at least one node")
     for name, given in inputs.items():
         unknown = [u for u in given if u != INPUT and u not in layer]
         if unknown:

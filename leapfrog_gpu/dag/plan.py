@@ -1,6 +1,6 @@
 """A DAG network's pass at one batch size: its buffers and events, and the pieces its schedules enqueue.
 
-What the MLP's ``plan`` is to the MLP: a ``core.plan.Plan``, made once per batch size (``GraphNet.plan``).
+What the MLP's ``plan`` is to the MLP: a ``core.plan.Plan``, made once per batch size (``DagNet.plan``).
 A pass fills, node by node, ``a`` (outputs, the input's under ``"x"``), ``saved`` (what each layer's
 products need), ``g`` (errors), ``contributions`` (``contributions[u][v]``: the product consumer v hands
 back to u), ``adjoints`` (abar_v solved for at once, by a solver) and ``grads``; ``load`` clears them on
@@ -24,8 +24,8 @@ INPUT = "x"
 """The input node's name."""
 
 
-class Plan(plan.Plan):
-    """The pass of ``net`` (a ``GraphNet``) at ``batch`` columns, on its parameters ``params``, with its
+class DagPlan(plan.Plan):
+    """The pass of ``net`` (a ``DagNet``) at ``batch`` columns, on its parameters ``params``, with its
     step ``controls``."""
 
     def __init__(self, net, batch, params, controls):

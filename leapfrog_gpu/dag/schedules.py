@@ -1,4 +1,4 @@
-"""Backward schedules of a ``GraphNet``: the upper-triangular system of its adjoints, solved four ways.
+"""Backward schedules of a ``DagNet``: the upper-triangular system of its adjoints, solved four ways.
 
 The unknowns are x_v = abar_v for every non-input node but the output, whose unknown is its error
 x_out = g (eq. (4)). With T_{u,v} the product that node v hands back to its input u (J_{v,u}^T, or for
@@ -24,7 +24,7 @@ hand gradients to workers as ``Leapfrog(k)`` does. Each fills ``stats`` (and the
 ``stats["backward"]``): rounds, sweeps, flops and bytes of the adjoint system (estimates: each operand
 read once, each result written once), the same for the sequential order, and the memory it holds.
 
-The schedules see the pass through its ``plan.Plan`` and the few names it gives them (``order``,
+The schedules see the pass through its ``plan.DagPlan`` and the few names it gives them (``order``,
 ``depth``, ``consumers``, ``n``, ``node``, ``blocks``, ``counters``), not the network.
 """
 
@@ -89,7 +89,7 @@ class BlockSchedule(DagSchedule):
         self.memory_limit = memory_limit
 
     def memory_needed(self, net, batch):
-        """Bytes of the buffers for ``net`` (a ``GraphNet`` or its plan) at ``batch``."""
+        """Bytes of the buffers for ``net`` (a ``DagNet`` or its plan) at ``batch``."""
         raise NotImplementedError
 
     def check_memory(self, plan):
@@ -124,7 +124,7 @@ class DagJacobi(BlockSchedule):
         self.max_sweeps = max_sweeps
 
     def memory_needed(self, net, batch):
-        """Bytes of N (B, M, M), e and two iterates (B, M, 1) for ``net`` (a ``GraphNet`` or its plan) at
+        """Bytes of N (B, M, M), e and two iterates (B, M, 1) for ``net`` (a ``DagNet`` or its plan) at
         ``batch``."""
         return stacked_bytes(net, batch, np.dtype(net.dtype).itemsize, matrices=1, vectors=3)
 
@@ -155,7 +155,7 @@ class DagDoubling(BlockSchedule):
     INSTEAD = "Sequential(), Leapfrog(k), LevelSets() or DagJacobi() (about half the memory)"
 
     def memory_needed(self, net, batch):
-        """Bytes of P and P^2, (B, M, M) each, and two iterates, for ``net`` (a ``GraphNet`` or its plan) at
+        """Bytes of P and P^2, (B, M, M) each, and two iterates, for ``net`` (a ``DagNet`` or its plan) at
         ``batch``."""
         return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 

@@ -1,6 +1,6 @@
-"""PyTorch out: a ``GraphNet`` as a ``torch.fx.GraphModule``, one call per node in the network's order.
+"""PyTorch out: a ``DagNet`` as a ``torch.fx.GraphModule``, one call per node in the network's order.
 
-The function takes the nodes, the output's name and the parameters (``GraphNet.to_torch`` calls it);
+The function takes the nodes, the output's name and the parameters (``DagNet.to_torch`` calls it);
 torch, the crossing of arrays and tensors and who shares whose memory are ``leapfrog_gpu.core.torch_io``'s.
 
 Each layer of ``layers`` becomes what computes it on rows (a batch (B, n), features last): a ``Dense`` node
@@ -22,7 +22,7 @@ TRANSLATED = (Dense, Add, Concat, LayerNorm)
 
 
 def to_module(nodes, output, params):
-    """A ``torch.fx.GraphModule`` named ``GraphNetModule`` computing the DAG of ``nodes``, ``(name, layer,
+    """A ``torch.fx.GraphModule`` named ``DagNetModule`` computing the DAG of ``nodes``, ``(name, layer,
     inputs)`` triples in a topological order, whose output is node ``output``; ``params`` is ``{node: {name:
     array}}`` for the nodes with parameters. The module's parameters share those arrays' memory where DLPack
     allows, so pass arrays that nothing else writes. A TypeError names a node whose layer is not one of
@@ -46,7 +46,7 @@ def to_module(nodes, output, params):
             modules[_module_name(v, taken)] = _module(torch, layer, params[v])
             a[v] = graph.call_module(v, tuple(given))
     graph.output(a[output])
-    return torch.fx.GraphModule(modules, graph, class_name="GraphNetModule")
+    return torch.fx.GraphModule(modules, graph, class_name="DagNetModule")
 
 
 def _module(torch, layer, params):

@@ -25,7 +25,7 @@ a round or a sweep is one ``matmul`` of (m, B, N, N) by (m, B, N, N) or (m, B, N
 i holds layer l = i + 2. Zero padding is exact: padded rows and columns stay zero in every product. The
 rounds, the sweeps, their counters and the memory check are ``core.triangular``'s (the chain's).
 The buffers are allocated once per (network, batch size), in ``plan.naumov``, after a memory check.
-The solvers read the network through the ``plan.Plan`` of the pass: ``plan.w``, ``plan.sp``, ``plan.delta``.
+The solvers read the network through the ``plan.MLPPlan`` of the pass: ``plan.w``, ``plan.sp``, ``plan.delta``.
 
 Each pass leaves counters in ``schedule.stats`` (rounds or sweeps; flops and bytes moved against the
 sequential chain (5); memory held). Jacobi's sweep count is data dependent: read it after the pass

@@ -3,7 +3,7 @@
 Layers are numbered 1..L as in the book; layer 1 is the input. Internally every per-layer quantity is a
 dict keyed by that number (``w[l]``, ``z[l]``, ``delta[l]``), so the code reads like the equations of
 docs/design.md §1. A minibatch is stored as columns: ``a[l]`` is (n_l, B). The buffers and launches of a
-pass at one batch size are its ``plan.Plan`` (``MLP.plan``); what every network shares (the backend,
+pass at one batch size are its ``plan.MLPPlan`` (``MLP.plan``); what every network shares (the backend,
 parameters in and out, the step controls) is ``core.network.Network``.
 """
 
@@ -18,7 +18,7 @@ from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
 from .naumov import NaumovJacobi, NaumovScan
-from .plan import Plan
+from .plan import MLPPlan
 
 
 class MLP(Layered):
@@ -116,7 +116,7 @@ class MLP(Layered):
         return [grads[l]["b"] for l in self.layer_numbers], [grads[l]["w"] for l in self.layer_numbers]
 
     def plan(self, batch):
-        """The ``plan.Plan`` of this network at ``batch`` columns (this rank's share, with a communicator):
+        """The ``plan.MLPPlan`` of this network at ``batch`` columns (this rank's share, with a communicator):
         its buffers, events and launches, made on first use and kept for the network's life.
 
         For measurements and tools that enqueue parts of a pass themselves (``plan.forward()``,
@@ -125,7 +125,7 @@ class MLP(Layered):
         """
         if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
             raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
-        return self._plan(int(batch), lambda: Plan(self, int(batch), self._w, self._b, self._controls))
+        return self._plan(int(batch), lambda: MLPPlan(self, int(batch), self._w, self._b, self._controls))
 
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_L, B) (or None) as 2-D arrays of real numbers on a device this backend can

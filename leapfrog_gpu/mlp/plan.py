@@ -1,6 +1,6 @@
 """The MLP's pass at one batch size: its buffers, and the launches of equations (1)-(7) and the update.
 
-``MLP.plan(B)`` gives the ``Plan`` of a network at batch size B, made on first use and kept. The plan
+``MLP.plan(B)`` gives the ``MLPPlan`` of a network at batch size B, made on first use and kept. The plan
 makes the launches, each one a backend op called on its own buffers, and the chain of a backward pass
 (``chain``): (4), then (5) for l = L-1..2, each layer given on as its delta is final, so that
 ``core.driver`` hands its (6)(7) off the chain (on the main stream for ``Sequential()``, on worker
@@ -24,7 +24,7 @@ from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
 
 
-class Plan(plan.Plan):
+class MLPPlan(plan.Plan):
     """Everything one network needs at one batch size B, allocated once, and the launches that use it.
 
     Buffers (NaN until written, so that reading one too early shows in the result): ``a[1]`` (n_1, B);
@@ -64,7 +64,7 @@ class Plan(plan.Plan):
         self.allocated()
 
     def __repr__(self):
-        return f"Plan(B={self.batch}, sizes={self.sizes})"
+        return f"MLPPlan(B={self.batch}, sizes={self.sizes})"
 
     # -- the launches -------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """What a network does with a communicator (docs/design.md §5): join it, and sum its gradients across ranks.
 
 The communicator itself, the MPI transport and its watchdog, is ``parallel.comm``. A network built with
-``comm=parallel.world()`` on more than one rank (an ``MLP``, an ``RNN`` or a ``GraphNet``) is attached
+``comm=parallel.world()`` on more than one rank (an ``MLP``, an ``RNN`` or a ``DagNet``) is attached
 (``attach``): every rank must build the same network, and takes rank 0's parameters. Each of its plans then
 has a ``Reducer`` over the gradients of its units (layers or nodes), laid out in the order the network's
 schedules hand them over (``layout``): as soon as a unit's gradients are enqueued, the communication stream

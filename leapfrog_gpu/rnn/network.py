@@ -9,7 +9,7 @@ and the output layer z^{L,t} = w^L a^{L-1,t} + b^L, a^{L,t} = sigma_L(z^{L,t}) a
 (``output="every"``) or at the last (``output="last"``), with the MLP's output activations and costs, the
 cost summed over the time steps that have an output. A batch of B sequences is ``x`` (tau, n_1, B);
 targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The buffers of one
-(tau, B) live in a ``plan.Plan``; what every network shares is ``core.network.Network``.
+(tau, B) live in a ``plan.RNNPlan``; what every network shares is ``core.network.Network``.
 """
 
 import math
@@ -24,7 +24,7 @@ from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
-from .plan import Plan
+from .plan import RNNPlan
 from .scans import NaumovRNN, TimeScan
 from .schedules import BPTT, Wavefront, resolve
 
@@ -163,9 +163,9 @@ class RNN(Layered):
         return super().gradients(x, y, schedule, solver=solver)
 
     def plan(self, tau, batch):
-        """The ``plan.Plan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,
+        """The ``plan.RNNPlan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,
         events and launches, made on first use and kept for the network's life."""
-        return self._plan((tau, batch), lambda: Plan(self, tau, batch, self._w, self._u, self._b))
+        return self._plan((tau, batch), lambda: RNNPlan(self, tau, batch, self._w, self._u, self._b))
 
     # -- validation -----------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ def flat(buffer):
     return buffer.reshape(buffer.shape[0], -1)
 
 
-class Plan(plan.Plan):
+class RNNPlan(plan.Plan):
     """Buffers, events and launches of ``net`` (an ``RNN``) at sequence length ``tau`` and batch ``batch``,
     on its parameters ``w``, ``u``, ``b`` (dicts by layer, the network's own arrays, updated in place).
 

@@ -1,4 +1,4 @@
-"""The time recursion of one recurrent layer, its calls bound once per pass (``plan.Plan``).
+"""The time recursion of one recurrent layer, its calls bound once per pass (``plan.RNNPlan``).
 
 Forward, once z^l holds w^l a^{l-1,t} + b^l at every step (one product over tau*B columns, one add):
 

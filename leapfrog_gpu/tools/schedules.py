@@ -17,20 +17,20 @@ import inspect
 
 from ..core.schedules import Leapfrog, Sequential
 from ..dag.forward import ForwardJacobi, ForwardNewton
-from ..dag.network import GraphNet
+from ..dag.network import DagNet
 from ..mlp.network import MLP
 from ..rnn.network import RNN
 from ..rnn.newton import TimeNewton
 from .cli import names
 
-NETWORKS = {"mlp": MLP, "rnn": RNN, "dag": GraphNet}
+NETWORKS = {"mlp": MLP, "rnn": RNN, "dag": DagNet}
 NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
 SOLVERS = {
     "dag": {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton},
     "rnn": {"sequential": None, "newton": TimeNewton, "quasi-newton": functools.partial(TimeNewton, quasi=True)},
 }
 """The forward solvers of the networks that take one, by name, ``sequential`` (no solver) first: a
-``GraphNet``'s by Jacobi sweeps or Newton's method over its system (``dag.forward``); an RNN's by Newton's
+``DagNet``'s by Jacobi sweeps or Newton's method over its system (``dag.forward``); an RNN's by Newton's
 method over time (``TimeNewton``, DEER; ``quasi-newton``: its Jacobians' diagonals only)."""
 
 

@@ -1,4 +1,4 @@
-"""The contract every network keeps, written once and run over ``MLP``, ``RNN`` and ``GraphNet``: closing,
+"""The contract every network keeps, written once and run over ``MLP``, ``RNN`` and ``DagNet``: closing,
 use after close, parameters in and out by one protocol (``{unit: {network_name: array}}``) and one checked path,
 copies handed out that no later step writes, and the schedules a network cannot run refused by name."""
 
@@ -16,7 +16,7 @@ from networks import UNITS, network, network_batch
 TAKES = {
     "MLP": ("Sequential()", "Leapfrog(k)", "NaumovScan()", "NaumovJacobi()"),
     "RNN": ("Sequential()", "Leapfrog(k)", "BPTT()", "Wavefront()", "TimeScan()", "NaumovRNN()"),
-    "GraphNet": ("Sequential()", "Leapfrog(k)", "LevelSets()", "DagJacobi()", "DagDoubling()"),
+    "DagNet": ("Sequential()", "Leapfrog(k)", "LevelSets()", "DagJacobi()", "DagDoubling()"),
 }
 """What each network runs, as the issue's user reads it in a refusal; written here, not read from the code."""
 
@@ -162,7 +162,7 @@ def test_a_schedule_the_network_cannot_run_is_refused_naming_those_it_can(networ
             with pytest.raises(TypeError) as info:
                 call()
             message = str(info.value)
-            article = "a" if network_name == "GraphNet" else "an"
+            article = "a" if network_name == "DagNet" else "an"
             assert message.startswith(f"{article} {network_name} cannot run {schedule!r}; it takes "), message
             assert all(choice in message for choice in takes), message
         if not runs:

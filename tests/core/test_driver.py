@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import batch
-from leapfrog_gpu import MLP, RNN, GraphNet, Leapfrog, Sequential, reference
+from leapfrog_gpu import MLP, RNN, DagNet, Leapfrog, Sequential, reference
 from leapfrog_gpu.core import network as core_network
 from leapfrog_gpu.core import plan as core_plan
 from leapfrog_gpu.dag import Concat, Dense
@@ -28,7 +28,7 @@ def make(kind, dtype="float64"):
         return RNN(SIZES, dtype=dtype, backend="numpy", seed=1)
     nodes = [("h", Dense(6, "sigmoid"), "x"), ("g", Dense(5, "tanh"), "h"), ("c", Concat(), ["g", "h"]),
              ("out", Dense(3, "sigmoid"), "c")]
-    return GraphNet(4, nodes, dtype=dtype, backend="numpy", seed=1)
+    return DagNet(4, nodes, dtype=dtype, backend="numpy", seed=1)
 
 
 def data(net, B=3, seed=0):
@@ -39,7 +39,7 @@ def data(net, B=3, seed=0):
     return x, y
 
 
-NETWORKS = ["MLP", "RNN", "GraphNet"]
+NETWORKS = ["MLP", "RNN", "DagNet"]
 
 
 def room(filename):
@@ -102,12 +102,12 @@ def test_no_network_runs_the_hand_off_or_defines_a_step_of_its_own():
             assert "sgd_step" not in defined, path
     want = inspect.signature(core_network.Network.sgd_step)
     assert str(want) == "(self, x, y, eta, schedule=None, *, graph=False, solver=None)"
-    for cls in (MLP, RNN, GraphNet):
+    for cls in (MLP, RNN, DagNet):
         assert inspect.signature(cls.sgd_step) == want
 
 
 def reference_gradients(net, x, y):
-    """``{unit: {name: array}}`` in float64 from the plain references (the GraphNet's from the chain rule
+    """``{unit: {name: array}}`` in float64 from the plain references (the DagNet's from the chain rule
     written here: out reads [g; h], g reads h)."""
     if isinstance(net, MLP):
         nabla_b, nabla_w = reference.backprop(net.weights, net.biases, x, y, net.activation, net.cost,
@@ -149,7 +149,7 @@ def test_gradients_are_shaped_as_parameters_and_equal_the_reference(kind, schedu
                 assert np.allclose(got[unit][name], array, rtol=1e-10, atol=1e-12), (unit, name)
 
 
-@pytest.mark.parametrize("kind", ["RNN", "GraphNet"])
+@pytest.mark.parametrize("kind", ["RNN", "DagNet"])
 def test_one_pass_is_refused_by_name_where_there_is_no_sweep(kind):
     with make(kind) as net:
         x, y = data(net)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from leapfrog_gpu import MLP, RNN, Dense, GraphNet, Leapfrog, get_backend
+from leapfrog_gpu import MLP, RNN, Dense, DagNet, Leapfrog, get_backend
 from leapfrog_gpu.backends.host import NumpyBackend
 
 SIZES = [4, 6, 3]
@@ -70,7 +70,7 @@ def test_bad_batches(net, x, y, error, words):
 NETWORKS = {  # each network on the NumPy backend, in float32, and the shapes of its x and y
     "MLP": (lambda: MLP(SIZES, backend="numpy"), (4, 3), (3, 3)),
     "RNN": (lambda: RNN(SIZES, output="every", backend="numpy"), (2, 4, 3), (2, 3, 3)),
-    "GraphNet": (lambda: GraphNet(4, [("h", Dense(6), "x"), ("out", Dense(3), "h")], backend="numpy"), (4, 3), (3, 3)),
+    "DagNet": (lambda: DagNet(4, [("h", Dense(6), "x"), ("out", Dense(3), "h")], backend="numpy"), (4, 3), (3, 3)),
 }
 
 

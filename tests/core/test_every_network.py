@@ -1,4 +1,4 @@
-"""What the core gives every network, run over ``MLP``, ``RNN`` and ``GraphNet``: graph mode (a replayed
+"""What the core gives every network, run over ``MLP``, ``RNN`` and ``DagNet``: graph mode (a replayed
 step bitwise the eager one, for every schedule a network runs), ``check_finite`` (a NaN or Inf refused
 before the update, named, nothing updated), and data parallelism (two mirrored ranks against one
 process on the batch they make together)."""
@@ -15,7 +15,7 @@ from networks import NAMES, TAU, Mirror, arrays, network, network_batch
 SCHEDULES = {
     "MLP": [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), NaumovScan(), NaumovJacobi()],
     "RNN": [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), BPTT(), Wavefront(), TimeScan()],
-    "GraphNet": [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), LevelSets(), DagJacobi(), DagDoubling()],
+    "DagNet": [Sequential(), Leapfrog(2), Leapfrog(2, fused=True), LevelSets(), DagJacobi(), DagDoubling()],
 }
 
 
@@ -38,7 +38,7 @@ def test_a_replayed_step_is_bitwise_the_eager_step(name, schedule, mode):
     assert not all(np.array_equal(a, b) for a, b in zip(results[0], arrays(network(name, "numpy").parameters())))
 
 
-@pytest.mark.parametrize("name", ["RNN", "GraphNet"])
+@pytest.mark.parametrize("name", ["RNN", "DagNet"])
 def test_graph_mode_on_a_gpu_is_refused_saying_why(standin, name):
     with network(name, "cupy") as net:
         with pytest.raises(ValueError, match=r"graph=True cannot capture .*(cupy.matmul|allocate)"):
@@ -64,7 +64,7 @@ def test_check_finite_refuses_a_non_finite_gradient_by_name_and_updates_nothing(
             with pytest.raises(FloatingPointError, match=r"holds NaN or Inf; update refused, parameters unchanged") \
                     as info:
                 net.synchronize()
-        deepest = {"MLP": "nabla_w[5]", "RNN": f"delta[4] at t = {TAU}", "GraphNet": "nabla_w[out]"}[name]
+        deepest = {"MLP": "nabla_w[5]", "RNN": f"delta[4] at t = {TAU}", "DagNet": "nabla_w[out]"}[name]
         assert str(info.value).startswith(deepest)
         assert all(np.array_equal(a, b) for a, b in zip(arrays(net.parameters()), before))
         net.set_parameters(network(name, "numpy").parameters())  # the refusal is cleared: steps update again

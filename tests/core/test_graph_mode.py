@@ -18,7 +18,7 @@ from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
-from leapfrog_gpu.mlp.plan import Plan
+from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
 
@@ -143,7 +143,7 @@ def test_a_replay_plans_nothing(monkeypatch):
             raise AssertionError("a replay planned the step again")
 
         for name in ("step", "backprop", "forward", "backward", "run", "chain", "check_gradients", "update"):
-            monkeypatch.setattr(Plan, name, planning)
+            monkeypatch.setattr(MLPPlan, name, planning)
         for step in range(1, 4):
             x, y = batch(SIZES, 3, seed=step, dtype=np.float32)
             net.sgd_step(x, y, eta(step), Leapfrog(2), graph=True)

@@ -13,7 +13,7 @@ from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, Nau
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
-from leapfrog_gpu.mlp.plan import Plan
+from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.parallel.reducer import Reducer
 from networks import NAMES, Mirror, network, network_batch
 from races import Recorder, buffer_names, host_backend, races, report
@@ -109,7 +109,7 @@ BOTH = pytest.mark.parametrize("backend", ["numpy", "cupy"])
 WORKER_READS = {  # with no wait, a worker reads what the chain writes
     "MLP": race("delta[3] #1 on main", True, "delta[3]", "gradients[3] #1 on worker1"),
     "RNN": race("delta[3] #1 on main", True, "delta[3]", "nabla_w[3] #1 on worker1"),
-    "GraphNet": race("delta[g] #2 on main", True, "g[g]", "gradients[g] #2 on worker0"),
+    "DagNet": race("delta[g] #2 on main", True, "g[g]", "gradients[g] #2 on worker0"),
 }
 
 
@@ -125,7 +125,7 @@ JOINS = {  # with no join, the update reads a gradient a worker writes, the next
             race("gradients[2] #1 on worker0", False, "a[1]", "copy_in #3 on main", True)],
     "RNN": [race("nabla_w[3] #1 on worker1", True, "nabla_w[3]", "update[3] #1 on main"),
             race("nabla_w[2] #1 on worker0", False, "a[1]", "copy_in #3 on main", True)],
-    "GraphNet": [race("gradients[h] #1 on worker0", False, "x", "copy_in #3 on main", True)],
+    "DagNet": [race("gradients[h] #1 on worker0", False, "x", "copy_in #3 on main", True)],
 }
 
 
@@ -205,7 +205,7 @@ def test_the_one_pass_sweep_streaming_through_a_workers_scratch_is_reported(monk
         self.backend.launch(self.main, f"delta[{l}]+update[{l + 1}]", sweep_through(self.scratch[l + 1]),
                             self.delta[l], self.w[l + 1], self.delta[l + 1], self.sp[l], self.a[l], controls.array)
 
-    monkeypatch.setattr(Plan, "error_update", error_update)
+    monkeypatch.setattr(MLPPlan, "error_update", error_update)
     found = planted(monkeypatch, "numpy", "MLP", Leapfrog(2, one_pass=True))
     assert found[0] == race("update_b[5] #1 on worker1", True, "scratch[5]", "delta[4]+update[5] #1 on main", True)
     assert all(" scratch[" in line for line in found), "\n".join(found)
@@ -216,8 +216,8 @@ def test_a_sum_across_ranks_that_does_not_wait_for_its_gradients_is_reported(mon
     """docs/design.md §5, read after write: the communication stream sums a gradient a worker still writes."""
     monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, unit: None)
     found = planted(monkeypatch, backend, network_name, Leapfrog(1), "ranks")
-    gradient = {"MLP": "gradients[3]", "RNN": "nabla_w[3]", "GraphNet": "gradients[g]"}[network_name]
-    buffer = {"MLP": "nabla_w[3]", "RNN": "nabla_w[3]", "GraphNet": "reducer.views[g][w]"}[network_name]
+    gradient = {"MLP": "gradients[3]", "RNN": "nabla_w[3]", "DagNet": "gradients[g]"}[network_name]
+    buffer = {"MLP": "nabla_w[3]", "RNN": "nabla_w[3]", "DagNet": "reducer.views[g][w]"}[network_name]
     assert any(line.startswith(f"{gradient} #1 on worker0 writes {buffer} and allreduce[") for line in found), found
 
 
@@ -227,7 +227,7 @@ def test_an_update_that_does_not_wait_for_the_sums_is_reported(monkeypatch, back
     monkeypatch.setattr(Reducer, "join", lambda self: None)
     found = planted(monkeypatch, backend, network_name, Leapfrog(1), "ranks")
     unit, buffer = {"MLP": ("2", "nabla_w[2]"), "RNN": ("2", "nabla_w[2]"),
-                    "GraphNet": ("h", "reducer.views[h][w]")}[network_name]
+                    "DagNet": ("h", "reducer.views[h][w]")}[network_name]
     assert race(f"allreduce[{unit}] #1 on comm", True, buffer, f"update[{unit}] #1 on main") in found, found
 
 

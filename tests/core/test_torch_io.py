@@ -1,7 +1,7 @@
 """Parameters out and in through PyTorch, for every network: ``to_torch`` computes ``feedforward`` (the expected
 values computed by torch itself), its parameters equal the network's bitwise and are copies that neither side's
 training reaches; ``MLP.from_torch`` and ``RNN.from_torch`` read a module back bitwise and refuse what the
-network cannot compute saying why, and take no memory of the module with them; ``GraphNet.to_torch`` refuses
+network cannot compute saying why, and take no memory of the module with them; ``DagNet.to_torch`` refuses
 a layer or a node name it cannot translate; without torch every conversion names the extra to install.
 
 Tolerance of the comparisons with ``feedforward``: 64 eps of the dtype, relative to 1 + |a^L|. An MLP's layer
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from helpers import NETS, to_numpy
-from leapfrog_gpu import MLP, RNN, Add, Concat, Dense, GraphNet, LayerNorm, Leapfrog
+from leapfrog_gpu import MLP, RNN, Add, Concat, Dense, DagNet, LayerNorm, Leapfrog
 from leapfrog_gpu.core.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 
 NEEDS_TORCH = "the PyTorch conversions need torch: pip install 'leapfrog_gpu[torch]'"
@@ -437,19 +437,19 @@ def test_the_rnn_module_is_a_copy_neither_side_s_training_reaches(torch):
             assert_bitwise(detached(module.parameters()), [p + 1.0 for p in kept])
 
 
-# -- GraphNet -----------------------------------------------------------------------------------------
+# -- DagNet -----------------------------------------------------------------------------------------
 
 
 def three_way(backend, dtype="float64", seed=6):
     """Three Dense branches of the input summed by one Add, an identity output."""
-    return GraphNet(3, [("a", Dense(4, "relu"), "x"), ("b", Dense(4, "tanh"), "x"), ("c", Dense(4), "x"),
+    return DagNet(3, [("a", Dense(4, "relu"), "x"), ("b", Dense(4, "tanh"), "x"), ("c", Dense(4), "x"),
                         ("s", Add(), ["a", "b", "c"]), ("out", Dense(2, "identity"), "s")],
                     dtype=dtype, seed=seed, backend=backend)
 
 
 def joined(backend, dtype="float64", seed=7):
     """A Concat of the input and a LayerNorm, nodes named as torch names nothing."""
-    return GraphNet(4, [("2", Dense(5, "sigmoid"), "x"), ("my norm", LayerNorm(eps=1e-3), "2"),
+    return DagNet(4, [("2", Dense(5, "sigmoid"), "x"), ("my norm", LayerNorm(eps=1e-3), "2"),
                         ("c-1", Concat(), ["x", "my norm"]), ("out", Dense(3, "tanh"), "c-1")],
                     dtype=dtype, seed=seed, backend=backend)
 
@@ -478,7 +478,7 @@ def run_dag(torch, module, x):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", DAGS)
-def test_graphnet_to_torch_computes_feedforward(torch, name, dtype):
+def test_dagnet_to_torch_computes_feedforward(torch, name, dtype):
     net, x = trained_dag(DAGS[name], dtype)
     with net:
         module = net.to_torch()
@@ -489,7 +489,7 @@ def test_graphnet_to_torch_computes_feedforward(torch, name, dtype):
         assert_close(run_dag(torch, module, x), net.feedforward(x), dtype)
 
 
-def test_graphnet_to_torch_refuses_a_layer_it_cannot_translate(torch):
+def test_dagnet_to_torch_refuses_a_layer_it_cannot_translate(torch):
     with NETS["gate"]("numpy") as net:
         with pytest.raises(TypeError, match="node 'g' is a Gate, which to_torch cannot translate: it translates "
                                             "Dense, Add, Concat, LayerNorm layers"):
@@ -497,8 +497,8 @@ def test_graphnet_to_torch_refuses_a_layer_it_cannot_translate(torch):
 
 
 @pytest.mark.parametrize("name", ["forward", "graph", "a.b", 'a"b', "class", "é"])
-def test_graphnet_to_torch_refuses_a_node_name_torch_cannot_take(torch, name):
-    with GraphNet(3, [(name, Dense(4), "x"), ("out", Dense(2), name)], backend="numpy") as net:
+def test_dagnet_to_torch_refuses_a_node_name_torch_cannot_take(torch, name):
+    with DagNet(3, [(name, Dense(4), "x"), ("out", Dense(2), name)], backend="numpy") as net:
         with pytest.raises(ValueError) as info:
             net.to_torch()
     assert str(info.value).startswith(f"node {name!r} cannot name a torch module: to_torch names each Dense and "
@@ -506,7 +506,7 @@ def test_graphnet_to_torch_refuses_a_node_name_torch_cannot_take(torch, name):
     assert str(info.value).endswith("rename the node")
 
 
-def test_the_graphnet_module_is_a_copy_neither_side_s_training_reaches(torch):
+def test_the_dagnet_module_is_a_copy_neither_side_s_training_reaches(torch):
     net, x = trained_dag(NETS["residual"], "float64")
     with net:
         module = net.to_torch()

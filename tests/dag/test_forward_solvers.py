@@ -1,6 +1,6 @@
 """Forward solvers: Jacobi bitwise the node-by-node forward after D sweeps and not after D - 1, Newton
 within 1e-12 with its iterations counted (early on a contracting network, all D on a hard one), both
-for GraphNets and for the MLP, inside backprop, and their counters."""
+for DagNets and for the MLP, inside backprop, and their counters."""
 
 import math
 

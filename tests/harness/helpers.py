@@ -1,6 +1,6 @@
 """What several test modules share: batches and host copies, the GPU skip, the CuPy stand-in, the book's
 names and ids for what a test compares, the kernel devices, the chaos suite, the commands run in this
-process, and the DAGs of the GraphNet tests. Test modules import from here, never from each other
+process, and the DAGs of the DagNet tests. Test modules import from here, never from each other
 (``tests/test_layout.py`` checks it); ``conftest.py`` keeps the fixtures and hooks only.
 
 The commands' modules (``leapfrog_gpu.tools``) are imported where they are run: ``conftest.py`` imports
@@ -22,7 +22,7 @@ import pytest
 
 import cuda_cpu
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
-from leapfrog_gpu.dag import network as graphnet, layers
+from leapfrog_gpu.dag import network as dagnet, layers
 from leapfrog_gpu.backends import cuda_available, cuda_status, ops_cuda, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
@@ -428,7 +428,7 @@ class Gate(layers.Layer):
 def residual_net(backend, dtype="float64", seed=3):
     """x -> 2 -> 3 -> s3 = 3 + 2 -> norm -> 5 -> s5 = 5 + s3 -> out: two skips and a LayerNorm (depth 7)."""
     Dense, Add = layers.Dense, layers.Add
-    return graphnet.GraphNet(6, [
+    return dagnet.DagNet(6, [
         ("2", Dense(8, "tanh"), "x"), ("3", Dense(8, "tanh"), "2"), ("s3", Add(), ["3", "2"]),
         ("norm", layers.LayerNorm(), "s3"), ("5", Dense(8, "sigmoid"), "norm"), ("s5", Add(), ["5", "s3"]),
         ("out", Dense(4, "sigmoid"), "s5"),
@@ -438,7 +438,7 @@ def residual_net(backend, dtype="float64", seed=3):
 def dense_net(backend, dtype="float64", seed=4, cost="quadratic"):
     """DenseNet-like: every block reads the concatenation of everything before it (depth 7)."""
     Dense, Concat = layers.Dense, layers.Concat
-    return graphnet.GraphNet(5, [
+    return dagnet.DagNet(5, [
         ("1", Dense(4, "tanh"), "x"), ("c1", Concat(), ["x", "1"]), ("2", Dense(4, "relu"), "c1"),
         ("c2", Concat(), ["x", "1", "2"]), ("3", Dense(4, "sigmoid"), "c2"), ("c3", Concat(), ["1", "2", "3"]),
         ("out", Dense(3, "sigmoid"), "c3"),
@@ -448,21 +448,21 @@ def dense_net(backend, dtype="float64", seed=4, cost="quadratic"):
 def gate_net(backend, dtype="float64", seed=5):
     """A ``Gate`` and a skip around it (depth 4)."""
     Dense = layers.Dense
-    return graphnet.GraphNet(4, [("2", Dense(6, "tanh"), "x"), ("g", Gate(), "2"), ("s", layers.Add(), ["g", "2"]),
+    return dagnet.DagNet(4, [("2", Dense(6, "tanh"), "x"), ("g", Gate(), "2"), ("s", layers.Add(), ["g", "2"]),
                                  ("out", Dense(2, "identity"), "s")], dtype=dtype, seed=seed, backend=backend)
 
 
 NETS = {"residual": residual_net, "densenet": dense_net, "gate": gate_net}
-"""The DAGs the GraphNet tests run, by name."""
+"""The DAGs the DagNet tests run, by name."""
 
 
 def deep_chain(D, backend, width=4):
     """A tanh chain of depth D (D + 1 layers), float64."""
-    return graphnet.chain([3] + [width] * (D - 1) + [2], activation="tanh", dtype="float64", seed=1, backend=backend)
+    return dagnet.chain([3] + [width] * (D - 1) + [2], activation="tanh", dtype="float64", seed=1, backend=backend)
 
 
 def dag_data(net, size, seed=0):
-    """``batch`` for the GraphNet ``net``: its input's and its output node's sizes."""
+    """``batch`` for the DagNet ``net``: its input's and its output node's sizes."""
     return batch([net.n["x"], net.n[net.output]], size, seed)
 
 

@@ -1,6 +1,6 @@
 """Data-parallel training cases, run by every rank under ``mpiexec -n P python tests/harness/mpi_cases.py OUT``.
 
-Each rank trains every case of ``cases(P)`` (an MLP, an RNN or a GraphNet) and writes its parameters to
+Each rank trains every case of ``cases(P)`` (an MLP, an RNN or a DagNet) and writes its parameters to
 ``OUT/rank{r}.npz`` (keys ``case/i``, the arrays of ``parameters()`` in order) and what it was told to
 ``OUT/rank{r}.json``; ``test_parallel.py``
 compares the ranks with each other and with one process trained on the whole batches (``train``,
@@ -69,7 +69,7 @@ def data(sizes, batches, dtype, network="mlp"):
 
 
 def network(case, seed, backend, comm):
-    """The case's network: an MLP, an RNN with an output at every step, or a residual GraphNet."""
+    """The case's network: an MLP, an RNN with an output at every step, or a residual DagNet."""
     options = dict(activation="tanh", dtype=case["dtype"], seed=seed, backend=backend, comm=comm)
     kind = case.get("network", "mlp")
     if kind == "rnn":

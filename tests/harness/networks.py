@@ -1,32 +1,32 @@
 """One network of every kind, for the tests that run over all three (``tests/core``: the contract, what the core
-gives every network, the races): an ``MLP``, an ``RNN`` and a ``GraphNet`` of every kind of node and join, each
+gives every network, the races): an ``MLP``, an ``RNN`` and a ``DagNet`` of every kind of node and join, each
 with relu units (so that weights x 1e15 overflow float32), the batches they train on, and ``Mirror``, two
 ranks in one process. The ``network_name`` fixture (``conftest.py``) runs a test over the three names."""
 
 import numpy as np
 
 from helpers import batch
-from leapfrog_gpu import MLP, RNN, Add, Concat, Dense, GraphNet, LayerNorm
+from leapfrog_gpu import MLP, RNN, Add, Concat, Dense, DagNet, LayerNorm
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.parallel.comm import Communicator
 
-NAMES = ("MLP", "RNN", "GraphNet")
+NAMES = ("MLP", "RNN", "DagNet")
 IN, OUT = 3, 2
 TAU = 4
 """The RNN's sequence length: its batches are (TAU, IN, B), its targets at every step (TAU, OUT, B)."""
-UNITS = {"MLP": [2, 3, 4, 5], "RNN": [2, 3, 4], "GraphNet": ["h", "n", "g", "out"]}
+UNITS = {"MLP": [2, 3, 4, 5], "RNN": [2, 3, 4], "DagNet": ["h", "n", "g", "out"]}
 """The units each network's ``parameters()`` names, in order."""
 
 
 def network(name, backend, **options):
-    """The network ``name`` ("MLP", "RNN" or "GraphNet") on ``backend``, seed 1, with ``options`` (``dtype``,
+    """The network ``name`` ("MLP", "RNN" or "DagNet") on ``backend``, seed 1, with ``options`` (``dtype``,
     ``comm``, ``check_finite``, ...) passed on."""
     if name == "MLP":
         return MLP([IN, 6, 5, 4, OUT], activation="relu", seed=1, backend=backend, **options)
     if name == "RNN":
         return RNN([IN, 6, 5, OUT], activation="relu", output="every", seed=1, backend=backend, **options)
-    if name == "GraphNet":  # a skip, a concatenation with the input, a layer norm: every kind of node and join
-        return GraphNet(IN, [("h", Dense(5, "relu"), "x"), ("n", LayerNorm(), "h"), ("g", Dense(5, "relu"), "n"),
+    if name == "DagNet":  # a skip, a concatenation with the input, a layer norm: every kind of node and join
+        return DagNet(IN, [("h", Dense(5, "relu"), "x"), ("n", LayerNorm(), "h"), ("g", Dense(5, "relu"), "n"),
                              ("s", Add(), ["g", "h"]), ("c", Concat(), ["s", "x"]), ("out", Dense(OUT, "relu"), "c")],
                         seed=1, backend=backend, **options)
     raise ValueError(f"no network {name!r}; the names: {', '.join(NAMES)}")

@@ -17,7 +17,7 @@ from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
 from networks import Mirror
 from leapfrog_gpu import MLP, RNN, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.rnn import reference as reference_rnn
-from leapfrog_gpu.mlp.plan import Plan
+from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.parallel import reducer as data_parallel, comm as parallel
 from leapfrog_gpu.backends import collective
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -218,7 +218,7 @@ def test_sums_leave_in_the_layouts_order_whatever_order_the_gradients_come_in(mo
             plan.error(l)
             yield l
 
-    monkeypatch.setattr(Plan, "chain", chain)
+    monkeypatch.setattr(MLPPlan, "chain", chain)
     with NumpyBackend(mode="serial", trace=True) as backend, MLP(SIZES, backend=backend, comm=Mirror()) as net:
         backend.trace.clear()
         net.backprop(*batch(SIZES, 2))
@@ -232,7 +232,7 @@ def test_gradients_handed_over_twice_or_not_at_all_are_refused(monkeypatch):
         def chain(plan, schedule, controls=None, layers=layers):
             yield from layers(plan.L)
 
-        monkeypatch.setattr(Plan, "chain", chain)
+        monkeypatch.setattr(MLPPlan, "chain", chain)
         with MLP(SIZES, backend="numpy", comm=Mirror()) as net, pytest.raises(RuntimeError, match=message):
             net.backprop(*batch(SIZES, 2))
 

@@ -1,7 +1,7 @@
-"""``leapfrog-bench --model dag``: the forward solvers and the backward schedules of a ``GraphNet`` against
+"""``leapfrog-bench --model dag``: the forward solvers and the backward schedules of a ``DagNet`` against
 its sequential order.
 
-For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``GraphNet``
+For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet``
 and ``measure`` times, all interleaved in one run after a warm-up (``runner.interleaved``:
 median, p20, p80), its backward pass (``backprop``: the forward node by node, then the schedule) under
 each schedule of ``--schedule`` (by the names of ``tools.schedules``: sequential, leapfrog, level-sets,
@@ -28,7 +28,7 @@ import numpy as np
 from ...backends import get_backend, timing
 from ...dag.forward import ForwardJacobi, ForwardNewton, forward_counters
 from ...dag.layers import Add, Concat, Dense
-from ...dag.network import INPUT, GraphNet
+from ...dag.network import INPUT, DagNet
 from ..cli import integer, integers, names
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, runner
@@ -50,7 +50,7 @@ FOOT = ("speed-up vs seq: the sequential order's median over the row's (forward:
 
 
 def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
-    """The ``GraphNet`` of shape ``kind`` (a key of ``KINDS``), width N, nodes "1".."D"."""
+    """The ``DagNet`` of shape ``kind`` (a key of ``KINDS``), width N, nodes "1".."D"."""
     nodes = []
     for i in range(1, D + 1):
         previous = str(i - 1) if i > 1 else INPUT
@@ -58,7 +58,7 @@ def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
             nodes.append((str(i), KINDS[kind](), [previous, str(i - 3) if i > 3 else INPUT]))
         else:
             nodes.append((str(i), Dense(N, "sigmoid" if i == D else "tanh"), [previous]))
-    return GraphNet(N, nodes, dtype=dtype, seed=seed, backend=backend)
+    return DagNet(N, nodes, dtype=dtype, seed=seed, backend=backend)
 
 
 def runs(k, memory_limit, names=schedule_names("dag")):

@@ -64,7 +64,7 @@ DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] 
 """What ``--help`` says of the time a run takes."""
 
 MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
-              "dag: a GraphNet's forward solvers and backward schedules against its sequential order; each with "
+              "dag: a DagNet's forward solvers and backward schedules against its sequential order; each with "
               "options of its own (leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
 
 

@@ -1,4 +1,4 @@
-"""``leapfrog-train``: train an MLP, a residual MLP (a ``GraphNet``) or an RNN by SGD under a schedule.
+"""``leapfrog-train``: train an MLP, a residual MLP (a ``DagNet``) or an RNN by SGD under a schedule.
 
     leapfrog-train                                        # digits, 4x128 tanh, Leapfrog(k=2), 30 epochs
     leapfrog-train --data mnist --data-dir ~/mnist --hidden 6x256 --epochs 10 --checkpoint-dir run1

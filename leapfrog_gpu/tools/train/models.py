@@ -2,7 +2,7 @@
 
 ``mlp``     an ``MLP`` [n_1, *hidden, n_L] on the digits, MNIST or a teacher network (``data``).
 ``resmlp``  the same layers with a skip connection (an ``Add``) every ``--skip`` hidden layers wherever the
-            widths agree: ``dag.network.residual``, a ``GraphNet`` whose ``Dense`` nodes "2".."L" are the
+            widths agree: ``dag.network.residual``, a ``DagNet`` whose ``Dense`` nodes "2".."L" are the
             MLP's layers, so that its parameters are named as an MLP's; its forward pass node by node or
             by a forward solver (``--forward-solver``, ``leapfrog_gpu.dag.forward``).
 ``rnn``     an ``RNN`` whose hidden layers are recurrent, on sequences (``rnn_tasks``): the digits read row
@@ -59,7 +59,7 @@ def network(config, dataset, backend, comm=None):
 
 def load(directory, backend="auto"):
     """The network that ``leapfrog-train`` checkpointed in ``directory``, with the parameters of the last
-    step it completed: an ``MLP``, a residual ``GraphNet`` or an ``RNN``, as its ``--model`` was, on
+    step it completed: an ``MLP``, a residual ``DagNet`` or an ``RNN``, as its ``--model`` was, on
     ``backend`` (a name or a backend object); close it when done (``with``). Raises
     ``checkpoint.CheckpointError``, one line, for a file that is not such a checkpoint or does not fit."""
     arrays, state = checkpoint.load(directory)

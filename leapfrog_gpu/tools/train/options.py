@@ -125,7 +125,7 @@ def default_lr(config):
 
 DESCRIPTIONS = {
     "mlp": "Train a deep MLP whose weight gradients leapfrog the backward chain.",
-    "resmlp": "Train a residual MLP (a GraphNet: the MLP's layers with a skip connection every --skip hidden "
+    "resmlp": "Train a residual MLP (a DagNet: the MLP's layers with a skip connection every --skip hidden "
               "layers) whose weight gradients leapfrog its backward pass.",
     "rnn": "Train a recurrent network (RNN) by backpropagation through time, its weight gradients leapfrogging "
            "the chain over layers and time steps.",
@@ -175,7 +175,7 @@ def build_parser(model=DEFAULTS["model"]):
     group = p.add_argument_group("model and schedule")
     group.add_argument("--model", choices=MODELS,
                        help="mlp: the chain of layers; resmlp: the same layers with a skip connection every --skip "
-                            "hidden layers, a GraphNet; rnn: a recurrent network on sequences "
+                            "hidden layers, a DagNet; rnn: a recurrent network on sequences "
                             f"(default {d['model']}; --model M --help: the options of M)")
     group.add_argument("--skip", type=integer(1), metavar="N",
                        help=shown(f"hidden layers per skip connection (default {d['skip']})", "resmlp"))

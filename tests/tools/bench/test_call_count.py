@@ -32,11 +32,11 @@ def expected(L, schedule, chain="cublas", check_finite=False):
     busy = len({l % schedule.k for l in range(2, L + 1)}) if schedule.k else 0  # workers that own a layer
     cublas = chain == "cublas"
     enter = (1  # Controls.set_rate: one launch, a fill of eta / B
-             + n  # Plan.forward: (2)(3) of each layer, one launch each
-             + n  # Plan.error: (4) for l = L, (5) below it, one launch each
-             + (2 * n if fused else n)  # Plan.gradients: (6)(7) in one launch; fused: nabla_b, then the update
-             + (0 if fused else n)  # Plan.update: w and b of each layer in one launch
-             + (1 if check_finite else 0))  # Plan.check_gradients: one launch for every gradient
+             + n  # MLPPlan.forward: (2)(3) of each layer, one launch each
+             + n  # MLPPlan.error: (4) for l = L, (5) below it, one launch each
+             + (2 * n if fused else n)  # MLPPlan.gradients: (6)(7) in one launch; fused: nabla_b, then the update
+             + (0 if fused else n)  # MLPPlan.update: w and b of each layer in one launch
+             + (1 if check_finite else 0))  # MLPPlan.check_gradients: one launch for every gradient
     kernel = (n  # forward: bias_activation after cuBLAS, or forward_gemm/gemv
               + 1 + (n - 1)  # error: delta_output; delta_hidden after cuBLAS, or backward_gemm/gemv
               + (3 * n if fused else n)  # gradients: rank_update_bias/outer_bias; fused: bias_sum, sgd_update
@@ -47,7 +47,7 @@ def expected(L, schedule, chain="cublas", check_finite=False):
         matmul=(n + (n - 1)) if cublas else 0,  # (2) of each layer and (5) below L, on cuBLAS
         kernel=kernel,
         fill=1,  # Controls.set_rate's set_element
-        copy=2,  # Plan.load: x into a^1, y
+        copy=2,  # MLPPlan.load: x into a^1, y
         record=2 + (n + busy if schedule.k else 0),  # the staging buffers' copies; E_l of each layer, F_j
         wait=n + busy if schedule.k else 0,  # each worker waits E_l (E_{l-1} fused); main waits each F_j
         sync=2,  # each copy first waits for the copy out of its staging buffer two steps ago

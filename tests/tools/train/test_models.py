@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, assert_bitwise_equal, cli, digits_as_mnist, one_error_line, parameters
-from leapfrog_gpu import RNN, GraphNet
+from leapfrog_gpu import RNN, DagNet
 from leapfrog_gpu.mlp.network import MLP
 
 SMALL = {  # teacher tasks of 8 steps an epoch
@@ -22,7 +22,7 @@ SMALL = {  # teacher tasks of 8 steps an epoch
                "--batch-size", 8],
     "rnn": ["--model", "rnn", "--data", "teacher", "--samples", 64, "--tau", 4, "--hidden", "2x8", "--batch-size", 8],
 }
-NETWORK = {"mlp": MLP, "resmlp": GraphNet, "rnn": RNN}
+NETWORK = {"mlp": MLP, "resmlp": DagNet, "rnn": RNN}
 
 SCHEDULES = {
     "mlp": ["sequential", "leapfrog", "naumov-scan", "naumov-jacobi"],

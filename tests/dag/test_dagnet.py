@@ -1,4 +1,4 @@
-"""GraphNet: a chain bitwise the MLP, DAGs against finite differences and PyTorch, the DAG schedules
+"""DagNet: a chain bitwise the MLP, DAGs against finite differences and PyTorch, the DAG schedules
 against the sequential order with the rounds of their formulas, and validation that says what is wrong."""
 
 import math
@@ -16,7 +16,7 @@ from leapfrog_gpu.core.handoff import Handoff
 from leapfrog_gpu.dag import schedules as dag_schedules
 from leapfrog_gpu.dag.schedules import DagDoubling, DagJacobi, LevelSets
 from leapfrog_gpu.dag.forward import ForwardNewton
-from leapfrog_gpu.dag.network import GraphNet, chain, residual
+from leapfrog_gpu.dag.network import DagNet, chain, residual
 from leapfrog_gpu.dag.layers import Add, Concat, Dense, LayerNorm
 
 SIZES = [9, 17, 5, 13, 7, 3]
@@ -64,7 +64,7 @@ def total_cost(net, x, y):
 
 def twice_net(backend):
     """A node that reads another twice: a = 2 + 2."""
-    return GraphNet(3, [("2", Dense(4, "tanh"), "x"), ("double", Add(), ["2", "2"]), ("out", Dense(2), "double")],
+    return DagNet(3, [("2", Dense(4, "tanh"), "x"), ("double", Add(), ["2", "2"]), ("out", Dense(2), "double")],
                     dtype="float64", seed=6, backend=backend)
 
 
@@ -141,7 +141,7 @@ def test_dag_gradients_match_pytorch_autograd(name, schedule):
         got = net.backprop(x, y, schedule)
         worst = max(float(np.max(np.abs(got[v][k] - want[v][k]) / (1 + np.abs(want[v][k])))) for v in want
                     for k in want[v])
-        print(f"{name} {schedule!r}: worst |GraphNet - torch| / (1 + |torch|) = {worst:.2e}")
+        print(f"{name} {schedule!r}: worst |DagNet - torch| / (1 + |torch|) = {worst:.2e}")
         assert worst < 1e-12
 
 
@@ -309,13 +309,13 @@ def test_gradients_run_on_worker_index_mod_k():
 ])
 def test_bad_graphs_say_what_is_wrong(nodes, message):
     with pytest.raises(ValueError, match=message):
-        GraphNet(2, nodes, backend="numpy")
+        DagNet(2, nodes, backend="numpy")
 
 
 def test_a_node_listed_before_one_of_its_inputs_is_placed_after_all_of_them():
     """``s`` reads ``a`` and the input and is listed first: it waits for ``a``, not only for the input that is
     ready, and computes ``sigma(w x + b) + x``."""
-    with GraphNet(3, [("s", Add(), ["a", "x"]), ("a", Dense(3), "x")], dtype="float64", seed=2,
+    with DagNet(3, [("s", Add(), ["a", "x"]), ("a", Dense(3), "x")], dtype="float64", seed=2,
                   backend="numpy") as net:
         assert net.order == ["a", "s"] and net.output == "s"
         x, _ = data(net, 4)
@@ -326,11 +326,11 @@ def test_a_node_listed_before_one_of_its_inputs_is_placed_after_all_of_them():
 
 def test_cross_entropy_needs_a_sigmoid_output_and_schedules_are_checked():
     with pytest.raises(ValueError, match="Dense sigmoid output"):
-        GraphNet(2, [("a", Dense(3, "tanh"), "x")], cost="cross_entropy", backend="numpy")
+        DagNet(2, [("a", Dense(3, "tanh"), "x")], cost="cross_entropy", backend="numpy")
     with pytest.raises(TypeError, match="layer must implement"):
-        GraphNet(2, [("a", object(), "x")], backend="numpy")
+        DagNet(2, [("a", object(), "x")], backend="numpy")
     with pytest.raises(TypeError, match="backend must be"):
-        GraphNet(2, [("a", Dense(3), "x")], backend=3)
+        DagNet(2, [("a", Dense(3), "x")], backend=3)
     from leapfrog_gpu import NaumovScan
 
     with residual_net("numpy") as net:
@@ -341,8 +341,8 @@ def test_cross_entropy_needs_a_sigmoid_output_and_schedules_are_checked():
             net.backprop(x, y, Leapfrog(2, one_pass=True))
 
 
-def test_leapfrog_auto_calibrates_a_graphnet_and_runs_what_it_chose_bitwise():
-    """Leapfrog("auto") calibrates on the GraphNet's plan as on the MLP's and the RNN's: it chooses Sequential()
+def test_leapfrog_auto_calibrates_a_dagnet_and_runs_what_it_chose_bitwise():
+    """Leapfrog("auto") calibrates on the DagNet's plan as on the MLP's and the RNN's: it chooses Sequential()
     or a Leapfrog(k), once per plan, and its gradients are Sequential()'s bit for bit."""
     with residual_net("numpy") as net:
         x, y = data(net, 3)
@@ -413,3 +413,18 @@ def test_leapfrog_train_resmlp_resumes_bitwise(tmp_path, capsys):
 def test_leapfrog_train_refuses_skip_without_model_resmlp(capsys):
     assert cli("--skip", 3, "--backend", "numpy", "--quiet") == 2
     assert capsys.readouterr().err == "leapfrog-train: error: --skip applies to --model resmlp only\n"
+
+
+@pytest.mark.parametrize("module", ["leapfrog_gpu", "leapfrog_gpu.dag"])
+def test_the_old_name_graphnet_still_imports_with_a_deprecation_warning(monkeypatch, module):
+    """``GraphNet`` is ``DagNet`` for one release: the same class, and a DeprecationWarning naming the new name."""
+    import importlib
+
+    from leapfrog_gpu import DagNet
+
+    package = importlib.import_module(module)
+    monkeypatch.delitem(vars(package), "GraphNet", raising=False)  # kept once asked for: ask afresh
+    with pytest.warns(DeprecationWarning, match=rf"{module}\.GraphNet is now DagNet"):
+        assert getattr(package, "GraphNet") is DagNet
+    with pytest.raises(AttributeError, match="GraphNets"):
+        getattr(package, "GraphNets")

@@ -16,7 +16,7 @@ from cuda.bindings import nvrtc
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.backends.sources import kernel_dir, kernel_files, kernel_source
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "profiling"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
 import kernel_traffic as traffic  # noqa: E402
 
 ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200

@@ -316,22 +316,48 @@ check_parts() {  # PARTS names keys only; exit 2 naming them otherwise
 }
 
 # Wheels of what a GPU machine may lack (profiling/fetch_wheels.sh fills WHEELS): those whose module this
-# Python cannot import are installed, without an index, into a folder put first on PYTHONPATH, before
-# anything imports them; what the image has is left as it is.
+# Python cannot import, or whose image version is older than nvmath-python needs (NVMATH_NEEDS), are
+# installed, without an index, into a folder put first on PYTHONPATH, before anything imports them; what the
+# image has is otherwise left as it is.
+NVMATH_NEEDS="cuda_core=0.5.0 cuda_pathfinder=1.5.1 cuda_bindings=13.0.1"  # nvmath-python 1.0's requirements
 install_wheels() {
     local wheels=${WHEELS:-$REPO/build/wheels} wheel chosen=() names=()
     compgen -G "$wheels/*.whl" >/dev/null || return 0
     for wheel in "$wheels"/*.whl; do
-        local name module
+        local name module minimum why
         name=$(basename "$wheel" | cut -d- -f1)
         case $name in
             nvmath_python) module=nvmath ;;
             cuda_core | cuda_bindings | cuda_pathfinder) module=cuda.${name#cuda_} ;;
             *) module=$name ;;
         esac
-        if ! "$PYTHON" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$module') is None)" 2>/dev/null
-        then
-            chosen+=("$wheel") names+=("$name")
+        minimum=$(tr ' ' '\n' <<<"$NVMATH_NEEDS" | sed -n "s/^$name=//p")
+        if why=$("$PYTHON" - "$module" "$name" "$minimum" <<'PY' 2>/dev/null
+import importlib.metadata
+import importlib.util
+import re
+import sys
+
+module, name, minimum = sys.argv[1:]
+try:
+    found = importlib.util.find_spec(module) is not None
+except (ImportError, ValueError):
+    found = False
+if not found:
+    sys.exit(0)
+if minimum:
+    try:
+        have = importlib.metadata.version(name.replace("_", "-"))
+    except importlib.metadata.PackageNotFoundError:
+        have = "0"
+    numbers = [tuple(int(part) for part in re.findall(r"\d+", version)[:3]) for version in (have, minimum)]
+    if numbers[0] < numbers[1]:
+        print(f" (the image's {have} < {minimum})")
+        sys.exit(0)
+sys.exit(1)
+PY
+        ); then
+            chosen+=("$wheel") names+=("$name$why")
         fi
     done
     if ((${#chosen[@]} == 0)); then

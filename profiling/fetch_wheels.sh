@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # Fill build/wheels (WHEELS) with the wheels device_check.sh installs without a package index, on a GPU
-# machine whose image lacks them: nvmath-python with cuda-core, cuda-pathfinder and cuda-bindings (the
-# chain's cuBLAS in graph mode; cuda-bindings also for graphs with node priorities), threadpoolctl and tqdm (imported by the package and the benches), pytest-timeout (a hung GPU
-# test fails alone). Run it where pip reaches an index; build/ is ignored by git, so the folder travels with
+# machine whose image lacks them (profiling/gpu-image-packages.txt): scipy-openblas32 (the NumPy backend's
+# products; without it they run slower on NumPy's BLAS), nvmath-python with the cuda-core, cuda-pathfinder
+# and cuda-bindings it needs at least (the chain's cuBLAS in graph mode; cuda-bindings also for graphs with
+# node priorities), threadpoolctl and tqdm (imported by the package and the benches), pytest-timeout (a hung
+# GPU test fails alone). Run it where pip reaches an index; build/ is ignored by git, so the folder travels with
 # the working tree only when named among its untracked paths (docs/testing.md).
 #
 #   bash profiling/fetch_wheels.sh                     # for CPython 3.12 on x86_64 Linux
 #   PYTHON_VERSION=3.11 WHEELS=/tmp/wheels bash profiling/fetch_wheels.sh
 #
 # The versions are those the test extras install (pyproject.toml), pinned so that a rerun fetches the same
-# files; the folder is emptied first, so that it holds one version of each. It must stay under 20 MiB (19.5 with
-# CUDA 13's cuda-bindings, for an image with cupy-cuda13x). device_check.sh installs only those the image lacks.
+# files; the folder is emptied first, so that it holds one version of each. It must stay under LIMIT_MIB: the
+# device tool carries at most 64 MiB of ignored paths, and this folder is the only one. device_check.sh installs
+# those the image lacks, and a cuda-* one where the image's is older than nvmath-python needs.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/build/wheels}
 PYTHON=${PYTHON:-python3}
 PYTHON_VERSION=${PYTHON_VERSION:-3.12}
-LIMIT_MIB=20
-PACKAGES=(nvmath-python==1.0.0 cuda-core==1.2.2 cuda-pathfinder==1.9.1 cuda-bindings==13.5.0 threadpoolctl==3.8.0
-          tqdm==4.70.1 pytest-timeout==2.4.0)
+LIMIT_MIB=48
+PACKAGES=(scipy-openblas32==0.3.34.481.3 nvmath-python==1.0.0 cuda-core==1.2.2 cuda-pathfinder==1.9.1
+          cuda-bindings==13.5.0 threadpoolctl==3.8.0 tqdm==4.70.1 pytest-timeout==2.4.0)
 PLATFORMS=()
 for tag in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do
     PLATFORMS+=(--platform "${tag}_x86_64")

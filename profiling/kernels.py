@@ -18,6 +18,9 @@ of their twins: the predictions are then for reference only) at a shape the mode
 dtype) gets the model's ``predicted_us`` and ``bound`` of the kernel it times (``model_kernel``), printed
 beside the measured median with the ratio of the two; a shape the model lacks prints "-".
 
+Each kernel is timed over ``--launches`` launches back to back between one pair of events: the time per
+launch, and apart from it the host's time to issue one (in each row's JSON, and a line under each table).
+
 Each row is printed, and with ``--jsonl`` appended to a file, as soon as its shape is measured and its
 implementations agree, so that a run stopped part-way keeps what it measured.
 """
@@ -41,15 +44,26 @@ COPY_SHARE_TARGET, CUBLAS_TARGET = 0.8, 1.0  # the GEMVs: of copy bandwidth at N
 MODEL_KERNELS = {("nabla_w", False): "outer", ("nabla_w", True): "rank_update",
                  ("forward_gemv", False): "forward_gemv", ("forward_gemm", True): "forward_gemm",
                  ("backward_gemv", False): "backward_gemv", ("backward_gemm", True): "backward_gemm"}
+LAUNCHES = 20  # launches between one pair of events: a kernel's time apart from Python's launch of it
 OURS = ("ours", "numpy")  # our kernels; on NumPy the chain's one implementation, their twin
 
 
-def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
-    """One dict per (shape, implementation), yielded as each shape is measured: median and p20/p80 ms,
-    GB/s, the copy's GB/s, and the relative difference between the two implementations (a NaN or one
-    above the tolerance raises)."""
+def timed(backend, fn, repeats, warmup, launches):
+    """``{"ms": summary of the device time per launch, "launch_us": the host's median time to issue one,
+    "launches", "launch_bound"}``: ``launches`` launches back to back between one pair of events
+    (``timing.measure_launches``); launch-bound where issuing took 90 % of the time or more (the device
+    waited on Python: the figure is then the launch rate, an upper bound of the kernel's time)."""
+    per_launch, issue = timing.measure_launches(backend, fn, repeats, warmup, launches)
+    ms, launch_us = timing.summary(per_launch), float(np.median(issue)) * 1e3
+    return {"ms": ms, "launch_us": launch_us, "launches": launches, "launch_bound": launch_us >= 900 * ms["median"]}
+
+
+def rows(backend, shapes, dtype="float32", repeats=20, warmup=3, launches=LAUNCHES):
+    """One dict per (shape, implementation), yielded as each shape is measured: median and p20/p80 ms of one
+    launch (``timed``), the host's time to issue it, GB/s, the copy's GB/s, and the relative difference
+    between the two implementations (a NaN or one above the tolerance raises)."""
     xp, ops, main = backend.xp, backend.ops, backend.main
-    copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
+    copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup, launches=launches)["median"]
     rng = np.random.default_rng(0)
     for n, m, batch in shapes:
         delta = xp.asarray(rng.standard_normal((n, batch)), dtype=dtype)
@@ -64,9 +78,9 @@ def rows(backend, shapes, dtype="float32", repeats=20, warmup=3):
         bytes_moved = traffic.kernel_bytes(kernel, n, m, batch, np.dtype(dtype).itemsize)
         shape_rows = []
         for name, fn in implementations:
-            ms = timing.summary(timing.measure(backend, fn, repeats, warmup))
-            shape_rows.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, "ms": ms,
-                               "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy})
+            time = timed(backend, fn, repeats, warmup, launches)
+            shape_rows.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, **time,
+                               "gbps": bytes_moved / (time["ms"]["median"] * 1e6), "copy_gbps": copy})
         tolerance = 1e-4 if dtype == "float32" else 1e-10
         error = float(xp.max(xp.abs(ours - theirs))) / max(float(xp.max(xp.abs(theirs))), 1e-30)
         if not error <= tolerance:  # a NaN fails too
@@ -83,7 +97,7 @@ def chain_implementations(backend):
     return {"ours": CudaOps(backend.xp, "kernels"), "cublas+ew": CudaOps(backend.xp, "cublas")}
 
 
-def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None):
+def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None, launches=LAUNCHES):
     """One dict per (shape, direction, implementation) of the chain, yielded as each (shape, direction)
     is measured: ms, GB/s, GFLOP/s (B > 1), copy GB/s.
 
@@ -92,7 +106,7 @@ def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None
     """
     xp, main = backend.xp, backend.main
     if copy is None:
-        copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup)["median"]
+        copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup, launches=launches)["median"]
     rng = np.random.default_rng(1)
     implementations = chain_implementations(backend)
     for n, m, batch in shapes:
@@ -113,11 +127,11 @@ def chain_rows(backend, shapes, dtype="float32", repeats=20, warmup=3, copy=None
                 else:
                     args = (ops.backward, buffers[0], w, delta_next, sp)
                 backend.synchronize()  # the uploads ran on CuPy's default stream
-                ms = timing.summary(timing.measure(backend, lambda a=args: backend.launch(main, kernel, *a),
-                                                   repeats, warmup))
+                time = timed(backend, lambda a=args: backend.launch(main, kernel, *a), repeats, warmup, launches)
+                ms = time["ms"]
                 results[name] = buffers[0]
                 measured.append({"n": n, "m": m, "B": batch, "dtype": dtype, "kernel": kernel, "impl": name,
-                                 "ms": ms, "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy,
+                                 **time, "gbps": bytes_moved / (ms["median"] * 1e6), "copy_gbps": copy,
                                  "gflops": 2 * n * m * batch / (ms["median"] * 1e6) if batch > 1 else None})
             _agree(list(results.values()), dtype, f"{kernel} at {(n, m, batch)}")
             yield from measured
@@ -232,12 +246,26 @@ def line(r, model=False):
             f"{model_columns(r) if model else ''}")
 
 
+def launch_line(rows):
+    """One line under a table: the host's time to issue a launch (median over its rows, their range), and
+    the rows whose launches it bound (``timed``), whose times are then the launch rate."""
+    costs = [r["launch_us"] for r in rows]
+    if not costs:
+        return "launches: none timed"
+    bound = [f"{r['n']}:{r['m']}:{r['B']} {r.get('kernel', 'nabla_w')} {r['impl']}" for r in rows if r["launch_bound"]]
+    return (f"launches: {rows[0]['launches']} an event pair; the host issues one in {np.median(costs):.1f} us "
+            f"(median; {min(costs):.1f}-{max(costs):.1f}); bound by it: {', '.join(bound) if bound else 'none'}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--shapes", default=None, help="n:m:B,... (default: a fixed set)")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--launches", type=int, default=LAUNCHES,
+                        help=f"launches back to back between one pair of events per repeat (default {LAUNCHES}): "
+                             "the time per launch apart from the host's time to issue one")
     parser.add_argument("--gemv-blocks", default=None, metavar="FxR:CxS,...",
                         help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
                              "(columns x threads) pairs such as 32x4:8x256,32x8:16x512 (default: the launcher's)")
@@ -253,6 +281,7 @@ def main(argv=None):
     model = None if args.model is None else load_model(args.model)
 
     def show(table, r):
+        r = {**r, "backend_repr": repr(backend)}
         if model is not None:
             r = with_model(table, r, model)
         (results if table == "nabla_w" else chain).append(r)
@@ -263,13 +292,16 @@ def main(argv=None):
 
     with get_backend(args.backend) as backend:
         print(header(model is not None), flush=True)
-        for r in rows(backend, shapes, args.dtype, args.repeats):
+        for r in rows(backend, shapes, args.dtype, args.repeats, launches=args.launches):
             show("nabla_w", r)
         copy = results[0]["copy_gbps"]
-        print(f"copy: {copy:.1f} GB/s (read + write of a 128 MiB array)\n", flush=True)
+        print(launch_line(results), flush=True)
+        print(f"copy: {copy:.1f} GB/s (read + write of a 128 MiB array, {args.launches} copies an event pair)\n",
+              flush=True)
         print(chain_header(model is not None), flush=True)
-        for r in chain_rows(backend, shapes, args.dtype, args.repeats, copy=copy):
+        for r in chain_rows(backend, shapes, args.dtype, args.repeats, copy=copy, launches=args.launches):
             show("chain", r)
+        print(launch_line(chain), flush=True)
         print("\n".join(chain_verdicts(chain)), flush=True)
         failed = [blocks for blocks in _gemv_blocks(args.gemv_blocks)
                   if not _other_gemv_blocks(backend, blocks, gemvs, args, show, copy)]
@@ -293,7 +325,7 @@ def _other_gemv_blocks(backend, blocks, gemvs, args, show, copy):
     try:
         with _gemv_block_shapes(forward, backward):
             launch.chain_launch("forward", 1, 1, 4)  # the launcher's checks, before anything is launched
-            for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=copy):
+            for r in chain_rows(backend, gemvs, args.dtype, args.repeats, copy=copy, launches=args.launches):
                 if r["impl"] != "cublas+ew":
                     show("chain", {**r, "gemv_blocks": [list(forward), list(backward)]})
         return True

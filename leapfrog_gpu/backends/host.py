@@ -92,7 +92,8 @@ class NumpyBackend:
         blas = "" if self.blas_threads is None else f", blas_threads={self.blas_threads}"
         chaos = "" if self.chaos is None else f", chaos={self.chaos}"
         state = ", closed" if self._closed else ""
-        return f"NumpyBackend(mode={self.mode!r}{blas}{chaos}, workers={len(self._workers)}{state})"
+        return (f"NumpyBackend(mode={self.mode!r}{blas}{chaos}, workers={len(self._workers)}{state}, "
+                f"blas={host_blas.library()!r})")
 
     def __enter__(self):
         return self

@@ -14,11 +14,17 @@ product takes long enough (``RELEASE_MATRIX``, ``RELEASE_GEMM``), and through ``
 holds it, otherwise: a thread that gives the GIL up waits to take it back, which a narrow network's
 microsecond products would pay at every call. Both run the one routine of one library, so the bits are
 the same either way.
+
+Without ``scipy-openblas32`` (a machine that cannot install it) the products run on NumPy's own BLAS
+through ``np.matmul``, with one warning: slower (a product with beta = 1 or a ``ger`` allocates its
+result first, and the GIL stays held as NumPy's matmul holds it), within the float32 and float64
+tolerances of the references, not bitwise the OpenBLAS products.
 """
 
 import ctypes
 import functools
 import os
+import warnings
 
 import numpy as np
 
@@ -64,6 +70,10 @@ def _product(out, x, y, alpha, beta, bound):
     if not flags.writeable or not (flags.f_contiguous or flags.c_contiguous):
         raise ValueError(f"matmul writes into a writable C- or Fortran-contiguous array; got strides "
                          f"{out.strides}, writeable={flags.writeable}")
+    if load() is None:
+        _prefix(out.dtype)
+        call = functools.partial(_numpy_product, out, x, y, alpha, beta)
+        return call if bound else call()
     if not flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
         out, x, y = out.T, y.T, x.T
     c = _address(out.T)
@@ -112,12 +122,40 @@ def _vector(v, axis):
     return _address(v), inc
 
 
+def _numpy_product(out, x, y, alpha, beta):
+    """``out = alpha * (x @ y) + beta * out`` through ``np.matmul``: the products without OpenBLAS."""
+    if alpha == 1 and beta == 0:
+        np.matmul(x, y, out=out)
+        return
+    product = np.matmul(x, y)
+    if alpha != 1:
+        product *= out.dtype.type(alpha)
+    if beta == 0:
+        out[...] = product
+    else:
+        if beta != 1:
+            out *= out.dtype.type(beta)
+        out += product
+
+
+def library():
+    """Which BLAS runs the products, in words (for a backend's repr and the result records)."""
+    return "OpenBLAS (scipy-openblas32)" if load() is not None else "NumPy's BLAS (np.matmul; no scipy-openblas32)"
+
+
 @functools.cache
 def load():
-    """The OpenBLAS library of ``scipy-openblas32`` as ``(ctypes.CDLL, ctypes.PyDLL)``, loaded on first use.
+    """The OpenBLAS library of ``scipy-openblas32`` as ``(ctypes.CDLL, ctypes.PyDLL)``, loaded on first use;
+    ``None``, with one ``RuntimeWarning``, where it is not installed (the products then go through NumPy).
     ``NumpyBackend`` loads it as it starts, before it sets the BLAS thread count, which reaches only
     the libraries loaded by then."""
-    import scipy_openblas32
+    try:
+        import scipy_openblas32
+    except ImportError as error:
+        warnings.warn(f"scipy-openblas32 does not import ({error}): the NumPy backend's products run on NumPy's "
+                      "own BLAS (np.matmul), slower: products into an output allocate and hold the GIL, so host "
+                      "streams overlap less (pip install scipy-openblas32)", RuntimeWarning, stacklevel=2)
+        return None
 
     path = os.path.join(scipy_openblas32.get_lib_dir(), scipy_openblas32.get_library(fullname=True))
     return ctypes.CDLL(path), ctypes.PyDLL(path)

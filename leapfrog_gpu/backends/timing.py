@@ -5,6 +5,10 @@ On the host (NumPy backend) a repeat is the wall time of ``fn()`` followed by ``
 from ``time.perf_counter``. On a GPU it is the time between two CUDA events recorded on the backend's
 main stream around ``fn()``: every schedule joins its workers into the main stream, so the second
 event completes only once the workers have finished too.
+
+A kernel shorter than Python's launch of it is timed by ``measure_launches``: many launches back to back
+between one pair of events, so that the device's time per launch is apart from the host's time to issue one
+(where the two are close, the device waited on Python: the figure is the launch rate, not the kernel's).
 """
 
 import collections
@@ -68,6 +72,42 @@ def measure_in_blocks(backend, fns, keys, repeats, warmup, contexts=None, block=
     return [np.array(t) for t in times]
 
 
+def measure_launches(backend, fn, repeats, warmup, launches=20):
+    """Time ``launches`` calls of ``fn()`` back to back, ``repeats`` times, after ``warmup`` calls: on a GPU
+    between one pair of events on the main stream, on the host up to the ``synchronize()`` after the last.
+    Returns ``(per_launch_ms, issue_ms)``: arrays over the repeats of the elapsed time divided by
+    ``launches``, and of the host's time to issue one launch (the calls' wall time before any wait)."""
+    if isinstance(launches, bool) or not isinstance(launches, int) or launches < 1:
+        raise ValueError(f"launches must be an integer >= 1; got {launches!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
+    for _ in range(warmup):
+        fn()
+    backend.synchronize()
+    per_launch, issue = np.empty(repeats), np.empty(repeats)
+    for i in range(repeats):
+        if backend.name == "cupy":
+            cupy = backend.xp
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(backend.main)
+            began = time.perf_counter()
+            for _ in range(launches):
+                fn()
+            issue[i] = time.perf_counter() - began
+            end.record(backend.main)
+            end.synchronize()
+            per_launch[i] = cupy.cuda.get_elapsed_time(start, end) / launches
+        else:
+            began = time.perf_counter()
+            for _ in range(launches):
+                fn()
+            issue[i] = time.perf_counter() - began
+            backend.synchronize()
+            per_launch[i] = (time.perf_counter() - began) * 1e3 / launches
+        issue[i] *= 1e3 / launches
+    return per_launch, issue
+
+
 def _host_time(backend, fn):
     start = time.perf_counter()
     fn()
@@ -85,14 +125,16 @@ def _device_time(backend, fn):
     return cupy.cuda.get_elapsed_time(start, end)
 
 
-def copy_bandwidth(backend, nbytes=1 << 27, repeats=20, warmup=3):
+def copy_bandwidth(backend, nbytes=1 << 27, repeats=20, warmup=3, launches=1):
     """Device-to-device (host-to-host on NumPy) copy bandwidth in GB/s, read plus write: a
-    ``summary`` of GB/s over the repeats."""
+    ``summary`` of GB/s over the repeats, each ``launches`` copies between one pair of events
+    (``measure_launches``)."""
     xp = backend.xp
     src = xp.ones(nbytes // 4, dtype=np.float32)
     dst = xp.empty_like(src)
     backend.synchronize()
-    ms = measure(backend, lambda: backend.launch(backend.main, "copy", xp.copyto, dst, src), repeats, warmup)
+    ms, _ = measure_launches(backend, lambda: backend.launch(backend.main, "copy", xp.copyto, dst, src), repeats,
+                             warmup, launches)
     return summary(2 * src.nbytes / (ms * 1e6))
 
 

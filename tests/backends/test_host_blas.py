@@ -308,3 +308,64 @@ def test_a_bound_product_is_the_product_on_what_the_arrays_hold_when_called(shap
         assert np.array_equal(out[:, 2], want)
         x += 1
         y[:, 1] *= 2
+
+
+WITHOUT_OPENBLAS = """
+import sys, warnings
+import numpy as np
+
+
+class Hidden:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "scipy_openblas32":
+            raise ModuleNotFoundError(f"No module named {name!r} (hidden by the test)")
+        return None
+
+
+sys.meta_path.insert(0, Hidden())
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from leapfrog_gpu import Leapfrog, Sequential
+from leapfrog_gpu.backends import host_blas
+from tests.core.test_driver import NETWORKS, data, make, reference_gradients
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert host_blas.load() is None
+print(caught[0].category.__name__, caught[0].message)
+for kind in NETWORKS:
+    for dtype, rtol, atol in (("float64", 1e-10, 1e-12), ("float32", 1e-4, 1e-5)):
+        for schedule in (Sequential(), Leapfrog(2)):
+            with make(kind, dtype) as net:
+                print(kind, dtype, repr(net.backend))
+                x, y = data(net, B=4, seed=2)
+                x, y = x.astype(dtype), y.astype(dtype)
+                want = reference_gradients(net, x.astype(np.float64), y.astype(np.float64))
+                got = net.gradients(x, y, schedule)
+                for unit, named in want.items():
+                    for name, array in named.items():
+                        assert np.allclose(got[unit][name], array, rtol=rtol, atol=atol), (kind, dtype, unit, name)
+                before = net.parameters()
+                net.sgd_step(x, y, 0.5, schedule)
+                for unit, named in want.items():
+                    for name, array in named.items():
+                        step = np.asarray(before[unit][name], np.float64) - 0.5 / x.shape[-1] * array
+                        assert np.allclose(net.parameters()[unit][name], step, rtol=rtol, atol=atol), (kind, unit)
+print("trained")
+"""
+
+
+def test_without_scipy_openblas32_every_network_trains_on_numpys_blas_with_one_warning():
+    """With ``scipy_openblas32`` unimportable (a machine without the wheel), the products run on NumPy's BLAS:
+    one warning names the missing wheel, the backend's repr says which BLAS, and an MLP, an RNN and a GraphNet
+    give the float64 reference's gradients and SGD step, in float64 and float32, Sequential and Leapfrog(2)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_OPENBLAS, str(root / "tests" / "harness"), str(root)],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("RuntimeWarning scipy-openblas32 does not import (No module named 'scipy_openblas32'")
+    assert "NumPy's BLAS (np.matmul" in lines[1] and lines[-1] == "trained"
+    assert len(lines) == 1 + 3 * 2 * 2 + 1 and all("no scipy-openblas32" in line for line in lines[1:-1])

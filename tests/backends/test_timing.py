@@ -82,3 +82,13 @@ def test_copy_bandwidth_is_positive():
     with NumpyBackend() as backend:
         stats = timing.copy_bandwidth(backend, nbytes=1 << 20, repeats=3, warmup=1)
     assert 0 < stats["p20"] <= stats["median"] <= stats["p80"]
+
+
+def test_measure_launches_times_many_launches_and_the_host_issue_apart():
+    calls = []
+    with NumpyBackend(mode="serial") as backend:
+        per_launch, issue = timing.measure_launches(backend, lambda: calls.append(1), 3, 2, launches=20)
+        with pytest.raises(ValueError, match="launches must be an integer >= 1; got 0"):
+            timing.measure_launches(backend, lambda: None, 3, 0, launches=0)
+    assert len(calls) == 2 + 3 * 20
+    assert per_launch.shape == issue.shape == (3,) and (issue >= 0).all() and (per_launch >= issue).all()

@@ -277,7 +277,8 @@ def test_the_kernel_benchmark_runs_the_chain_on_cupy_against_cublas(standin, mon
     from leapfrog_gpu.backends import timing
     from leapfrog_gpu.backends.cuda import CupyBackend
 
-    monkeypatch.setattr(timing, "measure", lambda backend, fn, repeats, warmup: [fn(), backend.synchronize(), 0.5][2:])
+    monkeypatch.setattr(timing, "measure_launches", lambda backend, fn, repeats, warmup, launches:
+                        [fn(), backend.synchronize(), (np.array([0.5]), np.array([0.01]))][2])
     with CupyBackend() as backend:
         rows = list(kernels.chain_rows(backend, [(33, 31, 1), (20, 17, 5)], repeats=1, warmup=0, copy=10.0))
     assert [(r["kernel"], r["impl"]) for r in rows] == [

@@ -383,16 +383,25 @@ def test_parts_selects_some_parts_and_refuses_an_unknown_key(tmp_path):
     assert run.returncode == 2 and "PARTS names 'sanitizer'; the parts are: smoke environment" in run.stderr
 
 
-def test_the_part_limits_fit_the_budget_with_the_headline_early():
-    """The limits of a run of every part add up to at most 400 s (the 420 s budget less the time killed
-    parts take to end); the headline benchmark starts after the smoke and environment parts only."""
+def test_the_part_limits_fit_the_two_calls_with_the_headline_early():
+    """Each of the two calls (PARTS=first, PARTS=second) holds its parts' limits within its budget, and with the
+    wheels' install (30 s) within the device tool's 7 minutes; both, with a 3-minute start, within its 15 device
+    minutes; together they are every part; the headline starts after the smoke and environment parts only."""
     text = (PROFILING / "device_check.sh").read_text()
     calls = re.findall(r'^    part "([^"]+)" (\S+) ', text, re.M)
     limits = {name: int(re.search(r"^    TESTS_LIMIT=(\d+)", text, re.M).group(1)) if limit == '"$TESTS_LIMIT"'
               else int(limit) for name, limit in calls}
-    assert list(limits) == list(PARTS)
-    assert sum(limits.values()) <= 400 and limits["smoke"] == 60 and limits["bench headline"] >= 90
-    assert int(re.search(r"BUDGET=\$\{BUDGET:-(\d+)\}", text).group(1)) == 420
+    assert list(limits) == list(PARTS) and limits["smoke"] == 60 and limits["bench headline"] >= 90
+    keys = dict(re.findall(r'\["?([^]"]+)"?\]=(\w+)', re.search(r"declare -A KEYS=\(([^)]*)\)", text).group(1)))
+    budgets = {}
+    for call in ("FIRST", "SECOND"):
+        parts = re.search(rf"^{call}_CALL=(\S+)", text, re.M).group(1).split(",")
+        budgets[call] = int(re.search(rf"{call}_BUDGET=(\d+)", text).group(1))
+        assert sum(limits[name] for name, key in keys.items() if key in parts) <= budgets[call] - 10, call
+        assert budgets[call] + 30 <= 7 * 60
+    assert sorted(re.search(r"^FIRST_CALL=(\S+)", text, re.M).group(1).split(",") +
+                  re.search(r"^SECOND_CALL=(\S+)", text, re.M).group(1).split(",")) == sorted(keys.values())
+    assert sum(budgets.values()) + 2 * 30 + 3 * 60 <= 15 * 60
 
 
 def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):
@@ -485,14 +494,14 @@ def test_the_model_kernel_of_each_row_is_the_kernel_it_launches(standin, monkeyp
 
     launched = []
 
-    def measure(backend, fn, repeats, warmup):
+    def measure_launches(backend, fn, repeats, warmup, launches):
         start = len(standin.trace())
         fn()
         backend.synchronize()
         launched.append([name for kind, _, name in standin.trace()[start:] if kind == "launch"])
-        return np.array([0.5])
+        return np.array([0.5]), np.array([0.01])
 
-    monkeypatch.setattr(timing, "measure", measure)
+    monkeypatch.setattr(timing, "measure_launches", measure_launches)
     shapes = [(9, 9, 1), (9, 9, 3)]
     with CupyBackend() as backend:
         measured = [("nabla_w", r) for r in kernels.rows(backend, shapes, repeats=1, warmup=0)]
@@ -612,3 +621,52 @@ def test_each_graph_holds_n_empty_kernels_and_the_slope_is_a_node(standin, monke
     assert (cost["node_us"], cost["launch_us"]) == (pytest.approx(0.5), pytest.approx(3.0))
     assert graph_nodes.line(cost) == ("graph node: 0.50 us a node, 3.0 us a launch "
                                       "(empty-kernel graphs, nodes: us = 1: 3.5, 4: 5.0, 9: 7.5)")
+
+
+def test_a_dry_run_hides_what_the_gpu_image_lacks_and_says_so(tmp_path):
+    """hide_what_the_image_lacks: a module of a distribution not on profiling/gpu-image-packages.txt (here
+    scipy_openblas32, installed for the tests) does not import from site-packages, with a message naming the
+    list; one on the list (numpy) does; a hidden one placed elsewhere on the path (a carried wheel) imports."""
+    pytest.importorskip("scipy_openblas32")
+    (tmp_path / "carried").mkdir()
+    (tmp_path / "carried" / "nvtx.py").write_text("CARRIED = True\n")
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        PYTHON={sys.executable} PYTHONPATH={PROFILING.parent}
+        hide_what_the_image_lacks
+        export PYTHONPATH={tmp_path / "carried"}:$PYTHONPATH
+        "$PYTHON" -c "import numpy; print('numpy imports')"
+        "$PYTHON" -c "import nvtx; print('nvtx', nvtx.CARRIED)"
+        "$PYTHON" -c "import scipy_openblas32" 2>&1 | tail -1
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("dry run: hidden, not on profiling/gpu-image-packages.txt: ") and \
+        "scipy_openblas32" in lines[0].split(": ")[-1].split(), run.stdout + run.stderr
+    assert lines[1:3] == ["numpy imports", "nvtx True"]
+    assert lines[3] == ("ModuleNotFoundError: No module named 'scipy_openblas32' (not on the GPU image's package "
+                        "list: device_check.sh --dry-run hides it)")
+
+
+def test_a_carried_cuda_wheel_is_installed_where_the_images_is_older_than_nvmath_needs(tmp_path):
+    """install_wheels installs a cuda-* wheel whose module imports when the installed version is below
+    NVMATH_NEEDS, and says which version it replaced."""
+    pytest.importorskip("cuda.pathfinder")
+    import importlib.metadata
+
+    have = importlib.metadata.version("cuda-pathfinder")
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    wheel(folder, "cuda_pathfinder", "99.0")
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        PYTHON={sys.executable} WHEELS={folder} SCRATCH={tmp_path} PYTHONPATH={PROFILING.parent}
+        install_wheels
+        NVMATH_NEEDS="cuda_pathfinder=99.0"
+        install_wheels
+    """
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"wheels: none needed from {folder} (every module imports)", run.stdout + run.stderr
+    assert lines[1] == f"wheels: installed from {folder}: cuda_pathfinder (the image's {have} < 99.0)"
+    assert (tmp_path / "site" / "cuda_pathfinder" / "cuda_pathfinder.py").exists()

@@ -66,7 +66,8 @@ def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch):
                 f = layer_costs(net, plan, reps, warm)
                 forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
             base[threads] = {
-                "backend": args.backend, "device": runner.device_name(backend), "dtype": args.dtype, "N": sizes[0],
+                "backend": args.backend, "backend_repr": repr(backend), "device": runner.device_name(backend),
+                "dtype": args.dtype, "N": sizes[0],
                 "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
                 "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
                 / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]}

@@ -356,7 +356,7 @@ print("trained")
 
 def test_without_scipy_openblas32_every_network_trains_on_numpys_blas_with_one_warning():
     """With ``scipy_openblas32`` unimportable (a machine without the wheel), the products run on NumPy's BLAS:
-    one warning names the missing wheel, the backend's repr says which BLAS, and an MLP, an RNN and a GraphNet
+    one warning names the missing wheel, the backend's repr says which BLAS, and an MLP, an RNN and a DagNet
     give the float64 reference's gradients and SGD step, in float64 and float32, Sequential and Leapfrog(2)."""
     import subprocess
     from pathlib import Path

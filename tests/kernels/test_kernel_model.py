@@ -231,7 +231,7 @@ def test_the_device_s_card_takes_its_properties_the_copy_and_the_node_measured(s
     import graph_nodes
     from leapfrog_gpu.backends import timing
 
-    monkeypatch.setattr(timing, "copy_bandwidth", lambda backend: {"median": 2000.0})
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda backend, **timed: {"median": 2000.0})
     cost = {"counts": [1, 2], "us": [3.7, 4.4], "node_us": 0.7, "launch_us": 3.0}
     monkeypatch.setattr(graph_nodes, "node_cost", lambda backend: cost)
     path = tmp_path / "model.json"

@@ -10,7 +10,8 @@ Minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B), C
 C-contiguous, ``b`` and ``nabla_b`` (n,). ``controls`` holds a step's controls, read when the update runs:
 ``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
 update writes nothing); the updates of ``core.optimizers`` also read ``controls[2]``, the learning rate,
-``controls[3]``, 1 / B, and ``controls[4]``, the step count t from 1.
+``controls[3]``, 1 / B, ``controls[4]``, the step count t from 1, and Adam's bias corrections ``controls[5]``,
+1 - beta1^t, and ``controls[6]``, sqrt(1 - beta2^t).
 """
 
 import contextlib
@@ -260,13 +261,12 @@ def momentum_update(param, nabla, buf, controls, scratch, momentum, dampening, n
 def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight_decay, decoupled):
     """torch.optim.Adam's step (``decoupled``: AdamW's) unless ``controls[1]``: ``g = controls[3] * nabla``, plus
     ``weight_decay * param`` (Adam) or with ``param *= 1 - controls[2] * weight_decay`` first (AdamW);
-    ``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g^2``, and, t = ``controls[4]``,
-    ``param -= controls[2] / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``. Through halves of
-    the flat ``scratch``, a block at a time."""
+    ``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g^2``, and
+    ``param -= controls[2] / controls[5] * m / (sqrt(v) / controls[6] + eps)`` (``controls[5]`` = 1 - beta1^t,
+    ``controls[6]`` = sqrt(1 - beta2^t)). Through halves of the flat ``scratch``, a block at a time."""
     if controls[1] != 0:
         return
-    lr, scale, t = controls[2], controls[3], controls[4]
-    step_size, root = lr / (1 - beta1 ** t), np.sqrt(1 - beta2 ** t)
+    lr, scale, step_size, root = controls[2], controls[3], controls[2] / controls[5], controls[6]
     for rows, (g, other) in _blocks(param, scratch, 2):
         p, mr, vr = param.reshape(-1)[rows], m.reshape(-1)[rows], v.reshape(-1)[rows]
         np.multiply(nabla.reshape(-1)[rows], scale, out=g)

@@ -174,7 +174,7 @@ class Network:
             if self._rule is None:
                 self._make_state(optimizer)
             self._steps += 1
-            controls.set_step(optimizer.lr, samples, self._steps)
+            controls.set_step(optimizer.controls(samples, self._steps))
         controls.optimizer = optimizer
         if graph:
             capture.step(plan, schedule, self.check_finite, optimizer.rule(), lambda: plan.step(schedule, controls))

@@ -11,7 +11,7 @@ g is the gradient of the batch-MEAN cost, nabla / B with nabla the gradient of t
 
 An optimizer is its hyper-parameters and nothing else; its state (``SLOTS``: the momentum buffer, the moments,
 each shaped as its parameter) and the step count live in the network (``Network.optimizer_state``). What a
-captured step must read as it runs, lr, 1/B and t, is in the network's ``Controls``; the rest are fixed
+captured step must read as it runs, lr, 1/B, t and Adam's bias corrections, is in the network's ``Controls``; the rest are fixed
 arguments of the update kernels (``rule``). Bad hyper-parameters raise a ValueError in one line.
 """
 
@@ -43,6 +43,11 @@ class Optimizer:
     def plain(self):
         """Whether this is the plain SGD step, w -= eta/B nabla: no state, no weight decay."""
         return False
+
+    def controls(self, samples, t):
+        """What the update kernels read from ``Controls.array[2:]`` at step t of a batch of ``samples``: lr,
+        1 / B and t."""
+        return [self.lr, 1 / samples, t]
 
     def apply(self, ops, param, nabla, state, controls, scratch):
         """Update ``param`` by ``nabla`` (summed over the batch) and its ``state`` ({slot: array}) through
@@ -102,6 +107,11 @@ class Adam(Optimizer):
 
     def hyper(self):
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay}
+
+    def controls(self, samples, t):
+        """lr, 1 / B, t and the bias corrections 1 - beta1^t and sqrt(1 - beta2^t), as torch.optim computes them."""
+        beta1, beta2 = self.betas
+        return [*super().controls(samples, t), 1 - beta1 ** t, (1 - beta2 ** t) ** 0.5]
 
     def apply(self, ops, param, nabla, state, controls, scratch):
         ops.adam_update(param, nabla, state["exp_avg"], state["exp_avg_sq"], controls, scratch, *self.betas,

@@ -1,8 +1,8 @@
 """Graph mode (docs/design.md §4): a step captured once per plan and schedule, then launched.
 
 A network's ``train_step(..., graph=True)`` copies the batch into its plan's fixed buffers and eta / B (or lr,
-1 / B and the step count t) into its controls (``Controls``, device memory) as in eager mode, then calls ``step`` here for the rest: the
-pass with the schedule's events and worker streams, the check of the gradients and the update. The first
+1 / B and the step count t) into its controls (``Controls``, device memory) as in eager mode, then calls
+``step`` here for the rest: the pass with the schedule's events and worker streams, the check of the gradients and the update. The first
 call for a plan and schedule hands that work to ``backend.capture``, which runs it eagerly (so that what
 it creates on first use, buffers, streams, events, compiled kernels, exists outside the capture),
 captures it and returns the graph (a CUDA graph on CuPy, where the chain then runs on our own kernels; a

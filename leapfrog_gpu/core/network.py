@@ -6,8 +6,8 @@ out copies that no later step writes, and takes its parameters in and out by one
 ``{unit: {name: array}}`` (``core.parameters``): ``parameters()`` gives copies, ``set_parameters(params)``
 checks every given array before it copies any. The public passes (``feedforward``, ``gradients``,
 ``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``), the optimizer's state beside the
-parameters (``optimizer_state``, ``set_optimizer_state``), their checks (the learning rate, a schedule the network can run, graph mode) and data
-parallelism (``join``: a communicator over which every rank sums its gradients, ``parallel.reducer``) are
+parameters (``optimizer_state``, ``set_optimizer_state``), their checks (the learning rate, a schedule the
+network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums its gradients, ``parallel.reducer``) are
 written here once, over the plan's pass and step (``core.plan``).
 
 A network's batch is an array whose last axis holds its B samples (the MLP's and the GraphNet's (n_1, B), the
@@ -216,7 +216,7 @@ class Network:
         live, xp = self._live(), self.backend.xp
         checked = [(slot, target, value) for slot in optimizer.SLOTS if slot in state
                    for target, value in parameters.check(state[slot], live, self.dtype, xp,
-                                                         lambda unit, name, s=slot: f"{s} of {self._label(unit, name)}")]
+                                                         lambda u, n, s=slot: f"{s} of {self._label(u, n)}")]
         if optimizer.plain:
             return
         if self._rule is None:

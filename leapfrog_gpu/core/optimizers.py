@@ -11,8 +11,8 @@ g is the gradient of the batch-MEAN cost, nabla / B with nabla the gradient of t
 
 An optimizer is its hyper-parameters and nothing else; its state (``SLOTS``: the momentum buffer, the moments,
 each shaped as its parameter) and the step count live in the network (``Network.optimizer_state``). What a
-captured step must read as it runs, lr, 1/B, t and Adam's bias corrections, is in the network's ``Controls``; the rest are fixed
-arguments of the update kernels (``rule``). Bad hyper-parameters raise a ValueError in one line.
+captured step must read as it runs, lr, 1/B, t and Adam's bias corrections, is in the network's ``Controls``;
+the rest are fixed arguments of the update kernels (``rule``). Bad hyper-parameters raise a ValueError in one line.
 """
 
 import math

@@ -534,8 +534,8 @@ def test_adam_update(device, request, decoupled, t, shape, dtype):
 
     def run(dev, x):
         param, m, v = (dev.to_device(x[name]) for name in ("param", "m", "v"))
-        dev.ops.adam_update(param, dev.to_device(x["nabla"]), m, v, dev.to_device(optimizer_controls(lr, batch, t, dtype)),
-                            None, beta1, beta2, eps, decay, decoupled)
+        controls = dev.to_device(optimizer_controls(lr, batch, t, dtype))
+        dev.ops.adam_update(param, dev.to_device(x["nabla"]), m, v, controls, None, beta1, beta2, eps, decay, decoupled)
         return dev.to_host(param), dev.to_host(m), dev.to_host(v)
 
     def magnitude(x, reference):

@@ -14,6 +14,9 @@ A network's batch is an array whose last axis holds its B samples (the MLP's and
 RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B.
 """
 
+import math
+import numbers
+
 from ..parallel import reducer
 from . import capture, optimizers, parameters, schedules
 from .checks import check_dtype, check_eta, open_backend
@@ -142,7 +145,7 @@ class Network:
         """``gradients``: the gradients summed over the batch, ``{unit: {name: array}}``."""
         return self.gradients(x, y, schedule, solver=solver)
 
-    def train_step(self, x, y, optimizer, schedule=None, *, graph=False, solver=None):
+    def train_step(self, x, y, optimizer, schedule=None, *, graph=False, solver=None, clip=None):
         """One step of ``optimizer`` (``SGD``, ``Adam``, ``AdamW`` of ``core.optimizers``) on the batch;
         enqueued, not awaited.
 
@@ -150,7 +153,9 @@ class Network:
         the step and raises any error it met. With a communicator every rank passes the same batch and
         computes on its share of the samples; B is the whole batch's size. ``solver``: the forward pass's,
         where the network takes one. Under a fused schedule each unit's update runs on its worker right after
-        its gradients; else every update runs after the join.
+        its gradients; else every update runs after the join. ``clip``: scale the gradients first so that the
+        norm of the batch-mean gradient is at most ``clip`` (``torch.nn.utils.clip_grad_norm_``), which needs
+        every gradient before any update: an unfused schedule only.
 
         An optimizer other than the plain ``SGD(eta)`` keeps its state (momentum buffer, moments) and the
         step count t in the network's device memory (``optimizer_state()``), made by its first step; a step
@@ -165,21 +170,24 @@ class Network:
         if schedule.one_pass and not optimizer.plain:
             raise ValueError(f"{schedule!r} fuses the plain SGD update into the MLP's (5); {optimizer!r} needs "
                              "the gradients first: pass fused=True instead of one_pass=True")
+        clip = self._check_clip(clip, schedule, graph)
         self._check_rule(optimizer)
         plan, samples = self._load(x, y, schedule)
         controls = self._controls
         if optimizer.plain:
             controls.set_rate(optimizer.lr / samples)
-        else:
-            if self._rule is None:
-                self._make_state(optimizer)
+        elif self._rule is None:
+            self._make_state(optimizer)
+        if not optimizer.plain:
             self._steps += 1
+        if not optimizer.plain or clip is not None:
             controls.set_step(optimizer.controls(samples, self._steps))
         controls.optimizer = optimizer
         if graph:
-            capture.step(plan, schedule, self.check_finite, optimizer.rule(), lambda: plan.step(schedule, controls))
+            capture.step(plan, schedule, self.check_finite, (optimizer.rule(), clip),
+                         lambda: plan.step(schedule, controls, clip=clip))
         else:
-            plan.step(schedule, controls, solver)
+            plan.step(schedule, controls, solver, clip)
         self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these
 
     def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
@@ -228,6 +236,20 @@ class Network:
             self._controls.state[unit][name][slot][...] = xp.asarray(value)
         self._steps = steps
         self.backend.synchronize()
+
+    def _check_clip(self, clip, schedule, graph):
+        """``clip`` (None, or a finite number > 0) as a float, if ``schedule`` and ``graph`` can clip."""
+        if clip is None:
+            return None
+        if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not math.isfinite(clip) or clip <= 0:
+            raise ValueError(f"clip (the largest norm of the gradient) must be a finite number > 0; got {clip!r}")
+        if schedule.fused:
+            raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
+                             "behind its own gradients: pass fused=False")
+        if graph and self.backend.name == "cupy":
+            raise ValueError("graph=True cannot capture clip on the CuPy backend (its norm allocates as it runs); "
+                             "use graph=False")
+        return float(clip)
 
     def _check_rule(self, optimizer):
         """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""

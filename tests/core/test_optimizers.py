@@ -40,7 +40,7 @@ def module_output(name, module, x):
     return module(x.permute(0, 2, 1)).permute(0, 2, 1) if name == "RNN" else module(x.T).T
 
 
-def torch_training(name, net, make):
+def torch_training(name, net, make, clip=None):
     """``net``'s module and a function that takes one torch.optim step of ``make`` on a batch (x, y)."""
     module = net.to_torch()
     for label, parameter in module.named_parameters():
@@ -52,6 +52,8 @@ def torch_training(name, net, make):
         loss = 0.5 * ((module_output(name, module, x) - torch.from_numpy(y)) ** 2).sum() / x.shape[-1]
         optimizer.zero_grad()
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], clip, foreach=False)
         optimizer.step()
 
     return module, step
@@ -76,6 +78,35 @@ def test_twelve_steps_agree_with_torch_optim(network_name, kind, schedule):
         assert np.max(np.abs(got - start)) > 1e-3 * np.max(np.abs(start))  # training moved the function
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-300)
         assert net.optimizer_state()["step"] == STEPS
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "leapfrog"])
+@pytest.mark.parametrize("kind", ["momentum", "adam"])
+def test_clipped_steps_agree_with_torch_clip_grad_norm(network_name, kind, schedule):
+    """clip=0.05 clips the steps: the norms of the batch-mean gradients start between 0.3 and 4."""
+    ours, theirs = OPTIMIZERS[kind]
+    optimizer = ours()
+    with network(network_name, "numpy", dtype="float64") as net:
+        module, torch_step = torch_training(network_name, net, theirs, clip=0.05)
+        for step in range(STEPS):
+            x, y = network_batch(network_name, 5, seed=step, dtype=np.float64)
+            net.train_step(x, y, optimizer, SCHEDULES[schedule], clip=0.05)
+            torch_step(x, y)
+        x, _ = network_batch(network_name, 7, seed=99, dtype=np.float64)
+        with torch.no_grad():
+            want = module_output(network_name, module, x).numpy()
+        np.testing.assert_allclose(net.feedforward(x), want, rtol=1e-10, atol=1e-300)
+
+
+def test_clip_under_a_fused_schedule_is_refused_by_name(network_name):
+    with network(network_name, "numpy") as net:
+        x, y = network_batch(network_name, 5)
+        with pytest.raises(ValueError, match=r"clip needs every gradient before any update, and Leapfrog\(k=2, "
+                                             r"fused=True\)"):
+            net.train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)
+        with pytest.raises(ValueError, match="clip .* must be a finite number > 0"):
+            net.train_step(x, y, Adam(), Leapfrog(2), clip=0)
+        assert net.optimizer_state() == {"step": 0}
 
 
 def trained(name, optimizer, schedule, steps=4, dtype="float32", graph=False, rates=None):

@@ -189,15 +189,15 @@ def test_ctrl_c_says_how_to_resume_and_the_resumed_run_is_the_uninterrupted_one(
     run, straight = tmp_path / "a run", tmp_path / "straight"
     assert cli(*SMALL[model], "--epochs", 3, "--quiet", "--checkpoint-dir", straight) == 0
     network, calls = NETWORK[model], []
-    sgd_step = network.sgd_step
+    train_step = network.train_step
 
     def step_then_ctrl_c(net, *args, **kwargs):
-        sgd_step(net, *args, **kwargs)
+        train_step(net, *args, **kwargs)
         calls.append(None)
         if len(calls) == 11:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(network, "sgd_step", step_then_ctrl_c)
+    monkeypatch.setattr(network, "train_step", step_then_ctrl_c)
     assert cli(*SMALL[model], "--epochs", 3, "--checkpoint-dir", run) == 130
     line = capsys.readouterr().err.strip()
     assert line == (f"leapfrog-train: interrupted at epoch 2, step 11: checkpoint written to {run}/checkpoint.npz; "

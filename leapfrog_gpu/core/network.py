@@ -47,6 +47,7 @@ class Network:
         self.backend, self._owns_backend = open_backend(backend)
         self._controls = Controls(self.backend, self.dtype)
         self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
+        self._held = None  # that optimizer as code, lr aside, for an error
         self._plans = {}
         self.comm = None
 
@@ -254,8 +255,8 @@ class Network:
     def _check_rule(self, optimizer):
         """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""
         if self._rule is not None and optimizer.rule() != self._rule:
-            raise ValueError(f"this {type(self).__name__} holds the state of {self._rule[0]} with other "
-                             f"hyper-parameters ({self._rule[1:]}) than {optimizer!r}: steps cannot mix them")
+            raise ValueError(f"this {type(self).__name__} holds the state of {self._held}; {optimizer!r} is another "
+                             "optimizer (only lr may change from step to step): steps cannot mix their states")
 
     def _make_state(self, optimizer):
         """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory."""
@@ -264,6 +265,7 @@ class Network:
                                        for name, array in named.items()} for unit, named in self._live().items()}
         self.backend.synchronize()  # CuPy allocates on its default stream, which ours do not wait for
         self._rule, self._steps = optimizer.rule(), 0
+        self._held = optimizer.named({k: v for k, v in optimizer.hyper().items() if k != "lr"})
 
     # -- what every pass shares ------------------------------------------------------------------------------
 

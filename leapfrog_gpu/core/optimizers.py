@@ -28,7 +28,11 @@ class Optimizer:
         self.lr = _number("lr", lr)
 
     def __repr__(self):
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.hyper().items())})"
+        return self.named(self.hyper())
+
+    def named(self, hyper):
+        """``Adam(betas=..., ...)``: the optimizer's kind with the hyper-parameters ``hyper``, as code."""
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in hyper.items())})"
 
     def hyper(self):
         """The hyper-parameters, by name (lr first)."""

@@ -214,6 +214,7 @@ class Network:
         """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and
         every slot of every parameter, checked before any is copied; an error changes nothing."""
         optimizer = optimizers.check(optimizer)
+        self._check_open()
         self._check_rule(optimizer)
         steps = state.get("step") if isinstance(state, dict) else None
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:

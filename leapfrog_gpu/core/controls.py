@@ -2,18 +2,17 @@
 
 
 class Controls:
-    """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t)] in the network's dtype, on
-    its device; ``optimizer``, the ``core.optimizers`` optimizer of the step last enqueued, and ``state``, the network's optimizer state
-    ``{unit: {name: {slot: array}}}``, which a plan binds into its update launches as it enqueues them.
+    """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t)] in the network's dtype, on its
+    device; ``optimizer``, the ``core.optimizers`` optimizer of the step last enqueued, and ``state``, the network's
+    optimizer state ``{unit: {name: {slot: array}}}``, which a plan binds into its update launches as it enqueues them.
 
-    The update kernels read the array when they run, not when they are enqueued, so that a captured graph
-    reads the current values: eta / B for the plain SGD step, the learning rate lr, 1 / B and the step count t
-    (from 1) for the others, and Adam's bias corrections. The refusal code: 0 means update. A network built
-    with ``check_finite=True`` checks its gradients after the join, deepest first, and the first one that holds a NaN or an Inf
-    leaves its code (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``); a code already there
-    is kept. While the code is not 0 every update kernel writes nothing, in this step and in those
-    enqueued behind it, until the network's ``synchronize()`` reads it (``refused()``), raises
-    ``FloatingPointError`` naming the gradient and clears it.
+    The update kernels read the array when they run, not when they are enqueued, so that a captured graph reads the
+    current values: eta / B for the plain SGD step, the learning rate lr, 1 / B and the step count t (from 1) for the
+    others, and Adam's bias corrections. The refusal code: 0 means update. A network built with ``check_finite=True``
+    checks its gradients after the join, deepest first, and the first one that holds a NaN or an Inf leaves its code
+    (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``); a code already there is kept. While the code is not
+    0 every update kernel writes nothing, in this step and in those enqueued behind it, until the network's
+    ``synchronize()`` reads it (``refused()``), raises ``FloatingPointError`` naming the gradient and clears it.
     """
 
     def __init__(self, backend, dtype):

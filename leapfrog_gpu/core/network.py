@@ -1,14 +1,13 @@
 """The network base: what ``MLP``, ``RNN`` and ``GraphNet`` share.
 
-A network owns its backend when it made it by name (and closes it), takes the step controls in device
-memory (``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands
-out copies that no later step writes, and takes its parameters in and out by one protocol,
-``{unit: {name: array}}`` (``core.parameters``): ``parameters()`` gives copies, ``set_parameters(params)``
-checks every given array before it copies any. The public passes (``feedforward``, ``gradients``,
-``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``), the optimizer's state beside the
-parameters (``optimizer_state``, ``set_optimizer_state``), their checks (the learning rate, a schedule the
-network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums its gradients, ``parallel.reducer``) are
-written here once, over the plan's pass and step (``core.plan``).
+A network owns its backend when it made it by name (and closes it), takes the step controls in device memory
+(``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands out copies that no
+later step writes, and takes its parameters in and out by one protocol, ``{unit: {name: array}}`` (``core.parameters``):
+``parameters()`` gives copies, ``set_parameters(params)`` checks every given array before it copies any. The public
+passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``), the
+optimizer's state beside the parameters (``optimizer_state``, ``set_optimizer_state``), their checks (the learning rate,
+a schedule the network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums
+its gradients, ``parallel.reducer``) are written here once, over the plan's pass and step (``core.plan``).
 
 A network's batch is an array whose last axis holds its B samples (the MLP's and the GraphNet's (n_1, B), the
 RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B.

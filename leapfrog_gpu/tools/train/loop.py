@@ -1,9 +1,10 @@
 """``leapfrog-train``'s training loop, one for every model: one run's epochs of SGD steps, its checkpoints,
 what it shows, and how Ctrl-C and a non-finite or diverging loss end it.
 
-The loop speaks to a network through what the three networks share (``core.network.Network``):
-``train_step`` by the run's optimizer (``options.make_optimizer``), ``feedforward``, ``synchronize``,
-``parameters()`` and ``optimizer_state()`` for its checkpoints, ``cost``, ``comm`` and ``check_finite``; the samples of its data are their last axis, columns or sequences alike.
+The loop speaks to a network through what the three networks share (``core.network.Network``): ``train_step`` by the
+run's optimizer (``options.make_optimizer``), ``feedforward``, ``synchronize``, ``parameters()`` and
+``optimizer_state()`` for its checkpoints, ``cost``, ``comm`` and ``check_finite``; the samples of its data are their
+last axis, columns or sequences alike.
 """
 
 import contextlib

@@ -1,5 +1,6 @@
 // Elementwise parts of one pass: the forward activation (3) with its derivative, the output error (4),
-// the Hadamard factor of (5), the SGD update and the check of the gradients for NaN and Inf. Arrays are
+// the Hadamard factor of (5), the SGD update, the
+// updates of the optimizers (momentum, Adam) and the check of the gradients for NaN and Inf. Arrays are
 // row-major; an (n, B) array is a minibatch stored as columns, so element (i, s) sits at i * B + s.
 //
 // Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
@@ -75,6 +76,59 @@ __device__ void sgd_update_layer(T* w, const T* nabla_w, long long size_w, T* b,
     }
 }
 
+// The updates of leapfrog_gpu/core/optimizers.py, torch.optim's rules, one pass over param, nabla and the state.
+// Besides controls[1] (the refusal, as above) they read controls[2] = lr, controls[3] = 1 / B (nabla is the
+// gradient summed over the batch; g = nabla / B that of the batch-mean cost), controls[4] = t, the step
+// count from 1, and Adam's bias corrections controls[5] = 1 - b1^t and controls[6] = sqrt(1 - b2^t), which
+// the host computes as torch.optim does; the hyper-parameters are arguments, fixed for a network's life.
+//
+// SGD: g = nabla / B + wd * p; with momentum mu (buf is then read), buf = g at t = 1, else mu buf + (1 - d) g,
+// the step buf (g + mu buf with nesterov); p -= lr * step. Moves 3*size reads (param, nabla, buf) + 2*size writes
+// (param, buf) with momentum, 2*size reads + size writes without (buf is then not touched).
+template <typename T>
+__device__ void momentum_update(T* param, const T* nabla, T* buf, const T* controls, long long size, T momentum,
+                                T dampening, int nesterov, T weight_decay) {
+    const T lr = controls[2], scale = controls[3];
+    const bool first = controls[4] == T(1);
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const T p = param[idx];
+        T g = nabla[idx] * scale;
+        if (weight_decay != T(0)) g += p * weight_decay;
+        if (momentum != T(0)) {
+            const T b = first ? g : buf[idx] * momentum + g * (T(1) - dampening);
+            buf[idx] = b;
+            g = nesterov ? g + b * momentum : b;
+        }
+        param[idx] = p - g * lr;
+    }
+}
+
+// Adam (decoupled = 0) and AdamW (1): g = nabla / B, plus wd * p (Adam) or with p *= 1 - lr wd first (AdamW);
+// m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps),
+// the corrections read from controls[5] and controls[6].
+// Moves 4*size reads (param, nabla, m, v) + 3*size writes (param, m, v).
+template <typename T>
+__device__ void adam_update(T* param, const T* nabla, T* m, T* v, const T* controls, long long size, T beta1,
+                            T beta2, T eps, T weight_decay, int decoupled) {
+    const T lr = controls[2], scale = controls[3], step_size = lr / controls[5], root = controls[6];
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
+         idx += (long long)gridDim.x * blockDim.x) {
+        T p = param[idx];
+        T g = nabla[idx] * scale;
+        if (decoupled) {
+            p *= T(1) - lr * weight_decay;
+        } else if (weight_decay != T(0)) {
+            g += p * weight_decay;
+        }
+        const T mi = m[idx] * beta1 + g * (T(1) - beta1);
+        const T vi = v[idx] * beta2 + g * g * (T(1) - beta2);
+        m[idx] = mi;
+        v[idx] = vi;
+        param[idx] = p - mi / (sqrt(vi) / root + eps) * step_size;
+    }
+}
+
 // check_finite: controls[1] = code when x holds a NaN or an Inf and controls[1] is still 0, so the
 // first gradient found wanting in a step names itself and the updates after it write nothing. Every thread
 // that finds one writes the same value: no atomics, and the same result in any order. Launched over
@@ -126,6 +180,20 @@ __device__ void check_finite(T* controls, const T* x, long long size, T code) {
                                                          const T* nabla_b, long long size_b,             \
                                                          const T* controls) {                           \
         if (controls[1] == T(0)) sgd_update_layer<T>(w, nabla_w, size_w, b, nabla_b, size_b, controls[0]); \
+    }                                                                                                \
+    extern "C" __global__ void momentum_update_##SUFFIX(T* param, const T* nabla, T* buf,            \
+                                                        const T* controls, long long size, T momentum, \
+                                                        T dampening, int nesterov, T weight_decay) {  \
+        if (controls[1] == T(0))                                                                     \
+            momentum_update<T>(param, nabla, buf, controls, size, momentum, dampening, nesterov,       \
+                               weight_decay);                                                        \
+    }                                                                                                \
+    extern "C" __global__ void adam_update_##SUFFIX(T* param, const T* nabla, T* m, T* v,           \
+                                                    const T* controls, long long size, T beta1,      \
+                                                    T beta2, T eps, T weight_decay, int decoupled) { \
+        if (controls[1] == T(0))                                                                     \
+            adam_update<T>(param, nabla, m, v, controls, size, beta1, beta2, eps, weight_decay,        \
+                           decoupled);                                                               \
     }                                                                                                \
     extern "C" __global__ void check_finite_##SUFFIX(T* controls, const T* x, long long size,       \
                                                      T code) {                                       \

@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "get_backend": "backends", "Leapfrog": "core", "Sequential": "core",
+    "SGD": "optimizers", "Adam": "optimizers", "AdamW": "optimizers",
     "MLP": "mlp", "NaumovScan": "mlp", "NaumovJacobi": "mlp",
     "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn", "TimeNewton": "rnn",
     "DagNet": "dag", "Layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
@@ -46,6 +47,8 @@ def __getattr__(name):
         from . import backends as package
     elif home == "core":
         from .core import schedules as package
+    elif home == "optimizers":
+        from .core import optimizers as package
     elif home == "mlp":
         from . import mlp as package
     elif home == "rnn":

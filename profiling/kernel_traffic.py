@@ -29,13 +29,15 @@ KERNELS = {
     "bias_sum": ("(6)", lambda n, m, b: n * b, lambda n, m, b: n),
     "sgd_update": ("SGD on w", lambda n, m, b: 2 * n * m, lambda n, m, b: n * m),
     "sgd_update_layer": ("SGD on w and b", lambda n, m, b: 2 * n * m + 2 * n, lambda n, m, b: n * m + n),
+    "momentum_update": ("SGD with momentum on w", lambda n, m, b: 3 * n * m, lambda n, m, b: 2 * n * m),
+    "adam_update": ("Adam on w", lambda n, m, b: 4 * n * m, lambda n, m, b: 3 * n * m),
     "check_finite": ("check of nabla_w", lambda n, m, b: n * m, lambda n, m, b: 0),
 }
 B_ONE = ("outer", "outer_sgd", "outer_bias", "forward_gemv", "backward_gemv")
 """The kernels that run at B = 1 only."""
 B_MANY = ("rank_update", "rank_update_sgd", "rank_update_bias", "forward_gemm", "backward_gemm")
 """Their twins, which run at B > 1 only."""
-B_ANY = ("sgd_update", "sgd_update_layer", "check_finite")
+B_ANY = ("sgd_update", "sgd_update_layer", "momentum_update", "adam_update", "check_finite")
 """The kernels whose traffic does not depend on B."""
 
 

@@ -9,7 +9,9 @@ Minibatches are columns: ``z``, ``a``, ``sp``, ``delta`` and ``y`` are (n, B), C
 (the backend's plans allocate them batch-major, ``NumpyBackend.batch_order``), ``w`` and ``nabla_w``
 C-contiguous, ``b`` and ``nabla_b`` (n,). ``controls`` holds a step's controls, read when the update runs:
 ``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
-update writes nothing).
+update writes nothing); the updates of ``core.optimizers`` also read ``controls[2]``, the learning rate,
+``controls[3]``, 1 / B, ``controls[4]``, the step count t from 1, and Adam's bias corrections ``controls[5]``,
+1 - beta1^t, and ``controls[6]``, sqrt(1 - beta2^t).
 """
 
 import contextlib
@@ -223,6 +225,81 @@ def sgd_update(param, nabla, controls, scratch):
         chunk = scratch[: stop - start]
         np.multiply(nabla[start:stop], scale, out=chunk)
         np.subtract(param[start:stop], chunk, out=param[start:stop])
+
+
+def momentum_update(param, nabla, buf, controls, scratch, momentum, dampening, nesterov, weight_decay):
+    """torch.optim.SGD's step unless ``controls[1]``: ``g = controls[3] * nabla + weight_decay * param``; with
+    ``momentum``, ``buf = g`` at ``controls[4] == 1``, else ``momentum * buf + (1 - dampening) * g``, and the step
+    is ``buf`` (``g + momentum * buf`` with ``nesterov``); ``param -= controls[2] * step``. ``buf`` is None without
+    momentum. Through halves of the flat ``scratch``, a block at a time."""
+    if controls[1] != 0:
+        return
+    lr, scale, first = controls[2], controls[3], controls[4] == 1
+    for rows, (g, other) in _blocks(param, scratch, 2):
+        p = param.reshape(-1)[rows]
+        np.multiply(nabla.reshape(-1)[rows], scale, out=g)
+        if weight_decay:
+            np.multiply(p, weight_decay, out=other)
+            np.add(g, other, out=g)
+        if momentum:
+            b = buf.reshape(-1)[rows]
+            if first:
+                b[...] = g
+            else:
+                np.multiply(b, momentum, out=b)
+                np.multiply(g, 1 - dampening, out=other)
+                np.add(b, other, out=b)
+            if nesterov:
+                np.multiply(b, momentum, out=other)
+                np.add(g, other, out=g)
+            else:
+                g[...] = b
+        np.multiply(g, lr, out=g)
+        np.subtract(p, g, out=p)
+
+
+def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight_decay, decoupled):
+    """torch.optim.Adam's step (``decoupled``: AdamW's) unless ``controls[1]``: ``g = controls[3] * nabla``, plus
+    ``weight_decay * param`` (Adam) or with ``param *= 1 - controls[2] * weight_decay`` first (AdamW);
+    ``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g^2``, and
+    ``param -= controls[2] / controls[5] * m / (sqrt(v) / controls[6] + eps)`` (``controls[5]`` = 1 - beta1^t,
+    ``controls[6]`` = sqrt(1 - beta2^t)). Through halves of the flat ``scratch``, a block at a time."""
+    if controls[1] != 0:
+        return
+    lr, scale, step_size, root = controls[2], controls[3], controls[2] / controls[5], controls[6]
+    for rows, (g, other) in _blocks(param, scratch, 2):
+        p, mr, vr = param.reshape(-1)[rows], m.reshape(-1)[rows], v.reshape(-1)[rows]
+        np.multiply(nabla.reshape(-1)[rows], scale, out=g)
+        if decoupled:
+            np.multiply(p, 1 - lr * weight_decay, out=p)
+        elif weight_decay:
+            np.multiply(p, weight_decay, out=other)
+            np.add(g, other, out=g)
+        np.multiply(mr, beta1, out=mr)
+        np.multiply(g, 1 - beta1, out=other)
+        np.add(mr, other, out=mr)
+        np.multiply(vr, beta2, out=vr)
+        np.multiply(g, g, out=other)
+        np.multiply(other, 1 - beta2, out=other)
+        np.add(vr, other, out=vr)
+        np.sqrt(vr, out=other)
+        np.divide(other, root, out=other)
+        np.add(other, eps, out=other)
+        np.divide(mr, other, out=other)
+        np.multiply(other, step_size, out=other)
+        np.subtract(p, other, out=p)
+
+
+def _blocks(param, scratch, parts):
+    """``(rows, views)``: the slices of the flat ``param``, in order, each with ``parts`` views of ``scratch`` of
+    its length (a block is ``scratch.size // parts`` long; a scratch of fewer elements than ``parts`` gives way
+    to a few of its own)."""
+    if scratch.size < parts:
+        scratch = np.empty(parts, scratch.dtype)
+    size, chunk = param.size, scratch.size // parts
+    for start in range(0, size, chunk):
+        stop = min(start + chunk, size)
+        yield slice(start, stop), [scratch[i * chunk: i * chunk + stop - start] for i in range(parts)]
 
 
 def check_finite(controls, x, code):

@@ -1,26 +1,25 @@
-"""Graph mode (docs/design.md §4): an SGD step captured once per plan and schedule, then launched.
+"""Graph mode (docs/design.md §4): a step captured once per plan and schedule, then launched.
 
-A network's ``sgd_step(..., graph=True)`` copies the batch into its plan's fixed buffers and eta / B into
-its controls (``Controls``, device memory) as in eager mode, then calls ``step`` here for the rest: the
-pass with the schedule's events and worker streams, the check of the gradients and the update. The first
-call for a plan and schedule hands that work to ``backend.capture``, which runs it eagerly (so that what
-it creates on first use, buffers, streams, events, compiled kernels, exists outside the capture),
-captures it and returns the graph (a CUDA graph on CuPy, where the chain then runs on our own kernels; a
-``HostGraph`` on host streams); later calls launch the graph, so no Python runs between the copies and
-the step but one launch.
+A network's ``train_step(..., graph=True)`` copies the batch into its plan's fixed buffers and eta / B (or lr, 1 / B and
+the step count t) into its controls (``Controls``, device memory) as in eager mode, then calls ``step`` here for the
+rest: the pass with the schedule's events and worker streams, the check of the gradients and the update. The first call
+for a plan and schedule hands that work to ``backend.capture``, which runs it eagerly (so that what it creates on first
+use, buffers, streams, events, compiled kernels, exists outside the capture), captures it and returns the graph (a CUDA
+graph on CuPy, where the chain then runs on our own kernels; a ``HostGraph`` on host streams); later calls launch the
+graph, so no Python runs between the copies and the step but one launch.
 
-A graph fixes what it was captured with: buffers, streams, events, kernels and their scalar arguments.
-What may change between steps lives in device memory (eta / B, the refusal code), and a schedule whose
-step needs the host part-way, or a call CuPy cannot capture, is refused (``refusal``).
+A graph fixes what it was captured with: buffers, streams, events, kernels and their scalar arguments. What may change
+between steps lives in device memory (eta / B, lr, 1 / B, t, the refusal code; the optimizer's state), and a schedule
+whose step needs the host part-way, or a call CuPy cannot capture, is refused (``refusal``).
 """
 
 from . import calibrate
 
 
-def step(plan, schedule, check_finite, body):
-    """Enqueue ``body()``, the SGD step of ``schedule`` on ``plan``, as a graph kept in ``plan.captured``:
-    captured on first use."""
-    key = (type(schedule), repr(schedule), check_finite)
+def step(plan, schedule, check_finite, rule, body):
+    """Enqueue ``body()``, the step of ``schedule`` on ``plan`` by an optimizer of ``rule``
+    (``core.optimizers``), as a graph kept in ``plan.captured``: captured on first use."""
+    key = (type(schedule), repr(schedule), check_finite, rule)
     graph = plan.captured.get(key)
     if graph is not None:
         graph.launch()

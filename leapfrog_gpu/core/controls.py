@@ -1,27 +1,41 @@
-"""The controls of an SGD step, in device memory: one ``Controls`` per network, whichever the network."""
+"""The controls of a step, in device memory: one ``Controls`` per network, whichever the network."""
 
 
 class Controls:
-    """``array`` = [eta / B, refusal] in the network's dtype, on its device.
+    """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t)] in the network's dtype, on its
+    device; ``optimizer``, the ``core.optimizers`` optimizer of the step last enqueued, and ``state``, the network's
+    optimizer state ``{unit: {name: {slot: array}}}``, which a plan binds into its update launches as it enqueues them.
 
-    The update kernels read them when they run, not when they are enqueued, so that a captured graph
-    reads the current ones. The refusal code: 0 means update. A network built with ``check_finite=True``
-    checks its gradients after the join, deepest first, and the first one that holds a NaN or an Inf
-    leaves its code (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``); a code already there
-    is kept. While the code is not 0 every update kernel writes nothing, in this step and in those
-    enqueued behind it, until the network's ``synchronize()`` reads it (``refused()``), raises
-    ``FloatingPointError`` naming the gradient and clears it.
+    The update kernels read the array when they run, not when they are enqueued, so that a captured graph reads the
+    current values: eta / B for the plain SGD step, the learning rate lr, 1 / B and the step count t (from 1) for the
+    others, and Adam's bias corrections. The refusal code: 0 means update. A network built with ``check_finite=True``
+    checks its gradients after the join, deepest first, and the first one that holds a NaN or an Inf leaves its code
+    (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``); a code already there is kept. While the code is not
+    0 every update kernel writes nothing, in this step and in those enqueued behind it, until the network's
+    ``synchronize()`` reads it (``refused()``), raises ``FloatingPointError`` naming the gradient and clears it.
     """
 
     def __init__(self, backend, dtype):
         self.backend = backend
-        self.array = backend.xp.zeros(2, dtype=dtype)
+        self.array = backend.xp.zeros(7, dtype=dtype)
+        self.optimizer, self.state = None, {}
         self._names = []
 
     def set_rate(self, rate):
         """Enqueue ``array[0] = rate`` (eta / B) on the main stream."""
         backend = self.backend
         backend.launch(backend.main, "eta / B", backend.ops.set_element, self.array, 0, rate)
+
+    def slots(self, unit, name):
+        """The optimizer state of ``unit``'s parameter ``name``, ``{slot: array}`` (empty without one)."""
+        return self.state.get(unit, {}).get(name, {})
+
+    def set_step(self, values):
+        """Enqueue on the main stream the controls of a step that is not the plain SGD one: ``array[2:] =
+        values`` (``core.optimizers.Optimizer.controls``)."""
+        backend = self.backend
+        backend.launch(backend.main, "lr, 1 / B, t", _set_elements, backend.ops.set_element, self.array,
+                       tuple(enumerate(values, start=2)))
 
     def code(self, name):
         """The refusal code of the gradient called ``name``: a number >= 1, the same for the network's life."""
@@ -39,3 +53,8 @@ class Controls:
         """Enqueue ``array[1] = 0`` on the main stream: the steps enqueued after it update again."""
         backend = self.backend
         backend.launch(backend.main, "clear refusal", backend.ops.set_element, self.array, 1, 0)
+
+
+def _set_elements(set_element, array, values):
+    for index, value in values:
+        set_element(array, index, value)

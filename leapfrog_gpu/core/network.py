@@ -1,20 +1,23 @@
 """The network base: what ``MLP``, ``RNN`` and ``DagNet`` share.
 
-A network owns its backend when it made it by name (and closes it), takes the step controls in device
-memory (``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands
-out copies that no later step writes, and takes its parameters in and out by one protocol,
-``{unit: {name: array}}`` (``core.parameters``): ``parameters()`` gives copies, ``set_parameters(params)``
-checks every given array before it copies any. The public passes (``feedforward``, ``gradients``,
-``sgd_step``), their checks (the learning rate, a schedule the network can run, graph mode) and data
-parallelism (``join``: a communicator over which every rank sums its gradients, ``parallel.reducer``) are
-written here once, over the plan's pass and step (``core.plan``).
+A network owns its backend when it made it by name (and closes it), takes the step controls in device memory
+(``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands out copies that no
+later step writes, and takes its parameters in and out by one protocol, ``{unit: {name: array}}`` (``core.parameters``):
+``parameters()`` gives copies, ``set_parameters(params)`` checks every given array before it copies any. The public
+passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``), the
+optimizer's state beside the parameters (``optimizer_state``, ``set_optimizer_state``), their checks (the learning rate,
+a schedule the network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums
+its gradients, ``parallel.reducer``) are written here once, over the plan's pass and step (``core.plan``).
 
 A network's batch is an array whose last axis holds its B samples (the MLP's and the DagNet's (n_1, B), the
 RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B.
 """
 
+import math
+import numbers
+
 from ..parallel import reducer
-from . import capture, parameters, schedules
+from . import capture, optimizers, parameters, schedules
 from .checks import check_dtype, check_eta, open_backend
 from .controls import Controls
 from .convergence import Solver
@@ -42,6 +45,8 @@ class Network:
         self.check_finite = bool(check_finite)
         self.backend, self._owns_backend = open_backend(backend)
         self._controls = Controls(self.backend, self.dtype)
+        self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
+        self._held = None  # that optimizer as code, lr aside, for an error
         self._plans = {}
         self.comm = None
 
@@ -140,27 +145,127 @@ class Network:
         """``gradients``: the gradients summed over the batch, ``{unit: {name: array}}``."""
         return self.gradients(x, y, schedule, solver=solver)
 
-    def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
-        """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient; enqueued, not awaited.
+    def train_step(self, x, y, optimizer, schedule=None, *, graph=False, solver=None, clip=None):
+        """One step of ``optimizer`` (``SGD``, ``Adam``, ``AdamW`` of ``core.optimizers``) on the batch;
+        enqueued, not awaited.
 
         ``x`` and ``y`` are copied before this returns; reading a parameter (or ``synchronize()``) waits for
         the step and raises any error it met. With a communicator every rank passes the same batch and
         computes on its share of the samples; B is the whole batch's size. ``solver``: the forward pass's,
-        where the network takes one.
+        where the network takes one. Under a fused schedule each unit's update runs on its worker right after
+        its gradients; else every update runs after the join. ``clip``: scale the gradients first so that the
+        norm of the batch-mean gradient is at most ``clip`` (``torch.nn.utils.clip_grad_norm_``), which needs
+        every gradient before any update: an unfused schedule only.
 
-        ``graph=True`` runs the step as a graph (``core.capture``): the first call at a batch shape and
-        schedule runs the step and captures it; later calls copy the batch and eta in and launch that graph,
-        with no planning in between. A step that cannot be captured raises a ``ValueError`` saying why.
+        An optimizer other than the plain ``SGD(eta)`` keeps its state (momentum buffer, moments) and the
+        step count t in the network's device memory (``optimizer_state()``), made by its first step; a step
+        by an optimizer of another kind or other hyper-parameters than that state's (lr aside) raises.
+
+        ``graph=True`` runs the step as a graph (``core.capture``): the first call at a batch shape, schedule
+        and optimizer rule runs the step and captures it; later calls copy the batch, lr and t in and launch
+        that graph, with no planning in between. A step that cannot be captured raises a ``ValueError``.
         """
-        schedule, solver = self._check_step(eta, schedule, graph, solver)
+        optimizer = optimizers.check(optimizer)
+        schedule, solver = self._check_step(schedule, graph, solver)
+        if schedule.one_pass and not optimizer.plain:
+            raise ValueError(f"{schedule!r} fuses the plain SGD update into the MLP's (5); {optimizer!r} needs "
+                             "the gradients first: pass fused=True instead of one_pass=True")
+        clip = self._check_clip(clip, schedule, graph)
+        self._check_rule(optimizer)
         plan, samples = self._load(x, y, schedule)
         controls = self._controls
-        controls.set_rate(eta / samples)
+        if optimizer.plain:
+            controls.set_rate(optimizer.lr / samples)
+        elif self._rule is None:
+            self._make_state(optimizer)
+        if not optimizer.plain:
+            self._steps += 1
+        if not optimizer.plain or clip is not None:
+            controls.set_step(optimizer.controls(samples, self._steps))
+        controls.optimizer = optimizer
         if graph:
-            capture.step(plan, schedule, self.check_finite, lambda: plan.step(schedule, controls))
+            capture.step(plan, schedule, self.check_finite, (optimizer.rule(), clip),
+                         lambda: plan.step(schedule, controls, clip=clip))
         else:
-            plan.step(schedule, controls, solver)
+            plan.step(schedule, controls, solver, clip)
         self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these
+
+    def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
+        """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient; ``train_step`` by
+        ``SGD(eta)``."""
+        self.train_step(x, y, optimizers.SGD(check_eta(eta)), schedule, graph=graph, solver=solver)
+
+    # -- the optimizer's state ---------------------------------------------------------------------------
+
+    def optimizer_state(self):
+        """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:
+        {name: array}}}``, a slot as torch.optim names it (``"momentum_buffer"``, ``"exp_avg"``,
+        ``"exp_avg_sq"``) shaped as ``parameters()``; ``{"step": 0}`` before a step that keeps one."""
+        state = self._controls.state
+        slots = {}
+        for unit, named in state.items():
+            for name, held in named.items():
+                for slot, array in held.items():
+                    slots.setdefault(slot, {}).setdefault(unit, {})[name] = array
+        return {"step": self._steps, **self._handed_out(slots)}
+
+    def set_optimizer_state(self, optimizer, state):
+        """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and
+        every slot of every parameter, checked before any is copied; an error changes nothing."""
+        optimizer = optimizers.check(optimizer)
+        self._check_open()
+        self._check_rule(optimizer)
+        steps = state.get("step") if isinstance(state, dict) else None
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"an optimizer state is a dict with 'step', an int >= 0; got {state!r:.80}")
+        extra = set(state) - {"step", *optimizer.SLOTS}
+        if extra or (steps and set(state) != {"step", *optimizer.SLOTS}):
+            raise ValueError(f"the state of {optimizer!r} holds 'step' and {list(optimizer.SLOTS)}; got "
+                             f"{sorted(state)}")
+        live, xp = self._live(), self.backend.xp
+        checked = [(slot, target, value) for slot in optimizer.SLOTS if slot in state
+                   for target, value in parameters.check(state[slot], live, self.dtype, xp,
+                                                         lambda u, n, s=slot: f"{s} of {self._label(u, n)}")]
+        if optimizer.plain:
+            return
+        if self._rule is None:
+            self._make_state(optimizer)
+        where = {id(array): (unit, name) for unit, named in live.items() for name, array in named.items()}
+        self.backend.synchronize()
+        for slot, target, value in checked:
+            unit, name = where[id(target)]
+            self._controls.state[unit][name][slot][...] = xp.asarray(value)
+        self._steps = steps
+        self.backend.synchronize()
+
+    def _check_clip(self, clip, schedule, graph):
+        """``clip`` (None, or a finite number > 0) as a float, if ``schedule`` and ``graph`` can clip."""
+        if clip is None:
+            return None
+        if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not math.isfinite(clip) or clip <= 0:
+            raise ValueError(f"clip (the largest norm of the gradient) must be a finite number > 0; got {clip!r}")
+        if schedule.fused:
+            raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
+                             "behind its own gradients: pass fused=False")
+        if graph and self.backend.name == "cupy":
+            raise ValueError("graph=True cannot capture clip on the CuPy backend (its norm allocates as it runs); "
+                             "use graph=False")
+        return float(clip)
+
+    def _check_rule(self, optimizer):
+        """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""
+        if self._rule is not None and optimizer.rule() != self._rule:
+            raise ValueError(f"this {type(self).__name__} holds the state of {self._held}; {optimizer!r} is another "
+                             "optimizer (only lr may change from step to step): steps cannot mix their states")
+
+    def _make_state(self, optimizer):
+        """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory."""
+        xp = self.backend.xp
+        self._controls.state = {unit: {name: {slot: xp.zeros_like(array) for slot in optimizer.SLOTS}
+                                       for name, array in named.items()} for unit, named in self._live().items()}
+        self.backend.synchronize()  # CuPy allocates on its default stream, which ours do not wait for
+        self._rule, self._steps = optimizer.rule(), 0
+        self._held = optimizer.named({k: v for k, v in optimizer.hyper().items() if k != "lr"})
 
     # -- what every pass shares ------------------------------------------------------------------------------
 
@@ -200,10 +305,9 @@ class Network:
         if self.backend.closed:
             raise RuntimeError(f"this {type(self).__name__} is closed (its backend is): build a new one")
 
-    def _check_step(self, eta, schedule, graph=False, solver=None):
-        """The checks of an SGD step: ``eta``, the ``schedule`` (None: ``Sequential()``), ``graph`` and
-        ``solver``; returns the schedule and the solver."""
-        check_eta(eta)
+    def _check_step(self, schedule, graph=False, solver=None):
+        """The checks of a step: the ``schedule`` (None: ``Sequential()``), ``graph`` and ``solver``; returns the
+        schedule and the solver."""
         schedule = self._check_schedule(schedule)
         solver = self._check_solver(solver)
         if schedule.fused and self.check_finite:

@@ -108,11 +108,14 @@ class Plan:
             self.check_gradients(self.controls)
         self.poison(self.dead_after_pass())
 
-    def step(self, schedule, controls, solver=None):
+    def step(self, schedule, controls, solver=None, clip=None):
         """Enqueue what follows the copies of a step (what a graph holds): the pass, with the update by
         ``controls`` fused into the gradients where ``schedule`` fuses, else every unit's update after the
-        join, on the main stream."""
+        join, on the main stream; with ``clip`` (unfused only), every gradient scaled first so that the norm
+        of the batch-mean gradient is at most ``clip``, as ``torch.nn.utils.clip_grad_norm_`` does."""
         self.backprop(schedule, controls, solver)
+        if clip is not None:
+            self.backend.launch(self.main, "clip", _clip, self.xp, self.gradient_arrays, controls.array, clip)
         if not schedule.fused:
             with self.backend.range(self.main, "update"):
                 for unit in self.units:
@@ -142,6 +145,16 @@ class Plan:
         """Call once the plan's buffers are made: CuPy allocates on its default stream, which ours do not
         wait for."""
         self.backend.synchronize()
+
+
+def _clip(xp, gradient_arrays, controls, clip):
+    """nabla *= min(1, clip / (|nabla| / B + 1e-6)) for every gradient, |nabla| the norm of them all, 1 / B in
+    ``controls[3]``; on the device, with no read on the host."""
+    gradients = [g for named in gradient_arrays().values() for g in named.values()]
+    total = sum(xp.vdot(g.reshape(-1), g.reshape(-1)) for g in gradients)
+    scale = xp.minimum(clip / (xp.sqrt(total) * controls[3] + 1e-6), 1.0)
+    for g in gradients:
+        g *= scale.astype(g.dtype)
 
 
 def _poison(buffers):

@@ -140,7 +140,7 @@ class DagPlan(plan.Plan):
             yield v
 
     def gradients(self, stream, v, controls=None):
-        """Enqueue node v's parameter gradients on ``stream``, then its SGD update by ``controls`` when given."""
+        """Enqueue node v's parameter gradients on ``stream``, then its update by ``controls`` when given."""
         self.backend.launch(stream, f"gradients[{v}]", self._gradients, v)
         if controls is not None:
             self.update(stream, v, controls)
@@ -260,9 +260,12 @@ class DagPlan(plan.Plan):
         return None
 
     def update(self, stream, v, controls):
-        """Enqueue node v's parameters -= eta / B * their gradients, by ``controls``, on ``stream``."""
-        self.backend.launch(stream, f"update[{v}]", self._update, v, controls)
+        """Enqueue the update of node v's parameters by their gradients and ``controls``' optimizer, on
+        ``stream``."""
+        slots = {name: controls.slots(v, name) for name in self.net.layer[v].params}
+        self.backend.launch(stream, f"update[{v}]", self._update, v, controls.optimizer, slots, controls.array)
 
-    def _update(self, v, controls):
+    def _update(self, v, optimizer, slots, controls):
         for name in self.net.layer[v].params:
-            self.backend.ops.sgd_update(self.params[v][name], self.grads[v][name], controls.array, self.scratch[v])
+            optimizer.apply(self.backend.ops, self.params[v][name], self.grads[v][name], slots[name], controls,
+                            self.scratch[v])

@@ -115,13 +115,16 @@ class MLPPlan(plan.Plan):
                        self.a[l - 1], controls.array)
 
     def gradients(self, stream, l, controls=None):
-        """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the SGD update fused
-        into (7): b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l (a^{l-1})^T without nabla_w^l ever written;
-        in a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by the sweep."""
+        """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the update of its
+        optimizer: the plain SGD update fused into (7), b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l
+        (a^{l-1})^T without nabla_w^l ever written (in a one-pass sweep, ``sweep``, (6) and the update of b^l
+        only, w^l being updated by the sweep); another optimizer's behind (6) and (7), on the same stream."""
         ops, launch = self.backend.ops, self.backend.launch
-        if controls is None:
+        if controls is None or not controls.optimizer.plain:
             launch(stream, f"gradients[{l}]", ops.gradients, self.nabla_w[l], self.nabla_b[l], self.delta[l],
                    self.a[l - 1])
+            if controls is not None:
+                self.update(stream, l, controls)
             return
         launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
         if self.sweep:
@@ -133,9 +136,17 @@ class MLPPlan(plan.Plan):
                    (ops.fused_update, self.w[l], self.delta[l], self.a[l - 1], controls.array, self.scratch[l]))
 
     def update(self, stream, l, controls):
-        """Enqueue the SGD update of layer l on ``stream``, w^l -= eta/B nabla_w^l and b^l alike, by ``controls``."""
-        self.backend.launch(stream, f"update[{l}]", self.backend.ops.update, self.w[l], self.nabla_w[l], self.b[l],
-                            self.nabla_b[l], controls.array, self.scratch[l])
+        """Enqueue the update of layer l on ``stream`` by ``controls``: the plain SGD one, w^l -= eta/B
+        nabla_w^l and b^l alike, in one launch; another optimizer's of w^l then b^l (``core.optimizers``)."""
+        ops, optimizer, scratch = self.backend.ops, controls.optimizer, self.scratch[l]
+        if optimizer.plain:
+            self.backend.launch(stream, f"update[{l}]", ops.update, self.w[l], self.nabla_w[l], self.b[l],
+                                self.nabla_b[l], controls.array, scratch)
+            return
+        self.backend.launch(stream, f"update[{l}]", _calls,
+                            *((optimizer.apply, ops, param, nabla, controls.slots(l, name), controls.array, scratch)
+                              for name, param, nabla in (("w", self.w[l], self.nabla_w[l]),
+                                                         ("b", self.b[l], self.nabla_b[l]))))
 
     def gradient_arrays(self):
         """``{l: {"w": nabla_w^l, "b": nabla_b^l}}``, the buffers themselves."""

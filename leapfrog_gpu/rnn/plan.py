@@ -191,7 +191,7 @@ class RNNPlan(plan.Plan):
 
     def gradients(self, stream, l, controls=None):
         """Enqueue nabla_b^l, nabla_w^l (and nabla_u^l below the output) on ``stream``; given ``controls``
-        (the network's ``Controls``: eta / B and the refusal, in device memory), then the SGD update of layer l."""
+        (the network's ``Controls``: the optimizer and its controls in device memory), then the update of layer l."""
         ops, launch = self.backend.ops, self.backend.launch
         delta = flat(self.delta[l])
         a_in = self.output_input() if l == self.L else flat(self.a[l - 1])
@@ -231,15 +231,16 @@ class RNNPlan(plan.Plan):
         return None
 
     def update(self, stream, l, controls):
-        """Enqueue w^l -= eta/B nabla_w^l (and u^l, b^l alike) on ``stream``."""
-        self.backend.launch(stream, f"update[{l}]", self._update_layer, l, controls.array)
+        """Enqueue the update of w^l (and u^l, b^l alike) on ``stream`` by ``controls``' optimizer."""
+        self.backend.launch(stream, f"update[{l}]", self._update_layer, l, controls.optimizer,
+                            {name: controls.slots(l, name) for name in ("w", "u", "b")}, controls.array)
 
-    def _update_layer(self, l, controls):
+    def _update_layer(self, l, optimizer, slots, controls):
         ops, scratch = self.backend.ops, self.scratch[l]
-        ops.sgd_update(self.w[l], self.nabla_w[l], controls, scratch)
+        optimizer.apply(ops, self.w[l], self.nabla_w[l], slots["w"], controls, scratch)
         if l < self.L:
-            ops.sgd_update(self.u[l], self.nabla_u[l], controls, scratch)
-        ops.sgd_update(self.b[l], self.nabla_b[l], controls, scratch)
+            optimizer.apply(ops, self.u[l], self.nabla_u[l], slots["u"], controls, scratch)
+        optimizer.apply(ops, self.b[l], self.nabla_b[l], slots["b"], controls, scratch)
 
 
 def _calls(calls):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, get_backend, reference
+from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, NaumovJacobi, get_backend, reference
 
 PAGE = Path(__file__).resolve().parents[2] / "docs/bad-input.md"
 START, END = "<!-- bad-inputs:start -->", "<!-- bad-inputs:end -->"
@@ -68,6 +68,14 @@ def cases(net):
         ("`sgd_step(x, y, 0.1, NaumovJacobi(warm_start=True), graph=True)`",
          lambda: net.sgd_step(X, Y, 0.1, NaumovJacobi(warm_start=True), graph=True)),
         ("`backprop(x, y, schedule=2)`", backprop(schedule=2)),
+        ("`SGD(0.1, nesterov=True)`", lambda: SGD(0.1, nesterov=True)),
+        ("`Adam(betas=(0.9, 1.0))`", lambda: Adam(betas=(0.9, 1.0))),
+        ("`Adam(eps=0)`", lambda: Adam(eps=0)),
+        ("`train_step(x, y, 0.1)`", lambda: net.train_step(X, Y, 0.1)),
+        ("`train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)`",
+         lambda: net.train_step(X, Y, Adam(), Leapfrog(2, fused=True), clip=1.0)),
+        ("`train_step(x, y, AdamW())` after a step of `Adam()`",
+         lambda: (net.train_step(X, Y, Adam()), net.train_step(X, Y, AdamW()))),
     ]
 
 

@@ -1,15 +1,16 @@
 """The race detector (``tests/harness/races.py``) over every schedule of every network: two SGD steps enqueued back
 to back, and no two launches that nothing orders touch one buffer where one of them writes it. On the NumPy
 backend and on the CuPy stand-in, eager and as a graph, alone and summing across two mirrored ranks, at
-several k. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
+several k; and the optimizers with a state (momentum, Adam), fused and not, whose state only its unit's
+update touches. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
 §5, workers sharing one scratch buffer, and the one-pass sweep streaming through a worker's scratch."""
 
 import numpy as np
 import pytest
 
 from helpers import install_standin, patched_ops
-from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN, NaumovScan,
-                          Sequential, TimeScan, Wavefront)
+from leapfrog_gpu import (BPTT, SGD, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
+                          NaumovScan, Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
@@ -55,18 +56,26 @@ CASES = [(backend, name, schedule, mode) for backend in ("numpy", "cupy")
          if runs_on(backend, name, schedule, mode)]
 
 
-def recorded_steps(backend, name, schedule, mode="eager", prepare=None):
+OPTIMIZERS = {"momentum": SGD(0.5, momentum=0.9, nesterov=True, weight_decay=0.01), "adam": Adam(0.01)}
+OPTIMIZER_CASES = [(backend, name, schedule, mode, kind) for backend in ("numpy", "cupy") for mode in ("eager", "graph")
+                   for name in NAMES for schedule in (Sequential(), Leapfrog(2), Leapfrog(2, fused=True))
+                   for kind in OPTIMIZERS if runs_on(backend, name, schedule, mode)]
+
+
+def recorded_steps(backend, name, schedule, mode="eager", prepare=None, optimizer=None):
     """The races of two SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back to back
     (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as rank 1 of two mirrored
     ranks, bucketed at k = 2, then a third step on one column, of which this rank's share is empty), and what
-    the recorder could not see (``Recorder.unseen``, ``Recorder.strays``); ``prepare(net)`` runs before the steps."""
+    the recorder could not see (``Recorder.unseen``, ``Recorder.strays``); ``prepare(net)`` runs before the steps;
+    ``optimizer``: the steps' (None: ``SGD(0.5)``)."""
     comm = Mirror(rank=1, bucket_bytes=1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
     with Recorder(backend) as recorder:
         net = network(name, backend, comm=comm)
         if prepare is not None:
             prepare(net)
         for step, size in enumerate((4, 4, 1) if comm else (4, 4)):
-            net.sgd_step(*network_batch(name, size, seed=step), 0.5, schedule, graph=mode == "graph")
+            net.train_step(*network_batch(name, size, seed=step), optimizer or SGD(0.5), schedule,
+                           graph=mode == "graph")
         net.synchronize()
     names = buffer_names(net)
     return races(recorder, names), recorder.unseen(names) + recorder.strays()
@@ -87,6 +96,25 @@ def test_no_two_launches_race(backend, name, schedule, mode, monkeypatch):
         found, unseen = recorded_steps(made, name, schedule, mode)
     assert not found, f"{len(found)} races:\n{report(found)}"
     assert not unseen, "\n".join(unseen)
+
+
+@pytest.mark.parametrize("backend, name, schedule, mode, kind", OPTIMIZER_CASES,
+                         ids=[f"{b}-{n}-{s!r}-{m}-{k}".replace(" ", "") for b, n, s, m, k in OPTIMIZER_CASES])
+def test_no_two_launches_of_an_optimizer_step_race(backend, name, schedule, mode, kind, monkeypatch):
+    with host_backend() if backend == "numpy" else cupy_backend(monkeypatch) as made:
+        found, unseen = recorded_steps(made, name, schedule, mode, optimizer=OPTIMIZERS[kind])
+    assert not found, f"{len(found)} races:\n{report(found)}"
+    assert not unseen, "\n".join(unseen)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cupy"])
+def test_an_optimizer_update_waiting_for_its_own_delta_is_reported(monkeypatch, backend):
+    """The fused Adam update of w^3 (and its moments) behind E_3 instead of E_2: it writes w^3 while the chain
+    reads it for delta^2."""
+    monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
+    with host_backend() if backend == "numpy" else cupy_backend(monkeypatch) as made:
+        found = [str(r) for r in recorded_steps(made, "MLP", Leapfrog(2, fused=True), optimizer=Adam(0.01))[0]]
+    assert race("update[3] #1 on worker1", True, "w[3]", "delta[2] #1 on main", False) in found
 
 
 # -- each race, planted, reported by name ----------------------------------------------------------------

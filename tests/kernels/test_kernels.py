@@ -57,6 +57,14 @@ class TwinOps:
     def update(w, nabla_w, b, nabla_b, step, scratch):
         ops_numpy.update(w, nabla_w, b, nabla_b, step, np.empty(ops_numpy.SCRATCH, w.dtype))
 
+    @staticmethod
+    def momentum_update(param, nabla, buf, controls, scratch, *hyper):
+        ops_numpy.momentum_update(param, nabla, buf, controls, np.empty(ops_numpy.SCRATCH, param.dtype), *hyper)
+
+    @staticmethod
+    def adam_update(param, nabla, m, v, controls, scratch, *hyper):
+        ops_numpy.adam_update(param, nabla, m, v, controls, np.empty(ops_numpy.SCRATCH, param.dtype), *hyper)
+
 
 class TwinDevice:
     """The NumPy twins, on host arrays."""
@@ -456,3 +464,95 @@ def test_the_update_of_a_layer_is_bitwise_sgd_update_of_w_and_of_b(device, n, m,
         assert _bits(device.to_host(both_b)) == _bits(device.to_host(one_b))
         if refused:
             assert _bits(device.to_host(both_w)) == _bits(w) and _bits(device.to_host(both_b)) == _bits(b)
+
+
+def optimizer_controls(lr, batch, t, dtype, refused=0, betas=(0.9, 0.999)):
+    """The controls the optimizers' kernels read: [eta / B (unused), refusal, lr, 1 / B, t, 1 - beta1^t,
+    sqrt(1 - beta2^t)]."""
+    return np.array([0.0, refused, lr, 1 / batch, t, 1 - betas[0] ** t, np.sqrt(1 - betas[1] ** t)], dtype)
+
+
+MOMENTUM = {"first step": (1, 0.9, 0.0, False, 0.0), "momentum, dampening": (5, 0.9, 0.3, False, 0.0),
+            "nesterov, decay": (5, 0.8, 0.0, True, 0.01), "decay alone": (5, 0.0, 0.0, False, 0.05)}
+"""(t, momentum, dampening, nesterov, weight_decay) of the momentum kernel's cases."""
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(33, 31), (257, 3), (2,)], ids=str)
+@pytest.mark.parametrize("case", list(MOMENTUM))
+def test_momentum_update(device, request, case, shape, dtype):
+    """torch.optim.SGD's step: g = nabla / B + wd p; buf = g at t = 1, else mu buf + (1 - d) g; p -= lr * (buf,
+    or g + mu buf with Nesterov); without momentum the buffer is not touched."""
+    t, momentum, dampening, nesterov, decay = MOMENTUM[case]
+    rng = np.random.default_rng([len(shape), shape[0], t])
+    inputs = {name: _random(rng, shape, dtype) for name in ("param", "nabla", "buf")}
+    lr, batch = 0.3, 7
+
+    def expect(x):
+        g = x["nabla"] * (1 / batch) + decay * x["param"]
+        buf = x["buf"]
+        if momentum:
+            buf = g if t == 1 else momentum * buf + (1 - dampening) * g
+            g = g + momentum * buf if nesterov else buf
+        return x["param"] - lr * g, buf
+
+    def run(dev, x):
+        param, buf = dev.to_device(x["param"]), dev.to_device(x["buf"])
+        dev.ops.momentum_update(param, dev.to_device(x["nabla"]), buf if momentum else None,
+                                dev.to_device(optimizer_controls(lr, batch, t, dtype)), None, momentum, dampening,
+                                nesterov, decay)
+        return dev.to_host(param), dev.to_host(buf)
+
+    def magnitude(x, reference):
+        scale = np.abs(x["nabla"]) / batch + decay * np.abs(x["param"]) + momentum * np.abs(x["buf"])
+        return [np.maximum(np.abs(x["param"]) + 2 * lr * scale, 1), np.maximum(2 * scale, 1)]
+
+    check(device, request, run, inputs, expect, magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("shape", [(33, 31), (257, 3), (2,)], ids=str)
+@pytest.mark.parametrize("t", [1, 7])
+@pytest.mark.parametrize("decoupled", [False, True], ids=["adam", "adamw"])
+def test_adam_update(device, request, decoupled, t, shape, dtype):
+    """torch.optim.Adam's step (AdamW's: p *= 1 - lr wd first, no wd in g): m = b1 m + (1 - b1) g,
+    v = b2 v + (1 - b2) g^2, p -= lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps)."""
+    rng = np.random.default_rng([len(shape), shape[0], t, decoupled])
+    inputs = {name: _random(rng, shape, dtype) for name in ("param", "nabla", "m")}
+    inputs["v"] = np.abs(_random(rng, shape, dtype)) + dtype(0.5)
+    lr, batch, beta1, beta2, eps, decay = 0.01, 7, 0.9, 0.999, 1e-8, 0.1
+
+    def expect(x):
+        p, g = x["param"], x["nabla"] * (1 / batch)
+        if decoupled:
+            p = p * (1 - lr * decay)
+        else:
+            g = g + decay * p
+        m = beta1 * x["m"] + (1 - beta1) * g
+        v = beta2 * x["v"] + (1 - beta2) * g * g
+        return p - lr / (1 - beta1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - beta2 ** t) + eps), m, v
+
+    def run(dev, x):
+        param, m, v = (dev.to_device(x[name]) for name in ("param", "m", "v"))
+        controls = dev.to_device(optimizer_controls(lr, batch, t, dtype))
+        dev.ops.adam_update(param, dev.to_device(x["nabla"]), m, v, controls, None, beta1, beta2, eps, decay, decoupled)
+        return dev.to_host(param), dev.to_host(m), dev.to_host(v)
+
+    def magnitude(x, reference):
+        return [np.maximum(np.abs(r), 1) for r in reference]
+
+    check(device, request, run, inputs, expect, magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_a_refused_optimizer_step_writes_nothing(device, dtype):
+    """While controls[1] holds a refusal code, neither the parameter nor its state changes."""
+    rng = np.random.default_rng(11)
+    param, nabla, m, v = (_random(rng, (33, 31), dtype) for _ in range(4))
+    controls = optimizer_controls(0.1, 3, 2, dtype, refused=4)
+    got = [device.to_device(x) for x in (param, m, v)]
+    device.ops.momentum_update(got[0], device.to_device(nabla), got[1], device.to_device(controls), None, 0.9, 0.0,
+                               True, 0.1)
+    device.ops.adam_update(got[0], device.to_device(nabla), got[1], got[2], device.to_device(controls), None, 0.9,
+                           0.999, 1e-8, 0.1, False)
+    assert [_bits(device.to_host(x)) for x in got] == [_bits(x) for x in (param, m, v)]

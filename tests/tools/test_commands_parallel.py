@@ -146,13 +146,13 @@ import os, sys
 from leapfrog_gpu.mlp import network
 from leapfrog_gpu.tools.train import command as train
 if os.environ.get("PMI_RANK") == "1":
-    step, calls = network.MLP.sgd_step, []
+    step, calls = network.MLP.train_step, []
     def failing(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 100:  # in epoch 2 of 63 steps
             raise RuntimeError("step 100 failed on rank 1")
         return step(self, *args, **kwargs)
-    network.MLP.sgd_step = failing
+    network.MLP.train_step = failing
 sys.exit(train.main(sys.argv[1:]))
 """
 """leapfrog-train whose rank 1 raises a RuntimeError in its 100th step."""

@@ -5,7 +5,9 @@ A checkpoint is one ``.npz`` file, ``checkpoint.npz`` in its directory: one arra
 network, named by the parameter and its layer or node (``w2``, ``u2``, ``b3``: w^2, u^2, b^3 in the
 book's shapes), and ``state``, a JSON object that holds at least ``sizes`` (the widths n_1..n_L) and
 whatever else the trainer keeps (position, RNG state, config). An MLP's checkpoint is thus ``w2..wL``
-and ``b2..bL``, as it has always been. ``os.replace`` is atomic on POSIX, so a reader finds either the
+and ``b2..bL``, as it has always been. An optimizer with a state adds one array per slot and parameter, named
+``slot.`` and the parameter's name (``exp_avg.w2``, ``momentum_buffer.b3``), and its step count to the state
+(``optimizer_step``). ``os.replace`` is atomic on POSIX, so a reader finds either the
 previous checkpoint or the new one, whole, however the writer dies.
 """
 
@@ -21,10 +23,11 @@ from ..cli import replaced_atomically
 FILENAME = "checkpoint.npz"
 _TEMPORARY = (".checkpoint-", ".tmp")  # prefix and suffix of the file being written
 
-LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential"}
-"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP. A resumed
-run keeps ``model``, ``skip`` and ``tau`` as ``FIXED``, and takes ``forward_solver`` as ``RESUMED``
-(``options``)."""
+LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "optimizer": "sgd", "momentum": None,
+         "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None}
+"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP, by plain SGD.
+A resumed run keeps ``model``, ``skip``, ``tau`` and the optimizer's options as ``FIXED``, and takes
+``forward_solver`` and ``clip_grad_norm`` as ``RESUMED`` (``options``)."""
 
 REMEDY = "delete it, or choose another --checkpoint-dir"
 """What to do about a checkpoint that cannot be read."""
@@ -38,12 +41,15 @@ def path_in(directory):
     return Path(directory) / FILENAME
 
 
-def save(directory, params, state):
-    """Write ``params`` (``{unit: {name: host array}}``, as a network's ``parameters()``) and ``state`` (a
-    JSON-able dict) to ``directory/checkpoint.npz`` atomically (``cli.replaced_atomically``); return the
-    path. Temporary files that a killed writer left behind are removed once this one is in place."""
+def save(directory, params, state, slots=None):
+    """Write ``params`` (``{unit: {name: host array}}``, as a network's ``parameters()``), ``slots`` (the
+    optimizer's state, ``{slot: {unit: {name: host array}}}``, if any) and ``state`` (a JSON-able dict) to
+    ``directory/checkpoint.npz`` atomically (``cli.replaced_atomically``); return the path. Temporary files
+    that a killed writer left behind are removed once this one is in place."""
     directory = Path(directory)
     arrays = {f"{name}{unit}": array for unit, named in params.items() for name, array in named.items()}
+    arrays.update({f"{slot}.{name}{unit}": array for slot, held in (slots or {}).items()
+                   for unit, named in held.items() for name, array in named.items()})
     arrays["state"] = np.array(json.dumps(state))
     with replaced_atomically(path_in(directory), prefix=_TEMPORARY[0]) as temporary, open(temporary, "wb") as file:
         np.savez(file, **arrays)  # a file object: a name would get ".npz" appended
@@ -87,6 +93,28 @@ def restore(net, arrays, directory):
         net.set_parameters(params)
     except ValueError as error:
         raise CheckpointError(f"{path_in(directory)} does not fit this network ({error}): {REMEDY}") from None
+
+
+def optimizer_arrays(arrays):
+    """The arrays of the optimizer's state among ``load``'s, by their names in the file."""
+    return {name: array for name, array in arrays.items() if "." in name}
+
+
+def restore_optimizer(net, optimizer, arrays, steps, directory):
+    """Give ``net`` the state of ``optimizer`` held in ``arrays`` (``optimizer_arrays``) and its step count
+    ``steps``; a ``CheckpointError`` naming what the file lacks or why the network refuses it."""
+    if not steps and not arrays:
+        return  # plain SGD, or a checkpoint from before the optimizers: no state
+    try:
+        slots = {slot: {unit: {name: arrays[f"{slot}.{name}{unit}"] for name in named}
+                        for unit, named in net.parameters().items()} for slot in optimizer.SLOTS}
+    except KeyError as error:
+        raise CheckpointError(f"{path_in(directory)} lacks the optimizer state {error} of {optimizer!r}: "
+                              f"{REMEDY}") from None
+    try:
+        net.set_optimizer_state(optimizer, {"step": steps, **slots})
+    except ValueError as error:
+        raise CheckpointError(f"{path_in(directory)} does not fit {optimizer!r} ({error}): {REMEDY}") from None
 
 
 def _first_line(error):

@@ -50,8 +50,8 @@ from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
 from .loop import Diverged, Interrupted, NonFiniteLoss, Refused, Report, Training
 from .metrics import in_words, measured
-from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, model_named,
-                      profile_window)
+from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
+                      model_named, profile_window)
 
 SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
@@ -170,6 +170,8 @@ def _train(given, comm):
             if comm.rank == 0:
                 checkpoint.restore(net, arrays, directory)
             data_parallel.broadcast_parameters(net)
+            held = comm.bcast(checkpoint.optimizer_arrays(arrays) if comm.rank == 0 else None)
+            checkpoint.restore_optimizer(net, make_optimizer(config), held, state.get("optimizer_step", 0), directory)
         metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
         try:
             report = Report(config["quiet"], metrics_file, comm.rank)

@@ -1,9 +1,10 @@
 """``leapfrog-train``'s training loop, one for every model: one run's epochs of SGD steps, its checkpoints,
 what it shows, and how Ctrl-C and a non-finite or diverging loss end it.
 
-The loop speaks to a network through what the three networks share (``core.network.Network``):
-``sgd_step``, ``feedforward``, ``synchronize``, ``parameters()`` for its checkpoints, ``cost``, ``comm`` and
-``check_finite``; the samples of its data are their last axis, columns or sequences alike.
+The loop speaks to a network through what the three networks share (``core.network.Network``): ``train_step`` by the
+run's optimizer (``options.make_optimizer``), ``feedforward``, ``synchronize``, ``parameters()`` and
+``optimizer_state()`` for its checkpoints, ``cost``, ``comm`` and ``check_finite``; the samples of its data are their
+last axis, columns or sequences alike.
 """
 
 import contextlib
@@ -20,6 +21,7 @@ from tqdm import tqdm
 from ...backends import to_host
 from ..schedules import make_schedule
 from . import checkpoint, models
+from .options import make_optimizer
 from .metrics import Divergence, chance_loss, cost, evaluate, in_words, measured, metric_name
 from .profiling import ProfileWindow
 from .options import PROG, profile_window
@@ -94,6 +96,7 @@ class Training:
         self.sizes = models.sizes(config, dataset)
         self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"],
                                       config["fused"])
+        self.optimizer, self.clip = make_optimizer(config), config["clip_grad_norm"]
         self.solver = models.forward_solver(config)
         self.forward = {} if self.solver is None else {"solver": self.solver}
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
@@ -136,7 +139,11 @@ class Training:
         if self.config["checkpoint_dir"] and self.rank == 0:
             params = {unit: {name: to_host(array) for name, array in named.items()}
                       for unit, named in self.net.parameters().items()}
-            checkpoint.save(self.config["checkpoint_dir"], params, self.state())
+            held = self.net.optimizer_state()
+            slots = {slot: {unit: {name: to_host(array) for name, array in named.items()}
+                            for unit, named in by_unit.items()} for slot, by_unit in held.items() if slot != "step"}
+            checkpoint.save(self.config["checkpoint_dir"], params, {**self.state(), "optimizer_step": held["step"]},
+                            slots)
 
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
@@ -159,7 +166,7 @@ class Training:
 
     def run_epoch(self, interrupt=None):
         """One epoch of SGD steps, then its loss and test metric, a checkpoint and a report."""
-        net, x, y, lr = self.net, self.data.x_train, self.data.y_train, self.config["lr"]
+        net, x, y = self.net, self.data.x_train, self.data.y_train
         self.epoch_rng = self.order.bit_generator.state
         samples_in_epoch = x.shape[-1]
         permutation = self.order.permutation(samples_in_epoch)
@@ -172,7 +179,7 @@ class Training:
                 batch = permutation[s * self.batch:(s + 1) * self.batch]
                 x_batch, y_batch = x[..., batch], y[..., batch]
                 with self.profile.step(self.step):
-                    self._step(x_batch, y_batch, lr)
+                    self._step(x_batch, y_batch)
                 if net.check_finite:
                     self._synchronize_checked()
                 self.step, self.step_in_epoch = self.step + 1, s + 1
@@ -208,10 +215,11 @@ class Training:
         self.report.epoch(metrics, config["epochs"])
         return metrics
 
-    def _step(self, x, y, lr):
-        """Enqueue one SGD step; a step the network refuses as set up raises ``Refused``."""
+    def _step(self, x, y):
+        """Enqueue one step of the run's optimizer; a step the network refuses as set up raises ``Refused``."""
         try:
-            self.net.sgd_step(x, y, lr, self.schedule, graph=self.config["graph"], **self.forward)
+            self.net.train_step(x, y, self.optimizer, self.schedule, graph=self.config["graph"], clip=self.clip,
+                                **self.forward)
         except ValueError as error:
             raise Refused(str(error)) from None
 

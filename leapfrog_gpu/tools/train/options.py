@@ -7,6 +7,7 @@ import os
 from ...parallel import comm as parallel
 from ...backends import ops_numpy
 from ...core.functions import ACTIVATIONS, COSTS, DTYPES
+from ...core.optimizers import SGD, Adam, AdamW
 from ..cli import Parser, integer, number, pip_install, png_refusal
 from ..schedules import schedule_names
 from .checkpoint import LATER
@@ -26,6 +27,8 @@ DEFAULTS = {
     "forward_solver": "sequential", "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False,
     "allow_divergence": False, "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False,
     "profile_steps": None, "timeline": None, "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
+    "optimizer": "sgd", "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None,
+    "clip_grad_norm": None,
 }
 """Every option's default for ``--model mlp`` and ``resmlp`` (``lr``: the data's, ``LR``). The digits default
 reaches about 97 % test accuracy in 30 epochs."""
@@ -54,8 +57,19 @@ EXIT_STATUSES = [
 ]
 """What the command's exit status means, as ``--help`` lists it."""
 
+OPTIMIZER = ("optimizer", "momentum", "nesterov", "weight_decay", "betas", "eps")
+"""The options that make the optimizer but its learning rate (``make_optimizer``)."""
+
 FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost", "dtype", "seed", "batch_size")
-"""What a resumed run must keep: it defines the network, the data or the order of the batches."""
+"""What a resumed run must keep: it defines the network, the data or the order of the batches (and, as
+``checkpoint.LATER`` has them, the optimizer, whose state the checkpoint holds)."""
+
+OPTIMIZER_LR = 0.001
+"""The learning rate of ``--optimizer adam`` and ``adamw`` when ``--lr`` is not given: torch.optim's."""
+
+OPTIMIZER_ONLY = {"momentum": ("sgd", "momentum"), "nesterov": ("sgd", "momentum"), "betas": ("adam", "adamw"),
+                  "eps": ("adam", "adamw")}
+"""Options that apply to some ``--optimizer``s only."""
 
 RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
@@ -75,6 +89,31 @@ TIMELINE_STEPS = [10, 15]
 class UsageError(ValueError):
     """A bad option or combination of options: exit status 2."""
 
+
+
+def make_optimizer(config):
+    """The optimizer of ``config`` (``core.optimizers``): ``--optimizer`` with ``--lr``, ``--momentum`` (0.9 for
+    ``momentum``), ``--nesterov``, ``--weight-decay``, ``--betas`` and ``--eps``, torch.optim's defaults for what
+    is not given; a ``UsageError`` of one line for a bad combination."""
+    kind, given = config["optimizer"], {key: config[key] for key in ("weight_decay", "betas", "eps")
+                                        if config[key] is not None}
+    try:
+        if kind in ("sgd", "momentum"):
+            momentum = config["momentum"] if config["momentum"] is not None else 0.9 if kind == "momentum" else 0
+            return SGD(config["lr"], momentum=momentum, nesterov=config["nesterov"], **given)
+        return (Adam if kind == "adam" else AdamW)(config["lr"], **given)
+    except ValueError as error:
+        raise UsageError(f"--optimizer {kind}: {error}") from None
+
+
+def _betas(text):
+    try:
+        betas = [float(part) for part in text.split(",")]
+    except ValueError:
+        betas = []
+    if len(betas) != 2:
+        raise argparse.ArgumentTypeError(f"expected two numbers B1,B2 (e.g. 0.9,0.999); got {text!r}")
+    return betas
 
 
 def parse_hidden(text):
@@ -117,7 +156,10 @@ def defaults(model):
 
 
 def default_lr(config):
-    """The learning rate a run takes when ``--lr`` is not given: its dataset's (``LR``, ``RNN_TEACHER_LR``)."""
+    """The learning rate a run takes when ``--lr`` is not given: its dataset's (``LR``, ``RNN_TEACHER_LR``); Adam's
+    and AdamW's, ``OPTIMIZER_LR``."""
+    if config["optimizer"] in ("adam", "adamw"):
+        return OPTIMIZER_LR
     if config["model"] == "rnn" and config["data"] == "teacher":
         return RNN_TEACHER_LR / config["tau"]
     return LR[config["data"]]
@@ -195,6 +237,21 @@ def build_parser(model=DEFAULTS["model"]):
              for name in DATA[model]]
     group.add_argument("--lr", type=number(0), metavar="ETA",
                        help=f"learning rate: w -= ETA/B * nabla_w (default {', '.join(rates)})")
+    group.add_argument("--optimizer", choices=("sgd", "momentum", "adam", "adamw"),
+                       help="torch.optim's rules, fused into the workers' update with --fused: sgd (w -= lr * g, "
+                            "g the gradient of the batch-mean cost), momentum (SGD with --momentum), adam, adamw "
+                            f"(default {d['optimizer']}; --lr defaults to {OPTIMIZER_LR} for adam and adamw)")
+    group.add_argument("--momentum", type=number(0), metavar="MU",
+                       help="sgd and momentum: the momentum (default 0 for sgd, 0.9 for momentum)")
+    group.add_argument("--nesterov", action="store_true", help="sgd and momentum: Nesterov's momentum")
+    group.add_argument("--weight-decay", type=number(0), metavar="WD",
+                       help="L2 weight decay added to the gradient (adamw: decoupled, w *= 1 - lr WD) "
+                            "(default 0, 0.01 for adamw)")
+    group.add_argument("--betas", type=_betas, metavar="B1,B2", help="adam and adamw (default 0.9,0.999)")
+    group.add_argument("--eps", type=number(0, strict=True), metavar="EPS", help="adam and adamw (default 1e-8)")
+    group.add_argument("--clip-grad-norm", type=number(0, strict=True), metavar="N",
+                       help="scale the gradients so that their global norm is at most N before each update "
+                            "(torch.nn.utils.clip_grad_norm_); needs the update after the join: not with --fused")
     group.add_argument("--seed", type=integer(0), metavar="S",
                        help=f"initial parameters and the order of the batches (default {d['seed']})")
     names = schedule_names(NETWORK[model])
@@ -250,7 +307,7 @@ def configure(given, saved=None):
     kept = None if saved is None else {**LATER, **saved}
     config = defaults(given.get("model", kept["model"] if kept else DEFAULTS["model"]))
     if kept is not None:
-        for key in FIXED + ("model", "skip", "tau"):
+        for key in FIXED + OPTIMIZER + ("model", "skip", "tau"):
             if key in given and given[key] != kept[key]:
                 raise UsageError(
                     f"--{key.replace('_', '-')} {_show(given[key])} differs from the checkpoint's "
@@ -277,8 +334,14 @@ def configure(given, saved=None):
     if config["schedule"] not in names:
         raise UsageError(f"--schedule {config['schedule']} is not a schedule of --model {model}; choose from "
                          f"{', '.join(names)}")
+    for key, kinds in OPTIMIZER_ONLY.items():
+        if key in given and config["optimizer"] not in kinds:
+            raise UsageError(f"--{key.replace('_', '-')} applies to --optimizer {' or '.join(kinds)} only")
     if config["lr"] is None:
         config["lr"] = default_lr(config)
+    make_optimizer(config)
+    if config["fused"] and config["clip_grad_norm"] is not None:
+        raise UsageError("--clip-grad-norm needs every gradient before any update: drop --fused")
     if config["data"] == "mnist" and not config["data_dir"]:
         raise UsageError("--data mnist needs --data-dir DIR (the four MNIST IDX files or one .npz)")
     if config["data"] == "teacher" and config["cost"] == "cross_entropy":

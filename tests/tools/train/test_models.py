@@ -15,6 +15,7 @@ import pytest
 from helpers import ROOT, assert_bitwise_equal, cli, digits_as_mnist, one_error_line, parameters
 from leapfrog_gpu import RNN, DagNet
 from leapfrog_gpu.mlp.network import MLP
+from leapfrog_gpu.tools.train import checkpoint
 
 SMALL = {  # teacher tasks of 8 steps an epoch
     "mlp": ["--data", "teacher", "--samples", 64, "--hidden", "3x8", "--batch-size", 8],
@@ -189,15 +190,15 @@ def test_ctrl_c_says_how_to_resume_and_the_resumed_run_is_the_uninterrupted_one(
     run, straight = tmp_path / "a run", tmp_path / "straight"
     assert cli(*SMALL[model], "--epochs", 3, "--quiet", "--checkpoint-dir", straight) == 0
     network, calls = NETWORK[model], []
-    sgd_step = network.sgd_step
+    train_step = network.train_step
 
     def step_then_ctrl_c(net, *args, **kwargs):
-        sgd_step(net, *args, **kwargs)
+        train_step(net, *args, **kwargs)
         calls.append(None)
         if len(calls) == 11:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(network, "sgd_step", step_then_ctrl_c)
+    monkeypatch.setattr(network, "train_step", step_then_ctrl_c)
     assert cli(*SMALL[model], "--epochs", 3, "--checkpoint-dir", run) == 130
     line = capsys.readouterr().err.strip()
     assert line == (f"leapfrog-train: interrupted at epoch 2, step 11: checkpoint written to {run}/checkpoint.npz; "
@@ -258,3 +259,63 @@ def test_a_file_that_is_no_checkpoint_of_the_command_is_refused_in_one_line(tmp_
     checkpoint.save(tmp_path, {2: {"w": np.ones((2, 3)), "b": np.ones(2)}}, {"sizes": [3, 2]})
     with pytest.raises(checkpoint.CheckpointError, match="holds no leapfrog-train options to build its network"):
         models.load(tmp_path)
+
+
+# -- the optimizers ------------------------------------------------------------------------------------------
+
+OPTIMIZERS = {
+    "momentum": ["--optimizer", "momentum", "--nesterov", "--weight-decay", 0.001, "--lr", 0.005],
+    "adam": ["--optimizer", "adam", "--lr", 0.003, "--clip-grad-norm", 1],
+    "adamw": ["--optimizer", "adamw", "--betas", "0.8,0.99", "--lr", 0.003],
+}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("model", list(SMALL))
+def test_every_optimizer_resumes_bit_for_bit(tmp_path, model, optimizer):
+    """Two epochs straight, and one then a resumed one: the same parameters, optimizer state and step count,
+    bit for bit; the checkpoint holds a state of every parameter's shape for each of the optimizer's slots."""
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    options = [*SMALL[model], *OPTIMIZERS[optimizer], "--quiet"]
+    assert cli(*options, "--epochs", 2, "--checkpoint-dir", straight) == 0
+    assert cli(*options, "--epochs", 1, "--checkpoint-dir", halves) == 0
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", halves, "--resume") == 0
+    (expected, expected_state), (got, state) = parameters(straight), parameters(halves)
+    assert_bitwise_equal(got, expected)
+    assert state["optimizer_step"] == expected_state["optimizer_step"] == state["step"] == 16
+    arrays, _ = checkpoint.load(halves)
+    slots = {"momentum": ["momentum_buffer"], "adam": ["exp_avg", "exp_avg_sq"], "adamw": ["exp_avg", "exp_avg_sq"]}
+    params = [name for name in arrays if "." not in name]
+    held = sorted(name for name in arrays if "." in name)
+    assert held == sorted(f"{s}.{p}" for s in slots[optimizer] for p in params)
+    assert all(arrays[f"{s}.{p}"].shape == arrays[p].shape for s in slots[optimizer] for p in params)
+
+
+def test_the_optimizer_of_a_checkpoint_is_kept_on_resume(tmp_path, capsys):
+    assert cli(*SMALL["mlp"], *OPTIMIZERS["adam"], "--quiet", "--epochs", 1, "--checkpoint-dir", tmp_path) == 0
+    capsys.readouterr()
+    assert cli("--epochs", 2, "--optimizer", "sgd", "--checkpoint-dir", tmp_path, "--resume") == 2
+    assert one_error_line(capsys).endswith("--optimizer sgd differs from the checkpoint's adam; drop it to resume, "
+                                           "or start a new --checkpoint-dir")
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--betas", "0.9,0.99"], "--betas applies to --optimizer adam or adamw only"),
+    (["--optimizer", "adam", "--momentum", 0.9], "--momentum applies to --optimizer sgd or momentum only"),
+    (["--optimizer", "adam", "--betas", "0.9,1"], r"--optimizer adam: betas must lie in \[0, 1\)"),
+    (["--optimizer", "sgd", "--nesterov"], "--optimizer sgd: nesterov=True needs momentum > 0"),
+    (["--optimizer", "adam", "--clip-grad-norm", 1, "--fused"], "--clip-grad-norm needs every gradient before any "
+                                                                "update: drop --fused"),
+])
+def test_bad_optimizer_options_are_one_line(capsys, options, words):
+    assert cli(*SMALL["mlp"], "--epochs", 1, *options) == 2
+    assert re.search(words, one_error_line(capsys))
+
+
+def test_adam_learns_the_digits(capsys):
+    """--optimizer adam --lr 0.003, the default run (30 epochs, 2 s): 97.5 % with seed 0 here; 96 % leaves room
+    for other BLAS builds."""
+    assert cli("--optimizer", "adam", "--lr", 0.003, "--quiet", "--backend", "numpy") == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", line).group(1))
+    assert accuracy >= 96, line

@@ -84,13 +84,13 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0
 
-    sgd_step, run, calls = MLP.sgd_step, train.Training.run, []
+    train_step, run, calls = MLP.train_step, train.Training.run, []
 
     def step_until_interrupted(net, *args, **kwargs):
         calls.append(None)
         if len(calls) == 61:
             raise KeyboardInterrupt
-        sgd_step(net, *args, **kwargs)
+        train_step(net, *args, **kwargs)
 
     def run_saving_on_interrupt(training):
         try:
@@ -99,7 +99,7 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
             training.save()
             raise
 
-    monkeypatch.setattr(MLP, "sgd_step", step_until_interrupted)
+    monkeypatch.setattr(MLP, "train_step", step_until_interrupted)
     monkeypatch.setattr(train.Training, "run", run_saving_on_interrupt)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", interrupted) == 130  # as a second Ctrl-C: no traceback
     assert capsys.readouterr().err == ("leapfrog-train: interrupted at epoch 2, step 60 and stopped at once: "
@@ -298,15 +298,15 @@ def test_version_is_the_packages(capsys):
 
 def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
-    sgd_step, calls = MLP.sgd_step, []
+    train_step, calls = MLP.train_step, []
 
     def step_then_ctrl_c(net, *args, **kwargs):
-        sgd_step(net, *args, **kwargs)
+        train_step(net, *args, **kwargs)
         calls.append(None)
         if len(calls) == 20:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(MLP, "sgd_step", step_then_ctrl_c)
+    monkeypatch.setattr(MLP, "train_step", step_then_ctrl_c)
     assert cli(*SMALL[:2], "--epochs", 1) == 130
     err = capsys.readouterr().err
     before, said, _ = err.partition("leapfrog-train: interrupted at epoch 1, step 20")
@@ -400,7 +400,7 @@ def ctrl_c_at_the_first_step(*args, **kwargs):
 
 
 def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
-    monkeypatch.setattr(MLP, "sgd_step", ctrl_c_at_the_first_step)
+    monkeypatch.setattr(MLP, "train_step", ctrl_c_at_the_first_step)
     assert cli() == 130
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and max(len(line) for line in out) <= 100, out
@@ -409,7 +409,7 @@ def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(c
 def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
     """A deep network, a fused graph step on two worker streams: the header says all of it, each part of
     a line too wide on a line of its own."""
-    monkeypatch.setattr(MLP, "sgd_step", ctrl_c_at_the_first_step)
+    monkeypatch.setattr(MLP, "train_step", ctrl_c_at_the_first_step)
     assert cli("--hidden", "12x100", "--fused", "--graph", "--k", 2) == 130
     out = capsys.readouterr().out
     assert as_meant(out).splitlines() == [
@@ -430,15 +430,15 @@ def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu,
 
 
 def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path, monkeypatch, capsys):
-    run, sgd_step, calls = tmp_path / "first run", MLP.sgd_step, []  # a space: the hint must quote it
+    run, train_step, calls = tmp_path / "first run", MLP.train_step, []  # a space: the hint must quote it
 
     def step_then_ctrl_c(net, *args, **kwargs):
-        sgd_step(net, *args, **kwargs)
+        train_step(net, *args, **kwargs)
         calls.append(None)
         if len(calls) == 61:
             signal.raise_signal(signal.SIGINT)  # as Ctrl-C; the handler runs before this returns
 
-    monkeypatch.setattr(MLP, "sgd_step", step_then_ctrl_c)
+    monkeypatch.setattr(MLP, "train_step", step_then_ctrl_c)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run) == 130
     line = capsys.readouterr().err.strip()
     assert line == (f"leapfrog-train: interrupted at epoch 2, step 61: checkpoint written to {run}/checkpoint.npz; "

@@ -1,0 +1,145 @@
+"""The optimizers a step takes: ``SGD``, ``Adam`` and ``AdamW``, by torch.optim's rules (one parameter group).
+
+g is the gradient of the batch-MEAN cost, nabla / B with nabla the gradient of the cost summed over the batch
+(the book's C), t the step count from 1, lr the learning rate:
+
+- ``SGD``: g += wd w; with momentum mu and dampening d, buf = g at t = 1, else mu buf + (1 - d) g, and the
+  step is buf (g + mu buf with Nesterov); w -= lr * step. ``SGD(eta)`` is the plain step w -= eta/B nabla.
+- ``Adam``: g += wd w; m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2;
+  w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+- ``AdamW``: Adam with w *= 1 - lr wd first and no wd in g.
+
+An optimizer is its hyper-parameters and nothing else; its state (``SLOTS``: the momentum buffer, the moments,
+each shaped as its parameter) and the step count live in the network (``Network.optimizer_state``). What a
+captured step must read as it runs, lr, 1/B, t and Adam's bias corrections, is in the network's ``Controls``;
+the rest are fixed arguments of the update kernels (``rule``). Bad hyper-parameters raise a ValueError in one line.
+"""
+
+import math
+import numbers
+
+
+class Optimizer:
+    """The base: ``lr`` and the checks. A subclass gives ``SLOTS``, ``rule`` and ``apply``."""
+
+    SLOTS = ()
+
+    def __init__(self, lr):
+        self.lr = _number("lr", lr)
+
+    def __repr__(self):
+        return self.named(self.hyper())
+
+    def named(self, hyper):
+        """``Adam(betas=..., ...)``: the optimizer's kind with the hyper-parameters ``hyper``, as code."""
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in hyper.items())})"
+
+    def hyper(self):
+        """The hyper-parameters, by name (lr first)."""
+        raise NotImplementedError
+
+    def rule(self):
+        """What a state and a captured step are made for: the kind and every hyper-parameter but lr, which the
+        step reads from device memory."""
+        return (type(self).__name__, *(v for k, v in self.hyper().items() if k != "lr"))
+
+    @property
+    def plain(self):
+        """Whether this is the plain SGD step, w -= eta/B nabla: no state, no weight decay."""
+        return False
+
+    def controls(self, samples, t):
+        """What the update kernels read from ``Controls.array[2:]`` at step t of a batch of ``samples``: lr,
+        1 / B and t."""
+        return [self.lr, 1 / samples, t]
+
+    def apply(self, ops, param, nabla, state, controls, scratch):
+        """Update ``param`` by ``nabla`` (summed over the batch) and its ``state`` ({slot: array}) through
+        ``ops`` (a backend's), reading ``controls`` (the network's ``Controls.array``) as it runs."""
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, torch.optim.SGD's rule (see the module docstring)."""
+
+    def __init__(self, lr, momentum=0, dampening=0, nesterov=False, weight_decay=0):
+        super().__init__(lr)
+        self.momentum = _number("momentum", momentum)
+        self.dampening = _number("dampening", dampening)
+        self.weight_decay = _number("weight_decay", weight_decay)
+        if not isinstance(nesterov, bool):
+            raise ValueError(f"nesterov must be True or False; got {nesterov!r}")
+        if nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError(f"nesterov=True needs momentum > 0 and dampening 0; got momentum={momentum!r}, "
+                             f"dampening={dampening!r}")
+        self.nesterov = nesterov
+        self.SLOTS = ("momentum_buffer",) if self.momentum else ()
+
+    def hyper(self):
+        return {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening, "nesterov": self.nesterov,
+                "weight_decay": self.weight_decay}
+
+    @property
+    def plain(self):
+        return not self.momentum and not self.weight_decay
+
+    def apply(self, ops, param, nabla, state, controls, scratch):
+        if self.plain:
+            ops.sgd_update(param, nabla, controls, scratch)
+        else:
+            ops.momentum_update(param, nabla, state.get("momentum_buffer"), controls, scratch, self.momentum,
+                                self.dampening, self.nesterov, self.weight_decay)
+
+
+class Adam(Optimizer):
+    """Adam, torch.optim.Adam's rule (see the module docstring); weight decay added to the gradient."""
+
+    DECOUPLED = False
+    SLOTS = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0):
+        super().__init__(lr)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2); got {betas!r}")
+        self.betas = tuple(_number(f"betas[{i}]", beta) for i, beta in enumerate(betas))
+        if any(beta >= 1 for beta in self.betas):
+            raise ValueError(f"betas must lie in [0, 1); got {betas!r}")
+        self.eps = _number("eps", eps)
+        if self.eps <= 0:
+            raise ValueError(f"eps must be > 0; got {eps!r}")
+        self.weight_decay = _number("weight_decay", weight_decay)
+
+    def hyper(self):
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay}
+
+    def controls(self, samples, t):
+        """lr, 1 / B, t and the bias corrections 1 - beta1^t and sqrt(1 - beta2^t), as torch.optim computes them."""
+        beta1, beta2 = self.betas
+        return [*super().controls(samples, t), 1 - beta1 ** t, (1 - beta2 ** t) ** 0.5]
+
+    def apply(self, ops, param, nabla, state, controls, scratch):
+        ops.adam_update(param, nabla, state["exp_avg"], state["exp_avg_sq"], controls, scratch, *self.betas,
+                        self.eps, self.weight_decay, self.DECOUPLED)
+
+
+class AdamW(Adam):
+    """AdamW, torch.optim.AdamW's rule: Adam with decoupled weight decay, w *= 1 - lr wd before the step."""
+
+    DECOUPLED = True
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(lr, betas, eps, weight_decay)
+
+
+def check(optimizer):
+    """``optimizer`` if it is one of this module's, else a TypeError."""
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"optimizer must be SGD(...), Adam(...) or AdamW(...); got {optimizer!r}")
+    return optimizer
+
+
+def _number(name, value):
+    """``value`` as a float: a finite real number >= 0, or a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+    return float(value)

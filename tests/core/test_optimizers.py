@@ -1,0 +1,264 @@
+"""The optimizers of ``core.optimizers`` on every network, against torch.optim on the same module.
+
+Each network (``networks.network``, float64) and its ``to_torch()`` module take 12 steps on the same batches:
+``train_step`` by our optimizer, and ``torch.optim`` (``foreach=False``) on the batch-mean quadratic cost,
+``0.5 * sum((a - y)^2) / B``. The trained functions then agree within 1e-10 (relative) on a fresh batch, under
+``Sequential()`` (the RNN's ``BPTT()``), ``Leapfrog(2)`` and ``Leapfrog(2, fused=True)``. torch.nn.RNN has two
+biases per layer that receive the same gradient, our RNN their sum as one b: the module's ``bias_hh_l0`` is
+frozen at zero (requires_grad False), so that torch trains the one b we do. Fused and unfused steps agree to
+the bit on the host; bad hyper-parameters, another optimizer on a state that exists and the one-pass sweep
+refuse in one line, changing nothing; graph steps read lr and t from device memory.
+"""
+
+import numpy as np
+import pytest
+
+from helpers import to_numpy
+from networks import NAMES, network, network_batch
+from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, Sequential
+
+torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch")
+
+STEPS = 12
+OPTIMIZERS = {
+    "momentum": (lambda: SGD(0.05, momentum=0.9, dampening=0.1),
+                 lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.1, foreach=False)),
+    "nesterov+decay": (lambda: SGD(0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
+                       lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01,
+                                                 foreach=False)),
+    "adam": (lambda: Adam(0.01, weight_decay=0.01),
+             lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.01, foreach=False)),
+    "adamw": (lambda: AdamW(0.01, betas=(0.8, 0.99)),
+              lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.99), foreach=False)),
+}
+SCHEDULES = {"sequential": Sequential(), "leapfrog": Leapfrog(2), "fused": Leapfrog(2, fused=True)}
+
+
+def module_output(name, module, x):
+    """The module's output for our batch ``x``, in our layout."""
+    x = torch.from_numpy(x)
+    return module(x.permute(0, 2, 1)).permute(0, 2, 1) if name == "RNN" else module(x.T).T
+
+
+def torch_training(name, net, make, clip=None):
+    """``net``'s module and a function that takes one torch.optim step of ``make`` on a batch (x, y)."""
+    module = net.to_torch()
+    for label, parameter in module.named_parameters():
+        if "bias_hh" in label:
+            parameter.requires_grad_(False)  # our b is bias_ih + bias_hh: one of them trains
+    optimizer = make([p for p in module.parameters() if p.requires_grad])
+
+    def step(x, y):
+        loss = 0.5 * ((module_output(name, module, x) - torch.from_numpy(y)) ** 2).sum() / x.shape[-1]
+        optimizer.zero_grad()
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], clip, foreach=False)
+        optimizer.step()
+
+    return module, step
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("kind", list(OPTIMIZERS))
+def test_twelve_steps_agree_with_torch_optim(network_name, kind, schedule):
+    ours, theirs = OPTIMIZERS[kind]
+    optimizer = ours()
+    with network(network_name, "numpy", dtype="float64") as net:
+        start = net.feedforward(network_batch(network_name, 7, seed=99, dtype=np.float64)[0])
+        module, torch_step = torch_training(network_name, net, theirs)
+        for step in range(STEPS):
+            x, y = network_batch(network_name, 5, seed=step, dtype=np.float64)
+            net.train_step(x, y, optimizer, SCHEDULES[schedule])
+            torch_step(x, y)
+        x, _ = network_batch(network_name, 7, seed=99, dtype=np.float64)
+        got = net.feedforward(x)
+        with torch.no_grad():
+            want = module_output(network_name, module, x).numpy()
+        assert np.max(np.abs(got - start)) > 1e-3 * np.max(np.abs(start))  # training moved the function
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-300)
+        assert net.optimizer_state()["step"] == STEPS
+
+
+@pytest.mark.parametrize("schedule", ["sequential", "leapfrog"])
+@pytest.mark.parametrize("kind", ["momentum", "adam"])
+def test_clipped_steps_agree_with_torch_clip_grad_norm(network_name, kind, schedule):
+    """clip=0.05 clips the steps: the norms of the batch-mean gradients start between 0.3 and 4."""
+    ours, theirs = OPTIMIZERS[kind]
+    optimizer = ours()
+    with network(network_name, "numpy", dtype="float64") as net:
+        module, torch_step = torch_training(network_name, net, theirs, clip=0.05)
+        for step in range(STEPS):
+            x, y = network_batch(network_name, 5, seed=step, dtype=np.float64)
+            net.train_step(x, y, optimizer, SCHEDULES[schedule], clip=0.05)
+            torch_step(x, y)
+        x, _ = network_batch(network_name, 7, seed=99, dtype=np.float64)
+        with torch.no_grad():
+            want = module_output(network_name, module, x).numpy()
+        np.testing.assert_allclose(net.feedforward(x), want, rtol=1e-10, atol=1e-300)
+
+
+def test_clip_under_a_fused_schedule_is_refused_by_name(network_name):
+    with network(network_name, "numpy") as net:
+        x, y = network_batch(network_name, 5)
+        with pytest.raises(ValueError, match=r"clip needs every gradient before any update, and Leapfrog\(k=2, "
+                                             r"fused=True\)"):
+            net.train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)
+        with pytest.raises(ValueError, match="clip .* must be a finite number > 0"):
+            net.train_step(x, y, Adam(), Leapfrog(2), clip=0)
+        assert net.optimizer_state() == {"step": 0}
+
+
+def trained(name, optimizer, schedule, steps=4, dtype="float32", graph=False, rates=None):
+    """The parameters and optimizer state of ``name`` after ``steps`` steps, as host arrays in order."""
+    with network(name, "numpy", dtype=dtype) as net:
+        for step in range(steps):
+            x, y = network_batch(name, 5, seed=step)
+            net.train_step(x, y, optimizer if rates is None else at_rate(optimizer, rates[step]), schedule,
+                           graph=graph)
+        state = net.optimizer_state()
+        return [np.array(a) for named in net.parameters().values() for a in named.values()] + \
+            [np.array(a) for slot in optimizer.SLOTS for named in state[slot].values() for a in named.values()]
+
+
+def at_rate(optimizer, lr):
+    """``optimizer`` with the learning rate ``lr``: the same rule, so the same state and captured graph."""
+    return type(optimizer)(**{**optimizer.hyper(), "lr": lr})
+
+
+def assert_bitwise(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("kind", list(OPTIMIZERS))
+def test_fused_and_unfused_steps_agree_to_the_bit(network_name, kind):
+    """Parameters and state after 4 float32 steps, the same bits under every schedule."""
+    make = OPTIMIZERS[kind][0]
+    want = trained(network_name, make(), Sequential())
+    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), Sequential(fused=True)):
+        assert_bitwise(trained(network_name, make(), schedule), want)
+
+
+def test_sgd_of_eta_is_sgd_step_to_the_bit(network_name):
+    with network(network_name, "numpy") as a, network(network_name, "numpy") as b:
+        for step in range(3):
+            x, y = network_batch(network_name, 5, seed=step)
+            a.train_step(x, y, SGD(0.3), Leapfrog(2, fused=True))
+            b.sgd_step(x, y, 0.3, Leapfrog(2, fused=True))
+        assert_bitwise([np.array(p) for n in a.parameters().values() for p in n.values()],
+                       [np.array(p) for n in b.parameters().values() for p in n.values()])
+        assert a.optimizer_state() == {"step": 0}
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: SGD(-0.1), "lr must be a finite number >= 0"),
+    (lambda: SGD(0.1, momentum=-1), "momentum must be"),
+    (lambda: SGD(0.1, nesterov=True), "nesterov=True needs momentum > 0 and dampening 0"),
+    (lambda: SGD(0.1, momentum=0.9, dampening=0.5, nesterov=True), "nesterov=True needs"),
+    (lambda: SGD(float("nan")), "lr must be"),
+    (lambda: Adam(betas=(0.9, 1.0)), r"betas must lie in \[0, 1\)"),
+    (lambda: Adam(betas=(-0.1, 0.9)), r"betas\[0\] must be"),
+    (lambda: Adam(betas=0.9), "betas must be a pair"),
+    (lambda: Adam(eps=0), "eps must be > 0"),
+    (lambda: AdamW(weight_decay=-1e-2), "weight_decay must be"),
+])
+def test_bad_hyper_parameters_raise_one_line(make, words):
+    with pytest.raises(ValueError, match=words) as raised:
+        make()
+    assert "\n" not in str(raised.value)
+
+
+def test_another_optimizer_on_a_state_that_exists_is_refused_and_changes_nothing(network_name):
+    with network(network_name, "numpy") as net:
+        x, y = network_batch(network_name, 5)
+        net.train_step(x, y, Adam(0.01), Leapfrog(2))
+        before, state = net.parameters(), net.optimizer_state()
+        for other in (AdamW(0.01), Adam(0.01, betas=(0.8, 0.999)), SGD(0.1), SGD(0.1, momentum=0.9)):
+            with pytest.raises(ValueError, match="holds the state of Adam") as raised:
+                net.train_step(x, y, other, Leapfrog(2))
+            assert "\n" not in str(raised.value)
+        with pytest.raises(ValueError, match="holds the state of Adam"):
+            net.sgd_step(x, y, 0.1)
+        after = net.parameters()
+        assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])
+        assert net.optimizer_state()["step"] == state["step"] == 1
+        net.train_step(x, y, Adam(0.002), Leapfrog(2))  # another lr is the same rule: a schedule of the rate
+        assert net.optimizer_state()["step"] == 2
+
+
+def test_the_state_is_shaped_as_the_parameters_and_resumes_bitwise(network_name):
+    """optimizer_state() after 2 steps, taken into a fresh network with its parameters, continues as the
+    network that took 4 steps in a row does."""
+    want = trained(network_name, Adam(0.01), Leapfrog(2), steps=4)
+    with network(network_name, "numpy") as net, network(network_name, "numpy") as resumed:
+        for step in range(2):
+            net.train_step(*network_batch(network_name, 5, seed=step), Adam(0.01), Leapfrog(2))
+        state = net.optimizer_state()
+        params = net.parameters()
+        assert set(state) == {"step", "exp_avg", "exp_avg_sq"} and state["step"] == 2
+        for slot in ("exp_avg", "exp_avg_sq"):
+            assert {u: {n: a.shape for n, a in named.items()} for u, named in state[slot].items()} == \
+                {u: {n: a.shape for n, a in named.items()} for u, named in params.items()}
+        resumed.set_parameters(params)
+        resumed.set_optimizer_state(Adam(0.01), state)
+        for step in range(2, 4):
+            resumed.train_step(*network_batch(network_name, 5, seed=step), Adam(0.01), Leapfrog(2))
+        got = [np.array(a) for named in resumed.parameters().values() for a in named.values()]
+        final = resumed.optimizer_state()
+        got += [np.array(a) for slot in ("exp_avg", "exp_avg_sq") for named in final[slot].values()
+                for a in named.values()]
+        assert_bitwise(got, want)
+
+
+def test_a_bad_state_is_refused_and_changes_nothing():
+    with MLP([3, 4, 2], seed=1, backend="numpy") as net:
+        state = {"step": 3, "exp_avg": {2: {"w": np.zeros((4, 3))}}, "exp_avg_sq": {2: {"w": np.zeros((4, 2))}}}
+        with pytest.raises(ValueError, match=r"exp_avg_sq of .* must have shape \(4, 3\)"):
+            net.set_optimizer_state(Adam(), state)
+        with pytest.raises(ValueError, match="holds 'step' and"):
+            net.set_optimizer_state(SGD(0.1, momentum=0.9), state)
+        assert net.optimizer_state() == {"step": 0}
+
+
+def test_the_one_pass_sweep_refuses_an_optimizer_other_than_plain_sgd():
+    with MLP([3, 4, 2], seed=1, backend="numpy") as net:
+        x, y = network_batch("MLP", 2)
+        with pytest.raises(ValueError, match=r"fuses the plain SGD update .* Adam\(lr=0.001"):
+            net.train_step(x, y, Adam(), Leapfrog(2, one_pass=True))
+        assert net.optimizer_state() == {"step": 0}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kind", ["momentum", "adam"])
+def test_graph_steps_follow_a_schedule_of_the_rate_without_a_new_capture(name, kind):
+    """Graph steps on host streams with lr changing every step: bitwise the eager steps, one capture."""
+    rates = [0.05 / (1 + step) for step in range(5)]
+    make = OPTIMIZERS[kind][0]
+    eager = trained(name, make(), Leapfrog(2, fused=True), steps=5, rates=rates)
+    assert_bitwise(trained(name, make(), Leapfrog(2, fused=True), steps=5, graph=True, rates=rates), eager)
+    with network(name, "numpy") as net:
+        for step in range(3):
+            net.train_step(*network_batch(name, 5, seed=step), at_rate(make(), rates[step]), Leapfrog(2), graph=True)
+        assert sum(len(plan.captured) for plan in net._plans.values()) == 1
+
+
+def test_graph_steps_on_the_cupy_stand_in_are_the_eager_steps(standin):
+    """The CuPy backend's kernels (on the CPU harness) under the stand-in's capture: Adam with a changing
+    rate, graph steps bitwise the eager ones and within rounding of the host's twins."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    rates = [0.01, 0.02, 0.005, 0.01]
+    results = []
+    for graph in (False, True):
+        with CupyBackend() as backend, MLP([3, 6, 4, 2], seed=1, backend=backend) as net:
+            for step, rate in enumerate(rates):
+                net.train_step(*network_batch("MLP", 5, seed=step), Adam(rate), Leapfrog(2, fused=True), graph=graph)
+            results.append([to_numpy(a) for named in net.parameters().values() for a in named.values()])
+    assert_bitwise(results[1], results[0])
+    with MLP([3, 6, 4, 2], seed=1, backend="numpy") as host:
+        for step, rate in enumerate(rates):
+            host.train_step(*network_batch("MLP", 5, seed=step), Adam(rate), Leapfrog(2, fused=True))
+        for got, want in zip(results[0], [np.array(a) for n in host.parameters().values() for a in n.values()]):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -17,7 +17,7 @@ from helpers import to_numpy
 from networks import NAMES, network, network_batch
 from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, Sequential
 
-torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch")
+torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
 
 STEPS = 12
 OPTIMIZERS = {

@@ -15,7 +15,7 @@ import pytest
 import mpirun
 from helpers import assert_bitwise_equal, cli, one_error_line, parameters
 from leapfrog_gpu.tools.bench import command as bench, parallel as bench_parallel
-from leapfrog_gpu.tools.train import checkpoint
+from leapfrog_gpu.tools.train import checkpoint, models
 
 pytestmark = mpirun.needs_mpi
 
@@ -69,6 +69,10 @@ def test_two_ranks_train_the_recurrent_and_residual_networks_as_one_process_does
     assert [m["step"] for m in two_metrics] == [m["step"] for m in one_metrics] == [19, 38]
     assert two_metrics[-1]["ranks"] == 2 and one_metrics[-1]["ranks"] == 1
     assert two_metrics[-1]["test_mse"] == pytest.approx(one_metrics[-1]["test_mse"], rel=1e-4)
+    test = models.dataset(parameters(two)[1]["config"])
+    with models.load(two, backend="numpy") as net:  # each rank's share summed: the mean over every output value
+        a = np.asarray(net.feedforward(test.x_test), np.float64)
+    assert two_metrics[-1]["test_mse"] == pytest.approx(np.mean((a - test.y_test) ** 2), rel=1e-5)
     (got, state), (want, _) = parameters(two), parameters(one)
     assert state["config"]["ranks"] == 2 and len(got) == len(want)
     for a, b in zip(got, want):

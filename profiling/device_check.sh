@@ -56,7 +56,9 @@
 # With --dry-run, `import cupy` gives the CuPy stand-in of tests/harness/standin, which runs our kernels on the CPU
 # harness and times with its events: kernels and benches run on it with tiny sizes; where it cannot serve
 # (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
-# instead of running, or skips, and says so in summary.txt. Exit status: 0 when every part exited 0, else 1.
+# instead of running, or skips, and says so in summary.txt. A dry run's limits and budget are LIMIT_SCALE (10)
+# times the real run's: on a CPU shared with other work they catch a hang only, not a slow part.
+# Exit status: 0 when every part exited 0, else 1.
 set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -262,10 +264,11 @@ part_bench_grid() {
 
 # -- running them -----------------------------------------------------------------------------------------
 
-# part NAME LIMIT FUNCTION [ARGS...]: run FUNCTION in a new process under LIMIT seconds (or what is left of
-# the budget), its output to the console and log.txt; append NAME's exit status, time and notes to summary.txt.
+# part NAME LIMIT FUNCTION [ARGS...]: run FUNCTION in a new process under LIMIT times LIMIT_SCALE seconds (or what
+# is left of the budget), its output to the console and log.txt; append NAME's exit status, time and notes to
+# summary.txt.
 part() {
-    local name=$1 limit=$2 left started status seconds line
+    local name=$1 limit=$((${2} * ${LIMIT_SCALE:-1})) left started status seconds line
     shift 2
     if ! selected "$name"; then
         echo "$name: not selected (PARTS=$PARTS)" >>"$SUMMARY"
@@ -382,7 +385,10 @@ main() {
     check_parts
     TESTS_LIMIT=45  # the whole-step tests (FIRST); all the GPU tests when PARTS names them
     [[ ,$PARTS, == *,tests,* ]] && TESTS_LIMIT=400
+    LIMIT_SCALE=1
+    [[ -n $DRY ]] && LIMIT_SCALE=10  # a dry run shares a CPU: its limits only catch a hang
     BUDGET=${BUDGET:-420}
+    BUDGET=$((BUDGET * LIMIT_SCALE))
     DEADLINE=$((SECONDS + BUDGET))
     mkdir -p "$OUT" || exit 2
     OUT=$(cd "$OUT" && pwd)

@@ -56,8 +56,8 @@
 # With --dry-run, `import cupy` gives the CuPy stand-in of tests/harness/standin, which runs our kernels on the CPU
 # harness and times with its events: kernels and benches run on it with tiny sizes; where it cannot serve
 # (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
-# instead of running, or skips, and says so in summary.txt. A dry run's limits and budget are LIMIT_SCALE (10)
-# times the real run's: on a CPU shared with other work they catch a hang only, not a slow part.
+# instead of running, or skips, and says so in summary.txt. Every limit and the budget are multiplied by
+# LIMIT_SCALE: 1 in a real run, 10 in a dry run, where on a CPU shared with other work they catch a hang only.
 # Exit status: 0 when every part exited 0, else 1.
 set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
 
@@ -385,8 +385,8 @@ main() {
     check_parts
     TESTS_LIMIT=45  # the whole-step tests (FIRST); all the GPU tests when PARTS names them
     [[ ,$PARTS, == *,tests,* ]] && TESTS_LIMIT=400
-    LIMIT_SCALE=1
-    [[ -n $DRY ]] && LIMIT_SCALE=10  # a dry run shares a CPU: its limits only catch a hang
+    [[ -n $DRY ]] && LIMIT_SCALE=${LIMIT_SCALE:-10}  # a dry run shares a CPU: its limits only catch a hang
+    LIMIT_SCALE=${LIMIT_SCALE:-1}
     BUDGET=${BUDGET:-420}
     BUDGET=$((BUDGET * LIMIT_SCALE))
     DEADLINE=$((SECONDS + BUDGET))

@@ -205,6 +205,7 @@ def test_a_gemv_block_shape_the_launcher_refuses_is_reported_and_the_next_runs(c
     assert out[-1] == "2 of the GEMV block shapes failed: 64x4:8x128, 32x8:32x16"
 
 
+@pytest.mark.timeout(3600)  # a guard against a hang only, as the dry run's limits are
 def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     """--dry-run on a CPU: every part runs and exits 0 with its time in summary.txt, under ten times the real
     run's limit (a dry run's limits catch a hang, not a CPU shared with other work), within what comes back
@@ -212,7 +213,7 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     part passes the model (computed here, or the committed one) to kernels.py, whose rows of ours carry
     its predictions (at N = 1024, B = 1; "-" at the shapes it lacks)."""
     out = tmp_path / "out"
-    env = {**{k: v for k, v in os.environ.items() if k not in ("BUDGET", "PARTS")}, "OUT": str(out),
+    env = {**{k: v for k, v in os.environ.items() if k not in ("BUDGET", "PARTS", "LIMIT_SCALE")}, "OUT": str(out),
            "PYTHON": sys.executable}
     run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
                          text=True, timeout=3600, cwd=tmp_path)  # a guard against a hang only
@@ -306,22 +307,26 @@ def test_a_part_killed_at_its_limit_keeps_what_it_wrote_and_the_next_part_runs(t
     assert "== slow (limit 2 s)" in (tmp_path / "log.txt").read_text()
 
 
+@pytest.mark.timeout(3600)  # a guard against a hang only
 @pytest.mark.skipif(cuda_available(), reason="checks the script on a machine without a GPU")
 def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
     """Without --dry-run on a CPU: the parts that need a GPU fail in their own way (their options parsed),
-    are recorded, and the script goes on to the end; its exit status says that some part failed."""
+    are recorded, and the script goes on to the end; its exit status says that some part failed. Its limits
+    times LIMIT_SCALE = 10, as a CPU shared with other work needs."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                            if not (Path(p) / "compute-sanitizer").exists())
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": path, "COMMIT": "abc1234"}
-    env.pop("PYTHONPATH", None)
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": path, "COMMIT": "abc1234",
+           "LIMIT_SCALE": "10"}
+    for name in ("PYTHONPATH", "BUDGET", "PARTS"):
+        env.pop(name, None)
     run = subprocess.run(["bash", str(PROFILING / "device_check.sh")], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
+                         timeout=3600, cwd=tmp_path)  # a guard against a hang only
     summary = (tmp_path / "summary.txt").read_text()
     assert run.returncode == 1, summary
     assert summary.startswith("device_check.sh: ") and "commit abc1234" in summary.splitlines()[0]
     lines = part_lines(summary)
-    limits = real_limits()  # a real run keeps its own limits
-    assert all(f" s (limit {limits[name]} s)" in line for name, line in lines.items()), summary
+    limits = real_limits()
+    assert all(f" s (limit {10 * limits[name]} s)" in line for name, line in lines.items()), summary
     assert lines["GPU tests"].startswith("GPU tests: exit 0")  # every GPU test skipped, with its reason
     assert lines["kernels"].startswith("kernels: exit 1")
     for name in ("bench headline", "bench fused", "bench grid"):
@@ -404,6 +409,7 @@ def test_the_part_limits_fit_the_budget_with_the_headline_early():
     assert list(limits) == list(PARTS)
     assert sum(limits.values()) <= 400 and limits["smoke"] == 60 and limits["bench headline"] >= 90
     assert int(re.search(r"BUDGET=\$\{BUDGET:-(\d+)\}", text).group(1)) == 420
+    assert re.search(r"^    LIMIT_SCALE=\$\{LIMIT_SCALE:-1\}$", text, re.M)  # a real run: the limits above
 
 
 def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):

@@ -60,7 +60,9 @@
 # `import cupy` gives the CuPy stand-in of tests/harness/standin, which runs our kernels on the CPU
 # harness and times with its events: kernels and benches run on it with tiny sizes; where it cannot serve
 # (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
-# instead of running, or skips, and says so in summary.txt. Exit status: 0 when every part exited 0, else 1.
+# instead of running, or skips, and says so in summary.txt. Every limit and the budget are multiplied by
+# LIMIT_SCALE: 1 in a real run, 10 in a dry run, where on a CPU shared with other work they catch a hang only.
+# Exit status: 0 when every part exited 0, else 1.
 set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -272,10 +274,11 @@ part_bench_grid() {
 
 # -- running them -----------------------------------------------------------------------------------------
 
-# part NAME LIMIT FUNCTION [ARGS...]: run FUNCTION in a new process under LIMIT seconds (or what is left of
-# the budget), its output to the console and log.txt; append NAME's exit status, time and notes to summary.txt.
+# part NAME LIMIT FUNCTION [ARGS...]: run FUNCTION in a new process under LIMIT times LIMIT_SCALE seconds (or what
+# is left of the budget), its output to the console and log.txt; append NAME's exit status, time and notes to
+# summary.txt.
 part() {
-    local name=$1 limit=$2 left started status seconds line
+    local name=$1 limit=$((${2} * ${LIMIT_SCALE:-1})) left started status seconds line
     shift 2
     if ! selected "$name"; then
         echo "$name: not selected (PARTS=$PARTS)" >>"$SUMMARY"
@@ -477,7 +480,10 @@ main() {
     check_parts
     TESTS_LIMIT=120  # the whole-step tests (FIRST); all the GPU tests when PARTS names them
     [[ -n $ALL_TESTS ]] && TESTS_LIMIT=400
+    [[ -n $DRY ]] && LIMIT_SCALE=${LIMIT_SCALE:-10}  # a dry run shares a CPU: its limits only catch a hang
+    LIMIT_SCALE=${LIMIT_SCALE:-1}
     BUDGET=${BUDGET:-$((FIRST_BUDGET + SECOND_BUDGET))}
+    BUDGET=$((BUDGET * LIMIT_SCALE))
     DEADLINE=$((SECONDS + BUDGET))
     mkdir -p "$OUT" || exit 2
     OUT=$(cd "$OUT" && pwd)

@@ -521,6 +521,28 @@ def test_the_dagnet_module_is_a_copy_neither_side_s_training_reaches(torch):
         assert_bitwise([after[v][n] for v in before for n in before[v]], [before[v][n] for v in before for n in before[v]])
 
 
+def test_every_linear_says_the_widths_it_maps(torch):
+    """``in_features`` and ``out_features`` of each ``Linear`` of every ``to_torch`` module are the widths its
+    layer maps between, on layers none of which is square (its weight, assigned after it is made, may hide
+    them being swapped)."""
+    def linears(module):
+        return {name: (m.in_features, m.out_features, tuple(m.weight.shape))
+                for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+
+    with MLP([3, 5, 2, 4], backend="numpy") as net:
+        assert linears(net.to_torch()) == {"0": (3, 5, (5, 3)), "2": (5, 2, (2, 5)), "4": (2, 4, (4, 2))}
+    for output in OUTPUTS:
+        with RNN([3, 5, 4, 2], output=output, backend="numpy") as net:
+            module = net.to_torch()
+            assert list(linears(module).values()) == [(4, 2, (2, 4))]
+            rnns = [m for m in module.modules() if isinstance(m, torch.nn.RNN)]
+            assert [(m.input_size, m.hidden_size) for m in rnns] == [(3, 5), (5, 4)]
+    with joined("numpy") as net:  # "2": x (4) to 5; "out": the Concat of x and "my norm" (4 + 5) to 3
+        assert linears(net.to_torch()) == {"2.0": (4, 5, (5, 4)), "out.0": (9, 3, (3, 9))}
+    with three_way("numpy") as net:
+        assert linears(net.to_torch()) == {**{f"{v}.0": (3, 4, (4, 3)) for v in "abc"}, "out.0": (4, 2, (2, 4))}
+
+
 # -- without torch ----------------------------------------------------------------------------------
 
 

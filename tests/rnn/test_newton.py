@@ -367,3 +367,113 @@ def test_the_example_in_docs_rnn_md_runs():
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/rnn.md", "exec"), {})
+
+
+def test_a_warm_start_on_a_new_network_begins_at_zero_as_a_cold_start_does():
+    """The first solve of a plan has no states to start from (it holds NaN): a warm start then starts from
+    zero, taking a cold start's iterations with no step undone, not from the NaN it would reset each step."""
+    for tau in (30, 64):
+        x = inputs(tau)
+        with network(NORMS["expanding"]) as cold_net, network(NORMS["expanding"]) as warm_net:
+            cold, warm = TimeNewton(), TimeNewton(warm_start=True)
+            solved(cold_net, x, cold)
+            out, caught = solved(warm_net, x, warm)
+            want = reference(warm_net, x)
+        assert warm.stats["iterations_per_layer"] == cold.stats["iterations_per_layer"]
+        assert max(warm.stats["iterations_per_layer"]) < 12 and warm.stats["resets"] == 0
+        assert warm.stats["converged"] and not caught and error(out, want) <= 1e-10
+
+
+CAPPED = [  # (sizes, recurrent_norm, tol): 3 iterations a layer leave some layers above tol and others below
+    ([4, 6, 5, 3], 0.3, 1e-13),  # the first layer converges, the last does not
+    ([4, 2, 6, 3], 0.5, 1e-12),  # the first does not, the last does
+    ([4, 6, 5, 2, 3], 0.5, 2e-12),  # the middle one alone converges
+]
+
+
+@pytest.mark.parametrize("sizes, norm, tol", CAPPED, ids=["first", "last", "middle"])
+def test_converged_means_every_layer_converged(sizes, norm, tol):
+    """``converged`` is every layer's final residual <= tol, whichever layers stop short; the solve warns
+    exactly when it did not converge. Without the cap every layer converges."""
+    with RNN(sizes, "tanh", output="every", dtype="float64", seed=1, backend="numpy", recurrent_norm=norm) as net:
+        x = batch(sizes, 3, 0, "float64", tau=8)[0]
+        for cap in (3, None):
+            solver = TimeNewton(tol=tol, max_iterations=cap)
+            _, caught = solved(net, x, solver)
+            final = [history[-1] for history in solver.stats["residuals"]]
+            assert len(final) == len(sizes) - 2
+            if cap is not None:
+                assert min(final) <= tol < max(final), final  # the case is as described
+            assert solver.stats["converged"] is all(r <= tol for r in final)
+            assert len(caught) == (0 if solver.stats["converged"] else 1)
+
+
+def test_stalled_on_hand_made_histories():
+    """Stalled: the last PATIENCE residuals all within the floor, none of them 10 % below the best before."""
+    assert newton.PATIENCE == 3  # the histories below are written for it
+    stalled, floor = newton.stalled, 1.0
+    assert stalled([5.0, 1.0, 0.95, 0.92, 0.91], floor)  # flat within the floor
+    assert stalled([5.0, 0.9, 0.95, 0.92, 0.91], floor)  # the best before is 0.9: none below 0.81
+    assert stalled([5.0, 1.0, 1.0, 1.0, 1.0], floor)  # at the floor counts as within it
+    assert not stalled([5.0, 1.0, 0.95, 1.5, 0.96], floor)  # one bounced back above the floor: it may yet fall
+    assert not stalled([5.0, 1.0, 1.2, 0.95, 0.95], floor)  # the oldest of the last three above the floor
+    assert not stalled([5.0, 1.0, 0.95, 0.92, 1.0 + 1e-9], floor)  # the newest just above it
+    assert not stalled([5.0, 1.0, 0.95, 0.92, 0.85], floor)  # 15 % below the best before: still falling
+    assert not stalled([5.0, 1.0, 0.95, 0.92, 0.9], floor)  # exactly 10 % below: still falling
+    assert not stalled([0.5, 0.5, 0.5], floor)  # PATIENCE residuals, none before them to compare with
+    assert stalled([0.5, 0.5, 0.5, 0.5], floor)  # one more: there is
+    assert not stalled([], floor) and not stalled([0.5], floor)
+
+
+def stall_criterion(history, floor, patience):
+    """The docstring's rule, written out: the last ``patience`` within ``floor``, none 10 % below the best
+    before them."""
+    recent, before = history[-patience:], history[:-patience]
+    return len(before) > 0 and all(r <= floor for r in recent) and all(r > 0.9 * min(before) for r in recent)
+
+
+def test_a_layer_that_converges_is_never_stalled():
+    """A tol set just under the first new low of a float32 layer that has reached rounding: the layer
+    converges on an iteration whose history meets the stall rule, and is not ``stalled`` (it stopped at
+    tol). On every solve, ``stalled`` layers are above tol."""
+    shown = False
+    for quasi in (False, True):
+        for norm in (0.9, 1.5):
+            with network(norm, "float32") as net:
+                x = inputs(64, dtype="float32")
+                floor = newton.STALL * float(np.finfo(np.float32).eps)
+                probe = TimeNewton(tol=0, quasi=quasi)
+                solved(net, x, probe)
+                history = probe.stats["residuals"][0]  # the first layer: its input does not depend on tol
+                for j in range(1, len(history)):
+                    if history[j] < min(history[:j]) and stall_criterion(history[:j + 1], floor, newton.PATIENCE):
+                        tol = float(np.sqrt(history[j] * min(history[:j])))
+                        solver = TimeNewton(tol=tol, quasi=quasi)
+                        solved(net, x, solver)
+                        first = solver.stats["residuals"][0]
+                        assert first == history[:j + 1] and first[-1] <= tol
+                        shown = True
+                        for h, stuck in zip(solver.stats["residuals"], solver.stats["stalled"]):
+                            assert not (stuck and h[-1] <= tol)
+                        break
+            for h, stuck in zip(probe.stats["residuals"], probe.stats["stalled"]):
+                assert stuck and h[-1] > 0  # tol = 0: every layer stops at rounding
+    assert shown, "no solve converged on an iteration where its history met the stall rule"
+
+
+@pytest.mark.parametrize("quasi", [False, True])
+def test_memory_is_sized_by_the_widest_recurrent_layer_not_the_output(quasi):
+    """sizes [4, 6, 5, 9]: the output (9) is wider than every recurrent layer (n = 6). The solver's buffers are
+    5·tau·B·n values and 2·tau·B·n^2 (quasi: 2·tau·B·n), in bytes; a memory_limit of exactly that runs, one
+    byte less is refused."""
+    sizes, tau, B, n = [4, 6, 5, 9], 7, 3, 6
+    need = 8 * (5 * tau * B * n + 2 * tau * B * (n if quasi else n * n))
+    x = batch(sizes, B, 0, "float64", tau=tau)[0]
+    with RNN(sizes, "tanh", output="every", dtype="float64", seed=1, backend="numpy", recurrent_norm=0.9) as net:
+        want = reference(net, x)
+        solver = TimeNewton(quasi=quasi, memory_limit=need)
+        assert solver.memory_needed(sizes, tau, B, 8) == need
+        out, caught = solved(net, x, solver)
+        assert solver.stats["memory_bytes"] == need and not caught and error(out, want) <= 1e-10
+        with pytest.raises(ValueError, match=rf"needs {need} bytes .* over memory_limit={need - 1} bytes"):
+            net.feedforward(x, solver=TimeNewton(quasi=quasi, memory_limit=need - 1))

@@ -15,7 +15,7 @@ import pytest
 import mpirun
 from helpers import assert_bitwise_equal, cli, one_error_line, parameters
 from leapfrog_gpu.tools.bench import command as bench, parallel as bench_parallel
-from leapfrog_gpu.tools.train import checkpoint
+from leapfrog_gpu.tools.train import checkpoint, models
 
 pytestmark = mpirun.needs_mpi
 
@@ -69,6 +69,10 @@ def test_two_ranks_train_the_recurrent_and_residual_networks_as_one_process_does
     assert [m["step"] for m in two_metrics] == [m["step"] for m in one_metrics] == [19, 38]
     assert two_metrics[-1]["ranks"] == 2 and one_metrics[-1]["ranks"] == 1
     assert two_metrics[-1]["test_mse"] == pytest.approx(one_metrics[-1]["test_mse"], rel=1e-4)
+    test = models.dataset(parameters(two)[1]["config"])
+    with models.load(two, backend="numpy") as net:  # each rank's share summed: the mean over every output value
+        a = np.asarray(net.feedforward(test.x_test), np.float64)
+    assert two_metrics[-1]["test_mse"] == pytest.approx(np.mean((a - test.y_test) ** 2), rel=1e-5)
     (got, state), (want, _) = parameters(two), parameters(one)
     assert state["config"]["ranks"] == 2 and len(got) == len(want)
     for a, b in zip(got, want):
@@ -77,12 +81,12 @@ def test_two_ranks_train_the_recurrent_and_residual_networks_as_one_process_does
 
 def test_ctrl_c_under_mpiexec_is_said_in_one_line_by_rank_0(tmp_path):
     """Ctrl-C at the terminal reaches mpiexec and every rank: one line, rank 0's, and exit status 130."""
-    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path)
+    metrics = tmp_path / "m.jsonl"
+    job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path, "--metrics", metrics)
     mpirun.rank_pids(job, 2)
-    wait_for(checkpoint.path_in(tmp_path), job)
-    time.sleep(0.3)
+    wait_for_epochs(metrics, 2, job)  # a checkpoint written, and a whole epoch of steps of both ranks since
     mpirun.os.killpg(job.pid, signal.SIGINT)  # the terminal's foreground job: mpiexec and the ranks
-    returncode, out, err, _ = mpirun.finish(job, timeout=60)
+    returncode, out, err, _ = mpirun.finish(job, timeout=120)
     assert returncode == 130, err
     lines = err.splitlines()
     assert len(lines) == 1 and re.fullmatch(r"leapfrog-train: interrupted at epoch \d+, step \d+ and every rank "
@@ -103,6 +107,16 @@ def wait_for(path, process, timeout=60):
     while not path.exists():
         assert process.poll() is None, f"the job ended before {path} appeared: {process.communicate()[1]}"
         assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+        time.sleep(0.05)
+
+
+def wait_for_epochs(metrics, epochs, process, timeout=120):
+    """Until rank 0 has written the line of epoch ``epochs`` to ``metrics``: evidence of what the ranks ran,
+    not of how fast; ``timeout`` only guards against a hang."""
+    deadline = time.monotonic() + timeout
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= epochs):
+        assert process.poll() is None, f"the job ended before epoch {epochs}: {process.communicate()[1]}"
+        assert time.monotonic() < deadline, f"epoch {epochs} did not end within {timeout} s"
         time.sleep(0.05)
 
 

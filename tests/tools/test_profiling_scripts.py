@@ -205,20 +205,24 @@ def test_a_gemv_block_shape_the_launcher_refuses_is_reported_and_the_next_runs(c
     assert out[-1] == "2 of the GEMV block shapes failed: 64x4:8x128, 32x8:32x16"
 
 
+@pytest.mark.timeout(3600)  # a guard against a hang only, as the dry run's limits are
 def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
-    """--dry-run on a CPU: every part exits 0 with its time in summary.txt, within what comes back from a
-    GPU machine (eight files at most, plain names, no folder), each result file readable; the kernels
+    """--dry-run on a CPU: every part runs and exits 0 with its time in summary.txt, under ten times the real
+    run's limit (a dry run's limits catch a hang, not a CPU shared with other work), within what comes back
+    from a GPU machine (eight files at most, plain names, no folder), each result file readable; the kernels
     part passes the model (computed here, or the committed one) to kernels.py, whose rows of ours carry
     its predictions (at N = 1024, B = 1; "-" at the shapes it lacks)."""
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("BUDGET", "PARTS", "LIMIT_SCALE")}, "OUT": str(out),
+           "PYTHON": sys.executable}
     run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path)
+                         text=True, timeout=3600, cwd=tmp_path)  # a guard against a hang only
     summary = (out / "summary.txt").read_text()
     assert run.returncode == 0, summary
     lines = part_lines(summary)
+    limits = real_limits()
     for name, line in lines.items():
-        assert re.match(rf"{name}: exit 0, \d+\.\d s \(limit \d+ s\)", line), line
+        assert re.match(rf"{name}: exit 0, \d+\.\d s \(limit {10 * limits[name]} s\)", line), line
     assert 50 <= int(re.search(r"(\d+)(/\d+)? tests collected", lines["GPU tests"]).group(1)) <= 100
     assert "the whole-step tests (FIRST; every GPU test: PARTS=tests)" in lines["GPU tests"]
     smoke = [line for line in summary.splitlines() if line.startswith("smoke check: ")]
@@ -303,20 +307,26 @@ def test_a_part_killed_at_its_limit_keeps_what_it_wrote_and_the_next_part_runs(t
     assert "== slow (limit 2 s)" in (tmp_path / "log.txt").read_text()
 
 
+@pytest.mark.timeout(3600)  # a guard against a hang only
 @pytest.mark.skipif(cuda_available(), reason="checks the script on a machine without a GPU")
 def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
     """Without --dry-run on a CPU: the parts that need a GPU fail in their own way (their options parsed),
-    are recorded, and the script goes on to the end; its exit status says that some part failed."""
+    are recorded, and the script goes on to the end; its exit status says that some part failed. Its limits
+    times LIMIT_SCALE = 10, as a CPU shared with other work needs."""
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                            if not (Path(p) / "compute-sanitizer").exists())
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": path, "COMMIT": "abc1234"}
-    env.pop("PYTHONPATH", None)
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PATH": path, "COMMIT": "abc1234",
+           "LIMIT_SCALE": "10"}
+    for name in ("PYTHONPATH", "BUDGET", "PARTS"):
+        env.pop(name, None)
     run = subprocess.run(["bash", str(PROFILING / "device_check.sh")], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
+                         timeout=3600, cwd=tmp_path)  # a guard against a hang only
     summary = (tmp_path / "summary.txt").read_text()
     assert run.returncode == 1, summary
     assert summary.startswith("device_check.sh: ") and "commit abc1234" in summary.splitlines()[0]
     lines = part_lines(summary)
+    limits = real_limits()
+    assert all(f" s (limit {10 * limits[name]} s)" in line for name, line in lines.items()), summary
     assert lines["GPU tests"].startswith("GPU tests: exit 0")  # every GPU test skipped, with its reason
     assert lines["kernels"].startswith("kernels: exit 1")
     for name in ("bench headline", "bench fused", "bench grid"):
@@ -383,14 +393,20 @@ def test_parts_selects_some_parts_and_refuses_an_unknown_key(tmp_path):
     assert run.returncode == 2 and "PARTS names 'sanitizer'; the parts are: smoke environment" in run.stderr
 
 
+def real_limits():
+    """``{part: its limit in seconds}`` in a real run of every part, as device_check.sh's main gives them."""
+    text = (PROFILING / "device_check.sh").read_text()
+    calls = re.findall(r'^    part "([^"]+)" (\S+) ', text, re.M)
+    return {name: int(re.search(r"^    TESTS_LIMIT=(\d+)", text, re.M).group(1)) if limit == '"$TESTS_LIMIT"'
+            else int(limit) for name, limit in calls}
+
+
 def test_the_part_limits_fit_the_two_calls_with_the_headline_early():
     """Each of the two calls (PARTS=first, PARTS=second) holds its parts' limits within its budget, and with the
     wheels' install (30 s) within the device tool's 7 minutes; both, with a 3-minute start, within its 15 device
     minutes; together they are every part; the headline starts after the smoke and environment parts only."""
     text = (PROFILING / "device_check.sh").read_text()
-    calls = re.findall(r'^    part "([^"]+)" (\S+) ', text, re.M)
-    limits = {name: int(re.search(r"^    TESTS_LIMIT=(\d+)", text, re.M).group(1)) if limit == '"$TESTS_LIMIT"'
-              else int(limit) for name, limit in calls}
+    limits = real_limits()
     assert list(limits) == list(PARTS) and limits["smoke"] == 60 and limits["bench headline"] >= 90
     keys = dict(re.findall(r'\["?([^]"]+)"?\]=(\w+)', re.search(r"declare -A KEYS=\(([^)]*)\)", text).group(1)))
     budgets = {}
@@ -402,6 +418,7 @@ def test_the_part_limits_fit_the_two_calls_with_the_headline_early():
     assert sorted(re.search(r"^FIRST_CALL=(\S+)", text, re.M).group(1).split(",") +
                   re.search(r"^SECOND_CALL=(\S+)", text, re.M).group(1).split(",")) == sorted(keys.values())
     assert sum(budgets.values()) + 2 * 30 + 3 * 60 <= 15 * 60
+    assert re.search(r"^    LIMIT_SCALE=\$\{LIMIT_SCALE:-1\}$", text, re.M)  # a real run: the limits above
 
 
 def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):

@@ -1,10 +1,14 @@
-"""Loss and accuracy on the host: chunking does not change them, and they agree with the reference."""
+"""Loss and accuracy on the host: chunking does not change them, and they agree with the reference; every
+metric ``leapfrog-train`` writes is the direct computation from its network's outputs."""
+
+import json
 
 import numpy as np
 import pytest
 
+from helpers import cli
 from leapfrog_gpu import MLP, reference
-from leapfrog_gpu.tools.train import metrics
+from leapfrog_gpu.tools.train import checkpoint, metrics, models
 
 
 @pytest.mark.parametrize("cost", ["quadratic", "cross_entropy"])
@@ -62,3 +66,51 @@ def test_divergence_growth_and_chance_level():
     assert judge([3.3, 3.3, 3.3, 3.3, 3.2, 3.3, 3.3, 3.3, 3.3]) == [None] * 9
     # The count goes on across a resume.
     assert metrics.Divergence(9.0, 3.25, epochs_at_chance=4).check(27.6) is not None
+
+
+RUNS = {  # model, data: the output of every sample, or of every step of a sequence; a class or a value
+    "mlp-digits": ["--model", "mlp", "--data", "digits", "--hidden", "2x12"],
+    "mlp-teacher": ["--model", "mlp", "--data", "teacher", "--hidden", "2x12", "--samples", "300"],
+    "resmlp-digits": ["--model", "resmlp", "--data", "digits", "--hidden", "2x12"],
+    "resmlp-teacher": ["--model", "resmlp", "--data", "teacher", "--hidden", "2x12", "--samples", "300"],
+    "rnn-digits": ["--model", "rnn", "--data", "digits", "--hidden", "1x12"],  # the output at the last step
+    "rnn-teacher": ["--model", "rnn", "--data", "teacher", "--hidden", "1x12", "--samples", "300", "--tau", "6"],
+}
+
+
+def direct(name, net, x, y, classes):
+    """Mean cost per sample, and the test metric, of ``net`` on (x, y) from one ``feedforward`` of every sample:
+    accuracy the fraction of samples whose largest output is the target's class, mse the mean of (a - y)^2 over
+    every output value (of every step) of every sample."""
+    a, y = np.asarray(net.feedforward(x), np.float64), np.asarray(y, np.float64)
+    if name == "cross_entropy":
+        loss = -np.sum(y * np.log(a) + (1 - y) * np.log(1 - a)) / y.shape[-1]
+    else:
+        loss = 0.5 * np.sum((a - y) ** 2) / y.shape[-1]
+    if classes:
+        return loss, np.mean(np.argmax(a, axis=-2) == np.argmax(y, axis=-2))
+    return loss, np.mean((a - y) ** 2)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_every_metric_the_command_writes_is_the_direct_computation(tmp_path, run):
+    """``leapfrog-train --metrics``: the train and test loss and the test accuracy or mse of the network it
+    checkpointed, computed here from its outputs on the whole sets at once."""
+    if "digits" in run:
+        pytest.importorskip("sklearn", reason="the digits come with scikit-learn")
+    assert cli(*RUNS[run], "--epochs", 1, "--dtype", "float64", "--backend", "numpy", "--quiet", "--metrics",
+               tmp_path / "m.jsonl", "--checkpoint-dir", tmp_path) == 0
+    (line,) = [json.loads(text) for text in (tmp_path / "m.jsonl").read_text().splitlines()]
+    config = checkpoint.load(tmp_path)[1]["config"]
+    dataset = models.dataset(config)
+    with models.load(tmp_path, backend="numpy") as net:
+        assert net.dtype == "float64" and dataset.y_test.shape[-2] > 1  # an error off by n_L shows
+        assert dataset.x_test.ndim == (3 if config["model"] == "rnn" else 2)
+        train_loss, _ = direct(net.cost, net, dataset.x_train, dataset.y_train, dataset.classes)
+        test_loss, metric = direct(net.cost, net, dataset.x_test, dataset.y_test, dataset.classes)
+    key = "test_accuracy" if dataset.classes else "test_mse"
+    other = "test_mse" if dataset.classes else "test_accuracy"
+    assert {"train_loss", "test_loss", key} <= set(line) and other not in line
+    assert line["train_loss"] == pytest.approx(train_loss, rel=1e-9)
+    assert line["test_loss"] == pytest.approx(test_loss, rel=1e-9)
+    assert line[key] == pytest.approx(metric, rel=1e-9)

@@ -23,17 +23,35 @@ LSTM's is delta itself):
 
 As ``recursion.Recursion`` does for the Elman cell, each layer binds its calls once per pass: ``sweep_forward``
 (t = 1..tau) and ``sweep_backward`` (t = tau..1), a BLAS call and the elementwise rest per step.
+
+Parallel in time (``scans.TimeScan``), the backward pass is the linear suffix recursion of the state's adjoint,
+lambda^{t-1} = J_t^T lambda^t + (dh from above at t - 1, 0), with J_t = ∂s^t/∂s^{t-1} of the state s^t (the GRU's
+h^t, N; the LSTM's (h^t, c^t), 2N): ``jacobians`` writes every J_t^T, and ``deltas`` then gives every delta^{l,t}
+at once from lambda (the LSTM's dc = lambda_c + lambda_h o (1 - tanh² c^t)). The GRU's
+
+    J_t = diag(z) + diag((1 - z)(1 - n²)) (diag(r) u_n + diag(hn r (1 - r)) u_r) + diag((h^{t-1} - n) z (1 - z)) u_z
+
+and the LSTM's, with K = ∂c^t/∂h^{t-1} = diag(c^{t-1} f (1 - f)) u_f + diag(g i (1 - i)) u_i + diag(i (1 - g²)) u_g
+and o' = o (1 - tanh² c^t):
+
+    J_t = [[diag(o (1 - o) tanh c^t) u_o + diag(o') K,  diag(o' f)],  [K,  diag(f)]]
 """
 
 import functools
 
 import numpy as np
 
+ALL = slice(None)
+"""The step of ``deltas`` and ``previous`` that stands for every step at once."""
+
 CELLS = ("elman", "gru", "lstm")
 """The cells of a recurrent layer: Elman's a = σ(w x + u a + b), PyTorch's GRU and LSTM."""
 
 GATES = {"elman": 1, "gru": 3, "lstm": 4}
 """Rows of w^l, u^l and b^l per unit of a layer of each cell."""
+
+STATE = {"gru": 1, "lstm": 2}
+"""The width of a gated layer's state over time, in units of n_l: the GRU's h, the LSTM's (h, c)."""
 
 ACTIVATION = "tanh"
 """The activation of a gated cell's candidate (and the LSTM's cell state); its gates are sigmoids."""
@@ -69,8 +87,16 @@ class Gated:
                                                            transpose=True, accumulate=True))
 
     def previous(self, buffer, t):
-        """Step t - 1 of ``buffer`` (0-based t), the zero state before the first."""
+        """Step t - 1 of ``buffer`` (0-based t), the zero state before the first; t = ``ALL``: every step's, as
+        (N, tau, B)."""
+        if t is ALL:
+            return self.xp.concatenate([self.zero[:, None], buffer[:, :-1]], axis=1)
         return buffer[:, t - 1] if t else self.zero
+
+    @staticmethod
+    def coefficients(row, u):
+        """The (tau-1, B, N, N) matrices diag(row_t) u, row (N, tau-1, B) of the steps t = 2..tau."""
+        return row.transpose(1, 2, 0)[..., None] * u
 
     def _reset(self):
         return []
@@ -102,6 +128,13 @@ class GRU(Gated):
         xp.add(h, n, out=h)
 
     def backward(self, t):
+        self.deltas(t)
+        if t:
+            update = self.gates[self.N: 2 * self.N, t]
+            self.xp.add(self.delta_h[:, t - 1], update * self.delta_h[:, t], out=self.delta_h[:, t - 1])
+
+    def deltas(self, t):
+        """delta^{l,t} and delta_u^{l,t} from dh^t = delta_h^{l,t} (t = ``ALL``: every step's at once)."""
         xp, N, gates, dh = self.xp, self.N, self.gates[:, t], self.delta_h[:, t]
         r, update, n = gates[:N], gates[N: 2 * N], gates[2 * N:]
         delta, delta_u = self.delta[:, t], self.delta_u[:, t]
@@ -110,8 +143,19 @@ class GRU(Gated):
         xp.copyto(delta[:N], delta[2 * N:] * self.hn[:, t] * r * (1 - r))
         xp.copyto(delta_u[: 2 * N], delta[: 2 * N])
         xp.multiply(delta[2 * N:], r, out=delta_u[2 * N:])
-        if t:
-            xp.add(self.delta_h[:, t - 1], update * dh, out=self.delta_h[:, t - 1])
+
+    def jacobians(self, A):
+        """A[t - 1] = J_t^T (B, N, N) for the steps t = 2..tau (1-based); A (tau, B, N, N), its last zero."""
+        xp, N, u, later = self.xp, self.N, self.u, slice(1, None)
+        gates = self.gates[:, later]
+        r, update, n = gates[:N], gates[N: 2 * N], gates[2 * N:]
+        dn = (1 - update) * (1 - n * n)
+        J = (self.coefficients(dn * r, u[2 * N:]) + self.coefficients(dn * self.hn[:, later] * r * (1 - r), u[:N])
+             + self.coefficients((self.a[:, :-1] - n) * update * (1 - update), u[N: 2 * N]))
+        diagonal = xp.arange(N)
+        J[..., diagonal, diagonal] += update.transpose(1, 2, 0)
+        A.fill(0)
+        xp.copyto(A[:-1], J.swapaxes(-1, -2))
 
 
 class LSTM(Gated):
@@ -140,7 +184,13 @@ class LSTM(Gated):
         xp.multiply(h, o, out=h)
 
     def backward(self, t):
-        xp, N, gates, dh, dc, delta = self.xp, self.N, self.gates[:, t], self.delta_h[:, t], self.dc, self.delta[:, t]
+        self.deltas(t, self.dc)
+        self.xp.multiply(self.dc, self.gates[self.N: 2 * self.N, t], out=self.dc)
+
+    def deltas(self, t, dc):
+        """delta^{l,t} from dh^t = delta_h^{l,t} and ``dc``, the adjoint of c^t through c^{t+1} (t = ``ALL``: every
+        step's at once, dc (N, tau, B)); dc becomes that through h^t too."""
+        xp, N, gates, dh, delta = self.xp, self.N, self.gates[:, t], self.delta_h[:, t], self.delta[:, t]
         i, f, g, o = gates[:N], gates[N: 2 * N], gates[2 * N: 3 * N], gates[3 * N:]
         tanh_c = xp.tanh(self.c[:, t])
         xp.add(dc, dh * o * (1 - tanh_c * tanh_c), out=dc)
@@ -148,7 +198,24 @@ class LSTM(Gated):
         xp.copyto(delta[N: 2 * N], dc * self.previous(self.c, t) * f * (1 - f))
         xp.copyto(delta[2 * N: 3 * N], dc * i * (1 - g * g))
         xp.copyto(delta[3 * N:], dh * tanh_c * o * (1 - o))
-        xp.multiply(dc, f, out=dc)
+
+    def jacobians(self, A):
+        """A[t - 1] = J_t^T (B, 2N, 2N) over (h, c) for the steps t = 2..tau (1-based); A (tau, B, 2N, 2N), its
+        last zero."""
+        xp, N, u, later = self.xp, self.N, self.u, slice(1, None)
+        gates, c_prev = self.gates[:, later], self.c[:, :-1]
+        i, f, g, o = gates[:N], gates[N: 2 * N], gates[2 * N: 3 * N], gates[3 * N:]
+        tanh_c = xp.tanh(self.c[:, later])
+        through_c = o * (1 - tanh_c * tanh_c)
+        K = (self.coefficients(c_prev * f * (1 - f), u[N: 2 * N]) + self.coefficients(g * i * (1 - i), u[:N])
+             + self.coefficients(i * (1 - g * g), u[2 * N: 3 * N]))
+        A.fill(0)
+        A, diagonal = A[:-1], xp.arange(N)
+        xp.copyto(A[..., :N, :N], (self.coefficients(o * (1 - o) * tanh_c, u[3 * N:])
+                                   + through_c.transpose(1, 2, 0)[..., None] * K).swapaxes(-1, -2))
+        xp.copyto(A[..., :N, N:], K.swapaxes(-1, -2))
+        A[..., N + diagonal, diagonal] = (through_c * f).transpose(1, 2, 0)
+        A[..., N + diagonal, N + diagonal] = f.transpose(1, 2, 0)
 
 
 KINDS = {"gru": GRU, "lstm": LSTM}

@@ -26,7 +26,7 @@ from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
-from .cells import ACTIVATION, CELLS, GATES
+from .cells import ACTIVATION, CELLS, GATES, STATE
 from .plan import Plan
 from .scans import NaumovRNN, TimeScan
 from .schedules import BPTT, Wavefront, resolve
@@ -117,6 +117,12 @@ class RNN(Layered):
     def rows(self, l):
         """The rows of w^l and b^l (and u^l): G·n_l in a recurrent layer of a G-gate cell, else n_l."""
         return self.n[l] * (GATES[self.cell] if l in self.hidden else 1)
+
+    @property
+    def state_sizes(self):
+        """``[n_1, S_2, ..., S_{L-1}, n_L]``: the width of each recurrent layer's state over time (the LSTM's
+        (h, c): 2 n_l), what the scans' matrices are made of."""
+        return [n * (STATE.get(self.cell, 1) if l in self.hidden else 1) for l, n in self.n.items()]
 
     @property
     def recurrent(self):
@@ -224,7 +230,7 @@ class RNN(Layered):
     def _check_schedule(self, schedule):
         """As ``Network``'s; a gated cell's layers also refuse the schedules parallel in time, each by name."""
         schedule = super()._check_schedule(schedule)
-        if self.cell != "elman" and isinstance(schedule, (Wavefront, TimeScan, NaumovRNN)):
+        if self.cell != "elman" and isinstance(schedule, (Wavefront, NaumovRNN)):
             raise ValueError(f"{type(schedule).__name__} solves the Elman cell's backward over time, delta^{{l,t}} = "
                              f"sigma' * (... + (u^l)^T delta^{{l,t+1}}), and has no {self.cell.upper()} cell's state "
                              "Jacobians yet; run BPTT(), Sequential() or Leapfrog(k)")
@@ -242,7 +248,7 @@ class RNN(Layered):
         """A scan's memory check, before the plan of (tau, B) is made (``Leapfrog("auto")`` runs the BPTT
         chain, which allocates nothing more)."""
         if not schedule.auto:
-            resolve(schedule).check(self.sizes, *shape, self.dtype)
+            resolve(schedule).check(self.state_sizes, *shape, self.dtype)
 
     def _check_x(self, x):
         x, given = self._check_sequences("x", x, self.n[1], "the input of layer 1")

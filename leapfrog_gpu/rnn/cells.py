@@ -127,6 +127,16 @@ class GRU(Gated):
         xp.multiply(h, update, out=h)
         xp.add(h, n, out=h)
 
+    def evaluate(self, pre, uh, state, f):
+        """Every step at once from the states ``state`` (N, tau, B) taken as h^t: pre = w^l a^{l-1} + b^l and
+        uh = u^l h^{t-1} (3N, tau, B) give the gates (and hn) of every step and f (N, tau, B), the next h^t."""
+        xp, N, gates, h_prev = self.xp, self.N, self.gates, self.previous(state, ALL)
+        sigmoid(xp, pre[: 2 * N] + uh[: 2 * N], gates[: 2 * N])
+        r, update, n = gates[:N], gates[N: 2 * N], gates[2 * N:]
+        xp.add(uh[2 * N:], self.b_hn[:, None, None], out=self.hn)
+        xp.tanh(pre[2 * N:] + r * self.hn, out=n)
+        xp.copyto(f, n + update * (h_prev - n))
+
     def backward(self, t):
         self.deltas(t)
         if t:
@@ -144,14 +154,16 @@ class GRU(Gated):
         xp.copyto(delta_u[: 2 * N], delta[: 2 * N])
         xp.multiply(delta[2 * N:], r, out=delta_u[2 * N:])
 
-    def jacobians(self, A):
-        """A[t - 1] = J_t^T (B, N, N) for the steps t = 2..tau (1-based); A (tau, B, N, N), its last zero."""
+    def jacobians(self, A, h_prev=None):
+        """A[t - 1] = J_t^T (B, N, N) for the steps t = 2..tau (1-based); A (tau, B, N, N), its last zero. J_t at
+        the gates of step t and ``h_prev`` (N, tau - 1, B), h^{t-1} for t = 2..tau (default: a^l's)."""
         xp, N, u, later = self.xp, self.N, self.u, slice(1, None)
+        h_prev = self.a[:, :-1] if h_prev is None else h_prev
         gates = self.gates[:, later]
         r, update, n = gates[:N], gates[N: 2 * N], gates[2 * N:]
         dn = (1 - update) * (1 - n * n)
         J = (self.coefficients(dn * r, u[2 * N:]) + self.coefficients(dn * self.hn[:, later] * r * (1 - r), u[:N])
-             + self.coefficients((self.a[:, :-1] - n) * update * (1 - update), u[N: 2 * N]))
+             + self.coefficients((h_prev - n) * update * (1 - update), u[N: 2 * N]))
         diagonal = xp.arange(N)
         J[..., diagonal, diagonal] += update.transpose(1, 2, 0)
         A.fill(0)
@@ -183,6 +195,20 @@ class LSTM(Gated):
         xp.tanh(c, out=h)
         xp.multiply(h, o, out=h)
 
+    def evaluate(self, pre, uh, state, f):
+        """Every step at once from the states ``state`` (2N, tau, B) taken as (h^t, c^t): pre = w^l a^{l-1} + b^l
+        and uh = u^l h^{t-1} (4N, tau, B) give the gates of every step and f (2N, tau, B), the next (h^t, c^t);
+        the cell's c^t is f's."""
+        xp, N, gates = self.xp, self.N, self.gates
+        total = pre + uh
+        sigmoid(xp, total[: 2 * N], gates[: 2 * N])
+        xp.tanh(total[2 * N: 3 * N], out=gates[2 * N: 3 * N])
+        sigmoid(xp, total[3 * N:], gates[3 * N:])
+        i, f_gate, g, o = gates[:N], gates[N: 2 * N], gates[2 * N: 3 * N], gates[3 * N:]
+        xp.copyto(f[N:], f_gate * self.previous(state[N:], ALL) + i * g)
+        xp.copyto(self.c, f[N:])
+        xp.multiply(o, xp.tanh(f[N:]), out=f[:N])
+
     def backward(self, t):
         self.deltas(t, self.dc)
         self.xp.multiply(self.dc, self.gates[self.N: 2 * self.N, t], out=self.dc)
@@ -199,11 +225,12 @@ class LSTM(Gated):
         xp.copyto(delta[2 * N: 3 * N], dc * i * (1 - g * g))
         xp.copyto(delta[3 * N:], dh * tanh_c * o * (1 - o))
 
-    def jacobians(self, A):
+    def jacobians(self, A, c_prev=None):
         """A[t - 1] = J_t^T (B, 2N, 2N) over (h, c) for the steps t = 2..tau (1-based); A (tau, B, 2N, 2N), its
-        last zero."""
+        last zero. J_t at the gates and c^t of step t and ``c_prev`` (N, tau - 1, B), c^{t-1} for t = 2..tau
+        (default: the cell's)."""
         xp, N, u, later = self.xp, self.N, self.u, slice(1, None)
-        gates, c_prev = self.gates[:, later], self.c[:, :-1]
+        gates, c_prev = self.gates[:, later], self.c[:, :-1] if c_prev is None else c_prev
         i, f, g, o = gates[:N], gates[N: 2 * N], gates[2 * N: 3 * N], gates[3 * N:]
         tanh_c = xp.tanh(self.c[:, later])
         through_c = o * (1 - tanh_c * tanh_c)

@@ -236,14 +236,6 @@ class RNN(Layered):
                              "Jacobians yet; run BPTT(), Sequential() or Leapfrog(k)")
         return schedule
 
-    def _check_solver(self, solver):
-        """As ``Network``'s; a gated cell's forward runs step by step only."""
-        solver = super()._check_solver(solver)
-        if solver is not None and self.cell != "elman":
-            raise ValueError(f"{type(solver).__name__} solves the Elman cell's forward over time; a "
-                             f"{self.cell.upper()} cell's runs step by step: pass solver=None")
-        return solver
-
     def _check_pass(self, schedule, shape):
         """A scan's memory check, before the plan of (tau, B) is made (``Leapfrog("auto")`` runs the BPTT
         chain, which allocates nothing more)."""

@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from helpers import batch
 from networks import Mirror
+from races import Recorder, buffer_names, host_backend, races, report
 from leapfrog_gpu import RNN, Leapfrog, Sequential
 from leapfrog_gpu.rnn import gated_reference
 from leapfrog_gpu.rnn.newton import TimeNewton
@@ -317,3 +318,20 @@ def test_time_newton_solves_the_forward_of_a_gated_cell(cell, tau, quasi, scan):
         warm = TimeNewton(quasi=quasi, warm_start=True)  # from the states just solved: converged already
         assert_close(net.gradients(x, y, TimeScan(), solver=warm), want, 1e-10)
         assert warm.stats["iterations"] == 0
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("schedule", [Leapfrog(1), Leapfrog(2, fused=True), Leapfrog(3), TimeScan(k=2, fused=True)],
+                         ids=repr)
+def test_no_two_launches_race(cell, schedule):
+    """The race detector (``tests/harness/races.py``) over two SGD steps of a gated RNN on host streams."""
+    with host_backend() as made:
+        with Recorder(made) as recorder:
+            net = RNN([3, 6, 5, 2], cell=cell, output="every", seed=1, backend=made)
+            for step in range(2):
+                net.sgd_step(*batch([3, 2], 4, seed=step, dtype=np.float32, tau=4), 0.5, schedule)
+            net.synchronize()
+        names = buffer_names(net)
+        found, unseen = races(recorder, names), recorder.unseen(names) + recorder.strays()
+    assert not found, f"{len(found)} races:\n{report(found)}"
+    assert not unseen, "\n".join(unseen)

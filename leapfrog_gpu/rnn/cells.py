@@ -68,7 +68,8 @@ def sigmoid(xp, z, out):
 
 class Gated:
     """The bound calls of gated layer l of pass ``p`` (a ``plan.Plan``): ``sweep_forward`` and ``sweep_backward``,
-    on p.z[l], p.a[l], p.delta[l], p.delta_h[l], p.delta_u[l] and the cell's own ``gates`` (G·N, tau, B)."""
+    on p.z[l], p.a[l], p.delta[l], p.delta_h[l], p.delta_u[l] and the cell's own ``gates`` (G·N, tau, B);
+    ``steps[t]``, the backward calls of step t (0-based) alone, once ``reset()`` has run and dh^t is complete."""
 
     def __init__(self, p, l):
         self.xp, self.N, tau, ops = p.xp, p.net.n[l], p.tau, p.backend.ops
@@ -77,14 +78,12 @@ class Gated:
         self.gates = p.sequence(self.z.shape[0], tau)
         self.zero = p.columns(self.N)  # h^0 (and c^0)
         self.zero.fill(0)
-        self.sweep_forward, self.sweep_backward = [], self._reset()
+        self.sweep_forward, self.steps = [], []
         for t in range(tau):
             self.sweep_forward += self._recurrent(ops, t) + [functools.partial(self.forward, t)]
-        for t in range(tau - 1, -1, -1):
-            self.sweep_backward.append(functools.partial(self.backward, t))
-            if t:
-                self.sweep_backward.append(ops.bind_matmul(self.delta_h[:, t - 1], self.u, self.delta_u[:, t],
-                                                           transpose=True, accumulate=True))
+            self.steps.append([functools.partial(self.backward, t)] + ([ops.bind_matmul(
+                self.delta_h[:, t - 1], self.u, self.delta_u[:, t], transpose=True, accumulate=True)] if t else []))
+        self.sweep_backward = [self.reset] + [call for t in range(tau - 1, -1, -1) for call in self.steps[t]]
 
     def previous(self, buffer, t):
         """Step t - 1 of ``buffer`` (0-based t), the zero state before the first; t = ``ALL``: every step's, as
@@ -98,8 +97,8 @@ class Gated:
         """The (tau-1, B, N, N) matrices diag(row_t) u, row (N, tau-1, B) of the steps t = 2..tau."""
         return row.transpose(1, 2, 0)[..., None] * u
 
-    def _reset(self):
-        return []
+    def reset(self):
+        """Ready the cell for a backward pass (the LSTM's carried dc to zero)."""
 
 
 class GRU(Gated):
@@ -178,8 +177,8 @@ class LSTM(Gated):
         self.dc = p.columns(p.net.n[l])
         super().__init__(p, l)
 
-    def _reset(self):
-        return [functools.partial(self.dc.fill, 0)]
+    def reset(self):
+        self.dc.fill(0)
 
     def _recurrent(self, ops, t):
         return [ops.bind_matmul(self.z[:, t], self.u, self.a[:, t - 1], accumulate=True)] if t else []

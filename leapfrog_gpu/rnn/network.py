@@ -228,12 +228,12 @@ class RNN(Layered):
         return x, None if y is None else self._check_y(y, x.shape[0], given)
 
     def _check_schedule(self, schedule):
-        """As ``Network``'s; a gated cell's layers also refuse the schedules parallel in time, each by name."""
+        """As ``Network``'s; a gated cell's layers also refuse ``NaumovRNN``, by name."""
         schedule = super()._check_schedule(schedule)
-        if self.cell != "elman" and isinstance(schedule, (Wavefront, NaumovRNN)):
-            raise ValueError(f"{type(schedule).__name__} solves the Elman cell's backward over time, delta^{{l,t}} = "
-                             f"sigma' * (... + (u^l)^T delta^{{l,t+1}}), and has no {self.cell.upper()} cell's state "
-                             "Jacobians yet; run BPTT(), Sequential() or Leapfrog(k)")
+        if self.cell != "elman" and isinstance(schedule, NaumovRNN):
+            raise ValueError(f"NaumovRNN builds the Elman cell's layer operators from diag(sigma') (u^l)^T and has "
+                             f"none for a {self.cell.upper()} cell's state Jacobians; run BPTT(), Leapfrog(k), "
+                             "Wavefront() or TimeScan()")
         return schedule
 
     def _check_pass(self, schedule, shape):

@@ -97,6 +97,10 @@ class Gated:
         """The (tau-1, B, N, N) matrices diag(row_t) u, row (N, tau-1, B) of the steps t = 2..tau."""
         return row.transpose(1, 2, 0)[..., None] * u
 
+    def diagonal(self, row):
+        """The (tau-1, B, N, N) matrices diag(row_t), row (N, tau-1, B)."""
+        return self.coefficients(row, self.xp.eye(self.N, dtype=row.dtype))
+
     def reset(self):
         """Ready the cell for a backward pass (the LSTM's carried dc to zero)."""
 
@@ -163,8 +167,7 @@ class GRU(Gated):
         dn = (1 - update) * (1 - n * n)
         J = (self.coefficients(dn * r, u[2 * N:]) + self.coefficients(dn * self.hn[:, later] * r * (1 - r), u[:N])
              + self.coefficients((h_prev - n) * update * (1 - update), u[N: 2 * N]))
-        diagonal = xp.arange(N)
-        J[..., diagonal, diagonal] += update.transpose(1, 2, 0)
+        J += self.diagonal(update)
         A.fill(0)
         xp.copyto(A[:-1], J.swapaxes(-1, -2))
 
@@ -236,12 +239,12 @@ class LSTM(Gated):
         K = (self.coefficients(c_prev * f * (1 - f), u[N: 2 * N]) + self.coefficients(g * i * (1 - i), u[:N])
              + self.coefficients(i * (1 - g * g), u[2 * N: 3 * N]))
         A.fill(0)
-        A, diagonal = A[:-1], xp.arange(N)
+        A = A[:-1]
         xp.copyto(A[..., :N, :N], (self.coefficients(o * (1 - o) * tanh_c, u[3 * N:])
                                    + through_c.transpose(1, 2, 0)[..., None] * K).swapaxes(-1, -2))
         xp.copyto(A[..., :N, N:], K.swapaxes(-1, -2))
-        A[..., N + diagonal, diagonal] = (through_c * f).transpose(1, 2, 0)
-        A[..., N + diagonal, N + diagonal] = f.transpose(1, 2, 0)
+        xp.copyto(A[..., N:, :N], self.diagonal(through_c * f))
+        xp.copyto(A[..., N:, N:], self.diagonal(f))
 
 
 KINDS = {"gru": GRU, "lstm": LSTM}

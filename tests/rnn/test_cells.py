@@ -336,3 +336,22 @@ def test_no_two_launches_race(cell, schedule):
         found, unseen = races(recorder, names), recorder.unseen(names) + recorder.strays()
     assert not found, f"{len(found)} races:\n{report(found)}"
     assert not unseen, "\n".join(unseen)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero encountered in reciprocal:RuntimeWarning")  # the stand-in probes
+@pytest.mark.parametrize("cell", CELLS)
+def test_the_bptt_chain_runs_on_the_cupy_backend(standin, cell):
+    """The CuPy backend's code (through the stand-in, under each order of its queues): the forward and the gradients
+    of BPTT() and Leapfrog(2) equal the host's."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    sizes = [3, 5, 4, 2]
+    x, y = batch(sizes, 3, tau=5)
+    with gated(cell, sizes) as net:
+        want_out, want = net.feedforward(x), net.gradients(x, y)
+    with CupyBackend() as device, RNN(sizes, cell=cell, output="every", dtype="float64", backend=device,
+                                      seed=5) as net:
+        assert relative(net.feedforward(x).get(), want_out) < 1e-12
+        for schedule in (BPTT(), Leapfrog(2)):
+            got = net.gradients(x, y, schedule)
+            assert_close({l: {k: v.get() for k, v in named.items()} for l, named in got.items()}, want, 1e-10)

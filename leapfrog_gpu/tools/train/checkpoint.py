@@ -21,9 +21,9 @@ from ..cli import replaced_atomically
 FILENAME = "checkpoint.npz"
 _TEMPORARY = (".checkpoint-", ".tmp")  # prefix and suffix of the file being written
 
-LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential"}
+LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "cell": "elman"}
 """Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP. A resumed
-run keeps ``model``, ``skip`` and ``tau`` as ``FIXED``, and takes ``forward_solver`` as ``RESUMED``
+run keeps ``model``, ``skip``, ``tau`` and ``cell`` as ``FIXED``, and takes ``forward_solver`` as ``RESUMED``
 (``options``)."""
 
 REMEDY = "delete it, or choose another --checkpoint-dir"

@@ -38,13 +38,15 @@ class Layered(Network):
         return {"network": type(self).__name__, "dtype": self.dtype, "sizes": self.sizes, "activation": self.activation,
                 "cost": self.cost, "output_activation": self.output_activation}
 
-    def _draw(self, rng):
-        """w^l ~ N(0, 1/n_{l-1}) and b^l ~ N(0, 1) for l = 2..L, from ``rng``, in that order, on the backend."""
+    def _draw(self, rng, rows=None):
+        """w^l ~ N(0, 1/n_{l-1}) and b^l ~ N(0, 1) for l = 2..L, from ``rng``, in that order, on the backend;
+        ``rows(l)``: the rows of w^l and b^l (default n_l)."""
         xp, self._w, self._b = self.backend.xp, {}, {}
         for l in self.layer_numbers:
-            w = rng.standard_normal((self.n[l], self.n[l - 1])) / math.sqrt(self.n[l - 1])
+            m = self.n[l] if rows is None else rows(l)
+            w = rng.standard_normal((m, self.n[l - 1])) / math.sqrt(self.n[l - 1])
             self._w[l] = xp.asarray(w, dtype=self.dtype)
-            self._b[l] = xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype)
+            self._b[l] = xp.asarray(rng.standard_normal(m), dtype=self.dtype)
 
     @property
     def layer_numbers(self):

@@ -7,9 +7,11 @@ the output. For t = 1..tau and l = 2..L-1,
 
 and the output layer z^{L,t} = w^L a^{L-1,t} + b^L, a^{L,t} = sigma_L(z^{L,t}) at every time step
 (``output="every"``) or at the last (``output="last"``), with the MLP's output activations and costs, the
-cost summed over the time steps that have an output. A batch of B sequences is ``x`` (tau, n_1, B);
-targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for ``"every"``. The buffers of one
-(tau, B) live in a ``plan.RNNPlan``; what every network shares is ``core.network.Network``.
+cost summed over the time steps that have an output. A GRU or LSTM network (``cell``) has PyTorch's gated
+cells in its recurrent layers instead (``cells``), their gates stacked in w^l, u^l and b^l. A batch of B
+sequences is ``x`` (tau, n_1, B); targets ``y`` are (n_L, B) for ``"last"`` and (tau, n_L, B) for
+``"every"``. The buffers of one (tau, B) live in a ``plan.RNNPlan``; what every network shares is
+``core.network.Network``.
 """
 
 import math
@@ -24,6 +26,7 @@ from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
+from .cells import ACTIVATION, CELLS, GATES, STATE
 from .plan import RNNPlan
 from .scans import NaumovRNN, TimeScan
 from .schedules import BPTT, Wavefront, resolve
@@ -41,7 +44,8 @@ class RNN(Layered):
 
     Args:
         sizes: widths ``[n_1, ..., n_L]``, at least three (input, one recurrent layer, output).
-        activation: sigma of the recurrent layers, ``"sigmoid"``, ``"tanh"`` or ``"relu"``.
+        activation: sigma of the recurrent layers, ``"sigmoid"``, ``"tanh"`` or ``"relu"``: the Elman cell's;
+            a gated cell has its own, tanh, and refuses any other.
         cost: ``"quadratic"`` or ``"cross_entropy"`` (the latter with a sigmoid output).
         output: ``"last"`` (one output, at t = tau) or ``"every"`` (one at every time step).
         dtype: ``"float32"`` or ``"float64"``.
@@ -56,10 +60,15 @@ class RNN(Layered):
             last time step back (``"delta[3] at t = 17"``), then its gradients.
         comm: a ``parallel.Communicator`` to train data-parallel over its ranks, as ``MLP``'s: each rank
             computes on its share of every batch's sequences and the gradients are summed across ranks.
+        cell: the recurrent layers' cell, ``"elman"``, ``"gru"`` or ``"lstm"`` (PyTorch's, ``cells``); a gated
+            cell's w^l, u^l and b^l stack its G gates (G·n_l rows, each gate's u block drawn as u^l is), and a
+            GRU's layers also hold b_hn^l (n_l,) ~ N(0, 1).
 
-    ``parameters()`` gives ``{l: {"w": w^l, "u": u^l, "b": b^l}}`` for l = 2..L (no ``"u"`` at the output).
+    ``parameters()`` gives ``{l: {"w": w^l, "u": u^l, "b": b^l}}`` for l = 2..L (no ``"u"`` at the output; a GRU's
+    recurrent layers add ``"b_hn"``).
     ``weights``, ``recurrent`` and ``biases`` list copies of w^l (n_l, n_{l-1}) for l = 2..L, u^l (n_l, n_l)
-    for l = 2..L-1 and b^l (n_l,) for l = 2..L, as they are once the steps enqueued so far have run.
+    for l = 2..L-1 and b^l (n_l,) for l = 2..L (G·n_l rows in a recurrent layer of a G-gate cell), as they are
+    once the steps enqueued so far have run.
     """
 
     NOUN = "an RNN"
@@ -70,58 +79,85 @@ class RNN(Layered):
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
                  backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, check_finite=False,
-                 comm=None):
+                 comm=None, cell="elman"):
         self.output = choose("output", output, OUTPUTS)
+        self.cell = choose("cell", cell, CELLS)
+        if cell != "elman" and activation != ACTIVATION:
+            raise ValueError(f"a {cell.upper()} cell has its own activation, {ACTIVATION} (its gates are sigmoids); "
+                             f"got activation={activation!r}: pass activation={ACTIVATION!r}")
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
         super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,
                          example="[8, 32, 10]", layers="input, a recurrent layer, output")
         rng = np.random.default_rng(seed)
-        self._draw(rng)
-        xp, self._u = self.backend.xp, {}
+        self._draw(rng, self.rows)
+        xp, self._u, self._b_hn = self.backend.xp, {}, {}
         for l in self.hidden:
-            u = rng.standard_normal((self.n[l], self.n[l])) / math.sqrt(self.n[l])
-            u *= recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny)
-            self._u[l] = xp.asarray(u, dtype=self.dtype)
+            blocks = []
+            for _ in range(GATES[self.cell]):
+                u = rng.standard_normal((self.n[l], self.n[l])) / math.sqrt(self.n[l])
+                blocks.append(u * recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny))
+            self._u[l] = xp.asarray(np.concatenate(blocks), dtype=self.dtype)
+        if self.cell == "gru":
+            self._b_hn = {l: xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype) for l in self.hidden}
         self.stats = {}  # the counters of the last backward pass (``schedules``)
         self._join(comm)
 
     def __repr__(self):
+        cell = "" if self.cell == "elman" else f", cell={self.cell!r}"
         return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, output={self.output!r}, "
-                f"dtype={self.dtype!r}, backend={self.backend!r})")
+                f"dtype={self.dtype!r}, backend={self.backend!r}{cell})")
 
     @property
     def hidden(self):
         """The recurrent layers, which also carry u: 2..L-1."""
         return range(2, self.L)
 
+    def rows(self, l):
+        """The rows of w^l and b^l (and u^l): G·n_l in a recurrent layer of a G-gate cell, else n_l."""
+        return self.n[l] * (GATES[self.cell] if l in self.hidden else 1)
+
+    @property
+    def state_sizes(self):
+        """``[n_1, S_2, ..., S_{L-1}, n_L]``: the width of each recurrent layer's state over time (the LSTM's
+        (h, c): 2 n_l), what the scans' matrices are made of."""
+        return [n * (STATE.get(self.cell, 1) if l in self.hidden else 1) for l, n in self.n.items()]
+
     @property
     def recurrent(self):
         return self._handed_out([self._u[l] for l in self.hidden])
 
-    def set_parameters(self, weights, recurrent=None, biases=None):
+    def set_parameters(self, weights, recurrent=None, biases=None, b_hn=None):
         """Copy parameters in: ``weights``, ``recurrent`` and ``biases``, lists in the shapes of
-        ``self.weights``, ``self.recurrent``, ``self.biases``; or, alone, the dict of ``parameters()``
-        (``Network.set_parameters``). All are checked before any is copied; an error names the parameter
-        and changes nothing."""
-        if recurrent is None and biases is None and not isinstance(weights, (list, tuple)):
+        ``self.weights``, ``self.recurrent``, ``self.biases`` (and for a GRU ``b_hn``, one (n_l,) array per
+        recurrent layer); or, alone, the dict of ``parameters()`` (``Network.set_parameters``). All are checked
+        before any is copied; an error names the parameter and changes nothing."""
+        if recurrent is None and biases is None and b_hn is None and not isinstance(weights, (list, tuple)):
             return super().set_parameters(weights)
-        return super().set_parameters(parameters.from_lists([
-            ("weights", weights, "w", self.layer_numbers), ("recurrent", recurrent, "u", self.hidden),
-            ("biases", biases, "b", self.layer_numbers)]))
+        if self.cell == "gru" and b_hn is None:
+            raise ValueError("a GRU needs b_hn too: set_parameters(weights, recurrent, biases, b_hn), b_hn one (n_l,) "
+                             "array per recurrent layer")
+        if self.cell != "gru" and b_hn is not None:
+            raise ValueError(f"b_hn is the GRU's alone; this RNN's cells are {self.cell!r}: pass no b_hn")
+        groups = [("weights", weights, "w", self.layer_numbers), ("recurrent", recurrent, "u", self.hidden),
+                  ("biases", biases, "b", self.layer_numbers)]
+        return super().set_parameters(parameters.from_lists(groups + ([("b_hn", b_hn, "b_hn", self.hidden)]
+                                                                        if self.cell == "gru" else [])))
 
     def _live(self):
         live = {l: {"w": self._w[l], "u": self._u[l], "b": self._b[l]} for l in self.hidden}
+        for l, b_hn in self._b_hn.items():
+            live[l]["b_hn"] = b_hn
         live[self.L] = {"w": self._w[self.L], "b": self._b[self.L]}
         return live
 
     def structure(self):
-        return {**super().structure(), "output": self.output}
+        return {**super().structure(), "output": self.output, "cell": self.cell}
 
     def _label(self, l, name):
-        group = dict(w="weights", u="recurrent", b="biases")[name]
-        first = self.hidden[0] if name == "u" else 2
+        group = dict(w="weights", u="recurrent", b="biases", b_hn="b_hn")[name]
+        first = self.hidden[0] if name in ("u", "b_hn") else 2
         return f"{group}[{l - first}] ({name}^{l})"
 
     def to_torch(self):
@@ -131,22 +167,26 @@ class RNN(Layered):
         (``weight_ih_l0`` w^l, ``weight_hh_l0`` u^l, ``bias_ih_l0`` b^l, ``bias_hh_l0`` zeros), then the output
         ``Linear`` and its activation (``leapfrog_gpu.rnn.torch_io``). Its parameters are a copy, as they are
         once the enqueued steps have run: later steps do not change them, and training the module does not
-        change the network. A ValueError for ``activation="sigmoid"``, which ``torch.nn.RNN`` does not have."""
+        change the network. A ValueError for ``activation="sigmoid"``, which ``torch.nn.RNN`` does not have. A
+        GRU or LSTM network's layers are ``torch.nn.GRU`` or ``torch.nn.LSTM`` (``bias_hh_l0`` zeros but a GRU's
+        n rows, b_hn^l)."""
+        b_hn = [self._handed_out(self._b_hn[l]) for l in self.hidden] if self.cell == "gru" else None
         return torch_io.to_module(self.weights, self.recurrent, self.biases, self.activation,
-                                  self.output_activation, self.output)
+                                  self.output_activation, self.output, self.cell, b_hn)
 
     @classmethod
     def from_torch(cls, module, cost="quadratic", output="last", backend="auto", dtype=None, **options):
         """A network computing ``module``, read as ``to_torch`` writes it: its ``torch.nn.RNN`` modules (tanh
-        or relu, one or more layers each; ``bias_ih + bias_hh`` summed into b^l), then its output ``Linear``
+        or relu, one or more layers each; ``bias_ih + bias_hh`` summed into b^l), or its ``torch.nn.GRU`` (a GRU
+        network, b_hn^l from ``bias_hh``'s n rows) or ``torch.nn.LSTM`` modules, then its output ``Linear``
         and at most one activation, in the order the module registers them. A module does not say where its
         output layer is applied: ``output`` does, as for ``RNN``. Parameters are copied into the network's
         own buffers (training it never writes the module); ``dtype`` defaults to the module's; ``options``
         are the other arguments of ``RNN``. What an RNN cannot compute is refused, each with its reason
         (``leapfrog_gpu.rnn.torch_io.read_module``)."""
-        sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
+        sizes, cell, activation, output_activation, found, tensors = torch_io.read_module(module)
         return loaded(cls(sizes, activation, cost, output, dtype or found, backend=backend,
-                          output_activation=output_activation, **options), tensors)
+                          output_activation=output_activation, cell=cell, **options), tensors)
 
     # -- public passes --------------------------------------------------------------------------------
 
@@ -165,7 +205,7 @@ class RNN(Layered):
     def plan(self, tau, batch):
         """The ``plan.RNNPlan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,
         events and launches, made on first use and kept for the network's life."""
-        return self._plan((tau, batch), lambda: RNNPlan(self, tau, batch, self._w, self._u, self._b))
+        return self._plan((tau, batch), lambda: RNNPlan(self, tau, batch, self._w, self._u, self._b, self._b_hn))
 
     # -- validation -----------------------------------------------------------------------------------
 
@@ -187,11 +227,20 @@ class RNN(Layered):
         x, given = self._check_x(x)
         return x, None if y is None else self._check_y(y, x.shape[0], given)
 
+    def _check_schedule(self, schedule):
+        """As ``Network``'s; a gated cell's layers also refuse ``NaumovRNN``, by name."""
+        schedule = super()._check_schedule(schedule)
+        if self.cell != "elman" and isinstance(schedule, NaumovRNN):
+            raise ValueError(f"NaumovRNN builds the Elman cell's layer operators from diag(sigma') (u^l)^T and has "
+                             f"none for a {self.cell.upper()} cell's state Jacobians; run BPTT(), Leapfrog(k), "
+                             "Wavefront() or TimeScan()")
+        return schedule
+
     def _check_pass(self, schedule, shape):
         """A scan's memory check, before the plan of (tau, B) is made (``Leapfrog("auto")`` runs the BPTT
         chain, which allocates nothing more)."""
         if not schedule.auto:
-            resolve(schedule).check(self.sizes, *shape, self.dtype)
+            resolve(schedule).check(self.state_sizes, *shape, self.dtype)
 
     def _check_x(self, x):
         x, given = self._check_sequences("x", x, self.n[1], "the input of layer 1")

@@ -48,6 +48,7 @@ from ..core.checks import MEMORY_LIMIT, all_finite, check_memory_limit
 from ..core.convergence import Solver, relative
 from ..core.triangular import (check_memory, check_scan, resolve_scan, round_sizes, scan_round_work, scan_rounds,
                                suffix_scan)
+from . import gated_newton
 from .plan import flat
 from .schedules import forward_flops
 
@@ -119,12 +120,14 @@ class TimeNewton(Solver):
     def prepare(self, p):
         """Check the memory of a solve on pass ``p`` and allocate its buffers there (once per pass), before
         the solve is enqueued: called on the host, outside any stream."""
-        sizes, itemsize = p.net.sizes, np.dtype(p.net.dtype).itemsize
-        needed = check_memory(repr(self), self.memory_needed(sizes, p.tau, p.batch, itemsize), self.memory_limit,
+        sizes, saves = p.net.sizes, not self.quasi and p.net.cell == "elman"  # a gated cell's quasi builds J whole
+        needed = check_memory(repr(self), self._memory(p), self.memory_limit,
                               f"sizes {list(sizes)} at tau={p.tau}, B={p.batch} ({p.net.dtype})",
-                              "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",))
+                              "the sequential forward (solver=None)", also=("quasi=True",) if saves else ())
         key = ("time-newton", self.quasi)
-        if key not in p.cache:
+        if p.net.cell != "elman":
+            gated_newton.buffers(p, self.quasi)
+        elif key not in p.cache:
             n, tau, B, xp = max(sizes[1:-1]), p.tau, p.batch, p.xp
             jacobian = n if self.quasi else n * n
             p.cache[key] = ([p.sequence(n, tau) for _ in range(3)],
@@ -135,18 +138,21 @@ class TimeNewton(Solver):
     def solve(self, p):
         """Fill ``p.z``, ``p.a`` and ``p.sp`` of every recurrent layer, layer by layer (runs on the main
         stream, once ``prepare(p)`` has run on the host)."""
-        memory = self.memory_needed(p.net.sizes, p.tau, p.batch, np.dtype(p.net.dtype).itemsize)
+        memory = self._memory(p)
         tol = self.tol if self.tol is not None else (1e-12 if p.net.dtype == "float64" else 1e-6)
         limit = p.tau if self.max_iterations is None else self.max_iterations
         count = {"evaluations": 0, "rounds": 0, "resets": 0, "flops": 0,
                  "scan": resolve_scan(self.scan, p.backend.name, self.quasi)}
         iterations, residuals = [], []
+        floor = STALL * float(np.finfo(p.net.dtype).eps)
         for l in p.net.hidden:
-            done, history = self._layer(p, l, tol, limit, count)
+            if p.net.cell == "elman":
+                done, history = self._layer(p, l, tol, limit, count)
+            else:
+                done, history = gated_newton.layer(self, p, l, tol, limit, count, stalled, floor)
             iterations.append(done)
             residuals.append(history)
         final = [history[-1] for history in residuals]
-        floor = STALL * float(np.finfo(p.net.dtype).eps)
         stuck = [stalled(history, floor) and history[-1] > tol for history in residuals]
         self.stats = {"iterations": sum(iterations), "iterations_per_layer": iterations,
                       "evaluations": count["evaluations"], "rounds": count["rounds"], "residual": max(final),
@@ -158,6 +164,14 @@ class TimeNewton(Solver):
         if not self.stats["converged"]:
             where = " (where it stopped falling: the rounding of " + p.net.dtype + ")" if any(stuck) else ""
             self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}{where}", tol)
+
+    def _memory(self, p):
+        """Bytes of this solve's buffers on pass ``p`` (a gated cell's: ``gated_newton``'s)."""
+        itemsize = np.dtype(p.net.dtype).itemsize
+        if p.net.cell == "elman":
+            return self.memory_needed(p.net.sizes, p.tau, p.batch, itemsize)
+        return gated_newton.memory_needed(p.net.state_sizes, max(p.net.rows(l) for l in p.net.hidden), p.tau,
+                                          p.batch, itemsize)
 
     def _layer(self, p, l, tol, limit, count):
         """Solve layer l in place in ``p.a[l]`` (with ``p.z[l]``, ``p.sp[l]`` of its last evaluation); return

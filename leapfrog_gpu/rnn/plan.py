@@ -10,6 +10,11 @@ of every delta^{l,t}, the output layer (2)-(4), nabla_w^l, nabla_u^l and nabla_b
 batch at once). The recursion over t (u^l a^{l,t-1} forwards, (u^l)^T delta^{l,t+1} backwards) runs step
 by step, each step one BLAS call and its elementwise half, bound once (``recursion``).
 
+A gated layer (``cells``: a GRU or an LSTM of G gates) holds G·n_l rows in z^l and delta^l (its gates'
+pre-activations and their deltas) and n_l in a^l; ``delta_h[l]`` receives (w^{l+1})^T delta^{l+1} and
+``delta_u[l]`` is what u^l sees of delta^l (both delta^l itself for the Elman cell, which has no sigma' of
+its own but ``sp``).
+
 The output layer L has a time step per output: tau of them for ``output="every"``, one (t = tau) for
 ``"last"``, where ``a_last`` holds a contiguous copy of a^{L-1,tau}. Buffers start filled with NaN, so
 that a read before its write shows in the result.
@@ -20,6 +25,7 @@ import numpy as np
 from ..backends import ops_numpy
 from ..core import plan
 from ..parallel.reducer import Reducer
+from .cells import KINDS
 from .recursion import Recursion
 from .schedules import resolve
 
@@ -31,40 +37,52 @@ def flat(buffer):
 
 class RNNPlan(plan.Plan):
     """Buffers, events and launches of ``net`` (an ``RNN``) at sequence length ``tau`` and batch ``batch``,
-    on its parameters ``w``, ``u``, ``b`` (dicts by layer, the network's own arrays, updated in place).
+    on its parameters ``w``, ``u``, ``b`` and ``b_hn`` (dicts by layer, the network's own arrays, updated in
+    place; ``b_hn`` empty but for a GRU).
 
     The schedules of ``schedules`` and ``scans`` enqueue through ``forward``, ``delta_output``, ``from_above``,
     ``sweep``, ``gradients`` and ``update``; the δ of layer l is complete in ``delta[l]`` once the
     schedule hands l on.
     """
 
-    def __init__(self, net, tau, batch, w, u, b):
+    def __init__(self, net, tau, batch, w, u, b, b_hn):
         super().__init__(net, batch, net.L + 1)
-        n, L, buffer, sequence = net.n, net.L, self.buffer, self.sequence
-        self.w, self.u, self.b = w, u, b  # the network's parameters, by layer, updated in place
+        n, L, buffer, sequence, cell = net.n, net.L, self.buffer, self.sequence, net.cell
+        self.w, self.u, self.b, self.b_hn = w, u, b, b_hn  # the network's parameters, by layer, updated in place
         self.net, self.tau, self.L = net, tau, L
         self.outputs = tau if net.output == "every" else 1
+        rows = {l: net.rows(l) for l in net.layer_numbers}
         self.a = {1: sequence(n[1], tau)}
-        self.z, self.sp, self.delta, self.nabla_w, self.nabla_b, self.nabla_u = {}, {}, {}, {}, {}, {}
+        self.z, self.sp, self.delta, self.delta_h, self.delta_u = {}, {}, {}, {}, {}
+        self.nabla_w, self.nabla_b, self.nabla_u, self.nabla_b_hn = {}, {}, {}, {}
         for l in net.hidden:
-            self.z[l], self.a[l], self.sp[l], self.delta[l] = (sequence(n[l], tau) for _ in range(4))
-            self.nabla_u[l] = buffer(n[l], n[l])
+            self.z[l], self.delta[l] = sequence(rows[l], tau), sequence(rows[l], tau)
+            self.a[l] = sequence(n[l], tau)
+            if cell == "elman":
+                self.sp[l] = sequence(n[l], tau)
+            self.delta_h[l] = self.delta[l] if cell == "elman" else sequence(n[l], tau)
+            self.delta_u[l] = sequence(rows[l], tau) if cell == "gru" else self.delta[l]
+            self.nabla_u[l] = buffer(rows[l], n[l])
+            if cell == "gru":
+                self.nabla_b_hn[l] = buffer(n[l])
         self.z[L], self.a[L], self.sp[L], self.delta[L] = (sequence(n[L], self.outputs) for _ in range(4))
         self.y = sequence(n[L], self.outputs)
         self.a_last = self.columns(n[L - 1]) if net.output == "last" else None
         for l in net.layer_numbers:
-            self.nabla_w[l] = buffer(n[l], n[l - 1])
-            self.nabla_b[l] = buffer(n[l])
-        self.scratch = {l: self.make_scratch(n[l] * max(n[l - 1], n[l]), max(n[l], n[l - 1]))
+            self.nabla_w[l] = buffer(rows[l], n[l - 1])
+            self.nabla_b[l] = buffer(rows[l])
+        self.scratch = {l: self.make_scratch(rows[l] * max(n[l - 1], n[l]), max(rows[l], n[l - 1]))
                         for l in net.layer_numbers}
+        self.parameters = {"w": w, "u": u, "b": b, "b_hn": b_hn}
+        self.nabla = {"w": self.nabla_w, "u": self.nabla_u, "b": self.nabla_b, "b_hn": self.nabla_b_hn}
+        self.names = {l: list(named) for l, named in net._live().items()}  # the parameters of each layer, in order
         if net.comm is not None:  # the sums across ranks; the gradients are then its views
             self.reducer = Reducer(self, net.comm, net.gradient_layout())
             for l, views in self.reducer.views.items():
-                self.nabla_w[l], self.nabla_b[l] = views["w"], views["b"]
-                if "u" in views:
-                    self.nabla_u[l] = views["u"]
+                for name, view in views.items():
+                    self.nabla[name][l] = view
+        self.recursion = {l: Recursion(self, l) if cell == "elman" else KINDS[cell](self, l) for l in net.hidden}
         self.products = self._products()
-        self.recursion = {l: Recursion(self, l) for l in net.hidden}
         self.cache = {}  # the extra buffers of the scan schedules, by kind (``scans``)
         self.rounds = 0  # dependent rounds of the last backward pass, counted as the schedule enqueues them
         self.allocated()
@@ -79,17 +97,18 @@ class RNNPlan(plan.Plan):
     def _products(self):
         """The whole-sequence products, bound once (``ops.bind_matmul``), by (name, layer): ``"z"``, w^l a^{l-1};
         ``"above"``, (w^{l+1})^T delta^{l+1} (at t = tau alone below a last-step output); ``"nabla_u"``, the
-        sum over t = 2..tau of delta^{l,t} (a^{l,t-1})^T."""
+        sum over t = 2..tau of delta_u^{l,t} (a^{l,t-1})^T."""
         bind, products = self.backend.ops.bind_matmul, {}
         for l in self.net.hidden:
             products["z", l] = bind(flat(self.z[l]), self.w[l], flat(self.a[l - 1]))
             if l + 1 == self.L and self.a_last is not None:
-                products["above", l] = bind(self.delta[l][:, self.tau - 1], self.w[l + 1], self.delta[self.L][:, 0],
-                                            transpose=True)
+                products["above", l] = bind(self.delta_h[l][:, self.tau - 1], self.w[l + 1],
+                                            self.delta[self.L][:, 0], transpose=True)
             else:
-                products["above", l] = bind(flat(self.delta[l]), self.w[l + 1], flat(self.delta[l + 1]), transpose=True)
+                products["above", l] = bind(flat(self.delta_h[l]), self.w[l + 1], flat(self.delta[l + 1]),
+                                            transpose=True)
             if self.tau > 1:
-                later, earlier = (x.reshape(x.shape[0], -1) for x in (self.delta[l][:, 1:], self.a[l][:, :-1]))
+                later, earlier = (x.reshape(x.shape[0], -1) for x in (self.delta_u[l][:, 1:], self.a[l][:, :-1]))
                 products["nabla_u", l] = bind(self.nabla_u[l], later, earlier.T)
         return products
 
@@ -119,14 +138,16 @@ class RNNPlan(plan.Plan):
         launch(self.main, f"z[{self.L}]", self._forward_output)
 
     def _forward_layer(self, l):
-        """z^l = w^l a^{l-1} + b^l at every step, then the recursion over t, then sigma'(z^l) at every step."""
+        """z^l = w^l a^{l-1} + b^l at every step, then the recursion over t (the cell's), then the Elman cell's
+        sigma'(z^l) at every step."""
         xp, z = self.xp, flat(self.z[l])
         self.products["z", l]()
         xp.add(z, self.b[l][:, None], out=z)
         with np.errstate(over="ignore"):  # sigmoid: exp(-z) = inf gives sigma = 0, as it should
             for call in self.recursion[l].sweep_forward:
                 call()
-        ops_numpy.sigma_prime(z, flat(self.a[l]), flat(self.sp[l]), self.net.activation, xp)
+        if l in self.sp:
+            ops_numpy.sigma_prime(z, flat(self.a[l]), flat(self.sp[l]), self.net.activation, xp)
 
     def output_input(self):
         """a^{L-1} at the time steps with an output: (n_{L-1}, outputs*B), contiguous."""
@@ -148,15 +169,16 @@ class RNNPlan(plan.Plan):
                             flat(self.y), flat(self.sp[L]), self.net.cost)
 
     def from_above(self, l):
-        """delta^{l,t} <- (w^{l+1})^T delta^{l+1,t} at every t at once (one product over tau*B columns). Called
+        """delta_h^{l,t} <- (w^{l+1})^T delta^{l+1,t} at every t at once (one product over tau*B columns). Called
         inside a launch on the main stream; zero where layer l+1 has no output."""
         if l + 1 == self.L and self.a_last is not None:
-            self.delta[l][:, : self.tau - 1].fill(0)
+            self.delta_h[l][:, : self.tau - 1].fill(0)
         self.products["above", l]()
 
     def sweep(self, l):
         """delta^{l,t} <- sigma'(z^{l,t}) * (delta^{l,t} + (u^l)^T delta^{l,t+1}) for t = tau-1..0, 0-based, once
-        delta^l holds (w^{l+1})^T delta^{l+1} at every step: the recursion of layer l over every step."""
+        delta_h^l holds (w^{l+1})^T delta^{l+1} at every step: the recursion of layer l over every step (a gated
+        cell's as ``cells`` writes it)."""
         for call in self.recursion[l].sweep_backward:
             call()
 
@@ -182,16 +204,16 @@ class RNNPlan(plan.Plan):
         return out[:, 0] if self.net.output == "last" else out.transpose(1, 0, 2)
 
     def gradient_arrays(self):
-        """``{l: {"w": nabla_w^l, "u": nabla_u^l, "b": nabla_b^l}}`` (no ``"u"`` at the output), the buffers."""
-        grads = {l: {"w": self.nabla_w[l], "u": self.nabla_u[l], "b": self.nabla_b[l]} for l in self.net.hidden}
-        grads[self.L] = {"w": self.nabla_w[self.L], "b": self.nabla_b[self.L]}
-        return grads
+        """``{l: {"w": nabla_w^l, "u": nabla_u^l, "b": nabla_b^l}}`` (no ``"u"`` at the output; a GRU's
+        ``"b_hn"`` too), the buffers."""
+        return {l: {name: self.nabla[name][l] for name in names} for l, names in self.names.items()}
 
     # -- gradients and the update ---------------------------------------------------------------------
 
     def gradients(self, stream, l, controls=None):
-        """Enqueue nabla_b^l, nabla_w^l (and nabla_u^l below the output) on ``stream``; given ``controls``
-        (the network's ``Controls``: the optimizer and its controls in device memory), then the update of layer l."""
+        """Enqueue nabla_b^l, nabla_w^l (and nabla_u^l below the output, a GRU's nabla_b_hn^l) on ``stream``; given
+        ``controls`` (the network's ``Controls``: the optimizer and its controls in device memory), then the update
+        of layer l."""
         ops, launch = self.backend.ops, self.backend.launch
         delta = flat(self.delta[l])
         a_in = self.output_input() if l == self.L else flat(self.a[l - 1])
@@ -199,11 +221,14 @@ class RNNPlan(plan.Plan):
         launch(stream, f"nabla_w[{l}]", ops.nabla_w, self.nabla_w[l], delta, a_in)
         if l < self.L:
             launch(stream, f"nabla_u[{l}]", self._nabla_u, l)
+        if l in self.nabla_b_hn:  # the sum of delta_u's n rows, r * delta_n
+            n_rows = flat(self.delta_u[l])[2 * self.net.n[l]:]
+            launch(stream, f"nabla_b_hn[{l}]", ops.nabla_b, self.nabla_b_hn[l], n_rows)
         if controls is not None:
             self.update(stream, l, controls)
 
     def _nabla_u(self, l):
-        """nabla_u^l = sum over t = 2..tau of delta^{l,t} (a^{l,t-1})^T: one product over (tau-1)*B columns."""
+        """nabla_u^l = sum over t = 2..tau of delta_u^{l,t} (a^{l,t-1})^T: one product over (tau-1)*B columns."""
         if self.tau == 1:
             self.nabla_u[l].fill(0)
         else:
@@ -212,16 +237,16 @@ class RNNPlan(plan.Plan):
     def check_gradients(self, controls):
         """Enqueue on the main stream the check of every delta and gradient for NaN and Inf, which leaves the
         refusal code of the first bad one in ``controls``: deepest layer first; in each layer its deltas from
-        the last time step back, the order BPTT computes them in, then nabla_w, nabla_u, nabla_b."""
+        the last time step back, the order BPTT computes them in, then nabla_w, nabla_u, nabla_b, nabla_b_hn."""
         check, checks, array = self.backend.ops.check_finite, [], controls.array
         for l in range(self.L, 1, -1):
             delta, steps = self.delta[l], self.tau if l < self.L or self.outputs == self.tau else 1
             for i in range(delta.shape[1] - 1, -1, -1):
                 t = i + 1 if steps == self.tau else self.tau
                 checks.append((check, array, delta[:, i], controls.code(f"delta[{l}] at t = {t}")))
-            for name, gradients in (("nabla_w", self.nabla_w), ("nabla_u", self.nabla_u), ("nabla_b", self.nabla_b)):
-                if l in gradients:
-                    checks.append((check, array, gradients[l], controls.code(f"{name}[{l}]")))
+            for name in ("w", "u", "b", "b_hn"):
+                if l in self.nabla[name]:
+                    checks.append((check, array, self.nabla[name][l], controls.code(f"nabla_{name}[{l}]")))
         self.backend.launch(self.main, "check_finite", _calls, checks)
 
     def capture_refusal(self, schedule):
@@ -231,16 +256,15 @@ class RNNPlan(plan.Plan):
         return None
 
     def update(self, stream, l, controls):
-        """Enqueue the update of w^l (and u^l, b^l alike) on ``stream`` by ``controls``' optimizer."""
+        """Enqueue the update of every parameter of layer l (w^l, u^l, b^l, a GRU's b_hn^l) on ``stream`` by
+        ``controls``' optimizer."""
         self.backend.launch(stream, f"update[{l}]", self._update_layer, l, controls.optimizer,
-                            {name: controls.slots(l, name) for name in ("w", "u", "b")}, controls.array)
+                            {name: controls.slots(l, name) for name in self.names[l]}, controls.array)
 
     def _update_layer(self, l, optimizer, slots, controls):
         ops, scratch = self.backend.ops, self.scratch[l]
-        optimizer.apply(ops, self.w[l], self.nabla_w[l], slots["w"], controls, scratch)
-        if l < self.L:
-            optimizer.apply(ops, self.u[l], self.nabla_u[l], slots["u"], controls, scratch)
-        optimizer.apply(ops, self.b[l], self.nabla_b[l], slots["b"], controls, scratch)
+        for name in self.names[l]:
+            optimizer.apply(ops, self.parameters[name][l], self.nabla[name][l], slots[name], controls, scratch)
 
 
 def _calls(calls):

@@ -10,6 +10,9 @@ Per layer l the recursion over time is linear once (w^{l+1})^T delta^{l+1} is kn
                ``scan``). As in BPPSA, the first round keeps A_t factored as diag(sigma') times the shared
                (u^l)^T: its vector half is one product of (u^l)^T and no (n, n) matrix per sample is
                stored before the products A_t A_{t+1}. Rounds per layer: c^l, then the scan's.
+               A gated layer (``cells``: a GRU's h, an LSTM's (h, c)) scans its state's adjoint by its state
+               Jacobians J_t^T, built whole ((S, S) per sample, S = n_l or 2 n_l), and then computes every
+               step's gate deltas at once, in the same rounds (``state_scan``).
 ``NaumovRNN``  Naumov's nested solve. Ordered layer-first, delta^l = T_l delta^{l+1} with the layer
                operator T_l = (I - N_l)^{-1} D_l, N_l the shift by A^{l,t} and D_l = diag_t(diag(sigma')
                (w^{l+1})^T); T_l is upper block-triangular in time and dense. One round builds every N_l,
@@ -31,6 +34,7 @@ import numpy as np
 from ..core import triangular
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.triangular import ceil_log2, check_scan, resolve_scan, round_sizes, scan_rounds
+from . import state_scan
 from .schedules import RNNSchedule, bptt_counters
 
 
@@ -120,6 +124,10 @@ class TimeScan(ScanSchedule):
 
     def chain(self, p):
         scan = resolve_scan(self.scan, p.backend.name)
+        if p.net.cell != "elman":
+            self.check(p.net.state_sizes, p.tau, p.batch, p.net.dtype)
+            yield from state_scan.chain(p, scan)
+            return
         buffers, launch = self._buffers(p), p.backend.launch
         p.delta_output()
         yield p.L

@@ -118,6 +118,9 @@ class Wavefront(RNNSchedule):
         super().__init__(k, fused)
 
     def chain(self, p):
+        if p.net.cell != "elman":
+            yield from self._gated_chain(p)
+            return
         buffers = self._buffers(p)
         p.delta_output()
         yield p.L
@@ -131,6 +134,38 @@ class Wavefront(RNNSchedule):
             if s < K:  # position s reached t = 0: layer s + 2 is final
                 p.backend.launch(p.main, f"delta[{s + 2}]", self._unload, p, buffers, s)
                 yield s + 2
+
+    def _gated_chain(self, p):
+        """The level sets of gated layers: round d runs, one after another, every cell (l, t) with
+        (L-1-l) + (tau-t) = d, each its dh^{l,t} += (w^{l+1})^T delta^{l+1,t} and its step (``cells``); the
+        cells of a round are independent, their calls not batched."""
+        L, K, tau = p.L, p.L - 2, p.tau
+        p.delta_output()
+        yield L
+        p.backend.launch(p.main, "wavefront: load", self._gated_load, p)
+        for d in range(K + tau - 1):
+            cells = [(l, t) for l in range(L - 1, 1, -1) for t in [tau - 1 - d + (L - 1 - l)] if 0 <= t < tau]
+            p.backend.launch(p.main, f"wavefront[{d}]", self._gated_round, p, cells)
+            p.rounds += 1
+            yield from (l for l, t in cells if t == 0)
+
+    @staticmethod
+    def _gated_load(p):
+        for l in p.net.hidden:
+            p.delta_h[l].fill(0)
+            p.recursion[l].reset()
+
+    @staticmethod
+    def _gated_round(p, cells):
+        xp = p.xp
+        for l, t in cells:
+            dh = p.delta_h[l][:, t]
+            if l + 1 < p.L or p.a_last is None:
+                xp.add(dh, p.w[l + 1].T @ p.delta[l + 1][:, t], out=dh)
+            elif t == p.tau - 1:  # below a last-step output
+                xp.add(dh, p.w[l + 1].T @ p.delta[l + 1][:, 0], out=dh)
+            for call in p.recursion[l].steps[t]:
+                call()
 
     @staticmethod
     def _elements(sizes, tau, B):

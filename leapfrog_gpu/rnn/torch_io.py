@@ -13,7 +13,9 @@ activation. The network stores a batch of sequences as x (tau, n_1, B); ``nn.RNN
 ``output="last"`` (its ``.T``) and (tau, B, n_L) for ``"every"`` (its ``.permute(0, 2, 1)``).
 
 ``nn.RNN`` has the nonlinearities tanh and relu; an RNN with sigmoid recurrent layers has no such module
-and ``to_module`` refuses it.
+and ``to_module`` refuses it. A GRU or LSTM network's layer l is a one-layer ``torch.nn.GRU`` or
+``torch.nn.LSTM`` alike, its gates in torch's order: ``bias_ih_l0`` is b^l and ``bias_hh_l0`` zeros, but for
+the GRU's n rows, which hold b_hn^l.
 """
 
 import operator
@@ -24,20 +26,23 @@ NONLINEARITIES = ("tanh", "relu")
 """The activations of the recurrent layers that ``torch.nn.RNN`` computes."""
 
 
-def to_module(weights, recurrent, biases, activation, output_activation, output):
+def to_module(weights, recurrent, biases, activation, output_activation, output, cell="elman", b_hn=None):
     """A ``torch.fx.GraphModule`` named ``RNNModule``: ``layer<l>``, a ``torch.nn.RNN`` holding
     ``weights[l - 2]``, ``recurrent[l - 2]`` and ``biases[l - 2]`` (in ``bias_ih_l0``; ``bias_hh_l0`` zeros)
     for each recurrent layer l = 2..L-1 in turn, then ``layer<L>``, a ``torch.nn.Sequential`` of the output
     ``Linear`` and its activation, at the last step (``output="last"``) or every step (``"every"``). The
-    parameters share the arrays' memory where DLPack allows, so pass arrays that nothing else writes."""
+    parameters share the arrays' memory where DLPack allows, so pass arrays that nothing else writes. A
+    ``"gru"`` or ``"lstm"`` ``cell`` makes ``torch.nn.GRU`` or ``torch.nn.LSTM`` layers, the GRU's
+    ``bias_hh_l0`` holding zeros and ``b_hn[l - 2]`` in its n rows."""
     torch = torch_io.import_torch()
-    if activation not in NONLINEARITIES:
+    if cell == "elman" and activation not in NONLINEARITIES:
         raise ValueError(f"torch.nn.RNN has no {activation} nonlinearity (it has {' and '.join(NONLINEARITIES)}): "
                          f"an RNN with activation={activation!r} cannot be written as torch.nn.RNN layers")
     graph, modules = torch.fx.Graph(), {}
     a = graph.placeholder("x")
     for l, (w, u, b) in enumerate(zip(weights, recurrent, biases), start=2):
-        modules[f"layer{l}"] = _recurrent_layer(torch, w, u, b, activation)
+        modules[f"layer{l}"] = (_recurrent_layer(torch, w, u, b, activation) if cell == "elman" else
+                                _gated_layer(torch, cell, w, u, b, None if b_hn is None else b_hn[l - 2]))
         a = graph.call_function(operator.getitem, (graph.call_module(f"layer{l}", (a,)), 0))  # every a^{l,t}
     if output == "last":
         a = graph.call_function(operator.getitem, (a, -1))
@@ -55,30 +60,46 @@ def _recurrent_layer(torch, w, u, b, activation):
     return rnn
 
 
+def _gated_layer(torch, cell, w, u, b, b_hn):
+    kind = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[cell]
+    layer = kind(w.shape[1], u.shape[1], device="meta")
+    layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0 = (torch_io.parameter(p) for p in (w, u, b))
+    bias_hh = torch.zeros_like(layer.bias_ih_l0.detach())
+    if b_hn is not None:
+        bias_hh[2 * u.shape[1]:] = torch_io.parameter(b_hn).detach()
+    layer.bias_hh_l0 = torch.nn.Parameter(bias_hh)
+    layer.flatten_parameters()
+    return layer
+
+
 def read_module(module):
-    """``(sizes, activation, output_activation, dtype, (weights, recurrent, biases))`` of a module whose
-    modules, in the order it registers them (containers opened, ``Identity`` passed over), are one or more
-    ``torch.nn.RNN`` of one nonlinearity (each of one or more layers: w^l from ``weight_ih_l<k>``, u^l from
-    ``weight_hh_l<k>``, b^l the sum ``bias_ih_l<k> + bias_hh_l<k>``, zeros with ``bias=False``), then the
+    """``(sizes, cell, activation, output_activation, dtype, tensors)`` of a module whose modules, in the order
+    it registers them (containers opened, ``Identity`` passed over), are one or more ``torch.nn.RNN`` of one
+    nonlinearity, or ``torch.nn.GRU``, or ``torch.nn.LSTM`` (one kind; each of one or more layers: w^l from
+    ``weight_ih_l<k>``, u^l from ``weight_hh_l<k>``, b^l the sum ``bias_ih_l<k> + bias_hh_l<k>`` but in a GRU's
+    n rows, where b^l is ``bias_ih``'s and b_hn^l ``bias_hh``'s, zeros with ``bias=False``), then the
     output ``Linear`` (its bias zeros when it has none), then at most one ``Sigmoid``, ``Tanh`` or ``ReLU``:
     what ``to_module`` makes, or a module of one's own laid out alike. ``batch_first`` is read past: it
     changes the module's layout of x, not its function. The weights and recurrent weights are the module's
-    tensors, detached (sharing its memory); the biases are new tensors. ``dtype`` is the weights' dtype name.
+    tensors, detached (sharing its memory); the biases are new tensors. ``dtype`` is the weights' dtype name;
+    ``cell`` ``"elman"`` (``torch.nn.RNN``), ``"gru"`` or ``"lstm"``, whose activation is tanh; ``tensors``
+    ``(weights, recurrent, biases)``, and b_hn after them for a GRU.
 
-    Raises TypeError for anything but a module, or a module of another type in it (a GRU or LSTM among
-    them), and ValueError for what an RNN cannot compute: a bidirectional RNN, dropout between layers, mixed
-    nonlinearities, modules out of that order, widths that do not chain.
+    Raises TypeError for anything but a module, or a module of another type in it, and ValueError for what an
+    RNN cannot compute: a bidirectional RNN, dropout between layers, an LSTM's projections (``proj_size``),
+    mixed nonlinearities or cells, modules out of that order, widths that do not chain.
     """
     torch = torch_io.import_torch()
     if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"from_torch reads a torch.nn.Module of torch.nn.RNN, Linear and activation modules; "
+        raise TypeError(f"from_torch reads a torch.nn.Module of torch.nn.RNN (GRU, LSTM), Linear and activation "
+                        "modules; "
                         f"got {type(module).__name__}")
     rnns, linear, activation = [], None, "identity"
     for name, part in module.named_modules():
         where = f"module.{name} ({type(part).__name__})" if name else f"the module ({type(part).__name__})"
         if any(part.children()) or isinstance(part, torch.nn.Identity):
             continue
-        if isinstance(part, torch.nn.RNN):
+        if isinstance(part, (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM)):
             if linear is not None:
                 raise ValueError(f"{where} comes after the output Linear: an RNN's recurrent layers come first")
             rnns.append((where, _checked(part, where)))
@@ -93,33 +114,50 @@ def read_module(module):
                                  "is their nonlinearity")
             activation = torch_io.activation_of(part)
         else:
-            raise TypeError(f"{where}: from_torch reads torch.nn.RNN, Linear, Sigmoid, Tanh, ReLU and Identity "
-                            "modules" + (": an RNN's layers have no gates" if isinstance(part, torch.nn.RNNBase) else ""))
+            raise TypeError(f"{where}: from_torch reads torch.nn.RNN, GRU, LSTM, Linear, Sigmoid, Tanh, ReLU and "
+                            "Identity modules")
     if linear is None:
-        raise ValueError("the module holds no torch.nn.RNN followed by a Linear: from_torch needs both")
-    nonlinearity = rnns[0][1].nonlinearity
+        raise ValueError("the module holds no torch.nn.RNN (GRU, LSTM) followed by a Linear: from_torch needs both")
+    (first, head), cell = rnns[0], _cell(rnns[0][1])
     for where, rnn in rnns:
-        if rnn.nonlinearity != nonlinearity:
-            raise ValueError(f"the recurrent layers must share one nonlinearity; {rnns[0][0]} has "
-                             f"{nonlinearity!r}, {where} {rnn.nonlinearity!r}")
-    weights, recurrent, biases = [], [], []
+        if _cell(rnn) != cell:
+            raise ValueError(f"the recurrent layers must share one cell; {first} is {cell!r}, {where} {_cell(rnn)!r}")
+        if cell == "elman" and rnn.nonlinearity != head.nonlinearity:
+            raise ValueError(f"the recurrent layers must share one nonlinearity; {first} has "
+                             f"{head.nonlinearity!r}, {where} {rnn.nonlinearity!r}")
+    weights, recurrent, biases, b_hn = [], [], [], []
     for where, rnn in rnns:
         for k in range(rnn.num_layers):
             w, u = (getattr(rnn, f"weight_{kind}_l{k}").detach() for kind in ("ih", "hh"))
             weights.append(w)
             recurrent.append(u)
-            biases.append(getattr(rnn, f"bias_ih_l{k}").detach() + getattr(rnn, f"bias_hh_l{k}").detach()
-                          if rnn.bias else torch.zeros(w.shape[0], dtype=w.dtype, device=w.device))
+            if not rnn.bias:
+                biases.append(torch.zeros(w.shape[0], dtype=w.dtype, device=w.device))
+                b_hn.append(torch.zeros(u.shape[1], dtype=w.dtype, device=w.device))
+                continue
+            bias_ih, bias_hh = (getattr(rnn, f"bias_{kind}_l{k}").detach() for kind in ("ih", "hh"))
+            if cell == "gru":  # b_hn acts inside r * (.): kept apart
+                n = 2 * u.shape[1]
+                biases.append(torch.cat([bias_ih[:n] + bias_hh[:n], bias_ih[n:]]))
+                b_hn.append(bias_hh[n:].clone())
+            else:
+                biases.append(bias_ih + bias_hh)
     w, b = torch_io.linear_parameters(linear)
     weights.append(w)
     biases.append(b)
-    sizes = [weights[0].shape[1]] + [w.shape[0] for w in weights]
+    sizes = [weights[0].shape[1]] + [u.shape[1] for u in recurrent] + [w.shape[0]]
     for l, w in enumerate(weights[1:], start=3):
         if w.shape[1] != sizes[l - 2]:
             raise ValueError(f"layer {l} takes {w.shape[1]} inputs but layer {l - 1} has {sizes[l - 2]} units: "
                              "the widths do not chain")
     dtype = str(weights[0].dtype).removeprefix("torch.")
-    return sizes, nonlinearity, activation, dtype, (weights, recurrent, biases)
+    tensors = (weights, recurrent, biases) + ((b_hn,) if cell == "gru" else ())
+    return sizes, cell, "tanh" if cell != "elman" else head.nonlinearity, activation, dtype, tensors
+
+
+def _cell(rnn):
+    """The cell of a ``torch.nn.RNN``, ``GRU`` or ``LSTM``: ``"elman"``, ``"gru"`` or ``"lstm"``."""
+    return {"RNN": "elman", "GRU": "gru", "LSTM": "lstm"}[rnn.mode.split("_")[0]]
 
 
 def _checked(rnn, where):
@@ -130,4 +168,7 @@ def _checked(rnn, where):
     if rnn.dropout > 0 and rnn.num_layers > 1:
         raise ValueError(f"{where} drops out between its layers (dropout={rnn.dropout}), which an RNN does not; "
                          "set its dropout to 0")
+    if getattr(rnn, "proj_size", 0) > 0:
+        raise ValueError(f"{where} projects its hidden state (proj_size={rnn.proj_size}), which an RNN's LSTM does "
+                         "not; read a module with proj_size=0")
     return rnn

@@ -366,12 +366,13 @@ def test_to_torch_refuses_a_sigmoid_rnn(torch):
 def unreadable_rnn(torch):
     nn, S = torch.nn, torch.nn.Sequential
     return [
-        (object(), TypeError, "from_torch reads a torch.nn.Module of torch.nn.RNN, Linear and activation modules; "
-                              "got object"),
-        (S(nn.GRU(3, 4), nn.Linear(4, 2)), TypeError,
-         "module.0 (GRU): from_torch reads torch.nn.RNN, Linear, Sigmoid, Tanh, ReLU and Identity modules: an RNN's "
-         "layers have no gates"),
-        (S(nn.LSTM(3, 4, proj_size=2), nn.Linear(2, 2)), TypeError, "module.0 (LSTM): from_torch reads"),
+        (object(), TypeError, "from_torch reads a torch.nn.Module of torch.nn.RNN (GRU, LSTM), Linear and activation "
+                              "modules; got object"),
+        (S(nn.GRU(3, 4), nn.RNN(4, 4), nn.Linear(4, 2)), ValueError,
+         "the recurrent layers must share one cell; module.0 (GRU) is 'gru', module.1 (RNN) 'elman'"),
+        (S(nn.LSTM(3, 4, proj_size=2), nn.Linear(2, 2)), ValueError,
+         "module.0 (LSTM) projects its hidden state (proj_size=2), which an RNN's LSTM does not; read a module with "
+         "proj_size=0"),
         (S(nn.RNN(3, 4), nn.Dropout(), nn.Linear(4, 2)), TypeError, "module.1 (Dropout): from_torch reads"),
         (S(nn.RNN(3, 4), nn.Linear(4, 2), nn.Softmax(dim=-1)), TypeError, "module.2 (Softmax): from_torch reads"),
         (S(nn.RNN(3, 4, bidirectional=True), nn.Linear(8, 2)), ValueError,
@@ -390,7 +391,8 @@ def unreadable_rnn(torch):
          "module.1 (Tanh) must follow the output Linear, alone: the recurrent layers' activation is their "
          "nonlinearity"),
         (S(nn.RNN(3, 4), nn.Linear(4, 2), nn.Tanh(), nn.Sigmoid()), ValueError, "module.3 (Sigmoid) must follow"),
-        (nn.RNN(3, 4), ValueError, "the module holds no torch.nn.RNN followed by a Linear: from_torch needs both"),
+        (nn.RNN(3, 4), ValueError, "the module holds no torch.nn.RNN (GRU, LSTM) followed by a Linear: from_torch "
+                                   "needs both"),
         (S(nn.Linear(3, 2)), ValueError, "module.0 (Linear) is not one output Linear after the recurrent layers"),
         (S(nn.RNN(3, 4), nn.RNN(5, 4), nn.Linear(4, 2)), ValueError,
          "layer 3 takes 5 inputs but layer 2 has 4 units: the widths do not chain"),

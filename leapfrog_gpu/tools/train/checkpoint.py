@@ -23,11 +23,11 @@ from ..cli import replaced_atomically
 FILENAME = "checkpoint.npz"
 _TEMPORARY = (".checkpoint-", ".tmp")  # prefix and suffix of the file being written
 
-LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "optimizer": "sgd", "momentum": None,
-         "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None}
-"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP, by plain SGD.
-A resumed run keeps ``model``, ``skip``, ``tau`` and the optimizer's options as ``FIXED``, and takes
-``forward_solver`` and ``clip_grad_norm`` as ``RESUMED`` (``options``)."""
+LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "cell": "elman", "optimizer": "sgd",
+         "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None}
+"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP of Elman cells
+(where recurrent), by plain SGD. A resumed run keeps ``model``, ``skip``, ``tau``, ``cell`` and the optimizer's
+options as ``FIXED``, and takes ``forward_solver`` and ``clip_grad_norm`` as ``RESUMED`` (``options``)."""
 
 REMEDY = "delete it, or choose another --checkpoint-dir"
 """What to do about a checkpoint that cannot be read."""

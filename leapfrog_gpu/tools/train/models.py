@@ -7,7 +7,8 @@
             by a forward solver (``--forward-solver``, ``leapfrog_gpu.dag.forward``).
 ``rnn``     an ``RNN`` whose hidden layers are recurrent, on sequences (``rnn_tasks``): the digits read row
             by row or pixel by pixel (an output at the last step) or a teacher RNN (an output at every
-            step); its forward pass step by step or solved over time (``--forward-solver``,
+            step) or the adding problem (at the last step), its recurrent layers of a ``--cell``: Elman's,
+            a GRU or an LSTM; its forward pass step by step or solved over time (``--forward-solver``,
             ``leapfrog_gpu.rnn.newton``), which with ``--schedule timescan`` makes the step parallel in time.
 
 The training loop sees each network through what the three share (``core.network.Network``).
@@ -20,8 +21,14 @@ from ..schedules import SOLVERS, make_solver
 from . import checkpoint, data, rnn_tasks
 
 DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "teacher"),
-        "rnn": ("digits", "pixels", "teacher")}
+        "rnn": ("digits", "pixels", "teacher", "adding")}
 """The datasets each model trains on (``--data``)."""
+
+REGRESSION = ("teacher", "adding")
+"""The datasets of real targets (the others are classes)."""
+
+LAST_STEP = ("digits", "pixels", "adding")
+"""The sequence tasks with one target, at the last step (the teacher RNN's are at every step)."""
 
 NETWORK = {"mlp": "mlp", "resmlp": "dag", "rnn": "rnn"}
 """Each model's network, by its name in the table of schedules (``leapfrog_gpu.tools.schedules``)."""
@@ -39,6 +46,8 @@ def dataset(config):
             return rnn_tasks.digits_by_rows(dtype)
         if config["data"] == "pixels":
             return rnn_tasks.digits_by_pixels(dtype)
+        if config["data"] == "adding":
+            return rnn_tasks.adding(config["tau"], config["samples"], dtype=dtype)
         return rnn_tasks.teacher(config["inputs"], config["outputs"], config["tau"], config["samples"], dtype=dtype)
     if config["data"] == "digits":
         return data.digits(dtype)
@@ -68,7 +77,7 @@ def load(directory, backend="auto"):
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} holds no leapfrog-train options to build "
                                          f"its network from: {checkpoint.REMEDY}")
     config = {**checkpoint.LATER, **config, "check_finite": False}
-    net = _network(config, state["sizes"], config["data"] != "teacher", backend, None)
+    net = _network(config, state["sizes"], config["data"] not in REGRESSION, backend, None)
     try:
         checkpoint.restore(net, arrays, directory)
     except BaseException:
@@ -79,14 +88,14 @@ def load(directory, backend="auto"):
 
 def _network(config, widths, classes, backend, comm):
     """A sigmoid output under cross-entropy for classes, an identity output for regression; an RNN's output
-    at the last step for classes (a sequence read whole), at every step for regression."""
+    at the last step where its task has its one target (``LAST_STEP``), else at every step."""
     options = dict(activation=config["activation"], cost=config["cost"], dtype=config["dtype"], seed=config["seed"],
                    backend=backend, output_activation=None if classes else "identity",
                    check_finite=config["check_finite"], comm=comm)
     if config["model"] == "resmlp":
         return residual(widths, skip=config["skip"], **options)
     if config["model"] == "rnn":
-        return RNN(widths, output="last" if classes else "every", **options)
+        return RNN(widths, output="last" if config["data"] in LAST_STEP else "every", cell=config["cell"], **options)
     return MLP(widths, **options)
 
 
@@ -95,6 +104,8 @@ def name(config):
     if config["model"] == "resmlp":
         every = "hidden layer" if config["skip"] == 1 else f"{config['skip']} hidden layers"
         return f"residual MLP (a skip every {every})"
+    if config["model"] == "rnn" and config["cell"] != "elman":
+        return f"RNN of {config['cell'].upper()} cells"
     return config["model"].upper()
 
 

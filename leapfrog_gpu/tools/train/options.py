@@ -8,11 +8,12 @@ from ...parallel import comm as parallel
 from ...backends import ops_numpy
 from ...core.functions import ACTIVATIONS, COSTS, DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
+from ...rnn.cells import ACTIVATION, CELLS
 from ..cli import Parser, integer, number, pip_install, png_refusal
 from ..schedules import schedule_names
 from .checkpoint import LATER
 from .metrics import Divergence
-from .models import DATA, FORWARD_SOLVERS, NETWORK
+from .models import DATA, FORWARD_SOLVERS, NETWORK, REGRESSION
 from .profiling import parse_steps
 
 PROG = "leapfrog-train"
@@ -24,11 +25,11 @@ DEFAULTS = {
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096, "tau": 16,
     "model": "mlp", "skip": 2, "hidden": [128] * 4, "activation": "tanh", "cost": None, "dtype": "float32",
     "epochs": 30, "batch_size": 32, "lr": None, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
-    "forward_solver": "sequential", "graph": False, "backend": "auto", "blas_threads": 1, "check_finite": False,
-    "allow_divergence": False, "quiet": False, "metrics": None, "checkpoint_dir": None, "resume": False,
-    "profile_steps": None, "timeline": None, "bucket_mb": 0.0, "comm_timeout": parallel.DEFAULT_TIMEOUT,
-    "optimizer": "sgd", "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None,
-    "clip_grad_norm": None,
+    "forward_solver": "sequential", "cell": "elman", "graph": False, "backend": "auto", "blas_threads": 1,
+    "check_finite": False, "allow_divergence": False, "quiet": False, "metrics": None, "checkpoint_dir": None,
+    "resume": False, "profile_steps": None, "timeline": None, "bucket_mb": 0.0,
+    "comm_timeout": parallel.DEFAULT_TIMEOUT, "optimizer": "sgd", "momentum": None, "nesterov": False,
+    "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None,
 }
 """Every option's default for ``--model mlp`` and ``resmlp`` (``lr``: the data's, ``LR``). The digits default
 reaches about 97 % test accuracy in 30 epochs."""
@@ -36,7 +37,7 @@ reaches about 97 % test accuracy in 30 epochs."""
 RNN_DEFAULTS = {"hidden": [64], "epochs": 20, "batch_size": 16, "inputs": 4, "outputs": 2, "samples": 2048}
 """What ``--model rnn`` takes otherwise: about 96 % test accuracy on the digits read row by row."""
 
-LR = {"digits": 0.1, "pixels": 0.02, "mnist": 0.1, "teacher": 0.01}
+LR = {"digits": 0.1, "pixels": 0.02, "mnist": 0.1, "teacher": 0.01, "adding": 0.02}
 """Each dataset's default learning rate. The teacher's quadratic cost sums over its outputs, so its
 gradients are larger: with the default network its loss becomes NaN in the first epoch from about
 ``--lr 0.04``, and 0.01 leaves a margin of four."""
@@ -77,9 +78,9 @@ RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
 PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 """Options that may differ between ranks; every other option must be the same on all of them."""
 
-ONLY = {"data_dir": ("mnist", None), "inputs": ("teacher", None), "outputs": ("teacher", None),
-        "samples": ("teacher", None), "skip": (None, ("resmlp",)), "tau": ("teacher", ("rnn",)),
-        "forward_solver": (None, tuple(FORWARD_SOLVERS))}
+ONLY = {"data_dir": (("mnist",), None), "inputs": (("teacher",), None), "outputs": (("teacher",), None),
+        "samples": (("teacher", "adding"), None), "skip": (None, ("resmlp",)), "tau": (("teacher", "adding"), ("rnn",)),
+        "forward_solver": (None, tuple(FORWARD_SOLVERS)), "cell": (None, ("rnn",))}
 """Options that apply to one ``--data`` or to some ``--model``s only (None: any): the others refuse them."""
 
 TIMELINE_STEPS = [10, 15]
@@ -182,6 +183,7 @@ RNN_DATA_HELP = {
     "digits": "the 8x8 digits read row by row (8 steps of 8 pixels, the class at the last step)",
     "pixels": "the 8x8 digits read pixel by pixel (64 steps of one pixel, the class at the last step)",
     "teacher": "regression on a random teacher RNN, a target at every step (--tau)",
+    "adding": "the adding problem: the sum of the two marked values of a sequence, at its last step (--tau)",
 }
 
 
@@ -213,7 +215,7 @@ def build_parser(model=DEFAULTS["model"]):
                        help=f"teacher: training {'sequences' if rnn else 'samples'}, plus a quarter as many test "
                             f"ones (default {d['samples']})")
     group.add_argument("--tau", type=integer(1), metavar="T",
-                       help=shown(f"teacher: time steps of a sequence (default {d['tau']})", "rnn"))
+                       help=shown(f"teacher, adding: time steps of a sequence (default {d['tau']})", "rnn"))
     group = p.add_argument_group("model and schedule")
     group.add_argument("--model", choices=MODELS,
                        help="mlp: the chain of layers; resmlp: the same layers with a skip connection every --skip "
@@ -224,11 +226,14 @@ def build_parser(model=DEFAULTS["model"]):
     group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
                        help=f"{'recurrent' if rnn else 'hidden'} widths: 6x128, 128,64,32 or 2x128,64 "
                             f"(default {_show(d['hidden'])})")
+    group.add_argument("--cell", choices=CELLS, help=shown(
+        f"the recurrent layers' cell: Elman's, or PyTorch's GRU or LSTM (default {d['cell']})", "rnn"))
     group.add_argument("--activation", choices=tuple(ACTIVATIONS),
                        help=f"{'recurrent' if rnn else 'hidden'} layers (default {d['activation']})")
     group.add_argument("--cost", choices=tuple(COSTS),
                        help="default cross_entropy (with a sigmoid output) for classification, quadratic "
-                            "(with an identity output) for teacher" + ("; summed over the time steps" if rnn else ""))
+                            "(with an identity output) for teacher" + (" and adding; summed over the time steps"
+                                                                         if rnn else ""))
     group.add_argument("--dtype", choices=DTYPES, help=f"(default {d['dtype']})")
     group.add_argument("--epochs", type=integer(1), metavar="N", help=f"epochs in all (default {d['epochs']})")
     group.add_argument("--batch-size", type=integer(1), metavar="B",
@@ -307,7 +312,7 @@ def configure(given, saved=None):
     kept = None if saved is None else {**LATER, **saved}
     config = defaults(given.get("model", kept["model"] if kept else DEFAULTS["model"]))
     if kept is not None:
-        for key in FIXED + OPTIMIZER + ("model", "skip", "tau"):
+        for key in FIXED + OPTIMIZER + ("model", "skip", "tau", "cell"):
             if key in given and given[key] != kept[key]:
                 raise UsageError(
                     f"--{key.replace('_', '-')} {_show(given[key])} differs from the checkpoint's "
@@ -319,9 +324,9 @@ def configure(given, saved=None):
     if config["data"] not in DATA[model]:
         raise UsageError(f"--model {model} trains on --data {' or '.join(DATA[model])}; got {config['data']}")
     for key, (data, only) in ONLY.items():
-        if key in given and (data not in (None, config["data"]) or model not in (only or MODELS)):
+        if key in given and (data is not None and config["data"] not in data or model not in (only or MODELS)):
             where = " ".join(f"--{what} {name}" for what, name in
-                             (("model", only and " or ".join(only)), ("data", data)) if name)
+                             (("model", only and " or ".join(only)), ("data", data and " or ".join(data))) if name)
             raise UsageError(f"--{key.replace('_', '-')} applies to {where} only")
     solvers = FORWARD_SOLVERS.get(model, ())
     if solvers and config["forward_solver"] not in solvers:
@@ -344,8 +349,14 @@ def configure(given, saved=None):
         raise UsageError("--clip-grad-norm needs every gradient before any update: drop --fused")
     if config["data"] == "mnist" and not config["data_dir"]:
         raise UsageError("--data mnist needs --data-dir DIR (the four MNIST IDX files or one .npz)")
-    if config["data"] == "teacher" and config["cost"] == "cross_entropy":
-        raise UsageError("--data teacher is a regression task: use --cost quadratic")
+    if config["data"] in REGRESSION and config["cost"] == "cross_entropy":
+        raise UsageError(f"--data {config['data']} is a regression task: use --cost quadratic")
+    if config["data"] == "adding" and config["tau"] < 2:
+        raise UsageError(f"--data adding marks a step in each half of a sequence: it needs --tau 2 or more; got "
+                         f"{config['tau']}")
+    if config["cell"] != "elman" and config["activation"] != ACTIVATION:
+        raise UsageError(f"--cell {config['cell']} has its own activation, {ACTIVATION}: drop --activation "
+                         f"{config['activation']}")
     if config["fused"] and config["check_finite"]:
         raise UsageError("--check-finite needs the update after the gradients: drop --fused")
     if config["timeline"] is not None:

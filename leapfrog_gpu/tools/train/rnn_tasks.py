@@ -7,6 +7,9 @@
                     equally frequent), the trivial baseline.
 ``teacher``         a regression task: targets at every step from a random teacher RNN (tanh recurrent
                     layers, identity output, u^l of spectral norm 0.9), inputs x ~ N(0, 1).
+``adding``          the adding problem (Hochreiter and Schmidhuber, 1997): two inputs per step, a value
+                    U(0, 1) and a marker set at two steps, one in each half; the target, at the last step,
+                    the sum of the two marked values. The mean, 1, scores an MSE of 1/6.
 
 Sequences are stored as the network takes them: ``x`` is (tau, n_1, N); ``y`` is (n_L, N) for a target
 at the last step, (tau, n_L, N) for one at every step.
@@ -44,6 +47,22 @@ def _pixels(x):
 def _rows(x):
     """(64, N) images, row-major pixels, as (8, 8, N): time step = row, input = the row's 8 pixels."""
     return np.ascontiguousarray(x.reshape(8, 8, -1))
+
+
+def adding(tau=16, samples=2048, seed=1, dtype="float32"):
+    """The adding problem over ``tau`` >= 2 steps: ``samples`` training sequences plus a quarter as many (at least
+    one) test ones, x (tau, 2, N) and y (1, N)."""
+    count = samples + max(1, samples // 4)
+    rng = np.random.default_rng(seed)
+    x = np.zeros((tau, 2, count))
+    x[:, 0] = rng.random((tau, count))
+    columns = np.arange(count)
+    for low, high in ((0, tau // 2), (tau // 2, tau)):
+        x[rng.integers(low, high, count), 1, columns] = 1
+    y = np.sum(x[:, 0] * x[:, 1], axis=0)[None]
+    x, y = x.astype(dtype), y.astype(dtype)
+    return data.Dataset("adding", x[..., :samples].copy(), y[:, :samples].copy(), x[..., samples:].copy(),
+                        y[:, samples:].copy(), None)
 
 
 def teacher(inputs=4, outputs=2, tau=16, samples=2048, seed=1, dtype="float32"):

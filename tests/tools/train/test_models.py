@@ -121,11 +121,14 @@ def test_each_model_has_its_own_help(capsys):
         helps[model] = " ".join(capsys.readouterr().out.split())
     rnn = helps["rnn"]
     assert rnn.startswith("usage: leapfrog-train") and "Train a recurrent network (RNN)" in rnn
-    assert "--tau T teacher: time steps of a sequence (default 16)" in rnn
+    assert "--tau T teacher, adding: time steps of a sequence (default 16)" in rnn
+    assert ("--cell {elman,gru,lstm} the recurrent layers' cell: Elman's, or PyTorch's GRU or LSTM (default "
+            "elman)") in rnn
     assert "recurrent widths: 6x128, 128,64,32 or 2x128,64 (default 64)" in rnn
-    assert "epochs in all (default 20)" in rnn and "(default 0.1 for digits, 0.02 for pixels, 0.08/tau for teacher)" in rnn
+    assert "epochs in all (default 20)" in rnn
+    assert "(default 0.1 for digits, 0.02 for pixels, 0.08/tau for teacher, 0.02 for adding)" in rnn
     options = {model: set(re.findall(r"\[(--[\w-]+)", text)) for model, text in helps.items()}  # the usage line's
-    assert "{digits,pixels,teacher}" in rnn and not {"--data-dir", "--skip"} & options["rnn"], rnn
+    assert "{digits,pixels,teacher,adding}" in rnn and not {"--data-dir", "--skip"} & options["rnn"], rnn
     assert "--forward-solver {sequential,newton,quasi-newton}" in rnn
     resmlp = helps["resmlp"]
     assert "--skip N hidden layers per skip connection (default 2)" in resmlp and "--tau" not in resmlp
@@ -133,16 +136,17 @@ def test_each_model_has_its_own_help(capsys):
     mlp = helps["mlp"]
     assert "Train a deep MLP" in mlp
     assert "(--model resmlp --help and --model rnn --help: the options of the other models)" in mlp
-    assert not {"--tau", "--skip", "--forward-solver"} & options["mlp"], mlp
+    assert not {"--tau", "--skip", "--forward-solver", "--cell"} & options["mlp"], mlp
     assert {"--skip", "--forward-solver", "--data-dir"} <= options["resmlp"] and "--tau" not in options["resmlp"]
     assert "epochs in all (default 30)" in mlp and "(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher)" in mlp
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "rnn", "--data", "mnist"], "--model rnn trains on --data digits or pixels or teacher; got mnist"),
+    (["--model", "rnn", "--data", "mnist"],
+     "--model rnn trains on --data digits or pixels or teacher or adding; got mnist"),
     (["--data", "pixels"], "--model mlp trains on --data digits or mnist or teacher; got pixels"),
-    (["--tau", 4], "--tau applies to --model rnn --data teacher only"),
-    (["--model", "rnn", "--tau", 4], "--tau applies to --model rnn --data teacher only"),
+    (["--tau", 4], "--tau applies to --model rnn --data teacher or adding only"),
+    (["--model", "rnn", "--tau", 4], "--tau applies to --model rnn --data teacher or adding only"),
     (["--model", "rnn", "--skip", 2], "--skip applies to --model resmlp only"),
     (["--forward-solver", "newton"], "--forward-solver applies to --model resmlp or rnn only"),
     (["--model", "rnn", "--forward-solver", "jacobi"],

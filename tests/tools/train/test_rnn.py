@@ -60,3 +60,47 @@ def test_a_non_finite_loss_without_a_checkpoint_dir_names_no_checkpoint(capsys):
     line = one_error_line(capsys)
     assert re.fullmatch(r"leapfrog-train: error: the training loss is nan after epoch 1, step \d+: try a smaller "
                         r"--lr than 0\.02", line), line
+
+
+def test_the_adding_problem_sums_the_two_marked_values():
+    task = rnn_tasks.adding(tau=10, samples=40)
+    assert task.x_train.shape == (10, 2, 40) and task.y_train.shape == (1, 40) and task.x_test.shape == (10, 2, 10)
+    markers = task.x_train[:, 1]
+    assert np.array_equal(markers.sum(axis=0), np.full(40, 2.0))
+    assert np.array_equal(markers[:5].sum(axis=0), np.ones(40))  # one in each half
+    want = [task.x_train[np.flatnonzero(markers[:, i]), 0, i].sum() for i in range(40)]
+    np.testing.assert_allclose(task.y_train[0], want, rtol=1e-6)
+    assert str(task) == "adding: 40 train, 10 test 10-step sequences" and task.classes is None
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_gated_rnn_trains_on_the_adding_problem(capsys, cell):
+    assert cli("--model", "rnn", "--cell", cell, "--data", "adding", "--tau", 6, "--samples", 64, "--hidden", 8,
+               "--epochs", 2, "--allow-divergence") == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header == (f"adding: 64 train, 16 test 6-step sequences | RNN of {cell.upper()} cells [2, 8, 1] tanh, "
+                      "quadratic, float32")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "rnn", "--cell", "gru", "--activation", "relu"], "--cell gru has its own activation, tanh: drop "
+                                                                   "--activation relu"),
+    (["--cell", "lstm"], "--cell applies to --model rnn only"),
+    (["--model", "rnn", "--data", "adding", "--tau", 1], "--data adding marks a step in each half of a sequence: it "
+                                                         "needs --tau 2 or more; got 1"),
+    (["--model", "rnn", "--data", "digits", "--tau", 8], "--tau applies to --model rnn --data teacher or adding only"),
+])
+def test_cells_and_the_adding_problem_refuse_what_does_not_apply(capsys, argv, message):
+    assert cli(*argv) == 2
+    assert one_error_line(capsys) == f"leapfrog-train: error: {message}"
+
+
+def test_a_gated_run_resumes_its_cell_and_refuses_another(tmp_path, capsys):
+    small = ["--model", "rnn", "--data", "adding", "--tau", 4, "--samples", 32, "--hidden", 4, "--allow-divergence",
+             "--quiet", "--checkpoint-dir", tmp_path]
+    assert cli(*small, "--cell", "gru", "--epochs", 1) == 0
+    assert cli(*small, "--epochs", 2, "--resume") == 0
+    capsys.readouterr()
+    assert cli(*small, "--cell", "lstm", "--epochs", 3, "--resume") == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: --cell lstm differs from the checkpoint's gru; drop it "
+                                      "to resume, or start a new --checkpoint-dir")

@@ -527,7 +527,7 @@ def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
     (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs
     (["--data", "mnist"], "--data mnist needs --data-dir DIR"),
     (["--data-dir", "somewhere"], "--data-dir applies to --data mnist only"),
-    (["--samples", 10], "--samples applies to --data teacher only"),
+    (["--samples", 10], "--samples applies to --data teacher or adding only"),
     (["--data", "teacher", "--cost", "cross_entropy"], "--data teacher is a regression task: use --cost quadratic"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),
     (["--epochs", 1, "--profile-steps", "40:46"], "--profile-steps 40:46 reaches past this run's last step, 44"),

@@ -5,7 +5,8 @@ out, and their refusals."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the cells are checked against torch.nn.GRU and torch.nn.LSTM", exc_type=ImportError)
+torch = pytest.importorskip("torch", reason="the cells are checked against torch.nn.GRU and torch.nn.LSTM",
+                            exc_type=ImportError)
 
 from helpers import batch
 from networks import Mirror

@@ -2,6 +2,7 @@
 terminal table's (``leapfrog_gpu.tools.bench.mlp``) with an en dash for what does not apply and between
 p20 and p80, ``×`` after a ratio, and times to 3 significant digits."""
 
+from leapfrog_gpu.tools.bench import report
 from leapfrog_gpu.tools.bench.runner import noisy
 
 NONE = "–"
@@ -14,10 +15,7 @@ def ms(value):
 
 def label(r):
     """A record's schedule: ``leapfrog+fused graph``, ``auto → sequential``, ``sequential (best seq)``."""
-    update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
-    name = ("auto → " if r.get("auto") else "") + r["schedule"] + update
-    name += " graph" if r.get("graph") and not r["schedule"].startswith("torch") else ""
-    return name + (" (best seq)" if r.get("best_sequential") else "")
+    return report.label(r, auto="auto → ", graph=" graph", best=" (best seq)")
 
 
 def spread(stats):

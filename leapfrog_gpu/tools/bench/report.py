@@ -15,12 +15,12 @@ from ..timeline import describe
 from .runner import NOISY, median, ratio
 
 
-def label(r):
+def label(r, auto="auto->", graph="[graph]", best="*"):
     """A record's schedule as a table shows it: leapfrog+fused[graph], auto->sequential, sequential*."""
     update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
-    name = ("auto->" if r.get("auto") else "") + r["schedule"] + update
-    name += "[graph]" if r.get("graph") and not r["schedule"].startswith("torch") else ""
-    return name + ("*" if r.get("best_sequential") else "")
+    name = (auto if r.get("auto") else "") + r["schedule"] + update
+    name += graph if r.get("graph") and not r["schedule"].startswith("torch") else ""
+    return name + (best if r.get("best_sequential") else "")
 
 
 def percent(value):

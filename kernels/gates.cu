@@ -5,8 +5,8 @@
 // c^0) is zero and is not read.
 //
 // Launch shape (every kernel here): 1-D grid-stride loop over the n*B units of the step, block = GATES_BLOCK
-// threads (a compile-time constant: the index arithmetic uses it, so a launch must use that block), grid = min(ceil(n*B / block), GATES_MAX_GRID), from leapfrog_gpu/backends/launch.py
-// (gates_launch). Each thread owns one (unit j, sample s) and reads and writes every gate row of it. Bytes are
+// threads (a compile-time constant: the index arithmetic uses it, so a launch must use that block),
+// grid = min(ceil(n*B / block), GATES_MAX_GRID), from leapfrog_gpu/backends/launch.py (gates_launch). Each thread owns one (unit j, sample s) and reads and writes every gate row of it. Bytes are
 // given in elements, for the step: profiling/kernel_traffic.py holds the same counts (n rows, batch B).
 
 #ifndef GATES_BLOCK

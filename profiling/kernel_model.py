@@ -93,6 +93,8 @@ def _module(kernel, n, batch):
         return ("nabla_w.cu", *_order(launch.rank_update_launch(n, n)))
     if kernel == "bias_sum":
         return ("nabla_b.cu", *_order(launch.bias_launch(n)))
+    if kernel in ("gru_forward", "gru_backward", "lstm_forward", "lstm_backward"):
+        return ("gates.cu", *_order(launch.gates_launch(n, batch)))
     if kernel == "check_finite":
         return ("elementwise.cu", *_order(launch.check_finite_launch(n * n)))
     size = {"sgd_update": n * n, "sgd_update_layer": n * n + n}.get(kernel, n * batch)

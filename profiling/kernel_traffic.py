@@ -32,6 +32,10 @@ KERNELS = {
     "momentum_update": ("SGD with momentum on w", lambda n, m, b: 3 * n * m, lambda n, m, b: 2 * n * m),
     "adam_update": ("Adam on w", lambda n, m, b: 4 * n * m, lambda n, m, b: 3 * n * m),
     "check_finite": ("check of nabla_w", lambda n, m, b: n * m, lambda n, m, b: 0),
+    "gru_forward": ("GRU step", lambda n, m, b: 7 * n * b + n, lambda n, m, b: 5 * n * b),
+    "gru_backward": ("GRU step, backward", lambda n, m, b: 7 * n * b, lambda n, m, b: 7 * n * b),
+    "lstm_forward": ("LSTM step", lambda n, m, b: 5 * n * b, lambda n, m, b: 6 * n * b),
+    "lstm_backward": ("LSTM step, backward", lambda n, m, b: 8 * n * b, lambda n, m, b: 5 * n * b),
 }
 B_ONE = ("outer", "outer_sgd", "outer_bias", "forward_gemv", "backward_gemv")
 """The kernels that run at B = 1 only."""
@@ -73,7 +77,10 @@ def readme():
         "whatever B); that of b is N times smaller, and `sgd_update_layer` updates both in one launch. "
         "`outer_bias` and `rank_update_bias` are (7) with (6) in the same kernel. `check_finite` is the check "
         "of nabla_w (N^2 reads), run "
-        "on every gradient before the update when `check_finite=True`. A fused `*_sgd` kernel replaces (7) "
+        "on every gradient before the update when `check_finite=True`. `gru_*` and `lstm_*` are the elementwise "
+        "parts of one time step of a gated layer of width N (3N or 4N gate rows), forward and backward; "
+        "their B = 1 rows show that a step of a small batch is bound by its launch. "
+        "A fused `*_sgd` kernel replaces (7) "
         "and that update. The chain kernels, `forward_*` (2)(3) and `backward_*` (5), are what a CUDA graph "
         "step runs in place of cuBLAS and an elementwise kernel. "
         "Arrays of N = 1024 (4 MB in float32) fit in the 50 MB L2, so a kernel whose inputs were just "

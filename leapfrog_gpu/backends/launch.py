@@ -32,6 +32,9 @@ FORWARD_GEMV_BLOCK = (32, 4)  # (lanes of a row: a warp, rows per block): forwar
 FORWARD_GEMV_UNROLL = 8
 BACKWARD_GEMV_BLOCK = (8, 256)  # (columns per block, threads per block): backward_gemv
 BACKWARD_GEMV_UNROLL = 8
+# The gated cells' steps (kernels/gates.cu): a thread per (unit, sample), reading and writing every gate row of it.
+GATES_BLOCK = 256
+GATES_MAX_GRID = 132 * 16  # grid-stride loop beyond this: 16 blocks of 256 per H200 SM, 2048 threads
 
 
 def elementwise_launch(size):
@@ -58,6 +61,17 @@ def rank_update_launch(n, m):
     assert grid[0] * edge >= m and grid[1] * edge >= n and grid[1] <= 65535, (n, m, grid)
     assert RANK_CHUNK % 8 == 0 and 2 * edge * RANK_CHUNK % (4 * RANK_SIDE**2) == 0, "the slabs divide"
     return grid, (RANK_SIDE, RANK_SIDE, 1), (f"-DRANK_SIDE={RANK_SIDE}", f"-DRANK_CHUNK={RANK_CHUNK}")
+
+
+def gates_launch(n, batch):
+    """Grid-stride launch over the ``n`` * ``batch`` units of a gated cell's step (kernels/gates.cu); the block
+    is the compile-time GATES_BLOCK, which the kernels' index arithmetic uses."""
+    size = n * batch
+    assert size >= 1, (n, batch)
+    assert GATES_BLOCK % 32 == 0 and GATES_BLOCK <= 1024, GATES_BLOCK
+    grid = min(-(-size // GATES_BLOCK), GATES_MAX_GRID)
+    assert 1 <= grid < 2**31 and grid * GATES_BLOCK >= min(size, GATES_MAX_GRID * GATES_BLOCK), (n, batch, grid)
+    return (grid, 1, 1), (GATES_BLOCK, 1, 1), (f"-DGATES_BLOCK={GATES_BLOCK}",)
 
 
 def check_finite_launch(size):
@@ -118,4 +132,5 @@ def modules():
         ("nabla_b.cu", compile_options(bias_launch(1)[2])),
         ("chain.cu", compile_options(chain_launch("forward", 1, 1, 4)[2])),
         ("chain.cu", compile_options(chain_launch("forward", 1, 2, 4)[2])),
+        ("gates.cu", compile_options(gates_launch(1, 1)[2])),
     ]

@@ -22,7 +22,10 @@ LSTM's is delta itself):
            delta_g = dc i (1 - g²),  delta_o = dh tanh(c^t) o (1 - o),  dh^{t-1} += (u^l)^T delta^{l,t}
 
 As ``recursion.Recursion`` does for the Elman cell, each layer binds its calls once per pass: ``sweep_forward``
-(t = 1..tau) and ``sweep_backward`` (t = tau..1), a BLAS call and the elementwise rest per step.
+(t = 1..tau) and ``sweep_backward`` (t = tau..1), a BLAS call and the elementwise rest per step. On the CuPy
+backend (``ops_cuda.CudaOps``) that rest is one kernel of kernels/gates.cu a step each way (the GRU's backward
+kernel adds z dh^t to dh^{t-1} too, the LSTM's carries dc); on the host it is the ufuncs below, into the plan's
+buffers.
 
 Parallel in time (``scans.TimeScan``), the backward pass is the linear suffix recursion of the state's adjoint,
 lambda^{t-1} = J_t^T lambda^t + (dh from above at t - 1, 0), with J_t = ∂s^t/∂s^{t-1} of the state s^t (the GRU's
@@ -40,6 +43,8 @@ and o' = o (1 - tanh² c^t):
 import functools
 
 import numpy as np
+
+from ..backends.ops_cuda import CudaOps
 
 ALL = slice(None)
 """The step of ``deltas`` and ``previous`` that stands for every step at once."""
@@ -78,10 +83,13 @@ class Gated:
         self.gates = p.sequence(self.z.shape[0], tau)
         self.zero = p.columns(self.N)  # h^0 (and c^0)
         self.zero.fill(0)
+        self.ops = ops
+        kernels = isinstance(ops, CudaOps)  # the step's elementwise parts on kernels/gates.cu
+        forward, backward = (self.kernel_forward, self.kernel_backward) if kernels else (self.forward, self.backward)
         self.sweep_forward, self.steps = [], []
         for t in range(tau):
-            self.sweep_forward += self._recurrent(ops, t) + [functools.partial(self.forward, t)]
-            self.steps.append([functools.partial(self.backward, t)] + ([ops.bind_matmul(
+            self.sweep_forward += self._recurrent(ops, t) + [functools.partial(forward, t)]
+            self.steps.append([functools.partial(backward, t)] + ([ops.bind_matmul(
                 self.delta_h[:, t - 1], self.u, self.delta_u[:, t], transpose=True, accumulate=True)] if t else []))
         self.sweep_backward = [self.reset] + [call for t in range(tau - 1, -1, -1) for call in self.steps[t]]
 
@@ -129,6 +137,14 @@ class GRU(Gated):
         xp.subtract(self.previous(self.a, t), n, out=h)
         xp.multiply(h, update, out=h)
         xp.add(h, n, out=h)
+
+    def kernel_forward(self, t):
+        """``forward`` in one kernel (z is left as w x + b)."""
+        self.ops.gru_forward(self.z, self.gates, self.hn, self.a, self.uh, self.b_hn, t)
+
+    def kernel_backward(self, t):
+        """``backward`` in one kernel."""
+        self.ops.gru_backward(self.delta, self.delta_u, self.delta_h, self.gates, self.hn, self.a, t)
 
     def evaluate(self, pre, uh, state, f):
         """Every step at once from the states ``state`` (N, tau, B) taken as h^t: pre = w^l a^{l-1} + b^l and
@@ -196,6 +212,14 @@ class LSTM(Gated):
         xp.add(c, i * g, out=c)
         xp.tanh(c, out=h)
         xp.multiply(h, o, out=h)
+
+    def kernel_forward(self, t):
+        """``forward`` in one kernel."""
+        self.ops.lstm_forward(self.z, self.gates, self.c, self.a, t)
+
+    def kernel_backward(self, t):
+        """``backward`` in one kernel."""
+        self.ops.lstm_backward(self.delta, self.dc, self.delta_h, self.gates, self.c, t)
 
     def evaluate(self, pre, uh, state, f):
         """Every step at once from the states ``state`` (2N, tau, B) taken as (h^t, c^t): pre = w^l a^{l-1} + b^l

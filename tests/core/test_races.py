@@ -10,13 +10,13 @@ import pytest
 
 from helpers import install_standin, patched_ops
 from leapfrog_gpu import (BPTT, SGD, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
-                          NaumovScan, Sequential, TimeScan, Wavefront)
+                          NaumovScan, RNN, Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
 from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.parallel.reducer import Reducer
-from networks import NAMES, Mirror, network, network_batch
+from networks import IN, NAMES, OUT, Mirror, network, network_batch
 from races import Recorder, buffer_names, host_backend, races, report
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on 0
@@ -94,6 +94,25 @@ def test_no_two_launches_race(backend, name, schedule, mode, monkeypatch):
     chain = "kernels" if mode == "kernels" else "cublas"
     with (host_backend() if backend == "numpy" else cupy_backend(monkeypatch, chain)) as made:
         found, unseen = recorded_steps(made, name, schedule, mode)
+    assert not found, f"{len(found)} races:\n{report(found)}"
+    assert not unseen, "\n".join(unseen)
+
+
+GATED_SCHEDULES = [BPTT(), Leapfrog(1), Leapfrog(2, fused=True), Leapfrog(3)]
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("schedule", GATED_SCHEDULES, ids=repr)
+def test_no_two_launches_of_a_gated_cell_race_on_the_cupy_backend(cell, schedule, monkeypatch):
+    """Two SGD steps of a GRU and an LSTM on the stand-in, their steps on kernels/gates.cu."""
+    with cupy_backend(monkeypatch) as made:
+        with Recorder(made) as recorder:
+            net = RNN([IN, 6, 5, OUT], cell=cell, output="every", seed=1, backend=made)
+            for step in range(2):
+                net.sgd_step(*network_batch("RNN", 4, seed=step), 0.5, schedule)
+            net.synchronize()
+        names = buffer_names(net)
+        found, unseen = races(recorder, names), recorder.unseen(names) + recorder.strays()
     assert not found, f"{len(found)} races:\n{report(found)}"
     assert not unseen, "\n".join(unseen)
 

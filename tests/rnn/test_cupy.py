@@ -7,7 +7,7 @@ import pytest
 
 from helpers import batch
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
-from leapfrog_gpu.rnn import reference as reference_rnn
+from leapfrog_gpu.rnn import gated_reference, reference as reference_rnn
 from leapfrog_gpu.core.handoff import Handoff
 
 from helpers import rnn_lists
@@ -143,3 +143,59 @@ def test_time_newton_on_the_standin_matches_the_reference(backend, quasi):
     assert solver.stats["converged"] and solver.stats["rounds"] == TimeNewton.rounds_formula(
         solver.stats["iterations_per_layer"], 9)
     assert solver.stats["scan"] == "doubling"  # "auto" on a GPU: the fewest rounds
+
+
+def gated_lists(net):
+    """A gated network's parameters as ``gated_reference`` takes them: w, u, b by layer and the GRU's b_hn."""
+    params, L, hidden = net.parameters(), net.L, net.hidden
+    return ([host([params[l]["w"]])[0] for l in range(2, L + 1)], [host([params[l]["u"]])[0] for l in hidden],
+            [host([params[l]["b"]])[0] for l in range(2, L + 1)],
+            [host([params[l]["b_hn"]])[0] for l in hidden] if net.cell == "gru" else None)
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-10), ("float32", 2e-4)])
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_gated_cells_run_their_steps_on_the_gates_kernels(standin, backend, cell, B, dtype, rtol):
+    """The GRU's and the LSTM's steps, forward and backward, are kernels/gates.cu's on the CuPy backend: the
+    output and the gradients of BPTT() and Leapfrog(2) against the float64 reference (within float32's
+    rounding in float32)."""
+    sizes = [3, 5, 4, 2]
+    x, y = batch(sizes, B, 0, tau=5, output="every")
+    x, y = x.astype(dtype), y.astype(dtype)
+    with RNN(sizes, cell=cell, output="every", dtype=dtype, backend=backend, seed=5) as net:
+        params = gated_lists(net)
+        want_out = gated_reference.feedforward(cell, *params, x, output="every")
+        want = gated_reference.backprop(cell, *params, x, y, output="every")
+        got_out = net.feedforward(x).get()
+        np.testing.assert_allclose(got_out, want_out, rtol=rtol, atol=rtol * np.max(np.abs(want_out)))
+        for schedule in (BPTT(), Leapfrog(2)):
+            got = net.gradients(x, y, schedule)
+            assert set(got) == set(want)
+            for l, named in want.items():
+                assert set(got[l]) == set(named), l
+                for name, value in named.items():
+                    np.testing.assert_allclose(got[l][name].get(), value, rtol=rtol,
+                                               atol=rtol * max(np.max(np.abs(value)), 1e-300),
+                                               err_msg=f"{schedule!r} {l} {name}")
+    suffix = "f64" if dtype == "float64" else "f32"
+    kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
+    assert {f"{cell}_{part}_{suffix}" for part in ("forward", "backward")} <= kernels
+
+
+def trained_gated(backend, cell, schedule, steps=3):
+    with RNN(SIZES, cell=cell, output="every", seed=3, backend=backend) as net:
+        for step in range(steps):
+            x, y = batch(SIZES, 2, step, np.float32, tau=5, output="every")
+            net.sgd_step(x, y, 0.3, schedule)
+        return [host([value])[0] for named in net.parameters().values() for value in named.values()]
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_gated_training_steps_agree_bitwise_across_bptt_and_leapfrog(standin, backend, cell):
+    want = trained_gated(backend, cell, BPTT())
+    for schedule in (Leapfrog(2), Leapfrog(3, fused=True), BPTT(fused=True)):
+        got = trained_gated(backend, cell, schedule)
+        assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want)), repr(schedule)
+    kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
+    assert {f"{cell}_forward_f32", f"{cell}_backward_f32"} <= kernels

@@ -294,7 +294,7 @@ def derive(case):
         if r["schedule"].startswith("torch"):  # PyTorch writes nabla_w and reads it again: a plain step's floor
             sizes = [r["N"]] * r["L"]
             gbps = best_step["copy_gbps"]
-            r.update(floor(sizes, r["B"], r["dtype"], "plain", gbps, r["optimizer"]), copy_gbps=gbps)
+            r.update(floor(sizes, r["B"], r["dtype"], "plain", gbps, r.get("optimizer", "sgd")), copy_gbps=gbps)
         r["floor_speedup"] = r["floor_ms"] / r["step_ms"]["median"]
         r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
         r["backward_speedup_vs_best_sequential"] = (None if r["backward_ms"] is None else

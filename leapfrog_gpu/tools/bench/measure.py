@@ -16,12 +16,16 @@ from ...core import capture as graphs
 from ...backends import get_backend, timing
 from ...mlp.network import MLP
 from ...core.schedules import Leapfrog
+from ...core.optimizers import SGD, Adam, AdamW
 from .. import timeline
 from ..schedules import make_schedule, takes_k
 from . import runner, torch_anchor, traffic
 from .report import label
 
 ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
+OPTIMIZERS = {"sgd": SGD(ETA), "momentum": SGD(ETA, momentum=0.9), "adam": Adam(ETA), "adamw": AdamW(ETA)}
+"""``--optimizer``'s steps by name: ours ``train_step(x, y, OPTIMIZERS[name], ...)``, PyTorch's torch.optim's
+class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."""
 
 
 def copy_bandwidth(backend, threads):
@@ -38,10 +42,11 @@ def configurations(args):
                                   for k in (ks if takes_k("mlp", name) else [0])]
 
 
-def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch):
+def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch, optimizer="sgd"):
     """Records for every schedule at every BLAS setting (and, with ``--k auto``, the configuration
     ``autotune.tune`` picks) on one network, and ``with_torch`` PyTorch's: on the CPU in the same
-    alternation (``_torch_steps``), on a GPU after ours (``_measure_torch``).
+    alternation (``_torch_steps``), on a GPU after ours (``_measure_torch``); every step by the
+    ``OPTIMIZERS[optimizer]``, each record holding its name.
 
     The BLAS limit is switched between blocks of timed calls, so that all configurations are measured
     in alternation (``timing.measure_in_blocks``): load that changes during the run shifts them alike,
@@ -49,7 +54,7 @@ def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch):
     blocks of their own per thread count.
     """
     rng = np.random.default_rng(0)
-    reps, warm = args.repeats, args.warmup
+    reps, warm, rule = args.repeats, args.warmup, OPTIMIZERS[optimizer]
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
                                                    backend=backend) as net:
         x, y = _batch(rng, sizes, batch, args.dtype)
@@ -67,7 +72,7 @@ def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch):
                 forward = timing.summary(timing.measure(backend, plan.forward, reps, warm))
             base[threads] = {
                 "backend": args.backend, "backend_repr": repr(backend), "device": runner.device_name(backend),
-                "dtype": args.dtype, "N": sizes[0],
+                "dtype": args.dtype, "N": sizes[0], "optimizer": optimizer,
                 "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": reps, "forward_ms": forward, **f,
                 "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
                 / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]}
@@ -82,14 +87,18 @@ def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch):
             for _, schedule, threads, _, graph in runs:
                 if graph:
                     with autotune.blas_limit(threads):
-                        net.sgd_step(x, y, ETA, schedule, graph=True)
+                        net.train_step(x, y, rule, schedule, graph=True)
             net.synchronize()
         if tuning is not None:
             name = "leapfrog" if isinstance(tuning.schedule, Leapfrog) else "sequential"
             runs.append((name, tuning.schedule, tuning.blas_threads, True, False))
         eager = [run for run in runs if not run[4]]
-        anchors = _torch_steps(args, sizes, batch, settings) if with_torch and backend.name == "numpy" else []
-        calls = [lambda s=schedule, g=graph: net.sgd_step(x, y, ETA, s, graph=g) for _, schedule, _, _, graph in runs]
+        on_cpu = with_torch and backend.name == "numpy"
+        anchors = _torch_steps(args, sizes, batch, settings, optimizer) if on_cpu else []
+        refused = [r for r in anchors if isinstance(r, dict)]
+        anchors = [a for a in anchors if not isinstance(a, dict)]
+        calls = [lambda s=schedule, g=graph: net.train_step(x, y, rule, s, graph=g) for _, schedule, _, _, graph
+                 in runs]
         keys = [threads for _, _, threads, _, _ in runs]
         contexts = [lambda t=t: autotune.blas_limit(t) for t in keys]
         calls += [anchor.step for _, _, anchor in anchors]
@@ -97,23 +106,25 @@ def measure_network(args, sizes, batch, settings, specs, bandwidth, with_torch):
         contexts += [lambda t=threads: torch_anchor.num_threads(t) for _, threads, _ in anchors]
         steps = timing.measure_in_blocks(backend, calls, keys, reps, warm, contexts)
         backwards = iter(_measure_runs(backend, eager, reps, warm, lambda s, g: plan.backward(s)))
-        records = [{**base[threads], **floor(sizes, batch, args.dtype, traffic.update_of(schedule), bandwidth[threads]),
+        records = [{**base[threads], **floor(sizes, batch, args.dtype, traffic.update_of(schedule), bandwidth[threads],
+                                             optimizer),
                     "schedule": name, "k": schedule.k, "fused": schedule.fused, "one_pass": schedule.one_pass,
                     "auto": auto, "graph": graph, "step_ms": timing.summary(step),
                     "backward_ms": None if graph else timing.summary(next(backwards))}
                    for (name, schedule, threads, auto, graph), step in zip(runs, steps)]
     for (mode, threads, anchor), step in zip(anchors, steps[len(runs):]):
         with torch_anchor.num_threads(threads):
-            records.append(_torch_record(args, sizes, batch, "cpu", mode, threads, step, anchor.backward_ms(reps)))
+            records.append(_torch_record(args, sizes, batch, "cpu", mode, threads, step, anchor.backward_ms(reps),
+                                         optimizer))
     if with_torch and not anchors:
-        records += _measure_torch(args, sizes, batch)
-    return records
+        records += _measure_torch(args, sizes, batch, optimizer)
+    return records + refused
 
 
-def floor(sizes, batch, dtype, update, gbps):
-    """``{"update", "bytes_per_step", "floor_ms"}``: the bytes a step of ``update`` must move
+def floor(sizes, batch, dtype, update, gbps, optimizer="sgd"):
+    """``{"update", "bytes_per_step", "floor_ms"}``: the bytes a step of ``update`` by ``optimizer`` must move
     (``traffic.step_bytes``) and the time they take at ``gbps`` GB/s."""
-    step_bytes = traffic.step_bytes(sizes, batch, np.dtype(dtype).itemsize, update)
+    step_bytes = traffic.step_bytes(sizes, batch, np.dtype(dtype).itemsize, update, len(OPTIMIZERS[optimizer].SLOTS))
     return {"update": update, "bytes_per_step": step_bytes, "floor_ms": step_bytes / (gbps * 1e6)}
 
 
@@ -205,38 +216,53 @@ TORCH_STEPS = {"torch-autograd": {}, "torch-sgd-foreach": {"optimizer": "foreach
 ``torch.compile`` (``--torch-compile``), and the CUDA graph (``--graph`` on a GPU)."""
 
 
-def _torch_modes(args, device):
-    """The keys of ``TORCH_STEPS`` measured: the eager steps (fused SGD where the build has it), with
-    ``--torch-compile`` also compiled, with ``--graph`` on a GPU also captured as a CUDA graph."""
-    modes = ["torch-autograd", "torch-sgd-foreach"] + ["torch-sgd-fused"] * torch_anchor.fused_sgd_available(device)
-    return modes + ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and device == "cuda")
+def _torch_modes(args, device, optimizer="sgd"):
+    """The keys of ``TORCH_STEPS`` measured: the eager steps (for an optimizer other than SGD, torch.optim's
+    ``torch-NAME-foreach`` and ``-fused``), with ``--torch-compile`` also compiled, with ``--graph`` on a GPU
+    also captured as a CUDA graph (SGD's loop update only)."""
+    plain = optimizer == "sgd"
+    modes = ["torch-autograd"] * plain + [f"torch-{optimizer}-foreach", f"torch-{optimizer}-fused"]
+    graphed = args.graph and plain and device == "cuda"
+    return modes + ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * graphed
 
 
-def _torch_steps(args, sizes, batch, settings):
+def _torch_kwargs(mode, optimizer):
+    """``SGDStep``'s arguments for ``mode`` of ``_torch_modes`` with ``optimizer``."""
+    rule = {} if optimizer == "sgd" else {"rule": OPTIMIZERS[optimizer]}
+    return {**TORCH_STEPS.get(mode, {"optimizer": mode.rsplit("-", 1)[1]}), **rule}
+
+
+def _torch_steps(args, sizes, batch, settings, optimizer="sgd"):
     """``(mode, threads, torch_anchor.SGDStep)`` for every mode of ``_torch_modes`` on the CPU at every
     thread count of ``settings``, as ours at every BLAS setting, each warmed up (compiled, if so), all
-    on one network."""
+    on one network; a fused mode this build of torch refuses, the record that says why instead."""
     anchors, network = [], torch_anchor.mlp(sizes, batch, args.dtype)  # one network: 2 GB at N = 4096
     for threads in settings:
         with torch_anchor.num_threads(threads):
-            for mode in _torch_modes(args, "cpu"):
+            for mode in _torch_modes(args, "cpu", optimizer):
+                kwargs = _torch_kwargs(mode, optimizer)
+                why = kwargs.get("optimizer") == "fused" and torch_anchor.fused_refusal("cpu", kwargs.get("rule"))
+                if why:
+                    anchors.append({"N": sizes[0], "L": len(sizes), "B": batch, "dtype": args.dtype, "schedule": mode,
+                                    "k": 0, "blas_threads": threads, "optimizer": optimizer, "refused": why})
+                    continue
                 anchor = torch_anchor.SGDStep(sizes, batch, args.dtype, "cpu", args.activation, warmup=args.warmup,
-                                              network=network, **TORCH_STEPS[mode])
+                                              network=network, **kwargs)
                 for _ in range(anchor.warmup):
                     anchor.step()
                 anchors.append((mode, threads, anchor))
     return anchors
 
 
-def _measure_torch(args, sizes, batch):
+def _measure_torch(args, sizes, batch, optimizer="sgd"):
     """PyTorch on a GPU, after ours, as it comes: a record for each mode of ``_torch_modes``."""
     return [_torch_record(args, sizes, batch, "cuda", mode, None,
                           *torch_anchor.measure(sizes, batch, args.dtype, "cuda", args.activation, None, args.repeats,
-                                                args.warmup, **TORCH_STEPS[mode]))
-            for mode in _torch_modes(args, "cuda")]
+                                                args.warmup, **_torch_kwargs(mode, optimizer)), optimizer)
+            for mode in _torch_modes(args, "cuda", optimizer)]
 
 
-def _torch_record(args, sizes, batch, device, mode, threads, step, backward):
+def _torch_record(args, sizes, batch, device, mode, threads, step, backward, optimizer="sgd"):
     """The record of PyTorch's ``mode`` on ``device`` at ``threads`` from its times ``step`` and ``backward``
     (or None)."""
     import torch
@@ -244,7 +270,7 @@ def _torch_record(args, sizes, batch, device, mode, threads, step, backward):
     return {"backend": f"torch-{torch.__version__}",
             "device": torch.cuda.get_device_name() if device == "cuda" else runner.cpu_name(), "dtype": args.dtype,
             "N": sizes[0], "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
-            "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
+            "optimizer": optimizer, "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
             "graph": mode == "torch-cuda-graph", "step_ms": timing.summary(step),
             "backward_ms": None if backward is None else timing.summary(backward),
             "forward_ms": None, "f1_ms": None, "f2_ms": None, "f3_ms": None, "copy_gbps": None}
@@ -264,11 +290,11 @@ def derive(case):
     best_step = min((r for (_, graph), r in sequential.items() if not graph), key=lambda r: r["step_ms"]["median"])
     best_backward = min((r for (_, graph), r in sequential.items() if not graph),
                         key=lambda r: r["backward_ms"]["median"])
-    for r in case:
+    for r in (r for r in case if "refused" not in r):
         if r["schedule"].startswith("torch"):  # PyTorch writes nabla_w and reads it again: a plain step's floor
             sizes = [r["N"]] * r["L"]
             gbps = best_step["copy_gbps"]
-            r.update(floor(sizes, r["B"], r["dtype"], "plain", gbps), copy_gbps=gbps)
+            r.update(floor(sizes, r["B"], r["dtype"], "plain", gbps, r.get("optimizer", "sgd")), copy_gbps=gbps)
         r["floor_speedup"] = r["floor_ms"] / r["step_ms"]["median"]
         r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
         r["backward_speedup_vs_best_sequential"] = (None if r["backward_ms"] is None else

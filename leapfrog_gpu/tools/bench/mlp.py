@@ -35,12 +35,12 @@ from ...core.functions import ACTIVATIONS
 from ...mlp import autotune
 from ...parallel import comm as parallel
 from .. import timeline
-from ..cli import fitted, integer, integers, pip_install, png_refusal, reals
+from ..cli import fitted, integer, integers, names, pip_install, png_refusal, reals
 from ..schedules import make_schedule, names_type, schedule_names
 from . import measure, parallel as bench_parallel, progress, runner, torch_anchor
 from .measure import ETA, configurations, copy_bandwidth, stamped_steps
 from .report import column_widths, floor_verdicts, graph_verdicts, table_foot, table_head, table_rows
-from .report import timeline_lines, verdicts
+from .report import optimizer_verdicts, timeline_lines, verdicts
 
 PROG = "leapfrog-bench"
 RECORDS = "records"
@@ -87,6 +87,11 @@ def parser():
                         f"measured (default 1 and all cores, {os.cpu_count()} here)")
     p.add_argument("--fused", action="store_true",
                    help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
+    p.add_argument("--optimizer", type=names(measure.OPTIMIZERS, "optimizer"), default=None,
+                   metavar="NAME[,NAME...]",
+                   help=f"each step's, ours (train_step) and PyTorch's (torch.optim's, foreach=True and fused=True), "
+                        f"from {', '.join(measure.OPTIMIZERS)}: each measured in turn, its rows under a heading of "
+                        "their own, with the best own step's speed-up over PyTorch's (default sgd)")
     p.add_argument("--one-pass", action="store_true",
                    help="also time each sequential and leapfrog step with the one-pass backward (one_pass=True)")
     p.add_argument("--torch-compile", action="store_true",
@@ -119,6 +124,9 @@ def check(p, args):
         refusal = getattr(args, option) is not None and png_refusal(f"--{option}", getattr(args, option), beside)
         if refusal:
             p.error(refusal)
+    args.compared, args.optimizer = args.optimizer is not None, args.optimizer or ["sgd"]  # given: the verdicts too
+    if args.one_pass and args.optimizer != ["sgd"]:
+        p.error("--one-pass fuses the plain SGD update: give it --optimizer sgd only (--fused fuses the others)")
     if args.timeline is not None and len(grid(args)) > 1:
         p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
     for option in ("plot", "timeline"):
@@ -168,8 +176,9 @@ def case(args, state, key):
     """One network's records (``measure.measure_network``, ``measure.derive``), its timeline stamped with
     ``--timeline``."""
     n, layers, batch = key
-    records = measure.derive(measure.measure_network(args, [n] * layers, batch, state["settings"], configurations(args),
-                                                     state["bandwidth"], torch_anchor.skipped(args.no_torch) is None))
+    records = [r for name in args.optimizer for r in measure.derive(measure.measure_network(
+        args, [n] * layers, batch, state["settings"], configurations(args), state["bandwidth"],
+        torch_anchor.skipped(args.no_torch) is None, name))]
     if args.timeline:
         state["panels"].extend(stamped_steps(args, records))
     return records
@@ -180,14 +189,16 @@ def head(args):
 
 
 def rows(args, case):
-    return table_rows(case, column_widths(args, args.schedule), args.graph)
+    return [line for name in args.optimizer for line in table_rows([r for r in case if r["optimizer"] == name],
+                                                                    column_widths(args, args.schedule), args.graph)]
 
 
 def foot(args, state, records, about):
     """The legend, the PyTorch note, the verdicts; the timeline's chart and the plot."""
     print(table_foot(args.graph))
-    lines = [about["torch_note"], verdicts(records), args.graph and graph_verdicts(records),
-             args.one_pass and floor_verdicts(records)]
+    sgd = [r for r in records if r["optimizer"] == "sgd"]  # the targets of graph mode and one-pass are SGD's
+    lines = [about["torch_note"], verdicts(records), args.graph and sgd and graph_verdicts(sgd),
+             args.one_pass and floor_verdicts(sgd), args.compared and optimizer_verdicts(records)]
     if args.timeline:
         first = records[0]
         timeline.save(args.timeline, state["panels"], about, f"{PROG}: MLP [{first['N']}] * {first['L']}, batch "

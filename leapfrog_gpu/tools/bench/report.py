@@ -64,7 +64,8 @@ def column_widths(args, schedules):
     update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
     labels = [name + update + "[graph]" * args.graph for name in schedules] + [f"sequential{update}*"]
     labels += [f"auto->{name}{update}" for name in ("sequential", "leapfrog")] if "auto" in args.k else []
-    labels += ["torch-autograd", "torch-sgd-foreach", "torch-cuda-graph"]
+    optimizers = getattr(args, "optimizer", ["sgd"])
+    labels += ["torch-autograd", "torch-cuda-graph"] + [f"torch-{name}-foreach" for name in optimizers]
     schedule = max(map(len, labels))
     return [max(len(top), len(bottom), CELL.get(bottom, 0), schedule if bottom == "schedule" else 0)
             for top, bottom in titles(args.graph)]
@@ -84,10 +85,11 @@ def table_head(widths, graph=False):
 def network_lines(case):
     """The heading of one network's rows: its shape, then per BLAS setting, indented, what its rows share."""
     first = case[0]
-    parts = [f"N={first['N']} L={first['L']} B={first['B']} {first['dtype']}"]
-    for r in {r["blas_threads"]: r for r in case if r["f1_ms"] is not None}.values():
+    parts = [f"N={first['N']} L={first['L']} B={first['B']} {first['dtype']}"
+             + ("" if first.get("optimizer", "sgd") == "sgd" else f", optimizer {first['optimizer']}")]
+    for r in {r["blas_threads"]: r for r in case if r.get("f1_ms") is not None}.values():
         floors = {s.get("update", "plain"): s["floor_ms"] for s in case
-                  if s["f1_ms"] is not None and s["blas_threads"] == r["blas_threads"]}
+                  if s.get("f1_ms") is not None and s["blas_threads"] == r["blas_threads"]}
         parts.append(("" if r["blas_threads"] is None else f"BLAS {r['blas_threads']}: ")
                      + f"forward {median(r['forward_ms'])} ms{_of_floor(r)}, per layer f1 {number(r['f1_ms'])} f2 "
                      f"{number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes floor "
@@ -104,7 +106,8 @@ def _of_floor(r):
 
 def table_rows(case, widths, graph=False):
     """One network's lines: its heading, then a row per record."""
-    return network_lines(case) + [_line(_cells(r, graph), widths) for r in case]
+    return network_lines(case) + [_line((label(r), r["k"], r["blas_threads"], f"refused: {r['refused']}"), widths[:4])
+                                  if "refused" in r else _line(_cells(r, graph), widths) for r in case]
 
 
 def table_foot(graph):
@@ -217,4 +220,31 @@ def floor_verdicts(records):
         verdict = "" if within is None else f" (target <= {within}x{'' if ms / floor <= within else ', NOT MET'})"
         parts.append(f"{ms / floor:.2f}x its bytes floor {floor:.4g} ms{verdict}")
         lines.append("; ".join(parts))
+    return "\n".join(lines)
+
+
+OPTIMIZER_TARGETS = {("adam", 1): 1.5, ("adam", "many"): 1.2, ("sgd", 1): 1.5}
+"""The CPU targets of ``--optimizer`` (set at N = 1024, L = 16 for Adam, N = 256, L = 16 for SGD), by
+optimizer and B (1, or more): the best own step at least this many times faster than PyTorch's best step
+by torch.optim's same optimizer."""
+
+
+def optimizer_verdicts(records):
+    """Per network and optimizer, the best own step against PyTorch's best step of the same optimizer, with
+    its target where one is set, met or NOT MET."""
+    lines = ["the best own step against PyTorch's best step by the same optimizer:"]
+    for key in dict.fromkeys((r["N"], r["L"], r["B"], r["optimizer"]) for r in records):
+        case = [r for r in records if (r["N"], r["L"], r["B"], r["optimizer"]) == key and "refused" not in r]
+        ours = min((r for r in case if not r["schedule"].startswith("torch")), key=lambda r: r["step_ms"]["median"])
+        torch = [r for r in case if r["schedule"].startswith(("torch-autograd", f"torch-{key[3]}"))]
+        if not torch:
+            continue
+        anchor = min(torch, key=lambda r: r["step_ms"]["median"])
+        times, target = anchor["step_ms"]["median"] / ours["step_ms"]["median"], OPTIMIZER_TARGETS.get(
+            (key[3], 1 if key[2] == 1 else "many"))
+        verdict = "" if target is None else f" (target >= {target}x{'' if times >= target else ', NOT MET'})"
+        lines.append(f"N={key[0]} L={key[1]} B={key[2]} {key[3]}: {label(ours).rstrip('*')} k={ours['k']} blas="
+                     f"{ours['blas_threads']} {ours['step_ms']['median']:.4g} ms, {times:.2f}x as fast as "
+                     f"{anchor['schedule']} threads={anchor['blas_threads']} {anchor['step_ms']['median']:.4g} ms"
+                     f"{verdict}")
     return "\n".join(lines)

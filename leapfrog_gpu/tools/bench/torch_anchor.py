@@ -13,7 +13,8 @@ private pool, static input and target tensors; a timed step copies the batch int
 ``torch.optim.SGD`` with ``foreach=True`` (one multi-tensor update) or ``fused=True`` (one fused kernel;
 ``fused_sgd_available`` says whether this build has it on the device). ``compiled=True`` runs the
 forward and backward through ``torch.compile`` (the first steps compile: a warm-up of at least 3),
-with the ``foreach`` update.
+with the ``foreach`` update. ``rule``: one of ``leapfrog_gpu``'s optimizers (``Adam(...)``, ...) instead of
+plain SGD: torch.optim's class of its name with its hyper-parameters, on the batch-MEAN cost, as ours.
 """
 
 import contextlib
@@ -49,15 +50,27 @@ def skipped(no_torch):
 
 def fused_sgd_available(device="cpu"):
     """Whether ``torch.optim.SGD(fused=True)`` steps on ``device`` in this build (a one-parameter trial)."""
+    return fused_refusal(device) is None
+
+
+def fused_refusal(device="cpu", rule=None):
+    """Why ``fused=True`` of torch.optim's ``rule`` (plain SGD when None) does not step on ``device`` in this
+    build (a one-parameter trial), or None."""
     import torch
 
     p = torch.zeros(2, device=device, requires_grad=True)
     p.grad = torch.ones(2, device=device)
     try:
-        torch.optim.SGD([p], lr=0.1, fused=True).step()
-    except (RuntimeError, ValueError, TypeError):
-        return False
-    return True
+        torch_optimizer(torch, [p], rule, 0.1, fused=True).step()
+    except (RuntimeError, ValueError, TypeError) as error:
+        return f"torch {torch.__version__} refuses fused=True here: {str(error).splitlines()[0]}"
+    return None
+
+
+def torch_optimizer(torch, params, rule, lr, **how):
+    """torch.optim's optimizer of ``rule`` (of ``leapfrog_gpu``'s; None: ``SGD(lr)``) over ``params``."""
+    return getattr(torch.optim, type(rule).__name__)(params, **rule.hyper(), **how) if rule else \
+        torch.optim.SGD(params, lr=lr, **how)
 
 
 @contextlib.contextmanager
@@ -72,14 +85,14 @@ def num_threads(threads):
 
 
 def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", threads=None, repeats=20,
-            warmup=3, seed=0, eta=0.01, graph=False, optimizer="loop", compiled=False):
+            warmup=3, seed=0, eta=0.01, graph=False, optimizer="loop", compiled=False, rule=None):
     """``(step_ms, backward_ms)``: arrays of ``repeats`` times of an SGD step (forward, ``backward()``,
     update by ``optimizer``) and of ``backward()`` alone (its forward pass untimed). With ``graph=True``
     the step is a replay of its CUDA graph, after copying the batch in, and ``backward_ms`` is None."""
     import torch
 
     with num_threads(threads):
-        sgd = SGDStep(sizes, batch, dtype, device, activation, seed, eta, graph, optimizer, compiled, warmup)
+        sgd = SGDStep(sizes, batch, dtype, device, activation, seed, eta, graph, optimizer, compiled, warmup, rule=rule)
         clock = Clock(torch, device)
         for _ in range(sgd.warmup):
             sgd.step()
@@ -108,16 +121,19 @@ class SGDStep:
     """PyTorch's SGD step of ``[N] * L`` built once: ``step()`` runs one (forward, ``backward()``, update
     by ``optimizer``; with ``graph=True`` a replay of its CUDA graph, captured here), ``backward_ms``
     times ``backward()`` alone. ``warmup``: the untimed steps it needs first (3 at least compiled).
-    ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own)."""
+    ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own). ``rule``: see
+    the module docstring (``optimizer`` then ``foreach`` or ``fused``)."""
 
     def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", seed=0, eta=0.01,
-                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None):
+                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None, rule=None):
         import torch
 
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {optimizer!r}")
+        if rule is not None and optimizer == "loop" and not compiled:
+            raise ValueError(f"{rule!r} steps by torch.optim: optimizer 'foreach' or 'fused'")
         if graph and (optimizer != "loop" or compiled):
             raise ValueError("graph=True captures the loop update of an eager step only")
         if graph and torch.device(device).type != "cuda":
@@ -127,7 +143,7 @@ class SGDStep:
         self.params, self._clock = params, Clock(torch, device)
         self.warmup = max(warmup, 3) if compiled or graph else warmup
         cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
-        self.loss = lambda: cost(params, x, y, activation)
+        self.loss = lambda: cost(params, x, y, activation) / (batch if rule else 1)
         if compiled:
             optimizer = "foreach"
 
@@ -137,7 +153,7 @@ class SGDStep:
                     p.sub_(p.grad, alpha=eta / batch)
 
         if optimizer != "loop":
-            update = torch.optim.SGD(params, lr=eta / batch, **{optimizer: True}).step
+            update = torch_optimizer(torch, params, rule, eta / batch, **{optimizer: True}).step
 
         def step():
             self.backward(self.loss())

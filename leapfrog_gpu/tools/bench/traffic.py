@@ -23,9 +23,10 @@ def forward_bytes(sizes, batch, itemsize):
     return sum(n * m + m * batch + n + 3 * n * batch for m, n in zip(sizes[:-1], sizes[1:])) * itemsize
 
 
-def step_bytes(sizes, batch, itemsize, update="plain"):
+def step_bytes(sizes, batch, itemsize, update="plain", slots=0):
     """Bytes one SGD step of ``MLP(sizes)`` on ``batch`` samples must move: the floor of a step whose
-    update is ``update`` (a key of ``UPDATES``).
+    update is ``update`` (a key of ``UPDATES``), and which reads and writes ``slots`` more arrays shaped as
+    each parameter (an optimizer's state: 1 for momentum, 2 for Adam's moments).
 
     Per layer l (n = n_l, m = n_{l-1}, B = batch), in elements, for a plain step:
       (2)(3)  read w (n*m) and a^{l-1} (m*B); write z, a, sigma'(z) (3*n*B)
@@ -37,5 +38,5 @@ def step_bytes(sizes, batch, itemsize, update="plain"):
     """
     total = 0
     for m, n in zip(sizes[:-1], sizes[1:]):
-        total += UPDATES[update] * n * m + 7 * n * batch + 2 * m * batch + 4 * n
+        total += (UPDATES[update] + 2 * slots) * n * m + 7 * n * batch + 2 * m * batch + (4 + 2 * slots) * n
     return total * itemsize

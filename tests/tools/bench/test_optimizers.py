@@ -10,7 +10,8 @@ from helpers import run_bench
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure as bench_measure, torch_anchor
 
-torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)", exc_type=ImportError)
+torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)",
+                            exc_type=ImportError)
 
 TINY = ["--backend", "numpy", "--sizes", "12", "--layers", "3", "--batch", "1,3", "--k", "2", "--blas-threads", "1",
         "--repeats", "2", "--warmup", "1"]

@@ -20,7 +20,8 @@ skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is a step 
 iteration would (``TimeNewton.iteration_flops``); one whose buffers exceed ``memory_limit`` is refused by its
 own check; all show as rows. PyTorch's network is the same one (tanh, L-2 layers of ``nn.RNN``, bias_hh held
 at zero, a ``Linear`` output at every step, the same parameters and batch; on the GPU cuDNN's), stepped by
-``torch.optim.SGD(foreach=True)``.
+``torch.optim.SGD(foreach=True)``. ``--cell gru|lstm``: those cells beside ``nn.GRU``/``nn.LSTM`` (NaumovRNN refuses
+them); ``--torch-threads``: PyTorch's step at each number of threads; ``--deer``: DEER's demo problem (``DEER``).
 """
 
 import contextlib
@@ -69,29 +70,35 @@ def schedules(k, memory_limit=MEMORY_LIMIT, names=schedule_names("rnn")):
     return {name: make_schedule("rnn", name, k=k, memory_limit=memory_limit) for name in chosen}
 
 
-def sequences(N, tau, B, dtype="float32", seed=0):
-    """x (tau, N, B) standard normal and targets at every step in (0.05, 0.95)."""
+def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
+    """x (tau, ``inputs`` or N, B) standard normal and targets (tau, N, B) in (0.05, 0.95)."""
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((tau, N, B)).astype(dtype), rng.uniform(0.05, 0.95, (tau, N, B)).astype(dtype))
+    x, y = rng.standard_normal((tau, inputs or N, B)), rng.uniform(0.05, 0.95, (tau, N, B))
+    return x.astype(dtype), y.astype(dtype)
 
 
 class TorchRNN:
-    """``net`` (an ``RNN``) written as ``torch.nn.RNN`` plus a ``Linear`` output layer, on the batch ``x``,
-    ``y`` (as ``sequences`` gives them), on ``device``: its backward pass and its SGD step (``eta``, as
-    ``RNN.sgd_step`` takes it), timed alike."""
+    """``net`` (an ``RNN``) written as ``torch.nn.RNN``, ``GRU`` or ``LSTM`` (its cell's, ``torch_name``) plus a
+    ``Linear`` output layer, on the batch ``x``, ``y`` (as ``sequences`` gives them), on ``device``: its backward
+    pass and its SGD step (``eta``, as ``RNN.sgd_step`` takes it), timed alike."""
 
     def __init__(self, torch, net, x, y, device="cpu", eta=ETA):
-        L, N, dtype = net.L, net.sizes[0], getattr(torch, net.dtype)
-        self.rnn = torch.nn.RNN(N, N, num_layers=L - 2, nonlinearity="tanh", dtype=dtype)
+        L, N, dtype, gru = net.L, net.sizes[1], getattr(torch, net.dtype), net.cell == "gru"
+        tanh = {"nonlinearity": "tanh"} if net.cell == "elman" else {}
+        self.rnn = getattr(torch.nn, torch_name(net.cell)[9:])(net.sizes[0], N, num_layers=L - 2, dtype=dtype, **tanh)
         self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
         weights, recurrent, biases = ([to_host(a) for a in arrays]
                                       for arrays in (net.weights, net.recurrent, net.biases))
+        b_hn = net.parameters() if gru else None
         with torch.no_grad():
             for i in range(L - 2):
                 getattr(self.rnn, f"weight_ih_l{i}").copy_(torch.from_numpy(weights[i]))
                 getattr(self.rnn, f"weight_hh_l{i}").copy_(torch.from_numpy(recurrent[i]))
                 getattr(self.rnn, f"bias_ih_l{i}").copy_(torch.from_numpy(biases[i]))
                 getattr(self.rnn, f"bias_hh_l{i}").zero_()
+                if gru:  # b_hn, inside r * (u_n h + b_hn)
+                    b = to_host(b_hn[net.hidden[i]]["b_hn"])
+                    getattr(self.rnn, f"bias_hh_l{i}")[2 * N:].copy_(torch.from_numpy(b))
             self.out.weight.copy_(torch.from_numpy(weights[-1]))
             self.out.bias.copy_(torch.from_numpy(biases[-1]))
         self.rnn, self.out, self.torch = self.rnn.to(device), self.out.to(device), torch
@@ -100,7 +107,7 @@ class TorchRNN:
         self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         self.clock = torch_anchor.Clock(torch, device)
         self.parameters = [*self.rnn.parameters(), *self.out.parameters()]
-        for i in range(L - 2):  # held at zero: the RNN has one bias a layer
+        for i in range(L - 2) if not gru else ():  # held at zero: the RNN has one bias a layer (a GRU two)
             getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
         self.sgd = torch.optim.SGD([p for p in self.parameters if p.requires_grad], lr=eta / x.shape[2],
                                    foreach=True)
@@ -123,12 +130,17 @@ class TorchRNN:
         self.synchronize()
 
 
+def torch_name(cell="elman"):
+    """PyTorch's row for ``cell``: ``torch nn.RNN``, ``torch nn.GRU``, ``torch nn.LSTM``."""
+    return f"torch nn.{ {'elman': 'RNN'}.get(cell, cell.upper())}"
+
+
 def step_name(name):
     """The row of a step: ``step NAME`` for the schedule ``NAME`` (``sequential``: BPTT's), ``step
     timescan+NAME`` for the forward solver ``NAME`` of ``SOLVERS["rnn"]``."""
     if name == "sequential":
         name = "bptt"
-    return f"{STEP}{name}" if name in schedule_names("rnn") or name == TORCH else f"{STEP}timescan+{name}"
+    return f"{STEP}{name}" if name in schedule_names("rnn") or name.startswith("torch") else f"{STEP}timescan+{name}"
 
 
 def time_backward(net, x, y, schedules, repeats=5):
@@ -154,11 +166,12 @@ def _seconds(timed):
             for row, r in timed.items()}
 
 
-def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=None):
+def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=None, torch_threads=()):
     """Median seconds of the SGD step under each of ``schedules`` (name -> schedule), of the step parallel
     in time with each of ``solvers`` (names) and of ``anchor``'s (a ``TorchRNN``), interleaved
     (``runner.interleaved``), by row name (``step_name``): ``{"median_s", "rounds", "flops", "sequential_flops"}``
-    (of the forward pass and the backward chain; BPTT's flops), ``{"median_s"}`` for PyTorch's, or
+    (of the forward pass and the backward chain; BPTT's flops; Newton's ``iterations``), ``{"median_s"}`` for
+    PyTorch's (one row a number of ``torch_threads``, ``step torch nn.GRU 2t``, else one at its threads), or
     ``{"refused": why}``."""
     steps = {step_name(name): (schedule, None) for name, schedule in schedules.items()}
     for name in dict.fromkeys(solvers):
@@ -172,23 +185,29 @@ def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=N
         net.synchronize()
         forward = sequential if solver is None else solver.stats
         return {"rounds": forward["rounds"] + net.stats["rounds"], "flops": forward["flops"] + net.stats["flops"],
-                "sequential_flops": sequential["flops"] + net.stats["sequential_flops"]}
+                "sequential_flops": sequential["flops"] + net.stats["sequential_flops"],
+                **({} if solver is None else {"iterations": solver.stats["iterations"]})}
+
+    def torch_step(threads):
+        with torch_anchor.num_threads(threads):
+            anchor.step()
 
     calls = {row: lambda pair=pair: step(*pair) for row, pair in steps.items()}
-    if anchor is not None:
-        calls[step_name(TORCH)] = anchor.step
+    for threads in (torch_threads or [None]) if anchor is not None else ():
+        calls[step_name(torch_name(net.cell)) + (f" {threads}t" if threads else "")] = lambda t=threads: torch_step(t)
     return _seconds(runner.interleaved(net.backend, calls, repeats))
 
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
             memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
-            parts=PARTS):
+            parts=PARTS, cell="elman", inputs=None, torch_threads=()):
     """The rows of one (N, tau, B), for each of ``parts`` (``PARTS``): the backward pass under each schedule
-    of ``names`` (``schedules``) and PyTorch's (``TORCH``, when ``torch``, the module, is given), then the
+    of ``names`` (``schedules``) and PyTorch's (``torch_name``, when ``torch``, the module, is given), then the
     step under each (``time_steps``: ``step NAME``, with ``solvers`` the steps parallel in time too); each a
     dict with ``median_s``, ``speedup`` (BPTT's median over it, ``step bptt``'s for a step) and the
-    schedule's ``stats``, or ``refused``."""
-    sizes, chosen, timed_solvers, skipped = [N] * L, {}, [], {}
+    schedule's ``stats``, or ``refused``. ``cell``: the recurrent layers' (a schedule that refuses it shows so);
+    ``inputs``: n_1 (default N); ``torch_threads``: PyTorch's step at each number of threads (``time_steps``)."""
+    sizes, chosen, timed_solvers, skipped = [inputs or N] + [N] * (L - 1), {}, [], {}
     itemsize = np.dtype(dtype).itemsize
     measured = schedules(k, memory_limit, names)
 
@@ -199,10 +218,13 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
 
     options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
     results = {}
-    with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device) as net:
+    with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device,
+                                                        cell=cell) as net:
         for name, schedule in measured.items():  # BPTT's chain, the baseline's, is never over the budget
             counters = resolve(schedule).counters(sizes, tau, B, itemsize, device.name)
             why = over(counters["flops"], "") if counters["flops"] > counters["sequential_flops"] else None
+            if cell != "elman" and name == "naumov-rnn":
+                why = f"refused: NaumovRNN's operators are the Elman cell's, not a {cell}'s"
             if why:
                 skipped[name] = skipped[step_name(name)] = why
             else:
@@ -213,7 +235,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
                 skipped[step_name(name)] = why
             else:
                 timed_solvers.append(name)
-        x, y = sequences(N, tau, B, dtype)
+        x, y = sequences(N, tau, B, dtype, inputs=inputs)
         anchor = None
         if torch is not None:  # built before a step moves the parameters
             where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
@@ -221,12 +243,14 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
         if "backward" in parts:
             results.update(time_backward(net, x, y, chosen, repeats=repeats))
             if anchor is not None:
-                results[TORCH] = {"median_s": anchor.backward_s(repeats)}
+                results[torch_name(cell)] = {"median_s": anchor.backward_s(repeats)}
         if "step" in parts:
-            results.update(time_steps(net, x, y, chosen, timed_solvers, k, memory_limit, repeats, anchor))
+            results.update(time_steps(net, x, y, chosen, timed_solvers, k, memory_limit, repeats, anchor,
+                                      torch_threads))
     results.update({name: {"refused": why} for name, why in skipped.items()})
-    order = {"backward": [*measured, TORCH],
-             "step": [step_name(name) for name in [*measured, *dict.fromkeys(solvers), TORCH]]}
+    torch_rows = [f"{torch_name(cell)}{f' {t}t' if t else ''}" for t in torch_threads or [None]]
+    order = {"backward": [*measured, torch_name(cell)],
+             "step": [step_name(name) for name in [*measured, *dict.fromkeys(solvers), *torch_rows]]}
     rows = []
     for part in PARTS:
         base = results.get(order[part][0], {}).get("median_s")
@@ -236,6 +260,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
             streams = (k if name.startswith(f"{STEP}timescan") else
                        measured[name.removeprefix(STEP)].k if name.removeprefix(STEP) in measured else None)
             row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
+                   **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
                    **results[name]}
             if "median_s" in row:
                 row["speedup"] = base / row["median_s"]
@@ -246,14 +271,23 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
 def format_row(row):
     """One line of the table under ``HEADER``."""
     k = "-" if row["k"] is None else row["k"]
-    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<26} {k:>2}"
+    name = ("DEER " if row.get("problem") == "deer" else "") + row["schedule"]
+    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {name:<26} {k:>2}"
     if "median_s" not in row:
         return f"{head} {row['refused'][:80]}"
     flops = f"{row['flops'] / row['sequential_flops']:10.2f}" if "flops" in row else f"{'':>10}"
-    return f"{head} {row['median_s'] * 1e3:>10.3f} {ratio(row['speedup']):>16} {row.get('rounds', ''):>7} {flops}"
+    newton = f"  {row['iterations']} Newton iterations" if "iterations" in row else ""
+    return (f"{head} {row['median_s'] * 1e3:>10.3f} {ratio(row['speedup']):>16} {row.get('rounds', ''):>7} "
+            f"{flops}{newton}")
+
+
+DEER = {"sizes": [8, 32], "tau": 10000, "B": 16, "inputs": 2, "L": 3}
+"""DEER's demo problem (Lim et al., 2024): one GRU layer of N units on 2 inputs, 16 sequences of 10,000 steps."""
 
 
 def grid(args):
+    if args.deer:
+        return [(N, DEER["tau"], DEER["B"]) for N in DEER["sizes"]]
     return [(N, tau, B) for N in args.sizes for tau in args.tau for B in args.batch]
 
 
@@ -283,9 +317,13 @@ def start(args):
 
 
 def case(args, torch, key):
-    return measure(*key, L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype, backend=args.backend,
-                   max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads, names=args.schedule,
-                   solvers=args.forward_solver, parts=args.time)
+    deer = {"L": DEER["L"], "inputs": DEER["inputs"], "cell": "gru", "names": ["bptt"], "parts": ("step",),
+            "solvers": args.forward_solver or ["newton", "quasi-newton"]} if args.deer else {}
+    rows = measure(*key, **{"L": args.layers, "k": args.k, "repeats": args.repeats, "dtype": args.dtype,
+                            "backend": args.backend, "max_gflop": args.max_gflop, "torch": torch,
+                            "blas_threads": args.blas_threads, "names": args.schedule, "solvers": args.forward_solver,
+                            "parts": args.time, "cell": args.cell, "torch_threads": args.torch_threads, **deer})
+    return [{**row, "problem": "deer"} for row in rows] if args.deer else rows
 
 
 def head(args):
@@ -332,6 +370,12 @@ def parser():
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
                    help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch's nn.RNN")
+    p.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell (default elman)")
+    p.add_argument("--torch-threads", type=integers(1, "threads"), default=[], metavar="T[,T...]",
+                   help="PyTorch's step at each number of intra-op threads, a row each (default: --blas-threads)")
+    p.add_argument("--deer", action="store_true", help="DEER's demo problem instead of the grid: a GRU [2, N, N], "
+                   "N = 8 and 32, B = 16, tau = 10,000; BPTT's step, the steps parallel in time (default "
+                   "--forward-solver newton,quasi-newton: Newton's iterations) and PyTorch's")
     return p
 
 

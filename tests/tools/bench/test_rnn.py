@@ -162,3 +162,47 @@ def test_the_tables_give_the_measured_steps_and_a_gpu_model_of_rounds_and_flops(
     assert lines[-1] == f"| 2 | 3 | 1 | {bptt * 1e3:.2f} ms | — | {bptt / newton:.2f}× | {bptt / quasi:.2f}× |"
     # measured: BPTT's 2 ms, leapfrog and timescan absent or refused, 0.5×, 2×, torch 0.25×
     assert "| 2 | 3 | 1 | 2.00 | — | — | 0.50× | 2.00× | 0.25× |" in lines
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_gated_cell_is_timed_beside_its_torch_module_at_each_number_of_threads(cell):
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    rows = bench_rnn.measure(3, 6, 2, repeats=1, torch=torch, cell=cell, torch_threads=[1, 2], parts=("step",),
+                             max_gflop=1.0)
+    by_name = {row["schedule"]: row for row in rows}
+    torch_rows = [f"step torch nn.{cell.upper()} {t}t" for t in (1, 2)]
+    assert list(by_name) == [f"step {name}" for name in schedule_names("rnn")] + torch_rows
+    assert by_name["step naumov-rnn"]["refused"] == (f"refused: NaumovRNN's operators are the Elman cell's, not a "
+                                                     f"{cell}'s")
+    assert all(by_name[name]["median_s"] > 0 and by_name[name]["cell"] == cell for name in torch_rows)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_pytorchs_gated_module_steps_as_our_network(cell):
+    """Two inputs (DEER's problem): the anchor's SGD step is ``sgd_step``'s, a GRU's b_hn in ``bias_hh``'s n rows."""
+    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    from leapfrog_gpu import RNN
+
+    x, y = bench_rnn.sequences(3, 5, 2, "float64", inputs=2)
+    with RNN([2, 3, 3, 3], output="every", dtype="float64", backend="numpy", cell=cell) as net:
+        anchor = bench_rnn.TorchRNN(torch, net, x, y, eta=0.1)
+        anchor.step()
+        net.sgd_step(x, y, 0.1)
+        for i in range(2):
+            assert np.allclose(anchor.rnn.get_parameter(f"weight_hh_l{i}").detach().numpy(), net.recurrent[i],
+                               rtol=1e-12, atol=1e-14)
+        assert np.allclose(anchor.out.weight.detach().numpy(), net.weights[-1], rtol=1e-12, atol=1e-14)
+
+
+def test_deers_problem_is_a_named_row_with_newtons_iterations(monkeypatch, capsys):
+    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    monkeypatch.setitem(bench_rnn.DEER, "sizes", [3])
+    monkeypatch.setitem(bench_rnn.DEER, "tau", 12)
+    assert bench_rnn.main(["--deer", "--repeats", "1", "--torch-threads", "1,2", "--quiet"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "DEER" in line]
+    names = [line[16:].split("  ")[0] for line in lines]
+    assert names == ["DEER step bptt", "DEER step timescan+newton", "DEER step timescan+quasi-newton",
+                     "DEER step torch nn.GRU 1t", "DEER step torch nn.GRU 2t"], lines
+    rows = bench_rnn.measure(3, 12, 16, L=3, inputs=2, cell="gru", names=["bptt"], solvers=["newton"], repeats=1,
+                             parts=("step",))
+    assert rows[1]["iterations"] >= 1 and rows[1]["inputs"] == 2

@@ -73,6 +73,27 @@ def test_the_adding_problem_sums_the_two_marked_values():
     assert str(task) == "adding: 40 train, 10 test 10-step sequences" and task.classes is None
 
 
+def test_the_adding_problem_marks_two_steps_and_scores_a_sixth_at_chance():
+    task = rnn_tasks.adding(tau=12, samples=20000, seed=3)
+    markers, values = task.x_train[:, 1], task.x_train[:, 0]
+    assert set(np.unique(markers)) == {0.0, 1.0} and np.all(markers.sum(axis=0) == 2)
+    assert np.all(markers[:6].sum(axis=0) == 1) and np.all(markers[6:].sum(axis=0) == 1)
+    np.testing.assert_allclose(task.y_train[0], (values * markers).sum(axis=0), rtol=1e-6)
+    assert 0 <= values.min() and values.max() < 1
+    chance = float(np.mean((task.y_test - task.y_train.mean()) ** 2))  # the best constant, learnt on the training set
+    assert abs(chance - 1 / 6) < 0.01 and abs(task.y_train.mean() - 1) < 0.01, chance
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_small_gru_learns_a_short_adding_problem_at_its_defaults(capsys, seed):
+    """The adding defaults (Adam at lr 0.01, 32 GRU units, batch 32) on tau = 10 and 1024 sequences: 6 epochs, a
+    few seconds, end below a tenth of chance (1/6)."""
+    assert cli("--model", "rnn", "--cell", "gru", "--data", "adding", "--tau", 10, "--samples", 1024, "--epochs", 6,
+               "--seed", seed, "--quiet") == 0
+    done = re.fullmatch(r"done: 6 epochs, test mse (\d\.\d{4}), .*\n", capsys.readouterr().out)
+    assert done and float(done.group(1)) < 1 / 60, done
+
+
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_a_gated_rnn_trains_on_the_adding_problem(capsys, cell):
     assert cli("--model", "rnn", "--cell", cell, "--data", "adding", "--tau", 6, "--samples", 64, "--hidden", 8,

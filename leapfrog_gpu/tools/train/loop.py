@@ -59,16 +59,28 @@ class Refused(ValueError):
 
 
 
+SIGINT_GRACE = 2.0
+"""Seconds after the first SIGINT in which further ones count as the same Ctrl-C: ``timeout -s INT`` sends one to
+the process and one to its group, and a user presses Ctrl-C twice; only a later one stops at once."""
+
+
 @contextlib.contextmanager
 def sigint_between_steps():
     """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps rather than
-    inside one (where part of an update could be enqueued); a second SIGINT interrupts at once."""
-    flag = {"stop": False}
+    inside one (where part of an update could be enqueued). Further SIGINTs within ``SIGINT_GRACE`` seconds
+    are the same Ctrl-C; a later one interrupts at once, but not while ``flag["saving"]`` (it is deferred
+    until the checkpoint of the last completed step is written, then raised)."""
+    flag = {"stop": False, "since": None, "saving": False, "deferred": False}
 
     def handler(signum, frame):
-        if flag["stop"]:
-            raise KeyboardInterrupt
-        flag["stop"] = True
+        now = time.monotonic()
+        if flag["since"] is None:
+            flag["stop"], flag["since"] = True, now
+        elif now - flag["since"] >= SIGINT_GRACE:
+            if flag["saving"]:
+                flag["deferred"] = True
+            else:
+                raise KeyboardInterrupt
 
     try:
         previous = signal.signal(signal.SIGINT, handler)
@@ -79,7 +91,6 @@ def sigint_between_steps():
         yield flag
     finally:
         signal.signal(signal.SIGINT, previous)
-
 
 
 class Training:
@@ -105,6 +116,7 @@ class Training:
         self.steps_per_epoch = math.ceil(dataset.x_train.shape[-1] / self.batch)
         self.order = np.random.default_rng(config["seed"])
         self.epoch = self.step_in_epoch = self.step = 0
+        self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         if state is not None:
             self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
             self.order.bit_generator.state = state["rng"]
@@ -134,8 +146,21 @@ class Training:
             state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
         return state
 
-    def save(self):
-        """Checkpoint the last completed step, if there is a ``--checkpoint-dir``."""
+    def save(self, synchronize=False):
+        """Checkpoint the last completed step (after the steps enqueued complete, if ``synchronize``), if there is a
+        ``--checkpoint-dir``; a Ctrl-C meanwhile is raised once the checkpoint is written."""
+        interrupt = self.interrupt
+        interrupt["saving"] = True
+        try:
+            if synchronize:
+                self.net.synchronize()
+            self._save()
+        finally:
+            interrupt["saving"] = False
+        if interrupt.get("deferred"):
+            raise KeyboardInterrupt
+
+    def _save(self):
         if self.config["checkpoint_dir"] and self.rank == 0:
             params = {unit: {name: to_host(array) for name, array in named.items()}
                       for unit, named in self.net.parameters().items()}
@@ -149,17 +174,20 @@ class Training:
         """Train until ``epochs`` epochs are done; return the last epoch's metrics (``None`` if none ran).
 
         Ctrl-C stops the run between two steps: the steps enqueued so far complete, a checkpoint of
-        the last one is written, and ``Interrupted`` is raised.
+        the last one is written, and ``Interrupted`` is raised; further Ctrl-Cs within ``SIGINT_GRACE`` seconds
+        are the same one, and a later one raises ``KeyboardInterrupt`` at once, once a checkpoint under way is
+        written.
         """
         metrics = None
         try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
-                while self.epoch < self.config["epochs"]:
-                    metrics = self.run_epoch(interrupt)
-        except Interrupted:
-            self.net.synchronize()
-            self.save()
-            raise
+                self.interrupt = interrupt
+                try:
+                    while self.epoch < self.config["epochs"]:
+                        metrics = self.run_epoch(interrupt)
+                except Interrupted:  # the checkpoint is written while SIGINT is still this run's
+                    self.save(synchronize=True)
+                    raise
         finally:
             self.profile.close()
         return metrics

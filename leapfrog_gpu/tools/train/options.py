@@ -58,7 +58,8 @@ EXIT_STATUSES = [
     (2, "a bad option, data file or checkpoint (one line on stderr)"),
     (3, "the loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged; a checkpoint "
         "already written is kept as it was"),
-    (130, "stopped by Ctrl-C, after a checkpoint of the last completed step"),
+    (130, "stopped by Ctrl-C, after a checkpoint of the last completed step (more Ctrl-Cs within 2 s are the "
+          "same one; a later one stops at once)"),
     (1, "under mpiexec: an unexpected error on one rank (which ends every rank; so do the statuses above)"),
     (4, "under mpiexec: a rank waited --comm-timeout seconds in vain for the others"),
 ]

@@ -449,6 +449,50 @@ def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path,
     assert parameters(run)[1]["step"] == 90
 
 
+def ctrl_c_at_step(step, apart=None):
+    """A ``train_step`` that, at ``step`` (counted from 1), takes a SIGINT, and another ``apart`` seconds later
+    unless None: as ``timeout -s INT`` sends them (to the process and its group) or a user presses Ctrl-C twice."""
+    train_step, calls = MLP.train_step, []
+
+    def step_and_ctrl_c(net, *args, **kwargs):
+        train_step(net, *args, **kwargs)
+        calls.append(None)
+        if len(calls) == step:
+            signal.raise_signal(signal.SIGINT)
+            if apart is not None:
+                time.sleep(apart)
+                signal.raise_signal(signal.SIGINT)
+
+    return step_and_ctrl_c
+
+
+def test_two_ctrl_cs_in_quick_succession_are_one_and_lose_no_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(MLP, "train_step", ctrl_c_at_step(61, 0.1))
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path) == 130
+    assert "interrupted at epoch 2, step 61: checkpoint written" in capsys.readouterr().err
+    assert parameters(tmp_path)[1]["step"] == 61
+    monkeypatch.undo()
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path, "--resume") == 0
+    assert parameters(tmp_path)[1]["step"] == 90
+
+
+def test_a_later_ctrl_c_while_the_checkpoint_is_written_stops_after_it(tmp_path, monkeypatch, capsys):
+    """Past the grace period a second Ctrl-C stops at once, but a checkpoint under way is finished first."""
+    monkeypatch.setattr(train_loop, "SIGINT_GRACE", 0.0)
+    save = checkpoint.save
+
+    def ctrl_c_while_saving(directory, params, state, *args):
+        if state["step"] == 61:
+            signal.raise_signal(signal.SIGINT)
+        return save(directory, params, state, *args)
+
+    monkeypatch.setattr(checkpoint, "save", ctrl_c_while_saving)
+    monkeypatch.setattr(MLP, "train_step", ctrl_c_at_step(61))
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path) == 130
+    assert f"stopped at once: {tmp_path}/checkpoint.npz holds the last checkpoint" in capsys.readouterr().err
+    assert parameters(tmp_path)[1]["step"] == 61
+
+
 def sigint_at_its_default():
     """In a child that gets Ctrl-C, SIGINT as a terminal's job has it: a test runner started in the
     background (``nohup pytest &``) ignores SIGINT, and its children would inherit that."""

@@ -124,19 +124,40 @@ def _betas(text):
 
 
 def parse_hidden(text):
-    """Hidden widths from ``"6x128"``, ``"128,64,32"`` or a mix such as ``"2x128,64"``."""
+    """Hidden widths from ``"128,64,32"``, ``"6x128"`` (6 layers of 128) or a mix such as ``"2x128,64"``. ``AxB``
+    means A layers of B only where A <= B; ``"128x4"`` could be either way round and is refused, saying both."""
     widths = []
     for part in text.split(","):
         count, x, width = part.strip().rpartition("x")
         try:
-            widths += [int(width)] * (int(count) if x else 1)
+            count, width = int(count) if x else 1, int(width)
         except ValueError:
             widths = None
             break
+        if count > width >= 1:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()}: {width} layers of {count} or {count} layers of {width}? write --hidden "
+                f"{','.join([str(count)] * width)} or --layers {width} --width {count}")
+        widths += [width] * count
     if not widths or min(widths) < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be widths >= 1 such as 6x128, 128,64,32 or 2x128,64; got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128) or "
+                                         f"2x128,64; got {text!r}")
     return widths
+
+
+def hidden_given(given, base):
+    """``given`` with ``--layers`` and ``--width`` turned into ``hidden``: N layers of W, the one not given taken
+    from ``base`` (the default's or the checkpoint's widths); a ``UsageError`` beside ``--hidden``."""
+    if "layers" not in given and "width" not in given:
+        return given
+    given = dict(given)
+    layers, width = given.pop("layers", None), given.pop("width", None)
+    if "hidden" in given:
+        raise UsageError("--hidden and --layers/--width say the same thing: give one of them")
+    if width is None and len(set(base)) > 1:
+        raise UsageError(f"--layers {layers} needs --width W: the widths {_show(base)} differ")
+    given["hidden"] = [base[0] if width is None else width] * (len(base) if layers is None else layers)
+    return given
 
 
 def _profile_steps(text):
@@ -230,8 +251,11 @@ def build_parser(model=DEFAULTS["model"]):
     group.add_argument("--skip", type=integer(1), metavar="N",
                        help=shown(f"hidden layers per skip connection (default {d['skip']})", "resmlp"))
     group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
-                       help=f"{'recurrent' if rnn else 'hidden'} widths: 6x128, 128,64,32 or 2x128,64 "
-                            f"(default {_show(d['hidden'])})")
+                       help=f"{'recurrent' if rnn else 'hidden'} widths: 128,64,32, 6x128 (6 layers of 128) or "
+                            f"2x128,64 (default {_show(d['hidden'])})")
+    group.add_argument("--layers", type=integer(1), metavar="N",
+                       help=f"N {'recurrent' if rnn else 'hidden'} layers of --width W, instead of --hidden")
+    group.add_argument("--width", type=integer(1), metavar="W", help="the width of each of the --layers")
     group.add_argument("--cell", choices=CELLS, help=shown(
         f"the recurrent layers' cell: Elman's, or PyTorch's GRU or LSTM (default {d['cell']})", "rnn"))
     group.add_argument("--activation", choices=tuple(ACTIVATIONS),
@@ -320,6 +344,7 @@ def configure(given, saved=None):
     """The run's config from the options ``given`` and, on ``--resume``, the checkpoint's ``saved``."""
     kept = None if saved is None else {**LATER, **saved}
     config = defaults(*(given.get(key, (kept or DEFAULTS)[key]) for key in ("model", "data")))
+    given = hidden_given(given, (kept or config)["hidden"])
     if kept is not None:
         for key in FIXED + OPTIMIZER + ("model", "skip", "tau", "cell"):
             if key in given and given[key] != kept[key]:

@@ -124,7 +124,7 @@ def test_each_model_has_its_own_help(capsys):
     assert "--tau T teacher, adding: time steps of a sequence (default 16)" in rnn
     assert ("--cell {elman,gru,lstm} the recurrent layers' cell: Elman's, or PyTorch's GRU or LSTM (default "
             "elman)") in rnn
-    assert "recurrent widths: 6x128, 128,64,32 or 2x128,64 (default 64)" in rnn
+    assert "recurrent widths: 128,64,32, 6x128 (6 layers of 128) or 2x128,64 (default 64)" in rnn
     assert "epochs in all (default 20)" in rnn
     assert "(default 0.1 for digits, 0.02 for pixels, 0.08/tau for teacher, 0.02 for adding)" in rnn
     options = {model: set(re.findall(r"\[(--[\w-]+)", text)) for model, text in helps.items()}  # the usage line's

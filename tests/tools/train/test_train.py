@@ -553,6 +553,16 @@ def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
 # -- errors: exit status 2 and one line -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("args, hidden", [
+    (["--hidden", "4x16"], [16] * 4), (["--hidden", "3x3"], [3] * 3), (["--hidden", "16,16,8"], [16, 16, 8]),
+    (["--hidden", "2x16,9"], [16, 16, 9]), (["--hidden", "12"], [12]), (["--layers", 3, "--width", 16], [16] * 3),
+    (["--layers", 2], [128] * 2), (["--width", 16], [16] * 4), (["--model", "rnn", "--layers", 2], [64] * 2)])
+def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
+    """``AxB`` with A <= B keeps its meaning, A layers of B; ``--layers``/``--width`` fill in the default's."""
+    given = vars(train.build_parser().parse_args([str(arg) for arg in args]))
+    assert train.configure(given)["hidden"] == hidden
+
+
 @pytest.mark.parametrize("args, message", [
     (["--k", 0], "argument --k: must be an integer >= 1; got '0'"),
     (["--batch-size", 0], "argument --batch-size: must be an integer >= 1; got '0'"),
@@ -565,7 +575,13 @@ def test_a_run_imports_neither_scikit_learn_nor_matplotlib(argv, imported):
                              "naumov-scan, naumov-jacobi"),
     (["--activation", "softmax"], "argument --activation: invalid choice: 'softmax'"),
     (["--data", "cifar"], "argument --data: invalid choice: 'cifar'"),
-    (["--hidden", "4x0"], "argument --hidden: must be widths >= 1 such as 6x128"),
+    (["--hidden", "4x0"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
+    (["--hidden", "128x4"], "argument --hidden: 128x4: 4 layers of 128 or 128 layers of 4? write --hidden "
+                            "128,128,128,128 or --layers 4 --width 128"),
+    (["--hidden", "2x16,9x3"], "argument --hidden: 9x3: 3 layers of 9 or 9 layers of 3? write --hidden 9,9,9 or "
+                               "--layers 3 --width 9"),
+    (["--hidden", "8", "--layers", 2], "--hidden and --layers/--width say the same thing: give one of them"),
+    (["--layers", 0], "argument --layers: must be an integer >= 1; got '0'"),
     (["--profile-steps", "9:3"], "argument --profile-steps: must be A:B with integers 0 <= A < B"),
     (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs

@@ -98,6 +98,7 @@ class Divergence:
             return f"the run diverged: its training loss grew from {self.start:.4g} to {loss:.4g}"
         self.epochs_at_chance = self.epochs_at_chance + 1 if loss >= self.chance else 0
         if self.epochs_at_chance >= self.PATIENCE:
-            return (f"the run learns nothing: its training loss, {loss:.4g}, has stayed at or above chance level "
-                    f"({self.chance:.4g}, what a constant output scores) for {self.epochs_at_chance} epochs")
+            return (f"the run learns nothing: its training loss was {self.start:.4g} at the start and is {loss:.4g} "
+                    f"now, at or above chance level ({self.chance:.4g}, what a constant output scores) for the last "
+                    f"{self.epochs_at_chance} epochs")
         return None

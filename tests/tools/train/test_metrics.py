@@ -61,8 +61,8 @@ def test_divergence_growth_and_chance_level():
     # At or above chance level for 5 epochs in a row; any epoch below it starts the count again.
     verdicts = judge([3.3, 3.4, 3.5, 3.25, 3.26])
     assert verdicts[:4] == [None] * 4 and verdicts[4] == (
-        "the run learns nothing: its training loss, 3.26, has stayed at or above chance level "
-        "(3.25, what a constant output scores) for 5 epochs")
+        "the run learns nothing: its training loss was 9 at the start and is 3.26 now, at or above chance level "
+        "(3.25, what a constant output scores) for the last 5 epochs")
     assert judge([3.3, 3.3, 3.3, 3.3, 3.2, 3.3, 3.3, 3.3, 3.3]) == [None] * 9
     # The count goes on across a resume.
     assert metrics.Divergence(9.0, 3.25, epochs_at_chance=4).check(27.6) is not None

@@ -364,7 +364,10 @@ def test_epochs_at_chance_level_are_counted_across_a_resume(tmp_path, capsys):
     after epoch 3 (not at epoch 8, five epochs after the resume)."""
     assert cli(*LEARNING_NOTHING, "--checkpoint-dir", tmp_path / "straight") == 3
     straight = capsys.readouterr().err
-    assert straight.startswith("leapfrog-train: error: the run learns nothing: ") and "(epoch 5, step 225)" in straight
+    assert re.fullmatch(r"leapfrog-train: error: the run learns nothing: its training loss was (\S+) at the start "
+                        r"and is \1 now, at or above chance level \(\S+, what a constant output scores\) for the "
+                        r"last 5 epochs \(epoch 5, step 225\): try another --lr than 1e-09, or add "
+                        r"--allow-divergence to go on \(the checkpoint of epoch 4 is kept as it was\)\n", straight)
     assert cli(*LEARNING_NOTHING, "--epochs", 3, "--checkpoint-dir", tmp_path / "split") == 0
     assert cli(*LEARNING_NOTHING, "--resume", "--checkpoint-dir", tmp_path / "split") == 3
     assert capsys.readouterr().err == straight

@@ -2,6 +2,6 @@
 
 import sys
 
-from .command import main
+from .. import leapfrog_bench
 
-sys.exit(main())
+sys.exit(leapfrog_bench())

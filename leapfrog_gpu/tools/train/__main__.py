@@ -2,6 +2,6 @@
 
 import sys
 
-from .command import main
+from .. import leapfrog_train
 
-sys.exit(main())
+sys.exit(leapfrog_train())

@@ -2,12 +2,15 @@
 metric ``leapfrog-train`` writes is the direct computation from its network's outputs."""
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from helpers import cli
 from leapfrog_gpu import MLP, reference
+from leapfrog_gpu.backends import BACKENDS
 from leapfrog_gpu.tools.train import checkpoint, metrics, models
 
 
@@ -114,3 +117,29 @@ def test_every_metric_the_command_writes_is_the_direct_computation(tmp_path, run
     assert line["train_loss"] == pytest.approx(train_loss, rel=1e-9)
     assert line["test_loss"] == pytest.approx(test_loss, rel=1e-9)
     assert line[key] == pytest.approx(metric, rel=1e-9)
+
+
+def doc_table():
+    """The metrics lines' table in docs/training.md: ``{key: the backticked words of its row}`` in its order."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "training.md").read_text(encoding="utf-8")
+    rows = text.split("### The metrics lines")[1].split("\n\n")[2].splitlines()[2:]
+    cells = [row.split(" | ", 1) for row in rows]
+    return {key.strip("|` "): re.findall(r"`([^`]+)`", rest) for key, rest in cells}
+
+
+def test_the_docs_table_lists_every_key_and_value_the_metrics_write(tmp_path):
+    """Every key a ``--metrics`` line holds, in its order, and every value an enumerated key can take."""
+    assert cli(*RUNS["mlp-teacher"], "--epochs", 1, "--quiet", "--metrics", tmp_path / "m.jsonl") == 0
+    written = list(json.loads((tmp_path / "m.jsonl").read_text()))
+    table = doc_table()
+    assert [key for key in table if key != "test_accuracy"] == written
+    solvers = {"sequential", *(name for names in models.FORWARD_SOLVERS.values() for name in names)}
+    for key, values in {"model": set(models.DATA), "data": {name for names in models.DATA.values() for name in names},
+                        "backend": set(BACKENDS) - {"auto"}, "forward_solver": solvers}.items():
+        assert set(table[key]) - ({*models.DATA} if key == "data" else set()) == values, key  # data: per model
+    regression = set(models.REGRESSION)
+    classification = {name for names in models.DATA.values() for name in names} - regression
+    row = {key: line for line in (Path(__file__).resolve().parents[3] / "docs" / "training.md").read_text(
+        encoding="utf-8").splitlines() for key in ("test_accuracy", "test_mse") if line.startswith(f"| `{key}` |")}
+    assert all(name in row["test_accuracy"].lower() for name in classification), row["test_accuracy"]
+    assert all(name in row["test_mse"] for name in regression), row["test_mse"]

@@ -121,7 +121,7 @@ def test_every_metric_the_command_writes_is_the_direct_computation(tmp_path, run
 
 def doc_table():
     """The metrics lines' table in docs/training.md: ``{key: the backticked words of its row}`` in its order."""
-    text = (Path(__file__).resolve().parents[3] / "docs" / "training.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[3] / "docs/training.md").read_text(encoding="utf-8")
     rows = text.split("### The metrics lines")[1].split("\n\n")[2].splitlines()[2:]
     cells = [row.split(" | ", 1) for row in rows]
     return {key.strip("|` "): re.findall(r"`([^`]+)`", rest) for key, rest in cells}
@@ -139,7 +139,7 @@ def test_the_docs_table_lists_every_key_and_value_the_metrics_write(tmp_path):
         assert set(table[key]) - ({*models.DATA} if key == "data" else set()) == values, key  # data: per model
     regression = set(models.REGRESSION)
     classification = {name for names in models.DATA.values() for name in names} - regression
-    row = {key: line for line in (Path(__file__).resolve().parents[3] / "docs" / "training.md").read_text(
+    row = {key: line for line in (Path(__file__).resolve().parents[3] / "docs/training.md").read_text(
         encoding="utf-8").splitlines() for key in ("test_accuracy", "test_mse") if line.startswith(f"| `{key}` |")}
     assert all(name in row["test_accuracy"].lower() for name in classification), row["test_accuracy"]
     assert all(name in row["test_mse"] for name in regression), row["test_mse"]

@@ -56,7 +56,7 @@ from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parse
 SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
-PEERS_INTERRUPTED = 3.0
+PEERS_INTERRUPTED = 10.0
 """Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and
 ends the job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` (within
 ``parallel.comm.ABORT_GRACE``) end the job first; a rank interrupted alone speaks for itself."""

@@ -14,7 +14,7 @@ from ..schedules import schedule_names
 from .checkpoint import LATER
 from .metrics import Divergence
 from .models import DATA, FORWARD_SOLVERS, NETWORK, REGRESSION
-from .profiling import parse_steps
+from . import values
 
 PROG = "leapfrog-train"
 
@@ -114,38 +114,6 @@ def make_optimizer(config):
         raise UsageError(f"--optimizer {kind}: {error}") from None
 
 
-def _betas(text):
-    try:
-        betas = [float(part) for part in text.split(",")]
-    except ValueError:
-        betas = []
-    if len(betas) != 2:
-        raise argparse.ArgumentTypeError(f"expected two numbers B1,B2 (e.g. 0.9,0.999); got {text!r}")
-    return betas
-
-
-def parse_hidden(text):
-    """Hidden widths from ``"128,64,32"``, ``"6x128"`` (6 layers of 128) or a mix such as ``"2x128,64"``. ``AxB``
-    means A layers of B only where A <= B; ``"128x4"`` could be either way round and is refused, saying both."""
-    widths = []
-    for part in text.split(","):
-        count, x, width = part.strip().rpartition("x")
-        try:
-            count, width = int(count) if x else 1, int(width)
-        except ValueError:
-            widths = None
-            break
-        if count > width >= 1:
-            raise argparse.ArgumentTypeError(
-                f"{part.strip()}: {width} layers of {count} or {count} layers of {width}? write --hidden "
-                f"{','.join([str(count)] * width)} or --layers {width} --width {count}")
-        widths += [width] * count
-    if not widths or min(widths) < 1:
-        raise argparse.ArgumentTypeError(f"must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128) or "
-                                         f"2x128,64; got {text!r}")
-    return widths
-
-
 def hidden_given(given, base):
     """``given`` with ``--layers`` and ``--width`` turned into ``hidden``: N layers of W, the one not given taken
     from ``base`` (the default's or the checkpoint's widths); a ``UsageError`` beside ``--hidden``."""
@@ -159,14 +127,6 @@ def hidden_given(given, base):
         raise UsageError(f"--layers {layers} needs --width W: the widths {_show(base)} differ")
     given["hidden"] = [base[0] if width is None else width] * (len(base) if layers is None else layers)
     return given
-
-
-def _profile_steps(text):
-    try:
-        steps = parse_steps(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return [steps.start, steps.stop]
 
 
 def model_named(argv):
@@ -251,7 +211,7 @@ def build_parser(model=DEFAULTS["model"]):
                             f"(default {d['model']}; --model M --help: the options of M)")
     group.add_argument("--skip", type=integer(1), metavar="N",
                        help=shown(f"hidden layers per skip connection (default {d['skip']})", "resmlp"))
-    group.add_argument("--hidden", type=parse_hidden, metavar="SPEC",
+    group.add_argument("--hidden", type=values.hidden, metavar="SPEC",
                        help=f"{'recurrent' if rnn else 'hidden'} widths: 128,64,32, 6x128 (6 layers of 128) or "
                             f"2x128,64 (default {_show(d['hidden'])})")
     group.add_argument("--layers", type=integer(1), metavar="N",
@@ -286,7 +246,7 @@ def build_parser(model=DEFAULTS["model"]):
     group.add_argument("--weight-decay", type=number(0), metavar="WD",
                        help="L2 weight decay added to the gradient (adamw: decoupled, w *= 1 - lr WD) "
                             "(default 0, 0.01 for adamw)")
-    group.add_argument("--betas", type=_betas, metavar="B1,B2", help="adam and adamw (default 0.9,0.999)")
+    group.add_argument("--betas", type=values.betas, metavar="B1,B2", help="adam and adamw (default 0.9,0.999)")
     group.add_argument("--eps", type=number(0, strict=True), metavar="EPS", help="adam and adamw (default 1e-8)")
     group.add_argument("--clip-grad-norm", type=number(0, strict=True), metavar="N",
                        help="scale the gradients so that their global norm is at most N before each update "
@@ -328,7 +288,7 @@ def build_parser(model=DEFAULTS["model"]):
     group.add_argument("--checkpoint-dir", metavar="DIR", help="write DIR/checkpoint.npz after every epoch")
     group.add_argument("--resume", action="store_true",
                        help="continue from the checkpoint in --checkpoint-dir, with its options unless given")
-    group.add_argument("--profile-steps", type=_profile_steps, metavar="A:B",
+    group.add_argument("--profile-steps", type=values.profile_steps, metavar="A:B",
                        help="steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window")
     group.add_argument("--timeline", metavar="FILE.png",
                        help="stamp every launch of the --profile-steps window (default 10:15): busy time per stream, "

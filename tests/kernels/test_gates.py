@@ -11,44 +11,13 @@ t = 0 (no state before it) and t = tau - 1. Pre-activations mix in saturating va
 import numpy as np
 import pytest
 
-import cuda_cpu
-from helpers import CpuDevice, gpu_device_or_skip
-from leapfrog_gpu.backends import launch, ops_numpy
+from leapfrog_gpu.backends import launch
 
 DTYPES = (np.float32, np.float64)
 WIDTHS = (1, 33, 257)
 BATCHES = (1, 2, 31, 33)
 TAU = 3
 STEPS = (0, TAU - 1)
-
-
-class TwinDevice:
-    """The NumPy twins, on host arrays."""
-
-    name = "twin"
-    ops = ops_numpy
-
-    def to_device(self, array):
-        return np.array(array)
-
-    def to_host(self, array):
-        return np.array(array)
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    if not cuda_cpu.available():
-        pytest.fail(f"the CPU harness needs a C++ compiler ({cuda_cpu.CXX}) on the PATH")
-    return CpuDevice()
-
-
-@pytest.fixture(scope="module", params=["cpu", "twin", pytest.param("gpu", marks=pytest.mark.gpu)])
-def device(request):
-    if request.param == "gpu":
-        return gpu_device_or_skip()
-    if request.param == "twin":
-        return TwinDevice()
-    return request.getfixturevalue("cpu")
 
 
 def _random(rng, shape, dtype, scale=1.0, specials=(0.0,)):

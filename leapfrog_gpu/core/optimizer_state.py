@@ -1,0 +1,67 @@
+"""The optimizer's state beside a network's parameters: the momenta and moments of ``core.optimizers``, one set
+per network in its device memory, with the step count t; read and written as ``parameters()`` is, and refused
+when a step brings another optimizer than the one whose state is held.
+"""
+
+from . import optimizers, parameters
+
+
+class OptimizerState:
+    """The part of ``core.network.Network`` that holds an optimizer's state (``_controls.state``, ``_rule``,
+    ``_steps``, ``_held``)."""
+
+    def optimizer_state(self):
+        """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:
+        {name: array}}}``, a slot as torch.optim names it (``"momentum_buffer"``, ``"exp_avg"``,
+        ``"exp_avg_sq"``) shaped as ``parameters()``; ``{"step": 0}`` before a step that keeps one."""
+        state = self._controls.state
+        slots = {}
+        for unit, named in state.items():
+            for name, held in named.items():
+                for slot, array in held.items():
+                    slots.setdefault(slot, {}).setdefault(unit, {})[name] = array
+        return {"step": self._steps, **self._handed_out(slots)}
+
+    def set_optimizer_state(self, optimizer, state):
+        """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and
+        every slot of every parameter, checked before any is copied; an error changes nothing."""
+        optimizer = optimizers.check(optimizer)
+        self._check_open()
+        self._check_rule(optimizer)
+        steps = state.get("step") if isinstance(state, dict) else None
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"an optimizer state is a dict with 'step', an int >= 0; got {state!r:.80}")
+        extra = set(state) - {"step", *optimizer.SLOTS}
+        if extra or (steps and set(state) != {"step", *optimizer.SLOTS}):
+            raise ValueError(f"the state of {optimizer!r} holds 'step' and {list(optimizer.SLOTS)}; got "
+                             f"{sorted(state)}")
+        live, xp = self._live(), self.backend.xp
+        checked = [(slot, target, value) for slot in optimizer.SLOTS if slot in state
+                   for target, value in parameters.check(state[slot], live, self.dtype, xp,
+                                                         lambda u, n, s=slot: f"{s} of {self._label(u, n)}")]
+        if optimizer.plain:
+            return
+        if self._rule is None:
+            self._make_state(optimizer)
+        where = {id(array): (unit, name) for unit, named in live.items() for name, array in named.items()}
+        self.backend.synchronize()
+        for slot, target, value in checked:
+            unit, name = where[id(target)]
+            self._controls.state[unit][name][slot][...] = xp.asarray(value)
+        self._steps = steps
+        self.backend.synchronize()
+
+    def _check_rule(self, optimizer):
+        """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""
+        if self._rule is not None and optimizer.rule() != self._rule:
+            raise ValueError(f"this {type(self).__name__} holds the state of {self._held}; {optimizer!r} is another "
+                             "optimizer (only lr may change from step to step): steps cannot mix their states")
+
+    def _make_state(self, optimizer):
+        """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory."""
+        xp = self.backend.xp
+        self._controls.state = {unit: {name: {slot: xp.zeros_like(array) for slot in optimizer.SLOTS}
+                                       for name, array in named.items()} for unit, named in self._live().items()}
+        self.backend.synchronize()  # CuPy allocates on its default stream, which ours do not wait for
+        self._rule, self._steps = optimizer.rule(), 0
+        self._held = optimizer.named({k: v for k, v in optimizer.hyper().items() if k != "lr"})

@@ -17,7 +17,7 @@ import math
 import numbers
 
 from ..parallel import reducer
-from . import capture, optimizers, parameters, schedules
+from . import capture, optimizers, parameters, saving, schedules
 from .checks import check_dtype, check_eta, open_backend
 from .controls import Controls
 from .convergence import Solver
@@ -47,7 +47,7 @@ class Network(OptimizerState):
         self.backend, self._owns_backend = open_backend(backend)
         self._controls = Controls(self.backend, self.dtype)
         self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
-        self._held = None  # that optimizer as code, lr aside, for an error
+        self._held = None  # the optimizer that made that state
         self._plans = {}
         self.comm = None
 
@@ -93,6 +93,12 @@ class Network(OptimizerState):
         for target, value in checked:
             target[...] = xp.asarray(value)
         self.backend.synchronize()
+
+    def save(self, path):
+        """Write this network to ``path`` (``.npz`` appended to a name without it) as one file, whole or not at all:
+        its architecture and options, parameters and optimizer state (``core.saving``); ``leapfrog_gpu.load(path)``
+        builds it again. Returns the path written."""
+        return saving.save(self, path)
 
     def structure(self):
         """What every rank of a data-parallel network must build alike: its kind, dtype and the shapes of

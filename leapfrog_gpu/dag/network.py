@@ -17,16 +17,18 @@ import numbers
 
 import numpy as np
 
+from ..core import saving
 from ..core.checks import check_batch
 from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
 from . import torch_io
-from .layers import Add, Dense, Layer
+from .layers import LAYERS, Add, Dense, Layer
 from .plan import INPUT, DagPlan
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
 
+@saving.register
 class DagNet(Network):
     """A DAG of layers trained by SGD.
 
@@ -108,6 +110,29 @@ class DagNet(Network):
     def structure(self):
         return {**super().structure(), "cost": self.cost,
                 "nodes": [[v, repr(self.layer[v]), self.inputs[v]] for v in self.order]}
+
+    def architecture(self):
+        """What builds this network again (``core.saving``), JSON-able: its input width, its nodes as ``[name, layer,
+        options, inputs]`` (``Layer.options``), its cost, dtype and ``check_finite``. A TypeError names a node whose
+        layer is none of ``layers.LAYERS`` (one's own ``Layer``), which ``from_architecture`` could not build."""
+        for v in self.order:
+            kind = type(self.layer[v])
+            if LAYERS.get(kind.__name__) is not kind:
+                raise TypeError(f"a DagNet whose node {v!r} is a {kind.__name__} cannot be saved: its nodes may be "
+                                f"{', '.join(LAYERS)}")
+        return {"n_input": self.n[INPUT], "cost": self.cost, "dtype": self.dtype, "check_finite": self.check_finite,
+                "nodes": [[v, type(self.layer[v]).__name__, self.layer[v].options(), self.inputs[v]]
+                          for v in self.order]}
+
+    @classmethod
+    def from_architecture(cls, architecture, backend):
+        """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0."""
+        nodes = []
+        for name, layer, options, inputs in architecture.get("nodes", ()):
+            if layer not in LAYERS:
+                raise ValueError(f"node {name!r} is of an unknown layer {layer!r}; a DagNet's are {', '.join(LAYERS)}")
+            nodes.append((name, LAYERS[layer](**options), inputs))
+        return cls(**{**architecture, "nodes": nodes}, backend=backend)
 
     def _label(self, v, name):
         return f"{name} of node {v!r}"

@@ -191,7 +191,7 @@ class Network(OptimizerState):
             controls.set_step(optimizer.controls(samples, self._steps))
         controls.optimizer = optimizer
         if graph:
-            capture.step(plan, schedule, self.check_finite, (optimizer.rule(), clip),
+            capture.step(plan, samples, schedule, self.check_finite, (optimizer.rule(), clip),
                          lambda: plan.step(schedule, controls, clip=clip))
         else:
             plan.step(schedule, controls, solver, clip)
@@ -274,7 +274,7 @@ class Network(OptimizerState):
         if schedule.one_pass and self.backend.name != "numpy":
             raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
                              "sweep of (5) and the update; pass fused=True instead of one_pass=True")
-        reducer.check_schedule(self.comm, schedule, graph)
+        reducer.check_schedule(self.comm, schedule)
         return schedule, solver
 
     def _check_schedule(self, schedule):

@@ -22,6 +22,7 @@ from ..core.checks import check_batch
 from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
+from ..core.torch_io import loaded
 from . import torch_io
 from .layers import LAYERS, Add, Dense, Layer
 from .plan import INPUT, DagPlan
@@ -143,9 +144,23 @@ class DagNet(Network):
         activation and a LayerNorm node's ``torch.nn.LayerNorm`` registered under the node's name, Add a sum,
         Concat ``torch.cat`` (``leapfrog_gpu.dag.torch_io``). Its parameters are a copy, as they are once the
         enqueued steps have run: later steps do not change them, and training the module does not change the
-        network. A TypeError names a node of a layer it cannot translate."""
+        network. A TypeError names a node of a layer it cannot translate; ``from_torch`` reads the module back."""
         return torch_io.to_module([(v, self.layer[v], self.inputs[v]) for v in self.order], self.output,
                                   self.parameters())
+
+    @classmethod
+    def from_torch(cls, module, cost="quadratic", backend="auto", dtype=None, **options):
+        """A network computing ``module`` on columns: a ``torch.nn.Module`` (traced by
+        ``torch.fx.symbolic_trace``) or a ``torch.fx.GraphModule`` (read as it is, ``to_torch``'s included) of
+        one input and one output, whose calls are ``Linear`` modules (each taking the sigmoid, tanh or relu
+        applied to its output alone into its ``Dense`` node), ``LayerNorm`` modules, sums (``+``) and
+        ``torch.cat`` along the features (dim 1 or -1): one node per call, named after its module (a sum or
+        a concatenation after its fx node).
+        Parameters are copied into the network's own buffers (training it never writes the module); ``dtype``
+        defaults to the module's; ``options`` are the other arguments of ``DagNet``. Anything else is refused
+        with a ValueError naming the node and its op (``leapfrog_gpu.dag.torch_io.read_module``)."""
+        n_input, nodes, found, tensors = torch_io.read_module(module)
+        return loaded(cls(n_input, nodes, cost, dtype or found, backend=backend, **options), tensors)
 
     # -- public passes ------------------------------------------------------------------------------
 

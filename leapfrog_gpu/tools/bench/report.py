@@ -1,5 +1,5 @@
-"""``leapfrog-bench``'s report: the table (within 100 columns), its legend and the verdicts, in the cell
-formats of ``runner`` (the Markdown tables' are ``profiling/markdown_cells.py``'s).
+"""``leapfrog-bench``'s table of the MLP (within 100 columns), its legend, and the lines of ``--k auto`` and
+``--timeline``, in the cell formats of ``runner`` (the Markdown tables' are ``profiling/markdown_cells.py``'s).
 
 Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
 costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
@@ -128,38 +128,6 @@ def _cells(r, graph):
             ratio(r["backward_speedup"]), ratio(r["step_speedup_vs_best_sequential"]), last)
 
 
-GRAPH_TARGETS = {"torch-autograd": 3.0, "torch-cuda-graph": 1.5, "sequential": 1.3}
-"""The GPU targets of graph mode (H200, N = 1024, L = 32, B = 32, float32): the fastest graph-mode
-Leapfrog step at least this many times faster than each of these steps; and within 2x of the floor."""
-FLOOR_TARGET = 2.0
-
-
-def graph_verdicts(records):
-    """Per network, the fastest graph-mode leapfrog step against the targets' baselines and the floor."""
-    lines = ["graph mode against its GPU targets (set for an H200 at N=1024 L=32 B=32 float32):"]
-    for key in dict.fromkeys((r["N"], r["L"], r["B"]) for r in records):
-        case = [r for r in records if (r["N"], r["L"], r["B"]) == key]
-        ours = [r for r in case if r.get("graph") and r["schedule"] == "leapfrog"]
-        if not ours:
-            continue
-        best = min(ours, key=lambda r: r["step_ms"]["median"])
-        ms = best["step_ms"]["median"]
-        parts = [f"{label(best)} k={best['k']} at N={key[0]} L={key[1]} B={key[2]}: step {ms:.4g} ms"]
-        for name, target in GRAPH_TARGETS.items():
-            base = [r for r in case if r["schedule"] == name and (r.get("graph") or name.startswith("torch"))]
-            if base:
-                times = min(r["step_ms"]["median"] for r in base) / ms
-                parts.append(f"{times:.2f}x vs {name}{'[graph]' if name == 'sequential' else ''} "
-                             f"(target >= {target}x{'' if times >= target else ', NOT MET'})")
-            else:
-                parts.append(f"{name}: not measured")
-        floor = best["floor_ms"]
-        parts.append(f"{ms / floor:.2f}x the bytes floor {floor:.4g} ms (target <= {FLOOR_TARGET}x"
-                     f"{'' if ms / floor <= FLOOR_TARGET else ', NOT MET'})")
-        lines.append("; ".join(parts))
-    return "\n".join(lines) if len(lines) > 1 else ""
-
-
 def timeline_lines(records, path):
     """What ``--timeline`` prints: one line per stamped configuration, beside its backward speed-up."""
     lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the time the stamps "
@@ -179,7 +147,7 @@ def stamping(cost):
     return f"{100 * (cost - 1):+.1f}%"
 
 
-def verdicts(records):
+def auto_lines(records):
     """One line per ``--k auto`` record: is it within noise of the best sequential configuration?"""
     lines = []
     for r in records:
@@ -188,63 +156,4 @@ def verdicts(records):
             lines.append(f"auto chose {r['schedule']} k={r['k']} blas={r['blas_threads']} at N={r['N']} L={r['L']} "
                          f"B={r['B']}: step {r['step_speedup_vs_best_sequential']:.2f}x as fast as the best "
                          f"sequential, {verdict} it")
-    return "\n".join(lines)
-
-
-CPU_TARGETS = {1: (1.5, 1.3), "many": (1.2, None)}
-"""The CPU targets of the one-pass step, by B (1, or more): the best step at least this many times faster
-than PyTorch's best eager step, and within this many times its own bytes floor (None: compute-bound)."""
-TORCH_EAGER = ("torch-autograd", "torch-sgd-foreach", "torch-sgd-fused")
-
-
-def floor_verdicts(records):
-    """Per network, our best eager step against PyTorch's best eager step and its own bytes floor, and
-    against ``torch.compile``'s step where measured, each ratio with its target, met or NOT MET."""
-    lines = ["the best step against PyTorch and its bytes floor (targets set for the CPU at N=1024 L=16):"]
-    for key in dict.fromkeys((r["N"], r["L"], r["B"]) for r in records):
-        case = [r for r in records if (r["N"], r["L"], r["B"]) == key]
-        ours = [r for r in case if not r["schedule"].startswith("torch") and not r.get("graph")]
-        best = min(ours, key=lambda r: r["step_ms"]["median"])
-        ms, (speedup, within) = best["step_ms"]["median"], CPU_TARGETS[1 if key[2] == 1 else "many"]
-        parts = [f"N={key[0]} L={key[1]} B={key[2]}: {label(best).rstrip('*')} k={best['k']} {ms:.4g} ms"]
-        torch = [r for r in case if r["schedule"] in TORCH_EAGER]
-        if torch:
-            anchor = min(torch, key=lambda r: r["step_ms"]["median"])
-            times = anchor["step_ms"]["median"] / ms
-            parts.append(f"{times:.2f}x as fast as {anchor['schedule']} {anchor['step_ms']['median']:.4g} ms (target "
-                         f">= {speedup}x{'' if times >= speedup else ', NOT MET'})")
-        compiled = [r["step_ms"]["median"] for r in case if r["schedule"] == "torch-compile"]
-        if compiled:  # its fastest thread count
-            parts.append(f"{min(compiled) / ms:.2f}x as fast as torch-compile {min(compiled):.4g} ms")
-        floor = best["floor_ms"]
-        verdict = "" if within is None else f" (target <= {within}x{'' if ms / floor <= within else ', NOT MET'})"
-        parts.append(f"{ms / floor:.2f}x its bytes floor {floor:.4g} ms{verdict}")
-        lines.append("; ".join(parts))
-    return "\n".join(lines)
-
-
-OPTIMIZER_TARGETS = {("adam", 1): 1.5, ("adam", "many"): 1.2, ("sgd", 1): 1.5}
-"""The CPU targets of ``--optimizer`` (set at N = 1024, L = 16 for Adam, N = 256, L = 16 for SGD), by
-optimizer and B (1, or more): the best own step at least this many times faster than PyTorch's best step
-by torch.optim's same optimizer."""
-
-
-def optimizer_verdicts(records):
-    """Per network and optimizer, the best own step against PyTorch's best step of the same optimizer, with
-    its target where one is set, met or NOT MET."""
-    lines = ["the best own step against PyTorch's best step by the same optimizer:"]
-    for key in dict.fromkeys((r["N"], r["L"], r["B"], r["optimizer"]) for r in records):
-        case = [r for r in records if (r["N"], r["L"], r["B"], r["optimizer"]) == key and "refused" not in r]
-        ours = min((r for r in case if not r["schedule"].startswith("torch")), key=lambda r: r["step_ms"]["median"])
-        torch = [r for r in case if r["schedule"].startswith(("torch-autograd", f"torch-{key[3]}"))]
-        if not torch:
-            continue
-        anchor = min(torch, key=lambda r: r["step_ms"]["median"])
-        times, target = anchor["step_ms"]["median"] / ours["step_ms"]["median"], OPTIMIZER_TARGETS.get(
-            (key[3], 1 if key[2] == 1 else "many"))
-        verdict = "" if target is None else f" (target >= {target}x{'' if times >= target else ', NOT MET'})"
-        lines.append(f"N={key[0]} L={key[1]} B={key[2]} {key[3]}: {label(ours).rstrip('*')} k={ours['k']} blas="
-                     f"{ours['blas_threads']} {ours['step_ms']['median']:.4g} ms, {times:.2f}x as fast as "
-                     f"{anchor['schedule']} threads={anchor['blas_threads']} {anchor['step_ms']['median']:.4g} ms"
-                     f"{verdict}")
     return "\n".join(lines)

@@ -1,24 +1,17 @@
 """``leapfrog-bench --model dag``: the forward solvers and the backward schedules of a ``DagNet`` against
 its sequential order.
 
-For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet``
-and ``measure`` times, all interleaved in one run after a warm-up (``runner.interleaved``:
-median, p20, p80), its backward pass (``backprop``: the forward node by node, then the schedule) under
-each schedule of ``--schedule`` (by the names of ``tools.schedules``: sequential, leapfrog, level-sets,
-dag-jacobi, dag-doubling; sequential, the baseline, always), and its forward pass (``feedforward``) node
-by node and by ForwardJacobi() and ForwardNewton(). A row gives the median, its speed-up over the
-sequential order (that order's median of the same pass on the same network over the row's: > 1 is
-faster; ``with_speedups``), and the rounds, sweeps or iterations, flops (over the sequential order's)
-and memory that the solver reports in its ``stats``. The block solvers (DagJacobi, DagDoubling,
-ForwardNewton) lay N's blocks into one (B, M, M) matrix, M about D N, and DagDoubling and ForwardNewton
-its square too: where that exceeds ``--memory-limit`` they are refused before anything is allocated, and
-deeper than ``--max-block-depth`` (their block products grow as D^3) skipped; the row says which.
+For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet`` and
+``measure`` times, in one alternation (``runner.interleaved``), its backward pass under each schedule of
+``--schedule`` (sequential, the baseline, always) and its forward pass node by node and by each solver, each
+row beside its speed-up over the sequential order of the same pass (``with_speedups``) and the rounds,
+sweeps or iterations, flops and memory its solver reports. A block solver whose memory would exceed
+``--memory-limit`` is refused before anything is allocated, and one deeper than ``--max-block-depth`` skipped.
+What the rows mean, and the tables measured: docs/dag.md.
 
-Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add``
-of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like,
-2N wide); the other nodes ``Dense`` tanh layers, the last a sigmoid.
-
-    leapfrog-bench --model dag --backend numpy --sizes 16,64 --depths 8,32 --batch 1,8 --json dag.json
+Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add`` of
+nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like, 2N wide);
+the other nodes ``Dense`` tanh layers, the last a sigmoid.
 """
 
 import numpy as np
@@ -96,8 +89,9 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
         if "refused" in result:
             record.update(refused=result["refused"], stats={"memory_bytes": needed[pass_, name]})
         else:
-            record.update(ms=timing.summary(result.pop("ms")), stats={
-                key: value for key, value in result.items() if isinstance(value, (int, float)) and not isinstance(value, bool)})
+            record["ms"] = timing.summary(result.pop("ms"))
+            record["stats"] = {key: value for key, value in result.items()
+                               if isinstance(value, (int, float)) and not isinstance(value, bool)}
         records.append(record)
     return with_speedups(records)
 

@@ -1,5 +1,5 @@
-"""``leapfrog-bench``'s measurements of one MLP (``measure_network``) and the ratios derived from them
-(``derive``); what each means: docs/performance.md.
+"""``leapfrog-bench``'s measurements of one MLP (``measure_network``), the ratios derived from them (``derive``)
+and the stamped steps of ``--timeline`` (``stamped_steps``); what each means: docs/performance.md.
 
 For a network ``[N] * L`` at batch size B and each BLAS setting: the step and the backward pass of every
 configuration, the forward pass, and f1, f2, f3, the per-layer costs of equations (2)(3), (5) and (7) alone
@@ -15,6 +15,7 @@ import numpy as np
 from ...backends import get_backend, timing
 from ...core import capture as graphs
 from ...core.optimizers import SGD, Adam, AdamW
+from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ...mlp.network import MLP
 from .. import timeline
@@ -55,8 +56,8 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
         x, y = _batch(sizes, batch, args.dtype)
         net.backprop(x, y)
         plan = net.plan(batch)
-        runs, shared = _runs(args, net, plan, settings), sweeps(net, plan)
-        calls = {(threads, name): call for threads in settings for name, (call, layers) in shared.items() if layers}
+        runs, passes = _runs(args, net, plan, settings), sweeps(net, plan)
+        calls = {(threads, name): call for threads in settings for name, (call, layers) in passes.items() if layers}
         for i, run in enumerate(runs):
             calls[run.threads, "step", i] = lambda r=run: net.train_step(x, y, rule, r.schedule, graph=r.graph)
             if not run.graph:
@@ -72,7 +73,7 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             "blas_threads": threads, "repeats": args.repeats,
             "forward_ms": timing.summary(timed[threads, "forward"]["ms"]),
             **{name: float(np.median(timed[threads, name]["ms"])) / layers if layers else 0.0
-               for name, (_, layers) in shared.items() if name != "forward"},
+               for name, (_, layers) in passes.items() if name != "forward"},
             "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
             / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]} for threads in settings}
         records = [{**shared[run.threads], **floor(sizes, batch, args.dtype, traffic.update_of(run.schedule),
@@ -104,7 +105,7 @@ def _runs(args, net, plan, settings):
             for threads in settings for name, k in configurations(args)]
     if args.one_pass:
         runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False, False)
-                 for threads in settings for name, k in configurations(args) if name in ("sequential", "leapfrog")]
+                 for threads in settings for name, k in configurations(args) if name in (Sequential.name, Leapfrog.name)]
     if args.graph:
         runs += [run._replace(graph=True) for run in runs if graphs.refusal(plan, run.schedule) is None]
     if "auto" in args.k:
@@ -193,7 +194,7 @@ def derive(case):
             continue
         seq = sequential[r["blas_threads"], r["graph"]]
         k, f = r["k"], r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
-        model = {"leapfrog": (1 - 1 / k) * r["f3_ms"] / f if k else 0.0, BASELINE: 0.0}
+        model = {Leapfrog.name: (1 - 1 / k) * r["f3_ms"] / f if k else 0.0, BASELINE: 0.0}
         r["predicted_saving"] = model.get(r["schedule"])  # the seed's model speaks of these two only
         r["step_speedup"] = seq["step_ms"]["median"] / r["step_ms"]["median"]
         r["graph_speedup"] = None

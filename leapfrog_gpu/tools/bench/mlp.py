@@ -23,17 +23,18 @@ import textwrap
 
 from ...backends import get_backend
 from ...core.functions import ACTIVATIONS
+from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ...parallel import comm as parallel
 from .. import timeline
-from ..cli import fitted, integer, integers, names, pip_install, png_refusal, reals
+from ..cli import fitted, integers, names, pip_install, png_refusal, reals
 from ..schedules import make_schedule
 from . import measure, parallel as bench_parallel, progress, runner, torch_anchor
 from .report import auto_lines, column_widths, table_foot, table_head, table_rows, timeline_lines
 
 PROG = "leapfrog-bench"
 RECORDS = "records"
-DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
+DEFAULT_SCHEDULES = [Sequential.name, Leapfrog.name]
 DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] * 16 at B = 64: several minutes "
             "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
             "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")

@@ -1,15 +1,10 @@
-"""``leapfrog-bench``'s table of the MLP (within 100 columns), its legend, and the lines of ``--k auto`` and
-``--timeline``, in the cell formats of ``runner`` (the Markdown tables' are ``profiling/markdown_cells.py``'s).
-
-Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
-costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
-BLAS threads, the step's and the backward pass's medians, the model's and the measured saving of a pass,
-and the speed-ups: the backward pass's over sequential's, the step's over the best sequential step and
-over its own bytes floor (that of its update: plain, fused or one-pass). Every ratio in the table is a
-speed-up, the baseline's time over the row's (> 1: faster), and its titles say so (``SPEEDUP``). A median
-whose p20-p80 range is wider than ``runner.NOISY`` times itself is marked ``!``.
+"""``leapfrog-bench``'s table of the MLP, within 100 columns: each network's heading (what its rows share),
+then a row per configuration, every ratio a speed-up, the baseline's time over the row's (> 1: faster); its
+legend; the lines of ``--k auto`` and ``--timeline``. In ``runner``'s cell formats (the Markdown tables' are
+``profiling/markdown_cells.py``'s); what each column means: docs/performance.md.
 """
 
+from ...core.schedules import Leapfrog, Sequential
 from ..cli import fitted
 from ..timeline import describe
 from .runner import NOISY, median, ratio
@@ -39,18 +34,13 @@ TITLES = (("", "schedule"), ("", "k"), ("", "blas"), ("step", "ms"), ("bwd", "ms
           ("meas", "saving"), ("bwd", "vs seq"), ("step", "vs best"))
 """Each column's title, on two lines; the last three columns are speed-ups, under ``SPEEDUP``."""
 SPEEDUP = "speed-up (> 1: faster)"
-"""The title above the speed-up columns, ending where they end: each column is a speed-up vs its baseline,
-the baseline's median time over the row's."""
+"""The title above the speed-up columns, ending where they end."""
 CELL = {"blas": 4, "ms": 7, "saving": 7, "vs seq": 6, "vs best": 6, "vs floor": 6}
-"""Width of a column's cells where it exceeds its title's (``1234.5!``, ``-112.5%``, ``12.34x``): each
-network's rows are printed before the next network is measured, so the widths are set before any
-number is known; a wider number pushes the rest of its row to the right."""
-GRAPH_TITLE = ("graph", "vs eager")
-"""The column ``--graph`` adds: a graph step's speed-up over the same eager step."""
-FLOOR_TITLE = ("step", "vs floor")
-"""The last column of a table without ``--graph``: the step's speed-up over its own bytes floor, the
-floor's time over the step's (with ``--graph`` the graph column takes its place, to keep within 100
-columns; the JSON has the speed-up either way)."""
+"""Width of a column's cells where it exceeds its title's (``1234.5!``, ``-112.5%``, ``12.34x``): a network's
+rows are printed before the next is measured, so the widths are set before any number is known."""
+GRAPH_TITLE, FLOOR_TITLE = ("graph", "vs eager"), ("step", "vs floor")
+"""The last column: with ``--graph`` a graph step's speed-up over the same eager step, else the step's over its
+own bytes floor (the JSON has both)."""
 TABLE_FOOT = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
               "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
               "speed-up vs X: X's median time over the row's (> 1: faster); bwd vs seq: the backward pass vs "
@@ -63,7 +53,7 @@ def column_widths(args, schedules):
     name this run can print (``schedules``: the names it measures)."""
     update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
     labels = [name + update + "[graph]" * args.graph for name in schedules] + [f"sequential{update}*"]
-    labels += [f"auto->{name}{update}" for name in ("sequential", "leapfrog")] if "auto" in args.k else []
+    labels += [f"auto->{name}{update}" for name in (Sequential.name, Leapfrog.name)] if "auto" in args.k else []
     optimizers = getattr(args, "optimizer", ["sgd"])
     labels += ["torch-autograd", "torch-cuda-graph"] + [f"torch-{name}-foreach" for name in optimizers]
     schedule = max(map(len, labels))

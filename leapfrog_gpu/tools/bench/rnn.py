@@ -1,22 +1,12 @@
 """``leapfrog-bench --model rnn``: the recurrent network's backward pass and SGD step under each schedule,
 against BPTT and PyTorch's ``nn.RNN``.
 
-For every (N, tau, B), ``RNN([N] * L, output="every")`` is timed under each schedule of ``--schedule`` (bptt,
-the baseline, always), in two parts (``--time``):
-
-``backward``  the backward pass alone (the chain and the weight gradients), a row NAME each, and PyTorch's
-              ``loss.backward()``; speed-ups over ``bptt``.
-``step``      the whole SGD step, a row ``step NAME`` each, PyTorch's (``step torch nn.RNN``) and, with
-              ``--forward-solver``, the step parallel in time (``step timescan+NAME``: the forward pass by
-              that solver, ``TimeNewton``, the backward by ``TimeScan``); speed-ups over ``step bptt``.
-
-A network's rows are timed in one alternation (``runner.interleaved``), each beside its dependent rounds (a
-step's: its forward's plus its backward's) and its chains' flops against BPTT's. A schedule whose chain does
-more than ``--max-gflop`` and more than BPTT's is skipped, as is a step parallel in time whose one iteration
-would (``TimeNewton.iteration_flops``); one whose buffers exceed its memory limit is refused by its own check.
-PyTorch's network is the same one (``torch_anchor.TorchRNN``). ``--cell gru|lstm``: those cells beside
-``nn.GRU``/``nn.LSTM``; ``--torch-threads``: PyTorch's step at each number of threads; ``--deer``: DEER's demo
-problem (``DEER``). The tables measured: docs/rnn.md.
+For every (N, tau, B), ``RNN([N] * L, output="every")`` under each schedule of ``--schedule`` (bptt, the
+baseline, always): its backward pass alone (a row NAME each, beside PyTorch's ``loss.backward()``) and its
+whole SGD step (``step NAME``, beside PyTorch's, ``torch_anchor.TorchRNN``, and with ``--forward-solver`` the
+step parallel in time, ``step timescan+NAME``), all timed in one alternation (``runner.interleaved``), each
+with its speed-up over BPTT's (a step's over ``step bptt``), its dependent rounds and its chains' flops
+against BPTT's. What the rows mean, and the tables measured: docs/rnn.md.
 """
 
 import contextlib
@@ -60,8 +50,8 @@ def table_head():
 
 def schedules(k, memory_limit=MEMORY_LIMIT, names=schedule_names("rnn")):
     """The schedules measured, by name: ``names`` (of ``tools.schedules``), the baseline first whether named or not."""
-    return {name: make_schedule("rnn", name, k=k, memory_limit=memory_limit) for name in dict.fromkeys([BASELINE,
-                                                                                                     *names])}
+    chosen = dict.fromkeys([BASELINE, *names])
+    return {name: make_schedule("rnn", name, k=k, memory_limit=memory_limit) for name in chosen}
 
 
 def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
@@ -78,8 +68,9 @@ def torch_name(cell="elman"):
 
 def step_name(name):
     """The row of a step: ``step NAME`` for a schedule or PyTorch's row, ``step timescan+NAME`` for the forward
-    solver ``NAME`` of ``SOLVERS["rnn"]``."""
-    return f"{STEP}{name}" if name in schedule_names("rnn") or name.startswith("torch") else f"{STEP}timescan+{name}"
+    solver ``NAME`` of ``SOLVERS["rnn"]`` (the backward by ``TimeScan``)."""
+    solver = name not in schedule_names("rnn") and not name.startswith("torch")
+    return f"{STEP}{TimeScan.name}+{name}" if solver else f"{STEP}{name}"
 
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
@@ -127,7 +118,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
         if name not in seconds:
             continue
         bare = name.removeprefix(STEP)
-        streams = k if name.startswith(f"{STEP}timescan+") else measured[bare].k if bare in measured else None
+        streams = k if name.startswith(f"{STEP}{TimeScan.name}+") else measured[bare].k if bare in measured else None
         row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
                **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}), **seconds[name]}
         if "median_s" in row:

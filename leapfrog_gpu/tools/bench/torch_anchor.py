@@ -1,14 +1,12 @@
-"""The same networks trained by PyTorch, what a user would otherwise run: the MLP's step (``SGDStep``, its
-rows ``steps`` and ``record``) and the RNN's (``TorchRNN``), each timed in the bench's alternation.
+"""The same networks trained by PyTorch, what a user would otherwise run, timed in the bench's alternation:
+the MLP's step (``SGDStep``; its rows ``steps`` and records ``record``) and the RNN's (``TorchRNN``).
 
-The MLP: same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)),
-as PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Its update
+The MLP: same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)), as
+PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Its update
 (``optimizer``): ``"loop"`` (``p.sub_(p.grad)`` for each), or torch.optim's with ``foreach=True`` or
-``fused=True`` (``fused_refusal`` says whether this build has it on the device); ``compiled=True`` runs the
-forward and backward through ``torch.compile``; ``rule``, one of ``leapfrog_gpu``'s optimizers (``Adam(...)``),
-steps by torch.optim's class of its name on the batch-MEAN cost, as ours. ``graph=True`` (a GPU only)
-captures forward, ``backward()`` and the update of one step in a ``torch.cuda.CUDAGraph`` by PyTorch's
-recipe for a whole network (``_graphed``).
+``fused=True``; ``compiled=True`` runs the forward and backward through ``torch.compile``; ``rule``, one of
+``leapfrog_gpu``'s optimizers (``Adam(...)``), steps by torch.optim's class of its name on the batch-MEAN
+cost, as ours; ``graph=True`` (a GPU only) replays a ``torch.cuda.CUDAGraph`` of the loop step (``_graphed``).
 """
 
 import contextlib
@@ -121,68 +119,6 @@ def mlp(sizes, batch, dtype="float32", device="cpu", seed=0):
     return params, tensor(batch, sizes[0]).sigmoid(), tensor(batch, sizes[-1]).sigmoid()
 
 
-class SGDStep:
-    """PyTorch's step of the MLP ``sizes`` at ``batch``, built once (compiled, or captured, with its ``warmup``
-    steps): ``step()`` runs one to its end (forward, ``backward()``, update), or raises ``ValueError`` where
-    this build of torch refuses ``fused=True``; ``backward_ms`` times ``backward()`` alone. ``network``: the
-    ``mlp(...)`` it steps, shared by several steps (by default its own)."""
-
-    def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", seed=0, eta=0.01,
-                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None, rule=None):
-        import torch
-
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {optimizer!r}")
-        if rule is not None and optimizer == "loop" and not compiled:
-            raise ValueError(f"{rule!r} steps by torch.optim: optimizer 'foreach' or 'fused'")
-        if graph and (optimizer != "loop" or compiled):
-            raise ValueError("graph=True captures the loop update of an eager step only")
-        if graph and torch.device(device).type != "cuda":
-            raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); "
-                             f"got {device!r}")
-        params, x, y = network or mlp(sizes, batch, dtype, device, seed)
-        self.params, self.graph, self.clock = params, graph, Clock(torch, device)
-        self.refused = fused_refusal(device, rule) if optimizer == "fused" else None
-        self.synchronize = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-        cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
-        self.loss = lambda: cost(params, x, y, activation) / (batch if rule else 1)
-
-        def update():
-            with torch.no_grad():
-                for p in params:
-                    p.sub_(p.grad, alpha=eta / batch)
-
-        if (optimizer != "loop" or compiled) and not self.refused:
-            update = torch_optimizer(torch, params, rule, eta / batch, **{"foreach" if compiled else optimizer: True}).step
-
-        def step():
-            self.backward(self.loss())
-            update()
-
-        self.run = _graphed(torch, step, params, x, y, activation, eta / batch, warmup) if graph else step
-        for _ in range(warmup if compiled else 0):  # torch.compile compiles in its first steps
-            self.step()
-
-    def step(self):
-        """One step, its work on the device done."""
-        if self.refused:
-            raise ValueError(self.refused)
-        self.run()
-        self.synchronize()
-
-    def backward(self, c):
-        """``c.backward()`` into gradients set to None first."""
-        for p in self.params:
-            p.grad = None
-        c.backward()
-
-    def backward_ms(self, repeats):
-        """``repeats`` times of ``backward()`` alone, each after an untimed forward pass."""
-        return np.array([self.clock.time(lambda c=self.loss(): self.backward(c)) for _ in range(repeats)])
-
-
 def quadratic_cost(params, x, y, activation="sigmoid"):
     """C = 0.5 * sum ||a^L - y||^2 over the batch; ``params`` is ``[w^2, b^2, w^3, b^3, ...]``, x is (B, n_1)."""
     import torch
@@ -193,11 +129,91 @@ def quadratic_cost(params, x, y, activation="sigmoid"):
     return 0.5 * (a - y).square().sum()
 
 
+class Anchor:
+    """What PyTorch's steps share: ``step()`` runs one to its end, its device's work done (``ValueError`` where
+    this build of torch refuses it: ``refused``); ``backward_ms(repeats)`` times ``backward()`` alone, each
+    after an untimed forward pass (``loss()``), one more untimed first."""
+
+    refused = graph = None
+
+    def __init__(self, torch, device, params):
+        self.torch, self.params, self.cuda = torch, params, torch.device(device).type == "cuda"
+
+    def step(self):
+        if self.refused:
+            raise ValueError(self.refused)
+        self.run()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def run(self):
+        self.backward(self.loss())
+        self.update()
+
+    def backward(self, c):
+        """``c.backward()`` into gradients set to None first."""
+        for p in self.params:
+            p.grad = None
+        c.backward()
+
+    def backward_ms(self, repeats):
+        return np.array([self.time(lambda c=self.loss(): self.backward(c)) for _ in range(repeats + 1)][1:])
+
+    def time(self, fn):
+        """The ms ``fn()`` takes, by CUDA events on a GPU, else ``perf_counter``."""
+        if not self.cuda:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        self.torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+
+class SGDStep(Anchor):
+    """PyTorch's step of the MLP ``sizes`` at ``batch``, built once (compiled, or captured, with its ``warmup``
+    steps). ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own)."""
+
+    def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", seed=0, eta=0.01,
+                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None, rule=None):
+        import torch
+
+        for name, value, valid in (("activation", activation, ACTIVATIONS), ("optimizer", optimizer, OPTIMIZERS)):
+            if value not in valid:
+                raise ValueError(f"{name} must be one of {valid}; got {value!r}")
+        if (rule is not None and optimizer == "loop" and not compiled) or (graph and (optimizer != "loop" or compiled)):
+            raise ValueError(f"a rule ({rule!r}) steps by torch.optim (optimizer 'foreach' or 'fused'), graph=True by "
+                             f"the loop update of an eager step; got optimizer {optimizer!r}, compiled={compiled}")
+        if graph and torch.device(device).type != "cuda":
+            raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); "
+                             f"got {device!r}")
+        params, x, y = network or mlp(sizes, batch, dtype, device, seed)
+        super().__init__(torch, device, params)
+        self.graph, self.refused = graph, fused_refusal(device, rule) if optimizer == "fused" else None
+        cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
+        self.loss = lambda: cost(params, x, y, activation) / (batch if rule else 1)
+        self.scale = eta / batch
+        self.update = self.loop if optimizer == "loop" and not compiled else None if self.refused else \
+            torch_optimizer(torch, params, rule, self.scale, **{"foreach" if compiled else optimizer: True}).step
+        if graph:
+            self.run = _graphed(torch, self.run, params, x, y, activation, self.scale, warmup)
+        for _ in range(warmup if compiled else 0):  # torch.compile compiles in its first steps
+            self.step()
+
+    def loop(self):
+        with self.torch.no_grad():
+            for p in self.params:
+                p.sub_(p.grad, alpha=self.scale)
+
+
 def _graphed(torch, step, params, x, y, activation, scale, warmup):
-    """The step as a CUDA graph, captured by PyTorch's whole-network recipe (warm-up steps on a side stream,
-    the gradients set to None so that the captured backward allocates them from the graph's private pool,
-    static input and target tensors); returns a function that copies the batch ``x``, ``y`` into the static
-    inputs and replays the graph."""
+    """The step as a CUDA graph, captured by PyTorch's recipe for a whole network (warm-up steps on a side
+    stream, the gradients set to None so that the captured backward allocates them from the graph's private
+    pool, static inputs); returns a function that copies the batch ``x``, ``y`` into them and replays it."""
     static_x, static_y = x.clone(), y.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -222,30 +238,10 @@ def _graphed(torch, step, params, x, y, activation, scale, warmup):
     return replay
 
 
-class Clock:
-    """``time(fn)``: the ms that ``fn()`` takes on ``device``, by CUDA events on a GPU, else ``perf_counter``."""
-
-    def __init__(self, torch, device):
-        self.torch, self.cuda = torch, torch.device(device).type == "cuda"
-
-    def time(self, fn):
-        if self.cuda:
-            start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-            self.torch.cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
-
-
-class TorchRNN:
-    """``net`` (an ``RNN``) written as ``torch.nn.RNN``, ``GRU`` or ``LSTM`` (its cell's, ``rnn.torch_name``) plus a
-    ``Linear`` output layer, on the batch ``x``, ``y`` (as ``rnn.sequences`` gives them), on ``device``: its SGD
-    step (``eta``, as ``RNN.sgd_step`` takes it) by ``torch.optim.SGD(foreach=True)``, and its backward pass."""
+class TorchRNN(Anchor):
+    """``net`` (an ``RNN``) written as ``torch.nn.RNN``, ``GRU`` or ``LSTM`` (its cell's) plus a ``Linear`` output
+    layer, on the batch ``x``, ``y`` (as ``rnn.sequences`` gives them), on ``device``, stepped by
+    ``torch.optim.SGD(foreach=True)`` at ``eta`` (as ``RNN.sgd_step`` takes it)."""
 
     def __init__(self, torch, net, x, y, device="cpu", eta=1e-9):
         L, N, dtype, gru = net.L, net.sizes[1], getattr(torch, net.dtype), net.cell == "gru"
@@ -266,29 +262,15 @@ class TorchRNN:
                     getattr(self.rnn, f"bias_hh_l{i}")[2 * N:].copy_(torch.from_numpy(b))
             self.out.weight.copy_(torch.from_numpy(weights[-1]))
             self.out.bias.copy_(torch.from_numpy(biases[-1]))
-        self.rnn, self.out, self.torch = self.rnn.to(device), self.out.to(device), torch
+        self.rnn, self.out = self.rnn.to(device), self.out.to(device)
         self.x = torch.from_numpy(x.transpose(0, 2, 1).copy()).to(device)
         self.y = torch.from_numpy(y.transpose(0, 2, 1).copy()).to(device)
-        self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        self.clock = Clock(torch, device)
-        self.parameters = [*self.rnn.parameters(), *self.out.parameters()]
+        super().__init__(torch, device, [*self.rnn.parameters(), *self.out.parameters()])
         for i in range(L - 2) if not gru else ():  # held at zero: the RNN has one bias a layer (a GRU two)
             getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
-        self.sgd = torch.optim.SGD([p for p in self.parameters if p.requires_grad], lr=eta / x.shape[2], foreach=True)
+        self.update = torch.optim.SGD([p for p in self.params if p.requires_grad], lr=eta / x.shape[2],
+                                      foreach=True).step
 
-    def _loss(self):
-        for parameter in self.parameters:
-            parameter.grad = None
+    def loss(self):
         states, _ = self.rnn(self.x)
         return 0.5 * ((self.torch.tanh(self.out(states)) - self.y) ** 2).sum()
-
-    def backward_ms(self, repeats):
-        """``repeats`` times of ``loss.backward()`` alone, each after an untimed forward pass under autograd, after
-        one more untimed."""
-        return np.array([self.clock.time(self._loss().backward) for _ in range(repeats + 1)][1:])
-
-    def step(self):
-        """One SGD step, finished: forward, ``backward()``, ``SGD.step()``."""
-        self._loss().backward()
-        self.sgd.step()
-        self.synchronize()

@@ -77,7 +77,7 @@ def test_pytorchs_network_is_ours_its_gradients_and_its_step():
     x, y = bench_rnn.sequences(3, 5, 2, "float64")
     with RNN([3] * 4, output="every", dtype="float64", backend="numpy") as net:
         anchor = torch_anchor.TorchRNN(torch, net, x, y, eta=0.1)
-        anchor._loss().backward()
+        anchor.backward(anchor.loss())
         nabla_b, nabla_w, nabla_u = rnn_lists(net.backprop(x, y))
         for i in range(2):
             assert np.allclose(anchor.rnn.get_parameter(f"weight_ih_l{i}").grad.numpy(), nabla_w[i], rtol=1e-12)

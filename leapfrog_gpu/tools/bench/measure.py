@@ -104,8 +104,9 @@ def _runs(args, net, plan, settings):
     runs = [Run(make_schedule("mlp", name, k, fused=args.fused), threads, False, False)
             for threads in settings for name, k in configurations(args)]
     if args.one_pass:
+        one_pass = [(name, k) for name, k in configurations(args) if name in (Sequential.name, Leapfrog.name)]
         runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False, False)
-                 for threads in settings for name, k in configurations(args) if name in (Sequential.name, Leapfrog.name)]
+                 for threads in settings for name, k in one_pass]
     if args.graph:
         runs += [run._replace(graph=True) for run in runs if graphs.refusal(plan, run.schedule) is None]
     if "auto" in args.k:

@@ -1,12 +1,10 @@
 """A bench's progress over its grid of networks: a bar on stderr (on a terminal) and the time left.
 
 The time left is the work left at the seconds per unit of work measured so far (``Estimate``). A grid's
-networks differ in cost by orders of magnitude, so each is weighed by its work: what a layer costs
-(``layer_work``: the weights it moves, the products it computes, a fixed part for the launches) times the
-layers its passes run through. A weight is a guess, the times are measured: the network under way counts
-too once it has taken longer than its weight said, so that the estimate rises while it runs, not after.
-Once the first network is measured, one line on stderr says about how long the rest will take; the bar
-recomputes the estimate every ``TICK`` seconds.
+networks differ in cost by orders of magnitude, so each is weighed by its work (``layer_work`` times the
+layers its passes run through); a weight is a guess, so the network under way counts too once it has run
+past its share, and the estimate rises while it runs, not after. Once the first network is measured, one
+line on stderr says it; the bar recomputes it every ``TICK`` seconds.
 """
 
 import math
@@ -21,7 +19,7 @@ from ..cli import plural
 BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 """tqdm's bar without its own time left, which assumes networks of equal cost."""
 TICK = 1.0
-"""Seconds between two redraws of the bar while a network is measured."""
+"""Seconds between two drawings of the bar while a network is measured."""
 
 
 class Estimate:
@@ -36,9 +34,9 @@ class Estimate:
         self.seconds += seconds
 
     def left(self, running=0.0):
-        """Seconds left while the next network has run for ``running`` seconds, or None before any network
-        is measured: the work left at the seconds per unit of work of the networks measured, or, once the
-        one under way has run past its share, of those and it (as if it ended now: the least it shows)."""
+        """Seconds left while the next network has run for ``running`` seconds (None before any is measured):
+        the work left at the seconds per unit of the networks measured, or, once the one under way has run
+        past its share, of those and it as if it ended now (the least its time says)."""
         if not self.done:
             return None
         done, (now, *rest) = sum(self.works[:self.done]), self.works[self.done:] or [0]
@@ -62,8 +60,8 @@ def layer_work(n, batch):
 
 class Progress:
     """The progress of ``prog`` over networks of work ``works``: ``start(name)`` as each is measured,
-    ``stop()`` once it is (the bar then leaves its line to the network's rows), ``done()`` once they are
-    printed. Nothing on stderr when ``quiet``; the bar only on a terminal."""
+    ``stop()`` once it is (the bar leaves its line to the network's rows), ``done()`` once they are printed.
+    Nothing on stderr when ``quiet``; the bar only on a terminal."""
 
     def __init__(self, prog, works, quiet):
         self.prog, self.quiet, self.estimate = prog, quiet, Estimate(works)
@@ -88,7 +86,6 @@ class Progress:
         return "?" if left is None else f"about {about(left)}"
 
     def start(self, name):
-        """The network ``name`` is being measured."""
         with self.lock:
             self.name, self.started = name, time.perf_counter()
             self._show()
@@ -103,14 +100,12 @@ class Progress:
         self.bar.set_postfix_str(f"{self.name}, {self.left()} s left")
 
     def stop(self):
-        """The network started last is measured: the time it took, the bar off its line."""
         with self.lock:
             self.estimate.measured(time.perf_counter() - self.started)
             self.started = None
             self.bar.clear()
 
     def done(self):
-        """Its rows are printed: the bar counts it; after the first, the line that says how long the rest take."""
         self.bar.update()
         rest = len(self.estimate.works) - self.estimate.done
         if self.estimate.done == 1 and rest and not self.quiet:

@@ -16,7 +16,7 @@ import numpy as np
 from ...backends import get_backend
 from ...core.checks import MEMORY_LIMIT
 from ...rnn.network import RNN
-from ...rnn.scans import TimeScan
+from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ..cli import integer, integers, names as names_of
 from ..schedules import SOLVERS, make_schedule, make_solver, schedule_names
@@ -105,7 +105,8 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
                                                                                      memory_limit=memory_limit))
                         for name in dict.fromkeys(solvers)}}
             calls.update({step_name(name): _step(net, x, y, *pair) for name, pair in steps.items()})
-            calls.update({step_name(name): _torch_step(anchor, t) for name, t in zip(torch_steps, torch_threads or [None])})
+            calls.update({step_name(name): _torch_step(anchor, threads)
+                          for name, threads in zip(torch_steps, torch_threads or [None])})
         calls.update({name: runner.refused(why) for name, why in skipped.items() if name in calls})
         timed = runner.interleaved(device, calls, repeats, warmup)
         if anchor and "backward" in parts:
@@ -139,9 +140,9 @@ def _skipped(net, tau, B, measured, solvers, max_gflop):
         counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device)
         if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
             skipped[name] = skipped[step_name(name)] = over(counters["flops"])
-        if net.cell != "elman" and name == "naumov-rnn":
-            skipped[name] = skipped[step_name(name)] = f"refused: NaumovRNN's operators are the Elman cell's, not a " \
-                                                       f"{net.cell}'s"
+        if net.cell != "elman" and name == NaumovRNN.name:
+            why = f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
+            skipped[name] = skipped[step_name(name)] = why
     for name in dict.fromkeys(solvers):
         flops = make_solver("rnn", name).iteration_flops(net.sizes, tau, B, device)
         if flops > max_gflop * 1e9:

@@ -76,9 +76,9 @@ def steps(args, sizes, batch, settings, device, optimizer="sgd", rule=None):
     eager steps (for ``rule``, the optimizer named ``optimizer`` other than plain SGD, torch.optim's
     ``torch-NAME-foreach`` and ``-fused`` only), with ``--torch-compile`` compiled, with ``--graph`` on a GPU
     the loop update as a CUDA graph."""
-    plain = optimizer == "sgd"
+    plain, gpu = optimizer == "sgd", device == "cuda"
     modes = (["torch-autograd"] * plain + [f"torch-{optimizer}-foreach", f"torch-{optimizer}-fused"]
-             + ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and plain and device == "cuda"))
+             + ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and plain and gpu))
     network, found = mlp(sizes, batch, args.dtype, device), {}
     for threads in settings:
         with num_threads(threads):
@@ -249,7 +249,7 @@ class TorchRNN(Anchor):
         kind = {"elman": "RNN"}.get(net.cell, net.cell.upper())
         self.rnn = getattr(torch.nn, kind)(net.sizes[0], N, num_layers=L - 2, dtype=dtype, **tanh)
         self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
-        weights, recurrent, biases = ([to_host(a) for a in arrays] for arrays in (net.weights, net.recurrent, net.biases))
+        weights, recurrent, biases = ([to_host(a) for a in group] for group in (net.weights, net.recurrent, net.biases))
         b_hn = net.parameters() if gru else None
         with torch.no_grad():
             for i in range(L - 2):

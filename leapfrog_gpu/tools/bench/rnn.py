@@ -252,7 +252,7 @@ def foot(args, torch, records, about):
 
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
-    p = runner.parser(PROG, __doc__.splitlines()[0], "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)
+    p = runner.parser(PROG, __doc__.split("\n\n")[0], "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)
     p.add_argument("--layers", type=integer(3, "--layers"), default=4, metavar="L", help="depth L (default 4)")
     p.add_argument("--tau", type=integers(1, "sequence length"), default=[16, 64, 256, 1024], metavar="T[,T...]",
                    help="sequence lengths (default 16,64,256,1024)")

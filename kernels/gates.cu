@@ -4,10 +4,11 @@
 // (row * tau + t) * B + s; a step's columns (rows, B) at row * B + s. The state before the first step (h^0,
 // c^0) is zero and is not read.
 //
-// Launch shape (every kernel here): 1-D grid-stride loop over the n*B units of the step, block = GATES_BLOCK
-// threads (a compile-time constant: the index arithmetic uses it, so a launch must use that block),
-// grid = min(ceil(n*B / block), GATES_MAX_GRID), from leapfrog_gpu/backends/launch.py (gates_launch). Each thread owns one (unit j, sample s) and reads and writes every gate row of it. Bytes are
-// given in elements, for the step: profiling/kernel_traffic.py holds the same counts (n rows, batch B).
+// Launch shape (every kernel here): 1-D grid-stride loop over the n*B units of the step (for_each_unit), block =
+// GATES_BLOCK threads (a compile-time constant: the index arithmetic uses it, so a launch must use that block),
+// grid = min(ceil(n*B / block), GATES_MAX_GRID), from leapfrog_gpu/backends/launch.py (gates_launch). Each thread
+// owns one (unit j, sample s) and reads and writes every gate row of it. Bytes are given in elements, for the
+// step: profiling/kernel_traffic.py holds the same counts (n rows, batch B).
 
 #ifndef GATES_BLOCK
 #error "GATES_BLOCK must be defined (-DGATES_BLOCK=..., leapfrog_gpu/backends/launch.py)"
@@ -18,9 +19,23 @@ __device__ T gate_sigmoid(T x) {
     return T(1) / (T(1) + exp(-x));
 }
 
-// (row, t, s) of a (rows, tau, B) sequence.
-__device__ inline long long seq(long long row, int t, int tau, int batch, long long s) {
-    return (row * tau + t) * batch + s;
+// The unit (j, s) a thread owns at step t: j; idx, its element of a step's columns (n, B); row, its element of a
+// (G*n, tau, B) sequence's first gate (row j at step t), the next gate's `gate` further on (n*tau*B); before,
+// row's element at step t - 1 (read only where t > 0).
+struct GateUnit {
+    long long j, idx, row, gate, before;
+};
+
+// Calls step(unit) for every unit (j, s) of the n*B of step t that this thread owns: the grid-stride loop of every
+// kernel here.
+template <typename Step>
+__device__ void for_each_unit(int n, int t, int tau, int batch, Step step) {
+    const long long size = (long long)n * batch, gate = size * tau;
+    for (long long idx = blockIdx.x * (long long)GATES_BLOCK + threadIdx.x; idx < size;
+         idx += (long long)gridDim.x * GATES_BLOCK) {
+        const long long j = idx / batch, s = idx - j * batch, row = (j * tau + t) * batch + s;
+        step(GateUnit{j, idx, row, gate, row - batch});
+    }
 }
 
 // GRU forward: r = sig(z_r + uh_r), u = sig(z_z + uh_z), hn = uh_n + b_hn, n = tanh(z_n + r hn),
@@ -32,22 +47,19 @@ template <typename T>
 __device__ void gru_forward(const T* z, T* gates, T* hn, T* h, const T* uh, const T* b_hn, int n, int t, int tau,
                             int batch) {
     const long long size = (long long)n * batch;
-    for (long long idx = blockIdx.x * (long long)GATES_BLOCK + threadIdx.x; idx < size;
-         idx += (long long)gridDim.x * GATES_BLOCK) {
-        const long long j = idx / batch, s = idx - j * batch;
-        const long long rr = seq(j, t, tau, batch, s), ru = seq(j + n, t, tau, batch, s),
-                        rn = seq(j + 2LL * n, t, tau, batch, s);
-        const T r = gate_sigmoid(z[rr] + uh[idx]);
-        const T u = gate_sigmoid(z[ru] + uh[idx + size]);
-        const T hidden = uh[idx + 2 * size] + b_hn[j];
+    for_each_unit(n, t, tau, batch, [&](const GateUnit& unit) {
+        const long long rr = unit.row, ru = rr + unit.gate, rn = ru + unit.gate;
+        const T r = gate_sigmoid(z[rr] + uh[unit.idx]);
+        const T u = gate_sigmoid(z[ru] + uh[unit.idx + size]);
+        const T hidden = uh[unit.idx + 2 * size] + b_hn[unit.j];
         const T candidate = tanh(z[rn] + r * hidden);
-        const T previous = t ? h[seq(j, t - 1, tau, batch, s)] : T(0);
+        const T previous = t ? h[unit.before] : T(0);
         gates[rr] = r;
         gates[ru] = u;
         gates[rn] = candidate;
         hn[rr] = hidden;
         h[rr] = (previous - candidate) * u + candidate;
-    }
+    });
 }
 
 // GRU backward from dh = delta_h^t (complete): delta_n = dh (1 - u)(1 - n^2), delta_z = dh (h^{t-1} - n) u (1 - u),
@@ -58,14 +70,10 @@ __device__ void gru_forward(const T* z, T* gates, T* hn, T* h, const T* uh, cons
 template <typename T>
 __device__ void gru_backward(T* delta, T* delta_u, T* delta_h, const T* gates, const T* hn, const T* h, int n,
                              int t, int tau, int batch) {
-    const long long size = (long long)n * batch;
-    for (long long idx = blockIdx.x * (long long)GATES_BLOCK + threadIdx.x; idx < size;
-         idx += (long long)gridDim.x * GATES_BLOCK) {
-        const long long j = idx / batch, s = idx - j * batch;
-        const long long rr = seq(j, t, tau, batch, s), ru = seq(j + n, t, tau, batch, s),
-                        rn = seq(j + 2LL * n, t, tau, batch, s);
+    for_each_unit(n, t, tau, batch, [&](const GateUnit& unit) {
+        const long long rr = unit.row, ru = rr + unit.gate, rn = ru + unit.gate;
         const T dh = delta_h[rr], r = gates[rr], u = gates[ru], candidate = gates[rn];
-        const T previous = t ? h[seq(j, t - 1, tau, batch, s)] : T(0);
+        const T previous = t ? h[unit.before] : T(0);
         const T dn = dh * (T(1) - u) * (T(1) - candidate * candidate);
         const T dz = dh * (previous - candidate) * u * (T(1) - u);
         const T dr = dn * hn[rr] * r * (T(1) - r);
@@ -76,10 +84,9 @@ __device__ void gru_backward(T* delta, T* delta_u, T* delta_h, const T* gates, c
         delta_u[ru] = dz;
         delta_u[rn] = dn * r;
         if (t) {
-            const long long before = seq(j, t - 1, tau, batch, s);
-            delta_h[before] += u * dh;
+            delta_h[unit.before] += u * dh;
         }
-    }
+    });
 }
 
 // LSTM forward: i, f, o = sig(z_i, z_f, z_o), g = tanh(z_g), c^t = f c^{t-1} + i g, h^t = o tanh(c^t); z (4n, tau,
@@ -87,14 +94,10 @@ __device__ void gru_backward(T* delta, T* delta_u, T* delta_h, const T* gates, c
 // Moves 4*n*B (z) + n*B (c^{t-1}, none at t = 0) reads + 4*n*B (gates) + n*B (c^t) + n*B (h^t) writes.
 template <typename T>
 __device__ void lstm_forward(const T* z, T* gates, T* c, T* h, int n, int t, int tau, int batch) {
-    const long long size = (long long)n * batch;
-    for (long long idx = blockIdx.x * (long long)GATES_BLOCK + threadIdx.x; idx < size;
-         idx += (long long)gridDim.x * GATES_BLOCK) {
-        const long long j = idx / batch, s = idx - j * batch;
-        const long long ri = seq(j, t, tau, batch, s), rf = seq(j + n, t, tau, batch, s),
-                        rg = seq(j + 2LL * n, t, tau, batch, s), ro = seq(j + 3LL * n, t, tau, batch, s);
+    for_each_unit(n, t, tau, batch, [&](const GateUnit& unit) {
+        const long long ri = unit.row, rf = ri + unit.gate, rg = rf + unit.gate, ro = rg + unit.gate;
         const T i = gate_sigmoid(z[ri]), f = gate_sigmoid(z[rf]), g = tanh(z[rg]), o = gate_sigmoid(z[ro]);
-        const T previous = t ? c[seq(j, t - 1, tau, batch, s)] : T(0);
+        const T previous = t ? c[unit.before] : T(0);
         const T cell = f * previous + i * g;
         gates[ri] = i;
         gates[rf] = f;
@@ -102,7 +105,7 @@ __device__ void lstm_forward(const T* z, T* gates, T* c, T* h, int n, int t, int
         gates[ro] = o;
         c[ri] = cell;
         h[ri] = tanh(cell) * o;
-    }
+    });
 }
 
 // LSTM backward from dh = delta_h^t (complete) and dc (n, B), the adjoint of c^t through c^{t+1}:
@@ -113,22 +116,18 @@ __device__ void lstm_forward(const T* z, T* gates, T* c, T* h, int n, int t, int
 template <typename T>
 __device__ void lstm_backward(T* delta, T* dc, const T* delta_h, const T* gates, const T* c, int n, int t, int tau,
                               int batch) {
-    const long long size = (long long)n * batch;
-    for (long long idx = blockIdx.x * (long long)GATES_BLOCK + threadIdx.x; idx < size;
-         idx += (long long)gridDim.x * GATES_BLOCK) {
-        const long long j = idx / batch, s = idx - j * batch;
-        const long long ri = seq(j, t, tau, batch, s), rf = seq(j + n, t, tau, batch, s),
-                        rg = seq(j + 2LL * n, t, tau, batch, s), ro = seq(j + 3LL * n, t, tau, batch, s);
+    for_each_unit(n, t, tau, batch, [&](const GateUnit& unit) {
+        const long long ri = unit.row, rf = ri + unit.gate, rg = rf + unit.gate, ro = rg + unit.gate;
         const T dh = delta_h[ri], i = gates[ri], f = gates[rf], g = gates[rg], o = gates[ro];
         const T tanh_c = tanh(c[ri]);
-        const T previous = t ? c[seq(j, t - 1, tau, batch, s)] : T(0);
-        const T carried = dc[idx] + dh * o * (T(1) - tanh_c * tanh_c);
+        const T previous = t ? c[unit.before] : T(0);
+        const T carried = dc[unit.idx] + dh * o * (T(1) - tanh_c * tanh_c);
         delta[ri] = carried * g * i * (T(1) - i);
         delta[rf] = carried * previous * f * (T(1) - f);
         delta[rg] = carried * i * (T(1) - g * g);
         delta[ro] = dh * tanh_c * o * (T(1) - o);
-        dc[idx] = carried * f;
-    }
+        dc[unit.idx] = carried * f;
+    });
 }
 
 #define LEAPFROG_GATES(T, SUFFIX)                                                                                    \

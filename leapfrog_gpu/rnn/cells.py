@@ -41,6 +41,7 @@ and o' = o (1 - tanh² c^t):
 """
 
 import functools
+import typing
 
 import numpy as np
 
@@ -55,8 +56,42 @@ CELLS = ("elman", "gru", "lstm")
 GATES = {"elman": 1, "gru": 3, "lstm": 4}
 """Rows of w^l, u^l and b^l per unit of a layer of each cell."""
 
-STATE = {"gru": 1, "lstm": 2}
-"""The width of a gated layer's state over time, in units of n_l: the GRU's h, the LSTM's (h, c)."""
+STATE = {"elman": 1, "gru": 1, "lstm": 2}
+"""The width of a layer's state over time, in units of n_l: the Elman cell's a and the GRU's h, the LSTM's (h, c)."""
+
+
+class StepWork(typing.NamedTuple):
+    """The elementwise work of one step of a cell, per unit and sample, as the counters count it (``schedules``,
+    ``state_scan``, ``gated_newton``): one flop per operation, σ and tanh one each; elements moved with each operand read
+    once and each result written once (kernels/gates.cu's traffic). ``forward``: flops of z = w x + b + u h and
+    the rest of the step; ``backward``: flops of the step's deltas from dh^t, at every step; ``carried``: flops of
+    what a step t > 1 adds into step t - 1 beside (u^l)^T delta's product, the product's own add included;
+    ``moved`` and ``carried_moved``: the elements the backward step moves beside the products, at every step and at
+    t > 1 only; ``jacobian``: flops of building a state Jacobian J_t (``jacobians``), per sample, as (a, b) for
+    a·n^2 + b·n."""
+
+    forward: int
+    backward: int
+    carried: int
+    moved: int
+    carried_moved: int
+    jacobian: tuple
+
+
+WORK = {
+    # z (bias, u a: 2), sigma, sigma' (2) | x sigma' | the product's add | delta, sigma' read, delta written
+    "elman": StepWork(5, 1, 1, 3, 0, (0, 0)),
+    # 3 biases; r, z: + u h, σ (4); hn = (u h)_n + b_hn (1); n = tanh(z_n + r hn) (3); h = (h^{t-1} - n) z + n (3)
+    # | delta_n 5, delta_z 5, delta_r 4, r delta_n 1 | the product's add, dh^{t-1} += z dh (2)
+    # | dh, 3 gates, hn read, 3 delta and 3 delta_u written | h^{t-1} read, dh^{t-1} read and written
+    # | three diag(row) u blocks and their sums (5 n^2), the rows (13 n), + diag(z) (n)
+    "gru": StepWork(14, 15, 3, 11, 3, (5, 14)),
+    # 4 biases, + u h (4); i, f, g, o (4); c = f c^{t-1} + i g (3); h = o tanh c (2)
+    # | tanh c 1, dc 5, four deltas 16, dc f 1 | the product's add | dh, 4 gates, c, dc read, 4 delta, dc written
+    # | c^{t-1} read | K (5 n^2), the top left block (3 n^2), the rows (17 n)
+    "lstm": StepWork(17, 23, 1, 12, 1, (8, 17)),
+}
+"""The elementwise work of a step of each cell (``StepWork``), written from the equations above."""
 
 ACTIVATION = "tanh"
 """The activation of a gated cell's candidate (and the LSTM's cell state); its gates are sigmoids."""

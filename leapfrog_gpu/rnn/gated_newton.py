@@ -4,18 +4,19 @@ Newton (DEER) solve, as ``newton`` solves the Elman cell's.
 The state s_t (S = n_l or 2 n_l) solves s_t = F(s_{t-1}, a^{l-1,t}), s_0 = 0. At the iterate s^(i), every step's
 F_t = F(s^(i)_{t-1}) and the state Jacobian J_t = ∂F/∂s_{t-1} there (``cells``: built whole, (S, S) per step and
 sample) linearize it into s_t = J_t s_{t-1} + c_t, c_t = F_t - J_t s^(i)_{t-1}, solved by the suffix scan on time
-reversed (``core.triangular.suffix_scan``). ``quasi=True`` keeps the diagonal of J_t (taken from the whole
-Jacobian: the scan is elementwise, the build is not); ``damping``, the reset to the Picard sweep on NaN or Inf,
-``warm_start``, the stops and the counters are ``TimeNewton``'s. Once a layer stops, a^l holds the iterate's h
-and the cell's gates (and c) its last evaluation, which the backward pass reads.
+reversed (``core.triangular.suffix_scan``). ``quasi=True`` keeps the diagonal of J_t, taken from the whole
+Jacobian and scanned as whole (S, S) matrices, zero off the diagonal: neither its build, its scan nor its memory is
+elementwise. ``damping``, the reset to the Picard sweep on NaN or Inf, ``warm_start``, the stops and the counters
+are ``TimeNewton``'s, the flops counted as ``step_flops`` and ``evaluation_flops`` say. Once a layer stops, a^l holds
+the iterate's h and the cell's gates (and c) its last evaluation, which the backward pass reads.
 """
 
 import numpy as np
 
 from ..core.checks import all_finite
 from ..core.convergence import relative
-from ..core.triangular import suffix_scan
-from .cells import ALL
+from ..core.triangular import round_sizes, scan_round_work, suffix_scan
+from .cells import ALL, GATES, STATE, WORK
 from .plan import flat
 
 
@@ -34,10 +35,29 @@ def buffers(p, quasi):
     return p.cache[key]
 
 
-def memory_needed(sizes, rows, tau, B, itemsize):
-    """Bytes of ``buffers`` for state widths ``sizes`` and the widest layer's G·N ``rows``."""
-    S = max(sizes[1:-1])
+def memory_needed(sizes, tau, B, itemsize, cell):
+    """Bytes of ``buffers`` for ``sizes`` (n_1..n_L) of ``cell`` at ``tau`` and ``B``: 2·tau·B·G·N + 4·tau·B·S +
+    2·tau·B·S^2 for the widest layer N and its state S (quasi's too: its Jacobians are built whole)."""
+    N = max(sizes[1:-1])
+    rows, S = GATES[cell] * N, STATE[cell] * N
     return (2 * tau * B * rows + 4 * tau * B * S + 2 * tau * B * S * S) * itemsize
+
+
+def evaluation_flops(N, tau, B, cell):
+    """Flops of an evaluation of a layer of width N: u h^{t-1} at every step but the first (h^0 = 0), the cell's
+    forward step but its biases (``cells.WORK``; they are in w x + b), and the residual's difference and square
+    per state element."""
+    G = GATES[cell]
+    return 2 * G * N * N * (tau - 1) * B + (WORK[cell].forward - G) * N * tau * B + 2 * STATE[cell] * N * tau * B
+
+
+def step_flops(N, tau, B, scan, cell, quasi):
+    """Flops of an iteration's step on a layer of width N, state S: the tau - 1 Jacobians (``cells.WORK``), quasi's
+    diagonal taken from them (S^2 a step), J_t s_{t-1} and c_t, then the rounds of ``scan`` (resolved) on (S, S)
+    matrices (quasi's too: its scan multiplies the whole matrices)."""
+    S, (a, b) = STATE[cell] * N, WORK[cell].jacobian
+    flops = (tau - 1) * B * (a * N * N + b * N) + ((S * S if quasi else 0) + 2 * S * S + S) * tau * B
+    return flops + sum(scan_round_work(m, kept, B, S)[0] for _, m, kept in round_sizes(scan, tau))
 
 
 def layer(solver, p, l, tol, limit, count, stalled, floor):
@@ -50,6 +70,7 @@ def layer(solver, p, l, tol, limit, count, stalled, floor):
     c, q = (x[: tau * B * S].reshape(tau, B, S, 1) for x in flats[2:])
     xp.matmul(p.w[l], flat(p.a[l - 1]), out=flat(pre))
     xp.add(flat(pre), p.b[l][:, None], out=flat(pre))
+    count["flops"] += 2 * rows * p.net.n[l - 1] * tau * B + rows * tau * B
     warm = solver.warm_start and all_finite(xp, p.a[l]) and (S == N or all_finite(xp, cell.c))
     if warm:
         xp.copyto(state[:N], p.a[l])
@@ -79,6 +100,7 @@ def _evaluate(p, l, cell, pre, uh, state, f, count):
     cell.evaluate(pre, uh, state, f)
     count["evaluations"] += 1
     count["rounds"] += 1
+    count["flops"] += evaluation_flops(N, p.tau, p.batch, p.net.cell)
     return relative(xp, f, state)
 
 
@@ -103,4 +125,5 @@ def _step(solver, p, l, cell, state, f, scan, count):
     xp.copyto(forwards, (J_forwards @ previous.transpose(1, 2, 0)[..., None])[..., 0].transpose(2, 0, 1))
     xp.subtract(f, forwards, out=forwards)  # c_t = F_t - J_t s_{t-1}
     count["rounds"] += suffix_scan(xp, xp.matmul, J, J_next, c, q, count["scan"])
+    count["flops"] += step_flops(N, tau, p.batch, count["scan"], p.net.cell, solver.quasi)
     xp.copyto(state, forwards)

@@ -123,7 +123,7 @@ class RNN(Layered):
     def state_sizes(self):
         """``[n_1, S_2, ..., S_{L-1}, n_L]``: the width of each recurrent layer's state over time (the LSTM's
         (h, c): 2 n_l), what the scans' matrices are made of."""
-        return [n * (STATE.get(self.cell, 1) if l in self.hidden else 1) for l, n in self.n.items()]
+        return [n * (STATE[self.cell] if l in self.hidden else 1) for l, n in self.n.items()]
 
     @property
     def recurrent(self):
@@ -234,17 +234,15 @@ class RNN(Layered):
     def _check_schedule(self, schedule):
         """As ``Network``'s; a gated cell's layers also refuse ``NaumovRNN``, by name."""
         schedule = super()._check_schedule(schedule)
-        if self.cell != "elman" and isinstance(schedule, NaumovRNN):
-            raise ValueError(f"NaumovRNN builds the Elman cell's layer operators from diag(sigma') (u^l)^T and has "
-                             f"none for a {self.cell.upper()} cell's state Jacobians; run BPTT(), Leapfrog(k), "
-                             "Wavefront() or TimeScan()")
+        if isinstance(schedule, NaumovRNN):
+            schedule.refuse_gated(self.cell)
         return schedule
 
     def _check_pass(self, schedule, shape):
         """A scan's memory check, before the plan of (tau, B) is made (``Leapfrog("auto")`` runs the BPTT
         chain, which allocates nothing more)."""
         if not schedule.auto:
-            resolve(schedule).check(self.state_sizes, *shape, self.dtype)
+            resolve(schedule).check(self.sizes, *shape, self.dtype, cell=self.cell)
 
     def _check_x(self, x):
         x, given = self._check_sequences("x", x, self.n[1], "the input of layer 1")

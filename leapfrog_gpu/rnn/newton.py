@@ -50,7 +50,7 @@ from ..core.triangular import (check_memory, check_scan, resolve_scan, round_siz
                                suffix_scan)
 from . import gated_newton
 from .plan import flat
-from .schedules import forward_flops
+from .schedules import check_cell, forward_flops
 
 
 STALL, PATIENCE = 100, 3
@@ -110,10 +110,13 @@ class TimeNewton(Solver):
         iteration's scan by ``scan`` (resolved)."""
         return sum(i * scan_rounds(scan, tau) + i + 1 for i in iterations)
 
-    def memory_needed(self, sizes, tau, B, itemsize):
-        """Bytes of the buffers beyond the pass's, for ``sizes`` at ``tau`` and ``B``, sized for the widest
-        recurrent layer n: w a^{l-1} + b, u a_{t-1} and f (3·tau·B·n), the scan's vectors (2·tau·B·n) and
-        its Jacobians in ping-pong (2·tau·B·n^2, or 2·tau·B·n with ``quasi``)."""
+    def memory_needed(self, sizes, tau, B, itemsize, *, cell="elman"):
+        """Bytes of the buffers beyond the pass's, for ``sizes`` of ``cell`` at ``tau`` and ``B``, sized for the
+        widest recurrent layer n: w a^{l-1} + b, u a_{t-1} and f (3·tau·B·n), the scan's vectors (2·tau·B·n) and
+        its Jacobians in ping-pong (2·tau·B·n^2, or 2·tau·B·n with ``quasi``); a gated cell's,
+        ``gated_newton.memory_needed``."""
+        if check_cell(cell) != "elman":
+            return gated_newton.memory_needed(sizes, tau, B, itemsize, cell)
         n = max(sizes[1:-1])
         return (5 * tau * B * n + 2 * tau * B * (n if self.quasi else n * n)) * itemsize
 
@@ -121,8 +124,9 @@ class TimeNewton(Solver):
         """Check the memory of a solve on pass ``p`` and allocate its buffers there (once per pass), before
         the solve is enqueued: called on the host, outside any stream."""
         sizes, saves = p.net.sizes, not self.quasi and p.net.cell == "elman"  # a gated cell's quasi builds J whole
+        cell = "" if p.net.cell == "elman" else f" ({p.net.cell.upper()})"
         needed = check_memory(repr(self), self._memory(p), self.memory_limit,
-                              f"sizes {list(sizes)} at tau={p.tau}, B={p.batch} ({p.net.dtype})",
+                              f"sizes {list(sizes)}{cell} at tau={p.tau}, B={p.batch} ({p.net.dtype})",
                               "the sequential forward (solver=None)", also=("quasi=True",) if saves else ())
         key = ("time-newton", self.quasi)
         if p.net.cell != "elman":
@@ -160,18 +164,14 @@ class TimeNewton(Solver):
                       "converged": max(final) <= tol, "tol": tol, "scan": count["scan"],
                       "flops": count["flops"], "memory_bytes": memory,
                       "sequential_rounds": len(p.net.hidden) * p.tau,
-                      "sequential_flops": forward_flops(p.net.sizes, p.tau, p.batch)}
+                      "sequential_flops": forward_flops(p.net.sizes, p.tau, p.batch, cell=p.net.cell)}
         if not self.stats["converged"]:
             where = " (where it stopped falling: the rounding of " + p.net.dtype + ")" if any(stuck) else ""
             self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}{where}", tol)
 
     def _memory(self, p):
-        """Bytes of this solve's buffers on pass ``p`` (a gated cell's: ``gated_newton``'s)."""
-        itemsize = np.dtype(p.net.dtype).itemsize
-        if p.net.cell == "elman":
-            return self.memory_needed(p.net.sizes, p.tau, p.batch, itemsize)
-        return gated_newton.memory_needed(p.net.state_sizes, max(p.net.rows(l) for l in p.net.hidden), p.tau,
-                                          p.batch, itemsize)
+        """Bytes of this solve's buffers on pass ``p``."""
+        return self.memory_needed(p.net.sizes, p.tau, p.batch, np.dtype(p.net.dtype).itemsize, cell=p.net.cell)
 
     def _layer(self, p, l, tol, limit, count):
         """Solve layer l in place in ``p.a[l]`` (with ``p.z[l]``, ``p.sp[l]`` of its last evaluation); return
@@ -224,23 +224,30 @@ class TimeNewton(Solver):
         return relative(xp, f, a)
 
     @staticmethod
-    def _evaluation_flops(n, tau, B):
-        """Flops of one evaluation of a layer of width n: u a_{t-1}, the add, sigma, sigma' and the residual."""
+    def _evaluation_flops(n, tau, B, cell="elman"):
+        """Flops of one evaluation of a layer of width n: u a_{t-1}, the add, sigma, sigma' and the residual (a gated
+        ``cell``'s: ``gated_newton.evaluation_flops``)."""
+        if cell != "elman":
+            return gated_newton.evaluation_flops(n, tau, B, cell)
         return 2 * n * n * (tau - 1) * B + 5 * n * tau * B
 
-    def _step_flops(self, n, tau, B, scan):
+    def _step_flops(self, n, tau, B, scan, cell="elman"):
         """Flops of one iteration's step on a layer of width n: the Jacobians and c, then the scan by ``scan``
-        (resolved): per round, m vector products J x + c and ``kept`` products J J."""
+        (resolved): per round, m vector products J x + c and ``kept`` products J J (a gated ``cell``'s:
+        ``gated_newton.step_flops``)."""
+        if cell != "elman":
+            return gated_newton.step_flops(n, tau, B, scan, cell, self.quasi)
         flops = (5 if self.quasi else 4 + 2 * n) * n * tau * B
         for _, m, kept in round_sizes(scan, tau):  # J x + c and J J: elementwise for quasi's diagonals
             flops += scan_round_work(m, kept, B, n, diagonal=self.quasi)[0]
         return flops
 
-    def iteration_flops(self, sizes, tau, B, backend="numpy"):
-        """Flops of one iteration (a step and an evaluation) of every recurrent layer of ``sizes`` at ``tau``
-        and ``B`` on ``backend`` (its name): the least a solve that does not start converged takes."""
+    def iteration_flops(self, sizes, tau, B, backend="numpy", *, cell="elman"):
+        """Flops of one iteration (a step and an evaluation) of every recurrent layer of ``sizes`` of ``cell`` at
+        ``tau`` and ``B`` on ``backend`` (its name): the least a solve that does not start converged takes."""
         scan = resolve_scan(self.scan, backend, self.quasi)
-        return sum(self._step_flops(n, tau, B, scan) + self._evaluation_flops(n, tau, B) for n in sizes[1:-1])
+        return sum(self._step_flops(n, tau, B, scan, check_cell(cell)) + self._evaluation_flops(n, tau, B, cell)
+                   for n in sizes[1:-1])
 
     def _step(self, p, l, ua, f, scan, count):
         """One Newton iteration: the new iterate, into p.a[l], solves a_t = J_t a_{t-1} + c_t by the scan,

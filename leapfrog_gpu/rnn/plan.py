@@ -194,7 +194,8 @@ class RNNPlan(plan.Plan):
         yield from schedule.chain(self)
         itemsize = np.dtype(self.dtype).itemsize
         schedule.stats = {"rounds": self.rounds,
-                          **schedule.counters(self.net.sizes, self.tau, self.batch, itemsize, self.backend.name)}
+                          **schedule.counters(self.net.sizes, self.tau, self.batch, itemsize, self.backend.name,
+                                              cell=self.net.cell)}
         self.net.stats = schedule.stats
         return schedule.stats
 

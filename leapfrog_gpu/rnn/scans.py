@@ -35,7 +35,7 @@ from ..core import triangular
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.triangular import ceil_log2, check_scan, resolve_scan, round_sizes, scan_rounds
 from . import state_scan
-from .schedules import RNNSchedule, bptt_counters
+from .schedules import RNNSchedule, bptt_counters, check_cell
 
 
 class ScanSchedule(RNNSchedule):
@@ -51,21 +51,22 @@ class ScanSchedule(RNNSchedule):
         options = [f"k={self.k}"] + (["fused=True"] if self.fused else [])
         return f"{type(self).__name__}({', '.join(options)}, memory_limit={self.memory_limit})"
 
-    def memory_needed(self, sizes, tau, B, itemsize):
-        """Bytes of the extra buffers this schedule holds for ``sizes`` at ``tau`` and ``B``."""
-        return self.elements(sizes, tau, B) * itemsize
+    def memory_needed(self, sizes, tau, B, itemsize, *, cell="elman"):
+        """Bytes of the extra buffers this schedule holds for ``sizes`` of ``cell`` at ``tau`` and ``B``."""
+        return self.elements(sizes, tau, B, cell=cell) * itemsize
 
     @staticmethod
-    def elements(sizes, tau, B):
+    def elements(sizes, tau, B, cell="elman"):
         raise NotImplementedError
 
-    def check(self, sizes, tau, B, dtype):
-        """Raise a ValueError naming the bytes needed when the buffers for ``sizes`` at ``tau`` and ``B``
-        would exceed ``memory_limit``: called before anything of the pass is allocated."""
+    def check(self, sizes, tau, B, dtype, *, cell="elman"):
+        """Raise a ValueError naming the bytes needed when the buffers for ``sizes`` of ``cell`` at ``tau`` and
+        ``B`` would exceed ``memory_limit``: called before anything of the pass is allocated."""
         others = ", ".join(name for name in ("BPTT()", "Leapfrog(k)", "Wavefront()", "TimeScan()")
                            if not name.startswith(type(self).__name__))
-        triangular.check_memory(type(self).__name__, self.memory_needed(sizes, tau, B, np.dtype(dtype).itemsize),
-                                self.memory_limit, f"sizes {list(sizes)} at tau={tau}, B={B} ({dtype})", others)
+        needed = self.memory_needed(sizes, tau, B, np.dtype(dtype).itemsize, cell=cell)
+        what = f"sizes {list(sizes)}{'' if cell == 'elman' else f' ({cell.upper()})'} at tau={tau}, B={B} ({dtype})"
+        triangular.check_memory(type(self).__name__, needed, self.memory_limit, what, others)
 
     def _buffers(self, p):
         """This schedule's flat buffers in ``p``: checked against ``memory_limit``, allocated on first use."""
@@ -76,10 +77,11 @@ class ScanSchedule(RNNSchedule):
             p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
         return p.cache[self.kind]
 
-    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
-        counters = bptt_counters(sizes, tau, B, itemsize)
-        flops, moved = self.work(sizes, tau, B, backend)
-        counters.update(flops=flops, bytes=moved * itemsize, memory_bytes=self.memory_needed(sizes, tau, B, itemsize))
+    def counters(self, sizes, tau, B, itemsize, backend="numpy", *, cell="elman"):
+        counters = bptt_counters(sizes, tau, B, itemsize, cell=cell)
+        flops, moved = self.work(sizes, tau, B, backend, cell=cell)
+        counters.update(flops=flops, bytes=moved * itemsize,
+                        memory_bytes=self.memory_needed(sizes, tau, B, itemsize, cell=cell))
         return counters
 
 
@@ -115,7 +117,9 @@ class TimeScan(ScanSchedule):
         return [matrices, matrices, tau * B * n, tau * B * n]
 
     @staticmethod
-    def elements(sizes, tau, B):
+    def elements(sizes, tau, B, cell="elman"):
+        if check_cell(cell) != "elman":
+            return state_scan.elements(sizes, tau, B, cell)
         return sum(TimeScan._sizes(sizes, tau, B))
 
     @staticmethod
@@ -125,7 +129,7 @@ class TimeScan(ScanSchedule):
     def chain(self, p):
         scan = resolve_scan(self.scan, p.backend.name)
         if p.net.cell != "elman":
-            self.check(p.net.state_sizes, p.tau, p.batch, p.net.dtype)
+            self.check(p.net.sizes, p.tau, p.batch, p.net.dtype, cell=p.net.cell)
             yield from state_scan.chain(p, scan)
             return
         buffers, launch = self._buffers(p), p.backend.launch
@@ -141,8 +145,9 @@ class TimeScan(ScanSchedule):
             launch(p.main, f"delta[{l}]", self._unload, p, l, buffers)
             yield l
 
-    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
-        return {**super().counters(sizes, tau, B, itemsize, backend), "scan": resolve_scan(self.scan, backend)}
+    def counters(self, sizes, tau, B, itemsize, backend="numpy", *, cell="elman"):
+        counters = super().counters(sizes, tau, B, itemsize, backend, cell=cell)
+        return {**counters, "scan": resolve_scan(self.scan, backend)}
 
     @staticmethod
     def _views(p, l, buffers):
@@ -220,11 +225,14 @@ class TimeScan(ScanSchedule):
         _, _, C, _ = TimeScan._views(p, l, buffers)
         p.xp.copyto(p.delta[l], C[..., 0].transpose(2, 0, 1))
 
-    def work(self, sizes, tau, B, backend="numpy"):
+    def work(self, sizes, tau, B, backend="numpy", *, cell="elman"):
         """Flops and elements moved: c^l as in BPTT, then per round its vector and matrix products, the first
         round's factored (its matrix products built from sigma' and u). Reduction also multiplies its
-        factored vectors by sigma' and copies each product A A back into place."""
+        factored vectors by sigma' and copies each product A A back into place. A gated ``cell``'s:
+        ``state_scan.work``."""
         scan = resolve_scan(self.scan, backend)
+        if check_cell(cell) != "elman":
+            return state_scan.work(sizes, tau, B, scan, cell)
         copy = int(scan == "reduction")
         flops = moved = 0
         for l in range(2, len(sizes)):
@@ -265,8 +273,17 @@ class NaumovRNN(ScanSchedule):
         return [K * B * M * M, K * B * M * M, (K - 1) * B * M * M, (K - 1) * B * M * M, K * B * M, K * B * M]
 
     @staticmethod
-    def elements(sizes, tau, B):
+    def elements(sizes, tau, B, cell="elman"):
+        NaumovRNN.refuse_gated(cell)
         return sum(NaumovRNN._sizes(sizes, tau, B))
+
+    @staticmethod
+    def refuse_gated(cell):
+        """A ValueError for a gated ``cell`` (``RNN`` raises it too): this schedule has no layer operators for it."""
+        if check_cell(cell) != "elman":
+            raise ValueError(f"NaumovRNN builds the Elman cell's layer operators from diag(sigma') (u^l)^T and has "
+                             f"none for a {cell.upper()} cell's state Jacobians; run BPTT(), Leapfrog(k), "
+                             "Wavefront() or TimeScan()")
 
     @staticmethod
     def rounds_formula(K, tau):
@@ -338,8 +355,10 @@ class NaumovRNN(ScanSchedule):
         N = V.shape[2] // tau
         p.xp.copyto(p.delta[l], V[i].reshape(B, tau, N)[:, :, : p.net.n[l]].transpose(2, 1, 0))
 
-    def work(self, sizes, tau, B, backend="numpy"):
-        """Flops and elements moved: building N, D, c; the time rounds; the rounds over layers."""
+    def work(self, sizes, tau, B, backend="numpy", *, cell="elman"):
+        """Flops and elements moved: building N, D, c; the time rounds; the rounds over layers (the Elman
+        ``cell``'s alone)."""
+        self.refuse_gated(cell)
         K, M = len(sizes) - 2, tau * max(sizes[1:-1])
         built = 2 * K * B * M * M  # the fills and the blocks written into them
         _, time_flops, time_moved = triangular.neumann_work(tau, B, M, columns=(M,) * (K - 1) + (1,), squares=K)

@@ -28,12 +28,16 @@ for E_{l-1}, not E_l (u^l and b^l are last read before E_l).
 Each schedule keeps ``stats`` of its last pass: ``rounds`` (counted as it enqueued them), ``flops`` and
 ``bytes`` of its chain (each operand read once, each result written once), ``memory_bytes`` (what it
 holds beyond the pass's buffers), and the chain's ``sequential_*`` counterparts (BPTT's) to set them
-against; ``rounds_formula`` gives the same rounds in closed form.
+against; ``rounds_formula`` gives the same rounds in closed form. The counters take the network's
+``cell`` (``counters(..., cell=...)``, ``bptt_counters``, ``forward_flops``, ``gradient_flops``): its G·n_l rows
+of w^l and u^l and the elementwise work of its steps (``cells.WORK``).
 """
 
 
 from ..core import calibrate
+from ..core.functions import choose
 from ..core.schedules import Leapfrog, Schedule, Sequential
+from .cells import CELLS, GATES, WORK
 
 
 class RNNSchedule(Schedule):
@@ -49,7 +53,7 @@ class RNNSchedule(Schedule):
         options = ([f"k={self.k}"] if self.k else []) + (["fused=True"] if self.fused else [])
         return f"{type(self).__name__}({', '.join(options)})"
 
-    def check(self, sizes, tau, B, dtype):
+    def check(self, sizes, tau, B, dtype, *, cell="elman"):
         """Raise before anything of a pass at ``tau`` and ``B`` is allocated if this schedule cannot run it."""
 
     def chain(self, p):
@@ -61,10 +65,10 @@ class RNNSchedule(Schedule):
     def rounds_formula(K, tau):
         raise NotImplementedError
 
-    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
-        """Flops, bytes and memory of this schedule's chain on ``backend`` (its name); the BPTT chain's by
-        default."""
-        return bptt_counters(sizes, tau, B, itemsize)
+    def counters(self, sizes, tau, B, itemsize, backend="numpy", *, cell="elman"):
+        """Flops, bytes and memory of this schedule's chain for ``sizes`` of ``cell`` on ``backend`` (its name); the
+        BPTT chain's by default."""
+        return bptt_counters(sizes, tau, B, itemsize, cell=cell)
 
 
 class BPTT(RNNSchedule):
@@ -172,10 +176,10 @@ class Wavefront(RNNSchedule):
         K, N = len(sizes) - 2, max(sizes[1:])
         return [K * N * N, K * N * N, (K + 1) * (tau + K) * N * B, K * (tau + K) * N * B, K * N * B]
 
-    def memory_needed(self, sizes, tau, B, itemsize):
-        """Bytes of the stacked weights, the skewed delta and sigma' and the scratch, for ``sizes`` at
-        ``tau`` and ``B``."""
-        return sum(self._elements(sizes, tau, B)) * itemsize
+    def memory_needed(self, sizes, tau, B, itemsize, *, cell="elman"):
+        """Bytes of the stacked weights, the skewed delta and sigma' and the scratch, for ``sizes`` at ``tau`` and
+        ``B``; none for a gated ``cell``, whose rounds run on the pass's own buffers."""
+        return sum(self._elements(sizes, tau, B)) * itemsize if check_cell(cell) == "elman" else 0
 
     @staticmethod
     def _buffers(p):
@@ -223,46 +227,67 @@ class Wavefront(RNNSchedule):
     def rounds_formula(K, tau):
         return K + tau - 1 if K else 0
 
-    def counters(self, sizes, tau, B, itemsize, backend="numpy"):
+    def counters(self, sizes, tau, B, itemsize, backend="numpy", *, cell="elman"):
         """BPTT's flops over the padded width N; w^{l+1} is read once per round rather than once per layer,
-        and the stacks are what it holds."""
+        and the stacks are what it holds. A gated ``cell``: BPTT's flops and memory, w^{l+1} read at every cell."""
         K, N = len(sizes) - 2, max(sizes[1:])
-        counters = bptt_counters(sizes, tau, B, itemsize)
+        counters = bptt_counters(sizes, tau, B, itemsize, cell=cell)
+        if cell != "elman":
+            again = sum((tau - 1) * sizes[l - 1] * rows(sizes, l + 1, cell) for l in range(2, len(sizes)))
+            counters["bytes"] += again * itemsize
+            return counters
         counters["flops"] = K * tau * (4 * N * N + 2 * N) * B
         counters["bytes"] = (K * tau * (2 * N * N + 5 * N * B) + 2 * K * N * N + 2 * K * tau * N * B) * itemsize
         counters["memory_bytes"] = self.memory_needed(sizes, tau, B, itemsize)
         return counters
 
 
-def bptt_counters(sizes, tau, B, itemsize, output="every"):
-    """Flops and bytes of the BPTT chain for ``sizes`` (n_1..n_L) at ``tau`` and ``B``: per layer l,
-    (w^{l+1})^T delta^{l+1} over tau*B columns, then per step (u^l)^T delta^{l,t+1} and sigma' * (.)."""
-    n = dict(enumerate(sizes, start=1))
+def check_cell(cell):
+    """``cell`` if it names one of ``cells.CELLS``, else a TypeError or ValueError that names them."""
+    return choose("cell", cell, CELLS)
+
+
+def rows(sizes, l, cell="elman"):
+    """The rows of w^l and delta^l for ``sizes`` (n_1..n_L): G·n_l in a recurrent layer of a G-gate ``cell``, n_L at
+    the output."""
+    return sizes[l - 1] * (GATES[cell] if l < len(sizes) else 1)
+
+
+def bptt_counters(sizes, tau, B, itemsize, output="every", cell="elman"):
+    """Flops and bytes of the BPTT chain for ``sizes`` (n_1..n_L) of ``cell`` at ``tau`` and ``B``: per layer l of
+    width N and G gates, (w^{l+1})^T delta^{l+1} over tau*B columns, then per step t > 1 (u^l)^T delta_u^{l,t}
+    (G·N rows) into dh^{t-1} with what the step carries, and at every step the deltas from dh^t (``cells.WORK``:
+    the Elman cell's sigma' * (.))."""
+    G, step = GATES[check_cell(cell)], WORK[cell]
     flops = moved = 0
     for l in range(2, len(sizes)):
-        flops += 2 * n[l] * n[l + 1] * tau * B + (tau - 1) * (2 * n[l] ** 2 + n[l]) * B + tau * n[l] * B
-        moved += n[l] * n[l + 1] + (n[l + 1] + n[l]) * tau * B
-        moved += (tau - 1) * (n[l] ** 2 + 3 * n[l] * B) + 3 * tau * n[l] * B
+        N, above = sizes[l - 1], rows(sizes, l + 1, cell)
+        flops += 2 * N * above * tau * B + (tau - 1) * (2 * G * N * N + step.carried * N) * B
+        flops += step.backward * N * tau * B
+        moved += N * above + (above + N) * tau * B
+        moved += (tau - 1) * (G * N * N + (G + 2 + step.carried_moved) * N * B) + step.moved * N * tau * B
     return {"flops": flops, "bytes": moved * itemsize, "memory_bytes": 0,
             "sequential_flops": flops, "sequential_bytes": moved * itemsize}
 
 
-def forward_flops(sizes, tau, B):
-    """Flops of the sequential forward pass of the recurrent layers of ``sizes`` at ``tau`` and ``B``: per
-    layer, w^l a^{l-1} over tau*B columns, u^l a^{l,t-1} at every step but the first, the bias, sigma and
-    sigma'."""
-    n = dict(enumerate(sizes, start=1))
-    return sum(2 * n[l] * n[l - 1] * tau * B + 2 * n[l] ** 2 * (tau - 1) * B + 5 * n[l] * tau * B
-               for l in range(2, len(sizes)))
+def forward_flops(sizes, tau, B, cell="elman"):
+    """Flops of the sequential forward pass of the recurrent layers of ``sizes`` of ``cell`` at ``tau`` and ``B``:
+    per layer, w^l a^{l-1} over tau*B columns, u^l a^{l,t-1} at every step but the first (a^{l,0} = 0), both of
+    G·n_l rows, and the step's elementwise rest (``cells.WORK``: the Elman cell's bias, sigma and sigma')."""
+    G, step = GATES[check_cell(cell)], WORK[cell]
+    return sum(2 * G * N * sizes[l - 2] * tau * B + 2 * G * N * N * (tau - 1) * B + step.forward * N * tau * B
+               for l, N in enumerate(sizes[1:-1], start=2))
 
 
-def gradient_flops(sizes, tau, B, outputs):
-    """Flops of nabla_w, nabla_u, nabla_b of every layer (the work the workers take off the chain)."""
-    n = dict(enumerate(sizes, start=1))
-    L, flops = len(sizes), 0
+def gradient_flops(sizes, tau, B, outputs, cell="elman"):
+    """Flops of nabla_w, nabla_u, nabla_b of every layer of ``cell`` (G·n_l rows; a GRU's nabla_b_hn, a sum of n_l
+    rows, too): the work the workers take off the chain."""
+    G, L, flops = GATES[check_cell(cell)], len(sizes), 0
     for l in range(2, L):
-        flops += 2 * n[l] * n[l - 1] * tau * B + 2 * n[l] ** 2 * (tau - 1) * B + n[l] * tau * B
-    return flops + 2 * n[L] * n[L - 1] * outputs * B + n[L] * outputs * B
+        N = sizes[l - 1]
+        flops += 2 * G * N * sizes[l - 2] * tau * B + 2 * G * N * N * (tau - 1) * B + G * N * tau * B
+        flops += N * tau * B if cell == "gru" else 0
+    return flops + 2 * sizes[L - 1] * sizes[L - 2] * outputs * B + sizes[L - 1] * outputs * B
 
 
 def resolve(schedule, plan=None):

@@ -9,7 +9,9 @@ round for the vectors and the Jacobians, then the scan's ceil(log2 tau) (doublin
 """
 
 from ..core import triangular
-from .cells import ALL
+from ..core.triangular import round_sizes, scan_round_work
+from .cells import ALL, GATES, STATE, WORK
+from .schedules import rows
 
 
 def chain(p, scan):
@@ -70,3 +72,31 @@ def unload(p, l, C):
         cell.deltas(ALL, C[:, :, n:, 0].transpose(2, 0, 1).copy())
     else:
         cell.deltas(ALL)
+
+
+def elements(sizes, tau, B, cell):
+    """Elements of the buffers of ``views`` for ``sizes`` (n_1..n_L) of ``cell``: 2·tau·B·S^2 + 2·tau·B·S, S the
+    widest state (``cells.STATE``)."""
+    S = STATE[cell] * max(sizes[1:-1])
+    return 2 * tau * B * (S * S + S)
+
+
+def work(sizes, tau, B, scan, cell):
+    """Flops and elements moved by the chain of ``sizes`` of ``cell`` at ``tau`` and ``B``, by ``scan`` (resolved), per
+    layer of width N, G gates and state S: (w^{l+1})^T delta^{l+1} into the vectors (S wide); the tau - 1 Jacobians
+    (``cells.WORK``: u and each step's gates and states read, S^2 per sample written); the rounds (``core.triangular``,
+    on (S, S) matrices); lambda_h copied out and every step's deltas (as BPTT's steps)."""
+    flops = moved = 0
+    G, step = GATES[cell], WORK[cell]
+    a, b = step.jacobian
+    for l in range(2, len(sizes)):
+        N, above = sizes[l - 1], rows(sizes, l + 1, cell)
+        S = STATE[cell] * N
+        flops += 2 * N * above * tau * B + (tau - 1) * B * (a * N * N + b * N) + step.backward * N * tau * B
+        moved += N * above + (above + S) * tau * B  # w^{l+1} and delta^{l+1} read, the vectors written
+        moved += G * N * N + (tau - 1) * B * ((G + 2) * N + S * S)
+        for _, m, kept in round_sizes(scan, tau):
+            round_flops, elements = scan_round_work(m, kept, B, S, copy=scan == "reduction")
+            flops, moved = flops + round_flops, moved + elements
+        moved += 2 * N * tau * B + step.moved * N * tau * B
+    return flops, moved

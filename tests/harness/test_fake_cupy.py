@@ -161,6 +161,35 @@ def test_operations_go_on_the_current_stream_and_views_share_memory(standin):
     assert float(a[0, 1]) == 1.0 and a[2].shape == (4,)
 
 
+def test_eye_concatenate_swapaxes_and_matmul_are_cupys_and_go_on_the_current_stream(standin):
+    """What the gated cells' scans call: ``cupy.eye``, ``cupy.concatenate``, ``ndarray.swapaxes`` (a view) and ``@``
+    (cuBLAS), each enqueued on the current stream and equal to NumPy's."""
+    stream = standin.cuda.Stream(non_blocking=True)
+    host = np.arange(24.0).reshape(2, 3, 4)
+    a = standin.asarray(host)
+    standin.cuda.Device().synchronize()
+    with stream:
+        eye = standin.eye(3, dtype=np.float32)
+        shifted = standin.eye(3, 4, k=1)
+        joined = standin.concatenate([a[:, :1], a], axis=1)
+        flat = standin.concatenate([a[0], a[1, :1]], axis=None)
+        swapped = a.swapaxes(-1, -2)
+        product = swapped @ a
+    assert standin.pending() >= 6 and swapped._alloc is a._alloc
+    np.testing.assert_array_equal(eye.get(stream=stream), np.eye(3, dtype=np.float32))
+    assert eye.dtype == np.float32 and shifted.dtype == np.float64
+    np.testing.assert_array_equal(shifted.get(stream=stream), np.eye(3, 4, k=1))
+    np.testing.assert_array_equal(joined.get(stream=stream), np.concatenate([host[:, :1], host], axis=1))
+    np.testing.assert_array_equal(flat.get(stream=stream), np.concatenate([host[0], host[1, :1]], axis=None))
+    np.testing.assert_array_equal(product.get(stream=stream), host.swapaxes(-1, -2) @ host)
+    with pytest.raises(ValueError):
+        standin.concatenate([a, a[:, :, :1]], axis=1)
+    with pytest.raises(TypeError, match="only takes `out` or `dtype`"):
+        standin.concatenate([a, a], out=standin.empty((4, 3, 4)), dtype=np.float32)
+    with pytest.raises(TypeError, match="expected cupy.ndarray"):
+        standin.concatenate([a, host])
+
+
 # -- the pool ---------------------------------------------------------------------------------------
 
 

@@ -199,3 +199,33 @@ def test_gated_training_steps_agree_bitwise_across_bptt_and_leapfrog(standin, ba
         assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want)), repr(schedule)
     kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
     assert {f"{cell}_forward_f32", f"{cell}_backward_f32"} <= kernels
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_gated_schedules_and_solvers_run_on_the_standin(standin, backend, cell):
+    """Every schedule and solver a gated cell takes, on the CuPy backend's code: the gradients of BPTT(),
+    Leapfrog(2), Wavefront() and TimeScan() (both scans), and the forward of TimeNewton() (Newton and quasi) with
+    the gradients on it, against the float64 reference."""
+    from leapfrog_gpu import TimeNewton
+
+    sizes, tau = [3, 5, 4, 2], 6
+    x, y = batch(sizes, 2, 0, tau=tau, output="every")
+    with RNN(sizes, cell=cell, output="every", dtype="float64", backend=backend, seed=5) as net:
+        params = gated_lists(net)
+        want_out = gated_reference.feedforward(cell, *params, x, output="every")
+        want = gated_reference.backprop(cell, *params, x, y, output="every")
+        runs = [(schedule, None) for schedule in (BPTT(), Leapfrog(2), Wavefront(), TimeScan(k=1),
+                                                  TimeScan(k=1, scan="reduction"))]
+        runs += [(BPTT(), TimeNewton(quasi=quasi, scan=scan)) for quasi in (False, True)
+                 for scan in ("doubling", "reduction")]
+        for schedule, solver in runs:
+            what = f"{schedule!r} {solver!r}"
+            if solver is not None:
+                got_out = net.feedforward(x, solver=solver).get()
+                np.testing.assert_allclose(got_out, want_out, rtol=1e-10, atol=1e-12, err_msg=what)
+                assert solver.stats["converged"], what
+            got = net.gradients(x, y, schedule, solver=solver)
+            for l, named in want.items():
+                for name, value in named.items():
+                    np.testing.assert_allclose(got[l][name].get(), value, rtol=1e-10, atol=1e-12,
+                                               err_msg=f"{what} {l} {name}")

@@ -1,8 +1,9 @@
 """Arrays of the stand-in: ``cupy.ndarray``, its creation functions, ufuncs, reductions and ``matmul``.
 
-Every creation (``asarray``, ``array``, ``empty``, ``zeros``, ``ones``, ``full``, the ``*_like``s, ``copy``,
-``astype``), ufunc, reduction, ``copyto``, ``fill``, slice assignment and ``matmul``/``dot`` is enqueued on
-the *current* stream and allocates from the pool on the current stream. ``get(stream=None)`` copies on
+Every creation (``asarray``, ``array``, ``empty``, ``zeros``, ``ones``, ``full``, ``eye``, the ``*_like``s,
+``copy``, ``astype``, ``concatenate``), ufunc, reduction, ``copyto``, ``fill``, slice assignment and
+``matmul``/``dot``/``@`` is enqueued on the *current* stream and allocates from the pool on the current stream.
+``transpose``, ``swapaxes``, ``reshape`` (where it can) and basic indexing give views. ``get(stream=None)`` copies on
 the current (or given) stream and synchronizes that stream only; ``bool``/``float``/``int``/``item``/
 ``repr`` go through it. ``set(arr, stream=None)`` wants the same dtype (``TypeError``) and shape
 (``ValueError``); it reads a pinned source (``cuda.alloc_pinned_memory``) when the copy runs and a
@@ -121,6 +122,9 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     def transpose(self, *axes):
         return ndarray._wrap(self._a.transpose(*axes), self._alloc)
+
+    def swapaxes(self, axis1, axis2):
+        return ndarray._wrap(self._a.swapaxes(axis1, axis2), self._alloc)
 
     def reshape(self, *shape, order="C"):
         shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape
@@ -246,6 +250,8 @@ for _name, _ufunc_name in (("add", "add"), ("sub", "subtract"), ("mul", "multipl
 for _name, _ufunc_name in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
                            ("eq", "equal"), ("ne", "not_equal")):
     setattr(ndarray, f"__{_name}__", _operator(_ufunc_name))
+ndarray.__matmul__ = lambda self, other: matmul(self, other)
+ndarray.__rmatmul__ = lambda self, other: matmul(other, self)
 ndarray.__neg__ = _operator("negative")
 ndarray.__abs__ = _operator("absolute")
 
@@ -355,6 +361,27 @@ def matmul(a, b, out=None):
     return out
 
 
+def concatenate(tup, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    """The arrays of ``tup`` joined along ``axis`` (None: flattened first), one copy of each into ``out``."""
+    parts = [part.ravel() if axis is None else part for part in tup]
+    for part in parts:
+        if not isinstance(part, ndarray):
+            raise TypeError(f"concatenate: expected cupy.ndarray operands; got {type(part)}")
+    if out is not None and dtype is not None:
+        raise TypeError("concatenate() only takes `out` or `dtype` as an argument, but both were provided.")
+    axis = 0 if axis is None else axis % parts[0].ndim
+    shape = np.concatenate([np.empty(part.shape, np.int8) for part in parts], axis).shape  # checks the shapes
+    if out is None:
+        out = _new(shape, np.result_type(*(part.dtype for part in parts)) if dtype is None else dtype)
+    elif not isinstance(out, ndarray) or out.shape != shape:
+        raise ValueError(f"concatenate: out must be a cupy.ndarray of shape {shape}")
+    start = 0
+    for part in parts:
+        copyto(out[(slice(None),) * axis + (slice(start, start + part.shape[axis]),)], part, casting=casting)
+        start += part.shape[axis]
+    return out
+
+
 def dot(a, b, out=None):
     return matmul(a, b, out=out)
 
@@ -398,6 +425,14 @@ def ones(shape, dtype=float, order="C"):
 
 def full(shape, fill_value, dtype=None, order="C"):
     return _filled(shape, fill_value, np.result_type(fill_value) if dtype is None else dtype, order)
+
+
+def eye(N, M=None, k=0, dtype=float, order="C"):
+    out = _new((N, N if M is None else M), dtype, order)
+    target = out._a
+    queues.enqueue(queues.device.stack[-1], "eye", lambda: np.copyto(target, np.eye(N, M, k, target.dtype)),
+                   writes=[out])
+    return out
 
 
 def empty_like(a, dtype=None):

@@ -137,14 +137,15 @@ def _skipped(net, tau, B, measured, solvers, max_gflop):
 
     skipped, itemsize, device = {}, np.dtype(net.dtype).itemsize, net.backend.name
     for name, schedule in measured.items():
-        counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device)
-        if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
-            skipped[name] = skipped[step_name(name)] = over(counters["flops"])
         if net.cell != "elman" and name == NaumovRNN.name:
             why = f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
             skipped[name] = skipped[step_name(name)] = why
+            continue
+        counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device, cell=net.cell)
+        if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
+            skipped[name] = skipped[step_name(name)] = over(counters["flops"])
     for name in dict.fromkeys(solvers):
-        flops = make_solver("rnn", name).iteration_flops(net.sizes, tau, B, device)
+        flops = make_solver("rnn", name).iteration_flops(net.sizes, tau, B, device, cell=net.cell)
         if flops > max_gflop * 1e9:
             skipped[step_name(name)] = over(flops, "an iteration takes ")
     return skipped
@@ -155,7 +156,7 @@ def _backward(net, plan, schedule):
     returns its counters (a schedule that refuses the pass raises ``ValueError``: its memory check)."""
     def call():
         resolved = resolve(schedule, plan)
-        resolved.check(net.sizes, plan.tau, plan.batch, net.dtype)
+        resolved.check(net.sizes, plan.tau, plan.batch, net.dtype, cell=net.cell)
         return dict(plan.run(resolved))
 
     return call
@@ -164,7 +165,8 @@ def _backward(net, plan, schedule):
 def _step(net, x, y, schedule, solver):
     """The SGD step of ``net`` under ``schedule``, its forward pass by ``solver`` (None: step by step): a call
     that returns the counters of its forward pass and its chain together."""
-    sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, x.shape[0], x.shape[2])}
+    sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, x.shape[0], x.shape[2],
+                                                                                cell=net.cell)}
 
     def call():
         net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))

@@ -38,6 +38,9 @@ class Layered(Network):
         return {"network": type(self).__name__, "dtype": self.dtype, "sizes": self.sizes, "activation": self.activation,
                 "cost": self.cost, "output_activation": self.output_activation}
 
+    def _outputs(self):
+        return self.n[self.L], self.output_activation
+
     def _draw(self, rng, rows=None):
         """w^l ~ N(0, 1/n_{l-1}) and b^l ~ N(0, 1) for l = 2..L, from ``rng``, in that order, on the backend;
         ``rows(l)``: the rows of w^l and b^l (default n_l)."""

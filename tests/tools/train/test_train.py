@@ -19,6 +19,7 @@ import no_gpu_cupy
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
 from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.core import fitting
 from leapfrog_gpu.mlp.network import MLP
 
 
@@ -208,10 +209,10 @@ def test_teacher_regression(tmp_path, capsys):
 
 def test_progress_bar_and_batch_loss(capsys, monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    monkeypatch.setattr(train_loop, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
+    monkeypatch.setattr(fitting, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
     assert cli("--hidden", "4x16", "--epochs", 1) == 0
     captured = capsys.readouterr()
-    assert "epoch 1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
+    assert "epoch 1/1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
     header, epoch, _ = captured.out.splitlines()[1:]
     assert " Leapfrog(k=2) | " in header and epoch.startswith("epoch 1/1  train loss ") and epoch.endswith(" samples/s")
 
@@ -310,7 +311,7 @@ def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, m
     assert cli(*SMALL[:2], "--epochs", 1) == 130
     err = capsys.readouterr().err
     before, said, _ = err.partition("leapfrog-train: interrupted at epoch 1, step 20")
-    assert said and "epoch 1:" in before, err  # the bar was shown
+    assert said and "epoch 1/1:" in before, err  # the bar was shown
     *_, bar, line = re.split(r"[\r\n]", before)
     assert line == "" and bar.strip() == "", f"the line is written onto the bar's: {err!r}"
 

@@ -43,9 +43,10 @@ import warnings
 
 import numpy as np
 
+from ... import datasets
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
-from . import checkpoint, data, models
+from . import checkpoint, models
 from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
@@ -53,7 +54,7 @@ from .metrics import in_words, measured
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
 
-SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
+SETUP_ERRORS = (UsageError, datasets.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
 PEERS_INTERRUPTED = 10.0

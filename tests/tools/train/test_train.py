@@ -18,6 +18,7 @@ from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, pa
 import no_gpu_cupy
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
+from leapfrog_gpu import datasets
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.core import fitting
 from leapfrog_gpu.mlp.network import MLP
@@ -504,8 +505,9 @@ def sigint_at_its_default():
 
 
 def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
-    code = ("import signal, sys; from leapfrog_gpu.tools.train import command as train, data;"
-            "data.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
+    code = ("import signal, sys; from leapfrog_gpu import datasets; "
+            "from leapfrog_gpu.tools.train import command as train;"
+            "datasets.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
             f"sys.exit(train.main(['--checkpoint-dir', {str(tmp_path)!r}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           preexec_fn=sigint_at_its_default)
@@ -616,7 +618,7 @@ def _mnist_files(directory, break_it):
     arrays = {"x_train": rng.integers(0, 256, (9, 5, 5)), "y_train": rng.integers(0, 10, 9),
               "x_test": rng.integers(0, 256, (4, 5, 5)), "y_test": rng.integers(0, 10, 4)}
     break_it(arrays)
-    for role, stem in train.data.MNIST_FILES.items():
+    for role, stem in datasets.MNIST_FILES.items():
         array = np.asarray(arrays[role], dtype=np.uint8)
         header = bytes([0, 0, 8, array.ndim]) + b"".join(n.to_bytes(4, "big") for n in array.shape)
         (directory / (stem + ".gz")).write_bytes(gzip.compress(header + array.tobytes()))

@@ -145,9 +145,9 @@ class Fitting:
         self._synchronize()
         seconds = time.perf_counter() - start
         metrics = {"epoch": self.epoch + 1, "step": self.step,
-                   "train_loss": self._finite(evaluate(net, x, y, self.eval_batch, self.solver)["loss"])}
+                   "train_loss": self._finite(_score(net, x, y, self.eval_batch, self.solver)["loss"])}
         if self.validation is not None:
-            scored = evaluate(net, *self.validation, self.eval_batch, self.solver)
+            scored = _score(net, *self.validation, self.eval_batch, self.solver)
             metrics.update({f"test_{name}": value for name, value in scored.items()})
         metrics.update(samples_per_s=done / seconds, seconds=seconds)
         self.epoch, self.step_in_epoch = self.epoch + 1, 0
@@ -175,7 +175,11 @@ def evaluate(net, x, y, batch_size=EVAL_BATCH, solver=None):
 
     ``feedforward`` runs ``batch_size`` samples at a time, by ``solver`` where the network takes one. A
     data-parallel network (``net.comm``) scores its rank's share of the samples and sums across ranks."""
-    x, y = _checked(net, x, y)
+    return _score(net, *_checked(net, x, y), batch_size, solver)
+
+
+def _score(net, x, y, batch_size, solver):
+    """``evaluate`` on a batch already checked (``_checked``)."""
     y = np.asarray(to_host(y), dtype=np.float64)
     samples, values = x.shape[-1], y.size
     labels = _labels(y)

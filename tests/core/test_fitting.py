@@ -14,7 +14,7 @@ import pytest
 
 from helpers import assert_bitwise_equal
 from networks import NAMES, network, network_batch
-from leapfrog_gpu import MLP, RNN, SGD, Adam, DagNet, Dense, Leapfrog, reference
+from leapfrog_gpu import MLP, RNN, SGD, Adam, Add, DagNet, Dense, Leapfrog, reference
 from leapfrog_gpu.core import fitting
 from leapfrog_gpu.rnn import reference as rnn_reference
 
@@ -144,6 +144,19 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step(monkeypatch):
     with MLP([4, 8, 2], activation="relu", dtype="float64", backend="numpy", output_activation="identity") as net:
         with pytest.raises(FloatingPointError, match=r"^the training loss is (inf|nan) after epoch 1, step 1$"):
             net.fit(x, y, 2, 10, 1e200, progress=False)
+
+
+def test_a_refused_update_stops_the_run_at_its_step():
+    """``check_finite``: w^2 x overflows at the first step, whose update is refused: the run stops there, the
+    parameters as they were."""
+    with MLP([2, 3, 2], activation="relu", dtype="float64", backend="numpy", output_activation="identity",
+             check_finite=True) as net:
+        net.set_parameters({2: {"w": np.full((3, 2), 1e200)}})
+        before = host(net.parameters())
+        with pytest.raises(FloatingPointError, match=r"^at epoch 1, step 0: nabla_w\[3\] holds NaN or Inf; update "
+                                                     r"refused, parameters unchanged$"):
+            net.fit(np.full((2, 6), 1e200), np.zeros((2, 6)), 2, 3, 0.1, progress=False)
+        assert_bitwise_equal(host(net.parameters()), before)
 
 
 # -- evaluate and predict -----------------------------------------------------------------------------------
@@ -305,6 +318,10 @@ def test_labels_for_an_output_that_is_not_one_of_classes_are_refused_with_the_hi
             net.fit(x, labels, 1, 5, 0.1)
     assert str(raised.value) == ("y must have shape (3, 5) for an MLP of identity outputs: class labels of shape (5,) "
                                  "are one-hot encoded for outputs of classes (sigmoid, tanh or relu) only; pass targets")
+    summed = DagNet(4, [("h", Dense(3, "tanh"), "x"), ("g", Dense(3, "sigmoid"), "h"), ("out", Add(), ["g", "h"])],
+                    dtype="float64", backend="numpy")
+    with summed, pytest.raises(ValueError, match=r"^y must have shape \(3, 5\) for a DagNet of Add\(\) outputs"):
+        summed.fit(x, labels, 1, 5, 0.1)
     with RNN([4, 6, 3], "tanh", "quadratic", "every", dtype="float64", backend="numpy", output_activation="identity") \
             as net, pytest.raises(ValueError, match=r"^y must have shape \(6, 3, 5\) for an RNN of identity outputs"):
         net.gradients(np.zeros((6, 4, 5)), np.zeros((6, 5), dtype=int))

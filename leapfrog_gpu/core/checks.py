@@ -87,7 +87,7 @@ def targets(xp, y, shape, outputs, activation, dtype, noun):
     relu: not identity, a regression's), the one-hot targets of integer class labels in 0..outputs-1, in
     ``dtype``, on the device ``y`` is on. ``y`` as given where its shape is another; a ValueError with the hint
     to one-hot encode where it has that shape but cannot be class labels."""
-    if np.shape(y) != tuple(shape):
+    if y is None or np.shape(y) != tuple(shape):
         return y
     y = real_array(xp, "y", y)
     if outputs == 1:

@@ -260,6 +260,17 @@ def test_integer_labels_step_as_their_one_hot_targets(kind):
     assert_bitwise_equal(got["int32"], got["one-hot"])
 
 
+def test_one_sample_takes_its_class_as_a_number():
+    """x (n_1,) and y 2: the one-hot column (0, 0, 1); its output is still a^L of that one sample."""
+    x = np.random.default_rng(9).random(4)
+    with MLP([4, 6, 3], dtype="float64", backend="numpy") as net:
+        given, one_hot = net.gradients(x, 2), net.gradients(x, [0.0, 0.0, 1.0])
+        assert_bitwise_equal(host(given), host(one_hot))
+        assert net.feedforward(x).shape == (3, 1)
+    with RNN([4, 6, 3], "tanh", "cross_entropy", dtype="float64", backend="numpy") as net:
+        assert net.feedforward(np.ones((5, 4))).shape == (3, 1)  # one sequence, its output at the last step
+
+
 def test_a_single_output_takes_its_targets_without_their_axis():
     x, y = np.random.default_rng(6).random((4, 7)), np.arange(7.0)
     nets = [MLP([4, 5, 1], dtype="float64", backend="numpy", output_activation="identity") for _ in range(2)]

@@ -3,7 +3,7 @@
 The library is one engine for three networks. ``core`` is what they share: the network base with its
 public passes and step, the pass of one batch shape, the backward driver that hands gradients to k worker
 streams, the schedules every network takes (``Sequential``, ``Leapfrog``), the triangular solvers, graph
-mode and the checks of what a network is given. Beside it, one
+mode, the checks of what a network is given and a network's file (``net.save(path)``, ``load(path)``). Beside it, one
 package per network, each a peer of the others and importing none of them: ``mlp`` (``MLP``, Naumov's
 solvers of its backward pass), ``rnn`` (``RNN``, BPTT and the scans over time) and ``dag`` (``DagNet``,
 networks that are DAGs of layers, their schedules and forward solvers). ``parallel`` sums gradients across
@@ -26,6 +26,7 @@ _HOMES = {
     "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn", "TimeNewton": "rnn",
     "DagNet": "dag", "Layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
     "LevelSets": "dag", "DagJacobi": "dag", "DagDoubling": "dag", "ForwardJacobi": "dag", "ForwardNewton": "dag",
+    "load": "saving",
 }
 """Each public name and the package it comes from."""
 
@@ -53,6 +54,9 @@ def __getattr__(name):
         from . import mlp as package
     elif home == "rnn":
         from . import rnn as package
+    elif home == "saving":
+        from . import dag, mlp, rnn  # noqa: F401 (the networks a file may hold register themselves as they load)
+        from .core import saving as package
     else:
         from . import dag as package
     value = getattr(package, name)

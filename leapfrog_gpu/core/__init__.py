@@ -6,6 +6,7 @@ through ``handoff``, the join), the schedules every network takes (``Sequential`
 calibration of ``Leapfrog("auto")`` (``calibrate``), graph mode (a step captured once and launched), the
 convergence test of the forward solvers (``convergence``), the triangular solvers the schedules lower onto
 (``triangular``: recursive doubling, cyclic reduction, block Jacobi, their counters and memory check), the
-checks and names of what a network is given, and what the PyTorch bridges share (``torch_io``). It imports the
+checks and names of what a network is given, the role of a launch by its name (``launches``), and what the
+PyTorch bridges share (``torch_io``). It imports the
 backends and the data-parallel transport (``parallel``), and no model package.
 """

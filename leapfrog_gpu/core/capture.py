@@ -11,15 +11,22 @@ graph, so no Python runs between the copies and the step but one launch.
 A graph fixes what it was captured with: buffers, streams, events, kernels and their scalar arguments. What may change
 between steps lives in device memory (eta / B, lr, 1 / B, t, the refusal code; the optimizer's state), and a schedule
 whose step needs the host part-way, or a call CuPy cannot capture, is refused (``refusal``).
+
+Data-parallel, the sums across ranks are launches on the communication stream like any other (docs/data-parallel.md):
+a graph holds them, in the layout's order, and each launch sums again. A graph is kept by the whole batch's size B, not
+by the plan alone: a rank's share of B picks its plan, and two batch sizes may give one rank the same share and another
+rank two shares, or an empty one (which adds zeros to the sums instead of a pass, on the plan of one column). Kept by B,
+every rank captures at the same steps and launches at the others, as NCCL requires of captured collectives.
 """
 
 from . import calibrate
 
 
-def step(plan, schedule, check_finite, rule, body):
+def step(plan, samples, schedule, check_finite, rule, body):
     """Enqueue ``body()``, the step of ``schedule`` on ``plan`` by an optimizer of ``rule``
-    (``core.optimizers``), as a graph kept in ``plan.captured``: captured on first use."""
-    key = (type(schedule), repr(schedule), check_finite, rule)
+    (``core.optimizers``), as a graph kept in ``plan.captured`` by those and by ``samples``, the whole batch's
+    size B (data-parallel, ``plan`` holds this rank's share of it): captured on first use."""
+    key = (samples, type(schedule), repr(schedule), check_finite, rule)
     graph = plan.captured.get(key)
     if graph is not None:
         graph.launch()

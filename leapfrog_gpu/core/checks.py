@@ -133,13 +133,20 @@ BLAS_THREADS = 1
 per host stream, so that k streams do not each start as many BLAS threads as there are cores."""
 
 
-def open_backend(backend):
-    """``(backend, owned)``: a backend made by name (``"auto"``, ``"numpy"``, ``"cupy"``; NumPy's with
-    ``BLAS_THREADS``), which the network then owns and closes, or a backend object given, which it does
-    not; a TypeError for anything else."""
+def check_backend(backend):
+    """``backend`` as a network takes it: a name (``"auto"``, ``"numpy"``, ``"cupy"``) as the backend it stands for
+    here, ``"numpy"`` or ``"cupy"``, or a backend object as it is; a TypeError or ValueError for anything else."""
     if isinstance(backend, str):
-        name = resolve(backend)
-        return get_backend(name, **({"blas_threads": BLAS_THREADS} if name == "numpy" else {})), True
+        return resolve(backend)
     if hasattr(backend, "launch") and hasattr(backend, "xp"):
-        return backend, False
+        return backend
     raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
+
+
+def open_backend(backend):
+    """``(backend, owned)``: a backend made by name (``check_backend``; NumPy's with ``BLAS_THREADS``), which the
+    network then owns and closes, or a backend object given, which it does not."""
+    backend = check_backend(backend)
+    if isinstance(backend, str):
+        return get_backend(backend, **({"blas_threads": BLAS_THREADS} if backend == "numpy" else {})), True
+    return backend, False

@@ -15,9 +15,10 @@ A network's pass (its ``core.plan.Plan``) says three things of its backward pass
 ``run`` turns those into the hand-off (docs/design.md §2): the event E_u on the main stream at each yield,
 each unit's gradients on worker ``index(u) mod k`` behind E_u (read after write) or, fused, behind E of its
 last reader (write after read), each handed to the sums across ranks as it is enqueued, then the join
-(write after read: the update and the next pass rewrite what the workers read). ``backward`` adds what a
-step's pass needs around it: ``Leapfrog("auto")`` resolved by its calibration, the NVTX range and the sums
-across ranks.
+(write after read: the update and the next pass rewrite what the workers read). With sums across ranks a
+fused update waits for its unit's sum: the worker writes the gradients alone, and the update follows the sum
+on the communication stream (``parallel.reducer``). ``backward`` adds what a step's pass needs around it:
+``Leapfrog("auto")`` resolved by its calibration, the NVTX range and the sums across ranks.
 """
 
 import contextlib
@@ -33,7 +34,8 @@ def backward(plan, schedule, controls=None):
     pass's counters."""
     if schedule.auto:
         schedule = calibrate.choose(plan, fused=schedule.fused)
-    summed = contextlib.nullcontext() if plan.reducer is None else plan.reducer.pass_()
+    update = _updater(plan, controls) if controls is not None and schedule.fused else None
+    summed = contextlib.nullcontext() if plan.reducer is None else plan.reducer.pass_(update)
     with plan.backend.range(plan.main, "backward"), summed:
         return run(plan, schedule, controls)
 
@@ -70,7 +72,15 @@ def run(plan, schedule, controls=None):
 
 
 def _give(plan, stream, unit, controls):
-    """The gradients of ``unit`` on ``stream``, handed to the sums across ranks as they are enqueued."""
-    plan.gradients(stream, unit, controls)
-    if plan.reducer is not None:
-        plan.reducer.ready(stream, unit)
+    """The gradients of ``unit`` on ``stream`` and, fused, its update by ``controls``; with sums across ranks,
+    the gradients alone, handed to the sums as they are enqueued (the update follows the sum)."""
+    if plan.reducer is None:
+        plan.gradients(stream, unit, controls)
+        return
+    plan.gradients(stream, unit)
+    plan.reducer.ready(stream, unit)
+
+
+def _updater(plan, controls):
+    """``update(stream, unit)``: enqueue the unit's update by ``controls`` on ``stream``."""
+    return lambda stream, unit: plan.update(stream, unit, controls)

@@ -41,6 +41,17 @@ class Layered(Network):
     def _outputs(self):
         return self.n[self.L], self.output_activation
 
+    def architecture(self):
+        """What builds this network again (``core.saving``), JSON-able: its constructor's arguments but the seed, the
+        backend and a communicator, which ``from_architecture`` takes back."""
+        return {"sizes": self.sizes, "activation": self.activation, "cost": self.cost,
+                "output_activation": self.output_activation, "dtype": self.dtype, "check_finite": self.check_finite}
+
+    @classmethod
+    def from_architecture(cls, architecture, backend):
+        """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0."""
+        return cls(**architecture, backend=backend)
+
     def _draw(self, rng, rows=None):
         """w^l ~ N(0, 1/n_{l-1}) and b^l ~ N(0, 1) for l = 2..L, from ``rng``, in that order, on the backend;
         ``rows(l)``: the rows of w^l and b^l (default n_l)."""

@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from ..parallel import reducer
-from . import capture, fitting, optimizers, parameters, schedules
+from . import capture, fitting, optimizers, parameters, saving, schedules
 from .checks import check_dtype, check_eta, open_backend, targets
 from .controls import Controls
 from .convergence import Solver
@@ -51,7 +51,7 @@ class Network(OptimizerState):
         self.backend, self._owns_backend = open_backend(backend)
         self._controls = Controls(self.backend, self.dtype)
         self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
-        self._held = None  # that optimizer as code, lr aside, for an error
+        self._held = None  # the optimizer that made that state
         self._plans = {}
         self.comm = None
 
@@ -97,6 +97,12 @@ class Network(OptimizerState):
         for target, value in checked:
             target[...] = xp.asarray(value)
         self.backend.synchronize()
+
+    def save(self, path):
+        """Write this network to ``path`` (``.npz`` appended to a name without it) as one file, whole or not at all:
+        its architecture and options, parameters and optimizer state (``core.saving``); ``leapfrog_gpu.load(path)``
+        builds it again. Returns the path written."""
+        return saving.save(self, path)
 
     def structure(self):
         """What every rank of a data-parallel network must build alike: its kind, dtype and the shapes of
@@ -189,7 +195,7 @@ class Network(OptimizerState):
             controls.set_step(optimizer.controls(samples, self._steps))
         controls.optimizer = optimizer
         if graph:
-            capture.step(plan, schedule, self.check_finite, (optimizer.rule(), clip),
+            capture.step(plan, samples, schedule, self.check_finite, (optimizer.rule(), clip),
                          lambda: plan.step(schedule, controls, clip=clip))
         else:
             plan.step(schedule, controls, solver, clip)
@@ -299,7 +305,7 @@ class Network(OptimizerState):
         if schedule.one_pass and self.backend.name != "numpy":
             raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
                              "sweep of (5) and the update; pass fused=True instead of one_pass=True")
-        reducer.check_schedule(self.comm, schedule, graph)
+        reducer.check_schedule(self.comm, schedule)
         return schedule, solver
 
     def _check_schedule(self, schedule):

@@ -8,7 +8,7 @@ from . import optimizers, parameters
 
 class OptimizerState:
     """The part of ``core.network.Network`` that holds an optimizer's state (``_controls.state``, ``_rule``,
-    ``_steps``, ``_held``)."""
+    ``_steps``, and ``_held``, the optimizer that made it)."""
 
     def optimizer_state(self):
         """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:
@@ -21,6 +21,14 @@ class OptimizerState:
                 for slot, array in held.items():
                     slots.setdefault(slot, {}).setdefault(unit, {})[name] = array
         return {"step": self._steps, **self._handed_out(slots)}
+
+    def held_optimizer(self):
+        """The optimizer whose state this network holds, as the last step brought it (its lr that step's), or None
+        before a step that keeps a state: what ``core.saving`` writes beside the state."""
+        if self._rule is None:
+            return None
+        latest = self._controls.optimizer
+        return latest if latest is not None and latest.rule() == self._rule else self._held
 
     def set_optimizer_state(self, optimizer, state):
         """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and
@@ -54,7 +62,8 @@ class OptimizerState:
     def _check_rule(self, optimizer):
         """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""
         if self._rule is not None and optimizer.rule() != self._rule:
-            raise ValueError(f"this {type(self).__name__} holds the state of {self._held}; {optimizer!r} is another "
+            held = self._held.named({k: v for k, v in self._held.hyper().items() if k != "lr"})
+            raise ValueError(f"this {type(self).__name__} holds the state of {held}; {optimizer!r} is another "
                              "optimizer (only lr may change from step to step): steps cannot mix their states")
 
     def _make_state(self, optimizer):
@@ -63,5 +72,4 @@ class OptimizerState:
         self._controls.state = {unit: {name: {slot: xp.zeros_like(array) for slot in optimizer.SLOTS}
                                        for name, array in named.items()} for unit, named in self._live().items()}
         self.backend.synchronize()  # CuPy allocates on its default stream, which ours do not wait for
-        self._rule, self._steps = optimizer.rule(), 0
-        self._held = optimizer.named({k: v for k, v in optimizer.hyper().items() if k != "lr"})
+        self._rule, self._steps, self._held = optimizer.rule(), 0, optimizer

@@ -112,12 +112,13 @@ class Plan:
     def step(self, schedule, controls, solver=None, clip=None):
         """Enqueue what follows the copies of a step (what a graph holds): the pass, with the update by
         ``controls`` fused into the gradients where ``schedule`` fuses, else every unit's update after the
-        join, on the main stream; with ``clip`` (unfused only), every gradient scaled first so that the norm
-        of the batch-mean gradient is at most ``clip``, as ``torch.nn.utils.clip_grad_norm_`` does."""
+        join, on the main stream (also fused, on a rank whose share is empty: no pass ran its updates); with
+        ``clip`` (unfused only), every gradient scaled first so that the norm of the batch-mean gradient is at
+        most ``clip``, as ``torch.nn.utils.clip_grad_norm_`` does."""
         self.backprop(schedule, controls, solver)
         if clip is not None:
             self.backend.launch(self.main, "clip", _clip, self.xp, self.gradient_arrays, controls.array, clip)
-        if not schedule.fused:
+        if not schedule.fused or self.empty:
             with self.backend.range(self.main, "update"):
                 for unit in self.units:
                     self.update(self.main, unit, controls)

@@ -14,6 +14,8 @@ it was); what ``as_arrays`` returns does share the module's memory, and ``loaded
 network's own buffers (``set_parameters``), so that training the network never writes the user's module.
 """
 
+from collections.abc import Mapping
+
 import numpy as np
 
 MODULES = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "ReLU"}
@@ -73,10 +75,16 @@ def as_arrays(tensors, xp):
 
 
 def loaded(net, tensors):
-    """``net``, given ``tensors`` (lists of tensors in the order of its ``set_parameters``) as parameters,
-    copied into its own buffers; closed before the error is raised when it refuses them."""
+    """``net``, given ``tensors`` as parameters, copied into its own buffers: lists of tensors in the order of
+    its ``set_parameters``, or ``{unit: {name: tensor}}`` as its ``parameters()`` gives; closed before the
+    error is raised when it refuses them."""
+    xp = net.backend.xp
     try:
-        net.set_parameters(*as_arrays(tensors, net.backend.xp))
+        if isinstance(tensors, Mapping):
+            net.set_parameters({unit: dict(zip(named, as_arrays([named.values()], xp)[0]))
+                                for unit, named in tensors.items()})
+        else:
+            net.set_parameters(*as_arrays(tensors, xp))
     except BaseException:
         net.close()
         raise

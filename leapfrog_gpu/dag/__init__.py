@@ -1,6 +1,6 @@
 """Networks that are DAGs of layers: ``DagNet`` (``network``), layers known by their Jacobians
 (``layers``), the backward schedules of a DAG (``schedules``), the forward pass as a triangular
-solve (``forward``) and the DAG as a PyTorch module (``torch_io``).
+solve (``forward``) and the DAG to and from a PyTorch module (``torch_io``).
 """
 
 from .forward import ForwardJacobi, ForwardNewton

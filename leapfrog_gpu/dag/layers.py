@@ -159,6 +159,10 @@ class Layer:
                                                                    self.error(backend, params, saved, u))[i],
                              self.size([x.shape[0] for x in inputs]), inputs[i])
 
+    def options(self):
+        """The keyword arguments that build this layer again, JSON-able: ``type(layer)(**layer.options())``."""
+        return {}
+
     def __repr__(self):
         return f"{type(self).__name__}()"
 
@@ -186,6 +190,9 @@ class Dense(Layer):
 
     def __repr__(self):
         return f"Dense({self.n}, {self.activation!r})"
+
+    def options(self):
+        return {"n": self.n, "activation": self.activation}
 
     def size(self, sizes):
         if len(sizes) != 1:
@@ -289,6 +296,9 @@ class LayerNorm(Layer):
     def __repr__(self):
         return f"LayerNorm(eps={self.eps})"
 
+    def options(self):
+        return {"eps": self.eps}
+
     def size(self, sizes):
         if len(sizes) != 1 or sizes[0] < 2:
             raise ValueError(f"LayerNorm takes one input of width >= 2; got widths {list(sizes)}")
@@ -314,3 +324,7 @@ class LayerNorm(Layer):
 
     def vjp_params(self, backend, params, inputs, saved, g):
         return {"gamma": (g * saved["xhat"]).sum(axis=1), "beta": g.sum(axis=1)}
+
+
+LAYERS = {layer.__name__: layer for layer in (Dense, Add, Concat, LayerNorm)}
+"""The layers of a saved ``DagNet``, by name (``DagNet.architecture``)."""

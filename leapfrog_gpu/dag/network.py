@@ -17,16 +17,19 @@ import numbers
 
 import numpy as np
 
+from ..core import saving
 from ..core.checks import check_batch
 from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
+from ..core.torch_io import loaded
 from . import torch_io
-from .layers import Add, Dense, Layer
+from .layers import LAYERS, Add, Dense, Layer
 from .plan import INPUT, DagPlan
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
 
+@saving.register
 class DagNet(Network):
     """A DAG of layers trained by SGD.
 
@@ -109,6 +112,29 @@ class DagNet(Network):
         return {**super().structure(), "cost": self.cost,
                 "nodes": [[v, repr(self.layer[v]), self.inputs[v]] for v in self.order]}
 
+    def architecture(self):
+        """What builds this network again (``core.saving``), JSON-able: its input width, its nodes as ``[name, layer,
+        options, inputs]`` (``Layer.options``), its cost, dtype and ``check_finite``. A TypeError names a node whose
+        layer is none of ``layers.LAYERS`` (one's own ``Layer``), which ``from_architecture`` could not build."""
+        for v in self.order:
+            kind = type(self.layer[v])
+            if LAYERS.get(kind.__name__) is not kind:
+                raise TypeError(f"a DagNet whose node {v!r} is a {kind.__name__} cannot be saved: its nodes may be "
+                                f"{', '.join(LAYERS)}")
+        return {"n_input": self.n[INPUT], "cost": self.cost, "dtype": self.dtype, "check_finite": self.check_finite,
+                "nodes": [[v, type(self.layer[v]).__name__, self.layer[v].options(), self.inputs[v]]
+                          for v in self.order]}
+
+    @classmethod
+    def from_architecture(cls, architecture, backend):
+        """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0."""
+        nodes = []
+        for name, layer, options, inputs in architecture.get("nodes", ()):
+            if layer not in LAYERS:
+                raise ValueError(f"node {name!r} is of an unknown layer {layer!r}; a DagNet's are {', '.join(LAYERS)}")
+            nodes.append((name, LAYERS[layer](**options), inputs))
+        return cls(**{**architecture, "nodes": nodes}, backend=backend)
+
     def _label(self, v, name):
         return f"{name} of node {v!r}"
 
@@ -118,9 +144,23 @@ class DagNet(Network):
         activation and a LayerNorm node's ``torch.nn.LayerNorm`` registered under the node's name, Add a sum,
         Concat ``torch.cat`` (``leapfrog_gpu.dag.torch_io``). Its parameters are a copy, as they are once the
         enqueued steps have run: later steps do not change them, and training the module does not change the
-        network. A TypeError names a node of a layer it cannot translate."""
+        network. A TypeError names a node of a layer it cannot translate; ``from_torch`` reads the module back."""
         return torch_io.to_module([(v, self.layer[v], self.inputs[v]) for v in self.order], self.output,
                                   self.parameters())
+
+    @classmethod
+    def from_torch(cls, module, cost="quadratic", backend="auto", dtype=None, **options):
+        """A network computing ``module`` on columns: a ``torch.nn.Module`` (traced by
+        ``torch.fx.symbolic_trace``) or a ``torch.fx.GraphModule`` (read as it is, ``to_torch``'s included) of
+        one input and one output, whose calls are ``Linear`` modules (each taking the sigmoid, tanh or relu
+        applied to its output alone into its ``Dense`` node), ``LayerNorm`` modules, sums (``+``) and
+        ``torch.cat`` along the features (dim 1 or -1): one node per call, named after its module (a sum or
+        a concatenation after its fx node).
+        Parameters are copied into the network's own buffers (training it never writes the module); ``dtype``
+        defaults to the module's; ``options`` are the other arguments of ``DagNet``. Anything else is refused
+        with a ValueError naming the node and its op (``leapfrog_gpu.dag.torch_io.read_module``)."""
+        n_input, nodes, found, tensors = torch_io.read_module(module)
+        return loaded(cls(n_input, nodes, cost, dtype or found, backend=backend, **options), tensors)
 
     # -- public passes ------------------------------------------------------------------------------
 

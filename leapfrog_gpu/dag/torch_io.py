@@ -1,13 +1,18 @@
-"""PyTorch out: a ``DagNet`` as a ``torch.fx.GraphModule``, one call per node in the network's order.
+"""PyTorch in and out: a ``DagNet`` as a ``torch.fx.GraphModule``, one call per node in the network's order,
+and a module's graph of calls read back as nodes.
 
-The function takes the nodes, the output's name and the parameters (``DagNet.to_torch`` calls it);
-torch, the crossing of arrays and tensors and who shares whose memory are ``leapfrog_gpu.core.torch_io``'s.
+The functions take and return nodes, the output's name and the parameters (``DagNet.to_torch`` and
+``DagNet.from_torch`` call them); torch, the crossing of arrays and tensors and who shares whose memory are
+``leapfrog_gpu.core.torch_io``'s.
 
 Each layer of ``layers`` becomes what computes it on rows (a batch (B, n), features last): a ``Dense`` node
 a ``torch.nn.Sequential`` of a ``Linear`` holding w (n, m) and b (n,) and its activation, a ``LayerNorm``
 node a ``torch.nn.LayerNorm`` holding gamma and beta, each registered under the node's name; an ``Add``
 node the sum of its inputs, first to last, and a ``Concat`` node ``torch.cat`` of them along the features.
 The network stores a batch as columns, x (n_1, B): ``module(x.T).T`` computes ``feedforward(x)``.
+``read_module`` reads such a module back, or a module of one's own written with the same calls: one node
+per call of a ``Linear`` (and the sigmoid, tanh or relu applied to its output alone), a ``LayerNorm``, a
+``+`` or ``torch.cat`` along the features (dim 1 or -1 of the rows).
 """
 
 import keyword
@@ -65,3 +70,225 @@ def _module_name(v, taken):
                          "module after the node, which needs printable ASCII without '.', '\"' or '\\', not a "
                          "Python keyword nor an attribute of torch.fx.GraphModule; rename the node")
     return v
+
+
+READS = ("Linear modules (each followed by at most one sigmoid, tanh or relu: a module, torch or functional "
+         "function, or tensor method), a Sequential of a Linear and its activation, LayerNorm and Identity modules, "
+         "+ and torch.add, torch.cat along the features")
+"""What ``read_module`` reads, as its refusals say it."""
+
+
+def read_module(module):
+    """``(n_input, nodes, dtype, tensors)`` of ``module``: a ``torch.nn.Module``, traced by
+    ``torch.fx.symbolic_trace``, or a ``torch.fx.GraphModule``, read as it is (``to_module``'s included).
+
+    One input (a placeholder) and one output; one node per call of a ``Linear`` (a ``Dense`` node, taking the
+    sigmoid, tanh or relu applied to its output when nothing else reads that output) or of a ``Sequential``
+    of a ``Linear`` and at most one activation module, one per ``LayerNorm`` of one normalized dimension, per
+    sum of two tensors (``+``, ``torch.add``, ``Tensor.add``; a sum whose first term is a sum read by nothing
+    else joins it: ((a + b) + c) is one ``Add`` of three) and per ``torch.cat`` along dim 1 or -1 (the
+    features of the rows (B, n)); ``Identity`` modules are passed over. A node is named after its module
+    where the module's name is one name (no ``.``) not taken yet, else after the fx node (``"add_1"``).
+
+    ``nodes`` are ``(name, layer, inputs)`` triples for ``DagNet``; ``tensors`` ``{node: {name: tensor}}``,
+    the module's detached (sharing its memory): w and b of each ``Linear`` (b zeros without a bias), gamma and
+    beta of each ``LayerNorm`` (ones and zeros where it has none). ``n_input`` is the width of a ``Linear``
+    or ``LayerNorm`` that reads the input; ``dtype`` the name of the module's first parameter's dtype (torch's
+    default dtype with none). A TypeError refuses what is not a module; a ValueError names the first node
+    that a DagNet cannot compute and its op, saying why: any other module, function, method or attribute, a
+    second input, a module called twice (a node's parameters are its own), an activation that does not follow
+    a ``Linear``'s output alone, a concatenation along another dim, a sum with a number, a node that leads
+    nowhere, an output that a node reads.
+    """
+    torch = torch_io.import_torch()
+    if isinstance(module, torch.fx.GraphModule):
+        traced = module
+    elif isinstance(module, torch.nn.Module):
+        traced = torch.fx.symbolic_trace(module)
+    else:
+        raise TypeError(f"from_torch reads a torch.nn.Module or a torch.fx.GraphModule; got {type(module).__name__}")
+    reader = _Reader(torch, traced)
+    for node in traced.graph.nodes:
+        getattr(reader, node.op, reader.refuse)(node)
+    return reader.finish()
+
+
+class _Reader:
+    """The DagNet nodes of a ``GraphModule``'s graph, read one fx node at a time, in the graph's order."""
+
+    def __init__(self, torch, traced):
+        functional = torch.nn.functional
+        self.torch, self.traced = torch, traced
+        self.functions = {torch.sigmoid: "sigmoid", torch.tanh: "tanh", torch.relu: "relu",
+                          functional.sigmoid: "sigmoid", functional.tanh: "tanh", functional.relu: "relu"}
+        self.nodes, self.tensors, self.fx = {}, {}, {}  # by node name: (layer, inputs), parameters, its fx node
+        self.of = {}  # fx node -> the name of the node (or INPUT) whose output it is
+        self.called = {}  # module name -> the fx node that called it
+        self.n_input = self.returned = None  # returned: the node the module returns
+
+    # -- one method per fx op ------------------------------------------------------------------------
+
+    def placeholder(self, node):
+        if INPUT in self.of.values():
+            raise self.refused(node, "is a second input: a DagNet has one input")
+        self.of[node] = INPUT
+
+    def output(self, node):
+        a = node.args[0]
+        if not isinstance(a, self.torch.fx.Node):
+            raise self.refused(node, f"returns a {type(a).__name__}: a DagNet has one output, a tensor")
+        self.returned = self.of[a]
+
+    def call_module(self, node):
+        nn, part = self.torch.nn, self.traced.get_submodule(node.target)
+        if type(part) is nn.Identity:
+            self.of[node] = self.operand(node)
+        elif torch_io.activation_of(part) is not None:
+            self.activate(node, torch_io.activation_of(part))
+        elif type(part) not in (nn.Linear, nn.Sequential, nn.LayerNorm):
+            self.refuse(node)
+        elif node.target in self.called:
+            raise self.refused(node, f"calls module {node.target!r} again (node {self.called[node.target].name!r} "
+                                     "called it first): a node's parameters are its own; give each call its own module")
+        elif type(part) is nn.LayerNorm:
+            self.called[node.target] = node
+            self.layer_norm(node, part)
+        else:
+            self.called[node.target] = node
+            linear, activation = (part, "identity") if type(part) is nn.Linear else self.sequential(node, part)
+            w, b = torch_io.linear_parameters(linear)
+            self.add_node(node, Dense(w.shape[0], activation), [self.operand(node)], {"w": w, "b": b}, w.shape[1])
+
+    def call_function(self, node):
+        if node.target in self.functions:
+            self.activate(node, self.functions[node.target], ("inplace",))
+        elif node.target in (operator.add, self.torch.add):
+            self.add(node)
+        elif node.target is self.torch.cat:
+            self.cat(node)
+        else:
+            self.refuse(node)
+
+    def call_method(self, node):
+        if node.target in ("sigmoid", "tanh", "relu"):
+            self.activate(node, node.target)
+        elif node.target == "add":
+            self.add(node)
+        else:
+            self.refuse(node)
+
+    # -- the layers ----------------------------------------------------------------------------------
+
+    def sequential(self, node, part):
+        """``(linear, activation)`` of a ``Sequential`` of a ``Linear`` and at most one activation module."""
+        parts = [p for p in part if type(p) is not self.torch.nn.Identity]
+        names = [torch_io.activation_of(p) for p in parts[1:]]
+        if not parts or type(parts[0]) is not self.torch.nn.Linear or len(parts) > 2 or None in names:
+            raise self.refused(node, f"holds {[type(p).__name__ for p in part]}: from_torch reads a Sequential of a "
+                                     "Linear and at most one Sigmoid, Tanh or ReLU (Identity passed over)")
+        return parts[0], (names or ["identity"])[0]
+
+    def layer_norm(self, node, part):
+        if len(part.normalized_shape) != 1:
+            raise self.refused(node, f"normalizes over {len(part.normalized_shape)} dimensions "
+                                     f"{tuple(part.normalized_shape)}: a DagNet's LayerNorm normalizes each "
+                                     "sample's features, normalized_shape=(n,)")
+        n, detached = part.normalized_shape[0], {}
+        for name, tensor, default in (("gamma", part.weight, self.torch.ones), ("beta", part.bias, self.torch.zeros)):
+            detached[name] = default(n, dtype=self.torch.float64) if tensor is None else tensor.detach()
+        self.add_node(node, LayerNorm(part.eps), [self.operand(node)], detached, n)
+
+    def activate(self, node, activation, keywords=()):
+        """Give the ``Dense`` node of the ``Linear`` whose output alone ``node`` reads its ``activation``."""
+        source = node.args[0] if node.args else None
+        name = self.of.get(source) if isinstance(source, self.torch.fx.Node) else None
+        layer = self.nodes[name][0] if name in self.nodes else None
+        if not (type(layer) is Dense and layer.activation == "identity" and self.fx[name] is source
+                and len(source.users) == 1):
+            read = "the input" if name == INPUT else f"node {getattr(source, 'name', source)!r}"
+            raise self.refused(node, f"applies {activation} to {read}: a DagNet applies an activation only in a "
+                                     "Dense node, to the output of its Linear that nothing else reads")
+        self.operand(node, keywords)
+        self.nodes[name] = (Dense(layer.n, activation), self.nodes[name][1])
+        self.of[node] = name
+
+    def add(self, node):
+        if len(node.args) != 2 or node.kwargs:
+            raise self.refused(node, f"takes {len(node.args)} arguments and keywords {sorted(node.kwargs)}: "
+                                     "from_torch reads the sum of two tensors, without alpha")
+        first = node.args[0]
+        inputs = [self.read(node, value) for value in node.args]
+        if self.fx.get(inputs[0]) is first and type(self.nodes[inputs[0]][0]) is Add and len(first.users) == 1:
+            inputs = self.nodes.pop(inputs[0])[1] + inputs[1:]  # ((a + b) + c): one Add, which sums in order
+        self.add_node(node, Add(), inputs)
+
+    def cat(self, node):
+        given = {**dict(zip(("tensors", "dim"), node.args)), **node.kwargs}
+        dim = given.pop("dim", 0)
+        if set(given) != {"tensors"} or not isinstance(given["tensors"], (list, tuple)):
+            raise self.refused(node, f"takes {sorted(given)}: from_torch reads torch.cat(tensors, dim)")
+        if dim not in (1, -1):
+            batch = ", the batch" if dim in (0, -2) else ""
+            raise self.refused(node, f"concatenates along dim {dim}{batch}: a module reads rows (B, n) and a DagNet "
+                                     "concatenates the features, dim=1 or -1")
+        self.add_node(node, Concat(), [self.read(node, value) for value in given["tensors"]])
+
+    # -- bookkeeping ---------------------------------------------------------------------------------
+
+    def add_node(self, node, layer, inputs, params=None, takes=None):
+        """A node of ``layer`` reading ``inputs``, holding ``params``; ``takes`` the width of its input."""
+        plain = node.op == "call_module" and "." not in node.target
+        name = node.target if plain and node.target not in self.nodes and node.target != INPUT else node.name
+        self.nodes[name], self.fx[name], self.of[node] = (layer, inputs), node, name
+        if params:
+            self.tensors[name] = params
+        if self.n_input is None and takes is not None and inputs == [INPUT]:
+            self.n_input = int(takes)
+
+    def operand(self, node, keywords=()):
+        """The one node ``node`` reads, refusing other arguments and keywords but ``keywords``."""
+        extra = sorted(set(node.kwargs) - set(keywords))
+        if len(node.args) != 1 or extra:
+            raise self.refused(node, f"takes {len(node.args)} arguments and keywords {extra}: from_torch reads it "
+                                     "called on one tensor alone")
+        return self.read(node, node.args[0])
+
+    def read(self, node, value):
+        if not isinstance(value, self.torch.fx.Node):
+            raise self.refused(node, f"reads {value!r}, not a tensor: a DagNet's nodes read other nodes' outputs")
+        return self.of[value]
+
+    def finish(self):
+        if INPUT not in self.of.values():
+            raise ValueError("the module takes no input: a DagNet has one")
+        if self.returned == INPUT:
+            raise ValueError("the module returns its input: a DagNet's output is a node of its own")
+        read = {u: v for v, (_, inputs) in self.nodes.items() for u in inputs}  # each node -> one node reading it
+        if self.returned in read:
+            raise ValueError(f"the module returns {self.returned!r}, which node {read[self.returned]!r} reads: a "
+                             "DagNet's output is a node that no node reads")
+        for name in self.nodes:
+            if name not in read and name != self.returned:
+                raise self.refused(self.fx[name], "is read by no node and is not the output: a DagNet has one "
+                                                  "output, the one node nothing reads; remove it")
+        if self.n_input is None:
+            raise ValueError("no Linear or LayerNorm reads the input alone, so its width is not known: from_torch "
+                             "reads the input's width from one")
+        dtype = next((p.dtype for p in self.traced.parameters()), self.torch.get_default_dtype())
+        nodes = [(v, layer, inputs) for v, (layer, inputs) in self.nodes.items()]
+        return self.n_input, nodes, str(dtype).removeprefix("torch."), self.tensors
+
+    def refuse(self, node):
+        raise self.refused(node, f"is not one from_torch reads: it reads {READS}")
+
+    def refused(self, node, why):
+        """A ValueError naming ``node`` and its op: ``why`` a DagNet cannot compute it."""
+        if node.op == "call_module":
+            op = f"call_module {node.target}: {type(self.traced.get_submodule(node.target)).__name__}"
+        elif node.op == "call_function":
+            where = getattr(node.target, "__module__", None) or ""
+            where = {"_operator": "operator", "builtins": ""}.get(where, where)
+            op = f"call_function {where + '.' if where else ''}{getattr(node.target, '__name__', node.target)}"
+        else:
+            op = f"{node.op} {node.target}"
+        return ValueError(f"node {node.name!r} ({op}) {why}")

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from ..core import parameters
+from ..core import parameters, saving
 from ..core.checks import check_batch
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -21,6 +21,7 @@ from .naumov import NaumovJacobi, NaumovScan
 from .plan import MLPPlan
 
 
+@saving.register
 class MLP(Layered):
     """A fully connected network trained by SGD, its backward pass run under a schedule.
 

@@ -7,7 +7,8 @@ has a ``Reducer`` over the gradients of its units (layers or nodes), laid out in
 schedules hand them over (``layout``): as soon as a unit's gradients are enqueued, the communication stream
 (one per backend, the only one that communicates) waits for them, then sums them across ranks, in the
 layout's order on every rank. Consecutive units go together in buckets of at most ``bucket_bytes``
-(``buckets``); the main stream waits for the last sum before the update.
+(``buckets``); the main stream waits for the last sum before the update. A fused step updates each unit
+behind its bucket's sum on the communication stream instead, off the chain.
 """
 
 import contextlib
@@ -55,17 +56,12 @@ def broadcast_parameters(net, comm=None):
     net.set_parameters(given)
 
 
-def check_schedule(comm, schedule, graph=False):
-    """Refuse what cannot run data-parallel (docs/data-parallel.md): a fused update, and a step as a graph."""
-    if comm is None:
-        return
-    if schedule.fused:
-        raise ValueError(f"{schedule!r} cannot run data-parallel: a fused update never writes nabla_w, and the "
-                         "sum across ranks needs it written; pass fused=False")
-    if graph:
-        raise ValueError("graph=True cannot run data-parallel yet: a graph holds the step of one plan, while a "
-                         "rank whose share of a batch is empty runs another step on it, and no graph has held "
-                         "the sums across ranks; pass graph=False")
+def check_schedule(comm, schedule):
+    """Refuse what cannot run data-parallel (docs/data-parallel.md): the MLP's one-pass sweep, which updates w
+    inside the chain, before its gradients are summed."""
+    if comm is not None and schedule.one_pass:
+        raise ValueError(f"{schedule!r} cannot run data-parallel: the one-pass sweep updates w inside the chain's "
+                         "(5), before the sum across ranks of its gradient; pass fused=True instead of one_pass=True")
 
 
 def buckets(layout, itemsize, bucket_bytes):
@@ -98,6 +94,11 @@ class Reducer:
     next pass rewrites the buffers (write after read). A schedule may hand units over in another order than
     the layout's (``LevelSets``): the sums still leave in the layout's order, each once every unit before
     it has been handed over, so that every rank issues its collectives alike.
+
+    A fused step (``pass_(update)``) enqueues each unit's update on the communication stream right behind
+    its bucket's sum: the update reads the sum (read after write, in stream order) off the chain, and R,
+    recorded after it, keeps the next pass off the parameters (write after read). One stream issues every
+    collective, so k workers never race to issue them in another order on another rank.
     """
 
     def __init__(self, plan, comm, layout):
@@ -114,21 +115,23 @@ class Reducer:
             for name, shape in shapes.items():
                 self.views[unit][name] = self.flat[offset:offset + math.prod(shape)].reshape(shape)
                 offset += math.prod(shape)
-        self.buckets = {}  # the last unit of a bucket -> (name, its part of the flat buffer)
+        self.buckets = {}  # the last unit of a bucket -> (name, its part of the flat buffer, its units)
         groups = buckets(layout, np.dtype(plan.dtype).itemsize, comm.bucket_bytes)
         for group, after in zip(groups, [start[g[0]] for g in groups[1:]] + [offset]):
             name = f"allreduce[{group[0]}]" if len(group) == 1 else f"allreduce[{group[0]}..{group[-1]}]"
-            self.buckets[group[-1]] = (name, self.flat[start[group[0]]:after])
+            self.buckets[group[-1]] = (name, self.flat[start[group[0]]:after], group)
         self.done = {unit: plan.event(f"G_{unit}") for unit in self.units}
         self.reduced = plan.event("R")
         self.handed = None  # the units the open pass has handed over; None outside a pass
         self.issued = 0  # how many units of the layout the open pass has waited for on the communication stream
+        self.update = None  # the open pass's fused update, ``update(stream, unit)``, or None
 
     @contextlib.contextmanager
-    def pass_(self):
+    def pass_(self, update=None):
         """A context around one backward pass: the gradients handed over in it are summed across ranks,
-        and the main stream waits for the sums at its end."""
-        self.handed, self.issued = set(), 0
+        and the main stream waits for the sums at its end. ``update(stream, unit)``, given (a fused step),
+        enqueues a unit's update: each follows its bucket's sum on the communication stream."""
+        self.handed, self.issued, self.update = set(), 0, update
         try:
             yield
             missing = [unit for unit in self.units if unit not in self.handed]
@@ -137,7 +140,7 @@ class Reducer:
                                    "rank must sum all of them")
             self.join()
         finally:
-            self.handed = None
+            self.handed = self.update = None
 
     def ready(self, stream, unit):
         """The gradients of ``unit`` are enqueued on ``stream``: the communication stream waits for them and
@@ -154,8 +157,11 @@ class Reducer:
             self.issued += 1
             self.wait_for_gradients(unit)
             if unit in self.buckets:
-                name, part = self.buckets[unit]
+                name, part, group = self.buckets[unit]
                 self.backend.launch(self.stream, name, self._sum, name, part)
+                if self.update is not None:  # a fused step: each unit's update reads its sum
+                    for summed in group:
+                        self.update(self.stream, summed)
 
     def wait_for_gradients(self, unit):
         """Guard read after write: the sum of ``unit``'s gradients reads what its stream wrote up to G_unit."""

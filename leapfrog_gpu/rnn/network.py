@@ -19,7 +19,7 @@ import numbers
 
 import numpy as np
 
-from ..core import parameters
+from ..core import parameters, saving
 from ..core.checks import all_finite, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
@@ -39,6 +39,7 @@ RECURRENT_NORM = 0.9
 linearised recurrence contracts and neither the forward states nor the deltas blow up with tau."""
 
 
+@saving.register
 class RNN(Layered):
     """A recurrent network trained by SGD, its backward pass (BPTT) run under a schedule.
 
@@ -154,6 +155,9 @@ class RNN(Layered):
 
     def structure(self):
         return {**super().structure(), "output": self.output, "cell": self.cell}
+
+    def architecture(self):
+        return {**super().architecture(), "output": self.output, "cell": self.cell}
 
     def _label(self, l, name):
         group = dict(w="weights", u="recurrent", b="biases", b_hn="b_hn")[name]

@@ -134,7 +134,7 @@ class RNNPlan(plan.Plan):
                 launch(self.main, f"z[{l}]", self._forward_layer, l)
         else:
             solver.prepare(self)
-            launch(self.main, "time-newton", solver.solve, self)
+            launch(self.main, f"forward[{solver!r}]", solver.solve, self)
         launch(self.main, f"z[{self.L}]", self._forward_output)
 
     def _forward_layer(self, l):

@@ -1,20 +1,18 @@
 """What the command-line tools share: a parser whose errors are one line, with ``--version`` and its
 exit statuses in ``--help``, argument types, the ``--backend`` choice said in the command line's words,
 install hints as the README gives them, lines that fit the terminal's 100 columns, and files written
-whole or not at all."""
+whole or not at all (``core.saving.replaced_atomically``, which the tools import from here)."""
 
 import argparse
-import contextlib
 import importlib.metadata
 import math
-import os
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 from ..parallel import comm as parallel
 from ..backends import cuda_status
+from ..core.saving import replaced_atomically  # noqa: F401 (the tools write their files whole by it)
 
 WIDTH = 100
 """Columns that a line of a command's own output (not a table's row) may take."""
@@ -188,33 +186,3 @@ def pip_install(extra):
 def plural(count, noun):
     """``1 epoch``, ``30 epochs``."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-@contextlib.contextmanager
-def replaced_atomically(path, prefix="tmp"):
-    """A temporary file name beside ``path`` (``prefix``, random letters, ``.tmp``): write it in the
-    block; it then replaces ``path``, with the permissions ``open`` would have given, or is removed if
-    the block raises. The file and the rename are synced to disk, so a reader, a run killed half-way
-    or a machine that loses power finds the old file or the new one, never half of one."""
-    folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=".tmp", delete=False) as tmp:
-        pass
-    try:
-        yield tmp.name
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp.name, 0o666 & ~umask)  # not the temporary file's 0600
-        _fsync(tmp.name)
-        os.replace(tmp.name, path)
-        _fsync(folder)  # the rename itself
-    finally:
-        if os.path.exists(tmp.name):
-            os.remove(tmp.name)
-
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -10,27 +10,23 @@ both measure the same thing.
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1 --k 2 --timeline t.png
     leapfrog-train --timeline t.png --profile-steps 10:15
 
-Each writes the chart (``t.png``: one panel per configuration, one row per stream, one step) and
-``t.json`` (every interval, and the analysis of every step).
+Each writes the chart (``t.png``: one panel per configuration, one row per stream, one step: the one
+with the most worker overlap, else the median one; a bar per launch, coloured by its role and labelled
+with its name or unit, ``core.launches``) and ``t.json`` (every interval, and the analysis of every step).
 """
 
 import json
 
 import numpy as np
 
+from ..core import launches
 from .cli import replaced_atomically
 
 MAIN = "main"
 GAPS_SHOWN = 3  # the longest idle gaps of the main stream kept per step
-CATEGORIES = (  # launch-name prefix -> (legend label, colour)
-    ("z[", "forward (2)(3)", "tab:blue"),
-    ("delta[", "chain (4)(5)", "tab:red"),
-    ("gradients[", "gradients (6)(7)", "tab:green"),
-    ("nabla_b[", "nabla_b (6)", "tab:olive"),
-    ("fused_update[", "(7) + update, fused", "tab:purple"),
-    ("update[", "update", "tab:orange"),
-)
-OTHER = ("other", "tab:gray")
+COLOURS = dict(zip([*launches.ROLES, launches.OTHER], ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange",
+                                                        "tab:cyan", "tab:brown", "tab:gray")))
+ACROSS = 200  # characters of a bar's label that fit across a panel
 
 
 # -- intervals ----------------------------------------------------------------------------------------
@@ -129,17 +125,21 @@ def analyse(intervals):
     """Every step analysed, and their medians: ``{"steps": [...], "summary": {...}}``.
 
     The summary holds the median span, busy time per stream, worker overlap and main-stream idle time
-    over the steps, and ``"shown_step"``, the step whose span is the median one (the chart's).
+    over the steps, and the chart's step, ``"shown_step"``: the one with the most worker overlap (the
+    shorter of two alike), or where no step has any, the one of median span (``"shown"`` says which).
     """
     steps = [analyse_step(group) for group in by_step(intervals).values()]
     if not steps:
         raise ValueError("the timeline holds no launch: was anything launched inside timeline.step()?")
     spans = [s["span_ms"] for s in steps]
-    shown = steps[int(np.argsort(spans)[(len(spans) - 1) // 2])]["step"]
+    overlapping = [s for s in steps if s["worker_overlap"]]
+    shown = (max(overlapping, key=lambda s: (s["worker_overlap"], -s["span_ms"])) if overlapping
+             else steps[int(np.argsort(spans)[(len(spans) - 1) // 2])])["step"]
     streams = sorted({name for s in steps for name in s["busy_ms"]}, key=_stream_order)
     overlaps = [s["worker_overlap"] for s in steps if s["worker_overlap"] is not None]
     summary = {
-        "steps": len(steps), "shown_step": shown, "span_ms": float(np.median(spans)),
+        "steps": len(steps), "shown_step": shown, "shown": "the most overlap" if overlapping else "the median span",
+        "span_ms": float(np.median(spans)),
         "busy_ms": {name: float(np.median([s["busy_ms"].get(name, 0.0) for s in steps])) for name in streams},
         "worker_overlap": float(np.median(overlaps)) if overlaps else None,
         "main_idle_ms": float(np.median([s["main_idle_ms"] for s in steps])),
@@ -195,8 +195,8 @@ def save(path, panels, about, title):
 
 def draw(panels, path, title):
     """The Gantt chart under ``title``: one panel per ``(label, intervals, summary)``, showing the step
-    ``summary["shown_step"]``; one row per stream, a bar per launch, coloured by equation; all panels
-    on one time axis (ms from the start of the step)."""
+    ``summary["shown_step"]`` on its own time axis (ms from its start); one row per stream, a bar per
+    launch, coloured by its role (``core.launches``) and labelled with its name, or its unit, where it fits."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,28 +208,31 @@ def draw(panels, path, title):
         step = [i for i in intervals if i.step == summary["shown_step"]]
         rows.append((label, step, summary, sorted({i.stream for i in step}, key=_stream_order)))
     heights = [0.9 + 0.32 * len(streams) for *_, streams in rows]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(12, 0.9 + sum(heights)), sharex=True, squeeze=False,
+    fig, axes = plt.subplots(len(rows), 1, figsize=(12, 0.9 + sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, (label, step, summary, streams) in zip(axes[:, 0], rows):
         first = min(i.start for i in step)
         span = max(i.end for i in step) - first
         for row, stream in enumerate(streams):
             for i in (i for i in step if i.stream == stream):
-                _, colour = _category(i.name)
                 ax.broken_barh([((i.start - first) / 1e6, max(i.end - i.start, 1) / 1e6)], (row - 0.4, 0.8),
-                               facecolors=colour, edgecolors="white", linewidth=0.3)
-                if i.end - i.start > span / 60:  # room for the layer number
-                    ax.text((i.start + i.end - 2 * first) / 2e6, row, i.name[i.name.find("[") + 1:].rstrip("]"),
-                            ha="center", va="center", fontsize=6, color="white")
+                               facecolors=COLOURS[launches.role(i.name)], edgecolors="white", linewidth=0.3)
+                room = ACROSS * (i.end - i.start) / span
+                name = i.name.replace("nabla_", "\N{NABLA}").replace("delta", "\N{GREEK SMALL LETTER DELTA}")
+                ax.text((i.start + i.end - 2 * first) / 2e6, row, next((text for text in (name, launches.unit(i.name))
+                        if len(text) <= room), ""), ha="center", va="center", fontsize=6, color="white")
         ax.set_yticks(range(len(streams)), streams)
         ax.set_ylim(len(streams) - 0.5, -0.5)
-        ax.set_title(f"{label}: step {summary['shown_step']} (median of {summary['steps']}), "
-                     f"{span / 1e6:.3f} ms; worker time overlapping main "
-                     + ("-" if summary["worker_overlap"] is None else f"{100 * summary['worker_overlap']:.0f}%")
-                     + f"; main idle {summary['main_idle_ms']:.3f} ms", fontsize=9, loc="left")
+        share = _percent(analyse_step(step)["worker_overlap"])
+        ax.set_title(f"{label}: step {summary['shown_step']} ({summary['shown']} of {summary['steps']} steps), "
+                     f"{span / 1e6:.3f} ms, worker time overlapping main {share} (median "
+                     f"{_percent(summary['worker_overlap'])}); main idle {summary['main_idle_ms']:.3f} ms (median)",
+                     fontsize=9, loc="left")
         ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("ms from the start of the step")
-    legend = [Patch(color=colour, label=text) for _, text, colour in (*CATEGORIES, ("", *OTHER))]
+    axes[-1, 0].set_xlabel("ms from the start of the step; bars: launches named what[unit], the unit a layer (MLP, RNN) "
+                           "or node (DagNet)")
+    shown = {launches.role(i.name) for _, step, *_ in rows for i in step}
+    legend = [Patch(color=colour, label=role) for role, colour in COLOURS.items() if role in shown]
     height = fig.get_figheight()
     fig.suptitle(title, y=1 - 0.08 / height, fontsize=10)
     fig.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.35 / height), ncol=len(legend),
@@ -240,8 +243,5 @@ def draw(panels, path, title):
     plt.close(fig)
 
 
-def _category(name):
-    for prefix, text, colour in CATEGORIES:
-        if name.startswith(prefix):
-            return text, colour
-    return OTHER
+def _percent(share):
+    return "-" if share is None else f"{100 * share:.0f}%"

@@ -4,13 +4,17 @@ The table in docs/bad-input.md (between the ``bad-inputs`` markers) must equal w
 ``LEAPFROG_WRITE_TABLE=1 python -m pytest tests/core/test_bad_input_table.py`` to rewrite it.
 """
 
+import contextlib
+import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, NaumovJacobi, get_backend, reference
+from leapfrog_gpu import MLP, SGD, Adam, AdamW, DagNet, Dense, Leapfrog, NaumovJacobi, get_backend, load, reference
+from helpers import Gate, flip_last_byte
 
 PAGE = Path(__file__).resolve().parents[2] / "docs/bad-input.md"
 START, END = "<!-- bad-inputs:start -->", "<!-- bad-inputs:end -->"
@@ -83,7 +87,43 @@ def cases(net):
         ("`fit(x, y, 1, 2, optimizer='adam')`", lambda: net.fit(X, Y, 1, 2, "adam")),
         ("`train_step(x, y, AdamW())` after a step of `Adam()`",
          lambda: (net.train_step(X, Y, Adam()), net.train_step(X, Y, AdamW()))),
+        ("`net.save('missing/model')`, a folder that does not exist", lambda: net.save("missing/model")),
+        ("`DagNet(...).save('dag')`, a node of one's own Layer",
+         lambda: DagNet(4, [("g", Gate(), "x"), ("out", Dense(3), "g")], backend="numpy").save("dag")),
+        *((f"`load('{name}')`, {what}", lambda name=name: load(name, backend="numpy")) for name, what in FILES),
+        ("`load('model', backend='tpu')`", lambda: load("model", backend="tpu")),
     ]
+
+
+FILES = [("none", "no such file"), ("notes.txt", "a text file"), ("half.npz", "half of a saved network"),
+         ("flipped.npz", "a byte of it changed"), ("arrays.npz", "someone else's .npz"), ("newer.npz", "of a newer format"),
+         ("unknown.npz", "of an unknown network"), ("deeper.npz", "an architecture its arrays do not fit")]
+"""The files that ``load`` refuses, made by ``files`` (the network of ``model.npz`` is ``MLP(sizes)``)."""
+
+
+@contextlib.contextmanager
+def files():
+    """A scratch folder, the current one meanwhile, holding ``model.npz`` and the files of ``FILES``."""
+    with tempfile.TemporaryDirectory() as folder:
+        here = os.getcwd()
+        os.chdir(folder)
+        try:
+            with MLP(SIZES, backend="numpy") as net:
+                whole = net.save("model").read_bytes()
+            Path("notes.txt").write_text("w2, b2\n")
+            Path("half.npz").write_bytes(whole[: len(whole) // 2])
+            Path("flipped.npz").write_bytes(whole)
+            flip_last_byte("flipped.npz", "w2.npy")
+            np.savez("arrays.npz", w2=np.ones((6, 4)))
+            with np.load("model.npz") as archive:
+                arrays = {name: archive[name] for name in archive.files if name != "state"}
+                state = json.loads(archive["state"].item())
+            for name, changed in [("newer", {"format": 2}), ("unknown", {"network": "Transformer"}),
+                                  ("deeper", {"architecture": {**state["architecture"], "sizes": [4, 6, 6, 3]}})]:
+                np.savez(name, **arrays, state=np.array(json.dumps({**state, **changed})))
+            yield
+        finally:
+            os.chdir(here)
 
 
 def outcome(call):
@@ -95,7 +135,7 @@ def outcome(call):
 
 
 def table():
-    with MLP(SIZES, dtype="float64", backend="numpy") as net:
+    with files(), MLP(SIZES, dtype="float64", backend="numpy") as net:
         rows = [f"| {what} | {outcome(call)} |" for what, call in cases(net)]
     return "\n".join(["| input | answer |", "| --- | --- |", *(row.replace("\n", " ") for row in rows)])
 

@@ -72,11 +72,12 @@ def test_check_finite_refuses_a_non_finite_gradient_by_name_and_updates_nothing(
         net.synchronize()
 
 
-@pytest.mark.parametrize("name, schedule", [(n, s) for n, s in CASES if not s.fused],
-                         ids=[f"{n}-{s!r}" for n, s in CASES if not s.fused])
-def test_two_mirrored_ranks_compute_one_process_on_the_batch_they_make(name, schedule):
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("name, schedule", CASES, ids=[f"{n}-{s!r}" for n, s in CASES])
+def test_two_mirrored_ranks_compute_one_process_on_the_batch_they_make(name, schedule, graph):
     """Rank 0 of two takes the first half of each batch, and the other holds the same gradients: the sums
-    are those of one process on that half twice over, the update divided by the whole batch."""
+    are those of one process on that half twice over, the update divided by the whole batch; fused (each
+    update behind its sum) and as graphs (the sums inside them) alike."""
     results = []
     for comm in (Mirror(), None):
         with network(name, "numpy", dtype="float64", comm=comm) as net:
@@ -84,12 +85,7 @@ def test_two_mirrored_ranks_compute_one_process_on_the_batch_they_make(name, sch
                 x, y = network_batch(name, 6, seed=step, dtype=np.float64)
                 if comm is None:
                     x, y = (np.concatenate([a[..., :3], a[..., :3]], axis=-1) for a in (x, y))
-                net.sgd_step(x, y, 0.5, schedule)
+                net.sgd_step(x, y, 0.5, schedule, graph=graph)
             results.append(arrays(net.parameters()))
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
-    with network(name, "numpy", comm=Mirror()) as net:
-        with pytest.raises(ValueError, match="cannot run data-parallel"):
-            net.sgd_step(*network_batch(name, 4, seed=0), 0.1, Leapfrog(2, fused=True))
-        with pytest.raises(ValueError, match="graph=True cannot run data-parallel"):
-            net.sgd_step(*network_batch(name, 4, seed=0), 0.1, Leapfrog(2), graph=True)

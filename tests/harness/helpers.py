@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import types
+import zipfile
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -352,6 +353,18 @@ def digits_as_mnist(directory):
         idx_file(directory / f"{split}-images-idx3-ubyte.gz", np.pad(images, ((0, 0), (2, 2), (2, 2))))
         idx_file(directory / f"{split}-labels-idx1-ubyte.gz", y.argmax(axis=0))
     return directory
+
+
+def flip_last_byte(path, member):
+    """Change the last byte of ``member``'s data in the zip archive at ``path`` (an ``.npz``): a damaged file, whose
+    checksum no longer holds."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member)
+    content = bytearray(Path(path).read_bytes())
+    header = info.header_offset  # the local header: 30 bytes, the name, then an extra field of the length at 28
+    start = header + 30 + len(info.filename.encode()) + int.from_bytes(content[header + 28:header + 30], "little")
+    content[start + info.compress_size - 1] ^= 0xFF
+    Path(path).write_bytes(bytes(content))
 
 
 def assert_bitwise_equal(first, second):

@@ -1,6 +1,7 @@
 """Data-parallel training cases, run by every rank under ``mpiexec -n P python tests/harness/mpi_cases.py OUT``.
 
-Each rank trains every case of ``cases(P)`` (an MLP, an RNN or a DagNet) and writes its parameters to
+Each rank trains every case of ``cases(P)`` (an MLP, an RNN or a DagNet; by SGD or Adam, in eager steps or
+as graphs, the update fused or not) and writes its parameters to
 ``OUT/rank{r}.npz`` (keys ``case/i``, the arrays of ``parameters()`` in order) and what it was told to
 ``OUT/rank{r}.json``; ``test_parallel.py``
 compares the ranks with each other and with one process trained on the whole batches (``train``,
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from leapfrog_gpu import RNN, MLP, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan, Sequential, TimeScan
+from leapfrog_gpu import (RNN, MLP, SGD, Adam, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan, Sequential,
+                          TimeScan)
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.dag.network import residual
 
@@ -24,16 +26,20 @@ RESIDUAL = [7, 9, 9, 9, 3]  # with a skip connection per hidden layer: a DAG wit
 BUCKETS = {"per-layer": 0, "400B": 400, "one": 1 << 30}
 SCHEDULES = {"sequential": Sequential(), "leapfrog1": Leapfrog(1), "leapfrog2": Leapfrog(2), "leapfrog3": Leapfrog(3),
              "naumov-scan": NaumovScan(k=2), "naumov-jacobi": NaumovJacobi(k=2), "time-scan": TimeScan(k=2),
-             "level-sets": LevelSets(k=2), "dag-jacobi": DagJacobi(k=2)}
+             "level-sets": LevelSets(k=2), "dag-jacobi": DagJacobi(k=2), "leapfrog2-fused": Leapfrog(2, fused=True)}
 TAU = 4
 """The RNN's sequence length: its batches are (TAU, n_1, B), its targets at every step (TAU, n_L, B)."""
 ETA = 0.1  # at 0.5, float32 runs of tiny uneven batches drift 7e-5 apart in 20 steps; at 0.1, under 4e-7
+OPTIMIZERS = {"sgd": SGD(ETA), "adam": Adam(0.01)}
+STEP_MODES = {"fused": ("leapfrog2-fused", False), "graph": ("leapfrog2", True), "fused+graph": ("leapfrog2-fused", True)}
+"""The schedule and graph mode of each way of running a step beside the eager, unfused one."""
 
 
 def cases(ranks):
     """``{name: case}``; a case gives sizes, dtype, schedule, bucket and the global batch of each step:
     B = 3 per rank, or uneven batches and batches smaller than the ranks ("uneven"). In float64 every
-    schedule meets every bucket setting; float32 repeats the plain two."""
+    schedule meets every bucket setting; float32 repeats the plain two. Each network runs fused steps, graph
+    steps and both (``STEP_MODES``), by SGD and by Adam, on 8 uneven batches."""
     whole = [3 * ranks] * STEPS
     uneven = [3 * ranks + 1, 3 * ranks - 1, ranks - 1, 1] * (STEPS // 4)
     found = {}
@@ -55,6 +61,12 @@ def cases(ranks):
                 found[f"{network}/{dtype}/{schedule}/uneven"] = dict(
                     network=network, sizes=RESIDUAL if network == "dag" else SMALL, dtype=dtype, schedule=schedule,
                     bucket="400B", batches=uneven)
+    for network, sizes in (("mlp", SMALL), ("rnn", SMALL), ("dag", RESIDUAL)):
+        for mode, (schedule, graph) in STEP_MODES.items():
+            for optimizer in OPTIMIZERS:
+                found[f"{network}/float64/{mode}/{optimizer}"] = dict(
+                    network=network, sizes=sizes, dtype="float64", schedule=schedule, graph=graph,
+                    optimizer=optimizer, bucket="400B", batches=uneven[:8])
     return found
 
 
@@ -84,7 +96,8 @@ def train(case, comm=None, seed=5):
     backend = NumpyBackend(chaos=case.get("chaos"))
     with backend, network(case, seed, backend, comm) as net:
         for x, y in data(case["sizes"], case["batches"], case["dtype"], case.get("network", "mlp")):
-            net.sgd_step(x, y, ETA, SCHEDULES[case["schedule"]])
+            net.train_step(x, y, OPTIMIZERS[case.get("optimizer", "sgd")], SCHEDULES[case["schedule"]],
+                           graph=case.get("graph", False))
         return [np.array(array) for named in net.parameters().values() for array in named.values()]
 
 

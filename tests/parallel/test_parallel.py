@@ -14,8 +14,8 @@ import pytest
 import mpi_cases
 import mpirun
 from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
-from networks import Mirror
-from leapfrog_gpu import MLP, RNN, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from networks import Mirror, arrays, network, network_batch
+from leapfrog_gpu import MLP, RNN, Adam, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.parallel import reducer as data_parallel, comm as parallel
@@ -183,20 +183,98 @@ def test_a_rank_without_samples_adds_zeros():
         assert relative_error(net.weights + net.biases, want) < 1e-12
 
 
-def test_a_fused_update_is_refused():
+def test_the_one_pass_sweep_is_refused():
+    """It updates w^{l+1} inside the chain's (5), before any sum across ranks; fused=True updates behind them."""
     with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
         x, y = batch(SIZES, 4)
-        with pytest.raises(ValueError, match=r"Leapfrog\(k=2, fused=True\) cannot run data-parallel: a fused update "
-                                             r"never writes nabla_w, and the sum across ranks needs it written"):
-            net.sgd_step(x, y, ETA, Leapfrog(2, fused=True))
-        net.backprop(x, y, Leapfrog(2, fused=True))  # no update to fuse: allowed
+        before = [p.copy() for p in net.weights]
+        with pytest.raises(ValueError, match=r"Leapfrog\(k=2, one_pass=True\) cannot run data-parallel: the one-pass "
+                                             r"sweep updates w inside the chain's \(5\), before the sum across ranks "
+                                             r"of its gradient; pass fused=True instead of one_pass=True"):
+            net.sgd_step(x, y, ETA, Leapfrog(2, one_pass=True))
+        assert all(np.array_equal(a, b) for a, b in zip(before, net.weights))
 
 
-def test_a_step_as_a_graph_is_refused():
-    with MLP(SIZES, backend="numpy", comm=Mirror()) as net:
-        with pytest.raises(ValueError, match="graph=True cannot run data-parallel yet: a graph holds the step of "
-                                             "one plan"):
-            net.sgd_step(*batch(SIZES, 4), ETA, Leapfrog(2), graph=True)
+STEPS = {"fused": (Leapfrog(2, fused=True), False), "graph": (Leapfrog(2), True),
+         "fused+graph": (Leapfrog(2, fused=True), True), "sequential-fused+graph": (Sequential(fused=True), True)}
+"""A schedule and graph mode, by name: a fused update, a step as a graph, and both."""
+
+
+@pytest.mark.parametrize("steps", STEPS)
+@pytest.mark.parametrize("bucket_bytes", [0, 600, 10**9])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_fused_and_graph_steps_against_the_reference(steps, bucket_bytes, rank):
+    """Rank 1 takes no column of the batch of 1 (its share adds zeros) and fewer of the odd ones; every step,
+    a graph's launches too, sums each bucket once."""
+    schedule, graph = STEPS[steps]
+    comm = Mirror(rank=rank, bucket_bytes=bucket_bytes)
+    data = [batch(SIZES, count, seed=count) for count in (6, 7, 1, 2, 5, 7, 1)]
+    with MLP(SIZES, dtype="float64", seed=3, backend="numpy", comm=comm) as net:
+        want = reference_steps(net.weights, net.biases, data, rank=rank)
+        for x, y in data:
+            net.sgd_step(x, y, ETA, schedule, graph=graph)
+        assert relative_error(net.weights + net.biases, want) < 1e-12
+    buckets = len(data_parallel.buckets(mlp_layout(SIZES), 8, bucket_bytes))
+    assert len(comm.sums) == len(data) * buckets
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_fused_and_graph_steps_are_the_eager_ones_to_the_bit(network_name, rank):
+    """Adam on every network, rank 1 with an empty share now and then: an update behind its sum on the
+    communication stream, or replayed in a graph, is the eager update behind the join, bit for bit (the
+    same kernels on the same sums). Adam moves the parameters even where the gradients are zero, so an
+    empty share's missing update shows."""
+    results = {}
+    for steps in ("eager", *STEPS):
+        schedule, graph = STEPS.get(steps, (Leapfrog(2), False))
+        comm = Mirror(rank=rank, bucket_bytes=100)
+        with network(network_name, "numpy", dtype="float64", comm=comm) as net:
+            for count in (3, 1, 4, 1, 3):
+                net.train_step(*network_batch(network_name, count, seed=count, dtype=np.float64), Adam(0.01),
+                               schedule, graph=graph)
+            results[steps] = arrays(net.parameters())
+    for steps, got in results.items():
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(got, results["eager"])), steps
+
+
+@pytest.mark.parametrize("bucket_bytes,order", [
+    (0, ["allreduce[6]", "update[6]", "allreduce[5]", "update[5]", "allreduce[4]", "update[4]", "allreduce[3]",
+         "update[3]", "allreduce[2]", "update[2]"]),
+    (1600, ["allreduce[6..4]", "update[6]", "update[5]", "update[4]", "allreduce[3]", "update[3]", "allreduce[2]",
+            "update[2]"]),
+    (10**9, ["allreduce[6..2]", "update[6]", "update[5]", "update[4]", "update[3]", "update[2]"]),
+])
+def test_a_fused_step_updates_each_layer_behind_its_buckets_sum_on_the_communication_stream(bucket_bytes, order):
+    """The communication stream alone calls the engine, the buckets in the layout's order; each layer's update
+    follows its bucket's sum there, and nothing updates on the main stream or a worker."""
+    with NumpyBackend(mode="serial", trace=True) as backend:
+        with MLP(SIZES, dtype="float64", backend=backend, comm=Mirror(bucket_bytes=bucket_bytes)) as net:
+            net.sgd_step(*batch(SIZES, 4), ETA, Leapfrog(2))  # the plans and streams made
+            backend.trace.clear()
+            net.sgd_step(*batch(SIZES, 4), ETA, Leapfrog(2, fused=True))
+    started = [(stream, name) for stream, what, name in backend.trace if what == "start"]
+    assert [name for stream, name in started if stream == "comm" and not name.startswith("wait")] == order
+    assert not [name for stream, name in started if stream != "comm" and name.startswith(("update", "fused"))]
+
+
+def test_every_rank_captures_its_graphs_at_the_same_steps(monkeypatch):
+    """A graph is kept by the whole batch's size: batches of 4 and 3 give rank 0 the same share (2) and rank 1
+    two (2 and 1), and a batch of 1 gives rank 1 none. Kept by the plan alone, rank 0 would launch at step 1
+    what rank 1 captures there; NCCL wants every rank to capture a collective at the same step."""
+    captured = []
+    capture = NumpyBackend.capture
+
+    def counted(backend, body):
+        captured[-1].append(step)
+        return capture(backend, body)
+
+    monkeypatch.setattr(NumpyBackend, "capture", counted)
+    for rank in (0, 1):
+        captured.append([])
+        with MLP(SIZES, backend="numpy", comm=Mirror(rank=rank)) as net:
+            for step, count in enumerate((4, 3, 4, 3, 1, 1)):
+                net.sgd_step(*batch(SIZES, count), ETA, Leapfrog(2), graph=True)
+    assert captured == [[0, 1, 4], [0, 1, 4]]
 
 
 def test_a_calibration_sums_nothing():
@@ -256,7 +334,7 @@ def deferred_run(order, schedule, seed=0):
 
 
 @pytest.mark.parametrize("order,seed", [("main-first", 0), ("workers-first", 0)] + [("random", s) for s in range(4)])
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=schedule_id)
 def test_every_interleaving_with_all_waits_is_right(order, seed, schedule):
     assert deferred_run(order, schedule, seed)
 
@@ -279,11 +357,21 @@ def test_a_sum_that_does_not_wait_for_its_gradients_is_caught(monkeypatch, sched
     assert not deferred_run("workers-first", schedule)
 
 
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=schedule_id)
 def test_an_update_that_does_not_wait_for_the_sums_is_caught(monkeypatch, schedule):
-    """Without 'the main stream waits R', the update reads gradients not yet summed."""
+    """Without 'the main stream waits R', the update reads gradients not yet summed (fused: the next step's
+    forward pass reads parameters not yet updated)."""
     monkeypatch.setattr(Reducer, "join", lambda self: None)
     assert not deferred_run("main-first", schedule)
+
+
+def test_a_fused_update_that_does_not_wait_for_the_last_read_of_its_parameters_is_caught(monkeypatch):
+    """The update of w^l follows its sum on the communication stream, which waits for G_l; G_l follows (6)(7),
+    handed off behind the last reader of w^l (delta^{l-1}). Handed off behind E_l instead, the update
+    overwrites w^l before (5) reads it."""
+    assert deferred_run("workers-first", Leapfrog(2, fused=True))
+    monkeypatch.setattr(MLPPlan, "last_reader", lambda self, l: l)
+    assert not deferred_run("workers-first", Leapfrog(2, fused=True))
 
 
 def bucketed_run(bucket_bytes):
@@ -461,14 +549,14 @@ class Gpus(Mirror):
         return self.nccl
 
 
-def nccl_run(backend, schedule, ranks, steps=3, size=4):
-    """Whether SGD steps of a network summing through NCCL over ``ranks`` give the reference's parameters
-    (its share's gradients times ``ranks``, the update divided by the whole batch)."""
+def nccl_run(backend, schedule, ranks, steps=3, size=4, graph=False):
+    """Whether SGD steps (as graphs, with ``graph``) of a network summing through NCCL over ``ranks`` give the
+    reference's parameters (its share's gradients times ``ranks``, the update divided by the whole batch)."""
     with MLP(SIZES, seed=3, dtype="float64", backend=backend, comm=Gpus(ranks)) as net:
         data = [batch(SIZES, size, seed=step) for step in range(steps)]
         want = reference_steps(to_numpy_all(net.weights), to_numpy_all(net.biases), data, ranks=ranks)
         for x, y in data:
-            net.sgd_step(x, y, ETA, schedule)
+            net.sgd_step(x, y, ETA, schedule, graph=graph)
         return relative_error(to_numpy_all(net.weights + net.biases), want) < 1e-12
 
 
@@ -497,6 +585,18 @@ def test_nccl_on_the_standin_against_the_reference(standin, schedule):
     assert comm.is_non_blocking and comm.ptr not in others
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("schedule", [Leapfrog(2), Leapfrog(2, fused=True)], ids=schedule_id)
+def test_nccl_fused_and_in_a_graph_on_the_standin(standin, schedule, graph):
+    """A fused update follows its sum on the communication stream; a graph holds the NCCL calls (the stand-in
+    records them in the capture, and each launch sums again: three steps, two of them launches)."""
+    with cupy_backend(standin) as backend:
+        assert nccl_run(backend, schedule, ranks=2, graph=graph)
+        comm = backend.comm_stream()
+    sums = [entry for entry in standin.trace() if entry[2] == "ncclAllReduce"]
+    assert len(sums) == (2 if graph else 3) * (len(SIZES) - 1) and {stream for _, stream, _ in sums} == {comm.ptr}
+
+
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
 def test_nccl_sums_that_do_not_wait_for_their_gradients_are_caught(monkeypatch, schedule):
     monkeypatch.setattr(Reducer, "wait_for_gradients", lambda self, unit: None)
@@ -513,11 +613,13 @@ def test_an_update_that_does_not_wait_for_nccl_is_caught(monkeypatch, schedule):
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("size", [1, 64], ids=batch_id)
-@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
-def test_nccl_one_rank_on_the_gpu(schedule, size):
-    """NCCL with one rank: the sum is the buffer itself, and the update divides by the whole batch."""
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(2, fused=True)], ids=schedule_id)
+def test_nccl_one_rank_on_the_gpu(schedule, size, graph):
+    """NCCL with one rank: the sum is the buffer itself, and the update divides by the whole batch; with
+    ``graph``, ncclAllReduce captured in the CUDA graph and launched by it."""
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as backend:
-        assert nccl_run(backend, schedule, ranks=1, steps=5, size=size)
+        assert nccl_run(backend, schedule, ranks=1, steps=5, size=size, graph=graph)

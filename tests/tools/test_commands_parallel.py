@@ -207,8 +207,6 @@ def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
     for args, message in (
         (["--lr", "-1"], "leapfrog-train: error: argument --lr: must be a finite number >= 0; got '-1'"),
         (["--data", "mnist", "--data-dir", tmp_path / "none"], "leapfrog-train: error: "),
-        (["--graph"], "leapfrog-train: error: --graph does not run under mpiexec yet (its graphs hold no sums "
-                      "across ranks); drop it"),
         (["--batch-size", "719"], "leapfrog-train: error: --batch-size 719 on each of 2 ranks is larger than the 1437 "
                                   "training samples of digits; use at most 718"),
     ):
@@ -217,14 +215,27 @@ def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
         assert len(err.splitlines()) == 1 and err.startswith(message), err
 
 
-def test_fused_under_mpiexec_is_refused_before_the_first_step_in_one_line(tmp_path):
-    """Not a traceback per rank and MPI_Abort: exit 2 and rank 0's one line, as for --graph; nothing written."""
-    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--fused", "--checkpoint-dir",
-                                                          tmp_path / "run"), timeout=60)
-    assert (returncode, out) == (2, ""), err
-    assert err.splitlines() == ["leapfrog-train: error: --fused does not run under mpiexec yet (a fused update never "
-                                "writes the gradients that the ranks sum); drop it"]
-    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())
+@pytest.mark.parametrize("options", [["--graph"], ["--fused"], ["--graph", "--fused", "--optimizer", "adam"],
+                                     [*SMALL["rnn"], "--graph", "--fused"], [*SMALL["resmlp"], "--graph", "--fused"]],
+                         ids=" ".join)
+def test_graph_and_fused_steps_under_mpiexec_train_as_one_process_does(tmp_path, options):
+    """``mpiexec -n 2 leapfrog-train --graph``, ``--fused`` or both (batch 4 per rank) against one process on
+    batches of 8: the same steps on the same global batches, so the same parameters but for float32 rounding,
+    for the MLP (by SGD and by Adam), the RNN and the residual network."""
+    common = [*TEACHER, "--epochs", "1", *options]  # the model's --hidden after the teacher's
+    two, one = tmp_path / "two", tmp_path / "one"
+    mpirun.run(2, *TRAIN, *common, "--batch-size", 4, "--checkpoint-dir", two, "--metrics", two / "m.jsonl",
+               timeout=120)
+    assert cli(*common, "--batch-size", 8, "--checkpoint-dir", one, "--metrics", one / "m.jsonl") == 0
+    (got, state), (want, _) = parameters(two), parameters(one)
+    config = state["config"]
+    assert (config["ranks"], config["graph"], config["fused"]) == (2, "--graph" in options, "--fused" in options)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    two_metrics, one_metrics = ((d / "m.jsonl").read_text().splitlines() for d in (two, one))
+    assert json.loads(two_metrics[-1])["test_loss"] == pytest.approx(json.loads(one_metrics[-1])["test_loss"],
+                                                                     rel=1e-4)
 
 
 def test_ranks_with_other_options_are_refused(tmp_path):

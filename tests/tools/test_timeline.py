@@ -1,6 +1,7 @@
 """The stream timeline: every launch stamped once, on its own stream, in an order the schedule allows
-(host streams, the CuPy backend on the stand-in, and on a GPU), nothing stamped when it is off; and
-its analysis (busy time, worker overlap, idle gaps of the main stream) on intervals worked by hand."""
+(host streams, the CuPy backend on the stand-in, and on a GPU), nothing stamped when it is off; every
+network's gradients named as such, on their unit's worker, and drawn so; and its analysis (busy time,
+worker overlap, idle gaps of the main stream) on intervals worked by hand."""
 
 import json
 import threading
@@ -9,10 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from helpers import NO_GPU, STANDIN_ORDERS, batch, case_id, install_standin, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, Sequential
+from helpers import NO_GPU, STANDIN_ORDERS, batch, case_id, dag_data, install_standin, residual_net, to_numpy
+from leapfrog_gpu import MLP, RNN, Leapfrog, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.backends.timing import Interval, Timeline
+from leapfrog_gpu.core import launches
 from leapfrog_gpu.tools import timeline
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5: layers 2..5
@@ -185,6 +187,82 @@ def test_a_graph_step_is_refused_while_stamping(backend):
         assert sorted((i.stream, i.name) for i in stamps.intervals()) == expected_launches(backend, 2)
 
 
+# -- every network's launches, named by role and unit ------------------------------------------------
+
+TAU = 3
+NETWORKS = {  # name -> (the network on a backend, a batch of it)
+    "MLP": (lambda backend: MLP(SIZES, backend=backend), lambda net: batch(SIZES, 3)),
+    **{f"RNN {cell}": (lambda backend, cell=cell: RNN([4, 6, 5, 3], cell=cell, output="every", backend=backend),
+                       lambda net: batch([4, 3], 3, tau=TAU)) for cell in ("elman", "gru")},
+    "DagNet residual": (residual_net, lambda net: dag_data(net, 3)),
+}
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure saved while the test runs."""
+    import matplotlib.figure
+
+    saved, savefig = [], matplotlib.figure.Figure.savefig
+
+    def keep(figure, *args, **kwargs):
+        savefig(figure, *args, **kwargs)
+        saved.append(figure)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    return saved
+
+
+@pytest.mark.parametrize("name", NETWORKS)
+def test_every_gradient_launch_is_named_and_drawn_as_one_on_its_units_worker(name, figures, tmp_path):
+    """Under Leapfrog(2) the workers run exactly the gradients (docs/design.md §2), of unit u on worker
+    index(u) mod 2 (a layer's number, a node's place in topological order, from 2): each is classified
+    ``gradients`` by its name, with u in its brackets, and drawn in the gradients' colour."""
+    make, data = NETWORKS[name]
+    with get_backend("numpy") as backend, make(backend) as net:
+        stamps = Timeline(backend)
+        with stamps.step():
+            net.sgd_step(*data(net), 0.1, Leapfrog(2))
+        intervals = stamps.intervals()
+        index = getattr(net, "index", {l: l for l in net.parameters()})
+        units = {str(u): f"worker{index[u] % 2}" for u in net.parameters()}
+    on_workers = [i for i in intervals if i.stream != "main"]
+    assert [i.name for i in on_workers if launches.role(i.name) != "gradients"] == []
+    assert [i.name for i in intervals if i.stream == "main" and launches.role(i.name) == "gradients"] == []
+    assert sorted({launches.unit(i.name) for i in on_workers}) == sorted(units)
+    assert all(i.stream == units[launches.unit(i.name)] for i in on_workers), on_workers
+    if name.startswith("RNN"):  # the recurrent layers' nabla_u among them
+        assert {f"nabla_u[{l}]" for l in (2, 3)} <= {i.name for i in on_workers}
+    timeline.save(tmp_path / "t.png", [{"label": name, "intervals": intervals}], {}, name)
+    (figure,) = figures
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert legend == [role for role in [*launches.ROLES, launches.OTHER]
+                      if role in {launches.role(i.name) for i in intervals}]
+    assert {"forward", "chain", "gradients", "update"} <= set(legend)
+    streams = sorted({i.stream for i in intervals}, key=lambda s: (s != "main", s))
+    gradients = matplotlib_colour(timeline.COLOURS["gradients"])
+    for bars in figure.axes[0].collections:
+        row = round(float(bars.get_paths()[0].vertices[:, 1].mean()))
+        assert (matplotlib_colour(bars.get_facecolor()[0]) == gradients) == (streams[row] != "main"), row
+
+
+def matplotlib_colour(colour):
+    import matplotlib.colors
+
+    return matplotlib.colors.to_hex(colour)
+
+
+def test_a_launch_is_named_what_unit():
+    for name, role, unit in (("z[3]", "forward", "3"), ("delta[3]+update[4]", "chain", "3"),
+                             ("scan[2, 4]", "chain", "2, 4"), ("nabla_b_hn[2]", "gradients", "2"),
+                             ("gradients[norm]", "gradients", "norm"),
+                             ("fused_update[5]", "gradients + update, fused", "5"),
+                             ("update_b[5]", "update", "5"), ("copy_in", "copy", ""),
+                             ("allreduce[2..4]", "sums across ranks", "2..4"), ("eta / B", "other", ""),
+                             ("check_finite", "other", ""), ("clear", "other", "")):
+        assert (launches.role(name), launches.unit(name)) == (role, unit), name
+
+
 # -- the analysis, on intervals worked by hand (ns) --------------------------------------------------
 
 
@@ -227,11 +305,22 @@ def test_summary_takes_medians_and_shows_the_median_step():
     spans = {0: 1000, 1: 3000, 2: 2000}  # main alone, busy for the whole span
     intervals = [i for n, span in spans.items() for i in step_of([("main", "z[2]", 10 * n, 10 * n + span)], n)]
     summary = timeline.analyse(intervals)["summary"]
-    assert summary["shown_step"] == 2 and summary["steps"] == 3
+    assert summary["shown_step"] == 2 and summary["shown"] == "the median span" and summary["steps"] == 3
     assert summary["span_ms"] == pytest.approx(2000e-6) and summary["busy_ms"] == {"main": pytest.approx(2000e-6)}
     assert "worker time overlapping main: - (no worker stream)" in timeline.describe(summary)
     with pytest.raises(ValueError, match="the timeline holds no launch"):
         timeline.analyse([])
+
+
+def test_the_chart_shows_the_step_with_the_most_overlap_where_any_has_some():
+    """Worker overlap in steps 1 (100 of 200 ns) and 2 (100 of 100 ns, twice: the shorter one, 3, shown)."""
+    steps = {0: [("main", "z[2]", 0, 1000), ("worker0", "gradients[2]", 1000, 1200)],
+             1: [("main", "z[2]", 0, 1000), ("worker0", "gradients[2]", 900, 1100)],
+             2: [("main", "z[2]", 0, 5000), ("worker0", "gradients[2]", 100, 200)],
+             3: [("main", "z[2]", 0, 3000), ("worker0", "gradients[2]", 100, 200)]}
+    summary = timeline.analyse([i for n, rows in steps.items() for i in step_of(rows, n)])["summary"]
+    assert (summary["shown_step"], summary["shown"]) == (3, "the most overlap")
+    assert summary["worker_overlap"] == pytest.approx(0.75)  # the median of 0, 1/2, 1 and 1
 
 
 def test_save_writes_the_chart_and_every_interval(tmp_path):

@@ -135,11 +135,6 @@ def _train(given, comm):
             raise UsageError(f"the checkpoint was written by {written_by} rank(s) of --batch-size "
                              f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {written_by})")
         config["ranks"] = comm.size
-        if config["graph"] and comm.size > 1:
-            raise UsageError("--graph does not run under mpiexec yet (its graphs hold no sums across ranks); drop it")
-        if config["fused"] and comm.size > 1:
-            raise UsageError("--fused does not run under mpiexec yet (a fused update never writes the gradients "
-                             "that the ranks sum); drop it")
         dataset = models.dataset(config)
         samples, batch = dataset.x_train.shape[-1], config["batch_size"] * comm.size
         if batch > samples:

@@ -15,7 +15,6 @@ import time
 
 from tqdm import tqdm
 
-from ...backends import to_host
 from ...core.fitting import Fitting, evaluate
 from ..schedules import make_schedule
 from . import checkpoint, models
@@ -144,13 +143,7 @@ class Training:
 
     def _save(self):
         if self.config["checkpoint_dir"] and self.rank == 0:
-            params = {unit: {name: to_host(array) for name, array in named.items()}
-                      for unit, named in self.net.parameters().items()}
-            held = self.net.optimizer_state()
-            slots = {slot: {unit: {name: to_host(array) for name, array in named.items()}
-                            for unit, named in by_unit.items()} for slot, by_unit in held.items() if slot != "step"}
-            checkpoint.save(self.config["checkpoint_dir"], params, {**self.state(), "optimizer_step": held["step"]},
-                            slots)
+            checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
 
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran).

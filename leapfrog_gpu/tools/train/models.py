@@ -70,11 +70,16 @@ def network(config, dataset, backend, comm=None):
 def load(directory, backend="auto"):
     """The network that ``leapfrog-train`` checkpointed in ``directory``, with the parameters of the last
     step it completed: an ``MLP``, a residual ``DagNet`` or an ``RNN``, as its ``--model`` was, on
-    ``backend`` (a name or a backend object); close it when done (``with``). Raises
-    ``checkpoint.CheckpointError``, one line, for a file that is not such a checkpoint or does not fit."""
-    arrays, state = checkpoint.load(directory)
+    ``backend`` (a name or a backend object); close it when done (``with``). ``leapfrog_gpu.load`` of its
+    checkpoint.npz; one written before the networks were saved with their architecture is built from the run's
+    options. Raises ``checkpoint.CheckpointError``, one line, for a file that is not such a checkpoint or does
+    not fit."""
+    arrays, state = checkpoint.read(directory)
+    if "format" in state:
+        return checkpoint.built(directory, arrays, state, backend)
     config = state.get("config")
-    if not isinstance(config, dict) or not {"data", "activation", "cost", "dtype", "seed"} <= set(config):
+    built_by = {"data", "activation", "cost", "dtype", "seed"}
+    if "sizes" not in state or not isinstance(config, dict) or not built_by <= set(config):
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} holds no leapfrog-train options to build "
                                          f"its network from: {checkpoint.REMEDY}")
     config = {**checkpoint.LATER, **config, "check_finite": False}

@@ -262,7 +262,8 @@ def _make_ufunc(name):
             raise TypeError(f"{name}: no cupy.ndarray among the arguments")
         shape = np.broadcast_shapes(*(arg.shape for arg in devices))
         probe = [np.zeros(1, arg.dtype) if isinstance(arg, ndarray) else arg for arg in args]
-        result_dtype = ufunc(*probe, dtype=dtype, casting=casting).dtype
+        with np.errstate(all="ignore"):  # zeros stand for the values: only the dtype is asked for (1 / 0 warns)
+            result_dtype = ufunc(*probe, dtype=dtype, casting=casting).dtype
         if out is None:
             out = _new(shape, result_dtype)
         elif not isinstance(out, ndarray):

@@ -1,137 +1,84 @@
-"""Checkpoints: a round trip is exact, and a failed write leaves the previous checkpoint and no debris."""
+"""Checkpoints: the network's file with the run's state; a round trip is exact, a checkpoint of the format before
+it still reads, and every refusal says what to do with the checkpoint. (The file itself, its atomic write and
+its refusals: tests/core/test_saving.py.)"""
 
-import os
-import stat
+import json
 
 import numpy as np
 import pytest
 
+from helpers import assert_bitwise_equal
+from leapfrog_gpu import RNN, Adam
 from leapfrog_gpu.tools.train import checkpoint
 
+REMEDY = ": delete it, or choose another --checkpoint-dir"
+TRAINING = {"sizes": [5, 7, 3], "rng": {"state": 2**100 + 7}, "note": "ü"}
 
-def arrays(seed, sizes=(5, 7, 3)):
-    """The parameters of an RNN ``sizes`` as ``parameters()`` gives them (u^l in the recurrent layers), and a state."""
-    rng = np.random.default_rng(seed)
-    params = {l: {"w": rng.standard_normal((n, m)).astype(np.float32)}
-              for l, (m, n) in enumerate(zip(sizes, sizes[1:]), start=2)}
-    for l, named in params.items():
-        if l < len(sizes):
-            named["u"] = rng.standard_normal((sizes[l - 1],) * 2).astype(np.float32)
-        named["b"] = rng.standard_normal(sizes[l - 1]).astype(np.float32)
-    return params, {"sizes": list(sizes), "rng": {"state": 2**100 + 7}, "note": "ü"}
+
+def rnn(seed, sizes=(5, 7, 3)):
+    return RNN(list(sizes), seed=seed, dtype="float64", backend="numpy")
 
 
 def test_round_trip_is_exact(tmp_path):
-    params, state = arrays(0)
-    assert checkpoint.save(tmp_path, params, state) == tmp_path / "checkpoint.npz"
-    got, got_state = checkpoint.load(tmp_path)
-    assert got_state == state  # big integers (PCG64 state) and text survive JSON
-    assert list(got) == ["w2", "u2", "b2", "w3", "b3"]  # each parameter named by its layer, in order
-    for name, expected in [(f"{name}{l}", array) for l, named in params.items() for name, array in named.items()]:
-        assert got[name].dtype == expected.dtype and got[name].tobytes() == expected.tobytes()
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 5, 3)), rng.random((3, 3))  # (tau, n_1, B), and the targets at the last step
+    with rnn(0) as net:
+        net.train_step(x, y, Adam())
+        params = [np.array(a) for named in net.parameters().values() for a in named.values()]
+        assert checkpoint.save(tmp_path, net, TRAINING) == tmp_path / "checkpoint.npz"
+    got, state = checkpoint.load(tmp_path)
+    assert state == {**TRAINING, "optimizer_step": 1}  # big integers (PCG64 state) and text survive JSON
+    names = ["w2", "u2", "b2", "w3", "b3"]
+    assert list(got) == names + [f"{slot}.{name}" for slot in ("exp_avg", "exp_avg_sq") for name in names]
+    assert_bitwise_equal([got[name] for name in names], params)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
-    like = {l: dict.fromkeys(named) for l, named in params.items()}
-    net = Receiver(like)
-    checkpoint.restore(net, got, tmp_path)
-    assert net.given[2]["u"].tobytes() == params[2]["u"].tobytes()
-    with pytest.raises(checkpoint.CheckpointError, match=r"checkpoint.npz lacks the parameter 'u3' of this network"):
-        checkpoint.restore(Receiver({**like, 3: {"w": None, "u": None}}), got, tmp_path)
-    with pytest.raises(checkpoint.CheckpointError, match=r"checkpoint.npz does not fit this network \(bad shape\)"):
-        checkpoint.restore(Receiver(like, refusal="bad shape"), got, tmp_path)
+    with rnn(1) as net:
+        checkpoint.restore(net, got, tmp_path)
+        checkpoint.restore_optimizer(net, Adam(), checkpoint.optimizer_arrays(got), 1, tmp_path)
+        assert_bitwise_equal([np.array(a) for named in net.parameters().values() for a in named.values()], params)
+        assert net.optimizer_state()["step"] == 1
+    with rnn(1, (5, 7, 7, 3)) as deeper, pytest.raises(checkpoint.CheckpointError) as error:
+        checkpoint.restore(deeper, got, tmp_path)
+    assert str(error.value) == (f"{tmp_path}/checkpoint.npz does not fit this network (no array 'u3' (the parameter "
+                                f"u of unit 3)){REMEDY}")
+    with rnn(1, (5, 6, 3)) as narrower, pytest.raises(checkpoint.CheckpointError, match=r"does not fit this network "
+                                                      r"\(weights\[0\] \(w\^2\) must have shape \(6, 5\)"):
+        checkpoint.restore(narrower, got, tmp_path)
 
 
-class Receiver:
-    """What ``restore`` asks of a network: its ``parameters()``, and ``set_parameters``, here kept (or refused
-    with a ValueError that says ``refusal``)."""
-
-    def __init__(self, like, refusal=None):
-        self.like, self.refusal, self.given = like, refusal, None
-
-    def parameters(self):
-        return self.like
-
-    def set_parameters(self, params):
-        if self.refusal:
-            raise ValueError(self.refusal)
-        self.given = params
-
-
-def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    checkpoint.save(tmp_path, *arrays(0))
-    before = (tmp_path / "checkpoint.npz").read_bytes()
-    write_array, calls = np.lib.format.write_array, []
-
-    def fail_on_the_third_array(*args, **kwargs):
-        calls.append(None)
-        if len(calls) == 3:
-            raise OSError(28, "No space left on device")
-        write_array(*args, **kwargs)
-
-    monkeypatch.setattr(np.lib.format, "write_array", fail_on_the_third_array)
-    with pytest.raises(OSError, match="No space left"):
-        checkpoint.save(tmp_path, *arrays(1))
-    assert (tmp_path / "checkpoint.npz").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
-
-
-def test_save_removes_a_killed_writers_temporary_file(tmp_path):
-    (tmp_path / ".checkpoint-abc123.tmp").write_bytes(b"PK half a file")
-    checkpoint.save(tmp_path, *arrays(0))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
+def test_a_checkpoint_of_the_format_before_reads_as_it_did(tmp_path):
+    """Its state the run's alone, at the top, with ``optimizer_step``."""
+    state = {**TRAINING, "optimizer_step": 3}
+    np.savez(tmp_path / "checkpoint.npz", w2=np.ones((7, 5)), state=np.array(json.dumps(state)))
+    arrays, got = checkpoint.load(tmp_path)
+    assert got == state and list(arrays) == ["w2"]
 
 
 def test_load_errors(tmp_path):
     """Each says what is wrong in one line and what to do; none repeats NumPy's hint to load a pickle."""
-    remedy = ": delete it, or choose another --checkpoint-dir"
-    with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint to resume from: .* does not exist"):
         checkpoint.load(tmp_path)
     for garbage in (b"garbage", b"PK\x03\x04 not really a zip"):
         (tmp_path / "checkpoint.npz").write_bytes(garbage)
-        with pytest.raises(checkpoint.CheckpointError, match=r"is not a checkpoint \(not an .npz archive") as error:
+        with pytest.raises(checkpoint.CheckpointError, match=r"is not an .npz archive \(damaged") as error:
             checkpoint.load(tmp_path)
-        assert str(error.value).endswith(remedy) and "\n" not in str(error.value)
+        assert str(error.value).endswith(REMEDY) and "\n" not in str(error.value)
         assert "pickle" not in str(error.value) and "unsafely" not in str(error.value)
     np.savez(tmp_path / "checkpoint.npz", w2=np.zeros((2, 2)))
-    lacks = r"not a checkpoint of leapfrog-train \(it lacks 'state"
-    with pytest.raises(checkpoint.CheckpointError, match=lacks) as error:
+    with pytest.raises(checkpoint.CheckpointError, match=r"holds no network saved by leapfrog_gpu") as error:
         checkpoint.load(tmp_path)
-    assert str(error.value).endswith(remedy)
+    assert str(error.value).endswith(REMEDY)
+    np.savez(tmp_path / "checkpoint.npz", state=np.array(json.dumps({"epoch": 1})))
+    with pytest.raises(checkpoint.CheckpointError, match=r"not a checkpoint of leapfrog-train \(it lacks 'sizes'\)"):
+        checkpoint.load(tmp_path)
     np.savez(tmp_path / "checkpoint.npz", state=np.array([{"sizes": [2, 2]}], dtype=object), allow_pickle=True)
     with pytest.raises(checkpoint.CheckpointError, match=r"is damaged \(ValueError: ") as error:
         checkpoint.load(tmp_path)
-    assert str(error.value).endswith(remedy) and "\n" not in str(error.value)
+    assert str(error.value).endswith(REMEDY) and "\n" not in str(error.value)
 
 
-def test_the_file_is_synced_before_the_rename_and_its_folder_after(tmp_path, monkeypatch):
-    """What survives a loss of power: the new file's bytes are on disk before the rename makes it the
-    checkpoint, and the rename itself (the folder) after it."""
-    calls, fsync, replace = [], os.fsync, os.replace
-
-    def recorded_fsync(fd):
-        calls.append(("fsync", os.path.realpath(f"/proc/self/fd/{fd}")))
-        fsync(fd)
-
-    def recorded_replace(source, target):
-        calls.append(("replace", os.path.realpath(source), os.path.realpath(target)))
-        replace(source, target)
-
-    monkeypatch.setattr(os, "fsync", recorded_fsync)
-    monkeypatch.setattr(os, "replace", recorded_replace)
-    path = os.path.realpath(checkpoint.save(tmp_path, *arrays(0)))
-    replaced = [i for i, call in enumerate(calls) if call[0] == "replace"]
-    assert len(replaced) == 1, calls
-    (_, temporary, target), i = calls[replaced[0]], replaced[0]
-    assert target == path and os.path.dirname(temporary) == os.path.dirname(path)
-    assert ("fsync", temporary) in calls[:i], f"the file is not synced before the rename: {calls}"
-    assert ("fsync", os.path.dirname(path)) in calls[i + 1:], f"the folder is not synced after the rename: {calls}"
-
-
-@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
-def test_a_checkpoint_gets_the_mode_of_any_new_file(tmp_path, umask):
-    """Not the 0600 of a temporary file: what open() gives under the umask, as for the other outputs."""
-    previous = os.umask(umask)
-    try:
-        path = checkpoint.save(tmp_path, *arrays(0))
-    finally:
-        os.umask(previous)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+def test_save_removes_a_killed_writers_temporary_file(tmp_path):
+    (tmp_path / ".checkpoint.npz-abc123.tmp").write_bytes(b"PK half a file")
+    with rnn(0) as net:
+        checkpoint.save(tmp_path, net, TRAINING)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import leapfrog_gpu
 from helpers import ROOT, assert_bitwise_equal, cli, digits_as_mnist, one_error_line, parameters
 from leapfrog_gpu import RNN, DagNet
 from leapfrog_gpu.mlp.network import MLP
@@ -238,10 +239,12 @@ def test_a_graph_the_gpu_cannot_capture_is_refused_in_one_line(standin, capsys, 
                         one_error_line(capsys))
 
 
+@pytest.mark.parametrize("load", ["models.load", "leapfrog_gpu.load"])
 @pytest.mark.parametrize("model", SMALL)
-def test_a_checkpoint_loads_as_the_network_that_wrote_it(tmp_path, model):
-    """``models.load``: the network of the run's ``--model``, its parameters the checkpoint's bits, and its
-    test loss, computed here from its outputs, the one the run reported for its last epoch."""
+def test_a_checkpoint_loads_as_the_network_that_wrote_it(tmp_path, model, load):
+    """``models.load(DIR)`` and ``leapfrog_gpu.load(DIR/checkpoint.npz)``: the network of the run's ``--model``, its
+    parameters the checkpoint's bits, and its test loss, computed here from its outputs, the one the run reported
+    for its last epoch."""
     from leapfrog_gpu import datasets
     from leapfrog_gpu.tools.train import models
 
@@ -250,7 +253,9 @@ def test_a_checkpoint_loads_as_the_network_that_wrote_it(tmp_path, model):
     sizes = state["sizes"]
     task = (datasets.teacher_rnn(sizes[0], sizes[-1], tau=4, samples=64) if model == "rnn"
             else datasets.teacher(sizes, 64))
-    with models.load(tmp_path, backend="numpy") as net:
+    loaded = (models.load(tmp_path, backend="numpy") if load == "models.load"
+              else leapfrog_gpu.load(tmp_path / "checkpoint.npz", backend="numpy"))
+    with loaded as net:
         assert type(net) is NETWORK[model]
         assert_bitwise_equal([np.asarray(a) for named in net.parameters().values() for a in named.values()], saved)
         a = np.asarray(net.feedforward(task.x_test), dtype=np.float64)
@@ -258,10 +263,24 @@ def test_a_checkpoint_loads_as_the_network_that_wrote_it(tmp_path, model):
     assert loss == pytest.approx(metrics_of(tmp_path / "m")[-1]["test_loss"], rel=1e-5)
 
 
+def test_a_checkpoint_of_the_format_before_loads_built_from_its_options(tmp_path):
+    """Written before the networks were saved with their architecture: its state the run's alone, and
+    ``models.load`` builds the network from the run's options."""
+    from leapfrog_gpu.tools.train import models
+
+    assert cli(*SMALL["rnn"], "--epochs", 1, "--quiet", "--checkpoint-dir", tmp_path) == 0
+    arrays, state = checkpoint.load(tmp_path)
+    np.savez(tmp_path / "checkpoint.npz", **arrays, state=np.array(json.dumps(state)))
+    with models.load(tmp_path, backend="numpy") as net:
+        assert type(net) is RNN and net.sizes == state["sizes"] and net.output == "every"
+        assert_bitwise_equal([np.asarray(a) for named in net.parameters().values() for a in named.values()],
+                             list(arrays.values()))
+
+
 def test_a_file_that_is_no_checkpoint_of_the_command_is_refused_in_one_line(tmp_path):
     from leapfrog_gpu.tools.train import checkpoint, models
 
-    checkpoint.save(tmp_path, {2: {"w": np.ones((2, 3)), "b": np.ones(2)}}, {"sizes": [3, 2]})
+    np.savez(tmp_path / "checkpoint.npz", w2=np.ones((2, 3)), b2=np.ones(2), state=np.array('{"sizes": [3, 2]}'))
     with pytest.raises(checkpoint.CheckpointError, match="holds no leapfrog-train options to build its network"):
         models.load(tmp_path)
 

@@ -182,7 +182,7 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
         assert writer.poll() is None, writer.stderr.read().decode()
         assert time.monotonic() < deadline, "the writer never reached its checkpoint"
         time.sleep(0.05)
-    partial = list(run.glob(".checkpoint-*.tmp"))
+    partial = list(run.glob(".checkpoint.npz-*.tmp"))
     assert len(partial) == 1 and partial[0].stat().st_size > 0  # the new checkpoint is half-written
     writer.send_signal(signal.SIGKILL)
     writer.wait(timeout=30)
@@ -192,7 +192,7 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
     assert parameters(run)[1]["epoch"] == 1
     assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", run, "--resume") == 0
     assert_bitwise_equal(parameters(run)[0], parameters(straight)[0])
-    assert not list(run.glob(".checkpoint-*.tmp"))  # the killed writer's file is gone
+    assert not list(run.glob(".checkpoint.npz-*.tmp"))  # the killed writer's file is gone
 
 
 def test_teacher_regression(tmp_path, capsys):
@@ -486,10 +486,10 @@ def test_a_later_ctrl_c_while_the_checkpoint_is_written_stops_after_it(tmp_path,
     monkeypatch.setattr(train_loop, "SIGINT_GRACE", 0.0)
     save = checkpoint.save
 
-    def ctrl_c_while_saving(directory, params, state, *args):
-        if state["step"] == 61:
+    def ctrl_c_while_saving(directory, net, training):
+        if training["step"] == 61:
             signal.raise_signal(signal.SIGINT)
-        return save(directory, params, state, *args)
+        return save(directory, net, training)
 
     monkeypatch.setattr(checkpoint, "save", ctrl_c_while_saving)
     monkeypatch.setattr(MLP, "train_step", ctrl_c_at_step(61))
@@ -677,8 +677,8 @@ def test_checkpoint_errors(tmp_path, capsys):
     assert "no checkpoint to resume from" in one_error_line(capsys)
     checkpoint.path_in(run).write_bytes(b"PK\x03\x04 not really a zip")
     assert cli("--checkpoint-dir", run, "--resume") == 2
-    assert one_error_line(capsys) == (f"leapfrog-train: error: {checkpoint.path_in(run)} is not a checkpoint (not an "
-                                      ".npz archive; damaged?): delete it, or choose another --checkpoint-dir")
+    assert one_error_line(capsys) == (f"leapfrog-train: error: {checkpoint.path_in(run)} is not an .npz archive "
+                                      "(damaged, or another kind of file): delete it, or choose another --checkpoint-dir")
 
 
 @pytest.mark.parametrize("content", [b"garbage", b"PK\x03\x04 not really a zip"])

@@ -1,0 +1,267 @@
+"""A network in one file and back: ``Network.save(path)`` writes it, ``load(path)`` builds it again.
+
+The file is one ``.npz`` archive (``numpy.savez``, uncompressed): one array per parameter, named by the parameter
+and its unit (``w2``, ``u2``, ``b3``: w^2, u^2, b^3 in the book's shapes; ``wh``: the w of a DagNet's node "h"),
+one per slot of the optimizer's state and parameter, named by the slot, a dot and the parameter's name
+(``exp_avg.w2``, ``momentum_buffer.b3``), and ``state``, one JSON object::
+
+    {"format": 1, "network": "MLP", "architecture": {...},
+     "optimizer": {"kind": "Adam", "hyper": {"lr": ..., "betas": [...], ...}, "step": t} or null, ...}
+
+``architecture`` is what builds the network again: its class's ``architecture()``, which its
+``from_architecture`` reads (the widths, activations, cost, dtype and ``check_finite``; an RNN's output and cell
+too; a DagNet's input width and nodes). The seed is not kept (the parameters replace what it drew), nor the backend
+(``load`` takes one), nor a data-parallel communicator (a loaded network runs alone). ``optimizer`` is the one whose
+state the network holds (``held_optimizer()``, its lr that of the last step), null without one. A caller may keep
+more in the state under keys of its own (``leapfrog-train``: ``training``, its position, RNG and options).
+
+The write is atomic (``replaced_atomically``): a reader finds the previous file or the new one, whole, however the
+writer dies. ``load`` refuses, with an ``UnreadableFileError`` (a ValueError) of one line that says what is wrong and
+what to do, a missing file, one that is no ``.npz`` archive, an archive without our ``state`` (someone else's), a
+damaged one, one of a newer format, of an unknown network, or whose architecture does not fit its arrays.
+"""
+
+import contextlib
+import glob
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ..backends import to_host
+from . import optimizers
+from .checks import check_backend
+
+FORMAT = 1
+"""The version of the layout above: the one this library writes, and the newest it reads."""
+
+SUFFIX = ".npz"
+
+KINDS = {}
+"""The networks a file may hold, by class name: each registers itself (``register``) as its package is imported."""
+
+OPTIMIZERS = {kind.__name__: kind for kind in (optimizers.SGD, optimizers.Adam, optimizers.AdamW)}
+
+REMEDY = "save the network again, or load another file"
+
+
+class UnreadableFileError(ValueError):
+    """A file that ``load`` cannot read or build a network from; ``problem`` says what is wrong with it, and the
+    message adds what to do."""
+
+    def __init__(self, problem, remedy=REMEDY):
+        super().__init__(f"{problem}: {remedy}")
+        self.problem = problem
+
+
+def register(cls):
+    """Let ``load`` build ``cls``, a network class with ``architecture()`` and ``from_architecture``; a decorator."""
+    KINDS[cls.__name__] = cls
+    return cls
+
+
+def path_of(path):
+    """``path`` as a ``Path``, with ``.npz`` appended to a name without it, as ``numpy.savez`` does."""
+    path = Path(path)
+    return path if path.suffix == SUFFIX else path.with_name(path.name + SUFFIX)
+
+
+def array_name(unit, name, slot=None):
+    """The name in a file of the parameter ``name`` of ``unit`` (``w2``, ``bh``), or of its ``slot``
+    (``exp_avg.w2``)."""
+    return f"{'' if slot is None else slot + '.'}{name}{unit}"
+
+
+# -- writing ---------------------------------------------------------------------------------------------------
+
+
+def save(net, path, **more):
+    """Write ``net`` to ``path`` (``path_of``: ``model`` and ``model.npz`` both write ``model.npz``) atomically: its
+    architecture, parameters and optimizer state, and ``more`` (JSON-able values under keys of the caller's own) in
+    its state; return the path written. Whatever is refused (a network that cannot be written, a missing folder)
+    is refused before anything is written, and leaves a file already there as it was; so does a write that fails.
+    Temporary files that a killed writer left beside it are removed once the new file is in place."""
+    kind = type(net).__name__
+    if KINDS.get(kind) is not type(net):
+        raise TypeError(f"a {kind} cannot be saved: load builds {', '.join(sorted(KINDS)) or 'no network'} again, "
+                        "and no subclass of them")
+    path = path_of(path)
+    if not path.parent.is_dir() or path.is_dir():
+        raise ValueError(f"cannot save to {path}: there is no folder {path.parent}" if not path.parent.is_dir()
+                         else f"cannot save to {path}: it is a folder; give a file's name")
+    held, optimizer = net.optimizer_state(), net.held_optimizer()
+    steps = held.pop("step")
+    state = {**more, "format": FORMAT, "network": kind, "architecture": net.architecture(),
+             "optimizer": None if optimizer is None else
+             {"kind": type(optimizer).__name__, "hyper": optimizer.hyper(), "step": steps}}
+    arrays = [(array_name(unit, name, slot), array) for slot, params in [(None, net.parameters()), *held.items()]
+              for unit, named in params.items() for name, array in named.items()]
+    names = [name for name, _ in arrays]
+    twice = [name for name in names if names.count(name) > 1]
+    if twice:
+        raise ValueError(f"two parameters of this {kind} would both be named {twice[0]!r} in a file (a parameter's "
+                         "name, then its unit's): rename one of their units")
+    text = json.dumps(state)  # a value that is not JSON-able raises here, before anything is written
+    with replaced_atomically(path, prefix=f".{path.name}-") as temporary, open(temporary, "wb") as file:
+        np.savez(file, **{name: to_host(array) for name, array in arrays}, state=np.array(text))  # a file: no suffix
+    for stale in path.parent.glob(glob.escape(f".{path.name}-") + "*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    return path
+
+
+@contextlib.contextmanager
+def replaced_atomically(path, prefix="tmp"):
+    """A temporary file name beside ``path`` (``prefix``, random letters, ``.tmp``): write it in the
+    block; it then replaces ``path``, with the permissions ``open`` would have given, or is removed if
+    the block raises. The file and the rename are synced to disk, so a reader, a run killed half-way
+    or a machine that loses power finds the old file or the new one, never half of one."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=".tmp", delete=False) as tmp:
+        pass
+    try:
+        yield tmp.name
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp.name, 0o666 & ~umask)  # not the temporary file's 0600
+        _fsync(tmp.name)
+        os.replace(tmp.name, path)
+        _fsync(folder)  # the rename itself
+    finally:
+        if os.path.exists(tmp.name):
+            os.remove(tmp.name)
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+
+
+def load(path, backend="auto"):
+    """The network saved at ``path`` (by ``Network.save``, or a checkpoint of ``leapfrog-train``) built again on
+    ``backend`` (``"auto"``, ``"numpy"``, ``"cupy"`` or a backend object), with its parameters and optimizer state
+    bit for bit; close it when done (``with``). ``path`` as ``save`` was given it: ``load("model")`` reads
+    model.npz where no file "model" exists. A file it cannot read or build from raises an ``UnreadableFileError``."""
+    path = located(path)
+    return build(*read(path), backend, path)
+
+
+def located(path):
+    """The file ``path`` names: ``path`` itself, else ``path_of(path)``; an ``UnreadableFileError`` if neither
+    exists."""
+    candidates = list(dict.fromkeys([Path(path), path_of(path)]))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    missing = f"{candidates[0]} does not exist" if len(candidates) == 1 else \
+        f"neither {candidates[0]} nor {candidates[1]} exists"
+    raise UnreadableFileError(missing, "check the name (save appends .npz to a name without it)")
+
+
+def read(path):
+    """``(state, arrays)`` of the file at ``path`` (``located``): its state, a dict, and every other array by its name,
+    in the file's order; an ``UnreadableFileError`` for a file that is none of ours, damaged, or of a newer format. A
+    state without ``format`` (a checkpoint of an older ``leapfrog-train``) is given as it is; ``build`` refuses it."""
+    path = located(path)
+    if not zipfile.is_zipfile(path):  # np.load would take it for a pickle, and say how to load one unsafely
+        raise UnreadableFileError(f"{path} is not an .npz archive (damaged, or another kind of file)")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+        state = json.loads(arrays.pop("state").item()) if "state" in arrays else None
+    except (OSError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as error:
+        raise UnreadableFileError(f"{path} is damaged ({type(error).__name__}: {_first_line(error)})") from None
+    version = state.get("format", 0) if isinstance(state, dict) else None
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UnreadableFileError(f"{path} holds no network saved by leapfrog_gpu (an .npz archive without its "
+                                  "'state')", "load it with numpy.load")
+    if version > FORMAT:
+        raise UnreadableFileError(f"{path} is of format {version}; this leapfrog_gpu reads format {FORMAT} and "
+                                  "older", "upgrade leapfrog_gpu to load it")
+    return state, arrays
+
+
+def build(state, arrays, backend="auto", path="the file"):
+    """The network that ``state`` and ``arrays`` (``read``'s, of the file at ``path``) describe, on ``backend``, with
+    their parameters and optimizer state; an ``UnreadableFileError`` for a state that describes none, or arrays that do
+    not fit it."""
+    backend = check_backend(backend)  # a bad backend is refused as such, not as the file's fault
+    kind, architecture = state.get("network"), state.get("architecture")
+    if "format" not in state or not isinstance(architecture, dict):
+        raise UnreadableFileError(f"{path} holds no architecture to build a network from (a checkpoint of an "
+                                  "older leapfrog-train?)", "load it with leapfrog_gpu.tools.train.models.load")
+    if kind not in KINDS:
+        raise UnreadableFileError(f"{path} holds a network of unknown kind {kind!r}; this leapfrog_gpu builds "
+                                  f"{', '.join(sorted(KINDS))}", "load it with a leapfrog_gpu that knows it")
+    try:
+        net = KINDS[kind].from_architecture(architecture, backend)
+    except (TypeError, ValueError) as error:
+        raise UnreadableFileError(f"{path} holds an architecture that builds no {kind} "
+                                  f"({_first_line(error)})") from None
+    try:
+        restore(net, arrays)
+        names = {array_name(unit, name) for unit, name in _parameters(net)}
+        held = state.get("optimizer")
+        if held is not None:
+            optimizer = _optimizer(held)
+            restore_optimizer(net, optimizer, arrays, held.get("step"))
+            names |= {array_name(unit, name, slot) for slot in optimizer.SLOTS for unit, name in _parameters(net)}
+        extra = [name for name in arrays if name not in names]
+        if extra:
+            raise ValueError(f"arrays {extra[:3]} fit no parameter of it")
+    except (TypeError, ValueError, AttributeError) as error:
+        net.close()
+        raise UnreadableFileError(f"{path} does not fit its {kind} ({_first_line(error)})") from None
+    except BaseException:
+        net.close()
+        raise
+    return net
+
+
+def restore(net, arrays):
+    """Give ``net`` the parameters held in ``arrays`` (by their names in a file, ``array_name``); a ValueError
+    naming the first it lacks, or saying why the network refuses one, and nothing copied."""
+    params = {}
+    for unit, name in _parameters(net):
+        if array_name(unit, name) not in arrays:
+            raise ValueError(f"no array {array_name(unit, name)!r} (the parameter {name} of unit {unit!r})")
+        params.setdefault(unit, {})[name] = arrays[array_name(unit, name)]
+    net.set_parameters(params)
+
+
+def restore_optimizer(net, optimizer, arrays, steps):
+    """Give ``net`` the state of ``optimizer`` held in ``arrays`` (a slot of every parameter, by its name in a file)
+    after ``steps`` steps; a ValueError naming the first array it lacks, or saying why the network refuses one."""
+    slots = {}
+    for slot in optimizer.SLOTS:
+        for unit, name in _parameters(net):
+            if array_name(unit, name, slot) not in arrays:
+                raise ValueError(f"no array {array_name(unit, name, slot)!r} for the state of {optimizer!r}")
+            slots.setdefault(slot, {}).setdefault(unit, {})[name] = arrays[array_name(unit, name, slot)]
+    net.set_optimizer_state(optimizer, {"step": steps, **slots})
+
+
+def _parameters(net):
+    """``[(unit, name)]``: every parameter of ``net``, in the order of its ``parameters()``."""
+    return [(unit, name) for unit, shapes in reversed(net.gradient_layout()) for name in shapes]
+
+
+def _optimizer(held):
+    """The optimizer that a file's ``{"kind": ..., "hyper": {...}}`` names; a ValueError for one it cannot name."""
+    kind, hyper = held.get("kind"), held.get("hyper")
+    if kind not in OPTIMIZERS or not isinstance(hyper, dict):
+        raise ValueError(f"its optimizer {kind!r} is none of {', '.join(OPTIMIZERS)}, or lacks its hyper-parameters")
+    return OPTIMIZERS[kind](**hyper)
+
+
+def _first_line(error):
+    return str(error).strip().split("\n")[0].rstrip(".")

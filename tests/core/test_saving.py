@@ -1,0 +1,339 @@
+"""``net.save(path)`` and ``leapfrog_gpu.load(path)``: every network comes back as it was, bit for bit, and goes
+on as the unbroken one does; a file that is not one is refused in one line; a write is whole or not at all.
+
+The expected values are the unbroken network's own: its parameters, outputs and next step, which the loaded
+network must give bit for bit."""
+
+import json
+import os
+import re
+import stat
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import leapfrog_gpu
+from helpers import Gate, assert_bitwise_equal, batch, dense_net, flip_last_byte, residual_net
+from leapfrog_gpu import MLP, RNN, SGD, Adam, AdamW, DagNet, Dense, LayerNorm
+from leapfrog_gpu.backends import to_host
+from leapfrog_gpu.core import saving
+from leapfrog_gpu.dag.network import residual
+from networks import Mirror, network
+
+TAU = 3
+
+NETWORKS = {
+    "MLP": lambda backend: MLP([3, 6, 5, 2], activation="relu", cost="cross_entropy", seed=1, backend=backend),
+    "RNN-elman": lambda backend: RNN([3, 6, 5, 2], activation="relu", output="every", seed=1, backend=backend),
+    "RNN-gru": lambda backend: RNN([3, 6, 2], cell="gru", output="last", dtype="float64", seed=1, backend=backend),
+    "RNN-lstm": lambda backend: RNN([3, 4, 5, 2], cell="lstm", cost="cross_entropy", output="every", seed=1,
+                                    check_finite=True, backend=backend),
+    "DagNet-residual": lambda backend: residual([3, 6, 6, 6, 2], skip=1, activation="tanh", seed=1, backend=backend),
+    "DagNet-concat-layernorm": lambda backend: network("DagNet", backend),
+    "DagNet-densenet": lambda backend: dense_net(backend, cost="cross_entropy"),
+    "DagNet-two-skips": lambda backend: residual_net(backend),
+}
+"""Every kind of network: an RNN of each cell, DAGs of every kind of node (``Dense``, ``Add``, ``Concat``,
+``LayerNorm``)."""
+
+
+def data(net, seed=0):
+    """A batch of 4 samples for ``net``, in its dtype."""
+    if isinstance(net, RNN):
+        return batch(net.sizes, 4, seed, net.dtype, tau=TAU, output=net.output)
+    sizes = [net.n["x"], net.n[net.output]] if isinstance(net, DagNet) else net.sizes
+    return batch(sizes, 4, seed, net.dtype)
+
+
+def host(params):
+    """``{unit: {name: array}}`` as a list of host arrays, in order."""
+    return [np.array(to_host(a)) for named in params.values() for a in named.values()]
+
+
+def held(net):
+    """The optimizer state of ``net`` as a list of host arrays, slot by slot, and its step count."""
+    state = net.optimizer_state()
+    return [a for slot, params in state.items() if slot != "step" for a in host(params)], state["step"]
+
+
+@pytest.mark.parametrize("name", list(NETWORKS))
+@pytest.mark.parametrize("optimizer", [Adam(lr=0.01), AdamW(lr=0.01, betas=(0.8, 0.99)),
+                                       SGD(0.1, momentum=0.9, nesterov=True), SGD(0.1)], ids=repr)
+def test_a_loaded_network_goes_on_as_the_unbroken_one(tmp_path, backend_name, name, optimizer):
+    """Saved after two steps and loaded: the same kind, architecture, parameters, outputs and optimizer state,
+    and the next step (at another lr, which only the step's optimizer brings) the same, bit for bit."""
+    with NETWORKS[name](backend_name) as net:
+        for seed in (1, 2):
+            net.train_step(*data(net, seed), optimizer)
+        assert net.save(tmp_path / "net") == tmp_path / "net.npz"
+        with leapfrog_gpu.load(tmp_path / "net.npz", backend=backend_name) as loaded:
+            assert type(loaded) is type(net) and loaded.architecture() == net.architecture()
+            assert loaded.dtype == net.dtype and loaded.check_finite == net.check_finite
+            assert loaded.structure() == net.structure()
+            assert_bitwise_equal(host(loaded.parameters()), host(net.parameters()))
+            x, y = data(net, 3)
+            assert_bitwise_equal([to_host(loaded.feedforward(x))], [to_host(net.feedforward(x))])
+            (slots, steps), (expected, expected_steps) = held(loaded), held(net)
+            assert_bitwise_equal(slots, expected)
+            assert steps == expected_steps == (0 if optimizer.plain else 2)
+            assert repr(loaded.held_optimizer()) == repr(net.held_optimizer())
+            (state, arrays), (again, again_arrays) = saving.read(tmp_path / "net"), saving.read(loaded.save(
+                tmp_path / "again"))  # saved again before a step: the same file but for its zip's dates
+            assert again == state and list(again_arrays) == list(arrays)
+            assert_bitwise_equal(list(again_arrays.values()), list(arrays.values()))
+            following = type(optimizer)(**{**optimizer.hyper(), "lr": optimizer.lr / 2})
+            for each in (net, loaded):
+                each.train_step(x, y, following)
+            assert_bitwise_equal(host(loaded.parameters()), host(net.parameters()))
+            assert_bitwise_equal(held(loaded)[0], held(net)[0])
+
+
+@pytest.mark.parametrize("name", ["MLP", "RNN-gru", "DagNet-concat-layernorm"])
+def test_a_network_on_the_cupy_stand_in_goes_on_as_the_unbroken_one(tmp_path, standin, name):
+    """Device arrays go into the file through the host and come back: on the CuPy backend (its kernels on the CPU
+    harness) the loaded network's next Adam step is the unbroken one's; on NumPy the same parameters load."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as backend, NETWORKS[name](backend) as net:
+        net.train_step(*data(net, 1), Adam(lr=0.01))
+        net.save(tmp_path / "net")
+        saved = host(net.parameters())
+        with leapfrog_gpu.load(tmp_path / "net", backend=backend) as loaded:
+            x, y = data(net, 2)
+            for each in (net, loaded):
+                each.train_step(x, y, Adam(lr=0.01))
+            assert_bitwise_equal(host(loaded.parameters()), host(net.parameters()))
+    with leapfrog_gpu.load(tmp_path / "net", backend="numpy") as on_host:
+        assert on_host.backend.name == "numpy"
+        assert_bitwise_equal(host(on_host.parameters()), saved)
+
+
+def test_the_file_holds_the_arrays_by_their_names_and_the_state_in_json(tmp_path):
+    """As the command's checkpoints name them; the optimizer with the lr of its last step."""
+    with RNN([3, 4, 2], cell="gru", backend="numpy") as net:
+        net.train_step(*data(net), Adam(lr=0.01))
+        net.train_step(*data(net), Adam(lr=0.02, weight_decay=0.0))
+        net.save(tmp_path / "gru.npz")
+    with np.load(tmp_path / "gru.npz") as archive:
+        names = ["w2", "u2", "b2", "b_hn2", "w3", "b3"]
+        assert archive.files == [*names, *(f"{slot}.{name}" for slot in ("exp_avg", "exp_avg_sq") for name in names),
+                                 "state"]
+        state = json.loads(archive["state"].item())
+    assert state == {"format": 1, "network": "RNN",
+                     "architecture": {"sizes": [3, 4, 2], "activation": "tanh", "cost": "quadratic",
+                                      "output_activation": "tanh", "dtype": "float32", "check_finite": False,
+                                      "output": "last", "cell": "gru"},
+                     "optimizer": {"kind": "Adam", "hyper": {"lr": 0.02, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                             "weight_decay": 0.0}, "step": 2}}
+
+
+def test_a_dag_is_written_node_by_node(tmp_path):
+    with network("DagNet", "numpy") as net:
+        net.save(tmp_path / "dag")
+        architecture = saving.read(tmp_path / "dag")[0]["architecture"]
+    assert architecture == {"n_input": 3, "cost": "quadratic", "dtype": "float32", "check_finite": False, "nodes": [
+        ["h", "Dense", {"n": 5, "activation": "relu"}, ["x"]], ["n", "LayerNorm", {"eps": 1e-5}, ["h"]],
+        ["g", "Dense", {"n": 5, "activation": "relu"}, ["n"]], ["s", "Add", {}, ["g", "h"]],
+        ["c", "Concat", {}, ["s", "x"]], ["out", "Dense", {"n": 2, "activation": "relu"}, ["c"]]]}
+
+
+def test_a_name_with_or_without_npz_names_one_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with MLP([2, 3], backend="numpy") as net:
+        assert net.save("model") == net.save("model.npz") == Path("model.npz")
+        assert net.save("model.v2") == Path("model.v2.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz", "model.v2.npz"]
+    for name in ("model", "model.npz", tmp_path / "model"):
+        with leapfrog_gpu.load(name, backend="numpy") as loaded:
+            assert loaded.sizes == [2, 3]
+
+
+def test_a_data_parallel_network_loads_to_run_alone(tmp_path):
+    with network("MLP", "numpy", comm=Mirror()) as net:
+        net.save(tmp_path / "net")
+    with leapfrog_gpu.load(tmp_path / "net", backend="numpy") as loaded:
+        assert loaded.comm is None
+
+
+# -- refusals ------------------------------------------------------------------------------------------------
+
+FILES = {
+    "missing": lambda path: path.unlink(),
+    "text": lambda path: path.write_text("w2,b2\n1,2\n"),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+    "flipped": lambda path: flip_last_byte(path, "w2.npy"),
+    "foreign": lambda path: np.savez(path, w2=np.ones((3, 2))),
+    "pickled": lambda path: np.savez(path, state=np.array([{}], dtype=object), allow_pickle=True),
+    "no-format": lambda path: _rewritten(path, lambda state: {"sizes": [2, 3], "config": {}}),
+    "newer": lambda path: _rewritten(path, lambda state: {**state, "format": 2}),
+    "unknown-kind": lambda path: _rewritten(path, lambda state: {**state, "network": "Transformer"}),
+    "unbuildable": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2]}}),
+    "other-shapes": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 4]}}),
+    "deeper": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 3, 3]}}),
+    "no-slots": lambda path: _rewritten(path, lambda state: state, drop="exp_avg.w2"),
+    "bad-optimizer": lambda path: _rewritten(path, lambda state: {**state, "optimizer": {"kind": "Lion"}}),
+    "extra": lambda path: _rewritten(path, lambda state: state, extra="w9"),
+}
+"""Ways to spoil the file of ``MLP([2, 3])`` after an Adam step (``REFUSALS`` says what each gives)."""
+
+REFUSALS = {
+    "missing": r"neither {path} nor {path}\.npz exists: check the name \(save appends \.npz to a name without it\)",
+    "text": r"{path} is not an \.npz archive \(damaged, or another kind of file\): save the network again, or "
+            r"load another file",
+    "truncated": r"{path} is not an \.npz archive \(damaged, or another kind of file\)",
+    "flipped": r"{path} is damaged \(BadZipFile: Bad CRC-32 for file '\w+\.npy'\): save the network again",
+    "foreign": r"{path} holds no network saved by leapfrog_gpu \(an \.npz archive without its 'state'\): load it "
+               r"with numpy\.load",
+    "pickled": r"{path} is damaged \(ValueError: Object arrays cannot be loaded when allow_pickle=False\)",
+    "no-format": r"{path} holds no architecture to build a network from \(a checkpoint of an older leapfrog-train\?\):"
+                 r" load it with leapfrog_gpu\.tools\.train\.models\.load",
+    "newer": r"{path} is of format 2; this leapfrog_gpu reads format 1 and older: upgrade leapfrog_gpu to load it",
+    "unknown-kind": r"{path} holds a network of unknown kind 'Transformer'; this leapfrog_gpu builds DagNet, MLP, "
+                    r"RNN: load it with a leapfrog_gpu that knows it",
+    "unbuildable": r"{path} holds an architecture that builds no MLP \(sizes must list at least 2 layers",
+    "other-shapes": r"{path} does not fit its MLP \(weights of layer 2 must have shape \(4, 2\); got \(3, 2\)\): "
+                    r"save the network again, or load another file",
+    "deeper": r"{path} does not fit its MLP \(no array 'w3' \(the parameter w of unit 3\)\)",
+    "no-slots": r"{path} does not fit its MLP \(no array 'exp_avg\.w2' for the state of Adam\(lr=0\.01",
+    "bad-optimizer": r"{path} does not fit its MLP \(its optimizer 'Lion' is none of SGD, Adam, AdamW",
+    "extra": r"{path} does not fit its MLP \(arrays \['w9'\] fit no parameter of it\)",
+}
+
+
+def _rewritten(path, change, drop=None, extra=None):
+    """The file at ``path`` written again with its state ``change``d, the array ``drop`` left out, an array
+    ``extra`` added."""
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files if name != drop}
+    arrays["state"] = np.array(json.dumps(change(json.loads(arrays["state"].item()))))
+    if extra:
+        arrays[extra] = np.ones(3)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("spoil", list(FILES))
+def test_a_file_that_is_not_a_saved_network_is_refused_in_one_line(tmp_path, spoil):
+    """Whatever is wrong, a ValueError of one line that says what, and what to do; the file is left as it was."""
+    path = tmp_path / "model.npz"
+    with MLP([2, 3], backend="numpy") as net:
+        net.train_step(*data(net), Adam(lr=0.01))
+        net.save(path)
+    FILES[spoil](path)
+    given = tmp_path / "model" if spoil == "missing" else path
+    before = path.read_bytes() if path.exists() else None
+    with pytest.raises(ValueError) as error:
+        leapfrog_gpu.load(given, backend="numpy")
+    message = str(error.value)
+    assert "\n" not in message and "pickle" not in message.replace("allow_pickle", ""), message
+    assert error.match("^" + REFUSALS[spoil].format(path=re.escape(str(given))))
+    assert (path.read_bytes() if path.exists() else None) == before
+
+
+def test_a_bad_backend_is_refused_as_such_before_the_file(tmp_path):
+    with MLP([2, 3], backend="numpy") as net:
+        net.save(tmp_path / "model")
+    with pytest.raises(ValueError, match="^backend must be one of 'auto', 'numpy', 'cupy'; got 'tpu'$"):
+        leapfrog_gpu.load(tmp_path / "model", backend="tpu")
+
+
+def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
+    """A missing folder, a value the state cannot hold, two parameters of one name in a file, a node of one's own
+    layer, a subclass: each refused before anything is written, and the file already there is left as it was."""
+    path = tmp_path / "model.npz"
+    with MLP([2, 3], backend="numpy") as net:
+        net.save(path)
+        before = path.read_bytes()
+        missing = re.escape(str(tmp_path / "no"))
+        with pytest.raises(ValueError, match=f"^cannot save to {missing}/model.npz: there is no folder {missing}$"):
+            net.save(tmp_path / "no" / "model")
+        with pytest.raises(TypeError, match="is not JSON serializable"):
+            saving.save(net, path, note=object())
+    with DagNet(3, [("eta2", Dense(3), "x"), ("2", LayerNorm(), "eta2"), ("out", Dense(2), "2")],
+                backend="numpy") as dag, pytest.raises(ValueError, match="^two parameters of this DagNet would both be "
+                                                                         "named 'beta2' in a file"):
+        dag.save(path)  # b of "eta2", beta of "2"
+    with DagNet(2, [("h", Dense(3), "x"), ("g", Gate(), "h"), ("out", Dense(3), "g")], backend="numpy") as dag:
+        with pytest.raises(TypeError, match="^a DagNet whose node 'g' is a Gate cannot be saved: its nodes may be "
+                                            "Dense, Add, Concat, LayerNorm$"):
+            dag.save(path)
+
+    class Wider(MLP):
+        pass
+
+    with Wider([2, 3], backend="numpy") as wider, pytest.raises(TypeError, match="^a Wider cannot be saved: load "
+                                                                                 "builds DagNet, MLP, RNN again"):
+        wider.save(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
+
+
+# -- the write is atomic -------------------------------------------------------------------------------------
+
+
+def test_a_failed_write_keeps_the_previous_file_and_leaves_no_debris(tmp_path, monkeypatch):
+    path = tmp_path / "model.npz"
+    with MLP([2, 4, 3], seed=0, backend="numpy") as net:
+        net.save(path)
+        before = path.read_bytes()
+        net.sgd_step(*data(net), 1.0)
+        write_array, calls = np.lib.format.write_array, []
+
+        def fail_on_the_third_array(*args, **kwargs):
+            calls.append(None)
+            if len(calls) == 3:
+                raise OSError(28, "No space left on device")
+            write_array(*args, **kwargs)
+
+        monkeypatch.setattr(np.lib.format, "write_array", fail_on_the_third_array)
+        with pytest.raises(OSError, match="No space left"):
+            net.save(path)
+    assert len(calls) == 3 and path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
+    assert zipfile.is_zipfile(path)
+
+
+def test_a_save_removes_a_killed_writers_temporary_file(tmp_path):
+    (tmp_path / ".model.npz-abc123.tmp").write_bytes(b"PK half a file")
+    (tmp_path / ".other.npz-abc123.tmp").write_bytes(b"PK another file's")
+    with MLP([2, 3], backend="numpy") as net:
+        net.save(tmp_path / "model")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.npz-abc123.tmp", "model.npz"]
+
+
+def test_the_file_is_synced_before_the_rename_and_its_folder_after(tmp_path, monkeypatch):
+    """What survives a loss of power: the new file's bytes are on disk before the rename makes it the
+    file, and the rename itself (the folder) after it."""
+    calls, fsync, replace = [], os.fsync, os.replace
+
+    def recorded_fsync(fd):
+        calls.append(("fsync", os.path.realpath(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def recorded_replace(source, target):
+        calls.append(("replace", os.path.realpath(source), os.path.realpath(target)))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "replace", recorded_replace)
+    with MLP([2, 3], backend="numpy") as net:
+        path = os.path.realpath(net.save(tmp_path / "model"))
+    replaced = [i for i, call in enumerate(calls) if call[0] == "replace"]
+    assert len(replaced) == 1, calls
+    (_, temporary, target), i = calls[replaced[0]], replaced[0]
+    assert target == path and os.path.dirname(temporary) == os.path.dirname(path)
+    assert ("fsync", temporary) in calls[:i], f"the file is not synced before the rename: {calls}"
+    assert ("fsync", os.path.dirname(path)) in calls[i + 1:], f"the folder is not synced after the rename: {calls}"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_file_gets_the_mode_of_any_new_file(tmp_path, umask):
+    """Not the 0600 of a temporary file: what open() gives under the umask."""
+    previous = os.umask(umask)
+    try:
+        with MLP([2, 3], backend="numpy") as net:
+            path = net.save(tmp_path / "model")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask

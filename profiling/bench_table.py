@@ -5,8 +5,9 @@
 
 Takes a ``--json`` file (one run) or a ``--jsonl`` file (each run's header line, then one line per
 configuration; ``profiling/device_check.sh`` appends several runs to one). Per run: the command, date
-and machine, the table of every configuration, for a run with ``--graph`` graph mode's ratios against
-its GPU targets, and for the configurations stamped by ``--timeline``, a second table: busy time per
+and machine, the table of every configuration, the verdicts against the project's targets that the run
+asks for (``verdicts.py``: ``--graph``, ``--one-pass``, ``--optimizer``), and for the configurations stamped
+by ``--timeline``, a second table: busy time per
 stream, the worker time overlapping the main stream, and the timeline's own cost, beside the
 backward-pass speed-up. Every ratio in a table is a speed-up, the baseline's time over the row's
 (``SPEEDUP``); a file written before the floor was a speed-up (``floor_ratio``, the step over its floor)
@@ -16,9 +17,10 @@ gets its floor column as one.
 import argparse
 import json
 
-from leapfrog_gpu.tools.bench.report import graph_verdicts, stamping
+from leapfrog_gpu.tools.bench.report import stamping
 from leapfrog_gpu.tools.bench.runner import noisy
 from markdown_cells import label, number, percent, ratio, spread
+from verdicts import verdicts
 
 SPEEDUP = "Speed-up vs X: X's median time over the row's (> 1: faster)."
 """The line above each table: which way its speed-ups point."""
@@ -36,7 +38,7 @@ def table(records):
         name = label(r)
         rows.append("| " + " | ".join([
             str(r["N"]), str(r["L"]), str(r["B"]), name, str(r.get("k", 0)), str(r.get("blas_threads") or "–"),
-            spread(r["step_ms"]), spread(r["backward_ms"]),
+            spread(r.get("step_ms")), spread(r.get("backward_ms")),
             *(number(r.get(f)) for f in ("f1_ms", "f2_ms", "f3_ms")),
             *(percent(r.get(f)) for f in ("predicted_saving", "measured_saving")),
             *(ratio(r.get(f)) for f in ("backward_speedup", "backward_speedup_vs_best_sequential",
@@ -95,9 +97,9 @@ def main():
         print(table(records))
         if any(noisy(r.get("step_ms")) or noisy(r.get("backward_ms")) for r in records):
             print("\n! noisy: p80 – p20 over a quarter of the median")
-        verdicts = graph_verdicts(records)
-        if verdicts:
-            print(f"\n{verdicts}")
+        judged = verdicts(run["command"], records)
+        if judged:
+            print(f"\n{judged}")
         stamped = timeline_table(records)
         if stamped:
             print("\nTimeline (medians per step; stamping cost: what stamping every launch adds to the plain "

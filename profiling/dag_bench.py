@@ -12,7 +12,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from leapfrog_gpu.tools.bench import dag as bench_dag
+from leapfrog_gpu.tools.bench import command
 
 HERE = Path(__file__).resolve().parent
 
@@ -20,7 +20,8 @@ HERE = Path(__file__).resolve().parent
 def main(argv=None):
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     out = HERE / "results" / f"dag_bench_cpu_{date}.json"
-    return bench_dag.main(["--backend", "numpy", "--json", str(out), *(sys.argv[1:] if argv is None else argv)])
+    return command.main(["--model", "dag", "--backend", "numpy", "--json", str(out),
+                         *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

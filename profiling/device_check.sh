@@ -17,7 +17,7 @@
 #   environment (environment, 15) GPU, driver, Python and package versions, the tools on PATH
 #   bench headline (headline, 90) leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4, PyTorch
 #                      eager, each eager and as a graph (PyTorch's as a CUDA graph), the graph-mode targets judged
-#                      (vs PyTorch eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x,
+#                      by profiling/verdicts.py (vs PyTorch eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x,
 #                      within 2x of the bytes floor), with --timeline (each stream's busy time, worker overlap,
 #                      the Gantt chart)
 #   kernel model (model, 30)      profiling/kernel_model.py --card device --json: every kernel's predicted time
@@ -34,7 +34,7 @@
 #                      every GPU test (limit 400 s); a test module that cannot be imported (an optional package
 #                      missing) is reported and the other tests still run
 #   bench fused (fused, 35)       the same network with the SGD update fused into (7), eager and as a graph, with
-#                      --timeline
+#                      --timeline, its targets judged too
 #   compute-sanitizer (memcheck 60, racecheck 60, synccheck 60)  each on a selection of GPU tests (the count is
 #                      shown); skipped, with the reason, where the tool is missing or refuses the device
 #   bench grid (grid, 45)         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
@@ -213,7 +213,7 @@ headline() {
 }
 
 part_bench_headline() {
-    local torch=()
+    local torch=() status
     headline
     if [[ -n $DRY ]]; then
         torch=(--no-torch)
@@ -221,6 +221,9 @@ part_bench_headline() {
     fi
     "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" "${torch[@]}" --jsonl "$OUT/bench.jsonl" \
         --timeline "$OUT/timeline.png"
+    status=$?
+    "$PYTHON" profiling/verdicts.py "$OUT/bench.jsonl"  # graph mode's targets, on the run just appended
+    return "$status"
 }
 
 part_bench_fused() {
@@ -229,6 +232,7 @@ part_bench_fused() {
     "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" --fused --no-torch --jsonl "$OUT/bench.jsonl" \
         --timeline "$SCRATCH/timeline_fused.png"
     status=$?
+    "$PYTHON" profiling/verdicts.py "$OUT/bench.jsonl"
     cp "$SCRATCH/timeline_fused.png" "$OUT/" 2>/dev/null  # its intervals stay out: eight files at most
     return "$status"
 }

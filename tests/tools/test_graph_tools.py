@@ -1,12 +1,16 @@
 """Graph mode in the tools: ``leapfrog-train --graph``, ``leapfrog-bench --graph`` (graph rows beside the
-eager ones, and the verdicts on the GPU targets) and the PyTorch CUDA-graph anchor."""
+eager ones, and the verdicts on the GPU targets, profiling/verdicts.py) and the PyTorch CUDA-graph anchor."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from helpers import SMALL, assert_bitwise_equal, cli, gpu, one_error_line, parameters, render_table, run_bench
-from leapfrog_gpu.tools.bench import report as bench_report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
+import verdicts  # noqa: E402
 
 
 @pytest.mark.parametrize("schedule", [["--schedule", "leapfrog"], ["--schedule", "sequential", "--fused"]])
@@ -36,7 +40,7 @@ def graph_report(tmp_path_factory):
     return stdout, json.loads(path.read_text())
 
 
-def test_bench_graph_rows_beside_the_eager_ones(graph_report):
+def test_bench_graph_rows_beside_the_eager_ones(graph_report, tmp_path):
     stdout, report = graph_report
     records = report["records"]
     eager = [r for r in records if not r["graph"]]
@@ -50,9 +54,10 @@ def test_bench_graph_rows_beside_the_eager_ones(graph_report):
         sequential = next(s for s in graph if (s["B"], s["schedule"]) == (r["B"], "sequential"))
         assert r["step_speedup"] == pytest.approx(sequential["step_ms"]["median"] / r["step_ms"]["median"])
     assert "leapfrog[graph]" in stdout and "graph vs eager: the step vs the same eager step" in " ".join(stdout.split())
-    verdicts = stdout[stdout.index("graph mode against its GPU targets"):].replace("\n  ", " ").splitlines()  # unfitted
-    assert len(verdicts) == 3 and all("torch-autograd: not measured" in line for line in verdicts[1:])
-    assert all("vs sequential[graph] (target >= 1.3x" in line and "the bytes floor" in line for line in verdicts[1:])
+    judged, _ = render_table(report, tmp_path)  # profiling/bench_table.py, with the verdicts
+    judged = judged[judged.index("graph mode against its GPU targets"):].split("\n\n")[0].splitlines()
+    assert len(judged) == 3 and all("torch-autograd: not measured" in line for line in judged[1:])
+    assert all("vs sequential[graph] (target >= 1.3x" in line and "the bytes floor" in line for line in judged[1:])
 
 
 def test_bench_table_renders_graph_rows(graph_report, tmp_path):
@@ -68,7 +73,7 @@ def test_graph_verdicts_compare_with_every_baseline():
 
     records = [record("torch-autograd", False, 4.0), record("torch-cuda-graph", True, 1.2),
                record("sequential", True, 1.5), record("leapfrog", True, 1.25, k=2), record("leapfrog", True, 1.0, k=4)]
-    (line,) = bench_report.graph_verdicts(records).splitlines()[1:]
+    (line,) = verdicts.graph_verdicts(records).splitlines()[1:]
     assert "k=4" in line and "4.00x vs torch-autograd (target >= 3.0x)" in line
     assert "1.20x vs torch-cuda-graph (target >= 1.5x, NOT MET)" in line
     assert "1.50x vs sequential[graph] (target >= 1.3x)" in line and "2.00x the bytes floor" in line
@@ -79,15 +84,16 @@ def test_the_torch_cuda_graph_anchor_needs_a_gpu():
     from leapfrog_gpu.tools.bench import torch_anchor
 
     with pytest.raises(ValueError, match="graph=True needs device='cuda'"):
-        torch_anchor.measure([5, 7, 3], 4, device="cpu", graph=True)
+        torch_anchor.SGDStep([5, 7, 3], 4, device="cpu", graph=True)
 
 
 @gpu
 @pytest.mark.gpu
 def test_the_torch_cuda_graph_anchor_trains_like_the_eager_one():
-    """Replays of PyTorch's captured step move the parameters as its eager steps do; measure() times it."""
+    """Replays of PyTorch's captured step move the parameters as its eager steps do; the bench times it."""
     torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
-    from leapfrog_gpu.tools.bench import torch_anchor
+    from leapfrog_gpu.backends import get_backend
+    from leapfrog_gpu.tools.bench import runner, torch_anchor
 
     generator = torch.Generator().manual_seed(0)
     start = [torch.randn(*shape, generator=generator, dtype=torch.float64) for shape in [(9, 5), (9,), (3, 9), (3,)]]
@@ -110,5 +116,7 @@ def test_the_torch_cuda_graph_anchor_trains_like_the_eager_one():
     torch.cuda.synchronize()
     for p, q in zip(*copies):
         assert torch.allclose(p, q, rtol=1e-12, atol=1e-14)
-    step, backward = torch_anchor.measure([33, 65, 17], 8, "float64", "cuda", repeats=3, warmup=2, graph=True)
-    assert backward is None and step.shape == (3,) and (step > 0).all()
+    anchor = torch_anchor.SGDStep([33, 65, 17], 8, "float64", "cuda", warmup=2, graph=True)
+    with get_backend("cupy") as backend:
+        step = runner.interleaved(backend, {"graph": anchor.step}, 3)["graph"]["ms"]
+    assert anchor.graph and step.shape == (3,) and (step > 0).all()

@@ -9,8 +9,8 @@ import pytest
 
 from helpers import cli, parameters
 from leapfrog_gpu.rnn.newton import TimeNewton
-from leapfrog_gpu.tools.bench import rnn as bench_rnn
 from leapfrog_gpu import datasets
+from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn
 from leapfrog_gpu.tools.train import models
 
 pytest.importorskip("sklearn", reason="the digits come with scikit-learn")
@@ -93,12 +93,12 @@ def test_the_bench_times_each_named_step_against_bptts_step(solved, capsys):
 
 
 def test_the_bench_command_prints_the_step_rows_and_refuses_an_unknown_solver(capsys):
-    assert bench_rnn.main(["--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1", "--repeats", "1",
-                           "--no-torch", "--schedule", "bptt", "--forward-solver", "newton"]) == 0
+    assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1",
+                       "--repeats", "1", "--no-torch", "--schedule", "bptt", "--forward-solver", "newton"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert [line.split()[3:5] for line in printed[3:6]] == [["bptt", "0"], ["step", "bptt"], ["step", "timescan+newton"]]
     with pytest.raises(SystemExit) as stop:
-        bench_rnn.main(["--forward-solver", "jacobi"])
+        bench.main(["--model", "rnn", "--forward-solver", "jacobi"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1
     assert "unknown RNN forward solver 'jacobi'; choose from newton, quasi-newton" in err

@@ -1,27 +1,18 @@
 """``leapfrog-bench --model dag``: the forward solvers and the backward schedules of a ``DagNet`` against
 its sequential order.
 
-For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet``
-and ``measure`` times, all interleaved in one run after a warm-up (``runner.interleaved``:
-median, p20, p80), its backward pass (``backprop``: the forward node by node, then the schedule) under
-each schedule of ``--schedule`` (by the names of ``tools.schedules``: sequential, leapfrog, level-sets,
-dag-jacobi, dag-doubling; sequential, the baseline, always), and its forward pass (``feedforward``) node
-by node and by ForwardJacobi() and ForwardNewton(). A row gives the median, its speed-up over the
-sequential order (that order's median of the same pass on the same network over the row's: > 1 is
-faster; ``with_speedups``), and the rounds, sweeps or iterations, flops (over the sequential order's)
-and memory that the solver reports in its ``stats``. The block solvers (DagJacobi, DagDoubling,
-ForwardNewton) lay N's blocks into one (B, M, M) matrix, M about D N, and DagDoubling and ForwardNewton
-its square too: where that exceeds ``--memory-limit`` they are refused before anything is allocated, and
-deeper than ``--max-block-depth`` (their block products grow as D^3) skipped; the row says which.
+For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet`` and
+``measure`` times, in one alternation (``runner.interleaved``), its backward pass under each schedule of
+``--schedule`` (sequential, the baseline, always) and its forward pass node by node and by each solver, each
+row beside its speed-up over the sequential order of the same pass (``with_speedups``) and the rounds,
+sweeps or iterations, flops and memory its solver reports. A block solver whose memory would exceed
+``--memory-limit`` is refused before anything is allocated, and one deeper than ``--max-block-depth`` skipped.
+What the rows mean, and the tables measured: docs/dag.md.
 
-Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add``
-of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like,
-2N wide); the other nodes ``Dense`` tanh layers, the last a sigmoid.
-
-    leapfrog-bench --model dag --backend numpy --sizes 16,64 --depths 8,32 --batch 1,8 --json dag.json
+Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add`` of
+nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like, 2N wide);
+the other nodes ``Dense`` tanh layers, the last a sigmoid.
 """
-
-import sys
 
 import numpy as np
 
@@ -30,12 +21,13 @@ from ...dag.forward import ForwardJacobi, ForwardNewton, forward_counters
 from ...dag.layers import Add, Concat, Dense
 from ...dag.network import INPUT, DagNet
 from ..cli import integer, integers, names
-from ..schedules import make_schedule, names_type, schedule_names
+from ..schedules import make_schedule, schedule_names
 from . import progress, runner
 from .runner import NOISY, noisy, ratio, spread
 
 PROG = "leapfrog-bench --model dag"
 RECORDS = "records"
+BASELINE = schedule_names("dag")[0]
 KINDS = {"residual": Add, "dense": Concat}
 """The DAG shapes, by the layer that joins node i - 3 into node i."""
 
@@ -66,7 +58,7 @@ def runs(k, memory_limit, names=schedule_names("dag")):
     names of ``tools.schedules``), then the forward solvers; the sequential order of each pass first
     (``None``: the forward node by node)."""
     backward = [("backward", name, make_schedule("dag", name, k=k, memory_limit=memory_limit))
-                for name in dict.fromkeys(["sequential", *names])]
+                for name in dict.fromkeys([BASELINE, *names])]
     return backward + [("forward", "sequential", None), ("forward", "forward-jacobi", ForwardJacobi()),
                        ("forward", "forward-newton", ForwardNewton(memory_limit=memory_limit))]
 
@@ -78,25 +70,29 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
     or ``refused`` and the memory the solver would need (``memory_limit`` in bytes)."""
     rng = np.random.default_rng(0)
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
-    records, calls = [], {}
+    calls, needed = {}, {}
     with network(kind, N, D, dtype, backend) as net:
         for pass_, name, made in runs(k, memory_limit, names):
-            record = {"kind": kind, "N": N, "D": net.depth, "B": B, "k": k, "dtype": dtype,
-                      "backend": backend.name, "pass": pass_, "schedule": name, "repeats": repeats}
-            needed = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
-            if needed > memory_limit:
-                record["refused"] = f"needs {needed / 2**20:.1f} MiB > --memory-limit {memory_limit / 2**20:g} MiB"
-            elif needed and D > max_block_depth:
-                record["refused"] = f"skipped: D > --max-block-depth {max_block_depth} (work grows as D^3)"
-            if "refused" in record:
-                record["stats"] = {"memory_bytes": needed}
-            else:
-                calls[len(records)] = _call(net, pass_, made, x, y)
-            records.append(record)
-        for i, timed in runner.interleaved(backend, calls, repeats, warmup).items():
-            records[i]["ms"] = timing.summary(timed.pop("ms"))
-            records[i]["stats"] = {key: value for key, value in timed.items()
-                                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+            needed[pass_, name] = memory = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
+            calls[pass_, name] = _call(net, pass_, made, x, y)
+            if memory > memory_limit:
+                calls[pass_, name] = runner.refused(f"needs {memory / 2**20:.1f} MiB > --memory-limit "
+                                                    f"{memory_limit / 2**20:g} MiB")
+            elif memory and D > max_block_depth:
+                calls[pass_, name] = runner.refused(f"skipped: D > --max-block-depth {max_block_depth} (work grows "
+                                                    "as D^3)")
+        timed = runner.interleaved(backend, calls, repeats, warmup)
+        shared = {"kind": kind, "N": N, "D": net.depth, "B": B, "k": k, "dtype": dtype, "backend": backend.name}
+    records = []
+    for (pass_, name), result in timed.items():
+        record = {**shared, "pass": pass_, "schedule": name, "repeats": repeats}
+        if "refused" in result:
+            record.update(refused=result["refused"], stats={"memory_bytes": needed[pass_, name]})
+        else:
+            record["ms"] = timing.summary(result.pop("ms"))
+            record["stats"] = {key: value for key, value in result.items()
+                               if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        records.append(record)
     return with_speedups(records)
 
 
@@ -127,7 +123,7 @@ def with_speedups(records):
     def network_of(r):
         return tuple(r[key] for key in ("kind", "N", "D", "B", "k", "dtype", "backend", "pass"))
 
-    base = {network_of(r): r["ms"]["median"] for r in records if r["schedule"] == "sequential" and "ms" in r}
+    base = {network_of(r): r["ms"]["median"] for r in records if r["schedule"] == BASELINE and "ms" in r}
     for r in records:
         if "ms" in r and base.get(network_of(r)):
             r["speedup"] = base[network_of(r)] / r["ms"]["median"]
@@ -173,18 +169,13 @@ def table(records):
 
 
 def grid(args):
-    return [(kind, N, D, B) for kind in args.kind for N in args.sizes for D in args.depths for B in args.batch]
+    return [{"kind": kind, "N": N, "D": D, "B": B} for kind in args.kind for N in args.sizes for D in args.depths
+            for B in args.batch]
 
 
 def work(key):
     """A network's weight in the time left: D (D + 8) layers' work, its Jacobi solvers' D sweeps among its passes."""
-    _, N, D, B = key
-    return D * (D + 8) * progress.layer_work(N, B)
-
-
-def title(key):
-    kind, N, D, B = key
-    return f"{kind} N={N} D={D} B={B}"
+    return key["D"] * (key["D"] + 8) * progress.layer_work(key["N"], key["B"])
 
 
 def start(args):
@@ -194,8 +185,7 @@ def start(args):
 
 
 def case(args, backend, key):
-    kind, N, D, B = key
-    return measure(kind, N, D, B, backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
+    return measure(**key, backend=backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
                    memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
                    dtype=args.dtype, names=args.schedule)
 
@@ -218,23 +208,14 @@ def foot(args, backend, records, about):
 
 def parser():
     """The command line of ``leapfrog-bench --model dag``."""
-    p = runner.parser(PROG, __doc__.split("\n\n")[0], "dag")
+    p = runner.parser(PROG, __doc__.split("\n\n")[0], "dag", sizes=[16, 64, 256], batch=[1, 8], repeats=7, warmup=1,
+                      torch=False)
     p.add_argument("--kind", type=names(KINDS, "kind"), default=["residual"], metavar="KIND[,KIND...]",
                    help=f"DAG shapes, from {', '.join(KINDS)} (default residual)")
-    p.add_argument("--sizes", type=integers(1, "size"), default=[16, 64, 256], metavar="N[,N...]",
-                   help="widths N (default 16,64,256)")
     p.add_argument("--depths", type=integers(1, "depth"), default=[8, 32, 128], metavar="D[,D...]",
                    help="depths D: nodes on the longest path (default 8,32,128)")
-    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 8], metavar="B[,B...]",
-                   help="batch sizes B (default 1,8)")
-    p.add_argument("--schedule", type=names_type("dag"), default=list(schedule_names("dag")),
-                   metavar="NAME[,NAME...]", help="backward schedules by name, from "
-                   f"{', '.join(schedule_names('dag'))}; sequential is always measured (default all)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K",
                    help="worker streams of the backward schedules (default 2)")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=7, metavar="N", help="(default 7)")
-    p.add_argument("--warmup", type=integer(0, "--warmup"), default=1, metavar="N",
-                   help="untimed runs first (default 1)")
     p.add_argument("--memory-limit", type=integer(1, "--memory-limit"), default=64, metavar="MIB",
                    help="MiB the block solvers (dag-jacobi, dag-doubling, forward-newton) may hold (default 64)")
     p.add_argument("--max-block-depth", type=integer(1, "--max-block-depth"), default=32, metavar="D",
@@ -242,8 +223,3 @@ def parser():
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
                    help="numpy backend: BLAS threads (default 1)")
     return p
-
-
-def main(argv=None):
-    """Run ``leapfrog-bench --model dag``; return the exit status (0 done, 2 a bad option, 130 Ctrl-C)."""
-    return runner.main(sys.modules[__name__], argv)

@@ -3,23 +3,14 @@
 For every network ``[N] * L`` and batch size B: the SGD step and the backward pass under each schedule,
 the forward pass and the per-layer costs f1, f2, f3, timed in turn (``measure``), beside the model's
 prediction of a pass's saving, in a table that marks noisy timings (``report``). Anchors measured in the
-same run: the best sequential configuration (on the CPU, the fastest BLAS setting, all cores included, on
-one stream), PyTorch when ``torch`` imports (at each thread count, as ours), and the memory-traffic floor
-(``traffic.step_bytes`` over a measured copy bandwidth).
-
-``--graph`` adds, beside every configuration, its step in graph mode (``sgd_step(..., graph=True)``,
-captured before the timing starts), and on a GPU PyTorch's step captured as a CUDA graph; it then
-prints the graph-mode ratios of the project's GPU targets (``bench_report.graph_verdicts``).
+same run: the best sequential configuration (on the CPU, the fastest BLAS setting), PyTorch when ``torch``
+imports (``torch_anchor``), and the memory-traffic floor (``traffic``). ``--graph`` adds each step in graph
+mode, ``--timeline FILE.png`` (one network) the stamped steps of each eager configuration, ``--plot`` the
+speed-ups against k (``plot``); under ``mpiexec -n P`` it measures what the sums across ranks cost a step
+instead (``parallel``). What each column means: docs/performance.md.
 
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
     leapfrog-bench --backend cupy --sizes 1024 --layers 32 --batch 32 --k 1,2,4 --graph
-
-``--timeline FILE.png`` (one network): once it is measured, each eager configuration runs ``--repeats``
-more steps with every launch stamped (``leapfrog_gpu.tools.timeline``), interleaved with as many plain
-steps, so that the timeline's own cost is measured in the same run; it prints each stream's busy time
-and the share of worker time that overlaps the main stream, and writes the Gantt chart and FILE.json.
-A graph step is one launch, so graph rows have no timeline. Under
-``mpiexec -n P`` it measures what the sums across ranks cost a step instead (``bench_parallel``).
 
 This module is the MLP's suite of ``runner``: its options, its grid and what its networks share.
 """
@@ -32,19 +23,25 @@ import textwrap
 
 from ...backends import get_backend
 from ...core.functions import ACTIVATIONS
+from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ...parallel import comm as parallel
 from .. import timeline
-from ..cli import fitted, integer, integers, names, pip_install, png_refusal, reals
-from ..schedules import make_schedule, names_type, schedule_names
+from ..cli import fitted, integers, names, pip_install, png_refusal, reals
+from ..schedules import make_schedule
 from . import measure, parallel as bench_parallel, progress, runner, torch_anchor
-from .measure import ETA, configurations, copy_bandwidth, stamped_steps
-from .report import column_widths, floor_verdicts, graph_verdicts, table_foot, table_head, table_rows
-from .report import optimizer_verdicts, timeline_lines, verdicts
+from .report import auto_lines, column_widths, table_foot, table_head, table_rows, timeline_lines
 
 PROG = "leapfrog-bench"
 RECORDS = "records"
-DEFAULT_SCHEDULES = ["sequential", "leapfrog"]
+DEFAULT_SCHEDULES = [Sequential.name, Leapfrog.name]
+DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] * 16 at B = 64: several minutes "
+            "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
+            "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")
+"""What ``--help`` says of the time a run takes."""
+MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
+              "dag: a DagNet's forward solvers and backward schedules against its sequential order; each with "
+              "options of its own (leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
 
 
 def k_list(text):
@@ -58,40 +55,24 @@ def k_list(text):
     return ks
 
 
-DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] * 16 at B = 64: several minutes "
-            "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
-            "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")
-"""What ``--help`` says of the time a run takes."""
-
-MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
-              "dag: a DagNet's forward solvers and backward schedules against its sequential order; each with "
-              "options of its own (leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
-
-
 def parser():
     description = "\n\n".join([__doc__.split("\n\n")[0], textwrap.fill(DURATION, 79)])
-    p = runner.parser(PROG, description, "mlp", MODEL_HELP)
-    p.add_argument("--sizes", type=integers(1, "size"), default=[256, 1024], metavar="N[,N...]",
-                   help="widths N, each network [N] * L (default 256,1024)")
+    p = runner.parser(PROG, description, "mlp", sizes=[256, 1024], batch=[1, 64], repeats=20, warmup=2,
+                      schedules=DEFAULT_SCHEDULES, model_help=MODEL_HELP)
     p.add_argument("--layers", type=integers(2, "layer count"), default=[8, 16], metavar="L[,L...]",
-                   help="layers L, the input layer included (default 8,16)")
-    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
-                   help="batch sizes B (default 1,64)")
+                   help="layers L, the input layer included, each network [N] * L (default 8,16)")
     p.add_argument("--k", type=k_list, default=[1, 2, 4], metavar="K[,K...]",
                    help="worker streams, and 'auto': the configuration autotune picks (default 1,2,4)")
-    p.add_argument("--schedule", type=names_type("mlp"), default=DEFAULT_SCHEDULES, metavar="NAME[,NAME...]",
-                   help=f"schedules by name, from {', '.join(schedule_names('mlp'))}; sequential is always measured "
-                        f"(default {','.join(DEFAULT_SCHEDULES)})")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
                    help="numpy backend: BLAS threads per host stream, for its matrix products; each count given is "
                         f"measured (default 1 and all cores, {os.cpu_count()} here)")
     p.add_argument("--fused", action="store_true",
                    help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
-    p.add_argument("--optimizer", type=names(measure.OPTIMIZERS, "optimizer"), default=None,
+    p.add_argument("--optimizer", type=names(measure.OPTIMIZERS, "optimizer"), default=["sgd"],
                    metavar="NAME[,NAME...]",
                    help=f"each step's, ours (train_step) and PyTorch's (torch.optim's, foreach=True and fused=True), "
                         f"from {', '.join(measure.OPTIMIZERS)}: each measured in turn, its rows under a heading of "
-                        "their own, with the best own step's speed-up over PyTorch's (default sgd)")
+                        "their own (default sgd)")
     p.add_argument("--one-pass", action="store_true",
                    help="also time each sequential and leapfrog step with the one-pass backward (one_pass=True)")
     p.add_argument("--torch-compile", action="store_true",
@@ -100,11 +81,6 @@ def parser():
                    help="also time each step as a graph (sgd_step(graph=True)), and PyTorch's as a CUDA graph on a GPU")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid",
                    help="every layer's, and the PyTorch anchor's (default sigmoid)")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N",
-                   help="timed repeats of each configuration (default 20)")
-    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N",
-                   help="untimed runs first (default 2)")
-    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--bucket-mb", type=reals(0, "bucket size"), default=None, metavar="MB[,MB...]",
                    help="under mpiexec: bucket sizes in MB to measure (default 0: one sum per layer)")
     p.add_argument("--plot", metavar="FILE.png",
@@ -117,14 +93,13 @@ def parser():
 
 
 def check(p, args):
-    """The options that do not go together; under mpiexec, the run of ``bench_parallel``: its status."""
+    """The options that do not go together; under mpiexec, the run of ``parallel``: its status."""
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     for option, beside in (("plot", ""), ("timeline", " (its intervals go beside it, in .json)")):
         refusal = getattr(args, option) is not None and png_refusal(f"--{option}", getattr(args, option), beside)
         if refusal:
             p.error(refusal)
-    args.compared, args.optimizer = args.optimizer is not None, args.optimizer or ["sgd"]  # given: the verdicts too
     if args.one_pass and args.optimizer != ["sgd"]:
         p.error("--one-pass fuses the plain SGD update: give it --optimizer sgd only (--fused fuses the others)")
     if args.timeline is not None and len(grid(args)) > 1:
@@ -149,38 +124,31 @@ def about(args):
 
 
 def grid(args):
-    return [(n, layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
+    return [{"N": n, "L": layers, "B": batch} for n in args.sizes for layers in args.layers for batch in args.batch]
 
 
 def work(key):
-    """The work of the network ``[n] * layers`` at ``batch``, by which the time left weighs it: its layers'."""
-    n, layers, batch = key
-    return (layers - 1) * progress.layer_work(n, batch)
-
-
-def title(key):
-    return "N={} L={} B={}".format(*key)
+    """The work of a network, by which the time left weighs it: its layers'."""
+    return (key["L"] - 1) * progress.layer_work(key["N"], key["B"])
 
 
 @contextlib.contextmanager
 def start(args):
     """What the networks share: the BLAS settings, the copy bandwidth at each (measured before the first
-    network, so that its time is its own), the table's widths and the timeline's panels."""
+    network, so that its time is its own) and the timeline's panels."""
     settings = autotune.blas_settings(args.backend, args.blas_threads)
     with get_backend(args.backend) as backend:
-        bandwidth = {threads: copy_bandwidth(backend, threads) for threads in settings}
+        bandwidth = {threads: measure.copy_bandwidth(backend, threads) for threads in settings}
     yield {"settings": settings, "bandwidth": bandwidth, "panels": []}
 
 
 def case(args, state, key):
-    """One network's records (``measure.measure_network``, ``measure.derive``), its timeline stamped with
-    ``--timeline``."""
-    n, layers, batch = key
+    """One network's records for each ``--optimizer`` (``measure.measure_network``, ``measure.derive``), its
+    timeline stamped with ``--timeline``."""
     records = [r for name in args.optimizer for r in measure.derive(measure.measure_network(
-        args, [n] * layers, batch, state["settings"], configurations(args), state["bandwidth"],
-        torch_anchor.skipped(args.no_torch) is None, name))]
+        args, [key["N"]] * key["L"], key["B"], state["settings"], state["bandwidth"], name))]
     if args.timeline:
-        state["panels"].extend(stamped_steps(args, records))
+        state["panels"].extend(measure.stamped_steps(args, records))
     return records
 
 
@@ -194,11 +162,9 @@ def rows(args, case):
 
 
 def foot(args, state, records, about):
-    """The legend, the PyTorch note, the verdicts; the timeline's chart and the plot."""
+    """The legend, the PyTorch note, ``--k auto``'s lines; the timeline's chart and the plot."""
     print(table_foot(args.graph))
-    sgd = [r for r in records if r["optimizer"] == "sgd"]  # the targets of graph mode and one-pass are SGD's
-    lines = [about["torch_note"], verdicts(records), args.graph and sgd and graph_verdicts(sgd),
-             args.one_pass and floor_verdicts(sgd), args.compared and optimizer_verdicts(records)]
+    lines = [about["torch_note"], auto_lines(records)]
     if args.timeline:
         first = records[0]
         timeline.save(args.timeline, state["panels"], about, f"{PROG}: MLP [{first['N']}] * {first['L']}, batch "
@@ -214,14 +180,14 @@ def foot(args, state, records, about):
 
 
 def _main_parallel(p, args, comm):
-    """``leapfrog-bench`` under ``mpiexec -n P`` (``bench_parallel``): every rank measures, rank 0 reports."""
+    """``leapfrog-bench`` under ``mpiexec -n P`` (``parallel``): every rank measures, rank 0 reports."""
     for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--one-pass", args.one_pass),
                           ("--k auto", "auto" in args.k), ("--graph", args.graph), ("--timeline", args.timeline),
                           ("--jsonl", args.jsonl)):
         if given:
             p.error(f"{option} does not apply under mpiexec")
-    specs = [(name, k, make_schedule("mlp", name, k)) for name, k in configurations(args)]
-    records = bench_parallel.run(args, comm, specs, ETA)
+    specs = [(name, k, make_schedule("mlp", name, k)) for name, k in measure.configurations(args)]
+    records = bench_parallel.run(args, comm, specs, measure.ETA)
     if comm.rank == 0:
         print(bench_parallel.table(records))
         if args.json:

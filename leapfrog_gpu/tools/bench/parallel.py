@@ -1,24 +1,15 @@
 """``leapfrog-bench`` under ``mpiexec -n P``: what summing the gradients across ranks costs a step, and how
-much of it the backward pass hides.
+much of it the backward pass hides (``mlp`` comes here under mpiexec with more than one process).
 
     mpiexec -n 2 leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 64 --k 2 --blas-threads 1 \\
         --bucket-mb 0,1,4,25 --json dp.json
 
-``leapfrog-bench`` comes here when it runs under mpiexec with more than one process.
-
-For every network ``[N] * L``, batch B per rank, schedule and bucket size, every rank measures, the
-three in turn (``timing.measure_interleaved``: median, p20, p80 over ``--repeats``):
-
-``step``   the data-parallel SGD step: the rank's share B of a global batch of B·P, its sums included;
-``local``  the same step on the same share by a network without a communicator, every rank at once;
-``sums``   the sums alone: every bucket of the step's gradients summed on the communication stream.
-
-Then rank 0 alone (the others wait, asleep) times ``one``: one process stepping on the whole B·P batch
-under the same schedule. From these: ``exposed = step - local``, what the step waits for the sums;
-``hidden = 1 - exposed / sums``, the share of the sums hidden behind the backward pass (noise can push it
-past 0 % or 100 %: the table then says ``none`` or ``all``, the records keep the number); ``speedup = one /
-step``, what P ranks gain on the same batch (the table's "speed-up vs one process", > 1: faster). ``local``
-and ``sums`` are the slowest rank's medians (the sums make every rank wait for it); ``step`` is rank 0's.
+For every network ``[N] * L``, batch B per rank, schedule and bucket size, every rank times in turn
+(``timing.measure_interleaved``) ``step``, the data-parallel SGD step on its share B of a batch of B·P;
+``local``, the same step without the sums; ``sums``, the sums alone. Then rank 0 alone times ``one``: one
+process stepping on the whole batch. From these: ``exposed = step - local``, ``hidden = 1 - exposed / sums``
+(noise can push it past 0 % or 100 %: the table says ``none`` or ``all``) and ``speedup = one / step``;
+``local`` and ``sums`` are the slowest rank's medians, ``step`` rank 0's. The columns: docs/performance.md.
 """
 
 import itertools

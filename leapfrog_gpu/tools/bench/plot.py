@@ -7,16 +7,18 @@ schedule at the same BLAS setting, k = 1 included. The title says where and when
 (backend, machine, date); each panel's legend sits below it, off the data.
 """
 
+from ...core.schedules import Leapfrog
+
 
 def plot(records, path, about):
-    """Write the figure for ``records`` (``bench_measure.run``'s) to ``path`` (PNG); ``about`` is the run's
+    """Write the figure for ``records`` (``mlp``'s) to ``path`` (PNG); ``about`` is the run's
     header (``date``, ``machine``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ours = [r for r in records if r["schedule"] == "leapfrog" and not r["auto"] and not r.get("graph")]
+    ours = [r for r in records if r["schedule"] == Leapfrog.name and not r["auto"] and not r.get("graph")]
     widths = sorted({r["N"] for r in ours}) or sorted({r["N"] for r in records})
     fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], widths):

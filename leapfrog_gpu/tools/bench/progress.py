@@ -1,17 +1,15 @@
-"""A bench's progress over its grid of networks: a bar on stderr (on a terminal) and the time left, each
-network weighed by its size.
+"""A bench's progress over its grid of networks: a bar on stderr (on a terminal) and the time left.
 
-A grid's networks differ in cost by orders of magnitude (the MLP's default grid runs from [256] * 8 at
-B = 1 to [1024] * 16 at B = 64, the first a small part of the run), so the time left is not the networks
-left times the mean time of those measured, a plain bar's estimate, but the work left at the seconds per
-unit of work measured so far (``Estimate``). A network's work is what a layer costs (``layer_work``: the
-weights it moves, the products it computes, a fixed part for the launches) times the layers its passes
-run through. Once the first network is measured, one line on stderr says about how long the rest will
-take; the bar then shows the estimate, refined after each network.
+The time left is the work left at the seconds per unit of work measured so far (``Estimate``). A grid's
+networks differ in cost by orders of magnitude, so each is weighed by its work (``layer_work`` times the
+layers its passes run through); a weight is a guess, so the network under way counts too once it has run
+past its share, and the estimate rises while it runs, not after. Once the first network is measured, one
+line on stderr says it; the bar recomputes it every ``TICK`` seconds.
 """
 
 import math
 import sys
+import threading
 import time
 
 from tqdm import tqdm
@@ -20,11 +18,12 @@ from ..cli import plural
 
 BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 """tqdm's bar without its own time left, which assumes networks of equal cost."""
+TICK = 1.0
+"""Seconds between two drawings of the bar while a network is measured."""
 
 
 class Estimate:
-    """The seconds left of a grid of networks whose work, in any unit, is ``works``, in the order measured:
-    the seconds per unit of work of the networks measured so far, times the work left."""
+    """The seconds left of a grid of networks whose work, in any unit, is ``works``, in the order measured."""
 
     def __init__(self, works):
         self.works, self.done, self.seconds = list(works), 0, 0.0
@@ -34,11 +33,15 @@ class Estimate:
         self.done += 1
         self.seconds += seconds
 
-    def left(self):
-        """Seconds left, or None before any network is measured."""
+    def left(self, running=0.0):
+        """Seconds left while the next network has run for ``running`` seconds (None before any is measured):
+        the work left at the seconds per unit of the networks measured, or, once the one under way has run
+        past its share, of those and it as if it ended now (the least its time says)."""
         if not self.done:
             return None
-        return self.seconds / sum(self.works[:self.done]) * sum(self.works[self.done:])
+        done, (now, *rest) = sum(self.works[:self.done]), self.works[self.done:] or [0]
+        rate = max(self.seconds / done, (self.seconds + running) / (done + now))
+        return max(rate * now - running, 0.0) + rate * sum(rest)
 
 
 def about(seconds):
@@ -56,34 +59,53 @@ def layer_work(n, batch):
 
 
 class Progress:
-    """The progress of ``prog`` over networks of work ``works`` (``Estimate``): ``start(name)`` as each is
-    measured, ``done()`` once it is. Nothing on stderr when ``quiet``; the bar only on a terminal."""
+    """The progress of ``prog`` over networks of work ``works``: ``start(name)`` as each is measured,
+    ``stop()`` once it is (the bar leaves its line to the network's rows), ``done()`` once they are printed.
+    Nothing on stderr when ``quiet``; the bar only on a terminal."""
 
     def __init__(self, prog, works, quiet):
         self.prog, self.quiet, self.estimate = prog, quiet, Estimate(works)
         self.bar = tqdm(total=len(self.estimate.works), desc="measuring", unit="network", leave=False,
                         file=sys.stderr, disable=quiet or not sys.stderr.isatty(), bar_format=BAR)
-        self.started = None
+        self.name = self.started = None
+        self.lock, self.closed = threading.Lock(), threading.Event()
+        if not self.bar.disable:
+            threading.Thread(target=self._tick, daemon=True).start()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *error):
-        self.bar.close()
+        self.closed.set()
+        with self.lock:
+            self.bar.close()
+
+    def left(self):
+        """The time left now, as the bar says it: ``about 140``, or ``?`` before a network is measured."""
+        left = self.estimate.left(0.0 if self.started is None else time.perf_counter() - self.started)
+        return "?" if left is None else f"about {about(left)}"
 
     def start(self, name):
-        """The network ``name`` is being measured."""
-        left = self.estimate.left()
-        self.bar.set_postfix_str(f"{name}, {'?' if left is None else 'about ' + about(left)} s left")
-        self.started = time.perf_counter()
+        with self.lock:
+            self.name, self.started = name, time.perf_counter()
+            self._show()
 
-    def clear(self):
-        """Take the bar off its line, before a line is printed."""
-        self.bar.clear()
+    def _tick(self):
+        while not self.closed.wait(TICK):
+            with self.lock:
+                if self.started is not None:
+                    self._show()
+
+    def _show(self):
+        self.bar.set_postfix_str(f"{self.name}, {self.left()} s left")
+
+    def stop(self):
+        with self.lock:
+            self.estimate.measured(time.perf_counter() - self.started)
+            self.started = None
+            self.bar.clear()
 
     def done(self):
-        """The network started last is measured: after the first, the line that says how long the rest take."""
-        self.estimate.measured(time.perf_counter() - self.started)
         self.bar.update()
         rest = len(self.estimate.works) - self.estimate.done
         if self.estimate.done == 1 and rest and not self.quiet:

@@ -1,15 +1,10 @@
-"""``leapfrog-bench``'s report: the table (within 100 columns), its legend and the verdicts, in the cell
-formats of ``runner`` (the Markdown tables' are ``profiling/markdown_cells.py``'s).
-
-Each network gets a heading line (N, L, B, dtype, and per BLAS setting its forward pass, the per-layer
-costs f1, f2, f3 and the bytes floor of each update it runs), then one row per configuration: schedule, k,
-BLAS threads, the step's and the backward pass's medians, the model's and the measured saving of a pass,
-and the speed-ups: the backward pass's over sequential's, the step's over the best sequential step and
-over its own bytes floor (that of its update: plain, fused or one-pass). Every ratio in the table is a
-speed-up, the baseline's time over the row's (> 1: faster), and its titles say so (``SPEEDUP``). A median
-whose p20-p80 range is wider than ``runner.NOISY`` times itself is marked ``!``.
+"""``leapfrog-bench``'s table of the MLP, within 100 columns: each network's heading (what its rows share),
+then a row per configuration, every ratio a speed-up, the baseline's time over the row's (> 1: faster); its
+legend; the lines of ``--k auto`` and ``--timeline``. In ``runner``'s cell formats (the Markdown tables' are
+``profiling/markdown_cells.py``'s); what each column means: docs/performance.md.
 """
 
+from ...core.schedules import Leapfrog, Sequential
 from ..cli import fitted
 from ..timeline import describe
 from .runner import NOISY, median, ratio
@@ -39,18 +34,13 @@ TITLES = (("", "schedule"), ("", "k"), ("", "blas"), ("step", "ms"), ("bwd", "ms
           ("meas", "saving"), ("bwd", "vs seq"), ("step", "vs best"))
 """Each column's title, on two lines; the last three columns are speed-ups, under ``SPEEDUP``."""
 SPEEDUP = "speed-up (> 1: faster)"
-"""The title above the speed-up columns, ending where they end: each column is a speed-up vs its baseline,
-the baseline's median time over the row's."""
+"""The title above the speed-up columns, ending where they end."""
 CELL = {"blas": 4, "ms": 7, "saving": 7, "vs seq": 6, "vs best": 6, "vs floor": 6}
-"""Width of a column's cells where it exceeds its title's (``1234.5!``, ``-112.5%``, ``12.34x``): each
-network's rows are printed before the next network is measured, so the widths are set before any
-number is known; a wider number pushes the rest of its row to the right."""
-GRAPH_TITLE = ("graph", "vs eager")
-"""The column ``--graph`` adds: a graph step's speed-up over the same eager step."""
-FLOOR_TITLE = ("step", "vs floor")
-"""The last column of a table without ``--graph``: the step's speed-up over its own bytes floor, the
-floor's time over the step's (with ``--graph`` the graph column takes its place, to keep within 100
-columns; the JSON has the speed-up either way)."""
+"""Width of a column's cells where it exceeds its title's (``1234.5!``, ``-112.5%``, ``12.34x``): a network's
+rows are printed before the next is measured, so the widths are set before any number is known."""
+GRAPH_TITLE, FLOOR_TITLE = ("graph", "vs eager"), ("step", "vs floor")
+"""The last column: with ``--graph`` a graph step's speed-up over the same eager step, else the step's over its
+own bytes floor (the JSON has both)."""
 TABLE_FOOT = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
               "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
               "speed-up vs X: X's median time over the row's (> 1: faster); bwd vs seq: the backward pass vs "
@@ -63,7 +53,7 @@ def column_widths(args, schedules):
     name this run can print (``schedules``: the names it measures)."""
     update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
     labels = [name + update + "[graph]" * args.graph for name in schedules] + [f"sequential{update}*"]
-    labels += [f"auto->{name}{update}" for name in ("sequential", "leapfrog")] if "auto" in args.k else []
+    labels += [f"auto->{name}{update}" for name in (Sequential.name, Leapfrog.name)] if "auto" in args.k else []
     optimizers = getattr(args, "optimizer", ["sgd"])
     labels += ["torch-autograd", "torch-cuda-graph"] + [f"torch-{name}-foreach" for name in optimizers]
     schedule = max(map(len, labels))
@@ -128,38 +118,6 @@ def _cells(r, graph):
             ratio(r["backward_speedup"]), ratio(r["step_speedup_vs_best_sequential"]), last)
 
 
-GRAPH_TARGETS = {"torch-autograd": 3.0, "torch-cuda-graph": 1.5, "sequential": 1.3}
-"""The GPU targets of graph mode (H200, N = 1024, L = 32, B = 32, float32): the fastest graph-mode
-Leapfrog step at least this many times faster than each of these steps; and within 2x of the floor."""
-FLOOR_TARGET = 2.0
-
-
-def graph_verdicts(records):
-    """Per network, the fastest graph-mode leapfrog step against the targets' baselines and the floor."""
-    lines = ["graph mode against its GPU targets (set for an H200 at N=1024 L=32 B=32 float32):"]
-    for key in dict.fromkeys((r["N"], r["L"], r["B"]) for r in records):
-        case = [r for r in records if (r["N"], r["L"], r["B"]) == key]
-        ours = [r for r in case if r.get("graph") and r["schedule"] == "leapfrog"]
-        if not ours:
-            continue
-        best = min(ours, key=lambda r: r["step_ms"]["median"])
-        ms = best["step_ms"]["median"]
-        parts = [f"{label(best)} k={best['k']} at N={key[0]} L={key[1]} B={key[2]}: step {ms:.4g} ms"]
-        for name, target in GRAPH_TARGETS.items():
-            base = [r for r in case if r["schedule"] == name and (r.get("graph") or name.startswith("torch"))]
-            if base:
-                times = min(r["step_ms"]["median"] for r in base) / ms
-                parts.append(f"{times:.2f}x vs {name}{'[graph]' if name == 'sequential' else ''} "
-                             f"(target >= {target}x{'' if times >= target else ', NOT MET'})")
-            else:
-                parts.append(f"{name}: not measured")
-        floor = best["floor_ms"]
-        parts.append(f"{ms / floor:.2f}x the bytes floor {floor:.4g} ms (target <= {FLOOR_TARGET}x"
-                     f"{'' if ms / floor <= FLOOR_TARGET else ', NOT MET'})")
-        lines.append("; ".join(parts))
-    return "\n".join(lines) if len(lines) > 1 else ""
-
-
 def timeline_lines(records, path):
     """What ``--timeline`` prints: one line per stamped configuration, beside its backward speed-up."""
     lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the time the stamps "
@@ -179,7 +137,7 @@ def stamping(cost):
     return f"{100 * (cost - 1):+.1f}%"
 
 
-def verdicts(records):
+def auto_lines(records):
     """One line per ``--k auto`` record: is it within noise of the best sequential configuration?"""
     lines = []
     for r in records:
@@ -188,63 +146,4 @@ def verdicts(records):
             lines.append(f"auto chose {r['schedule']} k={r['k']} blas={r['blas_threads']} at N={r['N']} L={r['L']} "
                          f"B={r['B']}: step {r['step_speedup_vs_best_sequential']:.2f}x as fast as the best "
                          f"sequential, {verdict} it")
-    return "\n".join(lines)
-
-
-CPU_TARGETS = {1: (1.5, 1.3), "many": (1.2, None)}
-"""The CPU targets of the one-pass step, by B (1, or more): the best step at least this many times faster
-than PyTorch's best eager step, and within this many times its own bytes floor (None: compute-bound)."""
-TORCH_EAGER = ("torch-autograd", "torch-sgd-foreach", "torch-sgd-fused")
-
-
-def floor_verdicts(records):
-    """Per network, our best eager step against PyTorch's best eager step and its own bytes floor, and
-    against ``torch.compile``'s step where measured, each ratio with its target, met or NOT MET."""
-    lines = ["the best step against PyTorch and its bytes floor (targets set for the CPU at N=1024 L=16):"]
-    for key in dict.fromkeys((r["N"], r["L"], r["B"]) for r in records):
-        case = [r for r in records if (r["N"], r["L"], r["B"]) == key]
-        ours = [r for r in case if not r["schedule"].startswith("torch") and not r.get("graph")]
-        best = min(ours, key=lambda r: r["step_ms"]["median"])
-        ms, (speedup, within) = best["step_ms"]["median"], CPU_TARGETS[1 if key[2] == 1 else "many"]
-        parts = [f"N={key[0]} L={key[1]} B={key[2]}: {label(best).rstrip('*')} k={best['k']} {ms:.4g} ms"]
-        torch = [r for r in case if r["schedule"] in TORCH_EAGER]
-        if torch:
-            anchor = min(torch, key=lambda r: r["step_ms"]["median"])
-            times = anchor["step_ms"]["median"] / ms
-            parts.append(f"{times:.2f}x as fast as {anchor['schedule']} {anchor['step_ms']['median']:.4g} ms (target "
-                         f">= {speedup}x{'' if times >= speedup else ', NOT MET'})")
-        compiled = [r["step_ms"]["median"] for r in case if r["schedule"] == "torch-compile"]
-        if compiled:  # its fastest thread count
-            parts.append(f"{min(compiled) / ms:.2f}x as fast as torch-compile {min(compiled):.4g} ms")
-        floor = best["floor_ms"]
-        verdict = "" if within is None else f" (target <= {within}x{'' if ms / floor <= within else ', NOT MET'})"
-        parts.append(f"{ms / floor:.2f}x its bytes floor {floor:.4g} ms{verdict}")
-        lines.append("; ".join(parts))
-    return "\n".join(lines)
-
-
-OPTIMIZER_TARGETS = {("adam", 1): 1.5, ("adam", "many"): 1.2, ("sgd", 1): 1.5}
-"""The CPU targets of ``--optimizer`` (set at N = 1024, L = 16 for Adam, N = 256, L = 16 for SGD), by
-optimizer and B (1, or more): the best own step at least this many times faster than PyTorch's best step
-by torch.optim's same optimizer."""
-
-
-def optimizer_verdicts(records):
-    """Per network and optimizer, the best own step against PyTorch's best step of the same optimizer, with
-    its target where one is set, met or NOT MET."""
-    lines = ["the best own step against PyTorch's best step by the same optimizer:"]
-    for key in dict.fromkeys((r["N"], r["L"], r["B"], r["optimizer"]) for r in records):
-        case = [r for r in records if (r["N"], r["L"], r["B"], r["optimizer"]) == key and "refused" not in r]
-        ours = min((r for r in case if not r["schedule"].startswith("torch")), key=lambda r: r["step_ms"]["median"])
-        torch = [r for r in case if r["schedule"].startswith(("torch-autograd", f"torch-{key[3]}"))]
-        if not torch:
-            continue
-        anchor = min(torch, key=lambda r: r["step_ms"]["median"])
-        times, target = anchor["step_ms"]["median"] / ours["step_ms"]["median"], OPTIMIZER_TARGETS.get(
-            (key[3], 1 if key[2] == 1 else "many"))
-        verdict = "" if target is None else f" (target >= {target}x{'' if times >= target else ', NOT MET'})"
-        lines.append(f"N={key[0]} L={key[1]} B={key[2]} {key[3]}: {label(ours).rstrip('*')} k={ours['k']} blas="
-                     f"{ours['blas_threads']} {ours['step_ms']['median']:.4g} ms, {times:.2f}x as fast as "
-                     f"{anchor['schedule']} threads={anchor['blas_threads']} {anchor['step_ms']['median']:.4g} ms"
-                     f"{verdict}")
     return "\n".join(lines)

@@ -1,54 +1,36 @@
 """``leapfrog-bench --model rnn``: the recurrent network's backward pass and SGD step under each schedule,
 against BPTT and PyTorch's ``nn.RNN``.
 
-For every (N, tau, B), ``RNN([N] * L, output="every")`` is timed under each schedule of ``--schedule`` (by
-the names of ``tools.schedules``: bptt, leapfrog, wavefront, timescan, naumov-rnn; bptt, the baseline,
-always), in two parts (``--time``):
-
-``step``      the whole SGD step (forward, backward, update), a row ``step NAME`` each, interleaved with
-              PyTorch's step (``step torch nn.RNN``) and, with ``--forward-solver``, the step parallel in
-              time (``step timescan+NAME``: the forward pass by that solver, ``TimeNewton``, the backward
-              by ``TimeScan``); speed-ups over ``step bptt``.
-``backward``  the backward pass alone (the chain and the weight gradients, ``time_backward``), a row
-              NAME each, and PyTorch's ``loss.backward()``; speed-ups over ``bptt``.
-
-Each row gives the median of ``--repeats`` interleaved repeats (``runner.interleaved``: each row once in turn,
-after a warm-up each, timed from enqueue to ``synchronize()``), the speed-up (BPTT's median in the same run
-over the row's: > 1 is faster), the dependent rounds (a step's: its forward's plus its backward's) and the
-flops of each chain against BPTT's. A schedule whose predicted chain work exceeds ``max_gflop`` and BPTT's is
-skipped (BPTT and Leapfrog(k), which run BPTT's chain, never are), as is a step parallel in time whose one
-iteration would (``TimeNewton.iteration_flops``); one whose buffers exceed ``memory_limit`` is refused by its
-own check; all show as rows. PyTorch's network is the same one (tanh, L-2 layers of ``nn.RNN``, bias_hh held
-at zero, a ``Linear`` output at every step, the same parameters and batch; on the GPU cuDNN's), stepped by
-``torch.optim.SGD(foreach=True)``. ``--cell gru|lstm``: those cells beside ``nn.GRU``/``nn.LSTM`` (NaumovRNN refuses
-them); ``--torch-threads``: PyTorch's step at each number of threads; ``--deer``: DEER's demo problem (``DEER``).
+For every (N, tau, B), ``RNN([N] * L, output="every")`` under each schedule of ``--schedule`` (bptt, the
+baseline, always): its backward pass alone (a row NAME each, beside PyTorch's ``loss.backward()``) and its
+whole SGD step (``step NAME``, beside PyTorch's, ``torch_anchor.TorchRNN``, and with ``--forward-solver`` the
+step parallel in time, ``step timescan+NAME``), all timed in one alternation (``runner.interleaved``), each
+with its speed-up over BPTT's (a step's over ``step bptt``), its dependent rounds and its chains' flops
+against BPTT's. What the rows mean, and the tables measured: docs/rnn.md.
 """
 
 import contextlib
-import statistics
-import sys
 
 import numpy as np
 
-from ...backends import get_backend, to_host
+from ...backends import get_backend
 from ...core.checks import MEMORY_LIMIT
 from ...rnn.network import RNN
-from ...rnn.scans import TimeScan
+from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ..cli import integer, integers, names as names_of
-from ..schedules import SOLVERS, make_schedule, make_solver, names_type, schedule_names
+from ..schedules import SOLVERS, make_schedule, make_solver, schedule_names
 from . import progress, runner, torch_anchor
 from .runner import ratio
 
 PROG = "leapfrog-bench --model rnn"
 RECORDS = "rows"
+BASELINE = schedule_names("rnn")[0]
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
 HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<26} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
           f"{'rounds':>7} {'flops/bptt':>10}")
 """The columns' titles."""
-TORCH = "torch nn.RNN"
-"""The name of PyTorch's row."""
 STEP = "step "
 """What a step's row name starts with: ``step bptt``, ``step timescan+newton``."""
 PARTS = ("backward", "step")
@@ -57,6 +39,8 @@ ETA = 1e-9
 """The learning rate of the timed steps: small enough that the network they time stays the one they
 started from (a step's cost sums over tau outputs: at 1e-3, a few hundred steps at tau = 4096 move the
 weights far enough to change what the forward solvers face)."""
+DEER = {"sizes": [8, 32], "tau": 10000, "B": 16, "inputs": 2, "L": 3}
+"""DEER's demo problem (Lim et al., 2024): one GRU layer of N units on 2 inputs, 16 sequences of 10,000 steps."""
 
 
 def table_head():
@@ -65,8 +49,8 @@ def table_head():
 
 
 def schedules(k, memory_limit=MEMORY_LIMIT, names=schedule_names("rnn")):
-    """The schedules measured, by name: ``names`` (of ``tools.schedules``), bptt first whether named or not."""
-    chosen = dict.fromkeys(["bptt", *names])
+    """The schedules measured, by name: ``names`` (of ``tools.schedules``), the baseline first whether named or not."""
+    chosen = dict.fromkeys([BASELINE, *names])
     return {name: make_schedule("rnn", name, k=k, memory_limit=memory_limit) for name in chosen}
 
 
@@ -77,110 +61,112 @@ def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
     return x.astype(dtype), y.astype(dtype)
 
 
-class TorchRNN:
-    """``net`` (an ``RNN``) written as ``torch.nn.RNN``, ``GRU`` or ``LSTM`` (its cell's, ``torch_name``) plus a
-    ``Linear`` output layer, on the batch ``x``, ``y`` (as ``sequences`` gives them), on ``device``: its backward
-    pass and its SGD step (``eta``, as ``RNN.sgd_step`` takes it), timed alike."""
-
-    def __init__(self, torch, net, x, y, device="cpu", eta=ETA):
-        L, N, dtype, gru = net.L, net.sizes[1], getattr(torch, net.dtype), net.cell == "gru"
-        tanh = {"nonlinearity": "tanh"} if net.cell == "elman" else {}
-        self.rnn = getattr(torch.nn, torch_name(net.cell)[9:])(net.sizes[0], N, num_layers=L - 2, dtype=dtype, **tanh)
-        self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
-        weights, recurrent, biases = ([to_host(a) for a in arrays]
-                                      for arrays in (net.weights, net.recurrent, net.biases))
-        b_hn = net.parameters() if gru else None
-        with torch.no_grad():
-            for i in range(L - 2):
-                getattr(self.rnn, f"weight_ih_l{i}").copy_(torch.from_numpy(weights[i]))
-                getattr(self.rnn, f"weight_hh_l{i}").copy_(torch.from_numpy(recurrent[i]))
-                getattr(self.rnn, f"bias_ih_l{i}").copy_(torch.from_numpy(biases[i]))
-                getattr(self.rnn, f"bias_hh_l{i}").zero_()
-                if gru:  # b_hn, inside r * (u_n h + b_hn)
-                    b = to_host(b_hn[net.hidden[i]]["b_hn"])
-                    getattr(self.rnn, f"bias_hh_l{i}")[2 * N:].copy_(torch.from_numpy(b))
-            self.out.weight.copy_(torch.from_numpy(weights[-1]))
-            self.out.bias.copy_(torch.from_numpy(biases[-1]))
-        self.rnn, self.out, self.torch = self.rnn.to(device), self.out.to(device), torch
-        self.x = torch.from_numpy(x.transpose(0, 2, 1).copy()).to(device)
-        self.y = torch.from_numpy(y.transpose(0, 2, 1).copy()).to(device)
-        self.synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        self.clock = torch_anchor.Clock(torch, device)
-        self.parameters = [*self.rnn.parameters(), *self.out.parameters()]
-        for i in range(L - 2) if not gru else ():  # held at zero: the RNN has one bias a layer (a GRU two)
-            getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
-        self.sgd = torch.optim.SGD([p for p in self.parameters if p.requires_grad], lr=eta / x.shape[2],
-                                   foreach=True)
-
-    def _loss(self):
-        for parameter in self.parameters:
-            parameter.grad = None
-        states, _ = self.rnn(self.x)
-        return 0.5 * ((self.torch.tanh(self.out(states)) - self.y) ** 2).sum()
-
-    def backward_s(self, repeats):
-        """Median seconds of ``loss.backward()`` alone, after a forward pass under autograd; one warm-up."""
-        times = [self.clock.time(self._loss().backward) for _ in range(repeats + 1)]
-        return statistics.median(times[1:]) / 1e3
-
-    def step(self):
-        """One SGD step, finished: forward, ``backward()``, ``SGD.step()``."""
-        self._loss().backward()
-        self.sgd.step()
-        self.synchronize()
-
-
 def torch_name(cell="elman"):
     """PyTorch's row for ``cell``: ``torch nn.RNN``, ``torch nn.GRU``, ``torch nn.LSTM``."""
     return f"torch nn.{ {'elman': 'RNN'}.get(cell, cell.upper())}"
 
 
 def step_name(name):
-    """The row of a step: ``step NAME`` for the schedule ``NAME`` (``sequential``: BPTT's), ``step
-    timescan+NAME`` for the forward solver ``NAME`` of ``SOLVERS["rnn"]``."""
-    if name == "sequential":
-        name = "bptt"
-    return f"{STEP}{name}" if name in schedule_names("rnn") or name.startswith("torch") else f"{STEP}timescan+{name}"
+    """The row of a step: ``step NAME`` for a schedule or PyTorch's row, ``step timescan+NAME`` for the forward
+    solver ``NAME`` of ``SOLVERS["rnn"]`` (the backward by ``TimeScan``)."""
+    solver = name not in schedule_names("rnn") and not name.startswith("torch")
+    return f"{STEP}{TimeScan.name}+{name}" if solver else f"{STEP}{name}"
 
 
-def time_backward(net, x, y, schedules, repeats=5):
-    """Median seconds of the backward pass alone of ``net`` (an ``RNN``) on the batch under each of
-    ``schedules`` (name -> schedule), after one forward pass, timed in turn (``runner.interleaved``). Returns,
-    by name, ``{"median_s", **stats}``, or ``{"refused": why}`` for a schedule that refuses this pass (its
-    memory check)."""
-    net.backprop(x, y, BPTT())
-    p = net.plan(x.shape[0], x.shape[2])
+def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
+            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
+            parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1):
+    """The rows of one (N, tau, B), for each of ``parts``: the backward pass under each schedule of ``names``
+    (``schedules``) and PyTorch's (``torch_name``, when ``torch``, the module, is given), then the step under
+    each (``step NAME``), with ``solvers`` the steps parallel in time too, and PyTorch's (one row a number of
+    ``torch_threads``, ``step torch nn.GRU 2t``); each a dict with ``median_s``, ``speedup`` (BPTT's median
+    over it, ``step bptt``'s for a step), the counters of its forward pass (a step's) and its chain (``rounds``,
+    ``flops``, BPTT's ``sequential_flops``; Newton's ``iterations``), or ``refused``. ``cell``: the recurrent
+    layers' (a schedule that refuses it shows so); ``inputs``: n_1 (default N)."""
+    sizes = [inputs or N] + [N] * (L - 1)
+    measured = schedules(k, memory_limit, names)
+    options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
+    with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device,
+                                                        cell=cell) as net:
+        skipped = _skipped(net, tau, B, measured, solvers, max_gflop)
+        x, y = sequences(N, tau, B, dtype, inputs=inputs)
+        anchor = None
+        if torch is not None:  # built before a step moves the parameters
+            where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
+            anchor = torch_anchor.TorchRNN(torch, net, x, y, where, ETA)
+        net.backprop(x, y, BPTT())
+        plan, calls = net.plan(tau, B), {}
+        if "backward" in parts:
+            calls.update({name: _backward(net, plan, schedule) for name, schedule in measured.items()})
+        torch_steps = [torch_name(cell) + (f" {t}t" if t else "") for t in torch_threads or [None]] if anchor else []
+        if "step" in parts:
+            steps = {**{name: (schedule, None) for name, schedule in measured.items()},
+                     **{name: (TimeScan(k=k, memory_limit=memory_limit), make_solver("rnn", name,
+                                                                                     memory_limit=memory_limit))
+                        for name in dict.fromkeys(solvers)}}
+            calls.update({step_name(name): _step(net, x, y, *pair) for name, pair in steps.items()})
+            calls.update({step_name(name): _torch_step(anchor, threads)
+                          for name, threads in zip(torch_steps, torch_threads or [None])})
+        calls.update({name: runner.refused(why) for name, why in skipped.items() if name in calls})
+        timed = runner.interleaved(device, calls, repeats, warmup)
+        if anchor and "backward" in parts:
+            timed[torch_name(cell)] = {"ms": anchor.backward_ms(repeats)}
+    seconds = {name: {"median_s": float(np.median(r.pop("ms"))) / 1e3, **r} if "ms" in r else r
+               for name, r in timed.items()}
+    base = {False: seconds.get(BASELINE), True: seconds.get(step_name(BASELINE))}  # by whether a step
+    rows = []
+    for name in [*measured, torch_name(cell), *map(step_name, [*measured, *dict.fromkeys(solvers), *torch_steps])]:
+        if name not in seconds:
+            continue
+        bare = name.removeprefix(STEP)
+        streams = k if name.startswith(f"{STEP}{TimeScan.name}+") else measured[bare].k if bare in measured else None
+        row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
+               **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}), **seconds[name]}
+        if "median_s" in row:
+            row["speedup"] = base[name.startswith(STEP)]["median_s"] / row["median_s"]
+        rows.append(row)
+    return rows
 
-    def backward(schedule):
-        schedule = resolve(schedule, p)
-        schedule.check(net.sizes, p.tau, p.batch, net.dtype)
-        return dict(p.run(schedule))
 
-    calls = {name: lambda s=schedule: backward(s) for name, schedule in schedules.items()}
-    return _seconds(runner.interleaved(net.backend, calls, repeats))
+def _skipped(net, tau, B, measured, solvers, max_gflop):
+    """Row name -> why it is skipped: a schedule whose chain would do more than ``max_gflop`` and more than
+    BPTT's (whose chain, the baseline's, never is), or that refuses the cell, and its step; a step parallel in
+    time whose one iteration would."""
+    def over(flops, what=""):
+        return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
 
-
-def _seconds(timed):
-    """``runner.interleaved``'s rows with ``median_s`` in place of the times in ms."""
-    return {row: {"median_s": float(np.median(r.pop("ms"))) / 1e3, **r} if "ms" in r else r
-            for row, r in timed.items()}
-
-
-def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=None, torch_threads=()):
-    """Median seconds of the SGD step under each of ``schedules`` (name -> schedule), of the step parallel
-    in time with each of ``solvers`` (names) and of ``anchor``'s (a ``TorchRNN``), interleaved
-    (``runner.interleaved``), by row name (``step_name``): ``{"median_s", "rounds", "flops", "sequential_flops"}``
-    (of the forward pass and the backward chain; BPTT's flops; Newton's ``iterations``), ``{"median_s"}`` for
-    PyTorch's (one row a number of ``torch_threads``, ``step torch nn.GRU 2t``, else one at its threads), or
-    ``{"refused": why}``."""
-    steps = {step_name(name): (schedule, None) for name, schedule in schedules.items()}
+    skipped, itemsize, device = {}, np.dtype(net.dtype).itemsize, net.backend.name
+    for name, schedule in measured.items():
+        counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device)
+        if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
+            skipped[name] = skipped[step_name(name)] = over(counters["flops"])
+        if net.cell != "elman" and name == NaumovRNN.name:
+            why = f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
+            skipped[name] = skipped[step_name(name)] = why
     for name in dict.fromkeys(solvers):
-        steps[step_name(name)] = (TimeScan(k=k, memory_limit=memory_limit), make_solver("rnn", name,
-                                                                                      memory_limit=memory_limit))
+        flops = make_solver("rnn", name).iteration_flops(net.sizes, tau, B, device)
+        if flops > max_gflop * 1e9:
+            skipped[step_name(name)] = over(flops, "an iteration takes ")
+    return skipped
 
+
+def _backward(net, plan, schedule):
+    """The backward pass alone of ``net`` under ``schedule``, after the forward pass ``plan`` holds: a call that
+    returns its counters (a schedule that refuses the pass raises ``ValueError``: its memory check)."""
+    def call():
+        resolved = resolve(schedule, plan)
+        resolved.check(net.sizes, plan.tau, plan.batch, net.dtype)
+        return dict(plan.run(resolved))
+
+    return call
+
+
+def _step(net, x, y, schedule, solver):
+    """The SGD step of ``net`` under ``schedule``, its forward pass by ``solver`` (None: step by step): a call
+    that returns the counters of its forward pass and its chain together."""
     sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, x.shape[0], x.shape[2])}
 
-    def step(schedule, solver):
+    def call():
         net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))
         net.synchronize()
         forward = sequential if solver is None else solver.stats
@@ -188,84 +174,16 @@ def time_steps(net, x, y, schedules, solvers, k, memory_limit, repeats, anchor=N
                 "sequential_flops": sequential["flops"] + net.stats["sequential_flops"],
                 **({} if solver is None else {"iterations": solver.stats["iterations"]})}
 
-    def torch_step(threads):
+    return call
+
+
+def _torch_step(anchor, threads):
+    """PyTorch's step at ``threads`` intra-op threads (None: as set)."""
+    def call():
         with torch_anchor.num_threads(threads):
             anchor.step()
 
-    calls = {row: lambda pair=pair: step(*pair) for row, pair in steps.items()}
-    for threads in (torch_threads or [None]) if anchor is not None else ():
-        calls[step_name(torch_name(net.cell)) + (f" {threads}t" if threads else "")] = lambda t=threads: torch_step(t)
-    return _seconds(runner.interleaved(net.backend, calls, repeats))
-
-
-def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
-            memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
-            parts=PARTS, cell="elman", inputs=None, torch_threads=()):
-    """The rows of one (N, tau, B), for each of ``parts`` (``PARTS``): the backward pass under each schedule
-    of ``names`` (``schedules``) and PyTorch's (``torch_name``, when ``torch``, the module, is given), then the
-    step under each (``time_steps``: ``step NAME``, with ``solvers`` the steps parallel in time too); each a
-    dict with ``median_s``, ``speedup`` (BPTT's median over it, ``step bptt``'s for a step) and the
-    schedule's ``stats``, or ``refused``. ``cell``: the recurrent layers' (a schedule that refuses it shows so);
-    ``inputs``: n_1 (default N); ``torch_threads``: PyTorch's step at each number of threads (``time_steps``)."""
-    sizes, chosen, timed_solvers, skipped = [inputs or N] + [N] * (L - 1), {}, [], {}
-    itemsize = np.dtype(dtype).itemsize
-    measured = schedules(k, memory_limit, names)
-
-    def over(flops, what):
-        if flops > max_gflop * 1e9:
-            return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
-        return None
-
-    options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
-    results = {}
-    with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device,
-                                                        cell=cell) as net:
-        for name, schedule in measured.items():  # BPTT's chain, the baseline's, is never over the budget
-            counters = resolve(schedule).counters(sizes, tau, B, itemsize, device.name)
-            why = over(counters["flops"], "") if counters["flops"] > counters["sequential_flops"] else None
-            if cell != "elman" and name == "naumov-rnn":
-                why = f"refused: NaumovRNN's operators are the Elman cell's, not a {cell}'s"
-            if why:
-                skipped[name] = skipped[step_name(name)] = why
-            else:
-                chosen[name] = schedule
-        for name in dict.fromkeys(solvers):
-            why = over(make_solver("rnn", name).iteration_flops(sizes, tau, B, device.name), "an iteration takes ")
-            if why:
-                skipped[step_name(name)] = why
-            else:
-                timed_solvers.append(name)
-        x, y = sequences(N, tau, B, dtype, inputs=inputs)
-        anchor = None
-        if torch is not None:  # built before a step moves the parameters
-            where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
-            anchor = TorchRNN(torch, net, x, y, where)
-        if "backward" in parts:
-            results.update(time_backward(net, x, y, chosen, repeats=repeats))
-            if anchor is not None:
-                results[torch_name(cell)] = {"median_s": anchor.backward_s(repeats)}
-        if "step" in parts:
-            results.update(time_steps(net, x, y, chosen, timed_solvers, k, memory_limit, repeats, anchor,
-                                      torch_threads))
-    results.update({name: {"refused": why} for name, why in skipped.items()})
-    torch_rows = [f"{torch_name(cell)}{f' {t}t' if t else ''}" for t in torch_threads or [None]]
-    order = {"backward": [*measured, torch_name(cell)],
-             "step": [step_name(name) for name in [*measured, *dict.fromkeys(solvers), *torch_rows]]}
-    rows = []
-    for part in PARTS:
-        base = results.get(order[part][0], {}).get("median_s")
-        for name in order[part] if part in parts else ():
-            if name not in results:
-                continue
-            streams = (k if name.startswith(f"{STEP}timescan") else
-                       measured[name.removeprefix(STEP)].k if name.removeprefix(STEP) in measured else None)
-            row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
-                   **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
-                   **results[name]}
-            if "median_s" in row:
-                row["speedup"] = base / row["median_s"]
-            rows.append(row)
-    return rows
+    return call
 
 
 def format_row(row):
@@ -281,24 +199,15 @@ def format_row(row):
             f"{flops}{newton}")
 
 
-DEER = {"sizes": [8, 32], "tau": 10000, "B": 16, "inputs": 2, "L": 3}
-"""DEER's demo problem (Lim et al., 2024): one GRU layer of N units on 2 inputs, 16 sequences of 10,000 steps."""
-
-
 def grid(args):
     if args.deer:
-        return [(N, DEER["tau"], DEER["B"]) for N in DEER["sizes"]]
-    return [(N, tau, B) for N in args.sizes for tau in args.tau for B in args.batch]
+        return [{"N": N, "tau": DEER["tau"], "B": DEER["B"]} for N in DEER["sizes"]]
+    return [{"N": N, "tau": tau, "B": B} for N in args.sizes for tau in args.tau for B in args.batch]
 
 
 def work(key):
     """A network's weight in the time left: its layers' work at every time step."""
-    N, tau, B = key
-    return tau * progress.layer_work(N, B)
-
-
-def title(key):
-    return "N={} tau={} B={}".format(*key)
+    return key["tau"] * progress.layer_work(key["N"], key["B"])
 
 
 def about(args):
@@ -317,12 +226,13 @@ def start(args):
 
 
 def case(args, torch, key):
-    deer = {"L": DEER["L"], "inputs": DEER["inputs"], "cell": "gru", "names": ["bptt"], "parts": ("step",),
+    deer = {"L": DEER["L"], "inputs": DEER["inputs"], "cell": "gru", "names": [BASELINE], "parts": ("step",),
             "solvers": args.forward_solver or ["newton", "quasi-newton"]} if args.deer else {}
-    rows = measure(*key, **{"L": args.layers, "k": args.k, "repeats": args.repeats, "dtype": args.dtype,
-                            "backend": args.backend, "max_gflop": args.max_gflop, "torch": torch,
-                            "blas_threads": args.blas_threads, "names": args.schedule, "solvers": args.forward_solver,
-                            "parts": args.time, "cell": args.cell, "torch_threads": args.torch_threads, **deer})
+    rows = measure(*key.values(), **{"L": args.layers, "k": args.k, "repeats": args.repeats, "dtype": args.dtype,
+                                     "backend": args.backend, "max_gflop": args.max_gflop, "torch": torch,
+                                     "blas_threads": args.blas_threads, "names": args.schedule,
+                                     "solvers": args.forward_solver, "parts": args.time, "cell": args.cell,
+                                     "torch_threads": args.torch_threads, "warmup": args.warmup, **deer})
     return [{**row, "problem": "deer"} for row in rows] if args.deer else rows
 
 
@@ -342,17 +252,10 @@ def foot(args, torch, records, about):
 
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
-    p = runner.parser(PROG, __doc__.splitlines()[0], "rnn")
-    p.add_argument("--sizes", type=integers(1, "size"), default=[8, 32, 128], metavar="N[,N...]",
-                   help="widths N of RNN([N] * L) (default 8,32,128)")
+    p = runner.parser(PROG, __doc__.split("\n\n")[0], "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)
     p.add_argument("--layers", type=integer(3, "--layers"), default=4, metavar="L", help="depth L (default 4)")
     p.add_argument("--tau", type=integers(1, "sequence length"), default=[16, 64, 256, 1024], metavar="T[,T...]",
                    help="sequence lengths (default 16,64,256,1024)")
-    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 8], metavar="B[,B...]",
-                   help="batch sizes (default 1,8)")
-    p.add_argument("--schedule", type=names_type("rnn"), default=list(schedule_names("rnn")),
-                   metavar="NAME[,NAME...]", help=f"schedules by name, from {', '.join(schedule_names('rnn'))}; "
-                                                  "bptt is always measured (default all)")
     solvers = [name for name in SOLVERS["rnn"] if name != "sequential"]  # BPTT's step is always timed
     p.add_argument("--forward-solver", type=names_of(solvers, "RNN forward solver"), default=[],
                    metavar="NAME[,NAME...]",
@@ -363,13 +266,11 @@ def parser():
                    help="what to time: backward (the backward pass alone), step (the whole SGD step), or both "
                         "(default backward,step)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=15, metavar="N", help="(default 15)")
     p.add_argument("--max-gflop", type=float, default=3.0, metavar="G",
                    help="skip a schedule whose chain does more (and more than BPTT's), and a step parallel in time "
                         "whose one iteration does (default 3)")
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
                    help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
-    p.add_argument("--no-torch", action="store_true", help="skip PyTorch's nn.RNN")
     p.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell (default elman)")
     p.add_argument("--torch-threads", type=integers(1, "threads"), default=[], metavar="T[,T...]",
                    help="PyTorch's step at each number of intra-op threads, a row each (default: --blas-threads)")
@@ -377,8 +278,3 @@ def parser():
                    "N = 8 and 32, B = 16, tau = 10,000; BPTT's step, the steps parallel in time (default "
                    "--forward-solver newton,quasi-newton: Newton's iterations) and PyTorch's")
     return p
-
-
-def main(argv=None):
-    """Run ``leapfrog-bench --model rnn``; return the exit status (0 done, 2 a bad option, 130 Ctrl-C)."""
-    return runner.main(sys.modules[__name__], argv)

@@ -1,21 +1,21 @@
-"""What every ``leapfrog-bench`` suite shares: the rows timed in turn with refusals recorded
-(``interleaved``), the run over a grid of networks with its progress, table, JSONL and JSON (``main``),
-the machine it ran on, and the table's cell formats.
+"""What every ``leapfrog-bench`` suite shares: the rows of a network timed in turn, refusals recorded
+(``interleaved``); the run over a grid of networks with its progress, table, JSONL and JSON (``main``); the
+options every suite takes (``parser``); the machine; the table's cells.
 
 A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particular to its network:
 
 ``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
-``parser()``                      its options (``--json``, ``--quiet`` and ``--jsonl`` among them)
-``check(p, args)``                (optional) more checks of the options (``p.error``), or what to run instead:
-                                  a status
-``about(args)``                   what the JSON's header records beside the command, date and machine
-``grid(args)``                    its networks; ``work(key)`` and ``title(key)``: their weight and name
+``parser()``                      ``parser``'s options and its own
+``check(p, args)``                (optional) more checks of the options (``p.error``), or what ran instead: a status
+``about(args)``                   what the header records beside the command, date and machine
+``grid(args)``, ``work(key)``     its networks, each a dict that names it (``{"N": 256, "L": 8, "B": 1}``); their work
 ``start(args)``                   a context manager yielding ``state``, what the networks share
 ``case(args, state, key)``        one network's records (dicts)
 ``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)``: its lines
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -26,7 +26,8 @@ import numpy as np
 
 from ...backends import get_backend, timing
 from ...core.functions import DTYPES
-from ..cli import Parser, parse_args_on_a_backend, plural, replaced_atomically
+from ..cli import Parser, integer, integers, parse_args_on_a_backend, plural, replaced_atomically
+from ..schedules import names_type, schedule_names
 from . import progress
 
 NOISY = 0.25
@@ -38,16 +39,20 @@ EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
 """What a command's exit status means, as ``--help`` lists it."""
 
 
-def interleaved(backend, calls, repeats, warmup=1):
+def interleaved(backend, calls, repeats, warmup=1, settings=None):
     """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report with it, or
-    None) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that run
-    every call once in turn, each round starting one call later (``timing.measure_interleaved`` with
-    ``rotate``). A call whose first run raises ``ValueError`` (a memory check) is refused. Returns, in the
-    order of ``calls``, row -> ``{"ms": times in ms (repeats,), **reported}`` or ``{"refused": why}``."""
+    None) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that run every
+    call once in turn, each round starting one call later (``timing.measure_interleaved``, ``rotate``). With
+    ``settings`` (row -> ``(key, context factory)``: a BLAS setting) each call runs in its context, and the
+    calls of a key take turns among themselves in blocks, key after key (``timing.measure_in_blocks``). A
+    call whose first run raises ``ValueError`` (a memory check, a budget) is refused. Returns, in the order
+    of ``calls``, row -> ``{"ms": times in ms (repeats,), **reported}`` or ``{"refused": why}``."""
+    settings = settings or {row: (None, contextlib.nullcontext) for row in calls}
     results, reported = {}, {}
     for row, call in calls.items():
         try:
-            reported[row] = call()
+            with settings[row][1]():
+                reported[row] = call()
         except ValueError as error:
             results[row] = {"refused": str(error)}
     timed = list(reported)
@@ -55,11 +60,23 @@ def interleaved(backend, calls, repeats, warmup=1):
     def run(row):
         reported[row] = calls[row]()
 
-    times = timing.measure_interleaved(backend, [lambda row=row: run(row) for row in timed], repeats,
-                                       max(warmup, 1) - 1, rotate=True) if timed else []
+    fns, times = [lambda row=row: run(row) for row in timed], []
+    keys, contexts = [settings[row][0] for row in timed], [settings[row][1] for row in timed]
+    if len(set(keys)) > 1:
+        times = timing.measure_in_blocks(backend, fns, keys, repeats, max(warmup, 1) - 1, contexts)
+    elif fns:
+        times = timing.measure_interleaved(backend, fns, repeats, max(warmup, 1) - 1, contexts, rotate=True)
     for row, ms in zip(timed, times):
         results[row] = {"ms": ms, **(reported[row] or {})}
     return {row: results[row] for row in calls}
+
+
+def refused(why):
+    """A call that ``interleaved`` records as refused: it raises ``ValueError(why)``."""
+    def call():
+        raise ValueError(why)
+
+    return call
 
 
 def main(suite, argv=None):
@@ -86,14 +103,14 @@ def main(suite, argv=None):
     try:
         with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, grid), args.quiet) as bar:
             for key in grid:
-                bar.start(suite.title(key))
-                case = suite.case(args, state, key)
-                networks.append(case)
-                bar.clear()
+                bar.start(" ".join(value if isinstance(value, str) else f"{name}={value}"
+                                   for name, value in key.items()))
+                networks.append(suite.case(args, state, key))
+                bar.stop()
                 if not args.quiet:
-                    print(*suite.rows(args, case), sep="\n", flush=True)
+                    print(*suite.rows(args, networks[-1]), sep="\n", flush=True)
                 if args.jsonl:
-                    append_lines(args.jsonl, case)
+                    append_lines(args.jsonl, networks[-1])
                 bar.done()
             records = [r for case in networks for r in case]
             if args.quiet:
@@ -109,15 +126,31 @@ def main(suite, argv=None):
     return 0
 
 
-def parser(prog, description, model, model_help=None):
-    """A suite's command line with the options every suite takes: ``--model`` (hidden but for
-    ``model_help``), ``--backend``, ``--dtype``, ``--quiet``, ``--json`` and ``--jsonl``."""
+def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, schedules=None, model_help=None):
+    """A suite's command line with the options every suite takes, each with the suite's default: ``--model``
+    (hidden but for ``model_help``), ``--backend``, ``--dtype``, ``--sizes``, ``--batch``, ``--schedule``
+    (``schedules``: by default all of ``model``'s), ``--repeats``, ``--warmup``, ``--no-torch`` (with
+    ``torch``), ``--quiet``, ``--json`` and ``--jsonl``."""
     p = Parser(prog=prog, description=description, exit_statuses=EXIT_STATUSES)
     p.add_argument("--model", choices=("mlp", "rnn", "dag") if model_help else (model,), default=model,
                    help=model_help or argparse.SUPPRESS)
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
+    p.add_argument("--sizes", type=integers(1, "size"), default=sizes, metavar="N[,N...]",
+                   help=f"widths N (default {','.join(map(str, sizes))})")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=batch, metavar="B[,B...]",
+                   help=f"batch sizes B (default {','.join(map(str, batch))})")
+    names = schedule_names(model)
+    p.add_argument("--schedule", type=names_type(model), default=list(schedules or names), metavar="NAME[,NAME...]",
+                   help=f"schedules by name, from {', '.join(names)}; {names[0]} is always measured (default "
+                        f"{','.join(schedules) if schedules else 'all'})")
+    p.add_argument("--repeats", type=integer(1, "--repeats"), default=repeats, metavar="N",
+                   help=f"timed repeats of each row (default {repeats})")
+    p.add_argument("--warmup", type=integer(0, "--warmup"), default=warmup, metavar="N",
+                   help=f"untimed runs first (default {warmup})")
+    if torch:
+        p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar; the table at the end rather than each network's rows as it is measured")
     p.add_argument("--json", metavar="FILE", help="write the records to FILE")

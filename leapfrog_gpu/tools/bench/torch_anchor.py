@@ -1,20 +1,12 @@
-"""The same MLP trained by PyTorch: what a user would otherwise run, eagerly or as a CUDA graph.
+"""The same networks trained by PyTorch, what a user would otherwise run, timed in the bench's alternation:
+the MLP's step (``SGDStep``; its rows ``steps`` and records ``record``) and the RNN's (``TorchRNN``).
 
-Same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)), as
-PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Times are ms:
-``perf_counter`` on the CPU, CUDA events on a GPU, as in ``leapfrog_gpu.backends.timing``.
-
-``graph=True`` (a GPU only) captures forward, ``backward()`` and the SGD update of one step in a
-``torch.cuda.CUDAGraph`` as PyTorch's documentation does for a whole network: warm-up steps on a side
-stream, the gradients set to None so that the captured backward allocates them from the graph's
-private pool, static input and target tensors; a timed step copies the batch into those and replays.
-
-``optimizer``: how the step updates the parameters: ``"loop"`` (``p.sub_(p.grad)`` for each), or
-``torch.optim.SGD`` with ``foreach=True`` (one multi-tensor update) or ``fused=True`` (one fused kernel;
-``fused_sgd_available`` says whether this build has it on the device). ``compiled=True`` runs the
-forward and backward through ``torch.compile`` (the first steps compile: a warm-up of at least 3),
-with the ``foreach`` update. ``rule``: one of ``leapfrog_gpu``'s optimizers (``Adam(...)``, ...) instead of
-plain SGD: torch.optim's class of its name with its hyper-parameters, on the batch-MEAN cost, as ours.
+The MLP: same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)), as
+PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Its update
+(``optimizer``): ``"loop"`` (``p.sub_(p.grad)`` for each), or torch.optim's with ``foreach=True`` or
+``fused=True``; ``compiled=True`` runs the forward and backward through ``torch.compile``; ``rule``, one of
+``leapfrog_gpu``'s optimizers (``Adam(...)``), steps by torch.optim's class of its name on the batch-MEAN
+cost, as ours; ``graph=True`` (a GPU only) replays a ``torch.cuda.CUDAGraph`` of the loop step (``_graphed``).
 """
 
 import contextlib
@@ -23,19 +15,16 @@ import time
 
 import numpy as np
 
+from ...backends import to_host
 from ..cli import pip_install
+from .runner import cpu_name
 
 ACTIVATIONS = ("sigmoid", "tanh", "relu")
 OPTIMIZERS = ("loop", "foreach", "fused")
-
-
-def available():
-    """True when ``torch`` imports."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
+STEPS = {"torch-autograd": {}, "torch-sgd-foreach": {"optimizer": "foreach"}, "torch-sgd-fused": {"optimizer": "fused"},
+         "torch-compile": {"compiled": True}, "torch-cuda-graph": {"graph": True}}
+"""PyTorch's MLP steps by record name: the loop update, ``torch.optim.SGD(foreach=True)``, ``(fused=True)``,
+``torch.compile`` (``--torch-compile``), and the CUDA graph (``--graph`` on a GPU)."""
 
 
 def skipped(no_torch):
@@ -43,14 +32,11 @@ def skipped(no_torch):
     given), or None when ``torch`` imports and runs."""
     if no_torch:
         return "PyTorch anchor skipped (--no-torch)"
-    if not available():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
         return f"PyTorch anchor skipped: torch does not import ({pip_install('torch')})"
     return None
-
-
-def fused_sgd_available(device="cpu"):
-    """Whether ``torch.optim.SGD(fused=True)`` steps on ``device`` in this build (a one-parameter trial)."""
-    return fused_refusal(device) is None
 
 
 def fused_refusal(device="cpu", rule=None):
@@ -84,20 +70,36 @@ def num_threads(threads):
     yield
 
 
-def measure(sizes, batch, dtype="float32", device="cpu", activation="sigmoid", threads=None, repeats=20,
-            warmup=3, seed=0, eta=0.01, graph=False, optimizer="loop", compiled=False, rule=None):
-    """``(step_ms, backward_ms)``: arrays of ``repeats`` times of an SGD step (forward, ``backward()``,
-    update by ``optimizer``) and of ``backward()`` alone (its forward pass untimed). With ``graph=True``
-    the step is a replay of its CUDA graph, after copying the batch in, and ``backward_ms`` is None."""
+def steps(args, sizes, batch, settings, device, optimizer="sgd", rule=None):
+    """``(record name, threads) -> SGDStep`` of the MLP ``sizes`` at ``batch`` on ``device``, all on one network
+    (2 GB at N = 4096), on the CPU at each thread count of ``settings`` (as ours at each BLAS setting): the
+    eager steps (for ``rule``, the optimizer named ``optimizer`` other than plain SGD, torch.optim's
+    ``torch-NAME-foreach`` and ``-fused`` only), with ``--torch-compile`` compiled, with ``--graph`` on a GPU
+    the loop update as a CUDA graph."""
+    plain, gpu = optimizer == "sgd", device == "cuda"
+    modes = (["torch-autograd"] * plain + [f"torch-{optimizer}-foreach", f"torch-{optimizer}-fused"]
+             + ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and plain and gpu))
+    network, found = mlp(sizes, batch, args.dtype, device), {}
+    for threads in settings:
+        with num_threads(threads):
+            for mode in modes:
+                how = STEPS.get(mode, {"optimizer": mode.rsplit("-", 1)[1]})
+                found[mode, threads] = SGDStep(sizes, batch, args.dtype, device, args.activation, network=network,
+                                               rule=rule, **how)
+    return found
+
+
+def record(args, sizes, batch, device, mode, threads, optimizer, times):
+    """The record of PyTorch's ``mode`` on ``device`` at ``threads`` with its ``times`` (``step_ms`` and
+    ``backward_ms``, or ``refused``), its fields those of ours."""
     import torch
 
-    with num_threads(threads):
-        sgd = SGDStep(sizes, batch, dtype, device, activation, seed, eta, graph, optimizer, compiled, warmup, rule=rule)
-        clock = Clock(torch, device)
-        for _ in range(sgd.warmup):
-            sgd.step()
-        step_ms = np.array([clock.time(sgd.step) for _ in range(repeats)])
-        return step_ms, None if graph else sgd.backward_ms(repeats)
+    return {"backend": f"torch-{torch.__version__}",
+            "device": torch.cuda.get_device_name() if device == "cuda" else cpu_name(), "dtype": args.dtype,
+            "N": sizes[0], "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
+            "optimizer": optimizer, "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
+            "graph": mode == "torch-cuda-graph", **times, "forward_ms": None, "f1_ms": None, "f2_ms": None,
+            "f3_ms": None, "copy_gbps": None}
 
 
 def mlp(sizes, batch, dtype="float32", device="cpu", seed=0):
@@ -117,65 +119,6 @@ def mlp(sizes, batch, dtype="float32", device="cpu", seed=0):
     return params, tensor(batch, sizes[0]).sigmoid(), tensor(batch, sizes[-1]).sigmoid()
 
 
-class SGDStep:
-    """PyTorch's SGD step of ``[N] * L`` built once: ``step()`` runs one (forward, ``backward()``, update
-    by ``optimizer``; with ``graph=True`` a replay of its CUDA graph, captured here), ``backward_ms``
-    times ``backward()`` alone. ``warmup``: the untimed steps it needs first (3 at least compiled).
-    ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own). ``rule``: see
-    the module docstring (``optimizer`` then ``foreach`` or ``fused``)."""
-
-    def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", seed=0, eta=0.01,
-                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None, rule=None):
-        import torch
-
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {optimizer!r}")
-        if rule is not None and optimizer == "loop" and not compiled:
-            raise ValueError(f"{rule!r} steps by torch.optim: optimizer 'foreach' or 'fused'")
-        if graph and (optimizer != "loop" or compiled):
-            raise ValueError("graph=True captures the loop update of an eager step only")
-        if graph and torch.device(device).type != "cuda":
-            raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); "
-                             f"got {device!r}")
-        params, x, y = network or mlp(sizes, batch, dtype, device, seed)
-        self.params, self._clock = params, Clock(torch, device)
-        self.warmup = max(warmup, 3) if compiled or graph else warmup
-        cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
-        self.loss = lambda: cost(params, x, y, activation) / (batch if rule else 1)
-        if compiled:
-            optimizer = "foreach"
-
-        def update():
-            with torch.no_grad():
-                for p in params:
-                    p.sub_(p.grad, alpha=eta / batch)
-
-        if optimizer != "loop":
-            update = torch_optimizer(torch, params, rule, eta / batch, **{optimizer: True}).step
-
-        def step():
-            self.backward(self.loss())
-            update()
-
-        self.step = _graphed(torch, step, params, x, y, activation, eta / batch, self.warmup) if graph else step
-
-    def backward(self, c):
-        """``c.backward()`` into gradients set to None first."""
-        for p in self.params:
-            p.grad = None
-        c.backward()
-
-    def backward_ms(self, repeats):
-        """``repeats`` times of ``backward()`` alone, each after an untimed forward pass."""
-        times = []
-        for _ in range(repeats):
-            c = self.loss()
-            times.append(self._clock.time(lambda c=c: self.backward(c)))
-        return np.array(times)
-
-
 def quadratic_cost(params, x, y, activation="sigmoid"):
     """C = 0.5 * sum ||a^L - y||^2 over the batch; ``params`` is ``[w^2, b^2, w^3, b^3, ...]``, x is (B, n_1)."""
     import torch
@@ -186,9 +129,91 @@ def quadratic_cost(params, x, y, activation="sigmoid"):
     return 0.5 * (a - y).square().sum()
 
 
+class Anchor:
+    """What PyTorch's steps share: ``step()`` runs one to its end, its device's work done (``ValueError`` where
+    this build of torch refuses it: ``refused``); ``backward_ms(repeats)`` times ``backward()`` alone, each
+    after an untimed forward pass (``loss()``), one more untimed first."""
+
+    refused = graph = None
+
+    def __init__(self, torch, device, params):
+        self.torch, self.params, self.cuda = torch, params, torch.device(device).type == "cuda"
+
+    def step(self):
+        if self.refused:
+            raise ValueError(self.refused)
+        self.run()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def run(self):
+        self.backward(self.loss())
+        self.update()
+
+    def backward(self, c):
+        """``c.backward()`` into gradients set to None first."""
+        for p in self.params:
+            p.grad = None
+        c.backward()
+
+    def backward_ms(self, repeats):
+        return np.array([self.time(lambda c=self.loss(): self.backward(c)) for _ in range(repeats + 1)][1:])
+
+    def time(self, fn):
+        """The ms ``fn()`` takes, by CUDA events on a GPU, else ``perf_counter``."""
+        if not self.cuda:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+        start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        self.torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+
+class SGDStep(Anchor):
+    """PyTorch's step of the MLP ``sizes`` at ``batch``, built once (compiled, or captured, with its ``warmup``
+    steps). ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own)."""
+
+    def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", seed=0, eta=0.01,
+                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None, rule=None):
+        import torch
+
+        for name, value, valid in (("activation", activation, ACTIVATIONS), ("optimizer", optimizer, OPTIMIZERS)):
+            if value not in valid:
+                raise ValueError(f"{name} must be one of {valid}; got {value!r}")
+        if (rule is not None and optimizer == "loop" and not compiled) or (graph and (optimizer != "loop" or compiled)):
+            raise ValueError(f"a rule ({rule!r}) steps by torch.optim (optimizer 'foreach' or 'fused'), graph=True by "
+                             f"the loop update of an eager step; got optimizer {optimizer!r}, compiled={compiled}")
+        if graph and torch.device(device).type != "cuda":
+            raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); "
+                             f"got {device!r}")
+        params, x, y = network or mlp(sizes, batch, dtype, device, seed)
+        super().__init__(torch, device, params)
+        self.graph, self.refused = graph, fused_refusal(device, rule) if optimizer == "fused" else None
+        cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
+        self.loss = lambda: cost(params, x, y, activation) / (batch if rule else 1)
+        self.scale = eta / batch
+        self.update = self.loop if optimizer == "loop" and not compiled else None if self.refused else \
+            torch_optimizer(torch, params, rule, self.scale, **{"foreach" if compiled else optimizer: True}).step
+        if graph:
+            self.run = _graphed(torch, self.run, params, x, y, activation, self.scale, warmup)
+        for _ in range(warmup if compiled else 0):  # torch.compile compiles in its first steps
+            self.step()
+
+    def loop(self):
+        with self.torch.no_grad():
+            for p in self.params:
+                p.sub_(p.grad, alpha=self.scale)
+
+
 def _graphed(torch, step, params, x, y, activation, scale, warmup):
-    """The step as a CUDA graph, captured by PyTorch's whole-network recipe; returns a function that
-    copies the batch ``x``, ``y`` into the static inputs and replays the graph."""
+    """The step as a CUDA graph, captured by PyTorch's recipe for a whole network (warm-up steps on a side
+    stream, the gradients set to None so that the captured backward allocates them from the graph's private
+    pool, static inputs); returns a function that copies the batch ``x``, ``y`` into them and replays it."""
     static_x, static_y = x.clone(), y.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -213,21 +238,39 @@ def _graphed(torch, step, params, x, y, activation, scale, warmup):
     return replay
 
 
-class Clock:
-    """``time(fn)``: the ms that ``fn()`` takes on ``device``, by CUDA events on a GPU, else ``perf_counter``."""
+class TorchRNN(Anchor):
+    """``net`` (an ``RNN``) written as ``torch.nn.RNN``, ``GRU`` or ``LSTM`` (its cell's) plus a ``Linear`` output
+    layer, on the batch ``x``, ``y`` (as ``rnn.sequences`` gives them), on ``device``, stepped by
+    ``torch.optim.SGD(foreach=True)`` at ``eta`` (as ``RNN.sgd_step`` takes it)."""
 
-    def __init__(self, torch, device):
-        self.torch, self.cuda = torch, torch.device(device).type == "cuda"
+    def __init__(self, torch, net, x, y, device="cpu", eta=1e-9):
+        L, N, dtype, gru = net.L, net.sizes[1], getattr(torch, net.dtype), net.cell == "gru"
+        tanh = {"nonlinearity": "tanh"} if net.cell == "elman" else {}
+        kind = {"elman": "RNN"}.get(net.cell, net.cell.upper())
+        self.rnn = getattr(torch.nn, kind)(net.sizes[0], N, num_layers=L - 2, dtype=dtype, **tanh)
+        self.out = torch.nn.Linear(N, net.sizes[-1], dtype=dtype)
+        weights, recurrent, biases = ([to_host(a) for a in group] for group in (net.weights, net.recurrent, net.biases))
+        b_hn = net.parameters() if gru else None
+        with torch.no_grad():
+            for i in range(L - 2):
+                getattr(self.rnn, f"weight_ih_l{i}").copy_(torch.from_numpy(weights[i]))
+                getattr(self.rnn, f"weight_hh_l{i}").copy_(torch.from_numpy(recurrent[i]))
+                getattr(self.rnn, f"bias_ih_l{i}").copy_(torch.from_numpy(biases[i]))
+                getattr(self.rnn, f"bias_hh_l{i}").zero_()
+                if gru:  # b_hn, inside r * (u_n h + b_hn)
+                    b = to_host(b_hn[net.hidden[i]]["b_hn"])
+                    getattr(self.rnn, f"bias_hh_l{i}")[2 * N:].copy_(torch.from_numpy(b))
+            self.out.weight.copy_(torch.from_numpy(weights[-1]))
+            self.out.bias.copy_(torch.from_numpy(biases[-1]))
+        self.rnn, self.out = self.rnn.to(device), self.out.to(device)
+        self.x = torch.from_numpy(x.transpose(0, 2, 1).copy()).to(device)
+        self.y = torch.from_numpy(y.transpose(0, 2, 1).copy()).to(device)
+        super().__init__(torch, device, [*self.rnn.parameters(), *self.out.parameters()])
+        for i in range(L - 2) if not gru else ():  # held at zero: the RNN has one bias a layer (a GRU two)
+            getattr(self.rnn, f"bias_hh_l{i}").requires_grad_(False)
+        self.update = torch.optim.SGD([p for p in self.params if p.requires_grad], lr=eta / x.shape[2],
+                                      foreach=True).step
 
-    def time(self, fn):
-        if self.cuda:
-            start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-            self.torch.cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
+    def loss(self):
+        states, _ = self.rnn(self.x)
+        return 0.5 * ((self.torch.tanh(self.out(states)) - self.y) ** 2).sum()

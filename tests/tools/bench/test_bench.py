@@ -13,7 +13,7 @@ from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
 from leapfrog_gpu.tools.bench import report as bench_report
 from leapfrog_gpu.tools.bench import traffic
-from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.tools.schedules import schedule_names
 
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
@@ -106,9 +106,12 @@ def test_torch_anchor_in_the_same_table(capsys):
 def test_torch_anchor_computes_our_gradients():
     torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
     from leapfrog_gpu import MLP
-    from leapfrog_gpu.tools.bench import torch_anchor
+    from leapfrog_gpu.tools.bench import runner, torch_anchor
 
-    step, backward = torch_anchor.measure([5, 7, 3], 4, dtype="float64", repeats=2, warmup=0)
+    anchor = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64")
+    with get_backend("numpy") as backend:
+        step = runner.interleaved(backend, {"torch": anchor.step}, 2)["torch"]["ms"]
+    backward = anchor.backward_ms(2)
     assert step.shape == backward.shape == (2,) and (step > 0).all() and (backward > 0).all()
     with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
         x, y = torch.rand(4, 5, dtype=torch.float64), torch.rand(4, 3, dtype=torch.float64)
@@ -252,7 +255,7 @@ def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
     assert len(rows) == 4 and "leapfrog[graph]" in lines[rows[-1]] and lines[heading] == "N=20 L=4 B=2 float32"
     assert rows[-1] < lines.index(next(line for line in lines if line.startswith("* best sequential")))
     assert rows[-1] < lines.index(next(line for line in lines if line.startswith("timeline (")))
-    assert "graph mode against its GPU targets" in stdout
+    assert "graph mode against its GPU targets" in bench_table(tmp_path / "r.jsonl")  # the verdicts, by profiling
 
 
 def test_json_lines_survive_a_killed_run(tmp_path):

@@ -28,7 +28,7 @@ def report(tmp_path_factory):
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "stdout", out)
-        assert bench_dag.main(TINY + ["--json", str(path)]) == 0
+        assert bench.main(["--model", "dag", *TINY, "--json", str(path)]) == 0
     return out.getvalue(), json.loads(path.read_text())
 
 
@@ -135,12 +135,11 @@ def test_leapfrog_bench_model_dag_runs_it_and_the_progress_bar_goes_to_stderr(mo
                                   ["--repeats", "0"], ["--warmup", "-1"], ["--backend", "gpu"],
                                   ["--memory-limit", "0"], ["--json", "/no/such/folder/r.json"], ["--layers", "3"]])
 def test_a_bad_option_exits_2_with_one_line(argv, capsys):
-    for main, prefix in ((bench_dag.main, []), (bench.main, ["--model", "dag"])):
-        with pytest.raises(SystemExit) as stop:
-            main(prefix + ["--backend", "numpy"] + argv)
-        err = capsys.readouterr().err
-        assert stop.value.code == 2 and err.count("\n") == 1, err
-        assert err.startswith("leapfrog-bench --model dag: error: ")
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--model", "dag", "--backend", "numpy"] + argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("leapfrog-bench --model dag: error: ")
 
 
 def test_an_unknown_model_exits_2_with_one_line(capsys):
@@ -159,8 +158,8 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line(monkeypatch, capsys):
         return measure(*args, **options)
 
     monkeypatch.setattr(bench_dag, "measure", ctrl_c_at_the_second)
-    assert bench_dag.main(["--backend", "numpy", "--sizes", "2,3,4", "--depths", "2", "--batch", "1",
-                           "--repeats", "1"]) == 130
+    assert bench.main(["--model", "dag", "--backend", "numpy", "--sizes", "2,3,4", "--depths", "2", "--batch", "1",
+                       "--repeats", "1"]) == 130
     out, err = capsys.readouterr()
     assert err.splitlines()[1:] == ["leapfrog-bench --model dag: interrupted with 1 of 3 networks measured"]
     assert err.startswith("leapfrog-bench --model dag: about ") and " s left for 2 more networks" in err
@@ -170,8 +169,8 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line(monkeypatch, capsys):
 @pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on zeros
 def test_the_cupy_backend_on_the_stand_in(monkeypatch, capsys):
     install_standin(monkeypatch, STANDIN_ORDERS[0])
-    assert bench_dag.main(["--backend", "cupy", "--sizes", "3", "--depths", "3", "--batch", "1", "--repeats", "1",
-                           "--warmup", "0", "--quiet"]) == 0
+    assert bench.main(["--model", "dag", "--backend", "cupy", "--sizes", "3", "--depths", "3", "--batch", "1",
+                       "--repeats", "1", "--warmup", "0", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "residual DAG, N=3 D=3 B=1, float32, cupy, k=2" in out and out.count("x ") >= len(ROWS)
 

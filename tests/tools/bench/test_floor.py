@@ -1,14 +1,20 @@
 """leapfrog-bench's floor per schedule and its one-pass rows: each record against the bytes of its own update,
-the verdicts against PyTorch and the floor, and PyTorch's steps with a fused optimizer."""
+the verdicts against PyTorch and the floor (profiling/verdicts.py), and PyTorch's steps with a fused optimizer."""
 
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
-from helpers import run_bench
+from helpers import bench_table, run_bench
 from leapfrog_gpu import Leapfrog, Sequential
-from leapfrog_gpu.tools.bench import report as bench_report, torch_anchor, traffic
+from leapfrog_gpu.backends import get_backend
+from leapfrog_gpu.tools.bench import runner, torch_anchor, traffic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "profiling"))
+import verdicts  # noqa: E402
 
 ONE_PASS = ["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "1,3", "--k", "2", "--blas-threads",
             "1,2", "--repeats", "2", "--warmup", "1", "--one-pass"]
@@ -44,8 +50,9 @@ def test_one_pass_rows_and_their_floors(tmp_path):
         assert [(r["schedule"], r["one_pass"]) for r in best] == [("sequential", False)]
     assert "sequential+one-pass" in stdout and "leapfrog+one-pass" in stdout and "vs floor" in stdout
     assert re.search(r"\(speed-up vs its floor [\d.]+x\), per layer f1", " ".join(stdout.split()))  # the forward's
-    verdicts = " ".join(stdout[stdout.index("the best step against PyTorch"):].split())  # lines joined
-    assert "N=12 L=4 B=1:" in verdicts and "(target <= 1.3x" in verdicts and "N=12 L=4 B=3:" in verdicts
+    judged = bench_table(path)
+    judged = " ".join(judged[judged.index("the best step against PyTorch"):].split())  # lines joined
+    assert "N=12 L=4 B=1:" in judged and "(target <= 1.3x" in judged and "N=12 L=4 B=3:" in judged
 
 
 def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
@@ -53,7 +60,7 @@ def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
         return {"N": 8, "L": 3, "B": B, "schedule": schedule, "k": 0, "step_ms": {"median": ms}, "floor_ms": floor,
                 "graph": False, **more}
 
-    lines = bench_report.floor_verdicts([
+    lines = verdicts.floor_verdicts([
         record("sequential", 2.0, 1.0, one_pass=True), record("torch-autograd", 4.0, 2.0),
         record("torch-sgd-fused", 2.5, 2.0), record("torch-compile", 3.0, 2.0), record("torch-compile", 1.0, 2.0),
         record("sequential", 5.0, 1.0, B=64), record("torch-sgd-foreach", 5.5, 2.0, B=64)]).splitlines()
@@ -66,16 +73,20 @@ def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
 
 def test_torch_steps_with_each_optimizer(tmp_path):
     pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
-    for optimizer in torch_anchor.OPTIMIZERS[:2] + torch_anchor.OPTIMIZERS[2:] * torch_anchor.fused_sgd_available():
-        step, backward = torch_anchor.measure([5, 7, 3], 4, dtype="float64", repeats=2, warmup=0, optimizer=optimizer)
+    fused = torch_anchor.fused_refusal() is None
+    for optimizer in torch_anchor.OPTIMIZERS[:2] + torch_anchor.OPTIMIZERS[2:] * fused:
+        anchor = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64", optimizer=optimizer)
+        with get_backend("numpy") as backend:
+            step = runner.interleaved(backend, {optimizer: anchor.step}, 2)[optimizer]["ms"]
+        backward = anchor.backward_ms(2)
         assert step.shape == backward.shape == (2,) and (step > 0).all()
     with pytest.raises(ValueError, match="optimizer must be one of"):
-        torch_anchor.measure([5, 7, 3], 4, optimizer="adam")
+        torch_anchor.SGDStep([5, 7, 3], 4, optimizer="adam")
     path = tmp_path / "r.json"
     run_bench(ONE_PASS + ["--json", str(path)])
     records = json.loads(path.read_text())["records"]
     torch = [r for r in records if r["schedule"].startswith("torch")]
-    fused = {"torch-sgd-fused"} if torch_anchor.fused_sgd_available() else set()
+    fused = {"torch-sgd-fused"} if torch_anchor.fused_refusal() is None else set()
     names = {"torch-autograd", "torch-sgd-foreach"} | fused
     ours = {r["blas_threads"] for r in records if not r["schedule"].startswith("torch")}
     assert {(r["schedule"], r["blas_threads"]) for r in torch} == {(n, t) for n in names for t in ours}  # as ours

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import run_bench
+from helpers import bench_table, run_bench
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure as bench_measure, torch_anchor
 
@@ -18,40 +18,46 @@ TINY = ["--backend", "numpy", "--sizes", "12", "--layers", "3", "--batch", "1,3"
 
 
 def _run(tmp_path, *more):
+    """What the bench prints, what profiling/bench_table.py prints of its records (with the verdicts), and the
+    records."""
     path = tmp_path / "r.json"
     out = run_bench(TINY + ["--optimizer", "sgd,momentum,adam,adamw", "--json", str(path), *more])
-    return out, json.loads(path.read_text())["records"]
+    return out, bench_table(path), json.loads(path.read_text())["records"]
+
+
+def _rule(name):
+    """torch.optim's optimizer of ``name``: ``rule`` of ``torch_anchor.SGDStep`` (plain SGD: None)."""
+    return None if name == "sgd" else bench_measure.OPTIMIZERS[name]
 
 
 def test_rows_for_each_optimizer_ours_and_torch_optims(tmp_path):
-    out, records = _run(tmp_path, "--graph")
+    out, judged, records = _run(tmp_path, "--graph")
     for name in bench_measure.OPTIMIZERS:
         rows = [r for r in records if r["optimizer"] == name]
         ours = {(r["schedule"], r["graph"]) for r in rows if not r["schedule"].startswith("torch")}
         assert ours == {(s, g) for s in ("sequential", "leapfrog") for g in (False, True)}
-        fused = {f"torch-{name}-fused"} if torch_anchor.fused_refusal("cpu", bench_measure._torch_kwargs(
-            f"torch-{name}-fused", name).get("rule")) is None else set()
+        fused = {f"torch-{name}-fused"} if torch_anchor.fused_refusal("cpu", _rule(name)) is None else set()
         assert {r["schedule"] for r in rows if r["schedule"].startswith("torch")} == (
             {f"torch-{name}-foreach"} | fused | ({"torch-autograd"} if name == "sgd" else set()))
         assert all(r["step_ms"]["median"] > 0 and r["step_speedup_vs_best_sequential"] > 0 for r in rows)
         if name != "sgd":
             assert f"N=12 L=3 B=1 float32, optimizer {name}" in out and f"torch-{name}-foreach" in out
-            assert f"N=12 L=3 B=3 {name}: " in out
+            assert f"N=12 L=3 B=3 {name}: " in judged
     adam = next(r for r in records if r["optimizer"] == "adam" and r["schedule"] == "sequential")
     sgd = next(r for r in records if r["optimizer"] == "sgd" and r["schedule"] == "sequential")
     assert adam["bytes_per_step"] > sgd["bytes_per_step"]  # Adam's moments are read and written too
-    assert "the best own step against PyTorch's best step by the same optimizer:" in out
+    assert "the best own step against PyTorch's best step by the same optimizer:" in judged
 
 
 def test_a_fused_step_torch_refuses_is_a_row_that_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(torch_anchor, "fused_refusal", lambda device="cpu", rule=None: "torch refuses fused=True here")
-    out, records = _run(tmp_path)
+    out, judged, records = _run(tmp_path)
     refused = [r for r in records if "refused" in r]
     assert {(r["schedule"], r["B"]) for r in refused} == {(f"torch-{name}-fused", b) for name in bench_measure.OPTIMIZERS
                                                           for b in (1, 3)}
     assert all("step_ms" not in r for r in refused)
     assert out.count("refused: torch refuses fused=True here") == len(refused)
-    assert "N=12 L=3 B=1 adam: " in out and "as fast as torch-adam-foreach" in out
+    assert "N=12 L=3 B=1 adam: " in judged and "as fast as torch-adam-foreach" in judged
 
 
 def test_a_bad_optimizer_and_one_pass_with_adam_are_refused():
@@ -67,8 +73,8 @@ def test_the_anchors_step_is_our_update(name, how):
     """Same network, same batch, float64: PyTorch's step by torch.optim leaves the parameters ours leave, to
     1e-12, at each of three steps (Adam's bias corrections change with t)."""
     sizes, batch = [5, 7, 3], 4
-    kwargs = bench_measure._torch_kwargs(f"torch-{name}-{how}", name)
-    if how == "fused" and torch_anchor.fused_refusal("cpu", kwargs.get("rule")):
+    kwargs = {"optimizer": how, "rule": _rule(name)}
+    if how == "fused" and torch_anchor.fused_refusal("cpu", _rule(name)):
         pytest.skip(f"torch lacks fused {name} on the CPU")
     params, x, y = torch_anchor.mlp(sizes, batch, "float64", seed=1)
     start = [p.detach().numpy().copy() for p in params]

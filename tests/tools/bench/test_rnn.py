@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leapfrog_gpu.tools.bench import rnn as bench_rnn
+from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn, torch_anchor
 from leapfrog_gpu.tools.schedules import make_solver, schedule_names
 
 from helpers import rnn_lists
@@ -76,8 +76,8 @@ def test_pytorchs_network_is_ours_its_gradients_and_its_step():
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64")
     with RNN([3] * 4, output="every", dtype="float64", backend="numpy") as net:
-        anchor = bench_rnn.TorchRNN(torch, net, x, y, eta=0.1)
-        anchor._loss().backward()
+        anchor = torch_anchor.TorchRNN(torch, net, x, y, eta=0.1)
+        anchor.backward(anchor.loss())
         nabla_b, nabla_w, nabla_u = rnn_lists(net.backprop(x, y))
         for i in range(2):
             assert np.allclose(anchor.rnn.get_parameter(f"weight_ih_l{i}").grad.numpy(), nabla_w[i], rtol=1e-12)
@@ -105,7 +105,7 @@ def test_the_profiling_script_writes_its_json(tmp_path):
 
 def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "r.json"
-    status = bench_rnn.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1,2",
+    status = bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1,2",
                              "--repeats", "1", "--no-torch", "--json", str(out)])
     printed = capsys.readouterr().out
     assert status == 0 and printed.startswith("\n".join(bench_rnn.table_head()) + "\n")
@@ -119,15 +119,13 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
 ])
 def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as stop:
-        bench_rnn.main(argv)
+        bench.main(["--model", "rnn", *argv])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and message in err
 
 
 def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):
     """``--mod rnn`` is not ``--model rnn`` (which would run the RNN's benchmark), nor ``--layer`` ``--layers``."""
-    from leapfrog_gpu.tools.bench import command as bench
-
     for argv in (["--mod", "rnn"], ["--model", "rnn", "--layer", "3"]):
         with pytest.raises(SystemExit) as stop:
             bench.main(argv)
@@ -136,8 +134,6 @@ def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):
 
 
 def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
-    from leapfrog_gpu.tools.bench import command as bench
-
     assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "3", "--batch", "1",
                        "--repeats", "1", "--no-torch"]) == 0
     assert capsys.readouterr().out.startswith("\n".join(bench_rnn.table_head()))
@@ -185,7 +181,7 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64", inputs=2)
     with RNN([2, 3, 3, 3], output="every", dtype="float64", backend="numpy", cell=cell) as net:
-        anchor = bench_rnn.TorchRNN(torch, net, x, y, eta=0.1)
+        anchor = torch_anchor.TorchRNN(torch, net, x, y, eta=0.1)
         anchor.step()
         net.sgd_step(x, y, 0.1)
         for i in range(2):
@@ -198,7 +194,7 @@ def test_deers_problem_is_a_named_row_with_newtons_iterations(monkeypatch, capsy
     pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
     monkeypatch.setitem(bench_rnn.DEER, "sizes", [3])
     monkeypatch.setitem(bench_rnn.DEER, "tau", 12)
-    assert bench_rnn.main(["--deer", "--repeats", "1", "--torch-threads", "1,2", "--quiet"]) == 0
+    assert bench.main(["--model", "rnn", "--deer", "--repeats", "1", "--torch-threads", "1,2", "--quiet"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "DEER" in line]
     names = [line[16:].split("  ")[0] for line in lines]
     assert names == ["DEER step bptt", "DEER step timescan+newton", "DEER step timescan+quasi-newton",

@@ -8,7 +8,7 @@ package per network, each a peer of the others and importing none of them: ``mlp
 solvers of its backward pass), ``rnn`` (``RNN``, BPTT and the scans over time) and ``dag`` (``DagNet``,
 networks that are DAGs of layers, their schedules and forward solvers). ``parallel`` sums gradients across
 processes; ``backends`` is where arrays live and how streams run; ``reference`` is the plain NumPy
-reference in the book's notation. Imports point downwards only: tools -> networks -> core -> parallel ->
+reference in the book's notation; ``datasets`` the data ``leapfrog-train`` trains on, for ``net.fit`` too. Imports point downwards only: tools -> networks -> core -> parallel ->
 backends.
 
 >>> from leapfrog_gpu import MLP, Leapfrog

@@ -38,7 +38,7 @@ def test_wheel_ships_the_kernels_and_finds_them_installed(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for source in (ROOT / "kernels").glob("*.cu"):
         assert f"leapfrog_gpu/kernels/{source.name}" in names
-    assert "leapfrog_gpu/tools/train/digits_split.npz" in names
+    assert "leapfrog_gpu/digits_split.npz" in names
     for module in (ROOT / "leapfrog_gpu").rglob("*.py"):  # every package of the tree, each module of each
         assert module.relative_to(ROOT).as_posix() in names, f"the wheel lacks {module.relative_to(ROOT)}"
 
@@ -51,7 +51,7 @@ def test_wheel_ships_the_kernels_and_finds_them_installed(tmp_path):
     code = (
         f"import sys; sys.path.insert(0, {str(site)!r}); import leapfrog_gpu, leapfrog_gpu.backends.sources as s;"
         "print(leapfrog_gpu.__file__); print(s.kernel_dir()); print(len(s.kernel_files()));"
-        "from leapfrog_gpu.tools import cli; from leapfrog_gpu.tools.train import data; print(data.digits().x_test.shape[1]); print(cli.pip_install('x'))"
+        "from leapfrog_gpu.tools import cli; from leapfrog_gpu import datasets; print(datasets.digits().x_test.shape[1]); print(cli.pip_install('x'))"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

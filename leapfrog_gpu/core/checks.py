@@ -1,5 +1,5 @@
 """The checks every network runs on what it is given: layer widths, a dtype, a backend, a learning rate,
-a batch of columns, an array on the host or the device, a memory limit.
+a batch of columns, targets given as class labels, an array on the host or the device, a memory limit.
 
 One place for them, so that ``MLP``, ``RNN`` and ``DagNet`` refuse the same bad input in the same words.
 """
@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from ..backends import get_backend, resolve
-from .functions import DTYPES
+from .functions import ACTIVATIONS, DTYPES
 
 MEMORY_LIMIT = 2**30
 """Bytes the extra buffers of a solver (Naumov's, the scans over time, the DAG's block schedules, Newton's
@@ -78,6 +78,38 @@ def check_batch(xp, name, value, rows, sizes=None):
     if not all_finite(xp, value):
         raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
     return value
+
+
+def targets(xp, y, shape, outputs, activation, dtype, noun):
+    """The targets ``y`` stands for where it has ``shape``, the outputs' shape less their axis of ``outputs``
+    units (the samples' B, or (tau, B) for an RNN's output at every step): for one output, its values with that
+    axis put back; for two or more outputs of classes (their ``activation`` a hidden layer's, sigmoid, tanh or
+    relu: not identity, a regression's), the one-hot targets of integer class labels in 0..outputs-1, in
+    ``dtype``, on the device ``y`` is on. ``y`` as given where its shape is another; a ValueError with the hint
+    to one-hot encode where it has that shape but cannot be class labels."""
+    if y is None or np.shape(y) != tuple(shape):
+        return y
+    y = real_array(xp, "y", y)
+    if outputs == 1:
+        return y[..., None, :] if y.ndim else y.reshape(1)
+    target = (*shape[:-1], outputs, *shape[-1:]) if shape else (outputs,)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"y must have shape {target} for {noun} of {activation} outputs: class labels of shape "
+                         f"{tuple(shape)} are one-hot encoded for outputs of classes (sigmoid, tanh or relu) only; "
+                         "pass targets")
+    if y.dtype.kind not in "iu":
+        raise ValueError(f"y must be integer class labels or targets of shape {target}; got shape {tuple(shape)} of "
+                         f"dtype {y.dtype}: for class labels, pass y.astype(int)")
+    xp = np if isinstance(y, np.ndarray) else xp
+    bad = (y < 0) | (y >= outputs)
+    if bad.any():
+        flat = int(xp.argmax(bad.reshape(-1)))
+        index = tuple(int(i) for i in np.unravel_index(flat, shape))
+        at = f" at index {index[0] if len(index) == 1 else index}" if shape else ""
+        raise ValueError(f"y holds class label {int(y.reshape(-1)[flat])}{at}; labels must lie in 0..{outputs - 1} "
+                         f"({noun}'s {outputs} outputs, one per class): one-hot encode other targets as shape {target}")
+    one_hot = (y[..., None] == xp.arange(outputs)).astype(dtype)
+    return xp.ascontiguousarray(xp.moveaxis(one_hot, -1, -2)) if y.ndim else one_hot
 
 
 def check_eta(eta):

@@ -38,6 +38,9 @@ class Layered(Network):
         return {"network": type(self).__name__, "dtype": self.dtype, "sizes": self.sizes, "activation": self.activation,
                 "cost": self.cost, "output_activation": self.output_activation}
 
+    def _outputs(self):
+        return self.n[self.L], self.output_activation
+
     def architecture(self):
         """What builds this network again (``core.saving``), JSON-able: its constructor's arguments but the seed, the
         backend and a communicator, which ``from_architecture`` takes back."""

@@ -4,21 +4,24 @@ A network owns its backend when it made it by name (and closes it), takes the st
 (``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands out copies that no
 later step writes, and takes its parameters in and out by one protocol, ``{unit: {name: array}}`` (``core.parameters``):
 ``parameters()`` gives copies, ``set_parameters(params)`` checks every given array before it copies any. The public
-passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``), their
-checks (the learning rate, a schedule the network can run, graph mode) and data parallelism (``join``: a communicator
+passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``; ``fit``,
+``evaluate`` and ``predict`` over a dataset, ``core.fitting``), their checks (the learning rate, a schedule the network can run, graph mode) and data parallelism (``join``: a communicator
 over which every rank sums its gradients, ``parallel.reducer``) are written here once, over the plan's pass and step
 (``core.plan``); the optimizer's state beside the parameters in ``core.optimizer_state``.
 
 A network's batch is an array whose last axis holds its B samples (the MLP's and the DagNet's (n_1, B), the
-RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B.
+RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B. Targets may be integer class
+labels, the targets' shape less their axis of outputs, one-hot encoded for outputs of classes (``checks.targets``).
 """
 
 import math
 import numbers
 
+import numpy as np
+
 from ..parallel import reducer
-from . import capture, optimizers, parameters, saving, schedules
-from .checks import check_dtype, check_eta, open_backend
+from . import capture, fitting, optimizers, parameters, saving, schedules
+from .checks import check_dtype, check_eta, open_backend, targets
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
@@ -30,8 +33,9 @@ class Network(OptimizerState):
 
     A subclass sets ``NOUN`` (its name with its article, for errors), ``SCHEDULES`` (the schedule classes
     it runs) and gives ``_live()``, its parameters ``{unit: {name: array}}`` as it holds them (the arrays
-    that steps update), ``_label(unit, name)``, a parameter's name in an error, ``_check_batch(x, y)`` and
-    ``plan(*shape)``; ``_check_solver`` where it takes a forward solver.
+    that steps update), ``_label(unit, name)``, a parameter's name in an error, ``_check_batch(x, y)``,
+    ``_outputs()`` (the output's width and activation, or its layer) and ``plan(*shape)``; ``_check_solver``
+    where it takes a forward solver.
     """
 
     NOUN = "a network"
@@ -202,6 +206,24 @@ class Network(OptimizerState):
         ``SGD(eta)``."""
         self.train_step(x, y, optimizers.SGD(check_eta(eta)), schedule, graph=graph, solver=solver)
 
+    # -- a dataset in batches (``core.fitting``) ---------------------------------------------------------------
+
+    def fit(self, x, y, epochs, batch_size, optimizer, schedule=None, **options):
+        """Train for ``epochs`` epochs of shuffled minibatches of ``batch_size`` samples of ``x`` and ``y``
+        (targets, or integer class labels) by ``optimizer`` (or a learning rate eta: ``SGD(eta)``); return the
+        metrics of each epoch. ``options``: ``validation=(x, y)``, ``shuffle``, ``seed``, ``progress``, ``jsonl``,
+        and ``train_step``'s ``graph``, ``solver`` and ``clip`` (``core.fitting.fit``)."""
+        return fitting.fit(self, x, y, epochs, batch_size, optimizer, schedule, **options)
+
+    def evaluate(self, x, y, batch_size=fitting.EVAL_BATCH, solver=None):
+        """``{"loss": ..., "accuracy": ...}`` on ``x`` and ``y`` (``"mse"`` for targets that are not classes), in
+        batches (``core.fitting.evaluate``)."""
+        return fitting.evaluate(self, x, y, batch_size, solver)
+
+    def predict(self, x, batch_size=fitting.EVAL_BATCH, solver=None):
+        """The outputs for ``x``, on the host, in batches (``core.fitting.predict``)."""
+        return fitting.predict(self, x, batch_size, solver)
+
     def _check_clip(self, clip, schedule, graph):
         """``clip`` (None, or a finite number > 0) as a float, if ``schedule`` and ``graph`` can clip."""
         if clip is None:
@@ -223,7 +245,7 @@ class Network(OptimizerState):
         communicator and ``share``), check that ``schedule`` can run a pass of that shape (``_check_pass``),
         and enqueue its copy into its plan; return the plan and the whole batch's size B. A rank whose share
         is empty (a batch smaller than the ranks) gets a plan marked ``empty``."""
-        x, y = self._check_batch(x, y)
+        x, y = self._check_batch(x, self._targets(x, y))
         samples = x.shape[-1]
         if self.comm is not None and share:
             columns = self.comm.share(samples)
@@ -234,6 +256,15 @@ class Network(OptimizerState):
         plan = self.plan(*shape)
         plan.load(x, y)
         return plan, samples
+
+    def _targets(self, x, y):
+        """``y`` as targets: where it has the shape of the outputs less their axis (``_label_shape``), a single
+        output's values or the one-hot targets of integer class labels (``checks.targets``)."""
+        return targets(self.backend.xp, y, self._label_shape(np.shape(x)), *self._outputs(), self.dtype, self.NOUN)
+
+    def _label_shape(self, x_shape):
+        """The targets' shape less their axis of outputs, for inputs of ``x_shape``: x's less its axis of inputs."""
+        return tuple(x_shape[1:])
 
     def _check_pass(self, schedule, shape):
         """Raise before a plan of ``shape`` is made if ``schedule`` cannot run a pass of it."""

@@ -173,6 +173,10 @@ class DagNet(Network):
         """The ``plan.DagPlan`` of this network at ``batch`` columns: made on first use, kept for its life."""
         return self._plan(batch, lambda: DagPlan(self, batch, self._params, self._controls))
 
+    def _outputs(self):
+        out = self.layer[self.output]
+        return self.n[self.output], out.activation if isinstance(out, Dense) else repr(out)
+
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_out, B) (or None) as 2-D arrays of the same B."""
         x = check_batch(self.backend.xp, "x", x, self.n[INPUT])

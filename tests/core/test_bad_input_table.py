@@ -24,11 +24,12 @@ X, Y = np.ones((4, 3)), np.zeros((3, 3))
 
 def cases(net):
     """(what is passed, a call that passes it), in the order of the table."""
-    def backprop(x=X, y=Y, schedule=None):
+    def backprop(x=X, y=Y, schedule=None, targets=None):
+        """``targets``: what the reference takes for ``y`` (default ``y`` itself)."""
         def call():
             nabla_b, nabla_w = net.backprop(x, y, schedule)
             x64 = np.asarray(x, dtype=np.float64).reshape(SIZES[0], -1)
-            y64 = np.asarray(y, dtype=np.float64).reshape(SIZES[-1], -1)
+            y64 = np.asarray(y if targets is None else targets, dtype=np.float64).reshape(SIZES[-1], -1)
             want_b, want_w = reference.backprop(net.weights, net.biases, x64, y64)
             for got, want in zip(nabla_b + nabla_w, want_b + want_w):
                 np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -62,6 +63,9 @@ def cases(net):
         ("x of dtype complex128", backprop(x=X.astype(complex))),
         ("x of dtype object", backprop(x=X.astype(object))),
         ("y of dtype bool", backprop(y=Y.astype(bool))),
+        ("y integer class labels [0, 2, 1] for 3 samples", backprop(y=[0, 2, 1], targets=np.eye(3)[:, [0, 2, 1]])),
+        ("y class labels [0, 3, 1] of 3 outputs", backprop(y=[0, 3, 1])),
+        ("y class labels as floats, [0.0, 2.0, 1.0]", backprop(y=[0.0, 2.0, 1.0])),
         ("x Fortran-ordered", backprop(x=np.asfortranarray(X))),
         ("x a strided view", backprop(x=np.ones((4, 6))[:, ::2])),
         ("x with a NaN", backprop(x=np.where(np.eye(4, 3) > 0, np.nan, 1.0))),
@@ -78,6 +82,9 @@ def cases(net):
         ("`train_step(x, y, 0.1)`", lambda: net.train_step(X, Y, 0.1)),
         ("`train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)`",
          lambda: net.train_step(X, Y, Adam(), Leapfrog(2, fused=True), clip=1.0)),
+        ("`fit(x, y, epochs=0, batch_size=2, optimizer=0.1)`", lambda: net.fit(X, Y, 0, 2, 0.1)),
+        ("`fit(x, y, 1, batch_size=4, optimizer=0.1)` for 3 samples", lambda: net.fit(X, Y, 1, 4, 0.1)),
+        ("`fit(x, y, 1, 2, optimizer='adam')`", lambda: net.fit(X, Y, 1, 2, "adam")),
         ("`train_step(x, y, AdamW())` after a step of `Adam()`",
          lambda: (net.train_step(X, Y, Adam()), net.train_step(X, Y, AdamW()))),
         ("`net.save('missing/model')`, a folder that does not exist", lambda: net.save("missing/model")),

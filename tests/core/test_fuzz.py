@@ -1,4 +1,5 @@
 """Property-based bad input: every case either works correctly or raises a clear ValueError/TypeError.
+Targets of the samples' shape and an integer dtype are class labels, whose gradients are their one-hot targets'.
 
 Never a crash, a hang (each test runs under pytest-timeout) or a wrong answer: when a batch is accepted,
 its gradients are checked against the float64 reference on the same numbers. Finite values near
@@ -53,6 +54,8 @@ def check_gradients(net, x, y, schedule):
         warnings.simplefilter("always")
         nabla_b, nabla_w = net.backprop(x, y, schedule)
     x64 = np.asarray(x, dtype=np.float64).reshape(SIZES[0], -1)
+    if np.shape(y) == np.shape(x)[1:] and np.asarray(y).dtype.kind in "iu":
+        y = np.eye(SIZES[-1])[:, y]  # integer class labels, one per sample: their one-hot targets
     y64 = np.asarray(y, dtype=np.float64).reshape(SIZES[-1], -1)
     with warnings.catch_warnings(record=True) as overflows:
         warnings.simplefilter("always")

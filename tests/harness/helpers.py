@@ -343,11 +343,11 @@ def idx_file(path, array):
 def digits_as_mnist(directory):
     """The digits as MNIST's four IDX files in ``directory``: each 8x8 image scaled to 0..255, every pixel
     a 3x3 block, framed by 2 blank pixels (28x28), with its label; the digits' split. Return ``directory``."""
-    from leapfrog_gpu.tools.train import data
+    from leapfrog_gpu import datasets
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    digits = data.digits("float64")
+    digits = datasets.digits("float64")
     for split, x, y in (("train", digits.x_train, digits.y_train), ("t10k", digits.x_test, digits.y_test)):
         images = np.kron(np.rint(x.T.reshape(-1, 8, 8) * 255), np.ones((1, 3, 3)))
         idx_file(directory / f"{split}-images-idx3-ubyte.gz", np.pad(images, ((0, 0), (2, 2), (2, 2))))

@@ -20,7 +20,7 @@ SELECTION = {  # test: its reason to skip here, or None where it runs
     "tests/backends/test_backends.py::test_cupy_backend_streams_are_non_blocking": None if cuda_available() else NO_GPU,
     "tests/tools/bench/test_bench.py::test_torch_anchor_computes_our_gradients":
         None if importlib.util.find_spec("torch") else "the PyTorch anchor needs torch (extra 'torch')",
-    "tests/tools/train/test_metrics.py::test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is": None,
+    "tests/core/test_fitting.py::test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is": None,
 }
 
 

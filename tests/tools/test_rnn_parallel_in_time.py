@@ -9,8 +9,9 @@ import pytest
 
 from helpers import cli, parameters
 from leapfrog_gpu.rnn.newton import TimeNewton
+from leapfrog_gpu import datasets
 from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn
-from leapfrog_gpu.tools.train import data, models, rnn_tasks
+from leapfrog_gpu.tools.train import models
 
 pytest.importorskip("sklearn", reason="the digits come with scikit-learn")
 
@@ -33,9 +34,9 @@ def solved(monkeypatch):
 
 
 def test_pixels_are_the_images_pixels_in_reading_order():
-    task = rnn_tasks.digits_by_pixels()
+    task = datasets.digits_by_pixels()
     assert task.x_train.shape == (64, 1, 1437) and task.y_train.shape == (10, 1437)
-    images = data.digits().x_train
+    images = datasets.digits().x_train
     assert np.array_equal(task.x_train[19, 0], images[19])  # step 20: row 2, column 3 of every image
     assert str(task) == "digits-by-pixels: 1437 train, 360 test 64-step sequences"
 

@@ -12,7 +12,7 @@
 Every model runs through the one loop (``loop``); what differs between them is their data and network
 (``models``) and the schedules they take (``leapfrog_gpu.tools.schedules``).
 
-A progress bar per epoch (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
+A progress bar of the whole run (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
 line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.train.checkpoint``).
 ``--timeline FILE.png`` stamps every launch of a window of steps (``--profile-steps``, default 10:15)
 and writes their Gantt chart and FILE.json (``leapfrog_gpu.tools.timeline``).
@@ -43,17 +43,18 @@ import warnings
 
 import numpy as np
 
+from ... import datasets
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
-from . import checkpoint, data, models
+from . import checkpoint, models
 from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
-from .loop import Diverged, Interrupted, NonFiniteLoss, Refused, Report, Training
+from .loop import Interrupted, Refused, Report, Stopped, Training
 from .metrics import in_words, measured
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
 
-SETUP_ERRORS = (UsageError, data.DataError, checkpoint.CheckpointError)
+SETUP_ERRORS = (UsageError, datasets.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
 PEERS_INTERRUPTED = 10.0
@@ -87,7 +88,7 @@ def main(argv=None):
         return 130
     except (*SETUP_ERRORS, Refused) as error:
         return _fail(comm, error, 2)
-    except (NonFiniteLoss, Diverged) as error:
+    except Stopped as error:
         return _fail(comm, f"{error}: {error.hint}", 3)
     except Exception as error:
         if comm.size == 1:
@@ -263,13 +264,6 @@ def _run(config, dataset, net, report, state, why):
             if training.ranks > 1:
                 raise StoppedEveryRank from None
             return 130
-        except (NonFiniteLoss, Diverged) as error:
-            error.hint = (f"try another --lr than {config['lr']}, or add --allow-divergence to go on"
-                          if isinstance(error, Diverged) else f"try a smaller --lr than {config['lr']}")
-            if config["checkpoint_dir"]:
-                error.hint += (f" (the checkpoint of epoch {training.epoch} is kept as it was)" if training.epoch
-                               else " (no checkpoint was written)")
-            raise
     window = training.profile.steps
     if training.profile.summary is not None:
         report.line(f"timeline of steps {window.start}..{window.stop - 1} in {config['timeline']} and its .json: "

@@ -1,62 +1,9 @@
-"""Loss and test metric (accuracy or mean squared error) of a network on a dataset, computed on the host
-in float64 from ``feedforward``, and the rule that tells a run that diverged or learns nothing from one
-that is merely slow."""
-
-import math
+"""The test metric as ``leapfrog-train`` says it, and the rule that tells a run that diverged or learns nothing
+from one that is merely slow. The metrics themselves are the library's (``core.fitting.evaluate``)."""
 
 import numpy as np
 
-from ...backends import to_host
-
-EPSILON = 1e-12
-"""Cross-entropy clips a^L to [EPSILON, 1 - EPSILON]: a float32 sigmoid rounds to exactly 0 or 1 long
-before the true cost is infinite, and only a NaN or Inf in the network should make the loss non-finite."""
-
-
-def cost(name, a, y):
-    """C summed over the batch (and a sequence's time steps), for a^L and y: quadratic ``0.5 ||a - y||^2``
-    or cross-entropy ``-y ln a - (1 - y) ln(1 - a)``."""
-    a, y = np.asarray(a, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if name == "quadratic":
-        return 0.5 * float(np.sum((a - y) ** 2))
-    a = np.clip(a, EPSILON, 1 - EPSILON)
-    return -float(np.sum(y * np.log(a) + (1 - y) * np.log1p(-a)))
-
-
-def evaluate(net, x, y, batch, classes=None, solver=None):
-    """Mean cost per sample of ``net`` on inputs ``x`` and targets ``y`` (the samples their last axis), and
-    its metric (``metric_name``): the fraction of samples whose largest output is the target's class when
-    ``classes`` is set, else the mean squared error per output value. ``solver``: the forward pass's
-    (``dag.forward``), or ``None``.
-
-    ``feedforward`` runs ``batch`` samples at a time: the network keeps buffers per batch size, so the
-    training batch size adds no new ones but the remainder does. A data-parallel network (``net.comm``)
-    evaluates its rank's share of the samples, and the sums are added up across ranks.
-    """
-    samples = x.shape[-1]
-    if net.comm is not None:
-        share = net.comm.share(samples)
-        x, y = x[..., share], y[..., share]
-    forward = {} if solver is None else {"solver": solver}
-    total, correct, squared = 0.0, 0, 0.0
-    for start in range(0, x.shape[-1], batch):
-        a = to_host(net.feedforward(x[..., start:start + batch], **forward))
-        target = y[..., start:start + batch]
-        total += cost(net.cost, a, target)
-        if classes is not None:
-            correct += int(np.sum(np.argmax(a, axis=-2) == np.argmax(target, axis=-2)))
-        else:
-            squared += float(np.sum((np.asarray(a, dtype=np.float64) - target) ** 2))
-    if net.comm is not None:
-        total, correct, squared = net.comm.sum([total, correct, squared])
-    values = samples * math.prod(y.shape[:-1])  # the output values of every sample
-    return total / samples, (correct / samples if classes is not None else squared / values)
-
-
-def metric_name(classes):
-    """The test metric's key in the ``--metrics`` lines: ``test_accuracy`` for a classification (``classes``
-    set), ``test_mse`` for a regression."""
-    return "test_accuracy" if classes else "test_mse"
+from ...core.fitting import cost
 
 
 def in_words(name, value):

@@ -1,11 +1,11 @@
 """The networks ``leapfrog-train`` trains (``--model``): each one's data, network, schedules and name.
 
-``mlp``     an ``MLP`` [n_1, *hidden, n_L] on the digits, MNIST or a teacher network (``data``).
+``mlp``     an ``MLP`` [n_1, *hidden, n_L] on the digits, MNIST or a teacher network (``leapfrog_gpu.datasets``).
 ``resmlp``  the same layers with a skip connection (an ``Add``) every ``--skip`` hidden layers wherever the
             widths agree: ``dag.network.residual``, a ``DagNet`` whose ``Dense`` nodes "2".."L" are the
             MLP's layers, so that its parameters are named as an MLP's; its forward pass node by node or
             by a forward solver (``--forward-solver``, ``leapfrog_gpu.dag.forward``).
-``rnn``     an ``RNN`` whose hidden layers are recurrent, on sequences (``rnn_tasks``): the digits read row
+``rnn``     an ``RNN`` whose hidden layers are recurrent, on sequences (``leapfrog_gpu.datasets``): the digits read row
             by row or pixel by pixel (an output at the last step) or a teacher RNN (an output at every
             step) or the adding problem (at the last step), its recurrent layers of a ``--cell``: Elman's,
             a GRU or an LSTM; its forward pass step by step or solved over time (``--forward-solver``,
@@ -14,11 +14,12 @@
 The training loop sees each network through what the three share (``core.network.Network``).
 """
 
+from ... import datasets
 from ...dag.network import residual
 from ...mlp.network import MLP
 from ...rnn.network import RNN
 from ..schedules import SOLVERS, make_solver
-from . import checkpoint, data, rnn_tasks
+from . import checkpoint
 
 DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "teacher"),
         "rnn": ("digits", "pixels", "teacher", "adding")}
@@ -43,17 +44,17 @@ def dataset(config):
     dtype = config["dtype"]
     if config["model"] == "rnn":
         if config["data"] == "digits":
-            return rnn_tasks.digits_by_rows(dtype)
+            return datasets.digits_by_rows(dtype)
         if config["data"] == "pixels":
-            return rnn_tasks.digits_by_pixels(dtype)
+            return datasets.digits_by_pixels(dtype)
         if config["data"] == "adding":
-            return rnn_tasks.adding(config["tau"], config["samples"], dtype=dtype)
-        return rnn_tasks.teacher(config["inputs"], config["outputs"], config["tau"], config["samples"], dtype=dtype)
+            return datasets.adding(config["tau"], config["samples"], dtype=dtype)
+        return datasets.teacher_rnn(config["inputs"], config["outputs"], config["tau"], config["samples"], dtype=dtype)
     if config["data"] == "digits":
-        return data.digits(dtype)
+        return datasets.digits(dtype)
     if config["data"] == "mnist":
-        return data.mnist(config["data_dir"], dtype)
-    return data.teacher([config["inputs"], *config["hidden"], config["outputs"]], config["samples"], dtype=dtype)
+        return datasets.mnist(config["data_dir"], dtype)
+    return datasets.teacher([config["inputs"], *config["hidden"], config["outputs"]], config["samples"], dtype=dtype)
 
 
 def sizes(config, dataset):

@@ -68,9 +68,9 @@ def test_every_models_default_run_learns_each_of_its_datasets(tmp_path, model, d
     if dataset != "teacher":
         assert last["test_accuracy"] >= 0.5, last
         return
-    from leapfrog_gpu.tools.train import data, rnn_tasks
+    from leapfrog_gpu import datasets
 
-    task = rnn_tasks.teacher() if model == "rnn" else data.teacher([64, 128, 128, 128, 128, 10], 4096)
+    task = datasets.teacher_rnn() if model == "rnn" else datasets.teacher([64, 128, 128, 128, 128, 10], 4096)
     assert last["test_mse"] < 0.8 * mean_predictor_mse(task.y_train, task.y_test), last
 
 
@@ -245,13 +245,14 @@ def test_a_checkpoint_loads_as_the_network_that_wrote_it(tmp_path, model, load):
     """``models.load(DIR)`` and ``leapfrog_gpu.load(DIR/checkpoint.npz)``: the network of the run's ``--model``, its
     parameters the checkpoint's bits, and its test loss, computed here from its outputs, the one the run reported
     for its last epoch."""
-    from leapfrog_gpu.tools.train import data, models, rnn_tasks
+    from leapfrog_gpu import datasets
+    from leapfrog_gpu.tools.train import models
 
     assert cli(*SMALL[model], "--epochs", 1, "--quiet", "--checkpoint-dir", tmp_path, "--metrics", tmp_path / "m") == 0
     saved, state = parameters(tmp_path)
     sizes = state["sizes"]
-    task = (rnn_tasks.teacher(sizes[0], sizes[-1], tau=4, samples=64) if model == "rnn"
-            else data.teacher(sizes, 64))
+    task = (datasets.teacher_rnn(sizes[0], sizes[-1], tau=4, samples=64) if model == "rnn"
+            else datasets.teacher(sizes, 64))
     loaded = (models.load(tmp_path, backend="numpy") if load == "models.load"
               else leapfrog_gpu.load(tmp_path / "checkpoint.npz", backend="numpy"))
     with loaded as net:

@@ -9,17 +9,9 @@ import numpy as np
 import pytest
 
 from helpers import cli, one_error_line
-from leapfrog_gpu.tools.train import data, rnn_tasks
+from leapfrog_gpu import datasets
 
 pytest.importorskip("sklearn", reason="the digits come with scikit-learn")
-
-
-def test_digits_rows_are_the_images_rows():
-    task = rnn_tasks.digits_by_rows()
-    assert task.x_train.shape == (8, 8, 1437) and task.y_train.shape == (10, 1437)
-    images = data.digits().x_train.reshape(8, 8, -1)
-    assert np.array_equal(task.x_train[3, :, 5], images[3, :, 5])  # time step 4 = pixel row 3 of image 5
-    assert str(task) == "digits-by-rows: 1437 train, 360 test 8-step sequences"
 
 
 def test_the_default_run_reaches_90_percent_on_the_digits_within_a_minute(capsys):
@@ -50,7 +42,7 @@ def test_the_teacher_task_trains_with_its_defaults_for_every_seed_and_schedule(c
     assert cli("--model", "rnn", "--data", "teacher", "--seed", seed, "--schedule", schedule, "--quiet") == 0
     done = re.fullmatch(r"done: 20 epochs, test mse (\d\.\d{4}), test loss \d\.\d{4}, \d+\.\d s\n",
                         capsys.readouterr().out)
-    task = rnn_tasks.teacher()
+    task = datasets.teacher_rnn()
     chance = float(np.mean((task.y_test - task.y_train.mean(axis=-1, keepdims=True)) ** 2))
     assert done and float(done.group(1)) < chance / 20, (done, chance)
 
@@ -60,28 +52,6 @@ def test_a_non_finite_loss_without_a_checkpoint_dir_names_no_checkpoint(capsys):
     line = one_error_line(capsys)
     assert re.fullmatch(r"leapfrog-train: error: the training loss is nan after epoch 1, step \d+: try a smaller "
                         r"--lr than 0\.02", line), line
-
-
-def test_the_adding_problem_sums_the_two_marked_values():
-    task = rnn_tasks.adding(tau=10, samples=40)
-    assert task.x_train.shape == (10, 2, 40) and task.y_train.shape == (1, 40) and task.x_test.shape == (10, 2, 10)
-    markers = task.x_train[:, 1]
-    assert np.array_equal(markers.sum(axis=0), np.full(40, 2.0))
-    assert np.array_equal(markers[:5].sum(axis=0), np.ones(40))  # one in each half
-    want = [task.x_train[np.flatnonzero(markers[:, i]), 0, i].sum() for i in range(40)]
-    np.testing.assert_allclose(task.y_train[0], want, rtol=1e-6)
-    assert str(task) == "adding: 40 train, 10 test 10-step sequences" and task.classes is None
-
-
-def test_the_adding_problem_marks_two_steps_and_scores_a_sixth_at_chance():
-    task = rnn_tasks.adding(tau=12, samples=20000, seed=3)
-    markers, values = task.x_train[:, 1], task.x_train[:, 0]
-    assert set(np.unique(markers)) == {0.0, 1.0} and np.all(markers.sum(axis=0) == 2)
-    assert np.all(markers[:6].sum(axis=0) == 1) and np.all(markers[6:].sum(axis=0) == 1)
-    np.testing.assert_allclose(task.y_train[0], (values * markers).sum(axis=0), rtol=1e-6)
-    assert 0 <= values.min() and values.max() < 1
-    chance = float(np.mean((task.y_test - task.y_train.mean()) ** 2))  # the best constant, learnt on the training set
-    assert abs(chance - 1 / 6) < 0.01 and abs(task.y_train.mean() - 1) < 0.01, chance
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -18,7 +18,9 @@ from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, pa
 import no_gpu_cupy
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
+from leapfrog_gpu import datasets
 from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.core import fitting
 from leapfrog_gpu.mlp.network import MLP
 
 
@@ -208,10 +210,10 @@ def test_teacher_regression(tmp_path, capsys):
 
 def test_progress_bar_and_batch_loss(capsys, monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    monkeypatch.setattr(train_loop, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
+    monkeypatch.setattr(fitting, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
     assert cli("--hidden", "4x16", "--epochs", 1) == 0
     captured = capsys.readouterr()
-    assert "epoch 1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
+    assert "epoch 1/1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
     header, epoch, _ = captured.out.splitlines()[1:]
     assert " Leapfrog(k=2) | " in header and epoch.startswith("epoch 1/1  train loss ") and epoch.endswith(" samples/s")
 
@@ -310,7 +312,7 @@ def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, m
     assert cli(*SMALL[:2], "--epochs", 1) == 130
     err = capsys.readouterr().err
     before, said, _ = err.partition("leapfrog-train: interrupted at epoch 1, step 20")
-    assert said and "epoch 1:" in before, err  # the bar was shown
+    assert said and "epoch 1/1:" in before, err  # the bar was shown
     *_, bar, line = re.split(r"[\r\n]", before)
     assert line == "" and bar.strip() == "", f"the line is written onto the bar's: {err!r}"
 
@@ -503,8 +505,9 @@ def sigint_at_its_default():
 
 
 def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
-    code = ("import signal, sys; from leapfrog_gpu.tools.train import command as train, data;"
-            "data.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
+    code = ("import signal, sys; from leapfrog_gpu import datasets; "
+            "from leapfrog_gpu.tools.train import command as train;"
+            "datasets.digits = lambda dtype: signal.raise_signal(signal.SIGINT);"  # Ctrl-C while the data load
             f"sys.exit(train.main(['--checkpoint-dir', {str(tmp_path)!r}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           preexec_fn=sigint_at_its_default)
@@ -615,7 +618,7 @@ def _mnist_files(directory, break_it):
     arrays = {"x_train": rng.integers(0, 256, (9, 5, 5)), "y_train": rng.integers(0, 10, 9),
               "x_test": rng.integers(0, 256, (4, 5, 5)), "y_test": rng.integers(0, 10, 4)}
     break_it(arrays)
-    for role, stem in train.data.MNIST_FILES.items():
+    for role, stem in datasets.MNIST_FILES.items():
         array = np.asarray(arrays[role], dtype=np.uint8)
         header = bytes([0, 0, 8, array.ndim]) + b"".join(n.to_bytes(4, "big") for n in array.shape)
         (directory / (stem + ".gz")).write_bytes(gzip.compress(header + array.tobytes()))

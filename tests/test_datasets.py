@@ -1,4 +1,5 @@
-"""Data loaders on small files written here: IDX (raw and gzipped), .npz, and what they reject."""
+"""The datasets (``leapfrog_gpu.datasets``): loaders on small files written here (IDX, raw and gzipped, .npz) and
+what they reject, the digits and their split, the teachers, and the sequence tasks."""
 
 import gzip
 import sys
@@ -7,13 +8,14 @@ import types
 import numpy as np
 import pytest
 
-from leapfrog_gpu.tools.train import data
+from leapfrog_gpu import RNN, datasets
+from leapfrog_gpu.rnn import reference as rnn_reference
 
 N_TRAIN, N_TEST, SIDE = 7, 3, 5  # odd, small sizes: 5x5 "images"
 
 
 def idx_bytes(array):
-    """An IDX file of unsigned bytes: two zero bytes, type 0x08, the rank, big-endian dims, the data."""
+    """An IDX file of unsigned bytes: two zero bytes, type 0x08, the rank, big-endian dims, the datasets."""
     header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
     return header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
 
@@ -29,7 +31,7 @@ def small_mnist(seed=0):
 
 
 def write_idx(directory, arrays, gzipped=False):
-    for role, stem in data.MNIST_FILES.items():
+    for role, stem in datasets.MNIST_FILES.items():
         raw = idx_bytes(arrays[role])
         (directory / (stem + ".gz" if gzipped else stem)).write_bytes(gzip.compress(raw) if gzipped else raw)
 
@@ -50,26 +52,26 @@ def check_mnist(dataset, arrays):
 def test_mnist_idx(tmp_path, gzipped):
     arrays = small_mnist()
     write_idx(tmp_path, arrays, gzipped)
-    check_mnist(data.mnist(tmp_path), arrays)
+    check_mnist(datasets.mnist(tmp_path), arrays)
 
 
 def test_mnist_npz_as_directory_and_as_file(tmp_path):
     arrays = small_mnist(seed=1)
     np.savez(tmp_path / "mnist.npz", **arrays)
-    check_mnist(data.mnist(tmp_path), arrays)
-    check_mnist(data.mnist(tmp_path / "mnist.npz"), arrays)
+    check_mnist(datasets.mnist(tmp_path), arrays)
+    check_mnist(datasets.mnist(tmp_path / "mnist.npz"), arrays)
 
 
 def test_mnist_float64(tmp_path):
     arrays = small_mnist()
     write_idx(tmp_path, arrays)
-    assert data.mnist(tmp_path, dtype="float64").x_train.dtype == np.float64
+    assert datasets.mnist(tmp_path, dtype="float64").x_train.dtype == np.float64
 
 
 def test_read_idx_shape_and_values(tmp_path):
     array = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
     (tmp_path / "a.idx").write_bytes(idx_bytes(array))
-    np.testing.assert_array_equal(data.read_idx(tmp_path / "a.idx"), array)
+    np.testing.assert_array_equal(datasets.read_idx(tmp_path / "a.idx"), array)
 
 
 @pytest.mark.parametrize("mangle, message", [
@@ -83,21 +85,21 @@ def test_read_idx_shape_and_values(tmp_path):
 def test_read_idx_rejects_malformed(tmp_path, mangle, message):
     path = tmp_path / "bad"
     path.write_bytes(mangle(idx_bytes(np.zeros((3, 2, 2), dtype=np.uint8))))
-    with pytest.raises(data.DataError, match=message) as caught:
-        data.read_idx(path)
+    with pytest.raises(datasets.DataError, match=message) as caught:
+        datasets.read_idx(path)
     assert str(path) in str(caught.value)
 
 
 def test_missing_idx_file_is_named(tmp_path):
     write_idx(tmp_path, small_mnist())
-    (tmp_path / data.MNIST_FILES["y_test"]).unlink()
-    with pytest.raises(data.DataError, match="t10k-labels-idx1-ubyte"):
-        data.mnist(tmp_path)
+    (tmp_path / datasets.MNIST_FILES["y_test"]).unlink()
+    with pytest.raises(datasets.DataError, match="t10k-labels-idx1-ubyte"):
+        datasets.mnist(tmp_path)
 
 
 def test_missing_path(tmp_path):
-    with pytest.raises(data.DataError, match="does not exist"):
-        data.mnist(tmp_path / "nowhere")
+    with pytest.raises(datasets.DataError, match="does not exist"):
+        datasets.mnist(tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("role, value, message", [
@@ -114,38 +116,38 @@ def test_npz_rejects_bad_arrays(tmp_path, role, value, message):
     arrays = small_mnist()
     arrays[role] = value
     np.savez(tmp_path / "bad.npz", **arrays)
-    with pytest.raises(data.DataError, match=message):
-        data.mnist(tmp_path / "bad.npz")
+    with pytest.raises(datasets.DataError, match=message):
+        datasets.mnist(tmp_path / "bad.npz")
 
 
 def test_idx_label_out_of_range_names_the_file(tmp_path):
     arrays = small_mnist()
     arrays["y_train"][3] = 11
     write_idx(tmp_path, arrays, gzipped=True)
-    with pytest.raises(data.DataError, match=r"train-labels-idx1-ubyte\.gz holds label 11 at index 3"):
-        data.mnist(tmp_path)
+    with pytest.raises(datasets.DataError, match=r"train-labels-idx1-ubyte\.gz holds label 11 at index 3"):
+        datasets.mnist(tmp_path)
 
 
 def test_npz_missing_array_and_not_an_npz(tmp_path):
     arrays = small_mnist()
     del arrays["x_test"]
     np.savez(tmp_path / "partial.npz", **arrays)
-    with pytest.raises(data.DataError, match="lacks array.*x_test"):
-        data.mnist(tmp_path / "partial.npz")
+    with pytest.raises(datasets.DataError, match="lacks array.*x_test"):
+        datasets.mnist(tmp_path / "partial.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a zip file at all")
-    with pytest.raises(data.DataError, match="not a readable .npz"):
-        data.mnist(tmp_path / "junk.npz")
+    with pytest.raises(datasets.DataError, match="not a readable .npz"):
+        datasets.mnist(tmp_path / "junk.npz")
 
 
 def test_digits_split():
-    digits = data.digits()
+    digits = datasets.digits()
     assert digits.x_train.shape == (64, 1437) and digits.x_test.shape == (64, 360)
     assert digits.y_train.shape == (10, 1437) and digits.classes == 10
     assert 0.0 <= digits.x_train.min() and digits.x_train.max() == 1.0
     # Stratified: each class's share of the test split is within one sample of its share overall.
     train, test = digits.y_train.sum(axis=1), digits.y_test.sum(axis=1)
     assert np.all(np.abs(test - (train + test) * 0.2) <= 1)
-    np.testing.assert_array_equal(data.digits().x_test, digits.x_test)  # the split's seed is fixed
+    np.testing.assert_array_equal(datasets.digits().x_test, digits.x_test)  # the split's seed is fixed
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -158,7 +160,7 @@ def test_digits_are_scikit_learns_under_its_split(dtype):
     bunch = load_digits()
     x_train, x_test, labels_train, labels_test = train_test_split(
         bunch.data / 16.0, bunch.target, test_size=0.2, stratify=bunch.target, random_state=0)
-    digits = data.digits(dtype)
+    digits = datasets.digits(dtype)
     for x, labels, got_x, got_y in ((x_train, labels_train, digits.x_train, digits.y_train),
                                     (x_test, labels_test, digits.x_test, digits.y_test)):
         assert got_x.dtype == dtype and got_x.tobytes() == np.ascontiguousarray(x.T, dtype=dtype).tobytes()
@@ -167,22 +169,22 @@ def test_digits_are_scikit_learns_under_its_split(dtype):
 
 def test_digits_without_scikit_learn_or_its_file(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "sklearn", None)
-    with pytest.raises(data.DataError, match="pip install scikit-learn"):
-        data.digits()
+    with pytest.raises(datasets.DataError, match="pip install scikit-learn"):
+        datasets.digits()
     monkeypatch.setitem(sys.modules, "sklearn", types.SimpleNamespace(
         __spec__=types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])))  # no datasets/data in it
-    with pytest.raises(data.DataError, match="reinstall scikit-learn"):
-        data.digits()
+    with pytest.raises(datasets.DataError, match="reinstall scikit-learn"):
+        datasets.digits()
 
 
 def test_teacher_shapes_and_determinism():
-    task = data.teacher([9, 13, 13, 5], samples=41)
+    task = datasets.teacher([9, 13, 13, 5], samples=41)
     assert task.x_train.shape == (9, 41) and task.y_train.shape == (5, 41)
     assert task.x_test.shape == (9, 10) and task.y_test.shape == (5, 10) and task.classes is None
-    again = data.teacher([9, 13, 13, 5], samples=41)
+    again = datasets.teacher([9, 13, 13, 5], samples=41)
     np.testing.assert_array_equal(task.y_train, again.y_train)
     assert np.isfinite(task.y_train).all() and task.y_train.std() > 0.1  # targets carry signal
-    assert not np.array_equal(data.teacher([9, 13, 13, 5], samples=41, seed=2).y_train, task.y_train)
+    assert not np.array_equal(datasets.teacher([9, 13, 13, 5], samples=41, seed=2).y_train, task.y_train)
 
 
 def test_a_teachers_targets_are_the_same_bits_whatever_blas_threads_run():
@@ -192,5 +194,51 @@ def test_a_teachers_targets_are_the_same_bits_whatever_blas_threads_run():
     targets = []
     for threads in (1, 2):
         with threadpoolctl.threadpool_limits(threads, user_api="blas"):
-            targets.append(data.teacher([16, 32, 32, 32, 4], 20000).y_train)
+            targets.append(datasets.teacher([16, 32, 32, 32, 4], 20000).y_train)
     assert targets[0].tobytes() == targets[1].tobytes()
+
+
+def test_digits_rows_are_the_images_rows():
+    task = datasets.digits_by_rows()
+    assert task.x_train.shape == (8, 8, 1437) and task.y_train.shape == (10, 1437)
+    images = datasets.digits().x_train.reshape(8, 8, -1)
+    assert np.array_equal(task.x_train[3, :, 5], images[3, :, 5])  # time step 4 = pixel row 3 of image 5
+    assert str(task) == "digits-by-rows: 1437 train, 360 test 8-step sequences"
+    pixels = datasets.digits_by_pixels()
+    assert pixels.x_train.shape == (64, 1, 1437) and np.array_equal(pixels.x_train[19, 0], images[2, 3])
+
+
+def test_the_adding_problem_sums_the_two_marked_values():
+    task = datasets.adding(tau=10, samples=40)
+    assert task.x_train.shape == (10, 2, 40) and task.y_train.shape == (1, 40) and task.x_test.shape == (10, 2, 10)
+    markers = task.x_train[:, 1]
+    assert np.array_equal(markers.sum(axis=0), np.full(40, 2.0))
+    assert np.array_equal(markers[:5].sum(axis=0), np.ones(40))  # one in each half
+    want = [task.x_train[np.flatnonzero(markers[:, i]), 0, i].sum() for i in range(40)]
+    np.testing.assert_allclose(task.y_train[0], want, rtol=1e-6)
+    assert str(task) == "adding: 40 train, 10 test 10-step sequences" and task.classes is None
+
+
+def test_the_adding_problem_marks_two_steps_and_scores_a_sixth_at_chance():
+    task = datasets.adding(tau=12, samples=20000, seed=3)
+    markers, values = task.x_train[:, 1], task.x_train[:, 0]
+    assert set(np.unique(markers)) == {0.0, 1.0} and np.all(markers.sum(axis=0) == 2)
+    assert np.all(markers[:6].sum(axis=0) == 1) and np.all(markers[6:].sum(axis=0) == 1)
+    np.testing.assert_allclose(task.y_train[0], (values * markers).sum(axis=0), rtol=1e-6)
+    assert 0 <= values.min() and values.max() < 1
+    chance = float(np.mean((task.y_test - task.y_train.mean()) ** 2))  # the best constant, learnt on the training set
+    assert abs(chance - 1 / 6) < 0.01 and abs(task.y_train.mean() - 1) < 0.01, chance
+
+
+def test_the_teacher_rnn_is_the_rnn_its_docstring_draws():
+    """The targets of ``RNN([3, 16, 5], seed=5)`` (tanh, identity output at every step), its biases scaled by 0.1,
+    computed by the float64 reference on the task's inputs."""
+    task = datasets.teacher_rnn(3, 5, tau=7, samples=40, seed=4, dtype="float64")
+    assert task.x_train.shape == (7, 3, 40) and task.y_train.shape == (7, 5, 40) and task.x_test.shape[-1] == 10
+    with RNN([3, 16, 5], "tanh", "quadratic", "every", dtype="float64", seed=5, backend="numpy",
+             output_activation="identity") as net:
+        weights, recurrent, biases = net.weights, net.recurrent, net.biases
+    for x, y in ((task.x_train, task.y_train), (task.x_test, task.y_test)):
+        want = rnn_reference.feedforward(weights, recurrent, [0.1 * b for b in biases], x, "tanh", "identity", "every")
+        np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-15)
+    assert np.allclose(np.linalg.norm(recurrent[0], 2), 0.9) and task.classes is None

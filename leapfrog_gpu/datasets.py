@@ -1,9 +1,21 @@
-"""Training data: scikit-learn's digits, MNIST from local files, and a random deep teacher network.
+"""Datasets to train on, as the networks take them: the samples are the last axis.
 
-Every loader returns a ``Dataset`` whose inputs and targets are columns, as the network takes them:
-``x`` is (n_1, N) and ``y`` is (n_L, N) (sequences: ``rnn_tasks``). Classification targets are one-hot
-columns. A missing,
-malformed or inconsistent file raises ``DataError`` (a ``ValueError``) naming the file.
+``digits``            scikit-learn's 8x8 digits, (64, N) pixels in [0, 1], one-hot targets (10, N).
+``mnist``             MNIST from local files (IDX or one .npz), (784, N), one-hot targets (10, N).
+``teacher``           a regression on a random deep teacher network: x ~ N(0, 1), y = T(x).
+``digits_by_rows``    the digits as sequences, one row per time step: x (8, 8, N), the class at the last step.
+``digits_by_pixels``  the digits one pixel per time step, row by row: x (64, 1, N), the class at the last step; a
+                      constant output scores 10 % (ten classes about equally frequent), the trivial baseline.
+``teacher_rnn``       a regression on a random teacher RNN (tanh recurrent layer, identity output, u of spectral
+                      norm 0.9): x ~ N(0, 1) (tau, n_1, N), a target at every step (tau, n_L, N).
+``adding``            the adding problem (Hochreiter and Schmidhuber, 1997): two inputs per step, a value U(0, 1)
+                      and a marker set at two steps, one in each half; the target, at the last step, the sum of
+                      the two marked values, (1, N). The mean, 1, scores an MSE of 1/6.
+
+Each returns a ``Dataset`` of training and test data in one dtype: ``x`` (n_1, N) and ``y`` (n_L, N), or for
+sequences ``x`` (tau, n_1, N) and ``y`` (n_L, N) or (tau, n_L, N). ``leapfrog-train`` trains on them
+(``--data``); ``Network.fit`` takes them as they are. A missing, malformed or inconsistent file raises
+``DataError`` (a ``ValueError``) naming the file.
 """
 
 import dataclasses
@@ -16,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import threadpoolctl
 
-from ... import reference
+from . import reference
 
 MNIST_FILES = {
     "x_train": "train-images-idx3-ubyte",
@@ -74,7 +86,7 @@ def digits(dtype="float32"):
     The samples are read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``)
     without importing scikit-learn, which takes seconds; the split is the one of
     ``train_test_split(test_size=0.2, stratify=labels, random_state=0)``, kept in ``DIGITS_SPLIT``
-    (tests/tools/train/test_data.py checks both against scikit-learn).
+    (tests/test_datasets.py checks both against scikit-learn).
     """
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     if spec is None:
@@ -116,7 +128,7 @@ def mnist(path, dtype="float32"):
 
 
 def teacher(sizes, samples=4096, seed=1, dtype="float32"):
-    """A regression task: targets ``y = T(x)`` from a random teacher network ``T`` of widths ``sizes``
+    """A regression: targets ``y = T(x)`` from a random teacher network ``T`` of widths ``sizes``
     (tanh hidden layers, identity output, w ~ N(0, 1/n_{l-1}), b ~ N(0, 0.1^2)), inputs x ~ N(0, 1).
 
     ``samples`` training samples plus a quarter as many (at least one) test samples. The teacher may
@@ -143,6 +155,64 @@ def same_bits():
     """A context in which NumPy's products give the same bits whatever BLAS threads the process runs: one
     thread, for the targets of a teacher, which a run and the run that resumes it must compute alike."""
     return threadpoolctl.threadpool_limits(1, user_api="blas")
+
+
+def digits_by_rows(dtype="float32"):
+    """The digits as sequences, pixel row r of an image at time step r + 1: x (8, 8, N)."""
+    d = digits(dtype)
+    rows = lambda x: np.ascontiguousarray(x.reshape(8, 8, -1))  # noqa: E731  (64, N), row-major, as (8, 8, N)
+    return Dataset("digits-by-rows", rows(d.x_train), d.y_train, rows(d.x_test), d.y_test, d.classes)
+
+
+def digits_by_pixels(dtype="float32"):
+    """The digits as sequences, pixel p of an image (row-major) at time step p + 1: x (64, 1, N)."""
+    d = digits(dtype)
+    pixels = lambda x: np.ascontiguousarray(x.reshape(64, 1, -1))  # noqa: E731
+    return Dataset("digits-by-pixels", pixels(d.x_train), d.y_train, pixels(d.x_test), d.y_test, d.classes)
+
+
+def adding(tau=16, samples=2048, seed=1, dtype="float32"):
+    """The adding problem over ``tau`` >= 2 steps: ``samples`` training sequences plus a quarter as many (at least
+    one) test ones, x (tau, 2, N) and y (1, N)."""
+    count = samples + max(1, samples // 4)
+    rng = np.random.default_rng(seed)
+    x = np.zeros((tau, 2, count))
+    x[:, 0] = rng.random((tau, count))
+    columns = np.arange(count)
+    for low, high in ((0, tau // 2), (tau // 2, tau)):
+        x[rng.integers(low, high, count), 1, columns] = 1
+    y = np.sum(x[:, 0] * x[:, 1], axis=0)[None]
+    return _split("adding", x.astype(dtype), y.astype(dtype), samples)
+
+
+TEACHER_HIDDEN = 16
+"""The width of the teacher RNN's recurrent layer."""
+
+
+def teacher_rnn(inputs=4, outputs=2, tau=16, samples=2048, seed=1, dtype="float32"):
+    """Targets at every step from a random teacher RNN [inputs, ``TEACHER_HIDDEN``, outputs], drawn from ``seed``
+    + 1 as ``RNN(sizes, seed=seed + 1)`` draws an Elman network (w ~ N(0, 1/n_{l-1}) and b ~ N(0, 1), here scaled
+    by 0.1, layer by layer; then u ~ N(0, 1/n) scaled to spectral norm 0.9), a tanh recurrent layer and an identity
+    output: ``samples`` training sequences of ``tau`` steps plus a quarter as many (at least one) test ones."""
+    count = samples + max(1, samples // 4)
+    x = np.random.default_rng(seed).standard_normal((tau, int(inputs), count))
+    draw = np.random.default_rng(seed + 1)
+    (w2, b2), (w3, b3) = [(draw.standard_normal((n, m)) / math.sqrt(m), 0.1 * draw.standard_normal(n))
+                          for m, n in ((int(inputs), TEACHER_HIDDEN), (TEACHER_HIDDEN, int(outputs)))]
+    u = draw.standard_normal((TEACHER_HIDDEN, TEACHER_HIDDEN)) / math.sqrt(TEACHER_HIDDEN)
+    u = u * 0.9 / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny)
+    a, y = np.zeros((TEACHER_HIDDEN, count)), np.empty((tau, int(outputs), count))
+    with same_bits():
+        for t in range(tau):
+            a = np.tanh(w2 @ x[t] + u @ a + b2[:, None])
+            y[t] = w3 @ a + b3[:, None]
+    return _split("teacher-rnn", x.astype(dtype), y.astype(dtype), samples)
+
+
+def _split(name, x, y, samples):
+    """The ``Dataset`` of a regression: its first ``samples`` samples to train on, the rest to test."""
+    return Dataset(name, x[..., :samples].copy(), y[..., :samples].copy(), x[..., samples:].copy(),
+                   y[..., samples:].copy(), None)
 
 
 def classification(name, x_train, labels_train, x_test, labels_test, classes, dtype="float32", files=None):

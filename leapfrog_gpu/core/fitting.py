@@ -1,0 +1,241 @@
+"""Training on a dataset, and scoring on one: ``fit`` (epochs of shuffled minibatches by ``train_step``, a
+progress bar for the whole run, the metrics of every epoch), ``evaluate`` (the mean cost, and the accuracy or
+the mean squared error) and ``predict``, each in batches. ``Network.fit``, ``evaluate`` and ``predict`` are
+these; ``leapfrog-train`` runs its epochs through ``Fitting`` and adds what a command does (checkpoints,
+Ctrl-C, its report) through its hooks.
+
+The samples of ``x`` and ``y`` are their last axis, as a network's batch holds them: the MLP's and DagNet's
+(n_1, N) and (n_L, N), the RNN's (tau, n_1, N) and (n_L, N) or (tau, n_L, N). ``y`` may be integer class labels,
+(N,) (an RNN's output at every step: (tau, N)), for outputs of classes (``checks.targets``). Metrics are
+computed on the host in float64 from the network's outputs.
+"""
+
+import contextlib
+import json
+import math
+import numbers
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from ..backends import to_host
+from . import optimizers
+from .checks import check_eta
+
+EVAL_BATCH = 256
+"""The samples ``evaluate`` and ``predict`` run at a time, unless told (``fit``: at least its batch size, so
+that the network keeps no other buffers than the remainder's)."""
+
+LOSS_CHECK_SECONDS = 1.0
+"""How often ``fit`` computes the loss of its latest batch, for the bar and to stop at a NaN or Inf (a
+synchronization); the loss over the whole training set is computed after every epoch."""
+
+EPSILON = 1e-12
+"""Cross-entropy clips a^L to [EPSILON, 1 - EPSILON]: a float32 sigmoid rounds to exactly 0 or 1 long
+before the true cost is infinite, and only a NaN or Inf in the network should make the loss non-finite."""
+
+
+def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=None, shuffle=True, seed=0,
+        progress=True, jsonl=None, graph=False, solver=None, clip=None):
+    """Train ``net`` for ``epochs`` epochs on minibatches of ``batch_size`` samples of ``x`` and ``y`` (the last
+    one smaller where they do not divide), shuffled by ``numpy.random.default_rng(seed)`` every epoch unless
+    ``shuffle=False``; return the metrics of each epoch, a list of dicts (``Fitting.run``).
+
+    ``optimizer``: ``SGD``, ``Adam`` or ``AdamW``, or a learning rate eta for ``SGD(eta)``; ``schedule``,
+    ``graph``, ``solver`` and ``clip`` are ``train_step``'s. ``validation=(x, y)``: data scored after every
+    epoch. ``progress``: a tqdm bar of the run on stderr, shown on a terminal only. ``jsonl``: a path or an
+    open text file, one JSON line of metrics per epoch, as ``leapfrog-train --metrics`` writes them. A loss
+    that becomes NaN or Inf (or, with ``check_finite``, a gradient) raises ``FloatingPointError``, naming
+    the epoch and the step."""
+    run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
+                  seed=seed, graph=graph, solver=solver, clip=clip)
+    with contextlib.ExitStack() as stack:
+        if jsonl is not None and not hasattr(jsonl, "write"):
+            jsonl = stack.enter_context(open(jsonl, "w", encoding="utf-8"))
+        return run.run(progress=progress, jsonl=jsonl)
+
+
+class Fitting:
+    """A run of ``fit`` and where it stands: ``epoch`` epochs done, plus ``step_in_epoch`` steps of the next;
+    ``step`` counts every step. Each epoch's batches are a permutation of the samples drawn from ``order``;
+    ``state()`` holds the position and the state of ``order`` before that epoch's draw, and a run made with
+    ``state=`` one goes on from that step exactly as the run it was taken from would have, bit for bit."""
+
+    def __init__(self, net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=None, shuffle=True,
+                 seed=0, graph=False, solver=None, clip=None, state=None):
+        self.net, self.schedule, self.solver = net, schedule, solver
+        self.epochs = _count("epochs", epochs)
+        self.x, self.y = _checked(net, x, y)
+        samples = self.x.shape[-1]
+        self.batch = _count("batch_size", batch_size, samples, f"the {samples} samples of x")
+        if isinstance(optimizer, numbers.Real) and not isinstance(optimizer, bool):
+            optimizer = optimizers.SGD(check_eta(optimizer))
+        if not isinstance(optimizer, optimizers.Optimizer):
+            raise TypeError(f"optimizer must be a learning rate eta (for SGD(eta)), or SGD(...), Adam(...) or "
+                            f"AdamW(...); got {optimizer!r}")
+        self.optimizer = optimizer
+        self.options = {"graph": graph, "solver": solver, "clip": clip}
+        if validation is not None and (not isinstance(validation, (tuple, list)) or len(validation) != 2):
+            raise TypeError(f"validation must be a pair (x, y) of inputs and targets; got {type(validation).__name__}")
+        self.validation = None if validation is None else _checked(net, *validation)
+        self.shuffle, self.order = bool(shuffle), np.random.default_rng(seed)
+        self.steps_per_epoch = math.ceil(samples / self.batch)
+        self.eval_batch = max(self.batch, EVAL_BATCH)
+        self.epoch = self.step_in_epoch = self.step = 0
+        if state is not None:
+            self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
+            self.order.bit_generator.state = state["rng"]
+        self.epoch_rng = self.order.bit_generator.state
+
+    def state(self):
+        """Where the run stands (JSON-able): ``epoch``, ``step_in_epoch``, ``step`` and ``rng``."""
+        return {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch, "step": self.step, "rng": self.epoch_rng}
+
+    def run(self, step=None, epoch=None, progress=True, jsonl=None):
+        """Train until ``epochs`` epochs are done; return each epoch's record: its metrics (``epoch``,
+        ``step``, ``train_loss``; with validation data ``test_loss`` and ``test_accuracy`` or ``test_mse``, as
+        ``evaluate`` names them; ``samples_per_s`` and ``seconds`` of its steps), or what ``epoch`` made of them.
+
+        ``step(n)``: a context manager entered around step n (counted from 0 over the run), left once the step
+        is counted in the position. ``epoch(metrics)``: called after each epoch, the position at the next;
+        returns the epoch's record (None: the metrics). ``progress`` and ``jsonl``: as ``fit``'s.
+        """
+        samples, rank = self.x.shape[-1], 0 if self.net.comm is None else self.net.comm.rank
+        done = self.epoch * samples + min(self.step_in_epoch * self.batch, samples)
+        bar = tqdm(total=self.epochs * samples, initial=done, desc=f"epoch {self.epoch + 1}/{self.epochs}",
+                   unit="sample", unit_scale=True, leave=False, file=sys.stderr,
+                   disable=not progress or rank > 0 or not sys.stderr.isatty())
+        records = []
+        try:  # whatever ends the run, the bar goes first: a line printed then starts a line of its own
+            while self.epoch < self.epochs:
+                bar.set_description(f"epoch {self.epoch + 1}/{self.epochs}")
+                metrics = self._epoch(bar, step or (lambda n: contextlib.nullcontext()), rank == 0)
+                records.append((epoch and epoch(metrics)) or metrics)
+                if jsonl is not None:
+                    jsonl.write(json.dumps(records[-1]) + "\n")
+                    jsonl.flush()
+        finally:
+            bar.close()
+        return records
+
+    def _epoch(self, bar, step, checks_loss):
+        net, x, y, batch = self.net, self.x, self.y, self.batch
+        samples = x.shape[-1]
+        self.epoch_rng = self.order.bit_generator.state
+        permutation = self.order.permutation(samples) if self.shuffle else np.arange(samples)
+        start = checked = time.perf_counter()
+        done = 0
+        for s in range(self.step_in_epoch, self.steps_per_epoch):
+            columns = permutation[s * batch:(s + 1) * batch]
+            x_batch, y_batch = x[..., columns], y[..., columns]
+            with step(self.step):
+                net.train_step(x_batch, y_batch, self.optimizer, self.schedule, **self.options)
+                if net.check_finite:
+                    self._synchronize()
+                self.step, self.step_in_epoch = self.step + 1, s + 1
+            done += columns.size
+            bar.update(columns.size)
+            if checks_loss and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
+                a = to_host(net.feedforward(x_batch, solver=self.solver))
+                loss = self._finite(cost(net.cost, a, to_host(y_batch)) / columns.size)
+                bar.set_postfix(loss=f"{loss:.4f}")
+                checked = time.perf_counter()
+        self._synchronize()
+        seconds = time.perf_counter() - start
+        metrics = {"epoch": self.epoch + 1, "step": self.step,
+                   "train_loss": self._finite(_score(net, x, y, self.eval_batch, self.solver)["loss"])}
+        if self.validation is not None:
+            scored = _score(net, *self.validation, self.eval_batch, self.solver)
+            metrics.update({f"test_{name}": value for name, value in scored.items()})
+        metrics.update(samples_per_s=done / seconds, seconds=seconds)
+        self.epoch, self.step_in_epoch = self.epoch + 1, 0
+        self.epoch_rng = self.order.bit_generator.state
+        return metrics
+
+    def _synchronize(self):
+        """Wait for the steps enqueued; a refused update (``check_finite``) is raised naming its step."""
+        try:
+            self.net.synchronize()
+        except FloatingPointError as error:
+            raise FloatingPointError(f"at epoch {self.epoch + 1}, step {self.step}: {error}") from None
+
+    def _finite(self, loss):
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"the training loss is {loss} after epoch {self.epoch + 1}, step {self.step}")
+        return loss
+
+
+def evaluate(net, x, y, batch_size=EVAL_BATCH, solver=None):
+    """``{"loss": mean cost per sample, "accuracy": ...}`` of ``net`` on inputs ``x`` and targets ``y``: the
+    fraction of outputs whose largest unit is the target's class where the targets are classes (integer
+    labels, or one-hot: 0s and one 1 along the class axis, of two or more units; of equal outputs the first
+    counts, as ``numpy.argmax`` has it), else ``"mse"``, the mean squared error per output value.
+
+    ``feedforward`` runs ``batch_size`` samples at a time, by ``solver`` where the network takes one. A
+    data-parallel network (``net.comm``) scores its rank's share of the samples and sums across ranks."""
+    return _score(net, *_checked(net, x, y), batch_size, solver)
+
+
+def _score(net, x, y, batch_size, solver):
+    """``evaluate`` on a batch already checked (``_checked``)."""
+    y = np.asarray(to_host(y), dtype=np.float64)
+    samples, values = x.shape[-1], y.size
+    labels = _labels(y)
+    if net.comm is not None:
+        share = net.comm.share(samples)
+        x, y, labels = x[..., share], y[..., share], None if labels is None else labels[..., share]
+    total, correct, squared = 0.0, 0, 0.0
+    for start in range(0, x.shape[-1], batch_size):
+        a = np.asarray(to_host(net.feedforward(x[..., start:start + batch_size], solver=solver)), dtype=np.float64)
+        target = y[..., start:start + batch_size]
+        total += cost(net.cost, a, target)
+        if labels is None:
+            squared += float(np.sum((a - target) ** 2))
+        else:
+            correct += int(np.sum(np.argmax(a, axis=-2) == labels[..., start:start + batch_size]))
+    if net.comm is not None:
+        total, correct, squared = net.comm.sum([total, correct, squared])
+    if labels is None:
+        return {"loss": total / samples, "mse": squared / values}
+    return {"loss": total / samples, "accuracy": correct / (values // y.shape[-2])}
+
+
+def predict(net, x, batch_size=EVAL_BATCH, solver=None):
+    """The outputs of ``net`` for ``x``, on the host: ``feedforward`` of ``batch_size`` samples at a time, joined
+    along the samples' axis (the class of each sample: ``argmax`` over axis -2)."""
+    x, _ = net._check_batch(x, None)
+    return np.concatenate([to_host(net.feedforward(x[..., start:start + batch_size], solver=solver))
+                           for start in range(0, x.shape[-1], _count("batch_size", batch_size))], axis=-1)
+
+
+def cost(name, a, y):
+    """C summed over the batch (and a sequence's time steps), for a^L and y: quadratic ``0.5 ||a - y||^2``
+    or cross-entropy ``-y ln a - (1 - y) ln(1 - a)``."""
+    a, y = np.asarray(a, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if name == "quadratic":
+        return 0.5 * float(np.sum((a - y) ** 2))
+    a = np.clip(a, EPSILON, 1 - EPSILON)
+    return -float(np.sum(y * np.log(a) + (1 - y) * np.log1p(-a)))
+
+
+def _labels(y):
+    """The class of each target of ``y`` (a host array, its class axis -2) where they are one-hot, else None."""
+    if y.ndim < 2 or y.shape[-2] < 2 or not np.all((y == 0) | (y == 1)) or not np.all(y.sum(axis=-2) == 1):
+        return None
+    return np.argmax(y, axis=-2)
+
+
+def _checked(net, x, y):
+    """``x`` and ``y`` as a network's batch of them, checked; integer class labels as one-hot targets."""
+    return net._check_batch(x, net._targets(x, y))
+
+
+def _count(name, value, most=None, what=None):
+    """``value``, an integer from 1 to ``most`` (``what``: its words), or a TypeError or ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= 1; got {value!r}")
+    if value < 1 or (most is not None and value > most):
+        raise ValueError(f"{name} must be an integer >= 1{'' if most is None else f', at most {what}'}; got {value!r}")
+    return int(value)

@@ -1,0 +1,338 @@
+"""``fit``, ``evaluate`` and ``predict`` (``core.fitting``): ``fit`` is the loop of ``train_step`` over seeded
+permutations, bit for bit, and a run resumed from its state after any step goes on bit for bit; its metrics and
+``evaluate``'s are the float64 computation from the network's outputs, ties in the argmax going to the first
+class as numpy's; integer class labels are their one-hot targets, step for step; a bad argument is refused with
+what to do, and nothing changes."""
+
+import contextlib
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import assert_bitwise_equal
+from networks import NAMES, network, network_batch
+from leapfrog_gpu import MLP, RNN, SGD, Adam, Add, DagNet, Dense, Leapfrog, reference
+from leapfrog_gpu.core import fitting
+from leapfrog_gpu.rnn import reference as rnn_reference
+
+
+def blobs(samples, seed=0):
+    """Three clusters in 4 dimensions, ``x`` (4, samples), and their class labels (samples,)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, samples)
+    centres = np.array([[2.0, 0, 0, 1], [0, 2.0, 0, -1], [0, 0, 2.0, 0]])
+    return (centres[labels] + 0.5 * rng.standard_normal((samples, 4))).T, labels
+
+
+def classifier(seed=1, **options):
+    return MLP([4, 8, 3], activation="tanh", cost="cross_entropy", dtype="float64", seed=seed, backend="numpy",
+               **options)
+
+
+def host(params):
+    return [np.array(array) for named in params.values() for array in named.values()]
+
+
+# -- fit --------------------------------------------------------------------------------------------------
+
+
+def test_fit_learns_and_every_metric_is_the_direct_computation():
+    x, labels = blobs(120)
+    x_test, labels_test = blobs(60, seed=1)
+    with classifier() as net:
+        metrics = net.fit(x, labels, 6, 16, 0.5, validation=(x_test, labels_test), progress=False)
+        a = reference.feedforward(net.weights, net.biases, x_test, "tanh", "sigmoid")
+        train = reference.cost(net.weights, net.biases, x, np.eye(3)[:, labels], "tanh", "cross_entropy") / 120
+        test = reference.cost(net.weights, net.biases, x_test, np.eye(3)[:, labels_test], "tanh", "cross_entropy") / 60
+    assert [list(m) for m in metrics] == [["epoch", "step", "train_loss", "test_loss", "test_accuracy",
+                                           "samples_per_s", "seconds"]] * 6
+    assert [(m["epoch"], m["step"]) for m in metrics] == [(e, 8 * e) for e in range(1, 7)]  # 8 batches: 7 of 16, 8
+    assert metrics[-1]["train_loss"] < metrics[0]["train_loss"] / 2  # it learns
+    assert metrics[-1]["train_loss"] == pytest.approx(train, rel=1e-12)
+    assert metrics[-1]["test_loss"] == pytest.approx(test, rel=1e-12)
+    assert metrics[-1]["test_accuracy"] == np.mean(np.argmax(a, axis=0) == labels_test) > 0.9
+    assert all(m["samples_per_s"] > 0 and m["seconds"] > 0 for m in metrics)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fit_is_the_loop_of_train_step_over_seeded_permutations(name):
+    """Ten samples in batches of 4 (4, 4, 2), two epochs, Adam under Leapfrog(2): every parameter bit for bit as
+    the loop written out over ``default_rng(seed).permutation``; another seed gives other parameters, and
+    ``shuffle=False`` is the loop in the samples' order."""
+    x, y = network_batch(name, size=10)
+    runs = {}
+    for seed, shuffle in ((3, True), (3, True), (4, True), (3, False)):
+        with network(name, "numpy", dtype="float64") as net:
+            net.fit(x, y, 2, 4, Adam(0.01), Leapfrog(2), seed=seed, shuffle=shuffle, progress=False)
+            runs.setdefault((seed, shuffle), []).append(host(net.parameters()))
+    for seed, shuffle in ((3, True), (3, False)):
+        rng = np.random.default_rng(seed)
+        with network(name, "numpy", dtype="float64") as net:
+            for _ in range(2):
+                order = rng.permutation(10) if shuffle else np.arange(10)
+                for start in (0, 4, 8):
+                    columns = order[start:start + 4]
+                    net.train_step(x[..., columns], y[..., columns], Adam(0.01), Leapfrog(2))
+            assert_bitwise_equal(runs[seed, shuffle][0], host(net.parameters()))
+    assert_bitwise_equal(runs[3, True][1], runs[3, True][0])  # the same seed: the same run
+    assert not all(np.array_equal(a, b) for a, b in zip(runs[4, True][0], runs[3, True][0]))
+
+
+def test_a_run_resumed_from_its_state_after_any_step_goes_on_bit_for_bit():
+    """Stopped after step 5 (of 8 per epoch, by the step hook), its state through JSON, then resumed by a new
+    ``Fitting`` on the same network: the straight run's parameters, and the hooks see every step once."""
+    x, labels = blobs(60)
+    with classifier() as straight:
+        straight.fit(x, labels, 2, 8, SGD(0.3, momentum=0.9), progress=False)
+        want = host(straight.parameters())
+    seen = []
+
+    @contextlib.contextmanager
+    def stop_after_step_5(n):
+        seen.append(n)
+        yield
+        if n == 5:
+            raise KeyboardInterrupt
+
+    with classifier() as net:
+        first = fitting.Fitting(net, x, labels, 2, 8, SGD(0.3, momentum=0.9))
+        with pytest.raises(KeyboardInterrupt):
+            first.run(step=stop_after_step_5, progress=False)
+        state = json.loads(json.dumps(first.state()))
+        assert (state["epoch"], state["step_in_epoch"], state["step"]) == (0, 6, 6)
+        rest = fitting.Fitting(net, x, labels, 2, 8, SGD(0.3, momentum=0.9), state=state)
+        records = rest.run(step=lambda n: seen.append(n) or contextlib.nullcontext(),
+                           epoch=lambda metrics: {"said": metrics["epoch"]}, progress=False)
+        assert_bitwise_equal(host(net.parameters()), want)
+    assert seen == list(range(16)) and records == [{"said": 1}, {"said": 2}]
+
+
+def test_the_metrics_lines_are_what_fit_returns(tmp_path):
+    x, labels = blobs(40)
+    with classifier() as net:
+        returned = net.fit(x, labels, 3, 16, 0.5, validation=(x, labels), jsonl=tmp_path / "m.jsonl", progress=False)
+    assert [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()] == returned
+    written = io.StringIO()
+    with classifier() as net:
+        net.fit(x, labels, 1, 16, 0.5, jsonl=written, progress=False)
+    (line,) = written.getvalue().splitlines()
+    assert list(json.loads(line)) == ["epoch", "step", "train_loss", "samples_per_s", "seconds"]
+
+
+def test_the_bar_counts_the_samples_of_the_whole_run_on_a_terminal(monkeypatch, capsys):
+    x, labels = blobs(40)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with classifier() as net:
+        net.fit(x, labels, 2, 16, 0.5, progress=False)
+        assert capsys.readouterr().err == ""
+        net.fit(x, labels, 2, 16, 0.5)
+    err = capsys.readouterr().err
+    assert err.startswith("\repoch 1/2:   0%") and "epoch 2/2: " in err and "epoch 3" not in err, err
+    assert "/80.0 [" in err and "/40.0 [" not in err, err  # one bar for the run: 2 epochs of 40 samples
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    with classifier() as net:
+        net.fit(x, labels, 1, 16, 0.5)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step(monkeypatch):
+    monkeypatch.setattr(fitting, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
+    x, y = blobs(20)[0], np.full((2, 20), 1e3)
+    with MLP([4, 8, 2], activation="relu", dtype="float64", backend="numpy", output_activation="identity") as net:
+        with pytest.raises(FloatingPointError, match=r"^the training loss is (inf|nan) after epoch 1, step 1$"):
+            net.fit(x, y, 2, 10, 1e200, progress=False)
+
+
+def test_a_refused_update_stops_the_run_at_its_step():
+    """``check_finite``: w^2 x overflows at the first step, whose update is refused: the run stops there, the
+    parameters as they were."""
+    with MLP([2, 3, 2], activation="relu", dtype="float64", backend="numpy", output_activation="identity",
+             check_finite=True) as net:
+        net.set_parameters({2: {"w": np.full((3, 2), 1e200)}})
+        before = host(net.parameters())
+        with pytest.raises(FloatingPointError, match=r"^at epoch 1, step 0: nabla_w\[3\] holds NaN or Inf; update "
+                                                     r"refused, parameters unchanged$"):
+            net.fit(np.full((2, 6), 1e200), np.zeros((2, 6)), 2, 3, 0.1, progress=False)
+        assert_bitwise_equal(host(net.parameters()), before)
+
+
+# -- evaluate and predict -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cost", ["quadratic", "cross_entropy"])
+def test_evaluate_is_the_float64_computation_in_any_chunking(cost):
+    rng = np.random.default_rng(3)
+    x, labels = rng.random((6, 23)), rng.integers(0, 4, 23)
+    y = np.eye(4)[:, labels]
+    with MLP([6, 9, 9, 4], activation="tanh", cost=cost, dtype="float64", backend="numpy") as net:
+        whole, chunked, given = net.evaluate(x, y, 23), net.evaluate(x, y, 5), net.evaluate(x, labels, 5)
+        output = "sigmoid" if cost == "cross_entropy" else "tanh"
+        expected = reference.cost(net.weights, net.biases, x, y, "tanh", cost, output) / 23
+        a = reference.feedforward(net.weights, net.biases, x, "tanh", output)
+    assert whole["loss"] == pytest.approx(expected, rel=1e-12) and chunked["loss"] == pytest.approx(expected, rel=1e-12)
+    assert whole["accuracy"] == chunked["accuracy"] == np.mean(a.argmax(axis=0) == labels)
+    assert given == chunked  # integer labels: their one-hot targets
+
+
+def test_of_equal_outputs_the_first_class_counts():
+    """w^L = 0 and b^L = (0, 1, 1): every sample's outputs are sigma(0), sigma(1), sigma(1), and class 1 is its
+    argmax, as numpy's (the first of the largest); b^L = 0: class 0."""
+    x, labels = blobs(30)
+    with classifier() as net:
+        for b, winner in (([0.0, 1.0, 1.0], 1), ([0.0, 0.0, 0.0], 0)):
+            net.set_parameters({3: {"w": np.zeros((3, 8)), "b": np.array(b)}})
+            assert net.evaluate(x, labels)["accuracy"] == np.mean(labels == winner) > 0
+
+
+def test_regression_targets_give_the_mean_squared_error():
+    x = np.random.default_rng(1).random((4, 12))
+    y = np.random.default_rng(2).standard_normal((2, 12))  # not classes: no accuracy
+    with MLP([4, 5, 2], activation="tanh", dtype="float64", backend="numpy", output_activation="identity") as net:
+        scored = net.evaluate(x, y, batch_size=5)
+        a = reference.feedforward(net.weights, net.biases, x, "tanh", "identity")
+    assert list(scored) == ["loss", "mse"]
+    assert scored["mse"] == pytest.approx(np.mean((a - y) ** 2), rel=1e-12)
+    assert scored["loss"] == pytest.approx(0.5 * np.sum((a - y) ** 2) / 12, rel=1e-12)
+
+
+def test_an_rnn_with_an_output_at_every_step_scores_every_step():
+    rng = np.random.default_rng(4)
+    x, labels = rng.standard_normal((5, 3, 7)), rng.integers(0, 3, (5, 7))
+    with RNN([3, 6, 3], "tanh", "cross_entropy", "every", dtype="float64", seed=2, backend="numpy") as net:
+        scored, outputs = net.evaluate(x, labels, batch_size=3), net.predict(x, batch_size=3)
+        a = rnn_reference.feedforward(net.weights, net.recurrent, net.biases, x, "tanh", "sigmoid", "every")
+    assert outputs.shape == (5, 3, 7) and isinstance(outputs, np.ndarray)
+    np.testing.assert_allclose(outputs, a, rtol=1e-12)
+    assert scored["accuracy"] == np.mean(np.argmax(a, axis=1) == labels)  # over 5 steps x 7 sequences
+
+
+def test_predict_is_feedforward_in_batches():
+    x, _ = blobs(10)
+    with classifier() as net:
+        predicted = net.predict(x, batch_size=4)
+        a = reference.feedforward(net.weights, net.biases, x, "tanh", "sigmoid")
+    assert predicted.shape == (3, 10)
+    np.testing.assert_allclose(predicted, a, rtol=1e-12)
+
+
+def test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is():
+    y = np.array([[1.0, 0.0]])
+    assert np.isfinite(fitting.cost("cross_entropy", np.array([[0.0, 1.0]], dtype=np.float32), y))
+    assert fitting.cost("cross_entropy", np.array([[0.5, 0.5]]), y) == pytest.approx(2 * np.log(2))
+    assert np.isnan(fitting.cost("cross_entropy", np.array([[np.nan, 0.5]]), y))
+    assert np.isnan(fitting.cost("quadratic", np.array([[np.nan, 0.5]]), y))
+
+
+# -- integer class labels ------------------------------------------------------------------------------------
+
+
+def labelled(kind):
+    """A network of kind ``kind`` with a sigmoid (the MLP's: tanh) output of 3 classes, a batch of 5, its labels and their
+    one-hot targets."""
+    rng = np.random.default_rng(5)
+    if kind == "MLP":
+        make = lambda: MLP([4, 6, 3], "tanh", dtype="float64", backend="numpy")  # noqa: E731
+        x, labels = rng.random((4, 5)), rng.integers(0, 3, 5)
+    elif kind == "DagNet":
+        make = lambda: DagNet(4, [("h", Dense(6, "tanh"), "x"), ("out", Dense(3, "sigmoid"), "h")],  # noqa: E731
+                              cost="cross_entropy", dtype="float64", backend="numpy")
+        x, labels = rng.random((4, 5)), rng.integers(0, 3, 5)
+    else:
+        output = kind.split("-")[1]
+        make = lambda: RNN([4, 6, 3], "tanh", "cross_entropy", output, dtype="float64", backend="numpy")  # noqa: E731
+        x, labels = rng.standard_normal((6, 4, 5)), rng.integers(0, 3, (6, 5) if output == "every" else 5)
+    return make, x, labels, np.moveaxis(np.eye(3)[labels], -1, -2)
+
+
+@pytest.mark.parametrize("kind", ["MLP", "DagNet", "RNN-last", "RNN-every"])
+def test_integer_labels_step_as_their_one_hot_targets(kind):
+    make, x, labels, one_hot = labelled(kind)
+    assert one_hot.shape == ((6, 3, 5) if kind == "RNN-every" else (3, 5))
+    got = {}
+    for name, y in (("labels", labels), ("one-hot", one_hot), ("int32", labels.astype(np.int32))):
+        with make() as net:
+            net.train_step(x, y, Adam(0.01), Leapfrog(2))
+            got[name] = host(net.parameters())
+    assert_bitwise_equal(got["labels"], got["one-hot"])
+    assert_bitwise_equal(got["int32"], got["one-hot"])
+
+
+def test_one_sample_takes_its_class_as_a_number():
+    """x (n_1,) and y 2: the one-hot column (0, 0, 1); its output is still a^L of that one sample."""
+    x = np.random.default_rng(9).random(4)
+    with MLP([4, 6, 3], dtype="float64", backend="numpy") as net:
+        given, one_hot = net.gradients(x, 2), net.gradients(x, [0.0, 0.0, 1.0])
+        assert_bitwise_equal(host(given), host(one_hot))
+        assert net.feedforward(x).shape == (3, 1)
+    with RNN([4, 6, 3], "tanh", "cross_entropy", dtype="float64", backend="numpy") as net:
+        assert net.feedforward(np.ones((5, 4))).shape == (3, 1)  # one sequence, its output at the last step
+
+
+def test_a_single_output_takes_its_targets_without_their_axis():
+    x, y = np.random.default_rng(6).random((4, 7)), np.arange(7.0)
+    nets = [MLP([4, 5, 1], dtype="float64", backend="numpy", output_activation="identity") for _ in range(2)]
+    nets[0].train_step(x, y, SGD(0.1))
+    nets[1].train_step(x, y[None], SGD(0.1))
+    assert_bitwise_equal(host(nets[0].parameters()), host(nets[1].parameters()))
+    for net in nets:
+        net.close()
+
+
+REFUSALS = [
+    (lambda net, x, labels: net.train_step(x, [0, 3, 1, 2, 0], SGD(0.1)), ValueError,
+     "y holds class label 3 at index 1; labels must lie in 0..2 (an MLP's 3 outputs, one per class): one-hot "
+     "encode other targets as shape (3, 5)"),
+    (lambda net, x, labels: net.fit(x, -labels - 1, 1, 5, 0.1), ValueError, "y holds class label -1 at index 0; "),
+    (lambda net, x, labels: net.gradients(x, labels.astype(float)), ValueError,
+     "y must be integer class labels or targets of shape (3, 5); got shape (5,) of dtype float64: for class labels, "
+     "pass y.astype(int)"),
+    (lambda net, x, labels: net.train_step(x, labels[:4], SGD(0.1)), ValueError,
+     "y must have shape (3, B) or (3,) for sizes [4, 6, 3]; got (4, 1)"),
+    (lambda net, x, labels: net.fit(x, np.eye(3)[:, labels][:, :4], 1, 2, 0.1), ValueError,
+     "x and y must hold the same number of samples; got 5 and 4"),
+    (lambda net, x, labels: net.fit(x, labels, 0, 2, 0.1), ValueError, "epochs must be an integer >= 1; got 0"),
+    (lambda net, x, labels: net.fit(x, labels, 1.5, 2, 0.1), TypeError, "epochs must be an integer >= 1; got 1.5"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 6, 0.1), ValueError,
+     "batch_size must be an integer >= 1, at most the 5 samples of x; got 6"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 0, 0.1), ValueError, "batch_size must be an integer >= 1"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, -0.1), ValueError,
+     "eta (the learning rate) must be a finite number >= 0; got -0.1"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, "adam"), TypeError,
+     "optimizer must be a learning rate eta (for SGD(eta)), or SGD(...), Adam(...) or AdamW(...); got 'adam'"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, validation=x), TypeError,
+     "validation must be a pair (x, y) of inputs and targets; got ndarray"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, validation=(x, labels + 3)), ValueError,
+     "y holds class label 3 at index 0"),
+    (lambda net, x, labels: net.evaluate(x, labels[:, None]), ValueError, "y must have shape (3, B) or (3,)"),
+    (lambda net, x, labels: net.predict(x, batch_size=0), ValueError, "batch_size must be an integer >= 1; got 0"),
+]
+
+
+@pytest.mark.parametrize("call, error, message", REFUSALS, ids=[f"refusal-{i}" for i in range(len(REFUSALS))])
+def test_bad_arguments_are_refused_with_what_to_do_and_change_nothing(call, error, message):
+    x, labels = np.random.default_rng(7).random((4, 5)), np.array([0, 2, 1, 1, 0])
+    with MLP([4, 6, 3], dtype="float64", backend="numpy") as net:
+        before = host(net.parameters())
+        with pytest.raises(error) as raised:
+            call(net, x, labels)
+        assert str(raised.value).startswith(message), str(raised.value)
+        assert_bitwise_equal(host(net.parameters()), before)
+
+
+def test_labels_for_an_output_that_is_not_one_of_classes_are_refused_with_the_hint():
+    x, labels = np.random.default_rng(8).random((4, 5)), np.array([0, 2, 1, 1, 0])
+    with MLP([4, 6, 3], dtype="float64", backend="numpy", output_activation="identity") as net:
+        with pytest.raises(ValueError) as raised:
+            net.fit(x, labels, 1, 5, 0.1)
+    assert str(raised.value) == ("y must have shape (3, 5) for an MLP of identity outputs: class labels of shape (5,) "
+                                 "are one-hot encoded for outputs of classes (sigmoid, tanh or relu) only; pass targets")
+    summed = DagNet(4, [("h", Dense(3, "tanh"), "x"), ("g", Dense(3, "sigmoid"), "h"), ("out", Add(), ["g", "h"])],
+                    dtype="float64", backend="numpy")
+    with summed, pytest.raises(ValueError, match=r"^y must have shape \(3, 5\) for a DagNet of Add\(\) outputs"):
+        summed.fit(x, labels, 1, 5, 0.1)
+    with RNN([4, 6, 3], "tanh", "quadratic", "every", dtype="float64", backend="numpy", output_activation="identity") \
+            as net, pytest.raises(ValueError, match=r"^y must have shape \(6, 3, 5\) for an RNN of identity outputs"):
+        net.gradients(np.zeros((6, 4, 5)), np.zeros((6, 5), dtype=int))

@@ -33,8 +33,9 @@ def test_two_ranks_reach_the_accuracy_of_one_process_with_the_whole_batch(tmp_pa
     lines = out.splitlines()
     assert lines[0].startswith("digits: 1437 train, 360 test samples")
     assert lines[1].startswith("numpy Leapfrog(k=2) | 3 epochs of 23 steps, batch 32 on each of 2 ranks, lr 0.1")
-    assert [line.split()[:2] for line in lines[2:5]] == [["epoch", "1/3"], ["epoch", "2/3"], ["epoch", "3/3"]]
-    assert len(lines) == 6 and lines[5].startswith("done: 3 epochs")  # rank 0 alone prints
+    assert lines[2].startswith("estimate: about ")
+    assert [line.split()[:2] for line in lines[3:6]] == [["epoch", "1/3"], ["epoch", "2/3"], ["epoch", "3/3"]]
+    assert len(lines) == 7 and lines[6].startswith("done: 3 epochs")  # rank 0 alone prints
     assert cli("--batch-size", 64, "--epochs", 3, "--backend", "numpy", "--quiet", "--metrics", one / "metrics.jsonl",
                "--checkpoint-dir", one) == 0
     two_metrics, one_metrics = ([json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
@@ -61,8 +62,8 @@ def test_two_ranks_train_the_recurrent_and_residual_networks_as_one_process_does
                      timeout=120)
     lines = out.replace("\n  ", " ").splitlines()
     assert lines[0].startswith("teacher") and " | 2 epochs of 19 steps, batch 8 on each of 2 ranks, " in lines[1]
-    assert [line.split()[:2] for line in lines[2:4]] == [["epoch", "1/2"], ["epoch", "2/2"]]
-    assert len(lines) == 5 and lines[4].startswith("done: 2 epochs, test mse ")  # rank 0 alone prints
+    assert [line.split()[:2] for line in lines[3:5]] == [["epoch", "1/2"], ["epoch", "2/2"]]
+    assert len(lines) == 6 and lines[5].startswith("done: 2 epochs, test mse ")  # rank 0 alone prints
     assert cli(*common, "--batch-size", 16, "--quiet", "--metrics", one / "m.jsonl", "--checkpoint-dir", one) == 0
     two_metrics, one_metrics = ([json.loads(line) for line in (d / "m.jsonl").read_text().splitlines()]
                                 for d in (two, one))

@@ -46,7 +46,7 @@ import numpy as np
 from ... import datasets
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
-from . import checkpoint, models
+from . import checkpoint, estimate, models
 from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
@@ -242,6 +242,12 @@ def _run(config, dataset, net, report, state, why):
     if config["profile_steps"] and config["timeline"] is None and net.backend.name != "cupy" and training.rank == 0:
         print(fitted(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
                      "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)"), file=sys.stderr)
+    remaining = training.steps_per_epoch * config["epochs"] - training.step
+    try:
+        calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
+    except ValueError as error:  # the run's own step, refused as set up
+        raise Refused(str(error)) from None
+    estimate.ask(config, *calibrated, report, training.ranks)
     with warnings.catch_warnings():
         # The run checks the loss itself and stops with exit status 3: NumPy's warnings would only repeat it.
         warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)

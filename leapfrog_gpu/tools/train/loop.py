@@ -93,14 +93,7 @@ class Training:
                                clip=config["clip_grad_norm"], state=state)
         self.steps_per_epoch = self.fitting.steps_per_epoch
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
-        self.divergence = None
-        if not config["allow_divergence"]:
-            state = state or {}
-            start = state.get("start_loss")  # None: a checkpoint written without it; start from here
-            if start is None:
-                start = evaluate(net, dataset.x_train, dataset.y_train, self.fitting.eval_batch, self.solver)["loss"]
-            chance = chance_loss(net.cost, dataset.y_train)
-            self.divergence = Divergence(start, chance, state.get("epochs_at_chance", 0))
+        self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)
         timeline = None if config["timeline"] is None or self.rank > 0 else {
             "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
@@ -145,6 +138,14 @@ class Training:
         if self.config["checkpoint_dir"] and self.rank == 0:
             checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
 
+    def _divergence(self):
+        """The divergence rule from the loss at the start (the checkpoint's, where it holds one)."""
+        net, data, state = self.net, self.data, self._resumed
+        start = state.get("start_loss")  # None: a checkpoint written without it; start from here
+        if start is None:
+            start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
+        return Divergence(start, chance_loss(net.cost, data.y_train), state.get("epochs_at_chance", 0))
+
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran).
 
@@ -153,6 +154,8 @@ class Training:
         are the same one, and a later one raises ``KeyboardInterrupt`` at once, once a checkpoint under way is
         written.
         """
+        if not self.config["allow_divergence"] and self.divergence is None:
+            self.divergence = self._divergence()
         try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 self.interrupt = interrupt

@@ -29,7 +29,7 @@ DEFAULTS = {
     "check_finite": False, "allow_divergence": False, "quiet": False, "metrics": None, "checkpoint_dir": None,
     "resume": False, "profile_steps": None, "timeline": None, "bucket_mb": 0.0,
     "comm_timeout": parallel.DEFAULT_TIMEOUT, "optimizer": "sgd", "momentum": None, "nesterov": False,
-    "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None,
+    "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None, "yes": False,
 }
 """Every option's default for ``--model mlp`` and ``resmlp`` (``lr``: the data's, ``LR``). The digits default
 reaches about 97 % test accuracy in 30 epochs."""
@@ -281,6 +281,8 @@ def build_parser(model=DEFAULTS["model"]):
     group.add_argument("--blas-threads", type=integer(1), metavar="N",
                        help="numpy backend: BLAS threads per host stream, for its matrix products (default 1: the "
                             "streams are threads already)")
+    group.add_argument("--yes", action="store_true", help="start a run estimated at more than 10x the leapfrog "
+                       "schedule's without asking (docs/training.md)")
     group = p.add_argument_group("output and checkpoints")
     group.add_argument("--quiet", action="store_true", help="no progress bar or epoch lines, only the result")
     group.add_argument("--metrics", metavar="FILE",

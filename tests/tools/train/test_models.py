@@ -173,7 +173,7 @@ def test_header_epoch_lines_and_graph_steps_bitwise_the_eager_ones(tmp_path, cap
     assert re.fullmatch(r"numpy \(auto: CuPy is not installed\) Leapfrog\(k=2\) \| 2 epochs of 8 steps, batch 8, "
                         r"lr 0\.0\d+", out[1]), out  # the backend and why
     assert all(re.fullmatch(r"epoch [12]/2  train loss \d\.\d{4}  test loss \d\.\d{4}  test mse \d\.\d{4}  "
-                            r"[\d,]+ samples/s", line) for line in out[2:4]), out
+                            r"[\d,]+ samples/s", line) for line in out[3:5]), out
     assert cli(*SMALL[model], "--epochs", 2, "--quiet", "--graph", "--checkpoint-dir", tmp_path / "graph") == 0
     assert_bitwise_equal(parameters(tmp_path / "graph")[0], parameters(tmp_path / "eager")[0])
 

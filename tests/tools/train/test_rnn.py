@@ -30,7 +30,7 @@ def test_the_header_and_epoch_lines_fit_100_columns(capsys):
                       "float32")
     assert out[1] == "numpy (auto: CuPy is not installed) Leapfrog(k=2) | 2 epochs of 90 steps, batch 16, lr 0.1"
     assert re.fullmatch(r"epoch 1/2  train loss \d\.\d{4}  test loss \d\.\d{4}  test accuracy \d+\.\d\d%  "
-                        r"[\d,]+ samples/s", out[2]) and out[4].startswith("done: 2 epochs, test accuracy ")
+                        r"[\d,]+ samples/s", out[3]) and out[5].startswith("done: 2 epochs, test accuracy ")
     assert max(map(len, out)) <= 100, out
 
 

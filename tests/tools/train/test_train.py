@@ -42,7 +42,8 @@ def test_default_like_run_reaches_accuracy(tmp_path, capsys):
     assert out[0] == ("digits: 1437 train, 360 test samples | MLP [64, 128, 128, 128, 128, 10] tanh, cross_entropy, "
                       "float32")
     assert out[1].endswith(" Leapfrog(k=2) | 10 epochs of 45 steps, batch 32, lr 0.1") and "(auto: " in out[1]
-    assert len(out) == 13 and out[11].startswith("epoch 10/10  train loss ") and out[12].startswith("done: 10 epochs")
+    assert out[2] == "estimate: about 1 s for the run"  # tests/tools/train/conftest.py's
+    assert len(out) == 14 and out[12].startswith("epoch 10/10  train loss ") and out[13].startswith("done: 10 epochs")
     assert max(len(line) for line in out) <= 100, "every line fits 100 columns"
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [line["epoch"] for line in lines] == list(range(1, 11))
@@ -214,7 +215,7 @@ def test_progress_bar_and_batch_loss(capsys, monkeypatch):
     assert cli("--hidden", "4x16", "--epochs", 1) == 0
     captured = capsys.readouterr()
     assert "epoch 1/1:" in captured.err and "loss=" in captured.err and "sample/s" in captured.err
-    header, epoch, _ = captured.out.splitlines()[1:]
+    header, _, epoch, _ = captured.out.splitlines()[1:]
     assert " Leapfrog(k=2) | " in header and epoch.startswith("epoch 1/1  train loss ") and epoch.endswith(" samples/s")
 
 
@@ -408,7 +409,7 @@ def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(c
     monkeypatch.setattr(MLP, "train_step", ctrl_c_at_the_first_step)
     assert cli() == 130
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 and max(len(line) for line in out) <= 100, out
+    assert len(out) == 3 and max(len(line) for line in out) <= 100, out  # the header and the estimate
 
 
 def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
@@ -420,7 +421,7 @@ def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu
     assert as_meant(out).splitlines() == [
         f"digits: 1437 train, 360 test samples MLP {[64] + [100] * 12 + [10]} tanh, cross_entropy, float32",
         "numpy (auto: no usable GPU, see stderr) Leapfrog(k=2, fused=True) as a graph "
-        "30 epochs of 45 steps, batch 32, lr 0.1"]
+        "30 epochs of 45 steps, batch 32, lr 0.1", "estimate: about 1 s for the run"]
 
 
 def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu, capsys, monkeypatch):

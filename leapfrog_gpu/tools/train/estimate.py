@@ -1,0 +1,104 @@
+"""The cost of a run, estimated before it starts, and a question before one that would take far longer than it
+needs to.
+
+A short calibration on a network of the run's own (a copy, dropped after, so that the run is unchanged): one
+step of the run's configuration and one forward pass of an evaluation batch by its forward solver, timed, and the
+same under the leapfrog schedule (``Leapfrog(2)``, node by node, step by step, eagerly); each scaled to the run's
+steps and to its passes over the training set (at the start and after every epoch) and the test set. A run estimated at more than
+``SLOWER`` times the leapfrog schedule's asks before it starts (``--yes`` does not ask; off a terminal, or under
+mpiexec, it warns and starts).
+"""
+
+import math
+import sys
+import time
+
+from ...core.fitting import EVAL_BATCH
+from ..schedules import make_schedule
+from . import models
+from .options import PROG, UsageError, make_optimizer
+
+SLOWER = 10
+"""How many times the leapfrog schedule's estimate a run may take before the command asks."""
+
+AGAIN = 0.5
+"""Seconds under which a calibration pass is timed a second time (its first call plans, or captures a graph)."""
+
+
+def calibrate(config, dataset, backend, remaining):
+    """``(seconds, leapfrog)``: the estimates of the ``remaining`` steps of the run of ``config`` on ``dataset``
+    (and of the evaluations after each epoch left) on ``backend``, and of the same under the leapfrog schedule;
+    ``leapfrog`` is ``seconds`` itself where the run is the leapfrog schedule's."""
+    network = models.NETWORK[config["model"]]
+    run = (make_schedule(network, config["schedule"], config["k"], config["fused"]), models.forward_solver(config),
+           config["graph"])
+    seconds = _estimate(config, dataset, backend, remaining, *run)
+    leapfrog = (make_schedule(network, "leapfrog", 2, False), None, False)
+    same = repr(run[0]) == repr(leapfrog[0]) and run[1] is None and not run[2]
+    return seconds, seconds if same else _estimate(config, dataset, backend, remaining, *leapfrog)
+
+
+def ask(config, seconds, leapfrog, report, ranks):
+    """Print the estimate; where it exceeds ``SLOWER`` times ``leapfrog``, ask before the run starts (a
+    ``UsageError`` if the answer is not yes) or, off a terminal or under mpiexec, warn."""
+    versus = "" if seconds is leapfrog else f" (the leapfrog schedule without a forward solver: {duration(leapfrog)})"
+    report.line(f"estimate: {duration(seconds)} for the run{versus}")
+    if seconds <= SLOWER * leapfrog or config["yes"] or report.rank > 0:
+        return
+    what = (f"{PROG}: this run is estimated at {seconds / leapfrog:,.0f}x the leapfrog schedule's "
+            f"({duration(seconds)} against {duration(leapfrog)})")
+    if ranks > 1 or not sys.stdin.isatty():
+        print(f"{what}; starting it (--yes starts it without this warning)", file=sys.stderr, flush=True)
+        return
+    try:
+        answer = input(f"{what}. Start it? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise UsageError("not started: pass --yes to start it without asking, or choose a faster --schedule or "
+                         "--forward-solver")
+
+
+def duration(seconds):
+    """``seconds`` as a person reads a duration: "about 40 s", "about 9 min", "about 3.2 h"."""
+    if seconds < 60:
+        return f"about {max(seconds, 0.1):.2g} s" if seconds < 10 else f"about {seconds:.0f} s"
+    if seconds < 3600:
+        return f"about {seconds / 60:.0f} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+def _estimate(config, dataset, backend, remaining, schedule, solver, graph):
+    """Seconds of ``remaining`` steps of ``schedule`` and of the evaluations of the epochs they reach, from one
+    timed step and one timed forward pass on a new network of ``config``."""
+    x, y = dataset.x_train, dataset.y_train
+    batch, samples = config["batch_size"], x.shape[-1]
+    evaluated = min(samples, max(batch, EVAL_BATCH))
+    forward = {} if solver is None else {"solver": solver}
+    with models.network({**config, "check_finite": False}, dataset, backend) as net:  # the run checks its own
+        optimizer = make_optimizer(config)
+
+        def step():
+            net.train_step(x[..., :batch], y[..., :batch], optimizer, schedule, graph=graph,
+                           clip=config["clip_grad_norm"], **forward)
+            net.synchronize()
+
+        step_seconds = _timed(step)
+        pass_seconds = _timed(lambda: net.feedforward(x[..., :evaluated], **forward))
+    steps_per_epoch = math.ceil(samples / (batch * config["ranks"]))
+    epochs = math.ceil(remaining / steps_per_epoch)
+    evaluations = (samples + epochs * (samples + dataset.x_test.shape[-1])) / evaluated  # the start's loss too
+    return remaining * step_seconds + evaluations * pass_seconds
+
+
+def _timed(call):
+    """Seconds of ``call()``: its first call's, or its second's where the first took under ``AGAIN``."""
+    start = time.perf_counter()
+    call()
+    seconds = time.perf_counter() - start
+    if seconds < AGAIN:
+        start = time.perf_counter()
+        call()
+        seconds = time.perf_counter() - start
+    return seconds
+

@@ -1,0 +1,13 @@
+"""The estimate before each run (``estimate.calibrate``) taken as 1 s, for the run and for the leapfrog schedule, in
+every test of the command but ``test_estimate.py``'s: its calibration steps a network of its own, which would
+count among the steps that tests count, interrupt or fail on purpose."""
+
+import pytest
+
+from leapfrog_gpu.tools.train import estimate
+
+
+@pytest.fixture(autouse=True)
+def one_second_estimate(request, monkeypatch):
+    if request.module.__name__.rpartition(".")[2] != "test_estimate":
+        monkeypatch.setattr(estimate, "calibrate", lambda config, dataset, backend, remaining: (1.0, 1.0))

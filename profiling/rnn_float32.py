@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
+from leapfrog_gpu.core.torch_io import INSTALL
 from leapfrog_gpu.reference import sigma_prime
 from leapfrog_gpu.rnn import reference
 
@@ -112,7 +113,7 @@ def main(argv=None):
         import torch
     except ImportError:
         torch = None
-        print("torch does not import: no PyTorch column (pip install -e '.[torch]')")
+        print(f"torch does not import: no PyTorch column ({INSTALL})")
     for sizes, seed, output in CANCELLING:
         with RNN(sizes, "relu", "quadratic", output, dtype="float32", seed=seed, backend="numpy",
                  output_activation="identity") as net:

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import pytest
 
+from leapfrog_gpu.core.torch_io import INSTALL
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted({ROOT / "README.md", ROOT / "kernels" / "README.md", *ROOT.glob("docs/*.md"),
                     *ROOT.glob("profiling/**/*.md")})
@@ -183,7 +185,7 @@ def test_python_blocks_run(path):
     ran = [json.loads(line)["where"] for line in err.splitlines() if line.startswith('{"where"')]
     assert ran == [b.where for b in chosen if not b.not_run], err
     if skipped is not None:
-        pytest.skip(f"torch does not import (pip install -e '.[torch]'): {skipped.where} and the blocks after it "
+        pytest.skip(f"torch does not import ({INSTALL}): {skipped.where} and the blocks after it "
                     "were not run")
 
 

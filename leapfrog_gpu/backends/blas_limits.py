@@ -7,15 +7,24 @@ the setting back. The holders form a stack: the newest open one's setting is in 
 brings back what was in force before it was held, and releasing one below it changes nothing now but
 hands what it found on to the holder above, so that the threads from before the stack come back when
 its last holder is released, in whatever order they are.
+
+``release`` never waits: a finalizer calls it (a network collected unclosed), on any thread, perhaps while
+this very thread is inside ``hold``. A ticket released while another call has the stack is taken off by that
+call before it lets go. Bringing the threads back is left to the thread that held the newest ticket (for
+OpenBLAS threadpoolctl heeds only the thread that set them, while it lives): released on another thread, that
+ticket comes off at its holder's next ``hold`` or ``release``.
 """
 
+import itertools
 import threading
 
 import threadpoolctl
 
 _lock = threading.Lock()
 _stack = []  # [ticket, limiter]: the limiter restores what was in force before that ticket's hold
-_tickets = iter(range(1, 2**63))
+_holders = {}  # ticket -> the thread that held it
+_released = []  # tickets released and not yet taken off the stack
+_tickets = itertools.count(1)
 
 
 def hold(threads):
@@ -23,17 +32,45 @@ def hold(threads):
     with _lock:
         ticket = next(_tickets)
         _stack.append([ticket, threadpoolctl.threadpool_limits(threads, user_api="blas")])
-        return ticket
+        _holders[ticket] = threading.current_thread()
+    _settle()
+    return ticket
 
 
 def release(ticket):
-    """Give back what ``hold`` returned ``ticket`` for; a ticket already released is ignored."""
-    with _lock:
-        place = next((i for i, (held, _) in enumerate(_stack) if held == ticket), None)
-        if place is None:
+    """Give back what ``hold`` returned ``ticket`` for; a ticket already released is ignored. Never waits."""
+    _released.append(ticket)
+    _settle()
+
+
+def _settle():
+    """Take off the stack the released tickets this thread may take off, unless another call has the stack;
+    again while one released meanwhile waits."""
+    while _lock.acquire(blocking=False):
+        try:
+            for ticket in [ticket for ticket in _released if _ours(ticket)]:
+                _released.remove(ticket)
+                _take_off(ticket)
+        finally:
+            _lock.release()
+        if not any(map(_ours, _released)):
             return
-        _, limiter = _stack.pop(place)
-        if place < len(_stack):
-            _stack[place][1] = limiter  # the holder above now restores what this one found
-        else:
-            limiter.restore_original_limits()
+
+
+def _ours(ticket):
+    """Whether this thread may take ``ticket`` off: any may, but the newest one's threads come back on its holder's."""
+    holder = _holders.get(ticket)
+    newest = bool(_stack) and _stack[-1][0] == ticket
+    return not newest or holder is threading.current_thread() or not holder.is_alive()
+
+
+def _take_off(ticket):
+    place = next((i for i, (held, _) in enumerate(_stack) if held == ticket), None)
+    if place is None:
+        return
+    del _holders[ticket]
+    _, limiter = _stack.pop(place)
+    if place < len(_stack):
+        _stack[place][1] = limiter  # the holder above now restores what this one found
+    else:
+        limiter.restore_original_limits()

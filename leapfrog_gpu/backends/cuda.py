@@ -15,6 +15,8 @@ lowest. CuPy 14 does not expose ``cudaDeviceGetStreamPriorityRange``; CUDA clamp
 the device's range to its nearest end, so asking for the extremes below gets both ends.
 """
 
+import weakref
+
 import numpy as np
 
 from . import annotate, cublas
@@ -25,6 +27,7 @@ MAIN_PRIORITY = -(2**31)
 """The main stream's priority: the device's highest (lower numbers are higher priorities)."""
 WORKER_PRIORITY = 2**31 - 1
 """The worker streams' priority: the device's lowest."""
+_abandoned = []  # the cuBLAS libraries of backends released unclosed, destroyed after the next device wait
 
 
 class CupyBackend:
@@ -35,6 +38,12 @@ class CupyBackend:
     steps alike, so that they agree to the bit with either chain; without nvmath-python, eager steps call
     ``cupy.matmul`` and graph steps run the chain on our kernels (``CudaOps.capturable_chain``), so that
     they agree only to rounding.
+
+    ``release()`` ends it without a host wait: what a network collected unclosed calls for a backend it made by
+    name, on whatever thread collects it (perhaps inside a capture). The null stream, to whose pool its memory
+    goes back as it is collected, waits for the work queued on its streams; its streams, events and graphs go
+    with the objects that hold them; its cuBLAS handle, whose destruction waits for the device, is destroyed
+    (and its workspace freed) by the next backend made or closed, once the device has run what uses them.
     """
 
     name = "cupy"
@@ -47,6 +56,9 @@ class CupyBackend:
 
         if not cupy.is_available():
             raise RuntimeError("CuPy is installed but no CUDA device is usable; use backend='numpy'")
+        if _abandoned:
+            cupy.cuda.Device().synchronize()
+            _bury()
         self.xp = cupy
         self.device_name = _device_name(cupy)
         self.main = cupy.cuda.Stream(non_blocking=True, priority=MAIN_PRIORITY)
@@ -54,15 +66,16 @@ class CupyBackend:
         self.ops = CudaOps(cupy, chain, blas, why)
         self._workers = []
         self._comm = None
+        self._streams = [self.main]  # every stream it made, for release()
         self._stream_names = {self.main.ptr: "main"}  # a timeline's stream names
         self.timeline = None  # the timing.Timeline recording launches, if any
         self._staging = {}  # (shape, dtype) -> _Staging
         self._kept = {}  # id -> what enqueued work uses, until synchronize()
         self._error = None
-        self._closed = False
+        self.release = weakref.finalize(self, _release, cupy, self._streams, self.ops.blas)
 
     def __repr__(self):
-        state = ", closed" if self._closed else ""
+        state = ", closed" if self.closed else ""
         blas = "nvmath" if self.ops.blas is not None else "cupy.matmul"
         chain = ", chain='kernels'" if self.ops.chain == "kernels" else f", chain='cublas' ({blas})"
         return f"CupyBackend(device={self.device_name!r}{chain}, workers={len(self._workers)}{state})"
@@ -80,6 +93,7 @@ class CupyBackend:
             stream = self.xp.cuda.Stream(non_blocking=True, priority=WORKER_PRIORITY)
             self._stream_names[stream.ptr] = f"worker{len(self._workers)}"
             self._workers.append(stream)
+            self._streams.append(stream)
         return self._workers[:k]
 
     def comm_stream(self):
@@ -88,6 +102,7 @@ class CupyBackend:
         if self._comm is None:
             self._comm = self.xp.cuda.Stream(non_blocking=True)
             self._stream_names[self._comm.ptr] = "comm"
+            self._streams.append(self._comm)
         return self._comm
 
     def event(self, name=""):
@@ -208,21 +223,20 @@ class CupyBackend:
             raise error
 
     def close(self):
-        """Wait for the device and close; an error no ``synchronize()`` reported is dropped, as on host
-        streams."""
-        if not self._closed:
+        """Wait for the device, ``release()`` and destroy the cuBLAS handle; an error no ``synchronize()``
+        reported is dropped, as on host streams."""
+        if not self.closed:
             self.xp.cuda.Device().synchronize()
             self._kept.clear()
-            if self.ops.blas is not None:
-                self.ops.blas.close()
-            self._closed = True
+            self.release()
+            _bury()
 
     @property
     def closed(self):
-        return self._closed
+        return not self.release.alive
 
     def _check_open(self):
-        if self._closed:
+        if self.closed:
             raise RuntimeError("this CupyBackend is closed; create a new one with get_backend('cupy')")
 
 
@@ -244,6 +258,21 @@ class _Staging:
         np.copyto(self.buffers[i], src, casting="same_kind")
         dst.set(self.buffers[i], stream=stream)
         self.copied[i].record(stream)
+
+
+def _release(cupy, streams, blas):
+    """``release()``: the null stream waits for what is queued on ``streams`` (memory freed later goes back to its
+    pool, whose next allocations then come after that work); ``blas`` (None: none) is kept for ``_bury``."""
+    for stream in streams:
+        cupy.cuda.Stream.null.wait_event(stream.record())
+    if blas is not None:
+        _abandoned.append(blas)
+
+
+def _bury():
+    """Destroy the abandoned cuBLAS handles: the caller has waited for the device, so no queued call uses them."""
+    while _abandoned:
+        _abandoned.pop().close()
 
 
 def _device_name(cupy):

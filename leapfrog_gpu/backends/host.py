@@ -26,12 +26,13 @@ same streams, in every mode (``leapfrog_gpu.backends.host_graph``).
 import random
 import threading
 import time
+import weakref
 
 import numpy as np
 
 from . import annotate, blas_limits, host_blas, ops_numpy
 from .host_graph import CaptureError, HostCapture
-from .host_streams import HostEvent, HostStream, Item
+from .host_streams import HostEvent, HostStream, Item, stop
 
 MODES = ("threads", "serial", "deferred")
 ORDERS = ("main-first", "workers-first", "random")
@@ -40,10 +41,13 @@ ORDERS = ("main-first", "workers-first", "random")
 class NumpyBackend:
     """NumPy arrays on host streams. ``with NumpyBackend() as backend: ...`` joins every thread on exit.
 
+    ``release()`` ends it without waiting (``host_streams.stop``): what a network collected unclosed calls
+    for a backend it made by name, on whatever thread collects it.
+
     Args:
         mode: one of ``MODES`` (see the module docstring).
         blas_threads: BLAS threads for the life of the backend (process-wide: ``blas_limits``, given back
-            on ``close()``); ``None`` leaves BLAS as it is.
+            on ``close()`` or ``release()``); ``None`` leaves BLAS as it is.
         order: interleaving of the ``deferred`` mode, one of ``ORDERS``.
         seed: seed of the ``random`` order.
         trace: keep ``self.trace``, a list of ``(stream, what, name)`` in execution order, where what
@@ -78,9 +82,10 @@ class NumpyBackend:
         self._idle = threading.Condition(self._lock)  # notified when no operation is pending
         self._pending = 0
         self._error = None
-        self._closed = False
         host_blas.load()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
-        self._blas = None if blas_threads is None else blas_limits.hold(blas_threads)
+        blas = None if blas_threads is None else blas_limits.hold(blas_threads)
+        self._queues = []  # those of the streams' threads
+        self.release = weakref.finalize(self, stop, self._queues, blas)
         self._streams = []
         self.main = self._new_stream("main")
         self._workers = []
@@ -91,7 +96,7 @@ class NumpyBackend:
     def __repr__(self):
         blas = "" if self.blas_threads is None else f", blas_threads={self.blas_threads}"
         chaos = "" if self.chaos is None else f", chaos={self.chaos}"
-        state = ", closed" if self._closed else ""
+        state = ", closed" if self.closed else ""
         return (f"NumpyBackend(mode={self.mode!r}{blas}{chaos}, workers={len(self._workers)}{state}, "
                 f"blas={host_blas.library()!r})")
 
@@ -111,6 +116,7 @@ class NumpyBackend:
         if self.mode == "threads":
             stream.thread = threading.Thread(target=self._drain, args=(stream,), name=f"leapfrog-{name}", daemon=True)
             stream.thread.start()
+            self._queues.append(stream.queue)
         self._streams.append(stream)
         return stream
 
@@ -227,28 +233,25 @@ class NumpyBackend:
             raise error
 
     def close(self):
-        """Let queued work finish, stop every thread, restore BLAS threads. Safe to call twice."""
-        if self._closed:
+        """Let queued work finish, ``release()``, and wait for every thread to end. Safe to call twice."""
+        if self.closed:
             return
         if self.mode == "threads":
             with self._lock:
                 self._idle.wait_for(lambda: self._pending == 0)
-            for stream in self._streams:
-                stream.queue.put(None)
-            for stream in self._streams:
+        self.release()
+        for stream in self._streams:
+            if stream.thread is not None:
                 stream.thread.join()
-        self._closed = True
-        if self._blas is not None:
-            blas_limits.release(self._blas)
 
     @property
     def closed(self):
-        return self._closed
+        return not self.release.alive
 
     # -- execution ----------------------------------------------------------------------------------
 
     def _check_open(self):
-        if self._closed:
+        if self.closed:
             raise RuntimeError("this NumpyBackend is closed; create a new one with get_backend('numpy')")
 
     def _refuse_in_capture(self, what):
@@ -277,15 +280,23 @@ class NumpyBackend:
             raise error
 
     def _drain(self, stream):
-        """A stream's thread: run each entry (one item, or a graph's items for this stream) in turn."""
-        while (entry := stream.queue.get()) is not None:
-            items, bases = entry
-            for item in items:
-                self._execute(stream, item, bases)
-            with self._lock:
-                self._pending -= 1
-                if self._pending == 0:
-                    self._idle.notify_all()
+        """A stream's thread: run each entry of its queue in turn, until the stop."""
+        while self._run(stream, stream.queue.get()):
+            pass
+
+    def _run(self, stream, entry):
+        """Run one entry (one item, or a graph's items for this stream); False for the stop (None). The entry
+        is dropped on return, not held while the thread waits for the next: a network it names can be collected."""
+        if entry is None:
+            return False
+        items, bases = entry
+        for item in items:
+            self._execute(stream, item, bases)
+        with self._lock:
+            self._pending -= 1
+            if self._pending == 0:
+                self._idle.notify_all()
+        return True
 
     def _execute(self, stream, item, bases=None):
         """Run one item; ``bases`` (a graph's launch) offsets the generations of its events."""

@@ -1,9 +1,11 @@
-"""The pieces of a host stream: its events, its FIFO of operations, and what one operation holds
-(``host.NumpyBackend`` runs them)."""
+"""The pieces of a host stream: its events, its FIFO of operations, what one operation holds, and what ends
+the threads of a backend (``host.NumpyBackend`` runs them)."""
 
 import collections
 import queue
 import threading
+
+from . import blas_limits
 
 
 class HostEvent:
@@ -47,3 +49,18 @@ class Item:
     def __init__(self, kind, name, fn=None, args=(), event=None, generation=0):
         self.kind, self.name, self.fn, self.args = kind, name, fn, args
         self.event, self.generation = event, generation
+
+
+
+def stop(queues, blas):
+    """End a backend without waiting for anything: a stop (None) on each of its threads' ``queues``, behind the
+    work queued there, each thread ending once it reaches it; and give back the BLAS ticket ``blas`` (None:
+    none held), which may then hold for the rest of that work.
+
+    A backend's ``release()`` (a ``weakref.finalize``: it holds these arguments, never the backend or a
+    network) may run on any thread during a collection, that of a stream included: it must not wait.
+    """
+    for fifo in queues:
+        fifo.put(None)
+    if blas is not None:
+        blas_limits.release(blas)

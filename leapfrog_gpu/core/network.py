@@ -16,6 +16,7 @@ labels, the targets' shape less their axis of outputs, one-hot encoded for outpu
 
 import math
 import numbers
+import weakref
 
 import numpy as np
 
@@ -49,6 +50,8 @@ class Network(OptimizerState):
         self.dtype = check_dtype(dtype)
         self.check_finite = bool(check_finite)
         self.backend, self._owns_backend = open_backend(backend)
+        if self._owns_backend:  # collected unclosed, it releases its backend without a wait (never on self)
+            weakref.finalize(self, self.backend.release)
         self._controls = Controls(self.backend, self.dtype)
         self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
         self._held = None  # the optimizer that made that state

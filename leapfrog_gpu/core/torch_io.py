@@ -2,8 +2,8 @@
 asked for, arrays and tensors crossing between the two, and a dense layer's ``Linear`` and activation
 modules, made and read.
 
-torch is an optional extra: each function imports it when called, and without it raises an ImportError
-that says ``pip install 'leapfrog_gpu[torch]'``.
+torch is optional: each function imports it when called, and without it raises an ImportError that says how
+to install it (``INSTALL``).
 
 Memory. Arrays and tensors cross through DLPack, sharing their memory, where both sides are on the same
 device (a NumPy array and a CPU tensor, a CuPy array and a CUDA tensor), and through the host, as a copy,
@@ -18,17 +18,21 @@ from collections.abc import Mapping
 
 import numpy as np
 
+INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+"""How to install PyTorch, the one line every message and document gives: the CPU build, from PyTorch's own
+index (the Linux wheel on PyPI is a CUDA build of several GB, which a pip extra could not avoid); the version CI
+tests. Where torch must run on a GPU, PyTorch's CUDA build of it instead."""
 MODULES = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "ReLU"}
 """The ``torch.nn`` module of each activation; ``"identity"`` has none (or ``nn.Identity``)."""
 
 
 def import_torch():
-    """``torch``, or an ImportError that names the extra to install."""
+    """``torch``, or an ImportError that says how to install it."""
     try:
         import torch
     except ImportError as error:
-        raise ImportError("PyTorch is not installed; it is an optional extra of leapfrog_gpu: "
-                          "pip install 'leapfrog_gpu[torch]'") from error
+        raise ImportError("PyTorch is not installed; it is an optional dependency of leapfrog_gpu: "
+                          f"{INSTALL}") from error
     return torch
 
 

@@ -24,8 +24,9 @@ import pytest
 from helpers import NETS, to_numpy
 from leapfrog_gpu import MLP, RNN, Add, Concat, Dense, DagNet, LayerNorm, Leapfrog
 from leapfrog_gpu.core.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
+from leapfrog_gpu.core.torch_io import INSTALL
 
-NEEDS_TORCH = "the PyTorch conversions need torch: pip install 'leapfrog_gpu[torch]'"
+NEEDS_TORCH = f"the PyTorch conversions need torch: {INSTALL}"
 DTYPES = ["float32", "float64"]
 
 
@@ -548,23 +549,22 @@ def test_every_linear_says_the_widths_it_maps(torch):
 # -- without torch ----------------------------------------------------------------------------------
 
 
-def test_without_torch_both_name_the_extra(monkeypatch):
+def test_without_torch_both_say_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    extra = "pip install 'leapfrog_gpu[torch]'"
+    line = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
     with MLP([3, 2], backend="numpy") as net:
-        with pytest.raises(ImportError, match=r"PyTorch is not installed; it is an optional extra of leapfrog_gpu: "
-                                              r"pip install 'leapfrog_gpu\[torch\]'"):
+        with pytest.raises(ImportError, match="PyTorch is not installed; it is an optional dependency of "
+                                              f"leapfrog_gpu: {re.escape(line)}"):
             net.to_torch()
     with pytest.raises(ImportError) as info:
         MLP.from_torch(object(), backend="numpy")
-    assert extra in str(info.value)
+    assert line in str(info.value)
 
 
-def test_without_torch_every_bridge_names_the_extra(monkeypatch):
+def test_without_torch_every_bridge_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    extra = re.escape("pip install 'leapfrog_gpu[torch]'")
     with RNN([3, 4, 2], backend="numpy") as rnn, three_way("numpy") as dag:
         for call in (rnn.to_torch, dag.to_torch, lambda: RNN.from_torch(object(), backend="numpy")):
-            with pytest.raises(ImportError, match=f"PyTorch is not installed; it is an optional extra of "
-                                                  f"leapfrog_gpu: {extra}"):
+            with pytest.raises(ImportError, match="PyTorch is not installed; it is an optional dependency of "
+                                                  f"leapfrog_gpu: {re.escape(INSTALL)}"):
                 call()

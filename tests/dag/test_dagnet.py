@@ -18,6 +18,7 @@ from leapfrog_gpu.dag.schedules import DagDoubling, DagJacobi, LevelSets
 from leapfrog_gpu.dag.forward import ForwardNewton
 from leapfrog_gpu.dag.network import DagNet, chain, residual
 from leapfrog_gpu.dag.layers import Add, Concat, Dense, LayerNorm
+from leapfrog_gpu.core.torch_io import INSTALL
 
 SIZES = [9, 17, 5, 13, 7, 3]
 ETA = 0.5
@@ -106,7 +107,7 @@ def test_every_schedule_gives_the_sequential_gradients(name, schedule):
 
 
 def torch_gradients(net, x, y):
-    torch = pytest.importorskip("torch", reason="the PyTorch comparison needs torch (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch comparison needs torch ({INSTALL})")
     params = {v: {k: torch.tensor(np.asarray(p), requires_grad=True) for k, p in named.items()}
               for v, named in net.parameters().items()}
     act = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "identity": lambda z: z}

@@ -10,13 +10,15 @@ is 1.0e-15 for the outputs and 6.0e-15 for the gradients (a LayerNorm's): the bo
 eps, bias, activation or order of the inputs misses them by far.
 """
 
+import re
 import sys
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="DagNet.from_torch reads torch modules: pip install 'leapfrog_gpu[torch]'",
-                            exc_type=ImportError)
+from leapfrog_gpu.core.torch_io import INSTALL
+
+torch = pytest.importorskip("torch", reason=f"DagNet.from_torch reads torch modules: {INSTALL}", exc_type=ImportError)
 
 from helpers import NETS, to_numpy
 from leapfrog_gpu import Add, DagNet, Dense, LayerNorm
@@ -353,8 +355,9 @@ def test_what_is_not_one_graph_from_one_input_to_one_output_is_refused():
         DagNet.from_torch(Calls(lambda m, x: m.out(torch.cat([x, x], 1)), out=nn.Linear(6, 2)), backend="numpy")
 
 
-def test_without_torch_from_torch_names_the_extra(monkeypatch):
+def test_without_torch_from_torch_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    with pytest.raises(ImportError, match=r"PyTorch is not installed; it is an optional extra of leapfrog_gpu: "
-                                          r"pip install 'leapfrog_gpu\[torch\]'"):
+    line = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    with pytest.raises(ImportError, match="PyTorch is not installed; it is an optional dependency of leapfrog_gpu: "
+                                          + re.escape(line)):
         DagNet.from_torch(object(), backend="numpy")

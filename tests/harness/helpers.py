@@ -24,7 +24,7 @@ import pytest
 import cuda_cpu
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 from leapfrog_gpu.dag import network as dagnet, layers
-from leapfrog_gpu.backends import cuda_available, cuda_status, ops_cuda, ops_numpy
+from leapfrog_gpu.backends import cuda, cuda_available, cuda_status, ops_cuda, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +82,7 @@ def install_standin(monkeypatch, order, seed=0, nvmath=True):
     blas = fake_cupy.nvmath.modules()
     for name, module in {**fake_cupy.modules(), **(blas if nvmath else dict.fromkeys(blas))}.items():
         monkeypatch.setitem(sys.modules, name, module)  # None in sys.modules: that import raises ImportError
+    monkeypatch.setattr(cuda, "_abandoned", [])  # no cuBLAS handle that an earlier device's backend left
     return fake_cupy
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from helpers import NO_GPU
 from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.core.torch_io import INSTALL
 
 ROOT = Path(__file__).resolve().parents[2]
 TWIN = "the NumPy twin of a fused op is the pair of twins it fuses"
@@ -19,7 +20,7 @@ SELECTION = {  # test: its reason to skip here, or None where it runs
     "tests/kernels/test_kernels.py::test_gradients_are_bitwise_nabla_b_and_nabla_w[twin-33-31-3-f64]": TWIN,
     "tests/backends/test_backends.py::test_cupy_backend_streams_are_non_blocking": None if cuda_available() else NO_GPU,
     "tests/tools/bench/test_bench.py::test_torch_anchor_computes_our_gradients":
-        None if importlib.util.find_spec("torch") else "the PyTorch anchor needs torch (extra 'torch')",
+        None if importlib.util.find_spec("torch") else f"the PyTorch anchor needs torch ({INSTALL})",
     "tests/core/test_fitting.py::test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is": None,
 }
 

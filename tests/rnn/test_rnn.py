@@ -9,6 +9,7 @@ import pytest
 from helpers import batch
 from leapfrog_gpu import BPTT, MLP, RNN, Leapfrog, NaumovJacobi, NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.rnn import reference as reference_rnn
+from leapfrog_gpu.core.torch_io import INSTALL
 
 from helpers import rnn_lists
 
@@ -158,7 +159,7 @@ def torch_gradients(torch, net, x, y):
 @pytest.mark.parametrize("output", ["last", "every"])
 @pytest.mark.parametrize("activation,cost,output_activation", FUNCTIONS)
 def test_gradients_match_pytorch_autograd(activation, cost, output_activation, output):
-    torch = pytest.importorskip("torch", reason="the PyTorch comparison needs torch (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch comparison needs torch ({INSTALL})")
     sizes = [5, 9, 7, 3]
     with RNN(sizes, activation, cost, output, dtype="float64", seed=2, backend="numpy",
              output_activation=output_activation) as net:
@@ -171,7 +172,7 @@ def test_gradients_match_pytorch_autograd(activation, cost, output_activation, o
 
 def test_gradients_match_pytorch_nn_rnn():
     """Two tanh layers of one width are torch.nn.RNN(num_layers=2) with bias_hh = 0; the output layer is ours."""
-    torch = pytest.importorskip("torch", reason="the PyTorch comparison needs torch (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch comparison needs torch ({INSTALL})")
     sizes, tau, B = [4, 6, 6, 3], 9, 3
     with RNN(sizes, "tanh", "quadratic", "every", dtype="float64", seed=5, backend="numpy") as net:
         x, y = batch(net.sizes, B, 0, tau=tau, output=net.output)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import SMALL, assert_bitwise_equal, cli, gpu, one_error_line, parameters, render_table, run_bench
+from leapfrog_gpu.core.torch_io import INSTALL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
 import verdicts  # noqa: E402
@@ -80,7 +81,7 @@ def test_graph_verdicts_compare_with_every_baseline():
 
 
 def test_the_torch_cuda_graph_anchor_needs_a_gpu():
-    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu.tools.bench import torch_anchor
 
     with pytest.raises(ValueError, match="graph=True needs device='cuda'"):
@@ -91,7 +92,7 @@ def test_the_torch_cuda_graph_anchor_needs_a_gpu():
 @pytest.mark.gpu
 def test_the_torch_cuda_graph_anchor_trains_like_the_eager_one():
     """Replays of PyTorch's captured step move the parameters as its eager steps do; the bench times it."""
-    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu.backends import get_backend
     from leapfrog_gpu.tools.bench import runner, torch_anchor
 

@@ -17,6 +17,7 @@ import pytest
 from leapfrog_gpu.backends import cuda_available, launch, timing
 from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
+from leapfrog_gpu.core.torch_io import INSTALL
 
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 sys.path.insert(0, str(PROFILING))
@@ -589,7 +590,7 @@ def test_naumov_time_backward(standin):
 
 
 def test_cpu_gemms_times_every_product_of_each_side(tmp_path):
-    pytest.importorskip("torch", reason="the PyTorch side needs torch (extra 'torch')")
+    pytest.importorskip("torch", reason=f"the PyTorch side needs torch ({INSTALL})")
     path = tmp_path / "g.json"
     done = subprocess.run([sys.executable, str(PROFILING / "cpu_gemms.py"), "--size", "24", "--layers", "3", "--batch",
                            "1,3", "--repeats", "2", "--rounds", "2", "--json", str(path)], capture_output=True, text=True,

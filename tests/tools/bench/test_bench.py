@@ -15,6 +15,7 @@ from leapfrog_gpu.tools.bench import report as bench_report
 from leapfrog_gpu.tools.bench import traffic
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.tools.schedules import schedule_names
+from leapfrog_gpu.core.torch_io import INSTALL
 
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
           "backward_ms", "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
@@ -96,7 +97,7 @@ def test_plot_is_a_png(report):
 
 
 def test_torch_anchor_in_the_same_table(capsys):
-    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     stdout = run_bench(["--backend", "numpy", "--sizes", "16", "--layers", "3", "--batch", "2", "--k", "2",
                         "--blas-threads", "1", "--repeats", "2", "--warmup", "1"])
     row = next(line for line in stdout.splitlines() if "torch-autograd" in line)
@@ -104,7 +105,7 @@ def test_torch_anchor_in_the_same_table(capsys):
 
 
 def test_torch_anchor_computes_our_gradients():
-    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import MLP
     from leapfrog_gpu.tools.bench import runner, torch_anchor
 
@@ -186,7 +187,7 @@ def test_without_torch_every_bench_says_so_in_the_same_line_with_the_readmes_ins
     assert bench.main(["--model", model, "--backend", "numpy", "--repeats", "1", *argv]) == 0
     out, err = capsys.readouterr()
     # as docs/performance.md says it, in a checkout
-    assert "PyTorch anchor skipped: torch does not import (pip install -e '.[torch]')" in out.splitlines()
+    assert f"PyTorch anchor skipped ({INSTALL})" in out.splitlines()
     assert "torch" not in err
 
 

@@ -12,6 +12,7 @@ from helpers import bench_table, run_bench
 from leapfrog_gpu import Leapfrog, Sequential
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.tools.bench import runner, torch_anchor, traffic
+from leapfrog_gpu.core.torch_io import INSTALL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "profiling"))
 import verdicts  # noqa: E402
@@ -72,7 +73,7 @@ def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
 
 
 def test_torch_steps_with_each_optimizer(tmp_path):
-    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     fused = torch_anchor.fused_refusal() is None
     for optimizer in torch_anchor.OPTIMIZERS[:2] + torch_anchor.OPTIMIZERS[2:] * fused:
         anchor = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64", optimizer=optimizer)

@@ -9,8 +9,9 @@ import pytest
 from helpers import bench_table, run_bench
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure as bench_measure, torch_anchor
+from leapfrog_gpu.core.torch_io import INSTALL
 
-torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)",
+torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})",
                             exc_type=ImportError)
 
 TINY = ["--backend", "numpy", "--sizes", "12", "--layers", "3", "--batch", "1,3", "--k", "2", "--blas-threads", "1",

@@ -12,6 +12,7 @@ import pytest
 
 from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn, torch_anchor
 from leapfrog_gpu.tools.schedules import make_solver, schedule_names
+from leapfrog_gpu.core.torch_io import INSTALL
 
 from helpers import rnn_lists
 
@@ -63,7 +64,7 @@ def test_bptts_chain_is_timed_whatever_the_budget():
 
 
 def test_pytorch_nn_rnn_is_timed_on_the_same_network():
-    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     rows = bench_rnn.measure(4, 6, 1, repeats=1, torch=torch, names=["bptt"])
     assert [row["schedule"] for row in rows] == ["bptt", "torch nn.RNN", "step bptt", "step torch nn.RNN"]
     assert all(row["median_s"] > 0 for row in rows)
@@ -71,7 +72,7 @@ def test_pytorch_nn_rnn_is_timed_on_the_same_network():
 
 def test_pytorchs_network_is_ours_its_gradients_and_its_step():
     """The anchor's gradients are the network's (backprop, float64) and its SGD step is ``sgd_step``'s."""
-    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import RNN
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64")
@@ -162,7 +163,7 @@ def test_the_tables_give_the_measured_steps_and_a_gpu_model_of_rounds_and_flops(
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_a_gated_cell_is_timed_beside_its_torch_module_at_each_number_of_threads(cell):
-    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     rows = bench_rnn.measure(3, 6, 2, repeats=1, torch=torch, cell=cell, torch_threads=[1, 2], parts=("step",),
                              max_gflop=1.0)
     by_name = {row["schedule"]: row for row in rows}
@@ -176,7 +177,7 @@ def test_a_gated_cell_is_timed_beside_its_torch_module_at_each_number_of_threads
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_pytorchs_gated_module_steps_as_our_network(cell):
     """Two inputs (DEER's problem): the anchor's SGD step is ``sgd_step``'s, a GRU's b_hn in ``bias_hh``'s n rows."""
-    torch = pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import RNN
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64", inputs=2)
@@ -191,7 +192,7 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
 
 
 def test_deers_problem_is_a_named_row_with_newtons_iterations(monkeypatch, capsys):
-    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     monkeypatch.setitem(bench_rnn.DEER, "sizes", [3])
     monkeypatch.setitem(bench_rnn.DEER, "tau", 12)
     assert bench.main(["--model", "rnn", "--deer", "--repeats", "1", "--torch-threads", "1,2", "--quiet"]) == 0

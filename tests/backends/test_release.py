@@ -1,0 +1,189 @@
+"""A network dropped without ``close()`` releases the backend it made by name once it is collected: the host
+streams' threads end and the BLAS setting comes back (``NumpyBackend.release``, ``blas_limits``); on the CuPy
+stand-in the backend, its streams and its cuBLAS handle go (``CupyBackend.release``). The release waits for
+nothing, so a collection on a stream's own thread cannot hang; a backend given to a network stays the caller's.
+
+A thread that never ends fails its test at a generous deadline (``ended``), not by a time it must beat."""
+
+import gc
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+import threadpoolctl
+
+import networks
+from helpers import batch
+from leapfrog_gpu import MLP, Leapfrog, reference
+from leapfrog_gpu.backends import blas_limits, cuda
+from leapfrog_gpu.backends.host import NumpyBackend
+
+pytestmark = pytest.mark.timeout(240)  # a finalizer that waits hangs: the run goes on
+DEADLINE = 60.0
+"""Seconds to wait for threads that must end: a bound that only a thread that never ends reaches."""
+NETWORKS = 50
+
+
+def ended(threads):
+    """Collect garbage and join ``threads`` until each has ended, or ``DEADLINE`` has passed; those still alive."""
+    deadline = time.monotonic() + DEADLINE
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        gc.collect()
+        for thread in threads:
+            thread.join(0.05)
+    return [t.name for t in threads if t.is_alive()]
+
+
+def blas_threads():
+    return {info["num_threads"] for info in threadpoolctl.threadpool_info() if info["user_api"] == "blas"}
+
+
+@pytest.fixture
+def three_blas_threads():
+    """BLAS at 3 threads (what no backend here sets) for the test, with the backend's BLAS library loaded."""
+    NumpyBackend().close()  # loads it: a limit reaches only the libraries loaded by then
+    if not blas_threads():
+        pytest.skip("no BLAS library found by threadpoolctl")
+    with threadpoolctl.threadpool_limits(3, user_api="blas"):
+        yield
+
+
+def test_networks_dropped_unclosed_end_their_threads_and_give_blas_back(network_name, three_blas_threads):
+    before, count = set(threading.enumerate()), threading.active_count()
+    x, y = networks.network_batch(network_name)
+    for _ in range(NETWORKS):
+        net = networks.network(network_name, "numpy")  # the one before it is dropped here, its step queued
+        net.sgd_step(x, y, 0.1, Leapfrog(2))
+        assert blas_threads() == {1}
+    net.synchronize()  # the last is collected on this thread, which gives its BLAS setting back (blas_limits)
+    del net
+    gc.collect()
+    left = [t for t in threading.enumerate() if t not in before]
+    assert all(t.name.startswith("leapfrog-") for t in left)
+    assert ended(left) == []
+    assert threading.active_count() <= count  # == but for a thread from before that ended meanwhile
+    assert blas_threads() == {3}
+
+
+def test_a_collection_on_a_stream_thread_does_not_wait(three_blas_threads):
+    """The network is freed by a collection that an operation on its own worker runs: its release runs on
+    that thread, in the middle of that operation (a release that waited for the operation would hang)."""
+    x, y = networks.network_batch("DagNet")
+    net = networks.network("DagNet", "numpy")  # its plans refer back to it: freed by a collection only
+    net.sgd_step(x, y, 0.1, Leapfrog(2))
+    net.synchronize()
+    backend, threads = net.backend, [s.thread for s in net.backend._streams]
+    where = []
+    weakref.finalize(net, lambda: where.append(threading.current_thread().name))
+    gate, collected = threading.Event(), threading.Event()
+    gc.disable()  # no collection on this thread from here on: the worker's is the one that frees it
+    try:
+        worker = backend.workers(1)[0]
+        backend.launch(worker, "gate", gate.wait)
+        backend.launch(worker, "collect", gc.collect)
+        backend.launch(worker, "collected", collected.set)
+        del net
+        gate.set()
+        assert collected.wait(DEADLINE), "the worker's collection did not return: its release waits"
+    finally:
+        gc.enable()
+    assert ended(threads) == []
+    assert where == ["leapfrog-worker0"]
+    assert backend.closed
+    assert blas_threads() == {1}  # given back on a thread that threadpoolctl does not heed: kept for this one
+    NumpyBackend(blas_threads=2).close()  # this thread's next hold and release take it off
+    assert blas_threads() == {3}
+
+
+def test_close_twice_then_collect(three_blas_threads):
+    net = MLP([3, 4, 2], backend="numpy")
+    net.sgd_step(np.ones(3), np.zeros(2), 0.1, Leapfrog(2))
+    threads = [s.thread for s in net.backend._streams]
+    net.close()
+    net.close()
+    assert net.backend.closed and not any(t.is_alive() for t in threads)
+    assert blas_threads() == {3}
+    del net
+    gc.collect()
+    assert blas_threads() == {3}
+
+
+def test_a_given_backend_stays_open_and_usable_when_its_network_is_collected():
+    x, y = batch([3, 4, 2], 2)
+    with NumpyBackend() as backend:
+        net = MLP([3, 4, 2], backend=backend)
+        net.sgd_step(x, y, 0.1, Leapfrog(2))
+        collected = weakref.ref(net)
+        del net
+        gc.collect()
+        assert collected() is None
+        assert not backend.closed and all(s.thread.is_alive() for s in backend._streams)
+        with MLP([3, 4, 2], dtype="float64", seed=1, backend=backend) as other:
+            weights, biases = [np.array(w) for w in other.weights], [np.array(b) for b in other.biases]
+            nabla_b, nabla_w = other.backprop(x, y, Leapfrog(2))
+        want_b, want_w = reference.backprop(weights, biases, x, y, "sigmoid", other.cost, other.output_activation)
+        for got, want in zip(nabla_b + nabla_w, want_b + want_w):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+# -- blas_limits: a release never waits, and the threads come back on the thread that set them -----------
+
+
+def test_a_release_inside_a_hold_on_its_thread_neither_hangs_nor_loses_the_threads(three_blas_threads, monkeypatch):
+    """As a collection inside ``hold`` that frees a network: the release finds the stack taken by this very
+    thread; the hold takes the ticket off as it lets go, and the threads from before come back at the end."""
+    first = blas_limits.hold(1)
+    limits = threadpoolctl.threadpool_limits
+
+    def collected_meanwhile(*args, **kwargs):
+        limiter = limits(*args, **kwargs)  # the threads before it (1) read and 2 set: then the collection
+        blas_limits.release(first)
+        return limiter
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", collected_meanwhile)
+    second = blas_limits.hold(2)
+    monkeypatch.undo()
+    assert blas_threads() == {2}
+    blas_limits.release(second)
+    assert blas_threads() == {3}
+
+
+def test_the_newest_ticket_released_on_another_thread_comes_off_on_its_own(three_blas_threads):
+    """threadpoolctl heeds only the thread that set OpenBLAS's threads: a release elsewhere waits for it."""
+    below, newest = blas_limits.hold(1), blas_limits.hold(2)
+    for ticket in (below, newest):
+        elsewhere = threading.Thread(target=blas_limits.release, args=(ticket,))
+        elsewhere.start()
+        elsewhere.join()
+    assert blas_threads() == {2}
+    NumpyBackend(blas_threads=1).close()
+    assert blas_threads() == {3}
+
+
+# -- the CuPy stand-in ------------------------------------------------------------------------------------
+
+
+def test_cupy_networks_dropped_unclosed_free_their_backend_and_cublas_handle(standin):
+    """Their backends are collected, and with them what CuPy frees as it collects (streams, events, graphs);
+    the cuBLAS handle, whose destruction waits for the device, is
+    destroyed by the next backend made or closed, once the device has run what was queued (the stand-in raises
+    if memory a queued step uses went back to the pool first)."""
+    x, y = batch([7, 13, 5, 3], 3)
+    handles = len(standin.nvmath._handles)
+    gone = []
+    for graph in (False, True):
+        net = MLP([7, 13, 5, 3], dtype="float64", backend="cupy")  # destroys the handle dropped before it
+        for _ in range(2):
+            net.sgd_step(x, y, 0.1, Leapfrog(2), graph=graph)
+        gone += [weakref.ref(net), weakref.ref(net.backend)]  # the stand-in's device keeps every stream it made
+        del net
+        gc.collect()
+        assert all(ref() is None for ref in gone)
+        assert len(cuda._abandoned) == 1 and len(standin.nvmath._handles) == handles + 1
+    with MLP([7, 13, 5, 3], dtype="float64", backend="cupy") as other:
+        assert cuda._abandoned == [] and len(standin.nvmath._handles) == handles + 1  # its own
+        other.sgd_step(x, y, 0.1, Leapfrog(2))
+        other.synchronize()
+    assert len(standin.nvmath._handles) == handles

@@ -80,6 +80,12 @@ def check_batch(xp, name, value, rows, sizes=None):
     return value
 
 
+def shape_of(a):
+    """The shape of ``a``, an array on any device or nested lists (``np.shape``, which a device array may not
+    dispatch)."""
+    return tuple(a.shape) if hasattr(a, "shape") else np.shape(a)
+
+
 def targets(xp, y, shape, outputs, activation, dtype, noun):
     """The targets ``y`` stands for where it has ``shape``, the outputs' shape less their axis of ``outputs``
     units (the samples' B, or (tau, B) for an RNN's output at every step): for one output, its values with that
@@ -87,7 +93,7 @@ def targets(xp, y, shape, outputs, activation, dtype, noun):
     relu: not identity, a regression's), the one-hot targets of integer class labels in 0..outputs-1, in
     ``dtype``, on the device ``y`` is on. ``y`` as given where its shape is another; a ValueError with the hint
     to one-hot encode where it has that shape but cannot be class labels."""
-    if y is None or np.shape(y) != tuple(shape):
+    if y is None or shape_of(y) != tuple(shape):
         return y
     y = real_array(xp, "y", y)
     if outputs == 1:

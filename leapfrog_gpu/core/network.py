@@ -22,7 +22,7 @@ import numpy as np
 
 from ..parallel import reducer
 from . import capture, fitting, optimizers, parameters, saving, schedules
-from .checks import check_dtype, check_eta, open_backend, targets
+from .checks import check_dtype, check_eta, open_backend, shape_of, targets
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
@@ -263,7 +263,10 @@ class Network(OptimizerState):
     def _targets(self, x, y):
         """``y`` as targets: where it has the shape of the outputs less their axis (``_label_shape``), a single
         output's values or the one-hot targets of integer class labels (``checks.targets``)."""
-        return targets(self.backend.xp, y, self._label_shape(np.shape(x)), *self._outputs(), self.dtype, self.NOUN)
+        shape = self._label_shape(shape_of(x))
+        if y is not None and shape_of(y) == shape:
+            self._check_batch(x, None)  # labels are read against inputs that are a batch, or x is what is wrong
+        return targets(self.backend.xp, y, shape, *self._outputs(), self.dtype, self.NOUN)
 
     def _label_shape(self, x_shape):
         """The targets' shape less their axis of outputs, for inputs of ``x_shape``: x's less its axis of inputs."""

@@ -14,6 +14,7 @@
 //   BWD_UNROLL             rows of w each of them loads before their sum
 //   GEMM_ROWS, GEMM_THREADS  B > 1 block: GEMM_THREADS threads (256) for GEMM_ROWS rows (8, 16 or 32) of the
 //                          result
+//   GEMM_COLUMNS           ... and GEMM_COLUMNS groups of 8 floats (4 doubles) of its columns (2 or 4)
 //   GEMM_STAGES            stages of w a B > 1 block holds in shared memory (8 KB each), all but one in flight
 
 #include "activation.h"
@@ -40,6 +41,9 @@
 #endif
 #ifndef GEMM_THREADS
 #define GEMM_THREADS 256
+#endif
+#ifndef GEMM_COLUMNS
+#define GEMM_COLUMNS 4
 #endif
 #ifndef GEMM_STAGES
 #define GEMM_STAGES 4
@@ -159,13 +163,13 @@ __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T
 }
 
 // (2)(3) and (5) for B > 1: out = w a_prev (forward; w is (n, m)) or out = w^T delta_next (backward; w
-// is (m, n)), for a block of R = GEMM_ROWS rows of out and S = 8 * V columns of the batch (32 in float32,
-// 16 in float64), then the epilogue: + b, then a = sigma(z) and sp_out = sigma'(z) (forward), or * sp
+// is (m, n)), for a block of R = GEMM_ROWS rows of out and S = 2 V GEMM_COLUMNS columns of the batch (GEMM_COLUMNS
+// groups of 8 floats or 4 doubles), then the epilogue: + b, then a = sigma(z) and sp_out = sigma'(z) (forward), or * sp
 // (backward; a, sp_out and b are unused there).
-// Launch: block GEMM_THREADS (256), grid (ceil(B / S), ceil(n / R)) (chain_launch, which picks R).
+// Launch: block GEMM_THREADS (256), grid (ceil(B / S), ceil(n / R)) (chain_launch, which picks R and S).
 // Thread t holds an 8 x 2V register tile of out (8 rows, 2V columns: 64 sums in float32), tile t % TILES
-// of the block's TILES = 4 R / 8, and sums it over the slice p = t / TILES of m: k = p, p + P, ... (P = 256
-// / TILES slices). The block walks m in stages of K columns of w (8 KB each), GEMM_STAGES of them in
+// of the block's TILES = GEMM_COLUMNS R / 8, and sums it over the slice p = t / TILES of m: k = p, p + P, ...
+// (P = 256 / TILES slices). The block walks m in stages of K columns of w (8 KB each), GEMM_STAGES of them in
 // shared memory: while it computes on one, the copies of the next GEMM_STAGES - 1 are in flight
 // (pipeline.h; 16 bytes each where the rows of w are aligned, else element by element; zeros beyond every
 // edge). Its x (a_prev, or delta_next) it loads straight into registers, a stage ahead: 2 16-byte loads
@@ -173,24 +177,25 @@ __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T
 // of w (one 16-byte load for 4 rows backward) and 2 V x 8 FMAs. The sums of the P slices of an output
 // meet in a fixed order: by halves in shuffles within a warp, each lane keeping half of what it held,
 // then the 8 warps' in order in shared memory (the stages' memory, once every thread is past them).
-// Bank conflicts: a row of a stage is padded by 16 bytes, and forward a tile takes rows rg, rg + R / 8,
-// ... (rg = its row group) so that the row groups of a warp read different banks.
+// Bank conflicts: a row of a stage is padded (forward by 32 bytes, backward by 16), and forward a tile takes
+// rows rg, rg + R / 8, ... (rg = its row group), so that the slices and row groups of a warp read different
+// banks.
 // Bytes: n*m + m*B + n (forward: w, a_prev, b) or m*n + m*B + n*B (backward: w, delta_next, sp) reads
 // + 3*n*B (z, a, sp) or n*B (delta) writes; every block of a column of the grid re-reads the whole of
 // x's columns (m * S elements), ceil(n / R) times in all, from L2.
 template <typename T, bool BACKWARD>
 __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, const T* x, const T* b, int n, int m,
                            int batch, int act) {
-    constexpr int V = Vec<T>::width, TC = 2 * V, S = 4 * TC, R = GEMM_ROWS, GROUPS = R / 8, TILES = 4 * GROUPS;
-    constexpr int SLICES = GEMM_THREADS / TILES, K = 8192 / (R * (int)sizeof(T)), PER = K / SLICES;
-    constexpr int PAD = 16 / sizeof(T), PIECES = R * K / V / GEMM_THREADS, SUMS = 8 * TC;
+    constexpr int V = Vec<T>::width, TC = 2 * V, G = GEMM_COLUMNS, S = G * TC, R = GEMM_ROWS, GROUPS = R / 8;
+    constexpr int TILES = G * GROUPS, SLICES = GEMM_THREADS / TILES, K = 8192 / (R * (int)sizeof(T)), PER = K / SLICES;
+    constexpr int PAD = (BACKWARD ? 16 : 32) / sizeof(T), PIECES = R * K / V / GEMM_THREADS, SUMS = 8 * TC;
     constexpr int FIRST = BACKWARD ? K : R, SECOND = (BACKWARD ? R : K) + PAD;  // a stage: [row][k] or [k][row]
     static_assert(GEMM_THREADS == 256 && R % 8 == 0 && 32 % TILES == 0 && K % SLICES == 0 && PIECES >= 1 &&
                   R * K == PIECES * V * GEMM_THREADS && GEMM_STAGES >= 2,
                   "256 threads; tiles of 8 rows; a warp holds whole slices; a stage divides among the threads");
     __shared__ __align__(16) T stage[GEMM_STAGES][FIRST][SECOND];
     static_assert(sizeof(T) * 8 * TILES * (SUMS + 1) <= sizeof(stage), "the partial sums fit in the stages");
-    const int t = threadIdx.x, lane = t % 32, tile = t % TILES, p = t / TILES, rg = tile / 4, g = tile % 4;
+    const int t = threadIdx.x, lane = t % 32, tile = t % TILES, p = t / TILES, rg = tile / G, g = tile % G;
     const int i0 = blockIdx.y * R, s0 = blockIdx.x * S + g * TC, stages = (m + K - 1) / K;
     const bool wide_w = (BACKWARD ? n : m) % V == 0 && aligned16(w);
     const bool wide_x = batch % V == 0 && aligned16(x);
@@ -320,13 +325,16 @@ __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, con
             }
         }
     }
-    static_assert(TILES == 4 || TILES == 8 || TILES == 16, "a warp holds 8, 4 or 2 slices");
+    static_assert(TILES == 2 || TILES == 4 || TILES == 8 || TILES == 16, "a warp holds 16, 8, 4 or 2 slices");
     int base = fold_half<SUMS / 2>(part, lane, TILES);
     if constexpr (TILES <= 8) {
         base += fold_half<SUMS / 4>(part, lane, 2 * TILES);
     }
-    if constexpr (TILES == 4) {
+    if constexpr (TILES <= 4) {
         base += fold_half<SUMS / 8>(part, lane, 4 * TILES);
+    }
+    if constexpr (TILES == 2) {
+        base += fold_half<SUMS / 16>(part, lane, 8 * TILES);
     }
     constexpr int KEPT = SUMS * TILES / 32;
     T* partial = &stage[0][0][0];  // (8 warps, TILES, SUMS + 1)
@@ -336,8 +344,8 @@ __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, con
     }
     __syncthreads();
     for (int o = t; o < R * S; o += GEMM_THREADS) {
-        const int o_tile = o / SUMS, e = o % SUMS, r = e / TC, o_rg = o_tile / 4;
-        const int i = i0 + (BACKWARD ? 8 * o_rg + r : o_rg + GROUPS * r), col = blockIdx.x * S + o_tile % 4 * TC + e % TC;
+        const int o_tile = o / SUMS, e = o % SUMS, r = e / TC, o_rg = o_tile / G;
+        const int i = i0 + (BACKWARD ? 8 * o_rg + r : o_rg + GROUPS * r), col = blockIdx.x * S + o_tile % G * TC + e % TC;
         if (i < n && col < batch) {
             T sum = partial[o_tile * (SUMS + 1) + e];
             for (int warp = 1; warp < GEMM_THREADS / 32; ++warp) {

@@ -21,11 +21,14 @@ BIAS_ROWS, BIAS_UNROLL = 8, 4  # bias_sum: a warp per row, 8 rows a block; 4 loa
 # 2 of them in shared memory, the copies of the next in flight while the block computes on one.
 RANK_THREADS, RANK_CHUNK, RANK_STAGES = 128, 8, 2
 # The chain at B > 1 (chain_gemm): 256 threads a block, each an 8-row register tile of 64 sums (float32) over its
-# slice of m; GEMM_ROWS_CHOICES rows of the result a block, the most that still gives GEMM_MIN_BLOCKS blocks (8 at
-# N = 1024, B = 32: 128 blocks; 32 at N = 4096: 128 blocks), since every block re-reads the whole of a_prev's
-# columns from L2; w in stages of 8 KB, GEMM_STAGES of them in shared memory (3 copies in flight while one
-# is used: 24 KB an SM, above the 20 KB an H200 needs in flight at 4.3 TB/s and 0.6 us).
-GEMM_ROWS_CHOICES, GEMM_MIN_BLOCKS, GEMM_THREADS, GEMM_STAGES = (8, 16, 32), 96, 256, 4
+# slice of m; a block covers GEMM_ROWS_CHOICES rows of the result and GEMM_COLUMNS_CHOICES groups of 8 floats (4
+# doubles) of its columns. Every block reads all of its rows of w and all m rows of its columns of a_prev, so the
+# grid re-reads from L2 about blocks x (rows + columns) x m elements: chain_launch takes the shape that re-reads
+# least among those with GEMM_MIN_BLOCKS blocks (three quarters of an H100's or H200's SMs): at N = 1024, B = 32,
+# 128 blocks of 16 rows and 16 columns; at N = 4096, 128 of 32 by 32. w comes in stages of 8 KB, GEMM_STAGES of
+# them in shared memory (3 copies in flight while one is used: 24 KB an SM, above the 20 KB an H200 needs in
+# flight at 4.3 TB/s and 0.6 us).
+GEMM_ROWS_CHOICES, GEMM_COLUMNS_CHOICES, GEMM_MIN_BLOCKS, GEMM_THREADS, GEMM_STAGES = (8, 16, 32), (2, 4), 96, 256, 4
 PLAIN_COPY = False
 """True: the kernels' copies into shared memory are plain loads and stores done at once (kernels/pipeline.h's
 LEAPFROG_PLAIN_COPY), not asynchronous ones: the same kernels with nothing in flight."""
@@ -97,8 +100,8 @@ def bias_launch(n):
 def chain_launch(kind, n, batch, itemsize):
     """``kind`` "forward" (2)(3) or "backward" (5) of kernels/chain.cu, for a layer of ``n`` outputs (rows
     of z, or of delta), a batch of ``batch`` and elements of ``itemsize`` bytes: a GEMV at B = 1 (both
-    GEMVs share one module, so one set of options), else a block of 256 threads for ``gemm_rows`` rows and 8
-    vectors of 16 bytes across the batch (32 columns in float32, 16 in float64)."""
+    GEMVs share one module, so one set of options), else a block of 256 threads for the rows and columns of
+    ``gemm_shape``."""
     assert kind in ("forward", "backward"), kind
     if batch == 1:
         (lanes, rows), (cols, threads) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
@@ -116,22 +119,30 @@ def chain_launch(kind, n, batch, itemsize):
         return grid, block, (f"-DFWD_ROWS={rows}", f"-DFWD_UNROLL={FORWARD_GEMV_UNROLL}", f"-DBWD_THREADS={threads}",
                              f"-DBWD_COLS={cols}", f"-DBWD_UNROLL={BACKWARD_GEMV_UNROLL}")
     assert itemsize in (4, 8), itemsize
-    columns = 8 * 16 // itemsize
-    rows = gemm_rows(n, batch, itemsize)
+    rows, groups = gemm_shape(n, batch, itemsize)
+    columns = groups * 32 // itemsize
     grid = (-(-batch // columns), -(-n // rows), 1)
     assert GEMM_THREADS == 256 and GEMM_STAGES >= 2, "chain_gemm's layout: 256 threads; a stage in flight at least"
     assert grid[0] * columns >= batch and grid[1] * rows >= n and grid[1] <= 65535, (n, batch, grid)
-    return grid, (GEMM_THREADS, 1, 1), (f"-DGEMM_ROWS={rows}", f"-DGEMM_THREADS={GEMM_THREADS}",
+    return grid, (GEMM_THREADS, 1, 1), (f"-DGEMM_ROWS={rows}", f"-DGEMM_COLUMNS={groups}", f"-DGEMM_THREADS={GEMM_THREADS}",
                                         f"-DGEMM_STAGES={GEMM_STAGES}", *copy_options())
 
 
-def gemm_rows(n, batch, itemsize):
-    """Rows of the result a B > 1 chain block covers: the most of ``GEMM_ROWS_CHOICES`` that still gives
-    ``GEMM_MIN_BLOCKS`` blocks, else the fewest."""
-    columns = 8 * 16 // itemsize
-    assert all(rows % 8 == 0 for rows in GEMM_ROWS_CHOICES), "chain_gemm's tiles: 8 rows"
-    enough = [rows for rows in GEMM_ROWS_CHOICES if -(-n // rows) * -(-batch // columns) >= GEMM_MIN_BLOCKS]
-    return max(enough) if enough else min(GEMM_ROWS_CHOICES)
+def gemm_shape(n, batch, itemsize):
+    """``(rows, column groups)`` of a B > 1 chain block (``GEMM_ROWS_CHOICES``, ``GEMM_COLUMNS_CHOICES``; a group
+    is 32 bytes of a row of the batch): of the shapes that give ``GEMM_MIN_BLOCKS`` blocks, the one whose blocks
+    re-read the fewest elements (blocks x (rows + columns)), then the one with the fewer blocks; else the one
+    with the most blocks."""
+    assert all(rows % 8 == 0 for rows in GEMM_ROWS_CHOICES) and set(GEMM_COLUMNS_CHOICES) <= {2, 4}, \
+        "chain_gemm's tiles: 8 rows; 2 or 4 groups of columns"
+    shapes = []
+    for rows in GEMM_ROWS_CHOICES:
+        for groups in GEMM_COLUMNS_CHOICES:
+            columns = groups * 32 // itemsize
+            blocks = -(-n // rows) * -(-batch // columns)
+            shapes.append((blocks < GEMM_MIN_BLOCKS, blocks * (rows + columns) if blocks >= GEMM_MIN_BLOCKS else -blocks,
+                           blocks, (rows, groups)))
+    return min(shapes)[3]
 
 
 def copy_options():
@@ -152,7 +163,8 @@ def modules():
         ("nabla_w.cu", compile_options(rank_update_launch(1, 1)[2])),
         ("nabla_b.cu", compile_options(bias_launch(1)[2])),
         ("chain.cu", compile_options(chain_launch("forward", 1, 1, 4)[2])),
-        *(("chain.cu", compile_options(chain_launch("forward", rows * GEMM_MIN_BLOCKS, 2, 4)[2]))
-          for rows in GEMM_ROWS_CHOICES),
+        *(("chain.cu", compile_options((f"-DGEMM_ROWS={rows}", f"-DGEMM_COLUMNS={groups}",
+                                        f"-DGEMM_THREADS={GEMM_THREADS}", f"-DGEMM_STAGES={GEMM_STAGES}", *copy_options())))
+          for rows in GEMM_ROWS_CHOICES for groups in GEMM_COLUMNS_CHOICES),
         ("gates.cu", compile_options(gates_launch(1, 1)[2])),
     ]

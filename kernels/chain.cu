@@ -163,26 +163,27 @@ __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T
 }
 
 // (2)(3) and (5) for B > 1: out = w a_prev (forward; w is (n, m)) or out = w^T delta_next (backward; w
-// is (m, n)), for a block of R = GEMM_ROWS rows of out and S = 2 V GEMM_COLUMNS columns of the batch (GEMM_COLUMNS
-// groups of 8 floats or 4 doubles), then the epilogue: + b, then a = sigma(z) and sp_out = sigma'(z) (forward), or * sp
-// (backward; a, sp_out and b are unused there).
+// is (m, n)), for a block of R = GEMM_ROWS rows of out and S = 2 V GEMM_COLUMNS columns of the batch
+// (GEMM_COLUMNS groups of 8 floats or 4 doubles), then the epilogue: + b, then a = sigma(z) and sp_out =
+// sigma'(z) (forward), or * sp (backward; a, sp_out and b are unused there).
 // Launch: block GEMM_THREADS (256), grid (ceil(B / S), ceil(n / R)) (chain_launch, which picks R and S).
 // Thread t holds an 8 x 2V register tile of out (8 rows, 2V columns: 64 sums in float32), tile t % TILES
-// of the block's TILES = GEMM_COLUMNS R / 8, and sums it over the slice p = t / TILES of m: k = p, p + P, ...
-// (P = 256 / TILES slices). The block walks m in stages of K columns of w (8 KB each), GEMM_STAGES of them in
-// shared memory: while it computes on one, the copies of the next GEMM_STAGES - 1 are in flight
+// of the block's TILES = GEMM_COLUMNS R / 8, and sums it over the slice p = t / TILES of m: k = p, p + P,
+// ... (P = 256 / TILES slices). The block walks m in stages of K columns of w (8 KB each), GEMM_STAGES of
+// them in shared memory: while it computes on one, the copies of the next GEMM_STAGES - 1 are in flight
 // (pipeline.h; 16 bytes each where the rows of w are aligned, else element by element; zeros beyond every
 // edge). Its x (a_prev, or delta_next) it loads straight into registers, a stage ahead: 2 16-byte loads
 // of a row of x for each of its k's (or the same elements one by one). Each k then costs 8 shared loads
-// of w (one 16-byte load for 4 rows backward) and 2 V x 8 FMAs. The sums of the P slices of an output
-// meet in a fixed order: by halves in shuffles within a warp, each lane keeping half of what it held,
+// of w (two 16-byte loads backward) and 2 V x 8 FMAs. The sums of the P slices of an output meet in a
+// fixed order: by halves in shuffles within a warp (fold_half), each lane keeping half of what it held,
 // then the 8 warps' in order in shared memory (the stages' memory, once every thread is past them).
-// Bank conflicts: a row of a stage is padded (forward by 32 bytes, backward by 16), and forward a tile takes
-// rows rg, rg + R / 8, ... (rg = its row group), so that the slices and row groups of a warp read different
-// banks.
+// Bank conflicts: a row of a stage is padded (forward by 32 bytes, backward by 16), and forward a tile
+// takes rows rg, rg + R / 8, ... (rg = its row group), so that the slices and row groups of a warp read
+// different banks.
 // Bytes: n*m + m*B + n (forward: w, a_prev, b) or m*n + m*B + n*B (backward: w, delta_next, sp) reads
 // + 3*n*B (z, a, sp) or n*B (delta) writes; every block of a column of the grid re-reads the whole of
-// x's columns (m * S elements), ceil(n / R) times in all, from L2.
+// x's columns (m * S elements), ceil(n / R) times in all, and every block of a row its rows of w,
+// ceil(B / S) times in all, from L2.
 template <typename T, bool BACKWARD>
 __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, const T* x, const T* b, int n, int m,
                            int batch, int act) {
@@ -345,7 +346,8 @@ __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, con
     __syncthreads();
     for (int o = t; o < R * S; o += GEMM_THREADS) {
         const int o_tile = o / SUMS, e = o % SUMS, r = e / TC, o_rg = o_tile / G;
-        const int i = i0 + (BACKWARD ? 8 * o_rg + r : o_rg + GROUPS * r), col = blockIdx.x * S + o_tile % G * TC + e % TC;
+        const int i = i0 + (BACKWARD ? 8 * o_rg + r : o_rg + GROUPS * r);
+        const int col = blockIdx.x * S + o_tile % G * TC + e % TC;
         if (i < n && col < batch) {
             T sum = partial[o_tile * (SUMS + 1) + e];
             for (int warp = 1; warp < GEMM_THREADS / 32; ++warp) {

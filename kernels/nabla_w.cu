@@ -90,7 +90,8 @@ __device__ void rank_update(T* out, T* nabla_b, const T* delta, const T* a, int 
         for (int q = 0; q < PIECES; ++q) {
             const int v = t + q * THREADS, of_a = v / (E * C / V), row = v / (C / V) % E, s = v % (C / V) * V;
             const int rows = of_a ? m - j0 : n - i0, sample = c * C + s;
-            const T* source = (of_a ? a + (long long)(j0 + row) * batch : delta + (long long)(i0 + row) * batch) + sample;
+            const T* source = (of_a ? a + (long long)(j0 + row) * batch : delta + (long long)(i0 + row) * batch) +
+                              sample;
             const int left = row < rows ? batch - sample : 0;  // samples of the piece inside the batch
             T* to = &tiles[buf][of_a][row][s];
             if (wide) {

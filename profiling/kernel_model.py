@@ -33,14 +33,14 @@ threads each hold 64 independent sums. Then these times, each a lower bound on t
 
 The prediction is the largest; its name is the kernel's bound, and ``predicted_fraction`` is the ideal time
 over the prediction, the ideal being the largest of the memory time, the FMAs at the full issue rate of every
-SM of the card and one round trip to L2 (no kernel that reads memory can take less). A kernel under 0.7 gets the reason, from the
-terms that make its bound (``reason``). Assumptions, all stated here: every access is coalesced, the
-compulsory bytes move at HBM bandwidth (an N = 1024 layer would partly hit the 50 MB L2), a round's loads are
-all in flight together, the rounds of each kernel are counted from its loops in ``kernels/*.cu`` (``ROUNDS``
-below), and launch overhead is left out of kernel times (the step adds ``NODE`` per kernel on the main
-stream's path, and charges Leapfrog's chain ``CONTENTION`` for the workers beside it). SASS counts are static
-(``sass.py``): an instruction of the hot loop counts once, whichever path a launch takes (the 16-byte one for
-the table's shapes).
+SM of the card and one round trip to L2 (no kernel that reads memory can take less). A kernel under 0.7 gets
+the reason, from the terms that make its bound (``reason``). Assumptions, all stated here: every access is
+coalesced, the compulsory bytes move at HBM bandwidth (an N = 1024 layer would partly hit the 50 MB L2), a
+round's loads are all in flight together, the rounds of each kernel are counted from its loops in
+``kernels/*.cu`` (``_rounds`` below), and launch overhead is left out of kernel times (the step adds ``NODE``
+per kernel on the main stream's path, and charges Leapfrog's chain ``CONTENTION`` for the workers beside it).
+SASS counts are static (``sass.py``): an instruction of the hot loop counts once, whichever path a launch
+takes (the 16-byte one for the table's shapes).
 
 ``python profiling/kernel_model.py`` prints the table; ``--json FILE`` writes one record per kernel and
 shape; ``--readme`` prints kernels/README.md (``profiling/kernel_tables.py``: the floors of

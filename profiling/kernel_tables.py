@@ -58,8 +58,9 @@ def steps(rows, card, before):
              "|---:|---:|---:|---:|---:|---:|"]
     was = {s["B"]: s for s in before[card.name]["steps"]}
     for s in (km.step(rows, card, B=batch) for batch in km.STEP_BATCHES):
-        lines.append(f"| {s['B']} | {s['sequential_us']:.0f} | {s['leapfrog_us']:.0f} | {was[s['B']]['leapfrog_us']:.0f} | "
-                     f"{s['bytes_floor_us']:.0f} | {s['leapfrog_over_floor']:.1f}x |")
+        lines.append(f"| {s['B']} | {s['sequential_us']:.0f} | {s['leapfrog_us']:.0f} | "
+                     f"{was[s['B']]['leapfrog_us']:.0f} | {s['bytes_floor_us']:.0f} | "
+                     f"{s['leapfrog_over_floor']:.1f}x |")
     return "\n".join(lines)
 
 

@@ -124,8 +124,7 @@ def chain_launch(kind, n, batch, itemsize):
     grid = (-(-batch // columns), -(-n // rows), 1)
     assert GEMM_THREADS == 256 and GEMM_STAGES >= 2, "chain_gemm's layout: 256 threads; a stage in flight at least"
     assert grid[0] * columns >= batch and grid[1] * rows >= n and grid[1] <= 65535, (n, batch, grid)
-    return grid, (GEMM_THREADS, 1, 1), (f"-DGEMM_ROWS={rows}", f"-DGEMM_COLUMNS={groups}", f"-DGEMM_THREADS={GEMM_THREADS}",
-                                        f"-DGEMM_STAGES={GEMM_STAGES}", *copy_options())
+    return grid, (GEMM_THREADS, 1, 1), gemm_options(rows, groups)
 
 
 def gemm_shape(n, batch, itemsize):
@@ -140,9 +139,15 @@ def gemm_shape(n, batch, itemsize):
         for groups in GEMM_COLUMNS_CHOICES:
             columns = groups * 32 // itemsize
             blocks = -(-n // rows) * -(-batch // columns)
-            shapes.append((blocks < GEMM_MIN_BLOCKS, blocks * (rows + columns) if blocks >= GEMM_MIN_BLOCKS else -blocks,
-                           blocks, (rows, groups)))
+            enough = blocks >= GEMM_MIN_BLOCKS
+            shapes.append((not enough, blocks * (rows + columns) if enough else -blocks, blocks, (rows, groups)))
     return min(shapes)[3]
+
+
+def gemm_options(rows, groups):
+    """The ``-D`` options of chain.cu's B > 1 kernels for blocks of ``rows`` rows and ``groups`` groups of columns."""
+    return (f"-DGEMM_ROWS={rows}", f"-DGEMM_COLUMNS={groups}", f"-DGEMM_THREADS={GEMM_THREADS}",
+            f"-DGEMM_STAGES={GEMM_STAGES}", *copy_options())
 
 
 def copy_options():
@@ -163,8 +168,7 @@ def modules():
         ("nabla_w.cu", compile_options(rank_update_launch(1, 1)[2])),
         ("nabla_b.cu", compile_options(bias_launch(1)[2])),
         ("chain.cu", compile_options(chain_launch("forward", 1, 1, 4)[2])),
-        *(("chain.cu", compile_options((f"-DGEMM_ROWS={rows}", f"-DGEMM_COLUMNS={groups}",
-                                        f"-DGEMM_THREADS={GEMM_THREADS}", f"-DGEMM_STAGES={GEMM_STAGES}", *copy_options())))
+        *(("chain.cu", compile_options(gemm_options(rows, groups)))
           for rows in GEMM_ROWS_CHOICES for groups in GEMM_COLUMNS_CHOICES),
         ("gates.cu", compile_options(gates_launch(1, 1)[2])),
     ]

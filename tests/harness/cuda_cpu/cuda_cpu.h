@@ -39,8 +39,8 @@
 //
 // Supported: dim3, threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__shared__ (static
 // sizes), __syncthreads, the warp shuffles above, the vector types, __ldg, the pipeline primitives above,
-// and exp, tanh and isfinite on float and double (the <cmath> ones). Add intrinsics here as the kernels need them. `#pragma unroll` is
-// CUDA's and means nothing here.
+// and exp, tanh and isfinite on float and double (the <cmath> ones). Add intrinsics here as the kernels
+// need them. `#pragma unroll` is CUDA's and means nothing here.
 //
 // Each kernel is exported by CUDA_CPU_EXPORT(name) as
 //     int cuda_cpu_<name>(const unsigned grid[3], const unsigned block[3], void** args)
@@ -499,7 +499,8 @@ const char* signature(void (*)(Args...)) {
 }  // namespace cuda_cpu
 
 template <typename D, typename S>
-void __pipeline_memcpy_async(cuda_cpu::global<D> to, cuda_cpu::global<S> from, size_t size_and_align, size_t zfill = 0) {
+void __pipeline_memcpy_async(cuda_cpu::global<D> to, cuda_cpu::global<S> from, size_t size_and_align,
+                             size_t zfill = 0) {
     cuda_cpu::memcpy_async(to, from, size_and_align, zfill);
 }
 inline void __pipeline_commit() { cuda_cpu::commit(); }

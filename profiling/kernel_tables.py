@@ -73,12 +73,13 @@ def readme(tables=None):
         "Each kernel's predicted time in us and, in brackets, the fraction of its bound it reaches (below), "
         f"before the B > 1 kernels kept their loads in flight (`{BEFORE.relative_to(BEFORE.parents[2])}`: "
         f"the model and the kernels of commit {recorded['commit']}) and after. The model changed with them: "
-        "it now counts the re-reads from L2 and the order of a pipelined kernel's loads, FMAs and stores, and "
-        "it lets a register-tiled kernel issue fully at 8 warps an SM. The L2 term weighs on the one-stage "
-        "kernels as much as on their successors (at N = 1024, B = 32 both chain GEMMs re-read a_prev 128 "
-        "times), so a before that looks better than its after is the old model's, not the old kernel's. "
-        f"The last column says why each kernel still under {km.TARGET:.0%} is, from the terms of its bound.",
-        100), "", before_after(tables, before), ""]
+        "it now counts what blocks read again from L2 and the order of a pipelined kernel's loads, FMAs and "
+        "stores, and it lets a register-tiled kernel issue fully at 8 warps an SM. The L2 term weighs on the "
+        "one-stage kernels too (at N = 1024, B = 32 their 128 blocks of 8 rows each read all of a_prev: "
+        "16.6 MB; at N = 4096, 512 blocks read 268 MB), so a before that looks better than its after is the "
+        "old model's, not the old kernel's. The last column says why each kernel still under "
+        f"{km.TARGET:.0%} is, from the terms of its bound.", 100, break_on_hyphens=False),
+        "", before_after(tables, before), ""]
     for card, rows in tables.items():
         text += [f"## Model on an {card.name} (float32)", "", textwrap.fill(
             "From the sm_90 code NVRTC compiles and `cuobjdump` reads, with each kernel's launch shape: the "
@@ -91,13 +92,14 @@ def readme(tables=None):
             "part, the last one's compute and stores); the largest is the bound. Fraction: the ideal time "
             "(memory, FMA, or one round trip to L2) over the prediction. Assumptions are in "
             f"`profiling/kernel_model.py`: {card.bandwidth / 1e12:.2f} TB/s, {km.HBM_LATENCY * 1e6:.2f} us a round "
-            f"from HBM, {km.L2_LATENCY * 1e6:.2f} us from L2, {km.L2_BANDWIDTH / 1e12:.0f} TB/s of re-reads from "
-            f"L2, {card.clock / 1e9:.2f} GHz, {card.sms} SMs. Compiled with NVRTC {km.nvrtc_version()}. Not yet "
-            "checked against a measurement on the device.", 100),
+            f"from HBM, {km.L2_LATENCY * 1e6:.2f} us from L2, {km.L2_BANDWIDTH / 1e12:.0f} TB/s for what blocks read "
+            f"again from L2, {card.clock / 1e9:.2f} GHz, {card.sms} SMs. Compiled with NVRTC {km.nvrtc_version()}. "
+            "Not yet checked against a measurement on the device.", 100, break_on_hyphens=False),
             "", table(rows), "", textwrap.fill(
                 f"Graph step, N = {km.HEADLINE['N']}, L = {km.HEADLINE['L']}, float32, unfused (gradients and "
                 f"updates one kernel a layer each): the kernels above plus {km.NODE * 1e6:.0f} us a node (not yet "
                 f"measured), the chain {km.CONTENTION:.0%} slower beside the workers in Leapfrog(k), and the bytes "
-                "floor (`traffic.step_bytes`) at the same bandwidth; before: as above:", 100), "",
+                "floor (`traffic.step_bytes`) at the same bandwidth; before: as above:", 100,
+                break_on_hyphens=False), "",
             steps(rows, card, before), ""]
     return "\n".join(text)

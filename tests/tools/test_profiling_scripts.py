@@ -248,7 +248,7 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
     measured = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
     blocks = GEMV_BLOCKS.split(",")  # every block shape of the real run, at the dry run's two B = 1 shapes
-    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4 * len(blocks))  # ours against
+    assert [line["table"] for line in measured] == ["nabla_w"] * 12 + ["chain"] * (12 + 4 * len(blocks))  # ours against
     assert {line["impl"] for line in measured if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
     # the model: computed here where NVRTC and cuobjdump import (the test extras), else the committed one
     computed = "kernel_model.json" in files
@@ -263,6 +263,12 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
                          ("rank_update", 20): None, ("forward_gemm", 20): None, ("backward_gemm", 20): None,
                          **{(name, 1024): model[(name, 1024, 1, "float32")]["predicted_us"]
                             for name in ("outer", "forward_gemv", "backward_gemv")}}
+    twins = {(line["model_kernel"], line["n"]): line["predicted_us"] for line in measured
+             if line["impl"] in ("fused", "grads")}  # (7) fused with SGD, and (6) with (7)
+    assert twins == {**{(name, n): None for name in ("outer_sgd", "outer_bias") for n in (33, 1024)},
+                     ("rank_update_sgd", 20): None, ("rank_update_bias", 20): None,
+                     **{(name, 1024): model[(name, 1024, 1, "float32")]["predicted_us"]
+                        for name in ("outer_sgd", "outer_bias")}}
     log = (out / "log.txt").read_text()
     assert log.count(kernels.MODEL_HEADER) == 2 and "  1024   1024     1  ours  " in log
     for name in ("timeline.png", "timeline_fused.png"):

@@ -12,11 +12,13 @@
 //                          of a row per lane before their sum
 //   BWD_THREADS, BWD_COLS  backward GEMV block: BWD_THREADS threads share BWD_COLS columns
 //   BWD_UNROLL             rows of w each of them loads before their sum
-//   GEMM_ROWS, GEMM_THREADS  B > 1 block: GEMM_THREADS threads (256) for GEMM_ROWS rows (8) of the result
-//   GEMM_STAGE             elements of m a B > 1 block stages in shared memory at a time (in float32)
-//   GEMM_UNROLL            vectors of a_prev (delta_next) each thread loads before their sum
+//   GEMM_ROWS, GEMM_THREADS  B > 1 block: GEMM_THREADS threads (256) for GEMM_ROWS rows (8, 16 or 32) of the
+//                          result
+//   GEMM_COLUMNS           ... and GEMM_COLUMNS groups of 8 floats (4 doubles) of its columns (2 or 4)
+//   GEMM_STAGES            stages of w a B > 1 block holds in shared memory (8 KB each), all but one in flight
 
 #include "activation.h"
+#include "pipeline.h"
 #include "vector.h"
 
 #ifndef FWD_ROWS
@@ -40,11 +42,11 @@
 #ifndef GEMM_THREADS
 #define GEMM_THREADS 256
 #endif
-#ifndef GEMM_STAGE
-#define GEMM_STAGE 1024
+#ifndef GEMM_COLUMNS
+#define GEMM_COLUMNS 4
 #endif
-#ifndef GEMM_UNROLL
-#define GEMM_UNROLL 16
+#ifndef GEMM_STAGES
+#define GEMM_STAGES 4
 #endif
 
 // (2)(3) for B = 1, a GEMV: z = w a_prev + b, a = sigma(z), sp = sigma'(z).
@@ -161,132 +163,202 @@ __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T
 }
 
 // (2)(3) and (5) for B > 1: out = w a_prev (forward; w is (n, m)) or out = w^T delta_next (backward; w
-// is (m, n)), for a block of GEMM_ROWS rows of out and S = 8 * V columns of the batch (32 in float32,
-// 16 in float64), then the epilogue: + b, then a = sigma(z) and sp_out = sigma'(z) (forward), or * sp
-// (backward; a, sp_out and b are unused there).
-// Launch: block GEMM_THREADS (256), grid (ceil(B / S), ceil(n / GEMM_ROWS)) (chain_launch). The block
-// walks m in stages of K = GEMM_STAGE elements (half as many in float64): it loads the stage's
-// (GEMM_ROWS, K) slab of w, 8 vectors a thread (16 bytes when the rows are aligned, else one by one;
-// zero beyond every edge), all before it stores them to shared memory. Thread t then takes the columns
-// s0 + (t % 8) * V, ... of x (a_prev, or delta_next) and the rows k = t / 8, t / 8 + 32, ... of the
-// stage: it loads GEMM_UNROLL vectors of x before it multiplies them by the 8 rows' w[., k] (shared
-// loads, one for 2 * V FMAs), summing over k in order. The 32 partial sums of an output meet in a fixed
-// order: by halves in shuffles within a warp (4 of them), then the 8 warps' in order in shared memory.
+// is (m, n)), for a block of R = GEMM_ROWS rows of out and S = 2 V GEMM_COLUMNS columns of the batch
+// (GEMM_COLUMNS groups of 8 floats or 4 doubles), then the epilogue: + b, then a = sigma(z) and sp_out =
+// sigma'(z) (forward), or * sp (backward; a, sp_out and b are unused there).
+// Launch: block GEMM_THREADS (256), grid (ceil(B / S), ceil(n / R)) (chain_launch, which picks R and S).
+// Thread t holds an 8 x 2V register tile of out (8 rows, 2V columns: 64 sums in float32), tile t % TILES
+// of the block's TILES = GEMM_COLUMNS R / 8, and sums it over the slice p = t / TILES of m: k = p, p + P,
+// ... (P = 256 / TILES slices). The block walks m in stages of K columns of w (8 KB each), GEMM_STAGES of
+// them in shared memory: while it computes on one, the copies of the next GEMM_STAGES - 1 are in flight
+// (pipeline.h; 16 bytes each where the rows of w are aligned, else element by element; zeros beyond every
+// edge). Its x (a_prev, or delta_next) it loads straight into registers, a stage ahead: 2 16-byte loads
+// of a row of x for each of its k's (or the same elements one by one). Each k then costs 8 shared loads
+// of w (two 16-byte loads backward) and 2 V x 8 FMAs. The sums of the P slices of an output meet in a
+// fixed order: by halves in shuffles within a warp (fold_half), each lane keeping half of what it held,
+// then the 8 warps' in order in shared memory (the stages' memory, once every thread is past them).
+// Bank conflicts: a row of a stage is padded (forward by 32 bytes, backward by 16), and forward a tile
+// takes rows rg, rg + R / 8, ... (rg = its row group), so that the slices and row groups of a warp read
+// different banks.
 // Bytes: n*m + m*B + n (forward: w, a_prev, b) or m*n + m*B + n*B (backward: w, delta_next, sp) reads
 // + 3*n*B (z, a, sp) or n*B (delta) writes; every block of a column of the grid re-reads the whole of
-// x's columns (m * S elements), ceil(n / GEMM_ROWS) times in all, from L2.
+// x's columns (m * S elements), ceil(n / R) times in all, and every block of a row its rows of w,
+// ceil(B / S) times in all, from L2.
 template <typename T, bool BACKWARD>
 __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, const T* x, const T* b, int n, int m,
                            int batch, int act) {
-    constexpr int V = Vec<T>::width, S = 8 * V, R = GEMM_ROWS, K = GEMM_STAGE * 4 / sizeof(T);
-    constexpr int SLICES = GEMM_THREADS / 8, LOADS = R * K / V / GEMM_THREADS;
-    static_assert(R == 8 && GEMM_THREADS == 256 && R * K % (V * GEMM_THREADS) == 0 && K % (SLICES * GEMM_UNROLL) == 0,
-                  "8 rows; a slab divides among 256 threads; a stage among the slices");
-    __shared__ __align__(16) T slab[R][K];
-    const int t = threadIdx.x, lane = t % 32, g = t % 8, p = t / 8;
-    const int i0 = blockIdx.y * R, s = blockIdx.x * S + g * V;
+    constexpr int V = Vec<T>::width, TC = 2 * V, G = GEMM_COLUMNS, S = G * TC, R = GEMM_ROWS, GROUPS = R / 8;
+    constexpr int TILES = G * GROUPS, SLICES = GEMM_THREADS / TILES, K = 8192 / (R * (int)sizeof(T)), PER = K / SLICES;
+    constexpr int PAD = (BACKWARD ? 16 : 32) / sizeof(T), PIECES = R * K / V / GEMM_THREADS, SUMS = 8 * TC;
+    constexpr int FIRST = BACKWARD ? K : R, SECOND = (BACKWARD ? R : K) + PAD;  // a stage: [row][k] or [k][row]
+    static_assert(GEMM_THREADS == 256 && R % 8 == 0 && 32 % TILES == 0 && K % SLICES == 0 && PIECES >= 1 &&
+                  R * K == PIECES * V * GEMM_THREADS && GEMM_STAGES >= 2,
+                  "256 threads; tiles of 8 rows; a warp holds whole slices; a stage divides among the threads");
+    __shared__ __align__(16) T stage[GEMM_STAGES][FIRST][SECOND];
+    static_assert(sizeof(T) * 8 * TILES * (SUMS + 1) <= sizeof(stage), "the partial sums fit in the stages");
+    const int t = threadIdx.x, lane = t % 32, tile = t % TILES, p = t / TILES, rg = tile / G, g = tile % G;
+    const int i0 = blockIdx.y * R, s0 = blockIdx.x * S + g * TC, stages = (m + K - 1) / K;
     const bool wide_w = (BACKWARD ? n : m) % V == 0 && aligned16(w);
     const bool wide_x = batch % V == 0 && aligned16(x);
-    T acc[R][V];
+
+    // Stage number st of w into buffer buf: forward rows i0.. of w, columns st * K..; backward rows st * K..
+    // of w, columns i0.., transposed. Piece v is V elements along w's rows.
+    auto copy_stage = [&](int buf, int st) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-            acc[r][e] = T(0);
-        }
-    }
-    for (int k0 = 0; k0 < m; k0 += K) {
-        T staged[LOADS][V];
-#pragma unroll
-        for (int q = 0; q < LOADS; ++q) {
+        for (int q = 0; q < PIECES; ++q) {
             const int v = t + q * GEMM_THREADS;
-            // Forward: row r of the slab is row i0 + r of w, vector kv along it. Backward: row k of w,
-            // vector rv along its n, which the slab holds transposed.
             const int r = BACKWARD ? v % (R / V) * V : v / (K / V), k = BACKWARD ? v / (R / V) : v % (K / V) * V;
-            const bool in = BACKWARD ? k0 + k < m : i0 + r < n;
-            const long long start = BACKWARD ? (long long)(k0 + k) * n + i0 + r : (long long)(i0 + r) * m + k0 + k;
-            const int left = BACKWARD ? n - (i0 + r) : m - (k0 + k);  // elements of the vector inside w's row
-            if (wide_w && in && left > 0) {
-                load16(staged[q], w + start);
+            const int k_w = st * K + k, i = i0 + r;
+            const long long start = BACKWARD ? (long long)k_w * n + i : (long long)i * m + k_w;
+            const int left = BACKWARD ? (k_w < m ? n - i : 0) : (i < n ? m - k_w : 0);  // elements inside w's row
+            T* to = BACKWARD ? &stage[buf][k][r] : &stage[buf][r][k];
+            if (wide_w) {
+                copy_async<V>(to, left > 0 ? w + start : w, left <= 0 ? 0 : left < V ? left : V);
             } else {
 #pragma unroll
                 for (int e = 0; e < V; ++e) {
-                    staged[q][e] = in && e < left ? w[start + e] : T(0);
+                    copy_async<1>(to + e, e < left ? w + start + e : w, e < left ? 1 : 0);
                 }
             }
         }
+    };
+    // x[k, s0..s0 + TC) for the k's of this thread in stage st, zero beyond every edge.
+    T x_next[PER][TC / V][V], x_now[PER][TC / V][V];
+    auto load_x = [&](int st) {
 #pragma unroll
-        for (int q = 0; q < LOADS; ++q) {
-            const int v = t + q * GEMM_THREADS;
+        for (int j = 0; j < PER; ++j) {
+            const int k = st * K + j * SLICES + p;
+            const T* x_k = x + (long long)(k < m ? k : 0) * batch;
 #pragma unroll
-            for (int e = 0; e < V; ++e) {
-                if (BACKWARD) {
-                    slab[v % (R / V) * V + e][v / (R / V)] = staged[q][e];
-                } else {
-                    slab[v / (K / V)][v % (K / V) * V + e] = staged[q][e];
-                }
-            }
-        }
-        __syncthreads();
-        for (int kk = p; kk < K; kk += SLICES * GEMM_UNROLL) {
-            T xv[GEMM_UNROLL][V];
-#pragma unroll
-            for (int u = 0; u < GEMM_UNROLL; ++u) {
-                const int k = k0 + kk + u * SLICES;
-                const T* x_k = x + (long long)(k < m ? k : 0) * batch;
+            for (int h = 0; h < TC / V; ++h) {
+                const int s = s0 + h * V;
                 if (wide_x && k < m && s < batch) {
-                    load16(xv[u], x_k + s);
+                    load16(x_next[j][h], x_k + s);
                 } else {
 #pragma unroll
                     for (int e = 0; e < V; ++e) {
-                        xv[u][e] = k < m && s + e < batch ? x_k[s + e] : T(0);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < GEMM_UNROLL; ++u) {
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const T w_rk = slab[r][kk + u * SLICES];
-#pragma unroll
-                    for (int e = 0; e < V; ++e) {
-                        acc[r][e] += w_rk * xv[u][e];
+                        x_next[j][h][e] = k < m && s + e < batch ? x_k[s + e] : T(0);
                     }
                 }
             }
         }
-        __syncthreads();
-    }
+    };
+    T acc[8][TC / V][V];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < 8; ++r) {
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-            acc[r][e] += __shfl_down_sync(0xffffffffu, acc[r][e], 16);
-            acc[r][e] += __shfl_down_sync(0xffffffffu, acc[r][e], 8);
-        }
-    }
-    T* partial = &slab[0][0];  // (8 warps, R, S), the slab's memory once every thread is past it
-    if (lane < 8) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
+        for (int h = 0; h < TC / V; ++h) {
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-                partial[(t / 32 * R + r) * S + lane * V + e] = acc[r][e];
+                acc[r][h][e] = T(0);
             }
         }
+    }
+#pragma unroll
+    for (int st = 0; st < GEMM_STAGES - 1; ++st) {
+        if (st < stages) {
+            copy_stage(st, st);
+        }
+        commit_copies();
+    }
+    load_x(0);
+    for (int st = 0; st < stages; ++st) {
+        wait_copies<GEMM_STAGES - 2>();  // stage st has landed, for this thread's copies
+        __syncthreads();                 // ... and for everyone's; every thread is past stage st - 1
+        const int ahead = st + GEMM_STAGES - 1, buf = st % GEMM_STAGES;
+        if (ahead < stages) {
+            copy_stage(ahead % GEMM_STAGES, ahead);
+        }
+        commit_copies();
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+#pragma unroll
+            for (int h = 0; h < TC / V; ++h) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    x_now[j][h][e] = x_next[j][h][e];
+                }
+            }
+        }
+        if (st + 1 < stages) {
+            load_x(st + 1);
+        }
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            const int k = j * SLICES + p;
+            T w_k[8 / V][V];
+#pragma unroll
+            for (int u = 0; u < 8 / V; ++u) {
+                if (BACKWARD) {
+                    load16_plain(w_k[u], &stage[buf][k][8 * rg + u * V]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        w_k[u][e] = stage[buf][rg + GROUPS * (u * V + e)][k];
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+#pragma unroll
+                for (int h = 0; h < TC / V; ++h) {
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        acc[r][h][e] += w_k[r / V][r % V] * x_now[j][h][e];
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();  // every thread is past the stages (the groups still open are empty): their memory takes the
+                      // partial sums
+
+    // The warp's 32 / TILES slices of each tile, by halves: at each level a lane keeps the half of its sums
+    // its bit says and adds its partner's, so that it ends with SUMS * TILES / 32 sums from `base`.
+    T part[SUMS];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+#pragma unroll
+        for (int h = 0; h < TC / V; ++h) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                part[r * TC + h * V + e] = acc[r][h][e];
+            }
+        }
+    }
+    static_assert(TILES == 2 || TILES == 4 || TILES == 8 || TILES == 16, "a warp holds 16, 8, 4 or 2 slices");
+    int base = fold_half<SUMS / 2>(part, lane, TILES);
+    if constexpr (TILES <= 8) {
+        base += fold_half<SUMS / 4>(part, lane, 2 * TILES);
+    }
+    if constexpr (TILES <= 4) {
+        base += fold_half<SUMS / 8>(part, lane, 4 * TILES);
+    }
+    if constexpr (TILES == 2) {
+        base += fold_half<SUMS / 16>(part, lane, 8 * TILES);
+    }
+    constexpr int KEPT = SUMS * TILES / 32;
+    T* partial = &stage[0][0][0];  // (8 warps, TILES, SUMS + 1)
+#pragma unroll
+    for (int e = 0; e < KEPT; ++e) {
+        partial[(t / 32 * TILES + tile) * (SUMS + 1) + base + e] = part[e];
     }
     __syncthreads();
-    const int r = t / S, col = blockIdx.x * S + t % S, i = i0 + r;
-    if (t < R * S && i < n && col < batch) {
-        T sum = partial[r * S + t % S];
-        for (int warp = 1; warp < GEMM_THREADS / 32; ++warp) {
-            sum += partial[(warp * R + r) * S + t % S];
-        }
-        const long long idx = (long long)i * batch + col;
-        if (BACKWARD) {
-            out[idx] = sum * sp[idx];
-        } else {
-            store_activation(out, a, sp_out, idx, sum + b[i], act);
+    for (int o = t; o < R * S; o += GEMM_THREADS) {
+        const int o_tile = o / SUMS, e = o % SUMS, r = e / TC, o_rg = o_tile / G;
+        const int i = i0 + (BACKWARD ? 8 * o_rg + r : o_rg + GROUPS * r);
+        const int col = blockIdx.x * S + o_tile % G * TC + e % TC;
+        if (i < n && col < batch) {
+            T sum = partial[o_tile * (SUMS + 1) + e];
+            for (int warp = 1; warp < GEMM_THREADS / 32; ++warp) {
+                sum += partial[(warp * TILES + o_tile) * (SUMS + 1) + e];
+            }
+            const long long idx = (long long)i * batch + col;
+            if (BACKWARD) {
+                out[idx] = sum * sp[idx];
+            } else {
+                store_activation(out, a, sp_out, idx, sum + b[i], act);
+            }
         }
     }
 }

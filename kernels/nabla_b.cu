@@ -2,11 +2,11 @@
 // delta is (n, B) row-major, nabla_b is (n,).
 //
 // Launch: block (32, BIAS_ROWS), grid ceil(n / BIAS_ROWS) (bias_launch, with the -D options from
-// leapfrog_gpu/backends/launch.py): a warp per row. Lane l loads elements l, l + 32, ... of its row,
-// BIAS_UNROLL of them before it adds them in order, and the lanes' sums meet in warp_sum: an order fixed
-// by the launch shape. A warp past the last row reads the last one and stores nothing. Bytes: n*B reads
-// (delta) + n writes (nabla_b), in elements (times 4 or 8); profiling/kernel_traffic.py holds the same
-// counts for kernels/README.md.
+// leapfrog_gpu/backends/launch.py): a warp per row, summed by row_sum (vector.h): lane l loads elements l,
+// l + 32, ... of its row, BIAS_UNROLL of them before it adds them in order, and the lanes' sums meet in
+// warp_sum: an order fixed by the launch shape. A warp past the last row reads the last one and stores
+// nothing. Bytes: n*B reads (delta) + n writes (nabla_b), in elements (times 4 or 8);
+// profiling/kernel_traffic.py holds the same counts for kernels/README.md.
 
 #include "vector.h"
 
@@ -21,23 +21,9 @@ template <typename T>
 __device__ void bias_sum(T* nabla_b, const T* delta, int n, int batch) {
     const int lane = threadIdx.x;
     const int i = blockIdx.x * BIAS_ROWS + threadIdx.y;
-    const T* row = delta + (long long)(i < n ? i : n - 1) * batch;
-    T acc = T(0);
-    for (int s0 = 0; s0 < batch; s0 += 32 * BIAS_UNROLL) {
-        T values[BIAS_UNROLL];
-#pragma unroll
-        for (int u = 0; u < BIAS_UNROLL; ++u) {
-            const int s = s0 + u * 32 + lane;
-            values[u] = s < batch ? row[s] : T(0);
-        }
-#pragma unroll
-        for (int u = 0; u < BIAS_UNROLL; ++u) {
-            acc += values[u];
-        }
-    }
-    acc = warp_sum(acc);
+    const T sum = row_sum<BIAS_UNROLL>(delta + (long long)(i < n ? i : n - 1) * batch, batch, lane);
     if (lane == 0 && i < n) {
-        nabla_b[i] = acc;
+        nabla_b[i] = sum;
     }
 }
 

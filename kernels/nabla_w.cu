@@ -11,9 +11,11 @@
 // same counts for kernels/README.md. Tuning values come in as -D options from
 // leapfrog_gpu/backends/launch.py:
 //   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product
-//   RANK_SIDE           the rank-B update's block is RANK_SIDE x RANK_SIDE threads, 8 x 8 outputs each
-//   RANK_CHUNK          samples of the batch it stages at a time (in float32; half as many in float64)
+//   RANK_CHUNK          samples of the batch the rank-B update stages at a time (in float32; half as many in
+//                       float64)
+//   RANK_STAGES         chunks it holds in shared memory, all but one in flight
 
+#include "pipeline.h"
 #include "vector.h"
 
 #ifndef OUTER_BX
@@ -22,11 +24,11 @@
 #ifndef OUTER_BY
 #define OUTER_BY 8
 #endif
-#ifndef RANK_SIDE
-#define RANK_SIDE 8
-#endif
 #ifndef RANK_CHUNK
-#define RANK_CHUNK 16
+#define RANK_CHUNK 8
+#endif
+#ifndef RANK_STAGES
+#define RANK_STAGES 2
 #endif
 
 // (7) for B = 1: nabla_w[i, j] = delta[i] * a[j], an outer product.
@@ -52,38 +54,83 @@ __device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int
     }
 }
 
-// (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-blocked.
-// Launch: block (RANK_SIDE, RANK_SIDE), grid (ceil(m / E), ceil(n / E)), E = 8 * RANK_SIDE
-// (rank_update_launch): thread (x, y) owns the 8 x 8 outputs (i0 + 8y + r, j0 + 8x + c). The block walks
-// the batch in chunks of RANK_CHUNK (half that in float64): each thread loads its share of the chunk's
-// (E, RANK_CHUNK) slabs of delta and of a (16-byte loads when the rows are aligned, else one by one;
-// zero beyond every edge), all before it stores them to shared memory transposed; then for each s of
-// the chunk it reads its 8 deltas and 8 a's (16-byte shared loads) for 64 FMAs, summing over s in order. Stores are 16 bytes where the
-// rows of nabla_w are aligned. Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the fused
-// rank_update_sgd reads w as well and writes it instead: (n + m) * B + n*m reads + n*m writes. The
-// blocks of a row re-read its slab of delta, ceil(m / E) times in all (a: ceil(n / E) times), from L2.
-// rank_update_bias writes (6) as well, in the blocks of column 0 (n more writes), from the staged slabs
-// of delta and in bias_sum's order, so bitwise what bias_sum writes: thread t takes row i0 + t and keeps
-// 32 partial sums in shared memory, partial l of the samples s = l, l + 32, ... in order (bias_sum's lane
-// l); after the stores of nabla_w they meet in warp_sum's tree (by halves: l += l + 16, then l + 8, ...).
+// (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-tiled.
+// Launch: block 128 threads, grid (ceil(m / 64), ceil(n / 64)) (rank_update_launch): a block per 64 x 64
+// tile of nabla_w. Thread t = 16 ty + 2 tx + h (ty, tx in 0..7, h in 0..1) holds the 8 x 8 sums (i0 + ty +
+// 8r, j0 + tx + 8c) over the samples s = h, h + 2, ... (half h of the batch). The block walks the batch in
+// chunks of C = RANK_CHUNK samples (half as many doubles), RANK_STAGES of them in shared memory: the copies
+// of the next are in flight while it computes on one (pipeline.h; 16 bytes each where the rows are
+// aligned, else element by element; zeros beyond every edge). A chunk's rows of delta and of a are stored
+// as in memory, padded by 16 bytes so that the loads below hit 16 different banks (32-bit words; 8-byte
+// ones in float64). For each of its samples a thread loads 8 of delta and 8 of a for 64 FMAs (a shared
+// load for 4 FMAs), summing over s in order. Then the halves' sums meet (fold_half: one shuffle a sum) and
+// each thread writes 32: rows i0 + ty + 8 (4h + r), r in 0..3, a warp's stores filling 32-byte sectors.
+// Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the blocks of a row re-read its slab of delta,
+// ceil(m / 64) times in all (a: ceil(n / 64) times), from L2. rank_update_sgd reads w as well and writes it
+// instead: (n + m) * B + n*m reads + n*m writes; its tile of w is copied into shared memory (a group of its
+// own, committed after the first chunk's) while the block computes. rank_update_bias writes (6) as well (n
+// more writes): the rows of each row of blocks are shared among its blocks' warps, each summed by row_sum as
+// bias_sum sums it (vector.h), so bitwise what bias_sum writes, before the block's first wait.
 template <typename T, bool SGD, bool BIAS>
 __device__ void rank_update(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, int batch, T scale) {
-    constexpr int V = Vec<T>::width, E = 8 * RANK_SIDE, THREADS = RANK_SIDE * RANK_SIDE;
-    constexpr int CHUNK = RANK_CHUNK * 4 / sizeof(T);  // samples a chunk: RANK_CHUNK floats, half as many doubles
-    constexpr int SLAB = E * CHUNK / V;                // vectors in a slab
-    constexpr int LOADS = 2 * SLAB / THREADS;          // vectors of the two slabs each thread stages
-    static_assert(CHUNK % V == 0 && 2 * SLAB % THREADS == 0, "the slabs divide among the threads");
-    __shared__ __align__(16) T delta_tile[CHUNK][E + V];
-    __shared__ __align__(16) T a_tile[CHUNK][E + V];
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * RANK_SIDE + tx;
-    const int i0 = blockIdx.y * E, j0 = blockIdx.x * E;
-    const bool wide_in = batch % V == 0 && aligned16(delta) && aligned16(a);
-    static_assert(!BIAS || THREADS == E, "rank_update_bias: a thread per row of the slab");
-    __shared__ T bias_part[BIAS ? E : 1][BIAS ? 33 : 1];  // [row][l]: partial l of each row (padded)
-    const bool bias = BIAS && blockIdx.x == 0;
-    if (bias) {
-        for (int l = 0; l < 32; ++l) {
-            bias_part[t][l] = T(0);
+    constexpr int V = Vec<T>::width, E = 64, THREADS = 128, C = RANK_CHUNK * 4 / (int)sizeof(T);
+    constexpr int ROW = C + 16 / (int)sizeof(T), PIECES = 2 * E * (C / V) / THREADS;  // elements a staged row
+    constexpr int W_PIECES = E * E / V / THREADS, W_ROW = E + 16 / (int)sizeof(T);
+    static_assert(C % V == 0 && C % 2 == 0 && 2 * E * (C / V) == PIECES * THREADS && E * E == W_PIECES * V * THREADS &&
+                  RANK_STAGES >= 2, "a chunk is whole vectors, even; the copies divide among the threads");
+    __shared__ __align__(16) T tiles[RANK_STAGES][2][E][ROW];  // [stage][delta, a][row][sample]
+    __shared__ __align__(16) T w_tile[SGD ? E : 1][SGD ? W_ROW : 4];
+    const int t = threadIdx.x, lane = t % 32, h = t & 1, tx = t / 2 % 8, ty = t / 16;
+    const int i0 = blockIdx.y * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;
+    const bool wide = batch % V == 0 && aligned16(delta) && aligned16(a);
+
+    // Chunk number c of the batch into stage buffer buf: piece v is V samples of a row of delta or of a.
+    auto copy_chunk = [&](int buf, int c) {
+#pragma unroll
+        for (int q = 0; q < PIECES; ++q) {
+            const int v = t + q * THREADS, of_a = v / (E * C / V), row = v / (C / V) % E, s = v % (C / V) * V;
+            const int rows = of_a ? m - j0 : n - i0, sample = c * C + s;
+            const T* source = (of_a ? a + (long long)(j0 + row) * batch : delta + (long long)(i0 + row) * batch) +
+                              sample;
+            const int left = row < rows ? batch - sample : 0;  // samples of the piece inside the batch
+            T* to = &tiles[buf][of_a][row][s];
+            if (wide) {
+                copy_async<V>(to, left > 0 ? source : delta, left <= 0 ? 0 : left < V ? left : V);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    copy_async<1>(to + e, e < left ? source + e : delta, e < left ? 1 : 0);
+                }
+            }
+        }
+    };
+    copy_chunk(0, 0);
+    commit_copies();
+    if (SGD) {  // the tile of w the update reads, in flight while the block computes
+        const T* w = out;
+        const bool wide_w = m % V == 0 && aligned16(w);
+#pragma unroll
+        for (int q = 0; q < W_PIECES; ++q) {
+            const int v = t + q * THREADS, row = v / (E / V), col = v % (E / V) * V;
+            const long long start = (long long)(i0 + row) * m + j0 + col;
+            const int left = i0 + row < n ? m - (j0 + col) : 0;
+            if (wide_w) {
+                copy_async<V>(&w_tile[row][col], left > 0 ? w + start : w, left <= 0 ? 0 : left < V ? left : V);
+            } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    copy_async<1>(&w_tile[row][col + e], e < left ? w + start + e : w, e < left ? 1 : 0);
+                }
+            }
+        }
+        commit_copies();
+    }
+    if (BIAS) {  // rows p, p + 4 gridDim.x, ... of this row of blocks, p = 4 blockIdx.x + warp
+        for (int row = 4 * blockIdx.x + t / 32; row < E && i0 + row < n; row += 4 * gridDim.x) {
+            const T sum = row_sum<4>(delta + (long long)(i0 + row) * batch, batch, lane);
+            if (lane == 0) {
+                nabla_b[i0 + row] = sum;
+            }
         }
     }
     T acc[8][8];
@@ -94,103 +141,65 @@ __device__ void rank_update(T* out, T* nabla_b, const T* delta, const T* a, int 
             acc[r][c] = T(0);
         }
     }
-    for (int s0 = 0; s0 < batch; s0 += CHUNK) {
-        T staged[LOADS][V];
-#pragma unroll
-        for (int q = 0; q < LOADS; ++q) {
-            const int v = (t + q * THREADS) % SLAB, of_a = (t + q * THREADS) / SLAB;
-            const int row = v / (CHUNK / V), s = s0 + v % (CHUNK / V) * V;
-            const int rows = of_a ? m - j0 : n - i0;
-            const T* p = (of_a ? a + (long long)j0 * batch : delta + (long long)i0 * batch) +
-                         (long long)(row < rows ? row : 0) * batch;
-            if (wide_in && row < rows && s < batch) {
-                load16(staged[q], p + s);
-            } else {
-#pragma unroll
-                for (int e = 0; e < V; ++e) {
-                    staged[q][e] = row < rows && s + e < batch ? p[s + e] : T(0);
-                }
-            }
+    for (int c = 0; c < chunks; ++c) {
+        if (SGD && c == 0) {
+            wait_copies<RANK_STAGES - 1>();  // chunk 0 has landed; w's tile, committed after it, need not have
+        } else {
+            wait_copies<RANK_STAGES - 2>();  // chunk c has landed, for this thread's copies
         }
-#pragma unroll
-        for (int q = 0; q < LOADS; ++q) {
-            const int v = (t + q * THREADS) % SLAB, of_a = (t + q * THREADS) / SLAB;
-#pragma unroll
-            for (int e = 0; e < V; ++e) {
-                (of_a ? a_tile : delta_tile)[v % (CHUNK / V) * V + e][v / (CHUNK / V)] = staged[q][e];
-            }
+        __syncthreads();  // ... and for everyone's; every thread is past chunk c - 1
+        const int ahead = c + RANK_STAGES - 1, buf = c % RANK_STAGES;
+        if (ahead < chunks) {
+            copy_chunk(ahead % RANK_STAGES, ahead);
         }
-        __syncthreads();
-        if (bias) {  // off the hot path (the blocks of one column), left rolled: 3 shared accesses a sample
-#pragma unroll 1
-            for (int s = 0; s < CHUNK; ++s) {
-                bias_part[t][(s0 + s) % 32] += delta_tile[s][t];
-            }
-        }
-        for (int s = 0; s < CHUNK; ++s) {
-            T dv[8 / V][V], av[8 / V][V];
+        commit_copies();
 #pragma unroll
-            for (int h = 0; h < 8 / V; ++h) {
-                load16_plain(dv[h], &delta_tile[s][8 * ty + h * V]);
-                load16_plain(av[h], &a_tile[s][8 * tx + h * V]);
+        for (int sample = h; sample < C; sample += 2) {
+            T d[8], x[8];
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                d[r] = tiles[buf][0][ty + 8 * r][sample];
+                x[r] = tiles[buf][1][tx + 8 * r][sample];
             }
 #pragma unroll
             for (int r = 0; r < 8; ++r) {
 #pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                    acc[r][c] += dv[r / V][r % V] * av[c / V][c % V];
+                for (int col = 0; col < 8; ++col) {
+                    acc[r][col] += d[r] * x[col];
                 }
             }
         }
-        __syncthreads();
     }
-    const bool wide_out = m % V == 0 && aligned16(out);
+    if (SGD) {
+        wait_copies<0>();  // w's tile, for this thread's copies
+        __syncthreads();   // ... and for everyone's
+    }
+    T part[64];
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
-        const int i = i0 + 8 * ty + r;
+#pragma unroll
+        for (int col = 0; col < 8; ++col) {
+            part[8 * r + col] = acc[r][col];
+        }
+    }
+    const int first = fold_half<32>(part, lane, 1) / 8;  // the halves' sums meet: rows 4h.. of the 8 kept
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int row = ty + 8 * (first + r), i = i0 + row;
         if (i < n) {
 #pragma unroll
-            for (int h = 0; h < 8 / V; ++h) {
-                const int j = j0 + 8 * tx + h * V;
-                T* p = out + (long long)i * m + j;
-                if (wide_out && j < m) {
-                    T v[V];
+            for (int col = 0; col < 8; ++col) {
+                const int j = j0 + tx + 8 * col;
+                if (j < m) {
+                    const T g = part[8 * r + col];
                     if (SGD) {
-                        load16_plain(v, p);
-                    }
-#pragma unroll
-                    for (int e = 0; e < V; ++e) {
-                        if (SGD) {
-                            v[e] -= scale * acc[r][h * V + e];
-                        } else {
-                            v[e] = acc[r][h * V + e];
-                        }
-                    }
-                    store16(p, v);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < V; ++e) {
-                        if (j + e < m) {
-                            if (SGD) {
-                                p[e] -= scale * acc[r][h * V + e];
-                            } else {
-                                p[e] = acc[r][h * V + e];
-                            }
-                        }
+                        out[(long long)i * m + j] = w_tile[row][tx + 8 * col] - scale * g;
+                    } else {
+                        out[(long long)i * m + j] = g;
                     }
                 }
             }
         }
-    }
-    if (bias && i0 + t < n) {  // once a thread: left rolled
-#pragma unroll 1
-        for (int half = 16; half > 0; half /= 2) {
-#pragma unroll 1
-            for (int l = 0; l < half; ++l) {
-                bias_part[t][l] += bias_part[t][l + half];
-            }
-        }
-        nabla_b[i0 + t] = bias_part[t][0];
     }
 }
 

@@ -70,3 +70,39 @@ __device__ __forceinline__ T warp_sum(T value) {
     }
     return value;
 }
+
+// One level of a sum across lanes by halves: the lanes `offset` apart hold sums of the same outputs, part[0,
+// 2 HALF); the lower one keeps the first HALF, the upper the second, each adding its partner's to its own
+// into part[0, HALF). Returns where the kept half starts (0 or HALF). Every lane of the warp must call it.
+template <int HALF, typename T, int N>
+__device__ __forceinline__ int fold_half(T (&part)[N], int lane, int offset) {
+    const bool upper = lane & offset;
+#pragma unroll
+    for (int e = 0; e < HALF; ++e) {
+        const T low = part[e], high = part[e + HALF];
+        part[e] = (upper ? high : low) + __shfl_xor_sync(0xffffffffu, upper ? low : high, offset);
+    }
+    return upper ? HALF : 0;
+}
+
+// The sum of row[0, batch) over the 32 lanes of a warp, in lane `lane` 0: lane l adds row[l], row[l + 32], ...
+// in order, UNROLL of them loaded before their sum (which does not change the order), then the lanes' sums
+// meet in warp_sum. Every lane of the warp must call it. bias_sum (6) and rank_update_bias sum with it, so
+// they give the same bits.
+template <int UNROLL, typename T>
+__device__ __forceinline__ T row_sum(const T* row, int batch, int lane) {
+    T acc = T(0);
+    for (int s0 = 0; s0 < batch; s0 += 32 * UNROLL) {
+        T values[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int s = s0 + u * 32 + lane;
+            values[u] = s < batch ? row[s] : T(0);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            acc += values[u];
+        }
+    }
+    return warp_sum(acc);
+}

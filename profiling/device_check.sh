@@ -24,11 +24,13 @@
 #                      from its sm_90 code on this GPU (SMs, clocks, bus from its properties, the bandwidth of a
 #                      copy measured now; printed), the step with a graph node's cost measured on graphs of n empty
 #                      kernels (printed), computed here where NVRTC and cuobjdump can be imported (the test
-#                      extras), else the committed MODEL (an H200's) is used; the line says which
-#   kernels (kernels, 60)         profiling/kernels.py: our nabla_w kernels against cuBLAS, and our chain kernels
-#                      (2)(3) and (5) against cuBLAS + our elementwise kernel, GB/s beside a device copy, the GEMV
-#                      targets judged, then the GEMVs at the other block shapes of GEMV_BLOCKS, each on its own;
-#                      the model's prediction beside each kernel of ours, and the measured median over it
+#                      extras), else the committed MODEL (an H200's; MODEL_H100 on an H100) is used; the line
+#                      says which
+#   kernels (kernels, 60)         profiling/kernels.py: our nabla_w kernels against cuBLAS (and their fused SGD and
+#                      bias twins), and our chain kernels (2)(3) and (5) against cuBLAS + our elementwise kernel, at
+#                      N = 1024 and 4096, B = 1, 32 and 64, GB/s beside a device copy, the GEMV targets judged, then
+#                      the GEMVs at the other block shapes of GEMV_BLOCKS, each on its own; the model's prediction
+#                      beside each kernel of ours (the card's: H100 or H200), and the measured median over it
 #   GPU tests (tests, 120)         python -m pytest -m gpu on the whole-step test modules (FIRST: graph mode, cuBLAS,
 #                      NCCL with one rank, the timeline, the commands, the gradients); with PARTS naming tests,
 #                      every GPU test (limit 400 s); a test module that cannot be imported (an optional package
@@ -83,7 +85,8 @@ SHARED+=' or bitwise_sequential_on_the_gpu and k2-B7'
 # threads), in a dry run too: each must pass launch.chain_launch's checks (tests/tools/test_profiling_scripts.py).
 GEMV_BLOCKS=32x4:16x32,32x8:32x256,32x2:8x128,32x16:4x128
 # The kernel model for kernels.py where this machine cannot compute it (no NVRTC or cuobjdump: no test extras).
-MODEL=profiling/results/kernel_model_cpu_2026-12-03.json
+MODEL=profiling/results/kernel_model_cpu_2026-12-05.json
+MODEL_H100=profiling/results/kernel_model_h100_cpu_2026-12-05.json
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
 # In a run of every part, these only (68 tests, limit 120 s); the kernels' ~950 GPU tests: PARTS=tests.
 FIRST=(tests/backends/test_backends.py tests/backends/test_cupy_graph.py tests/backends/test_cublas.py
@@ -189,13 +192,18 @@ part_kernel_model() {  # $OUT/kernel_model.json where it can be computed here, e
 
 part_kernels() {
     local model=$OUT/kernel_model.json
-    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,1000:999:33")
+    local sizes=(--shapes "1024:1024:1,1024:1024:32,1024:1024:64,4096:4096:1,4096:4096:32,4096:4096:64,1000:999:33")
     [[ -n $DRY ]] && sizes=(--shapes "33:17:1,20:31:5,1024:1024:1" --repeats 1 --launches 2)  # smaller, same blocks
     if [[ -e $model ]]; then
         note "predictions from kernel_model.json, computed here"
     else
-        model=$REPO/$MODEL
-        note "predictions from the committed $MODEL"
+        local committed=$MODEL
+        if command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null |
+            grep -q H100; then
+            committed=$MODEL_H100
+        fi
+        model=$REPO/$committed
+        note "predictions from the committed $committed"
     fi
     "$PYTHON" profiling/kernels.py --backend cupy "${sizes[@]}" --gemv-blocks "$GEMV_BLOCKS" \
         --jsonl "$OUT/kernels.jsonl" --model "$model"

@@ -4,8 +4,11 @@
 
 For each shape (n, m, B) it times ``ops.nabla_w`` (the ``outer`` kernel at B = 1, ``rank_update``
 above) and ``xp.matmul(delta, a.T, out=nabla_w)`` (cuBLAS on a GPU, BLAS on NumPy) on the same
-arrays, checks that both agree, and prints GB/s from ``traffic.kernel_bytes`` beside the bandwidth
-of a measured device-to-device copy: one table, one row per shape and implementation.
+arrays, checks that both agree, then (7)'s two other kernels of ours: ``ops.fused_update`` (impl
+"fused": ``outer_sgd``, ``rank_update_sgd``) and ``ops.gradients`` (impl "grads": ``outer_bias``,
+``rank_update_bias``), each checked against the product and sum of the same arrays, and prints GB/s from
+``traffic.kernel_bytes`` beside the bandwidth of a measured device-to-device copy: one table, one row per
+shape and implementation.
 
 Then the chain (``chain_rows``): the forward layer (2)(3) and the backward layer (5) on our kernels of
 kernels/chain.cu (what a graph step runs; a GEMV at B = 1, a staged GEMM above) against cuBLAS plus our
@@ -37,15 +40,21 @@ from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch, timing
 import kernel_traffic as traffic
 
-SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (1000, 999, 33))
+SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (4096, 4096, 64),
+          (1000, 999, 33))
 COPY_SHARE_TARGET, CUBLAS_TARGET = 0.8, 1.0  # the GEMVs: of copy bandwidth at N = 4096; of cuBLAS's speed at 1024
 # The kernel of profiling/kernel_model.py that a row of ours times, by (the row's kernel, B > 1): ops.nabla_w
-# launches outer at B = 1 and rank_update above (not the _bias twins of ops.gradients); each chain row names its own.
+# launches outer at B = 1 and rank_update above, ops.fused_update their _sgd twins, ops.gradients their _bias twins;
+# each chain row names its own.
 MODEL_KERNELS = {("nabla_w", False): "outer", ("nabla_w", True): "rank_update",
+                 ("fused_update", False): "outer_sgd", ("fused_update", True): "rank_update_sgd",
+                 ("gradients", False): "outer_bias", ("gradients", True): "rank_update_bias",
                  ("forward_gemv", False): "forward_gemv", ("forward_gemm", True): "forward_gemm",
                  ("backward_gemv", False): "backward_gemv", ("backward_gemm", True): "backward_gemm"}
 LAUNCHES = 20  # launches between one pair of events: a kernel's time apart from Python's launch of it
-OURS = ("ours", "numpy")  # our kernels; on NumPy the chain's one implementation, their twin
+OURS = ("ours", "fused", "grads", "numpy")  # our kernels; on NumPy the chain's one implementation, their twin
+KERNEL_OF = {"ours": "nabla_w", "matmul": "nabla_w", "fused": "fused_update", "grads": "gradients"}
+"""The op of ``backend.ops`` each implementation of the nabla_w table times (matmul: beside ours)."""
 
 
 def timed(backend, fn, repeats, warmup, launches):
@@ -61,31 +70,50 @@ def timed(backend, fn, repeats, warmup, launches):
 def rows(backend, shapes, dtype="float32", repeats=20, warmup=3, launches=LAUNCHES):
     """One dict per (shape, implementation), yielded as each shape is measured: median and p20/p80 ms of one
     launch (``timed``), the host's time to issue it, GB/s, the copy's GB/s, and the relative difference
-    between the two implementations (a NaN or one above the tolerance raises)."""
+    from the maths on the same arrays (matmul's product; a NaN or one above the tolerance raises)."""
     xp, ops, main = backend.xp, backend.ops, backend.main
     copy = timing.copy_bandwidth(backend, repeats=repeats, warmup=warmup, launches=launches)["median"]
     rng = np.random.default_rng(0)
     for n, m, batch in shapes:
         delta = xp.asarray(rng.standard_normal((n, batch)), dtype=dtype)
         a = xp.asarray(rng.standard_normal((m, batch)), dtype=dtype)
-        ours, theirs = xp.empty((n, m), dtype=dtype), xp.empty((n, m), dtype=dtype)
+        w = xp.asarray(rng.standard_normal((n, m)), dtype=dtype)
+        ours, theirs, fused, nabla_w, nabla_b = (xp.empty(shape, dtype=dtype) for shape in [(n, m)] * 4 + [(n,)])
+        controls = xp.asarray([0.5, 0], dtype=dtype)  # the step's scale, and no refusal
+        scratch = xp.empty(max(ops.SCRATCH, m), dtype=dtype)
         backend.synchronize()  # the uploads ran on CuPy's default stream, which main does not wait for
         a_t = a.T
         implementations = (("ours", lambda: backend.launch(main, "nabla_w", ops.nabla_w, ours, delta, a)),
                            ("matmul", lambda: backend.launch(main, "matmul", partial(xp.matmul, out=theirs),
-                                                             delta, a_t)))
-        kernel = "outer" if batch == 1 else "rank_update"
-        bytes_moved = traffic.kernel_bytes(kernel, n, m, batch, np.dtype(dtype).itemsize)
-        shape_rows = []
-        for name, fn in implementations:
-            time = timed(backend, fn, repeats, warmup, launches)
-            shape_rows.append({"n": n, "m": m, "B": batch, "dtype": dtype, "impl": name, **time,
-                               "gbps": bytes_moved / (time["ms"]["median"] * 1e6), "copy_gbps": copy})
+                                                             delta, a_t)),
+                           ("fused", lambda: backend.launch(main, "fused_update", ops.fused_update, fused, delta, a,
+                                                            controls, scratch)),
+                           ("grads", lambda: backend.launch(main, "gradients", ops.gradients, nabla_w, nabla_b,
+                                                            delta, a)))
+        for name, fn in implementations:  # once, on the arrays as they are, for the check below
+            if name == "fused":
+                fused[...] = w
+                backend.synchronize()
+            fn()
+        backend.synchronize()
+        results = {"ours": (ours, theirs), "fused": (fused, w - 0.5 * theirs), "grads": (nabla_w, theirs),
+                   "grads b": (nabla_b, delta.sum(axis=1))}
         tolerance = 1e-4 if dtype == "float32" else 1e-10
-        error = float(xp.max(xp.abs(ours - theirs))) / max(float(xp.max(xp.abs(theirs))), 1e-30)
-        if not error <= tolerance:  # a NaN fails too
-            raise AssertionError(f"nabla_w differs from matmul at {(n, m, batch)}: relative error {error:.2e}")
-        yield from ({**row, "error": error} for row in shape_rows)
+        errors = {}
+        for name, (got, want) in results.items():
+            error = float(xp.max(xp.abs(got - want))) / max(float(xp.max(xp.abs(want))), 1e-30)
+            if not error <= tolerance:  # a NaN fails too
+                raise AssertionError(f"{name} differs from the product at {(n, m, batch)}: relative error {error:.2e}")
+            errors[name] = error
+        errors["grads"] = max(errors["grads"], errors.pop("grads b"))
+        errors["matmul"] = errors["ours"]
+        for name, fn in implementations:
+            kernel = KERNEL_OF[name]
+            model_kernel = MODEL_KERNELS[(kernel, batch > 1)]
+            bytes_moved = traffic.kernel_bytes(model_kernel, n, m, batch, np.dtype(dtype).itemsize)
+            time = timed(backend, fn, repeats, warmup, launches)
+            yield {"n": n, "m": m, "B": batch, "dtype": dtype, "kernel": kernel, "impl": name, **time,
+                   "gbps": bytes_moved / (time["ms"]["median"] * 1e6), "copy_gbps": copy, "error": errors[name]}
 
 
 def chain_implementations(backend):
@@ -207,7 +235,7 @@ def load_model(path):
 
 def model_kernel(table, r):
     """The model's name of the kernel that row ``r`` of ``table`` (``nabla_w`` or ``chain``) times."""
-    return MODEL_KERNELS[("nabla_w" if table == "nabla_w" else r["kernel"], r["B"] > 1)]
+    return MODEL_KERNELS[(r.get("kernel", "nabla_w") if table == "nabla_w" else r["kernel"], r["B"] > 1)]
 
 
 def with_model(table, r, model):

@@ -16,13 +16,22 @@ ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
 OUTER_BLOCK = (32, 8)
 BIAS_ROWS, BIAS_UNROLL = 8, 4  # bias_sum: a warp per row, 8 rows a block; 4 loads a lane before their sum
-# The rank-B update: 64 threads a block, 8 x 8 outputs each (16 shared loads for 64 FMAs), 64 x 64 a block:
-# 256 blocks at N = 1024; the batch staged 16 samples at a time (8 in float64), 32 registers of loads.
-RANK_SIDE, RANK_CHUNK = 8, 16
-# The chain at B > 1: 8 rows of the result a block (128 blocks at N = 1024), their slab of w staged 1024
-# columns (4 KB a row) at a time in one round trip, 256 threads in 32 slices of the stage, 16 vectors of
-# a_prev each loaded before their sum: a 1024-wide layer in one trip to HBM and two to L2.
-GEMM_ROWS, GEMM_THREADS, GEMM_STAGE, GEMM_UNROLL = 8, 256, 1024, 16
+# The rank-B update: 128 threads a block, each 8 x 8 sums over half the batch (16 shared loads for 64 FMAs), 64 x
+# 64 a block: 256 blocks of 4 warps at N = 1024, 8 warps an SM; the batch in chunks of 8 samples (4 in float64),
+# 2 of them in shared memory, the copies of the next in flight while the block computes on one.
+RANK_THREADS, RANK_CHUNK, RANK_STAGES = 128, 8, 2
+# The chain at B > 1 (chain_gemm): 256 threads a block, each an 8-row register tile of 64 sums (float32) over its
+# slice of m; a block covers GEMM_ROWS_CHOICES rows of the result and GEMM_COLUMNS_CHOICES groups of 8 floats (4
+# doubles) of its columns. Every block reads all of its rows of w and all m rows of its columns of a_prev, so the
+# grid re-reads from L2 about blocks x (rows + columns) x m elements: chain_launch takes the shape that re-reads
+# least among those with GEMM_MIN_BLOCKS blocks (three quarters of an H100's or H200's SMs): at N = 1024, B = 32,
+# 128 blocks of 16 rows and 16 columns; at N = 4096, 128 of 32 by 32. w comes in stages of 8 KB, GEMM_STAGES of
+# them in shared memory (3 copies in flight while one is used: 24 KB an SM, above the 20 KB an H200 needs in
+# flight at 4.3 TB/s and 0.6 us).
+GEMM_ROWS_CHOICES, GEMM_COLUMNS_CHOICES, GEMM_MIN_BLOCKS, GEMM_THREADS, GEMM_STAGES = (8, 16, 32), (2, 4), 96, 256, 4
+PLAIN_COPY = False
+"""True: the kernels' copies into shared memory are plain loads and stores done at once (kernels/pipeline.h's
+LEAPFROG_PLAIN_COPY), not asynchronous ones: the same kernels with nothing in flight."""
 # The GEMVs of kernels/chain.cu, chosen on paper (not yet measured; profiling/kernels.py --gemv-blocks
 # compares others). Forward: a warp per row, 16-byte loads, 8 of them a lane before their sum: 512
 # contiguous bytes a warp a load, a 1024-wide float32 row in one round trip, 256 blocks at N = 1024.
@@ -54,13 +63,14 @@ def outer_launch(n, m):
 
 
 def rank_update_launch(n, m):
-    """A (RANK_SIDE, RANK_SIDE) block per (8 RANK_SIDE)-square tile of the (n, m) gradient, 8 x 8 outputs
-    a thread (``rank_update_*``); the batch staged RANK_CHUNK samples at a time."""
-    edge = 8 * RANK_SIDE
+    """A block of RANK_THREADS threads per 64-square tile of the (n, m) gradient, 8 x 8 sums a thread over half
+    the batch (``rank_update_*``); the batch staged RANK_CHUNK samples at a time, RANK_STAGES chunks."""
+    edge = 64
     grid = (-(-m // edge), -(-n // edge), 1)
     assert grid[0] * edge >= m and grid[1] * edge >= n and grid[1] <= 65535, (n, m, grid)
-    assert RANK_CHUNK % 8 == 0 and 2 * edge * RANK_CHUNK % (4 * RANK_SIDE**2) == 0, "the slabs divide"
-    return grid, (RANK_SIDE, RANK_SIDE, 1), (f"-DRANK_SIDE={RANK_SIDE}", f"-DRANK_CHUNK={RANK_CHUNK}")
+    assert RANK_THREADS == 128 and RANK_CHUNK % 4 == 0 and RANK_STAGES >= 2, "rank_update's layout: 2 x 64 " \
+        "threads, chunks of whole 16-byte pieces, a chunk in flight"
+    return grid, (RANK_THREADS, 1, 1), (f"-DRANK_CHUNK={RANK_CHUNK}", f"-DRANK_STAGES={RANK_STAGES}", *copy_options())
 
 
 def gates_launch(n, batch):
@@ -90,8 +100,8 @@ def bias_launch(n):
 def chain_launch(kind, n, batch, itemsize):
     """``kind`` "forward" (2)(3) or "backward" (5) of kernels/chain.cu, for a layer of ``n`` outputs (rows
     of z, or of delta), a batch of ``batch`` and elements of ``itemsize`` bytes: a GEMV at B = 1 (both
-    GEMVs share one module, so one set of options), else a block per GEMM_ROWS rows and 16 bytes' worth
-    of vectors for each of 8 threads across the batch (32 columns in float32, 16 in float64)."""
+    GEMVs share one module, so one set of options), else a block of 256 threads for the rows and columns of
+    ``gemm_shape``."""
     assert kind in ("forward", "backward"), kind
     if batch == 1:
         (lanes, rows), (cols, threads) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
@@ -109,13 +119,40 @@ def chain_launch(kind, n, batch, itemsize):
         return grid, block, (f"-DFWD_ROWS={rows}", f"-DFWD_UNROLL={FORWARD_GEMV_UNROLL}", f"-DBWD_THREADS={threads}",
                              f"-DBWD_COLS={cols}", f"-DBWD_UNROLL={BACKWARD_GEMV_UNROLL}")
     assert itemsize in (4, 8), itemsize
-    columns = 8 * 16 // itemsize
-    grid = (-(-batch // columns), -(-n // GEMM_ROWS), 1)
-    assert GEMM_ROWS == 8 and GEMM_THREADS == 256, "chain_gemm's layout: 8 rows, 32 slices of 8 vectors"
-    assert GEMM_STAGE % (32 * GEMM_UNROLL) == 0 and GEMM_STAGE // 2 % (32 * GEMM_UNROLL) == 0, "slices divide a stage"
-    assert grid[0] * columns >= batch and grid[1] * GEMM_ROWS >= n and grid[1] <= 65535, (n, batch, grid)
-    return grid, (GEMM_THREADS, 1, 1), (f"-DGEMM_ROWS={GEMM_ROWS}", f"-DGEMM_THREADS={GEMM_THREADS}",
-                                        f"-DGEMM_STAGE={GEMM_STAGE}", f"-DGEMM_UNROLL={GEMM_UNROLL}")
+    rows, groups = gemm_shape(n, batch, itemsize)
+    columns = groups * 32 // itemsize
+    grid = (-(-batch // columns), -(-n // rows), 1)
+    assert GEMM_THREADS == 256 and GEMM_STAGES >= 2, "chain_gemm's layout: 256 threads; a stage in flight at least"
+    assert grid[0] * columns >= batch and grid[1] * rows >= n and grid[1] <= 65535, (n, batch, grid)
+    return grid, (GEMM_THREADS, 1, 1), gemm_options(rows, groups)
+
+
+def gemm_shape(n, batch, itemsize):
+    """``(rows, column groups)`` of a B > 1 chain block (``GEMM_ROWS_CHOICES``, ``GEMM_COLUMNS_CHOICES``; a group
+    is 32 bytes of a row of the batch): of the shapes that give ``GEMM_MIN_BLOCKS`` blocks, the one whose blocks
+    re-read the fewest elements (blocks x (rows + columns)), then the one with the fewer blocks; else the one
+    with the most blocks."""
+    assert all(rows % 8 == 0 for rows in GEMM_ROWS_CHOICES) and set(GEMM_COLUMNS_CHOICES) <= {2, 4}, \
+        "chain_gemm's tiles: 8 rows; 2 or 4 groups of columns"
+    shapes = []
+    for rows in GEMM_ROWS_CHOICES:
+        for groups in GEMM_COLUMNS_CHOICES:
+            columns = groups * 32 // itemsize
+            blocks = -(-n // rows) * -(-batch // columns)
+            enough = blocks >= GEMM_MIN_BLOCKS
+            shapes.append((not enough, blocks * (rows + columns) if enough else -blocks, blocks, (rows, groups)))
+    return min(shapes)[3]
+
+
+def gemm_options(rows, groups):
+    """The ``-D`` options of chain.cu's B > 1 kernels for blocks of ``rows`` rows and ``groups`` groups of columns."""
+    return (f"-DGEMM_ROWS={rows}", f"-DGEMM_COLUMNS={groups}", f"-DGEMM_THREADS={GEMM_THREADS}",
+            f"-DGEMM_STAGES={GEMM_STAGES}", *copy_options())
+
+
+def copy_options():
+    """The ``-D`` option of ``PLAIN_COPY`` for the kernels that stage through kernels/pipeline.h."""
+    return ("-DLEAPFROG_PLAIN_COPY",) if PLAIN_COPY else ()
 
 
 def compile_options(defines):
@@ -131,6 +168,7 @@ def modules():
         ("nabla_w.cu", compile_options(rank_update_launch(1, 1)[2])),
         ("nabla_b.cu", compile_options(bias_launch(1)[2])),
         ("chain.cu", compile_options(chain_launch("forward", 1, 1, 4)[2])),
-        ("chain.cu", compile_options(chain_launch("forward", 1, 2, 4)[2])),
+        *(("chain.cu", compile_options(gemm_options(rows, groups)))
+          for rows in GEMM_ROWS_CHOICES for groups in GEMM_COLUMNS_CHOICES),
         ("gates.cu", compile_options(gates_launch(1, 1)[2])),
     ]

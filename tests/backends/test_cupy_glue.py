@@ -305,7 +305,8 @@ def test_kernel_micro_benchmark_checks_results_it_can_trust(backend):
     finally:
         sys.path.remove(str(PROFILING))
     rows = list(kernels.rows(backend, [(33, 31, 1), (33, 31, 3)], "float64", repeats=2, warmup=0))
-    assert len(rows) == 4 and all(row["ms"]["median"] >= 0 for row in rows)
+    assert [row["impl"] for row in rows] == ["ours", "matmul", "fused", "grads"] * 2
+    assert all(row["ms"]["median"] >= 0 for row in rows)
     assert all(np.isfinite(row["error"]) and row["error"] <= 1e-10 for row in rows), rows
 
 

@@ -1,5 +1,5 @@
-"""The CPU harness (tests/harness/cuda_cpu) itself: barriers, bounds checks, guards, argument checks and build
-errors."""
+"""The CPU harness (tests/harness/cuda_cpu) itself: barriers, bounds checks, guards, asynchronous copies, argument
+checks and build errors."""
 
 import numpy as np
 import pytest
@@ -88,6 +88,22 @@ extern "C" __global__ void vector_copy_f32(float* out, const float* in, int offs
 
 extern "C" __global__ void vector_first_f32(float* out, const float* in, int offset) {
     out[0] = (*reinterpret_cast<const float4*>(in + offset)).x;  // no alignment test
+}
+
+// Each of 32 threads copies 16 bytes of `in` into two stages asynchronously, a group each (the first with
+// `valid` of its 4 floats, zeros after them), then reads its neighbour's piece of the first stage.
+extern "C" __global__ void stage_f32(float* out, const float* in, int offset, int valid, int wait, int sync,
+                                     int finish) {
+    __shared__ __align__(16) float stage[2][128];
+    const int t = threadIdx.x;
+    __pipeline_memcpy_async(&stage[0][4 * t], in + offset + 4 * t, 16, 4 * (4 - valid));
+    __pipeline_commit();
+    __pipeline_memcpy_async(&stage[1][4 * t], in + offset + 4 * t, 16, 0);
+    __pipeline_commit();
+    if (wait) __pipeline_wait_prior(1);  // the first group, not the second
+    if (sync) __syncthreads();
+    for (int e = 0; e < 4; ++e) out[4 * t + e] = stage[0][(4 * t + 4 + e) % 128];
+    if (finish) __pipeline_wait_prior(0);
 }
 """
 
@@ -236,6 +252,46 @@ def test_vector_accesses_check_the_bounds_and_the_alignment(module):
     assert out[0] == 4
     with pytest.raises(cuda_cpu.KernelError, match=r"misaligned 16-byte access at element 1 of argument 1"):
         first((1, 1, 1), (1, 1, 1), (out, x, np.int32(1)))
+
+
+def _aligned(count):
+    """A float32 array of ``count`` elements that starts on 16 bytes."""
+    x = np.empty(count + 4, np.float32)
+    start = (-x.ctypes.data % 16) // 4
+    return x[start:start + count]
+
+
+def _stage(module, x, offset=0, valid=4, wait=1, sync=1, finish=1):
+    out = np.full(128, np.nan, np.float32)
+    flags = map(np.int32, (offset, valid, wait, sync, finish))
+    module.get_function("stage_f32")((1, 1, 1), (32, 1, 1), (out, x, *flags))
+    return out
+
+
+def test_asynchronous_copies_land_at_the_wait_that_covers_them(module):
+    """A copy waited for, then a barrier: every thread sees every piece, the bytes past ``valid`` zero. Without
+    the wait, or without the barrier after the other threads' waits, the piece still holds the NaN bytes a
+    block starts with (the harness lands a copy at its thread's wait, the latest moment CUDA allows)."""
+    x = _aligned(128)
+    x[:] = np.arange(1, 129)
+    np.testing.assert_array_equal(_stage(module, x), np.roll(x, -4))
+    zeros = np.roll(np.where(np.arange(128) % 4 < 3, x, 0), -4)
+    np.testing.assert_array_equal(_stage(module, x, valid=3), zeros)
+    for late in ({"wait": 0}, {"sync": 0}):  # the last thread's neighbour, thread 0, ran (and finished) first
+        assert np.isnan(_stage(module, x, **late)[:-4]).all()
+
+
+def test_asynchronous_copies_are_checked_when_issued(module):
+    x = _aligned(132)
+    with pytest.raises(cuda_cpu.KernelError, match=r"misaligned 16-byte asynchronous copy"):
+        _stage(module, x, offset=1)
+    with pytest.raises(cuda_cpu.KernelError, match=r"thread \(31, 0, 0\).*index 135 of argument 1, a buffer of 132"):
+        _stage(module, x, offset=8)
+
+
+def test_a_thread_that_never_waits_for_its_copies_stops_the_launch(module):
+    with pytest.raises(cuda_cpu.KernelError, match=r"ended with 1 asynchronous copies it never waited for"):
+        _stage(module, _aligned(128), finish=0)
 
 
 def test_compiler_errors_come_with_the_compiler_log():

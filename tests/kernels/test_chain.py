@@ -151,6 +151,41 @@ def test_backward(device, n, m, batch, dtype):
     check_backward(device, backward_inputs(n, m, batch, dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [2, 31, 32, 33])
+@pytest.mark.parametrize("n, m", [(33, 257), (70, 1100)])
+def test_gemms_at_ragged_batches(device, n, m, batch, dtype):
+    """(2)(3) and (5) at batches around a block's 16 or 32 columns (8 or 16 doubles), m over several stages."""
+    check_forward(device, forward_inputs(n, m, batch, dtype), "relu")
+    check_backward(device, backward_inputs(n, m, batch, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("groups", launch.GEMM_COLUMNS_CHOICES)
+@pytest.mark.parametrize("rows", launch.GEMM_ROWS_CHOICES)
+def test_every_gemm_block_shape(cpu, monkeypatch, rows, groups, dtype):
+    """Each block shape chain_launch may take (rows, groups of columns): its own tiles, slices and sums by
+    halves, ragged at both ends (n and B no multiple of them, m over several stages and not one of 4)."""
+    monkeypatch.setattr(launch, "GEMM_ROWS_CHOICES", (rows,))
+    monkeypatch.setattr(launch, "GEMM_COLUMNS_CHOICES", (groups,))
+    assert launch.gemm_shape(70, 33, np.dtype(dtype).itemsize) == (rows, groups)
+    check_forward(cpu, forward_inputs(70, 301, 33, dtype), "tanh")
+    check_backward(cpu, backward_inputs(70, 301, 33, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("n, m, batch", [(33, 31, 3), (70, 1100, 33)])
+def test_the_plain_and_the_asynchronous_copies_give_the_same_bits(cpu, monkeypatch, n, m, batch, dtype):
+    """kernels/pipeline.h's two paths of the GEMMs: the stages of w landing at the wait that covers them (the
+    harness's asynchronous copies), or at once (LEAPFROG_PLAIN_COPY, where a copy into a stage still being
+    read would show): the same sums in the same order, so the same bits."""
+    x, y = forward_inputs(n, m, batch, dtype), backward_inputs(n, m, batch, dtype)
+    asynchronous = [*run_forward(cpu, x, "sigmoid"), run_backward(cpu, y)]
+    monkeypatch.setattr(launch, "PLAIN_COPY", True)
+    plain = [*run_forward(cpu, x, "sigmoid"), run_backward(cpu, y)]
+    assert all(np.array_equal(p, q, equal_nan=False) for p, q in zip(asynchronous, plain))
+
+
 @pytest.mark.parametrize("forward_block, backward_block", [((32, 1), (4, 32)), ((32, 16), (16, 512))])
 def test_gemvs_with_other_block_shapes(cpu, monkeypatch, forward_block, backward_block):
     """The GEMVs' sums meet in shuffles and a fixed-order pass whose shape follows the block (-D options):
@@ -197,8 +232,9 @@ def test_launch_shapes_cover_every_output_within_cuda_limits():
                 if batch == 1:
                     per_block = block[1] if kind == "forward" else launch.BACKWARD_GEMV_BLOCK[0]
                     assert grid[0] * per_block >= n
-                else:  # GEMM_ROWS rows, 8 vectors of 16 bytes across the batch a block
-                    assert grid[0] * 8 * 16 // itemsize >= batch and grid[1] * launch.GEMM_ROWS >= n
+                else:  # gemm_shape's rows, and its groups of 32 bytes of the batch a block
+                    rows, groups = launch.gemm_shape(n, batch, itemsize)
+                    assert grid[0] * groups * 32 // itemsize >= batch and grid[1] * rows >= n
 
 
 def test_the_same_launch_gives_the_same_bits(cpu):
@@ -225,34 +261,40 @@ def test_the_same_launch_gives_the_same_bits(cpu):
          AssertionError),
         ("backward_gemv", "n % V == 0 && aligned16(w)", "aligned16(w)", 0, "backward", 33, 256, 1,
          cuda_cpu.KernelError),
-        # The staged GEMM: a slab used before it is staged, the warps' partial sums read before they are
-        # written; off by one at an edge: a read one past the end of a row of w, of a row of the batch, a
-        # store one row past the end.
-        ("chain_gemm", "__syncthreads();", "", 0, "forward", 33, 31, 3, AssertionError),
+        # The staged GEMM: a stage used before it has landed (no wait, no barrier), the next stage copied into
+        # the one being read (caught with plain copies, which land at once), the warps' partial sums read
+        # before they are written; off by one at an edge: a copy one past the end of a row of w, a load one
+        # past a row of the batch, a store one row past the end.
+        ("chain_gemm", "wait_copies<GEMM_STAGES - 2>();", "", 0, "forward", 33, 1100, 3, cuda_cpu.KernelError),
+        ("chain_gemm", "__syncthreads();", "", 0, "forward", 33, 1100, 3, AssertionError),
+        ("chain_gemm", "copy_stage(ahead % GEMM_STAGES, ahead);", "copy_stage(buf, ahead);", 0, "plain", 33, 1100, 3,
+         AssertionError),
         ("chain_gemm", "__syncthreads();", "", 2, "backward", 33, 31, 3, AssertionError),
-        ("chain_gemm", "in && e < left", "in && e <= left", 0, "forward", 33, 31, 3, cuda_cpu.KernelError),
+        ("chain_gemm", "e < left ? w + start + e : w, e < left ? 1 : 0",
+         "e <= left ? w + start + e : w, e <= left ? 1 : 0", 0, "forward", 33, 31, 3, cuda_cpu.KernelError),
         ("chain_gemm", "s + e < batch ?", "s + e <= batch ?", 0, "backward", 33, 31, 3, cuda_cpu.KernelError),
         ("chain_gemm", "i < n && col < batch", "i <= n && col < batch", 0, "forward", 33, 31, 3,
          cuda_cpu.KernelError),
         ("forward_gemv", "lane == 0 && i < n", "lane == 0 && i <= n", 0, "forward", 33, 31, 1, cuda_cpu.KernelError),
     ],
     ids=["gemv, no warp sum", "backward gemv, shuffle level short", "backward gemv, barrier",
-         "forward gemv, wrong vector", "backward gemv, misaligned vectors", "gemm, stage barrier",
-         "gemm, partial sums barrier", "gemm, w bound", "gemm, batch bound", "gemm, store bound",
-         "forward gemv, store bound"],
+         "forward gemv, wrong vector", "backward gemv, misaligned vectors", "gemm, stage wait",
+         "gemm, stage barrier", "gemm, copy into the stage in use, plain copies", "gemm, partial sums barrier",
+         "gemm, w bound", "gemm, batch bound", "gemm, store bound", "forward gemv, store bound"],
 )
 def test_harness_catches_broken_chain_kernels(monkeypatch, function, old, new, occurrence, check, n, m, batch,
                                               caught_by):
     """Mutations of the real chain kernels fail: by a mismatch with the reference, or by the harness
-    stopping the launch (an access outside an argument, or a misaligned vector)."""
+    stopping the launch (an access outside an argument, a misaligned vector, copies never waited for)."""
     source = ops_cuda.kernel_source
     mutated = mutant("chain.cu", function, old, new, occurrence)
     monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "chain.cu" else source(f))
+    monkeypatch.setattr(launch, "PLAIN_COPY", check == "plain")
 
     def run():
         device = CpuDevice()
         device.ops.chain = "kernels"
-        if check == "forward":
+        if check in ("forward", "plain"):
             check_forward(device, forward_inputs(n, m, batch, np.float32), "tanh")
         else:
             check_backward(device, backward_inputs(n, m, batch, np.float32))
@@ -260,7 +302,8 @@ def test_harness_catches_broken_chain_kernels(monkeypatch, function, old, new, o
     with pytest.raises(caught_by) as failure:
         run()
     if caught_by is cuda_cpu.KernelError:
-        assert re.search(f"{OUT_OF_RANGE}|misaligned 16-byte access", str(failure.value)), failure.value
+        assert re.search(f"{OUT_OF_RANGE}|misaligned 16-byte access|asynchronous copies it never waited for",
+                         str(failure.value)), failure.value
     monkeypatch.setattr(ops_cuda, "kernel_source", source)  # the real kernel passes the same check
     run()
 

@@ -1,5 +1,6 @@
 """Every ``kernels/*.cu`` compiles with NVRTC, with the options CuPy's RawModule will use (the
-launchers' and those CuPy adds itself), for sm_80 and sm_90.
+launchers' and those CuPy adds itself), for sm_80 and sm_90: the kernels that stage through
+kernels/pipeline.h with their asynchronous copies and with plain ones (``launch.PLAIN_COPY``) alike.
 
 NVRTC needs no GPU: ``cuda-bindings`` and the NVRTC wheel come with the test extras. With ``-arch=sm_XX``
 NVRTC runs ptxas, and ``-Xptxas=-v`` puts its report in the program log: a warning, a spill or a stack
@@ -20,9 +21,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
 import kernel_traffic as traffic  # noqa: E402
 
 ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200
-MODULES = [(filename, (*options, *launch.CUPY_OPTIONS)) for filename, options in launch.modules()]
-"""(file, NVRTC options) as RawModule compiles them for the launchers."""
-IDS = [" ".join((filename, *options[1:])) for filename, options in launch.modules()]
+
+
+def _modules():
+    """``launch.modules()`` with asynchronous copies and with plain ones, each (file, options) once."""
+    found = {}
+    for plain in (False, True):
+        saved, launch.PLAIN_COPY = launch.PLAIN_COPY, plain
+        try:
+            found.update(dict.fromkeys(launch.modules()))
+        finally:
+            launch.PLAIN_COPY = saved
+    return list(found)
+
+
+MODULES = [(filename, (*options, *launch.CUPY_OPTIONS)) for filename, options in _modules()]
+"""(file, NVRTC options) as RawModule compiles them for the launchers, both copy paths."""
+IDS = [" ".join((filename, *options[1:])) for filename, options in _modules()]
 
 
 class CompileError(RuntimeError):
@@ -83,6 +98,14 @@ def test_every_kernel_file_is_built_by_the_launchers():
     assert {path.name for path in kernel_files()} == {filename for filename, _ in launch.modules()}
 
 
+def test_both_copy_paths_are_compiled():
+    """Each module that stages through kernels/pipeline.h is built with and without LEAPFROG_PLAIN_COPY."""
+    plain = [(filename, options) for filename, options in MODULES if "-DLEAPFROG_PLAIN_COPY" in options]
+    assert {filename for filename, _ in plain} == {"chain.cu", "nabla_w.cu"}
+    for _, options in plain:
+        assert tuple(o for o in options if o != "-DLEAPFROG_PLAIN_COPY") in [o for _, o in MODULES]
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("filename, options", MODULES, ids=IDS)
 def test_compiles_without_warning_spill_or_local_memory(filename, options, arch):
@@ -109,7 +132,7 @@ def test_float32_arithmetic_flushes_denormals_to_zero_as_under_cupy(filename, op
 
 def test_syntax_error_puts_the_compiler_log_in_the_failure():
     source = kernel_source("nabla_w.cu")
-    statement = "const int tx = threadIdx.x, ty = threadIdx.y, t = ty * RANK_SIDE + tx;"
+    statement = "const int i0 = blockIdx.y * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;"
     broken = source.replace(statement, statement[:-1], 1)
     assert broken != source
     text = (kernel_dir() / "nabla_w.cu").read_text()  # lines as the file has them (vector.h is inlined above)

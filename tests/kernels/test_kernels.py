@@ -7,8 +7,8 @@ options of ``leapfrog_gpu.backends.launch``: on the CPU under the fiber harness 
 CPU harness's). The twins run as they are (device ``twin``). Expected values never come from a twin, so
 a bug copied into a kernel and its twin fails both. Outputs start as NaN, so an element a kernel does
 not write (or adds to instead of setting) shows. Sizes are odd on purpose: no multiple of any block or
-tile edge, non-square, batches 1, 3 and 64. Inputs are random normals with exact ties and boundary
-values mixed in: z + b = 0 exactly (relu's kink), a = y, zeros, saturating |z|, and rows that cancel.
+tile edge, non-square, batches 1, 3 and 64 (and 2, 31, 32 and 33 for the rank updates). Inputs are random
+normals with exact ties and boundary values mixed in: z + b = 0 exactly (relu's kink), a = y, zeros, saturating |z|, and rows that cancel.
 
 Tolerance, per element: ``2 * e32 + 4 * eps * magnitude``. ``e32`` is the largest error the same
 maths makes evaluated in float32 against float64 on the same inputs (zero for float64), so a kernel may
@@ -19,6 +19,7 @@ sum of the terms' absolute values for the reductions (6) and (7). A wrong index 
 a result by a whole term, far outside it.
 """
 
+import contextlib
 import re
 
 import numpy as np
@@ -80,14 +81,14 @@ def nans(shape, dtype):
 @pytest.mark.parametrize("n, m", [(1, 1), (257, 31), (4096, 4096), (100_000, 3), (3, 100_000)])
 def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
     """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits."""
-    shapes = {
-        "outer": (launch.outer_launch(n, m), (m, n)),
-        "rank_update": (launch.rank_update_launch(n, m), (-(-m // 8), -(-n // 8))),  # 8 x 8 outputs a thread
-        "bias_sum": (launch.bias_launch(n), (n, 1)),
+    shapes = {  # (launch, (width, height) to cover, (width, height) a block covers)
+        "outer": (launch.outer_launch(n, m), (m, n), launch.OUTER_BLOCK),  # an element a thread
+        "rank_update": (launch.rank_update_launch(n, m), (m, n), (64, 64)),  # a 64-square tile a block
+        "bias_sum": (launch.bias_launch(n), (1, n), (1, launch.BIAS_ROWS)),  # a row a warp
     }
-    for name, ((grid, block, _), (width, height)) in shapes.items():
+    for name, ((grid, block, _), (width, height), (across, down)) in shapes.items():
         assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535, name
-        assert grid[0] * block[0] >= width and grid[1] * block[1] >= height, name
+        assert grid[0] * across >= width and grid[1 if name != "bias_sum" else 0] * down >= height, name
     grid, block, _ = launch.elementwise_launch(n * m)
     assert block[0] <= 1024 and 1 <= grid[0] <= launch.ELEMENTWISE_MAX_GRID  # a grid-stride loop covers the rest
 
@@ -257,6 +258,61 @@ def test_fused_update(device, request, n, m, batch, dtype):
     np.testing.assert_array_equal(fused, device.to_host(w))
 
 
+RAGGED = [(33, 31), (65, 130), (130, 67)] + WIDE  # across the 64-square tiles of the rank update
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [2, 31, 32, 33])
+@pytest.mark.parametrize("n, m", RAGGED)
+def test_rank_updates_at_ragged_batches(device, request, n, m, batch, dtype):
+    """(7), (7) fused with SGD, and (6) with (7) in one kernel, at batches around the staged chunks (8 samples,
+    4 in float64) and the 32 of a warp's row sums, each against its maths."""
+    rng = np.random.default_rng([n, m, batch, 12])
+    inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
+              "a": _random(rng, (m, batch), dtype)}
+    scale = 0.3 / batch
+    check(device, request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
+
+    def run(dev, x):
+        w, nabla_w, nabla_b = dev.to_device(x["w"]), dev.to_device(nans((n, m), dtype)), dev.to_device(nans(n, dtype))
+        delta, a = dev.to_device(x["delta"]), dev.to_device(x["a"])
+        dev.ops.fused_update(w, delta, a, dev.to_device(step(scale, dtype)), None)
+        dev.ops.gradients(nabla_w, nabla_b, delta, a)
+        return dev.to_host(w), dev.to_host(nabla_w), dev.to_host(nabla_b)
+
+    def expect(x):
+        return x["w"] - scale * (x["delta"] @ x["a"].T), x["delta"] @ x["a"].T, x["delta"].sum(axis=1)
+
+    def magnitude(x, reference):
+        product = np.abs(x["delta"]) @ np.abs(x["a"]).T
+        return [np.maximum(np.abs(x["w"]) + scale * product, 1), product, np.abs(x["delta"]).sum(axis=1)]
+
+    if device.name != "twin":  # the twins have no (6)(7) kernel: gradients is the pair of them
+        check(device, request, run, inputs, expect, magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("n, m, batch", [(33, 31, 3), (65, 130, 33), (70, 132, 64)])
+def test_the_plain_and_the_asynchronous_copies_give_the_same_bits(cpu, monkeypatch, n, m, batch, dtype):
+    """kernels/pipeline.h's two paths of the rank updates: the copies landing at the wait that covers them
+    (the harness's asynchronous copies), or at once (LEAPFROG_PLAIN_COPY, where a copy into a stage still
+    being read would show). The same sums in the same order, so the same bits."""
+    rng = np.random.default_rng([n, m, batch, 13])
+    w, delta, a = _random(rng, (n, m), dtype), _random(rng, (n, batch), dtype), _random(rng, (m, batch), dtype)
+
+    def run():
+        ops = CpuDevice().ops
+        outputs = [cuda_cpu.guarded(x) for x in (w, nans((n, m), dtype), nans(n, dtype), nans((n, m), dtype))]
+        ops.fused_update(outputs[0], delta, a, step(0.5, dtype), None)
+        ops.gradients(outputs[1], outputs[2], delta, a)
+        ops.nabla_w(outputs[3], delta, a)
+        return [_bits(x) for x in outputs]
+
+    asynchronous = run()
+    monkeypatch.setattr(launch, "PLAIN_COPY", True)
+    assert run() == asynchronous
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_refused_step_writes_nothing(device, dtype, batch):
@@ -332,36 +388,62 @@ def test_nabla_b(device, request, n, batch, dtype):
 
 
 @pytest.mark.parametrize(
-    "old, new, occurrence, batch, caught_by",
+    "old, new, occurrence, plain, batch, caught_by",
     [
-        # A missing barrier: some threads compute from a slab not yet staged, or one already restaged.
-        ("__syncthreads();", "", 0, 64, AssertionError),
-        ("__syncthreads();", "", 1, 64, AssertionError),
-        # Off by one: the store one row past the end, the batch load one column past it, and the sum one
-        # sample short of each chunk.
-        ("if (i < n) {", "if (i <= n) {", 0, 3, cuda_cpu.KernelError),
-        ("s + e < batch", "s + e <= batch", 0, 3, cuda_cpu.KernelError),
-        ("s < CHUNK; ++s", "s < CHUNK - 1; ++s", 1, 64, AssertionError),  # 0 is the loop of nabla_b
+        # A chunk used before it has landed: no wait, a wait one group short, no barrier after the waits
+        # (with plain copies, a chunk overwritten while others still read it).
+        ("wait_copies<RANK_STAGES - 2>();", "", 0, False, 64, cuda_cpu.KernelError),
+        ("wait_copies<RANK_STAGES - 2>();", "wait_copies<RANK_STAGES - 1>();", 0, False, 64, cuda_cpu.KernelError),
+        ("__syncthreads();", "", 0, False, 64, AssertionError),
+        ("__syncthreads();", "", 0, True, 64, AssertionError),
+        # The next chunk copied into the stage being read: it lands only at the next wait, but with plain
+        # copies it lands at once.
+        ("copy_chunk(ahead % RANK_STAGES, ahead);", "copy_chunk(buf, ahead);", 0, True, 64, AssertionError),
+        # Off by one: the store one row past the end, a copy one sample past a row's end, the sum one sample
+        # short of each chunk; and each half's sums met with another tile's.
+        ("if (i < n) {", "if (i <= n) {", 0, False, 3, cuda_cpu.KernelError),
+        ("batch - sample : 0", "batch - sample + 1 : 0", 0, False, 3, cuda_cpu.KernelError),
+        ("sample < C; sample += 2", "sample < C - 2; sample += 2", 0, False, 64, AssertionError),
+        ("fold_half<32>(part, lane, 1)", "fold_half<32>(part, lane, 2)", 0, False, 64, AssertionError),
     ],
-    ids=["first barrier removed", "second barrier removed", "store bound", "batch bound", "chunk short"],
+    ids=["wait removed", "wait one short", "barrier removed", "barrier removed, plain copies",
+         "copy into the stage in use, plain copies", "store bound", "copy bound", "chunk short", "halves apart"],
 )
-def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occurrence, batch, caught_by):
-    """Mutations of the real register-blocked kernel fail: by a mismatch, or by the harness stopping the
+def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occurrence, plain, batch, caught_by):
+    """Mutations of the real register-tiled kernel fail: by a mismatch, or by the harness stopping the
     launch."""
     source = ops_cuda.kernel_source
     if old == "__syncthreads();":
-        assert source("nabla_w.cu").count(old) == 2  # the two barriers of rank_update, and no others
+        assert source("nabla_w.cu").count(old) == 2  # the chunk loop's barrier and w's tile's, and no others
     mutated = mutant("nabla_w.cu", "rank_update", old, new, occurrence)
     monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
+    monkeypatch.setattr(launch, "PLAIN_COPY", plain)
     rng = np.random.default_rng(7)
     inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}
     with pytest.raises(caught_by) as failure:
         check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
     if caught_by is cuda_cpu.KernelError:
-        assert re.search(OUT_OF_RANGE, str(failure.value)), failure.value
+        assert re.search(f"{OUT_OF_RANGE}|asynchronous copies it never waited for", str(failure.value)), failure.value
     # The unmutated kernel passes the same check.
     monkeypatch.setattr(ops_cuda, "kernel_source", source)
     check(CpuDevice(), request, _run_nabla_w, inputs, _expect_nabla_w, _nabla_w_magnitude)
+
+
+@pytest.mark.parametrize("batch", [3, 64])
+def test_harness_catches_a_fused_update_that_reads_w_before_it_landed(request, monkeypatch, batch):
+    """rank_update_sgd's tile of w, copied while the block computes: read without the wait for it, it is the
+    NaN a block's shared memory starts with."""
+    source = ops_cuda.kernel_source
+    mutated = mutant("nabla_w.cu", "rank_update", "wait_copies<0>();  // w's tile", "// w's tile")
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
+    rng = np.random.default_rng(8)
+    w, delta, a = (_random(rng, shape, np.float32) for shape in ((33, 31), (33, batch), (31, batch)))
+    device = CpuDevice()
+    out = device.to_device(w)
+    with pytest.raises(cuda_cpu.KernelError, match="never waited for") if batch == 3 else contextlib.nullcontext():
+        device.ops.fused_update(out, delta, a, step(0.5, np.float32), None)
+    if batch == 64:  # several chunks: their waits land w's tile too (committed after the first), so all is well
+        np.testing.assert_allclose(device.to_host(out), w - 0.5 * (delta @ a.T), rtol=1e-5, atol=1e-5)
 
 
 TWIN_IS_THE_PAIR = "the NumPy twin of a fused op is the pair of twins it fuses"

@@ -249,7 +249,7 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
     assert len(json.loads((out / "timeline.json").read_text())["panels"]) == 4
     measured = [json.loads(line) for line in (out / "kernels.jsonl").read_text().splitlines()]
     blocks = GEMV_BLOCKS.split(",")  # every block shape of the real run, at the dry run's two B = 1 shapes
-    assert [line["table"] for line in measured] == ["nabla_w"] * 6 + ["chain"] * (12 + 4 * len(blocks))  # ours against
+    assert [line["table"] for line in measured] == ["nabla_w"] * 12 + ["chain"] * (12 + 4 * len(blocks))  # ours against
     assert {line["impl"] for line in measured if line["table"] == "chain"} == {"ours", "cublas+ew"}  # the library's
     # the model: computed here where NVRTC and cuobjdump import (the test extras), else the committed one
     computed = "kernel_model.json" in files
@@ -264,6 +264,12 @@ def test_device_check_dry_run_runs_every_part_with_exit_0(tmp_path):
                          ("rank_update", 20): None, ("forward_gemm", 20): None, ("backward_gemm", 20): None,
                          **{(name, 1024): model[(name, 1024, 1, "float32")]["predicted_us"]
                             for name in ("outer", "forward_gemv", "backward_gemv")}}
+    twins = {(line["model_kernel"], line["n"]): line["predicted_us"] for line in measured
+             if line["impl"] in ("fused", "grads")}  # (7) fused with SGD, and (6) with (7)
+    assert twins == {**{(name, n): None for name in ("outer_sgd", "outer_bias") for n in (33, 1024)},
+                     ("rank_update_sgd", 20): None, ("rank_update_bias", 20): None,
+                     **{(name, 1024): model[(name, 1024, 1, "float32")]["predicted_us"]
+                        for name in ("outer_sgd", "outer_bias")}}
     log = (out / "log.txt").read_text()
     assert log.count(kernels.MODEL_HEADER) == 2 and "  1024   1024     1  ours  " in log
     for name in ("timeline.png", "timeline_fused.png"):
@@ -426,17 +432,19 @@ def test_kernel_benchmark_on_numpy_agrees_with_matmul(capsys, tmp_path):
     assert kernels.main(["--backend", "numpy", "--shapes", "33:17:1,20:31:5", "--repeats", "2",
                          "--gemv-blocks", "32x4:16x32", "--jsonl", str(tmp_path / "k.jsonl")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert sum(" ours " in line for line in lines) == 2 and sum(" matmul " in line for line in lines) == 2
+    assert all(sum(f" {impl} " in line for line in lines) == 2 for impl in ("ours", "matmul", "fused", "grads"))
     assert sum(line.startswith("copy: ") for line in lines) == 1
     assert sum(" numpy " in line for line in lines) == 6  # the chain: forward and backward of each shape,
     assert sum(line.endswith("32x4:16x32") for line in lines) == 2  # and of the B = 1 one with other blocks
     rows = [json.loads(line) for line in (tmp_path / "k.jsonl").read_text().splitlines()]  # one line per row
-    assert [(r["table"], r["impl"]) for r in rows] == [("nabla_w", impl) for impl in ("ours", "matmul") * 2] + [
-        ("chain", "numpy")] * 6
+    assert [(r["table"], r["impl"]) for r in rows] == [
+        ("nabla_w", impl) for impl in ("ours", "matmul", "fused", "grads") * 2] + [("chain", "numpy")] * 6
+    assert [r["kernel"] for r in rows[:4]] == ["nabla_w", "nabla_w", "fused_update", "gradients"]
+    assert all(0 <= r["error"] <= 1e-4 for r in rows[:8])
 
 
 SYNTHETIC = ("outer", "outer_bias", "rank_update", "rank_update_bias", "forward_gemv", "forward_gemm", "backward_gemv",
-             "backward_gemm")
+             "backward_gemm", "outer_sgd", "rank_update_sgd")
 
 
 def synthetic_model(path):
@@ -449,8 +457,9 @@ def synthetic_model(path):
 
 
 def test_the_model_columns_map_each_row_to_the_kernel_it_times(tmp_path):
-    """ops.nabla_w runs outer at B = 1 and rank_update above (not their _bias twins), the chain rows the
-    kernel they name; only rows of ours at the launcher's blocks, square and in the model's dtype, get a time."""
+    """ops.nabla_w runs outer at B = 1 and rank_update above, ops.fused_update their _sgd twins, ops.gradients
+    their _bias twins, the chain rows the kernel they name; only rows of ours at the launcher's blocks, square
+    and in the model's dtype, get a time."""
     us = synthetic_model(tmp_path / "model.json")
     model = kernels.load_model(tmp_path / "model.json")
 
@@ -459,7 +468,11 @@ def test_the_model_columns_map_each_row_to_the_kernel_it_times(tmp_path):
         return {"n": n, "m": m, "B": batch, "dtype": dtype, "impl": impl, "ms": {"median": 0.004, "p20": 0, "p80": 0},
                 "gbps": 1.0, "copy_gbps": 2.0, "gflops": None, **named, **extra}
 
-    expected = [("nabla_w", row(1), "outer", us["outer"]), ("nabla_w", row(3), "rank_update", us["rank_update"] + 10)]
+    expected = [("nabla_w", row(1), "outer", us["outer"]), ("nabla_w", row(3), "rank_update", us["rank_update"] + 10),
+                ("nabla_w", row(1, "fused_update", "fused"), "outer_sgd", us["outer_sgd"]),
+                ("nabla_w", row(3, "fused_update", "fused"), "rank_update_sgd", us["rank_update_sgd"] + 10),
+                ("nabla_w", row(1, "gradients", "grads"), "outer_bias", us["outer_bias"]),
+                ("nabla_w", row(3, "gradients", "grads"), "rank_update_bias", us["rank_update_bias"] + 10)]
     for direction in ("forward", "backward"):
         expected += [("chain", row(1, f"{direction}_gemv"), f"{direction}_gemv", us[f"{direction}_gemv"]),
                      ("chain", row(3, f"{direction}_gemm"), f"{direction}_gemm", us[f"{direction}_gemm"] + 10)]
@@ -525,10 +538,12 @@ def test_the_model_kernel_of_each_row_is_the_kernel_it_launches(standin, monkeyp
         measured = [("nabla_w", r) for r in kernels.rows(backend, shapes, repeats=1, warmup=0)]
         measured += [("chain", r) for r in kernels.chain_rows(backend, shapes, repeats=1, warmup=0, copy=1.0)]
     launched = launched[1:]  # the copy's
-    assert len(launched) == len(measured) == 4 + 8
+    assert len(launched) == len(measured) == 8 + 8
     for (table, r), names in zip(measured, launched):
-        if r["impl"] == "ours":
+        if r["impl"] in kernels.OURS:
             assert names == [f"{kernels.model_kernel(table, r)}_f32"], (table, r)
+    assert {kernels.model_kernel(table, r) for table, r in measured if r["impl"] in kernels.OURS} == set(
+        kernels.MODEL_KERNELS.values())
 
 
 def test_device_check_falls_back_to_the_committed_model(tmp_path):

@@ -28,10 +28,19 @@
 // long)p` gives a checked pointer's address, so a kernel can test the alignment before it takes the vector
 // path. __ldg(p) is *p.
 //
+// Asynchronous copies into shared memory: CUDA's pipeline primitives (cuda_pipeline_primitives.h),
+// __pipeline_memcpy_async(shared, global, bytes, zfill), __pipeline_commit() and __pipeline_wait_prior(n),
+// which kernels/pipeline.h uses when compiled for the host. A copy checks its source against the argument's
+// buffer and both addresses against its size's alignment when it is issued, and lands (reading its source
+// then) only when the thread that issued it waits for its group: the latest moment CUDA allows. So a stage
+// read before the wait that covers it, or before the __syncthreads() after the other threads' waits, still
+// holds the NaN bytes every block starts with; a thread that ends with copies it never waited for stops the
+// launch.
+//
 // Supported: dim3, threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__shared__ (static
-// sizes), __syncthreads, the warp shuffles above, the vector types, __ldg, and exp, tanh and isfinite on
-// float and double (the <cmath> ones). Add intrinsics here as the kernels need them. `#pragma unroll` is
-// CUDA's and means nothing here.
+// sizes), __syncthreads, the warp shuffles above, the vector types, __ldg, the pipeline primitives above,
+// and exp, tanh and isfinite on float and double (the <cmath> ones). Add intrinsics here as the kernels
+// need them. `#pragma unroll` is CUDA's and means nothing here.
 //
 // Each kernel is exported by CUDA_CPU_EXPORT(name) as
 //     int cuda_cpu_<name>(const unsigned grid[3], const unsigned block[3], void** args)
@@ -101,8 +110,19 @@ constexpr size_t STACK_BYTES = 32 * 1024;
 
 enum State { READY, AT_BARRIER, AT_SHUFFLE, DONE };
 
+// An asynchronous copy into shared memory that has not landed yet: `bytes` from `from` to `to`, then
+// `zeros` zero bytes; `group` is its commit group (0 until committed).
+struct Copy {
+    char* to;
+    const char* from;
+    size_t bytes, zeros;
+    int group;
+};
+
 struct Fiber {
     ucontext_t context;
+    std::vector<Copy> copies;  // issued and not landed
+    int committed = 0;         // groups committed so far
     dim3 index;
     State state = READY;
     int line = 0;  // source line of the barrier or shuffle it waits at
@@ -153,6 +173,9 @@ V shuffle(unsigned mask, V value, int delta, bool exclusive_or, int line) {
 
 inline void fiber_main() {
     body();
+    if (!current->copies.empty())
+        stop("the thread ended with " + std::to_string(current->copies.size()) +
+             " asynchronous copies it never waited for");
     current->state = DONE;  // returning resumes the scheduler through uc_link
 }
 
@@ -250,6 +273,44 @@ struct is_global : std::false_type {};
 template <typename T>
 struct is_global<global<T>> : std::true_type {};
 
+// An asynchronous copy of `size` bytes (4, 8 or 16, both addresses aligned to it), of which the last `zfill`
+// are zeros, from global memory at `from` to shared memory at `to`: checked now, landed at the wait.
+template <typename D, typename S>
+void memcpy_async(const global<D>& to, const global<S>& from, size_t size, size_t zfill) {
+    if (size != 4 && size != 8 && size != 16) stop("asynchronous copy of " + std::to_string(size) + " bytes");
+    if (zfill > size || (size - zfill) % sizeof(S) != 0)
+        stop("asynchronous copy of " + std::to_string(size) + " bytes with " + std::to_string(zfill) + " zero-filled");
+    const auto target = reinterpret_cast<unsigned long long>(to.base + to.offset);
+    const auto source = reinterpret_cast<unsigned long long>(from.base + from.offset);
+    if (target % size != 0 || (size > zfill && source % size != 0))
+        stop("misaligned " + std::to_string(size) + "-byte asynchronous copy");
+    const long long count = static_cast<long long>((size - zfill) / sizeof(S));
+    if (count > 0 && from.size >= 0 && (from.offset < 0 || from.offset + count > from.size))
+        out_of_range(from.argument, from.offset < 0 ? from.offset : from.offset + count - 1, from.size);
+    current->copies.push_back({reinterpret_cast<char*>(target), reinterpret_cast<const char*>(source), size - zfill,
+                               zfill, 0});
+}
+
+inline void commit() {
+    ++current->committed;
+    for (Copy& copy : current->copies)
+        if (copy.group == 0) copy.group = current->committed;
+}
+
+// Lands every copy of this thread's committed groups but the `prior` most recent.
+inline void wait_prior(size_t prior) {
+    std::vector<Copy> pending;
+    for (const Copy& copy : current->copies) {
+        if (copy.group != 0 && copy.group + static_cast<long long>(prior) <= current->committed) {
+            std::memcpy(copy.to, copy.from, copy.bytes);
+            std::memset(copy.to + copy.bytes, 0, copy.zeros);
+        } else {
+            pending.push_back(copy);
+        }
+    }
+    current->copies.swap(pending);
+}
+
 inline void on_fault(int signal, siginfo_t* info, void*) {
     if (current == nullptr) {  // not in a kernel: the harness itself faulted, so crash as usual
         std::signal(signal, SIG_DFL);
@@ -298,6 +359,8 @@ inline bool run_block() {
         Fiber& f = fibers[t];
         f.index = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
         f.state = READY;
+        f.copies.clear();
+        f.committed = 0;
         getcontext(&f.context);
         f.context.uc_stack.ss_sp = stacks.get() + (size_t)t * STACK_BYTES;
         f.context.uc_stack.ss_size = STACK_BYTES;
@@ -434,6 +497,14 @@ const char* signature(void (*)(Args...)) {
 }
 
 }  // namespace cuda_cpu
+
+template <typename D, typename S>
+void __pipeline_memcpy_async(cuda_cpu::global<D> to, cuda_cpu::global<S> from, size_t size_and_align,
+                             size_t zfill = 0) {
+    cuda_cpu::memcpy_async(to, from, size_and_align, zfill);
+}
+inline void __pipeline_commit() { cuda_cpu::commit(); }
+inline void __pipeline_wait_prior(size_t prior) { cuda_cpu::wait_prior(prior); }
 
 #define CUDA_CPU_API extern "C" __attribute__((visibility("default")))
 

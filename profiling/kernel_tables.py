@@ -1,0 +1,105 @@
+"""The text of kernels/README.md: the floors of ``kernel_traffic.py``, then the B > 1 kernels before and after
+their pipelining, then ``kernel_model.py``'s table and graph step on an H100 SXM and an H200.
+
+"Before" is ``BEFORE``: the model as it was (one-stage GEMMs as load + compute, no L2 term, one issue rule)
+on the kernels as they were, at the commit it names, for the same cards and shapes.
+"""
+
+import json
+import textwrap
+from pathlib import Path
+
+import kernel_model as km
+import kernel_traffic as traffic
+from card import H100, H200
+
+BEFORE = Path(__file__).resolve().parent / "results" / "kernel_model_one_stage_cpu_2026-12-05.json"
+
+
+def table(rows):
+    """Markdown table of the model's ``rows``."""
+    lines = ["| kernel | N | B | regs | smem | blocks/SM | warps/SM | issue | stages | units | rounds HBM+L2 "
+             "| LDG 32/64/128 | cyc/FMA | memory us | FMA us | L2 us | bound | predicted us | fraction |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r['kernel']} | {r['N']} | {r['B']} | {r['registers']} | {r['shared_bytes']} | "
+            f"{r['blocks_per_sm']} ({r['occupancy_limit']}) | {r['warps_per_sm']} | {r['issue']:.2f} | "
+            f"{r['stages']} | {r['units']} | {r['rounds_hbm']}+{r['rounds_l2']} | "
+            f"{r['ldg_32']}/{r['ldg_64']}/{r['ldg_128']} | {r['shared_cycles_per_fma']:g} | "
+            f"{r['memory_us']:.3g} | {r['fma_us']:.3g} | {r['l2_us']:.3g} | {r['bound']} | {r['predicted_us']:.3g} | "
+            f"{r['predicted_fraction']:.2f} |")
+    return "\n".join(lines)
+
+
+def before_after(tables, before):
+    """Markdown table of every kernel at every shape, before and after, on each card, with the reason of each
+    still under ``km.TARGET`` after."""
+    cards = list(tables)
+    head = " | ".join(f"{card.name} {when}" for card in cards for when in ("before", "after"))
+    lines = [f"| kernel | N | B | {head} | why under {km.TARGET:.0%} after |",
+             "|---|---:|---:|" + "---:|" * (2 * len(cards)) + "---|"]
+    old = {card: {(r["kernel"], r["N"], r["B"]): r for r in before[card.name]["kernels"]} for card in cards}
+    for i, r in enumerate(tables[cards[0]]):
+        cells, reasons = [], []
+        for card in cards:
+            new = tables[card][i]
+            was = old[card][new["kernel"], new["N"], new["B"]]
+            cells += [f"{x['predicted_us']:.3g} ({x['predicted_fraction']:.2f})" for x in (was, new)]
+            if new["reason"] and new["reason"] not in reasons:
+                reasons.append(new["reason"])
+        lines.append(f"| {r['kernel']} | {r['N']} | {r['B']} | {' | '.join(cells)} | {' / '.join(reasons)} |")
+    return "\n".join(lines)
+
+
+def steps(rows, card, before):
+    """Markdown table of the graph step at each of ``km.STEP_BATCHES``, before and after."""
+    lines = ["| B | Sequential() us | Leapfrog(k) us | Leapfrog(k) us before | bytes floor us | Leapfrog over floor |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    was = {s["B"]: s for s in before[card.name]["steps"]}
+    for s in (km.step(rows, card, B=batch) for batch in km.STEP_BATCHES):
+        lines.append(f"| {s['B']} | {s['sequential_us']:.0f} | {s['leapfrog_us']:.0f} | "
+                     f"{was[s['B']]['leapfrog_us']:.0f} | {s['bytes_floor_us']:.0f} | "
+                     f"{s['leapfrog_over_floor']:.1f}x |")
+    return "\n".join(lines)
+
+
+def readme(tables=None):
+    """kernels/README.md (``tables``: ``{card: km.records(card=card)}``, computed where None)."""
+    tables = {card: km.records(card=card) for card in (H100, H200)} if tables is None else tables
+    recorded = json.loads(BEFORE.read_text())
+    before = recorded["cards"]
+    text = [traffic.readme(), "## Before and after (float32)", "", textwrap.fill(
+        "Each kernel's predicted time in us and, in brackets, the fraction of its bound it reaches (below), "
+        f"before the B > 1 kernels kept their loads in flight (`{BEFORE.relative_to(BEFORE.parents[2])}`: "
+        f"the model and the kernels of commit {recorded['commit']}) and after. The model changed with them: "
+        "it now counts what blocks read again from L2 and the order of a pipelined kernel's loads, FMAs and "
+        "stores, and it lets a register-tiled kernel issue fully at 8 warps an SM. The L2 term weighs on the "
+        "one-stage kernels too (at N = 1024, B = 32 their 128 blocks of 8 rows each read all of a_prev: "
+        "16.6 MB; at N = 4096, 512 blocks read 268 MB), so a before that looks better than its after is the "
+        "old model's, not the old kernel's. The last column says why each kernel still under "
+        f"{km.TARGET:.0%} is, from the terms of its bound.", 100, break_on_hyphens=False),
+        "", before_after(tables, before), ""]
+    for card, rows in tables.items():
+        text += [f"## Model on an {card.name} (float32)", "", textwrap.fill(
+            "From the sm_90 code NVRTC compiles and `cuobjdump` reads, with each kernel's launch shape: the "
+            "occupancy, the warps an SM holds and the issue rate they give (over the "
+            f"{km.FULL_ISSUE_WARPS} an SM needs, or {km.TILED_ISSUE_WARPS} for a register-tiled kernel), the "
+            "stages of copies in flight and the units a block slot works through (pipelined kernels), and "
+            "lower bounds on the time: the bytes at the bandwidth, the dependent round trips to memory at "
+            "their latency, the FMAs, the cycles of the L1/shared-memory data path a hot loop spends per FMA, "
+            "the re-reads from L2, and the pipeline (the first load, the units at the pace of their slowest "
+            "part, the last one's compute and stores); the largest is the bound. Fraction: the ideal time "
+            "(memory, FMA, or one round trip to L2) over the prediction. Assumptions are in "
+            f"`profiling/kernel_model.py`: {card.bandwidth / 1e12:.2f} TB/s, {km.HBM_LATENCY * 1e6:.2f} us a round "
+            f"from HBM, {km.L2_LATENCY * 1e6:.2f} us from L2, {km.L2_BANDWIDTH / 1e12:.0f} TB/s for what blocks read "
+            f"again from L2, {card.clock / 1e9:.2f} GHz, {card.sms} SMs. Compiled with NVRTC {km.nvrtc_version()}. "
+            "Not yet checked against a measurement on the device.", 100, break_on_hyphens=False),
+            "", table(rows), "", textwrap.fill(
+                f"Graph step, N = {km.HEADLINE['N']}, L = {km.HEADLINE['L']}, float32, unfused (gradients and "
+                f"updates one kernel a layer each): the kernels above plus {km.NODE * 1e6:.0f} us a node (not yet "
+                f"measured), the chain {km.CONTENTION:.0%} slower beside the workers in Leapfrog(k), and the bytes "
+                "floor (`traffic.step_bytes`) at the same bandwidth; before: as above:", 100,
+                break_on_hyphens=False), "",
+            steps(rows, card, before), ""]
+    return "\n".join(text)

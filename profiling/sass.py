@@ -1,0 +1,132 @@
+"""What a kernel's sm_90 code holds: registers and static shared memory, and its SASS instructions counted.
+
+``compiled(filename, defines)`` builds ``kernels/<filename>`` as the launchers build it (NVRTC, ``-arch=sm_90``,
+CuPy's own options) and reads the cubin with ``cuobjdump``: ``-res-usage`` for the registers and shared memory,
+``-sass`` for the instructions. Each instruction is counted by its opcode (``LDG.E.128``, ``FFMA``, ...), once
+over the whole function (``"sass"``) and once over its hot loop (``"hot"``): the loop (the instructions between
+a backward branch and its target) that holds the most multiply-adds, the narrowest such if several do, which is
+where a kernel that has one spends its time; a reduction or a store that runs once a thread is left out.
+Counts are static: each instruction once, whichever path of a branch a launch takes.
+"""
+
+import re
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from cuda.bindings import nvrtc
+
+from leapfrog_gpu.backends import launch
+from leapfrog_gpu.backends.sources import kernel_source
+
+FMA = r"[FD]FMA(\..*)?"
+"""A multiply-add's opcode, float32 or float64."""
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+"""An instruction: its address, its predicate, its opcode and its operands."""
+
+
+@lru_cache(maxsize=None)
+def compiled(filename, defines):
+    """``inspect`` of ``kernels/<filename>`` built as the launchers build it with ``defines``."""
+    return inspect(kernel_source(filename), filename, (*launch.compile_options(defines), *launch.CUPY_OPTIONS))
+
+
+def inspect(source, filename, options):
+    """``{function: {"registers", "shared", "sass": {opcode: count}, "hot": {opcode: count}}}`` of ``source``
+    built for sm_90."""
+    options = [*options, "-arch=sm_90"]
+    _, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
+    try:
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(options), [option.encode() for option in options])
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"NVRTC could not compile {filename} {' '.join(options)}: {status!r}")
+        _, size = nvrtc.nvrtcGetCUBINSize(program)
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(program, cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "module.cubin"
+        path.write_bytes(cubin)
+        usage = _cuobjdump("-res-usage", path)
+        sass = _cuobjdump("-sass", path)
+    functions = {}
+    for name, registers, shared in re.findall(r"Function (\w+):\s*REG:(\d+) STACK:\d+ SHARED:(\d+)", usage):
+        functions[name] = {"registers": int(registers), "shared": int(shared), "sass": {}, "hot": {}}
+    for name, body in re.findall(r"Function : (\w+)\n(.*?)(?=\n\s*Function : |\Z)", sass, re.S):
+        instructions = [(int(address, 16), opcode, operands) for address, predicate, opcode, operands
+                        in _INSTRUCTION.findall(body) if predicate.strip() != "@!PT"]  # @!PT: never runs
+        for _, opcode, _ in instructions:
+            _add(functions[name]["sass"], opcode)
+        loops = [(int(target, 16), address) for address, opcode, operands in instructions if opcode == "BRA"
+                 for target in re.findall(r"0x([0-9a-f]+)", operands) if int(target, 16) <= address]
+        fmas = {loop: sum(1 for address, opcode, _ in instructions if loop[0] <= address <= loop[1]
+                          and re.fullmatch(FMA, opcode)) for loop in loops}
+        if fmas and max(fmas.values()) > 0:
+            start, end = min(fmas, key=lambda loop: (-fmas[loop], loop[1] - loop[0]))
+            for address, opcode, _ in instructions:
+                if start <= address <= end:
+                    _add(functions[name]["hot"], opcode)
+    return functions
+
+
+def _add(counts, opcode):
+    counts[opcode] = counts.get(opcode, 0) + 1
+
+
+def _cuobjdump(flag, path):
+    tool = cuobjdump()
+    done = subprocess.run([tool, flag, str(path)], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{tool} {flag} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def cuobjdump():
+    """The ``cuobjdump`` of the test extras' ``nvidia-cuda-cuobjdump`` wheel, else the one on PATH."""
+    try:
+        import nvidia
+        for root in map(Path, nvidia.__path__):
+            for candidate in sorted(root.glob("cu*/bin/cuobjdump")):
+                return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which("cuobjdump")
+    if found is None:
+        raise FileNotFoundError("cuobjdump not found: pip install 'leapfrog_gpu[test]' (nvidia-cuda-cuobjdump)")
+    return found
+
+
+def count(counts, pattern):
+    """The instructions of ``counts`` whose opcode matches ``pattern`` in full."""
+    return sum(n for opcode, n in counts.items() if re.fullmatch(pattern, opcode))
+
+
+WIDTHS = {"": 1, ".64": 2, ".128": 4}
+"""Cycles of the L1/shared-memory data path a warp's access of each width takes: 128 bytes a cycle."""
+_ACCESS = re.compile(r"(LDS|STS|LDG|LDGSTS)(?:\.E)?(?:\.BYPASS)?(?:\.U)?(\.64|\.128)?(?:\.ZFILL|\.CONSTANT)*")
+
+
+def data_path_cycles(counts):
+    """Cycles the L1/shared-memory data path spends on the accesses of ``counts``: shared loads and stores,
+    global loads (through L1) and copies into shared memory, by their width, 32 lanes each, and the warp
+    shuffles, one a cycle. Where one kind of access comes in several widths, only the widest are counted:
+    a kernel's 16-byte path, which aligned rows take, beside the element-by-element one of the others."""
+    widest = {}
+    for opcode, n in counts.items():
+        access = _ACCESS.fullmatch(opcode)
+        if access:
+            kind, width = access.group(1), WIDTHS[access.group(2) or ""]
+            if width > widest.get(kind, (0, 0))[0]:
+                widest[kind] = (width, 0)
+            if width == widest[kind][0]:
+                widest[kind] = (width, widest[kind][1] + n)
+    return count(counts, r"SHFL\..*") + sum(width * n for width, n in widest.values())
+
+
+def nvrtc_version():
+    """``"major.minor"`` of the NVRTC that compiles the kernels: the model's numbers depend on it."""
+    _, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"

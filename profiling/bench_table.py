@@ -7,7 +7,7 @@ Takes a ``--json`` file (one run) or a ``--jsonl`` file (each run's header line,
 configuration; ``profiling/device_check.sh`` appends several runs to one). Per run: the command, date
 and machine, the table of every configuration, the verdicts against the project's targets that the run
 asks for (``verdicts.py``: ``--graph``, ``--one-pass``, ``--optimizer``), and for the configurations stamped
-by ``--timeline``, a second table: busy time per
+by ``--timeline`` (``bench_timeline.py``), a second table: busy time per
 stream, the worker time overlapping the main stream, and the timeline's own cost, beside the
 backward-pass speed-up. Every ratio in a table is a speed-up, the baseline's time over the row's
 (``SPEEDUP``); a file written before the floor was a speed-up (``floor_ratio``, the step over its floor)
@@ -17,7 +17,7 @@ gets its floor column as one.
 import argparse
 import json
 
-from leapfrog_gpu.tools.bench.report import stamping
+from bench_timeline import stamping
 from leapfrog_gpu.tools.bench.runner import noisy
 from markdown_cells import label, number, percent, ratio, spread
 from verdicts import verdicts

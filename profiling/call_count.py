@@ -33,7 +33,7 @@ from leapfrog_gpu.backends.ops_cuda import CudaOps
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.measure import ETA, configurations
-from leapfrog_gpu.tools.bench.mlp import DEFAULT_SCHEDULES, k_list
+from leapfrog_gpu.tools.bench.mlp import DEFAULT_SCHEDULES
 from leapfrog_gpu.tools.bench.report import label
 from leapfrog_gpu.tools.cli import Parser, fitted, integers, parse_args_on_a_backend
 from leapfrog_gpu.tools.schedules import make_schedule, names_type
@@ -212,7 +212,8 @@ def parser():
     p.add_argument("--sizes", type=integers(1, "size"), default=[16], metavar="N[,N...]", help="(default 16)")
     p.add_argument("--layers", type=integers(2, "layer count"), default=[32], metavar="L[,L...]", help="(default 32)")
     p.add_argument("--batch", type=integers(1, "batch size"), default=[32], metavar="B[,B...]", help="(default 32)")
-    p.add_argument("--k", type=k_list, default=[2], metavar="K[,K...]", help="worker streams (default 2)")
+    p.add_argument("--k", type=integers(1, "worker stream count"), default=[2], metavar="K[,K...]",
+                   help="worker streams (default 2)")
     p.add_argument("--schedule", type=names_type("mlp"), default=DEFAULT_SCHEDULES, metavar="NAME[,NAME...]",
                    help="schedules by name; sequential is always counted")
     p.add_argument("--activation", default="sigmoid", help="(default sigmoid)")

@@ -1,27 +1,82 @@
-"""Forward solvers and DAG backward schedules against the sequential order, on the CPU: its standard grid.
+"""A DagNet's forward solvers and backward schedules against its sequential order, on the CPU: its standard grid.
 
     python profiling/dag_bench.py --repeats 7                # N 16,64,256  D 8,32,128  B 1,8: about a minute
     python profiling/dag_bench.py --sizes 16 --depths 8 --batch 1
 
-``leapfrog-bench --model dag`` on the NumPy backend (``leapfrog_gpu.tools.bench.dag``: the networks,
-the rows and what they mean), every option of it taken as it is; the records go to
-``results/dag_bench_cpu_<UTC date>.json`` unless ``--json`` says otherwise.
+``leapfrog-bench --model dag`` (``leapfrog_gpu.tools.bench.dag``: the networks, the rows and what they mean),
+every option of it taken as it is, on the NumPy backend unless ``--backend`` says otherwise, with the forward
+pass in the same alternation: node by node (the forward's ``sequential`` row, its baseline), by
+``ForwardJacobi()`` and by ``ForwardNewton()`` (a block solver, held to ``--memory-limit`` and
+``--max-block-depth`` as the backward's are), each with the rounds, sweeps or iterations, flops and memory it
+reports. The records go to ``results/dag_bench_cpu_<UTC date>.json`` unless ``--json`` says otherwise.
 """
 
 import datetime
 import sys
 from pathlib import Path
 
-from leapfrog_gpu.tools.bench import command
+from leapfrog_gpu.dag.forward import ForwardJacobi, ForwardNewton, forward_counters
+from leapfrog_gpu.tools.bench import dag as bench_dag, runner
 
 HERE = Path(__file__).resolve().parent
+PROG = "python profiling/dag_bench.py"
+RECORDS, about, grid, work, start, head, rows = (bench_dag.RECORDS, bench_dag.about, bench_dag.grid, bench_dag.work,
+                                                 bench_dag.start, bench_dag.head, bench_dag.rows)
+"""What this suite of ``runner`` takes of ``leapfrog-bench --model dag``'s (``bench.dag``) as it is."""
+FOOT = "forward: its speed-up over the forward pass node by node (its sequential row)"
+
+
+def parser():
+    """``leapfrog-bench --model dag``'s options."""
+    p = bench_dag.parser()
+    p.prog, p.description = PROG, __doc__.split("\n\n")[0]
+    return p
+
+
+def case(args, backend, key):
+    """The network's backward rows (``leapfrog-bench --model dag``'s) and forward rows, in one alternation."""
+    return bench_dag.measure(**key, backend=backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
+                             memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
+                             dtype=args.dtype, names=args.schedule,
+                             more=forward_rows(int(args.memory_limit * 2**20)))
+
+
+def forward_rows(memory_limit):
+    """``more`` of ``bench_dag.measure``: the forward pass node by node, by ``ForwardJacobi()`` and by
+    ``ForwardNewton(memory_limit=...)``."""
+    def made(net, x, y):
+        counters = forward_counters(net, x.shape[1])
+        node_by_node = {"rounds": counters["sequential_rounds"], "flops": counters["sequential_flops"],
+                        "bytes": counters["sequential_bytes"], "memory_bytes": 0, **counters}
+
+        def sequential():
+            net.feedforward(x)
+            return dict(node_by_node)
+
+        def solved(solver):
+            def call():
+                net.feedforward(x, solver=solver)
+                return dict(solver.stats)
+
+            return call
+
+        jacobi, newton = ForwardJacobi(), ForwardNewton(memory_limit=memory_limit)
+        return [("forward", "sequential", None, sequential), ("forward", "forward-jacobi", jacobi, solved(jacobi)),
+                ("forward", "forward-newton", newton, solved(newton))]
+
+    return made
+
+
+def foot(args, backend, records, header):
+    bench_dag.foot(args, backend, records, header)
+    print(FOOT)
 
 
 def main(argv=None):
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     out = HERE / "results" / f"dag_bench_cpu_{date}.json"
-    return command.main(["--model", "dag", "--backend", "numpy", "--json", str(out),
-                         *(sys.argv[1:] if argv is None else argv)])
+    return runner.main(sys.modules[__name__], ["--backend", "numpy", "--json", str(out),
+                                               *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@
 #   bench headline (headline, 90) leapfrog-bench N=1024 L=32 B=32 float32: sequential, leapfrog k=1,2,4, PyTorch
 #                      eager, each eager and as a graph (PyTorch's as a CUDA graph), the graph-mode targets judged
 #                      by profiling/verdicts.py (vs PyTorch eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x,
-#                      within 2x of the bytes floor), with --timeline (each stream's busy time, worker overlap,
-#                      the Gantt chart)
+#                      within 2x of the bytes floor), with profiling/bench_timeline.py's --timeline (each stream's
+#                      busy time, worker overlap, the Gantt chart)
 #   kernel model (model, 30)      profiling/kernel_model.py --card device --json: every kernel's predicted time
 #                      from its sm_90 code on this GPU (SMs, clocks, bus from its properties, the bandwidth of a
 #                      copy measured now; printed), the step with a graph node's cost measured on graphs of n empty
@@ -227,7 +227,7 @@ part_bench_headline() {
         torch=(--no-torch)
         note "no PyTorch anchor in a dry run: PyTorch cannot use the CuPy stand-in"
     fi
-    "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" "${torch[@]}" --jsonl "$OUT/bench.jsonl" \
+    "$PYTHON" profiling/bench_timeline.py "${HEADLINE[@]}" "${torch[@]}" --jsonl "$OUT/bench.jsonl" \
         --timeline "$OUT/timeline.png"
     status=$?
     "$PYTHON" profiling/verdicts.py "$OUT/bench.jsonl"  # graph mode's targets, on the run just appended
@@ -237,7 +237,7 @@ part_bench_headline() {
 part_bench_fused() {
     local status
     headline
-    "$PYTHON" -m leapfrog_gpu.tools.bench "${HEADLINE[@]}" --fused --no-torch --jsonl "$OUT/bench.jsonl" \
+    "$PYTHON" profiling/bench_timeline.py "${HEADLINE[@]}" --fused --no-torch --jsonl "$OUT/bench.jsonl" \
         --timeline "$SCRATCH/timeline_fused.png"
     status=$?
     "$PYTHON" profiling/verdicts.py "$OUT/bench.jsonl"

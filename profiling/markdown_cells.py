@@ -14,8 +14,9 @@ def ms(value):
 
 
 def label(r):
-    """A record's schedule: ``leapfrog+fused graph``, ``auto → sequential``, ``sequential (best seq)``."""
-    return report.label(r, auto="auto → ", graph=" graph", best=" (best seq)")
+    """A record's schedule: ``leapfrog+fused graph``, ``sequential (best seq)``; ``auto → sequential`` in a file
+    written by ``leapfrog-bench --k auto`` before it moved to ``autotune_check.py``."""
+    return ("auto → " if r.get("auto") else "") + report.label(r, graph=" graph", best=" (best seq)")
 
 
 def spread(stats):

@@ -1,6 +1,7 @@
-"""Render runs of ``mpiexec -n P leapfrog-bench --json`` as the Markdown table of docs/performance.md's
-data-parallel benchmark: per configuration, the median over the runs of each run's medians, and the
-smallest and largest run in brackets (runs at different times meet different loads on a shared machine).
+"""Render runs of ``mpiexec -n P python profiling/parallel_bench.py --json`` (before, ``leapfrog-bench`` under
+mpiexec) as the Markdown table of docs/performance.md's data-parallel benchmark: per configuration, the
+median over the runs of each run's medians, and the smallest and largest run in brackets (runs at
+different times meet different loads on a shared machine).
 
     python profiling/parallel_table.py profiling/results/bench_cpu_parallel_*.json
 """
@@ -48,7 +49,7 @@ def table(runs):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", nargs="+", help="files written by mpiexec -n P leapfrog-bench --json")
+    parser.add_argument("json", nargs="+", help="files written by parallel_bench.py --json")
     runs = []
     for path in parser.parse_args().json:
         with open(path, encoding="utf-8") as file:

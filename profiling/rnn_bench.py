@@ -4,13 +4,16 @@ half an hour on one CPU core).
 
     python profiling/rnn_bench.py
     python profiling/rnn_bench.py --N 8 --tau 64,256 --B 1 --repeats 3 --time step,backward
+    python profiling/rnn_bench.py --deer --torch-threads 1,2 --repeats 3 --max-gflop 50
 
 Each (N, tau, B) is measured by ``leapfrog_gpu.tools.bench.rnn.measure`` (the same as ``leapfrog-bench
 --model rnn``): the steps of BPTT, Leapfrog(k), TimeScan, the step parallel in time (``TimeNewton``,
 Newton and quasi-Newton, with TimeScan) and PyTorch's, interleaved, medians of ``--repeats`` repeats after
 a warm-up each, ``--repeats-long`` at the longest tau. NumPy's BLAS and PyTorch both run ``--threads``
-threads (one by default: on a shared machine more threads only wait for each other). Writes the rows as
-JSON under profiling/results/ with the date in the file name.
+threads (one by default: on a shared machine more threads only wait for each other), ``--torch-threads``
+PyTorch's step at each count too, a row each. ``--deer``: DEER's demo problem instead of the grid (``DEER``),
+its rows named ``DEER step ...`` and marked ``"problem": "deer"``. Writes the rows as JSON under
+profiling/results/ with the date in the file name.
 """
 
 import argparse
@@ -18,16 +21,21 @@ import datetime
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
-from leapfrog_gpu.tools.cli import names, replaced_atomically
+from leapfrog_gpu.tools.cli import integers, names, replaced_atomically
 from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent
+DEER = {"N": [8, 32], "tau": [10000], "B": [16], "L": 3, "inputs": 2, "cell": "gru", "schedule": ["bptt"],
+        "time": ["step"]}
+"""DEER's demo problem (Lim et al., 2024), the options it sets: one GRU layer of N units on 2 inputs, 16
+sequences of 10,000 steps; BPTT's step against the steps parallel in time (Newton's iterations) and PyTorch's."""
 
 
 def main(argv=None):
@@ -49,8 +57,16 @@ def main(argv=None):
     parser.add_argument("--repeats-long", type=int, default=5, help="repeats at the longest tau")
     parser.add_argument("--max-gflop", type=float, default=3.0, help="skip a schedule whose chain does more")
     parser.add_argument("--threads", type=int, default=1, help="NumPy's BLAS threads and PyTorch's intra-op threads")
+    parser.add_argument("--torch-threads", type=integers(1, "threads"), default=[],
+                        help="PyTorch's step at each number of intra-op threads, a row each (default: --threads)")
+    parser.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell")
+    parser.add_argument("--deer", action="store_true", help="DEER's demo problem instead of the grid: a GRU [2, N, "
+                        "N], N = 8 and 32, B = 16, tau = 10,000; BPTT's step, the steps parallel in time and PyTorch's")
     parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: under profiling/results/)")
     args = parser.parse_args(argv)
+    args.inputs = None
+    if args.deer:
+        vars(args).update(DEER)
     torch, torch_note = None, torch_anchor.skipped(False)
     if torch_note is None:
         import torch
@@ -66,6 +82,7 @@ def main(argv=None):
                 "numpy": np.__version__, "torch": torch and torch.__version__, "threads": args.threads,
                 "dtype": "float32", "output": "every", "k": args.k, "max_gflop": args.max_gflop,
                 "schedules": args.schedule, "forward_solvers": args.forward_solver, "parts": args.time,
+                "cell": args.cell, "problem": "deer" if args.deer else "grid",
                 "seconds": round(time.perf_counter() - start, 1)}
         with replaced_atomically(out) as path:
             Path(path).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
@@ -79,14 +96,19 @@ def main(argv=None):
                 repeats = args.repeats_long if tau == max(args.tau) else args.repeats
                 for row in bench_rnn.measure(N, tau, B, args.L, args.k, repeats, max_gflop=args.max_gflop,
                                              torch=torch, blas_threads=args.threads, names=args.schedule,
-                                             solvers=args.forward_solver, parts=args.time):
-                    print(bench_rnn.format_row(row), flush=True)
+                                             solvers=args.forward_solver, parts=args.time, cell=args.cell,
+                                             inputs=args.inputs, torch_threads=args.torch_threads):
+                    if args.deer:
+                        row = {**row, "problem": "deer"}
+                    print(bench_rnn.format_row({**row, "schedule": ("DEER " if args.deer else "") + row["schedule"]}),
+                          flush=True)
                     rows.append(row)
                 meta = write(rows)
     if torch_note:
         print(torch_note)
     print(f"wrote {out} ({meta['seconds']} s)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """Shared fixtures and hooks: the backends a test body runs on, the GPU half skipped with one reason that
 says why, the CuPy stand-in (``tests/harness/fake_cupy``) under each order in which it interleaves its queues,
-each kind of network, a last line that counts the skipped tests by reason, and pytest-xdist's workers by
-default on a machine without a GPU. Shared helpers live in ``tests/harness`` (``helpers.py``, ``networks.py``)."""
+each kind of network, the matplotlib figures a test saves, a last line that counts the skipped tests by
+reason, and pytest-xdist's workers by default on a machine without a GPU. Shared helpers live in
+``tests/harness`` (``helpers.py``, ``networks.py``)."""
 
 import collections
 import sys
@@ -45,6 +46,22 @@ def cupy_without_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(backends, "_said", set())
     return cupy
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure saved while the test runs, with the renderer that drew it."""
+    import matplotlib.figure
+
+    saved, savefig = [], matplotlib.figure.Figure.savefig
+
+    def keep(figure, *args, **kwargs):
+        savefig(figure, *args, **kwargs)
+        figure.renderer = figure.canvas.get_renderer()  # before the figure is closed
+        saved.append(figure)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    return saved
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which resolves -n auto

@@ -392,7 +392,7 @@ def test_a_bad_command_line_is_caught(tmp_path):
     assert "unrecognized arguments: --depth 8" in depth[0]
     problems = [command_problems(words) for words in found]
     assert "unrecognized arguments: --no-such-option" in problems[0][0]
-    assert "--k takes integers >= 1" in problems[1][0]
+    assert "every worker stream count must be >= 1" in problems[1][0]
     assert "unrecognized arguments: --layers 3" in problems[2][0]  # the dag bench has --depths, no --layers
     assert problems[3] == []
     assert "no extra 'nothing'" in problems[4][0]

@@ -180,7 +180,7 @@ class Reducer:
 
     def sum_all(self):
         """Sum every bucket across ranks as it stands, in a pass of its own (also the sums alone, timed by
-        leapfrog-bench)."""
+        profiling/parallel_bench.py)."""
         with self.pass_():
             for unit in self.units:
                 self.ready(self.main, unit)

@@ -7,7 +7,7 @@ path (forward, chain, update): a gap there is time the chain waited, for a join 
 ``profiling/overlap.py`` computes its overlap from an Nsight Systems trace with ``overlap`` below, so
 both measure the same thing.
 
-    leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1 --k 2 --timeline t.png
+    python profiling/bench_timeline.py --backend numpy --sizes 1024 --layers 16 --batch 1 --k 2 --timeline t.png
     leapfrog-train --timeline t.png --profile-steps 10:15
 
 Each writes the chart (``t.png``: one panel per configuration, one row per stream, one step: the one

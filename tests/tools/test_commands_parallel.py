@@ -1,7 +1,7 @@
 """``mpiexec -n P leapfrog-train``: the accuracy of one process on the whole batches, rank 0 alone speaks and
 writes, and no fault leaves a rank waiting: a rank killed, interrupted or stopped ends the job, non-zero,
-within a bounded time, and the last checkpoint stays whole. ``leapfrog-bench`` under mpiexec reports what
-the sums cost."""
+within a bounded time, and the last checkpoint stays whole. ``profiling/parallel_bench.py`` reports what
+the sums cost, fused or not; ``leapfrog-bench`` under mpiexec says where that study went."""
 
 import json
 import re
@@ -14,8 +14,12 @@ import pytest
 
 import mpirun
 from helpers import assert_bitwise_equal, cli, one_error_line, parameters
-from leapfrog_gpu.tools.bench import command as bench, parallel as bench_parallel
+from leapfrog_gpu.tools.bench import command as bench
 from leapfrog_gpu.tools.train import checkpoint, models
+
+sys.path.insert(0, str(mpirun.ROOT / "profiling"))
+import parallel_bench  # noqa: E402
+import parallel_table  # noqa: E402
 
 pytestmark = mpirun.needs_mpi
 
@@ -250,31 +254,34 @@ def test_ranks_with_other_options_are_refused(tmp_path):
                                 "command line"]
 
 
-def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
+PARALLEL_BENCH = mpirun.ROOT / "profiling" / "parallel_bench.py"
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_parallel_bench_reports_the_sums_and_what_they_hide(tmp_path, fused):
     report = tmp_path / "dp.json"
-    out = mpirun.run(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "numpy", "--sizes", 33,
-                     "--layers", 4, "--batch", 3, "--k", 2, "--repeats", 3, "--warmup", 1, "--blas-threads", 1,
-                     "--bucket-mb", "0,0.01", "--json", report, timeout=120)
+    out = mpirun.run(2, sys.executable, PARALLEL_BENCH, "--backend", "numpy", "--sizes", 33, "--layers", 4,
+                     "--batch", 3, "--k", 2, "--repeats", 3, "--warmup", 1, "--blas-threads", 1,
+                     "--bucket-mb", "0,0.01", "--json", report, *["--fused"] * fused, timeout=120)
     lines = out.splitlines()
-    assert lines[0] == bench_parallel.TITLE and lines[0].endswith("(> 1: faster)")
+    assert lines[0] == parallel_bench.TITLE and lines[0].endswith("(> 1: faster)")
     assert lines[1].split()[:9] == ["N", "L", "B", "P", "dtype", "schedule", "k", "bucket", "MB"]
     assert lines[1].endswith("speed-up vs one process")
     assert len(lines) == 3 + 4 + 1  # title, header, rule, (sequential, leapfrog) x 2 bucket sizes, legend: rank 0 only
+    assert [line.split()[5] for line in lines[3:7]] == [f"{name}{'+fused' * fused}" for name in (
+        "sequential", "sequential", "leapfrog", "leapfrog")]
     records = json.loads(report.read_text())["records"]
     assert [(r["schedule"], r["bucket_mb"]) for r in records] == [
         ("sequential", 0), ("sequential", 0.01), ("leapfrog", 0), ("leapfrog", 0.01)]
     for r in records:
-        assert r["P"] == 2 and r["B"] == 3 and r["bytes_summed"] == 4 * 3 * 33 * 34
+        assert r["P"] == 2 and r["B"] == 3 and r["bytes_summed"] == 4 * 3 * 33 * 34 and r["fused"] == fused
         assert r["exposed_ms"] == r["step_ms"]["median"] - r["local_slowest_ms"]
         assert r["speedup"] == r["one_ms"]["median"] / r["step_ms"]["median"] > 0
-
-    sys.path.insert(0, str(mpirun.ROOT / "profiling"))
-    import parallel_table  # the table of docs/performance.md: the median over runs, and their range
 
     runs = [json.loads(report.read_text()) for _ in range(3)]
     for run, step in zip(runs, (3.0, 1.0, 2.5)):
         run["records"][0]["step_ms"]["median"] = step
-    rows = parallel_table.table(runs).splitlines()
+    rows = parallel_table.table(runs).splitlines()  # docs/performance.md's: the median over runs, and their range
     assert rows[0].startswith("Speed-up vs one process: ") and rows[2].endswith("| speed-up vs one process |")
     assert len(rows) == 4 + 4 and rows[4].startswith("| 33 | 4 | 3 | 2 | sequential | 0 | 0 | 1 | 2.50 [1.00–3.00] |")
 
@@ -282,16 +289,16 @@ def test_bench_under_mpiexec_reports_the_sums_and_what_they_hide(tmp_path):
 STANDIN = {"PYTHONPATH": f"{mpirun.ROOT / 'tests' / 'harness' / 'standin'}:{mpirun.ROOT / 'tests' / 'harness'}",
            "LEAPFROG_STANDIN_NCCL": "processes"}
 """The CuPy stand-in in every rank, each rank its own NCCL rank (tests/harness/fake_cupy/nccl.py)."""
-BENCH_CUPY = [sys.executable, "-m", "leapfrog_gpu.tools.bench", "--backend", "cupy", "--sizes", 9, "--layers", 3,
-              "--batch", 2, "--k", 2, "--repeats", 2, "--warmup", 1]
+BENCH_CUPY = [sys.executable, PARALLEL_BENCH, "--backend", "cupy", "--sizes", 9, "--layers", 3, "--batch", 2, "--k", 2,
+              "--repeats", 2, "--warmup", 1]
 
 
-@pytest.mark.parametrize("command", ["leapfrog-bench", "leapfrog-train"])
+@pytest.mark.parametrize("command", ["parallel_bench.py", "leapfrog-train"])
 def test_every_command_binds_each_rank_to_its_own_gpu_under_mpiexec(tmp_path, command):
     """``mpiexec -n 2`` on a stand-in machine with two GPUs: each rank makes its own GPU current before it
     creates its CuPy backend, so NCCL accepts the communicator (two ranks on one GPU it refuses)."""
     env = {**STANDIN, "LEAPFROG_STANDIN_DEVICES": "2"}
-    if command == "leapfrog-bench":
+    if command == "parallel_bench.py":
         out = mpirun.run(2, *BENCH_CUPY, timeout=120, env=env)
         assert [line.split()[5] for line in out.splitlines()[3:5]] == ["sequential", "leapfrog"]  # below the title
     else:
@@ -308,16 +315,14 @@ def test_two_ranks_on_one_gpu_are_refused_as_nccl_refuses_them():
     assert "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 0" in err
 
 
-@pytest.mark.parametrize("option", ["--fused", "--jsonl"])
-def test_bench_options_that_need_or_refuse_mpiexec(capsys, tmp_path, option):
-    assert bench_main("--bucket-mb", 1) == 2
-    assert "--bucket-mb applies under mpiexec -n P with P > 1 only" in capsys.readouterr().err
-    argv = [option] + ([tmp_path / "r.jsonl"] if option == "--jsonl" else [])
-    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", *argv),
-                                            timeout=60)
+def test_leapfrog_bench_under_mpiexec_says_where_the_data_parallel_study_went(capsys, tmp_path):
+    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench",
+                                                          "--jsonl", tmp_path / "r.jsonl"), timeout=60)
     assert returncode == 2 and out == ""
-    assert err.splitlines() == [f"leapfrog-bench: error: {option} does not apply under mpiexec"]
+    assert err.splitlines() == ["leapfrog-bench: error: under mpiexec, what the sums across ranks cost is measured "
+                                "by mpiexec -n P python profiling/parallel_bench.py (docs/data-parallel.md)"]
     assert not list(tmp_path.iterdir())
+    assert bench_main("--bucket-mb", 1) == 2 and "unrecognized arguments: --bucket-mb" in capsys.readouterr().err
 
 
 def bench_main(*args):

@@ -342,7 +342,8 @@ def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
         assert re.search(r"exit 0, .*; skipped: compute-sanitizer is not on PATH \(\d+ tests selected\)",
                          lines[f"compute-sanitizer {tool}"])
     log = (tmp_path / "log.txt").read_text()
-    assert log.count("leapfrog-bench: error: --backend cupy ") == 3
+    assert log.count("leapfrog-bench: error: --backend cupy ") == 1  # the grid
+    assert log.count("python profiling/bench_timeline.py: error: --backend cupy ") == 2  # the headline, fused
 
 
 def wheel(folder, name, version="1.0"):

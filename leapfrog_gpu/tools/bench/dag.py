@@ -1,23 +1,23 @@
-"""``leapfrog-bench --model dag``: the forward solvers and the backward schedules of a ``DagNet`` against
-its sequential order.
+"""``leapfrog-bench --model dag``: the backward schedules of a ``DagNet`` against its sequential order.
 
 For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet`` and
 ``measure`` times, in one alternation (``runner.interleaved``), its backward pass under each schedule of
-``--schedule`` (sequential, the baseline, always) and its forward pass node by node and by each solver, each
-row beside its speed-up over the sequential order of the same pass (``with_speedups``) and the rounds,
-sweeps or iterations, flops and memory its solver reports. A block solver whose memory would exceed
-``--memory-limit`` is refused before anything is allocated, and one deeper than ``--max-block-depth`` skipped.
-What the rows mean, and the tables measured: docs/dag.md.
+``--schedule`` (sequential, the baseline, always), each row beside its speed-up over the sequential order
+of the same pass (``with_speedups``) and the rounds, sweeps, flops and memory its schedule reports. A
+block solver whose memory would exceed ``--memory-limit`` is refused before anything is allocated, and one
+deeper than ``--max-block-depth`` skipped. The forward solvers are timed the same way by
+``profiling/dag_bench.py``. What the rows mean, and the tables measured: docs/dag.md.
 
 Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add`` of
 nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like, 2N wide);
 the other nodes ``Dense`` tanh layers, the last a sigmoid.
 """
 
+import functools
+
 import numpy as np
 
 from ...backends import get_backend, timing
-from ...dag.forward import ForwardJacobi, ForwardNewton, forward_counters
 from ...dag.layers import Add, Concat, Dense
 from ...dag.network import INPUT, DagNet
 from ..cli import integer, integers, names
@@ -36,7 +36,7 @@ TITLE = "speed-up vs seq: the sequential order's median over the row's, same pas
 HEADER = (f"  {'pass':<8} {'schedule':<14} {'median [p20-p80] ms':<23} {'speed-up vs seq':>15} {'rounds':>6} "
           f"{'iters':>5} {'flops/seq':>9} {'mem MiB':>8}")
 """The columns' titles."""
-FOOT = ("speed-up vs seq: the sequential order's median over the row's (forward: node by node); > 1: faster\n"
+FOOT = ("speed-up vs seq: the sequential order's median over the row's; > 1: faster\n"
         f"! noisy: p80 - p20 over {NOISY:.0%} of the median; rounds: dependent steps; iters: sweeps or iterations\n"
         "flops/seq: flops over the sequential order's; mem MiB: what the solver holds")
 
@@ -54,27 +54,33 @@ def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
 
 
 def runs(k, memory_limit, names=schedule_names("dag")):
-    """``(pass, name, solver or schedule)`` of every row: the backward schedules of ``names`` (by the
-    names of ``tools.schedules``), then the forward solvers; the sequential order of each pass first
-    (``None``: the forward node by node)."""
-    backward = [("backward", name, make_schedule("dag", name, k=k, memory_limit=memory_limit))
-                for name in dict.fromkeys([BASELINE, *names])]
-    return backward + [("forward", "sequential", None), ("forward", "forward-jacobi", ForwardJacobi()),
-                       ("forward", "forward-newton", ForwardNewton(memory_limit=memory_limit))]
+    """``(pass, name, schedule)`` of every row: the backward schedules of ``names`` (by the names of
+    ``tools.schedules``), the sequential order first."""
+    return [("backward", name, make_schedule("dag", name, k=k, memory_limit=memory_limit))
+            for name in dict.fromkeys([BASELINE, *names])]
+
+
+def backward(net, x, y, schedule):
+    """One backward pass of ``net`` by ``schedule``; its counters."""
+    net.backprop(x, y, schedule)
+    return dict(net.stats["backward"])
 
 
 def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
-            dtype="float32", names=schedule_names("dag")):
-    """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, timed in
-    turn (``runner.interleaved``), with ``ms`` (median, p20, p80), ``speedup`` and ``stats`` (its numbers),
-    or ``refused`` and the memory the solver would need (``memory_limit`` in bytes)."""
+            dtype="float32", names=schedule_names("dag"), more=None):
+    """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, and of
+    ``more(net, x, y)`` (rows ``(pass, name, solver, call)``, ``call()`` a pass that returns its counters:
+    ``profiling/dag_bench.py``'s forward solvers), timed in turn (``runner.interleaved``), with ``ms``
+    (median, p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory the solver
+    would need (``memory_limit`` in bytes)."""
     rng = np.random.default_rng(0)
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
     calls, needed = {}, {}
     with network(kind, N, D, dtype, backend) as net:
-        for pass_, name, made in runs(k, memory_limit, names):
+        rows = [(*row, functools.partial(backward, net, x, y, row[2])) for row in runs(k, memory_limit, names)]
+        for pass_, name, made, call in rows + (more(net, x, y) if more else []):
             needed[pass_, name] = memory = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
-            calls[pass_, name] = _call(net, pass_, made, x, y)
+            calls[pass_, name] = call
             if memory > memory_limit:
                 calls[pass_, name] = runner.refused(f"needs {memory / 2**20:.1f} MiB > --memory-limit "
                                                     f"{memory_limit / 2**20:g} MiB")
@@ -94,27 +100,6 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
                                if isinstance(value, (int, float)) and not isinstance(value, bool)}
         records.append(record)
     return with_speedups(records)
-
-
-def _call(net, pass_, made, x, y):
-    """One pass of ``net`` by ``made``, returning its counters."""
-    if pass_ == "backward":
-        def call():
-            net.backprop(x, y, made)
-            return dict(net.stats["backward"])
-    elif made is None:
-        counters = forward_counters(net, x.shape[1])
-        node_by_node = {"rounds": counters["sequential_rounds"], "flops": counters["sequential_flops"],
-                        "bytes": counters["sequential_bytes"], "memory_bytes": 0, **counters}
-
-        def call():
-            net.feedforward(x)
-            return dict(node_by_node)
-    else:
-        def call():
-            net.feedforward(x, solver=made)
-            return dict(made.stats)
-    return call
 
 
 def with_speedups(records):
@@ -217,7 +202,7 @@ def parser():
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K",
                    help="worker streams of the backward schedules (default 2)")
     p.add_argument("--memory-limit", type=integer(1, "--memory-limit"), default=64, metavar="MIB",
-                   help="MiB the block solvers (dag-jacobi, dag-doubling, forward-newton) may hold (default 64)")
+                   help="MiB the block solvers (dag-jacobi, dag-doubling) may hold (default 64)")
     p.add_argument("--max-block-depth", type=integer(1, "--max-block-depth"), default=32, metavar="D",
                    help="the deepest D at which the block solvers run (default 32)")
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",

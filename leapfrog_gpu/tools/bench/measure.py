@@ -1,5 +1,5 @@
-"""``leapfrog-bench``'s measurements of one MLP (``measure_network``), the ratios derived from them (``derive``)
-and the stamped steps of ``--timeline`` (``stamped_steps``); what each means: docs/performance.md.
+"""``leapfrog-bench``'s measurements of one MLP (``measure_network``) and the ratios derived from them
+(``derive``); what each means: docs/performance.md.
 
 For a network ``[N] * L`` at batch size B and each BLAS setting: the step and the backward pass of every
 configuration, the forward pass, and f1, f2, f3, the per-layer costs of equations (2)(3), (5) and (7) alone
@@ -18,18 +18,16 @@ from ...core.optimizers import SGD, Adam, AdamW
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ...mlp.network import MLP
-from .. import timeline
 from ..schedules import make_schedule, schedule_names, takes_k
 from . import runner, torch_anchor, traffic
-from .report import label
 
 ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
 OPTIMIZERS = {"sgd": SGD(ETA), "momentum": SGD(ETA, momentum=0.9), "adam": Adam(ETA), "adamw": AdamW(ETA)}
 """``--optimizer``'s steps by name: ours ``train_step(x, y, OPTIMIZERS[name], ...)``, PyTorch's torch.optim's
 class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."""
 BASELINE = schedule_names("mlp")[0]
-Run = collections.namedtuple("Run", "schedule threads auto graph")
-"""A configuration timed: its schedule, BLAS setting, whether ``--k auto`` chose it, whether a graph."""
+Run = collections.namedtuple("Run", "schedule threads graph")
+"""A configuration timed: its schedule, BLAS setting, whether a graph."""
 
 
 def copy_bandwidth(backend, threads):
@@ -40,10 +38,9 @@ def copy_bandwidth(backend, threads):
 
 def configurations(args):
     """The ``(schedule name, k)`` of every configuration measured: the baseline first, then each of
-    ``--schedule`` at each k of ``--k`` but ``auto`` (k = 0 where the schedule takes none)."""
-    ks = [k for k in args.k if k != "auto"]
+    ``--schedule`` at each k of ``--k`` (k = 0 where the schedule takes none)."""
     return [(BASELINE, 0)] + [(name, k) for name in args.schedule if name != BASELINE
-                              for k in (ks if takes_k("mlp", name) else [0])]
+                              for k in (args.k if takes_k("mlp", name) else [0])]
 
 
 def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
@@ -53,10 +50,10 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
     rule = OPTIMIZERS[optimizer]
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
                                                    backend=backend) as net:
-        x, y = _batch(sizes, batch, args.dtype)
+        x, y = host_batch(sizes, batch, args.dtype)
         net.backprop(x, y)
         plan = net.plan(batch)
-        runs, passes = _runs(args, net, plan, settings), sweeps(net, plan)
+        runs, passes = _runs(args, plan, settings), sweeps(net, plan)
         calls = {(threads, name): call for threads in settings for name, (call, layers) in passes.items() if layers}
         for i, run in enumerate(runs):
             calls[run.threads, "step", i] = lambda r=run: net.train_step(x, y, rule, r.schedule, graph=r.graph)
@@ -79,7 +76,7 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
         records = [{**shared[run.threads], **floor(sizes, batch, args.dtype, traffic.update_of(run.schedule),
                                                    bandwidth[run.threads], optimizer),
                     "schedule": run.schedule.name, "k": run.schedule.k, "fused": run.schedule.fused,
-                    "one_pass": run.schedule.one_pass, "auto": run.auto, "graph": run.graph,
+                    "one_pass": run.schedule.one_pass, "graph": run.graph,
                     **_times(timed[run.threads, "step", i], timed.get((run.threads, "backward", i)))}
                    for i, run in enumerate(runs)]
         for (mode, threads), anchor in anchors.items():
@@ -97,22 +94,17 @@ def _setting(key):
     return key, lambda: torch_anchor.num_threads(key[1]) if isinstance(key, tuple) else autotune.blas_limit(key)
 
 
-def _runs(args, net, plan, settings):
+def _runs(args, plan, settings):
     """The ``Run`` of every configuration at every BLAS setting; with ``--one-pass`` sequential's and
-    leapfrog's one-pass steps too; with ``--graph`` a graph twin of each that can be captured; with ``--k
-    auto`` the configuration ``autotune.tune`` picks."""
-    runs = [Run(make_schedule("mlp", name, k, fused=args.fused), threads, False, False)
+    leapfrog's one-pass steps too; with ``--graph`` a graph twin of each that can be captured."""
+    runs = [Run(make_schedule("mlp", name, k, fused=args.fused), threads, False)
             for threads in settings for name, k in configurations(args)]
     if args.one_pass:
         one_pass = [(name, k) for name, k in configurations(args) if name in (Sequential.name, Leapfrog.name)]
-        runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False, False)
+        runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)
                  for threads in settings for name, k in one_pass]
     if args.graph:
         runs += [run._replace(graph=True) for run in runs if graphs.refusal(plan, run.schedule) is None]
-    if "auto" in args.k:
-        tuning = autotune.tune(net, plan.batch, ks=[k for k in args.k if k != "auto"] or autotune.KS,
-                               blas_threads=None if args.backend == "cupy" else settings, fused=args.fused)
-        runs.append(Run(tuning.schedule, tuning.blas_threads, True, False))
     return runs
 
 
@@ -131,7 +123,7 @@ def floor(sizes, batch, dtype, update, gbps, optimizer="sgd"):
     return {"update": update, "bytes_per_step": step_bytes, "floor_ms": step_bytes / (gbps * 1e6)}
 
 
-def _batch(sizes, batch, dtype, seed=0):
+def host_batch(sizes, batch, dtype, seed=0):
     """A random batch ``(x, y)`` of ``batch`` columns on the host, where training data lives: ``copy_in``
     stages a NumPy batch through pinned memory without blocking, while a CuPy batch's check for NaN
     would wait for the device every step."""
@@ -173,9 +165,9 @@ def derive(case):
     timed = [r for r in case if "refused" not in r]
     ours = [r for r in timed if not r["schedule"].startswith("torch")]
     sequential = {(r["blas_threads"], r["graph"]): r for r in ours
-                  if r["schedule"] == BASELINE and not r["auto"] and not r.get("one_pass")}
+                  if r["schedule"] == BASELINE and not r.get("one_pass")}
     eager = {(r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]): r for r in ours
-             if not r["graph"] and not r["auto"]}
+             if not r["graph"]}
     best_step = min((r for (_, graph), r in sequential.items() if not graph), key=lambda r: r["step_ms"]["median"])
     best_backward = min((r for (_, graph), r in sequential.items() if not graph),
                         key=lambda r: r["backward_ms"]["median"])
@@ -207,41 +199,5 @@ def derive(case):
         seq_backward = seq["backward_ms"]["median"]
         r["measured_saving"] = (seq_backward - r["backward_ms"]["median"]) / (r["forward_ms"]["median"] + seq_backward)
         r["backward_speedup"] = seq_backward / r["backward_ms"]["median"]
-        if r["auto"]:  # slower beyond noise: its step's p20-p80 range lies wholly above the best sequential one's
-            r["auto_within_noise"] = r["step_ms"]["p20"] <= best_step["step_ms"]["p80"]
     return case
 
-
-def stamped_steps(args, case):
-    """The timeline of each of our eager configurations in ``case`` (one network's records; ``--k auto``'s
-    choice repeats one of them, and a graph step is one launch that nothing can stamp inside): ``--repeats``
-    SGD steps with every launch stamped, in turn with as many plain ones. Adds ``"timeline"`` to each record:
-    the analysis's medians and the step's median time plain and stamped. Returns the chart's panels."""
-    first, panels = case[0], []
-    sizes = [first["N"]] * first["L"]
-    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
-                                                   backend=backend) as net:
-        x, y = _batch(sizes, first["B"], args.dtype)
-        for r in case:
-            if r["schedule"].startswith("torch") or r["auto"] or r["graph"] or "refused" in r:
-                continue
-            schedule = make_schedule("mlp", r["schedule"], r["k"], r["fused"], r["one_pass"])
-            stamps = timing.Timeline(backend)
-
-            def stamped(schedule=schedule, stamps=stamps):
-                with stamps.step():
-                    net.sgd_step(x, y, ETA, schedule)
-
-            with autotune.blas_limit(r["blas_threads"]):
-                times = runner.interleaved(backend, {"plain": lambda s=schedule: net.sgd_step(x, y, ETA, s),
-                                                     "stamped": stamped}, args.repeats, args.warmup)
-            intervals = [i for i in stamps.intervals() if i.step >= max(args.warmup, 1)]
-            analysis = timeline.analyse(intervals)
-            plain, with_stamps = times["plain"]["ms"], times["stamped"]["ms"]
-            r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
-                             "step_ms_stamped": timing.summary(with_stamps),
-                             "cost": float(np.median(with_stamps) / np.median(plain))}
-            title = (label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
-                     + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
-            panels.append({"label": title, "bench": r, "intervals": intervals, "analysis": analysis})
-    return panels

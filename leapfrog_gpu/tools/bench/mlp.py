@@ -5,9 +5,7 @@ the forward pass and the per-layer costs f1, f2, f3, timed in turn (``measure``)
 prediction of a pass's saving, in a table that marks noisy timings (``report``). Anchors measured in the
 same run: the best sequential configuration (on the CPU, the fastest BLAS setting), PyTorch when ``torch``
 imports (``torch_anchor``), and the memory-traffic floor (``traffic``). ``--graph`` adds each step in graph
-mode, ``--timeline FILE.png`` (one network) the stamped steps of each eager configuration, ``--plot`` the
-speed-ups against k (``plot``); under ``mpiexec -n P`` it measures what the sums across ranks cost a step
-instead (``parallel``). What each column means: docs/performance.md.
+mode, ``--plot`` the speed-ups against k (``plot``). What each column means: docs/performance.md.
 
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
     leapfrog-bench --backend cupy --sizes 1024 --layers 32 --batch 32 --k 1,2,4 --graph
@@ -15,10 +13,8 @@ instead (``parallel``). What each column means: docs/performance.md.
 This module is the MLP's suite of ``runner``: its options, its grid and what its networks share.
 """
 
-import argparse
 import contextlib
 import os
-import sys
 import textwrap
 
 from ...backends import get_backend
@@ -26,11 +22,9 @@ from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ...parallel import comm as parallel
-from .. import timeline
-from ..cli import fitted, integers, names, pip_install, png_refusal, reals
-from ..schedules import make_schedule
-from . import measure, parallel as bench_parallel, progress, runner, torch_anchor
-from .report import auto_lines, column_widths, table_foot, table_head, table_rows, timeline_lines
+from ..cli import fitted, integers, names, pip_install, png_refusal
+from . import measure, progress, runner, torch_anchor
+from .report import column_widths, table_foot, table_head, table_rows
 
 PROG = "leapfrog-bench"
 RECORDS = "records"
@@ -40,19 +34,8 @@ DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] 
             "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")
 """What ``--help`` says of the time a run takes."""
 MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
-              "dag: a DagNet's forward solvers and backward schedules against its sequential order; each with "
-              "options of its own (leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
-
-
-def k_list(text):
-    """``--k``: a comma-separated list of integers >= 1 and ``auto``."""
-    try:
-        ks = [part if part == "auto" else int(part) for part in text.split(",")]
-    except ValueError:
-        ks = [0]
-    if min((k for k in ks if k != "auto"), default=1) < 1:
-        raise argparse.ArgumentTypeError(f"--k takes integers >= 1 and 'auto'; got {text!r}")
-    return ks
+              "dag: a DagNet's backward schedules against its sequential order; each with options of its own "
+              "(leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
 
 
 def parser():
@@ -61,8 +44,8 @@ def parser():
                       schedules=DEFAULT_SCHEDULES, model_help=MODEL_HELP)
     p.add_argument("--layers", type=integers(2, "layer count"), default=[8, 16], metavar="L[,L...]",
                    help="layers L, the input layer included, each network [N] * L (default 8,16)")
-    p.add_argument("--k", type=k_list, default=[1, 2, 4], metavar="K[,K...]",
-                   help="worker streams, and 'auto': the configuration autotune picks (default 1,2,4)")
+    p.add_argument("--k", type=integers(1, "worker stream count"), default=[1, 2, 4], metavar="K[,K...]",
+                   help="worker streams (default 1,2,4)")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
                    help="numpy backend: BLAS threads per host stream, for its matrix products; each count given is "
                         f"measured (default 1 and all cores, {os.cpu_count()} here)")
@@ -75,48 +58,33 @@ def parser():
                         "their own (default sgd)")
     p.add_argument("--one-pass", action="store_true",
                    help="also time each sequential and leapfrog step with the one-pass backward (one_pass=True)")
-    p.add_argument("--torch-compile", action="store_true",
-                   help="also time PyTorch's step through torch.compile (its first steps compile: slow)")
     p.add_argument("--graph", action="store_true",
                    help="also time each step as a graph (sgd_step(graph=True)), and PyTorch's as a CUDA graph on a GPU")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid",
                    help="every layer's, and the PyTorch anchor's (default sigmoid)")
-    p.add_argument("--bucket-mb", type=reals(0, "bucket size"), default=None, metavar="MB[,MB...]",
-                   help="under mpiexec: bucket sizes in MB to measure (default 0: one sum per layer)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="plot the speed-up of a pass against k, measured and predicted, with the run's backend, "
                         "machine and date, and say where it was written (needs matplotlib)")
-    p.add_argument("--timeline", metavar="FILE.png",
-                   help="stamp every launch of a few steps per configuration (one network only): busy time per "
-                        "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib)")
     return p
 
 
 def check(p, args):
-    """The options that do not go together; under mpiexec, the run of ``parallel``: its status."""
+    """The options that do not go together, and mpiexec, whose data-parallel study is a script's."""
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
-    for option, beside in (("plot", ""), ("timeline", " (its intervals go beside it, in .json)")):
-        refusal = getattr(args, option) is not None and png_refusal(f"--{option}", getattr(args, option), beside)
-        if refusal:
-            p.error(refusal)
+    refusal = args.plot is not None and png_refusal("--plot", args.plot)
+    if refusal:
+        p.error(refusal)
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error(f"--plot needs matplotlib: {pip_install('plot')}")
     if args.one_pass and args.optimizer != ["sgd"]:
         p.error("--one-pass fuses the plain SGD update: give it --optimizer sgd only (--fused fuses the others)")
-    if args.timeline is not None and len(grid(args)) > 1:
-        p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
-    for option in ("plot", "timeline"):
-        if getattr(args, option) is not None:
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                p.error(f"--{option} needs matplotlib: {pip_install('plot')}")
-    comm = parallel.world(PROG)
-    comm.use_own_device(args.backend)
-    if comm.size > 1:  # under mpiexec: what the sums across ranks cost a step
-        return _main_parallel(p, args, comm)
-    if args.bucket_mb is not None:
-        p.error("--bucket-mb applies under mpiexec -n P with P > 1 only")
-    return None
+    if parallel.world(PROG).size > 1:
+        p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
+                "profiling/parallel_bench.py (docs/data-parallel.md)")
 
 
 def about(args):
@@ -134,22 +102,18 @@ def work(key):
 
 @contextlib.contextmanager
 def start(args):
-    """What the networks share: the BLAS settings, the copy bandwidth at each (measured before the first
-    network, so that its time is its own) and the timeline's panels."""
+    """What the networks share: the BLAS settings and the copy bandwidth at each (measured before the first
+    network, so that its time is its own)."""
     settings = autotune.blas_settings(args.backend, args.blas_threads)
     with get_backend(args.backend) as backend:
         bandwidth = {threads: measure.copy_bandwidth(backend, threads) for threads in settings}
-    yield {"settings": settings, "bandwidth": bandwidth, "panels": []}
+    yield {"settings": settings, "bandwidth": bandwidth}
 
 
 def case(args, state, key):
-    """One network's records for each ``--optimizer`` (``measure.measure_network``, ``measure.derive``), its
-    timeline stamped with ``--timeline``."""
-    records = [r for name in args.optimizer for r in measure.derive(measure.measure_network(
+    """One network's records for each ``--optimizer`` (``measure.measure_network``, ``measure.derive``)."""
+    return [r for name in args.optimizer for r in measure.derive(measure.measure_network(
         args, [key["N"]] * key["L"], key["B"], state["settings"], state["bandwidth"], name))]
-    if args.timeline:
-        state["panels"].extend(measure.stamped_steps(args, records))
-    return records
 
 
 def head(args):
@@ -162,35 +126,12 @@ def rows(args, case):
 
 
 def foot(args, state, records, about):
-    """The legend, the PyTorch note, ``--k auto``'s lines; the timeline's chart and the plot."""
+    """The legend, the PyTorch note and the plot."""
     print(table_foot(args.graph))
-    lines = [about["torch_note"], auto_lines(records)]
-    if args.timeline:
-        first = records[0]
-        timeline.save(args.timeline, state["panels"], about, f"{PROG}: MLP [{first['N']}] * {first['L']}, batch "
-                                                            f"{first['B']}, {args.activation}, {args.dtype}, "
-                                                            f"{args.backend}; a panel per schedule")
-        lines.append(timeline_lines(records, args.timeline))
-    print(*(fitted(line) for text in lines if text for line in text.splitlines()), sep="\n")
+    if about["torch_note"]:
+        print(fitted(about["torch_note"]))
     if args.plot:
         from .plot import plot
 
         plot(records, args.plot, about)
         print(f"plot: {args.plot} (the speed-up of a pass against k, measured and as the model predicts)")
-
-
-def _main_parallel(p, args, comm):
-    """``leapfrog-bench`` under ``mpiexec -n P`` (``parallel``): every rank measures, rank 0 reports."""
-    for option, given in (("--plot", args.plot), ("--fused", args.fused), ("--one-pass", args.one_pass),
-                          ("--k auto", "auto" in args.k), ("--graph", args.graph), ("--timeline", args.timeline),
-                          ("--jsonl", args.jsonl)):
-        if given:
-            p.error(f"{option} does not apply under mpiexec")
-    specs = [(name, k, make_schedule("mlp", name, k)) for name, k in measure.configurations(args)]
-    records = bench_parallel.run(args, comm, specs, measure.ETA)
-    if comm.rank == 0:
-        print(bench_parallel.table(records))
-        if args.json:
-            command = f"mpiexec -n {comm.size} {PROG} {' '.join(sys.argv[1:])}"
-            runner.write_json(args.json, {**runner.header(command, args.backend), "records": records})
-    return 0

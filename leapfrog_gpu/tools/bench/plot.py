@@ -18,7 +18,7 @@ def plot(records, path, about):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ours = [r for r in records if r["schedule"] == Leapfrog.name and not r["auto"] and not r.get("graph")]
+    ours = [r for r in records if r["schedule"] == Leapfrog.name and not r.get("graph")]
     widths = sorted({r["N"] for r in ours}) or sorted({r["N"] for r in records})
     fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], widths):

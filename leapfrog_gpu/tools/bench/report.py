@@ -1,19 +1,17 @@
 """``leapfrog-bench``'s table of the MLP, within 100 columns: each network's heading (what its rows share),
 then a row per configuration, every ratio a speed-up, the baseline's time over the row's (> 1: faster); its
-legend; the lines of ``--k auto`` and ``--timeline``. In ``runner``'s cell formats (the Markdown tables' are
+legend. In ``runner``'s cell formats (the Markdown tables' are
 ``profiling/markdown_cells.py``'s); what each column means: docs/performance.md.
 """
 
-from ...core.schedules import Leapfrog, Sequential
 from ..cli import fitted
-from ..timeline import describe
 from .runner import NOISY, median, ratio
 
 
-def label(r, auto="auto->", graph="[graph]", best="*"):
-    """A record's schedule as a table shows it: leapfrog+fused[graph], auto->sequential, sequential*."""
+def label(r, graph="[graph]", best="*"):
+    """A record's schedule as a table shows it: leapfrog+fused[graph], sequential*."""
     update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
-    name = (auto if r.get("auto") else "") + r["schedule"] + update
+    name = r["schedule"] + update
     name += graph if r.get("graph") and not r["schedule"].startswith("torch") else ""
     return name + (best if r.get("best_sequential") else "")
 
@@ -53,7 +51,6 @@ def column_widths(args, schedules):
     name this run can print (``schedules``: the names it measures)."""
     update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
     labels = [name + update + "[graph]" * args.graph for name in schedules] + [f"sequential{update}*"]
-    labels += [f"auto->{name}{update}" for name in (Sequential.name, Leapfrog.name)] if "auto" in args.k else []
     optimizers = getattr(args, "optimizer", ["sgd"])
     labels += ["torch-autograd", "torch-cuda-graph"] + [f"torch-{name}-foreach" for name in optimizers]
     schedule = max(map(len, labels))
@@ -117,33 +114,3 @@ def _cells(r, graph):
             median(r["backward_ms"]), percent(r["predicted_saving"]), percent(r["measured_saving"]),
             ratio(r["backward_speedup"]), ratio(r["step_speedup_vs_best_sequential"]), last)
 
-
-def timeline_lines(records, path):
-    """What ``--timeline`` prints: one line per stamped configuration, beside its backward speed-up."""
-    lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the time the stamps "
-             "add to a plain step, the two timed in alternation"]
-    for r in records:
-        if "timeline" not in r:
-            continue
-        t = r["timeline"]
-        lines.append(f"{label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
-                     f"{t['step_ms_plain']['median']:.3f} ms, stamped {stamping(t['cost'])}; {describe(t)}; "
-                     f"backward speed-up vs sequential {ratio(r['backward_speedup'])}")
-    return "\n".join(lines)
-
-
-def stamping(cost):
-    """What the stamps add to a step, ``cost`` (the stamped step's time over the plain one's): ``+2.1%``."""
-    return f"{100 * (cost - 1):+.1f}%"
-
-
-def auto_lines(records):
-    """One line per ``--k auto`` record: is it within noise of the best sequential configuration?"""
-    lines = []
-    for r in records:
-        if r.get("auto"):
-            verdict = "within noise of" if r["auto_within_noise"] else "SLOWER than"
-            lines.append(f"auto chose {r['schedule']} k={r['k']} blas={r['blas_threads']} at N={r['N']} L={r['L']} "
-                         f"B={r['B']}: step {r['step_speedup_vs_best_sequential']:.2f}x as fast as the best "
-                         f"sequential, {verdict} it")
-    return "\n".join(lines)

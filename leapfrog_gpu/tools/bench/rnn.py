@@ -39,8 +39,6 @@ ETA = 1e-9
 """The learning rate of the timed steps: small enough that the network they time stays the one they
 started from (a step's cost sums over tau outputs: at 1e-3, a few hundred steps at tau = 4096 move the
 weights far enough to change what the forward solvers face)."""
-DEER = {"sizes": [8, 32], "tau": 10000, "B": 16, "inputs": 2, "L": 3}
-"""DEER's demo problem (Lim et al., 2024): one GRU layer of N units on 2 inputs, 16 sequences of 10,000 steps."""
 
 
 def table_head():
@@ -191,8 +189,7 @@ def _torch_step(anchor, threads):
 def format_row(row):
     """One line of the table under ``HEADER``."""
     k = "-" if row["k"] is None else row["k"]
-    name = ("DEER " if row.get("problem") == "deer" else "") + row["schedule"]
-    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {name:<26} {k:>2}"
+    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<26} {k:>2}"
     if "median_s" not in row:
         return f"{head} {row['refused'][:80]}"
     flops = f"{row['flops'] / row['sequential_flops']:10.2f}" if "flops" in row else f"{'':>10}"
@@ -202,8 +199,6 @@ def format_row(row):
 
 
 def grid(args):
-    if args.deer:
-        return [{"N": N, "tau": DEER["tau"], "B": DEER["B"]} for N in DEER["sizes"]]
     return [{"N": N, "tau": tau, "B": B} for N in args.sizes for tau in args.tau for B in args.batch]
 
 
@@ -228,14 +223,10 @@ def start(args):
 
 
 def case(args, torch, key):
-    deer = {"L": DEER["L"], "inputs": DEER["inputs"], "cell": "gru", "names": [BASELINE], "parts": ("step",),
-            "solvers": args.forward_solver or ["newton", "quasi-newton"]} if args.deer else {}
-    rows = measure(*key.values(), **{"L": args.layers, "k": args.k, "repeats": args.repeats, "dtype": args.dtype,
-                                     "backend": args.backend, "max_gflop": args.max_gflop, "torch": torch,
-                                     "blas_threads": args.blas_threads, "names": args.schedule,
-                                     "solvers": args.forward_solver, "parts": args.time, "cell": args.cell,
-                                     "torch_threads": args.torch_threads, "warmup": args.warmup, **deer})
-    return [{**row, "problem": "deer"} for row in rows] if args.deer else rows
+    return measure(*key.values(), L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype,
+                   backend=args.backend, max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads,
+                   names=args.schedule, solvers=args.forward_solver, parts=args.time, cell=args.cell,
+                   torch_threads=args.torch_threads, warmup=args.warmup)
 
 
 def head(args):
@@ -276,7 +267,4 @@ def parser():
     p.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell (default elman)")
     p.add_argument("--torch-threads", type=integers(1, "threads"), default=[], metavar="T[,T...]",
                    help="PyTorch's step at each number of intra-op threads, a row each (default: --blas-threads)")
-    p.add_argument("--deer", action="store_true", help="DEER's demo problem instead of the grid: a GRU [2, N, N], "
-                   "N = 8 and 32, B = 16, tau = 10,000; BPTT's step, the steps parallel in time (default "
-                   "--forward-solver newton,quasi-newton: Newton's iterations) and PyTorch's")
     return p

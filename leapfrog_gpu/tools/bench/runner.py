@@ -6,7 +6,7 @@ A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particula
 
 ``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
 ``parser()``                      ``parser``'s options and its own
-``check(p, args)``                (optional) more checks of the options (``p.error``), or what ran instead: a status
+``check(p, args)``                (optional) more checks of the options (``p.error``)
 ``about(args)``                   what the header records beside the command, date and machine
 ``grid(args)``, ``work(key)``     its networks, each a dict that names it (``{"N": 256, "L": 8, "B": 1}``); their work
 ``start(args)``                   a context manager yielding ``state``, what the networks share
@@ -86,13 +86,12 @@ def main(suite, argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     p = suite.parser()
     args = parse_args_on_a_backend(p, argv)
-    for option in ("json", "jsonl", "plot", "timeline"):
+    for option in ("json", "jsonl", "plot"):
         path = getattr(args, option, None)
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
-    status = suite.check(p, args) if hasattr(suite, "check") else None
-    if status is not None:
-        return status
+    if hasattr(suite, "check"):
+        suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
     about = {**header(" ".join([suite.PROG, *given]), args.backend), **suite.about(args)}
     grid, networks = suite.grid(args), []

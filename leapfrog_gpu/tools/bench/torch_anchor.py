@@ -4,9 +4,9 @@ the MLP's step (``SGDStep``; its rows ``steps`` and records ``record``) and the 
 The MLP: same widths, activation, quadratic cost, dtype and device; samples are rows (``x`` is (B, n_1)), as
 PyTorch's ``linear`` expects, so ``a @ w.T + b`` computes equation (2) for the batch. Its update
 (``optimizer``): ``"loop"`` (``p.sub_(p.grad)`` for each), or torch.optim's with ``foreach=True`` or
-``fused=True``; ``compiled=True`` runs the forward and backward through ``torch.compile``; ``rule``, one of
-``leapfrog_gpu``'s optimizers (``Adam(...)``), steps by torch.optim's class of its name on the batch-MEAN
-cost, as ours; ``graph=True`` (a GPU only) replays a ``torch.cuda.CUDAGraph`` of the loop step (``_graphed``).
+``fused=True``; ``rule``, one of ``leapfrog_gpu``'s optimizers (``Adam(...)``), steps by torch.optim's class of
+its name on the batch-MEAN cost, as ours; ``graph=True`` (a GPU only) replays a ``torch.cuda.CUDAGraph`` of
+the loop step (``_graphed``).
 """
 
 import contextlib
@@ -22,9 +22,9 @@ from .runner import cpu_name
 ACTIVATIONS = ("sigmoid", "tanh", "relu")
 OPTIMIZERS = ("loop", "foreach", "fused")
 STEPS = {"torch-autograd": {}, "torch-sgd-foreach": {"optimizer": "foreach"}, "torch-sgd-fused": {"optimizer": "fused"},
-         "torch-compile": {"compiled": True}, "torch-cuda-graph": {"graph": True}}
+         "torch-cuda-graph": {"graph": True}}
 """PyTorch's MLP steps by record name: the loop update, ``torch.optim.SGD(foreach=True)``, ``(fused=True)``,
-``torch.compile`` (``--torch-compile``), and the CUDA graph (``--graph`` on a GPU)."""
+and the CUDA graph (``--graph`` on a GPU)."""
 
 
 def skipped(no_torch):
@@ -74,11 +74,10 @@ def steps(args, sizes, batch, settings, device, optimizer="sgd", rule=None):
     """``(record name, threads) -> SGDStep`` of the MLP ``sizes`` at ``batch`` on ``device``, all on one network
     (2 GB at N = 4096), on the CPU at each thread count of ``settings`` (as ours at each BLAS setting): the
     eager steps (for ``rule``, the optimizer named ``optimizer`` other than plain SGD, torch.optim's
-    ``torch-NAME-foreach`` and ``-fused`` only), with ``--torch-compile`` compiled, with ``--graph`` on a GPU
-    the loop update as a CUDA graph."""
+    ``torch-NAME-foreach`` and ``-fused`` only), with ``--graph`` on a GPU the loop update as a CUDA graph."""
     plain, gpu = optimizer == "sgd", device == "cuda"
     modes = (["torch-autograd"] * plain + [f"torch-{optimizer}-foreach", f"torch-{optimizer}-fused"]
-             + ["torch-compile"] * args.torch_compile + ["torch-cuda-graph"] * (args.graph and plain and gpu))
+             + ["torch-cuda-graph"] * (args.graph and plain and gpu))
     network, found = mlp(sizes, batch, args.dtype, device), {}
     for threads in settings:
         with num_threads(threads):
@@ -97,7 +96,7 @@ def record(args, sizes, batch, device, mode, threads, optimizer, times):
     return {"backend": f"torch-{torch.__version__}",
             "device": torch.cuda.get_device_name() if device == "cuda" else cpu_name(), "dtype": args.dtype,
             "N": sizes[0], "L": len(sizes), "B": batch, "blas_threads": threads, "repeats": args.repeats,
-            "optimizer": optimizer, "schedule": mode, "k": 0, "fused": False, "one_pass": False, "auto": False,
+            "optimizer": optimizer, "schedule": mode, "k": 0, "fused": False, "one_pass": False,
             "graph": mode == "torch-cuda-graph", **times, "forward_ms": None, "f1_ms": None, "f2_ms": None,
             "f3_ms": None, "copy_gbps": None}
 
@@ -175,34 +174,31 @@ class Anchor:
 
 
 class SGDStep(Anchor):
-    """PyTorch's step of the MLP ``sizes`` at ``batch``, built once (compiled, or captured, with its ``warmup``
-    steps). ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own)."""
+    """PyTorch's step of the MLP ``sizes`` at ``batch``, built once (captured, with its ``warmup`` steps).
+    ``network``: the ``mlp(...)`` it steps, shared by several steps (by default its own)."""
 
     def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", seed=0, eta=0.01,
-                 graph=False, optimizer="loop", compiled=False, warmup=3, network=None, rule=None):
+                 graph=False, optimizer="loop", warmup=3, network=None, rule=None):
         import torch
 
         for name, value, valid in (("activation", activation, ACTIVATIONS), ("optimizer", optimizer, OPTIMIZERS)):
             if value not in valid:
                 raise ValueError(f"{name} must be one of {valid}; got {value!r}")
-        if (rule is not None and optimizer == "loop" and not compiled) or (graph and (optimizer != "loop" or compiled)):
+        if (rule is not None and optimizer == "loop") or (graph and optimizer != "loop"):
             raise ValueError(f"a rule ({rule!r}) steps by torch.optim (optimizer 'foreach' or 'fused'), graph=True by "
-                             f"the loop update of an eager step; got optimizer {optimizer!r}, compiled={compiled}")
+                             f"the loop update; got optimizer {optimizer!r}")
         if graph and torch.device(device).type != "cuda":
             raise ValueError(f"graph=True needs device='cuda' (torch.cuda.CUDAGraph captures CUDA work); "
                              f"got {device!r}")
         params, x, y = network or mlp(sizes, batch, dtype, device, seed)
         super().__init__(torch, device, params)
         self.graph, self.refused = graph, fused_refusal(device, rule) if optimizer == "fused" else None
-        cost = torch.compile(quadratic_cost) if compiled else quadratic_cost
-        self.loss = lambda: cost(params, x, y, activation) / (batch if rule else 1)
+        self.loss = lambda: quadratic_cost(params, x, y, activation) / (batch if rule else 1)
         self.scale = eta / batch
-        self.update = self.loop if optimizer == "loop" and not compiled else None if self.refused else \
-            torch_optimizer(torch, params, rule, self.scale, **{"foreach" if compiled else optimizer: True}).step
+        self.update = self.loop if optimizer == "loop" else None if self.refused else \
+            torch_optimizer(torch, params, rule, self.scale, **{optimizer: True}).step
         if graph:
             self.run = _graphed(torch, self.run, params, x, y, activation, self.scale, warmup)
-        for _ in range(warmup if compiled else 0):  # torch.compile compiles in its first steps
-            self.step()
 
     def loop(self):
         with self.torch.no_grad():

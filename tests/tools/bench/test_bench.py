@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from helpers import bench_table, render_table, run_bench
+from helpers import render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
 from leapfrog_gpu.tools.bench import report as bench_report
@@ -19,7 +19,7 @@ from leapfrog_gpu.core.torch_io import INSTALL
 
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
           "backward_ms", "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
-TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2,auto",
+TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2",
         "--blas-threads", "1,2", "--repeats", "3", "--warmup", "1"]
 
 
@@ -33,8 +33,8 @@ def report(tmp_path_factory):
 
 def test_records_hold_every_field_for_every_configuration(report):
     records = report[1]["records"]
-    # 2 sizes x 2 batches x ((sequential, leapfrog k=1, k=2) x BLAS threads 1 and 2, and the auto choice)
-    assert len(records) == 2 * 2 * (3 * 2 + 1)
+    # 2 sizes x 2 batches x (sequential, leapfrog k=1, k=2) x BLAS threads 1 and 2
+    assert len(records) == 2 * 2 * 3 * 2
     for r in records:
         for field in FIELDS:
             assert field in r, field
@@ -43,9 +43,7 @@ def test_records_hold_every_field_for_every_configuration(report):
             assert r[timing]["median"] > 0
         assert r["backend"] == "numpy" and r["dtype"] == "float32" and r["L"] == 3 and r["blas_threads"] in (1, 2)
         assert min(r["f1_ms"], r["f2_ms"], r["f3_ms"]) > 0
-    assert {(r["schedule"], r["k"]) for r in records if not r["auto"]} == {("sequential", 0), ("leapfrog", 1),
-                                                                          ("leapfrog", 2)}
-    assert sum(r["auto"] for r in records) == 4 and all("auto_within_noise" in r for r in records if r["auto"])
+    assert {(r["schedule"], r["k"]) for r in records} == {("sequential", 0), ("leapfrog", 1), ("leapfrog", 2)}
 
 
 def test_prediction_and_savings_follow_the_model_and_the_baseline(report):
@@ -53,8 +51,8 @@ def test_prediction_and_savings_follow_the_model_and_the_baseline(report):
     for r in records:
         f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
         assert r["predicted_saving"] == pytest.approx((1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0)
-        seq = next(s for s in records if (s["N"], s["B"], s["blas_threads"], s["schedule"], s["auto"])
-                   == (r["N"], r["B"], r["blas_threads"], "sequential", False))
+        seq = next(s for s in records if (s["N"], s["B"], s["blas_threads"], s["schedule"])
+                   == (r["N"], r["B"], r["blas_threads"], "sequential"))
         expected = (seq["backward_ms"]["median"] - r["backward_ms"]["median"]) / (
             r["forward_ms"]["median"] + seq["backward_ms"]["median"])
         assert r["measured_saving"] == pytest.approx(expected)
@@ -71,14 +69,14 @@ def test_table_prints_one_row_per_record(report):
     assert len(rows) == len(data["records"])
     assert [(n, b, row[0]) for n, _, b, row in rows] == [(r["N"], r["B"], bench_report.label(r))
                                                           for r in data["records"]]
-    assert "auto->" in stdout and "auto chose" in stdout and "PyTorch anchor skipped (--no-torch)" in stdout
+    assert "PyTorch anchor skipped (--no-torch)" in stdout
     assert data["command"].startswith("leapfrog-bench --backend numpy") and data["machine"]["cores"] >= 1
 
 
 def test_fused_schedules_in_records_and_table():
-    stdout = run_bench(["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "3", "--k", "2,auto",
+    stdout = run_bench(["--backend", "numpy", "--sizes", "12", "--layers", "4", "--batch", "3", "--k", "2",
                         "--blas-threads", "1", "--repeats", "2", "--warmup", "1", "--no-torch", "--fused"])
-    assert "sequential+fused" in stdout and "leapfrog+fused" in stdout and "auto->" in stdout
+    assert "sequential+fused" in stdout and "leapfrog+fused" in stdout
 
 
 def test_schedules_by_name_include_naumov():
@@ -128,18 +126,14 @@ def test_torch_anchor_computes_our_gradients():
     (["--sizes", "0"], "every size must be >= 1"),
     (["--sizes", "a,b"], "--sizes"),
     (["--layers", "1"], "layer count must be >= 2"),
-    (["--k", "0"], "--k takes integers >= 1 and 'auto'"),
-    (["--k", "two"], "--k takes integers >= 1 and 'auto'"),
+    (["--k", "0"], "every worker stream count must be >= 1"),
+    (["--k", "1,auto"], "worker stream counts must be a comma-separated list of integers; got '1,auto'"),
     (["--schedule", "naumov"], "unknown MLP schedule 'naumov'; choose from sequential, leapfrog, naumov-scan, "
                                "naumov-jacobi"),
     (["--repeats", "0"], "--repeats must be an integer >= 1"),
     (["--dtype", "float16"], "invalid choice"),
     (["--json", "/nonexistent-folder/r.json"], "does not exist"),
-    (["--timeline", "/nonexistent-folder/t.png"], "does not exist"),
     (["--jsonl", "/nonexistent-folder/r.jsonl"], "does not exist"),
-    (["--sizes", "8,9", "--timeline", "t.png"], "--timeline charts one network: give one value each to --sizes"),
-    (["--timeline", "t.txt"], "--timeline t.txt: the chart is written as PNG: give a name ending in .png (its "
-                              "intervals go beside it, in .json)"),
     (["--plot", "p.svg"], "--plot p.svg: the chart is written as PNG: give a name ending in .png"),
 ])
 def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
@@ -165,7 +159,7 @@ def test_cupy_that_cannot_run_says_what_cuda_answered(cupy_without_gpu, capsys):
         f"leapfrog-bench: error: --backend cupy cannot run: {CUDA_ANSWER}; use --backend numpy\n")
 
 
-@pytest.mark.parametrize("option", ["--plot", "--timeline"])
+@pytest.mark.parametrize("option", ["--plot"])
 def test_plot_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path, option):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit) as exit_info:
@@ -198,65 +192,16 @@ def test_the_plot_says_where_it_was_written(report):
     assert path.endswith("r.png") and open(path, "rb").read() == report[2]
 
 
-def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
-    """--timeline: every configuration but the auto choice stamped, its cost and analysis in the record,
-    a chart panel each; --jsonl: the header line, then exactly the records of --json."""
-    argv = ["--backend", "numpy", "--sizes", "24", "--layers", "4", "--batch", "3", "--k", "1,2,auto",
-            "--blas-threads", "1", "--repeats", "3", "--warmup", "1", "--no-torch", "--json", str(tmp_path / "r.json"),
-            "--jsonl", str(tmp_path / "r.jsonl"), "--timeline", str(tmp_path / "t.png")]
-    stdout = run_bench(argv)
+def test_json_lines_are_the_records_as_they_come(tmp_path):
+    """--jsonl: the header line, then exactly the records of --json."""
+    argv = ["--backend", "numpy", "--sizes", "24", "--layers", "4", "--batch", "3", "--k", "1,2", "--blas-threads", "1",
+            "--repeats", "2", "--warmup", "1", "--no-torch", "--json", str(tmp_path / "r.json"), "--jsonl",
+            str(tmp_path / "r.jsonl")]
+    run_bench(argv)
     records = json.loads((tmp_path / "r.json").read_text())["records"]
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert lines[0]["command"] == "leapfrog-bench " + " ".join(argv) and "machine" in lines[0]
-    assert lines[1:] == records
-    stamped = [r for r in records if not r["auto"]]
-    assert len(stamped) == 3 and all("timeline" not in r for r in records if r["auto"])
-    for r in stamped:
-        t = r["timeline"]
-        assert t["steps"] == 3
-        assert t["cost"] == pytest.approx(t["step_ms_stamped"]["median"] / t["step_ms_plain"]["median"])
-        assert set(t["busy_ms"]) == {"main"} | {f"worker{j}" for j in range(r["k"])}
-        assert (t["worker_overlap"] is None) == (r["k"] == 0)
-    saved = json.loads((tmp_path / "t.json").read_text())
-    assert [p["label"] for p in saved["panels"]] == ["sequential, BLAS 1", "leapfrog k=1, BLAS 1",
-                                                     "leapfrog k=2, BLAS 1"]
-    assert all({row[0] for row in p["intervals"]} == {1, 2, 3} for p in saved["panels"])  # the warm-up step left out
-    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    printed = [line for line in as_meant(stdout).splitlines() if line.startswith(("sequential k=", "leapfrog k="))]
-    assert len(printed) == 3
-    assert all("worker time overlapping main" in line and "backward speed-up vs sequential " in line
-               for line in printed)
-    twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
-    twice.write_text((tmp_path / "r.jsonl").read_text() * 2)
-    out = bench_table(twice)
-    assert out.count("Command: `leapfrog-bench --backend numpy --sizes 24") == 2 and out.count("\nTimeline") == 2
-    rows = [line for line in out.splitlines() if line.startswith("| ") and line.count("|") == 10]
-    assert len(rows) == 2 * (1 + 3) and rows[1].startswith("| sequential | 0 | 1 |")  # a header and 3 rows, twice
-
-
-def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
-    """--graph with --timeline and --jsonl: each network's rows are printed, its eager configurations
-    stamped and its records appended, in that order, by one callback; a graph step is one launch, so
-    its row has no timeline and the chart no panel for it."""
-    argv = ["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "2", "--k", "2", "--blas-threads", "1",
-            "--repeats", "3", "--warmup", "1", "--no-torch", "--graph", "--jsonl", str(tmp_path / "r.jsonl"),
-            "--timeline", str(tmp_path / "t.png")]
-    stdout = run_bench(argv)
-    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()][1:]
-    assert [(r["schedule"], r["graph"]) for r in records] == [("sequential", False), ("leapfrog", False),
-                                                              ("sequential", True), ("leapfrog", True)]
-    assert [r["graph"] for r in records if "timeline" in r] == [False, False]
-    assert [p["label"] for p in json.loads((tmp_path / "t.json").read_text())["panels"]] == [
-        "sequential, BLAS 1", "leapfrog k=2, BLAS 1"]
-    lines = stdout.splitlines()
-    foot = lines.index(next(line for line in lines if line.startswith("* best sequential")))
-    rows = [i for i, line in enumerate(lines[:foot]) if line.split()[:1] in (
-        ["sequential*"], ["leapfrog"], ["sequential[graph]"], ["leapfrog[graph]"])]
-    heading = max(i for i in range(rows[0]) if lines[i].startswith("N="))  # then its costs, on a line or two
-    assert len(rows) == 4 and "leapfrog[graph]" in lines[rows[-1]] and lines[heading] == "N=20 L=4 B=2 float32"
-    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("* best sequential")))
-    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("timeline (")))
-    assert "graph mode against its GPU targets" in bench_table(tmp_path / "r.jsonl")  # the verdicts, by profiling
+    assert lines[1:] == records and len(records) == 3
 
 
 def test_json_lines_survive_a_killed_run(tmp_path):
@@ -337,7 +282,7 @@ def _rows(text):
         heading = re.match(r"N=(\d+) L=(\d+) B=(\d+) ", line)
         if heading:
             network = tuple(map(int, heading.groups()))
-        elif network and re.fullmatch(r"(auto->)?[a-z-]+(\+fused)?(\[graph\])?\*?", line.split()[0]):
+        elif network and re.fullmatch(r"[a-z-]+(\+fused)?(\[graph\])?\*?", line.split()[0]):
             rows.append((*network, line.split()))
     return rows
 
@@ -353,7 +298,7 @@ def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
     networks = [(24, 1), (24, 5), (40, 1), (40, 5)]
     assert len(seen) == 5 and seen[0].out.split()[:1] == ["speed-up"] and "schedule" in seen[0].out
     for (out, _), (n, b) in zip(seen[1:], networks):
-        assert {(row[0], row[2]) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 7
+        assert {(row[0], row[2]) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 6
     err = "".join(captured.err for captured in seen)
     for done, (n, b) in enumerate(networks):  # time left: '?' until a network is done
         left = r"\?" if done == 0 else r"about \d+"
@@ -366,7 +311,7 @@ def test_quiet_prints_the_table_at_the_end_and_nothing_on_stderr(monkeypatch, ca
     seen = _stdout_at_each_network(monkeypatch, capsys)
     assert bench.main(TINY + ["--no-torch", "--quiet"]) == 0
     out, err = capsys.readouterr()
-    assert [captured.out + captured.err for captured in seen] == [""] * 4 and err == "" and len(_rows(out)) == 4 * 7
+    assert [captured.out + captured.err for captured in seen] == [""] * 4 and err == "" and len(_rows(out)) == 4 * 6
 
 
 def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
@@ -376,12 +321,12 @@ def test_bench_table_renders_every_record_as_a_markdown_row(report, tmp_path):
     assert out.startswith("Command: `leapfrog-bench ") and all(row.count("|") == 18 for row in rows)  # 17 columns: the last, vs floor
 
 
-def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=False, auto=False, backward=0.5):
+def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=False, backward=0.5):
     """A synthetic record of one network, as ``measure_network`` returns it: no timing noise decides."""
     stats = {"median": step, "p20": step - spread / 2, "p80": step + spread / 2}
     ours = not schedule.startswith("torch")
     return {"backend": "numpy", "device": "cpu", "dtype": "float32", "N": 8, "L": 3, "B": 2, "blas_threads": blas,
-            "repeats": 5, "schedule": schedule, "k": k, "fused": False, "auto": auto, "graph": graph,
+            "repeats": 5, "schedule": schedule, "k": k, "fused": False, "graph": graph,
             "step_ms": stats, "backward_ms": None if graph else {"median": backward, "p20": backward, "p80": backward},
             "forward_ms": {"median": 0.3, "p20": 0.3, "p80": 0.3} if ours else None,
             "f1_ms": 0.1 if ours else None, "f2_ms": 0.1 if ours else None, "f3_ms": 0.1 if ours else None,
@@ -389,16 +334,16 @@ def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=Fals
 
 
 def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequential_ones():
-    """Not a leapfrog, graph, --k auto or PyTorch record, however fast: the fastest eager sequential step."""
+    """Not a leapfrog, graph or PyTorch record, however fast: the fastest eager sequential step."""
     case = [_record(blas=1, step=3.0), _record(blas=2, step=2.0), _record(blas=4, step=2.5),
             _record("leapfrog", 2, blas=2, step=1.5), _record(blas=2, step=1.0, graph=True),
-            _record(blas=2, step=0.9, auto=True), _record("torch-autograd", blas=2, step=0.5)]
+            _record("torch-autograd", blas=2, step=0.5)]
     derived = bench_measure.derive(case)
-    eager_sequential = [r for r in derived if r["schedule"] == "sequential" and not r["graph"] and not r["auto"]]
+    eager_sequential = [r for r in derived if r["schedule"] == "sequential" and not r["graph"]]
     best = [r for r in derived if r["best_sequential"]]
     assert len(best) == 1, best
     assert best[0]["step_ms"]["median"] == min(r["step_ms"]["median"] for r in eager_sequential) == 2.0
-    assert [r["step_speedup_vs_best_sequential"] for r in derived] == [2 / 3, 1.0, 0.8, 2 / 1.5, 2.0, 2 / 0.9, 4.0]
+    assert [r["step_speedup_vs_best_sequential"] for r in derived] == [2 / 3, 1.0, 0.8, 2 / 1.5, 2.0, 4.0]
 
 
 def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
@@ -412,14 +357,14 @@ def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
 
 
 def test_the_table_fits_100_columns_at_its_widest(capsys):
-    """Every schedule, fused, in graph mode too, --k auto, two BLAS settings: no line of the table is
-    wider than 100 columns (the legend and the verdicts are broken into lines that fit as well)."""
-    assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1,2,auto",
+    """Every schedule, fused, in graph mode too, two BLAS settings: no line of the table is wider than 100
+    columns (the legend is broken into lines that fit as well)."""
+    assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1,2",
                        "--schedule", ",".join(schedule_names("mlp")), "--blas-threads", "1,2", "--repeats", "1",
                        "--warmup", "0", "--no-torch", "--fused", "--graph"]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 100, out
-    assert len(_rows(out)) == (1 + 3 * 2) * 2 * 2 + 1  # (sequential, 3 schedules at k = 1, 2) x BLAS x graph, auto
+    assert len(_rows(out)) == (1 + 3 * 2) * 2 * 2  # (sequential, 3 schedules at k = 1, 2) x BLAS x graph
 
 
 def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exit_statuses(capsys):
@@ -430,9 +375,9 @@ def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exi
     for option, default in (("--backend", "auto"), ("--dtype", "float32"), ("--activation", "sigmoid")):
         assert re.search(rf"{option} {{[^}}]*}} .*?\(default {default}\)", out), option
     for metavar in ("--sizes N[,N...]", "--layers L[,L...]", "--batch B[,B...]", "--k K[,K...]",
-                    "--bucket-mb MB[,MB...]", "--blas-threads N[,N...]", "--repeats N"):
+                    "--blas-threads N[,N...]", "--repeats N"):
         assert metavar in out
-    assert "SIZES" not in out and "BUCKET_MB" not in out and "BLAS_THREADS" not in out
+    assert "SIZES" not in out and "BLAS_THREADS" not in out
     assert "BLAS threads per host stream, for its matrix products" in out
     assert all(action.help for action in bench_mlp.parser()._actions), "an option without help"
     assert re.search(r"exit status: 0 done 2 a bad option .* 130 stopped by Ctrl-C", out)
@@ -466,22 +411,6 @@ def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(monkeypatch
     assert line == "" and bar.strip() == "", f"the line is written onto the bar's: {err!r}"
 
 
-@pytest.fixture
-def figures(monkeypatch):
-    """Every matplotlib figure saved while the test runs, with the renderer that drew it."""
-    import matplotlib.figure
-
-    saved, savefig = [], matplotlib.figure.Figure.savefig
-
-    def keep(figure, *args, **kwargs):
-        savefig(figure, *args, **kwargs)
-        figure.renderer = figure.canvas.get_renderer()  # before the figure is closed
-        saved.append(figure)
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
-    return saved
-
-
 def test_the_plot_says_where_and_when_and_its_legend_covers_no_data(tmp_path, figures):
     run_bench(["--backend", "numpy", "--sizes", "8,12", "--layers", "3", "--batch", "1,2", "--k", "1,2",
                "--blas-threads", "1", "--repeats", "1", "--warmup", "0", "--no-torch", "--quiet",
@@ -494,30 +423,6 @@ def test_the_plot_says_where_and_when_and_its_legend_covers_no_data(tmp_path, fi
     for ax in figure.axes:
         legend, data = ax.get_legend(), ax.get_window_extent(figure.renderer)
         assert legend is not None and not legend.get_window_extent(figure.renderer).overlaps(data), ax.get_title()
-
-
-def test_the_timeline_chart_names_its_network(tmp_path, figures):
-    run_bench(["--backend", "numpy", "--sizes", "16", "--layers", "4", "--batch", "3", "--k", "2",
-               "--blas-threads", "1", "--repeats", "2", "--warmup", "1", "--no-torch", "--quiet",
-               "--timeline", str(tmp_path / "t.png")])
-    title = "leapfrog-bench: MLP [16] * 4, batch 3, sigmoid, float32, numpy; a panel per schedule"
-    assert [figure.get_suptitle() for figure in figures] == [title]
-    assert json.loads((tmp_path / "t.json").read_text())["title"] == title
-
-
-def test_the_data_parallel_table_never_prints_a_negative_share_hidden():
-    """Noise can make a data-parallel step wait longer than its sums took: "none", not -56 %."""
-    from leapfrog_gpu.tools.bench import parallel as bench_parallel
-
-    stats = {"median": 2.0, "p20": 1.9, "p80": 2.1}
-    records = [{"N": 8, "L": 3, "B": 2, "P": 2, "dtype": "float32", "schedule": "leapfrog", "k": 2, "bucket_mb": 0,
-                "blas_threads": 1, "step_ms": stats, "local_slowest_ms": 1.0, "sums_slowest_ms": sums,
-                "sums_gbps": 1.0, "exposed_ms": 1.0, "hidden": 1 - 1.0 / sums, "one_ms": stats, "speedup": 1.0}
-               for sums in (0.64, 2.0, 4.0)]
-    lines = bench_parallel.table(records).splitlines()[1:]  # below the line that says which way speed-ups point
-    end = lines[0].index(" hidden") + len(" hidden")  # the column's cells end where its title does
-    assert [line[:end].split()[-1] for line in lines[2:5]] == ["none", "50%", "75%"]
-    assert "-56%" not in "\n".join(lines) and "none: the step waited as long as the sums took" in lines[-1]
 
 
 def test_a_saving_of_any_size_keeps_its_column_width():

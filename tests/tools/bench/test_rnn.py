@@ -189,17 +189,3 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
             assert np.allclose(anchor.rnn.get_parameter(f"weight_hh_l{i}").detach().numpy(), net.recurrent[i],
                                rtol=1e-12, atol=1e-14)
         assert np.allclose(anchor.out.weight.detach().numpy(), net.weights[-1], rtol=1e-12, atol=1e-14)
-
-
-def test_deers_problem_is_a_named_row_with_newtons_iterations(monkeypatch, capsys):
-    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
-    monkeypatch.setitem(bench_rnn.DEER, "sizes", [3])
-    monkeypatch.setitem(bench_rnn.DEER, "tau", 12)
-    assert bench.main(["--model", "rnn", "--deer", "--repeats", "1", "--torch-threads", "1,2", "--quiet"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if "DEER" in line]
-    names = [line[16:].split("  ")[0] for line in lines]
-    assert names == ["DEER step bptt", "DEER step timescan+newton", "DEER step timescan+quasi-newton",
-                     "DEER step torch nn.GRU 1t", "DEER step torch nn.GRU 2t"], lines
-    rows = bench_rnn.measure(3, 12, 16, L=3, inputs=2, cell="gru", names=["bptt"], solvers=["newton"], repeats=1,
-                             parts=("step",))
-    assert rows[1]["iterations"] >= 1 and rows[1]["inputs"] == 2

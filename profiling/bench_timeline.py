@@ -1,0 +1,150 @@
+"""``leapfrog-bench`` of one MLP with the stream timeline of each eager configuration: every launch of a few
+steps stamped, busy time per stream, the worker time overlapping the main stream, and a Gantt chart.
+
+    python profiling/bench_timeline.py --backend numpy --sizes 1024 --layers 16 --batch 1 --k 2 --timeline t.png
+
+Every option of ``leapfrog-bench`` (its table, ``--json``, ``--jsonl``, ``--graph`` ...), for one network,
+and ``--timeline FILE.png``. After the network's rows are measured, each of our eager configurations (a
+graph step is one launch, which nothing can stamp inside) runs ``--repeats`` SGD steps with every launch
+stamped (``timing.Timeline``), in turn with as many plain ones, so that the stamps' own cost is measured
+too. Each record gains ``"timeline"``: the analysis's medians (``tools.timeline.analyse``) and the step's
+median time plain and stamped; FILE.png gets a panel per configuration and FILE.json every interval. On
+the NumPy backend the whole run takes one BLAS thread per stream (``--blas-threads 1``): with more, the
+streams' BLAS threads would contend for the cores, and the chart would show the contention. What the chart
+and the numbers mean: docs/performance.md#stream-timeline; ``bench_table.py`` renders the records.
+"""
+
+import contextlib
+import os
+import sys
+
+import numpy as np
+
+from leapfrog_gpu.backends import get_backend, timing
+from leapfrog_gpu.mlp import autotune
+from leapfrog_gpu.mlp.network import MLP
+from leapfrog_gpu.tools import timeline
+from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
+from leapfrog_gpu.tools.bench.report import label
+from leapfrog_gpu.tools.bench.runner import ratio
+from leapfrog_gpu.tools.cli import fitted, pip_install, png_refusal
+from leapfrog_gpu.tools.schedules import make_schedule
+
+PROG = "python profiling/bench_timeline.py"
+RECORDS, about, grid, work, head, rows = (bench_mlp.RECORDS, bench_mlp.about, bench_mlp.grid, bench_mlp.work,
+                                          bench_mlp.head, bench_mlp.rows)
+"""What this suite of ``runner`` takes of ``leapfrog-bench``'s (``bench.mlp``) as it is."""
+
+
+def parser():
+    """``leapfrog-bench``'s options, and ``--timeline``."""
+    p = bench_mlp.parser()
+    p.prog, p.description = PROG, __doc__.split("\n\n")[0]
+    p.add_argument("--timeline", metavar="FILE.png", required=True,
+                   help="the chart, one panel per eager configuration, and FILE.json beside it (needs matplotlib)")
+    return p
+
+
+def check(p, args):
+    """``leapfrog-bench``'s checks; one network, a PNG in a folder that exists, one BLAS thread per stream."""
+    refusal = png_refusal("--timeline", args.timeline, " (its intervals go beside it, in .json)")
+    folder = os.path.dirname(os.path.abspath(args.timeline))
+    if refusal or not os.path.isdir(folder):
+        p.error(refusal or f"--timeline {args.timeline}: the folder {folder} does not exist")
+    if len(grid(args)) > 1:
+        p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
+    if args.blas_threads not in (None, [1]):
+        p.error("--blas-threads: the timeline runs one BLAS thread per stream; give 1 or leave it out")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        p.error(f"--timeline needs matplotlib: {pip_install('plot')}")
+    bench_mlp.check(p, args)
+    if args.backend == "numpy":
+        args.blas_threads = [1]
+
+
+@contextlib.contextmanager
+def start(args):
+    """``leapfrog-bench``'s shared state, and the chart's panels."""
+    with bench_mlp.start(args) as state:
+        yield {**state, "panels": []}
+
+
+def case(args, state, key):
+    """The network's records (``leapfrog-bench``'s), each eager configuration's stamped."""
+    records = bench_mlp.case(args, state, key)
+    state["panels"].extend(stamped_steps(args, records))
+    return records
+
+
+def foot(args, state, records, header):
+    """``leapfrog-bench``'s lines, the chart, and a line per stamped configuration."""
+    bench_mlp.foot(args, state, records, header)
+    first = records[0]
+    title = (f"leapfrog-bench: MLP [{first['N']}] * {first['L']}, batch {first['B']}, {args.activation}, "
+             f"{args.dtype}, {args.backend}; a panel per schedule")
+    timeline.save(args.timeline, state["panels"], header, title)
+    print(*(fitted(line) for line in timeline_lines(records, args.timeline).splitlines()), sep="\n")
+
+
+def stamped_steps(args, case):
+    """The timeline of each of our eager configurations in ``case`` (one network's records): ``--repeats``
+    SGD steps with every launch stamped, in turn with as many plain ones. Adds ``"timeline"`` to each record:
+    the analysis's medians and the step's median time plain and stamped. Returns the chart's panels."""
+    first, panels = case[0], []
+    sizes = [first["N"]] * first["L"]
+    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                   backend=backend) as net:
+        x, y = measure.host_batch(sizes, first["B"], args.dtype)
+        for r in case:
+            if r["schedule"].startswith("torch") or r["graph"] or "refused" in r:
+                continue
+            schedule = make_schedule("mlp", r["schedule"], r["k"], r["fused"], r["one_pass"])
+            stamps = timing.Timeline(backend)
+
+            def stamped(schedule=schedule, stamps=stamps):
+                with stamps.step():
+                    net.sgd_step(x, y, measure.ETA, schedule)
+
+            with autotune.blas_limit(r["blas_threads"]):
+                times = runner.interleaved(backend, {"plain": lambda s=schedule: net.sgd_step(x, y, measure.ETA, s),
+                                                     "stamped": stamped}, args.repeats, args.warmup)
+            intervals = [i for i in stamps.intervals() if i.step >= max(args.warmup, 1)]
+            analysis = timeline.analyse(intervals)
+            plain, with_stamps = times["plain"]["ms"], times["stamped"]["ms"]
+            r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
+                             "step_ms_stamped": timing.summary(with_stamps),
+                             "cost": float(np.median(with_stamps) / np.median(plain))}
+            title = (label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
+                     + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
+            panels.append({"label": title, "bench": r, "intervals": intervals, "analysis": analysis})
+    return panels
+
+
+def timeline_lines(records, path):
+    """One line per stamped configuration, beside its backward speed-up."""
+    lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the time the stamps "
+             "add to a plain step, the two timed in alternation"]
+    for r in records:
+        if "timeline" not in r:
+            continue
+        t = r["timeline"]
+        lines.append(f"{label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
+                     f"{t['step_ms_plain']['median']:.3f} ms, stamped {stamping(t['cost'])}; "
+                     f"{timeline.describe(t)}; backward speed-up vs sequential {ratio(r['backward_speedup'])}")
+    return "\n".join(lines)
+
+
+def stamping(cost):
+    """What the stamps add to a step, ``cost`` (the stamped step's time over the plain one's): ``+2.1%``."""
+    return f"{100 * (cost - 1):+.1f}%"
+
+
+def main(argv=None):
+    """``leapfrog-bench``'s run of the one network, stamped; its exit status."""
+    return runner.main(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""PyTorch's MLP step through ``torch.compile`` beside its eager step and ours, on the same networks.
+
+    python profiling/torch_compile.py --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 2 --fused
+
+For every network ``[N] * L`` and batch size B, in one alternation (``runner.interleaved``): our SGD step
+under ``sequential`` and ``leapfrog`` at each ``--k`` (fused with ``--fused``), PyTorch's eager step
+(``torch-sgd-foreach``: ``torch.optim.SGD(foreach=True)``, as ``leapfrog-bench`` times it) and the same
+step with its forward and backward compiled (``torch-compile``; its first steps compile, untimed), each
+row beside its speed-up over ``torch-compile`` (> 1: faster). The networks, their batches and PyTorch's
+steps are ``leapfrog-bench``'s (``leapfrog_gpu.tools.bench.torch_anchor``); ``--json`` keeps the rows.
+"""
+
+import os
+import sys
+
+from leapfrog_gpu.backends import get_backend, timing
+from leapfrog_gpu.core.functions import ACTIVATIONS, DTYPES
+from leapfrog_gpu.mlp.network import MLP
+from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
+from leapfrog_gpu.tools.bench.runner import ratio, spread
+from leapfrog_gpu.tools.cli import Parser, integer, integers, parse_args_on_a_backend
+from leapfrog_gpu.tools.schedules import make_schedule
+
+PROG = "python profiling/torch_compile.py"
+COMPILED = "torch-compile"
+
+
+class CompiledStep(torch_anchor.SGDStep):
+    """PyTorch's eager step of the MLP ``sizes`` at ``batch`` by ``torch.optim.SGD(foreach=True)``, its cost
+    (forward and backward) compiled by ``torch.compile``, which compiles in the first ``warmup`` steps."""
+
+    def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", warmup=3):
+        params, x, y = network = torch_anchor.mlp(sizes, batch, dtype, device)
+        super().__init__(sizes, batch, dtype, device, activation, optimizer="foreach", network=network)
+        cost = self.torch.compile(torch_anchor.quadratic_cost)
+        self.loss = lambda: cost(params, x, y, activation)
+        for _ in range(warmup):
+            self.step()
+
+
+def parser():
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
+                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
+    p.add_argument("--sizes", type=integers(1, "size"), default=[1024], metavar="N[,N...]", help="(default 1024)")
+    p.add_argument("--layers", type=integers(2, "layer count"), default=[16], metavar="L[,L...]",
+                   help="layers L, the input layer included (default 16)")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
+                   help="(default 1,64)")
+    p.add_argument("--k", type=integers(1, "worker stream count"), default=[2], metavar="K[,K...]",
+                   help="worker streams (default 2)")
+    p.add_argument("--fused", action="store_true", help="our steps fuse the SGD update into (7)")
+    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
+    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N", help="(default 20)")
+    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N",
+                   help="untimed runs first, after the compiling steps (default 2)")
+    p.add_argument("--json", metavar="FILE", help="write the rows to FILE")
+    return p
+
+
+def measure_network(args, sizes, batch):
+    """The rows of the network ``sizes`` at ``batch``: ours, PyTorch's eager step and its compiled step."""
+    import torch
+
+    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                   backend=backend) as net:
+        x, y = measure.host_batch(sizes, batch, args.dtype)
+        calls = {}
+        for name, k in [("sequential", 0)] + [("leapfrog", k) for k in args.k]:
+            schedule = make_schedule("mlp", name, k, fused=args.fused)
+            calls[name, k] = lambda s=schedule: net.sgd_step(x, y, measure.ETA, s)
+        device = "cpu" if backend.name == "numpy" else "cuda"
+        eager = torch_anchor.SGDStep(sizes, batch, args.dtype, device, args.activation, optimizer="foreach")
+        calls["torch-sgd-foreach", 0] = eager.step
+        calls[COMPILED, 0] = CompiledStep(sizes, batch, args.dtype, device, args.activation).step
+        timed = runner.interleaved(backend, calls, args.repeats, args.warmup)
+    rows = [{"N": sizes[0], "L": len(sizes), "B": batch, "dtype": args.dtype, "backend": args.backend,
+             "schedule": name, "k": k, "fused": args.fused and not name.startswith("torch"),
+             "torch": torch.__version__, "step_ms": timing.summary(result["ms"])}
+            for (name, k), result in timed.items()]
+    compiled = next(r for r in rows if r["schedule"] == COMPILED)["step_ms"]["median"]
+    return [{**r, "speedup": compiled / r["step_ms"]["median"]} for r in rows]
+
+
+def line(r):
+    name = r["schedule"] + ("+fused" if r["fused"] else "")
+    return (f"{r['N']:>5} {r['L']:>3} {r['B']:>4}  {name:<18} {r['k']:>2}  {spread(r['step_ms']):>26}  "
+            f"{ratio(r['speedup']):>10}")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    args = parse_args_on_a_backend(p, argv)
+    folder = os.path.dirname(os.path.abspath(args.json or "."))
+    if not os.path.isdir(folder):
+        p.error(f"--json {args.json}: the folder {folder} does not exist")
+    note = torch_anchor.skipped(False)
+    if note:
+        p.error(note)
+    print("speed-up vs torch-compile: its median over the row's (> 1: faster)")
+    print(f"{'N':>5} {'L':>3} {'B':>4}  {'schedule':<18} {'k':>2}  {'step ms median [p20-p80]':>26}  {'speed-up':>10}")
+    rows = []
+    for n in args.sizes:
+        for layers in args.layers:
+            for batch in args.batch:
+                network = measure_network(args, [n] * layers, batch)
+                print(*map(line, network), sep="\n", flush=True)
+                rows += network
+    if args.json:
+        runner.write_json(args.json, {**runner.header(" ".join([PROG, *argv]), args.backend), "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

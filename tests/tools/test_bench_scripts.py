@@ -1,0 +1,265 @@
+"""The studies that left ``leapfrog-bench`` for profiling/: the stream timeline of its configurations
+(``bench_timeline.py``), the data-parallel table (``parallel_bench.py``; its runs under mpiexec are in
+tests/tools/test_commands_parallel.py), the check of autotune's choice (``autotune_check.py``), PyTorch's
+compiled step (``torch_compile.py``), the DAG's forward solvers (``dag_bench.py``) and DEER's problem
+(``rnn_bench.py``)."""
+
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from helpers import bench_table
+from leapfrog_gpu.backends import get_backend
+from leapfrog_gpu.tools.bench import dag as bench_dag
+
+PROFILING = Path(__file__).resolve().parents[2] / "profiling"
+sys.path.insert(0, str(PROFILING))
+
+import autotune_check  # noqa: E402
+import bench_timeline  # noqa: E402
+import dag_bench  # noqa: E402
+import parallel_bench  # noqa: E402
+import rnn_bench  # noqa: E402
+
+TIMELINE = "python profiling/bench_timeline.py"
+
+
+def run(script, argv):
+    """Run ``script.main(argv)`` in this process, which must exit 0; return what it printed."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert script.main(argv) == 0
+    return out.getvalue()
+
+
+def refusal(script, argv, capsys):
+    """The one line ``script.main(argv)`` writes on stderr, exiting 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err
+    return err
+
+
+# -- bench_timeline.py ------------------------------------------------------------------------------------
+
+
+def test_timeline_of_every_configuration_and_json_lines_as_they_come(tmp_path):
+    """--timeline: every configuration stamped, its cost and analysis in the record, a chart panel each;
+    --jsonl: the header line, then exactly the records of --json."""
+    argv = ["--backend", "numpy", "--sizes", "24", "--layers", "4", "--batch", "3", "--k", "1,2",
+            "--blas-threads", "1", "--repeats", "3", "--warmup", "1", "--no-torch", "--json", str(tmp_path / "r.json"),
+            "--jsonl", str(tmp_path / "r.jsonl"), "--timeline", str(tmp_path / "t.png")]
+    stdout = run(bench_timeline, argv)
+    records = json.loads((tmp_path / "r.json").read_text())["records"]
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert lines[0]["command"] == f"{TIMELINE} " + " ".join(argv) and "machine" in lines[0]
+    assert lines[1:] == records
+    assert len(records) == 3
+    for r in records:
+        t = r["timeline"]
+        assert t["steps"] == 3
+        assert t["cost"] == pytest.approx(t["step_ms_stamped"]["median"] / t["step_ms_plain"]["median"])
+        assert set(t["busy_ms"]) == {"main"} | {f"worker{j}" for j in range(r["k"])}
+        assert (t["worker_overlap"] is None) == (r["k"] == 0)
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert [p["label"] for p in saved["panels"]] == ["sequential, BLAS 1", "leapfrog k=1, BLAS 1",
+                                                     "leapfrog k=2, BLAS 1"]
+    assert all({row[0] for row in p["intervals"]} == {1, 2, 3} for p in saved["panels"])  # the warm-up step left out
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = [line for line in stdout.replace("\n  ", " ").splitlines()
+               if line.startswith(("sequential k=", "leapfrog k="))]
+    assert len(printed) == 3
+    assert all("worker time overlapping main" in line and "backward speed-up vs sequential " in line
+               for line in printed)
+    twice = tmp_path / "twice.jsonl"  # two runs appended to one file, as the device check does
+    twice.write_text((tmp_path / "r.jsonl").read_text() * 2)
+    out = bench_table(twice)
+    assert out.count(f"Command: `{TIMELINE} --backend numpy --sizes 24") == 2 and out.count("\nTimeline") == 2
+    rows = [line for line in out.splitlines() if line.startswith("| ") and line.count("|") == 10]
+    assert len(rows) == 2 * (1 + 3) and rows[1].startswith("| sequential | 0 | 1 |")  # a header and 3 rows, twice
+
+
+def test_graph_rows_are_printed_and_kept_but_not_stamped(tmp_path):
+    """--graph with --timeline and --jsonl: each network's rows are printed, its eager configurations
+    stamped and its records appended, in that order; a graph step is one launch, so its row has no
+    timeline and the chart no panel for it."""
+    argv = ["--backend", "numpy", "--sizes", "20", "--layers", "4", "--batch", "2", "--k", "2", "--blas-threads", "1",
+            "--repeats", "3", "--warmup", "1", "--no-torch", "--graph", "--jsonl", str(tmp_path / "r.jsonl"),
+            "--timeline", str(tmp_path / "t.png")]
+    stdout = run(bench_timeline, argv)
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()][1:]
+    assert [(r["schedule"], r["graph"]) for r in records] == [("sequential", False), ("leapfrog", False),
+                                                              ("sequential", True), ("leapfrog", True)]
+    assert [r["graph"] for r in records if "timeline" in r] == [False, False]
+    assert [p["label"] for p in json.loads((tmp_path / "t.json").read_text())["panels"]] == [
+        "sequential, BLAS 1", "leapfrog k=2, BLAS 1"]
+    lines = stdout.splitlines()
+    foot = lines.index(next(line for line in lines if line.startswith("* best sequential")))
+    rows = [i for i, line in enumerate(lines[:foot]) if line.split()[:1] in (
+        ["sequential*"], ["leapfrog"], ["sequential[graph]"], ["leapfrog[graph]"])]
+    heading = max(i for i in range(rows[0]) if lines[i].startswith("N="))  # then its costs, on a line or two
+    assert len(rows) == 4 and "leapfrog[graph]" in lines[rows[-1]] and lines[heading] == "N=20 L=4 B=2 float32"
+    assert rows[-1] < lines.index(next(line for line in lines if line.startswith("timeline (")))
+    assert "graph mode against its GPU targets" in bench_table(tmp_path / "r.jsonl")  # the verdicts, by profiling
+
+
+def test_the_timeline_chart_names_its_network_and_runs_one_blas_thread_per_stream(tmp_path, figures):
+    """Without --blas-threads the numpy run takes one BLAS thread per stream, its rows and its panels."""
+    run(bench_timeline, ["--backend", "numpy", "--sizes", "16", "--layers", "4", "--batch", "3", "--k", "2",
+                         "--repeats", "2", "--warmup", "1", "--no-torch", "--quiet", "--json", str(tmp_path / "r.json"),
+                         "--timeline", str(tmp_path / "t.png")])
+    title = "leapfrog-bench: MLP [16] * 4, batch 3, sigmoid, float32, numpy; a panel per schedule"
+    assert [figure.get_suptitle() for figure in figures] == [title]
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["title"] == title and [p["label"] for p in saved["panels"]] == ["sequential, BLAS 1",
+                                                                               "leapfrog k=2, BLAS 1"]
+    assert {r["blas_threads"] for r in json.loads((tmp_path / "r.json").read_text())["records"]} == {1}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--timeline", "/nonexistent-folder/t.png"], "the folder /nonexistent-folder does not exist"),
+    (["--sizes", "8,9", "--timeline", "t.png"], "--timeline charts one network: give one value each to --sizes"),
+    (["--timeline", "t.txt"], "--timeline t.txt: the chart is written as PNG: give a name ending in .png (its "
+                              "intervals go beside it, in .json)"),
+    (["--sizes", "8", "--layers", "3", "--batch", "1", "--blas-threads", "2", "--timeline", "t.png"],
+     "--blas-threads: the timeline runs one BLAS thread per stream"),
+    ([], "the following arguments are required: --timeline"),
+])
+def test_the_timeline_refuses_a_bad_option_in_one_line(capsys, tmp_path, argv, message):
+    err = refusal(bench_timeline, ["--backend", "numpy", *argv], capsys)
+    assert err.startswith(f"{TIMELINE}: error:") and message in err and not list(tmp_path.iterdir())
+
+
+def test_the_timeline_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    err = refusal(bench_timeline, ["--backend", "numpy", "--sizes", "24", "--layers", "3", "--batch", "1",
+                                   "--timeline", str(tmp_path / "r.png")], capsys)
+    assert "--timeline needs matplotlib: pip install -e '.[plot]'" in err  # as docs/training.md says it
+    assert not list(tmp_path.iterdir())
+
+
+# -- parallel_bench.py --------------------------------------------------------------------------------------
+
+
+def test_the_data_parallel_table_never_prints_a_negative_share_hidden():
+    """Noise can make a data-parallel step wait longer than its sums took: "none", not -56 %."""
+    stats = {"median": 2.0, "p20": 1.9, "p80": 2.1}
+    records = [{"N": 8, "L": 3, "B": 2, "P": 2, "dtype": "float32", "schedule": "leapfrog", "k": 2, "bucket_mb": 0,
+                "blas_threads": 1, "step_ms": stats, "local_slowest_ms": 1.0, "sums_slowest_ms": sums,
+                "sums_gbps": 1.0, "exposed_ms": 1.0, "hidden": 1 - 1.0 / sums, "one_ms": stats, "speedup": 1.0}
+               for sums in (0.64, 2.0, 4.0)]
+    lines = parallel_bench.table(records).splitlines()[1:]  # below the line that says which way speed-ups point
+    end = lines[0].index(" hidden") + len(" hidden")  # the column's cells end where its title does
+    assert [line[:end].split()[-1] for line in lines[2:5]] == ["none", "50%", "75%"]
+    assert "-56%" not in "\n".join(lines) and "none: the step waited as long as the sums took" in lines[-1]
+
+
+def test_the_data_parallel_study_needs_mpiexec_and_says_its_options(capsys):
+    err = refusal(parallel_bench, ["--backend", "numpy", "--bucket-mb", "1"], capsys)
+    assert err == ("python profiling/parallel_bench.py: error: run it under mpiexec -n P with P > 1: it measures "
+                   "what the sums across ranks cost\n")
+    with pytest.raises(SystemExit) as exit_info:
+        parallel_bench.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert exit_info.value.code == 0 and "--bucket-mb MB[,MB...]" in out and "--fused" in out
+    assert "BUCKET_MB" not in out and "BLAS_THREADS" not in out
+
+
+# -- autotune_check.py --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_autotunes_choice_is_timed_against_the_best_sequential_step(tmp_path, fused):
+    """A record per network: the configuration tune picked, its speed-up over the best sequential step and
+    whether it is within noise of it (its p20 at most that step's p80), and the line that says so."""
+    argv = ["--backend", "numpy", "--sizes", "12,24", "--layers", "3", "--batch", "1,5", "--k", "1,2",
+            "--blas-threads", "1,2", "--repeats", "3", "--warmup", "1", "--json", str(tmp_path / "a.json")]
+    stdout = run(autotune_check, argv + ["--fused"] * fused)
+    records = json.loads((tmp_path / "a.json").read_text())["records"]
+    assert [(r["N"], r["B"]) for r in records] == [(12, 1), (12, 5), (24, 1), (24, 5)]
+    for r, line in zip(records, stdout.splitlines(), strict=True):
+        assert (r["schedule"], r["k"] > 0) in (("sequential", False), ("leapfrog", True))
+        assert r["blas_threads"] in (1, 2) and r["best_sequential_blas_threads"] in (1, 2) and r["fused"] == fused
+        assert r["speedup"] == r["best_sequential_ms"]["median"] / r["step_ms"]["median"]
+        assert r["auto_within_noise"] == (r["step_ms"]["p20"] <= r["best_sequential_ms"]["p80"])
+        verdict = "within noise of" if r["auto_within_noise"] else "SLOWER than"
+        assert line == (f"auto chose {r['schedule']} k={r['k']} blas={r['blas_threads']} at N={r['N']} L=3 "
+                        f"B={r['B']}: step {r['speedup']:.2f}x as fast as the best sequential, {verdict} it")
+
+
+# -- torch_compile.py ---------------------------------------------------------------------------------------
+
+
+def test_the_compiled_step_is_the_eager_step():
+    """The compiled step of torch_compile.py moves the parameters as the eager torch.optim step does."""
+    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    import torch_compile
+    from leapfrog_gpu.tools.bench import torch_anchor
+
+    eager = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64", optimizer="foreach")
+    compiled = torch_compile.CompiledStep([5, 7, 3], 4, dtype="float64", warmup=0)
+    for step in (eager, compiled):
+        step.step()
+    for p, q in zip(eager.params, compiled.params, strict=True):
+        assert float((p - q).detach().abs().max()) < 1e-12
+    assert float((eager.params[0] - torch_anchor.mlp([5, 7, 3], 4, "float64")[0][0]).detach().abs().max()) > 0  # moved
+
+
+# -- dag_bench.py --------------------------------------------------------------------------------------------
+
+
+FORWARD = [("forward", "sequential"), ("forward", "forward-jacobi"), ("forward", "forward-newton")]
+"""The forward rows of dag_bench.py, after leapfrog-bench --model dag's backward rows."""
+
+
+def test_the_forward_solvers_report_their_rounds_and_a_block_solver_is_refused_before_allocating():
+    more = dag_bench.forward_rows(2**20)
+    with get_backend("numpy") as backend:
+        records = bench_dag.measure("residual", 3, 4, 2, backend, repeats=2, warmup=1, more=more)
+        limited = bench_dag.measure("residual", 3, 4, 2, backend, repeats=1, warmup=0, memory_limit=100,
+                                    more=dag_bench.forward_rows(100))
+    rows = {(r["pass"], r["schedule"]): r for r in records}
+    assert [key for key in rows if key[0] == "forward"] == FORWARD
+    assert rows["forward", "forward-jacobi"]["stats"]["sweeps"] == 4
+    newton = rows["forward", "forward-newton"]["stats"]
+    assert 1 <= newton["iterations"] <= 4 and newton["rounds"] == 2 * newton["iterations"]
+    assert rows["forward", "sequential"]["speedup"] == 1.0
+    assert rows["forward", "forward-jacobi"]["speedup"] == (rows["forward", "sequential"]["ms"]["median"]
+                                                            / rows["forward", "forward-jacobi"]["ms"]["median"])
+    out = {r["schedule"]: r for r in limited if "refused" in r}
+    assert sorted(out) == ["dag-doubling", "dag-jacobi", "forward-newton"]
+    newton = out["forward-newton"]
+    assert newton["refused"].startswith("needs ") and newton["stats"]["memory_bytes"] > 100
+
+
+def test_the_dag_script_is_the_command_with_the_forward_rows_on_numpy(tmp_path):
+    out = tmp_path / "dag.json"
+    stdout = run(dag_bench, ["--sizes", "2", "--depths", "3", "--batch", "1", "--repeats", "1", "--json", str(out)])
+    records = json.loads(out.read_text())["records"]
+    backward = [(p, name) for p, name, _ in bench_dag.runs(2, 2**20)]
+    assert [(r["pass"], r["schedule"]) for r in records] == backward + FORWARD
+    assert {r["backend"] for r in records} == {"numpy"} and stdout.rstrip().endswith(dag_bench.FOOT)
+
+
+# -- rnn_bench.py --deer --------------------------------------------------------------------------------------
+
+
+def test_deers_problem_is_a_named_row_with_newtons_iterations(monkeypatch, tmp_path):
+    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    monkeypatch.setitem(rnn_bench.DEER, "N", [3])
+    monkeypatch.setitem(rnn_bench.DEER, "tau", [12])
+    out = tmp_path / "deer.json"
+    stdout = run(rnn_bench, ["--deer", "--repeats", "1", "--repeats-long", "1", "--torch-threads", "1,2",
+                             "--out", str(out)])
+    lines = [line for line in stdout.splitlines() if "DEER" in line]
+    names = [line[16:].split("  ")[0] for line in lines]
+    assert names == ["DEER step bptt", "DEER step timescan+newton", "DEER step timescan+quasi-newton",
+                     "DEER step torch nn.GRU 1t", "DEER step torch nn.GRU 2t"], lines
+    rows = json.loads(out.read_text())["rows"]
+    assert all(row["problem"] == "deer" and row["cell"] == "gru" and row["inputs"] == 2 for row in rows)
+    assert (rows[0]["tau"], rows[0]["B"], rows[0]["L"]) == (12, 16, 3) and rows[1]["iterations"] >= 1

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import bench_table
+from leapfrog_gpu.core.torch_io import INSTALL
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.tools.bench import dag as bench_dag
 
@@ -197,7 +198,7 @@ def test_autotunes_choice_is_timed_against_the_best_sequential_step(tmp_path, fu
 
 def test_the_compiled_step_is_the_eager_step():
     """The compiled step of torch_compile.py moves the parameters as the eager torch.optim step does."""
-    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (extra 'torch')")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     import torch_compile
     from leapfrog_gpu.tools.bench import torch_anchor
 
@@ -250,7 +251,7 @@ def test_the_dag_script_is_the_command_with_the_forward_rows_on_numpy(tmp_path):
 
 
 def test_deers_problem_is_a_named_row_with_newtons_iterations(monkeypatch, tmp_path):
-    pytest.importorskip("torch", reason="the PyTorch anchor needs torch (pip install torch==2.13.0)")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     monkeypatch.setitem(rnn_bench.DEER, "N", [3])
     monkeypatch.setitem(rnn_bench.DEER, "tau", [12])
     out = tmp_path / "deer.json"

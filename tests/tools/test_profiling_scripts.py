@@ -383,16 +383,16 @@ def test_the_wheels_a_machine_lacks_are_installed_without_an_index_and_the_missi
 
 
 def test_parts_selects_some_parts_and_refuses_an_unknown_key(tmp_path):
-    """PARTS=smoke,kernels runs those two (smoke first, its lines in summary.txt at once), records the
+    """PARTS=grid,smoke runs those two (smoke first, its lines in summary.txt at once), records the
     others as not selected; an unknown key exits 2 naming the keys."""
-    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "PARTS": "kernels,smoke"}
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "PARTS": "grid,smoke"}
     run = subprocess.run(["bash", str(PROFILING / "device_check.sh"), "--dry-run"], env=env, capture_output=True,
                          text=True, timeout=300, cwd=tmp_path)
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert run.returncode == 0, summary
     lines = part_lines(summary)
-    assert [name for name, line in lines.items() if "not selected" not in line] == ["smoke", "kernels"]
-    assert lines["GPU tests"] == "GPU tests: not selected (PARTS=kernels,smoke)"
+    assert [name for name, line in lines.items() if "not selected" not in line] == ["smoke", "bench grid"]
+    assert lines["GPU tests"] == "GPU tests: not selected (PARTS=grid,smoke)"
     checks = [line for line in summary.splitlines() if line.startswith("smoke check: ") and ": ok" in line]
     assert len(checks) == 6 and summary.index(checks[-1]) < summary.index(lines["smoke"])
     env["PARTS"] = "kernels,sanitizer"

@@ -14,27 +14,19 @@ import os
 import sys
 
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.core.functions import ACTIVATIONS, DTYPES
+from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.core.schedules import Sequential
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner
-from leapfrog_gpu.tools.cli import Parser, integer, integers, parse_args_on_a_backend
+from leapfrog_gpu.tools.cli import integer, integers
+from grid_options import grid_parser, parse
 
 PROG = "python profiling/autotune_check.py"
 
 
 def parser():
-    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
-                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
-    p.add_argument("--sizes", type=integers(1, "size"), default=[256, 1024], metavar="N[,N...]",
-                   help="(default 256,1024)")
-    p.add_argument("--layers", type=integers(2, "layer count"), default=[8, 16], metavar="L[,L...]",
-                   help="layers L, the input layer included (default 8,16)")
-    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
-                   help="(default 1,64)")
+    p = grid_parser(PROG, __doc__)
     p.add_argument("--k", type=integers(1, "worker stream count"), default=autotune.KS, metavar="K[,K...]",
                    help=f"the worker streams it tries (default {','.join(map(str, autotune.KS))})")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
@@ -82,10 +74,7 @@ def line(r):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
-    args = parse_args_on_a_backend(p, argv)
-    folder = os.path.dirname(os.path.abspath(args.json or "."))
-    if not os.path.isdir(folder):
-        p.error(f"--json {args.json}: the folder {folder} does not exist")
+    args = parse(p, argv)
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     records = []

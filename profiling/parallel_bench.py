@@ -15,19 +15,19 @@ as its Markdown table: ``profiling/parallel_table.py``.
 """
 
 import itertools
-import os
 import sys
 
 import numpy as np
 
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.core.functions import ACTIVATIONS, DTYPES
+from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.parallel import comm as parallel
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
 from leapfrog_gpu.tools.bench.runner import ratio, spread
-from leapfrog_gpu.tools.cli import Parser, integer, integers, parse_args_on_a_backend, reals
+from leapfrog_gpu.tools.cli import integer, integers, reals
+from grid_options import grid_parser, parse
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 PROG = "python profiling/parallel_bench.py"
@@ -38,16 +38,7 @@ TITLE = "speed-up vs one process: one process's step on B*P samples over the dat
 
 
 def parser():
-    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
-                   help="auto: cupy when a CUDA device is usable, else numpy (default auto); cupy: a GPU per rank")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
-    p.add_argument("--sizes", type=integers(1, "size"), default=[256, 1024], metavar="N[,N...]",
-                   help="widths N (default 256,1024)")
-    p.add_argument("--layers", type=integers(2, "layer count"), default=[8, 16], metavar="L[,L...]",
-                   help="layers L, the input layer included, each network [N] * L (default 8,16)")
-    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
-                   help="batch sizes B per rank (default 1,64)")
+    p = grid_parser(PROG, __doc__, "; cupy: a GPU per rank", "batch sizes B per rank")
     p.add_argument("--schedule", type=names_type("mlp"), default=bench_mlp.DEFAULT_SCHEDULES,
                    metavar="NAME[,NAME...]", help=f"schedules by name, from {', '.join(schedule_names('mlp'))}; "
                                                   "sequential is always measured (default sequential,leapfrog)")
@@ -71,10 +62,7 @@ def main(argv=None):
     option, or one process)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
-    args = parse_args_on_a_backend(p, argv)
-    folder = os.path.dirname(os.path.abspath(args.json or "."))
-    if not os.path.isdir(folder):
-        p.error(f"--json {args.json}: the folder {folder} does not exist")
+    args = parse(p, argv)
     comm = parallel.world(PROG)
     if comm.size == 1:
         p.error("run it under mpiexec -n P with P > 1: it measures what the sums across ranks cost")

@@ -10,15 +10,15 @@ row beside its speed-up over ``torch-compile`` (> 1: faster). The networks, thei
 steps are ``leapfrog-bench``'s (``leapfrog_gpu.tools.bench.torch_anchor``); ``--json`` keeps the rows.
 """
 
-import os
 import sys
 
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.core.functions import ACTIVATIONS, DTYPES
+from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
 from leapfrog_gpu.tools.bench.runner import ratio, spread
-from leapfrog_gpu.tools.cli import Parser, integer, integers, parse_args_on_a_backend
+from leapfrog_gpu.tools.cli import integer, integers
+from grid_options import grid_parser, parse
 from leapfrog_gpu.tools.schedules import make_schedule
 
 PROG = "python profiling/torch_compile.py"
@@ -39,15 +39,7 @@ class CompiledStep(torch_anchor.SGDStep):
 
 
 def parser():
-    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
-                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
-    p.add_argument("--sizes", type=integers(1, "size"), default=[1024], metavar="N[,N...]", help="(default 1024)")
-    p.add_argument("--layers", type=integers(2, "layer count"), default=[16], metavar="L[,L...]",
-                   help="layers L, the input layer included (default 16)")
-    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
-                   help="(default 1,64)")
+    p = grid_parser(PROG, __doc__, sizes=(1024,), layers=(16,))
     p.add_argument("--k", type=integers(1, "worker stream count"), default=[2], metavar="K[,K...]",
                    help="worker streams (default 2)")
     p.add_argument("--fused", action="store_true", help="our steps fuse the SGD update into (7)")
@@ -92,10 +84,7 @@ def line(r):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
-    args = parse_args_on_a_backend(p, argv)
-    folder = os.path.dirname(os.path.abspath(args.json or "."))
-    if not os.path.isdir(folder):
-        p.error(f"--json {args.json}: the folder {folder} does not exist")
+    args = parse(p, argv)
     note = torch_anchor.skipped(False)
     if note:
         p.error(note)

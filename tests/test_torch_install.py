@@ -13,13 +13,15 @@ COMMAND = re.compile(r"pip3? install\b[^`)\"\n#]*")
 """A ``pip install`` command, up to what ends it in prose, a message or a script: a backtick, a parenthesis, a
 double quote, a comment or the line's end."""
 QUIET = re.compile(r"\s+(--quiet|-q)\b")
-SPEAKING = ["docs/testing.md", "docs/performance.md", "docs/training.md", "docs/parameters.md", ".ci/run"]
+SPEAKING = ["docs/testing.md", "docs/performance.md", "docs/training.md", "docs/parameters.md"]
 """The files that tell how to install torch."""
+CI = ROOT / ".ci" / "run"
+"""CI's script, which installs the same version from the package index of its machines (no network there)."""
 
 
 def files():
-    """Every document, source file, profiling script and test of the repository, and CI's script."""
-    found = {ROOT / "README.md", ROOT / ".ci" / "run", *ROOT.glob("kernels/*.md"), *ROOT.glob("docs/**/*.md"),
+    """Every document, source file, profiling script and test of the repository."""
+    found = {ROOT / "README.md", *ROOT.glob("kernels/*.md"), *ROOT.glob("docs/**/*.md"),
              *ROOT.glob("profiling/**/*.md"), *ROOT.glob("profiling/**/*.py"), *ROOT.glob("profiling/**/*.sh"),
              *ROOT.glob("leapfrog_gpu/**/*.py"), *ROOT.glob("tests/**/*.py")}
     return sorted(path for path in found if path != Path(__file__).resolve() and path.is_file())
@@ -41,6 +43,10 @@ def test_every_install_hint_is_the_one_line():
     other = {path: [hint for hint in found_here if hint != INSTALL] for path, found_here in found.items()}
     assert not {path: wrong for path, wrong in other.items() if wrong}, f"give {INSTALL!r} (torch_io.INSTALL)"
     assert all(INSTALL in found[path] for path in SPEAKING)
+
+
+def test_ci_installs_the_version_of_the_line():
+    assert hints(CI.read_text(encoding="utf-8")) == [INSTALL.split(" --index-url")[0]]
 
 
 def test_hints_are_found_where_they_disagree():

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
-from leapfrog_gpu.tools.cli import integers, names, replaced_atomically
+from leapfrog_gpu.core.saving import replaced_atomically
+from leapfrog_gpu.tools.cli import integers, names
 from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent

@@ -18,8 +18,6 @@ import math
 import numbers
 import weakref
 
-import numpy as np
-
 from ..parallel import reducer
 from . import capture, fitting, optimizers, parameters, saving, schedules
 from .checks import check_dtype, check_eta, open_backend, shape_of, targets

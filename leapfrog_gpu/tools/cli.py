@@ -1,7 +1,7 @@
 """What the command-line tools share: a parser whose errors are one line, with ``--version`` and its
 exit statuses in ``--help``, argument types, the ``--backend`` choice said in the command line's words,
-install hints as the README gives them, lines that fit the terminal's 100 columns, and files written
-whole or not at all (``core.saving.replaced_atomically``, which the tools import from here)."""
+install hints as the README gives them, and lines that fit the terminal's 100 columns. Files the tools write
+whole or not at all go through ``core.saving.replaced_atomically``."""
 
 import argparse
 import importlib.metadata
@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ..parallel import comm as parallel
 from ..backends import cuda_status
-from ..core.saving import replaced_atomically  # noqa: F401 (the tools write their files whole by it)
 
 WIDTH = 100
 """Columns that a line of a command's own output (not a table's row) may take."""

@@ -20,7 +20,7 @@ import json
 import numpy as np
 
 from ..core import launches
-from .cli import replaced_atomically
+from ..core.saving import replaced_atomically
 
 MAIN = "main"
 GAPS_SHOWN = 3  # the longest idle gaps of the main stream kept per step

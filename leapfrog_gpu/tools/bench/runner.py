@@ -26,7 +26,8 @@ import numpy as np
 
 from ...backends import get_backend, timing
 from ...core.functions import DTYPES
-from ..cli import Parser, integer, integers, parse_args_on_a_backend, plural, replaced_atomically
+from ...core.saving import replaced_atomically
+from ..cli import Parser, integer, integers, parse_args_on_a_backend, plural
 from ..schedules import names_type, schedule_names
 from . import progress
 

@@ -84,10 +84,14 @@ def _launch(device, name, inputs, order):
     return {key: device.to_host(value) for key, value in arrays.items()}
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("t", STEPS)
-@pytest.mark.parametrize("B", BATCHES)
-@pytest.mark.parametrize("N", WIDTHS)
+def every_step(test):
+    """``test`` at every width N, batch B, step t and dtype."""
+    for name, values in (("N", WIDTHS), ("B", BATCHES), ("t", STEPS)):
+        test = pytest.mark.parametrize(name, values)(test)
+    return pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])(test)
+
+
+@every_step
 def test_gru_forward(device, N, B, t, dtype):
     rng = np.random.default_rng([N, B, t, 1])
     x = _sequences(rng, N, B, t, dtype, 3)
@@ -108,10 +112,7 @@ def test_gru_forward(device, N, B, t, dtype):
     check(device, run, x, expect, [("gates", t), ("hn", t), ("h", t)])
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("t", STEPS)
-@pytest.mark.parametrize("B", BATCHES)
-@pytest.mark.parametrize("N", WIDTHS)
+@every_step
 def test_gru_backward(device, N, B, t, dtype):
     rng = np.random.default_rng([N, B, t, 2])
     gates = np.concatenate([_sigmoid(_random(rng, (2 * N, TAU, B), np.float64, 3.0, (30.0, -30.0))),
@@ -136,10 +137,7 @@ def test_gru_backward(device, N, B, t, dtype):
     check(device, run, x, expect, [("delta", t), ("delta_u", t)] + ([("delta_h", t - 1)] if t else []))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("t", STEPS)
-@pytest.mark.parametrize("B", BATCHES)
-@pytest.mark.parametrize("N", WIDTHS)
+@every_step
 def test_lstm_forward(device, N, B, t, dtype):
     rng = np.random.default_rng([N, B, t, 3])
     x = _sequences(rng, N, B, t, dtype, 4)
@@ -158,10 +156,7 @@ def test_lstm_forward(device, N, B, t, dtype):
     check(device, run, x, expect, [("gates", t), ("c", t), ("h", t)])
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("t", STEPS)
-@pytest.mark.parametrize("B", BATCHES)
-@pytest.mark.parametrize("N", WIDTHS)
+@every_step
 def test_lstm_backward(device, N, B, t, dtype):
     rng = np.random.default_rng([N, B, t, 4])
     pre = _random(rng, (4 * N, TAU, B), np.float64, 3.0, (30.0, -30.0))

@@ -38,6 +38,12 @@ and the LSTM's, with K = ∂c^t/∂h^{t-1} = diag(c^{t-1} f (1 - f)) u_f + diag(
 and o' = o (1 - tanh² c^t):
 
     J_t = [[diag(o (1 - o) tanh c^t) u_o + diag(o') K,  diag(o' f)],  [K,  diag(f)]]
+
+Their diagonals alone (``diagonals``, what quasi-Newton keeps: ``gated_newton``), per unit i, u_X,ii the diagonal of
+gate X's block of u^l: elementwise, (tau, B, S), never an S x S matrix:
+
+    GRU:   ∂h^t_i/∂h^{t-1}_i = z + (1 - z)(1 - n²)(r u_n,ii + hn r (1 - r) u_r,ii) + (h^{t-1} - n) z (1 - z) u_z,ii
+    LSTM:  ∂h^t_i/∂h^{t-1}_i = o (1 - o) tanh(c^t) u_o,ii + o' K_ii,  ∂c^t_i/∂c^{t-1}_i = f
 """
 
 import functools
@@ -68,7 +74,7 @@ class StepWork(typing.NamedTuple):
     what a step t > 1 adds into step t - 1 beside (u^l)^T delta's product, the product's own add included;
     ``moved`` and ``carried_moved``: the elements the backward step moves beside the products, at every step and at
     t > 1 only; ``jacobian``: flops of building a state Jacobian J_t (``jacobians``), per sample, as (a, b) for
-    a·n^2 + b·n."""
+    a·n^2 + b·n; ``diagonal``: flops of J_t's diagonal alone (``diagonals``), per unit and sample."""
 
     forward: int
     backward: int
@@ -76,20 +82,25 @@ class StepWork(typing.NamedTuple):
     moved: int
     carried_moved: int
     jacobian: tuple
+    diagonal: int
 
 
 WORK = {
     # z (bias, u a: 2), sigma, sigma' (2) | x sigma' | the product's add | delta, sigma' read, delta written
-    "elman": StepWork(5, 1, 1, 3, 0, (0, 0)),
+    # | the diagonal sigma' diag(u)
+    "elman": StepWork(5, 1, 1, 3, 0, (0, 0), 1),
     # 3 biases; r, z: + u h, σ (4); hn = (u h)_n + b_hn (1); n = tanh(z_n + r hn) (3); h = (h^{t-1} - n) z + n (3)
     # | delta_n 5, delta_z 5, delta_r 4, r delta_n 1 | the product's add, dh^{t-1} += z dh (2)
     # | dh, 3 gates, hn read, 3 delta and 3 delta_u written | h^{t-1} read, dh^{t-1} read and written
     # | three diag(row) u blocks and their sums (5 n^2), the rows (13 n), + diag(z) (n)
-    "gru": StepWork(14, 15, 3, 11, 3, (5, 14)),
+    # | 1 - z, 1 - n² (2), their product; r u_n, hn r (1 - r) u_r (4), the sum, its product; (h - n) z (1 - z) u_z (4);
+    # 2 sums
+    "gru": StepWork(14, 15, 3, 11, 3, (5, 14), 17),
     # 4 biases, + u h (4); i, f, g, o (4); c = f c^{t-1} + i g (3); h = o tanh c (2)
     # | tanh c 1, dc 5, four deltas 16, dc f 1 | the product's add | dh, 4 gates, c, dc read, 4 delta, dc written
     # | c^{t-1} read | K (5 n^2), the top left block (3 n^2), the rows (17 n)
-    "lstm": StepWork(17, 23, 1, 12, 1, (8, 17)),
+    # | tanh c; o (1 - o) tanh c u_o (4); o' (3); K_ii: three terms (4 each), 2 sums; o' K_ii and the sum; f copied
+    "lstm": StepWork(17, 23, 1, 12, 1, (8, 17), 24),
 }
 """The elementwise work of a step of each cell (``StepWork``), written from the equations above."""
 
@@ -222,6 +233,18 @@ class GRU(Gated):
         A.fill(0)
         xp.copyto(A[:-1], J.swapaxes(-1, -2))
 
+    def diagonals(self, D, h_prev=None):
+        """D[t - 2] = diag(J_t) (B, N) for the steps t = 2..tau (1-based); D (tau - 1, B, N). At ``jacobians``'s
+        gates, hn and ``h_prev``, elementwise (the module docstring's equation)."""
+        N, later = self.N, slice(1, None)
+        h_prev = self.a[:, :-1] if h_prev is None else h_prev
+        r, update, n = (self.gates[k * N: (k + 1) * N, later] for k in range(3))
+        u_r, u_z, u_n = (row[:, None, None] for row in self.u.reshape(3, N * N)[:, :: N + 1])
+        keep = 1 - update
+        diagonal = (update + keep * (1 - n * n) * (r * u_n + self.hn[:, later] * r * (1 - r) * u_r)
+                    + (h_prev - n) * update * keep * u_z)
+        self.xp.copyto(D, diagonal.transpose(1, 2, 0))
+
 
 class LSTM(Gated):
     """PyTorch's LSTM: gates i, f, g, o; the cell state c (N, tau, B) and the carried dc (N, B)."""
@@ -304,6 +327,18 @@ class LSTM(Gated):
         xp.copyto(A[..., :N, N:], K.swapaxes(-1, -2))
         xp.copyto(A[..., N:, :N], self.diagonal(through_c * f))
         xp.copyto(A[..., N:, N:], self.diagonal(f))
+
+    def diagonals(self, D, c_prev=None):
+        """D[t - 2] = diag(J_t) (B, 2N) over (h, c) for the steps t = 2..tau (1-based); D (tau - 1, B, 2N). At
+        ``jacobians``'s gates, c^t and ``c_prev``, elementwise (the module docstring's equations)."""
+        xp, N, later = self.xp, self.N, slice(1, None)
+        c_prev = self.c[:, :-1] if c_prev is None else c_prev
+        i, f, g, o = (self.gates[k * N: (k + 1) * N, later] for k in range(4))
+        u_i, u_f, u_g, u_o = (row[:, None, None] for row in self.u.reshape(4, N * N)[:, :: N + 1])
+        tanh_c = xp.tanh(self.c[:, later])
+        K = c_prev * f * (1 - f) * u_f + g * i * (1 - i) * u_i + i * (1 - g * g) * u_g
+        xp.copyto(D[..., :N], (o * (1 - o) * tanh_c * u_o + o * (1 - tanh_c * tanh_c) * K).transpose(1, 2, 0))
+        xp.copyto(D[..., N:], f.transpose(1, 2, 0))
 
 
 KINDS = {"gru": GRU, "lstm": LSTM}

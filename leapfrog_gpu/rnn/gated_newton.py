@@ -4,11 +4,13 @@ Newton (DEER) solve, as ``newton`` solves the Elman cell's.
 The state s_t (S = n_l or 2 n_l) solves s_t = F(s_{t-1}, a^{l-1,t}), s_0 = 0. At the iterate s^(i), every step's
 F_t = F(s^(i)_{t-1}) and the state Jacobian J_t = ∂F/∂s_{t-1} there (``cells``: built whole, (S, S) per step and
 sample) linearize it into s_t = J_t s_{t-1} + c_t, c_t = F_t - J_t s^(i)_{t-1}, solved by the suffix scan on time
-reversed (``core.triangular.suffix_scan``). ``quasi=True`` keeps the diagonal of J_t, taken from the whole
-Jacobian and scanned as whole (S, S) matrices, zero off the diagonal: neither its build, its scan nor its memory is
-elementwise. ``damping``, the reset to the Picard sweep on NaN or Inf, ``warm_start``, the stops and the counters
-are ``TimeNewton``'s, the flops counted as ``step_flops`` and ``evaluation_flops`` say. Once a layer stops, a^l holds
-the iterate's h and the cell's gates (and c) its last evaluation, which the backward pass reads.
+reversed (``core.triangular.suffix_scan``). ``quasi=True`` (quasi-DEER) keeps the diagonal of J_t only, built
+elementwise from the gates (``cells``' ``diagonals``: a GRU's ∂h^t_i/∂h^{t-1}_i, an LSTM's ∂h^t_i/∂h^{t-1}_i and
+∂c^t_i/∂c^{t-1}_i), (tau, B, S) with no S x S matrix made, and scanned elementwise as the Elman cell's diagonals
+are: O(tau·B·S) memory and work. ``damping``, the reset to the Picard sweep on NaN or Inf, ``warm_start``, the
+stops and the counters are ``TimeNewton``'s, the flops counted as ``step_flops`` and ``evaluation_flops`` say.
+Once a layer stops, a^l holds the iterate's h and the cell's gates (and c) its last evaluation, which the backward
+pass reads.
 """
 
 import numpy as np
@@ -23,24 +25,25 @@ from .plan import flat
 def buffers(p, quasi):
     """The solve's buffers in ``p``, made once per pass for the widest layer: w a^{l-1} + b and u h (G·N, tau,
     B), the iterate and f (S, tau, B), the Jacobians (tau, B, S, S) twice and the scan's vectors (tau, B, S, 1)
-    twice (diagonals (tau, B, S) for ``quasi``)."""
+    twice; for ``quasi`` the diagonals and the vectors (tau, B, S), twice each."""
     key = ("gated-newton", quasi)
     if key not in p.cache:
         net, tau, B, xp = p.net, p.tau, p.batch, p.xp
         rows, S = max(net.rows(l) for l in net.hidden), max(net.state_sizes[1:-1])
+        jacobian = S if quasi else S * S
         p.cache[key] = ([p.sequence(rows, tau) for _ in range(2)] + [p.sequence(S, tau) for _ in range(2)],
-                        [xp.zeros(tau * B * S * S, dtype=net.dtype) for _ in range(2)]
-                        + [xp.zeros(tau * B * S, dtype=net.dtype) for _ in range(2)])
+                        [xp.zeros(tau * B * size, dtype=net.dtype) for size in (jacobian, jacobian, S, S)])
         p.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for
     return p.cache[key]
 
 
-def memory_needed(sizes, tau, B, itemsize, cell):
+def memory_needed(sizes, tau, B, itemsize, cell, quasi):
     """Bytes of ``buffers`` for ``sizes`` (n_1..n_L) of ``cell`` at ``tau`` and ``B``: 2·tau·B·G·N + 4·tau·B·S +
-    2·tau·B·S^2 for the widest layer N and its state S (quasi's too: its Jacobians are built whole)."""
+    2·tau·B·S^2 for the widest layer N and its state S, or with ``quasi`` 2·tau·B·S for the diagonals in place of
+    the S^2."""
     N = max(sizes[1:-1])
     rows, S = GATES[cell] * N, STATE[cell] * N
-    return (2 * tau * B * rows + 4 * tau * B * S + 2 * tau * B * S * S) * itemsize
+    return (2 * tau * B * rows + 4 * tau * B * S + 2 * tau * B * (S if quasi else S * S)) * itemsize
 
 
 def evaluation_flops(N, tau, B, cell):
@@ -52,12 +55,15 @@ def evaluation_flops(N, tau, B, cell):
 
 
 def step_flops(N, tau, B, scan, cell, quasi):
-    """Flops of an iteration's step on a layer of width N, state S: the tau - 1 Jacobians (``cells.WORK``), quasi's
-    diagonal taken from them (S^2 a step), J_t s_{t-1} and c_t, then the rounds of ``scan`` (resolved) on (S, S)
-    matrices (quasi's too: its scan multiplies the whole matrices)."""
-    S, (a, b) = STATE[cell] * N, WORK[cell].jacobian
-    flops = (tau - 1) * B * (a * N * N + b * N) + ((S * S if quasi else 0) + 2 * S * S + S) * tau * B
-    return flops + sum(scan_round_work(m, kept, B, S)[0] for _, m, kept in round_sizes(scan, tau))
+    """Flops of an iteration's step on a layer of width N, state S: the tau - 1 Jacobians (``cells.WORK``), J_t s_{t-1}
+    and c_t, then the rounds of ``scan`` (resolved) on (S, S) matrices; with ``quasi`` the tau - 1 diagonals
+    (``cells.WORK``), J_t s_{t-1} (S a step t > 1) and c_t (S a step) elementwise, and the rounds on diagonals."""
+    S, (a, b), step = STATE[cell] * N, WORK[cell].jacobian, WORK[cell]
+    if quasi:
+        flops = (tau - 1) * B * (step.diagonal * N + S) + S * tau * B
+    else:
+        flops = (tau - 1) * B * (a * N * N + b * N) + (2 * S * S + S) * tau * B
+    return flops + sum(scan_round_work(m, kept, B, S, diagonal=quasi)[0] for _, m, kept in round_sizes(scan, tau))
 
 
 def layer(solver, p, l, tol, limit, count, stalled, floor):
@@ -66,8 +72,9 @@ def layer(solver, p, l, tol, limit, count, stalled, floor):
     S, rows = p.net.state_sizes[l - 1], p.net.rows(l)
     sequences, flats = buffers(p, solver.quasi)
     pre, uh, state, f = sequences[0][:rows], sequences[1][:rows], sequences[2][:S], sequences[3][:S]
-    J, J_next = (x[: tau * B * S * S].reshape(tau, B, S, S) for x in flats[:2])
-    c, q = (x[: tau * B * S].reshape(tau, B, S, 1) for x in flats[2:])
+    matrix, vector = ((tau, B, S), (tau, B, S)) if solver.quasi else ((tau, B, S, S), (tau, B, S, 1))
+    J, J_next, c, q = (x[: int(np.prod(shape))].reshape(shape)
+                       for x, shape in zip(flats, (matrix, matrix, vector, vector)))
     xp.matmul(p.w[l], flat(p.a[l - 1]), out=flat(pre))
     xp.add(flat(pre), p.b[l][:, None], out=flat(pre))
     count["flops"] += 2 * rows * p.net.n[l - 1] * tau * B + rows * tau * B
@@ -106,24 +113,28 @@ def _evaluate(p, l, cell, pre, uh, state, f, count):
 
 def _step(solver, p, l, cell, state, f, scan, count):
     """One Newton iteration into ``state``: s_t = J_t s_{t-1} + c_t solved by the scan on time reversed (its x_j is
-    s_{tau-1-j}), J_t damped by (1 - damping), or its diagonal for ``quasi``."""
-    xp, N, tau = p.xp, p.net.n[l], p.tau
+    s_{tau-1-j}), J_t damped by (1 - damping); for ``quasi`` J_t's diagonals (tau, B, S), all elementwise."""
+    xp, N, tau, quasi = p.xp, p.net.n[l], p.tau, solver.quasi
     J, J_next, c, q = scan
     if tau > 1:
         previous = {"h_prev": state[:N, :-1]} if p.net.cell == "gru" else {"c_prev": state[N:, :-1]}
-        cell.jacobians(J_next, **previous)  # J_next[t - 1] = J_t^T, t = 1..tau-1 (0-based)
-        xp.copyto(J[: tau - 1], J_next[: tau - 1][::-1].swapaxes(-1, -2))  # J[j] = J_{tau-1-j}
+        if quasi:
+            cell.diagonals(J[::-1][1:], **previous)  # J[j] = diag(J_{tau-1-j}), t = 1..tau-1 (0-based)
+        else:
+            cell.jacobians(J_next, **previous)  # J_next[t - 1] = J_t^T, t = 1..tau-1 (0-based)
+            xp.copyto(J[: tau - 1], J_next[: tau - 1][::-1].swapaxes(-1, -2))  # J[j] = J_{tau-1-j}
     J[tau - 1].fill(0)  # J_0 meets s_{-1} = 0
     if solver.damping:
         xp.multiply(J, 1.0 - solver.damping, out=J)
-    if solver.quasi:
-        J = J * xp.eye(J.shape[-1], dtype=J.dtype)
-    forwards = c[::-1, ..., 0].transpose(2, 0, 1)  # the scan's vectors as (S, tau, B), time in order
-    previous = cell.previous(state, ALL) if p.net.cell == "gru" else xp.concatenate(
-        [cell.previous(state[:N], ALL), cell.previous(state[N:], ALL)])
-    J_forwards = J[::-1]  # J_t in time order
-    xp.copyto(forwards, (J_forwards @ previous.transpose(1, 2, 0)[..., None])[..., 0].transpose(2, 0, 1))
+    forwards = (c if quasi else c[..., 0])[::-1].transpose(2, 0, 1)  # the scan's vectors as (S, tau, B), in time
+    J_forwards = J[::-1][1:]  # J_t in time order, t = 1..tau-1 (0-based)
+    forwards[:, 0].fill(0)
+    if quasi:
+        xp.multiply(J_forwards.transpose(2, 0, 1), state[:, :-1], out=forwards[:, 1:])
+    else:
+        product = (J_forwards @ state[:, :-1].transpose(1, 2, 0)[..., None])[..., 0]
+        xp.copyto(forwards[:, 1:], product.transpose(2, 0, 1))
     xp.subtract(f, forwards, out=forwards)  # c_t = F_t - J_t s_{t-1}
-    count["rounds"] += suffix_scan(xp, xp.matmul, J, J_next, c, q, count["scan"])
+    count["rounds"] += suffix_scan(xp, xp.multiply if quasi else xp.matmul, J, J_next, c, q, count["scan"])
     count["flops"] += step_flops(N, tau, p.batch, count["scan"], p.net.cell, solver.quasi)
     xp.copyto(state, forwards)

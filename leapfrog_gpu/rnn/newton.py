@@ -17,8 +17,8 @@ step 1 is exact after one iteration and every iteration makes at least one more 
 iterations give the sequential forward (to rounding); DEER's quadratic convergence usually takes far
 fewer.
 
-- ``quasi=True`` keeps only the diagonal of J_t, sigma'(z_t) * diag(u) (quasi-DEER): the scan is
-  elementwise, its memory O(tau·n) per sample instead of O(tau·n^2).
+- ``quasi=True`` keeps only the diagonal of J_t, sigma'(z_t) * diag(u) (quasi-DEER; a gated cell's in
+  ``gated_newton``): the scan is elementwise, its memory O(tau·n) per sample instead of O(tau·n^2).
 - ``damping`` in [0, 1] damps the Jacobian, not the step: J_t <- (1 - damping) J_t, from Newton
   (0) to the Picard sweep a_t = f_t (1). It shrinks the products of Jacobians that overflow on expanding
   RNNs (ELK's concern) and keeps the tau bound above, which a damped step a <- a + d·Delta (d < 1) loses.
@@ -116,18 +116,18 @@ class TimeNewton(Solver):
         its Jacobians in ping-pong (2·tau·B·n^2, or 2·tau·B·n with ``quasi``); a gated cell's,
         ``gated_newton.memory_needed``."""
         if check_cell(cell) != "elman":
-            return gated_newton.memory_needed(sizes, tau, B, itemsize, cell)
+            return gated_newton.memory_needed(sizes, tau, B, itemsize, cell, self.quasi)
         n = max(sizes[1:-1])
         return (5 * tau * B * n + 2 * tau * B * (n if self.quasi else n * n)) * itemsize
 
     def prepare(self, p):
         """Check the memory of a solve on pass ``p`` and allocate its buffers there (once per pass), before
         the solve is enqueued: called on the host, outside any stream."""
-        sizes, saves = p.net.sizes, not self.quasi and p.net.cell == "elman"  # a gated cell's quasi builds J whole
+        sizes = p.net.sizes
         cell = "" if p.net.cell == "elman" else f" ({p.net.cell.upper()})"
         needed = check_memory(repr(self), self._memory(p), self.memory_limit,
                               f"sizes {list(sizes)}{cell} at tau={p.tau}, B={p.batch} ({p.net.dtype})",
-                              "the sequential forward (solver=None)", also=("quasi=True",) if saves else ())
+                              "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",))
         key = ("time-newton", self.quasi)
         if p.net.cell != "elman":
             gated_newton.buffers(p, self.quasi)

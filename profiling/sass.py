@@ -6,9 +6,14 @@ CuPy's own options) and reads the cubin with ``cuobjdump``: ``-res-usage`` for t
 over the whole function (``"sass"``) and once over its hot loop (``"hot"``): the loop (the instructions between
 a backward branch and its target) that holds the most multiply-adds, the narrowest such if several do, which is
 where a kernel that has one spends its time; a reduction or a store that runs once a thread is left out.
-Counts are static: each instruction once, whichever path of a branch a launch takes.
+Counts are static: each instruction once, whichever path of a branch a launch takes. What ``inspect`` reads
+is kept on disk (``CACHE``), by the source, the options and the versions of NVRTC and ``cuobjdump``: the kernel
+model and its tests read the same modules in several processes.
 """
 
+import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -25,6 +30,9 @@ FMA = r"[FD]FMA(\..*)?"
 """A multiply-add's opcode, float32 or float64."""
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 """An instruction: its address, its predicate, its opcode and its operands."""
+CACHE = Path(os.environ.get("LEAPFROG_SASS_CACHE", Path(tempfile.gettempdir()) / f"leapfrog-sass-{os.getuid()}"))
+"""Where ``inspect`` keeps what it read, one JSON file a module (``$LEAPFROG_SASS_CACHE``, by default
+``leapfrog-sass-<uid>`` in the temporary directory)."""
 
 
 @lru_cache(maxsize=None)
@@ -35,8 +43,23 @@ def compiled(filename, defines):
 
 def inspect(source, filename, options):
     """``{function: {"registers", "shared", "sass": {opcode: count}, "hot": {opcode: count}}}`` of ``source``
-    built for sm_90."""
+    built for sm_90 (read from ``CACHE`` when it was read before)."""
     options = [*options, "-arch=sm_90"]
+    tool = Path(cuobjdump()).stat()
+    key = json.dumps([source, filename, options, nvrtc_version(), tool.st_size, tool.st_mtime_ns])
+    kept = CACHE / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    functions = _read(source, filename, options)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=CACHE, suffix=".tmp", delete=False) as out:
+        json.dump(functions, out)
+    os.replace(out.name, kept)  # whole or not at all, whichever process writes it first
+    return functions
+
+
+def _read(source, filename, options):
+    """``inspect``'s result, compiled and read now."""
     _, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
     try:
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), [option.encode() for option in options])

@@ -110,3 +110,26 @@ def test_instructions_that_never_run_are_not_counted():
               "}\n")
     counts = sass.inspect(source, "copies.cu", launch.NVRTC_OPTIONS)["copies_f32"]["sass"]
     assert sass.count(counts, r"LDGSTS.*") == 1 and sass.count(counts, r"LDS(\..*)?") == 1, counts
+
+
+def test_what_inspect_read_is_kept_on_disk_by_source_and_options(tmp_path, monkeypatch):
+    """A second ``inspect`` of the same source and options reads the kept file, not the compiler; another
+    source, or other options, compiles again."""
+    monkeypatch.setattr(sass, "CACHE", tmp_path)
+    source = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n'
+    first = sass.inspect(source, "twice.cu", launch.NVRTC_OPTIONS)
+    assert len(list(tmp_path.glob("*.json"))) == 1 and first["twice"]["registers"] > 0
+
+    def compiled_again(*args):
+        raise AssertionError("compiled again")
+
+    reads = sass._read
+    monkeypatch.setattr(sass, "_read", compiled_again)
+    assert sass.inspect(source, "twice.cu", launch.NVRTC_OPTIONS) == first
+    with pytest.raises(AssertionError, match="compiled again"):
+        sass.inspect(source.replace("2.0f", "3.0f"), "twice.cu", launch.NVRTC_OPTIONS)
+    with pytest.raises(AssertionError, match="compiled again"):
+        sass.inspect(source, "twice.cu", (*launch.NVRTC_OPTIONS, "-DUNUSED=1"))
+    monkeypatch.setattr(sass, "_read", reads)
+    assert sass.inspect(source.replace("2.0f", "3.0f"), "twice.cu", launch.NVRTC_OPTIONS)["twice"]["sass"]
+    assert len(list(tmp_path.glob("*.json"))) == 2 and not list(tmp_path.glob("*.tmp"))

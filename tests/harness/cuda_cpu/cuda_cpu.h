@@ -2,7 +2,9 @@
 //
 // Blocks run one at a time. Each CUDA thread of a block is a fiber (ucontext) on its own small stack;
 // __syncthreads() parks the fiber and the scheduler runs the next one, and once every fiber of the
-// block has arrived at the same barrier all of them go on. __shared__ is a static, so one copy is
+// block has arrived at the same barrier all of them go on. A fiber is made once (makecontext) and then
+// runs thread after thread, block after block; it switches with _setjmp/_longjmp, which, unlike
+// swapcontext, leave the signal mask alone and so make no system call. __shared__ is a static, so one copy is
 // shared by the fibers of the block; it is filled with NaN bytes before each block (shared memory
 // starts undefined on a GPU too, so a read of an element nobody wrote shows in the result). A block
 // whose threads do not all meet at the same barrier (some finished, or waiting at another one) stops
@@ -50,6 +52,7 @@
 
 #pragma once
 
+#undef _FORTIFY_SOURCE  // its longjmp check refuses a jump to another fiber's stack
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -60,6 +63,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <setjmp.h>
 #include <ucontext.h>
 #include <utility>
 #include <vector>
@@ -120,7 +124,9 @@ struct Copy {
 };
 
 struct Fiber {
-    ucontext_t context;
+    ucontext_t context;         // its start, on its stack (``resume``)
+    jmp_buf where;              // where it parked
+    bool started = false;       // runs ``fiber_main``'s loop (false: made anew at its next resume)
     std::vector<Copy> copies;  // issued and not landed
     int committed = 0;         // groups committed so far
     dim3 index;
@@ -130,7 +136,7 @@ struct Fiber {
     int partner = 0;                     // the lane whose value a shuffle takes
 };
 
-inline ucontext_t scheduler;
+inline jmp_buf scheduler;
 inline std::vector<Fiber> fibers;
 inline std::unique_ptr<char[]> stacks;
 inline size_t stack_count = 0;
@@ -140,10 +146,20 @@ inline std::string error;
 inline std::vector<std::pair<char*, size_t>> shared;  // the __shared__ statics, set by the caller
 inline char signal_stack[256 * 1024];
 
+// The fiber in `current` gives the CPU back to the scheduler until it resumes it.
+inline void park() {
+    if (!_setjmp(current->where)) _longjmp(scheduler, 1);
+}
+
+// Abandons the fiber in `current` (its thread stopped the launch): back to the scheduler, for good.
+[[noreturn]] inline void abandon() {
+    _longjmp(scheduler, 1);
+}
+
 inline void syncthreads(int line) {
     current->state = AT_BARRIER;
     current->line = line;
-    swapcontext(&current->context, &scheduler);
+    park();
 }
 
 [[noreturn]] inline void stop(const std::string& reason);
@@ -165,18 +181,21 @@ V shuffle(unsigned mask, V value, int delta, bool exclusive_or, int line) {
     current->partner = static_cast<int>(t - lane + source);
     current->state = AT_SHUFFLE;
     current->line = line;
-    swapcontext(&current->context, &scheduler);
+    park();
     V out;
     std::memcpy(&out, current->received, sizeof(V));
     return out;
 }
 
 inline void fiber_main() {
-    body();
-    if (!current->copies.empty())
-        stop("the thread ended with " + std::to_string(current->copies.size()) +
-             " asynchronous copies it never waited for");
-    current->state = DONE;  // returning resumes the scheduler through uc_link
+    for (;;) {  // a thread of `body` each time the scheduler resumes it after a DONE
+        body();
+        if (!current->copies.empty())
+            stop("the thread ended with " + std::to_string(current->copies.size()) +
+                 " asynchronous copies it never waited for");
+        current->state = DONE;
+        park();
+    }
 }
 
 inline std::string str(const dim3& d) {
@@ -186,8 +205,7 @@ inline std::string str(const dim3& d) {
 // Stops the launch with `reason`, naming the thread and block in `current`.
 [[noreturn]] inline void stop(const std::string& reason) {
     error = reason + " (thread " + str(threadIdx) + " of block " + str(blockIdx) + ")";
-    setcontext(&scheduler);  // abandon the block; the launch reports the error
-    std::abort();
+    abandon();  // and the block; the launch reports the error
 }
 
 // Stops the launch: the thread in `current` accessed element `index` of a buffer of `size` elements,
@@ -196,8 +214,7 @@ inline std::string str(const dim3& d) {
     error = "out-of-range access by thread " + str(threadIdx) + " of block " + str(blockIdx) + ": index " +
             std::to_string(index) + " of argument " + std::to_string(argument) + ", a buffer of " +
             std::to_string(size) + " elements";
-    setcontext(&scheduler);  // abandon the block; the launch reports the error
-    std::abort();            // setcontext returns only if it fails
+    abandon();  // and the block; the launch reports the error
 }
 
 // What the caller passes for a pointer parameter: the buffer's address and its number of elements.
@@ -320,7 +337,7 @@ inline void on_fault(int signal, siginfo_t* info, void*) {
     std::snprintf(where, sizeof where, "%p", info->si_addr);
     error = "invalid memory access at " + std::string(where) + " by thread " + str(threadIdx) +
             " of block " + str(blockIdx);
-    setcontext(&scheduler);  // abandon the block; the launch reports the error
+    abandon();  // and the block (SA_NODEFER: leaving the handler so unblocks nothing); the launch reports it
 }
 
 // Once no fiber can run: every warp whose lanes all wait at the same shuffle takes its values and goes
@@ -351,6 +368,19 @@ inline bool release_shuffles(unsigned count) {
     return released;
 }
 
+// Runs fiber `f` until it parks or is abandoned: where it parked, or, made anew on its stack, from the start.
+inline void resume(Fiber& f) {
+    if (_setjmp(scheduler)) return;
+    if (f.started) _longjmp(f.where, 1);
+    f.started = true;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = stacks.get() + (size_t)(&f - fibers.data()) * STACK_BYTES;
+    f.context.uc_stack.ss_size = STACK_BYTES;
+    f.context.uc_link = nullptr;  // fiber_main never returns
+    makecontext(&f.context, fiber_main, 0);
+    setcontext(&f.context);
+}
+
 // Runs one block; false (with `error` set) on a fault, a divergent barrier or a divergent shuffle.
 inline bool run_block() {
     for (auto [bytes, size] : shared) std::memset(bytes, 0xFF, size);
@@ -361,18 +391,13 @@ inline bool run_block() {
         f.state = READY;
         f.copies.clear();
         f.committed = 0;
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = stacks.get() + (size_t)t * STACK_BYTES;
-        f.context.uc_stack.ss_size = STACK_BYTES;
-        f.context.uc_link = &scheduler;
-        makecontext(&f.context, fiber_main, 0);
     }
     for (;;) {
         for (unsigned t = 0; t < count; ++t) {
             if (fibers[t].state != READY) continue;
             current = &fibers[t];
             threadIdx = current->index;
-            swapcontext(&scheduler, &current->context);
+            resume(*current);
             current = nullptr;
             if (!error.empty()) return false;
         }
@@ -418,6 +443,7 @@ inline int launch(const unsigned* grid, const unsigned* block, std::function<voi
     if (stack_count < count) {
         stacks.reset(new char[(size_t)count * STACK_BYTES]);
         stack_count = count;
+        for (Fiber& f : fibers) f.started = false;  // their stacks are gone
     }
     body = std::move(kernel);
 
@@ -444,6 +470,8 @@ inline int launch(const unsigned* grid, const unsigned* block, std::function<voi
     sigaction(SIGBUS, &old_bus, nullptr);
     sigaltstack(&old_alternate, nullptr);
     current = nullptr;
+    if (!ok)
+        for (Fiber& f : fibers) f.started = false;  // some were abandoned mid-thread: made anew next time
     return ok ? 0 : 1;
 }
 

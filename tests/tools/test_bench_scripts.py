@@ -200,15 +200,18 @@ def test_the_compiled_step_is_the_eager_step():
     """The compiled step of torch_compile.py moves the parameters as the eager torch.optim step does."""
     pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     import torch_compile
-    from leapfrog_gpu.tools.bench import torch_anchor
+    from leapfrog_gpu import MLP
+    from leapfrog_gpu.tools.bench import measure, torch_anchor
 
-    eager = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64", optimizer="foreach")
-    compiled = torch_compile.CompiledStep([5, 7, 3], 4, dtype="float64", warmup=0)
-    for step in (eager, compiled):
-        step.step()
-    for p, q in zip(eager.params, compiled.params, strict=True):
-        assert float((p - q).detach().abs().max()) < 1e-12
-    assert float((eager.params[0] - torch_anchor.mlp([5, 7, 3], 4, "float64")[0][0]).detach().abs().max()) > 0  # moved
+    x, y = measure.host_batch([5, 7, 3], 4, "float64")
+    with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
+        eager = torch_anchor.Step(net.to_torch(), x, y, measure.OPTIMIZERS["sgd"], "foreach")
+        compiled = torch_compile.CompiledStep(net.to_torch(), x, y, warmup=0)
+        for step in (eager, compiled):
+            step.step()
+        for p, q in zip(eager.params, compiled.params, strict=True):
+            assert float((p - q).detach().abs().max()) < 1e-12
+        assert float((eager.params[0] - net.to_torch()[0].weight).detach().abs().max()) > 0  # moved
 
 
 # -- dag_bench.py --------------------------------------------------------------------------------------------

@@ -59,9 +59,8 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             calls[run.threads, "step", i] = lambda r=run: net.train_step(x, y, rule, r.schedule, graph=r.graph)
             if not run.graph:
                 calls[run.threads, "backward", i] = lambda s=run.schedule: plan.backward(s)
-        device = "cpu" if backend.name == "numpy" else "cuda"
-        anchors = {} if torch_anchor.skipped(args.no_torch) else torch_anchor.steps(
-            args, sizes, batch, settings, device, optimizer, None if optimizer == "sgd" else rule)
+        anchors = {} if torch_anchor.skipped(args.no_torch) else torch_anchor.steps(args, net, x, y, settings,
+                                                                                   optimizer, rule)
         calls.update({(("torch", threads), mode): anchor.step for (mode, threads), anchor in anchors.items()})
         timed = runner.interleaved(backend, calls, args.repeats, args.warmup, {row: _setting(row[0]) for row in calls})
         shared = {threads: {
@@ -83,8 +82,7 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             step = timed[("torch", threads), mode]
             with torch_anchor.num_threads(threads):
                 backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats)}
-            records.append(torch_anchor.record(args, sizes, batch, device, mode, threads, optimizer,
-                                               _times(step, backward)))
+            records.append(torch_anchor.record(args, net, anchor, mode, threads, optimizer, _times(step, backward)))
     return records
 
 
@@ -157,7 +155,7 @@ def sweeps(net, plan):
 
 
 def derive(case):
-    """Add the model's prediction and the ratios, each against a baseline measured in this run.
+    """Add the model's prediction and the ratios, each against a baseline measured in this run (``over``).
 
     A graph row's ``step_speedup`` is against the graph-mode sequential step, and its
     ``graph_speedup`` against its own configuration's eager step; it has no backward pass of its own.
@@ -166,38 +164,40 @@ def derive(case):
     ours = [r for r in timed if not r["schedule"].startswith("torch")]
     sequential = {(r["blas_threads"], r["graph"]): r for r in ours
                   if r["schedule"] == BASELINE and not r.get("one_pass")}
-    eager = {(r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]): r for r in ours
-             if not r["graph"]}
-    best_step = min((r for (_, graph), r in sequential.items() if not graph), key=lambda r: r["step_ms"]["median"])
-    best_backward = min((r for (_, graph), r in sequential.items() if not graph),
-                        key=lambda r: r["backward_ms"]["median"])
+    eager = {_twin(r): r for r in ours if not r["graph"]}
+    plain = [r for (_, graph), r in sequential.items() if not graph]
+    best = {key: min(plain, key=lambda r: r[key]["median"]) for key in ("step_ms", "backward_ms")}
     for r in timed:
-        if r["schedule"].startswith("torch"):  # PyTorch writes nabla_w and reads it again: a plain step's floor
-            gbps = best_step["copy_gbps"]
+        torch = r["schedule"].startswith("torch")
+        if torch:  # PyTorch writes nabla_w and reads it again: a plain step's floor
+            gbps = best["step_ms"]["copy_gbps"]
             r.update(floor([r["N"]] * r["L"], r["B"], r["dtype"], "plain", gbps, r.get("optimizer", "sgd")),
                      copy_gbps=gbps)
-        r["floor_speedup"] = r["floor_ms"] / r["step_ms"]["median"]
-        r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
-        r["backward_speedup_vs_best_sequential"] = (None if r["backward_ms"] is None else
-                                                    best_backward["backward_ms"]["median"] / r["backward_ms"]["median"])
-        r["best_sequential"] = r is best_step
-        if r["schedule"].startswith("torch"):
-            r.update(predicted_saving=None, measured_saving=None, backward_speedup=None, step_speedup=None,
-                     graph_speedup=None)
-            continue
-        seq = sequential[r["blas_threads"], r["graph"]]
-        k, f = r["k"], r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
-        model = {Leapfrog.name: (1 - 1 / k) * r["f3_ms"] / f if k else 0.0, BASELINE: 0.0}
-        r["predicted_saving"] = model.get(r["schedule"])  # the seed's model speaks of these two only
-        r["step_speedup"] = seq["step_ms"]["median"] / r["step_ms"]["median"]
-        r["graph_speedup"] = None
-        if r["graph"]:
-            twin = eager[r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]]
-            r["graph_speedup"] = twin["step_ms"]["median"] / r["step_ms"]["median"]
-            r.update(measured_saving=None, backward_speedup=None)
-            continue
-        seq_backward = seq["backward_ms"]["median"]
-        r["measured_saving"] = (seq_backward - r["backward_ms"]["median"]) / (r["forward_ms"]["median"] + seq_backward)
-        r["backward_speedup"] = seq_backward / r["backward_ms"]["median"]
+        seq = None if torch else sequential.get((r["blas_threads"], r["graph"]))
+        r.update(floor_speedup=r["floor_ms"] / r["step_ms"]["median"], best_sequential=r is best["step_ms"],
+                 step_speedup_vs_best_sequential=over(best["step_ms"], r),
+                 backward_speedup_vs_best_sequential=over(best["backward_ms"], r, "backward_ms"),
+                 step_speedup=over(seq, r), backward_speedup=over(seq, r, "backward_ms"),
+                 graph_speedup=over(eager.get(_twin(r)), r) if seq and r["graph"] else None,
+                 predicted_saving=None if torch else predicted_saving(r), measured_saving=None)
+        if seq and r["backward_ms"]:
+            forward, backward = r["forward_ms"]["median"], seq["backward_ms"]["median"]
+            r["measured_saving"] = (backward - r["backward_ms"]["median"]) / (forward + backward)
     return case
 
+
+def predicted_saving(r):
+    """The model's saving of a pass, (1 - 1/k) f3 / f with f = f1 + f2 + f3, for leapfrog (0 at k = 0) and
+    sequential (0); None for the others, of which the seed's model does not speak."""
+    f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
+    return {Leapfrog.name: (1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0, BASELINE: 0.0}.get(r["schedule"])
+
+
+def over(base, r, key="step_ms"):
+    """``base``'s median ``key`` over ``r``'s: r's speed-up over it (> 1: faster); None where either has none."""
+    return base[key]["median"] / r[key]["median"] if base and base[key] and r[key] else None
+
+
+def _twin(r):
+    """What a record's eager twin shares with it: its configuration and BLAS setting."""
+    return r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]

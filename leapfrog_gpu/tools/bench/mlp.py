@@ -24,7 +24,7 @@ from ...mlp import autotune
 from ...parallel import comm as parallel
 from ..cli import fitted, integers, names, pip_install, png_refusal
 from . import measure, progress, runner, torch_anchor
-from .report import column_widths, table_foot, table_head, table_rows
+from .report import table_foot, table_head, table_rows
 
 PROG = "leapfrog-bench"
 RECORDS = "records"
@@ -117,12 +117,11 @@ def case(args, state, key):
 
 
 def head(args):
-    return table_head(column_widths(args, args.schedule), args.graph)
+    return table_head(args)
 
 
 def rows(args, case):
-    return [line for name in args.optimizer for line in table_rows([r for r in case if r["optimizer"] == name],
-                                                                    column_widths(args, args.schedule), args.graph)]
+    return [line for name in args.optimizer for line in table_rows([r for r in case if r["optimizer"] == name], args)]
 
 
 def foot(args, state, records, about):

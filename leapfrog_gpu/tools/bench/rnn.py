@@ -3,7 +3,7 @@ against BPTT and PyTorch's ``nn.RNN``.
 
 For every (N, tau, B), ``RNN([N] * L, output="every")`` under each schedule of ``--schedule`` (bptt, the
 baseline, always): its backward pass alone (a row NAME each, beside PyTorch's ``loss.backward()``) and its
-whole SGD step (``step NAME``, beside PyTorch's, ``torch_anchor.TorchRNN``, and with ``--forward-solver`` the
+whole SGD step (``step NAME``, beside PyTorch's, ``torch_step``, and with ``--forward-solver`` the
 step parallel in time, ``step timescan+NAME``), all timed in one alternation (``runner.interleaved``), each
 with its speed-up over BPTT's (a step's over ``step bptt``), its dependent rounds and its chains' flops
 against BPTT's. What the rows mean, and the tables measured: docs/rnn.md.
@@ -15,6 +15,7 @@ import numpy as np
 
 from ...backends import get_backend
 from ...core.checks import MEMORY_LIMIT
+from ...core.optimizers import SGD
 from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
@@ -88,10 +89,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
                                                         cell=cell) as net:
         skipped = _skipped(net, tau, B, measured, solvers, max_gflop)
         x, y = sequences(N, tau, B, dtype, inputs=inputs)
-        anchor = None
-        if torch is not None:  # built before a step moves the parameters
-            where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
-            anchor = torch_anchor.TorchRNN(torch, net, x, y, where, ETA)
+        anchor = torch and torch_step(net, x, y)  # built before a step moves the parameters
         net.backprop(x, y, BPTT())
         plan, calls = net.plan(tau, B), {}
         if "backward" in parts:
@@ -124,6 +122,16 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
             row["speedup"] = base[name.startswith(STEP)]["median_s"] / row["median_s"]
         rows.append(row)
     return rows
+
+
+def torch_step(net, x, y, eta=ETA):
+    """PyTorch's SGD step of ``net`` (``net.to_torch()``: its cell's ``torch.nn.RNN``, ``GRU`` or ``LSTM`` layers, then
+    the output layer) on ``x``, ``y``, by ``torch.optim.SGD(foreach=True)`` at ``eta``; ``bias_hh`` held at zero (the
+    network has one bias a layer) but for a GRU's (its n rows hold b_hn)."""
+    module = net.to_torch()
+    for name, p in module.named_parameters():
+        p.requires_grad_(net.cell == "gru" or "bias_hh" not in name)
+    return torch_anchor.Step(module, x, y, SGD(eta), "foreach")
 
 
 def _skipped(net, tau, B, measured, solvers, max_gflop):

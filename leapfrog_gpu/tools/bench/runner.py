@@ -106,12 +106,9 @@ def main(suite, argv=None):
                 bar.start(" ".join(value if isinstance(value, str) else f"{name}={value}"
                                    for name, value in key.items()))
                 networks.append(suite.case(args, state, key))
-                bar.stop()
-                if not args.quiet:
-                    print(*suite.rows(args, networks[-1]), sep="\n", flush=True)
                 if args.jsonl:
                     append_lines(args.jsonl, networks[-1])
-                bar.done()
+                bar.done([] if args.quiet else suite.rows(args, networks[-1]))
             records = [r for case in networks for r in case]
             if args.quiet:
                 print(*suite.head(args), *(line for case in networks for line in suite.rows(args, case)), sep="\n")
@@ -227,3 +224,8 @@ def noisy(stats):
 def ratio(value, times="x"):
     """A speed-up to 2 decimals (``1.25x``), below 0.1 to 2 significant digits (``0.0072x``)."""
     return "-" if value is None else (f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}") + times
+
+
+def line(cells, widths, sep="  "):
+    """A table's line: ``cells`` in columns of ``widths`` (< 0: left-aligned) joined by ``sep``, trailing spaces cut."""
+    return sep.join(f"{cell!s:{'<' if w < 0 else '>'}{abs(w)}}" for cell, w in zip(cells, widths)).rstrip()

@@ -21,7 +21,7 @@ from ...backends import get_backend, timing
 from ...dag.layers import Add, Concat, Dense
 from ...dag.network import INPUT, DagNet
 from ..cli import integer, integers, names
-from ..schedules import make_schedule, schedule_names
+from ..schedules import schedule_names
 from . import progress, runner
 from .runner import NOISY, noisy, ratio, spread
 
@@ -33,9 +33,11 @@ KINDS = {"residual": Add, "dense": Concat}
 
 TITLE = "speed-up vs seq: the sequential order's median over the row's, same pass and network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
-HEADER = (f"  {'pass':<8} {'schedule':<14} {'median [p20-p80] ms':<23} {'speed-up vs seq':>15} {'rounds':>6} "
-          f"{'iters':>5} {'flops/seq':>9} {'mem MiB':>8}")
-"""The columns' titles."""
+COLUMNS = (("pass", -8), ("schedule", -14), ("median [p20-p80] ms", -23), ("speed-up vs seq", 15), ("rounds", 6),
+           ("iters", 5), ("flops/seq", 9), ("mem MiB", 8))
+"""The columns' titles and widths (< 0: left-aligned), each row indented by two spaces under its network."""
+TITLES, WIDTHS = zip(*COLUMNS)
+HEADER = "  " + runner.line(TITLES, WIDTHS, " ")
 FOOT = ("speed-up vs seq: the sequential order's median over the row's; > 1: faster\n"
         f"! noisy: p80 - p20 over {NOISY:.0%} of the median; rounds: dependent steps; iters: sweeps or iterations\n"
         "flops/seq: flops over the sequential order's; mem MiB: what the solver holds")
@@ -53,13 +55,6 @@ def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
     return DagNet(N, nodes, dtype=dtype, seed=seed, backend=backend)
 
 
-def runs(k, memory_limit, names=schedule_names("dag")):
-    """``(pass, name, schedule)`` of every row: the backward schedules of ``names`` (by the names of
-    ``tools.schedules``), the sequential order first."""
-    return [("backward", name, make_schedule("dag", name, k=k, memory_limit=memory_limit))
-            for name in dict.fromkeys([BASELINE, *names])]
-
-
 def backward(net, x, y, schedule):
     """One backward pass of ``net`` by ``schedule``; its counters."""
     net.backprop(x, y, schedule)
@@ -68,7 +63,8 @@ def backward(net, x, y, schedule):
 
 def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
             dtype="float32", names=schedule_names("dag"), more=None):
-    """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, and of
+    """The records of one network on ``backend`` (a backend object): a dict per backward schedule of ``names``
+    (of ``tools.schedules``; the sequential order first, always), and per row of
     ``more(net, x, y)`` (rows ``(pass, name, solver, call)``, ``call()`` a pass that returns its counters:
     ``profiling/dag_bench.py``'s forward solvers), timed in turn (``runner.interleaved``), with ``ms``
     (median, p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory the solver
@@ -77,7 +73,8 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
     calls, needed = {}, {}
     with network(kind, N, D, dtype, backend) as net:
-        rows = [(*row, functools.partial(backward, net, x, y, row[2])) for row in runs(k, memory_limit, names)]
+        rows = [("backward", name, schedule, functools.partial(backward, net, x, y, schedule))
+                for name, schedule in runner.schedules("dag", names, k=k, memory_limit=memory_limit).items()]
         for pass_, name, made, call in rows + (more(net, x, y) if more else []):
             needed[pass_, name] = memory = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
             calls[pass_, name] = call
@@ -122,18 +119,16 @@ def heading(record):
 
 
 def format_row(record):
-    """One row under ``HEADER``: within 100 columns whatever its numbers."""
+    """One row under ``HEADER``: within 100 columns whatever its numbers (a refusal across the timed ones)."""
     stats = record.get("stats", {})
-    head = f"  {record['pass']:<8} {record['schedule']:<14}"
-    memory = f"{_short(stats.get('memory_bytes', 0) / 2**20, 2):>8}"
+    memory = _short(stats.get("memory_bytes", 0) / 2**20, 2)
     if "refused" in record:
-        return f"{head} {record['refused'][:62]:<62} {memory}"
-    timed = spread(record["ms"]) + ("!" if noisy(record["ms"]) else "")
-    times = ratio(record.get("speedup"))
+        return "  " + runner.line((record["pass"], record["schedule"], record["refused"][:62], memory),
+                                  (-8, -14, -62, 8), " ")
     flops = _short(stats["flops"] / stats["sequential_flops"], 1) if stats.get("sequential_flops") else "-"
-    iters = stats.get("sweeps", stats.get("iterations", ""))
-    return (f"{head} {timed:<23} {times:>15} {_short(stats.get('rounds', ''), 0):>6} {_short(iters, 0):>5} "
-            f"{flops:>9} {memory}")
+    return "  " + runner.line((record["pass"], record["schedule"], spread(record["ms"]) + "!" * noisy(record["ms"]),
+                               ratio(record.get("speedup")), _short(stats.get("rounds", ""), 0),
+                               _short(stats.get("sweeps", stats.get("iterations", "")), 0), flops, memory), WIDTHS, " ")
 
 
 def _short(value, digits):
@@ -141,16 +136,6 @@ def _short(value, digits):
     if value == "":
         return value
     return f"{value:.{digits}f}" if value < 1e4 else f"{value:.3g}"
-
-
-def table(records):
-    """The whole table: ``TITLE``, ``HEADER``, and each network's heading and rows."""
-    lines = [TITLE, HEADER]
-    for i, r in enumerate(records):
-        if i == 0 or heading(r) != heading(records[i - 1]):
-            lines.append(heading(r))
-        lines.append(format_row(r))
-    return "\n".join(lines)
 
 
 def grid(args):
@@ -184,7 +169,8 @@ def head(args):
 
 
 def rows(args, case):
-    return table(case).split("\n")[2:]
+    """A network's heading, then its rows."""
+    return [heading(case[0])] + [format_row(r) for r in case]
 
 
 def foot(args, backend, records, about):

@@ -20,7 +20,7 @@ from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ..cli import integer, integers, names as names_of
-from ..schedules import SOLVERS, make_schedule, make_solver, schedule_names
+from ..schedules import SOLVERS, make_solver, schedule_names
 from . import progress, runner, torch_anchor
 from .runner import ratio
 
@@ -29,11 +29,10 @@ RECORDS = "rows"
 BASELINE = schedule_names("rnn")[0]
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
-HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<26} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
-          f"{'rounds':>7} {'flops/bptt':>10}")
-"""The columns' titles."""
-STEP = "step "
-"""What a step's row name starts with: ``step bptt``, ``step timescan+newton``."""
+COLUMNS = (("N", 4), ("tau", 5), ("B", 3), ("schedule", -26), ("k", 2), ("median ms", 10), ("speed-up vs bptt", 16),
+           ("rounds", 7), ("flops/bptt", 10))
+"""The columns' titles and widths (< 0: left-aligned)."""
+TITLES, WIDTHS = zip(*COLUMNS)
 PARTS = ("backward", "step")
 """What ``measure`` can time: the backward pass alone, the whole SGD step."""
 ETA = 1e-9
@@ -43,14 +42,9 @@ weights far enough to change what the forward solvers face)."""
 
 
 def table_head():
-    """The lines above the rows: ``TITLE``, ``HEADER`` and a rule."""
-    return [TITLE, HEADER, "-" * len(HEADER)]
-
-
-def schedules(k, memory_limit=MEMORY_LIMIT, names=schedule_names("rnn")):
-    """The schedules measured, by name: ``names`` (of ``tools.schedules``), the baseline first whether named or not."""
-    chosen = dict.fromkeys([BASELINE, *names])
-    return {name: make_schedule("rnn", name, k=k, memory_limit=memory_limit) for name in chosen}
+    """The lines above the rows: ``TITLE``, the columns' titles and a rule."""
+    header = runner.line(TITLES, WIDTHS, " ")
+    return [TITLE, header, "-" * len(header)]
 
 
 def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
@@ -60,67 +54,49 @@ def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
     return x.astype(dtype), y.astype(dtype)
 
 
-def torch_name(cell="elman"):
-    """PyTorch's row for ``cell``: ``torch nn.RNN``, ``torch nn.GRU``, ``torch nn.LSTM``."""
-    return f"torch nn.{ {'elman': 'RNN'}.get(cell, cell.upper())}"
-
-
-def step_name(name):
-    """The row of a step: ``step NAME`` for a schedule or PyTorch's row, ``step timescan+NAME`` for the forward
-    solver ``NAME`` of ``SOLVERS["rnn"]`` (the backward by ``TimeScan``)."""
-    solver = name not in schedule_names("rnn") and not name.startswith("torch")
-    return f"{STEP}{TimeScan.name}+{name}" if solver else f"{STEP}{name}"
-
-
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
             memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
             parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1):
     """The rows of one (N, tau, B), for each of ``parts``: the backward pass under each schedule of ``names``
-    (``schedules``) and PyTorch's (``torch_name``, when ``torch``, the module, is given), then the step under
-    each (``step NAME``), with ``solvers`` the steps parallel in time too, and PyTorch's (one row a number of
-    ``torch_threads``, ``step torch nn.GRU 2t``); each a dict with ``median_s``, ``speedup`` (BPTT's median
-    over it, ``step bptt``'s for a step), the counters of its forward pass (a step's) and its chain (``rounds``,
-    ``flops``, BPTT's ``sequential_flops``; Newton's ``iterations``), or ``refused``. ``cell``: the recurrent
-    layers' (a schedule that refuses it shows so); ``inputs``: n_1 (default N)."""
-    sizes = [inputs or N] + [N] * (L - 1)
-    measured = schedules(k, memory_limit, names)
+    (of ``tools.schedules``; bptt first, always) and PyTorch's (``torch nn.RNN``, ``nn.GRU``... when ``torch``,
+    the module, is given), then the step under each (``step NAME``), with ``solvers`` the steps parallel in time
+    too (``step timescan+NAME``), and PyTorch's (one row a number of ``torch_threads``, ``step torch nn.GRU 2t``);
+    each a dict with ``median_s``, ``speedup`` (BPTT's median over it, ``step bptt``'s for a step), the counters
+    of its forward pass (a step's) and its chain (``rounds``, ``flops``, BPTT's ``sequential_flops``; Newton's
+    ``iterations``), or ``refused`` (``_skipped``). ``cell``: the recurrent layers' (a schedule that refuses it
+    shows so); ``inputs``: n_1 (default N)."""
+    schedules = runner.schedules("rnn", names, k=k, memory_limit=memory_limit)
+    solvers = {name: make_solver("rnn", name, memory_limit=memory_limit) for name in solvers}
+    torch_row = f"torch nn.{ {'elman': 'RNN'}.get(cell, cell.upper())}"
     options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
-    with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device,
-                                                        cell=cell) as net:
-        skipped = _skipped(net, tau, B, measured, solvers, max_gflop)
+    with get_backend(backend, **options) as device, RNN([inputs or N] + [N] * (L - 1), output="every", dtype=dtype,
+                                                        backend=device, cell=cell) as net:
         x, y = sequences(N, tau, B, dtype, inputs=inputs)
         anchor = torch and torch_step(net, x, y)  # built before a step moves the parameters
         net.backprop(x, y, BPTT())
-        plan, calls = net.plan(tau, B), {}
+        plan, rows = net.plan(tau, B), []  # (name, k, call)
         if "backward" in parts:
-            calls.update({name: _backward(net, plan, schedule) for name, schedule in measured.items()})
-        torch_steps = [torch_name(cell) + (f" {t}t" if t else "") for t in torch_threads or [None]] if anchor else []
+            rows += [(name, s.k, _backward(net, plan, s)) for name, s in schedules.items()]
+            rows += [(torch_row, None, None)] * bool(anchor)  # timed on its own, below
         if "step" in parts:
-            steps = {**{name: (schedule, None) for name, schedule in measured.items()},
-                     **{name: (TimeScan(k=k, memory_limit=memory_limit), make_solver("rnn", name,
-                                                                                     memory_limit=memory_limit))
-                        for name in dict.fromkeys(solvers)}}
-            calls.update({step_name(name): _step(net, x, y, *pair) for name, pair in steps.items()})
-            calls.update({step_name(name): _torch_step(anchor, threads)
-                          for name, threads in zip(torch_steps, torch_threads or [None])})
-        calls.update({name: runner.refused(why) for name, why in skipped.items() if name in calls})
-        timed = runner.interleaved(device, calls, repeats, warmup)
+            rows += [(f"step {name}", s.k, _step(net, x, y, s)) for name, s in schedules.items()]
+            rows += [(f"step {TimeScan.name}+{name}", k, _step(net, x, y, TimeScan(k=k, memory_limit=memory_limit),
+                                                                solver)) for name, solver in solvers.items()]
+            rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None, _torch_step(anchor, t))
+                     for t in (torch_threads or [None]) * bool(anchor)]
+        skipped = _skipped(net, tau, B, schedules, solvers, max_gflop)
+        timed = runner.interleaved(device, {name: runner.refused(skipped[name]) if name in skipped else call
+                                            for name, _, call in rows if call}, repeats, warmup)
         if anchor and "backward" in parts:
-            timed[torch_name(cell)] = {"ms": anchor.backward_ms(repeats)}
-    seconds = {name: {"median_s": float(np.median(r.pop("ms"))) / 1e3, **r} if "ms" in r else r
-               for name, r in timed.items()}
-    base = {False: seconds.get(BASELINE), True: seconds.get(step_name(BASELINE))}  # by whether a step
-    rows = []
-    for name in [*measured, torch_name(cell), *map(step_name, [*measured, *dict.fromkeys(solvers), *torch_steps])]:
-        if name not in seconds:
-            continue
-        bare = name.removeprefix(STEP)
-        streams = k if name.startswith(f"{STEP}{TimeScan.name}+") else measured[bare].k if bare in measured else None
-        row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
-               **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}), **seconds[name]}
-        if "median_s" in row:
-            row["speedup"] = base[name.startswith(STEP)]["median_s"] / row["median_s"]
-        rows.append(row)
+            timed[torch_row] = {"ms": anchor.backward_ms(repeats)}
+    rows = [{"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
+             **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
+             **({"median_s": float(np.median(timed[name].pop("ms"))) / 1e3} if "ms" in timed[name] else {}),
+             **timed[name]} for name, streams, _ in rows]
+    medians = {r["schedule"]: r.get("median_s") for r in rows}
+    for r in rows:
+        if "median_s" in r:  # over BPTT's backward pass, or its step
+            r["speedup"] = medians["step " * r["schedule"].startswith("step ") + BASELINE] / r["median_s"]
     return rows
 
 
@@ -134,26 +110,27 @@ def torch_step(net, x, y, eta=ETA):
     return torch_anchor.Step(module, x, y, SGD(eta), "foreach")
 
 
-def _skipped(net, tau, B, measured, solvers, max_gflop):
-    """Row name -> why it is skipped: a schedule whose chain would do more than ``max_gflop`` and more than
+def _skipped(net, tau, B, schedules, solvers, max_gflop):
+    """Row name -> why it is not timed: a schedule whose chain would do more than ``max_gflop`` and more than
     BPTT's (whose chain, the baseline's, never is), or that refuses the cell, and its step; a step parallel in
     time whose one iteration would."""
     def over(flops, what=""):
         return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
 
     skipped, itemsize, device = {}, np.dtype(net.dtype).itemsize, net.backend.name
-    for name, schedule in measured.items():
+    for name, schedule in schedules.items():
         if net.cell != "elman" and name == NaumovRNN.name:
-            why = f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
-            skipped[name] = skipped[step_name(name)] = why
-            continue
-        counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device, cell=net.cell)
-        if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
-            skipped[name] = skipped[step_name(name)] = over(counters["flops"])
-    for name in dict.fromkeys(solvers):
-        flops = make_solver("rnn", name).iteration_flops(net.sizes, tau, B, device, cell=net.cell)
+            skipped[name] = f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
+        else:
+            counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device, cell=net.cell)
+            if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
+                skipped[name] = over(counters["flops"])
+        if name in skipped:
+            skipped[f"step {name}"] = skipped[name]
+    for name, solver in solvers.items():
+        flops = solver.iteration_flops(net.sizes, tau, B, device, cell=net.cell)
         if flops > max_gflop * 1e9:
-            skipped[step_name(name)] = over(flops, "an iteration takes ")
+            skipped[f"step {TimeScan.name}+{name}"] = over(flops, "an iteration takes ")
     return skipped
 
 
@@ -168,7 +145,7 @@ def _backward(net, plan, schedule):
     return call
 
 
-def _step(net, x, y, schedule, solver):
+def _step(net, x, y, schedule, solver=None):
     """The SGD step of ``net`` under ``schedule``, its forward pass by ``solver`` (None: step by step): a call
     that returns the counters of its forward pass and its chain together."""
     sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, x.shape[0], x.shape[2],
@@ -195,15 +172,14 @@ def _torch_step(anchor, threads):
 
 
 def format_row(row):
-    """One line of the table under ``HEADER``."""
-    k = "-" if row["k"] is None else row["k"]
-    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<26} {k:>2}"
+    """One line of the table under its titles."""
+    cells = [row["N"], row["tau"], row["B"], row["schedule"], "-" if row["k"] is None else row["k"]]
     if "median_s" not in row:
-        return f"{head} {row['refused'][:80]}"
-    flops = f"{row['flops'] / row['sequential_flops']:10.2f}" if "flops" in row else f"{'':>10}"
+        return runner.line(cells + [row["refused"][:80]], WIDTHS, " ")
+    flops = f"{row['flops'] / row['sequential_flops']:.2f}" if "flops" in row else ""
     newton = f"  {row['iterations']} Newton iterations" if "iterations" in row else ""
-    return (f"{head} {row['median_s'] * 1e3:>10.3f} {ratio(row['speedup']):>16} {row.get('rounds', ''):>7} "
-            f"{flops}{newton}")
+    return runner.line(cells + [f"{row['median_s'] * 1e3:.3f}", ratio(row["speedup"]), row.get("rounds", ""), flops],
+                       WIDTHS, " ") + newton
 
 
 def grid(args):

@@ -28,7 +28,7 @@ from ...backends import get_backend, timing
 from ...core.functions import DTYPES
 from ...core.saving import replaced_atomically
 from ..cli import Parser, integer, integers, parse_args_on_a_backend, plural
-from ..schedules import names_type, schedule_names
+from ..schedules import make_schedule, names_type, schedule_names
 from . import progress
 
 NOISY = 0.25
@@ -70,6 +70,12 @@ def interleaved(backend, calls, repeats, warmup=1, settings=None):
     for row, ms in zip(timed, times):
         results[row] = {"ms": ms, **(reported[row] or {})}
     return {row: results[row] for row in calls}
+
+
+def schedules(model, names, **options):
+    """``name -> schedule`` of ``model`` (``tools.schedules``, made with ``options``) for each of ``names``, the
+    baseline first whether named or not."""
+    return {name: make_schedule(model, name, **options) for name in dict.fromkeys([schedule_names(model)[0], *names])}
 
 
 def refused(why):

@@ -40,7 +40,7 @@ def test_measure_gives_a_row_per_schedule_with_its_speedup_over_bptt():
     assert step["flops"] == step["sequential_flops"] == forward + by_name["bptt"]["flops"]
     assert by_name["step timescan"]["flops"] == forward + by_name["timescan"]["flops"]
     for row in rows:
-        assert bench_rnn.format_row(row).startswith("   4     8   2  ")
+        assert bench_rnn.format_row(row).startswith(f"   4     8   2 {row['schedule']} ")
     assert [row["schedule"] for row in bench_rnn.measure(4, 8, 2, repeats=1, parts=("step",))] == list(by_name)[5:]
 
 

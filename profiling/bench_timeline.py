@@ -31,8 +31,7 @@ from leapfrog_gpu.tools.cli import fitted, pip_install, png_refusal
 from leapfrog_gpu.tools.schedules import make_schedule
 
 PROG = "python profiling/bench_timeline.py"
-RECORDS, about, grid, work, head, rows = (bench_mlp.RECORDS, bench_mlp.about, bench_mlp.grid, bench_mlp.work,
-                                          bench_mlp.head, bench_mlp.rows)
+RECORDS, grid, work, head, rows = bench_mlp.RECORDS, bench_mlp.grid, bench_mlp.work, bench_mlp.head, bench_mlp.rows
 """What this suite of ``runner`` takes of ``leapfrog-bench``'s (``bench.mlp``) as it is."""
 
 

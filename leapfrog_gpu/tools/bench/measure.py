@@ -82,8 +82,21 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             step = timed[("torch", threads), mode]
             with torch_anchor.num_threads(threads):
                 backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats)}
-            records.append(torch_anchor.record(args, net, anchor, mode, threads, optimizer, _times(step, backward)))
+            records.append(torch_record(args, net, anchor, mode, threads, optimizer, _times(step, backward)))
     return records
+
+
+def torch_record(args, net, step, mode, threads, optimizer, times):
+    """The record of PyTorch's ``mode`` (its ``step``, of the MLP ``net``) at ``threads`` with its ``times``
+    (``step_ms`` and ``backward_ms``, or ``refused``), its fields those of ours."""
+    import torch
+
+    return {"backend": f"torch-{torch.__version__}",
+            "device": torch.cuda.get_device_name() if step.cuda else runner.cpu_name(), "dtype": args.dtype,
+            "N": net.sizes[0], "L": net.L, "B": step.batch, "blas_threads": threads, "repeats": args.repeats,
+            "optimizer": optimizer, "schedule": mode, "k": 0, "fused": False, "one_pass": False,
+            "graph": mode == "torch-cuda-graph", **times, "forward_ms": None, "f1_ms": None, "f2_ms": None,
+            "f3_ms": None, "copy_gbps": None}
 
 
 def _setting(key):

@@ -22,8 +22,8 @@ from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ...parallel import comm as parallel
-from ..cli import fitted, integers, names, pip_install, png_refusal
-from . import measure, progress, runner, torch_anchor
+from ..cli import integers, names, pip_install, png_refusal
+from . import measure, progress, runner
 from .report import table_foot, table_head, table_rows
 
 PROG = "leapfrog-bench"
@@ -87,10 +87,6 @@ def check(p, args):
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
 
 
-def about(args):
-    return {"torch_note": torch_anchor.skipped(args.no_torch)}
-
-
 def grid(args):
     return [{"N": n, "L": layers, "B": batch} for n in args.sizes for layers in args.layers for batch in args.batch]
 
@@ -125,10 +121,8 @@ def rows(args, case):
 
 
 def foot(args, state, records, about):
-    """The legend, the PyTorch note and the plot."""
+    """The legend and the plot."""
     print(table_foot(args.graph))
-    if about["torch_note"]:
-        print(fitted(about["torch_note"]))
     if args.plot:
         from .plot import plot
 

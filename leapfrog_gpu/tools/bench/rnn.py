@@ -221,12 +221,6 @@ def rows(args, case):
     return [format_row(row) for row in case]
 
 
-def foot(args, torch, records, about):
-    note = torch_anchor.skipped(args.no_torch)
-    if note:
-        print(note)
-
-
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
     p = runner.parser(PROG, __doc__.split("\n\n")[0], "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)

@@ -7,11 +7,12 @@ A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particula
 ``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
 ``parser()``                      ``parser``'s options and its own
 ``check(p, args)``                (optional) more checks of the options (``p.error``)
-``about(args)``                   what the header records beside the command, date and machine
+``about(args)``                   (optional) what the header records beside the command, date, machine and,
+                                  with ``--no-torch``, ``torch_note`` (``torch_anchor.skipped``: printed last)
 ``grid(args)``, ``work(key)``     its networks, each a dict that names it (``{"N": 256, "L": 8, "B": 1}``); their work
 ``start(args)``                   a context manager yielding ``state``, what the networks share
 ``case(args, state, key)``        one network's records (dicts)
-``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)``: its lines
+``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)`` (optional): its lines
 """
 
 import argparse
@@ -27,9 +28,9 @@ import numpy as np
 from ...backends import get_backend, timing
 from ...core.functions import DTYPES
 from ...core.saving import replaced_atomically
-from ..cli import Parser, integer, integers, parse_args_on_a_backend, plural
+from ..cli import Parser, fitted, integer, integers, parse_args_on_a_backend, plural
 from ..schedules import make_schedule, names_type, schedule_names
-from . import progress
+from . import progress, torch_anchor
 
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
@@ -100,7 +101,10 @@ def main(suite, argv=None):
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
-    about = {**header(" ".join([suite.PROG, *given]), args.backend), **suite.about(args)}
+    about = {**header(" ".join([suite.PROG, *given]), args.backend), **(suite.about(args) if hasattr(suite, "about")
+                                                                        else {})}
+    if hasattr(args, "no_torch"):
+        about["torch_note"] = torch_anchor.skipped(args.no_torch)
     grid, networks = suite.grid(args), []
     if args.jsonl:
         append_lines(args.jsonl, [about])
@@ -118,7 +122,10 @@ def main(suite, argv=None):
             records = [r for case in networks for r in case]
             if args.quiet:
                 print(*suite.head(args), *(line for case in networks for line in suite.rows(args, case)), sep="\n")
-            suite.foot(args, state, records, about)
+            if hasattr(suite, "foot"):
+                suite.foot(args, state, records, about)
+            if about.get("torch_note"):
+                print(fitted(about["torch_note"]))
     except KeyboardInterrupt:
         kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
         print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(grid), 'network')} measured{kept}",

@@ -1,5 +1,5 @@
 """The same networks trained by PyTorch, what a user would otherwise run, timed in the bench's alternation:
-``Step``, the SGD step of a network's own ``to_torch()`` module (the MLP's rows: ``steps`` and ``record``).
+``Step``, the SGD step of a network's own ``to_torch()`` module (the MLP's rows: ``steps``).
 
 The module holds a copy of the network's parameters, in its dtype and on its device; the batch is ours with
 each sample as a row, as PyTorch takes it ((B, n) for an MLP, (tau, B, n) for an RNN); the cost is the
@@ -14,7 +14,6 @@ import time
 import numpy as np
 
 from ...core.torch_io import INSTALL
-from .runner import cpu_name
 
 UPDATES = ("loop", "foreach", "fused")
 
@@ -76,19 +75,6 @@ def steps(args, net, x, y, settings, optimizer, rule):
         with num_threads(threads):
             found.update({(mode, threads): Step(module, x, y, rule, **how) for mode, how in modes.items()})
     return found
-
-
-def record(args, net, step, mode, threads, optimizer, times):
-    """The record of PyTorch's ``mode`` (its ``step``, of the MLP ``net``) at ``threads`` with its ``times``
-    (``step_ms`` and ``backward_ms``, or ``refused``), its fields those of ours."""
-    import torch
-
-    return {"backend": f"torch-{torch.__version__}",
-            "device": torch.cuda.get_device_name() if step.cuda else cpu_name(), "dtype": args.dtype,
-            "N": net.sizes[0], "L": net.L, "B": step.batch, "blas_threads": threads, "repeats": args.repeats,
-            "optimizer": optimizer, "schedule": mode, "k": 0, "fused": False, "one_pass": False,
-            "graph": mode == "torch-cuda-graph", **times, "forward_ms": None, "f1_ms": None, "f2_ms": None,
-            "f3_ms": None, "copy_gbps": None}
 
 
 class Step:

@@ -79,11 +79,9 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
             needed[pass_, name] = memory = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
             calls[pass_, name] = call
             if memory > memory_limit:
-                calls[pass_, name] = runner.refused(f"needs {memory / 2**20:.1f} MiB > --memory-limit "
-                                                    f"{memory_limit / 2**20:g} MiB")
+                calls[pass_, name] = f"needs {memory / 2**20:.1f} MiB > --memory-limit {memory_limit / 2**20:g} MiB"
             elif memory and D > max_block_depth:
-                calls[pass_, name] = runner.refused(f"skipped: D > --max-block-depth {max_block_depth} (work grows "
-                                                    "as D^3)")
+                calls[pass_, name] = f"skipped: D > --max-block-depth {max_block_depth} (work grows as D^3)"
         timed = runner.interleaved(backend, calls, repeats, warmup)
         shared = {"kind": kind, "N": N, "D": net.depth, "B": B, "k": k, "dtype": dtype, "backend": backend.name}
     records = []

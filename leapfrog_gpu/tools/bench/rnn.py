@@ -1,15 +1,14 @@
 """``leapfrog-bench --model rnn``: the recurrent network's backward pass and SGD step under each schedule,
 against BPTT and PyTorch's ``nn.RNN``.
 
-For every (N, tau, B), ``RNN([N] * L, output="every")`` under each schedule of ``--schedule`` (bptt, the
-baseline, always): its backward pass alone (a row NAME each, beside PyTorch's ``loss.backward()``) and its
-whole SGD step (``step NAME``, beside PyTorch's, ``torch_step``, and with ``--forward-solver`` the
-step parallel in time, ``step timescan+NAME``), all timed in one alternation (``runner.interleaved``), each
-with its speed-up over BPTT's (a step's over ``step bptt``), its dependent rounds and its chains' flops
-against BPTT's. What the rows mean, and the tables measured: docs/rnn.md.
+For every (N, tau, B), ``RNN([N] * L, output="every")``: its backward pass alone under each schedule (a row
+NAME each, beside PyTorch's ``loss.backward()``) and its SGD step (``step NAME``, beside PyTorch's,
+``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), all in one
+alternation (``runner.interleaved``). What the rows mean, and the tables measured: docs/rnn.md.
 """
 
 import contextlib
+import functools
 
 import numpy as np
 
@@ -74,19 +73,21 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
         x, y = sequences(N, tau, B, dtype, inputs=inputs)
         anchor = torch and torch_step(net, x, y)  # built before a step moves the parameters
         net.backprop(x, y, BPTT())
-        plan, rows = net.plan(tau, B), []  # (name, k, call)
+        plan, rows = net.plan(tau, B), []  # (name, k, a call or why it is not timed)
+        skipped = {name: _skipped(net, tau, B, s, max_gflop) for name, s in schedules.items()}
         if "backward" in parts:
-            rows += [(name, s.k, _backward(net, plan, s)) for name, s in schedules.items()]
+            rows += [(name, s.k, skipped[name] or _backward(net, plan, s)) for name, s in schedules.items()]
             rows += [(torch_row, None, None)] * bool(anchor)  # timed on its own, below
         if "step" in parts:
-            rows += [(f"step {name}", s.k, _step(net, x, y, s)) for name, s in schedules.items()]
-            rows += [(f"step {TimeScan.name}+{name}", k, _step(net, x, y, TimeScan(k=k, memory_limit=memory_limit),
-                                                                solver)) for name, solver in solvers.items()]
-            rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None, _torch_step(anchor, t))
+            rows += [(f"step {name}", s.k, skipped[name] or _step(net, x, y, s)) for name, s in schedules.items()]
+            for name, solver in solvers.items():
+                why = _over(solver.iteration_flops(net.sizes, tau, B, device.name, cell=cell), max_gflop,
+                            "an iteration takes ")
+                rows.append((f"step {TimeScan.name}+{name}", k,
+                             why or _step(net, x, y, TimeScan(k=k, memory_limit=memory_limit), solver)))
+            rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None, functools.partial(anchor.step, t))
                      for t in (torch_threads or [None]) * bool(anchor)]
-        skipped = _skipped(net, tau, B, schedules, solvers, max_gflop)
-        timed = runner.interleaved(device, {name: runner.refused(skipped[name]) if name in skipped else call
-                                            for name, _, call in rows if call}, repeats, warmup)
+        timed = runner.interleaved(device, {name: call for name, _, call in rows if call}, repeats, warmup)
         if anchor and "backward" in parts:
             timed[torch_row] = {"ms": anchor.backward_ms(repeats)}
     rows = [{"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
@@ -110,28 +111,20 @@ def torch_step(net, x, y, eta=ETA):
     return torch_anchor.Step(module, x, y, SGD(eta), "foreach")
 
 
-def _skipped(net, tau, B, schedules, solvers, max_gflop):
-    """Row name -> why it is not timed: a schedule whose chain would do more than ``max_gflop`` and more than
-    BPTT's (whose chain, the baseline's, never is), or that refuses the cell, and its step; a step parallel in
-    time whose one iteration would."""
-    def over(flops, what=""):
-        return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
+def _skipped(net, tau, B, schedule, max_gflop):
+    """Why ``schedule`` is not timed on ``net`` (None: it is): it refuses the cell, or its chain would do more
+    than ``max_gflop`` GFLOP and more than BPTT's (the baseline's, never skipped)."""
+    if net.cell != "elman" and schedule.name == NaumovRNN.name:
+        return f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
+    counters = resolve(schedule).counters(net.sizes, tau, B, np.dtype(net.dtype).itemsize, net.backend.name,
+                                          cell=net.cell)
+    return _over(counters["flops"], max_gflop) if counters["flops"] > counters["sequential_flops"] else None
 
-    skipped, itemsize, device = {}, np.dtype(net.dtype).itemsize, net.backend.name
-    for name, schedule in schedules.items():
-        if net.cell != "elman" and name == NaumovRNN.name:
-            skipped[name] = f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
-        else:
-            counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device, cell=net.cell)
-            if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
-                skipped[name] = over(counters["flops"])
-        if name in skipped:
-            skipped[f"step {name}"] = skipped[name]
-    for name, solver in solvers.items():
-        flops = solver.iteration_flops(net.sizes, tau, B, device, cell=net.cell)
-        if flops > max_gflop * 1e9:
-            skipped[f"step {TimeScan.name}+{name}"] = over(flops, "an iteration takes ")
-    return skipped
+
+def _over(flops, max_gflop, what=""):
+    """Why a row that does ``flops`` is skipped, if that is more than ``max_gflop`` GFLOP (None: it is not)."""
+    return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}" if flops > max_gflop * 1e9 \
+        else None
 
 
 def _backward(net, plan, schedule):
@@ -158,15 +151,6 @@ def _step(net, x, y, schedule, solver=None):
         return {"rounds": forward["rounds"] + net.stats["rounds"], "flops": forward["flops"] + net.stats["flops"],
                 "sequential_flops": sequential["flops"] + net.stats["sequential_flops"],
                 **({} if solver is None else {"iterations": solver.stats["iterations"]})}
-
-    return call
-
-
-def _torch_step(anchor, threads):
-    """PyTorch's step at ``threads`` intra-op threads (None: as set)."""
-    def call():
-        with torch_anchor.num_threads(threads):
-            anchor.step()
 
     return call
 

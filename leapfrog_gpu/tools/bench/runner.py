@@ -1,6 +1,6 @@
-"""What every ``leapfrog-bench`` suite shares: the rows of a network timed in turn, refusals recorded
+"""What every ``leapfrog-bench`` suite shares: a network's rows timed in turn, refusals recorded
 (``interleaved``); the run over a grid of networks with its progress, table, JSONL and JSON (``main``); the
-options every suite takes (``parser``); the machine; the table's cells.
+options every suite takes (``parser``); the machine; the table's cells and lines.
 
 A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particular to its network:
 
@@ -35,7 +35,6 @@ from . import progress, torch_anchor
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
 then say little (a quieter machine or more ``--repeats`` would)."""
-
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
                  (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given")]
 """What a command's exit status means, as ``--help`` lists it."""
@@ -43,33 +42,34 @@ EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
 
 def interleaved(backend, calls, repeats, warmup=1, settings=None):
     """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report with it, or
-    None) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that run every
-    call once in turn, each round starting one call later (``timing.measure_interleaved``, ``rotate``). With
-    ``settings`` (row -> ``(key, context factory)``: a BLAS setting) each call runs in its context, and the
-    calls of a key take turns among themselves in blocks, key after key (``timing.measure_in_blocks``). A
-    call whose first run raises ``ValueError`` (a memory check, a budget) is refused. Returns, in the order
-    of ``calls``, row -> ``{"ms": times in ms (repeats,), **reported}`` or ``{"refused": why}``."""
+    None; or a string: why the row is refused) timed on ``backend``: ``max(warmup, 1)`` untimed runs each,
+    then ``repeats`` rounds that run every call once in turn, each round starting one call later
+    (``timing.measure_interleaved``). With ``settings`` (row -> ``(key, context factory)``: a BLAS setting)
+    each call runs in its context, and the calls of a key take turns among themselves in blocks, key after
+    key (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` (a memory check, a
+    budget) is refused. Returns, in the order of ``calls``, row -> ``{"ms": times in ms (repeats,),
+    **reported}`` or ``{"refused": why}``."""
     settings = settings or {row: (None, contextlib.nullcontext) for row in calls}
-    results, reported = {}, {}
-    for row, call in calls.items():
+    results, reported = {row: {"refused": call} for row, call in calls.items() if isinstance(call, str)}, {}
+    for row in [row for row in calls if row not in results]:
         try:
             with settings[row][1]():
-                reported[row] = call()
+                reported[row] = calls[row]()
         except ValueError as error:
             results[row] = {"refused": str(error)}
-    timed = list(reported)
+    timed = [row for row in calls if row in reported]
 
     def run(row):
         reported[row] = calls[row]()
 
-    fns, times = [lambda row=row: run(row) for row in timed], []
-    keys, contexts = [settings[row][0] for row in timed], [settings[row][1] for row in timed]
+    fns, keys, contexts = ([lambda row=row: run(row) for row in timed], [settings[row][0] for row in timed],
+                           [settings[row][1] for row in timed])
+    times = []
     if len(set(keys)) > 1:
         times = timing.measure_in_blocks(backend, fns, keys, repeats, max(warmup, 1) - 1, contexts)
     elif fns:
         times = timing.measure_interleaved(backend, fns, repeats, max(warmup, 1) - 1, contexts, rotate=True)
-    for row, ms in zip(timed, times):
-        results[row] = {"ms": ms, **(reported[row] or {})}
+    results.update({row: {"ms": ms, **(reported[row] or {})} for row, ms in zip(timed, times)})
     return {row: results[row] for row in calls}
 
 
@@ -77,14 +77,6 @@ def schedules(model, names, **options):
     """``name -> schedule`` of ``model`` (``tools.schedules``, made with ``options``) for each of ``names``, the
     baseline first whether named or not."""
     return {name: make_schedule(model, name, **options) for name in dict.fromkeys([schedule_names(model)[0], *names])}
-
-
-def refused(why):
-    """A call that ``interleaved`` records as refused: it raises ``ValueError(why)``."""
-    def call():
-        raise ValueError(why)
-
-    return call
 
 
 def main(suite, argv=None):
@@ -95,9 +87,9 @@ def main(suite, argv=None):
     p = suite.parser()
     args = parse_args_on_a_backend(p, argv)
     for option in ("json", "jsonl", "plot"):
-        path = getattr(args, option, None)
-        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
+        folder = os.path.dirname(os.path.abspath(getattr(args, option, None) or "."))
+        if not os.path.isdir(folder):
+            p.error(f"--{option} {getattr(args, option)}: the folder {folder} does not exist")
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
@@ -193,7 +185,7 @@ def header(command, backend):
 
 
 def machine(backend):
-    """Where the run measures: the device (or CPU), its cores, the platform, Python and NumPy."""
+    """Where the run measures (``backend``, a name): the device (or CPU), its cores, the platform, Python, NumPy."""
     return {"device": device_name(get_backend(backend)) if backend == "cupy" else cpu_name(),
             "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__}
@@ -204,13 +196,11 @@ def device_name(backend):
 
 
 def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform`` knows of it."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -226,7 +216,7 @@ def spread(stats):
 
 def median(stats):
     """A timing's median, marked ``!`` when it is noisy."""
-    return "-" if stats is None else ms(stats["median"]) + ("!" if noisy(stats) else "")
+    return "-" if stats is None else ms(stats["median"]) + "!" * noisy(stats)
 
 
 def noisy(stats):

@@ -62,27 +62,25 @@ def num_threads(threads):
 
 def steps(args, net, x, y, settings, optimizer, rule):
     """``(record name, threads) -> Step`` of the MLP ``net`` on the batch ``x``, ``y`` (n, B), all on one copy
-    of it (2 GB at N = 4096), on the CPU at each thread count of ``settings`` (as ours at each BLAS setting),
-    each by ``rule``, the optimizer named ``optimizer``: plain SGD's loop update (``torch-autograd``), then
+    of it (2 GB at N = 4096), each timed at each thread count of ``settings`` (as ours at each BLAS setting),
+    by ``rule``, the optimizer named ``optimizer``: plain SGD's loop update (``torch-autograd``), then
     torch.optim's ``torch-NAME-foreach`` and ``-fused``, with ``--graph`` on a GPU the loop as a CUDA graph."""
     module, plain = net.to_torch(), optimizer == "sgd"
     modes = {"torch-autograd": {}} if plain else {}
     modes.update({f"torch-{optimizer}-{how}": {"update": how} for how in UPDATES[1:]})
     if args.graph and plain and next(module.parameters()).is_cuda:
         modes["torch-cuda-graph"] = {"graph": True}
-    found = {}
-    for threads in settings:
-        with num_threads(threads):
-            found.update({(mode, threads): Step(module, x, y, rule, **how) for mode, how in modes.items()})
-    return found
+    steps = {mode: Step(module, x, y, rule, **how) for mode, how in modes.items()}
+    return {(mode, threads): step for threads in settings for mode, step in steps.items()}
 
 
 class Step:
     """PyTorch's step of ``module`` (a network's ``to_torch()``; the parameters that require a gradient) on the
     batch ``x``, ``y`` (ours, (n, B) or (tau, n, B)), by ``rule`` (one of our optimizers; ``update="loop"``:
-    plain SGD's). ``step()`` runs one to its end, its device's work done (``ValueError`` where this build of
-    torch refuses it: ``refused``); ``backward_ms(repeats)`` times ``backward()`` alone, each after an untimed
-    forward pass (``loss()``), one more untimed first. ``graph=True``: captured after ``warmup`` steps."""
+    plain SGD's). ``step(threads)`` runs one to its end at ``threads`` intra-op threads (None: as set), its
+    device's work done (``ValueError`` where this build of torch refuses it: ``refused``); ``backward_ms(repeats)``
+    times ``backward()`` alone, each after an untimed forward pass (``loss()``), one more untimed first.
+    ``graph=True``: captured after ``warmup`` steps."""
 
     def __init__(self, module, x, y, rule, update="loop", graph=False, warmup=3):
         import torch
@@ -112,10 +110,11 @@ class Step:
             for p in self.params:
                 p.sub_(p.grad, alpha=self.lr)
 
-    def step(self):
+    def step(self, threads=None):
         if self.refused:
             raise ValueError(self.refused)
-        self.run()
+        with num_threads(threads):
+            self.run()
         if self.cuda:
             self.torch.cuda.synchronize()
 

@@ -31,7 +31,7 @@ from leapfrog_gpu.tools.cli import fitted, pip_install, png_refusal
 from leapfrog_gpu.tools.schedules import make_schedule
 
 PROG = "python profiling/bench_timeline.py"
-RECORDS, grid, work, head, rows = bench_mlp.RECORDS, bench_mlp.grid, bench_mlp.work, bench_mlp.head, bench_mlp.rows
+RECORDS, GRID, work, head, rows = bench_mlp.RECORDS, bench_mlp.GRID, bench_mlp.work, bench_mlp.head, bench_mlp.rows
 """What this suite of ``runner`` takes of ``leapfrog-bench``'s (``bench.mlp``) as it is."""
 
 
@@ -50,7 +50,7 @@ def check(p, args):
     folder = os.path.dirname(os.path.abspath(args.timeline))
     if refusal or not os.path.isdir(folder):
         p.error(refusal or f"--timeline {args.timeline}: the folder {folder} does not exist")
-    if len(grid(args)) > 1:
+    if len(runner.grid(bench_mlp, args)) > 1:
         p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
     if args.blas_threads not in (None, [1]):
         p.error("--blas-threads: the timeline runs one BLAS thread per stream; give 1 or leave it out")

@@ -1,16 +1,9 @@
 """``leapfrog-bench --model dag``: the backward schedules of a ``DagNet`` against its sequential order.
 
-For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet`` and
-``measure`` times, in one alternation (``runner.interleaved``), its backward pass under each schedule of
-``--schedule`` (sequential, the baseline, always), each row beside its speed-up over the sequential order
-of the same pass (``with_speedups``) and the rounds, sweeps, flops and memory its schedule reports. A
-block solver whose memory would exceed ``--memory-limit`` is refused before anything is allocated, and one
-deeper than ``--max-block-depth`` skipped. The forward solvers are timed the same way by
-``profiling/dag_bench.py``. What the rows mean, and the tables measured: docs/dag.md.
-
-Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add`` of
-nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like, 2N wide);
-the other nodes ``Dense`` tanh layers, the last a sigmoid.
+For every DAG shape (``--kind``), width N, depth D and batch size B, ``measure`` times the backward pass of
+the ``network`` under each schedule of ``--schedule`` in one alternation (``runner.interleaved``), each row
+beside its speed-up over the sequential order and the rounds, sweeps, flops and memory its schedule reports.
+The forward solvers are timed the same way by ``profiling/dag_bench.py``. What the rows mean: docs/dag.md.
 """
 
 import functools
@@ -27,10 +20,10 @@ from .runner import NOISY, noisy, ratio, spread
 
 PROG = "leapfrog-bench --model dag"
 RECORDS = "records"
+GRID = {"kind": "kind", "N": "sizes", "D": "depths", "B": "batch"}
 BASELINE = schedule_names("dag")[0]
 KINDS = {"residual": Add, "dense": Concat}
-"""The DAG shapes, by the layer that joins node i - 3 into node i."""
-
+"""The DAG shapes, by the layer that joins node i - 3 into node i (``network``)."""
 TITLE = "speed-up vs seq: the sequential order's median over the row's, same pass and network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
 COLUMNS = (("pass", -8), ("schedule", -14), ("median [p20-p80] ms", -23), ("speed-up vs seq", 15), ("rounds", 6),
@@ -44,7 +37,9 @@ FOOT = ("speed-up vs seq: the sequential order's median over the row's; > 1: fas
 
 
 def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
-    """The ``DagNet`` of shape ``kind`` (a key of ``KINDS``), width N, nodes "1".."D"."""
+    """The ``DagNet`` of shape ``kind``, width N, nodes "1".."D" each reading the one before: ``residual``, every
+    third node but the last an ``Add`` of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of
+    them instead (DenseNet-like, 2N wide); the other nodes ``Dense`` tanh layers, the last a sigmoid."""
     nodes = []
     for i in range(1, D + 1):
         previous = str(i - 1) if i > 1 else INPUT
@@ -63,12 +58,11 @@ def backward(net, x, y, schedule):
 
 def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
             dtype="float32", names=schedule_names("dag"), more=None):
-    """The records of one network on ``backend`` (a backend object): a dict per backward schedule of ``names``
-    (of ``tools.schedules``; the sequential order first, always), and per row of
-    ``more(net, x, y)`` (rows ``(pass, name, solver, call)``, ``call()`` a pass that returns its counters:
-    ``profiling/dag_bench.py``'s forward solvers), timed in turn (``runner.interleaved``), with ``ms``
-    (median, p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory the solver
-    would need (``memory_limit`` in bytes)."""
+    """The records of one network on ``backend`` (a backend object), a dict per backward schedule of ``names``
+    (the sequential order first, always) and per row of ``more(net, x, y)`` (``(pass, name, solver, call)``,
+    ``call()`` a pass that returns its counters: ``profiling/dag_bench.py``'s forward solvers): ``ms`` (median,
+    p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory the solver would need
+    (``memory_limit`` in bytes)."""
     rng = np.random.default_rng(0)
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
     calls, needed = {}, {}
@@ -110,12 +104,6 @@ def with_speedups(records):
     return records
 
 
-def heading(record):
-    """The line above a network's rows."""
-    return (f"{record['kind']} DAG, N={record['N']} D={record['D']} B={record['B']}, {record['dtype']}, "
-            f"{record['backend']}, k={record['k']}")
-
-
 def format_row(record):
     """One row under ``HEADER``: within 100 columns whatever its numbers (a refusal across the timed ones)."""
     stats = record.get("stats", {})
@@ -134,11 +122,6 @@ def _short(value, digits):
     if value == "":
         return value
     return f"{value:.{digits}f}" if value < 1e4 else f"{value:.3g}"
-
-
-def grid(args):
-    return [{"kind": kind, "N": N, "D": D, "B": B} for kind in args.kind for N in args.sizes for D in args.depths
-            for B in args.batch]
 
 
 def work(key):
@@ -168,7 +151,9 @@ def head(args):
 
 def rows(args, case):
     """A network's heading, then its rows."""
-    return [heading(case[0])] + [format_row(r) for r in case]
+    r = case[0]
+    return [f"{r['kind']} DAG, N={r['N']} D={r['D']} B={r['B']}, {r['dtype']}, {r['backend']}, k={r['k']}",
+            *map(format_row, case)]
 
 
 def foot(args, backend, records, about):

@@ -1,11 +1,10 @@
 """``leapfrog-bench``'s measurements of one MLP (``measure_network``) and the ratios derived from them
 (``derive``); what each means: docs/performance.md.
 
-For a network ``[N] * L`` at batch size B and each BLAS setting: the step and the backward pass of every
-configuration, the forward pass, and f1, f2, f3, the per-layer costs of equations (2)(3), (5) and (7) alone
-(``sweeps``), with PyTorch's steps of the same network, all timed in one alternation (``runner.interleaved``, a
-block per BLAS setting). Beside a pass's measured saving, the model's (1 - 1/k) f3 / f, f = f1 + f2 + f3
-(docs/design.md §1); beside a step, its bytes floor, that of its update (``traffic.UPDATES``).
+At each BLAS setting: the step and the backward pass of every configuration, the forward pass and f1, f2, f3,
+the per-layer costs of equations (2)(3), (5) and (7) alone (``sweeps``), and PyTorch's steps, all timed in one
+alternation (``runner.interleaved``, a block per BLAS setting); beside a pass's measured saving, the model's
+(1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1); beside a step, the bytes floor of its update (``traffic``).
 """
 
 import collections
@@ -15,7 +14,7 @@ import numpy as np
 from ...backends import get_backend, timing
 from ...core import capture as graphs
 from ...core.optimizers import SGD, Adam, AdamW
-from ...core.schedules import Leapfrog, Sequential
+from ...core.schedules import Leapfrog
 from ...mlp import autotune
 from ...mlp.network import MLP
 from ..schedules import make_schedule, schedule_names, takes_k
@@ -45,9 +44,9 @@ def configurations(args):
 
 def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
     """The records of the network ``sizes`` at ``batch``, every step by ``OPTIMIZERS[optimizer]``: each
-    configuration's (``runs``) at each BLAS setting of ``settings`` (a copy's GB/s at each: ``bandwidth``),
+    configuration's (``_runs``) at each BLAS setting of ``settings`` (a copy's GB/s at each: ``bandwidth``),
     then, unless ``--no-torch``, PyTorch's (``torch_anchor.steps``)."""
-    rule = OPTIMIZERS[optimizer]
+    rule, itemsize = OPTIMIZERS[optimizer], np.dtype(args.dtype).itemsize
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
                                                    backend=backend) as net:
         x, y = host_batch(sizes, batch, args.dtype)
@@ -70,8 +69,8 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             "forward_ms": timing.summary(timed[threads, "forward"]["ms"]),
             **{name: float(np.median(timed[threads, name]["ms"])) / layers if layers else 0.0
                for name, (_, layers) in passes.items() if name != "forward"},
-            "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
-            / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]} for threads in settings}
+            "forward_floor_ms": traffic.forward_bytes(sizes, batch, itemsize) / (bandwidth[threads] * 1e6),
+            "copy_gbps": bandwidth[threads]} for threads in settings}
         records = [{**shared[run.threads], **floor(sizes, batch, args.dtype, traffic.update_of(run.schedule),
                                                    bandwidth[run.threads], optimizer),
                     "schedule": run.schedule.name, "k": run.schedule.k, "fused": run.schedule.fused,
@@ -108,15 +107,12 @@ def _setting(key):
 def _runs(args, plan, settings):
     """The ``Run`` of every configuration at every BLAS setting; with ``--one-pass`` sequential's and
     leapfrog's one-pass steps too; with ``--graph`` a graph twin of each that can be captured."""
+    one_pass = [(name, k) for name, k in configurations(args) if args.one_pass and name in (BASELINE, Leapfrog.name)]
     runs = [Run(make_schedule("mlp", name, k, fused=args.fused), threads, False)
             for threads in settings for name, k in configurations(args)]
-    if args.one_pass:
-        one_pass = [(name, k) for name, k in configurations(args) if name in (Sequential.name, Leapfrog.name)]
-        runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)
-                 for threads in settings for name, k in one_pass]
-    if args.graph:
-        runs += [run._replace(graph=True) for run in runs if graphs.refusal(plan, run.schedule) is None]
-    return runs
+    runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)
+             for threads in settings for name, k in one_pass]
+    return runs + [run._replace(graph=True) for run in runs if args.graph and graphs.refusal(plan, run.schedule) is None]
 
 
 def _times(step, backward):
@@ -173,12 +169,14 @@ def derive(case):
     A graph row's ``step_speedup`` is against the graph-mode sequential step, and its
     ``graph_speedup`` against its own configuration's eager step; it has no backward pass of its own.
     """
+    def twin(r):
+        return r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]
+
     timed = [r for r in case if "refused" not in r]
     ours = [r for r in timed if not r["schedule"].startswith("torch")]
     sequential = {(r["blas_threads"], r["graph"]): r for r in ours
                   if r["schedule"] == BASELINE and not r.get("one_pass")}
-    eager = {_twin(r): r for r in ours if not r["graph"]}
-    plain = [r for (_, graph), r in sequential.items() if not graph]
+    eager, plain = {twin(r): r for r in ours if not r["graph"]}, [r for (_, g), r in sequential.items() if not g]
     best = {key: min(plain, key=lambda r: r[key]["median"]) for key in ("step_ms", "backward_ms")}
     for r in timed:
         torch = r["schedule"].startswith("torch")
@@ -191,26 +189,18 @@ def derive(case):
                  step_speedup_vs_best_sequential=over(best["step_ms"], r),
                  backward_speedup_vs_best_sequential=over(best["backward_ms"], r, "backward_ms"),
                  step_speedup=over(seq, r), backward_speedup=over(seq, r, "backward_ms"),
-                 graph_speedup=over(eager.get(_twin(r)), r) if seq and r["graph"] else None,
-                 predicted_saving=None if torch else predicted_saving(r), measured_saving=None)
+                 graph_speedup=over(eager.get(twin(r)), r) if seq and r["graph"] else None,
+                 predicted_saving=None, measured_saving=None)
+        if not torch:  # the seed's model speaks of sequential and leapfrog only
+            f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
+            r["predicted_saving"] = {Leapfrog.name: (1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0,
+                                     BASELINE: 0.0}.get(r["schedule"])
         if seq and r["backward_ms"]:
             forward, backward = r["forward_ms"]["median"], seq["backward_ms"]["median"]
             r["measured_saving"] = (backward - r["backward_ms"]["median"]) / (forward + backward)
     return case
 
 
-def predicted_saving(r):
-    """The model's saving of a pass, (1 - 1/k) f3 / f with f = f1 + f2 + f3, for leapfrog (0 at k = 0) and
-    sequential (0); None for the others, of which the seed's model does not speak."""
-    f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
-    return {Leapfrog.name: (1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0, BASELINE: 0.0}.get(r["schedule"])
-
-
 def over(base, r, key="step_ms"):
     """``base``'s median ``key`` over ``r``'s: r's speed-up over it (> 1: faster); None where either has none."""
     return base[key]["median"] / r[key]["median"] if base and base[key] and r[key] else None
-
-
-def _twin(r):
-    """What a record's eager twin shares with it: its configuration and BLAS setting."""
-    return r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]

@@ -28,6 +28,7 @@ from .report import table_foot, table_head, table_rows
 
 PROG = "leapfrog-bench"
 RECORDS = "records"
+GRID = {"N": "sizes", "L": "layers", "B": "batch"}
 DEFAULT_SCHEDULES = [Sequential.name, Leapfrog.name]
 DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] * 16 at B = 64: several minutes "
             "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
@@ -85,10 +86,6 @@ def check(p, args):
     if parallel.world(PROG).size > 1:
         p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
-
-
-def grid(args):
-    return [{"N": n, "L": layers, "B": batch} for n in args.sizes for layers in args.layers for batch in args.batch]
 
 
 def work(key):

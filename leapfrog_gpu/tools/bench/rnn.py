@@ -25,6 +25,7 @@ from .runner import ratio
 
 PROG = "leapfrog-bench --model rnn"
 RECORDS = "rows"
+GRID = {"N": "sizes", "tau": "tau", "B": "batch"}
 BASELINE = schedule_names("rnn")[0]
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
@@ -164,10 +165,6 @@ def format_row(row):
     newton = f"  {row['iterations']} Newton iterations" if "iterations" in row else ""
     return runner.line(cells + [f"{row['median_s'] * 1e3:.3f}", ratio(row["speedup"]), row.get("rounds", ""), flops],
                        WIDTHS, " ") + newton
-
-
-def grid(args):
-    return [{"N": N, "tau": tau, "B": B} for N in args.sizes for tau in args.tau for B in args.batch]
 
 
 def work(key):

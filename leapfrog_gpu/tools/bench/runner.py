@@ -9,7 +9,8 @@ A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particula
 ``check(p, args)``                (optional) more checks of the options (``p.error``)
 ``about(args)``                   (optional) what the header records beside the command, date, machine and,
                                   with ``--no-torch``, ``torch_note`` (``torch_anchor.skipped``: printed last)
-``grid(args)``, ``work(key)``     its networks, each a dict that names it (``{"N": 256, "L": 8, "B": 1}``); their work
+``GRID``, ``work(key)``           its networks' names and the options whose values they take (``{"N": "sizes"}``:
+                                  ``grid``); a network's work (``{"N": 256, "L": 8, "B": 1}``: a number)
 ``start(args)``                   a context manager yielding ``state``, what the networks share
 ``case(args, state, key)``        one network's records (dicts)
 ``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)`` (optional): its lines
@@ -18,6 +19,7 @@ A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particula
 import argparse
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -79,6 +81,11 @@ def schedules(model, names, **options):
     return {name: make_schedule(model, name, **options) for name in dict.fromkeys([schedule_names(model)[0], *names])}
 
 
+def grid(suite, args):
+    """``suite``'s networks: one dict for each combination of the values of the options its ``GRID`` names."""
+    return [dict(zip(suite.GRID, values)) for values in itertools.product(*(getattr(args, o) for o in suite.GRID.values()))]
+
+
 def main(suite, argv=None):
     """Run ``suite`` over its grid: each network's rows printed as soon as it is measured (unless
     ``--quiet``: then the table at the end) and appended to ``--jsonl``, the time left on stderr, the
@@ -97,14 +104,14 @@ def main(suite, argv=None):
                                                                         else {})}
     if hasattr(args, "no_torch"):
         about["torch_note"] = torch_anchor.skipped(args.no_torch)
-    grid, networks = suite.grid(args), []
+    keys, networks = grid(suite, args), []
     if args.jsonl:
         append_lines(args.jsonl, [about])
     if not args.quiet:
         print(*suite.head(args), sep="\n", flush=True)
     try:
-        with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, grid), args.quiet) as bar:
-            for key in grid:
+        with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, keys), args.quiet) as bar:
+            for key in keys:
                 bar.start(" ".join(value if isinstance(value, str) else f"{name}={value}"
                                    for name, value in key.items()))
                 networks.append(suite.case(args, state, key))
@@ -120,7 +127,7 @@ def main(suite, argv=None):
                 print(fitted(about["torch_note"]))
     except KeyboardInterrupt:
         kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
-        print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(grid), 'network')} measured{kept}",
+        print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(keys), 'network')} measured{kept}",
               file=sys.stderr)
         return 130
     if args.json:

@@ -9,7 +9,7 @@ import types
 import pytest
 import tqdm.std
 
-from leapfrog_gpu.tools.bench import mlp as bench_mlp, progress
+from leapfrog_gpu.tools.bench import mlp as bench_mlp, progress, runner
 
 
 class Terminal(io.StringIO):
@@ -76,7 +76,7 @@ def test_the_default_grid_is_weighed_by_its_networks_sizes(monkeypatch, clock, c
     measured (in 2.7 s, then), where well over 150 s were: the smallest network is a small part of the
     grid's work."""
     args = bench_mlp.parser().parse_args([])
-    grid = bench_mlp.grid(args)
+    grid = runner.grid(bench_mlp, args)
     assert grid[0] == {"N": 256, "L": 8, "B": 1} and grid[-1] == {"N": 1024, "L": 16, "B": 64}
     with progress.Progress("leapfrog-bench", [bench_mlp.work(network) for network in grid], quiet=False) as bar:
         bar.start("first")

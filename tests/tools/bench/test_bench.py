@@ -11,7 +11,6 @@ import pytest
 from helpers import render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
-from leapfrog_gpu.tools.bench import report as bench_report
 from leapfrog_gpu.tools.bench import traffic
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.tools.schedules import schedule_names
@@ -67,7 +66,7 @@ def test_table_prints_one_row_per_record(report):
     stdout, data, _ = report
     rows = _rows(stdout)
     assert len(rows) == len(data["records"])
-    assert [(n, b, row[0]) for n, _, b, row in rows] == [(r["N"], r["B"], bench_report.label(r))
+    assert [(n, b, row[0]) for n, _, b, row in rows] == [(r["N"], r["B"], bench_mlp.label(r))
                                                           for r in data["records"]]
     assert "PyTorch anchor skipped (--no-torch)" in stdout
     assert data["command"].startswith("leapfrog-bench --backend numpy") and data["machine"]["cores"] >= 1
@@ -329,7 +328,7 @@ def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=Fals
     stats = {"median": step, "p20": step - spread / 2, "p80": step + spread / 2}
     ours = not schedule.startswith("torch")
     return {"backend": "numpy", "device": "cpu", "dtype": "float32", "N": 8, "L": 3, "B": 2, "blas_threads": blas,
-            "repeats": 5, "schedule": schedule, "k": k, "fused": False, "graph": graph,
+            "optimizer": "sgd", "repeats": 5, "schedule": schedule, "k": k, "fused": False, "graph": graph,
             "step_ms": stats, "backward_ms": None if graph else {"median": backward, "p20": backward, "p80": backward},
             "forward_ms": {"median": 0.3, "p20": 0.3, "p80": 0.3} if ours else None,
             "f1_ms": 0.1 if ours else None, "f2_ms": 0.1 if ours else None, "f3_ms": 0.1 if ours else None,
@@ -352,10 +351,10 @@ def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequen
 def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
     case = bench_measure.derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
     args = argparse.Namespace(schedule=["leapfrog"], optimizer=["sgd"], fused=False, one_pass=False, graph=False)
-    heading, costs, quiet, noisy = bench_report.table_rows(case, args)
+    heading, costs, quiet, noisy = bench_mlp.rows(args, case)
     assert heading == "N=8 L=3 B=2 float32" and costs.startswith("  BLAS 1: forward 0.300 ms")
     assert quiet.split()[3] == "1.000" and noisy.split()[3] == "1.000!"  # 0.3 > a quarter of 1.0; 0.2 is not
-    assert f"! noisy: p80 - p20 over {bench_report.NOISY:.0%} of the median" in bench_report.table_foot(False)
+    assert f"! noisy: p80 - p20 over {bench_mlp.NOISY:.0%} of the median" in bench_mlp.LEGEND
 
 
 def test_the_table_fits_100_columns_at_its_widest(capsys):
@@ -430,7 +429,7 @@ def test_the_plot_says_where_and_when_and_its_legend_covers_no_data(tmp_path, fi
 def test_a_saving_of_any_size_keeps_its_column_width():
     """A pass slowed down 30-fold by another job on the machine must not widen the table: the saving
     column holds at most 7 characters whatever the timing."""
-    assert bench_report.percent(-31.872) == "<-999%" and bench_report.percent(-9.98) == "-998.0%"
-    assert bench_report.percent(0.215) == "21.5%" and bench_report.percent(None) == "-"
-    widths = {bottom: width for _, bottom, width in bench_report.COLUMNS}
-    assert max(len(bench_report.percent(v)) for v in (-1e9, -9.99, -1.0, 0.0, 0.999, 1.0)) <= widths["saving"]
+    assert bench_mlp.percent(-31.872) == "<-999%" and bench_mlp.percent(-9.98) == "-998.0%"
+    assert bench_mlp.percent(0.215) == "21.5%" and bench_mlp.percent(None) == "-"
+    widths = {bottom: width for _, bottom, width in bench_mlp.COLUMNS}
+    assert max(len(bench_mlp.percent(v)) for v in (-1e9, -9.99, -1.0, 0.0, 0.999, 1.0)) <= widths["saving"]

@@ -6,7 +6,6 @@ the seconds per unit of work measured so far. Once the first network is measured
 how long the rest will take at its rate.
 """
 
-import math
 import sys
 import time
 
@@ -20,9 +19,7 @@ BAR = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"
 
 def about(seconds):
     """``seconds`` to two significant digits, as a person would say it: ``7``, ``140``, ``1200``."""
-    if seconds < 10:
-        return f"{max(seconds, 1):.0f}"
-    return f"{round(seconds, 1 - int(math.log10(seconds))):.0f}"
+    return f"{float(f'{max(seconds, 1):.2g}'):.0f}"
 
 
 def layer_work(n, batch):
@@ -32,34 +29,28 @@ def layer_work(n, batch):
     return n * n * (batch + 8) + 2**22
 
 
-class Progress:
+class Progress(tqdm):
     """The progress of ``prog`` over networks of work ``works``: ``start(name)`` as each is measured,
     ``done(lines)`` once it is, its ``lines`` printed to stdout with the bar cleared for them. Nothing on
     stderr when ``quiet``; the bar only on a terminal."""
 
     def __init__(self, prog, works, quiet):
         self.prog, self.works, self.quiet, self.measured = prog, list(works), quiet, 0
-        self.bar = tqdm(total=sum(self.works), desc="measuring", leave=False, file=sys.stderr, smoothing=0,
-                        disable=quiet or not sys.stderr.isatty(), bar_format=BAR)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *error):
-        self.bar.close()
+        super().__init__(total=sum(self.works), desc="measuring", leave=False, file=sys.stderr, smoothing=0,
+                         disable=quiet or not sys.stderr.isatty(), bar_format=BAR)
 
     def start(self, name):
         self.started = time.perf_counter()
-        self.bar.set_postfix_str(f"network {self.measured + 1} of {len(self.works)}, {name}")
+        self.set_postfix_str(f"network {self.measured + 1} of {len(self.works)}, {name}")
 
     def done(self, lines):
         seconds, (work, *rest) = time.perf_counter() - self.started, self.works[self.measured:]
-        with tqdm.external_write_mode():
+        with self.external_write_mode():
             if lines:
                 print(*lines, sep="\n", flush=True)
             if self.measured == 0 and rest and not self.quiet:
                 print(f"{self.prog}: about {about(seconds / work * sum(rest))} s left for "
                       f"{plural(len(rest), 'more network')} (the first took {seconds:.1f} s)", file=sys.stderr,
                       flush=True)
-        self.bar.update(work)
+        self.update(work)
         self.measured += 1

@@ -79,8 +79,7 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
                    for i, run in enumerate(runs)]
         for (mode, threads), anchor in anchors.items():
             step = timed[("torch", threads), mode]
-            with torch_anchor.num_threads(threads):
-                backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats)}
+            backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats, threads)}
             records.append(torch_record(args, net, anchor, mode, threads, optimizer, _times(step, backward)))
     return records
 

@@ -36,9 +36,8 @@ TITLES, WIDTHS = zip(*COLUMNS)
 PARTS = ("backward", "step")
 """What ``measure`` can time: the backward pass alone, the whole SGD step."""
 ETA = 1e-9
-"""The learning rate of the timed steps: small enough that the network they time stays the one they
-started from (a step's cost sums over tau outputs: at 1e-3, a few hundred steps at tau = 4096 move the
-weights far enough to change what the forward solvers face)."""
+"""The timed steps' learning rate: the network stays the one drawn (at 1e-3, a few hundred steps at tau = 4096,
+whose cost sums over tau outputs, change what the forward solvers face)."""
 
 
 def table_head():
@@ -58,13 +57,11 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
             memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
             parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1):
     """The rows of one (N, tau, B), for each of ``parts``: the backward pass under each schedule of ``names``
-    (of ``tools.schedules``; bptt first, always) and PyTorch's (``torch nn.RNN``, ``nn.GRU``... when ``torch``,
-    the module, is given), then the step under each (``step NAME``), with ``solvers`` the steps parallel in time
-    too (``step timescan+NAME``), and PyTorch's (one row a number of ``torch_threads``, ``step torch nn.GRU 2t``);
-    each a dict with ``median_s``, ``speedup`` (BPTT's median over it, ``step bptt``'s for a step), the counters
-    of its forward pass (a step's) and its chain (``rounds``, ``flops``, BPTT's ``sequential_flops``; Newton's
-    ``iterations``), or ``refused`` (``_skipped``). ``cell``: the recurrent layers' (a schedule that refuses it
-    shows so); ``inputs``: n_1 (default N)."""
+    (bptt first, always) and PyTorch's (``torch nn.RNN``, with ``torch`` true), then the step under each (``step
+    NAME``), the steps parallel in time by ``solvers`` (``step timescan+NAME``) and PyTorch's (a row a count of
+    ``torch_threads``: ``step torch nn.GRU 2t``). Each a dict with ``median_s``, ``speedup`` (over BPTT's, or
+    ``step bptt``'s), the counters of its forward pass (a step's) and its chain (``rounds``, ``flops``,
+    ``sequential_flops``; Newton's ``iterations``), or ``refused``. ``inputs``: n_1 (default N)."""
     schedules = runner.schedules("rnn", names, k=k, memory_limit=memory_limit)
     solvers = {name: make_solver("rnn", name, memory_limit=memory_limit) for name in solvers}
     torch_row = f"torch nn.{ {'elman': 'RNN'}.get(cell, cell.upper())}"
@@ -86,11 +83,12 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
                             "an iteration takes ")
                 rows.append((f"step {TimeScan.name}+{name}", k,
                              why or _step(net, x, y, TimeScan(k=k, memory_limit=memory_limit), solver)))
-            rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None, functools.partial(anchor.step, t))
+            rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None,
+                      functools.partial(anchor.step, t or blas_threads))
                      for t in (torch_threads or [None]) * bool(anchor)]
         timed = runner.interleaved(device, {name: call for name, _, call in rows if call}, repeats, warmup)
         if anchor and "backward" in parts:
-            timed[torch_row] = {"ms": anchor.backward_ms(repeats)}
+            timed[torch_row] = {"ms": anchor.backward_ms(repeats, blas_threads)}
     rows = [{"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
              **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
              **({"median_s": float(np.median(timed[name].pop("ms"))) / 1e3} if "ms" in timed[name] else {}),
@@ -104,8 +102,8 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
 
 def torch_step(net, x, y, eta=ETA):
     """PyTorch's SGD step of ``net`` (``net.to_torch()``: its cell's ``torch.nn.RNN``, ``GRU`` or ``LSTM`` layers, then
-    the output layer) on ``x``, ``y``, by ``torch.optim.SGD(foreach=True)`` at ``eta``; ``bias_hh`` held at zero (the
-    network has one bias a layer) but for a GRU's (its n rows hold b_hn)."""
+    the output layer) on ``x``, ``y``, by ``torch.optim.SGD(foreach=True)`` at ``eta``; ``bias_hh`` held at zero
+    (one bias a layer, as the network's) but for a GRU's (its n rows: b_hn)."""
     module = net.to_torch()
     for name, p in module.named_parameters():
         p.requires_grad_(net.cell == "gru" or "bias_hh" not in name)
@@ -176,15 +174,9 @@ def about(args):
     return {"layers": args.layers, "k": args.k, "max_gflop": args.max_gflop}
 
 
-@contextlib.contextmanager
 def start(args):
-    """PyTorch, at ``--blas-threads`` intra-op threads, unless skipped: None then."""
-    torch = None
-    if torch_anchor.skipped(args.no_torch) is None:
-        import torch
-
-        torch.set_num_threads(args.blas_threads)
-    yield torch
+    """Whether PyTorch's rows are timed."""
+    return contextlib.nullcontext(torch_anchor.skipped(args.no_torch) is None)
 
 
 def case(args, torch, key):

@@ -78,8 +78,8 @@ class Step:
     """PyTorch's step of ``module`` (a network's ``to_torch()``; the parameters that require a gradient) on the
     batch ``x``, ``y`` (ours, (n, B) or (tau, n, B)), by ``rule`` (one of our optimizers; ``update="loop"``:
     plain SGD's). ``step(threads)`` runs one to its end at ``threads`` intra-op threads (None: as set), its
-    device's work done (``ValueError`` where this build of torch refuses it: ``refused``); ``backward_ms(repeats)``
-    times ``backward()`` alone, each after an untimed forward pass (``loss()``), one more untimed first.
+    device's work done (``ValueError`` where this build of torch refuses it: ``refused``); ``backward_ms(repeats,
+    threads)`` times ``backward()`` alone, each after an untimed forward pass (``loss()``), one more untimed first.
     ``graph=True``: captured after ``warmup`` steps."""
 
     def __init__(self, module, x, y, rule, update="loop", graph=False, warmup=3):
@@ -128,8 +128,9 @@ class Step:
             p.grad = None
         c.backward()
 
-    def backward_ms(self, repeats):
-        return np.array([self.time(lambda c=self.loss(): self.backward(c)) for _ in range(repeats + 1)][1:])
+    def backward_ms(self, repeats, threads=None):
+        with num_threads(threads):
+            return np.array([self.time(lambda c=self.loss(): self.backward(c)) for _ in range(repeats + 1)][1:])
 
     def time(self, fn):
         """The ms ``fn()`` takes, by CUDA events on a GPU, else ``perf_counter``."""

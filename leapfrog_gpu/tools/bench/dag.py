@@ -51,7 +51,7 @@ def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
 
 
 def backward(net, x, y, schedule):
-    """One backward pass of ``net`` by ``schedule``; its counters."""
+    """One backward pass of ``net`` by ``schedule``: its counters."""
     net.backprop(x, y, schedule)
     return dict(net.stats["backward"])
 
@@ -125,7 +125,7 @@ def _short(value, digits):
 
 
 def work(key):
-    """A network's weight in the time left: D (D + 8) layers' work, its Jacobi solvers' D sweeps among its passes."""
+    """A network's weight in the time left: D (D + 8) layers' (its Jacobi solvers sweep D times)."""
     return key["D"] * (key["D"] + 8) * progress.layer_work(key["N"], key["B"])
 
 

@@ -1,10 +1,6 @@
 """``leapfrog-bench``'s measurements of one MLP (``measure_network``) and the ratios derived from them
-(``derive``); what each means: docs/performance.md.
-
-At each BLAS setting: the step and the backward pass of every configuration, the forward pass and f1, f2, f3,
-the per-layer costs of equations (2)(3), (5) and (7) alone (``sweeps``), and PyTorch's steps, all timed in one
-alternation (``runner.interleaved``, a block per BLAS setting); beside a pass's measured saving, the model's
-(1 - 1/k) f3 / f, f = f1 + f2 + f3 (docs/design.md §1); beside a step, the bytes floor of its update (``traffic``).
+(``derive``): the model's saving of a pass, (1 - 1/k) f3 / f with f = f1 + f2 + f3 (docs/design.md §1), beside
+the measured one; a step's bytes floor (``traffic``). What each means: docs/performance.md.
 """
 
 import collections
@@ -43,9 +39,10 @@ def configurations(args):
 
 
 def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
-    """The records of the network ``sizes`` at ``batch``, every step by ``OPTIMIZERS[optimizer]``: each
-    configuration's (``_runs``) at each BLAS setting of ``settings`` (a copy's GB/s at each: ``bandwidth``),
-    then, unless ``--no-torch``, PyTorch's (``torch_anchor.steps``)."""
+    """The records of the network ``sizes`` at ``batch``, every step by ``OPTIMIZERS[optimizer]``: at each BLAS
+    setting of ``settings`` (a copy's GB/s at each: ``bandwidth``), the step and the backward pass of each
+    configuration (``_runs``), the forward pass and f1-f3 (``sweeps``), and PyTorch's steps (``torch_anchor``),
+    all in one alternation (``runner.interleaved``, a block per BLAS setting)."""
     rule, itemsize = OPTIMIZERS[optimizer], np.dtype(args.dtype).itemsize
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
                                                    backend=backend) as net:
@@ -85,8 +82,7 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
 
 
 def torch_record(args, net, step, mode, threads, optimizer, times):
-    """The record of PyTorch's ``mode`` (its ``step``, of the MLP ``net``) at ``threads`` with its ``times``
-    (``step_ms`` and ``backward_ms``, or ``refused``), its fields those of ours."""
+    """The record of PyTorch's ``mode`` (its ``step`` of ``net``) at ``threads`` with its ``times``, as ours."""
     import torch
 
     return {"backend": f"torch-{torch.__version__}",
@@ -98,8 +94,7 @@ def torch_record(args, net, step, mode, threads, optimizer, times):
 
 
 def _setting(key):
-    """A row's BLAS setting for ``runner.interleaved``: ours, ``autotune.blas_limit(threads)``; PyTorch's,
-    ``("torch", threads)``, its own threads."""
+    """A row's BLAS setting for ``runner.interleaved``: ours ``threads``, PyTorch's ``("torch", threads)``."""
     return key, lambda: torch_anchor.num_threads(key[1]) if isinstance(key, tuple) else autotune.blas_limit(key)
 
 
@@ -111,12 +106,12 @@ def _runs(args, plan, settings):
             for threads in settings for name, k in configurations(args)]
     runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)
              for threads in settings for name, k in one_pass]
-    return runs + [run._replace(graph=True) for run in runs if args.graph and graphs.refusal(plan, run.schedule) is None]
+    graph = [run._replace(graph=True) for run in runs if args.graph and graphs.refusal(plan, run.schedule) is None]
+    return runs + graph
 
 
 def _times(step, backward):
-    """A record's ``step_ms`` and ``backward_ms`` (None where not timed) from ``runner.interleaved``'s rows, or
-    the step's refusal."""
+    """A record's ``step_ms`` and ``backward_ms`` (None: not timed) from ``runner.interleaved``'s, or ``refused``."""
     if "refused" in step:
         return {"refused": step["refused"]}
     return {"step_ms": timing.summary(step["ms"]), "backward_ms": timing.summary(backward["ms"]) if backward else None}
@@ -130,17 +125,15 @@ def floor(sizes, batch, dtype, update, gbps, optimizer="sgd"):
 
 
 def host_batch(sizes, batch, dtype, seed=0):
-    """A random batch ``(x, y)`` of ``batch`` columns on the host, where training data lives: ``copy_in``
-    stages a NumPy batch through pinned memory without blocking, while a CuPy batch's check for NaN
-    would wait for the device every step."""
+    """A random batch ``(x, y)``, (n_1, B) and (n_L, B), on the host, where training data lives (a CuPy batch's
+    check for NaN would wait for the device every step)."""
     rng = np.random.default_rng(seed)
     return rng.random((sizes[0], batch)).astype(dtype), rng.random((sizes[-1], batch)).astype(dtype)
 
 
 def sweeps(net, plan):
-    """What a network's rows share, by record key: ``forward``, the forward pass, and f1, f2, f3, one sweep over
-    the layers of (2)(3), of (5) and of (7) on the main stream by the ops the schedules run, each with the
-    number of layers it covers (f2: the hidden ones only; a sweep over none is not timed)."""
+    """Record key -> ``(call, layers)``: ``forward``, the forward pass, and f1, f2, f3, one sweep over the layers
+    of (2)(3), of (5) and of (7) on the main stream, by the schedules' ops (f2: the hidden layers only)."""
     backend, ops, w, layers = net.backend, net.backend.ops, plan.w, net.layer_numbers
     hidden = range(net.L - 1, 1, -1)
 

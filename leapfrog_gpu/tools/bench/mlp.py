@@ -1,12 +1,10 @@
 """leapfrog-bench: the training step and the backward pass under each schedule, against the model.
 
 For every network ``[N] * L`` and batch size B: the SGD step and the backward pass under each schedule, the
-forward pass and the per-layer costs f1, f2, f3, timed in turn (``measure``), beside the model's prediction
-of a pass's saving and the anchors: the best sequential configuration, PyTorch's steps (``torch_anchor``) and
-the bytes floor (``traffic``); ``--plot``, the speed-ups against k (``plot``). This module is the MLP's suite
-of ``runner``: its options, what its networks share, and its table within 100 columns (each network's
-heading, then a row per configuration; the Markdown tables' cells are ``profiling/markdown_cells.py``'s).
-What each column means: docs/performance.md.
+forward pass and f1, f2, f3 (``measure``), beside the model's saving of a pass and the anchors: the best
+sequential configuration, PyTorch (``torch_anchor``), the bytes floor (``traffic``). This module is the MLP's
+suite of ``runner``: its options, what its networks share, its table (within 100 columns; the Markdown
+tables' cells are ``profiling/markdown_cells.py``'s). What each column means: docs/performance.md.
 
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
     leapfrog-bench --backend cupy --sizes 1024 --layers 32 --batch 32 --k 1,2,4 --graph
@@ -38,12 +36,10 @@ MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its sche
               "(leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
 COLUMNS = (("", "k", 1), ("", "blas", 4), ("step", "ms", 7), ("bwd", "ms", 7), ("pred", "saving", 7),
            ("meas", "saving", 7), ("bwd", "vs seq", 6), ("step", "vs best", 7))
-"""Each column after the schedule's: its title, on two lines, and its width, that of a number where it exceeds
-the title's (``1234.5!``, ``-112.5%``): a network's rows are printed before the next is measured, so the
-widths are set before any number is known. The last two, and ``LAST``, are speed-ups, under ``SPEEDUP``."""
+"""Each column after the schedule's: its title on two lines, and its width, set before any number is known
+(``1234.5!``, ``-112.5%``). The last two, and ``LAST``, are speed-ups, under ``SPEEDUP``."""
 LAST = {False: ("step", "vs floor", 8), True: ("graph", "vs eager", 8)}
-"""The last column: without ``--graph`` the step's speed-up over its own bytes floor, with it a graph step's
-over the same eager step (the JSON has both)."""
+"""The last column: the step's speed-up over its bytes floor, or with ``--graph`` over its eager twin."""
 SPEEDUP = "speed-up (> 1: faster)"
 """The title above the speed-up columns, ending where they end."""
 LEGEND = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
@@ -151,8 +147,8 @@ def foot(args, state, records, about):
 
 
 def columns(args):
-    """``(titles, widths)`` of the table's columns for ``args``, the titles' two lines each a tuple: the schedule's
-    as wide as the longest name this run can print (``--schedule``, ``--optimizer``, PyTorch's), left-aligned."""
+    """``(titles, widths)`` of the table: the titles' two lines, each a tuple; the schedule's column as wide as
+    the longest name this run can print, left-aligned."""
     update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
     labels = [name + update + "[graph]" * args.graph for name in args.schedule] + [f"sequential{update}*"]
     labels += ["torch-autograd", "torch-cuda-graph"] + [f"torch-{name}-foreach" for name in args.optimizer]
@@ -169,8 +165,7 @@ def label(r, graph="[graph]", best="*"):
 
 
 def percent(value):
-    """``value`` as a percentage; a loss beyond -999 % (a run slowed down by another job, say) as
-    ``<-999%``, so that the column keeps its width."""
+    """``value`` as a percentage; a loss beyond -999 % (another job slowed the run) as ``<-999%``, in 7 columns."""
     if value is None:
         return "-"
     return "<-999%" if 100 * value < -999 else f"{100 * value:.1f}%"
@@ -192,8 +187,8 @@ def network_lines(case):
         parts.append(("" if r["blas_threads"] is None else f"BLAS {r['blas_threads']}: ")
                      + f"forward {median(r['forward_ms'])} ms"
                      + (f" (speed-up vs its floor {ratio(floor / r['forward_ms']['median'])})" if floor else "")
-                     + f", per layer f1 {number(r['f1_ms'])} f2 {number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, "
-                     "bytes floor " + ", ".join(f"{update} {number(floor)}" for update, floor in floors.items()) + " ms")
+                     + f", per layer f1 {number(r['f1_ms'])} f2 {number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes "
+                     + "floor " + ", ".join(f"{update} {number(floor)}" for update, floor in floors.items()) + " ms")
     return [parts[0]] + [fitted(f"  {part}") for part in parts[1:]]
 
 

@@ -43,14 +43,12 @@ EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
 
 
 def interleaved(backend, calls, repeats, warmup=1, settings=None):
-    """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report with it, or
-    None; or a string: why the row is refused) timed on ``backend``: ``max(warmup, 1)`` untimed runs each,
-    then ``repeats`` rounds that run every call once in turn, each round starting one call later
-    (``timing.measure_interleaved``). With ``settings`` (row -> ``(key, context factory)``: a BLAS setting)
-    each call runs in its context, and the calls of a key take turns among themselves in blocks, key after
-    key (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` (a memory check, a
-    budget) is refused. Returns, in the order of ``calls``, row -> ``{"ms": times in ms (repeats,),
-    **reported}`` or ``{"refused": why}``."""
+    """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report, or None; or why
+    the row is refused) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that
+    run every call in turn, each round starting one call later (``timing.measure_interleaved``); with
+    ``settings`` (row -> ``(key, context factory)``: a BLAS setting), in blocks, key after key
+    (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` is refused. Returns, in the
+    order of ``calls``, row -> ``{"ms": ms (repeats,), **reported}`` or ``{"refused": why}``."""
     settings = settings or {row: (None, contextlib.nullcontext) for row in calls}
     results, reported = {row: {"refused": call} for row, call in calls.items() if isinstance(call, str)}, {}
     for row in [row for row in calls if row not in results]:
@@ -82,8 +80,9 @@ def schedules(model, names, **options):
 
 
 def grid(suite, args):
-    """``suite``'s networks: one dict for each combination of the values of the options its ``GRID`` names."""
-    return [dict(zip(suite.GRID, values)) for values in itertools.product(*(getattr(args, o) for o in suite.GRID.values()))]
+    """``suite``'s networks: a dict for each combination of the values of the options its ``GRID`` names."""
+    options = [getattr(args, option) for option in suite.GRID.values()]
+    return [dict(zip(suite.GRID, values)) for values in itertools.product(*options)]
 
 
 def main(suite, argv=None):
@@ -199,6 +198,7 @@ def machine(backend):
 
 
 def device_name(backend):
+    """A backend's device: the GPU's name, or the CPU's."""
     return backend.device_name if backend.name == "cupy" else cpu_name()
 
 

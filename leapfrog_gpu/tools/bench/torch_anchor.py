@@ -2,10 +2,9 @@
 ``Step``, the SGD step of a network's own ``to_torch()`` module (the MLP's rows: ``steps``).
 
 The module holds a copy of the network's parameters, in its dtype and on its device; the batch is ours with
-each sample as a row, as PyTorch takes it ((B, n) for an MLP, (tau, B, n) for an RNN); the cost is the
-network's, quadratic, over the batch's mean. The update: ``"loop"`` (``p.sub_(lr * p.grad)`` for each), or
-torch.optim's optimizer of the same name and hyper-parameters as ours, with ``foreach=True`` or ``fused=True``;
-``graph=True`` (CUDA only) replays a ``torch.cuda.CUDAGraph`` of the loop step (``Step._graphed``).
+each sample as a row, as PyTorch takes it; the cost is the network's, quadratic, over the batch's mean. The
+update: ``"loop"`` (``p -= lr p.grad`` for each), or torch.optim's optimizer of the same name and
+hyper-parameters as ours, ``foreach=True`` or ``fused=True``; ``graph=True`` replays a CUDA graph of the loop.
 """
 
 import contextlib
@@ -20,7 +19,7 @@ UPDATES = ("loop", "foreach", "fused")
 
 def skipped(no_torch):
     """The one line every bench prints where its PyTorch rows would be (``no_torch``: ``--no-torch`` was
-    given), or None when ``torch`` imports and runs."""
+    given), or None when ``torch`` imports."""
     if no_torch:
         return "PyTorch anchor skipped (--no-torch)"
     try:
@@ -31,7 +30,7 @@ def skipped(no_torch):
 
 
 def fused_refusal(device, rule):
-    """Why ``fused=True`` of torch.optim's ``rule`` (one of ours) does not step on ``device`` in this build (a
+    """Why torch.optim's ``rule`` (one of ours) with ``fused=True`` does not step on ``device`` in this build (a
     one-parameter trial), or None."""
     import torch
 
@@ -51,8 +50,8 @@ def torch_optimizer(torch, params, rule, **how):
 
 @contextlib.contextmanager
 def num_threads(threads):
-    """A context in which PyTorch's CPU ops run on ``threads`` threads (None: as they do), left so after
-    it: each change rebuilds PyTorch's thread pool, so it changes only when asked for another count."""
+    """A context in which PyTorch's CPU ops run on ``threads`` threads (None: as they do), left so after it:
+    each change rebuilds PyTorch's thread pool, so it changes only for another count."""
     import torch
 
     if threads is not None and torch.get_num_threads() != threads:
@@ -61,10 +60,10 @@ def num_threads(threads):
 
 
 def steps(args, net, x, y, settings, optimizer, rule):
-    """``(record name, threads) -> Step`` of the MLP ``net`` on the batch ``x``, ``y`` (n, B), all on one copy
-    of it (2 GB at N = 4096), each timed at each thread count of ``settings`` (as ours at each BLAS setting),
-    by ``rule``, the optimizer named ``optimizer``: plain SGD's loop update (``torch-autograd``), then
-    torch.optim's ``torch-NAME-foreach`` and ``-fused``, with ``--graph`` on a GPU the loop as a CUDA graph."""
+    """``(record name, threads) -> Step`` of the MLP ``net`` on the batch ``x``, ``y`` (n, B), all on one copy of
+    it (2 GB at N = 4096), at each thread count of ``settings``, by ``rule`` (named ``optimizer``): plain SGD's
+    loop (``torch-autograd``), torch.optim's (``torch-NAME-foreach``, ``-fused``), with ``--graph`` on a GPU the
+    loop as a CUDA graph (``torch-cuda-graph``)."""
     module, plain = net.to_torch(), optimizer == "sgd"
     modes = {"torch-autograd": {}} if plain else {}
     modes.update({f"torch-{optimizer}-{how}": {"update": how} for how in UPDATES[1:]})
@@ -75,12 +74,11 @@ def steps(args, net, x, y, settings, optimizer, rule):
 
 
 class Step:
-    """PyTorch's step of ``module`` (a network's ``to_torch()``; the parameters that require a gradient) on the
-    batch ``x``, ``y`` (ours, (n, B) or (tau, n, B)), by ``rule`` (one of our optimizers; ``update="loop"``:
-    plain SGD's). ``step(threads)`` runs one to its end at ``threads`` intra-op threads (None: as set), its
-    device's work done (``ValueError`` where this build of torch refuses it: ``refused``); ``backward_ms(repeats,
-    threads)`` times ``backward()`` alone, each after an untimed forward pass (``loss()``), one more untimed first.
-    ``graph=True``: captured after ``warmup`` steps."""
+    """PyTorch's step of ``module`` (a network's ``to_torch()``; its parameters that require a gradient) on the
+    batch ``x``, ``y`` (ours: (n, B) or (tau, n, B)) by ``rule``, one of our optimizers (plain SGD for ``"loop"``).
+    ``step(threads)`` runs one to its end at ``threads`` intra-op threads (None: as set), a ``ValueError`` where
+    this build of torch refuses it (``refused``); ``backward_ms(repeats, threads)`` times ``backward()`` alone
+    (ms, (repeats,)), each after an untimed forward pass, one more untimed first."""
 
     def __init__(self, module, x, y, rule, update="loop", graph=False, warmup=3):
         import torch
@@ -147,14 +145,14 @@ class Step:
         return start.elapsed_time(end)
 
     def _graphed(self, warmup):
-        """The step as a CUDA graph, captured by PyTorch's recipe for a whole network (warm-up steps on a side
-        stream, the gradients set to None so that the captured backward allocates them from the graph's
-        private pool, static inputs); returns a function that copies the batch into them and replays it."""
+        """The step as a CUDA graph, by PyTorch's recipe for a whole network: ``warmup`` steps on a side stream,
+        then the capture, whose backward allocates the gradients (None until then) from the graph's pool, on
+        static inputs; returns a function that copies the batch into them and replays it."""
         torch, batch = self.torch, (self.x, self.y)
         self.x, self.y = self.x.clone(), self.y.clone()  # the static inputs
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up outside the capture, on a side stream
+        with torch.cuda.stream(side):
             for _ in range(warmup):
                 self.run()
         torch.cuda.current_stream().wait_stream(side)

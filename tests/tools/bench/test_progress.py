@@ -31,10 +31,10 @@ def test_about_says_two_significant_digits():
 
 
 def test_the_line_after_the_first_network_weighs_the_rest_by_their_work(monkeypatch, clock, capsys):
-    """Works 1, 2 and 7, the first network 3 s: the other 9 units of work take about 27 s."""
+    """Works 2, 4 and 14, the first network 3 s: the other 18 units of work take about 27 s."""
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
-    with progress.Progress("leapfrog-bench", [1, 2, 7], quiet=False) as bar:
+    with progress.Progress("leapfrog-bench", [2, 4, 14], quiet=False) as bar:
         for name, seconds in (("first", 3.0), ("second", 4.0), ("third", 1.0)):
             bar.start(name)
             clock.seconds += seconds

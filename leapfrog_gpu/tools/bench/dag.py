@@ -50,12 +50,6 @@ def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
     return DagNet(N, nodes, dtype=dtype, seed=seed, backend=backend)
 
 
-def backward(net, x, y, schedule):
-    """One backward pass of ``net`` by ``schedule``: its counters."""
-    net.backprop(x, y, schedule)
-    return dict(net.stats["backward"])
-
-
 def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
             dtype="float32", names=schedule_names("dag"), more=None):
     """The records of one network on ``backend`` (a backend object), a dict per backward schedule of ``names``
@@ -67,7 +61,11 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
     calls, needed = {}, {}
     with network(kind, N, D, dtype, backend) as net:
-        rows = [("backward", name, schedule, functools.partial(backward, net, x, y, schedule))
+        def backward(schedule):  # one backward pass: its counters
+            net.backprop(x, y, schedule)
+            return dict(net.stats["backward"])
+
+        rows = [("backward", name, schedule, functools.partial(backward, schedule))
                 for name, schedule in runner.schedules("dag", names, k=k, memory_limit=memory_limit).items()]
         for pass_, name, made, call in rows + (more(net, x, y) if more else []):
             needed[pass_, name] = memory = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0

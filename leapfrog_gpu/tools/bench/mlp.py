@@ -87,8 +87,9 @@ def check(p, args):
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     if args.plot is not None:
-        if png_refusal("--plot", args.plot):
-            p.error(png_refusal("--plot", args.plot))
+        refusal = png_refusal("--plot", args.plot)
+        if refusal:
+            p.error(refusal)
         try:
             import matplotlib  # noqa: F401
         except ImportError:

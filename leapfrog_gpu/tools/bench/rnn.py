@@ -101,10 +101,31 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
 
 
 def torch_step(net, x, y, eta=ETA):
-    """PyTorch's SGD step of ``net`` (``net.to_torch()``: its cell's ``torch.nn.RNN``, ``GRU`` or ``LSTM`` layers, then
-    the output layer) on ``x``, ``y``, by ``torch.optim.SGD(foreach=True)`` at ``eta``; ``bias_hh`` held at zero
-    (one bias a layer, as the network's) but for a GRU's (its n rows: b_hn)."""
-    module = net.to_torch()
+    """PyTorch's SGD step of ``net`` as its users write the network: one ``torch.nn.RNN``, ``GRU`` or ``LSTM`` of
+    ``num_layers = L - 2`` (one call for the whole stack, as oneDNN and cuDNN run it) holding the parameters of
+    ``net.to_torch()``'s layers, then its output layer; on ``x``, ``y``, by ``torch.optim.SGD(foreach=True)`` at
+    ``eta``; ``bias_hh`` held at zero (one bias a layer, as the network's) but for a GRU's (its n rows: b_hn)."""
+    import torch
+
+    layers = net.to_torch()
+    first, output = layers.layer2, getattr(layers, f"layer{net.L}")
+    options = {"nonlinearity": first.nonlinearity} if net.cell == "elman" else {}
+    recurrent = type(first)(net.sizes[0], net.sizes[1], num_layers=net.L - 2, dtype=first.weight_ih_l0.dtype,
+                            device=first.weight_ih_l0.device, **options)
+    with torch.no_grad():
+        for k in range(net.L - 2):
+            for name, p in getattr(layers, f"layer{k + 2}").named_parameters():
+                getattr(recurrent, name.replace("_l0", f"_l{k}")).copy_(p)
+
+    class Stacked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.recurrent, self.output = recurrent, output
+
+        def forward(self, x):
+            return self.output(self.recurrent(x)[0])
+
+    module = Stacked()
     for name, p in module.named_parameters():
         p.requires_grad_(net.cell == "gru" or "bias_hh" not in name)
     return torch_anchor.Step(module, x, y, SGD(eta), "foreach")

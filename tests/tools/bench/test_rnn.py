@@ -82,15 +82,18 @@ def test_pytorchs_network_is_ours_its_gradients_and_its_step():
         anchor.backward(anchor.loss())
         nabla_b, nabla_w, nabla_u = rnn_lists(net.backprop(x, y))
         module = anchor.module
-        for i, l in enumerate((2, 3)):
-            assert np.allclose(module.get_parameter(f"layer{l}.weight_ih_l0").grad.numpy(), nabla_w[i] / 2, rtol=1e-12)
-            assert np.allclose(module.get_parameter(f"layer{l}.weight_hh_l0").grad.numpy(), nabla_u[i] / 2, rtol=1e-12)
-        assert np.allclose(module.get_parameter("layer4.0.bias").grad.numpy(), nabla_b[-1] / 2, rtol=1e-12)
+        for i in range(2):  # one module of two layers, as its users write it
+            assert np.allclose(module.get_parameter(f"recurrent.weight_ih_l{i}").grad.numpy(), nabla_w[i] / 2,
+                               rtol=1e-12)
+            assert np.allclose(module.get_parameter(f"recurrent.weight_hh_l{i}").grad.numpy(), nabla_u[i] / 2,
+                               rtol=1e-12)
+        assert np.allclose(module.get_parameter("output.0.bias").grad.numpy(), nabla_b[-1] / 2, rtol=1e-12)
         anchor.step()
         net.sgd_step(x, y, 0.1)
-        assert np.allclose(module.get_parameter("layer3.weight_hh_l0").detach().numpy(), net.recurrent[1], rtol=1e-12)
-        assert np.allclose(module.get_parameter("layer4.0.weight").detach().numpy(), net.weights[-1], rtol=1e-12)
-        assert not module.get_parameter("layer2.bias_hh_l0").detach().numpy().any()  # held at zero: one bias a layer
+        assert np.allclose(module.get_parameter("recurrent.weight_hh_l1").detach().numpy(), net.recurrent[1],
+                           rtol=1e-12)
+        assert np.allclose(module.get_parameter("output.0.weight").detach().numpy(), net.weights[-1], rtol=1e-12)
+        assert not module.get_parameter("recurrent.bias_hh_l0").detach().numpy().any()  # held at zero: one bias a layer
 
 
 def test_the_profiling_script_writes_its_json(tmp_path):
@@ -187,8 +190,8 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
         anchor = bench_rnn.torch_step(net, x, y, eta=0.1)
         anchor.step()
         net.sgd_step(x, y, 0.1)
-        for l in (2, 3):
-            assert np.allclose(anchor.module.get_parameter(f"layer{l}.weight_hh_l0").detach().numpy(),
-                               net.recurrent[l - 2], rtol=1e-12, atol=1e-14)
-        assert np.allclose(anchor.module.get_parameter("layer4.0.weight").detach().numpy(), net.weights[-1],
+        for i in range(2):
+            assert np.allclose(anchor.module.get_parameter(f"recurrent.weight_hh_l{i}").detach().numpy(),
+                               net.recurrent[i], rtol=1e-12, atol=1e-14)
+        assert np.allclose(anchor.module.get_parameter("output.0.weight").detach().numpy(), net.weights[-1],
                            rtol=1e-12, atol=1e-14)

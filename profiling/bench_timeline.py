@@ -25,14 +25,12 @@ from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
-from leapfrog_gpu.tools.bench.report import label
 from leapfrog_gpu.tools.bench.runner import ratio
 from leapfrog_gpu.tools.cli import fitted, pip_install, png_refusal
 from leapfrog_gpu.tools.schedules import make_schedule
 
 PROG = "python profiling/bench_timeline.py"
-RECORDS, about, grid, work, head, rows = (bench_mlp.RECORDS, bench_mlp.about, bench_mlp.grid, bench_mlp.work,
-                                          bench_mlp.head, bench_mlp.rows)
+RECORDS, GRID, work, head, rows = bench_mlp.RECORDS, bench_mlp.GRID, bench_mlp.work, bench_mlp.head, bench_mlp.rows
 """What this suite of ``runner`` takes of ``leapfrog-bench``'s (``bench.mlp``) as it is."""
 
 
@@ -51,7 +49,7 @@ def check(p, args):
     folder = os.path.dirname(os.path.abspath(args.timeline))
     if refusal or not os.path.isdir(folder):
         p.error(refusal or f"--timeline {args.timeline}: the folder {folder} does not exist")
-    if len(grid(args)) > 1:
+    if len(runner.grid(bench_mlp, args)) > 1:
         p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
     if args.blas_threads not in (None, [1]):
         p.error("--blas-threads: the timeline runs one BLAS thread per stream; give 1 or leave it out")
@@ -116,7 +114,7 @@ def stamped_steps(args, case):
             r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
                              "step_ms_stamped": timing.summary(with_stamps),
                              "cost": float(np.median(with_stamps) / np.median(plain))}
-            title = (label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
+            title = (bench_mlp.label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
                      + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
             panels.append({"label": title, "bench": r, "intervals": intervals, "analysis": analysis})
     return panels
@@ -130,7 +128,7 @@ def timeline_lines(records, path):
         if "timeline" not in r:
             continue
         t = r["timeline"]
-        lines.append(f"{label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
+        lines.append(f"{bench_mlp.label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
                      f"{t['step_ms_plain']['median']:.3f} ms, stamped {stamping(t['cost'])}; "
                      f"{timeline.describe(t)}; backward speed-up vs sequential {ratio(r['backward_speedup'])}")
     return "\n".join(lines)

@@ -34,7 +34,7 @@ from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.measure import ETA, configurations
 from leapfrog_gpu.tools.bench.mlp import DEFAULT_SCHEDULES
-from leapfrog_gpu.tools.bench.report import label
+from leapfrog_gpu.tools.bench.mlp import label
 from leapfrog_gpu.tools.cli import Parser, fitted, integers, parse_args_on_a_backend
 from leapfrog_gpu.tools.schedules import make_schedule, names_type
 

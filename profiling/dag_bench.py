@@ -20,7 +20,7 @@ from leapfrog_gpu.tools.bench import dag as bench_dag, runner
 
 HERE = Path(__file__).resolve().parent
 PROG = "python profiling/dag_bench.py"
-RECORDS, about, grid, work, start, head, rows = (bench_dag.RECORDS, bench_dag.about, bench_dag.grid, bench_dag.work,
+RECORDS, GRID, about, work, start, head, rows = (bench_dag.RECORDS, bench_dag.GRID, bench_dag.about, bench_dag.work,
                                                  bench_dag.start, bench_dag.head, bench_dag.rows)
 """What this suite of ``runner`` takes of ``leapfrog-bench --model dag``'s (``bench.dag``) as it is."""
 FOOT = "forward: its speed-up over the forward pass node by node (its sequential row)"

@@ -2,7 +2,7 @@
 terminal table's (``leapfrog_gpu.tools.bench.mlp``) with an en dash for what does not apply and between
 p20 and p80, ``×`` after a ratio, and times to 3 significant digits."""
 
-from leapfrog_gpu.tools.bench import report
+from leapfrog_gpu.tools.bench import mlp
 from leapfrog_gpu.tools.bench.runner import noisy
 
 NONE = "–"
@@ -16,7 +16,7 @@ def ms(value):
 def label(r):
     """A record's schedule: ``leapfrog+fused graph``, ``sequential (best seq)``; ``auto → sequential`` in a file
     written by ``leapfrog-bench --k auto`` before it moved to ``autotune_check.py``."""
-    return ("auto → " if r.get("auto") else "") + report.label(r, graph=" graph", best=" (best seq)")
+    return ("auto → " if r.get("auto") else "") + mlp.label(r, graph=" graph", best=" (best seq)")
 
 
 def spread(stats):

@@ -25,15 +25,14 @@ PROG = "python profiling/torch_compile.py"
 COMPILED = "torch-compile"
 
 
-class CompiledStep(torch_anchor.SGDStep):
-    """PyTorch's eager step of the MLP ``sizes`` at ``batch`` by ``torch.optim.SGD(foreach=True)``, its cost
-    (forward and backward) compiled by ``torch.compile``, which compiles in the first ``warmup`` steps."""
+class CompiledStep(torch_anchor.Step):
+    """PyTorch's step of ``module`` (an MLP's ``to_torch()``) on ``x``, ``y`` by ``torch.optim.SGD(foreach=True)``
+    at ``measure.ETA``, its cost (forward and backward) compiled by ``torch.compile``, which compiles in the
+    first ``warmup`` steps."""
 
-    def __init__(self, sizes, batch, dtype="float32", device="cpu", activation="sigmoid", warmup=3):
-        params, x, y = network = torch_anchor.mlp(sizes, batch, dtype, device)
-        super().__init__(sizes, batch, dtype, device, activation, optimizer="foreach", network=network)
-        cost = self.torch.compile(torch_anchor.quadratic_cost)
-        self.loss = lambda: cost(params, x, y, activation)
+    def __init__(self, module, x, y, warmup=3):
+        super().__init__(module, x, y, measure.OPTIMIZERS["sgd"], "foreach")
+        self.loss = self.torch.compile(self.loss)
         for _ in range(warmup):
             self.step()
 
@@ -62,10 +61,9 @@ def measure_network(args, sizes, batch):
         for name, k in [("sequential", 0)] + [("leapfrog", k) for k in args.k]:
             schedule = make_schedule("mlp", name, k, fused=args.fused)
             calls[name, k] = lambda s=schedule: net.sgd_step(x, y, measure.ETA, s)
-        device = "cpu" if backend.name == "numpy" else "cuda"
-        eager = torch_anchor.SGDStep(sizes, batch, args.dtype, device, args.activation, optimizer="foreach")
+        eager = torch_anchor.Step(net.to_torch(), x, y, measure.OPTIMIZERS["sgd"], "foreach")
         calls["torch-sgd-foreach", 0] = eager.step
-        calls[COMPILED, 0] = CompiledStep(sizes, batch, args.dtype, device, args.activation).step
+        calls[COMPILED, 0] = CompiledStep(net.to_torch(), x, y).step
         timed = runner.interleaved(backend, calls, args.repeats, args.warmup)
     rows = [{"N": sizes[0], "L": len(sizes), "B": batch, "dtype": args.dtype, "backend": args.backend,
              "schedule": name, "k": k, "fused": args.fused and not name.startswith("torch"),

@@ -8,7 +8,7 @@ optimizer's best own step against torch.optim's (``--optimizer``); each ratio wi
 
 import argparse
 
-from leapfrog_gpu.tools.bench.report import label
+from leapfrog_gpu.tools.bench.mlp import label
 
 
 def verdicts(command, records):

@@ -16,6 +16,7 @@ from helpers import bench_table
 from leapfrog_gpu.core.torch_io import INSTALL
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.tools.bench import dag as bench_dag
+from leapfrog_gpu.tools.schedules import schedule_names
 
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 sys.path.insert(0, str(PROFILING))
@@ -200,15 +201,18 @@ def test_the_compiled_step_is_the_eager_step():
     """The compiled step of torch_compile.py moves the parameters as the eager torch.optim step does."""
     pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     import torch_compile
-    from leapfrog_gpu.tools.bench import torch_anchor
+    from leapfrog_gpu import MLP
+    from leapfrog_gpu.tools.bench import measure, torch_anchor
 
-    eager = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64", optimizer="foreach")
-    compiled = torch_compile.CompiledStep([5, 7, 3], 4, dtype="float64", warmup=0)
-    for step in (eager, compiled):
-        step.step()
-    for p, q in zip(eager.params, compiled.params, strict=True):
-        assert float((p - q).detach().abs().max()) < 1e-12
-    assert float((eager.params[0] - torch_anchor.mlp([5, 7, 3], 4, "float64")[0][0]).detach().abs().max()) > 0  # moved
+    x, y = measure.host_batch([5, 7, 3], 4, "float64")
+    with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
+        eager = torch_anchor.Step(net.to_torch(), x, y, measure.OPTIMIZERS["sgd"], "foreach")
+        compiled = torch_compile.CompiledStep(net.to_torch(), x, y, warmup=0)
+        for step in (eager, compiled):
+            step.step()
+        for p, q in zip(eager.params, compiled.params, strict=True):
+            assert float((p - q).detach().abs().max()) < 1e-12
+        assert float((eager.params[0] - net.to_torch()[0].weight).detach().abs().max()) > 0  # moved
 
 
 # -- dag_bench.py --------------------------------------------------------------------------------------------
@@ -242,7 +246,7 @@ def test_the_dag_script_is_the_command_with_the_forward_rows_on_numpy(tmp_path):
     out = tmp_path / "dag.json"
     stdout = run(dag_bench, ["--sizes", "2", "--depths", "3", "--batch", "1", "--repeats", "1", "--json", str(out)])
     records = json.loads(out.read_text())["records"]
-    backward = [(p, name) for p, name, _ in bench_dag.runs(2, 2**20)]
+    backward = [("backward", name) for name in schedule_names("dag")]
     assert [(r["pass"], r["schedule"]) for r in records] == backward + FORWARD
     assert {r["backend"] for r in records} == {"numpy"} and stdout.rstrip().endswith(dag_bench.FOOT)
 
@@ -258,7 +262,7 @@ def test_deers_problem_is_a_named_row_with_newtons_iterations(monkeypatch, tmp_p
     stdout = run(rnn_bench, ["--deer", "--repeats", "1", "--repeats-long", "1", "--torch-threads", "1,2",
                              "--out", str(out)])
     lines = [line for line in stdout.splitlines() if "DEER" in line]
-    names = [line[16:].split("  ")[0] for line in lines]
+    names = [line[15:].split("  ")[0] for line in lines]
     assert names == ["DEER step bptt", "DEER step timescan+newton", "DEER step timescan+quasi-newton",
                      "DEER step torch nn.GRU 1t", "DEER step torch nn.GRU 2t"], lines
     rows = json.loads(out.read_text())["rows"]

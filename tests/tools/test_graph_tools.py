@@ -82,42 +82,34 @@ def test_graph_verdicts_compare_with_every_baseline():
 
 def test_the_torch_cuda_graph_anchor_needs_a_gpu():
     pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
-    from leapfrog_gpu.tools.bench import torch_anchor
+    from leapfrog_gpu import MLP
+    from leapfrog_gpu.tools.bench import measure, torch_anchor
 
-    with pytest.raises(ValueError, match="graph=True needs device='cuda'"):
-        torch_anchor.SGDStep([5, 7, 3], 4, device="cpu", graph=True)
+    x, y = measure.host_batch([5, 7, 3], 4, "float32")
+    with MLP([5, 7, 3], backend="numpy") as net, pytest.raises(ValueError, match="graph=True needs a module on a CUDA"):
+        torch_anchor.Step(net.to_torch(), x, y, measure.OPTIMIZERS["sgd"], graph=True)
 
 
 @gpu
 @pytest.mark.gpu
 def test_the_torch_cuda_graph_anchor_trains_like_the_eager_one():
     """Replays of PyTorch's captured step move the parameters as its eager steps do; the bench times it."""
-    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
+    from leapfrog_gpu import MLP
     from leapfrog_gpu.backends import get_backend
-    from leapfrog_gpu.tools.bench import runner, torch_anchor
+    from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
 
-    generator = torch.Generator().manual_seed(0)
-    start = [torch.randn(*shape, generator=generator, dtype=torch.float64) for shape in [(9, 5), (9,), (3, 9), (3,)]]
-    x, y = (torch.rand(4, n, generator=generator, dtype=torch.float64).cuda() for n in (5, 3))
-    copies = [[p.clone().cuda().requires_grad_() for p in start] for _ in range(2)]
-
-    def eager_step(params):
-        for p in params:
-            p.grad = None
-        torch_anchor.quadratic_cost(params, x, y).backward()
-        with torch.no_grad():
-            for p in params:
-                p.sub_(p.grad, alpha=0.1)
-
-    replay = torch_anchor._graphed(torch, lambda: eager_step(copies[1]), copies[1], x, y, "sigmoid", 0.1, warmup=3)
-    for _ in range(3 + 4):  # the warm-up ran three eager steps on the graphed copy
-        eager_step(copies[0])
-    for _ in range(4):
-        replay()
-    torch.cuda.synchronize()
-    for p, q in zip(*copies):
-        assert torch.allclose(p, q, rtol=1e-12, atol=1e-14)
-    anchor = torch_anchor.SGDStep([33, 65, 17], 8, "float64", "cuda", warmup=2, graph=True)
-    with get_backend("cupy") as backend:
-        step = runner.interleaved(backend, {"graph": anchor.step}, 3)["graph"]["ms"]
-    assert anchor.graph and step.shape == (3,) and (step > 0).all()
+    x, y = measure.host_batch([33, 65, 17], 8, "float64")
+    with get_backend("cupy") as backend, MLP([33, 65, 17], dtype="float64", backend=backend) as net:
+        eager, graph = (torch_anchor.Step(net.to_torch(), x, y, measure.OPTIMIZERS["sgd"], graph=captured, warmup=3)
+                        for captured in (False, True))
+        assert graph.graph and graph.cuda and graph.params[0].is_cuda
+        for _ in range(3 + 4):  # the warm-up ran three eager steps on the graphed copy
+            eager.step()
+        for _ in range(4):
+            graph.step()
+        for p, q in zip(eager.params, graph.params, strict=True):
+            assert float((p - q).detach().abs().max()) < 1e-12
+        assert float((eager.params[0] - net.to_torch()[0].weight).detach().abs().max()) > 0  # moved
+        step = runner.interleaved(backend, {"graph": graph.step}, 3)["graph"]["ms"]
+    assert step.shape == (3,) and (step > 0).all()

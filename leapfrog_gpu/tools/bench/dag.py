@@ -1,16 +1,9 @@
 """``leapfrog-bench --model dag``: the backward schedules of a ``DagNet`` against its sequential order.
 
-For every DAG shape (``--kind``), width N, depth D and batch size B, ``network`` builds the ``DagNet`` and
-``measure`` times, in one alternation (``runner.interleaved``), its backward pass under each schedule of
-``--schedule`` (sequential, the baseline, always), each row beside its speed-up over the sequential order
-of the same pass (``with_speedups``) and the rounds, sweeps, flops and memory its schedule reports. A
-block solver whose memory would exceed ``--memory-limit`` is refused before anything is allocated, and one
-deeper than ``--max-block-depth`` skipped. The forward solvers are timed the same way by
-``profiling/dag_bench.py``. What the rows mean, and the tables measured: docs/dag.md.
-
-Shapes, nodes 1..D each reading the one before: ``residual``, every third node but the last an ``Add`` of
-nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of them instead (DenseNet-like, 2N wide);
-the other nodes ``Dense`` tanh layers, the last a sigmoid.
+For every DAG shape (``--kind``), width N, depth D and batch size B, ``measure`` times the backward pass of
+the ``network`` under each schedule of ``--schedule`` in one alternation (``runner.interleaved``), each row
+beside its speed-up over the sequential order and the rounds, sweeps, flops and memory its schedule reports.
+The forward solvers are timed the same way by ``profiling/dag_bench.py``. What the rows mean: docs/dag.md.
 """
 
 import functools
@@ -21,28 +14,32 @@ from ...backends import get_backend, timing
 from ...dag.layers import Add, Concat, Dense
 from ...dag.network import INPUT, DagNet
 from ..cli import integer, integers, names
-from ..schedules import make_schedule, schedule_names
+from ..schedules import schedule_names
 from . import progress, runner
 from .runner import NOISY, noisy, ratio, spread
 
 PROG = "leapfrog-bench --model dag"
 RECORDS = "records"
+GRID = {"kind": "kind", "N": "sizes", "D": "depths", "B": "batch"}
 BASELINE = schedule_names("dag")[0]
 KINDS = {"residual": Add, "dense": Concat}
-"""The DAG shapes, by the layer that joins node i - 3 into node i."""
-
+"""The DAG shapes, by the layer that joins node i - 3 into node i (``network``)."""
 TITLE = "speed-up vs seq: the sequential order's median over the row's, same pass and network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
-HEADER = (f"  {'pass':<8} {'schedule':<14} {'median [p20-p80] ms':<23} {'speed-up vs seq':>15} {'rounds':>6} "
-          f"{'iters':>5} {'flops/seq':>9} {'mem MiB':>8}")
-"""The columns' titles."""
+COLUMNS = (("pass", -8), ("schedule", -14), ("median [p20-p80] ms", -23), ("speed-up vs seq", 15), ("rounds", 6),
+           ("iters", 5), ("flops/seq", 9), ("mem MiB", 8))
+"""The columns' titles and widths (< 0: left-aligned), each row indented by two spaces under its network."""
+TITLES, WIDTHS = zip(*COLUMNS)
+HEADER = "  " + runner.line(TITLES, WIDTHS, " ")
 FOOT = ("speed-up vs seq: the sequential order's median over the row's; > 1: faster\n"
         f"! noisy: p80 - p20 over {NOISY:.0%} of the median; rounds: dependent steps; iters: sweeps or iterations\n"
         "flops/seq: flops over the sequential order's; mem MiB: what the solver holds")
 
 
 def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
-    """The ``DagNet`` of shape ``kind`` (a key of ``KINDS``), width N, nodes "1".."D"."""
+    """The ``DagNet`` of shape ``kind``, width N, nodes "1".."D" each reading the one before: ``residual``, every
+    third node but the last an ``Add`` of nodes i - 1 and i - 3 (a skip connection); ``dense``, a ``Concat`` of
+    them instead (DenseNet-like, 2N wide); the other nodes ``Dense`` tanh layers, the last a sigmoid."""
     nodes = []
     for i in range(1, D + 1):
         previous = str(i - 1) if i > 1 else INPUT
@@ -53,40 +50,30 @@ def network(kind, N, D, dtype="float32", backend="numpy", seed=0):
     return DagNet(N, nodes, dtype=dtype, seed=seed, backend=backend)
 
 
-def runs(k, memory_limit, names=schedule_names("dag")):
-    """``(pass, name, schedule)`` of every row: the backward schedules of ``names`` (by the names of
-    ``tools.schedules``), the sequential order first."""
-    return [("backward", name, make_schedule("dag", name, k=k, memory_limit=memory_limit))
-            for name in dict.fromkeys([BASELINE, *names])]
-
-
-def backward(net, x, y, schedule):
-    """One backward pass of ``net`` by ``schedule``; its counters."""
-    net.backprop(x, y, schedule)
-    return dict(net.stats["backward"])
-
-
 def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26, max_block_depth=32,
             dtype="float32", names=schedule_names("dag"), more=None):
-    """The records of one network on ``backend`` (a backend object): a dict per row of ``runs``, and of
-    ``more(net, x, y)`` (rows ``(pass, name, solver, call)``, ``call()`` a pass that returns its counters:
-    ``profiling/dag_bench.py``'s forward solvers), timed in turn (``runner.interleaved``), with ``ms``
-    (median, p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory the solver
-    would need (``memory_limit`` in bytes)."""
+    """The records of one network on ``backend`` (a backend object), a dict per backward schedule of ``names``
+    (the sequential order first, always) and per row of ``more(net, x, y)`` (``(pass, name, solver, call)``,
+    ``call()`` a pass that returns its counters: ``profiling/dag_bench.py``'s forward solvers): ``ms`` (median,
+    p20, p80), ``speedup`` and ``stats`` (its numbers), or ``refused`` and the memory the solver would need
+    (``memory_limit`` in bytes)."""
     rng = np.random.default_rng(0)
     x, y = rng.random((N, B)).astype(dtype), rng.uniform(0.05, 0.95, (N, B)).astype(dtype)
     calls, needed = {}, {}
     with network(kind, N, D, dtype, backend) as net:
-        rows = [(*row, functools.partial(backward, net, x, y, row[2])) for row in runs(k, memory_limit, names)]
+        def backward(schedule):  # one backward pass: its counters
+            net.backprop(x, y, schedule)
+            return dict(net.stats["backward"])
+
+        rows = [("backward", name, schedule, functools.partial(backward, schedule))
+                for name, schedule in runner.schedules("dag", names, k=k, memory_limit=memory_limit).items()]
         for pass_, name, made, call in rows + (more(net, x, y) if more else []):
             needed[pass_, name] = memory = made.memory_needed(net, B) if hasattr(made, "memory_needed") else 0
             calls[pass_, name] = call
             if memory > memory_limit:
-                calls[pass_, name] = runner.refused(f"needs {memory / 2**20:.1f} MiB > --memory-limit "
-                                                    f"{memory_limit / 2**20:g} MiB")
+                calls[pass_, name] = f"needs {memory / 2**20:.1f} MiB > --memory-limit {memory_limit / 2**20:g} MiB"
             elif memory and D > max_block_depth:
-                calls[pass_, name] = runner.refused(f"skipped: D > --max-block-depth {max_block_depth} (work grows "
-                                                    "as D^3)")
+                calls[pass_, name] = f"skipped: D > --max-block-depth {max_block_depth} (work grows as D^3)"
         timed = runner.interleaved(backend, calls, repeats, warmup)
         shared = {"kind": kind, "N": N, "D": net.depth, "B": B, "k": k, "dtype": dtype, "backend": backend.name}
     records = []
@@ -115,25 +102,17 @@ def with_speedups(records):
     return records
 
 
-def heading(record):
-    """The line above a network's rows."""
-    return (f"{record['kind']} DAG, N={record['N']} D={record['D']} B={record['B']}, {record['dtype']}, "
-            f"{record['backend']}, k={record['k']}")
-
-
 def format_row(record):
-    """One row under ``HEADER``: within 100 columns whatever its numbers."""
+    """One row under ``HEADER``: within 100 columns whatever its numbers (a refusal across the timed ones)."""
     stats = record.get("stats", {})
-    head = f"  {record['pass']:<8} {record['schedule']:<14}"
-    memory = f"{_short(stats.get('memory_bytes', 0) / 2**20, 2):>8}"
+    memory = _short(stats.get("memory_bytes", 0) / 2**20, 2)
     if "refused" in record:
-        return f"{head} {record['refused'][:62]:<62} {memory}"
-    timed = spread(record["ms"]) + ("!" if noisy(record["ms"]) else "")
-    times = ratio(record.get("speedup"))
+        return "  " + runner.line((record["pass"], record["schedule"], record["refused"][:62], memory),
+                                  (-8, -14, -62, 8), " ")
     flops = _short(stats["flops"] / stats["sequential_flops"], 1) if stats.get("sequential_flops") else "-"
-    iters = stats.get("sweeps", stats.get("iterations", ""))
-    return (f"{head} {timed:<23} {times:>15} {_short(stats.get('rounds', ''), 0):>6} {_short(iters, 0):>5} "
-            f"{flops:>9} {memory}")
+    return "  " + runner.line((record["pass"], record["schedule"], spread(record["ms"]) + "!" * noisy(record["ms"]),
+                               ratio(record.get("speedup")), _short(stats.get("rounds", ""), 0),
+                               _short(stats.get("sweeps", stats.get("iterations", "")), 0), flops, memory), WIDTHS, " ")
 
 
 def _short(value, digits):
@@ -143,23 +122,8 @@ def _short(value, digits):
     return f"{value:.{digits}f}" if value < 1e4 else f"{value:.3g}"
 
 
-def table(records):
-    """The whole table: ``TITLE``, ``HEADER``, and each network's heading and rows."""
-    lines = [TITLE, HEADER]
-    for i, r in enumerate(records):
-        if i == 0 or heading(r) != heading(records[i - 1]):
-            lines.append(heading(r))
-        lines.append(format_row(r))
-    return "\n".join(lines)
-
-
-def grid(args):
-    return [{"kind": kind, "N": N, "D": D, "B": B} for kind in args.kind for N in args.sizes for D in args.depths
-            for B in args.batch]
-
-
 def work(key):
-    """A network's weight in the time left: D (D + 8) layers' work, its Jacobi solvers' D sweeps among its passes."""
+    """A network's weight in the time left: D (D + 8) layers' (its Jacobi solvers sweep D times)."""
     return key["D"] * (key["D"] + 8) * progress.layer_work(key["N"], key["B"])
 
 
@@ -184,7 +148,10 @@ def head(args):
 
 
 def rows(args, case):
-    return table(case).split("\n")[2:]
+    """A network's heading, then its rows."""
+    r = case[0]
+    return [f"{r['kind']} DAG, N={r['N']} D={r['D']} B={r['B']}, {r['dtype']}, {r['backend']}, k={r['k']}",
+            *map(format_row, case)]
 
 
 def foot(args, backend, records, about):

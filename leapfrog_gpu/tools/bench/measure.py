@@ -1,11 +1,6 @@
 """``leapfrog-bench``'s measurements of one MLP (``measure_network``) and the ratios derived from them
-(``derive``); what each means: docs/performance.md.
-
-For a network ``[N] * L`` at batch size B and each BLAS setting: the step and the backward pass of every
-configuration, the forward pass, and f1, f2, f3, the per-layer costs of equations (2)(3), (5) and (7) alone
-(``sweeps``), with PyTorch's steps of the same network, all timed in one alternation (``runner.interleaved``, a
-block per BLAS setting). Beside a pass's measured saving, the model's (1 - 1/k) f3 / f, f = f1 + f2 + f3
-(docs/design.md §1); beside a step, its bytes floor, that of its update (``traffic.UPDATES``).
+(``derive``): the model's saving of a pass, (1 - 1/k) f3 / f with f = f1 + f2 + f3 (docs/design.md §1), beside
+the measured one; a step's bytes floor (``traffic``). What each means: docs/performance.md.
 """
 
 import collections
@@ -15,7 +10,7 @@ import numpy as np
 from ...backends import get_backend, timing
 from ...core import capture as graphs
 from ...core.optimizers import SGD, Adam, AdamW
-from ...core.schedules import Leapfrog, Sequential
+from ...core.schedules import Leapfrog
 from ...mlp import autotune
 from ...mlp.network import MLP
 from ..schedules import make_schedule, schedule_names, takes_k
@@ -44,10 +39,11 @@ def configurations(args):
 
 
 def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
-    """The records of the network ``sizes`` at ``batch``, every step by ``OPTIMIZERS[optimizer]``: each
-    configuration's (``runs``) at each BLAS setting of ``settings`` (a copy's GB/s at each: ``bandwidth``),
-    then, unless ``--no-torch``, PyTorch's (``torch_anchor.steps``)."""
-    rule = OPTIMIZERS[optimizer]
+    """The records of the network ``sizes`` at ``batch``, every step by ``OPTIMIZERS[optimizer]``: at each BLAS
+    setting of ``settings`` (a copy's GB/s at each: ``bandwidth``), the step and the backward pass of each
+    configuration (``_runs``), the forward pass and f1-f3 (``sweeps``), and PyTorch's steps (``torch_anchor``),
+    all in one alternation (``runner.interleaved``, a block per BLAS setting)."""
+    rule, itemsize = OPTIMIZERS[optimizer], np.dtype(args.dtype).itemsize
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
                                                    backend=backend) as net:
         x, y = host_batch(sizes, batch, args.dtype)
@@ -59,9 +55,8 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             calls[run.threads, "step", i] = lambda r=run: net.train_step(x, y, rule, r.schedule, graph=r.graph)
             if not run.graph:
                 calls[run.threads, "backward", i] = lambda s=run.schedule: plan.backward(s)
-        device = "cpu" if backend.name == "numpy" else "cuda"
-        anchors = {} if torch_anchor.skipped(args.no_torch) else torch_anchor.steps(
-            args, sizes, batch, settings, device, optimizer, None if optimizer == "sgd" else rule)
+        anchors = {} if torch_anchor.skipped(args.no_torch) else torch_anchor.steps(args, net, x, y, settings,
+                                                                                   optimizer, rule)
         calls.update({(("torch", threads), mode): anchor.step for (mode, threads), anchor in anchors.items()})
         timed = runner.interleaved(backend, calls, args.repeats, args.warmup, {row: _setting(row[0]) for row in calls})
         shared = {threads: {
@@ -71,8 +66,8 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             "forward_ms": timing.summary(timed[threads, "forward"]["ms"]),
             **{name: float(np.median(timed[threads, name]["ms"])) / layers if layers else 0.0
                for name, (_, layers) in passes.items() if name != "forward"},
-            "forward_floor_ms": traffic.forward_bytes(sizes, batch, np.dtype(args.dtype).itemsize)
-            / (bandwidth[threads] * 1e6), "copy_gbps": bandwidth[threads]} for threads in settings}
+            "forward_floor_ms": traffic.forward_bytes(sizes, batch, itemsize) / (bandwidth[threads] * 1e6),
+            "copy_gbps": bandwidth[threads]} for threads in settings}
         records = [{**shared[run.threads], **floor(sizes, batch, args.dtype, traffic.update_of(run.schedule),
                                                    bandwidth[run.threads], optimizer),
                     "schedule": run.schedule.name, "k": run.schedule.k, "fused": run.schedule.fused,
@@ -81,36 +76,42 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
                    for i, run in enumerate(runs)]
         for (mode, threads), anchor in anchors.items():
             step = timed[("torch", threads), mode]
-            with torch_anchor.num_threads(threads):
-                backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats)}
-            records.append(torch_anchor.record(args, sizes, batch, device, mode, threads, optimizer,
-                                               _times(step, backward)))
+            backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats, threads)}
+            records.append(torch_record(args, net, anchor, mode, threads, optimizer, _times(step, backward)))
     return records
 
 
+def torch_record(args, net, step, mode, threads, optimizer, times):
+    """The record of PyTorch's ``mode`` (its ``step`` of ``net``) at ``threads`` with its ``times``, as ours."""
+    import torch
+
+    return {"backend": f"torch-{torch.__version__}",
+            "device": torch.cuda.get_device_name() if step.cuda else runner.cpu_name(), "dtype": args.dtype,
+            "N": net.sizes[0], "L": net.L, "B": step.batch, "blas_threads": threads, "repeats": args.repeats,
+            "optimizer": optimizer, "schedule": mode, "k": 0, "fused": False, "one_pass": False,
+            "graph": mode == "torch-cuda-graph", **times, "forward_ms": None, "f1_ms": None, "f2_ms": None,
+            "f3_ms": None, "copy_gbps": None}
+
+
 def _setting(key):
-    """A row's BLAS setting for ``runner.interleaved``: ours, ``autotune.blas_limit(threads)``; PyTorch's,
-    ``("torch", threads)``, its own threads."""
+    """A row's BLAS setting for ``runner.interleaved``: ours ``threads``, PyTorch's ``("torch", threads)``."""
     return key, lambda: torch_anchor.num_threads(key[1]) if isinstance(key, tuple) else autotune.blas_limit(key)
 
 
 def _runs(args, plan, settings):
     """The ``Run`` of every configuration at every BLAS setting; with ``--one-pass`` sequential's and
     leapfrog's one-pass steps too; with ``--graph`` a graph twin of each that can be captured."""
+    one_pass = [(name, k) for name, k in configurations(args) if args.one_pass and name in (BASELINE, Leapfrog.name)]
     runs = [Run(make_schedule("mlp", name, k, fused=args.fused), threads, False)
             for threads in settings for name, k in configurations(args)]
-    if args.one_pass:
-        one_pass = [(name, k) for name, k in configurations(args) if name in (Sequential.name, Leapfrog.name)]
-        runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)
-                 for threads in settings for name, k in one_pass]
-    if args.graph:
-        runs += [run._replace(graph=True) for run in runs if graphs.refusal(plan, run.schedule) is None]
-    return runs
+    runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)
+             for threads in settings for name, k in one_pass]
+    graph = [run._replace(graph=True) for run in runs if args.graph and graphs.refusal(plan, run.schedule) is None]
+    return runs + graph
 
 
 def _times(step, backward):
-    """A record's ``step_ms`` and ``backward_ms`` (None where not timed) from ``runner.interleaved``'s rows, or
-    the step's refusal."""
+    """A record's ``step_ms`` and ``backward_ms`` (None: not timed) from ``runner.interleaved``'s, or ``refused``."""
     if "refused" in step:
         return {"refused": step["refused"]}
     return {"step_ms": timing.summary(step["ms"]), "backward_ms": timing.summary(backward["ms"]) if backward else None}
@@ -124,17 +125,15 @@ def floor(sizes, batch, dtype, update, gbps, optimizer="sgd"):
 
 
 def host_batch(sizes, batch, dtype, seed=0):
-    """A random batch ``(x, y)`` of ``batch`` columns on the host, where training data lives: ``copy_in``
-    stages a NumPy batch through pinned memory without blocking, while a CuPy batch's check for NaN
-    would wait for the device every step."""
+    """A random batch ``(x, y)``, (n_1, B) and (n_L, B), on the host, where training data lives (a CuPy batch's
+    check for NaN would wait for the device every step)."""
     rng = np.random.default_rng(seed)
     return rng.random((sizes[0], batch)).astype(dtype), rng.random((sizes[-1], batch)).astype(dtype)
 
 
 def sweeps(net, plan):
-    """What a network's rows share, by record key: ``forward``, the forward pass, and f1, f2, f3, one sweep over
-    the layers of (2)(3), of (5) and of (7) on the main stream by the ops the schedules run, each with the
-    number of layers it covers (f2: the hidden ones only; a sweep over none is not timed)."""
+    """Record key -> ``(call, layers)``: ``forward``, the forward pass, and f1, f2, f3, one sweep over the layers
+    of (2)(3), of (5) and of (7) on the main stream, by the schedules' ops (f2: the hidden layers only)."""
     backend, ops, w, layers = net.backend, net.backend.ops, plan.w, net.layer_numbers
     hidden = range(net.L - 1, 1, -1)
 
@@ -157,47 +156,43 @@ def sweeps(net, plan):
 
 
 def derive(case):
-    """Add the model's prediction and the ratios, each against a baseline measured in this run.
+    """Add the model's prediction and the ratios, each against a baseline measured in this run (``over``).
 
     A graph row's ``step_speedup`` is against the graph-mode sequential step, and its
     ``graph_speedup`` against its own configuration's eager step; it has no backward pass of its own.
     """
+    def twin(r):
+        return r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]
+
     timed = [r for r in case if "refused" not in r]
     ours = [r for r in timed if not r["schedule"].startswith("torch")]
     sequential = {(r["blas_threads"], r["graph"]): r for r in ours
                   if r["schedule"] == BASELINE and not r.get("one_pass")}
-    eager = {(r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]): r for r in ours
-             if not r["graph"]}
-    best_step = min((r for (_, graph), r in sequential.items() if not graph), key=lambda r: r["step_ms"]["median"])
-    best_backward = min((r for (_, graph), r in sequential.items() if not graph),
-                        key=lambda r: r["backward_ms"]["median"])
+    eager, plain = {twin(r): r for r in ours if not r["graph"]}, [r for (_, g), r in sequential.items() if not g]
+    best = {key: min(plain, key=lambda r: r[key]["median"]) for key in ("step_ms", "backward_ms")}
     for r in timed:
-        if r["schedule"].startswith("torch"):  # PyTorch writes nabla_w and reads it again: a plain step's floor
-            gbps = best_step["copy_gbps"]
+        torch = r["schedule"].startswith("torch")
+        if torch:  # PyTorch writes nabla_w and reads it again: a plain step's floor
+            gbps = best["step_ms"]["copy_gbps"]
             r.update(floor([r["N"]] * r["L"], r["B"], r["dtype"], "plain", gbps, r.get("optimizer", "sgd")),
                      copy_gbps=gbps)
-        r["floor_speedup"] = r["floor_ms"] / r["step_ms"]["median"]
-        r["step_speedup_vs_best_sequential"] = best_step["step_ms"]["median"] / r["step_ms"]["median"]
-        r["backward_speedup_vs_best_sequential"] = (None if r["backward_ms"] is None else
-                                                    best_backward["backward_ms"]["median"] / r["backward_ms"]["median"])
-        r["best_sequential"] = r is best_step
-        if r["schedule"].startswith("torch"):
-            r.update(predicted_saving=None, measured_saving=None, backward_speedup=None, step_speedup=None,
-                     graph_speedup=None)
-            continue
-        seq = sequential[r["blas_threads"], r["graph"]]
-        k, f = r["k"], r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
-        model = {Leapfrog.name: (1 - 1 / k) * r["f3_ms"] / f if k else 0.0, BASELINE: 0.0}
-        r["predicted_saving"] = model.get(r["schedule"])  # the seed's model speaks of these two only
-        r["step_speedup"] = seq["step_ms"]["median"] / r["step_ms"]["median"]
-        r["graph_speedup"] = None
-        if r["graph"]:
-            twin = eager[r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]]
-            r["graph_speedup"] = twin["step_ms"]["median"] / r["step_ms"]["median"]
-            r.update(measured_saving=None, backward_speedup=None)
-            continue
-        seq_backward = seq["backward_ms"]["median"]
-        r["measured_saving"] = (seq_backward - r["backward_ms"]["median"]) / (r["forward_ms"]["median"] + seq_backward)
-        r["backward_speedup"] = seq_backward / r["backward_ms"]["median"]
+        seq = None if torch else sequential.get((r["blas_threads"], r["graph"]))
+        r.update(floor_speedup=r["floor_ms"] / r["step_ms"]["median"], best_sequential=r is best["step_ms"],
+                 step_speedup_vs_best_sequential=over(best["step_ms"], r),
+                 backward_speedup_vs_best_sequential=over(best["backward_ms"], r, "backward_ms"),
+                 step_speedup=over(seq, r), backward_speedup=over(seq, r, "backward_ms"),
+                 graph_speedup=over(eager.get(twin(r)), r) if seq and r["graph"] else None,
+                 predicted_saving=None, measured_saving=None)
+        if not torch:  # the seed's model speaks of sequential and leapfrog only
+            f = r["f1_ms"] + r["f2_ms"] + r["f3_ms"]
+            r["predicted_saving"] = {Leapfrog.name: (1 - 1 / r["k"]) * r["f3_ms"] / f if r["k"] else 0.0,
+                                     BASELINE: 0.0}.get(r["schedule"])
+        if seq and r["backward_ms"]:
+            forward, backward = r["forward_ms"]["median"], seq["backward_ms"]["median"]
+            r["measured_saving"] = (backward - r["backward_ms"]["median"]) / (forward + backward)
     return case
 
+
+def over(base, r, key="step_ms"):
+    """``base``'s median ``key`` over ``r``'s: r's speed-up over it (> 1: faster); None where either has none."""
+    return base[key]["median"] / r[key]["median"] if base and base[key] and r[key] else None

@@ -1,16 +1,13 @@
 """leapfrog-bench: the training step and the backward pass under each schedule, against the model.
 
-For every network ``[N] * L`` and batch size B: the SGD step and the backward pass under each schedule,
-the forward pass and the per-layer costs f1, f2, f3, timed in turn (``measure``), beside the model's
-prediction of a pass's saving, in a table that marks noisy timings (``report``). Anchors measured in the
-same run: the best sequential configuration (on the CPU, the fastest BLAS setting), PyTorch when ``torch``
-imports (``torch_anchor``), and the memory-traffic floor (``traffic``). ``--graph`` adds each step in graph
-mode, ``--plot`` the speed-ups against k (``plot``). What each column means: docs/performance.md.
+For every network ``[N] * L`` and batch size B: the SGD step and the backward pass under each schedule, the
+forward pass and f1, f2, f3 (``measure``), beside the model's saving of a pass and the anchors: the best
+sequential configuration, PyTorch (``torch_anchor``), the bytes floor (``traffic``). This module is the MLP's
+suite of ``runner``: its options, what its networks share, its table (within 100 columns; the Markdown
+tables' cells are ``profiling/markdown_cells.py``'s). What each column means: docs/performance.md.
 
     leapfrog-bench --backend numpy --sizes 1024 --layers 16 --batch 1,64 --k 1,2,4 --json r.json
     leapfrog-bench --backend cupy --sizes 1024 --layers 32 --batch 32 --k 1,2,4 --graph
-
-This module is the MLP's suite of ``runner``: its options, its grid and what its networks share.
 """
 
 import contextlib
@@ -23,11 +20,12 @@ from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ...parallel import comm as parallel
 from ..cli import fitted, integers, names, pip_install, png_refusal
-from . import measure, progress, runner, torch_anchor
-from .report import column_widths, table_foot, table_head, table_rows
+from . import measure, progress, runner
+from .runner import NOISY, line, median, ratio
 
 PROG = "leapfrog-bench"
 RECORDS = "records"
+GRID = {"N": "sizes", "L": "layers", "B": "batch"}
 DEFAULT_SCHEDULES = [Sequential.name, Leapfrog.name]
 DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] * 16 at B = 64: several minutes "
             "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
@@ -36,6 +34,22 @@ DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] 
 MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
               "dag: a DagNet's backward schedules against its sequential order; each with options of its own "
               "(leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
+COLUMNS = (("", "k", 1), ("", "blas", 4), ("step", "ms", 7), ("bwd", "ms", 7), ("pred", "saving", 7),
+           ("meas", "saving", 7), ("bwd", "vs seq", 6), ("step", "vs best", 7))
+"""Each column after the schedule's: its title on two lines, and its width, set before any number is known
+(``1234.5!``, ``-112.5%``). The last two, and ``LAST``, are speed-ups, under ``SPEEDUP``."""
+LAST = {False: ("step", "vs floor", 8), True: ("graph", "vs eager", 8)}
+"""The last column: the step's speed-up over its bytes floor, or with ``--graph`` over its eager twin."""
+SPEEDUP = "speed-up (> 1: faster)"
+"""The title above the speed-up columns, ending where they end."""
+LEGEND = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
+          "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
+          "speed-up vs X: X's median time over the row's (> 1: faster); bwd vs seq: the backward pass vs "
+          "sequential's at the same BLAS setting; step vs best: the step vs the best sequential step; f1-f3 in "
+          "ms per layer; ")
+"""The legend under the table, then the last column's (``LAST_LEGEND``)."""
+LAST_LEGEND = {False: "step vs floor: the step vs its own bytes floor (1: at the floor)",
+               True: "[graph]: the step as a graph; graph vs eager: the step vs the same eager step"}
 
 
 def parser():
@@ -72,10 +86,10 @@ def check(p, args):
     """The options that do not go together, and mpiexec, whose data-parallel study is a script's."""
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
-    refusal = args.plot is not None and png_refusal("--plot", args.plot)
-    if refusal:
-        p.error(refusal)
     if args.plot is not None:
+        refusal = png_refusal("--plot", args.plot)
+        if refusal:
+            p.error(refusal)
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -85,14 +99,6 @@ def check(p, args):
     if parallel.world(PROG).size > 1:
         p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
-
-
-def about(args):
-    return {"torch_note": torch_anchor.skipped(args.no_torch)}
-
-
-def grid(args):
-    return [{"N": n, "L": layers, "B": batch} for n in args.sizes for layers in args.layers for batch in args.batch]
 
 
 def work(key):
@@ -117,21 +123,81 @@ def case(args, state, key):
 
 
 def head(args):
-    return table_head(column_widths(args, args.schedule), args.graph)
+    """The titles, on three lines: ``SPEEDUP`` above the speed-up columns, then each column's own."""
+    titles, widths = columns(args)
+    return [SPEEDUP.rjust(sum(map(abs, widths)) + 2 * (len(widths) - 1))] + [line(t, widths) for t in titles]
 
 
 def rows(args, case):
-    return [line for name in args.optimizer for line in table_rows([r for r in case if r["optimizer"] == name],
-                                                                    column_widths(args, args.schedule), args.graph)]
+    """One network's lines: for each ``--optimizer`` its heading (``network_lines``), then a row per record."""
+    widths, lines = columns(args)[1], []
+    for name in args.optimizer:
+        part = [r for r in case if r["optimizer"] == name]
+        lines += network_lines(part) + [line(_cells(r, args.graph), widths) for r in part]
+    return lines
 
 
 def foot(args, state, records, about):
-    """The legend, the PyTorch note and the plot."""
-    print(table_foot(args.graph))
-    if about["torch_note"]:
-        print(fitted(about["torch_note"]))
+    """The legend and the plot."""
+    print(fitted(LEGEND + LAST_LEGEND[args.graph]))
     if args.plot:
         from .plot import plot
 
         plot(records, args.plot, about)
         print(f"plot: {args.plot} (the speed-up of a pass against k, measured and as the model predicts)")
+
+
+def columns(args):
+    """``(titles, widths)`` of the table: the titles' two lines, each a tuple; the schedule's column as wide as
+    the longest name this run can print, left-aligned."""
+    update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
+    labels = [name + update + "[graph]" * args.graph for name in args.schedule] + [f"sequential{update}*"]
+    labels += ["torch-autograd", "torch-cuda-graph"] + [f"torch-{name}-foreach" for name in args.optimizer]
+    *titles, widths = zip(("", "schedule", -max(map(len, labels))), *COLUMNS, LAST[args.graph])
+    return titles, widths
+
+
+def label(r, graph="[graph]", best="*"):
+    """A record's schedule as a table shows it: leapfrog+fused[graph], sequential*."""
+    update = "+one-pass" if r.get("one_pass") else "+fused" if r.get("fused") else ""
+    name = r["schedule"] + update
+    name += graph if r.get("graph") and not r["schedule"].startswith("torch") else ""
+    return name + (best if r.get("best_sequential") else "")
+
+
+def percent(value):
+    """``value`` as a percentage; a loss beyond -999 % (another job slowed the run) as ``<-999%``, in 7 columns."""
+    if value is None:
+        return "-"
+    return "<-999%" if 100 * value < -999 else f"{100 * value:.1f}%"
+
+
+def number(value):
+    return "-" if value is None else f"{value:.3f}"
+
+
+def network_lines(case):
+    """The heading of one network's rows: its shape, then per BLAS setting, indented, what its rows share."""
+    first = case[0]
+    parts = [f"N={first['N']} L={first['L']} B={first['B']} {first['dtype']}"
+             + ("" if first.get("optimizer", "sgd") == "sgd" else f", optimizer {first['optimizer']}")]
+    for r in {r["blas_threads"]: r for r in case if r.get("f1_ms") is not None}.values():
+        floors = {s.get("update", "plain"): s["floor_ms"] for s in case
+                  if s.get("f1_ms") is not None and s["blas_threads"] == r["blas_threads"]}
+        floor = r.get("forward_floor_ms")
+        parts.append(("" if r["blas_threads"] is None else f"BLAS {r['blas_threads']}: ")
+                     + f"forward {median(r['forward_ms'])} ms"
+                     + (f" (speed-up vs its floor {ratio(floor / r['forward_ms']['median'])})" if floor else "")
+                     + f", per layer f1 {number(r['f1_ms'])} f2 {number(r['f2_ms'])} f3 {number(r['f3_ms'])} ms, bytes "
+                     + "floor " + ", ".join(f"{update} {number(floor)}" for update, floor in floors.items()) + " ms")
+    return [parts[0]] + [fitted(f"  {part}") for part in parts[1:]]
+
+
+def _cells(r, graph):
+    head = [label(r), r["k"], "-" if r["blas_threads"] is None else r["blas_threads"]]
+    if "refused" in r:
+        return head + [f"refused: {r['refused']}"]
+    return head + [median(r["step_ms"]), median(r["backward_ms"]), percent(r["predicted_saving"]),
+                   percent(r["measured_saving"]), ratio(r["backward_speedup"]),
+                   ratio(r["step_speedup_vs_best_sequential"]),
+                   ratio(r.get("graph_speedup") if graph else r.get("floor_speedup"))]

@@ -1,54 +1,25 @@
-"""A bench's progress over its grid of networks: a bar on stderr (on a terminal) and the time left.
+"""A bench's progress over its grid of networks: a tqdm bar on stderr (on a terminal) and the time left.
 
-The time left is the work left at the seconds per unit of work measured so far (``Estimate``). A grid's
-networks differ in cost by orders of magnitude, so each is weighed by its work (``layer_work`` times the
-layers its passes run through); a weight is a guess, so the network under way counts too once it has run
-past its share, and the estimate rises while it runs, not after. Once the first network is measured, one
-line on stderr says it; the bar recomputes it every ``TICK`` seconds.
+A grid's networks differ in cost by orders of magnitude, so each counts for its work (``layer_work`` times the
+layers its passes run through): the bar's percentage and time left are tqdm's over the work, the work left at
+the seconds per unit of work measured so far. Once the first network is measured, one line on stderr says
+how long the rest will take at its rate.
 """
 
-import math
 import sys
-import threading
 import time
 
 from tqdm import tqdm
 
 from ..cli import plural
 
-BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
-"""tqdm's bar without its own time left, which assumes networks of equal cost."""
-TICK = 1.0
-"""Seconds between two drawings of the bar while a network is measured."""
-
-
-class Estimate:
-    """The seconds left of a grid of networks whose work, in any unit, is ``works``, in the order measured."""
-
-    def __init__(self, works):
-        self.works, self.done, self.seconds = list(works), 0, 0.0
-
-    def measured(self, seconds):
-        """The next network took ``seconds``."""
-        self.done += 1
-        self.seconds += seconds
-
-    def left(self, running=0.0):
-        """Seconds left while the next network has run for ``running`` seconds (None before any is measured):
-        the work left at the seconds per unit of the networks measured, or, once the one under way has run
-        past its share, of those and it as if it ended now (the least its time says)."""
-        if not self.done:
-            return None
-        done, (now, *rest) = sum(self.works[:self.done]), self.works[self.done:] or [0]
-        rate = max(self.seconds / done, (self.seconds + running) / (done + now))
-        return max(rate * now - running, 0.0) + rate * sum(rest)
+BAR = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"
+"""tqdm's bar, without its count of the units of work."""
 
 
 def about(seconds):
     """``seconds`` to two significant digits, as a person would say it: ``7``, ``140``, ``1200``."""
-    if seconds < 10:
-        return f"{max(seconds, 1):.0f}"
-    return f"{round(seconds, 1 - int(math.log10(seconds))):.0f}"
+    return f"{float(f'{max(seconds, 1):.2g}'):.0f}"
 
 
 def layer_work(n, batch):
@@ -58,57 +29,28 @@ def layer_work(n, batch):
     return n * n * (batch + 8) + 2**22
 
 
-class Progress:
+class Progress(tqdm):
     """The progress of ``prog`` over networks of work ``works``: ``start(name)`` as each is measured,
-    ``stop()`` once it is (the bar leaves its line to the network's rows), ``done()`` once they are printed.
-    Nothing on stderr when ``quiet``; the bar only on a terminal."""
+    ``done(lines)`` once it is, its ``lines`` printed to stdout with the bar cleared for them. Nothing on
+    stderr when ``quiet``; the bar only on a terminal."""
 
     def __init__(self, prog, works, quiet):
-        self.prog, self.quiet, self.estimate = prog, quiet, Estimate(works)
-        self.bar = tqdm(total=len(self.estimate.works), desc="measuring", unit="network", leave=False,
-                        file=sys.stderr, disable=quiet or not sys.stderr.isatty(), bar_format=BAR)
-        self.name = self.started = None
-        self.lock, self.closed = threading.Lock(), threading.Event()
-        if not self.bar.disable:
-            threading.Thread(target=self._tick, daemon=True).start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *error):
-        self.closed.set()
-        with self.lock:
-            self.bar.close()
-
-    def left(self):
-        """The time left now, as the bar says it: ``about 140``, or ``?`` before a network is measured."""
-        left = self.estimate.left(0.0 if self.started is None else time.perf_counter() - self.started)
-        return "?" if left is None else f"about {about(left)}"
+        self.prog, self.works, self.quiet, self.measured = prog, list(works), quiet, 0
+        super().__init__(total=sum(self.works), desc="measuring", leave=False, file=sys.stderr, smoothing=0,
+                         disable=quiet or not sys.stderr.isatty(), bar_format=BAR)
 
     def start(self, name):
-        with self.lock:
-            self.name, self.started = name, time.perf_counter()
-            self._show()
+        self.started = time.perf_counter()
+        self.set_postfix_str(f"network {self.measured + 1} of {len(self.works)}, {name}")
 
-    def _tick(self):
-        while not self.closed.wait(TICK):
-            with self.lock:
-                if self.started is not None:
-                    self._show()
-
-    def _show(self):
-        self.bar.set_postfix_str(f"{self.name}, {self.left()} s left")
-
-    def stop(self):
-        with self.lock:
-            self.estimate.measured(time.perf_counter() - self.started)
-            self.started = None
-            self.bar.clear()
-
-    def done(self):
-        self.bar.update()
-        rest = len(self.estimate.works) - self.estimate.done
-        if self.estimate.done == 1 and rest and not self.quiet:
-            self.bar.clear()
-            print(f"{self.prog}: about {about(self.estimate.left())} s left for {plural(rest, 'more network')} (the "
-                  f"first took {self.estimate.seconds:.1f} s)", file=sys.stderr, flush=True)
+    def done(self, lines):
+        seconds, (work, *rest) = time.perf_counter() - self.started, self.works[self.measured:]
+        with self.external_write_mode():
+            if lines:
+                print(*lines, sep="\n", flush=True)
+            if self.measured == 0 and rest and not self.quiet:
+                print(f"{self.prog}: about {about(seconds / work * sum(rest))} s left for "
+                      f"{plural(len(rest), 'more network')} (the first took {seconds:.1f} s)", file=sys.stderr,
+                      flush=True)
+        self.update(work)
+        self.measured += 1

@@ -1,55 +1,49 @@
 """``leapfrog-bench --model rnn``: the recurrent network's backward pass and SGD step under each schedule,
 against BPTT and PyTorch's ``nn.RNN``.
 
-For every (N, tau, B), ``RNN([N] * L, output="every")`` under each schedule of ``--schedule`` (bptt, the
-baseline, always): its backward pass alone (a row NAME each, beside PyTorch's ``loss.backward()``) and its
-whole SGD step (``step NAME``, beside PyTorch's, ``torch_anchor.TorchRNN``, and with ``--forward-solver`` the
-step parallel in time, ``step timescan+NAME``), all timed in one alternation (``runner.interleaved``), each
-with its speed-up over BPTT's (a step's over ``step bptt``), its dependent rounds and its chains' flops
-against BPTT's. What the rows mean, and the tables measured: docs/rnn.md.
+For every (N, tau, B), ``RNN([N] * L, output="every")``: its backward pass alone under each schedule (a row
+NAME each, beside PyTorch's ``loss.backward()``) and its SGD step (``step NAME``, beside PyTorch's,
+``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), all in one
+alternation (``runner.interleaved``). What the rows mean, and the tables measured: docs/rnn.md.
 """
 
 import contextlib
+import functools
 
 import numpy as np
 
 from ...backends import get_backend
 from ...core.checks import MEMORY_LIMIT
+from ...core.optimizers import SGD
 from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ..cli import integer, integers, names as names_of
-from ..schedules import SOLVERS, make_schedule, make_solver, schedule_names
+from ..schedules import SOLVERS, make_solver, schedule_names
 from . import progress, runner, torch_anchor
 from .runner import ratio
 
 PROG = "leapfrog-bench --model rnn"
 RECORDS = "rows"
+GRID = {"N": "sizes", "tau": "tau", "B": "batch"}
 BASELINE = schedule_names("rnn")[0]
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
-HEADER = (f"{'N':>4} {'tau':>5} {'B':>3}  {'schedule':<26} {'k':>2} {'median ms':>10} {'speed-up vs bptt':>16} "
-          f"{'rounds':>7} {'flops/bptt':>10}")
-"""The columns' titles."""
-STEP = "step "
-"""What a step's row name starts with: ``step bptt``, ``step timescan+newton``."""
+COLUMNS = (("N", 4), ("tau", 5), ("B", 3), ("schedule", -26), ("k", 2), ("median ms", 10), ("speed-up vs bptt", 16),
+           ("rounds", 7), ("flops/bptt", 10))
+"""The columns' titles and widths (< 0: left-aligned)."""
+TITLES, WIDTHS = zip(*COLUMNS)
 PARTS = ("backward", "step")
 """What ``measure`` can time: the backward pass alone, the whole SGD step."""
 ETA = 1e-9
-"""The learning rate of the timed steps: small enough that the network they time stays the one they
-started from (a step's cost sums over tau outputs: at 1e-3, a few hundred steps at tau = 4096 move the
-weights far enough to change what the forward solvers face)."""
+"""The timed steps' learning rate: the network stays the one drawn (at 1e-3, a few hundred steps at tau = 4096,
+whose cost sums over tau outputs, change what the forward solvers face)."""
 
 
 def table_head():
-    """The lines above the rows: ``TITLE``, ``HEADER`` and a rule."""
-    return [TITLE, HEADER, "-" * len(HEADER)]
-
-
-def schedules(k, memory_limit=MEMORY_LIMIT, names=schedule_names("rnn")):
-    """The schedules measured, by name: ``names`` (of ``tools.schedules``), the baseline first whether named or not."""
-    chosen = dict.fromkeys([BASELINE, *names])
-    return {name: make_schedule("rnn", name, k=k, memory_limit=memory_limit) for name in chosen}
+    """The lines above the rows: ``TITLE``, the columns' titles and a rule."""
+    header = runner.line(TITLES, WIDTHS, " ")
+    return [TITLE, header, "-" * len(header)]
 
 
 def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
@@ -59,94 +53,98 @@ def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
     return x.astype(dtype), y.astype(dtype)
 
 
-def torch_name(cell="elman"):
-    """PyTorch's row for ``cell``: ``torch nn.RNN``, ``torch nn.GRU``, ``torch nn.LSTM``."""
-    return f"torch nn.{ {'elman': 'RNN'}.get(cell, cell.upper())}"
-
-
-def step_name(name):
-    """The row of a step: ``step NAME`` for a schedule or PyTorch's row, ``step timescan+NAME`` for the forward
-    solver ``NAME`` of ``SOLVERS["rnn"]`` (the backward by ``TimeScan``)."""
-    solver = name not in schedule_names("rnn") and not name.startswith("torch")
-    return f"{STEP}{TimeScan.name}+{name}" if solver else f"{STEP}{name}"
-
-
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
             memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
             parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1):
     """The rows of one (N, tau, B), for each of ``parts``: the backward pass under each schedule of ``names``
-    (``schedules``) and PyTorch's (``torch_name``, when ``torch``, the module, is given), then the step under
-    each (``step NAME``), with ``solvers`` the steps parallel in time too, and PyTorch's (one row a number of
-    ``torch_threads``, ``step torch nn.GRU 2t``); each a dict with ``median_s``, ``speedup`` (BPTT's median
-    over it, ``step bptt``'s for a step), the counters of its forward pass (a step's) and its chain (``rounds``,
-    ``flops``, BPTT's ``sequential_flops``; Newton's ``iterations``), or ``refused``. ``cell``: the recurrent
-    layers' (a schedule that refuses it shows so); ``inputs``: n_1 (default N)."""
-    sizes = [inputs or N] + [N] * (L - 1)
-    measured = schedules(k, memory_limit, names)
+    (bptt first, always) and PyTorch's (``torch nn.RNN``, with ``torch`` true), then the step under each (``step
+    NAME``), the steps parallel in time by ``solvers`` (``step timescan+NAME``) and PyTorch's (a row a count of
+    ``torch_threads``: ``step torch nn.GRU 2t``). Each a dict with ``median_s``, ``speedup`` (over BPTT's, or
+    ``step bptt``'s), the counters of its forward pass (a step's) and its chain (``rounds``, ``flops``,
+    ``sequential_flops``; Newton's ``iterations``), or ``refused``. ``inputs``: n_1 (default N)."""
+    schedules = runner.schedules("rnn", names, k=k, memory_limit=memory_limit)
+    solvers = {name: make_solver("rnn", name, memory_limit=memory_limit) for name in solvers}
+    torch_row = f"torch nn.{ {'elman': 'RNN'}.get(cell, cell.upper())}"
     options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
-    with get_backend(backend, **options) as device, RNN(sizes, output="every", dtype=dtype, backend=device,
-                                                        cell=cell) as net:
-        skipped = _skipped(net, tau, B, measured, solvers, max_gflop)
+    with get_backend(backend, **options) as device, RNN([inputs or N] + [N] * (L - 1), output="every", dtype=dtype,
+                                                        backend=device, cell=cell) as net:
         x, y = sequences(N, tau, B, dtype, inputs=inputs)
-        anchor = None
-        if torch is not None:  # built before a step moves the parameters
-            where = "cuda" if device.name == "cupy" and torch.cuda.is_available() else "cpu"
-            anchor = torch_anchor.TorchRNN(torch, net, x, y, where, ETA)
+        anchor = torch and torch_step(net, x, y)  # built before a step moves the parameters
         net.backprop(x, y, BPTT())
-        plan, calls = net.plan(tau, B), {}
+        plan, rows = net.plan(tau, B), []  # (name, k, a call or why it is not timed)
+        skipped = {name: _skipped(net, tau, B, s, max_gflop) for name, s in schedules.items()}
         if "backward" in parts:
-            calls.update({name: _backward(net, plan, schedule) for name, schedule in measured.items()})
-        torch_steps = [torch_name(cell) + (f" {t}t" if t else "") for t in torch_threads or [None]] if anchor else []
+            rows += [(name, s.k, skipped[name] or _backward(net, plan, s)) for name, s in schedules.items()]
+            rows += [(torch_row, None, None)] * bool(anchor)  # timed on its own, below
         if "step" in parts:
-            steps = {**{name: (schedule, None) for name, schedule in measured.items()},
-                     **{name: (TimeScan(k=k, memory_limit=memory_limit), make_solver("rnn", name,
-                                                                                     memory_limit=memory_limit))
-                        for name in dict.fromkeys(solvers)}}
-            calls.update({step_name(name): _step(net, x, y, *pair) for name, pair in steps.items()})
-            calls.update({step_name(name): _torch_step(anchor, threads)
-                          for name, threads in zip(torch_steps, torch_threads or [None])})
-        calls.update({name: runner.refused(why) for name, why in skipped.items() if name in calls})
-        timed = runner.interleaved(device, calls, repeats, warmup)
+            rows += [(f"step {name}", s.k, skipped[name] or _step(net, x, y, s)) for name, s in schedules.items()]
+            for name, solver in solvers.items():
+                why = _over(solver.iteration_flops(net.sizes, tau, B, device.name, cell=cell), max_gflop,
+                            "an iteration takes ")
+                rows.append((f"step {TimeScan.name}+{name}", k,
+                             why or _step(net, x, y, TimeScan(k=k, memory_limit=memory_limit), solver)))
+            rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None,
+                      functools.partial(anchor.step, t or blas_threads))
+                     for t in (torch_threads or [None]) * bool(anchor)]
+        timed = runner.interleaved(device, {name: call for name, _, call in rows if call}, repeats, warmup)
         if anchor and "backward" in parts:
-            timed[torch_name(cell)] = {"ms": anchor.backward_ms(repeats)}
-    seconds = {name: {"median_s": float(np.median(r.pop("ms"))) / 1e3, **r} if "ms" in r else r
-               for name, r in timed.items()}
-    base = {False: seconds.get(BASELINE), True: seconds.get(step_name(BASELINE))}  # by whether a step
-    rows = []
-    for name in [*measured, torch_name(cell), *map(step_name, [*measured, *dict.fromkeys(solvers), *torch_steps])]:
-        if name not in seconds:
-            continue
-        bare = name.removeprefix(STEP)
-        streams = k if name.startswith(f"{STEP}{TimeScan.name}+") else measured[bare].k if bare in measured else None
-        row = {"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
-               **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}), **seconds[name]}
-        if "median_s" in row:
-            row["speedup"] = base[name.startswith(STEP)]["median_s"] / row["median_s"]
-        rows.append(row)
+            timed[torch_row] = {"ms": anchor.backward_ms(repeats, blas_threads)}
+    rows = [{"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
+             **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
+             **({"median_s": float(np.median(timed[name].pop("ms"))) / 1e3} if "ms" in timed[name] else {}),
+             **timed[name]} for name, streams, _ in rows]
+    medians = {r["schedule"]: r.get("median_s") for r in rows}
+    for r in rows:
+        if "median_s" in r:  # over BPTT's backward pass, or its step
+            r["speedup"] = medians["step " * r["schedule"].startswith("step ") + BASELINE] / r["median_s"]
     return rows
 
 
-def _skipped(net, tau, B, measured, solvers, max_gflop):
-    """Row name -> why it is skipped: a schedule whose chain would do more than ``max_gflop`` and more than
-    BPTT's (whose chain, the baseline's, never is), or that refuses the cell, and its step; a step parallel in
-    time whose one iteration would."""
-    def over(flops, what=""):
-        return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}"
+def torch_step(net, x, y, eta=ETA):
+    """PyTorch's SGD step of ``net`` as its users write the network: one ``torch.nn.RNN``, ``GRU`` or ``LSTM`` of
+    ``num_layers = L - 2`` (one call for the whole stack, as oneDNN and cuDNN run it) holding the parameters of
+    ``net.to_torch()``'s layers, then its output layer; on ``x``, ``y``, by ``torch.optim.SGD(foreach=True)`` at
+    ``eta``; ``bias_hh`` held at zero (one bias a layer, as the network's) but for a GRU's (its n rows: b_hn)."""
+    import torch
 
-    skipped, itemsize, device = {}, np.dtype(net.dtype).itemsize, net.backend.name
-    for name, schedule in measured.items():
-        if net.cell != "elman" and name == NaumovRNN.name:
-            why = f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
-            skipped[name] = skipped[step_name(name)] = why
-            continue
-        counters = resolve(schedule).counters(net.sizes, tau, B, itemsize, device, cell=net.cell)
-        if counters["flops"] > max(max_gflop * 1e9, counters["sequential_flops"]):
-            skipped[name] = skipped[step_name(name)] = over(counters["flops"])
-    for name in dict.fromkeys(solvers):
-        flops = make_solver("rnn", name).iteration_flops(net.sizes, tau, B, device, cell=net.cell)
-        if flops > max_gflop * 1e9:
-            skipped[step_name(name)] = over(flops, "an iteration takes ")
-    return skipped
+    layers = net.to_torch()
+    first, output = layers.layer2, getattr(layers, f"layer{net.L}")
+    options = {"nonlinearity": first.nonlinearity} if net.cell == "elman" else {}
+    recurrent = type(first)(net.sizes[0], net.sizes[1], num_layers=net.L - 2, dtype=first.weight_ih_l0.dtype,
+                            device=first.weight_ih_l0.device, **options)
+    with torch.no_grad():
+        for k in range(net.L - 2):
+            for name, p in getattr(layers, f"layer{k + 2}").named_parameters():
+                getattr(recurrent, name.replace("_l0", f"_l{k}")).copy_(p)
+
+    class Stacked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.recurrent, self.output = recurrent, output
+
+        def forward(self, x):
+            return self.output(self.recurrent(x)[0])
+
+    module = Stacked()
+    for name, p in module.named_parameters():
+        p.requires_grad_(net.cell == "gru" or "bias_hh" not in name)
+    return torch_anchor.Step(module, x, y, SGD(eta), "foreach")
+
+
+def _skipped(net, tau, B, schedule, max_gflop):
+    """Why ``schedule`` is not timed on ``net`` (None: it is): it refuses the cell, or its chain would do more
+    than ``max_gflop`` GFLOP and more than BPTT's (the baseline's, never skipped)."""
+    if net.cell != "elman" and schedule.name == NaumovRNN.name:
+        return f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
+    counters = resolve(schedule).counters(net.sizes, tau, B, np.dtype(net.dtype).itemsize, net.backend.name,
+                                          cell=net.cell)
+    return _over(counters["flops"], max_gflop) if counters["flops"] > counters["sequential_flops"] else None
+
+
+def _over(flops, max_gflop, what=""):
+    """Why a row that does ``flops`` is skipped, if that is more than ``max_gflop`` GFLOP (None: it is not)."""
+    return f"skipped: {what}{flops / 1e9:.1f} GFLOP over the budget of {max_gflop:g}" if flops > max_gflop * 1e9 \
+        else None
 
 
 def _backward(net, plan, schedule):
@@ -160,7 +158,7 @@ def _backward(net, plan, schedule):
     return call
 
 
-def _step(net, x, y, schedule, solver):
+def _step(net, x, y, schedule, solver=None):
     """The SGD step of ``net`` under ``schedule``, its forward pass by ``solver`` (None: step by step): a call
     that returns the counters of its forward pass and its chain together."""
     sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, x.shape[0], x.shape[2],
@@ -177,29 +175,15 @@ def _step(net, x, y, schedule, solver):
     return call
 
 
-def _torch_step(anchor, threads):
-    """PyTorch's step at ``threads`` intra-op threads (None: as set)."""
-    def call():
-        with torch_anchor.num_threads(threads):
-            anchor.step()
-
-    return call
-
-
 def format_row(row):
-    """One line of the table under ``HEADER``."""
-    k = "-" if row["k"] is None else row["k"]
-    head = f"{row['N']:>4} {row['tau']:>5} {row['B']:>3}  {row['schedule']:<26} {k:>2}"
+    """One line of the table under its titles."""
+    cells = [row["N"], row["tau"], row["B"], row["schedule"], "-" if row["k"] is None else row["k"]]
     if "median_s" not in row:
-        return f"{head} {row['refused'][:80]}"
-    flops = f"{row['flops'] / row['sequential_flops']:10.2f}" if "flops" in row else f"{'':>10}"
+        return runner.line(cells + [row["refused"][:80]], WIDTHS, " ")
+    flops = f"{row['flops'] / row['sequential_flops']:.2f}" if "flops" in row else ""
     newton = f"  {row['iterations']} Newton iterations" if "iterations" in row else ""
-    return (f"{head} {row['median_s'] * 1e3:>10.3f} {ratio(row['speedup']):>16} {row.get('rounds', ''):>7} "
-            f"{flops}{newton}")
-
-
-def grid(args):
-    return [{"N": N, "tau": tau, "B": B} for N in args.sizes for tau in args.tau for B in args.batch]
+    return runner.line(cells + [f"{row['median_s'] * 1e3:.3f}", ratio(row["speedup"]), row.get("rounds", ""), flops],
+                       WIDTHS, " ") + newton
 
 
 def work(key):
@@ -211,15 +195,9 @@ def about(args):
     return {"layers": args.layers, "k": args.k, "max_gflop": args.max_gflop}
 
 
-@contextlib.contextmanager
 def start(args):
-    """PyTorch, at ``--blas-threads`` intra-op threads, unless skipped: None then."""
-    torch = None
-    if torch_anchor.skipped(args.no_torch) is None:
-        import torch
-
-        torch.set_num_threads(args.blas_threads)
-    yield torch
+    """Whether PyTorch's rows are timed."""
+    return contextlib.nullcontext(torch_anchor.skipped(args.no_torch) is None)
 
 
 def case(args, torch, key):
@@ -235,12 +213,6 @@ def head(args):
 
 def rows(args, case):
     return [format_row(row) for row in case]
-
-
-def foot(args, torch, records, about):
-    note = torch_anchor.skipped(args.no_torch)
-    if note:
-        print(note)
 
 
 def parser():

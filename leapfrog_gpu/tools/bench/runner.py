@@ -1,22 +1,25 @@
-"""What every ``leapfrog-bench`` suite shares: the rows of a network timed in turn, refusals recorded
+"""What every ``leapfrog-bench`` suite shares: a network's rows timed in turn, refusals recorded
 (``interleaved``); the run over a grid of networks with its progress, table, JSONL and JSON (``main``); the
-options every suite takes (``parser``); the machine; the table's cells.
+options every suite takes (``parser``); the machine; the table's cells and lines.
 
 A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particular to its network:
 
 ``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
 ``parser()``                      ``parser``'s options and its own
 ``check(p, args)``                (optional) more checks of the options (``p.error``)
-``about(args)``                   what the header records beside the command, date and machine
-``grid(args)``, ``work(key)``     its networks, each a dict that names it (``{"N": 256, "L": 8, "B": 1}``); their work
+``about(args)``                   (optional) what the header records beside the command, date, machine and,
+                                  with ``--no-torch``, ``torch_note`` (``torch_anchor.skipped``: printed last)
+``GRID``, ``work(key)``           its networks' names and the options whose values they take (``{"N": "sizes"}``:
+                                  ``grid``); a network's work (``{"N": 256, "L": 8, "B": 1}``: a number)
 ``start(args)``                   a context manager yielding ``state``, what the networks share
 ``case(args, state, key)``        one network's records (dicts)
-``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)``: its lines
+``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)`` (optional): its lines
 """
 
 import argparse
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -27,57 +30,59 @@ import numpy as np
 from ...backends import get_backend, timing
 from ...core.functions import DTYPES
 from ...core.saving import replaced_atomically
-from ..cli import Parser, integer, integers, parse_args_on_a_backend, plural
-from ..schedules import names_type, schedule_names
-from . import progress
+from ..cli import Parser, fitted, integer, integers, parse_args_on_a_backend, plural
+from ..schedules import make_schedule, names_type, schedule_names
+from . import progress, torch_anchor
 
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
 then say little (a quieter machine or more ``--repeats`` would)."""
-
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
                  (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given")]
 """What a command's exit status means, as ``--help`` lists it."""
 
 
 def interleaved(backend, calls, repeats, warmup=1, settings=None):
-    """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report with it, or
-    None) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that run every
-    call once in turn, each round starting one call later (``timing.measure_interleaved``, ``rotate``). With
-    ``settings`` (row -> ``(key, context factory)``: a BLAS setting) each call runs in its context, and the
-    calls of a key take turns among themselves in blocks, key after key (``timing.measure_in_blocks``). A
-    call whose first run raises ``ValueError`` (a memory check, a budget) is refused. Returns, in the order
-    of ``calls``, row -> ``{"ms": times in ms (repeats,), **reported}`` or ``{"refused": why}``."""
+    """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report, or None; or why
+    the row is refused) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that
+    run every call in turn, each round starting one call later (``timing.measure_interleaved``); with
+    ``settings`` (row -> ``(key, context factory)``: a BLAS setting), in blocks, key after key
+    (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` is refused. Returns, in the
+    order of ``calls``, row -> ``{"ms": ms (repeats,), **reported}`` or ``{"refused": why}``."""
     settings = settings or {row: (None, contextlib.nullcontext) for row in calls}
-    results, reported = {}, {}
-    for row, call in calls.items():
+    results, reported = {row: {"refused": call} for row, call in calls.items() if isinstance(call, str)}, {}
+    for row in [row for row in calls if row not in results]:
         try:
             with settings[row][1]():
-                reported[row] = call()
+                reported[row] = calls[row]()
         except ValueError as error:
             results[row] = {"refused": str(error)}
-    timed = list(reported)
+    timed = [row for row in calls if row in reported]
 
     def run(row):
         reported[row] = calls[row]()
 
-    fns, times = [lambda row=row: run(row) for row in timed], []
-    keys, contexts = [settings[row][0] for row in timed], [settings[row][1] for row in timed]
+    fns, keys, contexts = ([lambda row=row: run(row) for row in timed], [settings[row][0] for row in timed],
+                           [settings[row][1] for row in timed])
+    times = []
     if len(set(keys)) > 1:
         times = timing.measure_in_blocks(backend, fns, keys, repeats, max(warmup, 1) - 1, contexts)
     elif fns:
         times = timing.measure_interleaved(backend, fns, repeats, max(warmup, 1) - 1, contexts, rotate=True)
-    for row, ms in zip(timed, times):
-        results[row] = {"ms": ms, **(reported[row] or {})}
+    results.update({row: {"ms": ms, **(reported[row] or {})} for row, ms in zip(timed, times)})
     return {row: results[row] for row in calls}
 
 
-def refused(why):
-    """A call that ``interleaved`` records as refused: it raises ``ValueError(why)``."""
-    def call():
-        raise ValueError(why)
+def schedules(model, names, **options):
+    """``name -> schedule`` of ``model`` (``tools.schedules``, made with ``options``) for each of ``names``, the
+    baseline first whether named or not."""
+    return {name: make_schedule(model, name, **options) for name in dict.fromkeys([schedule_names(model)[0], *names])}
 
-    return call
+
+def grid(suite, args):
+    """``suite``'s networks: a dict for each combination of the values of the options its ``GRID`` names."""
+    options = [getattr(args, option) for option in suite.GRID.values()]
+    return [dict(zip(suite.GRID, values)) for values in itertools.product(*options)]
 
 
 def main(suite, argv=None):
@@ -88,37 +93,40 @@ def main(suite, argv=None):
     p = suite.parser()
     args = parse_args_on_a_backend(p, argv)
     for option in ("json", "jsonl", "plot"):
-        path = getattr(args, option, None)
-        if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            p.error(f"--{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist")
+        folder = os.path.dirname(os.path.abspath(getattr(args, option, None) or "."))
+        if not os.path.isdir(folder):
+            p.error(f"--{option} {getattr(args, option)}: the folder {folder} does not exist")
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
-    about = {**header(" ".join([suite.PROG, *given]), args.backend), **suite.about(args)}
-    grid, networks = suite.grid(args), []
+    about = {**header(" ".join([suite.PROG, *given]), args.backend), **(suite.about(args) if hasattr(suite, "about")
+                                                                        else {})}
+    if hasattr(args, "no_torch"):
+        about["torch_note"] = torch_anchor.skipped(args.no_torch)
+    keys, networks = grid(suite, args), []
     if args.jsonl:
         append_lines(args.jsonl, [about])
     if not args.quiet:
         print(*suite.head(args), sep="\n", flush=True)
     try:
-        with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, grid), args.quiet) as bar:
-            for key in grid:
+        with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, keys), args.quiet) as bar:
+            for key in keys:
                 bar.start(" ".join(value if isinstance(value, str) else f"{name}={value}"
                                    for name, value in key.items()))
                 networks.append(suite.case(args, state, key))
-                bar.stop()
-                if not args.quiet:
-                    print(*suite.rows(args, networks[-1]), sep="\n", flush=True)
                 if args.jsonl:
                     append_lines(args.jsonl, networks[-1])
-                bar.done()
+                bar.done([] if args.quiet else suite.rows(args, networks[-1]))
             records = [r for case in networks for r in case]
             if args.quiet:
                 print(*suite.head(args), *(line for case in networks for line in suite.rows(args, case)), sep="\n")
-            suite.foot(args, state, records, about)
+            if hasattr(suite, "foot"):
+                suite.foot(args, state, records, about)
+            if about.get("torch_note"):
+                print(fitted(about["torch_note"]))
     except KeyboardInterrupt:
         kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
-        print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(grid), 'network')} measured{kept}",
+        print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(keys), 'network')} measured{kept}",
               file=sys.stderr)
         return 130
     if args.json:
@@ -183,24 +191,23 @@ def header(command, backend):
 
 
 def machine(backend):
-    """Where the run measures: the device (or CPU), its cores, the platform, Python and NumPy."""
+    """Where the run measures (``backend``, a name): the device (or CPU), its cores, the platform, Python, NumPy."""
     return {"device": device_name(get_backend(backend)) if backend == "cupy" else cpu_name(),
             "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__}
 
 
 def device_name(backend):
+    """A backend's device: the GPU's name, or the CPU's."""
     return backend.device_name if backend.name == "cupy" else cpu_name()
 
 
 def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform`` knows of it."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -216,7 +223,7 @@ def spread(stats):
 
 def median(stats):
     """A timing's median, marked ``!`` when it is noisy."""
-    return "-" if stats is None else ms(stats["median"]) + ("!" if noisy(stats) else "")
+    return "-" if stats is None else ms(stats["median"]) + "!" * noisy(stats)
 
 
 def noisy(stats):
@@ -227,3 +234,8 @@ def noisy(stats):
 def ratio(value, times="x"):
     """A speed-up to 2 decimals (``1.25x``), below 0.1 to 2 significant digits (``0.0072x``)."""
     return "-" if value is None else (f"{value:.2f}" if value >= 0.1 else f"{value:#.2g}") + times
+
+
+def line(cells, widths, sep="  "):
+    """A table's line: ``cells`` in columns of ``widths`` (< 0: left-aligned) joined by ``sep``, trailing spaces cut."""
+    return sep.join(f"{cell!s:{'<' if w < 0 else '>'}{abs(w)}}" for cell, w in zip(cells, widths)).rstrip()

@@ -11,7 +11,6 @@ import pytest
 from helpers import render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
-from leapfrog_gpu.tools.bench import report as bench_report
 from leapfrog_gpu.tools.bench import traffic
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.tools.schedules import schedule_names
@@ -67,7 +66,7 @@ def test_table_prints_one_row_per_record(report):
     stdout, data, _ = report
     rows = _rows(stdout)
     assert len(rows) == len(data["records"])
-    assert [(n, b, row[0]) for n, _, b, row in rows] == [(r["N"], r["B"], bench_report.label(r))
+    assert [(n, b, row[0]) for n, _, b, row in rows] == [(r["N"], r["B"], bench_mlp.label(r))
                                                           for r in data["records"]]
     assert "PyTorch anchor skipped (--no-torch)" in stdout
     assert data["command"].startswith("leapfrog-bench --backend numpy") and data["machine"]["cores"] >= 1
@@ -103,23 +102,25 @@ def test_torch_anchor_in_the_same_table(capsys):
 
 
 def test_torch_anchor_computes_our_gradients():
+    """PyTorch's step is of the network's own module (``to_torch()``): its autograd gradients of the batch-mean cost
+    are ours (float64), and its step is timed."""
     torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import MLP
     from leapfrog_gpu.tools.bench import runner, torch_anchor
 
-    anchor = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64")
+    x, y = bench_measure.host_batch([5, 7, 3], 4, "float64")
+    with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
+        anchor = torch_anchor.Step(net.to_torch(), x, y, bench_measure.OPTIMIZERS["sgd"])
+        anchor.backward(anchor.loss())
+        nabla_b, nabla_w = net.backprop(x, y)
+    ours = [g / 4 for pair in zip(nabla_w, nabla_b) for g in pair]  # of the mean over the batch
+    assert len(anchor.params) == len(ours) == 4
+    for p, g in zip(anchor.params, ours):
+        assert float((p.grad - torch.from_numpy(g)).abs().max()) < 1e-12
     with get_backend("numpy") as backend:
         step = runner.interleaved(backend, {"torch": anchor.step}, 2)["torch"]["ms"]
     backward = anchor.backward_ms(2)
     assert step.shape == backward.shape == (2,) and (step > 0).all() and (backward > 0).all()
-    with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
-        x, y = torch.rand(4, 5, dtype=torch.float64), torch.rand(4, 3, dtype=torch.float64)
-        params = [torch.tensor(p, requires_grad=True) for w, b in zip(net.weights, net.biases) for p in (w, b)]
-        torch_anchor.quadratic_cost(params, x, y, "sigmoid").backward()
-        nabla_b, nabla_w = net.backprop(x.numpy().T, y.numpy().T)
-    ours = [g for pair in zip(nabla_w, nabla_b) for g in pair]
-    for p, g in zip(params, ours):
-        assert float((p.grad - torch.from_numpy(g)).abs().max()) < 1e-12
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -289,8 +290,8 @@ def _rows(text):
 
 def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
     """Not minutes of silence: a network's rows come before the next network is measured, and a bar on
-    stderr counts the networks done, names the one being measured and estimates the time left, from the
-    first network on (the estimate itself: tests/tools/bench/test_progress.py)."""
+    stderr names the one being measured, its number among them, and estimates the time left once one is
+    done (the estimate itself: tests/tools/bench/test_progress.py)."""
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     seen = _stdout_at_each_network(monkeypatch, capsys)
     assert bench.main(TINY + ["--no-torch"]) == 0
@@ -301,8 +302,9 @@ def test_each_network_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
         assert {(row[0], row[2]) for row in _rows(out)} == {(n, b)} and len(_rows(out)) == 6
     err = "".join(captured.err for captured in seen)
     for done, (n, b) in enumerate(networks):  # time left: '?' until a network is done
-        left = r"\?" if done == 0 else r"about \d+"
-        assert re.search(rf"measuring: .*\| {done}/4 \[\d\d:\d\d, N={n} L=3 B={b}, {left} s left\]", err), err
+        left = r"\?" if done == 0 else r"\d\d:\d\d"
+        assert re.search(rf"measuring: +\d+%\|.*\| \[\d\d:\d\d<{left}, network {done + 1} of 4, N={n} L=3 B={b}\]",
+                         err), err
     assert re.search(r"\rleapfrog-bench: about \d+ s left for 3 more networks \(the first took [\d.]+ s\)\n", err)
 
 
@@ -326,7 +328,7 @@ def _record(schedule="sequential", k=0, blas=1, step=1.0, spread=0.1, graph=Fals
     stats = {"median": step, "p20": step - spread / 2, "p80": step + spread / 2}
     ours = not schedule.startswith("torch")
     return {"backend": "numpy", "device": "cpu", "dtype": "float32", "N": 8, "L": 3, "B": 2, "blas_threads": blas,
-            "repeats": 5, "schedule": schedule, "k": k, "fused": False, "graph": graph,
+            "optimizer": "sgd", "repeats": 5, "schedule": schedule, "k": k, "fused": False, "graph": graph,
             "step_ms": stats, "backward_ms": None if graph else {"median": backward, "p20": backward, "p80": backward},
             "forward_ms": {"median": 0.3, "p20": 0.3, "p80": 0.3} if ours else None,
             "f1_ms": 0.1 if ours else None, "f2_ms": 0.1 if ours else None, "f3_ms": 0.1 if ours else None,
@@ -348,12 +350,11 @@ def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequen
 
 def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
     case = bench_measure.derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
-    widths = bench_report.column_widths(argparse.Namespace(k=[2], fused=False, one_pass=False, graph=False),
-                                        ["leapfrog"])
-    heading, costs, quiet, noisy = bench_report.table_rows(case, widths)
+    args = argparse.Namespace(schedule=["leapfrog"], optimizer=["sgd"], fused=False, one_pass=False, graph=False)
+    heading, costs, quiet, noisy = bench_mlp.rows(args, case)
     assert heading == "N=8 L=3 B=2 float32" and costs.startswith("  BLAS 1: forward 0.300 ms")
     assert quiet.split()[3] == "1.000" and noisy.split()[3] == "1.000!"  # 0.3 > a quarter of 1.0; 0.2 is not
-    assert f"! noisy: p80 - p20 over {bench_report.NOISY:.0%} of the median" in bench_report.table_foot(False)
+    assert f"! noisy: p80 - p20 over {bench_mlp.NOISY:.0%} of the median" in bench_mlp.LEGEND
 
 
 def test_the_table_fits_100_columns_at_its_widest(capsys):
@@ -428,6 +429,7 @@ def test_the_plot_says_where_and_when_and_its_legend_covers_no_data(tmp_path, fi
 def test_a_saving_of_any_size_keeps_its_column_width():
     """A pass slowed down 30-fold by another job on the machine must not widen the table: the saving
     column holds at most 7 characters whatever the timing."""
-    assert bench_report.percent(-31.872) == "<-999%" and bench_report.percent(-9.98) == "-998.0%"
-    assert bench_report.percent(0.215) == "21.5%" and bench_report.percent(None) == "-"
-    assert max(len(bench_report.percent(v)) for v in (-1e9, -9.99, -1.0, 0.0, 0.999, 1.0)) <= bench_report.CELL["saving"]
+    assert bench_mlp.percent(-31.872) == "<-999%" and bench_mlp.percent(-9.98) == "-998.0%"
+    assert bench_mlp.percent(0.215) == "21.5%" and bench_mlp.percent(None) == "-"
+    widths = {bottom: width for _, bottom, width in bench_mlp.COLUMNS}
+    assert max(len(bench_mlp.percent(v)) for v in (-1e9, -9.99, -1.0, 0.0, 0.999, 1.0)) <= widths["saving"]

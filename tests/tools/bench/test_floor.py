@@ -74,20 +74,26 @@ def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
 
 def test_torch_steps_with_each_optimizer(tmp_path):
     pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
-    fused = torch_anchor.fused_refusal() is None
-    for optimizer in torch_anchor.OPTIMIZERS[:2] + torch_anchor.OPTIMIZERS[2:] * fused:
-        anchor = torch_anchor.SGDStep([5, 7, 3], 4, dtype="float64", optimizer=optimizer)
-        with get_backend("numpy") as backend:
-            step = runner.interleaved(backend, {optimizer: anchor.step}, 2)[optimizer]["ms"]
-        backward = anchor.backward_ms(2)
-        assert step.shape == backward.shape == (2,) and (step > 0).all()
-    with pytest.raises(ValueError, match="optimizer must be one of"):
-        torch_anchor.SGDStep([5, 7, 3], 4, optimizer="adam")
+    from leapfrog_gpu import MLP
+    from leapfrog_gpu.tools.bench.measure import OPTIMIZERS, host_batch
+
+    sgd, (x, y) = OPTIMIZERS["sgd"], host_batch([5, 7, 3], 4, "float64")
+    fused = torch_anchor.fused_refusal("cpu", sgd) is None
+    with MLP([5, 7, 3], dtype="float64", backend="numpy") as net:
+        for update in torch_anchor.UPDATES[:2] + torch_anchor.UPDATES[2:] * fused:
+            anchor = torch_anchor.Step(net.to_torch(), x, y, sgd, update)
+            with get_backend("numpy") as backend:
+                step = runner.interleaved(backend, {update: anchor.step}, 2)[update]["ms"]
+            backward = anchor.backward_ms(2)
+            assert step.shape == backward.shape == (2,) and (step > 0).all()
+        for update, rule in (("adam", sgd), ("loop", OPTIMIZERS["adam"])):
+            with pytest.raises(ValueError, match="update must be one of"):
+                torch_anchor.Step(net.to_torch(), x, y, rule, update)
     path = tmp_path / "r.json"
     run_bench(ONE_PASS + ["--json", str(path)])
     records = json.loads(path.read_text())["records"]
     torch = [r for r in records if r["schedule"].startswith("torch")]
-    fused = {"torch-sgd-fused"} if torch_anchor.fused_refusal() is None else set()
+    fused = {"torch-sgd-fused"} if torch_anchor.fused_refusal("cpu", OPTIMIZERS["sgd"]) is None else set()
     names = {"torch-autograd", "torch-sgd-foreach"} | fused
     ours = {r["blas_threads"] for r in records if not r["schedule"].startswith("torch")}
     assert {(r["schedule"], r["blas_threads"]) for r in torch} == {(n, t) for n in names for t in ours}  # as ours

@@ -26,18 +26,13 @@ def _run(tmp_path, *more):
     return out, bench_table(path), json.loads(path.read_text())["records"]
 
 
-def _rule(name):
-    """torch.optim's optimizer of ``name``: ``rule`` of ``torch_anchor.SGDStep`` (plain SGD: None)."""
-    return None if name == "sgd" else bench_measure.OPTIMIZERS[name]
-
-
 def test_rows_for_each_optimizer_ours_and_torch_optims(tmp_path):
     out, judged, records = _run(tmp_path, "--graph")
     for name in bench_measure.OPTIMIZERS:
         rows = [r for r in records if r["optimizer"] == name]
         ours = {(r["schedule"], r["graph"]) for r in rows if not r["schedule"].startswith("torch")}
         assert ours == {(s, g) for s in ("sequential", "leapfrog") for g in (False, True)}
-        fused = {f"torch-{name}-fused"} if torch_anchor.fused_refusal("cpu", _rule(name)) is None else set()
+        fused = {f"torch-{name}-fused"} if torch_anchor.fused_refusal("cpu", bench_measure.OPTIMIZERS[name]) is None else set()
         assert {r["schedule"] for r in rows if r["schedule"].startswith("torch")} == (
             {f"torch-{name}-foreach"} | fused | ({"torch-autograd"} if name == "sgd" else set()))
         assert all(r["step_ms"]["median"] > 0 and r["step_speedup_vs_best_sequential"] > 0 for r in rows)
@@ -51,7 +46,7 @@ def test_rows_for_each_optimizer_ours_and_torch_optims(tmp_path):
 
 
 def test_a_fused_step_torch_refuses_is_a_row_that_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(torch_anchor, "fused_refusal", lambda device="cpu", rule=None: "torch refuses fused=True here")
+    monkeypatch.setattr(torch_anchor, "fused_refusal", lambda device, rule: "torch refuses fused=True here")
     out, judged, records = _run(tmp_path)
     refused = [r for r in records if "refused" in r]
     assert {(r["schedule"], r["B"]) for r in refused} == {(f"torch-{name}-fused", b) for name in bench_measure.OPTIMIZERS
@@ -73,20 +68,18 @@ def test_a_bad_optimizer_and_one_pass_with_adam_are_refused():
 def test_the_anchors_step_is_our_update(name, how):
     """Same network, same batch, float64: PyTorch's step by torch.optim leaves the parameters ours leave, to
     1e-12, at each of three steps (Adam's bias corrections change with t)."""
-    sizes, batch = [5, 7, 3], 4
-    kwargs = {"optimizer": how, "rule": _rule(name)}
-    if how == "fused" and torch_anchor.fused_refusal("cpu", _rule(name)):
+    sizes, rule = [5, 7, 3], bench_measure.OPTIMIZERS[name]
+    if how == "fused" and torch_anchor.fused_refusal("cpu", rule):
         pytest.skip(f"torch lacks fused {name} on the CPU")
-    params, x, y = torch_anchor.mlp(sizes, batch, "float64", seed=1)
-    start = [p.detach().numpy().copy() for p in params]
-    anchor = torch_anchor.SGDStep(sizes, batch, "float64", eta=bench_measure.ETA, network=(params, x, y), **kwargs)
-    with MLP(sizes, activation="sigmoid", dtype="float64", backend="numpy") as net:
-        net.set_parameters({l: {"w": start[2 * i], "b": start[2 * i + 1]} for i, l in enumerate((2, 3))})
+    x, y = bench_measure.host_batch(sizes, 4, "float64", seed=1)
+    with MLP(sizes, activation="sigmoid", dtype="float64", backend="numpy", seed=1) as net:
+        start = [p.detach().numpy().copy() for p in net.to_torch().parameters()]
+        anchor = torch_anchor.Step(net.to_torch(), x, y, rule, how)
         for _ in range(3):
             anchor.step()
-            net.train_step(x.numpy().T.copy(), y.numpy().T.copy(), bench_measure.OPTIMIZERS[name])
+            net.train_step(x, y, rule)
             ours = net.parameters()
-            theirs = [p.detach().numpy() for p in params]
+            theirs = [p.detach().numpy() for p in anchor.params]
             for i, l in enumerate((2, 3)):
                 np.testing.assert_allclose(ours[l]["w"], theirs[2 * i], rtol=0, atol=1e-12)
                 np.testing.assert_allclose(ours[l]["b"], theirs[2 * i + 1], rtol=0, atol=1e-12)

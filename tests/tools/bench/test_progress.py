@@ -1,16 +1,15 @@
-"""The time left of a bench, each network weighed by its work: the estimate, from the times measured and
-the one under way, the line printed once the first network is measured, the bar's estimate recomputed
-as a network runs, and the default grid's."""
+"""The time left of a bench, each network weighed by its work: the line printed once the first network is
+measured, the bar's percentage and time left over the work, and the default grid's weights."""
 
 import io
 import re
 import sys
-import time
 import types
 
 import pytest
+import tqdm.std
 
-from leapfrog_gpu.tools.bench import mlp as bench_mlp, progress
+from leapfrog_gpu.tools.bench import mlp as bench_mlp, progress, runner
 
 
 class Terminal(io.StringIO):
@@ -20,99 +19,70 @@ class Terminal(io.StringIO):
 
 @pytest.fixture
 def clock(monkeypatch):
-    """``progress``'s clock, which the test moves on by hand."""
+    """The clock of ``progress`` and of tqdm's bar, which the test moves on by hand."""
     now = types.SimpleNamespace(seconds=100.0)
     monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: now.seconds))
+    monkeypatch.setattr(tqdm.std, "time", lambda: now.seconds)
     return now
-
-
-def test_the_time_left_is_the_work_left_at_the_seconds_per_unit_so_far():
-    estimate = progress.Estimate([1, 2, 7])
-    assert estimate.left() is None
-    estimate.measured(3.0)
-    assert estimate.left() == pytest.approx(3.0 / 1 * 9)
-    estimate.measured(4.0)
-    assert estimate.left() == pytest.approx(7.0 / 3 * 7)
-    estimate.measured(1.0)
-    assert estimate.left() == 0
-
-
-def test_a_network_that_runs_past_its_share_raises_the_estimate_as_it_runs():
-    """Three networks of equal work, the first 2 s: 4 s left as the second starts, 3 s a second into it; 5 s
-    into it (its share was 2 s) the rate is at least (2 + 5) s over two networks' work, so the third alone
-    takes 3.5 s, not the 0 s that 4 s less 5 s would say."""
-    estimate = progress.Estimate([1, 1, 1])
-    estimate.measured(2.0)
-    assert [estimate.left(running) for running in (0.0, 1.0, 2.0)] == [4.0, 3.0, 2.0]
-    assert estimate.left(5.0) == pytest.approx(3.5)
-    assert estimate.left(11.0) == pytest.approx(6.5)  # (2 + 11) / 2 a unit for the third
-    estimate.measured(11.0)
-    assert estimate.left() == pytest.approx(6.5) and estimate.left(1.0) == pytest.approx(5.5)
 
 
 def test_about_says_two_significant_digits():
     assert [progress.about(s) for s in (0.2, 7.4, 27.0, 143.0, 1234.5)] == ["1", "7", "27", "140", "1200"]
 
 
-def test_the_estimate_is_printed_after_the_first_network_and_updated_on_the_bar(monkeypatch, clock):
+def test_the_line_after_the_first_network_weighs_the_rest_by_their_work(monkeypatch, clock, capsys):
+    """Works 2, 4 and 14, the first network 3 s: the other 18 units of work take about 27 s."""
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    with progress.Progress("leapfrog-bench", [2, 4, 14], quiet=False) as bar:
+        for name, seconds in (("first", 3.0), ("second", 4.0), ("third", 1.0)):
+            bar.start(name)
+            clock.seconds += seconds
+            bar.done([f"rows of {name}"])
+    said = err.getvalue()
+    assert "\rleapfrog-bench: about 27 s left for 2 more networks (the first took 3.0 s)\n" in said
+    assert said.count("s left for") == 1
+    assert capsys.readouterr().out == "rows of first\nrows of second\nrows of third\n"
+
+
+def test_the_bar_gives_the_share_of_the_work_done_and_the_time_left_at_its_rate(monkeypatch, clock):
+    """The same networks: 10 % of the work done after the first (a bar counting networks would say 33 %), the
+    9 units left at 3 s a unit as the second starts; 7 s for 3 units once two are done, so 16 s for the last 7."""
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
     with progress.Progress("leapfrog-bench", [1, 2, 7], quiet=False) as bar:
         for name, seconds in (("first", 3.0), ("second", 4.0), ("third", 1.0)):
             bar.start(name)
             clock.seconds += seconds
-            bar.stop()
-            bar.done()
+            bar.done([])
     said = err.getvalue()
-    assert re.search(r"\| 0/3 \[[\d:]+, first, \? s left\]", said)
-    assert "\rleapfrog-bench: about 27 s left for 2 more networks (the first took 3.0 s)\n" in said
-    assert re.search(r"\| 1/3 \[[\d:]+, second, about 27 s left\]", said)
-    assert re.search(r"\| 2/3 \[[\d:]+, third, about 16 s left\]", said)  # 7 s for 3 units: 7 units left
-    assert said.count("s left for") == 1
+    assert re.search(r"measuring:   0%\|.*\| \[00:00<\?, network 1 of 3, first\]", said)
+    assert re.search(r"measuring:  10%\|.*\| \[00:03<00:27, network 2 of 3, second\]", said)
+    assert re.search(r"measuring:  30%\|.*\| \[00:07<00:16, network 3 of 3, third\]", said)
 
 
-def test_quiet_prints_no_estimate(monkeypatch, clock):
+def test_quiet_prints_no_estimate(monkeypatch, clock, capsys):
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
     with progress.Progress("leapfrog-bench", [1, 2], quiet=True) as bar:
         bar.start("first")
         clock.seconds += 1
-        bar.stop()
-        bar.done()
-    assert err.getvalue() == ""
+        bar.done(["rows of first"])
+    assert err.getvalue() == "" and capsys.readouterr().out == "rows of first\n"
 
 
-def test_the_bar_recomputes_the_time_left_while_a_network_runs(monkeypatch, clock):
-    """The second of three equal networks, the first took 2 s: the bar says 4 s left as it starts, 3 s once it
-    has run 1 s, and 11 s once it has run 20 s (the rate then at least 22 s over two networks' work): each
-    redrawn while the network runs, with no network done in between."""
-    err = Terminal()
-    monkeypatch.setattr(sys, "stderr", err)
-    monkeypatch.setattr(progress, "TICK", 0.01)
-    with progress.Progress("leapfrog-bench", [1, 1, 1], quiet=False) as bar:
-        bar.start("first")
-        clock.seconds += 2
-        bar.stop()
-        bar.done()
-        bar.start("second")
-        for running, left in ((0, 4), (1, 3), (20, 11)):
-            clock.seconds = bar.started + running
-            assert bar.left() == f"about {left}"
-            drawn = rf"\| 1/3 \[[\d:]+, second, about {left} s left\]\s*\Z"  # the last drawing of the bar
-            deadline = time.monotonic() + 60  # a redraw comes every tick; a loaded machine may be slow to give one
-            while not re.search(drawn, err.getvalue()) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert re.search(drawn, err.getvalue()), err.getvalue()[-300:]
-
-
-def test_the_default_grid_is_weighed_by_its_networks_sizes():
+def test_the_default_grid_is_weighed_by_its_networks_sizes(monkeypatch, clock, capsys):
     """A plain bar, counting networks, said 19 s left once the first of the default grid's 8 networks was
     measured (in 2.7 s, then), where well over 150 s were: the smallest network is a small part of the
     grid's work."""
     args = bench_mlp.parser().parse_args([])
-    grid = bench_mlp.grid(args)
+    grid = runner.grid(bench_mlp, args)
     assert grid[0] == {"N": 256, "L": 8, "B": 1} and grid[-1] == {"N": 1024, "L": 16, "B": 64}
-    estimate = progress.Estimate([bench_mlp.work(network) for network in grid])
-    estimate.measured(2.7)
-    assert estimate.left() > 150
+    with progress.Progress("leapfrog-bench", [bench_mlp.work(network) for network in grid], quiet=False) as bar:
+        bar.start("first")
+        clock.seconds += 2.7
+        bar.done([])
+    left = re.fullmatch(r"leapfrog-bench: about (\d+) s left for 7 more networks \(the first took 2.7 s\)\n",
+                        capsys.readouterr().err)
+    assert left and int(left[1]) > 150
     assert "several minutes on a 2-core CPU" in " ".join(bench_mlp.parser().format_help().split())

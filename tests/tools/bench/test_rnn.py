@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn, torch_anchor
+from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn
 from leapfrog_gpu.tools.schedules import make_solver, schedule_names
 from leapfrog_gpu.core.torch_io import INSTALL
 
@@ -40,7 +40,7 @@ def test_measure_gives_a_row_per_schedule_with_its_speedup_over_bptt():
     assert step["flops"] == step["sequential_flops"] == forward + by_name["bptt"]["flops"]
     assert by_name["step timescan"]["flops"] == forward + by_name["timescan"]["flops"]
     for row in rows:
-        assert bench_rnn.format_row(row).startswith("   4     8   2  ")
+        assert bench_rnn.format_row(row).startswith(f"   4     8   2 {row['schedule']} ")
     assert [row["schedule"] for row in bench_rnn.measure(4, 8, 2, repeats=1, parts=("step",))] == list(by_name)[5:]
 
 
@@ -71,24 +71,29 @@ def test_pytorch_nn_rnn_is_timed_on_the_same_network():
 
 
 def test_pytorchs_network_is_ours_its_gradients_and_its_step():
-    """The anchor's gradients are the network's (backprop, float64) and its SGD step is ``sgd_step``'s."""
-    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
+    """The anchor's gradients are the network's (backprop, float64, of the batch-mean cost) and its SGD step is
+    ``sgd_step``'s."""
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import RNN
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64")
     with RNN([3] * 4, output="every", dtype="float64", backend="numpy") as net:
-        anchor = torch_anchor.TorchRNN(torch, net, x, y, eta=0.1)
+        anchor = bench_rnn.torch_step(net, x, y, eta=0.1)
         anchor.backward(anchor.loss())
         nabla_b, nabla_w, nabla_u = rnn_lists(net.backprop(x, y))
-        for i in range(2):
-            assert np.allclose(anchor.rnn.get_parameter(f"weight_ih_l{i}").grad.numpy(), nabla_w[i], rtol=1e-12)
-            assert np.allclose(anchor.rnn.get_parameter(f"weight_hh_l{i}").grad.numpy(), nabla_u[i], rtol=1e-12)
-        assert np.allclose(anchor.out.bias.grad.numpy(), nabla_b[-1], rtol=1e-12)
+        module = anchor.module
+        for i in range(2):  # one module of two layers, as its users write it
+            assert np.allclose(module.get_parameter(f"recurrent.weight_ih_l{i}").grad.numpy(), nabla_w[i] / 2,
+                               rtol=1e-12)
+            assert np.allclose(module.get_parameter(f"recurrent.weight_hh_l{i}").grad.numpy(), nabla_u[i] / 2,
+                               rtol=1e-12)
+        assert np.allclose(module.get_parameter("output.0.bias").grad.numpy(), nabla_b[-1] / 2, rtol=1e-12)
         anchor.step()
         net.sgd_step(x, y, 0.1)
-        assert np.allclose(anchor.rnn.weight_hh_l1.detach().numpy(), net.recurrent[1], rtol=1e-12)
-        assert np.allclose(anchor.out.weight.detach().numpy(), net.weights[-1], rtol=1e-12)
-        assert not anchor.rnn.bias_hh_l0.detach().numpy().any()  # held at zero: the RNN has one bias a layer
+        assert np.allclose(module.get_parameter("recurrent.weight_hh_l1").detach().numpy(), net.recurrent[1],
+                           rtol=1e-12)
+        assert np.allclose(module.get_parameter("output.0.weight").detach().numpy(), net.weights[-1], rtol=1e-12)
+        assert not module.get_parameter("recurrent.bias_hh_l0").detach().numpy().any()  # held at zero: one bias a layer
 
 
 def test_the_profiling_script_writes_its_json(tmp_path):
@@ -177,15 +182,16 @@ def test_a_gated_cell_is_timed_beside_its_torch_module_at_each_number_of_threads
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_pytorchs_gated_module_steps_as_our_network(cell):
     """Two inputs (DEER's problem): the anchor's SGD step is ``sgd_step``'s, a GRU's b_hn in ``bias_hh``'s n rows."""
-    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import RNN
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64", inputs=2)
     with RNN([2, 3, 3, 3], output="every", dtype="float64", backend="numpy", cell=cell) as net:
-        anchor = torch_anchor.TorchRNN(torch, net, x, y, eta=0.1)
+        anchor = bench_rnn.torch_step(net, x, y, eta=0.1)
         anchor.step()
         net.sgd_step(x, y, 0.1)
         for i in range(2):
-            assert np.allclose(anchor.rnn.get_parameter(f"weight_hh_l{i}").detach().numpy(), net.recurrent[i],
-                               rtol=1e-12, atol=1e-14)
-        assert np.allclose(anchor.out.weight.detach().numpy(), net.weights[-1], rtol=1e-12, atol=1e-14)
+            assert np.allclose(anchor.module.get_parameter(f"recurrent.weight_hh_l{i}").detach().numpy(),
+                               net.recurrent[i], rtol=1e-12, atol=1e-14)
+        assert np.allclose(anchor.module.get_parameter("output.0.weight").detach().numpy(), net.weights[-1],
+                           rtol=1e-12, atol=1e-14)

@@ -58,7 +58,7 @@ def printed_schedules(model, out):
         return [line.split()[0].rstrip("*") for line in out.splitlines()
                 if re.match(r"[a-z-]+\*? +\d+ +\d+ ", line)]
     if model == "rnn":  # the backward rows (the step rows' names start with "step ")
-        return [line.split()[3] for line in out.splitlines() if re.match(r" +3 +3 +1  (?!step )", line)]
+        return [line.split()[3] for line in out.splitlines() if re.match(r" +3 +3 +1 +(?!step )", line)]
     return [line.split()[1] for line in out.splitlines() if line.startswith("  backward ")]
 
 

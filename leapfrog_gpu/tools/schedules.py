@@ -1,15 +1,11 @@
-"""Each network's schedules and forward solvers by name: what the commands' ``--schedule`` and
-``--forward-solver`` take.
+"""Each network's schedules and forward solvers by name: what the commands' ``--schedule`` and ``--forward-solver``
+take. A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``; its schedules are its class's ``SCHEDULES`` by
+their ``name``, its ``BASELINE`` first (what the others are measured against, on the main stream: it takes no
+``k``). ``Sequential()``, which a network runs when given no schedule, is named only where it is the baseline.
 
     schedule_names("rnn")                     # ('bptt', 'leapfrog', 'wavefront', 'timescan', 'naumov-rnn')
     make_schedule("dag", "level-sets", k=4)   # LevelSets(k=4)
     refusal("rnn", "sequential")              # "unknown RNN schedule 'sequential'; choose from bptt, ..."
-
-A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``, as ``--model`` names it. Its schedules are its
-class's ``SCHEDULES``, each by its class's ``name``, its ``BASELINE`` first (the order every other one is
-measured against, run on the main stream: it takes no ``k``); ``Sequential()``, which every network runs
-when given no schedule, is named only where it is the baseline (the RNN runs it as ``BPTT()``). Its first
-forward solver, ``sequential``, is the pass node by node (step by step): no solver.
 """
 
 import functools
@@ -29,9 +25,8 @@ SOLVERS = {
     "dag": {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton},
     "rnn": {"sequential": None, "newton": TimeNewton, "quasi-newton": functools.partial(TimeNewton, quasi=True)},
 }
-"""The forward solvers of the networks that take one, by name, ``sequential`` (no solver) first: a
-``DagNet``'s by Jacobi sweeps or Newton's method over its system (``dag.forward``); an RNN's by Newton's
-method over time (``TimeNewton``, DEER; ``quasi-newton``: its Jacobians' diagonals only)."""
+"""The forward solvers of the networks that take one, by name, ``sequential`` (the pass node by node, step by
+step: no solver) first."""
 
 
 def classes(model):
@@ -91,7 +86,6 @@ def names_type(model):
 
 
 def _class(model, name):
-    why = refusal(model, name)
-    if why:
-        raise ValueError(why)
+    if refusal(model, name):
+        raise ValueError(refusal(model, name))
     return classes(model)[name]

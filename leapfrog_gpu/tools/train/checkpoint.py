@@ -1,9 +1,7 @@
-"""Checkpoints: ``checkpoint.npz`` in its directory, the file ``Network.save`` writes (``core.saving``: one
-``.npz``, written atomically, whose arrays are the parameters, ``w2``, ``u2``, ``b3``, and the optimizer's state,
-``exp_avg.w2``, ``momentum_buffer.b3``, and whose state holds the architecture and the optimizer), the run's own
-state under ``training``: ``sizes`` (the widths n_1..n_L) and whatever else the trainer keeps (position, RNG state,
-config). ``leapfrog_gpu.load`` builds the trained network from it. A checkpoint written before the networks were
-saved so holds the run's state alone, with the optimizer's step count as ``optimizer_step``; it resumes as well.
+"""Checkpoints: ``checkpoint.npz`` in its directory, the file ``Network.save`` writes (``core.saving``: the
+parameters, the optimizer's state, the architecture and the optimizer) with the run's own state under ``training``:
+``sizes`` (the widths n_1..n_L), its position, RNG state and config. An older checkpoint holds the run's state
+alone, with the optimizer's step count as ``optimizer_step``; it resumes as well.
 """
 
 import contextlib
@@ -15,9 +13,8 @@ FILENAME = "checkpoint.npz"
 
 LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "cell": "elman", "optimizer": "sgd",
          "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None}
-"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP of Elman cells
-(where recurrent), by plain SGD. A resumed run keeps ``model``, ``skip``, ``tau``, ``cell`` and the optimizer's
-options as ``FIXED``, and takes ``forward_solver`` and ``clip_grad_norm`` as ``RESUMED`` (``options``)."""
+"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP (of Elman cells
+where recurrent) by plain SGD."""
 
 REMEDY = "delete it, or choose another --checkpoint-dir"
 """What to do about a checkpoint that cannot be read."""

@@ -2,9 +2,6 @@
 epochs of shuffled minibatches, where the run stands, the metrics of each epoch, the progress bar) and what the
 command adds through its hooks: checkpoints, Ctrl-C between steps, the divergence rule, the profiling window,
 the epoch lines and ``--metrics`` records, and the hints of a run that ends with exit status 3.
-
-Checkpoints hold the network's ``parameters()`` and ``optimizer_state()`` and the run's position; the samples
-of its data are their last axis, columns or sequences alike.
 """
 
 import contextlib
@@ -91,7 +88,6 @@ class Training:
                                make_optimizer(config), self.schedule, validation=(dataset.x_test, dataset.y_test),
                                seed=config["seed"], graph=config["graph"], solver=self.solver,
                                clip=config["clip_grad_norm"], state=state)
-        self.steps_per_epoch = self.fitting.steps_per_epoch
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)
@@ -102,16 +98,6 @@ class Training:
             "about": {"program": PROG, "config": config, "sizes": self.sizes, "backend": repr(net.backend),
                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
         self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)
-
-    @property
-    def epoch(self):
-        """Epochs done."""
-        return self.fitting.epoch
-
-    @property
-    def step(self):
-        """Steps done in all."""
-        return self.fitting.step
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
@@ -128,15 +114,12 @@ class Training:
         try:
             if synchronize:
                 self.net.synchronize()
-            self._save()
+            if self.config["checkpoint_dir"] and self.rank == 0:
+                checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
         finally:
             interrupt["saving"] = False
         if interrupt.get("deferred"):
             raise KeyboardInterrupt
-
-    def _save(self):
-        if self.config["checkpoint_dir"] and self.rank == 0:
-            checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
 
     def _divergence(self):
         """The divergence rule from the loss at the start (the checkpoint's, where it holds one)."""
@@ -166,7 +149,7 @@ class Training:
                     self.save(synchronize=True)
                     raise
                 except FloatingPointError as error:
-                    raise Stopped(str(error), self._hint(False, self.epoch)) from None
+                    raise Stopped(str(error), self._hint(False, self.fitting.epoch)) from None
         finally:
             self.profile.close()
         return records[-1] if records else None
@@ -187,13 +170,16 @@ class Training:
         """After an epoch: the divergence rule, a checkpoint and the epoch's line; returns its ``--metrics`` record."""
         why = None if self.divergence is None else self.divergence.check(metrics["train_loss"])
         if why:
-            raise Stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", self._hint(True, self.epoch - 1))
+            raise Stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", self._hint(True, self.fitting.epoch - 1))
         self.save()
         config = self.config
         record = {"model": config["model"], "data": config["data"], **metrics, "backend": self.net.backend.name,
                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"], "graph": config["graph"],
                   "ranks": self.ranks}
-        self.report.epoch(record, config["epochs"])
+        epochs = config["epochs"]
+        self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
+                         f"test loss {metrics['test_loss']:.4f}  {in_words(*measured(metrics))}  "
+                         f"{metrics['samples_per_s']:,.0f} samples/s")
         return record
 
     def _hint(self, diverged, kept):
@@ -220,10 +206,3 @@ class Report:
         if self.rank == 0 and (always or not self.quiet):
             with tqdm.external_write_mode(file=sys.stdout):
                 print(text, flush=True)
-
-    def epoch(self, metrics, epochs):
-        self.line(
-            f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
-            f"test loss {metrics['test_loss']:.4f}  {in_words(*measured(metrics))}  "
-            f"{metrics['samples_per_s']:,.0f} samples/s"
-        )

@@ -4,7 +4,7 @@ the stream timeline (``leapfrog-train --timeline FILE.png``).
     nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop \\
         leapfrog-train --backend cupy --profile-steps 20:30
 
-Steps are counted from 0 over the whole run; the window holds steps A..B-1. On the cupy backend the
+The window holds steps A..B-1, counted from 0 over the whole run. On the cupy backend the
 CUDA profiler starts before step A and stops after step B-1 (cudaProfilerStart/Stop through
 ``cupyx.profiler.profile``), with the device synchronized at both ends so that the capture holds
 exactly those steps. Each step of the window is an NVTX range ``step N`` (``leapfrog_gpu.backends.annotate``:
@@ -19,18 +19,6 @@ import contextlib
 
 from ...backends import annotate, timing
 from .. import timeline
-
-
-def parse_steps(text):
-    """``"A:B"`` as ``range(A, B)``, 0 <= A < B; a ``ValueError`` naming the form otherwise."""
-    first, colon, last = text.partition(":")
-    try:
-        start, stop = int(first), int(last)
-    except ValueError:
-        start = stop = None
-    if not colon or start is None or not 0 <= start < stop:
-        raise ValueError(f"must be A:B with integers 0 <= A < B (steps A..B-1, counted from 0); got {text!r}")
-    return range(start, stop)
 
 
 class ProfileWindow:

@@ -3,12 +3,12 @@ in ``--help``, argument types, the ``--backend`` choice said in the command line
 README gives them, and lines that fit the terminal's 100 columns."""
 
 import argparse
-import importlib.metadata
 import math
 import sys
 import textwrap
 from pathlib import Path
 
+from .. import __version__
 from ..parallel import comm as parallel
 from ..backends import cuda_status
 
@@ -28,18 +28,10 @@ class Parser(argparse.ArgumentParser):
                 textwrap.fill(f"{status:<5}{meaning}", 78, initial_indent="  ", subsequent_indent=" " * 7)
                 for status, meaning in exit_statuses))
         super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.add_argument("--version", action="version", version=f"{self.prog} {package_version()}")
+        self.add_argument("--version", action="version", version=f"{self.prog} {__version__}")
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
-
-
-def package_version():
-    """The installed package's version, from its metadata."""
-    try:
-        return importlib.metadata.version("leapfrog_gpu")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed: no package metadata)"
 
 
 def png_refusal(option, path, beside=""):

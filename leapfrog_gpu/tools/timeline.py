@@ -150,15 +150,15 @@ def describe(summary):
 def refusal(path):
     """Why ``--timeline path`` cannot be written, in one line, or ``None``: the chart is a PNG in a folder that
     exists, drawn by matplotlib."""
-    folder = os.path.dirname(os.path.abspath(path))
-    why = png_refusal("--timeline", path, " (its intervals go beside it, in .json)") or (
-        None if os.path.isdir(folder) else f"--timeline {path}: the folder {folder} does not exist")
-    if why is None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            why = f"--timeline needs matplotlib: {pip_install('plot')}"
-    return why
+    why, folder = png_refusal("--timeline", path, " (its intervals go beside it, in .json)"), os.path.dirname(
+        os.path.abspath(path))
+    if why or not os.path.isdir(folder):
+        return why or f"--timeline {path}: the folder {folder} does not exist"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f"--timeline needs matplotlib: {pip_install('plot')}"
+    return None
 
 
 def save(path, panels, about, title):
@@ -214,8 +214,8 @@ def draw(panels, path, title):
                      f"{_percent(summary['worker_overlap'])}); main idle {summary['main_idle_ms']:.3f} ms (median)",
                      fontsize=9, loc="left")
         ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("ms from the start of the step; bars: launches named what[unit], the unit a layer (MLP, RNN) "
-                           "or node (DagNet)")
+    axes[-1, 0].set_xlabel("ms from the start of the step; bars: launches named what[unit], the unit a layer "
+                           "(MLP, RNN) or node (DagNet)")
     shown = {launches.role(i.name) for _, step, *_ in rows for i in step}
     legend = [Patch(color=colour, label=role) for role, colour in COLOURS.items() if role in shown]
     height = fig.get_figheight()

@@ -33,7 +33,7 @@ from . import checkpoint, estimate, models
 from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
-from .metrics import in_words, measured
+from .metrics import in_words
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
 
@@ -41,9 +41,8 @@ SETUP_ERRORS = (UsageError, datasets.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
 PEERS_INTERRUPTED = 10.0
-"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and
-ends the job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` (within
-``parallel.comm.ABORT_GRACE``) end the job first; a rank interrupted alone speaks for itself."""
+"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and ends the
+job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` end the job first."""
 
 
 def main(argv=None):
@@ -81,10 +80,9 @@ def main(argv=None):
 
 
 def _fail(comm, error, status, quiet=False):
-    """Report ``error`` on stderr and return ``status``. Under mpiexec, rank 0 alone reports an error
-    that every rank met (``Communicator.together``) and every rank returns; an error of one rank is
-    reported by that rank, which then ends every rank of the job with ``status`` (``quiet``: without
-    MPI's own line about it)."""
+    """Report ``error`` on stderr and return ``status``. Under mpiexec rank 0 alone reports an error that every rank
+    met (``Communicator.together``); an error of one rank is reported by that rank, which then ends every rank with
+    ``status`` (``quiet``: without MPI's own line about it)."""
     if comm.size == 1:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     elif getattr(error, "every_rank", False):
@@ -200,8 +198,8 @@ def _run(config, dataset, net, report, state, why):
     started = time.perf_counter()
     training = Training(config, dataset, net, report, state)
     if training.fitting.epoch >= config["epochs"]:
-        report.line(f"nothing to do: the checkpoint has {training.fitting.epoch} of {plural(config['epochs'], 'epoch')}",
-                    always=True)
+        report.line(f"nothing to do: the checkpoint has {training.fitting.epoch} of "
+                    f"{plural(config['epochs'], 'epoch')}", always=True)
         return 0
     mode = (" as a graph" if config["graph"] else "") + (
         f", forward {config['forward_solver']}" if training.solver is not None else "")
@@ -250,7 +248,7 @@ def _run(config, dataset, net, report, state, why):
     elif config["timeline"] is not None and training.rank == 0:
         print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
               f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
-    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(*measured(metrics))}, "
+    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(metrics)}, "
                 f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
     return 0
 

@@ -1,12 +1,8 @@
-"""The cost of a run, estimated before it starts, and a question before one that would take far longer than it
-needs to.
-
-A short calibration on a network of the run's own (a copy, dropped after, so that the run is unchanged): one
-step of the run's configuration and one forward pass of an evaluation batch by its forward solver, timed, and the
-same under the leapfrog schedule (``Leapfrog(2)``, node by node, step by step, eagerly); each scaled to the run's
-steps and to its passes over the training set (at the start and after every epoch) and the test set. A run estimated at more than
-``SLOWER`` times the leapfrog schedule's asks before it starts (``--yes`` does not ask; off a terminal, or under
-mpiexec, it warns and starts).
+"""The cost of a run, estimated before it starts from a short calibration on a copy of its network (the run itself
+is unchanged): one step and one evaluation pass of the run's configuration, timed, and the same under the leapfrog
+schedule (``Leapfrog(2)``, eagerly, without a forward solver), each scaled to the run's steps and evaluations. A run
+estimated at more than ``SLOWER`` times the leapfrog schedule's asks before it starts (``--yes`` does not ask; off a
+terminal, or under mpiexec, it warns and starts).
 """
 
 import math
@@ -93,12 +89,11 @@ def _estimate(config, dataset, backend, remaining, schedule, solver, graph):
 
 def _timed(call):
     """Seconds of ``call()``: its first call's, or its second's where the first took under ``AGAIN``."""
-    start = time.perf_counter()
-    call()
-    seconds = time.perf_counter() - start
-    if seconds < AGAIN:
+    for _ in range(2):
         start = time.perf_counter()
         call()
         seconds = time.perf_counter() - start
+        if seconds >= AGAIN:
+            break
     return seconds
 

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from ...core.fitting import Fitting, evaluate
 from ..schedules import make_schedule
 from . import checkpoint, models
-from .metrics import Divergence, chance_loss, in_words, measured
+from .metrics import Divergence, chance_loss, in_words
 from .options import PROG, make_optimizer, profile_window
 from .profiling import ProfileWindow
 
@@ -121,24 +121,16 @@ class Training:
         if interrupt.get("deferred"):
             raise KeyboardInterrupt
 
-    def _divergence(self):
-        """The divergence rule from the loss at the start (the checkpoint's, where it holds one)."""
-        net, data, state = self.net, self.data, self._resumed
-        start = state.get("start_loss")  # None: a checkpoint written without it; start from here
-        if start is None:
-            start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
-        return Divergence(start, chance_loss(net.cost, data.y_train), state.get("epochs_at_chance", 0))
-
     def run(self):
-        """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran).
-
-        Ctrl-C stops the run between two steps: the steps enqueued so far complete, a checkpoint of
-        the last one is written, and ``Interrupted`` is raised; further Ctrl-Cs within ``SIGINT_GRACE`` seconds
-        are the same one, and a later one raises ``KeyboardInterrupt`` at once, once a checkpoint under way is
-        written.
-        """
-        if not self.config["allow_divergence"] and self.divergence is None:
-            self.divergence = self._divergence()
+        """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran). Ctrl-C
+        stops it between two steps (``sigint_between_steps``): the steps enqueued complete, a checkpoint of the last
+        one is written, and ``Interrupted`` is raised."""
+        if not self.config["allow_divergence"] and self.divergence is None:  # from the loss at the start
+            net, data, state = self.net, self.data, self._resumed
+            start = state.get("start_loss")  # the checkpoint's; None: written without it, so start from here
+            if start is None:
+                start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
+            self.divergence = Divergence(start, chance_loss(net.cost, data.y_train), state.get("epochs_at_chance", 0))
         try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 self.interrupt = interrupt
@@ -170,16 +162,17 @@ class Training:
         """After an epoch: the divergence rule, a checkpoint and the epoch's line; returns its ``--metrics`` record."""
         why = None if self.divergence is None else self.divergence.check(metrics["train_loss"])
         if why:
-            raise Stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", self._hint(True, self.fitting.epoch - 1))
+            raise Stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})",
+                          self._hint(True, self.fitting.epoch - 1))
         self.save()
         config = self.config
         record = {"model": config["model"], "data": config["data"], **metrics, "backend": self.net.backend.name,
                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"], "graph": config["graph"],
                   "ranks": self.ranks}
         epochs = config["epochs"]
-        self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
-                         f"test loss {metrics['test_loss']:.4f}  {in_words(*measured(metrics))}  "
-                         f"{metrics['samples_per_s']:,.0f} samples/s")
+        self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss "
+                         f"{metrics['train_loss']:.4f}  test loss {metrics['test_loss']:.4f}  "
+                         f"{in_words(metrics)}  {metrics['samples_per_s']:,.0f} samples/s")
         return record
 
     def _hint(self, diverged, kept):

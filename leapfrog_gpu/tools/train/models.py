@@ -60,12 +60,10 @@ def network(config, dataset, backend, comm=None):
 
 
 def load(directory, backend="auto"):
-    """The network that ``leapfrog-train`` checkpointed in ``directory``, with the parameters of the last
-    step it completed: an ``MLP``, a residual ``DagNet`` or an ``RNN``, as its ``--model`` was, on
-    ``backend`` (a name or a backend object); close it when done (``with``). ``leapfrog_gpu.load`` of its
-    checkpoint.npz; one written before the networks were saved with their architecture is built from the run's
-    options. Raises ``checkpoint.CheckpointError``, one line, for a file that is not such a checkpoint or does
-    not fit."""
+    """The network that ``leapfrog-train`` checkpointed in ``directory`` at the last step it completed, as its
+    ``--model`` was, on ``backend`` (a name or a backend object); close it when done (``with``). ``leapfrog_gpu.load``
+    of its checkpoint.npz, or for an older checkpoint, the network built from the run's options. A file that is not
+    such a checkpoint, or does not fit, raises ``checkpoint.CheckpointError`` (one line)."""
     arrays, state = checkpoint.read(directory)
     if "format" in state:
         return checkpoint.built(directory, arrays, state, backend)

@@ -19,7 +19,6 @@ from . import values
 PROG = "leapfrog-train"
 
 MODELS = tuple(DATA)
-"""``--model``: mlp, resmlp, rnn (``models``)."""
 
 DEFAULTS = {
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096, "tau": 16,
@@ -81,8 +80,8 @@ PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 
 APPLIES = {"data_dir": {"data": ("mnist",)}, "inputs": {"data": ("teacher",)}, "outputs": {"data": ("teacher",)},
            "samples": {"data": ("teacher", "adding")}, "skip": {"model": ("resmlp",)},
-           "tau": {"model": ("rnn",), "data": ("teacher", "adding")}, "forward_solver": {"model": tuple(FORWARD_SOLVERS)},
-           "cell": {"model": ("rnn",)}, "momentum": {"optimizer": ("sgd", "momentum")},
+           "tau": {"model": ("rnn",), "data": ("teacher", "adding")}, "cell": {"model": ("rnn",)},
+           "forward_solver": {"model": tuple(FORWARD_SOLVERS)}, "momentum": {"optimizer": ("sgd", "momentum")},
            "nesterov": {"optimizer": ("sgd", "momentum")}, "betas": {"optimizer": ("adam", "adamw")},
            "eps": {"optimizer": ("adam", "adamw")}}
 """Options that apply to some values of ``--model``, ``--data`` or ``--optimizer`` only: the others refuse them,
@@ -289,8 +288,8 @@ def configure(given, saved=None):
     if kept is not None:
         for key in FIXED + OPTIMIZER + ("model", "skip", "tau", "cell"):
             if key in given and given[key] != kept[key]:
-                raise UsageError(f"--{_flag(key)} {_show(given[key])} differs from the checkpoint's {_show(kept[key])}; "
-                                 "drop it to resume, or start a new --checkpoint-dir")
+                raise UsageError(f"--{_flag(key)} {_show(given[key])} differs from the checkpoint's "
+                                 f"{_show(kept[key])}; drop it to resume, or start a new --checkpoint-dir")
         config.update({key: kept[key] for key in RESUMED + tuple(LATER)})
     config.update(given)
     why = next((why for wrong, why in _refused(config, given) if wrong), None)

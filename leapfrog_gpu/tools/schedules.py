@@ -20,7 +20,6 @@ from ..rnn.newton import TimeNewton
 from .cli import names
 
 NETWORKS = {"mlp": MLP, "rnn": RNN, "dag": DagNet}
-NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
 SOLVERS = {
     "dag": {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton},
     "rnn": {"sequential": None, "newton": TimeNewton, "quasi-newton": functools.partial(TimeNewton, quasi=True)},
@@ -46,7 +45,7 @@ def schedule_names(model):
 def refusal(model, name):
     """``None`` when ``name`` is one of ``model``'s schedules, else one line that names the valid ones."""
     names = schedule_names(model)
-    return None if name in names else f"unknown {NAMES[model]} schedule {name!r}; choose from {', '.join(names)}"
+    return None if name in names else f"unknown {model.upper()} schedule {name!r}; choose from {', '.join(names)}"
 
 
 def takes_k(model, name):
@@ -63,7 +62,7 @@ def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=No
     options = {"fused": fused}
     if one_pass:
         if model != "mlp" or cls not in (Sequential, Leapfrog):
-            raise ValueError(f"one_pass applies to the MLP's sequential and leapfrog, not the {NAMES[model]}'s {name}")
+            raise ValueError(f"one_pass applies to the MLP's sequential and leapfrog, not the {model.upper()}'s {name}")
         options["one_pass"] = True
     if takes_k(model, name):
         options["k"] = k
@@ -82,7 +81,7 @@ def make_solver(model, name, **options):
 def names_type(model):
     """An argparse type: a comma-separated list of ``model``'s schedule names, an unknown one refused as
     ``refusal`` says it."""
-    return names(schedule_names(model), f"{NAMES[model]} schedule")
+    return names(schedule_names(model), f"{model.upper()} schedule")
 
 
 def _class(model, name):

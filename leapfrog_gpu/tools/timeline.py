@@ -6,12 +6,11 @@ main-stream work, and the idle gaps of the main stream, which runs the critical 
 gap there is time the chain waited, for a join or for the host. ``profiling/overlap.py`` measures an Nsight
 Systems trace with ``overlap`` below, so both measure the same thing.
 
-    leapfrog-train --timeline t.png --profile-steps 10:15
-    python profiling/bench_timeline.py --backend numpy --sizes 1024 --layers 16 --batch 1 --k 2 --timeline t.png
+    leapfrog-train --timeline t.png --profile-steps 10:15     # as profiling/bench_timeline.py --timeline t.png
 
-Each writes ``t.png`` (one panel per configuration showing one step, the one with the most worker overlap, else
-the median one: a row per stream, a bar per launch coloured by its role, ``core.launches``) and ``t.json``
-(every interval, and the analysis of every step).
+Each writes ``t.png`` (a panel per configuration showing one step, the one with the most worker overlap, else the
+median one: a row per stream, a bar per launch coloured by its role, ``core.launches``) and ``t.json`` (every
+interval, and the analysis of every step).
 """
 
 import itertools
@@ -71,9 +70,7 @@ def analyse_step(intervals):
     """The analysis of one step's intervals (``timing.Interval``, ns): a dict of its span, each
     stream's busy time, the worker time overlapping the main stream, and the main stream's idle gaps."""
     first = min(i.start for i in intervals)
-    streams = {}
-    for i in intervals:
-        streams.setdefault(i.stream, []).append((i.start, i.end))
+    streams = {s: [(i.start, i.end) for i in intervals if i.stream == s] for s in {i.stream for i in intervals}}
     busy, shared, share = overlap(streams, MAIN) if MAIN in streams else (
         {s: length(union(v)) for s, v in streams.items()}, {}, None)
     chain = sorted((i for i in intervals if i.stream == MAIN), key=lambda i: i.start)
@@ -150,8 +147,8 @@ def describe(summary):
 def refusal(path):
     """Why ``--timeline path`` cannot be written, in one line, or ``None``: the chart is a PNG in a folder that
     exists, drawn by matplotlib."""
-    why, folder = png_refusal("--timeline", path, " (its intervals go beside it, in .json)"), os.path.dirname(
-        os.path.abspath(path))
+    why = png_refusal("--timeline", path, " (its intervals go beside it, in .json)")
+    folder = os.path.dirname(os.path.abspath(path))
     if why or not os.path.isdir(folder):
         return why or f"--timeline {path}: the folder {folder} does not exist"
     try:

@@ -9,8 +9,6 @@ from pathlib import Path
 
 from ...core import saving
 
-FILENAME = "checkpoint.npz"
-
 LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "cell": "elman", "optimizer": "sgd",
          "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None}
 """Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP (of Elman cells
@@ -25,7 +23,7 @@ class CheckpointError(ValueError):
 
 
 def path_in(directory):
-    return Path(directory) / FILENAME
+    return Path(directory) / "checkpoint.npz"
 
 
 def save(directory, net, training):

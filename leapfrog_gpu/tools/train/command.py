@@ -71,7 +71,7 @@ def main(argv=None):
     except (*SETUP_ERRORS, Refused) as error:
         return _fail(comm, error, 2)
     except Stopped as error:
-        return _fail(comm, f"{error}: {error.hint}", 3)
+        return _fail(comm, error, 3)
     except Exception as error:
         if comm.size == 1:
             raise
@@ -254,8 +254,7 @@ def _run(config, dataset, net, report, state, why):
 
 
 def _position(training):
-    """Where a run stands, as interrupting and resuming both say it: the epoch under way (counted from
-    1, as the epoch lines count) and the steps completed."""
+    """Where a run stands, as interrupting and resuming say it: the epoch under way (from 1) and the steps done."""
     return f"epoch {training.fitting.epoch + 1}, step {training.fitting.step}"
 
 

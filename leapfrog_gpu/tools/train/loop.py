@@ -22,11 +22,7 @@ from .profiling import ProfileWindow
 
 class Stopped(ArithmeticError):
     """The loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged or learns nothing
-    (``metrics.Divergence``): exit status 3; ``hint`` says what to try and what became of the checkpoints."""
-
-    def __init__(self, what, hint):
-        super().__init__(what)
-        self.hint = hint
+    (``metrics.Divergence``): exit status 3; the message says what to try and what became of the checkpoints."""
 
 
 class Interrupted(Exception):
@@ -34,8 +30,7 @@ class Interrupted(Exception):
 
 
 class Refused(ValueError):
-    """The network refused a step as the options set it up (a schedule's memory check, a step it cannot
-    capture as a graph on this backend): exit status 2."""
+    """The network refused a step as the options set it up (a schedule's memory check, a graph): exit status 2."""
 
 
 SIGINT_GRACE = 2.0
@@ -45,10 +40,9 @@ the process and one to its group, and a user presses Ctrl-C twice; only a later 
 
 @contextlib.contextmanager
 def sigint_between_steps():
-    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps rather than
-    inside one (where part of an update could be enqueued). Further SIGINTs within ``SIGINT_GRACE`` seconds
-    are the same Ctrl-C; a later one interrupts at once, but not while ``flag["saving"]`` (it is deferred
-    until the checkpoint of the last completed step is written, then raised)."""
+    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps, not inside one. Further
+    SIGINTs within ``SIGINT_GRACE`` seconds are the same Ctrl-C; a later one interrupts at once, or while
+    ``flag["saving"]``, once the checkpoint of the last completed step is written."""
     flag = {"stop": False, "since": None, "saving": False, "deferred": False}
 
     def handler(signum, frame):
@@ -79,8 +73,7 @@ class Training:
     def __init__(self, config, dataset, net, report, state=None):
         self.config, self.data, self.net, self.report = config, dataset, net, report
         self.sizes = models.sizes(config, dataset)
-        self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"],
-                                      config["fused"])
+        self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"], config["fused"])
         self.solver = models.forward_solver(config)
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
         self.fitting = Fitting(net, dataset.x_train, dataset.y_train, config["epochs"],
@@ -135,13 +128,12 @@ class Training:
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 self.interrupt = interrupt
                 try:
-                    records = self.fitting.run(self._step, self._epoch, not self.report.quiet,
-                                               self.report.metrics_file)
+                    records = self.fitting.run(self._step, self._epoch, not self.report.quiet, self.report.metrics_file)
                 except Interrupted:  # the checkpoint is written while SIGINT is still this run's
                     self.save(synchronize=True)
                     raise
                 except FloatingPointError as error:
-                    raise Stopped(str(error), self._hint(False, self.fitting.epoch)) from None
+                    raise self._stopped(str(error), False, self.fitting.epoch) from None
         finally:
             self.profile.close()
         return records[-1] if records else None
@@ -162,8 +154,7 @@ class Training:
         """After an epoch: the divergence rule, a checkpoint and the epoch's line; returns its ``--metrics`` record."""
         why = None if self.divergence is None else self.divergence.check(metrics["train_loss"])
         if why:
-            raise Stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})",
-                          self._hint(True, self.fitting.epoch - 1))
+            raise self._stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", True, metrics["epoch"] - 1)
         self.save()
         config = self.config
         record = {"model": config["model"], "data": config["data"], **metrics, "backend": self.net.backend.name,
@@ -175,27 +166,25 @@ class Training:
                          f"{in_words(metrics)}  {metrics['samples_per_s']:,.0f} samples/s")
         return record
 
-    def _hint(self, diverged, kept):
-        """What to try after a run that ``diverged`` (else met a NaN or Inf), and that the checkpoint of epoch
-        ``kept`` is kept (0: none was written)."""
+    def _stopped(self, what, diverged, kept):
+        """``Stopped`` by ``what``, with what to try after a run that ``diverged`` (else met a NaN or Inf), and that
+        the checkpoint of epoch ``kept`` is kept (0: none was written)."""
         lr = self.config["lr"]
         hint = (f"try another --lr than {lr}, or add --allow-divergence to go on" if diverged
                 else f"try a smaller --lr than {lr}")
         if self.config["checkpoint_dir"]:
             hint += f" (the checkpoint of epoch {kept} is kept as it was)" if kept else " (no checkpoint was written)"
-        return hint
+        return Stopped(f"{what}: {hint}")
 
 
 class Report:
-    """What the user sees: epoch lines (unless quiet) beside the run's progress bar; ``metrics_file``, where the
-    run writes its ``--metrics`` records. Under mpiexec only rank 0 shows anything."""
+    """What the user sees, on rank 0 only: lines beside the run's progress bar, and the ``--metrics`` records."""
 
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
 
     def line(self, text, always=False):
-        """Print ``text`` unless quiet (the progress bar cleared, then redrawn below it); ``always``: even when quiet
-        (but on rank 0 only)."""
+        """Print ``text`` above the progress bar unless quiet (``always``: even then)."""
         if self.rank == 0 and (always or not self.quiet):
             with tqdm.external_write_mode(file=sys.stdout):
                 print(text, flush=True)

@@ -36,8 +36,7 @@ about 97 % test accuracy in 30 epochs."""
 RNN_DEFAULTS = {"hidden": [64], "epochs": 20, "batch_size": 16, "inputs": 4, "outputs": 2, "samples": 2048}
 """What ``--model rnn`` takes otherwise: about 96 % test accuracy on the digits read row by row."""
 
-RNN_DATA_DEFAULTS = {"adding": {"optimizer": "adam", "hidden": [32], "epochs": 10, "batch_size": 32,
-                                "samples": 4096}}
+RNN_DATA_DEFAULTS = {"adding": {"optimizer": "adam", "hidden": [32], "epochs": 10, "batch_size": 32, "samples": 4096}}
 """What ``--model rnn`` takes on some datasets instead; on adding, Adam's lr is ``ADDING_LR``: a GRU falls from
 chance (MSE 1/6) below 0.01 in 2 epochs at tau = 100, where SGD stays at chance (docs/rnn.md)."""
 ADDING_LR = 0.01
@@ -98,10 +97,8 @@ DESCRIPTIONS = {
            "the chain over layers and time steps.",
 }
 
-DATA_HELP = {
-    "digits": "scikit-learn's 8x8 digits", "mnist": "local files (--data-dir)",
-    "teacher": "regression on a random deep network",
-}
+DATA_HELP = {"digits": "scikit-learn's 8x8 digits", "mnist": "local files (--data-dir)",
+             "teacher": "regression on a random deep network"}
 
 RNN_DATA_HELP = {
     "digits": "the 8x8 digits read row by row (8 steps of 8 pixels, the class at the last step)",
@@ -170,10 +167,9 @@ def defaults(model, data=None):
 
 
 def build_parser(model=DEFAULTS["model"]):
-    """The command line, its help written for ``model``: that model's defaults, datasets and schedules, and only
-    the options that apply to it (``APPLIES``; every option is parsed for any model, and ``configure`` refuses
-    those that do not apply). Defaults are left out of the namespace so that ``--resume`` can tell what was given
-    (``defaults`` holds them)."""
+    """The command line, its help written for ``model``: its defaults, datasets, schedules and the options that
+    apply to it (``APPLIES``; every option is parsed for any model). Defaults are left out of the namespace so that
+    ``--resume`` can tell what was given (``defaults`` holds them)."""
     others = " and ".join(f"--model {m} --help" for m in MODELS if m != model)
     p = Parser(prog=PROG, description=f"{DESCRIPTIONS[model]} ({others}: the options of the other models)",
                exit_statuses=EXIT_STATUSES, argument_default=argparse.SUPPRESS)
@@ -221,8 +217,7 @@ def build_parser(model=DEFAULTS["model"]):
                        f"{d['optimizer']}; --lr defaults to {Adam().lr:g} for adam and adamw)"
                        + (f"; --data adding: {adding} --lr {ADDING_LR}" if rnn else ""),
         choices=("sgd", "momentum", "adam", "adamw"))
-    add("--momentum", "sgd and momentum: the momentum (default 0 for sgd, 0.9 for momentum)", type=float,
-        metavar="MU")
+    add("--momentum", "sgd and momentum: the momentum (default 0 for sgd, 0.9 for momentum)", type=float, metavar="MU")
     add("--nesterov", "sgd and momentum: Nesterov's momentum", action="store_true")
     add("--weight-decay", "L2 weight decay added to the gradient (adamw: decoupled, w *= 1 - lr WD) (default "
                           f"{Adam().weight_decay:g}, {AdamW().weight_decay:g} for adamw)", type=float, metavar="WD")
@@ -268,8 +263,9 @@ def build_parser(model=DEFAULTS["model"]):
         action="store_true")
     add("--profile-steps", "steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window",
         type=values.profile_steps, metavar="A:B")
-    add("--timeline", "stamp every launch of the --profile-steps window (default 10:15): busy time per stream, "
-                      "worker overlap, a Gantt chart, and FILE.json (needs matplotlib; rank 0 under mpiexec)",
+    first, stop = TIMELINE_STEPS
+    add("--timeline", f"stamp every launch of the --profile-steps window (default {first}:{stop}): busy time per "
+                      "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib; rank 0 under mpiexec)",
         metavar="FILE.png")
     group = p.add_argument_group("data parallel (under mpiexec -n P; --batch-size is per rank)")
     add("--bucket-mb", "sum the gradients of consecutive layers together up to MB (default 0: each layer alone)",

@@ -85,6 +85,7 @@ def names_type(model):
 
 
 def _class(model, name):
-    if refusal(model, name):
-        raise ValueError(refusal(model, name))
+    why = refusal(model, name)
+    if why:
+        raise ValueError(why)
     return classes(model)[name]

@@ -70,7 +70,9 @@ def analyse_step(intervals):
     """The analysis of one step's intervals (``timing.Interval``, ns): a dict of its span, each
     stream's busy time, the worker time overlapping the main stream, and the main stream's idle gaps."""
     first = min(i.start for i in intervals)
-    streams = {s: [(i.start, i.end) for i in intervals if i.stream == s] for s in {i.stream for i in intervals}}
+    streams = {}
+    for i in intervals:
+        streams.setdefault(i.stream, []).append((i.start, i.end))
     busy, shared, share = overlap(streams, MAIN) if MAIN in streams else (
         {s: length(union(v)) for s, v in streams.items()}, {}, None)
     chain = sorted((i for i in intervals if i.stream == MAIN), key=lambda i: i.start)
@@ -135,10 +137,9 @@ def _stream_order(name):
 def describe(summary):
     """One line: busy time per stream, worker overlap and main-stream idle time, medians per step."""
     busy = " / ".join(f"{name} {ms:.3f}" for name, ms in summary["busy_ms"].items())
-    share = summary["worker_overlap"]
-    return (f"step {summary['span_ms']:.3f} ms; busy ms {busy}; worker time overlapping main: "
-            + ("- (no worker stream)" if share is None else f"{100 * share:.0f}%")
-            + f"; main idle {summary['main_idle_ms']:.3f} ms (medians of {summary['steps']} steps)")
+    share = _percent(summary["worker_overlap"]) + (" (no worker stream)" if summary["worker_overlap"] is None else "")
+    return (f"step {summary['span_ms']:.3f} ms; busy ms {busy}; worker time overlapping main: {share}; main idle "
+            f"{summary['main_idle_ms']:.3f} ms (medians of {summary['steps']} steps)")
 
 
 # -- output -------------------------------------------------------------------------------------------

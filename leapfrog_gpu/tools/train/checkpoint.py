@@ -27,8 +27,7 @@ def path_in(directory):
 
 
 def save(directory, net, training):
-    """Write ``net`` with ``training`` (the run's state, JSON-able) to ``directory/checkpoint.npz``
-    (``core.saving.save``); return the path."""
+    """Write ``net`` with the run's state ``training`` (JSON-able) to ``path_in(directory)``; return the path."""
     return saving.save(net, path_in(directory), training=training)
 
 
@@ -56,15 +55,13 @@ def load(directory):
 
 
 def built(directory, arrays, state, backend):
-    """The network that ``arrays`` and ``state`` (``read``'s, of the checkpoint in ``directory``) describe, on
-    ``backend`` (``core.saving.build``)."""
+    """The network that ``read(directory)``'s ``arrays`` and ``state`` describe, on ``backend``."""
     with _refused(path_in(directory)):
         return saving.build(state, arrays, backend, path_in(directory))
 
 
 def restore(net, arrays, directory):
-    """Give ``net`` the parameters of ``arrays`` (``load``'s, of the checkpoint in ``directory``); a
-    ``CheckpointError`` naming one the file lacks, or saying why the network refuses them."""
+    """Give ``net`` the parameters of ``load(directory)``'s ``arrays``, or raise a ``CheckpointError`` that says why."""
     with _refused(path_in(directory)):
         saving.restore(net, arrays)
 
@@ -75,8 +72,8 @@ def optimizer_arrays(arrays):
 
 
 def restore_optimizer(net, optimizer, arrays, steps, directory):
-    """Give ``net`` the state of ``optimizer`` held in ``arrays`` (``optimizer_arrays``) and its step count
-    ``steps``; a ``CheckpointError`` naming what the file lacks or why the network refuses it."""
+    """Give ``net`` the state of ``optimizer`` in ``arrays`` (``optimizer_arrays``) after ``steps`` steps, or raise a
+    ``CheckpointError`` that says why not."""
     if steps or arrays:  # else plain SGD, or a checkpoint from before the optimizers: no state
         with _refused(path_in(directory)):
             saving.restore_optimizer(net, optimizer, arrays, steps)

@@ -27,14 +27,12 @@ class ProfileWindow:
         self._stamps = None if timeline is None else timing.Timeline(backend)
         self._profiler = None  # an ExitStack while the CUDA profiler runs
 
-    def step(self, n):
-        """A context manager around step ``n``."""
-        if self.steps is None or n not in self.steps:
-            return contextlib.nullcontext()
-        return self._step(n)
-
     @contextlib.contextmanager
-    def _step(self, n):
+    def step(self, n):
+        """Around step ``n``."""
+        if self.steps is None or n not in self.steps:
+            yield
+            return
         if self.backend.name == "cupy" and n == self.steps.start:
             import cupyx.profiler
 

@@ -1,6 +1,5 @@
-"""The values of ``leapfrog-train``'s options that are more than a number or a name: the hidden widths
-(``--hidden``) and the steps to profile (``--profile-steps``). Each raises ``argparse.ArgumentTypeError`` with one
-line, which the parser turns into exit status 2."""
+"""The values of ``leapfrog-train``'s options that are more than a number or a name, ``--hidden`` and
+``--profile-steps``; a bad one raises ``argparse.ArgumentTypeError``: one line, exit status 2."""
 
 import argparse
 

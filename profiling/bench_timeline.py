@@ -15,7 +15,6 @@ and the numbers mean: docs/performance.md#stream-timeline; ``bench_table.py`` re
 """
 
 import contextlib
-import os
 import sys
 
 import numpy as np
@@ -26,7 +25,7 @@ from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
 from leapfrog_gpu.tools.bench.runner import ratio
-from leapfrog_gpu.tools.cli import fitted, pip_install, png_refusal
+from leapfrog_gpu.tools.cli import fitted
 from leapfrog_gpu.tools.schedules import make_schedule
 
 PROG = "python profiling/bench_timeline.py"
@@ -45,18 +44,12 @@ def parser():
 
 def check(p, args):
     """``leapfrog-bench``'s checks; one network, a PNG in a folder that exists, one BLAS thread per stream."""
-    refusal = png_refusal("--timeline", args.timeline, " (its intervals go beside it, in .json)")
-    folder = os.path.dirname(os.path.abspath(args.timeline))
-    if refusal or not os.path.isdir(folder):
-        p.error(refusal or f"--timeline {args.timeline}: the folder {folder} does not exist")
+    if timeline.refusal(args.timeline):
+        p.error(timeline.refusal(args.timeline))
     if len(runner.grid(bench_mlp, args)) > 1:
         p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
     if args.blas_threads not in (None, [1]):
         p.error("--blas-threads: the timeline runs one BLAS thread per stream; give 1 or leave it out")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        p.error(f"--timeline needs matplotlib: {pip_install('plot')}")
     bench_mlp.check(p, args)
     if args.backend == "numpy":
         args.blas_threads = [1]

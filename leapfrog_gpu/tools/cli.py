@@ -1,15 +1,14 @@
-"""What the command-line tools share: a parser whose errors are one line, with ``--version`` and its
-exit statuses in ``--help``, argument types, the ``--backend`` choice said in the command line's words,
-install hints as the README gives them, and lines that fit the terminal's 100 columns. Files the tools write
-whole or not at all go through ``core.saving.replaced_atomically``."""
+"""What the command-line tools share: a parser whose errors are one line, with ``--version`` and its exit statuses
+in ``--help``, argument types, the ``--backend`` choice said in the command line's words, install hints as the
+README gives them, and lines that fit the terminal's 100 columns."""
 
 import argparse
-import importlib.metadata
 import math
 import sys
 import textwrap
 from pathlib import Path
 
+from .. import __version__
 from ..parallel import comm as parallel
 from ..backends import cuda_status
 
@@ -18,11 +17,9 @@ WIDTH = 100
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with a bad argument reported in one line on stderr and exit status 2 (argparse's own
-    usage block would make it several), and no option taken by a prefix of its name (``--epoch 5`` is
-    an error, not ``--epochs 5``: a prefix that names one option today would name another tomorrow). Under mpiexec every rank parses the same
-    command line; rank 0 alone says what is wrong with it (the rank comes from the launcher, before MPI
-    starts)."""
+    """argparse, with a bad argument reported in one line on stderr, exit status 2 (not argparse's usage block),
+    and no option taken by a prefix of its name (``--epoch 5`` is an error, not ``--epochs 5``). Under mpiexec
+    rank 0 alone says what is wrong (the rank comes from the launcher, before MPI starts)."""
 
     def __init__(self, *args, exit_statuses=(), **kwargs):
         """``exit_statuses``: ``[(status, meaning)]``, listed at the end of ``--help``."""
@@ -31,18 +28,10 @@ class Parser(argparse.ArgumentParser):
                 textwrap.fill(f"{status:<5}{meaning}", 78, initial_indent="  ", subsequent_indent=" " * 7)
                 for status, meaning in exit_statuses))
         super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.add_argument("--version", action="version", version=f"{self.prog} {package_version()}")
+        self.add_argument("--version", action="version", version=f"{self.prog} {__version__}")
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
-
-
-def package_version():
-    """The installed package's version, from its metadata."""
-    try:
-        return importlib.metadata.version("leapfrog_gpu")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed: no package metadata)"
 
 
 def png_refusal(option, path, beside=""):
@@ -54,30 +43,23 @@ def png_refusal(option, path, beside=""):
 
 
 def integer(least, name=None):
-    """An argument type: one integer >= ``least`` (``name``, if given, starts the error message;
-    argparse itself names the option)."""
+    """An argument type: one integer >= ``least`` (``name``, if given, starts the error message; argparse itself
+    names the option)."""
     subject = "" if name is None else f"{name} "
+    return _scalar(int, lambda value: value >= least, f"{subject}must be an integer >= {least}")
 
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < least:
-            raise argparse.ArgumentTypeError(f"{subject}must be an integer >= {least}; got {text!r}")
-        return value
 
-    return parse
+def number(least, strict=False, what="a finite number"):
+    """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``); ``what`` names it in the
+    error message."""
+    return _scalar(float, lambda value: math.isfinite(value) and (value > least if strict else value >= least),
+                   f"must be {what} {'>' if strict else '>='} {least:g}")
 
 
 def integers(least, name="value"):
     """An argument type: a comma-separated list of integers, each >= ``least``."""
     def parse(text):
-        try:
-            values = [int(part) for part in text.split(",")]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{name}s must be a comma-separated list of integers; got {text!r}") from None
+        values = _listed(int, text, f"{name}s must be a comma-separated list of integers")
         if min(values) < least:
             raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
         return values
@@ -85,33 +67,32 @@ def integers(least, name="value"):
     return parse
 
 
-def number(least, strict=False, what="a finite number"):
-    """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``); ``what`` names it
-    in the error message."""
+def reals(least, name="value"):
+    """An argument type: a comma-separated list of finite numbers, each >= ``least``."""
+    one = number(least)
+    return lambda text: _listed(one, text, f"{name}s must be a comma-separated list of numbers >= {least:g}")
+
+
+def _scalar(convert, good, rule):
+    """An argument type: ``convert(text)`` where that is ``good``, else an error that says the ``rule``."""
     def parse(text):
         try:
-            value = float(text)
+            value = convert(text)
         except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < least or (strict and value == least):
-            raise argparse.ArgumentTypeError(f"must be {what} {'>' if strict else '>='} {least:g}; got {text!r}")
+            value = None
+        if value is None or not good(value):
+            raise argparse.ArgumentTypeError(f"{rule}; got {text!r}")
         return value
 
     return parse
 
 
-def reals(least, name="value"):
-    """An argument type: a comma-separated list of finite numbers, each >= ``least``."""
-    one = number(least)
-
-    def parse(text):
-        try:
-            return [one(part) for part in text.split(",")]
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"{name}s must be a comma-separated list of numbers >= {least:g}; "
-                                             f"got {text!r}") from None
-
-    return parse
+def _listed(convert, text, rule):
+    """``convert`` of each comma-separated part of ``text``, or an error that says the ``rule``."""
+    try:
+        return [convert(part) for part in text.split(",")]
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{rule}; got {text!r}") from None
 
 
 def names(registry, what="schedule"):
@@ -127,12 +108,9 @@ def names(registry, what="schedule"):
 
 
 def choose_backend(name, prog):
-    """The backend that ``--backend name`` runs on, and why: ``("numpy" | "cupy", why)``.
-
-    ``why`` is empty for a backend named outright. When ``auto`` falls back to numpy although CuPy is
-    installed, a note on stderr says what CUDA answered. A ``cupy`` that cannot run raises
-    ``ValueError`` with one line that says why and what to do instead.
-    """
+    """The backend that ``--backend name`` runs on, and why: ``("numpy" | "cupy", why)``, ``why`` empty for a
+    backend named outright. Where ``auto`` falls back to numpy although CuPy is installed, a note on stderr says
+    what CUDA answered; a ``cupy`` that cannot run raises a ``ValueError`` that says why and what to do."""
     if name == "numpy":
         return name, ""
     status = cuda_status()
@@ -168,16 +146,13 @@ def fitted(text):
     and then, where a part is still too wide, between words, each further line indented by two spaces."""
     if len(text) <= WIDTH:
         return text
-    parts = text.split(" | ")
-    lines = [line for part in parts
-             for line in textwrap.wrap(part, WIDTH - 2, break_long_words=False, break_on_hyphens=False)]
-    return "\n  ".join(lines)
+    return "\n  ".join(line for part in text.split(" | ")
+                       for line in textwrap.wrap(part, WIDTH - 2, break_long_words=False, break_on_hyphens=False))
 
 
 def pip_install(extra):
-    """The command that adds the optional dependencies ``extra``, as the README gives it: run from a
-    checkout (``pip install -e .``), ``pip install -e '.[extra]'``; installed, ``pip install
-    'leapfrog_gpu[extra]'``."""
+    """The command that adds the optional dependencies ``extra``, as the README gives it: ``pip install -e
+    '.[extra]'`` in a checkout, else ``pip install 'leapfrog_gpu[extra]'``."""
     checkout = (Path(__file__).resolve().parents[2] / "pyproject.toml").is_file()
     return f"pip install -e '.[{extra}]'" if checkout else f"pip install 'leapfrog_gpu[{extra}]'"
 

@@ -1,15 +1,11 @@
-"""Each network's schedules and forward solvers by name: what the commands' ``--schedule`` and
-``--forward-solver`` take.
+"""Each network's schedules and forward solvers by name: what the commands' ``--schedule`` and ``--forward-solver``
+take. A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``; its schedules are its class's ``SCHEDULES`` by
+their ``name``, its ``BASELINE`` first (what the others are measured against, on the main stream: it takes no
+``k``). ``Sequential()``, which a network runs when given no schedule, is named only where it is the baseline.
 
     schedule_names("rnn")                     # ('bptt', 'leapfrog', 'wavefront', 'timescan', 'naumov-rnn')
     make_schedule("dag", "level-sets", k=4)   # LevelSets(k=4)
     refusal("rnn", "sequential")              # "unknown RNN schedule 'sequential'; choose from bptt, ..."
-
-A network (``model``) is ``"mlp"``, ``"rnn"`` or ``"dag"``, as ``--model`` names it. Its schedules are its
-class's ``SCHEDULES``, each by its class's ``name``, its ``BASELINE`` first (the order every other one is
-measured against, run on the main stream: it takes no ``k``); ``Sequential()``, which every network runs
-when given no schedule, is named only where it is the baseline (the RNN runs it as ``BPTT()``). Its first
-forward solver, ``sequential``, is the pass node by node (step by step): no solver.
 """
 
 import functools
@@ -24,14 +20,12 @@ from ..rnn.newton import TimeNewton
 from .cli import names
 
 NETWORKS = {"mlp": MLP, "rnn": RNN, "dag": DagNet}
-NAMES = {"mlp": "MLP", "rnn": "RNN", "dag": "DAG"}
 SOLVERS = {
     "dag": {"sequential": None, "jacobi": ForwardJacobi, "newton": ForwardNewton},
     "rnn": {"sequential": None, "newton": TimeNewton, "quasi-newton": functools.partial(TimeNewton, quasi=True)},
 }
-"""The forward solvers of the networks that take one, by name, ``sequential`` (no solver) first: a
-``DagNet``'s by Jacobi sweeps or Newton's method over its system (``dag.forward``); an RNN's by Newton's
-method over time (``TimeNewton``, DEER; ``quasi-newton``: its Jacobians' diagonals only)."""
+"""The forward solvers of the networks that take one, by name, ``sequential`` (the pass node by node, step by
+step: no solver) first."""
 
 
 def classes(model):
@@ -51,7 +45,7 @@ def schedule_names(model):
 def refusal(model, name):
     """``None`` when ``name`` is one of ``model``'s schedules, else one line that names the valid ones."""
     names = schedule_names(model)
-    return None if name in names else f"unknown {NAMES[model]} schedule {name!r}; choose from {', '.join(names)}"
+    return None if name in names else f"unknown {model.upper()} schedule {name!r}; choose from {', '.join(names)}"
 
 
 def takes_k(model, name):
@@ -68,7 +62,7 @@ def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=No
     options = {"fused": fused}
     if one_pass:
         if model != "mlp" or cls not in (Sequential, Leapfrog):
-            raise ValueError(f"one_pass applies to the MLP's sequential and leapfrog, not the {NAMES[model]}'s {name}")
+            raise ValueError(f"one_pass applies to the MLP's sequential and leapfrog, not the {model.upper()}'s {name}")
         options["one_pass"] = True
     if takes_k(model, name):
         options["k"] = k
@@ -87,7 +81,7 @@ def make_solver(model, name, **options):
 def names_type(model):
     """An argparse type: a comma-separated list of ``model``'s schedule names, an unknown one refused as
     ``refusal`` says it."""
-    return names(schedule_names(model), f"{NAMES[model]} schedule")
+    return names(schedule_names(model), f"{model.upper()} schedule")
 
 
 def _class(model, name):

@@ -1,26 +1,28 @@
-"""The stream timeline of a few steps: per-step analysis and a Gantt chart, without a profiler.
+"""The stream timeline of a few steps (``backends.timing.Timeline``: every launch stamped on its own stream), its
+analysis and its Gantt chart, without a profiler.
 
-The intervals come from ``leapfrog_gpu.backends.timing.Timeline`` (every launch stamped on its own
-stream). Per step: each stream's busy time (the union of its intervals), the share of worker-stream
-time that overlaps main-stream work, and the idle gaps of the main stream, which runs the critical
-path (forward, chain, update): a gap there is time the chain waited, for a join or for the host.
-``profiling/overlap.py`` computes its overlap from an Nsight Systems trace with ``overlap`` below, so
-both measure the same thing.
+Per step: each stream's busy time (the union of its intervals), the share of worker-stream time that overlaps
+main-stream work, and the idle gaps of the main stream, which runs the critical path (forward, chain, update): a
+gap there is time the chain waited, for a join or for the host. ``profiling/overlap.py`` measures an Nsight
+Systems trace with ``overlap`` below, so both measure the same thing.
 
-    python profiling/bench_timeline.py --backend numpy --sizes 1024 --layers 16 --batch 1 --k 2 --timeline t.png
-    leapfrog-train --timeline t.png --profile-steps 10:15
+    leapfrog-train --timeline t.png --profile-steps 10:15     # as profiling/bench_timeline.py --timeline t.png
 
-Each writes the chart (``t.png``: one panel per configuration, one row per stream, one step: the one
-with the most worker overlap, else the median one; a bar per launch, coloured by its role and labelled
-with its name or unit, ``core.launches``) and ``t.json`` (every interval, and the analysis of every step).
+Each writes ``t.png`` (a panel per configuration showing one step, the one with the most worker overlap, else the
+median one: a row per stream, a bar per launch coloured by its role, ``core.launches``) and ``t.json`` (every
+interval, and the analysis of every step).
 """
 
+import itertools
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 
 from ..core import launches
 from ..core.saving import replaced_atomically
+from .cli import pip_install, png_refusal
 
 MAIN = "main"
 GAPS_SHOWN = 3  # the longest idle gaps of the main stream kept per step
@@ -47,33 +49,15 @@ def length(intervals):
     return sum(end - start for start, end in intervals)
 
 
-def intersection(a, b):
-    """Total length of the intersection of two disjoint sorted interval lists."""
-    total, i, j = 0, 0, 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0, end - start)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def overlap(streams, main):
-    """How much of each stream's busy time overlaps the busy time of stream ``main``.
-
-    Args:
-        streams: ``{stream: [(start, end), ...]}``, ``main`` one of its keys.
-
-    Returns ``(busy, shared, share)``: ``busy[s]`` the length of the union of stream s's intervals,
-    ``shared[s]`` the part of it that overlaps ``main``'s (``None`` for ``main``), and ``share`` the
-    sum of ``shared`` over the other streams divided by the sum of their busy times (``None`` when
-    they are never busy).
-    """
+    """How much of each stream's busy time, of ``streams`` (``{stream: [(start, end), ...]}``), overlaps that of
+    stream ``main``: ``(busy, shared, share)``, ``busy[s]`` the length of the union of stream s's intervals,
+    ``shared[s]`` the part that overlaps ``main``'s (``None`` for ``main``), and ``share`` the other streams'
+    ``shared`` over their ``busy`` (``None`` when they are never busy)."""
     merged = {s: union(intervals) for s, intervals in streams.items()}
-    busy = {s: length(m) for s, m in merged.items()}
-    shared = {s: None if s == main else intersection(m, merged[main]) for s, m in merged.items()}
+    busy = {s: length(m) for s, m in merged.items()}  # |A & B| = |A| + |B| - |A | B|
+    shared = {s: None if s == main else busy[s] + busy[main] - length(union(m + merged[main]))
+              for s, m in merged.items()}
     worker_busy = sum(busy[s] for s in streams if s != main)
     share = sum(shared[s] for s in streams if s != main) / worker_busy if worker_busy else None
     return busy, shared, share
@@ -115,19 +99,14 @@ def analyse_step(intervals):
 
 def by_step(intervals):
     """``{step: [intervals of that step]}``, steps in order."""
-    steps = {}
-    for i in intervals:
-        steps.setdefault(i.step, []).append(i)
-    return dict(sorted(steps.items()))
+    ordered = sorted(intervals, key=lambda i: i.step)
+    return {step: list(group) for step, group in itertools.groupby(ordered, key=lambda i: i.step)}
 
 
 def analyse(intervals):
-    """Every step analysed, and their medians: ``{"steps": [...], "summary": {...}}``.
-
-    The summary holds the median span, busy time per stream, worker overlap and main-stream idle time
-    over the steps, and the chart's step, ``"shown_step"``: the one with the most worker overlap (the
-    shorter of two alike), or where no step has any, the one of median span (``"shown"`` says which).
-    """
+    """Every step analysed, and their medians: ``{"steps": [...], "summary": {...}}``, the summary with the median
+    span, busy time per stream, worker overlap and main-stream idle time, and the chart's step, ``"shown_step"``:
+    the one with the most worker overlap (the shorter of two alike), else the one of median span (``"shown"``)."""
     steps = [analyse_step(group) for group in by_step(intervals).values()]
     if not steps:
         raise ValueError("the timeline holds no launch: was anything launched inside timeline.step()?")
@@ -149,36 +128,41 @@ def analyse(intervals):
 
 def _stream_order(name):
     """``main`` first, then workers by number, then anything else by name."""
+    number = name.removeprefix("worker")
     if name == MAIN:
         return 0, 0, ""
-    digits = name[len("worker"):]
-    if name.startswith("worker") and digits.isdigit():
-        return 1, int(digits), ""
-    return 2, 0, name
+    return (1, int(number), "") if number != name and number.isdigit() else (2, 0, name)
 
 
 def describe(summary):
     """One line: busy time per stream, worker overlap and main-stream idle time, medians per step."""
     busy = " / ".join(f"{name} {ms:.3f}" for name, ms in summary["busy_ms"].items())
-    share = summary["worker_overlap"]
-    return (f"step {summary['span_ms']:.3f} ms; busy ms {busy}; worker time overlapping main: "
-            + ("- (no worker stream)" if share is None else f"{100 * share:.0f}%")
-            + f"; main idle {summary['main_idle_ms']:.3f} ms (medians of {summary['steps']} steps)")
+    share = _percent(summary["worker_overlap"]) + (" (no worker stream)" if summary["worker_overlap"] is None else "")
+    return (f"step {summary['span_ms']:.3f} ms; busy ms {busy}; worker time overlapping main: {share}; main idle "
+            f"{summary['main_idle_ms']:.3f} ms (medians of {summary['steps']} steps)")
 
 
 # -- output -------------------------------------------------------------------------------------------
 
 
-def save(path, panels, about, title):
-    """Write the chart to ``path`` (PNG) and everything to ``path`` with suffix ``.json``, each file
-    whole or not at all. ``title`` names the network (sizes, B, schedule ...) above the panels.
+def refusal(path):
+    """Why ``--timeline path`` cannot be written, in one line, or ``None``: the chart is a PNG in a folder that
+    exists, drawn by matplotlib."""
+    why = png_refusal("--timeline", path, " (its intervals go beside it, in .json)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if why or not os.path.isdir(folder):
+        return why or f"--timeline {path}: the folder {folder} does not exist"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f"--timeline needs matplotlib: {pip_install('plot')}"
+    return None
 
-    Args:
-        panels: ``[{"label": str, "intervals": [Interval, ...], **anything}]``, one chart panel each;
-            the analysis is added to each as ``"analysis"``.
-        about: what the JSON's top level records beside them (command, date, machine, ...).
-    Returns the panels, analysed.
-    """
+
+def save(path, panels, about, title):
+    """Write the chart of ``panels`` (``[{"label": str, "intervals": [Interval, ...], ...}]``, one panel each)
+    under ``title`` (the network) to ``path`` (PNG), and them and ``about`` (command, date, ...) to ``path`` with
+    suffix ``.json``, each file whole or not at all. Returns the panels, each with its ``"analysis"``."""
     for panel in panels:
         panel["analysis"] = analyse(panel["intervals"])
     draw([(p["label"], p["intervals"], p["analysis"]["summary"]) for p in panels], path, title)
@@ -186,8 +170,7 @@ def save(path, panels, about, title):
               "units": "intervals: [step, stream, name, start ns, end ns] from the first stamp",
               "panels": [{**{k: v for k, v in p.items() if k != "intervals"},
                           "intervals": [list(i) for i in p["intervals"]]} for p in panels]}
-    json_path = str(path)[: -len(".png")] + ".json" if str(path).endswith(".png") else f"{path}.json"
-    with replaced_atomically(json_path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+    with replaced_atomically(Path(path).with_suffix(".json")) as tmp, open(tmp, "w", encoding="utf-8") as out:
         json.dump(record, out, separators=(",", ":"))
         out.write("\n")
     return panels
@@ -229,8 +212,8 @@ def draw(panels, path, title):
                      f"{_percent(summary['worker_overlap'])}); main idle {summary['main_idle_ms']:.3f} ms (median)",
                      fontsize=9, loc="left")
         ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("ms from the start of the step; bars: launches named what[unit], the unit a layer (MLP, RNN) "
-                           "or node (DagNet)")
+    axes[-1, 0].set_xlabel("ms from the start of the step; bars: launches named what[unit], the unit a layer "
+                           "(MLP, RNN) or node (DagNet)")
     shown = {launches.role(i.name) for _, step, *_ in rows for i in step}
     legend = [Patch(color=colour, label=role) for role, colour in COLOURS.items() if role in shown]
     height = fig.get_figheight()

@@ -1,9 +1,7 @@
-"""Checkpoints: ``checkpoint.npz`` in its directory, the file ``Network.save`` writes (``core.saving``: one
-``.npz``, written atomically, whose arrays are the parameters, ``w2``, ``u2``, ``b3``, and the optimizer's state,
-``exp_avg.w2``, ``momentum_buffer.b3``, and whose state holds the architecture and the optimizer), the run's own
-state under ``training``: ``sizes`` (the widths n_1..n_L) and whatever else the trainer keeps (position, RNG state,
-config). ``leapfrog_gpu.load`` builds the trained network from it. A checkpoint written before the networks were
-saved so holds the run's state alone, with the optimizer's step count as ``optimizer_step``; it resumes as well.
+"""Checkpoints: ``checkpoint.npz`` in its directory, the file ``Network.save`` writes (``core.saving``: the
+parameters, the optimizer's state, the architecture and the optimizer) with the run's own state under ``training``:
+``sizes`` (the widths n_1..n_L), its position, RNG state and config. An older checkpoint holds the run's state
+alone, with the optimizer's step count as ``optimizer_step``; it resumes as well.
 """
 
 import contextlib
@@ -11,13 +9,10 @@ from pathlib import Path
 
 from ...core import saving
 
-FILENAME = "checkpoint.npz"
-
 LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "cell": "elman", "optimizer": "sgd",
          "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None}
-"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP of Elman cells
-(where recurrent), by plain SGD. A resumed run keeps ``model``, ``skip``, ``tau``, ``cell`` and the optimizer's
-options as ``FIXED``, and takes ``forward_solver`` and ``clip_grad_norm`` as ``RESUMED`` (``options``)."""
+"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP (of Elman cells
+where recurrent) by plain SGD."""
 
 REMEDY = "delete it, or choose another --checkpoint-dir"
 """What to do about a checkpoint that cannot be read."""
@@ -28,12 +23,11 @@ class CheckpointError(ValueError):
 
 
 def path_in(directory):
-    return Path(directory) / FILENAME
+    return Path(directory) / "checkpoint.npz"
 
 
 def save(directory, net, training):
-    """Write ``net`` with ``training`` (the run's state, JSON-able) to ``directory/checkpoint.npz``
-    (``core.saving.save``); return the path."""
+    """Write ``net`` with the run's state ``training`` (JSON-able) to ``path_in(directory)``; return the path."""
     return saving.save(net, path_in(directory), training=training)
 
 
@@ -61,15 +55,13 @@ def load(directory):
 
 
 def built(directory, arrays, state, backend):
-    """The network that ``arrays`` and ``state`` (``read``'s, of the checkpoint in ``directory``) describe, on
-    ``backend`` (``core.saving.build``)."""
+    """The network that ``read(directory)``'s ``arrays`` and ``state`` describe, on ``backend``."""
     with _refused(path_in(directory)):
         return saving.build(state, arrays, backend, path_in(directory))
 
 
 def restore(net, arrays, directory):
-    """Give ``net`` the parameters of ``arrays`` (``load``'s, of the checkpoint in ``directory``); a
-    ``CheckpointError`` naming one the file lacks, or saying why the network refuses them."""
+    """Give ``net`` the parameters of ``load(directory)``'s ``arrays``, or raise a ``CheckpointError`` that says why."""
     with _refused(path_in(directory)):
         saving.restore(net, arrays)
 
@@ -80,8 +72,8 @@ def optimizer_arrays(arrays):
 
 
 def restore_optimizer(net, optimizer, arrays, steps, directory):
-    """Give ``net`` the state of ``optimizer`` held in ``arrays`` (``optimizer_arrays``) and its step count
-    ``steps``; a ``CheckpointError`` naming what the file lacks or why the network refuses it."""
+    """Give ``net`` the state of ``optimizer`` in ``arrays`` (``optimizer_arrays``) after ``steps`` steps, or raise a
+    ``CheckpointError`` that says why not."""
     if steps or arrays:  # else plain SGD, or a checkpoint from before the optimizers: no state
         with _refused(path_in(directory)):
             saving.restore_optimizer(net, optimizer, arrays, steps)

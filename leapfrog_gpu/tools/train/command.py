@@ -1,37 +1,20 @@
-"""``leapfrog-train``: train an MLP, a residual MLP (a ``DagNet``) or an RNN by SGD under a schedule.
+"""``leapfrog-train``: train an MLP, a residual MLP (a ``DagNet``) or an RNN under a schedule.
 
     leapfrog-train                                        # digits, 4x128 tanh, Leapfrog(k=2), 30 epochs
     leapfrog-train --data mnist --data-dir ~/mnist --hidden 6x256 --epochs 10 --checkpoint-dir run1
     leapfrog-train --checkpoint-dir run1 --resume --epochs 20
-    leapfrog-train --data teacher --inputs 1024 --hidden 8x1024 --outputs 1024 --batch-size 1
-    leapfrog-train --model resmlp --schedule dag-doubling --forward-solver newton
-    leapfrog-train --model rnn --data teacher --tau 32 --schedule timescan
     leapfrog-train --model rnn --data pixels --schedule timescan --forward-solver newton   # parallel in time
     mpiexec -n 2 leapfrog-train --batch-size 16                  # data-parallel: 16 samples per rank
 
-Every model runs through the one loop (``loop``); what differs between them is their data and network
-(``models``) and the schedules they take (``leapfrog_gpu.tools.schedules``).
-
-A progress bar of the whole run (on a terminal), one summary line per epoch, ``--metrics FILE`` for one JSON
-line per epoch, and after each epoch an atomic checkpoint (``leapfrog_gpu.tools.train.checkpoint``).
-``--timeline FILE.png`` stamps every launch of a window of steps (``--profile-steps``, default 10:15)
-and writes their Gantt chart and FILE.json (``leapfrog_gpu.tools.timeline``).
-
-Under ``mpiexec -n P`` every rank trains on its share of each global batch of B·P samples, the batches
-one process would take with ``--batch-size`` B·P (``leapfrog_gpu.parallel``); only rank 0 prints, shows
-progress and writes checkpoints and metrics, and every rank resumes from rank 0's checkpoint.
-
-Exit status: 0 done; 2 a bad option, data file or checkpoint, or a step the network refuses as set up
-(one line on stderr); 3 the loss or, with ``--check-finite``, a gradient became non-finite, or the run
-diverged (``metrics.Divergence``; a checkpoint already written is left as it was); 130 stopped by Ctrl-C
-(SIGINT), after a checkpoint of the last completed step. Under mpiexec an error met by one rank alone
-ends every rank (``MPI_Abort`` with that status; 4 when a rank waited in vain for the others), and
-Ctrl-C, which reaches every rank, is said by rank 0 alone.
-
-The options are ``train_options``'s, the loop ``train_loop``'s; this module runs them and turns what ends a
-run into its exit status.
+The options and exit statuses are ``options``'; every model runs through one loop (``loop``), with its data and
+network (``models``). Under ``mpiexec -n P`` every rank trains on its share of each global batch of B·P samples
+(``leapfrog_gpu.parallel``); rank 0 alone prints and writes checkpoints and metrics, and every rank resumes from
+its checkpoint. This module runs a command line and turns what ends the run into its exit status: an error met by
+one rank alone ends every rank (``MPI_Abort`` with that status), and Ctrl-C, which reaches every rank, is said by
+rank 0 alone.
 """
 
+import contextlib
 import hashlib
 import math
 import os
@@ -50,7 +33,7 @@ from . import checkpoint, estimate, models
 from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
-from .metrics import in_words, measured
+from .metrics import in_words
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
 
@@ -58,9 +41,8 @@ SETUP_ERRORS = (UsageError, datasets.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
 PEERS_INTERRUPTED = 10.0
-"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and
-ends the job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` (within
-``parallel.comm.ABORT_GRACE``) end the job first; a rank interrupted alone speaks for itself."""
+"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and ends the
+job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` end the job first."""
 
 
 def main(argv=None):
@@ -89,7 +71,7 @@ def main(argv=None):
     except (*SETUP_ERRORS, Refused) as error:
         return _fail(comm, error, 2)
     except Stopped as error:
-        return _fail(comm, f"{error}: {error.hint}", 3)
+        return _fail(comm, error, 3)
     except Exception as error:
         if comm.size == 1:
             raise
@@ -98,10 +80,9 @@ def main(argv=None):
 
 
 def _fail(comm, error, status, quiet=False):
-    """Report ``error`` on stderr and return ``status``. Under mpiexec, rank 0 alone reports an error
-    that every rank met (``Communicator.together``) and every rank returns; an error of one rank is
-    reported by that rank, which then ends every rank of the job with ``status`` (``quiet``: without
-    MPI's own line about it)."""
+    """Report ``error`` on stderr and return ``status``. Under mpiexec rank 0 alone reports an error that every rank
+    met (``Communicator.together``); an error of one rank is reported by that rank, which then ends every rank with
+    ``status`` (``quiet``: without MPI's own line about it)."""
     if comm.size == 1:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     elif getattr(error, "every_rank", False):
@@ -168,13 +149,8 @@ def _train(given, comm):
             data_parallel.broadcast_parameters(net)
             held = comm.bcast(checkpoint.optimizer_arrays(arrays) if comm.rank == 0 else None)
             checkpoint.restore_optimizer(net, make_optimizer(config), held, state.get("optimizer_step", 0), directory)
-        metrics_file = _open_metrics(config["metrics"], append=bool(config["resume"])) if comm.rank == 0 else None
-        try:
-            report = Report(config["quiet"], metrics_file, comm.rank)
-            return _run(config, dataset, net, report, None if saved is None else state, why)
-        finally:
-            if metrics_file is not None:
-                metrics_file.close()
+        with _open_metrics(config["metrics"] if comm.rank == 0 else None, append=bool(config["resume"])) as metrics:
+            return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
 
 
 def _on_ranks(ranks):
@@ -183,25 +159,20 @@ def _on_ranks(ranks):
 
 
 def _checkpoint_to_resume(given, directory):
-    """``(arrays, state)`` of the checkpoint that ``--resume`` continues, else Nones. Without
-    ``--resume``, a checkpoint already in ``directory`` is refused: with a hint to add ``--resume`` if it
-    can be resumed, else with what is wrong with it."""
-    if not given.get("resume"):
-        if directory and checkpoint.path_in(directory).exists():
-            _read_checkpoint(directory)
-            raise UsageError(f"{checkpoint.path_in(directory)} exists: add --resume to continue it, "
-                             "or choose another --checkpoint-dir")
+    """``(arrays, state)`` of the checkpoint that ``--resume`` continues, else Nones. Without ``--resume``, a
+    checkpoint already in ``directory`` is refused: with a hint to add ``--resume`` if it can be resumed, else
+    with what is wrong with it."""
+    if not given.get("resume") and not (directory and checkpoint.path_in(directory).exists()):
         return None, None
-    return _read_checkpoint(directory)
-
-
-def _read_checkpoint(directory):
     arrays, state = checkpoint.load(directory)
     missing = {"epoch", "step_in_epoch", "step", "rng", "config"} - set(state)
     missing |= set(RESUMED) - set(state.get("config", {}))
     if missing:
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} was not written by {PROG} "
                                          f"(its state lacks {', '.join(sorted(missing))}): {checkpoint.REMEDY}")
+    if not given.get("resume"):
+        raise UsageError(f"{checkpoint.path_in(directory)} exists: add --resume to continue it, "
+                         "or choose another --checkpoint-dir")
     return arrays, state
 
 
@@ -226,23 +197,23 @@ def _check_same_options(comm, config, dataset):
 def _run(config, dataset, net, report, state, why):
     started = time.perf_counter()
     training = Training(config, dataset, net, report, state)
-    if training.epoch >= config["epochs"]:
-        report.line(f"nothing to do: the checkpoint has {training.epoch} of {plural(config['epochs'], 'epoch')}",
-                    always=True)
+    if training.fitting.epoch >= config["epochs"]:
+        report.line(f"nothing to do: the checkpoint has {training.fitting.epoch} of "
+                    f"{plural(config['epochs'], 'epoch')}", always=True)
         return 0
     mode = (" as a graph" if config["graph"] else "") + (
         f", forward {config['forward_solver']}" if training.solver is not None else "")
     report.line(fitted(f"{dataset} | {models.name(config)} {training.sizes} {config['activation']}, {config['cost']}, "
                        f"{config['dtype']}"))
     report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule!r}{mode} | "
-                       f"{plural(config['epochs'], 'epoch')} of {plural(training.steps_per_epoch, 'step')}, "
+                       f"{plural(config['epochs'], 'epoch')} of {plural(training.fitting.steps_per_epoch, 'step')}, "
                        f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}"))
     if state is not None:
         report.line(f"resumed at {_position(training)} from {checkpoint.path_in(config['checkpoint_dir'])}")
     if config["profile_steps"] and config["timeline"] is None and net.backend.name != "cupy" and training.rank == 0:
         print(fitted(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
                      "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)"), file=sys.stderr)
-    remaining = training.steps_per_epoch * config["epochs"] - training.step
+    remaining = training.fitting.steps_per_epoch * config["epochs"] - training.fitting.step
     try:
         calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
     except ValueError as error:  # the run's own step, refused as set up
@@ -277,15 +248,14 @@ def _run(config, dataset, net, report, state, why):
     elif config["timeline"] is not None and training.rank == 0:
         print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
               f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
-    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(*measured(metrics))}, "
+    report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(metrics)}, "
                 f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
     return 0
 
 
 def _position(training):
-    """Where a run stands, as interrupting and resuming both say it: the epoch under way (counted from
-    1, as the epoch lines count) and the steps completed."""
-    return f"epoch {training.epoch + 1}, step {training.step}"
+    """Where a run stands, as interrupting and resuming say it: the epoch under way (from 1) and the steps done."""
+    return f"epoch {training.fitting.epoch + 1}, step {training.fitting.step}"
 
 
 def _writable_dir(directory):
@@ -298,14 +268,10 @@ def _writable_dir(directory):
 
 
 def _open_metrics(path, append):
+    """The ``--metrics`` file, open (or nothing, for no ``path``), as a context manager."""
     if path is None:
-        return None
+        return contextlib.nullcontext()
     try:
         return open(path, "a" if append else "w", encoding="utf-8")
     except OSError as error:
         raise UsageError(f"--metrics {path}: {error.strerror}") from None
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-

@@ -1,12 +1,8 @@
-"""The cost of a run, estimated before it starts, and a question before one that would take far longer than it
-needs to.
-
-A short calibration on a network of the run's own (a copy, dropped after, so that the run is unchanged): one
-step of the run's configuration and one forward pass of an evaluation batch by its forward solver, timed, and the
-same under the leapfrog schedule (``Leapfrog(2)``, node by node, step by step, eagerly); each scaled to the run's
-steps and to its passes over the training set (at the start and after every epoch) and the test set. A run estimated at more than
-``SLOWER`` times the leapfrog schedule's asks before it starts (``--yes`` does not ask; off a terminal, or under
-mpiexec, it warns and starts).
+"""The cost of a run, estimated before it starts from a short calibration on a copy of its network (the run itself
+is unchanged): one step and one evaluation pass of the run's configuration, timed, and the same under the leapfrog
+schedule (``Leapfrog(2)``, eagerly, without a forward solver), each scaled to the run's steps and evaluations. A run
+estimated at more than ``SLOWER`` times the leapfrog schedule's asks before it starts (``--yes`` does not ask; off a
+terminal, or under mpiexec, it warns and starts).
 """
 
 import math
@@ -26,9 +22,8 @@ AGAIN = 0.5
 
 
 def calibrate(config, dataset, backend, remaining):
-    """``(seconds, leapfrog)``: the estimates of the ``remaining`` steps of the run of ``config`` on ``dataset``
-    (and of the evaluations after each epoch left) on ``backend``, and of the same under the leapfrog schedule;
-    ``leapfrog`` is ``seconds`` itself where the run is the leapfrog schedule's."""
+    """``(seconds, leapfrog)``: the estimates of the ``remaining`` steps (and evaluations) of the run of ``config``
+    on ``dataset`` and ``backend``, and under the leapfrog schedule (``seconds`` itself where that is the run's)."""
     network = models.NETWORK[config["model"]]
     run = (make_schedule(network, config["schedule"], config["k"], config["fused"]), models.forward_solver(config),
            config["graph"])
@@ -74,17 +69,16 @@ def _estimate(config, dataset, backend, remaining, schedule, solver, graph):
     x, y = dataset.x_train, dataset.y_train
     batch, samples = config["batch_size"], x.shape[-1]
     evaluated = min(samples, max(batch, EVAL_BATCH))
-    forward = {} if solver is None else {"solver": solver}
     with models.network({**config, "check_finite": False}, dataset, backend) as net:  # the run checks its own
         optimizer = make_optimizer(config)
 
         def step():
             net.train_step(x[..., :batch], y[..., :batch], optimizer, schedule, graph=graph,
-                           clip=config["clip_grad_norm"], **forward)
+                           clip=config["clip_grad_norm"], solver=solver)
             net.synchronize()
 
         step_seconds = _timed(step)
-        pass_seconds = _timed(lambda: net.feedforward(x[..., :evaluated], **forward))
+        pass_seconds = _timed(lambda: net.feedforward(x[..., :evaluated], solver=solver))
     steps_per_epoch = math.ceil(samples / (batch * config["ranks"]))
     epochs = math.ceil(remaining / steps_per_epoch)
     evaluations = (samples + epochs * (samples + dataset.x_test.shape[-1])) / evaluated  # the start's loss too
@@ -93,12 +87,11 @@ def _estimate(config, dataset, backend, remaining, schedule, solver, graph):
 
 def _timed(call):
     """Seconds of ``call()``: its first call's, or its second's where the first took under ``AGAIN``."""
-    start = time.perf_counter()
-    call()
-    seconds = time.perf_counter() - start
-    if seconds < AGAIN:
+    for _ in range(2):
         start = time.perf_counter()
         call()
         seconds = time.perf_counter() - start
+        if seconds >= AGAIN:
+            break
     return seconds
 

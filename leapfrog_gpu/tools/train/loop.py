@@ -2,9 +2,6 @@
 epochs of shuffled minibatches, where the run stands, the metrics of each epoch, the progress bar) and what the
 command adds through its hooks: checkpoints, Ctrl-C between steps, the divergence rule, the profiling window,
 the epoch lines and ``--metrics`` records, and the hints of a run that ends with exit status 3.
-
-Checkpoints hold the network's ``parameters()`` and ``optimizer_state()`` and the run's position; the samples
-of its data are their last axis, columns or sequences alike.
 """
 
 import contextlib
@@ -18,18 +15,14 @@ from tqdm import tqdm
 from ...core.fitting import Fitting, evaluate
 from ..schedules import make_schedule
 from . import checkpoint, models
-from .metrics import Divergence, chance_loss, in_words, measured
+from .metrics import Divergence, chance_loss, in_words
 from .options import PROG, make_optimizer, profile_window
 from .profiling import ProfileWindow
 
 
 class Stopped(ArithmeticError):
     """The loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged or learns nothing
-    (``metrics.Divergence``): exit status 3; ``hint`` says what to try and what became of the checkpoints."""
-
-    def __init__(self, what, hint):
-        super().__init__(what)
-        self.hint = hint
+    (``metrics.Divergence``): exit status 3; the message says what to try and what became of the checkpoints."""
 
 
 class Interrupted(Exception):
@@ -37,8 +30,7 @@ class Interrupted(Exception):
 
 
 class Refused(ValueError):
-    """The network refused a step as the options set it up (a schedule's memory check, a step it cannot
-    capture as a graph on this backend): exit status 2."""
+    """The network refused a step as the options set it up (a schedule's memory check, a graph): exit status 2."""
 
 
 SIGINT_GRACE = 2.0
@@ -48,10 +40,9 @@ the process and one to its group, and a user presses Ctrl-C twice; only a later 
 
 @contextlib.contextmanager
 def sigint_between_steps():
-    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps rather than
-    inside one (where part of an update could be enqueued). Further SIGINTs within ``SIGINT_GRACE`` seconds
-    are the same Ctrl-C; a later one interrupts at once, but not while ``flag["saving"]`` (it is deferred
-    until the checkpoint of the last completed step is written, then raised)."""
+    """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps, not inside one. Further
+    SIGINTs within ``SIGINT_GRACE`` seconds are the same Ctrl-C; a later one interrupts at once, or while
+    ``flag["saving"]``, once the checkpoint of the last completed step is written."""
     flag = {"stop": False, "since": None, "saving": False, "deferred": False}
 
     def handler(signum, frame):
@@ -82,8 +73,7 @@ class Training:
     def __init__(self, config, dataset, net, report, state=None):
         self.config, self.data, self.net, self.report = config, dataset, net, report
         self.sizes = models.sizes(config, dataset)
-        self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"],
-                                      config["fused"])
+        self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"], config["fused"])
         self.solver = models.forward_solver(config)
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
         self.fitting = Fitting(net, dataset.x_train, dataset.y_train, config["epochs"],
@@ -91,7 +81,6 @@ class Training:
                                make_optimizer(config), self.schedule, validation=(dataset.x_test, dataset.y_test),
                                seed=config["seed"], graph=config["graph"], solver=self.solver,
                                clip=config["clip_grad_norm"], state=state)
-        self.steps_per_epoch = self.fitting.steps_per_epoch
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)
@@ -102,16 +91,6 @@ class Training:
             "about": {"program": PROG, "config": config, "sizes": self.sizes, "backend": repr(net.backend),
                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}
         self.profile = ProfileWindow(None if steps is None else range(*steps), net.backend, timeline)
-
-    @property
-    def epoch(self):
-        """Epochs done."""
-        return self.fitting.epoch
-
-    @property
-    def step(self):
-        """Steps done in all."""
-        return self.fitting.step
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
@@ -128,45 +107,33 @@ class Training:
         try:
             if synchronize:
                 self.net.synchronize()
-            self._save()
+            if self.config["checkpoint_dir"] and self.rank == 0:
+                checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
         finally:
             interrupt["saving"] = False
         if interrupt.get("deferred"):
             raise KeyboardInterrupt
 
-    def _save(self):
-        if self.config["checkpoint_dir"] and self.rank == 0:
-            checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
-
-    def _divergence(self):
-        """The divergence rule from the loss at the start (the checkpoint's, where it holds one)."""
-        net, data, state = self.net, self.data, self._resumed
-        start = state.get("start_loss")  # None: a checkpoint written without it; start from here
-        if start is None:
-            start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
-        return Divergence(start, chance_loss(net.cost, data.y_train), state.get("epochs_at_chance", 0))
-
     def run(self):
-        """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran).
-
-        Ctrl-C stops the run between two steps: the steps enqueued so far complete, a checkpoint of
-        the last one is written, and ``Interrupted`` is raised; further Ctrl-Cs within ``SIGINT_GRACE`` seconds
-        are the same one, and a later one raises ``KeyboardInterrupt`` at once, once a checkpoint under way is
-        written.
-        """
-        if not self.config["allow_divergence"] and self.divergence is None:
-            self.divergence = self._divergence()
+        """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran). Ctrl-C
+        stops it between two steps (``sigint_between_steps``): the steps enqueued complete, a checkpoint of the last
+        one is written, and ``Interrupted`` is raised."""
+        if not self.config["allow_divergence"] and self.divergence is None:  # from the loss at the start
+            net, data, state = self.net, self.data, self._resumed
+            start = state.get("start_loss")  # the checkpoint's; None: written without it, so start from here
+            if start is None:
+                start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
+            self.divergence = Divergence(start, chance_loss(net.cost, data.y_train), state.get("epochs_at_chance", 0))
         try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 self.interrupt = interrupt
                 try:
-                    records = self.fitting.run(self._step, self._epoch, not self.report.quiet,
-                                               self.report.metrics_file)
+                    records = self.fitting.run(self._step, self._epoch, not self.report.quiet, self.report.metrics_file)
                 except Interrupted:  # the checkpoint is written while SIGINT is still this run's
                     self.save(synchronize=True)
                     raise
                 except FloatingPointError as error:
-                    raise Stopped(str(error), self._hint(False, self.epoch)) from None
+                    raise self._stopped(str(error), False, self.fitting.epoch) from None
         finally:
             self.profile.close()
         return records[-1] if records else None
@@ -187,43 +154,37 @@ class Training:
         """After an epoch: the divergence rule, a checkpoint and the epoch's line; returns its ``--metrics`` record."""
         why = None if self.divergence is None else self.divergence.check(metrics["train_loss"])
         if why:
-            raise Stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", self._hint(True, self.epoch - 1))
+            raise self._stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", True, metrics["epoch"] - 1)
         self.save()
         config = self.config
         record = {"model": config["model"], "data": config["data"], **metrics, "backend": self.net.backend.name,
                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"], "graph": config["graph"],
                   "ranks": self.ranks}
-        self.report.epoch(record, config["epochs"])
+        epochs = config["epochs"]
+        self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss "
+                         f"{metrics['train_loss']:.4f}  test loss {metrics['test_loss']:.4f}  "
+                         f"{in_words(metrics)}  {metrics['samples_per_s']:,.0f} samples/s")
         return record
 
-    def _hint(self, diverged, kept):
-        """What to try after a run that ``diverged`` (else met a NaN or Inf), and that the checkpoint of epoch
-        ``kept`` is kept (0: none was written)."""
+    def _stopped(self, what, diverged, kept):
+        """``Stopped`` by ``what``, with what to try after a run that ``diverged`` (else met a NaN or Inf), and that
+        the checkpoint of epoch ``kept`` is kept (0: none was written)."""
         lr = self.config["lr"]
         hint = (f"try another --lr than {lr}, or add --allow-divergence to go on" if diverged
                 else f"try a smaller --lr than {lr}")
         if self.config["checkpoint_dir"]:
             hint += f" (the checkpoint of epoch {kept} is kept as it was)" if kept else " (no checkpoint was written)"
-        return hint
+        return Stopped(f"{what}: {hint}")
 
 
 class Report:
-    """What the user sees: epoch lines (unless quiet) beside the run's progress bar; ``metrics_file``, where the
-    run writes its ``--metrics`` records. Under mpiexec only rank 0 shows anything."""
+    """What the user sees, on rank 0 only: lines beside the run's progress bar, and the ``--metrics`` records."""
 
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
 
     def line(self, text, always=False):
-        """Print ``text`` unless quiet (the progress bar cleared, then redrawn below it); ``always``: even when quiet
-        (but on rank 0 only)."""
+        """Print ``text`` above the progress bar unless quiet (``always``: even then)."""
         if self.rank == 0 and (always or not self.quiet):
             with tqdm.external_write_mode(file=sys.stdout):
                 print(text, flush=True)
-
-    def epoch(self, metrics, epochs):
-        self.line(
-            f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss {metrics['train_loss']:.4f}  "
-            f"test loss {metrics['test_loss']:.4f}  {in_words(*measured(metrics))}  "
-            f"{metrics['samples_per_s']:,.0f} samples/s"
-        )

@@ -6,15 +6,12 @@ import numpy as np
 from ...core.fitting import cost
 
 
-def in_words(name, value):
-    """A metric as the command says it: ``test accuracy 97.22%``, ``test mse 0.0027``."""
-    return f"test accuracy {value:.2%}" if name == "test_accuracy" else f"test mse {value:.4f}"
-
-
-def measured(metrics):
-    """``(name, value)`` of the test metric that an epoch's ``metrics`` hold."""
-    name = "test_accuracy" if "test_accuracy" in metrics else "test_mse"
-    return name, metrics[name]
+def in_words(metrics):
+    """The test metric that an epoch's ``metrics`` hold, as the command says it: ``test accuracy 97.22%``, ``test
+    mse 0.0027``."""
+    if "test_accuracy" in metrics:
+        return f"test accuracy {metrics['test_accuracy']:.2%}"
+    return f"test mse {metrics['test_mse']:.4f}"
 
 
 def chance_loss(name, y):
@@ -26,13 +23,10 @@ def chance_loss(name, y):
 
 
 class Divergence:
-    """Judges the mean training loss after each epoch against where it started and the chance level.
-
-    ``check(loss)`` returns why the run should stop, or ``None``: the loss grew past ``GROWTH`` times
-    its start (or the chance level, when that is higher), or it has stayed at or above the chance
-    level for ``PATIENCE`` epochs in a row. A deep or slow network may sit at chance for an epoch or
-    three before it learns; a diverged one sits far above it, its outputs saturated.
-    """
+    """Judges the mean training loss after each epoch: ``check(loss)`` says why the run should stop, or returns
+    ``None``. It stops once the loss grew past ``GROWTH`` times its start (or the chance level, when higher), or
+    stayed at or above the chance level for ``PATIENCE`` epochs in a row: a deep or slow network may sit at chance
+    for an epoch or three before it learns; a diverged one sits far above it, its outputs saturated."""
 
     GROWTH = 10.0
     PATIENCE = 5

@@ -1,17 +1,9 @@
-"""The networks ``leapfrog-train`` trains (``--model``): each one's data, network, schedules and name.
-
-``mlp``     an ``MLP`` [n_1, *hidden, n_L] on the digits, MNIST or a teacher network (``leapfrog_gpu.datasets``).
-``resmlp``  the same layers with a skip connection (an ``Add``) every ``--skip`` hidden layers wherever the
-            widths agree: ``dag.network.residual``, a ``DagNet`` whose ``Dense`` nodes "2".."L" are the
-            MLP's layers, so that its parameters are named as an MLP's; its forward pass node by node or
-            by a forward solver (``--forward-solver``, ``leapfrog_gpu.dag.forward``).
-``rnn``     an ``RNN`` whose hidden layers are recurrent, on sequences (``leapfrog_gpu.datasets``): the digits read row
-            by row or pixel by pixel (an output at the last step) or a teacher RNN (an output at every
-            step) or the adding problem (at the last step), its recurrent layers of a ``--cell``: Elman's,
-            a GRU or an LSTM; its forward pass step by step or solved over time (``--forward-solver``,
-            ``leapfrog_gpu.rnn.newton``), which with ``--schedule timescan`` makes the step parallel in time.
-
-The training loop sees each network through what the three share (``core.network.Network``).
+"""The networks ``leapfrog-train`` trains (``--model``), each on its datasets (``leapfrog_gpu.datasets``): ``mlp``,
+an ``MLP``; ``resmlp``, the same layers with a skip connection every ``--skip`` hidden layers where the widths agree
+(``dag.network.residual``, a ``DagNet`` whose parameters are named as the MLP's); ``rnn``, an ``RNN`` of ``--cell``
+recurrent layers on sequences, with an output at the last step or at every step. The DAG's and the RNN's forward
+pass may be solved (``--forward-solver``: ``dag.forward``, ``rnn.newton``). The loop sees them as what the three
+share (``core.network.Network``).
 """
 
 from ... import datasets
@@ -68,12 +60,10 @@ def network(config, dataset, backend, comm=None):
 
 
 def load(directory, backend="auto"):
-    """The network that ``leapfrog-train`` checkpointed in ``directory``, with the parameters of the last
-    step it completed: an ``MLP``, a residual ``DagNet`` or an ``RNN``, as its ``--model`` was, on
-    ``backend`` (a name or a backend object); close it when done (``with``). ``leapfrog_gpu.load`` of its
-    checkpoint.npz; one written before the networks were saved with their architecture is built from the run's
-    options. Raises ``checkpoint.CheckpointError``, one line, for a file that is not such a checkpoint or does
-    not fit."""
+    """The network that ``leapfrog-train`` checkpointed in ``directory`` at the last step it completed, as its
+    ``--model`` was, on ``backend`` (a name or a backend object); close it when done (``with``). ``leapfrog_gpu.load``
+    of its checkpoint.npz, or for an older checkpoint, the network built from the run's options. A file that is not
+    such a checkpoint, or does not fit, raises ``checkpoint.CheckpointError`` (one line)."""
     arrays, state = checkpoint.read(directory)
     if "format" in state:
         return checkpoint.built(directory, arrays, state, backend)

@@ -1,10 +1,7 @@
-"""The values of ``leapfrog-train``'s options that are more than a number or a name: the hidden widths
-(``--hidden``), Adam's betas (``--betas``) and the steps to profile (``--profile-steps``). Each raises
-``argparse.ArgumentTypeError`` with one line, which the parser turns into exit status 2."""
+"""The values of ``leapfrog-train``'s options that are more than a number or a name, ``--hidden`` and
+``--profile-steps``; a bad one raises ``argparse.ArgumentTypeError``: one line, exit status 2."""
 
 import argparse
-
-from .profiling import parse_steps
 
 
 def hidden(text):
@@ -29,21 +26,14 @@ def hidden(text):
     return widths
 
 
-def betas(text):
-    """Adam's ``B1,B2`` (``--betas``)."""
-    try:
-        betas = [float(part) for part in text.split(",")]
-    except ValueError:
-        betas = []
-    if len(betas) != 2:
-        raise argparse.ArgumentTypeError(f"expected two numbers B1,B2 (e.g. 0.9,0.999); got {text!r}")
-    return betas
-
-
 def profile_steps(text):
-    """``--profile-steps``: ``[first, stop)`` of the steps to profile, as ``profiling.parse_steps`` reads them."""
+    """``"A:B"``, the steps A..B-1 counted from 0 over the whole run, as ``[A, B]``, 0 <= A < B."""
+    first, colon, last = text.partition(":")
     try:
-        steps = parse_steps(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return [steps.start, steps.stop]
+        start, stop = int(first), int(last)
+    except ValueError:
+        start = stop = None
+    if not colon or start is None or not 0 <= start < stop:
+        raise argparse.ArgumentTypeError(f"must be A:B with integers 0 <= A < B (steps A..B-1, counted from 0); "
+                                         f"got {text!r}")
+    return [start, stop]

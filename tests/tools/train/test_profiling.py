@@ -2,13 +2,14 @@
 at both ends, an NVTX range per step (stand-ins for ``cupyx.profiler`` and the NVTX range record the
 calls, so this runs without a GPU or a profiler)."""
 
+import argparse
 import contextlib
 import sys
 import types
 
 import pytest
 
-from leapfrog_gpu.tools.train import profiling
+from leapfrog_gpu.tools.train import profiling, values
 
 
 class FakeBackend:
@@ -71,10 +72,10 @@ def test_numpy_window_only_adds_nvtx_ranges(events):
 
 
 @pytest.mark.parametrize("text", ["5", "a:b", "3:3", "-1:4", "4:2", ":"])
-def test_parse_steps_rejects(text):
-    with pytest.raises(ValueError, match="must be A:B with integers 0 <= A < B"):
-        profiling.parse_steps(text)
+def test_profile_steps_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="must be A:B with integers 0 <= A < B"):
+        values.profile_steps(text)
 
 
-def test_parse_steps():
-    assert profiling.parse_steps("0:7") == range(0, 7)
+def test_profile_steps():
+    assert values.profile_steps("0:7") == [0, 7]

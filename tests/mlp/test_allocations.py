@@ -16,8 +16,9 @@ SCHEDULES = [Sequential(), Sequential(fused=True), Sequential(one_pass=True), Le
              Leapfrog(2, one_pass=True)]
 
 
-def peak_of_steps(net, x, y, schedule, steps=3):
-    """The most memory allocated at once by ``steps`` SGD steps, in bytes above what was held before."""
+def peak_of_steps(net, x, y, schedule, steps=1):
+    """The most memory allocated at once by ``steps`` SGD steps after a first one (which makes the plan's
+    buffers and the worker streams), in bytes above what was held before: every later step runs the same code."""
     net.sgd_step(x, y, 0.1, schedule)  # the plan's buffers and the worker streams, made on first use
     net.synchronize()
     tracemalloc.start()

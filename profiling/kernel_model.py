@@ -124,7 +124,7 @@ def _rounds(kernel, n, batch, threads):
         return math.ceil(m / (block // (cols // 4) * launch.BACKWARD_GEMV_UNROLL)), 1
     if kernel in GEMMS:  # the first stage of w, and x a stage ahead: later stages are in flight (pipeline)
         return 1, 1
-    if kernel in RANKS:  # the first chunk; the next ones in flight; rank_update_sgd's w tile as well
+    if kernel in RANKS:  # the first chunk or octet of delta; the next ones in flight; rank_update_sgd's w as well
         return int(kernel == "rank_update_sgd"), 1
     if kernel in ("outer", "outer_bias"):  # delta[i] and a[j] at once; the store needs no answer
         return 0, 1

@@ -213,7 +213,7 @@ __device__ void rank_tiles(T* out, T* nabla_b, const T* delta, const T* a, int n
 // a: a[j0 + e, h S + s], j0 = its block's first column + 8 x, e in 0..7, s in 0..S-1 (zeros beyond the batch or
 // the last row), loaded once. The block walks its octets of rows, u = u0, u0 + 1, ...: warp g takes row i = 8u +
 // g, loads its S samples of delta from shared memory (a 16-byte load serves 4 of them to every thread of the
-// warp at once), sums delta[i, s] * a[j, s] for its 8 columns, s in order, and the H threads of a column's
+// warp at once; the H parts of a row 16 bytes apart, so that they fall in different banks), sums delta[i, s] * a[j, s] for its 8 columns, s in order, and the H threads of a column's
 // samples meet their sums by halves (fold_half: thread h keeps 8 / H columns); each stores them (16 bytes at a
 // time where the rows are aligned) and goes on to its next row. An octet's rows of delta are copied into shared
 // memory STAGES - 1 octets ahead (3; 1 in float64; element by element, a warp's copies 128 contiguous bytes),
@@ -225,12 +225,12 @@ __device__ void rank_tiles(T* out, T* nabla_b, const T* delta, const T* a, int n
 template <typename T, bool SGD, bool BIAS>
 __device__ void rank_rows(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, int batch, T scale) {
     constexpr int V = Vec<T>::width, COLS = 8, S = 64 / (int)sizeof(T), H = RANK_PARTS, C = COLS * 32 / H;
-    constexpr int KEPT = COLS / H, STAGES = 16 / (int)sizeof(T);
+    constexpr int KEPT = COLS / H, STAGES = 16 / (int)sizeof(T), PART = S + 16 / (int)sizeof(T);
     constexpr int SLOTS = SGD ? 32768 / (int)sizeof(T) / (8 * C) : STAGES;
     static_assert((H == 1 || H == 2 || H == 4) && S % V == 0 && STAGES >= 2 && SLOTS >= STAGES,
                   "1, 2 or 4 threads a column; samples of whole vectors; an octet in flight; w's ring at least as "
                   "deep as delta's");
-    __shared__ __align__(16) T d_stage[STAGES][8][H * S];                          // [stage][row][sample]
+    __shared__ __align__(16) T d_stage[STAGES][8][H * PART];  // [stage][row][part h's S samples, padded]
     __shared__ __align__(16) T w_ring[SGD ? SLOTS : 1][SGD ? 8 : 1][SGD ? C : 4];  // [slot][row][column]
     const int h = threadIdx.x, lane = h + H * threadIdx.y, g = threadIdx.z, t = lane + 32 * g;
     const int c0 = blockIdx.x * C, j0 = c0 + threadIdx.y * COLS;
@@ -250,8 +250,8 @@ __device__ void rank_rows(T* out, T* nabla_b, const T* delta, const T* a, int n,
                 if (v < 8 * H * S) {
                     const int r = v / (H * S), s = v % (H * S), i = 8 * u + r;
                     const bool inside = i < n && s < batch;
-                    copy_async<1>(&d_stage[k % STAGES][r][s], inside ? delta + (long long)i * batch + s : delta,
-                                  inside ? 1 : 0);
+                    copy_async<1>(&d_stage[k % STAGES][r][s / S * PART + s % S],
+                                  inside ? delta + (long long)i * batch + s : delta, inside ? 1 : 0);
                 }
             }
         }
@@ -337,7 +337,7 @@ __device__ void rank_rows(T* out, T* nabla_b, const T* delta, const T* a, int n,
 #pragma unroll
         for (int q = 0; q < S / V; ++q) {
             T d[V];
-            load16_plain(d, &d_stage[k % STAGES][g][h * S + q * V]);
+            load16_plain(d, &d_stage[k % STAGES][g][h * PART + q * V]);
 #pragma unroll
             for (int k2 = 0; k2 < V; ++k2) {
 #pragma unroll

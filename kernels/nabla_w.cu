@@ -9,11 +9,12 @@
 //
 // Bytes are given in elements: times 4 (float) or 8 (double); profiling/kernel_traffic.py holds the
 // same counts for kernels/README.md. Tuning values come in as -D options from
-// leapfrog_gpu/backends/launch.py:
+// leapfrog_gpu/backends/launch.py (rank_update_launch, which picks the rank-B update's path):
 //   OUTER_BX, OUTER_BY  block shape of the B = 1 outer product
-//   RANK_CHUNK          samples of the batch the rank-B update stages at a time (in float32; half as many in
-//                       float64)
-//   RANK_STAGES         chunks it holds in shared memory, all but one in flight
+//   RANK_PARTS          defined: the rank-B update in rows (rank_rows, B up to 64, 32 in float64), RANK_PARTS
+//                       threads for a column's samples; else in tiles (rank_tiles, any B)
+//   RANK_CHUNK          samples of the batch rank_tiles stages at a time (in float32; half as many in float64)
+//   RANK_STAGES         chunks rank_tiles holds in shared memory, all but one in flight
 
 #include "pipeline.h"
 #include "vector.h"
@@ -54,7 +55,8 @@ __device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int
     }
 }
 
-// (7) for B > 1: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-tiled.
+// (7) for B > 1 in tiles: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-tiled; the
+// path of any B (rank_rows is the one of B up to 64).
 // Launch: block 128 threads, grid (ceil(m / 64), ceil(n / 64)) (rank_update_launch): a block per 64 x 64
 // tile of nabla_w. Thread t = 16 ty + 2 tx + h (ty, tx in 0..7, h in 0..1) holds the 8 x 8 sums (i0 + ty +
 // 8r, j0 + tx + 8c) over the samples s = h, h + 2, ... (half h of the batch). The block walks the batch in
@@ -72,7 +74,7 @@ __device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int
 // more writes): the rows of each row of blocks are shared among its blocks' warps, each summed by row_sum as
 // bias_sum sums it (vector.h), so bitwise what bias_sum writes, before the block's first wait.
 template <typename T, bool SGD, bool BIAS>
-__device__ void rank_update(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, int batch, T scale) {
+__device__ void rank_tiles(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, int batch, T scale) {
     constexpr int V = Vec<T>::width, E = 64, THREADS = 128, C = RANK_CHUNK * 4 / (int)sizeof(T);
     constexpr int ROW = C + 16 / (int)sizeof(T), PIECES = 2 * E * (C / V) / THREADS;  // elements a staged row
     constexpr int W_PIECES = E * E / V / THREADS, W_ROW = E + 16 / (int)sizeof(T);
@@ -201,6 +203,200 @@ __device__ void rank_update(T* out, T* nabla_b, const T* delta, const T* a, int 
             }
         }
     }
+}
+
+#if defined(RANK_PARTS)
+// (7) for B up to 64 (32 in float64) in rows: the same sums, each row of nabla_w stored as soon as it is summed,
+// while the block sums the next ones. Launch: block (H, 32 / H, 8), grid (ceil(m / C), P) (rank_update_launch:
+// H = RANK_PARTS = 1, 2 or 4 threads share a column's samples, C = 256 / H columns a block, the rows in octets
+// dealt out to the P rows of blocks). Thread (h, x, g) holds in registers S = 16 samples (8 doubles) of 8 rows of
+// a: a[j0 + e, h S + s], j0 = its block's first column + 8 x, e in 0..7, s in 0..S-1 (zeros beyond the batch or
+// the last row), loaded once. The block walks its octets of rows, u = u0, u0 + 1, ...: warp g takes row i = 8u +
+// g, loads its S samples of delta from shared memory (a 16-byte load serves 4 of them to every thread of the
+// warp at once; the H parts of a row 16 bytes apart, so that they fall in different banks), sums delta[i, s] * a[j, s] for its 8 columns, s in order, and the H threads of a column's
+// samples meet their sums by halves (fold_half: thread h keeps 8 / H columns); each stores them (16 bytes at a
+// time where the rows are aligned) and goes on to its next row. An octet's rows of delta are copied into shared
+// memory STAGES - 1 octets ahead (3; 1 in float64; element by element, a warp's copies 128 contiguous bytes),
+// and rank_update_sgd's rows of w (the block's C columns) SLOTS - 1 ahead (7 at H = 2) into a ring, in the same
+// groups, a group an octet (pipeline.h; 16 bytes each where the rows are aligned, else element by element; zeros
+// beyond every edge): so an octet's stores, the copies and the next octets' FMAs overlap.
+// Bytes: as rank_tiles'; each block re-reads its octets of delta (ceil(m / C) times in all) and its C columns
+// of a (each of its 8 warps, from L1 after the first), from L2.
+template <typename T, bool SGD, bool BIAS>
+__device__ void rank_rows(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, int batch, T scale) {
+    constexpr int V = Vec<T>::width, COLS = 8, S = 64 / (int)sizeof(T), H = RANK_PARTS, C = COLS * 32 / H;
+    constexpr int KEPT = COLS / H, STAGES = 16 / (int)sizeof(T), PART = S + 16 / (int)sizeof(T);
+    constexpr int SLOTS = SGD ? 32768 / (int)sizeof(T) / (8 * C) : STAGES;
+    static_assert((H == 1 || H == 2 || H == 4) && S % V == 0 && STAGES >= 2 && SLOTS >= STAGES,
+                  "1, 2 or 4 threads a column; samples of whole vectors; an octet in flight; w's ring at least as "
+                  "deep as delta's");
+    __shared__ __align__(16) T d_stage[STAGES][8][H * PART];  // [stage][row][part h's S samples, padded]
+    __shared__ __align__(16) T w_ring[SGD ? SLOTS : 1][SGD ? 8 : 1][SGD ? C : 4];  // [slot][row][column]
+    const int h = threadIdx.x, lane = h + H * threadIdx.y, g = threadIdx.z, t = lane + 32 * g;
+    const int c0 = blockIdx.x * C, j0 = c0 + threadIdx.y * COLS;
+    const int octets = (n + 7) / 8, per = (octets + gridDim.y - 1) / gridDim.y;
+    const int u0 = blockIdx.y * per, u1 = u0 + per < octets ? u0 + per : octets;
+    const bool wide = batch % V == 0 && aligned16(a);
+
+    // Group k: octet u0 + k's rows of delta, and octet u0 + k + SLOTS - STAGES's rows of w, those of them the
+    // block has, each into the stage or slot of its octet (octets count from u0; each ring takes them modulo its
+    // size). The groups of k < 0 hold rows of w only.
+    auto copy_group = [&](int k) {
+        const int u = u0 + k;
+        if (k >= 0 && u < u1) {  // element by element: 8 H S of them, 256 at H = 2, one a thread
+#pragma unroll
+            for (int q = 0; q < (8 * H * S + 255) / 256; ++q) {
+                const int v = t + 256 * q;
+                if (v < 8 * H * S) {
+                    const int r = v / (H * S), s = v % (H * S), i = 8 * u + r;
+                    const bool inside = i < n && s < batch;
+                    copy_async<1>(&d_stage[k % STAGES][r][s / S * PART + s % S],
+                                  inside ? delta + (long long)i * batch + s : delta, inside ? 1 : 0);
+                }
+            }
+        }
+        const int kw = k + SLOTS - STAGES, uw = u0 + kw;
+        if (SGD && uw < u1) {  // pieces of V columns of the octet's rows of w: 8 C / V of them
+            const T* w = out;
+            const bool wide_w = m % V == 0 && aligned16(w);
+#pragma unroll
+            for (int q = 0; q < (8 * C / V + 255) / 256; ++q) {
+                const int v = t + 256 * q;
+                if (v < 8 * C / V) {
+                    const int r = v / (C / V), col = v % (C / V) * V, i = 8 * uw + r;
+                    const int left = i < n ? m - (c0 + col) : 0;  // columns of the piece inside w's row
+                    const long long start = (long long)(i < n ? i : 0) * m + c0 + col;
+                    T* to = &w_ring[kw % SLOTS][r][col];
+                    if (wide_w) {
+                        copy_async<V>(to, left > 0 ? w + start : w, left <= 0 ? 0 : left < V ? left : V);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            copy_async<1>(to + e, e < left ? w + start + e : w, e < left ? 1 : 0);
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if (SGD) {  // w's first SLOTS - STAGES octets, in a group before group 0
+#pragma unroll 1
+        for (int kw = 0; kw < SLOTS - STAGES; ++kw) {
+            copy_group(kw - (SLOTS - STAGES));
+        }
+        commit_copies();
+    }
+#pragma unroll 1
+    for (int k = 0; k < STAGES - 1; ++k) {
+        copy_group(k);
+        commit_copies();
+    }
+    T x[COLS][S / V][V];
+#pragma unroll
+    for (int e = 0; e < COLS; ++e) {
+        const int j = j0 + e;
+        const T* a_j = a + (long long)(j < m ? j : 0) * batch;
+#pragma unroll
+        for (int q = 0; q < S / V; ++q) {
+            const int s = h * S + q * V;
+            if (wide && j < m && s < batch) {
+                load16(x[e][q], a_j + s);
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    x[e][q][k] = j < m && s + k < batch ? a_j[s + k] : T(0);
+                }
+            }
+        }
+    }
+    if (BIAS) {  // while the loads of a are in flight: rows 8 u0 + p, p + 8 gridDim.x, ... of this row of blocks,
+                 // p = 8 blockIdx.x + warp, as many trips for every warp (one past the end sums the last row again and
+                 // stores nothing)
+        const int end = 8 * u1 < n ? 8 * u1 : n;
+#pragma unroll 1
+        for (int first = 8 * u0 + 8 * blockIdx.x; first < end; first += 8 * gridDim.x) {
+            const int row = first + g < end ? first + g : end - 1;
+            const T sum = row_sum<4>(delta + (long long)row * batch, batch, lane);
+            if (lane == 0 && first + g < end) {
+                nabla_b[row] = sum;
+            }
+        }
+    }
+    const bool wide_out = m % V == 0 && aligned16(out);
+    for (int u = u0; u < u1; ++u) {
+        const int k = u - u0;
+        wait_copies<STAGES - 2>();  // group k has landed (octet u's delta; its w, in an older group), for this
+        __syncthreads();            // thread's copies, and for everyone's; every thread is past octet u - 1
+        copy_group(k + STAGES - 1);  // into octet u - 1's stage and slot
+        commit_copies();
+        T acc[COLS];
+#pragma unroll
+        for (int e = 0; e < COLS; ++e) {
+            acc[e] = T(0);
+        }
+#pragma unroll
+        for (int q = 0; q < S / V; ++q) {
+            T d[V];
+            load16_plain(d, &d_stage[k % STAGES][g][h * PART + q * V]);
+#pragma unroll
+            for (int k2 = 0; k2 < V; ++k2) {
+#pragma unroll
+                for (int e = 0; e < COLS; ++e) {
+                    acc[e] += d[k2] * x[e][q][k2];
+                }
+            }
+        }
+        int first = 0;  // the H threads of a column's samples meet: thread h keeps columns first.. of its 8
+        if constexpr (H >= 2) {
+            first += fold_half<COLS / 2>(acc, lane, 1);
+        }
+        if constexpr (H >= 4) {
+            first += fold_half<COLS / 4>(acc, lane, 2);
+        }
+        const int i = 8 * u + g, j = j0 + first;
+        if (i < n) {
+            T value[KEPT];
+#pragma unroll
+            for (int e = 0; e < KEPT; ++e) {
+                if constexpr (SGD) {
+                    value[e] = w_ring[k % SLOTS][g][j - c0 + e] - scale * acc[e];
+                } else {
+                    value[e] = acc[e];
+                }
+            }
+            T* row = out + (long long)i * m + j;
+            if (wide_out && KEPT % V == 0 && j + KEPT <= m) {
+#pragma unroll
+                for (int e = 0; e < KEPT; e += V) {
+                    T piece[V];
+#pragma unroll
+                    for (int k2 = 0; k2 < V; ++k2) {
+                        piece[k2] = value[e + k2];
+                    }
+                    store16(row + e, piece);
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < KEPT; ++e) {
+                    if (j + e < m) {
+                        row[e] = value[e];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#endif
+
+// The path rank_update_launch picked: in rows (-DRANK_PARTS) or in tiles.
+template <typename T, bool SGD, bool BIAS>
+__device__ void rank_update(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, int batch, T scale) {
+#if defined(RANK_PARTS)
+    rank_rows<T, SGD, BIAS>(out, nabla_b, delta, a, n, m, batch, scale);
+#else
+    rank_tiles<T, SGD, BIAS>(out, nabla_b, delta, a, n, m, batch, scale);
+#endif
 }
 
 #define LEAPFROG_NABLA_W(T, SUFFIX)                                                                   \

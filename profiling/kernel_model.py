@@ -3,13 +3,15 @@ GPU it runs on), from its compiled sm_90 code and its launch shape.
 
 For each kernel at a shape (a square layer of width N, a batch of B, float32) the model compiles the
 module the launchers build for that shape and reads its code (``profiling/sass.py``): registers and static
-shared memory, global loads by width, and, in the hot loop, the cycles of the L1/shared-memory data path
-(128 bytes a cycle: shared loads and stores, global loads, copies into shared memory, shuffles) per FMA.
+shared memory, global loads by width, and the cycles of the L1/shared-memory data path (128 bytes a cycle:
+shared loads and stores, global loads, copies into shared memory, shuffles) per FMA of a thread: those of
+its hot loop each trip, and those of the rest of the kernel (what a thread does once: its first copies and
+loads, the meeting of its sums), spread over the trips its hot loop makes at that shape (``design``).
 With the launch shape of ``leapfrog_gpu/backends/launch.py`` that gives the occupancy and the issue rate:
 the warps resident on a busy SM over the warps an SM needs to issue every cycle, at most 1:
 ``FULL_ISSUE_WARPS`` for a kernel whose FMAs chain, ``TILED_ISSUE_WARPS`` (two a scheduler, one issuing
 while the other waits at a barrier or for its loads) for the register-tiled ones of ``DESIGNED``, whose
-threads each hold 64 independent sums. Then these times, each a lower bound on the kernel's duration:
+threads each hold 8 or 64 independent sums. Then these times, each a lower bound on the kernel's duration:
 
   memory    the compulsory bytes (``kernel_traffic.py``) at the card's bandwidth;
   latency   dependent round trips to memory per thread x their latency x (threads / resident threads,
@@ -21,15 +23,15 @@ threads each hold 64 independent sums. Then these times, each a lower bound on t
   shared    the data path's cycles (above), likewise;
   L2        what the blocks of ``DESIGNED`` re-read from L2 beyond the compulsory bytes (each block of the
             chain GEMM all m rows of its columns of x and all of its rows of w, each block of the rank update
-            its slabs of delta and a) at ``L2_BANDWIDTH``;
+            its rows of delta and of a) at ``L2_BANDWIDTH``;
   pipeline  the design's own order, for ``DESIGNED``: a block's work is a sequence of units (a stage of w
-            for the chain GEMM, a tile for the rank update), U of them for a block slot of an SM over the
-            grid's waves; a unit's load runs while earlier units compute, as far as the stages in flight
-            allow (a unit's load takes at least a round trip over the stages in flight: Little's law), and
-            its stores while later ones compute. So: the first load, then U - 1 times the slowest of a
-            unit's load, compute (FMA, shared or L2) and store, then the last unit's compute and store.
-            With one unit a slot (a single wave of rank-update tiles) nothing overlaps: load, compute,
-            store in turn.
+            for the chain GEMM, an octet of rows for the rank update in rows, a tile for the one in tiles), U
+            of them for a block slot of an SM over the grid's waves; a unit's load runs while earlier units
+            compute, as far as the stages in flight allow (a unit's load from HBM takes at least a round trip
+            over the stages in flight: Little's law), and its stores while later ones compute. So: the first
+            load, then U - 1 times the slowest of a unit's load, compute (FMA, shared or L2) and store, then
+            the last unit's compute and store. With one unit a slot (a single wave of rank-update tiles)
+            nothing overlaps: load, compute, store in turn.
 
 The prediction is the largest; its name is the kernel's bound, and ``predicted_fraction`` is the ideal time
 over the prediction, the ideal being the largest of the memory time, the FMAs at the full issue rate of every
@@ -39,8 +41,8 @@ coalesced, the compulsory bytes move at HBM bandwidth (an N = 1024 layer would p
 round's loads are all in flight together, the rounds of each kernel are counted from its loops in
 ``kernels/*.cu`` (``_rounds`` below), and launch overhead is left out of kernel times (the step adds ``NODE``
 per kernel on the main stream's path, and charges Leapfrog's chain ``CONTENTION`` for the workers beside it).
-SASS counts are static (``sass.py``): an instruction of the hot loop counts once, whichever path a launch
-takes (the 16-byte one for the table's shapes).
+SASS counts are static (``sass.py``): an instruction counts once, whichever path a launch takes (the 16-byte
+one for the table's shapes), once a trip in the hot loop and once in all outside it.
 
 ``python profiling/kernel_model.py`` prints the table; ``--json FILE`` writes one record per kernel and
 shape; ``--readme`` prints kernels/README.md (``profiling/kernel_tables.py``: the floors of
@@ -84,6 +86,7 @@ SHAPES = tuple((n, batch) for n in (1024, 4096) for batch in (1, 32, 64))
 STEP_BATCHES = (1, 32, 64)
 HEADLINE = dict(N=1024, L=32, B=32)
 TARGET = 0.7  # the fraction of its bound each kernel is designed to reach
+W_RING = 32768  # bytes of rank_rows' ring of w (kernels/nabla_w.cu), in octets of rows of a block's columns
 
 
 def _module(kernel, n, batch):
@@ -94,7 +97,7 @@ def _module(kernel, n, batch):
     if kernel in ("outer", "outer_sgd", "outer_bias"):
         return ("nabla_w.cu", *_order(launch.outer_launch(n, n)))
     if kernel in RANKS:
-        return ("nabla_w.cu", *_order(launch.rank_update_launch(n, n)))
+        return ("nabla_w.cu", *_order(launch.rank_update_launch(n, n, batch, 4)))
     if kernel == "bias_sum":
         return ("nabla_b.cu", *_order(launch.bias_launch(n)))
     if kernel in ("gru_forward", "gru_backward", "lstm_forward", "lstm_backward"):
@@ -121,7 +124,7 @@ def _rounds(kernel, n, batch, threads):
         return math.ceil(m / (block // (cols // 4) * launch.BACKWARD_GEMV_UNROLL)), 1
     if kernel in GEMMS:  # the first stage of w, and x a stage ahead: later stages are in flight (pipeline)
         return 1, 1
-    if kernel in RANKS:  # the first chunk; the next ones in flight; rank_update_sgd's w tile as well
+    if kernel in RANKS:  # the first chunk or octet of delta; the next ones in flight; rank_update_sgd's w as well
         return int(kernel == "rank_update_sgd"), 1
     if kernel in ("outer", "outer_bias"):  # delta[i] and a[j] at once; the store needs no answer
         return 0, 1
@@ -147,15 +150,23 @@ def _fmas(kernel, n, batch):
 
 
 def design(kernel, n, batch, grid, itemsize=4):
-    """``(stages in flight, units a block works through, bytes the grid re-reads from L2)`` of a kernel of
-    ``DESIGNED`` (kernels/chain.cu, kernels/nabla_w.cu), from the launch's constants."""
+    """``(stages in flight, units a block works through, bytes the grid re-reads from L2, trips of a thread's hot
+    loop)`` of a kernel of ``DESIGNED`` (kernels/chain.cu, kernels/nabla_w.cu), from the launch's constants."""
     blocks = grid[0] * grid[1] * grid[2]
     if kernel in GEMMS:  # stages of 8 KB of w; each block reads all m rows of x's columns and all of its rows of w
         rows, groups = launch.gemm_shape(n, batch, itemsize)
         x_again, w_again = (blocks - grid[0]) * n * groups * 32, (grid[0] - 1) * n * n * itemsize
-        return launch.GEMM_STAGES - 1, math.ceil(n / (8192 // (rows * itemsize))), x_again + w_again
-    # a tile a block, which reads its 64 rows of delta (the blocks of a row of the grid alike) and of a
-    return launch.RANK_STAGES - 1, 1, (2 * blocks - grid[0] - grid[1]) * 64 * batch * itemsize
+        stages = math.ceil(n / (8192 // (rows * itemsize)))
+        return launch.GEMM_STAGES - 1, stages, x_again + w_again, stages
+    # the blocks of a column of the grid read all n rows of delta, those of a row all m rows of a (m = n here)
+    reread = ((grid[0] - 1) * n + (grid[1] - 1) * n) * batch * itemsize
+    if launch.rank_parts(batch, itemsize) is None:  # in tiles: a tile a block, the batch in chunks
+        return launch.RANK_STAGES - 1, 1, reread, math.ceil(batch / (launch.RANK_CHUNK * 4 // itemsize))
+    octets = math.ceil(math.ceil(n / 8) / grid[1])  # in rows: an octet of rows a unit, and a trip of the hot loop
+    stages = 16 // itemsize - 1  # octets of delta in flight; of w, its ring's slots less one
+    if kernel == "rank_update_sgd":
+        stages = W_RING // itemsize // (8 * 256 // launch.rank_parts(batch, itemsize)) - 1
+    return stages, octets, reread, octets
 
 
 def occupancy(registers, shared, threads_per_block, card=H200):
@@ -190,11 +201,10 @@ def model(kernel, n, batch, itemsize=4, card=H200):
     busy = min(blocks, card.sms) * issue * card.clock  # SM cycles a second that issue
     fmas = _fmas(kernel, n, batch)
     bytes_moved = traffic.kernel_bytes(kernel, n, n, batch, itemsize)
-    hot = function["hot"]
-    cycles_per_fma = sass.data_path_cycles(hot) / sass.count(hot, sass.FMA) if tiled else 0.0
     hbm, l2 = _rounds(kernel, n, batch, threads)
     concurrency = max(1.0, threads / (card.sms * resident * threads_per_block))
-    stages, units, reread = design(kernel, n, batch, grid, itemsize) if tiled else (0, 1, 0)
+    stages, units, reread, trips = design(kernel, n, batch, grid, itemsize) if tiled else (0, 1, 0, 1)
+    cycles_per_fma = data_path_per_fma(function, trips) if tiled else 0.0
     times = {
         "memory": bytes_moved / card.bandwidth,
         "latency": concurrency * (hbm * HBM_LATENCY + l2 * L2_LATENCY),
@@ -228,6 +238,15 @@ def model(kernel, n, batch, itemsize=4, card=H200):
     }
 
 
+def data_path_per_fma(function, trips):
+    """Cycles of the L1/shared-memory data path per FMA of a thread whose hot loop runs ``trips`` times: the hot
+    loop's each trip, and the rest of the function (what a thread does once: its first copies and loads, the sums'
+    meeting) spread over them."""
+    hot = function["hot"]
+    rest = {opcode: count - hot.get(opcode, 0) for opcode, count in function["sass"].items()}
+    return (sass.data_path_cycles(hot) * trips + sass.data_path_cycles(rest)) / (sass.count(hot, sass.FMA) * trips)
+
+
 def _pipeline(kernel, times, loads, stores, stages, units):
     """The pipeline's parts (seconds) for ``units`` units a block slot, ``loads`` and ``stores`` seconds of
     traffic in all: ``first`` (what precedes the first unit's compute), ``steady`` (U - 1 units at the pace of
@@ -236,8 +255,8 @@ def _pipeline(kernel, times, loads, stores, stages, units):
     if kernel in GEMMS:  # each stage of w a round trip over the stages in flight at least; the first a whole one
         load_u = max(loads / units, HBM_LATENCY / stages)
         first, during_last = max(HBM_LATENCY, load_u), 0.0
-    else:  # the chunks come from L2 (their time is compute's); rank_update_sgd's tile of w during the FMAs
-        load_u = during_last = loads / units
+    else:  # delta and a come from L2 (their time is compute's); rank_update_sgd's w from HBM, over its stages
+        load_u = during_last = max(loads / units, HBM_LATENCY / stages) if kernel == "rank_update_sgd" else loads / units
         first = L2_LATENCY
     compute_u, store_u = compute / units, stores / units
     return {"first": first, "steady": (units - 1) * max(load_u, compute_u, store_u),
@@ -246,13 +265,20 @@ def _pipeline(kernel, times, loads, stores, stages, units):
 
 def reason(r):
     """Why record ``r`` stays under ``TARGET`` of its bound, from the terms that make its prediction; "" when
-    it does not."""
+    it does not. First whether the kernel's first round trip and its FMAs' trips through the data path alone
+    (the prediction with no re-read from L2 and nothing left to overlap) come to more than the ideal over
+    ``TARGET``; then the slowest part of its units."""
     if r["predicted_fraction"] >= TARGET:
         return ""
     if r["bound"] != "pipeline":
         return f"{r['bound']}: {r[r['bound'].split()[0].lower() + '_us']:.3g} us"
     compute = {"FMA": r["fma_us"], "shared memory": r["shared_us"], "L2": r["l2_us"]}
     slowest = max(compute, key=compute.get)
+    first, ideal = r["pipeline_parts_us"]["first"], r["predicted_us"] * r["predicted_fraction"]
+    if first + r["shared_us"] > ideal / TARGET:
+        return (f"latency and the data path: the first round trip ({first:.2f} us) and the FMAs' operands and sums "
+                f"through the data path ({r['shared_us']:.2f} us, {r['shared_cycles_per_fma']:.2f} cycles an FMA) "
+                f"come to {first + r['shared_us']:.2f} us, over {ideal / TARGET:.2f} us with no re-read from L2")
     if slowest == "L2" and r["l2_us"] > max(r["memory_us"], r["fma_us"]):
         return (f"L2: its {math.prod(r['grid'])} blocks re-read {r['reread_bytes'] / 1e6:.1f} MB "
                 f"({r['l2_us']:.2f} us at {L2_BANDWIDTH / 1e12:.0f} TB/s)")
@@ -261,6 +287,9 @@ def reason(r):
     if r["units"] == 1:
         return (f"one wave of tiles: each SM computes its tiles ({compute[slowest]:.2f} us), then stores them "
                 f"({r['stores_us']:.2f} us)")
+    if slowest == "shared memory":
+        return (f"shared memory: {r['shared_us']:.2f} us ({r['shared_cycles_per_fma']:.2f} cycles of the data path an "
+                f"FMA, {r['units']} units a block slot)")
     return f"{slowest}: {compute[slowest]:.2f} us"
 
 

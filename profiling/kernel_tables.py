@@ -1,8 +1,8 @@
-"""The text of kernels/README.md: the floors of ``kernel_traffic.py``, then the B > 1 kernels before and after
-their pipelining, then ``kernel_model.py``'s table and graph step on an H100 SXM and an H200.
+"""The text of kernels/README.md: the floors of ``kernel_traffic.py``, then every kernel before and after the
+rank-B update in rows, then ``kernel_model.py``'s table and graph step on an H100 SXM and an H200.
 
-"Before" is ``BEFORE``: the model as it was (one-stage GEMMs as load + compute, no L2 term, one issue rule)
-on the kernels as they were, at the commit it names, for the same cards and shapes.
+"Before" is ``BEFORE``: the model as it was (the data path of the hot loop only, the rank update in tiles) on
+the kernels as they were, at the commit it names, for the same cards and shapes.
 """
 
 import json
@@ -13,7 +13,7 @@ import kernel_model as km
 import kernel_traffic as traffic
 from card import H100, H200
 
-BEFORE = Path(__file__).resolve().parent / "results" / "kernel_model_one_stage_cpu_2026-12-05.json"
+BEFORE = Path(__file__).resolve().parent / "results" / "kernel_model_before_rows_cpu_2026-12-05.json"
 
 
 def table(rows):
@@ -54,12 +54,13 @@ def before_after(tables, before):
 
 def steps(rows, card, before):
     """Markdown table of the graph step at each of ``km.STEP_BATCHES``, before and after."""
-    lines = ["| B | Sequential() us | Leapfrog(k) us | Leapfrog(k) us before | bytes floor us | Leapfrog over floor |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| B | Sequential() us | Sequential() us before | Leapfrog(k) us | Leapfrog(k) us before | bytes floor us "
+             "| Leapfrog over floor |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
     was = {s["B"]: s for s in before[card.name]["steps"]}
     for s in (km.step(rows, card, B=batch) for batch in km.STEP_BATCHES):
-        lines.append(f"| {s['B']} | {s['sequential_us']:.0f} | {s['leapfrog_us']:.0f} | "
-                     f"{was[s['B']]['leapfrog_us']:.0f} | {s['bytes_floor_us']:.0f} | "
+        lines.append(f"| {s['B']} | {s['sequential_us']:.0f} | {was[s['B']]['sequential_us']:.0f} | "
+                     f"{s['leapfrog_us']:.0f} | {was[s['B']]['leapfrog_us']:.0f} | {s['bytes_floor_us']:.0f} | "
                      f"{s['leapfrog_over_floor']:.1f}x |")
     return "\n".join(lines)
 
@@ -71,14 +72,22 @@ def readme(tables=None):
     before = recorded["cards"]
     text = [traffic.readme(), "## Before and after (float32)", "", textwrap.fill(
         "Each kernel's predicted time in us and, in brackets, the fraction of its bound it reaches (below), "
-        f"before the B > 1 kernels kept their loads in flight (`{BEFORE.relative_to(BEFORE.parents[2])}`: "
-        f"the model and the kernels of commit {recorded['commit']}) and after. The model changed with them: "
-        "it now counts what blocks read again from L2 and the order of a pipelined kernel's loads, FMAs and "
-        "stores, and it lets a register-tiled kernel issue fully at 8 warps an SM. The L2 term weighs on the "
-        "one-stage kernels too (at N = 1024, B = 32 their 128 blocks of 8 rows each read all of a_prev: "
-        "16.6 MB; at N = 4096, 512 blocks read 268 MB), so a before that looks better than its after is the "
-        "old model's, not the old kernel's. The last column says why each kernel still under "
-        f"{km.TARGET:.0%} is, from the terms of its bound.", 100, break_on_hyphens=False),
+        f"before the rank-B update summed nabla_w in rows (`{BEFORE.relative_to(BEFORE.parents[2])}`: the "
+        f"model and the kernels of commit {recorded['commit']}) and after. At B up to 64 (32 in float64) each "
+        "of its threads holds 8 columns of a by 16 samples in registers and its 8 warps sum and store a row of "
+        "nabla_w each, an octet of rows after another, so that an SM's stores overlap the sums of its next "
+        "rows; before, each block summed a 64 x 64 tile and stored it at the end, one wave of tiles at "
+        "N = 1024. The model changed with it: the cycles of the data path a thread spends outside its hot loop "
+        "(its first copies and loads, the meeting of its sums) now count, spread over the hot loop's trips, so "
+        "a before that looks better than its after is the old model's, not the old kernel's (the chain GEMMs "
+        "are the same kernels). The last column says why each kernel still under "
+        f"{km.TARGET:.0%} is, from the terms of its bound. For the chain GEMMs at N = 1024 the first round trip "
+        "to HBM and the FMAs' trips through the data path (8 loads of w and 8 of a_prev for 64 FMAs, then the "
+        "64 slices of each output's sum meeting) come to more than the ideal over 0.7 with no re-read from L2 "
+        "at all. A split of their reduction over more blocks (split-K) would take the re-reads away, not the "
+        "first round trip nor the sums' meeting: it moves part of that into a fixup after the last FMA (the "
+        "partial sums written, a fence, a counter, their read: round trips to L2).", 100,
+        break_on_hyphens=False),
         "", before_after(tables, before), ""]
     for card, rows in tables.items():
         text += [f"## Model on an {card.name} (float32)", "", textwrap.fill(
@@ -87,7 +96,8 @@ def readme(tables=None):
             f"{km.FULL_ISSUE_WARPS} an SM needs, or {km.TILED_ISSUE_WARPS} for a register-tiled kernel), the "
             "stages of copies in flight and the units a block slot works through (pipelined kernels), and "
             "lower bounds on the time: the bytes at the bandwidth, the dependent round trips to memory at "
-            "their latency, the FMAs, the cycles of the L1/shared-memory data path a hot loop spends per FMA, "
+            "their latency, the FMAs, the cycles of the L1/shared-memory data path a thread spends per FMA "
+            "(its hot loop's, and the rest's spread over the loop's trips), "
             "the re-reads from L2, and the pipeline (the first load, the units at the pace of their slowest "
             "part, the last one's compute and stores); the largest is the bound. Fraction: the ideal time "
             "(memory, FMA, or one round trip to L2) over the prediction. Assumptions are in "

@@ -16,10 +16,17 @@ ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
 OUTER_BLOCK = (32, 8)
 BIAS_ROWS, BIAS_UNROLL = 8, 4  # bias_sum: a warp per row, 8 rows a block; 4 loads a lane before their sum
-# The rank-B update: 128 threads a block, each 8 x 8 sums over half the batch (16 shared loads for 64 FMAs), 64 x
-# 64 a block: 256 blocks of 4 warps at N = 1024, 8 warps an SM; the batch in chunks of 8 samples (4 in float64),
-# 2 of them in shared memory, the copies of the next in flight while the block computes on one.
+# The rank-B update in tiles (any B): 128 threads a block, each 8 x 8 sums over half the batch (16 shared loads for
+# 64 FMAs), 64 x 64 a block; the batch in chunks of 8 samples (4 in float64), 2 of them in shared memory, the copies
+# of the next in flight while the block computes on one.
 RANK_THREADS, RANK_CHUNK, RANK_STAGES = 128, 8, 2
+# In rows (B up to RANK_ROWS_PARTS[-1] x 64 bytes of samples: 64 in float32): 256 threads a block, each 8 columns
+# of a by 16 samples (8 doubles) in registers, 1, 2 or 4 of them for a column's samples (the fewest that hold the
+# batch), 256 / that many columns a block; its 8 warps sum a row of nabla_w each, an octet of rows at a time, and
+# store it while they sum the next. Each block takes RANK_ROWS_OCTETS_CHOICES octets, the most that still give
+# RANK_MIN_BLOCKS blocks (so that the stores of an SM's octets overlap the sums of its next ones): at N = 1024, 8
+# octets of 128 columns at B = 32 (128 blocks, one an SM), 16 of 64 at B = 64.
+RANK_ROWS_PARTS, RANK_ROWS_OCTETS_CHOICES, RANK_MIN_BLOCKS = (1, 2, 4), (32, 16, 8, 4, 2, 1), 128
 # The chain at B > 1 (chain_gemm): 256 threads a block, each an 8-row register tile of 64 sums (float32) over its
 # slice of m; a block covers GEMM_ROWS_CHOICES rows of the result and GEMM_COLUMNS_CHOICES groups of 8 floats (4
 # doubles) of its columns. Every block reads all of its rows of w and all m rows of its columns of a_prev, so the
@@ -62,15 +69,47 @@ def outer_launch(n, m):
     return grid, (bx, by, 1), (f"-DOUTER_BX={bx}", f"-DOUTER_BY={by}")
 
 
-def rank_update_launch(n, m):
-    """A block of RANK_THREADS threads per 64-square tile of the (n, m) gradient, 8 x 8 sums a thread over half
-    the batch (``rank_update_*``); the batch staged RANK_CHUNK samples at a time, RANK_STAGES chunks."""
-    edge = 64
-    grid = (-(-m // edge), -(-n // edge), 1)
-    assert grid[0] * edge >= m and grid[1] * edge >= n and grid[1] <= 65535, (n, m, grid)
-    assert RANK_THREADS == 128 and RANK_CHUNK % 4 == 0 and RANK_STAGES >= 2, "rank_update's layout: 2 x 64 " \
-        "threads, chunks of whole 16-byte pieces, a chunk in flight"
-    return grid, (RANK_THREADS, 1, 1), (f"-DRANK_CHUNK={RANK_CHUNK}", f"-DRANK_STAGES={RANK_STAGES}", *copy_options())
+def rank_update_launch(n, m, batch, itemsize):
+    """The rank-B update of an (n, m) gradient over a batch of ``batch`` elements of ``itemsize`` bytes
+    (``rank_update_*``): in rows where ``rank_parts`` holds the batch (block (H, 32 / H, 8): H threads for a
+    column's samples, 256 / H columns a block, ``rank_octets`` octets of rows each), else in tiles (a block of
+    RANK_THREADS threads per 64-square tile, 8 x 8 sums a thread over half the batch, staged RANK_CHUNK samples at
+    a time, RANK_STAGES chunks)."""
+    parts = rank_parts(batch, itemsize)
+    if parts is None:
+        edge = 64
+        grid = (-(-m // edge), -(-n // edge), 1)
+        assert grid[0] * edge >= m and grid[1] * edge >= n and grid[1] <= 65535, (n, m, grid)
+        return grid, (RANK_THREADS, 1, 1), rank_options(None)
+    columns, octets = 256 // parts, -(-n // 8)
+    per = rank_octets(n, m, batch, itemsize)
+    grid = (-(-m // columns), -(-octets // per), 1)
+    assert grid[0] * columns >= m and grid[1] * per >= octets and grid[1] <= 65535, (n, m, grid)
+    return grid, (parts, 32 // parts, 8), rank_options(parts)
+
+
+def rank_parts(batch, itemsize):
+    """H, the threads of the rank update in rows that share a column's samples: the fewest of RANK_ROWS_PARTS whose
+    64 bytes of samples each hold the batch; None where none does (the update in tiles)."""
+    return next((parts for parts in RANK_ROWS_PARTS if parts * 64 // itemsize >= batch), None)
+
+
+def rank_octets(n, m, batch, itemsize):
+    """Octets of rows a block of the rank update in rows takes: the most of RANK_ROWS_OCTETS_CHOICES that still give
+    RANK_MIN_BLOCKS blocks, else one."""
+    across, octets = -(-m // (256 // rank_parts(batch, itemsize))), -(-n // 8)
+    return next((per for per in RANK_ROWS_OCTETS_CHOICES if across * -(-octets // per) >= RANK_MIN_BLOCKS), 1)
+
+
+def rank_options(parts):
+    """The ``-D`` options of nabla_w.cu's rank-B update in rows, ``parts`` threads for a column's samples, or in
+    tiles (``parts`` None)."""
+    assert RANK_THREADS == 128 and RANK_CHUNK % 4 == 0 and RANK_STAGES >= 2 and set(RANK_ROWS_PARTS) <= {1, 2, 4}, \
+        "rank_tiles' layout: 2 x 64 threads, chunks of whole 16-byte pieces, a chunk in flight; rank_rows': 1, 2 " \
+        "or 4 threads a column"
+    if parts is not None:
+        return (f"-DRANK_PARTS={parts}", *copy_options())
+    return (f"-DRANK_CHUNK={RANK_CHUNK}", f"-DRANK_STAGES={RANK_STAGES}", *copy_options())
 
 
 def gates_launch(n, batch):
@@ -165,7 +204,7 @@ def modules():
     return [
         ("elementwise.cu", compile_options(elementwise_launch(1)[2])),
         ("nabla_w.cu", compile_options(outer_launch(1, 1)[2])),
-        ("nabla_w.cu", compile_options(rank_update_launch(1, 1)[2])),
+        *(("nabla_w.cu", compile_options(rank_options(parts))) for parts in (*RANK_ROWS_PARTS, None)),
         ("nabla_b.cu", compile_options(bias_launch(1)[2])),
         ("chain.cu", compile_options(chain_launch("forward", 1, 1, 4)[2])),
         *(("chain.cu", compile_options(gemm_options(rows, groups)))

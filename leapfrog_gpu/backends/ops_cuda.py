@@ -156,7 +156,7 @@ class CudaOps:
             kernel = self._kernel("nabla_w.cu", "outer_bias", delta.dtype, options)
             kernel(grid, block, (nabla_w, nabla_b, delta, a, np.int32(n), np.int32(m)))
         else:
-            grid, block, options = launch.rank_update_launch(n, m)
+            grid, block, options = launch.rank_update_launch(n, m, batch, delta.itemsize)
             kernel = self._kernel("nabla_w.cu", "rank_update_bias", delta.dtype, options)
             kernel(grid, block, (nabla_w, nabla_b, delta, a, np.int32(n), np.int32(m), np.int32(batch)))
 
@@ -172,7 +172,7 @@ class CudaOps:
             kernel = self._kernel("nabla_w.cu", "outer" + variant, delta.dtype, options)
             kernel(grid, block, (out, delta, a, np.int32(n), np.int32(m), *extra))
         else:
-            grid, block, options = launch.rank_update_launch(n, m)
+            grid, block, options = launch.rank_update_launch(n, m, batch, delta.itemsize)
             kernel = self._kernel("nabla_w.cu", "rank_update" + variant, delta.dtype, options)
             kernel(grid, block, (out, delta, a, np.int32(n), np.int32(m), np.int32(batch), *extra))
 

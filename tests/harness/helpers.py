@@ -295,12 +295,19 @@ OUT_OF_RANGE = r"out-of-range access by thread .*: index -?\d+ of argument \d+, 
 """What the CPU harness says when a kernel reads or writes outside an argument's buffer."""
 
 
+def function_span(source, function):
+    """``(start, end)`` of the device function ``function`` in ``source``: from its name to the next template,
+    preprocessor branch or macro of the kernels' wrappers."""
+    start = source.index(f"__device__ void {function}(")
+    ends = (source.find(mark, start) for mark in ("\ntemplate <", "\n#if", "\n#endif", "#define LEAPFROG"))
+    return start, min(i for i in ends if i > 0)
+
+
 def mutant(filename, function, old, new, occurrence=0):
     """kernels/``filename`` with the ``occurrence``-th ``old`` inside the device function ``function``
     replaced by ``new``."""
     source = ops_cuda.kernel_source(filename)
-    start = source.index(f"__device__ void {function}(")
-    end = min(i for i in (source.find("template <typename T>", start), source.find("#define LEAPFROG", start)) if i > 0)
+    start, end = function_span(source, function)
     body = source[start:end]
     at = -1
     for _ in range(occurrence + 1):

@@ -147,7 +147,7 @@ def test_syntax_error_puts_the_compiler_log_in_the_failure():
     text = (kernel_dir() / "nabla_w.cu").read_text()  # lines as the file has them (vector.h is inlined above)
     line = text[: text.index(statement)].count("\n") + 1
     with pytest.raises(CompileError) as failure:
-        nvrtc_compile(broken, "nabla_w.cu", launch.compile_options(launch.rank_update_launch(1, 1)[2]), "sm_90")
+        nvrtc_compile(broken, "nabla_w.cu", launch.compile_options(launch.rank_options(None)), "sm_90")
     message = str(failure.value)
     assert re.search(rf"nabla_w\.cu\({line + 1}\): error", message), message  # the statement after it
     assert "expected a \";\"" in message, message

@@ -115,13 +115,41 @@ def test_the_chain_gemm_streams_w_through_its_stages(tables, name):
     expected = _pipeline_by_hand(gemm, c, loads, max(gemm["fma_us"], gemm["shared_us"], gemm["l2_us"]) * 1e-6, 8,
                                  lambda load_u: max(0.6e-6, load_u), 0.6e-6 / 3, lambda load_u: 0)
     assert gemm["bound"] == "pipeline" and gemm["predicted_us"] == pytest.approx(expected * 1e6, rel=1e-9)
-    assert gemm["reason"].startswith("L2: its 128 blocks re-read 12.5 MB")
+    ideal = gemm["predicted_us"] * gemm["predicted_fraction"]  # the memory time: the FMAs are faster, on every SM
+    assert ideal == pytest.approx(gemm["memory_us"]) and 0.6 + gemm["shared_us"] > ideal / 0.7
+    assert gemm["reason"].startswith("latency and the data path: the first round trip (0.60 us)")
 
 
-def test_a_single_wave_of_tiles_computes_then_stores(rows):
-    """rank_update at N = 1024, B = 32: 256 tiles of 64 x 64, 2 blocks of 4 warps on each SM (full issue), all
-    at once: each computes its tile, then stores it, with no later tile to overlap the stores."""
+def test_the_data_path_counts_what_a_thread_does_once_over_its_hot_loop_s_trips():
+    """A thread's cycles per FMA: its hot loop's data path each trip (8 shared loads for 64 FMAs: 8 cycles), and
+    the rest of the kernel's once (the 2 shared loads and 16 shuffles outside the loop), over 4 trips."""
+    function = {"hot": {"LDS": 8, "FFMA": 64, "BRA": 1}, "sass": {"LDS": 10, "FFMA": 64, "BRA": 3, "SHFL.BFLY": 16}}
+    assert kernel_model.data_path_per_fma(function, 4) == pytest.approx((8 * 4 + 2 + 16) / (64 * 4))
+    assert kernel_model.data_path_per_fma(function, 1000) == pytest.approx(8 / 64, rel=3e-3)
+
+
+def test_the_rank_update_in_rows_stores_an_octet_while_it_sums_the_next(rows):
+    """rank_update at N = 1024, B = 32, in rows: blocks of 2 threads a column (16 samples each) by 16 x 8 columns
+    by 8 warps, 8 across the 1024 columns by 16 down the 128 octets of rows, 8 octets each: one block of 8 warps
+    an SM (full issue), whose 8 units overlap the stores of an octet with the sums of the next. Its columns of a
+    are read by the 16 rows of blocks, its rows of delta by the 8 columns of them, from L2."""
     r = _row(rows, "rank_update", 1024, 32)
+    assert (r["grid"], r["block"], r["warps_per_sm"], r["issue"], r["waves"], r["units"]) == (
+        [8, 16, 1], [2, 16, 8], 8, 1, 1, 8)
+    reread = (7 * 1024 + 15 * 1024) * 32 * 4
+    assert r["reread_bytes"] == reread
+    loads = 2 * 1024 * 32 * 4 / 4.3e12
+    compute = max(r["fma_us"], r["shared_us"], reread / 6e12 * 1e6) * 1e-6
+    expected = _pipeline_by_hand(r, card.H200, loads, compute, 8, lambda load_u: 0.15e-6, 0, lambda load_u: load_u)
+    assert r["predicted_us"] == pytest.approx(expected * 1e6)
+    assert r["predicted_fraction"] >= 0.7 and r["reason"] == ""
+
+
+def test_a_single_wave_of_tiles_computes_then_stores(monkeypatch):
+    """The same in tiles (what runs past 64 samples): 256 tiles of 64 x 64, 2 blocks of 4 warps on each SM (full
+    issue), all at once: each computes its tile, then stores it, with no later tile to overlap the stores."""
+    monkeypatch.setattr(launch, "RANK_ROWS_PARTS", ())
+    r = kernel_model.model("rank_update", 1024, 32)
     assert (math.prod(r["grid"]), r["warps_per_sm"], r["issue"], r["waves"], r["units"]) == (256, 8, 1, 1, 1)
     reread = (2 * 256 - 16 - 16) * 64 * 32 * 4  # every block reads its 64 rows of delta and of a
     assert r["reread_bytes"] == reread
@@ -129,12 +157,12 @@ def test_a_single_wave_of_tiles_computes_then_stores(rows):
     compute = max(r["fma_us"], r["shared_us"], reread / 6e12 * 1e6) * 1e-6
     expected = _pipeline_by_hand(r, card.H200, loads, compute, 1, lambda load_u: 0.15e-6, 0, lambda load_u: load_u)
     assert r["predicted_us"] == pytest.approx(expected * 1e6)
-    assert r["predicted_fraction"] < 0.7 and r["reason"].startswith("one wave of tiles: each SM computes its tiles")
+    assert r["predicted_fraction"] < 0.7 and kernel_model.reason(r).startswith("one wave of tiles: each SM computes")
 
 
 def test_the_fused_update_reads_w_while_it_computes(rows):
-    """rank_update_sgd at N = 1024, B = 32: its tile of w (4 MB in all) lands while the block computes, so the
-    kernel takes its FMAs and its stores, not its reads as well: at its bound's 70 % or more."""
+    """rank_update_sgd at N = 1024, B = 32: its rows of w (4 MB in all) land while the block computes, 7 octets
+    ahead, so the kernel takes its FMAs and its stores, not its reads as well: at its bound's 70 % or more."""
     r = _row(rows, "rank_update_sgd", 1024, 32)
     reads = 1024 * 1024 * 4 / 4.3e12 * 1e6
     assert r["predicted_us"] < r["memory_us"] + r["fma_us"] and r["pipeline_us"] < r["shared_us"] + reads + 0.15 + \
@@ -211,18 +239,22 @@ def test_the_clocks_a_cuda_13_device_s_properties_lack_are_asked_for_by_attribut
 
 def test_every_kernel_under_seventy_percent_of_its_bound_says_why(tables):
     """The kernels' design target, by the model: at B = 1 every kernel at 70 % of its bound or more. Above,
-    the kernels still short of it are the chain GEMMs and the rank updates at N = 1024 (the first by their
-    re-reads of a_prev from L2, the second by a single wave of tiles), and each carries its reason."""
+    the kernels still short of it are the chain GEMMs at N = 1024, whose first round trip and data path alone
+    exceed the ideal over 0.7 (no re-read from L2 counted), and at most the rank updates at N = 1024 on the
+    faster memory of an H200 (by their data path); each carries its reason."""
     for rows in tables.values():
         assert all(r["predicted_fraction"] >= 0.7 for r in rows if r["B"] == 1)
         assert all((r["predicted_fraction"] < 0.7) == bool(r["reason"]) for r in rows)
         low = {(r["kernel"], r["N"]) for r in rows if r["predicted_fraction"] < 0.7}
         assert low <= {(kernel, 1024) for kernel in kernel_model.DESIGNED}, low
+        assert {(kernel, 1024) for kernel in kernel_model.GEMMS} <= low
         for r in rows:
             if r["kernel"] in kernel_model.GEMMS and r["predicted_fraction"] < 0.7:
-                assert r["reason"].startswith("L2: ") or r["reason"].startswith("shared memory: "), r["reason"]
+                ideal = r["predicted_us"] * r["predicted_fraction"]
+                assert r["pipeline_parts_us"]["first"] + r["shared_us"] > ideal / 0.7, r
+                assert r["reason"].startswith("latency and the data path: "), r["reason"]
             if r["kernel"] in kernel_model.RANKS and r["predicted_fraction"] < 0.7:
-                assert r["reason"].startswith("one wave of tiles"), r["reason"]
+                assert r["card"] == "H200" and r["reason"].startswith("shared memory: "), r["reason"]
 
 
 def test_the_readme_sets_each_kernel_beside_its_recorded_before(tables):

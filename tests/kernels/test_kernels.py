@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import OUT_OF_RANGE, CpuDevice, mutant
+from helpers import OUT_OF_RANGE, CpuDevice, function_span, mutant
 from leapfrog_gpu import reference
 from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
 from leapfrog_gpu.core.functions import COSTS, OUTPUT_ACTIVATIONS
@@ -83,9 +83,14 @@ def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
     """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits."""
     shapes = {  # (launch, (width, height) to cover, (width, height) a block covers)
         "outer": (launch.outer_launch(n, m), (m, n), launch.OUTER_BLOCK),  # an element a thread
-        "rank_update": (launch.rank_update_launch(n, m), (m, n), (64, 64)),  # a 64-square tile a block
+        "rank_update": (launch.rank_update_launch(n, m, 65, 4), (m, n), (64, 64)),  # in tiles: a 64-square tile a block
         "bias_sum": (launch.bias_launch(n), (1, n), (1, launch.BIAS_ROWS)),  # a row a warp
     }
+    for batch, itemsize in [(2, 4), (32, 4), (64, 4), (32, 8)]:  # in rows: 256 / H columns, rank_octets octets
+        launched = launch.rank_update_launch(n, m, batch, itemsize)
+        shapes[f"rank_update {batch}"] = (launched, (m, n), (8 * launched[1][1], 8 * launch.rank_octets(n, m, batch,
+                                                                                                       itemsize)))
+        assert launched[1] == (launch.rank_parts(batch, itemsize), 32 // launch.rank_parts(batch, itemsize), 8)
     for name, ((grid, block, _), (width, height), (across, down)) in shapes.items():
         assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535, name
         assert grid[0] * across >= width and grid[1 if name != "bias_sum" else 0] * down >= height, name
@@ -264,9 +269,26 @@ RAGGED = [(33, 31), (65, 130), (130, 67)] + WIDE  # across the 64-square tiles o
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("batch", [2, 31, 32, 33])
 @pytest.mark.parametrize("n, m", RAGGED)
-def test_rank_updates_at_ragged_batches(device, request, n, m, batch, dtype):
-    """(7), (7) fused with SGD, and (6) with (7) in one kernel, at batches around the staged chunks (8 samples,
-    4 in float64) and the 32 of a warp's row sums, each against its maths."""
+def test_rank_updates_at_ragged_batches(device, request, monkeypatch, n, m, batch, dtype):
+    """(7), (7) fused with SGD, and (6) with (7) in one kernel, at batches around the 16 samples (8 doubles) a
+    thread of the update in rows holds, the staged chunks of the one in tiles (8 samples, 4 in float64) and the
+    32 of a warp's row sums, each against its maths; in rows with every octet of rows in as few blocks as the
+    launch allows (RANK_MIN_BLOCKS 1: a block's octets go round its stages and slots)."""
+    monkeypatch.setattr(launch, "RANK_MIN_BLOCKS", 1)
+    check_rank_updates(device, request, n, m, batch, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", [2, 33])
+@pytest.mark.parametrize("n, m", [(33, 31), (130, 67)])
+def test_rank_updates_in_tiles_at_any_batch(cpu, request, monkeypatch, n, m, batch, dtype):
+    """The update in tiles, the path of batches past 64 (32 in float64), taken at a batch of 2 and of 33 too."""
+    monkeypatch.setattr(launch, "RANK_ROWS_PARTS", ())
+    check_rank_updates(cpu, request, n, m, batch, dtype)
+
+
+def check_rank_updates(device, request, n, m, batch, dtype):
+    """(7), (7) fused with SGD, and (6) with (7) in one kernel on ``device``, each against its maths."""
     rng = np.random.default_rng([n, m, batch, 12])
     inputs = {"w": _random(rng, (n, m), dtype), "delta": _random(rng, (n, batch), dtype),
               "a": _random(rng, (m, batch), dtype)}
@@ -292,11 +314,12 @@ def test_rank_updates_at_ragged_batches(device, request, n, m, batch, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-@pytest.mark.parametrize("n, m, batch", [(33, 31, 3), (65, 130, 33), (70, 132, 64)])
+@pytest.mark.parametrize("n, m, batch", [(33, 31, 3), (65, 130, 32), (70, 132, 64), (70, 132, 65)])
 def test_the_plain_and_the_asynchronous_copies_give_the_same_bits(cpu, monkeypatch, n, m, batch, dtype):
-    """kernels/pipeline.h's two paths of the rank updates: the copies landing at the wait that covers them
-    (the harness's asynchronous copies), or at once (LEAPFROG_PLAIN_COPY, where a copy into a stage still
-    being read would show). The same sums in the same order, so the same bits."""
+    """kernels/pipeline.h's two paths of the rank updates (in rows, 1, 2 and 4 threads a column; in tiles, at
+    65 samples, and 64 in float64): the copies landing at the wait that covers them (the harness's asynchronous
+    copies), or at once (LEAPFROG_PLAIN_COPY, where a copy into a stage still being read would show). The
+    same sums in the same order, so the same bits."""
     rng = np.random.default_rng([n, m, batch, 13])
     w, delta, a = _random(rng, (n, m), dtype), _random(rng, (n, batch), dtype), _random(rng, (m, batch), dtype)
 
@@ -308,6 +331,7 @@ def test_the_plain_and_the_asynchronous_copies_give_the_same_bits(cpu, monkeypat
         ops.nabla_w(outputs[3], delta, a)
         return [_bits(x) for x in outputs]
 
+    monkeypatch.setattr(launch, "RANK_MIN_BLOCKS", 1)  # in rows: a block's octets round its stages and slots
     asynchronous = run()
     monkeypatch.setattr(launch, "PLAIN_COPY", True)
     assert run() == asynchronous
@@ -410,14 +434,15 @@ def test_nabla_b(device, request, n, batch, dtype):
          "copy into the stage in use, plain copies", "store bound", "copy bound", "chunk short", "halves apart"],
 )
 def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occurrence, plain, batch, caught_by):
-    """Mutations of the real register-tiled kernel fail: by a mismatch, or by the harness stopping the
-    launch."""
+    """Mutations of the real register-tiled kernel (the rank update in tiles, taken at every batch here) fail: by
+    a mismatch, or by the harness stopping the launch."""
     source = ops_cuda.kernel_source
-    if old == "__syncthreads();":
-        assert source("nabla_w.cu").count(old) == 2  # the chunk loop's barrier and w's tile's, and no others
-    mutated = mutant("nabla_w.cu", "rank_update", old, new, occurrence)
+    if old == "__syncthreads();":  # the chunk loop's barrier and w's tile's, and no others
+        assert source("nabla_w.cu")[slice(*function_span(source("nabla_w.cu"), "rank_tiles"))].count(old) == 2
+    mutated = mutant("nabla_w.cu", "rank_tiles", old, new, occurrence)
     monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
     monkeypatch.setattr(launch, "PLAIN_COPY", plain)
+    monkeypatch.setattr(launch, "RANK_ROWS_PARTS", ())
     rng = np.random.default_rng(7)
     inputs = {"delta": _random(rng, (33, batch), np.float32), "a": _random(rng, (31, batch), np.float32)}
     with pytest.raises(caught_by) as failure:
@@ -431,11 +456,12 @@ def test_harness_catches_broken_rank_update(request, monkeypatch, old, new, occu
 
 @pytest.mark.parametrize("batch", [3, 64])
 def test_harness_catches_a_fused_update_that_reads_w_before_it_landed(request, monkeypatch, batch):
-    """rank_update_sgd's tile of w, copied while the block computes: read without the wait for it, it is the
-    NaN a block's shared memory starts with."""
+    """rank_update_sgd's tile of w (in tiles, taken at every batch here), copied while the block computes: read
+    without the wait for it, it is the NaN a block's shared memory starts with."""
     source = ops_cuda.kernel_source
-    mutated = mutant("nabla_w.cu", "rank_update", "wait_copies<0>();  // w's tile", "// w's tile")
+    mutated = mutant("nabla_w.cu", "rank_tiles", "wait_copies<0>();  // w's tile", "// w's tile")
     monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
+    monkeypatch.setattr(launch, "RANK_ROWS_PARTS", ())
     rng = np.random.default_rng(8)
     w, delta, a = (_random(rng, shape, np.float32) for shape in ((33, 31), (33, batch), (31, batch)))
     device = CpuDevice()
@@ -444,6 +470,73 @@ def test_harness_catches_a_fused_update_that_reads_w_before_it_landed(request, m
         device.ops.fused_update(out, delta, a, step(0.5, np.float32), None)
     if batch == 64:  # several chunks: their waits land w's tile too (committed after the first), so all is well
         np.testing.assert_allclose(device.to_host(out), w - 0.5 * (delta @ a.T), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "old, new, op, batch, octets, caught_by",
+    [
+        # An octet read before it has landed: no wait (the copies never waited for), no barrier (the samples the
+        # warp's other threads copied not there yet).
+        ("wait_copies<STAGES - 2>();", "", "nabla_w", 32, 8, cuda_cpu.KernelError),
+        ("__syncthreads();", "", "nabla_w", 32, 8, AssertionError),
+        # The octets dealt out to the rows of blocks by a floor: the last octets left to no block.
+        ("per = (octets + gridDim.y - 1) / gridDim.y", "per = octets / gridDim.y", "nabla_w", 32, 2, AssertionError),
+        # Off by one: the store one row past the end, a copy of delta or a load of a one sample past its row, a
+        # row sum one row past the end.
+        ("if (i < n) {", "if (i <= n) {", "nabla_w", 3, 8, cuda_cpu.KernelError),
+        ("i < n && s < batch", "i < n && s <= batch", "nabla_w", 3, 8, cuda_cpu.KernelError),
+        ("j < m && s + k < batch ?", "j < m && s + k <= batch ?", "nabla_w", 3, 8, cuda_cpu.KernelError),
+        ("first + g < end ? first + g : end - 1", "first + g", "gradients", 3, 8, cuda_cpu.KernelError),
+        # A column's sums met with another column's, and the octet's w read from the next octet's slot.
+        ("fold_half<COLS / 2>(acc, lane, 1)", "fold_half<COLS / 2>(acc, lane, 2)", "nabla_w", 64, 8, AssertionError),
+        ("w_ring[k % SLOTS][g]", "w_ring[(k + 1) % SLOTS][g]", "fused_update", 32, 8, AssertionError),
+    ],
+    ids=["wait removed", "barrier removed", "octets dealt short", "store bound", "copy bound", "load bound",
+         "row sum bound", "halves apart", "slot of w"],
+)
+def test_harness_catches_a_broken_rank_update_in_rows(request, monkeypatch, old, new, op, batch, octets, caught_by):
+    """Mutations of the rank update in rows fail, each octets to a block at most (as many as a 33-row layer
+    has, 5, in one block; or 2 a block, 3 rows of blocks): by a mismatch with the maths, or by the harness
+    stopping the launch."""
+    source = ops_cuda.kernel_source
+    mutated = mutant("nabla_w.cu", "rank_rows", old, new)
+    monkeypatch.setattr(launch, "RANK_ROWS_OCTETS_CHOICES", (octets,))
+    monkeypatch.setattr(launch, "RANK_MIN_BLOCKS", 1)
+    rng = np.random.default_rng(17)
+    w, delta, a = (_random(rng, shape, np.float32) for shape in ((33, 31), (33, batch), (31, batch)))
+    scale = 0.5
+
+    def run(device, x):
+        delta, a = device.to_device(x["delta"]), device.to_device(x["a"])
+        if op == "fused_update":
+            out = device.to_device(x["w"])
+            device.ops.fused_update(out, delta, a, device.to_device(step(scale, np.float32)), None)
+            return (device.to_host(out),)
+        nabla_w, nabla_b = device.to_device(nans((33, 31), np.float32)), device.to_device(nans(33, np.float32))
+        if op == "gradients":
+            device.ops.gradients(nabla_w, nabla_b, delta, a)
+            return device.to_host(nabla_w), device.to_host(nabla_b)
+        device.ops.nabla_w(nabla_w, delta, a)
+        return (device.to_host(nabla_w),)
+
+    def expect(x):
+        product = x["delta"] @ x["a"].T
+        return {"fused_update": (x["w"] - scale * product,), "gradients": (product, x["delta"].sum(axis=1)),
+                "nabla_w": (product,)}[op]
+
+    def magnitude(x, reference):
+        product = np.abs(x["delta"]) @ np.abs(x["a"]).T
+        return {"fused_update": [np.maximum(np.abs(x["w"]) + scale * product, 1)],
+                "gradients": [product, np.abs(x["delta"]).sum(axis=1)], "nabla_w": [product]}[op]
+
+    inputs = {"w": w, "delta": delta, "a": a}
+    monkeypatch.setattr(ops_cuda, "kernel_source", lambda f: mutated if f == "nabla_w.cu" else source(f))
+    with pytest.raises(caught_by) as failure:
+        check(CpuDevice(), request, run, inputs, expect, magnitude)
+    if caught_by is cuda_cpu.KernelError:
+        assert re.search(f"{OUT_OF_RANGE}|asynchronous copies it never waited for", str(failure.value)), failure.value
+    monkeypatch.setattr(ops_cuda, "kernel_source", source)  # the real kernel passes the same check
+    check(CpuDevice(), request, run, inputs, expect, magnitude)
 
 
 TWIN_IS_THE_PAIR = "the NumPy twin of a fused op is the pair of twins it fuses"

@@ -36,7 +36,7 @@ def _ptxas_registers(source, filename, options):
 
 @pytest.mark.parametrize("filename, defines", [
     ("chain.cu", launch.chain_launch("forward", 1024, 32, 4)[2]),
-    ("nabla_w.cu", launch.rank_update_launch(1024, 1024)[2]),
+    ("nabla_w.cu", launch.rank_update_launch(1024, 1024, 32, 4)[2]),
     ("elementwise.cu", launch.elementwise_launch(1)[2]),
 ])
 def test_registers_are_those_ptxas_reports(filename, defines):

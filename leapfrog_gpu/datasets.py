@@ -86,7 +86,7 @@ def digits(dtype="float32"):
     The samples are read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``)
     without importing scikit-learn, which takes seconds; the split is the one of
     ``train_test_split(test_size=0.2, stratify=labels, random_state=0)``, kept in ``DIGITS_SPLIT``
-    (tests/test_datasets.py checks both against scikit-learn).
+    (tests/core/test_datasets.py checks both against scikit-learn).
     """
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     if spec is None:

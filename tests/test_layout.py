@@ -23,6 +23,8 @@ MODELS = ("mlp", "rnn", "dag")
 MAX_LINES = 400
 MAX_LOOSE = 14
 """Modules at the library's top level, ``__init__`` and ``__main__`` included."""
+LOOSE_TESTS = {"test_layout.py", "test_docs.py", "test_doc_examples.py", "test_packaging.py"}
+"""The only test modules at the top of tests/, those of the repository as a whole; the others mirror the package."""
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_field_defaults", "_make"}
 """namedtuple's public methods and fields, underscored so as not to clash with field names."""
 
@@ -124,6 +126,11 @@ def test_no_import_between_the_networks():
 def test_few_modules_loose_at_the_top():
     loose = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert len(loose) <= MAX_LOOSE, f"{len(loose)} modules at the library's top level: {loose}"
+
+
+def test_the_tests_mirror_the_package():
+    loose = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    assert loose <= LOOSE_TESTS, f"test modules loose in tests/, not in the folder of what they test: {loose - LOOSE_TESTS}"
 
 
 def test_no_import_points_upwards():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from leapfrog_gpu.core.torch_io import INSTALL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = re.compile(r"pip3? install\b[^`)\"\n#]*")
 """A ``pip install`` command, up to what ends it in prose, a message or a script: a backtick, a parenthesis, a
 double quote, a comment or the line's end."""

@@ -20,10 +20,11 @@ from leapfrog_gpu.tools.bench import dag as bench_dag, runner
 
 HERE = Path(__file__).resolve().parent
 PROG = "python profiling/dag_bench.py"
-RECORDS, GRID, about, work, start, head, rows = (bench_dag.RECORDS, bench_dag.GRID, bench_dag.about, bench_dag.work,
-                                                 bench_dag.start, bench_dag.head, bench_dag.rows)
+RECORDS, GRID, ABOUT, HEAD, work, start, heading, format_row = (
+    bench_dag.RECORDS, bench_dag.GRID, bench_dag.ABOUT, bench_dag.HEAD, bench_dag.work, bench_dag.start,
+    bench_dag.heading, bench_dag.format_row)
 """What this suite of ``runner`` takes of ``leapfrog-bench --model dag``'s (``bench.dag``) as it is."""
-FOOT = "forward: its speed-up over the forward pass node by node (its sequential row)"
+FOOT = bench_dag.FOOT + "\nforward: its speed-up over the forward pass node by node (its sequential row)"
 
 
 def parser():
@@ -36,9 +37,9 @@ def parser():
 def case(args, backend, key):
     """The network's backward rows (``leapfrog-bench --model dag``'s) and forward rows, in one alternation."""
     return bench_dag.measure(**key, backend=backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
-                             memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
+                             memory_limit=int(args.memory_limit_mib * 2**20), max_block_depth=args.max_block_depth,
                              dtype=args.dtype, names=args.schedule,
-                             more=forward_rows(int(args.memory_limit * 2**20)))
+                             more=forward_rows(int(args.memory_limit_mib * 2**20)))
 
 
 def forward_rows(memory_limit):
@@ -65,11 +66,6 @@ def forward_rows(memory_limit):
                 ("forward", "forward-newton", newton, solved(newton))]
 
     return made
-
-
-def foot(args, backend, records, header):
-    bench_dag.foot(args, backend, records, header)
-    print(FOOT)
 
 
 def main(argv=None):

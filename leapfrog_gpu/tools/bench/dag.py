@@ -21,6 +21,7 @@ from .runner import NOISY, noisy, ratio, spread
 PROG = "leapfrog-bench --model dag"
 RECORDS = "records"
 GRID = {"kind": "kind", "N": "sizes", "D": "depths", "B": "batch"}
+ABOUT = ("memory_limit_mib", "max_block_depth", "warmup")
 BASELINE = schedule_names("dag")[0]
 KINDS = {"residual": Add, "dense": Concat}
 """The DAG shapes, by the layer that joins node i - 3 into node i (``network``)."""
@@ -31,6 +32,7 @@ COLUMNS = (("pass", -8), ("schedule", -14), ("median [p20-p80] ms", -23), ("spee
 """The columns' titles and widths (< 0: left-aligned), each row indented by two spaces under its network."""
 TITLES, WIDTHS = zip(*COLUMNS)
 HEADER = "  " + runner.line(TITLES, WIDTHS, " ")
+HEAD = (TITLE, HEADER)
 FOOT = ("speed-up vs seq: the sequential order's median over the row's; > 1: faster\n"
         f"! noisy: p80 - p20 over {NOISY:.0%} of the median; rounds: dependent steps; iters: sweeps or iterations\n"
         "flops/seq: flops over the sequential order's; mem MiB: what the solver holds")
@@ -90,16 +92,10 @@ def measure(kind, N, D, B, backend, k=2, repeats=7, warmup=1, memory_limit=2**26
 
 
 def with_speedups(records):
-    """``records``, each timed one given ``speedup``: the median of the sequential record of the same pass
-    on the same network (kind, N, D, B, k, dtype, backend) over its own."""
-    def network_of(r):
-        return tuple(r[key] for key in ("kind", "N", "D", "B", "k", "dtype", "backend", "pass"))
-
-    base = {network_of(r): r["ms"]["median"] for r in records if r["schedule"] == BASELINE and "ms" in r}
-    for r in records:
-        if "ms" in r and base.get(network_of(r)):
-            r["speedup"] = base[network_of(r)] / r["ms"]["median"]
-    return records
+    """``records``, each timed one given ``speedup`` over the sequential record of the same pass on the same
+    network (kind, N, D, B, k, dtype, backend)."""
+    return runner.speedups(records, lambda r: tuple(r[key] for key in (*GRID, "k", "dtype", "backend", "pass")),
+                           lambda r: r["schedule"] == BASELINE, lambda r: r["ms"]["median"] if "ms" in r else None)
 
 
 def format_row(record):
@@ -135,27 +131,14 @@ def start(args):
 
 def case(args, backend, key):
     return measure(**key, backend=backend, k=args.k, repeats=args.repeats, warmup=args.warmup,
-                   memory_limit=int(args.memory_limit * 2**20), max_block_depth=args.max_block_depth,
+                   memory_limit=int(args.memory_limit_mib * 2**20), max_block_depth=args.max_block_depth,
                    dtype=args.dtype, names=args.schedule)
 
 
-def about(args):
-    return {"memory_limit_mib": args.memory_limit, "max_block_depth": args.max_block_depth, "warmup": args.warmup}
-
-
-def head(args):
-    return [TITLE, HEADER]
-
-
-def rows(args, case):
-    """A network's heading, then its rows."""
+def heading(case):
+    """The line above a network's rows."""
     r = case[0]
-    return [f"{r['kind']} DAG, N={r['N']} D={r['D']} B={r['B']}, {r['dtype']}, {r['backend']}, k={r['k']}",
-            *map(format_row, case)]
-
-
-def foot(args, backend, records, about):
-    print(FOOT)
+    return [f"{r['kind']} DAG, N={r['N']} D={r['D']} B={r['B']}, {r['dtype']}, {r['backend']}, k={r['k']}"]
 
 
 def parser():
@@ -169,6 +152,7 @@ def parser():
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K",
                    help="worker streams of the backward schedules (default 2)")
     p.add_argument("--memory-limit", type=integer(1, "--memory-limit"), default=64, metavar="MIB",
+                   dest="memory_limit_mib",
                    help="MiB the block solvers (dag-jacobi, dag-doubling) may hold (default 64)")
     p.add_argument("--max-block-depth", type=integer(1, "--max-block-depth"), default=32, metavar="D",
                    help="the deepest D at which the block solvers run (default 32)")

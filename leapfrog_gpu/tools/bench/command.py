@@ -1,12 +1,12 @@
-"""``leapfrog-bench``: the command line, handed to the suite of its ``--model`` (``mlp``, ``rnn``, ``dag``),
-each with options of its own, run by ``runner``. Exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C."""
+"""``leapfrog-bench``: the command line, handed to the suite of its ``--model`` (``mlp``, ``rnn``), each with
+options of its own, run by ``runner``. Exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C."""
 
 import argparse
 import sys
 
-from . import dag, mlp, rnn, runner
+from . import mlp, rnn, runner
 
-SUITES = {"mlp": mlp, "rnn": rnn, "dag": dag}
+SUITES = {"mlp": mlp, "rnn": rnn}
 
 
 def main(argv=None):

@@ -31,9 +31,9 @@ DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] 
             "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
             "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")
 """What ``--help`` says of the time a run takes."""
-MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
-              "dag: a DagNet's backward schedules against its sequential order; each with options of its own "
-              "(leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
+MODEL_HELP = ("rnn: the recurrent network's backward pass and SGD step under each of its schedules against BPTT "
+              "and PyTorch's, with options of its own (leapfrog-bench --model rnn --help; default mlp); a DagNet's "
+              "are measured by python profiling/dag_bench.py")
 COLUMNS = (("", "k", 1), ("", "blas", 4), ("step", "ms", 7), ("bwd", "ms", 7), ("pred", "saving", 7),
            ("meas", "saving", 7), ("bwd", "vs seq", 6), ("step", "vs best", 7))
 """Each column after the schedule's: its title on two lines, and its width, set before any number is known

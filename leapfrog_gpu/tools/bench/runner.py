@@ -3,7 +3,7 @@
 networks with its progress, table, JSONL and JSON (``main``); the options every suite takes (``parser``); the
 machine; the table's cells and lines.
 
-A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particular to its network:
+A suite (``mlp``, ``rnn``; profiling/dag_bench.py's DAG) is a module that says only what is particular to its network:
 
 ``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
 ``parser()``                      ``parser``'s options and its own
@@ -164,7 +164,7 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
     (``schedules``: by default all of ``model``'s), ``--repeats``, ``--warmup``, ``--no-torch`` (with
     ``torch``), ``--quiet``, ``--json`` and ``--jsonl``."""
     p = Parser(prog=prog, description=description, exit_statuses=EXIT_STATUSES)
-    p.add_argument("--model", choices=("mlp", "rnn", "dag") if model_help else (model,), default=model,
+    p.add_argument("--model", choices=("mlp", "rnn") if model_help else (model,), default=model,
                    help=model_help or argparse.SUPPRESS)
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help="auto: cupy when a CUDA device is usable, else numpy (default auto)")

@@ -16,6 +16,3 @@ def main(argv=None):
     model.add_argument("--model", default="mlp")
     return runner.main(SUITES.get(model.parse_known_args(argv)[0].model, mlp), argv)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ import contextlib
 import os
 import textwrap
 
-from ...backends import get_backend
+from ...backends import get_backend, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
@@ -108,11 +108,13 @@ def work(key):
 
 @contextlib.contextmanager
 def start(args):
-    """What the networks share: the BLAS settings and the copy bandwidth at each (measured before the first
-    network, so that its time is its own)."""
-    settings = autotune.blas_settings(args.backend, args.blas_threads)
+    """What the networks share: the BLAS settings and a copy's GB/s at each, at which a step's bytes floor is
+    taken (measured before the first network, so that its time is its own)."""
+    settings, bandwidth = autotune.blas_settings(args.backend, args.blas_threads), {}
     with get_backend(args.backend) as backend:
-        bandwidth = {threads: measure.copy_bandwidth(backend, threads) for threads in settings}
+        for threads in settings:
+            with autotune.blas_limit(threads):
+                bandwidth[threads] = timing.copy_bandwidth(backend)["median"]
     yield {"settings": settings, "bandwidth": bandwidth}
 
 

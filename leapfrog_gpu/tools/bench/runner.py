@@ -3,21 +3,17 @@
 networks with its progress, table, JSONL and JSON (``main``); the options every suite takes (``parser``); the
 machine; the table's cells and lines.
 
-A suite (``mlp``, ``rnn``; profiling/dag_bench.py's DAG) is a module that says only what is particular to its network:
-
-``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
-``parser()``                      ``parser``'s options and its own
-``GRID``, ``work(key)``           its networks' names and the options whose values they take (``{"N": "sizes"}``:
-                                  ``grid``); a network's work (``{"N": 256, "L": 8, "B": 1}``: a number)
-``case(args, state, key)``        one network's records (dicts)
-``HEAD``, ``format_row(record)``  the lines above the table; a record's line, under ``heading(case)`` if it has one
-
-and where it needs them: ``check(p, args)``, more checks of the options (``p.error``); ``ABOUT``, the options
-the header records beside the command, date, machine and, with ``--no-torch``, ``torch_note``
-(``torch_anchor.skipped``: printed last); ``start(args)``, a context manager yielding ``state``, what the
-networks share; ``FOOT``, the lines under the table; and ``head(args)``, ``rows(args, case)`` and ``foot(args,
-state, records, about)`` for table lines that depend on the options.
+A suite (``mlp``, ``rnn``, profiling/dag_bench.py) is a module that says what is particular to its network:
+``PROG`` (its command), ``RECORDS`` (their key in ``--json``), ``parser()`` (``parser``'s options and its own),
+``GRID`` (its networks' names and the options whose values they take, ``{"N": "sizes"}``: ``grid``),
+``work(key)`` (a network's work, a number), ``case(args, state, key)`` (one network's records, dicts), ``HEAD``
+(the lines above the table) and ``format_row(record)`` (a record's line, under ``heading(case)`` where it has
+one). Where it needs them: ``check(p, args)`` (more checks of the options, ``p.error``), ``ABOUT`` (the options
+the header records beside the command, date, machine and, with ``--no-torch``, ``torch_note``), ``start(args)``
+(a context manager yielding ``state``, what the networks share), ``FOOT`` (the lines under the table); where
+they depend on the options, ``head(args)``, ``rows(args, case)`` and ``foot(args, state, records, about)``.
 """
+
 import argparse
 import contextlib
 import datetime
@@ -37,8 +33,7 @@ from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
 NOISY = 0.25
-"""A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
-then say little (a quieter machine or more ``--repeats`` would)."""
+"""A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
                  (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given")]
 """What a command's exit status means, as ``--help`` lists it."""
@@ -216,14 +211,9 @@ def header(command, backend):
 
 def machine(backend):
     """Where the run measures (``backend``, a name): the device (or CPU), its cores, the platform, Python, NumPy."""
-    return {"device": device_name(get_backend(backend)) if backend == "cupy" else cpu_name(),
+    return {"device": get_backend(backend).device_name if backend == "cupy" else cpu_name(),
             "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__}
-
-
-def device_name(backend):
-    """A backend's device: the GPU's name, or the CPU's."""
-    return backend.device_name if backend.name == "cupy" else cpu_name()
 
 
 def cpu_name():

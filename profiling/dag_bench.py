@@ -136,8 +136,9 @@ def forward_rows(net, x, memory_limit):
 def with_speedups(records):
     """``records``, each timed one given ``speedup`` over the sequential record of the same pass on the same
     network (kind, N, D, B, k, dtype, backend)."""
-    return runner.speedups(records, lambda r: tuple(r[key] for key in (*GRID, "k", "dtype", "backend", "pass")),
-                           lambda r: r["schedule"] == BASELINE, lambda r: r["ms"]["median"] if "ms" in r else None)
+    return runner.speedups(records, group=lambda r: tuple(r[key] for key in (*GRID, "k", "dtype", "backend", "pass")),
+                           baseline=lambda r: r["schedule"] == BASELINE,
+                           median=lambda r: r["ms"]["median"] if "ms" in r else None)
 
 
 def heading(case):

@@ -15,4 +15,3 @@ def main(argv=None):
     model = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     model.add_argument("--model", default="mlp")
     return runner.main(SUITES.get(model.parse_known_args(argv)[0].model, mlp), argv)
-

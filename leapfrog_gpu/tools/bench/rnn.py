@@ -89,8 +89,9 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
              **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
              **({"median_s": float(np.median(timed[name].pop("ms"))) / 1e3} if "ms" in timed[name] else {}),
              **timed[name]} for name, streams, _ in rows]
-    return runner.speedups(rows, lambda r: r["schedule"].startswith("step "),  # over BPTT's pass, or its step
-                           lambda r: r["schedule"].removeprefix("step ") == BASELINE, lambda r: r.get("median_s"))
+    return runner.speedups(rows, group=lambda r: r["schedule"].startswith("step "),  # BPTT's pass, or its step
+                           baseline=lambda r: r["schedule"].removeprefix("step ") == BASELINE,
+                           median=lambda r: r.get("median_s"))
 
 
 def torch_step(net, x, y, eta=ETA):

@@ -1,8 +1,8 @@
 """The same networks trained by PyTorch, what a user would otherwise run, timed in the bench's alternation:
 ``Step``, the SGD step of a network's own ``to_torch()`` module (a copy of its parameters, in its dtype and on
 its device) on our batch, each sample a row, and the network's cost, quadratic, over the batch's mean; updated
-by ``"loop"`` (``p -= lr p.grad`` for each) or by torch.optim's optimizer of ours' name and hyper-parameters,
-``foreach=True`` or ``fused=True``; ``graph=True`` replays a CUDA graph of the loop."""
+by ``"loop"`` (``p -= lr p.grad`` for each) or by torch.optim's optimizer of the same name and hyper-parameters
+as ours, ``foreach=True`` or ``fused=True``; ``graph=True`` replays a CUDA graph of the loop."""
 
 import contextlib
 import time

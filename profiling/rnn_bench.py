@@ -89,7 +89,7 @@ def main(argv=None):
             Path(path).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
         return meta
 
-    print(*bench_rnn.table_head(), sep="\n")
+    print(*bench_rnn.HEAD, sep="\n")
     rows = []
     for N in args.N:
         for tau in args.tau:

@@ -374,8 +374,8 @@ def test_a_bad_command_line_is_caught(tmp_path):
     parse, a missing script, an unknown extra, an unknown command."""
     doc = tmp_path / ("bad" + MARKDOWN)
     doc.write_text("```bash\nleapfrog-train --epochs 2 --no-such-option\n"
-                   "OUT=x mpiexec -n 2 leapfrog-bench --sizes 1024 --k 0 && leapfrog-bench --model dag --depths 8 "
-                   "--layers 3\n"
+                   "OUT=x mpiexec -n 2 leapfrog-bench --sizes 1024 --k 0 && leapfrog-bench --model rnn --tau 8 "
+                   "--depths 3\n"
                    "leapfrog-bench --model rnn --tau 16  # a comment; --bogus\n"
                    "pip install -e '.[nothing]' && python profiling/nowhere.py\n"
                    "make everything\n```\n", encoding="utf-8")
@@ -383,17 +383,17 @@ def test_a_bad_command_line_is_caught(tmp_path):
     found = commands(block)
     assert found == [["leapfrog-train", "--epochs", "2", "--no-such-option"],
                      ["leapfrog-bench", "--sizes", "1024", "--k", "0"],
-                     ["leapfrog-bench", "--model", "dag", "--depths", "8", "--layers", "3"],
+                     ["leapfrog-bench", "--model", "rnn", "--tau", "8", "--depths", "3"],
                      ["leapfrog-bench", "--model", "rnn", "--tau", "16"],
                      ["pip", "install", "-e", ".[nothing]"], ["python", "profiling/nowhere.py"],
                      ["make", "everything"]]
-    # the commands take no prefix of an option for the option: --depth is not --depths
-    depth = command_problems(["leapfrog-bench", "--model", "dag", "--depth", "8"])
-    assert "unrecognized arguments: --depth 8" in depth[0]
+    # the commands take no prefix of an option for the option: --layer is not --layers
+    layer = command_problems(["leapfrog-bench", "--model", "rnn", "--layer", "8"])
+    assert "unrecognized arguments: --layer 8" in layer[0]
     problems = [command_problems(words) for words in found]
     assert "unrecognized arguments: --no-such-option" in problems[0][0]
     assert "every worker stream count must be >= 1" in problems[1][0]
-    assert "unrecognized arguments: --layers 3" in problems[2][0]  # the dag bench has --depths, no --layers
+    assert "unrecognized arguments: --depths 3" in problems[2][0]  # the rnn bench has --tau, no --depths
     assert problems[3] == []
     assert "no extra 'nothing'" in problems[4][0]
     assert "not a file of the repository" in problems[5][0]

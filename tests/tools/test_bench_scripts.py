@@ -1,8 +1,8 @@
 """The studies that left ``leapfrog-bench`` for profiling/: the stream timeline of its configurations
 (``bench_timeline.py``), the data-parallel table (``parallel_bench.py``; its runs under mpiexec are in
 tests/tools/test_commands_parallel.py), the check of autotune's choice (``autotune_check.py``), PyTorch's
-compiled step (``torch_compile.py``), the DAG's forward solvers (``dag_bench.py``) and DEER's problem
-(``rnn_bench.py``)."""
+compiled step (``torch_compile.py``) and DEER's problem (``rnn_bench.py``); the DAG's benchmark
+(``dag_bench.py``) is tests/tools/test_dag_bench.py's."""
 
 import io
 import json
@@ -14,16 +14,12 @@ import pytest
 
 from helpers import bench_table
 from leapfrog_gpu.core.torch_io import INSTALL
-from leapfrog_gpu.backends import get_backend
-from leapfrog_gpu.tools.bench import dag as bench_dag
-from leapfrog_gpu.tools.schedules import schedule_names
 
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 sys.path.insert(0, str(PROFILING))
 
 import autotune_check  # noqa: E402
 import bench_timeline  # noqa: E402
-import dag_bench  # noqa: E402
 import parallel_bench  # noqa: E402
 import rnn_bench  # noqa: E402
 
@@ -213,42 +209,6 @@ def test_the_compiled_step_is_the_eager_step():
         for p, q in zip(eager.params, compiled.params, strict=True):
             assert float((p - q).detach().abs().max()) < 1e-12
         assert float((eager.params[0] - net.to_torch()[0].weight).detach().abs().max()) > 0  # moved
-
-
-# -- dag_bench.py --------------------------------------------------------------------------------------------
-
-
-FORWARD = [("forward", "sequential"), ("forward", "forward-jacobi"), ("forward", "forward-newton")]
-"""The forward rows of dag_bench.py, after leapfrog-bench --model dag's backward rows."""
-
-
-def test_the_forward_solvers_report_their_rounds_and_a_block_solver_is_refused_before_allocating():
-    more = dag_bench.forward_rows(2**20)
-    with get_backend("numpy") as backend:
-        records = bench_dag.measure("residual", 3, 4, 2, backend, repeats=2, warmup=1, more=more)
-        limited = bench_dag.measure("residual", 3, 4, 2, backend, repeats=1, warmup=0, memory_limit=100,
-                                    more=dag_bench.forward_rows(100))
-    rows = {(r["pass"], r["schedule"]): r for r in records}
-    assert [key for key in rows if key[0] == "forward"] == FORWARD
-    assert rows["forward", "forward-jacobi"]["stats"]["sweeps"] == 4
-    newton = rows["forward", "forward-newton"]["stats"]
-    assert 1 <= newton["iterations"] <= 4 and newton["rounds"] == 2 * newton["iterations"]
-    assert rows["forward", "sequential"]["speedup"] == 1.0
-    assert rows["forward", "forward-jacobi"]["speedup"] == (rows["forward", "sequential"]["ms"]["median"]
-                                                            / rows["forward", "forward-jacobi"]["ms"]["median"])
-    out = {r["schedule"]: r for r in limited if "refused" in r}
-    assert sorted(out) == ["dag-doubling", "dag-jacobi", "forward-newton"]
-    newton = out["forward-newton"]
-    assert newton["refused"].startswith("needs ") and newton["stats"]["memory_bytes"] > 100
-
-
-def test_the_dag_script_is_the_command_with_the_forward_rows_on_numpy(tmp_path):
-    out = tmp_path / "dag.json"
-    stdout = run(dag_bench, ["--sizes", "2", "--depths", "3", "--batch", "1", "--repeats", "1", "--json", str(out)])
-    records = json.loads(out.read_text())["records"]
-    backward = [("backward", name) for name in schedule_names("dag")]
-    assert [(r["pass"], r["schedule"]) for r in records] == backward + FORWARD
-    assert {r["backend"] for r in records} == {"numpy"} and stdout.rstrip().endswith(dag_bench.FOOT)
 
 
 # -- rnn_bench.py --deer --------------------------------------------------------------------------------------

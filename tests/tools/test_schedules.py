@@ -1,15 +1,21 @@
 """Each network's schedules by name (``leapfrog_gpu.tools.schedules``): the names, the schedules they make,
-the one-line refusal, and every ``leapfrog-bench --model`` taking exactly those names."""
+the one-line refusal, and every bench (``leapfrog-bench --model mlp``, ``rnn``; profiling/dag_bench.py) taking
+exactly those names."""
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
-from helpers import run_bench
 from leapfrog_gpu import BPTT, DagDoubling, DagJacobi, LevelSets, Leapfrog, NaumovJacobi, NaumovRNN, NaumovScan
 from leapfrog_gpu import Sequential, TimeScan, Wavefront
 from leapfrog_gpu.tools.bench import command as bench
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, refusal, schedule_names, takes_k
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
+
+import dag_bench  # noqa: E402
 
 NAMES = {
     "mlp": {"sequential": Sequential, "leapfrog": Leapfrog, "naumov-scan": NaumovScan, "naumov-jacobi": NaumovJacobi},
@@ -22,7 +28,7 @@ BOUNDED = {"naumov-scan", "naumov-jacobi", "timescan", "naumov-rnn", "dag-jacobi
 """The names whose schedules hold buffers past the weights', and take the commands' memory limit."""
 TINY = {"mlp": ["--sizes", "6", "--layers", "4", "--batch", "1", "--k", "2", "--blas-threads", "1", "--no-torch"],
         "rnn": ["--sizes", "3", "--tau", "3", "--batch", "1", "--no-torch"],
-        "dag": ["--sizes", "3", "--depths", "4", "--batch", "1"]}
+        "dag": ["--sizes", "3", "--depths", "4", "--batch", "1", "--time", "backward"]}
 
 
 @pytest.mark.parametrize("model", NAMES)
@@ -53,7 +59,7 @@ def test_one_pass_is_the_mlps_sequential_and_leapfrog_only():
 
 
 def printed_schedules(model, out):
-    """The schedule of each row that ``leapfrog-bench --model model`` printed (the DAG's backward rows)."""
+    """The schedule of each row that ``model``'s bench printed (the DAG's backward rows)."""
     if model == "mlp":
         return [line.split()[0].rstrip("*") for line in out.splitlines()
                 if re.match(r"[a-z-]+\*? +\d+ +\d+ ", line)]
@@ -62,24 +68,26 @@ def printed_schedules(model, out):
     return [line.split()[1] for line in out.splitlines() if line.startswith("  backward ")]
 
 
+def run(model, argv, tmp_path):
+    """``leapfrog-bench --model model ...``, or the DAG's ``python profiling/dag_bench.py ...`` (its JSON in
+    ``tmp_path``): the exit status."""
+    if model == "dag":
+        return dag_bench.main([*argv, "--json", str(tmp_path / "r.json")])
+    return bench.main(["--model", model, *argv])
+
+
 @pytest.mark.parametrize("model", NAMES)
-def test_every_bench_takes_the_names_of_its_model_and_prints_them(model, capsys):
+def test_every_bench_takes_the_names_of_its_model_and_prints_them(model, capsys, tmp_path):
     """Every name of the model's schedules, and a row for each under that name; the baseline first."""
-    argv = ["--model", model, "--backend", "numpy", "--schedule", ",".join(NAMES[model]), "--repeats", "1",
-            *TINY[model]]
-    out = run_bench(argv) if model == "mlp" else _main(argv, capsys)
-    assert printed_schedules(model, out) == list(NAMES[model])
+    argv = ["--backend", "numpy", "--schedule", ",".join(NAMES[model]), "--repeats", "1", *TINY[model]]
+    assert run(model, argv, tmp_path) == 0
+    assert printed_schedules(model, capsys.readouterr().out) == list(NAMES[model])
 
 
 @pytest.mark.parametrize("model", NAMES)
-def test_every_bench_refuses_another_models_name_with_the_same_line(model, capsys):
+def test_every_bench_refuses_another_models_name_with_the_same_line(model, capsys, tmp_path):
     other = {"mlp": "bptt", "rnn": "sequential", "dag": "naumov-scan"}[model]
     with pytest.raises(SystemExit) as stop:
-        bench.main(["--model", model, "--backend", "numpy", "--schedule", f"leapfrog,{other}"])
+        run(model, ["--backend", "numpy", "--schedule", f"leapfrog,{other}"], tmp_path)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and err.endswith(f"{refusal(model, other)}\n"), err
-
-
-def _main(argv, capsys):
-    assert bench.main(argv) == 0
-    return capsys.readouterr().out

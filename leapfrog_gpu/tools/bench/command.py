@@ -1,12 +1,12 @@
-"""``leapfrog-bench``: the command line, handed to the suite of its ``--model`` (``mlp``, ``rnn``, ``dag``),
-each with options of its own, run by ``runner``. Exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C."""
+"""``leapfrog-bench``: the command line, handed to the suite of its ``--model`` (``mlp``, ``rnn``), each with
+options of its own, run by ``runner``. Exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C."""
 
 import argparse
 import sys
 
-from . import dag, mlp, rnn, runner
+from . import mlp, rnn, runner
 
-SUITES = {"mlp": mlp, "rnn": rnn, "dag": dag}
+SUITES = {"mlp": mlp, "rnn": rnn}
 
 
 def main(argv=None):
@@ -15,7 +15,3 @@ def main(argv=None):
     model = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     model.add_argument("--model", default="mlp")
     return runner.main(SUITES.get(model.parse_known_args(argv)[0].model, mlp), argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -25,12 +25,6 @@ Run = collections.namedtuple("Run", "schedule threads graph")
 """A configuration timed: its schedule, BLAS setting, whether a graph."""
 
 
-def copy_bandwidth(backend, threads):
-    """GB/s of a copy on ``backend`` at the BLAS setting ``threads``: what a step's bytes floor is taken at."""
-    with autotune.blas_limit(threads):
-        return timing.copy_bandwidth(backend)["median"]
-
-
 def configurations(args):
     """The ``(schedule name, k)`` of every configuration measured: the baseline first, then each of
     ``--schedule`` at each k of ``--k`` (k = 0 where the schedule takes none)."""
@@ -41,7 +35,7 @@ def configurations(args):
 def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
     """The records of the network ``sizes`` at ``batch``, every step by ``OPTIMIZERS[optimizer]``: at each BLAS
     setting of ``settings`` (a copy's GB/s at each: ``bandwidth``), the step and the backward pass of each
-    configuration (``_runs``), the forward pass and f1-f3 (``sweeps``), and PyTorch's steps (``torch_anchor``),
+    configuration (``_runs``), the forward pass and f1-f3 (``sweeps``), and PyTorch's steps (``torch_steps``),
     all in one alternation (``runner.interleaved``, a block per BLAS setting)."""
     rule, itemsize = OPTIMIZERS[optimizer], np.dtype(args.dtype).itemsize
     with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
@@ -55,14 +49,14 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
             calls[run.threads, "step", i] = lambda r=run: net.train_step(x, y, rule, r.schedule, graph=r.graph)
             if not run.graph:
                 calls[run.threads, "backward", i] = lambda s=run.schedule: plan.backward(s)
-        anchors = {} if torch_anchor.skipped(args.no_torch) else torch_anchor.steps(args, net, x, y, settings,
-                                                                                   optimizer, rule)
-        calls.update({(("torch", threads), mode): anchor.step for (mode, threads), anchor in anchors.items()})
+        anchors = {} if torch_anchor.skipped(args.no_torch) else torch_steps(args, net, x, y, optimizer)
+        calls.update({(("torch", threads), mode): anchors[mode].step for threads in settings for mode in anchors})
         timed = runner.interleaved(backend, calls, args.repeats, args.warmup, {row: _setting(row[0]) for row in calls})
         shared = {threads: {
-            "backend": args.backend, "backend_repr": repr(backend), "device": runner.device_name(backend),
-            "dtype": args.dtype, "N": sizes[0], "optimizer": optimizer, "L": len(sizes), "B": batch,
-            "blas_threads": threads, "repeats": args.repeats,
+            "backend": args.backend, "backend_repr": repr(backend),
+            "device": backend.device_name if backend.name == "cupy" else runner.cpu_name(), "dtype": args.dtype,
+            "N": sizes[0], "optimizer": optimizer, "L": len(sizes), "B": batch, "blas_threads": threads,
+            "repeats": args.repeats,
             "forward_ms": timing.summary(timed[threads, "forward"]["ms"]),
             **{name: float(np.median(timed[threads, name]["ms"])) / layers if layers else 0.0
                for name, (_, layers) in passes.items() if name != "forward"},
@@ -74,11 +68,24 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
                     "one_pass": run.schedule.one_pass, "graph": run.graph,
                     **_times(timed[run.threads, "step", i], timed.get((run.threads, "backward", i)))}
                    for i, run in enumerate(runs)]
-        for (mode, threads), anchor in anchors.items():
-            step = timed[("torch", threads), mode]
-            backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats, threads)}
-            records.append(torch_record(args, net, anchor, mode, threads, optimizer, _times(step, backward)))
+        for threads in settings:
+            for mode, anchor in anchors.items():
+                step = timed[("torch", threads), mode]
+                backward = "ms" in step and not anchor.graph and {"ms": anchor.backward_ms(args.repeats, threads)}
+                records.append(torch_record(args, net, anchor, mode, threads, optimizer, _times(step, backward)))
     return records
+
+
+def torch_steps(args, net, x, y, optimizer):
+    """``mode -> torch_anchor.Step`` of ``net`` on the batch ``x``, ``y``, all on one copy of it (2 GB at N =
+    4096), by ``OPTIMIZERS[optimizer]``: plain SGD's loop (``torch-autograd``), torch.optim's
+    (``torch-NAME-foreach``, ``-fused``), with ``--graph`` on a GPU the loop as a CUDA graph (``torch-cuda-graph``)."""
+    module, plain = net.to_torch(), optimizer == "sgd"
+    modes = {"torch-autograd": {}} if plain else {}
+    modes.update({f"torch-{optimizer}-{how}": {"update": how} for how in torch_anchor.UPDATES[1:]})
+    if args.graph and plain and next(module.parameters()).is_cuda:
+        modes["torch-cuda-graph"] = {"graph": True}
+    return {mode: torch_anchor.Step(module, x, y, OPTIMIZERS[optimizer], **how) for mode, how in modes.items()}
 
 
 def torch_record(args, net, step, mode, threads, optimizer, times):
@@ -156,11 +163,9 @@ def sweeps(net, plan):
 
 
 def derive(case):
-    """Add the model's prediction and the ratios, each against a baseline measured in this run (``over``).
-
-    A graph row's ``step_speedup`` is against the graph-mode sequential step, and its
-    ``graph_speedup`` against its own configuration's eager step; it has no backward pass of its own.
-    """
+    """Add the model's prediction and the ratios, each against a baseline measured in this run (``over``): a
+    graph row's ``step_speedup`` against the graph-mode sequential step, its ``graph_speedup`` against its own
+    configuration's eager step (it has no backward pass of its own)."""
     def twin(r):
         return r["schedule"], r["k"], r.get("one_pass"), r["blas_threads"]
 

@@ -14,7 +14,7 @@ import contextlib
 import os
 import textwrap
 
-from ...backends import get_backend
+from ...backends import get_backend, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
@@ -31,9 +31,9 @@ DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] 
             "on a 2-core CPU. The time left is printed once the first network is measured; for a quick look, "
             "--sizes 256 --layers 8 --batch 1 --repeats 5 takes seconds.")
 """What ``--help`` says of the time a run takes."""
-MODEL_HELP = ("rnn: the recurrent network's backward pass under each of its schedules against BPTT and torch.nn.RNN; "
-              "dag: a DagNet's backward schedules against its sequential order; each with options of its own "
-              "(leapfrog-bench --model rnn --help, --model dag --help; default mlp)")
+MODEL_HELP = ("rnn: the recurrent network's backward pass and SGD step under each of its schedules against BPTT "
+              "and PyTorch's, with options of its own (leapfrog-bench --model rnn --help; default mlp); a DagNet's "
+              "are measured by python profiling/dag_bench.py")
 COLUMNS = (("", "k", 1), ("", "blas", 4), ("step", "ms", 7), ("bwd", "ms", 7), ("pred", "saving", 7),
            ("meas", "saving", 7), ("bwd", "vs seq", 6), ("step", "vs best", 7))
 """Each column after the schedule's: its title on two lines, and its width, set before any number is known
@@ -108,11 +108,13 @@ def work(key):
 
 @contextlib.contextmanager
 def start(args):
-    """What the networks share: the BLAS settings and the copy bandwidth at each (measured before the first
-    network, so that its time is its own)."""
-    settings = autotune.blas_settings(args.backend, args.blas_threads)
+    """What the networks share: the BLAS settings and a copy's GB/s at each, at which a step's bytes floor is
+    taken (measured before the first network, so that its time is its own)."""
+    settings, bandwidth = autotune.blas_settings(args.backend, args.blas_threads), {}
     with get_backend(args.backend) as backend:
-        bandwidth = {threads: measure.copy_bandwidth(backend, threads) for threads in settings}
+        for threads in settings:
+            with autotune.blas_limit(threads):
+                bandwidth[threads] = timing.copy_bandwidth(backend)["median"]
     yield {"settings": settings, "bandwidth": bandwidth}
 
 

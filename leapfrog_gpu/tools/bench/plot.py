@@ -1,11 +1,7 @@
-"""The figure of ``leapfrog-bench --plot``: the speed-up of a pass against k, measured and as the model
-predicts.
-
-One panel per width N; one colour per (L, B, BLAS threads); dots are measured, the line is the model's
-1 / (1 - (1 - 1/k) f3/f). Both are speed-ups of a pass (forward + backward) over the sequential
-schedule at the same BLAS setting, k = 1 included. The title says where and when they were measured
-(backend, machine, date); each panel's legend sits below it, off the data.
-"""
+"""The figure of ``leapfrog-bench --plot``: the speed-up of a pass (forward + backward) against k over the
+sequential schedule at the same BLAS setting, k = 1 included, measured (dots) and as the model predicts (the
+line, 1 / (1 - (1 - 1/k) f3/f)). One panel per width N, one colour per (L, B, BLAS threads), each panel's
+legend below it, off the data; the title says where and when (backend, machine, date)."""
 
 from ...core.schedules import Leapfrog
 

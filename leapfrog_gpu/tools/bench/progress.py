@@ -1,10 +1,7 @@
-"""A bench's progress over its grid of networks: a tqdm bar on stderr (on a terminal) and the time left.
-
-A grid's networks differ in cost by orders of magnitude, so each counts for its work (``layer_work`` times the
-layers its passes run through): the bar's percentage and time left are tqdm's over the work, the work left at
-the seconds per unit of work measured so far. Once the first network is measured, one line on stderr says
-how long the rest will take at its rate.
-"""
+"""A bench's progress over its grid of networks: a tqdm bar on stderr (on a terminal) and the time left. The
+networks differ in cost by orders of magnitude, so each counts for its work (``layer_work`` times the layers its
+passes run through): the bar's percentage and time left are tqdm's over the work. Once the first network is
+measured, one line on stderr says how long the rest will take at its rate."""
 
 import sys
 import time

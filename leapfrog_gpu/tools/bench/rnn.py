@@ -4,10 +4,8 @@ against BPTT and PyTorch's ``nn.RNN``.
 For every (N, tau, B), ``RNN([N] * L, output="every")``: its backward pass alone under each schedule (a row
 NAME each, beside PyTorch's ``loss.backward()``) and its SGD step (``step NAME``, beside PyTorch's,
 ``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), all in one
-alternation (``runner.interleaved``). What the rows mean, and the tables measured: docs/rnn.md.
-"""
+alternation (``runner.interleaved``). What the rows mean, and the tables measured: docs/rnn.md."""
 
-import contextlib
 import functools
 
 import numpy as np
@@ -26,6 +24,7 @@ from .runner import ratio
 PROG = "leapfrog-bench --model rnn"
 RECORDS = "rows"
 GRID = {"N": "sizes", "tau": "tau", "B": "batch"}
+ABOUT = ("layers", "k", "max_gflop")
 BASELINE = schedule_names("rnn")[0]
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
@@ -33,17 +32,14 @@ COLUMNS = (("N", 4), ("tau", 5), ("B", 3), ("schedule", -26), ("k", 2), ("median
            ("rounds", 7), ("flops/bptt", 10))
 """The columns' titles and widths (< 0: left-aligned)."""
 TITLES, WIDTHS = zip(*COLUMNS)
+HEADER = runner.line(TITLES, WIDTHS, " ")
+HEAD = (TITLE, HEADER, "-" * len(HEADER))
+"""The lines above the rows: ``TITLE``, the columns' titles and a rule."""
 PARTS = ("backward", "step")
 """What ``measure`` can time: the backward pass alone, the whole SGD step."""
 ETA = 1e-9
 """The timed steps' learning rate: the network stays the one drawn (at 1e-3, a few hundred steps at tau = 4096,
 whose cost sums over tau outputs, change what the forward solvers face)."""
-
-
-def table_head():
-    """The lines above the rows: ``TITLE``, the columns' titles and a rule."""
-    header = runner.line(TITLES, WIDTHS, " ")
-    return [TITLE, header, "-" * len(header)]
 
 
 def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
@@ -93,11 +89,9 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
              **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
              **({"median_s": float(np.median(timed[name].pop("ms"))) / 1e3} if "ms" in timed[name] else {}),
              **timed[name]} for name, streams, _ in rows]
-    medians = {r["schedule"]: r.get("median_s") for r in rows}
-    for r in rows:
-        if "median_s" in r:  # over BPTT's backward pass, or its step
-            r["speedup"] = medians["step " * r["schedule"].startswith("step ") + BASELINE] / r["median_s"]
-    return rows
+    return runner.speedups(rows, group=lambda r: r["schedule"].startswith("step "),  # BPTT's pass, or its step
+                           baseline=lambda r: r["schedule"].removeprefix("step ") == BASELINE,
+                           median=lambda r: r.get("median_s"))
 
 
 def torch_step(net, x, y, eta=ETA):
@@ -191,28 +185,12 @@ def work(key):
     return key["tau"] * progress.layer_work(key["N"], key["B"])
 
 
-def about(args):
-    return {"layers": args.layers, "k": args.k, "max_gflop": args.max_gflop}
-
-
-def start(args):
-    """Whether PyTorch's rows are timed."""
-    return contextlib.nullcontext(torch_anchor.skipped(args.no_torch) is None)
-
-
-def case(args, torch, key):
+def case(args, state, key):
+    """One network's rows, PyTorch's among them unless ``torch_anchor.skipped``."""
     return measure(*key.values(), L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype,
-                   backend=args.backend, max_gflop=args.max_gflop, torch=torch, blas_threads=args.blas_threads,
-                   names=args.schedule, solvers=args.forward_solver, parts=args.time, cell=args.cell,
-                   torch_threads=args.torch_threads, warmup=args.warmup)
-
-
-def head(args):
-    return table_head()
-
-
-def rows(args, case):
-    return [format_row(row) for row in case]
+                   backend=args.backend, max_gflop=args.max_gflop, torch=torch_anchor.skipped(args.no_torch) is None,
+                   blas_threads=args.blas_threads, names=args.schedule, solvers=args.forward_solver, parts=args.time,
+                   cell=args.cell, torch_threads=args.torch_threads, warmup=args.warmup)
 
 
 def parser():

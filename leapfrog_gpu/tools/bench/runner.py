@@ -1,19 +1,17 @@
 """What every ``leapfrog-bench`` suite shares: a network's rows timed in turn, refusals recorded
-(``interleaved``); the run over a grid of networks with its progress, table, JSONL and JSON (``main``); the
-options every suite takes (``parser``); the machine; the table's cells and lines.
+(``interleaved``), each row's speed-up over its network's baseline (``speedups``); the run over a grid of
+networks with its progress, table, JSONL and JSON (``main``); the options every suite takes (``parser``); the
+machine; the table's cells and lines.
 
-A suite (``mlp``, ``rnn``, ``dag``) is a module that says only what is particular to its network:
-
-``PROG``, ``RECORDS``             its command's name; the key of its records in ``--json``
-``parser()``                      ``parser``'s options and its own
-``check(p, args)``                (optional) more checks of the options (``p.error``)
-``about(args)``                   (optional) what the header records beside the command, date, machine and,
-                                  with ``--no-torch``, ``torch_note`` (``torch_anchor.skipped``: printed last)
-``GRID``, ``work(key)``           its networks' names and the options whose values they take (``{"N": "sizes"}``:
-                                  ``grid``); a network's work (``{"N": 256, "L": 8, "B": 1}``: a number)
-``start(args)``                   a context manager yielding ``state``, what the networks share
-``case(args, state, key)``        one network's records (dicts)
-``head(args)``, ``rows(args, case)``, ``foot(args, state, records, about)`` (optional): its lines
+A suite (``mlp``, ``rnn``, profiling/dag_bench.py) is a module that says what is particular to its network:
+``PROG`` (its command), ``RECORDS`` (their key in ``--json``), ``parser()`` (``parser``'s options and its own),
+``GRID`` (its networks' names and the options whose values they take, ``{"N": "sizes"}``: ``grid``),
+``work(key)`` (a network's work, a number), ``case(args, state, key)`` (one network's records, dicts), ``HEAD``
+(the lines above the table) and ``format_row(record)`` (a record's line, under ``heading(case)`` where it has
+one). Where it needs them: ``check(p, args)`` (more checks of the options, ``p.error``), ``ABOUT`` (the options
+the header records beside the command, date, machine and, with ``--no-torch``, ``torch_note``), ``start(args)``
+(a context manager yielding ``state``, what the networks share), ``FOOT`` (the lines under the table); where
+they depend on the options, ``head(args)``, ``rows(args, case)`` and ``foot(args, state, records, about)``.
 """
 
 import argparse
@@ -35,8 +33,7 @@ from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
 NOISY = 0.25
-"""A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios
-then say little (a quieter machine or more ``--repeats`` would)."""
+"""A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
                  (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given")]
 """What a command's exit status means, as ``--help`` lists it."""
@@ -73,6 +70,17 @@ def interleaved(backend, calls, repeats, warmup=1, settings=None):
     return {row: results[row] for row in calls}
 
 
+def speedups(records, group, baseline, median):
+    """``records``, each timed one given ``speedup``: the median time of its group's baseline over its own (> 1:
+    faster). ``group(r)``: what r's baseline shares with it (its network, its pass); ``baseline(r)``: whether r
+    is one; ``median(r)``: its median time, None where it was not timed."""
+    base = {group(r): median(r) for r in records if baseline(r) and median(r)}
+    for r in records:
+        if median(r) and base.get(group(r)):
+            r["speedup"] = base[group(r)] / median(r)
+    return records
+
+
 def schedules(model, names, **options):
     """``name -> schedule`` of ``model`` (``tools.schedules``, made with ``options``) for each of ``names``, the
     baseline first whether named or not."""
@@ -99,29 +107,33 @@ def main(suite, argv=None):
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
-    about = {**header(" ".join([suite.PROG, *given]), args.backend), **(suite.about(args) if hasattr(suite, "about")
-                                                                        else {})}
+    about = header(" ".join([suite.PROG, *given]), args.backend)
+    about.update({option: getattr(args, option) for option in getattr(suite, "ABOUT", ())})
     if hasattr(args, "no_torch"):
         about["torch_note"] = torch_anchor.skipped(args.no_torch)
     keys, networks = grid(suite, args), []
+    head = suite.head(args) if hasattr(suite, "head") else suite.HEAD
     if args.jsonl:
         append_lines(args.jsonl, [about])
     if not args.quiet:
-        print(*suite.head(args), sep="\n", flush=True)
+        print(*head, sep="\n", flush=True)
     try:
-        with suite.start(args) as state, progress.Progress(suite.PROG, map(suite.work, keys), args.quiet) as bar:
+        start = suite.start(args) if hasattr(suite, "start") else contextlib.nullcontext()
+        with start as state, progress.Progress(suite.PROG, map(suite.work, keys), args.quiet) as bar:
             for key in keys:
                 bar.start(" ".join(value if isinstance(value, str) else f"{name}={value}"
                                    for name, value in key.items()))
                 networks.append(suite.case(args, state, key))
                 if args.jsonl:
                     append_lines(args.jsonl, networks[-1])
-                bar.done([] if args.quiet else suite.rows(args, networks[-1]))
+                bar.done([] if args.quiet else lines(suite, args, networks[-1]))
             records = [r for case in networks for r in case]
             if args.quiet:
-                print(*suite.head(args), *(line for case in networks for line in suite.rows(args, case)), sep="\n")
+                print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
             if hasattr(suite, "foot"):
                 suite.foot(args, state, records, about)
+            if hasattr(suite, "FOOT"):
+                print(suite.FOOT)
             if about.get("torch_note"):
                 print(fitted(about["torch_note"]))
     except KeyboardInterrupt:
@@ -134,13 +146,20 @@ def main(suite, argv=None):
     return 0
 
 
+def lines(suite, args, case):
+    """A network's lines: ``suite.rows(args, case)``, else its ``heading(case)`` and a ``format_row`` per record."""
+    if hasattr(suite, "rows"):
+        return suite.rows(args, case)
+    return [*(suite.heading(case) if hasattr(suite, "heading") else ()), *map(suite.format_row, case)]
+
+
 def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, schedules=None, model_help=None):
     """A suite's command line with the options every suite takes, each with the suite's default: ``--model``
     (hidden but for ``model_help``), ``--backend``, ``--dtype``, ``--sizes``, ``--batch``, ``--schedule``
     (``schedules``: by default all of ``model``'s), ``--repeats``, ``--warmup``, ``--no-torch`` (with
     ``torch``), ``--quiet``, ``--json`` and ``--jsonl``."""
     p = Parser(prog=prog, description=description, exit_statuses=EXIT_STATUSES)
-    p.add_argument("--model", choices=("mlp", "rnn", "dag") if model_help else (model,), default=model,
+    p.add_argument("--model", choices=("mlp", "rnn") if model_help else (model,), default=model,
                    help=model_help or argparse.SUPPRESS)
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
@@ -192,14 +211,9 @@ def header(command, backend):
 
 def machine(backend):
     """Where the run measures (``backend``, a name): the device (or CPU), its cores, the platform, Python, NumPy."""
-    return {"device": device_name(get_backend(backend)) if backend == "cupy" else cpu_name(),
+    return {"device": get_backend(backend).device_name if backend == "cupy" else cpu_name(),
             "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "numpy": np.__version__}
-
-
-def device_name(backend):
-    """A backend's device: the GPU's name, or the CPU's."""
-    return backend.device_name if backend.name == "cupy" else cpu_name()
 
 
 def cpu_name():

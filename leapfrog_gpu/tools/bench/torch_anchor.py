@@ -1,11 +1,8 @@
 """The same networks trained by PyTorch, what a user would otherwise run, timed in the bench's alternation:
-``Step``, the SGD step of a network's own ``to_torch()`` module (the MLP's rows: ``steps``).
-
-The module holds a copy of the network's parameters, in its dtype and on its device; the batch is ours with
-each sample as a row, as PyTorch takes it; the cost is the network's, quadratic, over the batch's mean. The
-update: ``"loop"`` (``p -= lr p.grad`` for each), or torch.optim's optimizer of the same name and
-hyper-parameters as ours, ``foreach=True`` or ``fused=True``; ``graph=True`` replays a CUDA graph of the loop.
-"""
+``Step``, the SGD step of a network's own ``to_torch()`` module (a copy of its parameters, in its dtype and on
+its device) on our batch, each sample a row, and the network's cost, quadratic, over the batch's mean; updated
+by ``"loop"`` (``p -= lr p.grad`` for each) or by torch.optim's optimizer of the same name and hyper-parameters
+as ours, ``foreach=True`` or ``fused=True``; ``graph=True`` replays a CUDA graph of the loop."""
 
 import contextlib
 import time
@@ -57,20 +54,6 @@ def num_threads(threads):
     if threads is not None and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     yield
-
-
-def steps(args, net, x, y, settings, optimizer, rule):
-    """``(record name, threads) -> Step`` of the MLP ``net`` on the batch ``x``, ``y`` (n, B), all on one copy of
-    it (2 GB at N = 4096), at each thread count of ``settings``, by ``rule`` (named ``optimizer``): plain SGD's
-    loop (``torch-autograd``), torch.optim's (``torch-NAME-foreach``, ``-fused``), with ``--graph`` on a GPU the
-    loop as a CUDA graph (``torch-cuda-graph``)."""
-    module, plain = net.to_torch(), optimizer == "sgd"
-    modes = {"torch-autograd": {}} if plain else {}
-    modes.update({f"torch-{optimizer}-{how}": {"update": how} for how in UPDATES[1:]})
-    if args.graph and plain and next(module.parameters()).is_cuda:
-        modes["torch-cuda-graph"] = {"graph": True}
-    steps = {mode: Step(module, x, y, rule, **how) for mode, how in modes.items()}
-    return {(mode, threads): step for threads in settings for mode, step in steps.items()}
 
 
 class Step:

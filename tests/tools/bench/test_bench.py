@@ -145,6 +145,16 @@ def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error:") and message in err
 
 
+@pytest.mark.parametrize("model", ["tree", "dag"])
+def test_an_unknown_model_exits_2_with_one_line(model, capsys):
+    """``dag`` among them: the DAG's benchmark is profiling/dag_bench.py, as ``--help`` says."""
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--model", model])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and f"invalid choice: '{model}'" in err
+    assert "measured by python profiling/dag_bench.py" in " ".join(bench_mlp.parser().format_help().split())
+
+
 @pytest.mark.skipif(cuda_available(), reason="checks the message given when no GPU is usable")
 def test_cupy_without_gpu_is_a_cli_error(capsys):
     with pytest.raises(SystemExit) as exit_info:

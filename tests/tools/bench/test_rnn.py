@@ -114,7 +114,7 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
     status = bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1,2",
                              "--repeats", "1", "--no-torch", "--json", str(out)])
     printed = capsys.readouterr().out
-    assert status == 0 and printed.startswith("\n".join(bench_rnn.table_head()) + "\n")
+    assert status == 0 and printed.startswith("\n".join(bench_rnn.HEAD) + "\n")
     assert printed.count("\n") == 3 + 2 * 10 + 1  # the head, 10 rows a network, the line saying PyTorch was skipped
     assert len(json.loads(out.read_text())["rows"]) == 20
 
@@ -142,7 +142,7 @@ def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):
 def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
     assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "3", "--batch", "1",
                        "--repeats", "1", "--no-torch"]) == 0
-    assert capsys.readouterr().out.startswith("\n".join(bench_rnn.table_head()))
+    assert capsys.readouterr().out.startswith("\n".join(bench_rnn.HEAD))
 
 
 def test_the_tables_give_the_measured_steps_and_a_gpu_model_of_rounds_and_flops(tmp_path):

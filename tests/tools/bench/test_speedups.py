@@ -1,6 +1,7 @@
 """One convention for every ratio the benches print: a speed-up, the baseline's median time over the row's
 (> 1: faster), in columns titled "speed-up ... vs <baseline>" under a header that says which way they
-point. Each printed cell is checked against the medians of the same run's JSON."""
+point. Each printed cell is checked against the medians of the same run's JSON (the DAG's benchmark's:
+tests/tools/test_dag_bench.py)."""
 
 import json
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import render_table, run_bench
-from leapfrog_gpu.tools.bench import command as bench, dag as bench_dag, rnn as bench_rnn, runner
+from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn, runner
 
 FASTER = "(> 1: faster)"
 
@@ -78,20 +79,6 @@ def test_the_rnn_table_gives_bptts_time_over_each_rows(tmp_path, capsys):
         name, (_, _, faster, *_) = line[15:41].strip(), line[41:].split()
         bptt = base["step bptt" if name.startswith("step ") else "bptt"]
         assert name == row["schedule"] and faster == speedup(bptt, row["median_s"])
-
-
-def test_the_dag_table_gives_the_sequential_orders_time_over_each_rows(tmp_path, capsys):
-    path = tmp_path / "r.json"
-    assert bench.main(["--model", "dag", "--backend", "numpy", "--sizes", "3", "--depths", "4", "--batch", "1",
-                       "--repeats", "2", "--json", str(path)]) == 0
-    title, header, _, *lines = capsys.readouterr().out.splitlines()
-    assert title == bench_dag.TITLE and title.startswith("speed-up vs seq: ") and title.endswith(FASTER)
-    assert "speed-up vs seq" in header
-    records = json.loads(path.read_text())["records"]
-    base = {r["pass"]: r["ms"]["median"] for r in records if r["schedule"] == "sequential"}
-    for line, r in zip(lines, records):
-        cells = line.split()  # pass, schedule, median, [p20-p80], speed-up, ...
-        assert cells[:2] == [r["pass"], r["schedule"]] and cells[4] == speedup(base[r["pass"]], r["ms"]["median"])
 
 
 def test_a_speed_up_far_below_1_keeps_two_significant_digits():

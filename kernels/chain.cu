@@ -212,14 +212,7 @@ __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, con
             const long long start = BACKWARD ? (long long)k_w * n + i : (long long)i * m + k_w;
             const int left = BACKWARD ? (k_w < m ? n - i : 0) : (i < n ? m - k_w : 0);  // elements inside w's row
             T* to = BACKWARD ? &stage[buf][k][r] : &stage[buf][r][k];
-            if (wide_w) {
-                copy_async<V>(to, left > 0 ? w + start : w, left <= 0 ? 0 : left < V ? left : V);
-            } else {
-#pragma unroll
-                for (int e = 0; e < V; ++e) {
-                    copy_async<1>(to + e, e < left ? w + start + e : w, e < left ? 1 : 0);
-                }
-            }
+            copy_piece<V>(to, w, start, left, wide_w);
         }
     };
     // x[k, s0..s0 + TC) for the k's of this thread in stage st, zero beyond every edge.

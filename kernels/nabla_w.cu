@@ -267,14 +267,7 @@ __device__ void rank_rows(T* out, T* nabla_b, const T* delta, const T* a, int n,
                     const int left = i < n ? m - (c0 + col) : 0;  // columns of the piece inside w's row
                     const long long start = (long long)(i < n ? i : 0) * m + c0 + col;
                     T* to = &w_ring[kw % SLOTS][r][col];
-                    if (wide_w) {
-                        copy_async<V>(to, left > 0 ? w + start : w, left <= 0 ? 0 : left < V ? left : V);
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < V; ++e) {
-                            copy_async<1>(to + e, e < left ? w + start + e : w, e < left ? 1 : 0);
-                        }
-                    }
+                    copy_piece<V>(to, w, start, left, wide_w);
                 }
             }
         }

@@ -10,6 +10,10 @@
 //                                         commit (an empty group if there were none)
 //   wait_copies<N>()                      waits until at most this thread's N most recent groups are in
 //                                         flight
+//   copy_piece<N>(shared, row, start, left, wide)
+//                                         copies N elements of a row, from row + start, of which `left` lie
+//                                         inside it (none if left <= 0): by one N-wide copy where the row's
+//                                         pieces are aligned (`wide`), else by N one-element copies
 //
 // A copy lands some time between its issue and the wait that covers it, so a thread may read a stage once
 // every thread that copied into it has waited for it and a __syncthreads() separates them; it may copy into
@@ -73,3 +77,15 @@ __device__ __forceinline__ void wait_copies() {
 }
 
 #endif
+
+template <int N, typename T>
+__device__ __forceinline__ void copy_piece(T* shared, const T* row, long long start, int left, bool wide) {
+    if (wide) {
+        copy_async<N>(shared, left > 0 ? row + start : row, left <= 0 ? 0 : left < N ? left : N);
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+            copy_async<1>(shared + e, e < left ? row + start + e : row, e < left ? 1 : 0);
+        }
+    }
+}

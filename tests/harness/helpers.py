@@ -11,6 +11,7 @@ import gzip
 import io
 import itertools
 import json
+import re
 import subprocess
 import sys
 import types
@@ -298,7 +299,7 @@ OUT_OF_RANGE = r"out-of-range access by thread .*: index -?\d+ of argument \d+, 
 def function_span(source, function):
     """``(start, end)`` of the device function ``function`` in ``source``: from its name to the next template,
     preprocessor branch or macro of the kernels' wrappers."""
-    start = source.index(f"__device__ void {function}(")
+    start = re.search(rf"__device__ (__forceinline__ )?void {function}\(", source).start()
     ends = (source.find(mark, start) for mark in ("\ntemplate <", "\n#if", "\n#endif", "#define LEAPFROG"))
     return start, min(i for i in ends if i > 0)
 

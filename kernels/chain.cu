@@ -225,14 +225,7 @@ __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, con
 #pragma unroll
             for (int h = 0; h < TC / V; ++h) {
                 const int s = s0 + h * V;
-                if (wide_x && k < m && s < batch) {
-                    load16(x_next[j][h], x_k + s);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < V; ++e) {
-                        x_next[j][h][e] = k < m && s + e < batch ? x_k[s + e] : T(0);
-                    }
-                }
+                load_piece(x_next[j][h], x_k, s, batch, k < m, wide_x);
             }
         }
     };

@@ -292,14 +292,7 @@ __device__ void rank_rows(T* out, T* nabla_b, const T* delta, const T* a, int n,
 #pragma unroll
         for (int q = 0; q < S / V; ++q) {
             const int s = h * S + q * V;
-            if (wide && j < m && s < batch) {
-                load16(x[e][q], a_j + s);
-            } else {
-#pragma unroll
-                for (int k = 0; k < V; ++k) {
-                    x[e][q][k] = j < m && s + k < batch ? a_j[s + k] : T(0);
-                }
-            }
+            load_piece(x[e][q], a_j, s, batch, j < m, wide);
         }
     }
     if (BIAS) {  // while the loads of a are in flight: rows 8 u0 + p, p + 8 gridDim.x, ... of this row of blocks,

@@ -54,6 +54,21 @@ __device__ __forceinline__ void store16(double* p, const double (&in)[2]) {
     *reinterpret_cast<double2*>(p) = make_double2(in[0], in[1]);
 }
 
+// out[0..N) = row[s..s + N) of a row of `batch` elements, zero past its end and everywhere when the row is
+// not `inside` the matrix: one 16-byte load where the rows are aligned (`wide`) and the piece starts inside,
+// else element by element.
+template <int N, typename T>
+__device__ __forceinline__ void load_piece(T (&out)[N], const T* row, int s, int batch, bool inside, bool wide) {
+    if (wide && inside && s < batch) {
+        load16(out, row + s);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            out[k] = inside && s + k < batch ? row[s + k] : T(0);
+        }
+    }
+}
+
 // Whether the pointer p is 16-byte aligned.
 template <typename P>
 __device__ __forceinline__ bool aligned16(P p) {

@@ -485,7 +485,8 @@ def test_harness_catches_a_fused_update_that_reads_w_before_it_landed(request, m
         # row sum one row past the end.
         ("if (i < n) {", "if (i <= n) {", "nabla_w", 3, 8, cuda_cpu.KernelError),
         ("i < n && s < batch", "i < n && s <= batch", "nabla_w", 3, 8, cuda_cpu.KernelError),
-        ("j < m && s + k < batch ?", "j < m && s + k <= batch ?", "nabla_w", 3, 8, cuda_cpu.KernelError),
+        ("load_piece(x[e][q], a_j, s, batch,", "load_piece(x[e][q], a_j, s, batch + 1,", "nabla_w", 3, 8,
+         cuda_cpu.KernelError),
         ("first + g < end ? first + g : end - 1", "first + g", "gradients", 3, 8, cuda_cpu.KernelError),
         # A column's sums met with another column's, and the octet's w read from the next octet's slot.
         ("fold_half<COLS / 2>(acc, lane, 1)", "fold_half<COLS / 2>(acc, lane, 2)", "nabla_w", 64, 8, AssertionError),

@@ -116,7 +116,7 @@ def build(code, options=()):
         names = _kernel_names(_run([CXX, "-std=c++20", "-E", "-P", *defines, "-include", str(HEADER),
                                     "-x", "c++", str(work / "kernel.cu")]))
         exports = "".join(f"CUDA_CPU_EXPORT({name})\n" for name in names)
-        (work / "launch.cpp").write_text(f'#include "{HEADER}"\n#include "kernel.cu"\n{exports}')
+        (work / "launch.cpp").write_text(f'#include "{_precompiled()}"\n#include "kernel.cu"\n{exports}')
         _run([CXX, *CXXFLAGS, *defines, "-o", str(work / "kernel.so"), str(work / "launch.cpp")])
         symbols = _symbols(_run(["nm", "-S", "--defined-only", str(work / "kernel.so")]))
         info = {"names": names, "anchor": symbols["cuda_cpu_error"][0], "shared": _shared(symbols)}
@@ -124,6 +124,22 @@ def build(code, options=()):
         os.replace(work / "kernel.json", description)
         os.replace(work / "kernel.so", library)  # last: its presence means the entry is complete
     return library, info
+
+
+def _precompiled():
+    """The header, copied into ``CACHE`` beside its precompiled form (``.gch``, which g++ reads in its place: the
+    standard headers it includes are most of a kernel's compile time), made once per header and flags."""
+    key = hashlib.sha256("\0".join([HEADER.read_text(), *CXXFLAGS, CXX]).encode()).hexdigest()[:24]
+    header = CACHE / f"cuda_cpu-{key}.h"
+    if not Path(f"{header}.gch").exists():
+        with tempfile.TemporaryDirectory(dir=CACHE) as work:
+            copy = Path(work) / header.name
+            copy.write_text(HEADER.read_text())
+            flags = [flag for flag in CXXFLAGS if flag != "-shared"]
+            _run([CXX, *flags, "-Wno-pragma-once-outside-header", "-x", "c++-header", "-o", f"{copy}.gch", str(copy)])
+            os.replace(copy, header)
+            os.replace(f"{copy}.gch", f"{header}.gch")  # last: its presence means both are there
+    return header
 
 
 def _run(command):

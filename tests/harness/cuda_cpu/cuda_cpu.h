@@ -4,8 +4,8 @@
 // __syncthreads() parks the fiber and the scheduler runs the next one, and once every fiber of the
 // block has arrived at the same barrier all of them go on. A fiber is made once (makecontext) and then
 // runs thread after thread, block after block; it switches with _setjmp/_longjmp, which, unlike
-// swapcontext, leave the signal mask alone and so make no system call. __shared__ is a static, so one copy is
-// shared by the fibers of the block; it is filled with NaN bytes before each block (shared memory
+// swapcontext, leave the signal mask alone and so make no system call. __shared__ is a static, so one
+// copy is shared by the fibers of the block; it is filled with NaN bytes before each block (shared memory
 // starts undefined on a GPU too, so a read of an element nobody wrote shows in the result). A block
 // whose threads do not all meet at the same barrier (some finished, or waiting at another one) stops
 // the launch with a message: on a GPU that is undefined behaviour.
@@ -124,9 +124,9 @@ struct Copy {
 };
 
 struct Fiber {
-    ucontext_t context;         // its start, on its stack (``resume``)
-    jmp_buf where;              // where it parked
-    bool started = false;       // runs ``fiber_main``'s loop (false: made anew at its next resume)
+    ucontext_t context;        // its start, on its stack (resume)
+    jmp_buf where;             // where it parked
+    bool started = false;      // runs fiber_main's loop (false: made anew at its next resume)
     std::vector<Copy> copies;  // issued and not landed
     int committed = 0;         // groups committed so far
     dim3 index;

@@ -14,12 +14,11 @@ import os
 import sys
 
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.core.schedules import Sequential
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner
-from leapfrog_gpu.tools.cli import integer, integers
+from leapfrog_gpu.tools.cli import integers
 from grid_options import grid_parser, parse
 
 PROG = "python profiling/autotune_check.py"
@@ -32,11 +31,6 @@ def parser():
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
                    help=f"numpy backend: the BLAS settings it tries (default 1 and all cores, {os.cpu_count()} here)")
     p.add_argument("--fused", action="store_true", help="every step fuses the SGD update into (7)")
-    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N", help="(default 20)")
-    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N",
-                   help="untimed runs first (default 2)")
-    p.add_argument("--json", metavar="FILE", help="write the records to FILE")
     return p
 
 

@@ -1,16 +1,19 @@
 """What the grid measurements of ``profiling/`` share: the options of a grid of networks ``[N] * L`` at batch
-sizes B on a backend, and reading them with ``--json FILE``'s folder checked before anything is measured."""
+sizes B on a backend, timed in repeats, and reading them with ``--json FILE``'s folder checked before anything
+is measured."""
 
 import os
 
-from leapfrog_gpu.core.functions import DTYPES
-from leapfrog_gpu.tools.cli import Parser, integers, parse_args_on_a_backend
+from leapfrog_gpu.core.functions import ACTIVATIONS, DTYPES
+from leapfrog_gpu.tools.cli import Parser, integer, integers, parse_args_on_a_backend
 
 
-def grid_parser(prog, doc, backend_help="", batch_help="batch sizes B", sizes=(256, 1024), layers=(8, 16)):
+def grid_parser(prog, doc, backend_help="", batch_help="batch sizes B", sizes=(256, 1024), layers=(8, 16),
+                warmup_help="untimed runs first", json_help="write the records to FILE"):
     """A parser of ``prog`` (its description ``doc``'s first paragraph) with ``--backend``, ``--dtype``,
-    ``--sizes``, ``--layers`` (by default ``sizes`` and ``layers``) and ``--batch``; ``backend_help`` and
-    ``batch_help`` add what the script means."""
+    ``--sizes``, ``--layers`` (by default ``sizes`` and ``layers``), ``--batch``, ``--activation``, ``--repeats``,
+    ``--warmup`` and ``--json``; ``backend_help``, ``batch_help``, ``warmup_help`` and ``json_help`` say what the
+    script means by them."""
     p = Parser(prog=prog, description=doc.split("\n\n")[0])
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
                    help=f"auto: cupy when a CUDA device is usable, else numpy (default auto){backend_help}")
@@ -21,6 +24,10 @@ def grid_parser(prog, doc, backend_help="", batch_help="batch sizes B", sizes=(2
                    help=f"layers L, the input layer included, each network [N] * L (default {','.join(map(str, layers))})")
     p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
                    help=f"{batch_help} (default 1,64)")
+    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
+    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N", help="(default 20)")
+    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N", help=f"{warmup_help} (default 2)")
+    p.add_argument("--json", metavar="FILE", help=json_help)
     return p
 
 

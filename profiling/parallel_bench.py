@@ -20,13 +20,12 @@ import sys
 import numpy as np
 
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.parallel import comm as parallel
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
 from leapfrog_gpu.tools.bench.runner import ratio, spread
-from leapfrog_gpu.tools.cli import integer, integers, reals
+from leapfrog_gpu.tools.cli import integers, reals
 from grid_options import grid_parser, parse
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
@@ -38,22 +37,18 @@ TITLE = "speed-up vs one process: one process's step on B*P samples over the dat
 
 
 def parser():
-    p = grid_parser(PROG, __doc__, "; cupy: a GPU per rank", "batch sizes B per rank")
+    p = grid_parser(PROG, __doc__, "; cupy: a GPU per rank", "batch sizes B per rank",
+                    json_help="write the records to FILE (rank 0)")
     p.add_argument("--schedule", type=names_type("mlp"), default=bench_mlp.DEFAULT_SCHEDULES,
                    metavar="NAME[,NAME...]", help=f"schedules by name, from {', '.join(schedule_names('mlp'))}; "
                                                   "sequential is always measured (default sequential,leapfrog)")
     p.add_argument("--k", type=integers(1, "worker stream count"), default=[1, 2, 4], metavar="K[,K...]",
                    help="worker streams (default 1,2,4)")
     p.add_argument("--fused", action="store_true", help="every schedule fuses the SGD update")
-    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=[1], metavar="N[,N...]",
                    help="BLAS threads per host stream, each count measured (default 1)")
     p.add_argument("--bucket-mb", type=reals(0, "bucket size"), default=[parallel.DEFAULT_BUCKET_BYTES / 2**20],
                    metavar="MB[,MB...]", help="bucket sizes in MB to measure (default 0: one sum per layer)")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N", help="(default 20)")
-    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N",
-                   help="untimed runs first (default 2)")
-    p.add_argument("--json", metavar="FILE", help="write the records to FILE (rank 0)")
     return p
 
 

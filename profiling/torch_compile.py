@@ -13,11 +13,10 @@ steps are ``leapfrog-bench``'s (``leapfrog_gpu.tools.bench.torch_anchor``); ``--
 import sys
 
 from leapfrog_gpu.backends import get_backend, timing
-from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
 from leapfrog_gpu.tools.bench.runner import ratio, spread
-from leapfrog_gpu.tools.cli import integer, integers
+from leapfrog_gpu.tools.cli import integers
 from grid_options import grid_parser, parse
 from leapfrog_gpu.tools.schedules import make_schedule
 
@@ -38,15 +37,11 @@ class CompiledStep(torch_anchor.Step):
 
 
 def parser():
-    p = grid_parser(PROG, __doc__, sizes=(1024,), layers=(16,))
+    p = grid_parser(PROG, __doc__, sizes=(1024,), layers=(16,), json_help="write the rows to FILE",
+                    warmup_help="untimed runs first, after the compiling steps")
     p.add_argument("--k", type=integers(1, "worker stream count"), default=[2], metavar="K[,K...]",
                    help="worker streams (default 2)")
     p.add_argument("--fused", action="store_true", help="our steps fuse the SGD update into (7)")
-    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N", help="(default 20)")
-    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N",
-                   help="untimed runs first, after the compiling steps (default 2)")
-    p.add_argument("--json", metavar="FILE", help="write the rows to FILE")
     return p
 
 

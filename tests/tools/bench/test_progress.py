@@ -26,19 +26,32 @@ def clock(monkeypatch):
     return now
 
 
+def terminal(monkeypatch):
+    """stderr as a terminal, which the bar draws on (set in the test itself: pytest's capture sets stderr again
+    between a fixture and its test); what it was written."""
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    return err
+
+
+def measure(clock, works, seconds, rows=True, quiet=False):
+    """A bar over networks of ``works``, named first, second, ..., each measured in its ``seconds`` on ``clock``
+    and printing ``rows of NAME`` where ``rows``."""
+    with progress.Progress("leapfrog-bench", works, quiet=quiet) as bar:
+        for name, took in zip(("first", "second", "third"), seconds):
+            bar.start(name)
+            clock.seconds += took
+            bar.done([f"rows of {name}"] if rows else [])
+
+
 def test_about_says_two_significant_digits():
     assert [progress.about(s) for s in (0.2, 7.4, 27.0, 143.0, 1234.5)] == ["1", "7", "27", "140", "1200"]
 
 
 def test_the_line_after_the_first_network_weighs_the_rest_by_their_work(monkeypatch, clock, capsys):
     """Works 2, 4 and 14, the first network 3 s: the other 18 units of work take about 27 s."""
-    err = Terminal()
-    monkeypatch.setattr(sys, "stderr", err)
-    with progress.Progress("leapfrog-bench", [2, 4, 14], quiet=False) as bar:
-        for name, seconds in (("first", 3.0), ("second", 4.0), ("third", 1.0)):
-            bar.start(name)
-            clock.seconds += seconds
-            bar.done([f"rows of {name}"])
+    err = terminal(monkeypatch)
+    measure(clock, [2, 4, 14], [3.0, 4.0, 1.0])
     said = err.getvalue()
     assert "\rleapfrog-bench: about 27 s left for 2 more networks (the first took 3.0 s)\n" in said
     assert said.count("s left for") == 1
@@ -48,13 +61,8 @@ def test_the_line_after_the_first_network_weighs_the_rest_by_their_work(monkeypa
 def test_the_bar_gives_the_share_of_the_work_done_and_the_time_left_at_its_rate(monkeypatch, clock):
     """The same networks: 10 % of the work done after the first (a bar counting networks would say 33 %), the
     9 units left at 3 s a unit as the second starts; 7 s for 3 units once two are done, so 16 s for the last 7."""
-    err = Terminal()
-    monkeypatch.setattr(sys, "stderr", err)
-    with progress.Progress("leapfrog-bench", [1, 2, 7], quiet=False) as bar:
-        for name, seconds in (("first", 3.0), ("second", 4.0), ("third", 1.0)):
-            bar.start(name)
-            clock.seconds += seconds
-            bar.done([])
+    err = terminal(monkeypatch)
+    measure(clock, [1, 2, 7], [3.0, 4.0, 1.0], rows=False)
     said = err.getvalue()
     assert re.search(r"measuring:   0%\|.*\| \[00:00<\?, network 1 of 3, first\]", said)
     assert re.search(r"measuring:  10%\|.*\| \[00:03<00:27, network 2 of 3, second\]", said)
@@ -62,12 +70,8 @@ def test_the_bar_gives_the_share_of_the_work_done_and_the_time_left_at_its_rate(
 
 
 def test_quiet_prints_no_estimate(monkeypatch, clock, capsys):
-    err = Terminal()
-    monkeypatch.setattr(sys, "stderr", err)
-    with progress.Progress("leapfrog-bench", [1, 2], quiet=True) as bar:
-        bar.start("first")
-        clock.seconds += 1
-        bar.done(["rows of first"])
+    err = terminal(monkeypatch)
+    measure(clock, [1, 2], [1.0], quiet=True)
     assert err.getvalue() == "" and capsys.readouterr().out == "rows of first\n"
 
 
@@ -78,10 +82,7 @@ def test_the_default_grid_is_weighed_by_its_networks_sizes(monkeypatch, clock, c
     args = bench_mlp.parser().parse_args([])
     grid = runner.grid(bench_mlp, args)
     assert grid[0] == {"N": 256, "L": 8, "B": 1} and grid[-1] == {"N": 1024, "L": 16, "B": 64}
-    with progress.Progress("leapfrog-bench", [bench_mlp.work(network) for network in grid], quiet=False) as bar:
-        bar.start("first")
-        clock.seconds += 2.7
-        bar.done([])
+    measure(clock, [bench_mlp.work(network) for network in grid], [2.7], rows=False)
     left = re.fullmatch(r"leapfrog-bench: about (\d+) s left for 7 more networks \(the first took 2.7 s\)\n",
                         capsys.readouterr().err)
     assert left and int(left[1]) > 150

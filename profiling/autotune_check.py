@@ -19,7 +19,7 @@ from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner
 from leapfrog_gpu.tools.cli import integers
-from grid_options import grid_parser, parse
+from grid_options import grid_parser, networks, parse, write
 
 PROG = "python profiling/autotune_check.py"
 
@@ -72,13 +72,10 @@ def main(argv=None):
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     records = []
-    for n in args.sizes:
-        for layers in args.layers:
-            for batch in args.batch:
-                records.append(check(args, [n] * layers, batch))
-                print(line(records[-1]), flush=True)
-    if args.json:
-        runner.write_json(args.json, {**runner.header(" ".join([PROG, *argv]), args.backend), "records": records})
+    for sizes, batch in networks(args):
+        records.append(check(args, sizes, batch))
+        print(line(records[-1]), flush=True)
+    write(args, " ".join([PROG, *argv]), "records", records)
     return 0
 
 

@@ -1,10 +1,11 @@
 """What the grid measurements of ``profiling/`` share: the options of a grid of networks ``[N] * L`` at batch
-sizes B on a backend, timed in repeats, and reading them with ``--json FILE``'s folder checked before anything
-is measured."""
+sizes B on a backend, timed in repeats, reading them with ``--json FILE``'s folder checked before anything
+is measured, the grid's networks in turn and the records written to ``--json``."""
 
 import os
 
 from leapfrog_gpu.core.functions import ACTIVATIONS, DTYPES
+from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.cli import Parser, integer, integers, parse_args_on_a_backend
 
 
@@ -39,3 +40,14 @@ def parse(p, argv):
     if not os.path.isdir(folder):
         p.error(f"--json {args.json}: the folder {folder} does not exist")
     return args
+
+
+def networks(args):
+    """``(sizes, batch)`` of each network of the grid: ``[N] * L`` at B for each N, L and B of the options in turn."""
+    return [([n] * layers, batch) for n in args.sizes for layers in args.layers for batch in args.batch]
+
+
+def write(args, command, key, records):
+    """``records`` under ``key`` in ``--json`` FILE, if given, after the header of ``command`` on ``--backend``."""
+    if args.json:
+        runner.write_json(args.json, {**runner.header(command, args.backend), key: records})

@@ -14,7 +14,6 @@ update (data-parallel, it follows each bucket's sum). The columns: docs/performa
 as its Markdown table: ``profiling/parallel_table.py``.
 """
 
-import itertools
 import sys
 
 import numpy as np
@@ -23,10 +22,10 @@ from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.parallel import comm as parallel
-from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
+from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp
 from leapfrog_gpu.tools.bench.runner import ratio, spread
 from leapfrog_gpu.tools.cli import integers, reals
-from grid_options import grid_parser, parse
+from grid_options import grid_parser, networks, parse, write
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 PROG = "python profiling/parallel_bench.py"
@@ -66,9 +65,7 @@ def main(argv=None):
     records = run(args, comm, specs, measure.ETA)
     if comm.rank == 0:
         print(table(records))
-        if args.json:
-            command = f"mpiexec -n {comm.size} {PROG} {' '.join(argv)}"
-            runner.write_json(args.json, {**runner.header(command, args.backend), "records": records})
+        write(args, f"mpiexec -n {comm.size} {PROG} {' '.join(argv)}", "records", records)
     return 0
 
 
@@ -79,8 +76,8 @@ def run(args, comm, specs, eta):
     records = []
     for threads in args.blas_threads:
         with autotune.blas_limit(threads):
-            for n, layers, batch in itertools.product(args.sizes, args.layers, args.batch):
-                records += measure_case(args, comm, comms, [n] * layers, batch, threads, specs, eta)
+            for sizes, batch in networks(args):
+                records += measure_case(args, comm, comms, sizes, batch, threads, specs, eta)
     return records
 
 

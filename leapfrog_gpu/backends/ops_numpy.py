@@ -138,24 +138,37 @@ def fused_update(w, delta, a, controls, scratch):
         _update_rows(w[rows], delta[rows], a, controls[0], scratch)
 
 
-def backward_update(delta, w_next, delta_next, sp, a, controls):
-    """(5) and the SGD update of w^{l+1} in one sweep over w^{l+1}: ``delta = ((w^{l+1})^T delta^{l+1}) * sp``
-    with w^{l+1} as it was, then ``w^{l+1} -= controls[0] * delta^{l+1} a^T`` unless ``controls[1]``.
+def backward_update(delta, w_next, delta_next, sp, a, controls, update=None, rows=None):
+    """(5) and the update of w^{l+1} in one sweep over w^{l+1}: ``delta = ((w^{l+1})^T delta^{l+1}) * sp``
+    with w^{l+1} as it was, and, unless ``controls[1]``, ``update(block)`` of each block (a slice) of ``rows``
+    rows of w^{l+1} as soon as the sum has read it; by default the SGD update ``w^{l+1} -= controls[0] *
+    delta^{l+1} a^T`` (``rank_update``) on blocks of ``SWEEP`` bytes. ``a`` is a^l (m, B).
 
-    ``w_next`` (n, m) goes by row blocks of ``SWEEP`` bytes: each block is read for delta's sum, then
-    updated in place by ``rank_update``, while it is still in cache, so that w^{l+1} is read once and
-    written once. ``a`` is a^l (m, B). The sum runs in a fixed order: the first block's product, as
+    Each block is read for delta's sum, then updated in place while it is still in cache, so that w^{l+1}
+    is read once and written once. The sum runs in a fixed order: the first block's product, as
     ``backward`` computes it, then each next block's added in row order by BLAS (beta = 1); so it is the
-    same bits whatever runs beside it, and bitwise (5)'s when w^{l+1} is one block (n*m*itemsize <=
-    ``SWEEP``), within a few ulps of it otherwise. Nothing is allocated.
+    same bits whatever runs beside it, and bitwise (5)'s when w^{l+1} is one block, within a few ulps of it
+    otherwise. Nothing is allocated.
     """
-    update = controls[1] == 0
-    for rows in _row_blocks(w_next, SWEEP // (w_next.shape[1] * w_next.itemsize)):
-        w, delta_rows = w_next[rows], delta_next[rows]
-        matmul(delta, w.T, delta_rows, beta=1.0 if rows.start else 0.0)
-        if update:
-            rank_update(w, delta_rows, a, controls)
+    if update is None:
+        rows = SWEEP // (w_next.shape[1] * w_next.itemsize)
+
+        def update(block):
+            rank_update(w_next[block], delta_next[block], a, controls)
+
+    for block in _row_blocks(w_next, rows):
+        matmul(delta, w_next[block].T, delta_next[block], beta=1.0 if block.start else 0.0)
+        if controls[1] == 0:
+            update(block)
     delta_hidden(delta, sp)
+
+
+def row_updates(w, controls, update, rows):
+    """``update(block)`` of each block of ``rows`` rows of w in turn, unless ``controls[1]``: the one-pass
+    sweep's update of a weight matrix that no (5) reads."""
+    if controls[1] == 0:
+        for block in _row_blocks(w, rows):
+            update(block)
 
 
 def rank_update(w, delta, a, controls):
@@ -173,8 +186,8 @@ def rank_update(w, delta, a, controls):
 
 
 SWEEP = 1 << 22
-"""Bytes of w in a row block of ``backward_update``: 4 MiB (a 1024 x 1024 float32 matrix in one block),
-read from memory for the chain and found again in the last-level cache (16-32 MiB on a server CPU) by
+"""Bytes of w in a row block of ``backward_update``'s SGD update: 4 MiB (a 1024 x 1024 float32 matrix in one
+block), read from memory for the chain and found again in the last-level cache (16-32 MiB on a server CPU) by
 the update."""
 
 
@@ -231,31 +244,15 @@ def momentum_update(param, nabla, buf, controls, scratch, momentum, dampening, n
     """torch.optim.SGD's step unless ``controls[1]``: ``g = controls[3] * nabla + weight_decay * param``; with
     ``momentum``, ``buf = g`` at ``controls[4] == 1``, else ``momentum * buf + (1 - dampening) * g``, and the step
     is ``buf`` (``g + momentum * buf`` with ``nesterov``); ``param -= controls[2] * step``. ``buf`` is None without
-    momentum. Through halves of the flat ``scratch``, a block at a time."""
-    if controls[1] != 0:
-        return
-    lr, scale, first = controls[2], controls[3], controls[4] == 1
-    for rows, (g, other) in _blocks(param, scratch, 2):
-        p = param.reshape(-1)[rows]
-        np.multiply(nabla.reshape(-1)[rows], scale, out=g)
-        if weight_decay:
-            np.multiply(p, weight_decay, out=other)
-            np.add(g, other, out=g)
-        if momentum:
-            b = buf.reshape(-1)[rows]
-            if first:
-                b[...] = g
-            else:
-                np.multiply(b, momentum, out=b)
-                np.multiply(g, 1 - dampening, out=other)
-                np.add(b, other, out=b)
-            if nesterov:
-                np.multiply(b, momentum, out=other)
-                np.add(g, other, out=g)
-            else:
-                g[...] = b
-        np.multiply(g, lr, out=g)
-        np.subtract(p, g, out=p)
+    momentum. One compiled pass (``host_updates.momentum``); ``scratch`` is unused."""
+    from . import host_updates  # Numba loads with the first update that needs it, not with the package
+
+    del scratch
+    if controls[1] == 0:
+        flat = param.reshape(-1)
+        host_updates.momentum(flat, nabla.reshape(-1), flat if buf is None else buf.reshape(-1),
+                              *_momentum_scalars(param.dtype.type, controls, momentum, dampening, nesterov,
+                                                 weight_decay))
 
 
 def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight_decay, decoupled):
@@ -263,43 +260,60 @@ def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight
     ``weight_decay * param`` (Adam) or with ``param *= 1 - controls[2] * weight_decay`` first (AdamW);
     ``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g^2``, and
     ``param -= controls[2] / controls[5] * m / (sqrt(v) / controls[6] + eps)`` (``controls[5]`` = 1 - beta1^t,
-    ``controls[6]`` = sqrt(1 - beta2^t)). Through halves of the flat ``scratch``, a block at a time."""
+    ``controls[6]`` = sqrt(1 - beta2^t)). One compiled pass (``host_updates.adam``); ``scratch`` is unused."""
+    from . import host_updates
+
+    del scratch
+    if controls[1] == 0:
+        host_updates.adam(param.reshape(-1), nabla.reshape(-1), m.reshape(-1), v.reshape(-1),
+                          *_adam_scalars(param.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
+
+
+def momentum_sweep(delta, w_next, delta_next, sp, a, buf, controls, momentum, dampening, nesterov, weight_decay):
+    """(5) and ``momentum_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1, in one compiled pass over
+    w^{l+1} (``host_updates.momentum_sweep``): ``delta = ((w^{l+1})^T delta^{l+1}) * sp`` with w^{l+1} as it was,
+    summed over its rows in order (within a few ulps of (5)'s BLAS product). ``buf`` is None without momentum."""
+    from . import host_updates
+
     if controls[1] != 0:
+        backward(delta, w_next, delta_next, sp)
         return
-    lr, scale, step_size, root = controls[2], controls[3], controls[2] / controls[5], controls[6]
-    for rows, (g, other) in _blocks(param, scratch, 2):
-        p, mr, vr = param.reshape(-1)[rows], m.reshape(-1)[rows], v.reshape(-1)[rows]
-        np.multiply(nabla.reshape(-1)[rows], scale, out=g)
-        if decoupled:
-            np.multiply(p, 1 - lr * weight_decay, out=p)
-        elif weight_decay:
-            np.multiply(p, weight_decay, out=other)
-            np.add(g, other, out=g)
-        np.multiply(mr, beta1, out=mr)
-        np.multiply(g, 1 - beta1, out=other)
-        np.add(mr, other, out=mr)
-        np.multiply(vr, beta2, out=vr)
-        np.multiply(g, g, out=other)
-        np.multiply(other, 1 - beta2, out=other)
-        np.add(vr, other, out=vr)
-        np.sqrt(vr, out=other)
-        np.divide(other, root, out=other)
-        np.add(other, eps, out=other)
-        np.divide(mr, other, out=other)
-        np.multiply(other, step_size, out=other)
-        np.subtract(p, other, out=p)
+    chain = delta.reshape(-1)
+    chain.fill(0)
+    host_updates.momentum_sweep(w_next, delta_next.reshape(-1), a.reshape(-1), w_next if buf is None else buf, chain,
+                                *_momentum_scalars(w_next.dtype.type, controls, momentum, dampening, nesterov,
+                                                   weight_decay))
+    delta_hidden(delta, sp)
 
 
-def _blocks(param, scratch, parts):
-    """``(rows, views)``: the slices of the flat ``param``, in order, each with ``parts`` views of ``scratch`` of
-    its length (a block is ``scratch.size // parts`` long; a scratch of fewer elements than ``parts`` gives way
-    to a few of its own)."""
-    if scratch.size < parts:
-        scratch = np.empty(parts, scratch.dtype)
-    size, chunk = param.size, scratch.size // parts
-    for start in range(0, size, chunk):
-        stop = min(start + chunk, size)
-        yield slice(start, stop), [scratch[i * chunk: i * chunk + stop - start] for i in range(parts)]
+def adam_sweep(delta, w_next, delta_next, sp, a, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
+    """(5) and ``adam_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1, in one compiled pass over
+    w^{l+1}, m and v (``host_updates.adam_sweep``), the sum of (5) as ``momentum_sweep``'s."""
+    from . import host_updates
+
+    if controls[1] != 0:
+        backward(delta, w_next, delta_next, sp)
+        return
+    chain = delta.reshape(-1)
+    chain.fill(0)
+    host_updates.adam_sweep(w_next, delta_next.reshape(-1), a.reshape(-1), m, v, chain,
+                            *_adam_scalars(w_next.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
+    delta_hidden(delta, sp)
+
+
+def _momentum_scalars(cast, controls, momentum, dampening, nesterov, weight_decay):
+    """The scalars of ``host_updates.momentum`` after its arrays, in the parameter's dtype ``cast``."""
+    return (controls[3], controls[2], cast(weight_decay), cast(momentum), cast(1 - dampening), controls[4] == 1,
+            nesterov)
+
+
+def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
+    """The scalars of ``host_updates.adam`` after its arrays, in the parameter's dtype ``cast``, as NumPy's calls
+    would compute them (1 - lr * weight_decay from lr in that dtype)."""
+    lr = controls[2]
+    decay, weight_decay = (1 - lr * weight_decay, 0) if decoupled else (1, weight_decay)
+    return (controls[3], cast(decay), cast(weight_decay), cast(beta1), cast(1 - beta1), cast(beta2), cast(1 - beta2),
+            controls[6], cast(eps), lr / controls[5])
 
 
 # The gated cells' steps (kernels/gates.cu), on whole (rows, tau, B) sequences and a step t. Unlike the functions

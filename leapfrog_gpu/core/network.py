@@ -179,9 +179,6 @@ class Network(OptimizerState):
         """
         optimizer = optimizers.check(optimizer)
         schedule, solver = self._check_step(schedule, graph, solver)
-        if schedule.one_pass and not optimizer.plain:
-            raise ValueError(f"{schedule!r} fuses the plain SGD update into the MLP's (5); {optimizer!r} needs "
-                             "the gradients first: pass fused=True instead of one_pass=True")
         clip = self._check_clip(clip, schedule, graph)
         self._check_rule(optimizer)
         plan, samples = self._load(x, y, schedule)

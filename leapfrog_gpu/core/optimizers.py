@@ -58,6 +58,11 @@ class Optimizer:
         ``ops`` (a backend's), reading ``controls`` (the network's ``Controls.array``) as it runs."""
         raise NotImplementedError
 
+    def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
+        """The MLP's one-pass sweep at B = 1 on the host (``ops_numpy``): (5), ``delta = ((w^{l+1})^T delta^{l+1})
+        * sp``, and the update of w^{l+1} and its ``state`` by nabla_w = delta^{l+1} a^T, in one pass."""
+        raise NotImplementedError
+
 
 class SGD(Optimizer):
     """Stochastic gradient descent, torch.optim.SGD's rule (see the module docstring)."""
@@ -90,6 +95,10 @@ class SGD(Optimizer):
             ops.momentum_update(param, nabla, state.get("momentum_buffer"), controls, scratch, self.momentum,
                                 self.dampening, self.nesterov, self.weight_decay)
 
+    def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
+        ops.momentum_sweep(delta, w_next, delta_next, sp, a, state.get("momentum_buffer"), controls, self.momentum,
+                           self.dampening, self.nesterov, self.weight_decay)
+
 
 class Adam(Optimizer):
     """Adam, torch.optim.Adam's rule (see the module docstring); weight decay added to the gradient."""
@@ -120,6 +129,10 @@ class Adam(Optimizer):
     def apply(self, ops, param, nabla, state, controls, scratch):
         ops.adam_update(param, nabla, state["exp_avg"], state["exp_avg_sq"], controls, scratch, *self.betas,
                         self.eps, self.weight_decay, self.DECOUPLED)
+
+    def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
+        ops.adam_sweep(delta, w_next, delta_next, sp, a, state["exp_avg"], state["exp_avg_sq"], controls, *self.betas,
+                       self.eps, self.weight_decay, self.DECOUPLED)
 
 
 class AdamW(Adam):

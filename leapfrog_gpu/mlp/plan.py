@@ -9,14 +9,14 @@ same launches.
 docs/design.md §1 numbers the equations, §2 gives the schedule and its hazards. Every per-layer quantity
 is a dict keyed by the layer number l = 2..L (a^1 is the input), a minibatch stored as columns.
 
-With ``fused=True`` the SGD update of w^l happens inside (7); since the main stream still reads w^l for
-delta^{l-1}, that layer is handed off behind E_{l-1} instead (the third hazard of docs/design.md §2).
-With ``one_pass=True`` (NumPy backend; it implies ``fused``) the main stream updates w^{l+1} inside (5)
-itself, in one sweep over w^{l+1} that reads each row block for delta^l and then updates it while it
-is in cache (``ops_numpy.backward_update``), and updates w^2, which no (5) reads, last: the chain never
-reads a block after its update, and no other stream touches a weight matrix; the workers keep (6) and
-the update of b^l. So each weight matrix moves three times a step: read by (2), read and written by
-the sweep.
+With ``fused=True`` the update of w^l runs on its worker right after (7) (the plain SGD one inside (7));
+since the main stream still reads w^l for delta^{l-1}, that layer is handed off behind E_{l-1} instead (the
+third hazard of docs/design.md §2). With ``one_pass=True`` (NumPy backend; it implies ``fused``) the main
+stream updates w^{l+1} by the step's optimizer inside (5) itself, in one sweep over w^{l+1} that reads each
+row block for delta^l and then updates it while it is in cache (``ops_numpy.backward_update``), and updates
+w^2, which no (5) reads, last: the chain never reads a block after its update, and no other stream touches a
+weight matrix; the workers keep (6) and the update of b^l. So each weight matrix moves three times a step,
+read by (2), read and written by the sweep, and an optimizer's state of it twice, in the sweep.
 """
 
 from ..core import plan
@@ -31,7 +31,8 @@ class MLPPlan(plan.Plan):
     for l = 2..L ``z[l]``, ``a[l]``, ``sp[l]`` (sigma'(z^l)), ``delta[l]``, all (n_l, B) in the backend's
     ``batch_order`` (Fortran order on the host, C order on a GPU), ``nabla_w[l]``
     (n_l, n_{l-1}), ``nabla_b[l]`` (n_l,); ``y`` (n_L, B); ``scratch[l]``, what the updates stream
-    through (the one-pass sweep needs none). ``w`` and ``b`` are the network's parameters themselves, not
+    through, and ``sweep_scratch``, the one-pass sweep's own (the nabla_w of a block of rows, for an optimizer
+    other than the plain SGD one; None on a GPU). ``w`` and ``b`` are the network's parameters themselves, not
     copies (steps write them as they run: read them in stream order, or use ``MLP.weights``), ``controls``
     its ``core.controls.Controls``.
 
@@ -55,6 +56,7 @@ class MLPPlan(plan.Plan):
             self.nabla_b[l] = self.buffer(n[l])
         self.y = self.columns(n[net.L])
         self.scratch = {l: self.make_scratch(n[l] * n[l - 1], max(n[l], n[l - 1])) for l in net.layer_numbers}
+        self.sweep_scratch = self.make_scratch(max(n[l] * n[l - 1] for l in net.layer_numbers), max(net.sizes))
         self.naumov = {}
         self.sweep = False  # the chain runs the one-pass sweep: the workers update b alone
         if net.comm is not None:
@@ -101,36 +103,66 @@ class MLPPlan(plan.Plan):
                            self.delta[l + 1], self.sp[l])
 
     def error_update(self, l, controls):
-        """Enqueue on the main stream (5) of a layer l < L and the SGD update of w^{l+1} by ``controls``
-        in one sweep over w^{l+1} (``ops.backward_update``): delta^l is w^{l+1}'s last read in the pass."""
-        backend = self.backend
-        backend.launch(self.main, f"delta[{l}]+update[{l + 1}]", backend.ops.backward_update, self.delta[l],
-                       self.w[l + 1], self.delta[l + 1], self.sp[l], self.a[l], controls.array)
+        """Enqueue on the main stream (5) of a layer l < L and the update of w^{l+1} by ``controls`` in one
+        sweep over w^{l+1}: delta^l is w^{l+1}'s last read in the pass. The plain SGD step by BLAS's rank
+        update on blocks of rows (``ops.backward_update``); another optimizer's in one compiled pass at B = 1
+        (``optimizer.sweep``), else by blocks of rows (``_block_update``)."""
+        backend, optimizer = self.backend, controls.optimizer
+        name = f"delta[{l}]+update[{l + 1}]"
+        args = (self.delta[l], self.w[l + 1], self.delta[l + 1], self.sp[l], self.a[l])
+        if optimizer.plain:
+            backend.launch(self.main, name, backend.ops.backward_update, *args, controls.array)
+        elif self.batch == 1:
+            backend.launch(self.main, name, optimizer.sweep, backend.ops, *args, controls.slots(l + 1, "w"),
+                           controls.array)
+        else:
+            backend.launch(self.main, name, backend.ops.backward_update, *args, controls.array,
+                           *self._block_update(l + 1, controls))
 
-    def rank_update(self, l, controls):
-        """Enqueue on the main stream the SGD update of w^l alone by ``controls``, in place, as the sweep
-        updates the layers above (``ops.rank_update``): w^2, which no (5) reads."""
-        backend = self.backend
-        backend.launch(self.main, f"update_w[{l}]", backend.ops.rank_update, self.w[l], self.delta[l],
-                       self.a[l - 1], controls.array)
+    def last_update(self, l, controls):
+        """Enqueue on the main stream the update of w^l alone by ``controls``, as the sweep updates the layers
+        above: w^2, which no (5) reads (``ops.rank_update``; another optimizer's by ``_block_update``)."""
+        backend, name = self.backend, f"update_w[{l}]"
+        if controls.optimizer.plain:
+            backend.launch(self.main, name, backend.ops.rank_update, self.w[l], self.delta[l], self.a[l - 1],
+                           controls.array)
+        else:
+            backend.launch(self.main, name, backend.ops.row_updates, self.w[l], controls.array,
+                           *self._block_update(l, controls))
+
+    def _block_update(self, l, controls):
+        """``(update, rows)``: the update of w^l by ``controls``' optimizer a block of ``rows`` rows at a time,
+        ``update(block)``, by the block's nabla_w written into the sweep's own scratch (the workers stream b's
+        updates through theirs at the same time)."""
+        ops, w, delta, a, optimizer = self.backend.ops, self.w[l], self.delta[l], self.a[l - 1], controls.optimizer
+        scratch, state = self.sweep_scratch, controls.slots(l, "w")
+
+        def update(block):
+            nabla = scratch[: (block.stop - block.start) * w.shape[1]].reshape(-1, w.shape[1])
+            ops.nabla_w(nabla, delta[block], a)
+            optimizer.apply(ops, w[block], nabla, {slot: s[block] for slot, s in state.items()}, controls.array,
+                            None)
+
+        return update, scratch.size // w.shape[1]
 
     def gradients(self, stream, l, controls=None):
         """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the update of its
         optimizer: the plain SGD update fused into (7), b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l
-        (a^{l-1})^T without nabla_w^l ever written (in a one-pass sweep, ``sweep``, (6) and the update of b^l
-        only, w^l being updated by the sweep); another optimizer's behind (6) and (7), on the same stream."""
+        (a^{l-1})^T without nabla_w^l ever written; another optimizer's behind (6) and (7), on the same stream.
+        In a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by the sweep."""
         ops, launch = self.backend.ops, self.backend.launch
-        if controls is None or not controls.optimizer.plain:
+        if self.sweep:
+            optimizer = controls.optimizer
+            launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
+            launch(stream, f"update_b[{l}]", optimizer.apply, ops, self.b[l], self.nabla_b[l],
+                   controls.slots(l, "b"), controls.array, self.scratch[l])
+        elif controls is None or not controls.optimizer.plain:
             launch(stream, f"gradients[{l}]", ops.gradients, self.nabla_w[l], self.nabla_b[l], self.delta[l],
                    self.a[l - 1])
             if controls is not None:
                 self.update(stream, l, controls)
-            return
-        launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
-        if self.sweep:
-            launch(stream, f"update_b[{l}]", ops.sgd_update, self.b[l], self.nabla_b[l], controls.array,
-                   self.scratch[l])
         else:
+            launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
             launch(stream, f"fused_update[{l}]", _calls,
                    (ops.sgd_update, self.b[l], self.nabla_b[l], controls.array, self.scratch[l]),
                    (ops.fused_update, self.w[l], self.delta[l], self.a[l - 1], controls.array, self.scratch[l]))
@@ -177,7 +209,7 @@ class MLPPlan(plan.Plan):
                 self.error(l)
             yield l
         if self.sweep:
-            self.rank_update(2, controls)  # w^2, which no (5) reads, updated as the sweep updates the others
+            self.last_update(2, controls)  # w^2, which no (5) reads, updated as the sweep updates the others
         return {}
 
     def dead_after_pass(self):

@@ -5,9 +5,9 @@ Each network (``networks.network``, float64) and its ``to_torch()`` module take 
 ``0.5 * sum((a - y)^2) / B``. The trained functions then agree within 1e-10 (relative) on a fresh batch, under
 ``Sequential()`` (the RNN's ``BPTT()``), ``Leapfrog(2)`` and ``Leapfrog(2, fused=True)``. torch.nn.RNN has two
 biases per layer that receive the same gradient, our RNN their sum as one b: the module's ``bias_hh_l0`` is
-frozen at zero (requires_grad False), so that torch trains the one b we do. Fused and unfused steps agree to
-the bit on the host; bad hyper-parameters, another optimizer on a state that exists and the one-pass sweep
-refuse in one line, changing nothing; graph steps read lr and t from device memory.
+frozen at zero (requires_grad False), so that torch trains the one b we do. The MLP's one-pass sweep agrees
+too. Fused and unfused steps agree to the bit on the host; bad hyper-parameters and another optimizer on a state
+that exists refuse in one line, changing nothing; graph steps read lr and t from device memory.
 """
 
 import numpy as np
@@ -16,6 +16,7 @@ import pytest
 from helpers import to_numpy
 from networks import NAMES, network, network_batch
 from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, Sequential
+from leapfrog_gpu.backends import ops_numpy
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
 
@@ -222,12 +223,26 @@ def test_a_bad_state_is_refused_and_changes_nothing():
         assert net.optimizer_state() == {"step": 0}
 
 
-def test_the_one_pass_sweep_refuses_an_optimizer_other_than_plain_sgd():
-    with MLP([3, 4, 2], seed=1, backend="numpy") as net:
-        x, y = network_batch("MLP", 2)
-        with pytest.raises(ValueError, match=r"fuses the plain SGD update .* Adam\(lr=0.001"):
-            net.train_step(x, y, Adam(), Leapfrog(2, one_pass=True))
-        assert net.optimizer_state() == {"step": 0}
+@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("schedule", [Sequential(one_pass=True), Leapfrog(2, one_pass=True)], ids=repr)
+@pytest.mark.parametrize("kind", list(OPTIMIZERS))
+def test_the_one_pass_sweep_agrees_with_torch_optim(monkeypatch, kind, schedule, batch):
+    """The MLP's sweep updating each weight matrix by the optimizer block by block (a scratch of 16 elements: a
+    block of two rows or fewer) as it reads the block for (5): 12 steps as torch.optim's within 1e-10."""
+    monkeypatch.setattr(ops_numpy, "SCRATCH", 16)
+    ours, theirs = OPTIMIZERS[kind]
+    optimizer = ours()
+    with network("MLP", "numpy", dtype="float64") as net:
+        module, torch_step = torch_training("MLP", net, theirs)
+        for step in range(STEPS):
+            x, y = network_batch("MLP", batch, seed=step, dtype=np.float64)
+            net.train_step(x, y, optimizer, schedule)
+            torch_step(x, y)
+        assert net.plan(batch).sweep_scratch.size < max(w.size for w in net.weights)  # several blocks a matrix
+        x, _ = network_batch("MLP", 7, seed=99, dtype=np.float64)
+        with torch.no_grad():
+            want = module_output("MLP", module, x).numpy()
+        np.testing.assert_allclose(net.feedforward(x), want, rtol=1e-10, atol=1e-300)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,8 +1,8 @@
 """The race detector (``tests/harness/races.py``) over every schedule of every network: two SGD steps enqueued back
 to back, and no two launches that nothing orders touch one buffer where one of them writes it. On the NumPy
 backend and on the CuPy stand-in, eager and as a graph, alone and summing across two mirrored ranks, at
-several k; and the optimizers with a state (momentum, Adam), fused and not, whose state only its unit's
-update touches. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
+several k; and the optimizers with a state (momentum, Adam), fused, in the one-pass sweep and not, whose
+state only its unit's update touches. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
 §5, workers sharing one scratch buffer, and the one-pass sweep streaming through a worker's scratch."""
 
 import numpy as np
@@ -58,7 +58,8 @@ CASES = [(backend, name, schedule, mode) for backend in ("numpy", "cupy")
 
 OPTIMIZERS = {"momentum": SGD(0.5, momentum=0.9, nesterov=True, weight_decay=0.01), "adam": Adam(0.01)}
 OPTIMIZER_CASES = [(backend, name, schedule, mode, kind) for backend in ("numpy", "cupy") for mode in ("eager", "graph")
-                   for name in NAMES for schedule in (Sequential(), Leapfrog(2), Leapfrog(2, fused=True))
+                   for name in NAMES for schedule in (Sequential(), Leapfrog(2), Leapfrog(2, fused=True),
+                                                      *([Leapfrog(2, one_pass=True)] if name == "MLP" else []))
                    for kind in OPTIMIZERS if runs_on(backend, name, schedule, mode)]
 
 

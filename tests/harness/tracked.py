@@ -5,7 +5,8 @@
 or writes a tracked array tells ``listener.touch(view, writes)``, with the plain view it touches, and each new
 array ``listener.born(array)``; the library's BLAS products (``host_blas.matmul``, into which NumPy cannot see)
 are replaced by ``matmul``, which says that it reads its operands and writes its output, and the products
-bound once and called later (``host_blas.bind``) by ``bind``, whose calls say the same.
+bound once and called later (``host_blas.bind``) by ``bind``, whose calls say the same; the compiled optimizer
+updates (``host_updates``) by ``compiled``, which says what each reads and writes (``host_updates.WRITES``).
 """
 
 import sys
@@ -13,11 +14,12 @@ import types
 
 import numpy as np
 
-from leapfrog_gpu.backends import host_blas
+from leapfrog_gpu.backends import host_blas, host_updates
 
 _listener = None  # what listen() was given, while it holds
 _MATMUL = host_blas.matmul
 _BIND = host_blas.bind
+_UPDATES = {name: getattr(host_updates, name) for name in host_updates.WRITES}
 
 
 def listen(listener):
@@ -29,6 +31,8 @@ def listen(listener):
     for module in modules:
         module.matmul = matmul
     host_blas.bind = bind
+    for update, fn in _UPDATES.items():
+        setattr(host_updates, update, compiled(fn, host_updates.WRITES[update]))
     _listener = listener
 
     def stop():
@@ -36,6 +40,8 @@ def listen(listener):
         for module in modules:
             module.matmul = _MATMUL
         host_blas.bind = _BIND
+        for update, fn in _UPDATES.items():
+            setattr(host_updates, update, fn)
         _listener = None
 
     return stop
@@ -160,6 +166,19 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
     for value, writes in ((x, False), (y, False), (out, True)):
         _touch(value, writes)
     _MATMUL(*_plain((out, x, y)), alpha, beta)
+
+
+def compiled(update, writes):
+    """A ``host_updates`` loop that says it reads each array it takes and writes those at positions ``writes``
+    (which it reads first)."""
+    def run(*args):
+        for position, value in enumerate(args):
+            _touch(value, False)
+            if position in writes:
+                _touch(value, True)
+        update(*_plain(args))
+
+    return run
 
 
 def bind(out, x, y, alpha=1.0, beta=0.0):

@@ -94,8 +94,6 @@ def check(p, args):
             import matplotlib  # noqa: F401
         except ImportError:
             p.error(f"--plot needs matplotlib: {pip_install('plot')}")
-    if args.one_pass and args.optimizer != ["sgd"]:
-        p.error("--one-pass fuses the plain SGD update: give it --optimizer sgd only (--fused fuses the others)")
     if parallel.world(PROG).size > 1:
         p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
                 "profiling/parallel_bench.py (docs/data-parallel.md)")

@@ -63,14 +63,15 @@ def adam(p, nabla, m, v, scale, decay, weight_decay, beta1, c1, beta2, c2, root,
 
 
 @_compiled
-def momentum_sweep(w, delta, a, buf, chain, scale, lr, weight_decay, mu, undamped, first, nesterov):
-    """``chain += w^T delta`` and ``momentum``'s step of w (n, m) by nabla_w = delta a^T, in one pass over w's
-    rows in order: delta (n,), a and chain (m,), buf as w."""
+def momentum_sweep(w, delta, a, buf, chain, chained, scale, lr, weight_decay, mu, undamped, first, nesterov):
+    """``chain += w^T delta`` (if ``chained``) and ``momentum``'s step of w (n, m) by nabla_w = delta a^T, in one
+    pass over w's rows in order: delta (n,), a and chain (m,), buf as w."""
     n, m = w.shape
     for j in range(n):
         d = delta[j]
         for i in range(m):
-            chain[i] += w[j, i] * d
+            if chained:
+                chain[i] += w[j, i] * d
             w[j, i], b = _momentum(w[j, i], d * a[i] * scale, buf[j, i], lr, weight_decay, mu, undamped, first,
                                    nesterov)
             if mu != 0:
@@ -78,13 +79,15 @@ def momentum_sweep(w, delta, a, buf, chain, scale, lr, weight_decay, mu, undampe
 
 
 @_compiled
-def adam_sweep(w, delta, a, m, v, chain, scale, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step_size):
-    """``chain += w^T delta`` and ``adam``'s step of w (n, m) by nabla_w = delta a^T, in one pass over w's rows
-    in order: delta (n,), a and chain (m,), m and v as w."""
+def adam_sweep(w, delta, a, m, v, chain, chained, scale, decay, weight_decay, beta1, c1, beta2, c2, root, eps,
+               step_size):
+    """``chain += w^T delta`` (if ``chained``) and ``adam``'s step of w (n, m) by nabla_w = delta a^T, in one pass
+    over w's rows in order: delta (n,), a and chain (m,), m and v as w."""
     n, k = w.shape
     for j in range(n):
         d = delta[j]
         for i in range(k):
-            chain[i] += w[j, i] * d
+            if chained:
+                chain[i] += w[j, i] * d
             w[j, i], m[j, i], v[j, i] = _adam(w[j, i], d * a[i] * scale, m[j, i], v[j, i], decay, weight_decay,
                                               beta1, c1, beta2, c2, root, eps, step_size)

@@ -272,33 +272,37 @@ def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight
 def momentum_sweep(delta, w_next, delta_next, sp, a, buf, controls, momentum, dampening, nesterov, weight_decay):
     """(5) and ``momentum_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1, in one compiled pass over
     w^{l+1} (``host_updates.momentum_sweep``): ``delta = ((w^{l+1})^T delta^{l+1}) * sp`` with w^{l+1} as it was,
-    summed over its rows in order (within a few ulps of (5)'s BLAS product). ``buf`` is None without momentum."""
+    summed over its rows in order (within a few ulps of (5)'s BLAS product). ``buf`` is None without momentum;
+    ``delta`` None: the update alone (w^2, which no (5) reads)."""
     from . import host_updates
 
-    if controls[1] != 0:
-        backward(delta, w_next, delta_next, sp)
-        return
-    chain = delta.reshape(-1)
-    chain.fill(0)
-    host_updates.momentum_sweep(w_next, delta_next.reshape(-1), a.reshape(-1), w_next if buf is None else buf, chain,
-                                *_momentum_scalars(w_next.dtype.type, controls, momentum, dampening, nesterov,
-                                                   weight_decay))
-    delta_hidden(delta, sp)
+    _sweep(host_updates.momentum_sweep, delta, w_next, delta_next, sp, a, [w_next if buf is None else buf], controls,
+           _momentum_scalars(w_next.dtype.type, controls, momentum, dampening, nesterov, weight_decay))
 
 
 def adam_sweep(delta, w_next, delta_next, sp, a, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
     """(5) and ``adam_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1, in one compiled pass over
-    w^{l+1}, m and v (``host_updates.adam_sweep``), the sum of (5) as ``momentum_sweep``'s."""
+    w^{l+1}, m and v (``host_updates.adam_sweep``), as ``momentum_sweep``."""
     from . import host_updates
 
+    _sweep(host_updates.adam_sweep, delta, w_next, delta_next, sp, a, [m, v], controls,
+           _adam_scalars(w_next.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
+
+
+def _sweep(loop, delta, w_next, delta_next, sp, a, state, controls, scalars):
+    """A ``host_updates`` sweep of w^{l+1} and its ``state`` (a list of arrays), then ``delta *= sp``; a refused
+    step computes (5) alone."""
+    chained = delta is not None
     if controls[1] != 0:
-        backward(delta, w_next, delta_next, sp)
+        if chained:
+            backward(delta, w_next, delta_next, sp)
         return
-    chain = delta.reshape(-1)
-    chain.fill(0)
-    host_updates.adam_sweep(w_next, delta_next.reshape(-1), a.reshape(-1), m, v, chain,
-                            *_adam_scalars(w_next.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
-    delta_hidden(delta, sp)
+    chain = delta.reshape(-1) if chained else a.reshape(-1)[:0]  # unchained: an empty view, touched by nothing
+    if chained:
+        chain.fill(0)
+    loop(w_next, delta_next.reshape(-1), a.reshape(-1), *state, chain, chained, *scalars)
+    if chained:
+        delta_hidden(delta, sp)
 
 
 def _momentum_scalars(cast, controls, momentum, dampening, nesterov, weight_decay):

@@ -60,7 +60,8 @@ class Optimizer:
 
     def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
         """The MLP's one-pass sweep at B = 1 on the host (``ops_numpy``): (5), ``delta = ((w^{l+1})^T delta^{l+1})
-        * sp``, and the update of w^{l+1} and its ``state`` by nabla_w = delta^{l+1} a^T, in one pass."""
+        * sp``, and the update of w^{l+1} and its ``state`` by nabla_w = delta^{l+1} a^T, in one pass; with
+        ``delta`` None, the update alone."""
         raise NotImplementedError
 
 

@@ -121,11 +121,15 @@ class MLPPlan(plan.Plan):
 
     def last_update(self, l, controls):
         """Enqueue on the main stream the update of w^l alone by ``controls``, as the sweep updates the layers
-        above: w^2, which no (5) reads (``ops.rank_update``; another optimizer's by ``_block_update``)."""
-        backend, name = self.backend, f"update_w[{l}]"
-        if controls.optimizer.plain:
+        above: w^2, which no (5) reads (``ops.rank_update``; another optimizer's by ``optimizer.sweep`` with no
+        delta at B = 1, else by ``_block_update``)."""
+        backend, optimizer, name = self.backend, controls.optimizer, f"update_w[{l}]"
+        if optimizer.plain:
             backend.launch(self.main, name, backend.ops.rank_update, self.w[l], self.delta[l], self.a[l - 1],
                            controls.array)
+        elif self.batch == 1:
+            backend.launch(self.main, name, optimizer.sweep, backend.ops, None, self.w[l], self.delta[l], None,
+                           self.a[l - 1], controls.slots(l, "w"), controls.array)
         else:
             backend.launch(self.main, name, backend.ops.row_updates, self.w[l], controls.array,
                            *self._block_update(l, controls))

@@ -245,12 +245,9 @@ def momentum_update(param, nabla, buf, controls, scratch, momentum, dampening, n
     ``momentum``, ``buf = g`` at ``controls[4] == 1``, else ``momentum * buf + (1 - dampening) * g``, and the step
     is ``buf`` (``g + momentum * buf`` with ``nesterov``); ``param -= controls[2] * step``. ``buf`` is None without
     momentum. One compiled pass (``host_updates.momentum``); ``scratch`` is unused."""
-    from . import host_updates  # Numba loads with the first update that needs it, not with the package
-
-    del scratch
     if controls[1] == 0:
         flat = param.reshape(-1)
-        host_updates.momentum(flat, nabla.reshape(-1), flat if buf is None else buf.reshape(-1),
+        _loops().momentum(flat, nabla.reshape(-1), flat if buf is None else buf.reshape(-1),
                               *_momentum_scalars(param.dtype.type, controls, momentum, dampening, nesterov,
                                                  weight_decay))
 
@@ -261,31 +258,23 @@ def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight
     ``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g^2``, and
     ``param -= controls[2] / controls[5] * m / (sqrt(v) / controls[6] + eps)`` (``controls[5]`` = 1 - beta1^t,
     ``controls[6]`` = sqrt(1 - beta2^t)). One compiled pass (``host_updates.adam``); ``scratch`` is unused."""
-    from . import host_updates
-
-    del scratch
     if controls[1] == 0:
-        host_updates.adam(param.reshape(-1), nabla.reshape(-1), m.reshape(-1), v.reshape(-1),
-                          *_adam_scalars(param.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
+        _loops().adam(param.reshape(-1), nabla.reshape(-1), m.reshape(-1), v.reshape(-1),
+                      *_adam_scalars(param.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
 
 
 def momentum_sweep(delta, w_next, delta_next, sp, a, buf, controls, momentum, dampening, nesterov, weight_decay):
-    """(5) and ``momentum_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1, in one compiled pass over
-    w^{l+1} (``host_updates.momentum_sweep``): ``delta = ((w^{l+1})^T delta^{l+1}) * sp`` with w^{l+1} as it was,
-    summed over its rows in order (within a few ulps of (5)'s BLAS product). ``buf`` is None without momentum;
-    ``delta`` None: the update alone (w^2, which no (5) reads)."""
-    from . import host_updates
-
-    _sweep(host_updates.momentum_sweep, delta, w_next, delta_next, sp, a, [w_next if buf is None else buf], controls,
+    """(5) and ``momentum_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1 in one compiled pass: delta
+    summed over w^{l+1}'s rows in order, as it was (within a few ulps of (5)'s BLAS product). ``buf`` is None
+    without momentum; ``delta`` None: the update alone (w^2, which no (5) reads)."""
+    _sweep(_loops().momentum_sweep, delta, w_next, delta_next, sp, a, [w_next if buf is None else buf], controls,
            _momentum_scalars(w_next.dtype.type, controls, momentum, dampening, nesterov, weight_decay))
 
 
 def adam_sweep(delta, w_next, delta_next, sp, a, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
     """(5) and ``adam_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1, in one compiled pass over
     w^{l+1}, m and v (``host_updates.adam_sweep``), as ``momentum_sweep``."""
-    from . import host_updates
-
-    _sweep(host_updates.adam_sweep, delta, w_next, delta_next, sp, a, [m, v], controls,
+    _sweep(_loops().adam_sweep, delta, w_next, delta_next, sp, a, [m, v], controls,
            _adam_scalars(w_next.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
 
 
@@ -305,6 +294,13 @@ def _sweep(loop, delta, w_next, delta_next, sp, a, state, controls, scalars):
         delta_hidden(delta, sp)
 
 
+def _loops():
+    """``host_updates``, imported on first use: Numba loads with the first update that needs it."""
+    from . import host_updates
+
+    return host_updates
+
+
 def _momentum_scalars(cast, controls, momentum, dampening, nesterov, weight_decay):
     """The scalars of ``host_updates.momentum`` after its arrays, in the parameter's dtype ``cast``."""
     return (controls[3], controls[2], cast(weight_decay), cast(momentum), cast(1 - dampening), controls[4] == 1,
@@ -312,8 +308,7 @@ def _momentum_scalars(cast, controls, momentum, dampening, nesterov, weight_deca
 
 
 def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
-    """The scalars of ``host_updates.adam`` after its arrays, in the parameter's dtype ``cast``, as NumPy's calls
-    would compute them (1 - lr * weight_decay from lr in that dtype)."""
+    """The scalars of ``host_updates.adam`` after its arrays, in the dtype ``cast``, as NumPy's calls make them."""
     lr = controls[2]
     decay, weight_decay = (1 - lr * weight_decay, 0) if decoupled else (1, weight_decay)
     return (controls[3], cast(decay), cast(weight_decay), cast(beta1), cast(1 - beta1), cast(beta2), cast(1 - beta2),

@@ -248,8 +248,7 @@ def momentum_update(param, nabla, buf, controls, scratch, momentum, dampening, n
     if controls[1] == 0:
         flat = param.reshape(-1)
         _loops().momentum(flat, nabla.reshape(-1), flat if buf is None else buf.reshape(-1),
-                              *_momentum_scalars(param.dtype.type, controls, momentum, dampening, nesterov,
-                                                 weight_decay))
+                          *_momentum_scalars(param.dtype.type, controls, momentum, dampening, nesterov, weight_decay))
 
 
 def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight_decay, decoupled):

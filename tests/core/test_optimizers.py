@@ -110,11 +110,11 @@ def test_clip_under_a_fused_schedule_is_refused_by_name(network_name):
         assert net.optimizer_state() == {"step": 0}
 
 
-def trained(name, optimizer, schedule, steps=4, dtype="float32", graph=False, rates=None):
+def trained(name, optimizer, schedule, steps=4, dtype="float32", graph=False, rates=None, batch=5):
     """The parameters and optimizer state of ``name`` after ``steps`` steps, as host arrays in order."""
     with network(name, "numpy", dtype=dtype) as net:
         for step in range(steps):
-            x, y = network_batch(name, 5, seed=step)
+            x, y = network_batch(name, batch, seed=step)
             net.train_step(x, y, optimizer if rates is None else at_rate(optimizer, rates[step]), schedule,
                            graph=graph)
         state = net.optimizer_state()
@@ -257,6 +257,18 @@ def test_graph_steps_follow_a_schedule_of_the_rate_without_a_new_capture(name, k
         for step in range(3):
             net.train_step(*network_batch(name, 5, seed=step), at_rate(make(), rates[step]), Leapfrog(2), graph=True)
         assert sum(len(plan.captured) for plan in net._plans.values()) == 1
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("kind", ["momentum", "adam"])
+def test_one_pass_graph_steps_follow_a_schedule_of_the_rate(kind, batch):
+    """The MLP's sweep as a graph, lr changing every step: bitwise its eager steps (the compiled pass at B = 1
+    reads lr and t when it runs)."""
+    rates = [0.05 / (1 + step) for step in range(4)]
+    make, schedule = OPTIMIZERS[kind][0], Leapfrog(2, one_pass=True)
+    eager = trained("MLP", make(), schedule, rates=rates, batch=batch)
+    assert_bitwise(trained("MLP", make(), schedule, graph=True, rates=rates, batch=batch), eager)
+    assert not all(a.tobytes() == b.tobytes() for a, b in zip(eager, trained("MLP", make(), schedule, batch=batch)))
 
 
 def test_graph_steps_on_the_cupy_stand_in_are_the_eager_steps(standin):

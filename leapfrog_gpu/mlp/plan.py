@@ -152,14 +152,19 @@ class MLPPlan(plan.Plan):
     def gradients(self, stream, l, controls=None):
         """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the update of its
         optimizer: the plain SGD update fused into (7), b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l
-        (a^{l-1})^T without nabla_w^l ever written; another optimizer's behind (6) and (7), on the same stream.
-        In a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by the sweep."""
+        (a^{l-1})^T without nabla_w^l ever written; another optimizer's behind (6) and (7), on the same stream,
+        at B = 1 on the host without nabla_w^l either (``optimizer.sweep`` with no delta, bitwise the update by
+        nabla_w^l). In a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by it."""
         ops, launch = self.backend.ops, self.backend.launch
-        if self.sweep:
+        inline = controls is not None and self.batch == 1 and self.backend.name == "numpy"
+        if self.sweep or inline and not controls.optimizer.plain:
             optimizer = controls.optimizer
             launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
             launch(stream, f"update_b[{l}]", optimizer.apply, ops, self.b[l], self.nabla_b[l],
                    controls.slots(l, "b"), controls.array, self.scratch[l])
+            if not self.sweep:  # one compiled pass over w^l and its state, nabla_w formed inside it
+                launch(stream, f"update_w[{l}]", optimizer.sweep, ops, None, self.w[l], self.delta[l], None,
+                       self.a[l - 1], controls.slots(l, "w"), controls.array)
         elif controls is None or not controls.optimizer.plain:
             launch(stream, f"gradients[{l}]", ops.gradients, self.nabla_w[l], self.nabla_b[l], self.delta[l],
                    self.a[l - 1])

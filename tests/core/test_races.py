@@ -1,8 +1,9 @@
 """The race detector (``tests/harness/races.py``) over every schedule of every network: two SGD steps enqueued back
 to back, and no two launches that nothing orders touch one buffer where one of them writes it. On the NumPy
 backend and on the CuPy stand-in, eager and as a graph, alone and summing across two mirrored ranks, at
-several k; and the optimizers with a state (momentum, Adam), fused, in the one-pass sweep and not, whose
-state only its unit's update touches. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
+several k; and the optimizers with a state (momentum, Adam), fused, in the one-pass sweep and not, at B = 4
+and B = 1 (where the host forms nabla_w inside its compiled updates), whose state only its unit's update
+touches. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
 §5, workers sharing one scratch buffer, and the one-pass sweep streaming through a worker's scratch."""
 
 import numpy as np
@@ -63,18 +64,18 @@ OPTIMIZER_CASES = [(backend, name, schedule, mode, kind) for backend in ("numpy"
                    for kind in OPTIMIZERS if runs_on(backend, name, schedule, mode)]
 
 
-def recorded_steps(backend, name, schedule, mode="eager", prepare=None, optimizer=None):
-    """The races of two SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back to back
-    (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as rank 1 of two mirrored
-    ranks, bucketed at k = 2, then a third step on one column, of which this rank's share is empty), and what
-    the recorder could not see (``Recorder.unseen``, ``Recorder.strays``); ``prepare(net)`` runs before the steps;
-    ``optimizer``: the steps' (None: ``SGD(0.5)``)."""
+def recorded_steps(backend, name, schedule, mode="eager", prepare=None, optimizer=None, sizes=(4, 4)):
+    """The races of SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back to back, one a
+    batch of each of ``sizes`` (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as
+    rank 1 of two mirrored ranks, bucketed at k = 2, then a third step on one column, of which this rank's share
+    is empty), and what the recorder could not see (``Recorder.unseen``, ``Recorder.strays``); ``prepare(net)``
+    runs before the steps; ``optimizer``: the steps' (None: ``SGD(0.5)``)."""
     comm = Mirror(rank=1, bucket_bytes=1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
     with Recorder(backend) as recorder:
         net = network(name, backend, comm=comm)
         if prepare is not None:
             prepare(net)
-        for step, size in enumerate((4, 4, 1) if comm else (4, 4)):
+        for step, size in enumerate((4, 4, 1) if comm else sizes):
             net.train_step(*network_batch(name, size, seed=step), optimizer or SGD(0.5), schedule,
                            graph=mode == "graph")
         net.synchronize()
@@ -122,7 +123,7 @@ def test_no_two_launches_of_a_gated_cell_race_on_the_cupy_backend(cell, schedule
                          ids=[f"{b}-{n}-{s!r}-{m}-{k}".replace(" ", "") for b, n, s, m, k in OPTIMIZER_CASES])
 def test_no_two_launches_of_an_optimizer_step_race(backend, name, schedule, mode, kind, monkeypatch):
     with host_backend() if backend == "numpy" else cupy_backend(monkeypatch) as made:
-        found, unseen = recorded_steps(made, name, schedule, mode, optimizer=OPTIMIZERS[kind])
+        found, unseen = recorded_steps(made, name, schedule, mode, optimizer=OPTIMIZERS[kind], sizes=(4, 4, 1, 1))
     assert not found, f"{len(found)} races:\n{report(found)}"
     assert not unseen, "\n".join(unseen)
 
@@ -135,6 +136,16 @@ def test_an_optimizer_update_waiting_for_its_own_delta_is_reported(monkeypatch, 
     with host_backend() if backend == "numpy" else cupy_backend(monkeypatch) as made:
         found = [str(r) for r in recorded_steps(made, "MLP", Leapfrog(2, fused=True), optimizer=Adam(0.01))[0]]
     assert race("update[3] #1 on worker1", True, "w[3]", "delta[2] #1 on main", False) in found
+
+
+def test_an_inline_optimizer_update_waiting_for_its_own_delta_is_reported(monkeypatch):
+    """At B = 1 on the host the fused Adam update of w^3 is one compiled pass (``update_w[3]``), nabla_w formed
+    inside it: behind E_3 instead of E_2 it too writes w^3 while the chain reads it for delta^2."""
+    monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
+    with host_backend() as made:
+        found = [str(r) for r in recorded_steps(made, "MLP", Leapfrog(2, fused=True), optimizer=Adam(0.01),
+                                                sizes=(1,))[0]]
+    assert race("update_w[3] #1 on worker1", True, "w[3]", "delta[2] #1 on main", False) in found
 
 
 # -- each race, planted, reported by name ----------------------------------------------------------------

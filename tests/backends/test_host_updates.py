@@ -3,6 +3,9 @@ as NumPy element-wise calls, one operation at a time in the parameter's dtype: b
 compiled pass changes no bit of what torch.optim's rules give (no multiply-add contracted, nothing computed
 in a wider type)."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -133,3 +136,11 @@ def test_the_sweep_is_the_update_by_delta_a_and_the_chain_within_rounding(dtype,
     assert np.all(np.abs(delta - exact) <= bound)
     assert _bits(w, *state) == _bits(want_w, *want_state)
     assert (_bits(w, *state) == before) == bool(refused)
+
+
+def test_the_package_imports_without_numba():
+    """Numba loads with the first update that needs it, not with the package (or its CLIs' start)."""
+    code = ("import sys, leapfrog_gpu, leapfrog_gpu.backends.ops_numpy, leapfrog_gpu.tools.train.command; "
+            "print(sorted(m for m in ('numba', 'llvmlite') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,7 +1,8 @@
 """The host's compiled optimizer updates (``host_updates`` through ``ops_numpy``) against the same rules written
 as NumPy element-wise calls, one operation at a time in the parameter's dtype: bitwise equal, so that one
 compiled pass changes no bit of what torch.optim's rules give (no multiply-add contracted, nothing computed
-in a wider type)."""
+in a wider type); the one-pass sweeps against the update by nabla_w and the exact (5); and Numba left out of
+the package's import."""
 
 import subprocess
 import sys

@@ -302,16 +302,16 @@ def _loops():
 
 def _momentum_scalars(cast, controls, momentum, dampening, nesterov, weight_decay):
     """The scalars of ``host_updates.momentum`` after its arrays, in the parameter's dtype ``cast``."""
-    return (controls[3], controls[2], cast(weight_decay), cast(momentum), cast(1 - dampening), controls[4] == 1,
-            nesterov)
+    return (cast(controls[3]), cast(controls[2]), cast(weight_decay), cast(momentum), cast(1 - dampening),
+            controls[4] == 1, nesterov)
 
 
 def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
     """The scalars of ``host_updates.adam`` after its arrays, in the dtype ``cast``, as NumPy's calls make them."""
-    lr = controls[2]
+    lr = cast(controls[2])
     decay, weight_decay = (1 - lr * weight_decay, 0) if decoupled else (1, weight_decay)
-    return (controls[3], cast(decay), cast(weight_decay), cast(beta1), cast(1 - beta1), cast(beta2), cast(1 - beta2),
-            controls[6], cast(eps), lr / controls[5])
+    return (cast(controls[3]), cast(decay), cast(weight_decay), cast(beta1), cast(1 - beta1), cast(beta2),
+            cast(1 - beta2), cast(controls[6]), cast(eps), lr / cast(controls[5]))
 
 
 # The gated cells' steps (kernels/gates.cu), on whole (rows, tau, B) sequences and a step t. Unlike the functions

@@ -145,3 +145,18 @@ def test_the_package_imports_without_numba():
             "print(sorted(m for m in ('numba', 'llvmlite') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_controls_in_another_dtype_are_read_in_the_parameters():
+    """float64 controls of a float32 parameter: the same bits as the controls in float32 (every scalar of a loop
+    in the parameter's dtype, so no element is computed in a wider type)."""
+    p, nabla, m = (_values(np.float32, (9, 7), seed) for seed in (12, 13, 14))
+    v = np.abs(m)
+    wide = _controls(np.float64, 3e-3, 5, 3)
+    got, want = [p.copy(), m.copy(), v.copy()], [p.copy(), m.copy(), v.copy()]
+    ops_numpy.adam_update(got[0], nabla, got[1], got[2], wide, None, 0.9, 0.999, 1e-8, 1e-2, True)
+    ops_numpy.adam_update(want[0], nabla, want[1], want[2], wide.astype(np.float32), None, 0.9, 0.999, 1e-8, 1e-2,
+                          True)
+    ops_numpy.momentum_update(got[0], nabla, got[1], wide, None, 0.9, 0.0, True, 1e-2)
+    ops_numpy.momentum_update(want[0], nabla, want[1], wide.astype(np.float32), None, 0.9, 0.0, True, 1e-2)
+    assert _bits(*got) == _bits(*want)

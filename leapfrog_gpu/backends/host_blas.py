@@ -54,8 +54,9 @@ def matmul(out, x, y, alpha=1.0, beta=0.0):
 
 def bind(out, x, y, alpha=1.0, beta=0.0):
     """``matmul(out, x, y, alpha, beta)`` as a call of no argument, its routine and arguments fixed now:
-    each call is the one BLAS call, on what the arrays hold then, with no Python before it. The call
-    holds the three arrays (``operands``), whose memory it reads and writes."""
+    each call is the one BLAS call, on what the arrays hold then, with no Python before it. With ``alpha``
+    None the call takes alpha as its one argument, ``call(alpha)``, for a scale read as it runs (a learning
+    rate in device memory). The call holds the three arrays (``operands``), whose memory it reads and writes."""
     call = _product(out, x, y, alpha, beta, True)
     call.operands = (out, x, y)
     return call
@@ -70,9 +71,11 @@ def _product(out, x, y, alpha, beta, bound):
     if not flags.writeable or not (flags.f_contiguous or flags.c_contiguous):
         raise ValueError(f"matmul writes into a writable C- or Fortran-contiguous array; got strides "
                          f"{out.strides}, writeable={flags.writeable}")
+    if alpha is None and not bound:
+        raise TypeError("matmul takes a number for alpha; alpha=None is bind's, whose call then takes it")
     if load() is None:
         _prefix(out.dtype)
-        call = functools.partial(_numpy_product, out, x, y, alpha, beta)
+        call = functools.partial(_numpy_product, out, x, y, beta, *(() if alpha is None else (alpha,)))
         return call if bound else call()
     if not flags.f_contiguous:  # out^T = y^T x^T, out^T Fortran-contiguous
         out, x, y = out.T, y.T, x.T
@@ -122,7 +125,7 @@ def _vector(v, axis):
     return _address(v), inc
 
 
-def _numpy_product(out, x, y, alpha, beta):
+def _numpy_product(out, x, y, beta, alpha):
     """``out = alpha * (x @ y) + beta * out`` through ``np.matmul``: the products without OpenBLAS."""
     if alpha == 1 and beta == 0:
         np.matmul(x, y, out=out)
@@ -191,27 +194,40 @@ class _Routines:
 
     def gemv(self, trans, m, n, alpha, a, lda, x, inc_x, beta, y, inc_y, bound=False):
         """``y = alpha op(a) x + beta y``: a (m, n) column-major, op transposes it if ``trans``."""
-        scalar = self.scalar
-        return self._call(bound, self._gemv, _COLUMN_MAJOR, _TRANS[trans], m, n, scalar(alpha), a, lda, x, inc_x,
-                          scalar(beta), y, inc_y)
+        return self._call(bound, self._gemv, (_COLUMN_MAJOR, _TRANS[trans], m, n), alpha,
+                          (a, lda, x, inc_x, self.scalar(beta), y, inc_y))
 
     def ger(self, m, n, alpha, x, inc_x, y, inc_y, a, lda, bound=False):
         """``a += alpha x y^T``: a (m, n) column-major."""
-        return self._call(bound, self._ger, _COLUMN_MAJOR, m, n, self.scalar(alpha), x, inc_x, y, inc_y, a, lda)
+        return self._call(bound, self._ger, (_COLUMN_MAJOR, m, n), alpha, (x, inc_x, y, inc_y, a, lda))
 
     def gemm(self, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bound=False):
         """``c = alpha op(a) op(b) + beta c``: c (m, n) column-major, op(a) (m, k), op(b) (k, n)."""
-        scalar = self.scalar
-        return self._call(bound, self._gemm, _COLUMN_MAJOR, _TRANS[trans_a], _TRANS[trans_b], m, n, k,
-                          scalar(alpha), a, lda, b, ldb, scalar(beta), c, ldc)
+        return self._call(bound, self._gemm, (_COLUMN_MAJOR, _TRANS[trans_a], _TRANS[trans_b], m, n, k), alpha,
+                          (a, lda, b, ldb, self.scalar(beta), c, ldc))
 
-    @staticmethod
-    def _call(bound, routine, *args):
-        """``routine(*args)`` now, or, if ``bound``, that call for later."""
+    def _call(self, bound, routine, head, alpha, tail):
+        """``routine(*head, alpha, *tail)`` now, or, if ``bound``, that call for later (``_Scaled``, taking
+        alpha, where ``alpha`` is None)."""
+        if alpha is None:
+            return _Scaled(functools.partial(routine, *head), self.scalar, tail)
+        args = (*head, self.scalar(alpha), *tail)
         if bound:
             return functools.partial(routine, *args)
         routine(*args)
         return None
+
+
+class _Scaled:
+    """A bound BLAS call that takes its alpha as it runs: ``call(alpha)`` is ``head(scalar(alpha), *tail)``."""
+
+    __slots__ = ("head", "scalar", "tail", "operands")
+
+    def __init__(self, head, scalar, tail):
+        self.head, self.scalar, self.tail = head, scalar, tail
+
+    def __call__(self, alpha):
+        self.head(self.scalar(alpha), *self.tail)
 
 
 _BYTES = ctypes.c_char * 0

@@ -13,9 +13,12 @@ CUDA stream capture, checked as the items arrive and when the capture ends:
   its last item (else that item would run outside the step);
 - nothing synchronizes with the host, and nothing is copied in from it.
 
-``HostGraph.launch()`` enqueues each stream's recorded items again as one entry of that stream, the
-events' recordings offset past every earlier one: it plans nothing and checks nothing again.
+When the capture ends each operation is bound to its arguments (``host_bound``), as a CUDA graph fixes its
+kernels' arguments. ``HostGraph.launch()`` enqueues each stream's recorded items again as one entry of that
+stream, the events' recordings offset past every earlier one: it plans nothing and checks nothing again.
 """
+
+from .host_bound import bound
 
 
 class CaptureError(RuntimeError):
@@ -59,7 +62,8 @@ class HostCapture:
         self.add(stream, self._item("wait", event.name, event=event, generation=count))
 
     def graph(self, backend):
-        """The ``HostGraph`` of what was recorded, once every stream that joined is joined back."""
+        """The ``HostGraph`` of what was recorded, once every stream that joined is joined back, each operation
+        bound to its arguments (``host_bound``)."""
         waited = {}
         for item in self.items[self.origin]:
             if item.kind == "wait":
@@ -71,7 +75,11 @@ class HostCapture:
                     f"{stream.name} is not joined back into {self.origin.name} before the capture ends: "
                     f"{self.origin.name} must wait on an event {stream.name} records after its last item "
                     f"({last.kind} {last.name!r}), or that work would run outside the step")
-        return HostGraph(backend, self.items, self.order, self.records)
+        ops = {id(item): self._item("op", item.name, bound(item.fn, item.args))
+               for items in self.items.values() for item in items if item.kind == "op"}
+        items = {stream: [ops.get(id(item), item) for item in listed] for stream, listed in self.items.items()}
+        order = [(stream, ops.get(id(item), item)) for stream, item in self.order]
+        return HostGraph(backend, items, order, self.records)
 
 
 class HostGraph:

@@ -134,7 +134,7 @@ def fused_update(w, delta, a, controls, scratch):
     """
     if controls[1] != 0:
         return
-    for rows in _row_blocks(w, scratch.size // w.shape[1]):
+    for rows in row_blocks(w, scratch.size // w.shape[1]):
         _update_rows(w[rows], delta[rows], a, controls[0], scratch)
 
 
@@ -151,12 +151,12 @@ def backward_update(delta, w_next, delta_next, sp, a, controls, update=None, row
     otherwise. Nothing is allocated.
     """
     if update is None:
-        rows = SWEEP // (w_next.shape[1] * w_next.itemsize)
+        rows = sweep_rows(w_next)
 
         def update(block):
             rank_update(w_next[block], delta_next[block], a, controls)
 
-    for block in _row_blocks(w_next, rows):
+    for block in row_blocks(w_next, rows):
         matmul(delta, w_next[block].T, delta_next[block], beta=1.0 if block.start else 0.0)
         if controls[1] == 0:
             update(block)
@@ -167,31 +167,33 @@ def row_updates(w, controls, update, rows):
     """``update(block)`` of each block of ``rows`` rows of w in turn, unless ``controls[1]``: the one-pass
     sweep's update of a weight matrix that no (5) reads."""
     if controls[1] == 0:
-        for block in _row_blocks(w, rows):
+        for block in row_blocks(w, rows):
             update(block)
 
 
 def rank_update(w, delta, a, controls):
     """``w -= controls[0] * delta a^T`` in place unless ``controls[1]``: w (n, m), delta (n, B), a (m, B).
 
-    One BLAS call on the Fortran view of w, which reads w once and writes it once and allocates
-    nothing: ``ger`` at B = 1, which adds ``(-controls[0] * delta_j) * a_i`` to each ``w_ji``, ``gemm``
-    with beta = 1 above. Each element lands within rounding of the exact ``w - controls[0] delta a^T``,
-    as the unfused ``nabla_w`` then ``sgd_update`` does, but rounded otherwise (one product less, and
-    fused multiply-adds where BLAS has them): an ulp or two of w apart where the update is small
-    against w (docs/design.md §2 gives the bound).
+    One BLAS call on the Fortran view of w, reading and writing w once: ``ger`` at B = 1, which adds
+    ``(-controls[0] * delta_j) * a_i`` to each ``w_ji``, ``gemm`` with beta = 1 above. Each element lands within
+    rounding of the exact ``w - controls[0] delta a^T``, as the unfused ``nabla_w`` then ``sgd_update`` does, but
+    rounded otherwise (one product less, and fused multiply-adds where BLAS has them; docs/design.md §2).
     """
     if controls[1] == 0:
         matmul(w, delta, a.T, alpha=-float(controls[0]), beta=1.0)
 
 
 SWEEP = 1 << 22
-"""Bytes of w in a row block of ``backward_update``'s SGD update: 4 MiB (a 1024 x 1024 float32 matrix in one
-block), read from memory for the chain and found again in the last-level cache (16-32 MiB on a server CPU) by
-the update."""
+"""Bytes of w in a row block of ``backward_update``'s SGD update: 4 MiB (a 1024 x 1024 float32 matrix in one block),
+read from memory for the chain and found again in the last-level cache (16-32 MiB on a server CPU) by the update."""
 
 
-def _row_blocks(w, rows):
+def sweep_rows(w):
+    """Rows of w in a block of ``backward_update``'s SGD sweep (``row_blocks``): ``SWEEP`` bytes' worth."""
+    return SWEEP // (w.shape[1] * w.itemsize)
+
+
+def row_blocks(w, rows):
     """The row slices of w, in order, of ``rows`` rows each (one at least)."""
     n, rows = w.shape[0], max(1, rows)
     return [slice(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]

@@ -183,13 +183,13 @@ def compiled(update, writes):
 
 def bind(out, x, y, alpha=1.0, beta=0.0):
     """``host_blas.bind``, whose call reads x and y and writes out (reads it too when beta is not 0) each
-    time it is made."""
+    time it is made; with ``alpha`` None the call takes alpha, as the library's does."""
     call = _BIND(*_plain((out, x, y)), alpha, beta)
 
-    def bound():
+    def bound(*alpha):
         for value, writes in ((x, False), (y, False), *(((out, False),) if beta else ()), (out, True)):
             _touch(value, writes)
-        call()
+        call(*alpha)
 
     return bound
 

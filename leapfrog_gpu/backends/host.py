@@ -139,9 +139,13 @@ class NumpyBackend:
     def launch(self, stream, name, fn, *args):
         """Enqueue ``fn(*args)`` on ``stream``; it runs inside an NVTX range called ``name`` (and is
         stamped when a ``timing.Timeline`` is recording)."""
+        self._submit(stream, self._item(stream, name, fn, *args))
+
+    def _item(self, stream, name, fn, *args):
+        """The item of a launch, stamped when a timeline is recording."""
         if self.timeline is not None:
             fn = _stamped(self.timeline.stamp(stream.name, name), fn)
-        self._submit(stream, Item("op", name, fn, args))
+        return Item("op", name, fn, args)
 
     @staticmethod
     def elapsed_ns(start, end):
@@ -207,11 +211,18 @@ class NumpyBackend:
         return _StreamRange(self, stream, name) if annotate.enabled else annotate.range(name)
 
     def copy_in(self, stream, dst, src):
-        """Copy host array ``src`` into ``dst`` in stream order; ``src`` may be reused once this returns."""
+        """Copy host array ``src`` into ``dst`` in stream order; ``src`` may be reused once this returns. With
+        threads, a copy made while nothing is queued on any stream runs on the caller (stream order holds, and
+        the stream's thread is not woken for it); otherwise the caller waits until the stream has made it."""
         self._refuse_in_capture("copy_in")
         if self.mode == "deferred":
             src = np.array(src, copy=True)
         elif self.mode == "threads":
+            with self._lock:
+                idle = self._pending == 0
+            if idle:
+                self._execute(stream, self._item(stream, "copy_in", np.copyto, dst, src, "same_kind"))
+                return
             done = self._copied
             self.launch(stream, "copy_in", np.copyto, dst, src, "same_kind")
             self.record(stream, done)

@@ -97,6 +97,43 @@ def test_events_follow_cuda_semantics():
                          ("worker0", "end", "after")]
 
 
+def test_a_host_copy_is_made_in_stream_order_and_on_the_caller_when_nothing_is_queued(monkeypatch):
+    """``copy_in`` with threads: behind what is queued on its stream (a read queued before it sees the old values,
+    one after it the new) and made before it returns; with nothing queued on any stream, made on the caller, no
+    stream's thread woken for it. Planted: a copy always made on the caller fails the first half."""
+    copies, copyto = [], np.copyto
+
+    def traced(dst, src, casting):
+        copies.append(threading.current_thread().name)
+        copyto(dst, src, casting)
+
+    monkeypatch.setattr(np, "copyto", traced)
+    with NumpyBackend() as backend:
+        main, (worker,) = backend.main, backend.workers(1)
+        dst, seen, gate = np.zeros(3), [], threading.Event()
+        backend.launch(main, "hold", gate.wait)
+        backend.launch(main, "read", lambda: seen.append(dst.tolist()))
+        copier = threading.Thread(target=backend.copy_in, args=(main, dst, np.ones(3)))
+        copier.start()
+        copier.join(0.05)
+        assert copier.is_alive() and not dst.any(), "the copy ran before what was queued ahead of it"
+        gate.set()
+        copier.join()
+        backend.launch(main, "read", lambda: seen.append(dst.tolist()))
+        backend.synchronize()
+        assert seen == [[0, 0, 0], [1, 1, 1]] and copies == ["leapfrog-main"]
+        backend.copy_in(main, dst, np.full(3, 2.0))
+        assert dst.tolist() == [2, 2, 2] and copies[1] == threading.current_thread().name
+        gate.clear()
+        backend.launch(worker, "hold", gate.wait)  # queued elsewhere: the copy goes to its own stream
+        worker_gate = threading.Timer(0.05, gate.set)
+        worker_gate.start()
+        backend.copy_in(main, dst, np.full(3, 3.0))
+        assert dst.tolist() == [3, 3, 3] and copies[2] == "leapfrog-main"
+        worker_gate.join()
+        backend.synchronize()
+
+
 def test_deferred_mode_reports_a_deadlock():
     with NumpyBackend(mode="deferred") as backend:
         event = backend.event("E")

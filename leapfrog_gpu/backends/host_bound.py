@@ -104,6 +104,22 @@ def _gradients(nabla_w, nabla_b, delta, a):
     return gradients
 
 
+def _sgd_update(param, nabla, controls, scratch):
+    """``ops_numpy.sgd_update``: the views of its chunks made, its scale read as it runs."""
+    param, nabla, size = param.reshape(-1), nabla.reshape(-1), scratch.size
+    chunks = [(param[start:start + size], nabla[start:start + size], scratch[: min(size, param.size - start)])
+              for start in range(0, param.size, size)]
+
+    def sgd_update():
+        if controls[1] == 0:
+            scale = controls[0]
+            for part, gradient, chunk in chunks:
+                np.multiply(gradient, scale, out=chunk)
+                np.subtract(part, chunk, out=part)
+
+    return sgd_update
+
+
 _BINDERS = {ops_numpy.forward: _forward, ops_numpy.backward: _backward, ops_numpy.rank_update: _rank_update,
             ops_numpy.backward_update: _backward_update, ops_numpy.nabla_b: _nabla_b, ops_numpy.nabla_w: _nabla_w,
-            ops_numpy.gradients: _gradients}
+            ops_numpy.gradients: _gradients, ops_numpy.sgd_update: _sgd_update}

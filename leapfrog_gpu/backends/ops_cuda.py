@@ -193,18 +193,16 @@ class CudaOps:
         args = (w, nabla_w, np.int64(w.size), b, nabla_b, np.int64(b.size), controls)
         self._elementwise("sgd_update_layer", w.size + b.size, w.dtype, args)
 
-    def momentum_update(self, param, nabla, buf, controls, scratch, momentum, dampening, nesterov, weight_decay):
+    def momentum_update(self, param, nabla, buf, controls, momentum, dampening, nesterov, weight_decay):
         """torch.optim.SGD's step in one pass (``ops_numpy.momentum_update``); ``buf`` None without momentum (the
-        kernel then reads no buffer: ``nabla`` stands in its place); ``scratch`` is unused here."""
-        del scratch
+        kernel then reads no buffer: ``nabla`` stands in its place)."""
         t = param.dtype.type
         args = (param, nabla, nabla if buf is None else buf, controls, np.int64(param.size), t(momentum),
                 t(dampening), np.int32(nesterov), t(weight_decay))
         self._elementwise("momentum_update", param.size, param.dtype, args)
 
-    def adam_update(self, param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight_decay, decoupled):
-        """torch.optim.Adam's (AdamW's) step in one pass (``ops_numpy.adam_update``); ``scratch`` is unused here."""
-        del scratch
+    def adam_update(self, param, nabla, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
+        """torch.optim.Adam's (AdamW's) step in one pass (``ops_numpy.adam_update``)."""
         t = param.dtype.type
         args = (param, nabla, m, v, controls, np.int64(param.size), t(beta1), t(beta2), t(eps), t(weight_decay),
                 np.int32(decoupled))

@@ -242,23 +242,23 @@ def sgd_update(param, nabla, controls, scratch):
         np.subtract(param[start:stop], chunk, out=param[start:stop])
 
 
-def momentum_update(param, nabla, buf, controls, scratch, momentum, dampening, nesterov, weight_decay):
+def momentum_update(param, nabla, buf, controls, momentum, dampening, nesterov, weight_decay):
     """torch.optim.SGD's step unless ``controls[1]``: ``g = controls[3] * nabla + weight_decay * param``; with
     ``momentum``, ``buf = g`` at ``controls[4] == 1``, else ``momentum * buf + (1 - dampening) * g``, and the step
     is ``buf`` (``g + momentum * buf`` with ``nesterov``); ``param -= controls[2] * step``. ``buf`` is None without
-    momentum. One compiled pass (``host_updates.momentum``); ``scratch`` is unused."""
+    momentum. One compiled pass (``host_updates.momentum``)."""
     if controls[1] == 0:
         flat = param.reshape(-1)
         _loops().momentum(flat, nabla.reshape(-1), flat if buf is None else buf.reshape(-1),
                           *_momentum_scalars(param.dtype.type, controls, momentum, dampening, nesterov, weight_decay))
 
 
-def adam_update(param, nabla, m, v, controls, scratch, beta1, beta2, eps, weight_decay, decoupled):
+def adam_update(param, nabla, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
     """torch.optim.Adam's step (``decoupled``: AdamW's) unless ``controls[1]``: ``g = controls[3] * nabla``, plus
     ``weight_decay * param`` (Adam) or with ``param *= 1 - controls[2] * weight_decay`` first (AdamW);
     ``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g^2``, and
     ``param -= controls[2] / controls[5] * m / (sqrt(v) / controls[6] + eps)`` (``controls[5]`` = 1 - beta1^t,
-    ``controls[6]`` = sqrt(1 - beta2^t)). One compiled pass (``host_updates.adam``); ``scratch`` is unused."""
+    ``controls[6]`` = sqrt(1 - beta2^t)). One compiled pass (``host_updates.adam``)."""
     if controls[1] == 0:
         _loops().adam(param.reshape(-1), nabla.reshape(-1), m.reshape(-1), v.reshape(-1),
                       *_adam_scalars(param.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))

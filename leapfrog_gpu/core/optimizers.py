@@ -20,7 +20,7 @@ import numbers
 
 
 class Optimizer:
-    """The base: ``lr`` and the checks. A subclass gives ``SLOTS``, ``rule`` and ``apply``."""
+    """The base: ``lr`` and the checks. A subclass gives ``SLOTS``, ``hyper``, ``update`` and ``sweep``."""
 
     SLOTS = ()
 
@@ -56,6 +56,11 @@ class Optimizer:
     def apply(self, ops, param, nabla, state, controls, scratch):
         """Update ``param`` by ``nabla`` (summed over the batch) and its ``state`` ({slot: array}) through
         ``ops`` (a backend's), reading ``controls`` (the network's ``Controls.array``) as it runs."""
+        op, *args = self.update(ops, param, nabla, state, controls, scratch)
+        op(*args)
+
+    def update(self, ops, param, nabla, state, controls, scratch):
+        """``apply``'s update as the call ``(op, *args)`` of one of ``ops``, to launch as it is."""
         raise NotImplementedError
 
     def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
@@ -89,12 +94,11 @@ class SGD(Optimizer):
     def plain(self):
         return not self.momentum and not self.weight_decay
 
-    def apply(self, ops, param, nabla, state, controls, scratch):
+    def update(self, ops, param, nabla, state, controls, scratch):
         if self.plain:
-            ops.sgd_update(param, nabla, controls, scratch)
-        else:
-            ops.momentum_update(param, nabla, state.get("momentum_buffer"), controls, scratch, self.momentum,
-                                self.dampening, self.nesterov, self.weight_decay)
+            return ops.sgd_update, param, nabla, controls, scratch
+        return (ops.momentum_update, param, nabla, state.get("momentum_buffer"), controls, self.momentum,
+                self.dampening, self.nesterov, self.weight_decay)
 
     def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
         ops.momentum_sweep(delta, w_next, delta_next, sp, a, state.get("momentum_buffer"), controls, self.momentum,
@@ -127,9 +131,9 @@ class Adam(Optimizer):
         beta1, beta2 = self.betas
         return [*super().controls(samples, t), 1 - beta1 ** t, (1 - beta2 ** t) ** 0.5]
 
-    def apply(self, ops, param, nabla, state, controls, scratch):
-        ops.adam_update(param, nabla, state["exp_avg"], state["exp_avg_sq"], controls, scratch, *self.betas,
-                        self.eps, self.weight_decay, self.DECOUPLED)
+    def update(self, ops, param, nabla, state, controls, scratch):
+        return (ops.adam_update, param, nabla, state["exp_avg"], state["exp_avg_sq"], controls, *self.betas, self.eps,
+                self.weight_decay, self.DECOUPLED)
 
     def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
         ops.adam_sweep(delta, w_next, delta_next, sp, a, state["exp_avg"], state["exp_avg_sq"], controls, *self.betas,

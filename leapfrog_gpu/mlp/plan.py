@@ -160,8 +160,8 @@ class MLPPlan(plan.Plan):
         if self.sweep or inline and not controls.optimizer.plain:
             optimizer = controls.optimizer
             launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
-            launch(stream, f"update_b[{l}]", optimizer.apply, ops, self.b[l], self.nabla_b[l],
-                   controls.slots(l, "b"), controls.array, self.scratch[l])
+            launch(stream, f"update_b[{l}]", *optimizer.update(ops, self.b[l], self.nabla_b[l], controls.slots(l, "b"),
+                                                                controls.array, self.scratch[l]))
             if not self.sweep:  # one compiled pass over w^l and its state, nabla_w formed inside it
                 launch(stream, f"update_w[{l}]", optimizer.sweep, ops, None, self.w[l], self.delta[l], None,
                        self.a[l - 1], controls.slots(l, "w"), controls.array)
@@ -185,7 +185,7 @@ class MLPPlan(plan.Plan):
                                 self.nabla_b[l], controls.array, scratch)
             return
         self.backend.launch(stream, f"update[{l}]", _calls,
-                            *((optimizer.apply, ops, param, nabla, controls.slots(l, name), controls.array, scratch)
+                            *(optimizer.update(ops, param, nabla, controls.slots(l, name), controls.array, scratch)
                               for name, param, nabla in (("w", self.w[l], self.nabla_w[l]),
                                                          ("b", self.b[l], self.nabla_b[l]))))
 

@@ -18,7 +18,7 @@ from leapfrog_gpu.backends import host_blas, host_bound, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 
 N, M = 37, 29
-FILLED = ("z", "a", "sp", "delta", "nabla_w", "nabla_b")  # written by the ops, NaN before them
+FILLED = ("z", "a", "sp", "delta", "nabla_w", "nabla_b", "scratch")  # written by the ops, NaN before them
 
 
 def operands(batch_size, seed):
@@ -33,7 +33,8 @@ def operands(batch_size, seed):
 
     arrays = {"w": normal(N, M), "w_next": normal(N, M), "b": normal(N), "a_prev": columns(M), "a_m": columns(M),
               "delta_next": columns(N), "sp_m": columns(M), "controls": np.array([0.25, 0], np.float32)}
-    arrays.update(z=columns(N), a=columns(N), sp=columns(N), nabla_w=normal(N, M), delta=columns(M), nabla_b=normal(N))
+    arrays.update(z=columns(N), a=columns(N), sp=columns(N), nabla_w=normal(N, M), delta=columns(M), nabla_b=normal(N),
+                  scratch=normal(100), grad_w=normal(N, M), grad_b=normal(N))
     arrays["delta_next"][3] = 0  # a zero row: its row of w stays as it was
     arrays["a_prev"][5] = -200  # sigma(z) of a saturated unit: exp overflows, sigmoid gives 0
     for name in FILLED:
@@ -51,6 +52,8 @@ CALLS = {  # op -> the names of its arguments, in order (the strings pass as the
     "nabla_b": ("nabla_b", "delta_next"),
     "nabla_w": ("nabla_w", "delta_next", "a_m"),
     "gradients": ("nabla_w", "nabla_b", "delta_next", "a_m"),
+    "sgd_update": ("w", "grad_w", "controls", "scratch"),  # in chunks of scratch's 100 elements, the last shorter
+    "sgd_update-b": ("b", "grad_b", "controls", "scratch"),
 }
 
 

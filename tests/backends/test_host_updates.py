@@ -67,7 +67,7 @@ def test_momentum_is_the_element_wise_rule_bitwise(dtype, t, mu, dampening, nest
     controls = _controls(dtype, 0.05, 7, t)
     want = [p.copy(), buf.copy()]
     _momentum_by_calls(want[0], nabla, want[1], controls, mu, dampening, nesterov, weight_decay)
-    ops_numpy.momentum_update(p, nabla, buf if mu else None, controls, None, mu, dampening, nesterov, weight_decay)
+    ops_numpy.momentum_update(p, nabla, buf if mu else None, controls, mu, dampening, nesterov, weight_decay)
     assert _bits(p, buf) == _bits(*want)
 
 
@@ -82,7 +82,7 @@ def test_adam_is_the_element_wise_rule_bitwise(dtype, t, weight_decay, decoupled
     controls = _controls(dtype, 3e-3, 5, t)
     want = [p.copy(), m.copy(), v.copy()]
     _adam_by_calls(*want[:1], nabla, *want[1:], controls, 0.9, 0.999, 1e-8, weight_decay, decoupled)
-    ops_numpy.adam_update(p, nabla, m, v, controls, None, 0.9, 0.999, 1e-8, weight_decay, decoupled)
+    ops_numpy.adam_update(p, nabla, m, v, controls, 0.9, 0.999, 1e-8, weight_decay, decoupled)
     assert _bits(p, m, v) == _bits(*want)
 
 
@@ -92,17 +92,17 @@ def test_a_refused_step_writes_nothing():
     controls = _controls(np.float32, 0.1, 2, 3)
     controls[1] = 2
     before = _bits(p, m, v)
-    ops_numpy.adam_update(p, nabla, m, v, controls, None, 0.9, 0.999, 1e-8, 0.1, False)
-    ops_numpy.momentum_update(p, nabla, m, controls, None, 0.9, 0.0, True, 0.1)
+    ops_numpy.adam_update(p, nabla, m, v, controls, 0.9, 0.999, 1e-8, 0.1, False)
+    ops_numpy.momentum_update(p, nabla, m, controls, 0.9, 0.0, True, 0.1)
     assert _bits(p, m, v) == before
 
 
 SWEEPS = {"momentum": (lambda w, nabla, state, controls: ops_numpy.momentum_update(
-              w, nabla, state[0], controls, None, 0.9, 0.1, False, 1e-2),
+              w, nabla, state[0], controls, 0.9, 0.1, False, 1e-2),
           lambda delta, w, delta_next, sp, a, state, controls: ops_numpy.momentum_sweep(
               delta, w, delta_next, sp, a, state[0], controls, 0.9, 0.1, False, 1e-2)),
           "adamw": (lambda w, nabla, state, controls: ops_numpy.adam_update(
-              w, nabla, *state, controls, None, 0.9, 0.999, 1e-8, 1e-2, True),
+              w, nabla, *state, controls, 0.9, 0.999, 1e-8, 1e-2, True),
           lambda delta, w, delta_next, sp, a, state, controls: ops_numpy.adam_sweep(
               delta, w, delta_next, sp, a, *state, controls, 0.9, 0.999, 1e-8, 1e-2, True))}
 """For each optimizer, its update by a whole nabla_w and its one-pass sweep (ops_numpy's)."""
@@ -154,9 +154,9 @@ def test_controls_in_another_dtype_are_read_in_the_parameters():
     v = np.abs(m)
     wide = _controls(np.float64, 3e-3, 5, 3)
     got, want = [p.copy(), m.copy(), v.copy()], [p.copy(), m.copy(), v.copy()]
-    ops_numpy.adam_update(got[0], nabla, got[1], got[2], wide, None, 0.9, 0.999, 1e-8, 1e-2, True)
-    ops_numpy.adam_update(want[0], nabla, want[1], want[2], wide.astype(np.float32), None, 0.9, 0.999, 1e-8, 1e-2,
+    ops_numpy.adam_update(got[0], nabla, got[1], got[2], wide, 0.9, 0.999, 1e-8, 1e-2, True)
+    ops_numpy.adam_update(want[0], nabla, want[1], want[2], wide.astype(np.float32), 0.9, 0.999, 1e-8, 1e-2,
                           True)
-    ops_numpy.momentum_update(got[0], nabla, got[1], wide, None, 0.9, 0.0, True, 1e-2)
-    ops_numpy.momentum_update(want[0], nabla, want[1], wide.astype(np.float32), None, 0.9, 0.0, True, 1e-2)
+    ops_numpy.momentum_update(got[0], nabla, got[1], wide, 0.9, 0.0, True, 1e-2)
+    ops_numpy.momentum_update(want[0], nabla, want[1], wide.astype(np.float32), 0.9, 0.0, True, 1e-2)
     assert _bits(*got) == _bits(*want)

@@ -27,14 +27,6 @@ class TwinOps:
     def update(w, nabla_w, b, nabla_b, step, scratch):
         ops_numpy.update(w, nabla_w, b, nabla_b, step, np.empty(ops_numpy.SCRATCH, w.dtype))
 
-    @staticmethod
-    def momentum_update(param, nabla, buf, controls, scratch, *hyper):
-        ops_numpy.momentum_update(param, nabla, buf, controls, np.empty(ops_numpy.SCRATCH, param.dtype), *hyper)
-
-    @staticmethod
-    def adam_update(param, nabla, m, v, controls, scratch, *hyper):
-        ops_numpy.adam_update(param, nabla, m, v, controls, np.empty(ops_numpy.SCRATCH, param.dtype), *hyper)
-
 
 class TwinDevice:
     """The NumPy twins, on host arrays."""

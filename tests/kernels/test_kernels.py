@@ -619,8 +619,8 @@ def test_momentum_update(device, request, case, shape, dtype):
     def run(dev, x):
         param, buf = dev.to_device(x["param"]), dev.to_device(x["buf"])
         dev.ops.momentum_update(param, dev.to_device(x["nabla"]), buf if momentum else None,
-                                dev.to_device(optimizer_controls(lr, batch, t, dtype)), None, momentum, dampening,
-                                nesterov, decay)
+                                dev.to_device(optimizer_controls(lr, batch, t, dtype)), momentum, dampening, nesterov,
+                                decay)
         return dev.to_host(param), dev.to_host(buf)
 
     def magnitude(x, reference):
@@ -655,7 +655,7 @@ def test_adam_update(device, request, decoupled, t, shape, dtype):
     def run(dev, x):
         param, m, v = (dev.to_device(x[name]) for name in ("param", "m", "v"))
         controls = dev.to_device(optimizer_controls(lr, batch, t, dtype))
-        dev.ops.adam_update(param, dev.to_device(x["nabla"]), m, v, controls, None, beta1, beta2, eps, decay, decoupled)
+        dev.ops.adam_update(param, dev.to_device(x["nabla"]), m, v, controls, beta1, beta2, eps, decay, decoupled)
         return dev.to_host(param), dev.to_host(m), dev.to_host(v)
 
     def magnitude(x, reference):
@@ -671,8 +671,7 @@ def test_a_refused_optimizer_step_writes_nothing(device, dtype):
     param, nabla, m, v = (_random(rng, (33, 31), dtype) for _ in range(4))
     controls = optimizer_controls(0.1, 3, 2, dtype, refused=4)
     got = [device.to_device(x) for x in (param, m, v)]
-    device.ops.momentum_update(got[0], device.to_device(nabla), got[1], device.to_device(controls), None, 0.9, 0.0,
-                               True, 0.1)
-    device.ops.adam_update(got[0], device.to_device(nabla), got[1], got[2], device.to_device(controls), None, 0.9,
-                           0.999, 1e-8, 0.1, False)
+    device.ops.momentum_update(got[0], device.to_device(nabla), got[1], device.to_device(controls), 0.9, 0.0, True, 0.1)
+    device.ops.adam_update(got[0], device.to_device(nabla), got[1], got[2], device.to_device(controls), 0.9, 0.999,
+                           1e-8, 0.1, False)
     assert [_bits(device.to_host(x)) for x in got] == [_bits(x) for x in (param, m, v)]

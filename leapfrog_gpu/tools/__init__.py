@@ -14,6 +14,9 @@ import sys
 CLOSED_PIPE = 141
 """The exit status of a command whose stdout was closed under it (``leapfrog-train | head -3``): 128 + SIGPIPE,
 as the shell reports ``cat`` or ``yes`` stopped that way; the run stops at the line it could not write."""
+CLOSED_PIPE_STATUS = (CLOSED_PIPE,
+                      "stdout closed (| head): stopped at the line it could not write, without a traceback")
+"""``CLOSED_PIPE`` as each command's ``--help`` lists it."""
 
 
 def leapfrog_train():

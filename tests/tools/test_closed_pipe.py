@@ -14,6 +14,9 @@ from leapfrog_gpu.tools import CLOSED_PIPE
                                   "2", "--k", "2", "--repeats", "1"]),
 ])
 def test_a_closed_pipe_ends_the_command_quietly(module, argv):
+    """The command ends with 141 and nothing on stderr, and its ``--help`` says what 141 means."""
+    helped = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert "  141  stdout closed (| head): stopped at the line it could not write" in helped.stdout
     child = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     assert child.stdout.readline()  # as head -1 does: read a line, then close the pipe

@@ -28,6 +28,7 @@ import numpy as np
 from ...backends import get_backend, timing
 from ...core.functions import DTYPES
 from ...core.saving import replaced_atomically
+from .. import CLOSED_PIPE_STATUS
 from ..cli import Parser, fitted, integer, integers, parse_args_on_a_backend, plural
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
@@ -35,7 +36,8 @@ from . import progress, torch_anchor
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
-                 (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given")]
+                 (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given"),
+                 CLOSED_PIPE_STATUS]
 """What a command's exit status means, as ``--help`` lists it."""
 
 

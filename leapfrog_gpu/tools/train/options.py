@@ -8,7 +8,7 @@ from ...backends import ops_numpy
 from ...core.functions import ACTIVATIONS, COSTS, DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...rnn.cells import ACTIVATION, CELLS
-from .. import timeline
+from .. import CLOSED_PIPE_STATUS, timeline
 from ..cli import Parser, integer, number, reals
 from ..schedules import schedule_names
 from .checkpoint import LATER
@@ -58,7 +58,7 @@ EXIT_STATUSES = [
         "already written is kept as it was"),
     (130, "stopped by Ctrl-C, after a checkpoint of the last completed step (more Ctrl-Cs within 2 s are the "
           "same one; a later one stops at once)"),
-    (141, "stdout closed (| head): stopped at the line it could not write, without a traceback"),
+    CLOSED_PIPE_STATUS,
     (1, "under mpiexec: an unexpected error on one rank (which ends every rank; so do the statuses above)"),
     (4, "under mpiexec: a rank waited --comm-timeout seconds in vain for the others"),
 ]

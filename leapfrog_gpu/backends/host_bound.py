@@ -18,8 +18,9 @@ from . import host_blas, ops_numpy
 
 
 def bound(fn, args):
-    """``fn(*args)`` as a call of no argument: bound here if ``fn`` is one of the ops below, else as it is."""
-    bind = _BINDERS.get(fn)
+    """``fn(*args)`` as a call of no argument: bound here if ``fn`` is one of the ops below, else as it is (any
+    callable, a ctypes function, which cannot be hashed, included)."""
+    bind = next((binder for op, binder in _BINDERS if op is fn), None)
     call = bind(*args) if bind is not None else None
     return call if call is not None else functools.partial(fn, *args)
 
@@ -120,6 +121,6 @@ def _sgd_update(param, nabla, controls, scratch):
     return sgd_update
 
 
-_BINDERS = {ops_numpy.forward: _forward, ops_numpy.backward: _backward, ops_numpy.rank_update: _rank_update,
-            ops_numpy.backward_update: _backward_update, ops_numpy.nabla_b: _nabla_b, ops_numpy.nabla_w: _nabla_w,
-            ops_numpy.gradients: _gradients, ops_numpy.sgd_update: _sgd_update}
+_BINDERS = ((ops_numpy.forward, _forward), (ops_numpy.backward, _backward), (ops_numpy.rank_update, _rank_update),
+            (ops_numpy.backward_update, _backward_update), (ops_numpy.nabla_b, _nabla_b), (ops_numpy.nabla_w, _nabla_w),
+            (ops_numpy.gradients, _gradients), (ops_numpy.sgd_update, _sgd_update))

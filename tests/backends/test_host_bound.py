@@ -118,6 +118,27 @@ def test_an_op_with_an_update_of_its_own_or_no_binder_runs_as_it_is():
     np.testing.assert_array_equal(arrays["a"], arrays["z"])
 
 
+def test_a_graph_binds_a_callable_that_cannot_be_hashed():
+    """A ctypes function cannot be hashed; a graph that launches one (a BLAS setting, say) still captures it."""
+    seen = []
+
+    class Unhashable:
+        __hash__ = None
+
+        def __eq__(self, other):
+            return self is other
+
+        def __call__(self, value):
+            seen.append(value)
+
+    with NumpyBackend() as backend:
+        launch = Unhashable()
+        graph = backend.capture(lambda: backend.launch(backend.main, "unhashable", launch, 3))
+        graph.launch()
+        backend.synchronize()
+    assert seen == [3, 3]  # the eager run, then the launch
+
+
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Sequential(one_pass=True), Leapfrog(2, one_pass=True)],
                          ids=repr)
 @pytest.mark.parametrize("batch_size", [1, 4], ids=lambda b: f"B{b}")

@@ -63,7 +63,7 @@ def arguments(arrays, names):
 
 def change(arrays, rng):
     """What a step changes between two launches: the operands' values, eta / B."""
-    for name in ("w", "w_next", "b", "a_prev", "a_m", "delta_next", "sp_m"):
+    for name in ("w", "w_next", "b", "a_prev", "a_m", "delta_next", "sp_m", "grad_w", "grad_b"):
         arrays[name] *= np.float32(1 + rng.random())
     arrays["controls"][0] = rng.random()
 

@@ -9,7 +9,6 @@ by the same routines in the same order: the same bits. At N = 256 the Python aro
 (docs/performance.md, "Optimizers against torch.optim").
 """
 
-import contextlib
 import functools
 
 import numpy as np
@@ -26,18 +25,12 @@ def bound(fn, args):
 
 
 def _forward(z, a, sp, w, a_prev, b, activation):
-    """``ops_numpy.forward``: its product bound, the bias's view and the activation's ufunc calls made."""
-    product, bias = host_blas.bind(z, w, a_prev), functools.partial(np.add, z, b[:, None], out=z)
-    sigma = ops_numpy.sigma_calls(z, a, activation)
-    guard = functools.partial(np.errstate, over="ignore") if activation == "sigmoid" else contextlib.nullcontext
+    """``ops_numpy.forward``: its product bound."""
+    product = host_blas.bind(z, w, a_prev)
 
     def forward():
         product()
-        bias()
-        with guard():
-            for call in sigma:
-                call()
-        ops_numpy.sigma_prime(z, a, sp, activation)
+        ops_numpy.bias_activation(z, a, sp, b, activation)
 
     return forward
 
@@ -82,21 +75,16 @@ def _backward_update(delta, w_next, delta_next, sp, a, controls, update=None, ro
     return backward_update
 
 
-def _nabla_b(nabla_b, delta):
-    """``ops_numpy.nabla_b``: the reduction ``np.sum`` makes, called directly."""
-    return functools.partial(np.add.reduce, delta, 1, None, nabla_b)
-
-
 def _nabla_w(nabla_w, delta, a):
-    """``ops_numpy.nabla_w``: its outer product at B = 1, its product bound above."""
+    """``ops_numpy.nabla_w``: its product bound above B = 1 (an outer product, no BLAS, at B = 1)."""
     if delta.shape[1] == 1:
-        return functools.partial(np.multiply, delta, a.T, out=nabla_w)
+        return functools.partial(ops_numpy.nabla_w, nabla_w, delta, a)
     return host_blas.bind(nabla_w, delta, a.T)
 
 
 def _gradients(nabla_w, nabla_b, delta, a):
-    """``ops_numpy.gradients``: ``_nabla_b`` then ``_nabla_w``."""
-    calls = _nabla_b(nabla_b, delta), _nabla_w(nabla_w, delta, a)
+    """``ops_numpy.gradients``: ``nabla_b`` then ``_nabla_w``."""
+    calls = functools.partial(ops_numpy.nabla_b, nabla_b, delta), _nabla_w(nabla_w, delta, a)
 
     def gradients():
         for call in calls:
@@ -106,21 +94,10 @@ def _gradients(nabla_w, nabla_b, delta, a):
 
 
 def _sgd_update(param, nabla, controls, scratch):
-    """``ops_numpy.sgd_update``: the views of its chunks made, its scale read as it runs."""
-    param, nabla, size = param.reshape(-1), nabla.reshape(-1), scratch.size
-    chunks = [(param[start:start + size], nabla[start:start + size], scratch[: min(size, param.size - start)])
-              for start in range(0, param.size, size)]
-
-    def sgd_update():
-        if controls[1] == 0:
-            scale = controls[0]
-            for part, gradient, chunk in chunks:
-                np.multiply(gradient, scale, out=chunk)
-                np.subtract(part, chunk, out=part)
-
-    return sgd_update
+    """``ops_numpy.sgd_update``: the views of its chunks made once."""
+    return functools.partial(ops_numpy.sgd_chunks, ops_numpy.chunks(param, nabla, scratch), controls)
 
 
 _BINDERS = ((ops_numpy.forward, _forward), (ops_numpy.backward, _backward), (ops_numpy.rank_update, _rank_update),
-            (ops_numpy.backward_update, _backward_update), (ops_numpy.nabla_b, _nabla_b), (ops_numpy.nabla_w, _nabla_w),
+            (ops_numpy.backward_update, _backward_update), (ops_numpy.nabla_w, _nabla_w),
             (ops_numpy.gradients, _gradients), (ops_numpy.sgd_update, _sgd_update))

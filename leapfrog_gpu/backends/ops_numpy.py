@@ -73,10 +73,9 @@ def sigma_prime(z, a, sp, activation, xp=np):
 def forward(z, a, sp, w, a_prev, b, activation):
     """(2)(3) of one layer: ``z = w a_prev + b``, ``a = sigma(z)``, ``sp = sigma'(z)`` (kernels/chain.cu).
 
-    One product, then the bias and the activation on z while it is in cache: z is n*B elements, a vector
-    at B = 1, against the n*m weights the product reads. Cutting the product into cache-sized row blocks
-    to run them block by block saves no pass there, and at B > 1 costs more than the passes it saves:
-    smaller GEMMs run below the speed of one large one (docs/performance.md, the NumPy backend's choices).
+    One product, then the bias and the activation on z while it is in cache (n*B elements against the n*m
+    weights the product reads). Cutting the product into cache-sized row blocks saves no pass, and at B > 1
+    costs more: smaller GEMMs run below the speed of one large one (docs/performance.md, the NumPy backend's choices).
     """
     matmul(z, w, a_prev)
     bias_activation(z, a, sp, b, activation)
@@ -112,11 +111,8 @@ SCRATCH = 1 << 16
 
 
 def nabla_w(nabla_w, delta, a):
-    """(7): ``nabla_w = delta a^T``, (n, m) from (n, B) and (m, B), summed over the batch.
-
-    B = 1 is a broadcasting outer product (a ``matmul`` with an inner dimension of 1 runs far slower,
-    docs/design.md §3); B > 1 is one GEMM.
-    """
+    """(7): ``nabla_w = delta a^T``, (n, m) from (n, B) and (m, B), summed over the batch: at B = 1 a broadcasting
+    outer product (a ``matmul`` with an inner dimension of 1 runs far slower, docs/design.md §3), else one GEMM."""
     if delta.shape[1] == 1:
         np.multiply(delta, a.T, out=nabla_w)
     else:
@@ -125,13 +121,10 @@ def nabla_w(nabla_w, delta, a):
 
 def fused_update(w, delta, a, controls, scratch):
     """(7) fused with SGD: ``w -= controls[0] * (delta a^T)`` unless ``controls[1]``, without ``nabla_w`` ever
-    reaching memory.
-
-    Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element is
-    computed as by ``nabla_w`` then ``sgd_update``. The result is bitwise the same when w fits one
-    block (B = 1, or n*m <= SCRATCH); with several blocks at B > 1, BLAS may round a row of a smaller
-    GEMM otherwise than the same row of ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS).
-    """
+    reaching memory. Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element
+    is computed as by ``nabla_w`` then ``sgd_update``: bitwise the same when w fits one block (B = 1, or n*m <=
+    SCRATCH); with several at B > 1, BLAS may round a row of a smaller GEMM otherwise than the same row of
+    ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS)."""
     if controls[1] != 0:
         return
     for rows in row_blocks(w, scratch.size // w.shape[1]):
@@ -209,7 +202,7 @@ def _update_rows(w, delta, a, scale, scratch):
 
 def nabla_b(nabla_b, delta):
     """(6): ``nabla_b = sum over the batch of delta``."""
-    np.sum(delta, axis=1, out=nabla_b)
+    np.add.reduce(delta, 1, out=nabla_b)  # np.sum's reduction, without its Python
 
 
 _nabla_w, _nabla_b = nabla_w, nabla_b  # for the functions below, whose arguments take the names
@@ -230,16 +223,23 @@ def update(w, nabla_w, b, nabla_b, controls, scratch):
 
 def sgd_update(param, nabla, controls, scratch):
     """``param -= controls[0] * nabla`` unless ``controls[1]``, through the flat ``scratch`` a cache-sized block at
-    a time."""
-    if controls[1] != 0:
-        return
-    scale = controls[0]
-    param, nabla = param.reshape(-1), nabla.reshape(-1)
-    for start in range(0, param.size, scratch.size):
-        stop = min(start + scratch.size, param.size)
-        chunk = scratch[: stop - start]
-        np.multiply(nabla[start:stop], scale, out=chunk)
-        np.subtract(param[start:stop], chunk, out=param[start:stop])
+    a time (``sgd_chunks`` of ``chunks``)."""
+    sgd_chunks(chunks(param, nabla, scratch), controls)
+
+
+def chunks(param, nabla, scratch):
+    """``(part, gradient, chunk)`` of each ``scratch``-long block of the flat ``param`` and ``nabla``, in order."""
+    param, nabla, size = param.reshape(-1), nabla.reshape(-1), scratch.size
+    return [(param[i: i + size], nabla[i: i + size], scratch[: min(size, param.size - i)])
+            for i in range(0, param.size, size)]
+
+
+def sgd_chunks(blocks, controls):
+    """``sgd_update`` of the ``chunks`` ``blocks``, its scale and refusal read from ``controls`` now."""
+    if controls[1] == 0:
+        for part, gradient, chunk in blocks:
+            np.multiply(gradient, controls[0], out=chunk)
+            np.subtract(part, chunk, out=part)
 
 
 def momentum_update(param, nabla, buf, controls, momentum, dampening, nesterov, weight_decay):

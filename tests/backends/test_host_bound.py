@@ -49,7 +49,7 @@ CALLS = {  # op -> the names of its arguments, in order (the strings pass as the
     "backward": ("delta", "w_next", "delta_next", "sp_m"),
     "backward_update": ("delta", "w_next", "delta_next", "sp_m", "a_m", "controls"),
     "rank_update": ("w", "delta_next", "a_m", "controls"),
-    "nabla_b": ("nabla_b", "delta_next"),
+    "nabla_b": ("nabla_b", "delta_next"),  # run as it is, as nabla_w at B = 1: nothing to work out once
     "nabla_w": ("nabla_w", "delta_next", "a_m"),
     "gradients": ("nabla_w", "nabla_b", "delta_next", "a_m"),
     "sgd_update": ("w", "grad_w", "controls", "scratch"),  # in chunks of scratch's 100 elements, the last shorter
@@ -78,7 +78,8 @@ def test_a_bound_op_gives_the_ops_bits(call, batch_size, sweep, refused, monkeyp
     want, got = operands(batch_size, 0), operands(batch_size, 0)
     want["controls"][1] = got["controls"][1] = refused
     bound = host_bound.bound(op, arguments(got, names))
-    assert not isinstance(bound, functools.partial) or bound.func is not op, f"{call} was not bound"
+    as_it_is = call == "nabla_b" or call == "nabla_w" and batch_size == 1  # no product, no view to make once
+    assert as_it_is or not isinstance(bound, functools.partial) or bound.func is not op, f"{call} was not bound"
     rng_want, rng_got = np.random.default_rng(1), np.random.default_rng(1)
     for _ in range(2):
         op(*arguments(want, names))

@@ -133,6 +133,9 @@ class CupyBackend:
         """Nanoseconds between two recorded timing events (``cudaEventElapsedTime``, 0.5 us resolution)."""
         return round(self.xp.cuda.get_elapsed_time(start, end) * 1e6)
 
+    def share(self, stream, streams):
+        """Nothing: cuBLAS has no threads to share between streams."""
+
     def record(self, stream, event):
         event.record(stream)
 

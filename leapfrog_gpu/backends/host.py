@@ -66,8 +66,7 @@ class NumpyBackend:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}")
-        if blas_threads is not None and (isinstance(blas_threads, bool) or not isinstance(blas_threads, int)
-                                         or blas_threads < 1):
+        if blas_threads is not None and (type(blas_threads) is not int or blas_threads < 1):
             raise ValueError(f"blas_threads must be None or an integer >= 1; got {blas_threads!r}")
         self.mode, self.order, self.blas_threads = mode, order, blas_threads
         if chaos is not None and (isinstance(chaos, bool) or not isinstance(chaos, int)):
@@ -84,6 +83,7 @@ class NumpyBackend:
         self._error = None
         host_blas.load()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
         blas = None if blas_threads is None else blas_limits.hold(blas_threads)
+        self._threads = blas_threads or host_blas.threads()
         self._queues = []  # those of the streams' threads
         self.release = weakref.finalize(self, stop, self._queues, blas)
         self._streams = []
@@ -151,6 +151,10 @@ class NumpyBackend:
     def elapsed_ns(start, end):
         """Nanoseconds between two marks of a timeline's clock (``perf_counter_ns`` values here)."""
         return end - start
+
+    def share(self, stream, streams):
+        """From here on in ``stream``'s order, ``streams`` streams run products at once (``host_blas.share``)."""
+        self._submit(stream, Item("blas", "share", host_blas.share, (self._threads, streams)))
 
     def record(self, stream, event):
         if self._capture is not None:
@@ -255,9 +259,7 @@ class NumpyBackend:
             if stream.thread is not None:
                 stream.thread.join()
 
-    @property
-    def closed(self):
-        return not self.release.alive
+    closed = property(lambda self: not self.release.alive)
 
     # -- execution ----------------------------------------------------------------------------------
 

@@ -37,6 +37,12 @@ RELEASE_GEMM = 1 << 24
 x 16 product). Below it the released call's dispatch costs a step more than the overlap it allows
 repays, as at 256 x 256 x 64 (docs/performance.md, products with the GIL released)."""
 
+SPIN = 20
+"""OpenBLAS's threads, done with a product, spin for 2**SPIN cycles (about 0.4 ms) before they sleep; OpenBLAS's
+own default, 2**28 cycles (about 0.1 s), lets threads spinning after a pass take the cores from the host
+streams that run next, and the host streams' work then runs several times slower (docs/performance.md).
+``load`` sets it as the library loads (``OPENBLAS_THREAD_TIMEOUT``), unless the environment sets it already."""
+
 _COLUMN_MAJOR, _TRANS = 102, (111, 112)  # CBLAS's CblasColMajor and (CblasNoTrans, CblasTrans)
 
 
@@ -152,6 +158,8 @@ def load():
     ``None``, with one ``RuntimeWarning``, where it is not installed (the products then go through NumPy).
     ``NumpyBackend`` loads it as it starts, before it sets the BLAS thread count, which reaches only
     the libraries loaded by then."""
+    given = "OPENBLAS_THREAD_TIMEOUT" in os.environ
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(SPIN))  # read as the library loads, on its import
     try:
         import scipy_openblas32
     except ImportError as error:
@@ -159,9 +167,24 @@ def load():
                       "own BLAS (np.matmul), slower: products into an output allocate and hold the GIL, so host "
                       "streams overlap less (pip install scipy-openblas32)", RuntimeWarning, stacklevel=2)
         return None
+    finally:
+        if not given:
+            os.environ.pop("OPENBLAS_THREAD_TIMEOUT", None)
 
     path = os.path.join(scipy_openblas32.get_lib_dir(), scipy_openblas32.get_library(fullname=True))
     return ctypes.CDLL(path), ctypes.PyDLL(path)
+
+
+def threads():
+    """The threads each product runs on: OpenBLAS's setting, or None without ``scipy-openblas32``."""
+    return None if load() is None else load()[1].scipy_openblas_get_num_threads()
+
+
+def share(threads, streams):
+    """Give each of ``streams`` streams that run products at once its part of ``threads`` BLAS threads (at least
+    one), so that they do not ask more cores than ``threads`` stands for; nothing without ``scipy-openblas32``."""
+    if load() is not None:
+        load()[1].scipy_openblas_set_num_threads(max(1, threads // streams))
 
 
 def _prefix(dtype):

@@ -42,7 +42,8 @@ class HostStream:
 
 
 class Item:
-    """One enqueued operation: ``op`` (a function call), ``record``, ``wait`` or ``mark`` (NVTX)."""
+    """One enqueued operation: ``op`` (a function call), ``record``, ``wait``, ``mark`` (NVTX) or ``blas`` (the BLAS
+    threads); a ``mark`` or a ``blas`` item runs even after an operation failed."""
 
     __slots__ = ("kind", "name", "fn", "args", "event", "generation")
 

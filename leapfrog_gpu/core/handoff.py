@@ -18,6 +18,8 @@ class Handoff:
     def __init__(self, plan, k):
         self.plan, self.k = plan, k
         self.busy = {}
+        if k:
+            plan.backend.share(plan.main, min(k, plan.bound) + 1)
 
     def mark(self, unit):
         """The main stream has enqueued what unit's gradients wait for: record E_unit there (k >= 1)."""
@@ -49,3 +51,5 @@ class Handoff:
             backend.record(self.busy[j], done)
             backend.wait(main, done)
         self.busy = {}
+        if self.k:
+            backend.share(main, 1)

@@ -390,3 +390,60 @@ def test_without_scipy_openblas32_every_network_trains_on_numpys_blas_with_one_w
     assert lines[0].startswith("RuntimeWarning scipy-openblas32 does not import (No module named 'scipy_openblas32'")
     assert "NumPy's BLAS (np.matmul" in lines[1] and lines[-2:] == ["trained", "bound"]
     assert len(lines) == 1 + 3 * 2 * 2 + 2 and all("no scipy-openblas32" in line for line in lines[1:-2])
+
+
+SPIN_AFTER_A_PRODUCT = """
+import os, sys, time
+import numpy as np
+from leapfrog_gpu.backends import host_blas
+
+host_blas.load()
+print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
+host_blas.share(2, 1)
+w, a, z = np.ones((512, 512), np.float32), np.ones((512, 64), np.float32), np.full((512, 64), np.nan, np.float32)
+host_blas.matmul(z, w, a)
+assert (z == 512).all()
+used = time.process_time()
+time.sleep(0.3)
+print(round((time.process_time() - used) * 1e3, 1))
+"""
+
+
+def spin(environment):
+    """What ``SPIN_AFTER_A_PRODUCT`` prints in a fresh process run in ``environment``: the library's
+    ``OPENBLAS_THREAD_TIMEOUT`` as Python sees it after the load, and the CPU ms the process used in the
+    0.3 s it slept after a product on two threads."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"} | environment
+    done = subprocess.run([sys.executable, "-c", SPIN_AFTER_A_PRODUCT], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    given, cpu_ms = done.stdout.split()
+    return given, float(cpu_ms)
+
+
+def test_openblas_threads_sleep_soon_after_a_product():
+    """Loaded by ``load``, OpenBLAS's second thread sleeps within ``2**SPIN`` cycles of a product instead of
+    spinning for its default 2**28 (about 0.1 s: 100 ms and more of CPU in the 0.3 s after one product, cores
+    the host streams need), and the environment is left as it was."""
+    given, cpu_ms = spin({})
+    assert given == "None"
+    assert cpu_ms < 50, f"OpenBLAS's threads spun for {cpu_ms} ms of CPU after a product"
+
+
+def test_an_openblas_thread_timeout_the_environment_sets_stands():
+    given, _ = spin({"OPENBLAS_THREAD_TIMEOUT": "28"})
+    assert given == "28"
+
+
+def test_share_divides_the_threads_among_the_streams_and_gives_them_back():
+    before = host_blas.threads()
+    try:
+        for threads, streams, each in ((4, 2, 2), (4, 3, 1), (2, 3, 1), (2, 1, 2), (5, 2, 2), (1, 4, 1)):
+            host_blas.share(threads, streams)
+            assert host_blas.threads() == each, (threads, streams)
+    finally:
+        host_blas.share(before, 1)
+    assert host_blas.threads() == before

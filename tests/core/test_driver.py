@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import batch
+from helpers import batch, patched_ops
 from leapfrog_gpu import MLP, RNN, DagNet, Leapfrog, Sequential, reference
+from leapfrog_gpu.backends import host_blas
+from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core import network as core_network
 from leapfrog_gpu.core import plan as core_plan
 from leapfrog_gpu.dag import Concat, Dense
@@ -20,15 +22,15 @@ PACKAGE = Path(core_network.__file__).resolve().parent.parent
 SIZES = [4, 6, 5, 3]
 
 
-def make(kind, dtype="float64"):
-    """One network of each kind, on host streams in serial mode (the walk is then one thread's calls)."""
+def make(kind, dtype="float64", backend="numpy"):
+    """One network of each kind, on host streams (its own, unless ``backend`` is given)."""
     if kind == "MLP":
-        return MLP(SIZES, dtype=dtype, backend="numpy", seed=1)
+        return MLP(SIZES, dtype=dtype, backend=backend, seed=1)
     if kind == "RNN":
-        return RNN(SIZES, dtype=dtype, backend="numpy", seed=1)
+        return RNN(SIZES, dtype=dtype, backend=backend, seed=1)
     nodes = [("h", Dense(6, "sigmoid"), "x"), ("g", Dense(5, "tanh"), "h"), ("c", Concat(), ["g", "h"]),
              ("out", Dense(3, "sigmoid"), "c")]
-    return DagNet(4, nodes, dtype=dtype, backend="numpy", seed=1)
+    return DagNet(4, nodes, dtype=dtype, backend=backend, seed=1)
 
 
 def data(net, B=3, seed=0):
@@ -166,3 +168,49 @@ def test_a_chain_that_never_frees_a_fused_unit_is_refused(monkeypatch):
     monkeypatch.setattr(core_plan.Plan, "last_reader", lambda self, l: 1)
     with make("MLP") as net, pytest.raises(RuntimeError, match=r"never freed the parameters of \[4, 3, 2\]"):
         net.sgd_step(*data(net), 0.1, Leapfrog(2, fused=True))
+
+
+SCHEDULES = [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(2, fused=True), Leapfrog(8)]
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
+@pytest.mark.parametrize("kind", NETWORKS)
+def test_the_hand_off_shares_the_blas_threads_among_its_streams(kind, schedule, graph, monkeypatch):
+    """From the start of a hand-off to its join, the main stream and the workers it may use (at least those it
+    does, at most k) share the backend's BLAS threads (4 here), so that no more run than it stands for; after
+    the join the main stream takes them all again (the next forward pass). A sequential pass shares nothing."""
+    with NumpyBackend(trace=True, blas_threads=4) as backend:
+        monkeypatch.setattr(host_blas, "share", lambda threads, streams: backend.trace.append(
+            ("main", "share", (threads, streams))))
+        net = make(kind, backend=backend)
+        x, y = data(net)
+        for _ in range(2):  # the first makes the workers and buffers; a graph's is its capture
+            backend.trace.clear()
+            net.sgd_step(x, y, 0.1, schedule, graph=graph)
+            net.synchronize()
+        trace = backend.trace
+        shares = [(i, entry[2]) for i, entry in enumerate(trace) if entry[1] == "share"]
+        workers = {entry[0] for entry in trace if entry[0] != "main"}
+        if not schedule.k:
+            assert shares == [] and workers == set()
+            return
+        (start, (threads, streams)), (end, back) = shares
+        assert threads == 4 and 1 + len(workers) <= streams <= 1 + schedule.k and back == (4, 1)
+        assert workers
+        assert [i for i, entry in enumerate(trace) if entry[0] != "main" and not start < i < end] == []
+        assert any(entry[:2] == ("main", "start") for entry in trace[:start])  # the forward pass, all threads
+
+
+def test_a_failed_hand_off_still_gives_the_blas_threads_back():
+    def fail(*args):
+        raise ArithmeticError("injected in gradients")
+
+    with NumpyBackend(blas_threads=2) as backend:
+        net = make("MLP", backend=backend)
+        x, y = data(net)
+        backend.ops = patched_ops(gradients=fail)
+        net.sgd_step(x, y, 0.1, Leapfrog(2))
+        with pytest.raises(ArithmeticError, match="injected in gradients"):
+            net.synchronize()
+        assert host_blas.threads() == 2

@@ -135,8 +135,8 @@ def check_memory_limit(memory_limit):
 
 
 BLAS_THREADS = 1
-"""The BLAS threads of a NumPy backend that a network makes for itself, as ``leapfrog-train``'s default: one
-per host stream, so that k streams do not each start as many BLAS threads as there are cores."""
+"""The BLAS threads of a NumPy backend that a network makes for itself, as ``leapfrog-train``'s default: one,
+each stream's products on one core, the forward pass's too."""
 
 
 def check_backend(backend):

@@ -1,5 +1,5 @@
 """Tuning the MLP's SGD step on the CPU: the schedule (``Leapfrog(k)`` or ``Sequential()``) and the BLAS
-threads per stream, from a short calibration of whole steps.
+threads (which a hand-off shares among its streams), from a short calibration of whole steps.
 
 The choice of k alone, which ``Leapfrog("auto")`` makes on a plan, is the shared ``core.calibrate``; its
 names are used here as ``autotune.choose``, ``autotune.pick``, ``autotune.blas_limit``. ``tune`` also

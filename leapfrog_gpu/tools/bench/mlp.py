@@ -61,8 +61,9 @@ def parser():
     p.add_argument("--k", type=integers(1, "worker stream count"), default=[1, 2, 4], metavar="K[,K...]",
                    help="worker streams (default 1,2,4)")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
-                   help="numpy backend: BLAS threads per host stream, for its matrix products; each count given is "
-                        f"measured (default 1 and all cores, {os.cpu_count()} here)")
+                   help="numpy backend: BLAS threads for the matrix products, shared among the streams of a "
+                        f"leapfrog backward pass; each count given is measured (default 1 and all cores, "
+                        f"{os.cpu_count()} here)")
     p.add_argument("--fused", action="store_true",
                    help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
     p.add_argument("--optimizer", type=names(measure.OPTIMIZERS, "optimizer"), default=["sgd"],

@@ -65,9 +65,6 @@ def main(argv=None):
         # while loading or setting up: training keeps Ctrl-C to itself (``Training.run``)
         print(f"{PROG}: interrupted before the first step; nothing was written", file=sys.stderr)
         return 130
-    except StoppedEveryRank:
-        comm.abort(130, quiet=True)
-        return 130
     except (*SETUP_ERRORS, Refused) as error:
         return _fail(comm, error, 2)
     except Stopped as error:
@@ -150,7 +147,10 @@ def _train(given, comm):
             held = comm.bcast(checkpoint.optimizer_arrays(arrays) if comm.rank == 0 else None)
             checkpoint.restore_optimizer(net, make_optimizer(config), held, state.get("optimizer_step", 0), directory)
         with _open_metrics(config["metrics"] if comm.rank == 0 else None, append=bool(config["resume"])) as metrics:
-            return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
+            try:
+                return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
+            except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
+                comm.abort(130, quiet=True)
 
 
 def _on_ranks(ranks):

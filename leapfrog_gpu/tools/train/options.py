@@ -250,8 +250,8 @@ def build_parser(model=DEFAULTS["model"]):
                               "3", action="store_true")
     add("--backend", "auto: cupy when a CUDA device is usable, else numpy (default auto)",
         choices=("auto", "numpy", "cupy"))
-    add("--blas-threads", "numpy backend: BLAS threads per host stream, for its matrix products (default 1: the "
-                          "streams are threads already)", type=integer(1), metavar="N")
+    add("--blas-threads", "numpy backend: BLAS threads for the matrix products, shared among the streams "
+                          "of a leapfrog backward pass (default 1)", type=integer(1), metavar="N")
     add("--yes", "start a run estimated at more than 10x the leapfrog schedule's without asking "
                  "(docs/training.md)", action="store_true")
     group = p.add_argument_group("output and checkpoints")

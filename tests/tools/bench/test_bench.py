@@ -389,7 +389,7 @@ def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exi
                     "--blas-threads N[,N...]", "--repeats N"):
         assert metavar in out
     assert "SIZES" not in out and "BLAS_THREADS" not in out
-    assert "BLAS threads per host stream, for its matrix products" in out
+    assert "BLAS threads for the matrix products, shared among the streams of a leapfrog backward pass" in out
     assert all(action.help for action in bench_mlp.parser()._actions), "an option without help"
     assert re.search(r"exit status: 0 done 2 a bad option .* 130 stopped by Ctrl-C", out)
 

@@ -722,3 +722,27 @@ def test_cupy_backend_trains_and_profiles(tmp_path, capsys):
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert lines[-1]["backend"] == "cupy" and lines[-1]["train_loss"] < lines[0]["train_loss"]
     assert parameters(tmp_path / "run")[1]["step"] == 90
+
+
+def test_ctrl_c_said_by_rank_0_ends_every_rank_before_the_backend_waits_for_its_streams(monkeypatch):
+    """Under mpiexec, rank 0's line for a Ctrl-C ends the job at once: closing the backend first would wait for
+    the step's sums on the communication stream, which the interrupted peers never join (each then said its own
+    interruption too, after its wait: two lines where one is due)."""
+    from leapfrog_gpu.backends.host import NumpyBackend
+    from leapfrog_gpu.parallel.comm import Communicator
+
+    done = []
+
+    def said_by_rank_0(*args):
+        raise train.StoppedEveryRank
+
+    def abort(self, status, quiet=False):
+        done.append(("abort", status, quiet))
+        raise SystemExit(status)
+
+    close = NumpyBackend.close
+    monkeypatch.setattr(train, "_run", said_by_rank_0)
+    monkeypatch.setattr(Communicator, "abort", abort)
+    monkeypatch.setattr(NumpyBackend, "close", lambda self: done.append(("close",)) or close(self))
+    assert cli(*SMALL, "--backend", "numpy") == 130
+    assert done[:2] == [("abort", 130, True), ("close",)]

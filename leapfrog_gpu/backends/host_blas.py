@@ -38,9 +38,9 @@ x 16 product). Below it the released call's dispatch costs a step more than the 
 repays, as at 256 x 256 x 64 (docs/performance.md, products with the GIL released)."""
 
 SPIN = 20
-"""OpenBLAS's threads, done with a product, spin for 2**SPIN cycles (about 0.4 ms) before they sleep; OpenBLAS's
-own default, 2**28 cycles (about 0.1 s), lets threads spinning after a pass take the cores from the host
-streams that run next, and the host streams' work then runs several times slower (docs/performance.md).
+"""OpenBLAS's threads, done with a product, spin for 2**SPIN cycles (about 0.4 ms) before they sleep. At OpenBLAS's
+own default, 2**28 cycles (about 0.1 s), the threads of a pass's last product spun on through the next and took
+a core from its host streams: a leapfrog step at N = 1024, B = 64 ran 1.1-1.5x slower (docs/performance.md).
 ``load`` sets it as the library loads (``OPENBLAS_THREAD_TIMEOUT``), unless the environment sets it already."""
 
 _COLUMN_MAJOR, _TRANS = 102, (111, 112)  # CBLAS's CblasColMajor and (CblasNoTrans, CblasTrans)

@@ -13,7 +13,8 @@ workers read). With k = 0 the gradients run on the main stream, in the chain's o
 class Handoff:
     """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)``, below
     ``plan.bound``, chooses a unit's worker) to ``k`` workers; only the workers that can own a unit are
-    ever made."""
+    ever made. From its making to ``join`` the main stream and those workers, which then run products at
+    once, share the backend's BLAS threads (``backend.share``)."""
 
     def __init__(self, plan, k):
         self.plan, self.k = plan, k

@@ -83,7 +83,6 @@ class NumpyBackend:
         self._error = None
         host_blas.load()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
         blas = None if blas_threads is None else blas_limits.hold(blas_threads)
-        self._threads = blas_threads or host_blas.threads()
         self._queues = []  # those of the streams' threads
         self.release = weakref.finalize(self, stop, self._queues, blas)
         self._streams = []
@@ -154,7 +153,7 @@ class NumpyBackend:
 
     def share(self, stream, streams):
         """From here on in ``stream``'s order, ``streams`` streams run products at once (``host_blas.share``)."""
-        self._submit(stream, Item("blas", "share", host_blas.share, (self._threads, streams)))
+        self._submit(stream, Item("blas", "share", host_blas.share, (streams,)))
 
     def record(self, stream, event):
         if self._capture is not None:

@@ -24,6 +24,7 @@ tolerances of the references, not bitwise the OpenBLAS products.
 import ctypes
 import functools
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -180,11 +181,28 @@ def threads():
     return None if load() is None else load()[1].scipy_openblas_get_num_threads()
 
 
-def share(threads, streams):
-    """Give each of ``streams`` streams that run products at once its part of ``threads`` BLAS threads (at least
-    one), so that they do not ask more cores than ``threads`` stands for; nothing without ``scipy-openblas32``."""
-    if load() is not None:
-        load()[1].scipy_openblas_set_num_threads(max(1, threads // streams))
+_shared = {"whole": None, "shares": 0}  # the threads in force before the shares now held, and how many are held
+_shared_lock = threading.Lock()
+
+
+def share(streams):
+    """``streams`` > 1 streams run products from now on: each takes an equal part (at least one) of the BLAS threads
+    in force, so that together they ask for no more cores than those stand for. ``share(1)`` ends a share; once
+    the last one held ends, the threads in force before the first come back (the shares of two backends' hand-offs
+    may overlap). Nothing without ``scipy-openblas32``."""
+    if load() is None:
+        return
+    library = load()[1]
+    with _shared_lock:
+        if streams > 1:
+            if not _shared["shares"]:
+                _shared["whole"] = library.scipy_openblas_get_num_threads()
+            _shared["shares"] += 1
+            library.scipy_openblas_set_num_threads(max(1, _shared["whole"] // streams))
+        elif _shared["shares"]:
+            _shared["shares"] -= 1
+            if not _shared["shares"]:
+                library.scipy_openblas_set_num_threads(_shared["whole"])
 
 
 def _prefix(dtype):

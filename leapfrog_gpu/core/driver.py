@@ -49,6 +49,16 @@ def run(plan, schedule, controls=None):
                          "(sgd_step, gradients or backprop), which makes that choice first")
     controls = controls if schedule.fused else None
     hand = Handoff(plan, schedule.k)
+    try:
+        stats = _hand_off(plan, schedule, controls, hand)
+        hand.join()
+        return stats
+    finally:
+        hand.end()  # after the join; where the pass failed, where it stopped
+
+
+def _hand_off(plan, schedule, controls, hand):
+    """The chain of ``schedule`` on ``plan``, each unit's gradients handed off by ``hand`` as it becomes free."""
     waiting = {}  # fused: the units whose update waits for a reader, by that reader
     chain = plan.chain(schedule, controls)
     while True:
@@ -67,7 +77,6 @@ def run(plan, schedule, controls=None):
     if waiting:
         units = [unit for held in waiting.values() for unit in held]
         raise RuntimeError(f"{schedule!r}: the chain never freed the parameters of {units}")
-    hand.join()
     return stats
 
 

@@ -13,7 +13,7 @@ workers read). With k = 0 the gradients run on the main stream, in the chain's o
 class Handoff:
     """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)``, below
     ``plan.bound``, chooses a unit's worker) to ``k`` workers; only the workers that can own a unit are
-    ever made. From its making to ``join`` the main stream and those workers, which then run products at
+    ever made. From its making to ``end`` the main stream and those workers, which then run products at
     once, share the backend's BLAS threads (``backend.share``)."""
 
     def __init__(self, plan, k):
@@ -52,5 +52,8 @@ class Handoff:
             backend.record(self.busy[j], done)
             backend.wait(main, done)
         self.busy = {}
+
+    def end(self):
+        """The main stream and the workers no longer share the BLAS threads: the main stream has them all."""
         if self.k:
-            backend.share(main, 1)
+            self.plan.backend.share(self.plan.main, 1)

@@ -397,9 +397,8 @@ import os, sys, time
 import numpy as np
 from leapfrog_gpu.backends import host_blas
 
-host_blas.load()
+host_blas.load()[1].scipy_openblas_set_num_threads(2)
 print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
-host_blas.share(2, 1)
 w, a, z = np.ones((512, 512), np.float32), np.ones((512, 64), np.float32), np.full((512, 64), np.nan, np.float32)
 host_blas.matmul(z, w, a)
 assert (z == 512).all()
@@ -438,12 +437,14 @@ def test_an_openblas_thread_timeout_the_environment_sets_stands():
     assert given == "28"
 
 
-def test_share_divides_the_threads_among_the_streams_and_gives_them_back():
-    before = host_blas.threads()
-    try:
-        for threads, streams, each in ((4, 2, 2), (4, 3, 1), (2, 3, 1), (2, 1, 2), (5, 2, 2), (1, 4, 1)):
-            host_blas.share(threads, streams)
-            assert host_blas.threads() == each, (threads, streams)
-    finally:
-        host_blas.share(before, 1)
-    assert host_blas.threads() == before
+@pytest.mark.parametrize("threads", [1, 2, 4, 5])
+def test_share_divides_the_threads_in_force_and_gives_them_back_after_the_last_share(threads):
+    import threadpoolctl
+
+    with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+        seen = []
+        for streams in (2, 1, 3, 1, 3, 2, 1, 1, 1):  # two shares overlap; the last share(1) holds none
+            host_blas.share(streams)
+            seen.append(host_blas.threads())
+        each = [max(1, threads // streams) for streams in (2, 3, 3, 2)]
+        assert seen == [each[0], threads, each[1], threads, each[2], each[3], each[3], threads, threads]

@@ -164,10 +164,16 @@ def test_one_pass_is_refused_by_name_where_there_is_no_sweep(kind):
 
 
 def test_a_chain_that_never_frees_a_fused_unit_is_refused(monkeypatch):
-    """A fused update behind a reader that never comes would be lost: the driver says which."""
+    """A fused update behind a reader that never comes would be lost: the driver says which. The hand-off it
+    began still ends: the BLAS threads it divided come back."""
+    from leapfrog_gpu.core.calibrate import blas_limit
+
     monkeypatch.setattr(core_plan.Plan, "last_reader", lambda self, l: 1)
-    with make("MLP") as net, pytest.raises(RuntimeError, match=r"never freed the parameters of \[4, 3, 2\]"):
-        net.sgd_step(*data(net), 0.1, Leapfrog(2, fused=True))
+    with make("MLP") as net, blas_limit(2):
+        with pytest.raises(RuntimeError, match=r"never freed the parameters of \[4, 3, 2\]"):
+            net.sgd_step(*data(net), 0.1, Leapfrog(2, fused=True))
+        net.synchronize()
+        assert host_blas.threads() == 2
 
 
 SCHEDULES = [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(2, fused=True), Leapfrog(8)]
@@ -178,11 +184,10 @@ SCHEDULES = [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(2, fused=True), Le
 @pytest.mark.parametrize("kind", NETWORKS)
 def test_the_hand_off_shares_the_blas_threads_among_its_streams(kind, schedule, graph, monkeypatch):
     """From the start of a hand-off to its join, the main stream and the workers it may use (at least those it
-    does, at most k) share the backend's BLAS threads (4 here), so that no more run than it stands for; after
-    the join the main stream takes them all again (the next forward pass). A sequential pass shares nothing."""
+    does, at most k) share the BLAS threads, so that no more run than they stand for; after the join the main
+    stream takes them all again (the next forward pass). A sequential pass shares nothing."""
     with NumpyBackend(trace=True, blas_threads=4) as backend:
-        monkeypatch.setattr(host_blas, "share", lambda threads, streams: backend.trace.append(
-            ("main", "share", (threads, streams))))
+        monkeypatch.setattr(host_blas, "share", lambda streams: backend.trace.append(("main", "share", streams)))
         net = make(kind, backend=backend)
         x, y = data(net)
         for _ in range(2):  # the first makes the workers and buffers; a graph's is its capture
@@ -195,8 +200,8 @@ def test_the_hand_off_shares_the_blas_threads_among_its_streams(kind, schedule, 
         if not schedule.k:
             assert shares == [] and workers == set()
             return
-        (start, (threads, streams)), (end, back) = shares
-        assert threads == 4 and 1 + len(workers) <= streams <= 1 + schedule.k and back == (4, 1)
+        (start, streams), (end, back) = shares
+        assert 1 + len(workers) <= streams <= 1 + schedule.k and back == 1
         assert workers
         assert [i for i, entry in enumerate(trace) if entry[0] != "main" and not start < i < end] == []
         assert any(entry[:2] == ("main", "start") for entry in trace[:start])  # the forward pass, all threads
@@ -214,3 +219,19 @@ def test_a_failed_hand_off_still_gives_the_blas_threads_back():
         with pytest.raises(ArithmeticError, match="injected in gradients"):
             net.synchronize()
         assert host_blas.threads() == 2
+
+
+def test_a_hand_off_gives_back_the_blas_threads_in_force_when_it_began():
+    """The threads a hand-off divides and gives back are those in force when it begins, not those the backend
+    started with: a calibration limits them around its steps (``core.calibrate.blas_limit``), and a sequential
+    step after a leapfrog one must still run on the limit's count."""
+    from leapfrog_gpu.core.calibrate import blas_limit
+
+    with NumpyBackend(blas_threads=1) as backend:
+        net = make("MLP", backend=backend)
+        x, y = data(net)
+        for threads in (2, 3, 1):
+            with blas_limit(threads):
+                net.sgd_step(x, y, 0.1, Leapfrog(2))
+                net.synchronize()
+                assert host_blas.threads() == threads

@@ -1,16 +1,20 @@
 """The products of a CPU step on their own: ours (the OpenBLAS of ``scipy-openblas32``, as ``ops_numpy``
 calls it) against SciPy's bundled OpenBLAS and PyTorch's BLAS, and what it costs to mix NumPy's BLAS
-with ours.
+with ours; and Adam's update beside them, so that ``--threads 1`` gives what a step of either costs in
+thread time.
 
     python profiling/cpu_gemms.py --size 1024 --layers 16 --batch 1,64 --json gemms.json
 
 Per batch size B, the median time per layer, over ``--layers - 1`` weight matrices of N x N float32
 swept in turn, of each product a step makes:
 - ``ours``: (2) ``z = w a``, (5) ``delta = w^T delta_next``, and the update ``w -= eta delta a^T``
-  (``rank_update``: ger at B = 1, gemm with beta = 1 above);
+  (``rank_update``: ger at B = 1, gemm with beta = 1 above), on ``(n, B)`` arrays in the order of the
+  backend's plans; (7) ``nabla_w = delta a^T`` and ``Adam().apply`` by it (one compiled pass over w,
+  nabla_w and the two moments);
 - ``scipy``: the same three through SciPy's wrappers (``scipy.linalg.blas``), on the OpenBLAS SciPy
   bundles;
-- ``torch``: the same three in PyTorch's layout (samples are rows): ``x w^T``, ``g w`` and ``g^T x``;
+- ``torch``: the same three in PyTorch's layout (samples are rows): ``x w^T``, ``g w`` and ``g^T x``, and
+  ``torch.optim.Adam(fused=True)``'s step over the ``--layers - 1`` matrices;
 - ``pools-mixed``, ``pools-one``: one forward pass of (2) then one sweep of ``backward_update``, per
   pass, the forward on NumPy's ``matmul`` (``numpy_then_ours``) or on our BLAS like the sweep
   (``ours_only``).
@@ -100,16 +104,26 @@ def _weights(n, count, batch):
 def ours(n, count, batch, threads, repeats):
     from threadpoolctl import threadpool_limits
 
+    from leapfrog_gpu import Adam
     from leapfrog_gpu.backends import host_blas, ops_numpy
+    from leapfrog_gpu.backends.host import NumpyBackend
 
     host_blas.load()
     w, a, delta = _weights(n, count, batch)
+    a, delta = (np.asarray(x, order=NumpyBackend.batch_order) for x in (a, delta))
     out, controls = np.empty_like(a), np.array([1e-6, 0], np.float32)
+    nabla, scratch = np.empty((n, n), np.float32), np.empty(ops_numpy.SCRATCH, np.float32)
+    adam = Adam()
+    moments = [{slot: np.zeros_like(m) for slot in adam.SLOTS} for m in w]
+    adam_controls = np.array([0, 0, *adam.controls(batch, 1)])
     with threadpool_limits(threads, user_api="blas"):
         return _per_layer({
             "(2)": lambda: [host_blas.matmul(out, m, a) for m in w],
             "(5)": lambda: [host_blas.matmul(out, m.T, delta) for m in w],
-            "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w]}, count, repeats)
+            "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w],
+            "(7)": lambda: [ops_numpy.nabla_w(nabla, delta, a) for m in w],
+            "adam": lambda: [adam.apply(ops_numpy, m, nabla, state, adam_controls, scratch)
+                             for m, state in zip(w, moments)]}, count, repeats)
 
 
 def scipy_side(n, count, batch, threads, repeats):
@@ -138,10 +152,15 @@ def torch_side(n, count, batch, threads, repeats):
     w = [torch.from_numpy(m) for m in w]
     x, g = torch.from_numpy(np.ascontiguousarray(a.T)), torch.from_numpy(np.ascontiguousarray(delta.T))
     out, grad = torch.empty(batch, n), torch.empty(n, n)
+    params = [torch.nn.Parameter(m) for m in w]
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    adam = torch.optim.Adam(params, fused=True)
     return _per_layer({
         "(2)": lambda: [torch.mm(x, m.T, out=out) for m in w],
         "(5)": lambda: [torch.mm(g, m, out=out) for m in w],
-        "grad_w": lambda: [torch.mm(g.T, x, out=grad) for m in w]}, count, repeats)
+        "grad_w": lambda: [torch.mm(g.T, x, out=grad) for m in w],
+        "adam_fused": adam.step}, count, repeats)
 
 
 def pools(mixed):

@@ -8,7 +8,7 @@ stream overwrites the batch before the main stream copies it)."""
 import numpy as np
 import pytest
 
-from helpers import batch
+from helpers import batch, host
 from leapfrog_gpu import MLP, Leapfrog, reference
 
 SIZES = [7, 13, 5, 3]
@@ -32,10 +32,6 @@ def caller(request, backend):
     else:
         with backend.xp.cuda.Stream(non_blocking=True) as stream:
             yield stream
-
-
-def host(arrays):
-    return [array.get() for array in arrays]
 
 
 def reference_step(net, weights, biases, x, y):

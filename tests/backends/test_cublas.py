@@ -17,7 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import ROOT, assert_graph_steps_follow_the_reference, batch, batch_id, gpu, schedule_id
+from helpers import (ROOT, assert_graph_steps_are_bitwise_eager_steps, assert_graph_steps_follow_the_reference, batch,
+                     batch_id, gpu, host, schedule_id)
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 from leapfrog_gpu.backends import ops_cuda
 
@@ -30,10 +31,6 @@ def cupy_backend(chain="cublas"):
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     return CupyBackend(chain=chain)
-
-
-def host(arrays):
-    return [np.array(array.get()) for array in arrays]
 
 
 def train(net, schedule, size, graph, steps=5):
@@ -212,9 +209,6 @@ def test_a_command_in_a_subprocess_finds_the_stand_in_nvmath():
 
 # -- on a GPU: nvmath-python's cuBLAS inside a real CUDA graph ------------------------------------------
 
-GPU_SIZES = [33, 257, 31, 64, 129, 10]
-
-
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", [1, 7, 32], ids=batch_id)
@@ -227,11 +221,4 @@ def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_cublas(schedule, size
 
     with CupyBackend() as cuda:
         assert cuda.ops.blas is not None, cuda.ops._why
-        nets = [MLP(GPU_SIZES, seed=4, backend=cuda) for _ in range(2)]
-        for step in range(20):
-            x, y = batch(GPU_SIZES, size, seed=step, dtype=np.float32)
-            for net, graph in zip(nets, (False, True)):
-                net.sgd_step(x, y, 0.05 * (1 + step % 3), schedule, graph=graph)
-            eager, graph = (host(net.weights + net.biases) for net in nets)
-            assert all(np.array_equal(p, q) for p, q in zip(eager, graph)), f"step {step} differs"
-        assert len(nets[1].plan(size).captured) == 1
+        assert_graph_steps_are_bitwise_eager_steps(cuda, schedule, size)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import batch, batch_id, schedule_id
+from helpers import batch, batch_id, host, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.backends import timing
@@ -29,10 +29,6 @@ def backend(standin):
 
     with CupyBackend() as cupy_backend:
         yield cupy_backend
-
-
-def host(arrays):
-    return [array.get() for array in arrays]
 
 
 def reference_gradients(weights, biases, x, y, net):

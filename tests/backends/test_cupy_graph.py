@@ -23,7 +23,8 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 
-from helpers import assert_graph_steps_follow_the_reference, batch, batch_id, gpu, schedule_id
+from helpers import (GPU_SIZES, assert_graph_steps_are_bitwise_eager_steps, assert_graph_steps_follow_the_reference, batch,
+                     batch_id, gpu, host, schedule_id)
 from leapfrog_gpu import MLP, Leapfrog, NaumovScan, Sequential, reference
 
 SIZES = [7, 13, 5, 11, 3]
@@ -53,10 +54,6 @@ def captures(monkeypatch):
 def graph_launches(standin, start=0):
     """Graph launches enqueued since the stand-in's trace held ``start`` entries."""
     return sum(1 for kind, _, name in standin.trace()[start:] if kind == "launch" and name == "graph")
-
-
-def host(arrays):
-    return [np.array(array.get()) for array in arrays]
 
 
 def etas(steps):
@@ -392,9 +389,6 @@ def test_without_cuda_bindings_cupy_launches_the_graph_with_one_warning(standin,
 
 # -- on a GPU: real stream capture ---------------------------------------------------------------------
 
-GPU_SIZES = [33, 257, 31, 64, 129, 10]
-
-
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", [1, 7, 32], ids=batch_id)
@@ -405,14 +399,7 @@ def test_graph_steps_on_the_gpu_are_bitwise_eager_steps_on_the_chain_kernels(sch
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend(chain="kernels") as cuda:
-        nets = [MLP(GPU_SIZES, seed=4, backend=cuda) for _ in range(2)]
-        for step in range(20):
-            x, y = batch(GPU_SIZES, size, seed=step, dtype=np.float32)
-            for net, graph in zip(nets, (False, True)):
-                net.sgd_step(x, y, 0.05 * (1 + step % 3), schedule, graph=graph)
-            eager, graph = (host(net.weights + net.biases) for net in nets)
-            assert all(np.array_equal(p, q) for p, q in zip(eager, graph)), f"step {step} differs"
-        assert len(nets[1].plan(size).captured) == 1
+        assert_graph_steps_are_bitwise_eager_steps(cuda, schedule, size)
 
 
 @gpu

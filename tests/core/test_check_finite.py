@@ -5,7 +5,7 @@ backend and on the CuPy stand-in, eager and as a graph."""
 import numpy as np
 import pytest
 
-from helpers import STANDIN_ORDERS, batch, install_standin
+from helpers import STANDIN_ORDERS, batch, host, install_standin
 from leapfrog_gpu import MLP, Leapfrog, Sequential
 
 SIZES = [7, 13, 5, 11, 3]
@@ -23,10 +23,6 @@ def backend(request, monkeypatch):
 
     with CupyBackend() as cupy_backend:
         yield cupy_backend
-
-
-def host(arrays):
-    return [np.array(a.get() if hasattr(a, "get") else a) for a in arrays]
 
 
 def nan_in_the_last_weights(net):

@@ -64,6 +64,11 @@ def to_numpy(array):
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
+def host(arrays):
+    """Host copies of NumPy or CuPy arrays, in order."""
+    return [np.array(to_numpy(array)) for array in arrays]
+
+
 STANDIN_ORDERS = ("main-first", "workers-first", "random")
 """The orders of the stand-in's queues every CuPy test runs under (the host backend's deferred ones)."""
 
@@ -196,6 +201,23 @@ def assert_graph_steps_follow_the_reference(net, schedule, size, rtol=1e-12, ste
     for name, got, want in zip(layer_names(net.L, "w", "b"), net.weights + net.biases, weights + biases):
         np.testing.assert_allclose(to_numpy(got), want, rtol=rtol, atol=rtol / 100,
                                    err_msg=f"{name} after {steps} graph steps, against the reference")
+
+
+GPU_SIZES = [33, 257, 31, 64, 129, 10]
+"""The network of the GPU's graph tests: odd widths about the kernels' tiles."""
+
+
+def assert_graph_steps_are_bitwise_eager_steps(backend, schedule, size, steps=20):
+    """On ``backend``, ``steps`` float32 SGD steps of two networks [GPU_SIZES] alike, eta changing, one eager and
+    one replaying its one captured graph: bitwise the same parameters after every step."""
+    nets = [MLP(GPU_SIZES, seed=4, backend=backend) for _ in range(2)]
+    for step in range(steps):
+        x, y = batch(GPU_SIZES, size, seed=step, dtype=np.float32)
+        for net, graph in zip(nets, (False, True)):
+            net.sgd_step(x, y, 0.05 * (1 + step % 3), schedule, graph=graph)
+        eager, graph = (host(net.weights + net.biases) for net in nets)
+        assert all(np.array_equal(p, q) for p, q in zip(eager, graph)), f"step {step} differs"
+    assert len(nets[1].plan(size).captured) == 1
 
 
 # -- the chaos suite ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from the plain reference's.
 import numpy as np
 import pytest
 
-from helpers import STANDIN_ORDERS, batch, batch_id, install_standin, layer_names, schedule_id, to_numpy
+from helpers import STANDIN_ORDERS, batch, batch_id, host, install_standin, layer_names, schedule_id
 from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.backends.host import ORDERS, NumpyBackend
 
@@ -33,10 +33,6 @@ def backend(request, monkeypatch):
 
     with CupyBackend() as device:
         yield device
-
-
-def host(arrays):
-    return [to_numpy(array) for array in arrays]
 
 
 @pytest.mark.parametrize("size", [1, 4], ids=batch_id)

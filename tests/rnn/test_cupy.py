@@ -5,7 +5,7 @@ training steps bitwise across BPTT() and Leapfrog(k), and a removed wait caught 
 import numpy as np
 import pytest
 
-from helpers import batch
+from helpers import batch, host
 from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
 from leapfrog_gpu.rnn import gated_reference, reference as reference_rnn
 from leapfrog_gpu.core.handoff import Handoff
@@ -24,10 +24,6 @@ def backend(standin):
 
     with CupyBackend() as cupy_backend:
         yield cupy_backend
-
-
-def host(arrays):
-    return [array.get() for array in arrays]
 
 
 @pytest.mark.parametrize("output", ["last", "every"])

@@ -240,15 +240,7 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
     """Ctrl-C while the second of three networks is measured: the first one's rows are printed and in
     --jsonl, stderr has one line that says so (after the one with the time left), and nothing else is
     written."""
-    measure, calls = bench_measure.measure_network, []
-
-    def ctrl_c_at_the_second(*args):
-        calls.append(args)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return measure(*args)
-
-    monkeypatch.setattr(bench_measure, "measure_network", ctrl_c_at_the_second)
+    _ctrl_c_at_the_second_network(monkeypatch)
     path = tmp_path / "r.jsonl"
     argv = ["--backend", "numpy", "--sizes", "8,9,10", "--layers", "3", "--batch", "2", "--k", "2", "--repeats", "1",
             "--warmup", "0", "--no-torch", "--jsonl", str(path), "--json", str(tmp_path / "r.json")]
@@ -261,6 +253,19 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
     assert "command" in lines[0] and {r["N"] for r in lines[1:]} == {8} and len(lines) > 2
     assert {n for n, *_ in _rows(out)} == {8}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no --json of a run cut short
+
+
+def _ctrl_c_at_the_second_network(monkeypatch):
+    """A Ctrl-C as the second network's measurement begins."""
+    measure, calls = bench_measure.measure_network, []
+
+    def ctrl_c_at_the_second(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure(*args)
+
+    monkeypatch.setattr(bench_measure, "measure_network", ctrl_c_at_the_second)
 
 
 def _stdout_at_each_network(monkeypatch, capsys):
@@ -404,15 +409,7 @@ def test_version_is_the_packages(capsys):
 
 def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
-    measure, calls = bench_measure.measure_network, []
-
-    def ctrl_c_at_the_second(*args):
-        calls.append(args)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return measure(*args)
-
-    monkeypatch.setattr(bench_measure, "measure_network", ctrl_c_at_the_second)
+    _ctrl_c_at_the_second_network(monkeypatch)
     assert bench.main(["--backend", "numpy", "--sizes", "8,9", "--layers", "3", "--batch", "2", "--k", "2",
                        "--repeats", "1", "--warmup", "0", "--no-torch"]) == 130
     err = capsys.readouterr().err

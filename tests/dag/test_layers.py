@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 
 from leapfrog_gpu.backends.host import NumpyBackend
-from helpers import Gate
+from helpers import Gate, central
 from leapfrog_gpu.dag.layers import Add, Concat, Dense, LayerNorm
 
-H = 1e-6
 B = 3
 
 
@@ -35,20 +34,6 @@ def setup(layer, sizes, seed=0):
 def cost(backend, layer, params, inputs, abar):
     """<abar, f(inputs)>: its gradient is the vector-Jacobian product of abar."""
     return float(np.sum(abar * layer.forward(backend, params, inputs)[0]))
-
-
-def central(f, array):
-    """Central differences of the scalar f() in every element of ``array`` (changed in place, restored)."""
-    grad = np.zeros_like(array)
-    for index in np.ndindex(array.shape):
-        keep = array[index]
-        array[index] = keep + H
-        up = f()
-        array[index] = keep - H
-        down = f()
-        array[index] = keep
-        grad[index] = (up - down) / (2 * H)
-    return grad
 
 
 def products(backend, layer, params, inputs, abar):

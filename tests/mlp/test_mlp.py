@@ -5,13 +5,12 @@ import itertools
 import numpy as np
 import pytest
 
-from helpers import batch, batch_id, layer_names, schedule_id, to_numpy
+from helpers import batch, batch_id, central, layer_names, schedule_id, to_numpy
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 from leapfrog_gpu.core.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 
 SIZES = [7, 13, 5, 11, 3]
 GRADIENTS = layer_names(len(SIZES), "nabla_b", "nabla_w")
-H = 1e-6  # central differences: truncation O(h^2) ~ 1e-12, rounding O(eps / h) ~ 1e-10
 
 
 def finite_differences(weights, biases, x, y, **kind):
@@ -19,22 +18,7 @@ def finite_differences(weights, biases, x, y, **kind):
     def cost():
         return reference.cost(weights, biases, x, y, **kind)
 
-    grads = []
-    for params in (biases, weights):
-        layer_grads = []
-        for p in params:
-            g = np.zeros_like(p)
-            for index in np.ndindex(p.shape):
-                saved = p[index]
-                p[index] = saved + H
-                plus = cost()
-                p[index] = saved - H
-                minus = cost()
-                p[index] = saved
-                g[index] = (plus - minus) / (2 * H)
-            layer_grads.append(g)
-        grads.append(layer_grads)
-    return grads
+    return [[central(cost, p) for p in params] for params in (biases, weights)]
 
 
 def relative_error(got, want):

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the cells are checked against torch.nn.GRU and torch.nn.LSTM",
                             exc_type=ImportError)
 
-from helpers import batch
+from helpers import batch, central
 from networks import Mirror
 from races import Recorder, buffer_names, host_backend, races, report
 from leapfrog_gpu import RNN, Leapfrog, Sequential
@@ -130,14 +130,7 @@ def test_gradients_match_central_differences(cell):
         grads, params = net.gradients(x, y), net.parameters()
     for l, named in params.items():
         for name, value in named.items():
-            numeric = np.zeros_like(value)
-            for index in np.ndindex(value.shape):
-                costs = []
-                for step in (h, -h):
-                    moved = {k: {n: a.copy() for n, a in v.items()} for k, v in params.items()}
-                    moved[l][name][index] += step
-                    costs.append(gated_reference.cost(cell, *lists(moved, sizes), x, y, output="every"))
-                numeric[index] = (costs[0] - costs[1]) / (2 * h)
+            numeric = central(lambda: gated_reference.cost(cell, *lists(params, sizes), x, y, output="every"), value, h)
             assert np.max(np.abs(grads[l][name] - numeric)) < 1e-7 * max(1, np.max(np.abs(numeric))), (l, name)
 
 

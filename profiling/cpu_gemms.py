@@ -107,6 +107,7 @@ def ours(n, count, batch, threads, repeats):
     from leapfrog_gpu import Adam
     from leapfrog_gpu.backends import host_blas, ops_numpy
     from leapfrog_gpu.backends.host import NumpyBackend
+    from leapfrog_gpu.core.controls import Controls
 
     host_blas.load()
     w, a, delta = _weights(n, count, batch)
@@ -115,14 +116,16 @@ def ours(n, count, batch, threads, repeats):
     nabla, scratch = np.empty((n, n), np.float32), np.empty(ops_numpy.SCRATCH, np.float32)
     adam = Adam()
     moments = [{slot: np.zeros_like(m) for slot in adam.SLOTS} for m in w]
-    adam_controls = np.array([0, 0, *adam.controls(batch, 1)])
+    with NumpyBackend(mode="serial") as backend:  # the step's controls as a network's: in its dtype, set by it
+        adam_controls = Controls(backend, np.float32)
+        adam_controls.set_step(adam.controls(batch, 1))
     with threadpool_limits(threads, user_api="blas"):
         return _per_layer({
             "(2)": lambda: [host_blas.matmul(out, m, a) for m in w],
             "(5)": lambda: [host_blas.matmul(out, m.T, delta) for m in w],
             "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w],
             "(7)": lambda: [ops_numpy.nabla_w(nabla, delta, a) for m in w],
-            "adam": lambda: [adam.apply(ops_numpy, m, nabla, state, adam_controls, scratch)
+            "adam": lambda: [adam.apply(ops_numpy, m, nabla, state, adam_controls.array, scratch)
                              for m, state in zip(w, moments)]}, count, repeats)
 
 

@@ -115,12 +115,12 @@ class Adam(Optimizer):
         super().__init__(lr)
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2); got {betas!r}")
-        self.betas = tuple(_number(f"betas[{i}]", beta) for i, beta in enumerate(betas))
-        if any(beta >= 1 for beta in self.betas):
+        if not all(_is_number(beta) and 0 <= beta < 1 for beta in betas):
             raise ValueError(f"betas must lie in [0, 1); got {betas!r}")
-        self.eps = _number("eps", eps)
-        if self.eps <= 0:
-            raise ValueError(f"eps must be > 0; got {eps!r}")
+        self.betas = tuple(float(beta) for beta in betas)
+        if not (_is_number(eps) and eps > 0):
+            raise ValueError(f"eps must be > 0 and finite; got {eps!r}")
+        self.eps = float(eps)
         self.weight_decay = _number("weight_decay", weight_decay)
 
     def hyper(self):
@@ -156,8 +156,13 @@ def check(optimizer):
     return optimizer
 
 
+def _is_number(value):
+    """Whether ``value`` is a finite real number (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+
+
 def _number(name, value):
     """``value`` as a float: a finite real number >= 0, or a ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+    if not (_is_number(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
     return float(value)

@@ -162,9 +162,12 @@ def test_sgd_of_eta_is_sgd_step_to_the_bit(network_name):
     (lambda: SGD(0.1, momentum=0.9, dampening=0.5, nesterov=True), "nesterov=True needs"),
     (lambda: SGD(float("nan")), "lr must be"),
     (lambda: Adam(betas=(0.9, 1.0)), r"betas must lie in \[0, 1\)"),
-    (lambda: Adam(betas=(-0.1, 0.9)), r"betas\[0\] must be"),
+    (lambda: Adam(betas=(-0.1, 0.9)), r"betas must lie in \[0, 1\); got \(-0.1, 0.9\)"),
+    (lambda: Adam(betas=(0.9, float("nan"))), r"betas must lie in \[0, 1\)"),
     (lambda: Adam(betas=0.9), "betas must be a pair"),
     (lambda: Adam(eps=0), "eps must be > 0"),
+    (lambda: Adam(eps=float("inf")), "eps must be > 0 and finite; got inf"),
+    (lambda: Adam(eps=True), "eps must be > 0 and finite; got True"),
     (lambda: AdamW(weight_decay=-1e-2), "weight_decay must be"),
 ])
 def test_bad_hyper_parameters_raise_one_line(make, words):

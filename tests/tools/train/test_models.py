@@ -328,7 +328,7 @@ def test_the_optimizer_of_a_checkpoint_is_kept_on_resume(tmp_path, capsys):
     (["--optimizer", "adam", "--momentum", 0.9], "--momentum applies to --optimizer sgd or momentum only"),
     (["--optimizer", "adam", "--betas", "0.9,1"], r"--optimizer adam: betas must lie in \[0, 1\)"),
     (["--optimizer", "sgd", "--nesterov"], "--optimizer sgd: nesterov=True needs momentum > 0"),
-    (["--optimizer", "adamw", "--eps", "0"], r"--optimizer adamw: eps must be > 0; got 0\.0$"),
+    (["--optimizer", "adamw", "--eps", "0"], r"--optimizer adamw: eps must be > 0 and finite; got 0\.0$"),
     (["--optimizer", "momentum", "--momentum", "nan"], "--optimizer momentum: momentum must be a finite number >= 0"),
     (["--optimizer", "adam", "--betas", "0.9"], r"--optimizer adam: betas must be a pair \(beta1, beta2\)"),
     (["--optimizer", "adam", "--weight-decay", "-0.1"], "--optimizer adam: weight_decay must be a finite number >= 0"),

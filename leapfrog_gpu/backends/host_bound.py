@@ -11,8 +11,6 @@ by the same routines in the same order: the same bits. At N = 256 the Python aro
 
 import functools
 
-import numpy as np
-
 from . import host_blas, ops_numpy
 
 

@@ -17,7 +17,9 @@ swept in turn, of each product a step makes:
   ``torch.optim.Adam(fused=True)``'s step over the ``--layers - 1`` matrices;
 - ``pools-mixed``, ``pools-one``: one forward pass of (2) then one sweep of ``backward_update``, per
   pass, the forward on NumPy's ``matmul`` (``numpy_then_ours``) or on our BLAS like the sweep
-  (``ours_only``).
+  (``ours_only``);
+- ``beside``: ours (5) then (7) on one thread, alone and while a second thread makes the same products or
+  Adam's update on matrices of its own: what two streams running at once cost each other.
 Each side runs in a process of its own, so that no thread pool of one meets the other's, and the sides
 take turns for ``--rounds`` rounds, so that a drift of the machine's load reaches all of them alike.
 """
@@ -30,7 +32,7 @@ import time
 
 import numpy as np
 
-SIDES = ("ours", "scipy", "torch", "pools-mixed", "pools-one")
+SIDES = ("ours", "scipy", "torch", "pools-mixed", "pools-one", "beside")
 
 
 def main(argv=None):
@@ -101,32 +103,72 @@ def _weights(n, count, batch):
     return w, rng.random((n, batch), dtype=np.float32), rng.standard_normal((n, batch), dtype=np.float32)
 
 
-def ours(n, count, batch, threads, repeats):
-    from threadpoolctl import threadpool_limits
+class _Ours:
+    """Our side's arrays, ``--layers - 1`` weight matrices with their Adam moments, and in ``ops`` the step's
+    ops on them as calls of no argument, each a sweep over the matrices."""
 
-    from leapfrog_gpu import Adam
-    from leapfrog_gpu.backends import host_blas, ops_numpy
-    from leapfrog_gpu.backends.host import NumpyBackend
-    from leapfrog_gpu.core.controls import Controls
+    def __init__(self, n, count, batch):
+        from leapfrog_gpu import Adam
+        from leapfrog_gpu.backends import host_blas, ops_numpy
+        from leapfrog_gpu.backends.host import NumpyBackend
+        from leapfrog_gpu.core.controls import Controls
 
-    host_blas.load()
-    w, a, delta = _weights(n, count, batch)
-    a, delta = (np.asarray(x, order=NumpyBackend.batch_order) for x in (a, delta))
-    out, controls = np.empty_like(a), np.array([1e-6, 0], np.float32)
-    nabla, scratch = np.empty((n, n), np.float32), np.empty(ops_numpy.SCRATCH, np.float32)
-    adam = Adam()
-    moments = [{slot: np.zeros_like(m) for slot in adam.SLOTS} for m in w]
-    with NumpyBackend(mode="serial") as backend:  # the step's controls as a network's: in its dtype, set by it
-        adam_controls = Controls(backend, np.float32)
-        adam_controls.set_step(adam.controls(batch, 1))
-    with threadpool_limits(threads, user_api="blas"):
-        return _per_layer({
+        host_blas.load()
+        w, a, delta = _weights(n, count, batch)
+        a, delta = (np.asarray(x, order=NumpyBackend.batch_order) for x in (a, delta))
+        out, controls = np.empty_like(a), np.array([1e-6, 0], np.float32)
+        nabla, scratch = np.empty((n, n), np.float32), np.empty(ops_numpy.SCRATCH, np.float32)
+        adam = Adam()
+        moments = [{slot: np.zeros_like(m) for slot in adam.SLOTS} for m in w]
+        with NumpyBackend(mode="serial") as backend:  # the step's controls as a network's: in its dtype, set by it
+            adam_controls = Controls(backend, np.float32)
+            adam_controls.set_step(adam.controls(batch, 1))
+        self.ops = {
             "(2)": lambda: [host_blas.matmul(out, m, a) for m in w],
             "(5)": lambda: [host_blas.matmul(out, m.T, delta) for m in w],
             "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w],
             "(7)": lambda: [ops_numpy.nabla_w(nabla, delta, a) for m in w],
             "adam": lambda: [adam.apply(ops_numpy, m, nabla, state, adam_controls.array, scratch)
-                             for m, state in zip(w, moments)]}, count, repeats)
+                             for m, state in zip(w, moments)]}
+
+    def backward(self):
+        """(5) then (7) over the matrices, the products a leapfrog step's chain and worker make."""
+        self.ops["(5)"]()
+        self.ops["(7)"]()
+
+
+def ours(n, count, batch, threads, repeats):
+    from threadpoolctl import threadpool_limits
+
+    ops = _Ours(n, count, batch).ops  # our BLAS loaded first: a limit reaches only the libraries loaded by then
+    with threadpool_limits(threads, user_api="blas"):
+        return _per_layer(ops, count, repeats)
+
+
+def beside(n, count, batch, threads, repeats):
+    """Our (5) and (7) on one thread: ``alone``, and while a second thread runs, on matrices of its own, the
+    same products (``beside_products``) or Adam's update (``beside_adam``, bound by memory). One BLAS thread
+    each, as a leapfrog step's streams run them, whatever ``threads``."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    mine, other = _Ours(n, count, batch), _Ours(n, count, batch)
+
+    def repeat(load, stop):
+        while not stop.is_set():
+            load()
+
+    with threadpool_limits(1, user_api="blas"):
+        times = _per_layer({"alone": mine.backward}, count, repeats)
+        for name, load in {"beside_products": other.backward, "beside_adam": other.ops["adam"]}.items():
+            stop = threading.Event()
+            thread = threading.Thread(target=repeat, args=(load, stop))
+            thread.start()
+            times[name] = _per_layer({name: mine.backward}, count, repeats)[name]
+            stop.set()
+            thread.join()
+    return times
 
 
 def scipy_side(n, count, batch, threads, repeats):
@@ -194,7 +236,8 @@ def pools(mixed):
     return side
 
 
-SIDE = {"ours": ours, "scipy": scipy_side, "torch": torch_side, "pools-mixed": pools(True), "pools-one": pools(False)}
+SIDE = {"ours": ours, "scipy": scipy_side, "torch": torch_side, "pools-mixed": pools(True), "pools-one": pools(False),
+        "beside": beside}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -619,7 +619,8 @@ def test_cpu_gemms_times_every_product_of_each_side(tmp_path):
         assert {side: set(ops) for side, ops in sides.items()} == {
             "ours": {"(2)", "(5)", "update", "(7)", "adam"}, "scipy": {"(2)", "(5)", "update"},
             "torch": {"(2)", "(5)", "grad_w", "adam_fused"},
-            "pools-mixed": {"numpy_then_ours"}, "pools-one": {"ours_only"}}
+            "pools-mixed": {"numpy_then_ours"}, "pools-one": {"ours_only"},
+            "beside": {"alone", "beside_products", "beside_adam"}}
         assert all(ms > 0 for ops in sides.values() for ms in ops.values())
     assert "N=24 B=3, ms per layer" in done.stdout
 

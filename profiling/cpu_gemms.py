@@ -9,7 +9,8 @@ Per batch size B, the median time per layer, over ``--layers - 1`` weight matric
 swept in turn, of each product a step makes:
 - ``ours``: (2) ``z = w a``, (5) ``delta = w^T delta_next``, and the update ``w -= eta delta a^T``
   (``rank_update``: ger at B = 1, gemm with beta = 1 above), on ``(n, B)`` arrays in the order of the
-  backend's plans; (7) ``nabla_w = delta a^T`` and ``Adam().apply`` by it (one compiled pass over w,
+  backend's plans; ``(2) rows``, the product of (2) into a row-major array, where ``ops_numpy.forward`` makes
+  it at B > 1; (7) ``nabla_w = delta a^T`` and ``Adam().apply`` by it (one compiled pass over w,
   nabla_w and the two moments);
 - ``scipy``: the same three through SciPy's wrappers (``scipy.linalg.blas``), on the OpenBLAS SciPy
   bundles;
@@ -116,7 +117,7 @@ class _Ours:
         host_blas.load()
         w, a, delta = _weights(n, count, batch)
         a, delta = (np.asarray(x, order=NumpyBackend.batch_order) for x in (a, delta))
-        out, controls = np.empty_like(a), np.array([1e-6, 0], np.float32)
+        out, rows, controls = np.empty_like(a), np.empty(a.shape, np.float32), np.array([1e-6, 0], np.float32)
         nabla, scratch = np.empty((n, n), np.float32), np.empty(ops_numpy.SCRATCH, np.float32)
         adam = Adam()
         moments = [{slot: np.zeros_like(m) for slot in adam.SLOTS} for m in w]
@@ -125,6 +126,7 @@ class _Ours:
             adam_controls.set_step(adam.controls(batch, 1))
         self.ops = {
             "(2)": lambda: [host_blas.matmul(out, m, a) for m in w],
+            "(2) rows": lambda: [host_blas.matmul(rows, m, a) for m in w],
             "(5)": lambda: [host_blas.matmul(out, m.T, delta) for m in w],
             "update": lambda: [ops_numpy.rank_update(m, delta, a, controls) for m in w],
             "(7)": lambda: [ops_numpy.nabla_w(nabla, delta, a) for m in w],

@@ -23,12 +23,13 @@ def bound(fn, args):
 
 
 def _forward(z, a, sp, w, a_prev, b, activation):
-    """``ops_numpy.forward``: its product bound."""
-    product = host_blas.bind(z, w, a_prev)
+    """``ops_numpy.forward``: its product bound, into ``ops_numpy.product_target``."""
+    target = ops_numpy.product_target(z, sp)
+    product = host_blas.bind(target, w, a_prev)
 
     def forward():
         product()
-        ops_numpy.bias_activation(z, a, sp, b, activation)
+        ops_numpy.bias_activation(z, a, sp, b, activation, target)
 
     return forward
 

@@ -1,6 +1,7 @@
 """NumPy twins of the kernels in ``kernels/``: same arguments, same results, written in place.
 
-The NumPy backend runs these; the tests compare each CUDA kernel against its twin. Every function
+The NumPy backend runs these; the tests compare each CUDA kernel against its twin. Those of the gated
+cells (kernels/gates.cu) are written in ``gates_numpy`` and are ops of this module too. Every function
 writes into preallocated arrays and allocates no temporary of more than a few elements: the products are
 BLAS calls in place (``host_blas.matmul``, which releases the GIL for the large ones, so that streams
 run side by side), and what else a weight matrix's worth of work needs goes through a cache-sized
@@ -20,12 +21,19 @@ import functools
 import numpy as np
 
 from . import host_blas
+from .gates_numpy import gru_backward, gru_forward, lstm_backward, lstm_forward  # noqa: F401 (ops of this backend)
 from .host_blas import matmul
 
 
-def bias_activation(z, a, sp, b, activation):
-    """(2) bias half and (3): ``z += b``, ``a = sigma(z)``, ``sp = sigma'(z)`` (kernels/elementwise.cu)."""
-    np.add(z, b[:, None], out=z)
+def bias_activation(z, a, sp, b, activation, product=None):
+    """(2) bias half and (3): ``z = product + b``, ``a = sigma(z)``, ``sp = sigma'(z)`` (kernels/elementwise.cu);
+    ``product`` is z itself by default, else where ``forward`` made the product (``product_target``): it takes
+    the bias in its own memory order, then goes to z in one transposing copy (a ufunc between arrays of two
+    orders runs NumPy's strided loop: six times the copy's time at 1024 x 64)."""
+    product = z if product is None else product
+    np.add(product, b[:, None], out=product)
+    if product is not z:
+        np.copyto(z, product)
     activate(z, a, sp, activation)
 
 
@@ -76,9 +84,21 @@ def forward(z, a, sp, w, a_prev, b, activation):
     One product, then the bias and the activation on z while it is in cache (n*B elements against the n*m
     weights the product reads). Cutting the product into cache-sized row blocks saves no pass, and at B > 1
     costs more: smaller GEMMs run below the speed of one large one (docs/performance.md, the NumPy backend's choices).
+    The product goes where ``product_target`` says.
     """
-    matmul(z, w, a_prev)
-    bias_activation(z, a, sp, b, activation)
+    target = product_target(z, sp)
+    matmul(target, w, a_prev)
+    bias_activation(z, a, sp, b, activation, target)
+
+
+def product_target(z, sp):
+    """Where (2)'s product goes: z, or, for a batch-major z (Fortran order, B > 1), sp's memory seen in row-major
+    order, into which OpenBLAS's GEMM runs faster (1.68 against 2.01 ms a matrix at N = 1024, B = 64, one
+    thread: docs/performance.md, the NumPy backend's choices); ``bias_activation`` writes sp after z has
+    taken the product."""
+    if not z.flags.c_contiguous and sp.flags.f_contiguous:
+        return sp.T.reshape(sp.shape)
+    return z
 
 
 def backward(delta, w_next, delta_next, sp):
@@ -314,78 +334,6 @@ def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
     decay, weight_decay = (1 - lr * weight_decay, 0) if decoupled else (1, weight_decay)
     return (cast(controls[3]), cast(decay), cast(weight_decay), cast(beta1), cast(1 - beta1), cast(beta2),
             cast(1 - beta2), cast(controls[6]), cast(eps), lr / cast(controls[5]))
-
-
-# The gated cells' steps (kernels/gates.cu), on whole (rows, tau, B) sequences and a step t. Unlike the functions
-# above they allocate their temporaries: they are the kernels' twins for the tests, and the host backend runs the
-# cells' own ufuncs into preallocated buffers (leapfrog_gpu/rnn/cells.py).
-
-
-def _sigmoid(x):
-    """``1 / (1 + exp(-x))``, an overflowing ``exp`` giving 0."""
-    with np.errstate(over="ignore"):
-        return 1 / (1 + np.exp(-x))
-
-
-def _before(sequence, t):
-    """Step t - 1 of the (n, tau, B) ``sequence``, zero before the first step."""
-    return sequence[:, t - 1] if t else np.zeros_like(sequence[:, 0])
-
-
-def gru_forward(z, gates, hn, h, uh, b_hn, t, stream=None):
-    """The GRU's step t (kernels/gates.cu): r = sig(z_r + uh_r), u = sig(z_z + uh_z), hn = uh_n + b_hn,
-    n = tanh(z_n + r hn), h^t = (h^{t-1} - n) u + n; z, gates (3N, tau, B), hn and h (N, tau, B), uh (3N, B).
-    ``stream`` is unused: the host runs it where it is called."""
-    del stream
-    N = hn.shape[0]
-    r, u = _sigmoid(z[:N, t] + uh[:N]), _sigmoid(z[N: 2 * N, t] + uh[N: 2 * N])
-    hidden = uh[2 * N:] + b_hn[:, None]
-    candidate = np.tanh(z[2 * N:, t] + r * hidden)
-    h[:, t] = (_before(h, t) - candidate) * u + candidate
-    gates[:N, t], gates[N: 2 * N, t], gates[2 * N:, t], hn[:, t] = r, u, candidate, hidden
-
-
-def gru_backward(delta, delta_u, delta_h, gates, hn, h, t, stream=None):
-    """The GRU's backward step t from dh = delta_h^t: delta_n = dh (1 - u)(1 - n^2), delta_z = dh (h^{t-1} - n)
-    u (1 - u), delta_r = delta_n hn r (1 - r) into delta (3N, tau, B), delta_u = (delta_r, delta_z, r delta_n),
-    and delta_h^{t-1} += u dh at t > 0."""
-    del stream
-    N = hn.shape[0]
-    dh, r, u, candidate = delta_h[:, t], gates[:N, t], gates[N: 2 * N, t], gates[2 * N:, t]
-    dn = dh * (1 - u) * (1 - candidate * candidate)
-    dz = dh * (_before(h, t) - candidate) * u * (1 - u)
-    dr = dn * hn[:, t] * r * (1 - r)
-    delta[:N, t], delta[N: 2 * N, t], delta[2 * N:, t] = dr, dz, dn
-    delta_u[:N, t], delta_u[N: 2 * N, t], delta_u[2 * N:, t] = dr, dz, dn * r
-    if t:
-        delta_h[:, t - 1] += u * dh
-
-
-def lstm_forward(z, gates, c, h, t, stream=None):
-    """The LSTM's step t (kernels/gates.cu): i, f, o = sig(z_i, z_f, z_o), g = tanh(z_g), c^t = f c^{t-1} + i g,
-    h^t = tanh(c^t) o; z and gates (4N, tau, B), c and h (N, tau, B)."""
-    del stream
-    N = c.shape[0]
-    i, f, g, o = _sigmoid(z[:N, t]), _sigmoid(z[N: 2 * N, t]), np.tanh(z[2 * N: 3 * N, t]), _sigmoid(z[3 * N:, t])
-    cell = f * _before(c, t) + i * g
-    gates[:N, t], gates[N: 2 * N, t], gates[2 * N: 3 * N, t], gates[3 * N:, t] = i, f, g, o
-    c[:, t], h[:, t] = cell, np.tanh(cell) * o
-
-
-def lstm_backward(delta, dc, delta_h, gates, c, t, stream=None):
-    """The LSTM's backward step t from dh = delta_h^t and dc (N, B), the adjoint of c^t through c^{t+1}:
-    dc += dh o (1 - tanh^2 c^t), delta_i = dc g i (1 - i), delta_f = dc c^{t-1} f (1 - f), delta_g = dc i (1 - g^2),
-    delta_o = dh tanh(c^t) o (1 - o) into delta (4N, tau, B); then dc *= f."""
-    del stream
-    N = c.shape[0]
-    dh, i, f, g, o = delta_h[:, t], gates[:N, t], gates[N: 2 * N, t], gates[2 * N: 3 * N, t], gates[3 * N:, t]
-    tanh_c = np.tanh(c[:, t])
-    carried = dc + dh * o * (1 - tanh_c * tanh_c)
-    delta[:N, t] = carried * g * i * (1 - i)
-    delta[N: 2 * N, t] = carried * _before(c, t) * f * (1 - f)
-    delta[2 * N: 3 * N, t] = carried * i * (1 - g * g)
-    delta[3 * N:, t] = dh * tanh_c * o * (1 - o)
-    np.multiply(carried, f, out=dc)
 
 
 def check_finite(controls, x, code):

@@ -617,7 +617,7 @@ def test_cpu_gemms_times_every_product_of_each_side(tmp_path):
     assert set(record["ms"]) == {"1", "3"}
     for sides in record["ms"].values():
         assert {side: set(ops) for side, ops in sides.items()} == {
-            "ours": {"(2)", "(5)", "update", "(7)", "adam"}, "scipy": {"(2)", "(5)", "update"},
+            "ours": {"(2)", "(2) rows", "(5)", "update", "(7)", "adam"}, "scipy": {"(2)", "(5)", "update"},
             "torch": {"(2)", "(5)", "grad_w", "adam_fused"},
             "pools-mixed": {"numpy_then_ours"}, "pools-one": {"ours_only"},
             "beside": {"alone", "beside_products", "beside_adam"}}

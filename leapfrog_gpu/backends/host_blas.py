@@ -178,7 +178,8 @@ def load():
 
 def threads():
     """The threads each product runs on: OpenBLAS's setting, or None without ``scipy-openblas32``."""
-    return None if load() is None else load()[1].scipy_openblas_get_num_threads()
+    library = load()
+    return None if library is None else library[1].scipy_openblas_get_num_threads()
 
 
 _shared = {"whole": None, "shares": 0}  # the threads in force before the shares now held, and how many are held
@@ -196,7 +197,7 @@ def share(streams):
     with _shared_lock:
         if streams > 1:
             if not _shared["shares"]:
-                _shared["whole"] = library.scipy_openblas_get_num_threads()
+                _shared["whole"] = threads()
             _shared["shares"] += 1
             library.scipy_openblas_set_num_threads(max(1, _shared["whole"] // streams))
         elif _shared["shares"]:

@@ -12,7 +12,8 @@ g is the gradient of the batch-MEAN cost, nabla / B with nabla the gradient of t
 An optimizer is its hyper-parameters and nothing else; its state (``SLOTS``: the momentum buffer, the moments,
 each shaped as its parameter) and the step count live in the network (``Network.optimizer_state``). What a
 captured step must read as it runs, lr, 1/B, t and Adam's bias corrections, is in the network's ``Controls``;
-the rest are fixed arguments of the update kernels (``rule``). Bad hyper-parameters raise a ValueError in one line.
+the rest are fixed arguments of the update kernels (``rule``). A hyper-parameter of the wrong type raises a
+TypeError, one out of range a ValueError, each in one line.
 """
 
 import math
@@ -79,7 +80,7 @@ class SGD(Optimizer):
         self.dampening = _number("dampening", dampening)
         self.weight_decay = _number("weight_decay", weight_decay)
         if not isinstance(nesterov, bool):
-            raise ValueError(f"nesterov must be True or False; got {nesterov!r}")
+            raise TypeError(f"nesterov must be True or False; got {nesterov!r}")
         if nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ValueError(f"nesterov=True needs momentum > 0 and dampening 0; got momentum={momentum!r}, "
                              f"dampening={dampening!r}")
@@ -113,14 +114,15 @@ class Adam(Optimizer):
 
     def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0):
         super().__init__(lr)
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2); got {betas!r}")
-        if not all(_is_number(beta) and 0 <= beta < 1 for beta in betas):
+        pair = f"betas must be a pair of numbers (beta1, beta2); got {betas!r}"
+        if not isinstance(betas, (tuple, list)) or not all(map(_is_real, betas)):
+            raise TypeError(pair)
+        if len(betas) != 2:
+            raise ValueError(pair)
+        if not all(0 <= beta < 1 for beta in betas):
             raise ValueError(f"betas must lie in [0, 1); got {betas!r}")
         self.betas = tuple(float(beta) for beta in betas)
-        if not (_is_number(eps) and eps > 0):
-            raise ValueError(f"eps must be > 0 and finite; got {eps!r}")
-        self.eps = float(eps)
+        self.eps = _number("eps", eps, "> 0 and finite", strict=True)
         self.weight_decay = _number("weight_decay", weight_decay)
 
     def hyper(self):
@@ -156,13 +158,16 @@ def check(optimizer):
     return optimizer
 
 
-def _is_number(value):
-    """Whether ``value`` is a finite real number (not a bool)."""
-    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+def _is_real(value):
+    """Whether ``value`` is a real number (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
 
 
-def _number(name, value):
-    """``value`` as a float: a finite real number >= 0, or a ValueError naming it."""
-    if not (_is_number(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+def _number(name, value, what="a finite number >= 0", strict=False):
+    """``value`` as a float: a finite real number >= 0 (> 0 if ``strict``); else a TypeError (not a number) or a
+    ValueError (out of range), naming it as ``what``."""
+    if not _is_real(value):
+        raise TypeError(f"{name} must be {what}; got {value!r} ({type(value).__name__})")
+    if not (math.isfinite(value) and (value > 0 if strict else value >= 0)):
+        raise ValueError(f"{name} must be {what}; got {value!r}")
     return float(value)

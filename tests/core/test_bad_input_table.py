@@ -79,6 +79,7 @@ def cases(net):
         ("`SGD(0.1, nesterov=True)`", lambda: SGD(0.1, nesterov=True)),
         ("`Adam(betas=(0.9, 1.0))`", lambda: Adam(betas=(0.9, 1.0))),
         ("`Adam(eps=0)`", lambda: Adam(eps=0)),
+        ("`SGD(lr='0.1')`", lambda: SGD(lr="0.1")),
         ("`train_step(x, y, 0.1)`", lambda: net.train_step(X, Y, 0.1)),
         ("`train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)`",
          lambda: net.train_step(X, Y, Adam(), Leapfrog(2, fused=True), clip=1.0)),

@@ -164,14 +164,29 @@ def test_sgd_of_eta_is_sgd_step_to_the_bit(network_name):
     (lambda: Adam(betas=(0.9, 1.0)), r"betas must lie in \[0, 1\)"),
     (lambda: Adam(betas=(-0.1, 0.9)), r"betas must lie in \[0, 1\); got \(-0.1, 0.9\)"),
     (lambda: Adam(betas=(0.9, float("nan"))), r"betas must lie in \[0, 1\)"),
-    (lambda: Adam(betas=0.9), "betas must be a pair"),
+    (lambda: Adam(betas=(0.9, 0.99, 0.999)), r"betas must be a pair of numbers \(beta1, beta2\)"),
     (lambda: Adam(eps=0), "eps must be > 0"),
     (lambda: Adam(eps=float("inf")), "eps must be > 0 and finite; got inf"),
-    (lambda: Adam(eps=True), "eps must be > 0 and finite; got True"),
     (lambda: AdamW(weight_decay=-1e-2), "weight_decay must be"),
 ])
 def test_bad_hyper_parameters_raise_one_line(make, words):
     with pytest.raises(ValueError, match=words) as raised:
+        make()
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: SGD("0.1"), r"lr must be a finite number >= 0; got '0.1' \(str\)"),
+    (lambda: SGD(True), r"lr must be a finite number >= 0; got True \(bool\)"),
+    (lambda: SGD(0.1, momentum=None), r"momentum must be .*; got None \(NoneType\)"),
+    (lambda: SGD(0.1, momentum=0.9, nesterov=1), "nesterov must be True or False; got 1"),
+    (lambda: Adam(betas=0.9), r"betas must be a pair of numbers \(beta1, beta2\); got 0.9"),
+    (lambda: Adam(betas=(0.9, "0.999")), "betas must be a pair of numbers"),
+    (lambda: Adam(eps=True), r"eps must be > 0 and finite; got True \(bool\)"),
+    (lambda: AdamW(weight_decay="0.01"), "weight_decay must be a finite number >= 0"),
+])
+def test_hyper_parameters_of_the_wrong_type_raise_a_type_error(make, words):
+    with pytest.raises(TypeError, match=words) as raised:
         make()
     assert "\n" not in str(raised.value)
 

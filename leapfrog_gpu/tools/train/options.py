@@ -123,7 +123,7 @@ def make_optimizer(config):
             momentum = config["momentum"] if config["momentum"] is not None else 0.9 if kind == "momentum" else 0
             return SGD(momentum=momentum, nesterov=config["nesterov"], **given)
         return (Adam if kind == "adam" else AdamW)(**given)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:
         raise UsageError(f"--optimizer {kind}: {error}") from None
 
 

@@ -330,7 +330,7 @@ def test_the_optimizer_of_a_checkpoint_is_kept_on_resume(tmp_path, capsys):
     (["--optimizer", "sgd", "--nesterov"], "--optimizer sgd: nesterov=True needs momentum > 0"),
     (["--optimizer", "adamw", "--eps", "0"], r"--optimizer adamw: eps must be > 0 and finite; got 0\.0$"),
     (["--optimizer", "momentum", "--momentum", "nan"], "--optimizer momentum: momentum must be a finite number >= 0"),
-    (["--optimizer", "adam", "--betas", "0.9"], r"--optimizer adam: betas must be a pair \(beta1, beta2\)"),
+    (["--optimizer", "adam", "--betas", "0.9"], r"--optimizer adam: betas must be a pair of numbers \(beta1, beta2\)"),
     (["--optimizer", "adam", "--weight-decay", "-0.1"], "--optimizer adam: weight_decay must be a finite number >= 0"),
     (["--optimizer", "adam", "--clip-grad-norm", 1, "--fused"], "--clip-grad-norm needs every gradient before any "
                                                                 "update: drop --fused"),

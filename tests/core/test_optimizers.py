@@ -5,8 +5,8 @@ Each network (``networks.network``, float64) and its ``to_torch()`` module take 
 ``0.5 * sum((a - y)^2) / B``. The trained functions then agree within 1e-10 (relative) on a fresh batch, under
 ``Sequential()`` (the RNN's ``BPTT()``), ``Leapfrog(2)`` and ``Leapfrog(2, fused=True)``. torch.nn.RNN has two
 biases per layer that receive the same gradient, our RNN their sum as one b: the module's ``bias_hh_l0`` is
-frozen at zero (requires_grad False), so that torch trains the one b we do. The MLP's one-pass sweep agrees
-too. Fused and unfused steps agree to the bit on the host; bad hyper-parameters and another optimizer on a state
+frozen at zero (requires_grad False), so that torch trains the one b we do (a GRU's keeps its n rows, our b_hn).
+The gated cells agree under every schedule they take, and the MLP's one-pass sweep too. Fused and unfused steps agree to the bit on the host; bad hyper-parameters and another optimizer on a state
 that exists refuse in one line, changing nothing; graph steps read lr and t from device memory.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from helpers import to_numpy
 from networks import NAMES, network, network_batch
-from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, Sequential
+from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.backends import ops_numpy
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
@@ -44,9 +44,16 @@ def module_output(name, module, x):
 def torch_training(name, net, make, clip=None):
     """``net``'s module and a function that takes one torch.optim step of ``make`` on a batch (x, y)."""
     module = net.to_torch()
-    for label, parameter in module.named_parameters():
-        if "bias_hh" in label:
-            parameter.requires_grad_(False)  # our b is bias_ih + bias_hh: one of them trains
+    for layer in module.modules():
+        for label, parameter in layer.named_parameters(recurse=False):
+            if not label.startswith("bias_hh"):
+                continue
+            if isinstance(layer, torch.nn.GRU):  # its n rows are b_hn, a parameter of ours; the rest twin b's
+                keep = torch.zeros_like(parameter)
+                keep[2 * layer.hidden_size:] = 1
+                parameter.register_hook(lambda gradient, keep=keep: gradient * keep)
+            else:
+                parameter.requires_grad_(False)  # our b is bias_ih + bias_hh: one of them trains
     optimizer = make([p for p in module.parameters() if p.requires_grad])
 
     def step(x, y):
@@ -60,25 +67,40 @@ def torch_training(name, net, make, clip=None):
     return module, step
 
 
+def twelve_steps_agree(name, net, kind, schedule):
+    """``net`` (the network ``name``, float64) and its module take 12 steps of ``kind``: the same function after."""
+    ours, theirs = OPTIMIZERS[kind]
+    optimizer = ours()
+    start = net.feedforward(network_batch(name, 7, seed=99, dtype=np.float64)[0])
+    module, torch_step = torch_training(name, net, theirs)
+    for step in range(STEPS):
+        x, y = network_batch(name, 5, seed=step, dtype=np.float64)
+        net.train_step(x, y, optimizer, schedule)
+        torch_step(x, y)
+    x, _ = network_batch(name, 7, seed=99, dtype=np.float64)
+    got = net.feedforward(x)
+    with torch.no_grad():
+        want = module_output(name, module, x).numpy()
+    assert np.max(np.abs(got - start)) > 1e-3 * np.max(np.abs(start))  # training moved the function
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-300)
+    assert net.optimizer_state()["step"] == STEPS
+
+
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("kind", list(OPTIMIZERS))
 def test_twelve_steps_agree_with_torch_optim(network_name, kind, schedule):
-    ours, theirs = OPTIMIZERS[kind]
-    optimizer = ours()
     with network(network_name, "numpy", dtype="float64") as net:
-        start = net.feedforward(network_batch(network_name, 7, seed=99, dtype=np.float64)[0])
-        module, torch_step = torch_training(network_name, net, theirs)
-        for step in range(STEPS):
-            x, y = network_batch(network_name, 5, seed=step, dtype=np.float64)
-            net.train_step(x, y, optimizer, SCHEDULES[schedule])
-            torch_step(x, y)
-        x, _ = network_batch(network_name, 7, seed=99, dtype=np.float64)
-        got = net.feedforward(x)
-        with torch.no_grad():
-            want = module_output(network_name, module, x).numpy()
-        assert np.max(np.abs(got - start)) > 1e-3 * np.max(np.abs(start))  # training moved the function
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-300)
-        assert net.optimizer_state()["step"] == STEPS
+        twelve_steps_agree(network_name, net, kind, SCHEDULES[schedule])
+
+
+@pytest.mark.parametrize("schedule", [*SCHEDULES.values(), Wavefront(), TimeScan()], ids=repr)
+@pytest.mark.parametrize("kind", ["nesterov+decay", "adam", "adamw"])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_gated_cells_agree_with_torch_optim(cell, kind, schedule):
+    """The GRU's and the LSTM's parameters (a GRU's b_hn among them) as torch.nn.GRU's and LSTM's, under every
+    schedule a gated cell takes (``Sequential()`` is the RNN's BPTT)."""
+    with network("RNN", "numpy", dtype="float64", cell=cell) as net:
+        twelve_steps_agree("RNN", net, kind, schedule)
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "leapfrog"])

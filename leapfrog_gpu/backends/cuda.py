@@ -133,7 +133,7 @@ class CupyBackend:
         """Nanoseconds between two recorded timing events (``cudaEventElapsedTime``, 0.5 us resolution)."""
         return round(self.xp.cuda.get_elapsed_time(start, end) * 1e6)
 
-    def share(self, stream, streams):
+    def share(self, stream, streams, held=1):
         """Nothing: cuBLAS has no threads to share between streams."""
 
     def record(self, stream, event):

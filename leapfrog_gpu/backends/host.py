@@ -151,9 +151,10 @@ class NumpyBackend:
         """Nanoseconds between two marks of a timeline's clock (``perf_counter_ns`` values here)."""
         return end - start
 
-    def share(self, stream, streams):
-        """From here on in ``stream``'s order, ``streams`` streams run products at once (``host_blas.share``)."""
-        self._submit(stream, Item("blas", "share", host_blas.share, (streams,)))
+    def share(self, stream, streams, held=1):
+        """From here on in ``stream``'s order, ``streams`` streams run products at once, in place of the ``held``
+        of the share this caller holds (``host_blas.share``)."""
+        self._submit(stream, Item("blas", "share", host_blas.share, (streams, held)))
 
     def record(self, stream, event):
         if self._capture is not None:

@@ -186,24 +186,27 @@ _shared = {"whole": None, "shares": 0}  # the threads in force before the shares
 _shared_lock = threading.Lock()
 
 
-def share(streams):
-    """``streams`` > 1 streams run products from now on: each takes an equal part (at least one) of the BLAS threads
-    in force, so that together they ask for no more cores than those stand for. ``share(1)`` ends a share; once
-    the last one held ends, the threads in force before the first come back (the shares of two backends' hand-offs
+def share(streams, held=1):
+    """From now on ``streams`` streams run products: each takes an equal part (at least one) of the BLAS threads in
+    force before the first share, so that together they ask for no more cores than those stand for. ``held``: the
+    streams of the share the caller holds now (1: none), which this one replaces; ``streams`` 1 ends it. Once the
+    last share held ends, the threads in force before the first come back (the shares of two backends' hand-offs
     may overlap). Nothing without ``scipy-openblas32``."""
     if load() is None:
         return
     library = load()[1]
     with _shared_lock:
-        if streams > 1:
+        if held == 1 and streams > 1:  # a share begins
             if not _shared["shares"]:
                 _shared["whole"] = threads()
             _shared["shares"] += 1
-            library.scipy_openblas_set_num_threads(max(1, _shared["whole"] // streams))
-        elif _shared["shares"]:
+        elif held > 1 and streams == 1:  # one ends
             _shared["shares"] -= 1
-            if not _shared["shares"]:
-                library.scipy_openblas_set_num_threads(_shared["whole"])
+            if _shared["shares"]:
+                return  # another still holds its part
+        elif streams == 1:
+            return  # none held, none begun
+        library.scipy_openblas_set_num_threads(max(1, _shared["whole"] // streams))
 
 
 def _prefix(dtype):

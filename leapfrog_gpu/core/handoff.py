@@ -13,14 +13,21 @@ workers read). With k = 0 the gradients run on the main stream, in the chain's o
 class Handoff:
     """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)``, below
     ``plan.bound``, chooses a unit's worker) to ``k`` workers; only the workers that can own a unit are
-    ever made. From its making to ``end`` the main stream and those workers, which then run products at
-    once, share the backend's BLAS threads (``backend.share``)."""
+    ever made. From its making to ``join`` the main stream and those workers, which then run products at
+    once, share the backend's BLAS threads (``backend.share``); from the join to ``end``, the busy workers
+    alone: the main stream, done with its products, gives them its part."""
 
     def __init__(self, plan, k):
         self.plan, self.k = plan, k
         self.busy = {}
+        self.streams = min(k, plan.bound) + 1 if k else 1  # the streams that share the BLAS threads
         if k:
-            plan.backend.share(plan.main, min(k, plan.bound) + 1)
+            plan.backend.share(plan.main, self.streams)
+
+    def _share(self, streams):
+        """From here on in the main stream's order, ``streams`` streams share the BLAS threads."""
+        self.plan.backend.share(self.plan.main, streams, self.streams)
+        self.streams = streams
 
     def mark(self, unit):
         """The main stream has enqueued what unit's gradients wait for: record E_unit there (k >= 1)."""
@@ -45,8 +52,11 @@ class Handoff:
         self.plan.backend.wait(worker, self.plan.event(f"E_{unit}"))
 
     def join(self):
-        """Nothing on the main stream passes until every busy worker is done."""
+        """Nothing on the main stream passes until every busy worker is done; till then they share the BLAS
+        threads."""
         backend, main = self.plan.backend, self.plan.main
+        if self.streams > 1 and self.busy:
+            self._share(len(self.busy))
         for j in sorted(self.busy):
             done = self.plan.event(f"F_{j}")
             backend.record(self.busy[j], done)
@@ -54,6 +64,6 @@ class Handoff:
         self.busy = {}
 
     def end(self):
-        """The main stream and the workers no longer share the BLAS threads: the main stream has them all."""
-        if self.k:
-            self.plan.backend.share(self.plan.main, 1)
+        """The streams no longer share the BLAS threads: the main stream has them all."""
+        if self.streams > 1:
+            self._share(1)

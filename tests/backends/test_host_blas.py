@@ -443,8 +443,12 @@ def test_share_divides_the_threads_in_force_and_gives_them_back_after_the_last_s
 
     with threadpoolctl.threadpool_limits(threads, user_api="blas"):
         seen = []
-        for streams in (2, 1, 3, 1, 3, 2, 1, 1, 1):  # two shares overlap; the last share(1) holds none
-            host_blas.share(streams)
+        # (streams, held): a share of 2 ends; one of 3 passes to 2 streams, then ends; two shares overlap (3, 2),
+        # the first passes to 4 streams and ends, then the second; the last call holds none
+        calls = [(2, 1), (1, 2), (3, 1), (2, 3), (1, 2), (3, 1), (2, 1), (4, 3), (1, 4), (1, 2), (1, 1)]
+        for streams, held in calls:
+            host_blas.share(streams, held)
             seen.append(host_blas.threads())
-        each = [max(1, threads // streams) for streams in (2, 3, 3, 2)]
-        assert seen == [each[0], threads, each[1], threads, each[2], each[3], each[3], threads, threads]
+        part = {streams: max(1, threads // streams) for streams in (2, 3, 4)}
+        assert seen == [part[2], threads, part[3], part[2], threads, part[3], part[2], part[4], part[4], threads,
+                        threads]

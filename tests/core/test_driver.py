@@ -184,10 +184,12 @@ SCHEDULES = [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(2, fused=True), Le
 @pytest.mark.parametrize("kind", NETWORKS)
 def test_the_hand_off_shares_the_blas_threads_among_its_streams(kind, schedule, graph, monkeypatch):
     """From the start of a hand-off to its join, the main stream and the workers it may use (at least those it
-    does, at most k) share the BLAS threads, so that no more run than they stand for; after the join the main
-    stream takes them all again (the next forward pass). A sequential pass shares nothing."""
+    does, at most k) share the BLAS threads, so that no more run than they stand for; once the main stream has
+    enqueued its last product, the busy workers alone share them; after the join the main stream takes them all
+    again (the next forward pass). A sequential pass shares nothing."""
     with NumpyBackend(trace=True, blas_threads=4) as backend:
-        monkeypatch.setattr(host_blas, "share", lambda streams: backend.trace.append(("main", "share", streams)))
+        monkeypatch.setattr(host_blas, "share",
+                            lambda streams, held: backend.trace.append(("main", "share", streams, held)))
         net = make(kind, backend=backend)
         x, y = data(net)
         for _ in range(2):  # the first makes the workers and buffers; a graph's is its capture
@@ -195,15 +197,19 @@ def test_the_hand_off_shares_the_blas_threads_among_its_streams(kind, schedule, 
             net.sgd_step(x, y, 0.1, schedule, graph=graph)
             net.synchronize()
         trace = backend.trace
-        shares = [(i, entry[2]) for i, entry in enumerate(trace) if entry[1] == "share"]
+        shares = [(i, *entry[2:]) for i, entry in enumerate(trace) if entry[1] == "share"]
         workers = {entry[0] for entry in trace if entry[0] != "main"}
         if not schedule.k:
             assert shares == [] and workers == set()
             return
-        (start, streams), (end, back) = shares
-        assert 1 + len(workers) <= streams <= 1 + schedule.k and back == 1
-        assert workers
-        assert [i for i, entry in enumerate(trace) if entry[0] != "main" and not start < i < end] == []
+        (start, streams, none), (joined, busy, held), *end = shares
+        assert 1 + len(workers) <= streams <= 1 + schedule.k and none == 1
+        assert workers and busy == len(workers) and held == streams
+        assert end == ([] if busy == 1 else [(end[0][0], 1, busy)])  # a share of one stream ends the share
+        last = end[0][0] if end else len(trace)
+        assert [i for i, entry in enumerate(trace) if entry[0] != "main" and not start < i < last] == []
+        after = [entry[2] for entry in trace[joined:] if entry[0] == "main" and entry[1] == "start"]
+        assert all(name.startswith("update[") for name in after)  # no product: the unfused updates, past the join
         assert any(entry[:2] == ("main", "start") for entry in trace[:start])  # the forward pass, all threads
 
 

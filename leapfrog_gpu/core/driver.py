@@ -10,12 +10,14 @@ A network's pass (its ``core.plan.Plan``) says three things of its backward pass
   parameters (write after read, for a fused update; ``plan.last_reader`` unless the schedule reads every
   parameter before any unit is final).
 - ``plan.gradients(stream, unit, controls)``: enqueue the unit's gradients on ``stream``, and its update by
-  ``controls`` when given.
+  ``controls`` when given; ``plan.update(stream, unit, controls)`` the update alone, and
+  ``plan.joint_update(controls)`` whether the gradients' pass makes the update (so that it cannot come apart).
 
 ``run`` turns those into the hand-off (docs/design.md §2): the event E_u on the main stream at each yield,
-each unit's gradients on worker ``index(u) mod k`` behind E_u (read after write) or, fused, behind E of its
-last reader (write after read), each handed to the sums across ranks as it is enqueued, then the join
-(write after read: the update and the next pass rewrite what the workers read). With sums across ranks a
+each unit's gradients on worker ``index(u) mod k`` behind E_u (read after write) and, fused, its update on
+that worker behind E of its last reader (write after read; the gradients too where the update is joint),
+each handed to the sums across ranks as it is enqueued, then the join (write after read: the update and the
+next pass rewrite what the workers read). With sums across ranks a
 fused update waits for its unit's sum: the worker writes the gradients alone, and the update follows the sum
 on the communication stream (``parallel.reducer``). ``backward`` adds what a step's pass needs around it:
 ``Leapfrog("auto")`` resolved by its calibration, the NVTX range and the sums across ranks.
@@ -72,8 +74,17 @@ def _hand_off(plan, schedule, controls, hand):
             _give(plan, hand.off(unit), unit, None)
             continue
         waiting.setdefault(schedule.last_reader(plan, unit), []).append(unit)
-        for freed in waiting.pop(unit, ()):
-            _give(plan, hand.off(freed, after=unit), freed, controls)
+        freed = waiting.pop(unit, [])
+        if plan.reducer is not None or plan.joint_update(controls):  # gradients and update behind the last reader
+            for done in freed:
+                _give(plan, hand.off(done, after=unit), done, controls)
+            continue
+        for done in freed:  # an update behind E of its unit's last reader
+            if done != unit:
+                plan.update(hand.off(done, after=unit), done, controls)
+        _give(plan, hand.off(unit), unit, None)  # the gradients behind E_unit
+        if unit in freed:
+            plan.update(hand.off(unit), unit, controls)
     if waiting:
         units = [unit for held in waiting.values() for unit in held]
         raise RuntimeError(f"{schedule!r}: the chain never freed the parameters of {units}")

@@ -8,9 +8,9 @@ what unit u's gradients wait for; ``F_j``: worker j is done). ``captured`` holds
 on this plan (``core.capture``).
 
 What a network's pass gives (a unit is a layer or a node that has parameters): ``load(x, y)``,
-``forward(solver)``, ``chain(schedule, controls)``, ``last_reader(unit)`` and ``gradients(stream, unit,
-controls)`` (what ``core.driver`` runs), ``check_gradients(controls)``, ``update(stream, unit, controls)``,
-``gradient_arrays()`` and ``output()``; ``units`` lists its units in order.
+``forward(solver)``, ``chain(schedule, controls)``, ``last_reader(unit)``, ``gradients(stream, unit,
+controls)``, ``update(stream, unit, controls)`` and ``joint_update(controls)`` (what ``core.driver`` runs),
+``check_gradients(controls)``, ``gradient_arrays()`` and ``output()``; ``units`` lists its units in order.
 """
 
 import numpy as np
@@ -73,6 +73,12 @@ class Plan:
         """In a chain of layers, the layer after whose delta the chain no longer reads w^l:
         delta^{l-1} = ((w^l)^T delta^l) * ..., and no delta reads w^2."""
         return max(l - 1, 2)
+
+    def joint_update(self, controls):
+        """Whether ``gradients(stream, unit, controls)`` makes a unit's update in its gradients' own pass, so that
+        both wait for the unit's last reader; else the gradients run behind the unit's own event, the update
+        (``update``) behind its last reader's."""
+        return False
 
     def resolve(self, schedule):
         """The schedule whose chain runs ``schedule`` on this network (itself, but where a network runs a shared

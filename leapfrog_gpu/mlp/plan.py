@@ -176,6 +176,12 @@ class MLPPlan(plan.Plan):
                    (ops.sgd_update, self.b[l], self.nabla_b[l], controls.array, self.scratch[l]),
                    (ops.fused_update, self.w[l], self.delta[l], self.a[l - 1], controls.array, self.scratch[l]))
 
+    def joint_update(self, controls):
+        """The plain SGD update fused into (7), the host's compiled pass at B = 1 and the one-pass sweep make the
+        update in the gradients' pass (``gradients``)."""
+        inline = self.batch == 1 and self.backend.name == "numpy"
+        return self.sweep or inline or controls.optimizer.plain
+
     def update(self, stream, l, controls):
         """Enqueue the update of layer l on ``stream`` by ``controls``: the plain SGD one, w^l -= eta/B
         nabla_w^l and b^l alike, in one launch; another optimizer's of w^l then b^l (``core.optimizers``)."""

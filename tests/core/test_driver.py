@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import batch, patched_ops
-from leapfrog_gpu import MLP, RNN, DagNet, Leapfrog, Sequential, reference
+from leapfrog_gpu import MLP, RNN, SGD, Adam, DagNet, Leapfrog, Sequential, reference
 from leapfrog_gpu.backends import host_blas
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core import network as core_network
@@ -241,3 +241,39 @@ def test_a_hand_off_gives_back_the_blas_threads_in_force_when_it_began():
                 net.sgd_step(x, y, 0.1, Leapfrog(2))
                 net.synchronize()
                 assert host_blas.threads() == threads
+
+
+def waits_before_launches(trace):
+    """``{(stream, launch): event}``: the event each worker's launch waited for last, from a ``trace``."""
+    last, seen = {}, {}
+    for stream, what, name, *_ in trace:
+        if stream != "main" and what == "wait":
+            last[stream] = name
+        elif stream != "main" and what == "start":
+            seen[stream, name] = last[stream]
+    return seen
+
+
+@pytest.mark.parametrize("optimizer, B, joint", [(Adam(), 3, False), (SGD(0.1), 3, "MLP"), (Adam(), 1, "MLP")],
+                         ids=["adam", "plain-sgd", "adam-host-B1"])
+@pytest.mark.parametrize("kind", NETWORKS)
+def test_fused_gradients_wait_for_their_own_delta_and_the_update_for_the_last_reader(kind, optimizer, B, joint):
+    """Fused, a unit's gradients run behind E of the unit itself, its update behind E of its last reader; where
+    the gradients' pass makes the update (the MLP's plain SGD update, its host pass at B = 1) both wait for the
+    last reader."""
+    schedule = Leapfrog(2, fused=True)
+    with NumpyBackend(trace=True) as backend:
+        net = make(kind, backend=backend)
+        x, y = data(net, B=B)
+        for _ in range(2):  # the first makes the workers and buffers
+            backend.trace.clear()
+            net.train_step(x, y, optimizer, schedule)
+            net.synchronize()
+        plan = net.plan(x.shape[0], B) if kind == "RNN" else net.plan(B)
+        reader = {unit: f"E_{schedule.last_reader(plan, unit)}" for unit in plan.units}
+        waited = waits_before_launches(backend.trace)
+    assert {unit for _, launch in waited for unit in plan.units if launch.endswith(f"[{unit}]")} == set(plan.units)
+    for (_, launch), event in waited.items():
+        unit = next(unit for unit in plan.units if launch.endswith(f"[{unit}]"))
+        together = joint is True or joint == kind
+        assert event == (reader[unit] if launch.startswith("update") or together else f"E_{unit}"), launch

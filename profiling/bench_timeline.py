@@ -100,7 +100,8 @@ def stamped_steps(args, case):
 
             with autotune.blas_limit(r["blas_threads"]):
                 times = runner.interleaved(backend, {"plain": lambda s=schedule: net.sgd_step(x, y, measure.ETA, s),
-                                                     "stamped": stamped}, args.repeats, args.warmup)
+                                                     "stamped": stamped}, args.repeats, args.warmup,
+                                            settle=False)  # the two in alternation: what the stamps cost
             intervals = [i for i in stamps.intervals() if i.step >= max(args.warmup, 1)]
             analysis = timeline.analyse(intervals)
             plain, with_stamps = times["plain"]["ms"], times["stamped"]["ms"]

@@ -23,14 +23,16 @@ def measure(backend, fn, repeats, warmup):
     return measure_interleaved(backend, [fn], repeats, warmup)[0]
 
 
-def measure_interleaved(backend, fns, repeats, warmup, contexts=None, rotate=False):
+def measure_interleaved(backend, fns, repeats, warmup, contexts=None, rotate=False, settle=False):
     """Time each of ``fns`` ``repeats`` times, round-robin (one repeat of each in turn), so that a
     change of load during the run shifts every one alike; return one array of ms per function.
 
     ``contexts``, if given, holds one context-manager factory per function, entered around each of
     its calls, outside the timed interval (for example a BLAS thread limit). With ``rotate`` each
     round starts one function later than the last, so that no function always runs after the same
-    one (whose memory traffic would leave the caches cold for it).
+    one (whose memory traffic would leave the caches cold for it). With ``settle`` each timed call
+    follows an untimed call of the same function: it is timed after itself, as a loop runs it, not in
+    what another left behind (other threads still spinning or asleep, caches, a thread's core).
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
@@ -46,16 +48,19 @@ def measure_interleaved(backend, fns, repeats, warmup, contexts=None, rotate=Fal
         first = i % len(fns) if rotate else 0
         for j in [*range(first, len(fns)), *range(first)]:
             with contexts[j]():
+                if settle:
+                    fns[j]()
+                    backend.synchronize()
                 times[j, i] = once(backend, fns[j])
     return list(times)
 
 
-def measure_in_blocks(backend, fns, keys, repeats, warmup, contexts=None, block=5):
-    """Like ``measure_interleaved``, but the functions that share a key (a BLAS setting) take turns
-    among themselves for ``block`` repeats before the next key's turn, and keys alternate until each
-    function has ``repeats`` times. Each block starts with untimed calls (``warmup`` in the first
-    block, one later), so one setting's after-effects (BLAS threads still spinning) stay out of the
-    next setting's times, while alternating blocks still spreads slow drifts of load over all.
+def measure_in_blocks(backend, fns, keys, repeats, warmup, contexts=None, block=5, settle=False):
+    """Like ``measure_interleaved`` (``settle`` as there), but the functions that share a key (a BLAS
+    setting) take turns among themselves for ``block`` repeats before the next key's turn, and keys
+    alternate until each function has ``repeats`` times. Each block starts with untimed calls (``warmup``
+    in the first block, one later), so one setting's after-effects (BLAS threads still spinning) stay out
+    of the next setting's times, while alternating blocks still spreads slow drifts of load over all.
     """
     contexts = contexts or [contextlib.nullcontext] * len(fns)
     groups = [[i for i, key in enumerate(keys) if key == k] for k in dict.fromkeys(keys)]
@@ -65,7 +70,7 @@ def measure_in_blocks(backend, fns, keys, repeats, warmup, contexts=None, block=
         count = min(block, repeats - done)
         for group in groups:
             part = measure_interleaved(backend, [fns[i] for i in group], count, warmup if done == 0 else 1,
-                                       [contexts[i] for i in group])
+                                       [contexts[i] for i in group], settle=settle)
             for i, ms in zip(group, part):
                 times[i].extend(ms)
         done += count

@@ -30,6 +30,26 @@ def test_rotated_rounds_start_one_function_later_each():
     assert [t.shape for t in times] == [(4,)] * 3
 
 
+def test_settled_calls_are_timed_right_after_an_untimed_one_of_their_own():
+    order, timed = [], []
+    once = timing._host_time
+
+    def spy(backend, fn):
+        timed.append(len(order))
+        return once(backend, fn)
+
+    with NumpyBackend(mode="serial") as backend, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timing, "_host_time", spy)
+        timing.measure_interleaved(backend, [lambda name=name: order.append(name) for name in "ab"], 2, 1,
+                                   rotate=True, settle=True)
+        assert order == list("ab" "aabb" "bbaa")  # the warm-up, then each timed call after one of its own
+        assert timed == [3, 5, 7, 9]  # the calls timed are the second of each pair
+        order.clear()
+        timing.measure_in_blocks(backend, [lambda name=name: order.append(name) for name in "ab"], [1, 2], 1, 0,
+                                 settle=True)
+        assert order == list("aa" "bb")
+
+
 def test_contexts_wrap_each_call_outside_the_timer():
     import contextlib
 

@@ -41,11 +41,12 @@ EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
 """What a command's exit status means, as ``--help`` lists it."""
 
 
-def interleaved(backend, calls, repeats, warmup=1, settings=None):
+def interleaved(backend, calls, repeats, warmup=1, settings=None, settle=True):
     """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report, or None; or why
     the row is refused) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that
-    run every call in turn, each round starting one call later (``timing.measure_interleaved``); with
-    ``settings`` (row -> ``(key, context factory)``: a BLAS setting), in blocks, key after key
+    run every call in turn, each round starting one call later (``timing.measure_interleaved``), with ``settle``
+    each timed run right after an untimed one of the same call, as a training loop runs a step after itself;
+    with ``settings`` (row -> ``(key, context factory)``: a BLAS setting), in blocks, key after key
     (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` is refused. Returns, in the
     order of ``calls``, row -> ``{"ms": ms (repeats,), **reported}`` or ``{"refused": why}``."""
     settings = settings or {row: (None, contextlib.nullcontext) for row in calls}
@@ -65,9 +66,10 @@ def interleaved(backend, calls, repeats, warmup=1, settings=None):
                            [settings[row][1] for row in timed])
     times = []
     if len(set(keys)) > 1:
-        times = timing.measure_in_blocks(backend, fns, keys, repeats, max(warmup, 1) - 1, contexts)
+        times = timing.measure_in_blocks(backend, fns, keys, repeats, max(warmup, 1) - 1, contexts, settle=settle)
     elif fns:
-        times = timing.measure_interleaved(backend, fns, repeats, max(warmup, 1) - 1, contexts, rotate=True)
+        times = timing.measure_interleaved(backend, fns, repeats, max(warmup, 1) - 1, contexts, rotate=True,
+                                           settle=settle)
     results.update({row: {"ms": ms, **(reported[row] or {})} for row, ms in zip(timed, times)})
     return {row: results[row] for row in calls}
 

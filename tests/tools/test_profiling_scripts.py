@@ -631,6 +631,30 @@ def test_cpu_gemms_refuses_bad_options():
     assert done.returncode == 2 and "--batch must be integers" in done.stderr
 
 
+# -- after_effects.py ----------------------------------------------------------------------------------
+
+
+def test_after_effects_times_the_step_after_each_step(tmp_path):
+    pytest.importorskip("torch", reason=f"PyTorch's step is one of those before ({INSTALL})")
+    path = tmp_path / "a.json"
+    done = subprocess.run([sys.executable, str(PROFILING / "after_effects.py"), "--size", "16", "--layers", "3",
+                           "--batch", "2", "--rounds", "2", "--timed", "torch", "--json", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(path.read_text())
+    assert record["command"].endswith(f"--rounds 2 --timed torch --json {path}") and record["timed"] == "torch"
+    assert set(record["ms_after"]) == {"ours leapfrog+fused k=1 graph", "ours sequential+fused",
+                                       "ours leapfrog+fused k=2", "ours sequential+one-pass graph", "torch"}
+    assert all(0 < s["p20"] <= s["median"] <= s["p80"] for s in record["ms_after"].values())
+    assert done.stdout.startswith("torch (torch-adam-fused), N=16 L=3 B=2 adam, BLAS 2")
+
+
+def test_after_effects_refuses_bad_options():
+    done = subprocess.run([sys.executable, str(PROFILING / "after_effects.py"), "--rounds", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--rounds must be >= 1" in done.stderr
+
+
 # -- graph_nodes.py ------------------------------------------------------------------------------------
 
 

@@ -41,15 +41,17 @@ EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
 """What a command's exit status means, as ``--help`` lists it."""
 
 
-def interleaved(backend, calls, repeats, warmup=1, settings=None, settle=True):
+def interleaved(backend, calls, repeats, warmup=1, settings=None, settle=None):
     """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report, or None; or why
     the row is refused) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that
     run every call in turn, each round starting one call later (``timing.measure_interleaved``), with ``settle``
-    each timed run right after an untimed one of the same call, as a training loop runs a step after itself;
-    with ``settings`` (row -> ``(key, context factory)``: a BLAS setting), in blocks, key after key
-    (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` is refused. Returns, in the
+    (by default on the host, where a call's threads leave after-effects; not on a GPU, whose device time a
+    device check counts) each timed run right after an untimed one of the same call, as a training loop runs
+    a step after itself; with ``settings`` (row -> ``(key, context factory)``: a BLAS setting), in blocks, key
+    after key (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` is refused. Returns, in the
     order of ``calls``, row -> ``{"ms": ms (repeats,), **reported}`` or ``{"refused": why}``."""
     settings = settings or {row: (None, contextlib.nullcontext) for row in calls}
+    settle = backend.name != "cupy" if settle is None else settle
     results, reported = {row: {"refused": call} for row, call in calls.items() if isinstance(call, str)}, {}
     for row in [row for row in calls if row not in results]:
         try:

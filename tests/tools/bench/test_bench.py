@@ -123,6 +123,22 @@ def test_torch_anchor_computes_our_gradients():
     assert step.shape == backward.shape == (2,) and (step > 0).all() and (backward > 0).all()
 
 
+@pytest.mark.parametrize("name, settles", [("numpy", True), ("cupy", False)])
+def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypatch, name, settles):
+    """On the host each timed repeat follows an untimed call of the same row (a thread's after-effects stay
+    with its own row); on a GPU the rows simply take turns (a device check's minutes are counted)."""
+    from leapfrog_gpu.backends import timing
+    from leapfrog_gpu.tools.bench import runner
+
+    calls, times = [], iter(range(1, 100))
+    monkeypatch.setattr(timing, "_host_time", lambda backend, fn: (fn(), next(times))[1])
+    monkeypatch.setattr(timing, "_device_time", lambda backend, fn: (fn(), next(times))[1])
+    backend = argparse.Namespace(name=name, synchronize=lambda: None)
+    runner.interleaved(backend, {row: lambda row=row: calls.append(row) for row in "ab"}, 2, warmup=1)
+    settled = ["a", "a", "b", "b", "b", "b", "a", "a"]  # rounds start one row later
+    assert calls == ["a", "b"] + (settled if settles else ["a", "b", "b", "a"])
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--sizes", "0"], "every size must be >= 1"),
     (["--sizes", "a,b"], "--sizes"),

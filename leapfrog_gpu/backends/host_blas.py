@@ -192,9 +192,9 @@ def share(streams, held=1):
     streams of the share the caller holds now (1: none), which this one replaces; ``streams`` 1 ends it. Once the
     last share held ends, the threads in force before the first come back (the shares of two backends' hand-offs
     may overlap). Nothing without ``scipy-openblas32``."""
-    if load() is None:
+    library = load()
+    if library is None:
         return
-    library = load()[1]
     with _shared_lock:
         if held == 1 and streams > 1:  # a share begins
             if not _shared["shares"]:
@@ -206,7 +206,7 @@ def share(streams, held=1):
                 return  # another still holds its part
         elif streams == 1:
             return  # none held, none begun
-        library.scipy_openblas_set_num_threads(max(1, _shared["whole"] // streams))
+        library[1].scipy_openblas_set_num_threads(max(1, _shared["whole"] // streams))
 
 
 def _prefix(dtype):

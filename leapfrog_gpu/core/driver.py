@@ -82,9 +82,10 @@ def _hand_off(plan, schedule, controls, hand):
         for done in freed:  # an update behind E of its unit's last reader
             if done != unit:
                 plan.update(hand.off(done, after=unit), done, controls)
-        _give(plan, hand.off(unit), unit, None)  # the gradients behind E_unit
-        if unit in freed:
-            plan.update(hand.off(unit), unit, controls)
+        stream = hand.off(unit)
+        _give(plan, stream, unit, None)  # the gradients behind E_unit
+        if unit in freed:  # its own last reader: the update follows on the same stream, behind the same event
+            plan.update(stream, unit, controls)
     if waiting:
         units = [unit for held in waiting.values() for unit in held]
         raise RuntimeError(f"{schedule!r}: the chain never freed the parameters of {units}")

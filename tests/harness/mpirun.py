@@ -32,21 +32,20 @@ def launch(ranks, *command, options=(), env=None):
 
 
 def finish(process, timeout):
-    """Wait for ``process`` at most ``timeout`` seconds; return ``(returncode, stdout, stderr, seconds)``.
-    Past the limit every rank is killed and the test fails with their stderr."""
-    start = time.monotonic()
+    """Wait for ``process`` at most ``timeout`` seconds (a guard against a hang); return ``(returncode, stdout,
+    stderr)``. Past the limit every rank is killed and the test fails with their stderr."""
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill(process)
         out, err = process.communicate()
         pytest.fail(f"mpiexec ran past {timeout} s and was killed; the ranks' stderr:\n{err}\nstdout:\n{out}")
-    return process.returncode, out, err, time.monotonic() - start
+    return process.returncode, out, err
 
 
 def run(ranks, *command, timeout=60, options=(), env=None):
     """Run to the end; fail the test unless every rank exits 0. Return stdout."""
-    returncode, out, err, _ = finish(launch(ranks, *command, options=options, env=env), timeout)
+    returncode, out, err = finish(launch(ranks, *command, options=options, env=env), timeout)
     assert returncode == 0, f"mpiexec -n {ranks} {' '.join(map(str, command))} exited {returncode}:\n{err}"
     return out
 

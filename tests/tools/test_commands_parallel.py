@@ -91,7 +91,7 @@ def test_ctrl_c_under_mpiexec_is_said_in_one_line_by_rank_0(tmp_path):
     mpirun.rank_pids(job, 2)
     wait_for_epochs(metrics, 2, job)  # a checkpoint written, and a whole epoch of steps of both ranks since
     mpirun.os.killpg(job.pid, signal.SIGINT)  # the terminal's foreground job: mpiexec and the ranks
-    returncode, out, err, _ = mpirun.finish(job, timeout=120)
+    returncode, out, err = mpirun.finish(job, timeout=120)
     assert returncode == 130, err
     lines = err.splitlines()
     assert len(lines) == 1 and re.fullmatch(r"leapfrog-train: interrupted at epoch \d+, step \d+ and every rank "
@@ -132,10 +132,9 @@ def test_a_rank_killed_mid_run_ends_the_job_and_the_last_checkpoint_resumes(tmp_
     pids = mpirun.rank_pids(job, 2)
     wait_for(checkpoint.path_in(run), job)
     time.sleep(0.15)  # inside a later epoch, perhaps while rank 0 writes the next checkpoint
-    killed = time.monotonic()
     mpirun.os.kill(pids[victim], signal.SIGKILL)
-    returncode, out, err, _ = mpirun.finish(job, timeout=60)
-    assert returncode != 0 and time.monotonic() - killed < 60, (returncode, out, err)
+    returncode, out, err = mpirun.finish(job, timeout=60)  # a job the kill leaves hanging fails here
+    assert returncode != 0, (returncode, out, err)
     assert "Killed (signal 9)" in out  # mpiexec's word for it, on its stdout
 
     state = parameters(run)[1]  # whole: it loads
@@ -152,7 +151,7 @@ def test_a_rank_that_raises_ends_every_rank_with_one_line(tmp_path):
     pids = mpirun.rank_pids(job, 2)
     wait_for(checkpoint.path_in(tmp_path), job)
     mpirun.os.kill(pids[1], signal.SIGINT)
-    returncode, out, err, seconds = mpirun.finish(job, timeout=60)
+    returncode, out, err = mpirun.finish(job, timeout=60)
     assert returncode == 130, err
     ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
     assert ours == ["leapfrog-train: error: rank 1 of 2: interrupted (SIGINT); stopping every rank"], err
@@ -179,13 +178,14 @@ sys.exit(train.main(sys.argv[1:]))
 
 def test_a_rank_whose_step_raises_ends_every_rank_at_once_with_its_line(tmp_path):
     """An exception other than Ctrl-C on rank 1 alone: rank 1 prints its traceback and one line naming
-    it, and ends the job with status 1 at once, not after rank 0 has waited --comm-timeout for it."""
+    it, and ends the job with status 1 at once, not after rank 0 has waited --comm-timeout for it (600 s,
+    past the hang guard's limit, so a job that waited for it fails the test; no line of rank 0's says so)."""
     script, run = tmp_path / "failing.py", tmp_path / "run"
     script.write_text(FAILING_RANK)
     job = mpirun.launch(2, sys.executable, script, *TEACHER, "--epochs", 100, "--checkpoint-dir", run,
-                        "--comm-timeout", 30)
-    returncode, out, err, seconds = mpirun.finish(job, timeout=60)
-    assert returncode == 1 and seconds < 20, (returncode, seconds, err)
+                        "--comm-timeout", 600)
+    returncode, out, err = mpirun.finish(job, timeout=120)
+    assert returncode == 1, (returncode, err)
     ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
     assert ours == ["leapfrog-train: error: rank 1 of 2: RuntimeError: step 100 failed on rank 1; "
                     "stopping every rank"], err
@@ -198,10 +198,9 @@ def test_a_rank_that_hangs_is_given_up_after_the_timeout(tmp_path):
     job = mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 100, "--checkpoint-dir", tmp_path, "--comm-timeout", 2)
     pids = mpirun.rank_pids(job, 2)
     wait_for(checkpoint.path_in(tmp_path), job)
-    stopped = time.monotonic()
     mpirun.os.kill(pids[1], signal.SIGSTOP)
-    returncode, _, err, _ = mpirun.finish(job, timeout=60)
-    assert returncode == 4 and time.monotonic() - stopped < 30, err
+    returncode, _, err = mpirun.finish(job, timeout=60)
+    assert returncode == 4, err
     ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
     assert len(ours) == 1 and ours[0].startswith("leapfrog-train: error: rank 0 of 2: the sum of ")  # layer or loss
     assert ours[0].endswith("has waited 2 s for the other ranks: one of them died, failed or hangs; stopping the job")
@@ -215,7 +214,7 @@ def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
         (["--batch-size", "719"], "leapfrog-train: error: --batch-size 719 on each of 2 ranks is larger than the 1437 "
                                   "training samples of digits; use at most 718"),
     ):
-        returncode, out, err, _ = mpirun.finish(mpirun.launch(2, *TRAIN, *args), timeout=60)
+        returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, *args), timeout=60)
         assert returncode == 2 and out == "", err
         assert len(err.splitlines()) == 1 and err.startswith(message), err
 
@@ -247,7 +246,7 @@ def test_ranks_with_other_options_are_refused(tmp_path):
     """Every rank compares a digest of its options and data with the others' before the first step."""
     job = mpirun.launch(1, *TRAIN, *TEACHER, "--epochs", 1, ":", "-n", 1, *TRAIN, *TEACHER, "--epochs", 1,
                         "--lr", 0.02)
-    returncode, _, err, _ = mpirun.finish(job, timeout=60)
+    returncode, _, err = mpirun.finish(job, timeout=60)
     assert returncode == 2
     assert err.splitlines() == ["leapfrog-train: error: every rank must use the same options and data, but they "
                                 "differ in lr: 0.02 on rank 1, 0.01 on rank 0; start every rank with the same "
@@ -310,13 +309,13 @@ def test_every_command_binds_each_rank_to_its_own_gpu_under_mpiexec(tmp_path, co
 def test_two_ranks_on_one_gpu_are_refused_as_nccl_refuses_them():
     """The stand-in's NCCL, one process per rank, on a machine with one GPU: "Duplicate GPU detected"."""
     job = mpirun.launch(2, *BENCH_CUPY, env={**STANDIN, "LEAPFROG_STANDIN_DEVICES": "1"})
-    returncode, _, err, _ = mpirun.finish(job, timeout=120)
+    returncode, _, err = mpirun.finish(job, timeout=120)
     assert returncode != 0 and "NCCL_ERROR_INVALID_USAGE" in err
     assert "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 0" in err
 
 
 def test_leapfrog_bench_under_mpiexec_says_where_the_data_parallel_study_went(capsys, tmp_path):
-    returncode, out, err, _ = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench",
+    returncode, out, err = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench",
                                                           "--jsonl", tmp_path / "r.jsonl"), timeout=60)
     assert returncode == 2 and out == ""
     assert err.splitlines() == ["leapfrog-bench: error: under mpiexec, what the sums across ranks cost is measured "

@@ -15,9 +15,11 @@ pytest.importorskip("sklearn", reason="the digits come with scikit-learn")
 
 
 def test_the_default_run_reaches_90_percent_on_the_digits_within_a_minute(capsys):
-    start = time.perf_counter()
+    """A minute of this process's CPU time (every thread's), which other work on the machine does not stretch,
+    as it would a wall-clock time: within it, a minute on an idle core."""
+    start = time.process_time()
     assert cli("--model", "rnn", "--quiet") == 0
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     (printed,) = capsys.readouterr().out.splitlines()
     done = re.fullmatch(r"done: 20 epochs, test accuracy (\d+\.\d\d)%, test loss \d\.\d{4}, \d+\.\d s", printed)
     assert done and float(done.group(1)) >= 90 and seconds < 60, printed

@@ -133,7 +133,8 @@ for block in json.load(sys.stdin):
     sys.stdout.flush()
     print(json.dumps({"where": block["where"], "seconds": seconds}), file=sys.stderr, flush=True)
     if seconds > block["limit"]:
-        print(f"{block['where']}: this block took {seconds:.1f} s of CPU time, over its {block['limit']} s", file=sys.stderr)
+        print(f"{block['where']}: this block took {seconds:.1f} s of CPU time, over its {block['limit']} s",
+              file=sys.stderr)
         sys.exit(1)
 """
 

@@ -316,7 +316,7 @@ def test_two_ranks_on_one_gpu_are_refused_as_nccl_refuses_them():
 
 def test_leapfrog_bench_under_mpiexec_says_where_the_data_parallel_study_went(capsys, tmp_path):
     returncode, out, err = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench",
-                                                          "--jsonl", tmp_path / "r.jsonl"), timeout=60)
+                                                      "--jsonl", tmp_path / "r.jsonl"), timeout=60)
     assert returncode == 2 and out == ""
     assert err.splitlines() == ["leapfrog-bench: error: under mpiexec, what the sums across ranks cost is measured "
                                 "by mpiexec -n P python profiling/parallel_bench.py (docs/data-parallel.md)"]

@@ -173,7 +173,8 @@ class RNN(Layered):
         once the enqueued steps have run: later steps do not change them, and training the module does not
         change the network. A ValueError for ``activation="sigmoid"``, which ``torch.nn.RNN`` does not have. A
         GRU or LSTM network's layers are ``torch.nn.GRU`` or ``torch.nn.LSTM`` (``bias_hh_l0`` zeros but a GRU's
-        n rows, b_hn^l)."""
+        n rows, b_hn^l). ``bias_hh_l0``'s zeros do not train (b^l is one parameter): torch.optim over
+        ``module.parameters()`` steps the function the network's own steps do."""
         b_hn = [self._handed_out(self._b_hn[l]) for l in self.hidden] if self.cell == "gru" else None
         return torch_io.to_module(self.weights, self.recurrent, self.biases, self.activation,
                                   self.output_activation, self.output, self.cell, b_hn)

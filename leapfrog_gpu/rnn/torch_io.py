@@ -16,8 +16,14 @@ activation. The network stores a batch of sequences as x (tau, n_1, B); ``nn.RNN
 and ``to_module`` refuses it. A GRU or LSTM network's layer l is a one-layer ``torch.nn.GRU`` or
 ``torch.nn.LSTM`` alike, its gates in torch's order: ``bias_ih_l0`` is b^l and ``bias_hh_l0`` zeros, but for
 the GRU's n rows, which hold b_hn^l.
+
+The module trains as the network does: b^l is one parameter, so ``bias_hh_l0`` is held at zero
+(``requires_grad=False``; torch.optim passes over it), and a GRU's, whose n rows b_hn^l train, has a gradient
+hook that zeroes its r and z rows, which then stay zero under every optimizer of ``torch.optim``. A copy of the
+module (``copy.deepcopy``, ``torch.save``) keeps ``requires_grad`` but not the hook.
 """
 
+import functools
 import operator
 
 from ..core import torch_io
@@ -55,7 +61,7 @@ def to_module(weights, recurrent, biases, activation, output_activation, output,
 def _recurrent_layer(torch, w, u, b, activation):
     rnn = torch.nn.RNN(w.shape[1], w.shape[0], nonlinearity=activation, device="meta")  # no memory
     rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0 = (torch_io.parameter(p) for p in (w, u, b))
-    rnn.bias_hh_l0 = torch.nn.Parameter(torch.zeros_like(rnn.bias_ih_l0.detach()))
+    rnn.bias_hh_l0 = torch.nn.Parameter(torch.zeros_like(rnn.bias_ih_l0.detach()), requires_grad=False)
     rnn.flatten_parameters()  # cuDNN's one buffer on a GPU; nothing on the CPU
     return rnn
 
@@ -67,9 +73,18 @@ def _gated_layer(torch, cell, w, u, b, b_hn):
     bias_hh = torch.zeros_like(layer.bias_ih_l0.detach())
     if b_hn is not None:
         bias_hh[2 * u.shape[1]:] = torch_io.parameter(b_hn).detach()
-    layer.bias_hh_l0 = torch.nn.Parameter(bias_hh)
+    layer.bias_hh_l0 = torch.nn.Parameter(bias_hh, requires_grad=cell == "gru")
+    if cell == "gru":
+        layer.bias_hh_l0.register_hook(functools.partial(_b_hn_alone, n=u.shape[1]))
     layer.flatten_parameters()
     return layer
+
+
+def _b_hn_alone(gradient, n):
+    """A GRU's ``bias_hh_l0`` gradient (3n,) with its r and z rows zeroed: b_hn's n rows alone train."""
+    gradient = gradient.clone()
+    gradient[:2 * n] = 0
+    return gradient
 
 
 def read_module(module):

@@ -3,9 +3,9 @@
 Each network (``networks.network``, float64) and its ``to_torch()`` module take 12 steps on the same batches:
 ``train_step`` by our optimizer, and ``torch.optim`` (``foreach=False``) on the batch-mean quadratic cost,
 ``0.5 * sum((a - y)^2) / B``. The trained functions then agree within 1e-10 (relative) on a fresh batch, under
-``Sequential()`` (the RNN's ``BPTT()``), ``Leapfrog(2)`` and ``Leapfrog(2, fused=True)``. torch.nn.RNN has two
-biases per layer that receive the same gradient, our RNN their sum as one b: the module's ``bias_hh_l0`` is
-frozen at zero (requires_grad False), so that torch trains the one b we do (a GRU's keeps its n rows, our b_hn).
+``Sequential()`` (the RNN's ``BPTT()``), ``Leapfrog(2)`` and ``Leapfrog(2, fused=True)``. torch.optim takes
+every parameter of the module, as a user would write it: torch.nn.RNN has two biases per layer, our RNN their sum
+as one b, and ``to_torch()`` holds ``bias_hh_l0`` at zero (a GRU's trains its n rows alone, our b_hn).
 The gated cells agree under every schedule they take, and the MLP's one-pass sweep too. Fused and unfused steps agree to the bit on the host; bad hyper-parameters and another optimizer on a state
 that exists refuse in one line, changing nothing; graph steps read lr and t from device memory.
 """
@@ -44,24 +44,14 @@ def module_output(name, module, x):
 def torch_training(name, net, make, clip=None):
     """``net``'s module and a function that takes one torch.optim step of ``make`` on a batch (x, y)."""
     module = net.to_torch()
-    for layer in module.modules():
-        for label, parameter in layer.named_parameters(recurse=False):
-            if not label.startswith("bias_hh"):
-                continue
-            if isinstance(layer, torch.nn.GRU):  # its n rows are b_hn, a parameter of ours; the rest twin b's
-                keep = torch.zeros_like(parameter)
-                keep[2 * layer.hidden_size:] = 1
-                parameter.register_hook(lambda gradient, keep=keep: gradient * keep)
-            else:
-                parameter.requires_grad_(False)  # our b is bias_ih + bias_hh: one of them trains
-    optimizer = make([p for p in module.parameters() if p.requires_grad])
+    optimizer = make(list(module.parameters()))
 
     def step(x, y):
         loss = 0.5 * ((module_output(name, module, x) - torch.from_numpy(y)) ** 2).sum() / x.shape[-1]
         optimizer.zero_grad()
         loss.backward()
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_([p for p in module.parameters() if p.requires_grad], clip, foreach=False)
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip, foreach=False)
         optimizer.step()
 
     return module, step

@@ -312,6 +312,29 @@ def test_an_rnn_round_trip_gives_the_parameters_back_bitwise(torch, activation, 
             assert np.array_equal(back.feedforward(x), net.feedforward(x))
 
 
+@pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
+def test_an_rnn_module_trained_by_torch_optim_on_all_its_parameters_trains_as_sgd_step(torch, cell):
+    """Our b^l is one parameter, torch's bias_ih + bias_hh two: to_torch() holds bias_hh at zero (a GRU's r and z
+    rows; its n rows are b_hn^l), so that torch.optim over ``module.parameters()``, as a user writes it, steps the
+    same function as ``sgd_step`` (each bias trained would step b^l twice). The expected function: torch's."""
+    rng = np.random.default_rng(4)
+    with RNN([3, 5, 4, 2], cell=cell, backend="numpy", dtype="float64", seed=2) as net:
+        module = net.to_torch()
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.5)
+        for _ in range(3):
+            x, y = rng.uniform(-1, 1, (6, 3, 4)), rng.uniform(-1, 1, (2, 4))
+            net.sgd_step(x, y, 0.5, Leapfrog(2))
+            optimizer.zero_grad()
+            (0.5 * (module(torch.from_numpy(x.transpose(0, 2, 1))).T - torch.from_numpy(y)).square().sum() / 4
+             ).backward()
+            optimizer.step()
+        for layer in (m for m in module.modules() if isinstance(m, (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM))):
+            held = layer.bias_hh_l0.detach().numpy()[:2 * layer.hidden_size if cell == "gru" else None]
+            assert not held.any() and layer.bias_ih_l0.grad.abs().max() > 0
+        x = rng.uniform(-1, 1, (6, 3, 4))
+        np.testing.assert_allclose(net.feedforward(x), run_rnn(torch, module, x, "last"), rtol=1e-12, atol=1e-14)
+
+
 def hand_made(torch):
     """A module of one's own: a two-layer relu ``nn.RNN`` taking (B, tau, n_1), its output ``Linear`` at the
     last step, torch's own initial parameters (``bias_hh`` not zero)."""

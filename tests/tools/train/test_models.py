@@ -127,7 +127,8 @@ def test_each_model_has_its_own_help(capsys):
             "elman)") in rnn
     assert "recurrent widths: 128,64,32, 6x128 (6 layers of 128) or 2x128,64 (default 64)" in rnn
     assert "epochs in all (default 20)" in rnn
-    assert "(default 0.1 for digits, 0.02 for pixels, 0.08/tau for teacher, 0.02 for adding)" in rnn
+    assert ("(default 0.1 for digits, 0.02 for pixels, 0.08/tau for teacher, 0.02 for adding; with a momentum MU, "
+            "that times 1 - MU, the same step on a steady gradient, but on adding)") in rnn
     options = {model: set(re.findall(r"\[(--[\w-]+)", text)) for model, text in helps.items()}  # the usage line's
     assert "{digits,pixels,teacher,adding}" in rnn and not {"--data-dir", "--skip"} & options["rnn"], rnn
     assert "--forward-solver {sequential,newton,quasi-newton}" in rnn
@@ -139,7 +140,8 @@ def test_each_model_has_its_own_help(capsys):
     assert "(--model resmlp --help and --model rnn --help: the options of the other models)" in mlp
     assert not {"--tau", "--skip", "--forward-solver", "--cell"} & options["mlp"], mlp
     assert {"--skip", "--forward-solver", "--data-dir"} <= options["resmlp"] and "--tau" not in options["resmlp"]
-    assert "epochs in all (default 30)" in mlp and "(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher)" in mlp
+    assert "epochs in all (default 30)" in mlp and ("(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher; with a "
+                                                   "momentum MU, that times 1 - MU, the same step") in mlp
 
 
 @pytest.mark.parametrize("args, message", [

@@ -286,7 +286,8 @@ def test_every_datasets_default_run_stays_finite_for_3_epochs(tmp_path, dataset)
 def test_help_says_the_learning_rate_of_each_dataset_and_every_exit_status(capsys):
     assert cli("--help") == 0
     out = capsys.readouterr().out.replace("\n", " ")
-    assert "(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher)" in " ".join(out.split())
+    assert "(default 0.1 for digits, 0.1 for mnist, 0.01 for teacher; with a momentum MU, that times 1 - MU" in \
+        " ".join(out.split())
     statuses = out[out.index("exit status:"):].split()
     for status in ("0", "2", "3", "130", "1", "4"):
         assert status in statuses, out

@@ -9,17 +9,12 @@ import numpy as np
 
 from ...backends import get_backend, timing
 from ...core import capture as graphs
-from ...core.optimizers import SGD, Adam, AdamW
 from ...core.schedules import Leapfrog
 from ...mlp import autotune
 from ...mlp.network import MLP
 from ..schedules import make_schedule, schedule_names, takes_k
 from . import runner, torch_anchor, traffic
-
-ETA = 1e-3  # small enough that the timed steps keep the activations away from saturation
-OPTIMIZERS = {"sgd": SGD(ETA), "momentum": SGD(ETA, momentum=0.9), "adam": Adam(ETA), "adamw": AdamW(ETA)}
-"""``--optimizer``'s steps by name: ours ``train_step(x, y, OPTIMIZERS[name], ...)``, PyTorch's torch.optim's
-class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."""
+from .runner import ETA, OPTIMIZERS
 BASELINE = schedule_names("mlp")[0]
 Run = collections.namedtuple("Run", "schedule threads graph")
 """A configuration timed: its schedule, BLAS setting, whether a graph."""

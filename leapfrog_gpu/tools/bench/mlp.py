@@ -66,10 +66,10 @@ def parser():
                         f"{os.cpu_count()} here)")
     p.add_argument("--fused", action="store_true",
                    help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
-    p.add_argument("--optimizer", type=names(measure.OPTIMIZERS, "optimizer"), default=["sgd"],
+    p.add_argument("--optimizer", type=names(runner.OPTIMIZERS, "optimizer"), default=["sgd"],
                    metavar="NAME[,NAME...]",
                    help=f"each step's, ours (train_step) and PyTorch's (torch.optim's, foreach=True and fused=True), "
-                        f"from {', '.join(measure.OPTIMIZERS)}: each measured in turn, its rows under a heading of "
+                        f"from {', '.join(runner.OPTIMIZERS)}: each measured in turn, its rows under a heading of "
                         "their own (default sgd)")
     p.add_argument("--one-pass", action="store_true",
                    help="also time each sequential and leapfrog step with the one-pass backward (one_pass=True)")

@@ -1,10 +1,11 @@
-"""``leapfrog-bench --model rnn``: the recurrent network's backward pass and SGD step under each schedule,
-against BPTT and PyTorch's ``nn.RNN``.
+"""``leapfrog-bench --model rnn``: the recurrent network's backward pass and training step under each
+schedule, against BPTT and PyTorch's ``nn.RNN``.
 
 For every (N, tau, B), ``RNN([N] * L, output="every")``: its backward pass alone under each schedule (a row
-NAME each, beside PyTorch's ``loss.backward()``) and its SGD step (``step NAME``, beside PyTorch's,
-``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), all in one
-alternation (``runner.interleaved``). What the rows mean, and the tables measured: docs/rnn.md."""
+NAME each, beside PyTorch's ``loss.backward()``) and its step by each ``--optimizer`` (``step NAME``, beside
+PyTorch's, ``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), all in
+one alternation (``runner.interleaved``) an optimizer. What the rows mean, and the tables measured:
+docs/rnn.md."""
 
 import functools
 
@@ -12,14 +13,13 @@ import numpy as np
 
 from ...backends import get_backend
 from ...core.checks import MEMORY_LIMIT
-from ...core.optimizers import SGD
 from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ..cli import integer, integers, names as names_of
 from ..schedules import SOLVERS, make_solver, schedule_names
 from . import progress, runner, torch_anchor
-from .runner import ratio
+from .runner import OPTIMIZERS, at_rate, ratio
 
 PROG = "leapfrog-bench --model rnn"
 RECORDS = "rows"
@@ -36,7 +36,7 @@ HEADER = runner.line(TITLES, WIDTHS, " ")
 HEAD = (TITLE, HEADER, "-" * len(HEADER))
 """The lines above the rows: ``TITLE``, the columns' titles and a rule."""
 PARTS = ("backward", "step")
-"""What ``measure`` can time: the backward pass alone, the whole SGD step."""
+"""What ``measure`` can time: the backward pass alone, the whole training step."""
 ETA = 1e-9
 """The timed steps' learning rate: the network stays the one drawn (at 1e-3, a few hundred steps at tau = 4096,
 whose cost sums over tau outputs, change what the forward solvers face)."""
@@ -51,12 +51,13 @@ def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
             memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
-            parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1):
+            parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1, optimizer="sgd"):
     """The rows of one (N, tau, B), for each of ``parts``: the backward pass under each schedule of ``names``
     (bptt first, always) and PyTorch's (``torch nn.RNN``, with ``torch`` true), then the step under each (``step
     NAME``), the steps parallel in time by ``solvers`` (``step timescan+NAME``) and PyTorch's (a row a count of
-    ``torch_threads``: ``step torch nn.GRU 2t``). Each a dict with ``median_s``, ``speedup`` (over BPTT's, or
-    ``step bptt``'s), the counters of its forward pass (a step's) and its chain (``rounds``, ``flops``,
+    ``torch_threads``: ``step torch nn.GRU 2t``), every step by ``OPTIMIZERS[optimizer]`` at the rate ``ETA``
+    (its name a step row's ``optimizer``). Each a dict with ``median_s``, ``speedup`` (over BPTT's, or ``step
+    bptt``'s), the counters of its forward pass (a step's) and its chain (``rounds``, ``flops``,
     ``sequential_flops``; Newton's ``iterations``), or ``refused``. ``inputs``: n_1 (default N)."""
     schedules = runner.schedules("rnn", names, k=k, memory_limit=memory_limit)
     solvers = {name: make_solver("rnn", name, memory_limit=memory_limit) for name in solvers}
@@ -64,8 +65,8 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
     options = {"blas_threads": blas_threads} if backend == "numpy" and blas_threads else {}
     with get_backend(backend, **options) as device, RNN([inputs or N] + [N] * (L - 1), output="every", dtype=dtype,
                                                         backend=device, cell=cell) as net:
-        x, y = sequences(N, tau, B, dtype, inputs=inputs)
-        anchor = torch and torch_step(net, x, y)  # built before a step moves the parameters
+        x, y, rule = *sequences(N, tau, B, dtype, inputs=inputs), at_rate(optimizer, ETA)
+        anchor = torch and torch_step(net, x, y, rule)  # built before a step moves the parameters
         net.backprop(x, y, BPTT())
         plan, rows = net.plan(tau, B), []  # (name, k, a call or why it is not timed)
         skipped = {name: _skipped(net, tau, B, s, max_gflop) for name, s in schedules.items()}
@@ -73,12 +74,12 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
             rows += [(name, s.k, skipped[name] or _backward(net, plan, s)) for name, s in schedules.items()]
             rows += [(torch_row, None, None)] * bool(anchor)  # timed on its own, below
         if "step" in parts:
-            rows += [(f"step {name}", s.k, skipped[name] or _step(net, x, y, s)) for name, s in schedules.items()]
+            rows += [(f"step {name}", s.k, skipped[name] or _step(net, x, y, rule, s)) for name, s in schedules.items()]
             for name, solver in solvers.items():
                 why = _over(solver.iteration_flops(net.sizes, tau, B, device.name, cell=cell), max_gflop,
                             "an iteration takes ")
                 rows.append((f"step {TimeScan.name}+{name}", k,
-                             why or _step(net, x, y, TimeScan(k=k, memory_limit=memory_limit), solver)))
+                             why or _step(net, x, y, rule, TimeScan(k=k, memory_limit=memory_limit), solver)))
             rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None,
                       functools.partial(anchor.step, t or blas_threads))
                      for t in (torch_threads or [None]) * bool(anchor)]
@@ -87,6 +88,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
             timed[torch_row] = {"ms": anchor.backward_ms(repeats, blas_threads)}
     rows = [{"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
              **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
+             **({"optimizer": optimizer} if name.startswith("step ") else {}),
              **({"median_s": float(np.median(timed[name].pop("ms"))) / 1e3} if "ms" in timed[name] else {}),
              **timed[name]} for name, streams, _ in rows]
     return runner.speedups(rows, group=lambda r: r["schedule"].startswith("step "),  # BPTT's pass, or its step
@@ -94,11 +96,12 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
                            median=lambda r: r.get("median_s"))
 
 
-def torch_step(net, x, y, eta=ETA):
-    """PyTorch's SGD step of ``net`` as its users write the network: one ``torch.nn.RNN``, ``GRU`` or ``LSTM`` of
+def torch_step(net, x, y, rule):
+    """PyTorch's step of ``net`` as its users write the network: one ``torch.nn.RNN``, ``GRU`` or ``LSTM`` of
     ``num_layers = L - 2`` (one call for the whole stack, as oneDNN and cuDNN run it) holding the parameters of
-    ``net.to_torch()``'s layers, then its output layer; on ``x``, ``y``, by ``torch.optim.SGD(foreach=True)`` at
-    ``eta``; ``bias_hh`` held at zero (one bias a layer, as the network's) but for a GRU's (its n rows: b_hn)."""
+    ``net.to_torch()``'s layers, then its output layer; on ``x``, ``y``, by torch.optim's optimizer of ``rule``
+    (one of ours) with ``foreach=True``; ``bias_hh`` held at zero (one bias a layer, as the network's) but for a
+    GRU's (its n rows: b_hn)."""
     import torch
 
     layers = net.to_torch()
@@ -122,7 +125,7 @@ def torch_step(net, x, y, eta=ETA):
     module = Stacked()
     for name, p in module.named_parameters():
         p.requires_grad_(net.cell == "gru" or "bias_hh" not in name)
-    return torch_anchor.Step(module, x, y, SGD(eta), "foreach")
+    return torch_anchor.Step(module, x, y, rule, "foreach")
 
 
 def _skipped(net, tau, B, schedule, max_gflop):
@@ -152,14 +155,14 @@ def _backward(net, plan, schedule):
     return call
 
 
-def _step(net, x, y, schedule, solver=None):
-    """The SGD step of ``net`` under ``schedule``, its forward pass by ``solver`` (None: step by step): a call
-    that returns the counters of its forward pass and its chain together."""
+def _step(net, x, y, rule, schedule, solver=None):
+    """The step of ``net`` by the optimizer ``rule`` under ``schedule``, its forward pass by ``solver`` (None: step
+    by step): a call that returns the counters of its forward pass and its chain together."""
     sequential = {"rounds": len(net.hidden) * x.shape[0], "flops": forward_flops(net.sizes, x.shape[0], x.shape[2],
                                                                                 cell=net.cell)}
 
     def call():
-        net.sgd_step(x, y, ETA, schedule, **({} if solver is None else {"solver": solver}))
+        net.train_step(x, y, rule, schedule, **({} if solver is None else {"solver": solver}))
         net.synchronize()
         forward = sequential if solver is None else solver.stats
         return {"rounds": forward["rounds"] + net.stats["rounds"], "flops": forward["flops"] + net.stats["flops"],
@@ -186,11 +189,30 @@ def work(key):
 
 
 def case(args, state, key):
-    """One network's rows, PyTorch's among them unless ``torch_anchor.skipped``."""
-    return measure(*key.values(), L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype,
-                   backend=args.backend, max_gflop=args.max_gflop, torch=torch_anchor.skipped(args.no_torch) is None,
-                   blas_threads=args.blas_threads, names=args.schedule, solvers=args.forward_solver, parts=args.time,
-                   cell=args.cell, torch_threads=args.torch_threads, warmup=args.warmup)
+    """One network's rows, PyTorch's among them unless ``torch_anchor.skipped``: its steps by each ``--optimizer``
+    in turn, its backward passes (which no optimizer changes) with the first."""
+    records = []
+    for i, optimizer in enumerate(args.optimizer):
+        parts = [part for part in args.time if part == "step" or not i]
+        if parts:
+            records += measure(*key.values(), L=args.layers, k=args.k, repeats=args.repeats, dtype=args.dtype,
+                               backend=args.backend, max_gflop=args.max_gflop,
+                               torch=torch_anchor.skipped(args.no_torch) is None, blas_threads=args.blas_threads,
+                               names=args.schedule, solvers=args.forward_solver, parts=parts, cell=args.cell,
+                               torch_threads=args.torch_threads, warmup=args.warmup, optimizer=optimizer)
+    return records
+
+
+def rows(args, case):
+    """One network's lines: a row per record, the steps by an optimizer other than plain SGD under a line that
+    names it."""
+    lines, named = [], "sgd"
+    for row in case:
+        if row.get("optimizer", named) != named:
+            named = row["optimizer"]
+            lines.append(f"steps by {named}: {at_rate(named, ETA)!r}")
+        lines.append(format_row(row))
+    return lines
 
 
 def parser():
@@ -206,8 +228,12 @@ def parser():
                         f"{', '.join(solvers)} (TimeNewton), the backward by timescan, against BPTT's step "
                         "(default none)")
     p.add_argument("--time", type=names_of(PARTS, "part"), default=list(PARTS), metavar="PART[,PART...]",
-                   help="what to time: backward (the backward pass alone), step (the whole SGD step), or both "
+                   help="what to time: backward (the backward pass alone), step (the whole training step), or both "
                         "(default backward,step)")
+    p.add_argument("--optimizer", type=names_of(OPTIMIZERS, "optimizer"), default=["sgd"], metavar="NAME[,NAME...]",
+                   help=f"each step's, ours (train_step) and PyTorch's (torch.optim's, foreach=True), from "
+                        f"{', '.join(OPTIMIZERS)} at lr {ETA:g}: each measured in turn, its steps under a line that "
+                        "names it but plain SGD's (default sgd)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
     p.add_argument("--max-gflop", type=float, default=3.0, metavar="G",
                    help="skip a schedule whose chain does more (and more than BPTT's), and a step parallel in time "

@@ -27,12 +27,19 @@ import numpy as np
 
 from ...backends import get_backend, timing
 from ...core.functions import DTYPES
+from ...core.optimizers import SGD, Adam, AdamW
 from ...core.saving import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
 from ..cli import Parser, fitted, integer, integers, parse_args_on_a_backend, plural
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
+ETA = 1e-3
+"""The timed steps' learning rate, small enough that they keep the activations away from saturation (a suite
+may take another: ``at_rate``)."""
+OPTIMIZERS = {"sgd": SGD(ETA), "momentum": SGD(ETA, momentum=0.9), "adam": Adam(ETA), "adamw": AdamW(ETA)}
+"""``--optimizer``'s steps by name: ours ``train_step(x, y, OPTIMIZERS[name], ...)``, PyTorch's torch.optim's
+class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."""
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
@@ -74,6 +81,12 @@ def interleaved(backend, calls, repeats, warmup=1, settings=None, settle=None):
                                            settle=settle)
     results.update({row: {"ms": ms, **(reported[row] or {})} for row, ms in zip(timed, times)})
     return {row: results[row] for row in calls}
+
+
+def at_rate(name, lr):
+    """``OPTIMIZERS[name]`` at the learning rate ``lr``."""
+    rule = OPTIMIZERS[name]
+    return type(rule)(**{**rule.hyper(), "lr": lr})
 
 
 def speedups(records, group, baseline, median):

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from leapfrog_gpu import SGD, Adam, AdamW
 from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn
 from leapfrog_gpu.tools.schedules import make_solver, schedule_names
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -78,7 +79,7 @@ def test_pytorchs_network_is_ours_its_gradients_and_its_step():
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64")
     with RNN([3] * 4, output="every", dtype="float64", backend="numpy") as net:
-        anchor = bench_rnn.torch_step(net, x, y, eta=0.1)
+        anchor = bench_rnn.torch_step(net, x, y, SGD(0.1))
         anchor.backward(anchor.loss())
         nabla_b, nabla_w, nabla_u = rnn_lists(net.backprop(x, y))
         module = anchor.module
@@ -187,7 +188,7 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64", inputs=2)
     with RNN([2, 3, 3, 3], output="every", dtype="float64", backend="numpy", cell=cell) as net:
-        anchor = bench_rnn.torch_step(net, x, y, eta=0.1)
+        anchor = bench_rnn.torch_step(net, x, y, SGD(0.1))
         anchor.step()
         net.sgd_step(x, y, 0.1)
         for i in range(2):
@@ -195,3 +196,44 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
                                net.recurrent[i], rtol=1e-12, atol=1e-14)
         assert np.allclose(anchor.module.get_parameter("output.0.weight").detach().numpy(), net.weights[-1],
                            rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm"])
+@pytest.mark.parametrize("rule", [SGD(0.05, momentum=0.9), Adam(0.01), AdamW(0.01)], ids=repr)
+def test_pytorchs_step_by_an_optimizer_is_train_steps(cell, rule):
+    """Three steps of torch.optim's optimizer of ``rule`` on the anchor's module, and ``train_step`` by ``rule``:
+    the same parameters after (float64; relative 1e-10)."""
+    pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
+    from leapfrog_gpu import RNN
+
+    x, y = bench_rnn.sequences(3, 5, 2, "float64")
+    with RNN([3] * 4, output="every", dtype="float64", backend="numpy", cell=cell) as net:
+        anchor = bench_rnn.torch_step(net, x, y, rule)
+        start = net.recurrent[1].copy()
+        for _ in range(3):
+            anchor.step()
+            net.train_step(x, y, rule)
+        assert np.abs(net.recurrent[1] - start).max() > 1e-3
+        for name, ours in (("recurrent.weight_hh_l1", net.recurrent[1]), ("recurrent.weight_ih_l0", net.weights[0]),
+                           ("output.0.weight", net.weights[-1])):
+            np.testing.assert_allclose(anchor.module.get_parameter(name).detach().numpy(), ours, rtol=1e-10,
+                                       atol=1e-14)
+
+
+def test_the_command_times_the_steps_by_each_optimizer_and_the_backward_passes_once(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "3", "--batch", "2",
+                       "--schedule", "bptt,leapfrog", "--optimizer", "sgd,adam", "--repeats", "1", "--quiet",
+                       "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows, torch = report["rows"], [] if report["torch_note"] else ["torch nn.RNN"]
+    steps = ["step bptt", "step leapfrog", *(f"step {name}" for name in torch)]
+    assert [(r["schedule"], r.get("optimizer")) for r in rows] == [
+        *((name, None) for name in ["bptt", "leapfrog", *torch]), *((s, "sgd") for s in steps),
+        *((s, "adam") for s in steps)]
+    assert all(r["median_s"] > 0 and r["speedup"] > 0 for r in rows)
+    assert [r["speedup"] for r in rows if r["schedule"] == "step bptt"] == [1.0, 1.0]  # each optimizer's own baseline
+    lines = capsys.readouterr().out.splitlines()
+    heading = lines.index(f"steps by adam: {Adam(1e-9)!r}")  # once, above adam's rows; none above sgd's
+    assert lines[heading - 1].split()[3:5] == steps[-1].split()[:2] and lines[heading + 1].split()[3:5] == steps[0].split()
+    assert sum(line.startswith("steps by ") for line in lines) == 1

@@ -15,6 +15,7 @@ from ...mlp.network import MLP
 from ..schedules import make_schedule, schedule_names, takes_k
 from . import runner, torch_anchor, traffic
 from .runner import ETA, OPTIMIZERS
+
 BASELINE = schedule_names("mlp")[0]
 Run = collections.namedtuple("Run", "schedule threads graph")
 """A configuration timed: its schedule, BLAS setting, whether a graph."""

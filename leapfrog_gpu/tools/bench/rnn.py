@@ -3,8 +3,8 @@ schedule, against BPTT and PyTorch's ``nn.RNN``.
 
 For every (N, tau, B), ``RNN([N] * L, output="every")``: its backward pass alone under each schedule (a row
 NAME each, beside PyTorch's ``loss.backward()``) and its step by each ``--optimizer`` (``step NAME``, beside
-PyTorch's, ``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), all in
-one alternation (``runner.interleaved``) an optimizer. What the rows mean, and the tables measured:
+PyTorch's, ``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), each
+optimizer's rows in one alternation (``runner.interleaved``). What the rows mean, and the tables measured:
 docs/rnn.md."""
 
 import functools

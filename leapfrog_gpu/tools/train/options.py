@@ -134,7 +134,7 @@ def make_optimizer(config):
 
 
 def momentum(config):
-    """SGD's momentum: ``--momentum``, else 0.9 for ``--optimizer momentum`` and 0 for ``sgd``."""
+    """SGD's momentum: ``--momentum``, else ``MOMENTUM`` for ``--optimizer momentum`` and 0 for ``sgd``."""
     if config["momentum"] is not None:
         return config["momentum"]
     return MOMENTUM if config["optimizer"] == "momentum" else 0

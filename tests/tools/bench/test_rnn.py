@@ -235,5 +235,6 @@ def test_the_command_times_the_steps_by_each_optimizer_and_the_backward_passes_o
     assert [r["speedup"] for r in rows if r["schedule"] == "step bptt"] == [1.0, 1.0]  # each optimizer's own baseline
     lines = capsys.readouterr().out.splitlines()
     heading = lines.index(f"steps by adam: {Adam(1e-9)!r}")  # once, above adam's rows; none above sgd's
-    assert lines[heading - 1].split()[3:5] == steps[-1].split()[:2] and lines[heading + 1].split()[3:5] == steps[0].split()
+    assert lines[heading - 1].split()[3:5] == steps[-1].split()[:2]  # sgd's last step row
+    assert lines[heading + 1].split()[3:5] == steps[0].split()  # adam's step bptt
     assert sum(line.startswith("steps by ") for line in lines) == 1

@@ -40,6 +40,8 @@ import pytest
 
 from leapfrog_gpu.core.torch_io import INSTALL
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted({ROOT / "README.md", ROOT / "kernels" / "README.md", *ROOT.glob("docs/*.md"),
                     *ROOT.glob("profiling/**/*.md")})

@@ -13,6 +13,8 @@ from helpers import NO_GPU
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.core.torch_io import INSTALL
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TWIN = "the NumPy twin of a fused op is the pair of twins it fuses"
 SELECTION = {  # test: its reason to skip here, or None where it runs

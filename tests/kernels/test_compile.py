@@ -21,6 +21,8 @@ from leapfrog_gpu.backends.sources import kernel_dir, kernel_files, kernel_sourc
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
 import kernel_traffic as traffic  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 ARCHS = ("sm_80", "sm_90")  # A100 and H100/H200; every module for sm_90, the first of each file and copy path for sm_80
 
 

@@ -24,6 +24,8 @@ from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.parallel.reducer import Reducer
 from leapfrog_gpu.parallel.comm import Communicator
 
+pytestmark = pytest.mark.slow
+
 SIZES = [9, 17, 5, 13, 7, 3]
 ETA = 0.5
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5}

@@ -15,6 +15,8 @@ import pytest
 from helpers import bench_table
 from leapfrog_gpu.core.torch_io import INSTALL
 
+pytestmark = pytest.mark.slow
+
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 sys.path.insert(0, str(PROFILING))
 

@@ -7,6 +7,8 @@ import pytest
 
 from leapfrog_gpu.tools import CLOSED_PIPE
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("module, argv", [
     ("leapfrog_gpu.tools.train", ["--hidden", "2x8", "--epochs", "30", "--backend", "numpy"]),

@@ -21,7 +21,7 @@ sys.path.insert(0, str(mpirun.ROOT / "profiling"))
 import parallel_bench  # noqa: E402
 import parallel_table  # noqa: E402
 
-pytestmark = mpirun.needs_mpi
+pytestmark = [mpirun.needs_mpi, pytest.mark.slow]
 
 TRAIN = [sys.executable, "-m", "leapfrog_gpu"]
 TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", "3x32", "--samples", "1000",

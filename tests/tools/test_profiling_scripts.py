@@ -19,6 +19,8 @@ from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.core.torch_io import INSTALL
 
+pytestmark = pytest.mark.slow
+
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 sys.path.insert(0, str(PROFILING))
 

@@ -16,6 +16,8 @@ from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.tools.schedules import schedule_names
 from leapfrog_gpu.core.torch_io import INSTALL
 
+pytestmark = pytest.mark.slow
+
 FIELDS = ("backend", "device", "dtype", "N", "L", "B", "schedule", "k", "fused", "blas_threads", "step_ms",
           "backward_ms", "f1_ms", "f2_ms", "f3_ms", "predicted_saving", "measured_saving")
 TINY = ["--backend", "numpy", "--sizes", "24,40", "--layers", "3", "--batch", "1,5", "--k", "1,2",

@@ -17,6 +17,8 @@ from leapfrog_gpu.core.torch_io import INSTALL
 
 from helpers import rnn_lists
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from helpers import assert_bitwise_equal, cli, one_error_line, parameters
 from leapfrog_gpu.tools.train import checkpoint, command as train
 
+pytestmark = pytest.mark.slow
+
 TEACHER = ["--data", "teacher", "--inputs", "16", "--outputs", "4", "--hidden", "3x32", "--samples", "20000",
            "--batch-size", "8", "--lr", "0.01"]  # about a second an epoch
 

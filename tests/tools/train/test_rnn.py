@@ -13,6 +13,8 @@ from leapfrog_gpu import datasets
 
 pytest.importorskip("sklearn", reason="the digits come with scikit-learn")
 
+pytestmark = pytest.mark.slow
+
 
 def test_the_default_run_reaches_90_percent_on_the_digits_within_a_minute(capsys):
     """A minute of this process's CPU time (every thread's), which other work on the machine does not stretch,

@@ -19,8 +19,9 @@ the GRU's n rows, which hold b_hn^l.
 
 The module trains as the network does: b^l is one parameter, so ``bias_hh_l0`` is held at zero
 (``requires_grad=False``; torch.optim passes over it), and a GRU's, whose n rows b_hn^l train, has a gradient
-hook that zeroes its r and z rows, which then stay zero under every optimizer of ``torch.optim``. A copy of the
-module (``copy.deepcopy``, ``torch.save``) keeps ``requires_grad`` but not the hook.
+hook (``train_b_hn_alone``) that zeroes its r and z rows, which then stay zero under every optimizer of
+``torch.optim``. A copy of the module (``copy.deepcopy``, ``torch.save``) keeps ``requires_grad`` but not the
+hook.
 """
 
 import functools
@@ -75,13 +76,19 @@ def _gated_layer(torch, cell, w, u, b, b_hn):
         bias_hh[2 * u.shape[1]:] = torch_io.parameter(b_hn).detach()
     layer.bias_hh_l0 = torch.nn.Parameter(bias_hh, requires_grad=cell == "gru")
     if cell == "gru":
-        layer.bias_hh_l0.register_hook(functools.partial(_b_hn_alone, n=u.shape[1]))
+        train_b_hn_alone(layer.bias_hh_l0)
     layer.flatten_parameters()
     return layer
 
 
+def train_b_hn_alone(bias_hh):
+    """Make a GRU layer's ``bias_hh`` (3n,) train its n rows, b_hn, alone: a gradient hook zeroes its r and z
+    rows, which then stay as they are (zeros) under every optimizer of ``torch.optim``."""
+    bias_hh.register_hook(functools.partial(_b_hn_alone, n=len(bias_hh) // 3))
+
+
 def _b_hn_alone(gradient, n):
-    """A GRU's ``bias_hh_l0`` gradient (3n,) with its r and z rows zeroed: b_hn's n rows alone train."""
+    """A GRU's ``bias_hh`` gradient (3n,) with its r and z rows zeroed."""
     gradient = gradient.clone()
     gradient[:2 * n] = 0
     return gradient

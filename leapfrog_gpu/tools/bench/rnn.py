@@ -16,6 +16,7 @@ from ...core.checks import MEMORY_LIMIT
 from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
+from ...rnn.torch_io import train_b_hn_alone
 from ..cli import integer, integers, names as names_of
 from ..schedules import SOLVERS, make_solver, schedule_names
 from . import progress, runner, torch_anchor
@@ -100,8 +101,8 @@ def torch_step(net, x, y, rule):
     """PyTorch's step of ``net`` as its users write the network: one ``torch.nn.RNN``, ``GRU`` or ``LSTM`` of
     ``num_layers = L - 2`` (one call for the whole stack, as oneDNN and cuDNN run it) holding the parameters of
     ``net.to_torch()``'s layers, then its output layer; on ``x``, ``y``, by torch.optim's optimizer of ``rule``
-    (one of ours) with ``foreach=True``; ``bias_hh`` held at zero (one bias a layer, as the network's) but for a
-    GRU's (its n rows: b_hn)."""
+    (one of ours) with ``foreach=True``; ``bias_hh`` held at zero (one bias a layer, as the network's) but a
+    GRU's n rows, b_hn (``leapfrog_gpu.rnn.torch_io``), so that the step is ``train_step``'s."""
     import torch
 
     layers = net.to_torch()
@@ -109,10 +110,14 @@ def torch_step(net, x, y, rule):
     options = {"nonlinearity": first.nonlinearity} if net.cell == "elman" else {}
     recurrent = type(first)(net.sizes[0], net.sizes[1], num_layers=net.L - 2, dtype=first.weight_ih_l0.dtype,
                             device=first.weight_ih_l0.device, **options)
-    with torch.no_grad():
-        for k in range(net.L - 2):
-            for name, p in getattr(layers, f"layer{k + 2}").named_parameters():
-                getattr(recurrent, name.replace("_l0", f"_l{k}")).copy_(p)
+    for k in range(net.L - 2):
+        for name, p in getattr(layers, f"layer{k + 2}").named_parameters():
+            stacked = getattr(recurrent, name.replace("_l0", f"_l{k}"))
+            with torch.no_grad():
+                stacked.copy_(p)
+            stacked.requires_grad_(p.requires_grad)  # bias_hh held at zero, as to_torch() holds it
+        if net.cell == "gru":
+            train_b_hn_alone(getattr(recurrent, f"bias_hh_l{k}"))
 
     class Stacked(torch.nn.Module):
         def __init__(self):
@@ -122,10 +127,7 @@ def torch_step(net, x, y, rule):
         def forward(self, x):
             return self.output(self.recurrent(x)[0])
 
-    module = Stacked()
-    for name, p in module.named_parameters():
-        p.requires_grad_(net.cell == "gru" or "bias_hh" not in name)
-    return torch_anchor.Step(module, x, y, rule, "foreach")
+    return torch_anchor.Step(Stacked(), x, y, rule, "foreach")
 
 
 def _skipped(net, tau, B, schedule, max_gflop):

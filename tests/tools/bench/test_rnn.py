@@ -200,11 +200,11 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
                            rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("cell", ["elman", "lstm"])
+@pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
 @pytest.mark.parametrize("rule", [SGD(0.05, momentum=0.9), Adam(0.01), AdamW(0.01)], ids=repr)
 def test_pytorchs_step_by_an_optimizer_is_train_steps(cell, rule):
     """Three steps of torch.optim's optimizer of ``rule`` on the anchor's module, and ``train_step`` by ``rule``:
-    the same parameters after (float64; relative 1e-10)."""
+    the same parameters after (float64; relative 1e-10), a GRU's b_hn among them."""
     pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import RNN
 
@@ -216,8 +216,12 @@ def test_pytorchs_step_by_an_optimizer_is_train_steps(cell, rule):
             anchor.step()
             net.train_step(x, y, rule)
         assert np.abs(net.recurrent[1] - start).max() > 1e-3
-        for name, ours in (("recurrent.weight_hh_l1", net.recurrent[1]), ("recurrent.weight_ih_l0", net.weights[0]),
-                           ("output.0.weight", net.weights[-1])):
+        pairs = [("recurrent.weight_hh_l1", net.recurrent[1]), ("recurrent.weight_ih_l0", net.weights[0]),
+                 ("output.0.weight", net.weights[-1]), ("output.0.bias", net.biases[-1])]
+        if cell == "gru":  # bias_ih's r and z rows hold b alone: bias_hh's stay zero
+            pairs += [("recurrent.bias_ih_l1", net.biases[1]), ("recurrent.bias_hh_l1", np.concatenate(
+                [np.zeros(6), net.parameters()[3]["b_hn"]]))]
+        for name, ours in pairs:
             np.testing.assert_allclose(anchor.module.get_parameter(name).detach().numpy(), ours, rtol=1e-10,
                                        atol=1e-14)
 

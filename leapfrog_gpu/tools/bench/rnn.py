@@ -3,9 +3,9 @@ schedule, against BPTT and PyTorch's ``nn.RNN``.
 
 For every (N, tau, B), ``RNN([N] * L, output="every")``: its backward pass alone under each schedule (a row
 NAME each, beside PyTorch's ``loss.backward()``) and its step by each ``--optimizer`` (``step NAME``, beside
-PyTorch's, ``torch_step``; with ``--forward-solver`` the step parallel in time, ``step timescan+NAME``), each
-optimizer's rows in one alternation (``runner.interleaved``). What the rows mean, and the tables measured:
-docs/rnn.md."""
+PyTorch's, ``torch_step``, by torch.optim's ``foreach=True`` and ``fused=True``; with ``--forward-solver`` the
+step parallel in time, ``step timescan+NAME``), each optimizer's rows in one alternation
+(``runner.interleaved``). What the rows mean, and the tables measured: docs/rnn.md."""
 
 import functools
 
@@ -29,7 +29,7 @@ ABOUT = ("layers", "k", "max_gflop")
 BASELINE = schedule_names("rnn")[0]
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
-COLUMNS = (("N", 4), ("tau", 5), ("B", 3), ("schedule", -26), ("k", 2), ("median ms", 10), ("speed-up vs bptt", 16),
+COLUMNS = (("N", 4), ("tau", 5), ("B", 3), ("schedule", -27), ("k", 2), ("median ms", 10), ("speed-up vs bptt", 16),
            ("rounds", 7), ("flops/bptt", 10))
 """The columns' titles and widths (< 0: left-aligned)."""
 TITLES, WIDTHS = zip(*COLUMNS)
@@ -52,12 +52,14 @@ def sequences(N, tau, B, dtype="float32", seed=0, inputs=None):
 
 def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", max_gflop=3.0,
             memory_limit=MEMORY_LIMIT, torch=None, blas_threads=None, names=schedule_names("rnn"), solvers=(),
-            parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1, optimizer="sgd"):
+            parts=PARTS, cell="elman", inputs=None, torch_threads=(), warmup=1, optimizer="sgd",
+            torch_updates=("foreach",)):
     """The rows of one (N, tau, B), for each of ``parts``: the backward pass under each schedule of ``names``
     (bptt first, always) and PyTorch's (``torch nn.RNN``, with ``torch`` true), then the step under each (``step
-    NAME``), the steps parallel in time by ``solvers`` (``step timescan+NAME``) and PyTorch's (a row a count of
-    ``torch_threads``: ``step torch nn.GRU 2t``), every step by ``OPTIMIZERS[optimizer]`` at the rate ``ETA``
-    (its name a step row's ``optimizer``). Each a dict with ``median_s``, ``speedup`` (over BPTT's, or ``step
+    NAME``), the steps parallel in time by ``solvers`` (``step timescan+NAME``) and PyTorch's, a row for each of
+    ``torch_updates`` (torch.optim's ``foreach=True``: ``step torch nn.GRU``; ``fused=True``: ``step torch nn.GRU
+    fused``) and each count of ``torch_threads`` (``... 2t``), every step by ``OPTIMIZERS[optimizer]`` at the rate
+    ``ETA`` (its name a step row's ``optimizer``). Each a dict with ``median_s``, ``speedup`` (over BPTT's, or ``step
     bptt``'s), the counters of its forward pass (a step's) and its chain (``rounds``, ``flops``,
     ``sequential_flops``; Newton's ``iterations``), or ``refused``. ``inputs``: n_1 (default N)."""
     schedules = runner.schedules("rnn", names, k=k, memory_limit=memory_limit)
@@ -67,13 +69,14 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
     with get_backend(backend, **options) as device, RNN([inputs or N] + [N] * (L - 1), output="every", dtype=dtype,
                                                         backend=device, cell=cell) as net:
         x, y, rule = *sequences(N, tau, B, dtype, inputs=inputs), at_rate(optimizer, ETA)
-        anchor = torch and torch_step(net, x, y, rule)  # built before a step moves the parameters
+        anchors = {update: torch_step(net, x, y, rule, update)  # built before a step moves the parameters
+                   for update in torch_updates} if torch else {}
         net.backprop(x, y, BPTT())
         plan, rows = net.plan(tau, B), []  # (name, k, a call or why it is not timed)
         skipped = {name: _skipped(net, tau, B, s, max_gflop) for name, s in schedules.items()}
         if "backward" in parts:
             rows += [(name, s.k, skipped[name] or _backward(net, plan, s)) for name, s in schedules.items()]
-            rows += [(torch_row, None, None)] * bool(anchor)  # timed on its own, below
+            rows += [(torch_row, None, None)] * bool(anchors)  # timed on its own, below
         if "step" in parts:
             rows += [(f"step {name}", s.k, skipped[name] or _step(net, x, y, rule, s)) for name, s in schedules.items()]
             for name, solver in solvers.items():
@@ -81,12 +84,12 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
                             "an iteration takes ")
                 rows.append((f"step {TimeScan.name}+{name}", k,
                              why or _step(net, x, y, rule, TimeScan(k=k, memory_limit=memory_limit), solver)))
-            rows += [(f"step {torch_row}" + (f" {t}t" if t else ""), None,
+            rows += [(f"step {torch_row}" + " fused" * (update == "fused") + (f" {t}t" if t else ""), None,
                       functools.partial(anchor.step, t or blas_threads))
-                     for t in (torch_threads or [None]) * bool(anchor)]
+                     for update, anchor in anchors.items() for t in torch_threads or [None]]
         timed = runner.interleaved(device, {name: call for name, _, call in rows if call}, repeats, warmup)
-        if anchor and "backward" in parts:
-            timed[torch_row] = {"ms": anchor.backward_ms(repeats, blas_threads)}
+        if anchors and "backward" in parts:
+            timed[torch_row] = {"ms": next(iter(anchors.values())).backward_ms(repeats, blas_threads)}
     rows = [{"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
              **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
              **({"optimizer": optimizer} if name.startswith("step ") else {}),
@@ -97,12 +100,13 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
                            median=lambda r: r.get("median_s"))
 
 
-def torch_step(net, x, y, rule):
+def torch_step(net, x, y, rule, update="foreach"):
     """PyTorch's step of ``net`` as its users write the network: one ``torch.nn.RNN``, ``GRU`` or ``LSTM`` of
     ``num_layers = L - 2`` (one call for the whole stack, as oneDNN and cuDNN run it) holding the parameters of
     ``net.to_torch()``'s layers, then its output layer; on ``x``, ``y``, by torch.optim's optimizer of ``rule``
-    (one of ours) with ``foreach=True``; ``bias_hh`` held at zero (one bias a layer, as the network's) but a
-    GRU's n rows, b_hn (``leapfrog_gpu.rnn.torch_io``), so that the step is ``train_step``'s."""
+    (one of ours) with ``update=True`` (``"foreach"`` or ``"fused"``); ``bias_hh`` held at zero (one bias a layer,
+    as the network's) but a GRU's n rows, b_hn (``leapfrog_gpu.rnn.torch_io``), so that the step is
+    ``train_step``'s."""
     import torch
 
     layers = net.to_torch()
@@ -127,7 +131,7 @@ def torch_step(net, x, y, rule):
         def forward(self, x):
             return self.output(self.recurrent(x)[0])
 
-    return torch_anchor.Step(Stacked(), x, y, rule, "foreach")
+    return torch_anchor.Step(Stacked(), x, y, rule, update)
 
 
 def _skipped(net, tau, B, schedule, max_gflop):
@@ -201,7 +205,8 @@ def case(args, state, key):
                                backend=args.backend, max_gflop=args.max_gflop,
                                torch=torch_anchor.skipped(args.no_torch) is None, blas_threads=args.blas_threads,
                                names=args.schedule, solvers=args.forward_solver, parts=parts, cell=args.cell,
-                               torch_threads=args.torch_threads, warmup=args.warmup, optimizer=optimizer)
+                               torch_threads=args.torch_threads, warmup=args.warmup, optimizer=optimizer,
+                               torch_updates=torch_anchor.UPDATES[1:])
     return records
 
 
@@ -226,14 +231,15 @@ def parser():
     solvers = [name for name in SOLVERS["rnn"] if name != "sequential"]  # BPTT's step is always timed
     p.add_argument("--forward-solver", type=names_of(solvers, "RNN forward solver"), default=[],
                    metavar="NAME[,NAME...]",
-                   help=f"also time the SGD step parallel in time: the forward pass by each solver named, from "
+                   help=f"also time the step parallel in time: the forward pass by each solver named, from "
                         f"{', '.join(solvers)} (TimeNewton), the backward by timescan, against BPTT's step "
                         "(default none)")
     p.add_argument("--time", type=names_of(PARTS, "part"), default=list(PARTS), metavar="PART[,PART...]",
                    help="what to time: backward (the backward pass alone), step (the whole training step), or both "
                         "(default backward,step)")
     p.add_argument("--optimizer", type=names_of(OPTIMIZERS, "optimizer"), default=["sgd"], metavar="NAME[,NAME...]",
-                   help=f"each step's, ours (train_step) and PyTorch's (torch.optim's, foreach=True), from "
+                   help=f"each step's, ours (train_step) and PyTorch's (torch.optim's, foreach=True and fused=True), "
+                        f"from "
                         f"{', '.join(OPTIMIZERS)} at lr {ETA:g}: each measured in turn, its steps under a line that "
                         "names it but plain SGD's (default sgd)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")

@@ -200,17 +200,19 @@ def test_pytorchs_gated_module_steps_as_our_network(cell):
                            rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("update", ["foreach", "fused"])
 @pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
 @pytest.mark.parametrize("rule", [SGD(0.05, momentum=0.9), Adam(0.01), AdamW(0.01)], ids=repr)
-def test_pytorchs_step_by_an_optimizer_is_train_steps(cell, rule):
-    """Three steps of torch.optim's optimizer of ``rule`` on the anchor's module, and ``train_step`` by ``rule``:
-    the same parameters after (float64; relative 1e-10), a GRU's b_hn among them."""
+def test_pytorchs_step_by_an_optimizer_is_train_steps(cell, rule, update):
+    """Three steps of torch.optim's optimizer of ``rule`` (``update=True``) on the anchor's module, and
+    ``train_step`` by ``rule``: the same parameters after (float64; relative 1e-10), a GRU's b_hn among them."""
     pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import RNN
 
     x, y = bench_rnn.sequences(3, 5, 2, "float64")
     with RNN([3] * 4, output="every", dtype="float64", backend="numpy", cell=cell) as net:
-        anchor = bench_rnn.torch_step(net, x, y, rule)
+        anchor = bench_rnn.torch_step(net, x, y, rule, update)
+        assert anchor.refused is None and anchor.update.__self__.defaults[update] is True
         start = net.recurrent[1].copy()
         for _ in range(3):
             anchor.step()
@@ -233,7 +235,7 @@ def test_the_command_times_the_steps_by_each_optimizer_and_the_backward_passes_o
                        "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     rows, torch = report["rows"], [] if report["torch_note"] else ["torch nn.RNN"]
-    steps = ["step bptt", "step leapfrog", *(f"step {name}" for name in torch)]
+    steps = ["step bptt", "step leapfrog", *(f"step {name}{how}" for name in torch for how in ("", " fused"))]
     assert [(r["schedule"], r.get("optimizer")) for r in rows] == [
         *((name, None) for name in ["bptt", "leapfrog", *torch]), *((s, "sgd") for s in steps),
         *((s, "adam") for s in steps)]

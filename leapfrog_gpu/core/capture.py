@@ -22,18 +22,29 @@ every rank captures at the same steps and launches at the others, as NCCL requir
 from . import calibrate
 
 
-def step(plan, samples, schedule, check_finite, rule, body):
-    """Enqueue ``body()``, the step of ``schedule`` on ``plan`` by an optimizer of ``rule``
-    (``core.optimizers``), as a graph kept in ``plan.captured`` by those and by ``samples``, the whole batch's
-    size B (data-parallel, ``plan`` holds this rank's share of it): captured on first use."""
-    key = (samples, type(schedule), repr(schedule), check_finite, rule)
+def key(samples, schedule, check_finite, rule):
+    """What a graph of the step of ``schedule`` by an optimizer of ``rule`` (``core.optimizers``) is kept by in its
+    plan's ``captured``, with ``samples``, the whole batch's size B (data-parallel, the plan holds this rank's share
+    of it)."""
+    return samples, type(schedule), repr(schedule), check_finite, rule
+
+
+def check(plan, key, schedule):
+    """Raise a ``ValueError`` if ``plan`` holds no graph by ``key`` and the step of ``schedule`` cannot be captured:
+    before the step changes anything."""
+    if key not in plan.captured:
+        reason = refusal(plan, schedule)
+        if reason is not None:
+            raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")
+
+
+def step(plan, key, body):
+    """Enqueue ``body()``, the step by ``key`` (``check`` passed), as the graph kept in ``plan.captured`` by it:
+    captured on first use."""
     graph = plan.captured.get(key)
     if graph is not None:
         graph.launch()
         return
-    reason = refusal(plan, schedule)
-    if reason is not None:
-        raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")
     graph = plan.backend.capture(body)
     if graph is not None:  # None: a launch failed (the next synchronize() says why); capture again next time
         plan.captured[key] = graph

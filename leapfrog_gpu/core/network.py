@@ -182,6 +182,9 @@ class Network(OptimizerState):
         clip = self._check_clip(clip, schedule, graph)
         self._check_rule(optimizer)
         plan, samples = self._load(x, y, schedule)
+        if graph:
+            key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))
+            capture.check(plan, key, schedule)
         controls = self._controls
         if optimizer.plain:
             controls.set_rate(optimizer.lr / samples)
@@ -193,8 +196,7 @@ class Network(OptimizerState):
             controls.set_step(optimizer.controls(samples, self._steps))
         controls.optimizer = optimizer
         if graph:
-            capture.step(plan, samples, schedule, self.check_finite, (optimizer.rule(), clip),
-                         lambda: plan.step(schedule, controls, clip=clip))
+            capture.step(plan, key, lambda: plan.step(schedule, controls, clip=clip))
         else:
             plan.step(schedule, controls, solver, clip)
         self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these

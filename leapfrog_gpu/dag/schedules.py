@@ -92,10 +92,11 @@ class BlockSchedule(DagSchedule):
         """Bytes of the buffers for ``net`` (a ``DagNet`` or its plan) at ``batch``."""
         raise NotImplementedError
 
-    def check_memory(self, plan):
-        """The bytes ``plan`` needs, or a ValueError when they exceed ``memory_limit``."""
-        return triangular.check_memory(type(self).__name__, self.memory_needed(plan, plan.batch), self.memory_limit,
-                                       f"depth D={plan.depth}, batch B={plan.batch} ({plan.dtype})", self.INSTEAD)
+    def check_memory(self, net, batch):
+        """The bytes ``net`` (a ``DagNet`` or its plan) needs at ``batch``, or a ValueError when they exceed
+        ``memory_limit``."""
+        return triangular.check_memory(type(self).__name__, self.memory_needed(net, batch), self.memory_limit,
+                                       f"depth D={net.depth}, batch B={batch} ({net.dtype})", self.INSTEAD)
 
     @staticmethod
     def _adjoints(plan, x, e):
@@ -129,7 +130,7 @@ class DagJacobi(BlockSchedule):
         return stacked_bytes(net, batch, np.dtype(net.dtype).itemsize, matrices=1, vectors=3)
 
     def chain(self, plan, controls=None):
-        needed = self.check_memory(plan)
+        needed = self.check_memory(plan, plan.batch)
         sweeps = plan.depth if self.max_sweeps is None else min(self.max_sweeps, plan.depth)
         flops, moved = triangular.jacobi_work(sweeps, plan.batch, sum(plan.n[v] for v in plan.order))
         self.stats = {"sweeps": sweeps, "rounds": sweeps, "converged": sweeps == plan.depth, "memory_bytes": needed,
@@ -160,7 +161,7 @@ class DagDoubling(BlockSchedule):
         return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
     def chain(self, plan, controls=None):
-        needed = self.check_memory(plan)
+        needed = self.check_memory(plan, plan.batch)
         self.stats = {"rounds": triangular.ceil_log2(plan.depth), "memory_bytes": needed}
         plan.backend.launch(plan.main, "doubling", self._solve, plan)
         yield from self._finish(plan, controls)

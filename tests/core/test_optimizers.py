@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from helpers import to_numpy
-from networks import NAMES, network, network_batch
-from leapfrog_gpu import MLP, SGD, Adam, AdamW, Leapfrog, Sequential, TimeScan, Wavefront
+from networks import NAMES, arrays, network, network_batch
+from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, Leapfrog, NaumovScan, Sequential, TimeScan,
+                          Wavefront)
 from leapfrog_gpu.backends import ops_numpy
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
@@ -219,6 +220,33 @@ def test_another_optimizer_on_a_state_that_exists_is_refused_and_changes_nothing
         assert net.optimizer_state()["step"] == state["step"] == 1
         net.train_step(x, y, Adam(0.002), Leapfrog(2))  # another lr is the same rule: a schedule of the rate
         assert net.optimizer_state()["step"] == 2
+
+
+REFUSING = {"MLP": NaumovScan(memory_limit=1), "RNN": TimeScan(memory_limit=1), "DagNet": DagJacobi(memory_limit=1)}
+"""A schedule each network refuses at a batch (its buffers exceed its memory limit)."""
+
+
+@pytest.mark.parametrize("refused, graph", [("memory", False), ("memory", True), ("capture", True)])
+def test_a_step_its_schedule_refuses_changes_no_state(network_name, refused, graph):
+    """A step refused by its schedule's memory check, or by graph mode (Leapfrog("auto") before an eager step
+    has chosen k), leaves no state, no step count and no optimizer held: the next step, by another optimizer
+    even, is a fresh network's to the bit."""
+    x, y = network_batch(network_name, 5)
+    schedule = REFUSING[network_name] if refused == "memory" else Leapfrog("auto")
+    with network(network_name, "numpy", dtype="float64") as net, \
+            network(network_name, "numpy", dtype="float64") as fresh:
+        before = net.parameters()
+        with pytest.raises(ValueError, match="needs .* over memory_limit" if refused == "memory" else
+                           "graph=True cannot capture"):
+            net.train_step(x, y, Adam(0.01), schedule, graph=graph)
+        assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
+        after = net.parameters()
+        assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])
+        for model in (net, fresh):
+            model.train_step(x, y, SGD(0.05, momentum=0.9, dampening=0.5), Leapfrog(2), graph=graph)
+        assert net.optimizer_state()["step"] == 1
+        assert_bitwise(arrays(net.parameters()) + arrays(net.optimizer_state()["momentum_buffer"]),
+                       arrays(fresh.parameters()) + arrays(fresh.optimizer_state()["momentum_buffer"]))
 
 
 def test_the_state_is_shaped_as_the_parameters_and_resumes_bitwise(network_name):

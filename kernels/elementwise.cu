@@ -130,8 +130,9 @@ __device__ void adam_update(T* param, const T* nabla, T* m, T* v, const T* contr
 }
 
 // check_finite: controls[1] = code when x holds a NaN or an Inf and controls[1] is still 0, so the
-// first gradient found wanting in a step names itself and the updates after it write nothing. Every thread
-// that finds one writes the same value: no atomics, and the same result in any order. Launched over
+// first gradient found wanting in a step names itself and the updates after it write nothing; and
+// controls[7] = controls[4], the step count t of the step refused. Every thread that finds one writes the
+// same values: no atomics, and the same result in any order. Launched over
 // ceil(size / 4) threads (check_finite_launch), each visits 16 bytes at a time: a float4 or double2 when x
 // is aligned, else the same elements one by one. Moves size reads.
 template <typename T>
@@ -157,6 +158,7 @@ __device__ void check_finite(T* controls, const T* x, long long size, T code) {
     }
     if (!finite && controls[1] == T(0)) {
         controls[1] = code;
+        controls[7] = controls[4];
     }
 }
 

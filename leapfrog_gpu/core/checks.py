@@ -64,9 +64,22 @@ def all_finite(xp, value):
     return bool((np if isinstance(value, np.ndarray) else xp).isfinite(value).all())
 
 
-def check_batch(xp, name, value, rows, sizes=None):
-    """``value`` as a 2-D (rows, B) array of finite real numbers, B >= 1, on a device ``xp`` can read;
-    ``sizes``, when given, is named in a shape error."""
+def check_finite_as(xp, name, value, dtype):
+    """Raise a ValueError if ``value``, an input or target, holds a NaN or an Inf, or a number beyond the range of
+    ``dtype``, the network's, into which it is cast (1e300 into float32: Inf)."""
+    if not all_finite(xp, value):
+        raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
+    largest = float(np.finfo(dtype).max)
+    if value.dtype.kind == "f" and value.size and value.dtype.itemsize > np.dtype(dtype).itemsize \
+            and max(float(value.max()), -float(value.min())) > largest:
+        raise ValueError(f"{name} contains NaN or Inf as {np.dtype(dtype).name}, the network's dtype (a number "
+                         f"beyond +-{largest:.4g}); every input and target must be finite: scale {name}, or build "
+                         "the network with dtype='float64'")
+
+
+def check_batch(xp, name, value, rows, dtype, sizes=None):
+    """``value`` as a 2-D (rows, B) array of finite real numbers in ``dtype`` (``check_finite_as``), B >= 1, on a
+    device ``xp`` can read; ``sizes``, when given, is named in a shape error."""
     value = real_array(xp, name, value)
     if value.ndim == 1:
         value = value.reshape(-1, 1)
@@ -75,8 +88,7 @@ def check_batch(xp, name, value, rows, sizes=None):
         raise ValueError(f"{name} must have shape ({rows}, B) or ({rows},){network}; got {tuple(value.shape)}")
     if value.shape[1] == 0:
         raise ValueError(f"{name} holds an empty batch: shape {tuple(value.shape)}, need B >= 1")
-    if not all_finite(xp, value):
-        raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
+    check_finite_as(xp, name, value, dtype)
     return value
 
 

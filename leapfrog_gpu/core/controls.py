@@ -2,7 +2,8 @@
 
 
 class Controls:
-    """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t)] in the network's dtype, on its
+    """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t), t refused] in the network's
+    dtype, on its
     device; ``optimizer``, the ``core.optimizers`` optimizer of the step last enqueued, and ``state``, the network's
     optimizer state ``{unit: {name: {slot: array}}}``, which a plan binds into its update launches as it enqueues them.
 
@@ -10,14 +11,15 @@ class Controls:
     current values: eta / B for the plain SGD step, the learning rate lr, 1 / B and the step count t (from 1) for the
     others, and Adam's bias corrections. The refusal code: 0 means update. A network built with ``check_finite=True``
     checks its gradients after the join, deepest first, and the first one that holds a NaN or an Inf leaves its code
-    (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``); a code already there is kept. While the code is not
-    0 every update kernel writes nothing, in this step and in those enqueued behind it, until the network's
-    ``synchronize()`` reads it (``refused()``), raises ``FloatingPointError`` naming the gradient and clears it.
+    (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``), and that step's t; a code already there is kept.
+    While the code is not 0 every update kernel writes nothing, in this step and in those enqueued behind it, until
+    the network's ``synchronize()`` reads it (``refused()``), takes the step count back to the one before the step
+    refused, raises ``FloatingPointError`` naming the gradient and clears it.
     """
 
     def __init__(self, backend, dtype):
         self.backend = backend
-        self.array = backend.xp.zeros(7, dtype=dtype)
+        self.array = backend.xp.zeros(8, dtype=dtype)
         self.optimizer, self.state = None, {}
         self._names = []
 
@@ -44,10 +46,10 @@ class Controls:
         return self._names.index(name) + 1
 
     def refused(self):
-        """The name of the gradient whose check refused an update, or None; read on the host, so call it
-        once the steps have run (``synchronize()``)."""
+        """The name of the gradient whose check refused an update and the step count t of that step, or None;
+        read on the host, so call it once the steps have run (``synchronize()``)."""
         code = int(self.array[1])
-        return self._names[code - 1] if code else None
+        return (self._names[code - 1], int(self.array[7])) if code else None
 
     def clear(self):
         """Enqueue ``array[1] = 0`` on the main stream: the steps enqueued after it update again."""

@@ -14,6 +14,7 @@ import contextlib
 import json
 import math
 import numbers
+import os
 import sys
 import time
 
@@ -23,6 +24,7 @@ from tqdm import tqdm
 from ..backends import to_host
 from . import optimizers
 from .checks import check_eta
+from .parameters import generator
 
 EVAL_BATCH = 256
 """The samples ``evaluate`` and ``predict`` run at a time, unless told (``fit``: at least its batch size, so
@@ -53,8 +55,21 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
                   seed=seed, graph=graph, solver=solver, clip=clip)
     with contextlib.ExitStack() as stack:
         if jsonl is not None and not hasattr(jsonl, "write"):
-            jsonl = stack.enter_context(open(jsonl, "w", encoding="utf-8"))
+            if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
+                raise TypeError(f"jsonl must be a path or an open text file; got {type(jsonl).__name__}")
+            try:
+                jsonl = stack.enter_context(open(jsonl, "w", encoding="utf-8"))
+            except OSError as error:
+                raise ValueError(f"cannot write the metrics to {jsonl} ({error.strerror}): give jsonl the path of a "
+                                 "file in a folder that exists") from None
         return run.run(progress=progress, jsonl=jsonl)
+
+
+class Bar(tqdm):
+    """``fit``'s bar: a tqdm that starts no monitor thread, which would outlive the run; the monitor only lowers
+    ``miniters``, and the bar's is 1, a look at the clock every step."""
+
+    monitor_interval = 0
 
 
 class Fitting:
@@ -80,7 +95,9 @@ class Fitting:
         if validation is not None and (not isinstance(validation, (tuple, list)) or len(validation) != 2):
             raise TypeError(f"validation must be a pair (x, y) of inputs and targets; got {type(validation).__name__}")
         self.validation = None if validation is None else _checked(net, *validation)
-        self.shuffle, self.order = bool(shuffle), np.random.default_rng(seed)
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle must be True or False; got {shuffle!r}")
+        self.shuffle, self.order = shuffle, generator(seed)
         self.steps_per_epoch = math.ceil(samples / self.batch)
         self.eval_batch = max(self.batch, EVAL_BATCH)
         self.epoch = self.step_in_epoch = self.step = 0
@@ -104,9 +121,9 @@ class Fitting:
         """
         samples, rank = self.x.shape[-1], 0 if self.net.comm is None else self.net.comm.rank
         done = self.epoch * samples + min(self.step_in_epoch * self.batch, samples)
-        bar = tqdm(total=self.epochs * samples, initial=done, desc=f"epoch {self.epoch + 1}/{self.epochs}",
-                   unit="sample", unit_scale=True, leave=False, file=sys.stderr,
-                   disable=not progress or rank > 0 or not sys.stderr.isatty())
+        bar = Bar(total=self.epochs * samples, initial=done, desc=f"epoch {self.epoch + 1}/{self.epochs}",
+                  unit="sample", unit_scale=True, leave=False, file=sys.stderr, miniters=1,
+                  disable=not progress or rank > 0 or not sys.stderr.isatty())
         records = []
         try:  # whatever ends the run, the bar goes first: a line printed then starts a line of its own
             while self.epoch < self.epochs:
@@ -175,7 +192,7 @@ def evaluate(net, x, y, batch_size=EVAL_BATCH, solver=None):
 
     ``feedforward`` runs ``batch_size`` samples at a time, by ``solver`` where the network takes one. A
     data-parallel network (``net.comm``) scores its rank's share of the samples and sums across ranks."""
-    return _score(net, *_checked(net, x, y), batch_size, solver)
+    return _score(net, *_checked(net, x, y), _count("batch_size", batch_size), solver)
 
 
 def _score(net, x, y, batch_size, solver):

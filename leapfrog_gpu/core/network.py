@@ -46,6 +46,8 @@ class Network(OptimizerState):
 
     def __init__(self, dtype, backend, check_finite=False):
         self.dtype = check_dtype(dtype)
+        if not isinstance(check_finite, bool):
+            raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
         self.check_finite = bool(check_finite)
         self.backend, self._owns_backend = open_backend(backend)
         if self._owns_backend:  # collected unclosed, it releases its backend without a wait (never on self)
@@ -71,13 +73,17 @@ class Network(OptimizerState):
 
     def synchronize(self):
         """Wait for every enqueued step; raise what went wrong in one: an exception on a stream, or
-        (``check_finite``) a ``FloatingPointError`` for a refused update, which also clears it."""
+        (``check_finite``) a ``FloatingPointError`` for a refused update, which also clears it and takes the
+        step count back to the step before it (no update from it on ran)."""
         self._check_open()
         self.backend.synchronize()
         refused = self._controls.refused()
         if refused is not None:
+            gradient, step = refused
+            if self._rule is not None:
+                self._steps = step - 1
             self._controls.clear()
-            raise FloatingPointError(f"{refused} holds NaN or Inf; update refused, parameters unchanged")
+            raise FloatingPointError(f"{gradient} holds NaN or Inf; update refused, parameters unchanged")
 
     # -- parameters ---------------------------------------------------------------------------------
 
@@ -225,11 +231,15 @@ class Network(OptimizerState):
         return fitting.predict(self, x, batch_size, solver)
 
     def _check_clip(self, clip, schedule, graph):
-        """``clip`` (None, or a finite number > 0) as a float, if ``schedule`` and ``graph`` can clip."""
+        """``clip`` (None, or a number > 0; inf scales nothing, as in torch) as a float, if ``schedule`` and
+        ``graph`` can clip."""
         if clip is None:
             return None
-        if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not math.isfinite(clip) or clip <= 0:
-            raise ValueError(f"clip (the largest norm of the gradient) must be a finite number > 0; got {clip!r}")
+        if isinstance(clip, bool) or not isinstance(clip, numbers.Real):
+            raise TypeError(f"clip (the largest norm of the gradient) must be a number > 0 or None; got {clip!r} "
+                            f"({type(clip).__name__})")
+        if math.isnan(clip) or clip <= 0:
+            raise ValueError(f"clip (the largest norm of the gradient) must be a number > 0; got {clip!r}")
         if schedule.fused:
             raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
                              "behind its own gradients: pass fused=False")

@@ -47,11 +47,15 @@ class OptimizerState:
         checked = [(slot, target, value) for slot in optimizer.SLOTS if slot in state
                    for target, value in parameters.check(state[slot], live, self.dtype, xp,
                                                          lambda u, n, s=slot: f"{s} of {self._label(u, n)}")]
+        where = {id(array): (unit, name) for unit, named in live.items() for name, array in named.items()}
+        for slot, target, value in checked:
+            if slot == "exp_avg_sq" and bool((value < 0).any()):
+                raise ValueError(f"exp_avg_sq of {self._label(*where[id(target)])} holds a negative number; Adam's "
+                                 "second moment is a running mean of squared gradients, every element >= 0")
         if optimizer.plain:
             return
         if self._rule is None:
             self._make_state(optimizer)
-        where = {id(array): (unit, name) for unit, named in live.items() for name, array in named.items()}
         self.backend.synchronize()
         for slot, target, value in checked:
             unit, name = where[id(target)]

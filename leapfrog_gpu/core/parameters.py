@@ -8,6 +8,7 @@ dtype) before any is copied, and an error names the parameter and changes nothin
 given as Nielsen's column, (n, 1). Nested Python lists are arrays too.
 """
 
+import numbers
 from collections.abc import Mapping
 
 import numpy as np
@@ -67,6 +68,18 @@ def array(what, value, shape, dtype, xp):
     if not all_finite(xp, value):
         raise ValueError(f"{what} contains NaN or Inf (as {dtype}); every parameter must be finite")
     return value
+
+
+def generator(seed):
+    """``numpy.random.default_rng(seed)``, for ``seed`` an integer >= 0 or None (fresh entropy from the system),
+    the parameters' (or ``fit``'s batches'); a TypeError or ValueError naming ``seed`` for any other."""
+    if seed is None:
+        return np.random.default_rng()
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an integer >= 0 or None; got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 or None; got {seed!r}")
+    return np.random.default_rng(int(seed))
 
 
 def read_only(name, call):

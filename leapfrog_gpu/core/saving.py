@@ -17,8 +17,8 @@ more in the state under keys of its own (``leapfrog-train``: ``training``, its p
 
 The write is atomic (``replaced_atomically``): a reader finds the previous file or the new one, whole, however the
 writer dies. ``load`` refuses, with an ``UnreadableFileError`` (a ValueError) of one line that says what is wrong and
-what to do, a missing file, one that is no ``.npz`` archive, an archive without our ``state`` (someone else's), a
-damaged one, one of a newer format, of an unknown network, or whose architecture does not fit its arrays.
+what to do, a missing file, a folder, one that is no ``.npz`` archive, an archive without our ``state`` (someone
+else's), a damaged one, one of a newer format, of an unknown network, or whose architecture does not fit its arrays.
 """
 
 import contextlib
@@ -64,9 +64,12 @@ def register(cls):
 
 
 def path_of(path):
-    """``path`` as a ``Path``, with ``.npz`` appended to a name without it, as ``numpy.savez`` does."""
+    """``path`` as a ``Path``, with ``.npz`` appended to a name without it, as ``numpy.savez`` does (``.`` and ``/``,
+    which name no file, as they are); a ValueError for an empty path."""
+    if os.fspath(path) == "":
+        raise ValueError("the path is empty: give a file's name, such as 'model.npz'")
     path = Path(path)
-    return path if path.suffix == SUFFIX else path.with_name(path.name + SUFFIX)
+    return path if path.suffix == SUFFIX or not path.name else path.with_name(path.name + SUFFIX)
 
 
 def array_name(unit, name, slot=None):
@@ -157,11 +160,15 @@ def load(path, backend="auto"):
 
 def located(path):
     """The file ``path`` names: ``path`` itself, else ``path_of(path)``; an ``UnreadableFileError`` if neither
-    exists."""
+    is a file."""
     candidates = list(dict.fromkeys([Path(path), path_of(path)]))
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    for candidate in candidates:
+        if candidate.is_dir():
+            raise UnreadableFileError(f"{candidate} is a folder, not a saved network", "give the path of the file "
+                                      "that save wrote")
     missing = f"{candidates[0]} does not exist" if len(candidates) == 1 else \
         f"neither {candidates[0]} nor {candidates[1]} exists"
     raise UnreadableFileError(missing, "check the name (save appends .npz to a name without it)")
@@ -178,12 +185,15 @@ def read(path):
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
         state = json.loads(arrays.pop("state").item()) if "state" in arrays else None
-    except (OSError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as error:
+    except (OSError, ValueError, TypeError, AttributeError, EOFError, RuntimeError, zipfile.BadZipFile) as error:
+        # RuntimeError: zipfile's for an entry marked encrypted, and its NotImplementedError for an unknown method
         raise UnreadableFileError(f"{path} is damaged ({type(error).__name__}: {_first_line(error)})") from None
-    version = state.get("format", 0) if isinstance(state, dict) else None
-    if isinstance(version, bool) or not isinstance(version, int):
+    if not isinstance(state, dict):
         raise UnreadableFileError(f"{path} holds no network saved by leapfrog_gpu (an .npz archive without its "
                                   "'state')", "load it with numpy.load")
+    version = state.get("format", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UnreadableFileError(f"{path} is damaged (its format is {version!r}, not a version number)")
     if version > FORMAT:
         raise UnreadableFileError(f"{path} is of format {version}; this leapfrog_gpu reads format {FORMAT} and "
                                   "older", "upgrade leapfrog_gpu to load it")
@@ -199,7 +209,7 @@ def build(state, arrays, backend="auto", path="the file"):
     if "format" not in state or not isinstance(architecture, dict):
         raise UnreadableFileError(f"{path} holds no architecture to build a network from (a checkpoint of an "
                                   "older leapfrog-train?)", "load it with leapfrog_gpu.tools.train.models.load")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise UnreadableFileError(f"{path} holds a network of unknown kind {kind!r}; this leapfrog_gpu builds "
                                   f"{', '.join(sorted(KINDS))}", "load it with a leapfrog_gpu that knows it")
     try:

@@ -15,9 +15,7 @@ output's, the number of non-input nodes on the longest path (a chain of L layers
 
 import numbers
 
-import numpy as np
-
-from ..core import saving
+from ..core import parameters, saving
 from ..core.checks import check_batch
 from ..core.functions import COSTS, choose
 from ..core.network import Network
@@ -87,8 +85,9 @@ class DagNet(Network):
         for v in self.order:
             self.level[v] = 1 + max(self.level[u] for u in self.inputs[v])
         self.depth = self.level[self.output]
+        rng = parameters.generator(seed)
         super().__init__(dtype, backend, check_finite)
-        xp, rng = self.backend.xp, np.random.default_rng(seed)
+        xp = self.backend.xp
         self._params = {}
         for v in self.order:
             drawn = self.layer[v].init(rng, [self.n[u] for u in self.inputs[v]])
@@ -184,9 +183,9 @@ class DagNet(Network):
 
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_out, B) (or None) as 2-D arrays of the same B."""
-        x = check_batch(self.backend.xp, "x", x, self.n[INPUT])
+        x = check_batch(self.backend.xp, "x", x, self.n[INPUT], self.dtype)
         if y is not None:
-            y = check_batch(self.backend.xp, "y", y, self.n[self.output])
+            y = check_batch(self.backend.xp, "y", y, self.n[self.output], self.dtype)
             if y.shape[1] != x.shape[1]:
                 raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
         return x, y

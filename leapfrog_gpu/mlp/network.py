@@ -9,8 +9,6 @@ parameters in and out, the step controls) is ``core.network.Network``.
 
 import numbers
 
-import numpy as np
-
 from ..core import parameters, saving
 from ..core.checks import check_batch
 from ..core.layered import Layered
@@ -36,9 +34,9 @@ class MLP(Layered):
         output_activation: the output layer's sigma; default sigmoid for cross-entropy, else ``activation``.
         check_finite: check every gradient for NaN and Inf at the join and refuse the update when one is
             found: the check leaves a code in device memory that the update kernels obey, and the next
-            ``synchronize()`` raises ``FloatingPointError`` with the parameters as they were before that
-            step (steps enqueued after it do not update either). Costs a pass over the gradients and no
-            host synchronization.
+            ``synchronize()`` raises ``FloatingPointError`` with the parameters, the optimizer's state and
+            its step count as they were before that step (steps enqueued after it do not update either).
+            Costs a pass over the gradients and no host synchronization.
         comm: a ``parallel.Communicator`` (``parallel.world()``) to train data-parallel over its
             ranks: each computes on its share of every batch's columns and the gradients are summed
             across ranks (``leapfrog_gpu.parallel.reducer``). ``None`` or one rank: this process alone.
@@ -55,8 +53,9 @@ class MLP(Layered):
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):
+        rng = parameters.generator(seed)
         super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite)
-        self._draw(np.random.default_rng(seed))
+        self._draw(rng)
         self._join(comm)
 
     def __repr__(self):
@@ -136,9 +135,9 @@ class MLP(Layered):
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_L, B) (or None) as 2-D arrays of real numbers on a device this backend can
         read, of the same B."""
-        x = check_batch(self.backend.xp, "x", x, self.n[1], self.sizes)
+        x = check_batch(self.backend.xp, "x", x, self.n[1], self.dtype, self.sizes)
         if y is not None:
-            y = check_batch(self.backend.xp, "y", y, self.n[self.L], self.sizes)
+            y = check_batch(self.backend.xp, "y", y, self.n[self.L], self.dtype, self.sizes)
             if y.shape[1] != x.shape[1]:
                 raise ValueError(f"x and y must hold the same number of samples; got {x.shape[1]} and {y.shape[1]}")
         return x, y

@@ -65,6 +65,9 @@ GATES = {"elman": 1, "gru": 3, "lstm": 4}
 STATE = {"elman": 1, "gru": 1, "lstm": 2}
 """The width of a layer's state over time, in units of n_l: the Elman cell's a and the GRU's h, the LSTM's (h, c)."""
 
+GATED = {"gru": "a GRU", "lstm": "an LSTM"}
+"""The gated cells as a message names them, with their article."""
+
 
 class StepWork(typing.NamedTuple):
     """The elementwise work of one step of a cell, per unit and sample, as the counters count it (``schedules``,

@@ -20,13 +20,13 @@ import numbers
 import numpy as np
 
 from ..core import parameters, saving
-from ..core.checks import all_finite, real_array
+from ..core.checks import check_finite_as, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
-from .cells import ACTIVATION, CELLS, GATES, STATE
+from .cells import ACTIVATION, CELLS, GATED, GATES, STATE
 from .plan import RNNPlan
 from .scans import NaumovRNN, TimeScan
 from .schedules import BPTT, Wavefront, resolve
@@ -84,14 +84,14 @@ class RNN(Layered):
         self.output = choose("output", output, OUTPUTS)
         self.cell = choose("cell", cell, CELLS)
         if cell != "elman" and activation != ACTIVATION:
-            raise ValueError(f"a {cell.upper()} cell has its own activation, {ACTIVATION} (its gates are sigmoids); "
+            raise ValueError(f"{GATED[cell]} cell has its own activation, {ACTIVATION} (its gates are sigmoids); "
                              f"got activation={activation!r}: pass activation={ACTIVATION!r}")
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
+        rng = parameters.generator(seed)
         super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,
                          example="[8, 32, 10]", layers="input, a recurrent layer, output")
-        rng = np.random.default_rng(seed)
         self._draw(rng, self.rows)
         xp, self._u, self._b_hn = self.backend.xp, {}, {}
         for l in self.hidden:
@@ -253,7 +253,7 @@ class RNN(Layered):
         x, given = self._check_sequences("x", x, self.n[1], "the input of layer 1")
         if x.shape[0] == 0 or x.shape[2] == 0:
             raise ValueError(f"x holds an empty batch: shape {given}, need tau >= 1 and B >= 1")
-        self._check_finite("x", x)
+        check_finite_as(self.backend.xp, "x", x, self.dtype)
         return x, given
 
     def _check_y(self, y, tau, x_given):
@@ -274,10 +274,5 @@ class RNN(Layered):
         if samples != batch:
             raise ValueError(f"x and y must hold the same number of sequences B; got {batch} in x of shape {x_given} "
                              f"and {samples} in y of shape {given}")
-        self._check_finite("y", y)
+        check_finite_as(self.backend.xp, "y", y, self.dtype)
         return y
-
-    def _check_finite(self, name, value):
-        if not all_finite(self.backend.xp, value):
-            raise ValueError(f"{name} contains NaN or Inf; every input and target must be finite")
-

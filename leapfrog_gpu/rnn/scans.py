@@ -35,6 +35,7 @@ from ..core import triangular
 from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.triangular import ceil_log2, check_scan, resolve_scan, round_sizes, scan_rounds
 from . import state_scan
+from .cells import GATED
 from .schedules import RNNSchedule, bptt_counters, check_cell
 
 
@@ -282,7 +283,7 @@ class NaumovRNN(ScanSchedule):
         """A ValueError for a gated ``cell`` (``RNN`` raises it too): this schedule has no layer operators for it."""
         if check_cell(cell) != "elman":
             raise ValueError(f"NaumovRNN builds the Elman cell's layer operators from diag(sigma') (u^l)^T and has "
-                             f"none for a {cell.upper()} cell's state Jacobians; run BPTT(), Leapfrog(k), "
+                             f"none for {GATED[cell]} cell's state Jacobians; run BPTT(), Leapfrog(k), "
                              "Wavefront() or TimeScan()")
 
     @staticmethod

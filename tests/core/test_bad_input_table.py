@@ -47,6 +47,8 @@ def cases(net):
         ("`MLP(sizes, cost='hinge')`", lambda: MLP(SIZES, cost="hinge", backend="numpy")),
         ("`MLP(sizes, dtype='float16')`", lambda: MLP(SIZES, dtype="float16", backend="numpy")),
         ("`MLP(sizes, backend='tpu')`", lambda: MLP(SIZES, backend="tpu")),
+        ("`MLP(sizes, seed=-1)`", lambda: MLP(SIZES, seed=-1, backend="numpy")),
+        ("`MLP(sizes, check_finite='yes')`", lambda: MLP(SIZES, check_finite="yes", backend="numpy")),
         ("`MLP(sizes, cost='cross_entropy', output_activation='relu')`",
          lambda: MLP(SIZES, cost="cross_entropy", output_activation="relu", backend="numpy")),
         ("`Leapfrog(0)`", lambda: Leapfrog(0)),
@@ -69,6 +71,8 @@ def cases(net):
         ("x Fortran-ordered", backprop(x=np.asfortranarray(X))),
         ("x a strided view", backprop(x=np.ones((4, 6))[:, ::2])),
         ("x with a NaN", backprop(x=np.where(np.eye(4, 3) > 0, np.nan, 1.0))),
+        ("x float64 with a 1e300, to `MLP(sizes)` (float32)",
+         lambda: in_float32(lambda f32: f32.backprop(X * 1e300, Y))),
         ("y with an Inf", backprop(y=np.full((3, 3), np.inf))),
         ("a CuPy array on the numpy backend", backprop(x=FakeCupyArray())),
         ("`sgd_step(x, y, eta=-0.1)`", lambda: net.sgd_step(X, Y, -0.1)),
@@ -81,14 +85,20 @@ def cases(net):
         ("`Adam(eps=0)`", lambda: Adam(eps=0)),
         ("`SGD(lr='0.1')`", lambda: SGD(lr="0.1")),
         ("`train_step(x, y, 0.1)`", lambda: net.train_step(X, Y, 0.1)),
+        ("`train_step(x, y, Adam(), clip='1.0')`", lambda: net.train_step(X, Y, Adam(), clip="1.0")),
         ("`train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)`",
          lambda: net.train_step(X, Y, Adam(), Leapfrog(2, fused=True), clip=1.0)),
         ("`fit(x, y, epochs=0, batch_size=2, optimizer=0.1)`", lambda: net.fit(X, Y, 0, 2, 0.1)),
         ("`fit(x, y, 1, batch_size=4, optimizer=0.1)` for 3 samples", lambda: net.fit(X, Y, 1, 4, 0.1)),
         ("`fit(x, y, 1, 2, optimizer='adam')`", lambda: net.fit(X, Y, 1, 2, "adam")),
+        ("`fit(x, y, 1, 2, 0.1, shuffle='no')`", lambda: net.fit(X, Y, 1, 2, 0.1, shuffle="no")),
+        ("`fit(x, y, 1, 2, 0.1, jsonl='missing/metrics.jsonl')`, a folder that does not exist",
+         lambda: net.fit(X, Y, 1, 2, 0.1, jsonl="missing/metrics.jsonl")),
+        ("`evaluate(x, y, batch_size=0)`", lambda: net.evaluate(X, Y, batch_size=0)),
         ("`train_step(x, y, AdamW())` after a step of `Adam()`",
          lambda: (net.train_step(X, Y, Adam()), net.train_step(X, Y, AdamW()))),
         ("`net.save('missing/model')`, a folder that does not exist", lambda: net.save("missing/model")),
+        ("`net.save('')`", lambda: net.save("")),
         ("`DagNet(...).save('dag')`, a node of one's own Layer",
          lambda: DagNet(4, [("g", Gate(), "x"), ("out", Dense(3), "g")], backend="numpy").save("dag")),
         *((f"`load('{name}')`, {what}", lambda name=name: load(name, backend="numpy")) for name, what in FILES),
@@ -96,8 +106,9 @@ def cases(net):
     ]
 
 
-FILES = [("none", "no such file"), ("notes.txt", "a text file"), ("half.npz", "half of a saved network"),
-         ("flipped.npz", "a byte of it changed"), ("arrays.npz", "someone else's .npz"), ("newer.npz", "of a newer format"),
+FILES = [("none", "no such file"), ("models", "a folder"), ("notes.txt", "a text file"),
+         ("half.npz", "half of a saved network"), ("flipped.npz", "a byte of it changed"),
+         ("arrays.npz", "someone else's .npz"), ("newer.npz", "of a newer format"),
          ("unknown.npz", "of an unknown network"), ("deeper.npz", "an architecture its arrays do not fit")]
 """The files that ``load`` refuses, made by ``files`` (the network of ``model.npz`` is ``MLP(sizes)``)."""
 
@@ -111,6 +122,7 @@ def files():
         try:
             with MLP(SIZES, backend="numpy") as net:
                 whole = net.save("model").read_bytes()
+            Path("models").mkdir()
             Path("notes.txt").write_text("w2, b2\n")
             Path("half.npz").write_bytes(whole[: len(whole) // 2])
             Path("flipped.npz").write_bytes(whole)
@@ -125,6 +137,12 @@ def files():
             yield
         finally:
             os.chdir(here)
+
+
+def in_float32(call):
+    """``call(net)`` on a fresh ``MLP(SIZES)``, float32."""
+    with MLP(SIZES, backend="numpy") as net:
+        call(net)
 
 
 def outcome(call):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from leapfrog_gpu import MLP, RNN, Dense, DagNet, Leapfrog, get_backend
+from leapfrog_gpu import MLP, RNN, Adam, Dense, DagNet, Leapfrog, get_backend
 from leapfrog_gpu.backends.host import NumpyBackend
 
 SIZES = [4, 6, 3]
@@ -102,6 +102,33 @@ def test_a_batch_holding_nan_or_inf_is_refused_in_every_float_dtype(name, bad, d
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
 
 
+@pytest.mark.parametrize("bad", [1e300, -1e39], ids=["1e300", "-1e39"])
+@pytest.mark.parametrize("name", NETWORKS)
+def test_a_float64_batch_beyond_float32s_range_is_refused_by_a_float32_network(name, bad):
+    """Finite in float64, Inf once cast into the network's float32: every call that takes x (or y) refuses it
+    by name, before the step changes a parameter or the optimizer's state; float32's largest number is taken."""
+    make, x_shape, y_shape = NETWORKS[name]
+    x, y = np.full(x_shape, 0.5), np.full(y_shape, 0.5)
+    with make() as net:
+        before = [np.array(a) for named in net.parameters().values() for a in named.values()]
+        for which in ("x", "y"):
+            poisoned = (x if which == "x" else y).copy()
+            poisoned.reshape(-1)[0] = bad
+            given = (poisoned, y) if which == "x" else (x, poisoned)
+            calls = [lambda: net.backprop(*given), lambda: net.train_step(*given, Adam(0.1))]
+            calls += [lambda: net.feedforward(poisoned)] if which == "x" else []
+            for run in calls:
+                with pytest.raises(ValueError, match=rf"^{which} contains NaN or Inf as float32, the network's dtype "
+                                                     r"\(a number beyond \+-3.403e\+38\)"):
+                    run()
+        after = [np.array(a) for named in net.parameters().values() for a in named.values()]
+        assert net.optimizer_state() == {"step": 0}
+        largest = np.full(x_shape, 0.5)
+        largest.reshape(-1)[0] = np.finfo(np.float32).max
+        net.backprop(largest, y)
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
 @pytest.mark.parametrize("eta", [-0.1, float("nan"), float("inf"), "0.1", None])
 def test_bad_learning_rate(net, eta):
     with pytest.raises(ValueError, match=r"eta \(the learning rate\) must be a finite number >= 0"):
@@ -144,3 +171,12 @@ def test_set_parameters_checks_shapes(net):
         net.set_parameters([np.zeros((4, 6)), np.zeros((3, 6))], [np.zeros(6), np.zeros(3)])
     with pytest.raises(ValueError, match="biases must list 2 arrays"):
         net.set_parameters(net.weights, [np.zeros(6)])
+
+
+@pytest.mark.parametrize("flag", ["no", 1, None])
+def test_check_finite_other_than_true_or_false_is_refused_by_every_network(flag):
+    for make in (MLP, RNN):
+        with pytest.raises(TypeError, match=rf"^check_finite must be True or False; got {flag!r}$"):
+            make([3, 4, 2], check_finite=flag, backend="numpy")
+    with pytest.raises(TypeError, match=rf"^check_finite must be True or False; got {flag!r}$"):
+        DagNet(3, [("out", Dense(2), "x")], check_finite=flag, backend="numpy")

@@ -1,7 +1,9 @@
 """What the core gives every network, run over ``MLP``, ``RNN`` and ``DagNet``: graph mode (a replayed
 step bitwise the eager one, for every schedule a network runs), ``check_finite`` (a NaN or Inf refused
 before the update, named, nothing updated), and data parallelism (two mirrored ranks against one
-process on the batch they make together)."""
+process on the batch they make together); a bad seed refused by name."""
+
+import threading
 
 import numpy as np
 import pytest
@@ -43,6 +45,27 @@ def test_graph_mode_on_a_gpu_is_refused_saying_why(standin, name):
     with network(name, "cupy") as net:
         with pytest.raises(ValueError, match=r"graph=True cannot capture .*(cupy.matmul|allocate)"):
             net.sgd_step(*network_batch(name, 3, seed=0), 0.1, Leapfrog(2), graph=True)
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (1.5, TypeError), ("abc", TypeError), (True, TypeError)])
+@pytest.mark.parametrize("name", NAMES)
+def test_a_bad_seed_is_refused_by_name_before_a_backend_is_made(name, seed, error):
+    """Refused before the network makes its backend, whose thread would outlive the refusal."""
+    before = set(threading.enumerate())
+    with pytest.raises(error) as refused:
+        network(name, "numpy", seed=seed)
+    assert str(refused.value) == f"seed must be an integer >= 0 or None; got {seed!r}"
+    assert set(threading.enumerate()) == before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_seed_none_draws_other_parameters_each_time_and_a_seed_the_same(name):
+    drawn = {}
+    for key, seed in (("none", None), ("none again", None), ("3", 3), ("3 again", 3)):
+        with network(name, "numpy", seed=seed) as net:
+            drawn[key] = arrays(net.parameters())
+    assert not all(np.array_equal(a, b) for a, b in zip(drawn["none"], drawn["none again"]))
+    assert all(np.array_equal(a, b) for a, b in zip(drawn["3"], drawn["3 again"]))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # overflow in the stream threads, where errstate does not reach

@@ -8,9 +8,11 @@ import contextlib
 import io
 import json
 import sys
+import threading
 
 import numpy as np
 import pytest
+from tqdm import tqdm
 
 from helpers import assert_bitwise_equal
 from networks import NAMES, network, network_batch
@@ -136,6 +138,22 @@ def test_the_bar_counts_the_samples_of_the_whole_run_on_a_terminal(monkeypatch, 
     with classifier() as net:
         net.fit(x, labels, 1, 16, 0.5)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("progress, terminal", [(False, True), (True, False), (True, True)])
+def test_fit_leaves_no_thread_behind(monkeypatch, capsys, progress, terminal):
+    """tqdm starts a monitor thread with a bar, shown or not, which outlives it; fit's bar starts none."""
+    monkeypatch.setattr(tqdm, "monitor", None)  # one that an earlier bar left would stand in for a new one
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    x, labels = blobs(40)
+    before = set(threading.enumerate())
+    with classifier() as net:
+        net.fit(x, labels, 2, 16, 0.5, progress=progress)
+    assert ("epoch 2/2" in capsys.readouterr().err) == (progress and terminal)
+    left = [thread for thread in threading.enumerate() if thread not in before]
+    for thread in left:
+        thread.join(timeout=1.0)  # the network's own, ending after close
+    assert not [thread.name for thread in left if thread.is_alive()]
 
 
 def test_a_non_finite_loss_stops_the_run_naming_the_step(monkeypatch):
@@ -308,6 +326,23 @@ REFUSALS = [
      "y holds class label 3 at index 0"),
     (lambda net, x, labels: net.evaluate(x, labels[:, None]), ValueError, "y must have shape (3, B) or (3,)"),
     (lambda net, x, labels: net.predict(x, batch_size=0), ValueError, "batch_size must be an integer >= 1; got 0"),
+    (lambda net, x, labels: net.evaluate(x, labels, batch_size=0), ValueError,
+     "batch_size must be an integer >= 1; got 0"),
+    (lambda net, x, labels: net.evaluate(x, labels, batch_size=-1), ValueError,
+     "batch_size must be an integer >= 1; got -1"),
+    (lambda net, x, labels: net.evaluate(x, labels, batch_size=2.5), TypeError,
+     "batch_size must be an integer >= 1; got 2.5"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, shuffle="no"), TypeError,
+     "shuffle must be True or False; got 'no'"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, seed=-1), ValueError,
+     "seed must be an integer >= 0 or None; got -1"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, seed="abc"), TypeError,
+     "seed must be an integer >= 0 or None; got 'abc'"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl="missing/metrics.jsonl"), ValueError,
+     "cannot write the metrics to missing/metrics.jsonl (No such file or directory): give jsonl the path of a file in "
+     "a folder that exists"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=999), TypeError,
+     "jsonl must be a path or an open text file; got int"),
 ]
 
 

@@ -112,15 +112,32 @@ def test_clipped_steps_agree_with_torch_clip_grad_norm(network_name, kind, sched
         np.testing.assert_allclose(net.feedforward(x), want, rtol=1e-10, atol=1e-300)
 
 
-def test_clip_under_a_fused_schedule_is_refused_by_name(network_name):
+def test_clip_under_a_fused_schedule_or_of_a_bad_value_is_refused(network_name):
     with network(network_name, "numpy") as net:
         x, y = network_batch(network_name, 5)
         with pytest.raises(ValueError, match=r"clip needs every gradient before any update, and Leapfrog\(k=2, "
                                              r"fused=True\)"):
             net.train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)
-        with pytest.raises(ValueError, match="clip .* must be a finite number > 0"):
-            net.train_step(x, y, Adam(), Leapfrog(2), clip=0)
+        for bad in (0, -1.0, float("nan")):
+            with pytest.raises(ValueError, match=r"^clip \(the largest norm of the gradient\) must be a number > 0; "
+                                                 rf"got {bad}$"):
+                net.train_step(x, y, Adam(), Leapfrog(2), clip=bad)
+        for bad in ("1.0", True, [1.0]):
+            with pytest.raises(TypeError, match=r"^clip .* must be a number > 0 or None; got .* \((str|bool|list)\)$"):
+                net.train_step(x, y, Adam(), Leapfrog(2), clip=bad)
         assert net.optimizer_state() == {"step": 0}
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_clip_of_inf_scales_nothing_as_torchs(network_name, graph):
+    """``clip=inf``, torch's way to measure the norm without clipping: the steps of no clip, to the bit."""
+    def run(clip):
+        with network(network_name, "numpy") as net:
+            for step in range(3):
+                net.train_step(*network_batch(network_name, 5, seed=step), Adam(0.01), graph=graph, clip=clip)
+            return arrays(net.parameters())
+
+    assert_bitwise(run(float("inf")), run(None))
 
 
 def trained(name, optimizer, schedule, steps=4, dtype="float32", graph=False, rates=None, batch=5):
@@ -249,6 +266,37 @@ def test_a_step_its_schedule_refuses_changes_no_state(network_name, refused, gra
                        arrays(fresh.parameters()) + arrays(fresh.optimizer_state()["momentum_buffer"]))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("make", [lambda: SGD(0.05, momentum=0.9, dampening=0.5), lambda: Adam(0.01)],
+                         ids=["momentum", "adam"])
+def test_updates_refused_by_check_finite_take_no_step(network_name, make, graph):
+    """An update ``check_finite`` refuses (a batch whose gradients overflow), and the one enqueued behind it, are
+    not steps: once ``synchronize()`` has raised, the step count is the one before them, and the steps after
+    are those of a network that never met them, to the bit (t decides momentum's first buffer, Adam's bias
+    corrections)."""
+    good = [network_batch(network_name, 5, seed=step, dtype=np.float64) for step in range(3)]
+    x, y = good[0]
+    with network(network_name, "numpy", dtype="float64", check_finite=True) as net, \
+            network(network_name, "numpy", dtype="float64") as unbroken:
+        optimizer = make()
+        for model in (net, unbroken):
+            model.train_step(x, y, optimizer, graph=graph)
+        net.train_step(x * 1e200, y, optimizer, graph=graph)
+        net.train_step(x, y, optimizer, graph=graph)
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            net.synchronize()
+        assert net.optimizer_state()["step"] == 1
+        for x, y in good[1:]:
+            for model in (net, unbroken):
+                model.train_step(x, y, optimizer, graph=graph)
+        got, want = net.optimizer_state(), unbroken.optimizer_state()
+        assert got["step"] == want["step"] == 3
+        slots = [slot for slot in want if slot != "step"]
+        assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
+                       arrays(unbroken.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
 def test_the_state_is_shaped_as_the_parameters_and_resumes_bitwise(network_name):
     """optimizer_state() after 2 steps, taken into a fresh network with its parameters, continues as the
     network that took 4 steps in a row does."""
@@ -280,6 +328,9 @@ def test_a_bad_state_is_refused_and_changes_nothing():
             net.set_optimizer_state(Adam(), state)
         with pytest.raises(ValueError, match="holds 'step' and"):
             net.set_optimizer_state(SGD(0.1, momentum=0.9), state)
+        state["exp_avg_sq"] = {2: {"w": np.zeros((4, 3))}, 3: {"b": np.full(2, -1e-30)}}
+        with pytest.raises(ValueError, match=r"^exp_avg_sq of .*3.* holds a negative number; Adam's second moment"):
+            net.set_optimizer_state(Adam(), state)
         assert net.optimizer_state() == {"step": 0}
 
 

@@ -161,14 +161,19 @@ def test_a_data_parallel_network_loads_to_run_alone(tmp_path):
 
 FILES = {
     "missing": lambda path: path.unlink(),
+    "folder": lambda path: (path.unlink(), path.mkdir()),
     "text": lambda path: path.write_text("w2,b2\n1,2\n"),
     "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
     "flipped": lambda path: flip_last_byte(path, "w2.npy"),
+    "unknown-method": lambda path: _in_directory(path, 10, 0x55),
+    "encrypted": lambda path: _in_directory(path, 8, 0x01),
     "foreign": lambda path: np.savez(path, w2=np.ones((3, 2))),
     "pickled": lambda path: np.savez(path, state=np.array([{}], dtype=object), allow_pickle=True),
     "no-format": lambda path: _rewritten(path, lambda state: {"sizes": [2, 3], "config": {}}),
     "newer": lambda path: _rewritten(path, lambda state: {**state, "format": 2}),
+    "format-a-string": lambda path: _rewritten(path, lambda state: {**state, "format": "1"}),
     "unknown-kind": lambda path: _rewritten(path, lambda state: {**state, "network": "Transformer"}),
+    "kind-a-list": lambda path: _rewritten(path, lambda state: {**state, "network": ["MLP"]}),
     "unbuildable": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2]}}),
     "other-shapes": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 4]}}),
     "deeper": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 3, 3]}}),
@@ -180,18 +185,24 @@ FILES = {
 
 REFUSALS = {
     "missing": r"neither {path} nor {path}\.npz exists: check the name \(save appends \.npz to a name without it\)",
+    "folder": r"{path} is a folder, not a saved network: give the path of the file that save wrote",
     "text": r"{path} is not an \.npz archive \(damaged, or another kind of file\): save the network again, or "
             r"load another file",
     "truncated": r"{path} is not an \.npz archive \(damaged, or another kind of file\)",
     "flipped": r"{path} is damaged \(BadZipFile: Bad CRC-32 for file '\w+\.npy'\): save the network again",
+    "unknown-method": r"{path} is damaged \(NotImplementedError: That compression method is not supported\): save the "
+                      r"network again",
+    "encrypted": r"{path} is damaged \(RuntimeError: File '\w+\.npy' is encrypted, password required for extraction\)",
     "foreign": r"{path} holds no network saved by leapfrog_gpu \(an \.npz archive without its 'state'\): load it "
                r"with numpy\.load",
     "pickled": r"{path} is damaged \(ValueError: Object arrays cannot be loaded when allow_pickle=False\)",
     "no-format": r"{path} holds no architecture to build a network from \(a checkpoint of an older leapfrog-train\?\):"
                  r" load it with leapfrog_gpu\.tools\.train\.models\.load",
     "newer": r"{path} is of format 2; this leapfrog_gpu reads format 1 and older: upgrade leapfrog_gpu to load it",
+    "format-a-string": r"{path} is damaged \(its format is '1', not a version number\): save the network again",
     "unknown-kind": r"{path} holds a network of unknown kind 'Transformer'; this leapfrog_gpu builds DagNet, MLP, "
                     r"RNN: load it with a leapfrog_gpu that knows it",
+    "kind-a-list": r"{path} holds a network of unknown kind \['MLP'\]; this leapfrog_gpu builds DagNet, MLP, RNN",
     "unbuildable": r"{path} holds an architecture that builds no MLP \(sizes must list at least 2 layers",
     "other-shapes": r"{path} does not fit its MLP \(weights of layer 2 must have shape \(4, 2\); got \(3, 2\)\): "
                     r"save the network again, or load another file",
@@ -200,6 +211,14 @@ REFUSALS = {
     "bad-optimizer": r"{path} does not fit its MLP \(its optimizer 'Lion' is none of SGD, Adam, AdamW",
     "extra": r"{path} does not fit its MLP \(arrays \['w9'\] fit no parameter of it\)",
 }
+
+
+def _in_directory(path, offset, mask):
+    """The byte at ``offset`` of the first entry of the zip's central directory at ``path`` xor ``mask``: at 8 its
+    flags (bit 0: encrypted), at 10 its compression method."""
+    content = bytearray(path.read_bytes())
+    content[content.index(b"PK\x01\x02") + offset] ^= mask
+    path.write_bytes(bytes(content))
 
 
 def _rewritten(path, change, drop=None, extra=None):
@@ -222,13 +241,23 @@ def test_a_file_that_is_not_a_saved_network_is_refused_in_one_line(tmp_path, spo
         net.save(path)
     FILES[spoil](path)
     given = tmp_path / "model" if spoil == "missing" else path
-    before = path.read_bytes() if path.exists() else None
+    before = path.read_bytes() if path.is_file() else None
     with pytest.raises(ValueError) as error:
         leapfrog_gpu.load(given, backend="numpy")
     message = str(error.value)
     assert "\n" not in message and "pickle" not in message.replace("allow_pickle", ""), message
     assert error.match("^" + REFUSALS[spoil].format(path=re.escape(str(given))))
-    assert (path.read_bytes() if path.exists() else None) == before
+    assert (path.read_bytes() if path.is_file() else None) == before
+
+
+def test_an_empty_path_is_refused_as_such_and_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with MLP([2, 3], backend="numpy") as net:
+        with pytest.raises(ValueError, match="^the path is empty: give a file's name, such as 'model.npz'$"):
+            net.save("")
+    with pytest.raises(ValueError, match="^the path is empty: give a file's name, such as 'model.npz'$"):
+        leapfrog_gpu.load("", backend="numpy")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_bad_backend_is_refused_as_such_before_the_file(tmp_path):

@@ -18,18 +18,18 @@ UNITS = {"MLP": [2, 3, 4, 5], "RNN": [2, 3, 4], "DagNet": ["h", "n", "g", "out"]
 """The units each network's ``parameters()`` names, in order."""
 
 
-def network(name, backend, **options):
-    """The network ``name`` ("MLP", "RNN" or "DagNet") on ``backend``, seed 1, with ``options`` (``dtype``,
-    ``comm``, ``check_finite``, the RNN's ``cell``, ...) passed on."""
+def network(name, backend, seed=1, **options):
+    """The network ``name`` ("MLP", "RNN" or "DagNet") on ``backend``, its parameters drawn by ``seed``, with
+    ``options`` (``dtype``, ``comm``, ``check_finite``, the RNN's ``cell``, ...) passed on."""
     if name == "MLP":
-        return MLP([IN, 6, 5, 4, OUT], activation="relu", seed=1, backend=backend, **options)
+        return MLP([IN, 6, 5, 4, OUT], activation="relu", seed=seed, backend=backend, **options)
     if name == "RNN":
         activation = "relu" if options.get("cell", "elman") == "elman" else "tanh"  # a gated cell's own
-        return RNN([IN, 6, 5, OUT], activation=activation, output="every", seed=1, backend=backend, **options)
+        return RNN([IN, 6, 5, OUT], activation=activation, output="every", seed=seed, backend=backend, **options)
     if name == "DagNet":  # a skip, a concatenation with the input, a layer norm: every kind of node and join
         return DagNet(IN, [("h", Dense(5, "relu"), "x"), ("n", LayerNorm(), "h"), ("g", Dense(5, "relu"), "n"),
                              ("s", Add(), ["g", "h"]), ("c", Concat(), ["s", "x"]), ("out", Dense(OUT, "relu"), "c")],
-                        seed=1, backend=backend, **options)
+                        seed=seed, backend=backend, **options)
     raise ValueError(f"no network {name!r}; the names: {', '.join(NAMES)}")
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...backends import get_backend
 from ...core.checks import MEMORY_LIMIT
+from ...rnn.cells import GATED
 from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
@@ -138,7 +139,7 @@ def _skipped(net, tau, B, schedule, max_gflop):
     """Why ``schedule`` is not timed on ``net`` (None: it is): it refuses the cell, or its chain would do more
     than ``max_gflop`` GFLOP and more than BPTT's (the baseline's, never skipped)."""
     if net.cell != "elman" and schedule.name == NaumovRNN.name:
-        return f"refused: NaumovRNN's operators are the Elman cell's, not a {net.cell}'s"
+        return f"refused: NaumovRNN's operators are the Elman cell's, not {GATED[net.cell]}'s"
     counters = resolve(schedule).counters(net.sizes, tau, B, np.dtype(net.dtype).itemsize, net.backend.name,
                                           cell=net.cell)
     return _over(counters["flops"], max_gflop) if counters["flops"] > counters["sequential_flops"] else None

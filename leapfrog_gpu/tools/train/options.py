@@ -8,6 +8,7 @@ from ...backends import ops_numpy
 from ...core.functions import ACTIVATIONS, COSTS, DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...rnn.cells import ACTIVATION, CELLS
+from ...rnn.scans import NaumovRNN
 from .. import CLOSED_PIPE_STATUS, timeline
 from ..cli import Parser, integer, number, reals
 from ..schedules import schedule_names
@@ -206,8 +207,9 @@ def build_parser(model=DEFAULTS["model"]):
     add("--data-dir", "mnist: a folder with the four IDX files (gzipped or not) or one .npz", metavar="DIR")
     add("--inputs", f"teacher: input width (default {d['inputs']})", type=integer(1), metavar="N")
     add("--outputs", f"teacher: output width (default {d['outputs']})", type=integer(1), metavar="N")
-    add("--samples", f"teacher: training {'sequences' if rnn else 'samples'}, plus a quarter as many test ones "
-                     f"(default {d['samples']})", type=integer(1), metavar="N")
+    add("--samples", f"teacher, adding: training sequences, plus a quarter as many test ones (default {d['samples']}; "
+                     f"adding: {RNN_DATA_DEFAULTS['adding']['samples']})" if rnn else "teacher: training samples, plus "
+                     f"a quarter as many test ones (default {d['samples']})", type=integer(1), metavar="N")
     add("--tau", f"teacher, adding: time steps of a sequence (default {d['tau']})", type=integer(1), metavar="T")
     group = p.add_argument_group("model and schedule")
     add("--model", "mlp: the chain of layers; resmlp: the same layers with a skip connection every --skip hidden "
@@ -345,6 +347,9 @@ def _refused(c, given):
                                             f"or more; got {c['tau']}"),
         (c["cell"] != "elman" and c["activation"] != ACTIVATION, f"--cell {c['cell']} has its own activation, "
                                                                  f"{ACTIVATION}: drop --activation {c['activation']}"),
+        (c["cell"] != "elman" and c["schedule"] == NaumovRNN.name,
+         f"--schedule {NaumovRNN.name} builds the Elman cell's layer operators and has none for --cell {c['cell']}: "
+         f"choose --schedule from {', '.join(name for name in names if name != NaumovRNN.name)}"),
         (c["fused"] and c["check_finite"], "--check-finite needs the update after the gradients: drop --fused"),
         (c["graph"] and c["timeline"] is not None, "--timeline stamps every launch of eager steps, and a graph step "
                                                    "is one launch: drop --graph or --timeline"),

@@ -177,8 +177,8 @@ def test_a_gated_cell_is_timed_beside_its_torch_module_at_each_number_of_threads
     by_name = {row["schedule"]: row for row in rows}
     torch_rows = [f"step torch nn.{cell.upper()} {t}t" for t in (1, 2)]
     assert list(by_name) == [f"step {name}" for name in schedule_names("rnn")] + torch_rows
-    assert by_name["step naumov-rnn"]["refused"] == (f"refused: NaumovRNN's operators are the Elman cell's, not a "
-                                                     f"{cell}'s")
+    assert by_name["step naumov-rnn"]["refused"] == ("refused: NaumovRNN's operators are the Elman cell's, not "
+                                                     f"{dict(gru='a GRU', lstm='an LSTM')[cell]}'s")
     assert all(by_name[name]["median_s"] > 0 and by_name[name]["cell"] == cell for name in torch_rows)
 
 

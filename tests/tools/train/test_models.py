@@ -123,6 +123,9 @@ def test_each_model_has_its_own_help(capsys):
     rnn = helps["rnn"]
     assert rnn.startswith("usage: leapfrog-train") and "Train a recurrent network (RNN)" in rnn
     assert "--tau T teacher, adding: time steps of a sequence (default 16)" in rnn
+    assert ("--samples N teacher, adding: training sequences, plus a quarter as many test ones (default 2048; adding: "
+            "4096)") in rnn
+    assert "--samples N teacher: training samples, plus a quarter as many test ones (default 4096)" in helps["mlp"]
     assert ("--cell {elman,gru,lstm} the recurrent layers' cell: Elman's, or PyTorch's GRU or LSTM (default "
             "elman)") in rnn
     assert "recurrent widths: 128,64,32, 6x128 (6 layers of 128) or 2x128,64 (default 64)" in rnn

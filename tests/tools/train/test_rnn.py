@@ -81,6 +81,8 @@ def test_a_gated_rnn_trains_on_the_adding_problem(capsys, cell):
     (["--model", "rnn", "--cell", "gru", "--activation", "relu"], "--cell gru has its own activation, tanh: drop "
                                                                    "--activation relu"),
     (["--cell", "lstm"], "--cell applies to --model rnn only"),
+    (["--model", "rnn", "--cell", "lstm", "--schedule", "naumov-rnn"], "--schedule naumov-rnn builds the Elman cell's "
+     "layer operators and has none for --cell lstm: choose --schedule from bptt, leapfrog, wavefront, timescan"),
     (["--model", "rnn", "--data", "adding", "--tau", 1], "--data adding marks a step in each half of a sequence: it "
                                                          "needs --tau 2 or more; got 1"),
     (["--model", "rnn", "--data", "digits", "--tau", 8], "--tau applies to --model rnn --data teacher or adding only"),

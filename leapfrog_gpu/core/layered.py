@@ -41,6 +41,11 @@ class Layered(Network):
     def _outputs(self):
         return self.n[self.L], self.output_activation
 
+    def _output_flag(self):
+        """``", output_activation=..."`` for ``repr`` where it is not the one ``activation`` and ``cost`` give."""
+        default = resolve_output_activation(self.activation, self.cost, None)
+        return "" if self.output_activation == default else f", output_activation={self.output_activation!r}"
+
     def architecture(self):
         """What builds this network again (``core.saving``), JSON-able: its constructor's arguments but the seed, the
         backend and a communicator, which ``from_architecture`` takes back."""

@@ -60,7 +60,7 @@ class MLP(Layered):
 
     def __repr__(self):
         comm = "" if self.comm is None else f", comm={self.comm!r}"
-        return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, "
+        return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}{self._output_flag()}, "
                 f"dtype={self.dtype!r}, backend={self.backend!r}{comm})")
 
     def set_parameters(self, weights, biases=None):

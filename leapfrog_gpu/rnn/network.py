@@ -107,8 +107,8 @@ class RNN(Layered):
 
     def __repr__(self):
         cell = "" if self.cell == "elman" else f", cell={self.cell!r}"
-        return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}, output={self.output!r}, "
-                f"dtype={self.dtype!r}, backend={self.backend!r}{cell})")
+        return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}{self._output_flag()}, "
+                f"output={self.output!r}, dtype={self.dtype!r}, backend={self.backend!r}{cell})")
 
     @property
     def hidden(self):

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan, Sequential,
-                          TimeScan, Wavefront)
+from leapfrog_gpu import (BPTT, MLP, RNN, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan,
+                          Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends.host import NumpyBackend
 from networks import NAMES, TAU, Mirror, arrays, network, network_batch
 
@@ -112,3 +112,13 @@ def test_two_mirrored_ranks_compute_one_process_on_the_batch_they_make(name, sch
             results.append(arrays(net.parameters()))
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("make", [MLP, RNN])
+def test_repr_names_an_output_activation_other_than_the_one_its_activation_and_cost_give(make):
+    with make([3, 4, 2], output_activation="identity", backend="numpy") as net:
+        assert ", output_activation='identity'," in repr(net)
+    with make([3, 4, 2], activation="tanh", backend="numpy") as net, \
+            make([3, 4, 2], activation="tanh", cost="cross_entropy", backend="numpy") as entropy:
+        assert "output_activation" not in repr(net) + repr(entropy)
+        assert entropy.output_activation == "sigmoid"

@@ -41,6 +41,11 @@ class Solver:
         self.strict, self.stats = strict, {}
         self._warned = False
 
+    def check(self, net, shape):
+        """Raise a ValueError, before a pass changes anything, where this solver cannot solve the forward pass of
+        ``net`` on a batch of ``shape`` (the batch's less its axis of inputs: (B,), an RNN's (tau, B)): its
+        buffers exceed its ``memory_limit``. A solver without buffers of its own solves any."""
+
     def _report(self, steps, what, measure, tol):
         """Say that the solve stopped after ``steps`` ``what`` with ``measure`` above ``tol``, unconverged."""
         message = (f"{self!r} stopped after {steps} {what} with a relative {measure} above tol={tol}: its output "

@@ -146,7 +146,7 @@ class Network(OptimizerState):
         """The network's output for the batch ``x``, a copy; the forward pass by ``solver`` where the network
         takes one (None: layer by layer, node by node, step by step)."""
         solver = self._check_solver(solver)
-        plan, _ = self._load(x, None, share=False)
+        plan, _ = self._load(x, None, share=False, solver=solver)
         plan.forward(solver)
         return self._handed_out(plan.output)
 
@@ -155,7 +155,7 @@ class Network(OptimizerState):
         of it), under ``schedule`` (None: ``Sequential()``): copies shaped as ``parameters()``,
         ``{unit: {name: array}}``."""
         schedule, solver = self._check_schedule(schedule), self._check_solver(solver)
-        plan, _ = self._load(x, y, schedule)
+        plan, _ = self._load(x, y, schedule, solver=solver)
         plan.backprop(schedule, None, solver)
         return self._handed_out(plan.gradient_arrays)
 
@@ -187,7 +187,7 @@ class Network(OptimizerState):
         schedule, solver = self._check_step(schedule, graph, solver)
         clip = self._check_clip(clip, schedule, graph)
         self._check_rule(optimizer)
-        plan, samples = self._load(x, y, schedule)
+        plan, samples = self._load(x, y, schedule, solver=solver)
         if graph:
             key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))
             capture.check(plan, key, schedule)
@@ -250,11 +250,12 @@ class Network(OptimizerState):
 
     # -- what every pass shares ------------------------------------------------------------------------------
 
-    def _load(self, x, y, schedule=None, share=True):
+    def _load(self, x, y, schedule=None, share=True, solver=None):
         """Check the batch (``y`` None: inputs alone), take this rank's share of its samples (with a
-        communicator and ``share``), check that ``schedule`` can run a pass of that shape (``_check_pass``),
-        and enqueue its copy into its plan; return the plan and the whole batch's size B. A rank whose share
-        is empty (a batch smaller than the ranks) gets a plan marked ``empty``."""
+        communicator and ``share``), check that ``schedule`` can run a pass of that shape (``_check_pass``)
+        and ``solver`` solve its forward pass (``Solver.check``), and enqueue its copy into its plan; return
+        the plan and the whole batch's size B. A rank whose share is empty (a batch smaller than the ranks)
+        gets a plan marked ``empty``."""
         x, y = self._check_batch(x, self._targets(x, y))
         samples = x.shape[-1]
         if self.comm is not None and share:
@@ -263,6 +264,8 @@ class Network(OptimizerState):
         shape = (*x.shape[:-2], max(x.shape[-1], 1))
         if schedule is not None:
             self._check_pass(schedule, shape)
+        if solver is not None:
+            solver.check(self, shape)
         plan = self.plan(*shape)
         plan.load(x, y)
         return plan, samples

@@ -11,11 +11,12 @@ its layer's forward. D (``net.depth``) is the number of non-input nodes on the l
                    exact after its own depth, its own convergence test).
 ``ForwardNewton``  DEER / DeepPCR: linearize at the iterate, a_v = f_v + sum_u J_{v,u} (a_u - a_u^(i)),
                    and solve that linear lower-triangular system by recursive doubling in ceil(log2 D)
-                   rounds (``schedules.doubling_solve``); repeat. Exact in at most D iterations
-                   (after i of them every node of level <= i is exact); stops when the largest per-node
-                   relative residual ||a_v - f_v(a)|| / ||f_v(a)|| is <= ``tol``. ``damping`` scales each
-                   step (ELK's remedy for steps that blow up); a step that leaves NaN or Inf is undone
-                   and replaced by a Jacobi sweep from the previous iterate.
+                   rounds (``schedules.doubling_solve``); repeat. Undamped, exact in at most D
+                   iterations (after i of them every node of level <= i is exact); stops when the largest
+                   per-node relative residual ||a_v - f_v(a)|| / ||f_v(a)|| is <= ``tol``. ``damping`` < 1
+                   scales each step (ELK's remedy for steps that blow up), which then leaves a part of the
+                   error at every level, so that no number of iterations is exact; a step that leaves NaN
+                   or Inf is undone and replaced by a Jacobi sweep from the previous iterate.
 
 Both run as one operation on the main stream, for ``DagNet.feedforward(x, solver=...)``,
 ``DagNet.backprop(..., solver=...)`` and ``MLP.feedforward(x, solver=...)`` (the MLP as its chain).
@@ -25,6 +26,7 @@ each operand read once, each result written once) beside the node-by-node forwar
 
 import math
 import numbers
+import weakref
 
 import numpy as np
 
@@ -32,25 +34,40 @@ from ..core.checks import MEMORY_LIMIT, check_memory_limit
 from ..core.convergence import Solver, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
-from .plan import INPUT
+from .plan import INPUT, forward_node
 from .schedules import doubling_bytes, doubling_solve
 
 
 class ForwardSolver(Solver):
-    """What the solvers share: ``feedforward`` for either network, counters, the previous solution, and
-    what a solve that stops short of its tolerance does (``core.convergence.Solver``): a ``RuntimeWarning``,
-    once per solver, or with ``strict=True`` a ``RuntimeError``, raised by the call that waits for the solve."""
+    """What the solvers share: ``feedforward`` for either network, counters, the previous solution (for
+    ``warm_start``), and what a solve that stops short of its tolerance does (``core.convergence.Solver``): a
+    ``RuntimeWarning``, once per solver, or with ``strict=True`` a ``RuntimeError``, raised by the call that
+    waits for the solve."""
 
     network = "DagNet"
 
-    def __init__(self, strict=False):
+    def __init__(self, warm_start=False, strict=False):
         super().__init__(strict)
-        self._previous = None  # (network id, batch, outputs) of the last solve
+        if not isinstance(warm_start, bool):
+            raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
+        self.warm_start = warm_start
+        self._previous = None  # (a weak reference to the network, batch, outputs) of the last solve
+        self._chain = None  # (a weak reference to the MLP, its chain) of the last MLP solved
 
     def feedforward(self, net, x):
         """a^out (n_out, B) of ``net`` (a ``DagNet``, or an ``MLP`` run as its chain) by this solver."""
-        dag = net if isinstance(net, DagNet) else from_mlp(net)
-        return dag.feedforward(x, solver=self)
+        return (net if isinstance(net, DagNet) else self.chain(net)).feedforward(x, solver=self)
+
+    def chain(self, mlp):
+        """The ``DagNet`` that ``mlp`` is solved as (``from_mlp``), holding ``mlp``'s parameters as they are now:
+        the last MLP's is kept, its parameters copied in again, so that its next solve may start warm."""
+        if self._chain is not None and self._chain[0]() is mlp:
+            dag = self._chain[1]
+            dag.set_parameters({str(l): named for l, named in mlp.parameters().items()})
+            return dag
+        dag = from_mlp(mlp)
+        self._chain = (weakref.ref(mlp), dag)
+        return dag
 
     def solve(self, net, state):
         """Fill ``state.a`` and ``state.saved`` for every node of ``net`` (runs on the main stream); ``state``
@@ -60,21 +77,21 @@ class ForwardSolver(Solver):
     def _start(self, net, state, warm):
         xp, B = net.backend.xp, state.batch
         previous = self._previous
-        if warm and previous is not None and previous[:2] == (id(net), B):
+        if warm and previous is not None and previous[0]() is net and previous[1] == B:
             return dict(previous[2])
         return {v: xp.zeros((net.n[v], B), dtype=net.dtype) for v in net.order}
 
     def _finish(self, net, state, a, saved):
         for v in net.order:
             state.a[v], state.saved[v] = a[v], saved[v]
-        self._previous = (id(net), state.batch, {v: a[v] for v in net.order})
+        self._previous = (weakref.ref(net), state.batch, {v: a[v] for v in net.order})
 
 def _evaluate(net, params, a, nodes, x):
     """f_v of the iterate ``a`` for ``nodes``, on ``params`` (the plan's): ``(outputs, saved)``."""
     out, saved = {}, {}
     for v in nodes:
         args = [x if u == INPUT else a[u] for u in net.inputs[v]]
-        out[v], saved[v] = net.layer[v].forward(net.backend, params[v], args)
+        out[v], saved[v] = forward_node(net, v, params[v], args)
     return out, saved
 
 
@@ -105,7 +122,8 @@ class ForwardJacobi(ForwardSolver):
         tol: None (no test: D sweeps), or stop a group at the first sweep whose per-node relative
             change max_v ||a_v' - a_v|| / ||a_v'|| is <= tol (a number >= 0).
         max_sweeps: None (the depth, exact) or a cap >= 1 on each group's sweeps.
-        warm_start: start from the previous solve's outputs (same network, same batch size).
+        warm_start: start from the previous solve's outputs (same network, same batch size; an MLP's through
+            the chain the solver keeps for it, ``chain``).
         blocks: groups of consecutive levels (>= 1): Jacobi inside each, sequential across.
         strict: raise a RuntimeError, rather than warn, when a solve ends unconverged.
 
@@ -113,15 +131,13 @@ class ForwardJacobi(ForwardSolver):
     """
 
     def __init__(self, tol=None, max_sweeps=None, warm_start=False, blocks=1, strict=False):
-        super().__init__(strict)
+        super().__init__(warm_start, strict)
         if tol is not None:
             _check("tol", tol, 0, "must be None or a finite number >= 0")
         for name, value in (("max_sweeps", max_sweeps), ("blocks", blocks)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
                 raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-        if not isinstance(warm_start, bool):
-            raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
-        self.tol, self.max_sweeps, self.warm_start, self.blocks = tol, max_sweeps, warm_start, int(blocks)
+        self.tol, self.max_sweeps, self.blocks = tol, max_sweeps, int(blocks)
 
     def __repr__(self):
         return (f"ForwardJacobi(tol={self.tol}, max_sweeps={self.max_sweeps}, warm_start={self.warm_start}, "
@@ -170,14 +186,16 @@ class ForwardJacobi(ForwardSolver):
 
 
 class ForwardNewton(ForwardSolver):
-    """Newton's method with a parallel scan of every linearized system: at most D iterations.
+    """Newton's method with a parallel scan of every linearized system: exact in D iterations, undamped.
 
     Args:
         tol: stop once the largest per-node relative residual is <= tol (a number >= 0); None: 1e-12 in
             float64, 1e-6 in float32 (the residual of an exact float32 solution is a few ulps).
-        max_iterations: None (the depth, exact) or a cap >= 1.
-        damping: each step times this factor, in (0, 1] (1: plain Newton).
-        warm_start: start from the previous solve's outputs (same network, same batch size).
+        max_iterations: None (the depth D: exact with ``damping=1``) or a cap >= 1.
+        damping: each step times this factor, in (0, 1] (1: plain Newton). Below 1 each step leaves a
+            part of the error, so D iterations need not reach ``tol``: a solve that stops short warns.
+        warm_start: start from the previous solve's outputs (same network, same batch size; an MLP's through
+            the chain the solver keeps for it, ``chain``).
         memory_limit: bytes the Jacobian blocks may take; a larger need raises before allocating.
         strict: raise a RuntimeError, rather than warn, when a solve ends unconverged.
 
@@ -186,7 +204,7 @@ class ForwardNewton(ForwardSolver):
 
     def __init__(self, tol=None, max_iterations=None, damping=1.0, warm_start=False,
                  memory_limit=MEMORY_LIMIT, strict=False):
-        super().__init__(strict)
+        super().__init__(warm_start, strict)
         if tol is not None:
             _check("tol", tol, 0, "must be None or a finite number >= 0")
         if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
@@ -196,7 +214,7 @@ class ForwardNewton(ForwardSolver):
         if not 0 < damping <= 1:
             raise ValueError(f"damping must be a number in (0, 1]; got {damping!r}")
         self.tol, self.max_iterations, self.damping = tol, max_iterations, float(damping)
-        self.warm_start, self.memory_limit = warm_start, check_memory_limit(memory_limit)
+        self.memory_limit = check_memory_limit(memory_limit)
 
     def __repr__(self):
         return (f"ForwardNewton(tol={self.tol}, max_iterations={self.max_iterations}, damping={self.damping}, "
@@ -206,14 +224,17 @@ class ForwardNewton(ForwardSolver):
         """Bytes of the Jacobian's blocks laid into one (B, M, M) matrix, its square, two iterates."""
         return doubling_bytes(net, batch, np.dtype(net.dtype).itemsize)
 
-    def check_memory(self, net, batch):
+    def check(self, net, shape):
+        """The bytes of a solve of ``net`` (a ``DagNet``) at ``shape``, (B,), or a ValueError when they exceed
+        ``memory_limit``."""
+        (batch,) = shape
         return check_memory("ForwardNewton", self.memory_needed(net, batch), self.memory_limit,
                             f"depth D={net.depth}, batch B={batch} ({net.dtype})",
                             "ForwardJacobi() or the node-by-node forward")
 
     def solve(self, net, state):
         xp, x, D = net.backend.xp, state.a[INPUT], net.depth
-        memory = self.check_memory(net, state.batch)
+        memory = self.check(net, (state.batch,))
         a = self._start(net, state, self.warm_start)
         limit = D if self.max_iterations is None else self.max_iterations
         tol = self.tol if self.tol is not None else (1e-12 if net.dtype == "float64" else 1e-6)

@@ -20,6 +20,7 @@ product per output unit). Parameters are dicts of arrays by name; ``Dense`` runs
 """
 
 import math
+import numbers
 
 import numpy as np
 
@@ -137,7 +138,8 @@ class Layer:
         return {}
 
     def forward(self, backend, params, inputs):
-        """Return ``(a, saved)``: the output (n, B) and what the products need."""
+        """Return ``(a, saved)``: the output (n, B), n what ``size`` gives (a ValueError names the node
+        otherwise), and what the products need."""
         raise NotImplementedError
 
     def error(self, backend, params, saved, abar):
@@ -184,9 +186,9 @@ class Dense(Layer):
     params = ("w", "b")
 
     def __init__(self, n, activation="sigmoid"):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"Dense needs a width n >= 1; got {n!r}")
-        self.n, self.activation = n, choose("activation", activation, OUTPUT_ACTIVATIONS)
+        self.n, self.activation = int(n), choose("activation", activation, OUTPUT_ACTIVATIONS)
 
     def __repr__(self):
         return f"Dense({self.n}, {self.activation!r})"
@@ -291,6 +293,11 @@ class LayerNorm(Layer):
     params = ("gamma", "beta")
 
     def __init__(self, eps=1e-5):
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+            raise TypeError(f"LayerNorm's eps must be a number > 0; got {eps!r} ({type(eps).__name__})")
+        if not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"LayerNorm's eps must be a finite number > 0 (it keeps sqrt(var + eps) from 0); "
+                             f"got {eps!r}")
         self.eps = float(eps)
 
     def __repr__(self):

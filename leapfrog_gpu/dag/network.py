@@ -14,6 +14,7 @@ output's, the number of non-input nodes on the longest path (a chain of L layers
 """
 
 import numbers
+from collections.abc import Iterable, Mapping
 
 from ..core import parameters, saving
 from ..core.checks import check_batch
@@ -143,7 +144,8 @@ class DagNet(Network):
         activation and a LayerNorm node's ``torch.nn.LayerNorm`` registered under the node's name, Add a sum,
         Concat ``torch.cat`` (``leapfrog_gpu.dag.torch_io``). Its parameters are a copy, as they are once the
         enqueued steps have run: later steps do not change them, and training the module does not change the
-        network. A TypeError names a node of a layer it cannot translate; ``from_torch`` reads the module back."""
+        network. A TypeError names a node of a layer it cannot translate, a ValueError a node whose name torch
+        cannot keep (``torch_io.to_module``); ``from_torch`` reads the module back."""
         return torch_io.to_module([(v, self.layer[v], self.inputs[v]) for v in self.order], self.output,
                                   self.parameters())
 
@@ -229,6 +231,8 @@ def residual(sizes, skip=2, activation="sigmoid", output_activation=None, **opti
 
 
 def _check_nodes(nodes):
+    if isinstance(nodes, (str, Mapping)) or not isinstance(nodes, Iterable):
+        raise TypeError(f"nodes must be a list of (name, layer, inputs) triples; got {type(nodes).__name__}")
     layer, inputs = {}, {}
     for entry in nodes:
         if not (isinstance(entry, (tuple, list)) and len(entry) == 3):
@@ -240,6 +244,10 @@ def _check_nodes(nodes):
             raise ValueError(f"node {name!r} is given twice")
         if not isinstance(node_layer, Layer):
             raise TypeError(f"node {name!r}: its layer must implement leapfrog_gpu.dag.Layer; got {node_layer!r}")
+        if not (isinstance(node_inputs, str) or isinstance(node_inputs, (list, tuple))
+                and all(isinstance(u, str) for u in node_inputs)):
+            raise TypeError(f"node {name!r}: its inputs must be a node's name or a list of names ({INPUT!r} is "
+                            f"the input); got {node_inputs!r}")
         node_inputs = [node_inputs] if isinstance(node_inputs, str) else list(node_inputs)
         if not node_inputs:
             raise ValueError(f"node {name!r} has no inputs")

@@ -18,10 +18,23 @@ import numpy as np
 from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
-from .layers import Dense, from_products
+from .layers import Add, Dense, from_products
 
 INPUT = "x"
 """The input node's name."""
+
+
+def forward_node(net, v, params, inputs):
+    """``(a_v, saved)``: node v's layer's forward of ``inputs`` (each (n_u, B)) on ``params``, v's parameters. A
+    ValueError names a layer whose output is not (n_v, B), n_v its ``size``: the nodes that read it would read
+    past its end."""
+    a, saved = net.layer[v].forward(net.backend, params, inputs)
+    want = (net.n[v], inputs[0].shape[1])
+    got = tuple(a.shape) if hasattr(a, "shape") else f"none (a {type(a).__name__})"
+    if got != want:
+        raise ValueError(f"node {v!r}: {net.layer[v]!r}.forward returned an output of shape {got}, not (n, B) = "
+                         f"{want} (n: its size()): make forward return n rows of B columns")
+    return a, saved
 
 
 class DagPlan(plan.Plan):
@@ -101,7 +114,7 @@ class DagPlan(plan.Plan):
 
     def _forward_node(self, v):
         """a_v and what its products need, from its inputs' outputs."""
-        self.a[v], self.saved[v] = self.net.layer[v].forward(self.backend, self.params[v], self._arguments(v))
+        self.a[v], self.saved[v] = forward_node(self.net, v, self.params[v], self._arguments(v))
 
     def _arguments(self, v):
         return [self.a[u] for u in self.net.inputs[v]]
@@ -177,7 +190,7 @@ class DagPlan(plan.Plan):
         """Flops and bytes of the adjoint system in the sequential order: each node's error and products.
 
         A node with parameters counts 2 n n_i B per input (a matrix product) and n B (its error); one
-        without, n_i B per input (Add) or nothing (Concat, a copy)."""
+        without, n_i B per input if it is an Add, else nothing (Concat: a copy)."""
         net, flops, moved = self.net, 0, 0
         for v in self.order:
             n, widths = self.n[v], [self.n[u] for u in net.inputs[v] if u in net.layer]
@@ -185,7 +198,7 @@ class DagPlan(plan.Plan):
                 flops += sum(2 * n * m * self.batch for m in widths) + n * self.batch
                 moved += sum(p.size for p in self.params[v].values()) + 3 * n * self.batch + sum(widths) * self.batch
             else:
-                flops += sum(widths) * self.batch if len(net.inputs[v]) > 1 and len(set(widths)) == 1 else 0
+                flops += sum(widths) * self.batch if isinstance(net.layer[v], Add) else 0
                 moved += n * self.batch + sum(widths) * self.batch
         itemsize = np.dtype(self.dtype).itemsize
         return {"sequential_rounds": len(self.order), "sequential_flops": flops, "sequential_bytes": moved * itemsize}

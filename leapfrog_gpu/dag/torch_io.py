@@ -30,26 +30,35 @@ def to_module(nodes, output, params):
     """A ``torch.fx.GraphModule`` named ``DagNetModule`` computing the DAG of ``nodes``, ``(name, layer,
     inputs)`` triples in a topological order, whose output is node ``output``; ``params`` is ``{node: {name:
     array}}`` for the nodes with parameters. The module's parameters share those arrays' memory where DLPack
-    allows, so pass arrays that nothing else writes. A TypeError names a node whose layer is not one of
-    ``TRANSLATED``, a ValueError a node whose name cannot name a torch module."""
+    allows, so pass arrays that nothing else writes. Every node's fx node is named after it where fx keeps the
+    name (``_kept``), a module's otherwise by a name of no node (``_spare``), so that ``read_module`` gives
+    the nodes back. A TypeError names a node whose layer is not one of ``TRANSLATED``, a ValueError a node
+    whose name cannot name a torch module, or an Add or Concat node whose name fx would change."""
     torch = torch_io.import_torch()
     graph, modules = torch.fx.Graph(), {}
     a = {INPUT: graph.placeholder(INPUT)}
     taken = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())  # the names a module has already
+    names = {v for v, _, _ in nodes}
     for v, layer, inputs in nodes:
         if type(layer) not in TRANSLATED:
             raise TypeError(f"node {v!r} is a {type(layer).__name__}, which to_torch cannot translate: it translates "
                             f"{', '.join(kind.__name__ for kind in TRANSLATED)} layers")
+        if type(layer) in (Add, Concat) and not _kept(torch, v):
+            raise ValueError(f"node {v!r} cannot name a torch.fx node: to_torch names each Add and Concat node's "
+                             "fx node after the node, which needs an ASCII Python identifier, not a keyword, a "
+                             "builtin, 'self' nor a name fx reserves such as 'torch'; rename the node")
         given = [a[u] for u in inputs]
         if type(layer) is Add:  # ((a_1 + a_2) + a_3) + ..., as Add sums them
             a[v] = given[0]
             for k, more in enumerate(given[1:], start=2):
-                a[v] = graph.call_function(operator.add, (a[v], more), name=v if k == len(given) else None)
+                a[v] = graph.call_function(operator.add, (a[v], more),
+                                           name=v if k == len(given) else _spare(graph, names, "add"))
         elif type(layer) is Concat:
             a[v] = graph.call_function(torch.cat, (given,), {"dim": -1}, name=v)
         else:
             modules[_module_name(v, taken)] = _module(torch, layer, params[v])
-            a[v] = graph.call_module(v, tuple(given))
+            a[v] = graph.create_node("call_module", v, tuple(given),
+                                     name=v if _kept(torch, v) else _spare(graph, names, "module"))
     graph.output(a[output])
     return torch.fx.GraphModule(modules, graph, class_name="DagNetModule")
 
@@ -70,6 +79,21 @@ def _module_name(v, taken):
                          "module after the node, which needs printable ASCII without '.', '\"' or '\\', not a "
                          "Python keyword nor an attribute of torch.fx.GraphModule; rename the node")
     return v
+
+
+def _kept(torch, v):
+    """Whether fx keeps ``v`` as the name of a graph node: an ASCII Python identifier, not a keyword, a builtin
+    nor a name its generated code reads (``torch``, ...; ``self``, the generated forward's first argument)."""
+    return v != "self" and torch.fx.Graph().create_node("placeholder", v, name=v).name == v
+
+
+def _spare(graph, names, base):
+    """``base``, ``base_1``, ``base_2``, ...: the first that no node of ``graph`` and none of ``names`` has."""
+    used, name, k = names | {node.name for node in graph.nodes}, base, 0
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    return name
 
 
 READS = ("Linear modules (each followed by at most one sigmoid, tanh or relu: a module, torch or functional "
@@ -96,9 +120,10 @@ def read_module(module):
     or ``LayerNorm`` that reads the input; ``dtype`` the name of the module's first parameter's dtype (torch's
     default dtype with none). A TypeError refuses what is not a module; a ValueError names the first node
     that a DagNet cannot compute and its op, saying why: any other module, function, method or attribute, a
-    second input, a module called twice (a node's parameters are its own), an activation that does not follow
-    a ``Linear``'s output alone, a concatenation along another dim, a sum with a number, a node that leads
-    nowhere, an output that a node reads.
+    second input, a module called twice (a node's parameters are its own), a submodule ``x`` whose fx node is
+    named ``"x"`` too (the input's name), an activation that does not follow a ``Linear``'s output alone, a
+    concatenation along another dim, a sum with a number, a node that leads nowhere, an output that a node
+    reads.
     """
     torch = torch_io.import_torch()
     if isinstance(module, torch.fx.GraphModule):
@@ -239,6 +264,9 @@ class _Reader:
         """A node of ``layer`` reading ``inputs``, holding ``params``; ``takes`` the width of its input."""
         plain = node.op == "call_module" and "." not in node.target
         name = node.target if plain and node.target not in self.nodes and node.target != INPUT else node.name
+        if name == INPUT:
+            raise self.refused(node, f"would be the node {INPUT!r}, the name a DagNet keeps for its input: rename "
+                                     "the submodule")
         self.nodes[name], self.fx[name], self.of[node] = (layer, inputs), node, name
         if params:
             self.tensors[name] = params

@@ -11,6 +11,7 @@ import numbers
 
 from ..core import parameters, saving
 from ..core.checks import check_batch
+from ..core.convergence import Solver
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
@@ -104,6 +105,9 @@ class MLP(Layered):
         """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,); by
         ``solver`` (``ForwardJacobi`` or ``ForwardNewton``, which run it as its chain of ``Dense`` layers)."""
         if solver is not None:
+            if not (isinstance(solver, Solver) and solver.network == "DagNet"):
+                raise TypeError(f"solver must be None (the forward layer by layer), ForwardJacobi() or "
+                                f"ForwardNewton(); got {solver!r}")
             x, _ = self._check_batch(x, None)
             return solver.feedforward(self, x)
         return super().feedforward(x)

@@ -120,14 +120,20 @@ class TimeNewton(Solver):
         n = max(sizes[1:-1])
         return (5 * tau * B * n + 2 * tau * B * (n if self.quasi else n * n)) * itemsize
 
+    def check(self, net, shape):
+        """The bytes of a solve of ``net`` (an ``RNN``) at ``shape``, (tau, B), or a ValueError when they exceed
+        ``memory_limit``."""
+        (tau, B), cell = shape, "" if net.cell == "elman" else f" ({net.cell.upper()})"
+        return check_memory(repr(self), self.memory_needed(net.sizes, tau, B, np.dtype(net.dtype).itemsize,
+                                                           cell=net.cell), self.memory_limit,
+                            f"sizes {list(net.sizes)}{cell} at tau={tau}, B={B} ({net.dtype})",
+                            "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",))
+
     def prepare(self, p):
         """Check the memory of a solve on pass ``p`` and allocate its buffers there (once per pass), before
         the solve is enqueued: called on the host, outside any stream."""
         sizes = p.net.sizes
-        cell = "" if p.net.cell == "elman" else f" ({p.net.cell.upper()})"
-        needed = check_memory(repr(self), self._memory(p), self.memory_limit,
-                              f"sizes {list(sizes)}{cell} at tau={p.tau}, B={p.batch} ({p.net.dtype})",
-                              "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",))
+        needed = self.check(p.net, (p.tau, p.batch))
         key = ("time-newton", self.quasi)
         if p.net.cell != "elman":
             gated_newton.buffers(p, self.quasi)

@@ -15,8 +15,8 @@ import pytest
 
 from helpers import to_numpy
 from networks import NAMES, arrays, network, network_batch
-from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, Leapfrog, NaumovScan, Sequential, TimeScan,
-                          Wavefront)
+from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovScan, Sequential,
+                          TimeNewton, TimeScan, Wavefront)
 from leapfrog_gpu.backends import ops_numpy
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
@@ -243,19 +243,31 @@ REFUSING = {"MLP": NaumovScan(memory_limit=1), "RNN": TimeScan(memory_limit=1), 
 """A schedule each network refuses at a batch (its buffers exceed its memory limit)."""
 
 
-@pytest.mark.parametrize("refused, graph", [("memory", False), ("memory", True), ("capture", True)])
-def test_a_step_its_schedule_refuses_changes_no_state(network_name, refused, graph):
-    """A step refused by its schedule's memory check, or by graph mode (Leapfrog("auto") before an eager step
-    has chosen k), leaves no state, no step count and no optimizer held: the next step, by another optimizer
-    even, is a fresh network's to the bit."""
+def refusal(name, refused):
+    """(schedule, solver, the refusal's words) of a step the network ``name`` refuses: by its schedule's memory
+    check (``"memory"``), by graph mode (``"capture"``: ``Leapfrog("auto")`` before an eager step has chosen k),
+    or by its forward solver's memory check (``"solver"``; an MLP's step takes no solver at all)."""
+    if refused == "memory":
+        return REFUSING[name], None, "needs .* over memory_limit"
+    if refused == "capture":
+        return Leapfrog("auto"), None, "graph=True cannot capture"
+    if name == "RNN":
+        return TimeScan(), TimeNewton(memory_limit=1), "needs .* over memory_limit"
+    return None, ForwardNewton(memory_limit=1), "takes no forward solver" if name == "MLP" else "needs .* over memory"
+
+
+@pytest.mark.parametrize("refused, graph", [("memory", False), ("memory", True), ("capture", True),
+                                            ("solver", False)])
+def test_a_step_its_schedule_or_solver_refuses_changes_no_state(network_name, refused, graph):
+    """A step refused (``refusal``) leaves no state, no step count and no optimizer held: the next step, by
+    another optimizer even, is a fresh network's to the bit."""
     x, y = network_batch(network_name, 5)
-    schedule = REFUSING[network_name] if refused == "memory" else Leapfrog("auto")
+    schedule, solver, words = refusal(network_name, refused)
     with network(network_name, "numpy", dtype="float64") as net, \
             network(network_name, "numpy", dtype="float64") as fresh:
         before = net.parameters()
-        with pytest.raises(ValueError, match="needs .* over memory_limit" if refused == "memory" else
-                           "graph=True cannot capture"):
-            net.train_step(x, y, Adam(0.01), schedule, graph=graph)
+        with pytest.raises((ValueError, TypeError), match=words):
+            net.train_step(x, y, Adam(0.01), schedule, graph=graph, solver=solver)
         assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
         after = net.parameters()
         assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])

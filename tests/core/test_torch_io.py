@@ -474,9 +474,10 @@ def three_way(backend, dtype="float64", seed=6):
 
 
 def joined(backend, dtype="float64", seed=7):
-    """A Concat of the input and a LayerNorm, nodes named as torch names nothing."""
+    """A Concat of the input and a LayerNorm, its modules named as fx names no node ("2", "my norm"); an Add or
+    Concat node's name must be one fx keeps (``tests/dag/test_from_torch.py``)."""
     return DagNet(4, [("2", Dense(5, "sigmoid"), "x"), ("my norm", LayerNorm(eps=1e-3), "2"),
-                        ("c-1", Concat(), ["x", "my norm"]), ("out", Dense(3, "tanh"), "c-1")],
+                        ("c_1", Concat(), ["x", "my norm"]), ("out", Dense(3, "tanh"), "c_1")],
                     dtype=dtype, seed=seed, backend=backend)
 
 

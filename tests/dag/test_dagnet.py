@@ -15,9 +15,9 @@ from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core.handoff import Handoff
 from leapfrog_gpu.dag import schedules as dag_schedules
 from leapfrog_gpu.dag.schedules import DagDoubling, DagJacobi, LevelSets
-from leapfrog_gpu.dag.forward import ForwardNewton
+from leapfrog_gpu.dag.forward import ForwardJacobi, ForwardNewton
 from leapfrog_gpu.dag.network import DagNet, chain, residual
-from leapfrog_gpu.dag.layers import Add, Concat, Dense, LayerNorm
+from leapfrog_gpu.dag.layers import Add, Concat, Dense, Layer, LayerNorm
 from leapfrog_gpu.core.torch_io import INSTALL
 
 SIZES = [9, 17, 5, 13, 7, 3]
@@ -218,6 +218,19 @@ def test_jacobi_is_exact_after_d_sweeps_and_not_after_d_minus_1():
             assert schedule.stats["converged"] is converged and schedule.stats["rounds"] == sweeps
 
 
+@pytest.mark.parametrize("width", [4, 5])
+def test_the_sequential_counters_are_their_formula(width):
+    """Flops of the adjoint system, B = 2: 2 n n_u B per input node u and n B of a node with parameters (h and
+    k read only the input), n_u B per input node of an Add, nothing for a Concat, its inputs of one width (4, 4)
+    or not (4, 5)."""
+    B, m = 2, 4 + width
+    with DagNet(3, [("h", Dense(4, "tanh"), "x"), ("k", Dense(width, "tanh"), "x"), ("c", Concat(), ["h", "k"]),
+                    ("s", Add(), ["c", "c"]), ("out", Dense(2), "s")], dtype="float64", backend="numpy") as net:
+        net.gradients(np.ones((3, B)), np.full((2, B), 0.5), Sequential())
+        want = 4 * B + width * B + 0 + 2 * m * B + (2 * 2 * m * B + 2 * B)
+        assert net.stats["backward"]["sequential_flops"] == want
+
+
 @pytest.mark.parametrize("cls", [DagJacobi, DagDoubling])
 def test_a_block_schedule_checks_its_memory_before_allocating(cls, monkeypatch):
     with NumpyBackend(mode="serial") as backend:
@@ -306,6 +319,50 @@ def test_gradients_run_on_worker_index_mod_k():
 def test_bad_graphs_say_what_is_wrong(nodes, message):
     with pytest.raises(ValueError, match=message):
         DagNet(2, nodes, backend="numpy")
+
+
+@pytest.mark.parametrize("nodes,message", [
+    (None, "nodes must be a list of (name, layer, inputs) triples; got NoneType"),
+    ({"a": (Dense(3), "x")}, "nodes must be a list of (name, layer, inputs) triples; got dict"),
+    ([("a", Dense(3), 5)], "node 'a': its inputs must be a node's name or a list of names ('x' is the input); got 5"),
+    ([("a", Dense(3), ["x", None])],
+     "node 'a': its inputs must be a node's name or a list of names ('x' is the input); got ['x', None]"),
+])
+def test_nodes_of_the_wrong_type_say_what_is_expected(nodes, message):
+    with pytest.raises(TypeError) as info:
+        DagNet(2, nodes, backend="numpy")
+    assert str(info.value) == message
+
+
+class ShortLayer(Layer):
+    """Says its output is as wide as its input, returns one row less."""
+
+    def size(self, sizes):
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        return np.ascontiguousarray(inputs[0][:-1]), {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g]
+
+
+@pytest.mark.parametrize("solver", [None, ForwardJacobi(), ForwardNewton()], ids=repr)
+def test_a_layer_whose_output_is_not_its_size_is_refused_naming_the_node(solver):
+    """Node "u" says 4 rows and gives 3: the Dense reading it would read past the end of its array. A feedforward
+    raises, and a step raises at its synchronize with the parameters unchanged."""
+    message = (r"^node 'u': ShortLayer\(\)\.forward returned an output of shape \(3, 2\), not \(n, B\) = \(4, 2\) "
+               r"\(n: its size\(\)\): make forward return n rows of B columns$")
+    with DagNet(4, [("a", Dense(4, "tanh"), "x"), ("u", ShortLayer(), "a"), ("out", Dense(2), "u")],
+                dtype="float64", backend="numpy") as net:
+        x, y = np.ones((4, 2)), np.full((2, 2), 0.5)
+        with pytest.raises(ValueError, match=message):
+            net.feedforward(x, solver=solver)
+        before = flat(net.parameters())
+        with pytest.raises(ValueError, match=message):
+            net.sgd_step(x, y, ETA, solver=solver)
+            net.synchronize()
+        assert same(flat(net.parameters()), before)
 
 
 def test_a_node_listed_before_one_of_its_inputs_is_placed_after_all_of_them():

@@ -120,6 +120,21 @@ def test_newton_needs_all_d_iterations_on_an_expanding_network(backend):
     assert not capped.stats["converged"] and capped.stats["residuals"][-1] > 1e-12
 
 
+def test_damped_newton_stops_unconverged_at_the_depth_and_says_so(backend):
+    """damping = 1/2 leaves half of the error of the nodes of level 1, which depend on x alone, after every
+    step: (1/2)^8 of it after D = 8 iterations, the default cap, well above tol; undamped, D iterations are exact."""
+    net = scaled_chain(backend, 8, 1.0, "tanh")
+    x, _ = data(net, 3)
+    damped = ForwardNewton(damping=0.5)
+    with pytest.warns(RuntimeWarning, match=f"stopped after {net.depth} iterations with a relative residual"):
+        got = net.feedforward(x, solver=damped)
+    assert damped.stats["iterations"] == net.depth and not damped.stats["converged"]
+    assert np.max(np.abs(got - net.feedforward(x))) > 1e-6
+    undamped = ForwardNewton()
+    net.feedforward(x, solver=undamped)
+    assert undamped.stats["converged"] and undamped.stats["iterations"] <= net.depth
+
+
 def test_newton_damping_and_the_reset_on_nan(backend, monkeypatch):
     net = scaled_chain(backend, 6, 1.0, "tanh")
     x, _ = data(net, 2)
@@ -156,6 +171,29 @@ def test_the_mlp_takes_a_solver(backend, solver):
             assert np.array_equal(got, want) and solver.stats["sweeps"] == len(sizes) - 1
         else:
             assert np.max(np.abs(got - want)) <= 1e-12
+
+
+@pytest.mark.parametrize("solver", [ForwardJacobi(tol=1e-12, warm_start=True), ForwardNewton(warm_start=True)],
+                         ids=repr)
+def test_an_mlp_s_solves_start_warm_on_its_parameters_of_the_moment(backend, solver):
+    """The MLP's second solve of one batch starts from the first's outputs, already the answer: one Jacobi sweep,
+    no Newton step. After a step it starts there again and still gives the node-by-node forward of the new
+    parameters (within the solver's tolerance of 1e-12), not the old one."""
+    with MLP([4] * 9, activation="tanh", dtype="float64", seed=3, backend=backend) as mlp:
+        rng = np.random.default_rng(0)
+        x, y = rng.random((4, 3)), rng.uniform(0.1, 0.9, (4, 3))
+        steps = "sweeps" if isinstance(solver, ForwardJacobi) else "iterations"
+        mlp.feedforward(x, solver=solver)
+        assert solver.stats[steps] >= 5
+        got = mlp.feedforward(x, solver=solver)
+        assert solver.stats[steps] == (1 if steps == "sweeps" else 0)
+        old = mlp.feedforward(x)
+        assert np.max(np.abs(got - old)) <= 1e-12
+        mlp.sgd_step(x, y, 5.0)
+        want = mlp.feedforward(x)
+        got = mlp.feedforward(x, solver=solver)
+        assert np.max(np.abs(want - old)) > 1e-3 and np.max(np.abs(got - want)) <= 1e-12
+        assert solver.stats["converged"]
 
 
 @pytest.mark.parametrize("name", list(NETS))
@@ -265,3 +303,9 @@ def test_an_early_stop_warns_once_or_raises_when_strict(backend):
             net.feedforward(x, solver=strict)
     with pytest.raises(TypeError, match="strict must be True or False"):
         ForwardNewton(strict="yes")
+
+
+@pytest.mark.parametrize("solver", [ForwardJacobi, ForwardNewton], ids=lambda kind: kind.__name__)
+def test_warm_start_must_be_true_or_false_for_either_solver(solver):
+    with pytest.raises(TypeError, match="^warm_start must be True or False; got 'yes'$"):
+        solver(warm_start="yes")

@@ -21,7 +21,7 @@ from leapfrog_gpu.core.torch_io import INSTALL
 torch = pytest.importorskip("torch", reason=f"DagNet.from_torch reads torch modules: {INSTALL}", exc_type=ImportError)
 
 from helpers import NETS, to_numpy
-from leapfrog_gpu import Add, DagNet, Dense, LayerNorm
+from leapfrog_gpu import Add, Concat, DagNet, Dense, LayerNorm
 
 nn, F = torch.nn, torch.nn.functional
 
@@ -206,6 +206,69 @@ def test_to_torch_then_from_torch_gives_the_network_back_bitwise(make, dtype):
                 for key in want[v]:
                     assert_bitwise(got[v][key], want[v][key])
             assert_bitwise(back.feedforward(x), net.feedforward(x))
+
+
+def awkward_names(backend):
+    """Names fx would change or that its code reads, where to_torch names modules after them ("self", "2",
+    "a-b", "Self"), an Add named "add" after a sum of three (whose inner sum fx would call "add"), an Add
+    named "_2" (fx's name for module "2") and a Concat named "module"."""
+    return DagNet(3, [("self", Dense(4, "tanh"), "x"), ("2", Dense(4, "relu"), "self"), ("a-b", Dense(4), "x"),
+                      ("add", Add(), ["2", "self", "a-b"]), ("_2", Add(), ["self", "add"]),
+                      ("Self", Dense(4, "sigmoid"), "_2"), ("module", Concat(), ["Self", "x"]),
+                      ("out", Dense(2, "tanh"), "module")], dtype="float64", seed=5, backend=backend)
+
+
+def test_to_torch_then_from_torch_gives_back_nodes_whose_names_fx_would_change():
+    x = np.random.default_rng(6).uniform(-1, 1, (3, 5))
+    with awkward_names("numpy") as net:
+        module = net.to_torch()
+        assert worst(rows(module, x), net.feedforward(x)) < 1e-12
+        with DagNet.from_torch(module, backend="numpy") as back:
+            assert [(v, repr(back.layer[v]), back.inputs[v]) for v in back.order] == \
+                [(v, repr(net.layer[v]), net.inputs[v]) for v in net.order]
+            assert_bitwise(back.feedforward(x), net.feedforward(x))
+
+
+@pytest.mark.parametrize("layer", [Add(), Concat()], ids=repr)
+@pytest.mark.parametrize("name", ["self", "class", "1", "a-b", "é", "torch", "getattr"])
+def test_to_torch_refuses_an_add_or_concat_name_fx_would_change(layer, name):
+    """The forward's own argument, a keyword, a leading digit, a character no identifier has, a letter outside
+    ASCII, a name fx reserves for its code, a builtin: each refused, naming the node, before a module is made."""
+    with DagNet(3, [("h", Dense(3), "x"), (name, layer, ["h", "x"]), ("out", Dense(2), name)],
+                backend="numpy") as net:
+        with pytest.raises(ValueError) as info:
+            net.to_torch()
+    assert str(info.value) == (f"node {name!r} cannot name a torch.fx node: to_torch names each Add and Concat "
+                               "node's fx node after the node, which needs an ASCII Python identifier, not a keyword, "
+                               "a builtin, 'self' nor a name fx reserves such as 'torch'; rename the node")
+
+
+class SubmoduleX(nn.Module):
+    """A Linear registered as ``x``, the input named ``inp``: fx names the Linear's call ``"x"``."""
+
+    def __init__(self):
+        super().__init__()
+        self.x, self.out = nn.Linear(3, 3), nn.Linear(3, 2)
+
+    def forward(self, inp):
+        return self.out(torch.tanh(self.x(inp)))
+
+
+class SubmoduleXOfInputX(SubmoduleX):
+    """The same, the input named ``x``: fx names the Linear's call ``"x_1"``."""
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.x(x)))
+
+
+def test_from_torch_refuses_a_submodule_x_whose_node_would_be_the_input():
+    with pytest.raises(ValueError, match=r"^node 'x' \(call_module x: Linear\) would be the node 'x', the name a "
+                                         "DagNet keeps for its input: rename the submodule$"):
+        DagNet.from_torch(SubmoduleX(), backend="numpy")
+    module = randomized(SubmoduleXOfInputX(), 7)
+    x = np.random.default_rng(7).uniform(-1, 1, (3, 4))
+    with DagNet.from_torch(module, backend="numpy") as net:
+        assert net.order == ["x_1", "out"] and worst(net.feedforward(x), rows(module, x)) < 1e-12
 
 
 def test_from_torch_names_the_nodes_and_joins_a_sum_of_sums():

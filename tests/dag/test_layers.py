@@ -102,3 +102,23 @@ def test_dense_refuses_a_bad_width_or_activation():
         Dense(0)
     with pytest.raises(ValueError, match="activation"):
         Dense(3, "softplus")
+
+
+def test_dense_takes_any_integral_width():
+    dense = Dense(np.int64(3))
+    assert type(dense.n) is int and dense.n == 3 and dense.options() == {"n": 3, "activation": "sigmoid"}
+
+
+POSITIVE = "LayerNorm's eps must be a finite number > 0 (it keeps sqrt(var + eps) from 0); got "
+
+
+@pytest.mark.parametrize("eps,error,message", [
+    (-1.0, ValueError, POSITIVE + "-1.0"), (0, ValueError, POSITIVE + "0"),
+    (float("nan"), ValueError, POSITIVE + "nan"), (float("inf"), ValueError, POSITIVE + "inf"),
+    ("small", TypeError, "LayerNorm's eps must be a number > 0; got 'small' (str)"),
+    (True, TypeError, "LayerNorm's eps must be a number > 0; got True (bool)"),
+])
+def test_layer_norm_refuses_an_eps_that_is_not_a_positive_finite_number(eps, error, message):
+    with pytest.raises(error) as info:
+        LayerNorm(eps=eps)
+    assert str(info.value) == message

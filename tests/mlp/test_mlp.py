@@ -1,12 +1,13 @@
 """Sequential backprop against central finite differences and against the plain NumPy reference."""
 
 import itertools
+import re
 
 import numpy as np
 import pytest
 
 from helpers import batch, batch_id, central, layer_names, schedule_id, to_numpy
-from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
+from leapfrog_gpu import MLP, ForwardJacobi, Leapfrog, Sequential, TimeNewton, reference
 from leapfrog_gpu.core.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 
 SIZES = [7, 13, 5, 11, 3]
@@ -84,3 +85,13 @@ def test_one_dimensional_input_is_a_batch_of_one():
         flat = net.backprop(x[:, 0], y[:, 0])
     for a, b in zip(column[1], flat[1]):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("solver", ["newton", ForwardJacobi, TimeNewton()], ids=repr)
+def test_feedforward_refuses_what_is_not_a_forward_solver_of_an_mlp(solver):
+    """A name, the class rather than an instance, or an RNN's solver: a TypeError that says what ``solver`` must be."""
+    with MLP(SIZES, backend="numpy") as net:
+        message = (r"solver must be None \(the forward layer by layer\), ForwardJacobi\(\) or ForwardNewton\(\); "
+                   f"got {re.escape(repr(solver))}")
+        with pytest.raises(TypeError, match=f"^{message}$"):
+            net.feedforward(np.ones((SIZES[0], 2)), solver=solver)

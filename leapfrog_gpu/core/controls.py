@@ -3,9 +3,9 @@
 
 class Controls:
     """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t), t refused] in the network's
-    dtype, on its
-    device; ``optimizer``, the ``core.optimizers`` optimizer of the step last enqueued, and ``state``, the network's
-    optimizer state ``{unit: {name: {slot: array}}}``, which a plan binds into its update launches as it enqueues them.
+    dtype, on its device; ``optimizer``, the ``core.optimizers`` optimizer of the step last enqueued, and ``state``,
+    the network's optimizer state ``{unit: {name: {slot: array}}}``, which a plan binds into its update launches as it
+    enqueues them.
 
     The update kernels read the array when they run, not when they are enqueued, so that a captured graph reads the
     current values: eta / B for the plain SGD step, the learning rate lr, 1 / B and the step count t (from 1) for the

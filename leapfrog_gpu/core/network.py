@@ -48,7 +48,7 @@ class Network(OptimizerState):
         self.dtype = check_dtype(dtype)
         if not isinstance(check_finite, bool):
             raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
-        self.check_finite = bool(check_finite)
+        self.check_finite = check_finite
         self.backend, self._owns_backend = open_backend(backend)
         if self._owns_backend:  # collected unclosed, it releases its backend without a wait (never on self)
             weakref.finalize(self, self.backend.release)

@@ -19,7 +19,8 @@ WIDTH = 100
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line on stderr, exit status 2 (not argparse's usage block),
     and no option taken by a prefix of its name (``--epoch 5`` is an error, not ``--epochs 5``). Under mpiexec
-    rank 0 alone says what is wrong (the rank comes from the launcher, before MPI starts)."""
+    rank 0 alone says what is wrong (the rank comes from the launcher, before MPI starts). With
+    ``exit_on_error=False`` every bad argument raises ``argparse.ArgumentError`` instead, unrecognized ones too."""
 
     def __init__(self, *args, exit_statuses=(), **kwargs):
         """``exit_statuses``: ``[(status, meaning)]``, listed at the end of ``--help``."""
@@ -31,6 +32,8 @@ class Parser(argparse.ArgumentParser):
         self.add_argument("--version", action="version", version=f"{self.prog} {__version__}")
 
     def error(self, message):
+        if not self.exit_on_error:
+            raise argparse.ArgumentError(None, message)
         self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
 
 
@@ -96,12 +99,15 @@ def _listed(convert, text, rule):
 
 
 def names(registry, what="schedule"):
-    """An argument type: a comma-separated list of names, each a key of ``registry``."""
+    """An argument type: a comma-separated list of names, each a key of ``registry``, none twice."""
     def parse(text):
         chosen = text.split(",")
         unknown = [name for name in chosen if name not in registry]
         if unknown:
             raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r}; choose from {', '.join(registry)}")
+        twice = [name for name in chosen if chosen.count(name) > 1]
+        if twice:
+            raise argparse.ArgumentTypeError(f"{what} {twice[0]!r} is named twice; name each once")
         return chosen
 
     return parse

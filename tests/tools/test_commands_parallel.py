@@ -100,6 +100,27 @@ def test_ctrl_c_under_mpiexec_is_said_in_one_line_by_rank_0(tmp_path):
     checkpoint.load(tmp_path)
 
 
+def test_a_run_that_diverges_on_every_rank_is_said_in_one_line(tmp_path):
+    """The divergence rule reads the training loss summed over every rank: each stops at the same epoch, rank 0
+    alone says it, and nobody's abort adds MPI's lines."""
+    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, "--data", "teacher", "--samples", 256, "--hidden", 16,
+                                                       "--lr", 5, "--epochs", 3, "--backend", "numpy", "--quiet"),
+                                         timeout=120)
+    assert returncode == 3 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("leapfrog-train: error: the run diverged: its training loss "
+                                                         "grew from "), err
+
+
+def test_a_bad_option_on_one_rank_alone_ends_the_job_with_its_line(tmp_path):
+    """Refused after MPI is set up on every rank: the other rank does not wait in MPI's setup for one that left."""
+    good, bad = [*TRAIN, *TEACHER, "--epochs", 1, "--comm-timeout", 5], [*TRAIN, *TEACHER, "--epochs", 0]
+    for first, second, rank in ((good, bad, 1), (bad, good, 0)):
+        returncode, out, err = mpirun.finish(mpirun.launch(1, *first, ":", "-n", 1, *second), timeout=60)
+        assert (returncode, out) == (2, "")
+        assert err.splitlines() == [f"leapfrog-train: error: rank {rank}: argument --epochs: must be an integer >= 1; "
+                                    "got '0'"]
+
+
 def test_a_checkpoint_of_two_ranks_resumes_with_two_ranks_only(tmp_path, capsys):
     mpirun.run(2, *TRAIN, *TEACHER, "--epochs", 1, "--checkpoint-dir", tmp_path, timeout=60)
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume") == 2
@@ -327,12 +348,18 @@ def test_two_ranks_on_one_gpu_are_refused_as_nccl_refuses_them():
     assert "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 0" in err
 
 
-def test_leapfrog_bench_under_mpiexec_says_where_the_data_parallel_study_went(capsys, tmp_path):
-    returncode, out, err = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench",
+@pytest.mark.parametrize("prog, argv", [
+    ("leapfrog-bench", ["--sizes", 8, "--layers", 3, "--batch", 1, "--k", 1, "--repeats", 1, "--no-torch"]),
+    ("leapfrog-bench --model rnn", ["--model", "rnn", "--sizes", 3, "--tau", 4, "--batch", 1, "--repeats", 1,
+                                    "--no-torch"]),
+], ids=["mlp", "rnn"])
+def test_leapfrog_bench_under_mpiexec_says_where_the_data_parallel_study_went(capsys, tmp_path, prog, argv):
+    """Each model's bench: one line, no table (on each rank, a run of a second)."""
+    returncode, out, err = mpirun.finish(mpirun.launch(2, sys.executable, "-m", "leapfrog_gpu.tools.bench", *argv,
                                                       "--jsonl", tmp_path / "r.jsonl"), timeout=60)
     assert returncode == 2 and out == ""
-    assert err.splitlines() == ["leapfrog-bench: error: under mpiexec, what the sums across ranks cost is measured "
-                                "by mpiexec -n P python profiling/parallel_bench.py (docs/data-parallel.md)"]
+    assert err.splitlines() == [f"{prog}: error: under mpiexec, what the sums across ranks cost is measured by "
+                                "mpiexec -n P python profiling/parallel_bench.py (docs/data-parallel.md)"]
     assert not list(tmp_path.iterdir())
     assert bench_main("--bucket-mb", 1) == 2 and "unrecognized arguments: --bucket-mb" in capsys.readouterr().err
 

@@ -18,7 +18,6 @@ from ...backends import get_backend, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
-from ...parallel import comm as parallel
 from ..cli import fitted, integers, names, pip_install, png_refusal
 from . import measure, progress, runner
 from .runner import NOISY, line, median, ratio
@@ -84,7 +83,7 @@ def parser():
 
 
 def check(p, args):
-    """The options that do not go together, and mpiexec, whose data-parallel study is a script's."""
+    """The options that do not go together."""
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     if args.plot is not None:
@@ -95,9 +94,6 @@ def check(p, args):
             import matplotlib  # noqa: F401
         except ImportError:
             p.error(f"--plot needs matplotlib: {pip_install('plot')}")
-    if parallel.world(PROG).size > 1:
-        p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
-                "profiling/parallel_bench.py (docs/data-parallel.md)")
 
 
 def work(key):

@@ -18,7 +18,7 @@ from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ...rnn.torch_io import train_b_hn_alone
-from ..cli import integer, integers, names as names_of
+from ..cli import integer, integers, names as names_of, number
 from ..schedules import SOLVERS, make_solver, schedule_names
 from . import progress, runner, torch_anchor
 from .runner import OPTIMIZERS, at_rate, ratio
@@ -244,7 +244,7 @@ def parser():
                         f"{', '.join(OPTIMIZERS)} at lr {ETA:g}: each measured in turn, its steps under a line that "
                         "names it but plain SGD's (default sgd)")
     p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
-    p.add_argument("--max-gflop", type=float, default=3.0, metavar="G",
+    p.add_argument("--max-gflop", type=number(0, strict=True), default=3.0, metavar="G",
                    help="skip a schedule whose chain does more (and more than BPTT's), and a step parallel in time "
                         "whose one iteration does (default 3)")
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",

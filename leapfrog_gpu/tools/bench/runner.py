@@ -26,6 +26,7 @@ import sys
 import numpy as np
 
 from ...backends import get_backend, timing
+from ...parallel import comm as parallel
 from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...core.saving import replaced_atomically
@@ -115,10 +116,14 @@ def grid(suite, args):
 def main(suite, argv=None):
     """Run ``suite`` over its grid: each network's rows printed as soon as it is measured (unless
     ``--quiet``: then the table at the end) and appended to ``--jsonl``, the time left on stderr, the
-    records to ``--json``. Returns the exit status: 0 done, 2 a bad option, 130 stopped by Ctrl-C."""
+    records to ``--json``. Returns the exit status: 0 done, 2 a bad option, 130 stopped by Ctrl-C. A suite runs
+    in one process: under mpiexec it says where the data-parallel study went, and exits 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = suite.parser()
     args = parse_args_on_a_backend(p, argv)
+    if parallel.world(suite.PROG).size > 1:
+        p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
+                "profiling/parallel_bench.py (docs/data-parallel.md)")
     for option in ("json", "jsonl", "plot"):
         folder = os.path.dirname(os.path.abspath(getattr(args, option, None) or "."))
         if not os.path.isdir(folder):

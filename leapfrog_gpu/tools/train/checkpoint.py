@@ -1,7 +1,8 @@
 """Checkpoints: ``checkpoint.npz`` in its directory, the file ``Network.save`` writes (``core.saving``: the
 parameters, the optimizer's state, the architecture and the optimizer) with the run's own state under ``training``:
 ``sizes`` (the widths n_1..n_L), its position, RNG state and config. An older checkpoint holds the run's state
-alone, with the optimizer's step count as ``optimizer_step``; it resumes as well.
+alone, with the optimizer's step count as ``optimizer_step``; it resumes as well. What ``--resume`` reads of a
+checkpoint is checked before the run starts (``resuming``): a wrong value is refused as ``damaged``.
 """
 
 import contextlib
@@ -43,15 +44,26 @@ def read(directory):
 
 
 def load(directory):
-    """``(arrays, state)`` as ``read``, ``state`` the run's own (with the optimizer's step count as
-    ``optimizer_step``)."""
+    """``(arrays, state)`` as ``read``, ``state`` the run's own, with the optimizer's step count as
+    ``optimizer_step`` and, under ``file``, what the file holds beside it (``network``, ``architecture`` and
+    ``optimizer``: ``core.saving``'s; none in a checkpoint that holds the run's state alone)."""
     arrays, state = read(directory)
     if "format" in state:
-        state = {**state.get("training", {}), "optimizer_step": (state["optimizer"] or {}).get("step", 0)}
+        training, held = state.get("training"), state.get("optimizer")
+        for key, value in (("training", training), ("optimizer", held)):
+            if not isinstance(value, (dict, type(None))):
+                raise damaged(directory, f"its {key} is not a JSON object")
+        state = {**(training or {}), "optimizer_step": (held or {}).get("step", 0),
+                 "file": {key: state.get(key) for key in ("network", "architecture", "optimizer")}}
     if "sizes" not in state:  # every checkpoint holds the widths
         raise CheckpointError(f"{path_in(directory)} is not a checkpoint of leapfrog-train (it lacks 'sizes'): "
                               f"{REMEDY}")
     return arrays, state
+
+
+def damaged(directory, why):
+    """The ``CheckpointError`` of the checkpoint in ``directory`` that holds what ``why`` says."""
+    return CheckpointError(f"the checkpoint {path_in(directory)} is damaged: {why}: {REMEDY}")
 
 
 def built(directory, arrays, state, backend):

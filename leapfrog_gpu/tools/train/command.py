@@ -14,6 +14,7 @@ one rank alone ends every rank (``MPI_Abort`` with that status), and Ctrl-C, whi
 rank 0 alone.
 """
 
+import argparse
 import contextlib
 import hashlib
 import math
@@ -23,13 +24,14 @@ import sys
 import time
 import traceback
 import warnings
+from pathlib import Path
 
 import numpy as np
 
 from ... import datasets
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
-from . import checkpoint, estimate, models
+from . import checkpoint, estimate, models, resuming
 from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
@@ -46,16 +48,24 @@ job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abor
 
 
 def main(argv=None):
-    """Run the command; return its exit status."""
+    """Run the command; return its exit status. A bad argument is refused once MPI is set up on every rank (under
+    mpiexec): a rank that left before would leave the others waiting in MPI's setup for it, and its line unsaid."""
     argv = sys.argv[1:] if argv is None else argv
-    given = vars(build_parser(model_named(argv)).parse_args(argv))
+    try:
+        given, refused = vars(build_parser(model_named(argv), exit_on_error=False).parse_args(argv)), None
+    except argparse.ArgumentError as error:
+        given, refused = {}, UsageError(error)
     try:
         comm = parallel.world(PROG, given.get("comm_timeout", DEFAULTS["comm_timeout"]),
                               round(given.get("bucket_mb", DEFAULTS["bucket_mb"]) * 2**20))
     except RuntimeError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
+    made = _missing_folders(given.get("checkpoint_dir")) if comm.rank == 0 else []
     try:
+        with comm.together(UsageError):
+            if refused:
+                raise refused
         return _train(given, comm)
     except KeyboardInterrupt:
         if comm.size > 1:
@@ -74,6 +84,8 @@ def main(argv=None):
             raise
         traceback.print_exc()
         return _fail(comm, f"{type(error).__name__}: {error}", 1)
+    finally:
+        _remove_empty(made)
 
 
 def _fail(comm, error, status, quiet=False):
@@ -120,6 +132,10 @@ def _train(given, comm):
                              f"training samples of {dataset.name}; use at most {samples // comm.size}")
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         sizes = models.sizes(config, dataset)
+        if saved is not None:
+            if state["sizes"] != sizes:
+                raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
+            resuming.check_position(state, math.ceil(samples / batch), directory)
         steps = math.ceil(samples / batch) * config["epochs"]
         window = profile_window(config)
         if window and window[1] > steps:
@@ -139,8 +155,8 @@ def _train(given, comm):
     options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
     with get_backend(backend, **options) as backend, models.network(config, dataset, backend, comm) as net:
         if saved is not None:
-            if state["sizes"] != sizes:
-                raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
+            with comm.together(checkpoint.CheckpointError):
+                resuming.check_architecture(net, state, directory)
             if comm.rank == 0:
                 checkpoint.restore(net, arrays, directory)
             data_parallel.broadcast_parameters(net)
@@ -159,17 +175,21 @@ def _on_ranks(ranks):
 
 
 def _checkpoint_to_resume(given, directory):
-    """``(arrays, state)`` of the checkpoint that ``--resume`` continues, else Nones. Without ``--resume``, a
-    checkpoint already in ``directory`` is refused: with a hint to add ``--resume`` if it can be resumed, else
-    with what is wrong with it."""
+    """``(arrays, state)`` of the checkpoint that ``--resume`` continues, else Nones; its config as
+    ``resuming.checked`` gives it, once what a resumed run reads of it is checked. Without ``--resume``, a
+    checkpoint already in ``directory`` is refused: with a hint to add ``--resume`` if it can be resumed, else with
+    what is wrong with it."""
     if not given.get("resume") and not (directory and checkpoint.path_in(directory).exists()):
         return None, None
     arrays, state = checkpoint.load(directory)
+    if not isinstance(state.get("config", {}), dict):
+        raise checkpoint.damaged(directory, "its config is not a JSON object")
     missing = {"epoch", "step_in_epoch", "step", "rng", "config"} - set(state)
     missing |= set(RESUMED) - set(state.get("config", {}))
     if missing:
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} was not written by {PROG} "
                                          f"(its state lacks {', '.join(sorted(missing))}): {checkpoint.REMEDY}")
+    state = {**state, "config": resuming.checked(state, directory)}
     if not given.get("resume"):
         raise UsageError(f"{checkpoint.path_in(directory)} exists: add --resume to continue it, "
                          "or choose another --checkpoint-dir")
@@ -256,6 +276,24 @@ def _run(config, dataset, net, report, state, why):
 def _position(training):
     """Where a run stands, as interrupting and resuming say it: the epoch under way (from 1) and the steps done."""
     return f"epoch {training.fitting.epoch + 1}, step {training.fitting.step}"
+
+
+def _missing_folders(directory):
+    """The folders of the path ``directory`` that do not exist yet, the deepest first: those ``_writable_dir`` makes
+    (none without a ``directory``)."""
+    if directory is None:
+        return []
+    path = Path(directory).absolute()
+    return [folder for folder in [path, *path.parents] if not folder.exists()]
+
+
+def _remove_empty(folders):
+    """Remove ``folders``, the deepest first, while each is empty: those this run made and wrote nothing in."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or never made
+            return
 
 
 def _writable_dir(directory):

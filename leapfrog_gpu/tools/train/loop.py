@@ -6,6 +6,7 @@ the epoch lines and ``--metrics`` records, and the hints of a run that ends with
 
 import contextlib
 import datetime
+import json
 import signal
 import sys
 import time
@@ -99,16 +100,18 @@ class Training:
             state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
         return state
 
-    def save(self, synchronize=False):
+    def save(self, synchronize=False, record=None):
         """Checkpoint the last completed step (after the steps enqueued complete, if ``synchronize``), if there is a
-        ``--checkpoint-dir``; a Ctrl-C meanwhile is raised once the checkpoint is written."""
+        ``--checkpoint-dir``, the ``--metrics`` line of an epoch's ``record`` written first (``Report.recorded``): the
+        two agree whatever write fails. A Ctrl-C meanwhile is raised once both are written."""
         interrupt = self.interrupt
         interrupt["saving"] = True
         try:
             if synchronize:
                 self.net.synchronize()
-            if self.config["checkpoint_dir"] and self.rank == 0:
-                checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
+            with self.report.recorded(record):
+                if self.config["checkpoint_dir"] and self.rank == 0:
+                    checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
         finally:
             interrupt["saving"] = False
         if interrupt.get("deferred"):
@@ -128,7 +131,7 @@ class Training:
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 self.interrupt = interrupt
                 try:
-                    records = self.fitting.run(self._step, self._epoch, not self.report.quiet, self.report.metrics_file)
+                    records = self.fitting.run(self._step, self._epoch, not self.report.quiet)
                 except Interrupted:  # the checkpoint is written while SIGINT is still this run's
                     self.save(synchronize=True)
                     raise
@@ -151,15 +154,16 @@ class Training:
             raise Interrupted
 
     def _epoch(self, metrics):
-        """After an epoch: the divergence rule, a checkpoint and the epoch's line; returns its ``--metrics`` record."""
+        """After an epoch: the divergence rule, its ``--metrics`` record and a checkpoint, then the epoch's line (which
+        a closed stdout stops: the record and the checkpoint agree); returns the record."""
         why = None if self.divergence is None else self.divergence.check(metrics["train_loss"])
         if why:
             raise self._stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", True, metrics["epoch"] - 1)
-        self.save()
         config = self.config
         record = {"model": config["model"], "data": config["data"], **metrics, "backend": self.net.backend.name,
                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"], "graph": config["graph"],
                   "ranks": self.ranks}
+        self.save(record=record)
         epochs = config["epochs"]
         self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss "
                          f"{metrics['train_loss']:.4f}  test loss {metrics['test_loss']:.4f}  "
@@ -168,13 +172,17 @@ class Training:
 
     def _stopped(self, what, diverged, kept):
         """``Stopped`` by ``what``, with what to try after a run that ``diverged`` (else met a NaN or Inf), and that
-        the checkpoint of epoch ``kept`` is kept (0: none was written)."""
+        the checkpoint of epoch ``kept`` is kept (0: none was written). The divergence rule reads the training loss
+        summed over every rank, so under mpiexec every rank stops alike (``every_rank``: rank 0 alone says it); a NaN
+        may be met by one rank alone (the loss of its latest batch)."""
         lr = self.config["lr"]
         hint = (f"try another --lr than {lr}, or add --allow-divergence to go on" if diverged
                 else f"try a smaller --lr than {lr}")
         if self.config["checkpoint_dir"]:
             hint += f" (the checkpoint of epoch {kept} is kept as it was)" if kept else " (no checkpoint was written)"
-        return Stopped(f"{what}: {hint}")
+        stopped = Stopped(f"{what}: {hint}")
+        stopped.every_rank = diverged
+        return stopped
 
 
 class Report:
@@ -182,6 +190,24 @@ class Report:
 
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
+
+    @contextlib.contextmanager
+    def recorded(self, record):
+        """Around the block, ``record`` (None: none) written to the ``--metrics`` file, one JSON line: before the block
+        runs, and taken back if it raises (where the file can be cut: not a pipe)."""
+        file = self.metrics_file
+        if record is None or file is None:
+            yield
+            return
+        start = file.tell() if file.seekable() else None
+        try:
+            file.write(json.dumps(record) + "\n")
+            file.flush()
+            yield
+        except BaseException:
+            if start is not None:
+                file.truncate(start)
+            raise
 
     def line(self, text, always=False):
         """Print ``text`` above the progress bar unless quiet (``always``: even then)."""

@@ -165,7 +165,7 @@ def hidden_given(given, base):
     if "hidden" in given:
         raise UsageError("--hidden and --layers/--width say the same thing: give one of them")
     if width is None and len(set(base)) > 1:
-        raise UsageError(f"--layers {layers} needs --width W: the widths {_show(base)} differ")
+        raise UsageError(f"--layers {layers} needs --width W: the widths {written(base)} differ")
     given["hidden"] = [base[0] if width is None else width] * (len(base) if layers is None else layers)
     return given
 
@@ -185,13 +185,14 @@ def defaults(model, data=None):
     return {**DEFAULTS, **({**RNN_DEFAULTS, **RNN_DATA_DEFAULTS.get(data, {})} if model == "rnn" else {})}
 
 
-def build_parser(model=DEFAULTS["model"]):
+def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     """The command line, its help written for ``model``: its defaults, datasets, schedules and the options that
     apply to it (``APPLIES``; every option is parsed for any model). Defaults are left out of the namespace so that
-    ``--resume`` can tell what was given (``defaults`` holds them)."""
+    ``--resume`` can tell what was given (``defaults`` holds them). ``exit_on_error=False``: a bad argument raises
+    ``argparse.ArgumentError`` (``cli.Parser``)."""
     others = " and ".join(f"--model {m} --help" for m in MODELS if m != model)
     p = Parser(prog=PROG, description=f"{DESCRIPTIONS[model]} ({others}: the options of the other models)",
-               exit_statuses=EXIT_STATUSES, argument_default=argparse.SUPPRESS)
+               exit_statuses=EXIT_STATUSES, argument_default=argparse.SUPPRESS, exit_on_error=exit_on_error)
     d, rnn, layers = defaults(model), model == "rnn", "recurrent" if model == "rnn" else "hidden"
 
     def add(flag, help, **options):
@@ -216,7 +217,7 @@ def build_parser(model=DEFAULTS["model"]):
                    f"layers, a DagNet; rnn: a recurrent network on sequences (default {d['model']}; --model M --help: "
                    "the options of M)", choices=MODELS)
     add("--skip", f"hidden layers per skip connection (default {d['skip']})", type=integer(1), metavar="N")
-    add("--hidden", f"{layers} widths: 128,64,32, 6x128 (6 layers of 128) or 2x128,64 (default {_show(d['hidden'])})",
+    add("--hidden", f"{layers} widths: 128,64,32, 6x128 (6 layers of 128) or 2x128,64 (default {written(d['hidden'])})",
         type=values.hidden, metavar="SPEC")
     add("--layers", f"N {layers} layers of --width W, instead of --hidden", type=integer(1), metavar="N")
     add("--width", "the width of each of the --layers", type=integer(1), metavar="W")
@@ -233,7 +234,7 @@ def build_parser(model=DEFAULTS["model"]):
     add("--lr", f"learning rate: w -= ETA/B * nabla_w (default {', '.join(rates)}; with a momentum MU, that times "
                 "1 - MU, the same step on a steady gradient" + (", but on adding)" if rnn else ")"),
         type=number(0), metavar="ETA")
-    adding = " ".join(f"--{_flag(key)} {_show(value)}" for key, value in RNN_DATA_DEFAULTS["adding"].items())
+    adding = " ".join(f"--{dashed(key)} {written(value)}" for key, value in RNN_DATA_DEFAULTS["adding"].items())
     add("--optimizer", "torch.optim's rules, fused into the workers' update with --fused: sgd (w -= lr * g, g the "
                        "gradient of the batch-mean cost), momentum (SGD with --momentum), adam, adamw (default "
                        f"{d['optimizer']}; --lr defaults to {Adam().lr:g} for adam and adamw)"
@@ -244,7 +245,7 @@ def build_parser(model=DEFAULTS["model"]):
     add("--nesterov", "sgd and momentum: Nesterov's momentum", action="store_true")
     add("--weight-decay", "L2 weight decay added to the gradient (adamw: decoupled, w *= 1 - lr WD) (default "
                           f"{Adam().weight_decay:g}, {AdamW().weight_decay:g} for adamw)", type=float, metavar="WD")
-    add("--betas", f"adam and adamw (default {_show(list(Adam().betas))})", type=reals(0, "beta"), metavar="B1,B2")
+    add("--betas", f"adam and adamw (default {written(list(Adam().betas))})", type=reals(0, "beta"), metavar="B1,B2")
     add("--eps", f"adam and adamw (default {Adam().eps:g})", type=float, metavar="EPS")
     add("--clip-grad-norm", "scale the gradients so that their global norm is at most N before each update "
                             "(torch.nn.utils.clip_grad_norm_); needs the update after the join: not with --fused",
@@ -305,19 +306,44 @@ def configure(given, saved=None):
     config = defaults(*(given.get(key, (kept or DEFAULTS)[key]) for key in ("model", "data")))
     given = hidden_given(given, (kept or config)["hidden"])
     if kept is not None:
+        held = _in_effect(kept)
         for key in FIXED + OPTIMIZER + ("model", "skip", "tau", "cell"):
-            if key in given and given[key] != kept[key]:
-                raise UsageError(f"--{_flag(key)} {_show(given[key])} differs from the checkpoint's "
-                                 f"{_show(kept[key])}; drop it to resume, or start a new --checkpoint-dir")
+            if key in given and _applies(key, kept) and given[key] != held[key]:
+                raise UsageError(f"--{dashed(key)} {written(given[key])} differs from the checkpoint's "
+                                 f"{written(held[key])}; drop it to resume, or start a new --checkpoint-dir")
         config.update({key: kept[key] for key in RESUMED + tuple(LATER)})
     config.update(given)
+    why = refusal(config, given)
+    if why:
+        raise UsageError(why)
+    config["lr"] = learning_rate(config)
+    return config
+
+
+def refusal(config, given):
+    """Why a run refuses the options of ``config`` (``given``: those of its command line) together, in one line, or
+    None."""
     why = next((why for wrong, why in _refused(config, given) if wrong), None)
     if why is None and config["timeline"] is not None:
         why = timeline.refusal(config["timeline"])
-    if why:
-        raise UsageError(why)
-    config["lr"] = make_optimizer({**config, "lr": default_lr(config) if config["lr"] is None else config["lr"]}).lr
-    return config
+    return why
+
+
+def learning_rate(config):
+    """``config``'s ``--lr``, else ``default_lr``, as its optimizer takes it (``make_optimizer``)."""
+    return make_optimizer({**config, "lr": default_lr(config) if config["lr"] is None else config["lr"]}).lr
+
+
+def _in_effect(config):
+    """``config`` with the options of its optimizer as the optimizer has them, a default (None) as its value."""
+    hyper = make_optimizer(config).hyper()
+    return {**config, **{key: list(value) if isinstance(value, tuple) else value for key, value in hyper.items()
+                         if key in OPTIMIZER}}
+
+
+def _applies(key, config):
+    """Whether the option ``key`` applies to ``config``'s model, data and optimizer (``APPLIES``)."""
+    return all(config[option] in among for option, among in APPLIES.get(key, {}).items())
 
 
 def _refused(c, given):
@@ -327,14 +353,14 @@ def _refused(c, given):
     names = schedule_names(NETWORK[model])
     return [
         (data not in DATA[model], f"--model {model} trains on --data {' or '.join(DATA[model])}; got {data}"),
-        *((key in given and any(c[option] not in among for option, among in where.items()),
-           f"--{_flag(key)} applies to {' '.join(f'--{o} ' + ' or '.join(among) for o, among in where.items())} only")
+        *((key in given and not _applies(key, c),
+           f"--{dashed(key)} applies to {' '.join(f'--{o} ' + ' or '.join(among) for o, among in where.items())} only")
           for key, where in APPLIES.items()),
         (solvers and solver not in solvers, f"--forward-solver {solver} is not a forward solver of --model {model}; "
                                             f"choose from {', '.join(solvers)}"),
-        (model == "rnn" and c["graph"] and solver != "sequential",
-         f"--graph captures the step-by-step forward pass, and --forward-solver {solver} stops on a residual read on "
-         "the host: drop one of them"),
+        (c["graph"] and solver != "sequential",
+         f"--graph captures the {'step-by-step' if model == 'rnn' else 'node-by-node'} forward pass, and "
+         f"--forward-solver {solver} stops on a residual read on the host: drop one of them"),
         (c["schedule"] not in names, f"--schedule {c['schedule']} is not a schedule of --model {model}; choose from "
                                      f"{', '.join(names)}"),
         (c["fused"] and c["clip_grad_norm"] is not None, "--clip-grad-norm needs every gradient before any update: "
@@ -364,9 +390,11 @@ def profile_window(config):
     return config["profile_steps"]
 
 
-def _flag(key):
+def dashed(key):
+    """The option of the config's ``key``, less its leading dashes: ``batch-size``."""
     return key.replace("_", "-")
 
 
-def _show(value):
+def written(value):
+    """An option's value as its command line gives it: ``128,64`` for a list."""
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)

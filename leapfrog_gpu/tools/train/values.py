@@ -6,23 +6,22 @@ import argparse
 
 def hidden(text):
     """Hidden widths from ``"128,64,32"``, ``"6x128"`` (6 layers of 128) or a mix such as ``"2x128,64"``. ``AxB``
-    means A layers of B only where A <= B; ``"128x4"`` could be either way round and is refused, saying both."""
+    means A layers of B only where 1 <= A <= B; ``"128x4"`` could be either way round and is refused, saying both."""
     widths = []
     for part in text.split(","):
         count, x, width = part.strip().rpartition("x")
         try:
             count, width = int(count) if x else 1, int(width)
         except ValueError:
-            widths = None
-            break
-        if count > width >= 1:
+            count = width = 0
+        if min(count, width) < 1:
+            raise argparse.ArgumentTypeError(f"must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128) or "
+                                             f"2x128,64; got {text!r}")
+        if count > width:
             raise argparse.ArgumentTypeError(
                 f"{part.strip()}: {width} layers of {count} or {count} layers of {width}? write --hidden "
                 f"{','.join([str(count)] * width)} or --layers {width} --width {count}")
         widths += [width] * count
-    if not widths or min(widths) < 1:
-        raise argparse.ArgumentTypeError(f"must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128) or "
-                                         f"2x128,64; got {text!r}")
     return widths
 
 

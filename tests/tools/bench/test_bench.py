@@ -149,6 +149,8 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--k", "1,auto"], "worker stream counts must be a comma-separated list of integers; got '1,auto'"),
     (["--schedule", "naumov"], "unknown MLP schedule 'naumov'; choose from sequential, leapfrog, naumov-scan, "
                                "naumov-jacobi"),
+    (["--schedule", "leapfrog,leapfrog"], "--schedule: MLP schedule 'leapfrog' is named twice; name each once"),
+    (["--optimizer", "adam,adam"], "argument --optimizer: optimizer 'adam' is named twice; name each once"),
     (["--repeats", "0"], "--repeats must be an integer >= 1"),
     (["--dtype", "float16"], "invalid choice"),
     (["--json", "/nonexistent-folder/r.json"], "does not exist"),
@@ -156,8 +158,10 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--plot", "p.svg"], "--plot p.svg: the chart is written as PNG: give a name ending in .png"),
 ])
 def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
+    """After the options of a run of a second, which a bad option taken would be."""
     with pytest.raises(SystemExit) as exit_info:
-        bench.main(["--backend", "numpy"] + argv)
+        bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1", "--repeats", "1",
+                    "--no-torch", "--quiet"] + argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error:") and message in err

@@ -125,10 +125,19 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--layers", "2"], "--layers"),
     (["--time", "forward"], "unknown part 'forward'; choose from backward, step"),
+    (["--time", "backward,backward"], "argument --time: part 'backward' is named twice; name each once"),
+    (["--optimizer", "adam,sgd,adam"], "argument --optimizer: optimizer 'adam' is named twice; name each once"),
+    (["--forward-solver", "newton,newton"], "RNN forward solver 'newton' is named twice; name each once"),
+    (["--schedule", "bptt,leapfrog,bptt"], "argument --schedule: RNN schedule 'bptt' is named twice; name each once"),
+    (["--max-gflop", "nan"], "argument --max-gflop: must be a finite number > 0; got 'nan'"),
+    (["--max-gflop", "-1"], "argument --max-gflop: must be a finite number > 0; got '-1'"),
+    (["--max-gflop", "0"], "argument --max-gflop: must be a finite number > 0; got '0'"),
 ])
 def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
+    """After the options of a run of a second, which a bad option taken would be."""
     with pytest.raises(SystemExit) as stop:
-        bench.main(["--model", "rnn", *argv])
+        bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1", "--repeats",
+                    "1", "--no-torch", "--quiet", *argv])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and message in err
 

@@ -25,9 +25,12 @@ def test_round_trip_is_exact(tmp_path):
     with rnn(0) as net:
         net.train_step(x, y, Adam())
         params = [np.array(a) for named in net.parameters().values() for a in named.values()]
+        architecture = json.loads(json.dumps(net.architecture()))
         assert checkpoint.save(tmp_path, net, TRAINING) == tmp_path / "checkpoint.npz"
     got, state = checkpoint.load(tmp_path)
-    assert state == {**TRAINING, "optimizer_step": 1}  # big integers (PCG64 state) and text survive JSON
+    adam = {"kind": "Adam", "hyper": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": 0.0}, "step": 1}
+    assert state == {**TRAINING, "optimizer_step": 1,  # big integers (PCG64 state) and text survive JSON
+                     "file": {"network": "RNN", "architecture": architecture, "optimizer": adam}}
     names = ["w2", "u2", "b2", "w3", "b3"]
     assert list(got) == names + [f"{slot}.{name}" for slot in ("exp_avg", "exp_avg_sq") for name in names]
     assert_bitwise_equal([got[name] for name in names], params)
@@ -71,6 +74,12 @@ def test_load_errors(tmp_path):
     np.savez(tmp_path / "checkpoint.npz", state=np.array(json.dumps({"epoch": 1})))
     with pytest.raises(checkpoint.CheckpointError, match=r"not a checkpoint of leapfrog-train \(it lacks 'sizes'\)"):
         checkpoint.load(tmp_path)
+    for key in ("training", "optimizer"):
+        np.savez(tmp_path / "checkpoint.npz", state=np.array(json.dumps({"format": 1, key: [TRAINING]})))
+        with pytest.raises(checkpoint.CheckpointError) as error:
+            checkpoint.load(tmp_path)
+        assert str(error.value) == (f"the checkpoint {tmp_path}/checkpoint.npz is damaged: its {key} is not a JSON "
+                                    f"object{REMEDY}")
     np.savez(tmp_path / "checkpoint.npz", state=np.array([{"sizes": [2, 2]}], dtype=object), allow_pickle=True)
     with pytest.raises(checkpoint.CheckpointError, match=r"is damaged \(ValueError: ") as error:
         checkpoint.load(tmp_path)

@@ -161,6 +161,12 @@ def test_each_model_has_its_own_help(capsys):
      "--forward-solver quasi-newton is not a forward solver of --model resmlp; choose from sequential, jacobi, newton"),
     (["--model", "rnn", "--forward-solver", "newton", "--graph"],
      "--graph captures the step-by-step forward pass, and --forward-solver newton stops on a residual read"),
+    (["--model", "resmlp", "--forward-solver", "newton", "--graph"],
+     "--graph captures the node-by-node forward pass, and --forward-solver newton stops on a residual read on the "
+     "host: drop one of them"),
+    (["--model", "resmlp", "--forward-solver", "jacobi", "--graph"],
+     "--graph captures the node-by-node forward pass, and --forward-solver jacobi stops on a residual read on the "
+     "host: drop one of them"),
 ])
 def test_options_of_other_models_are_refused_in_one_line(capsys, args, message):
     assert cli(*args, "--epochs", 1) == 2
@@ -326,6 +332,25 @@ def test_the_optimizer_of_a_checkpoint_is_kept_on_resume(tmp_path, capsys):
     assert cli("--epochs", 2, "--optimizer", "sgd", "--checkpoint-dir", tmp_path, "--resume") == 2
     assert one_error_line(capsys).endswith("--optimizer sgd differs from the checkpoint's adam; drop it to resume, "
                                            "or start a new --checkpoint-dir")
+
+
+@pytest.mark.parametrize("optimizer, same, other, words", [
+    ("momentum", ["--momentum", 0.9], ["--momentum", 0.5], "--momentum 0.5 differs from the checkpoint's 0.9"),
+    ("sgd", ["--momentum", 0, "--weight-decay", 0], ["--weight-decay", 0.1],
+     "--weight-decay 0.1 differs from the checkpoint's 0.0"),
+    ("adam", ["--betas", "0.9,0.999", "--eps", 1e-8, "--weight-decay", 0], ["--betas", "0.9,0.99"],
+     "--betas 0.9,0.99 differs from the checkpoint's 0.9,0.999"),
+    ("adamw", ["--weight-decay", 0.01], ["--eps", 1e-6], "--eps 1e-06 differs from the checkpoint's 1e-08"),
+])
+def test_resume_takes_the_optimizers_values_given_again_and_names_them_against_others(tmp_path, capsys, optimizer,
+                                                                                      same, other, words):
+    """A hyper-parameter left at its default is compared as the optimizer has it, not as None."""
+    assert cli(*SMALL["mlp"], "--optimizer", optimizer, "--quiet", "--epochs", 1, "--checkpoint-dir", tmp_path) == 0
+    assert cli("--epochs", 2, *other, "--checkpoint-dir", tmp_path, "--resume") == 2
+    assert one_error_line(capsys) == (f"leapfrog-train: error: {words}; drop it to resume, or start a new "
+                                      "--checkpoint-dir")
+    assert cli("--quiet", "--epochs", 2, *same, "--checkpoint-dir", tmp_path, "--resume") == 0
+    assert parameters(tmp_path)[1]["epoch"] == 2
 
 
 @pytest.mark.parametrize("options, words", [

@@ -17,7 +17,7 @@ import pytest
 from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 import no_gpu_cupy
 from no_gpu_cupy import CUDA_ANSWER
-from leapfrog_gpu.tools.train import checkpoint, command as train, loop as train_loop
+from leapfrog_gpu.tools.train import checkpoint, command as train, estimate, loop as train_loop
 from leapfrog_gpu import datasets
 from leapfrog_gpu.backends import cuda_available
 from leapfrog_gpu.core import fitting
@@ -194,6 +194,37 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
     assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", run, "--resume") == 0
     assert_bitwise_equal(parameters(run)[0], parameters(straight)[0])
     assert not list(run.glob(".checkpoint.npz-*.tmp"))  # the killed writer's file is gone
+
+
+def test_the_metrics_and_the_checkpoint_agree_whatever_write_fails(tmp_path, monkeypatch):
+    """stdout closed at epoch 2's line (``| head``), then a checkpoint that cannot be written at epoch 3: each time
+    the --metrics file ends at the checkpoint's epoch, and the resumed run adds each epoch once."""
+    metrics, line, save = tmp_path / "m.jsonl", train_loop.Report.line, checkpoint.save
+
+    def epochs():
+        return [json.loads(text)["epoch"] for text in metrics.read_text().splitlines()]
+
+    def closed_at_epoch_2(report, text, always=False):
+        if text.startswith("epoch 2/"):
+            raise BrokenPipeError(32, "Broken pipe")
+        line(report, text, always)
+
+    def full_at_epoch_3(directory, net, training):
+        if training["epoch"] == 3:
+            raise OSError(28, "No space left on device")
+        return save(directory, net, training)
+
+    monkeypatch.setattr(train_loop.Report, "line", closed_at_epoch_2)
+    with pytest.raises(BrokenPipeError):
+        cli(*SMALL[:2], "--epochs", 4, "--checkpoint-dir", tmp_path, "--metrics", metrics)
+    assert epochs() == [1, 2] and parameters(tmp_path)[1]["epoch"] == 2
+    monkeypatch.setattr(checkpoint, "save", full_at_epoch_3)
+    with pytest.raises(OSError, match="No space left"):
+        cli("--resume", "--checkpoint-dir", tmp_path, "--metrics", metrics)
+    assert epochs() == [1, 2] and parameters(tmp_path)[1]["epoch"] == 2
+    monkeypatch.undo()
+    assert cli("--quiet", "--resume", "--checkpoint-dir", tmp_path, "--metrics", metrics) == 0
+    assert epochs() == [1, 2, 3, 4] and parameters(tmp_path)[1]["epoch"] == 4
 
 
 def test_teacher_regression(tmp_path, capsys):
@@ -518,6 +549,23 @@ def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("stop, status", [(train_loop.Refused("not started"), 2), (KeyboardInterrupt(), 130)],
+                         ids=["declined", "ctrl-c"])
+def test_a_run_that_writes_nothing_leaves_no_checkpoint_folder_behind(tmp_path, monkeypatch, capsys, stop, status):
+    """Declined at its question, or stopped by Ctrl-C there, before the first step: the folders the run made for
+    its --checkpoint-dir are gone again; those that were there stay."""
+    def asked(*args):
+        raise stop
+
+    monkeypatch.setattr(estimate, "ask", asked)
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "new" / "run") == status
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "there").mkdir()
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "there" / "run") == status
+    assert list(tmp_path.iterdir()) == [tmp_path / "there"] and list((tmp_path / "there").iterdir()) == []
+    assert len(capsys.readouterr().err.splitlines()) == 2  # one line each
+
+
 @pytest.mark.parametrize("command", ["leapfrog-train", "leapfrog-bench"])
 @pytest.mark.parametrize("module", ["numpy", "tqdm"])
 def test_ctrl_c_while_the_command_starts_exits_130_with_one_line(command, module):
@@ -584,6 +632,8 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--activation", "softmax"], "argument --activation: invalid choice: 'softmax'"),
     (["--data", "cifar"], "argument --data: invalid choice: 'cifar'"),
     (["--hidden", "4x0"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
+    (["--hidden", "0x5,8"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
+    (["--hidden=-1x5,8"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
     (["--hidden", "128x4"], "argument --hidden: 128x4: 4 layers of 128 or 128 layers of 4? write --hidden "
                             "128,128,128,128 or --layers 4 --width 128"),
     (["--hidden", "2x16,9x3"], "argument --hidden: 9x3: 3 layers of 9 or 9 layers of 3? write --hidden 9,9,9 or "
@@ -693,6 +743,65 @@ def test_a_corrupt_checkpoint_says_to_delete_it_and_never_to_add_resume(tmp_path
         line = one_error_line(capsys)
         assert line.endswith(": delete it, or choose another --checkpoint-dir"), line
         assert "--resume" not in line and "pickle" not in line and "unsafe" not in line, line
+
+
+def edit_state(directory, path, value):
+    """Set the value at ``path`` (keys joined by dots) in the state of ``directory``'s checkpoint to ``value`` (None:
+    delete it), as JSON: the checkpoint stays a readable file, its arrays as they were."""
+    with np.load(checkpoint.path_in(directory)) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    state = json.loads(arrays.pop("state").item())
+    *parents, last = path.split(".")
+    held = state
+    for key in parents:
+        held = held[key]
+    if value is None:
+        del held[last]
+    else:
+        held[last] = value
+    np.savez(checkpoint.path_in(directory), **arrays, state=np.array(json.dumps(state)))
+
+
+@pytest.mark.parametrize("path, value, words", [
+    ("training.epoch", "x", "its epoch is 'x', not an integer >= 0"),
+    ("training.step", -5, "its step is -5, not an integer >= 0"),
+    ("training.step_in_epoch", 999, "its position (epoch 1, step_in_epoch 999, step 45) does not fit epochs of 45 "
+                                    "steps"),
+    ("training.start_loss", "x", "its start_loss is 'x', not a finite number >= 0"),
+    ("training.rng.state", None, "its rng is {'bit_generator': 'PCG64', 'has_uint32': "),
+    ("training.config", [], "its config is not a JSON object"),
+    ("training.config.hidden", "abc", "its options: argument --hidden: must be widths >= 1 such as 128,64,32, "),
+    ("training.config.batch_size", 0, "its options: argument --batch-size: must be an integer >= 1; got '0'"),
+    ("training.config.dtype", "float16", "its options: argument --dtype: invalid choice: 'float16' "),
+    ("training.config.k", 0, "its options: argument --k: must be an integer >= 1; got '0'"),
+    ("training.config.fused", "yes", "its options: --fused is 'yes', neither true nor false"),
+    ("training.config.schedule", "bptt", "its options: --schedule bptt is not a schedule of --model mlp; "),
+    ("training.config.ranks", 0, "its options: ranks is 0, not a number of processes >= 1"),
+    ("training.config.optimizer", "adamw", "its optimizer is Adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, "
+                                           "weight_decay=0.0), and its options make AdamW(lr=0.001, "),
+    ("optimizer", None, "its optimizer is plain SGD, which keeps no state, and its options make Adam("),
+    ("optimizer.kind", "RMSprop", "its optimizer 'RMSprop' is none of SGD, Adam, AdamW, or lacks its "
+                                  "hyper-parameters"),
+    ("optimizer.hyper.eps", -1, "its optimizer Adam: eps must be > 0 and finite; got -1"),
+    ("optimizer.step", 44, "its optimizer's step count is 44, not 45 (its steps)"),
+    ("architecture.activation", "foo", "its architecture has activation 'foo', and its options build 'tanh'"),
+])
+def test_a_damaged_checkpoint_is_refused_in_one_line_and_kept(tmp_path, capsys, path, value, words):
+    """A checkpoint edited into one that no run writes, still valid JSON: what --resume reads of it is checked as a
+    fresh run's options are, its optimizer made by the library, its counters against each other; refused in one
+    line, and left as it was. Without --resume too (no hint to add it), but for what the data (the position) and
+    the network (the architecture) check: those are read with --resume only."""
+    assert cli(*SMALL, "--optimizer", "adam", "--epochs", 1, "--checkpoint-dir", tmp_path) == 0
+    edit_state(tmp_path, path, value)
+    before = checkpoint.path_in(tmp_path).read_bytes()
+    capsys.readouterr()
+    read_with_the_data = path in ("training.step_in_epoch", "architecture.activation")
+    for resume in [["--resume"]] + [[]] * (not read_with_the_data):
+        assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", tmp_path, *resume) == 2
+        line = one_error_line(capsys)
+        assert line.startswith(f"leapfrog-train: error: the checkpoint {tmp_path}/checkpoint.npz is damaged: {words}")
+        assert line.endswith(": delete it, or choose another --checkpoint-dir"), line
+    assert checkpoint.path_in(tmp_path).read_bytes() == before
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks the message given when no CUDA device is usable")

@@ -162,7 +162,7 @@ def _train(given, comm):
             data_parallel.broadcast_parameters(net)
             held = comm.bcast(checkpoint.optimizer_arrays(arrays) if comm.rank == 0 else None)
             checkpoint.restore_optimizer(net, make_optimizer(config), held, state.get("optimizer_step", 0), directory)
-        with _open_metrics(config["metrics"] if comm.rank == 0 else None, append=bool(config["resume"])) as metrics:
+        with _open_metrics(config["metrics"] if comm.rank == 0 else None) as metrics:
             try:
                 return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
             except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
@@ -239,6 +239,8 @@ def _run(config, dataset, net, report, state, why):
     except ValueError as error:  # the run's own step, refused as set up
         raise Refused(str(error)) from None
     estimate.ask(config, *calibrated, report, training.ranks)
+    if state is None:
+        report.start()
     with warnings.catch_warnings():
         # The run checks the loss itself and stops with exit status 3: NumPy's warnings would only repeat it.
         warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
@@ -305,11 +307,12 @@ def _writable_dir(directory):
         raise UsageError(f"--checkpoint-dir {directory}: not writable")
 
 
-def _open_metrics(path, append):
-    """The ``--metrics`` file, open (or nothing, for no ``path``), as a context manager."""
+def _open_metrics(path):
+    """The ``--metrics`` file, open to append (or nothing, for no ``path``), as a context manager: a fresh run
+    empties it once it starts (``Report.start``), not before a question the user may decline."""
     if path is None:
         return contextlib.nullcontext()
     try:
-        return open(path, "a" if append else "w", encoding="utf-8")
+        return open(path, "a", encoding="utf-8")
     except OSError as error:
         raise UsageError(f"--metrics {path}: {error.strerror}") from None

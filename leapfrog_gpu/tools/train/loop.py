@@ -191,6 +191,11 @@ class Report:
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
 
+    def start(self):
+        """A fresh run starts: its ``--metrics`` file (open to append) starts empty."""
+        if self.metrics_file is not None and self.metrics_file.seekable():
+            self.metrics_file.truncate(0)
+
     @contextlib.contextmanager
     def recorded(self, record):
         """Around the block, ``record`` (None: none) written to the ``--metrics`` file, one JSON line: before the block

@@ -566,6 +566,26 @@ def test_a_run_that_writes_nothing_leaves_no_checkpoint_folder_behind(tmp_path, 
     assert len(capsys.readouterr().err.splitlines()) == 2  # one line each
 
 
+@pytest.mark.parametrize("stop, status", [(train_loop.Refused("not started"), 2), (KeyboardInterrupt(), 130)],
+                         ids=["declined", "ctrl-c"])
+def test_a_run_that_never_starts_leaves_the_metrics_file_of_an_earlier_run(tmp_path, monkeypatch, stop, status):
+    """Declined at its question, or stopped there: an earlier run's --metrics file of that name is as it was; a
+    run that starts replaces it with its own records."""
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"epoch": 7}\n')
+    ask = estimate.ask
+
+    def asked(*args):
+        raise stop
+
+    monkeypatch.setattr(estimate, "ask", asked)
+    assert cli(*SMALL, "--epochs", 1, "--metrics", metrics) == status
+    assert metrics.read_text() == '{"epoch": 7}\n'
+    monkeypatch.setattr(estimate, "ask", ask)
+    assert cli(*SMALL, "--epochs", 2, "--metrics", metrics) == 0
+    assert [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()] == [1, 2]
+
+
 @pytest.mark.parametrize("command", ["leapfrog-train", "leapfrog-bench"])
 @pytest.mark.parametrize("module", ["numpy", "tqdm"])
 def test_ctrl_c_while_the_command_starts_exits_130_with_one_line(command, module):

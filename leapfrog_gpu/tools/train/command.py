@@ -134,7 +134,8 @@ def _train(given, comm):
         sizes = models.sizes(config, dataset)
         if saved is not None:
             if state["sizes"] != sizes:
-                raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}")
+                raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}: "
+                                                 "resume it on the data it was trained on (--data, --data-dir)")
             resuming.check_position(state, math.ceil(samples / batch), directory)
         steps = math.ceil(samples / batch) * config["epochs"]
         window = profile_window(config)

@@ -222,7 +222,7 @@ def build(state, arrays, backend="auto", path="the file"):
         names = {array_name(unit, name) for unit, name in _parameters(net)}
         held = state.get("optimizer")
         if held is not None:
-            optimizer = _optimizer(held)
+            optimizer = optimizer_of(held)
             restore_optimizer(net, optimizer, arrays, held.get("step"))
             names |= {array_name(unit, name, slot) for slot in optimizer.SLOTS for unit, name in _parameters(net)}
         extra = [name for name in arrays if name not in names]
@@ -265,12 +265,16 @@ def _parameters(net):
     return [(unit, name) for unit, shapes in reversed(net.gradient_layout()) for name in shapes]
 
 
-def _optimizer(held):
-    """The optimizer that a file's ``{"kind": ..., "hyper": {...}}`` names; a ValueError for one it cannot name."""
+def optimizer_of(held):
+    """The optimizer that a file's ``{"kind": ..., "hyper": {...}}`` names; a ValueError for one it cannot name or
+    whose hyper-parameters it refuses (``its optimizer Adam: eps must be ...``)."""
     kind, hyper = held.get("kind"), held.get("hyper")
     if kind not in OPTIMIZERS or not isinstance(hyper, dict):
         raise ValueError(f"its optimizer {kind!r} is none of {', '.join(OPTIMIZERS)}, or lacks its hyper-parameters")
-    return OPTIMIZERS[kind](**hyper)
+    try:
+        return OPTIMIZERS[kind](**hyper)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"its optimizer {kind}: {_first_line(error)}") from None
 
 
 def _first_line(error):

@@ -107,18 +107,14 @@ def check_architecture(net, state, directory):
 
 
 def _held_optimizer(held, directory):
-    """The optimizer whose state a checkpoint holds, made from its ``held`` kind and hyper-parameters by
-    ``core.optimizers``, which checks them (None: none held)."""
+    """The optimizer whose state a checkpoint holds, as ``core.saving`` reads its ``held`` kind and
+    hyper-parameters (None: none held)."""
     if held is None:
         return None
-    kind, hyper = held.get("kind"), held.get("hyper")
-    if kind not in saving.OPTIMIZERS or not isinstance(hyper, dict):
-        raise checkpoint.damaged(directory, f"its optimizer {kind!r} is none of {', '.join(saving.OPTIMIZERS)}, or "
-                                            "lacks its hyper-parameters")
     try:
-        return saving.OPTIMIZERS[kind](**hyper)
-    except (TypeError, ValueError) as error:
-        raise checkpoint.damaged(directory, f"its optimizer {kind}: {error}") from None
+        return saving.optimizer_of(held)
+    except ValueError as error:
+        raise checkpoint.damaged(directory, str(error)) from None
 
 
 def _shown(optimizer):

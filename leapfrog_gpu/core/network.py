@@ -283,7 +283,9 @@ class Network(OptimizerState):
         return tuple(x_shape[1:])
 
     def _check_pass(self, schedule, shape):
-        """Raise before a plan of ``shape`` is made if ``schedule`` cannot run a pass of it."""
+        """Raise before a plan of ``shape``, (B,), is made if ``schedule`` cannot run a pass of it: its memory check
+        (``Schedule.check_memory``)."""
+        schedule.check_memory(self, *shape)
 
     def _handed_out(self, arrays):
         """Copies of ``arrays`` (an array, or lists and dicts of them; or a function that gives them once the

@@ -45,6 +45,11 @@ class Schedule:
             return "an integer >= 0 (worker streams; 0 runs the gradients on the main stream)"
         return "an integer >= 1 (the number of worker streams)"
 
+    def check_memory(self, net, batch):
+        """The bytes of the buffers this schedule holds of its own for ``net`` (a network or its plan) at ``batch``,
+        or a ValueError when they exceed its ``memory_limit``: 0 for one that holds none."""
+        return 0
+
     def graph_refusal(self, backend):
         """Why a step under this schedule cannot be captured as a graph on ``backend`` ("numpy" or
         "cupy"), or None."""

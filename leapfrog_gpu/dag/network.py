@@ -25,7 +25,7 @@ from ..core.torch_io import loaded
 from . import torch_io
 from .layers import LAYERS, Add, Dense, Layer
 from .plan import INPUT, DagPlan
-from .schedules import BlockSchedule, DagDoubling, DagJacobi, LevelSets
+from .schedules import DagDoubling, DagJacobi, LevelSets
 
 
 @saving.register
@@ -177,11 +177,6 @@ class DagNet(Network):
     def _outputs(self):
         out = self.layer[self.output]
         return self.n[self.output], out.activation if isinstance(out, Dense) else repr(out)
-
-    def _check_pass(self, schedule, shape):
-        """A block schedule's memory check, before the plan of B is made."""
-        if isinstance(schedule, BlockSchedule):
-            schedule.check_memory(self, *shape)
 
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_out, B) (or None) as 2-D arrays of the same B."""

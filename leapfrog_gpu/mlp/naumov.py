@@ -62,17 +62,17 @@ class NaumovSchedule(Schedule):
         raise NotImplementedError
 
     def check_memory(self, net, batch):
-        """The ``Layout`` of ``net`` (an ``MLP`` or its plan) at ``batch``, or a ValueError when the buffers of
-        this schedule exceed ``memory_limit``."""
+        """The bytes of this schedule's buffers for ``net`` (an ``MLP`` or its plan) at ``batch``, or a ValueError
+        when they exceed ``memory_limit``."""
         layout = Layout(net.sizes, batch)
-        triangular.check_memory(type(self).__name__, self.nbytes(layout, np.dtype(net.dtype).itemsize),
-                                self.memory_limit, f"sizes of depth L={net.L}, padded width N={layout.N}, batch "
-                                f"B={batch} ({net.dtype})", "Sequential() or Leapfrog(k)")
-        return layout
+        return triangular.check_memory(type(self).__name__, self.nbytes(layout, np.dtype(net.dtype).itemsize),
+                                       self.memory_limit, f"sizes of depth L={net.L}, padded width N={layout.N}, "
+                                       f"batch B={batch} ({net.dtype})", "Sequential() or Leapfrog(k)")
 
     def _buffers(self, plan):
         """This schedule's buffers in ``plan``: checked against ``memory_limit``, allocated on first use."""
-        layout = self.check_memory(plan, plan.batch)
+        self.check_memory(plan, plan.batch)
+        layout = Layout(plan.sizes, plan.batch)
         if self.kind not in plan.naumov:
             plan.naumov[self.kind] = self._allocate(plan.backend.xp, layout, plan.dtype)
             plan.backend.synchronize()  # CuPy allocates on its default stream, which the others do not wait for

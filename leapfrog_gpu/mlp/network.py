@@ -16,7 +16,7 @@ from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded
 from . import torch_io
-from .naumov import NaumovJacobi, NaumovScan, NaumovSchedule
+from .naumov import NaumovJacobi, NaumovScan
 from .plan import MLPPlan
 
 
@@ -130,11 +130,6 @@ class MLP(Layered):
         if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
             raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
         return self._plan(int(batch), lambda: MLPPlan(self, int(batch), self._w, self._b, self._controls))
-
-    def _check_pass(self, schedule, shape):
-        """A Naumov schedule's memory check, before the plan of B is made."""
-        if isinstance(schedule, NaumovSchedule):
-            schedule.check_memory(self, *shape)
 
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_L, B) (or None) as 2-D arrays of real numbers on a device this backend can

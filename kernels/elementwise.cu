@@ -1,6 +1,7 @@
 // Elementwise parts of one pass: the forward activation (3) with its derivative, the output error (4),
 // the Hadamard factor of (5), the SGD update, the
-// updates of the optimizers (momentum, Adam) and the check of the gradients for NaN and Inf. Arrays are
+// updates of the optimizers (momentum, Adam), the check of the gradients for NaN and Inf and the mark of a
+// step's end. Arrays are
 // row-major; an (n, B) array is a minibatch stored as columns, so element (i, s) sits at i * B + s.
 //
 // Launch shape (every kernel here): 1-D grid-stride loop over the `size` = n*B elements, block =
@@ -130,9 +131,8 @@ __device__ void adam_update(T* param, const T* nabla, T* m, T* v, const T* contr
 }
 
 // check_finite: controls[1] = code when x holds a NaN or an Inf and controls[1] is still 0, so the
-// first gradient found wanting in a step names itself and the updates after it write nothing; and
-// controls[7] = controls[4], the step count t of the step refused. Every thread that finds one writes the
-// same values: no atomics, and the same result in any order. Launched over
+// first gradient found wanting in a step names itself and the updates after it write nothing. Every
+// thread that finds one writes the same value: no atomics, and the same result in any order. Launched over
 // ceil(size / 4) threads (check_finite_launch), each visits 16 bytes at a time: a float4 or double2 when x
 // is aligned, else the same elements one by one. Moves size reads.
 template <typename T>
@@ -158,6 +158,16 @@ __device__ void check_finite(T* controls, const T* x, long long size, T code) {
     }
     if (!finite && controls[1] == T(0)) {
         controls[1] = code;
+    }
+}
+
+// step_done, the last launch of a step, on the main stream behind its join: controls[7] = controls[4], the
+// step count t of the step whose updates have run, unless controls[1] holds a refusal (they wrote nothing).
+// After a step that failed or was refused, controls[7] is the t of the last step that updated. One thread;
+// moves 2 reads + 1 write.
+template <typename T>
+__device__ void step_done(T* controls) {
+    if (controls[1] == T(0)) {
         controls[7] = controls[4];
     }
 }
@@ -200,6 +210,9 @@ __device__ void check_finite(T* controls, const T* x, long long size, T code) {
     extern "C" __global__ void check_finite_##SUFFIX(T* controls, const T* x, long long size,       \
                                                      T code) {                                       \
         check_finite<T>(controls, x, size, code);                                                    \
+    }                                                                                                \
+    extern "C" __global__ void step_done_##SUFFIX(T* controls) {                                     \
+        step_done<T>(controls);                                                                      \
     }
 
 LEAPFROG_ELEMENTWISE(float, f32)

@@ -104,6 +104,8 @@ def _module(kernel, n, batch):
         return ("gates.cu", *_order(launch.gates_launch(n, batch)))
     if kernel == "check_finite":
         return ("elementwise.cu", *_order(launch.check_finite_launch(n * n)))
+    if kernel == "step_done":
+        return "elementwise.cu", launch.elementwise_launch(1)[2], (1, 1, 1), (1, 1, 1)
     size = {"sgd_update": n * n, "sgd_update_layer": n * n + n}.get(kernel, n * batch)
     return ("elementwise.cu", *_order(launch.elementwise_launch(size)))
 
@@ -132,6 +134,8 @@ def _rounds(kernel, n, batch, threads):
         return 1, 0
     if kernel == "bias_sum":  # a warp per row, BIAS_UNROLL loads a lane a round
         return 0, math.ceil(batch / (32 * launch.BIAS_UNROLL))
+    if kernel == "step_done":  # one thread reads two controls
+        return 0, 1
     if kernel == "check_finite":  # a grid-stride loop over n*m, a float4 a round
         return math.ceil(n * m / (4 * threads)), 0
     if kernel == "sgd_update":  # a grid-stride loop over n*m: a round per element visited

@@ -33,8 +33,8 @@ def table(rows):
 
 
 def before_after(tables, before):
-    """Markdown table of every kernel at every shape, before and after, on each card, with the reason of each
-    still under ``km.TARGET`` after."""
+    """Markdown table of every kernel at every shape, before and after ("-": a kernel added since), on each card,
+    with the reason of each still under ``km.TARGET`` after."""
     cards = list(tables)
     head = " | ".join(f"{card.name} {when}" for card in cards for when in ("before", "after"))
     lines = [f"| kernel | N | B | {head} | why under {km.TARGET:.0%} after |",
@@ -44,8 +44,9 @@ def before_after(tables, before):
         cells, reasons = [], []
         for card in cards:
             new = tables[card][i]
-            was = old[card][new["kernel"], new["N"], new["B"]]
-            cells += [f"{x['predicted_us']:.3g} ({x['predicted_fraction']:.2f})" for x in (was, new)]
+            was = old[card].get((new["kernel"], new["N"], new["B"]))
+            cells += ["-" if x is None else f"{x['predicted_us']:.3g} ({x['predicted_fraction']:.2f})"
+                      for x in (was, new)]
             if new["reason"] and new["reason"] not in reasons:
                 reasons.append(new["reason"])
         lines.append(f"| {r['kernel']} | {r['N']} | {r['B']} | {' | '.join(cells)} | {' / '.join(reasons)} |")

@@ -32,6 +32,7 @@ KERNELS = {
     "momentum_update": ("SGD with momentum on w", lambda n, m, b: 3 * n * m, lambda n, m, b: 2 * n * m),
     "adam_update": ("Adam on w", lambda n, m, b: 4 * n * m, lambda n, m, b: 3 * n * m),
     "check_finite": ("check of nabla_w", lambda n, m, b: n * m, lambda n, m, b: 0),
+    "step_done": ("end of a step", lambda n, m, b: 2, lambda n, m, b: 1),
     "gru_forward": ("GRU step", lambda n, m, b: 7 * n * b + n, lambda n, m, b: 5 * n * b),
     "gru_backward": ("GRU step, backward", lambda n, m, b: 7 * n * b, lambda n, m, b: 7 * n * b),
     "lstm_forward": ("LSTM step", lambda n, m, b: 5 * n * b, lambda n, m, b: 6 * n * b),
@@ -41,7 +42,7 @@ B_ONE = ("outer", "outer_sgd", "outer_bias", "forward_gemv", "backward_gemv")
 """The kernels that run at B = 1 only."""
 B_MANY = ("rank_update", "rank_update_sgd", "rank_update_bias", "forward_gemm", "backward_gemm")
 """Their twins, which run at B > 1 only."""
-B_ANY = ("sgd_update", "sgd_update_layer", "momentum_update", "adam_update", "check_finite")
+B_ANY = ("sgd_update", "sgd_update_layer", "momentum_update", "adam_update", "check_finite", "step_done")
 """The kernels whose traffic does not depend on B."""
 
 
@@ -77,7 +78,8 @@ def readme():
         "whatever B); that of b is N times smaller, and `sgd_update_layer` updates both in one launch. "
         "`outer_bias` and `rank_update_bias` are (7) with (6) in the same kernel. `check_finite` is the check "
         "of nabla_w (N^2 reads), run "
-        "on every gradient before the update when `check_finite=True`. `gru_*` and `lstm_*` are the elementwise "
+        "on every gradient before the update when `check_finite=True`; `step_done`, one thread at the end of a "
+        "step by an optimizer with a state, writes its step count t beside the step's controls. `gru_*` and `lstm_*` are the elementwise "
         "parts of one time step of a gated layer of width N (3N or 4N gate rows), forward and backward; "
         "their B = 1 rows show that a step of a small batch is bound by its launch. "
         "A fused `*_sgd` kernel replaces (7) "

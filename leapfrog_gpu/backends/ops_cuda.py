@@ -238,13 +238,18 @@ class CudaOps:
         self._gates("lstm_backward", c, t, (delta, dc, delta_h, gates, c), stream)
 
     def check_finite(self, controls, x, code):
-        """``controls[1] = code`` and ``controls[7] = controls[4]`` (t) if ``x`` holds a NaN or an Inf and
-        ``controls[1]`` is still 0 (a strided view is checked in a contiguous copy)."""
+        """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0 (a strided view
+        is checked in a contiguous copy)."""
         if not x.flags.c_contiguous:
             x = x.copy()
         grid, block, options = launch.check_finite_launch(x.size)
         kernel = self._kernel("elementwise.cu", "check_finite", x.dtype, options)
         kernel(grid, block, (controls, x, np.int64(x.size), x.dtype.type(code)))
+
+    def step_done(self, controls):
+        """``controls[7] = controls[4]`` (t) unless ``controls[1]`` holds a refusal: one thread."""
+        self._kernel("elementwise.cu", "step_done", controls.dtype, launch.elementwise_launch(1)[2])(
+            (1, 1, 1), (1, 1, 1), (controls,))
 
     @staticmethod
     def set_element(array, index, value):

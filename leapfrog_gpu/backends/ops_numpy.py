@@ -12,8 +12,8 @@ C-contiguous, ``b`` and ``nabla_b`` (n,). ``controls`` holds a step's controls, 
 ``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
 update writes nothing); the updates of ``core.optimizers`` also read ``controls[2]``, the learning rate,
 ``controls[3]``, 1 / B, ``controls[4]``, the step count t from 1, and Adam's bias corrections ``controls[5]``,
-1 - beta1^t, and ``controls[6]``, sqrt(1 - beta2^t); ``check_finite`` leaves in ``controls[7]`` the t of the step
-it refused.
+1 - beta1^t, and ``controls[6]``, sqrt(1 - beta2^t); ``step_done``, the last op of a step, copies its t into ``controls[7]``
+unless the step was refused.
 """
 
 import contextlib
@@ -338,11 +338,17 @@ def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
 
 
 def check_finite(controls, x, code):
-    """``controls[1] = code`` and ``controls[7] = controls[4]`` (the step count t of the step refused) if ``x``
-    holds a NaN or an Inf and ``controls[1]`` is still 0 (the first gradient found wanting in a step names
-    itself)."""
+    """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0 (the first gradient
+    found wanting in a step names itself)."""
     if controls[1] == 0 and not (np.isfinite(x.min()) and np.isfinite(x.max())):  # no temporary of x's size
-        controls[1], controls[7] = code, controls[4]
+        controls[1] = code
+
+
+def step_done(controls):
+    """``controls[7] = controls[4]``, the step count t of the step whose updates have run, unless ``controls[1]``
+    holds a refusal (they wrote nothing)."""
+    if controls[1] == 0:
+        controls[7] = controls[4]
 
 
 def set_element(array, index, value):

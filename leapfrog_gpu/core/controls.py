@@ -2,7 +2,7 @@
 
 
 class Controls:
-    """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t), t refused] in the network's
+    """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t), t done] in the network's
     dtype, on its device; ``optimizer``, the ``core.optimizers`` optimizer of the step last enqueued, and ``state``,
     the network's optimizer state ``{unit: {name: {slot: array}}}``, which a plan binds into its update launches as it
     enqueues them.
@@ -11,10 +11,14 @@ class Controls:
     current values: eta / B for the plain SGD step, the learning rate lr, 1 / B and the step count t (from 1) for the
     others, and Adam's bias corrections. The refusal code: 0 means update. A network built with ``check_finite=True``
     checks its gradients after the join, deepest first, and the first one that holds a NaN or an Inf leaves its code
-    (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``), and that step's t; a code already there is kept.
-    While the code is not 0 every update kernel writes nothing, in this step and in those enqueued behind it, until
-    the network's ``synchronize()`` reads it (``refused()``), takes the step count back to the one before the step
-    refused, raises ``FloatingPointError`` naming the gradient and clears it.
+    (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``); a code already there is kept. While the code is
+    not 0 every update kernel writes nothing, in this step and in those enqueued behind it, until the network's
+    ``synchronize()`` reads it (``refused()``), raises ``FloatingPointError`` naming the gradient and clears it.
+
+    t done: the last launch of a step by an optimizer with a state (``mark_done``) copies its t there unless the
+    step was refused, so that after a refused or failed step ``done()`` is the step count of the last step that
+    updated (a step that raised on a stream runs nothing after the failure: no launch of its own, none of a step
+    behind it).
     """
 
     def __init__(self, backend, dtype):
@@ -45,11 +49,21 @@ class Controls:
             self._names.append(name)
         return self._names.index(name) + 1
 
+    def mark_done(self):
+        """Enqueue on the main stream, behind a step's join, ``array[7] = t`` unless the step was refused."""
+        backend = self.backend
+        backend.launch(backend.main, "step done", backend.ops.step_done, self.array)
+
+    def done(self):
+        """The step count t of the last step that updated (``mark_done``); read on the host, once the steps
+        have run."""
+        return int(self.array[7])
+
     def refused(self):
-        """The name of the gradient whose check refused an update and the step count t of that step, or None;
-        read on the host, so call it once the steps have run (``synchronize()``)."""
+        """The name of the gradient whose check refused an update, or None; read on the host, so call it once
+        the steps have run (``synchronize()``)."""
         code = int(self.array[1])
-        return (self._names[code - 1], int(self.array[7])) if code else None
+        return self._names[code - 1] if code else None
 
     def clear(self):
         """Enqueue ``array[1] = 0`` on the main stream: the steps enqueued after it update again."""

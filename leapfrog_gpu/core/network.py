@@ -69,21 +69,34 @@ class Network(OptimizerState):
         if self._owns_backend:
             self.backend.close()
         elif not self.backend.closed:
-            self.backend.synchronize()
+            self._wait()
 
     def synchronize(self):
         """Wait for every enqueued step; raise what went wrong in one: an exception on a stream, or
-        (``check_finite``) a ``FloatingPointError`` for a refused update, which also clears it and takes the
-        step count back to the step before it (no update from it on ran)."""
+        (``check_finite``) a ``FloatingPointError`` for a refused update, which also clears it. Either way the
+        step count is then that of the last step that updated (no update from the failed or refused one on ran)."""
         self._check_open()
-        self.backend.synchronize()
-        refused = self._controls.refused()
-        if refused is not None:
-            gradient, step = refused
-            if self._rule is not None:
-                self._steps = step - 1
+        self._wait()
+        gradient = self._controls.refused()
+        if gradient is not None:
+            self._recount()
             self._controls.clear()
             raise FloatingPointError(f"{gradient} holds NaN or Inf; update refused, parameters unchanged")
+
+    def _wait(self):
+        """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken
+        back to that of the last step that updated."""
+        try:
+            self.backend.synchronize()
+        except BaseException:
+            self._recount()
+            raise
+
+    def _recount(self):
+        """The step count of the optimizer's state: that of the last step that updated (``Controls.done``), once
+        the steps enqueued have run or failed."""
+        if self._rule is not None:
+            self._steps = self._controls.done()
 
     # -- parameters ---------------------------------------------------------------------------------
 
@@ -99,11 +112,11 @@ class Network(OptimizerState):
         to the given arrays do not reach the network."""
         checked = parameters.check(params, self._live(), self.dtype, self.backend.xp, self._label)
         self._check_open()
-        self.backend.synchronize()
+        self._wait()
         xp = self.backend.xp
         for target, value in checked:
             target[...] = xp.asarray(value)
-        self.backend.synchronize()
+        self._wait()
 
     def save(self, path):
         """Write this network to ``path`` (``.npz`` appended to a name without it) as one file, whole or not at all:
@@ -127,7 +140,7 @@ class Network(OptimizerState):
     def _join(self, comm):
         """Join ``comm`` (None: run alone): with more than one rank every rank takes rank 0's parameters and
         each plan sums its gradients across ranks (``parallel.reducer``)."""
-        self.backend.synchronize()
+        self._wait()
         try:
             self.comm = reducer.attach(self, comm)
         except BaseException:
@@ -201,10 +214,21 @@ class Network(OptimizerState):
         if not optimizer.plain or clip is not None:
             controls.set_step(optimizer.controls(samples, self._steps))
         controls.optimizer = optimizer
-        if graph:
-            capture.step(plan, key, lambda: plan.step(schedule, controls, clip=clip))
-        else:
+
+        def step():
             plan.step(schedule, controls, solver, clip)
+            if not optimizer.plain:
+                controls.mark_done()
+
+        try:
+            if graph:
+                capture.step(plan, key, step)
+            else:
+                step()
+        except BaseException:  # raised as it was enqueued (the serial mode's streams, an interrupt)
+            self._wait()
+            self._recount()
+            raise
         self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these
 
     def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):

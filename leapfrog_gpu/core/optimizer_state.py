@@ -56,12 +56,12 @@ class OptimizerState:
             return
         if self._rule is None:
             self._make_state(optimizer)
-        self.backend.synchronize()
+        self._wait()
         for slot, target, value in checked:
             unit, name = where[id(target)]
             self._controls.state[unit][name][slot][...] = xp.asarray(value)
-        self._steps = steps
-        self.backend.synchronize()
+        self._steps = self._controls.array[7] = steps  # the count of the steps that updated (``Controls.done``)
+        self._wait()
 
     def _check_rule(self, optimizer):
         """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""

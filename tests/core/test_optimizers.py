@@ -17,7 +17,7 @@ from helpers import to_numpy
 from networks import NAMES, arrays, network, network_batch
 from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovScan, Sequential,
                           TimeNewton, TimeScan, Wavefront)
-from leapfrog_gpu.backends import ops_numpy
+from leapfrog_gpu.backends import NumpyBackend, ops_numpy
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
 
@@ -307,6 +307,47 @@ def test_updates_refused_by_check_finite_take_no_step(network_name, make, graph)
         slots = [slot for slot in want if slot != "step"]
         assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
                        arrays(unbroken.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
+def raising(monkeypatch, name):
+    """Keyword arguments of ``train_step`` for a step of the network ``name`` that raises as it runs: a strict
+    forward solver stopped short of tol=0 after one iteration (RNN, DagNet); the MLP's forward op, planted to
+    raise (the MLP takes no solver)."""
+    if name == "RNN":
+        return {"schedule": TimeScan(), "solver": TimeNewton(tol=0.0, max_iterations=1, strict=True)}
+    if name == "DagNet":
+        return {"solver": ForwardNewton(tol=0.0, max_iterations=1, strict=True)}
+
+    def forward(*args):
+        raise RuntimeError("planted: the forward pass fails")
+
+    monkeypatch.setattr(ops_numpy, "forward", forward)  # read as the step is enqueued
+    return {}
+
+
+@pytest.mark.parametrize("mode", ["threads", "serial"])
+def test_a_step_that_fails_as_it_runs_takes_no_step(monkeypatch, network_name, mode):
+    """A step that raises on a stream (``raising``) is not a step, nor is one enqueued behind it (nothing runs
+    after a failure): once the error is raised, by ``synchronize()`` or, in the serial mode, by the step itself,
+    the step count is that of the last step that updated, and the steps after are those of a network that never
+    met the failure, to the bit (t decides Adam's bias corrections)."""
+    good = [network_batch(network_name, 5, seed=step, dtype=np.float64) for step in range(3)]
+    with NumpyBackend(mode=mode) as backend, network(network_name, backend, dtype="float64") as net, \
+            network(network_name, "numpy", dtype="float64") as unbroken:
+        for model in (net, unbroken):
+            model.train_step(*good[0], Adam(0.01))
+        with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="stopped after|planted"):
+            net.train_step(*good[0], Adam(0.01), **raising(patch, network_name))
+            net.train_step(*good[0], Adam(0.01))
+            net.synchronize()
+        assert net.optimizer_state()["step"] == 1
+        for x, y in good[1:]:
+            for model in (net, unbroken):
+                model.train_step(x, y, Adam(0.01))
+        got, want = net.optimizer_state(), unbroken.optimizer_state()
+        assert got["step"] == want["step"] == 3
+        assert_bitwise(arrays(net.parameters()) + arrays(got["exp_avg"]) + arrays(got["exp_avg_sq"]),
+                       arrays(unbroken.parameters()) + arrays(want["exp_avg"]) + arrays(want["exp_avg_sq"]))
 
 
 def test_the_state_is_shaped_as_the_parameters_and_resumes_bitwise(network_name):

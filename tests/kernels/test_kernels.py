@@ -359,8 +359,8 @@ def test_a_refused_step_writes_nothing(device, dtype, batch):
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
 def test_check_finite(device, monkeypatch, dtype, shape, where, bad):
     """step[1] takes the code when the array holds a NaN or an Inf anywhere (the grid-stride loop capped
-    so that each thread visits several elements), and only while it is still 0, and step[7] the step count
-    t of step[4] with it. Zeros, the largest finite magnitudes and the smallest normal one are finite."""
+    so that each thread visits several elements), and only while it is still 0; nothing else changes. Zeros,
+    the largest finite magnitudes and the smallest normal one are finite."""
     monkeypatch.setattr(launch, "ELEMENTWISE_MAX_GRID", 2)
     finfo = np.finfo(dtype)
     x = _random(np.random.default_rng(list(shape)), shape, dtype, 1e30, (0.0, finfo.max, -finfo.max, finfo.tiny))
@@ -368,9 +368,23 @@ def test_check_finite(device, monkeypatch, dtype, shape, where, bad):
         x.reshape(-1)[{"first": 0, "middle": x.size // 2, "last": -1}[where]] = bad
     want = 0 if np.isfinite(x).all() else 5
     for before, after in ((0, want), (3, 3)):
-        controls = device.to_device(np.array([0.25, before, 0.5, 0.25, 6, 0.5, 0.5, 0], dtype))
+        controls = device.to_device(np.array([0.25, before, 0.5, 0.25, 6, 0.5, 0.5, 4], dtype))
         device.ops.check_finite(controls, device.to_device(x), 5)
-        assert device.to_host(controls).tolist() == [0.25, after, 0.5, 0.25, 6, 0.5, 0.5, 6 if after == 5 else 0]
+        assert device.to_host(controls).tolist() == [0.25, after, 0.5, 0.25, 6, 0.5, 0.5, 4]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("refusal", [0, 1, -1, np.nan])
+def test_step_done(device, dtype, refusal):
+    """step[7] takes step[4], the step count t, where step[1] holds no refusal (0), and keeps the t of the last
+    step that updated where it holds one (any other value, NaN too); nothing else changes."""
+    controls = np.array([0.25, refusal, 0.5, 0.25, 2**24 - 1, 0.5, 0.5, 2**24 - 2], dtype)
+    on_device = device.to_device(controls)
+    device.ops.step_done(on_device)
+    got = device.to_host(on_device)
+    want = controls.copy()
+    want[7] = controls[4] if refusal == 0 else controls[7]
+    np.testing.assert_array_equal(got, want)
 
 
 def _expect_nabla_w(x):

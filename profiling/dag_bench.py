@@ -192,8 +192,9 @@ def foot(args, backend, records, about):
 
 def parser():
     """The command line of ``python profiling/dag_bench.py``."""
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     p = runner.parser(PROG, __doc__.split("\n\n")[0], "dag", sizes=[16, 64, 256], batch=[1, 8], repeats=7, warmup=1,
-                      torch=False)
+                      torch=False, backend="numpy", json=str(HERE / "results" / f"dag_bench_cpu_{date}.json"))
     p.add_argument("--kind", type=names(KINDS, "kind"), default=["residual"], metavar="KIND[,KIND...]",
                    help=f"DAG shapes, from {', '.join(KINDS)} (default residual)")
     p.add_argument("--depths", type=integers(1, "depth"), default=[8, 32, 128], metavar="D[,D...]",
@@ -215,10 +216,7 @@ def parser():
 
 def main(argv=None):
     """The benchmark on NumPy with its records under results/ unless the options say otherwise; its exit status."""
-    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    out = HERE / "results" / f"dag_bench_cpu_{date}.json"
-    return runner.main(sys.modules[__name__], ["--backend", "numpy", "--json", str(out),
-                                               *(sys.argv[1:] if argv is None else argv)])
+    return runner.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

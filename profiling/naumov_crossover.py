@@ -30,7 +30,7 @@ from leapfrog_gpu.core.checks import MEMORY_LIMIT
 from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.runner import ratio
-from leapfrog_gpu.tools.cli import Parser, integers
+from leapfrog_gpu.tools.cli import Parser, integers, number
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 HERE = Path(__file__).resolve().parent
@@ -167,8 +167,10 @@ def main(argv=None):
     parser.add_argument("--k", type=int, default=2, help="worker streams for (6)(7) (default 2)")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per schedule (default 5)")
     parser.add_argument("--memory-limit", type=int, default=MEMORY_LIMIT, help="bytes, per schedule")
-    parser.add_argument("--max-gflop", type=float, default=30.0, help="skip a pass predicted above this")
-    parser.add_argument("--max-gbyte", type=float, default=20.0, help="skip a pass moving more than this")
+    parser.add_argument("--max-gflop", type=number(0, strict=True), default=30.0,
+                        help="skip a pass predicted above this (> 0)")
+    parser.add_argument("--max-gbyte", type=number(0, strict=True), default=20.0,
+                        help="skip a pass moving more than this (> 0)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "naumov_crossover_cpu",
                         help="path stem of the .json and .png written")
     args = parser.parse_args(argv)

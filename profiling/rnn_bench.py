@@ -29,7 +29,7 @@ import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
 from leapfrog_gpu.core.saving import replaced_atomically
-from leapfrog_gpu.tools.cli import integers, names
+from leapfrog_gpu.tools.cli import integers, names, number
 from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent
@@ -43,7 +43,7 @@ def main(argv=None):
     def ints(text):
         return [int(value) for value in text.split(",")]
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--N", type=ints, default=[4, 8, 16, 32, 128])
     parser.add_argument("--tau", type=ints, default=[64, 256, 1024, 4096])
     parser.add_argument("--B", type=ints, default=[1, 8, 32])
@@ -56,7 +56,8 @@ def main(argv=None):
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--repeats-long", type=int, default=5, help="repeats at the longest tau")
-    parser.add_argument("--max-gflop", type=float, default=3.0, help="skip a schedule whose chain does more")
+    parser.add_argument("--max-gflop", type=number(0, strict=True), default=3.0,
+                        help="skip a schedule whose chain does more (> 0)")
     parser.add_argument("--threads", type=int, default=1, help="NumPy's BLAS threads and PyTorch's intra-op threads")
     parser.add_argument("--torch-threads", type=integers(1, "threads"), default=[],
                         help="PyTorch's step at each number of intra-op threads, a row each (default: --threads)")

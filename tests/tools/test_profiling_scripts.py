@@ -28,6 +28,7 @@ import graph_nodes  # noqa: E402
 import kernels  # noqa: E402
 import naumov_crossover  # noqa: E402
 import overlap  # noqa: E402
+import rnn_bench  # noqa: E402
 
 
 KERNELS = [(0, 100, 7, "gemv"), (100, 200, 7, "delta_hidden"), (300, 400, 7, "gemv"), (50, 150, 13, "outer_f32"),
@@ -585,6 +586,18 @@ def test_naumov_crossover_runs_a_tiny_grid(tmp_path):
     assert {row["schedule"] for row in result["rows"]} >= {"naumov-scan", "naumov-jacobi", "sequential"}
     assert {row["L"] for row in result["rows"]} == {3, 5}
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("script, option", [(rnn_bench, "--max-gflop"), (naumov_crossover, "--max-gflop"),
+                                            (naumov_crossover, "--max-gbyte")])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_budget_must_be_a_finite_number_above_0(capsys, script, option, value):
+    """A budget of 0 or less (every pass skipped) or not finite (none ever) is refused in one line, exit status 2."""
+    with pytest.raises(SystemExit) as done:
+        script.main([option, value])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: argument {option}: must be a finite number > 0; got '{value}'")
 
 
 def test_time_backward_reports_every_schedule():

@@ -177,16 +177,17 @@ def lines(suite, args, case):
     return [*(suite.heading(case) if hasattr(suite, "heading") else ()), *map(suite.format_row, case)]
 
 
-def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, schedules=None, model_help=None):
+def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, schedules=None, model_help=None,
+           backend="auto", json=None):
     """A suite's command line with the options every suite takes, each with the suite's default: ``--model``
-    (hidden but for ``model_help``), ``--backend``, ``--dtype``, ``--sizes``, ``--batch``, ``--schedule``
+    (hidden but for ``model_help``), ``--backend`` (``backend``), ``--dtype``, ``--sizes``, ``--batch``, ``--schedule``
     (``schedules``: by default all of ``model``'s), ``--repeats``, ``--warmup``, ``--no-torch`` (with
-    ``torch``), ``--quiet``, ``--json`` and ``--jsonl``."""
+    ``torch``), ``--quiet``, ``--json`` (``json``: None, none written) and ``--jsonl``."""
     p = Parser(prog=prog, description=description, exit_statuses=EXIT_STATUSES)
     p.add_argument("--model", choices=("mlp", "rnn") if model_help else (model,), default=model,
                    help=model_help or argparse.SUPPRESS)
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto",
-                   help="auto: cupy when a CUDA device is usable, else numpy (default auto)")
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default=backend,
+                   help=f"auto: cupy when a CUDA device is usable, else numpy (default {backend})")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="(default float32)")
     p.add_argument("--sizes", type=integers(1, "size"), default=sizes, metavar="N[,N...]",
                    help=f"widths N (default {','.join(map(str, sizes))})")
@@ -204,7 +205,8 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
         p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar; the table at the end rather than each network's rows as it is measured")
-    p.add_argument("--json", metavar="FILE", help="write the records to FILE")
+    p.add_argument("--json", metavar="FILE", default=json,
+                   help="write the records to FILE" + (f" (default {json})" if json else ""))
     p.add_argument("--jsonl", metavar="FILE", help="append one JSON line per row to FILE as its network is measured, "
                                                    "after a line with the command and machine")
     return p

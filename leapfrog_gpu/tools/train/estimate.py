@@ -1,6 +1,7 @@
 """The cost of a run, estimated before it starts from a short calibration on a copy of its network (the run itself
-is unchanged): one step and one evaluation pass of the run's configuration, timed, and the same under the leapfrog
-schedule (``Leapfrog(2)``, eagerly, without a forward solver), each scaled to the run's steps and evaluations. A run
+is unchanged): one step and one evaluation pass of the run's configuration, each timed after one untimed, and the
+same under the leapfrog schedule (``Leapfrog(2)``, eagerly, without a forward solver), each scaled to the run's
+steps and evaluations. A run
 estimated at more than ``SLOWER`` times the leapfrog schedule's asks before it starts (``--yes`` does not ask; off a
 terminal, or under mpiexec, it warns and starts).
 """
@@ -16,10 +17,6 @@ from .options import PROG, UsageError, make_optimizer
 
 SLOWER = 10
 """How many times the leapfrog schedule's estimate a run may take before the command asks."""
-
-AGAIN = 0.5
-"""Seconds under which a calibration pass is timed a second time (its first call plans, or captures a graph)."""
-
 
 def calibrate(config, dataset, backend, remaining):
     """``(seconds, leapfrog)``: the estimates of the ``remaining`` steps (and evaluations) of the run of ``config``
@@ -86,12 +83,11 @@ def _estimate(config, dataset, backend, remaining, schedule, solver, graph):
 
 
 def _timed(call):
-    """Seconds of ``call()``: its first call's, or its second's where the first took under ``AGAIN``."""
-    for _ in range(2):
-        start = time.perf_counter()
-        call()
-        seconds = time.perf_counter() - start
-        if seconds >= AGAIN:
-            break
-    return seconds
+    """Seconds of the second ``call()``: the first plans the pass, captures its graph or compiles the optimizer's
+    update (about a second the first time a process takes a step of momentum or Adam, more on a new install),
+    which the run pays once, not at every step."""
+    call()
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 

@@ -173,7 +173,8 @@ class TimeNewton(Solver):
                       "sequential_flops": forward_flops(p.net.sizes, p.tau, p.batch, cell=p.net.cell)}
         if not self.stats["converged"]:
             where = " (where it stopped falling: the rounding of " + p.net.dtype + ")" if any(stuck) else ""
-            self._report(sum(iterations), "iterations", f"residual of {max(final):.3g}{where}", tol)
+            by_layer = f" ({' + '.join(map(str, iterations))} by layer)" if len(iterations) > 1 else ""
+            self._report(sum(iterations), f"iterations{by_layer}", f"residual of {max(final):.3g}{where}", tol)
 
     def _memory(self, p):
         """Bytes of this solve's buffers on pass ``p``."""

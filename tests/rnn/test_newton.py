@@ -233,8 +233,8 @@ def test_an_early_stop_warns_once_and_says_so_in_its_stats():
     with network(NORMS["contracting"]) as net:
         x = inputs(40)
         solver = TimeNewton(max_iterations=1)
-        with pytest.warns(RuntimeWarning, match=r"TimeNewton\(.*\) stopped after 2 iterations with a relative "
-                                                 r"residual of .* above tol=1e-12"):
+        with pytest.warns(RuntimeWarning, match=r"TimeNewton\(.*\) stopped after 2 iterations \(1 \+ 1 by layer\) "
+                                                 r"with a relative residual of .* above tol=1e-12"):
             net.feedforward(x, solver=solver)
         assert solver.stats["converged"] is False and solver.stats["residual"] > 1e-12
         _, caught = solved(net, x, solver)  # once per solver

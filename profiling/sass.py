@@ -6,9 +6,10 @@ CuPy's own options) and reads the cubin with ``cuobjdump``: ``-res-usage`` for t
 over the whole function (``"sass"``) and once over its hot loop (``"hot"``): the loop (the instructions between
 a backward branch and its target) that holds the most multiply-adds, the narrowest such if several do, which is
 where a kernel that has one spends its time; a reduction or a store that runs once a thread is left out.
-Counts are static: each instruction once, whichever path of a branch a launch takes. What ``inspect`` reads
-is kept on disk (``CACHE``), by the source, the options and the versions of NVRTC and ``cuobjdump``: the kernel
-model and its tests read the same modules in several processes.
+Counts are static: each instruction once, whichever path of a branch a launch takes. What a build gives
+(``build``: NVRTC's log with ptxas's report, the PTX and what ``cuobjdump`` reads) is kept on disk (``CACHE``),
+by the source, the options and the versions of NVRTC and ``cuobjdump``: the compile test, the kernel model and
+its tests build the same modules in several processes.
 """
 
 import hashlib
@@ -43,31 +44,39 @@ def compiled(filename, defines):
 
 def inspect(source, filename, options):
     """``{function: {"registers", "shared", "sass": {opcode: count}, "hot": {opcode: count}}}`` of ``source``
-    built for sm_90 (read from ``CACHE`` when it was read before)."""
-    options = [*options, "-arch=sm_90"]
+    built for sm_90 (``build``)."""
+    return build(source, filename, (*options, "-arch=sm_90"))["functions"]
+
+
+def build(source, filename, options):
+    """``{"log", "ptx", "functions"}`` of ``source`` compiled by NVRTC with ``options`` (an ``-arch=sm_XX`` among
+    them) and ``-Xptxas=-v``: NVRTC's log with ptxas's report of every kernel, the PTX, and the cubin's
+    ``functions`` as ``inspect`` reads them; from ``CACHE`` where it was built before (the compile test and the
+    kernel model build the same modules). A source NVRTC rejects raises a ``RuntimeError`` holding its log."""
+    options = [*options, "-Xptxas=-v"]
     tool = Path(cuobjdump()).stat()
     key = json.dumps([source, filename, options, nvrtc_version(), tool.st_size, tool.st_mtime_ns])
     kept = CACHE / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
     if kept.is_file():
         return json.loads(kept.read_text())
-    functions = _read(source, filename, options)
+    built = _read(source, filename, options)
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=CACHE, suffix=".tmp", delete=False) as out:
-        json.dump(functions, out)
+        json.dump(built, out)
     os.replace(out.name, kept)  # whole or not at all, whichever process writes it first
-    return functions
+    return built
 
 
 def _read(source, filename, options):
-    """``inspect``'s result, compiled and read now."""
+    """``build``'s result, compiled and read now."""
     _, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
     try:
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), [option.encode() for option in options])
+        log = _got(program, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog).rstrip(b"\0").decode()
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise RuntimeError(f"NVRTC could not compile {filename} {' '.join(options)}: {status!r}")
-        _, size = nvrtc.nvrtcGetCUBINSize(program)
-        cubin = b" " * size
-        nvrtc.nvrtcGetCUBIN(program, cubin)
+            raise RuntimeError(f"NVRTC could not compile {filename} ({' '.join(options)}):\n{log}")
+        ptx = _got(program, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX).rstrip(b"\0").decode()
+        cubin = _got(program, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     with tempfile.TemporaryDirectory() as folder:
@@ -92,7 +101,15 @@ def _read(source, filename, options):
             for address, opcode, _ in instructions:
                 if start <= address <= end:
                     _add(functions[name]["hot"], opcode)
-    return functions
+    return {"log": log, "ptx": ptx, "functions": functions}
+
+
+def _got(program, get_size, get):
+    """The bytes of one of NVRTC's outputs of ``program`` (its log, PTX or cubin), as its size call counts them."""
+    _, size = get_size(program)
+    out = b" " * size
+    get(program, out)
+    return out
 
 
 def _add(counts, opcode):

@@ -20,6 +20,7 @@ from leapfrog_gpu.backends.sources import kernel_dir, kernel_files, kernel_sourc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
 import kernel_traffic as traffic  # noqa: E402
+import sass  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -55,9 +56,8 @@ def _check(result):
         raise RuntimeError(f"NVRTC call failed: {result!r}")
 
 
-def nvrtc_compile(source, filename, options, arch, ptx=False):
-    """Compile ``source`` to a cubin for ``arch`` with ``options``; returns NVRTC's log (with ptxas's),
-    and with ``ptx=True`` the PTX as well."""
+def nvrtc_compile(source, filename, options, arch):
+    """Compile ``source`` to a cubin for ``arch`` with ``options``; returns NVRTC's log (with ptxas's)."""
     result, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
     _check(result)
     try:
@@ -66,15 +66,17 @@ def nvrtc_compile(source, filename, options, arch, ptx=False):
         log = _text(program, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog)
         if compiled != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"NVRTC could not compile {filename} ({' '.join(options)}, {arch}):\n{log}")
-        return (log, _text(program, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)) if ptx else log
+        return log
     finally:
         nvrtc.nvrtcDestroyProgram(program)
 
 
 @functools.lru_cache(maxsize=None)
 def compiled(filename, options, arch):
-    """``(log, ptx)`` of a module of ``kernels/``, compiled once for the tests that read it."""
-    return nvrtc_compile(kernel_source(filename), filename, options, arch, ptx=True)
+    """``(log, ptx)`` of a module of ``kernels/`` (``sass.build``: compiled once for the tests and the kernel
+    model that read it)."""
+    built = sass.build(kernel_source(filename), filename, (*options, f"-arch={arch}"))
+    return built["log"], built["ptx"]
 
 
 def _text(program, get_size, get):

@@ -77,6 +77,18 @@ __device__ void sgd_update_layer(T* w, const T* nabla_w, long long size_w, T* b,
     }
 }
 
+// a * b, a + b and a - b, each rounded on its own: never contracted into one fused multiply-add, as NVRTC's
+// default --fmad=true contracts a * b + c (every FFMA in the SASS of these updates otherwise). The optimizers'
+// updates use them so that they are bitwise what their NumPy twins' separate operations compute (and what the
+// CPU harness, which has no FMA, computes). The SGD updates (sgd_update here, the fused *_sgd kernels of
+// nabla_w.cu) keep the contraction: all of them contract p - scale * g alike, so fused and plain steps agree.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+
 // The updates of leapfrog_gpu/core/optimizers.py, torch.optim's rules, one pass over param, nabla and the state.
 // Besides controls[1] (the refusal, as above) they read controls[2] = lr, controls[3] = 1 / B (nabla is the
 // gradient summed over the batch; g = nabla / B that of the batch-mean cost), controls[4] = t, the step
@@ -84,49 +96,53 @@ __device__ void sgd_update_layer(T* w, const T* nabla_w, long long size_w, T* b,
 // the host computes as torch.optim does; the hyper-parameters are arguments, fixed for a network's life.
 //
 // SGD: g = nabla / B + wd * p; with momentum mu (buf is then read), buf = g at t = 1, else mu buf + (1 - d) g,
-// the step buf (g + mu buf with nesterov); p -= lr * step. Moves 3*size reads (param, nabla, buf) + 2*size writes
+// the step buf (g + mu buf with nesterov); p -= lr * step. undamped = 1 - d comes from the host, rounded once
+// to T from its double (as torch.optim's alpha = 1 - dampening and the NumPy twin's cast(1 - dampening)), not
+// computed here from d rounded to T first. Moves 3*size reads (param, nabla, buf) + 2*size writes
 // (param, buf) with momentum, 2*size reads + size writes without (buf is then not touched).
 template <typename T>
 __device__ void momentum_update(T* param, const T* nabla, T* buf, const T* controls, long long size, T momentum,
-                                T dampening, int nesterov, T weight_decay) {
+                                T undamped, int nesterov, T weight_decay) {
     const T lr = controls[2], scale = controls[3];
     const bool first = controls[4] == T(1);
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
          idx += (long long)gridDim.x * blockDim.x) {
         const T p = param[idx];
-        T g = nabla[idx] * scale;
-        if (weight_decay != T(0)) g += p * weight_decay;
+        T g = mul_rn(nabla[idx], scale);
+        if (weight_decay != T(0)) g = add_rn(g, mul_rn(p, weight_decay));
         if (momentum != T(0)) {
-            const T b = first ? g : buf[idx] * momentum + g * (T(1) - dampening);
+            const T b = first ? g : add_rn(mul_rn(buf[idx], momentum), mul_rn(g, undamped));
             buf[idx] = b;
-            g = nesterov ? g + b * momentum : b;
+            g = nesterov ? add_rn(g, mul_rn(b, momentum)) : b;
         }
-        param[idx] = p - g * lr;
+        param[idx] = sub_rn(p, mul_rn(g, lr));
     }
 }
 
 // Adam (decoupled = 0) and AdamW (1): g = nabla / B, plus wd * p (Adam) or with p *= 1 - lr wd first (AdamW);
 // m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps),
-// the corrections read from controls[5] and controls[6].
+// the corrections read from controls[5] and controls[6]. c1 = 1 - b1 and c2 = 1 - b2 come from the host, each
+// rounded once to T from its double (torch.optim's 1 - beta1 and value=1 - beta2; the twin's cast(1 - beta)):
+// 1 - b2 computed here in float32 from b2 = 0.999f is 0.0009999871, not 0.001f.
 // Moves 4*size reads (param, nabla, m, v) + 3*size writes (param, m, v).
 template <typename T>
 __device__ void adam_update(T* param, const T* nabla, T* m, T* v, const T* controls, long long size, T beta1,
-                            T beta2, T eps, T weight_decay, int decoupled) {
+                            T c1, T beta2, T c2, T eps, T weight_decay, int decoupled) {
     const T lr = controls[2], scale = controls[3], step_size = lr / controls[5], root = controls[6];
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < size;
          idx += (long long)gridDim.x * blockDim.x) {
         T p = param[idx];
-        T g = nabla[idx] * scale;
+        T g = mul_rn(nabla[idx], scale);
         if (decoupled) {
-            p *= T(1) - lr * weight_decay;
+            p = mul_rn(p, sub_rn(T(1), mul_rn(lr, weight_decay)));
         } else if (weight_decay != T(0)) {
-            g += p * weight_decay;
+            g = add_rn(g, mul_rn(p, weight_decay));
         }
-        const T mi = m[idx] * beta1 + g * (T(1) - beta1);
-        const T vi = v[idx] * beta2 + g * g * (T(1) - beta2);
+        const T mi = add_rn(mul_rn(m[idx], beta1), mul_rn(g, c1));
+        const T vi = add_rn(mul_rn(v[idx], beta2), mul_rn(mul_rn(g, g), c2));
         m[idx] = mi;
         v[idx] = vi;
-        param[idx] = p - mi / (sqrt(vi) / root + eps) * step_size;
+        param[idx] = sub_rn(p, mul_rn(mi / add_rn(sqrt(vi) / root, eps), step_size));
     }
 }
 
@@ -195,16 +211,17 @@ __device__ void step_done(T* controls) {
     }                                                                                                \
     extern "C" __global__ void momentum_update_##SUFFIX(T* param, const T* nabla, T* buf,            \
                                                         const T* controls, long long size, T momentum, \
-                                                        T dampening, int nesterov, T weight_decay) {  \
+                                                        T undamped, int nesterov, T weight_decay) {   \
         if (controls[1] == T(0))                                                                     \
-            momentum_update<T>(param, nabla, buf, controls, size, momentum, dampening, nesterov,       \
+            momentum_update<T>(param, nabla, buf, controls, size, momentum, undamped, nesterov,        \
                                weight_decay);                                                        \
     }                                                                                                \
     extern "C" __global__ void adam_update_##SUFFIX(T* param, const T* nabla, T* m, T* v,           \
                                                     const T* controls, long long size, T beta1,      \
-                                                    T beta2, T eps, T weight_decay, int decoupled) { \
+                                                    T c1, T beta2, T c2, T eps, T weight_decay,      \
+                                                    int decoupled) {                                 \
         if (controls[1] == T(0))                                                                     \
-            adam_update<T>(param, nabla, m, v, controls, size, beta1, beta2, eps, weight_decay,        \
+            adam_update<T>(param, nabla, m, v, controls, size, beta1, c1, beta2, c2, eps, weight_decay, \
                            decoupled);                                                               \
     }                                                                                                \
     extern "C" __global__ void check_finite_##SUFFIX(T* controls, const T* x, long long size,       \

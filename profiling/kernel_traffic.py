@@ -98,7 +98,10 @@ def readme():
         "in the chain. That is far inside the kernel tests' tolerances (relative to max(|x|, 1), or to the sum of "
         "the terms' magnitudes). Results on one device still agree bit for bit across schedules (leapfrog "
         "and sequential, fused and plain): both sides flush alike. Between the GPU and the host only "
-        "agreement within tolerance is expected."
+        "agreement within tolerance is expected, but for the optimizers' updates (`momentum_update`, "
+        "`adam_update`): they round every product and sum on its own (`__fmul_rn`, ...: nothing contracted into "
+        "a fused multiply-add) from constants the host rounds once, as their twins do, so they give their twins' "
+        "bits wherever nothing flushes."
     )
     lines = [
         "# Memory floor of each kernel",

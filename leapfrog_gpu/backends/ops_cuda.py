@@ -198,14 +198,14 @@ class CudaOps:
         kernel then reads no buffer: ``nabla`` stands in its place)."""
         t = param.dtype.type
         args = (param, nabla, nabla if buf is None else buf, controls, np.int64(param.size), t(momentum),
-                t(dampening), np.int32(nesterov), t(weight_decay))
+                t(1 - dampening), np.int32(nesterov), t(weight_decay))  # 1 - d rounded once, as the twin's
         self._elementwise("momentum_update", param.size, param.dtype, args)
 
     def adam_update(self, param, nabla, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
         """torch.optim.Adam's (AdamW's) step in one pass (``ops_numpy.adam_update``)."""
         t = param.dtype.type
-        args = (param, nabla, m, v, controls, np.int64(param.size), t(beta1), t(beta2), t(eps), t(weight_decay),
-                np.int32(decoupled))
+        args = (param, nabla, m, v, controls, np.int64(param.size), t(beta1), t(1 - beta1), t(beta2), t(1 - beta2),
+                t(eps), t(weight_decay), np.int32(decoupled))  # 1 - beta rounded once, as torch.optim's and the twin's
         self._elementwise("adam_update", param.size, param.dtype, args)
 
     def _gates(self, name, state, t, args, stream):

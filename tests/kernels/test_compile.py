@@ -143,6 +143,21 @@ def test_float32_arithmetic_flushes_denormals_to_zero_as_under_cupy(filename, op
     assert f32 and all(".ftz." in op for op in f32), sorted({op for op in f32 if ".ftz." not in op})
 
 
+def test_the_optimizer_updates_contract_no_multiply_add():
+    """momentum_update and adam_update round each product and sum on their own: in their PTX every mul, add and
+    sub carries .rn, which ptxas never contracts into a fused multiply-add (a plain one it may, by NVRTC's default
+    --fmad=true), and none is an fma; so the GPU computes their NumPy twins' bits, as the CPU harness does. The
+    SGD update keeps plain ones, contracted alike in the fused SGD kernels of nabla_w.cu."""
+    options = next(options for filename, options in MODULES if filename == "elementwise.cu")
+    _, ptx = compiled("elementwise.cu", options, "sm_90")
+    bodies = dict(re.findall(r"\.entry (\w+)\((.*?)(?=\.entry |\Z)", ptx, re.S))
+    for name in ("momentum_update", "adam_update", "sgd_update"):
+        for suffix in ("f32", "f64"):
+            ops = re.findall(r"\b(?:mul|add|sub|fma)(?:\.\w+)*\.f(?:32|64)\b", bodies[f"{name}_{suffix}"])
+            unrounded = [op for op in ops if op.startswith("fma") or ".rn." not in op]
+            assert ops and bool(unrounded) == (name == "sgd_update"), (name, suffix, sorted(set(ops)))
+
+
 def test_syntax_error_puts_the_compiler_log_in_the_failure():
     source = kernel_source("nabla_w.cu")
     statement = "const int i0 = blockIdx.y * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;"

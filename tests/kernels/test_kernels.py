@@ -689,3 +689,29 @@ def test_a_refused_optimizer_step_writes_nothing(device, dtype):
     device.ops.adam_update(got[0], device.to_device(nabla), got[1], got[2], device.to_device(controls), 0.9, 0.999,
                            1e-8, 0.1, False)
     assert [_bits(device.to_host(x)) for x in got] == [_bits(x) for x in (param, m, v)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_optimizer_kernels_are_bitwise_their_twins(cpu, dtype):
+    """momentum_update and adam_update (AdamW too) on the CPU harness give the NumPy twins' bits: 1 - beta and
+    1 - dampening rounded once from the host's double, every product and sum rounded on its own (no FMA, on the
+    device as here), sqrt in the parameter's dtype."""
+    rng = np.random.default_rng(5)
+    p, g, m = (_random(rng, (257, 31), dtype) for _ in range(3))
+    v = np.abs(_random(rng, (257, 31), dtype)) + dtype(0.5)
+    for decoupled, betas in ((False, (0.9, 0.999)), (True, (0.8, 0.99))):
+        controls = optimizer_controls(0.01, 7, 3, dtype, betas=betas)
+        want = [x.copy() for x in (p, m, v)]
+        ops_numpy.adam_update(want[0], g, want[1], want[2], controls, *betas, 1e-8, 0.1, decoupled)
+        got = [cpu.to_device(x) for x in (p, m, v)]
+        cpu.ops.adam_update(got[0], cpu.to_device(g), got[1], got[2], cpu.to_device(controls), *betas, 1e-8, 0.1,
+                            decoupled)
+        assert [_bits(cpu.to_host(x)) for x in got] == [_bits(x) for x in want], (decoupled, betas)
+    for dampening, nesterov in ((0.1, False), (0.0, True)):
+        controls = optimizer_controls(0.3, 7, 5, dtype)
+        want = [p.copy(), m.copy()]
+        ops_numpy.momentum_update(want[0], g, want[1], controls, 0.9, dampening, nesterov, 0.01)
+        got = [cpu.to_device(x) for x in (p, m)]
+        cpu.ops.momentum_update(got[0], cpu.to_device(g), got[1], cpu.to_device(controls), 0.9, dampening, nesterov,
+                                0.01)
+        assert [_bits(cpu.to_host(x)) for x in got] == [_bits(x) for x in want], (dampening, nesterov)

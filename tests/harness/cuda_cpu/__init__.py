@@ -33,9 +33,10 @@ import numpy as np
 HEADER = Path(__file__).with_name("cuda_cpu.h")
 CXX = os.environ.get("CXX", "g++")
 # Hidden visibility and no GNU-unique symbols: each library keeps its own statics (the __shared__ arrays
-# of two builds of one source with other -D options must not be merged when both are loaded).
-CXXFLAGS = ("-std=c++20", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-gnu-unique", "-Wall",
-            "-Wno-unknown-pragmas")
+# of two builds of one source with other -D options must not be merged when both are loaded). No contraction
+# into fused multiply-adds: each * + - rounded on its own, as CUDA's __fmul_rn, __fadd_rn, ... are.
+CXXFLAGS = ("-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-gnu-unique",
+            "-Wall", "-Wno-unknown-pragmas")
 CACHE = Path(os.environ.get("CUDA_CPU_CACHE", Path(tempfile.gettempdir()) / f"cuda_cpu-{os.getuid()}"))
 
 _CTYPES = {

@@ -70,7 +70,17 @@
 
 using std::exp;   // CUDA's float overloads: exp(float) stays in float, as on the device
 using std::isfinite;
+using std::sqrt;  // sqrt(float) stays in float, as CUDA's device overload does (::sqrt is double)
 using std::tanh;
+
+// CUDA's rounded arithmetic intrinsics, which never become a fused multiply-add on the device; the harness
+// is built with -ffp-contract=off, so a plain * + - is each rounded on its own here as well.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;

@@ -131,8 +131,11 @@ def targets(xp, y, shape, outputs, activation, dtype, noun):
 
 
 def check_eta(eta):
-    """``eta``, the learning rate, a finite real number >= 0, or a ValueError."""
-    if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not math.isfinite(eta) or eta < 0:
+    """``eta``, the learning rate, a finite real number >= 0; a TypeError where it is not a number, else a
+    ValueError."""
+    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
+        raise TypeError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r} ({type(eta).__name__})")
+    if not math.isfinite(eta) or eta < 0:
         raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
     return eta
 

@@ -208,7 +208,9 @@ class ForwardNewton(ForwardSolver):
         if tol is not None:
             _check("tol", tol, 0, "must be None or a finite number >= 0")
         if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
-                max_iterations, numbers.Integral) or max_iterations < 1):
+                max_iterations, numbers.Integral)):
+            raise TypeError(f"max_iterations must be None (the depth) or an integer >= 1; got {max_iterations!r}")
+        if max_iterations is not None and max_iterations < 1:
             raise ValueError(f"max_iterations must be None (the depth) or an integer >= 1; got {max_iterations!r}")
         _check("damping", damping, 0, "must be a number in (0, 1]")
         if not 0 < damping <= 1:

@@ -186,7 +186,9 @@ class Dense(Layer):
     params = ("w", "b")
 
     def __init__(self, n, activation="sigmoid"):
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"Dense needs a width n, an integer >= 1; got {n!r} ({type(n).__name__})")
+        if n < 1:
             raise ValueError(f"Dense needs a width n >= 1; got {n!r}")
         self.n, self.activation = int(n), choose("activation", activation, OUTPUT_ACTIVATIONS)
 

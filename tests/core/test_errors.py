@@ -129,9 +129,11 @@ def test_a_float64_batch_beyond_float32s_range_is_refused_by_a_float32_network(n
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
 
 
-@pytest.mark.parametrize("eta", [-0.1, float("nan"), float("inf"), "0.1", None])
-def test_bad_learning_rate(net, eta):
-    with pytest.raises(ValueError, match=r"eta \(the learning rate\) must be a finite number >= 0"):
+@pytest.mark.parametrize("eta, error", [(-0.1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                                        ("0.1", TypeError), (None, TypeError), (True, TypeError)])
+def test_bad_learning_rate(net, eta, error):
+    """A learning rate of the wrong type is a TypeError, a number outside [0, inf) a ValueError, each one line."""
+    with pytest.raises(error, match=r"^eta \(the learning rate\) must be a finite number >= 0; got [^\n]*$"):
         net.sgd_step(GOOD_X, GOOD_Y, eta)
 
 

@@ -53,6 +53,8 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
     the epoch and the step."""
     run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
                   seed=seed, graph=graph, solver=solver, clip=clip)
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be True or False; got {progress!r}")
     with contextlib.ExitStack() as stack:
         if jsonl is not None and not hasattr(jsonl, "write"):
             if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
@@ -91,6 +93,9 @@ class Fitting:
             raise TypeError(f"optimizer must be a learning rate eta (for SGD(eta)), or SGD(...), Adam(...) or "
                             f"AdamW(...); got {optimizer!r}")
         self.optimizer = optimizer
+        checked, _ = net._check_step(schedule, graph, solver)  # what train_step refuses, before a file is written
+        net._check_clip(clip, checked, graph)
+        net._check_rule(optimizer)
         self.options = {"graph": graph, "solver": solver, "clip": clip}
         if validation is not None and (not isinstance(validation, (tuple, list)) or len(validation) != 2):
             raise TypeError(f"validation must be a pair (x, y) of inputs and targets; got {type(validation).__name__}")

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from helpers import assert_bitwise_equal
 from networks import NAMES, network, network_batch
-from leapfrog_gpu import MLP, RNN, SGD, Adam, Add, DagNet, Dense, Leapfrog, reference
+from leapfrog_gpu import MLP, RNN, SGD, Adam, Add, DagNet, Dense, ForwardNewton, Leapfrog, reference
 from leapfrog_gpu.core import fitting
 from leapfrog_gpu.rnn import reference as rnn_reference
 
@@ -354,6 +354,28 @@ def test_bad_arguments_are_refused_with_what_to_do_and_change_nothing(call, erro
         with pytest.raises(error) as raised:
             call(net, x, labels)
         assert str(raised.value).startswith(message), str(raised.value)
+        assert_bitwise_equal(host(net.parameters()), before)
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"graph": "yes"}, TypeError, "graph must be True or False"),
+    ({"schedule": Leapfrog(2, fused=True), "clip": 1.0}, ValueError, "clip needs every gradient before any update"),
+    ({"solver": ForwardNewton()}, TypeError, "takes no forward solver"),
+    ({"optimizer": SGD(0.1, momentum=0.9)}, ValueError, "holds the state of Adam"),
+    ({"progress": "no"}, TypeError, "progress must be True or False; got 'no'"),
+])
+def test_what_a_step_refuses_is_refused_before_the_metrics_file_is_emptied(tmp_path, options, error, message):
+    """fit checks what train_step would refuse at its first step before it opens ``jsonl``: a file of an earlier
+    run is left as it was, and so is the network."""
+    x, labels = np.random.default_rng(7).random((4, 5)), np.array([0, 2, 1, 1, 0])
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"epoch": 1}\n')
+    with MLP([4, 6, 3], dtype="float64", backend="numpy") as net:
+        net.train_step(x, labels, Adam(0.01))
+        before = host(net.parameters())
+        with pytest.raises(error, match=message):
+            net.fit(x, labels, 1, 2, options.pop("optimizer", Adam(0.01)), jsonl=metrics, **options)
+        assert metrics.read_text() == '{"epoch": 1}\n' and net.optimizer_state()["step"] == 1
         assert_bitwise_equal(host(net.parameters()), before)
 
 

@@ -112,11 +112,11 @@ class NumpyBackend:
         stream = HostStream(name)
         if self.chaos is not None:
             stream.delays = random.Random(self.chaos * 1009 + len(self._streams))
-        if self.mode == "threads":
+        self._streams.append(stream)
+        if self.mode == "threads":  # the queue is the backend's before its thread starts: release() stops it whatever
+            self._queues.append(stream.queue)  # interrupts the start (Ctrl-C lands in Thread.start's wait)
             stream.thread = threading.Thread(target=self._drain, args=(stream,), name=f"leapfrog-{name}", daemon=True)
             stream.thread.start()
-            self._queues.append(stream.queue)
-        self._streams.append(stream)
         return stream
 
     def workers(self, k):

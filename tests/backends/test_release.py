@@ -110,6 +110,26 @@ def test_close_twice_then_collect(three_blas_threads):
     assert blas_threads() == {3}
 
 
+def test_an_interrupt_as_a_stream_thread_starts_leaves_no_thread_after_close(monkeypatch):
+    """Ctrl-C lands in ``Thread.start``'s wait once the new thread runs (simulated: raised right after the real
+    start): that stream is the backend's all the same, and ``close()`` ends its thread."""
+    start, threads = threading.Thread.start, []
+
+    def interrupted(thread):
+        start(thread)
+        if thread.name == "leapfrog-worker1":
+            threads.append(thread)
+            raise KeyboardInterrupt
+
+    net = MLP([4, 8, 8, 3], backend="numpy")
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        net.sgd_step(np.ones((4, 2)), np.ones((3, 2)), 0.1, Leapfrog(2))
+    monkeypatch.undo()
+    net.close()
+    assert threads and ended(threads) == []
+
+
 def test_a_given_backend_stays_open_and_usable_when_its_network_is_collected():
     x, y = batch([3, 4, 2], 2)
     with NumpyBackend() as backend:

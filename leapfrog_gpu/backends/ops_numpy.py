@@ -12,8 +12,8 @@ C-contiguous, ``b`` and ``nabla_b`` (n,). ``controls`` holds a step's controls, 
 ``controls[0]`` is eta / B, ``controls[1]`` a refusal (0 to update, else a ``check_finite`` code: the
 update writes nothing); the updates of ``core.optimizers`` also read ``controls[2]``, the learning rate,
 ``controls[3]``, 1 / B, ``controls[4]``, the step count t from 1, and Adam's bias corrections ``controls[5]``,
-1 - beta1^t, and ``controls[6]``, sqrt(1 - beta2^t); ``step_done``, the last op of a step, copies its t into ``controls[7]``
-unless the step was refused.
+1 - beta1^t, and ``controls[6]``, sqrt(1 - beta2^t); ``step_done``, the last op of a step, copies its t into
+``controls[7]`` unless the step was refused.
 """
 
 import contextlib

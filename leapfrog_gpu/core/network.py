@@ -14,6 +14,7 @@ RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then
 labels, the targets' shape less their axis of outputs, one-hot encoded for outputs of classes (``checks.targets``).
 """
 
+import contextlib
 import math
 import numbers
 import weakref
@@ -57,25 +58,40 @@ class Network(OptimizerState):
         self._held = None  # the optimizer that made that state
         self._plans = {}
         self.comm = None
+        self._closed = False
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, *exc):
+        if kind is None:
+            self.close()
+            return
+        with contextlib.suppress(Exception):  # an error is on its way out of the block: none raised over it
+            self.close()
 
     def close(self):
-        """Wait for queued work; close the backend if this network created it. Safe to call twice."""
-        if self._owns_backend:
-            self.backend.close()
-        elif not self.backend.closed:
-            self._wait()
+        """Wait for queued work, close the backend if this network created it, and raise what ``synchronize()``
+        would of the steps not yet reported (closed all the same). A closed network runs nothing more, on a
+        backend it was given too. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if not self.backend.closed:
+                self._synchronize()
+        finally:
+            if self._owns_backend:
+                self.backend.close()
 
     def synchronize(self):
         """Wait for every enqueued step; raise what went wrong in one: an exception on a stream, or
         (``check_finite``) a ``FloatingPointError`` for a refused update, which also clears it. Either way the
         step count is then that of the last step that updated (no update from the failed or refused one on ran)."""
         self._check_open()
+        self._synchronize()
+
+    def _synchronize(self):
         self._wait()
         gradient = self._controls.refused()
         if gradient is not None:
@@ -324,8 +340,8 @@ class Network(OptimizerState):
         return copies[0]
 
     def _check_open(self):
-        if self.backend.closed:
-            raise RuntimeError(f"this {type(self).__name__} is closed (its backend is): build a new one")
+        if self._closed or self.backend.closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed: build a new one")
 
     def _check_step(self, schedule, graph=False, solver=None):
         """The checks of a step: the ``schedule`` (None: ``Sequential()``), ``graph`` and ``solver``; returns the

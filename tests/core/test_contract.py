@@ -7,8 +7,8 @@ import copy
 import numpy as np
 import pytest
 
-from leapfrog_gpu import (BPTT, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN, NaumovScan,
-                          Sequential, TimeScan, Wavefront)
+from leapfrog_gpu import (BPTT, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
+                          NaumovScan, Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends.host import NumpyBackend
 from networks import UNITS, network, network_batch
 
@@ -69,6 +69,32 @@ def test_a_network_leaves_a_backend_it_was_given_open(network_name):
         with network(network_name, backend) as other:  # the backend still runs networks
             other.sgd_step(*network_batch(network_name), 0.1)
             other.synchronize()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch whose gradients overflow
+@pytest.mark.parametrize("given", [False, True], ids=["own backend", "given backend"])
+def test_close_raises_what_synchronize_would_and_closes_all_the_same(network_name, given):
+    """A refused update not yet reported is raised by ``close()`` (and by leaving ``with``), as ``synchronize()``
+    would; the network is closed all the same (its own backend too, a given one stays open), and runs nothing
+    more. An error already leaving the ``with`` block is not masked by it."""
+    x, y = network_batch(network_name)
+    with NumpyBackend() as backend:
+        net = network(network_name, backend if given else "numpy", check_finite=True)
+        net.train_step(x * 1e30, y, Adam(0.01))
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            net.close()
+        assert net.backend.closed != given and not backend.closed
+        for use in (lambda: net.train_step(x, y, Adam(0.01)), lambda: net.parameters(), lambda: net.synchronize()):
+            with pytest.raises(RuntimeError, match=f"this {network_name} is closed"):
+                use()
+        net.close()  # reported once
+        with pytest.raises(FloatingPointError, match="update refused"):
+            with network(network_name, backend if given else "numpy", check_finite=True) as other:
+                other.train_step(x * 1e30, y, Adam(0.01))
+        with pytest.raises(KeyError, match="the block's own"):
+            with network(network_name, backend if given else "numpy", check_finite=True) as other:
+                other.train_step(x * 1e30, y, Adam(0.01))
+                raise KeyError("the block's own")
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e39], ids=["nan", "inf", "-inf", "beyond float32"])

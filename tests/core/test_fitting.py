@@ -7,6 +7,7 @@ what to do, and nothing changes."""
 import contextlib
 import io
 import json
+import signal
 import sys
 import threading
 
@@ -377,6 +378,31 @@ def test_what_a_step_refuses_is_refused_before_the_metrics_file_is_emptied(tmp_p
             net.fit(x, labels, 1, 2, options.pop("optimizer", Adam(0.01)), jsonl=metrics, **options)
         assert metrics.read_text() == '{"epoch": 1}\n' and net.optimizer_state()["step"] == 1
         assert_bitwise_equal(host(net.parameters()), before)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="a SIGINT handler can be set on the main thread only")
+def test_a_ctrl_c_inside_a_step_stops_fit_once_the_step_is_whole(network_name, monkeypatch):
+    """A SIGINT that lands while fit enqueues a step (here: as it starts) raises KeyboardInterrupt once that step is
+    enqueued whole: the network then holds the steps before it and that step, each whole, as a network that took
+    them alone does, to the bit (raised inside it, the step left some units updated and not others)."""
+    x, y = network_batch(network_name, 6, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64") as net, \
+            network(network_name, "numpy", dtype="float64") as alone:
+        take = net.train_step
+
+        def interrupted(*args, **kwargs):
+            if net.optimizer_state()["step"] == 2:
+                signal.raise_signal(signal.SIGINT)
+            take(*args, **kwargs)
+
+        monkeypatch.setattr(net, "train_step", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            net.fit(x, y, 2, 2, Adam(0.01), shuffle=False, progress=False)
+        assert net.optimizer_state()["step"] == 3 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        for s in range(3):
+            alone.train_step(x[..., 2 * s:2 * s + 2], y[..., 2 * s:2 * s + 2], Adam(0.01))
+        assert_bitwise_equal(host(net.parameters()), host(alone.parameters()))
 
 
 def test_labels_for_an_output_that_is_not_one_of_classes_are_refused_with_the_hint():

@@ -25,6 +25,7 @@ _stack = []  # [ticket, limiter]: the limiter restores what was in force before 
 _holders = {}  # ticket -> the thread that held it
 _released = []  # tickets released and not yet taken off the stack
 _tickets = itertools.count(1)
+_changes = [0]  # holds and releases taken off so far: what ``changes()`` counts
 
 
 def hold(threads):
@@ -33,8 +34,15 @@ def hold(threads):
         ticket = next(_tickets)
         _stack.append([ticket, threadpoolctl.threadpool_limits(threads, user_api="blas")])
         _holders[ticket] = threading.current_thread()
+        _changes[0] += 1
     _settle()
     return ticket
+
+
+def changes():
+    """How many times the stack has changed the threads in force (a hold, a release taken off): a caller that
+    set the threads itself in between (``host_blas.share``) leaves the stack's setting as it is."""
+    return _changes[0]
 
 
 def release(ticket):
@@ -69,6 +77,7 @@ def _take_off(ticket):
     if place is None:
         return
     del _holders[ticket]
+    _changes[0] += 1
     _, limiter = _stack.pop(place)
     if place < len(_stack):
         _stack[place][1] = limiter  # the holder above now restores what this one found

@@ -29,6 +29,8 @@ import warnings
 
 import numpy as np
 
+from . import blas_limits
+
 RELEASE_MATRIX = 1 << 18
 """Elements of its matrix from which a gemv or a ger, bound by the bytes it moves, runs with the GIL
 released: 1 MiB in float32, long enough that the dispatch of a released call is small beside it
@@ -182,7 +184,8 @@ def threads():
     return None if library is None else library[1].scipy_openblas_get_num_threads()
 
 
-_shared = {"whole": None, "shares": 0}  # the threads in force before the shares now held, and how many are held
+_shared = {"whole": None, "shares": 0, "changes": 0}  # the threads in force before the shares now held, how many
+# are held, and blas_limits.changes() when the first began
 _shared_lock = threading.Lock()
 
 
@@ -191,19 +194,20 @@ def share(streams, held=1):
     force before the first share, so that together they ask for no more cores than those stand for. ``held``: the
     streams of the share the caller holds now (1: none), which this one replaces; ``streams`` 1 ends it. Once the
     last share held ends, the threads in force before the first come back (the shares of two backends' hand-offs
-    may overlap). Nothing without ``scipy-openblas32``."""
+    may overlap), unless a backend has set or given back its threads meanwhile (``blas_limits``: one closed, or
+    collected, during a hand-off): that setting stays. Nothing without ``scipy-openblas32``."""
     library = load()
     if library is None:
         return
     with _shared_lock:
         if held == 1 and streams > 1:  # a share begins
             if not _shared["shares"]:
-                _shared["whole"] = threads()
+                _shared["whole"], _shared["changes"] = threads(), blas_limits.changes()
             _shared["shares"] += 1
         elif held > 1 and streams == 1:  # one ends
             _shared["shares"] -= 1
-            if _shared["shares"]:
-                return  # another still holds its part
+            if _shared["shares"] or blas_limits.changes() != _shared["changes"]:
+                return  # another still holds its part, or the threads in force are a backend's since
         elif streams == 1:
             return  # none held, none begun
         library[1].scipy_openblas_set_num_threads(max(1, _shared["whole"] // streams))

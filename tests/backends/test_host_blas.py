@@ -12,7 +12,7 @@ import pytest
 
 from helpers import assert_same, batch, layer_names
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
-from leapfrog_gpu.backends import host_blas
+from leapfrog_gpu.backends import blas_limits, host_blas
 from leapfrog_gpu.backends.host import NumpyBackend
 
 NEVER = 1 << 62
@@ -441,6 +441,7 @@ def test_an_openblas_thread_timeout_the_environment_sets_stands():
 def test_share_divides_the_threads_in_force_and_gives_them_back_after_the_last_share(threads):
     import threadpoolctl
 
+    host_blas.load()  # loaded first: the limits below reach the libraries loaded when they are set
     with threadpoolctl.threadpool_limits(threads, user_api="blas"):
         seen = []
         # (streams, held): a share of 2 ends; one of 3 passes to 2 streams, then ends; two shares overlap (3, 2),
@@ -452,3 +453,26 @@ def test_share_divides_the_threads_in_force_and_gives_them_back_after_the_last_s
         part = {streams: max(1, threads // streams) for streams in (2, 3, 4)}
         assert seen == [part[2], threads, part[3], part[2], threads, part[3], part[2], part[4], part[4], threads,
                         threads]
+
+
+@pytest.mark.parametrize("closed", ["released", "held"])
+def test_a_share_that_ends_after_a_backend_set_or_gave_back_its_threads_leaves_that_setting(closed):
+    """A backend closed (or collected) during a hand-off gives the threads from before it back; the share that
+    ends after it must not set its stale whole (the backend's 1 thread) over them. The same for a backend opened
+    during the share: its setting stays."""
+    import threadpoolctl
+
+    host_blas.load()
+    with threadpoolctl.threadpool_limits(3, user_api="blas"):
+        ticket = blas_limits.hold(1)
+        host_blas.share(2)  # the hand-off of a leapfrog pass: 1 // 2 -> 1 thread a stream
+        if closed == "released":
+            blas_limits.release(ticket)  # the backend goes: the 3 threads come back
+        else:
+            later = blas_limits.hold(2)  # another backend opens: its 2
+        host_blas.share(1, 2)  # the hand-off ends
+        assert host_blas.threads() == (3 if closed == "released" else 2)
+        if closed == "held":
+            blas_limits.release(later)
+            blas_limits.release(ticket)
+        assert host_blas.threads() == 3

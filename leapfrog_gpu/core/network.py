@@ -98,6 +98,12 @@ class Network(OptimizerState):
             self._recount()
             self._controls.clear()
             raise FloatingPointError(f"{gradient} holds NaN or Inf; update refused, parameters unchanged")
+        if self._rule is not None and self._controls.done() != self._steps:  # the shared backend's failure
+            lost = self._steps - self._controls.done()
+            self._recount()
+            raise RuntimeError(f"{lost} step(s) of this {type(self).__name__} did not run: a failure on the backend "
+                               "it shares with another network (raised to the first to synchronize) stopped them; "
+                               f"its step count is back to {self._steps}, its parameters those after that step")
 
     def _wait(self):
         """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken

@@ -350,6 +350,34 @@ def test_a_step_that_fails_as_it_runs_takes_no_step(monkeypatch, network_name, m
                        arrays(unbroken.parameters()) + arrays(want["exp_avg"]) + arrays(want["exp_avg_sq"]))
 
 
+def test_steps_a_failure_on_a_shared_backend_stopped_are_said_and_not_counted(monkeypatch, network_name):
+    """Two networks on one backend: one's step fails as it runs (``raising``), which stops every operation queued
+    behind it, the other's step too. The first to synchronize raises the failure; the other then says that its
+    step did not run, and goes on as a network that never took it, to the bit."""
+    good = [network_batch(network_name, 5, seed=step, dtype=np.float64) for step in range(2)]
+    with NumpyBackend() as backend, network(network_name, backend, dtype="float64") as failing, \
+            network(network_name, backend, dtype="float64", seed=2) as other, \
+            network(network_name, "numpy", dtype="float64", seed=2) as unbroken:
+        for model in (failing, other, unbroken):  # the failing one's schedule makes its buffers here
+            model.train_step(*good[0], Adam(0.01), TimeScan() if model is failing and network_name == "RNN" else None)
+            model.synchronize()
+        with monkeypatch.context() as patch:
+            failing.train_step(*good[0], Adam(0.01), **raising(patch, network_name))
+        other.train_step(*good[1], Adam(0.01))
+        with pytest.raises(RuntimeError, match="stopped after|planted"):
+            failing.synchronize()
+        with pytest.raises(RuntimeError, match=r"^1 step\(s\) of this \w+ did not run: a failure on the backend"):
+            other.synchronize()
+        other.synchronize()  # said once
+        assert failing.optimizer_state()["step"] == other.optimizer_state()["step"] == 1
+        for model in (other, unbroken):
+            model.train_step(*good[1], Adam(0.01))
+        got, want = other.optimizer_state(), unbroken.optimizer_state()
+        assert got["step"] == want["step"] == 2
+        assert_bitwise(arrays(other.parameters()) + arrays(got["exp_avg"]),
+                       arrays(unbroken.parameters()) + arrays(want["exp_avg"]))
+
+
 def test_the_state_is_shaped_as_the_parameters_and_resumes_bitwise(network_name):
     """optimizer_state() after 2 steps, taken into a fresh network with its parameters, continues as the
     network that took 4 steps in a row does."""

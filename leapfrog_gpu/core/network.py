@@ -98,12 +98,7 @@ class Network(OptimizerState):
             self._recount()
             self._controls.clear()
             raise FloatingPointError(f"{gradient} holds NaN or Inf; update refused, parameters unchanged")
-        if self._rule is not None and self._controls.done() != self._steps:  # the shared backend's failure
-            lost = self._steps - self._controls.done()
-            self._recount()
-            raise RuntimeError(f"{lost} step(s) of this {type(self).__name__} did not run: a failure on the backend "
-                               "it shares with another network (raised to the first to synchronize) stopped them; "
-                               f"its step count is back to {self._steps}, its parameters those after that step")
+        self._check_count()
 
     def _wait(self):
         """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken
@@ -113,12 +108,6 @@ class Network(OptimizerState):
         except BaseException:
             self._recount()
             raise
-
-    def _recount(self):
-        """The step count of the optimizer's state: that of the last step that updated (``Controls.done``), once
-        the steps enqueued have run or failed."""
-        if self._rule is not None:
-            self._steps = self._controls.done()
 
     # -- parameters ---------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The optimizer's state beside a network's parameters: the momenta and moments of ``core.optimizers``, one set
 per network in its device memory, with the step count t; read and written as ``parameters()`` is, and refused
-when a step brings another optimizer than the one whose state is held.
+when a step brings another optimizer than the one whose state is held. The count is taken back to the steps that
+updated where some failed, were refused or did not run (``Controls.done``).
 """
 
 from . import optimizers, parameters
@@ -62,6 +63,22 @@ class OptimizerState:
             self._controls.state[unit][name][slot][...] = xp.asarray(value)
         self._steps = self._controls.array[7] = steps  # the count of the steps that updated (``Controls.done``)
         self._wait()
+
+    def _recount(self):
+        """The step count: that of the last step that updated (``Controls.done``), once the steps enqueued have run
+        or failed."""
+        if self._rule is not None:
+            self._steps = self._controls.done()
+
+    def _check_count(self):
+        """Once the steps enqueued have run with no error raised here: raise if some did not (a failure on a backend
+        shared with another network, raised to that one, stopped them), the count taken back."""
+        if self._rule is not None and self._controls.done() != self._steps:
+            lost = self._steps - self._controls.done()
+            self._recount()
+            raise RuntimeError(f"{lost} step(s) of this {type(self).__name__} did not run: a failure on the backend "
+                               "it shares with another network (raised to the first to synchronize) stopped them; "
+                               f"its step count is back to {self._steps}, its parameters those after that step")
 
     def _check_rule(self, optimizer):
         """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""

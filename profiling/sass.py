@@ -7,9 +7,9 @@ over the whole function (``"sass"``) and once over its hot loop (``"hot"``): the
 a backward branch and its target) that holds the most multiply-adds, the narrowest such if several do, which is
 where a kernel that has one spends its time; a reduction or a store that runs once a thread is left out.
 Counts are static: each instruction once, whichever path of a branch a launch takes. What a build gives
-(``build``: NVRTC's log with ptxas's report, the PTX and what ``cuobjdump`` reads) is kept on disk (``CACHE``),
-by the source, the options and the versions of NVRTC and ``cuobjdump``: the compile test, the kernel model and
-its tests build the same modules in several processes.
+(``build``: NVRTC's log with ptxas's report, the PTX and the cubin) and what ``cuobjdump`` reads of the cubin are
+kept on disk (``CACHE``), by the source, the options and the versions of NVRTC and ``cuobjdump``: the compile
+test, the kernel model and its tests build the same modules in several processes.
 """
 
 import hashlib
@@ -44,31 +44,48 @@ def compiled(filename, defines):
 
 def inspect(source, filename, options):
     """``{function: {"registers", "shared", "sass": {opcode: count}, "hot": {opcode: count}}}`` of ``source``
-    built for sm_90 (``build``)."""
-    return build(source, filename, (*options, "-arch=sm_90"))["functions"]
+    built for sm_90 (``build``), as ``cuobjdump`` reads its cubin; kept in ``CACHE`` too."""
+    built = build(source, filename, (*options, "-arch=sm_90"))
+    tool = Path(cuobjdump()).stat()
+    kept = _kept([built["key"], tool.st_size, tool.st_mtime_ns], ".json")
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    functions = _read(built["cubin"])
+    _keep(kept, json.dumps(functions).encode())
+    return functions
 
 
 def build(source, filename, options):
-    """``{"log", "ptx", "functions"}`` of ``source`` compiled by NVRTC with ``options`` (an ``-arch=sm_XX`` among
-    them) and ``-Xptxas=-v``: NVRTC's log with ptxas's report of every kernel, the PTX, and the cubin's
-    ``functions`` as ``inspect`` reads them; from ``CACHE`` where it was built before (the compile test and the
-    kernel model build the same modules). A source NVRTC rejects raises a ``RuntimeError`` holding its log."""
+    """``{"log", "ptx", "cubin", "key"}`` of ``source`` compiled by NVRTC with ``options`` (an ``-arch=sm_XX``
+    among them) and ``-Xptxas=-v``: NVRTC's log with ptxas's report of every kernel, the PTX and the path of the
+    cubin, from ``CACHE`` where it was built before (the compile test and the kernel model build the same
+    modules), under ``key``. A source NVRTC rejects raises a ``RuntimeError`` holding its log."""
     options = [*options, "-Xptxas=-v"]
-    tool = Path(cuobjdump()).stat()
-    key = json.dumps([source, filename, options, nvrtc_version(), tool.st_size, tool.st_mtime_ns])
-    kept = CACHE / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
-    if kept.is_file():
-        return json.loads(kept.read_text())
-    built = _read(source, filename, options)
+    key = hashlib.sha256(json.dumps([source, filename, options, nvrtc_version()]).encode()).hexdigest()
+    kept, cubin = _kept(key, ".json"), _kept(key, ".cubin")
+    if not (kept.is_file() and cubin.is_file()):
+        log, ptx, code = _compile(source, filename, options)
+        _keep(cubin, code)
+        _keep(kept, json.dumps({"log": log, "ptx": ptx}).encode())  # last: a kept log has its cubin beside it
+    return {**json.loads(kept.read_text()), "cubin": cubin, "key": key}
+
+
+def _kept(key, suffix):
+    """The file of ``CACHE`` that keeps what ``key`` (a string, or a list of JSON values) names."""
+    name = key if isinstance(key, str) else hashlib.sha256(json.dumps(key).encode()).hexdigest()
+    return CACHE / f"{name}{suffix}"
+
+
+def _keep(path, data):
+    """Write ``data`` (bytes) to ``path`` whole or not at all, whichever process writes it first."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=CACHE, suffix=".tmp", delete=False) as out:
-        json.dump(built, out)
-    os.replace(out.name, kept)  # whole or not at all, whichever process writes it first
-    return built
+    with tempfile.NamedTemporaryFile("wb", dir=CACHE, suffix=".tmp", delete=False) as out:
+        out.write(data)
+    os.replace(out.name, path)
 
 
-def _read(source, filename, options):
-    """``build``'s result, compiled and read now."""
+def _compile(source, filename, options):
+    """NVRTC's log, the PTX and the cubin of ``source``, compiled now."""
     _, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
     try:
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), [option.encode() for option in options])
@@ -76,14 +93,14 @@ def _read(source, filename, options):
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise RuntimeError(f"NVRTC could not compile {filename} ({' '.join(options)}):\n{log}")
         ptx = _got(program, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX).rstrip(b"\0").decode()
-        cubin = _got(program, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
+        return log, ptx, _got(program, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "module.cubin"
-        path.write_bytes(cubin)
-        usage = _cuobjdump("-res-usage", path)
-        sass = _cuobjdump("-sass", path)
+
+
+def _read(cubin):
+    """``inspect``'s functions of the cubin at ``cubin``, read by ``cuobjdump`` now."""
+    usage, sass = _cuobjdump("-res-usage", cubin), _cuobjdump("-sass", cubin)
     functions = {}
     for name, registers, shared in re.findall(r"Function (\w+):\s*REG:(\d+) STACK:\d+ SHARED:(\d+)", usage):
         functions[name] = {"registers": int(registers), "shared": int(shared), "sass": {}, "hot": {}}
@@ -101,7 +118,7 @@ def _read(source, filename, options):
             for address, opcode, _ in instructions:
                 if start <= address <= end:
                     _add(functions[name]["hot"], opcode)
-    return {"log": log, "ptx": ptx, "functions": functions}
+    return functions
 
 
 def _got(program, get_size, get):

@@ -113,23 +113,30 @@ def test_instructions_that_never_run_are_not_counted():
 
 
 def test_what_inspect_read_is_kept_on_disk_by_source_and_options(tmp_path, monkeypatch):
-    """A second ``inspect`` of the same source and options reads the kept file, not the compiler; another
-    source, or other options, compiles again."""
+    """A second ``inspect`` of the same source and options reads the kept files, neither the compiler nor
+    ``cuobjdump``; another source, or other options, compiles again; a build kept by the compile test (``build``
+    of the same source and options) is read by ``cuobjdump`` without a compile."""
     monkeypatch.setattr(sass, "CACHE", tmp_path)
     source = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n'
     first = sass.inspect(source, "twice.cu", launch.NVRTC_OPTIONS)
-    assert len(list(tmp_path.glob("*.json"))) == 1 and first["twice"]["registers"] > 0
+    assert len(list(tmp_path.glob("*.json"))) == 2 and len(list(tmp_path.glob("*.cubin"))) == 1
+    assert first["twice"]["registers"] > 0
 
-    def compiled_again(*args):
-        raise AssertionError("compiled again")
+    def again(*args):
+        raise AssertionError("again")
 
-    reads = sass._read
-    monkeypatch.setattr(sass, "_read", compiled_again)
+    compile_, read = sass._compile, sass._read
+    monkeypatch.setattr(sass, "_compile", again)
+    monkeypatch.setattr(sass, "_read", again)
     assert sass.inspect(source, "twice.cu", launch.NVRTC_OPTIONS) == first
-    with pytest.raises(AssertionError, match="compiled again"):
+    with pytest.raises(AssertionError, match="again"):
         sass.inspect(source.replace("2.0f", "3.0f"), "twice.cu", launch.NVRTC_OPTIONS)
-    with pytest.raises(AssertionError, match="compiled again"):
+    with pytest.raises(AssertionError, match="again"):
         sass.inspect(source, "twice.cu", (*launch.NVRTC_OPTIONS, "-DUNUSED=1"))
-    monkeypatch.setattr(sass, "_read", reads)
+    monkeypatch.setattr(sass, "_compile", compile_)
+    built = sass.build(source.replace("2.0f", "3.0f"), "twice.cu", (*launch.NVRTC_OPTIONS, "-arch=sm_90"))
+    assert "Used" in built["log"] and ".entry twice" in built["ptx"]
+    monkeypatch.setattr(sass, "_compile", again)
+    monkeypatch.setattr(sass, "_read", read)
     assert sass.inspect(source.replace("2.0f", "3.0f"), "twice.cu", launch.NVRTC_OPTIONS)["twice"]["sass"]
-    assert len(list(tmp_path.glob("*.json"))) == 2 and not list(tmp_path.glob("*.tmp"))
+    assert len(list(tmp_path.glob("*.json"))) == 4 and not list(tmp_path.glob("*.tmp"))

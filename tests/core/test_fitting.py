@@ -387,8 +387,10 @@ def test_a_ctrl_c_inside_a_step_stops_fit_once_the_step_is_whole(network_name, m
     enqueued whole: the network then holds the steps before it and that step, each whole, as a network that took
     them alone does, to the bit (raised inside it, the step left some units updated and not others)."""
     x, y = network_batch(network_name, 6, dtype=np.float64)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own (ignored in a background job)
     with network(network_name, "numpy", dtype="float64") as net, \
-            network(network_name, "numpy", dtype="float64") as alone:
+            network(network_name, "numpy", dtype="float64") as alone, contextlib.ExitStack() as restore:
+        restore.callback(signal.signal, signal.SIGINT, previous)
         take = net.train_step
 
         def interrupted(*args, **kwargs):

@@ -74,7 +74,7 @@ def whole_steps():
     enqueued is handled (by the handler in force before, Python's KeyboardInterrupt by default) once the step is
     whole, never inside it, where it would leave some units updated and others not. Off the main thread,
     where no handler can be set, ``whole`` does nothing."""
-    pending = []
+    inside, pending = [], []  # whether a step is being enqueued; the SIGINT that landed meanwhile
 
     def handler(signum, frame):
         if inside:
@@ -93,7 +93,6 @@ def whole_steps():
                 _handle(previous, *pending.pop())
                 pending.clear()
 
-    inside = []
     try:
         previous = signal.signal(signal.SIGINT, handler)
     except ValueError:  # not the main thread

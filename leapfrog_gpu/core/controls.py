@@ -1,5 +1,7 @@
 """The controls of a step, in device memory: one ``Controls`` per network, whichever the network."""
 
+from ..backends import to_host
+
 
 class Controls:
     """``array`` = [eta / B, refusal, lr, 1 / B, t, 1 - beta1^t, sqrt(1 - beta2^t), t done] in the network's
@@ -13,7 +15,7 @@ class Controls:
     checks its gradients after the join, deepest first, and the first one that holds a NaN or an Inf leaves its code
     (``code(name)``, one per gradient name, e.g. ``"nabla_w[3]"``); a code already there is kept. While the code is
     not 0 every update kernel writes nothing, in this step and in those enqueued behind it, until the network's
-    ``synchronize()`` reads it (``refused()``), raises ``FloatingPointError`` naming the gradient and clears it.
+    ``synchronize()`` reads it (``read()``), raises ``FloatingPointError`` naming the gradient and clears it.
 
     t done: the last launch of a step by an optimizer with a state (``mark_done``) copies its t there unless the
     step was refused, so that after a refused or failed step ``done()`` is the step count of the last step that
@@ -59,11 +61,12 @@ class Controls:
         have run."""
         return int(self.array[7])
 
-    def refused(self):
-        """The name of the gradient whose check refused an update, or None; read on the host, so call it once
-        the steps have run (``synchronize()``)."""
-        code = int(self.array[1])
-        return self._names[code - 1] if code else None
+    def read(self):
+        """``(refused, done)``: the name of the gradient whose check refused an update (None: none) and ``done()``,
+        from one copy to the host; call it once the steps have run (``synchronize()``)."""
+        host = to_host(self.array)
+        code = int(host[1])
+        return (self._names[code - 1] if code else None), int(host[7])
 
     def clear(self):
         """Enqueue ``array[1] = 0`` on the main stream: the steps enqueued after it update again."""

@@ -93,12 +93,12 @@ class Network(OptimizerState):
 
     def _synchronize(self):
         self._wait()
-        gradient = self._controls.refused()
+        gradient, done = self._controls.read()
         if gradient is not None:
             self._recount()
             self._controls.clear()
             raise FloatingPointError(f"{gradient} holds NaN or Inf; update refused, parameters unchanged")
-        self._check_count()
+        self._check_count(done)
 
     def _wait(self):
         """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken

@@ -70,12 +70,12 @@ class OptimizerState:
         if self._rule is not None:
             self._steps = self._controls.done()
 
-    def _check_count(self):
-        """Once the steps enqueued have run with no error raised here: raise if some did not (a failure on a backend
-        shared with another network, raised to that one, stopped them), the count taken back."""
-        if self._rule is not None and self._controls.done() != self._steps:
-            lost = self._steps - self._controls.done()
-            self._recount()
+    def _check_count(self, done):
+        """Once the steps enqueued have run with no error raised here, ``done`` of them by ``Controls.done``: raise if
+        some did not (a failure on a backend shared with another network, raised to that one, stopped them), the
+        count taken back."""
+        if self._rule is not None and done != self._steps:
+            lost, self._steps = self._steps - done, done
             raise RuntimeError(f"{lost} step(s) of this {type(self).__name__} did not run: a failure on the backend "
                                "it shares with another network (raised to the first to synchronize) stopped them; "
                                f"its step count is back to {self._steps}, its parameters those after that step")

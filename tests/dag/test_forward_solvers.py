@@ -215,6 +215,9 @@ def test_bad_options_say_so():
                           (lambda: ForwardNewton(max_iterations=0), "max_iterations")):
         with pytest.raises(ValueError, match=message):
             make()
+    for bad in (2.5, "3", True):  # not an integer: a TypeError
+        with pytest.raises(TypeError, match=r"^max_iterations must be None \(the depth\) or an integer >= 1; got "):
+            ForwardNewton(max_iterations=bad)
 
 
 @pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # the stand-in probes 1 / x on zeros

@@ -100,6 +100,9 @@ def test_shapes_that_do_not_fit_say_so(layer, sizes, message):
 def test_dense_refuses_a_bad_width_or_activation():
     with pytest.raises(ValueError, match="width n >= 1"):
         Dense(0)
+    for bad in ("3", 2.5, True):  # not an integer: a TypeError naming the type given
+        with pytest.raises(TypeError, match=rf"^Dense needs a width n, an integer >= 1; got .* \({type(bad).__name__}\)$"):
+            Dense(bad)
     with pytest.raises(ValueError, match="activation"):
         Dense(3, "softplus")
 

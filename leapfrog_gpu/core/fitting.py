@@ -49,7 +49,8 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
     ``optimizer``: ``SGD``, ``Adam`` or ``AdamW``, or a learning rate eta for ``SGD(eta)``; ``schedule``,
     ``graph``, ``solver`` and ``clip`` are ``train_step``'s. ``validation=(x, y)``: data scored after every
     epoch. ``progress``: a tqdm bar of the run on stderr, shown on a terminal only. ``jsonl``: a path or an
-    open text file, one JSON line of metrics per epoch, as ``leapfrog-train --metrics`` writes them. A loss
+    open text file, one JSON line of metrics per epoch, as ``leapfrog-train --metrics`` writes them (a path's
+    file emptied by the first: ``Emptied``). A loss
     that becomes NaN or Inf (or, with ``check_finite``, a gradient) raises ``FloatingPointError``, naming
     the epoch and the step."""
     run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
@@ -61,11 +62,28 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
             if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
                 raise TypeError(f"jsonl must be a path or an open text file; got {type(jsonl).__name__}")
             try:
-                jsonl = stack.enter_context(open(jsonl, "w", encoding="utf-8"))
+                jsonl = Emptied(stack.enter_context(open(jsonl, "a", encoding="utf-8")))
             except OSError as error:
                 raise ValueError(f"cannot write the metrics to {jsonl} ({error.strerror}): give jsonl the path of a "
                                  "file in a folder that exists") from None
         return run.run(progress=progress, jsonl=jsonl)
+
+
+class Emptied:
+    """``fit``'s ``jsonl`` file, open to append, emptied just before its first line: a run that fails before its
+    first epoch is recorded (a step refused, a NaN, Ctrl-C) leaves an earlier run's file as it was."""
+
+    def __init__(self, file):
+        self.file, self.emptied = file, False
+
+    def write(self, text):
+        if not self.emptied and self.file.seekable():  # a pipe has nothing to empty
+            self.file.truncate(0)
+        self.emptied = True
+        self.file.write(text)
+
+    def flush(self):
+        self.file.flush()
 
 
 @contextlib.contextmanager

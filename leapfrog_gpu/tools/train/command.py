@@ -34,7 +34,7 @@ from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
 from ..cli import choose_backend, fitted, plural
 from ..timeline import describe
-from .loop import Interrupted, Refused, Report, Stopped, Training
+from .loop import Interrupted, Refused, Report, Stopped, Training, Unwritten
 from .metrics import in_words
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
@@ -79,6 +79,8 @@ def main(argv=None):
         return _fail(comm, error, 2)
     except Stopped as error:
         return _fail(comm, error, 3)
+    except Unwritten as error:
+        return _fail(comm, error, 5)
     except Exception as error:
         if comm.size == 1:
             raise
@@ -310,10 +312,11 @@ def _writable_dir(directory):
 
 def _open_metrics(path):
     """The ``--metrics`` file, open to append (or nothing, for no ``path``), as a context manager: a fresh run
-    empties it once it starts (``Report.start``), not before a question the user may decline."""
+    empties it once it starts (``Report.start``), not before a question the user may decline. Unbuffered: a line
+    that fails to be written is not written again as the file closes."""
     if path is None:
         return contextlib.nullcontext()
     try:
-        return open(path, "a", encoding="utf-8")
+        return open(path, "ab", buffering=0)
     except OSError as error:
         raise UsageError(f"--metrics {path}: {error.strerror}") from None

@@ -7,7 +7,9 @@ the epoch lines and ``--metrics`` records, and the hints of a run that ends with
 import contextlib
 import datetime
 import json
+import os
 import signal
+import stat
 import sys
 import time
 
@@ -32,6 +34,11 @@ class Interrupted(Exception):
 
 class Refused(ValueError):
     """The network refused a step as the options set it up (a schedule's memory check, a graph): exit status 2."""
+
+
+class Unwritten(Exception):
+    """A checkpoint or a ``--metrics`` line could not be written (a full disk, a folder gone): exit status 5; the
+    message says what became of the checkpoint."""
 
 
 SIGINT_GRACE = 2.0
@@ -111,11 +118,21 @@ class Training:
                 self.net.synchronize()
             with self.report.recorded(record):
                 if self.config["checkpoint_dir"] and self.rank == 0:
-                    checkpoint.save(self.config["checkpoint_dir"], self.net, self.state())
+                    self._checkpoint()
         finally:
             interrupt["saving"] = False
         if interrupt.get("deferred"):
             raise KeyboardInterrupt
+
+    def _checkpoint(self):
+        """Write the checkpoint, or raise ``Unwritten``: the one before, if any, stays whole (``core.saving``)."""
+        directory = self.config["checkpoint_dir"]
+        path = checkpoint.path_in(directory)
+        kept = "the one written before is kept as it was" if path.exists() else "none was written before"
+        try:
+            checkpoint.save(directory, self.net, self.state())
+        except OSError as error:
+            raise Unwritten(f"cannot write the checkpoint {path} ({error.strerror or error}): {kept}") from None
 
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran). Ctrl-C
@@ -186,33 +203,50 @@ class Training:
 
 
 class Report:
-    """What the user sees, on rank 0 only: lines beside the run's progress bar, and the ``--metrics`` records."""
+    """What the user sees, on rank 0 only: lines beside the run's progress bar, and the ``--metrics`` records (the
+    file open to append, unbuffered, in binary)."""
 
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
 
     def start(self):
-        """A fresh run starts: its ``--metrics`` file (open to append) starts empty."""
-        if self.metrics_file is not None and self.metrics_file.seekable():
-            self.metrics_file.truncate(0)
+        """A fresh run starts: its ``--metrics`` file (open to append) starts empty, where it is a file (not a pipe or
+        a device)."""
+        if self._regular():
+            with self._writing():
+                self.metrics_file.truncate(0)
 
     @contextlib.contextmanager
     def recorded(self, record):
         """Around the block, ``record`` (None: none) written to the ``--metrics`` file, one JSON line: before the block
-        runs, and taken back if it raises (where the file can be cut: not a pipe)."""
+        runs, and taken back if it raises (where the file can be cut). A write that fails raises ``Unwritten``."""
         file = self.metrics_file
         if record is None or file is None:
             yield
             return
-        start = file.tell() if file.seekable() else None
+        start, line = file.tell() if self._regular() else None, (json.dumps(record) + "\n").encode()
         try:
-            file.write(json.dumps(record) + "\n")
-            file.flush()
+            with self._writing():
+                while line:  # an unbuffered write may take part of it
+                    line = line[file.write(line):]
             yield
         except BaseException:
             if start is not None:
-                file.truncate(start)
+                with contextlib.suppress(OSError):  # what failed to write may fail to cut
+                    file.truncate(start)
             raise
+
+    def _regular(self):
+        """Whether the ``--metrics`` file is a file, which can be emptied and cut."""
+        return self.metrics_file is not None and stat.S_ISREG(os.fstat(self.metrics_file.fileno()).st_mode)
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """An OSError in the block as ``Unwritten``, naming the ``--metrics`` file."""
+        try:
+            yield
+        except OSError as error:
+            raise Unwritten(f"cannot write to --metrics {self.metrics_file.name} ({error.strerror or error})") from None
 
     def line(self, text, always=False):
         """Print ``text`` above the progress bar unless quiet (``always``: even then)."""

@@ -196,9 +196,10 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
     assert not list(run.glob(".checkpoint.npz-*.tmp"))  # the killed writer's file is gone
 
 
-def test_the_metrics_and_the_checkpoint_agree_whatever_write_fails(tmp_path, monkeypatch):
-    """stdout closed at epoch 2's line (``| head``), then a checkpoint that cannot be written at epoch 3: each time
-    the --metrics file ends at the checkpoint's epoch, and the resumed run adds each epoch once."""
+def test_the_metrics_and_the_checkpoint_agree_whatever_write_fails(tmp_path, monkeypatch, capsys):
+    """stdout closed at epoch 2's line (``| head``), then a checkpoint that cannot be written at epoch 3 (exit status
+    5, one line): each time the --metrics file ends at the checkpoint's epoch, and the resumed run adds each epoch
+    once."""
     metrics, line, save = tmp_path / "m.jsonl", train_loop.Report.line, checkpoint.save
 
     def epochs():
@@ -219,12 +220,26 @@ def test_the_metrics_and_the_checkpoint_agree_whatever_write_fails(tmp_path, mon
         cli(*SMALL[:2], "--epochs", 4, "--checkpoint-dir", tmp_path, "--metrics", metrics)
     assert epochs() == [1, 2] and parameters(tmp_path)[1]["epoch"] == 2
     monkeypatch.setattr(checkpoint, "save", full_at_epoch_3)
-    with pytest.raises(OSError, match="No space left"):
-        cli("--resume", "--checkpoint-dir", tmp_path, "--metrics", metrics)
+    capsys.readouterr()
+    assert cli("--resume", "--checkpoint-dir", tmp_path, "--metrics", metrics) == 5
+    assert one_error_line(capsys) == (f"leapfrog-train: error: cannot write the checkpoint {checkpoint.path_in(tmp_path)} "
+                                      "(No space left on device): the one written before is kept as it was")
     assert epochs() == [1, 2] and parameters(tmp_path)[1]["epoch"] == 2
     monkeypatch.undo()
     assert cli("--quiet", "--resume", "--checkpoint-dir", tmp_path, "--metrics", metrics) == 0
     assert epochs() == [1, 2, 3, 4] and parameters(tmp_path)[1]["epoch"] == 4
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")
+def test_a_metrics_file_that_cannot_be_written_stops_the_run_in_one_line(tmp_path, capsys, monkeypatch):
+    """``--metrics /dev/full``: exit status 5 with one line at the first record, the run's checkpoint not written
+    (the record goes first, so that the two agree); a first checkpoint that cannot be written says none was."""
+    assert cli(*SMALL, "--epochs", 2, "--metrics", "/dev/full", "--checkpoint-dir", tmp_path / "run") == 5
+    assert one_error_line(capsys) == "leapfrog-train: error: cannot write to --metrics /dev/full (No space left on device)"
+    assert not checkpoint.path_in(tmp_path / "run").exists()
+    monkeypatch.setattr(checkpoint, "save", lambda *args: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run") == 5
+    assert one_error_line(capsys).endswith("(Input/output error): none was written before")
 
 
 def test_teacher_regression(tmp_path, capsys):

@@ -25,6 +25,7 @@ import contextlib
 import glob
 import json
 import os
+import stat
 import tempfile
 import zipfile
 from pathlib import Path
@@ -110,7 +111,7 @@ def save(net, path, **more):
     text = json.dumps(state)  # a value that is not JSON-able raises here, before anything is written
     with replaced_atomically(path, prefix=f".{path.name}-") as temporary, open(temporary, "wb") as file:
         np.savez(file, **{name: to_host(array) for name, array in arrays}, state=np.array(text))  # a file: no suffix
-    for stale in path.parent.glob(glob.escape(f".{path.name}-") + "*.tmp"):
+    for stale in Path(os.path.realpath(path)).parent.glob(glob.escape(f".{path.name}-") + "*.tmp"):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
     return path
@@ -121,7 +122,15 @@ def replaced_atomically(path, prefix="tmp"):
     """A temporary file name beside ``path`` (``prefix``, random letters, ``.tmp``): write it in the
     block; it then replaces ``path``, with the permissions ``open`` would have given, or is removed if
     the block raises. The file and the rename are synced to disk, so a reader, a run killed half-way
-    or a machine that loses power finds the old file or the new one, never half of one."""
+    or a machine that loses power finds the old file or the new one, never half of one. A symbolic link's
+    target is replaced, the link kept; a ``path`` that is no file (``/dev/stdout``, a pipe) is written as it is."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            yield os.fspath(path)
+            return
+        path = os.path.realpath(path)
+    except FileNotFoundError:  # a new file (or a link to none)
+        pass
     folder = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=".tmp", delete=False) as tmp:
         pass

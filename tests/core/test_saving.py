@@ -4,6 +4,8 @@ on as the unbroken one does; a file that is not one is refused in one line; a wr
 The expected values are the unbroken network's own: its parameters, outputs and next step, which the loaded
 network must give bit for bit."""
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -366,3 +368,40 @@ def test_a_file_gets_the_mode_of_any_new_file(tmp_path, umask):
     finally:
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_link_keeps_pointing_at_the_file_it_names(tmp_path):
+    """A symbolic link to a saved network: the save replaces the file it points at, the link stays a link (an
+    atomic rename onto the link itself would have replaced the link by the file)."""
+    (tmp_path / "runs").mkdir()
+    target, link = tmp_path / "runs" / "model.npz", tmp_path / "model.npz"
+    with MLP([2, 3], seed=0, backend="numpy") as net:
+        net.save(target)
+        link.symlink_to(target)
+        net.sgd_step(*data(net), 1.0)
+        net.save(link)
+        want = [np.array(a) for named in net.parameters().values() for a in named.values()]
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    with leapfrog_gpu.load(target) as loaded:
+        assert_bitwise_equal([np.array(a) for named in loaded.parameters().values() for a in named.values()], want)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["model.npz"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe (os.mkfifo)")
+def test_a_path_that_is_no_file_is_written_as_it_is(tmp_path):
+    """A named pipe (as ``/dev/stdout`` may be) is written into, not replaced by a file beside it renamed onto
+    it: the pipe stays a pipe, and its reader gets the whole file (a few kB, which the pipe's buffer holds)."""
+    pipe = tmp_path / "model.npz"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # open first, so that the writer's open does not wait
+    try:
+        with MLP([2, 3], seed=0, backend="numpy") as net:
+            net.save(pipe)
+        got = b""
+        with contextlib.suppress(BlockingIOError):  # nothing (more) in the pipe
+            while chunk := os.read(reader, 1 << 16):
+                got += chunk
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode) and zipfile.is_zipfile(io.BytesIO(got))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]

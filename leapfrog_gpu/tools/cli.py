@@ -1,8 +1,9 @@
 """What the command-line tools share: a parser whose errors are one line, with ``--version`` and its exit statuses
-in ``--help``, argument types, the ``--backend`` choice said in the command line's words, install hints as the
+in ``--help``, argument types, a file that cannot be written said in one line (``writing``), the ``--backend`` choice said in the command line's words, install hints as the
 README gives them, and lines that fit the terminal's 100 columns."""
 
 import argparse
+import contextlib
 import math
 import sys
 import textwrap
@@ -14,6 +15,22 @@ from ..backends import cuda_status
 
 WIDTH = 100
 """Columns that a line of a command's own output (not a table's row) may take."""
+
+UNWRITTEN = 5
+"""The exit status of a command that could not write a file it was asked for (a full disk, a folder gone)."""
+
+
+class Unwritten(Exception):
+    """A file a command writes could not be written: exit status ``UNWRITTEN``, with this one line."""
+
+
+@contextlib.contextmanager
+def writing(what):
+    """An OSError in the block raised as ``Unwritten``: ``cannot write {what} ({why})``."""
+    try:
+        yield
+    except OSError as error:
+        raise Unwritten(f"cannot write {what} ({error.strerror or error})") from None
 
 
 class Parser(argparse.ArgumentParser):

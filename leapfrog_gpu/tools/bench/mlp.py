@@ -18,7 +18,7 @@ from ...backends import get_backend, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
-from ..cli import fitted, integers, names, pip_install, png_refusal
+from ..cli import fitted, integers, names, pip_install, png_refusal, writing
 from . import measure, progress, runner
 from .runner import NOISY, line, median, ratio
 
@@ -140,7 +140,8 @@ def foot(args, state, records, about):
     if args.plot:
         from .plot import plot
 
-        plot(records, args.plot, about)
+        with writing(f"--plot {args.plot}"):
+            plot(records, args.plot, about)
         print(f"plot: {args.plot} (the speed-up of a pass against k, measured and as the model predicts)")
 
 

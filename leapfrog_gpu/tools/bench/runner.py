@@ -31,7 +31,7 @@ from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...core.saving import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
-from ..cli import Parser, fitted, integer, integers, parse_args_on_a_backend, plural
+from ..cli import UNWRITTEN, Parser, Unwritten, fitted, integer, integers, parse_args_on_a_backend, plural, writing
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
@@ -44,6 +44,7 @@ class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
 EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
+                 (UNWRITTEN, "--json, --jsonl or --plot could not be written (a full disk, a folder gone): one line"),
                  (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given"),
                  CLOSED_PIPE_STATUS]
 """What a command's exit status means, as ``--help`` lists it."""
@@ -116,11 +117,21 @@ def grid(suite, args):
 def main(suite, argv=None):
     """Run ``suite`` over its grid: each network's rows printed as soon as it is measured (unless
     ``--quiet``: then the table at the end) and appended to ``--jsonl``, the time left on stderr, the
-    records to ``--json``. Returns the exit status: 0 done, 2 a bad option, 130 stopped by Ctrl-C. A suite runs
-    in one process: under mpiexec it says where the data-parallel study went, and exits 2."""
+    records to ``--json``. Returns the exit status: 0 done, 2 a bad option, ``UNWRITTEN`` a file that could not be
+    written, 130 stopped by Ctrl-C. A suite runs in one process: under mpiexec it says where the data-parallel
+    study went, and exits 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = suite.parser()
     args = parse_args_on_a_backend(p, argv)
+    try:
+        return _run(suite, p, args, argv)
+    except Unwritten as error:
+        print(f"{suite.PROG}: error: {error}", file=sys.stderr)
+        return UNWRITTEN
+
+
+def _run(suite, p, args, argv):
+    """``main``'s run of ``suite`` on its parsed ``args``; a file that cannot be written raises ``Unwritten``."""
     if parallel.world(suite.PROG).size > 1:
         p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
@@ -138,7 +149,8 @@ def main(suite, argv=None):
     keys, networks = grid(suite, args), []
     head = suite.head(args) if hasattr(suite, "head") else suite.HEAD
     if args.jsonl:
-        append_lines(args.jsonl, [about])
+        with writing(f"--jsonl {args.jsonl}"):
+            append_lines(args.jsonl, [about])
     if not args.quiet:
         print(*head, sep="\n", flush=True)
     try:
@@ -149,7 +161,8 @@ def main(suite, argv=None):
                                    for name, value in key.items()))
                 networks.append(suite.case(args, state, key))
                 if args.jsonl:
-                    append_lines(args.jsonl, networks[-1])
+                    with writing(f"--jsonl {args.jsonl}"):
+                        append_lines(args.jsonl, networks[-1])
                 bar.done([] if args.quiet else lines(suite, args, networks[-1]))
             records = [r for case in networks for r in case]
             if args.quiet:
@@ -166,7 +179,8 @@ def main(suite, argv=None):
               file=sys.stderr)
         return 130
     if args.json:
-        write_json(args.json, {**about, suite.RECORDS: records})
+        with writing(f"--json {args.json}"):
+            write_json(args.json, {**about, suite.RECORDS: records})
     return 0
 
 

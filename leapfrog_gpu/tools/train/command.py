@@ -32,9 +32,9 @@ from ... import datasets
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
-from ..cli import choose_backend, fitted, plural
+from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural
 from ..timeline import describe
-from .loop import Interrupted, Refused, Report, Stopped, Training, Unwritten
+from .loop import Interrupted, Refused, Report, Stopped, Training
 from .metrics import in_words
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
@@ -80,7 +80,7 @@ def main(argv=None):
     except Stopped as error:
         return _fail(comm, error, 3)
     except Unwritten as error:
-        return _fail(comm, error, 5)
+        return _fail(comm, error, UNWRITTEN)
     except Exception as error:
         if comm.size == 1:
             raise

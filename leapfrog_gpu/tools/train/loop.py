@@ -16,6 +16,7 @@ import time
 from tqdm import tqdm
 
 from ...core.fitting import Fitting, evaluate
+from ..cli import Unwritten, writing
 from ..schedules import make_schedule
 from . import checkpoint, models
 from .metrics import Divergence, chance_loss, in_words
@@ -34,11 +35,6 @@ class Interrupted(Exception):
 
 class Refused(ValueError):
     """The network refused a step as the options set it up (a schedule's memory check, a graph): exit status 2."""
-
-
-class Unwritten(Exception):
-    """A checkpoint or a ``--metrics`` line could not be written (a full disk, a folder gone): exit status 5; the
-    message says what became of the checkpoint."""
 
 
 SIGINT_GRACE = 2.0
@@ -130,9 +126,10 @@ class Training:
         path = checkpoint.path_in(directory)
         kept = "the one written before is kept as it was" if path.exists() else "none was written before"
         try:
-            checkpoint.save(directory, self.net, self.state())
-        except OSError as error:
-            raise Unwritten(f"cannot write the checkpoint {path} ({error.strerror or error}): {kept}") from None
+            with writing(f"the checkpoint {path}"):
+                checkpoint.save(directory, self.net, self.state())
+        except Unwritten as error:
+            raise Unwritten(f"{error}: {kept}") from None
 
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran). Ctrl-C
@@ -213,7 +210,7 @@ class Report:
         """A fresh run starts: its ``--metrics`` file (open to append) starts empty, where it is a file (not a pipe or
         a device)."""
         if self._regular():
-            with self._writing():
+            with writing(f"to --metrics {self.metrics_file.name}"):
                 self.metrics_file.truncate(0)
 
     @contextlib.contextmanager
@@ -226,7 +223,7 @@ class Report:
             return
         start, line = file.tell() if self._regular() else None, (json.dumps(record) + "\n").encode()
         try:
-            with self._writing():
+            with writing(f"to --metrics {file.name}"):
                 while line:  # an unbuffered write may take part of it
                     line = line[file.write(line):]
             yield
@@ -239,14 +236,6 @@ class Report:
     def _regular(self):
         """Whether the ``--metrics`` file is a file, which can be emptied and cut."""
         return self.metrics_file is not None and stat.S_ISREG(os.fstat(self.metrics_file.fileno()).st_mode)
-
-    @contextlib.contextmanager
-    def _writing(self):
-        """An OSError in the block as ``Unwritten``, naming the ``--metrics`` file."""
-        try:
-            yield
-        except OSError as error:
-            raise Unwritten(f"cannot write to --metrics {self.metrics_file.name} ({error.strerror or error})") from None
 
     def line(self, text, always=False):
         """Print ``text`` above the progress bar unless quiet (``always``: even then)."""

@@ -10,7 +10,7 @@ from ...core.optimizers import SGD, Adam, AdamW
 from ...rnn.cells import ACTIVATION, CELLS
 from ...rnn.scans import NaumovRNN
 from .. import CLOSED_PIPE_STATUS, timeline
-from ..cli import Parser, integer, number, reals
+from ..cli import UNWRITTEN, Parser, integer, number, reals
 from ..schedules import schedule_names
 from .checkpoint import LATER
 from .metrics import Divergence
@@ -64,7 +64,7 @@ EXIT_STATUSES = [
     (2, "a bad option, data file or checkpoint, or a step the network refuses as set up (one line on stderr)"),
     (3, "the loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged; a checkpoint "
         "already written is kept as it was"),
-    (5, "a checkpoint or --metrics line could not be written (a full disk, a folder gone): one line on stderr; "
+    (UNWRITTEN, "a checkpoint or --metrics line could not be written (a full disk, a folder gone): one line on stderr; "
         "the checkpoint written before is kept as it was"),
     (130, "stopped by Ctrl-C, after a checkpoint of the last completed step (more Ctrl-Cs within 2 s are the "
           "same one; a later one stops at once)"),

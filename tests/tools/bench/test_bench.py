@@ -2,7 +2,9 @@
 
 import argparse
 import json
+import os
 import re
+import stat
 import struct
 import sys
 
@@ -275,6 +277,18 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
     assert "command" in lines[0] and {r["N"] for r in lines[1:]} == {8} and len(lines) > 2
     assert {n for n, *_ in _rows(out)} == {8}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no --json of a run cut short
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")
+@pytest.mark.parametrize("option", ["--json", "--jsonl"])
+def test_a_file_that_cannot_be_written_ends_the_run_with_exit_5_and_one_line(option, capsys):
+    """``/dev/full`` (No space left on device, as a full disk): one line on stderr, exit status 5, and the device
+    left a device (the JSON file, written beside its path and renamed onto it, replaced it by a file as root)."""
+    argv = ["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--k", "1", "--repeats", "1",
+            "--warmup", "0", "--no-torch", "--quiet", option, "/dev/full"]
+    assert bench.main(argv) == 5
+    assert capsys.readouterr().err == f"leapfrog-bench: error: cannot write {option} /dev/full (No space left on device)\n"
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
 def _ctrl_c_at_the_second_network(monkeypatch):

@@ -15,7 +15,6 @@ import json
 import math
 import numbers
 import os
-import signal
 import sys
 import time
 
@@ -86,50 +85,6 @@ class Emptied:
         self.file.flush()
 
 
-@contextlib.contextmanager
-def whole_steps():
-    """Yields ``whole``, a context manager to enter around each step: a SIGINT that lands while a step is being
-    enqueued is handled (by the handler in force before, Python's KeyboardInterrupt by default) once the step is
-    whole, never inside it, where it would leave some units updated and others not. Off the main thread,
-    where no handler can be set, ``whole`` does nothing."""
-    inside, pending = [], []  # whether a step is being enqueued; the SIGINT that landed meanwhile
-
-    def handler(signum, frame):
-        if inside:
-            pending.append((signum, frame))
-        else:
-            _handle(previous, signum, frame)
-
-    @contextlib.contextmanager
-    def whole():
-        inside.append(True)
-        try:
-            yield
-        finally:
-            inside.clear()
-            if pending:
-                _handle(previous, *pending.pop())
-                pending.clear()
-
-    try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread
-        yield contextlib.nullcontext
-        return
-    try:
-        yield whole
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _handle(handler, signum, frame):
-    """Do what ``handler`` (a function, ``SIG_IGN``, ``SIG_DFL`` or None: not set from Python) does for ``signum``."""
-    if callable(handler):
-        handler(signum, frame)
-    elif handler != signal.SIG_IGN:
-        signal.default_int_handler(signum, frame)
-
-
 class Bar(tqdm):
     """``fit``'s bar: a tqdm that starts no monitor thread, which would outlive the run; the monitor only lowers
     ``miniters``, and the bar's is 1, a look at the clock every step."""
@@ -194,19 +149,18 @@ class Fitting:
                   disable=not progress or rank > 0 or not sys.stderr.isatty())
         records = []
         try:  # whatever ends the run, the bar goes first: a line printed then starts a line of its own
-            with whole_steps() as whole:
-                while self.epoch < self.epochs:
-                    bar.set_description(f"epoch {self.epoch + 1}/{self.epochs}")
-                    metrics = self._epoch(bar, step or (lambda n: contextlib.nullcontext()), whole, rank == 0)
-                    records.append((epoch and epoch(metrics)) or metrics)
-                    if jsonl is not None:
-                        jsonl.write(json.dumps(records[-1]) + "\n")
-                        jsonl.flush()
+            while self.epoch < self.epochs:
+                bar.set_description(f"epoch {self.epoch + 1}/{self.epochs}")
+                metrics = self._epoch(bar, step or (lambda n: contextlib.nullcontext()), rank == 0)
+                records.append((epoch and epoch(metrics)) or metrics)
+                if jsonl is not None:
+                    jsonl.write(json.dumps(records[-1]) + "\n")
+                    jsonl.flush()
         finally:
             bar.close()
         return records
 
-    def _epoch(self, bar, step, whole, checks_loss):
+    def _epoch(self, bar, step, checks_loss):
         net, x, y, batch = self.net, self.x, self.y, self.batch
         samples = x.shape[-1]
         self.epoch_rng = self.order.bit_generator.state
@@ -217,8 +171,7 @@ class Fitting:
             columns = permutation[s * batch:(s + 1) * batch]
             x_batch, y_batch = x[..., columns], y[..., columns]
             with step(self.step):
-                with whole():
-                    net.train_step(x_batch, y_batch, self.optimizer, self.schedule, **self.options)
+                net.train_step(x_batch, y_batch, self.optimizer, self.schedule, **self.options)
                 if net.check_finite:
                     self._synchronize()
                 self.step, self.step_in_epoch = self.step + 1, s + 1

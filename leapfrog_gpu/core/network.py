@@ -20,7 +20,7 @@ import numbers
 import weakref
 
 from ..parallel import reducer
-from . import capture, fitting, optimizers, parameters, saving, schedules
+from . import capture, fitting, interrupts, optimizers, parameters, saving, schedules
 from .checks import check_dtype, check_eta, open_backend, shape_of, targets
 from .controls import Controls
 from .convergence import Solver
@@ -215,32 +215,33 @@ class Network(OptimizerState):
         if graph:
             key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))
             capture.check(plan, key, schedule)
-        controls = self._controls
-        if optimizer.plain:
-            controls.set_rate(optimizer.lr / samples)
-        elif self._rule is None:
-            self._make_state(optimizer)
-        if not optimizer.plain:
-            self._steps += 1
-        if not optimizer.plain or clip is not None:
-            controls.set_step(optimizer.controls(samples, self._steps))
-        controls.optimizer = optimizer
-
-        def step():
-            plan.step(schedule, controls, solver, clip)
+        with interrupts.held():  # a Ctrl-C meanwhile is raised once the step is enqueued whole
+            controls = self._controls
+            if optimizer.plain:
+                controls.set_rate(optimizer.lr / samples)
+            elif self._rule is None:
+                self._make_state(optimizer)
             if not optimizer.plain:
-                controls.mark_done()
+                self._steps += 1
+            if not optimizer.plain or clip is not None:
+                controls.set_step(optimizer.controls(samples, self._steps))
+            controls.optimizer = optimizer
 
-        try:
-            if graph:
-                capture.step(plan, key, step)
-            else:
-                step()
-        except BaseException:  # raised as it was enqueued (the serial mode's streams, an interrupt)
-            self._wait()
-            self._recount()
-            raise
-        self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these
+            def step():
+                plan.step(schedule, controls, solver, clip)
+                if not optimizer.plain:
+                    controls.mark_done()
+
+            try:
+                if graph:
+                    capture.step(plan, key, step)
+                else:
+                    step()
+            except BaseException:  # raised as it was enqueued (the serial mode's streams)
+                self._wait()
+                self._recount()
+                raise
+            self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these
 
     def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
         """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient; ``train_step`` by

@@ -7,7 +7,6 @@ what to do, and nothing changes."""
 import contextlib
 import io
 import json
-import signal
 import sys
 import threading
 
@@ -414,33 +413,6 @@ def test_a_run_that_fails_leaves_the_metrics_file_as_its_last_record_left_it(tmp
         assert len(lines) == 1 and (lines[0]["epoch"], lines[0]["step"]) == (1, 2) and "train_loss" in lines[0]
     else:
         assert lines == [{"epoch": 1}] and len(steps) <= 2
-
-
-@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
-                    reason="a SIGINT handler can be set on the main thread only")
-def test_a_ctrl_c_inside_a_step_stops_fit_once_the_step_is_whole(network_name, monkeypatch):
-    """A SIGINT that lands while fit enqueues a step (here: as it starts) raises KeyboardInterrupt once that step is
-    enqueued whole: the network then holds the steps before it and that step, each whole, as a network that took
-    them alone does, to the bit (raised inside it, the step left some units updated and not others)."""
-    x, y = network_batch(network_name, 6, dtype=np.float64)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own (ignored in a background job)
-    with network(network_name, "numpy", dtype="float64") as net, \
-            network(network_name, "numpy", dtype="float64") as alone, contextlib.ExitStack() as restore:
-        restore.callback(signal.signal, signal.SIGINT, previous)
-        take = net.train_step
-
-        def interrupted(*args, **kwargs):
-            if net.optimizer_state()["step"] == 2:
-                signal.raise_signal(signal.SIGINT)
-            take(*args, **kwargs)
-
-        monkeypatch.setattr(net, "train_step", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            net.fit(x, y, 2, 2, Adam(0.01), shuffle=False, progress=False)
-        assert net.optimizer_state()["step"] == 3 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        for s in range(3):
-            alone.train_step(x[..., 2 * s:2 * s + 2], y[..., 2 * s:2 * s + 2], Adam(0.01))
-        assert_bitwise_equal(host(net.parameters()), host(alone.parameters()))
 
 
 def test_labels_for_an_output_that_is_not_one_of_classes_are_refused_with_the_hint():

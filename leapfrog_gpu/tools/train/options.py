@@ -64,8 +64,7 @@ EXIT_STATUSES = [
     (2, "a bad option, data file or checkpoint, or a step the network refuses as set up (one line on stderr)"),
     (3, "the loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged; a checkpoint "
         "already written is kept as it was"),
-    (UNWRITTEN, "a checkpoint or --metrics line could not be written (a full disk, a folder gone): one line on stderr; "
-        "the checkpoint written before is kept as it was"),
+    (UNWRITTEN, "a checkpoint or --metrics line could not be written (a full disk): one line; the last one kept"),
     (130, "stopped by Ctrl-C, after a checkpoint of the last completed step (more Ctrl-Cs within 2 s are the "
           "same one; a later one stops at once)"),
     CLOSED_PIPE_STATUS,
@@ -99,13 +98,11 @@ and ``--help`` shows them for the models they apply to."""
 TIMELINE_STEPS = [10, 15]
 """The window ``--timeline`` records when ``--profile-steps`` is not given: 5 steps after 10 of warm-up."""
 
-DESCRIPTIONS = {
-    "mlp": "Train a deep MLP whose weight gradients leapfrog the backward chain.",
-    "resmlp": "Train a residual MLP (a DagNet: the MLP's layers with a skip connection every --skip hidden "
-              "layers) whose weight gradients leapfrog its backward pass.",
-    "rnn": "Train a recurrent network (RNN) by backpropagation through time, its weight gradients leapfrogging "
-           "the chain over layers and time steps.",
-}
+DESCRIPTIONS = {"mlp": "Train a deep MLP whose weight gradients leapfrog the backward chain.",
+                "resmlp": "Train a residual MLP (a DagNet: the MLP's layers with a skip connection every --skip "
+                          "hidden layers) whose weight gradients leapfrog its backward pass.",
+                "rnn": "Train a recurrent network (RNN) by backpropagation through time, its weight gradients "
+                       "leapfrogging the chain over layers and time steps."}
 
 DATA_HELP = {"digits": "scikit-learn's 8x8 digits", "mnist": "local files (--data-dir)",
              "teacher": "regression on a random deep network"}

@@ -1,0 +1,78 @@
+"""Ctrl-C while a step is enqueued (``core.interrupts``): raised once the step is enqueued whole, in a loop of one's
+own as in ``fit``; an ignored SIGINT stays ignored."""
+
+import contextlib
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+from helpers import assert_bitwise_equal
+from networks import network, network_batch
+from leapfrog_gpu import Adam, Leapfrog
+
+pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                                reason="a SIGINT handler can be set on the main thread only")
+
+
+def host(params):
+    return [np.array(array) for named in params.values() for array in named.values()]
+
+
+@contextlib.contextmanager
+def sigint_at_launch(net, handler):
+    """SIGINT's handler set to ``handler`` (restored after), and a SIGINT raised as ``net``'s launch number
+    ``at[0]`` (counted over the block; None: never) is made; yields ``(at, launches)``, ``launches`` the names."""
+    previous = signal.signal(signal.SIGINT, handler)  # Python's own is ignored in a background job: set it
+    launch, launches, at = net.backend.launch, [], [None]
+
+    def counted(stream, name, *args, **kwargs):
+        launches.append(name)
+        if len(launches) == at[0]:
+            signal.raise_signal(signal.SIGINT)
+        return launch(stream, name, *args, **kwargs)
+
+    net.backend.launch = counted
+    try:
+        yield at, launches
+    finally:
+        del net.backend.launch
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("in_fit", [False, True])
+def test_a_ctrl_c_inside_a_step_is_raised_once_the_step_is_enqueued_whole(network_name, in_fit):
+    """A SIGINT halfway through the launches of the third step: KeyboardInterrupt once that step is enqueued whole,
+    SIGINT's handler as it was; the network then holds three whole steps, as one that took them alone does, to the
+    bit (raised where it landed, the step left some units updated and not others)."""
+    x, y = network_batch(network_name, 6, dtype=np.float64)
+    schedule = Leapfrog(2, fused=True)
+    with network(network_name, "numpy", dtype="float64") as net, \
+            network(network_name, "numpy", dtype="float64") as alone:
+        with sigint_at_launch(net, signal.default_int_handler) as (at, launches):
+            net.train_step(x[..., :2], y[..., :2], Adam(0.01), schedule)
+            at[0] = 2 * len(launches) + len(launches) // 2  # the middle of the third step
+            with pytest.raises(KeyboardInterrupt):
+                if in_fit:
+                    net.fit(x, y, 1, 2, Adam(0.01), schedule, shuffle=False, progress=False)
+                else:
+                    for s in range(1, 3):
+                        net.train_step(x[..., 2 * s:2 * s + 2], y[..., 2 * s:2 * s + 2], Adam(0.01), schedule)
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert len(launches) > at[0] and net.optimizer_state()["step"] == 3
+        steps = [(0, 2), (0, 2), (2, 4)] if in_fit else [(0, 2), (2, 4), (4, 6)]
+        for start, stop in steps:
+            alone.train_step(x[..., start:stop], y[..., start:stop], Adam(0.01), schedule)
+        assert_bitwise_equal(host(net.parameters()), host(alone.parameters()))
+
+
+def test_an_ignored_sigint_stays_ignored():
+    x, y = network_batch("MLP", 2, dtype=np.float64)
+    with network("MLP", "numpy", dtype="float64") as net, network("MLP", "numpy", dtype="float64") as alone:
+        with sigint_at_launch(net, signal.SIG_IGN) as (at, launches):
+            at[0] = 3
+            net.train_step(x, y, Adam(0.01))
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        alone.train_step(x, y, Adam(0.01))
+        assert_bitwise_equal(host(net.parameters()), host(alone.parameters()))

@@ -31,13 +31,20 @@ def _momentum(p, g, buf, lr, weight_decay, mu, undamped, first, nesterov):
 
 
 @_element
-def _adam(p, g, m, v, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step_size):
-    """One element of torch.optim.Adam's step: (p, m, v) after it, g the batch-mean gradient."""
+def _adam(p, g, m, v, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step_size, small, floor):
+    """One element of torch.optim.Adam's step: (p, m, v) after it, g the batch-mean gradient.
+
+    ``v * beta2 + (g * g) * c2``, where |g| < ``small`` and ``v * beta2`` > ``floor``, adds ``(0 * 0) * c2``: the
+    term is then below half an ulp of ``v * beta2`` and changes no bit of the sum (``_adam_scalars``), while its
+    subnormal products, which a vanishing gradient makes, cost some CPUs a microcode assist each (10-20x the
+    update's time on an Intel Xeon)."""
     p = p * decay
     if weight_decay != 0:
         g = g + p * weight_decay
     m = m * beta1 + g * c1
-    v = v * beta2 + (g * g) * c2
+    kept = v * beta2
+    h = g if kept <= floor or not -small < g < small else g - g  # 0 in the dtype of g
+    v = kept + (h * h) * c2
     return p - m / (np.sqrt(v) / root + eps) * step_size, m, v
 
 
@@ -53,13 +60,13 @@ def momentum(p, nabla, buf, scale, lr, weight_decay, mu, undamped, first, nester
 
 
 @_compiled
-def adam(p, nabla, m, v, scale, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step_size):
+def adam(p, nabla, m, v, scale, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step_size, small, floor):
     """torch.optim.Adam's step (AdamW's with ``decay`` = 1 - lr * weight_decay, else ``decay`` 1 and
     ``weight_decay`` added to g) on flat p, nabla, m and v: g = nabla * scale, m = m * beta1 + g * c1,
     v = v * beta2 + (g * g) * c2 (c1 = 1 - beta1, c2 = 1 - beta2), p -= m / (sqrt(v) / root + eps) * step_size."""
     for i in range(p.size):
         p[i], m[i], v[i] = _adam(p[i], nabla[i] * scale, m[i], v[i], decay, weight_decay, beta1, c1, beta2, c2, root,
-                                 eps, step_size)
+                                 eps, step_size, small, floor)
 
 
 @_compiled
@@ -80,7 +87,7 @@ def momentum_sweep(w, delta, a, buf, chain, chained, scale, lr, weight_decay, mu
 
 @_compiled
 def adam_sweep(w, delta, a, m, v, chain, chained, scale, decay, weight_decay, beta1, c1, beta2, c2, root, eps,
-               step_size):
+               step_size, small, floor):
     """``chain += w^T delta`` (if ``chained``) and ``adam``'s step of w (n, m) by nabla_w = delta a^T, in one pass
     over w's rows in order: delta (n,), a and chain (m,), m and v as w."""
     n, k = w.shape
@@ -90,4 +97,4 @@ def adam_sweep(w, delta, a, m, v, chain, chained, scale, decay, weight_decay, be
             if chained:
                 chain[i] += w[j, i] * d
             w[j, i], m[j, i], v[j, i] = _adam(w[j, i], d * a[i] * scale, m[j, i], v[j, i], decay, weight_decay,
-                                              beta1, c1, beta2, c2, root, eps, step_size)
+                                              beta1, c1, beta2, c2, root, eps, step_size, small, floor)

@@ -330,11 +330,17 @@ def _momentum_scalars(cast, controls, momentum, dampening, nesterov, weight_deca
 
 
 def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
-    """The scalars of ``host_updates.adam`` after its arrays, in the dtype ``cast``, as NumPy's calls make them."""
+    """The scalars of ``host_updates.adam`` after its arrays, in the dtype ``cast``, as NumPy's calls make them, then
+    ``small`` and ``floor``: for |g| < small, (g * g) * c2 <= tiny * (1 + 2^-22) (tiny, the least normal number;
+    ``small`` rounded down), and that is below half an ulp of any sum v * beta2 > floor = tiny * 2^(p + 2), p the
+    dtype's significand bits (an ulp of x exceeds x 2^-p)."""
     lr = cast(controls[2])
     decay, weight_decay = (1 - lr * weight_decay, 0) if decoupled else (1, weight_decay)
-    return (cast(controls[3]), cast(decay), cast(weight_decay), cast(beta1), cast(1 - beta1), cast(beta2),
-            cast(1 - beta2), cast(controls[6]), cast(eps), lr / cast(controls[5]))
+    c2, info = cast(1 - beta2), np.finfo(cast)
+    small = cast(np.sqrt(float(info.tiny) / float(c2)))
+    return (cast(controls[3]), cast(decay), cast(weight_decay), cast(beta1), cast(1 - beta1), cast(beta2), c2,
+            cast(controls[6]), cast(eps), lr / cast(controls[5]), np.nextafter(small, cast(0)),
+            cast(info.tiny * cast(2.0) ** (info.nmant + 3)))
 
 
 def check_finite(controls, x, code):

@@ -86,6 +86,28 @@ def test_adam_is_the_element_wise_rule_bitwise(dtype, t, weight_decay, decoupled
     assert _bits(p, m, v) == _bits(*want)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_adam_is_the_rule_bitwise_where_a_vanishing_gradient_makes_subnormal_products(dtype):
+    """Around the bounds where the compiled update adds 0 in place of (g * g) * (1 - beta2) (a term with subnormal
+    products, below half an ulp of v * beta2): gradients about sqrt(tiny / (1 - beta2)) and below, down to subnormal
+    ones, against v * beta2 about tiny * 2^(p + 2) and below, down to 0; every pair, bitwise the element-wise rule."""
+    info, c2 = np.finfo(dtype), dtype(1 - 0.999)
+    tiny, bits = float(info.tiny), info.nmant + 1
+    small, floor = np.sqrt(tiny / float(c2)), tiny * 2.0 ** (bits + 2)
+    g = np.array([s * small * f for s in (1, -1) for f in (60, 8, 3, 1 + 2.0 ** -20, 1, 1 - 2.0 ** -20, 0.5, 2.0 ** -12, 1e-3)]
+                 + [tiny, -tiny, float(info.smallest_subnormal), 0.0, -0.0, 3.0], dtype)
+    kept = np.array([floor * f for f in (4.0, 1 + 2.0 ** -20, 1, 1 - 2.0 ** -20, 0.5, 2.0 ** -3, 2.0 ** -5, 2.0 ** -8,
+                                           2.0 ** -30)]
+                    + [tiny, float(info.smallest_subnormal), 0.0, 1.0], dtype)
+    g, v = (a.reshape(-1) for a in np.meshgrid(g, kept / dtype(0.999)))
+    p, m = _values(dtype, g.shape, 11), _values(dtype, g.shape, 12)
+    controls = _controls(dtype, 3e-3, 1, 4)
+    want = [p.copy(), m.copy(), v.copy()]
+    _adam_by_calls(*want[:1], g, *want[1:], controls, 0.9, 0.999, 1e-8, 0.0, False)
+    ops_numpy.adam_update(p, g, m, v, controls, 0.9, 0.999, 1e-8, 0.0, False)
+    assert _bits(p, m, v) == _bits(*want)
+
+
 def test_a_refused_step_writes_nothing():
     p, nabla, m = (_values(np.float32, (5, 3), seed) for seed in (8, 9, 10))
     v = np.abs(m)

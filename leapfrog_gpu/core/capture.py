@@ -50,9 +50,12 @@ def step(plan, key, body):
         plan.captured[key] = graph
 
 
+def calibrating(plan, schedule):
+    """Whether the step of ``schedule`` on ``plan`` is ``Leapfrog("auto")``'s first at its batch size: it chooses k
+    by timing eager passes (``core.calibrate``), so that step runs eagerly and the next is captured."""
+    return schedule.auto and calibrate.chosen(plan, schedule.fused) is None
+
+
 def refusal(plan, schedule):
     """Why the step of ``schedule`` on ``plan`` cannot be captured, or None."""
-    if schedule.auto and calibrate.chosen(plan, schedule.fused) is None:
-        return (f"Leapfrog('auto') chooses k by timing eager passes the first time it meets a batch size, and "
-                f"has not met B = {plan.batch} yet: run one step with graph=False first, or pass k")
     return plan.capture_refusal(schedule) or schedule.graph_refusal(plan.backend.name)

@@ -204,14 +204,16 @@ class Network(OptimizerState):
         by an optimizer of another kind or other hyper-parameters than that state's (lr aside) raises.
 
         ``graph=True`` runs the step as a graph (``core.capture``): the first call at a batch shape, schedule
-        and optimizer rule runs the step and captures it; later calls copy the batch, lr and t in and launch
-        that graph, with no planning in between. A step that cannot be captured raises a ``ValueError``.
+        and optimizer rule runs the step and captures it (``Leapfrog("auto")``'s first at a batch size runs
+        eagerly, choosing k); later calls copy the batch, lr and t in and launch that graph, with no planning in
+        between. A step that cannot be captured raises a ``ValueError``.
         """
         optimizer = optimizers.check(optimizer)
         schedule, solver = self._check_step(schedule, graph, solver)
         clip = self._check_clip(clip, schedule, graph)
         self._check_rule(optimizer)
         plan, samples = self._load(x, y, schedule, solver=solver)
+        graph = graph and not capture.calibrating(plan, schedule)  # that step runs eagerly, the next is captured
         if graph:
             key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))
             capture.check(plan, key, schedule)

@@ -19,7 +19,7 @@ from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
 from leapfrog_gpu.mlp.plan import MLPPlan
-from leapfrog_gpu.core import plan
+from leapfrog_gpu.core import calibrate, plan
 from leapfrog_gpu.core.handoff import Handoff
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5
@@ -288,7 +288,6 @@ def test_a_capture_is_launched_once_and_replays_with_fresh_events(backend):
 
 @pytest.mark.parametrize("schedule, reason", [
     (NaumovJacobi(warm_start=True), "its warm start decides when to stop from a change it reads on the host"),
-    (Leapfrog("auto"), r"Leapfrog\('auto'\) chooses k by timing eager passes .* has not met B = 3 yet"),
 ])
 def test_what_cannot_be_captured_is_refused_with_the_reason(schedule, reason):
     with MLP(SIZES, backend="numpy") as net:
@@ -296,6 +295,22 @@ def test_what_cannot_be_captured_is_refused_with_the_reason(schedule, reason):
         with pytest.raises(ValueError, match=f"graph=True cannot capture .*: {reason}"):
             net.sgd_step(*batch(SIZES, 3), 0.1, schedule, graph=True)
         assert same(net.weights + net.biases, before)
+
+
+def test_leapfrog_auto_runs_its_first_step_at_a_batch_size_eagerly_then_is_captured():
+    """Its calibration times eager passes: the first graph=True step at B = 3 runs eagerly and chooses k, the
+    second is captured (one graph), and each steps as the sequential schedule does, to the bit."""
+    with MLP(SIZES, dtype="float64", backend="numpy") as net, MLP(SIZES, dtype="float64", backend="numpy") as plain:
+        x, y = batch(SIZES, 3)
+        net.sgd_step(x, y, 0.1, Leapfrog("auto"), graph=True)
+        plain.sgd_step(x, y, 0.1, Sequential())
+        plan = net.plan(3)
+        assert not plan.captured and calibrate.chosen(plan) is not None
+        for _ in range(3):
+            net.sgd_step(x, y, 0.1, Leapfrog("auto"), graph=True)
+            plain.sgd_step(x, y, 0.1, Sequential())
+        assert len(plan.captured) == 1
+        assert same(net.weights + net.biases, plain.weights + plain.biases)
 
 
 def test_leapfrog_auto_is_captured_once_calibrated():

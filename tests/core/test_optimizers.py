@@ -10,14 +10,16 @@ The gated cells agree under every schedule they take, and the MLP's one-pass swe
 that exists refuse in one line, changing nothing; graph steps read lr and t from device memory.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 
 from helpers import to_numpy
 from networks import NAMES, arrays, network, network_batch
-from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovScan, Sequential,
-                          TimeNewton, TimeScan, Wavefront)
-from leapfrog_gpu.backends import NumpyBackend, ops_numpy
+from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovJacobi, NaumovScan,
+                          Sequential, TimeNewton, TimeScan, Wavefront)
+from leapfrog_gpu.backends import NumpyBackend, ops_numpy, timing
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
 
@@ -245,15 +247,25 @@ REFUSING = {"MLP": NaumovScan(memory_limit=1), "RNN": TimeScan(memory_limit=1), 
 
 def refusal(name, refused):
     """(schedule, solver, the refusal's words) of a step the network ``name`` refuses: by its schedule's memory
-    check (``"memory"``), by graph mode (``"capture"``: ``Leapfrog("auto")`` before an eager step has chosen k),
-    or by its forward solver's memory check (``"solver"``; an MLP's step takes no solver at all)."""
+    check (``"memory"``), by graph mode (``"capture"``: the MLP's ``NaumovJacobi(warm_start=True)``, once its
+    plan is made; the others' while a timeline stamps launches, ``stamped``), or by its forward solver's memory
+    check (``"solver"``; an MLP's step takes no solver at all)."""
     if refused == "memory":
         return REFUSING[name], None, "needs .* over memory_limit"
     if refused == "capture":
-        return Leapfrog("auto"), None, "graph=True cannot capture"
+        if name == "MLP":
+            return NaumovJacobi(warm_start=True), None, "graph=True cannot capture"
+        return Leapfrog(2), None, "graph=True while a timing.Timeline stamps"
     if name == "RNN":
         return TimeScan(), TimeNewton(memory_limit=1), "needs .* over memory_limit"
     return None, ForwardNewton(memory_limit=1), "takes no forward solver" if name == "MLP" else "needs .* over memory"
+
+
+def stamped(net, stamps):
+    """A block in which a ``timing.Timeline`` stamps ``net``'s launches (if ``stamps`` and ``net`` is no MLP)."""
+    if stamps and not isinstance(net, MLP):
+        return timing.Timeline(net.backend).step()
+    return contextlib.nullcontext()
 
 
 @pytest.mark.parametrize("refused, graph", [("memory", False), ("memory", True), ("capture", True),
@@ -266,7 +278,7 @@ def test_a_step_its_schedule_or_solver_refuses_changes_no_state(network_name, re
     with network(network_name, "numpy", dtype="float64") as net, \
             network(network_name, "numpy", dtype="float64") as fresh:
         before = net.parameters()
-        with pytest.raises((ValueError, TypeError), match=words):
+        with pytest.raises((ValueError, TypeError), match=words), stamped(net, refused == "capture"):
             net.train_step(x, y, Adam(0.01), schedule, graph=graph, solver=solver)
         assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
         after = net.parameters()

@@ -237,7 +237,11 @@ def test_a_metrics_file_that_cannot_be_written_stops_the_run_in_one_line(tmp_pat
     assert cli(*SMALL, "--epochs", 2, "--metrics", "/dev/full", "--checkpoint-dir", tmp_path / "run") == 5
     assert one_error_line(capsys) == "leapfrog-train: error: cannot write to --metrics /dev/full (No space left on device)"
     assert not checkpoint.path_in(tmp_path / "run").exists()
-    monkeypatch.setattr(checkpoint, "save", lambda *args: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+
+    def failing(*args):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(checkpoint, "save", failing)
     assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run") == 5
     assert one_error_line(capsys).endswith("(Input/output error): none was written before")
 

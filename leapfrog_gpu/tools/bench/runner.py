@@ -139,6 +139,8 @@ def _run(suite, p, args, argv):
         folder = os.path.dirname(os.path.abspath(getattr(args, option, None) or "."))
         if not os.path.isdir(folder):
             p.error(f"--{option} {getattr(args, option)}: the folder {folder} does not exist")
+        if getattr(args, option, None) and os.path.isdir(getattr(args, option)):
+            p.error(f"--{option} {getattr(args, option)}: it is a folder; give a file's name")
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]

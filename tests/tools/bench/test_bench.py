@@ -157,6 +157,8 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--dtype", "float16"], "invalid choice"),
     (["--json", "/nonexistent-folder/r.json"], "does not exist"),
     (["--jsonl", "/nonexistent-folder/r.jsonl"], "does not exist"),
+    (["--json", "/"], "--json /: it is a folder; give a file's name"),
+    (["--jsonl", "."], "--jsonl .: it is a folder; give a file's name"),
     (["--plot", "p.svg"], "--plot p.svg: the chart is written as PNG: give a name ending in .png"),
 ])
 def test_cli_errors_exit_2_with_one_line(capsys, argv, message):

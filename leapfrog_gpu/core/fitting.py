@@ -185,7 +185,7 @@ class Fitting:
         self._synchronize()
         seconds = time.perf_counter() - start
         metrics = {"epoch": self.epoch + 1, "step": self.step,
-                   "train_loss": self._finite(_score(net, x, y, self.eval_batch, self.solver)["loss"])}
+                   "train_loss": self._finite(_score(net, x, y, self.eval_batch, self.solver)["loss"], True)}
         if self.validation is not None:
             scored = _score(net, *self.validation, self.eval_batch, self.solver)
             metrics.update({f"test_{name}": value for name, value in scored.items()})
@@ -195,15 +195,22 @@ class Fitting:
         return metrics
 
     def _synchronize(self):
-        """Wait for the steps enqueued; a refused update (``check_finite``) is raised naming its step."""
+        """Wait for the steps enqueued; a refused update (``check_finite``) is raised naming its step, ``every_rank``:
+        it checked the gradients summed across ranks, the same on each."""
         try:
             self.net.synchronize()
         except FloatingPointError as error:
-            raise FloatingPointError(f"at epoch {self.epoch + 1}, step {self.step}: {error}") from None
+            refused = FloatingPointError(f"at epoch {self.epoch + 1}, step {self.step}: {error}")
+            refused.every_rank = True
+            raise refused from None
 
-    def _finite(self, loss):
+    def _finite(self, loss, every_rank=False):
+        """``loss``, or a ``FloatingPointError`` if it is NaN or Inf, its ``every_rank`` as given: True for a loss
+        summed over every rank (the training set's), which every rank finds so."""
         if not math.isfinite(loss):
-            raise FloatingPointError(f"the training loss is {loss} after epoch {self.epoch + 1}, step {self.step}")
+            error = FloatingPointError(f"the training loss is {loss} after epoch {self.epoch + 1}, step {self.step}")
+            error.every_rank = every_rank
+            raise error
         return loss
 
 

@@ -111,6 +111,21 @@ def test_a_run_that_diverges_on_every_rank_is_said_in_one_line(tmp_path):
                                                          "grew from "), err
 
 
+@pytest.mark.parametrize("options, said", [
+    (["--lr", 1e30], "the training loss is nan after epoch 1, step 23: try a smaller --lr than 1e+30"),
+    (["--lr", 1e20, "--check-finite", "--hidden", "3x16"],
+     "at epoch 1, step 1: nabla_w[5] holds NaN or Inf; update refused, parameters unchanged: try a smaller --lr"),
+])
+def test_a_nan_that_every_rank_meets_is_said_in_one_line(options, said):
+    """The training loss at an epoch's end is summed over every rank, and ``--check-finite`` checks the gradients
+    summed across ranks: every rank meets the NaN at the same step, rank 0 alone says it (once, not once a rank),
+    and nobody's abort adds MPI's lines."""
+    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, "--activation", "relu", "--cost", "quadratic",
+                                                       "--epochs", 2, "--quiet", *options), timeout=120)
+    assert returncode == 3 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith(f"leapfrog-train: error: {said}"), err
+
+
 def test_a_bad_option_on_one_rank_alone_ends_the_job_with_its_line(tmp_path):
     """Refused after MPI is set up on every rank: the other rank does not wait in MPI's setup for one that left."""
     good, bad = [*TRAIN, *TEACHER, "--epochs", 1, "--comm-timeout", 5], [*TRAIN, *TEACHER, "--epochs", 0]

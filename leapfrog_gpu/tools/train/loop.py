@@ -150,7 +150,8 @@ class Training:
                     self.save(synchronize=True)
                     raise
                 except FloatingPointError as error:
-                    raise self._stopped(str(error), False, self.fitting.epoch) from None
+                    raise self._stopped(str(error), False, self.fitting.epoch,
+                                        getattr(error, "every_rank", False)) from None
         finally:
             self.profile.close()
         return records[-1] if records else None
@@ -184,18 +185,19 @@ class Training:
                          f"{in_words(metrics)}  {metrics['samples_per_s']:,.0f} samples/s")
         return record
 
-    def _stopped(self, what, diverged, kept):
+    def _stopped(self, what, diverged, kept, every_rank=False):
         """``Stopped`` by ``what``, with what to try after a run that ``diverged`` (else met a NaN or Inf), and that
         the checkpoint of epoch ``kept`` is kept (0: none was written). The divergence rule reads the training loss
-        summed over every rank, so under mpiexec every rank stops alike (``every_rank``: rank 0 alone says it); a NaN
-        may be met by one rank alone (the loss of its latest batch)."""
+        summed over every rank, so under mpiexec every rank stops alike (``every_rank``: rank 0 alone says it), as it
+        does at a NaN ``every_rank`` meets (``Fitting``'s: in that loss, or in gradients summed across ranks); a NaN
+        in the latest batch's loss is rank 0's alone."""
         lr = self.config["lr"]
         hint = (f"try another --lr than {lr}, or add --allow-divergence to go on" if diverged
                 else f"try a smaller --lr than {lr}")
         if self.config["checkpoint_dir"]:
             hint += f" (the checkpoint of epoch {kept} is kept as it was)" if kept else " (no checkpoint was written)"
         stopped = Stopped(f"{what}: {hint}")
-        stopped.every_rank = diverged
+        stopped.every_rank = diverged or every_rank
         return stopped
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..backends import to_host
-from . import optimizers
+from . import optimizers, saving
 from .checks import check_eta
 from .parameters import generator
 
@@ -76,7 +76,7 @@ class Emptied:
         self.file, self.emptied = file, False
 
     def write(self, text):
-        if not self.emptied and self.file.seekable():  # a pipe has nothing to empty
+        if not self.emptied and saving.regular(self.file):  # a pipe or a device has nothing to empty
             self.file.truncate(0)
         self.emptied = True
         self.file.write(text)

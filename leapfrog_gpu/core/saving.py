@@ -124,13 +124,11 @@ def replaced_atomically(path, prefix="tmp"):
     the block raises. The file and the rename are synced to disk, so a reader, a run killed half-way
     or a machine that loses power finds the old file or the new one, never half of one. A symbolic link's
     target is replaced, the link kept; a ``path`` that is no file (``/dev/stdout``, a pipe) is written as it is."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
+    if os.path.exists(path):  # not a new file (nor a link to none)
+        if not regular(path):
             yield os.fspath(path)
             return
         path = os.path.realpath(path)
-    except FileNotFoundError:  # a new file (or a link to none)
-        pass
     folder = os.path.dirname(os.path.abspath(path))
     with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=".tmp", delete=False) as tmp:
         pass
@@ -145,6 +143,12 @@ def replaced_atomically(path, prefix="tmp"):
     finally:
         if os.path.exists(tmp.name):
             os.remove(tmp.name)
+
+
+def regular(file):
+    """Whether ``file``, a path or an open file, is a regular file: one that can be replaced, emptied or cut, where a
+    pipe or a device cannot."""
+    return stat.S_ISREG((os.fstat(file.fileno()) if hasattr(file, "fileno") else os.stat(file)).st_mode)
 
 
 def _fsync(path):

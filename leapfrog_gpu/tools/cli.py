@@ -1,6 +1,7 @@
 """What the command-line tools share: a parser whose errors are one line, with ``--version`` and its exit statuses
-in ``--help``, argument types, a file that cannot be written said in one line (``writing``), the ``--backend`` choice said in the command line's words, install hints as the
-README gives them, and lines that fit the terminal's 100 columns."""
+in ``--help``, argument types, a file that cannot be written said in one line (``writing``), the ``--backend``
+choice said in the command line's words, install hints as the README gives them, and lines that fit the
+terminal's 100 columns."""
 
 import argparse
 import contextlib

@@ -136,11 +136,12 @@ def _run(suite, p, args, argv):
         p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
     for option in ("json", "jsonl", "plot"):
-        folder = os.path.dirname(os.path.abspath(getattr(args, option, None) or "."))
+        path = getattr(args, option, None)
+        folder = os.path.dirname(os.path.abspath(path or "."))
         if not os.path.isdir(folder):
-            p.error(f"--{option} {getattr(args, option)}: the folder {folder} does not exist")
-        if getattr(args, option, None) and os.path.isdir(getattr(args, option)):
-            p.error(f"--{option} {getattr(args, option)}: it is a folder; give a file's name")
+            p.error(f"--{option} {path}: the folder {folder} does not exist")
+        if path and os.path.isdir(path):
+            p.error(f"--{option} {path}: it is a folder; give a file's name")
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]

@@ -18,6 +18,7 @@ from .options import PROG, UsageError, make_optimizer
 SLOWER = 10
 """How many times the leapfrog schedule's estimate a run may take before the command asks."""
 
+
 def calibrate(config, dataset, backend, remaining):
     """``(seconds, leapfrog)``: the estimates of the ``remaining`` steps (and evaluations) of the run of ``config``
     on ``dataset`` and ``backend``, and under the leapfrog schedule (``seconds`` itself where that is the run's)."""

@@ -7,14 +7,13 @@ the epoch lines and ``--metrics`` records, and the hints of a run that ends with
 import contextlib
 import datetime
 import json
-import os
 import signal
-import stat
 import sys
 import time
 
 from tqdm import tqdm
 
+from ...core import saving
 from ...core.fitting import Fitting, evaluate
 from ..cli import Unwritten, writing
 from ..schedules import make_schedule
@@ -236,8 +235,8 @@ class Report:
             raise
 
     def _regular(self):
-        """Whether the ``--metrics`` file is a file, which can be emptied and cut."""
-        return self.metrics_file is not None and stat.S_ISREG(os.fstat(self.metrics_file.fileno()).st_mode)
+        """Whether the ``--metrics`` file is a file, which can be emptied and cut (``core.saving.regular``)."""
+        return self.metrics_file is not None and saving.regular(self.metrics_file)
 
     def line(self, text, always=False):
         """Print ``text`` above the progress bar unless quiet (``always``: even then)."""

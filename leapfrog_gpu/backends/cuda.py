@@ -208,10 +208,10 @@ class CupyBackend:
             self._error = self._error or error
             return None
 
-    def keep(self, *objects):
+    def keep(self, *objects, reader=None):
         """Keep ``objects`` alive until the next ``synchronize()``: CuPy hands a collected array's
         memory back to its pool at once, for reuse on the stream that allocated it, while other streams
-        may still be using it."""
+        may still be using it. ``reader`` is not held: a launch reads the network as it is enqueued."""
         for item in objects:
             self._kept[id(item)] = item
 

@@ -6,14 +6,11 @@ moment the wait was enqueued, as in ``cudaStreamWaitEvent``) has been reached. N
 and the backend's large products (``host_blas``) release the GIL, so k host streams really run on k
 cores.
 
-Modes:
-
-``threads``  one thread per stream (the default).
-``serial``   everything inline on the caller, in program order; an error raises at once (debugging).
-``deferred`` nothing runs until ``synchronize()``, which then interleaves the streams on the caller
-             in a fixed order: ``main-first`` and ``workers-first`` starve one side for as long as the
-             events allow, ``random`` picks a ready stream with a seeded generator. A missing wait
-             then shows up deterministically as a wrong result.
+Modes: ``threads``, one thread per stream (the default); ``serial``, everything inline on the caller, in
+program order, an error raised at once (debugging); ``deferred``, nothing run until ``synchronize()``, which then
+interleaves the streams on the caller in a fixed order: ``main-first`` and ``workers-first`` starve one side for
+as long as the events allow, ``random`` picks a ready stream with a seeded generator. A missing wait then shows
+up deterministically as a wrong result.
 
 Chaos (``chaos=seed``, any mode): a seeded random delay before every queued operation on every stream,
 and ``poisons = True``, which asks the network to fill each buffer with NaN the moment the schedule says
@@ -23,6 +20,7 @@ Graphs (``capture``): the work a function enqueues, recorded once and replayed b
 same streams, in every mode (``leapfrog_gpu.backends.host_graph``).
 """
 
+import contextlib
 import random
 import threading
 import time
@@ -39,10 +37,9 @@ ORDERS = ("main-first", "workers-first", "random")
 
 
 class NumpyBackend:
-    """NumPy arrays on host streams. ``with NumpyBackend() as backend: ...`` joins every thread on exit.
-
-    ``release()`` ends it without waiting (``host_streams.stop``): what a network collected unclosed calls
-    for a backend it made by name, on whatever thread collects it.
+    """NumPy arrays on host streams. ``with NumpyBackend() as backend: ...`` joins every thread on exit;
+    ``release()`` ends it without waiting (``host_streams.stop``): what a network collected unclosed calls for a
+    backend it made by name, on whatever thread collects it.
 
     Args:
         mode: one of ``MODES`` (see the module docstring).
@@ -79,8 +76,8 @@ class NumpyBackend:
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)  # notified when no operation is pending
-        self._pending = 0
-        self._error = None
+        self._pending, self._error = 0, None
+        self._readers = {}  # what keep() holds until nothing is queued
         host_blas.load()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
         blas = None if blas_threads is None else blas_limits.hold(blas_threads)
         self._queues = []  # those of the streams' threads
@@ -207,12 +204,25 @@ class NumpyBackend:
             for stream, items in graph.streams:
                 stream.queue.put((items, bases))
 
-    def keep(self, *objects):
-        """Nothing to do: queued operations hold their arguments until they have run."""
+    def keep(self, *objects, reader=None):
+        """Hold ``reader`` (the network whose step was queued) until nothing is queued: its operations may read it
+        as they run, and its release must follow them; they hold ``objects``, their arguments, themselves."""
+        with self._lock:
+            if reader is not None and (self._pending or any(s.deferred for s in self._streams)):
+                self._readers[id(reader)] = reader
 
     def range(self, stream, name):
         """Bracket what is enqueued on ``stream`` inside the ``with`` block with an NVTX range."""
-        return _StreamRange(self, stream, name) if annotate.enabled else annotate.range(name)
+        return self._stream_range(stream, name) if annotate.enabled else annotate.range(name)
+
+    @contextlib.contextmanager
+    def _stream_range(self, stream, name):
+        """An NVTX range opened and closed by ``stream`` itself, around what is enqueued in between."""
+        self._submit(stream, Item("mark", name, annotate.push, (name,)))
+        try:
+            yield
+        finally:
+            self._submit(stream, Item("mark", name, annotate.pop))
 
     def copy_in(self, stream, dst, src):
         """Copy host array ``src`` into ``dst`` in stream order; ``src`` may be reused once this returns. With
@@ -308,6 +318,7 @@ class NumpyBackend:
         with self._lock:
             self._pending -= 1
             if self._pending == 0:
+                self._readers.clear()  # a network freed here releases its backend on this thread, waiting for nothing
                 self._idle.notify_all()
         return True
 
@@ -358,6 +369,7 @@ class NumpyBackend:
                 stuck = [s.name for s in self._streams if s.deferred]
                 if stuck:
                     raise RuntimeError(f"deadlock: streams {stuck} wait on events nothing will record")
+                self._readers.clear()
                 return
             stream = self._pick(ready)
             self._execute(stream, *stream.deferred.popleft())
@@ -386,15 +398,3 @@ def _stamped(stamp, fn):
 
     return run
 
-
-class _StreamRange:
-    """An NVTX range opened and closed by ``stream`` itself, around what is enqueued in between."""
-
-    def __init__(self, backend, stream, name):
-        self.backend, self.stream, self.name = backend, stream, name
-
-    def __enter__(self):
-        self.backend._submit(self.stream, Item("mark", self.name, annotate.push, (self.name,)))
-
-    def __exit__(self, *exc):
-        self.backend._submit(self.stream, Item("mark", self.name, annotate.pop))

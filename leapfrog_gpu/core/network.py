@@ -243,7 +243,7 @@ class Network(OptimizerState):
                 self._wait()
                 self._recount()
                 raise
-            self.backend.keep(plan, controls.array)  # a network dropped before its step has run leaves it these
+            self.backend.keep(plan, controls.array, reader=self)  # a network dropped meanwhile goes after its step
 
     def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
         """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient; ``train_step`` by

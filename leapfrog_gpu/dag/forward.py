@@ -51,7 +51,7 @@ class ForwardSolver(Solver):
         if not isinstance(warm_start, bool):
             raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
         self.warm_start = warm_start
-        self._previous = None  # (a weak reference to the network, batch, outputs) of the last solve
+        self._previous = None  # (a weak reference to the pass, its outputs) of the last solve: a network at a batch size
         self._chain = None  # (a weak reference to the MLP, its chain) of the last MLP solved
 
     def feedforward(self, net, x):
@@ -77,14 +77,14 @@ class ForwardSolver(Solver):
     def _start(self, net, state, warm):
         xp, B = net.backend.xp, state.batch
         previous = self._previous
-        if warm and previous is not None and previous[0]() is net and previous[1] == B:
-            return dict(previous[2])
+        if warm and previous is not None and previous[0]() is state:
+            return dict(previous[1])
         return {v: xp.zeros((net.n[v], B), dtype=net.dtype) for v in net.order}
 
     def _finish(self, net, state, a, saved):
         for v in net.order:
             state.a[v], state.saved[v] = a[v], saved[v]
-        self._previous = (weakref.ref(net), state.batch, {v: a[v] for v in net.order})
+        self._previous = (weakref.ref(state), {v: a[v] for v in net.order})
 
 def _evaluate(net, params, a, nodes, x):
     """f_v of the iterate ``a`` for ``nodes``, on ``params`` (the plan's): ``(outputs, saved)``."""

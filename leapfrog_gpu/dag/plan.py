@@ -13,6 +13,8 @@ once its gradients may run), ``blocks`` (N's blocks and the output's g) and ``co
 of the sequential order). A solver leaves abar_v in ``adjoints``.
 """
 
+import weakref
+
 import numpy as np
 
 from ..core import plan
@@ -43,7 +45,7 @@ class DagPlan(plan.Plan):
 
     def __init__(self, net, batch, params, controls):
         super().__init__(net, batch, len(net.order) + 2)
-        self.net, self.params, self.controls = net, params, controls
+        self.net, self.params, self.controls = weakref.proxy(net), params, controls  # weak: the network holds its plans
         self.order, self.depth, self.consumers, self.n = net.order, net.depth, net.consumers, net.n
         self.x, self.y = self.columns(net.n[INPUT]), self.columns(net.n[net.output])
         self.scratch = {v: self.make_scratch(max(p.size for p in params[v].values())) if params[v] else None

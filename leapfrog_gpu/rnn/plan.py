@@ -20,6 +20,8 @@ The output layer L has a time step per output: tau of them for ``output="every"`
 that a read before its write shows in the result.
 """
 
+import weakref
+
 import numpy as np
 
 from ..backends import ops_numpy
@@ -49,7 +51,7 @@ class RNNPlan(plan.Plan):
         super().__init__(net, batch, net.L + 1)
         n, L, buffer, sequence, cell = net.n, net.L, self.buffer, self.sequence, net.cell
         self.w, self.u, self.b, self.b_hn = w, u, b, b_hn  # the network's parameters, by layer, updated in place
-        self.net, self.tau, self.L = net, tau, L
+        self.net, self.tau, self.L = weakref.proxy(net), tau, L  # a weak reference: the network holds its plans
         self.outputs = tau if net.output == "every" else 1
         rows = {l: net.rows(l) for l in net.layer_numbers}
         self.a = {1: sequence(n[1], tau)}

@@ -6,6 +6,7 @@ nothing, so a collection on a stream's own thread cannot hang; a backend given t
 A thread that never ends fails its test at a generous deadline (``ended``), not by a time it must beat."""
 
 import gc
+import inspect
 import threading
 import time
 import weakref
@@ -16,7 +17,7 @@ import threadpoolctl
 
 import networks
 from helpers import batch
-from leapfrog_gpu import MLP, Leapfrog, reference
+from leapfrog_gpu import MLP, RNN, Adam, DagNet, Leapfrog, reference
 from leapfrog_gpu.backends import blas_limits, cuda
 from leapfrog_gpu.backends.host import NumpyBackend
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.timeout(240)  # a finalizer that waits hangs: the run g
 DEADLINE = 60.0
 """Seconds to wait for threads that must end: a bound that only a thread that never ends reaches."""
 NETWORKS = 50
+KINDS = {"MLP": MLP, "RNN": RNN, "DagNet": DagNet}
 
 
 def ended(threads):
@@ -67,28 +69,70 @@ def test_networks_dropped_unclosed_end_their_threads_and_give_blas_back(network_
     assert blas_threads() == {3}
 
 
-def test_a_collection_on_a_stream_thread_does_not_wait(three_blas_threads):
-    """The network is freed by a collection that an operation on its own worker runs: its release runs on
-    that thread, in the middle of that operation (a release that waited for the operation would hang)."""
+def test_a_network_dropped_with_its_step_queued_ends_its_threads_with_no_collection(network_name,
+                                                                                      three_blas_threads):
+    """Collections off, its backend holds it till its step has run (``NumpyBackend.keep``: the operations of an
+    RNN or a DagNet read it as they run), then it goes, and with it the threads: no plan holds it in a reference
+    cycle. It goes on a stream thread, so its BLAS setting comes back at this thread's next backend made or
+    closed."""
+    x, y = networks.network_batch(network_name)
+    net = networks.network(network_name, "numpy")
+    backend, gate, freed, step = net.backend, threading.Event(), [], Leapfrog(2, fused=True)
+    net.sgd_step(x, y, 0.1, step)  # the first makes the step's plan, which waits for what is queued
+    weakref.finalize(net, freed.append, True)
+    gc.disable()
+    try:
+        backend.launch(backend.workers(1)[0], "gate", gate.wait)  # the step's worker operations queue behind it
+        net.sgd_step(x, y, 0.1, step)
+        threads = [s.thread for s in backend._streams]
+        del net
+        assert freed == []
+        gate.set()
+        for thread in threads:
+            thread.join(DEADLINE)
+        assert [t.name for t in threads if t.is_alive()] == []
+        assert freed == [True]
+    finally:
+        gc.enable()
+    NumpyBackend(blas_threads=2).close()
+    assert blas_threads() == {3}
+
+
+@pytest.mark.parametrize("name, schedule", [(name, cls) for name in networks.NAMES for cls in KINDS[name].SCHEDULES])
+def test_a_dropped_network_is_held_until_its_queued_step_has_run(name, schedule):
+    """Every schedule's fused step, queued on a deferred backend the network was given, then the network dropped
+    and collected: ``synchronize()`` runs that step, raising nothing (an operation that read the network after
+    it went would raise ReferenceError there), and the network is gone after it."""
+    x, y = networks.network_batch(name)
+    options = {"k": 2} if "k" in inspect.signature(schedule).parameters else {}
+    with NumpyBackend(mode="deferred") as backend:
+        net = networks.network(name, backend)
+        net.train_step(x, y, Adam(), schedule(fused=True, **options))
+        dropped = weakref.ref(net)
+        del net
+        gc.collect()
+        backend.synchronize()
+        assert dropped() is None
+
+
+def test_a_network_freed_on_a_stream_thread_releases_its_backend_without_a_wait(three_blas_threads):
+    """An operation on the network's own worker drops its last reference: its release runs on that thread, in
+    the middle of that operation (a release that waited for the operation would hang)."""
     x, y = networks.network_batch("DagNet")
-    net = networks.network("DagNet", "numpy")  # its plans refer back to it: freed by a collection only
+    net = networks.network("DagNet", "numpy")
     net.sgd_step(x, y, 0.1, Leapfrog(2))
     net.synchronize()
     backend, threads = net.backend, [s.thread for s in net.backend._streams]
     where = []
     weakref.finalize(net, lambda: where.append(threading.current_thread().name))
-    gate, collected = threading.Event(), threading.Event()
-    gc.disable()  # no collection on this thread from here on: the worker's is the one that frees it
-    try:
-        worker = backend.workers(1)[0]
-        backend.launch(worker, "gate", gate.wait)
-        backend.launch(worker, "collect", gc.collect)
-        backend.launch(worker, "collected", collected.set)
-        del net
-        gate.set()
-        assert collected.wait(DEADLINE), "the worker's collection did not return: its release waits"
-    finally:
-        gc.enable()
+    gate, dropped, last = threading.Event(), threading.Event(), [net]
+    del net
+    worker = backend.workers(1)[0]
+    backend.launch(worker, "gate", gate.wait)
+    backend.launch(worker, "drop", last.clear)
+    backend.launch(worker, "dropped", dropped.set)
+    gate.set()
+    assert dropped.wait(DEADLINE), "the worker's operation did not return: its release waits"
     assert ended(threads) == []
     assert where == ["leapfrog-worker0"]
     assert backend.closed
@@ -137,7 +181,7 @@ def test_a_given_backend_stays_open_and_usable_when_its_network_is_collected():
         net.sgd_step(x, y, 0.1, Leapfrog(2))
         collected = weakref.ref(net)
         del net
-        gc.collect()
+        backend.synchronize()  # its queued step holds it till then
         assert collected() is None
         assert not backend.closed and all(s.thread.is_alive() for s in backend._streams)
         with MLP([3, 4, 2], dtype="float64", seed=1, backend=backend) as other:

@@ -1,5 +1,5 @@
 """Choosing k for ``Leapfrog("auto")`` from a short calibration, for any network whose plan can ``run`` a
-schedule's backward pass (the MLP's and the RNN's).
+schedule's backward pass (every network's).
 
 The candidates always include ``Sequential()``, and the choice leaves the best sequential configuration
 (the smallest median) only for one that is faster beyond the calibration's noise: its p80 (slow end)

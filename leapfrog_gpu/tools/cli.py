@@ -70,6 +70,12 @@ def integer(least, name=None):
     return _scalar(int, lambda value: value >= least, f"{subject}must be an integer >= {least}")
 
 
+def integer_or_auto(least):
+    """An argument type: one integer >= ``least``, or the word ``auto`` (returned as it is)."""
+    return _scalar(lambda text: text if text == "auto" else int(text), lambda value: value == "auto" or value >= least,
+                   f"must be an integer >= {least} or auto")
+
+
 def number(least, strict=False, what="a finite number"):
     """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``); ``what`` names it in the
     error message."""

@@ -10,7 +10,7 @@ from ...core.optimizers import SGD, Adam, AdamW
 from ...rnn.cells import ACTIVATION, CELLS
 from ...rnn.scans import NaumovRNN
 from .. import CLOSED_PIPE_STATUS, timeline
-from ..cli import UNWRITTEN, Parser, integer, number, reals
+from ..cli import UNWRITTEN, Parser, integer, integer_or_auto, number, reals
 from ..schedules import schedule_names
 from .checkpoint import LATER
 from .metrics import Divergence
@@ -107,12 +107,11 @@ DESCRIPTIONS = {"mlp": "Train a deep MLP whose weight gradients leapfrog the bac
 DATA_HELP = {"digits": "scikit-learn's 8x8 digits", "mnist": "local files (--data-dir)",
              "teacher": "regression on a random deep network"}
 
-RNN_DATA_HELP = {
-    "digits": "the 8x8 digits read row by row (8 steps of 8 pixels, the class at the last step)",
-    "pixels": "the 8x8 digits read pixel by pixel (64 steps of one pixel, the class at the last step)",
-    "teacher": "regression on a random teacher RNN, a target at every step (--tau)",
-    "adding": "the adding problem: the sum of the two marked values of a sequence, at its last step (--tau)",
-}
+RNN_DATA_HELP = {"digits": "the 8x8 digits read row by row (8 steps of 8 pixels, the class at the last step)",
+                 "pixels": "the 8x8 digits read pixel by pixel (64 steps of one pixel, the class at the last step)",
+                 "teacher": "regression on a random teacher RNN, a target at every step (--tau)",
+                 "adding": "the adding problem: the sum of the two marked values of a sequence, at its last "
+                           "step (--tau)"}
 
 
 class UsageError(ValueError):
@@ -254,7 +253,8 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     names = schedule_names(NETWORK[model])
     add("--schedule", f"the backward pass: {names[0]} on one stream, or a schedule with --k worker streams (default "
                       f"{d['schedule']})", metavar="{" + ",".join(names) + "}")
-    add("--k", f"worker streams of the schedule (default {d['k']})", type=integer(1), metavar="K")
+    add("--k", "worker streams of the schedule, or auto: leapfrog's fastest k, or none, timed on the first step at "
+               f"each batch size (default {d['k']})", type=integer_or_auto(1), metavar="K")
     add("--forward-solver", ("the forward pass: step by step, or solved over time by Newton's method (quasi-newton: "
                              "the Jacobians' diagonals only; leapfrog_gpu.rnn.newton); with --schedule timescan the "
                              "step is parallel in time" if rnn else "the forward pass: node by node, or solved as a "
@@ -362,6 +362,7 @@ def _refused(c, given):
          f"--forward-solver {solver} stops on a residual read on the host: drop one of them"),
         (c["schedule"] not in names, f"--schedule {c['schedule']} is not a schedule of --model {model}; choose from "
                                      f"{', '.join(names)}"),
+        (c["k"] == "auto" and c["schedule"] != "leapfrog", "--k auto applies to --schedule leapfrog only"),
         (c["fused"] and c["clip_grad_norm"] is not None, "--clip-grad-norm needs every gradient before any update: "
                                                          "drop --fused"),
         (data == "mnist" and not c["data_dir"], "--data mnist needs --data-dir DIR (the four MNIST IDX files or one "

@@ -55,14 +55,18 @@ def test_default_like_run_reaches_accuracy(tmp_path, capsys):
 
 
 def test_sequential_and_leapfrog_agree_bitwise_after_an_epoch(tmp_path):
-    """(6)(7) move to worker streams but compute the same numbers: every parameter equal, bit for bit."""
-    runs = {"sequential": ["--schedule", "sequential"], "k2": ["--k", 2], "k3": ["--k", 3]}
+    """(6)(7) move to worker streams but compute the same numbers: every parameter equal, bit for bit; ``--k auto``
+    runs ``Leapfrog("auto")``, whichever k it chooses."""
+    runs = {"sequential": ["--schedule", "sequential"], "k2": ["--k", 2], "k3": ["--k", 3],
+            "auto": ["--k", "auto", "--metrics", tmp_path / "auto.jsonl"]}
     for name, options in runs.items():
         assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--checkpoint-dir", tmp_path / name, *options) == 0
     reference, state = parameters(tmp_path / "sequential")
     assert state["step"] == 45
-    for name in ("k2", "k3"):
+    for name in ("k2", "k3", "auto"):
         assert_bitwise_equal(parameters(tmp_path / name)[0], reference)
+    assert json.loads((tmp_path / "auto.jsonl").read_text().splitlines()[0])["schedule"] == "Leapfrog(k='auto')"
+    assert parameters(tmp_path / "auto")[1]["config"]["k"] == "auto"
     initial = MLP([64, *[24] * 5, 10], seed=0, backend="numpy")
     assert not np.array_equal(initial.weights[0], reference[0])  # the epoch did train
     initial.close()
@@ -659,7 +663,10 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--k", 0], "argument --k: must be an integer >= 1; got '0'"),
+    (["--k", 0], "argument --k: must be an integer >= 1 or auto; got '0'"),
+    (["--k", "many"], "argument --k: must be an integer >= 1 or auto; got 'many'"),
+    (["--k", "auto", "--schedule", "sequential"], "--k auto applies to --schedule leapfrog only"),
+    (["--model", "rnn", "--k", "auto", "--schedule", "wavefront"], "--k auto applies to --schedule leapfrog only"),
     (["--batch-size", 0], "argument --batch-size: must be an integer >= 1; got '0'"),
     (["--lr", -0.5], "argument --lr: must be a finite number >= 0; got '-0.5'"),
     (["--lr", "inf"], "argument --lr: must be a finite number >= 0; got 'inf'"),
@@ -812,7 +819,7 @@ def edit_state(directory, path, value):
     ("training.config.hidden", "abc", "its options: argument --hidden: must be widths >= 1 such as 128,64,32, "),
     ("training.config.batch_size", 0, "its options: argument --batch-size: must be an integer >= 1; got '0'"),
     ("training.config.dtype", "float16", "its options: argument --dtype: invalid choice: 'float16' "),
-    ("training.config.k", 0, "its options: argument --k: must be an integer >= 1; got '0'"),
+    ("training.config.k", 0, "its options: argument --k: must be an integer >= 1 or auto; got '0'"),
     ("training.config.fused", "yes", "its options: --fused is 'yes', neither true nor false"),
     ("training.config.schedule", "bptt", "its options: --schedule bptt is not a schedule of --model mlp; "),
     ("training.config.ranks", 0, "its options: ranks is 0, not a number of processes >= 1"),
@@ -855,7 +862,7 @@ def test_console_entry_points():
     for module in ("leapfrog_gpu.tools.train", "leapfrog_gpu"):
         done = subprocess.run([sys.executable, "-m", module, "--k", "0"], capture_output=True, text=True, timeout=120)
         assert (done.returncode, done.stdout) == (2, "")
-        assert done.stderr == "leapfrog-train: error: argument --k: must be an integer >= 1; got '0'\n"
+        assert done.stderr == "leapfrog-train: error: argument --k: must be an integer >= 1 or auto; got '0'\n"
 
 
 # -- GPU ------------------------------------------------------------------------------------------------

@@ -251,3 +251,27 @@ def test_cupy_networks_dropped_unclosed_free_their_backend_and_cublas_handle(sta
         other.sgd_step(x, y, 0.1, Leapfrog(2))
         other.synchronize()
     assert len(standin.nvmath._handles) == handles
+
+
+@pytest.mark.parametrize("name", ["RNN", "DagNet"])
+def test_cupy_recurrent_and_dag_networks_dropped_unclosed_go_with_no_collection(standin, name):
+    """Their plans refer to them weakly, and a launch reads them only as it is enqueued: dropped with steps
+    queued, they go at once, collections off; the next backend made runs what was queued and destroys the
+    cuBLAS handle (the stand-in raises if memory a queued step uses went back to the pool first)."""
+    x, y = networks.network_batch(name)
+    handles = len(standin.nvmath._handles)
+    net = networks.network(name, "cupy", dtype="float64")
+    gc.disable()
+    try:
+        for _ in range(2):
+            net.train_step(x, y, Adam(), Leapfrog(2, fused=True))
+        dropped = weakref.ref(net)
+        del net
+        assert dropped() is None
+    finally:
+        gc.enable()
+    with networks.network(name, "cupy", dtype="float64") as other:
+        assert cuda._abandoned == []
+        other.train_step(x, y, Adam(), Leapfrog(2, fused=True))
+        other.synchronize()
+    assert len(standin.nvmath._handles) == handles

@@ -35,7 +35,8 @@ def backward(plan, schedule, controls=None):
     ranks when the plan has a reducer; ``controls``: fuse the update where the schedule fuses. Returns the
     pass's counters."""
     if schedule.auto:
-        schedule = calibrate.choose(plan, fused=schedule.fused)
+        auto, schedule = schedule, calibrate.choose(plan, fused=schedule.fused)
+        auto.chosen[plan.batch] = schedule
     update = _updater(plan, controls) if controls is not None and schedule.fused else None
     summed = contextlib.nullcontext() if plan.reducer is None else plan.reducer.pass_(update)
     with plan.backend.range(plan.main, "backward"), summed:

@@ -100,6 +100,8 @@ class Leapfrog(Schedule):
             raise ValueError("Leapfrog('auto') calibrates the plain and fused schedules only; give k for "
                              "one_pass=True, e.g. Leapfrog(2, one_pass=True)")
         super().__init__(k, bool(fused) or self.one_pass)
+        self.chosen = {}
+        """``Leapfrog("auto")``: the schedule its calibration chose for a pass at batch size B, the latest by B."""
 
     def _check_k(self, k):
         return k if self.auto else super()._check_k(k)

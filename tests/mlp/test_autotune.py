@@ -45,6 +45,7 @@ def test_auto_training_matches_sequential_bitwise(fused):
             auto.sgd_step(x, y, 0.5, schedule)
             plain.sgd_step(x, y, 0.5, Sequential(fused))
         assert autotune.choose(auto.plan(4), fused=fused).fused == fused
+        assert schedule.chosen == {4: autotune.choose(auto.plan(4), fused=fused)}  # what the steps ran
         for a, b in zip(auto.weights + auto.biases, plain.weights + plain.biases):
             assert np.array_equal(a, b)
 

@@ -273,6 +273,9 @@ def _run(config, dataset, net, report, state, why):
     elif config["timeline"] is not None and training.rank == 0:
         print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
               f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
+    if training.schedule.auto:
+        report.line("--k auto chose " + ", ".join(f"{schedule!r} at batch {batch}"
+                                                  for batch, schedule in sorted(training.schedule.chosen.items())))
     report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(metrics)}, "
                 f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
     return 0

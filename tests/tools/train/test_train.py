@@ -72,6 +72,13 @@ def test_sequential_and_leapfrog_agree_bitwise_after_an_epoch(tmp_path):
     initial.close()
 
 
+def test_k_auto_says_what_it_chose_at_each_batch_size(capsys):
+    """1437 digits in batches of 32: 44 of 32 and a last of 29, each batch size calibrated on its first step."""
+    assert cli("--hidden", "5x24", "--epochs", 1, "--backend", "numpy", "--k", "auto") == 0
+    chosen = r"(Sequential\(\)|Leapfrog\(k=[124]\))"
+    assert re.search(rf"^--k auto chose {chosen} at batch 29, {chosen} at batch 32$", capsys.readouterr().out, re.M)
+
+
 def test_resume_is_bitwise_exact(tmp_path):
     straight, halves = tmp_path / "straight", tmp_path / "halves"
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0

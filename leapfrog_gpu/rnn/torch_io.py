@@ -20,8 +20,9 @@ the GRU's n rows, which hold b_hn^l.
 The module trains as the network does: b^l is one parameter, so ``bias_hh_l0`` is held at zero
 (``requires_grad=False``; torch.optim passes over it), and a GRU's, whose n rows b_hn^l train, has a gradient
 hook (``train_b_hn_alone``) that zeroes its r and z rows, which then stay zero under every optimizer of
-``torch.optim``. A copy of the module (``copy.deepcopy``, ``torch.save``) keeps ``requires_grad`` but not the
-hook.
+``torch.optim``. A copy of the module (``copy.deepcopy``, ``torch.save``) keeps ``requires_grad`` and, the GRU
+layer being this module's ``GRU`` (a ``torch.nn.GRU``), the hook: torch drops a tensor's hooks as it copies the
+tensor, and ``GRU`` registers them again as its state comes back.
 """
 
 import functools
@@ -68,7 +69,7 @@ def _recurrent_layer(torch, w, u, b, activation):
 
 
 def _gated_layer(torch, cell, w, u, b, b_hn):
-    kind = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[cell]
+    kind = {"gru": _gru(), "lstm": torch.nn.LSTM}[cell]
     layer = kind(w.shape[1], u.shape[1], device="meta")
     layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0 = (torch_io.parameter(p) for p in (w, u, b))
     bias_hh = torch.zeros_like(layer.bias_ih_l0.detach())
@@ -92,6 +93,30 @@ def _b_hn_alone(gradient, n):
     gradient = gradient.clone()
     gradient[:2 * n] = 0
     return gradient
+
+
+@functools.cache
+def _gru():
+    """The class ``GRU`` (made once torch is imported)."""
+    torch = torch_io.import_torch()
+
+    class GRU(torch.nn.GRU):
+        """``torch.nn.GRU`` whose ``bias_hh_l<k>`` train their n rows alone (``train_b_hn_alone``), in a copy too."""
+
+        def __setstate__(self, state):
+            super().__setstate__(state)
+            for k in range(self.num_layers if self.bias else 0):
+                train_b_hn_alone(getattr(self, f"bias_hh_l{k}"))
+
+    GRU.__module__, GRU.__qualname__ = __name__, "GRU"  # where pickle finds it (``__getattr__``)
+    return GRU
+
+
+def __getattr__(name):
+    """``GRU``, made on first use: a copy's unpickling looks it up here by name."""
+    if name == "GRU":
+        return _gru()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_module(module):

@@ -11,6 +11,8 @@ that exists refuse in one line, changing nothing; graph steps read lr and t from
 """
 
 import contextlib
+import copy
+import io
 
 import numpy as np
 import pytest
@@ -44,9 +46,10 @@ def module_output(name, module, x):
     return module(x.permute(0, 2, 1)).permute(0, 2, 1) if name == "RNN" else module(x.T).T
 
 
-def torch_training(name, net, make, clip=None):
-    """``net``'s module and a function that takes one torch.optim step of ``make`` on a batch (x, y)."""
-    module = net.to_torch()
+def torch_training(name, net, make, clip=None, copied=None):
+    """``net``'s module (or ``copied(module)``) and a function that takes one torch.optim step of ``make`` on a batch
+    (x, y)."""
+    module = net.to_torch() if copied is None else copied(net.to_torch())
     optimizer = make(list(module.parameters()))
 
     def step(x, y):
@@ -60,12 +63,13 @@ def torch_training(name, net, make, clip=None):
     return module, step
 
 
-def twelve_steps_agree(name, net, kind, schedule):
-    """``net`` (the network ``name``, float64) and its module take 12 steps of ``kind``: the same function after."""
+def twelve_steps_agree(name, net, kind, schedule, copied=None):
+    """``net`` (the network ``name``, float64) and its module (``copied``, if given, makes a copy of it) take 12 steps
+    of ``kind``: the same function after."""
     ours, theirs = OPTIMIZERS[kind]
     optimizer = ours()
     start = net.feedforward(network_batch(name, 7, seed=99, dtype=np.float64)[0])
-    module, torch_step = torch_training(name, net, theirs)
+    module, torch_step = torch_training(name, net, theirs, copied=copied)
     for step in range(STEPS):
         x, y = network_batch(name, 5, seed=step, dtype=np.float64)
         net.train_step(x, y, optimizer, schedule)
@@ -94,6 +98,22 @@ def test_gated_cells_agree_with_torch_optim(cell, kind, schedule):
     schedule a gated cell takes (``Sequential()`` is the RNN's BPTT)."""
     with network("RNN", "numpy", dtype="float64", cell=cell) as net:
         twelve_steps_agree("RNN", net, kind, schedule)
+
+
+def saved_and_loaded(module):
+    """``module`` through ``torch.save`` and ``torch.load`` (a whole module: not weights only)."""
+    kept = io.BytesIO()
+    torch.save(module, kept)
+    kept.seek(0)
+    return torch.load(kept, weights_only=False)
+
+
+@pytest.mark.parametrize("copied", [copy.deepcopy, saved_and_loaded], ids=["deepcopy", "torch.save"])
+def test_a_copy_of_a_gru_module_trains_as_the_network_does(copied):
+    """torch drops a tensor's hooks as it copies the tensor; the GRU layers of ``to_torch()`` register b_hn's again
+    as their state comes back, so that a copy's bias_hh still trains its n rows alone."""
+    with network("RNN", "numpy", dtype="float64", cell="gru") as net:
+        twelve_steps_agree("RNN", net, "adam", Sequential(), copied)
 
 
 @pytest.mark.parametrize("schedule", ["sequential", "leapfrog"])

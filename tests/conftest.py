@@ -38,6 +38,15 @@ def standin(request, monkeypatch):
 
 
 @pytest.fixture
+def backend(standin):
+    """A ``CupyBackend`` on the CuPy stand-in (``standin``), closed after the test."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as cupy_backend:
+        yield cupy_backend
+
+
+@pytest.fixture
 def cupy_without_gpu(monkeypatch):
     """``import cupy`` gives ``no_gpu_cupy``'s CuPy, which imports but finds no usable GPU."""
     from leapfrog_gpu import backends

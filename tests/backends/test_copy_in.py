@@ -15,14 +15,6 @@ SIZES = [7, 13, 5, 3]
 ETA = 0.5
 
 
-@pytest.fixture
-def backend(standin):
-    from leapfrog_gpu.backends.cuda import CupyBackend
-
-    with CupyBackend() as cupy_backend:
-        yield cupy_backend
-
-
 @pytest.fixture(params=["default stream", "own stream"])
 def caller(request, backend):
     """The stream current when the caller hands a batch over: CuPy's default one, or one of its own

@@ -23,14 +23,6 @@ SIZES = [7, 13, 5, 11, 3]
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 
 
-@pytest.fixture
-def backend(standin):
-    from leapfrog_gpu.backends.cuda import CupyBackend
-
-    with CupyBackend() as cupy_backend:
-        yield cupy_backend
-
-
 def reference_gradients(weights, biases, x, y, net):
     return reference.backprop(weights, biases, x, y, net.activation, net.cost, net.output_activation)
 

@@ -18,14 +18,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in re
 # the stand-in probes a ufunc's result dtype on zeros; CuPy itself does not compute there
 
 
-@pytest.fixture
-def backend(standin):
-    from leapfrog_gpu.backends.cuda import CupyBackend
-
-    with CupyBackend() as cupy_backend:
-        yield cupy_backend
-
-
 @pytest.mark.parametrize("output", ["last", "every"])
 @pytest.mark.parametrize("B", [1, 3])
 def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, output):

@@ -277,14 +277,6 @@ def test_the_step_parallel_in_time_with_quasi_is_bptts_step(cell):
             assert relative(got[l][name], want[l][name]) < 1e-10, (l, name)
 
 
-@pytest.fixture
-def backend(standin):
-    from leapfrog_gpu.backends.cuda import CupyBackend
-
-    with CupyBackend() as cupy_backend:
-        yield cupy_backend
-
-
 @pytest.mark.filterwarnings("ignore:divide by zero encountered in reciprocal:RuntimeWarning")  # the stand-in probes
 @pytest.mark.parametrize("cell", CELLS)
 @pytest.mark.parametrize("tau", [1, 7])

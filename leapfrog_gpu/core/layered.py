@@ -53,8 +53,9 @@ class Layered(Network):
                 "output_activation": self.output_activation, "dtype": self.dtype, "check_finite": self.check_finite}
 
     @classmethod
-    def from_architecture(cls, architecture, backend):
-        """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0."""
+    def from_architecture(cls, architecture, backend, layers=()):
+        """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0
+        (``layers``, one's own ``Layer`` classes, build a DagNet's nodes: a network of layers holds none)."""
         return cls(**architecture, backend=backend)
 
     def _draw(self, rng, rows=None):

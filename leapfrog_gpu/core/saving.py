@@ -162,13 +162,18 @@ def _fsync(path):
 # -- reading ---------------------------------------------------------------------------------------------------
 
 
-def load(path, backend="auto"):
+def load(path, backend="auto", layers=()):
     """The network saved at ``path`` (by ``Network.save``, or a checkpoint of ``leapfrog-train``) built again on
     ``backend`` (``"auto"``, ``"numpy"``, ``"cupy"`` or a backend object), with its parameters and optimizer state
     bit for bit; close it when done (``with``). ``path`` as ``save`` was given it: ``load("model")`` reads
-    model.npz where no file "model" exists. A file it cannot read or build from raises an ``UnreadableFileError``."""
+    model.npz where no file "model" exists. ``layers``: the classes of one's own ``Layer`` that a saved DagNet's
+    nodes are, found by their names. A file it cannot read or build from raises an ``UnreadableFileError``."""
+    layers = tuple(layers)
+    if not all(isinstance(kind, type) for kind in layers):
+        raise TypeError(f"layers must be classes (of one's own Layer, which a saved DagNet's nodes are); got "
+                        f"{layers!r}")
     path = located(path)
-    return build(*read(path), backend, path)
+    return build(*read(path), backend, path, layers)
 
 
 def located(path):
@@ -213,10 +218,10 @@ def read(path):
     return state, arrays
 
 
-def build(state, arrays, backend="auto", path="the file"):
+def build(state, arrays, backend="auto", path="the file", layers=()):
     """The network that ``state`` and ``arrays`` (``read``'s, of the file at ``path``) describe, on ``backend``, with
-    their parameters and optimizer state; an ``UnreadableFileError`` for a state that describes none, or arrays that do
-    not fit it."""
+    their parameters and optimizer state (``layers``: ``load``'s); an ``UnreadableFileError`` for a state that
+    describes none, or arrays that do not fit it."""
     backend = check_backend(backend)  # a bad backend is refused as such, not as the file's fault
     kind, architecture = state.get("network"), state.get("architecture")
     if "format" not in state or not isinstance(architecture, dict):
@@ -226,7 +231,9 @@ def build(state, arrays, backend="auto", path="the file"):
         raise UnreadableFileError(f"{path} holds a network of unknown kind {kind!r}; this leapfrog_gpu builds "
                                   f"{', '.join(sorted(KINDS))}", "load it with a leapfrog_gpu that knows it")
     try:
-        net = KINDS[kind].from_architecture(architecture, backend)
+        net = KINDS[kind].from_architecture(architecture, backend, layers)
+    except LookupError as error:  # a class of one's own that load was not given
+        raise UnreadableFileError(f"{path} holds a {kind} whose {error.args[0]}", error.args[1]) from None
     except (TypeError, ValueError) as error:
         raise UnreadableFileError(f"{path} holds an architecture that builds no {kind} "
                                   f"({_first_line(error)})") from None

@@ -13,6 +13,7 @@ Heights: ``level[v]``, the longest path from the input to v in edges (the input 
 output's, the number of non-input nodes on the longest path (a chain of L layers: D = L - 1).
 """
 
+import json
 import numbers
 from collections.abc import Iterable, Mapping
 
@@ -114,25 +115,34 @@ class DagNet(Network):
 
     def architecture(self):
         """What builds this network again (``core.saving``), JSON-able: its input width, its nodes as ``[name, layer,
-        options, inputs]`` (``Layer.options``), its cost, dtype and ``check_finite``. A TypeError names a node whose
-        layer is none of ``layers.LAYERS`` (one's own ``Layer``), which ``from_architecture`` could not build."""
+        options, inputs]`` (the layer's class name and ``Layer.options()``), its cost, dtype and ``check_finite``. A
+        TypeError names a node of one's own ``Layer`` whose class takes the name of one of ``layers.LAYERS``, or
+        whose options are not JSON-able."""
         for v in self.order:
             kind = type(self.layer[v])
-            if LAYERS.get(kind.__name__) is not kind:
-                raise TypeError(f"a DagNet whose node {v!r} is a {kind.__name__} cannot be saved: its nodes may be "
-                                f"{', '.join(LAYERS)}")
+            if kind.__name__ in LAYERS and LAYERS[kind.__name__] is not kind:
+                raise TypeError(f"node {v!r} is a {kind.__module__}.{kind.__qualname__}, which has the name of "
+                                f"leapfrog_gpu's {kind.__name__}: give its class another name to save it")
+            try:
+                json.dumps(self.layer[v].options())
+            except (TypeError, ValueError) as error:
+                raise TypeError(f"node {v!r}: the options() of its {kind.__name__}, which build it again, must be "
+                                f"JSON-able (numbers, strings, lists, dicts): {error}") from None
         return {"n_input": self.n[INPUT], "cost": self.cost, "dtype": self.dtype, "check_finite": self.check_finite,
                 "nodes": [[v, type(self.layer[v]).__name__, self.layer[v].options(), self.inputs[v]]
                           for v in self.order]}
 
     @classmethod
-    def from_architecture(cls, architecture, backend):
-        """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0."""
-        nodes = []
+    def from_architecture(cls, architecture, backend, layers=()):
+        """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0; a node
+        of one's own ``Layer`` is built by its class in ``layers``, found by its name (a LookupError, ``(what,
+        remedy)``, where none is)."""
+        known, nodes = {**{kind.__name__: kind for kind in layers}, **LAYERS}, []
         for name, layer, options, inputs in architecture.get("nodes", ()):
-            if layer not in LAYERS:
-                raise ValueError(f"node {name!r} is of an unknown layer {layer!r}; a DagNet's are {', '.join(LAYERS)}")
-            nodes.append((name, LAYERS[layer](**options), inputs))
+            if layer not in known:
+                raise LookupError(f"node {name!r} is a {layer}, a Layer of one's own",
+                                  f"give its class to load: load(path, layers=[{layer}])")
+            nodes.append((name, known[layer](**options), inputs))
         return cls(**{**architecture, "nodes": nodes}, backend=backend)
 
     def _label(self, v, name):

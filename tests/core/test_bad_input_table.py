@@ -99,9 +99,8 @@ def cases(net):
          lambda: (net.train_step(X, Y, Adam()), net.train_step(X, Y, AdamW()))),
         ("`net.save('missing/model')`, a folder that does not exist", lambda: net.save("missing/model")),
         ("`net.save('')`", lambda: net.save("")),
-        ("`DagNet(...).save('dag')`, a node of one's own Layer",
-         lambda: DagNet(4, [("g", Gate(), "x"), ("out", Dense(3), "g")], backend="numpy").save("dag")),
         *((f"`load('{name}')`, {what}", lambda name=name: load(name, backend="numpy")) for name, what in FILES),
+        ("`load('own.npz', layers=[Gate()])`, an instance", lambda: load("own.npz", backend="numpy", layers=[Gate()])),
         ("`load('model', backend='tpu')`", lambda: load("model", backend="tpu")),
     ]
 
@@ -109,7 +108,8 @@ def cases(net):
 FILES = [("none", "no such file"), ("models", "a folder"), ("notes.txt", "a text file"),
          ("half.npz", "half of a saved network"), ("flipped.npz", "a byte of it changed"),
          ("arrays.npz", "someone else's .npz"), ("newer.npz", "of a newer format"),
-         ("unknown.npz", "of an unknown network"), ("deeper.npz", "an architecture its arrays do not fit")]
+         ("unknown.npz", "of an unknown network"), ("deeper.npz", "an architecture its arrays do not fit"),
+         ("own.npz", "a DagNet with a node of one's own Layer, its class not given")]
 """The files that ``load`` refuses, made by ``files`` (the network of ``model.npz`` is ``MLP(sizes)``)."""
 
 
@@ -122,6 +122,8 @@ def files():
         try:
             with MLP(SIZES, backend="numpy") as net:
                 whole = net.save("model").read_bytes()
+            with DagNet(4, [("g", Gate(), "x"), ("out", Dense(3), "g")], backend="numpy") as own:
+                own.save("own")
             Path("models").mkdir()
             Path("notes.txt").write_text("w2, b2\n")
             Path("half.npz").write_bytes(whole[: len(whole) // 2])

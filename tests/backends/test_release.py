@@ -101,8 +101,8 @@ def test_a_network_dropped_with_its_step_queued_ends_its_threads_with_no_collect
 @pytest.mark.parametrize("name, schedule", [(name, cls) for name in networks.NAMES for cls in KINDS[name].SCHEDULES])
 def test_a_dropped_network_is_held_until_its_queued_step_has_run(name, schedule):
     """Every schedule's fused step, queued on a deferred backend the network was given, then the network dropped
-    and collected: ``synchronize()`` runs that step, raising nothing (an operation that read the network after
-    it went would raise ReferenceError there), and the network is gone after it."""
+    and collected: the backend holds it until ``synchronize()`` has run that step, which raises nothing (an
+    operation that read the network after it went would raise ReferenceError there), and then lets it go."""
     x, y = networks.network_batch(name)
     options = {"k": 2} if "k" in inspect.signature(schedule).parameters else {}
     with NumpyBackend(mode="deferred") as backend:
@@ -111,6 +111,7 @@ def test_a_dropped_network_is_held_until_its_queued_step_has_run(name, schedule)
         dropped = weakref.ref(net)
         del net
         gc.collect()
+        assert dropped() is not None
         backend.synchronize()
         assert dropped() is None
 

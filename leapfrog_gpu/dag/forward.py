@@ -51,7 +51,7 @@ class ForwardSolver(Solver):
         if not isinstance(warm_start, bool):
             raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
         self.warm_start = warm_start
-        self._previous = None  # (a weak reference to the pass, its outputs) of the last solve: a network at a batch size
+        self._previous = None  # (a weak reference to the plan solved, its outputs) of the last solve
         self._chain = None  # (a weak reference to the MLP, its chain) of the last MLP solved
 
     def feedforward(self, net, x):

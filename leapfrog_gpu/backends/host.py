@@ -30,7 +30,7 @@ import numpy as np
 
 from . import annotate, blas_limits, host_blas, ops_numpy
 from .host_graph import CaptureError, HostCapture
-from .host_streams import HostEvent, HostStream, Item, stop
+from .host_streams import HostEvent, HostStream, Item, drain, stop
 
 MODES = ("threads", "serial", "deferred")
 ORDERS = ("main-first", "workers-first", "random")
@@ -63,9 +63,10 @@ class NumpyBackend:
             raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}; got {order!r}")
-        if blas_threads is not None and (type(blas_threads) is not int or blas_threads < 1):
+        if blas_threads is not None and (not isinstance(blas_threads, (int, np.integer)) or isinstance(
+                blas_threads, bool) or blas_threads < 1):
             raise ValueError(f"blas_threads must be None or an integer >= 1; got {blas_threads!r}")
-        self.mode, self.order, self.blas_threads = mode, order, blas_threads
+        self.mode, self.order, self.blas_threads = mode, order, None if blas_threads is None else int(blas_threads)
         if chaos is not None and (isinstance(chaos, bool) or not isinstance(chaos, int)):
             raise ValueError(f"chaos must be None or an integer seed; got {chaos!r}")
         if not (isinstance(max_delay, (int, float)) and 0 <= max_delay <= 1):
@@ -112,7 +113,7 @@ class NumpyBackend:
         self._streams.append(stream)
         if self.mode == "threads":  # the queue is the backend's before its thread starts: release() stops it whatever
             self._queues.append(stream.queue)  # interrupts the start (Ctrl-C lands in Thread.start's wait)
-            stream.thread = threading.Thread(target=self._drain, args=(stream,), name=f"leapfrog-{name}", daemon=True)
+            stream.thread = threading.Thread(target=drain, args=(stream,), name=f"leapfrog-{name}", daemon=True)
             stream.thread.start()
         return stream
 
@@ -202,7 +203,7 @@ class NumpyBackend:
             with self._lock:
                 self._pending += len(graph.streams)
             for stream, items in graph.streams:
-                stream.queue.put((items, bases))
+                stream.queue.put((self._run, items, bases))
 
     def keep(self, *objects, reader=None):
         """Hold ``reader`` (the network whose step was queued) until nothing is queued: its operations may read it
@@ -292,7 +293,7 @@ class NumpyBackend:
         else:
             with self._lock:
                 self._pending += 1
-            stream.queue.put(((item,), None))
+            stream.queue.put((self._run, (item,), None))
 
     def _run_now(self, stream, item, bases=None):
         """Serial mode: run ``item`` on the caller; raise its error at once."""
@@ -302,17 +303,9 @@ class NumpyBackend:
         if error is not None:
             raise error
 
-    def _drain(self, stream):
-        """A stream's thread: run each entry of its queue in turn, until the stop."""
-        while self._run(stream, stream.queue.get()):
-            pass
-
-    def _run(self, stream, entry):
-        """Run one entry (one item, or a graph's items for this stream); False for the stop (None). The entry
-        is dropped on return, not held while the thread waits for the next: a network it names can be collected."""
-        if entry is None:
-            return False
-        items, bases = entry
+    def _run(self, stream, items, bases):
+        """Run one entry of ``stream``'s queue on its thread (``host_streams.drain``): one item, or a graph's
+        items for this stream."""
         for item in items:
             self._execute(stream, item, bases)
         with self._lock:
@@ -320,7 +313,6 @@ class NumpyBackend:
             if self._pending == 0:
                 self._readers.clear()  # a network freed here releases its backend on this thread, waiting for nothing
                 self._idle.notify_all()
-        return True
 
     def _execute(self, stream, item, bases=None):
         """Run one item; ``bases`` (a graph's launch) offsets the generations of its events."""

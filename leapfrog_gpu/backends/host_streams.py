@@ -53,6 +53,25 @@ class Item:
 
 
 
+def drain(stream):
+    """A stream's thread: run each entry of its queue, ``(run, items, bases)``, as ``run(stream, items, bases)``
+    (its backend's), until the stop (None). Only the entries queued hold the backend: one dropped unclosed is
+    collected once its work has run, and its ``release()`` (``stop``) ends this thread."""
+    while _run_next(stream):
+        pass
+
+
+def _run_next(stream):
+    """Wait for the next entry of ``stream``'s queue and run it; False for the stop. Nothing of the entry is held
+    once it has run, while the thread waits for the next: a network it names can be collected."""
+    entry = stream.queue.get()
+    if entry is None:
+        return False
+    run, items, bases = entry
+    run(stream, items, bases)
+    return True
+
+
 def stop(queues, blas):
     """End a backend without waiting for anything: a stop (None) on each of its threads' ``queues``, behind the
     work queued there, each thread ending once it reaches it; and give back the BLAS ticket ``blas`` (None:

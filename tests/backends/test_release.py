@@ -193,6 +193,29 @@ def test_a_given_backend_stays_open_and_usable_when_its_network_is_collected():
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
+def test_a_backend_dropped_unclosed_runs_what_it_queued_then_ends_its_threads():
+    """A backend one made and dropped without ``close()``, with work queued behind a gate: the work runs once the
+    gate opens, and then the backend is freed, with no collection, and every thread of its ends (a thread that
+    held its backend would keep it, and itself, forever)."""
+    gc.disable()
+    try:
+        gate, ran = threading.Event(), []
+        backend = NumpyBackend()
+        workers = backend.workers(2)
+        backend.launch(workers[0], "gated", gate.wait)
+        backend.launch(workers[0], "after the gate", ran.append, "ran")
+        threads, freed = [s.thread for s in backend._streams], weakref.ref(backend)
+        del backend, workers
+        assert freed() is not None and not ran  # its queued work holds it
+        gate.set()
+        deadline = time.monotonic() + DEADLINE
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0))
+        assert [t.name for t in threads if t.is_alive()] == [] and ran == ["ran"] and freed() is None
+    finally:
+        gc.enable()
+
+
 # -- blas_limits: a release never waits, and the threads come back on the thread that set them -----------
 
 

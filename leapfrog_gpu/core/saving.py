@@ -66,7 +66,9 @@ def register(cls):
 
 def path_of(path):
     """``path`` as a ``Path``, with ``.npz`` appended to a name without it, as ``numpy.savez`` does (``.`` and ``/``,
-    which name no file, as they are); a ValueError for an empty path."""
+    which name no file, as they are); a TypeError for what is no path, a ValueError for an empty one."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"the path must be a file's name, a str or a pathlib.Path; got {path!r}")
     if os.fspath(path) == "":
         raise ValueError("the path is empty: give a file's name, such as 'model.npz'")
     path = Path(path)
@@ -87,12 +89,17 @@ def save(net, path, **more):
     architecture, parameters and optimizer state, and ``more`` (JSON-able values under keys of the caller's own) in
     its state; return the path written. Whatever is refused (a network that cannot be written, a missing folder)
     is refused before anything is written, and leaves a file already there as it was; so does a write that fails.
-    Temporary files that a killed writer left beside it are removed once the new file is in place."""
+    A folder (an existing one, or a name ending in a separator) is refused; a write the system refuses raises its
+    OSError, naming ``path`` (not the temporary file). Temporary files that a killed writer left beside it are
+    removed once the new file is in place."""
     kind = type(net).__name__
     if KINDS.get(kind) is not type(net):
         raise TypeError(f"a {kind} cannot be saved: load builds {', '.join(sorted(KINDS)) or 'no network'} again, "
                         "and no subclass of them")
-    path = path_of(path)
+    given, path = path, path_of(path)
+    if Path(given).is_dir() or os.fspath(given).endswith(("/", os.sep)):
+        raise ValueError(f"cannot save to {given}: it names a folder; give a file's name, such as "
+                         f"{Path(given) / 'model.npz'}")
     if not path.parent.is_dir() or path.is_dir():
         raise ValueError(f"cannot save to {path}: there is no folder {path.parent}" if not path.parent.is_dir()
                          else f"cannot save to {path}: it is a folder; give a file's name")
@@ -109,8 +116,13 @@ def save(net, path, **more):
         raise ValueError(f"two parameters of this {kind} would both be named {twice[0]!r} in a file (a parameter's "
                          "name, then its unit's): rename one of their units")
     text = json.dumps(state)  # a value that is not JSON-able raises here, before anything is written
-    with replaced_atomically(path, prefix=f".{path.name}-") as temporary, open(temporary, "wb") as file:
-        np.savez(file, **{name: to_host(array) for name, array in arrays}, state=np.array(text))  # a file: no suffix
+    try:
+        with replaced_atomically(path, prefix=f".{path.name}-") as temporary, open(temporary, "wb") as file:
+            np.savez(file, **{name: to_host(array) for name, array in arrays}, state=np.array(text))  # no suffix
+    except OSError as error:
+        if error.errno is None:
+            raise
+        raise type(error)(error.errno, error.strerror, os.fspath(path)) from None
     for stale in Path(os.path.realpath(path)).parent.glob(glob.escape(f".{path.name}-") + "*.tmp"):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()

@@ -349,6 +349,38 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
 
 
+def test_a_folder_or_what_is_no_path_is_refused_and_nothing_is_written(tmp_path):
+    """An existing folder, or a name that ends as a folder's, is refused (save would write "<folder>.npz" beside
+    it); so is a path that is no str or Path, with a TypeError."""
+    (tmp_path / "runs").mkdir()
+    with MLP([2, 3], backend="numpy") as net:
+        for given in (tmp_path / "runs", f"{tmp_path / 'runs'}/", f"{tmp_path / 'new'}/"):
+            where = re.escape(str(given))
+            with pytest.raises(ValueError, match=f"^cannot save to {where}: it names a folder; give a file's name, "
+                                                 f"such as {re.escape(str(Path(given) / 'model.npz'))}$"):
+                net.save(given)
+        for given in (None, b"model.npz", 3):
+            with pytest.raises(TypeError, match=f"^the path must be a file's name, a str or a pathlib.Path; got "
+                                                f"{re.escape(repr(given))}$"):
+                net.save(given)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not any((tmp_path / "runs").iterdir())
+
+
+def test_a_write_the_system_refuses_names_the_file_not_its_temporary(tmp_path, monkeypatch):
+    """The OSError of a write that fails (here: a folder this process may not write, as a non-root user finds
+    it) names the file asked for, as ``open`` would, not the temporary file beside it."""
+    path = tmp_path / "model.npz"
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".model.npz-abc.tmp"))
+
+    monkeypatch.setattr(saving.tempfile, "NamedTemporaryFile", refused)
+    with MLP([2, 3], backend="numpy") as net, pytest.raises(PermissionError) as raised:
+        net.save(path)
+    assert str(raised.value) == f"[Errno 13] Permission denied: '{path}'"
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- the write is atomic -------------------------------------------------------------------------------------
 
 

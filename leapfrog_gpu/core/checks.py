@@ -1,5 +1,5 @@
-"""The checks every network runs on what it is given: layer widths, a dtype, a backend, a learning rate,
-a batch of columns, targets given as class labels, an array on the host or the device, a memory limit.
+"""The checks every network runs on what it is given: layer widths, a flag, a dtype, a backend, a learning
+rate, a batch of columns, targets given as class labels, an array on the host or the device, a memory limit.
 
 One place for them, so that ``MLP``, ``RNN`` and ``DagNet`` refuse the same bad input in the same words.
 """
@@ -31,6 +31,13 @@ def check_sizes(sizes, least=2, example="[784, 30, 10]", layers="input and outpu
     if min(sizes) < 1:
         raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
     return [int(width) for width in sizes]
+
+
+def check_flag(name, value):
+    """``value`` as a bool: True or False (or NumPy's), else a TypeError naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
 
 
 def check_dtype(dtype):
@@ -98,19 +105,19 @@ def shape_of(a):
     return tuple(a.shape) if hasattr(a, "shape") else np.shape(a)
 
 
-def targets(xp, y, shape, outputs, activation, dtype, noun):
+def targets(xp, y, shape, axis, outputs, activation, dtype, noun):
     """The targets ``y`` stands for where it has ``shape``, the outputs' shape less their axis of ``outputs``
-    units (the samples' B, or (tau, B) for an RNN's output at every step): for one output, its values with that
-    axis put back; for two or more outputs of classes (their ``activation`` a hidden layer's, sigmoid, tanh or
-    relu: not identity, a regression's), the one-hot targets of integer class labels in 0..outputs-1, in
-    ``dtype``, on the device ``y`` is on. ``y`` as given where its shape is another; a ValueError with the hint
-    to one-hot encode where it has that shape but cannot be class labels."""
-    if y is None or shape_of(y) != tuple(shape):
+    units, which goes at ``axis`` (the samples' B, axis 0; or (tau, B) for an RNN's output at every step, axis
+    1): for one output, its values with that axis put in; for two or more outputs of classes (their
+    ``activation`` a hidden layer's, sigmoid, tanh or relu: not identity, a regression's), the one-hot targets of
+    integer class labels in 0..outputs-1, in ``dtype``, on the device ``y`` is on. ``y`` as given where its shape
+    is another; a ValueError with the hint to one-hot encode where it has that shape but cannot be class labels."""
+    if shape_of(y) != tuple(shape):
         return y
     y = real_array(xp, "y", y)
+    target = (*shape[:axis], outputs, *shape[axis:])
     if outputs == 1:
-        return y[..., None, :] if y.ndim else y.reshape(1)
-    target = (*shape[:-1], outputs, *shape[-1:]) if shape else (outputs,)
+        return y.reshape(target)
     if activation not in ACTIVATIONS:
         raise ValueError(f"y must have shape {target} for {noun} of {activation} outputs: class labels of shape "
                          f"{tuple(shape)} are one-hot encoded for outputs of classes (sigmoid, tanh or relu) only; "
@@ -127,7 +134,7 @@ def targets(xp, y, shape, outputs, activation, dtype, noun):
         raise ValueError(f"y holds class label {int(y.reshape(-1)[flat])}{at}; labels must lie in 0..{outputs - 1} "
                          f"({noun}'s {outputs} outputs, one per class): one-hot encode other targets as shape {target}")
     one_hot = (y[..., None] == xp.arange(outputs)).astype(dtype)
-    return xp.ascontiguousarray(xp.moveaxis(one_hot, -1, -2)) if y.ndim else one_hot
+    return xp.ascontiguousarray(xp.moveaxis(one_hot, -1, axis))
 
 
 def check_eta(eta):

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 
+from .checks import check_flag
+
 
 def relative(xp, new, old):
     """||new - old|| / ||new|| (Frobenius), never NaN: taken in float64 on arrays scaled by their largest
@@ -36,9 +38,7 @@ class Solver:
     network = None
 
     def __init__(self, strict=False):
-        if not isinstance(strict, bool):
-            raise TypeError(f"strict must be True or False; got {strict!r}")
-        self.strict, self.stats = strict, {}
+        self.strict, self.stats = check_flag("strict", strict), {}
         self._warned = False
 
     def check(self, net, shape):

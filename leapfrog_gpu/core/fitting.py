@@ -22,8 +22,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..backends import to_host
-from . import optimizers, saving
-from .checks import check_eta
+from . import interrupts, optimizers, saving
+from .checks import check_eta, check_flag
 from .parameters import generator
 
 EVAL_BATCH = 256
@@ -54,8 +54,7 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
     the epoch and the step."""
     run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
                   seed=seed, graph=graph, solver=solver, clip=clip)
-    if not isinstance(progress, bool):
-        raise TypeError(f"progress must be True or False; got {progress!r}")
+    progress = check_flag("progress", progress)
     with contextlib.ExitStack() as stack:
         if jsonl is not None and not hasattr(jsonl, "write"):
             if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
@@ -118,9 +117,7 @@ class Fitting:
         if validation is not None and (not isinstance(validation, (tuple, list)) or len(validation) != 2):
             raise TypeError(f"validation must be a pair (x, y) of inputs and targets; got {type(validation).__name__}")
         self.validation = None if validation is None else _checked(net, *validation)
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle must be True or False; got {shuffle!r}")
-        self.shuffle, self.order = shuffle, generator(seed)
+        self.shuffle, self.order = check_flag("shuffle", shuffle), generator(seed)
         self.steps_per_epoch = math.ceil(samples / self.batch)
         self.eval_batch = max(self.batch, EVAL_BATCH)
         self.epoch = self.step_in_epoch = self.step = 0
@@ -171,10 +168,11 @@ class Fitting:
             columns = permutation[s * batch:(s + 1) * batch]
             x_batch, y_batch = x[..., columns], y[..., columns]
             with step(self.step):
-                net.train_step(x_batch, y_batch, self.optimizer, self.schedule, **self.options)
+                with interrupts.held():  # a Ctrl-C as the step is enqueued lands once it is counted, as it will run
+                    net.train_step(x_batch, y_batch, self.optimizer, self.schedule, **self.options)
+                    self.step, self.step_in_epoch = self.step + 1, s + 1
                 if net.check_finite:
                     self._synchronize()
-                self.step, self.step_in_epoch = self.step + 1, s + 1
             done += columns.size
             bar.update(columns.size)
             if checks_loss and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
@@ -195,11 +193,13 @@ class Fitting:
         return metrics
 
     def _synchronize(self):
-        """Wait for the steps enqueued; a refused update (``check_finite``) is raised naming its step, ``every_rank``:
-        it checked the gradients summed across ranks, the same on each."""
+        """Wait for the steps enqueued; a refused update (``check_finite``: the step just counted, as each is waited
+        for) is taken out of the position and raised naming its step, ``every_rank``: it checked the gradients
+        summed across ranks, the same on each."""
         try:
             self.net.synchronize()
         except FloatingPointError as error:
+            self.step, self.step_in_epoch = self.step - 1, self.step_in_epoch - 1
             refused = FloatingPointError(f"at epoch {self.epoch + 1}, step {self.step}: {error}")
             refused.every_rank = True
             raise refused from None

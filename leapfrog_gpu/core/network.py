@@ -5,9 +5,10 @@ A network owns its backend when it made it by name (and closes it), takes the st
 later step writes, and takes its parameters in and out by one protocol, ``{unit: {name: array}}`` (``core.parameters``):
 ``parameters()`` gives copies, ``set_parameters(params)`` checks every given array before it copies any. The public
 passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``; ``fit``,
-``evaluate`` and ``predict`` over a dataset, ``core.fitting``), their checks (the learning rate, a schedule the network can run, graph mode) and data parallelism (``join``: a communicator
-over which every rank sums its gradients, ``parallel.reducer``) are written here once, over the plan's pass and step
-(``core.plan``); the optimizer's state beside the parameters in ``core.optimizer_state``.
+``evaluate`` and ``predict`` over a dataset, ``core.fitting``), their checks (the learning rate, a schedule the
+network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums its gradients,
+``parallel.reducer``) are written here once, over the plan's pass and step (``core.plan``); the optimizer's state
+beside the parameters in ``core.optimizer_state``.
 
 A network's batch is an array whose last axis holds its B samples (the MLP's and the DagNet's (n_1, B), the
 RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B. Targets may be integer class
@@ -21,7 +22,7 @@ import weakref
 
 from ..parallel import reducer
 from . import capture, fitting, interrupts, optimizers, parameters, saving, schedules
-from .checks import check_dtype, check_eta, open_backend, shape_of, targets
+from .checks import check_dtype, check_eta, check_flag, open_backend, shape_of, targets
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
@@ -47,9 +48,7 @@ class Network(OptimizerState):
 
     def __init__(self, dtype, backend, check_finite=False):
         self.dtype = check_dtype(dtype)
-        if not isinstance(check_finite, bool):
-            raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
-        self.check_finite = check_finite
+        self.check_finite = check_flag("check_finite", check_finite)
         self.backend, self._owns_backend = open_backend(backend)
         if self._owns_backend:  # collected unclosed, it releases its backend without a wait (never on self)
             weakref.finalize(self, self.backend.release)
@@ -179,7 +178,7 @@ class Network(OptimizerState):
         of it), under ``schedule`` (None: ``Sequential()``): copies shaped as ``parameters()``,
         ``{unit: {name: array}}``."""
         schedule, solver = self._check_schedule(schedule), self._check_solver(solver)
-        plan, _ = self._load(x, y, schedule, solver=solver)
+        plan, _ = self._load(x, self._targets(x, y), schedule, solver=solver)
         plan.backprop(schedule, None, solver)
         return self._handed_out(plan.gradient_arrays)
 
@@ -212,7 +211,7 @@ class Network(OptimizerState):
         schedule, solver = self._check_step(schedule, graph, solver)
         clip = self._check_clip(clip, schedule, graph)
         self._check_rule(optimizer)
-        plan, samples = self._load(x, y, schedule, solver=solver)
+        plan, samples = self._load(x, self._targets(x, y), schedule, solver=solver)
         graph = graph and not capture.calibrating(plan, schedule)  # that step runs eagerly, the next is captured
         if graph:
             key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))
@@ -289,12 +288,12 @@ class Network(OptimizerState):
     # -- what every pass shares ------------------------------------------------------------------------------
 
     def _load(self, x, y, schedule=None, share=True, solver=None):
-        """Check the batch (``y`` None: inputs alone), take this rank's share of its samples (with a
-        communicator and ``share``), check that ``schedule`` can run a pass of that shape (``_check_pass``)
+        """Check the batch (``y`` from ``_targets``; None: inputs alone), take this rank's share of its samples
+        (with a communicator and ``share``), check that ``schedule`` can run a pass of that shape (``_check_pass``)
         and ``solver`` solve its forward pass (``Solver.check``), and enqueue its copy into its plan; return
         the plan and the whole batch's size B. A rank whose share is empty (a batch smaller than the ranks)
         gets a plan marked ``empty``."""
-        x, y = self._check_batch(x, self._targets(x, y))
+        x, y = self._check_batch(x, y)
         samples = x.shape[-1]
         if self.comm is not None and share:
             columns = self.comm.share(samples)
@@ -309,16 +308,19 @@ class Network(OptimizerState):
         return plan, samples
 
     def _targets(self, x, y):
-        """``y`` as targets: where it has the shape of the outputs less their axis (``_label_shape``), a single
-        output's values or the one-hot targets of integer class labels (``checks.targets``)."""
-        shape = self._label_shape(shape_of(x))
-        if y is not None and shape_of(y) == shape:
+        """``y`` as targets (a ValueError if None): where it has the shape of ``_labels``, a single output's values
+        or the one-hot targets of integer class labels (``checks.targets``)."""
+        if y is None:
+            raise ValueError("y (the targets) is required: pass the batch's targets, or integer class labels")
+        shape, axis = self._labels(shape_of(x))
+        if shape_of(y) == shape:
             self._check_batch(x, None)  # labels are read against inputs that are a batch, or x is what is wrong
-        return targets(self.backend.xp, y, shape, *self._outputs(), self.dtype, self.NOUN)
+        return targets(self.backend.xp, y, shape, axis, *self._outputs(), self.dtype, self.NOUN)
 
-    def _label_shape(self, x_shape):
-        """The targets' shape less their axis of outputs, for inputs of ``x_shape``: x's less its axis of inputs."""
-        return tuple(x_shape[1:])
+    def _labels(self, x_shape):
+        """The targets' shape less their axis of outputs for inputs of ``x_shape`` (x's less its axis of inputs),
+        and where that axis goes: ``(shape, axis)``."""
+        return tuple(x_shape[1:]), 0
 
     def _check_pass(self, schedule, shape):
         """Raise before a plan of ``shape``, (B,), is made if ``schedule`` cannot run a pass of it: its memory check
@@ -349,8 +351,7 @@ class Network(OptimizerState):
         if schedule.fused and self.check_finite:
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
                              "join, where the check runs); pass fused=False or check_finite=False")
-        if not isinstance(graph, bool):
-            raise TypeError(f"graph must be True or False; got {graph!r}")
+        graph = check_flag("graph", graph)
         if graph and self.backend.timeline is not None:
             raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
                              "one launch, with nothing inside it to stamp; take the timeline of eager steps "

@@ -1,8 +1,11 @@
 """The optimizer's state beside a network's parameters: the momenta and moments of ``core.optimizers``, one set
 per network in its device memory, with the step count t; read and written as ``parameters()`` is, and refused
 when a step brings another optimizer than the one whose state is held. The count is taken back to the steps that
-updated where some failed, were refused or did not run (``Controls.done``).
+updated where some failed, were refused or did not run (``Controls.done``); back to 0, so is a state that a step
+made, which the network then holds as if no step had come.
 """
+
+import numbers
 
 from . import optimizers, parameters
 
@@ -15,7 +18,7 @@ class OptimizerState:
         """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:
         {name: array}}}``, a slot as torch.optim names it (``"momentum_buffer"``, ``"exp_avg"``,
         ``"exp_avg_sq"``) shaped as ``parameters()``; ``{"step": 0}`` before a step that keeps one."""
-        state = self._controls.state
+        state = self._controls.state if self._rule is not None else {}
         slots = {}
         for unit, named in state.items():
             for name, held in named.items():
@@ -38,7 +41,7 @@ class OptimizerState:
         self._check_open()
         self._check_rule(optimizer)
         steps = state.get("step") if isinstance(state, dict) else None
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
             raise ValueError(f"an optimizer state is a dict with 'step', an int >= 0; got {state!r:.80}")
         extra = set(state) - {"step", *optimizer.SLOTS}
         if extra or (steps and set(state) != {"step", *optimizer.SLOTS}):
@@ -53,22 +56,28 @@ class OptimizerState:
             if slot == "exp_avg_sq" and bool((value < 0).any()):
                 raise ValueError(f"exp_avg_sq of {self._label(*where[id(target)])} holds a negative number; Adam's "
                                  "second moment is a running mean of squared gradients, every element >= 0")
+            if slot == "momentum_buffer" and not steps and bool(value.any()):
+                raise ValueError(f"momentum_buffer of {self._label(*where[id(target)])} is not 0 at step 0, where the "
+                                 "first step sets it to the gradient: give 'step' as the count of the steps that "
+                                 "made it")
         if optimizer.plain:
             return
         if self._rule is None:
-            self._make_state(optimizer)
+            self._make_state(optimizer, by_step=False)
         self._wait()
         for slot, target, value in checked:
             unit, name = where[id(target)]
             self._controls.state[unit][name][slot][...] = xp.asarray(value)
-        self._steps = self._controls.array[7] = steps  # the count of the steps that updated (``Controls.done``)
+        self._steps = self._controls.array[7] = int(steps)  # the count of the steps that updated (``Controls.done``)
         self._wait()
 
     def _recount(self):
         """The step count: that of the last step that updated (``Controls.done``), once the steps enqueued have run
-        or failed."""
+        or failed; at 0, a state that a step made is taken back too."""
         if self._rule is not None:
             self._steps = self._controls.done()
+            if not self._steps and self._made_by_step:
+                self._rule = self._held = None
 
     def _check_count(self, done):
         """Once the steps enqueued have run with no error raised here, ``done`` of them by ``Controls.done``: raise if
@@ -87,10 +96,20 @@ class OptimizerState:
             raise ValueError(f"this {type(self).__name__} holds the state of {held}; {optimizer!r} is another "
                              "optimizer (only lr may change from step to step): steps cannot mix their states")
 
-    def _make_state(self, optimizer):
-        """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory."""
-        xp = self.backend.xp
-        self._controls.state = {unit: {name: {slot: xp.zeros_like(array) for slot in optimizer.SLOTS}
-                                       for name, array in named.items()} for unit, named in self._live().items()}
-        self.backend.synchronize()  # CuPy allocates on its default stream, which ours do not wait for
-        self._rule, self._steps, self._held = optimizer.rule(), 0, optimizer
+    def _make_state(self, optimizer, by_step=True):
+        """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory; those of a
+        state taken back where they are its slots (the graphs captured with them stay right), else new ones (and
+        the graphs go)."""
+        xp, state = self.backend.xp, self._controls.state
+        if state and all(set(held) == set(optimizer.SLOTS) for named in state.values() for held in named.values()):
+            for named in state.values():
+                for held in named.values():
+                    for array in held.values():
+                        array.fill(0)
+        else:
+            self._controls.state = {unit: {name: {slot: xp.zeros_like(array) for slot in optimizer.SLOTS}
+                                           for name, array in named.items()} for unit, named in self._live().items()}
+            for plan in self._plans.values():
+                plan.captured.clear()
+        self.backend.synchronize()  # CuPy writes on its default stream, which ours do not wait for
+        self._rule, self._steps, self._held, self._made_by_step = optimizer.rule(), 0, optimizer, by_step

@@ -13,11 +13,14 @@ An optimizer is its hyper-parameters and nothing else; its state (``SLOTS``: the
 each shaped as its parameter) and the step count live in the network (``Network.optimizer_state``). What a
 captured step must read as it runs, lr, 1/B, t and Adam's bias corrections, is in the network's ``Controls``;
 the rest are fixed arguments of the update kernels (``rule``). A hyper-parameter of the wrong type raises a
-TypeError, one out of range a ValueError, each in one line.
+TypeError, one out of range a ValueError, each in one line; lr alone may be set again.
 """
 
+import copy
 import math
 import numbers
+
+from .checks import check_flag
 
 
 class Optimizer:
@@ -26,7 +29,17 @@ class Optimizer:
     SLOTS = ()
 
     def __init__(self, lr):
-        self.lr = _number("lr", lr)
+        self.lr = lr
+
+    def __setattr__(self, name, value):
+        """``lr`` checked as it is set, at any step; the other hyper-parameters fixed once made: a state is made for
+        them."""
+        if name == "lr":
+            value = _number("lr", value)
+        elif name in vars(self):
+            raise AttributeError(f"{name} of {self!r} is fixed once made (only lr may change from step to step): "
+                                 f"make another {type(self).__name__}")
+        super().__setattr__(name, value)
 
     def __repr__(self):
         return self.named(self.hyper())
@@ -79,8 +92,7 @@ class SGD(Optimizer):
         self.momentum = _number("momentum", momentum)
         self.dampening = _number("dampening", dampening)
         self.weight_decay = _number("weight_decay", weight_decay)
-        if not isinstance(nesterov, bool):
-            raise TypeError(f"nesterov must be True or False; got {nesterov!r}")
+        nesterov = check_flag("nesterov", nesterov)
         if nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ValueError(f"nesterov=True needs momentum > 0 and dampening 0; got momentum={momentum!r}, "
                              f"dampening={dampening!r}")
@@ -152,10 +164,11 @@ class AdamW(Adam):
 
 
 def check(optimizer):
-    """``optimizer`` if it is one of this module's, else a TypeError."""
+    """A copy of ``optimizer`` (its lr as it is now, whatever is set later) if it is one of this module's, else a
+    TypeError."""
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"optimizer must be SGD(...), Adam(...) or AdamW(...); got {optimizer!r}")
-    return optimizer
+    return copy.copy(optimizer)
 
 
 def _is_real(value):

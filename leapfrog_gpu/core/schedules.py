@@ -17,6 +17,8 @@ NumPy backend; it implies ``fused``) updates w^{l+1} inside the sweep of (5) tha
 
 import numbers
 
+from .checks import check_flag
+
 
 class Schedule:
     """What every schedule says: ``k`` worker streams for the gradients (at least ``least_k``) and
@@ -29,7 +31,7 @@ class Schedule:
 
     def __init__(self, k, fused=False):
         self.k = self._check_k(k)
-        self.fused = bool(fused)
+        self.fused = check_flag("fused", fused)
         self.stats = {}
 
     def _check_k(self, k):
@@ -72,8 +74,8 @@ class Sequential(Schedule):
     name = "sequential"  # on the command line: --schedule sequential
 
     def __init__(self, fused=False, one_pass=False):
-        self.one_pass = bool(one_pass)
-        super().__init__(0, bool(fused) or self.one_pass)
+        self.one_pass = check_flag("one_pass", one_pass)
+        super().__init__(0, check_flag("fused", fused) or self.one_pass)
 
     def _check_k(self, k):
         return 0
@@ -94,12 +96,12 @@ class Leapfrog(Schedule):
     name = "leapfrog"  # on the command line: --schedule leapfrog
 
     def __init__(self, k, fused=False, one_pass=False):
-        self.one_pass = bool(one_pass)
+        self.one_pass = check_flag("one_pass", one_pass)
         self.auto = isinstance(k, str) and k == "auto"
         if self.auto and self.one_pass:
             raise ValueError("Leapfrog('auto') calibrates the plain and fused schedules only; give k for "
                              "one_pass=True, e.g. Leapfrog(2, one_pass=True)")
-        super().__init__(k, bool(fused) or self.one_pass)
+        super().__init__(k, check_flag("fused", fused) or self.one_pass)
         self.chosen = {}
         """``Leapfrog("auto")``: the schedule its calibration chose for a pass at batch size B, the latest by B."""
 

@@ -30,7 +30,7 @@ import weakref
 
 import numpy as np
 
-from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit
 from ..core.convergence import Solver, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
@@ -48,9 +48,7 @@ class ForwardSolver(Solver):
 
     def __init__(self, warm_start=False, strict=False):
         super().__init__(strict)
-        if not isinstance(warm_start, bool):
-            raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
-        self.warm_start = warm_start
+        self.warm_start = check_flag("warm_start", warm_start)
         self._previous = None  # (a weak reference to the plan solved, its outputs) of the last solve
         self._chain = None  # (a weak reference to the MLP, its chain) of the last MLP solved
 

@@ -38,7 +38,7 @@ import numbers
 import numpy as np
 
 from ..core import triangular
-from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit
 from ..core.schedules import Schedule
 
 
@@ -183,8 +183,7 @@ class NaumovJacobi(NaumovSchedule):
             raise TypeError(sweeps_message)
         if max_sweeps is not None and max_sweeps < 1:
             raise ValueError(sweeps_message)
-        if not isinstance(warm_start, bool):
-            raise TypeError(f"warm_start must be True or False; got {warm_start!r}")
+        warm_start = check_flag("warm_start", warm_start)
         super().__init__(k, fused, memory_limit)
         self.tol, self.max_sweeps, self.warm_start = float(tol), max_sweeps, warm_start
 

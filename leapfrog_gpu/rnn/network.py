@@ -232,9 +232,10 @@ class RNN(Layered):
         x, given = self._check_x(x)
         return x, None if y is None else self._check_y(y, x.shape[0], given)
 
-    def _label_shape(self, x_shape):
-        """x's shape less its axis of inputs and, but for an output at every step, its time axis."""
-        return tuple(x_shape[:1] + x_shape[2:]) if self.output == "every" else tuple(x_shape[2:])
+    def _labels(self, x_shape):
+        """As ``Network``'s, x's time axis dropped too but for an output at every step: ((tau, B), 1) then, with
+        ((tau,), 1) for one sequence; else ((B,), 0)."""
+        return (tuple(x_shape[:1] + x_shape[2:]), 1) if self.output == "every" else (tuple(x_shape[2:]), 0)
 
     def _check_schedule(self, schedule):
         """As ``Network``'s; a gated cell's layers also refuse ``NaumovRNN``, by name."""

@@ -44,7 +44,7 @@ import numbers
 import numpy as np
 
 from ..backends import ops_numpy
-from ..core.checks import MEMORY_LIMIT, all_finite, check_memory_limit
+from ..core.checks import MEMORY_LIMIT, all_finite, check_flag, check_memory_limit
 from ..core.convergence import Solver, relative
 from ..core.triangular import (check_memory, check_scan, resolve_scan, round_sizes, scan_round_work, scan_rounds,
                                suffix_scan)
@@ -93,9 +93,7 @@ class TimeNewton(Solver):
         if max_iterations is not None and max_iterations < 1:
             raise ValueError(f"max_iterations must be None (tau) or an integer >= 1; got {max_iterations!r}")
         _check_number("damping", damping, "a number in [0, 1] (0: Newton, 1: Picard sweeps)", 0, 1)
-        for name, value in (("quasi", quasi), ("warm_start", warm_start)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False; got {value!r}")
+        quasi, warm_start = check_flag("quasi", quasi), check_flag("warm_start", warm_start)
         self.tol, self.max_iterations, self.quasi, self.damping = tol, max_iterations, quasi, float(damping)
         self.warm_start, self.memory_limit = warm_start, check_memory_limit(memory_limit)
         self.scan = check_scan(scan)

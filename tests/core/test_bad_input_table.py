@@ -59,6 +59,7 @@ def cases(net):
         ("x of shape (4, 3, 1)", backprop(x=np.ones((4, 3, 1)))),
         ("x of shape (4,) (one sample)", backprop(x=np.ones(4), y=np.zeros(3))),
         ("y of shape (3, 2) for 3 samples", backprop(y=np.zeros((3, 2)))),
+        ("y None", backprop(y=None)),
         ("an empty batch, x (4, 0)", backprop(x=np.ones((4, 0)), y=np.zeros((3, 0)))),
         ("x of dtype int64", backprop(x=np.ones((4, 3), dtype=np.int64))),
         ("x of dtype float16", backprop(x=np.ones((4, 3), dtype=np.float16))),
@@ -84,6 +85,8 @@ def cases(net):
         ("`Adam(betas=(0.9, 1.0))`", lambda: Adam(betas=(0.9, 1.0))),
         ("`Adam(eps=0)`", lambda: Adam(eps=0)),
         ("`SGD(lr='0.1')`", lambda: SGD(lr="0.1")),
+        ("`optimizer.lr = -0.1`", lambda: setattr(Adam(), "lr", -0.1)),
+        ("`optimizer.momentum = 0.9` on `SGD(0.1)`", lambda: setattr(SGD(0.1), "momentum", 0.9)),
         ("`train_step(x, y, 0.1)`", lambda: net.train_step(X, Y, 0.1)),
         ("`train_step(x, y, Adam(), clip='1.0')`", lambda: net.train_step(X, Y, Adam(), clip="1.0")),
         ("`train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)`",
@@ -99,6 +102,7 @@ def cases(net):
          lambda: (net.train_step(X, Y, Adam()), net.train_step(X, Y, AdamW()))),
         ("`net.save('missing/model')`, a folder that does not exist", lambda: net.save("missing/model")),
         ("`net.save('')`", lambda: net.save("")),
+        ("`net.save('models')`, a folder", lambda: net.save("models")),
         *((f"`load('{name}')`, {what}", lambda name=name: load(name, backend="numpy")) for name, what in FILES),
         ("`load('own.npz', layers=[Gate()])`, an instance", lambda: load("own.npz", backend="numpy", layers=[Gate()])),
         ("`load('model', backend='tpu')`", lambda: load("model", backend="tpu")),
@@ -150,7 +154,7 @@ def in_float32(call):
 def outcome(call):
     try:
         call()
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, AttributeError) as error:  # AttributeError: a hyper-parameter that is read-only
         return f"`{type(error).__name__}`: {error}"
     return "accepted: gradients as for the same values in float64"
 

@@ -1,9 +1,13 @@
 """Bad input raises ValueError or TypeError naming the argument and what it accepts."""
 
+import re
+
 import numpy as np
 import pytest
 
-from leapfrog_gpu import MLP, RNN, Adam, Dense, DagNet, Leapfrog, get_backend
+from networks import network, network_batch
+from leapfrog_gpu import (MLP, RNN, SGD, Adam, DagNet, Dense, ForwardNewton, Leapfrog, NaumovJacobi, Sequential,
+                          TimeNewton, get_backend)
 from leapfrog_gpu.backends.host import NumpyBackend
 
 SIZES = [4, 6, 3]
@@ -182,3 +186,53 @@ def test_check_finite_other_than_true_or_false_is_refused_by_every_network(flag)
             make([3, 4, 2], check_finite=flag, backend="numpy")
     with pytest.raises(TypeError, match=rf"^check_finite must be True or False; got {flag!r}$"):
         DagNet(3, [("out", Dense(2), "x")], check_finite=flag, backend="numpy")
+
+
+FLAGS = {
+    "check_finite": lambda value: MLP(SIZES, check_finite=value, backend="numpy").close(),
+    "fused": lambda value: Leapfrog(2, fused=value),
+    "one_pass": lambda value: Sequential(one_pass=value),
+    "nesterov": lambda value: SGD(0.1, momentum=0.9, nesterov=value),
+    "warm_start": lambda value: NaumovJacobi(warm_start=value),
+    "strict": lambda value: ForwardNewton(strict=value),
+    "quasi": lambda value: TimeNewton(quasi=value),
+    "shuffle": lambda value: fitted(shuffle=value),
+    "progress": lambda value: fitted(progress=value),
+}
+
+
+def fitted(**flag):
+    """``fit`` of one epoch with the option ``flag``, on an MLP that is closed after."""
+    with MLP(SIZES, backend="numpy") as net:
+        net.fit(np.ones((4, 2)), [0, 1], 1, 2, 0.1, **flag)
+
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_every_flag_takes_python_or_numpy_booleans_and_nothing_else(name):
+    for value in (True, False, np.True_, np.False_):
+        FLAGS[name](value)
+    for value in ("no", 1, None, np.array([True])):
+        with pytest.raises(TypeError, match=rf"^{name} must be True or False; got {re.escape(repr(value))}$"):
+            FLAGS[name](value)
+
+
+def test_a_numpy_true_flag_is_the_python_one():
+    assert Leapfrog(2, fused=np.True_).fused is True and SGD(0.1, momentum=0.9, nesterov=np.True_).nesterov is True
+
+
+def test_a_step_or_a_score_without_targets_is_refused_and_changes_nothing(network_name):
+    """``y=None`` (here after a batch whose targets the plan still holds, which a step would otherwise read) is
+    refused by every call that needs targets, the network as it was."""
+    x, y = network_batch(network_name, 4)
+    with network(network_name, "numpy") as net:
+        net.train_step(x, y, Adam(0.01))
+        before, state = net.parameters(), net.optimizer_state()
+        for call in (lambda: net.gradients(x, None), lambda: net.train_step(x, None, Adam(0.01)),
+                     lambda: net.evaluate(x, None), lambda: net.fit(x, None, 1, 2, Adam(0.01), progress=False)):
+            with pytest.raises(ValueError, match=r"^y \(the targets\) is required: pass the batch's targets"):
+                call()
+        after = net.parameters()
+        assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])
+        assert net.optimizer_state()["step"] == state["step"] == 1
+    with network(network_name, "numpy") as fresh, pytest.raises(ValueError, match=r"^y \(the targets\) is required"):
+        fresh.sgd_step(x, None, 0.1)

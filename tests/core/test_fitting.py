@@ -289,6 +289,21 @@ def test_one_sample_takes_its_class_as_a_number():
         assert net.feedforward(np.ones((5, 4))).shape == (3, 1)  # one sequence, its output at the last step
 
 
+@pytest.mark.parametrize("tau", [3, 5])  # 3: the count of the outputs too, where the two axes could be swapped
+def test_one_sequences_labels_at_every_step_are_a_one_hot_row_a_step(tau):
+    """x (tau, n_1), one sequence without its batch axis, and its labels (tau,) for an output at every step: the
+    targets ``np.eye(3)[labels]``, (tau, 3), a step's one-hot row each; one output takes its (tau,) values as
+    (tau, 1). Each gives the gradients of that sequence with its batch axis and targets (tau, n_L, 1)."""
+    rng = np.random.default_rng(tau)
+    x, labels, values = rng.standard_normal((tau, 4)), rng.integers(0, 3, tau), rng.standard_normal(tau)
+    with RNN([4, 6, 3], "tanh", "cross_entropy", "every", dtype="float64", backend="numpy") as net:
+        assert_bitwise_equal(host(net.gradients(x, labels)),
+                             host(net.gradients(x[..., None], np.eye(3)[labels][..., None])))
+    with RNN([4, 6, 1], "tanh", output="every", output_activation="identity", dtype="float64",
+             backend="numpy") as net:
+        assert_bitwise_equal(host(net.gradients(x, values)), host(net.gradients(x[..., None], values[:, None, None])))
+
+
 def test_a_single_output_takes_its_targets_without_their_axis():
     x, y = np.random.default_rng(6).random((4, 7)), np.arange(7.0)
     nets = [MLP([4, 5, 1], dtype="float64", backend="numpy", output_activation="identity") for _ in range(2)]

@@ -1,5 +1,5 @@
 """Ctrl-C while a step is enqueued (``core.interrupts``): raised once the step is enqueued whole, in a loop of one's
-own as in ``fit``; an ignored SIGINT stays ignored."""
+own as in ``fit``, whose position then counts that step; an ignored SIGINT stays ignored."""
 
 import contextlib
 import signal
@@ -11,6 +11,7 @@ import pytest
 from helpers import assert_bitwise_equal
 from networks import network, network_batch
 from leapfrog_gpu import Adam, Leapfrog
+from leapfrog_gpu.core import fitting
 
 pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                                 reason="a SIGINT handler can be set on the main thread only")
@@ -76,3 +77,31 @@ def test_an_ignored_sigint_stays_ignored():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         alone.train_step(x, y, Adam(0.01))
         assert_bitwise_equal(host(net.parameters()), host(alone.parameters()))
+
+
+def test_a_ctrl_c_inside_a_step_of_a_run_counts_that_step_in_its_position(network_name):
+    """A SIGINT halfway through the launches of a ``Fitting`` run's third step: the network takes that step whole
+    and the run's position counts it, so that the run resumed from ``state()`` ends as the unbroken run does, to
+    the bit (counted only after ``train_step`` returned, the step would be taken twice)."""
+    x, y = network_batch(network_name, 8, dtype=np.float64)
+    options = {"epochs": 2, "batch_size": 2, "optimizer": Adam(0.01), "schedule": Leapfrog(2, fused=True)}
+    with network(network_name, "numpy", dtype="float64") as net, \
+            network(network_name, "numpy", dtype="float64") as unbroken:
+        run = fitting.Fitting(net, x, y, **options)
+        with sigint_at_launch(net, signal.default_int_handler) as (at, launches):
+            marks = []
+
+            @contextlib.contextmanager
+            def step(n):
+                marks.append(len(launches))
+                if n == 2:
+                    at[0] = marks[2] + (marks[2] - marks[1]) // 2
+                yield
+
+            with pytest.raises(KeyboardInterrupt):
+                run.run(step, progress=False)
+        assert len(launches) > at[0]
+        assert run.state()["step"] == run.state()["step_in_epoch"] == net.optimizer_state()["step"] == 3
+        fitting.Fitting(net, x, y, **options, state=run.state()).run(progress=False)
+        unbroken.fit(x, y, progress=False, **options)
+        assert_bitwise_equal(host(net.parameters()), host(unbroken.parameters()))

@@ -6,8 +6,10 @@ Each network (``networks.network``, float64) and its ``to_torch()`` module take 
 ``Sequential()`` (the RNN's ``BPTT()``), ``Leapfrog(2)`` and ``Leapfrog(2, fused=True)``. torch.optim takes
 every parameter of the module, as a user would write it: torch.nn.RNN has two biases per layer, our RNN their sum
 as one b, and ``to_torch()`` holds ``bias_hh_l0`` at zero (a GRU's trains its n rows alone, our b_hn).
-The gated cells agree under every schedule they take, and the MLP's one-pass sweep too. Fused and unfused steps agree to the bit on the host; bad hyper-parameters and another optimizer on a state
-that exists refuse in one line, changing nothing; graph steps read lr and t from device memory.
+The gated cells agree under every schedule they take, and the MLP's one-pass sweep too. Fused and unfused steps
+agree to the bit on the host; bad hyper-parameters and another optimizer on a state that exists refuse in one line,
+changing nothing, and lr alone may be set again; a first step refused takes back the state it made; graph steps
+read lr and t from device memory.
 """
 
 import contextlib
@@ -261,6 +263,52 @@ def test_another_optimizer_on_a_state_that_exists_is_refused_and_changes_nothing
         assert net.optimizer_state()["step"] == 2
 
 
+def test_lr_alone_may_be_set_again_and_a_step_keeps_the_optimizer_as_it_came():
+    """lr may change between steps, checked as it is set; every other hyper-parameter is fixed once made (a
+    momentum set on a plain SGD would run the momentum rule with no buffer); ``held_optimizer()`` is the optimizer
+    as the last step had it, whatever is set after."""
+    optimizer, sgd = Adam(0.01), SGD(0.1)
+    for bad, error in ((None, TypeError), ("0.1", TypeError), (-0.1, ValueError), (float("nan"), ValueError)):
+        with pytest.raises(error, match="^lr must be a finite number >= 0"):
+            optimizer.lr = bad
+    for name, value in (("betas", (0.5, 0.5)), ("eps", 1.0), ("weight_decay", 0.1)):
+        with pytest.raises(AttributeError, match=rf"^{name} of Adam\(.*\) is fixed once made \(only lr may change"):
+            setattr(optimizer, name, value)
+    with pytest.raises(AttributeError, match=r"^momentum of SGD\(lr=0.1, .*\) is fixed once made"):
+        sgd.momentum = 0.9
+    assert optimizer.hyper() == Adam(0.01).hyper() and sgd.plain
+    with MLP([3, 4, 2], seed=1, backend="numpy") as net:
+        net.train_step(*network_batch("MLP", 5), optimizer)
+        optimizer.lr = 0.5
+        assert net.held_optimizer().hyper() == Adam(0.01).hyper()
+
+
+def test_a_momentum_buffer_is_taken_from_step_1_as_torch_takes_one_it_holds():
+    """A state with a momentum buffer B at step 1 steps as torch.optim.SGD holding B does; at step 0, where the
+    first step sets the buffer to its gradient, a buffer other than 0 is refused, changing nothing. The step count
+    may be a NumPy integer."""
+    x, y = network_batch("MLP", 5, dtype=np.float64)
+    with network("MLP", "numpy", dtype="float64") as net:
+        ones = {u: {n: np.ones_like(a) for n, a in named.items()} for u, named in net.parameters().items()}
+        optimizer = SGD(0.1, momentum=0.9, dampening=0.2)
+        with pytest.raises(ValueError, match=r"^momentum_buffer of .* is not 0 at step 0, where the first step sets"):
+            net.set_optimizer_state(optimizer, {"step": 0, "momentum_buffer": ones})
+        assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
+        module = net.to_torch()
+        theirs = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9, dampening=0.2, foreach=False)
+        for p in module.parameters():
+            theirs.state[p]["momentum_buffer"] = torch.ones_like(p)
+        net.set_optimizer_state(optimizer, {"step": np.int64(1), "momentum_buffer": ones})
+        net.train_step(x, y, optimizer)
+        loss = 0.5 * ((module_output("MLP", module, x) - torch.from_numpy(y)) ** 2).sum() / x.shape[-1]
+        loss.backward()
+        theirs.step()
+        with torch.no_grad():
+            want = module_output("MLP", module, x).numpy()
+        np.testing.assert_allclose(net.feedforward(x), want, rtol=1e-10, atol=1e-300)
+        assert net.optimizer_state()["step"] == 2
+
+
 REFUSING = {"MLP": NaumovScan(memory_limit=1), "RNN": TimeScan(memory_limit=1), "DagNet": DagJacobi(memory_limit=1)}
 """A schedule each network refuses at a batch (its buffers exceed its memory limit)."""
 
@@ -339,6 +387,31 @@ def test_updates_refused_by_check_finite_take_no_step(network_name, make, graph)
         slots = [slot for slot in want if slot != "step"]
         assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
                        arrays(unbroken.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("then", ["adam", "adamw", "momentum"])
+def test_a_refused_first_step_takes_back_the_state_it_made(network_name, then, graph):
+    """An Adam first step that ``check_finite`` refuses leaves no state and no optimizer held, as a network that
+    never met it: the next steps, by Adam again (whose graph the refused step captured), by AdamW or by SGD with
+    momentum, are a fresh network's to the bit."""
+    x, y = network_batch(network_name, 5, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64", check_finite=True) as net, \
+            network(network_name, "numpy", dtype="float64") as fresh:
+        net.train_step(x * 1e200, y, OPTIMIZERS["adam"][0](), graph=graph)
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            net.synchronize()
+        assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
+        optimizer = OPTIMIZERS[then][0]()
+        for step in range(2):
+            for model in (net, fresh):
+                model.train_step(*network_batch(network_name, 5, seed=step, dtype=np.float64), optimizer, graph=graph)
+        got, want = net.optimizer_state(), fresh.optimizer_state()
+        assert got["step"] == want["step"] == 2 and set(got) == set(want)
+        slots = [slot for slot in want if slot != "step"]
+        assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
+                       arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
 
 
 def raising(monkeypatch, name):

@@ -93,8 +93,8 @@ FIRST=(tests/backends/test_backends.py tests/backends/test_cupy_graph.py tests/b
        tests/parallel/test_parallel.py tests/tools/test_graph_tools.py tests/tools/test_timeline.py
        tests/tools/train/test_train.py tests/mlp/test_mlp.py)
 
-# The two calls of a GPU machine (PARTS=first, PARTS=second), each within 7 minutes with the wheels' install, both
-# within its 15 minutes with its start: the first answers whether it runs at all and the headline, the second
+# The two calls on a GPU machine (PARTS=first, PARTS=second), each within 7 minutes with the wheels' install, both
+# within 15 minutes of the machine's time with its start-up: the first answers whether it runs at all and the headline, the second
 # the sanitizers, the grid and the model. Their limits are the parts' below, summed with a little room.
 FIRST_CALL=smoke,environment,headline,kernels,tests FIRST_BUDGET=360
 SECOND_CALL=model,fused,memcheck,racecheck,synccheck,grid SECOND_BUDGET=300
@@ -485,7 +485,7 @@ main() {
     PARTS=${PARTS:-}
     ALL_TESTS=
     [[ ,$PARTS, == *,tests,* ]] && ALL_TESTS=1
-    case $PARTS in  # a call of the two a GPU machine's 15 minutes hold (docs/testing.md)
+    case $PARTS in  # one of the two calls (docs/testing.md)
         first) PARTS=$FIRST_CALL BUDGET=${BUDGET:-$FIRST_BUDGET} ;;
         second) PARTS=$SECOND_CALL BUDGET=${BUDGET:-$SECOND_BUDGET} ;;
     esac

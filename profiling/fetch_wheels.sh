@@ -11,8 +11,8 @@
 #   PYTHON_VERSION=3.11 WHEELS=/tmp/wheels bash profiling/fetch_wheels.sh
 #
 # The versions are those the test extras install (pyproject.toml), pinned so that a rerun fetches the same
-# files; the folder is emptied first, so that it holds one version of each. It must stay under LIMIT_MIB: the
-# device tool carries at most 64 MiB of ignored paths, and this folder is the only one. device_check.sh installs
+# files; the folder is emptied first, so that it holds one version of each. It must stay under LIMIT_MIB: what goes
+# to the GPU machine beside the checkout is kept under 64 MiB, and this folder is all of it. device_check.sh installs
 # those the image lacks, and a cuda-* one where the image's is older than nvmath-python needs.
 set -euo pipefail
 

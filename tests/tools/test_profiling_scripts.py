@@ -414,8 +414,8 @@ def real_limits():
 
 def test_the_part_limits_fit_the_two_calls_with_the_headline_early():
     """Each of the two calls (PARTS=first, PARTS=second) holds its parts' limits within its budget, and with the
-    wheels' install (30 s) within the device tool's 7 minutes; both, with a 3-minute start, within its 15 device
-    minutes; together they are every part; the headline starts after the smoke and environment parts only."""
+    wheels' install (30 s) within 7 minutes; both, with a 3-minute start-up, within 15 minutes of the machine's
+    time; together they are every part; the headline starts after the smoke and environment parts only."""
     text = (PROFILING / "device_check.sh").read_text()
     limits = real_limits()
     assert list(limits) == list(PARTS) and limits["smoke"] == 60 and limits["bench headline"] >= 90

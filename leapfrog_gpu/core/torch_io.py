@@ -18,6 +18,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .functions import DTYPES
+
 INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 """How to install PyTorch, the one line every message and document gives: the CPU build, from PyTorch's own
 index (the Linux wheel on PyPI is a CUDA build of several GB, which a pip extra could not avoid); the version CI
@@ -76,6 +78,15 @@ def as_arrays(tensors, xp):
     device (CPU tensors as NumPy arrays, CUDA ones as CuPy arrays when ``xp`` is CuPy), else a host copy."""
     torch = import_torch()
     return [[_array(torch, tensor, xp) for tensor in group] for group in tensors]
+
+
+def network_dtype(given, found):
+    """The dtype of a network made from a module whose parameters are of dtype ``found``: ``given``, else
+    ``found``; a ValueError that says to give one where the module's is none a network holds (float16)."""
+    if given is None and found not in DTYPES:
+        raise ValueError(f"the module's parameters are {found}, which a network does not hold: pass "
+                         "dtype='float32' or 'float64' to convert them")
+    return given or found
 
 
 def loaded(net, tensors):

@@ -14,7 +14,7 @@ from ..core.checks import check_batch
 from ..core.convergence import Solver
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
-from ..core.torch_io import loaded
+from ..core.torch_io import loaded, network_dtype
 from . import torch_io
 from .naumov import NaumovJacobi, NaumovScan
 from .plan import MLPPlan
@@ -42,9 +42,10 @@ class MLP(Layered):
             ranks: each computes on its share of every batch's columns and the gradients are summed
             across ranks (``leapfrog_gpu.parallel.reducer``). ``None`` or one rank: this process alone.
 
-    ``parameters()`` gives ``{l: {"w": w^l, "b": b^l}}`` for l = 2..L. ``weights`` and ``biases`` list copies of w^l (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the
-    backend, as they are once the steps enqueued so far have run. Every array the network hands out
-    (these, ``feedforward``'s and ``backprop``'s) is complete on return and no later step writes it.
+    ``parameters()`` gives ``{l: {"w": w^l, "b": b^l}}`` for l = 2..L. ``weights`` and ``biases`` list copies of w^l
+    (n_l, n_{l-1}) and b^l (n_l,) for l = 2..L, on the backend, as they are once the steps enqueued so far have run.
+    Every array the network hands out (these, ``feedforward``'s and ``backprop``'s) is complete on return and no
+    later step writes it.
     """
 
     NOUN = "an MLP"
@@ -96,7 +97,7 @@ class MLP(Layered):
         parameters read from it, copied into the network's own buffers (training it never writes the module).
         ``dtype`` defaults to the module's; ``options`` are the other arguments of ``MLP``."""
         sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
-        return loaded(cls(sizes, activation, cost, dtype or found, backend=backend,
+        return loaded(cls(sizes, activation, cost, network_dtype(dtype, found), backend=backend,
                           output_activation=output_activation, **options), tensors)
 
     # -- public passes ------------------------------------------------------------------------------

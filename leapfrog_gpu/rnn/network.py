@@ -24,7 +24,7 @@ from ..core.checks import check_finite_as, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
-from ..core.torch_io import loaded
+from ..core.torch_io import loaded, network_dtype
 from . import torch_io
 from .cells import ACTIVATION, CELLS, GATED, GATES, STATE
 from .plan import RNNPlan
@@ -190,7 +190,7 @@ class RNN(Layered):
         are the other arguments of ``RNN``. What an RNN cannot compute is refused, each with its reason
         (``leapfrog_gpu.rnn.torch_io.read_module``)."""
         sizes, cell, activation, output_activation, found, tensors = torch_io.read_module(module)
-        return loaded(cls(sizes, activation, cost, output, dtype or found, backend=backend,
+        return loaded(cls(sizes, activation, cost, output, network_dtype(dtype, found), backend=backend,
                           output_activation=output_activation, cell=cell, **options), tensors)
 
     # -- public passes --------------------------------------------------------------------------------

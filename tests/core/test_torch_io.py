@@ -177,8 +177,12 @@ def test_from_torch_converts_to_the_dtype_asked_for(torch):
     with MLP.from_torch(half, backend="numpy", dtype="float32") as net:
         assert net.output_activation == "identity"
         assert_bitwise(net.weights, [half[0].weight.detach().float().numpy()])
-    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float64'; got 'bfloat16'"):
-        MLP.from_torch(half, backend="numpy")
+    words = "^the module's parameters are {}, which a network does not hold: pass dtype='float32' or 'float64'"
+    for dtype in (torch.bfloat16, torch.float16):
+        name = str(dtype).removeprefix("torch.")
+        for convert, module in ((MLP.from_torch, half), (DagNet.from_torch, half), (RNN.from_torch, hand_made(torch))):
+            with pytest.raises(ValueError, match=words.format(name)):
+                convert(module.to(dtype), backend="numpy")
 
 
 def test_the_conversions_share_memory_only_with_what_they_are_handed(torch):

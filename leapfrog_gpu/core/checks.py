@@ -58,7 +58,10 @@ def real_array(xp, name, value):
         raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass its host copy "
                         "(.get())")
     if not hasattr(value, "dtype"):
-        value = np.asarray(value)
+        try:
+            value = np.asarray(value)
+        except ValueError as error:
+            raise _unequal(name, error) from None
     if value.dtype.kind not in "fiu":
         raise TypeError(f"{name} must hold real numbers (a float or integer dtype); got dtype {value.dtype}")
     return value
@@ -99,10 +102,21 @@ def check_batch(xp, name, value, rows, dtype, sizes=None):
     return value
 
 
-def shape_of(a):
+def shape_of(name, a):
     """The shape of ``a``, an array on any device or nested lists (``np.shape``, which a device array may not
-    dispatch)."""
-    return tuple(a.shape) if hasattr(a, "shape") else np.shape(a)
+    dispatch); a ValueError naming it ``name`` for lists of unequal lengths."""
+    if hasattr(a, "shape"):
+        return tuple(a.shape)
+    try:
+        return np.shape(a)
+    except ValueError as error:
+        raise _unequal(name, error) from None
+
+
+def _unequal(name, error):
+    """The ValueError of ``name`` given as nested lists of unequal lengths, which NumPy's ``error`` refused."""
+    return ValueError(f"{name} must be an array, or nested lists of equal lengths; got lists that NumPy reads as "
+                      f"no array ({error})")
 
 
 def targets(xp, y, shape, axis, outputs, activation, dtype, noun):
@@ -112,7 +126,7 @@ def targets(xp, y, shape, axis, outputs, activation, dtype, noun):
     ``activation`` a hidden layer's, sigmoid, tanh or relu: not identity, a regression's), the one-hot targets of
     integer class labels in 0..outputs-1, in ``dtype``, on the device ``y`` is on. ``y`` as given where its shape
     is another; a ValueError with the hint to one-hot encode where it has that shape but cannot be class labels."""
-    if shape_of(y) != tuple(shape):
+    if shape_of("y", y) != tuple(shape):
         return y
     y = real_array(xp, "y", y)
     target = (*shape[:axis], outputs, *shape[axis:])

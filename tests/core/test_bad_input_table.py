@@ -65,6 +65,7 @@ def cases(net):
         ("x of dtype float16", backprop(x=np.ones((4, 3), dtype=np.float16))),
         ("x of dtype complex128", backprop(x=X.astype(complex))),
         ("x of dtype object", backprop(x=X.astype(object))),
+        ("x nested lists of unequal lengths", backprop(x=[[1.0, 1.0, 1.0]] * 3 + [[1.0]])),
         ("y of dtype bool", backprop(y=Y.astype(bool))),
         ("y integer class labels [0, 2, 1] for 3 samples", backprop(y=[0, 2, 1], targets=np.eye(3)[:, [0, 2, 1]])),
         ("y class labels [0, 3, 1] of 3 outputs", backprop(y=[0, 3, 1])),

@@ -214,9 +214,9 @@ class MLPPlan(plan.Plan):
         """Enqueue (4), then (5) for l = L-1..2, giving each layer on once delta^l is written (``core.driver``);
         Naumov's schedules their own solve. With ``one_pass`` and ``controls`` (a fused update), (5) of every
         l < L and the update of w^{l+1} run in one sweep, and w^2, which no (5) reads, is updated last."""
+        self.sweep = schedule.one_pass and controls is not None  # set by every pass: Naumov's too (never one)
         if type(schedule) not in (Sequential, Leapfrog):
             return (yield from schedule.chain(self, controls))
-        self.sweep = schedule.one_pass and controls is not None
         for l in range(self.L, 1, -1):
             if self.sweep and l < self.L:
                 self.error_update(l, controls)  # delta^l and the update of w^{l+1}, in one sweep

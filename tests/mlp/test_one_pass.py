@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import assert_same, batch, batch_id, case_id, layer_names, patched_ops, same
-from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
+from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.backends import host_blas, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core.handoff import Handoff
@@ -170,6 +170,23 @@ def test_backprop_is_unchanged():
             got = net.backprop(x, y, schedule)
             assert_same(got[0] + got[1], want[0] + want[1], layer_names(4, "nabla_b", "nabla_w"), repr(schedule))
         assert_same(net.weights, before, layer_names(4, "w"), "after backprop")
+
+
+@pytest.mark.parametrize("then", [NaumovScan(k=2, fused=True), NaumovJacobi(fused=True), NaumovScan(), NaumovJacobi()],
+                         ids=repr)
+def test_a_naumov_step_after_a_one_pass_step_is_the_step_of_a_network_that_took_no_sweep(then):
+    """Every pass says whether it sweeps, Naumov's too: after a one-pass step, a Naumov step at the same batch size
+    is that of a network whose first step was plain, to the bit, w included (a sweep left on fused none of the
+    w, and an unfused step found no controls)."""
+    x, y = batch(SMALL, 3, dtype=np.float64)
+    with MLP(SMALL, dtype="float64", seed=5, backend="numpy") as net, \
+            MLP(SMALL, dtype="float64", seed=5, backend="numpy") as plain:
+        net.sgd_step(x, y, ETA, Sequential(one_pass=True))
+        plain.sgd_step(x, y, ETA, Sequential(fused=True))
+        assert_same(net.weights + net.biases, plain.weights + plain.biases, names(SMALL), "the first step")
+        for model in (net, plain):
+            model.sgd_step(x, y, ETA, then)
+        assert_same(net.weights + net.biases, plain.weights + plain.biases, names(SMALL), repr(then))
 
 
 def test_a_graph_step_is_the_eager_step():

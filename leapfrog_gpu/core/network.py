@@ -380,7 +380,7 @@ class Network(OptimizerState):
         if solver is None or (self.SOLVERS and isinstance(solver, Solver) and solver.network == type(self).__name__):
             return solver
         if not self.SOLVERS:
-            raise TypeError(f"{self.NOUN} takes no forward solver here; got solver={solver!r}: pass solver=None")
+            raise TypeError(f"{self.NOUN} takes a forward solver in feedforward only; got solver={solver!r}: pass None")
         raise TypeError(f"solver must be {self.SOLVERS}; got {solver!r}")
 
     def _plan(self, key, make):

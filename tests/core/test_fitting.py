@@ -375,7 +375,7 @@ def test_bad_arguments_are_refused_with_what_to_do_and_change_nothing(call, erro
 @pytest.mark.parametrize("options, error, message", [
     ({"graph": "yes"}, TypeError, "graph must be True or False"),
     ({"schedule": Leapfrog(2, fused=True), "clip": 1.0}, ValueError, "clip needs every gradient before any update"),
-    ({"solver": ForwardNewton()}, TypeError, "takes no forward solver"),
+    ({"solver": ForwardNewton()}, TypeError, "takes a forward solver in feedforward only"),
     ({"optimizer": SGD(0.1, momentum=0.9)}, ValueError, "holds the state of Adam"),
     ({"progress": "no"}, TypeError, "progress must be True or False; got 'no'"),
 ])

@@ -326,7 +326,7 @@ def refusal(name, refused):
         return Leapfrog(2), None, "graph=True while a timing.Timeline stamps"
     if name == "RNN":
         return TimeScan(), TimeNewton(memory_limit=1), "needs .* over memory_limit"
-    return None, ForwardNewton(memory_limit=1), "takes no forward solver" if name == "MLP" else "needs .* over memory"
+    return None, ForwardNewton(memory_limit=1), "takes a forward solver in feedforward only" if name == "MLP" else "needs .* over memory"
 
 
 def stamped(net, stamps):

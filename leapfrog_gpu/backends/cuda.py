@@ -27,7 +27,7 @@ MAIN_PRIORITY = -(2**31)
 """The main stream's priority: the device's highest (lower numbers are higher priorities)."""
 WORKER_PRIORITY = 2**31 - 1
 """The worker streams' priority: the device's lowest."""
-_abandoned = []  # the cuBLAS libraries of backends released unclosed, destroyed after the next device wait
+_abandoned = []  # per backend released unclosed, its cuBLAS library (or None): the next backend waits for the device
 
 
 class CupyBackend:
@@ -42,8 +42,9 @@ class CupyBackend:
     ``release()`` ends it without a host wait: what a network collected unclosed calls for a backend it made by
     name, on whatever thread collects it (perhaps inside a capture). The null stream, to whose pool its memory
     goes back as it is collected, waits for the work queued on its streams; its streams, events and graphs go
-    with the objects that hold them; its cuBLAS handle, whose destruction waits for the device, is destroyed
-    (and its workspace freed) by the next backend made or closed, once the device has run what uses them.
+    with the objects that hold them; the next backend made or closed waits for the device (the pools of its
+    streams' memory are kept by their handles, which a stream made later may be given), then destroys its
+    cuBLAS handle (and frees its workspace).
     """
 
     name = "cupy"
@@ -265,17 +266,21 @@ class _Staging:
 
 def _release(cupy, streams, blas):
     """``release()``: the null stream waits for what is queued on ``streams`` (memory freed later goes back to its
-    pool, whose next allocations then come after that work); ``blas`` (None: none) is kept for ``_bury``."""
+    pool, whose next allocations then come after that work); ``blas`` (None: none) is kept for ``_bury``. Memory
+    that launches on ``streams`` freed goes back to pools of their own, kept by the streams' handles, which the
+    driver may give a stream made later: the next backend made or closed waits for the device first, nvmath or
+    not."""
     for stream in streams:
         cupy.cuda.Stream.null.wait_event(stream.record())
-    if blas is not None:
-        _abandoned.append(blas)
+    _abandoned.append(blas)
 
 
 def _bury():
     """Destroy the abandoned cuBLAS handles: the caller has waited for the device, so no queued call uses them."""
     while _abandoned:
-        _abandoned.pop().close()
+        blas = _abandoned.pop()
+        if blas is not None:
+            blas.close()
 
 
 def _device_name(cupy):

@@ -277,6 +277,26 @@ def test_cupy_networks_dropped_unclosed_free_their_backend_and_cublas_handle(sta
     assert len(standin.nvmath._handles) == handles
 
 
+def test_a_cupy_network_without_cublas_dropped_unclosed_has_the_next_backend_wait_for_the_device(
+        standin_without_nvmath, monkeypatch):
+    """Memory its streams' launches freed went back to pools kept by those streams' handles, which the driver may
+    give a stream made later: with no cuBLAS handle to destroy either, the next backend made waits for the device
+    before it makes a stream."""
+    x, y = batch([7, 13, 5, 3], 3)
+    net = MLP([7, 13, 5, 3], dtype="float64", backend="cupy")
+    net.sgd_step(x, y, 0.1, Leapfrog(2))
+    del net
+    gc.collect()
+    assert cuda._abandoned == [None]
+    streams, waits = standin_without_nvmath.queues.device.streams, []
+    wait = standin_without_nvmath.cuda.Device.synchronize
+    monkeypatch.setattr(standin_without_nvmath.cuda.Device, "synchronize",
+                        lambda self: (waits.append(len(streams)), wait(self))[1])
+    made = len(streams)
+    with cuda.CupyBackend() as other:
+        assert cuda._abandoned == [] and waits[:1] == [made] and streams[-1] is other.main
+
+
 @pytest.mark.parametrize("name", ["RNN", "DagNet"])
 def test_cupy_recurrent_and_dag_networks_dropped_unclosed_go_with_no_collection(standin, name):
     """Their plans refer to them weakly, and a launch reads them only as it is enqueued: dropped with steps

@@ -7,6 +7,8 @@ made, which the network then holds as if no step had come.
 
 import numbers
 
+import numpy as np
+
 from . import optimizers, parameters
 
 
@@ -90,7 +92,17 @@ class OptimizerState:
                                f"its step count is back to {self._steps}, its parameters those after that step")
 
     def _check_rule(self, optimizer):
-        """Raise if the network holds the state of another optimizer rule than ``optimizer``'s."""
+        """Raise if the network holds the state of another optimizer rule than ``optimizer``'s, or if one of its
+        hyper-parameters is out of its dtype's range: beyond the largest number (it would be inf), or in float32 eps
+        below the smallest normal one (0 on a GPU, whose kernels flush smaller float32 numbers)."""
+        finfo = np.finfo(self.dtype)
+        for name, value in optimizer.hyper().items():
+            if max(value if isinstance(value, tuple) else (value,)) > float(finfo.max):
+                raise ValueError(f"{name}={value!r} is beyond {self.dtype}'s largest number, {finfo.max:.4g}, in which "
+                                 f"this {type(self).__name__} computes its steps: give a smaller {name}")
+        if self.dtype == "float32" and 0 < getattr(optimizer, "eps", 1) < float(finfo.tiny):
+            raise ValueError(f"eps={optimizer.eps!r} is below {self.dtype}'s smallest normal number, {finfo.tiny:.4g}, "
+                             f"which a GPU flushes to 0: give eps >= {finfo.tiny:.4g}")
         if self._rule is not None and optimizer.rule() != self._rule:
             held = self._held.named({k: v for k, v in self._held.hyper().items() if k != "lr"})
             raise ValueError(f"this {type(self).__name__} holds the state of {held}; {optimizer!r} is another "

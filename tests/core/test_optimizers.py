@@ -309,6 +309,28 @@ def test_a_momentum_buffer_is_taken_from_step_1_as_torch_takes_one_it_holds():
         assert net.optimizer_state()["step"] == 2
 
 
+@pytest.mark.parametrize("make, words", [
+    (lambda: SGD(1e39), r"^lr=1e\+39 is beyond float32's largest number, 3.403e\+38, in which this "),
+    (lambda: SGD(0.1, momentum=0.9, weight_decay=1e300), r"^weight_decay=1e\+300 is beyond float32's largest number"),
+    (lambda: AdamW(1e39), r"^lr=1e\+39 is beyond float32's largest number"),
+    (lambda: Adam(eps=1e-40), r"^eps=1e-40 is below float32's smallest normal number, 1.175e-38, which a GPU flushes"),
+])
+def test_hyper_parameters_a_float32_network_cannot_hold_are_refused_and_change_nothing(network_name, make, words):
+    """inf in float32, or an eps a GPU flushes to 0: refused before the step (it would end in NaN), nothing changed;
+    a float64 network takes them (a sum of float64s)."""
+    x, y = network_batch(network_name, 5)
+    with network(network_name, "numpy") as net:
+        before = net.parameters()
+        with pytest.raises(ValueError, match=words):
+            net.train_step(x, y, make())
+        after = net.parameters()
+        assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])
+        assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
+    with network(network_name, "numpy", dtype="float64") as net:
+        net.train_step(x, y, Adam(eps=1e-320))
+        assert net.optimizer_state()["step"] == 1
+
+
 REFUSING = {"MLP": NaumovScan(memory_limit=1), "RNN": TimeScan(memory_limit=1), "DagNet": DagJacobi(memory_limit=1)}
 """A schedule each network refuses at a batch (its buffers exceed its memory limit)."""
 
@@ -326,7 +348,8 @@ def refusal(name, refused):
         return Leapfrog(2), None, "graph=True while a timing.Timeline stamps"
     if name == "RNN":
         return TimeScan(), TimeNewton(memory_limit=1), "needs .* over memory_limit"
-    return None, ForwardNewton(memory_limit=1), "takes a forward solver in feedforward only" if name == "MLP" else "needs .* over memory"
+    words = "takes a forward solver in feedforward only" if name == "MLP" else "needs .* over memory"
+    return None, ForwardNewton(memory_limit=1), words
 
 
 def stamped(net, stamps):

@@ -30,8 +30,8 @@ def leapfrog_bench():
 
 
 def _run(package, prog):
-    """The ``main()`` of ``package``'s command, imported behind a Ctrl-C guard (one line, not a traceback, and
-    exit status 130), and ``CLOSED_PIPE`` without a traceback once stdout's reader has gone; stdout then goes to
+    """The ``main()`` of ``package``'s command, imported and run behind a Ctrl-C guard (one line, not a traceback,
+    and exit status 130), and ``CLOSED_PIPE`` without a traceback once stdout's reader has gone; stdout then goes to
     devnull, so that Python's own flush at exit does not raise again (the ``signal`` module's docs' advice)."""
     try:
         main = importlib.import_module(f"{__name__}.{package}.command").main
@@ -40,8 +40,12 @@ def _run(package, prog):
         return 130
     try:
         status = main()
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: started with stdout closed (>&-), its lines dropped as print drops them
+            sys.stdout.flush()
         return status
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return CLOSED_PIPE
+    except KeyboardInterrupt:  # where the command does not catch it itself (importing torch, say)
+        print(f"{prog}: interrupted (SIGINT)", file=sys.stderr)
+        return 130

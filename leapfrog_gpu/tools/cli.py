@@ -1,7 +1,8 @@
 """What the command-line tools share: a parser whose errors are one line, with ``--version`` and its exit statuses
-in ``--help``, argument types, a file that cannot be written said in one line (``writing``), the ``--backend``
-choice said in the command line's words, install hints as the README gives them, and lines that fit the
-terminal's 100 columns."""
+in ``--help``, argument types (a path is never empty), a file that cannot be written said in one line
+(``writing``), sizes too large for the machine said in one line (``too_large``), the ``--backend`` choice said
+in the command line's words, install hints as the README gives them, and lines that fit the terminal's 100
+columns."""
 
 import argparse
 import contextlib
@@ -61,6 +62,13 @@ def png_refusal(option, path, beside=""):
     if str(path).lower().endswith(".png"):
         return None
     return f"{option} {path}: the chart is written as PNG: give a name ending in .png{beside}"
+
+
+def path(text):
+    """An argument type: the name of a file or a folder, which the empty string is not."""
+    if not text:
+        raise argparse.ArgumentTypeError("must name a file or a folder; got ''")
+    return text
 
 
 def integer(least, name=None):
@@ -135,6 +143,16 @@ def names(registry, what="schedule"):
         return chosen
 
     return parse
+
+
+def too_large(error):
+    """The line that says ``error`` comes of sizes this machine cannot hold (a MemoryError, or NumPy's ValueError for
+    an array beyond any address space), or None for another error."""
+    if isinstance(error, MemoryError):
+        return f"not enough memory ({error or 'an allocation failed'}): ask for smaller sizes"
+    if isinstance(error, ValueError) and str(error).startswith("array is too big"):
+        return "the sizes asked for make an array larger than this machine can address: ask for smaller sizes"
+    return None
 
 
 def choose_backend(name, prog):

@@ -1,5 +1,7 @@
-"""A command whose reader goes (``leapfrog-train | head -3``) ends quietly: no traceback, exit status 141."""
+"""A command whose reader goes (``leapfrog-train | head -3``) ends quietly: no traceback, exit status 141; one started
+with stdout closed runs, its lines dropped."""
 
+import os
 import subprocess
 import sys
 
@@ -25,3 +27,16 @@ def test_a_closed_pipe_ends_the_command_quietly(module, argv):
     child.stdout.close()
     stderr = child.stderr.read()
     assert (child.wait(timeout=120), stderr) == (CLOSED_PIPE, "")
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("leapfrog_gpu.tools.train", ["--hidden", "8", "--epochs", "1", "--backend", "numpy"]),
+    ("leapfrog_gpu.tools.bench", ["--backend", "numpy", "--no-torch", "--sizes", "8", "--layers", "2", "--batch", "1",
+                                  "--k", "2", "--repeats", "1"]),
+])
+def test_a_command_started_with_stdout_closed_runs_its_lines_dropped(module, argv):
+    """Started with no stdout at all (``>&-``: Python's ``sys.stdout`` is None), the command runs to its end, its
+    lines dropped as ``print`` drops them: exit status 0 and nothing on stderr (its flush at the end raised)."""
+    child = subprocess.run([sys.executable, "-m", module, *argv], stderr=subprocess.PIPE, text=True, timeout=120,
+                           preexec_fn=lambda: os.close(1))
+    assert (child.returncode, child.stderr) == (0, "")

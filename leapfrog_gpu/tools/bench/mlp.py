@@ -18,7 +18,7 @@ from ...backends import get_backend, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
-from ..cli import fitted, integers, names, pip_install, png_refusal, writing
+from ..cli import fitted, integers, names, path, pip_install, png_refusal, writing
 from . import measure, progress, runner
 from .runner import NOISY, line, median, ratio
 
@@ -76,7 +76,7 @@ def parser():
                    help="also time each step as a graph (sgd_step(graph=True)), and PyTorch's as a CUDA graph on a GPU")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid",
                    help="every layer's, and the PyTorch anchor's (default sigmoid)")
-    p.add_argument("--plot", metavar="FILE.png",
+    p.add_argument("--plot", type=path, metavar="FILE.png",
                    help="plot the speed-up of a pass against k, measured and predicted, with the run's backend, "
                         "machine and date, and say where it was written (needs matplotlib)")
     return p

@@ -31,7 +31,8 @@ from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...core.saving import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
-from ..cli import UNWRITTEN, Parser, Unwritten, fitted, integer, integers, parse_args_on_a_backend, plural, writing
+from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, parse_args_on_a_backend, path, plural,
+                   too_large, writing)
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
@@ -43,7 +44,7 @@ OPTIMIZERS = {"sgd": SGD(ETA), "momentum": SGD(ETA, momentum=0.9), "adam": Adam(
 class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."""
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
-EXIT_STATUSES = [(0, "done"), (2, "a bad option (one line on stderr)"),
+EXIT_STATUSES = [(0, "done"), (2, "a bad option, or sizes this machine cannot hold (one line on stderr)"),
                  (UNWRITTEN, "--json, --jsonl or --plot could not be written (a full disk, a folder gone): one line"),
                  (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given"),
                  CLOSED_PIPE_STATUS]
@@ -117,9 +118,9 @@ def grid(suite, args):
 def main(suite, argv=None):
     """Run ``suite`` over its grid: each network's rows printed as soon as it is measured (unless
     ``--quiet``: then the table at the end) and appended to ``--jsonl``, the time left on stderr, the
-    records to ``--json``. Returns the exit status: 0 done, 2 a bad option, ``UNWRITTEN`` a file that could not be
-    written, 130 stopped by Ctrl-C. A suite runs in one process: under mpiexec it says where the data-parallel
-    study went, and exits 2."""
+    records to ``--json``. Returns the exit status: 0 done, 2 a bad option or sizes too large for the machine,
+    ``UNWRITTEN`` a file that could not be written, 130 stopped by Ctrl-C. A suite runs in one process: under
+    mpiexec it says where the data-parallel study went, and exits 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = suite.parser()
     args = parse_args_on_a_backend(p, argv)
@@ -128,6 +129,11 @@ def main(suite, argv=None):
     except Unwritten as error:
         print(f"{suite.PROG}: error: {error}", file=sys.stderr)
         return UNWRITTEN
+    except (MemoryError, ValueError) as error:
+        if not too_large(error):
+            raise
+        print(f"{suite.PROG}: error: {too_large(error)}", file=sys.stderr)
+        return 2
 
 
 def _run(suite, p, args, argv):
@@ -222,10 +228,11 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
         p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar; the table at the end rather than each network's rows as it is measured")
-    p.add_argument("--json", metavar="FILE", default=json,
+    p.add_argument("--json", type=path, metavar="FILE", default=json,
                    help="write the records to FILE" + (f" (default {json})" if json else ""))
-    p.add_argument("--jsonl", metavar="FILE", help="append one JSON line per row to FILE as its network is measured, "
-                                                   "after a line with the command and machine")
+    p.add_argument("--jsonl", type=path, metavar="FILE",
+                   help="append one JSON line per row to FILE as its network is measured, after a line with the "
+                        "command and machine")
     return p
 
 

@@ -36,6 +36,8 @@ def read(directory):
     """``(arrays, state)`` of ``directory/checkpoint.npz``: every array by its name in the file, in its order, and
     the file's whole state; a ``CheckpointError`` of one line that says what is wrong with it and what to do."""
     path = path_in(directory)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint: remove it, or choose another --checkpoint-dir")
     if not path.is_file():
         raise CheckpointError(f"no checkpoint to resume from: {path} does not exist")
     with _refused(path):

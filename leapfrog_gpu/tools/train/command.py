@@ -32,7 +32,7 @@ from ... import datasets
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
-from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural
+from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural, too_large
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
 from .metrics import in_words
@@ -82,6 +82,8 @@ def main(argv=None):
     except Unwritten as error:
         return _fail(comm, error, UNWRITTEN)
     except Exception as error:
+        if too_large(error):
+            return _fail(comm, too_large(error), 2)
         if comm.size == 1:
             raise
         traceback.print_exc()
@@ -165,7 +167,9 @@ def _train(given, comm):
             data_parallel.broadcast_parameters(net)
             held = comm.bcast(checkpoint.optimizer_arrays(arrays) if comm.rank == 0 else None)
             checkpoint.restore_optimizer(net, make_optimizer(config), held, state.get("optimizer_step", 0), directory)
-        with _open_metrics(config["metrics"] if comm.rank == 0 else None) as metrics:
+        with comm.together(UsageError):  # rank 0's --metrics refused, every rank stops and rank 0 alone says why
+            opened = _open_metrics(config["metrics"] if comm.rank == 0 else None)
+        with opened as metrics:
             try:
                 return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
             except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
@@ -305,6 +309,8 @@ def _remove_empty(folders):
 
 
 def _writable_dir(directory):
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"--checkpoint-dir {directory}: it is a file, not a folder; give a folder's name")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as error:

@@ -79,11 +79,14 @@ class Training:
         self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"], config["fused"])
         self.solver = models.forward_solver(config)
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
-        self.fitting = Fitting(net, dataset.x_train, dataset.y_train, config["epochs"],
-                               config["batch_size"] * self.ranks,  # the global batch; the network takes its share
-                               make_optimizer(config), self.schedule, validation=(dataset.x_test, dataset.y_test),
-                               seed=config["seed"], graph=config["graph"], solver=self.solver,
-                               clip=config["clip_grad_norm"], state=state)
+        try:  # the network refuses an optimizer it cannot run as set up (a hyper-parameter beyond its dtype)
+            self.fitting = Fitting(net, dataset.x_train, dataset.y_train, config["epochs"],
+                                   config["batch_size"] * self.ranks,  # the global batch; the network takes its share
+                                   make_optimizer(config), self.schedule, validation=(dataset.x_test, dataset.y_test),
+                                   seed=config["seed"], graph=config["graph"], solver=self.solver,
+                                   clip=config["clip_grad_norm"], state=state)
+        except ValueError as error:
+            raise Refused(str(error)) from None
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)

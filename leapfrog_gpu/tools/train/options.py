@@ -10,7 +10,7 @@ from ...core.optimizers import SGD, Adam, AdamW
 from ...rnn.cells import ACTIVATION, CELLS
 from ...rnn.scans import NaumovRNN
 from .. import CLOSED_PIPE_STATUS, timeline
-from ..cli import UNWRITTEN, Parser, integer, integer_or_auto, number, reals
+from ..cli import UNWRITTEN, Parser, integer, integer_or_auto, number, path, reals
 from ..schedules import schedule_names
 from .checkpoint import LATER
 from .metrics import Divergence
@@ -61,7 +61,7 @@ becomes NaN (or stalls) from lr·tau of about 0.16 at any tau from 8 to 64, and 
 
 EXIT_STATUSES = [
     (0, "done"),
-    (2, "a bad option, data file or checkpoint, or a step the network refuses as set up (one line on stderr)"),
+    (2, "a bad option, data file or checkpoint, sizes too large for memory, or a step refused as set up (one line)"),
     (3, "the loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged; a checkpoint "
         "already written is kept as it was"),
     (UNWRITTEN, "a checkpoint or --metrics line could not be written (a full disk): one line; the last one kept"),
@@ -203,7 +203,7 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     words = RNN_DATA_HELP if rnn else DATA_HELP
     add("--data", "; ".join(f"{name}: {words[name]}" for name in DATA[model]) + f" (default {d['data']})",
         choices=tuple(dict.fromkeys(sum(DATA.values(), ()))), metavar="{" + ",".join(DATA[model]) + "}")
-    add("--data-dir", "mnist: a folder with the four IDX files (gzipped or not) or one .npz", metavar="DIR")
+    add("--data-dir", "mnist: a folder with the four IDX files (gzipped or not) or one .npz", type=path, metavar="DIR")
     add("--inputs", f"teacher: input width (default {d['inputs']})", type=integer(1), metavar="N")
     add("--outputs", f"teacher: output width (default {d['outputs']})", type=integer(1), metavar="N")
     add("--samples", f"teacher, adding: training sequences, plus a quarter as many test ones (default {d['samples']}; "
@@ -280,8 +280,8 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     group = p.add_argument_group("output and checkpoints")
     add("--quiet", "no progress bar or epoch lines, only the result", action="store_true")
     add("--metrics", "write one JSON line per epoch to FILE (appended to on --resume; docs/training.md)",
-        metavar="FILE")
-    add("--checkpoint-dir", "write DIR/checkpoint.npz after every epoch", metavar="DIR")
+        type=path, metavar="FILE")
+    add("--checkpoint-dir", "write DIR/checkpoint.npz after every epoch", type=path, metavar="DIR")
     add("--resume", "continue from the checkpoint in --checkpoint-dir, with its options unless given",
         action="store_true")
     add("--profile-steps", "steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window",
@@ -289,12 +289,12 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     first, stop = TIMELINE_STEPS
     add("--timeline", f"stamp every launch of the --profile-steps window (default {first}:{stop}): busy time per "
                       "stream, worker overlap, a Gantt chart, and FILE.json (needs matplotlib; rank 0 under mpiexec)",
-        metavar="FILE.png")
+        type=path, metavar="FILE.png")
     group = p.add_argument_group("data parallel (under mpiexec -n P; --batch-size is per rank)")
     add("--bucket-mb", "sum the gradients of consecutive layers together up to MB (default 0: each layer alone)",
         type=number(0, what="a number of MB"), metavar="MB")
     add("--comm-timeout", f"stop every rank when one waits S seconds for the others (default {d['comm_timeout']:g})",
-        type=number(0, strict=True, what="a number of seconds"), metavar="S")
+        type=number(1, what="a number of seconds"), metavar="S")  # less: a false alarm at any pause
     return p
 
 

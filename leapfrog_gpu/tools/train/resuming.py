@@ -66,7 +66,7 @@ def checked(state, directory):
         raise checkpoint.damaged(directory, f"its start_loss is {start!r}, not a finite number >= 0")
     try:
         generator(0).bit_generator.state = state["rng"]
-    except (TypeError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError, OverflowError):  # OverflowError: an integer beyond 64 bits, or < 0
         raise checkpoint.damaged(directory, f"its rng is {state['rng']!r:.80}, not a state of NumPy's "
                                             f"{type(generator(0).bit_generator).__name__}") from None
     made = make_optimizer(options)

@@ -160,6 +160,8 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--json", "/"], "--json /: it is a folder; give a file's name"),
     (["--jsonl", "."], "--jsonl .: it is a folder; give a file's name"),
     (["--plot", "p.svg"], "--plot p.svg: the chart is written as PNG: give a name ending in .png"),
+    (["--json", ""], "argument --json: must name a file or a folder; got ''"),
+    (["--jsonl", ""], "argument --jsonl: must name a file or a folder; got ''"),
 ])
 def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     """After the options of a run of a second, which a bad option taken would be."""
@@ -169,6 +171,17 @@ def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error:") and message in err
+
+
+@pytest.mark.parametrize("model, argv", [("mlp", ["--sizes", "99999999999", "--layers", "2", "--batch", "1"]),
+                                         ("mlp", ["--sizes", "8", "--layers", "2", "--batch", "99999999999"]),
+                                         ("rnn", ["--sizes", "3", "--tau", "99999999999", "--batch", "1"])])
+def test_sizes_this_machine_cannot_hold_exit_2_with_one_line(capsys, model, argv):
+    """NumPy's MemoryError, or its ValueError for an array beyond any address, said in one line."""
+    assert bench.main(["--model", model, "--backend", "numpy", "--no-torch", "--repeats", "1", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("leapfrog-bench") and err.endswith(": ask for smaller sizes\n"), err
+    assert "not enough memory (Unable to allocate" in err or "larger than this machine can address" in err
 
 
 @pytest.mark.parametrize("model", ["tree", "dag"])
@@ -434,7 +447,8 @@ def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exi
     assert "SIZES" not in out and "BLAS_THREADS" not in out
     assert "BLAS threads for the matrix products, shared among the streams of a leapfrog backward pass" in out
     assert all(action.help for action in bench_mlp.parser()._actions), "an option without help"
-    assert re.search(r"exit status: 0 done 2 a bad option .* 130 stopped by Ctrl-C", out)
+    assert re.search(r"exit status: 0 done 2 a bad option, or sizes this machine cannot hold .* 130 stopped by "
+                     "Ctrl-C", out)
 
 
 def test_version_is_the_packages(capsys):

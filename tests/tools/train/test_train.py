@@ -641,6 +641,29 @@ sys.exit(command.load()())
                                                                     "nothing was run\n")
 
 
+def test_ctrl_c_while_a_command_imports_torch_as_it_runs_exits_130_with_one_line():
+    """``leapfrog-bench`` imports torch once it runs (its PyTorch anchor): Ctrl-C then, outside the command's own
+    handling, is still one line and exit status 130, not a traceback."""
+    code = """
+import importlib.abc, signal, sys
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from leapfrog_gpu.tools import leapfrog_bench
+sys.argv[1:] = ["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--repeats", "1"]
+sys.exit(leapfrog_bench())
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_at_its_default)
+    assert (done.returncode, done.stderr) == (130, "leapfrog-bench: interrupted (SIGINT)\n")
+
+
 @pytest.mark.parametrize("argv,imported", [(["--help"], []),
                                            (["--hidden", "2x8", "--epochs", "1", "--quiet"], ["scipy_openblas32"])],
                          ids=("help", "run"))
@@ -822,6 +845,7 @@ def edit_state(directory, path, value):
                                     "steps"),
     ("training.start_loss", "x", "its start_loss is 'x', not a finite number >= 0"),
     ("training.rng.state", None, "its rng is {'bit_generator': 'PCG64', 'has_uint32': "),
+    ("training.rng.state.state", -5, "its rng is {'bit_generator': 'PCG64', 'state': {'state': -5, "),
     ("training.config", [], "its config is not a JSON object"),
     ("training.config.hidden", "abc", "its options: argument --hidden: must be widths >= 1 such as 128,64,32, "),
     ("training.config.batch_size", 0, "its options: argument --batch-size: must be an integer >= 1; got '0'"),
@@ -909,3 +933,44 @@ def test_ctrl_c_said_by_rank_0_ends_every_rank_before_the_backend_waits_for_its_
     monkeypatch.setattr(NumpyBackend, "close", lambda self: done.append(("close",)) or close(self))
     assert cli(*SMALL, "--backend", "numpy") == 130
     assert done[:2] == [("abort", 130, True), ("close",)]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--hidden", "99999999999"], r"not enough memory \(Unable to allocate .* TiB for an array with shape "
+                                  r"\(99999999999, 64\) and data type float\d+\): ask for smaller sizes"),
+    (["--checkpoint-dir", ""], "argument --checkpoint-dir: must name a file or a folder; got ''"),
+    (["--timeline", ""], "argument --timeline: must name a file or a folder; got ''"),
+    (["--comm-timeout", "0.5"], "argument --comm-timeout: must be a number of seconds >= 1; got '0.5'"),
+    (["--lr", "1e39"], r"lr=1e\+39 is beyond float32's largest number, 3.403e\+38, in which this MLP computes its "
+                       "steps: give a smaller lr"),
+    (["--optimizer", "adam", "--eps", "1e-40"], r"eps=1e-40 is below float32's smallest normal number, 1.175e-38, "
+                                                "which a GPU flushes to 0: give eps >= 1.175e-38"),
+])
+def test_what_no_run_here_can_take_is_refused_in_one_line_before_the_first_step(tmp_path, capsys, args, words):
+    """Sizes this machine cannot hold, an empty path (which wrote nothing, said nothing), a watchdog that would fire
+    at any pause, hyper-parameters that are inf or 0 in float32 (which ended in NaN, exit 3): exit 2, one line."""
+    metrics = tmp_path / "metrics.jsonl"
+    assert cli("--epochs", 1, "--backend", "numpy", "--metrics", metrics, *args) == 2
+    assert re.fullmatch(f"leapfrog-train: error: {words}", one_error_line(capsys))
+    assert not metrics.exists() or metrics.read_bytes() == b""
+
+
+@pytest.mark.parametrize("folder", ["chart.png", "chart.json"])
+def test_a_timeline_that_would_be_written_over_a_folder_is_refused_before_the_run(tmp_path, capsys, folder):
+    (tmp_path / folder).mkdir()
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--timeline", tmp_path / "chart.png") == 2
+    assert one_error_line(capsys) == (f"leapfrog-train: error: --timeline {tmp_path}/chart.png: {tmp_path}/{folder} "
+                                      "is a folder; give the name of a file that is none")
+
+
+def test_a_checkpoint_dir_that_is_a_file_or_whose_checkpoint_is_a_folder_is_refused_saying_so(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("kept\n")
+    (tmp_path / "run" / "checkpoint.npz").mkdir(parents=True)
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "notes.txt") == 2
+    assert one_error_line(capsys) == (f"leapfrog-train: error: --checkpoint-dir {tmp_path}/notes.txt: it is a file, "
+                                      "not a folder; give a folder's name")
+    for resume in ([], ["--resume"]):
+        assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run", *resume) == 2
+        assert one_error_line(capsys) == (f"leapfrog-train: error: {tmp_path}/run/checkpoint.npz is a folder, not a "
+                                          "checkpoint: remove it, or choose another --checkpoint-dir")
+    assert (tmp_path / "notes.txt").read_text() == "kept\n" and (tmp_path / "run" / "checkpoint.npz").is_dir()

@@ -11,7 +11,6 @@ import sys
 import time
 
 from ...core.fitting import EVAL_BATCH
-from ..schedules import make_schedule
 from . import models
 from .options import PROG, UsageError, make_optimizer
 
@@ -22,11 +21,9 @@ SLOWER = 10
 def calibrate(config, dataset, backend, remaining):
     """``(seconds, leapfrog)``: the estimates of the ``remaining`` steps (and evaluations) of the run of ``config``
     on ``dataset`` and ``backend``, and under the leapfrog schedule (``seconds`` itself where that is the run's)."""
-    network = models.NETWORK[config["model"]]
-    run = (make_schedule(network, config["schedule"], config["k"], config["fused"]), models.forward_solver(config),
-           config["graph"])
+    run = models.schedule(config), models.forward_solver(config), config["graph"]
     seconds = _estimate(config, dataset, backend, remaining, *run)
-    leapfrog = (make_schedule(network, "leapfrog", 2, False), None, False)
+    leapfrog = (models.schedule(config, "leapfrog", 2, False), None, False)
     same = repr(run[0]) == repr(leapfrog[0]) and run[1] is None and not run[2]
     return seconds, seconds if same else _estimate(config, dataset, backend, remaining, *leapfrog)
 

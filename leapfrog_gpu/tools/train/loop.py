@@ -16,7 +16,6 @@ from tqdm import tqdm
 from ...core import saving
 from ...core.fitting import Fitting, evaluate
 from ..cli import Unwritten, writing
-from ..schedules import make_schedule
 from . import checkpoint, models
 from .metrics import Divergence, chance_loss, in_words
 from .options import PROG, make_optimizer, profile_window
@@ -76,7 +75,7 @@ class Training:
     def __init__(self, config, dataset, net, report, state=None):
         self.config, self.data, self.net, self.report = config, dataset, net, report
         self.sizes = models.sizes(config, dataset)
-        self.schedule = make_schedule(models.NETWORK[config["model"]], config["schedule"], config["k"], config["fused"])
+        self.schedule = models.schedule(config)
         self.solver = models.forward_solver(config)
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
         try:  # the network refuses an optimizer it cannot run as set up (a hyper-parameter beyond its dtype)

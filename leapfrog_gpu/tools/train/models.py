@@ -10,7 +10,7 @@ from ... import datasets
 from ...dag.network import residual
 from ...mlp.network import MLP
 from ...rnn.network import RNN
-from ..schedules import SOLVERS, make_solver
+from ..schedules import SOLVERS, make_schedule, make_solver
 from . import checkpoint
 
 DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "teacher"),
@@ -107,7 +107,21 @@ def name(config):
 
 def forward_solver(config):
     """A new solver of the forward pass that ``--forward-solver`` names, or ``None`` (node by node, step by
-    step; the MLP has no other)."""
+    step; the MLP has no other), with ``--memory-limit``."""
     if config["model"] not in FORWARD_SOLVERS:
         return None
-    return make_solver(NETWORK[config["model"]], config["forward_solver"])
+    limit = memory_limit(config)
+    return make_solver(NETWORK[config["model"]], config["forward_solver"],
+                       **({} if limit is None else {"memory_limit": limit}))
+
+
+def schedule(config, name=None, k=None, fused=None):
+    """The schedule of ``config`` (``--schedule``, ``--k``, ``--fused``; or ``name``, ``k``, ``fused`` given), with
+    ``--memory-limit``."""
+    return make_schedule(NETWORK[config["model"]], name or config["schedule"], k or config["k"],
+                         config["fused"] if fused is None else fused, memory_limit=memory_limit(config))
+
+
+def memory_limit(config):
+    """``--memory-limit`` in bytes, or None for the library's default (``core.checks.MEMORY_LIMIT``)."""
+    return None if config.get("memory_limit") is None else max(1, round(config["memory_limit"] * 2**30))

@@ -16,6 +16,7 @@ from .checkpoint import LATER
 from .metrics import Divergence
 from .models import DATA, FORWARD_SOLVERS, NETWORK, REGRESSION
 from . import values
+from .values import dashed, written
 
 PROG = "leapfrog-train"
 
@@ -27,7 +28,7 @@ DEFAULTS = {
     "epochs": 30, "batch_size": 32, "lr": None, "seed": 0, "schedule": "leapfrog", "k": 2, "fused": False,
     "forward_solver": "sequential", "cell": "elman", "graph": False, "backend": "auto", "blas_threads": 1,
     "check_finite": False, "allow_divergence": False, "quiet": False, "metrics": None, "checkpoint_dir": None,
-    "resume": False, "profile_steps": None, "timeline": None, "bucket_mb": 0.0,
+    "resume": False, "profile_steps": None, "timeline": None, "bucket_mb": 0.0, "memory_limit": None,
     "comm_timeout": parallel.DEFAULT_TIMEOUT, "optimizer": "sgd", "momentum": None, "nesterov": False,
     "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None, "yes": False,
 }
@@ -48,11 +49,11 @@ gradients are larger: with the default network its loss becomes NaN in the first
 ``--lr 0.04``, and 0.01 leaves a margin of four."""
 
 MOMENTUM = 0.9
-"""``--optimizer momentum``'s momentum mu. SGD with momentum steps by the sum of the gradients, each weighed
-mu^age, which comes to 1 / (1 - mu) times a steady gradient: at the dataset's SGD rate that step is ten times
-SGD's, and the digits' default runs (MLP and RNN) learned nothing. Without ``--lr`` its rate is SGD's times
-1 - mu, the same step on a steady gradient (``default_lr``), but on the adding problem, where SGD's own step
-stays at chance and the larger one learns (test MSE 0.009-0.019 over seeds 0-3 at 0.02; 0.15 at 0.002)."""
+"""``--optimizer momentum``'s momentum mu. SGD with momentum steps by the sum of the gradients, each weighed mu^age,
+which comes to 1 / (1 - mu) times a steady gradient: at the dataset's SGD rate that step is ten times SGD's, and the
+digits' default runs (MLP and RNN) learned nothing. Without ``--lr`` its rate is SGD's times 1 - mu, the same step on
+a steady gradient (``default_lr``), but on the adding problem, where SGD's own step stays at chance and the larger
+one learns (test MSE 0.009-0.019 over seeds 0-3 at 0.02; 0.15 at 0.002)."""
 
 RNN_TEACHER_LR = 0.08
 """``--model rnn --data teacher`` learns at ``RNN_TEACHER_LR / tau`` by default (0.005 at tau = 16). Its cost
@@ -273,6 +274,9 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
                               "3", action="store_true")
     add("--backend", "auto: cupy when a CUDA device is usable, else numpy (default auto)",
         choices=("auto", "numpy", "cupy"))
+    add("--memory-limit", "GiB that the buffers of a schedule or a forward solver beyond the network's own may take "
+                          "(Naumov's, scans over time, Newton's) before it refuses (default 1)",
+        type=number(0, strict=True, what="a number of GiB"), metavar="GIB")
     add("--blas-threads", "numpy backend: BLAS threads for the matrix products, shared among the streams "
                           "of a leapfrog backward pass (default 1)", type=integer(1), metavar="N")
     add("--yes", "start a run estimated at more than 10x the leapfrog schedule's without asking "
@@ -388,13 +392,3 @@ def profile_window(config):
     if config["profile_steps"] is None and config["timeline"] is not None:
         return TIMELINE_STEPS
     return config["profile_steps"]
-
-
-def dashed(key):
-    """The option of the config's ``key``, less its leading dashes: ``batch-size``."""
-    return key.replace("_", "-")
-
-
-def written(value):
-    """An option's value as its command line gives it: ``128,64`` for a list."""
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -13,8 +13,8 @@ from ...core.parameters import generator
 from ..cli import plural
 from . import checkpoint
 from .checkpoint import LATER
-from .options import DEFAULTS, RESUMED, UsageError, build_parser, dashed, defaults, learning_rate, make_optimizer, \
-    refusal, written
+from .options import DEFAULTS, RESUMED, UsageError, build_parser, defaults, learning_rate, make_optimizer, refusal
+from .values import dashed, written
 
 TAKEN = RESUMED + tuple(LATER)
 """What ``--resume`` takes from a checkpoint's config unless given again."""

@@ -1,5 +1,6 @@
 """The values of ``leapfrog-train``'s options that are more than a number or a name, ``--hidden`` and
-``--profile-steps``; a bad one raises ``argparse.ArgumentTypeError``: one line, exit status 2."""
+``--profile-steps``, read (a bad one raises ``argparse.ArgumentTypeError``: one line, exit status 2), and options
+and values written as a command line gives them (``dashed``, ``written``)."""
 
 import argparse
 
@@ -36,3 +37,13 @@ def profile_steps(text):
         raise argparse.ArgumentTypeError(f"must be A:B with integers 0 <= A < B (steps A..B-1, counted from 0); "
                                          f"got {text!r}")
     return [start, stop]
+
+
+def dashed(key):
+    """The option of the config's ``key``, less its leading dashes: ``batch-size``."""
+    return key.replace("_", "-")
+
+
+def written(value):
+    """An option's value as its command line gives it: ``128,64`` for a list."""
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -974,3 +974,13 @@ def test_a_checkpoint_dir_that_is_a_file_or_whose_checkpoint_is_a_folder_is_refu
         assert one_error_line(capsys) == (f"leapfrog-train: error: {tmp_path}/run/checkpoint.npz is a folder, not a "
                                           "checkpoint: remove it, or choose another --checkpoint-dir")
     assert (tmp_path / "notes.txt").read_text() == "kept\n" and (tmp_path / "run" / "checkpoint.npz").is_dir()
+
+
+def test_memory_limit_is_what_a_schedule_may_take_before_the_step_is_refused(capsys):
+    """A Naumov scan of 4 layers of 64 needs about 4 MiB: refused under --memory-limit 0.001 (GiB), in the library's
+    words (which name memory_limit, as this option sets it), and run under 0.01."""
+    options = ["--backend", "numpy", "--epochs", 1, "--hidden", "4x64", "--schedule", "naumov-scan", "--quiet"]
+    assert cli(*options, "--memory-limit", 0.001) == 2
+    assert re.fullmatch(r"leapfrog-train: error: NaumovScan needs \d+ bytes \(4.0 MiB\) .* over memory_limit="
+                        r"1073742 bytes \(1.0 MiB\); pass a larger memory_limit .*", one_error_line(capsys))
+    assert cli(*options, "--memory-limit", 0.01) == 0

@@ -1,5 +1,5 @@
-"""The pieces of a host stream: its events, its FIFO of operations, what one operation holds, and what ends
-the threads of a backend (``host.NumpyBackend`` runs them)."""
+"""The pieces of a host stream: its events, its FIFO of operations, what one operation holds, the loop of its
+thread (``drain``), and what ends the threads of a backend (``host.NumpyBackend`` runs them)."""
 
 import collections
 import queue
@@ -50,7 +50,6 @@ class Item:
     def __init__(self, kind, name, fn=None, args=(), event=None, generation=0):
         self.kind, self.name, self.fn, self.args = kind, name, fn, args
         self.event, self.generation = event, generation
-
 
 
 def drain(stream):

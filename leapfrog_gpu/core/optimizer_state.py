@@ -38,7 +38,8 @@ class OptimizerState:
 
     def set_optimizer_state(self, optimizer, state):
         """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and
-        every slot of every parameter, checked before any is copied; an error changes nothing."""
+        every slot of every parameter, checked before any is copied; an error changes nothing. At step 0 a slot may
+        be left out, and is then 0, as no step has made it (``{"step": 0}``: the state before any step)."""
         optimizer = optimizers.check(optimizer)
         self._check_open()
         self._check_rule(optimizer)
@@ -67,6 +68,11 @@ class OptimizerState:
         if self._rule is None:
             self._make_state(optimizer, by_step=False)
         self._wait()
+        if not steps:  # a slot not given at step 0 is no step's: 0
+            for named in self._controls.state.values():
+                for held in named.values():
+                    for slot in set(held) - set(state):
+                        held[slot].fill(0)
         for slot, target, value in checked:
             unit, name = where[id(target)]
             self._controls.state[unit][name][slot][...] = xp.asarray(value)

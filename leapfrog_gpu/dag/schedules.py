@@ -124,6 +124,10 @@ class DagJacobi(BlockSchedule):
         super().__init__(k, fused, memory_limit)
         self.max_sweeps = max_sweeps
 
+    def __repr__(self):  # max_sweeps changes the step: a graph is kept by the schedule's repr (``core.capture.key``)
+        sweeps = "" if self.max_sweeps is None else f"max_sweeps={self.max_sweeps}, "
+        return f"DagJacobi({sweeps}{super().__repr__().removeprefix('DagJacobi(')}"
+
     def memory_needed(self, net, batch):
         """Bytes of N (B, M, M), e and two iterates (B, M, 1) for ``net`` (a ``DagNet`` or its plan) at
         ``batch``."""

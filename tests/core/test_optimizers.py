@@ -530,6 +530,24 @@ def test_the_state_is_shaped_as_the_parameters_and_resumes_bitwise(network_name)
         assert_bitwise(got, want)
 
 
+@pytest.mark.parametrize("make", [lambda: Adam(0.01), lambda: SGD(0.05, momentum=0.9)], ids=["adam", "momentum"])
+def test_the_state_before_any_step_taken_back_in_is_a_fresh_networks(network_name, make):
+    """``{"step": 0}``, what ``optimizer_state()`` gives before any step, set on a network that has taken steps:
+    its slots are 0 again, and the next step is a fresh network's from the same parameters, to the bit."""
+    with network(network_name, "numpy") as net, network(network_name, "numpy") as fresh:
+        for step in range(2):
+            net.train_step(*network_batch(network_name, 5, seed=step), make())
+        net.set_optimizer_state(make(), {"step": 0})
+        fresh.set_parameters(net.parameters())
+        for model in (net, fresh):
+            model.train_step(*network_batch(network_name, 5, seed=7), make())
+        got, want = net.optimizer_state(), fresh.optimizer_state()
+        slots = [slot for slot in want if slot != "step"]
+        assert got["step"] == want["step"] == 1 and set(got) == set(want)
+        assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
+                       arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
 def test_a_bad_state_is_refused_and_changes_nothing():
     with MLP([3, 4, 2], seed=1, backend="numpy") as net:
         state = {"step": 3, "exp_avg": {2: {"w": np.zeros((4, 3))}}, "exp_avg_sq": {2: {"w": np.zeros((4, 2))}}}

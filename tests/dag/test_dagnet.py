@@ -218,6 +218,22 @@ def test_jacobi_is_exact_after_d_sweeps_and_not_after_d_minus_1():
             assert schedule.stats["converged"] is converged and schedule.stats["rounds"] == sweeps
 
 
+@pytest.mark.parametrize("sweeps", [(None, 1), (1, None)], ids=("exact-then-one", "one-then-exact"))
+def test_graph_steps_under_dag_jacobis_of_other_sweeps_are_each_their_own(sweeps):
+    """A graph is kept by its schedule's repr, which says max_sweeps: two graph steps under one DagJacobi, then two
+    under the other, are an eager twin's steps to the bit (the first's graph, replayed for the second, was not)."""
+    with NumpyBackend() as backend:
+        nets = [residual_net(backend), residual_net(backend)]
+        for twin in nets[1:]:
+            twin.set_parameters(nets[0].parameters())
+        for max_sweeps in sweeps:
+            for step in range(2):
+                x, y = data(nets[0], 3, seed=step)
+                for net, graph in zip(nets, (True, False)):
+                    net.sgd_step(x, y, 0.5, DagJacobi(max_sweeps=max_sweeps), graph=graph)
+        assert same(flat(nets[0].parameters()), flat(nets[1].parameters()))
+
+
 @pytest.mark.parametrize("width", [4, 5])
 def test_the_sequential_counters_are_their_formula(width):
     """Flops of the adjoint system, B = 2: 2 n n_u B per input node u and n B of a node with parameters (h and

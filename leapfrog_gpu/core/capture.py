@@ -29,17 +29,26 @@ def key(samples, schedule, check_finite, rule):
     return samples, type(schedule), repr(schedule), check_finite, rule
 
 
-def check(plan, key, schedule):
-    """Raise a ``ValueError`` if ``plan`` holds no graph by ``key`` and the step of ``schedule`` cannot be captured:
-    before the step changes anything."""
+def ready(plan, key, schedule):
+    """Whether the step of ``schedule`` by ``key`` runs as a graph; False for ``Leapfrog("auto")``'s first at the
+    whole batch's size B (and while ``plan`` has not chosen its k), which runs eagerly, choosing k by timing eager
+    passes where this rank's plan has not (``core.calibrate``). Kept by B, as graphs are, so that every rank, whatever
+    its share (an empty one chooses nothing), captures at the same step. Raises a ``ValueError`` if ``plan`` holds
+    no graph by ``key`` and the step cannot be captured: before the step changes anything."""
+    if schedule.auto:
+        first = key not in plan.eager
+        plan.eager.add(key)
+        if first or (not plan.empty and calibrate.chosen(plan, schedule.fused) is None):
+            return False
     if key not in plan.captured:
         reason = refusal(plan, schedule)
         if reason is not None:
             raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")
+    return True
 
 
 def step(plan, key, body):
-    """Enqueue ``body()``, the step by ``key`` (``check`` passed), as the graph kept in ``plan.captured`` by it:
+    """Enqueue ``body()``, the step by ``key`` (``ready``), as the graph kept in ``plan.captured`` by it:
     captured on first use."""
     graph = plan.captured.get(key)
     if graph is not None:
@@ -48,12 +57,6 @@ def step(plan, key, body):
     graph = plan.backend.capture(body)
     if graph is not None:  # None: a launch failed (the next synchronize() says why); capture again next time
         plan.captured[key] = graph
-
-
-def calibrating(plan, schedule):
-    """Whether the step of ``schedule`` on ``plan`` is ``Leapfrog("auto")``'s first at its batch size: it chooses k
-    by timing eager passes (``core.calibrate``), so that step runs eagerly and the next is captured."""
-    return schedule.auto and calibrate.chosen(plan, schedule.fused) is None
 
 
 def refusal(plan, schedule):

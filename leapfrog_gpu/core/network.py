@@ -212,10 +212,9 @@ class Network(OptimizerState):
         clip = self._check_clip(clip, schedule, graph)
         self._check_rule(optimizer)
         plan, samples = self._load(x, self._targets(x, y), schedule, solver=solver)
-        graph = graph and not capture.calibrating(plan, schedule)  # that step runs eagerly, the next is captured
         if graph:
             key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))
-            capture.check(plan, key, schedule)
+            graph = capture.ready(plan, key, schedule)  # not Leapfrog("auto")'s first step at B: that one is eager
         with interrupts.held():  # a Ctrl-C meanwhile is raised once the step is enqueued whole
             controls = self._controls
             if optimizer.plain:

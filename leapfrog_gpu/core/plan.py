@@ -5,7 +5,7 @@ The MLP's pass (``mlp.plan.MLPPlan``), the RNN's (``RNNPlan``) and the DAG's (``
 these. Every buffer starts filled with NaN, so that a read before its write shows in the result; every event
 is made on first use and kept, so that a pass makes none after its first (``E_u``: the main stream is past
 what unit u's gradients wait for; ``F_j``: worker j is done). ``captured`` holds the steps graph mode captured
-on this plan (``core.capture``).
+on this plan (``core.capture``), ``eager`` the keys of those it ran eagerly first.
 
 What a network's pass gives (a unit is a layer or a node that has parameters): ``load(x, y)``,
 ``forward(solver)``, ``chain(schedule, controls)``, ``last_reader(unit)``, ``gradients(stream, unit,
@@ -37,6 +37,7 @@ class Plan:
         self.bound = bound
         self.units = list(net._live())
         self.captured = {}
+        self.eager = set()  # the keys of the graph steps ``core.capture.ready`` ran eagerly (Leapfrog("auto"))
         self.chosen = {}  # what ``core.calibrate.choose`` picked for Leapfrog("auto"), by candidates
         self.stats = {}
         self._events = {}

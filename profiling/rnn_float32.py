@@ -48,6 +48,12 @@ def errors(got, want):
             for k in range(3) for i, (g, w) in enumerate(zip(got[k], want[k])) if np.max(np.abs(w)) > 0}
 
 
+def as_lists(grads):
+    """``gradients()``' ``{l: {"b": ..., "w": ..., "u": ...}}`` as the reference's ``(nabla_b, nabla_w, nabla_u)``,
+    lists over l = 2..L (u: the recurrent layers')."""
+    return tuple([grads[l][name] for l in sorted(grads) if name in grads[l]] for name in ("b", "w", "u"))
+
+
 def cancellation(net, x, y, name):
     """|sum| / sum of |terms| of the gradient ``name`` ("nabla_u^5"), the terms being its summands over the
     steps and the batch, in float64."""
@@ -107,7 +113,7 @@ def main(argv=None):
                         x, y = sequences(net, tau, B, seed)
                         want = exact(net, x, y)
                         for schedule in (BPTT(), Leapfrog(2), Wavefront(), TimeScan()) + ((NaumovRNN(),) if tau <= 7 else ()):
-                            worst = max(worst, *errors(net.backprop(x, y, schedule), want).values())
+                            worst = max(worst, *errors(as_lists(net.gradients(x, y, schedule)), want).values())
             print(f"  B = {B}, tau = {tau:3d}: {worst:.1e}   (1e-6 (1 + tau/8) = {1e-6 * (1 + tau / 8):.1e})")
     try:
         import torch
@@ -119,13 +125,13 @@ def main(argv=None):
                  output_activation="identity") as net:
             x, y = sequences(net, 64, 5, seed)
             want = exact(net, x, y)
-            ours = errors(net.backprop(x, y, BPTT()), want)
+            ours = errors(as_lists(net.gradients(x, y, BPTT())), want)
             name = max(ours, key=ours.get)
             print(f"RNN({sizes}, 'relu', 'quadratic', output={output!r}, seed={seed}), tau = 64, B = 5: worst {name}, "
                   f"|sum| / sum of |terms| {cancellation(net, x, y, name):.1e}")
             for label, schedule in (("BPTT", BPTT()), ("Leapfrog(2)", Leapfrog(2)), ("Wavefront", Wavefront()),
                                     ("TimeScan", TimeScan())):
-                print(f"  {label:15} {errors(net.backprop(x, y, schedule), want)[name]:.1e}")
+                print(f"  {label:15} {errors(as_lists(net.gradients(x, y, schedule)), want)[name]:.1e}")
             if torch is not None:
                 torch.set_num_threads(1)
                 print(f"  {'torch float32':15} {errors(torch_gradients(torch, net, x, y), want)[name]:.1e}")

@@ -745,3 +745,16 @@ def test_a_carried_cuda_wheel_is_installed_where_the_images_is_older_than_nvmath
     assert lines[0] == f"wheels: none needed from {folder} (every module imports)", run.stdout + run.stderr
     assert lines[1] == f"wheels: installed from {folder}: cuda_pathfinder (the image's {have} < 99.0)"
     assert (tmp_path / "site" / "cuda_pathfinder" / "cuda_pathfinder.py").exists()
+
+
+def test_rnn_float32_compares_every_gradient_with_the_reference_array_by_array():
+    """profiling/rnn_float32.py lays ``gradients()`` out as the float64 reference does: on a small network every
+    array of every layer is compared, each within float32's rounding."""
+    import rnn_float32
+    from leapfrog_gpu import RNN, BPTT
+
+    with RNN([3, 4, 5, 2], "tanh", dtype="float32", seed=1, backend="numpy") as net:
+        x, y = rnn_float32.sequences(net, 6, 2, 0)
+        got = rnn_float32.errors(rnn_float32.as_lists(net.gradients(x, y, BPTT())), rnn_float32.exact(net, x, y))
+    assert set(got) == {f"nabla_{kind}^{l}" for kind in "bw" for l in (2, 3, 4)} | {"nabla_u^2", "nabla_u^3"}
+    assert max(got.values()) < 1e-6

@@ -76,7 +76,7 @@ def runs(path):
     with open(path, encoding="utf-8") as file:
         if not path.endswith(".jsonl"):
             run = json.load(file)
-            return [(run, run["records"])]
+            return [(run, run.get("records", run.get("rows")))]  # rows: an RNN run's, which main refuses
         found = []
         for line in file:
             item = json.loads(line)
@@ -91,7 +91,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
     labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
-    for run, records in runs(parser.parse_args().path):
+    path = parser.parse_args().path
+    for run, records in runs(path):
+        if "--model rnn" in run["command"]:
+            parser.error(f"{path} holds a run of leapfrog-bench --model rnn, whose table leapfrog-bench prints itself "
+                         "(--quiet: at the end); this script renders the MLP's")
         machine = ", ".join(labels.get(key, "{}").format(value) for key, value in run["machine"].items())
         print(f"Command: `{run['command']}`. Date: {run['date'][:10]}. Machine: {machine}.\n")
         print(table(records))

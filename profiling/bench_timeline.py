@@ -43,7 +43,11 @@ def parser():
 
 
 def check(p, args):
-    """``leapfrog-bench``'s checks; one network, a PNG in a folder that exists, one BLAS thread per stream."""
+    """``leapfrog-bench``'s checks; an MLP, one network, a PNG in a folder that exists, one BLAS thread per
+    stream."""
+    if args.model != "mlp":
+        p.error(f"--model {args.model}: this script charts an MLP's steps; an RNN's timeline is leapfrog-train "
+                "--model rnn --timeline FILE.png")
     if timeline.refusal(args.timeline):
         p.error(timeline.refusal(args.timeline))
     if len(runner.grid(bench_mlp, args)) > 1:

@@ -1,7 +1,7 @@
 """Host calls per eager step on the CuPy backend, counted for each configuration of a grid of MLPs.
 
-    PYTHONPATH=tests/standin:tests python profiling/call_count.py --sizes 16 --layers 32 --batch 32 --k 2 \\
-        --json profiling/results/call_count_standin.json
+    PYTHONPATH=tests/harness/standin:tests/harness python profiling/call_count.py --sizes 16 --layers 32 \\
+        --batch 32 --k 2 --json profiling/results/call_count_standin.json
 
 An eager step costs the host one Python call into CuPy for every matmul, kernel and event it enqueues;
 with L = 32 that count, not the GPU, can bound the step. ``count_step`` runs one step (after a step
@@ -35,8 +35,9 @@ from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.measure import ETA, configurations
 from leapfrog_gpu.tools.bench.mlp import DEFAULT_SCHEDULES
 from leapfrog_gpu.tools.bench.mlp import label
-from leapfrog_gpu.tools.cli import Parser, fitted, integers, parse_args_on_a_backend
+from leapfrog_gpu.tools.cli import Parser, fitted, integers
 from leapfrog_gpu.tools.schedules import make_schedule, names_type
+from card import refuse_without_gpu
 
 KINDS = ("matmul", "kernel", "fill", "copy", "record", "wait", "sync", "other", "enter")
 """What is counted: cuBLAS matmuls, raw kernel launches, fills (``set_element``), copies in (``copy_in``),
@@ -224,7 +225,10 @@ def parser():
 
 def main(argv=None):
     """Count, print the table (within 100 columns), write ``--json``; the exit status (2: no usable CuPy)."""
-    args = parse_args_on_a_backend(parser(), argv)
+    p = parser()
+    args = p.parse_args(argv)
+    refuse_without_gpu(p, "counting the calls into CuPy", "or the CuPy stand-in: PYTHONPATH=tests/harness/standin:"
+                       "tests/harness python profiling/call_count.py ...")
     counts = measure(args)
     print("\n".join(fitted(line) for line in table(counts).splitlines()))
     if args.json:

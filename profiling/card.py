@@ -1,4 +1,5 @@
-"""The GPU a kernel model describes: ``Card``, the H100 SXM and H200 entries, and ``from_device``.
+"""The GPU a kernel model describes: ``Card``, the H100 SXM and H200 entries, and ``from_device``; and the one
+line of a script that needs a GPU where none is usable (``refuse_without_gpu``).
 
 ``bandwidth`` is what a streaming kernel reaches, not the data sheet's peak: ``STREAM_SHARE`` of the
 peak for a listed card, or the device-to-device copy measured in the same run for the lent one.
@@ -6,7 +7,7 @@ peak for a listed card, or the device-to-device copy measured in the same run fo
 
 from dataclasses import dataclass
 
-from leapfrog_gpu.backends import timing
+from leapfrog_gpu.backends import cuda_status, timing
 
 STREAM_SHARE = 0.9  # of the peak DRAM bandwidth that a streaming kernel reaches (H200: 4.3 of 4.8 TB/s)
 
@@ -62,6 +63,14 @@ def lent_card(backend):
     runtime = backend.xp.cuda.runtime
     copy = timing.copy_bandwidth(backend, repeats=5, launches=10)["median"] * 1e9  # 10 copies an event pair
     return from_device(device_properties(runtime, runtime.getDevice()), copy)
+
+
+def refuse_without_gpu(parser, what, instead=None):
+    """``parser.error`` (one line, exit status 2) that says ``what`` needs a usable CUDA device, why there is none
+    here, and what to do ``instead``, unless there is one."""
+    status = cuda_status()
+    if not status.usable:
+        parser.error(f"{what} needs a usable CUDA device: {status.why}" + (f"; {instead}" if instead else ""))
 
 
 def line(card):

@@ -16,6 +16,12 @@
 # those the image lacks, and a cuda-* one where the image's is older than nvmath-python needs.
 set -euo pipefail
 
+if (($#)); then  # it takes no arguments: its settings are the variables above, and it empties WHEELS first
+    [[ $1 == -h || $1 == --help ]] && { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
+    echo "fetch_wheels.sh: takes no arguments (got $1): set WHEELS, PYTHON or PYTHON_VERSION instead" >&2
+    exit 2
+fi
+
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WHEELS=${WHEELS:-$REPO/build/wheels}
 PYTHON=${PYTHON:-python3}

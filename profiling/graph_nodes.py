@@ -12,6 +12,7 @@ import numpy as np
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import timing
+from card import refuse_without_gpu
 
 EMPTY = 'extern "C" __global__ void empty() {}\n'
 COUNTS = (1, 16, 64, 256)
@@ -48,6 +49,7 @@ def main(argv=None):
     parser.add_argument("--backend", choices=("auto", "cupy"), default="cupy")
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
+    refuse_without_gpu(parser, "this script (graphs of empty kernels, on the device)")
     with get_backend(args.backend) as backend:
         print(line(node_cost(backend, repeats=args.repeats)), flush=True)
     return 0

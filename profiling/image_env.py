@@ -9,6 +9,7 @@ itself is ``profiling/image/sitecustomize.py``, which every Python started with 
 runs: a module hidden there is still found anywhere else on the path (a wheel device_check.sh installed).
 """
 
+import argparse
 import importlib.metadata
 import os
 import re
@@ -64,11 +65,12 @@ def hidden(packages):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: image_env.py PACKAGES_FILE", file=sys.stderr)
-        return 2
-    names, folders = hidden(image_packages(argv[0]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("packages", metavar="PACKAGES_FILE", help="the image's list, profiling/gpu-image-packages.txt")
+    path = parser.parse_args(argv).packages
+    if not os.path.isfile(path):
+        parser.error(f"{path} is no file: give the image's package list, profiling/gpu-image-packages.txt")
+    names, folders = hidden(image_packages(path))
     print(" ".join(names))
     print(os.pathsep.join(folders))
     return 0

@@ -345,6 +345,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     card, node = CARDS.get(args.card), NODE
     if card is None:
+        cards.refuse_without_gpu(parser, "--card device", "--card H100 or H200 models a listed card")
         with get_backend("cupy") as backend:
             card, cost = cards.lent_card(backend), graph_nodes.node_cost(backend)
         node = cost["node_us"] * 1e-6

@@ -39,6 +39,7 @@ import numpy as np
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch, timing
 import kernel_traffic as traffic
+from card import refuse_without_gpu
 
 SHAPES = ((1024, 1024, 1), (1024, 1024, 32), (1024, 1024, 64), (4096, 4096, 1), (4096, 4096, 32), (4096, 4096, 64),
           (1000, 999, 33))
@@ -303,6 +304,8 @@ def main(argv=None):
     parser.add_argument("--model", metavar="FILE",
                         help="profiling/kernel_model.py --json output: its prediction beside each kernel of ours")
     args = parser.parse_args(argv)
+    if args.backend == "cupy":
+        refuse_without_gpu(parser, "--backend cupy", "--backend numpy runs the kernels' NumPy twins")
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split(":"))) for s in args.shapes.split(",")]
     gemvs = [shape for shape in shapes if shape[2] == 1]
     results, chain = [], []

@@ -12,16 +12,13 @@ refused by the schedule itself; both show in the table. Writes the rows as JSON 
 one panel per N.
 """
 
+import importlib.util
 import json
 import numbers
 import platform
 import sys
 from pathlib import Path
 
-import matplotlib  # the plot of time vs L; the only use of matplotlib in the project's tools
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from leapfrog_gpu import MLP, Sequential
@@ -30,7 +27,7 @@ from leapfrog_gpu.core.checks import MEMORY_LIMIT
 from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.runner import ratio
-from leapfrog_gpu.tools.cli import Parser, integers, number
+from leapfrog_gpu.tools.cli import Parser, integers, number, pip_install
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 HERE = Path(__file__).resolve().parent
@@ -128,6 +125,11 @@ def format_row(row):
 
 
 def plot(rows, args, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(args.N), figsize=(5 * len(args.N), 4), squeeze=False)
     styles = {B: style for B, style in zip(args.B, ("-", "--", ":", "-."))}
     for ax, N in zip(axes[0], args.N):
@@ -176,6 +178,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if min(args.k, args.repeats, args.memory_limit, args.blas_threads) < 1:
         parser.error("--k, --repeats, --memory-limit and --blas-threads must be >= 1")
+    if importlib.util.find_spec("matplotlib") is None:
+        parser.error(f"the plot of time against L needs matplotlib: {pip_install('plot')}")
     options = {"blas_threads": args.blas_threads} if args.backend == "numpy" else {}
     try:
         backend = get_backend(args.backend, **options)

@@ -9,9 +9,12 @@ the adding problem) as a dashed line; a classification's ``test_accuracy`` on a 
 """
 
 import argparse
+import importlib.util
 import itertools
 import json
 import sys
+
+from leapfrog_gpu.tools.cli import pip_install
 
 
 def read(path):
@@ -63,6 +66,8 @@ def main(argv=None):
     p.add_argument("--title", default="")
     p.add_argument("--chance", type=float, default=None, help="the chance level of the test metric, dashed")
     args = p.parse_args(argv)
+    if importlib.util.find_spec("matplotlib") is None:
+        p.error(f"the plot needs matplotlib: {pip_install('plot')}")
     runs = {}
     for path in args.files:
         lines = read(path)

@@ -7,6 +7,7 @@ Runs on the API every release has had (``sgd_step(x, y, eta, schedule)``), so th
 alternately on one machine and compared within its noise.
 """
 
+import argparse
 import json
 import time
 
@@ -30,6 +31,7 @@ def median_ms(step, sync, n=25, warm=3):
     return float(np.median(times))
 
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or refused
 out = {}
 rng = np.random.default_rng(0)
 with get_backend("numpy", blas_threads=1) as backend:

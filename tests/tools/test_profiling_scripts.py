@@ -338,8 +338,7 @@ def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
     limits = real_limits()
     assert all(f" s (limit {10 * limits[name]} s)" in line for name, line in lines.items()), summary
     assert lines["GPU tests"].startswith("GPU tests: exit 0")  # every GPU test skipped, with its reason
-    assert lines["kernels"].startswith("kernels: exit 1")
-    for name in ("bench headline", "bench fused", "bench grid"):
+    for name in ("kernels", "bench headline", "bench fused", "bench grid"):  # each refused in one line
         assert lines[name].startswith(f"{name}: exit 2")
     for tool in ("memcheck", "racecheck", "synccheck"):
         assert re.search(r"exit 0, .*; skipped: compute-sanitizer is not on PATH \(\d+ tests selected\)",
@@ -347,6 +346,7 @@ def test_device_check_without_a_gpu_records_each_failure_and_goes_on(tmp_path):
     log = (tmp_path / "log.txt").read_text()
     assert log.count("leapfrog-bench: error: --backend cupy ") == 1  # the grid
     assert log.count("python profiling/bench_timeline.py: error: --backend cupy ") == 2  # the headline, fused
+    assert log.count("kernels.py: error: --backend cupy needs a usable CUDA device: ") == 1
 
 
 def wheel(folder, name, version="1.0"):
@@ -758,3 +758,38 @@ def test_rnn_float32_compares_every_gradient_with_the_reference_array_by_array()
         got = rnn_float32.errors(rnn_float32.as_lists(net.gradients(x, y, BPTT())), rnn_float32.exact(net, x, y))
     assert set(got) == {f"nabla_{kind}^{l}" for kind in "bw" for l in (2, 3, 4)} | {"nabla_u^2", "nabla_u^3"}
     assert max(got.values()) < 1e-6
+
+
+@pytest.mark.parametrize("script, args, status, words", [
+    ("fetch_wheels.sh", ["--help"], 0, "Fill build/wheels (WHEELS) with the wheels device_check.sh installs"),
+    ("fetch_wheels.sh", ["now"], 2, "fetch_wheels.sh: takes no arguments (got now): set WHEELS, PYTHON or "),
+    ("step_times.py", ["--help"], 0, "usage: step_times.py [-h]"),
+    ("image_env.py", ["--help"], 0, "usage: image_env.py [-h] PACKAGES_FILE"),
+    ("image_env.py", ["nothing.txt"], 2, "image_env.py: error: nothing.txt is no file: give the image's package list"),
+    ("bench_timeline.py", ["--model", "rnn", "--timeline", "t.png"], 2, "error: --model rnn: this script charts an "
+                                                                        "MLP's steps; an RNN's timeline is "),
+    ("bench_table.py", [str(PROFILING / "results" / "rnn_cells_bench_rerun_cpu_2026-12-05.jsonl")], 2,
+     "holds a run of leapfrog-bench --model rnn, whose table leapfrog-bench prints itself"),
+])
+def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_nothing(tmp_path, script, args,
+                                                                                        status, words):
+    """``--help`` prints the script's help, not its run (fetch_wheels.sh emptied its folder, step_times.py timed
+    its whole benchmark); what a script cannot do is refused in one line, exit status 2."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "kept.whl").write_bytes(b"")
+    command = ["bash"] if script.endswith(".sh") else [sys.executable]
+    done = subprocess.run([*command, str(PROFILING / script), *args], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "WHEELS": str(wheels), "PYTHON": "false"})
+    assert done.returncode == status and words in done.stdout + done.stderr, done.stdout + done.stderr
+    assert list(wheels.iterdir()) == [wheels / "kept.whl"]
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the refusal where no CUDA device is usable")
+@pytest.mark.parametrize("script, args", [("graph_nodes.py", []), ("kernels.py", ["--backend", "cupy"]),
+                                          ("kernel_model.py", ["--card", "device"]), ("call_count.py", [])])
+def test_a_script_that_needs_a_gpu_says_so_in_one_line_where_none_is_usable(script, args):
+    done = subprocess.run([sys.executable, str(PROFILING / script), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "needs a usable CUDA device: " in done.stderr.splitlines()[-1]

@@ -243,8 +243,10 @@ def _run(config, dataset, net, report, state, why):
     remaining = training.fitting.steps_per_epoch * config["epochs"] - training.fitting.step
     try:
         calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
-    except ValueError as error:  # the run's own step, refused as set up
-        raise Refused(str(error)) from None
+    except ValueError as error:  # the run's own step, refused as set up: on every rank alike (one network each)
+        refused = Refused(str(error))
+        refused.every_rank = True
+        raise refused from None
     estimate.ask(config, *calibrated, report, training.ranks)
     if state is None:
         report.start()

@@ -159,13 +159,17 @@ class Training:
 
     @contextlib.contextmanager
     def _step(self, n):
-        """Around step ``n``: its profiling window; a step the network refuses as set up raises ``Refused``, and
-        Ctrl-C ``Interrupted`` once the step is counted."""
+        """Around step ``n``: its profiling window; a step the network refuses as set up raises ``Refused`` (on every
+        rank alike where the batch is whole: each rank's share of it is --batch-size, so each refuses it, and rank 0
+        alone says so), and Ctrl-C ``Interrupted`` once the step is counted."""
         try:
             with self.profile.step(n):
                 yield
         except ValueError as error:
-            raise Refused(str(error)) from None
+            refused = Refused(str(error))
+            fitting = self.fitting  # the step refused is not counted: step_in_epoch is its own
+            refused.every_rank = (fitting.step_in_epoch + 1) * fitting.batch <= fitting.x.shape[-1]
+            raise refused from None
         if self.interrupt["stop"]:
             raise Interrupted
 

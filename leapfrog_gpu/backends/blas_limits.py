@@ -10,9 +10,10 @@ its last holder is released, in whatever order they are.
 
 ``release`` never waits: a finalizer calls it (a network collected unclosed), on any thread, perhaps while
 this very thread is inside ``hold``. A ticket released while another call has the stack is taken off by that
-call before it lets go. Bringing the threads back is left to the thread that held the newest ticket (for
-OpenBLAS threadpoolctl heeds only the thread that set them, while it lives): released on another thread, that
-ticket comes off at its holder's next ``hold`` or ``release``.
+call before it lets go. Bringing the threads back is left to the thread that set what comes back (for OpenBLAS
+threadpoolctl heeds only the thread that set them, while it lives): a limiter handed up the stack keeps the
+thread that made it, and one taken off the top on another thread is restored at that thread's next ``hold`` or
+``release``.
 """
 
 import itertools
@@ -21,27 +22,28 @@ import threading
 import threadpoolctl
 
 _lock = threading.Lock()
-_stack = []  # [ticket, limiter]: the limiter restores what was in force before that ticket's hold
-_holders = {}  # ticket -> the thread that held it
+_stack = []  # [ticket, limiter, setter]: the limiter restores what was in force before that ticket's hold, as
+# the thread ``setter`` saw it
 _released = []  # tickets released and not yet taken off the stack
+_restores = []  # (setter, limiter) taken off the top, in that order: each restored on its setter's thread
 _tickets = itertools.count(1)
-_changes = [0]  # holds and releases taken off so far: what ``changes()`` counts
+_changes = [0]  # holds and restores so far: what ``changes()`` counts
 
 
 def hold(threads):
     """Set the BLAS libraries to ``threads`` threads until ``release(ticket)``; return the ticket."""
     with _lock:
+        _restore_ours()  # what this thread set comes back first, then this hold finds it
         ticket = next(_tickets)
-        _stack.append([ticket, threadpoolctl.threadpool_limits(threads, user_api="blas")])
-        _holders[ticket] = threading.current_thread()
+        _stack.append([ticket, threadpoolctl.threadpool_limits(threads, user_api="blas"), threading.current_thread()])
         _changes[0] += 1
     _settle()
     return ticket
 
 
 def changes():
-    """How many times the stack has changed the threads in force (a hold, a release taken off): a caller that
-    set the threads itself in between (``host_blas.share``) leaves the stack's setting as it is."""
+    """How many times the stack has changed the threads in force (a hold, a restore): a caller that set the
+    threads itself in between (``host_blas.share``) leaves the stack's setting as it is."""
     return _changes[0]
 
 
@@ -52,34 +54,34 @@ def release(ticket):
 
 
 def _settle():
-    """Take off the stack the released tickets this thread may take off, unless another call has the stack;
-    again while one released meanwhile waits."""
+    """Take the released tickets off the stack and restore what this thread set, unless another call has the
+    stack; again while one released meanwhile waits."""
     while _lock.acquire(blocking=False):
         try:
-            for ticket in [ticket for ticket in _released if _ours(ticket)]:
-                _released.remove(ticket)
-                _take_off(ticket)
+            while _released:
+                _take_off(_released.pop(0))
+            _restore_ours()
         finally:
             _lock.release()
-        if not any(map(_ours, _released)):
+        if not _released:
             return
 
 
-def _ours(ticket):
-    """Whether this thread may take ``ticket`` off: any may, but the newest one's threads come back on its holder's."""
-    holder = _holders.get(ticket)
-    newest = bool(_stack) and _stack[-1][0] == ticket
-    return not newest or holder is threading.current_thread() or not holder.is_alive()
-
-
 def _take_off(ticket):
-    place = next((i for i, (held, _) in enumerate(_stack) if held == ticket), None)
+    place = next((i for i, (held, _, _) in enumerate(_stack) if held == ticket), None)
     if place is None:
         return
-    del _holders[ticket]
-    _changes[0] += 1
-    _, limiter = _stack.pop(place)
+    _, limiter, setter = _stack.pop(place)
     if place < len(_stack):
-        _stack[place][1] = limiter  # the holder above now restores what this one found
+        _stack[place][1:] = [limiter, setter]  # the holder above now restores what this one found
     else:
-        limiter.restore_original_limits()
+        _restores.append((setter, limiter))
+
+
+def _restore_ours():
+    """Restore, in the order they came off, the limiters whose setter is this thread (or has ended)."""
+    for setter, limiter in list(_restores):
+        if setter is threading.current_thread() or not setter.is_alive():
+            _restores.remove((setter, limiter))
+            limiter.restore_original_limits()
+            _changes[0] += 1

@@ -250,6 +250,21 @@ def test_the_newest_ticket_released_on_another_thread_comes_off_on_its_own(three
     assert blas_threads() == {3}
 
 
+def test_threads_handed_up_to_a_holder_on_another_thread_come_back_on_the_thread_that_set_them(three_blas_threads):
+    """This thread holds a ticket; a stream thread releases it (a network freed there) while it is the newest; another
+    thread then holds and releases one above it, which now restores what this thread's ticket found. That restore is
+    this thread's to make: its next hold or release brings the threads it set back (made on the other thread, it
+    was never heeded here, and the threads stayed at 1 for good)."""
+    mine = blas_limits.hold(1)
+    for call, args in ((blas_limits.release, (mine,)), (lambda: blas_limits.release(blas_limits.hold(2)), ())):
+        elsewhere = threading.Thread(target=call, args=args)
+        elsewhere.start()
+        elsewhere.join()
+    assert blas_threads() == {1}
+    NumpyBackend(blas_threads=1).close()
+    assert blas_threads() == {3}
+
+
 # -- the CuPy stand-in ------------------------------------------------------------------------------------
 
 

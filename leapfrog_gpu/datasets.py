@@ -22,6 +22,7 @@ import dataclasses
 import gzip
 import importlib.util
 import math
+import numbers
 import zipfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import numpy as np
 import threadpoolctl
 
 from . import reference
+from .core.checks import check_dtype
 
 MNIST_FILES = {
     "x_train": "train-images-idx3-ubyte",
@@ -46,6 +48,15 @@ DIGITS_SPLIT = Path(__file__).with_name("digits_split.npz")
 
 class DataError(ValueError):
     """A data file is missing, malformed, or disagrees with the others."""
+
+
+def _count(name, value, least=1):
+    """``value`` as an int >= ``least`` (samples, steps, widths), else a TypeError or ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {least}; got {value!r}")
+    if value < least:
+        raise ValueError(f"{name} must be an integer >= {least}; got {value!r}")
+    return int(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +99,7 @@ def digits(dtype="float32"):
     ``train_test_split(test_size=0.2, stratify=labels, random_state=0)``, kept in ``DIGITS_SPLIT``
     (tests/core/test_datasets.py checks both against scikit-learn).
     """
+    dtype = check_dtype(dtype)
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     if spec is None:
         raise DataError("the digits come with scikit-learn, which is not installed: pip install scikit-learn")
@@ -106,7 +118,7 @@ def mnist(path, dtype="float32"):
     """MNIST from local files: a directory with the four IDX files (``MNIST_FILES``, gzipped or not),
     or one ``.npz`` holding ``x_train, y_train, x_test, y_test`` (a directory with exactly one, or its
     path). Integer pixels are scaled from 0..255 to [0, 1]; float pixels are taken as they are."""
-    path = Path(path)
+    dtype, path = check_dtype(dtype), Path(path)
     if path.is_file() and path.suffix == ".npz":
         return _mnist_npz(path, dtype)
     if not path.exists():
@@ -115,16 +127,19 @@ def mnist(path, dtype="float32"):
         raise DataError(f"MNIST path {path} is neither a directory nor a .npz file")
     found = {role: _find_idx(path, stem) for role, stem in MNIST_FILES.items()}
     missing = [MNIST_FILES[role] for role, file in found.items() if file is None]
+    archives = sorted(path.glob("*.npz"))
+    if not missing and archives:
+        raise DataError(f"{path} holds the four MNIST IDX files and {archives[0].name}: keep one or the other, or "
+                        "give the .npz's own path")
     if not missing:
         arrays = {role: read_idx(file) for role, file in found.items()}
         return _mnist_arrays(arrays, {role: file.name for role, file in found.items()}, dtype)
-    archives = sorted(path.glob("*.npz"))
     if len(missing) == len(MNIST_FILES) and len(archives) == 1:
         return _mnist_npz(archives[0], dtype)
-    raise DataError(
-        f"{path} lacks MNIST file(s) {', '.join(missing)} (each may end in .gz)"
-        + (f" and holds {len(archives)} .npz files, not one" if archives else " and holds no .npz")
-    )
+    if len(missing) < len(MNIST_FILES):
+        raise DataError(f"{path} lacks MNIST file(s) {', '.join(missing)} (each may end in .gz)")
+    raise DataError(f"{path} holds neither the four MNIST IDX files ({', '.join(MNIST_FILES.values())}, each may "
+                    f"end in .gz) nor one .npz" + (f" (it holds {len(archives)}: keep one)" if archives else ""))
 
 
 def teacher(sizes, samples=4096, seed=1, dtype="float32"):
@@ -137,8 +152,7 @@ def teacher(sizes, samples=4096, seed=1, dtype="float32"):
     sizes = [int(n) for n in sizes]
     if len(sizes) < 2 or min(sizes) < 1:
         raise ValueError(f"sizes must list at least 2 widths >= 1; got {sizes}")
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1; got {samples}")
+    samples, dtype = _count("samples", samples), check_dtype(dtype)
     test = max(1, samples // 4)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((sizes[0], samples + test)).astype(dtype)
@@ -174,6 +188,7 @@ def digits_by_pixels(dtype="float32"):
 def adding(tau=16, samples=2048, seed=1, dtype="float32"):
     """The adding problem over ``tau`` >= 2 steps: ``samples`` training sequences plus a quarter as many (at least
     one) test ones, x (tau, 2, N) and y (1, N)."""
+    tau, samples, dtype = _count("tau", tau, 2), _count("samples", samples), check_dtype(dtype)
     count = samples + max(1, samples // 4)
     rng = np.random.default_rng(seed)
     x = np.zeros((tau, 2, count))
@@ -194,14 +209,16 @@ def teacher_rnn(inputs=4, outputs=2, tau=16, samples=2048, seed=1, dtype="float3
     + 1 as ``RNN(sizes, seed=seed + 1)`` draws an Elman network (w ~ N(0, 1/n_{l-1}) and b ~ N(0, 1), here scaled
     by 0.1, layer by layer; then u ~ N(0, 1/n) scaled to spectral norm 0.9), a tanh recurrent layer and an identity
     output: ``samples`` training sequences of ``tau`` steps plus a quarter as many (at least one) test ones."""
+    inputs, outputs, tau = _count("inputs", inputs), _count("outputs", outputs), _count("tau", tau)
+    samples, dtype = _count("samples", samples), check_dtype(dtype)
     count = samples + max(1, samples // 4)
-    x = np.random.default_rng(seed).standard_normal((tau, int(inputs), count))
+    x = np.random.default_rng(seed).standard_normal((tau, inputs, count))
     draw = np.random.default_rng(seed + 1)
     (w2, b2), (w3, b3) = [(draw.standard_normal((n, m)) / math.sqrt(m), 0.1 * draw.standard_normal(n))
-                          for m, n in ((int(inputs), TEACHER_HIDDEN), (TEACHER_HIDDEN, int(outputs)))]
+                          for m, n in ((inputs, TEACHER_HIDDEN), (TEACHER_HIDDEN, outputs))]
     u = draw.standard_normal((TEACHER_HIDDEN, TEACHER_HIDDEN)) / math.sqrt(TEACHER_HIDDEN)
     u = u * 0.9 / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny)
-    a, y = np.zeros((TEACHER_HIDDEN, count)), np.empty((tau, int(outputs), count))
+    a, y = np.zeros((TEACHER_HIDDEN, count)), np.empty((tau, outputs, count))
     with same_bits():
         for t in range(tau):
             a = np.tanh(w2 @ x[t] + u @ a + b2[:, None])
@@ -285,10 +302,11 @@ def read_idx(path):
 
 
 def _find_idx(directory, stem):
-    for name in (stem, stem + ".gz"):
-        if (directory / name).is_file():
-            return directory / name
-    return None
+    """``directory``'s IDX file ``stem``, gzipped or not, or None; a DataError where both are there."""
+    found = [directory / name for name in (stem, stem + ".gz") if (directory / name).is_file()]
+    if len(found) > 1:
+        raise DataError(f"{directory} holds both {stem} and {stem}.gz: keep one")
+    return found[0] if found else None
 
 
 def _mnist_npz(path, dtype):

@@ -2,6 +2,7 @@
 what they reject, the digits and their split, the teachers, and the sequence tasks."""
 
 import gzip
+import re
 import sys
 import types
 
@@ -95,6 +96,43 @@ def test_missing_idx_file_is_named(tmp_path):
     (tmp_path / datasets.MNIST_FILES["y_test"]).unlink()
     with pytest.raises(datasets.DataError, match="t10k-labels-idx1-ubyte"):
         datasets.mnist(tmp_path)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("gz", r"holds both train-images-idx3-ubyte and train-images-idx3-ubyte\.gz: keep one$"),
+    ("npz", r"holds the four MNIST IDX files and mnist\.npz: keep one or the other, or give the \.npz's own path$"),
+    ("partial+npz", r"lacks MNIST file\(s\) t10k-labels-idx1-ubyte \(each may end in \.gz\)$"),
+    ("two npz", r"holds neither the four MNIST IDX files \(.*\) nor one \.npz \(it holds 2: keep one\)$"),
+])
+def test_a_folder_of_two_readings_or_a_part_of_one_is_refused_saying_which(tmp_path, extra, message):
+    """Two copies of one IDX file (which differ: the raw one was read before), the IDX files beside an .npz, or
+    some IDX files beside an .npz: refused in one line, rather than one of them read without a word."""
+    arrays = small_mnist()
+    if extra != "two npz":
+        write_idx(tmp_path, arrays)
+    if extra == "gz":
+        stem = datasets.MNIST_FILES["x_train"]
+        (tmp_path / f"{stem}.gz").write_bytes(gzip.compress(idx_bytes(arrays["x_train"][:, :2, :2])))
+    if extra == "partial+npz":
+        (tmp_path / datasets.MNIST_FILES["y_test"]).unlink()
+    for name in {"npz": ["mnist"], "partial+npz": ["mnist"], "two npz": ["a", "b"]}.get(extra, []):
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+    with pytest.raises(datasets.DataError, match=f"^{tmp_path} {message}"):
+        datasets.mnist(tmp_path)
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: datasets.adding(tau=1), ValueError, "tau must be an integer >= 2; got 1"),
+    (lambda: datasets.adding(samples=0), ValueError, "samples must be an integer >= 1; got 0"),
+    (lambda: datasets.teacher_rnn(tau=0), ValueError, "tau must be an integer >= 1; got 0"),
+    (lambda: datasets.teacher_rnn(inputs=2.5), TypeError, "inputs must be an integer >= 1; got 2.5"),
+    (lambda: datasets.teacher([3, 2], samples=0), ValueError, "samples must be an integer >= 1; got 0"),
+    (lambda: datasets.digits(dtype="int32"), ValueError, "dtype must be one of 'float32', 'float64'; got 'int32'"),
+    (lambda: datasets.adding(dtype="int8"), ValueError, "dtype must be one of 'float32', 'float64'; got 'int8'"),
+])
+def test_a_dataset_asked_for_with_a_bad_argument_says_which(make, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        make()
 
 
 def test_missing_path(tmp_path):

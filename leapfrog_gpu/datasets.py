@@ -302,11 +302,20 @@ def read_idx(path):
 
 
 def _find_idx(directory, stem):
-    """``directory``'s IDX file ``stem``, gzipped or not, or None; a DataError where both are there."""
+    """``directory``'s IDX file ``stem``, gzipped or not, or None; both (as torchvision keeps them) where they hold
+    the same bytes, else a DataError."""
     found = [directory / name for name in (stem, stem + ".gz") if (directory / name).is_file()]
-    if len(found) > 1:
-        raise DataError(f"{directory} holds both {stem} and {stem}.gz: keep one")
+    if len(found) > 1 and _bytes(found[1]) != found[0].read_bytes():
+        raise DataError(f"{directory} holds both {stem} and {stem}.gz, which differ: keep one")
     return found[0] if found else None
+
+
+def _bytes(gzipped):
+    """The bytes ``gzipped`` holds, b"" for a file that is no gzip stream (read_idx says what is wrong with it)."""
+    try:
+        return gzip.decompress(gzipped.read_bytes())
+    except (OSError, EOFError):
+        return b""
 
 
 def _mnist_npz(path, dtype):

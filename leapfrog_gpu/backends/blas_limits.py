@@ -12,8 +12,8 @@ its last holder is released, in whatever order they are.
 this very thread is inside ``hold``. A ticket released while another call has the stack is taken off by that
 call before it lets go. Bringing the threads back is left to the thread that set what comes back (for OpenBLAS
 threadpoolctl heeds only the thread that set them, while it lives): a limiter handed up the stack keeps the
-thread that made it, and one taken off the top on another thread is restored at that thread's next ``hold`` or
-``release``.
+thread that made it, and the newest ticket released on another thread comes off at that thread's next ``hold``
+or ``release``, so that the stack comes off in its order.
 """
 
 import itertools
@@ -25,15 +25,13 @@ _lock = threading.Lock()
 _stack = []  # [ticket, limiter, setter]: the limiter restores what was in force before that ticket's hold, as
 # the thread ``setter`` saw it
 _released = []  # tickets released and not yet taken off the stack
-_restores = []  # (setter, limiter) taken off the top, in that order: each restored on its setter's thread
 _tickets = itertools.count(1)
-_changes = [0]  # holds and restores so far: what ``changes()`` counts
+_changes = [0]  # holds and releases taken off so far: what ``changes()`` counts
 
 
 def hold(threads):
     """Set the BLAS libraries to ``threads`` threads until ``release(ticket)``; return the ticket."""
     with _lock:
-        _restore_ours()  # what this thread set comes back first, then this hold finds it
         ticket = next(_tickets)
         _stack.append([ticket, threadpoolctl.threadpool_limits(threads, user_api="blas"), threading.current_thread()])
         _changes[0] += 1
@@ -42,8 +40,8 @@ def hold(threads):
 
 
 def changes():
-    """How many times the stack has changed the threads in force (a hold, a restore): a caller that set the
-    threads itself in between (``host_blas.share``) leaves the stack's setting as it is."""
+    """How many times the stack has changed the threads in force (a hold, a release taken off): a caller that
+    set the threads itself in between (``host_blas.share``) leaves the stack's setting as it is."""
     return _changes[0]
 
 
@@ -54,34 +52,35 @@ def release(ticket):
 
 
 def _settle():
-    """Take the released tickets off the stack and restore what this thread set, unless another call has the
-    stack; again while one released meanwhile waits."""
+    """Take off the stack the released tickets this thread may take off, unless another call has the stack;
+    again while one released meanwhile waits."""
     while _lock.acquire(blocking=False):
         try:
-            while _released:
-                _take_off(_released.pop(0))
-            _restore_ours()
+            for ticket in [ticket for ticket in _released if _ours(ticket)]:
+                _released.remove(ticket)
+                _take_off(ticket)
         finally:
             _lock.release()
-        if not _released:
+        if not any(map(_ours, _released)):
             return
+
+
+def _ours(ticket):
+    """Whether this thread may take ``ticket`` off: any may, but the newest one's threads come back on the thread
+    that set what its limiter brings back (while that thread lives)."""
+    if not _stack or _stack[-1][0] != ticket:
+        return True
+    setter = _stack[-1][2]
+    return setter is threading.current_thread() or not setter.is_alive()
 
 
 def _take_off(ticket):
     place = next((i for i, (held, _, _) in enumerate(_stack) if held == ticket), None)
     if place is None:
         return
+    _changes[0] += 1
     _, limiter, setter = _stack.pop(place)
     if place < len(_stack):
-        _stack[place][1:] = [limiter, setter]  # the holder above now restores what this one found
+        _stack[place][1:] = [limiter, setter]  # the holder above now restores what this one found, where it was set
     else:
-        _restores.append((setter, limiter))
-
-
-def _restore_ours():
-    """Restore, in the order they came off, the limiters whose setter is this thread (or has ended)."""
-    for setter, limiter in list(_restores):
-        if setter is threading.current_thread() or not setter.is_alive():
-            _restores.remove((setter, limiter))
-            limiter.restore_original_limits()
-            _changes[0] += 1
+        limiter.restore_original_limits()

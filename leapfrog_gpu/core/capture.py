@@ -34,16 +34,15 @@ def ready(plan, key, schedule):
     whole batch's size B (and while ``plan`` has not chosen its k), which runs eagerly, choosing k by timing eager
     passes where this rank's plan has not (``core.calibrate``). Kept by B, as graphs are, so that every rank, whatever
     its share (an empty one chooses nothing), captures at the same step. Raises a ``ValueError`` if ``plan`` holds
-    no graph by ``key`` and the step cannot be captured: before the step changes anything."""
-    if schedule.auto:
-        first = key not in plan.eager
-        plan.eager.add(key)
-        if first or (not plan.empty and calibrate.chosen(plan, schedule.fused) is None):
-            return False
+    no graph by ``key`` and the step cannot be captured: before the step changes anything, the eager one too."""
     if key not in plan.captured:
         reason = refusal(plan, schedule)
         if reason is not None:
             raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")
+    if schedule.auto:
+        first = key not in plan.eager
+        plan.eager.add(key)
+        return not (first or (not plan.empty and calibrate.chosen(plan, schedule.fused) is None))
     return True
 
 

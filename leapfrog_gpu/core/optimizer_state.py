@@ -66,7 +66,8 @@ class OptimizerState:
         if optimizer.plain:
             return
         if self._rule is None:
-            self._make_state(optimizer, by_step=False)
+            self._make_state(optimizer)
+        self._made_by_step = False  # a state set is the caller's: no step taken back takes it back
         self._wait()
         if not steps:  # a slot not given at step 0 is no step's: 0
             for named in self._controls.state.values():
@@ -114,7 +115,7 @@ class OptimizerState:
             raise ValueError(f"this {type(self).__name__} holds the state of {held}; {optimizer!r} is another "
                              "optimizer (only lr may change from step to step): steps cannot mix their states")
 
-    def _make_state(self, optimizer, by_step=True):
+    def _make_state(self, optimizer):
         """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory; those of a
         state taken back where they are its slots (the graphs captured with them stay right), else new ones (and
         the graphs go)."""
@@ -130,4 +131,4 @@ class OptimizerState:
             for plan in self._plans.values():
                 plan.captured.clear()
         self.backend.synchronize()  # CuPy writes on its default stream, which ours do not wait for
-        self._rule, self._steps, self._held, self._made_by_step = optimizer.rule(), 0, optimizer, by_step
+        self._rule, self._steps, self._held, self._made_by_step = optimizer.rule(), 0, optimizer, True

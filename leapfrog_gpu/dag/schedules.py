@@ -126,7 +126,8 @@ class DagJacobi(BlockSchedule):
 
     def __repr__(self):  # max_sweeps changes the step: a graph is kept by the schedule's repr (``core.capture.key``)
         sweeps = "" if self.max_sweeps is None else f"max_sweeps={self.max_sweeps}, "
-        return f"DagJacobi({sweeps}{super().__repr__().removeprefix('DagJacobi(')}"
+        name = type(self).__name__
+        return f"{name}({sweeps}{super().__repr__().removeprefix(f'{name}(')}"
 
     def memory_needed(self, net, batch):
         """Bytes of N (B, M, M), e and two iterates (B, M, 1) for ``net`` (a ``DagNet`` or its plan) at

@@ -149,7 +149,7 @@ def too_large(error):
     """The line that says ``error`` comes of sizes this machine cannot hold (a MemoryError, or NumPy's ValueError for
     an array beyond any address space), or None for another error."""
     if isinstance(error, MemoryError):
-        return f"not enough memory ({error or 'an allocation failed'}): ask for smaller sizes"
+        return f"not enough memory ({str(error) or 'an allocation failed'}): ask for smaller sizes"
     if isinstance(error, ValueError) and str(error).startswith("array is too big"):
         return "the sizes asked for make an array larger than this machine can address: ask for smaller sizes"
     return None

@@ -72,10 +72,13 @@ def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=No
 
 
 def make_solver(model, name, **options):
-    """A new forward solver ``name`` of ``model`` (``SOLVERS``) made with ``options`` (``memory_limit=``...),
-    or ``None`` for ``sequential``."""
+    """A new forward solver ``name`` of ``model`` (``SOLVERS``) made with those of ``options`` it takes
+    (``memory_limit=``: ``ForwardJacobi`` takes none), or ``None`` for ``sequential``."""
     solver = SOLVERS[model][name]
-    return None if solver is None else solver(**options)
+    if solver is None:
+        return None
+    taken = inspect.signature(solver).parameters
+    return solver(**{key: value for key, value in options.items() if key in taken})
 
 
 def names_type(model):

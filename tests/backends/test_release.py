@@ -265,6 +265,41 @@ def test_threads_handed_up_to_a_holder_on_another_thread_come_back_on_the_thread
     assert blas_threads() == {3}
 
 
+def test_a_stack_released_elsewhere_comes_off_in_its_order_where_the_setting_is_process_wide(monkeypatch):
+    """Where the BLAS threads are one setting for the process (MKL, BLIS): a ticket held here, one held above it on
+    thread X, both released on a third thread; this thread's next hold and release, then X's, leave the setting
+    from before either (restored out of order, X's limiter would bring back this thread's setting last)."""
+    setting = ["before"]
+
+    class Limiter:  # threadpoolctl's, on one process-wide setting
+        def __init__(self, threads, user_api=None):
+            self.found, setting[0] = setting[0], threads
+
+        def restore_original_limits(self):
+            setting[0] = self.found
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", Limiter)
+    mine, above, go = blas_limits.hold(1), [], threading.Event()
+
+    def x():
+        above.append(blas_limits.hold(2))
+        go.wait()
+        blas_limits.release(blas_limits.hold(4))
+
+    thread_x = threading.Thread(target=x)
+    thread_x.start()
+    while not above:
+        time.sleep(0.001)
+    for ticket in (above[0], mine):
+        elsewhere = threading.Thread(target=blas_limits.release, args=(ticket,))
+        elsewhere.start()
+        elsewhere.join()
+    blas_limits.release(blas_limits.hold(3))
+    go.set()
+    thread_x.join()
+    assert setting == ["before"]
+
+
 # -- the CuPy stand-in ------------------------------------------------------------------------------------
 
 

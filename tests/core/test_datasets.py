@@ -99,7 +99,7 @@ def test_missing_idx_file_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ("gz", r"holds both train-images-idx3-ubyte and train-images-idx3-ubyte\.gz: keep one$"),
+    ("gz", r"holds both train-images-idx3-ubyte and train-images-idx3-ubyte\.gz, which differ: keep one$"),
     ("npz", r"holds the four MNIST IDX files and mnist\.npz: keep one or the other, or give the \.npz's own path$"),
     ("partial+npz", r"lacks MNIST file\(s\) t10k-labels-idx1-ubyte \(each may end in \.gz\)$"),
     ("two npz", r"holds neither the four MNIST IDX files \(.*\) nor one \.npz \(it holds 2: keep one\)$"),
@@ -133,6 +133,13 @@ def test_a_folder_of_two_readings_or_a_part_of_one_is_refused_saying_which(tmp_p
 def test_a_dataset_asked_for_with_a_bad_argument_says_which(make, error, message):
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         make()
+
+
+def test_a_folder_with_each_idx_file_beside_its_gz_as_torchvision_keeps_them_is_read(tmp_path):
+    arrays = small_mnist()
+    write_idx(tmp_path, arrays)
+    write_idx(tmp_path, arrays, gzipped=True)
+    check_mnist(datasets.mnist(tmp_path), arrays)
 
 
 def test_missing_path(tmp_path):

@@ -437,6 +437,24 @@ def test_a_refused_first_step_takes_back_the_state_it_made(network_name, then, g
                        arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
+def test_a_state_set_before_a_refused_first_step_is_kept(network_name):
+    """A state the caller set is the caller's: a first step refused after it takes back the step, not the state
+    (here set on a network whose earlier state a step made)."""
+    x, y = network_batch(network_name, 5, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64", check_finite=True) as net:
+        net.train_step(x, y, Adam(0.01))
+        halves = {u: {n: np.full_like(a, 0.5) for n, a in named.items()} for u, named in net.parameters().items()}
+        moments = {"exp_avg": halves, "exp_avg_sq": halves}
+        net.set_optimizer_state(Adam(0.01), {"step": 0, **moments})
+        net.train_step(x * 1e200, y, Adam(0.01))
+        with pytest.raises(FloatingPointError, match="update refused"):
+            net.synchronize()
+        state = net.optimizer_state()
+        assert state["step"] == 0 and net.held_optimizer() is not None
+        assert all((a == 0.5).all() for slot in moments for a in arrays(state[slot]))
+
+
 def raising(monkeypatch, name):
     """Keyword arguments of ``train_step`` for a step of the network ``name`` that raises as it runs: a strict
     forward solver stopped short of tol=0 after one iteration (RNN, DagNet); the MLP's forward op, planted to

@@ -266,6 +266,7 @@ def test_bad_input_under_mpiexec_is_one_line_from_rank_0(tmp_path):
         (["--hidden", "4x64", "--schedule", "naumov-scan", "--memory-limit", "0.001"],  # refused by every rank's step
          "leapfrog-train: error: NaumovScan needs 4235264 bytes (4.0 MiB) for sizes of depth L=6"),
         (["--metrics", tmp_path], f"leapfrog-train: error: rank 0: --metrics {tmp_path}: Is a directory"),  # rank 0's
+        (["--lr", "1e39"], "leapfrog-train: error: lr=1e+39 is beyond float32's largest number"),  # the network's
     ):
         returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, *args), timeout=60)
         assert returncode == 2 and (out == "" or "naumov-scan" in args), err  # a step refused after the header

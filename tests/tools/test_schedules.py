@@ -11,7 +11,7 @@ import pytest
 from leapfrog_gpu import BPTT, DagDoubling, DagJacobi, LevelSets, Leapfrog, NaumovJacobi, NaumovRNN, NaumovScan
 from leapfrog_gpu import Sequential, TimeScan, Wavefront
 from leapfrog_gpu.tools.bench import command as bench
-from leapfrog_gpu.tools.schedules import make_schedule, names_type, refusal, schedule_names, takes_k
+from leapfrog_gpu.tools.schedules import make_schedule, make_solver, names_type, refusal, schedule_names, takes_k
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "profiling"))
 
@@ -38,6 +38,16 @@ def test_each_name_makes_its_schedule_with_k_fused_and_a_memory_limit(model):
         schedule = make_schedule(model, name, k=3, fused=True, memory_limit=12345)
         assert type(schedule) is cls and schedule.fused and takes_k(model, name) == (schedule.k == 3)
         assert getattr(schedule, "memory_limit", None) == (12345 if name in BOUNDED else None), name
+
+
+@pytest.mark.parametrize("model, name, limited", [("dag", "jacobi", False), ("dag", "newton", True),
+                                                  ("rnn", "newton", True), ("rnn", "quasi-newton", True)])
+def test_each_forward_solver_takes_the_memory_limit_where_it_holds_buffers_and_is_made_without_it_else(
+        model, name, limited):
+    """``ForwardJacobi`` holds no buffers past the network's and takes no memory_limit: --memory-limit with it
+    raised a TypeError out of leapfrog-train."""
+    solver = make_solver(model, name, memory_limit=12345)
+    assert getattr(solver, "memory_limit", None) == (12345 if limited else None)
 
 
 def test_an_unknown_name_is_refused_in_one_line_naming_the_valid_ones():

@@ -84,8 +84,10 @@ class Training:
                                    make_optimizer(config), self.schedule, validation=(dataset.x_test, dataset.y_test),
                                    seed=config["seed"], graph=config["graph"], solver=self.solver,
                                    clip=config["clip_grad_norm"], state=state)
-        except ValueError as error:
-            raise Refused(str(error)) from None
+        except ValueError as error:  # the same options on every rank: every rank refuses them alike
+            refused = Refused(str(error))
+            refused.every_rank = True
+            raise refused from None
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)

@@ -11,6 +11,7 @@ import pytest
 from leapfrog_gpu import (BPTT, MLP, RNN, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan,
                           Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends.host import NumpyBackend
+from helpers import host
 from networks import NAMES, TAU, Mirror, arrays, network, network_batch
 
 
@@ -40,11 +41,16 @@ def test_a_replayed_step_is_bitwise_the_eager_step(name, schedule, mode):
     assert not all(np.array_equal(a, b) for a, b in zip(results[0], arrays(network(name, "numpy").parameters())))
 
 
+@pytest.mark.parametrize("schedule", [Leapfrog(2), Leapfrog("auto")], ids=repr)
 @pytest.mark.parametrize("name", ["RNN", "DagNet"])
-def test_graph_mode_on_a_gpu_is_refused_saying_why(standin, name):
+def test_graph_mode_on_a_gpu_is_refused_saying_why_before_any_step(standin, name, schedule):
+    """Leapfrog("auto")'s first graph step would run eagerly: refused first all the same, nothing changed."""
     with network(name, "cupy") as net:
+        before = host(a for named in net.parameters().values() for a in named.values())
         with pytest.raises(ValueError, match=r"graph=True cannot capture .*(cupy.matmul|allocate)"):
-            net.sgd_step(*network_batch(name, 3, seed=0), 0.1, Leapfrog(2), graph=True)
+            net.sgd_step(*network_batch(name, 3, seed=0), 0.1, schedule, graph=True)
+        after = host(a for named in net.parameters().values() for a in named.values())
+        assert all(np.array_equal(a, b) for a, b in zip(after, before))
 
 
 @pytest.mark.parametrize("seed, error", [(-1, ValueError), (1.5, TypeError), ("abc", TypeError), (True, TypeError)])

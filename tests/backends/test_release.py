@@ -238,13 +238,18 @@ def test_a_release_inside_a_hold_on_its_thread_neither_hangs_nor_loses_the_threa
     assert blas_threads() == {3}
 
 
+def elsewhere(call, *args):
+    """``call(*args)`` on a thread of its own, waited for."""
+    thread = threading.Thread(target=call, args=args)
+    thread.start()
+    thread.join()
+
+
 def test_the_newest_ticket_released_on_another_thread_comes_off_on_its_own(three_blas_threads):
     """threadpoolctl heeds only the thread that set OpenBLAS's threads: a release elsewhere waits for it."""
     below, newest = blas_limits.hold(1), blas_limits.hold(2)
     for ticket in (below, newest):
-        elsewhere = threading.Thread(target=blas_limits.release, args=(ticket,))
-        elsewhere.start()
-        elsewhere.join()
+        elsewhere(blas_limits.release, ticket)
     assert blas_threads() == {2}
     NumpyBackend(blas_threads=1).close()
     assert blas_threads() == {3}
@@ -255,11 +260,8 @@ def test_threads_handed_up_to_a_holder_on_another_thread_come_back_on_the_thread
     thread then holds and releases one above it, which now restores what this thread's ticket found. That restore is
     this thread's to make: its next hold or release brings the threads it set back (made on the other thread, it
     was never heeded here, and the threads stayed at 1 for good)."""
-    mine = blas_limits.hold(1)
-    for call, args in ((blas_limits.release, (mine,)), (lambda: blas_limits.release(blas_limits.hold(2)), ())):
-        elsewhere = threading.Thread(target=call, args=args)
-        elsewhere.start()
-        elsewhere.join()
+    elsewhere(blas_limits.release, blas_limits.hold(1))
+    elsewhere(lambda: blas_limits.release(blas_limits.hold(2)))
     assert blas_threads() == {1}
     NumpyBackend(blas_threads=1).close()
     assert blas_threads() == {3}
@@ -291,9 +293,7 @@ def test_a_stack_released_elsewhere_comes_off_in_its_order_where_the_setting_is_
     while not above:
         time.sleep(0.001)
     for ticket in (above[0], mine):
-        elsewhere = threading.Thread(target=blas_limits.release, args=(ticket,))
-        elsewhere.start()
-        elsewhere.join()
+        elsewhere(blas_limits.release, ticket)
     blas_limits.release(blas_limits.hold(3))
     go.set()
     thread_x.join()

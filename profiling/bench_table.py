@@ -93,6 +93,9 @@ def main():
     labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
     path = parser.parse_args().path
     for run, records in runs(path):
+        if "command" not in run or records is None:
+            parser.error(f"{path} holds no run of leapfrog-bench (no command and records; profiling/rnn_bench.py's "
+                         "files are rendered by profiling/rnn_tables.py)")
         if "--model rnn" in run["command"]:
             parser.error(f"{path} holds a run of leapfrog-bench --model rnn, whose table leapfrog-bench prints itself "
                          "(--quiet: at the end); this script renders the MLP's")

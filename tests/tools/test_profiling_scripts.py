@@ -770,6 +770,8 @@ def test_rnn_float32_compares_every_gradient_with_the_reference_array_by_array()
                                                                         "MLP's steps; an RNN's timeline is "),
     ("bench_table.py", [str(PROFILING / "results" / "rnn_cells_bench_rerun_cpu_2026-12-05.jsonl")], 2,
      "holds a run of leapfrog-bench --model rnn, whose table leapfrog-bench prints itself"),
+    ("bench_table.py", [str(PROFILING / "results" / "rnn_bench_cpu_2026-12-03.json")], 2,
+     "holds no run of leapfrog-bench (no command and records; profiling/rnn_bench.py's files are rendered by "),
 ])
 def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_nothing(tmp_path, script, args,
                                                                                         status, words):

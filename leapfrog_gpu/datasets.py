@@ -22,7 +22,6 @@ import dataclasses
 import gzip
 import importlib.util
 import math
-import numbers
 import zipfile
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import numpy as np
 import threadpoolctl
 
 from . import reference
-from .core.checks import check_dtype
+from .core.checks import check_count, check_dtype
 
 MNIST_FILES = {
     "x_train": "train-images-idx3-ubyte",
@@ -48,15 +47,6 @@ DIGITS_SPLIT = Path(__file__).with_name("digits_split.npz")
 
 class DataError(ValueError):
     """A data file is missing, malformed, or disagrees with the others."""
-
-
-def _count(name, value, least=1):
-    """``value`` as an int >= ``least`` (samples, steps, widths), else a TypeError or ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= {least}; got {value!r}")
-    if value < least:
-        raise ValueError(f"{name} must be an integer >= {least}; got {value!r}")
-    return int(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +142,7 @@ def teacher(sizes, samples=4096, seed=1, dtype="float32"):
     sizes = [int(n) for n in sizes]
     if len(sizes) < 2 or min(sizes) < 1:
         raise ValueError(f"sizes must list at least 2 widths >= 1; got {sizes}")
-    samples, dtype = _count("samples", samples), check_dtype(dtype)
+    samples, dtype = check_count("samples", samples), check_dtype(dtype)
     test = max(1, samples // 4)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((sizes[0], samples + test)).astype(dtype)
@@ -188,7 +178,7 @@ def digits_by_pixels(dtype="float32"):
 def adding(tau=16, samples=2048, seed=1, dtype="float32"):
     """The adding problem over ``tau`` >= 2 steps: ``samples`` training sequences plus a quarter as many (at least
     one) test ones, x (tau, 2, N) and y (1, N)."""
-    tau, samples, dtype = _count("tau", tau, 2), _count("samples", samples), check_dtype(dtype)
+    tau, samples, dtype = check_count("tau", tau, 2), check_count("samples", samples), check_dtype(dtype)
     count = samples + max(1, samples // 4)
     rng = np.random.default_rng(seed)
     x = np.zeros((tau, 2, count))
@@ -209,8 +199,8 @@ def teacher_rnn(inputs=4, outputs=2, tau=16, samples=2048, seed=1, dtype="float3
     + 1 as ``RNN(sizes, seed=seed + 1)`` draws an Elman network (w ~ N(0, 1/n_{l-1}) and b ~ N(0, 1), here scaled
     by 0.1, layer by layer; then u ~ N(0, 1/n) scaled to spectral norm 0.9), a tanh recurrent layer and an identity
     output: ``samples`` training sequences of ``tau`` steps plus a quarter as many (at least one) test ones."""
-    inputs, outputs, tau = _count("inputs", inputs), _count("outputs", outputs), _count("tau", tau)
-    samples, dtype = _count("samples", samples), check_dtype(dtype)
+    inputs, outputs, tau = check_count("inputs", inputs), check_count("outputs", outputs), check_count("tau", tau)
+    samples, dtype = check_count("samples", samples), check_dtype(dtype)
     count = samples + max(1, samples // 4)
     x = np.random.default_rng(seed).standard_normal((tau, inputs, count))
     draw = np.random.default_rng(seed + 1)

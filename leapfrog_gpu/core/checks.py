@@ -1,4 +1,4 @@
-"""The checks every network runs on what it is given: layer widths, a flag, a dtype, a backend, a learning
+"""The checks every network runs on what it is given: layer widths, a count, a flag, a dtype, a backend, a learning
 rate, a batch of columns, targets given as class labels, an array on the host or the device, a memory limit.
 
 One place for them, so that ``MLP``, ``RNN`` and ``DagNet`` refuse the same bad input in the same words.
@@ -31,6 +31,17 @@ def check_sizes(sizes, least=2, example="[784, 30, 10]", layers="input and outpu
     if min(sizes) < 1:
         raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
     return [int(width) for width in sizes]
+
+
+def check_count(name, value, least=1, most=None, what=None):
+    """``value`` as an int from ``least`` to ``most`` (``what``: its words), else a TypeError (not an integer) or a
+    ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {least}; got {value!r}")
+    if value < least or (most is not None and value > most):
+        raise ValueError(f"{name} must be an integer >= {least}{'' if most is None else f', at most {what}'}; got "
+                         f"{value!r}")
+    return int(value)
 
 
 def check_flag(name, value):

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ..backends import to_host
 from . import interrupts, optimizers, saving
-from .checks import check_eta, check_flag
+from .checks import check_count, check_eta, check_flag
 from .parameters import generator
 
 EVAL_BATCH = 256
@@ -100,10 +100,10 @@ class Fitting:
     def __init__(self, net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=None, shuffle=True,
                  seed=0, graph=False, solver=None, clip=None, state=None):
         self.net, self.schedule, self.solver = net, schedule, solver
-        self.epochs = _count("epochs", epochs)
+        self.epochs = check_count("epochs", epochs)
         self.x, self.y = _checked(net, x, y)
         samples = self.x.shape[-1]
-        self.batch = _count("batch_size", batch_size, samples, f"the {samples} samples of x")
+        self.batch = check_count("batch_size", batch_size, 1, samples, f"the {samples} samples of x")
         if isinstance(optimizer, numbers.Real) and not isinstance(optimizer, bool):
             optimizer = optimizers.SGD(check_eta(optimizer))
         if not isinstance(optimizer, optimizers.Optimizer):
@@ -112,7 +112,7 @@ class Fitting:
         self.optimizer = optimizer
         checked, _ = net._check_step(schedule, graph, solver)  # what train_step refuses, before a file is written
         net._check_clip(clip, checked, graph)
-        net._check_rule(optimizer)
+        net._check_optimizer(optimizer)
         self.options = {"graph": graph, "solver": solver, "clip": clip}
         if validation is not None and (not isinstance(validation, (tuple, list)) or len(validation) != 2):
             raise TypeError(f"validation must be a pair (x, y) of inputs and targets; got {type(validation).__name__}")
@@ -222,7 +222,7 @@ def evaluate(net, x, y, batch_size=EVAL_BATCH, solver=None):
 
     ``feedforward`` runs ``batch_size`` samples at a time, by ``solver`` where the network takes one. A
     data-parallel network (``net.comm``) scores its rank's share of the samples and sums across ranks."""
-    return _score(net, *_checked(net, x, y), _count("batch_size", batch_size), solver)
+    return _score(net, *_checked(net, x, y), check_count("batch_size", batch_size), solver)
 
 
 def _score(net, x, y, batch_size, solver):
@@ -254,7 +254,7 @@ def predict(net, x, batch_size=EVAL_BATCH, solver=None):
     along the samples' axis (the class of each sample: ``argmax`` over axis -2)."""
     x, _ = net._check_batch(x, None)
     return np.concatenate([to_host(net.feedforward(x[..., start:start + batch_size], solver=solver))
-                           for start in range(0, x.shape[-1], _count("batch_size", batch_size))], axis=-1)
+                           for start in range(0, x.shape[-1], check_count("batch_size", batch_size))], axis=-1)
 
 
 def cost(name, a, y):
@@ -277,12 +277,3 @@ def _labels(y):
 def _checked(net, x, y):
     """``x`` and ``y`` as a network's batch of them, checked; integer class labels as one-hot targets."""
     return net._check_batch(x, net._targets(x, y))
-
-
-def _count(name, value, most=None, what=None):
-    """``value``, an integer from 1 to ``most`` (``what``: its words), or a TypeError or ValueError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= 1; got {value!r}")
-    if value < 1 or (most is not None and value > most):
-        raise ValueError(f"{name} must be an integer >= 1{'' if most is None else f', at most {what}'}; got {value!r}")
-    return int(value)

@@ -210,7 +210,7 @@ class Network(OptimizerState):
         optimizer = optimizers.check(optimizer)
         schedule, solver = self._check_step(schedule, graph, solver)
         clip = self._check_clip(clip, schedule, graph)
-        self._check_rule(optimizer)
+        self._check_optimizer(optimizer)
         plan, samples = self._load(x, self._targets(x, y), schedule, solver=solver)
         if graph:
             key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))

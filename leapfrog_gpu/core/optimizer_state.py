@@ -20,12 +20,9 @@ class OptimizerState:
         """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:
         {name: array}}}``, a slot as torch.optim names it (``"momentum_buffer"``, ``"exp_avg"``,
         ``"exp_avg_sq"``) shaped as ``parameters()``; ``{"step": 0}`` before a step that keeps one."""
-        state = self._controls.state if self._rule is not None else {}
         slots = {}
-        for unit, named in state.items():
-            for name, held in named.items():
-                for slot, array in held.items():
-                    slots.setdefault(slot, {}).setdefault(unit, {})[name] = array
+        for unit, name, slot, array in _slots(self._controls.state if self._rule is not None else {}):
+            slots.setdefault(slot, {}).setdefault(unit, {})[name] = array
         return {"step": self._steps, **self._handed_out(slots)}
 
     def held_optimizer(self):
@@ -42,7 +39,7 @@ class OptimizerState:
         be left out, and is then 0, as no step has made it (``{"step": 0}``: the state before any step)."""
         optimizer = optimizers.check(optimizer)
         self._check_open()
-        self._check_rule(optimizer)
+        self._check_optimizer(optimizer)
         steps = state.get("step") if isinstance(state, dict) else None
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
             raise ValueError(f"an optimizer state is a dict with 'step', an int >= 0; got {state!r:.80}")
@@ -70,10 +67,9 @@ class OptimizerState:
         self._made_by_step = False  # a state set is the caller's: no step taken back takes it back
         self._wait()
         if not steps:  # a slot not given at step 0 is no step's: 0
-            for named in self._controls.state.values():
-                for held in named.values():
-                    for slot in set(held) - set(state):
-                        held[slot].fill(0)
+            for _, _, slot, array in _slots(self._controls.state):
+                if slot not in state:
+                    array.fill(0)
         for slot, target, value in checked:
             unit, name = where[id(target)]
             self._controls.state[unit][name][slot][...] = xp.asarray(value)
@@ -98,7 +94,7 @@ class OptimizerState:
                                "it shares with another network (raised to the first to synchronize) stopped them; "
                                f"its step count is back to {self._steps}, its parameters those after that step")
 
-    def _check_rule(self, optimizer):
+    def _check_optimizer(self, optimizer):
         """Raise if the network holds the state of another optimizer rule than ``optimizer``'s, or if one of its
         hyper-parameters is out of its dtype's range: beyond the largest number (it would be inf), or in float32 eps
         below the smallest normal one (0 on a GPU, whose kernels flush smaller float32 numbers)."""
@@ -121,10 +117,8 @@ class OptimizerState:
         the graphs go)."""
         xp, state = self.backend.xp, self._controls.state
         if state and all(set(held) == set(optimizer.SLOTS) for named in state.values() for held in named.values()):
-            for named in state.values():
-                for held in named.values():
-                    for array in held.values():
-                        array.fill(0)
+            for *_, array in _slots(state):
+                array.fill(0)
         else:
             self._controls.state = {unit: {name: {slot: xp.zeros_like(array) for slot in optimizer.SLOTS}
                                            for name, array in named.items()} for unit, named in self._live().items()}
@@ -132,3 +126,9 @@ class OptimizerState:
                 plan.captured.clear()
         self.backend.synchronize()  # CuPy writes on its default stream, which ours do not wait for
         self._rule, self._steps, self._held, self._made_by_step = optimizer.rule(), 0, optimizer, True
+
+
+def _slots(state):
+    """``(unit, name, slot, array)`` of every array of an optimizer state ``{unit: {name: {slot: array}}}``."""
+    return ((unit, name, slot, array) for unit, named in state.items() for name, held in named.items()
+            for slot, array in held.items())

@@ -71,14 +71,15 @@ def make_schedule(model, name, k=2, fused=False, one_pass=False, memory_limit=No
     return cls(**options)
 
 
-def make_solver(model, name, **options):
-    """A new forward solver ``name`` of ``model`` (``SOLVERS``) made with those of ``options`` it takes
-    (``memory_limit=``: ``ForwardJacobi`` takes none), or ``None`` for ``sequential``."""
+def make_solver(model, name, memory_limit=None):
+    """A new forward solver ``name`` of ``model`` (``SOLVERS``), with ``memory_limit`` (bytes, for the solvers whose
+    buffers grow past the weights'; ``ForwardJacobi`` holds none; None: their default), or ``None`` for
+    ``sequential``."""
     solver = SOLVERS[model][name]
     if solver is None:
         return None
-    taken = inspect.signature(solver).parameters
-    return solver(**{key: value for key, value in options.items() if key in taken})
+    limited = memory_limit is not None and "memory_limit" in inspect.signature(solver).parameters
+    return solver(**({"memory_limit": memory_limit} if limited else {}))
 
 
 def names_type(model):

@@ -130,9 +130,10 @@ def main(suite, argv=None):
         print(f"{suite.PROG}: error: {error}", file=sys.stderr)
         return UNWRITTEN
     except (MemoryError, ValueError) as error:
-        if not too_large(error):
+        line = too_large(error)
+        if line is None:
             raise
-        print(f"{suite.PROG}: error: {too_large(error)}", file=sys.stderr)
+        print(f"{suite.PROG}: error: {line}", file=sys.stderr)
         return 2
 
 

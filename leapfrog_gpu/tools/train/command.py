@@ -82,8 +82,8 @@ def main(argv=None):
     except Unwritten as error:
         return _fail(comm, error, UNWRITTEN)
     except Exception as error:
-        if too_large(error):
-            return _fail(comm, too_large(error), 2)
+        if line := too_large(error):
+            return _fail(comm, line, 2)
         if comm.size == 1:
             raise
         traceback.print_exc()
@@ -244,9 +244,7 @@ def _run(config, dataset, net, report, state, why):
     try:
         calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
     except ValueError as error:  # the run's own step, refused as set up: on every rank alike (one network each)
-        refused = Refused(str(error))
-        refused.every_rank = True
-        raise refused from None
+        raise Refused(str(error), every_rank=True) from None
     estimate.ask(config, *calibrated, report, training.ranks)
     if state is None:
         report.start()

@@ -32,7 +32,12 @@ class Interrupted(Exception):
 
 
 class Refused(ValueError):
-    """The network refused a step as the options set it up (a schedule's memory check, a graph): exit status 2."""
+    """The network refused a step as the options set it up (a schedule's memory check, a graph): exit status 2;
+    ``every_rank``: every rank refuses it alike, and rank 0 alone says so (``command``)."""
+
+    def __init__(self, message, every_rank=False):
+        super().__init__(message)
+        self.every_rank = every_rank
 
 
 SIGINT_GRACE = 2.0
@@ -85,9 +90,7 @@ class Training:
                                    seed=config["seed"], graph=config["graph"], solver=self.solver,
                                    clip=config["clip_grad_norm"], state=state)
         except ValueError as error:  # the same options on every rank: every rank refuses them alike
-            refused = Refused(str(error))
-            refused.every_rank = True
-            raise refused from None
+            raise Refused(str(error), every_rank=True) from None
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)
@@ -168,10 +171,9 @@ class Training:
             with self.profile.step(n):
                 yield
         except ValueError as error:
-            refused = Refused(str(error))
             fitting = self.fitting  # the step refused is not counted: step_in_epoch is its own
-            refused.every_rank = (fitting.step_in_epoch + 1) * fitting.batch <= fitting.x.shape[-1]
-            raise refused from None
+            whole = (fitting.step_in_epoch + 1) * fitting.batch <= fitting.x.shape[-1]
+            raise Refused(str(error), every_rank=whole) from None
         if self.interrupt["stop"]:
             raise Interrupted
 

@@ -110,9 +110,7 @@ def forward_solver(config):
     step; the MLP has no other), with ``--memory-limit``."""
     if config["model"] not in FORWARD_SOLVERS:
         return None
-    limit = memory_limit(config)
-    return make_solver(NETWORK[config["model"]], config["forward_solver"],
-                       **({} if limit is None else {"memory_limit": limit}))
+    return make_solver(NETWORK[config["model"]], config["forward_solver"], memory_limit(config))
 
 
 def schedule(config, name=None, k=None, fused=None):

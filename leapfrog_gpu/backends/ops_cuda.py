@@ -251,6 +251,11 @@ class CudaOps:
         self._kernel("elementwise.cu", "step_done", controls.dtype, launch.elementwise_launch(1)[2])(
             (1, 1, 1), (1, 1, 1), (controls,))
 
+    def full_beside(self, param, k, fill):
+        """An array shaped as ``param`` filled with ``fill`` (``ops_numpy.full_beside``: a GPU's loads need no
+        stagger)."""
+        return self._cupy.full_like(param, fill)
+
     @staticmethod
     def set_element(array, index, value):
         """``array[index] = value`` on the current stream (a fill kernel: no host copy, no allocation)."""

@@ -112,15 +112,16 @@ class OptimizerState:
                              "optimizer (only lr may change from step to step): steps cannot mix their states")
 
     def _make_state(self, optimizer):
-        """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory; those of a
-        state taken back where they are its slots (the graphs captured with them stay right), else new ones (and
-        the graphs go)."""
-        xp, state = self.backend.xp, self._controls.state
+        """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory, the k-th slot
+        ``ops.full_beside`` the parameter; those of a state taken back where they are its slots (the graphs captured
+        with them stay right), else new ones (and the graphs go)."""
+        ops, state = self.backend.ops, self._controls.state
         if state and all(set(held) == set(optimizer.SLOTS) for named in state.values() for held in named.values()):
             for *_, array in _slots(state):
                 array.fill(0)
         else:
-            self._controls.state = {unit: {name: {slot: xp.zeros_like(array) for slot in optimizer.SLOTS}
+            self._controls.state = {unit: {name: {slot: ops.full_beside(array, k, 0)
+                                                  for k, slot in enumerate(optimizer.SLOTS, start=1)}
                                            for name, array in named.items()} for unit, named in self._live().items()}
             for plan in self._plans.values():
                 plan.captured.clear()

@@ -56,6 +56,10 @@ class Plan:
         """A new array of ``shape`` in the plan's dtype, filled with NaN."""
         return self.xp.full(shape, np.nan, dtype=self.dtype, order=order)
 
+    def gradient(self, param):
+        """A NaN-filled array for the gradient of ``param``, ``ops.full_beside`` it after its optimizer's slots."""
+        return self.backend.ops.full_beside(param, 3, np.nan)
+
     def columns(self, rows):
         """A NaN-filled (rows, B) buffer of this plan's batch, in the backend's order for minibatches."""
         return self.buffer(rows, self.batch, order=self.backend.batch_order)

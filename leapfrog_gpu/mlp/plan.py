@@ -52,8 +52,7 @@ class MLPPlan(plan.Plan):
         self.z, self.sp, self.delta, self.nabla_w, self.nabla_b = {}, {}, {}, {}, {}
         for l in net.layer_numbers:
             self.z[l], self.a[l], self.sp[l], self.delta[l] = (self.columns(n[l]) for _ in range(4))
-            self.nabla_w[l] = self.buffer(n[l], n[l - 1])
-            self.nabla_b[l] = self.buffer(n[l])
+            self.nabla_w[l], self.nabla_b[l] = self.gradient(w[l]), self.gradient(b[l])
         self.y = self.columns(n[net.L])
         self.scratch = {l: self.make_scratch(n[l] * n[l - 1], max(n[l], n[l - 1])) for l in net.layer_numbers}
         self.sweep_scratch = self.make_scratch(max(n[l] * n[l - 1] for l in net.layer_numbers), max(net.sizes))

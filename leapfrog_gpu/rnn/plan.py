@@ -49,7 +49,7 @@ class RNNPlan(plan.Plan):
 
     def __init__(self, net, tau, batch, w, u, b, b_hn):
         super().__init__(net, batch, net.L + 1)
-        n, L, buffer, sequence, cell = net.n, net.L, self.buffer, self.sequence, net.cell
+        n, L, sequence, cell = net.n, net.L, self.sequence, net.cell
         self.w, self.u, self.b, self.b_hn = w, u, b, b_hn  # the network's parameters, by layer, updated in place
         self.net, self.tau, self.L = weakref.proxy(net), tau, L  # a weak reference: the network holds its plans
         self.outputs = tau if net.output == "every" else 1
@@ -64,15 +64,14 @@ class RNNPlan(plan.Plan):
                 self.sp[l] = sequence(n[l], tau)
             self.delta_h[l] = self.delta[l] if cell == "elman" else sequence(n[l], tau)
             self.delta_u[l] = sequence(rows[l], tau) if cell == "gru" else self.delta[l]
-            self.nabla_u[l] = buffer(rows[l], n[l])
+            self.nabla_u[l] = self.gradient(u[l])
             if cell == "gru":
-                self.nabla_b_hn[l] = buffer(n[l])
+                self.nabla_b_hn[l] = self.gradient(b_hn[l])
         self.z[L], self.a[L], self.sp[L], self.delta[L] = (sequence(n[L], self.outputs) for _ in range(4))
         self.y = sequence(n[L], self.outputs)
         self.a_last = self.columns(n[L - 1]) if net.output == "last" else None
         for l in net.layer_numbers:
-            self.nabla_w[l] = buffer(rows[l], n[l - 1])
-            self.nabla_b[l] = buffer(rows[l])
+            self.nabla_w[l], self.nabla_b[l] = self.gradient(w[l]), self.gradient(b[l])
         self.scratch = {l: self.make_scratch(rows[l] * max(n[l - 1], n[l]), max(rows[l], n[l - 1]))
                         for l in net.layer_numbers}
         self.parameters = {"w": w, "u": u, "b": b, "b_hn": b_hn}

@@ -6,14 +6,15 @@ later is still open. ``hold(threads)`` sets the threads and returns a ticket; ``
 the setting back. The holders form a stack: the newest open one's setting is in force; releasing it
 brings back what was in force before it was held, and releasing one below it changes nothing now but
 hands what it found on to the holder above, so that the threads from before the stack come back when
-its last holder is released, in whatever order they are.
+its last holder is released, in whatever order they are. The holder above keeps what it found too: a library
+loaded between the two holds is known to its limiter alone.
 
 ``release`` never waits: a finalizer calls it (a network collected unclosed), on any thread, perhaps while
 this very thread is inside ``hold``. A ticket released while another call has the stack is taken off by that
 call before it lets go. Bringing the threads back is left to the thread that set what comes back (for OpenBLAS
 threadpoolctl heeds only the thread that set them, while it lives): a limiter handed up the stack keeps the
 thread that made it, and the newest ticket released on another thread comes off at that thread's next ``hold``
-or ``release``, so that the stack comes off in its order.
+or ``release`` (the thread of the oldest limiter it holds), so that the stack comes off in its order.
 """
 
 import itertools
@@ -22,8 +23,8 @@ import threading
 import threadpoolctl
 
 _lock = threading.Lock()
-_stack = []  # [ticket, limiter, setter]: the limiter restores what was in force before that ticket's hold, as
-# the thread ``setter`` saw it
+_stack = []  # [ticket, limiters]: each (limiter, setter) restores, in turn, what was in force before a hold (this
+# ticket's, then those below it released meanwhile), as the thread ``setter`` saw it
 _released = []  # tickets released and not yet taken off the stack
 _tickets = itertools.count(1)
 _changes = [0]  # holds and releases taken off so far: what ``changes()`` counts
@@ -33,7 +34,8 @@ def hold(threads):
     """Set the BLAS libraries to ``threads`` threads until ``release(ticket)``; return the ticket."""
     with _lock:
         ticket = next(_tickets)
-        _stack.append([ticket, threadpoolctl.threadpool_limits(threads, user_api="blas"), threading.current_thread()])
+        limiter = threadpoolctl.threadpool_limits(threads, user_api="blas")
+        _stack.append([ticket, [(limiter, threading.current_thread())]])
         _changes[0] += 1
     _settle()
     return ticket
@@ -67,20 +69,21 @@ def _settle():
 
 def _ours(ticket):
     """Whether this thread may take ``ticket`` off: any may, but the newest one's threads come back on the thread
-    that set what its limiter brings back (while that thread lives)."""
+    that set what its oldest limiter brings back (while that thread lives)."""
     if not _stack or _stack[-1][0] != ticket:
         return True
-    setter = _stack[-1][2]
+    setter = _stack[-1][1][-1][1]
     return setter is threading.current_thread() or not setter.is_alive()
 
 
 def _take_off(ticket):
-    place = next((i for i, (held, _, _) in enumerate(_stack) if held == ticket), None)
+    place = next((i for i, (held, _) in enumerate(_stack) if held == ticket), None)
     if place is None:
         return
     _changes[0] += 1
-    _, limiter, setter = _stack.pop(place)
+    _, limiters = _stack.pop(place)
     if place < len(_stack):
-        _stack[place][1:] = [limiter, setter]  # the holder above now restores what this one found, where it was set
+        _stack[place][1] += limiters  # the holder above restores what it found, then what this one found
     else:
-        limiter.restore_original_limits()
+        for limiter, _ in limiters:
+            limiter.restore_original_limits()

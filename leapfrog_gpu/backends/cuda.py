@@ -224,7 +224,10 @@ class CupyBackend:
         self._kept.clear()
         error, self._error = self._error, None
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # held here, it would hold its traceback's frames (``NumpyBackend._raise_error``)
 
     def close(self):
         """Wait for the device, ``release()`` and destroy the cuBLAS handle; an error no ``synchronize()``

@@ -254,9 +254,7 @@ class NumpyBackend:
             self._run_deferred()
         with self._lock:
             self._idle.wait_for(lambda: self._pending == 0)
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
+        self._raise_error()
 
     def close(self):
         """Let queued work finish, ``release()``, and wait for every thread to end. Safe to call twice."""
@@ -298,10 +296,19 @@ class NumpyBackend:
     def _run_now(self, stream, item, bases=None):
         """Serial mode: run ``item`` on the caller; raise its error at once."""
         self._execute(stream, item, bases)
+        self._raise_error()
+
+    def _raise_error(self):
+        """Raise the first exception an operation raised, if any, and forget it, holding it in no frame: its traceback
+        holds the frames it went through (a network's), a cycle that would keep them, and the threads, until a
+        collection."""
         with self._lock:
             error, self._error = self._error, None
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                del error
 
     def _run(self, stream, items, bases):
         """Run one entry of ``stream``'s queue on its thread (``host_streams.drain``): one item, or a graph's

@@ -200,18 +200,22 @@ class Fitting:
             self.net.synchronize()
         except FloatingPointError as error:
             self.step, self.step_in_epoch = self.step - 1, self.step_in_epoch - 1
-            refused = FloatingPointError(f"at epoch {self.epoch + 1}, step {self.step}: {error}")
-            refused.every_rank = True
-            raise refused from None
+            raise _marked(FloatingPointError(f"at epoch {self.epoch + 1}, step {self.step}: {error}"), True) from None
 
     def _finite(self, loss, every_rank=False):
         """``loss``, or a ``FloatingPointError`` if it is NaN or Inf, its ``every_rank`` as given: True for a loss
         summed over every rank (the training set's), which every rank finds so."""
         if not math.isfinite(loss):
-            error = FloatingPointError(f"the training loss is {loss} after epoch {self.epoch + 1}, step {self.step}")
-            error.every_rank = every_rank
-            raise error
+            raise _marked(FloatingPointError(f"the training loss is {loss} after epoch {self.epoch + 1}, step "
+                                             f"{self.step}"), every_rank)
         return loss
+
+
+def _marked(error, every_rank):
+    """``error``, its ``every_rank`` set (every rank raises it alike), for a ``raise`` where it is made: a frame that
+    named it would be held by the error's traceback, and with it the frame's network, until a collection."""
+    error.every_rank = every_rank
+    return error
 
 
 def evaluate(net, x, y, batch_size=EVAL_BATCH, solver=None):

@@ -181,7 +181,10 @@ class Communicator:
             alike = len(failed) == self.size and all(f == failed[0][1] for _, f in failed)
             raised = kind(message if alike else f"rank {rank}: {message}")
             raised.every_rank = True  # every rank raises it: nobody is left waiting
-            raise raised
+            try:
+                raise raised
+            finally:
+                del raised  # held here, it would hold its traceback's frames and what they hold
 
     def check_same(self, what, description):
         """Raise ValueError on every rank unless all ranks give the same ``description`` (a JSON-able

@@ -7,6 +7,7 @@ A thread that never ends fails its test at a generous deadline (``ended``), not 
 
 import gc
 import inspect
+import itertools
 import threading
 import time
 import weakref
@@ -16,7 +17,7 @@ import pytest
 import threadpoolctl
 
 import networks
-from helpers import batch
+from helpers import STANDIN_ORDERS, batch, install_standin
 from leapfrog_gpu import MLP, RNN, Adam, DagNet, Leapfrog, reference
 from leapfrog_gpu.backends import blas_limits, cuda
 from leapfrog_gpu.backends.host import NumpyBackend
@@ -98,6 +99,42 @@ def test_a_network_dropped_with_its_step_queued_ends_its_threads_with_no_collect
     finally:
         gc.enable()
     NumpyBackend(blas_threads=2).close()
+    assert blas_threads() == {3}
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "cupy"])
+def test_a_network_whose_step_failed_goes_with_its_threads_once_dropped_with_no_collection(network_name, backend_name,
+                                                                                          three_blas_threads,
+                                                                                          monkeypatch):
+    """An operation that raised on a stream, its error raised by ``synchronize()`` and caught: the error's traceback
+    holds the frames it went through, the network's among them; the frame that re-raised it must not hold it (a
+    cycle that kept the network, its threads and its BLAS setting until a collection). On the host and on the
+    CuPy stand-in."""
+    if backend_name == "cupy":
+        install_standin(monkeypatch, STANDIN_ORDERS[0])
+    x, y = networks.network_batch(network_name)
+    net = networks.network(network_name, backend_name)
+    net.sgd_step(x, y, 0.1, Leapfrog(2))
+
+    def fail():
+        raise ArithmeticError("an operation that failed")
+
+    net.backend.launch(net.backend.workers(1)[0], "fail", fail)
+    gc.disable()
+    try:
+        try:  # not pytest.raises, whose record of the error would hold the network
+            net.synchronize()
+        except ArithmeticError as error:
+            raised = str(error)
+        assert raised == "an operation that failed"
+        dropped, threads = weakref.ref(net), [s.thread for s in net.backend._streams if backend_name == "numpy"]
+        del net
+        assert dropped() is None
+        for thread in threads:
+            thread.join(DEADLINE)
+        assert [t.name for t in threads if t.is_alive()] == []
+    finally:
+        gc.enable()
     assert blas_threads() == {3}
 
 
@@ -301,6 +338,31 @@ def test_a_stack_released_elsewhere_comes_off_in_its_order_where_the_setting_is_
     go.set()
     thread_x.join()
     assert setting == ["before"]
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_libraries_loaded_between_holds_get_their_threads_back_in_any_order_of_release(monkeypatch, order):
+    """Three holds, a BLAS library loaded before each of the last two (Numba importing SciPy's OpenBLAS during a
+    first Adam step): a library only the holders above knew gets its threads back however they are released
+    (handed up, the released holder's limiter replaced the one above it, which alone knew that library)."""
+    libraries = {"numpy": 3, "ours": 3}
+
+    class Limiter:  # threadpoolctl's: each library loaded now set to ``threads``, its own setting found
+        def __init__(self, threads, user_api=None):
+            self.found = dict(libraries)
+            libraries.update(dict.fromkeys(libraries, threads))
+
+        def restore_original_limits(self):
+            libraries.update(self.found)
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", Limiter)
+    tickets = [blas_limits.hold(1)]
+    for library, threads in (("scipy", 2), ("other", 4)):
+        libraries[library] = threads
+        tickets.append(blas_limits.hold(1))
+    for place in order:
+        blas_limits.release(tickets[place])
+    assert libraries == {"numpy": 3, "ours": 3, "scipy": 2, "other": 4}
 
 
 # -- the CuPy stand-in ------------------------------------------------------------------------------------

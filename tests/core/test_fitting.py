@@ -5,10 +5,12 @@ class as numpy's; integer class labels are their one-hot targets, step for step;
 what to do, and nothing changes."""
 
 import contextlib
+import gc
 import io
 import json
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -175,6 +177,32 @@ def test_a_refused_update_stops_the_run_at_its_step():
                                                      r"refused, parameters unchanged$"):
             net.fit(np.full((2, 6), 1e200), np.zeros((2, 6)), 2, 3, 0.1, progress=False)
         assert_bitwise_equal(host(net.parameters()), before)
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_run_stopped_by_a_non_finite_loss_or_update_leaves_nothing_holding_the_network(monkeypatch, refused):
+    """The error raised alone holds its traceback's frames, fit's and the network's among them: once it is caught
+    and dropped, the network goes with its last name, no collection needed (a frame that named the error held
+    it, a cycle). The runs of the two tests above."""
+    monkeypatch.setattr(fitting, "LOSS_CHECK_SECONDS", 0.0)
+    sizes, x, y, lr = ([2, 3, 2], np.full((2, 6), 1e200), np.zeros((2, 6)), 0.1) if refused else (
+        [4, 8, 2], blobs(20)[0], np.full((2, 20), 1e3), 1e200)
+    net = MLP(sizes, activation="relu", dtype="float64", backend="numpy", output_activation="identity",
+              check_finite=refused)
+    if refused:
+        net.set_parameters({2: {"w": np.full((3, 2), 1e200)}})
+    gc.disable()
+    try:
+        try:
+            net.fit(x, y, 2, 3 if refused else 10, lr, progress=False)
+        except FloatingPointError as error:
+            raised = str(error)
+        assert raised.startswith("at epoch 1, step 0: nabla_w" if refused else "the training loss is")
+        dropped = weakref.ref(net)
+        del net
+        assert dropped() is None
+    finally:
+        gc.enable()
 
 
 # -- evaluate and predict -----------------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 the whole batches, every rank to the same bit; in one process, a stand-in of two ranks makes each wait
 of the communication stream fail its test when removed; one process alone is what it was."""
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -445,6 +447,35 @@ def test_an_error_on_some_ranks_is_raised_on_every_rank_with_its_rank():
     with pytest.raises(ValueError, match="^bad option$"):  # every rank failed alike: no rank named
         with Gather([(ValueError, "bad option")]).together(ValueError):
             raise ValueError("bad option")
+
+
+def test_an_error_raised_on_every_rank_holds_no_frame_once_dropped():
+    """The error ``together`` raises alone holds its traceback, and with it the frames it went through (a network's,
+    its threads): caught and dropped, they go with no collection (``together``'s frame named it, a cycle)."""
+
+    class Gather(Mirror):
+        def allgather(self, value):
+            return [value, (KeyError, "no such file")]
+
+    class Held:  # what a caller's frame holds
+        pass
+
+    def caller(held):
+        with Gather().together(KeyError):
+            pass
+
+    held = Held()
+    gone = weakref.ref(held)
+    gc.disable()
+    try:
+        try:
+            caller(held)
+        except KeyError as error:
+            raised = str(error)
+        del held
+        assert raised == "'rank 1: no such file'" and gone() is None
+    finally:
+        gc.enable()
 
 
 # -- under mpiexec ----------------------------------------------------------------------------------------

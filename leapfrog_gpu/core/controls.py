@@ -20,7 +20,7 @@ class Controls:
     t done: the last launch of a step by an optimizer with a state (``mark_done``) copies its t there unless the
     step was refused, so that after a refused or failed step ``done()`` is the step count of the last step that
     updated (a step that raised on a stream runs nothing after the failure: no launch of its own, none of a step
-    behind it).
+    behind it). t goes to the device as its ``tag``, which float32 holds past 2^24 steps too.
     """
 
     def __init__(self, backend, dtype):
@@ -40,10 +40,10 @@ class Controls:
 
     def set_step(self, values):
         """Enqueue on the main stream the controls of a step that is not the plain SGD one: ``array[2:] =
-        values`` (``core.optimizers.Optimizer.controls``)."""
-        backend = self.backend
+        values`` (``core.optimizers.Optimizer.controls``), t as its ``tag``."""
+        backend, (lr, scale, t, *rest) = self.backend, values
         backend.launch(backend.main, "lr, 1 / B, t", _set_elements, backend.ops.set_element, self.array,
-                       tuple(enumerate(values, start=2)))
+                       tuple(enumerate((lr, scale, tag(t), *rest), start=2)))
 
     def code(self, name):
         """The refusal code of the gradient called ``name``: a number >= 1, the same for the network's life."""
@@ -56,22 +56,43 @@ class Controls:
         backend = self.backend
         backend.launch(backend.main, "step done", backend.ops.step_done, self.array)
 
-    def done(self):
-        """The step count t of the last step that updated (``mark_done``); read on the host, once the steps
-        have run."""
-        return int(self.array[7])
+    def set_done(self, t):
+        """``array[7] = t`` (as its ``tag``) now, on the host: the count of a state set."""
+        self.array[7] = tag(t)
 
-    def read(self):
+    def done(self, enqueued):
+        """The step count t of the last step that updated (``mark_done``), of the ``enqueued`` steps or fewer; read
+        on the host, once the steps have run."""
+        return untag(int(self.array[7]), enqueued)
+
+    def read(self, enqueued):
         """``(refused, done)``: the name of the gradient whose check refused an update (None: none) and ``done()``,
         from one copy to the host; call it once the steps have run (``synchronize()``)."""
         host = to_host(self.array)
         code = int(host[1])
-        return (self._names[code - 1] if code else None), int(host[7])
+        return (self._names[code - 1] if code else None), untag(int(host[7]), enqueued)
 
     def clear(self):
         """Enqueue ``array[1] = 0`` on the main stream: the steps enqueued after it update again."""
         backend = self.backend
         backend.launch(backend.main, "clear refusal", backend.ops.set_element, self.array, 1, 0)
+
+
+TAGS = 1 << 23
+"""Step counts from which ``tag`` cycles, over ``TAGS // 2`` tags."""
+
+
+def tag(t):
+    """The step count t as the device holds it: t below ``TAGS``, past it ``TAGS + (t - TAGS) mod (TAGS / 2)``, each
+    a float32 exactly (which holds no two consecutive integers past 2^24 apart). What the device reads of t stays:
+    the tag is 1 at the first step alone (momentum's), and two consecutive steps' tags differ (whether one ran)."""
+    return t if t < TAGS else TAGS + (t - TAGS) % (TAGS // 2)
+
+
+def untag(done, enqueued):
+    """The step count whose ``tag`` is ``done``: of the ``enqueued`` steps, the last that has it (steps that did not
+    run are the last few enqueued)."""
+    return done if done < TAGS else enqueued - (tag(enqueued) - done) % (TAGS // 2)
 
 
 def _set_elements(set_element, array, values):

@@ -92,7 +92,7 @@ class Network(OptimizerState):
 
     def _synchronize(self):
         self._wait()
-        gradient, done = self._controls.read()
+        gradient, done = self._controls.read(self._steps)
         if gradient is not None:
             self._recount()
             self._controls.clear()

@@ -73,14 +73,15 @@ class OptimizerState:
         for slot, target, value in checked:
             unit, name = where[id(target)]
             self._controls.state[unit][name][slot][...] = xp.asarray(value)
-        self._steps = self._controls.array[7] = int(steps)  # the count of the steps that updated (``Controls.done``)
+        self._steps = int(steps)
+        self._controls.set_done(self._steps)  # the count of the steps that updated (``Controls.done``)
         self._wait()
 
     def _recount(self):
         """The step count: that of the last step that updated (``Controls.done``), once the steps enqueued have run
         or failed; at 0, a state that a step made is taken back too."""
         if self._rule is not None:
-            self._steps = self._controls.done()
+            self._steps = self._controls.done(self._steps)
             if not self._steps and self._made_by_step:
                 self._rule = self._held = None
 

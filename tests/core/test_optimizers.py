@@ -24,6 +24,7 @@ from networks import NAMES, arrays, network, network_batch
 from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovJacobi, NaumovScan,
                           Sequential, TimeNewton, TimeScan, Wavefront)
 from leapfrog_gpu.backends import NumpyBackend, ops_numpy, timing
+from leapfrog_gpu.core import controls
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
 
@@ -410,6 +411,45 @@ def test_updates_refused_by_check_finite_take_no_step(network_name, make, graph)
         slots = [slot for slot in want if slot != "step"]
         assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
                        arrays(unbroken.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
+@pytest.mark.parametrize("t", [1, 2, 2**23 - 1, 2**23, 2**23 + 2**22 - 1, 2**24 - 1, 2**24, 2**24 + 1, 2**40 + 3])
+def test_the_device_holds_every_step_count_as_a_float32_tag_that_tells_steps_apart(t):
+    """The tag of t is a float32 exactly, 1 at the first step alone, apart from the previous step's, and read back
+    as t by a host that enqueued up to a few thousand steps more."""
+    tags = [controls.tag(s) for s in range(max(1, t - 3), t + 4)]
+    assert all(float(np.float32(value)) == value for value in tags)
+    assert all(a != b for a, b in zip(tags, tags[1:]))
+    assert (controls.tag(t) == 1) == (t == 1)
+    for enqueued in (t, t + 1, t + 4000):
+        assert controls.untag(int(np.float32(controls.tag(t))), enqueued) == t
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
+@pytest.mark.parametrize("make", [lambda: Adam(0.01), lambda: SGD(0.1, momentum=0.9)], ids=["adam", "momentum"])
+def test_a_float32_network_counts_steps_past_two_to_the_24(make):
+    """A run past 2^24 steps (float32 holds no integer beyond it and the next apart): its steps are counted, a
+    refused one is not, and each updates as the same steps at 2^20 do (Adam's bias corrections are 1 at either;
+    momentum's first step is step 1 alone)."""
+    x, y = network_batch("MLP", 5, dtype=np.float32)
+    with network("MLP", "numpy", check_finite=True) as far, network("MLP", "numpy") as near:
+        optimizer = make()
+        for model in (far, near):
+            model.train_step(x, y, optimizer)
+        state = far.optimizer_state()
+        for model, steps in ((far, 2**24), (near, 2**20)):
+            model.set_optimizer_state(optimizer, {**state, "step": steps})
+        far.train_step(x * 1e30, y, optimizer)
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            far.synchronize()
+        assert far.optimizer_state()["step"] == 2**24
+        for _ in range(3):
+            for model in (far, near):
+                model.train_step(x, y, optimizer)
+        got, want = far.optimizer_state(), near.optimizer_state()
+        assert (got.pop("step"), want.pop("step")) == (2**24 + 3, 2**20 + 3)
+        assert_bitwise(arrays(far.parameters()) + [a for slot in got for a in arrays(got[slot])],
+                       arrays(near.parameters()) + [a for slot in want for a in arrays(want[slot])])
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows

@@ -109,10 +109,11 @@ def read_module(module):
     One input (a placeholder) and one output; one node per call of a ``Linear`` (a ``Dense`` node, taking the
     sigmoid, tanh or relu applied to its output when nothing else reads that output) or of a ``Sequential``
     of a ``Linear`` and at most one activation module, one per ``LayerNorm`` of one normalized dimension, per
-    sum of two tensors (``+``, ``torch.add``, ``Tensor.add``; a sum whose first term is a sum read by nothing
-    else joins it: ((a + b) + c) is one ``Add`` of three) and per ``torch.cat`` along dim 1 or -1 (the
-    features of the rows (B, n)); ``Identity`` modules are passed over. A node is named after its module
-    where the module's name is one name (no ``.``) not taken yet, else after the fx node (``"add_1"``).
+    sum of two tensors (``+``, ``torch.add``, ``Tensor.add``; a sum whose first term, and not its second, is a
+    sum read by nothing else joins it: ((a + b) + c) is one ``Add`` of three, (h + h) two terms) and per
+    ``torch.cat`` along dim 1 or -1 (the features of the rows (B, n)); ``Identity`` modules are passed over.
+    A node is named after its module where the module's name is one name (no ``.``) not taken yet, else after
+    the fx node (``"add_1"``).
 
     ``nodes`` are ``(name, layer, inputs)`` triples for ``DagNet``; ``tensors`` ``{node: {name: tensor}}``,
     the module's detached (sharing its memory): w and b of each ``Linear`` (b zeros without a bias), gamma and
@@ -123,19 +124,32 @@ def read_module(module):
     second input, a module called twice (a node's parameters are its own), a submodule ``x`` whose fx node is
     named ``"x"`` too (the input's name), an activation that does not follow a ``Linear``'s output alone, a
     concatenation along another dim, a sum with a number, a node that leads nowhere, an output that a node
-    reads.
+    reads; a module torch.fx cannot trace; a parameter no network holds as the module does
+    (``core.torch_io.check_parameters``).
     """
     torch = torch_io.import_torch()
-    if isinstance(module, torch.fx.GraphModule):
-        traced = module
-    elif isinstance(module, torch.nn.Module):
-        traced = torch.fx.symbolic_trace(module)
-    else:
+    if not isinstance(module, torch.nn.Module):
         raise TypeError(f"from_torch reads a torch.nn.Module or a torch.fx.GraphModule; got {type(module).__name__}")
+    traced = module if isinstance(module, torch.fx.GraphModule) else _traced(torch, module)
     reader = _Reader(torch, traced)
     for node in traced.graph.nodes:
         getattr(reader, node.op, reader.refuse)(node)
-    return reader.finish()
+    read = reader.finish()
+    torch_io.check_parameters(module)
+    return read
+
+
+def _traced(torch, module):
+    """``torch.fx.symbolic_trace(module)``; a module it cannot trace refused with a ValueError on one line (fx raises
+    its TraceError, a ValueError, and also RuntimeError, AssertionError, TypeError from the module's code)."""
+    try:
+        return torch.fx.symbolic_trace(module)
+    except ValueError:
+        raise
+    except Exception as error:  # noqa: BLE001 - what the module's forward raises as fx runs it
+        said = (str(error).strip().splitlines() or [""])[0]
+        raise ValueError(f"torch.fx cannot trace the module ({type(error).__name__}: {said}): from_torch "
+                         "reads a module whose forward torch.fx.symbolic_trace can follow, or a GraphModule") from error
 
 
 class _Reader:
@@ -243,7 +257,8 @@ class _Reader:
                                      "from_torch reads the sum of two tensors, without alpha")
         first = node.args[0]
         inputs = [self.read(node, value) for value in node.args]
-        if self.fx.get(inputs[0]) is first and type(self.nodes[inputs[0]][0]) is Add and len(first.users) == 1:
+        if (self.fx.get(inputs[0]) is first and type(self.nodes[inputs[0]][0]) is Add and len(first.users) == 1
+                and node.args[1] is not first):
             inputs = self.nodes.pop(inputs[0])[1] + inputs[1:]  # ((a + b) + c): one Add, which sums in order
         self.add_node(node, Add(), inputs)
 

@@ -574,6 +574,81 @@ def test_every_linear_says_the_widths_it_maps(torch):
         assert linears(net.to_torch()) == {**{f"{v}.0": (3, 4, (4, 3)) for v in "abc"}, "out.0": (4, 2, (2, 4))}
 
 
+# -- parameters no network holds as the module does, refused by every from_torch ----------------------------
+
+
+def chain(torch, untraceable=False):
+    """A module of four Linear layers, ``lin`` (3 to 4), ``mid``, ``mid2`` (4 to 4) and ``out`` (4 to 2), with tanh
+    between them, that ``DagNet.from_torch`` reads (unless ``untraceable``: its forward takes ``len(x)``)."""
+    nn = torch.nn
+
+    class Chain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.mid, self.mid2, self.out = (nn.Linear(m, n) for m, n in ((3, 4), (4, 4), (4, 4), (4, 2)))
+
+        def forward(self, x):
+            h = torch.tanh(self.mid2(torch.tanh(self.mid(torch.tanh(self.lin(x))))))
+            return self.out(h * len(x) if untraceable else h)
+
+    return Chain()
+
+
+def changed(module, change):
+    change(module)
+    return module
+
+
+def apart(torch):
+    """``(network, module, message)``: a module each network's ``from_torch`` would read but for one parameter."""
+    nn, mlp = torch.nn, lambda: nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    linear, gru, rnn = nn.Linear(4, 4), nn.GRU(4, 4), lambda cell: nn.Sequential(cell(3, 4), nn.Linear(4, 2))
+    own = lambda m: m.register_parameter("h0", nn.Parameter(torch.zeros(4)))  # noqa: E731
+    return [
+        ("MLP", nn.Sequential(nn.Linear(3, 4), nn.Tanh(), linear, nn.Tanh(), linear, nn.Tanh(), nn.Linear(4, 2)),
+         "parameter '4.weight' is also '2.weight': each layer of a network holds parameters of its own"),
+        ("MLP", changed(mlp(), lambda m: m[2].bias.requires_grad_(False)),
+         "parameter '2.bias' is frozen (requires_grad is False), and a network trains every parameter"),
+        ("MLP", changed(mlp(), own), "parameter 'h0' is held by a Sequential, whose parameters no network reads"),
+        ("MLP", mlp().to("meta"), "parameter '0.weight' is on the meta device, which holds no values"),
+        ("RNN", nn.Sequential(nn.GRU(3, 4), gru, gru, nn.Linear(4, 2)), "parameter '2.weight_ih_l0' is also "
+         "'1.weight_ih_l0'"),
+        ("RNN", changed(rnn(nn.GRU), lambda m: m[0].bias_hh_l0.requires_grad_(False)),
+         "parameter '0.bias_hh_l0' is frozen"),
+        ("RNN", changed(rnn(nn.LSTM), own), "parameter 'h0' is held by a Sequential"),
+        ("RNN", rnn(nn.LSTM).to("meta"), "parameter '0.weight_ih_l0' is on the meta device"),
+        ("DagNet", changed(chain(torch), lambda m: setattr(m.mid2, "weight", m.mid.weight)),
+         "parameter 'mid2.weight' is also 'mid.weight'"),
+        ("DagNet", changed(chain(torch), lambda m: m.lin.requires_grad_(False)), "parameter 'lin.weight' is frozen"),
+        ("DagNet", changed(chain(torch), own), "parameter 'h0' is held by a Chain"),
+        ("DagNet", chain(torch).to("meta"), "parameter 'lin.weight' is on the meta device"),
+        ("DagNet", chain(torch, untraceable=True), "torch.fx cannot trace the module (RuntimeError: "),
+    ]
+
+
+@pytest.mark.parametrize("case", range(13))
+def test_a_parameter_a_network_cannot_hold_as_the_module_does_is_refused_in_one_line(torch, case):
+    """Tied (a network's layers would train two copies apart), frozen (a network trains it), no layer's (a network
+    would leave it out of its function), on the meta device (no values): each refused by name, not read amiss."""
+    network, module, message = apart(torch)[case]
+    with pytest.raises(ValueError) as info:
+        {"MLP": MLP, "RNN": RNN, "DagNet": DagNet}[network].from_torch(module, backend="numpy")
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("cell", ["RNN", "LSTM"])
+def test_a_frozen_bias_hh_that_b_sums_is_read(torch, cell):
+    """b^l = bias_ih + bias_hh trains as torch trains bias_ih beside a bias_hh held (as ``to_torch`` holds it)."""
+    module = torch.nn.Sequential(getattr(torch.nn, cell)(3, 4), torch.nn.Linear(4, 2)).double()
+    module[0].bias_hh_l0.requires_grad_(False)
+    x = np.random.default_rng(0).standard_normal((5, 3, 2))
+    with RNN.from_torch(module, backend="numpy") as net:
+        with torch.no_grad():
+            out, _ = module[0](torch.from_numpy(x.transpose(0, 2, 1).copy()))
+            want = module[1](out[-1]).numpy().T
+        assert_close(net.feedforward(x), want, "float64")
+
+
 # -- without torch ----------------------------------------------------------------------------------
 
 

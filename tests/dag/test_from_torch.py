@@ -91,6 +91,19 @@ class Mixed(nn.Module):
         return self.e(h + self.sigmoid(self.d(h)) + h)
 
 
+class Doubled(nn.Module):
+    """A sum read twice by the next sum, which is not one sum of three (its first term read twice), beside a Linear
+    called ``add`` (the sum's own fx name): nodes "a", "b", "add", "add_2" (the Linear), "add_3" and "out"."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.add, self.out = (nn.Linear(n, m) for n, m in [(3, 4), (3, 4), (3, 4), (4, 2)])
+
+    def forward(self, x):
+        h = self.a(x) + self.b(x)
+        return self.out(h + h + self.add(x))
+
+
 def sequential():
     """A torch.nn.Sequential, traced as it is: nodes "0", "2", "4" and "5"."""
     return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 6), nn.Tanh(), nn.LayerNorm(6), nn.Linear(6, 3))
@@ -102,6 +115,7 @@ CASES = {
     "normed": (Normed, {"lin": "lin", "norm": "norm", "plain": "plain", "out": "out"}),
     "mixed": (Mixed, {v: v for v in "abcde"}),
     "sequential": (sequential, {"0": "0", "2": "2", "4": "4", "5": "5"}),
+    "doubled": (Doubled, {"a": "a", "b": "b", "add_2": "add", "out": "out"}),
 }
 """Each hand-written module and where each of its network's nodes with parameters sits in it."""
 

@@ -102,11 +102,12 @@ def check_batch(xp, name, value, rows, dtype, sizes=None):
     """``value`` as a 2-D (rows, B) array of finite real numbers in ``dtype`` (``check_finite_as``), B >= 1, on a
     device ``xp`` can read; ``sizes``, when given, is named in a shape error."""
     value = real_array(xp, name, value)
+    given = tuple(value.shape)
     if value.ndim == 1:
         value = value.reshape(-1, 1)
     if value.ndim != 2 or value.shape[0] != rows:
         network = "" if sizes is None else f" for sizes {sizes}"
-        raise ValueError(f"{name} must have shape ({rows}, B) or ({rows},){network}; got {tuple(value.shape)}")
+        raise ValueError(f"{name} must have shape ({rows}, B) or ({rows},){network}; got {given}")
     if value.shape[1] == 0:
         raise ValueError(f"{name} holds an empty batch: shape {tuple(value.shape)}, need B >= 1")
     check_finite_as(xp, name, value, dtype)

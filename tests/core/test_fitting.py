@@ -351,7 +351,7 @@ REFUSALS = [
      "y must be integer class labels or targets of shape (3, 5); got shape (5,) of dtype float64: for class labels, "
      "pass y.astype(int)"),
     (lambda net, x, labels: net.train_step(x, labels[:4], SGD(0.1)), ValueError,
-     "y must have shape (3, B) or (3,) for sizes [4, 6, 3]; got (4, 1)"),
+     "y must have shape (3, B) or (3,) for sizes [4, 6, 3]; got (4,)"),
     (lambda net, x, labels: net.fit(x, np.eye(3)[:, labels][:, :4], 1, 2, 0.1), ValueError,
      "x and y must hold the same number of samples; got 5 and 4"),
     (lambda net, x, labels: net.fit(x, labels, 0, 2, 0.1), ValueError, "epochs must be an integer >= 1; got 0"),

@@ -122,9 +122,30 @@ class Fitting:
         self.eval_batch = max(self.batch, EVAL_BATCH)
         self.epoch = self.step_in_epoch = self.step = 0
         if state is not None:
-            self.epoch, self.step_in_epoch, self.step = state["epoch"], state["step_in_epoch"], state["step"]
-            self.order.bit_generator.state = state["rng"]
+            self.epoch, self.step_in_epoch, self.step = self._position(state)
+            try:
+                self.order.bit_generator.state = state["rng"]
+            except (TypeError, ValueError, KeyError, OverflowError):  # OverflowError: beyond 64 bits, or < 0
+                raise ValueError(f"state's rng is {state['rng']!r:.80}, not a state of NumPy's "
+                                 f"{type(self.order.bit_generator).__name__}: give what state() returned") from None
         self.epoch_rng = self.order.bit_generator.state
+
+    def _position(self, state):
+        """``(epoch, step_in_epoch, step)`` of a ``state()`` given, checked: a run of epochs of this many steps reaches
+        it (interrupted after an epoch's last step, it counts them all). One at ``epochs`` or past them runs none."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be what state() returned, a dict; got {type(state).__name__}")
+        missing = [key for key in ("epoch", "step_in_epoch", "step", "rng") if key not in state]
+        if missing:
+            raise ValueError(f"state lacks {', '.join(missing)}: give what state() returned")
+        epoch, step_in_epoch, step = (check_count(f"state's {key}", state[key], 0)
+                                      for key in ("epoch", "step_in_epoch", "step"))
+        per_epoch = self.steps_per_epoch
+        if step_in_epoch > per_epoch or step != epoch * per_epoch + step_in_epoch:
+            raise ValueError(f"state's position (epoch {epoch}, step_in_epoch {step_in_epoch}, step {step}) is not one "
+                             f"of a run of epochs of {per_epoch} steps (batch_size {self.batch} over "
+                             f"{self.x.shape[-1]} samples): give the state of a run of these")
+        return epoch, step_in_epoch, step
 
     def state(self):
         """Where the run stands (JSON-able): ``epoch``, ``step_in_epoch``, ``step`` and ``rng``."""

@@ -114,6 +114,44 @@ def test_a_run_resumed_from_its_state_after_any_step_goes_on_bit_for_bit():
     assert seen == list(range(16)) and records == [{"said": 1}, {"said": 2}]
 
 
+def state_after(first, **changes):
+    """``first.state()`` (a run of 60 samples, 8 a batch: 8 steps an epoch) with ``changes``; a key changed to None
+    left out."""
+    state = {**first.state(), **changes}
+    return {key: value for key, value in state.items() if value is not None}
+
+
+BAD_STATES = [
+    (lambda first: 5, TypeError, "state must be what state() returned, a dict; got int"),
+    (lambda first: state_after(first, rng=None), ValueError, "state lacks rng: give what state() returned"),
+    (lambda first: state_after(first, epoch=None, step=None), ValueError, "state lacks epoch, step: "),
+    (lambda first: state_after(first, epoch=-2, step=-16), ValueError, "state's epoch must be an integer >= 0; got -2"),
+    (lambda first: state_after(first, step=1.0), TypeError, "state's step must be an integer >= 0; got 1.0"),
+    (lambda first: state_after(first, step_in_epoch=9, step=9), ValueError,
+     "state's position (epoch 0, step_in_epoch 9, step 9) is not one of a run of epochs of 8 steps (batch_size 8 "
+     "over 60 samples)"),
+    (lambda first: state_after(first, epoch=1, step_in_epoch=2, step=2), ValueError,
+     "state's position (epoch 1, step_in_epoch 2, step 2) is not one of a run"),
+    (lambda first: state_after(first, rng={"bit_generator": "PCG64", "state": 1}), ValueError,
+     "state's rng is {'bit_generator': 'PCG64', 'state': 1}, not a state of NumPy's PCG64"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_STATES)))
+def test_a_state_no_run_of_these_reaches_is_refused_saying_what_and_changes_nothing(case):
+    """What ``state()`` gives is what ``state=`` takes: a position of epochs of these steps and a generator's
+    state, each refused otherwise (a KeyError, or a run of other steps, before), the network left as it was."""
+    make, error, message = BAD_STATES[case]
+    x, labels = blobs(60)
+    with classifier() as net:
+        bad = make(fitting.Fitting(net, x, labels, 2, 8, SGD(0.3)))
+        before = host(net.parameters())
+        with pytest.raises(error) as info:
+            fitting.Fitting(net, x, labels, 2, 8, SGD(0.3), state=bad).run(progress=False)
+        assert str(info.value).startswith(message) and "\n" not in str(info.value)
+        assert_bitwise_equal(host(net.parameters()), before)
+
+
 def test_the_metrics_lines_are_what_fit_returns(tmp_path):
     x, labels = blobs(40)
     with classifier() as net:

@@ -249,6 +249,10 @@ def build(state, arrays, backend="auto", path="the file", layers=()):
     except (TypeError, ValueError) as error:
         raise UnreadableFileError(f"{path} holds an architecture that builds no {kind} "
                                   f"({_first_line(error)})") from None
+    except MemoryError:
+        raise UnreadableFileError(f"{path} holds an architecture whose {kind} is too large for this machine's "
+                                  "memory to build",
+                                  "load it where more memory is free") from None
     try:
         restore(net, arrays)
         names = {array_name(unit, name) for unit, name in _parameters(net)}

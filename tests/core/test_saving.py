@@ -179,6 +179,7 @@ FILES = {
     "unbuildable": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2]}}),
     "other-shapes": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 4]}}),
     "deeper": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 3, 3]}}),
+    "huge": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 10**7, 10**7, 3]}}),
     "no-slots": lambda path: _rewritten(path, lambda state: state, drop="exp_avg.w2"),
     "bad-optimizer": lambda path: _rewritten(path, lambda state: {**state, "optimizer": {"kind": "Lion"}}),
     "extra": lambda path: _rewritten(path, lambda state: state, extra="w9"),
@@ -209,6 +210,8 @@ REFUSALS = {
     "other-shapes": r"{path} does not fit its MLP \(weights of layer 2 must have shape \(4, 2\); got \(3, 2\)\): "
                     r"save the network again, or load another file",
     "deeper": r"{path} does not fit its MLP \(no array 'w3' \(the parameter w of unit 3\)\)",
+    "huge": r"{path} holds an architecture whose MLP is too large for this machine's memory to build: load it where "
+            r"more memory is free",
     "no-slots": r"{path} does not fit its MLP \(no array 'exp_avg\.w2' for the state of Adam\(lr=0\.01",
     "bad-optimizer": r"{path} does not fit its MLP \(its optimizer 'Lion' is none of SGD, Adam, AdamW",
     "extra": r"{path} does not fit its MLP \(arrays \['w9'\] fit no parameter of it\)",

@@ -27,6 +27,7 @@ class Controls:
         self.backend = backend
         self.array = backend.xp.zeros(8, dtype=dtype)
         self.optimizer, self.state = None, {}
+        self.counted = 0  # the step count the host last read (or set): ``untag`` tells steps apart this near it
         self._names = []
 
     def set_rate(self, rate):
@@ -58,19 +59,20 @@ class Controls:
 
     def set_done(self, t):
         """``array[7] = t`` (as its ``tag``) now, on the host: the count of a state set."""
-        self.array[7] = tag(t)
+        self.array[7], self.counted = tag(t), t
 
     def done(self, enqueued):
         """The step count t of the last step that updated (``mark_done``), of the ``enqueued`` steps or fewer; read
         on the host, once the steps have run."""
-        return untag(int(self.array[7]), enqueued)
+        self.counted = untag(int(self.array[7]), enqueued)
+        return self.counted
 
     def read(self, enqueued):
         """``(refused, done)``: the name of the gradient whose check refused an update (None: none) and ``done()``,
         from one copy to the host; call it once the steps have run (``synchronize()``)."""
         host = to_host(self.array)
-        code = int(host[1])
-        return (self._names[code - 1] if code else None), untag(int(host[7]), enqueued)
+        code, self.counted = int(host[1]), untag(int(host[7]), enqueued)
+        return (self._names[code - 1] if code else None), self.counted
 
     def clear(self):
         """Enqueue ``array[1] = 0`` on the main stream: the steps enqueued after it update again."""
@@ -90,8 +92,8 @@ def tag(t):
 
 
 def untag(done, enqueued):
-    """The step count whose ``tag`` is ``done``: of the ``enqueued`` steps, the last that has it (steps that did not
-    run are the last few enqueued)."""
+    """The step count whose ``tag`` is ``done``: of the ``enqueued`` steps, the last that has it; right where fewer
+    than ``TAGS // 2`` steps enqueued did not run (a network reads the count at least every ``TAGS // 4`` steps)."""
     return done if done < TAGS else enqueued - (tag(enqueued) - done) % (TAGS // 2)
 
 

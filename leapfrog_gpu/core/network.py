@@ -222,7 +222,7 @@ class Network(OptimizerState):
             elif self._rule is None:
                 self._make_state(optimizer)
             if not optimizer.plain:
-                self._steps += 1
+                self._count_step()
             if not optimizer.plain or clip is not None:
                 controls.set_step(optimizer.controls(samples, self._steps))
             controls.optimizer = optimizer

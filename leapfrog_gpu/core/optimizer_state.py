@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from . import optimizers, parameters
+from . import controls, optimizers, parameters
 
 
 class OptimizerState:
@@ -76,6 +76,14 @@ class OptimizerState:
         self._steps = int(steps)
         self._controls.set_done(self._steps)  # the count of the steps that updated (``Controls.done``)
         self._wait()
+
+    def _count_step(self):
+        """t += 1, for a step enqueued; first, ``TAGS // 4`` steps after the count was last read (``Controls.counted``),
+        ``_synchronize()``, which reads it and raises what those steps met: the device's tag of the count tells steps
+        apart within ``TAGS // 2`` of it only (``controls.untag``)."""
+        if self._steps - self._controls.counted >= controls.TAGS // 4:
+            self._synchronize()
+        self._steps += 1
 
     def _recount(self):
         """The step count: that of the last step that updated (``Controls.done``), once the steps enqueued have run

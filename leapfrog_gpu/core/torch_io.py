@@ -73,27 +73,23 @@ def linear_parameters(linear):
     return w, b
 
 
-def check_parameters(module):
+def check_parameters(module, held_by=None):
     """Raise a ValueError naming the first parameter of ``module`` that a network could not hold as the module does:
-    one held by a module that is none of ``Linear``, ``LayerNorm``, ``RNN``, ``GRU``, ``LSTM`` (which no network
-    reads: a learned initial state), one held under two names (tied, or a module registered twice: each of a
-    network's layers holds its own), a frozen one (``requires_grad`` False: a network trains all of its) but an
-    ``RNN``'s or ``LSTM``'s ``bias_hh`` (which b^l sums with ``bias_ih``, as ``to_torch`` freezes it), or one on the
-    meta device (no values to read)."""
-    torch = import_torch()
-    named, summed = {}, (torch.nn.RNN, torch.nn.LSTM)  # a frozen bias_hh of these: b^l, the sum, trains
+    one held under two names (tied, or a module registered twice: each of a network's layers holds its own), one on
+    the meta device (no values to read), or, given ``held_by`` (module types), one held by a module of none of them
+    (the RNN's ``from_torch`` reads the modules, not the forward that may use such a one: a learned initial state).
+    A frozen parameter is read, and the network trains it."""
+    named = {}
     for owner_name, owner in module.named_modules(remove_duplicate=False):
         for name, tensor in owner.named_parameters(recurse=False, remove_duplicate=False):
             where = repr(".".join(filter(None, (owner_name, name))))
-            if not isinstance(owner, (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.RNNBase)):
-                raise ValueError(f"parameter {where} is held by a {type(owner).__name__}, whose parameters no network "
-                                 "reads: from_torch reads those of Linear, LayerNorm, RNN, GRU and LSTM modules")
+            if held_by is not None and not isinstance(owner, held_by):
+                raise ValueError(f"parameter {where} is held by the {type(owner).__name__} module, which from_torch "
+                                 f"does not read: it reads the parameters of {', '.join(k.__name__ for k in held_by)} "
+                                 "modules")
             if named.setdefault(id(tensor), where) is not where:
                 raise ValueError(f"parameter {where} is also {named[id(tensor)]}: each layer of a network holds "
                                  "parameters of its own; give each module its own (copy.deepcopy)")
-            if not tensor.requires_grad and not (name.startswith("bias_hh") and isinstance(owner, summed)):
-                raise ValueError(f"parameter {where} is frozen (requires_grad is False), and a network trains every "
-                                 "parameter: call module.requires_grad_(True) first")
             if tensor.device.type == "meta":
                 raise ValueError(f"parameter {where} is on the meta device, which holds no values: give it values "
                                  "first (module.to_empty(device='cpu'), then initialise it)")

@@ -60,7 +60,7 @@ def test_full_beside_on_a_gpu_is_full_like(backend):
                                            ("DagNet", {})])
 def test_each_slot_and_gradient_starts_its_own_quarter_page_after_its_parameter(name, options, optimizer, slots):
     """The k-th slot k quarter-pages after the parameter, and the gradient buffers of the MLP's and the RNN's plans
-    (a DagNet's layers make their gradients as they go) three; the step still trains."""
+    (a DagNet's layers make their gradients as they go) three."""
     with NumpyBackend() as backend:
         net = network(name, backend, dtype="float64", **options)
         x, y = network_batch(name, dtype=np.float64)

@@ -426,6 +426,25 @@ def test_the_device_holds_every_step_count_as_a_float32_tag_that_tells_steps_apa
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
+def test_a_refusal_is_read_before_the_steps_behind_it_wrap_the_tags(monkeypatch):
+    """Tags past ``TAGS`` cycle over ``TAGS // 2`` counts, so the network reads its count every ``TAGS // 4`` steps
+    (here 16, 8 and 4): a refused step, and every step behind it until then, is raised within 4 steps, the count
+    right (read after 8 or more such steps, it came back as a later one's)."""
+    monkeypatch.setattr(controls, "TAGS", 16)
+    x, y = network_batch("MLP", 5, dtype=np.float64)
+    with network("MLP", "numpy", dtype="float64", check_finite=True) as net:
+        optimizer = Adam(0.01)
+        for _ in range(20):
+            net.train_step(x, y, optimizer)
+        net.synchronize()
+        net.train_step(x * 1e200, y, optimizer)
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            for _ in range(12):
+                net.train_step(x, y, optimizer)
+        assert net.optimizer_state()["step"] == 20
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
 @pytest.mark.parametrize("make", [lambda: Adam(0.01), lambda: SGD(0.1, momentum=0.9)], ids=["adam", "momentum"])
 def test_a_float32_network_counts_steps_past_two_to_the_24(make):
     """A run past 2^24 steps (float32 holds no integer beyond it and the next apart): its steps are counted, a

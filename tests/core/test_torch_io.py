@@ -599,41 +599,53 @@ def changed(module, change):
     return module
 
 
+APART = ["MLP tied", "MLP meta", "RNN tied", "RNN own", "RNN meta", "DagNet tied", "DagNet meta", "DagNet untraceable"]
+
+
 def apart(torch):
-    """``(network, module, message)``: a module each network's ``from_torch`` would read but for one parameter."""
+    """``{case: (network, module, message)}`` of ``APART``: a module each network's ``from_torch`` would read but
+    for one parameter (or, untraceable, its forward)."""
     nn, mlp = torch.nn, lambda: nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     linear, gru, rnn = nn.Linear(4, 4), nn.GRU(4, 4), lambda cell: nn.Sequential(cell(3, 4), nn.Linear(4, 2))
-    own = lambda m: m.register_parameter("h0", nn.Parameter(torch.zeros(4)))  # noqa: E731
-    return [
+    return dict(zip(APART, [
         ("MLP", nn.Sequential(nn.Linear(3, 4), nn.Tanh(), linear, nn.Tanh(), linear, nn.Tanh(), nn.Linear(4, 2)),
          "parameter '4.weight' is also '2.weight': each layer of a network holds parameters of its own"),
-        ("MLP", changed(mlp(), lambda m: m[2].bias.requires_grad_(False)),
-         "parameter '2.bias' is frozen (requires_grad is False), and a network trains every parameter"),
-        ("MLP", changed(mlp(), own), "parameter 'h0' is held by a Sequential, whose parameters no network reads"),
         ("MLP", mlp().to("meta"), "parameter '0.weight' is on the meta device, which holds no values"),
         ("RNN", nn.Sequential(nn.GRU(3, 4), gru, gru, nn.Linear(4, 2)), "parameter '2.weight_ih_l0' is also "
          "'1.weight_ih_l0'"),
-        ("RNN", changed(rnn(nn.GRU), lambda m: m[0].bias_hh_l0.requires_grad_(False)),
-         "parameter '0.bias_hh_l0' is frozen"),
-        ("RNN", changed(rnn(nn.LSTM), own), "parameter 'h0' is held by a Sequential"),
+        ("RNN", changed(rnn(nn.LSTM), lambda m: m.register_parameter("h0", nn.Parameter(torch.zeros(4)))),
+         "parameter 'h0' is held by the Sequential module, which from_torch does not read: it reads the parameters "
+         "of RNN, GRU, LSTM, Linear modules"),
         ("RNN", rnn(nn.LSTM).to("meta"), "parameter '0.weight_ih_l0' is on the meta device"),
         ("DagNet", changed(chain(torch), lambda m: setattr(m.mid2, "weight", m.mid.weight)),
          "parameter 'mid2.weight' is also 'mid.weight'"),
-        ("DagNet", changed(chain(torch), lambda m: m.lin.requires_grad_(False)), "parameter 'lin.weight' is frozen"),
-        ("DagNet", changed(chain(torch), own), "parameter 'h0' is held by a Chain"),
         ("DagNet", chain(torch).to("meta"), "parameter 'lin.weight' is on the meta device"),
         ("DagNet", chain(torch, untraceable=True), "torch.fx cannot trace the module (RuntimeError: "),
-    ]
+    ], strict=True))
 
 
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", APART)
 def test_a_parameter_a_network_cannot_hold_as_the_module_does_is_refused_in_one_line(torch, case):
-    """Tied (a network's layers would train two copies apart), frozen (a network trains it), no layer's (a network
-    would leave it out of its function), on the meta device (no values): each refused by name, not read amiss."""
+    """Tied (a network's layers would train two copies apart), the module's own beside an RNN's layers (its forward
+    may read it: the network would leave it out), on the meta device (no values): each refused by name."""
     network, module, message = apart(torch)[case]
     with pytest.raises(ValueError) as info:
         {"MLP": MLP, "RNN": RNN, "DagNet": DagNet}[network].from_torch(module, backend="numpy")
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_parameters_the_function_does_not_read_or_frozen_are_no_bar(torch):
+    """What a module holds beside the layers its forward reads (an MLP's Sequential, a DagNet's traced graph), and
+    frozen parameters (read, and trained by the network), leave ``from_torch`` computing the module."""
+    nn = torch.nn
+    mlp = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double().requires_grad_(False)
+    mlp.register_parameter("unread", nn.Parameter(torch.zeros(2, dtype=torch.float64)))
+    dag = chain(torch).double()
+    dag.spare = nn.Embedding(3, 4)  # held, never called
+    x = np.random.default_rng(0).standard_normal((3, 5))
+    for kind, module in ((MLP, mlp), (DagNet, dag)):
+        with kind.from_torch(module, backend="numpy") as net, torch.no_grad():
+            assert_close(net.feedforward(x), module(torch.from_numpy(x.T.copy())).numpy().T, "float64")
 
 
 @pytest.mark.parametrize("cell", ["RNN", "LSTM"])

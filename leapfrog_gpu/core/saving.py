@@ -255,15 +255,11 @@ def build(state, arrays, backend="auto", path="the file", layers=()):
                                   "load it where more memory is free") from None
     try:
         restore(net, arrays)
-        names = {array_name(unit, name) for unit, name in _parameters(net)}
         held = state.get("optimizer")
-        if held is not None:
-            optimizer = optimizer_of(held)
+        optimizer = None if held is None else optimizer_of(held)
+        if optimizer is not None:
             restore_optimizer(net, optimizer, arrays, held.get("step"))
-            names |= {array_name(unit, name, slot) for slot in optimizer.SLOTS for unit, name in _parameters(net)}
-        extra = [name for name in arrays if name not in names]
-        if extra:
-            raise ValueError(f"arrays {extra[:3]} fit no parameter of it")
+        check_fitted(net, arrays, optimizer)
     except (TypeError, ValueError, AttributeError) as error:
         net.close()
         raise UnreadableFileError(f"{path} does not fit its {kind} ({_first_line(error)})") from None
@@ -282,6 +278,16 @@ def restore(net, arrays):
             raise ValueError(f"no array {array_name(unit, name)!r} (the parameter {name} of unit {unit!r})")
         params.setdefault(unit, {})[name] = arrays[array_name(unit, name)]
     net.set_parameters(params)
+
+
+def check_fitted(net, arrays, optimizer=None):
+    """A ValueError naming arrays among ``arrays`` that are neither a parameter of ``net`` nor a slot of the state of
+    ``optimizer`` (None: none held), by their names in a file."""
+    slots = [None, *(() if optimizer is None else optimizer.SLOTS)]
+    names = {array_name(unit, name, slot) for unit, name in _parameters(net) for slot in slots}
+    extra = [name for name in arrays if name not in names]
+    if extra:
+        raise ValueError(f"arrays {extra[:3]} fit no parameter of it")
 
 
 def restore_optimizer(net, optimizer, arrays, steps):

@@ -164,16 +164,16 @@ class Communicator:
     def together(self, *kinds):
         """Run the block on every rank; an exception of ``kinds`` raised in it on any rank is raised on
         every rank once all of them have run it: the lowest failing rank's, its message prefixed by
-        that rank unless every rank failed alike. ``kinds`` must be built from one message. No
-        collective may run inside the block (a rank that failed before it would never join it)."""
+        that rank unless every rank failed alike, as the first of ``kinds`` it is of, which must be built from one
+        message. No collective may run inside the block (a rank that failed before it would never join it)."""
         if self.size == 1:
             yield
             return
         failure = None
         try:
             yield
-        except kinds as error:
-            failure = (type(error), str(error))
+        except kinds as error:  # raised again as the kind it is of: NumPy's MemoryError takes more than a message
+            failure = (next(kind for kind in kinds if isinstance(error, kind)), str(error))
         failures = self.allgather(failure)
         failed = [(rank, f) for rank, f in enumerate(failures) if f is not None]
         if failed:

@@ -126,6 +126,45 @@ def test_a_nan_that_every_rank_meets_is_said_in_one_line(options, said):
     assert len(err.splitlines()) == 1 and err.startswith(f"leapfrog-train: error: {said}"), err
 
 
+def edited(directory, change):
+    """Rewrite ``directory``'s checkpoint with ``change(arrays)`` applied to its arrays (the state kept)."""
+    path = checkpoint.path_in(directory)
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    change(arrays)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("spoil, said", [
+    (lambda arrays: arrays.update(w2=arrays["w2"][:, :-1]),
+     r"rank 0: .*/checkpoint\.npz does not fit this network \(weights of layer 2 must have shape \(32, 16\); got "
+     r"\(32, 15\)\)"),
+    (lambda arrays: arrays["exp_avg_sq.w2"].flat.__setitem__(0, np.nan),
+     r".*/checkpoint\.npz does not fit this network \(exp_avg_sq of weights of layer 2 contains NaN or Inf"),
+    (lambda arrays: arrays.update(zz9=np.zeros(3)),
+     r"rank 0: .*/checkpoint\.npz does not fit this network \(arrays \['zz9'\] fit no parameter of it\)"),
+], ids=["weights", "moments", "extra"])
+def test_a_checkpoint_that_does_not_fit_is_said_in_one_line_and_kept(tmp_path, spoil, said):
+    """What rank 0 finds in the parameters it restores, or every rank in the optimizer's state, every rank raises:
+    rank 0 alone says it, no MPI abort lines, and the file stays as it was."""
+    mpirun.run(2, *TRAIN, *TEACHER, "--epochs", 1, "--optimizer", "adam", "--checkpoint-dir", tmp_path, timeout=60)
+    edited(tmp_path, spoil)
+    before = checkpoint.path_in(tmp_path).read_bytes()
+    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--epochs", 2, "--optimizer", "adam",
+                                                       "--checkpoint-dir", tmp_path, "--resume"), timeout=60)
+    assert (returncode, out) == (2, "") and len(err.splitlines()) == 1, err
+    assert re.match(f"leapfrog-train: error: {said}", err), err
+    assert checkpoint.path_in(tmp_path).read_bytes() == before
+
+
+def test_sizes_no_rank_can_hold_are_said_in_one_line():
+    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--hidden", "100000x100000", "--epochs",
+                                                       1, "--yes"), timeout=60)
+    assert (returncode, out) == (2, "") and len(err.splitlines()) == 1, err
+    assert re.fullmatch(r"leapfrog-train: error: not enough memory \(Unable to allocate .* for an array with shape "
+                        r"\(100000, 100000\) and data type float\d+\): ask for smaller sizes\n", err), err
+
+
 def test_a_bad_option_on_one_rank_alone_ends_the_job_with_its_line(tmp_path):
     """Refused after MPI is set up on every rank: the other rank does not wait in MPI's setup for one that left."""
     good, bad = [*TRAIN, *TEACHER, "--epochs", 1, "--comm-timeout", 5], [*TRAIN, *TEACHER, "--epochs", 0]

@@ -74,9 +74,12 @@ def built(directory, arrays, state, backend):
         return saving.build(state, arrays, backend, path_in(directory))
 
 
-def restore(net, arrays, directory):
-    """Give ``net`` the parameters of ``load(directory)``'s ``arrays``, or raise a ``CheckpointError`` that says why."""
+def restore(net, arrays, directory, optimizer=None):
+    """Give ``net`` the parameters of ``load(directory)``'s ``arrays``, or raise a ``CheckpointError`` that says why;
+    given the ``optimizer`` whose state the run resumes, also where arrays fit neither a parameter nor its state."""
     with _refused(path_in(directory)):
+        if optimizer is not None:
+            saving.check_fitted(net, arrays, optimizer)
         saving.restore(net, arrays)
 
 

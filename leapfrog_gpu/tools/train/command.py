@@ -83,7 +83,7 @@ def main(argv=None):
         return _fail(comm, error, UNWRITTEN)
     except Exception as error:
         if line := too_large(error):
-            return _fail(comm, line, 2)
+            return _fail(comm, Refused(line, every_rank=getattr(error, "every_rank", False)), 2)
         if comm.size == 1:
             raise
         traceback.print_exc()
@@ -114,7 +114,7 @@ class StoppedEveryRank(Exception):
 def _train(given, comm):
     saved = arrays = state = None
     directory = given.get("checkpoint_dir")
-    with comm.together(*SETUP_ERRORS):  # rank 0's checkpoint is every rank's
+    with comm.together(*SETUP_ERRORS, MemoryError):  # rank 0's checkpoint is every rank's
         if given.get("resume") and not directory:
             raise UsageError("--resume needs --checkpoint-dir DIR")
         if comm.rank == 0:
@@ -122,7 +122,7 @@ def _train(given, comm):
     if given.get("resume"):
         state = comm.bcast(state)
         saved = state["config"]
-    with comm.together(*SETUP_ERRORS):
+    with comm.together(*SETUP_ERRORS, MemoryError):  # MemoryError: sizes no rank can hold (the teacher's data)
         config = configure(given, saved)
         written_by = saved and saved.get("ranks", 1)  # a checkpoint from before data parallelism: one rank
         if written_by and written_by != comm.size:
@@ -158,15 +158,17 @@ def _train(given, comm):
     _check_same_options(comm, config, dataset)
     comm.use_own_device(backend)
     options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
-    with get_backend(backend, **options) as backend, models.network(config, dataset, backend, comm) as net:
-        if saved is not None:
+    with get_backend(backend, **options) as backend, _network(config, dataset, backend, comm) as net:
+        if saved is not None:  # what a rank finds wrong with the checkpoint, every rank raises (said once)
+            optimizer = make_optimizer(config)
             with comm.together(checkpoint.CheckpointError):
                 resuming.check_architecture(net, state, directory)
-            if comm.rank == 0:
-                checkpoint.restore(net, arrays, directory)
+                if comm.rank == 0:
+                    checkpoint.restore(net, arrays, directory, optimizer)
             data_parallel.broadcast_parameters(net)
             held = comm.bcast(checkpoint.optimizer_arrays(arrays) if comm.rank == 0 else None)
-            checkpoint.restore_optimizer(net, make_optimizer(config), held, state.get("optimizer_step", 0), directory)
+            with comm.together(checkpoint.CheckpointError):
+                checkpoint.restore_optimizer(net, optimizer, held, state.get("optimizer_step", 0), directory)
         with comm.together(UsageError):  # rank 0's --metrics refused, every rank stops and rank 0 alone says why
             opened = _open_metrics(config["metrics"] if comm.rank == 0 else None)
         with opened as metrics:
@@ -174,6 +176,13 @@ def _train(given, comm):
                 return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
             except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
                 comm.abort(130, quiet=True)
+
+
+def _network(config, dataset, backend, comm):
+    """``models.network``; what a rank meets building it (sizes too large for its memory), every rank raises (said
+    once: ``main``)."""
+    with comm.together(MemoryError, ValueError):
+        return models.network(config, dataset, backend, comm)
 
 
 def _on_ranks(ranks):

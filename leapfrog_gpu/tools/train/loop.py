@@ -136,6 +136,10 @@ class Training:
                 checkpoint.save(directory, self.net, self.state())
         except Unwritten as error:
             raise Unwritten(f"{error}: {kept}") from None
+        except ValueError:  # core.saving refuses a path without its folder: removed while the run went on
+            if path.parent.is_dir():
+                raise
+            raise Unwritten(f"cannot write the checkpoint {path} (its folder {path.parent} is gone)") from None
 
     def run(self):
         """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran). Ctrl-C

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -255,6 +256,36 @@ def test_a_metrics_file_that_cannot_be_written_stops_the_run_in_one_line(tmp_pat
     monkeypatch.setattr(checkpoint, "save", failing)
     assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run") == 5
     assert one_error_line(capsys).endswith("(Input/output error): none was written before")
+
+
+def test_a_checkpoint_folder_removed_during_the_run_stops_it_in_one_line(tmp_path, capsys, monkeypatch):
+    """The folder gone before the second checkpoint (core.saving refuses a path without its folder): exit status 5,
+    one line, as for a write that fails (was a traceback, exit 1)."""
+    save, run = checkpoint.save, tmp_path / "run"
+
+    def removed_at_epoch_2(directory, net, training):
+        if training["epoch"] == 2:
+            shutil.rmtree(directory)
+        return save(directory, net, training)
+
+    monkeypatch.setattr(checkpoint, "save", removed_at_epoch_2)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run) == 5
+    assert one_error_line(capsys) == (f"leapfrog-train: error: cannot write the checkpoint {checkpoint.path_in(run)} "
+                                      f"(its folder {run} is gone)")
+
+
+def test_a_checkpoint_with_an_array_no_run_writes_is_refused_on_resume_and_kept(tmp_path, capsys):
+    """As ``leapfrog_gpu.load`` refuses it: exit 2, one line, the file as it was (resumed, it was written over)."""
+    assert cli(*SMALL, "--epochs", 1, "--optimizer", "adam", "--checkpoint-dir", tmp_path) == 0
+    path = checkpoint.path_in(tmp_path)
+    with np.load(path) as archive:
+        np.savez(path, **{name: archive[name] for name in archive.files}, zz9=np.zeros(3))
+    before = path.read_bytes()
+    capsys.readouterr()
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume") == 2
+    assert one_error_line(capsys) == (f"leapfrog-train: error: {path} does not fit this network (arrays ['zz9'] fit no "
+                                      f"parameter of it): {checkpoint.REMEDY}")
+    assert path.read_bytes() == before
 
 
 def test_teacher_regression(tmp_path, capsys):

@@ -161,10 +161,11 @@ class Plan:
 
 
 def _clip(xp, gradient_arrays, controls, clip):
-    """nabla *= min(1, clip / (|nabla| / B + 1e-6)) for every gradient, |nabla| the norm of them all, 1 / B in
-    ``controls[3]``; on the device, with no read on the host."""
+    """nabla *= min(1, clip / (|nabla| / B + 1e-6)) for every gradient, |nabla| the norm of them all, its squares
+    summed in float64 (as torch's norm on the CPU: a float32 sum overflows where the batch's sum of gradients passes
+    1.8e19, and clipped every gradient to 0), 1 / B in ``controls[3]``; on the device, with no read on the host."""
     gradients = [g for named in gradient_arrays().values() for g in named.values()]
-    total = sum(xp.vdot(g.reshape(-1), g.reshape(-1)) for g in gradients)
+    total = sum(xp.sum(xp.square(g, dtype=np.float64)) for g in gradients)
     scale = xp.minimum(clip / (xp.sqrt(total) * controls[3] + 1e-6), 1.0)
     for g in gradients:
         g *= scale.astype(g.dtype)

@@ -165,6 +165,27 @@ def test_clip_of_inf_scales_nothing_as_torchs(network_name, graph):
     assert_bitwise(run(float("inf")), run(None))
 
 
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("target", [1e15, 1e19, 1e30])
+def test_a_float32_gradient_whose_squares_pass_float32s_range_is_clipped_as_torch_clips_it(target, graph):
+    """The batch's gradients summed reach 1e21 and more, whose square float32 cannot hold: the norm's squares summed
+    in float64 clip the step to the norm, as torch clips it in float64 (it was inf, which clipped it to nothing)."""
+    x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    y = np.full((2, 64), target, np.float32)
+    with MLP([3, 2], activation="tanh", output_activation="identity", backend="numpy", seed=0) as net:
+        module = net.to_torch().double()
+        net.train_step(x, y, SGD(0.1), graph=graph, clip=1.0)
+        got = arrays(net.parameters())
+    step = torch.optim.SGD(module.parameters(), lr=0.1)
+    x64, y64 = torch.from_numpy(x.T.astype(np.float64)), torch.from_numpy(y.astype(np.float64))
+    (0.5 * ((module(x64).T - y64) ** 2).sum() / 64).backward()
+    torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+    step.step()
+    want = [module[0].weight.detach().numpy(), module[0].bias.detach().numpy()]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def trained(name, optimizer, schedule, steps=4, dtype="float32", graph=False, rates=None, batch=5):
     """The parameters and optimizer state of ``name`` after ``steps`` steps, as host arrays in order."""
     with network(name, "numpy", dtype=dtype) as net:

@@ -139,7 +139,7 @@ __device__ void adam_update(T* param, const T* nabla, T* m, T* v, const T* contr
             g = add_rn(g, mul_rn(p, weight_decay));
         }
         const T mi = add_rn(mul_rn(m[idx], beta1), mul_rn(g, c1));
-        const T vi = add_rn(mul_rn(v[idx], beta2), mul_rn(mul_rn(g, g), c2));
+        const T vi = add_rn(mul_rn(v[idx], beta2), mul_rn(mul_rn(g, c2), g));
         m[idx] = mi;
         v[idx] = vi;
         param[idx] = sub_rn(p, mul_rn(mi / add_rn(sqrt(vi) / root, eps), step_size));

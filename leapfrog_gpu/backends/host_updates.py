@@ -34,7 +34,7 @@ def _momentum(p, g, buf, lr, weight_decay, mu, undamped, first, nesterov):
 def _adam(p, g, m, v, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step_size, small, floor):
     """One element of torch.optim.Adam's step: (p, m, v) after it, g the batch-mean gradient.
 
-    ``v * beta2 + (g * g) * c2``, where |g| < ``small`` and ``v * beta2`` > ``floor``, adds ``(0 * 0) * c2``: the
+    ``v * beta2 + (g * c2) * g``, where |g| < ``small`` and ``v * beta2`` > ``floor``, adds ``(0 * c2) * 0``: the
     term is then below half an ulp of ``v * beta2`` and changes no bit of the sum (``_adam_scalars``), while its
     subnormal products, which a vanishing gradient makes, cost some CPUs a microcode assist each (10-20x the
     update's time on an Intel Xeon)."""
@@ -44,7 +44,7 @@ def _adam(p, g, m, v, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step
     m = m * beta1 + g * c1
     kept = v * beta2
     h = g if kept <= floor or not -small < g < small else g - g  # 0 in the dtype of g
-    v = kept + (h * h) * c2
+    v = kept + (h * c2) * h  # torch.optim's order (addcmul's): g * g first would overflow where |g| > 1.8e19 in float32
     return p - m / (np.sqrt(v) / root + eps) * step_size, m, v
 
 
@@ -63,7 +63,7 @@ def momentum(p, nabla, buf, scale, lr, weight_decay, mu, undamped, first, nester
 def adam(p, nabla, m, v, scale, decay, weight_decay, beta1, c1, beta2, c2, root, eps, step_size, small, floor):
     """torch.optim.Adam's step (AdamW's with ``decay`` = 1 - lr * weight_decay, else ``decay`` 1 and
     ``weight_decay`` added to g) on flat p, nabla, m and v: g = nabla * scale, m = m * beta1 + g * c1,
-    v = v * beta2 + (g * g) * c2 (c1 = 1 - beta1, c2 = 1 - beta2), p -= m / (sqrt(v) / root + eps) * step_size."""
+    v = v * beta2 + (g * c2) * g (c1 = 1 - beta1, c2 = 1 - beta2), p -= m / (sqrt(v) / root + eps) * step_size."""
     for i in range(p.size):
         p[i], m[i], v[i] = _adam(p[i], nabla[i] * scale, m[i], v[i], decay, weight_decay, beta1, c1, beta2, c2, root,
                                  eps, step_size, small, floor)

@@ -349,7 +349,7 @@ def _momentum_scalars(cast, controls, momentum, dampening, nesterov, weight_deca
 
 def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
     """The scalars of ``host_updates.adam`` after its arrays, in the dtype ``cast``, as NumPy's calls make them, then
-    ``small`` and ``floor``: for |g| < small, (g * g) * c2 <= tiny * (1 + 2^-22) (tiny, the least normal number;
+    ``small`` and ``floor``: for |g| < small, (g * c2) * g <= tiny * (1 + 2^-22) (tiny, the least normal number;
     ``small`` rounded down), and that is below half an ulp of any sum v * beta2 > floor = tiny * 2^(p + 2), p the
     dtype's significand bits (an ulp of x exceeds x 2^-p)."""
     lr = cast(controls[2])

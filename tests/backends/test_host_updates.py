@@ -49,7 +49,7 @@ def _adam_by_calls(p, nabla, m, v, controls, beta1, beta2, eps, weight_decay, de
     elif weight_decay:
         g = np.add(g, np.multiply(p, weight_decay))
     m[...] = np.add(np.multiply(m, beta1), np.multiply(g, 1 - beta1))
-    v[...] = np.add(np.multiply(v, beta2), np.multiply(np.multiply(g, g), 1 - beta2))
+    v[...] = np.add(np.multiply(v, beta2), np.multiply(np.multiply(g, 1 - beta2), g))
     denominator = np.add(np.divide(np.sqrt(v), controls[6]), eps)
     p -= np.multiply(np.divide(m, denominator), controls[2] / controls[5])
 
@@ -88,7 +88,7 @@ def test_adam_is_the_element_wise_rule_bitwise(dtype, t, weight_decay, decoupled
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_adam_is_the_rule_bitwise_where_a_vanishing_gradient_makes_subnormal_products(dtype):
-    """Around the bounds where the compiled update adds 0 in place of (g * g) * (1 - beta2) (a term with subnormal
+    """Around the bounds where the compiled update adds 0 in place of (g * (1 - beta2)) * g (a term with subnormal
     products, below half an ulp of v * beta2): gradients about sqrt(tiny / (1 - beta2)) and below, down to subnormal
     ones, against v * beta2 about tiny * 2^(p + 2) and below, down to 0; every pair, bitwise the element-wise rule."""
     info, c2 = np.finfo(dtype), dtype(1 - 0.999)

@@ -186,6 +186,28 @@ def test_a_float32_gradient_whose_squares_pass_float32s_range_is_clipped_as_torc
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True), Sequential(one_pass=True)], ids=repr)
+def test_a_float32_gradient_whose_square_passes_float32s_range_steps_adam_as_torch_does(schedule):
+    """A gradient of 1e20 (its square beyond float32's 3.4e38), then ordinary ones: (g * (1 - beta2)) * g, torch's
+    order, keeps v finite and the parameter moving, as torch.optim.Adam in float32 (g * g first made v inf, and the
+    parameter froze for good)."""
+    x = np.array([[0.5], [-1.0], [2.0]], np.float32)
+    with MLP([3, 2], activation="tanh", output_activation="identity", backend="numpy", seed=0) as net:
+        module = net.to_torch()
+        step = torch.optim.Adam(module.parameters(), lr=0.01, foreach=False)
+        for y in [np.array([[1e20], [-3e19]], np.float32)] + [np.zeros((2, 1), np.float32)] * 3:
+            net.train_step(x, y, Adam(0.01), schedule)
+            step.zero_grad()
+            (0.5 * ((module(torch.from_numpy(x.T)).T - torch.from_numpy(y)) ** 2).sum()).backward()
+            step.step()
+        got, state = arrays(net.parameters()), net.optimizer_state()
+    want = [module[0].weight.detach().numpy(), module[0].bias.detach().numpy()]
+    assert all(np.isfinite(a).all() for a in arrays(state["exp_avg_sq"]))
+    for a, b in zip(got + arrays(state["exp_avg_sq"]), want + [step.state[p]["exp_avg_sq"].numpy() for p in
+                                                                module.parameters()]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 def trained(name, optimizer, schedule, steps=4, dtype="float32", graph=False, rates=None, batch=5):
     """The parameters and optimizer state of ``name`` after ``steps`` steps, as host arrays in order."""
     with network(name, "numpy", dtype=dtype) as net:

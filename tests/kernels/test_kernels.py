@@ -719,14 +719,15 @@ def test_optimizer_kernels_are_bitwise_their_twins(cpu, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_adam_kernel_is_its_twin_where_the_twin_skips_a_subnormal_term(cpu, dtype):
-    """The twin adds 0 for (g * g) * (1 - beta2) where that term is below half an ulp of v * beta2
+    """The twin adds 0 for (g * (1 - beta2)) * g where that term is below half an ulp of v * beta2
     (``host_updates._adam``); the kernel computes every product: gradients about sqrt(tiny / (1 - beta2)) and
-    below, down to subnormal ones, against v * beta2 about tiny * 2^(p + 2) and below: bitwise the same."""
+    below, down to subnormal ones, and 1e20, whose square float32 cannot hold (g * (1 - beta2) first keeps v
+    finite), against v * beta2 about tiny * 2^(p + 2) and below: bitwise the same."""
     info, c2 = np.finfo(dtype), 1 - 0.999
     tiny = float(info.tiny)
     small, floor = np.sqrt(tiny / c2), tiny * 2.0 ** (info.nmant + 3)
     g = np.array([s * small * f for s in (1, -1) for f in (8, 1 + 2.0 ** -20, 1 - 2.0 ** -20, 0.5, 1e-3)]
-                 + [float(info.smallest_subnormal), 0.0], dtype)
+                 + [float(info.smallest_subnormal), 0.0, 1e20], dtype)
     v = np.array([floor * f for f in (4, 1 + 2.0 ** -20, 1 - 2.0 ** -20, 2.0 ** -5)] + [tiny, 0.0, 1.0], dtype) / 0.999
     g, v = (a.astype(dtype).reshape(-1) for a in np.meshgrid(g, v))
     rng = np.random.default_rng(6)

@@ -395,6 +395,7 @@ def test_without_scipy_openblas32_every_network_trains_on_numpys_blas_with_one_w
 SPIN_AFTER_A_PRODUCT = """
 import os, sys, time
 import numpy as np
+time.sleep(0.5)  # NumPy's own OpenBLAS, loaded at its import, starts threads that spin their first 2**28 cycles
 from leapfrog_gpu.backends import host_blas
 
 host_blas.load()[1].scipy_openblas_set_num_threads(2)
@@ -411,7 +412,8 @@ print(round((time.process_time() - used) * 1e3, 1))
 def spin(environment):
     """What ``SPIN_AFTER_A_PRODUCT`` prints in a fresh process run in ``environment``: the library's
     ``OPENBLAS_THREAD_TIMEOUT`` as Python sees it after the load, and the CPU ms the process used in the
-    0.3 s it slept after a product on two threads."""
+    0.3 s it slept after a product on two threads (NumPy's own OpenBLAS given the time its threads spin as they
+    start, which fell in that window at times and made 40-50 ms of it)."""
     import os
     import subprocess
 

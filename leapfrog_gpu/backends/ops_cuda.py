@@ -251,6 +251,12 @@ class CudaOps:
         self._kernel("elementwise.cu", "step_done", controls.dtype, launch.elementwise_launch(1)[2])(
             (1, 1, 1), (1, 1, 1), (controls,))
 
+    def sum_squares(self, x):
+        """The sum of the squares of x's elements, as a float64 0-d array (``ops_numpy.sum_squares``), in float64 on
+        the device: no read on the host."""
+        cupy = self._cupy
+        return cupy.sum(cupy.square(x, dtype=np.float64))
+
     def full_beside(self, param, k, fill):
         """An array shaped as ``param`` filled with ``fill`` (``ops_numpy.full_beside``: a GPU's loads need no
         stagger)."""

@@ -361,6 +361,15 @@ def _adam_scalars(cast, controls, beta1, beta2, eps, weight_decay, decoupled):
             cast(info.tiny * cast(2.0) ** (info.nmant + 3)))
 
 
+def sum_squares(x):
+    """The sum of the squares of x's elements, as a float64: by BLAS in x's dtype, again in float64 where that sum
+    is not finite (float32's passes its 3.4e38 where the batch's summed gradients pass 1.8e19; a clip of such a
+    norm made every gradient 0)."""
+    flat = x.reshape(-1)
+    total = np.vdot(flat, flat)
+    return np.float64(total if np.isfinite(total) else np.add.reduce(np.square(flat, dtype=np.float64)))
+
+
 def check_finite(controls, x, code):
     """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0 (the first gradient
     found wanting in a step names itself)."""

@@ -128,7 +128,8 @@ class Plan:
         most ``clip``, as ``torch.nn.utils.clip_grad_norm_`` does."""
         self.backprop(schedule, controls, solver)
         if clip is not None:
-            self.backend.launch(self.main, "clip", _clip, self.xp, self.gradient_arrays, controls.array, clip)
+            self.backend.launch(self.main, "clip", _clip, self.xp, self.backend.ops, self.gradient_arrays, controls.array,
+                                clip)
         if not schedule.fused or self.empty:
             with self.backend.range(self.main, "update"):
                 for unit in self.units:
@@ -160,12 +161,12 @@ class Plan:
         self.backend.synchronize()
 
 
-def _clip(xp, gradient_arrays, controls, clip):
+def _clip(xp, ops, gradient_arrays, controls, clip):
     """nabla *= min(1, clip / (|nabla| / B + 1e-6)) for every gradient, |nabla| the norm of them all, its squares
-    summed in float64 (as torch's norm on the CPU: a float32 sum overflows where the batch's sum of gradients passes
-    1.8e19, and clipped every gradient to 0), 1 / B in ``controls[3]``; on the device, with no read on the host."""
+    summed by ``ops.sum_squares`` (where float32 cannot hold them, in float64, as torch's norm on the CPU), 1 / B in
+    ``controls[3]``; on the device, with no read on the host."""
     gradients = [g for named in gradient_arrays().values() for g in named.values()]
-    total = sum(xp.sum(xp.square(g, dtype=np.float64)) for g in gradients)
+    total = sum(ops.sum_squares(g) for g in gradients)
     scale = xp.minimum(clip / (xp.sqrt(total) * controls[3] + 1e-6), 1.0)
     for g in gradients:
         g *= scale.astype(g.dtype)

@@ -158,7 +158,7 @@ def _train(given, comm):
     _check_same_options(comm, config, dataset)
     comm.use_own_device(backend)
     options = {"blas_threads": config["blas_threads"]} if backend == "numpy" else {}
-    with get_backend(backend, **options) as backend, _network(config, dataset, backend, comm) as net:
+    with get_backend(backend, **options) as backend, models.network(config, dataset, backend, comm) as net:
         if saved is not None:  # what a rank finds wrong with the checkpoint, every rank raises (said once)
             optimizer = make_optimizer(config)
             with comm.together(checkpoint.CheckpointError):
@@ -176,13 +176,6 @@ def _train(given, comm):
                 return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
             except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
                 comm.abort(130, quiet=True)
-
-
-def _network(config, dataset, backend, comm):
-    """``models.network``; what a rank meets building it (sizes too large for its memory), every rank raises (said
-    once: ``main``)."""
-    with comm.together(MemoryError, ValueError):
-        return models.network(config, dataset, backend, comm)
 
 
 def _on_ranks(ranks):

@@ -128,8 +128,8 @@ class Plan:
         most ``clip``, as ``torch.nn.utils.clip_grad_norm_`` does."""
         self.backprop(schedule, controls, solver)
         if clip is not None:
-            self.backend.launch(self.main, "clip", _clip, self.xp, self.backend.ops, self.gradient_arrays, controls.array,
-                                clip)
+            backend = self.backend
+            backend.launch(self.main, "clip", _clip, self.xp, backend.ops, self.gradient_arrays, controls.array, clip)
         if not schedule.fused or self.empty:
             with self.backend.range(self.main, "update"):
                 for unit in self.units:

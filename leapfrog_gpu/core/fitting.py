@@ -24,7 +24,7 @@ from tqdm import tqdm
 from ..backends import to_host
 from . import interrupts, optimizers, saving
 from .checks import check_count, check_eta, check_flag
-from .parameters import generator
+from .parameters import generator, took_state
 
 EVAL_BATCH = 256
 """The samples ``evaluate`` and ``predict`` run at a time, unless told (``fit``: at least its batch size, so
@@ -123,16 +123,14 @@ class Fitting:
         self.epoch = self.step_in_epoch = self.step = 0
         if state is not None:
             self.epoch, self.step_in_epoch, self.step = self._position(state)
-            try:
-                self.order.bit_generator.state = state["rng"]
-            except (TypeError, ValueError, KeyError, OverflowError):  # OverflowError: beyond 64 bits, or < 0
+            if not took_state(self.order, state["rng"]):
                 raise ValueError(f"state's rng is {state['rng']!r:.80}, not a state of NumPy's "
-                                 f"{type(self.order.bit_generator).__name__}: give what state() returned") from None
+                                 f"{type(self.order.bit_generator).__name__}: give what state() returned")
         self.epoch_rng = self.order.bit_generator.state
 
     def _position(self, state):
         """``(epoch, step_in_epoch, step)`` of a ``state()`` given, checked: a run of epochs of this many steps reaches
-        it (interrupted after an epoch's last step, it counts them all). One at ``epochs`` or past them runs none."""
+        it (``reaches``). One at ``epochs`` or past them runs none."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be what state() returned, a dict; got {type(state).__name__}")
         missing = [key for key in ("epoch", "step_in_epoch", "step", "rng") if key not in state]
@@ -140,10 +138,9 @@ class Fitting:
             raise ValueError(f"state lacks {', '.join(missing)}: give what state() returned")
         epoch, step_in_epoch, step = (check_count(f"state's {key}", state[key], 0)
                                       for key in ("epoch", "step_in_epoch", "step"))
-        per_epoch = self.steps_per_epoch
-        if step_in_epoch > per_epoch or step != epoch * per_epoch + step_in_epoch:
+        if not reaches(epoch, step_in_epoch, step, self.steps_per_epoch):
             raise ValueError(f"state's position (epoch {epoch}, step_in_epoch {step_in_epoch}, step {step}) is not one "
-                             f"of a run of epochs of {per_epoch} steps (batch_size {self.batch} over "
+                             f"of a run of epochs of {self.steps_per_epoch} steps (batch_size {self.batch} over "
                              f"{self.x.shape[-1]} samples): give the state of a run of these")
         return epoch, step_in_epoch, step
 
@@ -230,6 +227,12 @@ class Fitting:
             raise _marked(FloatingPointError(f"the training loss is {loss} after epoch {self.epoch + 1}, step "
                                              f"{self.step}"), every_rank)
         return loss
+
+
+def reaches(epoch, step_in_epoch, step, steps_per_epoch):
+    """Whether a run of epochs of ``steps_per_epoch`` steps reaches that position (interrupted after an epoch's last
+    step, it counts them all)."""
+    return step_in_epoch <= steps_per_epoch and step == epoch * steps_per_epoch + step_in_epoch
 
 
 def _marked(error, every_rank):

@@ -82,6 +82,17 @@ def generator(seed):
     return np.random.default_rng(int(seed))
 
 
+def took_state(order, state):
+    """Whether the generator ``order`` took ``state`` as its bit generator's (``bit_generator.state``, a state of
+    ``Fitting.state()``'s ``rng``): False for one of another bit generator, malformed, or of integers beyond 64 bits
+    or below 0."""
+    try:
+        order.bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError):
+        return False
+    return True
+
+
 def read_only(name, call):
     """The error for an assignment to the network's ``name`` (``weights``, ``biases``, ...); ``call`` is how
     to load parameters instead."""

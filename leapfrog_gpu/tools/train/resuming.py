@@ -9,7 +9,8 @@ import json
 import math
 
 from ...core import saving
-from ...core.parameters import generator
+from ...core.fitting import reaches
+from ...core.parameters import generator, took_state
 from ..cli import plural
 from . import checkpoint
 from .checkpoint import LATER
@@ -64,11 +65,9 @@ def checked(state, directory):
     if start is not None and (isinstance(start, bool) or not isinstance(start, (int, float)) or
                               not 0 <= start < math.inf):
         raise checkpoint.damaged(directory, f"its start_loss is {start!r}, not a finite number >= 0")
-    try:
-        generator(0).bit_generator.state = state["rng"]
-    except (TypeError, ValueError, KeyError, OverflowError):  # OverflowError: an integer beyond 64 bits, or < 0
+    if not took_state(generator(0), state["rng"]):
         raise checkpoint.damaged(directory, f"its rng is {state['rng']!r:.80}, not a state of NumPy's "
-                                            f"{type(generator(0).bit_generator).__name__}") from None
+                                            f"{type(generator(0).bit_generator).__name__}")
     made = make_optimizer(options)
     wanted = None if made.plain else made
     if "file" in state:  # else written before checkpoints held their optimizer: its step count alone
@@ -87,7 +86,7 @@ def check_position(state, steps_per_epoch, directory):
     """Refuse a position of the checkpoint ``state`` in ``directory`` that no run reaches at ``steps_per_epoch`` steps
     an epoch (interrupted after the last step of an epoch, it counts them all)."""
     epoch, step_in_epoch, step = state["epoch"], state["step_in_epoch"], state["step"]
-    if step_in_epoch > steps_per_epoch or step != epoch * steps_per_epoch + step_in_epoch:
+    if not reaches(epoch, step_in_epoch, step, steps_per_epoch):
         raise checkpoint.damaged(directory, f"its position (epoch {epoch}, step_in_epoch {step_in_epoch}, step "
                                             f"{step}) does not fit epochs of {plural(steps_per_epoch, 'step')}")
 

@@ -23,6 +23,7 @@ from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded, network_dtype
+from ..parallel import reducer
 from . import torch_io
 from .layers import LAYERS, Add, Dense, Layer
 from .plan import INPUT, DagPlan
@@ -88,12 +89,13 @@ class DagNet(Network):
             self.level[v] = 1 + max(self.level[u] for u in self.inputs[v])
         self.depth = self.level[self.output]
         rng = parameters.generator(seed)
-        super().__init__(dtype, backend, check_finite)
-        xp = self.backend.xp
-        self._params = {}
-        for v in self.order:
-            drawn = self.layer[v].init(rng, [self.n[u] for u in self.inputs[v]])
-            self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
+        with reducer.building(comm):
+            super().__init__(dtype, backend, check_finite)
+            xp = self.backend.xp
+            self._params = {}
+            for v in self.order:
+                drawn = self.layer[v].init(rng, [self.n[u] for u in self.inputs[v]])
+                self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
         self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
         self.stats = {}
         self._join(comm)

@@ -15,6 +15,7 @@ from ..core.convergence import Solver
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded, network_dtype
+from ..parallel import reducer
 from . import torch_io
 from .naumov import NaumovJacobi, NaumovScan
 from .plan import MLPPlan
@@ -56,8 +57,9 @@ class MLP(Layered):
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):
         rng = parameters.generator(seed)
-        super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite)
-        self._draw(rng)
+        with reducer.building(comm):
+            super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite)
+            self._draw(rng)
         self._join(comm)
 
     def __repr__(self):

@@ -20,6 +20,19 @@ from ..backends import to_host
 from .comm import Communicator
 
 
+@contextlib.contextmanager
+def building(comm):
+    """The block in which a network allocates and draws its parameters, before it joins ``comm`` (``attach``):
+    with more than one rank, an error one rank meets there (MemoryError, or NumPy's ValueError for an array beyond
+    any address space: sizes it cannot hold) is raised on every rank (``Communicator.together``), so that no rank
+    waits in ``attach`` for a rank that failed."""
+    if isinstance(comm, Communicator) and comm.reduces:
+        with comm.together(MemoryError, ValueError):
+            yield
+    else:
+        yield
+
+
 def attach(net, comm):
     """The communicator ``net`` sums its gradients over, or None when it runs alone.
 

@@ -25,6 +25,7 @@ from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded, network_dtype
+from ..parallel import reducer
 from . import torch_io
 from .cells import ACTIVATION, CELLS, GATED, GATES, STATE
 from .plan import RNNPlan
@@ -90,18 +91,19 @@ class RNN(Layered):
                 not math.isfinite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
         rng = parameters.generator(seed)
-        super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,
-                         example="[8, 32, 10]", layers="input, a recurrent layer, output")
-        self._draw(rng, self.rows)
-        xp, self._u, self._b_hn = self.backend.xp, {}, {}
-        for l in self.hidden:
-            blocks = []
-            for _ in range(GATES[self.cell]):
-                u = rng.standard_normal((self.n[l], self.n[l])) / math.sqrt(self.n[l])
-                blocks.append(u * recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny))
-            self._u[l] = xp.asarray(np.concatenate(blocks), dtype=self.dtype)
-        if self.cell == "gru":
-            self._b_hn = {l: xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype) for l in self.hidden}
+        with reducer.building(comm):
+            super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,
+                             example="[8, 32, 10]", layers="input, a recurrent layer, output")
+            self._draw(rng, self.rows)
+            xp, self._u, self._b_hn = self.backend.xp, {}, {}
+            for l in self.hidden:
+                blocks = []
+                for _ in range(GATES[self.cell]):
+                    u = rng.standard_normal((self.n[l], self.n[l])) / math.sqrt(self.n[l])
+                    blocks.append(u * recurrent_norm / max(np.linalg.norm(u, 2), np.finfo(np.float64).tiny))
+                self._u[l] = xp.asarray(np.concatenate(blocks), dtype=self.dtype)
+            if self.cell == "gru":
+                self._b_hn = {l: xp.asarray(rng.standard_normal(self.n[l]), dtype=self.dtype) for l in self.hidden}
         self.stats = {}  # the counters of the last backward pass (``schedules``)
         self._join(comm)
 

@@ -148,12 +148,27 @@ def test_gradients_are_views_of_one_flat_buffer_in_the_order_they_are_handed_ove
 def test_every_rank_must_build_the_same_network():
     class Other(Mirror):
         def allgather(self, value):
+            if value is None:  # what each rank met building its network: nothing
+                return [None, None]
             other = dict(value, sizes=[9, 17, 5]) if isinstance(value, dict) else "another digest"
             return [value, other]
 
     with pytest.raises(ValueError, match=r"every rank must use the same network, but they differ in sizes: "
                                          r"\[9, 17, 5\] on rank 1, \[9, 17, 5, 13, 7, 3\] on rank 0"):
         MLP(SIZES, backend="numpy", comm=Other())
+
+
+@pytest.mark.parametrize("name", ["MLP", "RNN", "DagNet"])
+def test_a_network_one_rank_cannot_hold_is_refused_on_every_rank(name):
+    """Rank 1 ran out of memory drawing its parameters: rank 0, which drew its own, raises that too, rather than
+    wait for rank 1 in the comparison of the two networks (where rank 1 never comes)."""
+    class Failed(Mirror):
+        def allgather(self, value):
+            return [value, (MemoryError, "Unable to allocate 74.5 GiB")]
+
+    with pytest.raises(MemoryError, match="^rank 1: Unable to allocate 74.5 GiB$") as raised:
+        network(name, "numpy", comm=Failed())
+    assert raised.value.every_rank
 
 
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(1), Leapfrog(3), NaumovScan(k=2), NaumovJacobi(k=2)],

@@ -166,6 +166,16 @@ def test_sizes_no_rank_can_hold_are_said_in_one_line():
                         r"shape \(99999999999, 16\) and data type float\d+\): ask for smaller sizes\n", err), err
 
 
+def test_a_network_no_rank_can_hold_is_said_in_one_line():
+    """Digits (64 inputs) through a layer of 1e11 units: every rank fails to draw its weights, before the ranks
+    compare their networks."""
+    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, "--hidden", "99999999999", "--epochs", 1, "--yes"),
+                                         timeout=60)
+    assert (returncode, out) == (2, "") and len(err.splitlines()) == 1, err
+    assert re.fullmatch(r"leapfrog-train: error: not enough memory \(Unable to allocate .* TiB for an array with "
+                        r"shape \(99999999999, 64\) and data type float64\): ask for smaller sizes\n", err), err
+
+
 def test_a_bad_option_on_one_rank_alone_ends_the_job_with_its_line(tmp_path):
     """Refused after MPI is set up on every rank: the other rank does not wait in MPI's setup for one that left."""
     good, bad = [*TRAIN, *TEACHER, "--epochs", 1, "--comm-timeout", 5], [*TRAIN, *TEACHER, "--epochs", 0]

@@ -52,7 +52,7 @@ def sigma_calls(z, a, activation, xp=np):
     identity, four for sigmoid (whose ``exp(-z)`` may overflow to inf, giving sigma = 0 as it should:
     run them under ``np.errstate(over="ignore")``)."""
     if activation == "sigmoid":
-        return [functools.partial(xp.negative, z, out=a), functools.partial(xp.exp, a, out=a),
+        return [functools.partial(xp.multiply, z, -1, out=a), functools.partial(xp.exp, a, out=a),
                 functools.partial(xp.add, a, 1, out=a), functools.partial(xp.reciprocal, a, out=a)]
     if activation == "tanh":
         return [functools.partial(xp.tanh, z, out=a)]

@@ -40,6 +40,24 @@ def leapfrog_threads():
     return {t for t in threading.enumerate() if t.name.startswith("leapfrog-")}
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("activation", ["sigmoid", "tanh", "relu", "identity"])
+@pytest.mark.parametrize("apart", [1, 2, 3, 4, 8])
+def test_an_activation_of_strided_views_is_the_float64_reference(dtype, activation, apart):
+    """``a = sigma(z)`` into a view of elements ``apart`` apart, from one alike: NumPy 2.4's negative read its input
+    as contiguous where it lay 16 bytes apart (float32) or 64 (float64), so sigmoid took other elements' values."""
+    z = np.full((24, 8), np.nan, dtype)
+    z[:, 0] = np.linspace(-6, 6, 24)
+    a = np.full_like(z, np.nan)
+    with np.errstate(over="ignore"):
+        for call in ops_numpy.sigma_calls(z.reshape(-1)[::apart][:24], a.reshape(-1)[::apart][:24], activation):
+            call()
+    x = z.reshape(-1)[::apart][:24].astype(np.float64)
+    want = {"sigmoid": 1 / (1 + np.exp(-x)), "tanh": np.tanh(x), "relu": np.maximum(x, 0), "identity": x}[activation]
+    got = a.reshape(-1)[::apart][:24]
+    assert np.allclose(got, want, rtol=1e-6, atol=0, equal_nan=True) and np.isnan(got).sum() == np.isnan(x).sum()
+
+
 @pytest.mark.parametrize("mode", ["threads", "serial", "deferred"])
 def test_worker_exception_reaches_the_caller_and_the_backend_recovers(mode):
     x, y = batch(SIZES, 3)

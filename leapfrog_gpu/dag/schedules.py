@@ -109,15 +109,16 @@ class BlockSchedule(DagSchedule):
 class DagJacobi(BlockSchedule):
     """Block Jacobi on every node at once from x = 0: x <- e + N x, N's blocks laid into one (B, M, M)
     matrix, so that a sweep is one batched product and one add (``core.triangular.jacobi``) whatever the nodes or
-    block pairs. Exact after D sweeps; ``max_sweeps`` caps them (after s < D, the nodes s or more edges
-    from the output are inexact, which ``stats["converged"]`` says). Holds N, e and two iterates
-    (``memory_needed``), checked against ``memory_limit`` before anything is allocated."""
+    block pairs. ``k``, ``fused`` and ``memory_limit`` as for the other schedules. Exact after D sweeps; the
+    keyword ``max_sweeps`` caps them (after s < D, the nodes s or more edges from the output are inexact, which
+    ``stats["converged"]`` says). Holds N, e and two iterates (``memory_needed``), checked against
+    ``memory_limit`` before anything is allocated."""
 
     name = "dag-jacobi"  # on the command line: --schedule dag-jacobi
 
     INSTEAD = "Sequential(), Leapfrog(k) or LevelSets(), which hold no block matrix"
 
-    def __init__(self, max_sweeps=None, k=2, fused=False, memory_limit=MEMORY_LIMIT):
+    def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT, *, max_sweeps=None):
         if max_sweeps is not None and (isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral)
                                        or max_sweeps < 1):
             raise ValueError(f"max_sweeps must be None (D sweeps, exact) or an integer >= 1; got {max_sweeps!r}")

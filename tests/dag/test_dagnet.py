@@ -210,8 +210,9 @@ def test_jacobi_is_exact_after_d_sweeps_and_not_after_d_minus_1():
         net = residual_net(backend)
         x, y = data(net, 3)
         want = np.concatenate([g.ravel() for g in flat(net.backprop(x, y))])
-        for sweeps, converged in ((net.depth, True), (net.depth - 1, False)):
-            schedule = DagJacobi(max_sweeps=sweeps)
+        for sweeps, converged in ((net.depth, True), (net.depth - 1, False), (None, True), (1, False)):
+            schedule = DagJacobi(2) if sweeps is None else DagJacobi(max_sweeps=sweeps)  # DagJacobi(k), as its siblings
+            sweeps = sweeps or net.depth
             got = np.concatenate([g.ravel() for g in flat(net.backprop(x, y, schedule))])
             error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))  # the block products round otherwise
             assert error <= 1e-14 if converged else error > 1e-3, (sweeps, error)

@@ -68,11 +68,13 @@ def real_array(xp, name, value):
     if xp is np and type(value).__module__.startswith("cupy"):
         raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass its host copy "
                         "(.get())")
-    if not hasattr(value, "dtype"):
+    if not isinstance(getattr(value, "dtype", None), np.dtype):  # lists; another library's arrays (a torch tensor)
         try:
             value = np.asarray(value)
         except ValueError as error:
             raise _unequal(name, error) from None
+        except (TypeError, RuntimeError) as error:  # a tensor on a GPU, or one that requires grad
+            raise TypeError(f"{name} cannot be read as a NumPy array ({error}); pass a NumPy array") from None
     if value.dtype.kind not in "fiu":
         raise TypeError(f"{name} must hold real numbers (a float or integer dtype); got dtype {value.dtype}")
     return value

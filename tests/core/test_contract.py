@@ -149,6 +149,24 @@ def test_nested_lists_are_accepted(network_name):
         assert_equal(net.parameters(), want)
 
 
+def test_torch_tensors_are_read_as_numpy_reads_them(network_name):
+    """A CPU tensor is read through ``numpy.asarray``, as lists are; one that cannot be (it requires grad) is a
+    TypeError that names the argument, and nothing changes."""
+    torch = pytest.importorskip("torch", reason="torch tensors as inputs", exc_type=ImportError)
+    with network(network_name, "numpy", dtype="float64") as net:
+        x, y = network_batch(network_name, dtype=np.float64)
+        want = net.gradients(x, y)
+        assert_equal(net.gradients(torch.from_numpy(x), torch.from_numpy(y)), want)
+        before = net.parameters()
+        with pytest.raises(TypeError, match=r"^x cannot be read as a NumPy array \(.*requires grad.*\); pass a NumPy "):
+            net.sgd_step(torch.from_numpy(x).requires_grad_(), y, 0.5)
+        assert_equal(net.parameters(), before)
+        net.set_parameters({unit: {key: torch.from_numpy(value + 1) for key, value in named.items()}
+                            for unit, named in before.items()})
+        assert_equal(net.parameters(), {unit: {key: value + 1 for key, value in named.items()}
+                                        for unit, named in before.items()})
+
+
 def test_copies_handed_out_stay_valid_after_a_step(network_name):
     with network(network_name, "numpy") as net:
         x, y = network_batch(network_name)

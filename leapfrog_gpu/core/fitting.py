@@ -11,6 +11,7 @@ computed on the host in float64 from the network's outputs.
 """
 
 import contextlib
+import io
 import json
 import math
 import numbers
@@ -64,7 +65,18 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
             except OSError as error:
                 raise ValueError(f"cannot write the metrics to {jsonl} ({error.strerror}): give jsonl the path of a "
                                  "file in a folder that exists") from None
+        elif jsonl is not None:
+            _check_text_out(jsonl)
         return run.run(progress=progress, jsonl=jsonl)
+
+
+def _check_text_out(file):
+    """Refuse, before any step, an open ``jsonl`` file that text cannot be written to: binary, closed or read-only."""
+    if isinstance(file, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(getattr(file, "mode", "")):
+        raise TypeError("jsonl must be a path or a file open for text; got a binary file: open it without 'b'")
+    if isinstance(file, io.IOBase) and (file.closed or not file.writable()):
+        raise ValueError(f"jsonl must be open for writing; got a {'closed' if file.closed else 'read-only'} file: "
+                         "open it with 'w' or 'a'")
 
 
 class Emptied:

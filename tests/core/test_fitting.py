@@ -424,7 +424,18 @@ REFUSALS = [
      "a folder that exists"),
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=999), TypeError,
      "jsonl must be a path or an open text file; got int"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=io.BytesIO()), TypeError,
+     "jsonl must be a path or a file open for text; got a binary file: open it without 'b'"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=io.TextIOWrapper(io.BufferedReader(io.BytesIO()))),
+     ValueError, "jsonl must be open for writing; got a read-only file: open it with 'w' or 'a'"),
+    (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=closed(io.StringIO())), ValueError,
+     "jsonl must be open for writing; got a closed file"),
 ]
+
+
+def closed(file):
+    file.close()
+    return file
 
 
 @pytest.mark.parametrize("call, error, message", REFUSALS, ids=[f"refusal-{i}" for i in range(len(REFUSALS))])

@@ -218,6 +218,9 @@ def read(path):
     except (OSError, ValueError, TypeError, AttributeError, EOFError, RuntimeError, zipfile.BadZipFile) as error:
         # RuntimeError: zipfile's for an entry marked encrypted, and its NotImplementedError for an unknown method
         raise UnreadableFileError(f"{path} is damaged ({type(error).__name__}: {_first_line(error)})") from None
+    except MemoryError as error:  # a header that claims a huge shape, or a file saved on a larger machine
+        raise UnreadableFileError(f"{path} holds an array larger than this machine can hold ({_first_line(error)})",
+                                  "load it on a machine with more memory if it is not damaged") from None
     if not isinstance(state, dict):
         raise UnreadableFileError(f"{path} holds no network saved by leapfrog_gpu (an .npz archive without its "
                                   "'state')", "load it with numpy.load")

@@ -180,6 +180,7 @@ FILES = {
     "other-shapes": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 4]}}),
     "deeper": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 3, 3]}}),
     "huge": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 10**7, 10**7, 3]}}),
+    "huge-array": lambda path: _claiming(path, "w2.npy", (10**7, 10**7)),
     "no-slots": lambda path: _rewritten(path, lambda state: state, drop="exp_avg.w2"),
     "bad-optimizer": lambda path: _rewritten(path, lambda state: {**state, "optimizer": {"kind": "Lion"}}),
     "extra": lambda path: _rewritten(path, lambda state: state, extra="w9"),
@@ -212,6 +213,9 @@ REFUSALS = {
     "deeper": r"{path} does not fit its MLP \(no array 'w3' \(the parameter w of unit 3\)\)",
     "huge": r"{path} holds an architecture whose MLP is too large for this machine's memory to build: load it where "
             r"more memory is free",
+    "huge-array": r"{path} holds an array larger than this machine can hold \(Unable to allocate 364\. TiB for an "
+                  r"array with shape .* and data type float32\): load it on a machine with more memory if it is not "
+                  r"damaged$",
     "no-slots": r"{path} does not fit its MLP \(no array 'exp_avg\.w2' for the state of Adam\(lr=0\.01",
     "bad-optimizer": r"{path} does not fit its MLP \(its optimizer 'Lion' is none of SGD, Adam, AdamW",
     "extra": r"{path} does not fit its MLP \(arrays \['w9'\] fit no parameter of it\)",
@@ -224,6 +228,17 @@ def _in_directory(path, offset, mask):
     content = bytearray(path.read_bytes())
     content[content.index(b"PK\x01\x02") + offset] ^= mask
     path.write_bytes(bytes(content))
+
+
+def _claiming(path, entry, shape):
+    """The file at ``path`` written again with the header of ``entry`` claiming ``shape``, and no data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in entries.items():
+            archive.writestr(name, header.getvalue() if name == entry else content)
 
 
 def _rewritten(path, change, drop=None, extra=None):

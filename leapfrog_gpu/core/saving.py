@@ -279,8 +279,16 @@ def restore(net, arrays):
     for unit, name in _parameters(net):
         if array_name(unit, name) not in arrays:
             raise ValueError(f"no array {array_name(unit, name)!r} (the parameter {name} of unit {unit!r})")
-        params.setdefault(unit, {})[name] = arrays[array_name(unit, name)]
+        params.setdefault(unit, {})[name] = _of_dtype(arrays, array_name(unit, name), net.dtype)
     net.set_parameters(params)
+
+
+def _of_dtype(arrays, key, dtype):
+    """``arrays[key]``, a ValueError unless it is of ``dtype``, the network's: a file gives its arrays bit for bit."""
+    array = arrays[key]
+    if array.dtype != np.dtype(dtype):
+        raise ValueError(f"array {key!r} is {array.dtype}, not the network's {np.dtype(dtype)}")
+    return array
 
 
 def check_fitted(net, arrays, optimizer=None):
@@ -301,7 +309,8 @@ def restore_optimizer(net, optimizer, arrays, steps):
         for unit, name in _parameters(net):
             if array_name(unit, name, slot) not in arrays:
                 raise ValueError(f"no array {array_name(unit, name, slot)!r} for the state of {optimizer!r}")
-            slots.setdefault(slot, {}).setdefault(unit, {})[name] = arrays[array_name(unit, name, slot)]
+            slots.setdefault(slot, {}).setdefault(unit, {})[name] = _of_dtype(arrays, array_name(unit, name, slot),
+                                                                               net.dtype)
     net.set_optimizer_state(optimizer, {"step": steps, **slots})
 
 

@@ -181,6 +181,8 @@ FILES = {
     "deeper": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 3, 3]}}),
     "huge": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2, 10**7, 10**7, 3]}}),
     "huge-array": lambda path: _claiming(path, "w2.npy", (10**7, 10**7)),
+    "float64-weights": lambda path: _rewritten(path, lambda state: state, retyped=("w2", np.float64)),
+    "float16-moments": lambda path: _rewritten(path, lambda state: state, retyped=("exp_avg_sq.b2", np.float16)),
     "no-slots": lambda path: _rewritten(path, lambda state: state, drop="exp_avg.w2"),
     "bad-optimizer": lambda path: _rewritten(path, lambda state: {**state, "optimizer": {"kind": "Lion"}}),
     "extra": lambda path: _rewritten(path, lambda state: state, extra="w9"),
@@ -216,6 +218,9 @@ REFUSALS = {
     "huge-array": r"{path} holds an array larger than this machine can hold \(Unable to allocate 364\. TiB for an "
                   r"array with shape .* and data type float32\): load it on a machine with more memory if it is not "
                   r"damaged$",
+    "float64-weights": r"{path} does not fit its MLP \(array 'w2' is float64, not the network's float32\): save the "
+                       r"network again",
+    "float16-moments": r"{path} does not fit its MLP \(array 'exp_avg_sq\.b2' is float16, not the network's float32\)",
     "no-slots": r"{path} does not fit its MLP \(no array 'exp_avg\.w2' for the state of Adam\(lr=0\.01",
     "bad-optimizer": r"{path} does not fit its MLP \(its optimizer 'Lion' is none of SGD, Adam, AdamW",
     "extra": r"{path} does not fit its MLP \(arrays \['w9'\] fit no parameter of it\)",
@@ -241,11 +246,13 @@ def _claiming(path, entry, shape):
             archive.writestr(name, header.getvalue() if name == entry else content)
 
 
-def _rewritten(path, change, drop=None, extra=None):
+def _rewritten(path, change, drop=None, extra=None, retyped=None):
     """The file at ``path`` written again with its state ``change``d, the array ``drop`` left out, an array
-    ``extra`` added."""
+    ``extra`` added, the array ``retyped[0]`` cast to the dtype ``retyped[1]``."""
     with np.load(path) as archive:
         arrays = {name: archive[name] for name in archive.files if name != drop}
+    if retyped:
+        arrays[retyped[0]] = arrays[retyped[0]].astype(retyped[1])
     arrays["state"] = np.array(json.dumps(change(json.loads(arrays["state"].item()))))
     if extra:
         arrays[extra] = np.ones(3)

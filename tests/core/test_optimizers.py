@@ -668,6 +668,26 @@ def test_the_state_before_any_step_taken_back_in_is_a_fresh_networks(network_nam
                        arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
 
 
+@pytest.mark.parametrize("steps", [0, 3])
+def test_a_slot_that_lacks_a_parameter_is_refused_and_changes_nothing(network_name, steps):
+    """A slot given for some parameters only would leave the others' as they were (another step's moments under this
+    count's bias corrections): refused, naming the first it lacks."""
+    with network(network_name, "numpy") as net:
+        for step in range(2):
+            net.train_step(*network_batch(network_name, 5, seed=step), Adam(0.01))
+        before = net.optimizer_state()
+        unit, names = next(iter(before["exp_avg"].items()))
+        name, value = next(iter(names.items()))
+        part = {unit: {name: np.zeros_like(value)}}
+        with pytest.raises(ValueError, match=r"^exp_avg holds no (?!.*\n).*: a slot holds every parameter's, as "
+                                             r"optimizer_state\(\) gives it$"):
+            net.set_optimizer_state(Adam(0.01), {"step": steps, "exp_avg": part, "exp_avg_sq": part})
+        after = net.optimizer_state()
+        assert after["step"] == before["step"]
+        assert_bitwise([a for slot in ("exp_avg", "exp_avg_sq") for a in arrays(after[slot])],
+                       [a for slot in ("exp_avg", "exp_avg_sq") for a in arrays(before[slot])])
+
+
 def test_a_bad_state_is_refused_and_changes_nothing():
     with MLP([3, 4, 2], seed=1, backend="numpy") as net:
         state = {"step": 3, "exp_avg": {2: {"w": np.zeros((4, 3))}}, "exp_avg_sq": {2: {"w": np.zeros((4, 2))}}}

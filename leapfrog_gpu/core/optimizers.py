@@ -36,10 +36,13 @@ class Optimizer:
         them."""
         if name == "lr":
             value = _number("lr", value)
-        elif name in vars(self):
+        elif name in vars(self) or hasattr(type(self), name):  # a hyper-parameter, or the rule's own (DECOUPLED)
             raise AttributeError(f"{name} of {self!r} is fixed once made (only lr may change from step to step): "
                                  f"make another {type(self).__name__}")
         super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        raise AttributeError(f"{name} of {self!r} cannot be deleted: make another {type(self).__name__}")
 
     def __repr__(self):
         return self.named(self.hyper())
@@ -97,7 +100,10 @@ class SGD(Optimizer):
             raise ValueError(f"nesterov=True needs momentum > 0 and dampening 0; got momentum={momentum!r}, "
                              f"dampening={dampening!r}")
         self.nesterov = nesterov
-        self.SLOTS = ("momentum_buffer",) if self.momentum else ()
+
+    @property
+    def SLOTS(self):  # noqa: N802 (the name its siblings give as a class constant)
+        return ("momentum_buffer",) if self.momentum else ()
 
     def hyper(self):
         return {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening, "nesterov": self.nesterov,

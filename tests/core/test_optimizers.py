@@ -320,7 +320,15 @@ def test_lr_alone_may_be_set_again_and_a_step_keeps_the_optimizer_as_it_came():
             setattr(optimizer, name, value)
     with pytest.raises(AttributeError, match=r"^momentum of SGD\(lr=0.1, .*\) is fixed once made"):
         sgd.momentum = 0.9
-    assert optimizer.hyper() == Adam(0.01).hyper() and sgd.plain
+    with pytest.raises(AttributeError, match=r"^momentum of SGD\(lr=0.1, .*\) cannot be deleted: make another SGD"):
+        del sgd.momentum  # and then set again, unchecked
+    for name, value in (("DECOUPLED", True), ("SLOTS", ())):  # the rule's own: AdamW's update, under Adam's name
+        with pytest.raises(AttributeError, match=rf"^{name} of Adam\(.*\) is fixed once made"):
+            setattr(optimizer, name, value)
+    with pytest.raises(AttributeError, match=r"^SLOTS of SGD\(.*\) is fixed once made"):
+        sgd.SLOTS = ("momentum_buffer",)
+    assert optimizer.hyper() == Adam(0.01).hyper() and sgd.plain and not optimizer.DECOUPLED and not sgd.SLOTS
+    assert SGD(0.1, momentum=0.9).SLOTS == ("momentum_buffer",) and optimizer.SLOTS == ("exp_avg", "exp_avg_sq")
     with MLP([3, 4, 2], seed=1, backend="numpy") as net:
         net.train_step(*network_batch("MLP", 5), optimizer)
         optimizer.lr = 0.5

@@ -165,12 +165,21 @@ def targets(xp, y, shape, axis, outputs, activation, dtype, noun):
     return xp.ascontiguousarray(xp.moveaxis(one_hot, -1, axis))
 
 
+def finite(value):
+    """``math.isfinite`` of a real number, an int too large for a float being no finite float (not an
+    OverflowError)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_eta(eta):
     """``eta``, the learning rate, a finite real number >= 0; a TypeError where it is not a number, else a
     ValueError."""
     if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
         raise TypeError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r} ({type(eta).__name__})")
-    if not math.isfinite(eta) or eta < 0:
+    if not finite(eta) or eta < 0:
         raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
     return eta
 

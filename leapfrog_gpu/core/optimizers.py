@@ -17,10 +17,9 @@ TypeError, one out of range a ValueError, each in one line; lr alone may be set 
 """
 
 import copy
-import math
 import numbers
 
-from .checks import check_flag
+from .checks import check_flag, finite
 
 
 class Optimizer:
@@ -187,6 +186,6 @@ def _number(name, value, what="a finite number >= 0", strict=False):
     ValueError (out of range), naming it as ``what``."""
     if not _is_real(value):
         raise TypeError(f"{name} must be {what}; got {value!r} ({type(value).__name__})")
-    if not (math.isfinite(value) and (value > 0 if strict else value >= 0)):
+    if not (finite(value) and (value > 0 if strict else value >= 0)):
         raise ValueError(f"{name} must be {what}; got {value!r}")
     return float(value)

@@ -24,13 +24,12 @@ Each leaves in ``stats``: sweeps or iterations, rounds (dependent steps), flops 
 each operand read once, each result written once) beside the node-by-node forward's, memory held.
 """
 
-import math
 import numbers
 import weakref
 
 import numpy as np
 
-from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit
+from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit, finite
 from ..core.convergence import Solver, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
@@ -109,7 +108,7 @@ def forward_counters(net, batch, nodes=None):
 
 
 def _check(name, value, low, message):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < low:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not finite(value) or value < low:
         raise ValueError(f"{name} {message}; got {value!r}")
 
 

@@ -24,6 +24,7 @@ import numbers
 
 import numpy as np
 
+from ..core.checks import finite
 from ..core.functions import OUTPUT_ACTIVATIONS, choose
 
 
@@ -297,7 +298,7 @@ class LayerNorm(Layer):
     def __init__(self, eps=1e-5):
         if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
             raise TypeError(f"LayerNorm's eps must be a number > 0; got {eps!r} ({type(eps).__name__})")
-        if not math.isfinite(eps) or eps <= 0:
+        if not finite(eps) or eps <= 0:
             raise ValueError(f"LayerNorm's eps must be a finite number > 0 (it keeps sqrt(var + eps) from 0); "
                              f"got {eps!r}")
         self.eps = float(eps)

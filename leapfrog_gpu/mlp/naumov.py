@@ -32,13 +32,12 @@ sequential chain (5); memory held). Jacobi's sweep count is data dependent: read
 has run (``net.backprop`` returns then; after ``net.sgd_step`` call ``net.synchronize()`` first).
 """
 
-import math
 import numbers
 
 import numpy as np
 
 from ..core import triangular
-from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit
+from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit, finite
 from ..core.schedules import Schedule
 
 
@@ -176,7 +175,7 @@ class NaumovJacobi(NaumovSchedule):
         tol_message = f"tol (the relative change where a warm start stops) must be a finite number >= 0; got {tol!r}"
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
             raise TypeError(tol_message)
-        if not math.isfinite(tol) or tol < 0:
+        if not finite(tol) or tol < 0:
             raise ValueError(tol_message)
         sweeps_message = f"max_sweeps must be None (L-2 sweeps, exact) or an integer >= 1; got {max_sweeps!r}"
         if max_sweeps is not None and (isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral)):

@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from ..core import parameters, saving
-from ..core.checks import check_finite_as, real_array
+from ..core.checks import check_finite_as, finite, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -88,7 +88,7 @@ class RNN(Layered):
             raise ValueError(f"{GATED[cell]} cell has its own activation, {ACTIVATION} (its gates are sigmoids); "
                              f"got activation={activation!r}: pass activation={ACTIVATION!r}")
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
-                not math.isfinite(recurrent_norm) or recurrent_norm < 0:
+                not finite(recurrent_norm) or recurrent_norm < 0:
             raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
         rng = parameters.generator(seed)
         with reducer.building(comm):

@@ -278,7 +278,7 @@ class Network(OptimizerState):
             raise ValueError(f"clip (the largest norm of the gradient) must be a number > 0; got {clip!r}")
         if schedule.fused:
             raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
-                             "behind its own gradients: pass fused=False")
+                             f"behind its own gradients: pass {schedule.unfused}")
         if graph and self.backend.name == "cupy":
             raise ValueError("graph=True cannot capture clip on the CuPy backend (its norm allocates as it runs); "
                              "use graph=False")
@@ -349,7 +349,7 @@ class Network(OptimizerState):
         solver = self._check_solver(solver)
         if schedule.fused and self.check_finite:
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
-                             "join, where the check runs); pass fused=False or check_finite=False")
+                             f"join, where the check runs); pass {schedule.unfused} or check_finite=False")
         graph = check_flag("graph", graph)
         if graph and self.backend.timeline is not None:
             raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "

@@ -67,6 +67,11 @@ class Schedule:
         """The options ``repr`` shows: ``, one_pass=True``, ``, fused=True`` or nothing."""
         return ", one_pass=True" if self.one_pass else ", fused=True" if self.fused else ""
 
+    @property
+    def unfused(self):
+        """The argument that would make this schedule update after the join: ``one_pass=False`` or ``fused=False``."""
+        return "one_pass=False" if self.one_pass else "fused=False"
+
 
 class Sequential(Schedule):
     """Everything on the main stream, in the book's order."""

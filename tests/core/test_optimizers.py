@@ -155,6 +155,18 @@ def test_clip_under_a_fused_schedule_or_of_a_bad_value_is_refused(network_name):
         assert net.optimizer_state() == {"step": 0}
 
 
+@pytest.mark.parametrize("schedule, unfused", [(Leapfrog(2, fused=True), "fused=False"),
+                                               (Sequential(one_pass=True), "one_pass=False")], ids=repr)
+def test_what_clip_and_check_finite_refuse_says_which_argument_unfuses_it(schedule, unfused):
+    """The one-pass sweep is fused whatever ``fused`` says: its refusals name ``one_pass``."""
+    with network("MLP", "numpy") as net, network("MLP", "numpy", check_finite=True) as checked:
+        x, y = network_batch("MLP", 1)
+        with pytest.raises(ValueError, match=rf"^clip needs every .*: pass {unfused}$"):
+            net.train_step(x, y, Adam(), schedule, clip=1.0)
+        with pytest.raises(ValueError, match=rf"^check_finite needs an unfused .*; pass {unfused} or check_finite"):
+            checked.train_step(x, y, Adam(), schedule)
+
+
 @pytest.mark.parametrize("graph", [False, True])
 def test_clip_of_inf_scales_nothing_as_torchs(network_name, graph):
     """``clip=inf``, torch's way to measure the norm without clipping: the steps of no clip, to the bit."""

@@ -140,7 +140,12 @@ def targets(xp, y, shape, axis, outputs, activation, dtype, noun):
     ``activation`` a hidden layer's, sigmoid, tanh or relu: not identity, a regression's), the one-hot targets of
     integer class labels in 0..outputs-1, in ``dtype``, on the device ``y`` is on. ``y`` as given where its shape
     is another; a ValueError with the hint to one-hot encode where it has that shape but cannot be class labels."""
-    if shape_of("y", y) != tuple(shape):
+    given = shape_of("y", y)
+    if given != tuple(shape):
+        if len(given) == len(shape) and given[axis:axis + 1] != (outputs,) and outputs > 1 \
+                and real_array(xp, "y", y).dtype.kind in "iu":  # no targets' shape: labels, as many as samples
+            raise ValueError(f"y holds class labels of shape {given}; x's batch needs one per sample, shape "
+                             f"{tuple(shape)}")
         return y
     y = real_array(xp, "y", y)
     target = (*shape[:axis], outputs, *shape[axis:])

@@ -128,7 +128,7 @@ class Fitting:
         self.options = {"graph": graph, "solver": solver, "clip": clip}
         if validation is not None and (not isinstance(validation, (tuple, list)) or len(validation) != 2):
             raise TypeError(f"validation must be a pair (x, y) of inputs and targets; got {type(validation).__name__}")
-        self.validation = None if validation is None else _checked(net, *validation)
+        self.validation = None if validation is None else _checked(net, *validation, "validation=(x, y): ")
         self.shuffle, self.order = check_flag("shuffle", shuffle), generator(seed)
         self.steps_per_epoch = math.ceil(samples / self.batch)
         self.eval_batch = max(self.batch, EVAL_BATCH)
@@ -314,6 +314,12 @@ def _labels(y):
     return np.argmax(y, axis=-2)
 
 
-def _checked(net, x, y):
-    """``x`` and ``y`` as a network's batch of them, checked; integer class labels as one-hot targets."""
-    return net._check_batch(x, net._targets(x, y))
+def _checked(net, x, y, what=""):
+    """``x`` and ``y`` as a network's batch of them, checked; integer class labels as one-hot targets. A refusal's
+    message starts with ``what``, the argument they came in."""
+    try:
+        return net._check_batch(x, net._targets(x, y))
+    except (TypeError, ValueError) as error:
+        if not what:
+            raise
+        raise (TypeError if isinstance(error, TypeError) else ValueError)(f"{what}{error}") from None

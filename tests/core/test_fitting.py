@@ -389,6 +389,8 @@ REFUSALS = [
      "y must be integer class labels or targets of shape (3, 5); got shape (5,) of dtype float64: for class labels, "
      "pass y.astype(int)"),
     (lambda net, x, labels: net.train_step(x, labels[:4], SGD(0.1)), ValueError,
+     "y holds class labels of shape (4,); x's batch needs one per sample, shape (5,)"),
+    (lambda net, x, labels: net.train_step(x, labels[:4].astype(float), SGD(0.1)), ValueError,
      "y must have shape (3, B) or (3,) for sizes [4, 6, 3]; got (4,)"),
     (lambda net, x, labels: net.fit(x, np.eye(3)[:, labels][:, :4], 1, 2, 0.1), ValueError,
      "x and y must hold the same number of samples; got 5 and 4"),
@@ -404,7 +406,7 @@ REFUSALS = [
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, validation=x), TypeError,
      "validation must be a pair (x, y) of inputs and targets; got ndarray"),
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, validation=(x, labels + 3)), ValueError,
-     "y holds class label 3 at index 0"),
+     "validation=(x, y): y holds class label 3 at index 0"),
     (lambda net, x, labels: net.evaluate(x, labels[:, None]), ValueError, "y must have shape (3, B) or (3,)"),
     (lambda net, x, labels: net.predict(x, batch_size=0), ValueError, "batch_size must be an integer >= 1; got 0"),
     (lambda net, x, labels: net.evaluate(x, labels, batch_size=0), ValueError,
@@ -431,6 +433,14 @@ REFUSALS = [
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=closed(io.StringIO())), ValueError,
      "jsonl must be open for writing; got a closed file"),
 ]
+
+
+def test_a_single_samples_integer_targets_are_targets_not_labels():
+    """y of shape (3,) in integers for one sample of an MLP of 3 outputs: that sample's targets, as floats would be."""
+    x = np.random.default_rng(7).random((4, 1))
+    with MLP([4, 6, 3], dtype="float64", backend="numpy") as net:
+        assert_bitwise_equal(host(net.gradients(x, np.array([0, 1, 0]))),
+                             host(net.gradients(x, np.array([[0.0], [1.0], [0.0]]))))
 
 
 def closed(file):

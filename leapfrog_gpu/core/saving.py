@@ -191,7 +191,8 @@ def load(path, backend="auto", layers=()):
 def located(path):
     """The file ``path`` names: ``path`` itself, else ``path_of(path)``; an ``UnreadableFileError`` if neither
     is a file."""
-    candidates = list(dict.fromkeys([Path(path), path_of(path)]))
+    named = path_of(path)  # first: what is no path is refused as such
+    candidates = list(dict.fromkeys([Path(path), named]))
     for candidate in candidates:
         if candidate.is_file():
             return candidate
@@ -209,7 +210,13 @@ def read(path):
     in the file's order; an ``UnreadableFileError`` for a file that is none of ours, damaged, or of a newer format. A
     state without ``format`` (a checkpoint of an older ``leapfrog-train``) is given as it is; ``build`` refuses it."""
     path = located(path)
-    if not zipfile.is_zipfile(path):  # np.load would take it for a pickle, and say how to load one unsafely
+    try:
+        with open(path, "rb") as file:
+            start = file.read(4)
+    except OSError as error:
+        raise UnreadableFileError(f"{path} cannot be read ({error.strerror})", "check its permissions") from None
+    # np.load takes a file that does not start as a zip for a pickle, and says how to load one unsafely
+    if start not in (b"PK\x03\x04", b"PK\x05\x06") or not zipfile.is_zipfile(path):
         raise UnreadableFileError(f"{path} is not an .npz archive (damaged, or another kind of file)")
     try:
         with np.load(path, allow_pickle=False) as archive:

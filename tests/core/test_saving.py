@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import re
 import stat
 import zipfile
@@ -167,6 +168,8 @@ FILES = {
     "text": lambda path: path.write_text("w2,b2\n1,2\n"),
     "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
     "flipped": lambda path: flip_last_byte(path, "w2.npy"),
+    "first-byte": lambda path: path.write_bytes(bytes([path.read_bytes()[0] ^ 0xFF]) + path.read_bytes()[1:]),
+    "pickle-then-zip": lambda path: path.write_bytes(pickle.dumps({"w2": 1}) + path.read_bytes()),
     "unknown-method": lambda path: _in_directory(path, 10, 0x55),
     "encrypted": lambda path: _in_directory(path, 8, 0x01),
     "foreign": lambda path: np.savez(path, w2=np.ones((3, 2))),
@@ -195,6 +198,8 @@ REFUSALS = {
     "text": r"{path} is not an \.npz archive \(damaged, or another kind of file\): save the network again, or "
             r"load another file",
     "truncated": r"{path} is not an \.npz archive \(damaged, or another kind of file\)",
+    "first-byte": r"{path} is not an \.npz archive \(damaged, or another kind of file\): save the network again",
+    "pickle-then-zip": r"{path} is not an \.npz archive \(damaged, or another kind of file\)",
     "flipped": r"{path} is damaged \(BadZipFile: Bad CRC-32 for file '\w+\.npy'\): save the network again",
     "unknown-method": r"{path} is damaged \(NotImplementedError: That compression method is not supported\): save the "
                       r"network again",
@@ -388,6 +393,9 @@ def test_a_folder_or_what_is_no_path_is_refused_and_nothing_is_written(tmp_path)
             with pytest.raises(TypeError, match=f"^the path must be a file's name, a str or a pathlib.Path; got "
                                                 f"{re.escape(repr(given))}$"):
                 net.save(given)
+            with pytest.raises(TypeError, match=f"^the path must be a file's name, a str or a pathlib.Path; got "
+                                                f"{re.escape(repr(given))}$"):
+                leapfrog_gpu.load(given, backend="numpy")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not any((tmp_path / "runs").iterdir())
 
 

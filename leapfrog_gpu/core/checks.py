@@ -179,13 +179,19 @@ def finite(value):
         return False
 
 
+def shown(value):
+    """``repr(value)`` for a message, an integer of more than 40 digits (beyond any float) by its count of digits."""
+    text = repr(value)
+    return text if len(text) <= 40 or not isinstance(value, numbers.Integral) else f"an integer of {len(text)} digits"
+
+
 def check_eta(eta):
     """``eta``, the learning rate, a finite real number >= 0; a TypeError where it is not a number, else a
     ValueError."""
     if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
         raise TypeError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r} ({type(eta).__name__})")
     if not finite(eta) or eta < 0:
-        raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r}")
+        raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {shown(eta)}")
     return eta
 
 

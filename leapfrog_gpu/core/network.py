@@ -22,7 +22,7 @@ import weakref
 
 from ..parallel import reducer
 from . import capture, fitting, interrupts, optimizers, parameters, saving, schedules
-from .checks import check_dtype, check_eta, check_flag, finite, open_backend, shape_of, targets
+from .checks import check_dtype, check_eta, check_flag, finite, open_backend, shape_of, shown, targets
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
@@ -275,7 +275,7 @@ class Network(OptimizerState):
             raise TypeError(f"clip (the largest norm of the gradient) must be a number > 0 or None; got {clip!r} "
                             f"({type(clip).__name__})")
         if not clip > 0 or not (finite(clip) or clip == math.inf):  # NaN, and an int beyond any float
-            raise ValueError(f"clip (the largest norm of the gradient) must be a number > 0; got {clip!r}")
+            raise ValueError(f"clip (the largest norm of the gradient) must be a number > 0; got {shown(clip)}")
         if schedule.fused:
             raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
                              f"behind its own gradients: pass {schedule.unfused}")

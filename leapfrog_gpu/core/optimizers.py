@@ -19,7 +19,7 @@ TypeError, one out of range a ValueError, each in one line; lr alone may be set 
 import copy
 import numbers
 
-from .checks import check_flag, finite
+from .checks import check_flag, finite, shown
 
 
 class Optimizer:
@@ -187,5 +187,5 @@ def _number(name, value, what="a finite number >= 0", strict=False):
     if not _is_real(value):
         raise TypeError(f"{name} must be {what}; got {value!r} ({type(value).__name__})")
     if not (finite(value) and (value > 0 if strict else value >= 0)):
-        raise ValueError(f"{name} must be {what}; got {value!r}")
+        raise ValueError(f"{name} must be {what}; got {shown(value)}")
     return float(value)

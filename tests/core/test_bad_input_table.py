@@ -5,6 +5,7 @@ The table in docs/bad-input.md (between the ``bad-inputs`` markers) must equal w
 """
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -69,6 +70,7 @@ def cases(net):
         ("y of dtype bool", backprop(y=Y.astype(bool))),
         ("y integer class labels [0, 2, 1] for 3 samples", backprop(y=[0, 2, 1], targets=np.eye(3)[:, [0, 2, 1]])),
         ("y class labels [0, 3, 1] of 3 outputs", backprop(y=[0, 3, 1])),
+        ("y class labels [0, 2] for 3 samples", backprop(y=[0, 2])),
         ("y class labels as floats, [0.0, 2.0, 1.0]", backprop(y=[0.0, 2.0, 1.0])),
         ("x Fortran-ordered", backprop(x=np.asfortranarray(X))),
         ("x a strided view", backprop(x=np.ones((4, 6))[:, ::2])),
@@ -88,6 +90,8 @@ def cases(net):
         ("`SGD(lr='0.1')`", lambda: SGD(lr="0.1")),
         ("`optimizer.lr = -0.1`", lambda: setattr(Adam(), "lr", -0.1)),
         ("`optimizer.momentum = 0.9` on `SGD(0.1)`", lambda: setattr(SGD(0.1), "momentum", 0.9)),
+        ("`del optimizer.momentum` on `SGD(0.1)`", lambda: delattr(SGD(0.1), "momentum")),
+        ("`SGD(10**400)`", lambda: SGD(10**400)),
         ("`train_step(x, y, 0.1)`", lambda: net.train_step(X, Y, 0.1)),
         ("`train_step(x, y, Adam(), clip='1.0')`", lambda: net.train_step(X, Y, Adam(), clip="1.0")),
         ("`train_step(x, y, Adam(), Leapfrog(2, fused=True), clip=1.0)`",
@@ -98,6 +102,9 @@ def cases(net):
         ("`fit(x, y, 1, 2, 0.1, shuffle='no')`", lambda: net.fit(X, Y, 1, 2, 0.1, shuffle="no")),
         ("`fit(x, y, 1, 2, 0.1, jsonl='missing/metrics.jsonl')`, a folder that does not exist",
          lambda: net.fit(X, Y, 1, 2, 0.1, jsonl="missing/metrics.jsonl")),
+        ("`fit(x, y, 1, 2, 0.1, jsonl=open('metrics.jsonl', 'rb'))`, a binary file",
+         lambda: net.fit(X, Y, 1, 2, 0.1, jsonl=io.BytesIO())),
+        ("`fit(x, y, 1, 2, 0.1, validation=(x, [0, 2]))`", lambda: net.fit(X, Y, 1, 2, 0.1, validation=(X, [0, 2]))),
         ("`evaluate(x, y, batch_size=0)`", lambda: net.evaluate(X, Y, batch_size=0)),
         ("`train_step(x, y, AdamW())` after a step of `Adam()`",
          lambda: (net.train_step(X, Y, Adam()), net.train_step(X, Y, AdamW()))),
@@ -114,7 +121,8 @@ FILES = [("none", "no such file"), ("models", "a folder"), ("notes.txt", "a text
          ("half.npz", "half of a saved network"), ("flipped.npz", "a byte of it changed"),
          ("arrays.npz", "someone else's .npz"), ("newer.npz", "of a newer format"),
          ("unknown.npz", "of an unknown network"), ("deeper.npz", "an architecture its arrays do not fit"),
-         ("own.npz", "a DagNet with a node of one's own Layer, its class not given")]
+         ("own.npz", "a DagNet with a node of one's own Layer, its class not given"),
+         ("wide.npz", "its w2 in float64, the network float32")]
 """The files that ``load`` refuses, made by ``files`` (the network of ``model.npz`` is ``MLP(sizes)``)."""
 
 
@@ -138,6 +146,7 @@ def files():
             with np.load("model.npz") as archive:
                 arrays = {name: archive[name] for name in archive.files if name != "state"}
                 state = json.loads(archive["state"].item())
+            np.savez("wide", **{**arrays, "w2": arrays["w2"].astype(np.float64)}, state=np.array(json.dumps(state)))
             for name, changed in [("newer", {"format": 2}), ("unknown", {"network": "Transformer"}),
                                   ("deeper", {"architecture": {**state["architecture"], "sizes": [4, 6, 6, 3]}})]:
                 np.savez(name, **arrays, state=np.array(json.dumps({**state, **changed})))

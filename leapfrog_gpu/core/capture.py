@@ -1,12 +1,12 @@
-"""Graph mode (docs/design.md §4): a step captured once per plan and schedule, then launched.
+"""Graph mode (docs/design.md §4): a step captured once per plan, schedule and update (``key``), then launched.
 
 A network's ``train_step(..., graph=True)`` copies the batch into its plan's fixed buffers and eta / B (or lr, 1 / B and
 the step count t) into its controls (``Controls``, device memory) as in eager mode, then calls ``step`` here for the
 rest: the pass with the schedule's events and worker streams, the check of the gradients and the update. The first call
 for a plan and schedule hands that work to ``backend.capture``, which runs it eagerly (so that what it creates on first
 use, buffers, streams, events, compiled kernels, exists outside the capture), captures it and returns the graph (a CUDA
-graph on CuPy, where the chain then runs on our own kernels; a ``HostGraph`` on host streams); later calls launch the
-graph, so no Python runs between the copies and the step but one launch.
+graph on CuPy, its chain on cuBLAS through nvmath-python, or on our kernels without it; a ``HostGraph`` on host
+streams); later calls launch the graph, so no Python runs between the copies and the step but one launch.
 
 A graph fixes what it was captured with: buffers, streams, events, kernels and their scalar arguments. What may change
 between steps lives in device memory (eta / B, lr, 1 / B, t, the refusal code; the optimizer's state), and a schedule

@@ -18,6 +18,10 @@ from ..backends import cuda_status
 WIDTH = 100
 """Columns that a line of a command's own output (not a table's row) may take."""
 
+MOST = 2**31 - 1
+"""The largest integer an option takes: a width or a count beyond a C int fits no machine's memory, and overflows what
+takes counts as C ints (BLAS threads)."""
+
 UNWRITTEN = 5
 """The exit status of a command that could not write a file it was asked for (a full disk, a folder gone)."""
 
@@ -84,11 +88,12 @@ def integer_or_auto(least):
                    f"must be an integer >= {least} or auto")
 
 
-def number(least, strict=False, what="a finite number"):
-    """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``); ``what`` names it in the
-    error message."""
-    return _scalar(float, lambda value: math.isfinite(value) and (value > least if strict else value >= least),
-                   f"must be {what} {'>' if strict else '>='} {least:g}")
+def number(least, strict=False, what="a finite number", most=math.inf):
+    """An argument type: one finite number >= ``least`` (> ``least`` when ``strict``) and <= ``most``; ``what``
+    names it in the error message."""
+    rule = f"must be {what} {'>' if strict else '>='} {least:g}" + ("" if most == math.inf else f" and <= {most}")
+    return _scalar(float, lambda value: math.isfinite(value) and (value > least if strict else value >= least)
+                   and value <= most, rule)
 
 
 def integers(least, name="value"):
@@ -109,7 +114,8 @@ def reals(least, name="value"):
 
 
 def _scalar(convert, good, rule):
-    """An argument type: ``convert(text)`` where that is ``good``, else an error that says the ``rule``."""
+    """An argument type: ``convert(text)`` where that is ``good``, else an error that says the ``rule``; an integer
+    beyond ``MOST`` is refused as such."""
     def parse(text):
         try:
             value = convert(text)
@@ -117,7 +123,7 @@ def _scalar(convert, good, rule):
             value = None
         if value is None or not good(value):
             raise argparse.ArgumentTypeError(f"{rule}; got {text!r}")
-        return value
+        return at_most(value, text)
 
     return parse
 
@@ -125,9 +131,17 @@ def _scalar(convert, good, rule):
 def _listed(convert, text, rule):
     """``convert`` of each comma-separated part of ``text``, or an error that says the ``rule``."""
     try:
-        return [convert(part) for part in text.split(",")]
+        values = [convert(part) for part in text.split(",")]
     except (ValueError, argparse.ArgumentTypeError):
         raise argparse.ArgumentTypeError(f"{rule}; got {text!r}") from None
+    return [at_most(value, text) for value in values]
+
+
+def at_most(value, text):
+    """``value``, unless it is an integer beyond ``MOST`` (an ``ArgumentTypeError`` that says so)."""
+    if isinstance(value, int) and value > MOST:
+        raise argparse.ArgumentTypeError(f"must be at most {MOST}; got {text!r}")
+    return value
 
 
 def names(registry, what="schedule"):

@@ -276,7 +276,7 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
         choices=("auto", "numpy", "cupy"))
     add("--memory-limit", "GiB that the buffers of a schedule or a forward solver beyond the network's own may take "
                           "(Naumov's, scans over time, Newton's) before it refuses (default 1)",
-        type=number(0, strict=True, what="a number of GiB"), metavar="GIB")
+        type=number(0, strict=True, what="a number of GiB", most=2**30), metavar="GIB")
     add("--blas-threads", "numpy backend: BLAS threads for the matrix products, shared among the streams "
                           "of a leapfrog backward pass (default 1)", type=integer(1), metavar="N")
     add("--yes", "start a run estimated at more than 10x the leapfrog schedule's without asking "

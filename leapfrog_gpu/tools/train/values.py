@@ -4,6 +4,8 @@ and values written as a command line gives them (``dashed``, ``written``)."""
 
 import argparse
 
+from ..cli import at_most
+
 
 def hidden(text):
     """Hidden widths from ``"128,64,32"``, ``"6x128"`` (6 layers of 128) or a mix such as ``"2x128,64"``. ``AxB``
@@ -18,6 +20,8 @@ def hidden(text):
         if min(count, width) < 1:
             raise argparse.ArgumentTypeError(f"must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128) or "
                                              f"2x128,64; got {text!r}")
+        for value in (count, width):
+            at_most(value, text)
         if count > width:
             raise argparse.ArgumentTypeError(
                 f"{part.strip()}: {width} layers of {count} or {count} layers of {width}? write --hidden "

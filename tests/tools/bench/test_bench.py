@@ -146,6 +146,8 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
 @pytest.mark.parametrize("argv, message", [
     (["--sizes", "0"], "every size must be >= 1"),
     (["--sizes", "a,b"], "--sizes"),
+    (["--sizes", "8,100000000000000000000"], "argument --sizes: must be at most 2147483647; got '8,1000"),
+    (["--batch", "100000000000000000000"], "argument --batch: must be at most 2147483647"),
     (["--layers", "1"], "layer count must be >= 2"),
     (["--k", "0"], "every worker stream count must be >= 1"),
     (["--k", "1,auto"], "worker stream counts must be a comma-separated list of integers; got '1,auto'"),

@@ -747,6 +747,10 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
                                "--layers 3 --width 9"),
     (["--hidden", "8", "--layers", 2], "--hidden and --layers/--width say the same thing: give one of them"),
     (["--layers", 0], "argument --layers: must be an integer >= 1; got '0'"),
+    (["--layers", 10**20, "--width", 4], "argument --layers: must be at most 2147483647; got '1000"),  # no list holds it
+    (["--hidden", "2x100000000000000000000"], "argument --hidden: must be at most 2147483647; got '2x1000"),
+    (["--blas-threads", 10**20], "argument --blas-threads: must be at most 2147483647"),  # a C int in threadpoolctl
+    (["--memory-limit", "1e300"], "argument --memory-limit: must be a number of GiB > 0 and <= 1073741824; got '1e300'"),
     (["--profile-steps", "9:3"], "argument --profile-steps: must be A:B with integers 0 <= A < B"),
     (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs

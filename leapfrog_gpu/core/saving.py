@@ -27,6 +27,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -84,14 +85,19 @@ def array_name(unit, name, slot=None):
 # -- writing ---------------------------------------------------------------------------------------------------
 
 
+STALE = 600
+"""Seconds after its last write from which a temporary file beside a saved network is a killed writer's: a writer
+(another rank saving the same network, say) writes its file, syncs it and renames it in less."""
+
+
 def save(net, path, **more):
     """Write ``net`` to ``path`` (``path_of``: ``model`` and ``model.npz`` both write ``model.npz``) atomically: its
     architecture, parameters and optimizer state, and ``more`` (JSON-able values under keys of the caller's own) in
     its state; return the path written. Whatever is refused (a network that cannot be written, a missing folder)
     is refused before anything is written, and leaves a file already there as it was; so does a write that fails.
     A folder (an existing one, or a name ending in a separator) is refused; a write the system refuses raises its
-    OSError, naming ``path`` (not the temporary file). Temporary files that a killed writer left beside it are
-    removed once the new file is in place."""
+    OSError, naming ``path`` (not the temporary file). Temporary files that a killed writer left beside it (untouched
+    for ``STALE`` seconds: another process may be writing one now) are removed once the new file is in place."""
     kind = type(net).__name__
     if KINDS.get(kind) is not type(net):
         raise TypeError(f"a {kind} cannot be saved: load builds {', '.join(sorted(KINDS)) or 'no network'} again, "
@@ -123,9 +129,10 @@ def save(net, path, **more):
         if error.errno is None:
             raise
         raise type(error)(error.errno, error.strerror, os.fspath(path)) from None
-    for stale in Path(os.path.realpath(path)).parent.glob(glob.escape(f".{path.name}-") + "*.tmp"):
+    for left in Path(os.path.realpath(path)).parent.glob(glob.escape(f".{path.name}-") + "*.tmp"):
         with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
+            if time.time() - left.stat().st_mtime > STALE:
+                left.unlink()
     return path
 
 

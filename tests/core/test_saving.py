@@ -11,6 +11,7 @@ import os
 import pickle
 import re
 import stat
+import time
 import zipfile
 from pathlib import Path
 
@@ -439,12 +440,17 @@ def test_a_failed_write_keeps_the_previous_file_and_leaves_no_debris(tmp_path, m
     assert zipfile.is_zipfile(path)
 
 
-def test_a_save_removes_a_killed_writers_temporary_file(tmp_path):
-    (tmp_path / ".model.npz-abc123.tmp").write_bytes(b"PK half a file")
-    (tmp_path / ".other.npz-abc123.tmp").write_bytes(b"PK another file's")
+def test_a_save_removes_a_killed_writers_temporary_file_not_one_being_written(tmp_path):
+    """A temporary file untouched for ``STALE`` seconds is a killed writer's; a fresh one may be another process's
+    (every rank saving the same network), which removed under it made that save fail."""
+    for name, age in ((".model.npz-abc123.tmp", saving.STALE + 1), (".model.npz-def456.tmp", saving.STALE - 60),
+                      (".other.npz-abc123.tmp", saving.STALE + 1)):
+        (tmp_path / name).write_bytes(b"PK half a file")
+        os.utime(tmp_path / name, (time.time() - age,) * 2)
     with MLP([2, 3], backend="numpy") as net:
         net.save(tmp_path / "model")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.npz-abc123.tmp", "model.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.npz-def456.tmp", ".other.npz-abc123.tmp",
+                                                          "model.npz"]
 
 
 def test_the_file_is_synced_before_the_rename_and_its_folder_after(tmp_path, monkeypatch):

@@ -50,24 +50,27 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
     ``graph``, ``solver`` and ``clip`` are ``train_step``'s. ``validation=(x, y)``: data scored after every
     epoch. ``progress``: a tqdm bar of the run on stderr, shown on a terminal only. ``jsonl``: a path or an
     open text file, one JSON line of metrics per epoch, as ``leapfrog-train --metrics`` writes them (a path's
-    file emptied by the first: ``Emptied``). A loss
+    file emptied by the first: ``Emptied``), by rank 0 alone of a data-parallel network. A loss
     that becomes NaN or Inf (or, with ``check_finite``, a gradient) raises ``FloatingPointError``, naming
     the epoch and the step."""
     run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
                   seed=seed, graph=graph, solver=solver, clip=clip)
     progress = check_flag("progress", progress)
+    comm = net.comm
+    first = comm is None or comm.rank == 0  # under data parallelism rank 0 alone writes the metrics
     with contextlib.ExitStack() as stack:
-        if jsonl is not None and not hasattr(jsonl, "write"):
-            if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
-                raise TypeError(f"jsonl must be a path or an open text file; got {type(jsonl).__name__}")
-            try:
-                jsonl = Emptied(stack.enter_context(open(jsonl, "a", encoding="utf-8")))
-            except OSError as error:
-                raise ValueError(f"cannot write the metrics to {jsonl} ({error.strerror}): give jsonl the path of a "
-                                 "file in a folder that exists") from None
-        elif jsonl is not None:
-            _check_text_out(jsonl)
-        return run.run(progress=progress, jsonl=jsonl)
+        with contextlib.nullcontext() if comm is None else comm.together(TypeError, ValueError):
+            if jsonl is not None and not hasattr(jsonl, "write"):
+                if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
+                    raise TypeError(f"jsonl must be a path or an open text file; got {type(jsonl).__name__}")
+                try:
+                    jsonl = Emptied(stack.enter_context(open(jsonl, "a", encoding="utf-8"))) if first else None
+                except OSError as error:
+                    raise ValueError(f"cannot write the metrics to {jsonl} ({error.strerror}): give jsonl the path "
+                                     "of a file in a folder that exists") from None
+            elif jsonl is not None:
+                _check_text_out(jsonl)
+        return run.run(progress=progress, jsonl=jsonl if first else None)
 
 
 def _check_text_out(file):

@@ -17,7 +17,7 @@ import pytest
 from tqdm import tqdm
 
 from helpers import assert_bitwise_equal
-from networks import NAMES, network, network_batch
+from networks import NAMES, Mirror, network, network_batch
 from leapfrog_gpu import MLP, RNN, SGD, Adam, Add, DagNet, Dense, ForwardNewton, Leapfrog, reference
 from leapfrog_gpu.core import fitting
 from leapfrog_gpu.rnn import reference as rnn_reference
@@ -162,6 +162,25 @@ def test_the_metrics_lines_are_what_fit_returns(tmp_path):
         net.fit(x, labels, 1, 16, 0.5, jsonl=written, progress=False)
     (line,) = written.getvalue().splitlines()
     assert list(json.loads(line)) == ["epoch", "step", "train_loss", "samples_per_s", "seconds"]
+
+
+def test_rank_0_alone_writes_the_metrics_and_its_refusal_stops_every_rank(tmp_path):
+    """Of a data-parallel network (two mirrored ranks in one process) rank 0 writes ``jsonl``; where it cannot open
+    it, rank 1, which opens nothing, raises its refusal too rather than train on alone."""
+    x, labels = blobs(40)
+    for rank in (0, 1):
+        with classifier(comm=Mirror(rank)) as net:
+            returned = net.fit(x, labels, 2, 16, 0.5, jsonl=tmp_path / f"rank{rank}.jsonl", progress=False)
+        assert len(returned) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["rank0.jsonl"]
+    assert len((tmp_path / "rank0.jsonl").read_text().splitlines()) == 2
+    with classifier(comm=Mirror(1)) as net:  # rank 1, then told that rank 0 could not open the file
+        net.comm.allgather = lambda value: [(ValueError, "cannot write the metrics to m.jsonl (No such file or "
+                                                         "directory)"), value]
+        before = host(net.parameters())
+        with pytest.raises(ValueError, match=r"^rank 0: cannot write the metrics to m\.jsonl"):
+            net.fit(x, labels, 2, 16, 0.5, jsonl=tmp_path / "m.jsonl", progress=False)
+        assert_bitwise_equal(host(net.parameters()), before)
 
 
 def test_the_bar_counts_the_samples_of_the_whole_run_on_a_terminal(monkeypatch, capsys):

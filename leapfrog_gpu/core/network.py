@@ -288,20 +288,20 @@ class Network(OptimizerState):
 
     def _load(self, x, y, schedule=None, share=True, solver=None):
         """Check the batch (``y`` from ``_targets``; None: inputs alone), take this rank's share of its samples
-        (with a communicator and ``share``), check that ``schedule`` can run a pass of that shape (``_check_pass``)
-        and ``solver`` solve its forward pass (``Solver.check``), and enqueue its copy into its plan; return
-        the plan and the whole batch's size B. A rank whose share is empty (a batch smaller than the ranks)
-        gets a plan marked ``empty``."""
+        (with a communicator and ``share``), check that ``schedule`` can run a pass of the largest share's shape
+        (``_check_pass``, alike on every rank) and ``solver`` solve its forward pass (``Solver.check``), and enqueue
+        its copy into its plan; return the plan and the whole batch's size B. A rank whose share is empty (a batch
+        smaller than the ranks) gets a plan marked ``empty``."""
         x, y = self._check_batch(x, y)
-        samples = x.shape[-1]
+        samples = largest = x.shape[-1]
         if self.comm is not None and share:
-            columns = self.comm.share(samples)
+            columns, largest = self.comm.share(samples), -(-samples // self.comm.size)  # rank 0's share
             x, y = x[..., columns], None if y is None else y[..., columns]
-        shape = (*x.shape[:-2], max(x.shape[-1], 1))
+        shape, checked = (*x.shape[:-2], max(x.shape[-1], 1)), (*x.shape[:-2], max(largest, 1))
         if schedule is not None:
-            self._check_pass(schedule, shape)
+            self._check_pass(schedule, checked)
         if solver is not None:
-            solver.check(self, shape)
+            solver.check(self, checked)
         plan = self.plan(*shape)
         plan.load(x, y)
         return plan, samples

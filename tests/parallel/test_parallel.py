@@ -158,6 +158,21 @@ def test_every_rank_must_build_the_same_network():
         MLP(SIZES, backend="numpy", comm=Other())
 
 
+def test_a_schedules_memory_is_checked_at_the_largest_share_on_every_rank():
+    """B = 3 on two ranks: shares of 2 and 1 columns. A limit between what 1 and 2 columns need is refused by rank 1
+    too, as by rank 0, rather than rank 1 alone going on to wait for rank 0's sums."""
+    with MLP([4, 8, 8, 8, 2], backend="numpy") as alone:
+        need = {B: NaumovScan(k=2).check_memory(alone, B) for B in (1, 2)}
+    limit = (need[1] + need[2]) // 2
+    x, y = batch([4, 2], 3)
+    for rank in (0, 1):
+        with MLP([4, 8, 8, 8, 2], backend="numpy", comm=Mirror(rank)) as net:
+            before = arrays(net.parameters())
+            with pytest.raises(ValueError, match=rf"^NaumovScan needs {need[2]} bytes .* batch B=2 "):
+                net.sgd_step(x, y, 0.1, NaumovScan(k=2, memory_limit=limit))
+            assert all(np.array_equal(a, b) for a, b in zip(arrays(net.parameters()), before))
+
+
 @pytest.mark.parametrize("name", ["MLP", "RNN", "DagNet"])
 def test_a_network_one_rank_cannot_hold_is_refused_on_every_rank(name):
     """Rank 1 ran out of memory drawing its parameters: rank 0, which drew its own, raises that too, rather than

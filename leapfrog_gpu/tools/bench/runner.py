@@ -184,6 +184,8 @@ def _run(suite, p, args, argv):
             if about.get("torch_note"):
                 print(fitted(about["torch_note"]))
     except KeyboardInterrupt:
+        if args.quiet and networks:  # the table of what was measured, which --quiet holds back to the end
+            print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
         kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
         print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(keys), 'network')} measured{kept}",
               file=sys.stderr)

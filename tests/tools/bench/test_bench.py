@@ -294,6 +294,10 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
     assert "command" in lines[0] and {r["N"] for r in lines[1:]} == {8} and len(lines) > 2
     assert {n for n, *_ in _rows(out)} == {8}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no --json of a run cut short
+    _ctrl_c_at_the_second_network(monkeypatch)
+    assert bench.main([*argv[:-4], "--quiet"]) == 130  # --quiet holds the table back to the end: then it prints it
+    out, err = capsys.readouterr()
+    assert {n for n, *_ in _rows(out)} == {8} and err.endswith("interrupted with 1 of 3 networks measured\n")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")

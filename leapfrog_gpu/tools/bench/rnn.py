@@ -250,6 +250,6 @@ def parser():
     p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
                    help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
     p.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell (default elman)")
-    p.add_argument("--torch-threads", type=integers(1, "threads"), default=[], metavar="T[,T...]",
+    p.add_argument("--torch-threads", type=integers(1, "thread count"), default=[], metavar="T[,T...]",
                    help="PyTorch's step at each number of intra-op threads, a row each (default: --blas-threads)")
     return p

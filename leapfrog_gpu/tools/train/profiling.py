@@ -15,6 +15,7 @@ import contextlib
 
 from ...backends import annotate, timing
 from .. import timeline
+from ..cli import writing
 
 
 class ProfileWindow:
@@ -45,7 +46,9 @@ class ProfileWindow:
             self.close()
             if self._stamps is not None:
                 t, panel = self.timeline, {"label": self.timeline["label"], "intervals": self._stamps.intervals()}
-                self.summary = timeline.save(t["path"], [panel], t["about"], t["title"])[0]["analysis"]["summary"]
+                with writing(f"to --timeline {t['path']}"):  # a full disk, a folder gone: one line, exit status 5
+                    saved = timeline.save(t["path"], [panel], t["about"], t["title"])
+                self.summary = saved[0]["analysis"]["summary"]
 
     def close(self):
         """Stop the profiler if it runs (the last step was reached, or the run ended early)."""

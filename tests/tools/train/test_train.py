@@ -18,6 +18,7 @@ import pytest
 from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 import no_gpu_cupy
 from no_gpu_cupy import CUDA_ANSWER
+from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.tools.train import checkpoint, command as train, estimate, loop as train_loop
 from leapfrog_gpu import datasets
 from leapfrog_gpu.backends import cuda_available
@@ -343,6 +344,17 @@ def test_timeline_of_a_window_of_steps(tmp_path, capsys):
     assert {row[0] for row in saved["panels"][0]["intervals"]} == set(range(10, 15))
     assert saved["panels"][0]["analysis"]["summary"]["busy_ms"].keys() == {"main", "worker0", "worker1"}
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_timeline_that_cannot_be_written_stops_the_run_in_one_line(tmp_path, capsys, monkeypatch):
+    """The chart's write failing (a full disk): exit status 5 and one line, as for --metrics, not a traceback."""
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(timeline, "draw", full)
+    assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--timeline", tmp_path / "t.png") == 5
+    assert one_error_line(capsys) == (f"leapfrog-train: error: cannot write to --timeline {tmp_path / 't.png'} (No "
+                                      "space left on device)")
 
 
 def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, capsys):

@@ -31,21 +31,58 @@ def leapfrog_bench():
 
 def _run(package, prog):
     """The ``main()`` of ``package``'s command, imported and run behind a Ctrl-C guard (one line, not a traceback,
-    and exit status 130), and ``CLOSED_PIPE`` without a traceback once stdout's reader has gone; stdout then goes to
-    devnull, so that Python's own flush at exit does not raise again (the ``signal`` module's docs' advice)."""
+    and exit status 130), and ``CLOSED_PIPE`` without a traceback once stdout's reader has gone, or one line and exit
+    status 5 once stdout cannot be written (a full disk); stdout then goes to devnull, so that Python's own flush at
+    exit does not raise again (the ``signal`` module's docs' advice)."""
     try:
         main = importlib.import_module(f"{__name__}.{package}.command").main
     except KeyboardInterrupt:
         print(f"{prog}: interrupted while starting; nothing was run", file=sys.stderr)
         return 130
+    stdout = sys.stdout = None if sys.stdout is None else _Stdout(sys.stdout)
     try:
         status = main()
-        if sys.stdout is not None:  # None: started with stdout closed (>&-), its lines dropped as print drops them
-            sys.stdout.flush()
+        if stdout is not None:  # None: started with stdout closed (>&-), its lines dropped as print drops them
+            stdout.flush()
         return status
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return CLOSED_PIPE
+    except OSError as error:  # stdout's own write failing (a full disk: > /dev/full) is one line, exit status 5
+        if stdout is None or stdout.failed is not error:
+            raise
+        from .cli import UNWRITTEN
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        print(f"{prog}: error: cannot write to stdout ({error.strerror or error})", file=sys.stderr)
+        return UNWRITTEN
     except KeyboardInterrupt:  # where the command does not catch it itself (importing torch, say)
         print(f"{prog}: interrupted (SIGINT)", file=sys.stderr)
         return 130
+    finally:
+        if stdout is not None:
+            sys.stdout = stdout.stream
+
+
+class _Stdout:
+    """``sys.stdout`` while a command runs, which marks an error of its own writes (``failed``): a full disk under
+    stdout told from any other OSError."""
+
+    def __init__(self, stream):
+        self.stream, self.failed = stream, None
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def write(self, text):
+        return self._marked(self.stream.write, text)
+
+    def flush(self):
+        return self._marked(self.stream.flush)
+
+    def _marked(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as error:
+            self.failed = error
+            raise

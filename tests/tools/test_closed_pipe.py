@@ -40,3 +40,18 @@ def test_a_command_started_with_stdout_closed_runs_its_lines_dropped(module, arg
     child = subprocess.run([sys.executable, "-m", module, *argv], stderr=subprocess.PIPE, text=True, timeout=120,
                            preexec_fn=lambda: os.close(1))
     assert (child.returncode, child.stderr) == (0, "")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")
+@pytest.mark.parametrize("module, prog, argv", [
+    ("leapfrog_gpu.tools.train", "leapfrog-train", ["--hidden", "8", "--epochs", "1", "--backend", "numpy"]),
+    ("leapfrog_gpu.tools.bench", "leapfrog-bench", ["--backend", "numpy", "--no-torch", "--sizes", "8", "--layers",
+                                                    "2", "--batch", "1", "--k", "2", "--repeats", "1"]),
+])
+def test_a_stdout_that_cannot_be_written_is_said_in_one_line(module, prog, argv):
+    """``> /dev/full`` (a full disk under stdout): exit status 5, as for any file the command cannot write, and one
+    line, not a traceback."""
+    with open("/dev/full", "w") as full:
+        child = subprocess.run([sys.executable, "-m", module, *argv], stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=120)
+    assert (child.returncode, child.stderr) == (5, f"{prog}: error: cannot write to stdout (No space left on device)\n")

@@ -158,22 +158,22 @@ def test_a_checkpoint_that_does_not_fit_is_said_in_one_line_and_kept(tmp_path, s
 
 
 def test_sizes_no_rank_can_hold_are_said_in_one_line():
-    """The teacher's data of a layer of 1e11 units (TiB of memory), which every rank draws alike."""
-    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--hidden", "99999999999", "--epochs",
+    """The teacher's data of a layer of 2e9 units (hundreds of GiB), which every rank draws alike."""
+    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--hidden", "2000000000", "--epochs",
                                                        1, "--yes"), timeout=60)
     assert (returncode, out) == (2, "") and len(err.splitlines()) == 1, err
-    assert re.fullmatch(r"leapfrog-train: error: not enough memory \(Unable to allocate .* TiB for an array with "
-                        r"shape \(99999999999, 16\) and data type float\d+\): ask for smaller sizes\n", err), err
+    assert re.fullmatch(r"leapfrog-train: error: not enough memory \(Unable to allocate .* GiB for an array with "
+                        r"shape \(2000000000, 16\) and data type float\d+\): ask for smaller sizes\n", err), err
 
 
 def test_a_network_no_rank_can_hold_is_said_in_one_line():
-    """Digits (64 inputs) through a layer of 1e11 units: every rank fails to draw its weights, before the ranks
+    """Digits (64 inputs) through a layer of 2e9 units: every rank fails to draw its weights, before the ranks
     compare their networks."""
-    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, "--hidden", "99999999999", "--epochs", 1, "--yes"),
+    returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, "--hidden", "2000000000", "--epochs", 1, "--yes"),
                                          timeout=60)
     assert (returncode, out) == (2, "") and len(err.splitlines()) == 1, err
-    assert re.fullmatch(r"leapfrog-train: error: not enough memory \(Unable to allocate .* TiB for an array with "
-                        r"shape \(99999999999, 64\) and data type float64\): ask for smaller sizes\n", err), err
+    assert re.fullmatch(r"leapfrog-train: error: not enough memory \(Unable to allocate .* GiB for an array with "
+                        r"shape \(2000000000, 64\) and data type float64\): ask for smaller sizes\n", err), err
 
 
 def test_a_bad_option_on_one_rank_alone_ends_the_job_with_its_line(tmp_path):

@@ -45,7 +45,8 @@ class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
 EXIT_STATUSES = [(0, "done"), (2, "a bad option, or sizes this machine cannot hold (one line on stderr)"),
-                 (UNWRITTEN, "--json, --jsonl or --plot could not be written (a full disk, a folder gone): one line"),
+                 (UNWRITTEN, "--json, --jsonl, --plot or stdout could not be written (a full disk, a folder gone): one "
+                             "line"),
                  (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given"),
                  CLOSED_PIPE_STATUS]
 """What a command's exit status means, as ``--help`` lists it."""

@@ -65,7 +65,8 @@ EXIT_STATUSES = [
     (2, "a bad option, data file or checkpoint, sizes too large for memory, or a step refused as set up (one line)"),
     (3, "the loss (or, with --check-finite, a gradient) became NaN or Inf, or the run diverged; a checkpoint "
         "already written is kept as it was"),
-    (UNWRITTEN, "a checkpoint or --metrics line could not be written (a full disk): one line; the last one kept"),
+    (UNWRITTEN, "a checkpoint, a --metrics line, the --timeline chart or stdout could not be written (a full disk): "
+                "one line; the last checkpoint kept"),
     (130, "stopped by Ctrl-C, after a checkpoint of the last completed step (more Ctrl-Cs within 2 s are the "
           "same one; a later one stops at once)"),
     CLOSED_PIPE_STATUS,

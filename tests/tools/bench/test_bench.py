@@ -175,9 +175,9 @@ def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error:") and message in err
 
 
-@pytest.mark.parametrize("model, argv", [("mlp", ["--sizes", "99999999999", "--layers", "2", "--batch", "1"]),
-                                         ("mlp", ["--sizes", "8", "--layers", "2", "--batch", "99999999999"]),
-                                         ("rnn", ["--sizes", "3", "--tau", "99999999999", "--batch", "1"])])
+@pytest.mark.parametrize("model, argv", [("mlp", ["--sizes", "2000000000", "--layers", "2", "--batch", "1"]),
+                                         ("mlp", ["--sizes", "100000", "--layers", "2", "--batch", "2000000000"]),
+                                         ("rnn", ["--sizes", "1000", "--tau", "2000000000", "--batch", "1"])])
 def test_sizes_this_machine_cannot_hold_exit_2_with_one_line(capsys, model, argv):
     """NumPy's MemoryError, or its ValueError for an array beyond any address, said in one line."""
     assert bench.main(["--model", model, "--backend", "numpy", "--no-torch", "--repeats", "1", "--quiet", *argv]) == 2

@@ -3,12 +3,15 @@ it still reads, and every refusal says what to do with the checkpoint. (The file
 its refusals: tests/core/test_saving.py.)"""
 
 import json
+import os
+import time
 
 import numpy as np
 import pytest
 
 from helpers import assert_bitwise_equal
 from leapfrog_gpu import RNN, Adam
+from leapfrog_gpu.core import saving
 from leapfrog_gpu.tools.train import checkpoint
 
 REMEDY = ": delete it, or choose another --checkpoint-dir"
@@ -88,6 +91,7 @@ def test_load_errors(tmp_path):
 
 def test_save_removes_a_killed_writers_temporary_file(tmp_path):
     (tmp_path / ".checkpoint.npz-abc123.tmp").write_bytes(b"PK half a file")
+    os.utime(tmp_path / ".checkpoint.npz-abc123.tmp", (time.time() - saving.STALE - 1,) * 2)  # a killed writer's
     with rnn(0) as net:
         checkpoint.save(tmp_path, net, TRAINING)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]

@@ -22,7 +22,7 @@ from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.tools.train import checkpoint, command as train, estimate, loop as train_loop
 from leapfrog_gpu import datasets
 from leapfrog_gpu.backends import cuda_available
-from leapfrog_gpu.core import fitting
+from leapfrog_gpu.core import fitting, saving
 from leapfrog_gpu.mlp.network import MLP
 
 
@@ -204,6 +204,7 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path):
 
     assert checkpoint.path_in(run).read_bytes() == before
     assert parameters(run)[1]["epoch"] == 1
+    os.utime(partial[0], (time.time() - saving.STALE - 1,) * 2)  # untouched since: a killed writer's
     assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", run, "--resume") == 0
     assert_bitwise_equal(parameters(run)[0], parameters(straight)[0])
     assert not list(run.glob(".checkpoint.npz-*.tmp"))  # the killed writer's file is gone
@@ -983,8 +984,8 @@ def test_ctrl_c_said_by_rank_0_ends_every_rank_before_the_backend_waits_for_its_
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--hidden", "99999999999"], r"not enough memory \(Unable to allocate .* TiB for an array with shape "
-                                  r"\(99999999999, 64\) and data type float\d+\): ask for smaller sizes"),
+    (["--hidden", "2000000000"], r"not enough memory \(Unable to allocate .* GiB for an array with shape "
+                                 r"\(2000000000, 64\) and data type float\d+\): ask for smaller sizes"),
     (["--checkpoint-dir", ""], "argument --checkpoint-dir: must name a file or a folder; got ''"),
     (["--timeline", ""], "argument --timeline: must name a file or a folder; got ''"),
     (["--comm-timeout", "0.5"], "argument --comm-timeout: must be a number of seconds >= 1; got '0.5'"),

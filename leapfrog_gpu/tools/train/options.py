@@ -11,7 +11,7 @@ from ...rnn.cells import ACTIVATION, CELLS
 from ...rnn.scans import NaumovRNN
 from .. import CLOSED_PIPE_STATUS, timeline
 from ..cli import UNWRITTEN, Parser, integer, integer_or_auto, number, path, reals
-from ..schedules import schedule_names
+from ..schedules import schedule_names, takes_k
 from .checkpoint import LATER
 from .metrics import Divergence
 from .models import DATA, FORWARD_SOLVERS, NETWORK, REGRESSION
@@ -368,6 +368,9 @@ def _refused(c, given):
         (c["schedule"] not in names, f"--schedule {c['schedule']} is not a schedule of --model {model}; choose from "
                                      f"{', '.join(names)}"),
         (c["k"] == "auto" and c["schedule"] != "leapfrog", "--k auto applies to --schedule leapfrog only"),
+        ("k" in given and c["schedule"] in names and not takes_k(NETWORK[model], c["schedule"]),
+         f"--k applies to the schedules with worker streams; --schedule {c['schedule']} runs its gradients on the "
+         "main stream: drop --k"),
         (c["fused"] and c["clip_grad_norm"] is not None, "--clip-grad-norm needs every gradient before any update: "
                                                          "drop --fused"),
         (data == "mnist" and not c["data_dir"], "--data mnist needs --data-dir DIR (the four MNIST IDX files or one "

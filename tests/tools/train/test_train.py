@@ -741,6 +741,10 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--k", "many"], "argument --k: must be an integer >= 1 or auto; got 'many'"),
     (["--k", "auto", "--schedule", "sequential"], "--k auto applies to --schedule leapfrog only"),
     (["--model", "rnn", "--k", "auto", "--schedule", "wavefront"], "--k auto applies to --schedule leapfrog only"),
+    (["--k", 4, "--schedule", "sequential"], "--k applies to the schedules with worker streams; --schedule sequential "
+                                             "runs its gradients on the main stream: drop --k"),
+    (["--model", "rnn", "--k", 4, "--schedule", "bptt"], "--k applies to the schedules with worker streams; --schedule "
+                                                         "bptt runs"),
     (["--batch-size", 0], "argument --batch-size: must be an integer >= 1; got '0'"),
     (["--lr", -0.5], "argument --lr: must be a finite number >= 0; got '-0.5'"),
     (["--lr", "inf"], "argument --lr: must be a finite number >= 0; got 'inf'"),

@@ -42,7 +42,8 @@ def writing(what):
 class Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line on stderr, exit status 2 (not argparse's usage block),
     and no option taken by a prefix of its name (``--epoch 5`` is an error, not ``--epochs 5``). Under mpiexec
-    rank 0 alone says what is wrong (the rank comes from the launcher, before MPI starts). With
+    rank 0 alone says what is wrong, and prints ``--help`` and ``--version`` (the rank comes from the launcher,
+    before MPI starts). With
     ``exit_on_error=False`` every bad argument raises ``argparse.ArgumentError`` instead, unrecognized ones too."""
 
     def __init__(self, *args, exit_statuses=(), **kwargs):
@@ -58,6 +59,10 @@ class Parser(argparse.ArgumentParser):
         if not self.exit_on_error:
             raise argparse.ArgumentError(None, message)
         self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
+
+    def _print_message(self, message, file=None):  # what --help, --version and usage print: rank 0's alone
+        if parallel.launcher_rank() == 0:
+            super()._print_message(message, file)
 
 
 def png_refusal(option, path, beside=""):

@@ -405,6 +405,18 @@ def test_version_is_the_packages(capsys):
     assert capsys.readouterr().out == f"leapfrog-train {version('leapfrog_gpu')}\n"
 
 
+@pytest.mark.parametrize("option", ["--version", "--help"])
+def test_rank_0_alone_prints_help_and_version_under_mpiexec(monkeypatch, capsys, option):
+    """Rank 1 of a launcher (its rank in the environment, before MPI starts) prints nothing: one copy in all."""
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", "1")
+    assert cli(option) == 0
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert cli(option) == 0
+    assert "leapfrog-train" in capsys.readouterr().out.split("\n")[0]  # the version, or the usage's first line
+
+
 def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
     train_step, calls = MLP.train_step, []

@@ -244,15 +244,14 @@ def _run(config, dataset, net, report, state, why):
                      "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)"), file=sys.stderr)
     remaining = training.fitting.steps_per_epoch * config["epochs"] - training.fitting.step
     try:
-        calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
+        with _unwarned():
+            calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
     except ValueError as error:  # the run's own step, refused as set up: on every rank alike (one network each)
         raise Refused(str(error), every_rank=True) from None
     estimate.ask(config, *calibrated, report, training.ranks)
     if state is None:
         report.start()
-    with warnings.catch_warnings():
-        # The run checks the loss itself and stops with exit status 3: NumPy's warnings would only repeat it.
-        warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
+    with _unwarned():
         try:
             metrics = training.run()
         except Interrupted:
@@ -285,6 +284,15 @@ def _run(config, dataset, net, report, state, why):
     report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(metrics)}, "
                 f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
     return 0
+
+
+@contextlib.contextmanager
+def _unwarned():
+    """NumPy's overflow and invalid-value warnings held back: the run checks the loss itself and stops with exit
+    status 3 (its timing steps too, which take the run's own hyper-parameters), and they would only repeat it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
+        yield
 
 
 def _position(training):

@@ -204,9 +204,11 @@ class Training:
         summed over every rank, so under mpiexec every rank stops alike (``every_rank``: rank 0 alone says it), as it
         does at a NaN ``every_rank`` meets (``Fitting``'s: in that loss, or in gradients summed across ranks); a NaN
         in the latest batch's loss is rank 0's alone."""
-        lr = self.config["lr"]
+        lr, c = self.config["lr"], self.config
+        larger = [f"--{name} than {c[key]}" for name, key in (("momentum", "momentum"), ("weight-decay", "weight_decay"))
+                  if c.get(key)]  # given, and as large a cause
         hint = (f"try another --lr than {lr}, or add --allow-divergence to go on" if diverged
-                else f"try a smaller --lr than {lr}")
+                else f"try a smaller --lr than {lr}" + "".join(f" or {option}" for option in larger))
         if self.config["checkpoint_dir"]:
             hint += f" (the checkpoint of epoch {kept} is kept as it was)" if kept else " (no checkpoint was written)"
         stopped = Stopped(f"{what}: {hint}")

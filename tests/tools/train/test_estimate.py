@@ -3,7 +3,9 @@ in, and the question before a run estimated far above the leapfrog schedule's: a
 nothing trained), a warning elsewhere, neither with ``--yes``."""
 
 import math
+import re
 import types
+import warnings
 
 import pytest
 
@@ -128,3 +130,14 @@ def test_a_pass_is_timed_after_one_untimed(monkeypatch):
     clock, calls = iter([10.0, 10.25]), []
     monkeypatch.setattr(estimate, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     assert estimate._timed(lambda: calls.append(len(calls))) == 0.25 and calls == [0, 1]
+
+
+def test_a_loss_made_nan_by_weight_decay_says_so_in_one_line_and_numpy_warns_nothing(capsys):
+    """NumPy's warnings of the overflow, from the run's timing steps too (which take its hyper-parameters), are held
+    back: the run's own line says it, and names the large --weight-decay beside --lr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli(*SMALL, "--epochs", 1, "--weight-decay", 1e20) == 3
+    assert not [w for w in caught if "encountered" in str(w.message)], [str(w.message) for w in caught]
+    assert re.fullmatch(r"leapfrog-train: error: the training loss is nan after epoch 1, step \d+: try a smaller --lr "
+                        r"than [\d.]+ or --weight-decay than 1e\+20", one_error_line(capsys))

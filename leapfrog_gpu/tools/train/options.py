@@ -264,7 +264,8 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
         + f" (default {d['forward_solver']})", metavar="{" + ",".join(FORWARD_SOLVERS.get(model, ())) + "}")
     add("--fused", "fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per element "
                    "(bitwise the unfused result on the GPU; with numpy, at batch size 1 or for layers of at most "
-                   f"{ops_numpy.SCRATCH} weights)", action="store_true")
+                   f"{ops_numpy.SCRATCH} weights; --no-fused: not, as a resumed run's checkpoint may be)",
+        action=argparse.BooleanOptionalAction)
     add("--graph", "run each step as a graph, captured once per batch size (CUDA graphs on the GPU)",
         action="store_true")
     add("--check-finite", "check every gradient for NaN/Inf before each update and stop (exit 3) without it",
@@ -355,6 +356,7 @@ def _refused(c, given):
     the order they are checked."""
     model, data, solver, solvers = c["model"], c["data"], c["forward_solver"], FORWARD_SOLVERS.get(c["model"], ())
     names = schedule_names(NETWORK[model])
+    unfuse = "drop --fused" if "fused" in given else "add --no-fused (the checkpoint's run is --fused)"
     return [
         (data not in DATA[model], f"--model {model} trains on --data {' or '.join(DATA[model])}; got {data}"),
         *((key in given and not _applies(key, c),
@@ -372,7 +374,7 @@ def _refused(c, given):
          f"--k applies to the schedules with worker streams; --schedule {c['schedule']} runs its gradients on the "
          "main stream: drop --k"),
         (c["fused"] and c["clip_grad_norm"] is not None, "--clip-grad-norm needs every gradient before any update: "
-                                                         "drop --fused"),
+                                                         + unfuse),
         (data == "mnist" and not c["data_dir"], "--data mnist needs --data-dir DIR (the four MNIST IDX files or one "
                                                 ".npz)"),
         (data in REGRESSION and c["cost"] == "cross_entropy", f"--data {data} is a regression task: use --cost "
@@ -384,7 +386,7 @@ def _refused(c, given):
         (c["cell"] != "elman" and c["schedule"] == NaumovRNN.name,
          f"--schedule {NaumovRNN.name} builds the Elman cell's layer operators and has none for --cell {c['cell']}: "
          f"choose --schedule from {', '.join(name for name in names if name != NaumovRNN.name)}"),
-        (c["fused"] and c["check_finite"], "--check-finite needs the update after the gradients: drop --fused"),
+        (c["fused"] and c["check_finite"], "--check-finite needs the update after the gradients: " + unfuse),
         (c["graph"] and c["timeline"] is not None, "--timeline stamps every launch of eager steps, and a graph step "
                                                    "is one launch: drop --graph or --timeline"),
     ]

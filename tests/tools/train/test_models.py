@@ -370,6 +370,18 @@ def test_bad_optimizer_options_are_one_line(capsys, options, words):
     assert re.search(words, one_error_line(capsys))
 
 
+@pytest.mark.parametrize("option", [["--check-finite"], ["--clip-grad-norm", 1]])
+def test_a_fused_checkpoint_resumes_unfused_with_no_fused(tmp_path, capsys, option):
+    """--fused comes from the checkpoint on --resume: what needs it dropped says --no-fused, which then resumes."""
+    assert cli(*SMALL["mlp"], "--epochs", 1, "--fused", "--checkpoint-dir", tmp_path) == 0
+    capsys.readouterr()
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", *option) == 2
+    assert one_error_line(capsys).endswith("after the gradients: add --no-fused (the checkpoint's run is --fused)"
+                                           if option == ["--check-finite"] else
+                                           "before any update: add --no-fused (the checkpoint's run is --fused)")
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", "--no-fused", *option) == 0
+
+
 def test_adam_learns_the_digits(capsys):
     """--optimizer adam --lr 0.003, the default run (30 epochs, 2 s): 97.5 % with seed 0 here; 96 % leaves room
     for other BLAS builds."""

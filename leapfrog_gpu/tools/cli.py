@@ -53,16 +53,29 @@ class Parser(argparse.ArgumentParser):
                 textwrap.fill(f"{status:<5}{meaning}", 78, initial_indent="  ", subsequent_indent=" " * 7)
                 for status, meaning in exit_statuses))
         super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.add_argument("--version", action="version", version=f"{self.prog} {__version__}")
+        self.add_argument("--version", action=Version, version=f"{self.prog} {__version__}")
 
     def error(self, message):
         if not self.exit_on_error:
             raise argparse.ArgumentError(None, message)
         self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
 
-    def _print_message(self, message, file=None):  # what --help, --version and usage print: rank 0's alone
+    def print_help(self, file=None):
         if parallel.launcher_rank() == 0:
-            super()._print_message(message, file)
+            super().print_help(file)
+
+
+class Version(argparse.Action):
+    """``--version``: the program's name and version on stdout (rank 0's alone under mpiexec), then exit."""
+
+    def __init__(self, option_strings, version, dest=argparse.SUPPRESS, default=argparse.SUPPRESS):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help="show the version and exit")
+        self.version = version
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if parallel.launcher_rank() == 0:
+            print(self.version)
+        parser.exit()
 
 
 def png_refusal(option, path, beside=""):

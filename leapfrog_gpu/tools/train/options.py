@@ -121,11 +121,12 @@ class UsageError(ValueError):
 
 
 def make_optimizer(config):
-    """The optimizer of ``config`` (``core.optimizers``, which refuses a bad value): ``--optimizer`` with ``--lr``,
-    ``--momentum``, ``--nesterov``, ``--weight-decay``, ``--betas`` and ``--eps``, the optimizer's own defaults
-    for what is not given; a ``UsageError`` of one line for a bad combination."""
+    """The optimizer of ``config``: ``--optimizer`` with its options, its own defaults for what is not given; a
+    ``UsageError`` of one line for a bad combination (``core.optimizers`` refuses a bad value)."""
     kind, given = config["optimizer"], {key: config[key] for key in ("lr", "weight_decay", "betas", "eps")
                                         if config[key] is not None}
+    if kind in ("sgd", "momentum") and config["nesterov"] and not momentum(config):
+        raise UsageError("--nesterov needs a momentum > 0: give --momentum MU, or --optimizer momentum")
     try:
         if kind in ("sgd", "momentum"):
             return SGD(momentum=momentum(config), nesterov=config["nesterov"], **given)
@@ -326,8 +327,7 @@ def configure(given, saved=None):
 
 
 def refusal(config, given):
-    """Why a run refuses the options of ``config`` (``given``: those of its command line) together, in one line, or
-    None."""
+    """Why a run refuses the options of ``config`` (``given``: its command line's) together, in one line, or None."""
     why = next((why for wrong, why in _refused(config, given) if wrong), None)
     if why is None and config["timeline"] is not None:
         why = timeline.refusal(config["timeline"])

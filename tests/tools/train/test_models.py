@@ -357,7 +357,9 @@ def test_resume_takes_the_optimizers_values_given_again_and_names_them_against_o
     (["--betas", "0.9,0.99"], "--betas applies to --optimizer adam or adamw only"),
     (["--optimizer", "adam", "--momentum", 0.9], "--momentum applies to --optimizer sgd or momentum only"),
     (["--optimizer", "adam", "--betas", "0.9,1"], r"--optimizer adam: betas must lie in \[0, 1\)"),
-    (["--optimizer", "sgd", "--nesterov"], "--optimizer sgd: nesterov=True needs momentum > 0"),
+    (["--optimizer", "sgd", "--nesterov"], "--nesterov needs a momentum > 0: give --momentum MU, or --optimizer "
+                                           "momentum"),
+    (["--optimizer", "momentum", "--momentum", 0, "--nesterov"], "--nesterov needs a momentum > 0"),
     (["--optimizer", "adamw", "--eps", "0"], r"--optimizer adamw: eps must be > 0 and finite; got 0\.0$"),
     (["--optimizer", "momentum", "--momentum", "nan"], "--optimizer momentum: momentum must be a finite number >= 0"),
     (["--optimizer", "adam", "--betas", "0.9"], r"--optimizer adam: betas must be a pair of numbers \(beta1, beta2\)"),

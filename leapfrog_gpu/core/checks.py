@@ -180,9 +180,9 @@ def finite(value):
 
 
 def shown(value):
-    """``repr(value)`` for a message, an integer of more than 40 digits (beyond any float) by its count of digits."""
-    text = repr(value)
-    return text if len(text) <= 40 or not isinstance(value, numbers.Integral) else f"an integer of {len(text)} digits"
+    """``repr(value)`` for a message, an integer of more than 40 digits by its sign and its count of digits."""
+    digits = len(str(abs(value))) if isinstance(value, numbers.Integral) else 0
+    return repr(value) if digits <= 40 else f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
 
 
 def check_eta(eta):

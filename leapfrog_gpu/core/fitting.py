@@ -11,7 +11,6 @@ computed on the host in float64 from the network's outputs.
 """
 
 import contextlib
-import io
 import json
 import math
 import numbers
@@ -74,12 +73,16 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
 
 
 def _check_text_out(file):
-    """Refuse, before any step, an open ``jsonl`` file that text cannot be written to: binary, closed or read-only."""
-    if isinstance(file, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(getattr(file, "mode", "")):
-        raise TypeError("jsonl must be a path or a file open for text; got a binary file: open it without 'b'")
-    if isinstance(file, io.IOBase) and (file.closed or not file.writable()):
-        raise ValueError(f"jsonl must be open for writing; got a {'closed' if file.closed else 'read-only'} file: "
-                         "open it with 'w' or 'a'")
+    """Refuse, before any step, an open ``jsonl`` file that text cannot be written to (closed, binary or read-only):
+    by what writing nothing to it raises."""
+    if getattr(file, "closed", False):
+        raise ValueError("jsonl must be open for writing; got a closed file: open it with 'w' or 'a'")
+    try:
+        file.write("")
+    except TypeError:
+        raise TypeError("jsonl must be a path or a file open for text; got a binary file: open it without 'b'") from None
+    except (OSError, ValueError):  # io.UnsupportedOperation: not writable
+        raise ValueError("jsonl must be open for writing; got a read-only file: open it with 'w' or 'a'") from None
 
 
 class Emptied:

@@ -312,8 +312,8 @@ class Network(OptimizerState):
         if y is None:
             raise ValueError("y (the targets) is required: pass the batch's targets, or integer class labels")
         shape, axis = self._labels(shape_of("x", x))
-        if shape_of("y", y) == shape:
-            self._check_batch(x, None)  # labels are read against inputs that are a batch, or x is what is wrong
+        if len(shape_of("y", y)) == len(shape):  # labels (of any count) are read against inputs that are a batch
+            self._check_batch(x, None)  # or x is what is wrong
         return targets(self.backend.xp, y, shape, axis, *self._outputs(), self.dtype, self.NOUN)
 
     def _labels(self, x_shape):

@@ -22,7 +22,16 @@ import numbers
 from .checks import check_flag, finite, shown
 
 
-class Optimizer:
+class _Made(type):
+    """Optimizers marked made once their construction (every ``__init__`` of the chain) has returned."""
+
+    def __call__(cls, *args, **kwargs):
+        optimizer = super().__call__(*args, **kwargs)
+        object.__setattr__(optimizer, "_made", True)
+        return optimizer
+
+
+class Optimizer(metaclass=_Made):
     """The base: ``lr`` and the checks. A subclass gives ``SLOTS``, ``hyper``, ``update`` and ``sweep``."""
 
     SLOTS = ()
@@ -35,7 +44,7 @@ class Optimizer:
         them."""
         if name == "lr":
             value = _number("lr", value)
-        elif name in vars(self) or hasattr(type(self), name):  # a hyper-parameter, or the rule's own (DECOUPLED)
+        elif vars(self).get("_made"):  # a hyper-parameter, or the rule's own (DECOUPLED): a state is made for them
             raise AttributeError(f"{name} of {self!r} is fixed once made (only lr may change from step to step): "
                                  f"make another {type(self).__name__}")
         super().__setattr__(name, value)
@@ -99,10 +108,7 @@ class SGD(Optimizer):
             raise ValueError(f"nesterov=True needs momentum > 0 and dampening 0; got momentum={momentum!r}, "
                              f"dampening={dampening!r}")
         self.nesterov = nesterov
-
-    @property
-    def SLOTS(self):  # noqa: N802 (the name its siblings give as a class constant)
-        return ("momentum_buffer",) if self.momentum else ()
+        self.SLOTS = ("momentum_buffer",) if self.momentum else ()
 
     def hyper(self):
         return {"lr": self.lr, "momentum": self.momentum, "dampening": self.dampening, "nesterov": self.nesterov,

@@ -299,9 +299,9 @@ def restore(net, arrays):
 
 def _of_dtype(arrays, key, dtype):
     """``arrays[key]``, a ValueError unless it is of ``dtype``, the network's: a file gives its arrays bit for bit."""
-    array = arrays[key]
-    if array.dtype != np.dtype(dtype):
-        raise ValueError(f"array {key!r} is {array.dtype}, not the network's {np.dtype(dtype)}")
+    array, want = arrays[key], np.dtype(dtype)
+    if (array.dtype.kind, array.dtype.itemsize) != (want.kind, want.itemsize):  # either byte order
+        raise ValueError(f"array {key!r} is {array.dtype}, not the network's {want}")
     return array
 
 

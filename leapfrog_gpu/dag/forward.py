@@ -29,7 +29,7 @@ import weakref
 
 import numpy as np
 
-from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit, finite
+from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit, finite, shown
 from ..core.convergence import Solver, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
@@ -109,7 +109,7 @@ def forward_counters(net, batch, nodes=None):
 
 def _check(name, value, low, message):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not finite(value) or value < low:
-        raise ValueError(f"{name} {message}; got {value!r}")
+        raise ValueError(f"{name} {message}; got {shown(value)}")
 
 
 class ForwardJacobi(ForwardSolver):

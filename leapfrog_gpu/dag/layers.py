@@ -24,7 +24,7 @@ import numbers
 
 import numpy as np
 
-from ..core.checks import finite
+from ..core.checks import finite, shown
 from ..core.functions import OUTPUT_ACTIVATIONS, choose
 
 
@@ -300,7 +300,7 @@ class LayerNorm(Layer):
             raise TypeError(f"LayerNorm's eps must be a number > 0; got {eps!r} ({type(eps).__name__})")
         if not finite(eps) or eps <= 0:
             raise ValueError(f"LayerNorm's eps must be a finite number > 0 (it keeps sqrt(var + eps) from 0); "
-                             f"got {eps!r}")
+                             f"got {shown(eps)}")
         self.eps = float(eps)
 
     def __repr__(self):

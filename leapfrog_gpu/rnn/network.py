@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from ..core import parameters, saving
-from ..core.checks import check_finite_as, finite, real_array
+from ..core.checks import check_finite_as, finite, real_array, shown
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -89,7 +89,7 @@ class RNN(Layered):
                              f"got activation={activation!r}: pass activation={ACTIVATION!r}")
         if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
                 not finite(recurrent_norm) or recurrent_norm < 0:
-            raise ValueError(f"recurrent_norm must be a finite number >= 0; got {recurrent_norm!r}")
+            raise ValueError(f"recurrent_norm must be a finite number >= 0; got {shown(recurrent_norm)}")
         rng = parameters.generator(seed)
         with reducer.building(comm):
             super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,

@@ -44,7 +44,7 @@ import numbers
 import numpy as np
 
 from ..backends import ops_numpy
-from ..core.checks import MEMORY_LIMIT, all_finite, check_flag, check_memory_limit, finite
+from ..core.checks import MEMORY_LIMIT, all_finite, check_flag, check_memory_limit, finite, shown
 from ..core.convergence import Solver, relative
 from ..core.triangular import (check_memory, check_scan, resolve_scan, round_sizes, scan_round_work, scan_rounds,
                                suffix_scan)
@@ -298,4 +298,4 @@ def _check_number(name, value, what, low, high):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be {what}; got {value!r}")
     if not (finite(value) and low <= value <= high):
-        raise ValueError(f"{name} must be {what}; got {value!r}")
+        raise ValueError(f"{name} must be {what}; got {shown(value)}")

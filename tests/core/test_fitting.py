@@ -4,6 +4,7 @@ permutations, bit for bit, and a run resumed from its state after any step goes 
 class as numpy's; integer class labels are their one-hot targets, step for step; a bad argument is refused with
 what to do, and nothing changes."""
 
+import codecs
 import contextlib
 import gc
 import io
@@ -162,6 +163,19 @@ def test_the_metrics_lines_are_what_fit_returns(tmp_path):
         net.fit(x, labels, 1, 16, 0.5, jsonl=written, progress=False)
     (line,) = written.getvalue().splitlines()
     assert list(json.loads(line)) == ["epoch", "step", "train_loss", "samples_per_s", "seconds"]
+
+    class Lines(io.TextIOBase):  # a writer of its own, which io.TextIOBase calls not writable
+        text = ""
+
+        def write(self, text):
+            self.text += text
+            return len(text)
+
+    with classifier() as net, codecs.open(tmp_path / "c.jsonl", "w", "utf-8") as encoded:  # its mode says "wb"
+        lines = Lines()
+        net.fit(x, labels, 2, 16, 0.5, jsonl=lines, progress=False)
+        net.fit(x, labels, 2, 16, 0.5, jsonl=encoded, progress=False)
+    assert len(lines.text.splitlines()) == 2 and len((tmp_path / "c.jsonl").read_text().splitlines()) == 2
 
 
 def test_rank_0_alone_writes_the_metrics_and_its_refusal_stops_every_rank(tmp_path):
@@ -409,6 +423,8 @@ REFUSALS = [
      "pass y.astype(int)"),
     (lambda net, x, labels: net.train_step(x, labels[:4], SGD(0.1)), ValueError,
      "y holds class labels of shape (4,); x's batch needs one per sample, shape (5,)"),
+    (lambda net, x, labels: net.train_step(x.T, labels, SGD(0.1)), ValueError,  # samples as rows: x is what is wrong
+     "x must have shape (4, B) or (4,) for sizes [4, 6, 3]; got (5, 4)"),
     (lambda net, x, labels: net.train_step(x, labels[:4].astype(float), SGD(0.1)), ValueError,
      "y must have shape (3, B) or (3,) for sizes [4, 6, 3]; got (4,)"),
     (lambda net, x, labels: net.fit(x, np.eye(3)[:, labels][:, :4], 1, 2, 0.1), ValueError,

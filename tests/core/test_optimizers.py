@@ -15,6 +15,7 @@ read lr and t from device memory.
 import contextlib
 import copy
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -285,6 +286,7 @@ def test_sgd_of_eta_is_sgd_step_to_the_bit(network_name):
     (lambda: SGD(0.1, momentum=10**400), "momentum must be a finite number >= 0"),
     (lambda: Adam(eps=10**400), "eps must be > 0 and finite"),
     (lambda: setattr(Adam(), "lr", 10**400), "lr must be a finite number >= 0"),
+    (lambda: SGD(-10**40), "lr must be a finite number >= 0; got a negative integer of 41 digits$"),
 ])
 def test_bad_hyper_parameters_raise_one_line(make, words):
     with pytest.raises(ValueError, match=words) as raised:
@@ -352,6 +354,28 @@ def test_lr_alone_may_be_set_again_and_a_step_keeps_the_optimizer_as_it_came():
         net.train_step(*network_batch("MLP", 5), optimizer)
         optimizer.lr = 0.5
         assert net.held_optimizer().hyper() == Adam(0.01).hyper()
+
+
+def test_a_subclass_sets_what_its_class_defaults_while_it_is_made_and_nothing_after():
+    """Fixed once made means once the whole chain of ``__init__`` has returned: a subclass may set in its own what
+    its class defaults (``SLOTS``, say); copies and pickles keep both the values and the rule."""
+    class Defaulted(Adam):
+        amsgrad = False
+
+        def __init__(self, lr=1e-3, amsgrad=False):
+            super().__init__(lr)
+            self.amsgrad, self.SLOTS = amsgrad, ("exp_avg", "exp_avg_sq")
+
+    made = Defaulted(amsgrad=True)
+    for twin in (made, copy.copy(made), copy.deepcopy(made)):
+        assert twin.amsgrad and twin.SLOTS == Adam.SLOTS
+        with pytest.raises(AttributeError, match=r"^amsgrad of Defaulted\(.*\) is fixed once made"):
+            twin.amsgrad = False
+        twin.lr = 0.5
+    momentum = pickle.loads(pickle.dumps(SGD(0.1, momentum=0.9)))
+    assert momentum.SLOTS == ("momentum_buffer",) and SGD.SLOTS == ()
+    with pytest.raises(AttributeError, match="^momentum of SGD"):
+        momentum.momentum = 0.0
 
 
 def test_a_momentum_buffer_is_taken_from_step_1_as_torch_takes_one_it_holds():

@@ -440,6 +440,23 @@ def test_a_failed_write_keeps_the_previous_file_and_leaves_no_debris(tmp_path, m
     assert zipfile.is_zipfile(path)
 
 
+def test_arrays_of_the_other_byte_order_load_as_they_are(tmp_path):
+    """A file written where NumPy's native byte order is big-endian: the same numbers, the network's dtype."""
+    path = tmp_path / "model.npz"
+    with MLP([2, 3], backend="numpy") as net:
+        net.train_step(*data(net), Adam(lr=0.01))
+        net.save(path)
+        want = net.parameters()
+    with np.load(path) as archive:
+        arrays = {name: archive[name] if name == "state" else archive[name].astype(archive[name].dtype.newbyteorder())
+                  for name in archive.files}
+    np.savez(path, **arrays)
+    with leapfrog_gpu.load(path, backend="numpy") as loaded:
+        got = loaded.parameters()
+        assert all(np.array_equal(got[unit][name], want[unit][name]) and got[unit][name].dtype == np.float32
+                   for unit in want for name in want[unit])
+
+
 def test_a_save_removes_a_killed_writers_temporary_file_not_one_being_written(tmp_path):
     """A temporary file untouched for ``STALE`` seconds is a killed writer's; a fresh one may be another process's
     (every rank saving the same network), which removed under it made that save fail."""

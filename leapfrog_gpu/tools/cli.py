@@ -93,11 +93,11 @@ def path(text):
     return text
 
 
-def integer(least, name=None):
-    """An argument type: one integer >= ``least`` (``name``, if given, starts the error message; argparse itself
-    names the option)."""
+def integer(least, name=None, capped=True):
+    """An argument type: one integer >= ``least``, and unless not ``capped`` (a seed, a count of epochs) at most
+    ``MOST`` (``name``, if given, starts the error message; argparse itself names the option)."""
     subject = "" if name is None else f"{name} "
-    return _scalar(int, lambda value: value >= least, f"{subject}must be an integer >= {least}")
+    return _scalar(int, lambda value: value >= least, f"{subject}must be an integer >= {least}", capped)
 
 
 def integer_or_auto(least):
@@ -131,9 +131,9 @@ def reals(least, name="value"):
     return lambda text: _listed(one, text, f"{name}s must be a comma-separated list of numbers >= {least:g}")
 
 
-def _scalar(convert, good, rule):
+def _scalar(convert, good, rule, capped=True):
     """An argument type: ``convert(text)`` where that is ``good``, else an error that says the ``rule``; an integer
-    beyond ``MOST`` is refused as such."""
+    beyond ``MOST`` is refused as such where ``capped``."""
     def parse(text):
         try:
             value = convert(text)
@@ -141,7 +141,7 @@ def _scalar(convert, good, rule):
             value = None
         if value is None or not good(value):
             raise argparse.ArgumentTypeError(f"{rule}; got {text!r}")
-        return at_most(value, text)
+        return at_most(value, text) if capped else value
 
     return parse
 

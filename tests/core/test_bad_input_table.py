@@ -102,7 +102,7 @@ def cases(net):
         ("`fit(x, y, 1, 2, 0.1, shuffle='no')`", lambda: net.fit(X, Y, 1, 2, 0.1, shuffle="no")),
         ("`fit(x, y, 1, 2, 0.1, jsonl='missing/metrics.jsonl')`, a folder that does not exist",
          lambda: net.fit(X, Y, 1, 2, 0.1, jsonl="missing/metrics.jsonl")),
-        ("`fit(x, y, 1, 2, 0.1, jsonl=open('metrics.jsonl', 'rb'))`, a binary file",
+        ("`fit(x, y, 1, 2, 0.1, jsonl=open('metrics.jsonl', 'wb'))`, a binary file",
          lambda: net.fit(X, Y, 1, 2, 0.1, jsonl=io.BytesIO())),
         ("`fit(x, y, 1, 2, 0.1, validation=(x, [0, 2]))`", lambda: net.fit(X, Y, 1, 2, 0.1, validation=(X, [0, 2]))),
         ("`evaluate(x, y, batch_size=0)`", lambda: net.evaluate(X, Y, batch_size=0)),

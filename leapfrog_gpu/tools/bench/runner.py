@@ -157,7 +157,7 @@ def _run(suite, p, args, argv):
     about.update({option: getattr(args, option) for option in getattr(suite, "ABOUT", ())})
     if hasattr(args, "no_torch"):
         about["torch_note"] = torch_anchor.skipped(args.no_torch)
-    keys, networks = grid(suite, args), []
+    keys, networks, printed = grid(suite, args), [], False
     head = suite.head(args) if hasattr(suite, "head") else suite.HEAD
     if args.jsonl:
         with writing(f"--jsonl {args.jsonl}"):
@@ -178,6 +178,7 @@ def _run(suite, p, args, argv):
             records = [r for case in networks for r in case]
             if args.quiet:
                 print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
+                printed = True  # a Ctrl-C from here on prints them no more
             if hasattr(suite, "foot"):
                 suite.foot(args, state, records, about)
             if hasattr(suite, "FOOT"):
@@ -185,7 +186,7 @@ def _run(suite, p, args, argv):
             if about.get("torch_note"):
                 print(fitted(about["torch_note"]))
     except KeyboardInterrupt:
-        if args.quiet and networks:  # the table of what was measured, which --quiet holds back to the end
+        if args.quiet and networks and not printed:  # what was measured, which --quiet holds back to the end
             print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
         kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
         print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(keys), 'network')} measured{kept}",

@@ -227,7 +227,7 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     add("--cost", "default cross_entropy (with a sigmoid output) for classification, quadratic (with an identity "
                   "output) for teacher" + (" and adding; summed over the time steps" if rnn else ""), choices=COSTS)
     add("--dtype", f"(default {d['dtype']})", choices=DTYPES)
-    add("--epochs", f"epochs in all (default {d['epochs']})", type=integer(1), metavar="N")
+    add("--epochs", f"epochs in all (default {d['epochs']})", type=integer(1, capped=False), metavar="N")
     add("--batch-size", f"at most the number of training samples (default {d['batch_size']})", type=integer(1),
         metavar="B")
     rates = [f"{RNN_TEACHER_LR}/tau for teacher" if rnn and name == "teacher" else f"{LR[name]} for {name}"
@@ -251,7 +251,7 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     add("--clip-grad-norm", "scale the gradients so that their global norm is at most N before each update "
                             "(torch.nn.utils.clip_grad_norm_); needs the update after the join: not with --fused",
         type=number(0, strict=True), metavar="N")
-    add("--seed", f"initial parameters and the order of the batches (default {d['seed']})", type=integer(0),
+    add("--seed", f"initial parameters and the order of the batches (default {d['seed']})", type=integer(0, capped=False),
         metavar="S")
     names = schedule_names(NETWORK[model])
     add("--schedule", f"the backward pass: {names[0]} on one stream, or a schedule with --k worker streams (default "
@@ -356,7 +356,7 @@ def _refused(c, given):
     the order they are checked."""
     model, data, solver, solvers = c["model"], c["data"], c["forward_solver"], FORWARD_SOLVERS.get(c["model"], ())
     names = schedule_names(NETWORK[model])
-    unfuse = "drop --fused" if "fused" in given else "add --no-fused (the checkpoint's run is --fused)"
+    unfuse = "add --no-fused (the checkpoint's run may be --fused)" if c.get("resume") else "drop --fused"
     return [
         (data not in DATA[model], f"--model {model} trains on --data {' or '.join(DATA[model])}; got {data}"),
         *((key in given and not _applies(key, c),

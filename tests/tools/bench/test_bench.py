@@ -298,6 +298,16 @@ def test_ctrl_c_ends_a_run_with_exit_130_and_one_line_and_keeps_what_it_measured
     assert bench.main([*argv[:-4], "--quiet"]) == 130  # --quiet holds the table back to the end: then it prints it
     out, err = capsys.readouterr()
     assert {n for n, *_ in _rows(out)} == {8} and err.endswith("interrupted with 1 of 3 networks measured\n")
+    monkeypatch.undo()
+
+    def ctrl_c(*args):  # during the foot (its plot, say), once the table is printed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_mlp, "foot", ctrl_c)
+    assert bench.main([*argv[:-4], "--quiet"]) == 130
+    out, err = capsys.readouterr()
+    assert {n for n, *_ in _rows(out)} == {8, 9, 10} and out.count("N=8 L=3 B=2 ") == 1  # the table once
+    assert err.endswith("interrupted with 3 of 3 networks measured\n")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")

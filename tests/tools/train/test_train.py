@@ -804,6 +804,13 @@ def test_bad_options(capsys, args, message):
     assert one_error_line(capsys).startswith("leapfrog-train: error: " + message)
 
 
+def test_seeds_and_epochs_take_any_integer():
+    """A seed or a count of epochs is no width: beyond a C int it is taken (a 32-bit unsigned seed, say), as a
+    checkpoint that holds one is resumed."""
+    given = vars(train.build_parser("mlp").parse_args(["--seed", "4294967295", "--epochs", str(10**12)]))
+    assert (given["seed"], given["epochs"]) == (4294967295, 10**12)
+
+
 def _mnist_files(directory, break_it):
     """The four MNIST IDX files, 5x5 images, then ``break_it`` applied to the folder."""
     rng = np.random.default_rng(0)

@@ -80,7 +80,8 @@ def _check_text_out(file):
     try:
         file.write("")
     except TypeError:
-        raise TypeError("jsonl must be a path or a file open for text; got a binary file: open it without 'b'") from None
+        raise TypeError("jsonl must be a path or a file open for text; got a binary file: open it without 'b'") \
+            from None
     except (OSError, ValueError):  # io.UnsupportedOperation: not writable
         raise ValueError("jsonl must be open for writing; got a read-only file: open it with 'w' or 'a'") from None
 

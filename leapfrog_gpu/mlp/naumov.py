@@ -172,7 +172,8 @@ class NaumovJacobi(NaumovSchedule):
 
     def __init__(self, tol=1e-6, max_sweeps=None, warm_start=False, k=2, fused=False,
                  memory_limit=MEMORY_LIMIT):
-        tol_message = f"tol (the relative change where a warm start stops) must be a finite number >= 0; got {shown(tol)}"
+        tol_message = ("tol (the relative change where a warm start stops) must be a finite number >= 0; got "
+                       f"{shown(tol)}")
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
             raise TypeError(tol_message)
         if not finite(tol) or tol < 0:

@@ -251,8 +251,8 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     add("--clip-grad-norm", "scale the gradients so that their global norm is at most N before each update "
                             "(torch.nn.utils.clip_grad_norm_); needs the update after the join: not with --fused",
         type=number(0, strict=True), metavar="N")
-    add("--seed", f"initial parameters and the order of the batches (default {d['seed']})", type=integer(0, capped=False),
-        metavar="S")
+    add("--seed", f"initial parameters and the order of the batches (default {d['seed']})",
+        type=integer(0, capped=False), metavar="S")
     names = schedule_names(NETWORK[model])
     add("--schedule", f"the backward pass: {names[0]} on one stream, or a schedule with --k worker streams (default "
                       f"{d['schedule']})", metavar="{" + ",".join(names) + "}")

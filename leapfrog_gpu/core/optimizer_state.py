@@ -60,11 +60,12 @@ class OptimizerState:
                 raise ValueError(f"momentum_buffer of {self._label(*where[id(target)])} is not 0 at step 0, where the "
                                  "first step sets it to the gradient: give 'step' as the count of the steps that "
                                  "made it")
-        for slot in optimizer.SLOTS:
-            lacking = set(where) - {id(target) for s, target, _ in checked if s == slot} if slot in state else ()
+        for slot in (slot for slot in optimizer.SLOTS if slot in state):
+            given = {id(target) for s, target, _ in checked if s == slot}
+            lacking = next((place for array, place in where.items() if array not in given), None)  # the first
             if lacking:
-                raise ValueError(f"{slot} holds no {self._label(*where[min(lacking, key=list(where).index)])}: a slot "
-                                 "holds every parameter's, as optimizer_state() gives it")
+                raise ValueError(f"{slot} holds no {self._label(*lacking)}: a slot holds every parameter's, as "
+                                 "optimizer_state() gives it")
         if optimizer.plain:
             return
         if self._rule is None:

@@ -159,6 +159,9 @@ def _run(suite, p, args, argv):
         about["torch_note"] = torch_anchor.skipped(args.no_torch)
     keys, networks, printed = grid(suite, args), [], False
     head = suite.head(args) if hasattr(suite, "head") else suite.HEAD
+
+    def table():  # what --quiet holds back to the end: the head and every network measured
+        print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
     if args.jsonl:
         with writing(f"--jsonl {args.jsonl}"):
             append_lines(args.jsonl, [about])
@@ -177,7 +180,7 @@ def _run(suite, p, args, argv):
                 bar.done([] if args.quiet else lines(suite, args, networks[-1]))
             records = [r for case in networks for r in case]
             if args.quiet:
-                print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
+                table()
                 printed = True  # a Ctrl-C from here on prints them no more
             if hasattr(suite, "foot"):
                 suite.foot(args, state, records, about)
@@ -186,8 +189,8 @@ def _run(suite, p, args, argv):
             if about.get("torch_note"):
                 print(fitted(about["torch_note"]))
     except KeyboardInterrupt:
-        if args.quiet and networks and not printed:  # what was measured, which --quiet holds back to the end
-            print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
+        if args.quiet and networks and not printed:
+            table()
         kept = f"; their lines are in {args.jsonl}" if args.jsonl and networks else ""
         print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(keys), 'network')} measured{kept}",
               file=sys.stderr)

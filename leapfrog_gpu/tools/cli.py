@@ -64,6 +64,18 @@ class Parser(argparse.ArgumentParser):
         if parallel.launcher_rank() == 0:
             super().print_help(file)
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, where a negative number, or a list of numbers that starts with one, that argparse would take for
+        an option (``--lr -1e-3``, ``--lr -inf``, ``--betas -0.1,0.9``) is the value of the option before it, so
+        that the option's own check says what is wrong with it."""
+        args = list(sys.argv[1:] if args is None else args)
+        single = {option for action in self._actions if action.nargs is None for option in action.option_strings}
+        end = args.index("--") if "--" in args else len(args)
+        for i in reversed(range(end - 1)):
+            if args[i] in single and args[i + 1].startswith("-") and _numbers(args[i + 1]):
+                args[i:i + 2] = [f"{args[i]}={args[i + 1]}"]
+        return super().parse_known_args(args, namespace)
+
 
 class Version(argparse.Action):
     """``--version``: the program's name and version on stdout (rank 0's alone under mpiexec), then exit."""
@@ -144,6 +156,15 @@ def _scalar(convert, good, rule, capped=True):
         return at_most(value, text) if capped else value
 
     return parse
+
+
+def _numbers(text):
+    """Whether ``text`` is a comma-separated list of numbers (one or more) that Python's ``float`` reads."""
+    try:
+        [float(part) for part in text.split(",")]
+    except ValueError:
+        return False
+    return True
 
 
 def _listed(convert, text, rule):

@@ -760,6 +760,9 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--batch-size", 0], "argument --batch-size: must be an integer >= 1; got '0'"),
     (["--lr", -0.5], "argument --lr: must be a finite number >= 0; got '-0.5'"),
     (["--lr", "inf"], "argument --lr: must be a finite number >= 0; got 'inf'"),
+    (["--lr", "-1e-3"], "argument --lr: must be a finite number >= 0; got '-1e-3'"),  # not taken for an option
+    (["--lr", "-inf"], "argument --lr: must be a finite number >= 0; got '-inf'"),
+    (["--betas", "-0.1,0.9"], "argument --betas: betas must be a comma-separated list of numbers >= 0; got '-0.1,0.9'"),
     (["--epochs", "two"], "argument --epochs: must be an integer >= 1; got 'two'"),
     (["--schedule", "fast"], "--schedule fast is not a schedule of --model mlp; choose from sequential, leapfrog, "
                              "naumov-scan, naumov-jacobi"),

@@ -25,13 +25,14 @@ class Schedule:
     ``fused``; ``stats`` holds the counters of its last pass, where it counts any."""
 
     least_k = 1
-    one_pass = False
     auto = False
     """``Leapfrog("auto")``: k is chosen by a calibration on each plan (``core.calibrate``)."""
 
-    def __init__(self, k, fused=False):
+    def __init__(self, k, fused=False, one_pass=False):
         self.k = self._check_k(k)
-        self.fused = check_flag("fused", fused)
+        self.one_pass = check_flag("one_pass", one_pass)
+        self._fused_given = check_flag("fused", fused)
+        self.fused = self._fused_given or self.one_pass
         self.stats = {}
 
     def _check_k(self, k):
@@ -63,14 +64,19 @@ class Schedule:
         reads it last; the workers update b alone)."""
         return unit if self.one_pass else plan.last_reader(unit)
 
+    def _given(self):
+        """The flags given True: ``fused``, ``one_pass``, both or neither."""
+        return [flag for flag, on in (("fused", self._fused_given), ("one_pass", self.one_pass)) if on]
+
     def _flags(self):
-        """The options ``repr`` shows: ``, one_pass=True``, ``, fused=True`` or nothing."""
-        return ", one_pass=True" if self.one_pass else ", fused=True" if self.fused else ""
+        """The options ``repr`` shows, as they were given: ``, fused=True``, ``, one_pass=True``, both or nothing."""
+        return "".join(f", {flag}=True" for flag in self._given())
 
     @property
     def unfused(self):
-        """The argument that would make this schedule update after the join: ``one_pass=False`` or ``fused=False``."""
-        return "one_pass=False" if self.one_pass else "fused=False"
+        """The arguments that would make this schedule update after the join: ``fused=False``, ``one_pass=False`` or
+        both."""
+        return " and ".join(f"{flag}=False" for flag in self._given())
 
 
 class Sequential(Schedule):
@@ -79,8 +85,7 @@ class Sequential(Schedule):
     name = "sequential"  # on the command line: --schedule sequential
 
     def __init__(self, fused=False, one_pass=False):
-        self.one_pass = check_flag("one_pass", one_pass)
-        super().__init__(0, check_flag("fused", fused) or self.one_pass)
+        super().__init__(0, fused, one_pass)
 
     def _check_k(self, k):
         return 0
@@ -101,12 +106,11 @@ class Leapfrog(Schedule):
     name = "leapfrog"  # on the command line: --schedule leapfrog
 
     def __init__(self, k, fused=False, one_pass=False):
-        self.one_pass = check_flag("one_pass", one_pass)
         self.auto = isinstance(k, str) and k == "auto"
+        super().__init__(k, fused, one_pass)
         if self.auto and self.one_pass:
             raise ValueError("Leapfrog('auto') calibrates the plain and fused schedules only; give k for "
                              "one_pass=True, e.g. Leapfrog(2, one_pass=True)")
-        super().__init__(k, check_flag("fused", fused) or self.one_pass)
         self.chosen = {}
         """``Leapfrog("auto")``: the schedule its calibration chose for a pass at batch size B, the latest by B."""
 

@@ -158,9 +158,12 @@ def test_clip_under_a_fused_schedule_or_of_a_bad_value_is_refused(network_name):
 
 
 @pytest.mark.parametrize("schedule, unfused", [(Leapfrog(2, fused=True), "fused=False"),
-                                               (Sequential(one_pass=True), "one_pass=False")], ids=repr)
+                                               (Sequential(one_pass=True), "one_pass=False"),
+                                               (Leapfrog(2, fused=True, one_pass=True), "fused=False and one_pass=False")],
+                         ids=repr)
 def test_what_clip_and_check_finite_refuse_says_which_argument_unfuses_it(schedule, unfused):
-    """The one-pass sweep is fused whatever ``fused`` says: its refusals name ``one_pass``."""
+    """The one-pass sweep is fused whatever ``fused`` says: its refusals name ``one_pass``, and ``fused`` too where
+    it was given (one of them alone would leave the step fused)."""
     with network("MLP", "numpy") as net, network("MLP", "numpy", check_finite=True) as checked:
         x, y = network_batch("MLP", 1)
         with pytest.raises(ValueError, match=rf"^clip needs every .*: pass {unfused}$"):

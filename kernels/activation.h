@@ -9,7 +9,7 @@ __device__ T activate(T z, int act) {
     switch (act) {
     case 0: return T(1) / (T(1) + exp(-z));
     case 1: return tanh(z);
-    case 2: return z > T(0) ? z : T(0);
+    case 2: return z > T(0) || z != z ? z : T(0);  // a NaN stays NaN, as NumPy's maximum(z, 0) keeps it
     default: return z;
     }
 }

@@ -96,6 +96,17 @@ def check_forward(dev, x, activation, order="C"):
     return ties.sum()
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("batch", BATCHES)
+def test_a_nan_weight_gives_a_nan_unit_through_relu(device, batch, dtype):
+    """(2)(3) through a NaN weight: z and relu(z) NaN for every sample of that unit, sigma' 0, the other unit
+    exact (2). The kernels' relu once gave 0 for NaN (GEMV and GEMM alike)."""
+    x = {"w": np.array([[np.nan, 1], [1, 1]], dtype), "a_prev": np.ones((2, batch), dtype), "b": np.zeros(2, dtype)}
+    z, a, sp = run_forward(device, x, "relu")
+    assert np.isnan(z[0]).all() and np.isnan(a[0]).all() and (sp[0] == 0).all()
+    assert (z[1] == 2).all() and (a[1] == 2).all() and (sp[1] == 1).all()
+
+
 def compare(name, got, want, bound):
     assert got.shape == want.shape
     error = np.abs(got - want)

@@ -141,6 +141,23 @@ def test_bias_activation(device, request, activation, n, batch, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("activation", list(OUTPUT_ACTIVATIONS))
+def test_an_activation_of_nan_is_nan(device, activation, dtype):
+    """sigma(NaN) is NaN and sigma'(NaN) what the maths' comparison gives (relu's 0); the infinities go to their
+    limits. The outputs hold 7 first, so that a NaN written is told from one left unwritten. A relu that gave 0 for
+    NaN made a pass through a NaN weight finite, and check_finite let its step through."""
+    z64 = np.array([[np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -1.5]]).T
+    with np.errstate(invalid="ignore"):
+        want = reference.sigma(activation, z64), reference.sigma_prime(activation, z64)
+    z, a, sp = (device.to_device(v) for v in (z64.astype(dtype), np.full(z64.shape, 7, dtype),
+                                              np.full(z64.shape, 7, dtype)))
+    device.ops.bias_activation(z, a, sp, device.to_device(np.zeros(len(z64), dtype)), activation)
+    eps = np.finfo(dtype).eps
+    for name, got, expected in (("a", a, want[0]), ("sigma'", sp, want[1])):
+        np.testing.assert_allclose(device.to_host(got), expected, rtol=4 * eps, atol=4 * eps, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("cost", list(COSTS))

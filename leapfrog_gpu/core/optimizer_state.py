@@ -5,6 +5,7 @@ updated where some failed, were refused or did not run (``Controls.done``); back
 made, which the network then holds as if no step had come.
 """
 
+import copy
 import numbers
 
 import numpy as np
@@ -26,12 +27,12 @@ class OptimizerState:
         return {"step": self._steps, **self._handed_out(slots)}
 
     def held_optimizer(self):
-        """The optimizer whose state this network holds, as the last step brought it (its lr that step's), or None
-        before a step that keeps a state: what ``core.saving`` writes beside the state."""
+        """A copy of the optimizer whose state this network holds, as the last step brought it (its lr that step's),
+        or None before a step that keeps a state: what ``core.saving`` writes beside the state."""
         if self._rule is None:
             return None
         latest = self._controls.optimizer
-        return latest if latest is not None and latest.rule() == self._rule else self._held
+        return copy.copy(latest if latest is not None and latest.rule() == self._rule else self._held)
 
     def set_optimizer_state(self, optimizer, state):
         """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and

@@ -333,8 +333,8 @@ def test_another_optimizer_on_a_state_that_exists_is_refused_and_changes_nothing
 
 def test_lr_alone_may_be_set_again_and_a_step_keeps_the_optimizer_as_it_came():
     """lr may change between steps, checked as it is set; every other hyper-parameter is fixed once made (a
-    momentum set on a plain SGD would run the momentum rule with no buffer); ``held_optimizer()`` is the optimizer
-    as the last step had it, whatever is set after."""
+    momentum set on a plain SGD would run the momentum rule with no buffer); ``held_optimizer()`` is a copy of the
+    optimizer as the last step had it, whatever is set after, on the optimizer given or on that copy."""
     optimizer, sgd = Adam(0.01), SGD(0.1)
     for bad, error in ((None, TypeError), ("0.1", TypeError), (-0.1, ValueError), (float("nan"), ValueError)):
         with pytest.raises(error, match="^lr must be a finite number >= 0"):
@@ -356,6 +356,8 @@ def test_lr_alone_may_be_set_again_and_a_step_keeps_the_optimizer_as_it_came():
     with MLP([3, 4, 2], seed=1, backend="numpy") as net:
         net.train_step(*network_batch("MLP", 5), optimizer)
         optimizer.lr = 0.5
+        assert net.held_optimizer().hyper() == Adam(0.01).hyper()
+        net.held_optimizer().lr = 0.5  # a copy: neither what the network reports nor what it saves changes
         assert net.held_optimizer().hyper() == Adam(0.01).hyper()
 
 

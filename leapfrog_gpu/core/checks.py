@@ -44,6 +44,19 @@ def check_count(name, value, least=1, most=None, what=None):
     return int(value)
 
 
+def check_cap(name, value, none):
+    """``value``, a cap on a solver's sweeps or iterations: None (``none`` says what that runs) or an int >= 1; else a
+    TypeError (not an integer) or a ValueError, each ``{name} must be None ({none}) or an integer >= 1; got ...``."""
+    if value is None:
+        return None
+    message = f"{name} must be None ({none}) or an integer >= 1; got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(message)
+    if value < 1:
+        raise ValueError(message)
+    return int(value)
+
+
 def check_flag(name, value):
     """``value`` as a bool: True or False (or NumPy's), else a TypeError naming ``name``."""
     if not isinstance(value, (bool, np.bool_)):
@@ -185,14 +198,21 @@ def shown(value):
     return repr(value) if digits <= 40 else f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
 
 
+def check_real(name, value, what=None, least=0, strict=False, most=math.inf):
+    """``value`` as a float: a real number (not a bool), finite, >= ``least`` (> ``least`` where ``strict``) and <=
+    ``most``; else a TypeError (not a real number) or a ValueError, each ``{name} must be {what}; got ...``
+    (``what`` by default: ``a finite number >= {least}``, or ``>``)."""
+    what = what or f"a finite number {'>' if strict else '>='} {least:g}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {what}; got {value!r} ({type(value).__name__})")
+    if not (finite(value) and (value > least if strict else value >= least) and value <= most):
+        raise ValueError(f"{name} must be {what}; got {shown(value)}")
+    return float(value)
+
+
 def check_eta(eta):
-    """``eta``, the learning rate, a finite real number >= 0; a TypeError where it is not a number, else a
-    ValueError."""
-    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
-        raise TypeError(f"eta (the learning rate) must be a finite number >= 0; got {eta!r} ({type(eta).__name__})")
-    if not finite(eta) or eta < 0:
-        raise ValueError(f"eta (the learning rate) must be a finite number >= 0; got {shown(eta)}")
-    return eta
+    """``eta``, the learning rate, as a float: a finite real number >= 0 (``check_real``)."""
+    return check_real("eta (the learning rate)", eta)
 
 
 def check_memory_limit(memory_limit):

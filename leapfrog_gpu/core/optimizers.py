@@ -19,7 +19,7 @@ TypeError, one out of range a ValueError, each in one line; lr alone may be set 
 import copy
 import numbers
 
-from .checks import check_flag, finite, shown
+from .checks import check_flag, check_real
 
 
 class _Made(type):
@@ -43,7 +43,7 @@ class Optimizer(metaclass=_Made):
         """``lr`` checked as it is set, at any step; the other hyper-parameters fixed once made: a state is made for
         them."""
         if name == "lr":
-            value = _number("lr", value)
+            value = check_real("lr", value)
         elif vars(self).get("_made"):  # a hyper-parameter, or the rule's own (DECOUPLED): a state is made for them
             raise AttributeError(f"{name} of {self!r} is fixed once made (only lr may change from step to step): "
                                  f"make another {type(self).__name__}")
@@ -100,9 +100,9 @@ class SGD(Optimizer):
 
     def __init__(self, lr, momentum=0, dampening=0, nesterov=False, weight_decay=0):
         super().__init__(lr)
-        self.momentum = _number("momentum", momentum)
-        self.dampening = _number("dampening", dampening)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        self.momentum = check_real("momentum", momentum)
+        self.dampening = check_real("dampening", dampening)
+        self.weight_decay = check_real("weight_decay", weight_decay)
         nesterov = check_flag("nesterov", nesterov)
         if nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ValueError(f"nesterov=True needs momentum > 0 and dampening 0; got momentum={momentum!r}, "
@@ -145,8 +145,8 @@ class Adam(Optimizer):
         if not all(0 <= beta < 1 for beta in betas):
             raise ValueError(f"betas must lie in [0, 1); got {betas!r}")
         self.betas = tuple(float(beta) for beta in betas)
-        self.eps = _number("eps", eps, "> 0 and finite", strict=True)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        self.eps = check_real("eps", eps, "> 0 and finite", strict=True)
+        self.weight_decay = check_real("weight_decay", weight_decay)
 
     def hyper(self):
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay}
@@ -185,13 +185,3 @@ def check(optimizer):
 def _is_real(value):
     """Whether ``value`` is a real number (not a bool)."""
     return not isinstance(value, bool) and isinstance(value, numbers.Real)
-
-
-def _number(name, value, what="a finite number >= 0", strict=False):
-    """``value`` as a float: a finite real number >= 0 (> 0 if ``strict``); else a TypeError (not a number) or a
-    ValueError (out of range), naming it as ``what``."""
-    if not _is_real(value):
-        raise TypeError(f"{name} must be {what}; got {value!r} ({type(value).__name__})")
-    if not (finite(value) and (value > 0 if strict else value >= 0)):
-        raise ValueError(f"{name} must be {what}; got {shown(value)}")
-    return float(value)

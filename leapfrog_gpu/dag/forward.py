@@ -24,12 +24,11 @@ Each leaves in ``stats``: sweeps or iterations, rounds (dependent steps), flops 
 each operand read once, each result written once) beside the node-by-node forward's, memory held.
 """
 
-import numbers
 import weakref
 
 import numpy as np
 
-from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit, finite, shown
+from ..core.checks import MEMORY_LIMIT, check_cap, check_count, check_flag, check_memory_limit, check_real
 from ..core.convergence import Solver, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
@@ -107,11 +106,6 @@ def forward_counters(net, batch, nodes=None):
     return {"sequential_rounds": len(net.order), "sequential_flops": flops, "sequential_bytes": moved * itemsize}
 
 
-def _check(name, value, low, message):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not finite(value) or value < low:
-        raise ValueError(f"{name} {message}; got {shown(value)}")
-
-
 class ForwardJacobi(ForwardSolver):
     """Jacobi sweeps over the nodes, exact after D sweeps.
 
@@ -129,12 +123,9 @@ class ForwardJacobi(ForwardSolver):
 
     def __init__(self, tol=None, max_sweeps=None, warm_start=False, blocks=1, strict=False):
         super().__init__(warm_start, strict)
-        if tol is not None:
-            _check("tol", tol, 0, "must be None or a finite number >= 0")
-        for name, value in (("max_sweeps", max_sweeps), ("blocks", blocks)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-                raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-        self.tol, self.max_sweeps, self.blocks = tol, max_sweeps, int(blocks)
+        self.tol = None if tol is None else check_real("tol", tol, "None or a finite number >= 0")
+        self.max_sweeps = check_cap("max_sweeps", max_sweeps, "the depth, exact")
+        self.blocks = check_count("blocks", blocks)
 
     def __repr__(self):
         return (f"ForwardJacobi(tol={self.tol}, max_sweeps={self.max_sweeps}, warm_start={self.warm_start}, "
@@ -202,17 +193,9 @@ class ForwardNewton(ForwardSolver):
     def __init__(self, tol=None, max_iterations=None, damping=1.0, warm_start=False,
                  memory_limit=MEMORY_LIMIT, strict=False):
         super().__init__(warm_start, strict)
-        if tol is not None:
-            _check("tol", tol, 0, "must be None or a finite number >= 0")
-        if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
-                max_iterations, numbers.Integral)):
-            raise TypeError(f"max_iterations must be None (the depth) or an integer >= 1; got {max_iterations!r}")
-        if max_iterations is not None and max_iterations < 1:
-            raise ValueError(f"max_iterations must be None (the depth) or an integer >= 1; got {max_iterations!r}")
-        _check("damping", damping, 0, "must be a number in (0, 1]")
-        if not 0 < damping <= 1:
-            raise ValueError(f"damping must be a number in (0, 1]; got {damping!r}")
-        self.tol, self.max_iterations, self.damping = tol, max_iterations, float(damping)
+        self.tol = None if tol is None else check_real("tol", tol, "None or a finite number >= 0")
+        self.max_iterations = check_cap("max_iterations", max_iterations, "the depth")
+        self.damping = check_real("damping", damping, "a number in (0, 1]", strict=True, most=1)
         self.memory_limit = check_memory_limit(memory_limit)
 
     def __repr__(self):

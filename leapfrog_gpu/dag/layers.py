@@ -24,7 +24,7 @@ import numbers
 
 import numpy as np
 
-from ..core.checks import finite, shown
+from ..core.checks import check_real
 from ..core.functions import OUTPUT_ACTIVATIONS, choose
 
 
@@ -296,12 +296,8 @@ class LayerNorm(Layer):
     params = ("gamma", "beta")
 
     def __init__(self, eps=1e-5):
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-            raise TypeError(f"LayerNorm's eps must be a number > 0; got {eps!r} ({type(eps).__name__})")
-        if not finite(eps) or eps <= 0:
-            raise ValueError(f"LayerNorm's eps must be a finite number > 0 (it keeps sqrt(var + eps) from 0); "
-                             f"got {shown(eps)}")
-        self.eps = float(eps)
+        self.eps = check_real("LayerNorm's eps", eps, "a finite number > 0 (it keeps sqrt(var + eps) from 0)",
+                              strict=True)
 
     def __repr__(self):
         return f"LayerNorm(eps={self.eps})"

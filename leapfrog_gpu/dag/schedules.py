@@ -28,12 +28,10 @@ The schedules see the pass through its ``plan.DagPlan`` and the few names it giv
 ``depth``, ``consumers``, ``n``, ``node``, ``blocks``, ``counters``), not the network.
 """
 
-import numbers
-
 import numpy as np
 
 from ..core import triangular
-from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from ..core.checks import MEMORY_LIMIT, check_cap, check_memory_limit
 from ..core.schedules import Schedule
 
 
@@ -119,9 +117,7 @@ class DagJacobi(BlockSchedule):
     INSTEAD = "Sequential(), Leapfrog(k) or LevelSets(), which hold no block matrix"
 
     def __init__(self, k=2, fused=False, memory_limit=MEMORY_LIMIT, *, max_sweeps=None):
-        if max_sweeps is not None and (isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral)
-                                       or max_sweeps < 1):
-            raise ValueError(f"max_sweeps must be None (D sweeps, exact) or an integer >= 1; got {max_sweeps!r}")
+        max_sweeps = check_cap("max_sweeps", max_sweeps, "D sweeps, exact")
         super().__init__(k, fused, memory_limit)
         self.max_sweeps = max_sweeps
 

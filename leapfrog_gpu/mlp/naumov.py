@@ -32,12 +32,10 @@ sequential chain (5); memory held). Jacobi's sweep count is data dependent: read
 has run (``net.backprop`` returns then; after ``net.sgd_step`` call ``net.synchronize()`` first).
 """
 
-import numbers
-
 import numpy as np
 
 from ..core import triangular
-from ..core.checks import MEMORY_LIMIT, check_flag, check_memory_limit, finite, shown
+from ..core.checks import MEMORY_LIMIT, check_cap, check_flag, check_memory_limit, check_real
 from ..core.schedules import Schedule
 
 
@@ -172,20 +170,11 @@ class NaumovJacobi(NaumovSchedule):
 
     def __init__(self, tol=1e-6, max_sweeps=None, warm_start=False, k=2, fused=False,
                  memory_limit=MEMORY_LIMIT):
-        tol_message = ("tol (the relative change where a warm start stops) must be a finite number >= 0; got "
-                       f"{shown(tol)}")
-        if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
-            raise TypeError(tol_message)
-        if not finite(tol) or tol < 0:
-            raise ValueError(tol_message)
-        sweeps_message = f"max_sweeps must be None (L-2 sweeps, exact) or an integer >= 1; got {max_sweeps!r}"
-        if max_sweeps is not None and (isinstance(max_sweeps, bool) or not isinstance(max_sweeps, numbers.Integral)):
-            raise TypeError(sweeps_message)
-        if max_sweeps is not None and max_sweeps < 1:
-            raise ValueError(sweeps_message)
+        tol = check_real("tol (the relative change where a warm start stops)", tol)
+        max_sweeps = check_cap("max_sweeps", max_sweeps, "L-2 sweeps, exact")
         warm_start = check_flag("warm_start", warm_start)
         super().__init__(k, fused, memory_limit)
-        self.tol, self.max_sweeps, self.warm_start = float(tol), max_sweeps, warm_start
+        self.tol, self.max_sweeps, self.warm_start = tol, max_sweeps, warm_start
 
     def __repr__(self):
         return (f"NaumovJacobi(tol={self.tol}, max_sweeps={self.max_sweeps}, warm_start={self.warm_start}, "

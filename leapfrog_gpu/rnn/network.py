@@ -15,12 +15,11 @@ sequences is ``x`` (tau, n_1, B); targets ``y`` are (n_L, B) for ``"last"`` and 
 """
 
 import math
-import numbers
 
 import numpy as np
 
 from ..core import parameters, saving
-from ..core.checks import check_finite_as, finite, real_array, shown
+from ..core.checks import check_finite_as, check_real, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -87,9 +86,7 @@ class RNN(Layered):
         if cell != "elman" and activation != ACTIVATION:
             raise ValueError(f"{GATED[cell]} cell has its own activation, {ACTIVATION} (its gates are sigmoids); "
                              f"got activation={activation!r}: pass activation={ACTIVATION!r}")
-        if isinstance(recurrent_norm, bool) or not isinstance(recurrent_norm, numbers.Real) or \
-                not finite(recurrent_norm) or recurrent_norm < 0:
-            raise ValueError(f"recurrent_norm must be a finite number >= 0; got {shown(recurrent_norm)}")
+        recurrent_norm = check_real("recurrent_norm", recurrent_norm)
         rng = parameters.generator(seed)
         with reducer.building(comm):
             super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,

@@ -38,13 +38,10 @@ rounds_l = i_l·r + (i_l + 1) dependent rounds for i_l iterations, and the solve
 layers (``rounds_formula``), against tau per layer for the sequential forward.
 """
 
-import math
-import numbers
-
 import numpy as np
 
 from ..backends import ops_numpy
-from ..core.checks import MEMORY_LIMIT, all_finite, check_flag, check_memory_limit, finite, shown
+from ..core.checks import MEMORY_LIMIT, all_finite, check_cap, check_flag, check_memory_limit, check_real
 from ..core.convergence import Solver, relative
 from ..core.triangular import (check_memory, check_scan, resolve_scan, round_sizes, scan_round_work, scan_rounds,
                                suffix_scan)
@@ -85,16 +82,11 @@ class TimeNewton(Solver):
     def __init__(self, tol=None, max_iterations=None, quasi=False, damping=0.0, warm_start=False, scan="auto",
                  memory_limit=MEMORY_LIMIT, strict=False):
         super().__init__(strict)
-        if tol is not None:
-            _check_number("tol", tol, "None or a finite number >= 0", 0, math.inf)
-        if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
-                max_iterations, numbers.Integral)):
-            raise TypeError(f"max_iterations must be None (tau) or an integer >= 1; got {max_iterations!r}")
-        if max_iterations is not None and max_iterations < 1:
-            raise ValueError(f"max_iterations must be None (tau) or an integer >= 1; got {max_iterations!r}")
-        _check_number("damping", damping, "a number in [0, 1] (0: Newton, 1: Picard sweeps)", 0, 1)
+        tol = None if tol is None else check_real("tol", tol, "None or a finite number >= 0")
+        max_iterations = check_cap("max_iterations", max_iterations, "tau")
+        damping = check_real("damping", damping, "a number in [0, 1] (0: Newton, 1: Picard sweeps)", most=1)
         quasi, warm_start = check_flag("quasi", quasi), check_flag("warm_start", warm_start)
-        self.tol, self.max_iterations, self.quasi, self.damping = tol, max_iterations, quasi, float(damping)
+        self.tol, self.max_iterations, self.quasi, self.damping = tol, max_iterations, quasi, damping
         self.warm_start, self.memory_limit = warm_start, check_memory_limit(memory_limit)
         self.scan = check_scan(scan)
 
@@ -291,11 +283,3 @@ def stalled(history, floor):
         return False
     recent = history[-PATIENCE:]
     return max(recent) <= floor and min(recent) > 0.9 * min(history[:-PATIENCE])
-
-
-def _check_number(name, value, what, low, high):
-    """``value`` a real number in [low, high] and finite, or a TypeError/ValueError saying ``what`` it must be."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {what}; got {value!r}")
-    if not (finite(value) and low <= value <= high):
-        raise ValueError(f"{name} must be {what}; got {shown(value)}")

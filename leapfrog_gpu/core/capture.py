@@ -46,16 +46,19 @@ def ready(plan, key, schedule):
     return True
 
 
-def step(plan, key, body):
-    """Enqueue ``body()``, the step by ``key`` (``ready``), as the graph kept in ``plan.captured`` by it:
-    captured on first use."""
-    graph = plan.captured.get(key)
-    if graph is not None:
+def step(plan, key, body, schedule):
+    """Enqueue ``body()``, the step of ``schedule`` by ``key`` (``ready``), as the graph kept in ``plan.captured`` by
+    it: captured on first use. A launch repeats the captured pass, so ``schedule.stats`` are those of the schedule it
+    was captured with (an equal one: the key holds its ``repr``), the very dict, which what the pass counts as it
+    runs fills in."""
+    if key in plan.captured:
+        graph, captured_with = plan.captured[key]
         graph.launch()
+        schedule.stats = captured_with.stats
         return
     graph = plan.backend.capture(body)
     if graph is not None:  # None: a launch failed (the next synchronize() says why); capture again next time
-        plan.captured[key] = graph
+        plan.captured[key] = graph, schedule
 
 
 def refusal(plan, schedule):

@@ -234,7 +234,7 @@ class Network(OptimizerState):
 
             try:
                 if graph:
-                    capture.step(plan, key, step)
+                    capture.step(plan, key, step, schedule)
                 else:
                     step()
             except BaseException:  # raised as it was enqueued (the serial mode's streams)

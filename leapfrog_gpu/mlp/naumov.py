@@ -28,7 +28,7 @@ The buffers are allocated once per (network, batch size), in ``plan.naumov``, af
 The solvers read the network through the ``plan.MLPPlan`` of the pass: ``plan.w``, ``plan.sp``, ``plan.delta``.
 
 Each pass leaves counters in ``schedule.stats`` (rounds or sweeps; flops and bytes moved against the
-sequential chain (5); memory held). Jacobi's sweep count is data dependent: read it after the pass
+sequential chain (5); memory held). A warm start's sweep count is data dependent: read it after the pass
 has run (``net.backprop`` returns then; after ``net.sgd_step`` call ``net.synchronize()`` first).
 """
 
@@ -207,10 +207,22 @@ class NaumovJacobi(NaumovSchedule):
         backend.launch(main, "naumov.jacobians", _jacobians, xp, plan, buffers["J"], False)
         yield plan.L  # after the Jacobians: the last read of w^L
         backend.launch(main, "naumov.jacobi", self._solve, xp, plan, buffers)
-        yield from range(plan.L - 1, 1, -1)  # ``stats`` are counted as the sweeps run
+        if not self.warm_start:  # every sweep of the limit runs: counted now (a graph's launches repeat them)
+            self._count(plan, self._limit(plan), None)
+        yield from range(plan.L - 1, 1, -1)  # a warm start's ``stats`` are counted as its sweeps run
+
+    def _limit(self, plan):
+        """The most sweeps a pass of ``plan`` runs: L-2, or ``max_sweeps`` if fewer."""
+        return plan.L - 2 if self.max_sweeps is None else min(plan.L - 2, self.max_sweeps)
+
+    def _count(self, plan, sweeps, change):
+        """``self.stats`` of a pass of ``plan`` that ran ``sweeps`` sweeps, the last changing the iterate by
+        ``change`` (None: not measured)."""
+        self.stats = jacobi_counters(plan.sizes, plan.batch, np.dtype(plan.dtype).itemsize, sweeps, self.warm_start)
+        self.stats.update(converged=sweeps == plan.L - 2 or (change is not None and change <= self.tol), change=change)
 
     def _solve(self, xp, plan, buffers):
-        """Sweeps on the main stream, then delta^l into ``plan.delta[l]``; fills ``self.stats``."""
+        """Sweeps on the main stream, then delta^l into ``plan.delta[l]``; a warm start's fill ``self.stats``."""
         n = plan.L - 1
         J, D, current = buffers["J"], buffers["D"], buffers["current"]
         diff, sums = buffers["diff"], buffers["sums"]
@@ -218,15 +230,13 @@ class NaumovJacobi(NaumovSchedule):
             _load_g(xp, plan, iterate)
         if not self.warm_start:
             D[current][: n - 1].fill(0)
-        limit = n - 1 if self.max_sweeps is None else min(n - 1, self.max_sweeps)
-        last, sweeps, change = triangular.jacobi(xp, J, D[current], D[1 - current], limit,
+        last, sweeps, change = triangular.jacobi(xp, J, D[current], D[1 - current], self._limit(plan),
                                                  scratch=(diff, sums) if self.warm_start else None, tol=self.tol)
         current = buffers["current"] = 0 if last is D[0] else 1
         for i in range(n - 1):
             _unload(xp, plan.delta[i + 2], D[current][i], plan.n[i + 2])
-        converged = sweeps == n - 1 or (change is not None and change <= self.tol)
-        self.stats = jacobi_counters(plan.sizes, plan.batch, np.dtype(plan.dtype).itemsize, sweeps, self.warm_start)
-        self.stats.update(converged=converged, change=change)
+        if self.warm_start:
+            self._count(plan, sweeps, change)
 
 
 # -- the operations the main stream runs -----------------------------------------------------------

@@ -7,6 +7,7 @@ on the host, so a schedule that loses a wait fails at capture, or, where the cap
 deferred orders and under chaos, as in eager mode.
 """
 
+import copy
 import functools
 
 import numpy as np
@@ -14,7 +15,9 @@ import pytest
 
 from helpers import (assert_graph_steps_follow_the_reference, assert_same, batch, batch_id, chaos_catches, chaos_suite,
                      eta, layer_names, patched_ops, same, schedule_id)
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential
+from networks import network, network_batch
+from leapfrog_gpu import (SGD, MLP, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN, NaumovScan,
+                          Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
@@ -331,6 +334,26 @@ def test_naumov_schedules_without_a_warm_start_are_captured():
             net.sgd_step(x, y, eta(step), NaumovScan(k=2), graph=True)
             eager.sgd_step(x, y, eta(step), NaumovScan(k=2))
         assert same(net.weights + net.biases, eager.weights + eager.biases)
+
+
+@pytest.mark.parametrize("name, schedule", [
+    ("MLP", NaumovScan()), ("MLP", NaumovJacobi()), ("MLP", NaumovJacobi(max_sweeps=1)), ("RNN", TimeScan()),
+    ("RNN", NaumovRNN()), ("RNN", Wavefront()), ("DagNet", LevelSets()), ("DagNet", DagJacobi()),
+    ("DagNet", DagDoubling())], ids=repr)
+def test_a_replayed_step_leaves_the_counters_of_its_pass_in_a_new_schedule(name, schedule):
+    """A graph is kept by the schedule's repr, so an equal schedule made anew launches it: its ``stats`` are
+    those of an eager pass, not empty (deferred streams: the captured pass has not run when the replay is asked)."""
+    x, y = network_batch(name, 3)
+    with network(name, "numpy") as net:
+        eager = copy.deepcopy(schedule)
+        net.train_step(x, y, SGD(0.1), eager)
+        net.synchronize()
+    with NumpyBackend(mode="deferred", order="main-first") as backend, network(name, backend) as net:
+        net.train_step(x, y, SGD(0.1), copy.deepcopy(schedule), graph=True)
+        replayed = copy.deepcopy(schedule)
+        net.train_step(x, y, SGD(0.1), replayed, graph=True)
+        net.synchronize()
+    assert eager.stats and replayed.stats == eager.stats
 
 
 def test_graph_must_be_a_bool():

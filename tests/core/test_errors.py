@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from networks import network, network_batch
-from leapfrog_gpu import (MLP, RNN, SGD, Adam, DagNet, Dense, ForwardNewton, Leapfrog, NaumovJacobi, Sequential,
-                          TimeNewton, get_backend)
+from leapfrog_gpu import (MLP, RNN, SGD, Adam, AdamW, DagJacobi, DagNet, Dense, ForwardJacobi, ForwardNewton, LayerNorm,
+                          Leapfrog, NaumovJacobi, Sequential, TimeNewton, get_backend)
 from leapfrog_gpu.backends.host import NumpyBackend
 
 SIZES = [4, 6, 3]
@@ -214,6 +214,50 @@ def test_every_flag_takes_python_or_numpy_booleans_and_nothing_else(name):
     for value in ("no", 1, None, np.array([True])):
         with pytest.raises(TypeError, match=rf"^{name} must be True or False; got {re.escape(repr(value))}$"):
             FLAGS[name](value)
+
+
+NUMBERS = {
+    "lr": lambda value: SGD(value), "momentum": lambda value: SGD(0.1, momentum=value),
+    "dampening": lambda value: SGD(0.1, dampening=value), "weight_decay": lambda value: AdamW(weight_decay=value),
+    "eps": lambda value: Adam(eps=value), "eta (the learning rate)": lambda value: stepped(value),
+    "tol (the relative change where a warm start stops)": lambda value: NaumovJacobi(tol=value),
+    "tol": lambda value: ForwardJacobi(tol=value), "damping": lambda value: ForwardNewton(damping=value),
+    "LayerNorm's eps": lambda value: LayerNorm(eps=value),
+    "recurrent_norm": lambda value: RNN([2, 3, 2], recurrent_norm=value, backend="numpy").close(),
+}
+"""Each real hyper-parameter, by the name its refusals give it."""
+
+CAPS = {
+    "max_sweeps": [lambda value: NaumovJacobi(max_sweeps=value), lambda value: DagJacobi(max_sweeps=value),
+                   lambda value: ForwardJacobi(max_sweeps=value)],
+    "max_iterations": [lambda value: ForwardNewton(max_iterations=value), lambda value: TimeNewton(max_iterations=value)],
+}
+"""Each cap on a solver's sweeps or iterations: None or an integer >= 1."""
+
+
+def stepped(eta):
+    """An SGD step at ``eta`` of an MLP that is closed after."""
+    with MLP(SIZES, backend="numpy") as net:
+        net.sgd_step(np.ones(4), np.ones(3), eta)
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+def test_every_real_hyper_parameter_refuses_what_is_no_number_as_a_type_and_the_rest_by_value(name):
+    for value in ("0.1", True, [0.1], 1j):
+        with pytest.raises(TypeError, match=rf"^{re.escape(name)} must be .*; got {re.escape(repr(value))} \("):
+            NUMBERS[name](value)
+    for value in (float("nan"), float("inf"), -1.0, 10**400):
+        with pytest.raises(ValueError, match=rf"^{re.escape(name)} must be "):
+            NUMBERS[name](value)
+
+
+@pytest.mark.parametrize("name", CAPS)
+def test_every_cap_on_sweeps_or_iterations_is_none_or_a_positive_integer(name):
+    for make in CAPS[name]:
+        make(None), make(1), make(np.int64(3))
+        for value, error in (("2", TypeError), (2.0, TypeError), (True, TypeError), (0, ValueError), (-1, ValueError)):
+            with pytest.raises(error, match=rf"^{name} must be None \(.*\) or an integer >= 1; got "):
+                make(value)
 
 
 def test_a_numpy_true_flag_is_the_python_one():

@@ -20,7 +20,7 @@
 #                      by profiling/verdicts.py (vs PyTorch eager >= 3x, vs its CUDA graph >= 1.5x, vs graph-mode sequential >= 1.3x,
 #                      within 2x of the bytes floor), with profiling/bench_timeline.py's --timeline (each stream's
 #                      busy time, worker overlap, the Gantt chart)
-#   kernel model (model, 30)      profiling/kernel_model.py --card device --json: every kernel's predicted time
+#   kernel model (model, 45)      profiling/kernel_model.py --card device --json: every kernel's predicted time
 #                      from its sm_90 code on this GPU (SMs, clocks, bus from its properties, the bandwidth of a
 #                      copy measured now; printed), the step with a graph node's cost measured on graphs of n empty
 #                      kernels (printed), computed here where NVRTC and cuobjdump can be imported (the test
@@ -39,7 +39,7 @@
 #                      --timeline, its targets judged too
 #   compute-sanitizer (memcheck 60, racecheck 60, synccheck 60)  each on a selection of GPU tests (the count is
 #                      shown); skipped, with the reason, where the tool is missing or refuses the device
-#   bench grid (grid, 45)         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
+#   bench grid (grid, 30)         N = 256 and 4096, L = 8 and 32, B = 1 and 32, for the time that is left
 #
 # Every part appends to files in $OUT (default profiling/results/device_check_<UTC time>) as it goes, so a
 # part killed at its limit keeps what it measured. Eight files at most, none in a subfolder:
@@ -93,10 +93,10 @@ FIRST=(tests/backends/test_backends.py tests/backends/test_cupy_graph.py tests/b
        tests/parallel/test_parallel.py tests/tools/test_graph_tools.py tests/tools/test_timeline.py
        tests/tools/train/test_train.py tests/mlp/test_mlp.py)
 
-# The two calls on a GPU machine (PARTS=first, PARTS=second), each within 7 minutes with the wheels' install, both
-# within 15 minutes of the machine's time with its start-up: the first answers whether it runs at all and the
-# headline, the second the sanitizers, the grid and the model. Their limits are the parts' below, summed with a
-# little room.
+# The two calls on a GPU machine (PARTS=first, PARTS=second), each within 7 minutes with the wheels' install, 11
+# minutes together, so that with a start-up of a few minutes both fit 15 of the machine's time if the second follows
+# the first at once: the first answers whether it runs at all and the headline, the second the sanitizers, the grid
+# and the model. Their limits are the parts' below, summed with a little room.
 FIRST_CALL=smoke,environment,headline,kernels,tests FIRST_BUDGET=360
 SECOND_CALL=model,fused,memcheck,racecheck,synccheck,grid SECOND_BUDGET=300
 
@@ -344,10 +344,11 @@ check_parts() {  # PARTS names keys only; exit 2 naming them otherwise
 # Wheels of what a GPU machine may lack (profiling/fetch_wheels.sh fills WHEELS): those whose module this
 # Python cannot import, or whose image version is older than nvmath-python needs (NVMATH_NEEDS), are
 # installed, without an index, into a folder put first on PYTHONPATH, before anything imports them; what the
-# image has is otherwise left as it is.
+# image has is otherwise left as it is. In a dry run a wheel this Python cannot take (another CPython's) is stood in
+# for by this machine's own copy, which the hiding then spares, so that the run takes the path the wheel opens there.
 NVMATH_NEEDS="cuda_core=0.5.0 cuda_pathfinder=1.5.1 cuda_bindings=13.0.1"  # nvmath-python 1.0's requirements
 install_wheels() {
-    local wheels=${WHEELS:-$REPO/build/wheels} wheel chosen=() names=()
+    local wheels=${WHEELS:-$REPO/build/wheels} wheel chosen=() names=() modules=()
     compgen -G "$wheels/*.whl" >/dev/null || return 0
     for wheel in "$wheels"/*.whl; do
         local name module minimum why
@@ -383,14 +384,14 @@ if minimum:
 sys.exit(1)
 PY
         ); then
-            chosen+=("$wheel") names+=("$name$why")
+            chosen+=("$wheel") names+=("$name$why") modules+=("$module")
         fi
     done
     if ((${#chosen[@]} == 0)); then
         echo "wheels: none needed from $wheels (every module imports)"
         return 0
     fi
-    local i installed=() failed=()
+    local i installed=() failed=() stood_in=()
     for i in "${!chosen[@]}"; do  # each in a folder of its own: one this Python cannot take stops no other
         local target=$SCRATCH/site/${names[i]%% *}
         if "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$target" \
@@ -398,9 +399,14 @@ PY
             PYTHONPATH="$target:$PYTHONPATH" installed+=("${names[i]}")
         else
             failed+=("${names[i]} ($(grep -m1 ERROR "$SCRATCH/pip.txt" || tail -1 "$SCRATCH/pip.txt"))")
+            if [[ -n ${DRY:-} && " ${LEAPFROG_HIDDEN:-} " == *" ${modules[i]} "* ]]; then
+                LEAPFROG_HIDDEN=$(tr ' ' '\n' <<<"$LEAPFROG_HIDDEN" | grep -vxF "${modules[i]}" | paste -sd ' ')
+                stood_in+=("${modules[i]}")
+            fi
         fi
     done
     echo "wheels: installed from $wheels: ${installed[*]:-none}${failed:+; pip install --no-index failed: ${failed[*]}}"
+    ((${#stood_in[@]} == 0)) || echo "dry run: this machine's own ${stood_in[*]} stands in for the wheels it cannot take"
 }
 
 missing_imports() {  # one line: what the parts import that this Python cannot, in its first seconds
@@ -523,14 +529,14 @@ main() {
     part "smoke" 60 part_smoke  # first: does anything run at all
     part "environment" 15 part_environment
     part "bench headline" 90 part_bench_headline  # the headline next: nothing before it can starve it
-    part "kernel model" 30 part_kernel_model
+    part "kernel model" 45 part_kernel_model  # NVRTC and cuobjdump of every kernel, their caches cold there
     part "kernels" 60 part_kernels
     part "GPU tests" "$TESTS_LIMIT" part_gpu_tests
     part "bench fused" 35 part_bench_fused
     part "compute-sanitizer memcheck" 60 part_sanitizer memcheck "$MEMCHECK"
     part "compute-sanitizer racecheck" 60 part_sanitizer racecheck "$SHARED"
     part "compute-sanitizer synccheck" 60 part_sanitizer synccheck "$SHARED"
-    part "bench grid" 45 part_bench_grid
+    part "bench grid" 30 part_bench_grid
     echo "total: $SECONDS s; results in $OUT" | tee -a "$SUMMARY"
     exit "$FAILED"
 }

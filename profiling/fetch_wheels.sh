@@ -27,7 +27,7 @@ WHEELS=${WHEELS:-$REPO/build/wheels}
 PYTHON=${PYTHON:-python3}
 PYTHON_VERSION=${PYTHON_VERSION:-3.12}
 LIMIT_MIB=48
-PACKAGES=(scipy-openblas32==0.3.34.481.3 nvmath-python==1.0.0 cuda-core==1.2.2 cuda-pathfinder==1.9.1
+PACKAGES=(scipy-openblas32==0.3.34.481.3 nvmath-python==1.0.1 cuda-core==1.2.2 cuda-pathfinder==1.9.1
           cuda-bindings==13.5.0 threadpoolctl==3.8.0 tqdm==4.70.1 pytest-timeout==2.4.0)
 PLATFORMS=()
 for tag in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do

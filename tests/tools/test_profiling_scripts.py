@@ -723,6 +723,35 @@ def test_a_dry_run_hides_what_the_gpu_image_lacks_and_says_so(tmp_path):
                         "list: device_check.sh --dry-run hides it)")
 
 
+def test_a_dry_run_stands_in_its_own_copy_for_a_wheel_of_another_python(tmp_path):
+    """A carried wheel this Python cannot take (another CPython's, as the image's 3.12 wheels are to a 3.11 dry run)
+    fails to install; in a dry run the machine's own copy of it, which the hiding spares then, stands in for it, so
+    that the run takes the path the wheel opens on the image (nvmath's cuBLAS); in a real run nothing is spared."""
+    pytest.importorskip("scipy_openblas32")
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    tag = "cp30-cp30-manylinux_2_28_x86_64"  # a CPython no machine runs
+    (folder / f"scipy_openblas32-0.1-{tag}.whl").write_bytes(b"never read: pip refuses the tag first")
+    script = f"""
+        source {PROFILING / "device_check.sh"}
+        PYTHON={sys.executable} WHEELS={folder} SCRATCH={tmp_path} PYTHONPATH={PROFILING.parent} DRY=$1
+        hide_what_the_image_lacks >/dev/null
+        export PYTHONPATH
+        install_wheels
+        "$PYTHON" -c "import scipy_openblas32; print('imports')" 2>&1 | tail -1
+    """
+    for dry, stood_in in (("1", True), ("", False)):
+        run = subprocess.run(["bash", "-c", script, "bash", dry], capture_output=True, text=True, timeout=120)
+        lines = run.stdout.splitlines()
+        assert lines[0].startswith(f"wheels: installed from {folder}: none; pip install --no-index failed: "
+                                   "scipy_openblas32 ("), run.stdout + run.stderr
+        if stood_in:
+            assert lines[1:] == ["dry run: this machine's own scipy_openblas32 stands in for the wheels it cannot take",
+                                 "imports"]
+        else:
+            assert lines[1].startswith("ModuleNotFoundError: No module named 'scipy_openblas32' (not on the GPU")
+
+
 def test_a_carried_cuda_wheel_is_installed_where_the_images_is_older_than_nvmath_needs(tmp_path):
     """install_wheels installs a cuda-* wheel whose module imports when the installed version is below
     NVMATH_NEEDS, and says which version it replaced."""

@@ -112,16 +112,16 @@ class OptimizerState:
 
     def _check_optimizer(self, optimizer):
         """Raise if the network holds the state of another optimizer rule than ``optimizer``'s, or if one of its
-        hyper-parameters is out of its dtype's range: beyond the largest number (it would be inf), or in float32 eps
-        below the smallest normal one (0 on a GPU, whose kernels flush smaller float32 numbers)."""
+        hyper-parameters is out of its dtype's range: beyond the largest number (it would be inf), or in float32 lr or
+        eps above 0 and below the smallest normal number (0 on a GPU, whose kernels flush smaller float32 numbers)."""
         finfo = np.finfo(self.dtype)
         for name, value in optimizer.hyper().items():
             if max(value if isinstance(value, tuple) else (value,)) > float(finfo.max):
                 raise ValueError(f"{name}={value!r} is beyond {self.dtype}'s largest number, {finfo.max:.4g}, in which "
                                  f"this {type(self).__name__} computes its steps: give a smaller {name}")
-        if self.dtype == "float32" and 0 < getattr(optimizer, "eps", 1) < float(finfo.tiny):
-            raise ValueError(f"eps={optimizer.eps!r} is below {self.dtype}'s smallest normal number, {finfo.tiny:.4g}, "
-                             f"which a GPU flushes to 0: give eps >= {finfo.tiny:.4g}")
+            if self.dtype == "float32" and name in ("lr", "eps") and 0 < value < float(finfo.tiny):
+                raise ValueError(f"{name}={value!r} is below {self.dtype}'s smallest normal number, {finfo.tiny:.4g}, "
+                                 f"which a GPU flushes to 0: give {name} >= {finfo.tiny:.4g}" + " or 0" * (name == "lr"))
         if self._rule is not None and optimizer.rule() != self._rule:
             held = self._held.named({k: v for k, v in self._held.hyper().items() if k != "lr"})
             raise ValueError(f"this {type(self).__name__} holds the state of {held}; {optimizer!r} is another "

@@ -414,10 +414,13 @@ def test_a_momentum_buffer_is_taken_from_step_1_as_torch_takes_one_it_holds():
     (lambda: SGD(0.1, momentum=0.9, weight_decay=1e300), r"^weight_decay=1e\+300 is beyond float32's largest number"),
     (lambda: AdamW(1e39), r"^lr=1e\+39 is beyond float32's largest number"),
     (lambda: Adam(eps=1e-40), r"^eps=1e-40 is below float32's smallest normal number, 1.175e-38, which a GPU flushes"),
+    (lambda: SGD(1e-40), r"^lr=1e-40 is below float32's smallest normal number, 1.175e-38, which a GPU flushes to 0: "
+                         r"give lr >= 1.175e-38 or 0$"),  # 0 on a GPU, not on the host: two results
+    (lambda: Adam(1e-300), r"^lr=1e-300 is below float32's smallest normal number"),
 ])
 def test_hyper_parameters_a_float32_network_cannot_hold_are_refused_and_change_nothing(network_name, make, words):
-    """inf in float32, or an eps a GPU flushes to 0: refused before the step (it would end in NaN), nothing changed;
-    a float64 network takes them (a sum of float64s)."""
+    """inf in float32, or an eps or lr a GPU flushes to 0: refused before the step (it would end in NaN, or update on
+    the host and not on a GPU), nothing changed; a float64 network takes them (a sum of float64s)."""
     x, y = network_batch(network_name, 5)
     with network(network_name, "numpy") as net:
         before = net.parameters()
@@ -427,7 +430,7 @@ def test_hyper_parameters_a_float32_network_cannot_hold_are_refused_and_change_n
         assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])
         assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
     with network(network_name, "numpy", dtype="float64") as net:
-        net.train_step(x, y, Adam(eps=1e-320))
+        net.train_step(x, y, Adam(1e-320, eps=1e-320))
         assert net.optimizer_state()["step"] == 1
 
 

@@ -1019,6 +1019,8 @@ def test_ctrl_c_said_by_rank_0_ends_every_rank_before_the_backend_waits_for_its_
                        "steps: give a smaller lr"),
     (["--optimizer", "adam", "--eps", "1e-40"], r"eps=1e-40 is below float32's smallest normal number, 1.175e-38, "
                                                 "which a GPU flushes to 0: give eps >= 1.175e-38"),
+    (["--lr", "1e-300"], r"lr=1e-300 is below float32's smallest normal number, 1.175e-38, which a GPU flushes to 0: "
+                         "give lr >= 1.175e-38 or 0"),
 ])
 def test_what_no_run_here_can_take_is_refused_in_one_line_before_the_first_step(tmp_path, capsys, args, words):
     """Sizes this machine cannot hold, an empty path (which wrote nothing, said nothing), a watchdog that would fire

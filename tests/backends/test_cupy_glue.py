@@ -43,6 +43,21 @@ def test_gradients_match_the_reference(backend, size, schedule):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
 
 
+def test_class_labels_on_the_device_are_one_hot_encoded_there(backend):
+    """y given as a CuPy array of integer class labels: the gradients of their one-hot targets (the reference's); a
+    label out of range refused with its index, as on the host."""
+    x, _ = batch(SIZES, 4)
+    labels = np.array([0, 2, 1, 2])
+    with MLP(SIZES, activation="tanh", dtype="float64", backend=backend) as net:
+        weights, biases = host(net.weights), host(net.biases)
+        nabla_b, nabla_w = net.backprop(x, backend.xp.asarray(labels))
+        want_b, want_w = reference_gradients(weights, biases, x, np.eye(SIZES[-1])[:, labels], net)
+        with pytest.raises(ValueError, match=r"^y holds class label 3 at index 1; labels must lie in 0\.\.2 "):
+            net.backprop(x, backend.xp.asarray(np.array([0, 3, 1, 2])))
+    for got, want in zip(host(nabla_b + nabla_w), want_b + want_w):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
+
+
 def test_feedforward_matches_the_reference(backend):
     x, _ = batch(SIZES, 5)
     with MLP(SIZES, activation="relu", dtype="float64", backend=backend) as net:

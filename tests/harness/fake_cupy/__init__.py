@@ -47,9 +47,9 @@ import sys
 import types
 
 from . import bindings, nccl, queues
-from .arrays import (UFUNCS, all, any, array, asarray, asnumpy, concatenate, copyto, dot, empty,  # noqa: A004
-                     empty_like, eye, full, full_like, matmul, max, min, ndarray, ones, ones_like, sum, zeros,
-                     zeros_like)
+from .arrays import (UFUNCS, all, any, arange, argmax, array, asarray, ascontiguousarray, asnumpy,  # noqa: A004
+                     concatenate, copyto, dot, empty, empty_like, eye, full, full_like, matmul, max, min, moveaxis,
+                     ndarray, ones, ones_like, sum, zeros, zeros_like)
 from .capture import Graph, node_runs
 from .kernels import RawKernel, RawModule
 from .memory import CaptureAllocationError, PinnedMemoryPointer, alloc_pinned_memory

@@ -252,6 +252,9 @@ for _name, _ufunc_name in (("lt", "less"), ("le", "less_equal"), ("gt", "greater
     setattr(ndarray, f"__{_name}__", _operator(_ufunc_name))
 ndarray.__matmul__ = lambda self, other: matmul(self, other)
 ndarray.__rmatmul__ = lambda self, other: matmul(other, self)
+for _name, _ufunc_name in (("and", "bitwise_and"), ("or", "bitwise_or")):
+    setattr(ndarray, f"__{_name}__", _operator(_ufunc_name))
+ndarray.__invert__ = _operator("invert")
 ndarray.__neg__ = _operator("negative")
 ndarray.__abs__ = _operator("absolute")
 
@@ -289,7 +292,7 @@ UFUNCS = {name: _make_ufunc(name) for name in (
     "add", "subtract", "multiply", "true_divide", "divide", "power", "negative", "absolute", "square", "sqrt",
     "exp", "log", "tanh", "maximum", "minimum", "reciprocal", "sign", "isfinite", "isnan", "isinf",
     "less", "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or",
-    "logical_not")}
+    "logical_not", "bitwise_and", "bitwise_or", "invert")}
 UFUNCS["abs"] = UFUNCS["absolute"]
 """The ufuncs, by CuPy's names (the package holds each as ``cupy.<name>``)."""
 
@@ -323,6 +326,17 @@ max = _make_reduction("max")  # noqa: A001
 min = _make_reduction("min")  # noqa: A001
 all = _make_reduction("all")  # noqa: A001
 any = _make_reduction("any")  # noqa: A001
+
+
+def argmax(a, axis=None):
+    """``cupy.argmax``: int64 indices of the flattened array's largest element (``axis`` None) or along ``axis``."""
+    if not isinstance(a, ndarray):
+        raise TypeError(f"argmax: expected a cupy.ndarray; got {type(a)}")
+    shape = () if axis is None else tuple(n for i, n in enumerate(a.shape) if i != axis % a.ndim)
+    out = _new(shape, np.int64)
+    view, target = a._a, out._a
+    queues.enqueue(queues.device.stack[-1], "argmax", lambda: np.copyto(target, np.argmax(view, axis=axis)), [a], [out])
+    return out
 
 
 def _cublas(name):
@@ -403,6 +417,23 @@ def copyto(dst, src, casting="same_kind", where=None):
 
 
 # -- creation ----------------------------------------------------------------------------------------
+
+
+def arange(start, stop=None, step=1, dtype=None):
+    """``cupy.arange``: ``numpy.arange``'s values, copied to the device."""
+    return array(np.arange(start, stop, step, dtype=dtype))
+
+
+def moveaxis(a, source, destination):
+    """``cupy.moveaxis``: a view, as NumPy's."""
+    return ndarray._wrap(np.moveaxis(a._a, source, destination), a._alloc)
+
+
+def ascontiguousarray(a, dtype=None):
+    """``cupy.ascontiguousarray``: ``a`` itself where it is C-contiguous in ``dtype``, else a C-ordered copy."""
+    if a._a.flags.c_contiguous and (dtype is None or np.dtype(dtype) == a.dtype):
+        return a
+    return a.astype(a.dtype if dtype is None else dtype)
 
 
 def empty(shape, dtype=float, order="C"):

@@ -25,8 +25,8 @@ import contextlib
 import glob
 import json
 import os
+import secrets
 import stat
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -67,13 +67,16 @@ def register(cls):
 
 def path_of(path):
     """``path`` as a ``Path``, with ``.npz`` appended to a name without it, as ``numpy.savez`` does (``.`` and ``/``,
-    which name no file, as they are); a TypeError for what is no path, a ValueError for an empty one."""
+    which name no file, and a pipe or a device such as ``/dev/stdout``, as they are); a TypeError for what is no path,
+    a ValueError for an empty one."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"the path must be a file's name, a str or a pathlib.Path; got {path!r}")
     if os.fspath(path) == "":
         raise ValueError("the path is empty: give a file's name, such as 'model.npz'")
     path = Path(path)
-    return path if path.suffix == SUFFIX or not path.name else path.with_name(path.name + SUFFIX)
+    if path.suffix == SUFFIX or not path.name or (path.exists() and not path.is_dir() and not regular(path)):
+        return path
+    return path.with_name(path.name + SUFFIX)
 
 
 def array_name(unit, name, slot=None):
@@ -139,29 +142,40 @@ def save(net, path, **more):
 @contextlib.contextmanager
 def replaced_atomically(path, prefix="tmp"):
     """A temporary file name beside ``path`` (``prefix``, random letters, ``.tmp``): write it in the
-    block; it then replaces ``path``, with the permissions ``open`` would have given, or is removed if
-    the block raises. The file and the rename are synced to disk, so a reader, a run killed half-way
-    or a machine that loses power finds the old file or the new one, never half of one. A symbolic link's
-    target is replaced, the link kept; a ``path`` that is no file (``/dev/stdout``, a pipe) is written as it is."""
-    if os.path.exists(path):  # not a new file (nor a link to none)
-        if not regular(path):
-            yield os.fspath(path)
-            return
-        path = os.path.realpath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=".tmp", delete=False) as tmp:
-        pass
+    block; it then replaces ``path``, with the permissions ``open`` would have given (those of the file it replaces,
+    or those the umask leaves of rw-rw-rw-), or is removed if the block raises. The file and the rename are synced to
+    disk, so a reader, a run killed half-way or a machine that loses power finds the old file or the new one, never
+    half of one. A symbolic link's target is written, the link kept (a link to no file too); a ``path`` that is no
+    file (``/dev/stdout``, a pipe) is written as it is."""
+    if os.path.exists(path) and not regular(path):
+        yield os.fspath(path)
+        return
+    path = os.path.realpath(path)
+    folder = os.path.dirname(path)
+    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else None
+    tmp = _created(folder, prefix)
     try:
-        yield tmp.name
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp.name, 0o666 & ~umask)  # not the temporary file's 0600
-        _fsync(tmp.name)
-        os.replace(tmp.name, path)
+        yield tmp
+        if mode is not None:
+            os.chmod(tmp, mode)
+        _fsync(tmp)
+        os.replace(tmp, path)
         _fsync(folder)  # the rename itself
     finally:
-        if os.path.exists(tmp.name):
-            os.remove(tmp.name)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _created(folder, prefix):
+    """The name of a new empty file in ``folder`` (``prefix``, random letters, ``.tmp``), made with the permissions
+    that the umask leaves of rw-rw-rw-, as ``open`` makes a file (``tempfile`` makes them rw-------)."""
+    while True:
+        name = os.path.join(folder, f"{prefix}{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return name
 
 
 def regular(file):

@@ -408,7 +408,7 @@ def test_a_write_the_system_refuses_names_the_file_not_its_temporary(tmp_path, m
     def refused(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / ".model.npz-abc.tmp"))
 
-    monkeypatch.setattr(saving.tempfile, "NamedTemporaryFile", refused)
+    monkeypatch.setattr(saving, "_created", refused)
     with MLP([2, 3], backend="numpy") as net, pytest.raises(PermissionError) as raised:
         net.save(path)
     assert str(raised.value) == f"[Errno 13] Permission denied: '{path}'"
@@ -507,6 +507,35 @@ def test_a_file_gets_the_mode_of_any_new_file(tmp_path, umask):
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
 
 
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o604])
+def test_a_file_saved_over_keeps_its_mode(tmp_path, mode):
+    """As open() leaves an existing file's mode: a checkpoint made private stays private (the umask does not
+    widen it)."""
+    path = tmp_path / "model.npz"
+    previous = os.umask(0o022)
+    try:
+        with MLP([2, 3], backend="numpy") as net:
+            net.save(path)
+            path.chmod(mode)
+            net.save(path)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+def test_a_link_to_no_file_yet_stays_a_link_and_its_target_is_written(tmp_path):
+    """A symbolic link whose target does not exist yet: the target is written, the link kept."""
+    (tmp_path / "runs").mkdir()
+    target, link = tmp_path / "runs" / "model.npz", tmp_path / "model.npz"
+    link.symlink_to(target)
+    with MLP([2, 3], seed=0, backend="numpy") as net:
+        net.save(link)
+        want = [np.array(a) for named in net.parameters().values() for a in named.values()]
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    with leapfrog_gpu.load(target) as loaded:
+        assert_bitwise_equal([np.array(a) for named in loaded.parameters().values() for a in named.values()], want)
+
+
 def test_a_link_keeps_pointing_at_the_file_it_names(tmp_path):
     """A symbolic link to a saved network: the save replaces the file it points at, the link stays a link (an
     atomic rename onto the link itself would have replaced the link by the file)."""
@@ -542,3 +571,20 @@ def test_a_path_that_is_no_file_is_written_as_it_is(tmp_path):
         os.close(reader)
     assert stat.S_ISFIFO(os.stat(pipe).st_mode) and zipfile.is_zipfile(io.BytesIO(got))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe (os.mkfifo)")
+def test_a_pipe_is_written_under_its_own_name_without_npz(tmp_path):
+    """``save("/dev/stdout")``: a pipe or a device is written as it is named, no ``.npz`` appended (which made a
+    regular file beside it)."""
+    pipe = tmp_path / "out"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with MLP([2, 3], seed=0, backend="numpy") as net:
+            assert net.save(pipe) == pipe
+        with contextlib.suppress(BlockingIOError):
+            assert zipfile.is_zipfile(io.BytesIO(os.read(reader, 1 << 16)))
+    finally:
+        os.close(reader)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

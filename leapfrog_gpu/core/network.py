@@ -63,11 +63,12 @@ class Network(OptimizerState):
         return self
 
     def __exit__(self, kind, *exc):
-        if kind is None:
+        with contextlib.suppress(*(() if kind is None else (Exception,))):  # an error on its way out: none over it
             self.close()
-            return
-        with contextlib.suppress(Exception):  # an error is on its way out of the block: none raised over it
-            self.close()
+
+    def __reduce_ex__(self, protocol):  # what copy.copy, copy.deepcopy and pickle ask for
+        raise TypeError(f"{self.NOUN} cannot be copied or pickled (a copy would share its buffers and streams): save() "
+                        "it and load() it, or build another and set_parameters(net.parameters())")
 
     def close(self):
         """Wait for queued work, close the backend if this network created it, and raise what ``synchronize()``

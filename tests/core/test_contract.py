@@ -3,6 +3,7 @@ use after close, parameters in and out by one protocol (``{unit: {network_name: 
 copies handed out that no later step writes, and the schedules a network cannot run refused by name."""
 
 import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -58,6 +59,19 @@ def test_close_twice_and_use_after_close(network_name):
                 lambda: net.synchronize()):
         with pytest.raises(RuntimeError, match=f"this {network_name} is closed"):
             use()
+
+
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps], ids=lambda f: f.__name__)
+def test_a_network_is_neither_copied_nor_pickled_and_says_what_to_do(network_name, duplicate):
+    """A shallow copy shared the original's buffers (a step of one wrote the other, closing one closed both); a deep
+    copy or a pickle failed on a lock, in Python's words."""
+    with network(network_name, "numpy") as net:
+        before = net.parameters()
+        with pytest.raises(TypeError, match=r"^an? \w+ cannot be copied or pickled \(a copy would share its buffers "
+                                            r"and streams\): save\(\) it and load\(\) it, or build another and "
+                                            r"set_parameters\(net.parameters\(\)\)$"):
+            duplicate(net)
+        assert_equal(net.parameters(), before)
 
 
 def test_a_network_leaves_a_backend_it_was_given_open(network_name):

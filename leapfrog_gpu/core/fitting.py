@@ -34,11 +34,6 @@ LOSS_CHECK_SECONDS = 1.0
 """How often ``fit`` computes the loss of its latest batch, for the bar and to stop at a NaN or Inf (a
 synchronization); the loss over the whole training set is computed after every epoch."""
 
-EPSILON = 1e-12
-"""Cross-entropy clips a^L to [EPSILON, 1 - EPSILON]: a float32 sigmoid rounds to exactly 0 or 1 long
-before the true cost is infinite, and only a NaN or Inf in the network should make the loss non-finite."""
-
-
 def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=None, shuffle=True, seed=0,
         progress=True, jsonl=None, graph=False, solver=None, clip=None):
     """Train ``net`` for ``epochs`` epochs on minibatches of ``batch_size`` samples of ``x`` and ``y`` (the last
@@ -214,7 +209,7 @@ class Fitting:
             bar.update(columns.size)
             if checks_loss and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
                 a = to_host(net.feedforward(x_batch, solver=self.solver))
-                loss = self._finite(cost(net.cost, a, to_host(y_batch)) / columns.size)
+                loss = self._finite(cost(net.cost, a, to_host(y_batch), net.dtype) / columns.size)
                 bar.set_postfix(loss=f"{loss:.4f}")
                 checked = time.perf_counter()
         self._synchronize()
@@ -284,7 +279,7 @@ def _score(net, x, y, batch_size, solver):
     for start in range(0, x.shape[-1], batch_size):
         a = np.asarray(to_host(net.feedforward(x[..., start:start + batch_size], solver=solver)), dtype=np.float64)
         target = y[..., start:start + batch_size]
-        total += cost(net.cost, a, target)
+        total += cost(net.cost, a, target, net.dtype)
         if labels is None:
             squared += float(np.sum((a - target) ** 2))
         else:
@@ -304,13 +299,16 @@ def predict(net, x, batch_size=EVAL_BATCH, solver=None):
                            for start in range(0, x.shape[-1], check_count("batch_size", batch_size))], axis=-1)
 
 
-def cost(name, a, y):
-    """C summed over the batch (and a sequence's time steps), for a^L and y: quadratic ``0.5 ||a - y||^2``
-    or cross-entropy ``-y ln a - (1 - y) ln(1 - a)``."""
+def cost(name, a, y, dtype):
+    """C summed over the batch (and a sequence's time steps), in float64, for a^L (computed in ``dtype``, the
+    network's) and y: quadratic ``0.5 ||a - y||^2`` or cross-entropy ``-y ln a - (1 - y) ln(1 - a)``, where an a of
+    exactly 0 or 1 counts as the nearest number of ``dtype`` inside (0, 1): a sigmoid rounds to them long before its
+    true cost is infinite, and only a NaN or Inf in the network should make the loss non-finite."""
     a, y = np.asarray(a, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if name == "quadratic":
         return 0.5 * float(np.sum((a - y) ** 2))
-    a = np.clip(a, EPSILON, 1 - EPSILON)
+    zero, one = np.dtype(dtype).type(0), np.dtype(dtype).type(1)
+    a = np.clip(a, float(np.nextafter(zero, one)), float(np.nextafter(one, zero)))
     return -float(np.sum(y * np.log(a) + (1 - y) * np.log1p(-a)))
 
 

@@ -336,11 +336,24 @@ def test_predict_is_feedforward_in_batches():
 
 
 def test_cross_entropy_is_finite_when_a_sigmoid_saturates_and_nan_when_the_network_is():
+    """An a of exactly 0 or 1 counts as the dtype's nearest number inside (0, 1): -ln(2^-24) per unit in float32;
+    any other a as it is."""
     y = np.array([[1.0, 0.0]])
-    assert np.isfinite(fitting.cost("cross_entropy", np.array([[0.0, 1.0]], dtype=np.float32), y))
-    assert fitting.cost("cross_entropy", np.array([[0.5, 0.5]]), y) == pytest.approx(2 * np.log(2))
-    assert np.isnan(fitting.cost("cross_entropy", np.array([[np.nan, 0.5]]), y))
-    assert np.isnan(fitting.cost("quadratic", np.array([[np.nan, 0.5]]), y))
+    saturated = fitting.cost("cross_entropy", np.array([[0.0, 1.0]], dtype=np.float32), y, np.float32)
+    assert saturated == pytest.approx(-np.log(np.nextafter(np.float32(0), np.float32(1)).astype(np.float64))
+                                      - np.log1p(-np.nextafter(np.float32(1), np.float32(0)).astype(np.float64)))
+    assert fitting.cost("cross_entropy", np.array([[0.5, 0.5]]), y, np.float64) == pytest.approx(2 * np.log(2))
+    assert np.isnan(fitting.cost("cross_entropy", np.array([[np.nan, 0.5]]), y, np.float64))
+    assert np.isnan(fitting.cost("quadratic", np.array([[np.nan, 0.5]]), y, np.float64))
+
+
+def test_the_cross_entropy_of_confident_wrong_outputs_is_the_exact_one_in_float64():
+    """Outputs sigmoid(+-32), each on the wrong side: the loss is 2 ln(1 + e^32), about 64, within what rounding
+    a = 1 - 1.3e-14 to float64 leaves of 1 - a (it was capped at 2 x 27.6 by a clip of a^L to [1e-12, 1 - 1e-12])."""
+    with MLP([1, 2], cost="cross_entropy", dtype="float64", backend="numpy") as net:
+        net.set_parameters({2: {"w": np.array([[32.0], [-32.0]]), "b": np.zeros(2)}})
+        loss = net.evaluate(np.ones((1, 1)), np.array([[0.0], [1.0]]))["loss"]
+    assert loss == pytest.approx(2 * np.logaddexp(0, 32), rel=1e-4)
 
 
 # -- integer class labels ------------------------------------------------------------------------------------

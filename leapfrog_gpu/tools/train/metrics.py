@@ -19,7 +19,7 @@ def chance_loss(name, y):
     the mean target (for one-hot targets, the class frequencies). A network that scores no better has
     learnt nothing from its inputs."""
     y = np.asarray(y, dtype=np.float64)
-    return cost(name, np.broadcast_to(y.mean(axis=-1, keepdims=True), y.shape), y) / y.shape[-1]
+    return cost(name, np.broadcast_to(y.mean(axis=-1, keepdims=True), y.shape), y, np.float64) / y.shape[-1]
 
 
 class Divergence:

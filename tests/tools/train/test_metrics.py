@@ -26,7 +26,7 @@ def test_chance_loss_is_the_best_constant_output(cost):
     assert metrics.chance_loss(cost, y) == pytest.approx(expected, rel=1e-12)
     for other in ([0.4, 0.3, 0.3], [0.5, 0.2, 0.3], [1 / 3] * 3):
         a = np.repeat(np.array(other)[:, None], y.shape[1], axis=1)
-        assert fitting.cost(cost, a, y) / y.shape[1] > expected
+        assert fitting.cost(cost, a, y, np.float64) / y.shape[1] > expected
 
 
 def test_divergence_growth_and_chance_level():

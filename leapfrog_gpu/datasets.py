@@ -29,7 +29,8 @@ import numpy as np
 import threadpoolctl
 
 from . import reference
-from .core.checks import check_count, check_dtype
+from .core.checks import check_count, check_dtype, check_sizes
+from .core.parameters import generator
 
 MNIST_FILES = {
     "x_train": "train-images-idx3-ubyte",
@@ -139,12 +140,9 @@ def teacher(sizes, samples=4096, seed=1, dtype="float32"):
     ``samples`` training samples plus a quarter as many (at least one) test samples. The teacher may
     have any width and depth; the student usually takes its ``sizes``.
     """
-    sizes = [int(n) for n in sizes]
-    if len(sizes) < 2 or min(sizes) < 1:
-        raise ValueError(f"sizes must list at least 2 widths >= 1; got {sizes}")
-    samples, dtype = check_count("samples", samples), check_dtype(dtype)
+    sizes, samples, dtype = check_sizes(sizes, example="[8, 32, 1]"), check_count("samples", samples), check_dtype(dtype)
     test = max(1, samples // 4)
-    rng = np.random.default_rng(seed)
+    rng = generator(seed)
     x = rng.standard_normal((sizes[0], samples + test)).astype(dtype)
     weights = [(rng.standard_normal((n, m)) / math.sqrt(m)).astype(dtype) for m, n in zip(sizes, sizes[1:])]
     biases = [(0.1 * rng.standard_normal(n)).astype(dtype) for n in sizes[1:]]
@@ -180,7 +178,7 @@ def adding(tau=16, samples=2048, seed=1, dtype="float32"):
     one) test ones, x (tau, 2, N) and y (1, N)."""
     tau, samples, dtype = check_count("tau", tau, 2), check_count("samples", samples), check_dtype(dtype)
     count = samples + max(1, samples // 4)
-    rng = np.random.default_rng(seed)
+    rng = generator(seed)
     x = np.zeros((tau, 2, count))
     x[:, 0] = rng.random((tau, count))
     columns = np.arange(count)
@@ -202,8 +200,8 @@ def teacher_rnn(inputs=4, outputs=2, tau=16, samples=2048, seed=1, dtype="float3
     inputs, outputs, tau = check_count("inputs", inputs), check_count("outputs", outputs), check_count("tau", tau)
     samples, dtype = check_count("samples", samples), check_dtype(dtype)
     count = samples + max(1, samples // 4)
-    x = np.random.default_rng(seed).standard_normal((tau, inputs, count))
-    draw = np.random.default_rng(seed + 1)
+    x = generator(seed).standard_normal((tau, inputs, count))
+    draw = generator(None if seed is None else seed + 1)
     (w2, b2), (w3, b3) = [(draw.standard_normal((n, m)) / math.sqrt(m), 0.1 * draw.standard_normal(n))
                           for m, n in ((inputs, TEACHER_HIDDEN), (TEACHER_HIDDEN, outputs))]
     u = draw.standard_normal((TEACHER_HIDDEN, TEACHER_HIDDEN)) / math.sqrt(TEACHER_HIDDEN)

@@ -129,10 +129,26 @@ def test_a_folder_of_two_readings_or_a_part_of_one_is_refused_saying_which(tmp_p
     (lambda: datasets.teacher([3, 2], samples=0), ValueError, "samples must be an integer >= 1; got 0"),
     (lambda: datasets.digits(dtype="int32"), ValueError, "dtype must be one of 'float32', 'float64'; got 'int32'"),
     (lambda: datasets.adding(dtype="int8"), ValueError, "dtype must be one of 'float32', 'float64'; got 'int8'"),
+    (lambda: datasets.teacher([4, 2.7, 3]), TypeError, "sizes must hold integers (layer widths); got [4, 2.7, 3]"),
+    (lambda: datasets.teacher([4, True]), TypeError, "sizes must hold integers (layer widths); got [4, True]"),
+    (lambda: datasets.teacher(None), TypeError, "sizes must be a list of layer widths such as [8, 32, 1]; got None"),
+    (lambda: datasets.teacher([4, 0]), ValueError, "every width in sizes must be >= 1; got [4, 0]"),
+    (lambda: datasets.teacher([3, 2], seed=-1), ValueError, "seed must be an integer >= 0 or None; got -1"),
+    (lambda: datasets.adding(seed="a"), TypeError, "seed must be an integer >= 0 or None; got 'a'"),
+    (lambda: datasets.teacher_rnn(seed=2.0), TypeError, "seed must be an integer >= 0 or None; got 2.0"),
 ])
 def test_a_dataset_asked_for_with_a_bad_argument_says_which(make, error, message):
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         make()
+
+
+@pytest.mark.parametrize("make", [lambda seed: datasets.teacher([3, 4, 2], 8, seed),
+                                  lambda seed: datasets.teacher_rnn(samples=8, seed=seed),
+                                  lambda seed: datasets.adding(samples=8, seed=seed)])
+def test_every_dataset_of_a_seed_is_drawn_afresh_by_none_and_alike_by_a_numpy_integer(make):
+    fresh = [make(None).x_train for _ in range(2)]
+    assert not np.array_equal(*fresh)
+    np.testing.assert_array_equal(make(np.int64(3)).x_train, make(3).x_train)
 
 
 def test_a_folder_with_each_idx_file_beside_its_gz_as_torchvision_keeps_them_is_read(tmp_path):

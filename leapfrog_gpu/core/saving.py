@@ -113,6 +113,9 @@ def save(net, path, **more):
         raise ValueError(f"cannot save to {path}: there is no folder {path.parent}" if not path.parent.is_dir()
                          else f"cannot save to {path}: it is a folder; give a file's name")
     held, optimizer = net.optimizer_state(), net.held_optimizer()
+    if optimizer is not None and OPTIMIZERS.get(type(optimizer).__name__) is not type(optimizer):
+        raise TypeError(f"this {kind} holds the state of a {type(optimizer).__name__}, which cannot be saved: load makes "
+                        f"{', '.join(OPTIMIZERS)} again, and no subclass of them")
     steps = held.pop("step")
     state = {**more, "format": FORMAT, "network": kind, "architecture": net.architecture(),
              "optimizer": None if optimizer is None else
@@ -120,10 +123,11 @@ def save(net, path, **more):
     arrays = [(array_name(unit, name, slot), array) for slot, params in [(None, net.parameters()), *held.items()]
               for unit, named in params.items() for name, array in named.items()]
     names = [name for name, _ in arrays]
-    twice = [name for name in names if names.count(name) > 1]
+    twice = [name for name in names if names.count(name) > 1 or f"{name}.npy" in names]
     if twice:
-        raise ValueError(f"two parameters of this {kind} would both be named {twice[0]!r} in a file (a parameter's "
-                         "name, then its unit's): rename one of their units")
+        raise ValueError(f"two parameters of this {kind} would both be read from a file as {twice[0]!r} (a parameter's "
+                         "name, then its unit's; NumPy reads a name ending in .npy without it too): rename one of "
+                         "their units")
     text = json.dumps(state)  # a value that is not JSON-able raises here, before anything is written
     try:
         with replaced_atomically(path, prefix=f".{path.name}-") as temporary, open(temporary, "wb") as file:

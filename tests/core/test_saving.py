@@ -358,7 +358,7 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
             saving.save(net, path, note=object())
     with DagNet(3, [("eta2", Dense(3), "x"), ("2", LayerNorm(), "eta2"), ("out", Dense(2), "2")],
                 backend="numpy") as dag, pytest.raises(ValueError, match="^two parameters of this DagNet would both be "
-                                                                         "named 'beta2' in a file"):
+                                                                         "read from a file as 'beta2' "):
         dag.save(path)  # b of "eta2", beta of "2"
     clash = type("Dense", (Gate,), {})  # a class of one's own under the name of leapfrog_gpu's
     with DagNet(2, [("h", Gate(), "x"), ("g", clash(), "h")], backend="numpy") as dag:
@@ -376,6 +376,18 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
     with Wider([2, 3], backend="numpy") as wider, pytest.raises(TypeError, match="^a Wider cannot be saved: load "
                                                                                  "builds DagNet, MLP, RNN again"):
         wider.save(path)
+
+    class Warm(Adam):
+        pass
+
+    with MLP([2, 3], backend="numpy") as net:  # a file load would have refused as damaged
+        net.train_step(*data(net), Warm())
+        with pytest.raises(TypeError, match="^this MLP holds the state of a Warm, which cannot be saved: load makes "
+                                            "SGD, Adam, AdamW again, and no subclass of them$"):
+            net.save(path)
+    with DagNet(2, [("h", Dense(3), "x"), ("h.npy", Dense(2), "h")], backend="numpy") as dag:  # "wh.npy" read as "wh"
+        with pytest.raises(ValueError, match="^two parameters of this DagNet would both be read from a file as 'wh' "):
+            dag.save(path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
 

@@ -17,6 +17,8 @@ backends.
 >>> net.close()
 """
 
+import importlib
+
 __version__ = "0.1.0"
 
 _HOMES = {
@@ -32,6 +34,9 @@ _HOMES = {
 
 __all__ = list(_HOMES)
 
+_PACKAGES = ("backends", "core", "parallel", "mlp", "rnn", "dag", "reference", "datasets", "tools")
+"""The modules and packages beneath, imported when first asked for as attributes (``leapfrog_gpu.datasets``)."""
+
 
 def __getattr__(name):
     """The public names, imported when first asked for: ``import leapfrog_gpu`` (which every module of the
@@ -41,6 +46,8 @@ def __getattr__(name):
     if name in RENAMED:  # kept once asked for: one warning where it is imported
         globals()[name] = old_name(__name__, name, __getattr__(RENAMED[name]))
         return globals()[name]
+    if name in _PACKAGES:
+        return importlib.import_module(f".{name}", __name__)
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     home = _HOMES[name]
@@ -65,4 +72,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | set(_PACKAGES))

@@ -1,5 +1,5 @@
-"""The kernels/ folder and the digits' split are found from a checkout and from an installed wheel,
-and an installed copy gives install hints for an installed package."""
+"""The kernels/ folder and the digits' split are found from a checkout and from an installed wheel, an installed
+copy gives install hints for an installed package, and the package imports its modules as they are asked for."""
 
 import shutil
 import subprocess
@@ -14,6 +14,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_checkout_finds_every_kernel():
     assert {path.name for path in kernel_files()} == {path.name for path in (ROOT / "kernels").glob("*.cu")}
+
+
+def test_the_package_imports_nothing_of_its_own_until_asked_and_then_its_modules_by_name():
+    """``import leapfrog_gpu`` imports none of its modules (a command starts at once); ``leapfrog_gpu.datasets``,
+    as an attribute, imports that module, as ``leapfrog_gpu.MLP`` imports its package; a name it lacks is an
+    AttributeError."""
+    script = ("import sys, leapfrog_gpu as lg\n"
+              "print([name for name in sys.modules if name.startswith('leapfrog_gpu.')])\n"
+              "print(lg.datasets.__name__, lg.reference.__name__, lg.MLP.__name__)\n"
+              "try:\n    lg.nothing\nexcept AttributeError as error:\n    print(error)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.stdout.splitlines() == ["[]", "leapfrog_gpu.datasets leapfrog_gpu.reference MLP",
+                                       "module 'leapfrog_gpu' has no attribute 'nothing'"], run.stderr
 
 
 def source_copy(destination):

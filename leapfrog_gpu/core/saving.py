@@ -205,10 +205,14 @@ def load(path, backend="auto", layers=()):
     bit for bit; close it when done (``with``). ``path`` as ``save`` was given it: ``load("model")`` reads
     model.npz where no file "model" exists. ``layers``: the classes of one's own ``Layer`` that a saved DagNet's
     nodes are, found by their names. A file it cannot read or build from raises an ``UnreadableFileError``."""
-    layers = tuple(layers)
-    if not all(isinstance(kind, type) for kind in layers):
-        raise TypeError(f"layers must be classes (of one's own Layer, which a saved DagNet's nodes are); got "
-                        f"{layers!r}")
+    try:
+        kinds = None if isinstance(layers, (type, str)) else tuple(layers)
+    except TypeError:  # no collection
+        kinds = None
+    if kinds is None or not all(isinstance(kind, type) for kind in kinds):
+        raise TypeError(f"layers must be a list of classes (of one's own Layer, which a saved DagNet's nodes are); "
+                        f"got {layers!r}")
+    layers = kinds
     path = located(path)
     return build(*read(path), backend, path, layers)
 

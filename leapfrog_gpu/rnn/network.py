@@ -128,6 +128,10 @@ class RNN(Layered):
     def recurrent(self):
         return self._handed_out([self._u[l] for l in self.hidden])
 
+    @recurrent.setter
+    def recurrent(self, _):
+        raise parameters.read_only("recurrent", self.LOAD)
+
     def set_parameters(self, weights, recurrent=None, biases=None, b_hn=None):
         """Copy parameters in: ``weights``, ``recurrent`` and ``biases``, lists in the shapes of
         ``self.weights``, ``self.recurrent``, ``self.biases`` (and for a GRU ``b_hn``, one (n_l,) array per

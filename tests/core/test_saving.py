@@ -330,8 +330,10 @@ def test_a_dagnet_of_ones_own_layers_loads_given_their_classes(tmp_path):
                                                                        "Scaled, a Layer of one's own: give its class "
                                                                        "to load: load(path, layers=[Scaled])")):
             leapfrog_gpu.load(path, backend="numpy", layers=[Gate])
-        with pytest.raises(TypeError, match="^layers must be classes"):
-            leapfrog_gpu.load(path, backend="numpy", layers=[Scaled(0.5)])
+        for bad in ([Scaled(0.5)], Scaled, "Scaled", 5):  # a class, or a name, alone: no list
+            with pytest.raises(TypeError, match=r"^layers must be a list of classes \(of one's own Layer, which a "
+                                                rf"saved DagNet's nodes are\); got {re.escape(repr(bad))}$"):
+                leapfrog_gpu.load(path, backend="numpy", layers=bad)
         with leapfrog_gpu.load(path, backend="numpy", layers=[Gate, Scaled]) as loaded:
             assert [type(loaded.layer[v]) for v in loaded.order] == [Dense, Scaled, Gate, Dense]
             assert loaded.layer["g"].scale == 0.5

@@ -245,6 +245,14 @@ def test_set_parameters_round_trips_and_refuses_bad_arrays():
             net.set_parameters([np.zeros((5, 3), complex), net.weights[1]], net.recurrent, net.biases)
 
 
+@pytest.mark.parametrize("name", ["weights", "recurrent", "biases"])
+def test_assigning_the_parameters_points_at_set_parameters(name):
+    with RNN([3, 5, 2], backend="numpy") as net:
+        with pytest.raises(AttributeError, match=rf"^{name} cannot be assigned: each read of it is a copy; to load "
+                                                 r"parameters call net.set_parameters\(weights, recurrent, biases\)$"):
+            setattr(net, name, getattr(net, name))
+
+
 @pytest.mark.parametrize("output,x_shape,y_shape,message", [
     ("last", (4, 2, 3), (2, 3), r"x \(the input of layer 1\) must have shape \(tau, 3, B\) or \(tau, 3\)"),
     ("last", (4, 3), (2, 3), r"x and y must hold the same number of sequences B; got 1 in x of shape \(4, 3\) "

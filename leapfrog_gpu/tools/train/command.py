@@ -249,6 +249,8 @@ def _run(config, dataset, net, report, state, why):
     except ValueError as error:  # the run's own step, refused as set up: on every rank alike (one network each)
         raise Refused(str(error), every_rank=True) from None
     estimate.ask(config, *calibrated, report, training.ranks)
+    with _unwarned():
+        training.judge_divergence()
     if state is None:
         report.start()
     with _unwarned():

@@ -141,16 +141,21 @@ class Training:
                 raise
             raise Unwritten(f"cannot write the checkpoint {path} (its folder {path.parent} is gone)") from None
 
-    def run(self):
-        """Train until ``epochs`` epochs are done; return the last epoch's record (``None`` if none ran). Ctrl-C
-        stops it between two steps (``sigint_between_steps``): the steps enqueued complete, a checkpoint of the last
-        one is written, and ``Interrupted`` is raised."""
-        if not self.config["allow_divergence"] and self.divergence is None:  # from the loss at the start
+    def judge_divergence(self):
+        """Make the rule that stops a diverging run (unless ``--allow-divergence``) from the loss at the start: the
+        checkpoint's, else a pass over the training set now, before the run writes anything (a Ctrl-C meanwhile
+        is one before the first step)."""
+        if not self.config["allow_divergence"] and self.divergence is None:
             net, data, state = self.net, self.data, self._resumed
             start = state.get("start_loss")  # the checkpoint's; None: written without it, so start from here
             if start is None:
                 start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
             self.divergence = Divergence(start, chance_loss(net.cost, data.y_train), state.get("epochs_at_chance", 0))
+
+    def run(self):
+        """Train until ``epochs`` epochs are done (``judge_divergence`` first); return the last epoch's record
+        (``None`` if none ran). Ctrl-C stops it between two steps (``sigint_between_steps``): the steps enqueued
+        complete, a checkpoint of the last one is written, and ``Interrupted`` is raised."""
         try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 self.interrupt = interrupt

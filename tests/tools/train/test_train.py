@@ -635,6 +635,21 @@ def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_step(tmp_path, monkeypatch, capsys):
+    """The divergence rule's pass over the training set (a minute for a Newton-solved DagNet) comes before the
+    metrics file is started: a Ctrl-C then leaves it as it was (it was emptied, and said "stopped at once")."""
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("an earlier run's line\n")
+
+    def interrupted(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(train_loop, "evaluate", interrupted)
+    assert cli(*SMALL, "--metrics", metrics, "--checkpoint-dir", tmp_path / "run") == 130
+    assert capsys.readouterr().err == "leapfrog-train: interrupted before the first step; nothing was written\n"
+    assert metrics.read_text() == "an earlier run's line\n" and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("stop, status", [(train_loop.Refused("not started"), 2), (KeyboardInterrupt(), 130)],
                          ids=["declined", "ctrl-c"])
 def test_a_run_that_writes_nothing_leaves_no_checkpoint_folder_behind(tmp_path, monkeypatch, capsys, stop, status):

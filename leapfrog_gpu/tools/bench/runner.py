@@ -143,6 +143,7 @@ def _run(suite, p, args, argv):
     if parallel.world(suite.PROG).size > 1:
         p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
+    seen = {}
     for option in ("json", "jsonl", "plot"):
         path = getattr(args, option, None)
         folder = os.path.dirname(os.path.abspath(path or "."))
@@ -150,6 +151,10 @@ def _run(suite, p, args, argv):
             p.error(f"--{option} {path}: the folder {folder} does not exist")
         if path and os.path.isdir(path):
             p.error(f"--{option} {path}: it is a folder; give a file's name")
+        if path and os.path.realpath(path) in seen:  # the later would write over the earlier
+            p.error(f"--{seen[os.path.realpath(path)]} and --{option} name one file, {path}: give each its own")
+        if path:
+            seen[os.path.realpath(path)] = option
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]

@@ -149,6 +149,7 @@ def _train(given, comm):
                 raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
             raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
                              "give --profile-steps A:B")
+        _one_file_each(config)
         if directory and comm.rank == 0:
             _writable_dir(directory)
         try:
@@ -318,6 +319,21 @@ def _remove_empty(folders):
             folder.rmdir()
         except OSError:  # not empty, or never made
             return
+
+
+def _one_file_each(config):
+    """Refuse two of the run's outputs that name one file (the later would write over the earlier): ``--metrics``,
+    the ``--timeline`` chart and its .json, the checkpoint in ``--checkpoint-dir``."""
+    timeline, directory = config["timeline"], config["checkpoint_dir"]
+    seen = {}
+    for option, path in (("--metrics", config["metrics"]), ("--timeline", timeline),
+                         ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
+                         ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))):
+        if path:
+            if os.path.realpath(path) in seen:
+                raise UsageError(f"{seen[os.path.realpath(path)]} and {option} name one file, {path}: give each its "
+                                 "own")
+            seen[os.path.realpath(path)] = option
 
 
 def _writable_dir(directory):

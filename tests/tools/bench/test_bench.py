@@ -164,6 +164,9 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--plot", "p.svg"], "--plot p.svg: the chart is written as PNG: give a name ending in .png"),
     (["--json", ""], "argument --json: must name a file or a folder; got ''"),
     (["--jsonl", ""], "argument --jsonl: must name a file or a folder; got ''"),
+    (["--json", "same.json", "--jsonl", "./same.json"], "--json and --jsonl name one file, ./same.json: give each "
+                                                        "its own"),  # the later wrote over the earlier, exit 0
+    (["--json", "r.png", "--plot", "r.png"], "--json and --plot name one file, r.png: give each its own"),
 ])
 def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
     """After the options of a run of a second, which a bad option taken would be."""

@@ -635,6 +635,19 @@ def test_ctrl_c_before_the_first_step_exits_130_with_one_line(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("outputs, said", [
+    (["--metrics", "run.json", "--timeline", "run.png"], "--metrics and --timeline's .json name one file, run.json"),
+    (["--metrics", "ck/checkpoint.npz", "--checkpoint-dir", "ck"], "--metrics and --checkpoint-dir's checkpoint name "
+                                                                   "one file, ck/checkpoint.npz"),
+])
+def test_two_outputs_of_one_name_are_refused_before_anything_is_written(tmp_path, monkeypatch, capsys, outputs, said):
+    """The later wrote over the earlier (the timeline's record replaced every metrics line), exit status 0."""
+    monkeypatch.chdir(tmp_path)
+    assert cli(*SMALL, *outputs) == 2
+    assert one_error_line(capsys) == f"leapfrog-train: error: {said}: give each its own"
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
+
 def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_step(tmp_path, monkeypatch, capsys):
     """The divergence rule's pass over the training set (a minute for a Newton-solved DagNet) comes before the
     metrics file is started: a Ctrl-C then leaves it as it was (it was emptied, and said "stopped at once")."""

@@ -11,9 +11,10 @@ from pathlib import Path
 from ...core import saving
 
 LATER = {"model": "mlp", "skip": 2, "tau": 16, "forward_solver": "sequential", "cell": "elman", "optimizer": "sgd",
-         "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None}
-"""Options that came after the first checkpoints, with what a checkpoint without them ran: an MLP (of Elman cells
-where recurrent) by plain SGD."""
+         "momentum": None, "nesterov": False, "weight_decay": None, "betas": None, "eps": None, "clip_grad_norm": None,
+         "graph": False, "check_finite": False, "allow_divergence": False}
+"""Options that came after the first checkpoints (or were not kept by them), with what a checkpoint without them ran:
+an MLP (of Elman cells where recurrent) by plain SGD, eager steps, unchecked, stopped where it diverged."""
 
 REMEDY = "delete it, or choose another --checkpoint-dir"
 """What to do about a checkpoint that cannot be read."""

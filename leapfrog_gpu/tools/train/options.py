@@ -82,7 +82,7 @@ FIXED = ("data", "inputs", "outputs", "samples", "hidden", "activation", "cost",
 """What a resumed run must keep: it defines the network, the data or the order of the batches (and, as
 ``checkpoint.LATER`` has them, the optimizer, whose state the checkpoint holds)."""
 
-RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused")
+RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused", "graph", "check_finite", "allow_divergence")
 """What ``--resume`` takes from the checkpoint unless given again; the rest belongs to this run."""
 
 PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
@@ -137,9 +137,7 @@ def make_optimizer(config):
 
 def momentum(config):
     """SGD's momentum: ``--momentum``, else ``MOMENTUM`` for ``--optimizer momentum`` and 0 for ``sgd``."""
-    if config["momentum"] is not None:
-        return config["momentum"]
-    return MOMENTUM if config["optimizer"] == "momentum" else 0
+    return config["momentum"] if config["momentum"] is not None else MOMENTUM if config["optimizer"] == "momentum" else 0
 
 
 def default_lr(config):
@@ -268,13 +266,13 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
                    f"{ops_numpy.SCRATCH} weights; --no-fused: not, as a resumed run's checkpoint may be)",
         action=argparse.BooleanOptionalAction)
     add("--graph", "run each step as a graph, captured once per batch size (CUDA graphs on the GPU)",
-        action="store_true")
+        action=argparse.BooleanOptionalAction)
     add("--check-finite", "check every gradient for NaN/Inf before each update and stop (exit 3) without it",
-        action="store_true")
+        action=argparse.BooleanOptionalAction)
     add("--allow-divergence", f"go on when the training loss grows past {Divergence.GROWTH:g}x its start, or stays "
                               "at or above chance level (what a constant output scores) for "
                               f"{Divergence.PATIENCE} epochs in a row; without it, such a run stops with exit status "
-                              "3", action="store_true")
+                              "3", action=argparse.BooleanOptionalAction)
     add("--backend", "auto: cupy when a CUDA device is usable, else numpy (default auto)",
         choices=("auto", "numpy", "cupy"))
     add("--memory-limit", "GiB that the buffers of a schedule or a forward solver beyond the network's own may take "
@@ -289,8 +287,8 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     add("--metrics", "write one JSON line per epoch to FILE (appended to on --resume; docs/training.md)",
         type=path, metavar="FILE")
     add("--checkpoint-dir", "write DIR/checkpoint.npz after every epoch", type=path, metavar="DIR")
-    add("--resume", "continue from the checkpoint in --checkpoint-dir, with its options unless given",
-        action="store_true")
+    add("--resume", "continue from the checkpoint in --checkpoint-dir, with its options unless given (--no-graph, "
+                    "--no-fused, ...: not as it was)", action="store_true")
     add("--profile-steps", "steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window",
         type=values.profile_steps, metavar="A:B")
     first, stop = TIMELINE_STEPS
@@ -356,7 +354,9 @@ def _refused(c, given):
     the order they are checked."""
     model, data, solver, solvers = c["model"], c["data"], c["forward_solver"], FORWARD_SOLVERS.get(c["model"], ())
     names = schedule_names(NETWORK[model])
-    unfuse = "add --no-fused (the checkpoint's run may be --fused)" if c.get("resume") else "drop --fused"
+    def off(flag):  # how to turn a flag off: drop it, or on a resume (the checkpoint's may be on) give --no-FLAG
+        return (f"drop --{flag}" if not c.get("resume") else f"add --no-{flag} (the checkpoint's run is --{flag})"
+                if flag not in given else f"give --no-{flag} for --{flag} (the checkpoint's run may be --{flag})")
     return [
         (data not in DATA[model], f"--model {model} trains on --data {' or '.join(DATA[model])}; got {data}"),
         *((key in given and not _applies(key, c),
@@ -374,7 +374,7 @@ def _refused(c, given):
          f"--k applies to the schedules with worker streams; --schedule {c['schedule']} runs its gradients on the "
          "main stream: drop --k"),
         (c["fused"] and c["clip_grad_norm"] is not None, "--clip-grad-norm needs every gradient before any update: "
-                                                         + unfuse),
+                                                         + off("fused")),
         (data == "mnist" and not c["data_dir"], "--data mnist needs --data-dir DIR (the four MNIST IDX files or one "
                                                 ".npz)"),
         (data in REGRESSION and c["cost"] == "cross_entropy", f"--data {data} is a regression task: use --cost "
@@ -386,9 +386,9 @@ def _refused(c, given):
         (c["cell"] != "elman" and c["schedule"] == NaumovRNN.name,
          f"--schedule {NaumovRNN.name} builds the Elman cell's layer operators and has none for --cell {c['cell']}: "
          f"choose --schedule from {', '.join(name for name in names if name != NaumovRNN.name)}"),
-        (c["fused"] and c["check_finite"], "--check-finite needs the update after the gradients: " + unfuse),
+        (c["fused"] and c["check_finite"], "--check-finite needs the update after the gradients: " + off("fused")),
         (c["graph"] and c["timeline"] is not None, "--timeline stamps every launch of eager steps, and a graph step "
-                                                   "is one launch: drop --graph or --timeline"),
+                                                   f"is one launch: {off('graph')}, or drop --timeline"),
     ]
 
 

@@ -378,9 +378,9 @@ def test_a_fused_checkpoint_resumes_unfused_with_no_fused(tmp_path, capsys, opti
     assert cli(*SMALL["mlp"], "--epochs", 1, "--fused", "--checkpoint-dir", tmp_path) == 0
     capsys.readouterr()
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", *option) == 2
-    assert one_error_line(capsys).endswith("add --no-fused (the checkpoint's run may be --fused)")
+    assert one_error_line(capsys).endswith("add --no-fused (the checkpoint's run is --fused)")
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", "--fused", *option) == 2  # given again too
-    assert one_error_line(capsys).endswith("add --no-fused (the checkpoint's run may be --fused)")
+    assert one_error_line(capsys).endswith("give --no-fused for --fused (the checkpoint's run may be --fused)")
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", "--no-fused", *option) == 0
 
 

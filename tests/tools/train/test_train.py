@@ -480,6 +480,23 @@ def test_a_run_resumed_before_it_diverges_stops_where_a_straight_run_stops(tmp_p
 LEARNING_NOTHING = ["--hidden", "2x8", "--lr", "1e-9", "--epochs", "9", "--quiet"]  # the loss stays at its start
 
 
+def test_a_resumed_run_keeps_its_graph_check_and_allowance_unless_told_otherwise(tmp_path, capsys):
+    """--graph, --check-finite and --allow-divergence come from the checkpoint, as the hint to continue a run
+    implies (they were dropped: a resumed run stopped as diverged, its NaN check off); --no-X turns one off."""
+    options = ("--graph", "--check-finite", "--allow-divergence")
+    assert cli(*LEARNING_NOTHING, "--epochs", 3, *options, "--checkpoint-dir", tmp_path / "run") == 0
+    assert cli(*LEARNING_NOTHING, "--resume", "--checkpoint-dir", tmp_path / "run") == 0  # past epoch 5
+    config = parameters(tmp_path / "run")[1]["config"]
+    assert (config["epochs"], config["graph"], config["check_finite"], config["allow_divergence"]) == (9, True, True,
+                                                                                                       True)
+    assert cli(*LEARNING_NOTHING, "--epochs", 3, *options, "--checkpoint-dir", tmp_path / "off") == 0
+    assert cli(*LEARNING_NOTHING, "--resume", "--no-allow-divergence", "--no-graph", "--checkpoint-dir",
+               tmp_path / "off") == 3
+    assert "the run learns nothing" in capsys.readouterr().err
+    config = parameters(tmp_path / "off")[1]["config"]
+    assert (config["graph"], config["check_finite"], config["allow_divergence"]) == (False, True, False)
+
+
 def test_epochs_at_chance_level_are_counted_across_a_resume(tmp_path, capsys):
     """Five epochs at or above chance level stop a run at epoch 5, whether or not it was resumed
     after epoch 3 (not at epoch 8, five epochs after the resume)."""
@@ -828,7 +845,7 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--timeline", "t.txt"], "--timeline t.txt: the chart is written as PNG: give a name ending in .png (its "
                               "intervals go beside it, in .json)"),
     (["--graph", "--timeline", "t.png"],
-     "--timeline stamps every launch of eager steps, and a graph step is one launch: drop --graph or --timeline"),
+     "--timeline stamps every launch of eager steps, and a graph step is one launch: drop --graph, or drop --timeline"),
 ])
 def test_bad_options(capsys, args, message):
     assert cli(*args) == 2

@@ -19,7 +19,6 @@ from . import values
 from .values import dashed, written
 
 PROG = "leapfrog-train"
-
 MODELS = tuple(DATA)
 
 DEFAULTS = {
@@ -317,8 +316,9 @@ def configure(given, saved=None):
                                  f"{written(held[key])}; drop it to resume, or start a new --checkpoint-dir")
         config.update({key: kept[key] for key in RESUMED + tuple(LATER)})
     config.update(given)
-    why = refusal(config, given)
-    if why:
+    if kept is not None and "k" not in given and config["k"] == "auto" and config["schedule"] != "leapfrog":
+        config["k"] = DEFAULTS["k"]  # the checkpoint's --k auto, of its leapfrog: none of the schedule given now
+    if why := refusal(config, given):
         raise UsageError(why)
     config["lr"] = learning_rate(config)
     return config

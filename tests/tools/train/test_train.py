@@ -69,6 +69,13 @@ def test_sequential_and_leapfrog_agree_bitwise_after_an_epoch(tmp_path):
         assert_bitwise_equal(parameters(tmp_path / name)[0], reference)
     assert json.loads((tmp_path / "auto.jsonl").read_text().splitlines()[0])["schedule"] == "Leapfrog(k='auto')"
     assert parameters(tmp_path / "auto")[1]["config"]["k"] == "auto"
+    for schedule in ("sequential", "naumov-scan"):  # the checkpoint's k auto is leapfrog's: no k of another schedule
+        assert cli("--resume", "--epochs", 2, "--schedule", schedule, "--checkpoint-dir", tmp_path / "auto", "--quiet",
+                   "--metrics", tmp_path / f"{schedule}.jsonl") == 0
+        assert json.loads((tmp_path / f"{schedule}.jsonl").read_text())["epoch"] == 2
+        (tmp_path / "auto" / "checkpoint.npz").unlink()
+        assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--checkpoint-dir", tmp_path / "auto", "--k", "auto",
+                   "--quiet") == 0
     initial = MLP([64, *[24] * 5, 10], seed=0, backend="numpy")
     assert not np.array_equal(initial.weights[0], reference[0])  # the epoch did train
     initial.close()

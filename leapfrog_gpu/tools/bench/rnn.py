@@ -223,6 +223,13 @@ def rows(args, case):
     return lines
 
 
+def check(p, args):
+    """Refuse what times nothing: an optimizer or a forward solver with ``--time backward`` alone."""
+    if "step" not in args.time and (args.optimizer != ["sgd"] or args.forward_solver):
+        given = "--optimizer" if args.optimizer != ["sgd"] else "--forward-solver"
+        p.error(f"{given} applies to the steps, and --time backward times the backward pass alone: add step to --time")
+
+
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
     p = runner.parser(PROG, __doc__.split("\n\n")[0], "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)

@@ -44,12 +44,13 @@ OPTIMIZERS = {"sgd": SGD(ETA), "momentum": SGD(ETA, momentum=0.9), "adam": Adam(
 class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."""
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
-EXIT_STATUSES = [(0, "done"), (2, "a bad option, or sizes this machine cannot hold (one line on stderr)"),
-                 (UNWRITTEN, "--json, --jsonl, --plot or stdout could not be written (a full disk, a folder gone): one "
-                             "line"),
-                 (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given"),
-                 CLOSED_PIPE_STATUS]
-"""What a command's exit status means, as ``--help`` lists it."""
+def exit_statuses(outputs):
+    """What a command's exit status means, as ``--help`` lists it, for a suite that writes ``outputs`` (``--json``,
+    ...)."""
+    return [(0, "done"), (2, "a bad option, or sizes this machine cannot hold (one line on stderr)"),
+            (UNWRITTEN, f"{', '.join(outputs)} or stdout could not be written (a full disk, a folder gone): one line"),
+            (130, "stopped by Ctrl-C; the networks measured so far are printed, and in --jsonl if given"),
+            CLOSED_PIPE_STATUS]
 
 
 def interleaved(backend, calls, repeats, warmup=1, settings=None, settle=None):
@@ -219,7 +220,8 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
     (hidden but for ``model_help``), ``--backend`` (``backend``), ``--dtype``, ``--sizes``, ``--batch``, ``--schedule``
     (``schedules``: by default all of ``model``'s), ``--repeats``, ``--warmup``, ``--no-torch`` (with
     ``torch``), ``--quiet``, ``--json`` (``json``: None, none written) and ``--jsonl``."""
-    p = Parser(prog=prog, description=description, exit_statuses=EXIT_STATUSES)
+    outputs = ["--json", "--jsonl"] + ["--plot"] * (model == "mlp")
+    p = Parser(prog=prog, description=description, exit_statuses=exit_statuses(outputs))
     p.add_argument("--model", choices=("mlp", "rnn") if model_help else (model,), default=model,
                    help=model_help or argparse.SUPPRESS)
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default=backend,

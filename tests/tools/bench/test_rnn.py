@@ -132,6 +132,10 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
     (["--max-gflop", "nan"], "argument --max-gflop: must be a finite number > 0; got 'nan'"),
     (["--max-gflop", "-1"], "argument --max-gflop: must be a finite number > 0; got '-1'"),
     (["--max-gflop", "0"], "argument --max-gflop: must be a finite number > 0; got '0'"),
+    (["--time", "backward", "--optimizer", "adam"], "--optimizer applies to the steps, and --time backward times the "
+                                                    "backward pass alone: add step to --time"),  # it timed nothing
+    (["--time", "backward", "--forward-solver", "newton"], "--forward-solver applies to the steps"),
+    (["--plot", "r.png"], "unrecognized arguments: --plot r.png"),
 ])
 def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
     """After the options of a run of a second, which a bad option taken would be."""
@@ -140,6 +144,14 @@ def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
                     "1", "--no-torch", "--quiet", *argv])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_the_help_names_the_files_the_command_writes(capsys):
+    """Exit status 5 names --plot where the suite writes one (the MLP's), not where --plot is refused."""
+    for model, plot in (("rnn", False), ("mlp", True)):
+        with pytest.raises(SystemExit):
+            bench.main(["--model", model, "--help"])
+        assert ("--plot" in capsys.readouterr().out.split("exit status:")[1]) == plot
 
 
 def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):

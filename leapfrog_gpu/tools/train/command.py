@@ -149,7 +149,8 @@ def _train(given, comm):
                 raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
             raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
                              "give --profile-steps A:B")
-        _one_file_each(config)
+        if comm.rank == 0:  # the one that writes them
+            _one_file_each(config)
         if directory and comm.rank == 0:
             _writable_dir(directory)
         try:
@@ -195,7 +196,7 @@ def _checkpoint_to_resume(given, directory):
     if not isinstance(state.get("config", {}), dict):
         raise checkpoint.damaged(directory, "its config is not a JSON object")
     missing = {"epoch", "step_in_epoch", "step", "rng", "config"} - set(state)
-    missing |= set(RESUMED) - set(state.get("config", {}))
+    missing |= set(RESUMED) - set(checkpoint.LATER) - set(state.get("config", {}))  # LATER: what one without them ran
     if missing:
         raise checkpoint.CheckpointError(f"{checkpoint.path_in(directory)} was not written by {PROG} "
                                          f"(its state lacks {', '.join(sorted(missing))}): {checkpoint.REMEDY}")

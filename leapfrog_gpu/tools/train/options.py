@@ -7,18 +7,19 @@ from ...parallel import comm as parallel
 from ...backends import ops_numpy
 from ...core.functions import ACTIVATIONS, COSTS, DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
-from ...rnn.cells import ACTIVATION, CELLS
-from ...rnn.scans import NaumovRNN
-from .. import CLOSED_PIPE_STATUS, timeline
+from ...rnn.cells import CELLS
+from .. import CLOSED_PIPE_STATUS
 from ..cli import UNWRITTEN, Parser, integer, integer_or_auto, number, path, reals
-from ..schedules import schedule_names, takes_k
+from ..schedules import schedule_names
 from .checkpoint import LATER
 from .metrics import Divergence
-from .models import DATA, FORWARD_SOLVERS, NETWORK, REGRESSION
+from .refusals import APPLIES, applies, refusal
+from .models import DATA, FORWARD_SOLVERS, NETWORK
 from . import values
 from .values import dashed, written
 
 PROG = "leapfrog-train"
+
 MODELS = tuple(DATA)
 
 DEFAULTS = {
@@ -87,15 +88,6 @@ RESUMED = FIXED + ("data_dir", "epochs", "lr", "schedule", "k", "fused", "graph"
 PER_RANK = ("quiet", "metrics", "profile_steps", "timeline")
 """Options that may differ between ranks; every other option must be the same on all of them."""
 
-APPLIES = {"data_dir": {"data": ("mnist",)}, "inputs": {"data": ("teacher",)}, "outputs": {"data": ("teacher",)},
-           "samples": {"data": ("teacher", "adding")}, "skip": {"model": ("resmlp",)},
-           "tau": {"model": ("rnn",), "data": ("teacher", "adding")}, "cell": {"model": ("rnn",)},
-           "forward_solver": {"model": tuple(FORWARD_SOLVERS)}, "momentum": {"optimizer": ("sgd", "momentum")},
-           "nesterov": {"optimizer": ("sgd", "momentum")}, "betas": {"optimizer": ("adam", "adamw")},
-           "eps": {"optimizer": ("adam", "adamw")}}
-"""Options that apply to some values of ``--model``, ``--data`` or ``--optimizer`` only: the others refuse them,
-and ``--help`` shows them for the models they apply to."""
-
 TIMELINE_STEPS = [10, 15]
 """The window ``--timeline`` records when ``--profile-steps`` is not given: 5 steps after 10 of warm-up."""
 
@@ -136,7 +128,9 @@ def make_optimizer(config):
 
 def momentum(config):
     """SGD's momentum: ``--momentum``, else ``MOMENTUM`` for ``--optimizer momentum`` and 0 for ``sgd``."""
-    return config["momentum"] if config["momentum"] is not None else MOMENTUM if config["optimizer"] == "momentum" else 0
+    if config["momentum"] is not None:
+        return config["momentum"]
+    return MOMENTUM if config["optimizer"] == "momentum" else 0
 
 
 def default_lr(config):
@@ -311,25 +305,18 @@ def configure(given, saved=None):
     if kept is not None:
         held = _in_effect(kept)
         for key in FIXED + OPTIMIZER + ("model", "skip", "tau", "cell"):
-            if key in given and _applies(key, kept) and given[key] != held[key]:
+            if key in given and applies(key, kept) and given[key] != held[key]:
                 raise UsageError(f"--{dashed(key)} {written(given[key])} differs from the checkpoint's "
                                  f"{written(held[key])}; drop it to resume, or start a new --checkpoint-dir")
         config.update({key: kept[key] for key in RESUMED + tuple(LATER)})
     config.update(given)
     if kept is not None and "k" not in given and config["k"] == "auto" and config["schedule"] != "leapfrog":
         config["k"] = DEFAULTS["k"]  # the checkpoint's --k auto, of its leapfrog: none of the schedule given now
-    if why := refusal(config, given):
+    why = refusal(config, given, kept)
+    if why:
         raise UsageError(why)
     config["lr"] = learning_rate(config)
     return config
-
-
-def refusal(config, given):
-    """Why a run refuses the options of ``config`` (``given``: its command line's) together, in one line, or None."""
-    why = next((why for wrong, why in _refused(config, given) if wrong), None)
-    if why is None and config["timeline"] is not None:
-        why = timeline.refusal(config["timeline"])
-    return why
 
 
 def learning_rate(config):
@@ -342,54 +329,6 @@ def _in_effect(config):
     hyper = make_optimizer(config).hyper()
     return {**config, **{key: list(value) if isinstance(value, tuple) else value for key, value in hyper.items()
                          if key in OPTIMIZER}}
-
-
-def _applies(key, config):
-    """Whether the option ``key`` applies to ``config``'s model, data and optimizer (``APPLIES``)."""
-    return all(config[option] in among for option, among in APPLIES.get(key, {}).items())
-
-
-def _refused(c, given):
-    """``(wrong, why)``: each combination of the options of the config ``c`` that a run refuses, with its line, in
-    the order they are checked."""
-    model, data, solver, solvers = c["model"], c["data"], c["forward_solver"], FORWARD_SOLVERS.get(c["model"], ())
-    names = schedule_names(NETWORK[model])
-    def off(flag):  # how to turn a flag off: drop it, or on a resume (the checkpoint's may be on) give --no-FLAG
-        return (f"drop --{flag}" if not c.get("resume") else f"add --no-{flag} (the checkpoint's run is --{flag})"
-                if flag not in given else f"give --no-{flag} for --{flag} (the checkpoint's run may be --{flag})")
-    return [
-        (data not in DATA[model], f"--model {model} trains on --data {' or '.join(DATA[model])}; got {data}"),
-        *((key in given and not _applies(key, c),
-           f"--{dashed(key)} applies to {' '.join(f'--{o} ' + ' or '.join(among) for o, among in where.items())} only")
-          for key, where in APPLIES.items()),
-        (solvers and solver not in solvers, f"--forward-solver {solver} is not a forward solver of --model {model}; "
-                                            f"choose from {', '.join(solvers)}"),
-        (c["graph"] and solver != "sequential",
-         f"--graph captures the {'step-by-step' if model == 'rnn' else 'node-by-node'} forward pass, and "
-         f"--forward-solver {solver} stops on a residual read on the host: drop one of them"),
-        (c["schedule"] not in names, f"--schedule {c['schedule']} is not a schedule of --model {model}; choose from "
-                                     f"{', '.join(names)}"),
-        (c["k"] == "auto" and c["schedule"] != "leapfrog", "--k auto applies to --schedule leapfrog only"),
-        ("k" in given and c["schedule"] in names and not takes_k(NETWORK[model], c["schedule"]),
-         f"--k applies to the schedules with worker streams; --schedule {c['schedule']} runs its gradients on the "
-         "main stream: drop --k"),
-        (c["fused"] and c["clip_grad_norm"] is not None, "--clip-grad-norm needs every gradient before any update: "
-                                                         + off("fused")),
-        (data == "mnist" and not c["data_dir"], "--data mnist needs --data-dir DIR (the four MNIST IDX files or one "
-                                                ".npz)"),
-        (data in REGRESSION and c["cost"] == "cross_entropy", f"--data {data} is a regression task: use --cost "
-                                                              "quadratic"),
-        (data == "adding" and c["tau"] < 2, "--data adding marks a step in each half of a sequence: it needs --tau 2 "
-                                            f"or more; got {c['tau']}"),
-        (c["cell"] != "elman" and c["activation"] != ACTIVATION, f"--cell {c['cell']} has its own activation, "
-                                                                 f"{ACTIVATION}: drop --activation {c['activation']}"),
-        (c["cell"] != "elman" and c["schedule"] == NaumovRNN.name,
-         f"--schedule {NaumovRNN.name} builds the Elman cell's layer operators and has none for --cell {c['cell']}: "
-         f"choose --schedule from {', '.join(name for name in names if name != NaumovRNN.name)}"),
-        (c["fused"] and c["check_finite"], "--check-finite needs the update after the gradients: " + off("fused")),
-        (c["graph"] and c["timeline"] is not None, "--timeline stamps every launch of eager steps, and a graph step "
-                                                   f"is one launch: {off('graph')}, or drop --timeline"),
-    ]
 
 
 def profile_window(config):

@@ -163,10 +163,10 @@ def test_each_model_has_its_own_help(capsys):
      "--graph captures the step-by-step forward pass, and --forward-solver newton stops on a residual read"),
     (["--model", "resmlp", "--forward-solver", "newton", "--graph"],
      "--graph captures the node-by-node forward pass, and --forward-solver newton stops on a residual read on the "
-     "host: drop one of them"),
+     "host: drop --graph, or give --forward-solver sequential"),
     (["--model", "resmlp", "--forward-solver", "jacobi", "--graph"],
      "--graph captures the node-by-node forward pass, and --forward-solver jacobi stops on a residual read on the "
-     "host: drop one of them"),
+     "host: drop --graph, or give --forward-solver sequential"),
 ])
 def test_options_of_other_models_are_refused_in_one_line(capsys, args, message):
     assert cli(*args, "--epochs", 1) == 2
@@ -378,10 +378,25 @@ def test_a_fused_checkpoint_resumes_unfused_with_no_fused(tmp_path, capsys, opti
     assert cli(*SMALL["mlp"], "--epochs", 1, "--fused", "--checkpoint-dir", tmp_path) == 0
     capsys.readouterr()
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", *option) == 2
-    assert one_error_line(capsys).endswith("add --no-fused (the checkpoint's run is --fused)")
+    assert ": add --no-fused (the checkpoint's run is --fused)" in one_error_line(capsys)
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", "--fused", *option) == 2  # given again too
-    assert one_error_line(capsys).endswith("give --no-fused for --fused (the checkpoint's run may be --fused)")
+    assert ": replace --fused by --no-fused (the checkpoint's run is --fused)" in one_error_line(capsys)
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", "--no-fused", *option) == 0
+
+
+@pytest.mark.parametrize("model, run, resumed, said", [
+    ("mlp", ["--check-finite"], ["--fused"], "--check-finite needs the update after the gradients: drop --fused, or "
+                                             "add --no-check-finite (the checkpoint's run is --check-finite)"),
+    ("rnn", ["--graph"], ["--forward-solver", "newton"], "stops on a residual read on the host: add --no-graph (the "
+                                                         "checkpoint's run is --graph), or give --forward-solver "
+                                                         "sequential"),
+])
+def test_a_resumed_flag_that_conflicts_is_named_with_its_no_option(tmp_path, capsys, model, run, resumed, said):
+    """A flag the checkpoint's run had, which a resume takes, cannot be dropped: the refusal names --no-FLAG."""
+    assert cli(*SMALL[model], "--epochs", 1, *run, "--checkpoint-dir", tmp_path) == 0
+    capsys.readouterr()
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", *resumed) == 2
+    assert one_error_line(capsys).endswith(said)
 
 
 def test_adam_learns_the_digits(capsys):

@@ -143,8 +143,10 @@ OLD_CONFIG = {  # a checkpoint's config before --model rnn joined the loop (and 
     "bucket_mb": 0.0, "comm_timeout": 120.0, "ranks": 1}
 
 
-@pytest.mark.parametrize("kept", [OLD_CONFIG, {k: v for k, v in OLD_CONFIG.items() if k not in ("model", "skip")}],
-                         ids=["with-model", "before-model"])
+@pytest.mark.parametrize("kept", [
+    OLD_CONFIG, {k: v for k, v in OLD_CONFIG.items() if k not in ("model", "skip")},
+    {k: v for k, v in OLD_CONFIG.items() if k not in ("allow_divergence", "check_finite")}],
+    ids=["with-model", "before-model", "before-allow-divergence"])
 def test_a_checkpoint_of_an_older_mlp_run_resumes(tmp_path, capsys, kept):
     """Written as the MLP's command wrote it: w2..wL, then b2..bL, and its state; --resume takes its
     parameters (at lr 0 they stay as they were, bit for bit) and its position."""
@@ -1069,10 +1071,10 @@ def test_ctrl_c_said_by_rank_0_ends_every_rank_before_the_backend_waits_for_its_
     (["--comm-timeout", "0.5"], "argument --comm-timeout: must be a number of seconds >= 1; got '0.5'"),
     (["--lr", "1e39"], r"lr=1e\+39 is beyond float32's largest number, 3.403e\+38, in which this MLP computes its "
                        "steps: give a smaller lr"),
-    (["--optimizer", "adam", "--eps", "1e-40"], r"eps=1e-40 is below float32's smallest normal number, 1.175e-38, "
+    (["--optimizer", "adam", "--eps", "1e-40"], r"eps 1e-40 is below float32's smallest normal number, 1.175e-38, "
                                                 "which a GPU flushes to 0: give eps >= 1.175e-38"),
-    (["--lr", "1e-300"], r"lr=1e-300 is below float32's smallest normal number, 1.175e-38, which a GPU flushes to 0: "
-                         "give lr >= 1.175e-38 or 0"),
+    (["--lr", "1e-300"], r"the learning rate 1e-300 is below float32's smallest normal number, 1.175e-38, which a "
+                         "GPU flushes to 0: give the learning rate >= 1.175e-38 or 0"),
 ])
 def test_what_no_run_here_can_take_is_refused_in_one_line_before_the_first_step(tmp_path, capsys, args, words):
     """Sizes this machine cannot hold, an empty path (which wrote nothing, said nothing), a watchdog that would fire

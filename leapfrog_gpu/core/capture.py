@@ -48,17 +48,16 @@ def ready(plan, key, schedule):
 
 def step(plan, key, body, schedule):
     """Enqueue ``body()``, the step of ``schedule`` by ``key`` (``ready``), as the graph kept in ``plan.captured`` by
-    it: captured on first use. A launch repeats the captured pass, so ``schedule.stats`` are those of the schedule it
-    was captured with (an equal one: the key holds its ``repr``), the very dict, which what the pass counts as it
-    runs fills in."""
+    it: captured on first use. A launch repeats the captured pass, so ``schedule.stats`` are the counters the capture
+    left (the very dict, which what the pass counts as it runs fills in), whatever the schedule it was captured with
+    (an equal one: the key holds its ``repr``) has run since."""
     if key in plan.captured:
-        graph, captured_with = plan.captured[key]
+        graph, schedule.stats = plan.captured[key]
         graph.launch()
-        schedule.stats = captured_with.stats
         return
     graph = plan.backend.capture(body)
     if graph is not None:  # None: a launch failed (the next synchronize() says why); capture again next time
-        plan.captured[key] = graph, schedule
+        plan.captured[key] = graph, schedule.stats
 
 
 def refusal(plan, schedule):

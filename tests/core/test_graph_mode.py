@@ -356,6 +356,19 @@ def test_a_replayed_step_leaves_the_counters_of_its_pass_in_a_new_schedule(name,
     assert eager.stats and replayed.stats == eager.stats
 
 
+def test_a_replay_reports_its_own_pass_after_the_captured_schedule_ran_at_another_batch_size():
+    """The counters a replay leaves are its graph's, not those the schedule it was captured with counted since."""
+    x, y = batch(SIZES, 2)
+    with MLP(SIZES, dtype="float64", backend="numpy") as net:
+        captured, replayed = NaumovJacobi(), NaumovJacobi()
+        net.train_step(x, y, SGD(0.1), captured, graph=True)
+        want = dict(captured.stats)
+        net.train_step(*batch(SIZES, 50), SGD(0.1), captured)  # the same object, eagerly, at B = 50
+        net.train_step(x, y, SGD(0.1), replayed, graph=True)
+        net.synchronize()
+    assert want["flops"] != captured.stats["flops"] and replayed.stats == want
+
+
 def test_graph_must_be_a_bool():
     with MLP(SIZES, backend="numpy") as net, pytest.raises(TypeError, match="graph must be True or False; got 1"):
         net.sgd_step(*batch(SIZES, 2), 0.1, graph=1)

@@ -34,8 +34,9 @@ _HOMES = {
 
 __all__ = list(_HOMES)
 
-_PACKAGES = ("backends", "core", "parallel", "mlp", "rnn", "dag", "reference", "datasets", "tools")
-"""The modules and packages beneath, imported when first asked for as attributes (``leapfrog_gpu.datasets``)."""
+_PACKAGES = ("backends", "core", "parallel", "mlp", "rnn", "dag", "reference", "datasets")
+"""The library's modules and packages, imported when first asked for as attributes (``leapfrog_gpu.datasets``); not
+``tools``, the commands above it."""
 
 
 def __getattr__(name):

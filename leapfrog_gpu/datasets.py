@@ -140,7 +140,8 @@ def teacher(sizes, samples=4096, seed=1, dtype="float32"):
     ``samples`` training samples plus a quarter as many (at least one) test samples. The teacher may
     have any width and depth; the student usually takes its ``sizes``.
     """
-    sizes, samples, dtype = check_sizes(sizes, example="[8, 32, 1]"), check_count("samples", samples), check_dtype(dtype)
+    sizes, samples = check_sizes(sizes, example="[8, 32, 1]"), check_count("samples", samples)
+    dtype = check_dtype(dtype)
     test = max(1, samples // 4)
     rng = generator(seed)
     x = rng.standard_normal((sizes[0], samples + test)).astype(dtype)

@@ -406,7 +406,8 @@ PY
         fi
     done
     echo "wheels: installed from $wheels: ${installed[*]:-none}${failed:+; pip install --no-index failed: ${failed[*]}}"
-    ((${#stood_in[@]} == 0)) || echo "dry run: this machine's own ${stood_in[*]} stands in for the wheels it cannot take"
+    ((${#stood_in[@]} == 0)) ||
+        echo "dry run: this machine's own ${stood_in[*]} stands in for the wheels it cannot take"
 }
 
 missing_imports() {  # one line: what the parts import that this Python cannot, in its first seconds

@@ -120,8 +120,10 @@ class OptimizerState:
                 raise ValueError(f"{name}={value!r} is beyond {self.dtype}'s largest number, {finfo.max:.4g}, in which "
                                  f"this {type(self).__name__} computes its steps: give a smaller {name}")
             if self.dtype == "float32" and name in ("lr", "eps") and 0 < value < float(finfo.tiny):
-                raise ValueError(f"{name}={value!r} is below {self.dtype}'s smallest normal number, {finfo.tiny:.4g}, "
-                                 f"which a GPU flushes to 0: give {name} >= {finfo.tiny:.4g}" + " or 0" * (name == "lr"))
+                said = "the learning rate" if name == "lr" else name  # lr, or sgd_step's eta
+                raise ValueError(f"{said} {value!r} is below {self.dtype}'s smallest normal number, {finfo.tiny:.4g}, "
+                                 f"which a GPU flushes to 0: give {said} >= {finfo.tiny:.4g}"
+                                 + " or 0" * (name == "lr"))
         if self._rule is not None and optimizer.rule() != self._rule:
             held = self._held.named({k: v for k, v in self._held.hyper().items() if k != "lr"})
             raise ValueError(f"this {type(self).__name__} holds the state of {held}; {optimizer!r} is another "

@@ -114,8 +114,8 @@ def save(net, path, **more):
                          else f"cannot save to {path}: it is a folder; give a file's name")
     held, optimizer = net.optimizer_state(), net.held_optimizer()
     if optimizer is not None and OPTIMIZERS.get(type(optimizer).__name__) is not type(optimizer):
-        raise TypeError(f"this {kind} holds the state of a {type(optimizer).__name__}, which cannot be saved: load makes "
-                        f"{', '.join(OPTIMIZERS)} again, and no subclass of them")
+        raise TypeError(f"this {kind} holds the state of a {type(optimizer).__name__}, which cannot be saved: load "
+                        f"makes {', '.join(OPTIMIZERS)} again, and no subclass of them")
     steps = held.pop("step")
     state = {**more, "format": FORMAT, "network": kind, "architecture": net.architecture(),
              "optimizer": None if optimizer is None else
@@ -160,9 +160,9 @@ def replaced_atomically(path, prefix="tmp"):
     tmp = _created(folder, prefix)
     try:
         yield tmp
+        _fsync(tmp)  # first: the mode may be one that no read may open (write-only)
         if mode is not None:
             os.chmod(tmp, mode)
-        _fsync(tmp)
         os.replace(tmp, path)
         _fsync(folder)  # the rename itself
     finally:

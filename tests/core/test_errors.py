@@ -230,7 +230,8 @@ NUMBERS = {
 CAPS = {
     "max_sweeps": [lambda value: NaumovJacobi(max_sweeps=value), lambda value: DagJacobi(max_sweeps=value),
                    lambda value: ForwardJacobi(max_sweeps=value)],
-    "max_iterations": [lambda value: ForwardNewton(max_iterations=value), lambda value: TimeNewton(max_iterations=value)],
+    "max_iterations": [lambda value: ForwardNewton(max_iterations=value),
+                       lambda value: TimeNewton(max_iterations=value)],
 }
 """Each cap on a solver's sweeps or iterations: None or an integer >= 1."""
 

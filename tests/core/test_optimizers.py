@@ -157,10 +157,9 @@ def test_clip_under_a_fused_schedule_or_of_a_bad_value_is_refused(network_name):
         assert net.optimizer_state() == {"step": 0}
 
 
-@pytest.mark.parametrize("schedule, unfused", [(Leapfrog(2, fused=True), "fused=False"),
-                                               (Sequential(one_pass=True), "one_pass=False"),
-                                               (Leapfrog(2, fused=True, one_pass=True), "fused=False and one_pass=False")],
-                         ids=repr)
+@pytest.mark.parametrize("schedule, unfused", [
+    (Leapfrog(2, fused=True), "fused=False"), (Sequential(one_pass=True), "one_pass=False"),
+    (Leapfrog(2, fused=True, one_pass=True), "fused=False and one_pass=False")], ids=repr)
 def test_what_clip_and_check_finite_refuse_says_which_argument_unfuses_it(schedule, unfused):
     """The one-pass sweep is fused whatever ``fused`` says: its refusals name ``one_pass``, and ``fused`` too where
     it was given (one of them alone would leave the step fused)."""
@@ -413,10 +412,10 @@ def test_a_momentum_buffer_is_taken_from_step_1_as_torch_takes_one_it_holds():
     (lambda: SGD(1e39), r"^lr=1e\+39 is beyond float32's largest number, 3.403e\+38, in which this "),
     (lambda: SGD(0.1, momentum=0.9, weight_decay=1e300), r"^weight_decay=1e\+300 is beyond float32's largest number"),
     (lambda: AdamW(1e39), r"^lr=1e\+39 is beyond float32's largest number"),
-    (lambda: Adam(eps=1e-40), r"^eps=1e-40 is below float32's smallest normal number, 1.175e-38, which a GPU flushes"),
-    (lambda: SGD(1e-40), r"^lr=1e-40 is below float32's smallest normal number, 1.175e-38, which a GPU flushes to 0: "
-                         r"give lr >= 1.175e-38 or 0$"),  # 0 on a GPU, not on the host: two results
-    (lambda: Adam(1e-300), r"^lr=1e-300 is below float32's smallest normal number"),
+    (lambda: Adam(eps=1e-40), r"^eps 1e-40 is below float32's smallest normal number, 1.175e-38, which a GPU flushes"),
+    (lambda: SGD(1e-40), r"^the learning rate 1e-40 is below float32's smallest normal number, 1.175e-38, which a "
+                         r"GPU flushes to 0: give the learning rate >= 1.175e-38 or 0$"),  # the host's is not 0
+    (lambda: Adam(1e-300), r"^the learning rate 1e-300 is below float32's smallest normal number"),
 ])
 def test_hyper_parameters_a_float32_network_cannot_hold_are_refused_and_change_nothing(network_name, make, words):
     """inf in float32, or an eps or lr a GPU flushes to 0: refused before the step (it would end in NaN, or update on

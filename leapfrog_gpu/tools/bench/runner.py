@@ -44,6 +44,8 @@ OPTIMIZERS = {"sgd": SGD(ETA), "momentum": SGD(ETA, momentum=0.9), "adam": Adam(
 class of the same name and hyper-parameters (``torch_anchor.torch_optimizer``)."""
 NOISY = 0.25
 """A timing is noisy when p80 - p20 of its repeats exceeds this fraction of their median: its ratios say little."""
+
+
 def exit_statuses(outputs):
     """What a command's exit status means, as ``--help`` lists it, for a suite that writes ``outputs`` (``--json``,
     ...)."""

@@ -168,8 +168,10 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
                                                         "its own"),  # the later wrote over the earlier, exit 0
     (["--json", "r.png", "--plot", "r.png"], "--json and --plot name one file, r.png: give each its own"),
 ])
-def test_cli_errors_exit_2_with_one_line(capsys, argv, message):
-    """After the options of a run of a second, which a bad option taken would be."""
+def test_cli_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, argv, message):
+    """After the options of a run of a second, which a bad option taken would be (in a folder of its own, where a
+    refusal that fails writes its files)."""
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1", "--repeats", "1",
                     "--no-torch", "--quiet"] + argv)

@@ -34,6 +34,7 @@ LOSS_CHECK_SECONDS = 1.0
 """How often ``fit`` computes the loss of its latest batch, for the bar and to stop at a NaN or Inf (a
 synchronization); the loss over the whole training set is computed after every epoch."""
 
+
 def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=None, shuffle=True, seed=0,
         progress=True, jsonl=None, graph=False, solver=None, clip=None):
     """Train ``net`` for ``epochs`` epochs on minibatches of ``batch_size`` samples of ``x`` and ``y`` (the last

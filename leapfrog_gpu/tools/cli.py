@@ -7,6 +7,7 @@ columns."""
 import argparse
 import contextlib
 import math
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -196,6 +197,19 @@ def names(registry, what="schedule"):
         return chosen
 
     return parse
+
+
+def one_file_each(outputs):
+    """Why two of a command's ``outputs``, ``[(option, path)]`` (None: not written), cannot both be written, in one
+    line, or None: the later of two that name one file would write over the earlier."""
+    seen = {}
+    for option, path in outputs:
+        if path:
+            real = os.path.realpath(path)
+            if real in seen:
+                return f"{seen[real]} and {option} name one file, {path}: give each its own"
+            seen[real] = option
+    return None
 
 
 def too_large(error):

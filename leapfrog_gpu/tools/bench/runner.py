@@ -31,8 +31,8 @@ from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...core.saving import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
-from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, parse_args_on_a_backend, path, plural,
-                   too_large, writing)
+from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, parse_args_on_a_backend, path,
+                   plural, too_large, writing)
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
@@ -146,18 +146,15 @@ def _run(suite, p, args, argv):
     if parallel.world(suite.PROG).size > 1:
         p.error("under mpiexec, what the sums across ranks cost is measured by mpiexec -n P python "
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
-    seen = {}
-    for option in ("json", "jsonl", "plot"):
-        path = getattr(args, option, None)
-        folder = os.path.dirname(os.path.abspath(path or "."))
+    outputs = [(f"--{option}", getattr(args, option, None)) for option in ("json", "jsonl", "plot")]
+    for option, named in outputs:
+        folder = os.path.dirname(os.path.abspath(named or "."))
         if not os.path.isdir(folder):
-            p.error(f"--{option} {path}: the folder {folder} does not exist")
-        if path and os.path.isdir(path):
-            p.error(f"--{option} {path}: it is a folder; give a file's name")
-        if path and os.path.realpath(path) in seen:  # the later would write over the earlier
-            p.error(f"--{seen[os.path.realpath(path)]} and --{option} name one file, {path}: give each its own")
-        if path:
-            seen[os.path.realpath(path)] = option
+            p.error(f"{option} {named}: the folder {folder} does not exist")
+        if named and os.path.isdir(named):
+            p.error(f"{option} {named}: it is a folder; give a file's name")
+    if why := one_file_each(outputs):
+        p.error(why)
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]

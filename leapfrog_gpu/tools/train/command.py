@@ -32,7 +32,7 @@ from ... import datasets
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
-from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural, too_large
+from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, one_file_each, plural, too_large
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
 from .metrics import in_words
@@ -323,18 +323,14 @@ def _remove_empty(folders):
 
 
 def _one_file_each(config):
-    """Refuse two of the run's outputs that name one file (the later would write over the earlier): ``--metrics``,
-    the ``--timeline`` chart and its .json, the checkpoint in ``--checkpoint-dir``."""
+    """Refuse two of the run's outputs that name one file (``cli.one_file_each``): ``--metrics``, the ``--timeline``
+    chart and its .json, the checkpoint in ``--checkpoint-dir``."""
     timeline, directory = config["timeline"], config["checkpoint_dir"]
-    seen = {}
-    for option, path in (("--metrics", config["metrics"]), ("--timeline", timeline),
+    why = one_file_each([("--metrics", config["metrics"]), ("--timeline", timeline),
                          ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
-                         ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))):
-        if path:
-            if os.path.realpath(path) in seen:
-                raise UsageError(f"{seen[os.path.realpath(path)]} and {option} name one file, {path}: give each its "
-                                 "own")
-            seen[os.path.realpath(path)] = option
+                         ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))])
+    if why:
+        raise UsageError(why)
 
 
 def _writable_dir(directory):

@@ -20,6 +20,7 @@ from . import checkpoint, models
 from .metrics import Divergence, chance_loss, in_words
 from .options import PROG, make_optimizer, profile_window
 from .profiling import ProfileWindow
+from .values import dashed
 
 
 class Stopped(ArithmeticError):
@@ -210,7 +211,7 @@ class Training:
         does at a NaN ``every_rank`` meets (``Fitting``'s: in that loss, or in gradients summed across ranks); a NaN
         in the latest batch's loss is rank 0's alone."""
         lr, c = self.config["lr"], self.config
-        larger = [f"--{key.replace('_', '-')} than {c[key]}" for key in ("momentum", "weight_decay")
+        larger = [f"--{dashed(key)} than {c[key]}" for key in ("momentum", "weight_decay")
                   if c.get(key)]  # given, and as large a cause
         hint = (f"try another --lr than {lr}, or add --allow-divergence to go on" if diverged
                 else f"try a smaller --lr than {lr}" + "".join(f" or {option}" for option in larger))

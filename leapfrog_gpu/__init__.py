@@ -17,8 +17,6 @@ backends.
 >>> net.close()
 """
 
-import importlib
-
 __version__ = "0.1.0"
 
 _HOMES = {
@@ -48,7 +46,9 @@ def __getattr__(name):
         globals()[name] = old_name(__name__, name, __getattr__(RENAMED[name]))
         return globals()[name]
     if name in _PACKAGES:
-        return importlib.import_module(f".{name}", __name__)
+        from importlib import import_module
+
+        return import_module(f".{name}", __name__)
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     home = _HOMES[name]

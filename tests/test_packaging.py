@@ -17,15 +17,17 @@ def test_checkout_finds_every_kernel():
 
 
 def test_the_package_imports_nothing_of_its_own_until_asked_and_then_its_modules_by_name():
-    """``import leapfrog_gpu`` imports none of its modules (a command starts at once); ``leapfrog_gpu.datasets``,
-    as an attribute, imports that module, as ``leapfrog_gpu.MLP`` imports its package; a name it lacks is an
-    AttributeError."""
+    """``import leapfrog_gpu`` imports none of its modules (a command starts at once) and shows no public name
+    but ``__all__`` and its modules; ``leapfrog_gpu.datasets``, as an attribute, imports that module, as
+    ``leapfrog_gpu.MLP`` imports its package; a name it lacks is an AttributeError."""
     script = ("import sys, leapfrog_gpu as lg\n"
               "print([name for name in sys.modules if name.startswith('leapfrog_gpu.')])\n"
+              "print(' '.join(name for name in dir(lg) if name[0] != '_' and name not in lg.__all__))\n"
               "print(lg.datasets.__name__, lg.reference.__name__, lg.MLP.__name__)\n"
               "try:\n    lg.nothing\nexcept AttributeError as error:\n    print(error)\n")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert run.stdout.splitlines() == ["[]", "leapfrog_gpu.datasets leapfrog_gpu.reference MLP",
+    assert run.stdout.splitlines() == ["[]", "backends core dag datasets mlp parallel reference rnn",
+                                       "leapfrog_gpu.datasets leapfrog_gpu.reference MLP",
                                        "module 'leapfrog_gpu' has no attribute 'nothing'"], run.stderr
 
 

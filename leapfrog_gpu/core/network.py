@@ -361,7 +361,7 @@ class Network(OptimizerState):
                              "read on the host: pass graph=False, or solver=None")
         if schedule.one_pass and self.backend.name != "numpy":
             raise ValueError(f"{schedule!r} runs on the NumPy backend only: the CUDA kernels have no one-pass "
-                             "sweep of (5) and the update; pass fused=True instead of one_pass=True")
+                             f"sweep of (5) and the update; pass {schedule.without_one_pass}")
         reducer.check_schedule(self.comm, schedule)
         return schedule, solver
 

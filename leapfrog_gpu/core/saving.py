@@ -229,6 +229,9 @@ def located(path):
         if candidate.is_dir():
             raise UnreadableFileError(f"{candidate} is a folder, not a saved network", "give the path of the file "
                                       "that save wrote")
+        if candidate.exists():  # a zip file is read by seeking in it
+            raise UnreadableFileError(f"{candidate} is a pipe or a device, not a saved network", "save to a file "
+                                      "and give its path")
     missing = f"{candidates[0]} does not exist" if len(candidates) == 1 else \
         f"neither {candidates[0]} nor {candidates[1]} exists"
     raise UnreadableFileError(missing, "check the name (save appends .npz to a name without it)")

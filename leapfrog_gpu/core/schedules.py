@@ -78,6 +78,12 @@ class Schedule:
         both."""
         return " and ".join(f"{flag}=False" for flag in self._given())
 
+    @property
+    def without_one_pass(self):
+        """What to pass where ``one_pass=True`` is refused: ``fused=True instead of one_pass=True``, or
+        ``one_pass=False`` where ``fused=True`` was given too."""
+        return "one_pass=False" if self._fused_given else "fused=True instead of one_pass=True"
+
 
 class Sequential(Schedule):
     """Everything on the main stream, in the book's order."""

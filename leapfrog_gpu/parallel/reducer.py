@@ -74,7 +74,7 @@ def check_schedule(comm, schedule):
     inside the chain, before its gradients are summed."""
     if comm is not None and schedule.one_pass:
         raise ValueError(f"{schedule!r} cannot run data-parallel: the one-pass sweep updates w inside the chain's "
-                         "(5), before the sum across ranks of its gradient; pass fused=True instead of one_pass=True")
+                         f"(5), before the sum across ranks of its gradient; pass {schedule.without_one_pass}")
 
 
 def buckets(layout, itemsize, bucket_bytes):

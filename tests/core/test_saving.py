@@ -602,3 +602,15 @@ def test_a_pipe_is_written_under_its_own_name_without_npz(tmp_path):
         os.close(reader)
     assert zipfile.is_zipfile(io.BytesIO(got))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe (os.mkfifo)")
+@pytest.mark.parametrize("name", ["out", "out.npz"])
+def test_load_refuses_a_pipe_by_what_it_is(tmp_path, name):
+    """A zip file is read by seeking in it: ``load`` of a pipe says it is one (it said it did not exist), and opens
+    nothing (an open of a pipe with no writer would wait)."""
+    pipe = tmp_path / name
+    os.mkfifo(pipe)
+    message = f"{pipe} is a pipe or a device, not a saved network: save to a file and give its path"
+    with pytest.raises(saving.UnreadableFileError, match=f"^{re.escape(message)}$"):
+        leapfrog_gpu.load(pipe)

@@ -252,6 +252,8 @@ def test_the_cupy_backend_refuses_it(standin):
         for schedule in (Sequential(one_pass=True), Leapfrog(2, one_pass=True)):
             with pytest.raises(ValueError, match="NumPy backend only.*pass fused=True instead of one_pass=True"):
                 net.sgd_step(x, y, ETA, schedule)
+        with pytest.raises(ValueError, match="NumPy backend only.*the update; pass one_pass=False$"):
+            net.sgd_step(x, y, ETA, Leapfrog(2, fused=True, one_pass=True))
         net.sgd_step(x, y, ETA, Leapfrog(2, fused=True))  # the GPU's fused step runs
         net.synchronize()
 

@@ -226,6 +226,8 @@ def test_the_one_pass_sweep_is_refused():
                                              r"sweep updates w inside the chain's \(5\), before the sum across ranks "
                                              r"of its gradient; pass fused=True instead of one_pass=True"):
             net.sgd_step(x, y, ETA, Leapfrog(2, one_pass=True))
+        with pytest.raises(ValueError, match=r"of its gradient; pass one_pass=False$"):  # fused=True was given
+            net.sgd_step(x, y, ETA, Leapfrog(2, fused=True, one_pass=True))
         assert all(np.array_equal(a, b) for a, b in zip(before, net.weights))
 
 

@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -207,9 +208,10 @@ class Communicator:
 class MpiCommunicator(Communicator):
     """The ranks of an mpi4py communicator (``world()`` gives ``MPI.COMM_WORLD``'s).
 
-    Collectives that the communication stream runs during a step go over a duplicate of ``comm``, so
-    that they never mix with those the program's thread runs (loss sums, broadcasts). Every call that
-    waits for the other ranks is watched (``timeout``).
+    Collectives that a backend's communication stream runs during a step go over a duplicate of ``comm``
+    of that backend's own (``engine``), so that they never mix with those the program's thread runs (loss
+    sums, broadcasts) or another backend's. Every call that waits for the other ranks is watched
+    (``timeout``).
     """
 
     def __init__(self, comm, name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUCKET_BYTES):
@@ -222,11 +224,11 @@ class MpiCommunicator(Communicator):
         self.rank, self.size, self.name, self.timeout = comm.Get_rank(), comm.Get_size(), name, float(timeout)
         self._watchdog = _Watchdog(self.timeout, self._give_up)
         with self.watch("setting up MPI"):
-            self._steps = comm.Dup()
             node = comm.Split_type(MPI.COMM_TYPE_SHARED)
             self.local_rank = node.Get_rank()
             node.Free()
-        self._engines = {}
+        self._engines = weakref.WeakKeyDictionary()  # by backend
+        self._made = []  # (kind, weak reference to the backend it serves, engine), in the order made
 
     def allgather(self, value):
         with self.watch("a gather over every rank"):
@@ -254,15 +256,28 @@ class MpiCommunicator(Communicator):
                 time.sleep(1e-3)
 
     def engine(self, backend):
-        """MPI for the NumPy backend; NCCL for CuPy, its unique id broadcast from rank 0 (once per kind)."""
-        if backend.name not in self._engines:
-            if backend.name == "cupy":
+        """MPI over a duplicate of the communicator for the NumPy backend; NCCL for CuPy, its unique id broadcast
+        from rank 0. Each open backend has its own, made when its first network joins (every rank alike): the
+        communication streams of two backends would issue their sums in another order on another rank. That of a
+        backend closed (or gone) on every rank serves the next backend of its kind."""
+        engine = self._engines.get(backend)
+        if engine is None:
+            idle = [i for i, (kind, served, _) in enumerate(self._made)
+                    if kind == backend.name and getattr(served(), "closed", True)]
+            common = set.intersection(*map(set, self.allgather(idle)))  # gone on every rank alike
+            if common:
+                engine = self._made[min(common)][2]
+            elif backend.name == "cupy":
                 unique_id = self.bcast(collective.nccl_unique_id() if self.rank == 0 else None)
                 with self.watch("setting up NCCL"):
-                    self._engines[backend.name] = collective.NcclSum(backend.xp, self.size, self.rank, unique_id)
+                    engine = collective.NcclSum(backend.xp, self.size, self.rank, unique_id)
             else:
-                self._engines[backend.name] = collective.MpiSum(self._steps)
-        return self._engines[backend.name]
+                with self.watch("duplicating the communicator"):
+                    engine = collective.MpiSum(self._comm.Dup())
+            slot = min(common) if common else len(self._made)
+            self._made[slot:slot + 1] = [(backend.name, weakref.ref(backend), engine)]
+            self._engines[backend] = engine
+        return engine
 
     def watch(self, what):
         return self._watchdog.watch(what)

@@ -10,6 +10,8 @@ or on the duplicates made from it, with the thread that made it and how that com
 ``concurrent``  a step, then one whose sums are in flight (rank 1: started, waiting for rank 0) or held back
                 (rank 0: its communication stream blocked) while the program's thread sums and gathers
                 over the world, then one more; what the sum and the gather gave, and the parameters.
+``two_backends`` two networks on two backends stepped in turn, then a third on a new backend once the first's
+                is closed (``two_backends``); the duplicates made, and the parameters.
 """
 
 import json
@@ -87,6 +89,36 @@ def concurrent(comm):
     return told, parameters
 
 
+def two_backends(comm, log):
+    """Networks ``first`` and ``second``, each on a backend of its own, stepped in turn with this rank's own
+    pauses between (the two communication streams reach their sums in another order on each rank), then
+    ``third`` on a new backend once ``first``'s is closed; the parameters of each, and how many duplicates of the
+    world were made."""
+    pause, batches = np.random.default_rng(comm.rank), data(2 * TURNS)
+    parameters = {}
+    with NumpyBackend() as other:
+        with NumpyBackend() as backend:
+            first = MLP(SIZES, dtype="float64", seed=SEED, backend=backend, comm=comm)
+            second = MLP(SIZES, dtype="float64", seed=SEED + 1, backend=other, comm=comm)
+            for turn in range(TURNS):
+                first.sgd_step(*batches[turn], ETA, Leapfrog(2))
+                time.sleep(pause.random() * 2e-3)
+                second.sgd_step(*batches[TURNS + turn], ETA, Leapfrog(2))
+            parameters.update(named("first", first))
+        with NumpyBackend() as backend, MLP(SIZES, dtype="float64", seed=SEED + 2, backend=backend, comm=comm) as third:
+            third.sgd_step(*batches[0], ETA, Leapfrog(2))
+            parameters.update({**named("third", third), **named("second", second)})
+    return {"duplicates": sum(what == "Dup" for _, what, _ in log)}, parameters
+
+
+TURNS = 12
+"""Steps of each network in ``two_backends``."""
+
+
+def named(name, net):
+    return {f"{name}/{i}": p for i, p in enumerate(net.weights + net.biases)}
+
+
 def main(case, out):
     from mpi4py import MPI
 
@@ -94,7 +126,8 @@ def main(case, out):
 
     log = []
     comm = MpiCommunicator(Recording(MPI.COMM_WORLD, log), timeout=30)
-    told, parameters = calls(comm, log) if case == "calls" else concurrent(comm)
+    told, parameters = {"calls": lambda: calls(comm, log), "concurrent": lambda: concurrent(comm),
+                        "two_backends": lambda: two_backends(comm, log)}[case]()
     np.savez(Path(out) / f"rank{comm.rank}.npz", **parameters)
     (Path(out) / f"rank{comm.rank}.json").write_text(json.dumps(told))
 

@@ -2,7 +2,7 @@
 itself: under ``mpiexec`` (``tests/harness/mpi_comm_cases.py``), the communication stream's thread calls MPI only
 on a communicator that compares ``CONGRUENT`` to ``COMM_WORLD`` (and ``IDENT`` to itself), the world only
 the program's thread; and a sum and a gather the program's thread runs over the world while a step's
-sums are in flight give what they should, as do the step's."""
+sums are in flight give what they should, as do the step's; and each backend sums over a duplicate of its own."""
 
 import json
 import sys
@@ -48,3 +48,23 @@ def test_collectives_of_the_program_while_sums_are_in_flight(tmp_path):
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=f"rank {rank}")
 
+
+
+def test_each_backend_sums_over_its_own_duplicate(tmp_path):
+    """Two networks on two backends, stepped in turn: each equals itself trained alone (over one duplicate, the
+    two communication streams' sums met in another order on each rank: a network got the other's sums). A
+    third backend, made once the first is closed, takes its duplicate: two made in all."""
+    batches = mpi_comm_cases.data(2 * mpi_comm_cases.TURNS)
+    runs = {"first": (0, batches[:mpi_comm_cases.TURNS]), "second": (1, batches[mpi_comm_cases.TURNS:]),
+            "third": (2, batches[:1])}
+    ranks = run("two_backends", tmp_path)
+    for name, (seed, steps) in runs.items():
+        with MLP(mpi_comm_cases.SIZES, dtype="float64", seed=mpi_comm_cases.SEED + seed, backend="numpy") as net:
+            for x, y in steps:
+                net.sgd_step(x, y, mpi_comm_cases.ETA, Leapfrog(2))
+            want = net.weights + net.biases
+        for rank, (told, parameters) in enumerate(ranks):
+            assert told == {"duplicates": 2}, f"rank {rank}: {told}"
+            for i, b in enumerate(want):
+                np.testing.assert_allclose(parameters[f"{name}/{i}"], b, rtol=1e-12, atol=1e-14,
+                                           err_msg=f"rank {rank}, {name}")

@@ -1,5 +1,5 @@
 """``leapfrog-bench``: the command line, handed to the suite of its ``--model`` (``mlp``, ``rnn``), each with
-options of its own, run by ``runner``. Exit status 0 done, 2 a bad option, 130 stopped by Ctrl-C."""
+options of its own, run by ``runner``. Its exit statuses: ``runner.exit_statuses``, listed by ``--help``."""
 
 import argparse
 import sys

@@ -31,7 +31,7 @@ EVAL_BATCH = 256
 that the network keeps no other buffers than the remainder's)."""
 
 LOSS_CHECK_SECONDS = 1.0
-"""How often ``fit`` computes the loss of its latest batch, for the bar and to stop at a NaN or Inf (a
+"""How often ``fit`` computes the loss of its latest batch, for the bar and, run alone, to stop at a NaN or Inf (a
 synchronization); the loss over the whole training set is computed after every epoch."""
 
 
@@ -181,7 +181,8 @@ class Fitting:
         try:  # whatever ends the run, the bar goes first: a line printed then starts a line of its own
             while self.epoch < self.epochs:
                 bar.set_description(f"epoch {self.epoch + 1}/{self.epochs}")
-                metrics = self._epoch(bar, step or (lambda n: contextlib.nullcontext()), rank == 0)
+                metrics = self._epoch(bar, step or (lambda n: contextlib.nullcontext()),
+                                      self.net.comm is None or not bar.disable)
                 records.append((epoch and epoch(metrics)) or metrics)
                 if jsonl is not None:
                     jsonl.write(json.dumps(records[-1]) + "\n")
@@ -190,7 +191,10 @@ class Fitting:
             bar.close()
         return records
 
-    def _epoch(self, bar, step, checks_loss):
+    def _epoch(self, bar, step, looks):
+        """Run the epoch's steps; return its metrics. ``looks``: compute the latest batch's loss about once a second,
+        for the bar and, where the network runs alone, to stop at a NaN or Inf (data-parallel, rank 0's bar alone
+        shows it; every rank stops at the epoch's end, where the training loss summed over them is as bad)."""
         net, x, y, batch = self.net, self.x, self.y, self.batch
         samples = x.shape[-1]
         self.epoch_rng = self.order.bit_generator.state
@@ -208,9 +212,11 @@ class Fitting:
                     self._synchronize()
             done += columns.size
             bar.update(columns.size)
-            if checks_loss and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
+            if looks and time.perf_counter() - checked >= LOSS_CHECK_SECONDS:
                 a = to_host(net.feedforward(x_batch, solver=self.solver))
-                loss = self._finite(cost(net.cost, a, to_host(y_batch), net.dtype) / columns.size)
+                loss = cost(net.cost, a, to_host(y_batch), net.dtype) / columns.size
+                if net.comm is None:
+                    self._finite(loss)
                 bar.set_postfix(loss=f"{loss:.4f}")
                 checked = time.perf_counter()
         self._synchronize()

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..parallel.reducer import broadcast_parameters, building
 from .functions import DTYPES
 
 INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
@@ -114,14 +115,17 @@ def network_dtype(given, found):
 def loaded(net, tensors):
     """``net``, given ``tensors`` as parameters, copied into its own buffers: lists of tensors in the order of
     its ``set_parameters``, or ``{unit: {name: tensor}}`` as its ``parameters()`` gives; closed before the
-    error is raised when it refuses them."""
+    error is raised when it refuses them. Data-parallel, rank 0's then on every rank, as a network made anew
+    starts (each rank's module may have been drawn by its own seed)."""
     xp = net.backend.xp
     try:
-        if isinstance(tensors, Mapping):
-            net.set_parameters({unit: dict(zip(named, as_arrays([named.values()], xp)[0]))
-                                for unit, named in tensors.items()})
-        else:
-            net.set_parameters(*as_arrays(tensors, xp))
+        with building(net.comm):  # a rank that refuses its tensors leaves none waiting for it below
+            if isinstance(tensors, Mapping):
+                net.set_parameters({unit: dict(zip(named, as_arrays([named.values()], xp)[0]))
+                                    for unit, named in tensors.items()})
+            else:
+                net.set_parameters(*as_arrays(tensors, xp))
+        broadcast_parameters(net)
     except BaseException:
         net.close()
         raise

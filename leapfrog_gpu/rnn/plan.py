@@ -239,11 +239,13 @@ class RNNPlan(plan.Plan):
     def check_gradients(self, controls):
         """Enqueue on the main stream the check of every delta and gradient for NaN and Inf, which leaves the
         refusal code of the first bad one in ``controls``: deepest layer first; in each layer its deltas from
-        the last time step back, the order BPTT computes them in, then nabla_w, nabla_u, nabla_b, nabla_b_hn."""
+        the last time step back, the order BPTT computes them in, then nabla_w, nabla_u, nabla_b, nabla_b_hn.
+        Data-parallel, the gradients alone: their sums are every rank's, a rank's deltas its own (an empty
+        share's never written)."""
         check, checks, array = self.backend.ops.check_finite, [], controls.array
         for l in range(self.L, 1, -1):
             delta, steps = self.delta[l], self.tau if l < self.L or self.outputs == self.tau else 1
-            for i in range(delta.shape[1] - 1, -1, -1):
+            for i in range(delta.shape[1] - 1, -1, -1) if self.reducer is None else ():
                 t = i + 1 if steps == self.tau else self.tau
                 checks.append((check, array, delta[:, i], controls.code(f"delta[{l}] at t = {t}")))
             for name in ("w", "u", "b", "b_hn"):

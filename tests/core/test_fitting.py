@@ -237,6 +237,23 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step(monkeypatch):
             net.fit(x, y, 2, 10, 1e200, progress=False)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NumPy's, of the NaN steps
+@pytest.mark.parametrize("rank", [0, 1])
+def test_data_parallel_a_non_finite_loss_stops_every_rank_at_the_epochs_end(monkeypatch, capsys, rank):
+    """The latest batch's loss is one rank's (rank 0's, for its bar): a NaN there stopped rank 0 alone, at its step,
+    while the others waited for it in their next sum. Every rank stops at the end of the epoch, on the training
+    loss summed over them, ``every_rank``."""
+    monkeypatch.setattr(fitting, "LOSS_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # rank 0's bar shows the loss
+    x, y = blobs(20)[0], np.full((2, 20), 1e3)
+    with MLP([4, 8, 2], activation="relu", dtype="float64", backend="numpy", output_activation="identity",
+             comm=Mirror(rank)) as net:
+        with pytest.raises(FloatingPointError, match=r"^the training loss is (inf|nan) after epoch 1, step 2$") as got:
+            net.fit(x, y, 2, 10, 1e200)
+    assert got.value.every_rank
+    assert ("loss=" in capsys.readouterr().err) == (rank == 0)
+
+
 def test_a_refused_update_stops_the_run_at_its_step():
     """``check_finite``: w^2 x overflows at the first step, whose update is refused: the run stops there, the
     parameters as they were."""

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from helpers import NETS, to_numpy
+from networks import Mirror
 from leapfrog_gpu import MLP, RNN, Add, Concat, Dense, DagNet, LayerNorm, Leapfrog
 from leapfrog_gpu.core.functions import ACTIVATIONS, COSTS, OUTPUT_ACTIVATIONS
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -140,6 +141,29 @@ def test_from_torch_copies_so_training_the_network_never_writes_the_module(torch
         with torch.no_grad():
             module[0].weight.zero_()
         assert_bitwise(network_parameters(net), trained)
+
+
+class RankOne(Mirror):
+    """Rank 1 of two, to which rank 0's parameters are all ``RANK_ZERO``."""
+
+    def broadcast(self, arrays):
+        for array in arrays:
+            array[...] = RANK_ZERO
+
+
+RANK_ZERO = 0.25
+
+
+def test_from_torch_data_parallel_starts_from_rank_zeros_parameters(torch):
+    """As a network made anew does: each rank's module may have been drawn by its own seed (rank 1's module
+    were its parameters, which were broadcast before the module's were set)."""
+    linear = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+    for made in (lambda: MLP.from_torch(linear, backend="numpy", comm=RankOne(rank=1)),
+                 lambda: DagNet.from_torch(linear, backend="numpy", comm=RankOne(rank=1)),
+                 lambda: RNN.from_torch(hand_made(torch).double(), backend="numpy", comm=RankOne(rank=1))):
+        with made() as net:
+            got = [array for named in net.parameters().values() for array in named.values()]
+            assert got and all((array == RANK_ZERO).all() for array in got), type(net).__name__
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

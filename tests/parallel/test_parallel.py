@@ -17,7 +17,7 @@ import mpi_cases
 import mpirun
 from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
 from networks import Mirror, arrays, network, network_batch
-from leapfrog_gpu import MLP, RNN, Adam, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu import MLP, RNN, SGD, Adam, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.parallel import reducer as data_parallel, comm as parallel
@@ -271,6 +271,22 @@ def test_fused_and_graph_steps_are_the_eager_ones_to_the_bit(network_name, rank)
             results[steps] = arrays(net.parameters())
     for steps, got in results.items():
         assert all(a.tobytes() == b.tobytes() for a, b in zip(got, results["eager"])), steps
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=schedule_id)
+def test_check_finite_checks_the_sums_not_an_empty_shares_deltas(network_name, schedule):
+    """``check_finite`` checks the gradients summed across ranks: rank 1 of a batch of one has no sample, and
+    finite sums (zeros) to check, whatever its unwritten deltas hold (the RNN's checked them: NaN, as they are
+    made, so that rank alone refused the step). Zero gradients under weight decay: w - lr * (wd * w)."""
+    lr, wd = 0.1, 0.5
+    with network(network_name, "numpy", dtype="float64", comm=Mirror(rank=1), check_finite=True) as net:
+        before = arrays(net.parameters())
+        net.train_step(*network_batch(network_name, 1, seed=1, dtype=np.float64), SGD(lr, weight_decay=wd),
+                       schedule)
+        net.synchronize()
+        after = arrays(net.parameters())
+    for got, w in zip(after, before):
+        np.testing.assert_array_equal(got, w - lr * (wd * w))
 
 
 @pytest.mark.parametrize("bucket_bytes,order", [

@@ -208,8 +208,8 @@ class Training:
         """``Stopped`` by ``what``, with what to try after a run that ``diverged`` (else met a NaN or Inf), and that
         the checkpoint of epoch ``kept`` is kept (0: none was written). The divergence rule reads the training loss
         summed over every rank, so under mpiexec every rank stops alike (``every_rank``: rank 0 alone says it), as it
-        does at a NaN ``every_rank`` meets (``Fitting``'s: in that loss, or in gradients summed across ranks); a NaN
-        in the latest batch's loss is rank 0's alone."""
+        does at a NaN ``Fitting`` meets (in that loss, or in gradients summed across ranks; the latest batch's loss
+        stops a run alone only)."""
         lr, c = self.config["lr"], self.config
         larger = [f"--{dashed(key)} than {c[key]}" for key in ("momentum", "weight_decay")
                   if c.get(key)]  # given, and as large a cause

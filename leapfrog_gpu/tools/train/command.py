@@ -346,11 +346,24 @@ def _writable_dir(directory):
 
 def _open_metrics(path):
     """The ``--metrics`` file, open to append (or nothing, for no ``path``), as a context manager: a fresh run
-    empties it once it starts (``Report.start``), not before a question the user may decline. Unbuffered: a line
-    that fails to be written is not written again as the file closes."""
+    empties it with its first line (``Report``), not before, and a file it made that is still empty when the run
+    ends (refused, say, or stopped before that line) is removed. Unbuffered: a line that fails to be written is not
+    written again as the file closes."""
     if path is None:
         return contextlib.nullcontext()
+    made = not os.path.lexists(path)
     try:
-        return open(path, "ab", buffering=0)
+        file = open(path, "ab", buffering=0)
     except OSError as error:
         raise UsageError(f"--metrics {path}: {error.strerror}") from None
+    return _removed_if_empty(file, path) if made else file
+
+
+@contextlib.contextmanager
+def _removed_if_empty(file, path):
+    try:
+        with file:
+            yield file
+    finally:
+        if os.path.isfile(path) and not os.path.getsize(path):
+            os.remove(path)

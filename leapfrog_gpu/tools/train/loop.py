@@ -228,13 +228,12 @@ class Report:
 
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
+        self.fresh = False
 
     def start(self):
-        """A fresh run starts: its ``--metrics`` file (open to append) starts empty, where it is a file (not a pipe or
-        a device)."""
-        if self._regular():
-            with writing(f"to --metrics {self.metrics_file.name}"):
-                self.metrics_file.truncate(0)
+        """A fresh run starts: its first record empties the ``--metrics`` file (open to append) where it is a file
+        (not a pipe or a device), so that a run that stops before it leaves the file as it was."""
+        self.fresh = True
 
     @contextlib.contextmanager
     def recorded(self, record):
@@ -247,6 +246,10 @@ class Report:
         start, line = file.tell() if self._regular() else None, (json.dumps(record) + "\n").encode()
         try:
             with writing(f"to --metrics {file.name}"):
+                if self.fresh and start is not None:  # the run's first record: the file is the run's from here
+                    start = 0
+                    file.truncate(0)
+                self.fresh = False
                 while line:  # an unbuffered write may take part of it
                     line = line[file.write(line):]
             yield

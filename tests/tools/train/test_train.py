@@ -1114,3 +1114,16 @@ def test_memory_limit_is_what_a_schedule_may_take_before_the_step_is_refused(cap
     assert re.fullmatch(r"leapfrog-train: error: NaumovScan needs \d+ bytes \(4.0 MiB\) .* over memory_limit="
                         r"1073742 bytes \(1.0 MiB\); pass a larger memory_limit .*", one_error_line(capsys))
     assert cli(*options, "--memory-limit", 0.01) == 0
+
+
+def test_a_run_refused_as_set_up_leaves_no_metrics_file_it_made(tmp_path, capsys):
+    """Refused at its estimate, the run wrote no line: a --metrics file it made is gone, one that was there is as it
+    was."""
+    options = ["--backend", "numpy", "--epochs", 1, "--hidden", "4x64", "--schedule", "naumov-scan", "--quiet",
+               "--memory-limit", 0.001]
+    assert cli(*options, "--metrics", tmp_path / "new.jsonl") == 2
+    (tmp_path / "old.jsonl").write_text('{"epoch": 1}\n')
+    assert cli(*options, "--metrics", tmp_path / "old.jsonl") == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["old.jsonl"]
+    assert (tmp_path / "old.jsonl").read_text() == '{"epoch": 1}\n'
+    assert "memory_limit" in capsys.readouterr().err

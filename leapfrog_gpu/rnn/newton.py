@@ -12,10 +12,11 @@ z_t = w a^{l-1,t} + u a^(i)_{t-1} + b and J_t = diag(sigma'(z_t)) u, the next it
 a linear recurrence, solved by the associative scan of ``TimeScan`` over the pairs (J_t, c_t), on time
 reversed (``core.triangular.suffix_scan``): by recursive doubling in ceil(log2 tau) rounds, or by cyclic
 reduction in 2·ceil(log2 tau) - 1 rounds and O(tau) products rather than O(tau·log2 tau) (``scan``; ``"auto"``:
-reduction for full Jacobians on the host, doubling on a GPU and for quasi's diagonals). Whatever J is,
-step 1 is exact after one iteration and every iteration makes at least one more step exact, so tau
-iterations give the sequential forward (to rounding); DEER's quadratic convergence usually takes far
-fewer.
+reduction for full Jacobians on the host, doubling on a GPU and for quasi's diagonals). Whatever J is, in
+exact arithmetic step 1 is exact after one iteration and every iteration makes at least one more step exact,
+so tau iterations give the sequential forward; DEER's quadratic convergence usually takes far fewer. In
+floating point the scan carries rounding through the products J_t...J_s, so on an expanding network tau
+iterations may end above ``tol`` (docs/rnn.md).
 
 - ``quasi=True`` keeps only the diagonal of J_t, sigma'(z_t) * diag(u) (quasi-DEER; a gated cell's in
   ``gated_newton``): the scan is elementwise, its memory O(tau·n) per sample instead of O(tau·n^2).

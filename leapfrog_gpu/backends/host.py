@@ -270,6 +270,11 @@ class NumpyBackend:
 
     closed = property(lambda self: not self.release.alive)
 
+    @property
+    def stopped(self):
+        """Whether the backend is closed and its threads have ended: the work queued before a ``release()`` is done."""
+        return self.closed and not any(s.thread is not None and s.thread.is_alive() for s in self._streams)
+
     # -- execution ----------------------------------------------------------------------------------
 
     def _check_open(self):

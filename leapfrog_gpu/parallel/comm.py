@@ -208,8 +208,8 @@ class Communicator:
 class MpiCommunicator(Communicator):
     """The ranks of an mpi4py communicator (``world()`` gives ``MPI.COMM_WORLD``'s).
 
-    Collectives that a backend's communication stream runs during a step go over a duplicate of ``comm``
-    of that backend's own (``engine``), so that they never mix with those the program's thread runs (loss
+    Collectives that a NumPy backend's communication stream runs during a step go over a duplicate of
+    ``comm`` of that backend's own (``engine``), so that they never mix with those the program's thread runs (loss
     sums, broadcasts) or another backend's. Every call that waits for the other ranks is watched
     (``timeout``).
     """
@@ -227,8 +227,9 @@ class MpiCommunicator(Communicator):
             node = comm.Split_type(MPI.COMM_TYPE_SHARED)
             self.local_rank = node.Get_rank()
             node.Free()
-        self._engines = weakref.WeakKeyDictionary()  # by backend
-        self._made = []  # (kind, weak reference to the backend it serves, engine), in the order made
+        self._engines = weakref.WeakKeyDictionary()  # a NumPy backend's, by backend
+        self._made = []  # (weak reference to the NumPy backend it serves, engine), in the order made
+        self._nccl = None
 
     def allgather(self, value):
         with self.watch("a gather over every rank"):
@@ -256,26 +257,28 @@ class MpiCommunicator(Communicator):
                 time.sleep(1e-3)
 
     def engine(self, backend):
-        """MPI over a duplicate of the communicator for the NumPy backend; NCCL for CuPy, its unique id broadcast
-        from rank 0. Each open backend has its own, made when its first network joins (every rank alike): the
-        communication streams of two backends would issue their sums in another order on another rank. That of a
-        backend closed (or gone) on every rank serves the next backend of its kind."""
-        engine = self._engines.get(backend)
-        if engine is None:
-            idle = [i for i, (kind, served, _) in enumerate(self._made)
-                    if kind == backend.name and getattr(served(), "closed", True)]
-            common = set.intersection(*map(set, self.allgather(idle)))  # gone on every rank alike
-            if common:
-                engine = self._made[min(common)][2]
-            elif backend.name == "cupy":
+        """NCCL for CuPy, one communicator that every CuPy backend shares (each enqueues its sums from the program's
+        thread, in program order on every rank), its unique id broadcast from rank 0. MPI for the NumPy backend, over a duplicate of the
+        communicator of the backend's own, made when its first network joins (every rank alike): the communication
+        streams of two backends, threads, would reach their sums in another order on another rank. The duplicate of
+        a backend stopped (or gone) on every rank serves the next."""
+        if backend.name == "cupy":
+            if self._nccl is None:
                 unique_id = self.bcast(collective.nccl_unique_id() if self.rank == 0 else None)
                 with self.watch("setting up NCCL"):
-                    engine = collective.NcclSum(backend.xp, self.size, self.rank, unique_id)
+                    self._nccl = collective.NcclSum(backend.xp, self.size, self.rank, unique_id)
+            return self._nccl
+        engine = self._engines.get(backend)
+        if engine is None:
+            idle = [i for i, (served, _) in enumerate(self._made) if getattr(served(), "stopped", True)]
+            common = set.intersection(*map(set, self.allgather(idle)))  # on every rank alike
+            slot = min(common) if common else len(self._made)
+            if common:
+                engine = self._made[slot][1]
             else:
                 with self.watch("duplicating the communicator"):
                     engine = collective.MpiSum(self._comm.Dup())
-            slot = min(common) if common else len(self._made)
-            self._made[slot:slot + 1] = [(backend.name, weakref.ref(backend), engine)]
+            self._made[slot:slot + 1] = [(weakref.ref(backend), engine)]
             self._engines[backend] = engine
         return engine
 

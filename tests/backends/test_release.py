@@ -256,6 +256,20 @@ def test_a_backend_dropped_unclosed_runs_what_it_queued_then_ends_its_threads():
         gc.enable()
 
 
+def test_a_backend_released_is_stopped_once_what_it_queued_has_run():
+    """``release()`` returns at once, the backend closed; ``stopped`` once its threads, done with the work queued
+    before it, have ended (a communicator gives the backend's duplicate to another backend then, not before)."""
+    gate = threading.Event()
+    backend = NumpyBackend()
+    backend.launch(backend.comm_stream(), "gated", gate.wait)
+    assert not backend.stopped
+    backend.release()
+    assert backend.closed and not backend.stopped
+    gate.set()
+    assert ended([s.thread for s in backend._streams]) == []
+    assert backend.stopped
+
+
 # -- blas_limits: a release never waits, and the threads come back on the thread that set them -----------
 
 

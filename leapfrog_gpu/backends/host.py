@@ -37,9 +37,8 @@ ORDERS = ("main-first", "workers-first", "random")
 
 
 class NumpyBackend:
-    """NumPy arrays on host streams. ``with NumpyBackend() as backend: ...`` joins every thread on exit;
-    ``release()`` ends it without waiting (``host_streams.stop``): what a network collected unclosed calls for a
-    backend it made by name, on whatever thread collects it.
+    """NumPy arrays on host streams. ``with NumpyBackend() as backend: ...`` joins every thread on exit; ``release()``
+    ends it without waiting (``host_streams.stop``), for a network collected unclosed, on the thread collecting it.
 
     Args:
         mode: one of ``MODES`` (see the module docstring).
@@ -269,11 +268,8 @@ class NumpyBackend:
                 stream.thread.join()
 
     closed = property(lambda self: not self.release.alive)
-
-    @property
-    def stopped(self):
-        """Whether the backend is closed and its threads have ended: the work queued before a ``release()`` is done."""
-        return self.closed and not any(s.thread is not None and s.thread.is_alive() for s in self._streams)
+    stopped = property(lambda self: self.closed and not any(s.thread and s.thread.is_alive() for s in self._streams),
+                       doc="Closed, and its threads ended: the work queued before a ``release()`` is done.")
 
     # -- execution ----------------------------------------------------------------------------------
 

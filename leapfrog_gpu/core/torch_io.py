@@ -74,12 +74,19 @@ def linear_parameters(linear):
     return w, b
 
 
-def check_parameters(module, held_by=None):
-    """Raise a ValueError naming the first parameter of ``module`` that a network could not hold as the module does:
-    one held under two names (tied, or a module registered twice: each of a network's layers holds its own), one on
-    the meta device (no values to read), or, given ``held_by`` (module types), one held by a module of none of them
-    (the RNN's ``from_torch`` reads the modules, not the forward that may use such a one: a learned initial state).
-    A frozen parameter is read, and the network trains it."""
+def check_module(module, held_by=None):
+    """Raise a ValueError naming the first of ``module``'s submodules (itself included) whose forward hooks, or any
+    module's (``register_module_forward_hook``), change what it computes where from_torch reads the modules alone;
+    or the first parameter that a network could not hold as the module does: one held under two names (tied, or a
+    module registered twice: each of a network's layers holds its own), one on the meta device (no values to read),
+    or, given ``held_by`` (module types), one held by a module of none of them (the RNN's ``from_torch`` reads the
+    modules, not the forward that may use such a one: a learned initial state). A frozen parameter is read, and the
+    network trains it."""
+    hooked = _hooks(module)
+    if hooked:
+        raise ValueError(f"from_torch cannot read the forward hooks {hooked}, which change what it computes: remove "
+                         "them (handle.remove(), on the handle that registering one returned), or fold what they do "
+                         "into the module")
     named = {}
     for owner_name, owner in module.named_modules(remove_duplicate=False):
         for name, tensor in owner.named_parameters(recurse=False, remove_duplicate=False):
@@ -94,6 +101,19 @@ def check_parameters(module, held_by=None):
             if tensor.device.type == "meta":
                 raise ValueError(f"parameter {where} is on the meta device, which holds no values: give it values "
                                  "first (module.to_empty(device='cpu'), then initialise it)")
+
+
+def _hooks(module):
+    """Where forward hooks or pre-hooks would run on ``module``: ``"of every module"`` (global ones),
+    ``"on module 'name'"``, ``"on the module"`` (itself), or None."""
+    torch = import_torch()
+    every = torch.nn.modules.module
+    if getattr(every, "_global_forward_hooks", None) or getattr(every, "_global_forward_pre_hooks", None):
+        return "of every module (register_module_forward_hook)"
+    for name, owner in module.named_modules(remove_duplicate=False):
+        if owner._forward_hooks or owner._forward_pre_hooks:
+            return f"on module {name!r}" if name else "on the module"
+    return None
 
 
 def as_arrays(tensors, xp):

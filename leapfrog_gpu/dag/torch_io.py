@@ -125,7 +125,7 @@ def read_module(module):
     named ``"x"`` too (the input's name), an activation that does not follow a ``Linear``'s output alone, a
     concatenation along another dim, a sum with a number, a node that leads nowhere, an output that a node
     reads; a module torch.fx cannot trace; a parameter no network holds as the module does
-    (``core.torch_io.check_parameters``).
+    (``core.torch_io.check_module``), or a forward hook.
     """
     torch = torch_io.import_torch()
     if not isinstance(module, torch.nn.Module):
@@ -135,7 +135,7 @@ def read_module(module):
     for node in traced.graph.nodes:
         getattr(reader, node.op, reader.refuse)(node)
     read = reader.finish()
-    torch_io.check_parameters(module)
+    torch_io.check_module(module)
     return read
 
 

@@ -199,7 +199,7 @@ def read_module(module):
                              "the widths do not chain")
     dtype = str(weights[0].dtype).removeprefix("torch.")
     tensors = (weights, recurrent, biases) + ((b_hn,) if cell == "gru" else ())
-    torch_io.check_parameters(module, (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear))
+    torch_io.check_module(module, (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear))
     return sizes, cell, "tanh" if cell != "elman" else head.nonlinearity, activation, dtype, tensors
 
 

@@ -143,6 +143,31 @@ def test_from_torch_copies_so_training_the_network_never_writes_the_module(torch
         assert_bitwise(network_parameters(net), trained)
 
 
+def test_from_torch_refuses_a_module_whose_forward_hooks_change_what_it_computes(torch):
+    """from_torch reads the modules (the MLP's, the RNN's) or their traced forward (the DAG's), neither of which runs
+    a hook: a hook on a Linear that doubles its output was read as the Linear alone."""
+    modules = {MLP: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)),
+               DagNet: torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)),
+               RNN: hand_made(torch)}
+    hooked = {MLP: lambda m: m[0], DagNet: lambda m: m[2], RNN: lambda m: m.rnn}
+    where = {MLP: "on module '0'", DagNet: "on module '2'", RNN: "on module 'rnn'"}
+    for network, module in modules.items():
+        hooks = {where[network]: lambda: hooked[network](module).register_forward_hook(lambda m, i, output: output * 2),
+                 "on the module": lambda: module.register_forward_pre_hook(lambda m, given: given),
+                 "of every module (register_module_forward_hook)":
+                     lambda: torch.nn.modules.module.register_module_forward_hook(lambda m, i, output: output)}
+        for place, register in hooks.items():
+            hook = register()
+            try:
+                with pytest.raises(ValueError, match=f"^from_torch cannot read the forward hooks {re.escape(place)}, "
+                                                     "which change what it computes: remove them"):
+                    network.from_torch(module, backend="numpy")
+            finally:
+                hook.remove()
+        with network.from_torch(module, backend="numpy") as net:  # without them
+            assert net.dtype == "float32"
+
+
 class RankOne(Mirror):
     """Rank 1 of two, to which rank 0's parameters are all ``RANK_ZERO``."""
 

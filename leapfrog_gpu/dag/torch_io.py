@@ -117,8 +117,8 @@ def read_module(module):
 
     ``nodes`` are ``(name, layer, inputs)`` triples for ``DagNet``; ``tensors`` ``{node: {name: tensor}}``,
     the module's detached (sharing its memory): w and b of each ``Linear`` (b zeros without a bias), gamma and
-    beta of each ``LayerNorm`` (ones and zeros where it has none). ``n_input`` is the width of a ``Linear``
-    or ``LayerNorm`` that reads the input; ``dtype`` the name of the module's first parameter's dtype (torch's
+    beta of each ``LayerNorm`` (ones and zeros where it has none). ``n_input`` is found from a ``Linear``
+    or ``LayerNorm`` that reads the input, alone or through sums and concatenations (``input_width``); ``dtype`` the name of the module's first parameter's dtype (torch's
     default dtype with none). A TypeError refuses what is not a module; a ValueError names the first node
     that a DagNet cannot compute and its op, saying why: any other module, function, method or attribute, a
     second input, a module called twice (a node's parameters are its own), a submodule ``x`` whose fx node is
@@ -163,7 +163,8 @@ class _Reader:
         self.nodes, self.tensors, self.fx = {}, {}, {}  # by node name: (layer, inputs), parameters, its fx node
         self.of = {}  # fx node -> the name of the node (or INPUT) whose output it is
         self.called = {}  # module name -> the fx node that called it
-        self.n_input = self.returned = None  # returned: the node the module returns
+        self.takes = {}  # a Linear's or LayerNorm's node -> the width of its input
+        self.returned = None  # the node the module returns
 
     # -- one method per fx op ------------------------------------------------------------------------
 
@@ -285,8 +286,8 @@ class _Reader:
         self.nodes[name], self.fx[name], self.of[node] = (layer, inputs), node, name
         if params:
             self.tensors[name] = params
-        if self.n_input is None and takes is not None and inputs == [INPUT]:
-            self.n_input = int(takes)
+        if takes is not None:
+            self.takes[name] = int(takes)
 
     def operand(self, node, keywords=()):
         """The one node ``node`` reads, refusing other arguments and keywords but ``keywords``."""
@@ -314,12 +315,30 @@ class _Reader:
             if name not in read and name != self.returned:
                 raise self.refused(self.fx[name], "is read by no node and is not the output: a DagNet has one "
                                                   "output, the one node nothing reads; remove it")
-        if self.n_input is None:
-            raise ValueError("no Linear or LayerNorm reads the input alone, so its width is not known: from_torch "
-                             "reads the input's width from one")
+        n_input = self.input_width()
+        if n_input is None:
+            raise ValueError("the input's width is not known: from_torch reads it from a Linear or LayerNorm that "
+                             "reads the input, alone or through sums and concatenations")
         dtype = next((p.dtype for p in self.traced.parameters()), self.torch.get_default_dtype())
         nodes = [(v, layer, inputs) for v, (layer, inputs) in self.nodes.items()]
-        return self.n_input, nodes, str(dtype).removeprefix("torch."), self.tensors
+        return n_input, nodes, str(dtype).removeprefix("torch."), self.tensors
+
+    def input_width(self):
+        """The input's width n, from the first node, in the graph's order, whose width constrains it: each node's
+        width is alpha n + beta (a Dense node's its own, a concatenation's the sum of its inputs'); a Linear's or
+        LayerNorm's input has its width, an Add's inputs one width. None where nothing constrains it."""
+        width = {INPUT: (1, 0)}
+        for v, (layer, inputs) in self.nodes.items():
+            widths = [width[u] for u in inputs]
+            if v in self.takes:
+                widths.append((0, self.takes[v]))
+            if type(layer) is not Concat:  # the inputs and the width taken are one width
+                for (alpha, beta), (other, more) in zip(widths, widths[1:]):
+                    if alpha != other and (more - beta) % (alpha - other) == 0:
+                        return (more - beta) // (alpha - other)
+            width[v] = ((0, layer.n) if type(layer) is Dense else
+                        tuple(map(sum, zip(*widths))) if type(layer) is Concat else widths[0])
+        return None
 
     def refuse(self, node):
         raise self.refused(node, f"is not one from_torch reads: it reads {READS}")

@@ -195,6 +195,14 @@ def test_from_torch_then_to_torch_gives_the_module_back_bitwise(name):
     assert_bitwise(rows(back, x), rows(module, x))
 
 
+def input_through_joins(backend, dtype="float64", seed=9):
+    """The input read by Concats and an Add, and by no Linear or LayerNorm alone: its width is found through them
+    (from the Linear that reads its concatenation with itself)."""
+    return DagNet(4, [("twice", Concat(), ["x", "x"]), ("h", Dense(4, "tanh"), "twice"), ("s", Add(), ["x", "h"]),
+                      ("c", Concat(), ["x", "s", "x"]), ("norm", LayerNorm(), "c"), ("out", Dense(2), "norm")],
+                  dtype=dtype, seed=seed, backend=backend)
+
+
 def layer_norm_dag(backend, dtype="float64", seed=9):
     """A three-way sum and a LayerNorm of eps 1e-3."""
     return DagNet(4, [("a", Dense(5, "relu"), "x"), ("b", Dense(5, "tanh"), "x"), ("c", Dense(5), "x"),
@@ -203,8 +211,8 @@ def layer_norm_dag(backend, dtype="float64", seed=9):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("make", [NETS["residual"], NETS["densenet"], layer_norm_dag], ids=["residual", "densenet",
-                                                                                              "layer_norm"])
+@pytest.mark.parametrize("make", [NETS["residual"], NETS["densenet"], layer_norm_dag, input_through_joins],
+                         ids=["residual", "densenet", "layer_norm", "input_through_joins"])
 def test_to_torch_then_from_torch_gives_the_network_back_bitwise(make, dtype):
     rng = np.random.default_rng(4)
     with make("numpy", dtype=dtype) as net:
@@ -428,8 +436,11 @@ def test_what_is_not_one_graph_from_one_input_to_one_output_is_refused():
         DagNet.from_torch(calls(lambda m, x: (h := m.lin(x), m.out(h))[0]), backend="numpy")
     with pytest.raises(ValueError, match="^the module returns its input: a DagNet's output is a node of its own$"):
         DagNet.from_torch(nn.Identity(), backend="numpy")
-    with pytest.raises(ValueError, match="^no Linear or LayerNorm reads the input alone, so its width is not known"):
-        DagNet.from_torch(Calls(lambda m, x: m.out(torch.cat([x, x], 1)), out=nn.Linear(6, 2)), backend="numpy")
+    with pytest.raises(ValueError, match="^the input's width is not known: from_torch reads it from a Linear or "
+                                         "LayerNorm that reads the input, alone or through sums and concatenations$"):
+        DagNet.from_torch(Calls(lambda m, x: x + x), backend="numpy")
+    with DagNet.from_torch(Calls(lambda m, x: m.out(torch.cat([x, x], 1)), out=nn.Linear(6, 2)), backend="numpy") as net:
+        assert net.n["x"] == 3  # through the concatenation, which the Linear reads: 2 n = 6
 
 
 def test_without_torch_from_torch_says_how_to_install_it(monkeypatch):

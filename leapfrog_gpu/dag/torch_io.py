@@ -239,8 +239,11 @@ class _Reader:
         self.add_node(node, LayerNorm(part.eps), [self.operand(node)], detached, n)
 
     def activate(self, node, activation, keywords=()):
-        """Give the ``Dense`` node of the ``Linear`` whose output alone ``node`` reads its ``activation``."""
+        """Give the ``Dense`` node of the ``Linear`` whose output alone ``node`` reads its ``activation`` (through
+        ``Identity`` modules that nothing else reads)."""
         source = node.args[0] if node.args else None
+        while self.passed_over(source) and len(source.users) == 1:
+            source = source.args[0]
         name = self.of.get(source) if isinstance(source, self.torch.fx.Node) else None
         layer = self.nodes[name][0] if name in self.nodes else None
         if not (type(layer) is Dense and layer.activation == "identity" and self.fx[name] is source
@@ -251,6 +254,11 @@ class _Reader:
         self.operand(node, keywords)
         self.nodes[name] = (Dense(layer.n, activation), self.nodes[name][1])
         self.of[node] = name
+
+    def passed_over(self, node):
+        """Whether fx node ``node`` calls an ``Identity`` module."""
+        return (isinstance(node, self.torch.fx.Node) and node.op == "call_module"
+                and type(self.traced.get_submodule(node.target)) is self.torch.nn.Identity)
 
     def add(self, node):
         if len(node.args) != 2 or node.kwargs:

@@ -293,6 +293,20 @@ def test_from_torch_refuses_a_submodule_x_whose_node_would_be_the_input():
         assert net.order == ["x_1", "out"] and worst(net.feedforward(x), rows(module, x)) < 1e-12
 
 
+def test_from_torch_passes_over_an_identity_between_a_linear_and_its_activation():
+    """``Identity`` modules are passed over there too (they were refused: the activation's operand was the Identity's
+    output, not the Linear's); one that something else reads is not."""
+    module = nn.Sequential(nn.Linear(3, 4), nn.Identity(), nn.ReLU(), nn.Linear(4, 2)).double()
+    x = np.random.default_rng(2).uniform(-1, 1, (3, 5))
+    with DagNet.from_torch(module, backend="numpy") as net:
+        assert [(v, repr(net.layer[v])) for v in net.order] == [("0", "Dense(4, 'relu')"), ("3", "Dense(2, 'identity')")]
+        assert worst(net.feedforward(x), rows(module, x)) < 1e-15
+    read_twice = Calls(lambda m, x: m.out(torch.relu(h := m.i(m.lin(x))) + h), lin=nn.Linear(3, 3), i=nn.Identity(),
+                       out=nn.Linear(3, 2))
+    with pytest.raises(ValueError, match="^node 'relu' \\(call_function torch.relu\\) applies relu to node 'i'"):
+        DagNet.from_torch(read_twice, backend="numpy")
+
+
 def test_from_torch_names_the_nodes_and_joins_a_sum_of_sums():
     module, _, _ = case("mixed")
     with DagNet.from_torch(module, backend="numpy") as net:

@@ -122,12 +122,12 @@ def save(net, path, **more):
              {"kind": type(optimizer).__name__, "hyper": optimizer.hyper(), "step": steps}}
     arrays = [(array_name(unit, name, slot), array) for slot, params in [(None, net.parameters()), *held.items()]
               for unit, named in params.items() for name, array in named.items()]
-    names = [name for name, _ in arrays]
+    names = [name for name, _ in arrays] + ["state"]
     twice = [name for name in names if names.count(name) > 1 or f"{name}.npy" in names]
     if twice:
-        raise ValueError(f"two parameters of this {kind} would both be read from a file as {twice[0]!r} (a parameter's "
-                         "name, then its unit's; NumPy reads a name ending in .npy without it too): rename one of "
-                         "their units")
+        raise ValueError(f"two arrays of this {kind} would both be read from a file as {twice[0]!r} (a parameter's "
+                         "name, then its unit's, and the file's 'state'; NumPy reads a name ending in .npy without it "
+                         "too): rename one of their units")
     text = json.dumps(state)  # a value that is not JSON-able raises here, before anything is written
     try:
         with replaced_atomically(path, prefix=f".{path.name}-") as temporary, open(temporary, "wb") as file:

@@ -20,7 +20,7 @@ import pytest
 
 import leapfrog_gpu
 from helpers import Gate, assert_bitwise_equal, batch, dense_net, flip_last_byte, residual_net
-from leapfrog_gpu import MLP, RNN, SGD, Adam, AdamW, DagNet, Dense, LayerNorm
+from leapfrog_gpu import MLP, RNN, SGD, Adam, AdamW, DagNet, Dense, Layer, LayerNorm
 from leapfrog_gpu.backends import to_host
 from leapfrog_gpu.core import saving
 from leapfrog_gpu.dag.network import residual
@@ -359,7 +359,7 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
         with pytest.raises(TypeError, match="is not JSON serializable"):
             saving.save(net, path, note=object())
     with DagNet(3, [("eta2", Dense(3), "x"), ("2", LayerNorm(), "eta2"), ("out", Dense(2), "2")],
-                backend="numpy") as dag, pytest.raises(ValueError, match="^two parameters of this DagNet would both be "
+                backend="numpy") as dag, pytest.raises(ValueError, match="^two arrays of this DagNet would both be "
                                                                          "read from a file as 'beta2' "):
         dag.save(path)  # b of "eta2", beta of "2"
     clash = type("Dense", (Gate,), {})  # a class of one's own under the name of leapfrog_gpu's
@@ -388,10 +388,35 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
                                             "SGD, Adam, AdamW again, and no subclass of them$"):
             net.save(path)
     with DagNet(2, [("h", Dense(3), "x"), ("h.npy", Dense(2), "h")], backend="numpy") as dag:  # "wh.npy" read as "wh"
-        with pytest.raises(ValueError, match="^two parameters of this DagNet would both be read from a file as 'wh' "):
+        with pytest.raises(ValueError, match="^two arrays of this DagNet would both be read from a file as 'wh' "):
+            dag.save(path)
+    with DagNet(2, [("tate", Scale(), "x"), ("out", Dense(2), "tate")], backend="numpy") as dag:  # s of tate: "state"
+        with pytest.raises(ValueError, match="^two arrays of this DagNet would both be read from a file as 'state' "
+                                             r"\(a parameter's name, then its unit's, and the file's 'state'"):
             dag.save(path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
+
+
+class Scale(Layer):
+    """a = s * x, elementwise: a layer whose parameter ``s`` names an array "state" in node "tate"."""
+
+    params = ("s",)
+
+    def size(self, sizes):
+        return sizes[0]
+
+    def init(self, rng, sizes):
+        return {"s": np.ones(sizes[0])}
+
+    def forward(self, backend, params, inputs):
+        return inputs[0] * params["s"][:, None], {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g * params["s"][:, None]]
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {"s": (g * inputs[0]).sum(axis=1)}
 
 
 def test_a_folder_or_what_is_no_path_is_refused_and_nothing_is_written(tmp_path):

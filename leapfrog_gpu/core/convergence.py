@@ -47,10 +47,11 @@ class Solver:
         buffers exceed its ``memory_limit``. A solver without buffers of its own solves any."""
 
     def _report(self, steps, what, measure, tol):
-        """Say that the solve stopped after ``steps`` ``what`` with ``measure`` above ``tol``, unconverged."""
-        message = (f"{self!r} stopped after {steps} {what} with a relative {measure} above tol={tol}: its output "
-                   "is not the forward pass's (NaN or Inf counts as unconverged); allow more iterations, or compare "
-                   "stats['converged'] before using it")
+        """Say that the solve stopped after ``steps`` ``what`` with ``measure`` above ``tol`` (None: short of the
+        steps that make it exact), unconverged."""
+        short = f"with a relative {measure} above tol={tol}" if tol is not None else "short of those that make it exact"
+        message = (f"{self!r} stopped after {steps} {what} {short}: its output is not the forward pass's (NaN or "
+                   "Inf counts as unconverged); allow more iterations, or compare stats['converged'] before using it")
         if self.strict:
             raise RuntimeError(message)
         if not self._warned:

@@ -14,11 +14,10 @@ output's, the number of non-input nodes on the longest path (a chain of L layers
 """
 
 import json
-import numbers
 from collections.abc import Iterable, Mapping
 
 from ..core import parameters, saving
-from ..core.checks import check_batch
+from ..core.checks import check_batch, check_count
 from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
@@ -60,8 +59,7 @@ class DagNet(Network):
 
     def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", check_finite=False,
                  comm=None):
-        if isinstance(n_input, bool) or not isinstance(n_input, numbers.Integral) or n_input < 1:
-            raise ValueError(f"n_input must be an integer width >= 1; got {n_input!r}")
+        n_input = check_count("n_input", n_input)
         self.cost = choose("cost", cost, COSTS)
         self.layer, self.inputs = _check_nodes(nodes)
         self.order = _topological(self.layer, self.inputs)
@@ -246,7 +244,8 @@ def _check_nodes(nodes):
             raise TypeError(f"every node must be a (name, layer, inputs) triple; got {entry!r}")
         name, node_layer, node_inputs = entry
         if not isinstance(name, str) or not name or name == INPUT:
-            raise ValueError(f"node names must be non-empty strings other than {INPUT!r}; got {name!r}")
+            raise (ValueError if isinstance(name, str) else TypeError)(
+                f"node names must be non-empty strings other than {INPUT!r}; got {name!r}")
         if name in layer:
             raise ValueError(f"node {name!r} is given twice")
         if not isinstance(node_layer, Layer):

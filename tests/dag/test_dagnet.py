@@ -2,6 +2,7 @@
 against the sequential order with the rounds of their formulas, and validation that says what is wrong."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -344,11 +345,19 @@ def test_bad_graphs_say_what_is_wrong(nodes, message):
     ([("a", Dense(3), 5)], "node 'a': its inputs must be a node's name or a list of names ('x' is the input); got 5"),
     ([("a", Dense(3), ["x", None])],
      "node 'a': its inputs must be a node's name or a list of names ('x' is the input); got ['x', None]"),
+    ([(3, Dense(3), "x")], "node names must be non-empty strings other than 'x'; got 3"),
 ])
 def test_nodes_of_the_wrong_type_say_what_is_expected(nodes, message):
     with pytest.raises(TypeError) as info:
         DagNet(2, nodes, backend="numpy")
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("n_input,error", [("3", TypeError), (True, TypeError), (3.0, TypeError), (0, ValueError)])
+def test_n_input_is_an_integer_width(n_input, error):
+    """A value that is no integer is a TypeError, as MLP([5, 2.5]) is; one below 1 a ValueError."""
+    with pytest.raises(error, match=f"^n_input must be an integer >= 1; got {re.escape(repr(n_input))}$"):
+        DagNet(n_input, [("a", Dense(3), "x")], backend="numpy")
 
 
 class ShortLayer(Layer):

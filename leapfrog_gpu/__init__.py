@@ -24,7 +24,7 @@ _HOMES = {
     "SGD": "optimizers", "Adam": "optimizers", "AdamW": "optimizers",
     "MLP": "mlp", "NaumovScan": "mlp", "NaumovJacobi": "mlp",
     "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn", "TimeNewton": "rnn",
-    "DagNet": "dag", "Layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
+    "DagNet": "dag", "Layer": "dag", "check_layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
     "LevelSets": "dag", "DagJacobi": "dag", "DagDoubling": "dag", "ForwardJacobi": "dag", "ForwardNewton": "dag",
     "load": "saving",
 }

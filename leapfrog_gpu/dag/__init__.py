@@ -1,15 +1,17 @@
 """Networks that are DAGs of layers: ``DagNet`` (``network``), layers known by their Jacobians
-(``layers``), the backward schedules of a DAG (``schedules``), the forward pass as a triangular
-solve (``forward``) and the DAG to and from a PyTorch module (``torch_io``).
+(``layers``), a layer of one's own checked against its forward pass (``layer_check``), the backward
+schedules of a DAG (``schedules``), the forward pass as a triangular solve (``forward``) and the DAG
+to and from a PyTorch module (``torch_io``).
 """
 
 from .forward import ForwardJacobi, ForwardNewton
+from .layer_check import check_layer
 from .layers import Add, Concat, Dense, Layer, LayerNorm
 from .network import DagNet
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
-__all__ = ["DagNet", "Layer", "Dense", "Add", "Concat", "LayerNorm", "LevelSets", "DagJacobi", "DagDoubling",
-           "ForwardJacobi", "ForwardNewton"]
+__all__ = ["DagNet", "Layer", "Dense", "Add", "Concat", "LayerNorm", "check_layer", "LevelSets", "DagJacobi",
+           "DagDoubling", "ForwardJacobi", "ForwardNewton"]
 
 
 def __getattr__(name):

@@ -1,0 +1,69 @@
+"""``check_layer``: a layer of one's own against central differences of its forward pass. Every layer of the
+library and the tests' ``Gate`` pass; a layer with one wrong product, a wrong Jacobian or a wrong output shape
+is refused naming what is wrong (a DagNet trained on it silently, each schedule on its own wrong gradients)."""
+
+import re
+
+import pytest
+
+from helpers import Gate
+from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
+from leapfrog_gpu.dag.layers import DenseBlock
+
+
+@pytest.mark.parametrize("layer,sizes", [
+    (Dense(3, "tanh"), [4]), (Dense(2, "sigmoid"), [5]), (Dense(4, "relu"), [3]), (Dense(1, "identity"), [1]),
+    (Add(), [3, 3, 3]), (Concat(), [2, 1, 3]), (LayerNorm(), [4]), (LayerNorm(eps=0.3), [2]), (Gate(), [4]),
+], ids=repr)
+def test_every_layer_of_the_library_passes(layer, sizes):
+    assert check_layer(layer, sizes, batch=2, seed=3) is None
+
+
+class TwiceTheInputs(Gate):
+    """vjp_inputs doubled."""
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [2 * g * saved["t"]]
+
+
+class NoBias(Gate):
+    """vjp_params without c's."""
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {"v": super().vjp_params(backend, params, inputs, saved, g)["v"]}
+
+
+class WrongJacobian(Gate):
+    """Right products, a Jacobian of their negatives (the block schedules read it, the chain does not)."""
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        return DenseBlock(backend.xp, -super().jacobian(backend, params, inputs, saved, i).dense())
+
+
+class OneRowShort(Gate):
+    def forward(self, backend, params, inputs):
+        a, saved = super().forward(backend, params, inputs)
+        return a[:-1], saved
+
+
+@pytest.mark.parametrize("layer,message", [
+    (TwiceTheInputs(), r"TwiceTheInputs\(\): vjp_inputs\(\.\.\.\)\[0\] differs from the central differences of its "
+                       r"forward by 0\.\d+, relative to 1 \+ the largest, above rtol=1e-06$"),
+    (NoBias(), re.escape("NoBias(): vjp_params(...)['c'] has shape (); the derivatives' is (4,)")),
+    (WrongJacobian(), r"WrongJacobian\(\): jacobian\(\.\.\., i=0\)\.dense\(\) differs .* by [01]\.\d+, relative"),
+    (OneRowShort(), re.escape("OneRowShort(): forward gave an output of shape (3, 3); size() says (4, 3)")),
+], ids=lambda value: type(value).__name__ if not isinstance(value, str) else "")
+def test_a_layer_that_is_wrong_is_refused_naming_what(layer, message):
+    with pytest.raises(ValueError, match=f"^{message}"):
+        check_layer(layer, [4])
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="^check_layer checks a leapfrog_gpu.dag.Layer; got type$"):
+        check_layer(Gate, [4])
+    with pytest.raises(TypeError, match=r"^sizes must be a list of input widths, such as \[4\] or \[4, 3\]; got 4$"):
+        check_layer(Gate(), 4)
+    with pytest.raises(ValueError, match="^an input width must be an integer >= 1; got 0$"):
+        check_layer(Gate(), [0])
+    with pytest.raises(ValueError, match="^rtol must be a number > 0"):
+        check_layer(Gate(), [4], rtol=0)

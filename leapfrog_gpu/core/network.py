@@ -102,10 +102,10 @@ class Network(OptimizerState):
 
     def _wait(self):
         """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken
-        back to that of the last step that updated."""
+        back to that of the last step that updated. A Ctrl-C in the wait leaves the count: the steps run on."""
         try:
             self.backend.synchronize()
-        except BaseException:
+        except Exception:
             self._recount()
             raise
 

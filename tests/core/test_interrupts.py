@@ -11,6 +11,7 @@ import pytest
 from helpers import assert_bitwise_equal
 from networks import network, network_batch
 from leapfrog_gpu import Adam, Leapfrog
+from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core import fitting
 
 pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
@@ -105,3 +106,32 @@ def test_a_ctrl_c_inside_a_step_of_a_run_counts_that_step_in_its_position(networ
         fitting.Fitting(net, x, y, **options, state=run.state()).run(progress=False)
         unbroken.fit(x, y, progress=False, **options)
         assert_bitwise_equal(host(net.parameters()), host(unbroken.parameters()))
+
+
+def test_a_ctrl_c_while_waiting_for_steps_leaves_their_count(network_name):
+    """Ctrl-C in ``synchronize()`` (``parameters``, ``save``, ``evaluate`` wait there too) while two steps are
+    queued (a deferred backend runs them in its synchronize, after the Ctrl-C): they still run, and the network
+    counts them (it took its count back to the steps that had run, one, so that the next Adam steps corrected their
+    bias by the wrong t)."""
+    x, y = network_batch(network_name, 4, seed=1, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64") as want:
+        for _ in range(5):
+            want.train_step(x, y, Adam(0.01), Leapfrog(2))
+        want = host(want.parameters())
+    with NumpyBackend(mode="deferred") as backend, network(network_name, backend, dtype="float64") as net:
+        net.train_step(x, y, Adam(0.01), Leapfrog(2))  # the optimizer's state made, which waits for the streams
+        wait = backend.synchronize
+        for _ in range(2):
+            net.train_step(x, y, Adam(0.01), Leapfrog(2))
+
+        def interrupted():
+            net.backend.synchronize = wait
+            raise KeyboardInterrupt
+
+        net.backend.synchronize = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            net.synchronize()
+        for _ in range(2):
+            net.train_step(x, y, Adam(0.01), Leapfrog(2))
+        assert_bitwise_equal(host(net.parameters()), want)
+        assert net.optimizer_state()["step"] == 5

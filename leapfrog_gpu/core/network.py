@@ -8,7 +8,7 @@ passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of ``core
 ``evaluate`` and ``predict`` over a dataset, ``core.fitting``), their checks (the learning rate, a schedule the
 network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums its gradients,
 ``parallel.reducer``) are written here once, over the plan's pass and step (``core.plan``); the optimizer's state
-beside the parameters in ``core.optimizer_state``.
+beside the parameters in ``core.optimizer_state``; one thread at a time in its calls (``core.serial``).
 
 A network's batch is an array whose last axis holds its B samples (the MLP's and the DagNet's (n_1, B), the
 RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B. Targets may be integer class
@@ -26,9 +26,10 @@ from .checks import check_dtype, check_eta, check_flag, finite, open_backend, sh
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
+from .serial import OneThreadAtATime
 
 
-class Network(OptimizerState):
+class Network(OneThreadAtATime, OptimizerState):
     """The shell of a network on ``backend`` in ``dtype``; ``check_finite``: refuse an update whose
     gradients hold a NaN or an Inf (``Controls``).
 
@@ -124,9 +125,8 @@ class Network(OptimizerState):
         checked = parameters.check(params, self._live(), self.dtype, self.backend.xp, self._label)
         self._check_open()
         self._wait()
-        xp = self.backend.xp
         for target, value in checked:
-            target[...] = xp.asarray(value)
+            target[...] = self.backend.xp.asarray(value)
         self._wait()
 
     def save(self, path):

@@ -1,0 +1,37 @@
+"""One thread at a time on a network: its public calls, from two threads at once, run one after the other.
+
+A step loads its batch into the plan's buffers, sets the step controls, counts the step and enqueues its launches
+and events; two threads doing that at once on one network interleave them (one step reading the other's batch, a
+count lost), which no stream order can undo. Each call named in ``SERIAL`` holds the network's lock (re-entrant:
+``fit`` calls ``train_step``) for as long as it runs; two networks run at once from two threads as ever.
+"""
+
+import functools
+import threading
+
+SERIAL = ("close", "synchronize", "parameters", "set_parameters", "save", "feedforward", "gradients", "backprop",
+          "train_step", "sgd_step", "fit", "evaluate", "predict", "optimizer_state", "set_optimizer_state",
+          "to_torch")
+"""The public calls that hold the lock: every one that enqueues work, waits for it or reads what it wrote."""
+
+
+class OneThreadAtATime:
+    """A base whose subclasses' calls of ``SERIAL``, their own or inherited, hold the instance's lock."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in SERIAL:
+            method = getattr(cls, name, None)
+            if method is not None and not hasattr(method, "serialized"):
+                setattr(cls, name, _serialized(method))
+
+
+def _serialized(method):
+    @functools.wraps(method)
+    def serialized(self, *args, **kwargs):
+        lock = self.__dict__.get("_serial") or self.__dict__.setdefault("_serial", threading.RLock())
+        with lock:
+            return method(self, *args, **kwargs)
+
+    serialized.serialized = True
+    return serialized

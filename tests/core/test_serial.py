@@ -1,0 +1,56 @@
+"""One network, two threads (``core.serial``): their calls run one after the other, so that two threads training one
+network take whole steps, as many as they made, in some order: with one batch and one optimizer, any order gives
+the steps one thread would make. Without the lock they interleaved a step's loads, controls and count (a count lost,
+parameters of no whole number of steps)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from helpers import assert_bitwise_equal
+from networks import NAMES, network, network_batch
+from leapfrog_gpu import Adam, Leapfrog
+from leapfrog_gpu.core import serial
+
+STEPS = 60
+"""Steps of each thread."""
+
+
+def host(params):
+    return [np.array(array) for named in params.values() for array in named.values()]
+
+
+def test_two_threads_training_one_network_take_whole_steps(network_name):
+    x, y = network_batch(network_name, 4, seed=2, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64") as want:
+        for _ in range(2 * STEPS):
+            want.train_step(x, y, Adam(0.01), Leapfrog(2))
+        want = host(want.parameters())
+    with network(network_name, "numpy", dtype="float64") as net:
+        failed = []
+
+        def train():
+            try:
+                for _ in range(STEPS):
+                    net.train_step(x, y, Adam(0.01), Leapfrog(2))
+                    net.parameters()  # a call that waits, between the other thread's steps
+            except Exception as error:  # noqa: BLE001 (said below, in the main thread)
+                failed.append(error)
+
+        threads = [threading.Thread(target=train) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failed
+        assert net.optimizer_state()["step"] == 2 * STEPS
+        assert_bitwise_equal(host(net.parameters()), want)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_call_named_holds_the_lock_on_every_network(name):
+    """A name of ``SERIAL`` that a network lacks, or overrides without the lock, would go unguarded."""
+    with network(name, "numpy") as net:
+        for call in serial.SERIAL:
+            assert getattr(getattr(type(net), call), "serialized", False), call

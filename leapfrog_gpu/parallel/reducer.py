@@ -22,10 +22,11 @@ from .comm import Communicator
 
 @contextlib.contextmanager
 def building(comm):
-    """The block in which a network allocates and draws its parameters, before it joins ``comm`` (``attach``):
-    with more than one rank, an error one rank meets there (MemoryError, or NumPy's ValueError for an array beyond
-    any address space: sizes it cannot hold) is raised on every rank (``Communicator.together``), so that no rank
-    waits in ``attach`` for a rank that failed."""
+    """A block that runs no collective, before one: a network allocating and drawing its parameters before it joins
+    ``comm`` (``attach``), or taking a module's before they are broadcast. With more than one rank, an error one rank
+    meets there (MemoryError, or a ValueError: NumPy's for an array beyond any address space, a parameter refused) is
+    raised on every rank (``Communicator.together``), so that no rank waits in the collective for a rank that
+    failed."""
     if isinstance(comm, Communicator) and comm.reduces:
         with comm.together(MemoryError, ValueError):
             yield

@@ -245,7 +245,8 @@ class RNNPlan(plan.Plan):
         check, checks, array = self.backend.ops.check_finite, [], controls.array
         for l in range(self.L, 1, -1):
             delta, steps = self.delta[l], self.tau if l < self.L or self.outputs == self.tau else 1
-            for i in range(delta.shape[1] - 1, -1, -1) if self.reducer is None else ():
+            last = -1 if self.reducer is None else delta.shape[1] - 1  # data-parallel: no delta checked
+            for i in range(delta.shape[1] - 1, last, -1):
                 t = i + 1 if steps == self.tau else self.tau
                 checks.append((check, array, delta[:, i], controls.code(f"delta[{l}] at t = {t}")))
             for name in ("w", "u", "b", "b_hn"):

@@ -11,7 +11,7 @@ or on the duplicates made from it, with the thread that made it and how that com
                 (rank 0: its communication stream blocked) while the program's thread sums and gathers
                 over the world, then one more; what the sum and the gather gave, and the parameters.
 ``two_backends`` two networks on two backends stepped in turn, then a third on a new backend once the first's
-                is closed (``two_backends``); the duplicates made, and the parameters.
+                is closed; the duplicates made, and the parameters.
 """
 
 import json

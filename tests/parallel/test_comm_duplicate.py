@@ -49,7 +49,6 @@ def test_collectives_of_the_program_while_sums_are_in_flight(tmp_path):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=f"rank {rank}")
 
 
-
 def test_each_backend_sums_over_its_own_duplicate(tmp_path):
     """Two networks on two backends, stepped in turn: each equals itself trained alone (over one duplicate, the
     two communication streams' sums met in another order on each rank: a network got the other's sums). A

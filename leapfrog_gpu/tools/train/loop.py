@@ -231,33 +231,39 @@ class Report:
         self.fresh = False
 
     def start(self):
-        """A fresh run starts: its first record empties the ``--metrics`` file (open to append) where it is a file
-        (not a pipe or a device), so that a run that stops before it leaves the file as it was."""
+        """A fresh run starts: its first record, once written whole with its checkpoint, empties the ``--metrics`` file
+        (open to append) of all else where it is a file (not a pipe or a device): a run that stops before leaves the
+        file as it was."""
         self.fresh = True
 
     @contextlib.contextmanager
     def recorded(self, record):
         """Around the block, ``record`` (None: none) written to the ``--metrics`` file, one JSON line: before the block
-        runs, and taken back if it raises (where the file can be cut). A write that fails raises ``Unwritten``."""
+        runs, and taken back if it raises (where the file can be cut); a fresh run's first, once the block has run,
+        alone in the file. A write that fails raises ``Unwritten``."""
         file = self.metrics_file
         if record is None or file is None:
             yield
             return
         start, line = file.tell() if self._regular() else None, (json.dumps(record) + "\n").encode()
         try:
-            with writing(f"to --metrics {file.name}"):
-                if self.fresh and start is not None:  # the run's first record: the file is the run's from here
-                    start = 0
-                    file.truncate(0)
-                self.fresh = False
-                while line:  # an unbuffered write may take part of it
-                    line = line[file.write(line):]
+            self._write(line)
             yield
         except BaseException:
             if start is not None:
                 with contextlib.suppress(OSError):  # what failed to write may fail to cut
                     file.truncate(start)
             raise
+        if self.fresh and start:  # what an earlier run wrote goes once this run has its first record
+            with writing(f"to --metrics {file.name}"):
+                file.truncate(0)
+            self._write(line)
+        self.fresh = False
+
+    def _write(self, line):
+        with writing(f"to --metrics {self.metrics_file.name}"):
+            while line:  # an unbuffered write may take part of it
+                line = line[self.metrics_file.write(line):]
 
     def _regular(self):
         """Whether the ``--metrics`` file is a file, which can be emptied and cut (``core.saving.regular``)."""

@@ -726,6 +726,22 @@ def test_a_run_that_never_starts_leaves_the_metrics_file_of_an_earlier_run(tmp_p
     assert [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()] == [1, 2]
 
 
+def test_a_fresh_run_whose_first_checkpoint_fails_leaves_the_metrics_file_of_an_earlier_run(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """Its first record is taken back with the checkpoint it goes with, and the earlier run's lines stay (they went
+    once that record was written whole, before the checkpoint: the file was left empty)."""
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"epoch": 7}\n')
+
+    def full(directory, net, training):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save", full)
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run", "--metrics", metrics) == 5
+    assert "cannot write the checkpoint" in one_error_line(capsys)
+    assert metrics.read_text() == '{"epoch": 7}\n'
+
+
 @pytest.mark.parametrize("command", ["leapfrog-train", "leapfrog-bench"])
 @pytest.mark.parametrize("module", ["numpy", "tqdm"])
 def test_ctrl_c_while_the_command_starts_exits_130_with_one_line(command, module):

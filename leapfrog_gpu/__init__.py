@@ -8,8 +8,8 @@ package per network, each a peer of the others and importing none of them: ``mlp
 solvers of its backward pass), ``rnn`` (``RNN``, BPTT and the scans over time) and ``dag`` (``DagNet``,
 networks that are DAGs of layers, their schedules and forward solvers). ``parallel`` sums gradients across
 processes; ``backends`` is where arrays live and how streams run; ``reference`` is the plain NumPy
-reference in the book's notation; ``datasets`` the data ``leapfrog-train`` trains on, for ``net.fit`` too. Imports point downwards only: tools -> networks -> core -> parallel ->
-backends.
+reference in the book's notation; ``datasets`` the data ``leapfrog-train`` trains on, for ``net.fit`` too.
+Imports point downwards only: tools -> networks -> core -> parallel -> backends.
 
 >>> from leapfrog_gpu import MLP, Leapfrog
 >>> net = MLP([64, 128, 128, 10], backend="numpy")
@@ -24,7 +24,8 @@ _HOMES = {
     "SGD": "optimizers", "Adam": "optimizers", "AdamW": "optimizers",
     "MLP": "mlp", "NaumovScan": "mlp", "NaumovJacobi": "mlp",
     "RNN": "rnn", "BPTT": "rnn", "Wavefront": "rnn", "TimeScan": "rnn", "NaumovRNN": "rnn", "TimeNewton": "rnn",
-    "DagNet": "dag", "Layer": "dag", "check_layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag", "LayerNorm": "dag",
+    "DagNet": "dag", "Layer": "dag", "check_layer": "dag", "Dense": "dag", "Add": "dag", "Concat": "dag",
+    "LayerNorm": "dag",
     "LevelSets": "dag", "DagJacobi": "dag", "DagDoubling": "dag", "ForwardJacobi": "dag", "ForwardNewton": "dag",
     "load": "saving",
 }

@@ -22,7 +22,8 @@ def grid_parser(prog, doc, backend_help="", batch_help="batch sizes B", sizes=(2
     p.add_argument("--sizes", type=integers(1, "size"), default=list(sizes), metavar="N[,N...]",
                    help=f"widths N (default {','.join(map(str, sizes))})")
     p.add_argument("--layers", type=integers(2, "layer count"), default=list(layers), metavar="L[,L...]",
-                   help=f"layers L, the input layer included, each network [N] * L (default {','.join(map(str, layers))})")
+                   help="layers L, the input layer included, each network [N] * L "
+                        f"(default {','.join(map(str, layers))})")
     p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
                    help=f"{batch_help} (default 1,64)")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")

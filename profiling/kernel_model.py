@@ -260,7 +260,8 @@ def _pipeline(kernel, times, loads, stores, stages, units):
         load_u = max(loads / units, HBM_LATENCY / stages)
         first, during_last = max(HBM_LATENCY, load_u), 0.0
     else:  # delta and a come from L2 (their time is compute's); rank_update_sgd's w from HBM, over its stages
-        load_u = during_last = max(loads / units, HBM_LATENCY / stages) if kernel == "rank_update_sgd" else loads / units
+        load_u = during_last = (max(loads / units, HBM_LATENCY / stages) if kernel == "rank_update_sgd"
+                                else loads / units)
         first = L2_LATENCY
     compute_u, store_u = compute / units, stores / units
     return {"first": first, "steady": (units - 1) * max(load_u, compute_u, store_u),

@@ -115,15 +115,15 @@ def read_module(module):
     A node is named after its module where the module's name is one name (no ``.``) not taken yet, else after
     the fx node (``"add_1"``).
 
-    ``nodes`` are ``(name, layer, inputs)`` triples for ``DagNet``; ``tensors`` ``{node: {name: tensor}}``,
-    the module's detached (sharing its memory): w and b of each ``Linear`` (b zeros without a bias), gamma and
-    beta of each ``LayerNorm`` (ones and zeros where it has none). ``n_input`` is found from a ``Linear``
-    or ``LayerNorm`` that reads the input, alone or through sums and concatenations (``input_width``); ``dtype`` the name of the module's first parameter's dtype (torch's
-    default dtype with none). A TypeError refuses what is not a module; a ValueError names the first node
-    that a DagNet cannot compute and its op, saying why: any other module, function, method or attribute, a
-    second input, a module called twice (a node's parameters are its own), a submodule ``x`` whose fx node is
-    named ``"x"`` too (the input's name), an activation that does not follow a ``Linear``'s output alone, a
-    concatenation along another dim, a sum with a number, a node that leads nowhere, an output that a node
+    ``nodes`` are ``(name, layer, inputs)`` triples for ``DagNet``; ``tensors`` ``{node: {name: tensor}}``, the
+    module's detached (sharing its memory): w and b of each ``Linear`` (b zeros without a bias), gamma and beta of
+    each ``LayerNorm`` (ones and zeros where it has none). ``n_input`` is found from a ``Linear`` or ``LayerNorm``
+    that reads the input, alone or through sums and concatenations (``input_width``); ``dtype`` the name of the
+    module's first parameter's dtype (torch's default dtype with none). A TypeError refuses what is not a module; a
+    ValueError names the first node that a DagNet cannot compute and its op, saying why: any other module, function,
+    method or attribute, a second input, a module called twice (a node's parameters are its own), a submodule ``x``
+    whose fx node is named ``"x"`` too (the input's name), an activation that does not follow a ``Linear``'s output
+    alone, a concatenation along another dim, a sum with a number, a node that leads nowhere, an output that a node
     reads; a module torch.fx cannot trace; a parameter no network holds as the module does
     (``core.torch_io.check_module``), or a forward hook.
     """

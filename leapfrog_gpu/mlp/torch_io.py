@@ -68,6 +68,6 @@ def read_module(module):
         if w.shape[1] != sizes[l - 2]:
             raise ValueError(f"the Linear of layer {l} takes {w.shape[1]} inputs but layer {l - 1} has "
                              f"{sizes[l - 2]} units: the widths do not chain")
-    activation = after[0] if after[0] in torch_io.MODULES else "sigmoid"  # after[0] is the output's with no hidden layer
+    activation = after[0] if after[0] in torch_io.MODULES else "sigmoid"  # the output's where no layer is hidden
     torch_io.check_module(module)
     return sizes, activation, after[-1], str(weights[0].dtype).removeprefix("torch."), (weights, biases)

@@ -258,10 +258,10 @@ class MpiCommunicator(Communicator):
 
     def engine(self, backend):
         """NCCL for CuPy, one communicator that every CuPy backend shares (each enqueues its sums from the program's
-        thread, in program order on every rank), its unique id broadcast from rank 0. MPI for the NumPy backend, over a duplicate of the
-        communicator of the backend's own, made when its first network joins (every rank alike): the communication
-        streams of two backends, threads, would reach their sums in another order on another rank. The duplicate of
-        a backend stopped (or gone) on every rank serves the next."""
+        thread, in program order on every rank), its unique id broadcast from rank 0. MPI for the NumPy backend, over
+        a duplicate of the communicator of the backend's own, made when its first network joins (every rank alike):
+        the communication streams of two backends, threads, would reach their sums in another order on another rank.
+        The duplicate of a backend stopped (or gone) on every rank serves the next."""
         if backend.name == "cupy":
             if self._nccl is None:
                 unique_id = self.bcast(collective.nccl_unique_id() if self.rank == 0 else None)

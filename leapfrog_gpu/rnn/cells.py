@@ -71,8 +71,8 @@ GATED = {"gru": "a GRU", "lstm": "an LSTM"}
 
 class StepWork(typing.NamedTuple):
     """The elementwise work of one step of a cell, per unit and sample, as the counters count it (``schedules``,
-    ``state_scan``, ``gated_newton``): one flop per operation, σ and tanh one each; elements moved with each operand read
-    once and each result written once (kernels/gates.cu's traffic). ``forward``: flops of z = w x + b + u h and
+    ``state_scan``, ``gated_newton``): one flop per operation, σ and tanh one each; elements moved with each operand
+    read once and each result written once (kernels/gates.cu's traffic). ``forward``: flops of z = w x + b + u h and
     the rest of the step; ``backward``: flops of the step's deltas from dh^t, at every step; ``carried``: flops of
     what a step t > 1 adds into step t - 1 beside (u^l)^T delta's product, the product's own add included;
     ``moved`` and ``carried_moved``: the elements the backward step moves beside the products, at every step and at

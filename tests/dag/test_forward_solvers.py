@@ -31,7 +31,8 @@ def test_jacobi_is_bitwise_after_d_sweeps_and_not_after_d_minus_1(backend, name)
     assert np.array_equal(net.feedforward(x, solver=exact), want)
     assert exact.stats["sweeps"] == net.depth and exact.stats["converged"] and KEYS <= set(exact.stats)
     short = ForwardJacobi(max_sweeps=net.depth - 1)
-    with pytest.warns(RuntimeWarning, match=f"stopped after {net.depth - 1} sweeps short of those that make it exact: "):
+    with pytest.warns(RuntimeWarning, match=f"stopped after {net.depth - 1} sweeps short of those that make it "
+                                            "exact: "):
         assert not np.allclose(net.feedforward(x, solver=short), want, rtol=1e-6, atol=0)
     assert short.stats["sweeps"] == net.depth - 1 and not short.stats["converged"]
 

@@ -299,7 +299,8 @@ def test_from_torch_passes_over_an_identity_between_a_linear_and_its_activation(
     module = nn.Sequential(nn.Linear(3, 4), nn.Identity(), nn.ReLU(), nn.Linear(4, 2)).double()
     x = np.random.default_rng(2).uniform(-1, 1, (3, 5))
     with DagNet.from_torch(module, backend="numpy") as net:
-        assert [(v, repr(net.layer[v])) for v in net.order] == [("0", "Dense(4, 'relu')"), ("3", "Dense(2, 'identity')")]
+        assert [(v, repr(net.layer[v])) for v in net.order] == [("0", "Dense(4, 'relu')"),
+                                                                ("3", "Dense(2, 'identity')")]
         assert worst(net.feedforward(x), rows(module, x)) < 1e-15
     read_twice = Calls(lambda m, x: m.out(torch.relu(h := m.i(m.lin(x))) + h), lin=nn.Linear(3, 3), i=nn.Identity(),
                        out=nn.Linear(3, 2))
@@ -453,7 +454,8 @@ def test_what_is_not_one_graph_from_one_input_to_one_output_is_refused():
     with pytest.raises(ValueError, match="^the input's width is not known: from_torch reads it from a Linear or "
                                          "LayerNorm that reads the input, alone or through sums and concatenations$"):
         DagNet.from_torch(Calls(lambda m, x: x + x), backend="numpy")
-    with DagNet.from_torch(Calls(lambda m, x: m.out(torch.cat([x, x], 1)), out=nn.Linear(6, 2)), backend="numpy") as net:
+    concatenated = Calls(lambda m, x: m.out(torch.cat([x, x], 1)), out=nn.Linear(6, 2))
+    with DagNet.from_torch(concatenated, backend="numpy") as net:
         assert net.n["x"] == 3  # through the concatenation, which the Linear reads: 2 n = 6
 
 

@@ -31,8 +31,8 @@ from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...core.saving import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
-from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, parse_args_on_a_backend, path,
-                   plural, too_large, writing)
+from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, parse_args_on_a_backend,
+                   path, plural, too_large, writing)
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 

@@ -146,13 +146,21 @@ def _unequal(name, error):
                       f"no array ({error})")
 
 
-def targets(xp, y, shape, axis, outputs, activation, dtype, noun):
+def targets(xp, y, shape, axis, outputs, activation, dtype, noun, cost):
     """The targets ``y`` stands for where it has ``shape``, the outputs' shape less their axis of ``outputs``
     units, which goes at ``axis`` (the samples' B, axis 0; or (tau, B) for an RNN's output at every step, axis
     1): for one output, its values with that axis put in; for two or more outputs of classes (their
     ``activation`` a hidden layer's, sigmoid, tanh or relu: not identity, a regression's), the one-hot targets of
     integer class labels in 0..outputs-1, in ``dtype``, on the device ``y`` is on. ``y`` as given where its shape
-    is another; a ValueError with the hint to one-hot encode where it has that shape but cannot be class labels."""
+    is another; a ValueError with the hint to one-hot encode where it has that shape but cannot be class labels,
+    and for a ``cost`` of cross-entropy where a target is no probability (``check_probabilities``)."""
+    y = _targets(xp, y, shape, axis, outputs, activation, dtype, noun)
+    if cost == "cross_entropy":
+        check_probabilities(xp, y, outputs)
+    return y
+
+
+def _targets(xp, y, shape, axis, outputs, activation, dtype, noun):
     given = shape_of("y", y)
     if given != tuple(shape):
         if len(given) == len(shape) and given[axis:axis + 1] != (outputs,) and outputs > 1 \
@@ -181,6 +189,21 @@ def targets(xp, y, shape, axis, outputs, activation, dtype, noun):
                          f"({noun}'s {outputs} outputs, one per class): one-hot encode other targets as shape {target}")
     one_hot = (y[..., None] == xp.arange(outputs)).astype(dtype)
     return xp.ascontiguousarray(xp.moveaxis(one_hot, -1, axis))
+
+
+def check_probabilities(xp, y, outputs):
+    """Raise a ValueError where targets ``y`` of a cross-entropy cost (on the host or ``xp``'s device; NaN and Inf
+    left to ``check_finite_as``) hold a value outside [0, 1], the probability of each of the ``outputs`` units: the
+    cost of such a target has no minimum, and training drives it below 0."""
+    y = real_array(xp, "y", y)
+    xp = np if isinstance(y, np.ndarray) else xp
+    bad = (y < 0) | (y > 1)
+    if bad.any():
+        value = y.reshape(-1)[int(xp.argmax(bad.reshape(-1)))].item()
+        labels = " (integer class labels need one output unit per class)" if outputs == 1 and value > 1 \
+            and float(value).is_integer() else ""
+        raise ValueError(f"y holds {value}: the targets of a cross-entropy cost are probabilities in [0, 1]{labels}; "
+                         "scale them, or build the network with cost='quadratic'")
 
 
 def finite(value):

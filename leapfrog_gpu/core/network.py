@@ -315,7 +315,7 @@ class Network(OneThreadAtATime, OptimizerState):
         shape, axis = self._labels(shape_of("x", x))
         if len(shape_of("y", y)) == len(shape):  # labels (of any count) are read against inputs that are a batch
             self._check_batch(x, None)  # or x is what is wrong
-        return targets(self.backend.xp, y, shape, axis, *self._outputs(), self.dtype, self.NOUN)
+        return targets(self.backend.xp, y, shape, axis, *self._outputs(), self.dtype, self.NOUN, self.cost)
 
     def _labels(self, x_shape):
         """The targets' shape less their axis of outputs for inputs of ``x_shape`` (x's less its axis of inputs),

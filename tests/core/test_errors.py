@@ -281,3 +281,42 @@ def test_a_step_or_a_score_without_targets_is_refused_and_changes_nothing(networ
         assert net.optimizer_state()["step"] == state["step"] == 1
     with network(network_name, "numpy") as fresh, pytest.raises(ValueError, match=r"^y \(the targets\) is required"):
         fresh.sgd_step(x, None, 0.1)
+
+
+CROSS_ENTROPY = {
+    "MLP": lambda: MLP([4, 6, 3], cost="cross_entropy", backend="numpy", dtype="float64"),
+    "RNN": lambda: RNN([4, 6, 3], cost="cross_entropy", output="every", backend="numpy", dtype="float64"),
+    "DagNet": lambda: DagNet(4, [("h", Dense(5), "x"), ("out", Dense(3, "sigmoid"), "h")], cost="cross_entropy",
+                             backend="numpy", dtype="float64"),
+}
+
+
+@pytest.mark.parametrize("name", CROSS_ENTROPY)
+def test_cross_entropy_targets_outside_zero_one_are_refused_and_change_nothing(name):
+    """The cost of a target outside [0, 1] has no minimum (2 ln a + ... falls without bound): training drove the loss
+    below 0 with no error. Refused by every call that reads targets; 0, 1 and between pass (labels too)."""
+    net = CROSS_ENTROPY[name]()
+    x = np.random.default_rng(0).uniform(-1, 1, (5, 4, 4) if name == "RNN" else (4, 4))
+    with net:
+        shape = net.feedforward(x).shape
+        inside = np.random.default_rng(1).uniform(0, 1, shape)
+        inside.reshape(-1)[:2] = 0.0, 1.0
+        net.train_step(x, inside, Adam(0.01))
+        net.train_step(x, np.zeros(shape[:-2] + shape[-1:], dtype=int), Adam(0.01))  # class labels
+        before = net.parameters()
+        for bad, shown in ((np.where(inside == 1.0, 2.0, inside), "2.0"), (inside - 1e-3, "-0.001")):
+            for call in (lambda: net.gradients(x, bad), lambda: net.train_step(x, bad, Adam(0.01)),
+                         lambda: net.evaluate(x, bad), lambda: net.fit(x, bad, 1, 2, Adam(0.01), progress=False)):
+                with pytest.raises(ValueError, match=f"^y holds {re.escape(shown)}[0-9]*: the targets of a cross-entropy "
+                                                     r"cost are probabilities in \[0, 1\]; scale them, or build the "
+                                                     "network with cost='quadratic'$"):
+                    call()
+        after = net.parameters()
+        assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])
+
+
+def test_integer_labels_for_one_cross_entropy_output_are_named_as_labels():
+    with MLP([4, 6, 1], cost="cross_entropy", backend="numpy") as net:
+        with pytest.raises(ValueError, match=r"^y holds 2: .* \[0, 1\] \(integer class labels need one output unit per "
+                                             r"class\); scale them"):
+            net.train_step(np.ones((4, 3)), np.array([0, 2, 1]), SGD(0.1))

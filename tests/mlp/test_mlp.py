@@ -95,3 +95,19 @@ def test_feedforward_refuses_what_is_not_a_forward_solver_of_an_mlp(solver):
                    f"got {re.escape(repr(solver))}")
         with pytest.raises(TypeError, match=f"^{message}$"):
             net.feedforward(np.ones((SIZES[0], 2)), solver=solver)
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True)], ids=["sequential", "fused"])
+def test_float32_bias_gradients_of_a_large_batch_are_one_rounding_from_the_sum(schedule):
+    """nabla_b sums delta over B = 65536 samples: the host's batch-major delta was summed one sample after another
+    in float32, 6e-4 from the float64 reference's sum (PyTorch's float32: 4e-7); now in float64, one rounding."""
+    rng = np.random.default_rng(3)
+    sizes, batch = [2, 3, 2], 65536
+    x = np.repeat(rng.uniform(-1, 1, (2, 1)), batch, axis=1).astype(np.float32)  # one sample, B times
+    y = np.repeat(rng.uniform(0, 1, (2, 1)), batch, axis=1).astype(np.float32)
+    with MLP(sizes, backend="numpy", dtype="float32", seed=4) as net:
+        weights, biases = [w.astype(np.float64) for w in net.weights], [b.astype(np.float64) for b in net.biases]
+        got = net.gradients(x, y, schedule)
+    want, _ = reference.backprop(weights, biases, x.astype(np.float64), y.astype(np.float64))
+    for l, b in zip((2, 3), want):
+        assert np.max(np.abs(got[l]["b"] - b)) / np.max(np.abs(b)) < 2e-6

@@ -81,7 +81,7 @@ def real_array(xp, name, value):
     if xp is np and type(value).__module__.startswith("cupy"):
         raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass its host copy "
                         "(.get())")
-    if not isinstance(getattr(value, "dtype", None), np.dtype):  # lists; another library's arrays (a torch tensor)
+    if not isinstance(value, (np.ndarray, xp.ndarray)):  # lists; another library's arrays (a tensor, a pandas Series)
         try:
             value = np.asarray(value)
         except ValueError as error:

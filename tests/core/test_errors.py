@@ -150,6 +150,31 @@ def test_integer_and_strided_batches_are_accepted(net):
         assert all(np.array_equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
 
 
+class Column:
+    """What a pandas Series is to NumPy: a NumPy dtype and a conversion (``__array__``), none of NumPy's indexing or
+    methods (``y[:, None]``, ``x.reshape`` raised pandas' or Python's own errors)."""
+
+    def __init__(self, values):
+        self._values = np.asarray(values)
+        self.dtype, self.shape = self._values.dtype, self._values.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return self._values if dtype is None else self._values.astype(dtype)
+
+    def __len__(self):
+        return len(self._values)
+
+
+def test_arrays_of_other_libraries_are_read_through_numpy(net):
+    x, labels = np.random.default_rng(5).uniform(-1, 1, (4, 6)), np.array([0, 1, 2, 2, 1, 0])
+    want = net.gradients(x, labels)
+    got = net.gradients(Column(x), Column(labels))
+    assert all(np.array_equal(got[l][name], want[l][name]) for l in want for name in want[l])
+    assert net.evaluate(Column(x), Column(labels)) == net.evaluate(x, labels)
+    assert np.array_equal(net.predict(Column(x)), net.predict(x))
+    assert len(net.fit(Column(x), Column(labels), 1, 3, SGD(0.0), progress=False)) == 1
+
+
 def test_bad_schedule(net):
     with pytest.raises(TypeError, match=r"Sequential\(\), Leapfrog\(k\), NaumovScan\(\)"):
         net.backprop(GOOD_X, GOOD_Y, schedule=2)

@@ -199,9 +199,9 @@ class Network(OneThreadAtATime, OptimizerState):
         norm of the batch-mean gradient is at most ``clip`` (``torch.nn.utils.clip_grad_norm_``), which needs
         every gradient before any update: an unfused schedule only.
 
-        An optimizer other than the plain ``SGD(eta)`` keeps its state (momentum buffer, moments) and the
-        step count t in the network's device memory (``optimizer_state()``), made by its first step; a step
-        by an optimizer of another kind or other hyper-parameters than that state's (lr aside) raises.
+        An optimizer other than the plain ``SGD(eta)`` keeps its state (momentum buffer, moments) and the step count
+        t in the network's device memory (``optimizer_state()``), made by its first step; a step by an optimizer of
+        another kind or other hyper-parameters than that state's (lr aside) raises (``set_optimizer_state`` switches).
 
         ``graph=True`` runs the step as a graph (``core.capture``): the first call at a batch shape, schedule
         and optimizer rule runs the step and captures it (``Leapfrog("auto")``'s first at a batch size runs

@@ -37,10 +37,12 @@ class OptimizerState:
     def set_optimizer_state(self, optimizer, state):
         """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and
         every slot of every parameter, checked before any is copied; an error changes nothing. At step 0 a slot may
-        be left out, and is then 0, as no step has made it (``{"step": 0}``: the state before any step)."""
+        be left out, and is then 0, as no step has made it (``{"step": 0}``: the state before any step). The state of
+        another optimizer than the one held replaces it (plain SGD's none: the state held goes), once the steps
+        enqueued have run: the way from one optimizer to another."""
         optimizer = optimizers.check(optimizer)
         self._check_open()
-        self._check_optimizer(optimizer)
+        self._check_optimizer(optimizer, held=False)
         steps = state.get("step") if isinstance(state, dict) else None
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
             raise ValueError(f"an optimizer state is a dict with 'step', an int >= 0; got {state!r:.80}")
@@ -67,6 +69,10 @@ class OptimizerState:
             if lacking:
                 raise ValueError(f"{slot} holds no {self._label(*lacking)}: a slot holds every parameter's, as "
                                  "optimizer_state() gives it")
+        if self._rule is not None and optimizer.rule() != self._rule:
+            self._wait()  # the steps enqueued run on the state they were given
+            self._rule = self._held = None
+            self._steps = 0
         if optimizer.plain:
             return
         if self._rule is None:
@@ -110,10 +116,11 @@ class OptimizerState:
                                "it shares with another network (raised to the first to synchronize) stopped them; "
                                f"its step count is back to {self._steps}, its parameters those after that step")
 
-    def _check_optimizer(self, optimizer):
-        """Raise if the network holds the state of another optimizer rule than ``optimizer``'s, or if one of its
-        hyper-parameters is out of its dtype's range: beyond the largest number (it would be inf), or in float32 lr or
-        eps above 0 and below the smallest normal number (0 on a GPU, whose kernels flush smaller float32 numbers)."""
+    def _check_optimizer(self, optimizer, held=True):
+        """Raise if the network holds the state of another optimizer rule than ``optimizer``'s (``held``: a step's,
+        which would mix them), or if one of its hyper-parameters is out of its dtype's range: beyond the largest
+        number (it would be inf), or in float32 lr or eps above 0 and below the smallest normal number (0 on a GPU,
+        whose kernels flush smaller float32 numbers)."""
         finfo = np.finfo(self.dtype)
         for name, value in optimizer.hyper().items():
             if max(value if isinstance(value, tuple) else (value,)) > float(finfo.max):
@@ -124,10 +131,12 @@ class OptimizerState:
                 raise ValueError(f"{said} {value!r} is below {self.dtype}'s smallest normal number, {finfo.tiny:.4g}, "
                                  f"which a GPU flushes to 0: give {said} >= {finfo.tiny:.4g}"
                                  + " or 0" * (name == "lr"))
-        if self._rule is not None and optimizer.rule() != self._rule:
-            held = self._held.named({k: v for k, v in self._held.hyper().items() if k != "lr"})
-            raise ValueError(f"this {type(self).__name__} holds the state of {held}; {optimizer!r} is another "
-                             "optimizer (only lr may change from step to step): steps cannot mix their states")
+        if held and self._rule is not None and optimizer.rule() != self._rule:
+            state = self._held.named({k: v for k, v in self._held.hyper().items() if k != "lr"})
+            raise ValueError(f"this {type(self).__name__} holds the state of {state}; {optimizer!r} is another "
+                             "optimizer (only lr may change from step to step): steps cannot mix their states; to go "
+                             "on with it, net.set_optimizer_state(optimizer, {'step': 0}) first (its state starts "
+                             "anew)")
 
     def _make_state(self, optimizer):
         """The state of ``optimizer``: zeros shaped as each parameter, one per slot, in device memory, the k-th slot

@@ -321,6 +321,8 @@ def test_another_optimizer_on_a_state_that_exists_is_refused_and_changes_nothing
             with pytest.raises(ValueError, match="holds the state of Adam") as raised:
                 net.train_step(x, y, other, Leapfrog(2))
             assert "\n" not in str(raised.value)
+            assert str(raised.value).endswith("to go on with it, net.set_optimizer_state(optimizer, {'step': 0}) first "
+                                              "(its state starts anew)")
         with pytest.raises(ValueError, match="holds the state of Adam"):
             net.sgd_step(x, y, 0.1)
         after = net.parameters()
@@ -724,6 +726,28 @@ def test_the_state_before_any_step_taken_back_in_is_a_fresh_networks(network_nam
         assert got["step"] == want["step"] == 1 and set(got) == set(want)
         assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
                        arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
+@pytest.mark.parametrize("then", [lambda: SGD(0.1, momentum=0.9, nesterov=True), lambda: AdamW(0.01),
+                                  lambda: Adam(0.01, betas=(0.8, 0.99)), lambda: SGD(0.1)],
+                         ids=["nesterov", "adamw", "other-betas", "plain"])
+def test_another_optimizers_state_at_step_0_switches_to_it(network_name, then):
+    """Pretrained by Adam, then ``set_optimizer_state(other, {"step": 0})``: the Adam state goes, and the steps by
+    ``other`` are a fresh network's from the same parameters, to the bit (a step by it was refused for good)."""
+    with network(network_name, "numpy") as net, network(network_name, "numpy") as fresh:
+        for step in range(2):
+            net.train_step(*network_batch(network_name, 5, seed=step), Adam(0.01))
+        net.set_optimizer_state(then(), {"step": 0})
+        fresh.set_parameters(net.parameters())
+        for model in (net, fresh):
+            for step in range(3):
+                model.train_step(*network_batch(network_name, 5, seed=9 + step), then())
+        got, want = net.optimizer_state(), fresh.optimizer_state()
+        assert set(got) == set(want) and got["step"] == want["step"] == (0 if then().plain else 3)
+        slots = [slot for slot in want if slot != "step"]
+        assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
+                       arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+        assert repr(net.held_optimizer()) == repr(fresh.held_optimizer())
 
 
 @pytest.mark.parametrize("steps", [0, 3])

@@ -122,7 +122,9 @@ def check_batch(xp, name, value, rows, dtype, sizes=None):
         value = value.reshape(-1, 1)
     if value.ndim != 2 or value.shape[0] != rows:
         network = "" if sizes is None else f" for sizes {sizes}"
-        raise ValueError(f"{name} must have shape ({rows}, B) or ({rows},){network}; got {given}")
+        rows_given = value.ndim == 2 and value.shape[1] == rows  # samples as rows, as PyTorch has them
+        raise ValueError(f"{name} must have shape ({rows}, B) or ({rows},){network}; got {given}"
+                         + (f": samples are columns here, pass {name}.T" if rows_given else ""))
     if value.shape[1] == 0:
         raise ValueError(f"{name} holds an empty batch: shape {tuple(value.shape)}, need B >= 1")
     check_finite_as(xp, name, value, dtype)

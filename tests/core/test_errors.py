@@ -345,3 +345,14 @@ def test_integer_labels_for_one_cross_entropy_output_are_named_as_labels():
         with pytest.raises(ValueError, match=r"^y holds 2: .* \[0, 1\] \(integer class labels need one output unit per "
                                              r"class\); scale them"):
             net.train_step(np.ones((4, 3)), np.array([0, 2, 1]), SGD(0.1))
+
+
+def test_samples_as_rows_are_told_to_transpose(net):
+    """PyTorch's layout (B, n): the error says that samples are columns here (where the shape is that one)."""
+    with pytest.raises(ValueError, match=r"^x must have shape \(4, B\) or \(4,\) for sizes \[4, 6, 3\]; got \(5, 4\): "
+                                         r"samples are columns here, pass x\.T$"):
+        net.feedforward(np.ones((5, 4)))
+    with pytest.raises(ValueError, match=r"; got \(5, 3\): samples are columns here, pass y\.T$"):
+        net.gradients(np.ones((4, 5)), np.ones((5, 3)))
+    with pytest.raises(ValueError, match=r"; got \(5, 7\)$"):
+        net.feedforward(np.ones((5, 7)))

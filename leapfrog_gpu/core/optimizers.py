@@ -17,18 +17,25 @@ TypeError, one out of range a ValueError, each in one line; lr alone may be set 
 """
 
 import copy
+import inspect
 import numbers
 
 from .checks import check_flag, check_real
 
 
 class _Made(type):
-    """Optimizers marked made once their construction (every ``__init__`` of the chain) has returned."""
+    """Optimizers marked made once their construction (every ``__init__`` of the chain) has returned; each class
+    shows its ``__init__``'s signature (``help``, ``inspect.signature``), which this ``__call__`` would hide."""
 
     def __call__(cls, *args, **kwargs):
         optimizer = super().__call__(*args, **kwargs)
         object.__setattr__(optimizer, "_made", True)
         return optimizer
+
+    @property
+    def __signature__(cls):
+        made = inspect.signature(cls.__init__)
+        return made.replace(parameters=list(made.parameters.values())[1:])  # less self
 
 
 class Optimizer(metaclass=_Made):

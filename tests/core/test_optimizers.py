@@ -14,6 +14,7 @@ read lr and t from device memory.
 
 import contextlib
 import copy
+import inspect
 import io
 import pickle
 
@@ -849,3 +850,11 @@ def test_graph_steps_on_the_cupy_stand_in_are_the_eager_steps(standin):
             host.train_step(*network_batch("MLP", 5, seed=step), Adam(rate), Leapfrog(2, fused=True))
         for got, want in zip(results[0], [np.array(a) for n in host.parameters().values() for a in n.values()]):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_each_optimizer_shows_the_signature_of_its_construction():
+    """``help(Adam)`` and an editor read ``inspect.signature``, which the class's ``__call__`` made
+    ``(*args, **kwargs)``."""
+    assert str(inspect.signature(SGD)) == "(lr, momentum=0, dampening=0, nesterov=False, weight_decay=0)"
+    assert str(inspect.signature(Adam)) == "(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0)"
+    assert str(inspect.signature(AdamW)) == "(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01)"

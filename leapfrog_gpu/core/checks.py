@@ -157,7 +157,7 @@ def targets(xp, y, shape, axis, outputs, activation, dtype, noun, cost):
     is another; a ValueError with the hint to one-hot encode where it has that shape but cannot be class labels,
     and for a ``cost`` of cross-entropy where a target is no probability (``check_probabilities``)."""
     y = _targets(xp, y, shape, axis, outputs, activation, dtype, noun)
-    if cost == "cross_entropy":
+    if cost == "cross_entropy" and shape_of("y", y) == (*shape[:axis], outputs, *shape[axis:]):  # else: its shape's
         check_probabilities(xp, y, outputs)
     return y
 
@@ -199,7 +199,7 @@ def check_probabilities(xp, y, outputs):
     cost of such a target has no minimum, and training drives it below 0."""
     y = real_array(xp, "y", y)
     xp = np if isinstance(y, np.ndarray) else xp
-    bad = (y < 0) | (y > 1)
+    bad = ((y < 0) | (y > 1)) & xp.isfinite(y)
     if bad.any():
         value = y.reshape(-1)[int(xp.argmax(bad.reshape(-1)))].item()
         labels = " (integer class labels need one output unit per class)" if outputs == 1 and value > 1 \

@@ -74,6 +74,7 @@ class OptimizerState:
             self._rule = self._held = None
             self._steps = 0
         if optimizer.plain:
+            self._controls.state = {}  # none kept: the next optimizer with a state makes its own
             return
         if self._rule is None:
             self._make_state(optimizer)

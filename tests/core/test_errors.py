@@ -328,16 +328,17 @@ def test_cross_entropy_targets_outside_zero_one_are_refused_and_change_nothing(n
         inside.reshape(-1)[:2] = 0.0, 1.0
         net.train_step(x, inside, Adam(0.01))
         net.train_step(x, np.zeros(shape[:-2] + shape[-1:], dtype=int), Adam(0.01))  # class labels
-        before = net.parameters()
+        before, steps = net.parameters(), net.optimizer_state()["step"]
         for bad, shown in ((np.where(inside == 1.0, 2.0, inside), "2.0"), (inside - 1e-3, "-0.001")):
             for call in (lambda: net.gradients(x, bad), lambda: net.train_step(x, bad, Adam(0.01)),
                          lambda: net.evaluate(x, bad), lambda: net.fit(x, bad, 1, 2, Adam(0.01), progress=False)):
-                with pytest.raises(ValueError, match=f"^y holds {re.escape(shown)}[0-9]*: the targets of a cross-entropy "
-                                                     r"cost are probabilities in \[0, 1\]; scale them, or build the "
-                                                     "network with cost='quadratic'$"):
+                with pytest.raises(ValueError, match=f"^y holds {re.escape(shown)}[0-9]*: the targets of a "
+                                                     r"cross-entropy cost are probabilities in \[0, 1\]; scale them, "
+                                                     "or build the network with cost='quadratic'$"):
                     call()
         after = net.parameters()
         assert all(np.array_equal(after[u][n], before[u][n]) for u in before for n in before[u])
+        assert net.optimizer_state()["step"] == steps == 2
 
 
 def test_integer_labels_for_one_cross_entropy_output_are_named_as_labels():

@@ -733,13 +733,19 @@ def test_the_state_before_any_step_taken_back_in_is_a_fresh_networks(network_nam
                                   lambda: Adam(0.01, betas=(0.8, 0.99)), lambda: SGD(0.1)],
                          ids=["nesterov", "adamw", "other-betas", "plain"])
 def test_another_optimizers_state_at_step_0_switches_to_it(network_name, then):
-    """Pretrained by Adam, then ``set_optimizer_state(other, {"step": 0})``: the Adam state goes, and the steps by
-    ``other`` are a fresh network's from the same parameters, to the bit (a step by it was refused for good)."""
-    with network(network_name, "numpy") as net, network(network_name, "numpy") as fresh:
-        for step in range(2):
-            net.train_step(*network_batch(network_name, 5, seed=step), Adam(0.01))
+    """Pretrained by Adam (its steps still queued: a deferred backend runs them when waited for), then
+    ``set_optimizer_state(other, {"step": 0})``: the Adam steps run on their state, which then goes, and the steps
+    by ``other`` are those of a fresh network given the parameters of the same Adam steps, to the bit (a step by it
+    was refused for good)."""
+    with NumpyBackend(mode="deferred") as deferred, network(network_name, deferred) as net, \
+            network(network_name, "numpy") as pretrained, network(network_name, "numpy") as fresh:
+        for model in (net, pretrained):
+            for step in range(4):
+                model.train_step(*network_batch(network_name, 5, seed=step), Adam(0.01), Leapfrog(2))
+                if step == 1:
+                    model.synchronize()  # two steps have made the state; two are queued on it
         net.set_optimizer_state(then(), {"step": 0})
-        fresh.set_parameters(net.parameters())
+        fresh.set_parameters(pretrained.parameters())
         for model in (net, fresh):
             for step in range(3):
                 model.train_step(*network_batch(network_name, 5, seed=9 + step), then())
@@ -749,6 +755,8 @@ def test_another_optimizers_state_at_step_0_switches_to_it(network_name, then):
         assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
                        arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
         assert repr(net.held_optimizer()) == repr(fresh.held_optimizer())
+        if then().plain:
+            assert not net._controls.state  # the Adam state goes
 
 
 @pytest.mark.parametrize("steps", [0, 3])

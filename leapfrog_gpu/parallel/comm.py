@@ -227,7 +227,6 @@ class MpiCommunicator(Communicator):
             node = comm.Split_type(MPI.COMM_TYPE_SHARED)
             self.local_rank = node.Get_rank()
             node.Free()
-        self._engines = weakref.WeakKeyDictionary()  # a NumPy backend's, by backend
         self._made = []  # (weak reference to the NumPy backend it serves, engine), in the order made
         self._nccl = None
 
@@ -268,7 +267,7 @@ class MpiCommunicator(Communicator):
                 with self.watch("setting up NCCL"):
                     self._nccl = collective.NcclSum(backend.xp, self.size, self.rank, unique_id)
             return self._nccl
-        engine = self._engines.get(backend)
+        engine = next((engine for served, engine in self._made if served() is backend), None)
         if engine is None:
             idle = [i for i, (served, _) in enumerate(self._made) if getattr(served(), "stopped", True)]
             common = set.intersection(*map(set, self.allgather(idle)))  # on every rank alike
@@ -279,7 +278,6 @@ class MpiCommunicator(Communicator):
                 with self.watch("duplicating the communicator"):
                     engine = collective.MpiSum(self._comm.Dup())
             self._made[slot:slot + 1] = [(weakref.ref(backend), engine)]
-            self._engines[backend] = engine
         return engine
 
     def watch(self, what):

@@ -39,14 +39,17 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
         def output():
             return np.asarray(layer.forward(backend, params, inputs)[0], dtype=np.float64)
 
+        def cost():  # the cost whose adjoint is abar
+            return (abar * output()).sum()
+
         a, saved = layer.forward(backend, params, inputs)
         if np.shape(a) != (n, batch):
             raise ValueError(f"{layer!r}: forward gave an output of shape {np.shape(a)}; size() says ({n}, {batch})")
         g = layer.error(backend, params, saved, abar)
         products = layer.vjp_params(backend, params, inputs, saved, g)
-        checks = [(f"vjp_inputs(...)[{i}]", given, _gradient(lambda: (abar * output()).sum(), x))
+        checks = [(f"vjp_inputs(...)[{i}]", given, _gradient(cost, x))
                   for i, (given, x) in enumerate(zip(layer.vjp_inputs(backend, params, inputs, saved, g), inputs))]
-        checks += [(f"vjp_params(...)[{name!r}]", products.get(name), _gradient(lambda: (abar * output()).sum(), p))
+        checks += [(f"vjp_params(...)[{name!r}]", products.get(name), _gradient(cost, p))
                    for name, p in params.items()]
         checks += [(f"jacobian(..., i={i}).dense()", layer.jacobian(backend, params, inputs, saved, i).dense(),
                     _jacobian(output, x)) for i, x in enumerate(inputs)]

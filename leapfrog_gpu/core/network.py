@@ -55,10 +55,8 @@ class Network(OneThreadAtATime, OptimizerState):
             weakref.finalize(self, self.backend.release)
         self._controls = Controls(self.backend, self.dtype)
         self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
-        self._held = None  # the optimizer that made that state
-        self._plans = {}
-        self.comm = None
-        self._closed = False
+        self._held, self._stepped = None, False  # the optimizer that made that state; a step since the last wait
+        self._plans, self.comm, self._closed = {}, None, False
 
     def __enter__(self):
         return self
@@ -95,10 +93,12 @@ class Network(OneThreadAtATime, OptimizerState):
     def _synchronize(self):
         self._wait()
         gradient, done = self._controls.read(self._steps)
+        stepped, self._stepped = self._stepped, False
         if gradient is not None:
             self._recount()
             self._controls.clear()
-            raise FloatingPointError(f"{gradient} holds NaN or Inf; update refused, parameters unchanged")
+            refused = "update refused, parameters unchanged" if stepped else "check_finite=True refuses such gradients"
+            raise FloatingPointError(f"{gradient} holds NaN or Inf; {refused}")
         self._check_count(done)
 
     def _wait(self):
@@ -176,8 +176,8 @@ class Network(OneThreadAtATime, OptimizerState):
 
     def gradients(self, x, y, schedule=None, *, solver=None):
         """The gradients of the cost on the batch, summed over it (with a communicator: over every rank's share
-        of it), under ``schedule`` (None: ``Sequential()``): copies shaped as ``parameters()``,
-        ``{unit: {name: array}}``."""
+        of it), under ``schedule`` (None: ``Sequential()``): copies shaped as ``parameters()``, ``{unit: {name:
+        array}}``. With ``check_finite``, a ``FloatingPointError`` where one holds NaN or Inf."""
         schedule, solver = self._check_schedule(schedule), self._check_solver(solver)
         plan, _ = self._load(x, self._targets(x, y), schedule, solver=solver)
         plan.backprop(schedule, None, solver)
@@ -217,7 +217,7 @@ class Network(OneThreadAtATime, OptimizerState):
             key = capture.key(samples, schedule, self.check_finite, (optimizer.rule(), clip))
             graph = capture.ready(plan, key, schedule)  # not Leapfrog("auto")'s first step at B: that one is eager
         with interrupts.held():  # a Ctrl-C meanwhile is raised once the step is enqueued whole
-            controls = self._controls
+            controls, self._stepped = self._controls, True
             if optimizer.plain:
                 controls.set_rate(optimizer.lr / samples)
             elif self._rule is None:
@@ -245,8 +245,7 @@ class Network(OneThreadAtATime, OptimizerState):
             self.backend.keep(plan, controls.array, reader=self)  # a network dropped meanwhile goes after its step
 
     def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
-        """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient; ``train_step`` by
-        ``SGD(eta)``."""
+        """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient (``train_step`` by ``SGD(eta)``)."""
         self.train_step(x, y, optimizers.SGD(check_eta(eta)), schedule, graph=graph, solver=solver)
 
     # -- a dataset in batches (``core.fitting``) ---------------------------------------------------------------

@@ -56,3 +56,17 @@ def test_the_refusal_names_the_deepest_bad_gradient(backend, schedule, graph):
         assert str(refused.value) == f"nabla_w[{L}] holds NaN or Inf; update refused, parameters unchanged"
         for got, want in zip(host(net.weights + net.biases), before):
             np.testing.assert_array_equal(got, want)
+
+
+def test_gradients_say_the_check_refused_them_not_an_update(backend):
+    """No step ran: the error says the check refused the gradients, and clears, so that the next step updates."""
+    x, y = batch(SIZES, 3)
+    with MLP(SIZES, activation="tanh", dtype="float64", backend=backend, check_finite=True) as net:
+        nan_in_the_last_weights(net)
+        with pytest.raises(FloatingPointError) as refused:
+            net.gradients(x, y)
+        assert str(refused.value) == f"nabla_w[{L}] holds NaN or Inf; check_finite=True refuses such gradients"
+        net.set_parameters({L: {"w": np.zeros((SIZES[-1], SIZES[-2]))}})
+        before = host(net.weights)
+        net.sgd_step(x, y, 0.5)
+        assert not np.array_equal(host(net.weights)[-1], before[-1])

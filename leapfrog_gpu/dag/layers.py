@@ -329,7 +329,12 @@ class LayerNorm(Layer):
         return [inv * (gx - mean - xhat * project)]
 
     def vjp_params(self, backend, params, inputs, saved, g):
-        return {"gamma": (g * saved["xhat"]).sum(axis=1), "beta": g.sum(axis=1)}
+        """Each sum over the batch as (6) sums nabla_b (``ops.nabla_b``: in float64 on the host)."""
+        xp, n = backend.xp, g.shape[0]
+        nabla_gamma, nabla_beta = xp.empty(n, dtype=g.dtype), xp.empty(n, dtype=g.dtype)
+        backend.ops.nabla_b(nabla_gamma, g * saved["xhat"])
+        backend.ops.nabla_b(nabla_beta, g)
+        return {"gamma": nabla_gamma, "beta": nabla_beta}
 
 
 LAYERS = {layer.__name__: layer for layer in (Dense, Add, Concat, LayerNorm)}

@@ -124,3 +124,23 @@ def test_layer_norm_refuses_an_eps_that_is_not_a_positive_finite_number(eps, err
     with pytest.raises(error) as info:
         LayerNorm(eps=eps)
     assert str(info.value) == message
+
+
+def test_float32_layernorm_sums_of_a_large_batch_are_one_rounding_from_the_sum():
+    """LayerNorm's nabla_gamma and nabla_beta sum over B = 65536 samples as (6) sums nabla_b: in float64 on the host,
+    one rounding from the float64 reference (a float32 sum, one sample after another, was 5e-4 off)."""
+    from leapfrog_gpu import DagNet
+
+    rng = np.random.default_rng(5)
+    batch, gamma, beta = 65536, rng.uniform(0.5, 2, 3), rng.uniform(-1, 1, 3)
+    x = np.repeat(rng.uniform(-1, 1, (3, 1)), batch, axis=1).astype(np.float32)  # one sample, B times
+    y = np.repeat(rng.uniform(0, 1, (3, 1)), batch, axis=1).astype(np.float32)
+    with DagNet(3, [("norm", LayerNorm(), "x")], dtype="float32") as net:
+        net.set_parameters({"norm": {"gamma": gamma, "beta": beta}})
+        got = net.gradients(x, y)["norm"]
+    sample = x[:, 0].astype(np.float64)
+    centred = sample - sample.mean()
+    xhat = centred / np.sqrt((centred ** 2).mean() + LayerNorm().eps)
+    error = gamma.astype(np.float32).astype(np.float64) * xhat + beta.astype(np.float32) - y[:, 0]  # dC/da, one sample
+    for name, want in (("gamma", batch * error * xhat), ("beta", batch * error)):
+        assert np.max(np.abs(got[name] - want)) / np.max(np.abs(want)) < 2e-6, name

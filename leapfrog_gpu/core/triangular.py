@@ -313,15 +313,18 @@ def jacobi(xp, A, X, X_next, limit, e=None, scratch=None, tol=0.0):
 
 
 def relative_change(xp, new, old, diff, sums):
-    """max over blocks of ||new_i - old_i|| / ||new_i|| (Frobenius over the batch; 0/0 counts as 0), blocks
-    along the first axis of ``new`` and ``old`` (n, B, N, 1). ``diff`` (their shape) and ``sums`` (2, n) are
-    float64 scratch (squares of small deltas underflow in float32). Waits for the stream to read the result."""
+    """max over blocks of ||new_i - old_i|| / ||new_i|| (Frobenius over the batch; 0/0 counts as 0, and NaN or Inf
+    in either as an infinite change), blocks along the first axis of ``new`` and ``old`` (n, B, N, 1). ``diff``
+    (their shape) and ``sums`` (2, n) are float64 scratch (squares of small deltas underflow in float32). Waits for
+    the stream to read the result."""
     xp.subtract(new, old, out=diff, dtype=np.float64)
     xp.square(diff, out=diff)
     xp.sum(diff, axis=(1, 2, 3), out=sums[0])
     xp.square(new, out=diff, dtype=np.float64)
     xp.sum(diff, axis=(1, 2, 3), out=sums[1])
     num, den = to_host(sums)
+    if not (np.isfinite(num).all() and np.isfinite(den).all()):
+        return math.inf
     changed = num > 0
     if not changed.any():
         return 0.0

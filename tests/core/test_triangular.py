@@ -159,6 +159,10 @@ def test_relative_change_by_hand():
     assert triangular.relative_change(np, new, old, *scratch) == pytest.approx(0.6)
     old[2] = 1.0  # new_2 = 0: a change over nothing
     assert triangular.relative_change(np, new, old, *scratch) == np.inf
+    old[2], new[2] = np.nan, np.nan  # NaN - NaN is NaN, which no comparison counts as a change
+    assert triangular.relative_change(np, new, old, *scratch) == np.inf
+    old[2] = new[2] = [[np.inf], [1.0]]
+    assert triangular.relative_change(np, new, old, *scratch) == np.inf
 
 
 def test_the_neumann_and_jacobi_counters_by_hand():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import NO_GPU, batch, batch_id, case_id
-from leapfrog_gpu import MLP, Sequential
+from leapfrog_gpu import MLP, Sequential, reference
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.mlp.naumov import NaumovJacobi, NaumovScan, scan_counters
 
@@ -154,6 +154,29 @@ def test_jacobi_warm_start_on_a_slowly_changing_network():
             assert max(sweeps[1:]) < L - 2, sweeps
         else:
             assert sweeps[1:] == [L - 2] * 4, sweeps
+
+
+def test_jacobi_warm_start_from_a_nan_iterate_sweeps_it_out():
+    """A pass whose deltas overflow to NaN leaves a NaN iterate; the next pass, warm from it, counts NaN as an
+    infinite change (NaN - NaN compares as no change at all) and sweeps until the iterate is exact again: its
+    gradients are the float64 reference's, not NaN with stats["converged"] True after one sweep."""
+    sizes = [4, 6, 6, 6, 6, 3]
+    x, y = batch(sizes, 2, dtype=np.float32)
+    huge = np.full_like(y, 3.4e38)
+    huge[0] = -3.4e38  # a - y overflows no float32, but w^T delta does
+    with MLP(sizes, activation="tanh", output_activation="identity", dtype="float32", seed=0, backend="numpy") as net:
+        weights, biases = ([p.astype(np.float64) for p in params] for params in (net.weights, net.biases))
+        warm = NaumovJacobi(tol=1e-6, warm_start=True)
+        net.gradients(x, y, warm)
+        overflowed = net.gradients(x, huge, warm)
+        assert not all(np.isfinite(named["w"]).all() for named in overflowed.values())
+        for _ in range(2):
+            got = net.gradients(x, y, warm)
+            assert warm.stats["converged"] and warm.stats["sweeps"] >= 1
+            want_b, want_w = reference.backprop(weights, biases, x.astype(np.float64), y.astype(np.float64), "tanh",
+                                                output_activation="identity")
+            for l, (b, w) in enumerate(zip(want_b, want_w), start=2):
+                assert relative_error(got[l]["w"], w) <= 1e-5 and relative_error(got[l]["b"], b) <= 1e-5, l
 
 
 def digits_accuracy(schedule, epochs=10, B=16, eta=0.1, seed=0):

@@ -106,8 +106,13 @@ __device__ void rank_tiles(T* out, T* nabla_b, const T* delta, const T* a, int n
             }
         }
     };
-    copy_chunk(0, 0);
-    commit_copies();
+#pragma unroll
+    for (int c = 0; c < RANK_STAGES - 1; ++c) {  // chunks 0 .. RANK_STAGES - 2 in flight, a group each (empty past
+        if (c < chunks) {                        // the last chunk), as the loop's waits count them
+            copy_chunk(c, c);
+        }
+        commit_copies();
+    }
     if (SGD) {  // the tile of w the update reads, in flight while the block computes
         const T* w = out;
         const bool wide_w = m % V == 0 && aligned16(w);

@@ -100,13 +100,25 @@ __device__ __forceinline__ int fold_half(T (&part)[N], int lane, int offset) {
     return upper ? HALF : 0;
 }
 
-// The sum of row[0, batch) over the 32 lanes of a warp, in lane `lane` 0: lane l adds row[l], row[l + 32], ...
-// in order, UNROLL of them loaded before their sum (which does not change the order), then the lanes' sums
-// meet in warp_sum. Every lane of the warp must call it. bias_sum (6) and rank_update_bias sum with it, so
-// they give the same bits.
+// The type a sum over the batch runs in: double for float, whose error, added one term after another, grows with B
+// (the host's (6) sums float32 in float64 too).
+template <typename T>
+struct Wide {
+    using type = T;
+};
+template <>
+struct Wide<float> {
+    using type = double;
+};
+
+// The sum of row[0, batch) over the 32 lanes of a warp, in lane `lane` 0, in Wide<T> rounded once to T: lane l adds
+// row[l], row[l + 32], ... in order, UNROLL of them loaded before their sum (which does not change the order), then
+// the lanes' sums meet in warp_sum. Every lane of the warp must call it. bias_sum (6) and rank_update_bias sum with
+// it, so they give the same bits.
 template <int UNROLL, typename T>
 __device__ __forceinline__ T row_sum(const T* row, int batch, int lane) {
-    T acc = T(0);
+    using Acc = typename Wide<T>::type;
+    Acc acc = Acc(0);
     for (int s0 = 0; s0 < batch; s0 += 32 * UNROLL) {
         T values[UNROLL];
 #pragma unroll
@@ -116,8 +128,8 @@ __device__ __forceinline__ T row_sum(const T* row, int batch, int lane) {
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
-            acc += values[u];
+            acc += Acc(values[u]);
         }
     }
-    return warp_sum(acc);
+    return T(warp_sum(acc));
 }

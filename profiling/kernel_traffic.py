@@ -102,7 +102,8 @@ def readme():
         "agreement within tolerance is expected, but for the optimizers' updates (`momentum_update`, "
         "`adam_update`): they round every product and sum on its own (`__fmul_rn`, ...: nothing contracted into "
         "a fused multiply-add) from constants the host rounds once, as their twins do, so they give their twins' "
-        "bits wherever nothing flushes."
+        "bits wherever nothing flushes. A float32 sum over the batch ((6), alone and beside (7)) runs in float64 "
+        "and is rounded once, as the host's is: its error does not grow with B."
     )
     lines = [
         "# Memory floor of each kernel",

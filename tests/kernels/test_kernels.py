@@ -304,6 +304,17 @@ def test_rank_updates_in_tiles_at_any_batch(cpu, request, monkeypatch, n, m, bat
     check_rank_updates(cpu, request, n, m, batch, dtype)
 
 
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_rank_updates_in_tiles_at_every_stage_count(cpu, request, monkeypatch, stages, dtype):
+    """RANK_STAGES chunks in flight, every count its asserts allow: the first RANK_STAGES - 1 staged before the
+    loop, which copies chunk c + RANK_STAGES - 1 (with chunk 0 alone staged first, chunk 1 at 3 stages was read
+    from a block's shared memory as it started: NaN on the harness)."""
+    monkeypatch.setattr(launch, "RANK_STAGES", stages)
+    monkeypatch.setattr(launch, "RANK_ROWS_PARTS", ())
+    check_rank_updates(cpu, request, 33, 31, 65, dtype)
+
+
 def check_rank_updates(device, request, n, m, batch, dtype):
     """(7), (7) fused with SGD, and (6) with (7) in one kernel on ``device``, each against its maths."""
     rng = np.random.default_rng([n, m, batch, 12])
@@ -440,6 +451,22 @@ def test_nabla_b(device, request, n, batch, dtype):
         return [np.abs(x["delta"]).sum(axis=1)]
 
     check(device, request, run, inputs, expect, magnitude)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_sums_over_the_batch_are_one_rounding_of_the_exact_sum(device, request, dtype):
+    """(6), alone and beside (7): 1e8 then 32 ones sum to 100000032, a float32 exactly; summed in float32 one term
+    after another each one is lost (1e8 + 1 rounds to 1e8), and a lane's ones summed first give 100000024. The sums
+    run in float64 (``Wide`` in vector.h; the twin's float64 sum), rounded once."""
+    delta = np.ones((3, 33), dtype)
+    delta[:, 0] = [1e8, -1e8, 3.0]
+    want = np.array([1e8 + 32, -1e8 + 32, 35.0], dtype)
+    nabla_b = device.to_device(nans(3, dtype))
+    device.ops.nabla_b(nabla_b, device.to_device(delta))
+    np.testing.assert_array_equal(device.to_host(nabla_b), want)
+    nabla_w, nabla_b = device.to_device(nans((3, 2), dtype)), device.to_device(nans(3, dtype))
+    device.ops.gradients(nabla_w, nabla_b, device.to_device(delta), device.to_device(np.ones((2, 33), dtype)))
+    np.testing.assert_array_equal(device.to_host(nabla_b), want)
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ import weakref
 
 import numpy as np
 
-from . import annotate, blas_limits, host_blas, ops_numpy
+from . import annotate, blas_limits, host_blas, host_streams, ops_numpy
 from .host_graph import CaptureError, HostCapture
 from .host_streams import HostEvent, HostStream, Item, drain, stop
 
@@ -84,8 +84,7 @@ class NumpyBackend:
         self.release = weakref.finalize(self, stop, self._queues, blas)
         self._streams = []
         self.main = self._new_stream("main")
-        self._workers = []
-        self._comm = None
+        self._workers, self._comm = [], None
         self._copied = self.event("copy_in")  # what copy_in waits for, recorded anew by every call
         self._capture = None  # the HostCapture in progress
 
@@ -294,6 +293,7 @@ class NumpyBackend:
                 self._pending += 1
             stream.queue.put((self._run, (item,), None))
 
+    @host_streams.QUIET
     def _run_now(self, stream, item, bases=None):
         """Serial mode: run ``item`` on the caller; raise its error at once."""
         self._execute(stream, item, bases)
@@ -326,8 +326,7 @@ class NumpyBackend:
         """Run one item; ``bases`` (a graph's launch) offsets the generations of its events."""
         if stream.delays is not None:
             time.sleep(stream.delays.uniform(0, self.max_delay))
-        kind = item.kind
-        if kind == "op":
+        if item.kind == "op":
             if self._error is not None:
                 return  # a failed step runs no further operation until synchronize() reports it
             self._log(stream, "start", item.name)
@@ -340,13 +339,13 @@ class NumpyBackend:
                         self._error = error
                 return
             self._log(stream, "end", item.name)
-        elif kind == "record":
+        elif item.kind == "record":
             generation = item.generation + (bases[item.event] if bases else 0)
             with self._lock:
                 item.event.completed = max(item.event.completed, generation)
                 self._log(stream, "record", item.name)
                 item.event.reached.notify_all()
-        elif kind == "wait":
+        elif item.kind == "wait":
             generation = item.generation + (bases[item.event] if bases else 0)
             with self._lock:
                 if self.mode == "threads":
@@ -362,6 +361,7 @@ class NumpyBackend:
             with self._lock:
                 self.trace.append((stream.name, what, name))
 
+    @host_streams.QUIET
     def _run_deferred(self):
         while True:
             ready = [s for s in self._streams if s.deferred and self._ready(s.deferred[0])]

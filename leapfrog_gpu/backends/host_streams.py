@@ -5,6 +5,8 @@ import collections
 import queue
 import threading
 
+import numpy as np
+
 from . import blas_limits
 
 
@@ -52,6 +54,12 @@ class Item:
         self.event, self.generation = event, generation
 
 
+QUIET = np.errstate(all="ignore")
+"""What the streams run under, on their threads and on the caller (serial and deferred modes): NaN and Inf are the
+network's to report (``check_finite``, ``fit``), as on a GPU, not NumPy's, whose warnings would name our ops."""
+
+
+@QUIET
 def drain(stream):
     """A stream's thread: run each entry of its queue, ``(run, items, bases)``, as ``run(stream, items, bases)``
     (its backend's), until the stop (None). Only the entries queued hold the backend: one dropped unclosed is

@@ -1,14 +1,15 @@
 """The network base: what ``MLP``, ``RNN`` and ``DagNet`` share.
 
 A network owns its backend when it made it by name (and closes it), takes the step controls in device memory
-(``Controls``), keeps one plan per batch shape (``core.plan.Plan``: its buffers and events), hands out copies that no
-later step writes, and takes its parameters in and out by one protocol, ``{unit: {name: array}}`` (``core.parameters``):
-``parameters()`` gives copies, ``set_parameters(params)`` checks every given array before it copies any. The public
-passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of ``core.optimizers``, ``sgd_step``; ``fit``,
-``evaluate`` and ``predict`` over a dataset, ``core.fitting``), their checks (the learning rate, a schedule the
-network can run, graph mode) and data parallelism (``join``: a communicator over which every rank sums its gradients,
-``parallel.reducer``) are written here once, over the plan's pass and step (``core.plan``); the optimizer's state
-beside the parameters in ``core.optimizer_state``; one thread at a time in its calls (``core.serial``).
+(``Controls``), keeps a plan per batch shape (``core.plan.Plan``: its buffers and events; the ``PLANS`` last used),
+hands out copies that no later step writes, and takes its parameters in and out by one protocol, ``{unit: {name:
+array}}`` (``core.parameters``): ``parameters()`` gives copies, ``set_parameters(params)`` checks every given array
+before it copies any. The public passes (``feedforward``, ``gradients``, ``train_step`` by an optimizer of
+``core.optimizers``, ``sgd_step``; ``fit``, ``evaluate`` and ``predict`` over a dataset, ``core.fitting``), their
+checks (the learning rate, a schedule the network can run, graph mode) and data parallelism (``join``: a communicator
+over which every rank sums its gradients, ``parallel.reducer``) are written here once, over the plan's pass and step
+(``core.plan``); the optimizer's state beside the parameters in ``core.optimizer_state``; one thread at a time in its
+calls (``core.serial``).
 
 A network's batch is an array whose last axis holds its B samples (the MLP's and the DagNet's (n_1, B), the
 RNN's (tau, n_1, B)); its plan is kept by the batch's shape less its width, then B. Targets may be integer class
@@ -27,6 +28,10 @@ from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
 from .serial import OneThreadAtATime
+
+PLANS = 8
+"""The plans a network keeps, the last used: each holds every buffer of a pass at its batch shape (a [1024] * 16 MLP's
+at B = 1, 68 MB in float32), so that a network fed batches of many sizes holds a bounded memory."""
 
 
 class Network(OneThreadAtATime, OptimizerState):
@@ -334,7 +339,7 @@ class Network(OneThreadAtATime, OptimizerState):
         self._check_open()
         copies = []
         self.backend.launch(self.backend.main, "copy_out",
-                            lambda: copies.append(_copy(arrays() if callable(arrays) else arrays)))
+                            lambda: copies.append(parameters.copies(arrays() if callable(arrays) else arrays)))
         self.synchronize()
         return copies[0]
 
@@ -383,17 +388,11 @@ class Network(OneThreadAtATime, OptimizerState):
         raise TypeError(f"solver must be {self.SOLVERS}; got {solver!r}")
 
     def _plan(self, key, make):
-        """The plan of this network at ``key`` (its batch shape): ``make()`` on first use, then kept."""
+        """The plan of this network at ``key`` (its batch shape): ``make()`` on first use, then kept while it is among
+        the ``PLANS`` last used (one let go is held by what is enqueued on it until that has run)."""
         self._check_open()
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = make()
-        return plan
-
-
-def _copy(arrays):
-    if isinstance(arrays, dict):
-        return {key: _copy(value) for key, value in arrays.items()}
-    if isinstance(arrays, (list, tuple)):
-        return [_copy(value) for value in arrays]
-    return arrays.copy()
+        plan = self._plans.pop(key, None)
+        self._plans[key] = make() if plan is None else plan  # the last used last
+        while len(self._plans) > PLANS:
+            del self._plans[next(iter(self._plans))]
+        return self._plans[key]

@@ -99,5 +99,14 @@ def read_only(name, call):
     return AttributeError(f"{name} cannot be assigned: each read of it is a copy; to load parameters call {call}")
 
 
+def copies(arrays):
+    """A copy of ``arrays``: an array, or dicts, lists and tuples of them (tuples become lists)."""
+    if isinstance(arrays, dict):
+        return {key: copies(value) for key, value in arrays.items()}
+    if isinstance(arrays, (list, tuple)):
+        return [copies(value) for value in arrays]
+    return arrays.copy()
+
+
 def _listing(names):
     return ", ".join(repr(name) for name in names)

@@ -124,7 +124,7 @@ class MLP(Layered):
 
     def plan(self, batch):
         """The ``plan.MLPPlan`` of this network at ``batch`` columns (this rank's share, with a communicator):
-        its buffers, events and launches, made on first use and kept for the network's life.
+        its buffers, events and launches, made on first use and kept while among the last used (``core.network.PLANS``).
 
         For measurements and tools that enqueue parts of a pass themselves (``plan.forward()``,
         ``plan.backward(schedule)``, after a ``backprop`` or ``sgd_step`` has loaded a batch of that

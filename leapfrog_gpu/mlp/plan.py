@@ -1,6 +1,6 @@
 """The MLP's pass at one batch size: its buffers, and the launches of equations (1)-(7) and the update.
 
-``MLP.plan(B)`` gives the ``MLPPlan`` of a network at batch size B, made on first use and kept. The plan
+``MLP.plan(B)`` gives the ``MLPPlan`` of a network at batch size B, made on first use and kept (the last used). The plan
 makes the launches, each one a backend op called on its own buffers, and the chain of a backward pass
 (``chain``): (4), then (5) for l = L-1..2, each layer given on as its delta is final, so that
 ``core.driver`` hands its (6)(7) off the chain (on the main stream for ``Sequential()``, on worker

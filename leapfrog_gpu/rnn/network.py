@@ -212,7 +212,7 @@ class RNN(Layered):
 
     def plan(self, tau, batch):
         """The ``plan.RNNPlan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,
-        events and launches, made on first use and kept for the network's life."""
+        events and launches, made on first use and kept while among the last used (``core.network.PLANS``)."""
         return self._plan((tau, batch), lambda: RNNPlan(self, tau, batch, self._w, self._u, self._b, self._b_hn))
 
     # -- validation -----------------------------------------------------------------------------------

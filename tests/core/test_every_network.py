@@ -8,9 +8,10 @@ import threading
 import numpy as np
 import pytest
 
-from leapfrog_gpu import (BPTT, MLP, RNN, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan,
+from leapfrog_gpu import (BPTT, MLP, RNN, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovScan,
                           Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core import network as core_network
 from helpers import host
 from networks import NAMES, TAU, Mirror, arrays, network, network_batch
 
@@ -74,28 +75,29 @@ def test_seed_none_draws_other_parameters_each_time_and_a_seed_the_same(name):
     assert all(np.array_equal(a, b) for a, b in zip(drawn["3"], drawn["3 again"]))
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # overflow in the stream threads, where errstate does not reach
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # NumPy's overflow warnings: none from the streams' ops
+@pytest.mark.parametrize("mode", ["threads", "serial", "deferred"])
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("name", NAMES)
-def test_check_finite_refuses_a_non_finite_gradient_by_name_and_updates_nothing(name, graph):
+def test_check_finite_refuses_a_non_finite_gradient_by_name_and_updates_nothing(name, graph, mode):
     """Weights × 1e15 overflow a float32 relu network: its gradients hold Inf and NaN. The refusal names
-    the deepest bad array, and the steps enqueued behind it update nothing either."""
-    with network(name, "numpy", check_finite=True) as net:
+    the deepest bad array, and the steps enqueued behind it update nothing either; the overflows raise no NumPy
+    warning, in any mode (the network reports them, as on a GPU)."""
+    with NumpyBackend(mode=mode) as backend, network(name, backend, check_finite=True) as net:
         params = net.parameters()
         for named in params.values():
             if "w" in named:  # a layer norm's gain and shift stay as they are
                 named["w"] = np.abs(named["w"]) * np.float32(1e15)
         net.set_parameters(params)
         before = arrays(net.parameters())
-        with np.errstate(all="ignore"):
-            for step in range(3):
-                net.sgd_step(*network_batch(name, 4, seed=step), 0.1, Leapfrog(2), graph=graph)
-            with pytest.raises(FloatingPointError, match=r"holds NaN or Inf; update refused, parameters unchanged") \
-                    as info:
-                net.synchronize()
+        for step in range(3):
+            net.sgd_step(*network_batch(name, 4, seed=step), 0.1, Leapfrog(2), graph=graph)
+        with pytest.raises(FloatingPointError, match=r"holds NaN or Inf; update refused, parameters unchanged") as info:
+            net.synchronize()
         deepest = {"MLP": "nabla_w[5]", "RNN": f"delta[4] at t = {TAU}", "DagNet": "nabla_w[out]"}[name]
         assert str(info.value).startswith(deepest)
         assert all(np.array_equal(a, b) for a, b in zip(arrays(net.parameters()), before))
+        net.feedforward(network_batch(name, 4)[0])  # overflows too (but in the DagNet, whose layer norm bounds them)
         net.set_parameters(network(name, "numpy").parameters())  # the refusal is cleared: steps update again
         net.sgd_step(*network_batch(name, 4, seed=9), 0.1, Leapfrog(2), graph=graph)
         net.synchronize()
@@ -128,3 +130,45 @@ def test_repr_names_an_output_activation_other_than_the_one_its_activation_and_c
             make([3, 4, 2], activation="tanh", cost="cross_entropy", backend="numpy") as entropy:
         assert "output_activation" not in repr(net) + repr(entropy)
         assert entropy.output_activation == "sigmoid"
+
+
+PAST = [*range(1, core_network.PLANS + 3), 1, 2]
+"""Batch sizes: PLANS + 2 of them, then the first two again."""
+
+
+def steps_past_the_plans_kept(name, backend, graph):
+    """An Adam step at each batch size of ``PAST``, every one enqueued before any is awaited; the parameters after
+    them and the batch shapes of the plans kept, in the order last used."""
+    with network(name, backend, dtype="float64") as net:
+        for step, size in enumerate(PAST):
+            net.train_step(*network_batch(name, size, seed=step, dtype=np.float64), Adam(0.01), graph=graph)
+        kept = list(net._plans)
+        return host(array for named in net.parameters().values() for array in named.values()), kept
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("mode", ["threads", "deferred"])
+def test_a_network_keeps_the_plans_last_used_and_steps_past_them_alike(network_name, mode, graph, monkeypatch):
+    """A network keeps the PLANS plans last used, and a plan let go while its step is enqueued still runs it
+    (deferred: every step runs after the plans are let go): the same bits as a network that keeps every plan."""
+    with NumpyBackend(mode=mode) as backend:
+        got, kept = steps_past_the_plans_kept(network_name, backend, graph)
+    monkeypatch.setattr(core_network, "PLANS", 100)
+    with NumpyBackend(mode=mode) as backend:
+        want, every = steps_past_the_plans_kept(network_name, backend, graph)
+    shape = (lambda size: (TAU, size)) if network_name == "RNN" else (lambda size: size)
+    assert kept == [shape(size) for size in PAST[4:]] and len(every) == len(PAST) - 2
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+def test_a_plan_let_go_on_the_gpu_is_held_until_its_steps_have_run(standin, monkeypatch):
+    """On the CuPy stand-in, whose pool poisons memory freed while a queued kernel still reads it: the plans let
+    go hold their buffers until the steps enqueued on them have run, and the steps give what they give kept."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as backend:
+        got, kept = steps_past_the_plans_kept("MLP", backend, False)
+    monkeypatch.setattr(core_network, "PLANS", 100)
+    with CupyBackend() as backend:
+        want, _ = steps_past_the_plans_kept("MLP", backend, False)
+    assert len(kept) == 8 and all(np.array_equal(a, b) for a, b in zip(got, want))

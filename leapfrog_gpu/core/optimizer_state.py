@@ -153,6 +153,7 @@ class OptimizerState:
                                            for name, array in named.items()} for unit, named in self._live().items()}
             for plan in self._plans.values():
                 plan.captured.clear()
+        self._controls.set_done(0)  # no step of it has updated (an earlier state's count stays there when it went)
         self.backend.synchronize()  # CuPy writes on its default stream, which ours do not wait for
         self._rule, self._steps, self._held, self._made_by_step = optimizer.rule(), 0, optimizer, True
 

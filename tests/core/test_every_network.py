@@ -162,8 +162,8 @@ def test_a_network_keeps_the_plans_last_used_and_steps_past_them_alike(network_n
 
 
 def test_a_plan_let_go_on_the_gpu_is_held_until_its_steps_have_run(standin, monkeypatch):
-    """On the CuPy stand-in, whose pool poisons memory freed while a queued kernel still reads it: the plans let
-    go hold their buffers until the steps enqueued on them have run, and the steps give what they give kept."""
+    """On the CuPy stand-in: steps enqueued on plans let go (each held by ``backend.keep`` until the next wait) give
+    the bits of a network that keeps every plan."""
     from leapfrog_gpu.backends.cuda import CupyBackend
 
     with CupyBackend() as backend:

@@ -600,6 +600,32 @@ def test_a_refused_first_step_takes_back_the_state_it_made(network_name, then, g
                        arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
 
 
+@pytest.mark.parametrize("then", ["adam", "momentum"])
+def test_a_refused_first_step_after_plain_sgd_dropped_a_state_counts_from_0(network_name, then):
+    """Five Adam steps, their state dropped by ``set_optimizer_state(SGD(0.1), {"step": 0})``, then a first step
+    ``check_finite`` refuses: the count is 0 and the state goes, and the next steps are a fresh network's, given the
+    same parameters, to the bit (the device kept the Adam steps' count, 5, which the refusal took back to)."""
+    x, y = network_batch(network_name, 5, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64", check_finite=True) as net, \
+            network(network_name, "numpy", dtype="float64") as fresh:
+        for step in range(5):
+            net.train_step(*network_batch(network_name, 5, seed=step, dtype=np.float64), Adam(0.01))
+        net.set_optimizer_state(SGD(0.1), {"step": 0})
+        net.train_step(x * 1e200, y, OPTIMIZERS[then][0]())
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            net.synchronize()
+        assert net.optimizer_state() == {"step": 0} and net.held_optimizer() is None
+        fresh.set_parameters(net.parameters())
+        for step in range(3):
+            for model in (net, fresh):
+                model.train_step(*network_batch(network_name, 5, seed=step, dtype=np.float64), OPTIMIZERS[then][0]())
+        got, want = net.optimizer_state(), fresh.optimizer_state()
+        assert got["step"] == want["step"] == 3
+        slots = [slot for slot in want if slot != "step"]
+        assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
+                       arrays(fresh.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
 def test_a_state_set_before_a_refused_first_step_is_kept(network_name):
     """A state the caller set is the caller's: a first step refused after it takes back the step, not the state

@@ -251,6 +251,12 @@ def classification(name, x_train, labels_train, x_test, labels_test, classes, dt
             raise DataError(f"{name}: {x_file} must hold numbers; got dtype {x.dtype}")
         if x.dtype.kind == "f" and not np.isfinite(x).all():
             raise DataError(f"{name}: {x_file} contains NaN or Inf")
+        if x[0].size == 0:
+            raise DataError(f"{name}: {x_file} holds samples of no input, shape {x.shape}: each needs one at least")
+        largest = max(float(x.max()), -float(x.min())) if x.dtype.kind == "f" else 0.0  # an int is below 1e19
+        if largest > float(np.finfo(dtype).max):
+            raise DataError(f"{name}: {x_file} holds {largest:.4g}, beyond {np.dtype(dtype)}'s largest number: scale "
+                            "the inputs, or train in float64")
         x = x.reshape(x.shape[0], -1)
         parts[split] = (np.ascontiguousarray(x.T, dtype=dtype), np.eye(classes, dtype=dtype)[:, labels])
     (x_train, y_train), (x_test, y_test) = parts["train"], parts["test"]

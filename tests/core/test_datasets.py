@@ -172,6 +172,8 @@ def test_missing_path(tmp_path):
     ("x_train", np.full((N_TRAIN, SIDE, SIDE), 300, dtype=np.uint16), "pixels must lie in 0..255"),
     ("x_train", np.full((N_TRAIN, SIDE * SIDE), np.nan), "NaN or Inf"),
     ("y_train", np.zeros((N_TRAIN, 2), dtype=np.uint8), "vector of labels"),
+    ("x_train", np.zeros((N_TRAIN, 0)), r"samples of no input, shape \(7, 0\)"),
+    ("x_test", np.full((N_TEST, SIDE * SIDE), -1e39), "holds 1e\\+39, beyond float32's largest number: scale the inputs"),
 ])
 def test_npz_rejects_bad_arrays(tmp_path, role, value, message):
     arrays = small_mnist()

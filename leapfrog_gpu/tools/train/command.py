@@ -253,7 +253,7 @@ def _run(config, dataset, net, report, state, why):
     estimate.ask(config, *calibrated, report, training.ranks)
     with _unwarned():
         training.judge_divergence()
-    if state is None:
+    if state is None or training.fitting.epoch == 0:  # a resumed run that wrote no record yet is fresh too
         report.start()
     with _unwarned():
         try:

@@ -134,6 +134,36 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
     assert_bitwise_equal(parameters(interrupted)[0], parameters(straight)[0])
 
 
+def test_a_run_resumed_before_its_first_epoch_ended_replaces_an_earlier_runs_metrics(tmp_path, monkeypatch, capsys):
+    """Interrupted in its first epoch, a fresh run has written no record, and the --metrics file is still an earlier
+    run's: resumed, the run is as fresh, and its first record replaces those lines (an unbroken run's file)."""
+    run, metrics = tmp_path / "run", tmp_path / "metrics.jsonl"
+    metrics.write_text('{"from": "an earlier run"}\n')
+    train_step, calls = MLP.train_step, []
+
+    def step_until_interrupted(net, *args, **kwargs):
+        calls.append(None)
+        if len(calls) == 11:
+            raise KeyboardInterrupt
+        train_step(net, *args, **kwargs)
+
+    def run_saving_on_interrupt(training, run=train.Training.run):
+        try:
+            return run(training)
+        except KeyboardInterrupt:
+            training.save()
+            raise
+
+    monkeypatch.setattr(MLP, "train_step", step_until_interrupted)
+    monkeypatch.setattr(train.Training, "run", run_saving_on_interrupt)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run, "--metrics", metrics) == 130
+    assert parameters(run)[1]["epoch"] == 0 and metrics.read_text() == '{"from": "an earlier run"}\n'
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert cli("--quiet", "--checkpoint-dir", run, "--resume", "--metrics", metrics) == 0
+    assert [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()] == [1, 2]
+
+
 OLD_CONFIG = {  # a checkpoint's config before --model rnn joined the loop (and before --model, "model" and "skip")
     "data": "digits", "data_dir": None, "inputs": 64, "outputs": 10, "samples": 4096, "model": "mlp", "skip": 2,
     "hidden": [8, 8], "activation": "tanh", "cost": "cross_entropy", "dtype": "float32", "epochs": 1,

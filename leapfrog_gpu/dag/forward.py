@@ -13,7 +13,8 @@ its layer's forward. D (``net.depth``) is the number of non-input nodes on the l
                    and solve that linear lower-triangular system by recursive doubling in ceil(log2 D)
                    rounds (``schedules.doubling_solve``); repeat. Undamped, exact in at most D
                    iterations (after i of them every node of level <= i is exact); stops when the largest
-                   per-node relative residual ||a_v - f_v(a)|| / ||f_v(a)|| is <= ``tol``. ``damping`` < 1
+                   per-node relative residual ||a_v - f_v(a)|| / ||f_v(a)|| is <= ``tol`` (where f_v(a)
+                   vanishes, ||a_v|| / max_u ||f_u(a)||). ``damping`` < 1
                    scales each step (ELK's remedy for steps that blow up), which then leaves a part of the
                    error at every level, so that no number of iterations is exact; a step that leaves NaN
                    or Inf is undone and replaced by a Jacobi sweep from the previous iterate.
@@ -24,6 +25,7 @@ Each leaves in ``stats``: sweeps or iterations, rounds (dependent steps), flops 
 each operand read once, each result written once) beside the node-by-node forward's, memory held.
 """
 
+import math
 import weakref
 
 import numpy as np
@@ -226,7 +228,7 @@ class ForwardNewton(ForwardSolver):
         while True:
             f, saved = _evaluate(net, state.params, a, net.order, x)
             flops, moved = flops + base["sequential_flops"], moved + base["sequential_bytes"]
-            residual = {v: relative(xp, f[v], a[v]) for v in net.order}
+            residual = _residuals(xp, f, a, net.order)
             history.append(max(residual.values()))
             if history[-1] <= tol or iterations == limit:
                 break
@@ -260,3 +262,16 @@ class ForwardNewton(ForwardSolver):
         e = {v: f[v] - a[v] for v in net.order}
         step, flops, moved = doubling_solve(xp, blocks, e, net.depth, {v: net.n[v] for v in net.order})
         return step, flops, moved
+
+
+def _residuals(xp, f, a, order):
+    """``relative(f_v, a_v)`` of every node v; where f_v vanishes and a_v does not (a relu off on the whole batch,
+    whose a_v a damped step takes towards 0 without reaching it: inf at every iteration), ||a_v|| / max_u ||f_u||."""
+    residual = {v: relative(xp, f[v], a[v]) for v in order}
+    off = [v for v in order if residual[v] == math.inf and not bool(xp.any(f[v])) and bool(xp.isfinite(a[v]).all())]
+    if off:
+        largest = max(float(xp.linalg.norm(f[u].astype(np.float64))) for u in order)
+        for v in off:
+            ratio = float(xp.linalg.norm(a[v].astype(np.float64))) / largest if largest else math.inf
+            residual[v] = ratio if math.isfinite(ratio) else math.inf
+    return residual

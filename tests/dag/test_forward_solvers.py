@@ -136,6 +136,27 @@ def test_damped_newton_stops_unconverged_at_the_depth_and_says_so(backend):
     assert undamped.stats["converged"] and undamped.stats["iterations"] <= net.depth
 
 
+@pytest.mark.parametrize("damping", [0.5, 0.9])
+def test_damped_newton_converges_on_a_relu_node_off_for_the_whole_batch(backend, damping):
+    """h = tanh(w x + 10) is near 1, so ``off`` = relu(-10 (h_1 + ... + h_4) + 5) is 0 on every sample, while at the
+    zero start it is on (5): a damped step takes its iterate towards 0 without reaching it, whose residual against
+    ||f_off|| = 0 was inf at every iteration (unconverged, strict raised). Against the largest ||f_u|| it converges,
+    and the output is sigmoid(b_out), as off = 0 gives."""
+    from leapfrog_gpu import DagNet, Dense
+
+    net = DagNet(3, [("h", Dense(4, "tanh"), "x"), ("off", Dense(2, "relu"), "h"), ("out", Dense(2, "sigmoid"), "off")],
+                 dtype="float64", backend=backend)
+    params = net.parameters()
+    params["h"]["b"], params["off"]["w"], params["off"]["b"] = np.full(4, 10.0), np.full((2, 4), -10.0), np.full(2, 5.0)
+    net.set_parameters(params)
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    solver = ForwardNewton(damping=damping, max_iterations=100, strict=True)
+    got = net.feedforward(x, solver=solver)
+    assert solver.stats["converged"] and solver.stats["iterations"] < 100
+    want = np.repeat((1 / (1 + np.exp(-params["out"]["b"])))[:, None], 4, axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
 def test_newton_damping_and_the_reset_on_nan(backend, monkeypatch):
     net = scaled_chain(backend, 6, 1.0, "tanh")
     x, _ = data(net, 2)

@@ -255,12 +255,7 @@ class Network(OneThreadAtATime, OptimizerState):
 
     # -- a dataset in batches (``core.fitting``) ---------------------------------------------------------------
 
-    def fit(self, x, y, epochs, batch_size, optimizer, schedule=None, **options):
-        """Train for ``epochs`` epochs of shuffled minibatches of ``batch_size`` samples of ``x`` and ``y``
-        (targets, or integer class labels) by ``optimizer`` (or a learning rate eta: ``SGD(eta)``); return the
-        metrics of each epoch. ``options``: ``validation=(x, y)``, ``shuffle``, ``seed``, ``progress``, ``jsonl``,
-        and ``train_step``'s ``graph``, ``solver`` and ``clip`` (``core.fitting.fit``)."""
-        return fitting.fit(self, x, y, epochs, batch_size, optimizer, schedule, **options)
+    fit = fitting.fit  # the network is its ``net``: its signature and docstring as they are there
 
     def evaluate(self, x, y, batch_size=fitting.EVAL_BATCH, solver=None):
         """``{"loss": ..., "accuracy": ...}`` on ``x`` and ``y`` (``"mse"`` for targets that are not classes), in

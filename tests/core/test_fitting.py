@@ -7,6 +7,7 @@ what to do, and nothing changes."""
 import codecs
 import contextlib
 import gc
+import inspect
 import io
 import json
 import sys
@@ -593,3 +594,13 @@ def test_labels_for_an_output_that_is_not_one_of_classes_are_refused_with_the_hi
     with RNN([4, 6, 3], "tanh", "quadratic", "every", dtype="float64", backend="numpy", output_activation="identity") \
             as net, pytest.raises(ValueError, match=r"^y must have shape \(6, 3, 5\) for an RNN of identity outputs"):
         net.gradients(np.zeros((6, 4, 5)), np.zeros((6, 5), dtype=int))
+
+
+def test_fit_shows_every_keyword_it_takes_with_its_default():
+    """``help(net.fit)`` shows what ``fit`` takes, not ``**options``: the signature of ``core.fitting.fit``."""
+    with MLP([2, 3, 2]) as net:
+        parameters = inspect.signature(net.fit).parameters
+    assert list(parameters)[:6] == ["x", "y", "epochs", "batch_size", "optimizer", "schedule"]
+    assert {name: p.default for name, p in parameters.items() if p.kind is p.KEYWORD_ONLY} == {
+        "validation": None, "shuffle": True, "seed": 0, "progress": True, "jsonl": None, "graph": False,
+        "solver": None, "clip": None}

@@ -59,7 +59,7 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
                 if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
                     raise TypeError(f"jsonl must be a path or an open text file; got {type(jsonl).__name__}")
                 try:
-                    jsonl = Emptied(stack.enter_context(open(jsonl, "a", encoding="utf-8"))) if first else None
+                    jsonl = stack.enter_context(Emptied(jsonl)) if first else None
                 except OSError as error:
                     raise ValueError(f"cannot write the metrics to {jsonl} ({error.strerror}): give jsonl the path "
                                      "of a file in a folder that exists") from None
@@ -83,11 +83,22 @@ def _check_text_out(file):
 
 
 class Emptied:
-    """``fit``'s ``jsonl`` file, open to append, emptied just before its first line: a run that fails before its
-    first epoch is recorded (a step refused, a NaN, Ctrl-C) leaves an earlier run's file as it was."""
+    """``fit``'s ``jsonl`` file at ``path``, open to append, emptied just before its first line: a run that fails before
+    its first epoch is recorded (a step refused, a NaN, Ctrl-C) leaves an earlier run's file as it was, and removes a
+    file it made (a context manager: the file closes as the run ends)."""
 
-    def __init__(self, file):
-        self.file, self.emptied = file, False
+    def __init__(self, path):
+        self.made = not os.path.lexists(path)
+        self.path, self.file, self.emptied = path, open(path, "a", encoding="utf-8"), False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+        if self.made and not self.emptied:
+            with contextlib.suppress(OSError):
+                os.remove(self.path)
 
     def write(self, text):
         if not self.emptied and saving.regular(self.file):  # a pipe or a device has nothing to empty

@@ -547,14 +547,16 @@ def test_what_a_step_refuses_is_refused_before_the_metrics_file_is_emptied(tmp_p
         assert_bitwise_equal(host(net.parameters()), before)
 
 
+@pytest.mark.parametrize("earlier", [True, False], ids=["earlier file", "no file"])
 @pytest.mark.parametrize("failure", ["overflow", "third step"])
-def test_a_run_that_fails_leaves_the_metrics_file_as_its_last_record_left_it(tmp_path, monkeypatch, failure):
+def test_a_run_that_fails_leaves_the_metrics_file_as_its_last_record_left_it(tmp_path, monkeypatch, failure, earlier):
     """What only a step finds stops a run after ``jsonl`` was opened: a loss that overflows, a step that raises.
     The file of an earlier run is emptied by this run's first record only: a run that fails in its first epoch
-    leaves it as it was, one that fails in its second leaves its own first line."""
+    leaves it as it was (no file where there was none), one that fails in its second leaves its own first line."""
     monkeypatch.setattr(fitting, "LOSS_CHECK_SECONDS", 0.0)  # the batch loss after every step
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text('{"epoch": 1}\n')
+    if earlier:
+        metrics.write_text('{"epoch": 1}\n')
     x, labels = blobs(20)
     with MLP([4, 8, 3], activation="relu", dtype="float64", backend="numpy", output_activation="identity") as net:
         take, steps = net.train_step, []
@@ -573,6 +575,9 @@ def test_a_run_that_fails_leaves_the_metrics_file_as_its_last_record_left_it(tmp
                 net.fit(x, np.full((3, 20), 1e3), 2, 10, 1e200, progress=False, jsonl=metrics)
             else:
                 net.fit(x, np.eye(3)[labels].T, 2, 10, Adam(0.01), progress=False, jsonl=metrics)
+    if failure == "overflow" and not earlier:
+        assert not metrics.exists() and len(steps) <= 2
+        return
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     if failure == "third step":
         assert len(lines) == 1 and (lines[0]["epoch"], lines[0]["step"]) == (1, 2) and "train_loss" in lines[0]

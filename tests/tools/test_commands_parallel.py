@@ -357,6 +357,19 @@ def test_ranks_with_other_options_are_refused(tmp_path):
                                 "command line"]
 
 
+def test_a_resume_given_to_rank_0_alone_is_refused_as_another_option(tmp_path):
+    """A --resume on rank 0 alone is refused as any option that differs, in one line, every rank ended."""
+    run = tmp_path / "run"
+    mpirun.run(2, *TRAIN, *TEACHER, "--epochs", 1, "--checkpoint-dir", run)
+    job = mpirun.launch(1, *TRAIN, *TEACHER, "--epochs", 2, "--checkpoint-dir", run, "--resume", ":", "-n", 1,
+                        *TRAIN, *TEACHER, "--epochs", 2, "--checkpoint-dir", run)
+    returncode, _, err = mpirun.finish(job, timeout=60)
+    assert returncode == 2
+    assert err.splitlines() == ["leapfrog-train: error: every rank must use the same options and data, but they "
+                                "differ in resume: False on rank 1, True on rank 0; start every rank with the same "
+                                "command line"]
+
+
 PARALLEL_BENCH = mpirun.ROOT / "profiling" / "parallel_bench.py"
 
 

@@ -119,7 +119,7 @@ def _train(given, comm):
             raise UsageError("--resume needs --checkpoint-dir DIR")
         if comm.rank == 0:
             arrays, state = _checkpoint_to_resume(given, directory)
-    if given.get("resume"):
+    if comm.bcast(bool(given.get("resume"))):  # rank 0's say, so that every rank takes part in the broadcast
         state = comm.bcast(state)
         saved = state["config"]
     with comm.together(*SETUP_ERRORS, MemoryError):  # MemoryError: sizes no rank can hold (the teacher's data)

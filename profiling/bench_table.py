@@ -92,10 +92,19 @@ def main():
     parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
     labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
     path = parser.parse_args().path
-    for run, records in runs(path):
-        if "command" not in run or records is None:
+    try:
+        found = runs(path)
+    except OSError as error:
+        parser.error(f"cannot read {path} ({error.strerror})")
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        parser.error(f"{path} is not a file leapfrog-bench --json or --jsonl wrote ({error})")
+    for run, records in found or [({}, None)]:
+        if not isinstance(run, dict) or "command" not in run or not isinstance(records, list):
             parser.error(f"{path} holds no run of leapfrog-bench (no command and records; profiling/rnn_bench.py's "
                          "files are rendered by profiling/rnn_tables.py)")
+        if not all(isinstance(r, dict) and {"N", "L", "B", "schedule"} <= set(r) for r in records):
+            parser.error(f"{path} holds records of another benchmark than leapfrog-bench's MLP (one without N, L, B "
+                         "and schedule), which this script renders")
         if "--model rnn" in run["command"]:
             parser.error(f"{path} holds a run of leapfrog-bench --model rnn, whose table leapfrog-bench prints itself "
                          "(--quiet: at the end); this script renders the MLP's")

@@ -15,7 +15,9 @@ and the numbers mean: docs/performance.md#stream-timeline; ``bench_table.py`` re
 """
 
 import contextlib
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
 from leapfrog_gpu.tools.bench.runner import ratio
-from leapfrog_gpu.tools.cli import fitted
+from leapfrog_gpu.tools.cli import fitted, one_file_each
 from leapfrog_gpu.tools.schedules import make_schedule
 
 PROG = "python profiling/bench_timeline.py"
@@ -43,13 +45,17 @@ def parser():
 
 
 def check(p, args):
-    """``leapfrog-bench``'s checks; an MLP, one network, a PNG in a folder that exists, one BLAS thread per
-    stream."""
+    """``leapfrog-bench``'s checks; an MLP, one network, a PNG in a folder that exists (it and its .json no other
+    output's file), one BLAS thread per stream."""
     if args.model != "mlp":
         p.error(f"--model {args.model}: this script charts an MLP's steps; an RNN's timeline is leapfrog-train "
                 "--model rnn --timeline FILE.png")
     if timeline.refusal(args.timeline):
         p.error(timeline.refusal(args.timeline))
+    beside = os.fspath(Path(args.timeline).with_suffix(".json"))
+    written = [(f"--{option}", getattr(args, option)) for option in ("json", "jsonl", "plot")]
+    if why := one_file_each([*written, ("--timeline", args.timeline), ("--timeline's .json", beside)]):
+        p.error(why)
     if len(runner.grid(bench_mlp, args)) > 1:
         p.error("--timeline charts one network: give one value each to --sizes, --layers and --batch")
     if args.blas_threads not in (None, [1]):

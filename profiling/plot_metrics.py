@@ -19,7 +19,7 @@ from leapfrog_gpu.tools.cli import pip_install
 
 def read(path):
     """The metrics lines of ``path``, one dict an epoch."""
-    with open(path) as file:
+    with open(path, encoding="utf-8") as file:
         return [json.loads(line) for line in file if line.strip()]
 
 
@@ -70,7 +70,16 @@ def main(argv=None):
         p.error(f"the plot needs matplotlib: {pip_install('plot')}")
     runs = {}
     for path in args.files:
-        lines = read(path)
+        try:
+            lines = read(path)
+        except OSError as error:
+            p.error(f"cannot read {path} ({error.strerror})")
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            p.error(f"{path} is not a file of leapfrog-train --metrics lines ({error})")
+        if not lines or not all(isinstance(line, dict) and {"epoch", "seconds", "train_loss", "schedule"} <= set(line)
+                                and ("test_mse" in line or "test_accuracy" in line) for line in lines):
+            p.error(f"{path} holds no leapfrog-train --metrics lines (each an epoch's, with its epoch, seconds, "
+                    "train_loss, test metric and schedule)")
         runs[f"{label(lines)} ({path.rsplit('/', 1)[-1]})" if label(lines) in runs else label(lines)] = lines
     plot(runs, args.output, args.title, args.chance)
     print(args.output)

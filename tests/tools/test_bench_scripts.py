@@ -129,6 +129,9 @@ def test_the_timeline_chart_names_its_network_and_runs_one_blas_thread_per_strea
     (["--sizes", "8", "--layers", "3", "--batch", "1", "--blas-threads", "2", "--timeline", "t.png"],
      "--blas-threads: the timeline runs one BLAS thread per stream"),
     ([], "the following arguments are required: --timeline"),
+    (["--timeline", "t.png", "--json", "t.json"], "--json and --timeline's .json name one file, t.json: give each its own"),
+    (["--timeline", "t.png", "--jsonl", "t.json"], "--jsonl and --timeline's .json name one file, t.json"),
+    (["--timeline", "t.png", "--plot", "t.png"], "--plot and --timeline name one file, t.png: give each its own"),
 ])
 def test_the_timeline_refuses_a_bad_option_in_one_line(capsys, tmp_path, argv, message):
     err = refusal(bench_timeline, ["--backend", "numpy", *argv], capsys)

@@ -816,6 +816,29 @@ def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_
     assert list(wheels.iterdir()) == [wheels / "kept.whl"]
 
 
+@pytest.mark.parametrize("script", ["bench_table.py", "plot_metrics.py"])
+@pytest.mark.parametrize("name, text, words", [
+    ("missing.json", None, "cannot read missing.json (No such file or directory)"),
+    ("garbage.jsonl", "{x\n", "garbage.jsonl is not a file "),
+    ("empty.jsonl", "", "empty.jsonl holds no "),
+    ("other.json", '{"command": "python profiling/dag_bench.py", "records": [{"D": 4}]}',
+     {"bench_table.py": "holds records of another benchmark than leapfrog-bench's MLP",
+      "plot_metrics.py": "other.json holds no leapfrog-train --metrics lines"}),
+])
+def test_a_file_a_script_cannot_read_is_refused_in_one_line(tmp_path, script, name, text, words):
+    """A file missing, not JSON, empty, or of another benchmark: one line and exit status 2, not a traceback (nor, for
+    an empty file, nothing at all)."""
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    args = [name] if script == "bench_table.py" else [name, "-o", "curves.png"]
+    done = subprocess.run([sys.executable, str(PROFILING / script), *args], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    words = words[script] if isinstance(words, dict) else words
+    assert done.returncode == 2 and "Traceback" not in done.stderr and words in done.stderr.splitlines()[-1], \
+        done.stderr
+    assert not (tmp_path / "curves.png").exists()
+
+
 @pytest.mark.skipif(cuda_available(), reason="checks the refusal where no CUDA device is usable")
 @pytest.mark.parametrize("script, args", [("graph_nodes.py", []), ("kernels.py", ["--backend", "cupy"]),
                                           ("kernel_model.py", ["--card", "device"]), ("call_count.py", [])])

@@ -1,7 +1,9 @@
 """The figure of ``leapfrog-bench --plot``: the speed-up of a pass (forward + backward) against k over the
 sequential schedule at the same BLAS setting, k = 1 included, measured (dots) and as the model predicts (the
 line, 1 / (1 - (1 - 1/k) f3/f)). One panel per width N, one colour per (L, B, BLAS threads), each panel's
-legend below it, off the data; the title says where and when (backend, machine, date)."""
+legend below it, off the data; the title says where and when (backend, machine, date). A pass is the same whatever
+the step's optimizer and update: the rows of the run's first optimizer are plotted, the one-pass rows (measured
+again, with their steps) left out."""
 
 from ...core.schedules import Leapfrog
 
@@ -14,7 +16,7 @@ def plot(records, path, about):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ours = [r for r in records if r["schedule"] == Leapfrog.name and not r.get("graph")]
+    ours = plotted(records)
     widths = sorted({r["N"] for r in ours}) or sorted({r["N"] for r in records})
     fig, axes = plt.subplots(1, len(widths), figsize=(5 * len(widths), 4), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], widths):
@@ -40,3 +42,10 @@ def plot(records, path, about):
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
+
+
+def plotted(records):
+    """The records the figure plots: the eager leapfrog rows of the run's first optimizer, one-pass rows left out."""
+    first = records[0].get("optimizer") if records else None
+    return [r for r in records if r["schedule"] == Leapfrog.name and not r.get("graph") and not r.get("one_pass")
+            and r.get("optimizer") == first]

@@ -13,7 +13,7 @@ import pytest
 from helpers import render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
-from leapfrog_gpu.tools.bench import traffic
+from leapfrog_gpu.tools.bench import plot as bench_plot, traffic
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.tools.schedules import schedule_names
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -95,6 +95,16 @@ def test_plot_is_a_png(report):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert width > 300 and height > 200
+
+
+def test_the_plot_takes_one_row_per_k_of_a_configuration():
+    """A pass is the same under each optimizer and with the one-pass update: the figure takes the first optimizer's
+    plain rows, one dot per k of each (L, B, BLAS threads), not four alike in one colour."""
+    rows = [{"schedule": name, "k": k, "graph": False, "one_pass": one_pass, "optimizer": optimizer}
+            for optimizer in ("sgd", "adam") for one_pass in (False, True) for name, k in
+            (("sequential", 0), ("leapfrog", 1), ("leapfrog", 2))]
+    rows.append({**rows[1], "graph": True})
+    assert bench_plot.plotted(rows) == [rows[1], rows[2]]
 
 
 def test_torch_anchor_in_the_same_table(capsys):

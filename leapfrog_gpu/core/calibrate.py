@@ -14,7 +14,6 @@ schedule changes. ``blas_limit`` switches the BLAS threads of a calibration that
 """
 
 import contextlib
-import functools
 
 import threadpoolctl
 
@@ -79,15 +78,10 @@ def pick(table):
 
 
 def blas_limit(threads):
-    """A context in which BLAS uses ``threads`` threads, process-wide (``None``: as it is)."""
+    """A context in which BLAS uses ``threads`` threads, process-wide (``None``: as it is): every BLAS library loaded
+    by then, the products' among them (loaded first), found anew by each call (a controller knows only the libraries
+    loaded when it is made: one kept from an earlier call missed PyTorch's, imported since)."""
     if threads is None:
         return contextlib.nullcontext()
-    return _controller().limit(limits=threads, user_api="blas")
-
-
-@functools.cache
-def _controller():
-    """The BLAS libraries to limit, the products' among them (loaded first: the controller knows only
-    those loaded when it is made)."""
     host_blas.load()
-    return threadpoolctl.ThreadpoolController()
+    return threadpoolctl.ThreadpoolController().limit(limits=threads, user_api="blas")

@@ -1,6 +1,10 @@
 """Leapfrog("auto") and autotune: the choice is the fastest candidate, sequential included, and the
 gradients are those of the schedule it stands for."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import threadpoolctl
@@ -105,6 +109,24 @@ def test_blas_limit_sets_and_restores_the_threads():
     assert blas_threads() == before
     with autotune.blas_limit(None):
         assert blas_threads() == before
+
+
+def test_blas_limit_reaches_a_blas_library_loaded_after_its_first_use():
+    """SciPy's own OpenBLAS, loaded by an import after a first limit (scikit-learn's datasets load it), is limited
+    too: each limit finds the libraries loaded by then (a controller kept from the first missed it)."""
+    pytest.importorskip("scipy.linalg", reason="needs SciPy, whose OpenBLAS loads with scipy.linalg")
+    code = """if True:
+        import threadpoolctl
+        from leapfrog_gpu.mlp import autotune
+        with autotune.blas_limit(1):
+            pass
+        import scipy.linalg
+        with autotune.blas_limit(1):
+            print(sorted({lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"}))
+        """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "2"})
+    assert done.returncode == 0 and done.stdout.split() == ["[1]"], done.stdout + done.stderr
 
 
 def test_blas_settings():

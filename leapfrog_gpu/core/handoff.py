@@ -1,7 +1,8 @@
 """The hand-off: a pass's weight gradients leave the backward chain for k worker streams (docs/design.md §2).
 
 The main stream runs the chain. Once it has enqueued what the gradients of unit u (a layer, a node) wait
-for, it records the event E_u (``mark``); the gradients then run on worker ``index(u) mod k`` behind
+for, it records the event E_u (``mark``); the gradients then run on worker ``index(u) mod k`` (the workers
+numbered among those that own a unit: fewer than k where fewer residues mod k are some unit's) behind
 E_after, where ``after`` is u itself (read after write: the worker reads delta^u) or, for an update fused
 into the gradients, the unit whose delta reads u's parameters last (write after read). ``join`` makes the
 main stream wait for every busy worker (write after read: the update and the next pass rewrite what the
@@ -11,16 +12,18 @@ workers read). With k = 0 the gradients run on the main stream, in the chain's o
 
 
 class Handoff:
-    """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)``, below
-    ``plan.bound``, chooses a unit's worker) to ``k`` workers; only the workers that can own a unit are
-    ever made. From its making to ``join`` the main stream and those workers, which then run products at
-    once, share the backend's BLAS threads (``backend.share``); from the join to ``end``, the busy workers
-    alone: the main stream, done with its products, gives them its part."""
+    """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)`` chooses a unit's
+    worker) to ``k`` workers; only the workers that own a unit are ever made. From its making to ``join`` the
+    main stream and those workers, which then run products at once, share the backend's BLAS threads
+    (``backend.share``); from the join to ``end``, the busy workers alone: the main stream, done with its
+    products, gives them its part."""
 
     def __init__(self, plan, k):
         self.plan, self.k = plan, k
         self.busy = {}
-        self.streams = min(k, plan.bound) + 1 if k else 1  # the streams that share the BLAS threads
+        owning = sorted({plan.index(unit) % k for unit in plan.units}) if k else []
+        self.worker_of = {residue: j for j, residue in enumerate(owning)}  # index mod k -> the worker's number
+        self.streams = len(owning) + 1  # the streams that share the BLAS threads
         if k:
             plan.backend.share(plan.main, self.streams)
 
@@ -35,13 +38,13 @@ class Handoff:
             self.plan.backend.record(self.plan.main, self.plan.event(f"E_{unit}"))
 
     def off(self, unit, after=None):
-        """The stream to enqueue unit's gradients on: the main stream (k = 0), else worker ``index(unit)
+        """The stream to enqueue unit's gradients on: the main stream (k = 0), else the worker of ``index(unit)
         mod k``, made to wait for E_after (``after`` defaults to ``unit``) first."""
         plan = self.plan
         if not self.k:
             return plan.main
-        j = plan.index(unit) % self.k
-        worker = plan.workers(min(self.k, plan.bound))[j]
+        j = self.worker_of[plan.index(unit) % self.k]
+        worker = plan.workers(len(self.worker_of))[j]
         self.wait(worker, unit if after is None else after)
         self.busy[j] = worker
         return worker

@@ -20,8 +20,8 @@ from . import driver
 
 class Plan:
     """Streams, events and buffers of one pass of ``net`` at ``batch`` columns, on its backend and in its dtype;
-    ``bound`` bounds ``index(unit)``, the number that chooses the worker of a unit's gradients; ``controls``
-    are the network's ``core.controls.Controls``.
+    ``index(unit)`` chooses the worker of a unit's gradients; ``controls`` are the network's
+    ``core.controls.Controls``.
 
     ``reducer``: the ``parallel.reducer.Reducer`` that sums the gradients across ranks, or None; ``empty``: this
     rank's share of the batch loaded last has no column; ``stats``: the counters of the last backward pass.
@@ -30,11 +30,10 @@ class Plan:
     reducer = None
     empty = False
 
-    def __init__(self, net, batch, bound):
+    def __init__(self, net, batch):
         backend = net.backend  # no reference to ``net`` kept here: a network and its plans are freed as it is
         self.check_finite, self.controls = net.check_finite, net._controls
         self.backend, self.xp, self.main, self.dtype, self.batch = backend, backend.xp, backend.main, net.dtype, batch
-        self.bound = bound
         self.units = list(net._live())
         self.captured = {}
         self.eager = set()  # the keys of the graph steps ``core.capture.ready`` ran eagerly (Leapfrog("auto"))

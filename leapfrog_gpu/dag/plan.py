@@ -44,7 +44,7 @@ class DagPlan(plan.Plan):
     step ``controls``."""
 
     def __init__(self, net, batch, params, controls):
-        super().__init__(net, batch, len(net.order) + 2)
+        super().__init__(net, batch)
         self.net, self.params, self.controls = weakref.proxy(net), params, controls  # weak: the network holds its plans
         self.order, self.depth, self.consumers, self.n = net.order, net.depth, net.consumers, net.n
         self.x, self.y = self.columns(net.n[INPUT]), self.columns(net.n[net.output])

@@ -42,7 +42,7 @@ class MLPPlan(plan.Plan):
     """
 
     def __init__(self, net, batch, w, b, controls):
-        super().__init__(net, batch, net.L + 1)
+        super().__init__(net, batch)
         n = dict(enumerate(net.sizes, start=1))
         self.sizes, self.n, self.L, self.layer_numbers = net.sizes, n, net.L, net.layer_numbers
         self.cost = net.cost

@@ -48,7 +48,7 @@ class RNNPlan(plan.Plan):
     """
 
     def __init__(self, net, tau, batch, w, u, b, b_hn):
-        super().__init__(net, batch, net.L + 1)
+        super().__init__(net, batch)
         n, L, sequence, cell = net.n, net.L, self.sequence, net.cell
         self.w, self.u, self.b, self.b_hn = w, u, b, b_hn  # the network's parameters, by layer, updated in place
         self.net, self.tau, self.L = weakref.proxy(net), tau, L  # a weak reference: the network holds its plans

@@ -183,8 +183,8 @@ SCHEDULES = [Sequential(), Leapfrog(1), Leapfrog(2), Leapfrog(2, fused=True), Le
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
 @pytest.mark.parametrize("kind", NETWORKS)
 def test_the_hand_off_shares_the_blas_threads_among_its_streams(kind, schedule, graph, monkeypatch):
-    """From the start of a hand-off to its join, the main stream and the workers it may use (at least those it
-    does, at most k) share the BLAS threads, so that no more run than they stand for; once the main stream has
+    """From the start of a hand-off to its join, the main stream and the workers that own a unit (those it uses;
+    Leapfrog(8) has more workers than units to give them) share the BLAS threads, so that no more run than they stand for; once the main stream has
     enqueued its last product, the busy workers alone share them; after the join the main stream takes them all
     again (the next forward pass). A sequential pass shares nothing."""
     with NumpyBackend(trace=True, blas_threads=4) as backend:
@@ -203,7 +203,7 @@ def test_the_hand_off_shares_the_blas_threads_among_its_streams(kind, schedule, 
             assert shares == [] and workers == set()
             return
         (start, streams, none), (joined, busy, held), *end = shares
-        assert 1 + len(workers) <= streams <= 1 + schedule.k and none == 1
+        assert streams == 1 + len(workers) <= 1 + schedule.k and none == 1  # the workers that own a unit, no more
         assert workers and busy == len(workers) and held == streams
         assert end == ([] if busy == 1 else [(end[0][0], 1, busy)])  # a share of one stream ends the share
         last = end[0][0] if end else len(trace)

@@ -33,12 +33,8 @@ def ready(plan, key, schedule):
     """Whether the step of ``schedule`` by ``key`` runs as a graph; False for ``Leapfrog("auto")``'s first at the
     whole batch's size B (and while ``plan`` has not chosen its k), which runs eagerly, choosing k by timing eager
     passes where this rank's plan has not (``core.calibrate``). Kept by B, as graphs are, so that every rank, whatever
-    its share (an empty one chooses nothing), captures at the same step. Raises a ``ValueError`` if ``plan`` holds
-    no graph by ``key`` and the step cannot be captured: before the step changes anything, the eager one too."""
-    if key not in plan.captured:
-        reason = refusal(plan, schedule)
-        if reason is not None:
-            raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")
+    its share (an empty one chooses nothing), captures at the same step. (A step that cannot be captured was refused
+    before its plan was made: ``check``.)"""
     if schedule.auto:
         first = key not in plan.eager
         plan.eager.add(key)
@@ -60,6 +56,16 @@ def step(plan, key, body, schedule):
         plan.captured[key] = graph, schedule.stats
 
 
-def refusal(plan, schedule):
-    """Why the step of ``schedule`` on ``plan`` cannot be captured, or None."""
-    return plan.capture_refusal(schedule) or schedule.graph_refusal(plan.backend.name)
+def refusal(net, schedule):
+    """Why the step of ``schedule`` on ``net`` cannot be captured, or None: the network's reason on its backend
+    (``CAPTURE_REFUSALS``), or the schedule's own."""
+    backend = net.backend.name
+    return net.CAPTURE_REFUSALS.get(backend) or schedule.graph_refusal(backend)
+
+
+def check(net, schedule):
+    """Raise a ``ValueError`` if the step of ``schedule`` on ``net`` cannot be captured: before a step changes
+    anything (its plan made, the eager step that comes first)."""
+    reason = refusal(net, schedule)
+    if reason is not None:
+        raise ValueError(f"graph=True cannot capture {schedule!r}: {reason}")

@@ -51,6 +51,8 @@ class Network(OneThreadAtATime, OptimizerState):
     """The forward solvers its passes take, in words for an error (None: none)."""
     ONE_PASS = False
     """Whether the network has the one-pass sweep of ``one_pass=True`` (the MLP's, on the NumPy backend)."""
+    CAPTURE_REFUSALS = {}
+    """Why its steps cannot be captured as graphs, by backend name (``core.capture.refusal``); none: they can."""
 
     def __init__(self, dtype, backend, check_finite=False):
         self.dtype = check_dtype(dtype)
@@ -351,6 +353,8 @@ class Network(OneThreadAtATime, OptimizerState):
             raise ValueError(f"check_finite needs an unfused schedule ({schedule!r} updates w before the "
                              f"join, where the check runs); pass {schedule.unfused} or check_finite=False")
         graph = check_flag("graph", graph)
+        if graph:
+            capture.check(self, schedule)
         if graph and self.backend.timeline is not None:
             raise ValueError("graph=True while a timing.Timeline stamps this backend's launches: a graph step is "
                              "one launch, with nothing inside it to stamp; take the timeline of eager steps "

@@ -89,11 +89,6 @@ class Plan:
         schedule as one of its own)."""
         return schedule
 
-    def capture_refusal(self, schedule):
-        """Why a step of ``schedule`` on this plan cannot be captured, beyond the schedule's own reasons, or
-        None."""
-        return None
-
     # -- the pass and the step, for every network ------------------------------------------------------------
 
     def backward(self, schedule, controls=None):

@@ -55,6 +55,8 @@ class DagNet(Network):
     NOUN = "a DagNet"
     SCHEDULES = (Sequential, Leapfrog, LevelSets, DagJacobi, DagDoubling)
     SOLVERS = "None (the forward node by node), ForwardJacobi() or ForwardNewton()"
+    CAPTURE_REFUSALS = {"cupy": "a DAG's layers allocate their outputs as they run, which a CUDA graph's capture "
+                                "refuses; use graph=False"}
     BASELINE = Sequential  # the schedule the others are measured against
 
     def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", check_finite=False,

@@ -268,12 +268,6 @@ class DagPlan(plan.Plan):
         for v, name, code in codes:
             self.backend.ops.check_finite(controls, self.grads[v][name], code)
 
-    def capture_refusal(self, schedule):
-        if self.backend.name == "cupy":
-            return ("a DAG's layers allocate their outputs as they run, which a CUDA graph's capture refuses; use "
-                    "graph=False")
-        return None
-
     def update(self, stream, v, controls):
         """Enqueue the update of node v's parameters by their gradients and ``controls``' optimizer, on
         ``stream``."""

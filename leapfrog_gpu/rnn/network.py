@@ -76,6 +76,8 @@ class RNN(Layered):
     LOAD = "net.set_parameters(weights, recurrent, biases)"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
     SOLVERS = "None (the forward step by step) or a TimeNewton()"
+    CAPTURE_REFUSALS = {"cupy": "the recurrent pass runs its products as cupy.matmul calls (cuBLAS), which CuPy "
+                                "refuses during stream capture; use graph=False"}
     BASELINE = BPTT  # the schedule the others are measured against
 
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,

@@ -254,12 +254,6 @@ class RNNPlan(plan.Plan):
                     checks.append((check, array, self.nabla[name][l], controls.code(f"nabla_{name}[{l}]")))
         self.backend.launch(self.main, "check_finite", _calls, checks)
 
-    def capture_refusal(self, schedule):
-        if self.backend.name == "cupy":
-            return ("the recurrent pass runs its products as cupy.matmul calls (cuBLAS), which CuPy refuses during "
-                    "stream capture; use graph=False")
-        return None
-
     def update(self, stream, l, controls):
         """Enqueue the update of every parameter of layer l (w^l, u^l, b^l, a GRU's b_hn^l) on ``stream`` by
         ``controls``' optimizer."""

@@ -23,6 +23,7 @@ from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.backends.host_graph import CaptureError
 from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.core import calibrate, plan
+from leapfrog_gpu.core import network as core_network
 from leapfrog_gpu.core.handoff import Handoff
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5
@@ -293,11 +294,15 @@ def test_a_capture_is_launched_once_and_replays_with_fresh_events(backend):
     (NaumovJacobi(warm_start=True), "its warm start decides when to stop from a change it reads on the host"),
 ])
 def test_what_cannot_be_captured_is_refused_with_the_reason(schedule, reason):
+    """Refused before its plan is made: the plans kept (as many as a network keeps, each with its graph) stay."""
     with MLP(SIZES, backend="numpy") as net:
-        before = [p.copy() for p in net.weights + net.biases]
+        for size in range(1, core_network.PLANS + 1):
+            net.sgd_step(*batch(SIZES, size), 0.1, graph=True)
+        before, plans = [p.copy() for p in net.weights + net.biases], dict(net._plans)
         with pytest.raises(ValueError, match=f"graph=True cannot capture .*: {reason}"):
-            net.sgd_step(*batch(SIZES, 3), 0.1, schedule, graph=True)
-        assert same(net.weights + net.biases, before)
+            net.sgd_step(*batch(SIZES, core_network.PLANS + 1), 0.1, schedule, graph=True)
+        assert same(net.weights + net.biases, before) and net._plans == plans
+        assert all(len(kept.captured) == 1 for kept in plans.values())
 
 
 def test_leapfrog_auto_runs_its_first_step_at_a_batch_size_eagerly_then_is_captured():

@@ -39,7 +39,7 @@ def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
         x, y = host_batch(sizes, batch, args.dtype)
         net.backprop(x, y)
         plan = net.plan(batch)
-        runs, passes = _runs(args, plan, settings), sweeps(net, plan)
+        runs, passes = _runs(args, net, settings), sweeps(net, plan)
         calls = {(threads, name): call for threads in settings for name, (call, layers) in passes.items() if layers}
         for i, run in enumerate(runs):
             calls[run.threads, "step", i] = lambda r=run: net.train_step(x, y, rule, r.schedule, graph=r.graph)
@@ -101,7 +101,7 @@ def _setting(key):
     return key, lambda: torch_anchor.num_threads(key[1]) if isinstance(key, tuple) else autotune.blas_limit(key)
 
 
-def _runs(args, plan, settings):
+def _runs(args, net, settings):
     """The ``Run`` of every configuration at every BLAS setting; with ``--one-pass`` sequential's and
     leapfrog's one-pass steps too; with ``--graph`` a graph twin of each that can be captured."""
     one_pass = [(name, k) for name, k in configurations(args) if args.one_pass and name in (BASELINE, Leapfrog.name)]
@@ -109,7 +109,7 @@ def _runs(args, plan, settings):
             for threads in settings for name, k in configurations(args)]
     runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)
              for threads in settings for name, k in one_pass]
-    graph = [run._replace(graph=True) for run in runs if args.graph and graphs.refusal(plan, run.schedule) is None]
+    graph = [run._replace(graph=True) for run in runs if args.graph and graphs.refusal(net, run.schedule) is None]
     return runs + graph
 
 

@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ..core.calibrate import KS, REPEATS, WARMUP, blas_limit, candidates, choose, chosen, measure, pick
+from ..core.checks import check_count
 
 __all__ = ["KS", "REPEATS", "WARMUP", "Tuning", "blas_limit", "blas_settings", "candidates", "choose", "chosen",
            "measure", "pick", "tune"]
@@ -41,18 +42,20 @@ def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=W
     """Calibrate the SGD step of the network ``net`` at ``batch`` random samples; return a ``Tuning``.
 
     The step, not the backward pass alone: BLAS threads also change the forward pass and the update.
-    The calibration steps with eta = 0, so ``net`` keeps its parameters. On the NumPy backend every
-    candidate runs at each BLAS setting in ``blas_threads`` (default: one thread and all cores); use
-    the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and ``t.schedule``. On CuPy
-    there is no BLAS setting and ``blas_threads`` must stay ``None``.
+    The calibration steps a network of ``net``'s architecture on its backend, with eta = 0, so that ``net``
+    keeps its parameters and its optimizer state (an Adam state, say: the plain SGD step would mix them).
+    On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
+    thread and all cores); use the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and
+    ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
+    batch = check_count("batch", batch)
+    repeats, warmup = check_count("repeats", repeats), check_count("warmup", warmup, 0)
     settings = blas_settings(net.backend.name, blas_threads)
     rng = np.random.default_rng(seed)
     x, y = rng.random((net.sizes[0], batch)), rng.random((net.sizes[-1], batch))
-    table = measure(net.plan(batch), candidates(ks, fused), repeats, warmup, settings,
-                    step=lambda s: net.sgd_step(x, y, 0.0, s))
+    with type(net).from_architecture(net.architecture(), net.backend) as probe:
+        table = measure(probe.plan(batch), candidates(ks, fused), repeats, warmup, settings,
+                        step=lambda s: probe.sgd_step(x, y, 0.0, s))
     schedule, threads, _ = pick(table)
     return Tuning(schedule, threads, table)
 
@@ -66,4 +69,7 @@ def blas_settings(backend, blas_threads=None):
         return [None]
     if blas_threads is None:
         return sorted({1, os.cpu_count() or 1})
-    return list(blas_threads)
+    if not isinstance(blas_threads, (list, tuple)) or not blas_threads:
+        raise TypeError(f"blas_threads must be None or a list of thread counts, each an integer >= 1; got "
+                        f"{blas_threads!r}")
+    return [check_count("blas_threads", threads) for threads in blas_threads]

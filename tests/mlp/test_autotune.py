@@ -2,6 +2,7 @@
 gradients are those of the schedule it stands for."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 import threadpoolctl
 
 from helpers import batch
-from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu import MLP, Adam, Leapfrog, Sequential
 from leapfrog_gpu.core import calibrate
 from leapfrog_gpu.mlp import autotune
 
@@ -137,6 +138,36 @@ def test_blas_settings():
         autotune.blas_settings("cupy", [2])
     with MLP([4, 4], backend="numpy") as net, pytest.raises(ValueError, match="batch must be an integer >= 1"):
         autotune.tune(net, 0)
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"repeats": 0}, ValueError, "repeats must be an integer >= 1; got 0"),
+    ({"warmup": -1}, ValueError, "warmup must be an integer >= 0; got -1"),
+    ({"blas_threads": [0]}, ValueError, "blas_threads must be an integer >= 1; got 0"),
+    ({"blas_threads": 2}, TypeError, "blas_threads must be None or a list of thread counts, each an integer >= 1"),
+])
+def test_tune_refuses_a_bad_count_before_it_times_anything(options, error, message):
+    """A repeat count of 0 failed inside NumPy's percentile; a thread count of 0 was calibrated and returned."""
+    with MLP([4, 4], backend="numpy") as net, pytest.raises(error, match=f"^{re.escape(message)}"):
+        autotune.tune(net, 2, **options)
+
+
+def test_tune_leaves_the_network_its_parameters_and_its_optimizer_state():
+    """It times a network of the same architecture: an Adam state stays (the plain SGD step refused to mix with it,
+    naming an SGD(lr=0.0) the caller never gave), and so do the parameters."""
+    sizes = [4, 5, 2]
+    with MLP(sizes, dtype="float64", backend="numpy") as net:
+        net.train_step(*batch(sizes, 3), Adam(0.01))
+        params, state = net.parameters(), net.optimizer_state()
+        tuning = autotune.tune(net, 2, ks=(1, 2), blas_threads=[1], repeats=2, warmup=0)
+        assert tuning.blas_threads == 1 and 2 not in net._plans  # nor a plan of the network's own
+        after = net.optimizer_state()
+        assert after["step"] == state["step"] == 1 and repr(net.held_optimizer()) == repr(Adam(0.01))
+        for unit, named in params.items():
+            for name, value in named.items():
+                np.testing.assert_array_equal(net.parameters()[unit][name], value)
+                for slot in ("exp_avg", "exp_avg_sq"):
+                    np.testing.assert_array_equal(after[slot][unit][name], state[slot][unit][name])
 
 
 def test_auto_run_outside_the_network_says_how_to_run_it():

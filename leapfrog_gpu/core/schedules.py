@@ -118,7 +118,8 @@ class Leapfrog(Schedule):
             raise ValueError("Leapfrog('auto') calibrates the plain and fused schedules only; give k for "
                              "one_pass=True, e.g. Leapfrog(2, one_pass=True)")
         self.chosen = {}
-        """``Leapfrog("auto")``: the schedule its calibration chose for a pass at batch size B, the latest by B."""
+        """``Leapfrog("auto")``: the schedule its calibration chose for a pass of B columns, the latest by B (the plan's
+        B: data-parallel, this rank's share of the batch, which a calibration times)."""
 
     def _check_k(self, k):
         return k if self.auto else super()._check_k(k)

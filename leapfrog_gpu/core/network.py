@@ -329,16 +329,14 @@ class Network(OneThreadAtATime, OptimizerState):
         schedule.check_memory(self, *shape)
 
     def _handed_out(self, arrays):
-        """Copies of ``arrays`` (an array, or lists and dicts of them; or a function that gives them once the
-        main stream has run what is enqueued there), made on the main stream behind that work and complete
-        on return: the caller may read them on any stream, and no later step writes them. Raises what
-        ``synchronize()`` raises."""
-        self._check_open()
-        copies = []
-        self.backend.launch(self.backend.main, "copy_out",
-                            lambda: copies.append(parameters.copies(arrays() if callable(arrays) else arrays)))
+        """Copies of ``arrays`` (an array, or lists and dicts of them; or a function that gives them once what is
+        enqueued has run), made once it has run, on the caller's stream, and complete on return: no later step
+        writes them, and on CuPy their memory is that stream's (its pool's), which no stream of the network takes
+        back while the caller's work on them is queued. Raises what ``synchronize()`` raises."""
         self.synchronize()
-        return copies[0]
+        copies = parameters.copies(arrays() if callable(arrays) else arrays)
+        self._wait()
+        return copies
 
     def _check_open(self):
         if self._closed or self.backend.closed:

@@ -172,3 +172,27 @@ def test_steps_on_plans_let_go_on_the_cupy_stand_in_are_those_on_plans_kept(stan
     with CupyBackend() as backend:
         want, _ = steps_past_the_plans_kept("MLP", backend, False)
     assert len(kept) == len(PAST) - 4 and all(np.array_equal(a, b) for a, b in zip(got, want))  # PLANS
+
+
+@pytest.mark.parametrize("name", ["parameters", "gradients", "feedforward", "weights", "optimizer_state"])
+def test_copies_handed_out_on_the_cupy_stand_in_live_on_the_callers_stream(standin, name):
+    """A copy the network hands out is made on the caller's stream: the caller's work on it, queued there, and the
+    copy dropped, its memory goes back to that stream's pool (made on the network's main stream, it went back to
+    the main stream's, whose next allocation, a copy handed out, took it while that work was queued: use after
+    free on the stand-in)."""
+    import cupy
+
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    with CupyBackend() as backend, network("MLP", backend, dtype="float64") as net:
+        x, y = network_batch("MLP", 5, dtype=np.float64)
+        net.train_step(x, y, Adam(0.01), Leapfrog(2))
+        handed = {"parameters": lambda: net.parameters()[2]["w"], "gradients": lambda: net.gradients(x, y)[2]["w"],
+                  "feedforward": lambda: net.feedforward(x), "weights": lambda: net.weights[0],
+                  "optimizer_state": lambda: net.optimizer_state()["exp_avg"][2]["w"]}[name]
+        a = handed()
+        want = cupy.asnumpy(a) * 2
+        doubled = a * 2  # on the caller's stream, queued
+        del a
+        handed()
+        np.testing.assert_array_equal(cupy.asnumpy(doubled), want)

@@ -19,6 +19,7 @@ import json
 
 from bench_timeline import stamping
 from leapfrog_gpu.tools.bench.runner import noisy
+from leapfrog_gpu.tools.cli import read_or_refuse
 from markdown_cells import label, number, percent, ratio, spread
 from verdicts import verdicts
 
@@ -92,12 +93,7 @@ def main():
     parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
     labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
     path = parser.parse_args().path
-    try:
-        found = runs(path)
-    except OSError as error:
-        parser.error(f"cannot read {path} ({error.strerror})")
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        parser.error(f"{path} is not a file leapfrog-bench --json or --jsonl wrote ({error})")
+    found = read_or_refuse(parser, path, runs, "a file leapfrog-bench --json or --jsonl wrote")
     for run, records in found or [({}, None)]:
         if not isinstance(run, dict) or "command" not in run or not isinstance(records, list):
             parser.error(f"{path} holds no run of leapfrog-bench (no command and records; profiling/rnn_bench.py's "

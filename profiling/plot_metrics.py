@@ -14,7 +14,7 @@ import itertools
 import json
 import sys
 
-from leapfrog_gpu.tools.cli import pip_install
+from leapfrog_gpu.tools.cli import pip_install, read_or_refuse
 
 
 def read(path):
@@ -70,12 +70,7 @@ def main(argv=None):
         p.error(f"the plot needs matplotlib: {pip_install('plot')}")
     runs = {}
     for path in args.files:
-        try:
-            lines = read(path)
-        except OSError as error:
-            p.error(f"cannot read {path} ({error.strerror})")
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            p.error(f"{path} is not a file of leapfrog-train --metrics lines ({error})")
+        lines = read_or_refuse(p, path, read, "a file of leapfrog-train --metrics lines")
         if not lines or not all(isinstance(line, dict) and {"epoch", "seconds", "train_loss", "schedule"} <= set(line)
                                 and ("test_mse" in line or "test_accuracy" in line) for line in lines):
             p.error(f"{path} holds no leapfrog-train --metrics lines (each an epoch's, with its epoch, seconds, "

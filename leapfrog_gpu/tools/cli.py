@@ -6,6 +6,7 @@ columns."""
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import sys
@@ -210,6 +211,17 @@ def one_file_each(outputs):
                 return f"{seen[real]} and {option} name one file, {path}: give each its own"
             seen[real] = option
     return None
+
+
+def read_or_refuse(parser, path, read, what):
+    """``read(path)``, or ``parser.error``'s one line where the file cannot be read or is not JSON (``what``: what
+    it should be)."""
+    try:
+        return read(path)
+    except OSError as error:
+        parser.error(f"cannot read {path} ({error.strerror})")
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        parser.error(f"{path} is not {what} ({error})")
 
 
 def too_large(error):

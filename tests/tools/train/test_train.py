@@ -101,17 +101,14 @@ def test_resume_is_bitwise_exact(tmp_path):
     assert [json.loads(line)["epoch"] for line in (halves / "m.jsonl").read_text().splitlines()] == [1, 2]
 
 
-def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
-    """What an interrupt handler needs: ``save()`` after any completed step, and a resume that
-    redraws that epoch's order and skips the steps already done."""
-    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0
-
+def interrupt_at_step(monkeypatch, step):
+    """Ctrl-C as the run's ``step``-th step (from 1) starts, which the run meets as a second Ctrl-C (it stops at
+    once), with a checkpoint saved as an interrupt handler saves it: after the last completed step."""
     train_step, run, calls = MLP.train_step, train.Training.run, []
 
     def step_until_interrupted(net, *args, **kwargs):
         calls.append(None)
-        if len(calls) == 61:
+        if len(calls) == step:
             raise KeyboardInterrupt
         train_step(net, *args, **kwargs)
 
@@ -124,6 +121,14 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(MLP, "train_step", step_until_interrupted)
     monkeypatch.setattr(train.Training, "run", run_saving_on_interrupt)
+
+
+def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
+    """What an interrupt handler needs: ``save()`` after any completed step, and a resume that
+    redraws that epoch's order and skips the steps already done."""
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", straight) == 0
+    interrupt_at_step(monkeypatch, 61)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", interrupted) == 130  # as a second Ctrl-C: no traceback
     assert capsys.readouterr().err == ("leapfrog-train: interrupted at epoch 2, step 60 and stopped at once: "
                                        f"{interrupted}/checkpoint.npz holds the last checkpoint written\n")
@@ -139,23 +144,7 @@ def test_a_run_resumed_before_its_first_epoch_ended_replaces_an_earlier_runs_met
     run's: resumed, the run is as fresh, and its first record replaces those lines (an unbroken run's file)."""
     run, metrics = tmp_path / "run", tmp_path / "metrics.jsonl"
     metrics.write_text('{"from": "an earlier run"}\n')
-    train_step, calls = MLP.train_step, []
-
-    def step_until_interrupted(net, *args, **kwargs):
-        calls.append(None)
-        if len(calls) == 11:
-            raise KeyboardInterrupt
-        train_step(net, *args, **kwargs)
-
-    def run_saving_on_interrupt(training, run=train.Training.run):
-        try:
-            return run(training)
-        except KeyboardInterrupt:
-            training.save()
-            raise
-
-    monkeypatch.setattr(MLP, "train_step", step_until_interrupted)
-    monkeypatch.setattr(train.Training, "run", run_saving_on_interrupt)
+    interrupt_at_step(monkeypatch, 11)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run, "--metrics", metrics) == 130
     assert parameters(run)[1]["epoch"] == 0 and metrics.read_text() == '{"from": "an earlier run"}\n'
     monkeypatch.undo()

@@ -73,14 +73,19 @@ def timeline_table(records):
 
 
 def runs(path):
-    """``[(header, records)]``: one run from a ``--json`` file, one per header line from a ``--jsonl`` one."""
+    """``[(header, records)]``: one run from a ``--json`` file, one per header line from a ``--jsonl`` one (a
+    header of no run, ``{}``, where the file holds JSON of another shape)."""
     with open(path, encoding="utf-8") as file:
         if not path.endswith(".jsonl"):
             run = json.load(file)
+            if not isinstance(run, dict):
+                return [({}, None)]
             return [(run, run.get("records", run.get("rows")))]  # rows: an RNN run's, which main refuses
         found = []
         for line in file:
             item = json.loads(line)
+            if not isinstance(item, dict):
+                return [({}, None)]
             if "command" in item:
                 found.append((item, []))
             elif found:

@@ -358,7 +358,9 @@ def test_ranks_with_other_options_are_refused(tmp_path):
 
 
 def test_a_resume_given_to_rank_0_alone_is_refused_as_another_option(tmp_path):
-    """A --resume on rank 0 alone is refused as any option that differs, in one line, every rank ended."""
+    """A --resume on rank 0 alone is refused as any option that differs, in one line, every rank ended (that every
+    rank takes part in the broadcast of the checkpoint first, which MPICH does not require to end so:
+    test_train's test_a_rank_not_given_resume_takes_part_in_the_broadcast_of_rank_0s_checkpoint)."""
     run = tmp_path / "run"
     mpirun.run(2, *TRAIN, *TEACHER, "--epochs", 1, "--checkpoint-dir", run)
     job = mpirun.launch(1, *TRAIN, *TEACHER, "--epochs", 2, "--checkpoint-dir", run, "--resume", ":", "-n", 1,

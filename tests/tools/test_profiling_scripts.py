@@ -824,6 +824,8 @@ def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_
     ("other.json", '{"command": "python profiling/dag_bench.py", "records": [{"D": 4}]}',
      {"bench_table.py": "holds records of another benchmark than leapfrog-bench's MLP",
       "plot_metrics.py": "other.json holds no leapfrog-train --metrics lines"}),
+    ("list.json", "[1, 2]", "list.json holds no "),
+    ("number.jsonl", "42\n", "number.jsonl holds no "),
 ])
 def test_a_file_a_script_cannot_read_is_refused_in_one_line(tmp_path, script, name, text, words):
     """A file missing, not JSON, empty, or of another benchmark: one line and exit status 2, not a traceback (nor, for

@@ -1,6 +1,7 @@
 """``leapfrog-train``: schedules agree bitwise, resume is exact, checkpoints survive SIGKILL, and every
 bad input is one line on stderr with exit status 2."""
 
+import contextlib
 import gzip
 import json
 import os
@@ -151,6 +152,31 @@ def test_a_run_resumed_before_its_first_epoch_ended_replaces_an_earlier_runs_met
     capsys.readouterr()
     assert cli("--quiet", "--checkpoint-dir", run, "--resume", "--metrics", metrics) == 0
     assert [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()] == [1, 2]
+
+
+def test_a_rank_not_given_resume_takes_part_in_the_broadcast_of_rank_0s_checkpoint():
+    """Whether to resume is rank 0's to say: rank 1, given no --resume where rank 0 was, still enters the broadcast
+    of the checkpoint (it went straight to the next collective, a mismatch MPI leaves undefined), and the options
+    that differ are refused after it, on every rank alike."""
+    class Rank1:
+        rank, size = 1, 2
+
+        def __init__(self):
+            self.sent = []
+
+        def together(self, *errors):
+            return contextlib.nullcontext()
+
+        def bcast(self, value):
+            self.sent.append(value)
+            if len(self.sent) == 1:
+                return True  # rank 0 resumes
+            raise StopIteration("rank 0's checkpoint, broadcast")
+
+    comm = Rank1()
+    with pytest.raises(StopIteration, match="rank 0's checkpoint"):
+        train._train({"checkpoint_dir": "run"}, comm)
+    assert comm.sent == [False, None]
 
 
 OLD_CONFIG = {  # a checkpoint's config before --model rnn joined the loop (and before --model, "model" and "skip")

@@ -293,7 +293,7 @@ class NumpyBackend:
                 self._pending += 1
             stream.queue.put((self._run, (item,), None))
 
-    @host_streams.QUIET
+    @host_streams.quiet
     def _run_now(self, stream, item, bases=None):
         """Serial mode: run ``item`` on the caller; raise its error at once."""
         self._execute(stream, item, bases)
@@ -361,7 +361,7 @@ class NumpyBackend:
             with self._lock:
                 self.trace.append((stream.name, what, name))
 
-    @host_streams.QUIET
+    @host_streams.quiet
     def _run_deferred(self):
         while True:
             ready = [s for s in self._streams if s.deferred and self._ready(s.deferred[0])]

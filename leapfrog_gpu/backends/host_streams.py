@@ -2,6 +2,7 @@
 thread (``drain``), and what ends the threads of a backend (``host.NumpyBackend`` runs them)."""
 
 import collections
+import functools
 import queue
 import threading
 
@@ -54,12 +55,20 @@ class Item:
         self.event, self.generation = event, generation
 
 
-QUIET = np.errstate(all="ignore")
-"""What the streams run under, on their threads and on the caller (serial and deferred modes): NaN and Inf are the
-network's to report (``check_finite``, ``fit``), as on a GPU, not NumPy's, whose warnings would name our ops."""
+def quiet(run):
+    """``run`` under ``np.errstate(all="ignore")``, a new one each call (NumPy 1's keeps the state it replaced on the
+    instance, which threads sharing one would overwrite): what the streams run under, on their threads and on the
+    caller (serial and deferred modes). NaN and Inf are the network's to report (``check_finite``, ``fit``), as on a
+    GPU, not NumPy's, whose warnings would name our ops."""
+    @functools.wraps(run)
+    def quietly(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return run(*args, **kwargs)
+
+    return quietly
 
 
-@QUIET
+@quiet
 def drain(stream):
     """A stream's thread: run each entry of its queue, ``(run, items, bases)``, as ``run(stream, items, bases)``
     (its backend's), until the stop (None). Only the entries queued hold the backend: one dropped unclosed is

@@ -31,7 +31,9 @@ from .serial import OneThreadAtATime
 
 PLANS = 8
 """The plans a network keeps, the last used: each holds every buffer of a pass at its batch shape (a [1024] * 16 MLP's
-at B = 1, 68 MB in float32), so that a network fed batches of many sizes holds a bounded memory."""
+at B = 1, 68 MB in float32), so that a network fed batches of many sizes holds a bounded memory. Data-parallel, every
+plan is kept: a plan is a rank's share of B, and ranks that let theirs go by shares that differ would capture graphs
+at other steps, where every rank must capture at the same (``core.capture``)."""
 
 
 class Network(OneThreadAtATime, OptimizerState):
@@ -98,9 +100,9 @@ class Network(OneThreadAtATime, OptimizerState):
         self._synchronize()
 
     def _synchronize(self):
+        stepped, self._stepped = self._stepped, False
         self._wait()
         gradient, done = self._controls.read(self._steps)
-        stepped, self._stepped = self._stepped, False
         if gradient is not None:
             self._recount()
             self._controls.clear()
@@ -184,8 +186,10 @@ class Network(OneThreadAtATime, OptimizerState):
     def gradients(self, x, y, schedule=None, *, solver=None):
         """The gradients of the cost on the batch, summed over it (with a communicator: over every rank's share
         of it), under ``schedule`` (None: ``Sequential()``): copies shaped as ``parameters()``, ``{unit: {name:
-        array}}``. With ``check_finite``, a ``FloatingPointError`` where one holds NaN or Inf."""
+        array}}``. With ``check_finite``, a ``FloatingPointError`` where one holds NaN or Inf (the steps enqueued
+        before it are waited for first, and their refusal raised as theirs)."""
         schedule, solver = self._check_schedule(schedule), self._check_solver(solver)
+        self.synchronize()
         plan, _ = self._load(x, self._targets(x, y), schedule, solver=solver)
         plan.backprop(schedule, None, solver)
         return self._handed_out(plan.gradient_arrays)
@@ -390,6 +394,6 @@ class Network(OneThreadAtATime, OptimizerState):
         self._check_open()
         plan = self._plans.pop(key, None)
         self._plans[key] = make() if plan is None else plan  # the last used last
-        while len(self._plans) > PLANS:
+        while len(self._plans) > PLANS and self.comm is None:  # ranks' shares differ: each would let others go
             del self._plans[next(iter(self._plans))]
         return self._plans[key]

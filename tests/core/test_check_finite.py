@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helpers import STANDIN_ORDERS, batch, host, install_standin
-from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 
 SIZES = [7, 13, 5, 11, 3]
 L = len(SIZES)
@@ -70,3 +70,20 @@ def test_gradients_say_the_check_refused_them_not_an_update(backend):
         before = host(net.weights)
         net.sgd_step(x, y, 0.5)
         assert not np.array_equal(host(net.weights)[-1], before[-1])
+
+
+def test_gradients_behind_a_step_that_updated_say_the_check_refused_them():
+    """A finite step enqueued, not awaited, then gradients() of a batch that overflows: the step updated, and the
+    refusal is the gradients', said as theirs (the step's flag, left set, had said "update refused")."""
+    sizes = [4, 4, 2]
+    rng = np.random.default_rng(0)
+    x, y = rng.random((4, 8)), rng.random((2, 8))
+    with MLP(sizes, activation="relu", dtype="float64", backend="numpy", check_finite=True) as net:
+        _, nabla_w = reference.backprop(net.weights, net.biases, x, y, "relu", output_activation="relu")
+        want = [w - 0.1 / 8 * g for w, g in zip(net.weights, nabla_w)]
+        net.sgd_step(x, y, 0.1)
+        with pytest.raises(FloatingPointError) as refused:
+            net.gradients(np.full((4, 8), 1e300), y)
+        assert str(refused.value).endswith("holds NaN or Inf; check_finite=True refuses such gradients")
+        for got, w in zip(host(net.weights), want):
+            np.testing.assert_allclose(got, w, rtol=1e-12)

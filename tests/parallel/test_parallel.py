@@ -333,6 +333,27 @@ def test_every_rank_captures_its_graphs_at_the_same_steps(monkeypatch):
         assert captured == [want, want], schedule
 
 
+def test_ranks_keep_every_plan_and_capture_at_the_same_steps_past_the_plans_a_network_keeps(monkeypatch):
+    """Batches of 3 and 4, then of 6 to 18 and 3 again: rank 1 meets nine shares (1 to 9), rank 0 eight. Each rank kept
+    the plans it used last, by its own shares, and rank 1 let go its share of 3's plan, with its graph, which rank 0
+    kept: at the last step it captured again, where rank 0 launched. Data-parallel, every plan is kept."""
+    captured, capture = [], NumpyBackend.capture
+
+    def counted(backend, body):
+        captured[-1].append(step)
+        return capture(backend, body)
+
+    monkeypatch.setattr(NumpyBackend, "capture", counted)
+    counts = [3, 4, *range(6, 19, 2), 3]
+    for rank in (0, 1):
+        captured.append([])
+        with MLP(SIZES, backend="numpy", comm=Mirror(rank=rank)) as net:
+            for step, count in enumerate(counts):
+                net.sgd_step(*batch(SIZES, count), ETA, Leapfrog(2), graph=True)
+            assert len(net._plans) == (8 if rank == 0 else 9)
+    assert captured == [list(range(len(counts) - 1))] * 2  # the last B = 3 launches its graph on every rank
+
+
 def test_a_calibration_sums_nothing():
     """Leapfrog('auto') times backward passes on one rank only: they must not call a collective."""
     comm = Mirror()

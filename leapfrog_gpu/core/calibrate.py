@@ -80,7 +80,7 @@ def pick(table):
 def blas_limit(threads):
     """A context in which BLAS uses ``threads`` threads, process-wide (``None``: as it is): every BLAS library loaded
     by then, the products' among them (loaded first), found anew by each call (a controller knows only the libraries
-    loaded when it is made: one kept from an earlier call missed PyTorch's, imported since)."""
+    loaded when it is made: one kept from an earlier call missed SciPy's OpenBLAS, loaded since)."""
     if threads is None:
         return contextlib.nullcontext()
     host_blas.load()

@@ -81,6 +81,9 @@ def real_array(xp, name, value):
     if xp is np and type(value).__module__.startswith("cupy"):
         raise TypeError(f"{name} is a CuPy array but the network runs on the numpy backend; pass its host copy "
                         "(.get())")
+    if isinstance(value, np.ma.MaskedArray):  # its checks would skip what is masked, which the network would read
+        raise TypeError(f"{name} is a masked array, whose masked entries a network reads as they are; pass "
+                        f"{name}.filled(value) with the value they stand for, or drop the masked samples")
     if not isinstance(value, (np.ndarray, xp.ndarray)):  # lists; another library's arrays (a tensor, a pandas Series)
         try:
             value = np.asarray(value)

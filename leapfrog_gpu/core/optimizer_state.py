@@ -44,8 +44,9 @@ class OptimizerState:
         self._check_open()
         self._check_optimizer(optimizer, held=False)
         steps = state.get("step") if isinstance(state, dict) else None
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
-            raise ValueError(f"an optimizer state is a dict with 'step', an int >= 0; got {state!r:.80}")
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 0 <= steps < 2 ** 63:
+            raise ValueError(f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got "
+                             f"{state!r:.80}")
         extra = set(state) - {"step", *optimizer.SLOTS}
         if extra or (steps and set(state) != {"step", *optimizer.SLOTS}):
             raise ValueError(f"the state of {optimizer!r} holds 'step' and {list(optimizer.SLOTS)}; got "

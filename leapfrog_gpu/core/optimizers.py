@@ -20,7 +20,7 @@ import copy
 import inspect
 import numbers
 
-from .checks import check_flag, check_real
+from .checks import check_flag, check_real, shown
 
 
 class _Made(type):
@@ -150,7 +150,7 @@ class Adam(Optimizer):
         if len(betas) != 2:
             raise ValueError(pair)
         if not all(0 <= beta < 1 for beta in betas):
-            raise ValueError(f"betas must lie in [0, 1); got {betas!r}")
+            raise ValueError(f"betas must lie in [0, 1); got ({', '.join(map(shown, betas))})")
         self.betas = tuple(float(beta) for beta in betas)
         self.eps = check_real("eps", eps, "> 0 and finite", strict=True)
         self.weight_decay = check_real("weight_decay", weight_decay)

@@ -79,6 +79,7 @@ def cases(net):
          lambda: in_float32(lambda f32: f32.backprop(X * 1e300, Y))),
         ("y with an Inf", backprop(y=np.full((3, 3), np.inf))),
         ("a CuPy array on the numpy backend", backprop(x=FakeCupyArray())),
+        ("x a masked array (a NaN under its mask)", backprop(x=np.ma.masked_invalid(np.where(X > 0, np.nan, X)))),
         ("`sgd_step(x, y, eta=-0.1)`", lambda: net.sgd_step(X, Y, -0.1)),
         ("`sgd_step(x, y, 0.1, graph=1)`", lambda: net.sgd_step(X, Y, 0.1, graph=1)),
         ("`sgd_step(x, y, 0.1, NaumovJacobi(warm_start=True), graph=True)`",

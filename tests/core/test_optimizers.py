@@ -281,6 +281,7 @@ def test_sgd_of_eta_is_sgd_step_to_the_bit(network_name):
     (lambda: Adam(betas=(0.9, 1.0)), r"betas must lie in \[0, 1\)"),
     (lambda: Adam(betas=(-0.1, 0.9)), r"betas must lie in \[0, 1\); got \(-0.1, 0.9\)"),
     (lambda: Adam(betas=(0.9, float("nan"))), r"betas must lie in \[0, 1\)"),
+    (lambda: Adam(betas=(0.9, 10 ** 400)), r"betas must lie in \[0, 1\); got \(0.9, an integer of 401 digits\)$"),
     (lambda: Adam(betas=(0.9, 0.99, 0.999)), r"betas must be a pair of numbers \(beta1, beta2\)"),
     (lambda: Adam(eps=0), "eps must be > 0"),
     (lambda: Adam(eps=float("inf")), "eps must be > 0 and finite; got inf"),
@@ -815,6 +816,9 @@ def test_a_bad_state_is_refused_and_changes_nothing():
         state["exp_avg_sq"] = {2: {"w": np.zeros((4, 3))}, 3: {"b": np.full(2, -1e-30)}}
         with pytest.raises(ValueError, match=r"^exp_avg_sq of .*3.* holds a negative number; Adam's second moment"):
             net.set_optimizer_state(Adam(), state)
+        for steps in (2 ** 63, 2 ** 1024):  # 1 - beta1 ** t overflowed past 2**1024, in every step after it
+            with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', an int from 0 to 2\*\*63"):
+                net.set_optimizer_state(Adam(), {"step": steps})
         assert net.optimizer_state() == {"step": 0}
 
 

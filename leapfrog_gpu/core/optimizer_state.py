@@ -21,7 +21,7 @@ class OptimizerState:
         """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:
         {name: array}}}``, a slot as torch.optim names it (``"momentum_buffer"``, ``"exp_avg"``,
         ``"exp_avg_sq"``) shaped as ``parameters()``; ``{"step": 0}`` before a step that keeps one."""
-        slots = {}
+        slots = {slot: {} for slot in self._held.SLOTS} if self._rule is not None else {}  # a DagNet may have none
         for unit, name, slot, array in _slots(self._controls.state if self._rule is not None else {}):
             slots.setdefault(slot, {}).setdefault(unit, {})[name] = array
         return {"step": self._steps, **self._handed_out(slots)}

@@ -343,13 +343,12 @@ def check_fitted(net, arrays, optimizer=None):
 def restore_optimizer(net, optimizer, arrays, steps):
     """Give ``net`` the state of ``optimizer`` held in ``arrays`` (a slot of every parameter, by its name in a file)
     after ``steps`` steps; a ValueError naming the first array it lacks, or saying why the network refuses one."""
-    slots = {}
+    slots = {slot: {} for slot in optimizer.SLOTS}  # every slot, of no parameter in a DagNet that has none
     for slot in optimizer.SLOTS:
         for unit, name in _parameters(net):
             if array_name(unit, name, slot) not in arrays:
                 raise ValueError(f"no array {array_name(unit, name, slot)!r} for the state of {optimizer!r}")
-            slots.setdefault(slot, {}).setdefault(unit, {})[name] = _of_dtype(arrays, array_name(unit, name, slot),
-                                                                               net.dtype)
+            slots[slot].setdefault(unit, {})[name] = _of_dtype(arrays, array_name(unit, name, slot), net.dtype)
     net.set_optimizer_state(optimizer, {"step": steps, **slots})
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import leapfrog_gpu
 from helpers import Gate, assert_bitwise_equal, batch, dense_net, flip_last_byte, residual_net
-from leapfrog_gpu import MLP, RNN, SGD, Adam, AdamW, DagNet, Dense, Layer, LayerNorm
+from leapfrog_gpu import MLP, RNN, SGD, Adam, AdamW, Add, Concat, DagNet, Dense, Layer, LayerNorm
 from leapfrog_gpu.backends import to_host
 from leapfrog_gpu.core import saving
 from leapfrog_gpu.dag.network import residual
@@ -38,9 +38,11 @@ NETWORKS = {
     "DagNet-concat-layernorm": lambda backend: network("DagNet", backend),
     "DagNet-densenet": lambda backend: dense_net(backend, cost="cross_entropy"),
     "DagNet-two-skips": lambda backend: residual_net(backend),
+    "DagNet-no-parameters": lambda backend: DagNet(3, [("c", Concat(), ["x", "x"]), ("out", Add(), ["c", "c"])],
+                                                   backend=backend),
 }
 """Every kind of network: an RNN of each cell, DAGs of every kind of node (``Dense``, ``Add``, ``Concat``,
-``LayerNorm``)."""
+``LayerNorm``), and one of no parameter, whose optimizer state is its step count and slots of nothing."""
 
 
 def data(net, seed=0):

@@ -11,7 +11,7 @@ from helpers import NETS, batch, central, cli, deep_chain, dense_net, flat, gate
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
-from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu import MLP, SGD, Adam, Leapfrog, Sequential
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core.handoff import Handoff
 from leapfrog_gpu.dag import schedules as dag_schedules
@@ -508,3 +508,15 @@ def test_the_old_name_graphnet_still_imports_with_a_deprecation_warning(monkeypa
         assert getattr(package, "GraphNet") is DagNet
     with pytest.raises(AttributeError, match="GraphNets"):
         getattr(package, "GraphNets")
+
+
+@pytest.mark.parametrize("optimizer", [Adam(), SGD(0.1, momentum=0.9)], ids=repr)
+def test_a_dag_of_no_parameter_takes_its_optimizer_state_back(optimizer):
+    """Its state after a step is the step count and each slot of the optimizer, of no parameter: what
+    ``set_optimizer_state`` takes back (it refused the state ``optimizer_state()`` gave, naming the slots)."""
+    with DagNet(3, [("c", Concat(), ["x", "x"]), ("out", Add(), ["c", "c"])], backend="numpy") as net:
+        net.train_step(np.ones((3, 2)), np.zeros((6, 2)), optimizer)
+        state = net.optimizer_state()
+        assert state == {"step": 1, **{slot: {} for slot in optimizer.SLOTS}}
+        net.set_optimizer_state(optimizer, state)
+        assert net.optimizer_state() == state

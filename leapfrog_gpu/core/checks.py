@@ -84,6 +84,8 @@ def real_array(xp, name, value):
     if isinstance(value, np.ma.MaskedArray):  # its checks would skip what is masked, which the network would read
         raise TypeError(f"{name} is a masked array, whose masked entries a network reads as they are; pass "
                         f"{name}.filled(value) with the value they stand for, or drop the masked samples")
+    if isinstance(value, np.matrix):  # always 2-D, where a sequence's axes are added
+        value = np.asarray(value)
     if not isinstance(value, (np.ndarray, xp.ndarray)):  # lists; another library's arrays (a tensor, a pandas Series)
         try:
             value = np.asarray(value)

@@ -163,6 +163,17 @@ def test_nested_lists_are_accepted(network_name):
         assert_equal(net.parameters(), want)
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")  # NumPy's, on making one
+def test_a_numpy_matrix_is_read_as_its_array(network_name):
+    """``np.matrix``, always 2-D, as the plain array it holds: an RNN's one sequence (tau, n_1) too, whose time axis
+    the check adds (where it was refused with the very shape it named as allowed)."""
+    with network(network_name, "numpy", dtype="float64") as net:
+        x, y = network_batch(network_name, dtype=np.float64)
+        if x.ndim == 3:  # one sequence of the RNN's batch, (tau, n_1), and its targets at every step
+            x, y = x[..., 0], y[..., 0]
+        assert_equal(net.gradients(np.matrix(x), np.matrix(y)), net.gradients(x, y))
+
+
 def test_torch_tensors_are_read_as_numpy_reads_them(network_name):
     """A CPU tensor is read through ``numpy.asarray``, as lists are; one that cannot be (it requires grad) is a
     TypeError that names the argument, and nothing changes."""

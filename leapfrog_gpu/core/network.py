@@ -27,7 +27,7 @@ from .checks import check_dtype, check_eta, check_flag, finite, open_backend, sh
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
-from .serial import OneThreadAtATime
+from .serial import OneThreadAtATime, lock
 
 PLANS = 8
 """The plans a network keeps, the last used: each holds every buffer of a pass at its batch shape (a [1024] * 16 MLP's
@@ -333,14 +333,15 @@ class Network(OneThreadAtATime, OptimizerState):
         schedule.check_memory(self, *shape)
 
     def _handed_out(self, arrays):
-        """Copies of ``arrays`` (an array, or lists and dicts of them; or a function that gives them once what is
-        enqueued has run), made once it has run, on the caller's stream, and complete on return: no later step
-        writes them, and on CuPy their memory is that stream's (its pool's), which no stream of the network takes
-        back while the caller's work on them is queued. Raises what ``synchronize()`` raises."""
-        self.synchronize()
-        copies = parameters.copies(arrays() if callable(arrays) else arrays)
-        self._wait()
-        return copies
+        """Copies of ``arrays`` (an array, or lists and dicts of them; or a function giving them once what is enqueued
+        has run), made then on the caller's stream under the network's lock, complete on return: no later step, nor
+        another thread's (``weights`` is a property, no ``SERIAL`` call), writes them, and on CuPy their memory is the
+        caller's stream's, which no stream of the network takes back while the caller's work on them is queued."""
+        with lock(self):
+            self.synchronize()
+            copies = parameters.copies(arrays() if callable(arrays) else arrays)
+            self._wait()
+            return copies
 
     def _check_open(self):
         if self._closed or self.backend.closed:

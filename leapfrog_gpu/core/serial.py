@@ -26,11 +26,15 @@ class OneThreadAtATime:
                 setattr(cls, name, _serialized(method))
 
 
+def lock(network):
+    """The network's lock, made on first use: what a call that is no method of ``SERIAL`` (a property) holds."""
+    return network.__dict__.get("_serial") or network.__dict__.setdefault("_serial", threading.RLock())
+
+
 def _serialized(method):
     @functools.wraps(method)
     def serialized(self, *args, **kwargs):
-        lock = self.__dict__.get("_serial") or self.__dict__.setdefault("_serial", threading.RLock())
-        with lock:
+        with lock(self):
             return method(self, *args, **kwargs)
 
     serialized.serialized = True

@@ -187,7 +187,7 @@ class Fitting:
         done = self.epoch * samples + min(self.step_in_epoch * self.batch, samples)
         bar = Bar(total=self.epochs * samples, initial=done, desc=f"epoch {self.epoch + 1}/{self.epochs}",
                   unit="sample", unit_scale=True, leave=False, file=sys.stderr, miniters=1,
-                  disable=not progress or rank > 0 or not sys.stderr.isatty())
+                  disable=not progress or rank > 0 or not _terminal(sys.stderr))
         records = []
         try:  # whatever ends the run, the bar goes first: a line printed then starts a line of its own
             while self.epoch < self.epochs:
@@ -346,3 +346,8 @@ def _checked(net, x, y, what=""):
         if not what:
             raise
         raise (TypeError if isinstance(error, TypeError) else ValueError)(f"{what}{error}") from None
+
+
+def _terminal(stream):
+    """Whether ``stream`` is a terminal: not where it is None (no console, as under pythonw) or has no ``isatty``."""
+    return stream is not None and getattr(stream, "isatty", lambda: False)()

@@ -214,6 +214,16 @@ def test_the_bar_counts_the_samples_of_the_whole_run_on_a_terminal(monkeypatch, 
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("stderr", [None, object()], ids=["none", "without-isatty"])
+def test_fit_without_a_console_shows_no_bar(monkeypatch, stderr):
+    """Where there is no console (``sys.stderr`` None under pythonw, or a stand-in without ``isatty``) the default
+    bar is off, as on any stream that is no terminal, rather than an AttributeError."""
+    monkeypatch.setattr(sys, "stderr", stderr)
+    x, labels = blobs(40)
+    with classifier() as net:
+        assert len(net.fit(x, labels, 2, 16, 0.5)) == 2
+
+
 @pytest.mark.parametrize("progress, terminal", [(False, True), (True, False), (True, True)])
 def test_fit_leaves_no_thread_behind(monkeypatch, capsys, progress, terminal):
     """tqdm starts a monitor thread with a bar, shown or not, which outlives it; fit's bar starts none."""

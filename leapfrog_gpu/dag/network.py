@@ -101,7 +101,9 @@ class DagNet(Network):
         self._join(comm)
 
     def __repr__(self):
-        return f"DagNet({len(self.order)} nodes, depth {self.depth}, cost={self.cost!r}, dtype={self.dtype!r})"
+        comm = "" if self.comm is None else f", comm={self.comm!r}"
+        return (f"DagNet({len(self.order)} nodes, depth {self.depth}, cost={self.cost!r}, dtype={self.dtype!r}, "
+                f"backend={self.backend!r}{comm})")
 
     @property
     def nodes(self):

@@ -108,8 +108,9 @@ class RNN(Layered):
 
     def __repr__(self):
         cell = "" if self.cell == "elman" else f", cell={self.cell!r}"
+        comm = "" if self.comm is None else f", comm={self.comm!r}"
         return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}{self._output_flag()}, "
-                f"output={self.output!r}, dtype={self.dtype!r}, backend={self.backend!r}{cell})")
+                f"output={self.output!r}{cell}, dtype={self.dtype!r}, backend={self.backend!r}{comm})")
 
     @property
     def hidden(self):

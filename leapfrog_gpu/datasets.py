@@ -296,6 +296,12 @@ def read_idx(path):
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
+def mnist_reads(name):
+    """Whether ``mnist`` reads a file called ``name`` in the folder it is given: an IDX file's (gzipped or not), or
+    any .npz."""
+    return name.endswith(".npz") or name.removesuffix(".gz") in MNIST_FILES.values()
+
+
 def _find_idx(directory, stem):
     """``directory``'s IDX file ``stem``, gzipped or not, or None; both (as torchvision keeps them) where they hold
     the same bytes, else a DataError."""

@@ -324,13 +324,29 @@ def _remove_empty(folders):
 
 def _one_file_each(config):
     """Refuse two of the run's outputs that name one file (``cli.one_file_each``): ``--metrics``, the ``--timeline``
-    chart and its .json, the checkpoint in ``--checkpoint-dir``."""
+    chart and its .json, the checkpoint in ``--checkpoint-dir``; and one that would write over the MNIST data, or
+    into its folder a file that ``datasets.mnist`` would read as data from then on."""
     timeline, directory = config["timeline"], config["checkpoint_dir"]
-    why = one_file_each([("--metrics", config["metrics"]), ("--timeline", timeline),
-                         ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
-                         ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))])
+    outputs = [("--metrics", config["metrics"]), ("--timeline", timeline),
+               ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
+               ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))]
+    why = one_file_each(outputs) or (_over_the_data(outputs, config["data_dir"]) if config["data"] == "mnist" else None)
     if why:
         raise UsageError(why)
+
+
+def _over_the_data(outputs, data):
+    """Why one of ``outputs``, ``[(option, path)]``, would write over the MNIST file ``data`` or into its folder a file
+    that the next run would read as MNIST, or None."""
+    real_data = os.path.realpath(data)
+    for option, path in outputs:
+        real = path and os.path.realpath(path)
+        if real == real_data:
+            return f"{option} names --data-dir's MNIST file, {path}: give it a name of its own"
+        if real and os.path.dirname(real) == real_data and datasets.mnist_reads(os.path.basename(real)):
+            return (f"{option} would put {os.path.basename(real)} into --data-dir {data}, which MNIST would then read "
+                    f"as data: give it another folder")
+    return None
 
 
 def _writable_dir(directory):

@@ -980,6 +980,30 @@ def test_mnist_files_train(tmp_path, capsys):
     assert "mnist: 9 train, 4 test samples | MLP [25, 8, 8, 8, 8, 10]" in capsys.readouterr().out
 
 
+def test_an_output_over_the_mnist_data_or_into_its_folder_is_refused_and_nothing_is_written(tmp_path, capsys):
+    """--metrics naming the .npz of --data-dir wrote its lines over the data; a checkpoint (checkpoint.npz) or a
+    --metrics x.npz put into the IDX folder made every later run, its --resume too, refuse the folder."""
+    (tmp_path / "idx").mkdir()
+    folder = _mnist_files(tmp_path / "idx", lambda arrays: None)
+    arrays = {role: np.zeros((3, 4)) if role[0] == "x" else np.arange(3) for role in datasets.MNIST_FILES}
+    archive = tmp_path / "mnist.npz"
+    np.savez(archive, **arrays)
+    before = {path: path.read_bytes() for path in [archive, *folder.iterdir()]}
+    for data, option, name, line in [
+            (archive, "--metrics", archive, f"--metrics names --data-dir's MNIST file, {archive}: give it a name of its "
+                                            "own"),
+            (folder, "--checkpoint-dir", folder, f"--checkpoint-dir's checkpoint would put checkpoint.npz into "
+                                                 f"--data-dir {folder}, which MNIST would then read as data: give it "
+                                                 "another folder"),
+            (folder, "--metrics", folder / "m.npz", f"--metrics would put m.npz into --data-dir {folder}, which MNIST "
+                                                    "would then read as data: give it another folder")]:
+        assert cli("--data", "mnist", "--data-dir", data, "--epochs", 1, "--batch-size", 2, option, name) == 2
+        assert one_error_line(capsys) == f"leapfrog-train: error: {line}"
+    assert {path: path.read_bytes() for path in [archive, *folder.iterdir()]} == before
+    assert cli("--data", "mnist", "--data-dir", folder, "--epochs", 1, "--batch-size", 4, "--quiet",
+               "--metrics", folder / "m.jsonl") == 0  # a name MNIST does not read
+
+
 def test_checkpoint_errors(tmp_path, capsys):
     run = tmp_path / "run"
     assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", run) == 0

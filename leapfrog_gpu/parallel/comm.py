@@ -49,7 +49,7 @@ def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUC
     others. Raises RuntimeError when a launcher started several processes but mpi4py is missing, or
     belongs to another MPI library than the launcher (each process would then train alone).
     """
-    launched = _launcher(0)
+    launched = launcher_size()
     if launched <= 1:
         return Communicator(bucket_bytes=bucket_bytes)
     try:
@@ -71,6 +71,11 @@ def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUC
 def launcher_rank():
     """This process's rank as its launcher gives it (0 without one), known before MPI starts."""
     return _launcher(1)
+
+
+def launcher_size():
+    """The number of processes its launcher started (1 without one), known before MPI starts."""
+    return _launcher(0)
 
 
 def _launcher(which):

@@ -10,6 +10,7 @@ in the package imports a tool but ``python -m leapfrog_gpu``.
 import importlib
 import os
 import sys
+import time
 
 CLOSED_PIPE = 141
 """The exit status of a command whose stdout was closed under it (``leapfrog-train | head -3``): 128 + SIGPIPE,
@@ -17,6 +18,9 @@ as the shell reports ``cat`` or ``yes`` stopped that way; the run stops at the l
 CLOSED_PIPE_STATUS = (CLOSED_PIPE,
                       "stdout closed (| head): stopped at the line it could not write, without a traceback")
 """``CLOSED_PIPE`` as each command's ``--help`` lists it."""
+PEERS_INTERRUPTED = 10.0
+"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and ends the
+job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` end the job first."""
 
 
 def leapfrog_train():
@@ -37,8 +41,7 @@ def _run(package, prog):
     try:
         main = importlib.import_module(f"{__name__}.{package}.command").main
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted while starting; nothing was run", file=sys.stderr)
-        return 130
+        return _interrupted(prog, "interrupted while starting", "; nothing was run")
     stdout = sys.stdout = None if sys.stdout is None else _Stdout(sys.stdout)
     try:
         status = main()
@@ -56,12 +59,33 @@ def _run(package, prog):
         os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
         print(f"{prog}: error: cannot write to stdout ({error.strerror or error})", file=sys.stderr)
         return UNWRITTEN
-    except KeyboardInterrupt:  # where the command does not catch it itself (importing torch, say)
-        print(f"{prog}: interrupted (SIGINT)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # where the command does not catch it itself (importing torch, or MPI, say)
+        return _interrupted(prog, "interrupted (SIGINT)")
     finally:
         if stdout is not None:
             sys.stdout = stdout.stream
+
+
+def _interrupted(prog, what, alone=""):
+    """Exit status 130 once Ctrl-C stopped the command before it set MPI up, said in one line (``what``, and ``alone``
+    where no other rank ran). Under a launcher of several processes the rank still sets MPI up, in which the others
+    wait for it (one that left would leave them waiting there for ever), then ends every rank as the command does:
+    rank 0 says so and aborts the job; another rank waits ``PEERS_INTERRUPTED`` for rank 0 to, then does itself."""
+    from ..parallel import comm as parallel
+
+    if parallel.launcher_size() > 1:
+        try:
+            comm = parallel.world(prog)
+        except (RuntimeError, KeyboardInterrupt):  # no MPI to end the others by; or Ctrl-C again
+            comm = None
+        if comm is not None:
+            if comm.rank > 0:
+                time.sleep(PEERS_INTERRUPTED)
+            print(f"{prog}: {what}{alone}" if comm.rank == 0 else
+                  f"{prog}: error: rank {comm.rank} of {comm.size}: {what}; stopping every rank", file=sys.stderr)
+            comm.abort(130, quiet=True)
+    print(f"{prog}: {what}{alone}", file=sys.stderr)
+    return 130
 
 
 class _Stdout:

@@ -258,6 +258,36 @@ def test_a_rank_that_raises_ends_every_rank_with_one_line(tmp_path):
     checkpoint.load(tmp_path)
 
 
+INTERRUPTED_STARTING = """
+import importlib, sys
+from leapfrog_gpu import tools
+from leapfrog_gpu.parallel.comm import launcher_rank
+tools.PEERS_INTERRUPTED = 0.5
+if launcher_rank() == 1:
+    imported = importlib.import_module
+    def interrupted(name, *args):
+        if name.endswith(".train.command"):
+            raise KeyboardInterrupt
+        return imported(name, *args)
+    importlib.import_module = interrupted
+sys.exit(tools.leapfrog_train())
+"""
+"""leapfrog-train whose rank 1 is interrupted while it imports the command, before MPI is set up."""
+
+
+def test_a_rank_interrupted_while_starting_ends_every_rank_with_one_line(tmp_path):
+    """Rank 1 stopped by Ctrl-C before MPI is set up still sets it up, in which rank 0 waits for it (it left the
+    job waiting there for ever), then ends every rank: exit status 130, its one line."""
+    script = tmp_path / "starting.py"
+    script.write_text(INTERRUPTED_STARTING)
+    returncode, out, err = mpirun.finish(mpirun.launch(2, sys.executable, script, *TEACHER, "--epochs", 100),
+                                         timeout=60)
+    assert returncode == 130, err
+    ours = [line for line in err.splitlines() if line.startswith("leapfrog-train")]
+    assert ours == ["leapfrog-train: error: rank 1 of 2: interrupted while starting; stopping every rank"], err
+    assert "Traceback" not in err
+
+
 FAILING_RANK = """
 import os, sys
 from leapfrog_gpu.mlp import network

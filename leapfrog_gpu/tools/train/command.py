@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import datasets
+from .. import PEERS_INTERRUPTED
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
@@ -42,9 +43,6 @@ from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parse
 SETUP_ERRORS = (UsageError, datasets.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
-PEERS_INTERRUPTED = 10.0
-"""Seconds a rank other than 0 waits, once Ctrl-C has interrupted it under mpiexec, before it says so and ends the
-job: Ctrl-C at the terminal reaches every rank, and rank 0's line and ``MPI_Abort`` end the job first."""
 
 
 def main(argv=None):

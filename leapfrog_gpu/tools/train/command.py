@@ -44,7 +44,6 @@ SETUP_ERRORS = (UsageError, datasets.DataError, checkpoint.CheckpointError)
 """A bad option, data file or checkpoint: exit status 2."""
 
 
-
 def main(argv=None):
     """Run the command; return its exit status. A bad argument is refused once MPI is set up on every rank (under
     mpiexec): a rank that left before would leave the others waiting in MPI's setup for it, and its line unsaid."""

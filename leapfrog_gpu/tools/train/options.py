@@ -306,8 +306,9 @@ def configure(given, saved=None):
         held = _in_effect(kept)
         for key in FIXED + OPTIMIZER + ("model", "skip", "tau", "cell"):
             if key in given and applies(key, kept) and given[key] != held[key]:
-                raise UsageError(f"--{dashed(key)} {written(given[key])} differs from the checkpoint's "
-                                 f"{written(held[key])}; drop it to resume, or start a new --checkpoint-dir")
+                raise UsageError(f"{_as_given(key, given[key])} differs from the checkpoint's "
+                                 f"{written(held[key]) if not isinstance(held[key], bool) else 'run, without it'}; "
+                                 "drop it to resume, or start a new --checkpoint-dir")
         config.update({key: kept[key] for key in RESUMED + tuple(LATER)})
     config.update(given)
     if kept is not None and "k" not in given and config["k"] == "auto" and config["schedule"] != "leapfrog":
@@ -337,3 +338,8 @@ def profile_window(config):
     if config["profile_steps"] is None and config["timeline"] is not None:
         return TIMELINE_STEPS
     return config["profile_steps"]
+
+
+def _as_given(key, value):
+    """The option ``key`` as a command line gives ``value``: ``--momentum 0.9``, or a flag alone (``--nesterov``)."""
+    return f"--{dashed(key)}" if value is True else f"--{dashed(key)} {written(value)}"

@@ -341,6 +341,7 @@ def test_the_optimizer_of_a_checkpoint_is_kept_on_resume(tmp_path, capsys):
     ("adam", ["--betas", "0.9,0.999", "--eps", 1e-8, "--weight-decay", 0], ["--betas", "0.9,0.99"],
      "--betas 0.9,0.99 differs from the checkpoint's 0.9,0.999"),
     ("adamw", ["--weight-decay", 0.01], ["--eps", 1e-6], "--eps 1e-06 differs from the checkpoint's 1e-08"),
+    ("momentum", [], ["--nesterov"], "--nesterov differs from the checkpoint's run, without it"),  # a flag, as given
 ])
 def test_resume_takes_the_optimizers_values_given_again_and_names_them_against_others(tmp_path, capsys, optimizer,
                                                                                       same, other, words):

@@ -147,11 +147,13 @@ def describe(summary):
 
 def refusal(path):
     """Why ``--timeline path`` cannot be written, in one line, or ``None``: the chart is a PNG in a folder that
-    exists, drawn by matplotlib, and neither it nor its .json is a folder."""
+    exists and can be written, drawn by matplotlib, and neither it nor its .json is a folder."""
     why = png_refusal("--timeline", path, " (its intervals go beside it, in .json)")
     folder = os.path.dirname(os.path.abspath(path))
     if why or not os.path.isdir(folder):
         return why or f"--timeline {path}: the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):  # said now, not once the steps it stamps have run
+        return f"--timeline {path}: the folder {folder} is not writable"
     for written in (path, os.fspath(Path(path).with_suffix(".json"))):
         if os.path.isdir(written):
             return f"--timeline {path}: {written} is a folder; give the name of a file that is none"

@@ -347,3 +347,11 @@ def test_training_window_on_the_gpu(tmp_path):
     intervals = [Interval(*row) for row in panel["intervals"]]
     assert {i.step for i in intervals} == {3, 4, 5} and all(0 <= i.start <= i.end for i in intervals)
     assert set(panel["analysis"]["summary"]["busy_ms"]) == {"main", "worker0", "worker1"}
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_any_step(tmp_path, monkeypatch):
+    """Said at the start, as --metrics and --checkpoint-dir are, not once the steps it stamps have run (exit 5)."""
+    assert timeline.refusal(str(tmp_path / "t.png")) is None
+    monkeypatch.setattr(timeline.os, "access", lambda path, mode: path != str(tmp_path))
+    assert timeline.refusal(str(tmp_path / "t.png")) == (f"--timeline {tmp_path / 't.png'}: the folder {tmp_path} is "
+                                                          "not writable")

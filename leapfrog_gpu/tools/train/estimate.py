@@ -50,9 +50,12 @@ def ask(config, seconds, leapfrog, report, ranks):
 
 
 def duration(seconds):
-    """``seconds`` as a person reads a duration: "about 40 s", "about 9 min", "about 3.2 h"."""
+    """``seconds`` as a person reads a duration: "under 0.1 s", "about 40 s", "about 9 min", "about 3.2 h" (never
+    "about 0.1 s" for less, which a ratio of two durations beside it would contradict)."""
+    if seconds < 0.1:
+        return "under 0.1 s"
     if seconds < 60:
-        return f"about {max(seconds, 0.1):.2g} s" if seconds < 10 else f"about {seconds:.0f} s"
+        return f"about {seconds:.2g} s" if seconds < 10 else f"about {seconds:.0f} s"
     if seconds < 3600:
         return f"about {seconds / 60:.0f} min"
     return f"about {seconds / 3600:.1f} h"

@@ -1,6 +1,6 @@
 """What a step's time owes to what ran just before it: one training step by an optimizer at N, L, B (ours on the
 NumPy backend, or PyTorch's), timed right after each of a set of steps in turn, so that a drift of the
-machine's load reaches all of them alike:
+machine's load reaches all of them alike.
 
     python profiling/after_effects.py --size 1024 --layers 16 --batch 64 --json after.json
 
@@ -30,7 +30,7 @@ OURS = {"leapfrog+fused k=1 graph": (Leapfrog(1, fused=True), True),
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python profiling/after_effects.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python profiling/after_effects.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=1024, help="N, every layer's width (default 1024)")
     p.add_argument("--layers", type=int, default=16, help="L, the layers (default 16)")
     p.add_argument("--batch", type=int, default=64, help="B (default 64)")

@@ -37,7 +37,7 @@ SIDES = ("ours", "scipy", "torch", "pools-mixed", "pools-one", "beside")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=1024, help="N, the width of every layer (default 1024)")
     p.add_argument("--layers", type=int, default=16, help="L: L - 1 weight matrices (default 16)")
     p.add_argument("--batch", default="1,64", help="batch sizes B, comma-separated (default 1,64)")

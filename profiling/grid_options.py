@@ -1,12 +1,10 @@
 """What the grid measurements of ``profiling/`` share: the options of a grid of networks ``[N] * L`` at batch
-sizes B on a backend, timed in repeats, reading them with ``--json FILE``'s folder checked before anything
-is measured, the grid's networks in turn and the records written to ``--json``."""
-
-import os
+sizes B on a backend, timed in repeats, reading them with ``--json FILE`` checked before anything is measured,
+the grid's networks in turn and the records written to ``--json``."""
 
 from leapfrog_gpu.core.functions import ACTIVATIONS, DTYPES
 from leapfrog_gpu.tools.bench import runner
-from leapfrog_gpu.tools.cli import Parser, integer, integers, parse_args_on_a_backend
+from leapfrog_gpu.tools.cli import Parser, integer, integers, output_refusal, parse_args_on_a_backend, path
 
 
 def grid_parser(prog, doc, backend_help="", batch_help="batch sizes B", sizes=(256, 1024), layers=(8, 16),
@@ -29,17 +27,16 @@ def grid_parser(prog, doc, backend_help="", batch_help="batch sizes B", sizes=(2
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
     p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N", help="(default 20)")
     p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N", help=f"{warmup_help} (default 2)")
-    p.add_argument("--json", metavar="FILE", help=json_help)
+    p.add_argument("--json", type=path, metavar="FILE", help=json_help)
     return p
 
 
 def parse(p, argv):
-    """``p``'s arguments from ``argv`` on a backend that can run them; exit status 2 with one line where the
-    folder of ``--json FILE`` does not exist."""
+    """``p``'s arguments from ``argv`` on a backend that can run them; exit status 2 with one line where ``--json
+    FILE`` cannot be written (``output_refusal``)."""
     args = parse_args_on_a_backend(p, argv)
-    folder = os.path.dirname(os.path.abspath(args.json or "."))
-    if not os.path.isdir(folder):
-        p.error(f"--json {args.json}: the folder {folder} does not exist")
+    if args.json and (why := output_refusal("--json", args.json)):
+        p.error(why)
     return args
 
 

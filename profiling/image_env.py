@@ -65,7 +65,7 @@ def hidden(packages):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("packages", metavar="PACKAGES_FILE", help="the image's list, profiling/gpu-image-packages.txt")
     path = parser.parse_args(argv).packages
     if not os.path.isfile(path):

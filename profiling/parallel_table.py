@@ -48,7 +48,7 @@ def table(runs):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("json", nargs="+", help="files written by parallel_bench.py --json")
     runs = []
     for path in parser.parse_args().json:

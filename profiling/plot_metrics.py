@@ -8,13 +8,13 @@ A regression's ``test_mse`` and losses are drawn on a log scale, with the chance
 the adding problem) as a dashed line; a classification's ``test_accuracy`` on a linear one.
 """
 
-import argparse
 import importlib.util
 import itertools
 import json
+import os
 import sys
 
-from leapfrog_gpu.tools.cli import pip_install, read_or_refuse
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path, pip_install, read_or_refuse
 
 
 def read(path):
@@ -24,7 +24,7 @@ def read(path):
 
 
 def plot(runs, path, title="", chance=None):
-    """Draw ``runs`` (label -> metrics lines) into ``path`` (PNG)."""
+    """Draw ``runs`` (label -> metrics lines) into ``path``, in the format its extension names."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,23 +59,39 @@ def label(lines):
     return first["schedule"].split("(")[0] + ("" if solver == "sequential" else f" + {solver}")
 
 
+def format_refusal(option, path):
+    """Why matplotlib cannot write a chart to ``path``, in one line, or ``None``: its extension names a format
+    matplotlib writes (matplotlib's own list)."""
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    extension = os.path.splitext(path)[1][1:].lower()
+    if extension in formats:
+        return None
+    why = f"matplotlib cannot write a .{extension} file" if extension else "the name has no extension"
+    return f"{option} {path}: {why}; give a name ending in one of {', '.join('.' + name for name in sorted(formats))}"
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="+", metavar="RUN.jsonl")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    p.add_argument("-o", "--output", type=path, required=True, metavar="FILE.png",
+                   help="the chart, in the format its extension names (.png, .pdf, .svg, ...)")
     p.add_argument("--title", default="")
     p.add_argument("--chance", type=float, default=None, help="the chance level of the test metric, dashed")
     args = p.parse_args(argv)
     if importlib.util.find_spec("matplotlib") is None:
         p.error(f"the plot needs matplotlib: {pip_install('plot')}")
+    if why := output_refusal("-o", args.output) or format_refusal("-o", args.output):
+        p.error(why)
     runs = {}
-    for path in args.files:
-        lines = read_or_refuse(p, path, read, "a file of leapfrog-train --metrics lines")
+    for name in args.files:
+        lines = read_or_refuse(p, name, read, "a file of leapfrog-train --metrics lines")
         if not lines or not all(isinstance(line, dict) and {"epoch", "seconds", "train_loss", "schedule"} <= set(line)
                                 and ("test_mse" in line or "test_accuracy" in line) for line in lines):
-            p.error(f"{path} holds no leapfrog-train --metrics lines (each an epoch's, with its epoch, seconds, "
+            p.error(f"{name} holds no leapfrog-train --metrics lines (each an epoch's, with its epoch, seconds, "
                     "train_loss, test metric and schedule)")
-        runs[f"{label(lines)} ({path.rsplit('/', 1)[-1]})" if label(lines) in runs else label(lines)] = lines
+        runs[f"{label(lines)} ({name.rsplit('/', 1)[-1]})" if label(lines) in runs else label(lines)] = lines
     plot(runs, args.output, args.title, args.chance)
     print(args.output)
     return 0

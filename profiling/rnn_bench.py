@@ -16,7 +16,6 @@ its rows named ``DEER step ...`` and marked ``"problem": "deer"``. Writes the ro
 profiling/results/ with the date in the file name.
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -29,7 +28,7 @@ import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
 from leapfrog_gpu.core.saving import replaced_atomically
-from leapfrog_gpu.tools.cli import integers, names, number
+from leapfrog_gpu.tools.cli import Parser, integer, integers, names, number, output_refusal, path
 from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent
@@ -40,32 +39,36 @@ sequences of 10,000 steps; BPTT's step against the steps parallel in time (Newto
 
 
 def main(argv=None):
-    def ints(text):
-        return [int(value) for value in text.split(",")]
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--N", type=ints, default=[4, 8, 16, 32, 128])
-    parser.add_argument("--tau", type=ints, default=[64, 256, 1024, 4096])
-    parser.add_argument("--B", type=ints, default=[1, 8, 32])
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--N", type=integers(1, "width"), default=[4, 8, 16, 32, 128])
+    parser.add_argument("--tau", type=integers(1, "sequence length"), default=[64, 256, 1024, 4096])
+    parser.add_argument("--B", type=integers(1, "batch size"), default=[1, 8, 32])
     parser.add_argument("--schedule", type=names_type("rnn"), default=["bptt", "leapfrog", "timescan"])
     parser.add_argument("--forward-solver", type=names(["newton", "quasi-newton"], "RNN forward solver"),
                         default=["newton", "quasi-newton"])
     parser.add_argument("--time", type=names(bench_rnn.PARTS, "part"), default=["step"],
                         help="step, backward, or both (step,backward)")
-    parser.add_argument("--L", type=int, default=4)
-    parser.add_argument("--k", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--repeats-long", type=int, default=5, help="repeats at the longest tau")
+    parser.add_argument("--L", type=integer(3, "--L"), default=4,
+                        help="depth L: the input layer, L - 2 recurrent layers and the output layer (>= 3)")
+    parser.add_argument("--k", type=integer(1, "--k"), default=2, help="worker streams")
+    parser.add_argument("--repeats", type=integer(1, "--repeats"), default=15)
+    parser.add_argument("--repeats-long", type=integer(1, "--repeats-long"), default=5,
+                        help="repeats at the longest tau")
     parser.add_argument("--max-gflop", type=number(0, strict=True), default=3.0,
                         help="skip a schedule whose chain does more (> 0)")
-    parser.add_argument("--threads", type=int, default=1, help="NumPy's BLAS threads and PyTorch's intra-op threads")
+    parser.add_argument("--threads", type=integer(1, "--threads"), default=1,
+                        help="NumPy's BLAS threads and PyTorch's intra-op threads")
     parser.add_argument("--torch-threads", type=integers(1, "threads"), default=[],
                         help="PyTorch's step at each number of intra-op threads, a row each (default: --threads)")
     parser.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell")
     parser.add_argument("--deer", action="store_true", help="DEER's demo problem instead of the grid: a GRU [2, N, "
                         "N], N = 8 and 32, B = 16, tau = 10,000; BPTT's step, the steps parallel in time and PyTorch's")
-    parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: under profiling/results/)")
+    parser.add_argument("--out", type=path, default=None, help="the JSON file (default: under profiling/results/)")
     args = parser.parse_args(argv)
+    today = datetime.date.today().isoformat()
+    out = Path(args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json")
+    if why := output_refusal("--out", out):
+        parser.error(why)
     args.inputs = None
     if args.deer:
         vars(args).update(DEER)
@@ -74,8 +77,6 @@ def main(argv=None):
         import torch
 
         torch.set_num_threads(args.threads)
-    today = datetime.date.today().isoformat()
-    out = args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json"
     start = time.perf_counter()
 
     def write(rows):  # after every (N, tau, B), so that an interrupted run keeps what it measured

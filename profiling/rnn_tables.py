@@ -77,7 +77,7 @@ def table(rows, round_s, flops_per_s):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="the JSON file profiling/rnn_bench.py wrote")
     parser.add_argument("--round-us", type=float, default=5.0, help="microseconds a dependent round takes (default 5)")
     parser.add_argument("--tflops", type=float, default=20.0, help="TFLOP/s of the products (default 20)")

@@ -31,7 +31,7 @@ def median_ms(step, sync, n=25, warm=3):
     return float(np.median(times))
 
 
-argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or refused
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # no options: --help, or refused
 out = {}
 rng = np.random.default_rng(0)
 with get_backend("numpy", blas_threads=1) as backend:

@@ -1,7 +1,7 @@
 """The verdicts of ``leapfrog-bench``'s records against the project's targets: graph mode's (``--graph``, set for
 an H200), the one-pass step's against PyTorch and its bytes floor (``--one-pass``, set for the CPU), and each
 optimizer's best own step against torch.optim's (``--optimizer``); each ratio with its target, met or NOT MET.
-``bench_table.py`` prints them under each run's table; on its own, those of the last run in a file:
+``bench_table.py`` prints them under each run's table; on its own, those of the last run in a file.
 
     python profiling/verdicts.py profiling/results/device_check_.../bench.jsonl
 """
@@ -114,7 +114,7 @@ def optimizer_verdicts(records):
 def main():
     from bench_table import runs
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
     run, records = runs(parser.parse_args().path)[-1]
     judged = verdicts(run["command"], records)

@@ -1,8 +1,8 @@
 """What the command-line tools share: a parser whose errors are one line, with ``--version`` and its exit statuses
 in ``--help``, argument types (a path is never empty), a file that cannot be written said in one line
-(``writing``), sizes too large for the machine said in one line (``too_large``), the ``--backend`` choice said
-in the command line's words, install hints as the README gives them, and lines that fit the terminal's 100
-columns."""
+(``writing``), or refused before anything is measured (``output_refusal``), sizes too large for the machine said
+in one line (``too_large``), the ``--backend`` choice said in the command line's words, install hints as the
+README gives them, and lines that fit the terminal's 100 columns."""
 
 import argparse
 import contextlib
@@ -98,6 +98,17 @@ def png_refusal(option, path, beside=""):
     if str(path).lower().endswith(".png"):
         return None
     return f"{option} {path}: the chart is written as PNG: give a name ending in .png{beside}"
+
+
+def output_refusal(option, path):
+    """Why ``option`` cannot write a file at ``path``, in one line, or ``None``: its folder exists and ``path`` is
+    not a folder itself."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"{option} {path}: the folder {folder} does not exist"
+    if os.path.isdir(path):
+        return f"{option} {path}: it is a folder; give a file's name"
+    return None
 
 
 def path(text):

@@ -2,6 +2,8 @@
 scripts linted, the kernel micro-benchmark run on the NumPy backend, and graph_nodes.py (graphs of n empty
 kernels, a node's cost as the slope of their times) on the CuPy stand-in."""
 
+import ast
+import importlib
 import json
 import os
 import re
@@ -849,3 +851,84 @@ def test_a_script_that_needs_a_gpu_says_so_in_one_line_where_none_is_usable(scri
                           timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "needs a usable CUDA device: " in done.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("output, words", [
+    ("/nonexistent-folder/pm.png", "-o /nonexistent-folder/pm.png: the folder /nonexistent-folder does not exist"),
+    ("pm.txt", "-o pm.txt: matplotlib cannot write a .txt file; give a name ending in one of "),
+    ("pm", "-o pm: the name has no extension; give a name ending in one of "),
+    ("adir", "-o adir: it is a folder; give a file's name"),
+    ("", "argument -o/--output: must name a file or a folder; got ''"),
+])
+def test_plot_metrics_refuses_a_chart_it_cannot_write_in_one_line(tmp_path, output, words):
+    """A missing folder, a format matplotlib does not write (it names those it does) or a folder: exit status 2 and
+    one line before anything is read or drawn, nothing written."""
+    pytest.importorskip("matplotlib", reason="plot_metrics.py refuses to run without matplotlib first")
+    from matplotlib.figure import Figure
+
+    (tmp_path / "m.jsonl").write_text('{"epoch": 1, "seconds": 0.5, "train_loss": 0.3, "test_mse": 0.2, '
+                                      '"schedule": "bptt"}\n')
+    (tmp_path / "adir").mkdir()
+    done = subprocess.run([sys.executable, str(PROFILING / "plot_metrics.py"), "m.jsonl", "-o", output],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    formats = ", ".join("." + name for name in sorted(Figure().canvas.get_supported_filetypes()))
+    line = words + formats if words.endswith("one of ") else words
+    assert done.returncode == 2 and done.stderr == f"plot_metrics.py: error: {line}\n", done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "m.jsonl"] and not any((tmp_path / "adir").iterdir())
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--k", "0"], "argument --k: --k must be an integer >= 1; got '0'"),
+    (["--L", "2"], "argument --L: --L must be an integer >= 3; got '2'"),
+    (["--N", "0"], "argument --N: every width must be >= 1; got '0'"),
+    (["--tau", "8,0"], "argument --tau: every sequence length must be >= 1; got '8,0'"),
+    (["--B", "x"], "argument --B: batch sizes must be a comma-separated list of integers; got 'x'"),
+    (["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
+    (["--repeats-long", "0"], "argument --repeats-long: --repeats-long must be an integer >= 1; got '0'"),
+    (["--threads", "0"], "argument --threads: --threads must be an integer >= 1; got '0'"),
+    (["--out", "/nonexistent-folder/r.json"], "--out /nonexistent-folder/r.json: the folder /nonexistent-folder does "
+                                              "not exist"),
+    (["--out", "adir"], "--out adir: it is a folder; give a file's name"),
+    (["--out", ""], "argument --out: must name a file or a folder; got ''"),
+])
+def test_rnn_bench_refuses_a_bad_option_in_one_line_before_measuring(tmp_path, monkeypatch, capsys, args, line):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    small = ["--N", "3", "--tau", "4", "--B", "1", "--repeats", "1", "--repeats-long", "1", "--out", "r.json"]
+    with pytest.raises(SystemExit) as done:
+        rnn_bench.main(small + args)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and err.endswith(f": error: {line}\n"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["adir"] and not any((tmp_path / "adir").iterdir())
+
+
+@pytest.mark.parametrize("script", ["autotune_check", "torch_compile"])
+@pytest.mark.parametrize("name, line", [("adir", "--json adir: it is a folder; give a file's name"),
+                                        ("", "argument --json: must name a file or a folder; got ''")])
+def test_a_grid_script_refuses_a_json_it_cannot_write_before_measuring(tmp_path, monkeypatch, capsys, script, name,
+                                                                        line):
+    """``grid_options.parse``: a folder or an empty name as ``--json`` is refused in one line, exit status 2, before
+    the grid is measured (not after it, nor the records silently left unwritten)."""
+    module = importlib.import_module(script)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(SystemExit) as done:
+        module.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--repeats", "1",
+                     "--warmup", "0", "--json", name])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and err == f"{module.PROG}: error: {line}\n" and out == "", err
+    assert [p.name for p in tmp_path.iterdir()] == ["adir"] and not any((tmp_path / "adir").iterdir())
+
+
+@pytest.mark.parametrize("script", ["after_effects.py", "bench_table.py", "cpu_gemms.py", "image_env.py",
+                                    "parallel_table.py", "plot_metrics.py", "rnn_bench.py", "rnn_float32.py",
+                                    "rnn_tables.py", "step_times.py", "verdicts.py"])
+def test_a_scripts_help_describes_it_in_whole_sentences(script):
+    """``--help`` gives the docstring's first paragraph, whole: not its first line, cut off mid-sentence."""
+    done = subprocess.run([sys.executable, str(PROFILING / script), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    described = done.stdout.split("\n\n")[1]
+    first = ast.get_docstring(ast.parse((PROFILING / script).read_text()), clean=False).split("\n\n")[0]
+    assert "".join(described.split()) == "".join(first.split()), described  # argparse wraps it, at hyphens too
+    assert described.endswith((".", "?")), described

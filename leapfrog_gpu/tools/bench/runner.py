@@ -31,8 +31,8 @@ from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...core.saving import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
-from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, parse_args_on_a_backend,
-                   path, plural, too_large, writing)
+from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, output_refusal,
+                   parse_args_on_a_backend, path, plural, too_large, writing)
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
@@ -148,11 +148,8 @@ def _run(suite, p, args, argv):
                 "profiling/parallel_bench.py (docs/data-parallel.md)")
     outputs = [(f"--{option}", getattr(args, option, None)) for option in ("json", "jsonl", "plot")]
     for option, named in outputs:
-        folder = os.path.dirname(os.path.abspath(named or "."))
-        if not os.path.isdir(folder):
-            p.error(f"{option} {named}: the folder {folder} does not exist")
-        if named and os.path.isdir(named):
-            p.error(f"{option} {named}: it is a folder; give a file's name")
+        if named and (why := output_refusal(option, named)):
+            p.error(why)
     if why := one_file_each(outputs):
         p.error(why)
     if hasattr(suite, "check"):

@@ -305,35 +305,40 @@ def adam_update(param, nabla, m, v, controls, beta1, beta2, eps, weight_decay, d
                       *_adam_scalars(param.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
 
 
-def momentum_sweep(delta, w_next, delta_next, sp, a, buf, controls, momentum, dampening, nesterov, weight_decay):
-    """(5) and ``momentum_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1 in one compiled pass: delta
-    summed over w^{l+1}'s rows in order, as it was (within a few ulps of (5)'s BLAS product). ``buf`` is None
-    without momentum; ``delta`` None: the update alone (w^2, which no (5) reads)."""
-    _sweep(_loops().momentum_sweep, delta, w_next, delta_next, sp, a, [w_next if buf is None else buf], controls,
-           _momentum_scalars(w_next.dtype.type, controls, momentum, dampening, nesterov, weight_decay))
+def momentum_sweep(chain, w, delta, a, buf, controls, momentum, dampening, nesterov, weight_decay):
+    """``momentum_update`` of w (n, m) by nabla_w = delta a^T at B = 1 in one compiled pass, ``chain`` (m, 1) set to
+    w^T delta of w as it was, summed over its rows in order (within a few ulps of BLAS's product); ``chain``
+    None: the update alone. delta (n, 1), a (m, 1); ``buf`` as w, None without momentum."""
+    _sweep(_loops().momentum_sweep, chain, w, delta, a, [w if buf is None else buf], controls,
+           _momentum_scalars(w.dtype.type, controls, momentum, dampening, nesterov, weight_decay))
 
 
-def adam_sweep(delta, w_next, delta_next, sp, a, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
-    """(5) and ``adam_update`` of w^{l+1} by nabla_w = delta^{l+1} (a^l)^T at B = 1, in one compiled pass over
-    w^{l+1}, m and v (``host_updates.adam_sweep``), as ``momentum_sweep``."""
-    _sweep(_loops().adam_sweep, delta, w_next, delta_next, sp, a, [m, v], controls,
-           _adam_scalars(w_next.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
+def adam_sweep(chain, w, delta, a, m, v, controls, beta1, beta2, eps, weight_decay, decoupled):
+    """``adam_update`` of w, m and v by nabla_w = delta a^T at B = 1 in one compiled pass over them
+    (``host_updates.adam_sweep``), ``chain`` as ``momentum_sweep``'s."""
+    _sweep(_loops().adam_sweep, chain, w, delta, a, [m, v], controls,
+           _adam_scalars(w.dtype.type, controls, beta1, beta2, eps, weight_decay, decoupled))
 
 
-def _sweep(loop, delta, w_next, delta_next, sp, a, state, controls, scalars):
-    """A ``host_updates`` sweep of w^{l+1} and its ``state`` (a list of arrays), then ``delta *= sp``; a refused
-    step computes (5) alone."""
-    chained = delta is not None
+def _sweep(loop, chain, w, delta, a, state, controls, scalars):
+    """A ``host_updates`` sweep of w and its ``state`` (a list of arrays); a refused step computes ``chain``
+    alone, by BLAS."""
+    chained = chain is not None
     if controls[1] != 0:
         if chained:
-            backward(delta, w_next, delta_next, sp)
+            matmul(chain, w.T, delta)
         return
-    chain = delta.reshape(-1) if chained else a.reshape(-1)[:0]  # unchained: an empty view, touched by nothing
+    out = chain.reshape(-1) if chained else a.reshape(-1)[:0]  # unchained: an empty view, touched by nothing
     if chained:
-        chain.fill(0)
-    loop(w_next, delta_next.reshape(-1), a.reshape(-1), *state, chain, chained, *scalars)
-    if chained:
-        delta_hidden(delta, sp)
+        out.fill(0)
+    loop(w, delta.reshape(-1), a.reshape(-1), *state, out, chained, *scalars)
+
+
+def delta_parts(delta, part, sp):
+    """(5) from the two halves of a sweep over w^{l+1}'s rows: ``delta = (delta + part) * sp``, ``delta`` (n, 1)
+    holding the top rows' part of (w^{l+1})^T delta^{l+1}, ``part`` (n, 1) the bottom rows'."""
+    np.add(delta, part, out=delta)
+    delta_hidden(delta, sp)
 
 
 def _loops():

@@ -95,10 +95,10 @@ class Optimizer(metaclass=_Made):
         """``apply``'s update as the call ``(op, *args)`` of one of ``ops``, to launch as it is."""
         raise NotImplementedError
 
-    def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
-        """The MLP's one-pass sweep at B = 1 on the host (``ops_numpy``): (5), ``delta = ((w^{l+1})^T delta^{l+1})
-        * sp``, and the update of w^{l+1} and its ``state`` by nabla_w = delta^{l+1} a^T, in one pass; with
-        ``delta`` None, the update alone."""
+    def sweep(self, ops, chain, w, delta, a, state, controls):
+        """The MLP's compiled pass at B = 1 on the host (``ops_numpy``): the update of w (w^l, or rows of it) and its
+        ``state`` by nabla_w = delta a^T (delta: delta^l, or the same rows of it), and ``chain`` = w^T delta of w as
+        it was, (5)'s part of these rows, in one pass; ``chain`` None: the update alone."""
         raise NotImplementedError
 
 
@@ -131,9 +131,9 @@ class SGD(Optimizer):
         return (ops.momentum_update, param, nabla, state.get("momentum_buffer"), controls, self.momentum,
                 self.dampening, self.nesterov, self.weight_decay)
 
-    def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
-        ops.momentum_sweep(delta, w_next, delta_next, sp, a, state.get("momentum_buffer"), controls, self.momentum,
-                           self.dampening, self.nesterov, self.weight_decay)
+    def sweep(self, ops, chain, w, delta, a, state, controls):
+        ops.momentum_sweep(chain, w, delta, a, state.get("momentum_buffer"), controls, self.momentum, self.dampening,
+                           self.nesterov, self.weight_decay)
 
 
 class Adam(Optimizer):
@@ -167,9 +167,9 @@ class Adam(Optimizer):
         return (ops.adam_update, param, nabla, state["exp_avg"], state["exp_avg_sq"], controls, *self.betas, self.eps,
                 self.weight_decay, self.DECOUPLED)
 
-    def sweep(self, ops, delta, w_next, delta_next, sp, a, state, controls):
-        ops.adam_sweep(delta, w_next, delta_next, sp, a, state["exp_avg"], state["exp_avg_sq"], controls, *self.betas,
-                       self.eps, self.weight_decay, self.DECOUPLED)
+    def sweep(self, ops, chain, w, delta, a, state, controls):
+        ops.adam_sweep(chain, w, delta, a, state["exp_avg"], state["exp_avg_sq"], controls, *self.betas, self.eps,
+                       self.weight_decay, self.DECOUPLED)
 
 
 class AdamW(Adam):

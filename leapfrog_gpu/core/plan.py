@@ -4,8 +4,9 @@ pass and the step, written once over what each network's pass gives.
 The MLP's pass (``mlp.plan.MLPPlan``), the RNN's (``RNNPlan``) and the DAG's (``DagPlan``) are each one of
 these. Every buffer starts filled with NaN, so that a read before its write shows in the result; every event
 is made on first use and kept, so that a pass makes none after its first (``E_u``: the main stream is past
-what unit u's gradients wait for; ``F_j``: worker j is done). ``captured`` holds the steps graph mode captured
-on this plan (``core.capture``), ``eager`` the keys of those it ran eagerly first.
+what unit u's gradients wait for; ``F_j``: worker j is done; a network's own, as the MLP's ``S_l`` and
+``H_l``). ``captured`` holds the steps graph mode captured on this plan (``core.capture``), ``eager`` the keys of
+those it ran eagerly first.
 
 What a network's pass gives (a unit is a layer or a node that has parameters): ``load(x, y)``,
 ``forward(solver)``, ``chain(schedule, controls)``, ``last_reader(unit)``, ``gradients(stream, unit,

@@ -60,8 +60,8 @@ class Schedule:
 
     def last_reader(self, plan, unit):
         """The unit after whose delta this schedule's chain on ``plan`` no longer reads ``unit``'s parameters:
-        the plan's chain rule, or ``unit`` itself under ``one_pass`` (the main stream updates w in the sweep that
-        reads it last; the workers update b alone)."""
+        the plan's chain rule, or ``unit`` itself under ``one_pass`` (the sweep that reads w last updates it; the
+        hand-off's workers update b alone)."""
         return unit if self.one_pass else plan.last_reader(unit)
 
     def _given(self):

@@ -14,9 +14,10 @@ since the main stream still reads w^l for delta^{l-1}, that layer is handed off 
 third hazard of docs/design.md §2). With ``one_pass=True`` (NumPy backend; it implies ``fused``) the main
 stream updates w^{l+1} by the step's optimizer inside (5) itself, in one sweep over w^{l+1} that reads each
 row block for delta^l and then updates it while it is in cache (``ops_numpy.backward_update``), and updates
-w^2, which no (5) reads, last: the chain never reads a block after its update, and no other stream touches a
-weight matrix; the workers keep (6) and the update of b^l. So each weight matrix moves three times a step,
-read by (2), read and written by the sweep, and an optimizer's state of it twice, in the sweep.
+w^2, which no (5) reads, last: the chain never reads a block after its update; the workers keep (6) and the
+update of b^l (and, at B = 1, worker 0 an optimizer's sweep of the bottom half of each w's rows: ``halves``).
+So each weight matrix moves three times a step, read by (2), read and written by the sweep, and an
+optimizer's state of it twice, in the sweep.
 """
 
 from ..core import plan
@@ -32,9 +33,10 @@ class MLPPlan(plan.Plan):
     ``batch_order`` (Fortran order on the host, C order on a GPU), ``nabla_w[l]``
     (n_l, n_{l-1}), ``nabla_b[l]`` (n_l,); ``y`` (n_L, B); ``scratch[l]``, what the updates stream
     through, and ``sweep_scratch``, the one-pass sweep's own (the nabla_w of a block of rows, for an optimizer
-    other than the plain SGD one; None on a GPU). ``w`` and ``b`` are the network's parameters themselves, not
-    copies (steps write them as they run: read them in stream order, or use ``MLP.weights``), ``controls``
-    its ``core.controls.Controls``.
+    other than the plain SGD one; None on a GPU); ``sweep_part`` (max n_l, 1), the part of (5) of the bottom
+    half of an optimizer's sweep at B = 1, made on ``helper``, the stream of that half (``halves``). ``w`` and
+    ``b`` are the network's parameters themselves, not copies (steps write them as they run: read them in stream
+    order, or use ``MLP.weights``), ``controls`` its ``core.controls.Controls``.
 
     Caches, filled on first use: ``captured`` (graph mode's steps, ``core.capture``), ``naumov`` (Naumov's
     buffers, by solver), ``chosen`` (the schedules ``core.calibrate.choose`` picked, by candidates).
@@ -56,8 +58,10 @@ class MLPPlan(plan.Plan):
         self.y = self.columns(n[net.L])
         self.scratch = {l: self.make_scratch(n[l] * n[l - 1], max(n[l], n[l - 1])) for l in net.layer_numbers}
         self.sweep_scratch = self.make_scratch(max(n[l] * n[l - 1] for l in net.layer_numbers), max(net.sizes))
+        self.sweep_part = self.buffer(max(net.sizes), 1)  # the bottom half's part of (5) at B = 1 (``halves``)
         self.naumov = {}
         self.sweep = False  # the chain runs the one-pass sweep: the workers update b alone
+        self.helper = self.main  # the stream of the bottom half of an optimizer's sweep at B = 1 (``halves``)
         if net.comm is not None:
             self.reducer = Reducer(self, net.comm, net.gradient_layout())
             for l in net.layer_numbers:
@@ -102,36 +106,71 @@ class MLPPlan(plan.Plan):
                            self.delta[l + 1], self.sp[l])
 
     def error_update(self, l, controls):
-        """Enqueue on the main stream (5) of a layer l < L and the update of w^{l+1} by ``controls`` in one
-        sweep over w^{l+1}: delta^l is w^{l+1}'s last read in the pass. The plain SGD step by BLAS's rank
-        update on blocks of rows (``ops.backward_update``); another optimizer's in one compiled pass at B = 1
-        (``optimizer.sweep``), else by blocks of rows (``_block_update``)."""
+        """Enqueue on the main stream (the bottom half of an optimizer's at B = 1 on the helper) (5) of a layer
+        l < L and the update of w^{l+1} by ``controls`` in one sweep over w^{l+1}: delta^l is w^{l+1}'s last read in
+        the pass. The plain SGD step by BLAS's rank update on blocks of rows (``ops.backward_update``); another
+        optimizer's in one compiled pass at B = 1, in two halves (``halves``), else by blocks of rows
+        (``_block_update``)."""
         backend, optimizer = self.backend, controls.optimizer
         name = f"delta[{l}]+update[{l + 1}]"
         args = (self.delta[l], self.w[l + 1], self.delta[l + 1], self.sp[l], self.a[l])
         if optimizer.plain:
             backend.launch(self.main, name, backend.ops.backward_update, *args, controls.array)
         elif self.batch == 1:
-            backend.launch(self.main, name, optimizer.sweep, backend.ops, *args, controls.slots(l + 1, "w"),
-                           controls.array)
+            self.halves(l + 1, controls, chained=True)
         else:
             backend.launch(self.main, name, backend.ops.backward_update, *args, controls.array,
                            *self._block_update(l + 1, controls))
 
     def last_update(self, l, controls):
-        """Enqueue on the main stream the update of w^l alone by ``controls``, as the sweep updates the layers
-        above: w^2, which no (5) reads (``ops.rank_update``; another optimizer's by ``optimizer.sweep`` with no
-        delta at B = 1, else by ``_block_update``)."""
+        """Enqueue on the main stream (the bottom half of an optimizer's at B = 1 on the helper) the update of w^l
+        alone by ``controls``, as the sweep updates the layers above: w^2, which no (5) reads (``ops.rank_update``;
+        another optimizer's in two halves at B = 1 (``halves``), else by ``_block_update``)."""
         backend, optimizer, name = self.backend, controls.optimizer, f"update_w[{l}]"
         if optimizer.plain:
             backend.launch(self.main, name, backend.ops.rank_update, self.w[l], self.delta[l], self.a[l - 1],
                            controls.array)
         elif self.batch == 1:
-            backend.launch(self.main, name, optimizer.sweep, backend.ops, None, self.w[l], self.delta[l], None,
-                           self.a[l - 1], controls.slots(l, "w"), controls.array)
+            self.halves(l, controls, chained=False)
         else:
             backend.launch(self.main, name, backend.ops.row_updates, self.w[l], controls.array,
                            *self._block_update(l, controls))
+
+    def halves(self, l, controls, chained):
+        """Enqueue the compiled pass of ``optimizer.sweep`` over w^l at B = 1 in two halves of its rows, so that two
+        cores stream them: the bottom one on the helper (worker 0 under a leapfrog schedule, else the main stream),
+        behind the main stream's work so far, the top one on the main stream, which then waits for the helper.
+        ``chained``: each half's part of (5) goes to its own buffer, delta^{l-1} the top's and ``sweep_part`` the
+        bottom's, and delta^{l-1} = (top + bottom) * sp^{l-1} follows the join (``ops.delta_parts``): the parts
+        add in one order, so that every k gives the same bits."""
+        backend, optimizer, ops = self.backend, controls.optimizer, self.backend.ops
+        w, delta, a, state = self.w[l], self.delta[l], self.a[l - 1], controls.slots(l, "w")
+        rows, width = w.shape
+        half = (rows + 1) // 2
+        top, bottom = self.delta[l - 1] if chained else None, self.sweep_part[:width] if chained else None
+        name = f"delta[{l - 1}]+update[{l}]" if chained else f"update_w[{l}]"
+
+        def sweep(stream, part, chain):
+            backend.launch(stream, f"{name} rows {part.start}:{part.stop}", optimizer.sweep, ops, chain, w[part],
+                           delta[part], a, {slot: s[part] for slot, s in state.items()}, controls.array)
+
+        if half == rows:  # a single row: no bottom half
+            sweep(self.main, slice(0, rows), top)
+            if chained:
+                backend.launch(self.main, f"delta[{l - 1}]", ops.delta_hidden, top, self.sp[l - 1])
+            return
+        apart = self.helper is not self.main
+        if apart:
+            backend.record(self.main, self.event(f"S_{l}"))
+            backend.wait(self.helper, self.event(f"S_{l}"))
+        sweep(self.helper, slice(half, rows), bottom)
+        if apart:
+            backend.record(self.helper, self.event(f"H_{l}"))
+        sweep(self.main, slice(0, half), top)
+        if apart:
+            backend.wait(self.main, self.event(f"H_{l}"))
+        if chained:
+            backend.launch(self.main, f"delta[{l - 1}]", ops.delta_parts, top, bottom, self.sp[l - 1])
 
     def _block_update(self, l, controls):
         """``(update, rows)``: the update of w^l by ``controls``' optimizer a block of ``rows`` rows at a time,
@@ -152,7 +191,7 @@ class MLPPlan(plan.Plan):
         """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the update of its
         optimizer: the plain SGD update fused into (7), b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l
         (a^{l-1})^T without nabla_w^l ever written; another optimizer's behind (6) and (7), on the same stream,
-        at B = 1 on the host without nabla_w^l either (``optimizer.sweep`` with no delta, bitwise the update by
+        at B = 1 on the host without nabla_w^l either (``optimizer.sweep`` with no chain, bitwise the update by
         nabla_w^l). In a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by it."""
         ops, launch = self.backend.ops, self.backend.launch
         inline = controls is not None and self.batch == 1 and self.backend.name == "numpy"
@@ -162,8 +201,8 @@ class MLPPlan(plan.Plan):
             launch(stream, f"update_b[{l}]", *optimizer.update(ops, self.b[l], self.nabla_b[l], controls.slots(l, "b"),
                                                                 controls.array, self.scratch[l]))
             if not self.sweep:  # one compiled pass over w^l and its state, nabla_w formed inside it
-                launch(stream, f"update_w[{l}]", optimizer.sweep, ops, None, self.w[l], self.delta[l], None,
-                       self.a[l - 1], controls.slots(l, "w"), controls.array)
+                launch(stream, f"update_w[{l}]", optimizer.sweep, ops, None, self.w[l], self.delta[l], self.a[l - 1],
+                       controls.slots(l, "w"), controls.array)
         elif controls is None or not controls.optimizer.plain:
             launch(stream, f"gradients[{l}]", ops.gradients, self.nabla_w[l], self.nabla_b[l], self.delta[l],
                    self.a[l - 1])
@@ -214,6 +253,7 @@ class MLPPlan(plan.Plan):
         Naumov's schedules their own solve. With ``one_pass`` and ``controls`` (a fused update), (5) of every
         l < L and the update of w^{l+1} run in one sweep, and w^2, which no (5) reads, is updated last."""
         self.sweep = schedule.one_pass and controls is not None  # set by every pass: Naumov's too (never one)
+        self.helper = self.workers(1)[0] if self.sweep and schedule.k else self.main
         if type(schedule) not in (Sequential, Leapfrog):
             return (yield from schedule.chain(self, controls))
         for l in range(self.L, 1, -1):

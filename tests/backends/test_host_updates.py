@@ -121,12 +121,12 @@ def test_a_refused_step_writes_nothing():
 
 SWEEPS = {"momentum": (lambda w, nabla, state, controls: ops_numpy.momentum_update(
               w, nabla, state[0], controls, 0.9, 0.1, False, 1e-2),
-          lambda delta, w, delta_next, sp, a, state, controls: ops_numpy.momentum_sweep(
-              delta, w, delta_next, sp, a, state[0], controls, 0.9, 0.1, False, 1e-2)),
+          lambda chain, w, delta, a, state, controls: ops_numpy.momentum_sweep(
+              chain, w, delta, a, state[0], controls, 0.9, 0.1, False, 1e-2)),
           "adamw": (lambda w, nabla, state, controls: ops_numpy.adam_update(
               w, nabla, *state, controls, 0.9, 0.999, 1e-8, 1e-2, True),
-          lambda delta, w, delta_next, sp, a, state, controls: ops_numpy.adam_sweep(
-              delta, w, delta_next, sp, a, *state, controls, 0.9, 0.999, 1e-8, 1e-2, True))}
+          lambda chain, w, delta, a, state, controls: ops_numpy.adam_sweep(
+              chain, w, delta, a, *state, controls, 0.9, 0.999, 1e-8, 1e-2, True))}
 """For each optimizer, its update by a whole nabla_w and its one-pass sweep (ops_numpy's)."""
 
 
@@ -134,16 +134,16 @@ SWEEPS = {"momentum": (lambda w, nabla, state, controls: ops_numpy.momentum_upda
 @pytest.mark.parametrize("kind", list(SWEEPS))
 @pytest.mark.parametrize("refused", [0, 3])
 def test_the_sweep_is_the_update_by_delta_a_and_the_chain_within_rounding(dtype, kind, refused):
-    """At B = 1: w and its state bitwise the update by nabla_w = delta a^T (``nabla_w``, then the update), delta
-    within a few ulps of the exact ((w^{l+1})^T delta^{l+1}) * sp of w as it was (float64 sums of |terms|
-    bound it); a refused step (controls[1] != 0) computes delta and changes nothing else. Zeros in delta^{l+1}
+    """At B = 1: w and its state bitwise the update by nabla_w = delta a^T (``nabla_w``, then the update), the
+    chain within a few ulps of the exact (w^{l+1})^T delta^{l+1} of w as it was (float64 sums of |terms| bound
+    it); a refused step (controls[1] != 0) computes the chain and changes nothing else. Zeros in delta^{l+1}
     and a, a row of ties."""
     update, sweep = SWEEPS[kind]
     n, m = 37, 29
     rng = np.random.default_rng(refused)
     w, m_state, v_state = (rng.standard_normal((n, m)).astype(dtype) for _ in range(3))
     state = [m_state, np.abs(v_state)] if kind == "adamw" else [m_state]
-    delta_next, a, sp = (rng.standard_normal((k, 1)).astype(dtype) for k in (n, m, m))
+    delta_next, a = (rng.standard_normal((k, 1)).astype(dtype) for k in (n, m))
     delta_next[3], a[5], w[7] = 0, 0, w[8]
     controls = _controls(dtype, 0.01, 3, 4)  # 1 / B = 1/3, not the sweep's 1, so that its rounding shows
     controls[1] = refused
@@ -152,13 +152,21 @@ def test_the_sweep_is_the_update_by_delta_a_and_the_chain_within_rounding(dtype,
     nabla = np.full((n, m), np.nan, dtype)
     ops_numpy.nabla_w(nabla, delta_next, a)
     update(want_w, nabla, want_state, controls)
-    exact = (w.astype(np.float64).T @ delta_next.astype(np.float64)) * sp
-    bound = 4 * n * np.finfo(dtype).eps * (np.abs(w.astype(np.float64)).T @ np.abs(delta_next)) * np.abs(sp)
-    delta = np.full((m, 1), np.nan, dtype, order="F")
-    sweep(delta, w, delta_next, sp, a, state, controls)
-    assert np.all(np.abs(delta - exact) <= bound)
+    exact = w.astype(np.float64).T @ delta_next.astype(np.float64)
+    bound = 4 * n * np.finfo(dtype).eps * (np.abs(w.astype(np.float64)).T @ np.abs(delta_next))
+    chain = np.full((m, 1), np.nan, dtype, order="F")
+    sweep(chain, w, delta_next, a, state, controls)
+    assert np.all(np.abs(chain - exact) <= bound)
     assert _bits(w, *state) == _bits(want_w, *want_state)
     assert (_bits(w, *state) == before) == bool(refused)
+
+
+def test_the_parts_of_a_split_sweep_add_before_sp():
+    """``delta_parts``: delta = (top + bottom) * sp, the two halves' parts of (5) added in that order."""
+    top, bottom, sp = (np.array([[1.0], [2.0 ** 60], [-3.0]]), np.array([[2.0 ** -60], [1.0], [3.0]]),
+                       np.array([[2.0], [3.0], [-1.0]]))
+    ops_numpy.delta_parts(top, bottom, sp)
+    assert _bits(top) == _bits(np.array([[2.0], [3 * 2.0 ** 60], [-0.0]]))
 
 
 def test_the_package_imports_without_numba():

@@ -241,6 +241,20 @@ def test_one_pass_workers_sharing_one_scratch_are_reported(monkeypatch):
     assert all(" scratch[2] " in line for line in found), "\n".join(found)
 
 
+@pytest.mark.parametrize("event, line", [
+    ("S_", race("delta[5] #1 on main", True, "delta[5]", "delta[4]+update[5] rows 1:2 #1 on worker0")),
+    ("H_", race("delta[3]+update[4] rows 2:4 #1 on worker0", True, "sweep_part", "delta[3] #1 on main"))])
+def test_a_sweep_in_halves_missing_a_wait_is_reported(monkeypatch, event, line):
+    """An optimizer's sweep at B = 1 in two halves of w's rows: the helper's half not waiting for the chain (S_),
+    or the chain adding the helper's part of (5) before it is written (H_)."""
+    monkeypatch.setattr(MLPPlan, "event", lambda self, name: self.backend.event(name) if name.startswith(event)
+                        else plan.Plan.event(self, name))
+    with host_backend() as made:
+        found = [str(r) for r in recorded_steps(made, "MLP", Leapfrog(2, one_pass=True), optimizer=Adam(0.01),
+                                                sizes=(1,))[0]]
+    assert line in found, "\n".join(found)
+
+
 def sweep_through(scratch):
     """The one-pass sweep of (5) and the update of w^{l+1}, each block's update through ``scratch``."""
     def sweep(delta, w_next, delta_next, sp, a, controls):

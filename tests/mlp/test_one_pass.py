@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import assert_same, batch, batch_id, case_id, layer_names, patched_ops, same
-from leapfrog_gpu import MLP, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu import MLP, SGD, Adam, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
 from leapfrog_gpu.backends import host_blas, ops_numpy
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core.handoff import Handoff
@@ -108,6 +108,29 @@ def test_bitwise_equal_across_reruns_k_and_timings(size):
         for order in ("main-first", "workers-first", "random"):
             backend = NumpyBackend(mode="deferred", order=order, seed=k)
             assert_same(train(WIDE, schedule, size, backend=backend), want, names(WIDE), f"k{k}, {order}")
+
+
+@pytest.mark.parametrize("sizes", [[30, 1, 21, 40, 3], [1, 2, 1, 3, 1]], ids=str)
+@pytest.mark.parametrize("optimizer", [Adam(0.01), SGD(0.3, momentum=0.9)], ids=repr)
+def test_an_optimizers_sweep_in_halves_gives_the_same_bits_for_every_k(optimizer, sizes):
+    """At B = 1 an optimizer's compiled sweep runs in two halves of each w's rows, the bottom one on worker 0 under a
+    leapfrog schedule: float32, layers of one row (no bottom half: w^2 first, then w^3 in the chain), threads, chaos
+    delays and every deferred order give the sequential step's bits."""
+
+    def trained(schedule, backend=None):
+        with backend or NumpyBackend() as made, MLP(sizes, seed=5, backend=made) as net:
+            for step in range(3):
+                net.train_step(*batch(sizes, 1, seed=step, dtype="float32"), optimizer, schedule)
+            return net.weights + net.biases
+
+    want = trained(Sequential(one_pass=True))
+    for k in KS:
+        schedule = Leapfrog(k, one_pass=True)
+        assert_same(trained(schedule), want, names(sizes), f"k{k}")
+        assert_same(trained(schedule, NumpyBackend(chaos=k, max_delay=1e-4)), want, names(sizes), f"k{k}, chaos")
+        for order in ("main-first", "workers-first", "random"):
+            assert_same(trained(schedule, NumpyBackend(mode="deferred", order=order, seed=k)), want, names(sizes),
+                        f"k{k}, {order}")
 
 
 @pytest.mark.parametrize("n,m,size", [(7, 5, 1), (7, 5, 3), (300, 400, 1), (300, 400, 5), (1, 70000, 2),

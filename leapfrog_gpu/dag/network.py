@@ -185,7 +185,8 @@ class DagNet(Network):
         return super().feedforward(x, solver)
 
     def plan(self, batch):
-        """The ``plan.DagPlan`` of this network at ``batch`` columns: made on first use, kept for its life."""
+        """The ``plan.DagPlan`` of this network at ``batch`` columns: made on first use, kept while it is among the last
+        used (``core.network.PLANS``)."""
         return self._plan(batch, lambda: DagPlan(self, batch, self._params, self._controls))
 
     def _outputs(self):

@@ -61,10 +61,10 @@ def label(lines):
 
 def format_refusal(option, path):
     """Why matplotlib cannot write a chart to ``path``, in one line, or ``None``: its extension names a format
-    matplotlib writes (matplotlib's own list)."""
+    matplotlib writes (matplotlib's own list, less PGF, which it writes through a LaTeX install)."""
     from matplotlib.figure import Figure
 
-    formats = Figure().canvas.get_supported_filetypes()
+    formats = set(Figure().canvas.get_supported_filetypes()) - {"pgf"}
     extension = os.path.splitext(path)[1][1:].lower()
     if extension in formats:
         return None

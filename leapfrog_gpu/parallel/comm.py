@@ -24,16 +24,13 @@ import weakref
 import numpy as np
 
 from ..backends import collective
+from .launcher import launcher_size
 
 DEFAULT_BUCKET_BYTES = 0
 """Gradients of consecutive layers summed by one collective, up to this many bytes: 0, one collective
 per layer (on the CPU of docs/performance.md no bucket size beat another beyond noise)."""
 DEFAULT_TIMEOUT = 120.0
 """Seconds an MPI call may wait for the other ranks before the job is aborted."""
-LAUNCHERS = (("PMI_SIZE", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
-             ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK"))
-"""Environment variables in which MPI launchers (MPICH and Intel MPI, Open MPI, MVAPICH) give the
-number of processes and the rank; without them the program runs alone and mpi4py is not imported."""
 PEER_LOST = 4
 """Exit status of a rank that gave up waiting for the others."""
 ABORT_GRACE = 0.5
@@ -66,24 +63,6 @@ def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUC
                            "MPI_THREAD_SERIALIZED or more (mpi4py asks for MPI_THREAD_MULTIPLE unless "
                            "mpi4py.rc.thread_level says otherwise)")
     return MpiCommunicator(MPI.COMM_WORLD, name=name, timeout=timeout, bucket_bytes=bucket_bytes)
-
-
-def launcher_rank():
-    """This process's rank as its launcher gives it (0 without one), known before MPI starts."""
-    return _launcher(1)
-
-
-def launcher_size():
-    """The number of processes its launcher started (1 without one), known before MPI starts."""
-    return _launcher(0)
-
-
-def _launcher(which):
-    for variables in LAUNCHERS:
-        value = os.environ.get(variables[which], "")
-        if value.isdigit():
-            return int(value)
-    return 1 - which  # alone: one process, rank 0
 
 
 class Communicator:

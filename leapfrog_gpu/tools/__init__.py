@@ -71,12 +71,14 @@ def _interrupted(prog, what, alone=""):
     where no other rank ran). Under a launcher of several processes the rank still sets MPI up, in which the others
     wait for it (one that left would leave them waiting there for ever), then ends every rank as the command does:
     rank 0 says so and aborts the job; another rank waits ``PEERS_INTERRUPTED`` for rank 0 to, then does itself."""
-    from ..parallel import comm as parallel
+    from ..parallel.launcher import launcher_size  # the environment's word: NumPy may be half imported
 
-    if parallel.launcher_size() > 1:
+    if launcher_size() > 1:
         try:
+            from ..parallel import comm as parallel
+
             comm = parallel.world(prog)
-        except (RuntimeError, KeyboardInterrupt):  # no MPI to end the others by; or Ctrl-C again
+        except (Exception, KeyboardInterrupt):  # no MPI to end the others by (NumPy cut off, no mpi4py); Ctrl-C
             comm = None
         if comm is not None:
             if comm.rank > 0:

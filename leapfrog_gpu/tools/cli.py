@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from .. import __version__
-from ..parallel import comm as parallel
+from ..parallel.launcher import launcher_rank
 from ..backends import cuda_status
 
 WIDTH = 100
@@ -60,10 +60,10 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         if not self.exit_on_error:
             raise argparse.ArgumentError(None, message)
-        self.exit(2, f"{self.prog}: error: {message}\n" if parallel.launcher_rank() == 0 else None)
+        self.exit(2, f"{self.prog}: error: {message}\n" if launcher_rank() == 0 else None)
 
     def print_help(self, file=None):
-        if parallel.launcher_rank() == 0:
+        if launcher_rank() == 0:
             super().print_help(file)
 
     def parse_known_args(self, args=None, namespace=None):
@@ -87,7 +87,7 @@ class Version(argparse.Action):
         self.version = version
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if parallel.launcher_rank() == 0:
+        if launcher_rank() == 0:
             print(self.version)
         parser.exit()
 
@@ -263,7 +263,7 @@ def choose_backend(name, prog):
         return "cupy", "auto: a GPU is usable"
     if not status.installed:
         return "numpy", "auto: CuPy is not installed"
-    if parallel.launcher_rank() == 0:  # under mpiexec every rank would say it
+    if launcher_rank() == 0:  # under mpiexec every rank would say it
         print(fitted(f"{prog}: note: --backend auto runs on numpy: {status.why}"), file=sys.stderr)
     return "numpy", "auto: no usable GPU, see stderr"
 

@@ -122,14 +122,14 @@ def test_two_mirrored_ranks_compute_one_process_on_the_batch_they_make(name, sch
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
-
 def test_repr_names_the_backend_and_a_communicator(network_name):
-    """``backend="auto"`` picks a backend, and the repr says which, for every network; a data-parallel one names its
-    communicator too."""
+    """The repr says the network's backend (which ``backend="auto"`` picks), for every network; a data-parallel one
+    names its communicator too."""
     with network(network_name, NumpyBackend()) as net:
         assert repr(net).endswith(f", backend={net.backend!r})"), repr(net)
     with network(network_name, "numpy", comm=Mirror(rank=1)) as net:
         assert repr(net).endswith(f", backend={net.backend!r}, comm={net.comm!r})"), repr(net)
+
 
 @pytest.mark.parametrize("make", [MLP, RNN])
 def test_repr_names_an_output_activation_other_than_the_one_its_activation_and_cost_give(make):

@@ -261,7 +261,7 @@ def test_a_rank_that_raises_ends_every_rank_with_one_line(tmp_path):
 INTERRUPTED_STARTING = """
 import importlib, sys
 from leapfrog_gpu import tools
-from leapfrog_gpu.parallel.comm import launcher_rank
+from leapfrog_gpu.parallel.launcher import launcher_rank
 tools.PEERS_INTERRUPTED = 0.5
 if launcher_rank() == 1:
     imported = importlib.import_module

@@ -338,9 +338,10 @@ def _over_the_data(outputs, data):
     real_data = os.path.realpath(data)
     for option, path in outputs:
         real = path and os.path.realpath(path)
-        if real == real_data:
+        read = real and os.path.dirname(real) == real_data and datasets.mnist_reads(os.path.basename(real))
+        if real == real_data or read and os.path.exists(real):
             return f"{option} names --data-dir's MNIST file, {path}: give it a name of its own"
-        if real and os.path.dirname(real) == real_data and datasets.mnist_reads(os.path.basename(real)):
+        if read:
             return (f"{option} would put {os.path.basename(real)} into --data-dir {data}, which MNIST would then read "
                     f"as data: give it another folder")
     return None

@@ -788,10 +788,11 @@ def test_a_fresh_run_whose_first_checkpoint_fails_leaves_the_metrics_file_of_an_
 
 
 @pytest.mark.parametrize("command", ["leapfrog-train", "leapfrog-bench"])
-@pytest.mark.parametrize("module", ["numpy", "tqdm"])
+@pytest.mark.parametrize("module", ["numpy", "numpy.dtypes", "tqdm"])
 def test_ctrl_c_while_the_command_starts_exits_130_with_one_line(command, module):
     """As the console script runs the command, with Ctrl-C while it imports numpy (the first module of
-    weight that any command needs) or tqdm (which only the commands import, after the package)."""
+    weight that any command needs), amid numpy's own import (after which numpy cannot be imported again: the
+    line must not need it) or tqdm (which only the commands import, after the package)."""
     code = f"""
 import importlib.abc, importlib.metadata, signal, sys
 
@@ -990,13 +991,16 @@ def test_an_output_over_the_mnist_data_or_into_its_folder_is_refused_and_nothing
     np.savez(archive, **arrays)
     before = {path: path.read_bytes() for path in [archive, *folder.iterdir()]}
     for data, option, name, line in [
-            (archive, "--metrics", archive, f"--metrics names --data-dir's MNIST file, {archive}: give it a name of its "
-                                            "own"),
+            (archive, "--metrics", archive, f"--metrics names --data-dir's MNIST file, {archive}: give it a name of "
+                                            "its own"),
             (folder, "--checkpoint-dir", folder, f"--checkpoint-dir's checkpoint would put checkpoint.npz into "
                                                  f"--data-dir {folder}, which MNIST would then read as data: give it "
                                                  "another folder"),
             (folder, "--metrics", folder / "m.npz", f"--metrics would put m.npz into --data-dir {folder}, which MNIST "
-                                                    "would then read as data: give it another folder")]:
+                                                    "would then read as data: give it another folder"),
+            (folder, "--metrics", folder / "t10k-labels-idx1-ubyte.gz", "--metrics names --data-dir's MNIST file, "
+                                                                        f"{folder / 't10k-labels-idx1-ubyte.gz'}: give "
+                                                                        "it a name of its own")]:
         assert cli("--data", "mnist", "--data-dir", data, "--epochs", 1, "--batch-size", 2, option, name) == 2
         assert one_error_line(capsys) == f"leapfrog-train: error: {line}"
     assert {path: path.read_bytes() for path in [archive, *folder.iterdir()]} == before

@@ -13,6 +13,10 @@ import numpy as np
 from . import controls, optimizers, parameters
 
 
+MOST_STEPS = 2 ** 63 - 1
+"""The last step count a state takes (``set_optimizer_state``, a file): a step past it is refused."""
+
+
 class OptimizerState:
     """The part of ``core.network.Network`` that holds an optimizer's state (``_controls.state``, ``_rule``,
     ``_steps``, and ``_held``, the optimizer that made it)."""
@@ -44,7 +48,7 @@ class OptimizerState:
         self._check_open()
         self._check_optimizer(optimizer, held=False)
         steps = state.get("step") if isinstance(state, dict) else None
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 0 <= steps < 2 ** 63:
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 0 <= steps <= MOST_STEPS:
             raise ValueError(f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got "
                              f"{state!r:.80}")
         extra = set(state) - {"step", *optimizer.SLOTS}
@@ -133,6 +137,9 @@ class OptimizerState:
                 raise ValueError(f"{said} {value!r} is below {self.dtype}'s smallest normal number, {finfo.tiny:.4g}, "
                                  f"which a GPU flushes to 0: give {said} >= {finfo.tiny:.4g}"
                                  + " or 0" * (name == "lr"))
+        if held and self._rule is not None and self._steps >= MOST_STEPS and not optimizer.plain:
+            raise ValueError(f"this {type(self).__name__}'s optimizer state is at step 2**63 - 1, the last a state "
+                             "counts (and a file holds): set_optimizer_state(optimizer, {'step': 0}) starts it anew")
         if held and self._rule is not None and optimizer.rule() != self._rule:
             state = self._held.named({k: v for k, v in self._held.hyper().items() if k != "lr"})
             raise ValueError(f"this {type(self).__name__} holds the state of {state}; {optimizer!r} is another "

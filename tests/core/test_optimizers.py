@@ -24,7 +24,7 @@ import pytest
 from helpers import to_numpy
 from networks import NAMES, arrays, network, network_batch
 from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovJacobi, NaumovScan,
-                          Sequential, TimeNewton, TimeScan, Wavefront)
+                          Sequential, TimeNewton, TimeScan, Wavefront, load)
 from leapfrog_gpu.backends import NumpyBackend, ops_numpy, timing
 from leapfrog_gpu.core import controls
 
@@ -820,6 +820,23 @@ def test_a_bad_state_is_refused_and_changes_nothing():
             with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', an int from 0 to 2\*\*63"):
                 net.set_optimizer_state(Adam(), {"step": steps})
         assert net.optimizer_state() == {"step": 0}
+
+
+def test_a_step_past_the_last_count_a_state_takes_is_refused_and_changes_nothing(tmp_path):
+    """At step 2**63 - 1, the last count ``set_optimizer_state`` and a file take, a step is refused in one line: it made
+    a state of step 2**63, which the network saved and its load then refused."""
+    x, y = network_batch("MLP", 3, seed=0, dtype=np.float64)
+    with network("MLP", "numpy", dtype="float64") as net:
+        zeros = {unit: {name: np.zeros(a.shape) for name, a in named.items()} for unit, named in net.parameters().items()}
+        net.set_optimizer_state(Adam(0.01), {"step": 2 ** 63 - 1, "exp_avg": zeros, "exp_avg_sq": zeros})
+        before = arrays(net.parameters())
+        with pytest.raises(ValueError, match=r"^this MLP's optimizer state is at step 2\*\*63 - 1, the last a state "
+                                             r"counts \(and a file holds\): set_optimizer_state\(optimizer, "):
+            net.train_step(x, y, Adam(0.01))
+        assert net.optimizer_state()["step"] == 2 ** 63 - 1
+        assert_bitwise(arrays(net.parameters()), before)
+        with load(net.save(tmp_path / "net"), backend="numpy") as loaded:
+            assert loaded.optimizer_state()["step"] == 2 ** 63 - 1
 
 
 @pytest.mark.parametrize("batch", [1, 5])

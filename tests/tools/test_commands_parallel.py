@@ -37,7 +37,7 @@ def test_two_ranks_reach_the_accuracy_of_one_process_with_the_whole_batch(tmp_pa
     lines = out.splitlines()
     assert lines[0].startswith("digits: 1437 train, 360 test samples")
     assert lines[1].startswith("numpy Leapfrog(k=2) | 3 epochs of 23 steps, batch 32 on each of 2 ranks, lr 0.1")
-    assert lines[2].startswith("estimate: about ")
+    assert lines[2].startswith(("estimate: about ", "estimate: under 0.1 s "))
     assert [line.split()[:2] for line in lines[3:6]] == [["epoch", "1/3"], ["epoch", "2/3"], ["epoch", "3/3"]]
     assert len(lines) == 7 and lines[6].startswith("done: 3 epochs")  # rank 0 alone prints
     assert cli("--batch-size", 64, "--epochs", 3, "--backend", "numpy", "--quiet", "--metrics", one / "metrics.jsonl",

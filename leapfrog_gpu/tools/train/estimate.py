@@ -1,9 +1,9 @@
 """The cost of a run, estimated before it starts from a short calibration on a copy of its network (the run itself
 is unchanged): one step and one evaluation pass of the run's configuration, each timed after one untimed, and the
 same under the leapfrog schedule (``Leapfrog(2)``, eagerly, without a forward solver), each scaled to the run's
-steps and evaluations. A run
-estimated at more than ``SLOWER`` times the leapfrog schedule's asks before it starts (``--yes`` does not ask; off a
-terminal, or under mpiexec, it warns and starts).
+steps and evaluations. A run estimated at more than ``SLOWER`` times the leapfrog schedule's, and at more than
+``WORTH_ASKING``, asks before it starts (``--yes`` does not ask; off a terminal, or under mpiexec, it warns and
+starts).
 """
 
 import math
@@ -16,6 +16,9 @@ from .options import PROG, UsageError, make_optimizer
 
 SLOWER = 10
 """How many times the leapfrog schedule's estimate a run may take before the command asks."""
+WORTH_ASKING = 60.0
+"""Seconds below which a run starts without asking, whatever its ratio: a second's run is no one's question, and
+the one step each estimate times can take ten times as long while other processes share the cores."""
 
 
 def calibrate(config, dataset, backend, remaining):
@@ -29,11 +32,11 @@ def calibrate(config, dataset, backend, remaining):
 
 
 def ask(config, seconds, leapfrog, report, ranks):
-    """Print the estimate; where it exceeds ``SLOWER`` times ``leapfrog``, ask before the run starts (a
-    ``UsageError`` if the answer is not yes) or, off a terminal or under mpiexec, warn."""
+    """Print the estimate; where it exceeds ``SLOWER`` times ``leapfrog`` and ``WORTH_ASKING``, ask before the run
+    starts (a ``UsageError`` if the answer is not yes) or, off a terminal or under mpiexec, warn."""
     versus = "" if seconds is leapfrog else f" (the leapfrog schedule without a forward solver: {duration(leapfrog)})"
     report.line(f"estimate: {duration(seconds)} for the run{versus}")
-    if seconds <= SLOWER * leapfrog or config["yes"] or report.rank > 0:
+    if seconds <= max(SLOWER * leapfrog, WORTH_ASKING) or config["yes"] or report.rank > 0:
         return
     what = (f"{PROG}: this run is estimated at {seconds / leapfrog:,.0f}x the leapfrog schedule's "
             f"({duration(seconds)} against {duration(leapfrog)})")

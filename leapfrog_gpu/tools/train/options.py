@@ -273,7 +273,7 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
         type=number(0, strict=True, what="a number of GiB", most=2**30), metavar="GIB")
     add("--blas-threads", "numpy backend: BLAS threads for the matrix products, shared among the streams "
                           "of a leapfrog backward pass (default 1)", type=integer(1), metavar="N")
-    add("--yes", "start a run estimated at more than 10x the leapfrog schedule's without asking "
+    add("--yes", "start a run estimated at more than 10x the leapfrog schedule's (and a minute) without asking "
                  "(docs/training.md)", action="store_true")
     group = p.add_argument_group("output and checkpoints")
     add("--quiet", "no progress bar or epoch lines, only the result", action="store_true")

@@ -67,12 +67,13 @@ def test_durations_in_words(seconds, words):
 
 @pytest.fixture
 def slow_run(monkeypatch):
-    """The run's configuration estimated at 20x the leapfrog schedule's, which the defaults take for 1x."""
+    """The run's configuration estimated at 20x the leapfrog schedule's, which the defaults take for 1x, and at more
+    than a minute (the calibration run all the same, its seconds replaced)."""
     real = estimate.calibrate
 
     def calibrate(*args):
-        _, leapfrog = real(*args)
-        return 20 * leapfrog, leapfrog
+        real(*args)
+        return 20 * estimate.WORTH_ASKING, estimate.WORTH_ASKING
 
     monkeypatch.setattr(estimate, "calibrate", calibrate)
 
@@ -108,6 +109,16 @@ def test_yes_neither_asks_nor_warns(slow_run, monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("asked despite --yes"))
     assert cli(*SMALL, "--epochs", 1, "--yes") == 0
     assert "estimated at" not in capsys.readouterr().err
+
+
+def test_a_run_under_a_minute_is_neither_asked_about_nor_warned_of_whatever_its_ratio(monkeypatch, capsys):
+    """20x the leapfrog schedule's, but 20 s: it starts (one step timed at ten times its time, as under load, made a
+    second's run warn, a line on stderr that a refusal's one line then had beside it)."""
+    monkeypatch.setattr(estimate, "calibrate", lambda *args: (20.0, 1.0))
+    monkeypatch.setattr("sys.stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("asked about a run under a minute"))
+    assert cli(*SMALL, "--epochs", 1) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_the_estimate_is_printed_before_the_run(capsys):

@@ -150,8 +150,9 @@ class NaumovJacobi(NaumovSchedule):
     max_l ||delta_new^l - delta_old^l|| / ||delta_new^l|| (Frobenius over the batch, per layer, so that
     the small deltas of deep layers count as much as the large ones) is <= ``tol``, and at L-2 sweeps
     at the latest; on a GPU each such test waits for the main stream to read L-1 numbers. A warm start
-    helps only where delta moves by less than ``tol`` between passes (docs/naumov.md). ``max_sweeps``
-    caps either; fewer than L-2 sweeps may leave delta inexact, which ``stats["converged"]`` reports.
+    helps only where delta moves by less than ``tol`` between passes (docs/naumov.md); ``tol`` bounds the last
+    sweep's change, not the error, which the rest of the chain can amplify many times. ``max_sweeps`` caps
+    either; ``stats["converged"]`` says that L-2 sweeps ran (exact) or the test was met.
     Buffers: (L-2)·B·N² elements for the Jacobians, 2(L-1)·B·N for two iterates; the change is taken
     in float64 (squares of deep deltas underflow in float32): (L-1)·B·N + 2(L-1) float64 scratch.
 

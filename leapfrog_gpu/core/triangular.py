@@ -36,14 +36,23 @@ def ceil_log2(m):
 # -- the memory check ----------------------------------------------------------------------------------
 
 
-def check_memory(who, needed, limit, what, instead, also=()):
-    """``needed`` (bytes of the buffers of ``who``, for ``what``), or a ValueError, raised before anything is
-    allocated, that says the need, the limit and what to use instead (``also``: other options to pass)."""
+class MemoryLimitError(ValueError):
+    """The buffers of ``who`` (a schedule, or a forward solver where ``solver``) need ``needed`` bytes for ``what``,
+    over its ``limit``: what ``check_memory`` raises, its message in the library's words."""
+
+    def __init__(self, message, who, needed, limit, what, solver):
+        super().__init__(message)
+        self.who, self.needed, self.limit, self.what, self.solver = who, needed, limit, what, solver
+
+
+def check_memory(who, needed, limit, what, instead, also=(), solver=False):
+    """``needed`` (bytes of the buffers of ``who``, for ``what``), or a ``MemoryLimitError``, raised before anything
+    is allocated, that says the need, the limit and what to use instead (``also``: other options to pass)."""
     if needed <= limit:
         return needed
     options = "".join(f", {option}," for option in also)
-    raise ValueError(f"{who} needs {in_words(needed)} for {what}, over memory_limit={in_words(limit)}; pass a larger "
-                     f"memory_limit{options} or use {instead}")
+    raise MemoryLimitError(f"{who} needs {in_words(needed)} for {what}, over memory_limit={in_words(limit)}; pass a "
+                           f"larger memory_limit{options} or use {instead}", who, needed, limit, what, solver)
 
 
 def in_words(nbytes):

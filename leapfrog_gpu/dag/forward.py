@@ -214,7 +214,7 @@ class ForwardNewton(ForwardSolver):
         (batch,) = shape
         return check_memory("ForwardNewton", self.memory_needed(net, batch), self.memory_limit,
                             f"depth D={net.depth}, batch B={batch} ({net.dtype})",
-                            "ForwardJacobi() or the node-by-node forward")
+                            "ForwardJacobi() or the node-by-node forward", solver=True)
 
     def solve(self, net, state):
         xp, x, D = net.backend.xp, state.a[INPUT], net.depth

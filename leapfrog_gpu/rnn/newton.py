@@ -118,7 +118,8 @@ class TimeNewton(Solver):
         return check_memory(repr(self), self.memory_needed(net.sizes, tau, B, np.dtype(net.dtype).itemsize,
                                                            cell=net.cell), self.memory_limit,
                             f"sizes {list(net.sizes)}{cell} at tau={tau}, B={B} ({net.dtype})",
-                            "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",))
+                            "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",),
+                            solver=True)
 
     def prepare(self, p):
         """Check the memory of a solve on pass ``p`` and allocate its buffers there (once per pass), before

@@ -246,7 +246,7 @@ def _run(config, dataset, net, report, state, why):
         with _unwarned():
             calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
     except ValueError as error:  # the run's own step, refused as set up: on every rank alike (one network each)
-        raise Refused(str(error), every_rank=True) from None
+        raise Refused.of(error, every_rank=True) from None
     estimate.ask(config, *calibrated, report, training.ranks)
     with _unwarned():
         training.judge_divergence()

@@ -13,7 +13,7 @@ import time
 
 from tqdm import tqdm
 
-from ...core import saving
+from ...core import saving, triangular
 from ...core.fitting import Fitting, evaluate
 from ..cli import Unwritten, writing
 from . import checkpoint, models
@@ -39,6 +39,16 @@ class Refused(ValueError):
     def __init__(self, message, every_rank=False):
         super().__init__(message)
         self.every_rank = every_rank
+
+    @classmethod
+    def of(cls, error, every_rank):
+        """The network's ValueError ``error`` in the command's words: a memory limit names ``--memory-limit``."""
+        if not isinstance(error, triangular.MemoryLimitError):
+            return cls(str(error), every_rank)
+        option = "--forward-solver" if error.solver else "--schedule"
+        return cls(f"{error.who} needs {triangular.in_words(error.needed)} for {error.what}, over the "
+                   f"{triangular.in_words(error.limit)} of --memory-limit; give a larger --memory-limit (GiB) or "
+                   f"another {option}", every_rank)
 
 
 SIGINT_GRACE = 2.0
@@ -91,7 +101,7 @@ class Training:
                                    seed=config["seed"], graph=config["graph"], solver=self.solver,
                                    clip=config["clip_grad_norm"], state=state)
         except ValueError as error:  # the same options on every rank: every rank refuses them alike
-            raise Refused(str(error), every_rank=True) from None
+            raise Refused.of(error, every_rank=True) from None
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)
@@ -150,7 +160,10 @@ class Training:
             net, data, state = self.net, self.data, self._resumed
             start = state.get("start_loss")  # the checkpoint's; None: written without it, so start from here
             if start is None:
-                start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
+                try:
+                    start = evaluate(net, data.x_train, data.y_train, self.fitting.eval_batch, self.solver)["loss"]
+                except ValueError as error:  # the pass refused as set up (a forward solver's memory): on every rank
+                    raise Refused.of(error, every_rank=True) from None
             self.divergence = Divergence(start, chance_loss(net.cost, data.y_train), state.get("epochs_at_chance", 0))
 
     def run(self):
@@ -183,7 +196,7 @@ class Training:
         except ValueError as error:
             fitting = self.fitting  # the step refused is not counted: step_in_epoch is its own
             whole = (fitting.step_in_epoch + 1) * fitting.batch <= fitting.x.shape[-1]
-            raise Refused(str(error), every_rank=whole) from None
+            raise Refused.of(error, every_rank=whole) from None
         if self.interrupt["stop"]:
             raise Interrupted
 

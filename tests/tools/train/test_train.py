@@ -1196,13 +1196,20 @@ def test_a_checkpoint_dir_that_is_a_file_or_whose_checkpoint_is_a_folder_is_refu
 
 
 def test_memory_limit_is_what_a_schedule_may_take_before_the_step_is_refused(capsys):
-    """A Naumov scan of 4 layers of 64 needs about 4 MiB: refused under --memory-limit 0.001 (GiB), in the library's
-    words (which name memory_limit, as this option sets it), and run under 0.01."""
+    """A Naumov scan of 4 layers of 64 needs about 4 MiB: refused under --memory-limit 0.001 (GiB) in the command's
+    words, not the library's (memory_limit=, Sequential()), and run under 0.01; a forward solver's need names
+    --forward-solver."""
     options = ["--backend", "numpy", "--epochs", 1, "--hidden", "4x64", "--schedule", "naumov-scan", "--quiet"]
     assert cli(*options, "--memory-limit", 0.001) == 2
-    assert re.fullmatch(r"leapfrog-train: error: NaumovScan needs \d+ bytes \(4.0 MiB\) .* over memory_limit="
-                        r"1073742 bytes \(1.0 MiB\); pass a larger memory_limit .*", one_error_line(capsys))
+    assert re.fullmatch(r"leapfrog-train: error: NaumovScan needs \d+ bytes \(4.0 MiB\) for sizes of depth L=6, "
+                        r"padded width N=64, batch B=32 \(float32\), over the 1073742 bytes \(1.0 MiB\) of "
+                        r"--memory-limit; give a larger --memory-limit \(GiB\) or another --schedule",
+                        one_error_line(capsys))
     assert cli(*options, "--memory-limit", 0.01) == 0
+    assert cli("--backend", "numpy", "--model", "rnn", "--forward-solver", "newton", "--memory-limit", 1e-6) == 2
+    assert re.fullmatch(r"leapfrog-train: error: TimeNewton\(.*\) needs \d+ bytes .* for sizes \[8, \d+, 10\] at "
+                        r"tau=8, B=\d+ \(float32\), over the 1074 bytes \(1.0 KiB\) of --memory-limit; give a larger "
+                        r"--memory-limit \(GiB\) or another --forward-solver", one_error_line(capsys))
 
 
 def test_a_run_refused_as_set_up_leaves_no_metrics_file_it_made(tmp_path, capsys):
@@ -1215,4 +1222,4 @@ def test_a_run_refused_as_set_up_leaves_no_metrics_file_it_made(tmp_path, capsys
     assert cli(*options, "--metrics", tmp_path / "old.jsonl") == 2
     assert [p.name for p in tmp_path.iterdir()] == ["old.jsonl"]
     assert (tmp_path / "old.jsonl").read_text() == '{"epoch": 1}\n'
-    assert "memory_limit" in capsys.readouterr().err
+    assert "--memory-limit" in capsys.readouterr().err

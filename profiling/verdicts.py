@@ -15,9 +15,14 @@ def verdicts(command, records):
     """The verdicts that the run ``command`` (its header's) asks for, on its ``records``, as lines of text."""
     timed = [r for r in records if "refused" not in r]
     sgd = [r for r in timed if r.get("optimizer", "sgd") == "sgd"]  # the targets of graph mode and one-pass are SGD's
-    lines = [graph_verdicts(sgd), "--one-pass" in command.split() and floor_verdicts(sgd),
-             "--optimizer" in command.split() and optimizer_verdicts(timed)]
+    lines = [graph_verdicts(sgd), given(command, "--one-pass") and floor_verdicts(sgd),
+             given(command, "--optimizer") and optimizer_verdicts(timed)]
     return "\n".join(text for text in lines if text)
+
+
+def given(command, option):
+    """Whether the run's ``command`` gives ``option``, as ``--option``, ``--option value`` or ``--option=value``."""
+    return any(word == option or word.startswith(f"{option}=") for word in command.split())
 
 
 GRAPH_TARGETS = {"torch-autograd": 3.0, "torch-cuda-graph": 1.5, "sequential": 1.3}

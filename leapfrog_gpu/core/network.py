@@ -281,7 +281,7 @@ class Network(OneThreadAtATime, OptimizerState):
             raise TypeError(f"clip (the largest norm of the gradient) must be a number > 0 or None; got {clip!r} "
                             f"({type(clip).__name__})")
         if not clip > 0 or not (finite(clip) or clip == math.inf):  # NaN, and an int beyond any float
-            raise ValueError(f"clip (the largest norm of the gradient) must be a number > 0; got {shown(clip)}")
+            raise ValueError(f"clip (the gradient's largest norm) must be finite and > 0, or inf; got {shown(clip)}")
         if schedule.fused:
             raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
                              f"behind its own gradients: pass {schedule.unfused}")

@@ -101,13 +101,19 @@ def png_refusal(option, path, beside=""):
 
 
 def output_refusal(option, path):
-    """Why ``option`` cannot write a file at ``path``, in one line, or ``None``: its folder exists and ``path`` is
-    not a folder itself."""
+    """Why ``option`` cannot write a file at ``path``, in one line, or ``None``: its folder exists, ``path`` is not
+    a folder itself, and its name is no longer than the folder's file system takes."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"{option} {path}: the folder {folder} does not exist"
     if os.path.isdir(path):
         return f"{option} {path}: it is a folder; give a file's name"
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except OSError:  # a file system that does not say: the write itself will
+        return None
+    if len(os.fsencode(os.path.basename(path))) > longest:
+        return f"{option} {path}: its name is longer than the {longest} bytes a file's name may have there"
     return None
 
 
@@ -140,11 +146,15 @@ def number(least, strict=False, what="a finite number", most=math.inf):
 
 
 def integers(least, name="value"):
-    """An argument type: a comma-separated list of integers, each >= ``least``."""
+    """An argument type: a comma-separated list of integers, each >= ``least`` and given once (a repeated one
+    would be a row measured twice, or two rows under one name)."""
     def parse(text):
         values = _listed(int, text, f"{name}s must be a comma-separated list of integers")
         if min(values) < least:
             raise argparse.ArgumentTypeError(f"every {name} must be >= {least}; got {text!r}")
+        if len(set(values)) < len(values):
+            twice = next(value for i, value in enumerate(values) if value in values[:i])
+            raise argparse.ArgumentTypeError(f"give each {name} once; got {text!r}, with {twice} twice")
         return values
 
     return parse
@@ -236,13 +246,19 @@ def read_or_refuse(parser, path, read, what):
 
 
 def too_large(error):
-    """The line that says ``error`` comes of sizes this machine cannot hold (a MemoryError, or NumPy's ValueError for
-    an array beyond any address space), or None for another error."""
-    if isinstance(error, MemoryError):
-        return f"not enough memory ({str(error) or 'an allocation failed'}): ask for smaller sizes"
+    """The line that says ``error`` comes of sizes this machine cannot hold (a MemoryError, PyTorch's RuntimeError
+    from its allocator, or NumPy's ValueError for an array beyond any address space), or None for another error."""
+    if isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and _out_of_memory(str(error))):
+        said = str(error).splitlines()[0] if str(error) else "an allocation failed"  # one line, whatever it says
+        return f"not enough memory ({said}): ask for smaller sizes"
     if isinstance(error, ValueError) and str(error).startswith("array is too big"):
         return "the sizes asked for make an array larger than this machine can address: ask for smaller sizes"
     return None
+
+
+def _out_of_memory(message):
+    """Whether a RuntimeError's ``message`` is PyTorch's for memory it could not allocate, on the host or a GPU."""
+    return "can't allocate memory" in message or "out of memory" in message.lower()
 
 
 def choose_backend(name, prog):

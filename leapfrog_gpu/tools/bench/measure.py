@@ -173,8 +173,8 @@ def derive(case):
     best = {key: min(plain, key=lambda r: r[key]["median"]) for key in ("step_ms", "backward_ms")}
     for r in timed:
         torch = r["schedule"].startswith("torch")
-        if torch:  # PyTorch writes nabla_w and reads it again: a plain step's floor
-            gbps = best["step_ms"]["copy_gbps"]
+        if torch:  # PyTorch writes nabla_w and reads it again: a plain step's floor, at a copy's GB/s on its threads
+            gbps = sequential.get((r["blas_threads"], False), best["step_ms"])["copy_gbps"]
             r.update(floor([r["N"]] * r["L"], r["B"], r["dtype"], "plain", gbps, r.get("optimizer", "sgd")),
                      copy_gbps=gbps)
         seq = None if torch else sequential.get((r["blas_threads"], r["graph"]))

@@ -41,7 +41,8 @@ LAST = {False: ("step", "vs floor", 8), True: ("graph", "vs eager", 8)}
 """The last column: the step's speed-up over its bytes floor, or with ``--graph`` over its eager twin."""
 SPEEDUP = "speed-up (> 1: faster)"
 """The title above the speed-up columns, ending where they end."""
-LEGEND = (f"* best sequential configuration (fastest step); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
+LEGEND = (f"* best sequential configuration (the fastest eager step of plain sequential, one-pass and graph rows "
+          f"aside); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
           "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
           "speed-up vs X: X's median time over the row's (> 1: faster); bwd vs seq: the backward pass vs "
           "sequential's at the same BLAS setting; step vs best: the step vs the best sequential step; f1-f3 in "
@@ -90,6 +91,9 @@ def check(p, args):
         refusal = png_refusal("--plot", args.plot)
         if refusal:
             p.error(refusal)
+        if Leapfrog.name not in args.schedule:
+            p.error(f"--plot draws the {Leapfrog.name} schedule's speed-up against k: add {Leapfrog.name} to "
+                    "--schedule, or leave --plot out")
         try:
             import matplotlib  # noqa: F401
         except ImportError:

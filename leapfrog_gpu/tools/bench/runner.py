@@ -133,7 +133,7 @@ def main(suite, argv=None):
     except Unwritten as error:
         print(f"{suite.PROG}: error: {error}", file=sys.stderr)
         return UNWRITTEN
-    except (MemoryError, ValueError) as error:
+    except (MemoryError, RuntimeError, ValueError) as error:  # RuntimeError: PyTorch's allocator, the anchor's
         line = too_large(error)
         if line is None:
             raise
@@ -181,6 +181,9 @@ def _run(suite, p, args, argv):
                         append_lines(args.jsonl, networks[-1])
                 bar.done([] if args.quiet else lines(suite, args, networks[-1]))
             records = [r for case in networks for r in case]
+            if args.json:  # before the foot, whose plot may fail: the measurements are kept
+                with writing(f"--json {args.json}"):
+                    write_json(args.json, {**about, suite.RECORDS: records})
             if args.quiet:
                 table()
                 printed = True  # a Ctrl-C from here on prints them no more
@@ -197,9 +200,6 @@ def _run(suite, p, args, argv):
         print(f"{suite.PROG}: interrupted with {len(networks)} of {plural(len(keys), 'network')} measured{kept}",
               file=sys.stderr)
         return 130
-    if args.json:
-        with writing(f"--json {args.json}"):
-            write_json(args.json, {**about, suite.RECORDS: records})
     return 0
 
 

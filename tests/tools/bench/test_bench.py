@@ -13,7 +13,7 @@ import pytest
 from helpers import render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
-from leapfrog_gpu.tools.bench import plot as bench_plot, traffic
+from leapfrog_gpu.tools.bench import plot as bench_plot, torch_anchor, traffic
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.tools.schedules import schedule_names
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -161,6 +161,9 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--layers", "1"], "layer count must be >= 2"),
     (["--k", "0"], "every worker stream count must be >= 1"),
     (["--k", "1,auto"], "worker stream counts must be a comma-separated list of integers; got '1,auto'"),
+    (["--k", "2,1,2"], "argument --k: give each worker stream count once; got '2,1,2', with 2 twice"),
+    (["--blas-threads", "1,1"], "argument --blas-threads: give each BLAS thread count once; got '1,1', with 1 twice"),
+    (["--sizes", "8,8"], "argument --sizes: give each size once; got '8,8', with 8 twice"),
     (["--schedule", "naumov"], "unknown MLP schedule 'naumov'; choose from sequential, leapfrog, naumov-scan, "
                                "naumov-jacobi"),
     (["--schedule", "leapfrog,leapfrog"], "--schedule: MLP schedule 'leapfrog' is named twice; name each once"),
@@ -177,6 +180,11 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--json", "same.json", "--jsonl", "./same.json"], "--json and --jsonl name one file, ./same.json: give each "
                                                         "its own"),  # the later wrote over the earlier, exit 0
     (["--json", "r.png", "--plot", "r.png"], "--json and --plot name one file, r.png: give each its own"),
+    (["--json", "j" * 300 + ".json"], f"--json {'j' * 300}.json: its name is longer than the 255 bytes a file's"),
+    (["--plot", "p" * 300 + ".png"], f"--plot {'p' * 300}.png: its name is longer than the 255 bytes a file's"),
+    (["--plot", "p.png", "--schedule", "sequential"], "--plot draws the leapfrog schedule's speed-up against k: add "
+                                                      "leapfrog to --schedule, or leave --plot out"),
+    (["--model"], "argument --model: expected one argument"),
 ])
 def test_cli_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, argv, message):
     """After the options of a run of a second, which a bad option taken would be (in a folder of its own, where a
@@ -199,6 +207,30 @@ def test_sizes_this_machine_cannot_hold_exit_2_with_one_line(capsys, model, argv
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("leapfrog-bench") and err.endswith(": ask for smaller sizes\n"), err
     assert "not enough memory (Unable to allocate" in err or "larger than this machine can address" in err
+
+
+def test_memory_that_pytorch_cannot_allocate_exits_2_with_one_line(capsys, monkeypatch):
+    """PyTorch says so by a RuntimeError from its allocator (torch.OutOfMemoryError on a GPU is one too): raised here
+    by torch itself, as its anchor's step allocates more than any machine holds."""
+    torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
+    monkeypatch.setattr(torch_anchor.Step, "run", lambda self: torch.empty(2**60, dtype=torch.uint8))
+    assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1",
+                       "--repeats", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error: not enough memory (") and \
+        "can't allocate memory" in err and err.endswith("): ask for smaller sizes\n"), err
+
+
+def test_a_plot_that_cannot_be_written_keeps_the_json_of_the_run(tmp_path, capsys, monkeypatch):
+    """The plot is drawn last: a full disk there (exit 5) loses no measurement."""
+    def full(records, path, about):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bench_plot, "plot", full)
+    json_path, png = tmp_path / "r.json", tmp_path / "r.png"
+    assert bench.main([*TINY, "--no-torch", "--quiet", "--json", str(json_path), "--plot", str(png)]) == 5
+    assert "--plot" in capsys.readouterr().err and not png.exists()
+    assert {r["schedule"] for r in json.loads(json_path.read_text())["records"]} >= {"sequential", "leapfrog"}
 
 
 @pytest.mark.parametrize("model", ["tree", "dag"])

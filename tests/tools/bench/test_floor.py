@@ -72,6 +72,22 @@ def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
                         "NOT MET); 5.00x its bytes floor 1 ms")
 
 
+@pytest.mark.parametrize("given", [["--optimizer", "adam"], ["--optimizer=adam"], ["--one-pass", "--optimizer=sgd,adam"]])
+def test_a_run_gets_the_verdicts_its_command_asks_for_in_either_spelling(given):
+    """``--optimizer adam`` and ``--optimizer=adam`` alike ask for the optimizer's verdict (argparse takes both)."""
+    def record(schedule, ms, optimizer="adam"):
+        return {"N": 8, "L": 3, "B": 1, "schedule": schedule, "k": 0, "step_ms": {"median": ms}, "floor_ms": 1.0,
+                "graph": False, "optimizer": optimizer, "one_pass": schedule == "sequential", "blas_threads": 1}
+
+    records = [record("sequential", 2.0), record("torch-adam-fused", 4.0), record("sequential", 1.0, "sgd"),
+               record("torch-sgd-fused", 3.0, "sgd")]
+    judged = verdicts.verdicts(" ".join(["leapfrog-bench", "--sizes", "8", *given]), records)
+    assert "sequential+one-pass k=0 blas=1 2 ms, 2.00x as fast as torch-adam-fused threads=1 4 ms (target >= 1.5x)" \
+        in judged
+    assert ("its bytes floor" in judged) == ("--one-pass" in given)
+    assert "the best own step" not in verdicts.verdicts("leapfrog-bench --optimizers-file=x", records)
+
+
 def test_torch_steps_with_each_optimizer(tmp_path):
     pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")
     from leapfrog_gpu import MLP
@@ -97,6 +113,11 @@ def test_torch_steps_with_each_optimizer(tmp_path):
     names = {"torch-autograd", "torch-sgd-foreach"} | fused
     ours = {r["blas_threads"] for r in records if not r["schedule"].startswith("torch")}
     assert {(r["schedule"], r["blas_threads"]) for r in torch} == {(n, t) for n in names for t in ours}  # as ours
-    for r in torch:  # PyTorch writes nabla_w and reads it again: the plain step's floor
+    copies = {r["blas_threads"]: r["copy_gbps"] for r in records
+              if r["schedule"] == "sequential" and not r["graph"] and not r["one_pass"]}
+    assert copies[1] != copies[2]  # each thread count's copy, measured apart
+    for r in torch:  # PyTorch writes nabla_w and reads it again: the plain step's floor, at its own threads' GB/s
         assert r["update"] == "plain" and r["floor_ms"] > 0 and r["floor_speedup"] > 0
+        assert r["copy_gbps"] == copies[r["blas_threads"]]
+        assert r["floor_ms"] == pytest.approx(r["bytes_per_step"] / (copies[r["blas_threads"]] * 1e6))
 

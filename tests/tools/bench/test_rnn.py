@@ -136,6 +136,8 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
                                                     "backward pass alone: add step to --time"),  # it timed nothing
     (["--time", "backward", "--forward-solver", "newton"], "--forward-solver applies to the steps"),
     (["--plot", "r.png"], "unrecognized arguments: --plot r.png"),
+    (["--torch-threads", "1,1"], "argument --torch-threads: give each thread count once; got '1,1', with 1 twice"),
+    (["--tau", "4,2,4"], "argument --tau: give each sequence length once; got '4,2,4', with 4 twice"),
 ])
 def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
     """After the options of a run of a second, which a bad option taken would be."""

@@ -41,7 +41,7 @@ LAST = {False: ("step", "vs floor", 8), True: ("graph", "vs eager", 8)}
 """The last column: the step's speed-up over its bytes floor, or with ``--graph`` over its eager twin."""
 SPEEDUP = "speed-up (> 1: faster)"
 """The title above the speed-up columns, ending where they end."""
-LEGEND = (f"* best sequential configuration (the fastest eager step of plain sequential, one-pass and graph rows "
+LEGEND = ("* best sequential configuration (the fastest eager step of plain sequential, one-pass and graph rows "
           f"aside); ! noisy: p80 - p20 over {NOISY:.0%} of the median; "
           "pred/meas saving: of a pass (forward + backward), the model's (1 - 1/k) f3/f and measured; "
           "speed-up vs X: X's median time over the row's (> 1: faster); bwd vs seq: the backward pass vs "

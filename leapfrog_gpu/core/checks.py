@@ -67,7 +67,7 @@ def check_flag(name, value):
 def check_dtype(dtype):
     """The name of ``dtype``, one of ``DTYPES``, or a ValueError naming them."""
     try:
-        name = np.dtype(dtype).name
+        name = None if dtype is None else np.dtype(dtype).name  # NumPy reads None as float64
     except TypeError:
         name = None
     if name not in DTYPES:
@@ -170,10 +170,14 @@ def targets(xp, y, shape, axis, outputs, activation, dtype, noun, cost):
 def _targets(xp, y, shape, axis, outputs, activation, dtype, noun):
     given = shape_of("y", y)
     if given != tuple(shape):
-        if len(given) == len(shape) and given[axis:axis + 1] != (outputs,) and outputs > 1 \
-                and real_array(xp, "y", y).dtype.kind in "iu":  # no targets' shape: labels, as many as samples
-            raise ValueError(f"y holds class labels of shape {given}; x's batch needs one per sample, shape "
-                             f"{tuple(shape)}")
+        if len(given) == len(shape) and outputs > 1 and real_array(xp, "y", y).dtype.kind in "iu":
+            if given[axis:axis + 1] != (outputs,):  # no targets' shape: labels, as many as samples
+                raise ValueError(f"y holds class labels of shape {given}; x's batch needs one per sample, shape "
+                                 f"{tuple(shape)}")
+            if shape[axis] != 1:  # as many as the outputs: labels, or one sample's targets; x holds more samples
+                raise ValueError(f"y of shape {given} holds {outputs} class labels or one sample's targets, and x's "
+                                 f"batch holds {shape[axis]} samples: pass one label per sample, shape "
+                                 f"{tuple(shape)}, or targets of shape {(*shape[:axis], outputs, *shape[axis:])}")
         return y
     y = real_array(xp, "y", y)
     target = (*shape[:axis], outputs, *shape[axis:])

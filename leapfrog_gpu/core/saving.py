@@ -59,6 +59,10 @@ class UnreadableFileError(ValueError):
         self.problem = problem
 
 
+class MissingLayer(LookupError):
+    """``(what, remedy)``: an architecture's node of a ``Layer`` class of one's own that ``load`` was not given."""
+
+
 def register(cls):
     """Let ``load`` build ``cls``, a network class with ``architecture()`` and ``from_architecture``; a decorator."""
     KINDS[cls.__name__] = cls
@@ -286,11 +290,11 @@ def build(state, arrays, backend="auto", path="the file", layers=()):
                                   f"{', '.join(sorted(KINDS))}", "load it with a leapfrog_gpu that knows it")
     try:
         net = KINDS[kind].from_architecture(architecture, backend, layers)
-    except LookupError as error:  # a class of one's own that load was not given
+    except MissingLayer as error:  # a class of one's own that load was not given
         raise UnreadableFileError(f"{path} holds a {kind} whose {error.args[0]}", error.args[1]) from None
-    except (TypeError, ValueError) as error:
-        raise UnreadableFileError(f"{path} holds an architecture that builds no {kind} "
-                                  f"({_first_line(error)})") from None
+    except (LookupError, TypeError, ValueError) as error:  # a LookupError: raised by a Layer of one's own
+        said = f"{type(error).__name__}: " * isinstance(error, LookupError) + _first_line(error)
+        raise UnreadableFileError(f"{path} holds an architecture that builds no {kind} ({said})") from None
     except MemoryError:
         raise UnreadableFileError(f"{path} holds an architecture whose {kind} is too large for this machine's "
                                   "memory to build",

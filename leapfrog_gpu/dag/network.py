@@ -139,13 +139,13 @@ class DagNet(Network):
     @classmethod
     def from_architecture(cls, architecture, backend, layers=()):
         """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0; a node
-        of one's own ``Layer`` is built by its class in ``layers``, found by its name (a LookupError, ``(what,
-        remedy)``, where none is)."""
+        of one's own ``Layer`` is built by its class in ``layers``, found by its name (a ``saving.MissingLayer``,
+        ``(what, remedy)``, where none is)."""
         known, nodes = {**{kind.__name__: kind for kind in layers}, **LAYERS}, []
         for name, layer, options, inputs in architecture.get("nodes", ()):
             if layer not in known:
-                raise LookupError(f"node {name!r} is a {layer}, a Layer of one's own",
-                                  f"give its class to load: load(path, layers=[{layer}])")
+                raise saving.MissingLayer(f"node {name!r} is a {layer}, a Layer of one's own",
+                                          f"give its class to load: load(path, layers=[{layer}])")
             nodes.append((name, known[layer](**options), inputs))
         return cls(**{**architecture, "nodes": nodes}, backend=backend)
 

@@ -142,7 +142,7 @@ class RNN(Layered):
         before any is copied; an error names the parameter and changes nothing."""
         if recurrent is None and biases is None and b_hn is None and not isinstance(weights, (list, tuple)):
             return super().set_parameters(weights)
-        if self.cell == "gru" and b_hn is None:
+        if self.cell == "gru" and b_hn is None and recurrent is not None and biases is not None:
             raise ValueError("a GRU needs b_hn too: set_parameters(weights, recurrent, biases, b_hn), b_hn one (n_l,) "
                              "array per recurrent layer")
         if self.cell != "gru" and b_hn is not None:

@@ -347,6 +347,30 @@ def test_a_dagnet_of_ones_own_layers_loads_given_their_classes(tmp_path):
                     assert_bitwise_equal(loaded.parameters()[unit][name], array)
 
 
+class Halved(Gate):
+    """A ``Gate`` whose option names an entry of ``SCALES``, as a layer of one's own may look its options up."""
+
+    SCALES = {"half": 0.5}
+
+    def __init__(self, mode):
+        self.mode, self.scale = mode, self.SCALES[mode]
+
+    def options(self):
+        return {"mode": self.mode}
+
+
+def test_a_layer_of_ones_own_that_raises_a_lookup_error_as_it_is_built_is_a_file_load_cannot_build(tmp_path,
+                                                                                                   monkeypatch):
+    """Its KeyError named in one line (it was an IndexError of load's own), not taken for a class not given."""
+    nodes = [("h", Dense(4, "tanh"), "x"), ("g", Halved("half"), "h"), ("out", Dense(2), "g")]
+    with DagNet(3, nodes, dtype="float64", seed=5, backend="numpy") as net:
+        path = net.save(tmp_path / "own")
+    monkeypatch.setattr(Halved, "SCALES", {})
+    with pytest.raises(saving.UnreadableFileError, match=re.escape(f"{path} holds an architecture that builds no "
+                                                                   "DagNet (KeyError: 'half'): ")):
+        leapfrog_gpu.load(path, backend="numpy", layers=[Halved])
+
+
 def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
     """A missing folder, a value the state cannot hold, two parameters of one name in a file, a node of one's own
     layer under the name of one of ours or with options that are not JSON-able, a subclass: each refused before

@@ -446,6 +446,15 @@ def test_what_a_dagnet_cannot_compute_is_refused_naming_the_node_and_its_op(name
 def test_what_is_not_one_graph_from_one_input_to_one_output_is_refused():
     with pytest.raises(TypeError, match="^from_torch reads a torch.nn.Module or a torch.fx.GraphModule; got list$"):
         DagNet.from_torch([nn.Linear(3, 2)], backend="numpy")
+    for alone in (nn.Linear(3, 2), nn.LayerNorm(3)):  # fx traces into its functions; in a Sequential it is read
+        with pytest.raises(ValueError, match=rf"^from_torch reads the modules a module calls, and a "
+                                             rf"{type(alone).__name__} alone calls none: pass "
+                                             r"torch.nn.Sequential\(module\)$"):
+            DagNet.from_torch(alone, backend="numpy")
+        module = nn.Sequential(alone).double()
+        x = np.random.default_rng(3).uniform(-1, 1, (3, 5))
+        with DagNet.from_torch(module, backend="numpy") as net:
+            assert worst(net.feedforward(x), rows(module, x)) < 1e-12
     with pytest.raises(ValueError, match="^the module returns 'lin', which node 'out' reads: a DagNet's output is a "
                                          "node that no node reads$"):
         DagNet.from_torch(calls(lambda m, x: (h := m.lin(x), m.out(h))[0]), backend="numpy")

@@ -290,6 +290,8 @@ def test_set_parameters_refuses_a_missing_or_misshaped_b_hn():
         with pytest.raises(ValueError, match=r"a GRU needs b_hn too: set_parameters\(weights, recurrent, biases, "
                                              r"b_hn\)"):
             net.set_parameters([a * 2 for a in net.weights], net.recurrent, net.biases)
+        with pytest.raises(TypeError, match=r"^recurrent must be a list of 1 arrays \(layers 2..2\); got NoneType"):
+            net.set_parameters([a * 2 for a in net.weights])  # the first missing, as an Elman RNN says it
         with pytest.raises(ValueError, match=r"b_hn\[0\] \(b_hn\^2\) must have shape \(4,\) or \(4, 1\); got \(12,\)"):
             net.set_parameters([a * 2 for a in net.weights], net.recurrent, net.biases, [np.zeros(12)])
         with pytest.raises(ValueError, match=r"b_hn\[0\] \(b_hn\^2\) must have shape \(4,\) or \(4, 1\); got \(3,\)"):

@@ -1,8 +1,10 @@
 """What the iterative forward solvers share (``dag.forward``'s, ``rnn.newton``'s): the relative residual
 they stop on, and what a solve that stops short of its tolerance does.
 
-The residual is taken in float64 on arrays scaled by their largest magnitude, so that no square
-overflows or underflows, whatever the dtype; NaN or Inf anywhere counts as infinite (unconverged). A solve
+The residual is the largest of its columns' (axis 0 the features: a sample's state, or a sample's at one
+time step), so that no sample or step whose values the others dwarf goes untested; each column's is taken in
+float64 on the column scaled by its largest magnitude, so that no square overflows or underflows, whatever the
+dtype; NaN or Inf anywhere counts as infinite (unconverged). A solve
 that ends above its tolerance warns once per solver (``RuntimeWarning``), or with ``strict=True`` raises a
 ``RuntimeError``, raised by the call that waits for the solve.
 """
@@ -12,23 +14,42 @@ import warnings
 
 import numpy as np
 
+from ..backends import to_host
 from .checks import check_flag
 
 
+TINY = np.finfo(np.float64).tiny
+"""What a column's scale is at least, so that a column of zeros divides by it."""
+
+
 def relative(xp, new, old):
-    """||new - old|| / ||new|| (Frobenius), never NaN: taken in float64 on arrays scaled by their largest
-    magnitude, so that no square overflows or underflows to the answer's harm; 0 when both vanish, inf when
-    only ``new`` does, and inf when either holds a NaN or an Inf (not converged)."""
-    new, old = new.astype(np.float64), old.astype(np.float64)
+    """max_j ||new_j - old_j|| / ||new_j|| over the columns j of ``new`` and ``old`` (``column_norms``), never NaN:
+    0 for a column where both vanish, inf where only ``new`` does, and inf when either holds a NaN or an Inf (not
+    converged)."""
+    norms = column_norms(xp, new, old)
+    return math.inf if norms is None else float(ratios(*norms[:2]).max())
+
+
+def column_norms(xp, new, old):
+    """``(num, den, scale)``, float64 host arrays, one element per column j of ``new`` and ``old`` (axis 0 their
+    features; the columns of a 1-D array: one): ``scale_j`` the largest magnitude in ``new_j`` and ``new_j -
+    old_j``, ``num_j`` and ``den_j`` the norms of those two scaled by it (so that no square overflows or
+    underflows to the answer's harm); None where either array holds a NaN or an Inf."""
+    new = new.astype(np.float64).reshape(new.shape[0], -1)
+    old = old.astype(np.float64).reshape(new.shape)
     if not bool(xp.isfinite(new).all() and xp.isfinite(old).all()):
-        return math.inf
+        return None
     diff = new - old
-    scale = max(float(xp.abs(new).max()), float(xp.abs(diff).max()))
-    if scale == 0:
-        return 0.0
-    diff, new = diff / scale, new / scale
-    num, den = math.sqrt(float((diff * diff).sum())), math.sqrt(float((new * new).sum()))
-    return math.inf if den == 0 else num / den
+    scale = xp.maximum(xp.abs(new).max(axis=0), xp.abs(diff).max(axis=0))
+    diff, new = diff / xp.maximum(scale, TINY), new / xp.maximum(scale, TINY)  # a column of zeros stays zeros
+    num, den = xp.sqrt((diff * diff).sum(axis=0)), xp.sqrt((new * new).sum(axis=0))
+    return to_host(num), to_host(den), to_host(scale)
+
+
+def ratios(num, den):
+    """``num / den`` element by element, 0 where both are 0 and inf where ``den`` alone is."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, math.inf, 0.0))
 
 
 class Solver:

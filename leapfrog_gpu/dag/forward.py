@@ -31,7 +31,7 @@ import weakref
 import numpy as np
 
 from ..core.checks import MEMORY_LIMIT, check_cap, check_count, check_flag, check_memory_limit, check_real
-from ..core.convergence import Solver, relative
+from ..core.convergence import Solver, column_norms, ratios, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
 from .plan import INPUT, forward_node
@@ -265,13 +265,17 @@ class ForwardNewton(ForwardSolver):
 
 
 def _residuals(xp, f, a, order):
-    """``relative(f_v, a_v)`` of every node v; where f_v vanishes and a_v does not (a relu off on the whole batch,
-    whose a_v a damped step takes towards 0 without reaching it: inf at every iteration), ||a_v|| / max_u ||f_u||."""
-    residual = {v: relative(xp, f[v], a[v]) for v in order}
-    off = [v for v in order if residual[v] == math.inf and not bool(xp.any(f[v])) and bool(xp.isfinite(a[v]).all())]
-    if off:
-        largest = max(float(xp.linalg.norm(f[u].astype(np.float64))) for u in order)
-        for v in off:
-            ratio = float(xp.linalg.norm(a[v].astype(np.float64))) / largest if largest else math.inf
-            residual[v] = ratio if math.isfinite(ratio) else math.inf
+    """``relative(f_v, a_v)`` of every node v, the largest of its samples' (``column_norms``); for a sample j whose
+    f_vj vanishes and a_vj does not (a relu off, whose a_vj a damped step takes towards 0 without reaching it:
+    inf at every iteration), ||a_vj|| / max_u ||f_uj||."""
+    norms = {v: column_norms(xp, f[v], a[v]) for v in order}
+    if any(n is None for n in norms.values()):  # a NaN or an Inf: unconverged
+        return {v: math.inf if norms[v] is None else float(ratios(*norms[v][:2]).max()) for v in order}
+    with np.errstate(over="ignore"):  # a norm beyond float64 is inf, which no ratio below takes
+        largest = np.max([den * scale for _, den, scale in norms.values()], axis=0)
+        residual = {}
+        for v, (num, den, scale) in norms.items():
+            ratio, off = ratios(num, den), (den == 0) & (num > 0)
+            ratio[off] = ratios(num[off] * scale[off], largest[off])
+            residual[v] = float(ratio.max())
     return residual

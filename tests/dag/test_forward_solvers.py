@@ -296,6 +296,29 @@ def test_a_solver_never_claims_convergence_on_a_wrong_output(backend, solver):
         assert solver.stats["converged"] is False
 
 
+@pytest.mark.parametrize("solver", [ForwardJacobi(tol=1e-6, warm_start=True, strict=True),
+                                    ForwardNewton(warm_start=True, strict=True)], ids=repr)
+def test_every_sample_is_tested_not_one_norm_over_the_batch(backend, solver):
+    """A warm start whose second batch changes only a sample 1e-14 the size of the other: one norm over the batch
+    counted its change as none, and the solve stopped with that sample's output the first batch's (113 % off). Its
+    output now as the plain float64 loop gives it (tanh, no biases: the sample's own scale throughout)."""
+    net = chain([4, 6, 6, 6, 6, 2], activation="tanh", dtype="float64", seed=1, backend=backend)
+    params = net.parameters()
+    net.set_parameters({v: {"w": params[v]["w"], "b": np.zeros_like(params[v]["b"])} for v in params})
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 2)) * [1.0, 1e-14]
+    moved = x.copy()
+    moved[:, 1] = 1e-14 * rng.standard_normal(4)
+    want = moved
+    for v in net.order:
+        want = np.tanh(params[v]["w"] @ want)
+    net.feedforward(x, solver=solver)
+    got = net.feedforward(moved, solver=solver)
+    assert solver.stats["converged"]
+    for sample in range(2):
+        assert relative_error(got[:, sample], want[:, sample]) <= 1e-5, sample
+
+
 def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
     from leapfrog_gpu.core.convergence import relative as _relative
 
@@ -306,6 +329,10 @@ def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
     for bad in (np.nan, np.inf):
         assert _relative(np, np.array([1.0, bad]), np.ones(2)) == math.inf
         assert _relative(np, np.ones(2), np.array([bad, 1.0])) == math.inf
+    new = np.array([[1.0, 1e-20, 0.0], [1.0, 0.0, 0.0]])  # columns: a sample each, the second 1e20 times smaller
+    assert _relative(np, new, new + [[0.0, 1e-21, 0.0], [0.0, 0.0, 0.0]]) == pytest.approx(0.1)  # its own 10 %
+    assert _relative(np, new, new + [[1e-3, 0.0, 0.0], [0.0, 0.0, 0.0]]) == pytest.approx(1e-3 / np.sqrt(2))
+    assert _relative(np, new, new + [[0.0, 0.0, 1e-300], [0.0, 0.0, 0.0]]) == math.inf  # new_j vanishes alone
 
 
 def test_an_early_stop_warns_once_or_raises_when_strict(backend):

@@ -387,7 +387,7 @@ def test_a_warm_start_on_a_new_network_begins_at_zero_as_a_cold_start_does():
 CAPPED = [  # (sizes, recurrent_norm, tol): 3 iterations a layer leave some layers above tol and others below
     ([4, 6, 5, 3], 0.3, 1e-13),  # the first layer converges, the last does not
     ([4, 2, 6, 3], 0.5, 1e-12),  # the first does not, the last does
-    ([4, 6, 5, 2, 3], 0.5, 2e-12),  # the middle one alone converges
+    ([4, 6, 5, 2, 3], 0.5, 3e-12),  # the middle one alone converges
 ]
 
 
@@ -406,6 +406,32 @@ def test_converged_means_every_layer_converged(sizes, norm, tol):
                 assert min(final) <= tol < max(final), final  # the case is as described
             assert solver.stats["converged"] is all(r <= tol for r in final)
             assert len(caught) == (0 if solver.stats["converged"] else 1)
+
+
+def test_every_state_is_tested_not_one_norm_over_the_sequence_and_the_batch():
+    """One norm over a layer's (n, tau, B) states let the largest hide the rest: a relu RNN whose states grow from 1
+    to 1e41 over tau = 128 stopped "converged" at a residual of 1e-16, 74 % off; a warm start whose second batch
+    changes only a sequence 1e-13 the size of its batch-mate stopped after 0 iterations, holding the first
+    batch's states. Each now as the plain loop gives it."""
+    with RNN([3, 6, 2], "relu", output="every", dtype="float64", seed=0, backend="numpy", recurrent_norm=3.0) as net:
+        x = np.random.default_rng(0).standard_normal((128, 3, 2))
+        want = reference(net, x)
+        assert np.abs(want).max() > 1e35  # the case is as described
+        solver = TimeNewton(strict=True)
+        assert error(net.feedforward(x, solver=solver), want) <= 1e-12 and solver.stats["converged"]
+    with RNN([3, 6, 2], "tanh", output="every", dtype="float64", seed=0, backend="numpy") as net:
+        params = net.parameters()
+        net.set_parameters({l: {**named, "b": np.zeros_like(named["b"])} for l, named in params.items()})
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((32, 3, 2)) * [1.0, 1e-13]
+        moved = x.copy()
+        moved[..., 1] = 1e-13 * rng.standard_normal((32, 3))
+        warm = TimeNewton(warm_start=True, strict=True)
+        net.feedforward(x, solver=warm)
+        got, want = net.feedforward(moved, solver=warm), reference(net, moved)
+        assert warm.stats["converged"]
+        for sequence in range(2):
+            assert error(got[..., sequence], want[..., sequence]) <= 1e-10, sequence
 
 
 def test_stalled_on_hand_made_histories():
@@ -438,9 +464,9 @@ def test_a_layer_that_converges_is_never_stalled():
     tol). On every solve, ``stalled`` layers are above tol."""
     shown = False
     for quasi in (False, True):
-        for norm in (0.9, 1.5):
+        for norm in (1.5, 2.0):  # at tau = 128 one each (Newton at 2, quasi at 1.5) meets a new low at rounding
             with network(norm, "float32") as net:
-                x = inputs(64, dtype="float32")
+                x = inputs(128, dtype="float32")
                 floor = newton.STALL * float(np.finfo(np.float32).eps)
                 probe = TimeNewton(tol=0, quasi=quasi)
                 solved(net, x, probe)

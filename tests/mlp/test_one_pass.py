@@ -183,9 +183,11 @@ def test_a_refused_update_writes_nothing():
 
 
 def test_backprop_is_unchanged():
-    """``backprop`` under a one-pass schedule is the plain pass: nabla_w written, nothing updated."""
+    """``backprop`` under a one-pass schedule is the plain pass: nabla_w written, nothing updated. At one BLAS
+    thread: the bits are a schedule's at a fixed thread count, and a leapfrog pass shares two among its streams
+    (OpenBLAS's kernels for AVX2 sum (5) otherwise on one thread than on two, at B = 4)."""
     x, y = batch(WIDE, 4, dtype=np.float32)
-    with NumpyBackend() as backend:
+    with NumpyBackend(blas_threads=1) as backend:
         net = MLP(WIDE, seed=5, backend=backend)
         want = net.backprop(x, y, Sequential())
         before = net.weights

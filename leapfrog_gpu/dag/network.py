@@ -222,22 +222,35 @@ def from_mlp(mlp):
 
 
 def residual(sizes, skip=2, activation="sigmoid", output_activation=None, **options):
-    """``chain``, with a skip connection every ``skip`` hidden layers: node "s<l>" = a^l + a^{l-skip}
-    wherever the two widths agree, and layer l + 1 reads it."""
-    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 1:
-        raise ValueError(f"skip must be an integer >= 1 (hidden layers per skip connection); got {skip!r}")
+    """``chain``, with the skip connections ``skips(sizes, skip)``: node "s<l>" = a^l + the block's input, and
+    layer l + 1 reads it."""
+    made = skips(sizes, skip)
     out = output_activation or ("sigmoid" if options.get("cost") == "cross_entropy" else activation)
-    L, nodes, read, read_by = len(sizes), [], INPUT, {}
+    L, nodes, read = len(sizes), [], INPUT
     for l in range(2, L + 1):
-        read_by[l] = read
         nodes.append((str(l), Dense(sizes[l - 1], out if l == L else activation), [read]))
         read = str(l)
-        block_input = read_by.get(l - skip + 1)  # what the first layer of the block ending at l read
-        if l < L and (l - 1) % skip == 0 and block_input not in (None, INPUT):
-            if sizes[int(block_input.lstrip("s")) - 1] == sizes[l - 1]:
-                nodes.append((f"s{l}", Add(), [str(l), block_input]))
-                read = f"s{l}"
+        if l in made:
+            nodes.append((f"s{l}", Add(), [str(l), made[l]]))
+            read = f"s{l}"
     return DagNet(sizes[0], nodes, **options)
+
+
+def skips(sizes, skip=2):
+    """``{l: u}``, the skip connections of ``residual(sizes, skip)``: the hidden layers in blocks of ``skip`` from
+    layer 2 on, the block ending at layer l adds its input, the output of node u (a layer "j" or a skip "s<j>"), to
+    a^l wherever the two widths agree; the first block, which reads the network's input, and a block ending at the
+    output layer add none."""
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 1:
+        raise ValueError(f"skip must be an integer >= 1 (hidden layers per skip connection); got {skip!r}")
+    L, made, read, read_by = len(sizes), {}, INPUT, {}
+    for l in range(2, L + 1):
+        read_by[l], read = read, str(l)
+        block_input = read_by.get(l - skip + 1)  # what the first layer of the block ending at l read
+        if l < L and (l - 1) % skip == 0 and block_input not in (None, INPUT) and \
+                sizes[int(block_input.lstrip("s")) - 1] == sizes[l - 1]:
+            made[l], read = block_input, f"s{l}"
+    return made
 
 
 def _check_nodes(nodes):

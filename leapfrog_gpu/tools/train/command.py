@@ -30,6 +30,7 @@ import numpy as np
 
 from ... import datasets
 from .. import PEERS_INTERRUPTED
+from ...dag.network import skips
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
@@ -131,6 +132,11 @@ def _train(given, comm):
         if batch > samples:
             raise UsageError(f"--batch-size {config['batch_size']}{_on_ranks(comm.size)} is larger than the {samples} "
                              f"training samples of {dataset.name}; use at most {samples // comm.size}")
+        if config["model"] == "resmlp" and not skips(models.sizes(config, dataset), config["skip"]):
+            raise UsageError(f"--model resmlp of widths {models.sizes(config, dataset)} and --skip {config['skip']} "
+                             "makes no skip connection (each block of --skip hidden layers adds its input where the "
+                             "widths agree, but the first and one ending at the output): give more hidden layers of "
+                             "one width or a smaller --skip, or use --model mlp")
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         sizes = models.sizes(config, dataset)
         if saved is not None:

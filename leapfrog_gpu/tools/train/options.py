@@ -208,7 +208,9 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     add("--model", "mlp: the chain of layers; resmlp: the same layers with a skip connection every --skip hidden "
                    f"layers, a DagNet; rnn: a recurrent network on sequences (default {d['model']}; --model M --help: "
                    "the options of M)", choices=MODELS)
-    add("--skip", f"hidden layers per skip connection (default {d['skip']})", type=integer(1), metavar="N")
+    add("--skip", "hidden layers per block: each block adds its input to its output where the widths agree, but the "
+                  f"first, which reads the data, and one ending at the output (default {d['skip']})", type=integer(1),
+        metavar="N")
     add("--hidden", f"{layers} widths: 128,64,32, 6x128 (6 layers of 128) or 2x128,64 (default {written(d['hidden'])})",
         type=values.hidden, metavar="SPEC")
     add("--layers", f"N {layers} layers of --width W, instead of --hidden", type=integer(1), metavar="N")

@@ -50,8 +50,8 @@ def test_divergence_growth_and_chance_level():
 RUNS = {  # model, data: the output of every sample, or of every step of a sequence; a class or a value
     "mlp-digits": ["--model", "mlp", "--data", "digits", "--hidden", "2x12"],
     "mlp-teacher": ["--model", "mlp", "--data", "teacher", "--hidden", "2x12", "--samples", "300"],
-    "resmlp-digits": ["--model", "resmlp", "--data", "digits", "--hidden", "2x12"],
-    "resmlp-teacher": ["--model", "resmlp", "--data", "teacher", "--hidden", "2x12", "--samples", "300"],
+    "resmlp-digits": ["--model", "resmlp", "--data", "digits", "--hidden", "2x12", "--skip", "1"],  # a skip: s3
+    "resmlp-teacher": ["--model", "resmlp", "--data", "teacher", "--hidden", "2x12", "--samples", "300", "--skip", "1"],
     "rnn-digits": ["--model", "rnn", "--data", "digits", "--hidden", "1x12"],  # the output at the last step
     "rnn-teacher": ["--model", "rnn", "--data", "teacher", "--hidden", "1x12", "--samples", "300", "--tau", "6"],
 }

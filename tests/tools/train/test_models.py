@@ -136,7 +136,8 @@ def test_each_model_has_its_own_help(capsys):
     assert "{digits,pixels,teacher,adding}" in rnn and not {"--data-dir", "--skip"} & options["rnn"], rnn
     assert "--forward-solver {sequential,newton,quasi-newton}" in rnn
     resmlp = helps["resmlp"]
-    assert "--skip N hidden layers per skip connection (default 2)" in resmlp and "--tau" not in resmlp
+    assert "--skip N hidden layers per block: each block adds its input to its output" in resmlp
+    assert "--tau" not in resmlp
     assert "--forward-solver {sequential,jacobi,newton}" in resmlp
     mlp = helps["mlp"]
     assert "Train a deep MLP" in mlp

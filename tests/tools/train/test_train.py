@@ -917,6 +917,10 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs
     (["--data", "mnist"], "--data mnist needs --data-dir DIR"),
     (["--data-dir", "somewhere"], "--data-dir applies to --data mnist only"),
+    (["--model", "resmlp", "--hidden", "3x32"], "--model resmlp of widths [64, 32, 32, 32, 10] and --skip 2 makes no "
+                                                "skip connection"),  # the first block reads the data, the second ends
+    (["--model", "resmlp", "--hidden", "5x32", "--skip", 3], "--model resmlp of widths [64, 32, 32, 32, 32, 32, "
+                                                             "10] and --skip 3 makes no skip connection"),
     (["--samples", 10], "--samples applies to --data teacher or adding only"),
     (["--data", "teacher", "--cost", "cross_entropy"], "--data teacher is a regression task: use --cost quadratic"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),

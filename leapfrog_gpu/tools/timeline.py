@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import launches
 from ..core.saving import replaced_atomically
-from .cli import pip_install, png_refusal
+from .cli import pip_install, plural, png_refusal
 
 MAIN = "main"
 GAPS_SHOWN = 3  # the longest idle gaps of the main stream kept per step
@@ -139,7 +139,7 @@ def describe(summary):
     busy = " / ".join(f"{name} {ms:.3f}" for name, ms in summary["busy_ms"].items())
     share = _percent(summary["worker_overlap"]) + (" (no worker stream)" if summary["worker_overlap"] is None else "")
     return (f"step {summary['span_ms']:.3f} ms; busy ms {busy}; worker time overlapping main: {share}; main idle "
-            f"{summary['main_idle_ms']:.3f} ms (medians of {summary['steps']} steps)")
+            f"{summary['main_idle_ms']:.3f} ms (medians of {plural(summary['steps'], 'step')})")
 
 
 # -- output -------------------------------------------------------------------------------------------

@@ -308,6 +308,8 @@ def test_summary_takes_medians_and_shows_the_median_step():
     assert summary["shown_step"] == 2 and summary["shown"] == "the median span" and summary["steps"] == 3
     assert summary["span_ms"] == pytest.approx(2000e-6) and summary["busy_ms"] == {"main": pytest.approx(2000e-6)}
     assert "worker time overlapping main: - (no worker stream)" in timeline.describe(summary)
+    assert timeline.describe(summary).endswith("(medians of 3 steps)")
+    assert timeline.describe({**summary, "steps": 1}).endswith("(medians of 1 step)")
     with pytest.raises(ValueError, match="the timeline holds no launch"):
         timeline.analyse([])
 

@@ -334,6 +334,10 @@ def _one_file_each(config):
                ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
                ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))]
     why = one_file_each(outputs) or (_over_the_data(outputs, config["data_dir"]) if config["data"] == "mnist" else None)
+    folder = directory and os.path.realpath(directory)
+    for option, path in outputs[:2]:  # a file where the run makes the checkpoint's folder
+        if folder and path and os.path.realpath(path) == folder:
+            why = why or f"{option} {path} is --checkpoint-dir's folder: give each its own"
     if why:
         raise UsageError(why)
 

@@ -917,6 +917,9 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs
     (["--data", "mnist"], "--data mnist needs --data-dir DIR"),
     (["--data-dir", "somewhere"], "--data-dir applies to --data mnist only"),
+    (["--metrics", "out", "--checkpoint-dir", "./out"], "--metrics out is --checkpoint-dir's folder: give each its "
+                                                       "own"),  # it said "out: Is a directory", of the folder it made
+    (["--timeline", "t.png", "--checkpoint-dir", "t.png"], "--timeline t.png is --checkpoint-dir's folder"),
     (["--model", "resmlp", "--hidden", "3x32"], "--model resmlp of widths [64, 32, 32, 32, 10] and --skip 2 makes no "
                                                 "skip connection"),  # the first block reads the data, the second ends
     (["--model", "resmlp", "--hidden", "5x32", "--skip", 3], "--model resmlp of widths [64, 32, 32, 32, 32, 32, "
@@ -1224,7 +1227,7 @@ def test_memory_limit_is_what_a_schedule_may_take_before_the_step_is_refused(cap
                         one_error_line(capsys))
     assert cli(*options, "--memory-limit", 0.01) == 0
     assert cli("--backend", "numpy", "--model", "rnn", "--forward-solver", "newton", "--memory-limit", 1e-6) == 2
-    assert re.fullmatch(r"leapfrog-train: error: TimeNewton\(.*\) needs \d+ bytes .* for sizes \[8, \d+, 10\] at "
+    assert re.fullmatch(r"leapfrog-train: error: TimeNewton needs \d+ bytes .* for sizes \[8, \d+, 10\] at "
                         r"tau=8, B=\d+ \(float32\), over the 1074 bytes \(1.0 KiB\) of --memory-limit; give a larger "
                         r"--memory-limit \(GiB\) or another --forward-solver", one_error_line(capsys))
 

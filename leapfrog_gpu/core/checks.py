@@ -175,9 +175,9 @@ def _targets(xp, y, shape, axis, outputs, activation, dtype, noun):
                 raise ValueError(f"y holds class labels of shape {given}; x's batch needs one per sample, shape "
                                  f"{tuple(shape)}")
             if shape[axis] != 1:  # as many as the outputs: labels, or one sample's targets; x holds more samples
-                raise ValueError(f"y of shape {given} holds {outputs} class labels or one sample's targets, and x's "
-                                 f"batch holds {shape[axis]} samples: pass one label per sample, shape "
-                                 f"{tuple(shape)}, or targets of shape {(*shape[:axis], outputs, *shape[axis:])}")
+                raise ValueError(f"y of shape {given} is neither class labels for x's batch of {shape[axis]} samples, "
+                                 f"shape {tuple(shape)}, nor its targets, shape "
+                                 f"{(*shape[:axis], outputs, *shape[axis:])}")
         return y
     y = real_array(xp, "y", y)
     target = (*shape[:axis], outputs, *shape[axis:])

@@ -27,21 +27,22 @@ def relative(xp, new, old):
     0 for a column where both vanish, inf where only ``new`` does, and inf when either holds a NaN or an Inf (not
     converged)."""
     norms = column_norms(xp, new, old)
-    return math.inf if norms is None else float(ratios(*norms[:2]).max())
+    return math.inf if norms is None else largest(*norms[:2])
 
 
 def column_norms(xp, new, old):
     """``(num, den, scale)``, float64 host arrays, one element per column j of ``new`` and ``old`` (axis 0 their
-    features; the columns of a 1-D array: one): ``scale_j`` the largest magnitude in ``new_j`` and ``new_j -
-    old_j``, ``num_j`` and ``den_j`` the norms of those two scaled by it (so that no square overflows or
-    underflows to the answer's harm); None where either array holds a NaN or an Inf."""
+    features; the columns of a 1-D array: one): ``scale_j`` the largest magnitude in ``new_j`` and ``old_j``,
+    ``num_j`` and ``den_j`` the norms of ``new_j - old_j`` and ``new_j``, both scaled by it first (so that no
+    difference or square overflows or underflows to the answer's harm); None where either array holds a NaN or an
+    Inf."""
     new = new.astype(np.float64).reshape(new.shape[0], -1)
     old = old.astype(np.float64).reshape(new.shape)
     if not bool(xp.isfinite(new).all() and xp.isfinite(old).all()):
         return None
+    scale = xp.maximum(xp.abs(new).max(axis=0), xp.abs(old).max(axis=0))
+    new, old = new / xp.maximum(scale, TINY), old / xp.maximum(scale, TINY)  # a column of zeros stays zeros
     diff = new - old
-    scale = xp.maximum(xp.abs(new).max(axis=0), xp.abs(diff).max(axis=0))
-    diff, new = diff / xp.maximum(scale, TINY), new / xp.maximum(scale, TINY)  # a column of zeros stays zeros
     num, den = xp.sqrt((diff * diff).sum(axis=0)), xp.sqrt((new * new).sum(axis=0))
     return to_host(num), to_host(den), to_host(scale)
 
@@ -50,6 +51,11 @@ def ratios(num, den):
     """``num / den`` element by element, 0 where both are 0 and inf where ``den`` alone is."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, math.inf, 0.0))
+
+
+def largest(num, den):
+    """The largest of ``ratios(num, den)``, a float."""
+    return float(ratios(num, den).max())
 
 
 class Solver:

@@ -293,7 +293,7 @@ def build(state, arrays, backend="auto", path="the file", layers=()):
     except MissingLayer as error:  # a class of one's own that load was not given
         raise UnreadableFileError(f"{path} holds a {kind} whose {error.args[0]}", error.args[1]) from None
     except (LookupError, TypeError, ValueError) as error:  # a LookupError: raised by a Layer of one's own
-        said = f"{type(error).__name__}: " * isinstance(error, LookupError) + _first_line(error)
+        said = f"{type(error).__name__}: {_first_line(error)}" if isinstance(error, LookupError) else _first_line(error)
         raise UnreadableFileError(f"{path} holds an architecture that builds no {kind} ({said})") from None
     except MemoryError:
         raise UnreadableFileError(f"{path} holds an architecture whose {kind} is too large for this machine's "

@@ -6,15 +6,15 @@ its layer's forward. D (``net.depth``) is the number of non-input nodes on the l
 ``ForwardJacobi``  every node from the previous sweep's outputs at once (the nodes of one sweep are
                    independent). Exact after D sweeps from any start and, being the same per-layer
                    arithmetic, bitwise the node-by-node forward; a warm start (the previous solve's
-                   outputs) and a tolerance on the per-node relative change may stop it earlier, and
+                   outputs) and a tolerance on the per-node, per-sample relative change may stop it earlier, and
                    ``blocks`` runs Jacobi inside groups of levels, sequentially across them (each group
                    exact after its own depth, its own convergence test).
 ``ForwardNewton``  DEER / DeepPCR: linearize at the iterate, a_v = f_v + sum_u J_{v,u} (a_u - a_u^(i)),
                    and solve that linear lower-triangular system by recursive doubling in ceil(log2 D)
                    rounds (``schedules.doubling_solve``); repeat. Undamped, exact in at most D
                    iterations (after i of them every node of level <= i is exact); stops when the largest
-                   per-node relative residual ||a_v - f_v(a)|| / ||f_v(a)|| is <= ``tol`` (where f_v(a)
-                   vanishes, ||a_v|| / max_u ||f_u(a)||). ``damping`` < 1
+                   relative residual ||a_vj - f_vj(a)|| / ||f_vj(a)|| of a node v and a sample j is <= ``tol``
+                   (where f_vj(a) vanishes, ||a_vj|| / max_ui ||f_ui(a)||). ``damping`` < 1
                    scales each step (ELK's remedy for steps that blow up), which then leaves a part of the
                    error at every level, so that no number of iterations is exact; a step that leaves NaN
                    or Inf is undone and replaced by a Jacobi sweep from the previous iterate.
@@ -31,7 +31,7 @@ import weakref
 import numpy as np
 
 from ..core.checks import MEMORY_LIMIT, check_cap, check_count, check_flag, check_memory_limit, check_real
-from ..core.convergence import Solver, column_norms, ratios, relative
+from ..core.convergence import Solver, column_norms, largest, ratios, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
 from .plan import INPUT, forward_node
@@ -112,8 +112,8 @@ class ForwardJacobi(ForwardSolver):
     """Jacobi sweeps over the nodes, exact after D sweeps.
 
     Args:
-        tol: None (no test: D sweeps), or stop a group at the first sweep whose per-node relative
-            change max_v ||a_v' - a_v|| / ||a_v'|| is <= tol (a number >= 0).
+        tol: None (no test: D sweeps), or stop a group at the first sweep whose relative change
+            max_vj ||a_vj' - a_vj|| / ||a_vj'|| over its nodes v and samples j is <= tol (a number >= 0).
         max_sweeps: None (the depth, exact) or a cap >= 1 on each group's sweeps.
         warm_start: start from the previous solve's outputs (same network, same batch size; an MLP's through
             the chain the solver keeps for it, ``chain``).
@@ -179,7 +179,7 @@ class ForwardNewton(ForwardSolver):
     """Newton's method with a parallel scan of every linearized system: exact in D iterations, undamped.
 
     Args:
-        tol: stop once the largest per-node relative residual is <= tol (a number >= 0); None: 1e-12 in
+        tol: stop once the largest relative residual of a node and a sample is <= tol (a number >= 0); None: 1e-12 in
             float64, 1e-6 in float32 (the residual of an exact float32 solution is a few ulps).
         max_iterations: None (the depth D: exact with ``damping=1``) or a cap >= 1.
         damping: each step times this factor, in (0, 1] (1: plain Newton). Below 1 each step leaves a
@@ -267,15 +267,16 @@ class ForwardNewton(ForwardSolver):
 def _residuals(xp, f, a, order):
     """``relative(f_v, a_v)`` of every node v, the largest of its samples' (``column_norms``); for a sample j whose
     f_vj vanishes and a_vj does not (a relu off, whose a_vj a damped step takes towards 0 without reaching it:
-    inf at every iteration), ||a_vj|| / max_u ||f_uj||."""
+    inf at every iteration), ||a_vj|| against the largest ||f_ui|| of any node and sample (a sample's own largest
+    shrinks with a_vj where a_vj is all that drives it: a zero input without biases)."""
     norms = {v: column_norms(xp, f[v], a[v]) for v in order}
     if any(n is None for n in norms.values()):  # a NaN or an Inf: unconverged
-        return {v: math.inf if norms[v] is None else float(ratios(*norms[v][:2]).max()) for v in order}
-    with np.errstate(over="ignore"):  # a norm beyond float64 is inf, which no ratio below takes
-        largest = np.max([den * scale for _, den, scale in norms.values()], axis=0)
+        return {v: math.inf if norms[v] is None else largest(*norms[v][:2]) for v in order}
+    with np.errstate(over="ignore"):  # a norm beyond float64 is inf: such a sample counts as unconverged
+        widest = max(float((den * scale).max()) for _, den, scale in norms.values())
         residual = {}
         for v, (num, den, scale) in norms.items():
             ratio, off = ratios(num, den), (den == 0) & (num > 0)
-            ratio[off] = ratios(num[off] * scale[off], largest[off])
+            ratio[off] = num[off] * scale[off] / widest if 0 < widest < math.inf else math.inf
             residual[v] = float(ratio.max())
     return residual

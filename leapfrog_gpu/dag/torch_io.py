@@ -124,8 +124,8 @@ def read_module(module):
     method or attribute, a second input, a module called twice (a node's parameters are its own), a submodule ``x``
     whose fx node is named ``"x"`` too (the input's name), an activation that does not follow a ``Linear``'s output
     alone, a concatenation along another dim, a sum with a number, a node that leads nowhere, an output that a node
-    reads; a module torch.fx cannot trace, or a Linear or LayerNorm given alone (in a Sequential it is read); a parameter no network holds as the module does
-    (``core.torch_io.check_module``), or a forward hook.
+    reads; a module torch.fx cannot trace, or a Linear or LayerNorm given alone (in a Sequential it is read); a
+    parameter no network holds as the module does (``core.torch_io.check_module``), or a forward hook.
     """
     torch = torch_io.import_torch()
     if not isinstance(module, torch.nn.Module):

@@ -319,6 +319,23 @@ def test_every_sample_is_tested_not_one_norm_over_the_batch(backend, solver):
         assert relative_error(got[:, sample], want[:, sample]) <= 1e-5, sample
 
 
+def test_a_sample_off_from_its_first_node_converges_under_a_damped_warm_newton(backend):
+    """A zero input without biases: every node of that sample is off and driven by the iterate alone, which a damped
+    step shrinks, its own largest ||f|| with it; against the largest of the batch it converges, to zeros."""
+    net = chain([4, 6, 6, 6, 2], activation="relu", dtype="float64", seed=0, backend=backend)
+    params = net.parameters()
+    net.set_parameters({v: {"w": params[v]["w"], "b": np.zeros_like(params[v]["b"])} for v in params})
+    x = np.abs(np.random.default_rng(0).standard_normal((4, 2)))
+    solver = ForwardNewton(damping=0.5, warm_start=True, max_iterations=60, strict=True)
+    net.feedforward(x, solver=solver)
+    x[:, 1] = 0
+    got, want = net.feedforward(x, solver=solver), x
+    for v in net.order:
+        want = np.maximum(params[v]["w"] @ want, 0)
+    assert solver.stats["converged"] and solver.stats["iterations"] < 60
+    assert relative_error(got, want) <= 1e-10 and np.abs(got[:, 1]).max() <= 1e-10
+
+
 def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
     from leapfrog_gpu.core.convergence import relative as _relative
 
@@ -333,6 +350,7 @@ def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
     assert _relative(np, new, new + [[0.0, 1e-21, 0.0], [0.0, 0.0, 0.0]]) == pytest.approx(0.1)  # its own 10 %
     assert _relative(np, new, new + [[1e-3, 0.0, 0.0], [0.0, 0.0, 0.0]]) == pytest.approx(1e-3 / np.sqrt(2))
     assert _relative(np, new, new + [[0.0, 0.0, 1e-300], [0.0, 0.0, 0.0]]) == math.inf  # new_j vanishes alone
+    assert _relative(np, np.full(2, 1e308), np.full(2, -1e308)) == pytest.approx(2.0)  # new - old overflows
 
 
 def test_an_early_stop_warns_once_or_raises_when_strict(backend):

@@ -132,13 +132,13 @@ def _train(given, comm):
         if batch > samples:
             raise UsageError(f"--batch-size {config['batch_size']}{_on_ranks(comm.size)} is larger than the {samples} "
                              f"training samples of {dataset.name}; use at most {samples // comm.size}")
-        if config["model"] == "resmlp" and not skips(models.sizes(config, dataset), config["skip"]):
-            raise UsageError(f"--model resmlp of widths {models.sizes(config, dataset)} and --skip {config['skip']} "
-                             "makes no skip connection (each block of --skip hidden layers adds its input where the "
-                             "widths agree, but the first and one ending at the output): give more hidden layers of "
-                             "one width or a smaller --skip, or use --model mlp")
-        config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         sizes = models.sizes(config, dataset)
+        if config["model"] == "resmlp" and saved is None and not skips(sizes, config["skip"]):  # resumed: it is built
+            raise UsageError(f"--model resmlp of widths {sizes} and --skip {config['skip']} makes no skip connection "
+                             "(each block of --skip hidden layers adds its input where the widths agree, but the first "
+                             "and one ending at the output): give more hidden layers of one width or a smaller "
+                             "--skip, or use --model mlp")
+        config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         if saved is not None:
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}: "
@@ -335,9 +335,9 @@ def _one_file_each(config):
                ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))]
     why = one_file_each(outputs) or (_over_the_data(outputs, config["data_dir"]) if config["data"] == "mnist" else None)
     folder = directory and os.path.realpath(directory)
-    for option, path in outputs[:2]:  # a file where the run makes the checkpoint's folder
-        if folder and path and os.path.realpath(path) == folder:
-            why = why or f"{option} {path} is --checkpoint-dir's folder: give each its own"
+    for option, path in outputs[:3]:  # a file where the run makes the checkpoint's folder, or a folder above it
+        if folder and path and (folder + os.sep).startswith(os.path.realpath(path) + os.sep):
+            why = why or f"{option} {path} is --checkpoint-dir's folder or one above it: give each its own"
     if why:
         raise UsageError(why)
 

@@ -46,7 +46,8 @@ class Refused(ValueError):
         if not isinstance(error, triangular.MemoryLimitError):
             return cls(str(error), every_rank)
         option = "--forward-solver" if error.solver else "--schedule"
-        return cls(f"{error.who.partition('(')[0]} needs {triangular.in_words(error.needed)} for {error.what}, over the "
+        who = error.who.partition("(")[0]  # a solver's class, its options aside
+        return cls(f"{who} needs {triangular.in_words(error.needed)} for {error.what}, over the "
                    f"{triangular.in_words(error.limit)} of --memory-limit; give a larger --memory-limit (GiB) or "
                    f"another {option}", every_rank)
 

@@ -72,7 +72,8 @@ def test_the_verdicts_name_every_ratio_and_whether_it_is_met():
                         "NOT MET); 5.00x its bytes floor 1 ms")
 
 
-@pytest.mark.parametrize("given", [["--optimizer", "adam"], ["--optimizer=adam"], ["--one-pass", "--optimizer=sgd,adam"]])
+@pytest.mark.parametrize("given", [["--optimizer", "adam"], ["--optimizer=adam"],
+                                   ["--one-pass", "--optimizer=sgd,adam"]])
 def test_a_run_gets_the_verdicts_its_command_asks_for_in_either_spelling(given):
     """``--optimizer adam`` and ``--optimizer=adam`` alike ask for the optimizer's verdict (argparse takes both)."""
     def record(schedule, ms, optimizer="adam"):

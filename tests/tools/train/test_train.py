@@ -917,9 +917,11 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--epoch", 1], "unrecognized arguments: --epoch 1"),  # a prefix is not --epochs
     (["--data", "mnist"], "--data mnist needs --data-dir DIR"),
     (["--data-dir", "somewhere"], "--data-dir applies to --data mnist only"),
-    (["--metrics", "out", "--checkpoint-dir", "./out"], "--metrics out is --checkpoint-dir's folder: give each its "
-                                                       "own"),  # it said "out: Is a directory", of the folder it made
+    (["--metrics", "out", "--checkpoint-dir", "./out"], "--metrics out is --checkpoint-dir's folder or one above it: "
+                                                       "give each its own"),  # it said "out: Is a directory"
+    (["--metrics", "m.jsonl", "--checkpoint-dir", "m.jsonl/run"], "--metrics m.jsonl is --checkpoint-dir's folder"),
     (["--timeline", "t.png", "--checkpoint-dir", "t.png"], "--timeline t.png is --checkpoint-dir's folder"),
+    (["--timeline", "t.png", "--checkpoint-dir", "t.json"], "--timeline's .json t.json is --checkpoint-dir's folder"),
     (["--model", "resmlp", "--hidden", "3x32"], "--model resmlp of widths [64, 32, 32, 32, 10] and --skip 2 makes no "
                                                 "skip connection"),  # the first block reads the data, the second ends
     (["--model", "resmlp", "--hidden", "5x32", "--skip", 3], "--model resmlp of widths [64, 32, 32, 32, 32, 32, "

@@ -40,9 +40,13 @@ class MemoryLimitError(ValueError):
     """The buffers of ``who`` (a schedule, or a forward solver where ``solver``) need ``needed`` bytes for ``what``,
     over its ``limit``: what ``check_memory`` raises, its message in the library's words."""
 
-    def __init__(self, message, who, needed, limit, what, solver):
-        super().__init__(message)
+    def __init__(self, who, needed, limit, what, solver, instead):
         self.who, self.needed, self.limit, self.what, self.solver = who, needed, limit, what, solver
+        super().__init__(f"{self.need(who)}, over memory_limit={in_words(limit)}; {instead}")
+
+    def need(self, who):
+        """The message's first words, "``who`` needs N bytes for ``what``", ``who`` as a caller names it."""
+        return f"{who} needs {in_words(self.needed)} for {self.what}"
 
 
 def check_memory(who, needed, limit, what, instead, also=(), solver=False):
@@ -51,8 +55,7 @@ def check_memory(who, needed, limit, what, instead, also=(), solver=False):
     if needed <= limit:
         return needed
     options = "".join(f", {option}," for option in also)
-    raise MemoryLimitError(f"{who} needs {in_words(needed)} for {what}, over memory_limit={in_words(limit)}; pass a "
-                           f"larger memory_limit{options} or use {instead}", who, needed, limit, what, solver)
+    raise MemoryLimitError(who, needed, limit, what, solver, f"pass a larger memory_limit{options} or use {instead}")
 
 
 def in_words(nbytes):

@@ -47,9 +47,8 @@ class Refused(ValueError):
             return cls(str(error), every_rank)
         option = "--forward-solver" if error.solver else "--schedule"
         who = error.who.partition("(")[0]  # a solver's class, its options aside
-        return cls(f"{who} needs {triangular.in_words(error.needed)} for {error.what}, over the "
-                   f"{triangular.in_words(error.limit)} of --memory-limit; give a larger --memory-limit (GiB) or "
-                   f"another {option}", every_rank)
+        return cls(f"{error.need(who)}, over the {triangular.in_words(error.limit)} of --memory-limit; give a larger "
+                   f"--memory-limit (GiB) or another {option}", every_rank)
 
 
 SIGINT_GRACE = 2.0

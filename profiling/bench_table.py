@@ -1,7 +1,7 @@
 """Render ``leapfrog-bench`` results as the Markdown tables of docs/performance.md.
 
     python profiling/bench_table.py profiling/results/bench_cpu.json
-    python profiling/bench_table.py profiling/results/bench_h200_2026-12-01.jsonl
+    python profiling/bench_table.py profiling/results/bench_h200_<date>.jsonl
 
 Takes a ``--json`` file (one run) or a ``--jsonl`` file (each run's header line, then one line per
 configuration; ``profiling/device_check.sh`` appends several runs to one). Per run: the command, date

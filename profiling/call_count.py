@@ -1,7 +1,7 @@
 """Host calls per eager step on the CuPy backend, counted for each configuration of a grid of MLPs.
 
     PYTHONPATH=tests/harness/standin:tests/harness python profiling/call_count.py --sizes 16 --layers 32 \\
-        --batch 32 --k 2 --json profiling/results/call_count_standin.json
+        --batch 32 --k 2 --json profiling/results/call_count_standin_<date>.json
 
 An eager step costs the host one Python call into CuPy for every matmul, kernel and event it enqueues;
 with L = 32 that count, not the GPU, can bound the step. ``count_step`` runs one step (after a step

@@ -76,6 +76,30 @@ def test_the_products_follow_the_float64_maths(standin, dtype, size, transpose):
     np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-6)
 
 
+@pytest.mark.parametrize("accumulate", [False, True], ids=["into", "added"])
+def test_a_product_made_on_a_worker_runs_there_not_on_the_handles_stream(standin, accumulate):
+    """nvmath's handle enqueues on its own stream, the main one, whichever is current: a product made with a
+    worker current (ops.forward's, a bound one) goes to ``cupy.matmul`` on that worker, so the worker's next
+    kernel reads it made (under workers-first, it ran before the main stream's product otherwise)."""
+    rng = np.random.default_rng(1)
+    w, x, b, z0 = rng.standard_normal((5, 3)), rng.standard_normal((3, 4)), rng.standard_normal(5), rng.random((5, 4))
+    with cupy_backend() as cuda:
+        dw, dx, db = (standin.asarray(v) for v in (w, x, b))
+        z, a, sp, bound = (standin.empty((5, 4)) for _ in range(4))  # NaN-filled
+        bound.set(z0)
+        product = cuda.ops.bind_matmul(bound, dw, dx, accumulate=accumulate)
+        worker = cuda.workers(1)[0]
+        cuda.synchronize()
+        cuda.launch(worker, "forward", cuda.ops.forward, z, a, sp, dw, dx, db, "tanh")
+        cuda.launch(worker, "bound", product)
+        cuda.launch(worker, "read", standin.multiply, bound, 2.0, bound)
+        cuda.synchronize()
+        got_a, got_bound = a.get(), bound.get()
+    assert standin.nvmath.calls == []
+    np.testing.assert_allclose(got_a, np.tanh(w @ x + b[:, None]), rtol=1e-14)
+    np.testing.assert_allclose(got_bound, 2 * ((z0 if accumulate else 0) + w @ x), rtol=1e-14)
+
+
 @pytest.mark.parametrize("size", [1, 7], ids=batch_id)
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=schedule_id)
 def test_graph_steps_on_cublas_are_bitwise_eager_steps_on_cublas(standin, no_cupy_matmul, schedule, size):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helpers import batch, host
-from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
+from leapfrog_gpu import BPTT, RNN, SGD, Leapfrog, NaumovRNN, TimeScan, Wavefront
 from leapfrog_gpu.rnn import gated_reference, reference as reference_rnn
 from leapfrog_gpu.core.handoff import Handoff
 
@@ -38,6 +38,23 @@ def test_gradients_of_every_schedule_match_the_reference(standin, backend, B, ou
     kernels = {detail for kind, _, detail in standin.trace() if kind == "launch"}
     assert {"delta_output_f64", "bias_sum_f64", "bias_activation_f64"} <= kernels  # the existing kernels
     assert {"rank_update_f64", "outer_f64"} & kernels
+
+
+@pytest.mark.parametrize("schedule", [Leapfrog(1, fused=True), Leapfrog(2)], ids=["k1-fused", "k2"])
+def test_a_layer_of_width_one_steps_as_the_reference(standin, backend, schedule):
+    """A width-1 layer's nabla_u is a product of one contiguous row, which nvmath's handle would run on the main
+    stream, not on the worker that enqueues it: a fused update then read it before it was made (NaN here)."""
+    sizes, eta, B = [2, 1, 1, 3], 0.1, 3
+    x, y = batch(sizes, B, 0, tau=4, output="last")
+    with RNN(sizes, output="last", dtype="float64", seed=2, backend=backend) as net:
+        params = [host(net.weights), host(net.recurrent), host(net.biases)]
+        nabla_b, nabla_w, nabla_u = reference_rnn.backprop(*params, x, y, net.activation, net.cost,
+                                                           net.output_activation, "last")
+        net.train_step(x, y, SGD(eta), schedule)
+        got = [host(net.weights), host(net.recurrent), host(net.biases)]
+    for got_list, old, nabla in zip(got, params, (nabla_w, nabla_u, nabla_b)):
+        for g, p, n in zip(got_list, old, nabla):
+            np.testing.assert_allclose(g, p - eta / B * n.reshape(p.shape), rtol=1e-12, atol=1e-15)
 
 
 def trained(backend, schedule, steps=3):

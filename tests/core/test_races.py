@@ -3,14 +3,14 @@ to back, and no two launches that nothing orders touch one buffer where one of t
 backend and on the CuPy stand-in, eager and as a graph, alone and summing across two mirrored ranks, at
 several k; and the optimizers with a state (momentum, Adam), fused, in the one-pass sweep and not, at B = 4
 and B = 1 (where the host forms nabla_w inside its compiled updates), whose state only its unit's update
-touches. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
+touches; every optimizer's rules with ``check_finite=True``, on every chain and across ranks. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
 §5, workers sharing one scratch buffer, and the one-pass sweep streaming through a worker's scratch."""
 
 import numpy as np
 import pytest
 
 from helpers import install_standin, patched_ops
-from leapfrog_gpu import (BPTT, SGD, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
+from leapfrog_gpu import (BPTT, SGD, Adam, AdamW, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
                           NaumovScan, RNN, Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.core import plan
@@ -64,15 +64,15 @@ OPTIMIZER_CASES = [(backend, name, schedule, mode, kind) for backend in ("numpy"
                    for kind in OPTIMIZERS if runs_on(backend, name, schedule, mode)]
 
 
-def recorded_steps(backend, name, schedule, mode="eager", prepare=None, optimizer=None, sizes=(4, 4)):
+def recorded_steps(backend, name, schedule, mode="eager", prepare=None, optimizer=None, sizes=(4, 4), **options):
     """The races of SGD steps of network ``name`` on ``backend`` under ``schedule``, enqueued back to back, one a
     batch of each of ``sizes`` (``mode``: "eager", or "kernels" on a backend of that chain; "graph"; "ranks": as
     rank 1 of two mirrored ranks, bucketed at k = 2, then a third step on one column, of which this rank's share
     is empty), and what the recorder could not see (``Recorder.unseen``, ``Recorder.strays``); ``prepare(net)``
-    runs before the steps; ``optimizer``: the steps' (None: ``SGD(0.5)``)."""
+    runs before the steps; ``optimizer``: the steps' (None: ``SGD(0.5)``); ``options``: the network's."""
     comm = Mirror(rank=1, bucket_bytes=1 << 20 if schedule.k == 2 else 0) if mode == "ranks" else None
     with Recorder(backend) as recorder:
-        net = network(name, backend, comm=comm)
+        net = network(name, backend, comm=comm, **options)
         if prepare is not None:
             prepare(net)
         for step, size in enumerate((4, 4, 1) if comm else sizes):
@@ -100,18 +100,35 @@ def test_no_two_launches_race(backend, name, schedule, mode, monkeypatch):
     assert not unseen, "\n".join(unseen)
 
 
+@pytest.mark.parametrize("schedule", [Leapfrog(1), Leapfrog(2, fused=True)], ids=repr)
+def test_no_product_of_a_layer_of_width_one_strays_onto_the_main_stream(schedule, monkeypatch):
+    """A width-1 layer's nabla_u is one contiguous row, a product nvmath's handle takes: made on a worker, it must
+    run there, not on the handle's stream (the main one), which nothing orders with the worker's update."""
+    with cupy_backend(monkeypatch) as made:
+        with Recorder(made) as recorder:
+            net = RNN([IN, 1, 1, OUT], output="every", seed=1, backend=made)
+            for step in range(2):
+                net.train_step(*network_batch("RNN", 4, seed=step), Adam(0.01), schedule)
+            net.synchronize()
+        names = buffer_names(net)
+        found, unseen = races(recorder, names), recorder.unseen(names) + recorder.strays()
+    assert not found, f"{len(found)} races:\n{report(found)}"
+    assert not unseen, "\n".join(unseen)
+
+
 GATED_SCHEDULES = [BPTT(), Leapfrog(1), Leapfrog(2, fused=True), Leapfrog(3)]
 
 
+@pytest.mark.parametrize("optimizer", [SGD(0.5), Adam(0.01)], ids=["sgd", "adam"])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 @pytest.mark.parametrize("schedule", GATED_SCHEDULES, ids=repr)
-def test_no_two_launches_of_a_gated_cell_race_on_the_cupy_backend(cell, schedule, monkeypatch):
-    """Two SGD steps of a GRU and an LSTM on the stand-in, their steps on kernels/gates.cu."""
+def test_no_two_launches_of_a_gated_cell_race_on_the_cupy_backend(cell, schedule, optimizer, monkeypatch):
+    """Two steps of a GRU and an LSTM on the stand-in, their steps on kernels/gates.cu."""
     with cupy_backend(monkeypatch) as made:
         with Recorder(made) as recorder:
             net = RNN([IN, 6, 5, OUT], cell=cell, output="every", seed=1, backend=made)
             for step in range(2):
-                net.sgd_step(*network_batch("RNN", 4, seed=step), 0.5, schedule)
+                net.train_step(*network_batch("RNN", 4, seed=step), optimizer, schedule)
             net.synchronize()
         names = buffer_names(net)
         found, unseen = races(recorder, names), recorder.unseen(names) + recorder.strays()
@@ -124,6 +141,26 @@ def test_no_two_launches_of_a_gated_cell_race_on_the_cupy_backend(cell, schedule
 def test_no_two_launches_of_an_optimizer_step_race(backend, name, schedule, mode, kind, monkeypatch):
     with host_backend() if backend == "numpy" else cupy_backend(monkeypatch) as made:
         found, unseen = recorded_steps(made, name, schedule, mode, optimizer=OPTIMIZERS[kind], sizes=(4, 4, 1, 1))
+    assert not found, f"{len(found)} races:\n{report(found)}"
+    assert not unseen, "\n".join(unseen)
+
+
+CHECKED_OPTIMIZERS = {"momentum-dampened": SGD(0.5, momentum=0.9, dampening=0.5, weight_decay=0.01),
+                      "adamw": AdamW(0.01)}
+CHECKED_CASES = [(backend, name, mode, kind) for backend in ("numpy", "cupy")
+                 for mode in ("eager", "graph", "ranks", "kernels") for name in NAMES for kind in CHECKED_OPTIMIZERS
+                 if runs_on(backend, name, Leapfrog(2), mode)]
+
+
+@pytest.mark.parametrize("backend, name, mode, kind", CHECKED_CASES,
+                         ids=[f"{b}-{n}-{m}-{k}" for b, n, m, k in CHECKED_CASES])
+def test_no_two_launches_of_a_checked_optimizer_step_race(backend, name, mode, kind, monkeypatch):
+    """``check_finite=True`` (its check, then the update and ``step_done``, each reading the step's controls) with
+    the optimizers' other rules, on every chain, summing across ranks too."""
+    chain = "kernels" if mode == "kernels" else "cublas"
+    with host_backend() if backend == "numpy" else cupy_backend(monkeypatch, chain) as made:
+        found, unseen = recorded_steps(made, name, Leapfrog(2), mode, optimizer=CHECKED_OPTIMIZERS[kind],
+                                       sizes=(4, 4, 1, 1), check_finite=True)
     assert not found, f"{len(found)} races:\n{report(found)}"
     assert not unseen, "\n".join(unseen)
 

@@ -3,8 +3,9 @@ to back, and no two launches that nothing orders touch one buffer where one of t
 backend and on the CuPy stand-in, eager and as a graph, alone and summing across two mirrored ranks, at
 several k; and the optimizers with a state (momentum, Adam), fused, in the one-pass sweep and not, at B = 4
 and B = 1 (where the host forms nabla_w inside its compiled updates), whose state only its unit's update
-touches; every optimizer's rules with ``check_finite=True``, on every chain and across ranks. Then each race it must find, planted, found and named: a removed wait of docs/design.md §2 and
-§5, workers sharing one scratch buffer, and the one-pass sweep streaming through a worker's scratch."""
+touches; every optimizer's rules with ``check_finite=True``, on every chain and across ranks. Then each race
+it must find, planted, found and named: a removed wait of docs/design.md §2 and §5, workers sharing one scratch
+buffer, and the one-pass sweep streaming through a worker's scratch."""
 
 import numpy as np
 import pytest

@@ -33,15 +33,20 @@
 #endif
 
 // (7) for B = 1: nabla_w[i, j] = delta[i] * a[j], an outer product.
-// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), ceil(n / OUTER_BY)) (outer_launch); one
-// thread per element, consecutive threads along j so that the store is coalesced.
+// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), Y, Z) (outer_launch: Y = min(ceil(n / OUTER_BY),
+// 65535), Z = ceil(ceil(n / OUTER_BY) / Y)), row of blocks blockIdx.y + Y blockIdx.z; one thread per element,
+// consecutive threads along j so that the store is coalesced.
 // Bytes: n + m reads (delta, a) + n*m writes (nabla_w). The fused outer_sgd reads w as well and writes
 // it instead: n + m + n*m reads + n*m writes. outer_bias writes (6) as well, nabla_b = delta (the
 // threads of column 0): n more writes.
 template <typename T, bool SGD, bool BIAS>
 __device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, T scale) {
+    const int by = blockIdx.y + gridDim.y * blockIdx.z;
+    if (by >= (n + OUTER_BY - 1) / OUTER_BY) {
+        return;  // past the last row of blocks (in the last z)
+    }
     const int j = blockIdx.x * OUTER_BX + threadIdx.x;
-    const int i = blockIdx.y * OUTER_BY + threadIdx.y;
+    const int i = by * OUTER_BY + threadIdx.y;
     if (BIAS && j == 0 && i < n) {
         nabla_b[i] = T(0) + delta[i];  // (6) at B = 1, bitwise what bias_sum sums (0 + delta: -0 gives +0)
     }
@@ -57,15 +62,15 @@ __device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int
 
 // (7) for B > 1 in tiles: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-tiled; the
 // path of any B (rank_rows is the one of B up to 64).
-// Launch: block 128 threads, grid (ceil(m / 64), ceil(n / 64)) (rank_update_launch): a block per 64 x 64
-// tile of nabla_w. Thread t = 16 ty + 2 tx + h (ty, tx in 0..7, h in 0..1) holds the 8 x 8 sums (i0 + ty +
-// 8r, j0 + tx + 8c) over the samples s = h, h + 2, ... (half h of the batch). The block walks the batch in
-// chunks of C = RANK_CHUNK samples (half as many doubles), RANK_STAGES of them in shared memory: the copies
-// of the next are in flight while it computes on one (pipeline.h; 16 bytes each where the rows are
-// aligned, else element by element; zeros beyond every edge). A chunk's rows of delta and of a are stored
-// as in memory, padded by 16 bytes so that the loads below hit 16 different banks (32-bit words; 8-byte
-// ones in float64). For each of its samples a thread loads 8 of delta and 8 of a for 64 FMAs (a shared
-// load for 4 FMAs), summing over s in order. Then the halves' sums meet (fold_half: one shuffle a sum) and
+// Launch: block 128 threads, grid (ceil(m / 64), Y, Z) (rank_update_launch: Y = min(ceil(n / 64), 65535), Z =
+// ceil(ceil(n / 64) / Y)): a block per 64 x 64 tile of nabla_w, row of tiles blockIdx.y + Y blockIdx.z. Thread t = 16
+// ty + 2 tx + h (ty, tx in 0..7, h in 0..1) holds the 8 x 8 sums (i0 + ty + 8r, j0 + tx + 8c) over the samples s = h,
+// h + 2, ... (half h of the batch). The block walks the batch in chunks of C = RANK_CHUNK samples (half as many
+// doubles), RANK_STAGES of them in shared memory: the copies of the next are in flight while it computes on one
+// (pipeline.h; 16 bytes each where the rows are aligned, else element by element; zeros beyond every edge). A chunk's
+// rows of delta and of a are stored as in memory, padded by 16 bytes so that the loads below hit 16 different banks
+// (32-bit words; 8-byte ones in float64). For each of its samples a thread loads 8 of delta and 8 of a for 64 FMAs (a
+// shared load for 4 FMAs), summing over s in order. Then the halves' sums meet (fold_half: one shuffle a sum) and
 // each thread writes 32: rows i0 + ty + 8 (4h + r), r in 0..3, a warp's stores filling 32-byte sectors.
 // Bytes: (n + m) * B reads (delta, a) + n*m writes (nabla_w); the blocks of a row re-read its slab of delta,
 // ceil(m / 64) times in all (a: ceil(n / 64) times), from L2. rank_update_sgd reads w as well and writes it
@@ -82,8 +87,12 @@ __device__ void rank_tiles(T* out, T* nabla_b, const T* delta, const T* a, int n
                   RANK_STAGES >= 2, "a chunk is whole vectors, even; the copies divide among the threads");
     __shared__ __align__(16) T tiles[RANK_STAGES][2][E][ROW];  // [stage][delta, a][row][sample]
     __shared__ __align__(16) T w_tile[SGD ? E : 1][SGD ? W_ROW : 4];
+    const int by = blockIdx.y + gridDim.y * blockIdx.z;
+    if (by >= (n + E - 1) / E) {
+        return;  // past the last row of tiles (in the last z): the whole block, before any barrier
+    }
     const int t = threadIdx.x, lane = t % 32, h = t & 1, tx = t / 2 % 8, ty = t / 16;
-    const int i0 = blockIdx.y * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;
+    const int i0 = by * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;
     const bool wide = batch % V == 0 && aligned16(delta) && aligned16(a);
 
     // Chunk number c of the batch into stage buffer buf: piece v is V samples of a row of delta or of a.
@@ -225,6 +234,7 @@ __device__ void rank_tiles(T* out, T* nabla_b, const T* delta, const T* a, int n
 // and rank_update_sgd's rows of w (the block's C columns) SLOTS - 1 ahead (7 at H = 2) into a ring, in the same
 // groups, a group an octet (pipeline.h; 16 bytes each where the rows are aligned, else element by element; zeros
 // beyond every edge): so an octet's stores, the copies and the next octets' FMAs overlap.
+// P <= 65535 (CUDA's limit on grid y): past that many rows of blocks, more octets a block.
 // Bytes: as rank_tiles'; each block re-reads its octets of delta (ceil(m / C) times in all) and its C columns
 // of a (each of its 8 warps, from L1 after the first), from L2.
 template <typename T, bool SGD, bool BIAS>

@@ -12,6 +12,11 @@ CUPY_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
 -arch and its include paths (CuPy 14, ``cupy/cuda/compiler.py``). The launchers do not pass them; the
 compile check adds them, so that it compiles exactly what CuPy will."""
 
+MAX_GRID_Y = 65535
+"""CUDA's limit on gridDim.y (and on gridDim.z). outer_launch, rank_update_launch in tiles and chain_launch at B > 1
+put a layer's rows of blocks on grid y, at most this many, then on grid z (``rows_grid``): block (y, z) takes row of
+blocks y + gridDim.y z, and the last z's blocks past the layer return at once. The rank update in rows keeps grid y
+to this many, each block taking more octets. Tests lower it, so that small layers reach grid z."""
 ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
 OUTER_BLOCK = (32, 8)
@@ -61,30 +66,42 @@ def elementwise_launch(size):
     return (grid, 1, 1), (ELEMENTWISE_BLOCK, 1, 1), ()
 
 
+def rows_grid(columns, row_blocks):
+    """Grid ``(columns, Y, Z)`` for ``row_blocks`` rows of blocks: Y = min(row_blocks, MAX_GRID_Y) on grid y, Z =
+    ceil(row_blocks / Y) on grid z. The kernel's row of blocks is blockIdx.y + Y blockIdx.z; the last z's past
+    ``row_blocks - 1`` return at once."""
+    y = min(row_blocks, MAX_GRID_Y)
+    grid = (columns, y, -(-row_blocks // y))
+    assert 1 <= columns < 2**31 and 1 <= y <= 65535 and 1 <= grid[2] <= 65535, (columns, row_blocks, grid)
+    return grid
+
+
 def outer_launch(n, m):
-    """One thread per element of the (n, m) outer product (kernels/nabla_w.cu, ``outer_*``)."""
+    """One thread per element of the (n, m) outer product (kernels/nabla_w.cu, ``outer_*``): the ceil(n /
+    OUTER_BLOCK[1]) rows of blocks on grid y, then z (``rows_grid``)."""
     bx, by = OUTER_BLOCK
-    grid = (-(-m // bx), -(-n // by), 1)
-    assert grid[0] * bx >= m and grid[1] * by >= n and grid[1] <= 65535, (n, m, grid)
+    grid = rows_grid(-(-m // bx), -(-n // by))
+    assert grid[0] * bx >= m and grid[1] * grid[2] * by >= n, (n, m, grid)
     return grid, (bx, by, 1), (f"-DOUTER_BX={bx}", f"-DOUTER_BY={by}")
 
 
 def rank_update_launch(n, m, batch, itemsize):
     """The rank-B update of an (n, m) gradient over a batch of ``batch`` elements of ``itemsize`` bytes
     (``rank_update_*``): in rows where ``rank_parts`` holds the batch (block (H, 32 / H, 8): H threads for a
-    column's samples, 256 / H columns a block, ``rank_octets`` octets of rows each), else in tiles (a block of
-    RANK_THREADS threads per 64-square tile, 8 x 8 sums a thread over half the batch, staged RANK_CHUNK samples at
-    a time, RANK_STAGES chunks)."""
+    column's samples, 256 / H columns a block, ``rank_octets`` octets of rows each, more where MAX_GRID_Y rows of
+    blocks would not hold them: the kernel deals out ceil(octets / gridDim.y) a block, on grid y alone), else in
+    tiles (a block of RANK_THREADS threads per 64-square tile, 8 x 8 sums a thread over half the batch, staged
+    RANK_CHUNK samples at a time, RANK_STAGES chunks; the rows of tiles on grid y, then z: ``rows_grid``)."""
     parts = rank_parts(batch, itemsize)
     if parts is None:
         edge = 64
-        grid = (-(-m // edge), -(-n // edge), 1)
-        assert grid[0] * edge >= m and grid[1] * edge >= n and grid[1] <= 65535, (n, m, grid)
+        grid = rows_grid(-(-m // edge), -(-n // edge))
+        assert grid[0] * edge >= m and grid[1] * grid[2] * edge >= n, (n, m, grid)
         return grid, (RANK_THREADS, 1, 1), rank_options(None)
     columns, octets = 256 // parts, -(-n // 8)
     per = rank_octets(n, m, batch, itemsize)
-    grid = (-(-m // columns), -(-octets // per), 1)
-    assert grid[0] * columns >= m and grid[1] * per >= octets and grid[1] <= 65535, (n, m, grid)
+    grid = (-(-m // columns), min(-(-octets // per), MAX_GRID_Y), 1)
+    assert grid[0] * columns >= m and grid[0] < 2**31 and 1 <= grid[1] <= 65535, (n, m, grid)
     return grid, (parts, 32 // parts, 8), rank_options(parts)
 
 
@@ -140,7 +157,7 @@ def chain_launch(kind, n, batch, itemsize):
     """``kind`` "forward" (2)(3) or "backward" (5) of kernels/chain.cu, for a layer of ``n`` outputs (rows
     of z, or of delta), a batch of ``batch`` and elements of ``itemsize`` bytes: a GEMV at B = 1 (both
     GEMVs share one module, so one set of options), else a block of 256 threads for the rows and columns of
-    ``gemm_shape``."""
+    ``gemm_shape``, its rows of blocks on grid y, then z (``rows_grid``)."""
     assert kind in ("forward", "backward"), kind
     if batch == 1:
         (lanes, rows), (cols, threads) = FORWARD_GEMV_BLOCK, BACKWARD_GEMV_BLOCK
@@ -160,9 +177,9 @@ def chain_launch(kind, n, batch, itemsize):
     assert itemsize in (4, 8), itemsize
     rows, groups = gemm_shape(n, batch, itemsize)
     columns = groups * 32 // itemsize
-    grid = (-(-batch // columns), -(-n // rows), 1)
+    grid = rows_grid(-(-batch // columns), -(-n // rows))
     assert GEMM_THREADS == 256 and GEMM_STAGES >= 2, "chain_gemm's layout: 256 threads; a stage in flight at least"
-    assert grid[0] * columns >= batch and grid[1] * rows >= n and grid[1] <= 65535, (n, batch, grid)
+    assert grid[0] * columns >= batch and grid[1] * grid[2] * rows >= n, (n, batch, grid)
     return grid, (GEMM_THREADS, 1, 1), gemm_options(rows, groups)
 
 

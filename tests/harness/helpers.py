@@ -333,6 +333,21 @@ OUT_OF_RANGE = r"out-of-range access by thread .*: index -?\d+ of argument \d+, 
 """What the CPU harness says when a kernel reads or writes outside an argument's buffer."""
 
 
+def rows_of_blocks(grid, count, dealt=False):
+    """The rows of blocks (or octets of rows) 0..count-1 that a kernel's ``grid`` takes, sorted: block (y, z) takes
+    y + grid[1] z (rows of blocks on grid y, then z, past CUDA's 65535 of grid y), or, where ``dealt`` (the rank
+    update in rows, grid y alone), row y of the grid takes ceil(count / grid[1]) of them in a run from y times that
+    many. Each once: ``np.arange(count)``."""
+    _, rows, layers = grid
+    if dealt:
+        assert layers == 1, grid
+        per = -(-count // rows)
+        taken = np.arange(rows)[:, None] * per + np.arange(per)[None, :]
+    else:
+        taken = np.arange(rows)[:, None] + rows * np.arange(layers)[None, :]
+    return np.sort(taken[taken < count])
+
+
 def function_span(source, function):
     """``(start, end)`` of the device function ``function`` in ``source``: from its name to the next template,
     preprocessor branch or macro of the kernels' wrappers."""

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import cuda_cpu
-from helpers import OUT_OF_RANGE, CpuDevice, gpu_device_or_skip, mutant
+from helpers import OUT_OF_RANGE, CpuDevice, gpu_device_or_skip, mutant, rows_of_blocks
 from leapfrog_gpu import reference
 from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
 from leapfrog_gpu.core.functions import OUTPUT_ACTIVATIONS
@@ -256,17 +256,34 @@ def test_the_vector_and_the_scalar_path_give_the_same_bits(cpu, n, m, dtype):
 
 
 def test_launch_shapes_cover_every_output_within_cuda_limits():
-    for n, batch in [(1, 1), (257, 1), (100_000, 1), (4096, 32), (100_000, 3), (3, 100_000)]:
+    """Past 65535 rows of blocks too (2_100_000 rows at B > 1: grid z), every row of blocks taken once."""
+    for n, batch in [(1, 1), (257, 1), (100_000, 1), (4096, 32), (100_000, 3), (3, 100_000), (2_100_000, 1),
+                     (2_100_000, 2), (4_200_000, 33)]:
         for kind in ("forward", "backward"):
             for itemsize in (4, 8):
                 grid, block, _ = launch.chain_launch(kind, n, batch, itemsize)
                 assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535
                 if batch == 1:
                     per_block = block[1] if kind == "forward" else launch.BACKWARD_GEMV_BLOCK[0]
-                    assert grid[0] * per_block >= n
+                    assert grid[0] * per_block >= n and grid[1:] == (1, 1)
                 else:  # gemm_shape's rows, and its groups of 32 bytes of the batch a block
                     rows, groups = launch.gemm_shape(n, batch, itemsize)
-                    assert grid[0] * groups * 32 // itemsize >= batch and grid[1] * rows >= n
+                    assert grid[0] * groups * 32 // itemsize >= batch
+                    count = -(-n // rows)
+                    assert np.array_equal(rows_of_blocks(grid, count), np.arange(count)), (n, batch, grid)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("rows", launch.GEMM_ROWS_CHOICES)
+def test_gemms_past_the_rows_a_grid_holds(cpu, monkeypatch, rows, dtype):
+    """Grid y holds 65535 rows of blocks (launch.MAX_GRID_Y; 3 here): past them the rows of blocks go on in grid z
+    (100 rows: 13, 7 or 4 rows of blocks in 3 x 5, 3 x 3 or 3 x 2, the last z's last blocks past them)."""
+    monkeypatch.setattr(launch, "GEMM_ROWS_CHOICES", (rows,))
+    monkeypatch.setattr(launch, "MAX_GRID_Y", 3)
+    blocks = -(-100 // rows)
+    assert launch.chain_launch("forward", 100, 33, np.dtype(dtype).itemsize)[0][1:] == (3, -(-blocks // 3))
+    check_forward(cpu, forward_inputs(100, 301, 33, dtype), "tanh")
+    check_backward(cpu, backward_inputs(100, 301, 33, dtype))
 
 
 def test_the_same_launch_gives_the_same_bits(cpu):

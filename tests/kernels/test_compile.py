@@ -162,7 +162,7 @@ def test_the_optimizer_updates_contract_no_multiply_add():
 
 def test_syntax_error_puts_the_compiler_log_in_the_failure():
     source = kernel_source("nabla_w.cu")
-    statement = "const int i0 = blockIdx.y * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;"
+    statement = "const int i0 = by * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;"
     broken = source.replace(statement, statement[:-1], 1)
     assert broken != source
     text = (kernel_dir() / "nabla_w.cu").read_text()  # lines as the file has them (vector.h is inlined above)

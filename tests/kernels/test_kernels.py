@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import OUT_OF_RANGE, CpuDevice, function_span, mutant
+from helpers import OUT_OF_RANGE, CpuDevice, function_span, mutant, rows_of_blocks
 from leapfrog_gpu import reference
 from leapfrog_gpu.backends import launch, ops_cuda, ops_numpy
 from leapfrog_gpu.core.functions import COSTS, OUTPUT_ACTIVATIONS
@@ -78,22 +78,29 @@ def nans(shape, dtype):
     return np.full(shape, np.nan, dtype=dtype)
 
 
-@pytest.mark.parametrize("n, m", [(1, 1), (257, 31), (4096, 4096), (100_000, 3), (3, 100_000)])
+@pytest.mark.parametrize("n, m", [(1, 1), (257, 31), (4096, 4096), (100_000, 3), (3, 100_000), (600_000, 3),
+                                  (4_200_000, 3), (16_777_217, 3)])
 def test_launch_shapes_cover_every_element_within_cuda_limits(n, m):
-    """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits."""
-    shapes = {  # (launch, (width, height) to cover, (width, height) a block covers)
-        "outer": (launch.outer_launch(n, m), (m, n), launch.OUTER_BLOCK),  # an element a thread
-        "rank_update": (launch.rank_update_launch(n, m, 65, 4), (m, n), (64, 64)),  # in tiles: a 64-square tile a block
-        "bias_sum": (launch.bias_launch(n), (1, n), (1, launch.BIAS_ROWS)),  # a row a warp
+    """Beyond the sizes run above: grids cover the arrays and stay within CUDA's grid and block limits, past 65535
+    rows of blocks too (600_000 rows at B = 1, 4_200_000 in tiles: grid z; 16_777_217 in rows: more octets a
+    block), every row of blocks taken once."""
+    shapes = {  # (launch, columns a block covers, rows a row of blocks covers, rows of blocks dealt out in runs)
+        "outer": (launch.outer_launch(n, m), launch.OUTER_BLOCK[0], launch.OUTER_BLOCK[1], False),  # a thread each
+        "rank_update": (launch.rank_update_launch(n, m, 65, 4), 64, 64, False),  # in tiles: a 64-square tile a block
     }
-    for batch, itemsize in [(2, 4), (32, 4), (64, 4), (32, 8)]:  # in rows: 256 / H columns, rank_octets octets
-        launched = launch.rank_update_launch(n, m, batch, itemsize)
-        shapes[f"rank_update {batch}"] = (launched, (m, n), (8 * launched[1][1], 8 * launch.rank_octets(n, m, batch,
-                                                                                                       itemsize)))
-        assert launched[1] == (launch.rank_parts(batch, itemsize), 32 // launch.rank_parts(batch, itemsize), 8)
-    for name, ((grid, block, _), (width, height), (across, down)) in shapes.items():
+    for batch, itemsize in [(2, 4), (32, 4), (64, 4), (32, 8)]:  # in rows: 256 / H columns, octets dealt out
+        launched, parts = launch.rank_update_launch(n, m, batch, itemsize), launch.rank_parts(batch, itemsize)
+        shapes[f"rank_update {batch}"] = (launched, 256 // parts, 8, True)
+        assert launched[1] == (parts, 32 // parts, 8)
+        octets, per = -(-n // 8), launch.rank_octets(n, m, batch, itemsize)
+        assert launched[0][1] == min(-(-octets // per), 65535)  # more octets a block where 65535 rows hold too few
+    for name, ((grid, block, _), across, down, dealt) in shapes.items():
         assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and max(grid[1:]) <= 65535, name
-        assert grid[0] * across >= width and grid[1 if name != "bias_sum" else 0] * down >= height, name
+        assert grid[0] * across >= m, name
+        count = -(-n // down)
+        assert np.array_equal(rows_of_blocks(grid, count, dealt), np.arange(count)), name
+    grid, block, _ = launch.bias_launch(n)  # a row a warp
+    assert block[0] * block[1] * block[2] <= 1024 and grid[0] < 2**31 and grid[0] * launch.BIAS_ROWS >= n
     grid, block, _ = launch.elementwise_launch(n * m)
     assert block[0] <= 1024 and 1 <= grid[0] <= launch.ELEMENTWISE_MAX_GRID  # a grid-stride loop covers the rest
 
@@ -313,6 +320,31 @@ def test_rank_updates_in_tiles_at_every_stage_count(cpu, request, monkeypatch, s
     monkeypatch.setattr(launch, "RANK_STAGES", stages)
     monkeypatch.setattr(launch, "RANK_ROWS_PARTS", ())
     check_rank_updates(cpu, request, 33, 31, 65, dtype)
+
+
+PAST_GRID_Y = [  # (path, n, batch, rows of grid y): 13 rows of blocks of 8 rows in 3 x 5 (grid y x z), 5 rows of
+    # 64-square tiles in 2 x 3 or 3 x 2 (the last z's last blocks past them), 33 octets of rows dealt out to 2
+    ("outer", 100, 1, 3), ("tiles", 257, 33, 2), ("tiles", 257, 3, 3), ("rows", 257, 32, 2)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("path, n, batch, rows", PAST_GRID_Y)
+def test_rank_updates_past_the_rows_a_grid_holds(cpu, request, monkeypatch, path, n, batch, rows, dtype):
+    """Grid y holds 65535 rows of blocks (launch.MAX_GRID_Y; 2 or 3 here): past them the outer product and the
+    update in tiles go on in grid z, the update in rows deals more octets to a block. (7), (7) fused with SGD, and
+    (6) with (7), against their maths."""
+    if path == "tiles":
+        monkeypatch.setattr(launch, "RANK_ROWS_PARTS", ())
+
+    def grid():
+        if batch == 1:
+            return launch.outer_launch(n, 31)[0]
+        return launch.rank_update_launch(n, 31, batch, np.dtype(dtype).itemsize)[0]
+
+    wanted = grid()[1]
+    monkeypatch.setattr(launch, "MAX_GRID_Y", rows)
+    assert grid()[1] == rows < wanted and (grid()[2] > 1) == (path != "rows"), grid()
+    check_rank_updates(cpu, request, n, 31, batch, dtype)
 
 
 def check_rank_updates(device, request, n, m, batch, dtype):

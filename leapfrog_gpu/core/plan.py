@@ -161,6 +161,8 @@ def _clip(xp, ops, gradient_arrays, controls, clip):
     summed by ``ops.sum_squares`` (where float32 cannot hold them, in float64, as torch's norm on the CPU), 1 / B in
     ``controls[3]``; on the device, with no read on the host."""
     gradients = [g for named in gradient_arrays().values() for g in named.values()]
+    if not gradients:  # a DagNet of Add and Concat nodes alone: nothing to scale
+        return
     total = sum(ops.sum_squares(g) for g in gradients)
     scale = xp.minimum(clip / (xp.sqrt(total) * controls[3] + 1e-6), 1.0)
     for g in gradients:

@@ -520,3 +520,16 @@ def test_a_dag_of_no_parameter_takes_its_optimizer_state_back(optimizer):
         assert state == {"step": 1, **{slot: {} for slot in optimizer.SLOTS}}
         net.set_optimizer_state(optimizer, state)
         assert net.optimizer_state() == state
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+def test_a_dag_of_no_parameters_steps_with_clipping_on_the_cupy_backend(standin, backend):
+    """Add and Concat nodes alone hold no parameter: clipping has no gradient to scale (its norm is no array),
+    and the step goes through, as on the host, its output the input twice."""
+    x = np.array([[0.5, -2.0]])
+    with DagNet(1, [("out", Concat(), ["x", "x"])], dtype="float64", backend=backend) as net:
+        for _ in range(2):
+            net.train_step(x, np.zeros((2, 2)), Adam(0.1), Sequential(), clip=1.0)
+        net.synchronize()
+        assert net.optimizer_state()["step"] == 2
+        np.testing.assert_array_equal(net.feedforward(x).get(), np.vstack([x, x]))

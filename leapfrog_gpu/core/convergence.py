@@ -36,14 +36,16 @@ def column_norms(xp, new, old):
     ``num_j`` and ``den_j`` the norms of ``new_j - old_j`` and ``new_j``, both scaled by it first (so that no
     difference or square overflows or underflows to the answer's harm); None where either array holds a NaN or an
     Inf."""
-    new = new.astype(np.float64).reshape(new.shape[0], -1)
-    old = old.astype(np.float64).reshape(new.shape)
-    if not bool(xp.isfinite(new).all() and xp.isfinite(old).all()):
+    new = new.astype(np.float64, order="C").reshape(new.shape[0], -1)  # copies, row-major: each reduction over
+    old = old.astype(np.float64, order="C").reshape(new.shape)  # axis 0 runs along whole rows; scaled in place below
+    scale = xp.maximum(xp.maximum(new.max(axis=0), -new.min(axis=0)), xp.maximum(old.max(axis=0), -old.min(axis=0)))
+    if not bool(xp.isfinite(scale).all()):  # a NaN or an Inf reaches its column's largest magnitude
         return None
-    scale = xp.maximum(xp.abs(new).max(axis=0), xp.abs(old).max(axis=0))
-    new, old = new / xp.maximum(scale, TINY), old / xp.maximum(scale, TINY)  # a column of zeros stays zeros
-    diff = new - old
-    num, den = xp.sqrt((diff * diff).sum(axis=0)), xp.sqrt((new * new).sum(axis=0))
+    divisor = xp.maximum(scale, TINY)  # a column of zeros stays zeros
+    xp.divide(new, divisor, out=new)
+    xp.divide(old, divisor, out=old)
+    diff = xp.subtract(new, old, out=old)
+    num, den = (xp.sqrt(xp.multiply(a, a, out=a).sum(axis=0)) for a in (diff, new))
     return to_host(num), to_host(den), to_host(scale)
 
 

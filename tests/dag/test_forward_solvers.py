@@ -343,7 +343,7 @@ def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
     assert _relative(np, big, big * np.float32(0.5)) == pytest.approx(0.5)  # the squares would overflow float32
     assert _relative(np, np.full((2, 2), 1e-30, np.float32), np.zeros((2, 2), np.float32)) == pytest.approx(1.0)
     assert _relative(np, np.zeros(3), np.zeros(3)) == 0 and _relative(np, np.zeros(3), np.ones(3)) == math.inf
-    for bad in (np.nan, np.inf):
+    for bad in (np.nan, np.inf, -np.inf):
         assert _relative(np, np.array([1.0, bad]), np.ones(2)) == math.inf
         assert _relative(np, np.ones(2), np.array([bad, 1.0])) == math.inf
     new = np.array([[1.0, 1e-20, 0.0], [1.0, 0.0, 0.0]])  # columns: a sample each, the second 1e20 times smaller
@@ -351,6 +351,12 @@ def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
     assert _relative(np, new, new + [[1e-3, 0.0, 0.0], [0.0, 0.0, 0.0]]) == pytest.approx(1e-3 / np.sqrt(2))
     assert _relative(np, new, new + [[0.0, 0.0, 1e-300], [0.0, 0.0, 0.0]]) == math.inf  # new_j vanishes alone
     assert _relative(np, np.full(2, 1e308), np.full(2, -1e308)) == pytest.approx(2.0)  # new - old overflows
+    states = np.asfortranarray(np.arange(1.0, 13.0).reshape(2, 3, 2))  # (n, tau, B) as a plan holds them
+    moved = states.copy(order="F")
+    moved[:, 1, 0] *= 1.1  # one step of one sample: its own 10 % (of new's norm: 0.1 / 1.1)
+    kept = states.copy(), moved.copy()
+    assert _relative(np, moved, states) == pytest.approx(0.1 / 1.1)
+    assert np.array_equal(states, kept[0]) and np.array_equal(moved, kept[1])  # the caller's arrays untouched
 
 
 def test_an_early_stop_warns_once_or_raises_when_strict(backend):

@@ -196,10 +196,13 @@ class ndarray:  # noqa: N801 - CuPy's name
         copyto(out, self)
         return out
 
-    def astype(self, dtype, copy=True):
+    def astype(self, dtype, order="K", copy=True):
         if not copy and np.dtype(dtype) == self.dtype:
             return self
-        out = _new(self.shape, dtype)
+        if order not in ("C", "F", "A", "K"):
+            raise ValueError(f"astype: order must be 'C', 'F', 'A' or 'K'; got {order!r}")
+        fortran = order == "F" or order in ("A", "K") and self._a.flags.f_contiguous and not self._a.flags.c_contiguous
+        out = _new(self.shape, dtype, "F" if fortran else "C")
         copyto(out, self, casting="unsafe")
         return out
 

@@ -50,12 +50,12 @@ def open_blas(cupy, stream):
 
 class Blas:
     """One cuBLAS handle on ``stream`` with its own workspace; ``matmul`` enqueues on that stream, whichever
-    stream is current (``stream_ptr``: the callers on other streams take ``cupy.matmul``)."""
+    stream is current."""
 
     def __init__(self, cupy, cublas, stream):
         self._cublas = cublas
         self.workspace = cupy.empty(WORKSPACE_BYTES, dtype=np.uint8)  # outside any capture, kept for life
-        self.handle, self.stream_ptr = cublas.create(), stream.ptr
+        self.handle = cublas.create()
         cublas.set_stream(self.handle, stream.ptr)
         cublas.set_workspace(self.handle, self.workspace.data.ptr, WORKSPACE_BYTES)  # after set_stream
         cublas.set_pointer_mode(self.handle, cublas.PointerMode.HOST)

@@ -64,38 +64,25 @@ class CudaOps:
         finally:
             self.chain = chain
 
-    def _on_blas_stream(self):
-        """Whether nvmath-python's handle enqueues on the current stream (the main one): it runs its calls on
-        its own stream, whichever is current, so a worker's product must not go to it."""
-        return self.blas is not None and self._cupy.cuda.get_current_stream().ptr == self.blas.stream_ptr
-
     def _matmul(self, out, w, x, transpose):
-        """``out = w x`` (``w^T x`` when ``transpose``) on cuBLAS, through nvmath-python on its stream."""
-        if self._on_blas_stream():
+        """``out = w x`` (``w^T x`` when ``transpose``) on cuBLAS, through nvmath-python when it is here."""
+        if self.blas is not None:
             self.blas.matmul(out, w, x, transpose)
         else:
             self._cupy.matmul(w.T if transpose else w, x, out=out)
 
-    def bind_matmul(self, out, w, x, transpose=False, accumulate=False):
+    def bind_matmul(self, out, w, x, transpose=False, accumulate=False, worker=False):
         """``out = w x`` (``w^T x`` if ``transpose``; ``out += ...`` if ``accumulate``) as a call of no
         argument, bound now: one cuBLAS call through nvmath-python (``cublas.Blas.bind``) where ``w`` is
         C-contiguous and ``x`` and ``out`` have a unit stride along their rows (the columns of one time
-        step of an (n, tau, B) array) and the call is made on the handle's stream, else ``cupy.matmul``
-        (into a buffer made now, then added, to accumulate; made at the call on another stream)."""
+        step of an (n, tau, B) array), else ``cupy.matmul`` (into a buffer made now, then added, to
+        accumulate). nvmath's handle enqueues on the main stream whichever stream is current, so a product
+        that a worker may make (``worker``) takes ``cupy.matmul``, on the stream current at the call, under
+        every schedule: the schedules then run it alike and agree to the bit."""
         cupy = self._cupy
+        if self.blas is not None and not worker and w.flags.c_contiguous and _rows(x) and _rows(out):
+            return self.blas.bind(out, w, x, transpose, accumulate)
         a = w.T if transpose else w
-        if self.blas is not None and w.flags.c_contiguous and _rows(x) and _rows(out):
-            on_blas = self.blas.bind(out, w, x, transpose, accumulate)
-
-            def call():
-                if self._on_blas_stream():
-                    on_blas()
-                elif accumulate:
-                    cupy.add(out, cupy.matmul(a, x), out=out)
-                else:
-                    cupy.matmul(a, x, out=out)
-
-            return call
         if not accumulate:
             return functools.partial(cupy.matmul, a, x, out=out)
         product = cupy.empty(out.shape, out.dtype)

@@ -108,10 +108,12 @@ def backward(delta, w_next, delta_next, sp):
     delta_hidden(delta, sp)
 
 
-def bind_matmul(out, w, x, transpose=False, accumulate=False):
+def bind_matmul(out, w, x, transpose=False, accumulate=False, worker=False):
     """``out = w x`` (``w^T x`` if ``transpose``; ``out += ...`` if ``accumulate``) as a call of no argument,
-    bound now (``host_blas.bind``): one BLAS call each time, on what the arrays hold then. ``out`` (n, B)
-    and ``x`` may be the columns of one time step of a longer sequence (``rnn.plan``)."""
+    bound now (``host_blas.bind``): one BLAS call each time, on what the arrays hold then, on any stream
+    (``worker``: the call may run on a worker; CuPy's twin says why it asks). ``out`` (n, B) and ``x`` may be
+    the columns of one time step of a longer sequence (``rnn.plan``)."""
+    del worker
     return host_blas.bind(out, w.T if transpose else w, x, beta=1.0 if accumulate else 0.0)
 
 

@@ -98,7 +98,7 @@ class RNNPlan(plan.Plan):
     def _products(self):
         """The whole-sequence products, bound once (``ops.bind_matmul``), by (name, layer): ``"z"``, w^l a^{l-1};
         ``"above"``, (w^{l+1})^T delta^{l+1} (at t = tau alone below a last-step output); ``"nabla_u"``, the
-        sum over t = 2..tau of delta_u^{l,t} (a^{l,t-1})^T."""
+        sum over t = 2..tau of delta_u^{l,t} (a^{l,t-1})^T, which a worker makes."""
         bind, products = self.backend.ops.bind_matmul, {}
         for l in self.net.hidden:
             products["z", l] = bind(flat(self.z[l]), self.w[l], flat(self.a[l - 1]))
@@ -110,7 +110,7 @@ class RNNPlan(plan.Plan):
                                             transpose=True)
             if self.tau > 1:
                 later, earlier = (x.reshape(x.shape[0], -1) for x in (self.delta_u[l][:, 1:], self.a[l][:, :-1]))
-                products["nabla_u", l] = bind(self.nabla_u[l], later, earlier.T)
+                products["nabla_u", l] = bind(self.nabla_u[l], later, earlier.T, worker=True)
         return products
 
     # -- the forward pass -----------------------------------------------------------------------------

@@ -77,27 +77,31 @@ def test_the_products_follow_the_float64_maths(standin, dtype, size, transpose):
 
 
 @pytest.mark.parametrize("accumulate", [False, True], ids=["into", "added"])
-def test_a_product_made_on_a_worker_runs_there_not_on_the_handles_stream(standin, accumulate):
-    """nvmath's handle enqueues on its own stream, the main one, whichever is current: a product made with a
-    worker current (ops.forward's, a bound one) goes to ``cupy.matmul`` on that worker, so the worker's next
-    kernel reads it made (under workers-first, it ran before the main stream's product otherwise)."""
+def test_a_product_a_worker_makes_runs_on_that_worker_not_on_the_handles_stream(standin, accumulate):
+    """nvmath's handle enqueues on its own stream, the main one, whichever is current: a bound product a worker
+    makes (``worker=True``) goes to ``cupy.matmul`` on that worker, so the worker's next kernel reads it made (under
+    workers-first it ran before the main stream's product otherwise); the others take the handle."""
     rng = np.random.default_rng(1)
-    w, x, b, z0 = rng.standard_normal((5, 3)), rng.standard_normal((3, 4)), rng.standard_normal(5), rng.random((5, 4))
+    w, x, z0 = rng.standard_normal((5, 3)), rng.standard_normal((3, 4)), rng.random((5, 4))
     with cupy_backend() as cuda:
-        dw, dx, db = (standin.asarray(v) for v in (w, x, b))
-        z, a, sp, bound = (standin.empty((5, 4)) for _ in range(4))  # NaN-filled
-        bound.set(z0)
-        product = cuda.ops.bind_matmul(bound, dw, dx, accumulate=accumulate)
+        dw, dx = standin.asarray(w), standin.asarray(x)
+        on_worker, on_main = standin.empty((5, 4)), standin.empty((5, 4))  # NaN-filled
+        for out in (on_worker, on_main):
+            out.set(z0)
         worker = cuda.workers(1)[0]
+        products = [cuda.ops.bind_matmul(out, dw, dx, accumulate=accumulate, worker=made_on_worker)
+                    for out, made_on_worker in ((on_worker, True), (on_main, False))]  # kept, as a plan keeps them
         cuda.synchronize()
-        cuda.launch(worker, "forward", cuda.ops.forward, z, a, sp, dw, dx, db, "tanh")
-        cuda.launch(worker, "bound", product)
-        cuda.launch(worker, "read", standin.multiply, bound, 2.0, bound)
+        cuda.launch(worker, "bound", products[0])
+        cuda.launch(worker, "read", standin.multiply, on_worker, 2.0, on_worker)
+        assert standin.nvmath.calls == []
+        cuda.launch(cuda.main, "bound", products[1])
         cuda.synchronize()
-        got_a, got_bound = a.get(), bound.get()
-    assert standin.nvmath.calls == []
-    np.testing.assert_allclose(got_a, np.tanh(w @ x + b[:, None]), rtol=1e-14)
-    np.testing.assert_allclose(got_bound, 2 * ((z0 if accumulate else 0) + w @ x), rtol=1e-14)
+        assert [name for name, _, _ in standin.nvmath.calls] == ["dgemm"]
+        got_worker, got_main = on_worker.get(), on_main.get()
+    want = (z0 if accumulate else 0) + w @ x
+    np.testing.assert_allclose(got_worker, 2 * want, rtol=1e-14)
+    np.testing.assert_allclose(got_main, want, rtol=1e-14)
 
 
 @pytest.mark.parametrize("size", [1, 7], ids=batch_id)

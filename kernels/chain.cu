@@ -166,8 +166,8 @@ __device__ void backward_gemv(T* delta, const T* w, const T* delta_next, const T
 // is (m, n)), for a block of R = GEMM_ROWS rows of out and S = 2 V GEMM_COLUMNS columns of the batch
 // (GEMM_COLUMNS groups of 8 floats or 4 doubles), then the epilogue: + b, then a = sigma(z) and sp_out =
 // sigma'(z) (forward), or * sp (backward; a, sp_out and b are unused there).
-// Launch: block GEMM_THREADS (256), grid (ceil(B / S), Y, Z) (chain_launch, which picks R and S: Y =
-// min(ceil(n / R), 65535), Z = ceil(ceil(n / R) / Y)), rows i0 = R (blockIdx.y + Y blockIdx.z).. of out.
+// Launch: block GEMM_THREADS (256), grid (ceil(B / S), Y, Z) (chain_launch, which picks R and S; Y Z >= ceil(n / R),
+// Y <= 65535: launch.rows_grid), rows i0 = R (blockIdx.y + Y blockIdx.z).. of out.
 // Thread t holds an 8 x 2V register tile of out (8 rows, 2V columns: 64 sums in float32), tile t % TILES
 // of the block's TILES = GEMM_COLUMNS R / 8, and sums it over the slice p = t / TILES of m: k = p, p + P,
 // ... (P = 256 / TILES slices). The block walks m in stages of K columns of w (8 KB each), GEMM_STAGES of
@@ -199,7 +199,7 @@ __device__ void chain_gemm(T* out, T* a, T* sp_out, const T* sp, const T* w, con
     static_assert(sizeof(T) * 8 * TILES * (SUMS + 1) <= sizeof(stage), "the partial sums fit in the stages");
     const int by = blockIdx.y + gridDim.y * blockIdx.z;
     if (by >= (n + R - 1) / R) {
-        return;  // past the last row of blocks (in the last z): the whole block, before any barrier
+        return;  // past the last row of blocks (in the last z): nothing to do
     }
     const int t = threadIdx.x, lane = t % 32, tile = t % TILES, p = t / TILES, rg = tile / G, g = tile % G;
     const int i0 = by * R, s0 = blockIdx.x * S + g * TC, stages = (m + K - 1) / K;

@@ -33,9 +33,9 @@
 #endif
 
 // (7) for B = 1: nabla_w[i, j] = delta[i] * a[j], an outer product.
-// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), Y, Z) (outer_launch: Y = min(ceil(n / OUTER_BY),
-// 65535), Z = ceil(ceil(n / OUTER_BY) / Y)), row of blocks blockIdx.y + Y blockIdx.z; one thread per element,
-// consecutive threads along j so that the store is coalesced.
+// Launch: block (OUTER_BX, OUTER_BY), grid (ceil(m / OUTER_BX), Y, Z) (outer_launch; Y Z >= ceil(n / OUTER_BY),
+// Y <= 65535: launch.rows_grid), row of blocks blockIdx.y + Y blockIdx.z; one thread per element, consecutive
+// threads along j so that the store is coalesced.
 // Bytes: n + m reads (delta, a) + n*m writes (nabla_w). The fused outer_sgd reads w as well and writes
 // it instead: n + m + n*m reads + n*m writes. outer_bias writes (6) as well, nabla_b = delta (the
 // threads of column 0): n more writes.
@@ -43,7 +43,7 @@ template <typename T, bool SGD, bool BIAS>
 __device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int m, T scale) {
     const int by = blockIdx.y + gridDim.y * blockIdx.z;
     if (by >= (n + OUTER_BY - 1) / OUTER_BY) {
-        return;  // past the last row of blocks (in the last z)
+        return;  // past the last row of blocks (in the last z): nothing to do
     }
     const int j = blockIdx.x * OUTER_BX + threadIdx.x;
     const int i = by * OUTER_BY + threadIdx.y;
@@ -62,8 +62,8 @@ __device__ void outer(T* out, T* nabla_b, const T* delta, const T* a, int n, int
 
 // (7) for B > 1 in tiles: nabla_w[i, j] = sum_s delta[i, s] * a[j, s], a rank-B update, register-tiled; the
 // path of any B (rank_rows is the one of B up to 64).
-// Launch: block 128 threads, grid (ceil(m / 64), Y, Z) (rank_update_launch: Y = min(ceil(n / 64), 65535), Z =
-// ceil(ceil(n / 64) / Y)): a block per 64 x 64 tile of nabla_w, row of tiles blockIdx.y + Y blockIdx.z. Thread t = 16
+// Launch: block 128 threads, grid (ceil(m / 64), Y, Z) (rank_update_launch; Y Z >= ceil(n / 64), Y <= 65535:
+// launch.rows_grid): a block per 64 x 64 tile of nabla_w, row of tiles blockIdx.y + Y blockIdx.z. Thread t = 16
 // ty + 2 tx + h (ty, tx in 0..7, h in 0..1) holds the 8 x 8 sums (i0 + ty + 8r, j0 + tx + 8c) over the samples s = h,
 // h + 2, ... (half h of the batch). The block walks the batch in chunks of C = RANK_CHUNK samples (half as many
 // doubles), RANK_STAGES of them in shared memory: the copies of the next are in flight while it computes on one
@@ -89,7 +89,7 @@ __device__ void rank_tiles(T* out, T* nabla_b, const T* delta, const T* a, int n
     __shared__ __align__(16) T w_tile[SGD ? E : 1][SGD ? W_ROW : 4];
     const int by = blockIdx.y + gridDim.y * blockIdx.z;
     if (by >= (n + E - 1) / E) {
-        return;  // past the last row of tiles (in the last z): the whole block, before any barrier
+        return;  // past the last row of tiles (in the last z): nothing to do
     }
     const int t = threadIdx.x, lane = t % 32, h = t & 1, tx = t / 2 % 8, ty = t / 16;
     const int i0 = by * E, j0 = blockIdx.x * E, chunks = (batch + C - 1) / C;

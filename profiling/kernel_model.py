@@ -163,7 +163,7 @@ def design(kernel, n, batch, grid, itemsize=4):
         stages = math.ceil(n / (8192 // (rows * itemsize)))
         return launch.GEMM_STAGES - 1, stages, x_again + w_again, stages
     # the blocks of a column of the grid read all n rows of delta, those of a row all m rows of a (m = n here)
-    reread = ((grid[0] - 1) * n + (grid[1] - 1) * n) * batch * itemsize
+    reread = ((grid[0] - 1) * n + (grid[1] * grid[2] - 1) * n) * batch * itemsize
     if launch.rank_parts(batch, itemsize) is None:  # in tiles: a tile a block, the batch in chunks
         return launch.RANK_STAGES - 1, 1, reread, math.ceil(batch / (launch.RANK_CHUNK * 4 // itemsize))
     octets = math.ceil(math.ceil(n / 8) / grid[1])  # in rows: an octet of rows a unit, and a trip of the hot loop

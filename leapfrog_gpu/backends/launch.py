@@ -14,9 +14,9 @@ compile check adds them, so that it compiles exactly what CuPy will."""
 
 MAX_GRID_Y = 65535
 """CUDA's limit on gridDim.y (and on gridDim.z). outer_launch, rank_update_launch in tiles and chain_launch at B > 1
-put a layer's rows of blocks on grid y, at most this many, then on grid z (``rows_grid``): block (y, z) takes row of
-blocks y + gridDim.y z, and the last z's blocks past the layer return at once. The rank update in rows keeps grid y
-to this many, each block taking more octets. Tests lower it, so that small layers reach grid z."""
+put a layer's rows of blocks on grid y, at most this many, and past them on grid z too (``rows_grid``): block (y, z)
+takes row of blocks y + gridDim.y z, and the last z's blocks past the layer return at once. The rank update in rows
+keeps grid y to this many, each block taking more octets. Tests lower it, so that small layers reach grid z."""
 ELEMENTWISE_BLOCK = 256
 ELEMENTWISE_MAX_GRID = 132 * 32  # grid-stride loop beyond this: 32 blocks per H200 SM
 OUTER_BLOCK = (32, 8)
@@ -67,12 +67,13 @@ def elementwise_launch(size):
 
 
 def rows_grid(columns, row_blocks):
-    """Grid ``(columns, Y, Z)`` for ``row_blocks`` rows of blocks: Y = min(row_blocks, MAX_GRID_Y) on grid y, Z =
-    ceil(row_blocks / Y) on grid z. The kernel's row of blocks is blockIdx.y + Y blockIdx.z; the last z's past
-    ``row_blocks - 1`` return at once."""
-    y = min(row_blocks, MAX_GRID_Y)
-    grid = (columns, y, -(-row_blocks // y))
-    assert 1 <= columns < 2**31 and 1 <= y <= 65535 and 1 <= grid[2] <= 65535, (columns, row_blocks, grid)
+    """Grid ``(columns, Y, Z)`` for ``row_blocks`` rows of blocks: Z = ceil(row_blocks / MAX_GRID_Y) on grid z, Y =
+    ceil(row_blocks / Z) on grid y, so that fewer than Z of the Y Z rows are past the layer. The kernel's row of
+    blocks is blockIdx.y + Y blockIdx.z; those past ``row_blocks - 1`` have nothing to do and return at once."""
+    assert row_blocks >= 1, f"a layer of at least one row of blocks; got {row_blocks}"
+    z = -(-row_blocks // MAX_GRID_Y)
+    grid = (columns, -(-row_blocks // z), z)
+    assert 1 <= columns < 2**31 and grid[1] <= 65535 and z <= 65535, (columns, row_blocks, grid)
     return grid
 
 
@@ -99,8 +100,10 @@ def rank_update_launch(n, m, batch, itemsize):
         assert grid[0] * edge >= m and grid[1] * grid[2] * edge >= n, (n, m, grid)
         return grid, (RANK_THREADS, 1, 1), rank_options(None)
     columns, octets = 256 // parts, -(-n // 8)
-    per = rank_octets(n, m, batch, itemsize)
-    grid = (-(-m // columns), min(-(-octets // per), MAX_GRID_Y), 1)
+    rows = -(-octets // rank_octets(n, m, batch, itemsize))
+    if rows > MAX_GRID_Y:  # more octets a block: as few rows of blocks as take ceil(octets / MAX_GRID_Y) each
+        rows = -(-octets // -(-octets // MAX_GRID_Y))
+    grid = (-(-m // columns), rows, 1)
     assert grid[0] * columns >= m and grid[0] < 2**31 and 1 <= grid[1] <= 65535, (n, m, grid)
     return grid, (parts, 32 // parts, 8), rank_options(parts)
 

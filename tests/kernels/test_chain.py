@@ -277,11 +277,11 @@ def test_launch_shapes_cover_every_output_within_cuda_limits():
 @pytest.mark.parametrize("rows", launch.GEMM_ROWS_CHOICES)
 def test_gemms_past_the_rows_a_grid_holds(cpu, monkeypatch, rows, dtype):
     """Grid y holds 65535 rows of blocks (launch.MAX_GRID_Y; 3 here): past them the rows of blocks go on in grid z
-    (100 rows: 13, 7 or 4 rows of blocks in 3 x 5, 3 x 3 or 3 x 2, the last z's last blocks past them)."""
+    (100 rows: 13, 7 or 4 rows of blocks in 3 x 5, 3 x 3 or 2 x 2, the last z's last blocks past them)."""
     monkeypatch.setattr(launch, "GEMM_ROWS_CHOICES", (rows,))
     monkeypatch.setattr(launch, "MAX_GRID_Y", 3)
-    blocks = -(-100 // rows)
-    assert launch.chain_launch("forward", 100, 33, np.dtype(dtype).itemsize)[0][1:] == (3, -(-blocks // 3))
+    assert launch.chain_launch("forward", 100, 33, np.dtype(dtype).itemsize)[0][1:] == {8: (3, 5), 16: (3, 3),
+                                                                                         32: (2, 2)}[rows]
     check_forward(cpu, forward_inputs(100, 301, 33, dtype), "tanh")
     check_backward(cpu, backward_inputs(100, 301, 33, dtype))
 

@@ -36,9 +36,10 @@ def column_norms(xp, new, old):
     ``num_j`` and ``den_j`` the norms of ``new_j - old_j`` and ``new_j``, both scaled by it first (so that no
     difference or square overflows or underflows to the answer's harm); None where either array holds a NaN or an
     Inf."""
-    new = new.astype(np.float64, order="C").reshape(new.shape[0], -1)  # copies, row-major: each reduction over
-    old = old.astype(np.float64, order="C").reshape(new.shape)  # axis 0 runs along whole rows; scaled in place below
-    scale = xp.maximum(xp.maximum(new.max(axis=0), -new.min(axis=0)), xp.maximum(old.max(axis=0), -old.min(axis=0)))
+    new = new.astype(np.float64, order="C").reshape(new.shape[0], -1)  # copies, row-major whatever the layout: each
+    old = old.astype(np.float64, order="C").reshape(new.shape)  # sum over axis 0 runs along whole rows, in one order
+    scale = xp.abs(xp.maximum(xp.maximum(new.max(axis=0), -new.min(axis=0)),  # abs: +0 for a column of zeros
+                              xp.maximum(old.max(axis=0), -old.min(axis=0))))
     if not bool(xp.isfinite(scale).all()):  # a NaN or an Inf reaches its column's largest magnitude
         return None
     divisor = xp.maximum(scale, TINY)  # a column of zeros stays zeros

@@ -337,12 +337,13 @@ def test_a_sample_off_from_its_first_node_converges_under_a_damped_warm_newton(b
 
 
 def test_relative_change_is_never_nan_and_counts_overflow_as_unconverged():
-    from leapfrog_gpu.core.convergence import relative as _relative
+    from leapfrog_gpu.core.convergence import column_norms, relative as _relative
 
     big = np.full((3, 2), 3e38, dtype=np.float32)
     assert _relative(np, big, big * np.float32(0.5)) == pytest.approx(0.5)  # the squares would overflow float32
     assert _relative(np, np.full((2, 2), 1e-30, np.float32), np.zeros((2, 2), np.float32)) == pytest.approx(1.0)
     assert _relative(np, np.zeros(3), np.zeros(3)) == 0 and _relative(np, np.zeros(3), np.ones(3)) == math.inf
+    assert not np.signbit(column_norms(np, np.zeros((2, 2)), -np.zeros((2, 2)))[2]).any()  # a zero scale is +0
     for bad in (np.nan, np.inf, -np.inf):
         assert _relative(np, np.array([1.0, bad]), np.ones(2)) == math.inf
         assert _relative(np, np.ones(2), np.array([bad, 1.0])) == math.inf

@@ -30,10 +30,10 @@ def _shape(shape):
     return (int(shape),) if isinstance(shape, numbers.Integral) else tuple(int(n) for n in shape)
 
 
-def _new(shape, dtype, order="C"):
+def _new(shape, dtype, order="C", strides=None):
     shape, dtype = _shape(shape), np.dtype(dtype)
     alloc = memory.malloc(_max(int(np.prod(shape, dtype=np.int64)), 1) * dtype.itemsize)
-    return ndarray._wrap(np.ndarray(shape, dtype, buffer=alloc.chunk.buffer, order=order), alloc)
+    return ndarray._wrap(np.ndarray(shape, dtype, buffer=alloc.chunk.buffer, order=order, strides=strides), alloc)
 
 
 def _basic(key):
@@ -197,12 +197,12 @@ class ndarray:  # noqa: N801 - CuPy's name
         return out
 
     def astype(self, dtype, order="K", copy=True):
-        if not copy and np.dtype(dtype) == self.dtype:
-            return self
         if order not in ("C", "F", "A", "K"):
             raise ValueError(f"astype: order must be 'C', 'F', 'A' or 'K'; got {order!r}")
-        fortran = order == "F" or order in ("A", "K") and self._a.flags.f_contiguous and not self._a.flags.c_contiguous
-        out = _new(self.shape, dtype, "F" if fortran else "C")
+        layout = np.empty_like(self._a, dtype, order)  # NumPy's layout for ``order`` (K: the strides' order)
+        if not copy and np.dtype(dtype) == self.dtype and layout.strides == self._a.strides:
+            return self
+        out = _new(self.shape, dtype, strides=layout.strides)
         copyto(out, self, casting="unsafe")
         return out
 

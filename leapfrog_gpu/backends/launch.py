@@ -72,9 +72,9 @@ def rows_grid(columns, row_blocks):
     blocks is blockIdx.y + Y blockIdx.z; those past ``row_blocks - 1`` have nothing to do and return at once."""
     assert row_blocks >= 1, f"a layer of at least one row of blocks; got {row_blocks}"
     z = -(-row_blocks // MAX_GRID_Y)
-    grid = (columns, -(-row_blocks // z), z)
-    assert 1 <= columns < 2**31 and grid[1] <= 65535 and z <= 65535, (columns, row_blocks, grid)
-    return grid
+    y = -(-row_blocks // z)
+    assert 1 <= columns < 2**31 and y <= 65535 and z <= 65535 and y * z >= row_blocks, (columns, row_blocks, y, z)
+    return columns, y, z
 
 
 def outer_launch(n, m):
@@ -82,7 +82,7 @@ def outer_launch(n, m):
     OUTER_BLOCK[1]) rows of blocks on grid y, then z (``rows_grid``)."""
     bx, by = OUTER_BLOCK
     grid = rows_grid(-(-m // bx), -(-n // by))
-    assert grid[0] * bx >= m and grid[1] * grid[2] * by >= n, (n, m, grid)
+    assert grid[0] * bx >= m, (n, m, grid)
     return grid, (bx, by, 1), (f"-DOUTER_BX={bx}", f"-DOUTER_BY={by}")
 
 
@@ -97,7 +97,7 @@ def rank_update_launch(n, m, batch, itemsize):
     if parts is None:
         edge = 64
         grid = rows_grid(-(-m // edge), -(-n // edge))
-        assert grid[0] * edge >= m and grid[1] * grid[2] * edge >= n, (n, m, grid)
+        assert grid[0] * edge >= m, (n, m, grid)
         return grid, (RANK_THREADS, 1, 1), rank_options(None)
     columns, octets = 256 // parts, -(-n // 8)
     rows = -(-octets // rank_octets(n, m, batch, itemsize))
@@ -182,7 +182,7 @@ def chain_launch(kind, n, batch, itemsize):
     columns = groups * 32 // itemsize
     grid = rows_grid(-(-batch // columns), -(-n // rows))
     assert GEMM_THREADS == 256 and GEMM_STAGES >= 2, "chain_gemm's layout: 256 threads; a stage in flight at least"
-    assert grid[0] * columns >= batch and grid[1] * grid[2] * rows >= n, (n, batch, grid)
+    assert grid[0] * columns >= batch, (n, batch, grid)
     return grid, (GEMM_THREADS, 1, 1), gemm_options(rows, groups)
 
 

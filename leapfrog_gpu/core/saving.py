@@ -23,6 +23,7 @@ else's), a damaged one, one of a newer format, of an unknown network, or whose a
 
 import contextlib
 import glob
+import io
 import json
 import os
 import secrets
@@ -135,7 +136,8 @@ def save(net, path, **more):
     text = json.dumps(state)  # a value that is not JSON-able raises here, before anything is written
     try:
         with replaced_atomically(path, prefix=f".{path.name}-") as temporary, open(temporary, "wb") as file:
-            np.savez(file, **{name: to_host(array) for name, array in arrays}, state=np.array(text))  # no suffix
+            np.savez(file if regular(file) else _InOrder(file), **{name: to_host(array) for name, array in arrays},
+                     state=np.array(text))  # np.savez appends no suffix to a file it is given
     except OSError as error:
         if error.errno is None:
             raise
@@ -184,6 +186,25 @@ def _created(folder, prefix):
         except FileExistsError:
             continue
         return name
+
+
+class _InOrder(io.RawIOBase):
+    """A pipe or a device as ``zipfile`` must write it: in order, never seeking back. It cannot tell its position, so
+    ``zipfile`` counts the bytes itself; given the device's, it would seek back to fill in each entry's sizes, and a
+    ``tell`` that says 0 wherever it is (``/dev/null``'s) made offsets below 0 that it could not write."""
+
+    def __init__(self, file):
+        super().__init__()
+        self.file = file
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        return self.file.write(data)
+
+    def flush(self):
+        self.file.flush()
 
 
 def regular(file):

@@ -65,6 +65,15 @@ def activation_of(module):
     return {getattr(torch.nn, kind): name for name, kind in MODULES.items()}.get(type(module))
 
 
+def kind_of(module):
+    """``module``'s type as a refusal names it, saying so of a subclass of a torch module: from_torch reads a module's
+    parameters, not the forward that a subclass may change."""
+    bases = [base.__name__ for base in type(module).__mro__[1:] if base.__module__.startswith("torch.nn.modules")]
+    kind = type(module).__name__
+    return kind if type(module).__module__.startswith("torch.") or not bases or bases[0] == "Module" else \
+        f"{kind}, a subclass of torch.nn.{bases[0]} whose forward from_torch would not read"
+
+
 def linear_parameters(linear):
     """``(w, b)`` of a ``torch.nn.Linear``: its weight (n, m) and bias (n,), detached (sharing its memory);
     zeros for a Linear without a bias."""

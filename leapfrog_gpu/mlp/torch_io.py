@@ -31,18 +31,20 @@ def read_module(module):
     tensors, detached (sharing its memory); a Linear without a bias gives zeros. With no hidden layer,
     ``activation`` is the output's (sigmoid for an identity output). ``dtype`` is the weights' dtype name.
 
-    Raises TypeError for anything but such a module or a layer of another type, ValueError for an activation
+    Raises TypeError for anything but such a module or a layer of another type (a subclass of these included, whose
+    forward may compute another function: the layers are read, not the forward), ValueError for an activation
     without a Linear before it, a hidden layer without an activation, mixed hidden activations or widths
     that do not chain.
     """
     torch = torch_io.import_torch()
-    if not isinstance(module, torch.nn.Sequential):
-        raise TypeError(f"from_torch reads a torch.nn.Sequential of Linear and activation modules; "
-                        f"got {type(module).__name__}")
+    if type(module) is not torch.nn.Sequential:
+        raise TypeError(f"from_torch reads a torch.nn.Sequential of Linear and activation modules; got "
+                        f"{torch_io.kind_of(module)}" + ("; DagNet.from_torch traces a module's forward"
+                                                         if isinstance(module, torch.nn.Module) else ""))
     linears, after = [], []  # each Linear, and the name of the activation that follows it
     for index, layer in enumerate(module):
         name = torch_io.activation_of(layer)
-        if isinstance(layer, torch.nn.Linear):
+        if type(layer) is torch.nn.Linear:
             linears.append(layer)
             after.append("identity")
         elif name is not None:
@@ -50,9 +52,9 @@ def read_module(module):
                 raise ValueError(f"module[{index}] ({type(layer).__name__}) must follow a Linear: from_torch reads "
                                  "Linear modules, each followed by at most one activation")
             after[-1] = name
-        elif not isinstance(layer, torch.nn.Identity):
-            raise TypeError(f"module[{index}] is a {type(layer).__name__}: from_torch reads Linear, Sigmoid, Tanh, "
-                            "ReLU and Identity modules")
+        elif type(layer) is not torch.nn.Identity:
+            raise TypeError(f"module[{index}] is a {torch_io.kind_of(layer)}: from_torch reads Linear, Sigmoid, "
+                            "Tanh, ReLU and Identity modules")
     if not linears:
         raise ValueError("the module holds no Linear layer: from_torch needs at least one")
     for l, name in enumerate(after[:-1], start=2):

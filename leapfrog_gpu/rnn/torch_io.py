@@ -144,13 +144,13 @@ def read_module(module):
     rnns, linear, activation = [], None, "identity"
     for name, part in module.named_modules():
         where = f"module.{name} ({type(part).__name__})" if name else f"the module ({type(part).__name__})"
-        if any(part.children()) or isinstance(part, torch.nn.Identity):
+        if any(part.children()) or type(part) is torch.nn.Identity:
             continue
-        if isinstance(part, (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM)):
+        if type(part) in (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM):
             if linear is not None:
                 raise ValueError(f"{where} comes after the output Linear: an RNN's recurrent layers come first")
             rnns.append((where, _checked(part, where)))
-        elif isinstance(part, torch.nn.Linear):
+        elif type(part) is torch.nn.Linear:
             if linear is not None or not rnns:
                 raise ValueError(f"{where} is not one output Linear after the recurrent layers: from_torch reads "
                                  "torch.nn.RNN modules, then one Linear, then at most one activation")
@@ -161,6 +161,7 @@ def read_module(module):
                                  "is their nonlinearity")
             activation = torch_io.activation_of(part)
         else:
+            where = f"module.{name} ({torch_io.kind_of(part)})" if name else f"the module ({torch_io.kind_of(part)})"
             raise TypeError(f"{where}: from_torch reads torch.nn.RNN, GRU, LSTM, Linear, Sigmoid, Tanh, ReLU and "
                             "Identity modules")
     if linear is None:

@@ -260,8 +260,31 @@ def test_to_torch_and_from_torch_on_the_cupy_backend(torch, standin):
         assert_close(rows(torch, module, x), net.feedforward(x), "float64")
 
 
+def subclasses(nn):
+    """Subclasses of torch's modules whose forward computes another function than the module's layers do."""
+
+    class Residual(nn.Sequential):
+        def forward(self, x):
+            return super().forward(x) + x
+
+    class Doubled(nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    class Halved(nn.Tanh):
+        def forward(self, x):
+            return super().forward(x) / 2
+
+    class Reversed(nn.GRU):
+        def forward(self, x, h=None):
+            return super().forward(x.flip(0), h)
+
+    return Residual, Doubled, Halved, Reversed
+
+
 def unreadable_mlp(torch):
     nn = torch.nn
+    Residual, Doubled, Halved, _ = subclasses(nn)
     return [
         (nn.Linear(3, 2), TypeError, "from_torch reads a torch.nn.Sequential of Linear and activation modules; "
                                      "got Linear"),
@@ -281,10 +304,16 @@ def unreadable_mlp(torch):
         (nn.Sequential(nn.Linear(3, 2), nn.Tanh(), nn.Tanh()), ValueError, "module[2] (Tanh) must follow a Linear"),
         (nn.Sequential(), ValueError, "the module holds no Linear layer: from_torch needs at least one"),
         (nn.Sequential(nn.Identity()), ValueError, "the module holds no Linear layer"),
+        (Residual(nn.Linear(3, 3), nn.Tanh()), TypeError, "got Residual, a subclass of torch.nn.Sequential whose "
+                                                          "forward from_torch would not read; DagNet.from_torch traces"),
+        (nn.Sequential(Doubled(3, 4), nn.Tanh(), nn.Linear(4, 2)), TypeError, "module[0] is a Doubled, a subclass of "
+                                                                              "torch.nn.Linear whose forward"),
+        (nn.Sequential(nn.Linear(3, 4), Halved(), nn.Linear(4, 2)), TypeError, "module[1] is a Halved, a subclass of "
+                                                                               "torch.nn.Tanh whose forward"),
     ]
 
 
-@pytest.mark.parametrize("case", range(11))
+@pytest.mark.parametrize("case", range(14))
 def test_a_module_from_torch_cannot_read_is_refused_saying_why(torch, case):
     module, error, message = unreadable_mlp(torch)[case]
     with pytest.raises(error) as info:
@@ -442,6 +471,7 @@ def test_to_torch_refuses_a_sigmoid_rnn(torch):
 
 def unreadable_rnn(torch):
     nn, S = torch.nn, torch.nn.Sequential
+    _, Doubled, _, Reversed = subclasses(nn)
     return [
         (object(), TypeError, "from_torch reads a torch.nn.Module of torch.nn.RNN (GRU, LSTM), Linear and activation "
                               "modules; got object"),
@@ -474,10 +504,13 @@ def unreadable_rnn(torch):
         (S(nn.RNN(3, 4), nn.RNN(5, 4), nn.Linear(4, 2)), ValueError,
          "layer 3 takes 5 inputs but layer 2 has 4 units: the widths do not chain"),
         (S(nn.RNN(3, 4), nn.Linear(5, 2)), ValueError, "layer 3 takes 5 inputs but layer 2 has 4 units"),
+        (S(Reversed(3, 4), nn.Linear(4, 2)), TypeError, "module.0 (Reversed, a subclass of torch.nn.GRU whose forward "
+                                                        "from_torch would not read): from_torch reads torch.nn.RNN"),
+        (S(nn.LSTM(3, 4), Doubled(4, 2)), TypeError, "module.1 (Doubled, a subclass of torch.nn.Linear whose"),
     ]
 
 
-@pytest.mark.parametrize("case", range(17))
+@pytest.mark.parametrize("case", range(19))
 def test_a_module_rnn_from_torch_cannot_read_is_refused_saying_why(torch, case):
     module, error, message = unreadable_rnn(torch)[case]
     with pytest.raises(error) as info:

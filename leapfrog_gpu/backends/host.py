@@ -28,7 +28,7 @@ import weakref
 
 import numpy as np
 
-from . import annotate, blas_limits, host_blas, host_streams, ops_numpy
+from . import annotate, host_blas, host_streams, ops_numpy
 from .host_graph import CaptureError, HostCapture
 from .host_streams import HostEvent, HostStream, Item, drain, stop
 
@@ -79,7 +79,7 @@ class NumpyBackend:
         self._pending, self._error = 0, None
         self._readers = {}  # what keep() holds until nothing is queued
         host_blas.load()  # loaded before the limit, which reaches only the BLAS libraries loaded by then
-        blas = None if blas_threads is None else blas_limits.hold(blas_threads)
+        blas = None if blas_threads is None else host_blas.hold(blas_threads)
         self._queues = []  # those of the streams' threads
         self.release = weakref.finalize(self, stop, self._queues, blas)
         self._streams = []

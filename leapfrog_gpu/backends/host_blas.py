@@ -24,6 +24,7 @@ tolerances of the references, not bitwise the OpenBLAS products.
 import ctypes
 import functools
 import os
+import re
 import threading
 import warnings
 
@@ -182,6 +183,35 @@ def threads():
     """The threads each product runs on: OpenBLAS's setting, or None without ``scipy-openblas32``."""
     library = load()
     return None if library is None else library[1].scipy_openblas_get_num_threads()
+
+
+@functools.cache
+def most_threads():
+    """The most threads OpenBLAS runs a product on, its build's ``MAX_THREADS`` (it cuts a larger setting to that
+    without a word), read from its configuration; None where that does not say, or without ``scipy-openblas32``."""
+    library = load()
+    if library is None:
+        return None
+    config = library[1].scipy_openblas_get_config
+    config.restype = ctypes.c_char_p
+    found = re.search(rb"MAX_THREADS=(\d+)", config())
+    return int(found.group(1)) if found else None
+
+
+def check_threads(threads, given=None):
+    """``threads`` (an int >= 1) where OpenBLAS runs that many, else a ValueError that names it as ``given`` (default
+    the number alone): a count above ``most_threads()`` would run fewer than said."""
+    most = most_threads()
+    if most is not None and threads > most:
+        raise ValueError(f"{given or threads} is more threads than this OpenBLAS runs (at most {most}, its build's "
+                         f"MAX_THREADS: it would run {most}); give at most {most}")
+    return threads
+
+
+def hold(threads):
+    """``blas_limits.hold(threads)`` for a backend's ``blas_threads``, refused where OpenBLAS would run fewer
+    (``check_threads``) before anything is set."""
+    return blas_limits.hold(check_threads(threads, f"blas_threads={threads}"))
 
 
 _shared = {"whole": None, "shares": 0, "changes": 0}  # the threads in force before the shares now held, how many

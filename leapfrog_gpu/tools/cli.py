@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..parallel.launcher import launcher_rank
-from ..backends import cuda_status
+from ..backends import cuda_status, host_blas
 
 WIDTH = 100
 """Columns that a line of a command's own output (not a table's row) may take."""
@@ -129,6 +129,15 @@ def integer(least, name=None, capped=True):
     ``MOST`` (``name``, if given, starts the error message; argparse itself names the option)."""
     subject = "" if name is None else f"{name} "
     return _scalar(int, lambda value: value >= least, f"{subject}must be an integer >= {least}", capped)
+
+
+def blas_threads(text):
+    """An argument type: a count of BLAS threads, an integer >= 1 that OpenBLAS runs (``host_blas.check_threads``)."""
+    threads = integer(1)(text)
+    try:
+        return host_blas.check_threads(threads)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def integer_or_auto(least):

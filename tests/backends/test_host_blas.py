@@ -3,17 +3,20 @@ float64, the two ways of calling BLAS (the GIL released or held) bitwise alike, 
 a large product, so that host streams run their products side by side."""
 
 import itertools
+import re
 import sys
 import threading
 import time
 
 import numpy as np
 import pytest
+import threadpoolctl
 
 from helpers import assert_same, batch, layer_names
 from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
 from leapfrog_gpu.backends import blas_limits, host_blas
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.mlp import autotune
 
 NEVER = 1 << 62
 """A threshold no product reaches: every call with the GIL held."""
@@ -478,3 +481,21 @@ def test_a_share_that_ends_after_a_backend_set_or_gave_back_its_threads_leaves_t
             blas_limits.release(later)
             blas_limits.release(ticket)
         assert host_blas.threads() == 3
+
+
+def test_more_threads_than_openblas_runs_are_refused():
+    """OpenBLAS cuts a thread count above its build's MAX_THREADS to that, without a word: a backend, a tuning or a
+    command given more says so (a bench's rows and records said the count given, which never ran)."""
+    most = host_blas.most_threads()
+    assert most >= 1
+    with threadpoolctl.threadpool_limits(most + 1, user_api="blas"):
+        assert host_blas.threads() == most  # what MAX_THREADS means: more run as that many
+    changes = blas_limits.changes()
+    message = f"is more threads than this OpenBLAS runs (at most {most}, its build's MAX_THREADS: it would run {most})"
+    with pytest.raises(ValueError, match=rf"^blas_threads={most + 1} {re.escape(message)}; give at most {most}$"):
+        NumpyBackend(blas_threads=most + 1)
+    assert blas_limits.changes() == changes  # refused before any setting
+    with pytest.raises(ValueError, match=rf"^blas_threads {most + 1} {re.escape(message)}"):
+        autotune.blas_settings("numpy", [1, most + 1])
+    with NumpyBackend(blas_threads=most) as backend:
+        assert backend.blas_threads == most

@@ -14,7 +14,7 @@ import contextlib
 import os
 import textwrap
 
-from ...backends import get_backend, timing
+from ...backends import get_backend, host_blas, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
@@ -87,6 +87,11 @@ def check(p, args):
     """The options that do not go together."""
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
+    for threads in args.blas_threads or ():
+        try:
+            host_blas.check_threads(threads, f"--blas-threads {threads}")
+        except ValueError as error:
+            p.error(str(error))
     if args.plot is not None:
         refusal = png_refusal("--plot", args.plot)
         if refusal:

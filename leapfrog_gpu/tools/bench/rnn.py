@@ -18,7 +18,7 @@ from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ...rnn.torch_io import train_b_hn_alone
-from ..cli import integer, integers, names as names_of, number
+from ..cli import blas_threads, integer, integers, names as names_of, number
 from ..schedules import SOLVERS, make_solver, schedule_names
 from . import progress, runner, torch_anchor
 from .runner import OPTIMIZERS, at_rate, ratio
@@ -254,7 +254,7 @@ def parser():
     p.add_argument("--max-gflop", type=number(0, strict=True), default=3.0, metavar="G",
                    help="skip a schedule whose chain does more (and more than BPTT's), and a step parallel in time "
                         "whose one iteration does (default 3)")
-    p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
+    p.add_argument("--blas-threads", type=blas_threads, default=1, metavar="N",
                    help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
     p.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell (default elman)")
     p.add_argument("--torch-threads", type=integers(1, "thread count"), default=[], metavar="T[,T...]",

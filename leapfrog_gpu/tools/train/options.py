@@ -9,7 +9,7 @@ from ...core.functions import ACTIVATIONS, COSTS, DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
 from ...rnn.cells import CELLS
 from .. import CLOSED_PIPE_STATUS
-from ..cli import UNWRITTEN, Parser, integer, integer_or_auto, number, path, reals
+from ..cli import UNWRITTEN, Parser, blas_threads, integer, integer_or_auto, number, path, reals
 from ..schedules import schedule_names
 from .checkpoint import LATER
 from .metrics import Divergence
@@ -274,7 +274,7 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
                           "(Naumov's, scans over time, Newton's) before it refuses (default 1)",
         type=number(0, strict=True, what="a number of GiB", most=2**30), metavar="GIB")
     add("--blas-threads", "numpy backend: BLAS threads for the matrix products, shared among the streams "
-                          "of a leapfrog backward pass (default 1)", type=integer(1), metavar="N")
+                          "of a leapfrog backward pass (default 1)", type=blas_threads, metavar="N")
     add("--yes", "start a run estimated at more than 10x the leapfrog schedule's (and a minute) without asking "
                  "(docs/training.md)", action="store_true")
     group = p.add_argument_group("output and checkpoints")

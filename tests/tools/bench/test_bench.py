@@ -14,9 +14,11 @@ from helpers import render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
 from leapfrog_gpu.tools.bench import plot as bench_plot, torch_anchor, traffic
-from leapfrog_gpu.backends import cuda_available, get_backend
+from leapfrog_gpu.backends import cuda_available, get_backend, host_blas
 from leapfrog_gpu.tools.schedules import schedule_names
 from leapfrog_gpu.core.torch_io import INSTALL
+
+MOST = host_blas.most_threads()  # OpenBLAS's MAX_THREADS
 
 pytestmark = pytest.mark.slow
 
@@ -163,6 +165,8 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
     (["--k", "1,auto"], "worker stream counts must be a comma-separated list of integers; got '1,auto'"),
     (["--k", "2,1,2"], "argument --k: give each worker stream count once; got '2,1,2', with 2 twice"),
     (["--blas-threads", "1,1"], "argument --blas-threads: give each BLAS thread count once; got '1,1', with 1 twice"),
+    (["--blas-threads", f"1,{MOST + 1}"], f"--blas-threads {MOST + 1} is more threads than this OpenBLAS runs (at "
+                                          f"most {MOST}, its build's MAX_THREADS: it would run {MOST}); give at most"),
     (["--sizes", "8,8"], "argument --sizes: give each size once; got '8,8', with 8 twice"),
     (["--schedule", "naumov"], "unknown MLP schedule 'naumov'; choose from sequential, leapfrog, naumov-scan, "
                                "naumov-jacobi"),

@@ -22,7 +22,7 @@ from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.tools.train import checkpoint, command as train, estimate, loop as train_loop
 from leapfrog_gpu import datasets
-from leapfrog_gpu.backends import cuda_available
+from leapfrog_gpu.backends import cuda_available, host_blas
 from leapfrog_gpu.core import fitting, saving
 from leapfrog_gpu.mlp.network import MLP
 
@@ -911,6 +911,8 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--layers", 10**20, "--width", 4], "argument --layers: must be at most 2147483647; got '1000"),  # no list holds it
     (["--hidden", "2x100000000000000000000"], "argument --hidden: must be at most 2147483647; got '2x1000"),
     (["--blas-threads", 10**20], "argument --blas-threads: must be at most 2147483647"),  # a C int in threadpoolctl
+    (["--blas-threads", host_blas.most_threads() + 1], f"argument --blas-threads: {host_blas.most_threads() + 1} is more "
+                                                        "threads than this OpenBLAS runs"),
     (["--memory-limit", "1e300"], "argument --memory-limit: must be a number of GiB > 0 and <= 1073741824; got '1e300'"),
     (["--profile-steps", "9:3"], "argument --profile-steps: must be A:B with integers 0 <= A < B"),
     (["--no-such-option"], "unrecognized arguments: --no-such-option"),

@@ -49,12 +49,9 @@ class Network(OneThreadAtATime, OptimizerState):
 
     NOUN = "a network"
     SCHEDULES = ()
-    SOLVERS = None
-    """The forward solvers its passes take, in words for an error (None: none)."""
-    ONE_PASS = False
-    """Whether the network has the one-pass sweep of ``one_pass=True`` (the MLP's, on the NumPy backend)."""
-    CAPTURE_REFUSALS = {}
-    """Why its steps cannot be captured as graphs, by backend name (``core.capture.refusal``); none: they can."""
+    SOLVERS = None  # the forward solvers its passes take, in words for an error (None: none)
+    ONE_PASS = False  # whether it has the one-pass sweep of one_pass=True (the MLP's, on the NumPy backend)
+    CAPTURE_REFUSALS = {}  # why its steps cannot be captured as graphs, by backend (core.capture.refusal)
 
     def __init__(self, dtype, backend, check_finite=False):
         self.dtype = check_dtype(dtype)
@@ -111,12 +108,15 @@ class Network(OneThreadAtATime, OptimizerState):
         self._check_count(done)
 
     def _wait(self):
-        """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken
-        back to that of the last step that updated. A Ctrl-C in the wait leaves the count: the steps run on."""
+        """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken back
+        to that of the last step that updated (data-parallel, ``Communicator.unpair``: its sums never left this rank).
+        A Ctrl-C in the wait leaves the count: the steps run on."""
         try:
             self.backend.synchronize()
         except Exception:
             self._recount()
+            if self.comm is not None:
+                self.comm.unpair(f"a step of this {type(self).__name__} failed on rank {self.comm.rank}")
             raise
 
     # -- parameters ---------------------------------------------------------------------------------
@@ -301,6 +301,7 @@ class Network(OneThreadAtATime, OptimizerState):
         x, y = self._check_batch(x, y)
         samples = largest = x.shape[-1]
         if self.comm is not None and share:
+            self.comm.check_paired()
             columns, largest = self.comm.share(samples), -(-samples // self.comm.size)  # rank 0's share
             x, y = x[..., columns], None if y is None else y[..., columns]
         shape, checked = (*x.shape[:-2], max(x.shape[-1], 1)), (*x.shape[:-2], max(largest, 1))
@@ -348,8 +349,7 @@ class Network(OneThreadAtATime, OptimizerState):
             raise RuntimeError(f"this {type(self).__name__} is closed: build a new one")
 
     def _check_step(self, schedule, graph=False, solver=None):
-        """The checks of a step: the ``schedule`` (None: ``Sequential()``), ``graph`` and ``solver``; returns the
-        schedule and the solver."""
+        """The checks of a step: ``schedule`` (None: ``Sequential()``), ``graph``, ``solver``; returns the two."""
         schedule = self._check_schedule(schedule)
         solver = self._check_solver(solver)
         if schedule.fused and self.check_finite:

@@ -61,6 +61,22 @@ class DagNet(Network):
 
     def __init__(self, n_input, nodes, cost="quadratic", dtype="float32", seed=0, backend="auto", check_finite=False,
                  comm=None):
+        with reducer.building(comm):  # a rank that refuses an argument leaves none waiting for it in the comparison
+            self._build_graph(n_input, nodes, cost)
+            rng = parameters.generator(seed)
+            super().__init__(dtype, backend, check_finite)
+            xp = self.backend.xp
+            self._params = {}
+            for v in self.order:
+                drawn = self.layer[v].init(rng, [self.n[u] for u in self.inputs[v]])
+                self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
+        self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
+        self.stats = {}
+        self._join(comm)
+
+    def _build_graph(self, n_input, nodes, cost):
+        """The graph of ``nodes`` on ``n_input`` inputs, each part checked as it is built (a ValueError or TypeError
+        says what is wrong): its cost, layers and inputs, order, consumers, widths, output and levels."""
         n_input = check_count("n_input", n_input)
         self.cost = choose("cost", cost, COSTS)
         self.layer, self.inputs = _check_nodes(nodes)
@@ -88,17 +104,6 @@ class DagNet(Network):
         for v in self.order:
             self.level[v] = 1 + max(self.level[u] for u in self.inputs[v])
         self.depth = self.level[self.output]
-        rng = parameters.generator(seed)
-        with reducer.building(comm):
-            super().__init__(dtype, backend, check_finite)
-            xp = self.backend.xp
-            self._params = {}
-            for v in self.order:
-                drawn = self.layer[v].init(rng, [self.n[u] for u in self.inputs[v]])
-                self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
-        self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
-        self.stats = {}
-        self._join(comm)
 
     def __repr__(self):
         comm = "" if self.comm is None else f", comm={self.comm!r}"

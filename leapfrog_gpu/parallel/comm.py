@@ -84,6 +84,7 @@ class Communicator:
             raise ValueError(f"bucket_bytes must be an integer >= 0 (0: one collective per layer); "
                              f"got {bucket_bytes!r}")
         self.bucket_bytes = bucket_bytes
+        self.unpaired = None  # why the ranks' collectives no longer pair up (``unpair``), or None
 
     def __repr__(self):
         return f"{type(self).__name__}(rank {self.rank} of {self.size}, bucket_bytes={self.bucket_bytes})"
@@ -137,6 +138,20 @@ class Communicator:
         os._exit(status)
 
     # -- built on them --------------------------------------------------------------------------------
+
+    def unpair(self, why):
+        """Mark the ranks' collectives as no longer paired: ``why``, a step that failed on this rank's streams, skipped
+        its sums, in which the other ranks wait. The first mark stands."""
+        self.unpaired = self.unpaired or why
+
+    def check_paired(self):
+        """Raise a RuntimeError once ``unpair`` has marked this communicator: a later sum of this rank would pair with
+        the other ranks' sums of the failed step, so no network sums over it again."""
+        if self.unpaired:
+            raise RuntimeError(f"{self.unpaired}, and its sums of the gradients, in which the other ranks wait, "
+                               "never left it: a later step's would pair with theirs, so no network sums over this "
+                               "communicator again; end the job (a rank left waiting gives up after the "
+                               "communicator's timeout) and resume it from its last checkpoint")
 
     def share(self, count):
         """This rank's contiguous share of ``count`` items, as a slice: the first ``count mod size`` ranks

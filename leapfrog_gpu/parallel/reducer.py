@@ -24,11 +24,11 @@ from .comm import Communicator
 def building(comm):
     """A block that runs no collective, before one: a network allocating and drawing its parameters before it joins
     ``comm`` (``attach``), or taking a module's before they are broadcast. With more than one rank, an error one rank
-    meets there (MemoryError, or a ValueError: NumPy's for an array beyond any address space, a parameter refused) is
-    raised on every rank (``Communicator.together``), so that no rank waits in the collective for a rank that
-    failed."""
+    meets there (MemoryError, or a ValueError or TypeError: NumPy's for an array beyond any address space, an argument
+    or a parameter refused) is raised on every rank (``Communicator.together``), so that no rank waits in the
+    collective for a rank that failed."""
     if isinstance(comm, Communicator) and comm.reduces:
-        with comm.together(MemoryError, ValueError):
+        with comm.together(MemoryError, ValueError, TypeError):
             yield
     else:
         yield

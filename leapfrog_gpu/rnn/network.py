@@ -83,14 +83,14 @@ class RNN(Layered):
     def __init__(self, sizes, activation="tanh", cost="quadratic", output="last", dtype="float32", seed=0,
                  backend="auto", output_activation=None, recurrent_norm=RECURRENT_NORM, check_finite=False,
                  comm=None, cell="elman"):
-        self.output = choose("output", output, OUTPUTS)
-        self.cell = choose("cell", cell, CELLS)
-        if cell != "elman" and activation != ACTIVATION:
-            raise ValueError(f"{GATED[cell]} cell has its own activation, {ACTIVATION} (its gates are sigmoids); "
-                             f"got activation={activation!r}: pass activation={ACTIVATION!r}")
-        recurrent_norm = check_real("recurrent_norm", recurrent_norm)
-        rng = parameters.generator(seed)
-        with reducer.building(comm):
+        with reducer.building(comm):  # a rank that refuses an argument leaves none waiting for it in the comparison
+            self.output = choose("output", output, OUTPUTS)
+            self.cell = choose("cell", cell, CELLS)
+            if cell != "elman" and activation != ACTIVATION:
+                raise ValueError(f"{GATED[cell]} cell has its own activation, {ACTIVATION} (its gates are sigmoids); "
+                                 f"got activation={activation!r}: pass activation={ACTIVATION!r}")
+            recurrent_norm = check_real("recurrent_norm", recurrent_norm)
+            rng = parameters.generator(seed)
             super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite, least=3,
                              example="[8, 32, 10]", layers="input, a recurrent layer, output")
             self._draw(rng, self.rows)

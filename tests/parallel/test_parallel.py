@@ -17,7 +17,8 @@ import mpi_cases
 import mpirun
 from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
 from networks import Mirror, arrays, network, network_batch
-from leapfrog_gpu import MLP, RNN, SGD, Adam, Leapfrog, NaumovJacobi, NaumovScan, Sequential, reference
+from leapfrog_gpu import (MLP, RNN, SGD, Adam, DagNet, Dense, ForwardNewton, Leapfrog, NaumovJacobi, NaumovScan,
+                          Sequential, TimeNewton, reference)
 from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.parallel import reducer as data_parallel, comm as parallel
@@ -184,6 +185,55 @@ def test_a_network_one_rank_cannot_hold_is_refused_on_every_rank(name):
     with pytest.raises(MemoryError, match="^rank 1: Unable to allocate 74.5 GiB$") as raised:
         network(name, "numpy", comm=Failed())
     assert raised.value.every_rank
+
+
+@pytest.mark.parametrize("make", [lambda comm: RNN([3, 4, 2], cell="gruu", backend="numpy", comm=comm),
+                                  lambda comm: RNN([3, 4, 2], recurrent_norm="1", backend="numpy", comm=comm),
+                                  lambda comm: DagNet(3, [("a", Dense(4), ["zz"])], backend="numpy", comm=comm),
+                                  lambda comm: DagNet("3", [("a", Dense(4), ["input"])], backend="numpy", comm=comm),
+                                  lambda comm: MLP([3, 0, 2], backend="numpy", comm=comm)],
+                         ids=["RNN cell", "RNN recurrent_norm", "DagNet node", "DagNet n_input", "MLP sizes"])
+def test_an_argument_one_rank_refuses_is_refused_on_every_rank(make):
+    """A rank that refuses its network's arguments says so to the others, which would otherwise wait for it in the
+    comparison of the networks (``reducer.building``): the error is raised on every rank (its ``every_rank``)."""
+    with pytest.raises((ValueError, TypeError)) as raised:
+        make(Mirror())
+    assert raised.value.every_rank
+
+
+@pytest.mark.parametrize("network_name", ["DagNet", "RNN"])
+def test_a_step_that_failed_on_one_rank_ends_its_sums(network_name):
+    """A strict solver that fails on this rank's share raises here, its step's sums never issued, which the other
+    ranks wait in: a later step's sums would pair with theirs (another step's gradients, summed without a word), so
+    every later summed pass over the communicator is refused; a step ``check_finite`` refuses, on the summed
+    gradients and so on every rank alike, leaves the ranks paired. One process goes on after either."""
+    def solver():
+        return (ForwardNewton if network_name == "DagNet" else TimeNewton)(tol=1e-10, strict=True)
+
+    for comm in (Mirror(), None):
+        with network(network_name, "numpy", dtype="float64", comm=comm, check_finite=True) as net:
+            x, y = network_batch(network_name, 4, dtype=np.float64)
+            huge = x.copy()
+            huge[..., 0] = np.finfo(np.float64).max  # in rank 0's share
+            drawn = net.parameters()
+            net.set_parameters({unit: {name: np.full_like(array, 1e300) for name, array in named.items()}
+                                for unit, named in drawn.items()})
+            net.train_step(x, y, SGD(0.1))
+            with pytest.raises(FloatingPointError, match="update refused"):
+                net.synchronize()
+            net.set_parameters(drawn)
+            net.train_step(huge, y, SGD(0.1), solver=solver())
+            with pytest.raises(RuntimeError, match="stopped after"):
+                net.synchronize()
+            if comm is None:
+                net.train_step(x, y, SGD(0.1))
+                continue
+            message = (f"^a step of this {network_name} failed on rank 0, and its sums of the gradients, in which "
+                       "the other ranks wait, never left it: a later step's would pair with theirs")
+            with pytest.raises(RuntimeError, match=message):
+                net.train_step(x, y, SGD(0.1))
+            with pytest.raises(RuntimeError, match=message):
+                net.gradients(x, y)
 
 
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(1), Leapfrog(3), NaumovScan(k=2), NaumovJacobi(k=2)],

@@ -14,12 +14,11 @@ backward-pass speed-up. Every ratio in a table is a speed-up, the baseline's tim
 gets its floor column as one.
 """
 
-import argparse
 import json
 
 from bench_timeline import stamping
 from leapfrog_gpu.tools.bench.runner import noisy
-from leapfrog_gpu.tools.cli import read_or_refuse
+from leapfrog_gpu.tools.cli import Parser, read_or_refuse
 from markdown_cells import label, number, percent, ratio, spread
 from verdicts import verdicts
 
@@ -93,11 +92,9 @@ def runs(path):
         return found
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
-    labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
-    path = parser.parse_args().path
+def read_runs(parser, path):
+    """``runs(path)``, or ``parser.error``'s one line where the file cannot be read or holds anything but runs of
+    ``leapfrog-bench``'s MLP."""
     found = read_or_refuse(parser, path, runs, "a file leapfrog-bench --json or --jsonl wrote")
     for run, records in found or [({}, None)]:
         if not isinstance(run, dict) or "command" not in run or not isinstance(records, list):
@@ -109,6 +106,14 @@ def main():
         if "--model rnn" in run["command"]:
             parser.error(f"{path} holds a run of leapfrog-bench --model rnn, whose table leapfrog-bench prints itself "
                          "(--quiet: at the end); this script renders the MLP's")
+    return found
+
+
+def main():
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
+    labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
+    for run, records in read_runs(parser, parser.parse_args().path):
         machine = ", ".join(labels.get(key, "{}").format(value) for key, value in run["machine"].items())
         print(f"Command: `{run['command']}`. Date: {run['date'][:10]}. Machine: {machine}.\n")
         print(table(records))

@@ -6,9 +6,11 @@ different times meet different loads on a shared machine).
     python profiling/parallel_table.py profiling/results/bench_cpu_parallel_*.json
 """
 
-import argparse
 import json
 import statistics
+from pathlib import Path
+
+from leapfrog_gpu.tools.cli import Parser, read_or_refuse
 
 KEY = ("N", "L", "B", "P", "schedule", "k", "bucket_mb", "blas_threads")
 COLUMNS = {  # heading: how to read the value from a record
@@ -48,12 +50,18 @@ def table(runs):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("json", nargs="+", help="files written by parallel_bench.py --json")
     runs = []
     for path in parser.parse_args().json:
-        with open(path, encoding="utf-8") as file:
-            runs.append(json.load(file))
+        run = read_or_refuse(parser, path, lambda name: json.loads(Path(name).read_text(encoding="utf-8")),
+                             "a file parallel_bench.py --json wrote")
+        records = run.get("records") if isinstance(run, dict) else None
+        if not (isinstance(records, list) and records and {"command", "date"} <= set(run) and all(
+                isinstance(r, dict) and {*KEY, "step_ms", "one_ms"} <= set(r) for r in records)):
+            parser.error(f"{path} holds no run of parallel_bench.py (a command, a date and records, each with "
+                         f"{', '.join(KEY)}, step_ms and one_ms)")
+        runs.append(run)
     print(f"{len(runs)} runs: `{runs[0]['command']}`, {runs[0]['date'][:10]}\n")
     print(table(runs))
 

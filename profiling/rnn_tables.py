@@ -5,11 +5,13 @@ same steps on a GPU, modelled (a model, not a measurement).
     python profiling/rnn_tables.py RESULTS.json --round-us 10 --tflops 50
 
 The measured table gives, per (N, tau, B), BPTT's step and every step's speed-up over it (BPTT's median
-over the row's, > 1: faster; "—" where the run skipped or refused the step).
+over the row's, > 1: faster; "—" where the run skipped or refused the step), PyTorch's as the run named them
+(``torch nn.GRU 2t``: a GRU's at two threads).
 
 In the model a step's time is its dependent rounds at ``--round-us`` each (a launch that waits for the one
 before) plus its flops at ``--tflops`` (the forward pass and the backward chain, as the bench counts
-them, and the weight gradients, ``rnn.schedules.gradient_flops``, which every schedule does alike). The
+them, and the weight gradients of the run's cell, ``rnn.schedules.gradient_flops``, which every schedule does
+alike). The
 rounds and flops are the CPU run's: a step parallel in time takes the same Newton iterations on any
 device, up to rounding; its scans ran by the host's algorithm (``scan="auto"``: cyclic reduction for
 full Jacobians), whose rounds a GPU's ``auto`` (doubling) would about halve and whose flops it would
@@ -18,24 +20,24 @@ are a few microseconds of flops at this rate. PyTorch's step on a GPU runs cuDNN
 not modelled.
 """
 
-import argparse
 import json
 from collections import defaultdict
+from pathlib import Path
 
 from leapfrog_gpu.rnn.schedules import gradient_flops
+from leapfrog_gpu.tools.cli import Parser, number, read_or_refuse
 from markdown_cells import ratio
 
-MEASURED = ("step bptt", "step leapfrog", "step timescan", "step timescan+newton", "step timescan+quasi-newton",
-            "step torch nn.RNN")
-"""The rows of the measured table, BPTT's first."""
+MEASURED = ("step bptt", "step leapfrog", "step timescan", "step timescan+newton", "step timescan+quasi-newton")
+"""Our rows of the measured table, BPTT's first; PyTorch's (``step torch ...``) follow them."""
 MODELLED = ("step bptt", "step timescan", "step timescan+newton", "step timescan+quasi-newton")
 """The rows modelled, BPTT's first."""
 
 
 def modelled_s(row, round_s, flops_per_s):
     """Seconds of ``row`` (a step's row of the bench's JSON, with ``rounds`` and ``flops``) on the model."""
-    sizes = [row["N"]] * row["L"]
-    gradients = gradient_flops(sizes, row["tau"], row["B"], outputs=row["tau"])
+    sizes = [row.get("inputs", row["N"])] + [row["N"]] * (row["L"] - 1)
+    gradients = gradient_flops(sizes, row["tau"], row["B"], outputs=row["tau"], cell=row.get("cell", "elman"))
     return row["rounds"] * round_s + (row["flops"] + gradients) / flops_per_s
 
 
@@ -55,11 +57,12 @@ def head(names, first):
 
 def measured(rows):
     """Markdown lines: per (N, tau, B), BPTT's step (median ms) and every step's speed-up over it."""
-    lines = head(MEASURED, "BPTT ms")
-    for (N, tau, B), steps in sorted(by_size(rows, MEASURED).items()):
+    names = [*MEASURED, *dict.fromkeys(row["schedule"] for row in rows if row["schedule"].startswith("step torch "))]
+    lines = head(names, "BPTT ms")
+    for (N, tau, B), steps in sorted(by_size(rows, names).items()):
         base = steps[MEASURED[0]]["median_s"]
         cells = [ratio(base / steps[name]["median_s"]) if "median_s" in steps.get(name, {}) else "—"
-                 for name in MEASURED[1:]]
+                 for name in names[1:]]
         lines.append(f"| {N} | {tau} | {B} | {base * 1e3:.2f} | " + " | ".join(cells) + " |")
     return lines
 
@@ -77,13 +80,25 @@ def table(rows, round_s, flops_per_s):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="the JSON file profiling/rnn_bench.py wrote")
-    parser.add_argument("--round-us", type=float, default=5.0, help="microseconds a dependent round takes (default 5)")
-    parser.add_argument("--tflops", type=float, default=20.0, help="TFLOP/s of the products (default 20)")
+    parser.add_argument("--round-us", type=number(0), default=5.0,
+                        help="microseconds a dependent round takes (default 5)")
+    parser.add_argument("--tflops", type=number(0, strict=True), default=20.0,
+                        help="TFLOP/s of the products (default 20)")
     args = parser.parse_args(argv)
-    with open(args.results) as file:
-        rows = json.load(file)["rows"]
+    found = read_or_refuse(parser, args.results, lambda name: json.loads(Path(name).read_text(encoding="utf-8")),
+                           "a file profiling/rnn_bench.py wrote")
+    rows = found.get("rows") if isinstance(found, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) and {"N", "tau", "B", "L", "schedule"} <= set(row)
+                                             for row in rows):
+        parser.error(f"{args.results} holds no rows of profiling/rnn_bench.py (each with N, tau, B, L and schedule)")
+    timed = {size for size, steps in by_size(rows, MEASURED[:1]).items() if "median_s" in steps[MEASURED[0]]}
+    untimed = sorted({(row["N"], row["tau"], row["B"]) for row in rows} - timed)
+    if not timed or untimed:
+        where = " at N={} tau={} B={}".format(*untimed[0]) if untimed else ""
+        parser.error(f"{args.results} holds no timed step bptt{where}, the tables' baseline (profiling/rnn_bench.py "
+                     "--time step times it)")
     print("Measured: BPTT's step (median ms) and each step's speed-up over it (> 1: faster).\n")
     print("\n".join(measured(rows)))
     print(f"\nModelled: {args.round_us:g} µs per dependent round, {args.tflops:g} TFLOP/s; speed-up over BPTT's "

@@ -6,9 +6,8 @@ optimizer's best own step against torch.optim's (``--optimizer``); each ratio wi
     python profiling/verdicts.py profiling/results/device_check_.../bench.jsonl
 """
 
-import argparse
-
 from leapfrog_gpu.tools.bench.mlp import label
+from leapfrog_gpu.tools.cli import Parser
 
 
 def verdicts(command, records):
@@ -117,11 +116,11 @@ def optimizer_verdicts(records):
 
 
 def main():
-    from bench_table import runs
+    from bench_table import read_runs
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
-    run, records = runs(parser.parse_args().path)[-1]
+    run, records = read_runs(parser, parser.parse_args().path)[-1]
     judged = verdicts(run["command"], records)
     if judged:
         print(judged)

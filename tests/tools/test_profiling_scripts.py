@@ -818,29 +818,54 @@ def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_
     assert list(wheels.iterdir()) == [wheels / "kept.whl"]
 
 
-@pytest.mark.parametrize("script", ["bench_table.py", "plot_metrics.py"])
+@pytest.mark.parametrize("script", ["bench_table.py", "plot_metrics.py", "verdicts.py", "parallel_table.py",
+                                    "rnn_tables.py"])
 @pytest.mark.parametrize("name, text, words", [
     ("missing.json", None, "cannot read missing.json (No such file or directory)"),
     ("garbage.jsonl", "{x\n", "garbage.jsonl is not a file "),
-    ("empty.jsonl", "", "empty.jsonl holds no "),
+    ("empty.jsonl", "", {"parallel_table.py": "empty.jsonl is not a file parallel_bench.py --json wrote",
+                         "rnn_tables.py": "empty.jsonl is not a file profiling/rnn_bench.py wrote",
+                         None: "empty.jsonl holds no "}),
     ("other.json", '{"command": "python profiling/dag_bench.py", "records": [{"D": 4}]}',
      {"bench_table.py": "holds records of another benchmark than leapfrog-bench's MLP",
-      "plot_metrics.py": "other.json holds no leapfrog-train --metrics lines"}),
+      "verdicts.py": "holds records of another benchmark than leapfrog-bench's MLP",
+      "plot_metrics.py": "other.json holds no leapfrog-train --metrics lines",
+      "parallel_table.py": "other.json holds no run of parallel_bench.py (a command, a date and records, each with ",
+      "rnn_tables.py": "other.json holds no rows of profiling/rnn_bench.py (each with N, tau, B, L and schedule)"}),
+    ("dag.json", (PROFILING / "results" / "dag_bench_cpu_2026-12-01.json").read_text(),
+     {"rnn_tables.py": "dag.json holds no rows of profiling/rnn_bench.py", None: "dag.json holds no ",
+      "plot_metrics.py": "dag.json is not a file of leapfrog-train --metrics lines"}),
     ("list.json", "[1, 2]", "list.json holds no "),
     ("number.jsonl", "42\n", "number.jsonl holds no "),
 ])
 def test_a_file_a_script_cannot_read_is_refused_in_one_line(tmp_path, script, name, text, words):
     """A file missing, not JSON, empty, or of another benchmark: one line and exit status 2, not a traceback (nor, for
-    an empty file, nothing at all)."""
+    an empty file or another benchmark's, nothing at all or empty tables)."""
     if text is not None:
         (tmp_path / name).write_text(text)
-    args = [name] if script == "bench_table.py" else [name, "-o", "curves.png"]
+    args = [name, "-o", "curves.png"] if script == "plot_metrics.py" else [name]
     done = subprocess.run([sys.executable, str(PROFILING / script), *args], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
-    words = words[script] if isinstance(words, dict) else words
-    assert done.returncode == 2 and "Traceback" not in done.stderr and words in done.stderr.splitlines()[-1], \
-        done.stderr
+    words = words.get(script, words.get(None)) if isinstance(words, dict) else words
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
     assert not (tmp_path / "curves.png").exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--tflops", "0"], "argument --tflops: must be a finite number > 0; got '0'"),
+    (["--tflops", "inf"], "argument --tflops: must be a finite number > 0; got 'inf'"),
+    (["--round-us", "-5"], "argument --round-us: must be a finite number >= 0; got '-5'"),
+    (["--round-us", "nan"], "argument --round-us: must be a finite number >= 0; got 'nan'"),
+    ([], "rnn_bench_cpu_2026-12-01.json holds no timed step bptt at N=8 tau=16 B=1, the tables' baseline "),
+])
+def test_rnn_tables_refuses_a_model_it_cannot_make_in_one_line(args, line):
+    """A rate of 0 TFLOP/s (a division by zero) or a negative round (negative times), or a file of backward passes
+    alone (the 2026-12-01 grid's), whose tables would be empty: one line, exit status 2."""
+    path = "rnn_bench_cpu_2026-12-01.json" if not args else "rnn_bench_cpu_2026-12-03.json"
+    done = subprocess.run([sys.executable, str(PROFILING / "rnn_tables.py"), path, *args], capture_output=True,
+                          text=True, timeout=120, cwd=PROFILING / "results")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and line in done.stderr and not done.stdout, \
+        done.stderr
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks the refusal where no CUDA device is usable")

@@ -195,6 +195,29 @@ def test_the_tables_give_the_measured_steps_and_a_gpu_model_of_rounds_and_flops(
     assert "| 2 | 3 | 1 | 2.00 | — | — | 0.50× | 2.00× | 0.25× |" in lines
 
 
+def test_the_model_of_a_gru_counts_its_gates_and_its_inputs_and_the_table_its_torch_rows(tmp_path):
+    """profiling/rnn_tables.py on a GRU's rows (``rnn_bench.py --deer``'s): N = 2 on n_1 = 3 inputs, L = 4, tau = 3,
+    B = 1, whose weight gradients take 3 gates' products and b_hn's sums, 3·(2·2·3·3 + 2·2·2·2 + 2·3) + 2·3 + 3·(2·2·2·3
+    + 2·2·2·2 + 2·3) + 2·3 + 2·2·2·3 + 2·3 = 354 flops (an Elman cell's on [2] * 4: 122); PyTorch's rows as the run
+    named them."""
+    row = {"N": 2, "L": 4, "tau": 3, "B": 1, "cell": "gru", "inputs": 3}
+    rows = [{**row, "schedule": "step bptt", "rounds": 12, "flops": 100, "median_s": 0.002},
+            {**row, "schedule": "step timescan+newton", "rounds": 4, "flops": 500, "median_s": 0.004},
+            {**row, "schedule": "step torch nn.GRU 1t", "median_s": 0.008},
+            {**row, "schedule": "step torch nn.GRU 2t", "median_s": 0.001}]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"rows": rows}))
+    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_tables.py"), str(path), "--round-us", "1e6",
+                           "--tflops", "1e-12"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    bptt, newton = 12 + 100 + 354, 4 + 500 + 354
+    lines = done.stdout.splitlines()
+    assert lines[-1] == f"| 2 | 3 | 1 | {bptt * 1e3:.2f} ms | — | {bptt / newton:.2f}× | — |"
+    assert "| N | τ | B | BPTT ms | leapfrog | timescan | timescan+newton | timescan+quasi-newton | torch nn.GRU 1t | " \
+           "torch nn.GRU 2t |" in lines
+    assert "| 2 | 3 | 1 | 2.00 | — | — | 0.50× | — | 0.25× | 2.00× |" in lines
+
+
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_a_gated_cell_is_timed_beside_its_torch_module_at_each_number_of_threads(cell):
     torch = pytest.importorskip("torch", reason=f"the PyTorch anchor needs torch ({INSTALL})")

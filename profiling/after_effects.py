@@ -12,8 +12,6 @@ by ``torch.optim``'s fused update at as many threads (``torch``: the bench's anc
 times each repeat right after an untimed one of its own (docs/performance.md).
 """
 
-import argparse
-import json
 import sys
 import time
 
@@ -22,6 +20,7 @@ import numpy as np
 from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
 from leapfrog_gpu.backends import timing
 from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path
 
 OURS = {"leapfrog+fused k=1 graph": (Leapfrog(1, fused=True), True),
         "sequential+fused": (Sequential(fused=True), False),
@@ -30,7 +29,7 @@ OURS = {"leapfrog+fused k=1 graph": (Leapfrog(1, fused=True), True),
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python profiling/after_effects.py", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python profiling/after_effects.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=1024, help="N, every layer's width (default 1024)")
     p.add_argument("--layers", type=int, default=16, help="L, the layers (default 16)")
     p.add_argument("--batch", type=int, default=64, help="B (default 64)")
@@ -40,11 +39,13 @@ def main(argv=None):
                    default="ours leapfrog+fused k=1 graph",
                    help="the step timed: one of ours, or PyTorch's (default %(default)s)")
     p.add_argument("--rounds", type=int, default=25, help="rounds of every step before it (default 25)")
-    p.add_argument("--json", help="write the medians here")
+    p.add_argument("--json", type=path, metavar="FILE", help="write the medians to FILE")
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
     if min(args.size, args.layers - 1, args.batch, args.threads, args.rounds) < 1:
         p.error("--size, --batch, --threads and --rounds must be >= 1, --layers >= 2")
+    if args.json and (why := output_refusal("--json", args.json)):
+        p.error(why)
     sizes = [args.size] * args.layers
     x, y = measure.host_batch(sizes, args.batch, "float32")
     optimizer = measure.OPTIMIZERS[args.optimizer]
@@ -82,8 +83,7 @@ def main(argv=None):
         record = {**runner.header("python profiling/after_effects.py " + " ".join(argv), "numpy"),
                   "timed": args.timed, "N": args.size, "L": args.layers, "B": args.batch,
                   "optimizer": args.optimizer, "threads": args.threads, "rounds": args.rounds, "ms_after": stats}
-        with open(args.json, "w") as out:
-            json.dump(record, out, indent=1)
+        runner.write_json(args.json, record)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.measure import ETA, configurations
 from leapfrog_gpu.tools.bench.mlp import DEFAULT_SCHEDULES
 from leapfrog_gpu.tools.bench.mlp import label
-from leapfrog_gpu.tools.cli import Parser, fitted, integers
+from leapfrog_gpu.tools.cli import Parser, fitted, integers, output_refusal, path
 from leapfrog_gpu.tools.schedules import make_schedule, names_type
 from card import refuse_without_gpu
 
@@ -219,21 +219,24 @@ def parser():
                    help="schedules by name; sequential is always counted")
     p.add_argument("--activation", default="sigmoid", help="(default sigmoid)")
     p.add_argument("--fused", action="store_true", help="every schedule fuses the SGD update into (7)")
-    p.add_argument("--json", metavar="FILE", help="write the counts to FILE, under \"call_counts\"")
+    p.add_argument("--json", type=path, metavar="FILE", help="write the counts to FILE, under \"call_counts\"")
     return p
 
 
 def main(argv=None):
-    """Count, print the table (within 100 columns), write ``--json``; the exit status (2: no usable CuPy)."""
+    """Count, print the table (within 100 columns), write ``--json``; the exit status (2: a ``--json`` that cannot be
+    written, or no usable CuPy)."""
     p = parser()
     args = p.parse_args(argv)
+    if args.json and (why := output_refusal("--json", args.json)):
+        p.error(why)
     refuse_without_gpu(p, "counting the calls into CuPy", "or the CuPy stand-in: PYTHONPATH=tests/harness/standin:"
                        "tests/harness python profiling/call_count.py ...")
     counts = measure(args)
     print("\n".join(fitted(line) for line in table(counts).splitlines()))
     if args.json:
-        runner.write_json(args.json, {"command": " ".join(["python profiling/call_count.py", *(argv or sys.argv[1:])]),
-                                      "machine": runner.machine("cupy"), "call_counts": counts})
+        command = " ".join(["python profiling/call_count.py", *(argv or sys.argv[1:])])
+        runner.write_json(args.json, {**runner.header(command, "cupy"), "call_counts": counts})
     return 0
 
 

@@ -33,22 +33,27 @@ import time
 
 import numpy as np
 
+from leapfrog_gpu.tools.bench import runner
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path
+
 SIDES = ("ours", "scipy", "torch", "pools-mixed", "pools-one", "beside")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=1024, help="N, the width of every layer (default 1024)")
     p.add_argument("--layers", type=int, default=16, help="L: L - 1 weight matrices (default 16)")
     p.add_argument("--batch", default="1,64", help="batch sizes B, comma-separated (default 1,64)")
     p.add_argument("--threads", type=int, default=2, help="BLAS threads, and PyTorch's (default 2)")
     p.add_argument("--repeats", type=int, default=10, help="timed sweeps per round (default 10)")
     p.add_argument("--rounds", type=int, default=3, help="turns of each side (default 3)")
-    p.add_argument("--json", metavar="FILE", help="write the medians to FILE")
+    p.add_argument("--json", type=path, metavar="FILE", help="write the medians to FILE")
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # one side's process
     args = p.parse_args(argv)
     if args.size < 1 or args.layers < 2 or args.threads < 1 or args.repeats < 1 or args.rounds < 1:
         p.error("--size, --threads, --repeats and --rounds must be >= 1, --layers >= 2")
+    if args.json and (why := output_refusal("--json", args.json)):
+        p.error(why)
     try:
         batches = [int(b) for b in args.batch.split(",")]
     except ValueError:
@@ -74,10 +79,8 @@ def main(argv=None):
               "; ".join(f"{side} " + ", ".join(f"{name} {ms:.3f}" for name, ms in ops.items())
                         for side, ops in sides.items()))
     if args.json:
-        with open(args.json, "w") as f:
-            command = " ".join(_options(args) + ["--rounds", str(args.rounds)])
-            json.dump({"command": f"python profiling/cpu_gemms.py {command}",
-                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ms": medians}, f, indent=1)
+        command = " ".join(["python profiling/cpu_gemms.py", *_options(args), "--rounds", str(args.rounds)])
+        runner.write_json(args.json, {**runner.header(command, "numpy"), "ms": medians})
     return 0
 
 

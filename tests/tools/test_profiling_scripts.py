@@ -631,6 +631,7 @@ def test_cpu_gemms_times_every_product_of_each_side(tmp_path):
     assert done.returncode == 0, done.stderr
     record = json.loads(path.read_text())
     assert record["command"].startswith("python profiling/cpu_gemms.py --size 24") and "--rounds 1" in record["command"]
+    assert record["date"].endswith("+00:00") and record["machine"]["cores"] == os.cpu_count()  # docs/performance.md
     assert set(record["ms"]) == {"1", "3"}
     for sides in record["ms"].values():
         assert {side: set(ops) for side, ops in sides.items()} == {
@@ -944,6 +945,32 @@ def test_a_grid_script_refuses_a_json_it_cannot_write_before_measuring(tmp_path,
                      "--warmup", "0", "--json", name])
     out, err = capsys.readouterr()
     assert done.value.code == 2 and err == f"{module.PROG}: error: {line}\n" and out == "", err
+    assert [p.name for p in tmp_path.iterdir()] == ["adir"] and not any((tmp_path / "adir").iterdir())
+
+
+SMALL = {"after_effects.py": ["--size", "8", "--layers", "3", "--batch", "1", "--threads", "1", "--rounds", "1"],
+         "call_count.py": ["--sizes", "4", "--layers", "3", "--batch", "1", "--k", "2"],
+         "cpu_gemms.py": ["--size", "8", "--layers", "3", "--batch", "1", "--threads", "1", "--repeats", "1",
+                          "--rounds", "1"]}
+"""Options of a short run of each script that writes ``--json``."""
+
+
+@pytest.mark.parametrize("script", SMALL)
+@pytest.mark.parametrize("name, line", [("adir", "--json adir: it is a folder; give a file's name"),
+                                        ("gone/r.json", "--json gone/r.json: the folder {tmp}/gone does not exist"),
+                                        ("", "argument --json: must name a file or a folder; got ''")])
+def test_a_script_refuses_a_json_it_cannot_write_before_measuring(tmp_path, script, name, line):
+    """A folder, a file in a missing folder or an empty name as ``--json``: one line, exit status 2, before anything is
+    measured (not a traceback once it is, the measurement lost); call_count.py on the CuPy stand-in, where it would
+    count."""
+    (tmp_path / "adir").mkdir()
+    harness = PROFILING.parent / "tests" / "harness"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(harness / "standin"), str(harness),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(PROFILING / script), *SMALL[script], "--json", name], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, env=env if script == "call_count.py" else None)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert done.stderr.endswith(f": error: {line.format(tmp=tmp_path)}\n"), done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["adir"] and not any((tmp_path / "adir").iterdir())
 
 

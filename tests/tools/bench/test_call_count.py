@@ -130,7 +130,10 @@ def test_the_script_prints_a_table_within_100_columns_and_writes_the_counts(stan
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("host calls per eager step"))
     assert max(map(len, lines[start:])) <= 100
-    counts = json.loads(path.read_text())["call_counts"]
+    written = json.loads(path.read_text())
+    assert written["command"].startswith("python profiling/call_count.py --sizes 4") and written["date"].endswith(
+        "+00:00") and written["machine"]["device"]  # the header docs/performance.md promises
+    counts = written["call_counts"]
     assert [(r["schedule"], r["k"]) for r in counts] == [("sequential", 0), ("leapfrog", 2)]
     leapfrog = counts[1]
     assert {kind: leapfrog[kind] for kind in call_count.KINDS} == vars(expected(4, Leapfrog(2)))

@@ -967,8 +967,9 @@ def test_a_script_refuses_a_json_it_cannot_write_before_measuring(tmp_path, scri
     harness = PROFILING.parent / "tests" / "harness"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(harness / "standin"), str(harness),
                                                         os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(PROFILING / script), *SMALL[script], "--json", name], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path, env=env if script == "call_count.py" else None)
+    done = subprocess.run([sys.executable, str(PROFILING / script), *SMALL[script], "--json", name],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=env if script == "call_count.py" else None)
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stdout + done.stderr
     assert done.stderr.endswith(f": error: {line.format(tmp=tmp_path)}\n"), done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["adir"] and not any((tmp_path / "adir").iterdir())

@@ -487,7 +487,8 @@ def test_more_threads_than_openblas_runs_are_refused():
     """OpenBLAS cuts a thread count above its build's MAX_THREADS to that, without a word: a backend, a tuning or a
     command given more says so (a bench's rows and records said the count given, which never ran)."""
     most = host_blas.most_threads()
-    assert most >= 1
+    if most is None:
+        pytest.skip("no scipy-openblas32: no MAX_THREADS to read")
     with threadpoolctl.threadpool_limits(most + 1, user_api="blas"):
         assert host_blas.threads() == most  # what MAX_THREADS means: more run as that many
     changes = blas_limits.changes()

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from leapfrog_gpu import SGD, Adam, AdamW
-from leapfrog_gpu.backends import host_blas
 from leapfrog_gpu.tools.bench import command as bench, rnn as bench_rnn
 from leapfrog_gpu.tools.schedules import make_solver, schedule_names
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -139,8 +138,6 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
     (["--plot", "r.png"], "unrecognized arguments: --plot r.png"),
     (["--torch-threads", "1,1"], "argument --torch-threads: give each thread count once; got '1,1', with 1 twice"),
     (["--tau", "4,2,4"], "argument --tau: give each sequence length once; got '4,2,4', with 4 twice"),
-    (["--blas-threads", str(host_blas.most_threads() + 1)], f"argument --blas-threads: {host_blas.most_threads() + 1} "
-                                                            "is more threads than this OpenBLAS runs"),
 ])
 def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
     """After the options of a run of a second, which a bad option taken would be."""

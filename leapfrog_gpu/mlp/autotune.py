@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from ..core.calibrate import KS, REPEATS, WARMUP, blas_limit, candidates, choose, chosen, measure, pick
 from ..backends import host_blas
+from ..core.calibrate import KS, REPEATS, WARMUP, blas_limit, candidates, choose, chosen, measure, pick
 from ..core.checks import check_count
 
 __all__ = ["KS", "REPEATS", "WARMUP", "Tuning", "blas_limit", "blas_settings", "candidates", "choose", "chosen",
@@ -73,4 +73,5 @@ def blas_settings(backend, blas_threads=None):
     if not isinstance(blas_threads, (list, tuple)) or not blas_threads:
         raise TypeError(f"blas_threads must be None or a list of thread counts, each an integer >= 1; got "
                         f"{blas_threads!r}")
-    return [host_blas.check_threads(check_count("blas_threads", threads), f"blas_threads {threads}") for threads in blas_threads]
+    return [host_blas.check_threads(check_count("blas_threads", threads), f"blas_threads {threads}")
+            for threads in blas_threads]

@@ -304,8 +304,9 @@ def unreadable_mlp(torch):
         (nn.Sequential(nn.Linear(3, 2), nn.Tanh(), nn.Tanh()), ValueError, "module[2] (Tanh) must follow a Linear"),
         (nn.Sequential(), ValueError, "the module holds no Linear layer: from_torch needs at least one"),
         (nn.Sequential(nn.Identity()), ValueError, "the module holds no Linear layer"),
-        (Residual(nn.Linear(3, 3), nn.Tanh()), TypeError, "got Residual, a subclass of torch.nn.Sequential whose "
-                                                          "forward from_torch would not read; DagNet.from_torch traces"),
+        (Residual(nn.Linear(3, 3), nn.Tanh()), TypeError,
+         "got Residual, a subclass of torch.nn.Sequential whose forward from_torch would not read; DagNet.from_torch "
+         "traces"),
         (nn.Sequential(Doubled(3, 4), nn.Tanh(), nn.Linear(4, 2)), TypeError, "module[0] is a Doubled, a subclass of "
                                                                               "torch.nn.Linear whose forward"),
         (nn.Sequential(nn.Linear(3, 4), Halved(), nn.Linear(4, 2)), TypeError, "module[1] is a Halved, a subclass of "

@@ -951,9 +951,9 @@ def test_more_blas_threads_than_openblas_runs_are_refused_in_one_line(capsys):
     if most is None:
         pytest.skip("no scipy-openblas32: no MAX_THREADS to read")
     assert cli("--blas-threads", most + 1) == 2
-    assert one_error_line(capsys) == (f"leapfrog-train: error: argument --blas-threads: {most + 1} is more threads than "
-                                      f"this OpenBLAS runs (at most {most}, its build's MAX_THREADS: it would run "
-                                      f"{most}); give at most {most}")
+    assert one_error_line(capsys) == (f"leapfrog-train: error: argument --blas-threads: {most + 1} is more threads "
+                                      f"than this OpenBLAS runs (at most {most}, its build's MAX_THREADS: it would "
+                                      f"run {most}); give at most {most}")
 
 
 def test_seeds_and_epochs_take_any_integer():

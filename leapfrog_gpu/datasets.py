@@ -19,7 +19,9 @@ sequences ``x`` (tau, n_1, N) and ``y`` (n_L, N) or (tau, n_L, N). ``leapfrog-tr
 """
 
 import dataclasses
+import functools
 import gzip
+import hashlib
 import importlib.util
 import math
 import zipfile
@@ -65,6 +67,16 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
     classes: int | None
+
+    @functools.cached_property
+    def digest(self):
+        """The SHA-256 of the training set (its arrays' dtype, shape and bytes), in hex: what a checkpoint keeps so
+        that a run resumes on the data it was trained on."""
+        digest = hashlib.sha256()
+        for array in (self.x_train, self.y_train):
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).data)
+        return digest.hexdigest()
 
     @property
     def inputs(self):

@@ -64,36 +64,37 @@ def main(argv=None):
         with comm.together(UsageError):
             if refused:
                 raise refused
-        return _train(given, comm)
+        return _train(given, comm, made)
     except KeyboardInterrupt:
         if comm.size > 1:
             if comm.rank > 0:
                 time.sleep(PEERS_INTERRUPTED)
-            return _fail(comm, "interrupted (SIGINT)", 130, quiet=True)
+            return _fail(comm, "interrupted (SIGINT)", 130, made, quiet=True)
         # while loading or setting up: training keeps Ctrl-C to itself (``Training.run``)
         print(f"{PROG}: interrupted before the first step; nothing was written", file=sys.stderr)
         return 130
     except (*SETUP_ERRORS, Refused) as error:
-        return _fail(comm, error, 2)
+        return _fail(comm, error, 2, made)
     except Stopped as error:
-        return _fail(comm, error, 3)
+        return _fail(comm, error, 3, made)
     except Unwritten as error:
-        return _fail(comm, error, UNWRITTEN)
+        return _fail(comm, error, UNWRITTEN, made)
     except Exception as error:
         if line := too_large(error):
-            return _fail(comm, Refused(line, every_rank=getattr(error, "every_rank", False)), 2)
+            return _fail(comm, Refused(line, every_rank=getattr(error, "every_rank", False)), 2, made)
         if comm.size == 1:
             raise
         traceback.print_exc()
-        return _fail(comm, f"{type(error).__name__}: {error}", 1)
+        return _fail(comm, f"{type(error).__name__}: {error}", 1, made)
     finally:
         _remove_empty(made)
 
 
-def _fail(comm, error, status, quiet=False):
+def _fail(comm, error, status, made=(), quiet=False):
     """Report ``error`` on stderr and return ``status``. Under mpiexec rank 0 alone reports an error that every rank
     met (``Communicator.together``); an error of one rank is reported by that rank, which then ends every rank with
-    ``status`` (``quiet``: without MPI's own line about it)."""
+    ``status`` (``quiet``: without MPI's own line about it), the folders it ``made`` that are still empty removed
+    first, as the abort leaves no ``finally`` to run."""
     if comm.size == 1:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     elif getattr(error, "every_rank", False):
@@ -101,6 +102,7 @@ def _fail(comm, error, status, quiet=False):
             print(f"{PROG}: error: {error}", file=sys.stderr)
     else:
         print(f"{PROG}: error: rank {comm.rank} of {comm.size}: {error}; stopping every rank", file=sys.stderr)
+        _remove_empty(made)
         comm.abort(status, quiet)
     return status
 
@@ -109,7 +111,7 @@ class StoppedEveryRank(Exception):
     """Ctrl-C under mpiexec, said by rank 0: every rank ends at once, with exit status 130."""
 
 
-def _train(given, comm):
+def _train(given, comm, made):
     saved = arrays = state = None
     directory = given.get("checkpoint_dir")
     with comm.together(*SETUP_ERRORS, MemoryError):  # rank 0's checkpoint is every rank's
@@ -140,6 +142,10 @@ def _train(given, comm):
                              "--skip, or use --model mlp")
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         if saved is not None:
+            if state.get("data", dataset.digest) != dataset.digest:  # (checkpoints before it hold no digest)
+                raise checkpoint.CheckpointError(f"the checkpoint was trained on other data than {dataset.name}'s here "
+                                                 "(its training set's SHA-256 differs): resume it on the data it was "
+                                                 "trained on (--data, --data-dir)")
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}: "
                                                  "resume it on the data it was trained on (--data, --data-dir)")
@@ -180,6 +186,7 @@ def _train(given, comm):
             try:
                 return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
             except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
+                _remove_empty(made)  # before a checkpoint: the folders this run made, as one process leaves none
                 comm.abort(130, quiet=True)
 
 

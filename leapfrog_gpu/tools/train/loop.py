@@ -90,7 +90,7 @@ class Training:
 
     def __init__(self, config, dataset, net, report, state=None):
         self.config, self.data, self.net, self.report = config, dataset, net, report
-        self.sizes = models.sizes(config, dataset)
+        self.sizes, self.digest = models.sizes(config, dataset), dataset.digest
         self.schedule = models.schedule(config)
         self.solver = models.forward_solver(config)
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
@@ -115,7 +115,7 @@ class Training:
 
     def state(self):
         """What a checkpoint holds besides the parameters (JSON-able)."""
-        state = {"sizes": self.sizes, **self.fitting.state(), "config": self.config}
+        state = {"sizes": self.sizes, "data": self.digest, **self.fitting.state(), "config": self.config}
         if self.divergence is not None:
             state.update(start_loss=self.divergence.start, epochs_at_chance=self.divergence.epochs_at_chance)
         return state

@@ -15,6 +15,7 @@ from ..cli import plural
 from . import checkpoint
 from .checkpoint import LATER
 from .options import DEFAULTS, RESUMED, UsageError, build_parser, defaults, learning_rate, make_optimizer, refusal
+from .refusals import APPLIES
 from .values import dashed, written
 
 TAKEN = RESUMED + tuple(LATER)
@@ -41,8 +42,9 @@ def config(saved):
     ranks = kept.get("ranks", 1)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise UsageError(f"ranks is {ranks!r}, not a number of processes >= 1")
-    whole = {**defaults(parsed["model"], parsed["data"]), **parsed}
-    why = refusal(whole, {})
+    default = defaults(parsed["model"], parsed["data"])
+    whole = {**default, **parsed}
+    why = refusal(whole, {key: whole[key] for key in APPLIES if whole[key] != default[key]})  # set: it must apply
     if why:
         raise UsageError(why)
     return {**saved, **parsed, "lr": learning_rate(whole)}

@@ -98,3 +98,26 @@ def test_fuzzed_command_lines_run_or_exit_2_with_one_line(options, flags):
     assert "Traceback" not in stderr.getvalue(), (argv, stderr.getvalue())
     if status == 2:
         assert len(stderr.getvalue().strip().splitlines()) == 1, (argv, stderr.getvalue())
+
+
+def test_a_rank_that_ends_the_job_removes_the_empty_folders_the_run_made_first(tmp_path, capsys):
+    """Under mpiexec an error of one rank, or Ctrl-C before a checkpoint, ends every rank by ``MPI_Abort``, which runs
+    no ``finally``: the folders of ``--checkpoint-dir`` that this run made, still empty, go first (one process removes
+    them on its way out), and a folder holding a checkpoint stays."""
+    class Aborting:
+        size, rank = 2, 0
+
+        def abort(self, status, quiet=False):
+            raise SystemExit(status)
+
+    made = train._missing_folders(tmp_path / "runs" / "a")
+    made[0].mkdir(parents=True)
+    with pytest.raises(SystemExit, match="130"):
+        train._fail(Aborting(), "interrupted (SIGINT)", 130, made, quiet=True)
+    assert list(tmp_path.iterdir()) == []
+    made[0].mkdir(parents=True)
+    (made[0] / "checkpoint.npz").write_bytes(b"kept")
+    with pytest.raises(SystemExit, match="2"):
+        train._fail(Aborting(), "a bad option", 2, made)
+    assert (made[0] / "checkpoint.npz").read_bytes() == b"kept"
+    assert capsys.readouterr().err.count("stopping every rank") == 2

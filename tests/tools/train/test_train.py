@@ -175,7 +175,7 @@ def test_a_rank_not_given_resume_takes_part_in_the_broadcast_of_rank_0s_checkpoi
 
     comm = Rank1()
     with pytest.raises(StopIteration, match="rank 0's checkpoint"):
-        train._train({"checkpoint_dir": "run"}, comm)
+        train._train({"checkpoint_dir": "run"}, comm, [])
     assert comm.sent == [False, None]
 
 
@@ -1014,6 +1014,30 @@ def test_mnist_files_train(tmp_path, capsys):
     assert "mnist: 9 train, 4 test samples | MLP [25, 8, 8, 8, 8, 10]" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("other", ["pixels", "samples"])
+def test_a_checkpoint_resumes_on_the_data_it_was_trained_on_only(tmp_path, capsys, other):
+    """Other MNIST files of the same widths (other pixels, or more samples: another count of steps an epoch, where
+    the position was called damaged and the good checkpoint to be deleted) are refused in one line, the checkpoint
+    kept; the run resumes on its own data."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    def other_data(arrays):
+        if other == "pixels":
+            arrays["x_train"] = np.full((9, 5, 5), 7)
+        else:  # 12 samples: epochs of 4 steps, not 3
+            arrays["x_train"], arrays["y_train"] = np.ones((12, 5, 5)), np.arange(12) % 10
+
+    trained, elsewhere = _mnist_files(tmp_path / "a", lambda arrays: None), _mnist_files(tmp_path / "b", other_data)
+    run = ["--data", "mnist", "--hidden", "8", "--batch-size", 3, "--quiet", "--checkpoint-dir", tmp_path / "run"]
+    assert cli(*run, "--data-dir", trained, "--epochs", 1) == 0
+    before = (tmp_path / "run" / "checkpoint.npz").read_bytes()
+    assert cli(*run, "--data-dir", elsewhere, "--epochs", 2, "--resume") == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: the checkpoint was trained on other data than mnist's "
+                                      "here (its training set's SHA-256 differs): resume it on the data it was "
+                                      "trained on (--data, --data-dir)")
+    assert (tmp_path / "run" / "checkpoint.npz").read_bytes() == before
+    assert cli(*run, "--data-dir", trained, "--epochs", 2, "--resume") == 0
+
+
 def test_an_output_over_the_mnist_data_or_into_its_folder_is_refused_and_nothing_is_written(tmp_path, capsys):
     """--metrics naming the .npz of --data-dir wrote its lines over the data; a checkpoint (checkpoint.npz) or a
     --metrics x.npz put into the IDX folder made every later run, its --resume too, refuse the folder."""
@@ -1104,6 +1128,9 @@ def edit_state(directory, path, value):
     ("training.config.fused", "yes", "its options: --fused is 'yes', neither true nor false"),
     ("training.config.schedule", "bptt", "its options: --schedule bptt is not a schedule of --model mlp; "),
     ("training.config.ranks", 0, "its options: ranks is 0, not a number of processes >= 1"),
+    ("training.config.forward_solver", "newton", "its options: --forward-solver applies to --model resmlp or rnn "
+                                                 "only"),  # resumed as if sequential, its metrics saying newton
+    ("training.config.cell", "lstm", "its options: --cell applies to --model rnn only"),
     ("training.config.optimizer", "adamw", "its optimizer is Adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, "
                                            "weight_decay=0.0), and its options make AdamW(lr=0.001, "),
     ("optimizer", None, "its optimizer is plain SGD, which keeps no state, and its options make Adam("),

@@ -198,6 +198,12 @@ def most_threads():
     return int(found.group(1)) if found else None
 
 
+def all_threads():
+    """The threads a product may take here: the cores this process may run on, at most ``most_threads()``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cores, most_threads() or cores)
+
+
 def check_threads(threads, given=None):
     """``threads`` (an int >= 1) where OpenBLAS runs that many, else a ValueError that names it as ``given`` (default
     the number alone): a count above ``most_threads()`` would run fewer than said."""

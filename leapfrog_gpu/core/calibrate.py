@@ -27,7 +27,11 @@ REPEATS, WARMUP = 15, 1
 
 
 def candidates(ks=KS, fused=False):
-    """``Sequential()`` and ``Leapfrog(k)`` for each k in ``ks``, all with ``fused``."""
+    """``Sequential()`` and ``Leapfrog(k)`` for each k in ``ks`` (a list of distinct counts), all with ``fused``."""
+    if not isinstance(ks, (list, tuple)):
+        raise TypeError(f"ks must be a list of worker stream counts, such as {list(KS)}; got {ks!r}")
+    if not ks or len(set(ks)) < len(ks):
+        raise ValueError(f"ks must list distinct worker stream counts, at least one, such as {list(KS)}; got {ks!r}")
     return [Sequential(fused)] + [Leapfrog(k, fused) for k in ks]
 
 

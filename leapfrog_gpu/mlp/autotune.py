@@ -9,7 +9,6 @@ calls so that every (schedule, threads) pair is calibrated in alternation with t
 """
 
 import dataclasses
-import os
 
 import numpy as np
 
@@ -46,7 +45,7 @@ def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=W
     The calibration steps a network of ``net``'s architecture on its backend, with eta = 0, so that ``net``
     keeps its parameters and its optimizer state (an Adam state, say: the plain SGD step would mix them).
     On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
-    thread and all cores); use the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and
+    thread and all cores, ``host_blas.all_threads()``); use the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and
     ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
     """
     batch = check_count("batch", batch)
@@ -63,13 +62,13 @@ def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=W
 
 def blas_settings(backend, blas_threads=None):
     """The BLAS thread counts a calibration tries on ``backend`` ("numpy" or "cupy"): ``[None]`` on
-    a GPU, else ``blas_threads`` or, by default, one thread and all cores."""
+    a GPU, else ``blas_threads`` or, by default, one thread and all cores (``host_blas.all_threads()``)."""
     if backend == "cupy":
         if blas_threads is not None:
             raise ValueError(f"blas_threads applies to the numpy backend only; got {blas_threads!r}")
         return [None]
     if blas_threads is None:
-        return sorted({1, os.cpu_count() or 1})
+        return sorted({1, host_blas.all_threads()})
     if not isinstance(blas_threads, (list, tuple)) or not blas_threads:
         raise TypeError(f"blas_threads must be None or a list of thread counts, each an integer >= 1; got "
                         f"{blas_threads!r}")

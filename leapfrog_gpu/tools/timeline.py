@@ -2,7 +2,7 @@
 analysis and its Gantt chart, without a profiler.
 
 Per step: each stream's busy time (the union of its intervals), the share of worker-stream time that overlaps
-main-stream work, and the idle gaps of the main stream, which runs the critical path (forward, chain, update): a
+main-stream work (the worker streams': not the communication stream's, whose sums wait on the chain), and the idle gaps of the main stream, which runs the critical path (forward, chain, update): a
 gap there is time the chain waited, for a join or for the host. ``profiling/overlap.py`` measures an Nsight
 Systems trace with ``overlap`` below, so both measure the same thing.
 
@@ -49,17 +49,18 @@ def length(intervals):
     return sum(end - start for start, end in intervals)
 
 
-def overlap(streams, main):
+def overlap(streams, main, workers=None):
     """How much of each stream's busy time, of ``streams`` (``{stream: [(start, end), ...]}``), overlaps that of
     stream ``main``: ``(busy, shared, share)``, ``busy[s]`` the length of the union of stream s's intervals,
-    ``shared[s]`` the part that overlaps ``main``'s (``None`` for ``main``), and ``share`` the other streams'
-    ``shared`` over their ``busy`` (``None`` when they are never busy)."""
+    ``shared[s]`` the part that overlaps ``main``'s (``None`` for ``main``), and ``share`` the ``workers``' (default:
+    every stream but ``main``) ``shared`` over their ``busy`` (``None`` when they are never busy)."""
     merged = {s: union(intervals) for s, intervals in streams.items()}
     busy = {s: length(m) for s, m in merged.items()}  # |A & B| = |A| + |B| - |A | B|
     shared = {s: None if s == main else busy[s] + busy[main] - length(union(m + merged[main]))
               for s, m in merged.items()}
-    worker_busy = sum(busy[s] for s in streams if s != main)
-    share = sum(shared[s] for s in streams if s != main) / worker_busy if worker_busy else None
+    workers = [s for s in streams if s != main] if workers is None else workers
+    worker_busy = sum(busy[s] for s in workers)
+    share = sum(shared[s] for s in workers) / worker_busy if worker_busy else None
     return busy, shared, share
 
 
@@ -73,7 +74,8 @@ def analyse_step(intervals):
     streams = {}
     for i in intervals:
         streams.setdefault(i.stream, []).append((i.start, i.end))
-    busy, shared, share = overlap(streams, MAIN) if MAIN in streams else (
+    workers = [s for s in streams if s.startswith("worker")]  # not the communication stream's sums
+    busy, shared, share = overlap(streams, MAIN, workers) if MAIN in streams else (
         {s: length(union(v)) for s, v in streams.items()}, {}, None)
     chain = sorted((i for i in intervals if i.stream == MAIN), key=lambda i: i.start)
     gaps = []

@@ -12,6 +12,7 @@ import threadpoolctl
 
 from helpers import batch
 from leapfrog_gpu import MLP, Adam, Leapfrog, Sequential
+from leapfrog_gpu.backends import host_blas
 from leapfrog_gpu.core import calibrate
 from leapfrog_gpu.mlp import autotune
 
@@ -145,11 +146,26 @@ def test_blas_settings():
     ({"warmup": -1}, ValueError, "warmup must be an integer >= 0; got -1"),
     ({"blas_threads": [0]}, ValueError, "blas_threads must be an integer >= 1; got 0"),
     ({"blas_threads": 2}, TypeError, "blas_threads must be None or a list of thread counts, each an integer >= 1"),
+    ({"ks": None}, TypeError, "ks must be a list of worker stream counts, such as [1, 2, 4]; got None"),
+    ({"ks": [2, 2]}, ValueError, "ks must list distinct worker stream counts, at least one, such as [1, 2, 4]; got "
+                                 "[2, 2]"),  # a row twice in the table
+    ({"ks": []}, ValueError, "ks must list distinct worker stream counts"),
 ])
 def test_tune_refuses_a_bad_count_before_it_times_anything(options, error, message):
     """A repeat count of 0 failed inside NumPy's percentile; a thread count of 0 was calibrated and returned."""
     with MLP([4, 4], backend="numpy") as net, pytest.raises(error, match=f"^{re.escape(message)}"):
         autotune.tune(net, 2, **options)
+
+
+def test_all_cores_by_default_are_those_openblas_runs_and_this_process_may_use(monkeypatch):
+    """On a machine of more cores than OpenBLAS's MAX_THREADS, the default calibrated (and could choose) a count that
+    ran as MAX_THREADS, which a backend then refuses; a process bound to some cores has those."""
+    most = host_blas.most_threads() or 64
+    monkeypatch.setattr(host_blas, "most_threads", lambda: most)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2 * most)), raising=False)
+    assert autotune.blas_settings("numpy") == [1, most]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5, 7}, raising=False)
+    assert autotune.blas_settings("numpy") == [1, 3]
 
 
 def test_tune_leaves_the_network_its_parameters_and_its_optimizer_state():

@@ -293,6 +293,14 @@ def test_busy_time_overlap_and_idle_gaps_of_one_step():
                                     "before": "delta[2]"}]
 
 
+def test_the_communication_streams_sums_are_no_worker_time():
+    """Under data parallelism the sums run on a stream of their own (``comm``), waiting on the chain: the share of
+    worker time overlapping the main stream is the workers' alone (counted in, they took it from 18 % to 2 %)."""
+    result = timeline.analyse_step(HAND + step_of([("comm", "allreduce[3]", 1100, 5100)]))
+    assert result["busy_ms"]["comm"] == pytest.approx(4000e-6) and result["overlap_with_main"]["comm"] == 0.0
+    assert result["worker_overlap"] == pytest.approx(100 / 550)
+
+
 def test_a_main_launch_inside_another_leaves_no_gap_and_no_worker_means_no_share():
     result = timeline.analyse_step(step_of([("main", "a", 0, 500), ("main", "b", 100, 200), ("main", "c", 500, 600),
                                             ("main", "d", 650, 700)]))

@@ -11,7 +11,6 @@ tables' cells are ``profiling/markdown_cells.py``'s). What each column means: do
 """
 
 import contextlib
-import os
 import textwrap
 
 from ...backends import get_backend, host_blas, timing
@@ -63,7 +62,7 @@ def parser():
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
                    help="numpy backend: BLAS threads for the matrix products, shared among the streams of a "
                         f"leapfrog backward pass; each count given is measured (default 1 and all cores, "
-                        f"{os.cpu_count()} here)")
+                        f"{host_blas.all_threads()} here)")
     p.add_argument("--fused", action="store_true",
                    help="every schedule fuses the SGD update into (7) (the step; the backward pass alone is unfused)")
     p.add_argument("--optimizer", type=names(runner.OPTIMIZERS, "optimizer"), default=["sgd"],

@@ -168,6 +168,17 @@ class Stamp:
         self.start = self.end = None
 
 
+@contextlib.contextmanager
+def unstamped(backend):
+    """A block whose launches no ``Timeline`` stamps: passes a step makes of its own that are not the step's (a
+    calibration's), inside a step that one records."""
+    timeline, backend.timeline = backend.timeline, None
+    try:
+        yield
+    finally:
+        backend.timeline = timeline
+
+
 class Timeline:
     """Stamps every ``backend.launch`` made inside ``with timeline.step(): ...``, on its own stream.
 

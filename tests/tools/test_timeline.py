@@ -14,7 +14,7 @@ from helpers import NO_GPU, STANDIN_ORDERS, batch, case_id, dag_data, install_st
 from leapfrog_gpu import MLP, RNN, Leapfrog, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.backends.timing import Interval, Timeline
-from leapfrog_gpu.core import launches
+from leapfrog_gpu.core import calibrate, launches
 from leapfrog_gpu.tools import timeline
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5: layers 2..5
@@ -59,6 +59,20 @@ def stamped_steps(backend, schedule, steps):
             with stamps.step():
                 net.sgd_step(x, y, 0.1, schedule)
         return stamps.intervals()
+
+
+def test_the_calibration_of_leapfrog_auto_is_not_stamped_into_the_step_that_makes_it(backend):
+    """The first step of ``Leapfrog("auto")`` at a batch size times every candidate's pass before its own: those
+    passes are no step's, and stamped they made that step hold hundreds of launches and the most worker overlap."""
+    with MLP(SIZES, backend=backend) as net:
+        x, y = batch(SIZES, 3, dtype=np.float32)
+        stamps = Timeline(backend)
+        with stamps.step():
+            net.sgd_step(x, y, 0.1, Leapfrog("auto"))
+        k = calibrate.chosen(net.plan(3)).k  # Sequential()'s gradients run on the main stream
+        want = expected_launches(backend, max(k, 1))
+        assert sorted((i.stream, i.name) for i in stamps.intervals()) == sorted(
+            (stream if k else "main", name) for stream, name in want)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3], ids=lambda k: case_id(k=k))

@@ -177,6 +177,7 @@ class Training:
                     records = self.fitting.run(self._step, self._epoch, not self.report.quiet)
                 except Interrupted:  # the checkpoint is written while SIGINT is still this run's
                     self.save(synchronize=True)
+                    self.profile.write()
                     raise
                 except FloatingPointError as error:
                     raise self._stopped(str(error), False, self.fitting.epoch,
@@ -211,6 +212,7 @@ class Training:
                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"], "graph": config["graph"],
                   "ranks": self.ranks}
         self.save(record=record)
+        self.profile.write()
         epochs = config["epochs"]
         self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss "
                          f"{metrics['train_loss']:.4f}  test loss {metrics['test_loss']:.4f}  "

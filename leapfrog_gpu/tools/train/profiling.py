@@ -8,7 +8,7 @@ On the cupy backend the CUDA profiler starts before step A and stops after step 
 the device synchronized at both ends so that the capture holds exactly those steps. Each step of the window is an
 NVTX range ``step N`` (``backends.annotate``: emitted under nsys, or with ``LEAPFROG_NVTX=1``); that is all the
 numpy backend adds. With a timeline, every launch of the window is stamped (``backends.timing.Timeline``) and its
-chart written after its last step (``tools.timeline``).
+chart written at the end of the epoch of its last step (``tools.timeline``), outside the epoch's time.
 """
 
 import contextlib
@@ -27,6 +27,7 @@ class ProfileWindow:
         self.steps, self.backend, self.timeline, self.summary = steps, backend, timeline, None
         self._stamps = None if timeline is None else timing.Timeline(backend)
         self._profiler = None  # an ExitStack while the CUDA profiler runs
+        self._done = False  # whether the window's last step has run
 
     @contextlib.contextmanager
     def step(self, n):
@@ -44,11 +45,17 @@ class ProfileWindow:
             yield
         if n == self.steps[-1]:
             self.close()
-            if self._stamps is not None:
-                t, panel = self.timeline, {"label": self.timeline["label"], "intervals": self._stamps.intervals()}
-                with writing(f"to --timeline {t['path']}"):  # a full disk, a folder gone: one line, exit status 5
-                    saved = timeline.save(t["path"], [panel], t["about"], t["title"])
-                self.summary = saved[0]["analysis"]["summary"]
+            self._done = True
+
+    def write(self):
+        """Once the window has run, write the timeline's chart and its .json (once; ``summary`` then holds its
+        medians): after the steps, as drawing takes a second or more, which an epoch's time would count."""
+        if self._stamps is None or not self._done or self.summary is not None:
+            return
+        t, panel = self.timeline, {"label": self.timeline["label"], "intervals": self._stamps.intervals()}
+        with writing(f"to --timeline {t['path']}"):  # a full disk, a folder gone: one line, exit status 5
+            saved = timeline.save(t["path"], [panel], t["about"], t["title"])
+        self.summary = saved[0]["analysis"]["summary"]
 
     def close(self):
         """Stop the profiler if it runs (the last step was reached, or the run ended early)."""

@@ -3,6 +3,7 @@ bad input is one line on stderr with exit status 2."""
 
 import contextlib
 import gzip
+import inspect
 import json
 import os
 import re
@@ -399,6 +400,21 @@ def test_timeline_of_a_window_of_steps(tmp_path, capsys):
     assert {row[0] for row in saved["panels"][0]["intervals"]} == set(range(10, 15))
     assert saved["panels"][0]["analysis"]["summary"]["busy_ms"].keys() == {"main", "worker0", "worker1"}
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_chart_is_drawn_outside_the_time_of_the_epochs_steps(tmp_path, monkeypatch):
+    """Drawing the chart takes a second or more: drawn inside the window's last step, it counted in that epoch's
+    seconds and samples per second (870 samples/s against 20,000). It is drawn once the epoch's time is taken."""
+    draw, inside = timeline.draw, []
+
+    def drawn(*args, **kwargs):
+        inside.append(any(frame.function == "_epoch" and frame.filename.endswith("fitting.py")
+                          for frame in inspect.stack()))
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(timeline, "draw", drawn)
+    assert cli(*SMALL, "--epochs", 1, "--quiet", "--backend", "numpy", "--timeline", tmp_path / "t.png") == 0
+    assert inside == [False]
 
 
 def test_a_timeline_that_cannot_be_written_stops_the_run_in_one_line(tmp_path, capsys, monkeypatch):

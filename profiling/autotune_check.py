@@ -10,10 +10,9 @@ says what it chose, its step's speed-up over the best sequential step, and wheth
 (its p20 at most the best sequential step's p80) or SLOWER. ``--json`` keeps a record per network.
 """
 
-import os
 import sys
 
-from leapfrog_gpu.backends import get_backend, timing
+from leapfrog_gpu.backends import get_backend, host_blas, timing
 from leapfrog_gpu.core.schedules import Sequential
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
@@ -29,7 +28,8 @@ def parser():
     p.add_argument("--k", type=integers(1, "worker stream count"), default=autotune.KS, metavar="K[,K...]",
                    help=f"the worker streams it tries (default {','.join(map(str, autotune.KS))})")
     p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
-                   help=f"numpy backend: the BLAS settings it tries (default 1 and all cores, {os.cpu_count()} here)")
+                   help=f"numpy backend: the BLAS settings it tries (default 1 and all cores, {host_blas.all_threads()} "
+                        "here)")
     p.add_argument("--fused", action="store_true", help="every step fuses the SGD update into (7)")
     return p
 
@@ -71,6 +71,11 @@ def main(argv=None):
     args = parse(p, argv)
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
+    for threads in args.blas_threads or ():
+        try:
+            host_blas.check_threads(threads, f"--blas-threads {threads}")
+        except ValueError as error:
+            p.error(str(error))
     records = []
     for sizes, batch in networks(args):
         records.append(check(args, sizes, batch))

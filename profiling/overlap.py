@@ -8,7 +8,9 @@ Reports, per (device, stream): kernels, busy time (the union of its kernel inter
 it that overlaps kernels on the main stream; and per NVTX range name: count and total time.
 The main stream is ``--main-stream``, else the stream with the most kernels (the chain and the update
 launch more than all workers together). Busy time and overlap come from ``leapfrog_gpu.tools.timeline.overlap``,
-the function the stream timeline (``--timeline``, no profiler needed) uses, so both measure the same thing.
+the function the stream timeline (``--timeline``, no profiler needed) uses, so both measure the same thing; but a
+trace names no stream, so every stream but the main one counts in the share, a data-parallel run's NCCL stream too
+(the timeline counts the workers' alone).
 """
 
 import argparse

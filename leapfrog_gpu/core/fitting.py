@@ -137,7 +137,7 @@ class Fitting:
                             f"AdamW(...); got {optimizer!r}")
         self.optimizer = optimizer
         checked, _ = net._check_step(schedule, graph, solver)  # what train_step refuses, before a file is written
-        net._check_clip(clip, checked, graph)
+        optimizers.check_clip(clip, checked, graph, net.backend.name)
         net._check_optimizer(optimizer)
         self.options = {"graph": graph, "solver": solver, "clip": clip}
         if validation is not None and (not isinstance(validation, (tuple, list)) or len(validation) != 2):

@@ -17,13 +17,11 @@ labels, the targets' shape less their axis of outputs, one-hot encoded for outpu
 """
 
 import contextlib
-import math
-import numbers
 import weakref
 
 from ..parallel import reducer
 from . import capture, fitting, interrupts, optimizers, parameters, saving, schedules
-from .checks import check_dtype, check_eta, check_flag, finite, open_backend, shape_of, shown, targets
+from .checks import check_dtype, check_eta, check_flag, open_backend, shape_of, targets
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
@@ -62,7 +60,7 @@ class Network(OneThreadAtATime, OptimizerState):
         self._controls = Controls(self.backend, self.dtype)
         self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
         self._held, self._stepped = None, False  # the optimizer that made that state; a step since the last wait
-        self._plans, self.comm, self._closed = {}, None, False
+        self._plans, self.comm, self._closed, self._summing = {}, None, False, False
 
     def __enter__(self):
         return self
@@ -109,15 +107,22 @@ class Network(OneThreadAtATime, OptimizerState):
 
     def _wait(self):
         """``backend.synchronize()``; where it raises (a step failed on a stream), the step count is first taken back
-        to that of the last step that updated (data-parallel, ``Communicator.unpair``: its sums never left this rank).
-        A Ctrl-C in the wait leaves the count: the steps run on."""
+        to that of the last step that updated (and ``_lost_sums``). A Ctrl-C in the wait leaves the count: the steps
+        run on."""
         try:
             self.backend.synchronize()
         except Exception:
             self._recount()
-            if self.comm is not None:
-                self.comm.unpair(f"a step of this {type(self).__name__} failed on rank {self.comm.rank}")
+            self._lost_sums()
             raise
+        self._summing = False
+
+    def _lost_sums(self):
+        """A summed pass enqueued since the last wait that completed may not have issued its sums (a failure on a
+        stream, or as it was enqueued): data-parallel, the other ranks wait in them, and no later sum of this rank
+        may pair with theirs (``Communicator.unpair``)."""
+        if self.comm is not None and self._summing:
+            self.comm.unpair(f"a step of this {type(self).__name__} failed on rank {self.comm.rank}")
 
     # -- parameters ---------------------------------------------------------------------------------
 
@@ -191,7 +196,11 @@ class Network(OneThreadAtATime, OptimizerState):
         schedule, solver = self._check_schedule(schedule), self._check_solver(solver)
         self.synchronize()
         plan, _ = self._load(x, self._targets(x, y), schedule, solver=solver)
-        plan.backprop(schedule, None, solver)
+        try:
+            plan.backprop(schedule, None, solver)
+        except Exception:  # raised as it was enqueued (the serial mode's streams)
+            self._lost_sums()
+            raise
         return self._handed_out(plan.gradient_arrays)
 
     def backprop(self, x, y, schedule=None, solver=None):
@@ -221,7 +230,7 @@ class Network(OneThreadAtATime, OptimizerState):
         """
         optimizer = optimizers.check(optimizer)
         schedule, solver = self._check_step(schedule, graph, solver)
-        clip = self._check_clip(clip, schedule, graph)
+        clip = optimizers.check_clip(clip, schedule, graph, self.backend.name)
         self._check_optimizer(optimizer)
         plan, samples = self._load(x, self._targets(x, y), schedule, solver=solver)
         if graph:
@@ -250,6 +259,7 @@ class Network(OneThreadAtATime, OptimizerState):
                 else:
                     step()
             except BaseException:  # raised as it was enqueued (the serial mode's streams)
+                self._lost_sums()
                 self._wait()
                 self._recount()
                 raise
@@ -272,24 +282,6 @@ class Network(OneThreadAtATime, OptimizerState):
         """The outputs for ``x``, on the host, in batches (``core.fitting.predict``)."""
         return fitting.predict(self, x, batch_size, solver)
 
-    def _check_clip(self, clip, schedule, graph):
-        """``clip`` (None, or a number > 0; inf scales nothing, as in torch) as a float, if ``schedule`` and
-        ``graph`` can clip."""
-        if clip is None:
-            return None
-        if isinstance(clip, bool) or not isinstance(clip, numbers.Real):
-            raise TypeError(f"clip (the largest norm of the gradient) must be a number > 0 or None; got {clip!r} "
-                            f"({type(clip).__name__})")
-        if not clip > 0 or not (finite(clip) or clip == math.inf):  # NaN, and an int beyond any float
-            raise ValueError(f"clip (the gradient's largest norm) must be finite and > 0, or inf; got {shown(clip)}")
-        if schedule.fused:
-            raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
-                             f"behind its own gradients: pass {schedule.unfused}")
-        if graph and self.backend.name == "cupy":
-            raise ValueError("graph=True cannot capture clip on the CuPy backend (its norm allocates as it runs); "
-                             "use graph=False")
-        return float(clip)
-
     # -- what every pass shares ------------------------------------------------------------------------------
 
     def _load(self, x, y, schedule=None, share=True, solver=None):
@@ -302,6 +294,7 @@ class Network(OneThreadAtATime, OptimizerState):
         samples = largest = x.shape[-1]
         if self.comm is not None and share:
             self.comm.check_paired()
+            self._summing = True  # until a wait completes (``_lost_sums``)
             columns, largest = self.comm.share(samples), -(-samples // self.comm.size)  # rank 0's share
             x, y = x[..., columns], None if y is None else y[..., columns]
         shape, checked = (*x.shape[:-2], max(x.shape[-1], 1)), (*x.shape[:-2], max(largest, 1))

@@ -118,6 +118,7 @@ class OptimizerState:
         count taken back."""
         if self._rule is not None and done != self._steps:
             lost, self._steps = self._steps - done, done
+            self._lost_sums()
             raise RuntimeError(f"{lost} step(s) of this {type(self).__name__} did not run: a failure on the backend "
                                "it shares with another network (raised to the first to synchronize) stopped them; "
                                f"its step count is back to {self._steps}, its parameters those after that step")

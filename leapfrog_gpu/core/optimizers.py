@@ -18,9 +18,10 @@ TypeError, one out of range a ValueError, each in one line; lr alone may be set 
 
 import copy
 import inspect
+import math
 import numbers
 
-from .checks import check_flag, check_real, shown
+from .checks import check_flag, check_real, finite, shown
 
 
 class _Made(type):
@@ -192,3 +193,22 @@ def check(optimizer):
 def _is_real(value):
     """Whether ``value`` is a real number (not a bool)."""
     return not isinstance(value, bool) and isinstance(value, numbers.Real)
+
+
+def check_clip(clip, schedule, graph, backend):
+    """``clip`` (None, or a number > 0; inf scales nothing, as in torch) as a float, if ``schedule`` and
+    ``graph`` on ``backend`` (its name) can clip."""
+    if clip is None:
+        return None
+    if isinstance(clip, bool) or not isinstance(clip, numbers.Real):
+        raise TypeError(f"clip (the largest norm of the gradient) must be a number > 0 or None; got {clip!r} "
+                        f"({type(clip).__name__})")
+    if not clip > 0 or not (finite(clip) or clip == math.inf):  # NaN, and an int beyond any float
+        raise ValueError(f"clip (the gradient's largest norm) must be finite and > 0, or inf; got {shown(clip)}")
+    if schedule.fused:
+        raise ValueError(f"clip needs every gradient before any update, and {schedule!r} updates each unit "
+                         f"behind its own gradients: pass {schedule.unfused}")
+    if graph and backend == "cupy":
+        raise ValueError("graph=True cannot capture clip on the CuPy backend (its norm allocates as it runs); "
+                         "use graph=False")
+    return float(clip)

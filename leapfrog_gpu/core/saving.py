@@ -204,7 +204,8 @@ class _InOrder(io.RawIOBase):
         return self.file.write(data)
 
     def flush(self):
-        self.file.flush()
+        if not self.file.closed:  # this wrapper's own close, when it is collected, flushes too
+            self.file.flush()
 
 
 def regular(file):

@@ -45,16 +45,16 @@ def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=W
     The calibration steps a network of ``net``'s architecture on its backend, with eta = 0, so that ``net``
     keeps its parameters and its optimizer state (an Adam state, say: the plain SGD step would mix them).
     On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
-    thread and all cores, ``host_blas.all_threads()``); use the result as ``get_backend("numpy", blas_threads=t.blas_threads)`` and
-    ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
+    thread and all cores, ``host_blas.all_threads()``); use the result as ``get_backend("numpy",
+    blas_threads=t.blas_threads)`` and ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
     """
     batch = check_count("batch", batch)
     repeats, warmup = check_count("repeats", repeats), check_count("warmup", warmup, 0)
-    settings = blas_settings(net.backend.name, blas_threads)
+    settings, schedules = blas_settings(net.backend.name, blas_threads), candidates(ks, fused)
     rng = np.random.default_rng(seed)
     x, y = rng.random((net.sizes[0], batch)), rng.random((net.sizes[-1], batch))
     with type(net).from_architecture(net.architecture(), net.backend) as probe:
-        table = measure(probe.plan(batch), candidates(ks, fused), repeats, warmup, settings,
+        table = measure(probe.plan(batch), schedules, repeats, warmup, settings,
                         step=lambda s: probe.sgd_step(x, y, 0.0, s))
     schedule, threads, _ = pick(table)
     return Tuning(schedule, threads, table)

@@ -56,8 +56,8 @@ class MLP(Layered):
 
     def __init__(self, sizes, activation="sigmoid", cost="quadratic", dtype="float32", seed=0,
                  backend="auto", output_activation=None, check_finite=False, comm=None):
-        rng = parameters.generator(seed)
-        with reducer.building(comm):
+        with reducer.building(comm):  # a rank that refuses an argument leaves none waiting for it in the comparison
+            rng = parameters.generator(seed)
             super().__init__(sizes, activation, cost, output_activation, dtype, backend, check_finite)
             self._draw(rng)
         self._join(comm)

@@ -39,8 +39,8 @@ def read_module(module):
     torch = torch_io.import_torch()
     if type(module) is not torch.nn.Sequential:
         raise TypeError(f"from_torch reads a torch.nn.Sequential of Linear and activation modules; got "
-                        f"{torch_io.kind_of(module)}" + ("; DagNet.from_torch traces a module's forward"
-                                                         if isinstance(module, torch.nn.Module) else ""))
+                        f"{torch_io.kind_of(module)}" + ("; DagNet.from_torch traces a module's forward" if isinstance(
+                            module, torch.nn.Module) and not type(module).__module__.startswith("torch.") else ""))
     linears, after = [], []  # each Linear, and the name of the activation that follows it
     for index, layer in enumerate(module):
         name = torch_io.activation_of(layer)

@@ -144,7 +144,8 @@ def read_module(module):
     rnns, linear, activation = [], None, "identity"
     for name, part in module.named_modules():
         where = f"module.{name} ({type(part).__name__})" if name else f"the module ({type(part).__name__})"
-        if any(part.children()) or type(part) is torch.nn.Identity:
+        read = (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear)  # a subclass with children is refused
+        if type(part) is torch.nn.Identity or any(part.children()) and not isinstance(part, read):  # a container
             continue
         if type(part) in (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM):
             if linear is not None:

@@ -2,9 +2,10 @@
 analysis and its Gantt chart, without a profiler.
 
 Per step: each stream's busy time (the union of its intervals), the share of worker-stream time that overlaps
-main-stream work (the worker streams': not the communication stream's, whose sums wait on the chain), and the idle gaps of the main stream, which runs the critical path (forward, chain, update): a
-gap there is time the chain waited, for a join or for the host. ``profiling/overlap.py`` measures an Nsight
-Systems trace with ``overlap`` below, so both measure the same thing.
+main-stream work (the worker streams': not the communication stream's, whose sums wait on the chain), and the
+idle gaps of the main stream, which runs the critical path (forward, chain, update): a gap there is time the chain
+waited, for a join or for the host. ``profiling/overlap.py`` measures an Nsight Systems trace with ``overlap``
+below, so both measure the same thing (there every stream but the main one counts, NCCL's too).
 
     leapfrog-train --timeline t.png --profile-steps 10:15     # as profiling/bench_timeline.py --timeline t.png
 

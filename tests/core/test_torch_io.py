@@ -279,12 +279,17 @@ def subclasses(nn):
         def forward(self, x, h=None):
             return super().forward(x.flip(0), h)
 
-    return Residual, Doubled, Halved, Reversed
+    class Stacked(nn.GRU):  # its own weights, and a GRU of its own after them
+        def __init__(self):
+            super().__init__(3, 4)
+            self.after = nn.GRU(4, 4)
+
+    return Residual, Doubled, Halved, Reversed, Stacked
 
 
 def unreadable_mlp(torch):
     nn = torch.nn
-    Residual, Doubled, Halved, _ = subclasses(nn)
+    Residual, Doubled, Halved, _, _ = subclasses(nn)
     return [
         (nn.Linear(3, 2), TypeError, "from_torch reads a torch.nn.Sequential of Linear and activation modules; "
                                      "got Linear"),
@@ -472,7 +477,7 @@ def test_to_torch_refuses_a_sigmoid_rnn(torch):
 
 def unreadable_rnn(torch):
     nn, S = torch.nn, torch.nn.Sequential
-    _, Doubled, _, Reversed = subclasses(nn)
+    _, Doubled, _, Reversed, Stacked = subclasses(nn)
     return [
         (object(), TypeError, "from_torch reads a torch.nn.Module of torch.nn.RNN (GRU, LSTM), Linear and activation "
                               "modules; got object"),
@@ -508,10 +513,12 @@ def unreadable_rnn(torch):
         (S(Reversed(3, 4), nn.Linear(4, 2)), TypeError, "module.0 (Reversed, a subclass of torch.nn.GRU whose forward "
                                                         "from_torch would not read): from_torch reads torch.nn.RNN"),
         (S(nn.LSTM(3, 4), Doubled(4, 2)), TypeError, "module.1 (Doubled, a subclass of torch.nn.Linear whose"),
+        (S(Stacked(), nn.Linear(4, 2)), TypeError, "module.0 (Stacked, a subclass of torch.nn.GRU whose"),  # read as
+        # a container, its inner GRU alone was read, of 4 inputs
     ]
 
 
-@pytest.mark.parametrize("case", range(19))
+@pytest.mark.parametrize("case", range(20))
 def test_a_module_rnn_from_torch_cannot_read_is_refused_saying_why(torch, case):
     module, error, message = unreadable_rnn(torch)[case]
     with pytest.raises(error) as info:

@@ -201,17 +201,20 @@ def test_an_argument_one_rank_refuses_is_refused_on_every_rank(make):
     assert raised.value.every_rank
 
 
+@pytest.mark.parametrize("mode", ["threads", "serial"])
 @pytest.mark.parametrize("network_name", ["DagNet", "RNN"])
-def test_a_step_that_failed_on_one_rank_ends_its_sums(network_name):
-    """A strict solver that fails on this rank's share raises here, its step's sums never issued, which the other
-    ranks wait in: a later step's sums would pair with theirs (another step's gradients, summed without a word), so
-    every later summed pass over the communicator is refused; a step ``check_finite`` refuses, on the summed
-    gradients and so on every rank alike, leaves the ranks paired. One process goes on after either."""
+def test_a_step_that_failed_on_one_rank_ends_its_sums(network_name, mode):
+    """A strict solver that fails on this rank's share raises here (at the wait, or on the serial streams as the step
+    is enqueued), its step's sums never issued, which the other ranks wait in: a later step's sums would pair with
+    theirs (another step's gradients, summed without a word), so every later summed pass over the communicator is
+    refused. A step ``check_finite`` refuses, on the summed gradients and so on every rank alike, and a forward pass
+    alone, which sums nothing, leave the ranks paired. One process goes on after any of them."""
     def solver():
         return (ForwardNewton if network_name == "DagNet" else TimeNewton)(tol=1e-10, strict=True)
 
     for comm in (Mirror(), None):
-        with network(network_name, "numpy", dtype="float64", comm=comm, check_finite=True) as net:
+        with NumpyBackend(mode=mode) as backend, \
+                network(network_name, backend, dtype="float64", comm=comm, check_finite=True) as net:
             x, y = network_batch(network_name, 4, dtype=np.float64)
             huge = x.copy()
             huge[..., 0] = np.finfo(np.float64).max  # in rank 0's share
@@ -222,8 +225,11 @@ def test_a_step_that_failed_on_one_rank_ends_its_sums(network_name):
             with pytest.raises(FloatingPointError, match="update refused"):
                 net.synchronize()
             net.set_parameters(drawn)
-            net.train_step(huge, y, SGD(0.1), solver=solver())
             with pytest.raises(RuntimeError, match="stopped after"):
+                net.feedforward(huge, solver=solver())
+            net.train_step(x, y, SGD(0.1))
+            with pytest.raises(RuntimeError, match="stopped after"):
+                net.train_step(huge, y, SGD(0.1), solver=solver())
                 net.synchronize()
             if comm is None:
                 net.train_step(x, y, SGD(0.1))

@@ -142,13 +142,13 @@ def _train(given, comm, made):
                              "--skip, or use --model mlp")
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         if saved is not None:
-            if state.get("data", dataset.digest) != dataset.digest:  # (checkpoints before it hold no digest)
-                raise checkpoint.CheckpointError(f"the checkpoint was trained on other data than {dataset.name}'s here "
-                                                 "(its training set's SHA-256 differs): resume it on the data it was "
-                                                 "trained on (--data, --data-dir)")
             if state["sizes"] != sizes:
                 raise checkpoint.CheckpointError(f"the checkpoint has sizes {state['sizes']}; the data give {sizes}: "
                                                  "resume it on the data it was trained on (--data, --data-dir)")
+            if state.get("data") and state["data"] != dataset.digest:  # none: data drawn here (models.READ), or old
+                raise checkpoint.CheckpointError(f"the checkpoint was trained on other data than {dataset.name}'s here "
+                                                 "(its training set's SHA-256 differs): resume it on the data it was "
+                                                 "trained on (--data, --data-dir)")
             resuming.check_position(state, math.ceil(samples / batch), directory)
         steps = math.ceil(samples / batch) * config["epochs"]
         window = profile_window(config)

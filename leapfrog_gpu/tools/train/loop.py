@@ -90,7 +90,8 @@ class Training:
 
     def __init__(self, config, dataset, net, report, state=None):
         self.config, self.data, self.net, self.report = config, dataset, net, report
-        self.sizes, self.digest = models.sizes(config, dataset), dataset.digest
+        self.sizes = models.sizes(config, dataset)
+        self.digest = dataset.digest if config["data"] in models.READ else None
         self.schedule = models.schedule(config)
         self.solver = models.forward_solver(config)
         self.rank, self.ranks = (0, 1) if net.comm is None else (net.comm.rank, net.comm.size)
@@ -180,6 +181,7 @@ class Training:
                     self.profile.write()
                     raise
                 except FloatingPointError as error:
+                    self.profile.write()
                     raise self._stopped(str(error), False, self.fitting.epoch,
                                         getattr(error, "every_rank", False)) from None
         finally:
@@ -203,7 +205,9 @@ class Training:
 
     def _epoch(self, metrics):
         """After an epoch: the divergence rule, its ``--metrics`` record and a checkpoint, then the epoch's line (which
-        a closed stdout stops: the record and the checkpoint agree); returns the record."""
+        a closed stdout stops: the record and the checkpoint agree); returns the record. The timeline's chart first,
+        once its window has run (``ProfileWindow.write``), whatever stops the run here."""
+        self.profile.write()
         why = None if self.divergence is None else self.divergence.check(metrics["train_loss"])
         if why:
             raise self._stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", True, metrics["epoch"] - 1)
@@ -212,7 +216,6 @@ class Training:
                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"], "graph": config["graph"],
                   "ranks": self.ranks}
         self.save(record=record)
-        self.profile.write()
         epochs = config["epochs"]
         self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss "
                          f"{metrics['train_loss']:.4f}  test loss {metrics['test_loss']:.4f}  "

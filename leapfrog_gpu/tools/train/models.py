@@ -20,6 +20,11 @@ DATA = {"mlp": ("digits", "mnist", "teacher"), "resmlp": ("digits", "mnist", "te
 REGRESSION = ("teacher", "adding")
 """The datasets of real targets (the others are classes)."""
 
+READ = ("digits", "pixels", "mnist")
+"""The datasets read from files, of the same bits on any machine: a checkpoint keeps their digest. The others are
+drawn and computed as the run starts (their targets by BLAS products, whose last bits vary between CPUs): their
+options, which a checkpoint fixes, make them."""
+
 LAST_STEP = ("digits", "pixels", "adding")
 """The sequence tasks with one target, at the last step (the teacher RNN's are at every step)."""
 

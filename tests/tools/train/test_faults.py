@@ -102,8 +102,9 @@ def test_fuzzed_command_lines_run_or_exit_2_with_one_line(options, flags):
 
 def test_a_rank_that_ends_the_job_removes_the_empty_folders_the_run_made_first(tmp_path, capsys):
     """Under mpiexec an error of one rank, or Ctrl-C before a checkpoint, ends every rank by ``MPI_Abort``, which runs
-    no ``finally``: the folders of ``--checkpoint-dir`` that this run made, still empty, go first (one process removes
-    them on its way out), and a folder holding a checkpoint stays."""
+    no ``finally``: where rank 0 (which makes them) ends the job, the folders of ``--checkpoint-dir`` that this run
+    made, still empty, go first (one process removes them on its way out); a folder holding a checkpoint stays. (Where
+    another rank ends it, or the watchdog, rank 0's empty folders stay.)"""
     class Aborting:
         size, rank = 2, 0
 

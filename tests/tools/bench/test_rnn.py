@@ -165,6 +165,17 @@ def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):
         assert stop.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments: " + argv[-2] in err
 
 
+def modelled_tables(tmp_path, rows):
+    """The lines profiling/rnn_tables.py prints for ``rows`` at a round of 1 s and a flop a second: a step's modelled
+    ms are its rounds plus its flops, times 1000."""
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"rows": rows}))
+    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_tables.py"), str(path), "--round-us", "1e6",
+                           "--tflops", "1e-12"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 def test_leapfrog_bench_model_rnn_runs_the_rnn_benchmark(capsys):
     assert bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "3", "--batch", "1",
                        "--repeats", "1", "--no-torch"]) == 0
@@ -180,13 +191,8 @@ def test_the_tables_give_the_measured_steps_and_a_gpu_model_of_rounds_and_flops(
             {**row, "schedule": "step timescan+newton", "rounds": 4, "flops": 500, "median_s": 0.004},
             {**row, "schedule": "step timescan+quasi-newton", "rounds": 2, "flops": 110, "median_s": 0.001},
             {**row, "schedule": "step torch nn.RNN", "median_s": 0.008}]
-    path = tmp_path / "rows.json"
-    path.write_text(json.dumps({"rows": rows}))
-    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_tables.py"), str(path), "--round-us", "1e6",
-                           "--tflops", "1e-12"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    lines = modelled_tables(tmp_path, rows)
     bptt, newton, quasi = 12 + 100 + 122, 4 + 500 + 122, 2 + 110 + 122
-    lines = done.stdout.splitlines()
     assert lines[-1] == f"| 2 | 3 | 1 | {bptt * 1e3:.2f} ms | — | {bptt / newton:.2f}× | {bptt / quasi:.2f}× |"
     # measured: BPTT's 2 ms, leapfrog and timescan absent or refused, 0.5×, 2×, torch 0.25×
     assert "| 2 | 3 | 1 | 2.00 | — | — | 0.50× | 2.00× | 0.25× |" in lines
@@ -202,13 +208,8 @@ def test_the_model_of_a_gru_counts_its_gates_and_its_inputs_and_the_table_its_to
             {**row, "schedule": "step timescan+newton", "rounds": 4, "flops": 500, "median_s": 0.004},
             {**row, "schedule": "step torch nn.GRU 1t", "median_s": 0.008},
             {**row, "schedule": "step torch nn.GRU 2t", "median_s": 0.001}]
-    path = tmp_path / "rows.json"
-    path.write_text(json.dumps({"rows": rows}))
-    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_tables.py"), str(path), "--round-us", "1e6",
-                           "--tflops", "1e-12"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    lines = modelled_tables(tmp_path, rows)
     bptt, newton = 12 + 100 + 354, 4 + 500 + 354
-    lines = done.stdout.splitlines()
     assert lines[-1] == f"| 2 | 3 | 1 | {bptt * 1e3:.2f} ms | — | {bptt / newton:.2f}× | — |"
     assert "| N | τ | B | BPTT ms | leapfrog | timescan | timescan+newton | timescan+quasi-newton | " \
            "torch nn.GRU 1t | torch nn.GRU 2t |" in lines

@@ -46,7 +46,8 @@ def tune(net, batch, ks=KS, blas_threads=None, seed=0, repeats=REPEATS, warmup=W
     keeps its parameters and its optimizer state (an Adam state, say: the plain SGD step would mix them).
     On the NumPy backend every candidate runs at each BLAS setting in ``blas_threads`` (default: one
     thread and all cores, ``host_blas.all_threads()``); use the result as ``get_backend("numpy",
-    blas_threads=t.blas_threads)`` and ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must stay ``None``.
+    blas_threads=t.blas_threads)`` and ``t.schedule``. On CuPy there is no BLAS setting and ``blas_threads`` must
+    stay ``None``.
     """
     batch = check_count("batch", batch)
     repeats, warmup = check_count("repeats", repeats), check_count("warmup", warmup, 0)

@@ -147,7 +147,7 @@ def read_module(module):
         read = (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear)  # a subclass with children is refused
         if type(part) is torch.nn.Identity or any(part.children()) and not isinstance(part, read):  # a container
             continue
-        if type(part) in (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM):
+        if type(part) in (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, _gru()):  # _gru(): to_module's, of GRU's forward
             if linear is not None:
                 raise ValueError(f"{where} comes after the output Linear: an RNN's recurrent layers come first")
             rnns.append((where, _checked(part, where)))

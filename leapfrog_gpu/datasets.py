@@ -70,10 +70,10 @@ class Dataset:
 
     @functools.cached_property
     def digest(self):
-        """The SHA-256 of the training set (its arrays' dtype, shape and bytes), in hex: what a checkpoint keeps so
-        that a run resumes on the data it was trained on."""
+        """The SHA-256 of the data (each array's dtype, shape and bytes), in hex: what a checkpoint keeps so that a
+        run resumes on the data it was trained on, and what the ranks of a data-parallel run compare."""
         digest = hashlib.sha256()
-        for array in (self.x_train, self.y_train):
+        for array in (self.x_train, self.y_train, self.x_test, self.y_test):
             digest.update(f"{array.dtype.str}{array.shape}".encode())
             digest.update(np.ascontiguousarray(array).data)
         return digest.hexdigest()

@@ -16,7 +16,6 @@ rank 0 alone.
 
 import argparse
 import contextlib
-import hashlib
 import math
 import os
 import shlex
@@ -25,8 +24,6 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-
-import numpy as np
 
 from ... import datasets
 from .. import PEERS_INTERRUPTED
@@ -147,7 +144,7 @@ def _train(given, comm, made):
                                                  "resume it on the data it was trained on (--data, --data-dir)")
             if state.get("data") and state["data"] != dataset.digest:  # none: data drawn here (models.READ), or old
                 raise checkpoint.CheckpointError(f"the checkpoint was trained on other data than {dataset.name}'s here "
-                                                 "(its training set's SHA-256 differs): resume it on the data it was "
+                                                 "(its data's SHA-256 differs): resume it on the data it was "
                                                  "trained on (--data, --data-dir)")
             resuming.check_position(state, math.ceil(samples / batch), directory)
         steps = math.ceil(samples / batch) * config["epochs"]
@@ -223,10 +220,7 @@ def _check_same_options(comm, config, dataset):
     if comm.size == 1:
         return
     options = {key: value for key, value in config.items() if key not in PER_RANK}
-    digest = hashlib.sha256()
-    for array in (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test):
-        digest.update(np.ascontiguousarray(array).tobytes())
-    options["data_digest"] = digest.hexdigest()
+    options["data_digest"] = dataset.digest
     try:
         comm.check_same("options and data", options)
     except ValueError as error:

@@ -1048,7 +1048,7 @@ def test_a_checkpoint_resumes_on_the_data_it_was_trained_on_only(tmp_path, capsy
     before = (tmp_path / "run" / "checkpoint.npz").read_bytes()
     assert cli(*run, "--data-dir", elsewhere, "--epochs", 2, "--resume") == 2
     assert one_error_line(capsys) == ("leapfrog-train: error: the checkpoint was trained on other data than mnist's "
-                                      "here (its training set's SHA-256 differs): resume it on the data it was "
+                                      "here (its data's SHA-256 differs): resume it on the data it was "
                                       "trained on (--data, --data-dir)")
     assert (tmp_path / "run" / "checkpoint.npz").read_bytes() == before
     assert cli(*run, "--data-dir", trained, "--epochs", 2, "--resume") == 0

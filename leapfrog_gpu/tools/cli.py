@@ -133,9 +133,18 @@ def integer(least, name=None, capped=True):
 
 def blas_threads(text):
     """An argument type: a count of BLAS threads, an integer >= 1 that OpenBLAS runs (``host_blas.check_threads``)."""
-    threads = integer(1)(text)
+    return _run_by_openblas([integer(1)(text)])[0]
+
+
+def blas_thread_counts(text):
+    """An argument type: ``blas_threads``' comma-separated, each given once."""
+    return _run_by_openblas(integers(1, "BLAS thread count")(text))
+
+
+def _run_by_openblas(counts):
+    """``counts`` where OpenBLAS runs each, else an ``argparse.ArgumentTypeError`` (``host_blas.check_threads``)."""
     try:
-        return host_blas.check_threads(threads)
+        return [host_blas.check_threads(threads) for threads in counts]
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 

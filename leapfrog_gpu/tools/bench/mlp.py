@@ -17,7 +17,7 @@ from ...backends import get_backend, host_blas, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
-from ..cli import fitted, integers, names, path, pip_install, png_refusal, writing
+from ..cli import blas_thread_counts, fitted, integers, names, path, pip_install, png_refusal, writing
 from . import measure, progress, runner
 from .runner import NOISY, line, median, ratio
 
@@ -59,7 +59,7 @@ def parser():
                    help="layers L, the input layer included, each network [N] * L (default 8,16)")
     p.add_argument("--k", type=integers(1, "worker stream count"), default=[1, 2, 4], metavar="K[,K...]",
                    help="worker streams (default 1,2,4)")
-    p.add_argument("--blas-threads", type=integers(1, "BLAS thread count"), default=None, metavar="N[,N...]",
+    p.add_argument("--blas-threads", type=blas_thread_counts, default=None, metavar="N[,N...]",
                    help="numpy backend: BLAS threads for the matrix products, shared among the streams of a "
                         f"leapfrog backward pass; each count given is measured (default 1 and all cores, "
                         f"{host_blas.all_threads()} here)")
@@ -86,11 +86,6 @@ def check(p, args):
     """The options that do not go together."""
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
-    for threads in args.blas_threads or ():
-        try:
-            host_blas.check_threads(threads, f"--blas-threads {threads}")
-        except ValueError as error:
-            p.error(str(error))
     if args.plot is not None:
         refusal = png_refusal("--plot", args.plot)
         if refusal:

@@ -90,8 +90,7 @@ def main(argv=None):
 def _fail(comm, error, status, made=(), quiet=False):
     """Report ``error`` on stderr and return ``status``. Under mpiexec rank 0 alone reports an error that every rank
     met (``Communicator.together``); an error of one rank is reported by that rank, which then ends every rank with
-    ``status`` (``quiet``: without MPI's own line about it), the folders it ``made`` that are still empty removed
-    first, as the abort leaves no ``finally`` to run."""
+    ``status`` (``_abort``)."""
     if comm.size == 1:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     elif getattr(error, "every_rank", False):
@@ -99,9 +98,15 @@ def _fail(comm, error, status, made=(), quiet=False):
             print(f"{PROG}: error: {error}", file=sys.stderr)
     else:
         print(f"{PROG}: error: rank {comm.rank} of {comm.size}: {error}; stopping every rank", file=sys.stderr)
-        _remove_empty(made)
-        comm.abort(status, quiet)
+        _abort(comm, status, made, quiet)
     return status
+
+
+def _abort(comm, status, made, quiet=False):
+    """End every rank with ``status`` (``quiet``: without MPI's own line about it), the folders this rank ``made``
+    that are still empty removed first, as the abort leaves no ``finally`` to run."""
+    _remove_empty(made)
+    comm.abort(status, quiet)
 
 
 class StoppedEveryRank(Exception):
@@ -183,8 +188,7 @@ def _train(given, comm, made):
             try:
                 return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
             except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
-                _remove_empty(made)  # before a checkpoint: the folders this run made, as one process leaves none
-                comm.abort(130, quiet=True)
+                _abort(comm, 130, made, quiet=True)  # stopped before a checkpoint: no empty folder, as one process
 
 
 def _on_ranks(ranks):

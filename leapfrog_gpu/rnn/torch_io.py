@@ -143,7 +143,7 @@ def read_module(module):
                         f"got {type(module).__name__}")
     rnns, linear, activation = [], None, "identity"
     for name, part in module.named_modules():
-        where = f"module.{name} ({type(part).__name__})" if name else f"the module ({type(part).__name__})"
+        where = f"module.{name} ({torch_io.kind_of(part)})" if name else f"the module ({torch_io.kind_of(part)})"
         read = (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear)  # a subclass with children is refused
         if type(part) is torch.nn.Identity or any(part.children()) and not isinstance(part, read):  # a container
             continue
@@ -162,7 +162,6 @@ def read_module(module):
                                  "is their nonlinearity")
             activation = torch_io.activation_of(part)
         else:
-            where = f"module.{name} ({torch_io.kind_of(part)})" if name else f"the module ({torch_io.kind_of(part)})"
             raise TypeError(f"{where}: from_torch reads torch.nn.RNN, GRU, LSTM, Linear, Sigmoid, Tanh, ReLU and "
                             "Identity modules")
     if linear is None:

@@ -245,14 +245,12 @@ class MpiCommunicator(Communicator):
     def sum(self, values):
         array = np.array(values, dtype=np.float64)
         with self.watch("the sum of a metric over every rank"):
-            self._comm.Allreduce(self._mpi.IN_PLACE, array, op=self._mpi.SUM)
+            _completed(self._comm.Iallreduce(self._mpi.IN_PLACE, array, op=self._mpi.SUM))
         return array
 
     def barrier(self):
         with self.watch("a barrier"):
-            request = self._comm.Ibarrier()
-            while not request.Test():
-                time.sleep(1e-3)
+            _completed(self._comm.Ibarrier())
 
     def engine(self, backend):
         """NCCL for CuPy, one communicator that every CuPy backend shares (each enqueues its sums from the program's
@@ -335,3 +333,10 @@ def _flush():
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def _completed(request):
+    """Wait for the collective ``request``, asleep between tests: the cores go to the ranks still working, and Ctrl-C
+    is raised at once, between two tests, where a blocking collective would hold it until every rank joins."""
+    while not request.Test():
+        time.sleep(1e-3)

@@ -556,6 +556,39 @@ def test_the_watchdog_gives_up_on_a_call_that_outlasts_its_deadline():
     assert expired == ["a sum nobody answers"]
 
 
+INTERRUPTED_SUM = """
+import signal, sys, time
+from pathlib import Path
+from leapfrog_gpu.parallel import comm as parallel
+comm, said, joined = parallel.world(), Path(sys.argv[1]), Path(sys.argv[2])
+if comm.rank == 0:
+    signal.signal(signal.SIGALRM, signal.default_int_handler)  # Ctrl-C, half a second into the sum
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        comm.sum([1.0])
+    except KeyboardInterrupt:
+        said.write_text("after rank 1 joined" if joined.exists() else "before rank 1 joined")
+    comm.abort(130, quiet=True)
+deadline = time.monotonic() + 60
+while not said.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+joined.touch()
+comm.sum([1.0])  # releases a rank 0 that Ctrl-C could not stop in the sum
+time.sleep(60)
+"""
+"""Rank 0 interrupted in a sum that rank 1 joins only once rank 0 has said so (or after 60 s)."""
+
+
+def test_ctrl_c_stops_a_rank_waiting_in_a_sum_for_the_others(tmp_path):
+    """Ctrl-C reaches a rank that waits in the sum of a metric (``evaluate``'s) at once: under mpiexec every rank
+    gets it, and one that raised it at once would end the job while another, in a blocking sum, could not."""
+    script, said = tmp_path / "sum.py", tmp_path / "said"
+    script.write_text(INTERRUPTED_SUM)
+    returncode, _, err = mpirun.finish(mpirun.launch(2, sys.executable, script, said, tmp_path / "joined"), timeout=120)
+    assert returncode == 130, err
+    assert said.read_text() == "before rank 1 joined"
+
+
 def test_an_error_on_some_ranks_is_raised_on_every_rank_with_its_rank():
     class Gather(Mirror):
         def __init__(self, others):

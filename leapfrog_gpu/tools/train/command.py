@@ -283,9 +283,9 @@ def _run(config, dataset, net, report, state, why):
             if training.ranks > 1:
                 raise StoppedEveryRank from None
             return 130
-    window = training.profile.steps
+    window, recorded = training.profile.steps, training.profile.recorded
     if training.profile.summary is not None:
-        report.line(f"timeline of steps {window.start}..{window.stop - 1} in {config['timeline']} and its .json: "
+        report.line(f"timeline of steps {recorded.start}..{recorded.stop - 1} in {config['timeline']} and its .json: "
                     f"{describe(training.profile.summary)}", always=True)
     elif config["timeline"] is not None and training.rank == 0:
         print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "

@@ -107,7 +107,7 @@ class Training:
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
         steps = profile_window(config)
         timeline = None if config["timeline"] is None or self.rank > 0 else {
-            "path": config["timeline"], "label": f"{PROG} {self.schedule!r}, steps {steps[0]}..{steps[1] - 1}",
+            "path": config["timeline"], "label": f"{PROG} {self.schedule!r}",
             "title": f"{PROG}: {models.name(config)} {self.sizes} {config['activation']}, batch "
                      f"{config['batch_size']}, {self.schedule!r}, {config['dtype']}, {net.backend.name}",
             "about": {"program": PROG, "config": config, "sizes": self.sizes, "backend": repr(net.backend),

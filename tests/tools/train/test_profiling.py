@@ -65,6 +65,13 @@ def test_a_run_that_ends_inside_the_window_stops_the_profiler(events):
     assert events == [0, 1, "sync", "start", "push step 2", 2, "pop", "push step 3", 3, "pop", "sync", "stop"]
 
 
+def test_a_run_resumed_inside_the_window_profiles_the_rest_of_it(events):
+    window = profiling.ProfileWindow(range(3, 6), FakeBackend("cupy", events))
+    run_steps(window, events, range(4, 8))
+    assert events == ["sync", "start", "push step 4", 4, "pop", "push step 5", 5, "pop", "sync", "stop", 6, 7]
+    assert window.recorded == range(4, 6)
+
+
 def test_numpy_window_only_adds_nvtx_ranges(events):
     run_steps(profiling.ProfileWindow(range(1, 3), FakeBackend("numpy", events)), events, range(4))
     run_steps(profiling.ProfileWindow(None, FakeBackend("cupy", events)), events, range(2))

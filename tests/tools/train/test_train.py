@@ -402,6 +402,21 @@ def test_timeline_of_a_window_of_steps(tmp_path, capsys):
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_run_resumed_inside_the_timeline_window_says_the_steps_it_recorded(tmp_path, capsys):
+    """Resumed at step S inside --profile-steps A:B, the run records steps S..B-1, and its chart, .json and line say
+    so (they said A..B-1)."""
+    run = tmp_path / "run"
+    assert cli(*SMALL, "--epochs", 1, "--checkpoint-dir", run) == 0
+    step = checkpoint.load(run)[1]["step"]
+    window = ["--timeline", tmp_path / "t.png", "--profile-steps", f"{step - 5}:{step + 5}"]
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run, "--resume", "--backend", "numpy", *window) == 0
+    out = capsys.readouterr().out
+    assert sum(line.startswith(f"timeline of steps {step}..{step + 4} in ") for line in out.splitlines()) == 1, out
+    panel = json.loads((tmp_path / "t.json").read_text())["panels"][0]
+    assert panel["label"] == f"leapfrog-train Leapfrog(k=2), steps {step}..{step + 4}"
+    assert {row[0] for row in panel["intervals"]} == set(range(step, step + 5))
+
+
 def test_the_chart_is_drawn_outside_the_time_of_the_epochs_steps(tmp_path, monkeypatch):
     """Drawing the chart takes a second or more: drawn inside the window's last step, it counted in that epoch's
     seconds and samples per second (870 samples/s against 20,000). It is drawn once the epoch's time is taken."""

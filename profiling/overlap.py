@@ -8,9 +8,9 @@ Reports, per (device, stream): kernels, busy time (the union of its kernel inter
 it that overlaps kernels on the main stream; and per NVTX range name: count and total time.
 The main stream is ``--main-stream``, else the stream with the most kernels (the chain and the update
 launch more than all workers together). Busy time and overlap come from ``leapfrog_gpu.tools.timeline.overlap``,
-the function the stream timeline (``--timeline``, no profiler needed) uses, so both measure the same thing; but a
-trace names no stream, so every stream but the main one counts in the share, a data-parallel run's NCCL stream too
-(the timeline counts the workers' alone).
+the function the stream timeline (``--timeline``, no profiler needed) uses, so both measure the same thing. The
+share counts the worker streams alone, as the timeline does: every stream but the main one and those that run
+NCCL's kernels only (``nccl...``: a data-parallel run's sums), which are listed with their own overlap.
 """
 
 import argparse
@@ -67,8 +67,9 @@ def report(path, main_stream=None):
         if device is None:
             known = sorted(s for _, s in streams)
             raise ValueError(f"--main-stream {main_stream}: no kernel ran on it; streams: {known}")
-    busy, shared, share = overlap({key: [(s, e) for s, e, _ in items] for key, items in streams.items()
-                                   if key[0] == device}, (device, main_stream))
+    here = {key: [(s, e) for s, e, _ in items] for key, items in streams.items() if key[0] == device}
+    workers = [key for key in here if key[1] != main_stream and not _nccl(streams[key])]
+    busy, shared, share = overlap(here, (device, main_stream), workers)
     per_stream = []
     for key, items in sorted(streams.items()):
         dev, stream = key
@@ -89,6 +90,11 @@ def report(path, main_stream=None):
         "worker_overlap": share,
         "nvtx": [{"name": name, "count": count, "total_ms": ns / 1e6} for name, (count, ns) in sorted(totals.items())],
     }
+
+
+def _nccl(items):
+    """Whether a stream's kernels ``[(start, end, name)]`` are NCCL's alone: a communication stream."""
+    return all((name or "").startswith("nccl") for _, _, name in items)
 
 
 def text(result):

@@ -84,6 +84,16 @@ def test_overlap_per_stream_and_worker_share(tmp_path):
     assert "outer_f32" in streams[13]["top_kernels"]
 
 
+def test_a_stream_of_nccl_kernels_alone_is_no_worker(tmp_path):
+    """A data-parallel run's sums run on a stream of NCCL's kernels: listed, with its overlap, but out of the
+    workers' share (it counted in it, as the timeline's communication stream does not)."""
+    nccl = [(0, 400, 21, "ncclDevKernel_AllReduce_Sum_f32_RING_LL")]
+    result = overlap.report(build_export(tmp_path / "trace.sqlite", kernels=KERNELS + nccl), main_stream=7)
+    streams = {s["stream"]: s for s in result["streams"]}
+    assert streams[21]["overlap_with_main"] == pytest.approx(300 / 400)
+    assert result["worker_overlap"] == pytest.approx((100 + 50) / 300)
+
+
 def test_overlap_py_and_the_timeline_agree_on_the_same_intervals(tmp_path):
     """The nsys report and the profiler-free timeline give the same busy times and worker overlap."""
     rng = np.random.default_rng(5)

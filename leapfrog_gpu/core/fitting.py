@@ -11,6 +11,7 @@ computed on the host in float64 from the network's outputs.
 """
 
 import contextlib
+import hashlib
 import json
 import math
 import numbers
@@ -47,14 +48,17 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
     open text file, one JSON line of metrics per epoch, as ``leapfrog-train --metrics`` writes them (a path's
     file emptied by the first: ``Emptied``), by rank 0 alone of a data-parallel network. A loss
     that becomes NaN or Inf (or, with ``check_finite``, a gradient) raises ``FloatingPointError``, naming
-    the epoch and the step."""
-    run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
-                  seed=seed, graph=graph, solver=solver, clip=clip)
-    progress = check_flag("progress", progress)
+    the epoch and the step. A data-parallel network's ranks each pass the same data and arguments (their SHA-256 and
+    values compared, a refusal raised on every rank) and take their shares of the same batches: ``seed=None`` is
+    rank 0's fresh entropy on every rank."""
     comm = net.comm
     first = comm is None or comm.rank == 0  # under data parallelism rank 0 alone writes the metrics
+    drawn = None if comm is None else comm.bcast(np.random.SeedSequence().entropy if first else None)
     with contextlib.ExitStack() as stack:
-        with contextlib.nullcontext() if comm is None else comm.together(TypeError, ValueError):
+        with _on_every_rank(net):
+            run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
+                          seed=drawn if seed is None else seed, graph=graph, solver=solver, clip=clip)
+            progress = check_flag("progress", progress)
             if jsonl is not None and not hasattr(jsonl, "write"):
                 if not isinstance(jsonl, (str, os.PathLike)):  # an int would be taken for a file descriptor
                     raise TypeError(f"jsonl must be a path or an open text file; got {type(jsonl).__name__}")
@@ -65,7 +69,38 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
                                      "of a file in a folder that exists") from None
             elif jsonl is not None:
                 _check_text_out(jsonl)
+        _same_on_every_rank(net, "fit", {"x": run.x, "y": run.y, "validation": run.validation}, epochs=epochs,
+                            batch_size=batch_size, optimizer=run.optimizer, schedule=schedule, shuffle=shuffle,
+                            seed=seed, graph=graph, solver=solver, clip=clip)
         return run.run(progress=progress, jsonl=jsonl if first else None)
+
+
+@contextlib.contextmanager
+def _on_every_rank(net):
+    """A TypeError or ValueError of the block raised on every rank of a data-parallel ``net``
+    (``Communicator.together``): raised on one rank alone, it would leave the others waiting in a collective."""
+    with contextlib.nullcontext() if net.comm is None else net.comm.together(TypeError, ValueError):
+        yield
+
+
+def _same_on_every_rank(net, call, arrays, **arguments):
+    """Refuse on every rank a ``call`` of a data-parallel ``net`` given other ``arrays`` (a dict of arrays, or of pairs
+    of them, or None), by their SHA-256, or other ``arguments``, by their repr, on some rank: each rank takes its
+    share of every batch, which must be the same batch on every rank."""
+    if net.comm is None:
+        return
+    digests = {}
+    for name, held in arrays.items():
+        digest = hashlib.sha256()
+        for array in () if held is None else held if isinstance(held, tuple) else (held,):
+            array = to_host(array)
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).data)
+        digests[name] = None if held is None else digest.hexdigest()
+    plain = (type(None), bool, numbers.Real, str)  # others by their repr, which a gather need not pickle
+    net.comm.check_same(f"data and arguments of {call} (each takes its share of the same samples)",
+                        {**digests, **{name: value if isinstance(value, plain) else repr(value)
+                                       for name, value in arguments.items()}})
 
 
 def _check_text_out(file):
@@ -281,8 +316,13 @@ def evaluate(net, x, y, batch_size=EVAL_BATCH, solver=None):
     counts, as ``numpy.argmax`` has it), else ``"mse"``, the mean squared error per output value.
 
     ``feedforward`` runs ``batch_size`` samples at a time, by ``solver`` where the network takes one. A
-    data-parallel network (``net.comm``) scores its rank's share of the samples and sums across ranks."""
-    return _score(net, *_checked(net, x, y), check_count("batch_size", batch_size), solver)
+    data-parallel network (``net.comm``) scores its rank's share of the samples and sums across ranks (each rank
+    passes the same ones, as ``fit``'s)."""
+    with _on_every_rank(net):
+        x, y = _checked(net, x, y)
+        batch_size = check_count("batch_size", batch_size)
+    _same_on_every_rank(net, "evaluate", {"x": x, "y": y}, batch_size=batch_size, solver=solver)
+    return _score(net, x, y, batch_size, solver)
 
 
 def _score(net, x, y, batch_size, solver):

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import sys
 import threading
 import time
@@ -230,17 +231,27 @@ class MpiCommunicator(Communicator):
         self._nccl = None
 
     def allgather(self, value):
+        data = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
+        sizes = np.zeros(self.size, dtype=np.int64)
         with self.watch("a gather over every rank"):
-            return self._comm.allgather(value)
+            _completed(self._comm.Iallgather(np.array([data.size], dtype=np.int64), sizes))
+            gathered = np.empty(int(sizes.sum()), dtype=np.uint8)
+            _completed(self._comm.Iallgatherv(data, [gathered, sizes]))
+        return [pickle.loads(part) for part in np.split(gathered, np.cumsum(sizes)[:-1])]
 
     def bcast(self, value):
+        data = np.frombuffer(pickle.dumps(value), dtype=np.uint8) if self.rank == 0 else None
+        size = np.array([0 if data is None else data.size], dtype=np.int64)
         with self.watch("a broadcast from rank 0"):
-            return self._comm.bcast(value, root=0)
+            _completed(self._comm.Ibcast(size, root=0))
+            data = np.empty(int(size[0]), dtype=np.uint8) if data is None else data
+            _completed(self._comm.Ibcast(data, root=0))
+        return value if self.rank == 0 else pickle.loads(data)
 
     def broadcast(self, arrays):
         with self.watch("the broadcast of rank 0's parameters"):
             for array in arrays:
-                self._comm.Bcast(array, root=0)
+                _completed(self._comm.Ibcast(array, root=0))
 
     def sum(self, values):
         array = np.array(values, dtype=np.float64)
@@ -337,6 +348,7 @@ def _flush():
 
 def _completed(request):
     """Wait for the collective ``request``, asleep between tests: the cores go to the ranks still working, and Ctrl-C
-    is raised at once, between two tests, where a blocking collective would hold it until every rank joins."""
+    is raised at once, between two tests, where a blocking collective would hold it until every rank joins (every
+    collective of the program's thread waits so: ``allgather`` and ``bcast`` send their pickles as bytes)."""
     while not request.Test():
         time.sleep(1e-3)

@@ -556,93 +556,43 @@ def test_the_watchdog_gives_up_on_a_call_that_outlasts_its_deadline():
     assert expired == ["a sum nobody answers"]
 
 
-INTERRUPTED_SUM = """
+INTERRUPTED_COLLECTIVE = """
 import signal, sys, time
 from pathlib import Path
 from leapfrog_gpu.parallel import comm as parallel
-comm, said, joined = parallel.world(), Path(sys.argv[1]), Path(sys.argv[2])
-if comm.rank == 0:
-    signal.signal(signal.SIGALRM, signal.default_int_handler)  # Ctrl-C, half a second into the sum
+comm, said, joined, call = parallel.world(), Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+value = {"sum": [1.0], "allgather": "a value", "bcast": "a value"}[call]
+waiting = 1 if call == "bcast" else 0  # rank 0 sends its broadcast without waiting
+if comm.rank == waiting:
+    signal.signal(signal.SIGALRM, signal.default_int_handler)  # Ctrl-C, half a second into the call
     signal.setitimer(signal.ITIMER_REAL, 0.5)
     try:
-        comm.sum([1.0])
+        getattr(comm, call)(value)
     except KeyboardInterrupt:
-        said.write_text("after rank 1 joined" if joined.exists() else "before rank 1 joined")
+        said.write_text("after the other rank joined" if joined.exists() else "before the other rank joined")
     comm.abort(130, quiet=True)
 deadline = time.monotonic() + 60
 while not said.exists() and time.monotonic() < deadline:
     time.sleep(0.05)
 joined.touch()
-comm.sum([1.0])  # releases a rank 0 that Ctrl-C could not stop in the sum
+getattr(comm, call)(value)  # releases a rank that Ctrl-C could not stop in the call
 time.sleep(60)
 """
-"""Rank 0 interrupted in a sum that rank 1 joins only once rank 0 has said so (or after 60 s)."""
+"""A rank interrupted in a collective of the program's thread (``sys.argv[3]``) that the other rank joins only once
+the first has said so (or after 60 s)."""
 
 
-def test_ctrl_c_stops_a_rank_waiting_in_a_sum_for_the_others(tmp_path):
-    """Ctrl-C reaches a rank that waits in the sum of a metric (``evaluate``'s) at once: under mpiexec every rank
-    gets it, and one that raised it at once would end the job while another, in a blocking sum, could not."""
-    script, said = tmp_path / "sum.py", tmp_path / "said"
-    script.write_text(INTERRUPTED_SUM)
-    returncode, _, err = mpirun.finish(mpirun.launch(2, sys.executable, script, said, tmp_path / "joined"), timeout=120)
+@pytest.mark.parametrize("call", ["sum", "allgather", "bcast"])
+def test_ctrl_c_stops_a_rank_waiting_in_a_collective_for_the_others(tmp_path, call):
+    """Ctrl-C reaches a rank that waits for the others in the sum of a metric (``evaluate``'s), a gather (the ranks'
+    comparisons) or a broadcast at once: under mpiexec every rank gets it, and one that raised it at once would end
+    the job while another, in a blocking collective, could not."""
+    script, said = tmp_path / "collective.py", tmp_path / "said"
+    script.write_text(INTERRUPTED_COLLECTIVE)
+    job = mpirun.launch(2, sys.executable, script, said, tmp_path / "joined", call)
+    returncode, _, err = mpirun.finish(job, timeout=120)
     assert returncode == 130, err
-    assert said.read_text() == "before rank 1 joined"
-
-
-FIT_ON_RANKS = """
-import json, sys
-import numpy as np
-from leapfrog_gpu import MLP, SGD, parallel
-comm = parallel.world(timeout=600)  # a rank left waiting fails the test by its guard, not by the watchdog
-rng = np.random.default_rng(0)
-x, y = rng.standard_normal((5, 8)), rng.integers(0, 3, 8)
-said = {}
-with MLP([5, 7, 3], backend="numpy", dtype="float64", seed=3, comm=comm) as net:
-    said["start"] = [[w.tolist() for w in net.weights], [b.tolist() for b in net.biases]]
-    net.fit(x, y, 1, 8, SGD(0.5), seed=None, progress=False)  # one batch of every sample, in any order
-    said["weights"] = net.weights[0].tolist()
-    wrong = y.copy()
-    wrong[3] = 7 if comm.rank == 1 else wrong[3]  # a label beyond the classes, on rank 1 alone
-    other = x + (comm.rank == 1)  # other data on rank 1
-    for name, call in [("fit label", lambda: net.fit(x, wrong, 1, 4, 0.1, progress=False)),
-                       ("evaluate label", lambda: net.evaluate(x, wrong)),
-                       ("fit data", lambda: net.fit(other, y, 1, 4, 0.1, progress=False)),
-                       ("evaluate data", lambda: net.evaluate(other, y)),
-                       ("fit seed", lambda: net.fit(x, y, 1, 4, 0.1, seed=comm.rank or None, progress=False))]:
-        try:
-            call()
-            said[name] = "accepted"
-        except ValueError as error:
-            said[name] = str(error)
-open(sys.argv[1] + f"/rank{comm.rank}.json", "w").write(json.dumps(said))
-"""
-"""``fit`` and ``evaluate`` of a data-parallel MLP: ``fit(seed=None)``'s weights after one batch of all samples, and
-what each call given other labels, data or seed on rank 1 alone raises on each rank."""
-
-
-def test_fit_and_evaluate_refuse_on_every_rank_what_one_rank_was_given_and_share_a_fresh_seed(tmp_path):
-    """Each rank takes its share of the same batches: ``fit(seed=None)`` draws them by rank 0's fresh entropy (each
-    rank's own drew another permutation on each, whose shares counted some samples twice and others never), so one
-    batch of every sample is the whole batch's step (float64 NumPy, here). A bad label on one rank is refused on every
-    rank, naming it (that rank raised alone, and the others waited in the run's collectives until the watchdog ended
-    the job), and so are other data or another seed on one rank (which trained on a mix of batches)."""
-    script = tmp_path / "fit.py"
-    script.write_text(FIT_ON_RANKS)
-    mpirun.run(2, sys.executable, script, tmp_path, timeout=120)
-    said = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
-    rng = np.random.default_rng(0)
-    x, labels = rng.standard_normal((5, 8)), rng.integers(0, 3, 8)
-    y = np.eye(3)[:, labels]
-    weights, biases = ([np.array(array) for array in arrays] for arrays in said[0]["start"])
-    expected = weights[0] - 0.5 / 8 * reference.backprop(weights, biases, x, y)[1][0]  # sigmoid, quadratic: MLP's
-    for rank in range(2):
-        np.testing.assert_allclose(said[rank]["weights"], expected, rtol=1e-12, atol=1e-14)
-        assert said[rank]["fit label"] == said[rank]["evaluate label"]
-        assert said[rank]["fit label"].startswith("rank 1: y holds class label 7 at index 3; labels must lie in 0..2")
-        for call in ("fit", "evaluate"):
-            assert said[rank][f"{call} data"].startswith(f"every rank must use the same data and arguments of {call}")
-            assert " x: " in said[rank][f"{call} data"] and "on rank 1" in said[rank][f"{call} data"]
-        assert said[rank]["fit seed"].endswith("differ in seed: 1 on rank 1, None on rank 0")
+    assert said.read_text() == "before the other rank joined"
 
 
 def test_an_error_on_some_ranks_is_raised_on_every_rank_with_its_rank():

@@ -65,13 +65,19 @@ def activation_of(module):
     return {getattr(torch.nn, kind): name for name, kind in MODULES.items()}.get(type(module))
 
 
-def kind_of(module):
-    """``module``'s type as a refusal names it, saying so of a subclass of a torch module: from_torch reads a module's
-    parameters, not the forward that a subclass may change."""
+def subclassed(module):
+    """The name of the torch module (``"Sequential"``, ``"GRU"``, ...) whose subclass ``module`` is, or None for one of
+    torch's own or a plain ``torch.nn.Module``'s: from_torch reads a module's parameters, not the forward that a
+    subclass may change."""
     bases = [base.__name__ for base in type(module).__mro__[1:] if base.__module__.startswith("torch.nn.modules")]
-    kind = type(module).__name__
-    return kind if type(module).__module__.startswith("torch.") or not bases or bases[0] == "Module" else \
-        f"{kind}, a subclass of torch.nn.{bases[0]} whose forward from_torch would not read"
+    own = type(module).__module__.startswith("torch.") or not bases or bases[0] == "Module"
+    return None if own else bases[0]
+
+
+def kind_of(module):
+    """``module``'s type as a refusal names it, saying so of a subclass of a torch module (``subclassed``)."""
+    kind, base = type(module).__name__, subclassed(module)
+    return kind if base is None else f"{kind}, a subclass of torch.nn.{base} whose forward from_torch would not read"
 
 
 def linear_parameters(linear):
@@ -133,12 +139,20 @@ def as_arrays(tensors, xp):
 
 
 def network_dtype(given, found):
-    """The dtype of a network made from a module whose parameters are of dtype ``found``: ``given``, else
-    ``found``; a ValueError that says to give one where the module's is none a network holds (float16)."""
-    if given is None and found not in DTYPES:
-        raise ValueError(f"the module's parameters are {found}, which a network does not hold: pass "
-                         "dtype='float32' or 'float64' to convert them")
-    return given or found
+    """The dtype of a network made from a module whose parameters are of the dtypes ``found`` (names): ``given``,
+    else the one of ``found``; a ValueError that says to give one where the module's is none a network holds
+    (float16), or where they are several (a network holds its parameters in one dtype)."""
+    found = sorted(set(found))
+    if given is None and (len(found) > 1 or found[0] not in DTYPES):
+        why = "a network holds its parameters in one dtype" if len(found) > 1 else "which a network does not hold"
+        raise ValueError(f"the module's parameters are {' and '.join(found)}, {why}: pass dtype='float32' or "
+                         "'float64' to convert them")
+    return given or found[0]
+
+
+def dtypes(tensors):
+    """The names of the dtypes of ``tensors`` (``"float32"``, ...)."""
+    return [str(tensor.dtype).removeprefix("torch.") for tensor in tensors]
 
 
 def loaded(net, tensors):

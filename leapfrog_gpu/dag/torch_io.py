@@ -103,7 +103,7 @@ READS = ("Linear modules (each followed by at most one sigmoid, tanh or relu: a 
 
 
 def read_module(module):
-    """``(n_input, nodes, dtype, tensors)`` of ``module``: a ``torch.nn.Module``, traced by
+    """``(n_input, nodes, dtypes, tensors)`` of ``module``: a ``torch.nn.Module``, traced by
     ``torch.fx.symbolic_trace``, or a ``torch.fx.GraphModule``, read as it is (``to_module``'s included).
 
     One input (a placeholder) and one output; one node per call of a ``Linear`` (a ``Dense`` node, taking the
@@ -118,8 +118,8 @@ def read_module(module):
     ``nodes`` are ``(name, layer, inputs)`` triples for ``DagNet``; ``tensors`` ``{node: {name: tensor}}``, the
     module's detached (sharing its memory): w and b of each ``Linear`` (b zeros without a bias), gamma and beta of
     each ``LayerNorm`` (ones and zeros where it has none). ``n_input`` is found from a ``Linear`` or ``LayerNorm``
-    that reads the input, alone or through sums and concatenations (``input_width``); ``dtype`` the name of the
-    module's first parameter's dtype (torch's default dtype with none). A TypeError refuses what is not a module; a
+    that reads the input, alone or through sums and concatenations (``input_width``); ``dtypes`` the names of
+    its parameters' dtypes (torch's default dtype's with none). A TypeError refuses what is not a module; a
     ValueError names the first node that a DagNet cannot compute and its op, saying why: any other module, function,
     method or attribute, a second input, a module called twice (a node's parameters are its own), a submodule ``x``
     whose fx node is named ``"x"`` too (the input's name), an activation that does not follow a ``Linear``'s output
@@ -330,9 +330,9 @@ class _Reader:
         if n_input is None:
             raise ValueError("the input's width is not known: from_torch reads it from a Linear or LayerNorm that "
                              "reads the input, alone or through sums and concatenations")
-        dtype = next((p.dtype for p in self.traced.parameters()), self.torch.get_default_dtype())
+        found = torch_io.dtypes(self.traced.parameters()) or torch_io.dtypes([self.torch.empty(0)])  # default's
         nodes = [(v, layer, inputs) for v, (layer, inputs) in self.nodes.items()]
-        return n_input, nodes, str(dtype).removeprefix("torch."), self.tensors
+        return n_input, nodes, found, self.tensors
 
     def input_width(self):
         """The input's width n, from the first node, in the graph's order, whose width constrains it: each node's

@@ -25,11 +25,11 @@ def to_module(weights, biases, activation, output_activation):
 
 
 def read_module(module):
-    """``(sizes, activation, output_activation, dtype, (weights, biases))`` of a ``torch.nn.Sequential`` of
+    """``(sizes, activation, output_activation, dtypes, (weights, biases))`` of a ``torch.nn.Sequential`` of
     ``Linear`` modules, each followed by ``Sigmoid``, ``Tanh``, ``ReLU`` or nothing (``Identity`` modules are
     passed over), every hidden one by the same activation. ``weights`` and ``biases`` are the module's
     tensors, detached (sharing its memory); a Linear without a bias gives zeros. With no hidden layer,
-    ``activation`` is the output's (sigmoid for an identity output). ``dtype`` is the weights' dtype name.
+    ``activation`` is the output's (sigmoid for an identity output). ``dtypes`` are its parameters' dtypes' names.
 
     Raises TypeError for anything but such a module or a layer of another type (a subclass of these included, whose
     forward may compute another function: the layers are read, not the forward), ValueError for an activation
@@ -72,4 +72,4 @@ def read_module(module):
                              f"{sizes[l - 2]} units: the widths do not chain")
     activation = after[0] if after[0] in torch_io.MODULES else "sigmoid"  # the output's where no layer is hidden
     torch_io.check_module(module)
-    return sizes, activation, after[-1], str(weights[0].dtype).removeprefix("torch."), (weights, biases)
+    return sizes, activation, after[-1], torch_io.dtypes(module.parameters()), (weights, biases)

@@ -120,7 +120,7 @@ def __getattr__(name):
 
 
 def read_module(module):
-    """``(sizes, cell, activation, output_activation, dtype, tensors)`` of a module whose modules, in the order
+    """``(sizes, cell, activation, output_activation, dtypes, tensors)`` of a module whose modules, in the order
     it registers them (containers opened, ``Identity`` passed over), are one or more ``torch.nn.RNN`` of one
     nonlinearity, or ``torch.nn.GRU``, or ``torch.nn.LSTM`` (one kind; each of one or more layers: w^l from
     ``weight_ih_l<k>``, u^l from ``weight_hh_l<k>``, b^l the sum ``bias_ih_l<k> + bias_hh_l<k>`` but in a GRU's
@@ -128,11 +128,12 @@ def read_module(module):
     output ``Linear`` (its bias zeros when it has none), then at most one ``Sigmoid``, ``Tanh`` or ``ReLU``:
     what ``to_module`` makes, or a module of one's own laid out alike. ``batch_first`` is read past: it
     changes the module's layout of x, not its function. The weights and recurrent weights are the module's
-    tensors, detached (sharing its memory); the biases are new tensors. ``dtype`` is the weights' dtype name;
+    tensors, detached (sharing its memory); the biases are new tensors. ``dtypes`` are its parameters' dtypes' names;
     ``cell`` ``"elman"`` (``torch.nn.RNN``), ``"gru"`` or ``"lstm"``, whose activation is tanh; ``tensors``
     ``(weights, recurrent, biases)``, and b_hn after them for a GRU.
 
-    Raises TypeError for anything but a module, or a module of another type in it, and ValueError for what an
+    Raises TypeError for anything but a module, or a module of another type in it (a subclass of a torch module
+    included, a ``Sequential``'s too: its forward may compute another function), and ValueError for what an
     RNN cannot compute: a bidirectional RNN, dropout between layers, an LSTM's projections (``proj_size``),
     mixed nonlinearities or cells, modules out of that order, widths that do not chain.
     """
@@ -145,7 +146,8 @@ def read_module(module):
     for name, part in module.named_modules():
         where = f"module.{name} ({torch_io.kind_of(part)})" if name else f"the module ({torch_io.kind_of(part)})"
         read = (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear)  # a subclass with children is refused
-        if type(part) is torch.nn.Identity or any(part.children()) and not isinstance(part, read):  # a container
+        container = type(part) is torch.nn.Identity or any(part.children()) and not isinstance(part, read)
+        if container and torch_io.subclassed(part) is None:  # a Sequential's subclass may change its forward
             continue
         if type(part) in (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, _gru()):  # _gru(): to_module's, of GRU's forward
             if linear is not None:
@@ -198,10 +200,10 @@ def read_module(module):
         if w.shape[1] != sizes[l - 2]:
             raise ValueError(f"layer {l} takes {w.shape[1]} inputs but layer {l - 1} has {sizes[l - 2]} units: "
                              "the widths do not chain")
-    dtype = str(weights[0].dtype).removeprefix("torch.")
     tensors = (weights, recurrent, biases) + ((b_hn,) if cell == "gru" else ())
     torch_io.check_module(module, (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear))
-    return sizes, cell, "tanh" if cell != "elman" else head.nonlinearity, activation, dtype, tensors
+    nonlinearity = "tanh" if cell != "elman" else head.nonlinearity
+    return sizes, cell, nonlinearity, activation, torch_io.dtypes(module.parameters()), tensors
 
 
 def _cell(rnn):

@@ -234,6 +234,21 @@ def test_from_torch_converts_to_the_dtype_asked_for(torch):
                 convert(module.to(dtype), backend="numpy")
 
 
+def test_from_torch_refuses_parameters_of_two_dtypes_unless_told_the_network_s(torch):
+    """A float32 module with a float64 output layer was read as float32, that layer rounded without a word."""
+    nn = torch.nn
+    mixed = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2).double())
+    recurrent = nn.Sequential(nn.GRU(3, 4), nn.Linear(4, 2).double())
+    for convert, module in ((MLP.from_torch, mixed), (DagNet.from_torch, mixed), (RNN.from_torch, recurrent)):
+        with pytest.raises(ValueError, match="^the module's parameters are float32 and float64, a network holds its "
+                                             "parameters in one dtype: pass dtype='float32' or 'float64'"):
+            convert(module, backend="numpy")
+        with convert(module, backend="numpy", dtype="float64") as net:  # its float64 layer taken as it is
+            output = [named["w"] for named in net.parameters().values() if named["w"].shape == (2, 4)]
+            assert net.dtype == "float64" and len(output) == 1
+            assert_bitwise(output[0], module[-1].weight.detach().numpy())
+
+
 def test_the_conversions_share_memory_only_with_what_they_are_handed(torch):
     """DLPack in both directions on the CPU: no copy between a NumPy array and a CPU tensor."""
     from leapfrog_gpu.core.torch_io import as_arrays
@@ -477,7 +492,7 @@ def test_to_torch_refuses_a_sigmoid_rnn(torch):
 
 def unreadable_rnn(torch):
     nn, S = torch.nn, torch.nn.Sequential
-    _, Doubled, _, Reversed, Stacked = subclasses(nn)
+    Residual, Doubled, _, Reversed, Stacked = subclasses(nn)
     return [
         (object(), TypeError, "from_torch reads a torch.nn.Module of torch.nn.RNN (GRU, LSTM), Linear and activation "
                               "modules; got object"),
@@ -515,10 +530,16 @@ def unreadable_rnn(torch):
         (S(nn.LSTM(3, 4), Doubled(4, 2)), TypeError, "module.1 (Doubled, a subclass of torch.nn.Linear whose"),
         (S(Stacked(), nn.Linear(4, 2)), TypeError, "module.0 (Stacked, a subclass of torch.nn.GRU whose"),  # read as
         # a container, its inner GRU alone was read, of 4 inputs
+        (Residual(nn.GRU(3, 4), nn.Linear(4, 2)), TypeError, "the module (Residual, a subclass of torch.nn.Sequential "
+                                                              "whose forward from_torch would not read)"),  # read as
+        (S(Residual(nn.RNN(3, 4)), nn.Linear(4, 2)), TypeError, "module.0 (Residual, a subclass of torch.nn.Sequential"),
+        # containers, their forward passed over
+        (S(nn.GRU(3, 4), nn.Linear(4, 2).double()), ValueError, "the module's parameters are float32 and float64, a "
+                                                                 "network holds its parameters in one dtype: pass dtype="),
     ]
 
 
-@pytest.mark.parametrize("case", range(20))
+@pytest.mark.parametrize("case", range(23))
 def test_a_module_rnn_from_torch_cannot_read_is_refused_saying_why(torch, case):
     module, error, message = unreadable_rnn(torch)[case]
     with pytest.raises(error) as info:

@@ -192,6 +192,7 @@ class DagNet(Network):
     def plan(self, batch):
         """The ``plan.DagPlan`` of this network at ``batch`` columns: made on first use, kept while it is among the last
         used (``core.network.PLANS``)."""
+        batch = check_count("batch", batch)
         return self._plan(batch, lambda: DagPlan(self, batch, self._params, self._controls))
 
     def _outputs(self):

@@ -7,10 +7,9 @@ pass at one batch size are its ``plan.MLPPlan`` (``MLP.plan``); what every netwo
 parameters in and out, the step controls) is ``core.network.Network``.
 """
 
-import numbers
 
 from ..core import parameters, saving
-from ..core.checks import check_batch
+from ..core.checks import check_batch, check_count
 from ..core.convergence import Solver
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -130,9 +129,8 @@ class MLP(Layered):
         ``plan.backward(schedule)``, after a ``backprop`` or ``sgd_step`` has loaded a batch of that
         size); training goes through ``sgd_step``, which checks and loads the batch.
         """
-        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
-            raise ValueError(f"batch must be an integer >= 1; got {batch!r}")
-        return self._plan(int(batch), lambda: MLPPlan(self, int(batch), self._w, self._b, self._controls))
+        batch = check_count("batch", batch)
+        return self._plan(batch, lambda: MLPPlan(self, batch, self._w, self._b, self._controls))
 
     def _check_batch(self, x, y):
         """``x`` (n_1, B) and ``y`` (n_L, B) (or None) as 2-D arrays of real numbers on a device this backend can

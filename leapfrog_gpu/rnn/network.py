@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..core import parameters, saving
-from ..core.checks import check_finite_as, check_real, real_array
+from ..core.checks import check_count, check_finite_as, check_real, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -73,7 +73,7 @@ class RNN(Layered):
     """
 
     NOUN = "an RNN"
-    LOAD = "net.set_parameters(weights, recurrent, biases)"
+    LOAD = "net.set_parameters(weights, recurrent, biases), a GRU's with b_hn after them (or the dict of parameters())"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
     SOLVERS = "None (the forward step by step) or a TimeNewton()"
     CAPTURE_REFUSALS = {"cupy": "the recurrent pass runs its products as cupy.matmul calls (cuBLAS), which CuPy "
@@ -216,6 +216,7 @@ class RNN(Layered):
     def plan(self, tau, batch):
         """The ``plan.RNNPlan`` of this network at sequence length ``tau`` and ``batch`` sequences: its buffers,
         events and launches, made on first use and kept while among the last used (``core.network.PLANS``)."""
+        tau, batch = check_count("tau", tau), check_count("batch", batch)
         return self._plan((tau, batch), lambda: RNNPlan(self, tau, batch, self._w, self._u, self._b, self._b_hn))
 
     # -- validation -----------------------------------------------------------------------------------

@@ -205,3 +205,14 @@ def test_copies_handed_out_on_the_cupy_stand_in_live_on_the_callers_stream(stand
         del a
         handed()
         np.testing.assert_array_equal(cupy.asnumpy(doubled), want)
+
+
+def test_a_plan_of_no_column_is_refused_naming_its_batch(network_name):
+    """``plan(B)`` (the RNN's ``plan(tau, B)``) of every network, as its steps refuse an empty batch: the RNN's and the
+    DagNet's made a plan of B = 0."""
+    with network(network_name, "numpy") as net:
+        before = (TAU,) if network_name == "RNN" else ()
+        with pytest.raises(ValueError, match=r"^batch must be an integer >= 1; got 0$"):
+            net.plan(*before, 0)
+        with pytest.raises(TypeError, match=r"^batch must be an integer >= 1; got True$"):
+            net.plan(*before, True)

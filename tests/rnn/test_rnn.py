@@ -247,10 +247,22 @@ def test_set_parameters_round_trips_and_refuses_bad_arrays():
 
 @pytest.mark.parametrize("name", ["weights", "recurrent", "biases"])
 def test_assigning_the_parameters_points_at_set_parameters(name):
+    """The call it names loads a GRU's too (which needs b_hn, or the dict of ``parameters()``)."""
     with RNN([3, 5, 2], backend="numpy") as net:
         with pytest.raises(AttributeError, match=rf"^{name} cannot be assigned: each read of it is a copy; to load "
-                                                 r"parameters call net.set_parameters\(weights, recurrent, biases\)$"):
+                                                 r"parameters call net.set_parameters\(weights, recurrent, biases\), "
+                                                 r"a GRU's with b_hn after them \(or the dict of parameters\(\)\)$"):
             setattr(net, name, getattr(net, name))
+
+
+@pytest.mark.parametrize("tau, batch, error", [(0, 1, ValueError), (1, 0, ValueError), (-1, 2, ValueError),
+                                               (2, True, TypeError), (2.0, 3, TypeError)])
+def test_a_plan_of_no_sequence_is_refused_naming_its_argument(tau, batch, error):
+    """``plan(tau, B)`` as ``MLP.plan(B)``: B = 0 was a plan, and tau = 0 an IndexError."""
+    with RNN([3, 5, 2], backend="numpy") as net:
+        name, value = ("tau", tau) if error is ValueError and tau < 1 or isinstance(tau, float) else ("batch", batch)
+        with pytest.raises(error, match=rf"^{name} must be an integer >= 1; got {value!r}$"):
+            net.plan(tau, batch)
 
 
 @pytest.mark.parametrize("output,x_shape,y_shape,message", [

@@ -34,7 +34,7 @@ from ..core.checks import MEMORY_LIMIT, check_cap, check_count, check_flag, chec
 from ..core.convergence import Solver, column_norms, largest, ratios, relative
 from ..core.triangular import ceil_log2, check_memory
 from .network import DagNet, from_mlp
-from .plan import INPUT, forward_node
+from .plan import INPUT, forward_node, jacobian
 from .schedules import doubling_bytes, doubling_solve
 
 
@@ -257,7 +257,7 @@ class ForwardNewton(ForwardSolver):
             args = [x if u == INPUT else a[u] for u in net.inputs[v]]
             for i, u in enumerate(net.inputs[v]):
                 if u != INPUT:
-                    block = net.layer[v].jacobian(net.backend, state.params[v], args, saved[v], i).dense()
+                    block = jacobian(net, v, state.params[v], args, saved[v], i).dense()
                     blocks[v, u] = blocks[v, u] + block if (v, u) in blocks else block
         e = {v: f[v] - a[v] for v in net.order}
         step, flops, moved = doubling_solve(xp, blocks, e, net.depth, {v: net.n[v] for v in net.order})

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..backends.host import NumpyBackend
 from ..core.checks import check_count, check_real
-from .layers import Layer
+from .layers import Layer, input_products
 
 STEP = 1e-6
 """The central differences' step, times 1 + |x|: truncation O(h^2), rounding O(eps / h), about 1e-10 each."""
@@ -48,7 +48,7 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
         g = layer.error(backend, params, saved, abar)
         products = layer.vjp_params(backend, params, inputs, saved, g)
         checks = [(f"vjp_inputs(...)[{i}]", given, _gradient(cost, x))
-                  for i, (given, x) in enumerate(zip(layer.vjp_inputs(backend, params, inputs, saved, g), inputs))]
+                  for i, (given, x) in enumerate(zip(input_products(layer, backend, params, inputs, saved, g), inputs))]
         checks += [(f"vjp_params(...)[{name!r}]", products.get(name), _gradient(cost, p))
                    for name, p in params.items()]
         checks += [(f"jacobian(..., i={i}).dense()", layer.jacobian(backend, params, inputs, saved, i).dense(),

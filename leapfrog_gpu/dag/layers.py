@@ -148,7 +148,7 @@ class Layer:
         return abar
 
     def vjp_inputs(self, backend, params, inputs, saved, g):
-        """dC/d input_i for every input i, from the error g: a list of (n_i, B)."""
+        """dC/d input_i for every input i, from the error g: a list of (n_i, B), one per input (``input_products``)."""
         raise NotImplementedError
 
     def vjp_params(self, backend, params, inputs, saved, g):
@@ -158,8 +158,8 @@ class Layer:
     def jacobian(self, backend, params, inputs, saved, i):
         """J_i = d a / d input_i as a ``DenseBlock``, built from the products: row r of every sample's
         J_i is J_i^T e_r, one product per output unit."""
-        return from_products(backend.xp, lambda u: self.vjp_inputs(backend, params, inputs, saved,
-                                                                   self.error(backend, params, saved, u))[i],
+        return from_products(backend.xp, lambda u: input_products(self, backend, params, inputs, saved,
+                                                                  self.error(backend, params, saved, u))[i],
                              self.size([x.shape[0] for x in inputs]), inputs[i])
 
     def options(self):
@@ -168,6 +168,18 @@ class Layer:
 
     def __repr__(self):
         return f"{type(self).__name__}()"
+
+
+def input_products(layer, backend, params, inputs, saved, g):
+    """``layer.vjp_inputs``: one product (n_i, B) per input, in the inputs' order; a ValueError says what it gave
+    otherwise (zipped with the inputs, a missing product would be dropped, and its input's adjoint wrong)."""
+    products = layer.vjp_inputs(backend, params, inputs, saved, g)
+    if not isinstance(products, (list, tuple)) or len(products) != len(inputs):
+        got = (f"{len(products)} product{'s' * (len(products) != 1)}" if isinstance(products, (list, tuple)) else
+               f"a {type(products).__name__}")
+        raise ValueError(f"{layer!r}.vjp_inputs returned {got} for {len(inputs)} inputs: return a list of one "
+                         "product (n_i, B) per input, in the inputs' order")
+    return products
 
 
 def from_products(xp, rproduct, n_out, like):

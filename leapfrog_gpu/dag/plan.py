@@ -20,7 +20,7 @@ import numpy as np
 from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
-from .layers import Add, Dense, from_products
+from .layers import Add, Dense, from_products, input_products
 
 INPUT = "x"
 """The input node's name."""
@@ -37,6 +37,24 @@ def forward_node(net, v, params, inputs):
         raise ValueError(f"node {v!r}: {net.layer[v]!r}.forward returned an output of shape {got}, not (n, B) = "
                          f"{want} (n: its size()): make forward return n rows of B columns")
     return a, saved
+
+
+def vjp_inputs(net, v, params, inputs, saved, g):
+    """Node v's products to its inputs from its error g, one (n_u, B) per input (``layers.input_products``: a
+    ValueError, here naming v, where its layer gives another number)."""
+    try:
+        return input_products(net.layer[v], net.backend, params, inputs, saved, g)
+    except ValueError as error:
+        raise ValueError(f"node {v!r}: {error}") from None
+
+
+def jacobian(net, v, params, inputs, saved, i):
+    """Node v's Jacobian block of its input i (``Layer.jacobian``); a ValueError of its layer's names v (one built
+    from products that are not one per input)."""
+    try:
+        return net.layer[v].jacobian(net.backend, params, inputs, saved, i)
+    except ValueError as error:
+        raise ValueError(f"node {v!r}: {error}") from None
 
 
 class DagPlan(plan.Plan):
@@ -175,15 +193,15 @@ class DagPlan(plan.Plan):
         net, xp, blocks = self.net, self.xp, {}
         for v in self.order:
             args = self._arguments(v)
-            layer, params, saved = net.layer[v], self.params[v], self.saved[v]
+            params, saved = self.params[v], self.saved[v]
             for i, u in enumerate(net.inputs[v]):
                 if u not in net.layer:  # the input
                     continue
                 if v == net.output:
-                    block = from_products(xp, lambda g, i=i: layer.vjp_inputs(self.backend, params, args, saved, g)[i],
+                    block = from_products(xp, lambda g, i=i: vjp_inputs(net, v, params, args, saved, g)[i],
                                           self.n[v], args[i])
                 else:
-                    block = layer.jacobian(self.backend, params, args, saved, i)
+                    block = jacobian(net, v, params, args, saved, i)
                 matrix = block.dense().transpose(0, 2, 1)
                 blocks[u, v] = blocks[u, v] + matrix if (u, v) in blocks else matrix
         return blocks, {net.output: self.output_error()}
@@ -239,9 +257,8 @@ class DagPlan(plan.Plan):
 
     def _propagate(self, v):
         """Hand g_v's products back to v's inputs (the last read of v's parameters in the pass)."""
-        layer, inputs = self.net.layer[v], self.net.inputs[v]
-        products = layer.vjp_inputs(self.backend, self.params[v], self._arguments(v), self.saved[v], self.g[v])
-        for u, product in zip(inputs, products):
+        products = vjp_inputs(self.net, v, self.params[v], self._arguments(v), self.saved[v], self.g[v])
+        for u, product in zip(self.net.inputs[v], products):
             if u == INPUT:
                 continue
             given = self.contributions[u]

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from helpers import NETS, batch, central, cli, deep_chain, dense_net, flat, gate_net, parameters, residual_net
+from helpers import NETS, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net, parameters
+from helpers import residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
@@ -390,6 +391,48 @@ def test_a_layer_whose_output_is_not_its_size_is_refused_naming_the_node(solver)
             net.sgd_step(x, y, ETA, solver=solver)
             net.synchronize()
         assert same(flat(net.parameters()), before)
+
+
+class ForgetsAnInput(Product):
+    """Hands back x_0's product alone: zipped with the inputs, x_1's adjoint would miss it."""
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return super().vjp_inputs(backend, params, inputs, saved, g)[:1]
+
+
+def product_net(layer, output):
+    """m = a * b of two Dense tanh nodes of the input, the output or below a skip s = m + b."""
+    nodes = [("a", Dense(3, "tanh"), "x"), ("b", Dense(3, "tanh"), "x"), ("m", layer, ["a", "b"])]
+    if not output:
+        nodes += [("s", Add(), ["m", "b"]), ("out", Dense(1, "identity"), "s")]
+    return DagNet(2, nodes, dtype="float64", seed=7, backend="numpy")
+
+
+@pytest.mark.parametrize("output", [False, True], ids=["below", "output"])
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
+def test_a_layer_that_hands_back_a_product_too_few_is_refused_naming_the_node(schedule, output):
+    """With both products a two-input node's gradients are the central differences of the cost under every
+    schedule; with one, every schedule refuses it, as ForwardNewton (whose Jacobian is built from them) does, where
+    the chain's schedules trained on x_1's adjoint without it and the block schedules raised an IndexError."""
+    with product_net(Product(), output) as net:
+        x, y = data(net, 3)
+        grads, params = net.backprop(x, y, schedule), net.parameters()
+        for v in net.nodes:
+            for name, param in params[v].items():
+                def moved_cost():
+                    net.set_parameters({v: {name: param}})
+                    return total_cost(net, x, y)
+
+                want = central(moved_cost, param)
+                net.set_parameters({v: {name: param}})
+                np.testing.assert_allclose(grads[v][name], want, rtol=1e-6, atol=1e-9)
+    message = (r"^node 'm': ForgetsAnInput\(\)\.vjp_inputs returned 1 product for 2 inputs: return a list of one "
+               r"product \(n_i, B\) per input, in the inputs' order$")
+    with product_net(ForgetsAnInput(), output) as net:
+        with pytest.raises(ValueError, match=message):
+            net.backprop(x, y, schedule)
+        with pytest.raises(ValueError, match=message):
+            net.feedforward(x, solver=ForwardNewton())
 
 
 def test_a_node_listed_before_one_of_its_inputs_is_placed_after_all_of_them():

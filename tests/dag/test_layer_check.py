@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from helpers import Gate
+from helpers import Gate, Product
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.layers import DenseBlock
 
@@ -14,6 +14,7 @@ from leapfrog_gpu.dag.layers import DenseBlock
 @pytest.mark.parametrize("layer,sizes", [
     (Dense(3, "tanh"), [4]), (Dense(2, "sigmoid"), [5]), (Dense(4, "relu"), [3]), (Dense(1, "identity"), [1]),
     (Add(), [3, 3, 3]), (Concat(), [2, 1, 3]), (LayerNorm(), [4]), (LayerNorm(eps=0.3), [2]), (Gate(), [4]),
+    (Product(), [3, 3]),
 ], ids=repr)
 def test_every_layer_of_the_library_passes(layer, sizes):
     assert check_layer(layer, sizes, batch=2, seed=3) is None
@@ -67,3 +68,18 @@ def test_bad_arguments():
         check_layer(Gate(), [0])
     with pytest.raises(ValueError, match="^rtol must be a number > 0"):
         check_layer(Gate(), [4], rtol=0)
+
+
+class OneProduct(Product):
+    """x_0's product alone, none for x_1 (a DagNet refuses it, naming the node)."""
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return super().vjp_inputs(backend, params, inputs, saved, g)[:1]
+
+
+def test_a_product_too_few_is_refused_with_the_counts():
+    """It raised an IndexError."""
+    message = ("OneProduct().vjp_inputs returned 1 product for 2 inputs: return a list of one product (n_i, B) per "
+               "input, in the inputs' order")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_layer(OneProduct(), [3, 3])

@@ -499,6 +499,21 @@ class Gate(layers.Layer):
         return {"v": (g * inputs[0] * (1 - saved["t"] ** 2)).sum(axis=1), "c": g.sum(axis=1)}
 
 
+class Product(layers.Layer):
+    """A layer of two inputs the library does not have: a = x_0 * x_1, elementwise. It gives only its products."""
+
+    def size(self, sizes):
+        if len(sizes) != 2 or sizes[0] != sizes[1]:
+            raise ValueError("Product takes two inputs of one width")
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        return inputs[0] * inputs[1], {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g * inputs[1], g * inputs[0]]
+
+
 def residual_net(backend, dtype="float64", seed=3):
     """x -> 2 -> 3 -> s3 = 3 + 2 -> norm -> 5 -> s5 = 5 + s3 -> out: two skips and a LayerNorm (depth 7)."""
     Dense, Add = layers.Dense, layers.Add

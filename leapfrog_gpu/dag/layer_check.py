@@ -19,21 +19,24 @@ STEP = 1e-6
 
 
 def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
-    """Check ``layer`` on random inputs of widths ``sizes`` (one per input) and ``batch`` samples, with the
-    parameters its ``init`` draws (by ``seed``), in float64: its ``vjp_inputs`` (of the ``error`` of a random
-    adjoint), its ``vjp_params`` and each input's ``jacobian`` block against central differences of its
-    ``forward``. A ValueError names the first that differs by more than ``rtol``, relative to 1 + the largest
-    difference quotient; returns None where all agree."""
+    """Check ``layer`` on random inputs of widths ``sizes`` (one per input, at least one; widths its ``size``
+    refuses, its ValueError) and ``batch`` samples, with the parameters its ``init`` draws (by ``seed``), in
+    float64: its ``vjp_inputs`` (of the ``error`` of a random adjoint), its ``vjp_params`` and each input's
+    ``jacobian`` block against central differences of its ``forward``. A ValueError names the first that differs
+    by more than ``rtol``, relative to 1 + the largest difference quotient; returns None where all agree."""
     if not isinstance(layer, Layer):
         raise TypeError(f"check_layer checks a leapfrog_gpu.dag.Layer; got {type(layer).__name__}")
     if isinstance(sizes, numbers.Number) or not all(isinstance(n, numbers.Integral) for n in sizes):
         raise TypeError(f"sizes must be a list of input widths, such as [4] or [4, 3]; got {sizes!r}")
     sizes = [check_count("an input width", n) for n in sizes]
+    if not sizes:
+        raise ValueError("sizes must list the width of every input, at least one (a layer reads one input or more), "
+                         "such as [4] or [4, 3]; got []")
     batch, rtol = check_count("batch", batch), check_real("rtol", rtol, "a number > 0", strict=True)
+    n = layer.size(sizes)  # its ValueError, before init reads widths that do not fit
     rng = np.random.default_rng(seed)
     params = {name: np.array(value, dtype=np.float64) for name, value in layer.init(rng, sizes).items()}
     inputs = [rng.uniform(-1, 1, (n_i, batch)) for n_i in sizes]
-    n = layer.size(sizes)
     abar = rng.standard_normal((n, batch))
     with NumpyBackend(mode="serial") as backend:
         def output():

@@ -70,6 +70,28 @@ def test_bad_arguments():
         check_layer(Gate(), [4], rtol=0)
 
 
+@pytest.mark.parametrize("layer", [LayerNorm(), Gate(), Product()], ids=repr)
+def test_sizes_of_no_input_are_refused_before_the_layer_reads_them(layer):
+    """A layer reads one input or more (a DagNet refuses a node of none); the layer's init or size read sizes[0]
+    and raised an IndexError."""
+    message = ("sizes must list the width of every input, at least one (a layer reads one input or more), such as "
+               "[4] or [4, 3]; got []")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_layer(layer, [])
+
+
+class SizeFirst(LayerNorm):
+    """A LayerNorm whose init may only read widths that its size took."""
+
+    def init(self, rng, sizes):
+        raise AssertionError(f"init read widths {sizes}")
+
+
+def test_widths_the_layer_refuses_are_refused_by_its_size_before_its_init_reads_them():
+    with pytest.raises(ValueError, match=r"^LayerNorm takes one input of width >= 2; got widths \[4, 4\]$"):
+        check_layer(SizeFirst(), [4, 4])
+
+
 class OneProduct(Product):
     """x_0's product alone, none for x_1 (a DagNet refuses it, naming the node)."""
 

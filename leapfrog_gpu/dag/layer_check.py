@@ -12,7 +12,7 @@ import numpy as np
 
 from ..backends.host import NumpyBackend
 from ..core.checks import check_count, check_real
-from .layers import Layer, input_products
+from .layers import Layer, drawn_params, input_products
 
 STEP = 1e-6
 """The central differences' step, times 1 + |x|: truncation O(h^2), rounding O(eps / h), about 1e-10 each."""
@@ -35,7 +35,7 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
     batch, rtol = check_count("batch", batch), check_real("rtol", rtol, "a number > 0", strict=True)
     n = layer.size(sizes)  # its ValueError, before init reads widths that do not fit
     rng = np.random.default_rng(seed)
-    params = {name: np.array(value, dtype=np.float64) for name, value in layer.init(rng, sizes).items()}
+    params = {name: np.array(value, dtype=np.float64) for name, value in drawn_params(layer, rng, sizes).items()}
     inputs = [rng.uniform(-1, 1, (n_i, batch)) for n_i in sizes]
     abar = rng.standard_normal((n, batch))
     with NumpyBackend(mode="serial") as backend:

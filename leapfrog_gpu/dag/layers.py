@@ -135,7 +135,7 @@ class Layer:
         raise NotImplementedError
 
     def init(self, rng, sizes):
-        """Initial parameters (NumPy float64 arrays by name) for input widths ``sizes``."""
+        """Initial parameters (NumPy float64 arrays by name, those ``params`` names) for input widths ``sizes``."""
         return {}
 
     def forward(self, backend, params, inputs):
@@ -168,6 +168,17 @@ class Layer:
 
     def __repr__(self):
         return f"{type(self).__name__}()"
+
+
+def drawn_params(layer, rng, sizes):
+    """``layer.init(rng, sizes)``, the parameters by name; a ValueError says where their names are not the ones its
+    ``params`` gives (the network keeps those: a name init does not draw, or one it draws beyond them, is read
+    by name later and fails there, far from the layer)."""
+    drawn = layer.init(rng, sizes)
+    if set(drawn) != set(layer.params):
+        raise ValueError(f"{layer!r}.init drew the parameters {sorted(drawn)}, its params name {sorted(layer.params)}: "
+                         "make init draw every parameter that params names, and none other")
+    return drawn
 
 
 def input_products(layer, backend, params, inputs, saved, g):

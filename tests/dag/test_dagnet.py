@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import NETS, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net, parameters
-from helpers import residual_net
+from helpers import DrawsTooFew, NamesTooFew, residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
@@ -433,6 +433,18 @@ def test_a_layer_that_hands_back_a_product_too_few_is_refused_naming_the_node(sc
             net.backprop(x, y, schedule)
         with pytest.raises(ValueError, match=message):
             net.feedforward(x, solver=ForwardNewton())
+
+
+@pytest.mark.parametrize("layer,drawn,named", [(DrawsTooFew(), "['v']", "['c', 'v']"),
+                                               (NamesTooFew(), "['c', 'v']", "['v']")],
+                         ids=["draws-too-few", "names-too-few"])
+def test_a_node_whose_init_draws_other_parameters_than_params_names_is_refused_naming_it(layer, drawn, named):
+    """The network keeps the parameters ``params`` names: it raised a KeyError 'c' as it built them (c named, not
+    drawn), or as forward read them (c drawn, not named)."""
+    message = (f"node 'g': {layer!r}.init drew the parameters {drawn}, its params name {named}: make init draw "
+               "every parameter that params names, and none other")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        DagNet(3, [("a", Dense(4, "tanh"), "x"), ("g", layer, "a"), ("out", Dense(2), "g")], backend="numpy")
 
 
 def test_a_node_listed_before_one_of_its_inputs_is_placed_after_all_of_them():

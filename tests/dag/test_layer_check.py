@@ -6,15 +6,22 @@ import re
 
 import pytest
 
-from helpers import Gate, Product
+from helpers import DrawsTooFew, Gate, NamesTooFew, Product
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.layers import DenseBlock
+
+
+class InAnotherOrder(Gate):
+    """init draws c before v: the names params gives, in another order."""
+
+    def init(self, rng, sizes):
+        return dict(reversed(super().init(rng, sizes).items()))
 
 
 @pytest.mark.parametrize("layer,sizes", [
     (Dense(3, "tanh"), [4]), (Dense(2, "sigmoid"), [5]), (Dense(4, "relu"), [3]), (Dense(1, "identity"), [1]),
     (Add(), [3, 3, 3]), (Concat(), [2, 1, 3]), (LayerNorm(), [4]), (LayerNorm(eps=0.3), [2]), (Gate(), [4]),
-    (Product(), [3, 3]),
+    (Product(), [3, 3]), (InAnotherOrder(), [4]),
 ], ids=repr)
 def test_every_layer_of_the_library_passes(layer, sizes):
     assert check_layer(layer, sizes, batch=2, seed=3) is None
@@ -105,3 +112,15 @@ def test_a_product_too_few_is_refused_with_the_counts():
                "input, in the inputs' order")
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         check_layer(OneProduct(), [3, 3])
+
+
+@pytest.mark.parametrize("layer,drawn,named", [(DrawsTooFew(), "['v']", "['c', 'v']"),
+                                               (NamesTooFew(), "['c', 'v']", "['v']")],
+                         ids=["draws-too-few", "names-too-few"])
+def test_an_init_that_draws_other_parameters_than_params_names_is_refused_with_both(layer, drawn, named):
+    """The check read init's names alone: it raised a KeyError where forward reads a parameter not drawn, and
+    passed a layer whose params names one that init does not draw and nothing reads (a DagNet's KeyError)."""
+    message = (f"{layer!r}.init drew the parameters {drawn}, its params name {named}: make init draw every parameter "
+               "that params names, and none other")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_layer(layer, [4])

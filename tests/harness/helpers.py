@@ -499,6 +499,19 @@ class Gate(layers.Layer):
         return {"v": (g * inputs[0] * (1 - saved["t"] ** 2)).sum(axis=1), "c": g.sum(axis=1)}
 
 
+class DrawsTooFew(Gate):
+    """``params`` names v and c; ``init`` draws v alone."""
+
+    def init(self, rng, sizes):
+        return {"v": super().init(rng, sizes)["v"]}
+
+
+class NamesTooFew(Gate):
+    """``init`` draws v and c, which ``forward`` reads; ``params`` names v alone."""
+
+    params = ("v",)
+
+
 class Product(layers.Layer):
     """A layer of two inputs the library does not have: a = x_0 * x_1, elementwise. It gives only its products."""
 

@@ -48,6 +48,10 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
         a, saved = layer.forward(backend, params, inputs)
         if np.shape(a) != (n, batch):
             raise ValueError(f"{layer!r}: forward gave an output of shape {np.shape(a)}; size() says ({n}, {batch})")
+        dtype = getattr(a, "dtype", None)
+        if dtype != np.float64:
+            raise ValueError(f"{layer!r}: forward gave an output of dtype {dtype} for inputs of float64: make it "
+                             "compute in its inputs' dtype (a DagNet refuses an output of another dtype than its own)")
         g = layer.error(backend, params, saved, abar)
         products = layer.vjp_params(backend, params, inputs, saved, g)
         checks = [(f"vjp_inputs(...)[{i}]", given, _gradient(cost, x))

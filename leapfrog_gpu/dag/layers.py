@@ -139,8 +139,8 @@ class Layer:
         return {}
 
     def forward(self, backend, params, inputs):
-        """Return ``(a, saved)``: the output (n, B), n what ``size`` gives (a ValueError names the node
-        otherwise), and what the products need."""
+        """Return ``(a, saved)``: the output (n, B) in its inputs' dtype, n what ``size`` gives (a ValueError names
+        the node otherwise), and what the products need."""
         raise NotImplementedError
 
     def error(self, backend, params, saved, abar):

@@ -28,14 +28,17 @@ INPUT = "x"
 
 def forward_node(net, v, params, inputs):
     """``(a_v, saved)``: node v's layer's forward of ``inputs`` (each (n_u, B)) on ``params``, v's parameters. A
-    ValueError names a layer whose output is not (n_v, B), n_v its ``size``: the nodes that read it would read
-    past its end."""
+    ValueError names a layer whose output is not (n_v, B), n_v its ``size`` (the nodes that read it would read
+    past its end), or not of the network's dtype (a node reading it would fail in its kernels, naming none)."""
     a, saved = net.layer[v].forward(net.backend, params, inputs)
     want = (net.n[v], inputs[0].shape[1])
     got = tuple(a.shape) if hasattr(a, "shape") else f"none (a {type(a).__name__})"
     if got != want:
         raise ValueError(f"node {v!r}: {net.layer[v]!r}.forward returned an output of shape {got}, not (n, B) = "
                          f"{want} (n: its size()): make forward return n rows of B columns")
+    if a.dtype != net.dtype:
+        raise ValueError(f"node {v!r}: {net.layer[v]!r}.forward returned an output of dtype {a.dtype}, not the "
+                         f"network's {net.dtype}: make forward compute in its inputs' dtype")
     return a, saved
 
 

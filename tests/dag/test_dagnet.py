@@ -447,6 +447,46 @@ def test_a_node_whose_init_draws_other_parameters_than_params_names_is_refused_n
         DagNet(3, [("a", Dense(4, "tanh"), "x"), ("g", layer, "a"), ("out", Dense(2), "g")], backend="numpy")
 
 
+class Halves(Layer):
+    """a = x / 2, cast to ``dtype`` where one is given (else in its input's dtype)."""
+
+    def __init__(self, dtype=None):
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"Halves({self.dtype!r})"
+
+    def size(self, sizes):
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        return inputs[0] / 2 if self.dtype is None else (inputs[0] / 2).astype(self.dtype), {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g / 2]
+
+
+@pytest.mark.parametrize("dtype,other", [("float64", "float32"), ("float32", "float64")])
+@pytest.mark.parametrize("solver", [None, ForwardJacobi(), ForwardNewton()], ids=repr)
+def test_a_layer_whose_output_is_not_of_the_networks_dtype_is_refused_naming_the_node(solver, dtype, other):
+    """In its input's dtype the node computes sigma(w_o (tanh(w_a x + b_a) / 2) + b_o) with the node after it;
+    cast to another, it is refused where the Dense node reading it raised in its kernels, naming no node."""
+    nodes = [("a", Dense(4, "tanh"), "x"), ("h", Halves(), "a"), ("out", Dense(2), "h")]
+    x = np.random.default_rng(0).standard_normal((3, 2))
+    with DagNet(3, nodes, dtype=dtype, backend="numpy") as net:
+        p = {v: {name: array.astype(np.float64) for name, array in params.items()}
+             for v, params in net.parameters().items()}
+        z = p["out"]["w"] @ (np.tanh(p["a"]["w"] @ x + p["a"]["b"][:, None]) / 2) + p["out"]["b"][:, None]
+        np.testing.assert_allclose(net.feedforward(x, solver=solver), 1 / (1 + np.exp(-z)),
+                                   rtol=1e-12 if dtype == "float64" else 1e-5)
+    nodes[1] = ("h", Halves(other), "a")
+    message = (f"node 'h': Halves('{other}').forward returned an output of dtype {other}, not the network's {dtype}: "
+               "make forward compute in its inputs' dtype")
+    with DagNet(3, nodes, dtype=dtype, backend="numpy") as net:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.feedforward(x, solver=solver)
+
+
 def test_a_node_listed_before_one_of_its_inputs_is_placed_after_all_of_them():
     """``s`` reads ``a`` and the input and is listed first: it waits for ``a``, not only for the input that is
     ready, and computes ``sigma(w x + b) + x``."""

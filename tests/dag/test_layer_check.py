@@ -4,6 +4,7 @@ is refused naming what is wrong (a DagNet trained on it silently, each schedule 
 
 import re
 
+import numpy as np
 import pytest
 
 from helpers import DrawsTooFew, Gate, NamesTooFew, Product
@@ -48,6 +49,12 @@ class WrongJacobian(Gate):
         return DenseBlock(backend.xp, -super().jacobian(backend, params, inputs, saved, i).dense())
 
 
+class InFloat32(Gate):
+    def forward(self, backend, params, inputs):
+        a, saved = super().forward(backend, params, inputs)
+        return a.astype(np.float32), saved
+
+
 class OneRowShort(Gate):
     def forward(self, backend, params, inputs):
         a, saved = super().forward(backend, params, inputs)
@@ -60,6 +67,9 @@ class OneRowShort(Gate):
     (NoBias(), re.escape("NoBias(): vjp_params(...)['c'] has shape (); the derivatives' is (4,)")),
     (WrongJacobian(), r"WrongJacobian\(\): jacobian\(\.\.\., i=0\)\.dense\(\) differs .* by [01]\.\d+, relative"),
     (OneRowShort(), re.escape("OneRowShort(): forward gave an output of shape (3, 3); size() says (4, 3)")),
+    (InFloat32(), re.escape("InFloat32(): forward gave an output of dtype float32 for inputs of float64: make it "
+                            "compute in its inputs' dtype (a DagNet refuses an output of another dtype than its "
+                            "own)") + "$"),
 ], ids=lambda value: type(value).__name__ if not isinstance(value, str) else "")
 def test_a_layer_that_is_wrong_is_refused_naming_what(layer, message):
     with pytest.raises(ValueError, match=f"^{message}"):

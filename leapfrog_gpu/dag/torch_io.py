@@ -337,7 +337,8 @@ class _Reader:
     def input_width(self):
         """The input's width n, from the first node, in the graph's order, whose width constrains it: each node's
         width is alpha n + beta (a Dense node's its own, a concatenation's the sum of its inputs'); a Linear's or
-        LayerNorm's input has its width, an Add's inputs one width. None where nothing constrains it."""
+        LayerNorm's input has its width, an Add's inputs one width. None where nothing constrains it; a
+        ValueError names the node where no integer n >= 1 gives its widths one."""
         width = {INPUT: (1, 0)}
         for v, (layer, inputs) in self.nodes.items():
             widths = [width[u] for u in inputs]
@@ -345,8 +346,14 @@ class _Reader:
                 widths.append((0, self.takes[v]))
             if type(layer) is not Concat:  # the inputs and the width taken are one width
                 for (alpha, beta), (other, more) in zip(widths, widths[1:]):
-                    if alpha != other and (more - beta) % (alpha - other) == 0:
-                        return (more - beta) // (alpha - other)
+                    if alpha != other:
+                        n, rest = divmod(more - beta, alpha - other)
+                        if rest or n < 1:
+                            what = (f"reads an input of width {_width(alpha, beta)} and takes {more}" if v in self.takes
+                                    else f"adds terms of widths {_width(alpha, beta)} and {_width(other, more)}")
+                            raise self.refused(self.fx[v], f"{what}: the widths conflict, no integer width n >= 1 "
+                                                           "of the input makes them one")
+                        return n
             width[v] = ((0, layer.n) if type(layer) is Dense else
                         tuple(map(sum, zip(*widths))) if type(layer) is Concat else widths[0])
         return None
@@ -365,3 +372,9 @@ class _Reader:
         else:
             op = f"{node.op} {node.target}"
         return ValueError(f"node {node.name!r} ({op}) {why}")
+
+
+def _width(alpha, beta):
+    """alpha n + beta, as it reads: "2n", "n + 3", "5"."""
+    terms = ([f"{alpha if alpha != 1 else ''}n"] if alpha else []) + ([str(beta)] if beta or not alpha else [])
+    return " + ".join(terms)

@@ -468,6 +468,19 @@ def test_what_is_not_one_graph_from_one_input_to_one_output_is_refused():
         assert net.n["x"] == 3  # through the concatenation, which the Linear reads: 2 n = 6
 
 
+@pytest.mark.parametrize("forward,message", [
+    (lambda m, x: m.out(torch.cat([x, x], 1)),
+     "node 'out' (call_module out: Linear) reads an input of width 2n and takes 5"),  # 2n = 5: n = 2.5
+    (lambda m, x: m.out(torch.cat([x, x, x], 1) + x),
+     "node 'add' (call_function operator.add) adds terms of widths 3n and n"),  # 3n = n: n = 0
+], ids=["2n=5", "3n=n"])
+def test_widths_that_no_input_width_gives_are_refused_as_a_conflict(forward, message):
+    """The input's width was "not known" (2n = 5), or 0, which DagNet refused as its n_input (3n = n)."""
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}: the widths conflict, no integer width n >= 1 of the "
+                                         "input makes them one$"):
+        DagNet.from_torch(Calls(forward, out=nn.Linear(5, 2)), backend="numpy")
+
+
 def test_without_torch_from_torch_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     line = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"

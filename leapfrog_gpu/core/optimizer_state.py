@@ -51,6 +51,9 @@ class OptimizerState:
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 0 <= steps <= MOST_STEPS:
             raise ValueError(f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got "
                              f"{state!r:.80}")
+        if optimizer.plain and steps:
+            raise ValueError(f"{optimizer!r} keeps no state, whose count of steps stays 0 (optimizer_state() gives "
+                             f"{{'step': 0}} after its steps); got 'step' {steps}: give {{'step': 0}}")
         extra = set(state) - {"step", *optimizer.SLOTS}
         if extra or (steps and set(state) != {"step", *optimizer.SLOTS}):
             raise ValueError(f"the state of {optimizer!r} holds 'step' and {list(optimizer.SLOTS)}; got "

@@ -822,6 +822,20 @@ def test_a_bad_state_is_refused_and_changes_nothing():
         assert net.optimizer_state() == {"step": 0}
 
 
+def test_a_count_of_steps_for_plain_sgd_is_refused_and_changes_nothing(network_name):
+    """Plain SGD keeps no state, and its count stays 0: a count given for it was taken, then dropped, and the Adam
+    state held went."""
+    with network(network_name, "numpy", dtype="float64") as net:
+        net.train_step(*network_batch(network_name, 5), Adam(0.01))
+        before = net.optimizer_state()
+        with pytest.raises(ValueError, match=r"^SGD\(lr=0.1, .*\) keeps no state, whose count of steps stays 0 .*; got "
+                                             r"'step' 7: give \{'step': 0\}$"):
+            net.set_optimizer_state(SGD(0.1), {"step": 7})
+        after = net.optimizer_state()
+        assert after["step"] == before["step"] == 1
+        assert_bitwise(arrays(after["exp_avg"]), arrays(before["exp_avg"]))
+
+
 def test_a_step_past_the_last_count_a_state_takes_is_refused_and_changes_nothing(tmp_path):
     """At step 2**63 - 1, the last count ``set_optimizer_state`` and a file take, a step is refused in one line: it made
     a state of step 2**63, which the network saved and its load then refused."""

@@ -1,11 +1,16 @@
-"""One thread at a time on a network: its public calls, from two threads at once, run one after the other.
+"""One thread at a time on a network, and on a backend: their public calls, from two threads at once, run one after
+the other.
 
 A step loads its batch into the plan's buffers, sets the step controls, counts the step and enqueues its launches
 and events; two threads doing that at once on one network interleave them (one step reading the other's batch, a
 count lost), which no stream order can undo. Each call named in ``SERIAL`` holds the network's lock (re-entrant:
-``fit`` calls ``train_step``) for as long as it runs; two networks run at once from two threads as ever.
+``fit`` calls ``train_step``) for as long as it runs, and then its backend's: a graph step's capture records what is
+enqueued on the backend's streams, and refuses a wait for them, whichever thread enqueues or waits, so that another
+network's step on that backend would be recorded into the graph or refused. ``fit`` holds the backend's lock step by
+step (its calls do), so that networks that share a backend train side by side from two threads, one call at a time.
 """
 
+import contextlib
 import functools
 import threading
 
@@ -26,15 +31,18 @@ class OneThreadAtATime:
                 setattr(cls, name, _serialized(method))
 
 
-def lock(network):
-    """The network's lock, made on first use: what a call that is no method of ``SERIAL`` (a property) holds."""
-    return network.__dict__.get("_serial") or network.__dict__.setdefault("_serial", threading.RLock())
+def lock(owner):
+    """The lock of a network or a backend, made on first use: what a call that is no method of ``SERIAL`` (a
+    property) holds."""
+    return owner.__dict__.get("_serial") or owner.__dict__.setdefault("_serial", threading.RLock())
 
 
 def _serialized(method):
+    whole = method.__name__ != "fit"
+
     @functools.wraps(method)
     def serialized(self, *args, **kwargs):
-        with lock(self):
+        with lock(self), lock(self.backend) if whole else contextlib.nullcontext():
             return method(self, *args, **kwargs)
 
     serialized.serialized = True

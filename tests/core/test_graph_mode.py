@@ -9,13 +9,14 @@ deferred orders and under chaos, as in eager mode.
 
 import copy
 import functools
+import threading
 
 import numpy as np
 import pytest
 
-from helpers import (assert_graph_steps_follow_the_reference, assert_same, batch, batch_id, chaos_catches, chaos_suite,
-                     eta, layer_names, patched_ops, same, schedule_id)
-from networks import network, network_batch
+from helpers import (assert_bitwise_equal, assert_graph_steps_follow_the_reference, assert_same, batch, batch_id,
+                     chaos_catches, chaos_suite, eta, layer_names, patched_ops, same, schedule_id)
+from networks import arrays, network, network_batch
 from leapfrog_gpu import (SGD, MLP, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN, NaumovScan,
                           Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends import ops_numpy
@@ -405,3 +406,50 @@ def test_check_finite_in_a_graph_refuses_the_update_and_the_next_step_goes_on():
         net.sgd_step(x, y, 0.5, Leapfrog(2), graph=True)
         assert not same(net.weights + net.biases, before)
         assert len(net.plan(3).captured) == 1
+
+
+@pytest.mark.parametrize("kind", ["MLP", "RNN", "DagNet"])
+def test_a_capture_takes_no_step_of_another_network_on_its_backend(kind):
+    """A graph step's capture records what is enqueued on the backend's streams, and refuses a copy in, whichever
+    thread enqueues: another network on that backend, stepped from another thread while the capture ran, had its
+    step refused (``CaptureError``) or recorded into the graph. Its step waits for the capture to end: each network
+    trains as it does when they step one after the other (the capture held open half a second for it, or until it
+    stepped)."""
+    def steps(backend, held=False):
+        captured, stepping = network(kind, backend, seed=1, dtype="float64"), network(kind, backend, seed=2,
+                                                                                      dtype="float64")
+        inside, stepped, refused = threading.Event(), threading.Event(), []
+        if held:
+            capture, calls = backend.capture, []
+
+            def held_open(body):
+                def recorded():  # the second call is the one recorded
+                    body()
+                    calls.append(1)
+                    if len(calls) == 2:
+                        inside.set()
+                        stepped.wait(0.5)
+                return capture(recorded)
+
+            backend.capture = held_open
+
+        def other():
+            inside.wait(5)
+            try:
+                stepping.train_step(*network_batch(kind, 3, seed=4), SGD(0.1))
+            except CaptureError as error:
+                refused.append(str(error))
+            stepped.set()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        captured.train_step(*network_batch(kind, 5, seed=3), SGD(0.1), Leapfrog(2), graph=True)
+        inside.set()
+        thread.join()
+        captured.train_step(*network_batch(kind, 5, seed=5), SGD(0.1), Leapfrog(2), graph=True)  # the graph
+        return refused, [array for net in (captured, stepping) for array in arrays(net.parameters())]
+
+    with NumpyBackend() as shared, NumpyBackend() as apart:
+        refused, together = steps(shared, held=True)
+        assert refused == []
+        assert_bitwise_equal(together, steps(apart)[1])

@@ -13,10 +13,11 @@ workers read). With k = 0 the gradients run on the main stream, in the chain's o
 
 class Handoff:
     """The hand-off of one pass on ``plan`` (a ``core.plan.Plan``, whose ``index(unit)`` chooses a unit's
-    worker) to ``k`` workers; only the workers that own a unit are ever made. From its making to ``join`` the
-    main stream and those workers, which then run products at once, share the backend's BLAS threads
-    (``backend.share``); from the join to ``end``, the busy workers alone: the main stream, done with its
-    products, gives them its part."""
+    worker) to ``k`` workers; only the workers that own a unit are ever made. From its making to ``end`` the
+    main stream and those workers, which run products at once, share the backend's BLAS threads
+    (``backend.share``). Both changes of the share run while no worker runs (the previous pass joined; this one
+    joined), so that each product runs on a number of threads that the schedule fixes, whatever the timing: a
+    product of OpenBLAS may round otherwise on another number of threads."""
 
     def __init__(self, plan, k):
         self.plan, self.k = plan, k
@@ -26,11 +27,6 @@ class Handoff:
         self.streams = len(owning) + 1  # the streams that share the BLAS threads
         if k:
             plan.backend.share(plan.main, self.streams)
-
-    def _share(self, streams):
-        """From here on in the main stream's order, ``streams`` streams share the BLAS threads."""
-        self.plan.backend.share(self.plan.main, streams, self.streams)
-        self.streams = streams
 
     def mark(self, unit):
         """The main stream has enqueued what unit's gradients wait for: record E_unit there (k >= 1)."""
@@ -55,11 +51,8 @@ class Handoff:
         self.plan.backend.wait(worker, self.plan.event(f"E_{unit}"))
 
     def join(self):
-        """Nothing on the main stream passes until every busy worker is done; till then they share the BLAS
-        threads."""
+        """Nothing on the main stream passes until every busy worker is done."""
         backend, main = self.plan.backend, self.plan.main
-        if self.streams > 1 and self.busy:
-            self._share(len(self.busy))
         for j in sorted(self.busy):
             done = self.plan.event(f"F_{j}")
             backend.record(self.busy[j], done)
@@ -69,4 +62,5 @@ class Handoff:
     def end(self):
         """The streams no longer share the BLAS threads: the main stream has them all."""
         if self.streams > 1:
-            self._share(1)
+            self.plan.backend.share(self.plan.main, 1, self.streams)
+            self.streams = 1

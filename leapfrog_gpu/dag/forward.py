@@ -1,4 +1,4 @@
-"""The forward pass as a lower-triangular nonlinear system, solved by iteration (docs/naumov.md).
+"""The forward pass as a lower-triangular nonlinear system, solved by iteration (docs/dag.md).
 
 The unknowns are the outputs a_v of every non-input node; F_v = a_v - f_v(a_{inputs of v}) = 0, f_v
 its layer's forward. D (``net.depth``) is the number of non-input nodes on the longest path.

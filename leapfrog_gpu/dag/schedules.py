@@ -1,4 +1,5 @@
-"""Backward schedules of a ``DagNet``: the upper-triangular system of its adjoints, solved four ways.
+"""Backward schedules of a ``DagNet``: the upper-triangular system of its adjoints, solved four ways (``Sequential``
+and ``Leapfrog`` in one order).
 
 The unknowns are x_v = abar_v for every non-input node but the output, whose unknown is its error
 x_out = g (eq. (4)). With T_{u,v} the product that node v hands back to its input u (J_{v,u}^T, or for

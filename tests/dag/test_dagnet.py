@@ -76,19 +76,25 @@ def test_dag_gradients_match_central_differences(name):
     with NumpyBackend(mode="serial") as backend:
         net = twice_net(backend) if name == "twice" else NETS[name](backend)
         x, y = data(net, 3)
-        grads = net.backprop(x, y)
-        worst, params = 0.0, net.parameters()
-        for v in net.nodes:
-            for pname, param in params[v].items():
-                def moved_cost():
-                    net.set_parameters({v: {pname: param}})
-                    return total_cost(net, x, y)
-
-                want = central(moved_cost, param)
-                net.set_parameters({v: {pname: param}})
-                np.testing.assert_allclose(grads[v][pname], want, rtol=1e-5, atol=1e-8)
-                worst = max(worst, float(np.max(np.abs(grads[v][pname] - want))))
+        worst = assert_central_differences(net, x, y, net.backprop(x, y), rtol=1e-5, atol=1e-8)
         print(f"{name}: worst |backprop - central difference| = {worst:.2e}")
+
+
+def assert_central_differences(net, x, y, grads, rtol, atol):
+    """Each of ``grads`` (``{node: {name: array}}``) is the central differences of the cost of ``net`` on ``x``, ``y``
+    in its parameter, within ``rtol`` and ``atol``; returns the largest difference."""
+    worst, params = 0.0, net.parameters()
+    for v in net.nodes:
+        for name, param in params[v].items():
+            def moved_cost():
+                net.set_parameters({v: {name: param}})
+                return total_cost(net, x, y)
+
+            want = central(moved_cost, param)
+            net.set_parameters({v: {name: param}})
+            np.testing.assert_allclose(grads[v][name], want, rtol=rtol, atol=atol)
+            worst = max(worst, float(np.max(np.abs(grads[v][name] - want))))
+    return worst
 
 
 @pytest.mark.parametrize("name", list(NETS))
@@ -416,16 +422,7 @@ def test_a_layer_that_hands_back_a_product_too_few_is_refused_naming_the_node(sc
     the chain's schedules trained on x_1's adjoint without it and the block schedules raised an IndexError."""
     with product_net(Product(), output) as net:
         x, y = data(net, 3)
-        grads, params = net.backprop(x, y, schedule), net.parameters()
-        for v in net.nodes:
-            for name, param in params[v].items():
-                def moved_cost():
-                    net.set_parameters({v: {name: param}})
-                    return total_cost(net, x, y)
-
-                want = central(moved_cost, param)
-                net.set_parameters({v: {name: param}})
-                np.testing.assert_allclose(grads[v][name], want, rtol=1e-6, atol=1e-9)
+        assert_central_differences(net, x, y, net.backprop(x, y, schedule), rtol=1e-6, atol=1e-9)
     message = (r"^node 'm': ForgetsAnInput\(\)\.vjp_inputs returned 1 product for 2 inputs: return a list of one "
                r"product \(n_i, B\) per input, in the inputs' order$")
     with product_net(ForgetsAnInput(), output) as net:

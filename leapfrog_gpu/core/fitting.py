@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..backends import to_host
+from ..parallel.reducer import building
 from . import interrupts, optimizers, saving
 from .checks import check_count, check_eta, check_flag
 from .parameters import generator, took_state
@@ -55,7 +56,7 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
     first = comm is None or comm.rank == 0  # under data parallelism rank 0 alone writes the metrics
     drawn = None if comm is None else comm.bcast(np.random.SeedSequence().entropy if first else None)
     with contextlib.ExitStack() as stack:
-        with _on_every_rank(net):
+        with building(net.comm):  # a refusal on every rank: one rank's alone left the others waiting
             run = Fitting(net, x, y, epochs, batch_size, optimizer, schedule, validation=validation, shuffle=shuffle,
                           seed=drawn if seed is None else seed, graph=graph, solver=solver, clip=clip)
             progress = check_flag("progress", progress)
@@ -73,14 +74,6 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
                             batch_size=batch_size, optimizer=run.optimizer, schedule=schedule, shuffle=shuffle,
                             seed=seed, graph=graph, solver=solver, clip=clip)
         return run.run(progress=progress, jsonl=jsonl if first else None)
-
-
-@contextlib.contextmanager
-def _on_every_rank(net):
-    """A TypeError or ValueError of the block raised on every rank of a data-parallel ``net``
-    (``Communicator.together``): raised on one rank alone, it would leave the others waiting in a collective."""
-    with contextlib.nullcontext() if net.comm is None else net.comm.together(TypeError, ValueError):
-        yield
 
 
 def _same_on_every_rank(net, call, arrays, **arguments):
@@ -317,8 +310,8 @@ def evaluate(net, x, y, batch_size=EVAL_BATCH, solver=None):
 
     ``feedforward`` runs ``batch_size`` samples at a time, by ``solver`` where the network takes one. A
     data-parallel network (``net.comm``) scores its rank's share of the samples and sums across ranks (each rank
-    passes the same ones, as ``fit``'s)."""
-    with _on_every_rank(net):
+    passes the same ones, as ``fit``'s: their SHA-256 compared, a pass over them on the host)."""
+    with building(net.comm):
         x, y = _checked(net, x, y)
         batch_size = check_count("batch_size", batch_size)
     _same_on_every_rank(net, "evaluate", {"x": x, "y": y}, batch_size=batch_size, solver=solver)

@@ -165,7 +165,8 @@ class Network(OneThreadAtATime, OptimizerState):
     def _join(self, comm):
         """Join ``comm`` (None: run alone): with more than one rank every rank takes rank 0's parameters and
         each plan sums its gradients across ranks (``parallel.reducer``)."""
-        self._wait()
+        with lock(self.backend):  # its wait, as a call's (``core.serial``)
+            self._wait()
         try:
             self.comm = reducer.attach(self, comm)
         except BaseException:
@@ -328,10 +329,11 @@ class Network(OneThreadAtATime, OptimizerState):
 
     def _handed_out(self, arrays):
         """Copies of ``arrays`` (an array, or lists and dicts of them; or a function giving them once what is enqueued
-        has run), made then on the caller's stream under the network's lock, complete on return: no later step, nor
-        another thread's (``weights`` is a property, no ``SERIAL`` call), writes them, and on CuPy their memory is the
-        caller's stream's, which no stream of the network takes back while the caller's work on them is queued."""
-        with lock(self):
+        has run), made then on the caller's stream under the network's lock and the backend's, complete on return: no
+        later step, nor another thread's (``weights`` is a property, no ``SERIAL`` call), writes them, and on CuPy
+        their memory is the caller's stream's, which no stream of the network takes back while the caller's work on
+        them is queued."""
+        with lock(self), lock(self.backend):
             self.synchronize()
             copies = parameters.copies(arrays() if callable(arrays) else arrays)
             self._wait()

@@ -21,28 +21,27 @@ SERIAL = ("close", "synchronize", "parameters", "set_parameters", "save", "feedf
 
 
 class OneThreadAtATime:
-    """A base whose subclasses' calls of ``SERIAL``, their own or inherited, hold the instance's lock."""
+    """A base whose subclasses' calls of ``SERIAL``, their own or inherited, hold the instance's lock and then its
+    backend's (``fit`` the instance's alone: its calls hold the backend's)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name in SERIAL:
             method = getattr(cls, name, None)
             if method is not None and not hasattr(method, "serialized"):
-                setattr(cls, name, _serialized(method))
+                setattr(cls, name, _serialized(method, backend=name != "fit"))
 
 
 def lock(owner):
     """The lock of a network or a backend, made on first use: what a call that is no method of ``SERIAL`` (a
-    property) holds."""
+    property) holds, the network's before the backend's."""
     return owner.__dict__.get("_serial") or owner.__dict__.setdefault("_serial", threading.RLock())
 
 
-def _serialized(method):
-    whole = method.__name__ != "fit"
-
+def _serialized(method, backend):
     @functools.wraps(method)
     def serialized(self, *args, **kwargs):
-        with lock(self), lock(self.backend) if whole else contextlib.nullcontext():
+        with lock(self), lock(self.backend) if backend else contextlib.nullcontext():
             return method(self, *args, **kwargs)
 
     serialized.serialized = True

@@ -250,8 +250,7 @@ class MpiCommunicator(Communicator):
 
     def broadcast(self, arrays):
         with self.watch("the broadcast of rank 0's parameters"):
-            for array in arrays:
-                _completed(self._comm.Ibcast(array, root=0))
+            _completed(*[self._comm.Ibcast(array, root=0) for array in arrays])
 
     def sum(self, values):
         array = np.array(values, dtype=np.float64)
@@ -346,9 +345,9 @@ def _flush():
             stream.flush()
 
 
-def _completed(request):
-    """Wait for the collective ``request``, asleep between tests: the cores go to the ranks still working, and Ctrl-C
+def _completed(*requests):
+    """Wait for the collectives ``requests``, asleep between tests: the cores go to the ranks still working, and Ctrl-C
     is raised at once, between two tests, where a blocking collective would hold it until every rank joins (every
     collective of the program's thread waits so: ``allgather`` and ``bcast`` send their pickles as bytes)."""
-    while not request.Test():
+    while requests and not type(requests[0]).Testall(list(requests)):
         time.sleep(1e-3)

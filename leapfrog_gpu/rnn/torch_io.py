@@ -144,7 +144,7 @@ def read_module(module):
                         f"got {type(module).__name__}")
     rnns, linear, activation = [], None, "identity"
     for name, part in module.named_modules():
-        where = f"module.{name} ({torch_io.kind_of(part)})" if name else f"the module ({torch_io.kind_of(part)})"
+        where = f"module.{name} ({type(part).__name__})" if name else f"the module ({type(part).__name__})"
         read = (torch.nn.RNN, torch.nn.GRU, torch.nn.LSTM, torch.nn.Linear)  # a subclass with children is refused
         container = type(part) is torch.nn.Identity or any(part.children()) and not isinstance(part, read)
         if container and torch_io.subclassed(part) is None:  # a Sequential's subclass may change its forward
@@ -163,7 +163,8 @@ def read_module(module):
                 raise ValueError(f"{where} must follow the output Linear, alone: the recurrent layers' activation "
                                  "is their nonlinearity")
             activation = torch_io.activation_of(part)
-        else:
+        else:  # named as a refusal names it: to_module's GRU, read above, is no subclass of one's own
+            where = f"module.{name} ({torch_io.kind_of(part)})" if name else f"the module ({torch_io.kind_of(part)})"
             raise TypeError(f"{where}: from_torch reads torch.nn.RNN, GRU, LSTM, Linear, Sigmoid, Tanh, ReLU and "
                             "Identity modules")
     if linear is None:

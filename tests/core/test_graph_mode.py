@@ -408,13 +408,14 @@ def test_check_finite_in_a_graph_refuses_the_update_and_the_next_step_goes_on():
         assert len(net.plan(3).captured) == 1
 
 
+@pytest.mark.parametrize("read", [False, True], ids=["step", "read"])
 @pytest.mark.parametrize("kind", ["MLP", "RNN", "DagNet"])
-def test_a_capture_takes_no_step_of_another_network_on_its_backend(kind):
-    """A graph step's capture records what is enqueued on the backend's streams, and refuses a copy in, whichever
-    thread enqueues: another network on that backend, stepped from another thread while the capture ran, had its
-    step refused (``CaptureError``) or recorded into the graph. Its step waits for the capture to end: each network
-    trains as it does when they step one after the other (the capture held open half a second for it, or until it
-    stepped)."""
+def test_a_capture_takes_no_step_of_another_network_on_its_backend(kind, read):
+    """A graph step's capture records what is enqueued on the backend's streams, and refuses a copy in or a wait,
+    whichever thread enqueues or waits: another network on that backend, stepped (or its ``weights``, a property,
+    read: a wait) from another thread while the capture ran, had its step refused (``CaptureError``) or recorded
+    into the graph. Its call waits for the capture to end: each network trains as it does when they step one after
+    the other (the capture held open half a second for it, or until it stepped)."""
     def steps(backend, held=False):
         captured, stepping = network(kind, backend, seed=1, dtype="float64"), network(kind, backend, seed=2,
                                                                                       dtype="float64")
@@ -436,6 +437,8 @@ def test_a_capture_takes_no_step_of_another_network_on_its_backend(kind):
         def other():
             inside.wait(5)
             try:
+                if read:  # a DagNet has no such property: its parameters(), a call
+                    stepping.parameters() if kind == "DagNet" else stepping.weights
                 stepping.train_step(*network_batch(kind, 3, seed=4), SGD(0.1))
             except CaptureError as error:
                 refused.append(str(error))

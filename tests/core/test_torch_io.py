@@ -530,12 +530,12 @@ def unreadable_rnn(torch):
         (S(nn.LSTM(3, 4), Doubled(4, 2)), TypeError, "module.1 (Doubled, a subclass of torch.nn.Linear whose"),
         (S(Stacked(), nn.Linear(4, 2)), TypeError, "module.0 (Stacked, a subclass of torch.nn.GRU whose"),  # read as
         # a container, its inner GRU alone was read, of 4 inputs
-        (Residual(nn.GRU(3, 4), nn.Linear(4, 2)), TypeError, "the module (Residual, a subclass of torch.nn.Sequential "
-                                                              "whose forward from_torch would not read)"),  # read as
-        (S(Residual(nn.RNN(3, 4)), nn.Linear(4, 2)), TypeError, "module.0 (Residual, a subclass of torch.nn.Sequential"),
-        # containers, their forward passed over
-        (S(nn.GRU(3, 4), nn.Linear(4, 2).double()), ValueError, "the module's parameters are float32 and float64, a "
-                                                                 "network holds its parameters in one dtype: pass dtype="),
+        (Residual(nn.GRU(3, 4), nn.Linear(4, 2)), TypeError,  # read as containers, their forward passed over
+         "the module (Residual, a subclass of torch.nn.Sequential whose forward from_torch would not read)"),
+        (S(Residual(nn.RNN(3, 4)), nn.Linear(4, 2)), TypeError,
+         "module.0 (Residual, a subclass of torch.nn.Sequential"),
+        (S(nn.GRU(3, 4), nn.Linear(4, 2).double()), ValueError,
+         "the module's parameters are float32 and float64, a network holds its parameters in one dtype: pass dtype="),
     ]
 
 

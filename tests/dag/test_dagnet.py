@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from helpers import NETS, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net, parameters
+from helpers import (NETS, ForgetsAnInput, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net,
+                     parameters)
 from helpers import DrawsTooFew, NamesTooFew, residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
@@ -397,13 +398,6 @@ def test_a_layer_whose_output_is_not_its_size_is_refused_naming_the_node(solver)
             net.sgd_step(x, y, ETA, solver=solver)
             net.synchronize()
         assert same(flat(net.parameters()), before)
-
-
-class ForgetsAnInput(Product):
-    """Hands back x_0's product alone: zipped with the inputs, x_1's adjoint would miss it."""
-
-    def vjp_inputs(self, backend, params, inputs, saved, g):
-        return super().vjp_inputs(backend, params, inputs, saved, g)[:1]
 
 
 def product_net(layer, output):

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import DrawsTooFew, Gate, NamesTooFew, Product
+from helpers import DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, Product
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.layers import DenseBlock
 
@@ -109,19 +109,12 @@ def test_widths_the_layer_refuses_are_refused_by_its_size_before_its_init_reads_
         check_layer(SizeFirst(), [4, 4])
 
 
-class OneProduct(Product):
-    """x_0's product alone, none for x_1 (a DagNet refuses it, naming the node)."""
-
-    def vjp_inputs(self, backend, params, inputs, saved, g):
-        return super().vjp_inputs(backend, params, inputs, saved, g)[:1]
-
-
 def test_a_product_too_few_is_refused_with_the_counts():
     """It raised an IndexError."""
-    message = ("OneProduct().vjp_inputs returned 1 product for 2 inputs: return a list of one product (n_i, B) per "
+    message = ("ForgetsAnInput().vjp_inputs returned 1 product for 2 inputs: return a list of one product (n_i, B) per "
                "input, in the inputs' order")
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        check_layer(OneProduct(), [3, 3])
+        check_layer(ForgetsAnInput(), [3, 3])
 
 
 @pytest.mark.parametrize("layer,drawn,named", [(DrawsTooFew(), "['v']", "['c', 'v']"),

@@ -527,6 +527,14 @@ class Product(layers.Layer):
         return [g * inputs[1], g * inputs[0]]
 
 
+class ForgetsAnInput(Product):
+    """Hands back x_0's product alone: zipped with the inputs, x_1's adjoint would miss it (a DagNet and check_layer
+    refuse it, with the counts)."""
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return super().vjp_inputs(backend, params, inputs, saved, g)[:1]
+
+
 def residual_net(backend, dtype="float64", seed=3):
     """x -> 2 -> 3 -> s3 = 3 + 2 -> norm -> 5 -> s5 = 5 + s3 -> out: two skips and a LayerNorm (depth 7)."""
     Dense, Add = layers.Dense, layers.Add

@@ -595,6 +595,62 @@ def test_ctrl_c_stops_a_rank_waiting_in_a_collective_for_the_others(tmp_path, ca
     assert said.read_text() == "before the other rank joined"
 
 
+FIT_ON_RANKS = """
+import json, sys
+import numpy as np
+from leapfrog_gpu import MLP, SGD, parallel
+comm = parallel.world(timeout=600)  # a rank left waiting fails the test by its guard, not by the watchdog
+rng = np.random.default_rng(0)
+x, y = rng.standard_normal((5, 8)), rng.integers(0, 3, 8)
+said = {}
+with MLP([5, 7, 3], backend="numpy", dtype="float64", seed=3, comm=comm) as net:
+    said["start"] = [[w.tolist() for w in net.weights], [b.tolist() for b in net.biases]]
+    net.fit(x, y, 1, 8, SGD(0.5), seed=None, progress=False)  # one batch of every sample, in any order
+    said["weights"] = net.weights[0].tolist()
+    wrong = y.copy()
+    wrong[3] = 7 if comm.rank == 1 else wrong[3]  # a label beyond the classes, on rank 1 alone
+    other = x + (comm.rank == 1)  # other data on rank 1
+    for name, call in [("fit label", lambda: net.fit(x, wrong, 1, 4, 0.1, progress=False)),
+                       ("evaluate label", lambda: net.evaluate(x, wrong)),
+                       ("fit data", lambda: net.fit(other, y, 1, 4, 0.1, progress=False)),
+                       ("evaluate data", lambda: net.evaluate(other, y)),
+                       ("fit seed", lambda: net.fit(x, y, 1, 4, 0.1, seed=comm.rank or None, progress=False))]:
+        try:
+            call()
+            said[name] = "accepted"
+        except ValueError as error:
+            said[name] = str(error)
+open(sys.argv[1] + f"/rank{comm.rank}.json", "w").write(json.dumps(said))
+"""
+"""``fit`` and ``evaluate`` of a data-parallel MLP: ``fit(seed=None)``'s weights after one batch of all samples, and
+what each call given other labels, data or seed on rank 1 alone raises on each rank."""
+
+
+def test_fit_and_evaluate_refuse_on_every_rank_what_one_rank_was_given_and_share_a_fresh_seed(tmp_path):
+    """Each rank takes its share of the same batches: ``fit(seed=None)`` draws them by rank 0's fresh entropy (each
+    rank's own drew another permutation on each, whose shares counted some samples twice and others never), so one
+    batch of every sample is the whole batch's step (float64 NumPy, here). A bad label on one rank is refused on every
+    rank, naming it (that rank raised alone, and the others waited in the run's collectives until the watchdog ended
+    the job), and so are other data or another seed on one rank (which trained on a mix of batches)."""
+    script = tmp_path / "fit.py"
+    script.write_text(FIT_ON_RANKS)
+    mpirun.run(2, sys.executable, script, tmp_path, timeout=120)
+    said = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    rng = np.random.default_rng(0)
+    x, labels = rng.standard_normal((5, 8)), rng.integers(0, 3, 8)
+    y = np.eye(3)[:, labels]
+    weights, biases = ([np.array(array) for array in arrays] for arrays in said[0]["start"])
+    expected = weights[0] - 0.5 / 8 * reference.backprop(weights, biases, x, y)[1][0]  # sigmoid, quadratic: MLP's
+    for rank in range(2):
+        np.testing.assert_allclose(said[rank]["weights"], expected, rtol=1e-12, atol=1e-14)
+        assert said[rank]["fit label"] == said[rank]["evaluate label"]
+        assert said[rank]["fit label"].startswith("rank 1: y holds class label 7 at index 3; labels must lie in 0..2")
+        for call in ("fit", "evaluate"):
+            assert said[rank][f"{call} data"].startswith(f"every rank must use the same data and arguments of {call}")
+            assert " x: " in said[rank][f"{call} data"] and "on rank 1" in said[rank][f"{call} data"]
+        assert said[rank]["fit seed"].endswith("differ in seed: 1 on rank 1, None on rank 0")
+
+
 def test_an_error_on_some_ranks_is_raised_on_every_rank_with_its_rank():
     class Gather(Mirror):
         def __init__(self, others):

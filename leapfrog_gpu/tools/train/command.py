@@ -90,7 +90,8 @@ def main(argv=None):
 def _fail(comm, error, status, made=(), quiet=False):
     """Report ``error`` on stderr and return ``status``. Under mpiexec rank 0 alone reports an error that every rank
     met (``Communicator.together``); an error of one rank is reported by that rank, which then ends every rank with
-    ``status`` (``_abort``)."""
+    ``status`` (``_abort``: the folders it ``made`` that are still empty removed first; ``quiet``: without MPI's own
+    line)."""
     if comm.size == 1:
         print(f"{PROG}: error: {error}", file=sys.stderr)
     elif getattr(error, "every_rank", False):
@@ -188,7 +189,7 @@ def _train(given, comm, made):
             try:
                 return _run(config, dataset, net, Report(config["quiet"], metrics, comm.rank), state, why)
             except StoppedEveryRank:  # now, not after closing the backend: that waits for sums no peer will join
-                _abort(comm, 130, made, quiet=True)  # stopped before a checkpoint: no empty folder, as one process
+                _abort(comm, 130, made, quiet=True)  # empty folders removed, as one process removes them
 
 
 def _on_ranks(ranks):

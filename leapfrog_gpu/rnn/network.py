@@ -73,7 +73,7 @@ class RNN(Layered):
     """
 
     NOUN = "an RNN"
-    LOAD = "net.set_parameters(weights, recurrent, biases), a GRU's with b_hn after them (or the dict of parameters())"
+    LOAD = "net.set_parameters(weights, recurrent, biases), a GRU's with b_hn after them"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
     SOLVERS = "None (the forward step by step) or a TimeNewton()"
     CAPTURE_REFUSALS = {"cupy": "the recurrent pass runs its products as cupy.matmul calls (cuBLAS), which CuPy "
@@ -135,6 +135,17 @@ class RNN(Layered):
     def recurrent(self, _):
         raise parameters.read_only("recurrent", self.LOAD)
 
+    @property
+    def b_hn(self):
+        """A GRU's b_hn^l (n_l,) for l = 2..L-1, copies as the others are: the last list of ``set_parameters``."""
+        if self.cell != "gru":
+            raise AttributeError(f"b_hn is the GRU's alone; this RNN's cells are {self.cell!r}")
+        return self._handed_out([self._b_hn[l] for l in self.hidden])
+
+    @b_hn.setter
+    def b_hn(self, _):
+        raise parameters.read_only("b_hn", self.LOAD)
+
     def set_parameters(self, weights, recurrent=None, biases=None, b_hn=None):
         """Copy parameters in: ``weights``, ``recurrent`` and ``biases``, lists in the shapes of
         ``self.weights``, ``self.recurrent``, ``self.biases`` (and for a GRU ``b_hn``, one (n_l,) array per
@@ -181,9 +192,9 @@ class RNN(Layered):
         GRU or LSTM network's layers are ``torch.nn.GRU`` or ``torch.nn.LSTM`` (``bias_hh_l0`` zeros but a GRU's
         n rows, b_hn^l). ``bias_hh_l0``'s zeros do not train (b^l is one parameter): torch.optim over
         ``module.parameters()`` steps the function the network's own steps do."""
-        b_hn = [self._handed_out(self._b_hn[l]) for l in self.hidden] if self.cell == "gru" else None
         return torch_io.to_module(self.weights, self.recurrent, self.biases, self.activation,
-                                  self.output_activation, self.output, self.cell, b_hn)
+                                  self.output_activation, self.output, self.cell,
+                                  self.b_hn if self.cell == "gru" else None)
 
     @classmethod
     def from_torch(cls, module, cost="quadratic", output="last", backend="auto", dtype=None, **options):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import batch, central
+from helpers import assert_bitwise_equal, batch, central
 from leapfrog_gpu import BPTT, MLP, RNN, Leapfrog, NaumovJacobi, NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -251,8 +251,26 @@ def test_assigning_the_parameters_points_at_set_parameters(name):
     with RNN([3, 5, 2], backend="numpy") as net:
         with pytest.raises(AttributeError, match=rf"^{name} cannot be assigned: each read of it is a copy; to load "
                                                  r"parameters call net.set_parameters\(weights, recurrent, biases\), "
-                                                 r"a GRU's with b_hn after them \(or the dict of parameters\(\)\)$"):
+                                                 r"a GRU's with b_hn after them$"):
             setattr(net, name, getattr(net, name))
+
+
+def test_a_gru_s_lists_load_back_as_they_are_given():
+    """``net.b_hn`` is the last list of a GRU's ``set_parameters``, which the assignment hint names: the four lists
+    of one GRU loaded into another give it the same parameters, bit for bit (b_hn was in parameters() alone)."""
+    with RNN([3, 5, 4, 2], cell="gru", backend="numpy", seed=1) as net, \
+            RNN([3, 5, 4, 2], cell="gru", backend="numpy", seed=2) as other:
+        b_hn = net.b_hn
+        assert [b.shape for b in b_hn] == [(5,), (4,)]
+        assert_bitwise_equal(b_hn, [net.parameters()[l]["b_hn"] for l in (2, 3)])
+        other.set_parameters(net.weights, net.recurrent, net.biases, b_hn)
+        assert_bitwise_equal([a for l in (2, 3, 4) for a in other.parameters()[l].values()],
+                             [a for l in (2, 3, 4) for a in net.parameters()[l].values()])
+        with pytest.raises(AttributeError, match="^b_hn cannot be assigned"):
+            net.b_hn = b_hn
+    with RNN([3, 5, 2], cell="lstm", backend="numpy") as lstm, \
+            pytest.raises(AttributeError, match="^b_hn is the GRU's alone; this RNN's cells are 'lstm'$"):
+        lstm.b_hn
 
 
 @pytest.mark.parametrize("tau, batch, error", [(0, 1, ValueError), (1, 0, ValueError), (-1, 2, ValueError),

@@ -21,7 +21,6 @@ sequences ``x`` (tau, n_1, N) and ``y`` (n_L, N) or (tau, n_L, N). ``leapfrog-tr
 import dataclasses
 import functools
 import gzip
-import hashlib
 import importlib.util
 import math
 import zipfile
@@ -32,7 +31,7 @@ import threadpoolctl
 
 from . import reference
 from .core.checks import check_count, check_dtype, check_sizes
-from .core.parameters import generator
+from .core.parameters import digest, generator
 
 MNIST_FILES = {
     "x_train": "train-images-idx3-ubyte",
@@ -72,11 +71,7 @@ class Dataset:
     def digest(self):
         """The SHA-256 of the data (each array's dtype, shape and bytes), in hex: what a checkpoint keeps so that a
         run resumes on the data it was trained on, and what the ranks of a data-parallel run compare."""
-        digest = hashlib.sha256()
-        for array in (self.x_train, self.y_train, self.x_test, self.y_test):
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(np.ascontiguousarray(array).data)
-        return digest.hexdigest()
+        return digest((self.x_train, self.y_train, self.x_test, self.y_test))
 
     @property
     def inputs(self):

@@ -11,7 +11,6 @@ computed on the host in float64 from the network's outputs.
 """
 
 import contextlib
-import hashlib
 import json
 import math
 import numbers
@@ -26,7 +25,7 @@ from ..backends import to_host
 from ..parallel.reducer import building
 from . import interrupts, optimizers, saving
 from .checks import check_count, check_eta, check_flag
-from .parameters import generator, took_state
+from .parameters import digest, generator, took_state
 
 EVAL_BATCH = 256
 """The samples ``evaluate`` and ``predict`` run at a time, unless told (``fit``: at least its batch size, so
@@ -82,14 +81,8 @@ def _same_on_every_rank(net, call, arrays, **arguments):
     share of every batch, which must be the same batch on every rank."""
     if net.comm is None:
         return
-    digests = {}
-    for name, held in arrays.items():
-        digest = hashlib.sha256()
-        for array in () if held is None else held if isinstance(held, tuple) else (held,):
-            array = to_host(array)
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(np.ascontiguousarray(array).data)
-        digests[name] = None if held is None else digest.hexdigest()
+    digests = {name: None if held is None else digest(held if isinstance(held, tuple) else (held,))
+               for name, held in arrays.items()}
     plain = (type(None), bool, numbers.Real, str)  # others by their repr, which a gather need not pickle
     net.comm.check_same(f"data and arguments of {call} (each takes its share of the same samples)",
                         {**digests, **{name: value if isinstance(value, plain) else repr(value)

@@ -8,11 +8,13 @@ dtype) before any is copied, and an error names the parameter and changes nothin
 given as Nielsen's column, (n, 1). Nested Python lists are arrays too.
 """
 
+import hashlib
 import numbers
 from collections.abc import Mapping
 
 import numpy as np
 
+from ..backends import to_host
 from .checks import all_finite, real_array
 
 
@@ -110,3 +112,13 @@ def copies(arrays):
 
 def _listing(names):
     return ", ".join(repr(name) for name in names)
+
+
+def digest(arrays):
+    """The SHA-256 of ``arrays`` (each one's dtype, shape and bytes; a CuPy array's copied to the host), in hex."""
+    sha = hashlib.sha256()
+    for array in arrays:
+        array = to_host(array)
+        sha.update(f"{array.dtype.str}{array.shape}".encode())
+        sha.update(np.ascontiguousarray(array).data)
+    return sha.hexdigest()

@@ -25,7 +25,7 @@ from ..core.torch_io import loaded, network_dtype
 from ..parallel import reducer
 from . import torch_io
 from .layers import LAYERS, Add, Dense, Layer, drawn_params
-from .plan import INPUT, DagPlan
+from .plan import INPUT, DagPlan, at_node
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
 
@@ -68,10 +68,8 @@ class DagNet(Network):
             xp = self.backend.xp
             self._params = {}
             for v in self.order:
-                try:
+                with at_node(v):
                     drawn = drawn_params(self.layer[v], rng, [self.n[u] for u in self.inputs[v]])
-                except ValueError as error:
-                    raise ValueError(f"node {v!r}: {error}") from None
                 self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
         self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
         self.stats = {}

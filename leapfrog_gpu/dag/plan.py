@@ -13,6 +13,7 @@ once its gradients may run), ``blocks`` (N's blocks and the output's g) and ``co
 of the sequential order). A solver leaves abar_v in ``adjoints``.
 """
 
+import contextlib
 import weakref
 
 import numpy as np
@@ -42,22 +43,27 @@ def forward_node(net, v, params, inputs):
     return a, saved
 
 
+@contextlib.contextmanager
+def at_node(v):
+    """A ValueError of the block, about node v's layer, raised again naming v."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"node {v!r}: {error}") from None
+
+
 def vjp_inputs(net, v, params, inputs, saved, g):
     """Node v's products to its inputs from its error g, one (n_u, B) per input (``layers.input_products``: a
     ValueError, here naming v, where its layer gives another number)."""
-    try:
+    with at_node(v):
         return input_products(net.layer[v], net.backend, params, inputs, saved, g)
-    except ValueError as error:
-        raise ValueError(f"node {v!r}: {error}") from None
 
 
 def jacobian(net, v, params, inputs, saved, i):
     """Node v's Jacobian block of its input i (``Layer.jacobian``); a ValueError of its layer's names v (one built
     from products that are not one per input)."""
-    try:
+    with at_node(v):
         return net.layer[v].jacobian(net.backend, params, inputs, saved, i)
-    except ValueError as error:
-        raise ValueError(f"node {v!r}: {error}") from None
 
 
 class DagPlan(plan.Plan):

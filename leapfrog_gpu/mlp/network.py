@@ -7,7 +7,6 @@ pass at one batch size are its ``plan.MLPPlan`` (``MLP.plan``); what every netwo
 parameters in and out, the step controls) is ``core.network.Network``.
 """
 
-
 from ..core import parameters, saving
 from ..core.checks import check_batch, check_count
 from ..core.convergence import Solver

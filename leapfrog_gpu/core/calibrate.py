@@ -18,6 +18,7 @@ import contextlib
 import threadpoolctl
 
 from ..backends import host_blas, timing
+from .checks import shown
 from .schedules import Leapfrog, Sequential
 
 KS = (1, 2, 4)
@@ -29,9 +30,10 @@ REPEATS, WARMUP = 15, 1
 def candidates(ks=KS, fused=False):
     """``Sequential()`` and ``Leapfrog(k)`` for each k in ``ks`` (a list of distinct counts), all with ``fused``."""
     if not isinstance(ks, (list, tuple)):
-        raise TypeError(f"ks must be a list of worker stream counts, such as {list(KS)}; got {ks!r}")
+        raise TypeError(f"ks must be a list of worker stream counts, such as {list(KS)}; got {shown(ks)}")
     if not ks or len(set(ks)) < len(ks):
-        raise ValueError(f"ks must list distinct worker stream counts, at least one, such as {list(KS)}; got {ks!r}")
+        raise ValueError(f"ks must list distinct worker stream counts, at least one, such as {list(KS)}; got "
+                         f"{shown(ks)}")
     return [Sequential(fused)] + [Leapfrog(k, fused) for k in ks]
 
 

@@ -6,6 +6,7 @@ One place for them, so that ``MLP``, ``RNN`` and ``DagNet`` refuse the same bad 
 
 import math
 import numbers
+import re
 
 import numpy as np
 
@@ -22,14 +23,14 @@ def check_sizes(sizes, least=2, example="[784, 30, 10]", layers="input and outpu
     try:
         sizes = list(sizes)
     except TypeError:
-        raise TypeError(f"sizes must be a list of layer widths such as {example}; got {sizes!r}") from None
+        raise TypeError(f"sizes must be a list of layer widths such as {example}; got {shown(sizes)}") from None
     for width in sizes:
         if isinstance(width, bool) or not isinstance(width, numbers.Integral):
-            raise TypeError(f"sizes must hold integers (layer widths); got {sizes!r}")
+            raise TypeError(f"sizes must hold integers (layer widths); got {shown(sizes)}")
     if len(sizes) < least:
-        raise ValueError(f"sizes must list at least {least} layers ({layers}), e.g. {example}; got {sizes!r}")
+        raise ValueError(f"sizes must list at least {least} layers ({layers}), e.g. {example}; got {shown(sizes)}")
     if min(sizes) < 1:
-        raise ValueError(f"every width in sizes must be >= 1; got {sizes!r}")
+        raise ValueError(f"every width in sizes must be >= 1; got {shown(sizes)}")
     return [int(width) for width in sizes]
 
 
@@ -37,7 +38,7 @@ def check_count(name, value, least=1, most=None, what=None):
     """``value`` as an int from ``least`` to ``most`` (``what``: its words), else a TypeError (not an integer) or a
     ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= {least}; got {value!r}")
+        raise TypeError(f"{name} must be an integer >= {least}; got {shown(value)}")
     if value < least or (most is not None and value > most):
         raise ValueError(f"{name} must be an integer >= {least}{'' if most is None else f', at most {what}'}; got "
                          f"{value!r}")
@@ -49,7 +50,7 @@ def check_cap(name, value, none):
     TypeError (not an integer) or a ValueError, each ``{name} must be None ({none}) or an integer >= 1; got ...``."""
     if value is None:
         return None
-    message = f"{name} must be None ({none}) or an integer >= 1; got {value!r}"
+    message = f"{name} must be None ({none}) or an integer >= 1; got {shown(value)}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(message)
     if value < 1:
@@ -60,7 +61,7 @@ def check_cap(name, value, none):
 def check_flag(name, value):
     """``value`` as a bool: True or False (or NumPy's), else a TypeError naming ``name``."""
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False; got {value!r}")
+        raise TypeError(f"{name} must be True or False; got {shown(value)}")
     return bool(value)
 
 
@@ -71,7 +72,7 @@ def check_dtype(dtype):
     except TypeError:
         name = None
     if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {shown(dtype)}")
     return name
 
 
@@ -226,10 +227,18 @@ def finite(value):
         return False
 
 
+SHOWN = 80
+"""The most characters of a value that a message quotes (``shown``)."""
+
+
 def shown(value):
-    """``repr(value)`` for a message, an integer of more than 40 digits by its sign and its count of digits."""
+    """``repr(value)`` for a one-line message: on one line, cut to ``SHOWN`` characters; an integer of more than 40
+    digits by its sign and its count of digits."""
     digits = len(str(abs(value))) if isinstance(value, numbers.Integral) else 0
-    return repr(value) if digits <= 40 else f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
+    if digits > 40:
+        return f"{'a negative' if value < 0 else 'an'} integer of {digits} digits"
+    text = re.sub(r"\s*\n\s*", " ", repr(value))
+    return text if len(text) <= SHOWN else f"{text[:SHOWN - 3]}..."
 
 
 def check_real(name, value, what=None, least=0, strict=False, most=math.inf):
@@ -238,7 +247,7 @@ def check_real(name, value, what=None, least=0, strict=False, most=math.inf):
     (``what`` by default: ``a finite number >= {least}``, or ``>``)."""
     what = what or f"a finite number {'>' if strict else '>='} {least:g}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {what}; got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be {what}; got {shown(value)} ({type(value).__name__})")
     if not (finite(value) and (value > least if strict else value >= least) and value <= most):
         raise ValueError(f"{name} must be {what}; got {shown(value)}")
     return float(value)
@@ -252,9 +261,9 @@ def check_eta(eta):
 def check_memory_limit(memory_limit):
     """``memory_limit`` as an int of bytes >= 1: what a solver's buffers may take before it refuses."""
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Integral):
-        raise TypeError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
+        raise TypeError(f"memory_limit must be an integer number of bytes >= 1; got {shown(memory_limit)}")
     if memory_limit < 1:
-        raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {memory_limit!r}")
+        raise ValueError(f"memory_limit must be an integer number of bytes >= 1; got {shown(memory_limit)}")
     return int(memory_limit)
 
 
@@ -270,7 +279,7 @@ def check_backend(backend):
         return resolve(backend)
     if hasattr(backend, "launch") and hasattr(backend, "xp"):
         return backend
-    raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {backend!r}")
+    raise TypeError(f"backend must be 'auto', 'numpy', 'cupy' or a backend object; got {shown(backend)}")
 
 
 def open_backend(backend):

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from ..backends import to_host
 from ..parallel.reducer import building
 from . import interrupts, optimizers, saving
-from .checks import check_count, check_eta, check_flag
+from .checks import check_count, check_eta, check_flag, shown
 from .parameters import digest, generator, took_state
 
 EVAL_BATCH = 256
@@ -155,7 +155,7 @@ class Fitting:
             optimizer = optimizers.SGD(check_eta(optimizer))
         if not isinstance(optimizer, optimizers.Optimizer):
             raise TypeError(f"optimizer must be a learning rate eta (for SGD(eta)), or SGD(...), Adam(...) or "
-                            f"AdamW(...); got {optimizer!r}")
+                            f"AdamW(...); got {shown(optimizer)}")
         self.optimizer = optimizer
         checked, _ = net._check_step(schedule, graph, solver)  # what train_step refuses, before a file is written
         optimizers.check_clip(clip, checked, graph, net.backend.name)

@@ -21,7 +21,7 @@ import weakref
 
 from ..parallel import reducer
 from . import capture, fitting, interrupts, optimizers, parameters, saving, schedules
-from .checks import check_dtype, check_eta, check_flag, open_backend, shape_of, targets
+from .checks import check_dtype, check_eta, check_flag, open_backend, shape_of, shown, targets
 from .controls import Controls
 from .convergence import Solver
 from .optimizer_state import OptimizerState
@@ -59,7 +59,8 @@ class Network(OneThreadAtATime, OptimizerState):
             weakref.finalize(self, self.backend.release)
         self._controls = Controls(self.backend, self.dtype)
         self._rule, self._steps = None, 0  # the rule of the optimizer state held (None: none), its step count t
-        self._held, self._stepped = None, False  # the optimizer that made that state; a step since the last wait
+        self._held, self._rates = None, []  # the optimizer that made that state; the lrs of the steps enqueued
+        self._stepped = False  # a step since the last wait
         self._plans, self.comm, self._closed, self._summing = {}, None, False, False
 
     def __enter__(self):
@@ -244,7 +245,7 @@ class Network(OneThreadAtATime, OptimizerState):
             elif self._rule is None:
                 self._make_state(optimizer)
             if not optimizer.plain:
-                self._count_step()
+                self._count_step(optimizer)
             if not optimizer.plain or clip is not None:
                 controls.set_step(optimizer.controls(samples, self._steps))
             controls.optimizer = optimizer
@@ -382,7 +383,7 @@ class Network(OneThreadAtATime, OptimizerState):
             return solver
         if not self.SOLVERS:
             raise TypeError(f"{self.NOUN} takes a forward solver in feedforward only; got solver={solver!r}: pass None")
-        raise TypeError(f"solver must be {self.SOLVERS}; got {solver!r}")
+        raise TypeError(f"solver must be {self.SOLVERS}; got {shown(solver)}")
 
     def _plan(self, key, make):
         """The plan of this network at ``key`` (its batch shape): ``make()`` on first use, then kept while it is among

@@ -11,15 +11,20 @@ import numbers
 import numpy as np
 
 from . import controls, optimizers, parameters
+from .checks import shown
 
 
 MOST_STEPS = 2 ** 63 - 1
 """The last step count a state takes (``set_optimizer_state``, a file): a step past it is refused."""
+RATES = 1024
+"""Changes of lr noted between two reads of the step count (``_count_step``): a step count read tells which was the
+last step's."""
 
 
 class OptimizerState:
     """The part of ``core.network.Network`` that holds an optimizer's state (``_controls.state``, ``_rule``,
-    ``_steps``, and ``_held``, the optimizer that made it)."""
+    ``_steps``, ``_held``, the optimizer that made it with the lr of the last step that updated it, and ``_rates``,
+    ``(t, lr)`` of the steps enqueued since where their lr changed)."""
 
     def optimizer_state(self):
         """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:
@@ -35,8 +40,10 @@ class OptimizerState:
         or None before a step that keeps a state: what ``core.saving`` writes beside the state."""
         if self._rule is None:
             return None
-        latest = self._controls.optimizer
-        return copy.copy(latest if latest is not None and latest.rule() == self._rule else self._held)
+        held = copy.copy(self._held)
+        if self._rates:
+            held.lr = self._rates[-1][1]
+        return held
 
     def set_optimizer_state(self, optimizer, state):
         """Take ``state`` (as ``optimizer_state()`` gives it) as the state of ``optimizer``: the step count and
@@ -49,8 +56,8 @@ class OptimizerState:
         self._check_optimizer(optimizer, held=False)
         steps = state.get("step") if isinstance(state, dict) else None
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 0 <= steps <= MOST_STEPS:
-            raise ValueError(f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got "
-                             f"{state!r:.80}")
+            got = f"'step' {shown(steps)}" if isinstance(state, dict) else f"a {type(state).__name__}"
+            raise ValueError(f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got {got}")
         if optimizer.plain and steps:
             raise ValueError(f"{optimizer!r} keeps no state, whose count of steps stays 0 (optimizer_state() gives "
                              f"{{'step': 0}} after its steps); got 'step' {steps}: give {{'step': 0}}")
@@ -98,20 +105,33 @@ class OptimizerState:
         self._steps = int(steps)
         self._controls.set_done(self._steps)  # the count of the steps that updated (``Controls.done``)
         self._wait()
+        self._held, self._rates = copy.copy(optimizer), []
 
-    def _count_step(self):
-        """t += 1, for a step enqueued; first, ``TAGS // 4`` steps after the count was last read (``Controls.counted``),
+    def _count_step(self, optimizer):
+        """t += 1, for a step of ``optimizer`` enqueued, its lr noted where it changes (``_rates``); first, ``TAGS //
+        4`` steps after the count was last read (``Controls.counted``), or ``RATES`` changes of lr after,
         ``_synchronize()``, which reads it and raises what those steps met: the device's tag of the count tells steps
         apart within ``TAGS // 2`` of it only (``controls.untag``)."""
-        if self._steps - self._controls.counted >= controls.TAGS // 4:
+        if self._steps - self._controls.counted >= controls.TAGS // 4 or len(self._rates) >= RATES:
             self._synchronize()
         self._steps += 1
+        if optimizer.lr != (self._rates[-1][1] if self._rates else self._held.lr):
+            self._rates.append((self._steps, optimizer.lr))
+
+    def _settle(self, done):
+        """The held optimizer's lr: that of step ``done``, the last that updated, once the steps noted in ``_rates``
+        have run or failed."""
+        lr = next((lr for t, lr in reversed(self._rates) if t <= done), None)
+        if lr is not None and self._held is not None:
+            self._held.lr = lr
+        self._rates = []
 
     def _recount(self):
         """The step count: that of the last step that updated (``Controls.done``), once the steps enqueued have run
         or failed; at 0, a state that a step made is taken back too."""
         if self._rule is not None:
             self._steps = self._controls.done(self._steps)
+            self._settle(self._steps)
             if not self._steps and self._made_by_step:
                 self._rule = self._held = None
 
@@ -119,6 +139,7 @@ class OptimizerState:
         """Once the steps enqueued have run with no error raised here, ``done`` of them by ``Controls.done``: raise if
         some did not (a failure on a backend shared with another network, raised to that one, stopped them), the
         count taken back."""
+        self._settle(done)
         if self._rule is not None and done != self._steps:
             lost, self._steps = self._steps - done, done
             self._lost_sums()
@@ -167,7 +188,8 @@ class OptimizerState:
                 plan.captured.clear()
         self._controls.set_done(0)  # no step of it has updated (an earlier state's count stays there when it went)
         self.backend.synchronize()  # CuPy writes on its default stream, which ours do not wait for
-        self._rule, self._steps, self._held, self._made_by_step = optimizer.rule(), 0, optimizer, True
+        self._rule, self._steps, self._held, self._made_by_step = optimizer.rule(), 0, copy.copy(optimizer), True
+        self._rates = []
 
 
 def _slots(state):

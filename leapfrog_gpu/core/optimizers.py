@@ -145,7 +145,7 @@ class Adam(Optimizer):
 
     def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0):
         super().__init__(lr)
-        pair = f"betas must be a pair of numbers (beta1, beta2); got {betas!r}"
+        pair = f"betas must be a pair of numbers (beta1, beta2); got {shown(betas)}"
         if not isinstance(betas, (tuple, list)) or not all(map(_is_real, betas)):
             raise TypeError(pair)
         if len(betas) != 2:
@@ -186,7 +186,7 @@ def check(optimizer):
     """A copy of ``optimizer`` (its lr as it is now, whatever is set later) if it is one of this module's, else a
     TypeError."""
     if not isinstance(optimizer, Optimizer):
-        raise TypeError(f"optimizer must be SGD(...), Adam(...) or AdamW(...); got {optimizer!r}")
+        raise TypeError(f"optimizer must be SGD(...), Adam(...) or AdamW(...); got {shown(optimizer)}")
     return copy.copy(optimizer)
 
 
@@ -201,7 +201,7 @@ def check_clip(clip, schedule, graph, backend):
     if clip is None:
         return None
     if isinstance(clip, bool) or not isinstance(clip, numbers.Real):
-        raise TypeError(f"clip (the largest norm of the gradient) must be a number > 0 or None; got {clip!r} "
+        raise TypeError(f"clip (the largest norm of the gradient) must be a number > 0 or None; got {shown(clip)} "
                         f"({type(clip).__name__})")
     if not clip > 0 or not (finite(clip) or clip == math.inf):  # NaN, and an int beyond any float
         raise ValueError(f"clip (the gradient's largest norm) must be finite and > 0, or inf; got {shown(clip)}")

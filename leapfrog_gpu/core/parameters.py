@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..backends import to_host
-from .checks import all_finite, real_array
+from .checks import all_finite, real_array, shown
 
 
 def check(params, live, dtype, xp, label):
@@ -78,9 +78,9 @@ def generator(seed):
     if seed is None:
         return np.random.default_rng()
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an integer >= 0 or None; got {seed!r}")
+        raise TypeError(f"seed must be an integer >= 0 or None; got {shown(seed)}")
     if seed < 0:
-        raise ValueError(f"seed must be an integer >= 0 or None; got {seed!r}")
+        raise ValueError(f"seed must be an integer >= 0 or None; got {shown(seed)}")
     return np.random.default_rng(int(seed))
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..backends import to_host
 from . import optimizers
-from .checks import check_backend
+from .checks import check_backend, shown
 
 FORMAT = 1
 """The version of the layout above: the one this library writes, and the newest it reads."""
@@ -75,7 +75,7 @@ def path_of(path):
     which name no file, and a pipe or a device such as ``/dev/stdout``, as they are); a TypeError for what is no path,
     a ValueError for an empty one."""
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"the path must be a file's name, a str or a pathlib.Path; got {path!r}")
+        raise TypeError(f"the path must be a file's name, a str or a pathlib.Path; got {shown(path)}")
     if os.fspath(path) == "":
         raise ValueError("the path is empty: give a file's name, such as 'model.npz'")
     path = Path(path)
@@ -237,7 +237,7 @@ def load(path, backend="auto", layers=()):
         kinds = None
     if kinds is None or not all(isinstance(kind, type) for kind in kinds):
         raise TypeError(f"layers must be a list of classes (of one's own Layer, which a saved DagNet's nodes are); "
-                        f"got {layers!r}")
+                        f"got {shown(layers)}")
     layers = kinds
     path = located(path)
     return build(*read(path), backend, path, layers)

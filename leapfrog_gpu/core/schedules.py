@@ -17,7 +17,7 @@ NumPy backend; it implies ``fused``) updates w^{l+1} inside the sweep of (5) tha
 
 import numbers
 
-from .checks import check_flag
+from .checks import check_flag, shown
 
 
 class Schedule:
@@ -38,9 +38,9 @@ class Schedule:
     def _check_k(self, k):
         accepted = self._accepted_k()
         if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-            raise TypeError(f"k must be {accepted}; got {k!r}")
+            raise TypeError(f"k must be {accepted}; got {shown(k)}")
         if k < self.least_k:
-            raise ValueError(f"k must be {accepted}; got {k!r}")
+            raise ValueError(f"k must be {accepted}; got {shown(k)}")
         return int(k)
 
     def _accepted_k(self):
@@ -141,7 +141,7 @@ def check(schedule, network, accepted):
     names = [_signature(cls) for cls in accepted]
     choices = f"{', '.join(names[:-1])} or {names[-1]}"
     if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be a schedule object: {choices}; got {schedule!r}")
+        raise TypeError(f"schedule must be a schedule object: {choices}; got {shown(schedule)}")
     raise TypeError(f"{network} cannot run {schedule!r}; it takes {choices}")
 
 

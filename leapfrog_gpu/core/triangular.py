@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from ..backends import to_host
+from .checks import shown
 
 
 def ceil_log2(m):
@@ -127,9 +128,9 @@ SCANS = ("auto", "doubling", "reduction")
 def check_scan(scan):
     """``scan`` if it names one of ``SCANS``, else a TypeError (not a string) or ValueError that names them."""
     if not isinstance(scan, str):
-        raise TypeError(f"scan must be one of {', '.join(map(repr, SCANS))}; got {scan!r}")
+        raise TypeError(f"scan must be one of {', '.join(map(repr, SCANS))}; got {shown(scan)}")
     if scan not in SCANS:
-        raise ValueError(f"scan must be one of {', '.join(map(repr, SCANS))}; got {scan!r}")
+        raise ValueError(f"scan must be one of {', '.join(map(repr, SCANS))}; got {shown(scan)}")
     return scan
 
 

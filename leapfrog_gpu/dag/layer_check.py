@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 
 from ..backends.host import NumpyBackend
-from ..core.checks import check_count, check_real
+from ..core.checks import check_count, check_real, shown
 from .layers import Layer, drawn_params, input_products
 
 STEP = 1e-6
@@ -27,7 +27,7 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
     if not isinstance(layer, Layer):
         raise TypeError(f"check_layer checks a leapfrog_gpu.dag.Layer; got {type(layer).__name__}")
     if isinstance(sizes, numbers.Number) or not all(isinstance(n, numbers.Integral) for n in sizes):
-        raise TypeError(f"sizes must be a list of input widths, such as [4] or [4, 3]; got {sizes!r}")
+        raise TypeError(f"sizes must be a list of input widths, such as [4] or [4, 3]; got {shown(sizes)}")
     sizes = [check_count("an input width", n) for n in sizes]
     if not sizes:
         raise ValueError("sizes must list the width of every input, at least one (a layer reads one input or more), "

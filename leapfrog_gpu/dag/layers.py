@@ -24,7 +24,7 @@ import numbers
 
 import numpy as np
 
-from ..core.checks import check_real
+from ..core.checks import check_real, shown
 from ..core.functions import OUTPUT_ACTIVATIONS, choose
 
 
@@ -211,9 +211,9 @@ class Dense(Layer):
 
     def __init__(self, n, activation="sigmoid"):
         if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-            raise TypeError(f"Dense needs a width n, an integer >= 1; got {n!r} ({type(n).__name__})")
+            raise TypeError(f"Dense needs a width n, an integer >= 1; got {shown(n)} ({type(n).__name__})")
         if n < 1:
-            raise ValueError(f"Dense needs a width n >= 1; got {n!r}")
+            raise ValueError(f"Dense needs a width n >= 1; got {shown(n)}")
         self.n, self.activation = int(n), choose("activation", activation, OUTPUT_ACTIVATIONS)
 
     def __repr__(self):

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from ..core import parameters, saving
-from ..core.checks import check_batch, check_count
+from ..core.checks import check_batch, check_count, shown
 from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
@@ -249,7 +249,7 @@ def skips(sizes, skip=2):
     a^l wherever the two widths agree; the first block, which reads the network's input, and a block ending at the
     output layer add none."""
     if isinstance(skip, bool) or not isinstance(skip, int) or skip < 1:
-        raise ValueError(f"skip must be an integer >= 1 (hidden layers per skip connection); got {skip!r}")
+        raise ValueError(f"skip must be an integer >= 1 (hidden layers per skip connection); got {shown(skip)}")
     L, made, read, read_by = len(sizes), {}, INPUT, {}
     for l in range(2, L + 1):
         read_by[l], read = read, str(l)
@@ -266,19 +266,19 @@ def _check_nodes(nodes):
     layer, inputs = {}, {}
     for entry in nodes:
         if not (isinstance(entry, (tuple, list)) and len(entry) == 3):
-            raise TypeError(f"every node must be a (name, layer, inputs) triple; got {entry!r}")
+            raise TypeError(f"every node must be a (name, layer, inputs) triple; got {shown(entry)}")
         name, node_layer, node_inputs = entry
         if not isinstance(name, str) or not name or name == INPUT:
             raise (ValueError if isinstance(name, str) else TypeError)(
-                f"node names must be non-empty strings other than {INPUT!r}; got {name!r}")
+                f"node names must be non-empty strings other than {INPUT!r}; got {shown(name)}")
         if name in layer:
             raise ValueError(f"node {name!r} is given twice")
         if not isinstance(node_layer, Layer):
-            raise TypeError(f"node {name!r}: its layer must implement leapfrog_gpu.dag.Layer; got {node_layer!r}")
+            raise TypeError(f"node {name!r}: its layer must implement leapfrog_gpu.dag.Layer; got {shown(node_layer)}")
         if not (isinstance(node_inputs, str) or isinstance(node_inputs, (list, tuple))
                 and all(isinstance(u, str) for u in node_inputs)):
             raise TypeError(f"node {name!r}: its inputs must be a node's name or a list of names ({INPUT!r} is "
-                            f"the input); got {node_inputs!r}")
+                            f"the input); got {shown(node_inputs)}")
         node_inputs = [node_inputs] if isinstance(node_inputs, str) else list(node_inputs)
         if not node_inputs:
             raise ValueError(f"node {name!r} has no inputs")

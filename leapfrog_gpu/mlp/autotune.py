@@ -14,7 +14,7 @@ import numpy as np
 
 from ..backends import host_blas
 from ..core.calibrate import KS, REPEATS, WARMUP, blas_limit, candidates, choose, chosen, measure, pick
-from ..core.checks import check_count
+from ..core.checks import check_count, shown
 
 __all__ = ["KS", "REPEATS", "WARMUP", "Tuning", "blas_limit", "blas_settings", "candidates", "choose", "chosen",
            "measure", "pick", "tune"]
@@ -66,7 +66,7 @@ def blas_settings(backend, blas_threads=None):
     a GPU, else ``blas_threads`` or, by default, one thread and all cores (``host_blas.all_threads()``)."""
     if backend == "cupy":
         if blas_threads is not None:
-            raise ValueError(f"blas_threads applies to the numpy backend only; got {blas_threads!r}")
+            raise ValueError(f"blas_threads applies to the numpy backend only; got {shown(blas_threads)}")
         return [None]
     if blas_threads is None:
         return sorted({1, host_blas.all_threads()})

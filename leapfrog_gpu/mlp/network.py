@@ -8,7 +8,7 @@ parameters in and out, the step controls) is ``core.network.Network``.
 """
 
 from ..core import parameters, saving
-from ..core.checks import check_batch, check_count
+from ..core.checks import check_batch, check_count, shown
 from ..core.convergence import Solver
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -108,7 +108,7 @@ class MLP(Layered):
         if solver is not None:
             if not (isinstance(solver, Solver) and solver.network == "DagNet"):
                 raise TypeError(f"solver must be None (the forward layer by layer), ForwardJacobi() or "
-                                f"ForwardNewton(); got {solver!r}")
+                                f"ForwardNewton(); got {shown(solver)}")
             x, _ = self._check_batch(x, None)
             return solver.feedforward(self, x)
         return super().feedforward(x)

@@ -26,7 +26,7 @@ from networks import NAMES, arrays, network, network_batch
 from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovJacobi, NaumovScan,
                           Sequential, TimeNewton, TimeScan, Wavefront, load)
 from leapfrog_gpu.backends import NumpyBackend, ops_numpy, timing
-from leapfrog_gpu.core import controls
+from leapfrog_gpu.core import controls, optimizer_state, optimizers
 
 torch = pytest.importorskip("torch", reason="the comparisons with torch.optim need torch", exc_type=ImportError)
 
@@ -307,6 +307,9 @@ def test_bad_hyper_parameters_raise_one_line(make, words):
     (lambda: Adam(betas=(0.9, "0.999")), "betas must be a pair of numbers"),
     (lambda: Adam(eps=True), r"eps must be > 0 and finite; got True \(bool\)"),
     (lambda: AdamW(weight_decay="0.01"), "weight_decay must be a finite number >= 0"),
+    (lambda: SGD(np.zeros((2, 2))), r"lr must be .*; got array\(\[\[0., 0.\], \[0., 0.\]\]\) \(ndarray\)$"),
+    (lambda: Adam(betas=np.zeros((2, 2))), r"betas must be a pair of numbers \(beta1, beta2\); got array\("),
+    (lambda: optimizers.check(np.zeros((40, 40))), r"optimizer must be .*; got array\(\[\[0\., 0\., .*\.\.\.$"),
 ])
 def test_hyper_parameters_of_the_wrong_type_raise_a_type_error(make, words):
     with pytest.raises(TypeError, match=words) as raised:
@@ -516,6 +519,35 @@ def test_updates_refused_by_check_finite_take_no_step(network_name, make, graph)
         slots = [slot for slot in want if slot != "step"]
         assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
                        arrays(unbroken.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
+@pytest.mark.parametrize("rates", [1024, 2])
+def test_the_held_optimizer_has_the_lr_of_the_last_step_that_updated(monkeypatch, tmp_path, network_name, rates):
+    """``held_optimizer()`` (what ``save`` writes) gives the lr of the last step that updated: not that of a step
+    ``check_finite`` refused, nor of steps enqueued behind it; and once a state is set, the lr of the optimizer that
+    set it, of the same rule or another. ``rates=2``: the lrs noted between two reads of the count cut short."""
+    monkeypatch.setattr(optimizer_state, "RATES", rates)
+    x, y = network_batch(network_name, 5, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64", check_finite=True) as net:
+        for lr in (0.01, 0.02, 0.03):
+            net.train_step(x, y, Adam(lr))
+        net.train_step(x * 1e200, y, Adam(0.5))  # refused, and the step behind it does not run
+        net.train_step(x, y, Adam(0.6))
+        assert net.held_optimizer().lr == 0.6  # as enqueued
+        assert len(net._rates) <= rates  # the lrs noted are read, and forgotten, every ``rates`` changes
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            net.synchronize()
+        assert net.held_optimizer().hyper() == Adam(0.03).hyper() and net.optimizer_state()["step"] == 3
+        net.set_optimizer_state(Adam(0.3), {"step": 0})
+        assert net.held_optimizer().hyper() == Adam(0.3).hyper()
+        net.set_optimizer_state(SGD(0.1, momentum=0.9), {"step": 0})
+        net.set_optimizer_state(Adam(0.2), {"step": 0})
+        assert net.held_optimizer().hyper() == Adam(0.2).hyper()
+        net.train_step(x, y, Adam(0.25))
+        net.save(tmp_path / "net.npz")
+    with load(tmp_path / "net.npz", backend="numpy") as loaded:
+        assert loaded.held_optimizer().hyper() == Adam(0.25).hyper()
 
 
 @pytest.mark.parametrize("t", [1, 2, 2**23 - 1, 2**23, 2**23 + 2**22 - 1, 2**24 - 1, 2**24, 2**24 + 1, 2**40 + 3])
@@ -819,6 +851,10 @@ def test_a_bad_state_is_refused_and_changes_nothing():
         for steps in (2 ** 63, 2 ** 1024):  # 1 - beta1 ** t overflowed past 2**1024, in every step after it
             with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', an int from 0 to 2\*\*63"):
                 net.set_optimizer_state(Adam(), {"step": steps})
+        state["step"] = 1.0  # the state's arrays are not quoted: their reprs run over lines
+        for bad, got in ((state, "got 'step' 1.0$"), ([state], "got a list$")):
+            with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', .*" + got):
+                net.set_optimizer_state(Adam(), bad)
         assert net.optimizer_state() == {"step": 0}
 
 

@@ -36,8 +36,9 @@ class OptimizerState:
         return {"step": self._steps, **self._handed_out(slots)}
 
     def held_optimizer(self):
-        """A copy of the optimizer whose state this network holds, as the last step brought it (its lr that step's),
-        or None before a step that keeps a state: what ``core.saving`` writes beside the state."""
+        """A copy of the optimizer whose state this network holds, its lr that of the last step enqueued (once the
+        steps have run, of the last that updated) or of the optimizer that set the state; None before a step that keeps
+        a state: what ``core.saving`` writes beside the state."""
         if self._rule is None:
             return None
         held = copy.copy(self._held)

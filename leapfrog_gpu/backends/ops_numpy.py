@@ -146,8 +146,9 @@ def fused_update(w, delta, a, controls, scratch):
     """(7) fused with SGD: ``w -= controls[0] * (delta a^T)`` unless ``controls[1]``, without ``nabla_w`` ever
     reaching memory. Rows go through ``scratch`` (flat, at least one row of w) in cache-sized blocks; each element
     is computed as by ``nabla_w`` then ``sgd_update``: bitwise the same when w fits one block (B = 1, or n*m <=
-    SCRATCH); with several at B > 1, BLAS may round a row of a smaller GEMM otherwise than the same row of
-    ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS)."""
+    scratch.size); with several at B > 1, BLAS may round a row of a smaller GEMM otherwise than the same row of
+    ``nabla_w``'s one (it does at n = m = 257, B = 64 with OpenBLAS), so a plan gives such a w a scratch of its
+    size."""
     if controls[1] != 0:
         return
     for rows in row_blocks(w, scratch.size // w.shape[1]):

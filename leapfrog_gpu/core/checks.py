@@ -227,7 +227,7 @@ def finite(value):
         return False
 
 
-SHOWN = 80
+SHOWN = 200
 """The most characters of a value that a message quotes (``shown``)."""
 
 

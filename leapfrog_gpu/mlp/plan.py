@@ -190,7 +190,8 @@ class MLPPlan(plan.Plan):
     def gradients(self, stream, l, controls=None):
         """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the update of its
         optimizer: the plain SGD update fused into (7), b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l
-        (a^{l-1})^T without nabla_w^l ever written; another optimizer's behind (6) and (7), on the same stream,
+        (a^{l-1})^T without nabla_w^l ever written (on the host at B > 1, written whole where w^l is more than one
+        block of its scratch, so that the update is bitwise the unfused one); another optimizer's behind (6) and (7), on the same stream,
         at B = 1 on the host without nabla_w^l either (``optimizer.sweep`` with no chain, bitwise the update by
         nabla_w^l). In a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by it."""
         ops, launch = self.backend.ops, self.backend.launch
@@ -209,10 +210,13 @@ class MLPPlan(plan.Plan):
             if controls is not None:
                 self.update(stream, l, controls)
         else:
+            scratch = self.scratch[l]
+            if scratch is not None and self.batch > 1 and scratch.size < self.w[l].size:
+                scratch = self.nabla_w[l].reshape(-1)  # one block: BLAS may round a product of fewer rows otherwise
             launch(stream, f"nabla_b[{l}]", ops.nabla_b, self.nabla_b[l], self.delta[l])
             launch(stream, f"fused_update[{l}]", _calls,
                    (ops.sgd_update, self.b[l], self.nabla_b[l], controls.array, self.scratch[l]),
-                   (ops.fused_update, self.w[l], self.delta[l], self.a[l - 1], controls.array, self.scratch[l]))
+                   (ops.fused_update, self.w[l], self.delta[l], self.a[l - 1], controls.array, scratch))
 
     def joint_update(self, controls):
         """The plain SGD update fused into (7), the host's compiled pass at B = 1 and the one-pass sweep make the

@@ -256,9 +256,10 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
                              "step is parallel in time" if rnn else "the forward pass: node by node, or solved as a "
                              "system by Jacobi sweeps or Newton's method (leapfrog_gpu.dag.forward)")
         + f" (default {d['forward_solver']})", metavar="{" + ",".join(FORWARD_SOLVERS.get(model, ())) + "}")
-    add("--fused", "fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per element "
-                   "(bitwise the unfused result on the GPU; with numpy, at batch size 1 or for layers of at most "
-                   f"{ops_numpy.SCRATCH} weights; --no-fused: not, as a resumed run's checkpoint may be)",
+    add("--fused", "fuse the SGD update into the weight-gradient kernel: fewer bytes, the same formula per element, "
+                   "bitwise the unfused result (with numpy, a layer of more than "
+                   f"{ops_numpy.SCRATCH} weights forms its gradient whole at batch sizes > 1; --no-fused: not, as a "
+                   "resumed run's checkpoint may be)",
         action=argparse.BooleanOptionalAction)
     add("--graph", "run each step as a graph, captured once per batch size (CUDA graphs on the GPU)",
         action=argparse.BooleanOptionalAction)

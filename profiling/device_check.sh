@@ -169,7 +169,8 @@ part_gpu_tests() {  # the whole-step tests (FIRST); every GPU test where PARTS n
     fi
     note "$what"
     local timeout=()
-    "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout=(--timeout 20)
+    # 60 s a test: a test may be the first to build some of the ~15 kernel modules, 0.3-4 s each with NVRTC
+    "$PYTHON" -c "import pytest_timeout" 2>/dev/null && timeout=(--timeout 60)
     "$PYTHON" -m pytest -m gpu -v --tb=line -p no:cacheprovider --continue-on-collection-errors "${timeout[@]}" \
         "${modules[@]}"
 }

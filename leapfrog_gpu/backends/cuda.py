@@ -34,10 +34,10 @@ class CupyBackend:
     """CuPy arrays on the current device; one main stream and k worker streams created on demand.
 
     ``chain``: what runs (2) and (5), ``"cublas"`` (the default) or ``"kernels"`` (kernels/chain.cu).
-    cuBLAS runs through one nvmath-python handle on the main stream (``cublas.Blas``) in eager and graph
-    steps alike, so that they agree to the bit with either chain; without nvmath-python, eager steps call
-    ``cupy.matmul`` and graph steps run the chain on our kernels (``CudaOps.capturable_chain``), so that
-    they agree only to rounding.
+    cuBLAS runs through one nvmath-python handle on the main stream (``cublas.Blas``; a worker's product on a
+    handle of its stream) in eager and graph steps alike, so that they agree to the bit with either chain;
+    without nvmath-python, eager steps call ``cupy.matmul`` and graph steps run the chain on our kernels
+    (``CudaOps.capturable_chain``), so that they agree only to rounding.
 
     ``release()`` ends it without a host wait: what a network collected unclosed calls for a backend it made by
     name, on whatever thread collects it (perhaps inside a capture). The null stream, to whose pool its memory

@@ -16,7 +16,7 @@ import logging
 
 import numpy as np
 
-from . import launch
+from . import cublas, launch
 from .sources import kernel_source
 
 SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -73,15 +73,26 @@ class CudaOps:
 
     def bind_matmul(self, out, w, x, transpose=False, accumulate=False, worker=False):
         """``out = w x`` (``w^T x`` if ``transpose``; ``out += ...`` if ``accumulate``) as a call of no
-        argument, bound now: one cuBLAS call through nvmath-python (``cublas.Blas.bind``) where ``w`` is
-        C-contiguous and ``x`` and ``out`` have a unit stride along their rows (the columns of one time
-        step of an (n, tau, B) array), else ``cupy.matmul`` (into a buffer made now, then added, to
-        accumulate). nvmath's handle enqueues on the main stream whichever stream is current, so a product
-        that a worker may make (``worker``) takes ``cupy.matmul``, on the stream current at the call, under
-        every schedule: the schedules then run it alike and agree to the bit."""
-        cupy = self._cupy
-        if self.blas is not None and not worker and w.flags.c_contiguous and _rows(x) and _rows(out):
-            return self.blas.bind(out, w, x, transpose, accumulate)
+        argument, bound now: one cuBLAS call through nvmath-python (``cublas.Blas.bind``) where ``out`` has a unit
+        stride along its rows and ``w`` and ``x`` one along their rows or columns (``cublas.operand``), else
+        ``cupy.matmul`` (into a buffer made now, then added, to accumulate). A product that a worker may make
+        (``worker``) runs on a handle of the stream current at the call, each stream's own, under every schedule:
+        the schedules then run it alike and agree to the bit. Without nvmath-python such a product's
+        ``cupy.matmul`` shares CuPy's one handle among the streams, where cuBLAS promises the same bits only while
+        one stream runs."""
+        cupy, blas = self._cupy, self.blas
+        if blas is not None and cublas.operand(w) and cublas.operand(x) and _rows(out):
+            if not worker:
+                return blas.bind(out, w, x, transpose, accumulate)
+            bound = {}  # stream ptr -> the call bound on its handle
+
+            def on_current_stream():
+                stream = cupy.cuda.get_current_stream()
+                if stream.ptr not in bound:
+                    bound[stream.ptr] = blas.bind(out, w, x, transpose, accumulate, stream)
+                bound[stream.ptr]()
+
+            return on_current_stream
         a = w.T if transpose else w
         if not accumulate:
             return functools.partial(cupy.matmul, a, x, out=out)

@@ -77,31 +77,37 @@ def test_the_products_follow_the_float64_maths(standin, dtype, size, transpose):
 
 
 @pytest.mark.parametrize("accumulate", [False, True], ids=["into", "added"])
-def test_a_product_a_worker_makes_runs_on_that_worker_not_on_the_handles_stream(standin, accumulate):
-    """nvmath's handle enqueues on its own stream, the main one, whichever is current: a bound product a worker
-    makes (``worker=True``) goes to ``cupy.matmul`` on that worker, so the worker's next kernel reads it made (under
-    workers-first it ran before the main stream's product otherwise); the others take the handle."""
+def test_a_product_a_worker_makes_runs_on_a_handle_of_that_workers_stream(standin, accumulate):
+    """A bound product a worker may make (``worker=True``) runs on a cuBLAS handle of the stream current at the
+    call, one handle per stream, each with its own workspace (cuBLAS's bits are the same only where a handle serves
+    one stream), so the worker's next kernel reads it made (under workers-first it ran before the main stream's
+    product otherwise); on the main stream it takes the main stream's handle, as the others do."""
     rng = np.random.default_rng(1)
     w, x, z0 = rng.standard_normal((5, 3)), rng.standard_normal((3, 4)), rng.random((5, 4))
     with cupy_backend() as cuda:
         dw, dx = standin.asarray(w), standin.asarray(x)
-        on_worker, on_main = standin.empty((5, 4)), standin.empty((5, 4))  # NaN-filled
-        for out in (on_worker, on_main):
+        on_worker, on_main, again = (standin.empty((5, 4)) for _ in range(3))  # NaN-filled
+        for out in (on_worker, on_main, again):
             out.set(z0)
         worker = cuda.workers(1)[0]
         products = [cuda.ops.bind_matmul(out, dw, dx, accumulate=accumulate, worker=made_on_worker)
-                    for out, made_on_worker in ((on_worker, True), (on_main, False))]  # kept, as a plan keeps them
+                    for out, made_on_worker in ((on_worker, True), (on_main, False), (again, True))]  # as a plan
         cuda.synchronize()
         cuda.launch(worker, "bound", products[0])
         cuda.launch(worker, "read", standin.multiply, on_worker, 2.0, on_worker)
-        assert standin.nvmath.calls == []
         cuda.launch(cuda.main, "bound", products[1])
+        cuda.launch(cuda.main, "bound", products[2])
         cuda.synchronize()
-        assert [name for name, _, _ in standin.nvmath.calls] == ["dgemm"]
-        got_worker, got_main = on_worker.get(), on_main.get()
+        assert standin.nvmath.calls == [("dgemm", worker.ptr, False)] + [("dgemm", cuda.main.ptr, False)] * 2
+        handles = {stream: cuda.ops.blas._handles[stream.ptr] for stream in (worker, cuda.main)}
+        assert len({handle for handle, _ in handles.values()}) == 2
+        assert len({workspace.data.ptr for _, workspace in handles.values()}) == 2
+        assert standin.nvmath.get_stream(handles[worker][0]) == worker.ptr
+        got_worker, got_main, got_again = on_worker.get(), on_main.get(), again.get()
     want = (z0 if accumulate else 0) + w @ x
     np.testing.assert_allclose(got_worker, 2 * want, rtol=1e-14)
-    np.testing.assert_allclose(got_main, want, rtol=1e-14)
+    for got in (got_main, got_again):
+        np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
 @pytest.mark.parametrize("size", [1, 7], ids=batch_id)

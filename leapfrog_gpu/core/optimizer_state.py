@@ -24,7 +24,7 @@ last step's."""
 class OptimizerState:
     """The part of ``core.network.Network`` that holds an optimizer's state (``_controls.state``, ``_rule``,
     ``_steps``, ``_held``, the optimizer that made it with the lr of the last step that updated it, and ``_rates``,
-    ``(t, lr)`` of the steps enqueued since where their lr changed)."""
+    ``(t, lr)`` of each step enqueued since the count was last read whose lr differs from the step's before)."""
 
     def optimizer_state(self):
         """Copies of the optimizer's state as the steps enqueued so far leave it: ``{"step": t, slot: {unit:

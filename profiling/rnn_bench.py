@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
-from leapfrog_gpu.core.saving import replaced_atomically
+from leapfrog_gpu.core.files import replaced_atomically
 from leapfrog_gpu.tools.cli import Parser, integer, integers, names, number, output_refusal, path
 from leapfrog_gpu.tools.schedules import names_type
 

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ..backends import to_host
 from ..parallel.reducer import building
-from . import interrupts, optimizers, saving
+from . import files, interrupts, optimizers
 from .checks import check_count, check_eta, check_flag, shown
 from .parameters import digest, generator, took_state
 
@@ -122,7 +122,7 @@ class Emptied:
                 os.remove(self.path)
 
     def write(self, text):
-        if not self.emptied and saving.regular(self.file):  # a pipe or a device has nothing to empty
+        if not self.emptied and files.regular(self.file):  # a pipe or a device has nothing to empty
             self.file.truncate(0)
         self.emptied = True
         self.file.write(text)

@@ -15,10 +15,11 @@ too; a DagNet's input width and nodes). The seed is not kept (the parameters rep
 state the network holds (``held_optimizer()``, its lr that of the last step), null without one. A caller may keep
 more in the state under keys of its own (``leapfrog-train``: ``training``, its position, RNG and options).
 
-The write is atomic (``replaced_atomically``): a reader finds the previous file or the new one, whole, however the
-writer dies. ``load`` refuses, with an ``UnreadableFileError`` (a ValueError) of one line that says what is wrong and
-what to do, a missing file, a folder, one that is no ``.npz`` archive, an archive without our ``state`` (someone
-else's), a damaged one, one of a newer format, of an unknown network, or whose architecture does not fit its arrays.
+The write is atomic (``files.replaced_atomically``): a reader finds the previous file or the new one, whole,
+however the writer dies. ``load`` refuses, with an ``UnreadableFileError`` (a ValueError) of one line that says what is
+wrong and what to do, a missing file, a folder, one that is no ``.npz`` archive, an archive without our ``state``
+(someone else's), a damaged one, one of a newer format, of an unknown network, or whose architecture does not fit its
+arrays.
 """
 
 import contextlib
@@ -26,8 +27,6 @@ import glob
 import io
 import json
 import os
-import secrets
-import stat
 import time
 import zipfile
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 from ..backends import to_host
 from . import optimizers
 from .checks import check_backend, shown
+from .files import regular, replaced_atomically
 
 FORMAT = 1
 """The version of the layout above: the one this library writes, and the newest it reads."""
@@ -149,45 +149,6 @@ def save(net, path, **more):
     return path
 
 
-@contextlib.contextmanager
-def replaced_atomically(path, prefix="tmp"):
-    """A temporary file name beside ``path`` (``prefix``, random letters, ``.tmp``): write it in the
-    block; it then replaces ``path``, with the permissions ``open`` would have given (those of the file it replaces,
-    or those the umask leaves of rw-rw-rw-), or is removed if the block raises. The file and the rename are synced to
-    disk, so a reader, a run killed half-way or a machine that loses power finds the old file or the new one, never
-    half of one. A symbolic link's target is written, the link kept (a link to no file too); a ``path`` that is no
-    file (``/dev/stdout``, a pipe) is written as it is."""
-    if os.path.exists(path) and not regular(path):
-        yield os.fspath(path)
-        return
-    path = os.path.realpath(path)
-    folder = os.path.dirname(path)
-    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else None
-    tmp = _created(folder, prefix)
-    try:
-        yield tmp
-        _fsync(tmp)  # first: the mode may be one that no read may open (write-only)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        _fsync(folder)  # the rename itself
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _created(folder, prefix):
-    """The name of a new empty file in ``folder`` (``prefix``, random letters, ``.tmp``), made with the permissions
-    that the umask leaves of rw-rw-rw-, as ``open`` makes a file (``tempfile`` makes them rw-------)."""
-    while True:
-        name = os.path.join(folder, f"{prefix}{secrets.token_hex(4)}.tmp")
-        try:
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:
-            continue
-        return name
-
-
 class _InOrder(io.RawIOBase):
     """A pipe or a device as ``zipfile`` must write it: in order, never seeking back. It cannot tell its position, so
     ``zipfile`` counts the bytes itself; given the device's, it would seek back to fill in each entry's sizes, and a
@@ -206,20 +167,6 @@ class _InOrder(io.RawIOBase):
     def flush(self):
         if not self.file.closed:  # this wrapper's own close, when it is collected, flushes too
             self.file.flush()
-
-
-def regular(file):
-    """Whether ``file``, a path or an open file, is a regular file: one that can be replaced, emptied or cut, where a
-    pipe or a device cannot."""
-    return stat.S_ISREG((os.fstat(file.fileno()) if hasattr(file, "fileno") else os.stat(file)).st_mode)
-
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- reading ---------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import launches
-from ..core.saving import replaced_atomically
+from ..core.files import replaced_atomically
 from .cli import pip_install, plural, png_refusal
 
 MAIN = "main"

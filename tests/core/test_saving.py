@@ -22,7 +22,7 @@ import leapfrog_gpu
 from helpers import Gate, assert_bitwise_equal, batch, dense_net, flip_last_byte, residual_net
 from leapfrog_gpu import MLP, RNN, SGD, Adam, AdamW, Add, Concat, DagNet, Dense, Layer, LayerNorm
 from leapfrog_gpu.backends import to_host
-from leapfrog_gpu.core import saving
+from leapfrog_gpu.core import files, saving
 from leapfrog_gpu.dag.network import residual
 from networks import Mirror, network
 
@@ -473,7 +473,7 @@ def test_a_write_the_system_refuses_names_the_file_not_its_temporary(tmp_path, m
     def refused(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / ".model.npz-abc.tmp"))
 
-    monkeypatch.setattr(saving, "_created", refused)
+    monkeypatch.setattr(files, "_created", refused)
     with MLP([2, 3], backend="numpy") as net, pytest.raises(PermissionError) as raised:
         net.save(path)
     assert str(raised.value) == f"[Errno 13] Permission denied: '{path}'"

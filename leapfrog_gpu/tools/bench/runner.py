@@ -29,7 +29,7 @@ from ...backends import get_backend, timing
 from ...parallel import comm as parallel
 from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
-from ...core.saving import replaced_atomically
+from ...core.files import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
 from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, output_refusal,
                    parse_args_on_a_backend, path, plural, too_large, writing)

@@ -13,7 +13,7 @@ import time
 
 from tqdm import tqdm
 
-from ...core import saving, triangular
+from ...core import files, triangular
 from ...core.fitting import Fitting, evaluate
 from ..cli import Unwritten, writing
 from . import checkpoint, models
@@ -284,8 +284,8 @@ class Report:
                 line = line[self.metrics_file.write(line):]
 
     def _regular(self):
-        """Whether the ``--metrics`` file is a file, which can be emptied and cut (``core.saving.regular``)."""
-        return self.metrics_file is not None and saving.regular(self.metrics_file)
+        """Whether the ``--metrics`` file is a file, which can be emptied and cut (``core.files.regular``)."""
+        return self.metrics_file is not None and files.regular(self.metrics_file)
 
     def line(self, text, always=False):
         """Print ``text`` above the progress bar unless quiet (``always``: even then)."""

@@ -1,0 +1,60 @@
+"""Files written whole or not at all (``replaced_atomically``: a network's file, a checkpoint, a timeline's chart, a
+bench's results), and what a regular file is (``regular``: one that can be replaced, emptied or cut)."""
+
+import contextlib
+import os
+import secrets
+import stat
+
+
+@contextlib.contextmanager
+def replaced_atomically(path, prefix="tmp"):
+    """A temporary file name beside ``path`` (``prefix``, random letters, ``.tmp``): write it in the
+    block; it then replaces ``path``, with the permissions ``open`` would have given (those of the file it replaces,
+    or those the umask leaves of rw-rw-rw-), or is removed if the block raises. The file and the rename are synced to
+    disk, so a reader, a run killed half-way or a machine that loses power finds the old file or the new one, never
+    half of one. A symbolic link's target is written, the link kept (a link to no file too); a ``path`` that is no
+    file (``/dev/stdout``, a pipe) is written as it is."""
+    if os.path.exists(path) and not regular(path):
+        yield os.fspath(path)
+        return
+    path = os.path.realpath(path)
+    folder = os.path.dirname(path)
+    mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else None
+    tmp = _created(folder, prefix)
+    try:
+        yield tmp
+        _fsync(tmp)  # first: the mode may be one that no read may open (write-only)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+        _fsync(folder)  # the rename itself
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _created(folder, prefix):
+    """The name of a new empty file in ``folder`` (``prefix``, random letters, ``.tmp``), made with the permissions
+    that the umask leaves of rw-rw-rw-, as ``open`` makes a file (``tempfile`` makes them rw-------)."""
+    while True:
+        name = os.path.join(folder, f"{prefix}{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return name
+
+
+def regular(file):
+    """Whether ``file``, a path or an open file, is a regular file: one that can be replaced, emptied or cut, where a
+    pipe or a device cannot."""
+    return stat.S_ISREG((os.fstat(file.fileno()) if hasattr(file, "fileno") else os.stat(file)).st_mode)
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

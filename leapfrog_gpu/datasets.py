@@ -31,6 +31,7 @@ import threadpoolctl
 
 from . import reference
 from .core.checks import check_count, check_dtype, check_sizes
+from .core.files import DAMAGED, named
 from .core.parameters import digest, generator
 
 MNIST_FILES = {
@@ -284,7 +285,7 @@ def read_idx(path):
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError, ValueError) as error:
+        except DAMAGED as error:  # zlib's error too, for a damaged deflate stream
             raise DataError(f"{path} is not a readable gzip file ({error})") from None
     if len(raw) < 4 or raw[:2] != b"\0\0" or raw[3] == 0:
         raise DataError(f"{path} is not an IDX file (bad magic number)")
@@ -322,7 +323,7 @@ def _bytes(gzipped):
     """The bytes ``gzipped`` holds, b"" for a file that is no gzip stream (read_idx says what is wrong with it)."""
     try:
         return gzip.decompress(gzipped.read_bytes())
-    except (OSError, EOFError):
+    except DAMAGED:
         return b""
 
 
@@ -336,10 +337,10 @@ def _mnist_npz(path, dtype):
             if missing:
                 raise DataError(f"{path} lacks array(s) {', '.join(missing)}; it has {', '.join(archive.files)}")
             arrays = {role: archive[role] for role in MNIST_FILES}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+    except DAMAGED as error:  # zlib's and lzma's too, for a damaged compressed member
         if isinstance(error, DataError):
             raise
-        raise DataError(f"{path} is not a readable .npz file ({type(error).__name__}: "
+        raise DataError(f"{path} is not a readable .npz file ({named(error)}: "
                         f"{str(error).strip().splitlines()[0]})") from None
     return _mnist_arrays(arrays, {role: f"{path.name}[{role}]" for role in MNIST_FILES}, dtype)
 

@@ -1,10 +1,25 @@
 """Files written whole or not at all (``replaced_atomically``: a network's file, a checkpoint, a timeline's chart, a
-bench's results), and what a regular file is (``regular``: one that can be replaced, emptied or cut)."""
+bench's results), what a regular file is (``regular``: one that can be replaced, emptied or cut), and what reading a
+damaged archive raises (``DAMAGED``)."""
 
 import contextlib
+import lzma
 import os
 import secrets
 import stat
+import zipfile
+import zlib
+
+DAMAGED = (OSError, EOFError, ValueError, RuntimeError, zipfile.BadZipFile, zlib.error, lzma.LZMAError)
+"""What reading a damaged zip archive or gzip file may raise: zipfile's and gzip's own errors (zipfile's RuntimeError
+for an entry marked encrypted, its NotImplementedError for an unknown method), and those of the compressed stream
+inside, zlib's (deflate) and lzma's (bzip2's is an OSError)."""
+
+
+def named(error):
+    """The name of ``error``'s type as a message says it: zlib's ``error`` as ``zlib.error``."""
+    name = type(error).__name__
+    return f"{type(error).__module__}.{name}" if name == "error" else name
 
 
 @contextlib.contextmanager

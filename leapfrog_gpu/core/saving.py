@@ -36,7 +36,7 @@ import numpy as np
 from ..backends import to_host
 from . import optimizers
 from .checks import check_backend, shown
-from .files import regular, replaced_atomically
+from .files import DAMAGED, named, regular, replaced_atomically
 
 FORMAT = 1
 """The version of the layout above: the one this library writes, and the newest it reads."""
@@ -227,9 +227,8 @@ def read(path):
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
         state = json.loads(arrays.pop("state").item()) if "state" in arrays else None
-    except (OSError, ValueError, TypeError, AttributeError, EOFError, RuntimeError, zipfile.BadZipFile) as error:
-        # RuntimeError: zipfile's for an entry marked encrypted, and its NotImplementedError for an unknown method
-        raise UnreadableFileError(f"{path} is damaged ({type(error).__name__}: {_first_line(error)})") from None
+    except (*DAMAGED, TypeError, AttributeError) as error:
+        raise UnreadableFileError(f"{path} is damaged ({named(error)}: {_first_line(error)})") from None
     except MemoryError as error:  # a header that claims a huge shape, or a file saved on a larger machine
         raise UnreadableFileError(f"{path} holds an array larger than this machine can hold ({_first_line(error)})",
                                   "load it on a machine with more memory if it is not damaged") from None

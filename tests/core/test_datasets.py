@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+from helpers import spoil_member
 from leapfrog_gpu import RNN, datasets
 from leapfrog_gpu.rnn import reference as rnn_reference
 
@@ -35,6 +36,12 @@ def write_idx(directory, arrays, gzipped=False):
     for role, stem in datasets.MNIST_FILES.items():
         raw = idx_bytes(arrays[role])
         (directory / (stem + ".gz" if gzipped else stem)).write_bytes(gzip.compress(raw) if gzipped else raw)
+
+
+def reserved_block(data, start):
+    """``data`` with the deflate stream at ``start`` damaged: its first block's type set to 0b11, which RFC 1951
+    reserves (bits 1-2 of the first byte)."""
+    return data[:start] + bytes([data[start] | 0b110]) + data[start + 1:]
 
 
 def check_mnist(dataset, arrays):
@@ -82,6 +89,8 @@ def test_read_idx_shape_and_values(tmp_path):
     (lambda raw: raw[:2] + b"\x0d" + raw[3:], "IDX type 0x0d"),
     (lambda raw: raw[:6], "truncated inside its IDX header"),
     (lambda raw: gzip.compress(raw)[:-8], "not a readable gzip file"),
+    (lambda raw: reserved_block(gzip.compress(raw), 10),  # gzip's header: 10 bytes, no name
+     r"not a readable gzip file \(Error -3 while decompressing data: invalid block type\)"),
 ])
 def test_read_idx_rejects_malformed(tmp_path, mangle, message):
     path = tmp_path / "bad"
@@ -200,6 +209,25 @@ def test_npz_missing_array_and_not_an_npz(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"not a zip file at all")
     with pytest.raises(datasets.DataError, match="not a readable .npz"):
         datasets.mnist(tmp_path / "junk.npz")
+
+
+def test_a_damaged_compressed_stream_is_refused_as_a_data_error(tmp_path):
+    """zlib's own error, where a deflate stream is damaged, is a DataError of one line: of a compressed .npz (as Keras
+    ships mnist.npz), and of a gzipped IDX file beside its raw one, which is compared with it."""
+    arrays = small_mnist()
+    np.savez_compressed(tmp_path / "mnist.npz", **arrays)
+    check_mnist(datasets.mnist(tmp_path / "mnist.npz"), arrays)
+    spoil_member(tmp_path / "mnist.npz", "x_train.npy", 0, lambda byte: byte | 0b110)
+    with pytest.raises(datasets.DataError, match=r"mnist\.npz is not a readable \.npz file \(zlib\.error: Error -3 "
+                                                 r"while decompressing data: invalid block type\)$"):
+        datasets.mnist(tmp_path / "mnist.npz")
+    folder = tmp_path / "idx"
+    folder.mkdir()
+    write_idx(folder, arrays)
+    stem = datasets.MNIST_FILES["x_train"]
+    (folder / f"{stem}.gz").write_bytes(reserved_block(gzip.compress((folder / stem).read_bytes()), 10))
+    with pytest.raises(datasets.DataError, match=f"holds both {stem} and {stem}.gz, which differ: keep one$"):
+        datasets.mnist(folder)
 
 
 def test_digits_split():

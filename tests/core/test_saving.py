@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import leapfrog_gpu
-from helpers import Gate, assert_bitwise_equal, batch, dense_net, flip_last_byte, residual_net
+from helpers import Gate, assert_bitwise_equal, batch, dense_net, flip_last_byte, residual_net, spoil_member
 from leapfrog_gpu import MLP, RNN, SGD, Adam, AdamW, Add, Concat, DagNet, Dense, Layer, LayerNorm
 from leapfrog_gpu.backends import to_host
 from leapfrog_gpu.core import files, saving
@@ -175,6 +175,9 @@ FILES = {
     "pickle-then-zip": lambda path: path.write_bytes(pickle.dumps({"w2": 1}) + path.read_bytes()),
     "unknown-method": lambda path: _in_directory(path, 10, 0x55),
     "encrypted": lambda path: _in_directory(path, 8, 0x01),
+    "deflate-damaged": lambda path: _compressed(path, zipfile.ZIP_DEFLATED, 0, lambda byte: byte | 0b110),
+    "lzma-damaged": lambda path: _compressed(path, zipfile.ZIP_LZMA, 4, lambda byte: 0xFF),
+    "bzip2-damaged": lambda path: _compressed(path, zipfile.ZIP_BZIP2, 0, lambda byte: byte ^ 0xFF),
     "foreign": lambda path: np.savez(path, w2=np.ones((3, 2))),
     "pickled": lambda path: np.savez(path, state=np.array([{}], dtype=object), allow_pickle=True),
     "no-format": lambda path: _rewritten(path, lambda state: {"sizes": [2, 3], "config": {}}),
@@ -207,6 +210,10 @@ REFUSALS = {
     "unknown-method": r"{path} is damaged \(NotImplementedError: That compression method is not supported\): save the "
                       r"network again",
     "encrypted": r"{path} is damaged \(RuntimeError: File '\w+\.npy' is encrypted, password required for extraction\)",
+    "deflate-damaged": r"{path} is damaged \(zlib\.error: Error -3 while decompressing data: invalid block type\): "
+                       r"save the network again",
+    "lzma-damaged": r"{path} is damaged \(LZMAError: Invalid or unsupported options\): save the network again",
+    "bzip2-damaged": r"{path} is damaged \(OSError: Invalid data stream\): save the network again",
     "foreign": r"{path} holds no network saved by leapfrog_gpu \(an \.npz archive without its 'state'\): load it "
                r"with numpy\.load",
     "pickled": r"{path} is damaged \(ValueError: Object arrays cannot be loaded when allow_pickle=False\)",
@@ -241,6 +248,21 @@ def _in_directory(path, offset, mask):
     content = bytearray(path.read_bytes())
     content[content.index(b"PK\x01\x02") + offset] ^= mask
     path.write_bytes(bytes(content))
+
+
+def _compressed(path, method, offset, change):
+    """The file at ``path`` written again with its members compressed by ``method``, then the byte at ``offset`` of
+    w2.npy's compressed data replaced by ``change(byte)``: at 0 of a deflate stream its block type (RFC 1951: bits 1-2
+    of the first byte; 0b11 is reserved), at 4 of a zip's LZMA member its lc/lp/pb byte (at most 224), at 0 of a
+    bzip2 stream its magic "BZh"."""
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w", compression=method) as archive:
+        for name, content in entries.items():
+            archive.writestr(name, content)
+    with leapfrog_gpu.load(path, backend="numpy") as intact:  # compressed, it loads
+        assert intact.sizes == [2, 3]
+    spoil_member(path, "w2.npy", offset, change)
 
 
 def _claiming(path, entry, shape):

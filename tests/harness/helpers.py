@@ -419,12 +419,19 @@ def digits_as_mnist(directory):
 def flip_last_byte(path, member):
     """Change the last byte of ``member``'s data in the zip archive at ``path`` (an ``.npz``): a damaged file, whose
     checksum no longer holds."""
+    spoil_member(path, member, -1, lambda byte: byte ^ 0xFF)
+
+
+def spoil_member(path, member, offset, change):
+    """Replace the byte at ``offset`` of ``member``'s data (as stored: compressed, if it is) in the zip archive at
+    ``path`` by ``change(byte)``; a negative ``offset`` counts from the data's end."""
     with zipfile.ZipFile(path) as archive:
         info = archive.getinfo(member)
     content = bytearray(Path(path).read_bytes())
     header = info.header_offset  # the local header: 30 bytes, the name, then an extra field of the length at 28
     start = header + 30 + len(info.filename.encode()) + int.from_bytes(content[header + 28:header + 30], "little")
-    content[start + info.compress_size - 1] ^= 0xFF
+    at = start + offset % info.compress_size
+    content[at] = change(content[at])
     Path(path).write_bytes(bytes(content))
 
 

@@ -31,10 +31,11 @@ from ...dag.network import skips
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
-from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, one_file_each, plural, too_large
+from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural, too_large
 from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training
 from .metrics import in_words
+from .refusals import outputs_refusal
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
 
@@ -161,8 +162,8 @@ def _train(given, comm, made):
                 raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
             raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
                              "give --profile-steps A:B")
-        if comm.rank == 0:  # the one that writes them
-            _one_file_each(config)
+        if comm.rank == 0 and (why := outputs_refusal(config)):  # the one that writes them
+            raise UsageError(why)
         if directory and comm.rank == 0:
             _writable_dir(directory)
         try:
@@ -329,38 +330,6 @@ def _remove_empty(folders):
             folder.rmdir()
         except OSError:  # not empty, or never made
             return
-
-
-def _one_file_each(config):
-    """Refuse two of the run's outputs that name one file (``cli.one_file_each``): ``--metrics``, the ``--timeline``
-    chart and its .json, the checkpoint in ``--checkpoint-dir``; and one that would write over the MNIST data, or
-    into its folder a file that ``datasets.mnist`` would read as data from then on."""
-    timeline, directory = config["timeline"], config["checkpoint_dir"]
-    outputs = [("--metrics", config["metrics"]), ("--timeline", timeline),
-               ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
-               ("--checkpoint-dir's checkpoint", directory and checkpoint.path_in(directory))]
-    why = one_file_each(outputs) or (_over_the_data(outputs, config["data_dir"]) if config["data"] == "mnist" else None)
-    folder = directory and os.path.realpath(directory)
-    for option, path in outputs[:3]:  # a file where the run makes the checkpoint's folder, or a folder above it
-        if folder and path and (folder + os.sep).startswith(os.path.realpath(path) + os.sep):
-            why = why or f"{option} {path} is --checkpoint-dir's folder or one above it: give each its own"
-    if why:
-        raise UsageError(why)
-
-
-def _over_the_data(outputs, data):
-    """Why one of ``outputs``, ``[(option, path)]``, would write over the MNIST file ``data`` or into its folder a file
-    that the next run would read as MNIST, or None."""
-    real_data = os.path.realpath(data)
-    for option, path in outputs:
-        real = path and os.path.realpath(path)
-        read = real and os.path.dirname(real) == real_data and datasets.mnist_reads(os.path.basename(real))
-        if real == real_data or read and os.path.exists(real):
-            return f"{option} names --data-dir's MNIST file, {path}: give it a name of its own"
-        if read:
-            return (f"{option} would put {os.path.basename(real)} into --data-dir {data}, which MNIST would then read "
-                    f"as data: give it another folder")
-    return None
 
 
 def _writable_dir(directory):

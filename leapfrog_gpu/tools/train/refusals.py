@@ -1,11 +1,18 @@
 """What ``leapfrog-train`` refuses of its options together: those that apply to some models, data or optimizers only
 (``APPLIES``), and each combination a run cannot take, in one line that says what to drop or give instead (on
-``--resume``, knowing which options the checkpoint's run had)."""
+``--resume``, knowing which options the checkpoint's run had); and outputs that would write over each other or the
+data (``outputs_refusal``)."""
 
+import os
+from pathlib import Path
+
+from ... import datasets
 from ...rnn.cells import ACTIVATION
 from ...rnn.scans import NaumovRNN
 from .. import timeline
+from ..cli import one_file_each
 from ..schedules import schedule_names, takes_k
+from .checkpoint import path_in
 from .models import DATA, FORWARD_SOLVERS, NETWORK, REGRESSION
 from .values import dashed
 
@@ -83,3 +90,34 @@ def _refused(c, given, kept):
         (c["graph"] and c["timeline"] is not None, "--timeline stamps every launch of eager steps, and a graph step "
                                                    f"is one launch: {off('graph', given, kept)}, or drop --timeline"),
     ]
+
+
+def outputs_refusal(config):
+    """Why a run refuses its outputs, in one line, or None: two that name one file (``cli.one_file_each``):
+    ``--metrics``, the ``--timeline`` chart and its .json, the checkpoint in ``--checkpoint-dir``; one that would
+    write over the MNIST data, or into its folder a file that ``datasets.mnist`` would read as data from then on."""
+    timeline, directory = config["timeline"], config["checkpoint_dir"]
+    outputs = [("--metrics", config["metrics"]), ("--timeline", timeline),
+               ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
+               ("--checkpoint-dir's checkpoint", directory and path_in(directory))]
+    why = one_file_each(outputs) or (_over_the_data(outputs, config["data_dir"]) if config["data"] == "mnist" else None)
+    folder = directory and os.path.realpath(directory)
+    for option, path in outputs[:3]:  # a file where the run makes the checkpoint's folder, or a folder above it
+        if folder and path and (folder + os.sep).startswith(os.path.realpath(path) + os.sep):
+            why = why or f"{option} {path} is --checkpoint-dir's folder or one above it: give each its own"
+    return why
+
+
+def _over_the_data(outputs, data):
+    """Why one of ``outputs``, ``[(option, path)]``, would write over the MNIST file ``data`` or into its folder a file
+    that the next run would read as MNIST, or None."""
+    real_data = os.path.realpath(data)
+    for option, path in outputs:
+        real = path and os.path.realpath(path)
+        read = real and os.path.dirname(real) == real_data and datasets.mnist_reads(os.path.basename(real))
+        if real == real_data or read and os.path.exists(real):
+            return f"{option} names --data-dir's MNIST file, {path}: give it a name of its own"
+        if read:
+            return (f"{option} would put {os.path.basename(real)} into --data-dir {data}, which MNIST would then read "
+                    f"as data: give it another folder")
+    return None

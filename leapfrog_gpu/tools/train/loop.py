@@ -247,6 +247,8 @@ class Report:
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
         self.fresh = False
+        tqdm.get_lock()  # made now, where Ctrl-C is one before the first step: a Ctrl-C while the first line made it
+        # (a multiprocessing lock, slow) became tqdm's AttributeError in external_write_mode's finally, a traceback
 
     def start(self):
         """A fresh run starts: its first record, once written whole with its checkpoint, empties the ``--metrics`` file

@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 import pytest
+import tqdm.std as tqdm_std
+from tqdm import tqdm
 
 from helpers import NO_GPU, SMALL, assert_bitwise_equal, cli, one_error_line, parameters
 import no_gpu_cupy
@@ -776,6 +778,19 @@ def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_
     assert cli(*SMALL, "--metrics", metrics, "--checkpoint-dir", tmp_path / "run") == 130
     assert capsys.readouterr().err == "leapfrog-train: interrupted before the first step; nothing was written\n"
     assert metrics.read_text() == "an earlier run's line\n" and not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_while_tqdm_makes_its_lock_is_one_before_the_first_step(monkeypatch, capsys):
+    """tqdm makes its write lock (a multiprocessing lock, slow) on first use. Made by the header line's
+    ``external_write_mode``, a Ctrl-C meanwhile came out as tqdm's AttributeError (its ``finally`` releases the lock it
+    never made): a traceback, exit status 1. The Ctrl-C lands here as that lock is made, wherever the run makes it."""
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.delattr(tqdm, "_lock", raising=False)  # made by an earlier test in this process
+    monkeypatch.setattr(tqdm_std.TqdmDefaultWriteLock, "__init__", interrupted)
+    assert cli("--hidden", "5x24", "--epochs", 1) == 130  # not --quiet: the header line is printed
+    assert capsys.readouterr() == ("", "leapfrog-train: interrupted before the first step; nothing was written\n")
 
 
 @pytest.mark.parametrize("stop, status", [(train_loop.Refused("not started"), 2), (KeyboardInterrupt(), 130)],

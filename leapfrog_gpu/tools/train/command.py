@@ -33,7 +33,7 @@ from ...backends import get_backend
 from . import checkpoint, estimate, models, resuming
 from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural, too_large
 from ..timeline import describe
-from .loop import Interrupted, Refused, Report, Stopped, Training
+from .loop import Interrupted, Refused, Report, Stopped, Training, sigint_noted
 from .metrics import in_words
 from .refusals import outputs_refusal
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
@@ -45,8 +45,13 @@ SETUP_ERRORS = (UsageError, datasets.DataError, checkpoint.CheckpointError)
 
 def main(argv=None):
     """Run the command; return its exit status. A bad argument is refused once MPI is set up on every rank (under
-    mpiexec): a rank that left before would leave the others waiting in MPI's setup for it, and its line unsaid."""
-    argv = sys.argv[1:] if argv is None else argv
+    mpiexec): a rank that left before would leave the others waiting in MPI's setup for it, and its line unsaid. A
+    Ctrl-C before the first step stops the run, even one that CPython swallowed where it landed (``sigint_noted``)."""
+    with sigint_noted():
+        return _main(sys.argv[1:] if argv is None else argv)
+
+
+def _main(argv):
     try:
         given, refused = vars(build_parser(model_named(argv), exit_on_error=False).parse_args(argv)), None
     except argparse.ArgumentError as error:
@@ -276,8 +281,8 @@ def _run(config, dataset, net, report, state, why):
             print(f"{PROG}: interrupted at {_position(training)}: {saved}", file=sys.stderr)
             return 130
         except KeyboardInterrupt:  # a second Ctrl-C, which stops at once; under mpiexec, the first
-            if training.rank > 0:
-                raise  # rank 0 says it for every rank (``main``)
+            if training.rank > 0 or not training.interrupt:
+                raise  # rank 0 says it for every rank, or it came before the first step (``main``)
             path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
             saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
             every = "every rank stopped at once" if training.ranks > 1 else "stopped at once"

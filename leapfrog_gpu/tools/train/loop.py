@@ -9,6 +9,7 @@ import datetime
 import json
 import signal
 import sys
+import threading
 import time
 
 from tqdm import tqdm
@@ -54,6 +55,34 @@ class Refused(ValueError):
 SIGINT_GRACE = 2.0
 """Seconds after the first SIGINT in which further ones count as the same Ctrl-C: ``timeout -s INT`` sends one to
 the process and one to its group, and a user presses Ctrl-C twice; only a later one stops at once."""
+
+
+class SigintNoted:
+    """SIGINT's handler from the command's start to its first step (``sigint_noted``): a ``KeyboardInterrupt``, as
+    Python's own handler raises, that also sets ``landed``. CPython swallows an exception raised in a ``__del__`` or a
+    weakref callback (it prints "Exception ignored in ..." and goes on), so that a Ctrl-C landing in one went unseen
+    and the run trained to its end; ``Training.run`` stops before the first step where one ``landed``."""
+
+    landed = False
+
+    def __call__(self, signum, frame):
+        self.landed = True
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigint_noted():
+    """While active, SIGINT's handler is a new ``SigintNoted``, where it was Python's own (not an ignored SIGINT,
+    nor off the main thread)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, SigintNoted())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
@@ -170,9 +199,13 @@ class Training:
     def run(self):
         """Train until ``epochs`` epochs are done (``judge_divergence`` first); return the last epoch's record
         (``None`` if none ran). Ctrl-C stops it between two steps (``sigint_between_steps``): the steps enqueued
-        complete, a checkpoint of the last one is written, and ``Interrupted`` is raised."""
+        complete, a checkpoint of the last one is written, and ``Interrupted`` is raised. A Ctrl-C before, which
+        ``SigintNoted`` noted, raises ``KeyboardInterrupt`` with ``interrupt`` still empty: before the first step."""
+        noted = signal.getsignal(signal.SIGINT)
         try:  # under mpiexec every rank gets Ctrl-C and ends at once: they would stop after different steps
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
+                if isinstance(noted, SigintNoted) and noted.landed:  # one CPython swallowed
+                    raise KeyboardInterrupt
                 self.interrupt = interrupt
                 try:
                     records = self.fitting.run(self._step, self._epoch, not self.report.quiet)

@@ -780,6 +780,35 @@ def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_
     assert metrics.read_text() == "an earlier run's line\n" and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("where", ["data", "estimate"])
+def test_a_ctrl_c_that_cpython_swallowed_before_the_first_step_still_stops_the_run(tmp_path, monkeypatch, capsys,
+                                                                                    where):
+    """CPython swallows an exception raised in a ``__del__`` (it says "Exception ignored in ..." and goes on): a
+    Ctrl-C landing in one while the run set up was lost, and the run trained to its end with exit status 0. Here
+    one lands in the ``__del__`` of an object dropped as the data load, or as the estimate is asked."""
+    class Dropped:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # its handler runs here, inside __del__
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", swallowed.append)  # where CPython reports what it swallowed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's job, not a background one's
+    try:
+        if where == "data":
+            digits = datasets.digits
+            monkeypatch.setattr(datasets, "digits", lambda dtype: (Dropped(), digits(dtype))[1])
+        else:
+            ask = estimate.ask
+            monkeypatch.setattr(estimate, "ask", lambda *args: (Dropped(), ask(*args))[1])
+        status = cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run", "--metrics", tmp_path / "m.jsonl")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert [report.exc_type for report in swallowed] == [KeyboardInterrupt]  # swallowed, as CPython does
+    assert status == 130
+    assert capsys.readouterr().err == "leapfrog-train: interrupted before the first step; nothing was written\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_ctrl_c_while_tqdm_makes_its_lock_is_one_before_the_first_step(monkeypatch, capsys):
     """tqdm makes its write lock (a multiprocessing lock, slow) on first use. Made by the header line's
     ``external_write_mode``, a Ctrl-C meanwhile came out as tqdm's AttributeError (its ``finally`` releases the lock it

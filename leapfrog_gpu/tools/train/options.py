@@ -244,6 +244,8 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
     add("--clip-grad-norm", "scale the gradients so that their global norm is at most N before each update "
                             "(torch.nn.utils.clip_grad_norm_); needs the update after the join: not with --fused",
         type=number(0, strict=True), metavar="N")
+    add("--no-clip-grad-norm", "clip nothing (the default): undo a resumed checkpoint's --clip-grad-norm",
+        dest="clip_grad_norm", action="store_const", const=None)
     add("--seed", f"initial parameters and the order of the batches (default {d['seed']})",
         type=integer(0, capped=False), metavar="S")
     names = schedule_names(NETWORK[model])

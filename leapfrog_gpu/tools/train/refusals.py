@@ -14,7 +14,7 @@ from ..cli import one_file_each
 from ..schedules import schedule_names, takes_k
 from .checkpoint import path_in
 from .models import DATA, FORWARD_SOLVERS, NETWORK, REGRESSION
-from .values import dashed
+from .values import dashed, written
 
 APPLIES = {"data_dir": {"data": ("mnist",)}, "inputs": {"data": ("teacher",)}, "outputs": {"data": ("teacher",)},
            "samples": {"data": ("teacher", "adding")}, "skip": {"model": ("resmlp",)},
@@ -43,11 +43,12 @@ def applies(key, config):
 def off(flag, given, kept):
     """How to turn the option ``flag`` off: drop it, or where the checkpoint's run (``kept``) had it, give ``--no-``."""
     option = f"--{dashed(flag)}"
-    if not (kept or {}).get(flag):
+    if (kept or {}).get(flag) in (None, False):
         return f"drop {option}"
+    had = option if kept[flag] is True else f"{option} {written(kept[flag])}"  # a flag, or a value (a clip's)
     if flag in given:
-        return f"replace {option} by --no-{option[2:]} (the checkpoint's run is {option})"
-    return f"add --no-{option[2:]} (the checkpoint's run is {option})"
+        return f"replace {option} by --no-{option[2:]} (the checkpoint's run is {had})"
+    return f"add --no-{option[2:]} (the checkpoint's run is {had})"
 
 
 def _refused(c, given, kept):
@@ -72,8 +73,9 @@ def _refused(c, given, kept):
         ("k" in given and c["schedule"] in names and not takes_k(NETWORK[model], c["schedule"]),
          f"--k applies to the schedules with worker streams; --schedule {c['schedule']} runs its gradients on the "
          "main stream: drop --k"),
-        (c["fused"] and c["clip_grad_norm"] is not None, "--clip-grad-norm needs every gradient before any update: "
-                                                         + off("fused", given, kept)),
+        (c["fused"] and c["clip_grad_norm"] is not None,
+         f"--clip-grad-norm {written(c['clip_grad_norm'])} needs every gradient before any update: "
+         f"{off('fused', given, kept)}, or {off('clip_grad_norm', given, kept)}"),
         (data == "mnist" and not c["data_dir"], "--data mnist needs --data-dir DIR (the four MNIST IDX files or one "
                                                 ".npz)"),
         (data in REGRESSION and c["cost"] == "cross_entropy", f"--data {data} is a regression task: use --cost "

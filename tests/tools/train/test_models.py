@@ -366,8 +366,8 @@ def test_resume_takes_the_optimizers_values_given_again_and_names_them_against_o
     (["--optimizer", "momentum", "--momentum", "nan"], "--optimizer momentum: momentum must be a finite number >= 0"),
     (["--optimizer", "adam", "--betas", "0.9"], r"--optimizer adam: betas must be a pair of numbers \(beta1, beta2\)"),
     (["--optimizer", "adam", "--weight-decay", "-0.1"], "--optimizer adam: weight_decay must be a finite number >= 0"),
-    (["--optimizer", "adam", "--clip-grad-norm", 1, "--fused"], "--clip-grad-norm needs every gradient before any "
-                                                                "update: drop --fused"),
+    (["--optimizer", "adam", "--clip-grad-norm", 1, "--fused"], r"--clip-grad-norm 1\.0 needs every gradient before "
+                                                                r"any update: drop --fused, or drop --clip-grad-norm$"),
 ])
 def test_bad_optimizer_options_are_one_line(capsys, options, words):
     assert cli(*SMALL["mlp"], "--epochs", 1, *options) == 2
@@ -384,6 +384,37 @@ def test_a_fused_checkpoint_resumes_unfused_with_no_fused(tmp_path, capsys, opti
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", "--fused", *option) == 2  # given again too
     assert ": replace --fused by --no-fused (the checkpoint's run is --fused)" in one_error_line(capsys)
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path, "--resume", "--no-fused", *option) == 0
+
+
+def test_a_clipped_checkpoint_resumes_unclipped_with_no_clip_grad_norm(tmp_path, capsys):
+    """--clip-grad-norm comes from the checkpoint on --resume: --fused is refused naming the checkpoint's clip and
+    --no-clip-grad-norm, which resumes it as a checkpoint written without the clip resumes (its config edited here),
+    fused or not, and unlike one that keeps the clip."""
+    clipped, unclipped = tmp_path / "clipped", tmp_path / "unclipped"
+    assert cli(*SMALL["mlp"], "--epochs", 1, "--clip-grad-norm", 0.001, "--checkpoint-dir", clipped) == 0
+    capsys.readouterr()
+    assert cli("--epochs", 2, "--checkpoint-dir", clipped, "--resume", "--fused") == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: --clip-grad-norm 0.001 needs every gradient before any "
+                                      "update: drop --fused, or add --no-clip-grad-norm (the checkpoint's run is "
+                                      "--clip-grad-norm 0.001)")
+    assert cli("--epochs", 2, "--checkpoint-dir", clipped, "--resume", "--fused", "--clip-grad-norm", 1) == 2
+    assert one_error_line(capsys).endswith(": drop --fused, or replace --clip-grad-norm by --no-clip-grad-norm (the "
+                                           "checkpoint's run is --clip-grad-norm 0.001)")
+    unclipped.mkdir()
+    with np.load(clipped / "checkpoint.npz") as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    state = json.loads(arrays["state"].item())
+    state["training"]["config"]["clip_grad_norm"] = None
+    np.savez(unclipped / "checkpoint.npz", **{**arrays, "state": np.array(json.dumps(state))})
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "checkpoint.npz").write_bytes((clipped / "checkpoint.npz").read_bytes())
+    assert cli("--epochs", 2, "--checkpoint-dir", unclipped, "--resume") == 0
+    assert cli("--epochs", 2, "--checkpoint-dir", kept, "--resume") == 0
+    assert cli("--epochs", 2, "--checkpoint-dir", clipped, "--resume", "--fused", "--no-clip-grad-norm") == 0
+    assert parameters(clipped)[1]["config"]["clip_grad_norm"] is None
+    assert_bitwise_equal(parameters(clipped)[0], parameters(unclipped)[0])
+    assert not all(np.array_equal(a, b) for a, b in zip(parameters(clipped)[0], parameters(kept)[0]))
 
 
 @pytest.mark.parametrize("model, run, resumed, said", [

@@ -329,7 +329,7 @@ def _score(net, x, y, batch_size, solver):
         else:
             correct += int(np.sum(np.argmax(a, axis=-2) == labels[..., start:start + batch_size]))
     if net.comm is not None:
-        total, correct, squared = net.comm.sum([total, correct, squared])
+        total, correct, squared = map(float, net.comm.sum([total, correct, squared]))  # floats, as alone
     if labels is None:
         return {"loss": total / samples, "mse": squared / values}
     return {"loss": total / samples, "accuracy": correct / (values // y.shape[-2])}

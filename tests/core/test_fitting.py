@@ -322,6 +322,21 @@ def test_evaluate_is_the_float64_computation_in_any_chunking(cost):
     assert given == chunked  # integer labels: their one-hot targets
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_data_parallel_evaluate_gives_floats_as_one_process_does(rank):
+    """Each rank scores its share and sums across ranks (``Mirror``: one rank's sum is its own): the sums came back as
+    numpy.float64 where one process gives floats. Rank 0 of 23 samples scores samples 0..11, rank 1 12..22."""
+    x, labels = blobs(23)
+    y = np.random.default_rng(4).random((3, 23))  # not classes: the mse
+    share = slice(0, 12) if rank == 0 else slice(12, 23)
+    for targets in (labels, y):
+        with classifier() as alone, classifier(comm=Mirror(rank)) as parallel:
+            mine, scored = alone.evaluate(x[:, share], targets[..., share]), parallel.evaluate(x, targets)
+        assert [type(value) for value in scored.values()] == [float, float], scored
+        assert scored == pytest.approx({key: value * (share.stop - share.start) / 23 for key, value in mine.items()},
+                                       rel=1e-14)
+
+
 def test_of_equal_outputs_the_first_class_counts():
     """w^L = 0 and b^L = (0, 1, 1): every sample's outputs are sigma(0), sigma(1), sigma(1), and class 1 is its
     argmax, as numpy's (the first of the largest); b^L = 0: class 0."""

@@ -235,9 +235,9 @@ def read(path):
     if not isinstance(state, dict):
         raise UnreadableFileError(f"{path} holds no network saved by leapfrog_gpu (an .npz archive without its "
                                   "'state')", "load it with numpy.load")
-    version = state.get("format", 0)
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise UnreadableFileError(f"{path} is damaged (its format is {version!r}, not a version number)")
+    version = state.get("format", FORMAT)  # none: an older leapfrog-train's checkpoint, which build refuses
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise UnreadableFileError(f"{path} is damaged (its format is {version!r}, not a version number: 1, 2, ...)")
     if version > FORMAT:
         raise UnreadableFileError(f"{path} is of format {version}; this leapfrog_gpu reads format {FORMAT} and "
                                   "older", "upgrade leapfrog_gpu to load it")

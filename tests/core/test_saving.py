@@ -183,6 +183,8 @@ FILES = {
     "no-format": lambda path: _rewritten(path, lambda state: {"sizes": [2, 3], "config": {}}),
     "newer": lambda path: _rewritten(path, lambda state: {**state, "format": 2}),
     "format-a-string": lambda path: _rewritten(path, lambda state: {**state, "format": "1"}),
+    "format-negative": lambda path: _rewritten(path, lambda state: {**state, "format": -7}),
+    "format-zero": lambda path: _rewritten(path, lambda state: {**state, "format": 0}),
     "unknown-kind": lambda path: _rewritten(path, lambda state: {**state, "network": "Transformer"}),
     "kind-a-list": lambda path: _rewritten(path, lambda state: {**state, "network": ["MLP"]}),
     "unbuildable": lambda path: _rewritten(path, lambda state: {**state, "architecture": {"sizes": [2]}}),
@@ -220,7 +222,10 @@ REFUSALS = {
     "no-format": r"{path} holds no architecture to build a network from \(a checkpoint of an older leapfrog-train\?\):"
                  r" load it with leapfrog_gpu\.tools\.train\.models\.load",
     "newer": r"{path} is of format 2; this leapfrog_gpu reads format 1 and older: upgrade leapfrog_gpu to load it",
-    "format-a-string": r"{path} is damaged \(its format is '1', not a version number\): save the network again",
+    "format-a-string": r"{path} is damaged \(its format is '1', not a version number: 1, 2, \.\.\.\): save the network "
+                       r"again",
+    "format-negative": r"{path} is damaged \(its format is -7, not a version number: 1, 2, \.\.\.\)",
+    "format-zero": r"{path} is damaged \(its format is 0, not a version number: 1, 2, \.\.\.\)",
     "unknown-kind": r"{path} holds a network of unknown kind 'Transformer'; this leapfrog_gpu builds DagNet, MLP, "
                     r"RNN: load it with a leapfrog_gpu that knows it",
     "kind-a-list": r"{path} holds a network of unknown kind \['MLP'\]; this leapfrog_gpu builds DagNet, MLP, RNN",

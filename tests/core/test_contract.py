@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from leapfrog_gpu import (BPTT, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
+from leapfrog_gpu import (BPTT, SGD, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
                           NaumovScan, Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends.host import NumpyBackend
 from networks import UNITS, network, network_batch
@@ -58,6 +58,20 @@ def test_close_twice_and_use_after_close(network_name):
     for use in (lambda: net.sgd_step(x, y, 0.1), lambda: net.backprop(x, y), lambda: net.parameters(),
                 lambda: net.synchronize()):
         with pytest.raises(RuntimeError, match=f"this {network_name} is closed"):
+            use()
+
+
+def test_a_closed_network_says_so_before_any_fault_of_the_optimizer_it_is_given(network_name):
+    """Closed after an Adam step, a step of another optimizer was refused as one that would mix their states (whose
+    remedy, set_optimizer_state, then said it was closed), and an lr beyond float32 as such: it says it is closed."""
+    net = network(network_name, "numpy")
+    x, y = network_batch(network_name)
+    net.train_step(x, y, Adam(0.01))
+    net.close()
+    for use in (lambda: net.train_step(x, y, SGD(0.1)), lambda: net.train_step(x, y, Adam(1e300)),
+                lambda: net.fit(x, y, 1, 2, SGD(0.1), progress=False),
+                lambda: net.set_optimizer_state(SGD(0.1), {"step": 0})):
+        with pytest.raises(RuntimeError, match=f"^this {network_name} is closed: build a new one$"):
             use()
 
 

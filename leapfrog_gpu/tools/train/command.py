@@ -30,6 +30,7 @@ from .. import PEERS_INTERRUPTED
 from ...dag.network import skips
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
+from ...core.optimizer_state import MOST_STEPS
 from . import checkpoint, estimate, models, resuming
 from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural, too_large
 from ..timeline import describe
@@ -160,6 +161,10 @@ def _train(given, comm, made):
                                                  "trained on (--data, --data-dir)")
             resuming.check_position(state, math.ceil(samples / batch), directory)
         steps = math.ceil(samples / batch) * config["epochs"]
+        if steps > MOST_STEPS:  # a run no machine finishes, whose estimate overflowed a float
+            raise UsageError(f"--epochs {config['epochs']} of {plural(math.ceil(samples / batch), 'step')} make more "
+                             "than 2**63 - 1 steps, the most an optimizer's state counts: give --epochs "
+                             f"{MOST_STEPS // math.ceil(samples / batch)} or fewer")
         window = profile_window(config)
         if window and window[1] > steps:
             past = f"past this run's last step, {steps - 1} (steps count from 0)"

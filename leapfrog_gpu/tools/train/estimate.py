@@ -53,15 +53,18 @@ def ask(config, seconds, leapfrog, report, ranks):
 
 
 def duration(seconds):
-    """``seconds`` as a person reads a duration: "under 0.1 s", "about 40 s", "about 9 min", "about 3.2 h" (never
-    "about 0.1 s" for less, which a ratio of two durations beside it would contradict)."""
+    """``seconds`` as a person reads a duration: "under 0.1 s", "about 40 s", "about 9 min", "about 3.2 h", "about
+    12 days", "more than a year" (never "about 0.1 s" for less, which a ratio of two durations beside it would
+    contradict)."""
     if seconds < 0.1:
         return "under 0.1 s"
     if seconds < 60:
         return f"about {seconds:.2g} s" if seconds < 10 else f"about {seconds:.0f} s"
     if seconds < 3600:
         return f"about {seconds / 60:.0f} min"
-    return f"about {seconds / 3600:.1f} h"
+    if seconds < 48 * 3600:
+        return f"about {seconds / 3600:.1f} h"
+    return f"about {seconds / 86400:.0f} days" if seconds < 365 * 86400 else "more than a year"
 
 
 def _estimate(config, dataset, backend, remaining, schedule, solver, graph):

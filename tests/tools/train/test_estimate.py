@@ -60,7 +60,9 @@ def test_the_leapfrog_schedule_is_calibrated_once(timings):
 
 @pytest.mark.parametrize("seconds, words", [(0.01, "under 0.1 s"), (0.1, "about 0.1 s"), (3.14159, "about 3.1 s"),
                                             (42.4, "about 42 s"), (59.9, "about 60 s"), (600, "about 10 min"),
-                                            (7200, "about 2.0 h")])
+                                            (7200, "about 2.0 h"), (47.9 * 3600, "about 47.9 h"),
+                                            (12 * 86400, "about 12 days"), (364.4 * 86400, "about 364 days"),
+                                            (365 * 86400, "more than a year"), (1e18 * 3600, "more than a year")])
 def test_durations_in_words(seconds, words):
     assert estimate.duration(seconds) == words
 

@@ -1005,6 +1005,8 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--data", "teacher", "--cost", "cross_entropy"], "--data teacher is a regression task: use --cost quadratic"),
     (["--resume"], "--resume needs --checkpoint-dir DIR"),
     (["--epochs", 1, "--profile-steps", "40:46"], "--profile-steps 40:46 reaches past this run's last step, 44"),
+    (["--epochs", 10**23], "--epochs 100000000000000000000000 of 45 steps make more than 2**63 - 1 steps, the most "
+                           "an optimizer's state counts: give --epochs 204963823041217240 or fewer"),  # 2**63 // 45
     (["--timeline", "/nonexistent-folder/t.png"],
      "--timeline /nonexistent-folder/t.png: the folder /nonexistent-folder does not exist"),
     (["--data", "teacher", "--samples", 64, "--epochs", 1, "--timeline", "t.png"],

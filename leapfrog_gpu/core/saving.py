@@ -45,6 +45,8 @@ SUFFIX = ".npz"
 
 KINDS = {}
 """The networks a file may hold, by class name: each registers itself (``register``) as its package is imported."""
+NETWORKS = ("DagNet", "MLP", "RNN")
+"""The names of the networks that ``leapfrog_gpu.load`` builds: it imports their packages, which fill ``KINDS``."""
 
 OPTIMIZERS = {kind.__name__: kind for kind in (optimizers.SGD, optimizers.Adam, optimizers.AdamW)}
 
@@ -108,8 +110,8 @@ def save(net, path, **more):
     for ``STALE`` seconds: another process may be writing one now) are removed once the new file is in place."""
     kind = type(net).__name__
     if KINDS.get(kind) is not type(net):
-        raise TypeError(f"a {kind} cannot be saved: load builds {', '.join(sorted(KINDS)) or 'no network'} again, "
-                        "and no subclass of them")
+        raise TypeError(f"a {kind} cannot be saved: load builds {', '.join(NETWORKS)} again, and no subclass of "
+                        "them")
     given, path = path, path_of(path)
     if Path(given).is_dir() or os.fspath(given).endswith(("/", os.sep)):
         raise ValueError(f"cannot save to {given}: it names a folder; give a file's name, such as "

@@ -11,6 +11,8 @@ import os
 import pickle
 import re
 import stat
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -133,6 +135,20 @@ def test_the_file_holds_the_arrays_by_their_names_and_the_state_in_json(tmp_path
                                       "output": "last", "cell": "gru"},
                      "optimizer": {"kind": "Adam", "hyper": {"lr": 0.02, "betas": [0.9, 0.999], "eps": 1e-8,
                                                              "weight_decay": 0.0}, "step": 2}}
+
+
+def test_a_subclass_is_refused_naming_every_network_load_builds_whatever_was_imported(tmp_path):
+    """leapfrog_gpu.load imports the three networks' packages; a saved subclass's refusal named only those imported
+    so far (an MLP's alone: "load builds MLP again"). The networks it names are those that register themselves."""
+    code = ("import sys; from leapfrog_gpu.mlp import MLP\n"
+            "class Wider(MLP): pass\n"
+            "try: Wider([2, 3], backend='numpy').save(sys.argv[1])\n"
+            "except TypeError as error: print(error)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout == "a Wider cannot be saved: load builds DagNet, MLP, RNN again, and no subclass of them\n"
+    assert list(saving.NETWORKS) == sorted(saving.KINDS) == sorted(cls.__name__ for cls in (DagNet, MLP, RNN))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_dag_is_written_node_by_node(tmp_path):

@@ -29,15 +29,16 @@ SPEEDUP = "Speed-up vs X: X's median time over the row's (> 1: faster)."
 def table(records):
     graph = any(r.get("graph") for r in records)  # then a column: a graph step against its eager one
     floored = any(floor_speedup(r) for r in records)  # then a last one: the step against its own bytes floor
+    by = by_optimizer(records)
     rows = [SPEEDUP, "",
             "| N | L | B | schedule | k | BLAS | step ms | backward ms | f1 | f2 | f3 | pred. | meas. | bwd speed-up "
             "vs seq | bwd speed-up vs best seq | step speed-up vs best seq |" + " graph speed-up vs eager |" * graph
             + " step speed-up vs floor |" * floored,
             "|" + "---:|" * (16 + graph + floored)]
     for r in records:
-        name = label(r)
         rows.append("| " + " | ".join([
-            str(r["N"]), str(r["L"]), str(r["B"]), name, str(r.get("k", 0)), str(r.get("blas_threads") or "–"),
+            str(r["N"]), str(r["L"]), str(r["B"]), label(r) + by(r), str(r.get("k", 0)),
+            str(r.get("blas_threads") or "–"),
             spread(r.get("step_ms")), spread(r.get("backward_ms")),
             *(number(r.get(f)) for f in ("f1_ms", "f2_ms", "f3_ms")),
             *(percent(r.get(f)) for f in ("predicted_saving", "measured_saving")),
@@ -54,8 +55,17 @@ def floor_speedup(r):
     return r.get("floor_speedup") or (r.get("floor_ratio") and 1 / r["floor_ratio"])
 
 
+def by_optimizer(records):
+    """What follows a record's schedule in its row: its optimizer (``, adam``) where ``records`` time more than one
+    (a file from before ``--optimizer``: SGD's), else nothing."""
+    several = len({r.get("optimizer", "sgd") for r in records}) > 1
+    return lambda r: f", {r.get('optimizer', 'sgd')}" if several else ""
+
+
 def timeline_table(records):
-    """The ``--timeline`` analysis of the stamped records, one row each."""
+    """The ``--timeline`` analysis of the stamped records, one row each, by optimizer where they have more than
+    one."""
+    by = by_optimizer(records)
     rows = [SPEEDUP, "", "| schedule | k | BLAS | step ms | stamping cost | busy ms, main / workers | worker time "
             "overlapping main | main idle ms | bwd speed-up vs seq |", "|" + "---:|" * 9]
     for r in records:
@@ -64,7 +74,8 @@ def timeline_table(records):
             continue
         busy = " / ".join(f"{ms:.3f}" for ms in t["busy_ms"].values())
         rows.append("| " + " | ".join([
-            r["schedule"] + ("+fused" if r.get("fused") else ""), str(r["k"]), str(r.get("blas_threads") or "–"),
+            r["schedule"] + ("+fused" if r.get("fused") else "") + by(r), str(r["k"]),
+            str(r.get("blas_threads") or "–"),
             spread(t["step_ms_plain"]), stamping(t["cost"]), busy, percent(t["worker_overlap"]),
             number(t["main_idle_ms"]), ratio(r.get("backward_speedup")),
         ]) + " |")

@@ -5,13 +5,14 @@ steps stamped, busy time per stream, the worker time overlapping the main stream
 
 Every option of ``leapfrog-bench`` (its table, ``--json``, ``--jsonl``, ``--graph`` ...), for one network,
 and ``--timeline FILE.png``. After the network's rows are measured, each of our eager configurations (a
-graph step is one launch, which nothing can stamp inside) runs ``--repeats`` SGD steps with every launch
-stamped (``timing.Timeline``), in turn with as many plain ones, so that the stamps' own cost is measured
-too. Each record gains ``"timeline"``: the analysis's medians (``tools.timeline.analyse``) and the step's
-median time plain and stamped; FILE.png gets a panel per configuration and FILE.json every interval. On
-the NumPy backend the whole run takes one BLAS thread per stream (``--blas-threads 1``): with more, the
-streams' BLAS threads would contend for the cores, and the chart would show the contention. What the chart
-and the numbers mean: docs/performance.md#stream-timeline; ``bench_table.py`` renders the records.
+graph step is one launch, which nothing can stamp inside) runs ``--repeats`` steps of its ``--optimizer``
+with every launch stamped (``timing.Timeline``), in turn with as many plain ones, so that the stamps' own
+cost is measured too. Each record gains ``"timeline"``: the analysis's medians (``tools.timeline.analyse``)
+and the step's median time plain and stamped; FILE.png gets a panel per configuration (with its optimizer
+where ``--optimizer`` names more than one) and FILE.json every interval. On the NumPy backend the whole
+run takes one BLAS thread per stream (``--blas-threads 1``): with more, the streams' BLAS threads would
+contend for the cores, and the chart would show the contention. What the chart and the numbers mean:
+docs/performance.md#stream-timeline; ``bench_table.py`` renders the records.
 """
 
 import contextlib
@@ -91,48 +92,63 @@ def foot(args, state, records, header):
 
 def stamped_steps(args, case):
     """The timeline of each of our eager configurations in ``case`` (one network's records): ``--repeats``
-    SGD steps with every launch stamped, in turn with as many plain ones. Adds ``"timeline"`` to each record:
-    the analysis's medians and the step's median time plain and stamped. Returns the chart's panels."""
+    steps of the record's optimizer with every launch stamped, in turn with as many plain ones. Adds
+    ``"timeline"`` to each record: the analysis's medians and the step's median time plain and stamped. Returns
+    the chart's panels, each labelled with its optimizer where ``--optimizer`` names more than one."""
     first, panels = case[0], []
     sizes = [first["N"]] * first["L"]
-    with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
-                                                   backend=backend) as net:
-        x, y = measure.host_batch(sizes, first["B"], args.dtype)
-        for r in case:
-            if r["schedule"].startswith("torch") or r["graph"] or "refused" in r:
-                continue
-            schedule = make_schedule("mlp", r["schedule"], r["k"], r["fused"], r["one_pass"])
-            stamps = timing.Timeline(backend)
+    x, y = measure.host_batch(sizes, first["B"], args.dtype)
+    for name in args.optimizer:  # a network each, as measured: an optimizer's state is its network's
+        rule = runner.OPTIMIZERS[name]
+        with get_backend(args.backend) as backend, MLP(sizes, activation=args.activation, dtype=args.dtype,
+                                                       backend=backend) as net:
+            for r in case:
+                if (r["optimizer"] != name or r["schedule"].startswith("torch") or r["graph"]
+                        or "refused" in r):
+                    continue
+                schedule = make_schedule("mlp", r["schedule"], r["k"], r["fused"], r["one_pass"])
+                stamps = timing.Timeline(backend)
 
-            def stamped(schedule=schedule, stamps=stamps):
-                with stamps.step():
-                    net.sgd_step(x, y, measure.ETA, schedule)
+                def plain(schedule=schedule):
+                    net.train_step(x, y, rule, schedule)
 
-            with autotune.blas_limit(r["blas_threads"]):
-                times = runner.interleaved(backend, {"plain": lambda s=schedule: net.sgd_step(x, y, measure.ETA, s),
-                                                     "stamped": stamped}, args.repeats, args.warmup,
-                                            settle=False)  # the two in alternation: what the stamps cost
-            intervals = [i for i in stamps.intervals() if i.step >= max(args.warmup, 1)]
-            analysis = timeline.analyse(intervals)
-            plain, with_stamps = times["plain"]["ms"], times["stamped"]["ms"]
-            r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain),
-                             "step_ms_stamped": timing.summary(with_stamps),
-                             "cost": float(np.median(with_stamps) / np.median(plain))}
-            title = (bench_mlp.label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
-                     + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}"))
-            panels.append({"label": title, "bench": r, "intervals": intervals, "analysis": analysis})
+                def stamped(schedule=schedule, stamps=stamps):
+                    with stamps.step():
+                        net.train_step(x, y, rule, schedule)
+
+                with autotune.blas_limit(r["blas_threads"]):
+                    times = runner.interleaved(backend, {"plain": plain, "stamped": stamped}, args.repeats,
+                                               args.warmup, settle=False)  # the two in alternation: the stamps' cost
+                intervals = [i for i in stamps.intervals() if i.step >= max(args.warmup, 1)]
+                analysis = timeline.analyse(intervals)
+                plain_ms, stamped_ms = times["plain"]["ms"], times["stamped"]["ms"]
+                r["timeline"] = {**analysis["summary"], "step_ms_plain": timing.summary(plain_ms),
+                                 "step_ms_stamped": timing.summary(stamped_ms),
+                                 "cost": float(np.median(stamped_ms) / np.median(plain_ms))}
+                panels.append({"label": panel_label(r, len(args.optimizer) > 1), "bench": r, "intervals": intervals,
+                               "analysis": analysis})
     return panels
 
 
+def panel_label(r, optimizer):
+    """A stamped record's panel: ``leapfrog k=2, BLAS 1``, with its optimizer (``, adam``) where ``optimizer``."""
+    return (bench_mlp.label(r).rstrip("*") + (f" k={r['k']}" if r["k"] else "")
+            + ("" if r["blas_threads"] is None else f", BLAS {r['blas_threads']}")
+            + (f", {r['optimizer']}" if optimizer else ""))
+
+
 def timeline_lines(records, path):
-    """One line per stamped configuration, beside its backward speed-up."""
+    """One line per stamped configuration, beside its backward speed-up; with its optimizer where the records
+    have more than one."""
+    several = len({r["optimizer"] for r in records}) > 1
     lines = [f"timeline ({path} and its .json): medians over the stamped steps; 'stamped' is the time the stamps "
              "add to a plain step, the two timed in alternation"]
     for r in records:
         if "timeline" not in r:
             continue
         t = r["timeline"]
-        lines.append(f"{bench_mlp.label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}: plain "
+        lines.append(f"{bench_mlp.label(r).rstrip('*')} k={r['k']} blas={r['blas_threads'] or '-'}"
+                     + (f" {r['optimizer']}" if several else "") + ": plain "
                      f"{t['step_ms_plain']['median']:.3f} ms, stamped {stamping(t['cost'])}; "
                      f"{timeline.describe(t)}; backward speed-up vs sequential {ratio(r['backward_speedup'])}")
     return "\n".join(lines)

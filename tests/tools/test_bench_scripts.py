@@ -121,6 +121,40 @@ def test_the_timeline_chart_names_its_network_and_runs_one_blas_thread_per_strea
     assert {r["blas_threads"] for r in json.loads((tmp_path / "r.json").read_text())["records"]} == {1}
 
 
+
+def test_each_optimizer_is_stamped_by_its_own_steps_and_named_in_its_panels(tmp_path, monkeypatch):
+    """--optimizer sgd,adam: each record's plain and stamped steps are its optimizer's (a network each, as the
+    rows are measured), so Adam's panels stamp Adam's launches (``lr, 1 / B, t``, ``step done``) and SGD's
+    SGD's (``eta / B``); the panels, the printed lines and bench_table.py's rows name the optimizer."""
+    rules = []
+
+    class Spied(bench_timeline.MLP):
+        def train_step(self, x, y, optimizer, *args, **kwargs):
+            rules.append((id(self), type(optimizer).__name__))
+            return super().train_step(x, y, optimizer, *args, **kwargs)
+
+    monkeypatch.setattr(bench_timeline, "MLP", Spied)
+    stdout = run(bench_timeline, ["--backend", "numpy", "--sizes", "12", "--layers", "3", "--batch", "1", "--k",
+                                  "2", "--repeats", "2", "--warmup", "1", "--no-torch", "--optimizer", "sgd,adam",
+                                  "--json", str(tmp_path / "r.json"), "--timeline", str(tmp_path / "t.png")])
+    assert [kind for _, kind in dict.fromkeys(rules)] == ["SGD", "Adam"]  # each network one optimizer's steps
+    assert len({net for net, _ in rules}) == 2
+    panels = json.loads((tmp_path / "t.json").read_text())["panels"]
+    assert [p["label"] for p in panels] == ["sequential, BLAS 1, sgd", "leapfrog k=2, BLAS 1, sgd",
+                                            "sequential, BLAS 1, adam", "leapfrog k=2, BLAS 1, adam"]
+    for p in panels:
+        launched = {name for _, _, name, _, _ in p["intervals"]}
+        adam = p["label"].endswith("adam")
+        assert ("lr, 1 / B, t" in launched, "step done" in launched, "eta / B" in launched) == (adam, adam, not adam)
+    assert [line.split(":")[0] for line in stdout.splitlines() if " k=" in line and " blas=1 " in line] == [
+        "sequential k=0 blas=1 sgd", "leapfrog k=2 blas=1 sgd", "sequential k=0 blas=1 adam",
+        "leapfrog k=2 blas=1 adam"]
+    out = bench_table(tmp_path / "r.json").splitlines()
+    for cells, best in ((18, " (best seq)"), (10, "")):  # the records' table (N, L and B first), the timeline's
+        rows = [line.split(" | ")[3 if cells == 18 else 0].strip("| ") for line in out
+                if line.startswith("| ") and line.count("|") == cells]
+        assert rows[1:] == [f"sequential{best}, sgd", "leapfrog, sgd", f"sequential{best}, adam", "leapfrog, adam"]
+
 @pytest.mark.parametrize("argv, message", [
     (["--timeline", "/nonexistent-folder/t.png"], "the folder /nonexistent-folder does not exist"),
     (["--sizes", "8,9", "--timeline", "t.png"], "--timeline charts one network: give one value each to --sizes"),

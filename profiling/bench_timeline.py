@@ -28,7 +28,7 @@ from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
 from leapfrog_gpu.tools.bench.runner import ratio
-from leapfrog_gpu.tools.cli import fitted, one_file_each
+from leapfrog_gpu.tools.cli import fitted, listed, one_file_each, writing
 from leapfrog_gpu.tools.schedules import make_schedule
 
 PROG = "python profiling/bench_timeline.py"
@@ -40,6 +40,7 @@ def parser():
     """``leapfrog-bench``'s options, and ``--timeline``."""
     p = bench_mlp.parser()
     p.prog, p.description = PROG, __doc__.split("\n\n")[0]
+    p.epilog = listed(runner.exit_statuses(["--json", "--jsonl", "--plot", "--timeline"]))
     p.add_argument("--timeline", metavar="FILE.png", required=True,
                    help="the chart, one panel per eager configuration, and FILE.json beside it (needs matplotlib)")
     return p
@@ -86,7 +87,8 @@ def foot(args, state, records, header):
     first = records[0]
     title = (f"leapfrog-bench: MLP [{first['N']}] * {first['L']}, batch {first['B']}, {args.activation}, "
              f"{args.dtype}, {args.backend}; a panel per schedule")
-    timeline.save(args.timeline, state["panels"], header, title)
+    with writing(f"--timeline {args.timeline}"):  # a full disk, a folder gone: one line, exit status 5
+        timeline.save(args.timeline, state["panels"], header, title)
     print(*(fitted(line) for line in timeline_lines(records, args.timeline).splitlines()), sep="\n")
 
 

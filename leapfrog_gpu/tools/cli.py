@@ -51,9 +51,7 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, exit_statuses=(), **kwargs):
         """``exit_statuses``: ``[(status, meaning)]``, listed at the end of ``--help``."""
         if exit_statuses:
-            kwargs.update(formatter_class=argparse.RawDescriptionHelpFormatter, epilog="exit status:\n" + "\n".join(
-                textwrap.fill(f"{status:<5}{meaning}", 78, initial_indent="  ", subsequent_indent=" " * 7)
-                for status, meaning in exit_statuses))
+            kwargs.update(formatter_class=argparse.RawDescriptionHelpFormatter, epilog=listed(exit_statuses))
         super().__init__(*args, allow_abbrev=False, **kwargs)
         self.add_argument("--version", action=Version, version=f"{self.prog} {__version__}")
 
@@ -77,6 +75,13 @@ class Parser(argparse.ArgumentParser):
             if args[i] in single and args[i + 1].startswith("-") and _numbers(args[i + 1]):
                 args[i:i + 2] = [f"{args[i]}={args[i + 1]}"]
         return super().parse_known_args(args, namespace)
+
+
+def listed(exit_statuses):
+    """``--help``'s list of ``exit_statuses``, ``[(status, meaning)]``: ``Parser``'s epilog."""
+    return "exit status:\n" + "\n".join(
+        textwrap.fill(f"{status:<5}{meaning}", 78, initial_indent="  ", subsequent_indent=" " * 7)
+        for status, meaning in exit_statuses)
 
 
 class Version(argparse.Action):

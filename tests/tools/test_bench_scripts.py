@@ -4,8 +4,10 @@ tests/tools/test_commands_parallel.py), the check of autotune's choice (``autotu
 compiled step (``torch_compile.py``) and DEER's problem (``rnn_bench.py``); the DAG's benchmark
 (``dag_bench.py``) is tests/tools/test_dag_bench.py's."""
 
+import errno
 import io
 import json
+import os
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -171,6 +173,23 @@ def test_the_timeline_refuses_a_bad_option_in_one_line(capsys, tmp_path, argv, m
     err = refusal(bench_timeline, ["--backend", "numpy", *argv], capsys)
     assert err.startswith(f"{TIMELINE}: error:") and message in err and not list(tmp_path.iterdir())
 
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")
+def test_a_timeline_that_cannot_be_written_once_measured_is_exit_5_and_one_line(tmp_path, capsys):
+    """--timeline a link to /dev/full (a full disk): as leapfrog-bench's --plot, exit status 5 and one line (not a
+    traceback and 1), the records measured kept in --json; --help lists --timeline under 5."""
+    (tmp_path / "t.png").symlink_to("/dev/full")
+    argv = ["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "2", "--repeats", "1",
+            "--warmup", "0", "--no-torch", "--quiet", "--json", str(tmp_path / "r.json"), "--timeline",
+            str(tmp_path / "t.png")]
+    with redirect_stdout(io.StringIO()):
+        assert bench_timeline.main(argv) == 5
+    assert capsys.readouterr().err == (f"{TIMELINE}: error: cannot write --timeline {tmp_path / 't.png'} "
+                                       f"({os.strerror(errno.ENOSPC)})\n")
+    assert len(json.loads((tmp_path / "r.json").read_text())["records"]) == 2
+    help_text = bench_timeline.parser().format_help()
+    assert "5    --json, --jsonl, --plot, --timeline or stdout could not be written" in help_text
 
 def test_the_timeline_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError

@@ -20,7 +20,7 @@ import numpy as np
 from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
 from leapfrog_gpu.backends import timing
 from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
-from leapfrog_gpu.tools.cli import Parser, output_refusal, path
+from leapfrog_gpu.tools.cli import Parser, blas_threads, integer, output_refusal, path, refusing_too_large
 
 OURS = {"leapfrog+fused k=1 graph": (Leapfrog(1, fused=True), True),
         "sequential+fused": (Sequential(fused=True), False),
@@ -30,27 +30,27 @@ OURS = {"leapfrog+fused k=1 graph": (Leapfrog(1, fused=True), True),
 
 def main(argv=None):
     p = Parser(prog="python profiling/after_effects.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", type=int, default=1024, help="N, every layer's width (default 1024)")
-    p.add_argument("--layers", type=int, default=16, help="L, the layers (default 16)")
-    p.add_argument("--batch", type=int, default=64, help="B (default 64)")
+    p.add_argument("--size", type=integer(1, "--size"), default=1024, help="N, every layer's width (default 1024)")
+    p.add_argument("--layers", type=integer(2, "--layers"), default=16, help="L, the layers (default 16)")
+    p.add_argument("--batch", type=integer(1, "--batch"), default=64, help="B (default 64)")
     p.add_argument("--optimizer", choices=list(measure.OPTIMIZERS), default="adam", help="(default adam)")
-    p.add_argument("--threads", type=int, default=2, help="BLAS threads, and PyTorch's (default 2)")
+    p.add_argument("--threads", type=blas_threads, default=2, help="BLAS threads, and PyTorch's (default 2)")
     p.add_argument("--timed", choices=[*(f"ours {name}" for name in OURS), "torch"],
                    default="ours leapfrog+fused k=1 graph",
                    help="the step timed: one of ours, or PyTorch's (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=25, help="rounds of every step before it (default 25)")
+    p.add_argument("--rounds", type=integer(1, "--rounds"), default=25,
+                   help="rounds of every step before it (default 25)")
     p.add_argument("--json", type=path, metavar="FILE", help="write the medians to FILE")
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
-    if min(args.size, args.layers - 1, args.batch, args.threads, args.rounds) < 1:
-        p.error("--size, --batch, --threads and --rounds must be >= 1, --layers >= 2")
     if args.json and (why := output_refusal("--json", args.json)):
         p.error(why)
     sizes = [args.size] * args.layers
-    x, y = measure.host_batch(sizes, args.batch, "float32")
     optimizer = measure.OPTIMIZERS[args.optimizer]
-    with get_backend("numpy", blas_threads=args.threads) as backend, \
+    with refusing_too_large(p), get_backend("numpy", blas_threads=args.threads) as backend, \
             MLP(sizes, dtype="float32", backend=backend) as net:
+        x, y = measure.host_batch(sizes, args.batch, "float32")
+
         def step(schedule, graph):
             return lambda: (net.train_step(x, y, optimizer, schedule, graph=graph), net.synchronize())
 

@@ -17,7 +17,7 @@ from leapfrog_gpu.core.schedules import Sequential
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner
-from leapfrog_gpu.tools.cli import blas_thread_counts, integers
+from leapfrog_gpu.tools.cli import blas_thread_counts, integers, refusing_too_large
 from grid_options import grid_parser, networks, parse, write
 
 PROG = "python profiling/autotune_check.py"
@@ -72,9 +72,10 @@ def main(argv=None):
     if args.backend == "cupy" and args.blas_threads is not None:
         p.error("--blas-threads applies to the numpy backend only")
     records = []
-    for sizes, batch in networks(args):
-        records.append(check(args, sizes, batch))
-        print(line(records[-1]), flush=True)
+    with refusing_too_large(p):
+        for sizes, batch in networks(args):
+            records.append(check(args, sizes, batch))
+            print(line(records[-1]), flush=True)
     write(args, " ".join([PROG, *argv]), "records", records)
     return 0
 

@@ -15,10 +15,12 @@ gets its floor column as one.
 """
 
 import json
+import sys
 
 from bench_timeline import stamping
+from leapfrog_gpu.tools import CLOSED_PIPE_STATUS, guarded
 from leapfrog_gpu.tools.bench.runner import noisy
-from leapfrog_gpu.tools.cli import Parser, read_or_refuse
+from leapfrog_gpu.tools.cli import UNWRITTEN, Parser, read_or_refuse
 from markdown_cells import label, number, percent, ratio, spread
 from verdicts import verdicts
 
@@ -121,7 +123,11 @@ def read_runs(parser, path):
 
 
 def main():
-    parser = Parser(description=__doc__.splitlines()[0])
+    """Print the tables of each run of the file named; the exit status."""
+    parser = Parser(description=__doc__.splitlines()[0], exit_statuses=[
+        (0, "done"), (2, "a file it cannot read, or not of leapfrog-bench's MLP (one line on stderr)"),
+        (UNWRITTEN, "stdout could not be written (a full disk): one line"), (130, "stopped by Ctrl-C"),
+        CLOSED_PIPE_STATUS])
     parser.add_argument("path", help="a file written by leapfrog-bench --json or --jsonl")
     labels = {"cores": "{} cores", "python": "Python {}", "numpy": "NumPy {}", "cupy": "CuPy {}"}
     for run, records in read_runs(parser, parser.parse_args().path):
@@ -139,7 +145,8 @@ def main():
                   "step):\n")
             print(stamped)
         print()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main, "bench_table.py"))

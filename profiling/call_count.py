@@ -30,6 +30,7 @@ import numpy as np
 
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.backends.ops_cuda import CudaOps
+from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.measure import ETA, configurations
@@ -217,7 +218,7 @@ def parser():
                    help="worker streams (default 2)")
     p.add_argument("--schedule", type=names_type("mlp"), default=DEFAULT_SCHEDULES, metavar="NAME[,NAME...]",
                    help="schedules by name; sequential is always counted")
-    p.add_argument("--activation", default="sigmoid", help="(default sigmoid)")
+    p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
     p.add_argument("--fused", action="store_true", help="every schedule fuses the SGD update into (7)")
     p.add_argument("--json", type=path, metavar="FILE", help="write the counts to FILE, under \"call_counts\"")
     return p

@@ -5,13 +5,13 @@ launch (``kernel_model.NODE`` stands in for the slope until this measures it).
     python profiling/graph_nodes.py [--backend cupy] [--repeats 20]
 """
 
-import argparse
 import sys
 
 import numpy as np
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import timing
+from leapfrog_gpu.tools.cli import Parser, integer
 from card import refuse_without_gpu
 
 EMPTY = 'extern "C" __global__ void empty() {}\n'
@@ -45,9 +45,9 @@ def line(cost):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("auto", "cupy"), default="cupy")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=integer(1, "--repeats"), default=20)
     args = parser.parse_args(argv)
     refuse_without_gpu(parser, "this script (graphs of empty kernels, on the device)")
     with get_backend(args.backend) as backend:

@@ -49,7 +49,6 @@ shape; ``--readme`` prints kernels/README.md (``profiling/kernel_tables.py``: th
 ``kernel_traffic.py``, the before and after of the pipelined kernels, and this model's tables).
 """
 
-import argparse
 import json
 import math
 import sys
@@ -59,6 +58,7 @@ from pathlib import Path
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.tools.bench.traffic import step_bytes
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path
 
 import card as cards
 import graph_nodes
@@ -337,13 +337,15 @@ def step(rows, card=H200, node=NODE, N=HEADLINE["N"], L=HEADLINE["L"], B=HEADLIN
 def main(argv=None):
     from kernel_tables import readme, table  # the tables import this module
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", metavar="FILE", help="write one JSON record per kernel and shape to FILE")
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=path, metavar="FILE", help="write one JSON record per kernel and shape to FILE")
     parser.add_argument("--readme", action="store_true", help="print kernels/README.md (the H100 and H200)")
     parser.add_argument("--card", choices=(*CARDS, "device"), default="H200",
                         help="the card of the table and the JSON; device: this machine's GPU, with its copy "
                              "bandwidth and a graph node's cost measured now")
     args = parser.parse_args(argv)
+    if args.json and (why := output_refusal("--json", args.json)):
+        parser.error(why)
     card, node = CARDS.get(args.card), NODE
     if card is None:
         cards.refuse_without_gpu(parser, "--card device", "--card H100 or H200 models a listed card")

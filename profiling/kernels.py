@@ -38,6 +38,7 @@ import numpy as np
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch, timing
+from leapfrog_gpu.tools.cli import Parser, integer, output_refusal, path, read_or_refuse, refusing_too_large
 import kernel_traffic as traffic
 from card import refuse_without_gpu
 
@@ -210,6 +211,17 @@ def chain_verdicts(results):
     return lines
 
 
+def shapes(text):
+    """An argument type: ``n:m:B,...``, each of n, m and B an integer >= 1."""
+    try:
+        found = [tuple(map(integer(1), shape.split(":"))) for shape in text.split(",")]
+    except argparse.ArgumentTypeError:
+        found = []
+    if not found or any(len(shape) != 3 for shape in found):
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of n:m:B, each an integer >= 1; got {text!r}")
+    return found
+
+
 def _gemv_blocks(text):
     """``[((lanes, rows), (cols, threads)), ...]`` from ``32x4:8x256,32x8:16x512``."""
     if not text:
@@ -287,29 +299,32 @@ def launch_line(rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--shapes", default=None, help="n:m:B,... (default: a fixed set)")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--launches", type=int, default=LAUNCHES,
+    parser.add_argument("--shapes", type=shapes, default=SHAPES, metavar="n:m:B,...", help="(default: a fixed set)")
+    parser.add_argument("--repeats", type=integer(1, "--repeats"), default=20)
+    parser.add_argument("--launches", type=integer(1, "--launches"), default=LAUNCHES,
                         help=f"launches back to back between one pair of events per repeat (default {LAUNCHES}): "
                              "the time per launch apart from the host's time to issue one")
     parser.add_argument("--gemv-blocks", default=None, metavar="FxR:CxS,...",
                         help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
                              "(columns x threads) pairs such as 32x4:8x256,32x8:16x512 (default: the launcher's)")
-    parser.add_argument("--json", metavar="FILE")
-    parser.add_argument("--jsonl", metavar="FILE",
+    parser.add_argument("--json", type=path, metavar="FILE")
+    parser.add_argument("--jsonl", type=path, metavar="FILE",
                         help="append one JSON line per row to FILE as it is measured (its table in \"table\")")
-    parser.add_argument("--model", metavar="FILE",
+    parser.add_argument("--model", type=path, metavar="FILE",
                         help="profiling/kernel_model.py --json output: its prediction beside each kernel of ours")
     args = parser.parse_args(argv)
+    for option, named in (("--json", args.json), ("--jsonl", args.jsonl)):
+        if named and (why := output_refusal(option, named)):
+            parser.error(why)
     if args.backend == "cupy":
         refuse_without_gpu(parser, "--backend cupy", "--backend numpy runs the kernels' NumPy twins")
-    shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split(":"))) for s in args.shapes.split(",")]
-    gemvs = [shape for shape in shapes if shape[2] == 1]
+    gemvs = [shape for shape in args.shapes if shape[2] == 1]
     results, chain = [], []
-    model = None if args.model is None else load_model(args.model)
+    model = None if args.model is None else read_or_refuse(parser, args.model, load_model,
+                                                           "a file profiling/kernel_model.py --json wrote")
 
     def show(table, r):
         r = {**r, "backend_repr": repr(backend)}
@@ -321,16 +336,16 @@ def main(argv=None):
             with open(args.jsonl, "a", encoding="utf-8") as out:
                 out.write(json.dumps({"table": table, **r}) + "\n")
 
-    with get_backend(args.backend) as backend:
+    with refusing_too_large(parser), get_backend(args.backend) as backend:
         print(header(model is not None), flush=True)
-        for r in rows(backend, shapes, args.dtype, args.repeats, launches=args.launches):
+        for r in rows(backend, args.shapes, args.dtype, args.repeats, launches=args.launches):
             show("nabla_w", r)
         copy = results[0]["copy_gbps"]
         print(launch_line(results), flush=True)
         print(f"copy: {copy:.1f} GB/s (read + write of a 128 MiB array, {args.launches} copies an event pair)\n",
               flush=True)
         print(chain_header(model is not None), flush=True)
-        for r in chain_rows(backend, shapes, args.dtype, args.repeats, copy=copy, launches=args.launches):
+        for r in chain_rows(backend, args.shapes, args.dtype, args.repeats, copy=copy, launches=args.launches):
             show("chain", r)
         print(launch_line(chain), flush=True)
         print("\n".join(chain_verdicts(chain)), flush=True)

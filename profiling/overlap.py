@@ -5,7 +5,8 @@
 Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (start, end, deviceId, streamId, shortName -> ``StringIds``) and
 ``NVTX_EVENTS`` (push/pop and start/end ranges; their name in ``text`` or ``textId`` -> ``StringIds``).
 Reports, per (device, stream): kernels, busy time (the union of its kernel intervals) and the share of
-it that overlaps kernels on the main stream; and per NVTX range name: count and total time.
+it that overlaps kernels on the main stream ("-" where it is never busy: kernels of zero length); and per
+NVTX range name: count and total time.
 The main stream is ``--main-stream``, else the stream with the most kernels (the chain and the update
 launch more than all workers together). Busy time and overlap come from ``leapfrog_gpu.tools.timeline.overlap``,
 the function the stream timeline (``--timeline``, no profiler needed) uses, so both measure the same thing. The
@@ -13,11 +14,11 @@ share counts the worker streams alone, as the timeline does: every stream but th
 NCCL's kernels only (``nccl...``: a data-parallel run's sums), which are listed with their own overlap.
 """
 
-import argparse
 import json
 import sqlite3
 import sys
 
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path
 from leapfrog_gpu.tools.timeline import length, overlap, union
 
 NVTX_RANGES = (59, 60)  # eventType of NvtxPushPopRange and NvtxStartEndRange
@@ -77,7 +78,8 @@ def report(path, main_stream=None):
             busy[key], shared[key] = length(union((s, e) for s, e, _ in items)), None
         per_stream.append({
             "device": dev, "stream": stream, "main": key == (device, main_stream), "kernels": len(items),
-            "busy_ms": busy[key] / 1e6, "overlap_with_main": None if shared[key] is None else shared[key] / busy[key],
+            "busy_ms": busy[key] / 1e6,
+            "overlap_with_main": None if shared[key] is None or not busy[key] else shared[key] / busy[key],
             "top_kernels": sorted({name for _, _, name in items if name})[:4],
         })
     totals = {}
@@ -118,12 +120,13 @@ def text(result):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="overlap.py", description="Stream overlap from an nsys SQLite export.")
-    parser.error = lambda message: parser.exit(2, f"overlap.py: error: {message}\n")
+    parser = Parser(prog="overlap.py", description="Stream overlap from an nsys SQLite export.")
     parser.add_argument("sqlite")
     parser.add_argument("--main-stream", type=int, default=None)
-    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--json", type=path, metavar="FILE")
     args = parser.parse_args(argv)
+    if args.json and (why := output_refusal("--json", args.json)):
+        parser.error(why)
     try:
         result = report(args.sqlite, args.main_stream)
     except (ValueError, sqlite3.Error) as error:

@@ -16,7 +16,7 @@ from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
 from leapfrog_gpu.tools.bench.runner import ratio, spread
-from leapfrog_gpu.tools.cli import integers
+from leapfrog_gpu.tools.cli import integers, refusing_too_large
 from grid_options import grid_parser, networks, parse, write
 from leapfrog_gpu.tools.schedules import make_schedule
 
@@ -84,10 +84,11 @@ def main(argv=None):
     print("speed-up vs torch-compile: its median over the row's (> 1: faster)")
     print(f"{'N':>5} {'L':>3} {'B':>4}  {'schedule':<18} {'k':>2}  {'step ms median [p20-p80]':>26}  {'speed-up':>10}")
     rows = []
-    for sizes, batch in networks(args):
-        network = measure_network(args, sizes, batch)
-        print(*map(line, network), sep="\n", flush=True)
-        rows += network
+    with refusing_too_large(p):
+        for sizes, batch in networks(args):
+            network = measure_network(args, sizes, batch)
+            print(*map(line, network), sep="\n", flush=True)
+            rows += network
     write(args, " ".join([PROG, *argv]), "rows", rows)
     return 0
 

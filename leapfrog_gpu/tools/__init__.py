@@ -34,14 +34,19 @@ def leapfrog_bench():
 
 
 def _run(package, prog):
-    """The ``main()`` of ``package``'s command, imported and run behind a Ctrl-C guard (one line, not a traceback,
-    and exit status 130), and ``CLOSED_PIPE`` without a traceback once stdout's reader has gone, or one line and exit
-    status 5 once stdout cannot be written (a full disk); stdout then goes to devnull, so that Python's own flush at
-    exit does not raise again (the ``signal`` module's docs' advice)."""
+    """The ``main()`` of ``package``'s command, imported behind a Ctrl-C guard and run by ``guarded``."""
     try:
         main = importlib.import_module(f"{__name__}.{package}.command").main
     except KeyboardInterrupt:
         return _interrupted(prog, "interrupted while starting", "; nothing was run")
+    return guarded(main, prog)
+
+
+def guarded(main, prog):
+    """The exit status of ``main()``, the command ``prog``, run behind a Ctrl-C guard (one line, not a traceback, and
+    exit status 130), and ``CLOSED_PIPE`` without a traceback once stdout's reader has gone, or one line and exit
+    status 5 once stdout cannot be written (a full disk); stdout then goes to devnull, so that Python's own flush at
+    exit does not raise again (the ``signal`` module's docs' advice)."""
     stdout = sys.stdout = None if sys.stdout is None else _Stdout(sys.stdout)
     try:
         status = main()

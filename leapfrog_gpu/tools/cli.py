@@ -1,8 +1,8 @@
 """What the command-line tools share: a parser whose errors are one line, with ``--version`` and its exit statuses
 in ``--help``, argument types (a path is never empty), a file that cannot be written said in one line
 (``writing``), or refused before anything is measured (``output_refusal``), sizes too large for the machine said
-in one line (``too_large``), the ``--backend`` choice said in the command line's words, install hints as the
-README gives them, and lines that fit the terminal's 100 columns."""
+in one line (``too_large``, ``refusing_too_large``), the ``--backend`` choice said in the command line's words,
+install hints as the README gives them, and lines that fit the terminal's 100 columns."""
 
 import argparse
 import contextlib
@@ -277,6 +277,19 @@ def too_large(error):
     if isinstance(error, ValueError) and str(error).startswith("array is too big"):
         return "the sizes asked for make an array larger than this machine can address: ask for smaller sizes"
     return None
+
+
+@contextlib.contextmanager
+def refusing_too_large(parser):
+    """A block whose error of sizes too large for this machine (``too_large``) is ``parser.error``'s one line, exit
+    status 2; any other error is raised as it is."""
+    try:
+        yield
+    except (MemoryError, RuntimeError, ValueError) as error:  # RuntimeError: PyTorch's allocator
+        line = too_large(error)
+        if line is None:
+            raise
+        parser.error(line)
 
 
 def _out_of_memory(message):

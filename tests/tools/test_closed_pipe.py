@@ -1,9 +1,11 @@
 """A command whose reader goes (``leapfrog-train | head -3``) ends quietly: no traceback, exit status 141; one started
 with stdout closed runs, its lines dropped."""
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,19 @@ def test_a_stdout_that_cannot_be_written_is_said_in_one_line(module, prog, argv)
         child = subprocess.run([sys.executable, "-m", module, *argv], stdout=full, stderr=subprocess.PIPE, text=True,
                                timeout=120)
     assert (child.returncode, child.stderr) == (5, f"{prog}: error: cannot write to stdout (No space left on device)\n")
+
+
+def test_a_profiling_table_whose_reader_goes_ends_quietly(tmp_path):
+    """``bench_table.py FILE | head -1`` (``tools.guarded``, as the commands): exit status 141 and nothing on stderr,
+    over more lines than a pipe holds, so that the script is still writing when its reader goes."""
+    profiling = Path(__file__).resolve().parents[2] / "profiling"
+    run = json.loads((profiling / "results" / "bench_cpu.json").read_text())
+    lines = [json.dumps({key: value for key, value in run.items() if key != "records"})]
+    lines += [json.dumps(r) for r in run["records"]]
+    (tmp_path / "many.jsonl").write_text("\n".join(lines * 200) + "\n")  # 200 runs: some 600 kB of tables
+    child = subprocess.Popen([sys.executable, str(profiling / "bench_table.py"), str(tmp_path / "many.jsonl")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().startswith("Command: `leapfrog-bench ")
+    child.stdout.close()
+    stderr = child.stderr.read()
+    assert (child.wait(timeout=120), stderr) == (CLOSED_PIPE, "")

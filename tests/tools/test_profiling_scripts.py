@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leapfrog_gpu.backends import cuda_available, launch, timing
+from leapfrog_gpu.backends import cuda_available, host_blas, launch, timing
 from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -140,8 +140,22 @@ def test_overlap_cli_prints_report_and_writes_json(tmp_path, capsys):
     assert json.loads((tmp_path / "o.json").read_text())["worker_overlap"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("make", ["missing", "not sqlite", "no kernels table", "unknown stream"])
+def test_a_stream_never_busy_has_no_overlap_share(tmp_path, capsys):
+    """A stream whose kernels all take no time (start = end) is busy 0 ns: its share of main is none ("-"), not a
+    division by zero, and the workers' share is that of the others, (100 + 50) / 300."""
+    path = build_export(tmp_path / "trace.sqlite", kernels=KERNELS + [(500, 500, 15, "outer_f32")])
+    assert overlap.main([str(path)]) == 0
+    streams = {s["stream"]: s for s in overlap.report(path)["streams"]}
+    assert (streams[15]["busy_ms"], streams[15]["overlap_with_main"]) == (0, None)
+    assert streams[14]["overlap_with_main"] == pytest.approx(50 / 200)
+    printed = capsys.readouterr().out.splitlines()
+    assert "worker-stream kernel time overlapping main-stream kernels: 50.0%" in printed
+    assert next(line for line in printed if line.startswith("     0      15 ")).split()[3:5] == ["0.000", "-"]
+
+
+@pytest.mark.parametrize("make", ["missing", "not sqlite", "no kernels table", "unknown stream", "json in no folder"])
 def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
+    """One line, exit status 2, and no report printed (a --json it cannot write is refused before)."""
     path = tmp_path / "trace.sqlite"
     args = [str(path)]
     if make == "not sqlite":
@@ -151,11 +165,16 @@ def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
     elif make == "unknown stream":
         build_export(path)
         args += ["--main-stream", "99"]
+    elif make == "json in no folder":
+        build_export(path)
+        args += ["--json", str(tmp_path / "gone" / "o.json")]
     with pytest.raises(SystemExit) as exit_info:
         overlap.main(args)
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("overlap.py: error:") and err.count("\n") == 1
+    out, err = capsys.readouterr()
+    assert err.startswith("overlap.py: error:") and err.count("\n") == 1 and out == "", out + err
+    if make == "json in no folder":
+        assert err == f"overlap.py: error: --json {tmp_path}/gone/o.json: the folder {tmp_path}/gone does not exist\n"
 
 
 @pytest.mark.parametrize("script", ["device_check.sh", "nsys.sh"])
@@ -680,7 +699,7 @@ def test_after_effects_times_the_step_after_each_step(tmp_path):
 def test_after_effects_refuses_bad_options():
     done = subprocess.run([sys.executable, str(PROFILING / "after_effects.py"), "--rounds", "0"],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "--rounds must be >= 1" in done.stderr
+    assert done.returncode == 2 and done.stderr.endswith("--rounds must be an integer >= 1; got '0'\n"), done.stderr
 
 
 # -- graph_nodes.py ------------------------------------------------------------------------------------
@@ -827,6 +846,62 @@ def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_
                           cwd=tmp_path, env={**os.environ, "WHEELS": str(wheels), "PYTHON": "false"})
     assert done.returncode == status and words in done.stdout + done.stderr, done.stdout + done.stderr
     assert list(wheels.iterdir()) == [wheels / "kept.whl"]
+
+
+MOST_BLAS = host_blas.most_threads()
+"""The most BLAS threads this OpenBLAS runs (None: it does not say)."""
+
+
+@pytest.mark.parametrize("script, args, line", [
+    ("kernels.py", ["--shapes", "0:0:0"], "argument --shapes: must be a comma-separated list of n:m:B, each an "
+                                          "integer >= 1; got '0:0:0'"),
+    ("kernels.py", ["--shapes", "abc"], "argument --shapes: must be a comma-separated list of n:m:B, each an integer "
+                                        ">= 1; got 'abc'"),
+    ("kernels.py", ["--shapes", "8:8"], "argument --shapes: must be a comma-separated list of n:m:B, each an integer "
+                                        ">= 1; got '8:8'"),
+    ("kernels.py", ["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
+    ("kernels.py", ["--launches", "0"], "argument --launches: --launches must be an integer >= 1; got '0'"),
+    ("kernels.py", ["--jsonl", "gone/k.jsonl"], "--jsonl gone/k.jsonl: the folder {tmp}/gone does not exist"),
+    ("kernels.py", ["--json", "gone/k.json"], "--json gone/k.json: the folder {tmp}/gone does not exist"),
+    ("kernels.py", ["--model", "gone.json"], "cannot read gone.json (No such file or directory)"),
+    ("kernel_model.py", ["--json", "gone/k.json"], "--json gone/k.json: the folder {tmp}/gone does not exist"),
+    ("call_count.py", ["--activation", "foo"], "argument --activation: invalid choice: 'foo' (choose from "
+                                               "'sigmoid', 'tanh', 'relu')"),
+    ("graph_nodes.py", ["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
+    ("graph_nodes.py", ["--repeats", "x"], "argument --repeats: --repeats must be an integer >= 1; got 'x'"),
+    ("after_effects.py", ["--threads", "0"], "argument --threads: must be an integer >= 1; got '0'"),
+    pytest.param("after_effects.py", ["--threads", f"{(MOST_BLAS or 0) + 1}"],
+                 f"argument --threads: {(MOST_BLAS or 0) + 1} is more threads than this OpenBLAS runs (at most "
+                 f"{MOST_BLAS}, its build's MAX_THREADS: it would run {MOST_BLAS}); give at most {MOST_BLAS}",
+                 marks=pytest.mark.skipif(MOST_BLAS is None, reason="no scipy-openblas32: no MAX_THREADS to read")),
+])
+def test_a_scripts_bad_option_is_refused_in_one_line_before_it_measures(tmp_path, script, args, line):
+    """A bad value, a file that cannot be read, or an output in a folder that does not exist: exit status 2 and one
+    line (``prog: error: ...``) before anything is measured or printed, not a traceback once it has."""
+    done = subprocess.run([sys.executable, str(PROFILING / script), *args], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert done.stderr.endswith(f"{script}: error: {line.format(tmp=tmp_path)}\n"), done.stderr
+
+
+@pytest.mark.parametrize("script, args", [
+    ("after_effects.py", ["--size", "2000000000", "--layers", "2", "--batch", "1", "--threads", "1", "--rounds", "1"]),
+    ("autotune_check.py", ["--backend", "numpy", "--sizes", "2000000000", "--layers", "2", "--batch", "1",
+                           "--repeats", "1"]),
+    ("torch_compile.py", ["--backend", "numpy", "--sizes", "2000000000", "--layers", "2", "--batch", "1",
+                          "--repeats", "1"]),
+    ("kernels.py", ["--backend", "numpy", "--shapes", "2000000000:2000000000:2000000000", "--repeats", "1"]),
+])
+def test_sizes_a_script_cannot_hold_exit_2_with_one_line(script, args):
+    """NumPy's MemoryError, or its ValueError for an array beyond any address, said in one line as leapfrog-bench
+    says it (``cli.too_large``). Every array of these sizes is beyond any machine: none is allocated in part."""
+    if script == "torch_compile.py":
+        pytest.importorskip("torch", reason=f"torch_compile.py refuses to run without torch first ({INSTALL})")
+    done = subprocess.run([sys.executable, str(PROFILING / script), *args], capture_output=True, text=True,
+                          timeout=120)
+    err = done.stderr
+    assert done.returncode == 2 and err.count("\n") == 1 and err.endswith(": ask for smaller sizes\n"), err
+    assert ": error: not enough memory (Unable to allocate" in err or "larger than this machine can address" in err
 
 
 @pytest.mark.parametrize("script", ["bench_table.py", "plot_metrics.py", "verdicts.py", "parallel_table.py",

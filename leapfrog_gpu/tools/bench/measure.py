@@ -28,6 +28,11 @@ def configurations(args):
                               for k in (args.k if takes_k("mlp", name) else [0])]
 
 
+def one_pass_configurations(args):
+    """The configurations timed with the one-pass backward too: with ``--one-pass``, sequential's and leapfrog's."""
+    return [(name, k) for name, k in configurations(args) if args.one_pass and name in (BASELINE, Leapfrog.name)]
+
+
 def measure_network(args, sizes, batch, settings, bandwidth, optimizer="sgd"):
     """The records of the network ``sizes`` at ``batch``, every step by ``OPTIMIZERS[optimizer]``: at each BLAS
     setting of ``settings`` (a copy's GB/s at each: ``bandwidth``), the step and the backward pass of each
@@ -104,7 +109,7 @@ def _setting(key):
 def _runs(args, net, settings):
     """The ``Run`` of every configuration at every BLAS setting; with ``--one-pass`` sequential's and
     leapfrog's one-pass steps too; with ``--graph`` a graph twin of each that can be captured."""
-    one_pass = [(name, k) for name, k in configurations(args) if args.one_pass and name in (BASELINE, Leapfrog.name)]
+    one_pass = one_pass_configurations(args)
     runs = [Run(make_schedule("mlp", name, k, fused=args.fused), threads, False)
             for threads in settings for name, k in configurations(args)]
     runs += [Run(make_schedule("mlp", name, k, one_pass=True), threads, False)

@@ -18,7 +18,7 @@ from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
 from ..cli import blas_thread_counts, fitted, integers, names, path, pip_install, png_refusal, writing
-from . import measure, progress, runner
+from . import measure, progress, runner, torch_anchor
 from .runner import NOISY, line, median, ratio
 
 PROG = "leapfrog-bench"
@@ -150,12 +150,21 @@ def foot(args, state, records, about):
 
 def columns(args):
     """``(titles, widths)`` of the table: the titles' two lines, each a tuple; the schedule's column as wide as
-    the longest name this run can print, left-aligned."""
-    update = "+one-pass" if args.one_pass else "+fused" if args.fused else ""
-    labels = [name + update + "[graph]" * args.graph for name in args.schedule] + [f"sequential{update}*"]
-    labels += ["torch-autograd", "torch-cuda-graph"] + [f"torch-{name}-foreach" for name in args.optimizer]
-    *titles, widths = zip(("", "schedule", -max(map(len, labels))), *COLUMNS, LAST[args.graph])
+    the longest label of a row this run can print (``labels``), left-aligned."""
+    *titles, widths = zip(("", "schedule", -max(map(len, labels(args)))), *COLUMNS, LAST[args.graph])
     return titles, widths
+
+
+def labels(args):
+    """The schedules of the rows a run can print, as the table shows them (``label``), before any is measured: each
+    configuration (the baseline's always), with ``--one-pass`` the one-pass ones, with ``--graph`` each as a graph
+    too, and where PyTorch is timed ``torch-NAME-foreach``, the longest of its rows."""
+    ours = [{"schedule": name, "fused": args.fused} for name, _ in measure.configurations(args)]
+    ours += [{"schedule": name, "one_pass": True} for name, _ in measure.one_pass_configurations(args)]
+    ours += [{**r, "graph": True} for r in ours if args.graph]
+    ours.append({"schedule": measure.BASELINE, "fused": args.fused, "best_sequential": True})
+    torch = [] if torch_anchor.skipped(args.no_torch) else [f"torch-{name}-foreach" for name in args.optimizer]
+    return [label(r) for r in ours] + torch
 
 
 def label(r, graph="[graph]", best="*"):

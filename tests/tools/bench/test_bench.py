@@ -493,7 +493,8 @@ def test_the_best_sequential_record_has_the_smallest_step_among_the_eager_sequen
 
 def test_a_noisy_timing_is_marked_in_the_table_and_the_legend_says_when():
     case = bench_measure.derive([_record(step=1.0, spread=0.2), _record("leapfrog", 2, step=1.0, spread=0.3)])
-    args = argparse.Namespace(schedule=["leapfrog"], optimizer=["sgd"], fused=False, one_pass=False, graph=False)
+    args = argparse.Namespace(schedule=["leapfrog"], k=[2], optimizer=["sgd"], fused=False, one_pass=False,
+                              graph=False, no_torch=True)
     heading, costs, quiet, noisy = bench_mlp.rows(args, case)
     assert heading == "N=8 L=3 B=2 float32" and costs.startswith("  BLAS 1: forward 0.300 ms")
     assert quiet.split()[3] == "1.000" and noisy.split()[3] == "1.000!"  # 0.3 > a quarter of 1.0; 0.2 is not
@@ -509,6 +510,20 @@ def test_the_table_fits_100_columns_at_its_widest(capsys):
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 100, out
     assert len(_rows(out)) == (1 + 3 * 2) * 2 * 2  # (sequential, 3 schedules at k = 1, 2) x BLAS x graph
+
+
+@pytest.mark.parametrize("argv", [["--schedule", "leapfrog", "--one-pass", "--graph"], ["--fused"], []])
+def test_the_schedule_column_is_as_wide_as_the_longest_label_printed(capsys, argv):
+    """Sequential is measured whether named or not: with --schedule leapfrog --one-pass --graph its row
+    sequential+one-pass[graph] is the longest label, and its cells stay under their titles as every row's do."""
+    assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "2",
+                       "--blas-threads", "1", "--repeats", "1", "--warmup", "0", "--no-torch", "--quiet", *argv]) == 0
+    out = capsys.readouterr().out.splitlines()
+    titles = next(line for line in out if line.startswith("schedule "))
+    width = titles.index("k  blas") - 2  # the schedule's column, then two spaces, then k's, one wide
+    rows = [line for line in out if line.startswith(("sequential", "leapfrog"))]
+    assert width == max(len(row.split()[0]) for row in rows), titles
+    assert all(row[width:width + 2] == "  " and row[width + 2] in "02" for row in rows), "\n".join(rows)
 
 
 def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exit_statuses(capsys):

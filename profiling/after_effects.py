@@ -80,7 +80,7 @@ def main(argv=None):
     for name, s in stats.items():
         print(f"  after {name:<32} {s['median']:7.2f} [{s['p20']:.2f}-{s['p80']:.2f}]")
     if args.json:
-        record = {**runner.header("python profiling/after_effects.py " + " ".join(argv), "numpy"),
+        record = {**runner.header(runner.command_line("python profiling/after_effects.py", argv), "numpy"),
                   "timed": args.timed, "N": args.size, "L": args.layers, "B": args.batch,
                   "optimizer": args.optimizer, "threads": args.threads, "rounds": args.rounds, "ms_after": stats}
         runner.write_json(args.json, record)

@@ -236,7 +236,7 @@ def main(argv=None):
     counts = measure(args)
     print("\n".join(fitted(line) for line in table(counts).splitlines()))
     if args.json:
-        command = " ".join(["python profiling/call_count.py", *(argv or sys.argv[1:])])
+        command = runner.command_line("python profiling/call_count.py", argv or sys.argv[1:])
         runner.write_json(args.json, {**runner.header(command, "cupy"), "call_counts": counts})
     return 0
 

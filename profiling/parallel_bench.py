@@ -23,7 +23,7 @@ from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.parallel import comm as parallel
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp
-from leapfrog_gpu.tools.bench.runner import ratio, spread
+from leapfrog_gpu.tools.bench.runner import command_line, ratio, spread
 from leapfrog_gpu.tools.cli import integers, reals
 from grid_options import grid_parser, networks, parse, write
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
@@ -65,7 +65,7 @@ def main(argv=None):
     records = run(args, comm, specs, measure.ETA)
     if comm.rank == 0:
         print(table(records))
-        write(args, f"mpiexec -n {comm.size} {PROG} {' '.join(argv)}", "records", records)
+        write(args, command_line(f"mpiexec -n {comm.size} {PROG}", argv), "records", records)
     return 0
 
 

@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import platform
+import shlex
 import sys
 
 import numpy as np
@@ -155,7 +156,7 @@ def _run(suite, p, args, argv):
     if hasattr(suite, "check"):
         suite.check(p, args)
     given = [a for i, a in enumerate(argv) if not a.startswith("--model") and argv[i - 1:i] != ["--model"]]
-    about = header(" ".join([suite.PROG, *given]), args.backend)
+    about = header(command_line(suite.PROG, given), args.backend)
     about.update({option: getattr(args, option) for option in getattr(suite, "ABOUT", ())})
     if hasattr(args, "no_torch"):
         about["torch_note"] = torch_anchor.skipped(args.no_torch)
@@ -262,6 +263,12 @@ def write_json(path, report):
 def _plain(value):
     """What ``json`` cannot write of a record: a NumPy number or array, as Python's."""
     return value.tolist() if isinstance(value, (np.ndarray, np.generic)) else str(value)
+
+
+def command_line(prog, argv):
+    """The command ``prog`` with the arguments ``argv``, as a shell reads it back: each quoted where it must be
+    (``shlex.join``: ``--json 'my run.json'``)."""
+    return f"{prog} {shlex.join(argv)}" if argv else prog
 
 
 def header(command, backend):

@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import stat
 import struct
 import sys
@@ -315,6 +316,18 @@ def test_json_lines_are_the_records_as_they_come(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert lines[0]["command"] == "leapfrog-bench " + " ".join(argv) and "machine" in lines[0]
     assert lines[1:] == records and len(records) == 3
+
+
+def test_the_command_recorded_reads_back_as_the_arguments_given(tmp_path, monkeypatch):
+    """A name with a space or a quote in it is quoted in the command recorded: the shell's reading of it
+    (``shlex.split``) gives back the arguments, so that the run can be repeated from it."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "2", "--repeats", "1",
+            "--warmup", "0", "--no-torch", "--quiet", "--json", "my run.json", "--jsonl", "it's.jsonl"]
+    run_bench(argv)
+    command = json.loads((tmp_path / "my run.json").read_text())["command"]
+    assert shlex.split(command) == ["leapfrog-bench", *argv], command
+    assert json.loads((tmp_path / "it's.jsonl").read_text().splitlines()[0])["command"] == command
 
 
 def test_json_lines_survive_a_killed_run(tmp_path):

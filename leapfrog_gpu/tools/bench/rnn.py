@@ -224,10 +224,14 @@ def rows(args, case):
 
 
 def check(p, args):
-    """Refuse what times nothing: an optimizer or a forward solver with ``--time backward`` alone."""
+    """Refuse what times nothing: an optimizer or a forward solver with ``--time backward`` alone, BLAS threads on
+    the cupy backend (as the MLP's suite does); then ``--blas-threads`` by default 1."""
     if "step" not in args.time and (args.optimizer != ["sgd"] or args.forward_solver):
         given = "--optimizer" if args.optimizer != ["sgd"] else "--forward-solver"
         p.error(f"{given} applies to the steps, and --time backward times the backward pass alone: add step to --time")
+    if args.backend == "cupy" and args.blas_threads is not None:
+        p.error("--blas-threads applies to the numpy backend only")
+    args.blas_threads = args.blas_threads or 1
 
 
 def parser():
@@ -254,7 +258,7 @@ def parser():
     p.add_argument("--max-gflop", type=number(0, strict=True), default=3.0, metavar="G",
                    help="skip a schedule whose chain does more (and more than BPTT's), and a step parallel in time "
                         "whose one iteration does (default 3)")
-    p.add_argument("--blas-threads", type=blas_threads, default=1, metavar="N",
+    p.add_argument("--blas-threads", type=blas_threads, default=None, metavar="N",
                    help="numpy backend: BLAS threads, and PyTorch's intra-op threads (default 1)")
     p.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell (default elman)")
     p.add_argument("--torch-threads", type=integers(1, "thread count"), default=[], metavar="T[,T...]",

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import render_table, run_bench
+from helpers import STANDIN_ORDERS, install_standin, render_table, run_bench
 from no_gpu_cupy import CUDA_ANSWER
 from leapfrog_gpu.tools.bench import command as bench, measure as bench_measure, mlp as bench_mlp
 from leapfrog_gpu.tools.bench import plot as bench_plot, torch_anchor, traffic
@@ -197,6 +197,20 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, argv, me
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("leapfrog-bench: error:") and message in err
+
+
+@pytest.mark.parametrize("model", ["mlp", "rnn"])
+def test_blas_threads_on_the_cupy_backend_are_refused_in_one_line(capsys, monkeypatch, model):
+    """On the CuPy stand-in (a usable GPU) --blas-threads sets nothing: refused for either model, before anything is
+    measured, not silently ignored (the RNN's took it)."""
+    install_standin(monkeypatch, STANDIN_ORDERS[0])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--model", model, "--backend", "cupy", "--sizes", "8", "--layers", "3", "--batch", "1",
+                    "--repeats", "1", "--no-torch", "--quiet", "--blas-threads", "2"] + ["--tau", "4"] * (model == "rnn"))
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == ""
+    assert err == f"leapfrog-bench{' --model rnn' * (model == 'rnn')}: error: --blas-threads applies to the numpy " \
+                  "backend only\n", err
 
 
 @pytest.mark.parametrize("model", ["mlp", "rnn"])

@@ -88,7 +88,7 @@ GEMV_BLOCKS=32x4:16x32,32x8:32x256,32x2:8x128,32x16:4x128
 MODEL=profiling/results/kernel_model_cpu_2026-12-05.json
 MODEL_H100=profiling/results/kernel_model_h100_cpu_2026-12-05.json
 # The GPU tests of whole steps, run before the rest (pytest runs a module named twice once, where first named).
-# In a run of every part, these only (76 tests on 2026-12-06, limit 120 s); the kernels' ~950 GPU tests: PARTS=tests.
+# In a run of every part, these only (77 tests on 2026-12-07, limit 120 s); the kernels' ~950 GPU tests: PARTS=tests.
 FIRST=(tests/backends/test_backends.py tests/backends/test_cupy_graph.py tests/backends/test_cublas.py
        tests/parallel/test_parallel.py tests/tools/test_graph_tools.py tests/tools/test_timeline.py
        tests/tools/train/test_train.py tests/mlp/test_mlp.py)

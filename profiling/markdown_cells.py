@@ -1,6 +1,6 @@
 """The cells of the Markdown tables of docs/performance.md (``bench_table.py``, ``rnn_tables.py``): the
 terminal table's (``leapfrog_gpu.tools.bench.mlp``) with an en dash for what does not apply and between
-p20 and p80, ``×`` after a ratio, and times to 3 significant digits."""
+p20 and p80, ``×`` after a ratio, and times in ms to 2 decimals below 10 ms and to 1 from 10 ms up."""
 
 from leapfrog_gpu.tools.bench import mlp
 from leapfrog_gpu.tools.bench.runner import noisy

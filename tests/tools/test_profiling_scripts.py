@@ -326,6 +326,19 @@ def test_gpu_tests_are_collected_without_the_optional_packages(tmp_path):
         assert f"tests/{test}" in run.stdout, test
 
 
+def test_the_whole_step_gpu_tests_are_as_many_as_the_docs_say():
+    """device_check.sh and docs/testing.md give the count of GPU tests in the modules of ``FIRST``: the count that
+    pytest collects there."""
+    script = (PROFILING / "device_check.sh").read_text()
+    first = re.search(r"^FIRST=\(([^)]*)\)", script, re.M).group(1).split()
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                          *first], capture_output=True, text=True, timeout=120, cwd=PROFILING.parent)
+    collected = int(re.search(r"(\d+)/\d+ tests collected", run.stdout).group(1))
+    testing = " ".join((PROFILING.parent / "docs" / "testing.md").read_text().split())
+    said = [int(n) for text in (script, testing) for n in re.findall(r"(\d+) tests on \d{4}-\d\d-\d\d", text)]
+    assert said == [collected, collected], run.stdout[-300:]
+
+
 def test_a_part_killed_at_its_limit_keeps_what_it_wrote_and_the_next_part_runs(tmp_path):
     script = f"""
         source {PROFILING / "device_check.sh"}
@@ -846,6 +859,16 @@ def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_
                           cwd=tmp_path, env={**os.environ, "WHEELS": str(wheels), "PYTHON": "false"})
     assert done.returncode == status and words in done.stdout + done.stderr, done.stdout + done.stderr
     assert list(wheels.iterdir()) == [wheels / "kept.whl"]
+
+
+def test_the_markdown_cells_give_times_as_their_docstring_says():
+    """Times in ms to 2 decimals below 10 ms and to 1 from 10 ms up (0.012 ms: 2 significant digits, 1234.5 ms: 5),
+    as markdown_cells.py's docstring says (it said 3 significant digits)."""
+    import markdown_cells
+
+    assert [markdown_cells.ms(value) for value in (0.0123, 0.5, 9.994, 10.0, 123.46, 1234.5)] == [
+        "0.01", "0.50", "9.99", "10.0", "123.5", "1234.5"]
+    assert "times in ms to 2 decimals below 10 ms and to 1 from 10 ms up" in " ".join(markdown_cells.__doc__.split())
 
 
 MOST_BLAS = host_blas.most_threads()

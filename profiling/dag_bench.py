@@ -10,7 +10,8 @@ forward pass node by node (the forward's ``sequential`` row, its baseline), by `
 rounds, sweeps or iterations, flops and memory its solver reports; the block solvers are held to
 ``--memory-limit`` and ``--max-block-depth``. A suite of ``leapfrog-bench``'s runner
 (leapfrog_gpu/tools/bench/runner.py), on the NumPy backend unless ``--backend`` says otherwise; the records go
-to ``results/dag_bench_cpu_<UTC date>.json`` unless ``--json`` says otherwise. What the rows mean: docs/dag.md.
+to ``results/dag_bench_cpu_<UTC date>.json`` (``-2``, ``-3`` ... before ``.json`` where a run of the day wrote
+it) unless ``--json`` says otherwise. What the rows mean: docs/dag.md.
 """
 
 import datetime

@@ -13,7 +13,8 @@ a warm-up each, ``--repeats-long`` at the longest tau. NumPy's BLAS and PyTorch 
 threads (one by default: on a shared machine more threads only wait for each other), ``--torch-threads``
 PyTorch's step at each count too, a row each. ``--deer``: DEER's demo problem instead of the grid (``DEER``),
 its rows named ``DEER step ...`` and marked ``"problem": "deer"``. Writes the rows as JSON under
-profiling/results/ with the date in the file name.
+profiling/results/ with the date in the file name (``-2``, ``-3`` ... after it where a run of the day wrote
+it), or to ``--out``.
 """
 
 import datetime
@@ -28,7 +29,7 @@ import numpy as np
 
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
 from leapfrog_gpu.core.files import replaced_atomically
-from leapfrog_gpu.tools.cli import Parser, integer, integers, names, number, output_refusal, path
+from leapfrog_gpu.tools.cli import Parser, integer, integers, names, number, output_refusal, path, unused
 from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent
@@ -63,10 +64,12 @@ def main(argv=None):
     parser.add_argument("--cell", choices=("elman", "gru", "lstm"), default="elman", help="recurrent cell")
     parser.add_argument("--deer", action="store_true", help="DEER's demo problem instead of the grid: a GRU [2, N, "
                         "N], N = 8 and 32, B = 16, tau = 10,000; BPTT's step, the steps parallel in time and PyTorch's")
-    parser.add_argument("--out", type=path, default=None, help="the JSON file (default: under profiling/results/)")
+    parser.add_argument("--out", type=path, default=None,
+                        help="the JSON file (default: profiling/results/rnn_bench_cpu_<date>.json, or where that file "
+                             "is there, the first name free with -2, -3 ... before .json)")
     args = parser.parse_args(argv)
     today = datetime.date.today().isoformat()
-    out = Path(args.out or HERE / "results" / f"rnn_bench_cpu_{today}.json")
+    out = Path(args.out) if args.out else unused(HERE / "results" / f"rnn_bench_cpu_{today}.json")
     if why := output_refusal("--out", out):
         parser.error(why)
     args.inputs = None

@@ -122,6 +122,16 @@ def output_refusal(option, path):
     return None
 
 
+def unused(named):
+    """``named`` (a ``Path``), or where a file is there already, the first of ``NAME-2.EXT``, ``NAME-3.EXT``, ... that
+    is not: a default output, which a second run the same day would otherwise write over."""
+    candidate, count = named, 1
+    while candidate.exists():
+        count += 1
+        candidate = named.with_name(f"{named.stem}-{count}{named.suffix}")
+    return candidate
+
+
 def path(text):
     """An argument type: the name of a file or a folder, which the empty string is not."""
     if not text:

@@ -2,6 +2,7 @@
 schedule and forward solver, speed-ups over the sequential record of the same pass and network, refusals, the
 table within 100 columns, the progress bar, bad options, Ctrl-C and the CuPy stand-in."""
 
+import datetime
 import io
 import json
 import sys
@@ -194,6 +195,24 @@ def test_a_bad_option_exits_2_with_one_line(argv, capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1, err
     assert err.startswith("python profiling/dag_bench.py: error: ")
+
+
+def test_a_second_run_of_the_day_writes_beside_the_first_not_over_it(monkeypatch, capsys, tmp_path):
+    """The default --json, results/dag_bench_cpu_<UTC date>.json, is there already: the run writes -2, the next -3,
+    the first run's file as it was; --help says so."""
+    monkeypatch.setattr(dag_bench, "HERE", tmp_path)
+    (tmp_path / "results").mkdir()
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    first = tmp_path / "results" / f"dag_bench_cpu_{date}.json"
+    first.write_text("a run of the day\n")
+    for _ in range(2):
+        assert dag_bench.main(["--sizes", "2", "--depths", "2", "--batch", "1", "--repeats", "1", "--warmup", "0",
+                               "--time", "backward", "--quiet"]) == 0
+    assert first.read_text() == "a run of the day\n"
+    assert {path.name for path in first.parent.iterdir()} == {
+        f"dag_bench_cpu_{date}{suffix}.json" for suffix in ("", "-2", "-3")}
+    assert json.loads((first.parent / f"dag_bench_cpu_{date}-3.json").read_text())["records"]
+    assert "the first name free with -2, -3 ... before its suffix" in " ".join(dag_bench.parser().format_help().split())
 
 
 def test_ctrl_c_ends_a_run_with_exit_130_and_one_line(monkeypatch, capsys, tmp_path):

@@ -3,6 +3,7 @@ scripts linted, the kernel micro-benchmark run on the NumPy backend, and graph_n
 kernels, a node's cost as the slope of their times) on the CuPy stand-in."""
 
 import ast
+import datetime
 import importlib
 import json
 import os
@@ -1036,6 +1037,22 @@ def test_rnn_bench_refuses_a_bad_option_in_one_line_before_measuring(tmp_path, m
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1 and err.endswith(f": error: {line}\n"), err
     assert [p.name for p in tmp_path.iterdir()] == ["adir"] and not any((tmp_path / "adir").iterdir())
+
+
+def test_a_second_rnn_bench_of_the_day_writes_beside_the_first_not_over_it(tmp_path, monkeypatch, capsys):
+    """Without --out the rows go to results/rnn_bench_cpu_<date>.json; where a run of the day wrote it, to -2, then
+    -3, the first run's file as it was."""
+    monkeypatch.setattr(rnn_bench, "HERE", tmp_path)
+    (tmp_path / "results").mkdir()
+    first = tmp_path / "results" / f"rnn_bench_cpu_{datetime.date.today().isoformat()}.json"
+    first.write_text("a run of the day\n")
+    for _ in range(2):
+        assert rnn_bench.main(["--N", "3", "--tau", "4", "--B", "1", "--repeats", "1", "--repeats-long", "1",
+                               "--schedule", "bptt", "--forward-solver", "newton"]) == 0
+    assert first.read_text() == "a run of the day\n"
+    third = first.with_name(f"{first.stem}-3.json")
+    assert {path.name for path in first.parent.iterdir()} == {first.name, f"{first.stem}-2.json", third.name}
+    assert f"wrote {third} (" in capsys.readouterr().out and json.loads(third.read_text())["rows"]
 
 
 @pytest.mark.parametrize("script", ["autotune_check", "torch_compile"])

@@ -23,6 +23,7 @@ import os
 import platform
 import shlex
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from ...core.optimizers import SGD, Adam, AdamW
 from ...core.files import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
 from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, output_refusal,
-                   parse_args_on_a_backend, path, plural, too_large, writing)
+                   parse_args_on_a_backend, path, plural, too_large, unused, writing)
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
@@ -216,7 +217,8 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
     """A suite's command line with the options every suite takes, each with the suite's default: ``--model``
     (hidden but for ``model_help``), ``--backend`` (``backend``), ``--dtype``, ``--sizes``, ``--batch``, ``--schedule``
     (``schedules``: by default all of ``model``'s), ``--repeats``, ``--warmup``, ``--no-torch`` (with
-    ``torch``), ``--quiet``, ``--json`` (``json``: None, none written) and ``--jsonl``."""
+    ``torch``), ``--quiet``, ``--json`` (``json``: None, none written; else that file, or where one is there, the
+    first name free after it, ``cli.unused``) and ``--jsonl``."""
     outputs = ["--json", "--jsonl"] + ["--plot"] * (model == "mlp")
     p = Parser(prog=prog, description=description, exit_statuses=exit_statuses(outputs))
     p.add_argument("--model", choices=("mlp", "rnn") if model_help else (model,), default=model,
@@ -240,8 +242,9 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
         p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar; the table at the end rather than each network's rows as it is measured")
-    p.add_argument("--json", type=path, metavar="FILE", default=json,
-                   help="write the records to FILE" + (f" (default {json})" if json else ""))
+    p.add_argument("--json", type=path, metavar="FILE", default=None if json is None else str(unused(Path(json))),
+                   help="write the records to FILE" + (f" (default {json}, or where that file is there, the first "
+                                                       "name free with -2, -3 ... before its suffix)" if json else ""))
     p.add_argument("--jsonl", type=path, metavar="FILE",
                    help="append one JSON line per row to FILE as its network is measured, after a line with the "
                         "command and machine")

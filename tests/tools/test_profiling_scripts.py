@@ -335,7 +335,7 @@ def test_the_whole_step_gpu_tests_are_as_many_as_the_docs_say():
     run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                           *first], capture_output=True, text=True, timeout=120, cwd=PROFILING.parent)
     collected = int(re.search(r"(\d+)/\d+ tests collected", run.stdout).group(1))
-    testing = " ".join((PROFILING.parent / "docs" / "testing.md").read_text().split())
+    testing = " ".join((PROFILING.parent / "docs/testing.md").read_text().split())
     said = [int(n) for text in (script, testing) for n in re.findall(r"(\d+) tests on \d{4}-\d\d-\d\d", text)]
     assert said == [collected, collected], run.stdout[-300:]
 

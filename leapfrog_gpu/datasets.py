@@ -31,7 +31,7 @@ import threadpoolctl
 
 from . import reference
 from .core.checks import check_count, check_dtype, check_sizes
-from .core.files import DAMAGED, named
+from .core.files import DAMAGED, GZIP_DAMAGED, named
 from .core.parameters import digest, generator
 
 MNIST_FILES = {
@@ -285,8 +285,8 @@ def read_idx(path):
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except DAMAGED as error:  # zlib's error too, for a damaged deflate stream
-            raise DataError(f"{path} is not a readable gzip file ({error})") from None
+        except GZIP_DAMAGED as error:  # zlib's error too, for a damaged deflate stream
+            raise DataError(f"{path} is not a readable gzip file ({named(error)}: {error})") from None
     if len(raw) < 4 or raw[:2] != b"\0\0" or raw[3] == 0:
         raise DataError(f"{path} is not an IDX file (bad magic number)")
     if raw[2] != 0x08:
@@ -323,7 +323,7 @@ def _bytes(gzipped):
     """The bytes ``gzipped`` holds, b"" for a file that is no gzip stream (read_idx says what is wrong with it)."""
     try:
         return gzip.decompress(gzipped.read_bytes())
-    except DAMAGED:
+    except GZIP_DAMAGED:
         return b""
 
 

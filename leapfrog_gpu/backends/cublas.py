@@ -110,6 +110,13 @@ class Blas:
         self.handle = 0
 
 
+def takes(out, a, x):
+    """Whether ``Blas.bind`` takes ``out = a x``: ``out`` with a unit stride along its rows, ``a`` (``w``, or ``w^T``
+    when transposed) and ``x`` each along its rows or its columns (``operand``)."""
+    rows = operand(out)
+    return bool(operand(a) and operand(x) and rows and rows[0])
+
+
 def operand(a):
     """``(True, ld)`` for a 2-D ``a`` with a unit stride along its rows, ``(False, ld)`` along its columns, None for
     neither: ``ld`` (at least the rows' or the columns' length) the stride between them, in elements."""

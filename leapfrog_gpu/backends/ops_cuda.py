@@ -74,14 +74,14 @@ class CudaOps:
     def bind_matmul(self, out, w, x, transpose=False, accumulate=False, worker=False):
         """``out = w x`` (``w^T x`` if ``transpose``; ``out += ...`` if ``accumulate``) as a call of no
         argument, bound now: one cuBLAS call through nvmath-python (``cublas.Blas.bind``) where ``out`` has a unit
-        stride along its rows and ``w`` and ``x`` one along their rows or columns (``cublas.operand``), else
+        stride along its rows and ``w`` and ``x`` one along their rows or columns (``cublas.takes``), else
         ``cupy.matmul`` (into a buffer made now, then added, to accumulate). A product that a worker may make
         (``worker``) runs on a handle of the stream current at the call, each stream's own, under every schedule:
         the schedules then run it alike and agree to the bit. Without nvmath-python such a product's
         ``cupy.matmul`` shares CuPy's one handle among the streams, where cuBLAS promises the same bits only while
         one stream runs."""
-        cupy, blas = self._cupy, self.blas
-        if blas is not None and cublas.operand(w) and cublas.operand(x) and _rows(out):
+        cupy, blas, a = self._cupy, self.blas, w.T if transpose else w
+        if blas is not None and cublas.takes(out, a, x):
             if not worker:
                 return blas.bind(out, w, x, transpose, accumulate)
             bound = {}  # stream ptr -> the call bound on its handle
@@ -93,7 +93,6 @@ class CudaOps:
                 bound[stream.ptr]()
 
             return on_current_stream
-        a = w.T if transpose else w
         if not accumulate:
             return functools.partial(cupy.matmul, a, x, out=out)
         product = cupy.empty(out.shape, out.dtype)
@@ -279,8 +278,3 @@ class CudaOps:
     def set_element(array, index, value):
         """``array[index] = value`` on the current stream (a fill kernel: no host copy, no allocation)."""
         array[index:index + 1].fill(value)
-
-
-def _rows(x):
-    """Whether the 2-D ``x`` has a unit stride along its rows and a positive one between them."""
-    return (x.shape[1] == 1 or x.strides[1] == x.itemsize) and x.strides[0] > 0

@@ -1,6 +1,6 @@
 """Files written whole or not at all (``replaced_atomically``: a network's file, a checkpoint, a timeline's chart, a
 bench's results), what a regular file is (``regular``: one that can be replaced, emptied or cut), and what reading a
-damaged archive raises (``DAMAGED``)."""
+damaged archive raises (``DAMAGED``; a gzip stream, ``GZIP_DAMAGED``)."""
 
 import contextlib
 import lzma
@@ -10,7 +10,9 @@ import stat
 import zipfile
 import zlib
 
-DAMAGED = (OSError, EOFError, ValueError, RuntimeError, zipfile.BadZipFile, zlib.error, lzma.LZMAError)
+GZIP_DAMAGED = (OSError, EOFError, zlib.error)
+"""What ``gzip.decompress`` of a damaged gzip stream raises: gzip's own errors and zlib's (deflate)."""
+DAMAGED = (*GZIP_DAMAGED, ValueError, RuntimeError, zipfile.BadZipFile, lzma.LZMAError)
 """What reading a damaged zip archive or gzip file may raise: zipfile's and gzip's own errors (zipfile's RuntimeError
 for an entry marked encrypted, its NotImplementedError for an unknown method), and those of the compressed stream
 inside, zlib's (deflate) and lzma's (bzip2's is an OSError)."""

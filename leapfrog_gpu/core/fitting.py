@@ -146,6 +146,7 @@ class Fitting:
 
     def __init__(self, net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=None, shuffle=True,
                  seed=0, graph=False, solver=None, clip=None, state=None):
+        net._check_open()  # first: no other fault of a closed network's matters
         self.net, self.schedule, self.solver = net, schedule, solver
         self.epochs = check_count("epochs", epochs)
         self.x, self.y = _checked(net, x, y)

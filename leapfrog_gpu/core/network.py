@@ -230,6 +230,7 @@ class Network(OneThreadAtATime, OptimizerState):
         eagerly, choosing k); later calls copy the batch, lr and t in and launch that graph, with no planning in
         between. A step that cannot be captured raises a ``ValueError``.
         """
+        self._check_open()  # first: no other fault of a closed network's matters
         optimizer = optimizers.check(optimizer)
         schedule, solver = self._check_step(schedule, graph, solver)
         clip = optimizers.check_clip(clip, schedule, graph, self.backend.name)

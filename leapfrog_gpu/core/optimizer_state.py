@@ -52,6 +52,7 @@ class OptimizerState:
         be left out, and is then 0, as no step has made it (``{"step": 0}``: the state before any step). The state of
         another optimizer than the one held replaces it (plain SGD's none: the state held goes), once the steps
         enqueued have run: the way from one optimizer to another."""
+        self._check_open()  # first: no other fault of a closed network's matters
         optimizer = optimizers.check(optimizer)
         self._check_optimizer(optimizer, held=False)
         steps = state.get("step") if isinstance(state, dict) else None
@@ -148,12 +149,10 @@ class OptimizerState:
                                f"its step count is back to {self._steps}, its parameters those after that step")
 
     def _check_optimizer(self, optimizer, held=True):
-        """Raise if the network is closed (first: no other fault of a closed network's matters), if it holds the
-        state of another optimizer rule than ``optimizer``'s (``held``: a step's, which would mix them), or if one of
-        its hyper-parameters is out of its dtype's range: beyond the largest number (it would be inf), or in float32
-        lr or eps above 0 and below the smallest normal number (0 on a GPU, whose kernels flush smaller float32
-        numbers)."""
-        self._check_open()
+        """Raise if the network holds the state of another optimizer rule than ``optimizer``'s (``held``: a step's,
+        which would mix them), or if one of its hyper-parameters is out of its dtype's range: beyond the largest
+        number (it would be inf), or in float32 lr or eps above 0 and below the smallest normal number (0 on a GPU,
+        whose kernels flush smaller float32 numbers)."""
         finfo = np.finfo(self.dtype)
         for name, value in optimizer.hyper().items():
             if max(value if isinstance(value, tuple) else (value,)) > float(finfo.max):

@@ -10,7 +10,8 @@ main stream or on worker ``l mod k`` (the seed's levels mk + j). The others belo
 network refuses a schedule it cannot run by name (``check``).
 
 ``fused=True`` folds the SGD update into the gradients during ``sgd_step`` (w -= eta/B * delta a^T, so
-that nabla_w never goes to memory); ``backprop`` still returns nabla_w. ``one_pass=True`` (the MLP on the
+that nabla_w never goes to memory, but on the host at B > 1 for a layer beyond its cache block, ``mlp.plan``);
+``backprop`` still returns nabla_w. ``one_pass=True`` (the MLP on the
 NumPy backend; it implies ``fused``) updates w^{l+1} inside the sweep of (5) that reads it
 (``mlp.plan``); a network without that sweep refuses it by name. Equation numbers follow docs/design.md §1.
 """

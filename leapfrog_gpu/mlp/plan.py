@@ -191,9 +191,10 @@ class MLPPlan(plan.Plan):
         """Enqueue (6) and (7) of layer l on ``stream``; with ``controls`` (a ``Controls``), the update of its
         optimizer: the plain SGD update fused into (7), b^l -= eta/B nabla_b^l, and w^l -= eta/B delta^l
         (a^{l-1})^T without nabla_w^l ever written (on the host at B > 1, written whole where w^l is more than one
-        block of its scratch, so that the update is bitwise the unfused one); another optimizer's behind (6) and (7), on the same stream,
-        at B = 1 on the host without nabla_w^l either (``optimizer.sweep`` with no chain, bitwise the update by
-        nabla_w^l). In a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being updated by it."""
+        block of its scratch, so that the update is bitwise the unfused one); another optimizer's behind (6) and
+        (7), on the same stream, at B = 1 on the host without nabla_w^l either (``optimizer.sweep`` with no chain,
+        bitwise the update by nabla_w^l). In a one-pass sweep (``sweep``), (6) and the update of b^l only, w^l being
+        updated by it."""
         ops, launch = self.backend.ops, self.backend.launch
         inline = controls is not None and self.batch == 1 and self.backend.name == "numpy"
         if self.sweep or inline and not controls.optimizer.plain:

@@ -76,6 +76,47 @@ def test_the_products_follow_the_float64_maths(standin, dtype, size, transpose):
     np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-6)
 
 
+def laid_out(standin, array, layout):
+    """``(view, whole)``: ``array`` on the stand-in as a C-contiguous array (``"C"``), the transpose of one
+    (``"F"``), or the first columns of a wider one, its other columns NaN (``"padded"``: the stride between rows
+    beyond the row); ``whole``, the array that holds it."""
+    if layout == "F":
+        whole = standin.asarray(np.ascontiguousarray(array.T))
+        return whole.T, whole
+    wide = np.full((array.shape[0], array.shape[1] + 3 * (layout == "padded")), np.nan)
+    wide[:, :array.shape[1]] = array
+    whole = standin.asarray(wide)
+    return whole[:, :array.shape[1]], whole
+
+
+@pytest.mark.parametrize("size", [1, 6], ids=batch_id)
+@pytest.mark.parametrize("w_layout, x_layout, out_layout",
+                         [("C", "C", "C"), ("F", "padded", "padded"), ("padded", "F", "C"), ("F", "F", "padded")])
+def test_bound_products_of_every_layout_follow_the_float64_maths(standin, size, w_layout, x_layout, out_layout):
+    """``bind_matmul`` through cuBLAS for operands of either unit stride, with a leading dimension beyond their rows
+    (a time step's columns), w read as it is or transposed, into ``out`` or added: the float64 maths, each one call
+    of the handle, and ``out``'s padding untouched."""
+    rng = np.random.default_rng(size)
+    n, m = 5, 3
+    for transpose in (False, True):
+        for accumulate in (False, True):
+            w = rng.standard_normal((m, n) if transpose else (n, m))
+            x, z0 = rng.standard_normal((m, size)), rng.standard_normal((n, size))
+            with cupy_backend() as cuda:
+                (dw, _), (dx, _), (out, whole) = (laid_out(standin, a, layout) for a, layout in
+                                                  ((w, w_layout), (x, x_layout), (z0, out_layout)))
+                product = cuda.ops.bind_matmul(out, dw, dx, transpose, accumulate)
+                cuda.synchronize()
+                standin.nvmath.calls.clear()
+                cuda.launch(cuda.main, "product", product)
+                cuda.synchronize()
+                got, whole = out.get(), whole.get()
+            assert [name for name, _, _ in standin.nvmath.calls] == ["dgemv" if size == 1 else "dgemm"]
+            want = (z0 if accumulate else 0) + (w.T if transpose else w) @ x
+            np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-14, err_msg=f"{transpose=}, {accumulate=}")
+            assert np.isnan(whole[:, size:]).all()
+
+
 @pytest.mark.parametrize("accumulate", [False, True], ids=["into", "added"])
 def test_a_product_a_worker_makes_runs_on_a_handle_of_that_workers_stream(standin, accumulate):
     """A bound product a worker may make (``worker=True``) runs on a cuBLAS handle of the stream current at the

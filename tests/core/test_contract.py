@@ -61,15 +61,18 @@ def test_close_twice_and_use_after_close(network_name):
             use()
 
 
-def test_a_closed_network_says_so_before_any_fault_of_the_optimizer_it_is_given(network_name):
+def test_a_closed_network_says_so_before_any_fault_of_what_it_is_given(network_name):
     """Closed after an Adam step, a step of another optimizer was refused as one that would mix their states (whose
-    remedy, set_optimizer_state, then said it was closed), and an lr beyond float32 as such: it says it is closed."""
+    remedy, set_optimizer_state, then said it was closed), and an lr beyond float32, a bad optimizer, schedule, clip
+    or epoch count as such: it says it is closed."""
     net = network(network_name, "numpy")
     x, y = network_batch(network_name)
     net.train_step(x, y, Adam(0.01))
     net.close()
     for use in (lambda: net.train_step(x, y, SGD(0.1)), lambda: net.train_step(x, y, Adam(1e300)),
-                lambda: net.fit(x, y, 1, 2, SGD(0.1), progress=False),
+                lambda: net.train_step(x, y, "adam"), lambda: net.train_step(x, y, SGD(0.1), "leapfrog"),
+                lambda: net.train_step(x, y, SGD(0.1), clip=-1.0), lambda: net.set_optimizer_state("adam", {}),
+                lambda: net.fit(x, y, 1, 2, SGD(0.1), progress=False), lambda: net.fit(x, y, 0, 2, "adam", progress=False),
                 lambda: net.set_optimizer_state(SGD(0.1), {"step": 0})):
         with pytest.raises(RuntimeError, match=f"^this {network_name} is closed: build a new one$"):
             use()

@@ -90,7 +90,7 @@ def test_read_idx_shape_and_values(tmp_path):
     (lambda raw: raw[:6], "truncated inside its IDX header"),
     (lambda raw: gzip.compress(raw)[:-8], "not a readable gzip file"),
     (lambda raw: reserved_block(gzip.compress(raw), 10),  # gzip's header: 10 bytes, no name
-     r"not a readable gzip file \(Error -3 while decompressing data: invalid block type\)"),
+     r"not a readable gzip file \(zlib.error: Error -3 while decompressing data: invalid block type\)"),
 ])
 def test_read_idx_rejects_malformed(tmp_path, mangle, message):
     path = tmp_path / "bad"

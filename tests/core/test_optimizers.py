@@ -705,10 +705,10 @@ def test_a_step_that_fails_as_it_runs_takes_no_step(monkeypatch, network_name, m
         for model in (net, unbroken):
             model.train_step(*good[0], Adam(0.01))
         with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="stopped after|planted"):
-            net.train_step(*good[0], Adam(0.01), **raising(patch, network_name))
-            net.train_step(*good[0], Adam(0.01))
+            net.train_step(*good[0], Adam(0.02), **raising(patch, network_name))
+            net.train_step(*good[0], Adam(0.03))
             net.synchronize()
-        assert net.optimizer_state()["step"] == 1
+        assert net.held_optimizer().lr == 0.01 and net.optimizer_state()["step"] == 1  # the lr of the step that ran
         for x, y in good[1:]:
             for model in (net, unbroken):
                 model.train_step(x, y, Adam(0.01))
@@ -731,12 +731,13 @@ def test_steps_a_failure_on_a_shared_backend_stopped_are_said_and_not_counted(mo
             model.synchronize()
         with monkeypatch.context() as patch:
             failing.train_step(*good[0], Adam(0.01), **raising(patch, network_name))
-        other.train_step(*good[1], Adam(0.01))
+        other.train_step(*good[1], Adam(0.02))
         with pytest.raises(RuntimeError, match="stopped after|planted"):
             failing.synchronize()
         with pytest.raises(RuntimeError, match=r"^1 step\(s\) of this \w+ did not run: a failure on the backend"):
             other.synchronize()
         other.synchronize()  # said once
+        assert other.held_optimizer().lr == 0.01  # not the lr of the step that did not run
         assert failing.optimizer_state()["step"] == other.optimizer_state()["step"] == 1
         for model in (other, unbroken):
             model.train_step(*good[1], Adam(0.01))

@@ -123,7 +123,6 @@ def test_the_timeline_chart_names_its_network_and_runs_one_blas_thread_per_strea
     assert {r["blas_threads"] for r in json.loads((tmp_path / "r.json").read_text())["records"]} == {1}
 
 
-
 def test_each_optimizer_is_stamped_by_its_own_steps_and_named_in_its_panels(tmp_path, monkeypatch):
     """--optimizer sgd,adam: each record's plain and stamped steps are its optimizer's (a network each, as the
     rows are measured), so Adam's panels stamp Adam's launches (``lr, 1 / B, t``, ``step done``) and SGD's
@@ -157,6 +156,7 @@ def test_each_optimizer_is_stamped_by_its_own_steps_and_named_in_its_panels(tmp_
                 if line.startswith("| ") and line.count("|") == cells]
         assert rows[1:] == [f"sequential{best}, sgd", "leapfrog, sgd", f"sequential{best}, adam", "leapfrog, adam"]
 
+
 @pytest.mark.parametrize("argv, message", [
     (["--timeline", "/nonexistent-folder/t.png"], "the folder /nonexistent-folder does not exist"),
     (["--sizes", "8,9", "--timeline", "t.png"], "--timeline charts one network: give one value each to --sizes"),
@@ -174,7 +174,6 @@ def test_the_timeline_refuses_a_bad_option_in_one_line(capsys, tmp_path, argv, m
     assert err.startswith(f"{TIMELINE}: error:") and message in err and not list(tmp_path.iterdir())
 
 
-
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")
 def test_a_timeline_that_cannot_be_written_once_measured_is_exit_5_and_one_line(tmp_path, capsys):
     """--timeline a link to /dev/full (a full disk): as leapfrog-bench's --plot, exit status 5 and one line (not a
@@ -190,6 +189,7 @@ def test_a_timeline_that_cannot_be_written_once_measured_is_exit_5_and_one_line(
     assert len(json.loads((tmp_path / "r.json").read_text())["records"]) == 2
     help_text = bench_timeline.parser().format_help()
     assert "5    --json, --jsonl, --plot, --timeline or stdout could not be written" in help_text
+
 
 def test_the_timeline_without_matplotlib_is_a_cli_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError

@@ -58,10 +58,11 @@ the process and one to its group, and a user presses Ctrl-C twice; only a later 
 
 
 class SigintNoted:
-    """SIGINT's handler from the command's start to its first step (``sigint_noted``): a ``KeyboardInterrupt``, as
-    Python's own handler raises, that also sets ``landed``. CPython swallows an exception raised in a ``__del__`` or a
-    weakref callback (it prints "Exception ignored in ..." and goes on), so that a Ctrl-C landing in one went unseen
-    and the run trained to its end; ``Training.run`` stops before the first step where one ``landed``."""
+    """SIGINT's handler while the command runs (``sigint_noted``; one process's training puts its own between its
+    steps, ``sigint_between_steps``): a ``KeyboardInterrupt``, as Python's own handler raises, that also sets
+    ``landed``. CPython swallows an exception raised in a ``__del__`` or a weakref callback (it prints "Exception
+    ignored in ..." and goes on), so that a Ctrl-C landing in one went unseen and the run trained to its end;
+    ``Training.run`` stops before the first step where one ``landed``."""
 
     landed = False
 
@@ -280,8 +281,9 @@ class Report:
     def __init__(self, quiet, metrics_file=None, rank=0):
         self.quiet, self.metrics_file, self.rank = quiet or rank > 0, metrics_file, rank
         self.fresh = False
-        tqdm.get_lock()  # made now, where Ctrl-C is one before the first step: a Ctrl-C while the first line made it
-        # (a multiprocessing lock, slow) became tqdm's AttributeError in external_write_mode's finally, a traceback
+        # tqdm's write lock (a multiprocessing lock, slow to make) made now, where a Ctrl-C is one before the first
+        # step: made by the first line's external_write_mode, a Ctrl-C meanwhile became tqdm's AttributeError
+        tqdm.get_lock()
 
     def start(self):
         """A fresh run starts: its first record, once written whole with its checkpoint, empties the ``--metrics`` file

@@ -206,7 +206,8 @@ def test_blas_threads_on_the_cupy_backend_are_refused_in_one_line(capsys, monkey
     install_standin(monkeypatch, STANDIN_ORDERS[0])
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--model", model, "--backend", "cupy", "--sizes", "8", "--layers", "3", "--batch", "1",
-                    "--repeats", "1", "--no-torch", "--quiet", "--blas-threads", "2"] + ["--tau", "4"] * (model == "rnn"))
+                    "--repeats", "1", "--no-torch", "--quiet", "--blas-threads", "2"]
+                   + ["--tau", "4"] * (model == "rnn"))
     out, err = capsys.readouterr()
     assert exit_info.value.code == 2 and out == ""
     assert err == f"leapfrog-bench{' --model rnn' * (model == 'rnn')}: error: --blas-threads applies to the numpy " \

@@ -801,8 +801,10 @@ def test_a_ctrl_c_that_cpython_swallowed_before_the_first_step_still_stops_the_r
             ask = estimate.ask
             monkeypatch.setattr(estimate, "ask", lambda *args: (Dropped(), ask(*args))[1])
         status = cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run", "--metrics", tmp_path / "m.jsonl")
+        after = signal.getsignal(signal.SIGINT)
     finally:
         signal.signal(signal.SIGINT, previous)
+    assert after is signal.default_int_handler  # the command's own handler is gone with it
     assert [report.exc_type for report in swallowed] == [KeyboardInterrupt]  # swallowed, as CPython does
     assert status == 130
     assert capsys.readouterr().err == "leapfrog-train: interrupted before the first step; nothing was written\n"

@@ -17,7 +17,7 @@ from leapfrog_gpu.core.schedules import Sequential
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.tools.bench import measure, runner
-from leapfrog_gpu.tools.cli import blas_thread_counts, integers, refusing_too_large
+from leapfrog_gpu.tools.cli import blas_thread_counts, integers, refuse_blas_threads_on_cupy, refusing_too_large
 from grid_options import grid_parser, networks, parse, write
 
 PROG = "python profiling/autotune_check.py"
@@ -69,8 +69,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
     args = parse(p, argv)
-    if args.backend == "cupy" and args.blas_threads is not None:
-        p.error("--blas-threads applies to the numpy backend only")
+    refuse_blas_threads_on_cupy(p, args)
     records = []
     with refusing_too_large(p):
         for sizes, batch in networks(args):

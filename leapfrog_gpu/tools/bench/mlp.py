@@ -17,7 +17,8 @@ from ...backends import get_backend, host_blas, timing
 from ...core.functions import ACTIVATIONS
 from ...core.schedules import Leapfrog, Sequential
 from ...mlp import autotune
-from ..cli import blas_thread_counts, fitted, integers, names, path, pip_install, png_refusal, writing
+from ..cli import (blas_thread_counts, fitted, integers, names, path, pip_install, png_refusal,
+                   refuse_blas_threads_on_cupy, writing)
 from . import measure, progress, runner, torch_anchor
 from .runner import NOISY, line, median, ratio
 
@@ -84,8 +85,7 @@ def parser():
 
 def check(p, args):
     """The options that do not go together."""
-    if args.backend == "cupy" and args.blas_threads is not None:
-        p.error("--blas-threads applies to the numpy backend only")
+    refuse_blas_threads_on_cupy(p, args)
     if args.plot is not None:
         refusal = png_refusal("--plot", args.plot)
         if refusal:

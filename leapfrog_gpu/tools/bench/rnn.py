@@ -18,7 +18,7 @@ from ...rnn.network import RNN
 from ...rnn.scans import NaumovRNN, TimeScan
 from ...rnn.schedules import BPTT, forward_flops, resolve
 from ...rnn.torch_io import train_b_hn_alone
-from ..cli import blas_threads, integer, integers, names as names_of, number
+from ..cli import blas_threads, integer, integers, names as names_of, number, refuse_blas_threads_on_cupy
 from ..schedules import SOLVERS, make_solver, schedule_names
 from . import progress, runner, torch_anchor
 from .runner import OPTIMIZERS, at_rate, ratio
@@ -229,8 +229,7 @@ def check(p, args):
     if "step" not in args.time and (args.optimizer != ["sgd"] or args.forward_solver):
         given = "--optimizer" if args.optimizer != ["sgd"] else "--forward-solver"
         p.error(f"{given} applies to the steps, and --time backward times the backward pass alone: add step to --time")
-    if args.backend == "cupy" and args.blas_threads is not None:
-        p.error("--blas-threads applies to the numpy backend only")
+    refuse_blas_threads_on_cupy(p, args)
     args.blas_threads = args.blas_threads or 1
 
 

@@ -222,11 +222,18 @@ def shapes(text):
     return found
 
 
-def _gemv_blocks(text):
-    """``[((lanes, rows), (cols, threads)), ...]`` from ``32x4:8x256,32x8:16x512``."""
-    if not text:
-        return []
-    return [tuple(tuple(int(v) for v in block.split("x")) for block in pair.split(":")) for pair in text.split(",")]
+def gemv_blocks(text):
+    """An argument type: ``[((lanes, rows), (cols, threads)), ...]`` from ``32x4:8x256,32x8:16x512``, each an
+    integer >= 1 (whether the launcher runs a shape is its own check, made as the shape's turn comes)."""
+    try:
+        found = [tuple(tuple(map(integer(1), block.split("x"))) for block in pair.split(":"))
+                 for pair in text.split(",")]
+    except argparse.ArgumentTypeError:
+        found = []
+    if not found or any(len(pair) != 2 or any(len(block) != 2 for block in pair) for pair in found):
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of FxR:CxS, each an integer >= 1; "
+                                         f"got {text!r}")
+    return found
 
 
 @contextlib.contextmanager
@@ -307,7 +314,7 @@ def main(argv=None):
     parser.add_argument("--launches", type=integer(1, "--launches"), default=LAUNCHES,
                         help=f"launches back to back between one pair of events per repeat (default {LAUNCHES}): "
                              "the time per launch apart from the host's time to issue one")
-    parser.add_argument("--gemv-blocks", default=None, metavar="FxR:CxS,...",
+    parser.add_argument("--gemv-blocks", type=gemv_blocks, default=[], metavar="FxR:CxS,...",
                         help="chain GEMV block shapes to compare at B = 1, forward (lanes x rows) and backward "
                              "(columns x threads) pairs such as 32x4:8x256,32x8:16x512 (default: the launcher's)")
     parser.add_argument("--json", type=path, metavar="FILE")
@@ -349,7 +356,7 @@ def main(argv=None):
             show("chain", r)
         print(launch_line(chain), flush=True)
         print("\n".join(chain_verdicts(chain)), flush=True)
-        failed = [blocks for blocks in _gemv_blocks(args.gemv_blocks)
+        failed = [blocks for blocks in args.gemv_blocks
                   if not _other_gemv_blocks(backend, blocks, gemvs, args, show, copy)]
     if args.json:
         with open(args.json, "w") as out:

@@ -218,7 +218,7 @@ def test_the_gemv_block_shapes_of_the_device_check_pass_the_launchers_checks():
     list), is one the launcher accepts, in float32 and float64."""
     text = (PROFILING / "device_check.sh").read_text()
     assert text.count("--gemv-blocks") == 1 and '--gemv-blocks "$GEMV_BLOCKS"' in text
-    blocks = kernels._gemv_blocks(GEMV_BLOCKS)
+    blocks = kernels.gemv_blocks(GEMV_BLOCKS)
     assert len(blocks) >= 4 and len(set(blocks)) == len(blocks)
     for forward, backward in blocks:
         with kernels._gemv_block_shapes(forward, backward):
@@ -885,6 +885,9 @@ MOST_BLAS = host_blas.most_threads()
                                         ">= 1; got '8:8'"),
     ("kernels.py", ["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
     ("kernels.py", ["--launches", "0"], "argument --launches: --launches must be an integer >= 1; got '0'"),
+    *[("kernels.py", ["--backend", "numpy", "--shapes", "8:8:1", "--repeats", "1", "--gemv-blocks", blocks],
+       f"argument --gemv-blocks: must be a comma-separated list of FxR:CxS, each an integer >= 1; got '{blocks}'")
+      for blocks in ("abc", "0x0", "32x4:0x256", "32x4:8x256,32x8")],  # one the launcher refuses: a test above
     ("kernels.py", ["--jsonl", "gone/k.jsonl"], "--jsonl gone/k.jsonl: the folder {tmp}/gone does not exist"),
     ("kernels.py", ["--json", "gone/k.json"], "--json gone/k.json: the folder {tmp}/gone does not exist"),
     ("kernels.py", ["--model", "gone.json"], "cannot read gone.json (No such file or directory)"),

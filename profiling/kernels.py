@@ -248,9 +248,19 @@ def _gemv_block_shapes(forward, backward):
 
 
 def load_model(path):
-    """``{(kernel, N, B, dtype): record}`` of a ``kernel_model.py --json`` file."""
+    """``{(kernel, N, B, dtype): record}`` of a ``kernel_model.py --json`` file; a ``ValueError`` that names the file
+    and what is wrong where its JSON is not of that layout."""
     with open(path, encoding="utf-8") as source:
-        return {(r["kernel"], r["N"], r["B"], r["dtype"]): r for r in json.load(source)["kernels"]}
+        found = json.load(source)
+    records = found.get("kernels") if isinstance(found, dict) else None
+    if not isinstance(records, list):
+        raise ValueError(f"{path} holds no \"kernels\" list: it is not a file profiling/kernel_model.py --json wrote")
+    for i, r in enumerate(records):
+        if not (isinstance(r, dict) and {"kernel", "N", "B", "dtype"} <= set(r) and isinstance(r.get("bound"), str)
+                and isinstance(r.get("predicted_us"), (int, float))):
+            raise ValueError(f"{path}: kernels[{i}] is no record of profiling/kernel_model.py --json (its kernel, N, "
+                             "B, dtype, bound and predicted_us)")
+    return {(r["kernel"], r["N"], r["B"], r["dtype"]): r for r in records}
 
 
 def model_kernel(table, r):
@@ -330,8 +340,11 @@ def main(argv=None):
         refuse_without_gpu(parser, "--backend cupy", "--backend numpy runs the kernels' NumPy twins")
     gemvs = [shape for shape in args.shapes if shape[2] == 1]
     results, chain = [], []
-    model = None if args.model is None else read_or_refuse(parser, args.model, load_model,
-                                                           "a file profiling/kernel_model.py --json wrote")
+    try:
+        model = None if args.model is None else read_or_refuse(parser, args.model, load_model,
+                                                               "a file profiling/kernel_model.py --json wrote")
+    except ValueError as error:  # JSON of another layout (read_or_refuse says what is not JSON)
+        parser.error(str(error))
 
     def show(table, r):
         r = {**r, "backend_repr": repr(backend)}

@@ -911,6 +911,28 @@ def test_a_scripts_bad_option_is_refused_in_one_line_before_it_measures(tmp_path
     assert done.stderr.endswith(f"{script}: error: {line.format(tmp=tmp_path)}\n"), done.stderr
 
 
+NOT_A_MODEL = 'model.json holds no "kernels" list: it is not a file profiling/kernel_model.py --json wrote'
+NO_RECORD = ("model.json: kernels[0] is no record of profiling/kernel_model.py --json (its kernel, N, B, dtype, bound and "
+             "predicted_us)")
+
+
+@pytest.mark.parametrize("text, line", [
+    ("[1, 2]", NOT_A_MODEL), ("42", NOT_A_MODEL), ('{"card": "H200"}', NOT_A_MODEL), ('{"kernels": 3}', NOT_A_MODEL),
+    ('{"kernels": [7]}', NO_RECORD),
+    ('{"kernels": [{"kernel": "outer", "N": 16, "B": 1, "dtype": "float32", "bound": "memory"}]}', NO_RECORD),
+])
+def test_kernels_refuses_a_model_of_another_layout_in_one_line_before_it_measures(tmp_path, monkeypatch, capsys, text,
+                                                                                   line):
+    """``--model`` JSON that is not kernel_model.py --json's (a list, a number, no "kernels", a record without the
+    model's fields): exit status 2 and one line that names the file, not a KeyError or a TypeError."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["kernels.py"])  # the prog its line starts with
+    (tmp_path / "model.json").write_text(text)
+    with pytest.raises(SystemExit) as exited:
+        kernels.main(["--backend", "numpy", "--shapes", "8:8:1", "--repeats", "1", "--model", "model.json"])
+    assert (exited.value.code, capsys.readouterr()) == (2, ("", f"kernels.py: error: {line}\n"))
+
+
 @pytest.mark.parametrize("script, args", [
     ("after_effects.py", ["--size", "2000000000", "--layers", "2", "--batch", "1", "--threads", "1", "--rounds", "1"]),
     ("autotune_check.py", ["--backend", "numpy", "--sizes", "2000000000", "--layers", "2", "--batch", "1",

@@ -19,6 +19,7 @@ import numpy as np
 
 from leapfrog_gpu import MLP, Leapfrog, Sequential, get_backend
 from leapfrog_gpu.backends import timing
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
 from leapfrog_gpu.tools.cli import Parser, blas_threads, integer, output_refusal, path, refusing_too_large
 
@@ -87,4 +88,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main, "python profiling/after_effects.py"))

@@ -16,6 +16,7 @@ from leapfrog_gpu.backends import get_backend, host_blas, timing
 from leapfrog_gpu.core.schedules import Sequential
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import measure, runner
 from leapfrog_gpu.tools.cli import blas_thread_counts, integers, refuse_blas_threads_on_cupy, refusing_too_large
 from grid_options import grid_parser, networks, parse, write
@@ -80,4 +81,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, PROG))

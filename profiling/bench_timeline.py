@@ -25,7 +25,7 @@ import numpy as np
 from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
-from leapfrog_gpu.tools import timeline
+from leapfrog_gpu.tools import guarded, timeline
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp, runner
 from leapfrog_gpu.tools.bench.runner import ratio
 from leapfrog_gpu.tools.cli import fitted, listed, one_file_each, writing
@@ -167,4 +167,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, PROG))

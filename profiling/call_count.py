@@ -32,6 +32,7 @@ from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.backends.ops_cuda import CudaOps
 from leapfrog_gpu.core.functions import ACTIVATIONS
 from leapfrog_gpu.mlp.network import MLP
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.measure import ETA, configurations
 from leapfrog_gpu.tools.bench.mlp import DEFAULT_SCHEDULES
@@ -242,4 +243,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "python profiling/call_count.py"))

@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.cli import Parser, output_refusal, path
 
@@ -245,4 +246,4 @@ SIDE = {"ours": ours, "scipy": scipy_side, "torch": torch_side, "pools-mixed": p
         "beside": beside}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "cpu_gemms.py"))

@@ -25,6 +25,7 @@ from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.dag.forward import ForwardJacobi, ForwardNewton, forward_counters
 from leapfrog_gpu.dag.layers import Add, Concat, Dense
 from leapfrog_gpu.dag.network import INPUT, DagNet
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import progress, runner
 from leapfrog_gpu.tools.bench.runner import NOISY, noisy, ratio, spread
 from leapfrog_gpu.tools.cli import integer, integers, names
@@ -221,4 +222,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, PROG))

@@ -11,6 +11,7 @@ import numpy as np
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import timing
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.cli import Parser, integer
 from card import refuse_without_gpu
 
@@ -56,4 +57,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "graph_nodes.py"))

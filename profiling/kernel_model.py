@@ -57,6 +57,7 @@ from pathlib import Path
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench.traffic import step_bytes
 from leapfrog_gpu.tools.cli import Parser, output_refusal, path
 
@@ -363,4 +364,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "kernel_model.py"))

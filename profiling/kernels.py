@@ -38,6 +38,7 @@ import numpy as np
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch, timing
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.cli import Parser, integer, output_refusal, path, read_or_refuse, refusing_too_large
 import kernel_traffic as traffic
 from card import refuse_without_gpu
@@ -404,4 +405,4 @@ def _other_gemv_blocks(backend, blocks, gemvs, args, show, copy):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "kernels.py"))

@@ -25,6 +25,7 @@ from leapfrog_gpu import MLP, Sequential
 from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.core.checks import MEMORY_LIMIT
 from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_counters
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.runner import ratio
 from leapfrog_gpu.tools.cli import Parser, integers, number, pip_install
@@ -203,4 +204,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "naumov_crossover.py"))

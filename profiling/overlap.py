@@ -18,6 +18,7 @@ import json
 import sqlite3
 import sys
 
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.cli import Parser, output_refusal, path
 from leapfrog_gpu.tools.timeline import length, overlap, union
 
@@ -139,4 +140,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "overlap.py"))

@@ -8,8 +8,10 @@ different times meet different loads on a shared machine).
 
 import json
 import statistics
+import sys
 from pathlib import Path
 
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.cli import Parser, read_or_refuse
 
 KEY = ("N", "L", "B", "P", "schedule", "k", "bucket_mb", "blas_threads")
@@ -67,4 +69,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main, "parallel_table.py"))

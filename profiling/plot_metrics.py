@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.cli import Parser, output_refusal, path, pip_install, read_or_refuse
 
 
@@ -98,4 +99,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "plot_metrics.py"))

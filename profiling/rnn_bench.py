@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
 from leapfrog_gpu.core.files import replaced_atomically
 from leapfrog_gpu.tools.cli import Parser, integer, integers, names, number, output_refusal, path, unused
@@ -117,4 +118,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "rnn_bench.py"))

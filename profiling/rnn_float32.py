@@ -21,6 +21,7 @@ from leapfrog_gpu import BPTT, RNN, Leapfrog, NaumovRNN, TimeScan, Wavefront
 from leapfrog_gpu.core.torch_io import INSTALL
 from leapfrog_gpu.reference import sigma_prime
 from leapfrog_gpu.rnn import reference
+from leapfrog_gpu.tools import guarded
 
 FUNCTIONS = [  # (activation, cost, output_activation), as tests/rnn/test_rnn.py
     ("tanh", "quadratic", None), ("sigmoid", "quadratic", None), ("relu", "quadratic", "identity"),
@@ -139,4 +140,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "rnn_float32.py"))

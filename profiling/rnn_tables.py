@@ -21,10 +21,12 @@ not modelled.
 """
 
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 from leapfrog_gpu.rnn.schedules import gradient_flops
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.cli import Parser, number, read_or_refuse
 from markdown_cells import ratio
 
@@ -107,4 +109,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main, "rnn_tables.py"))

@@ -20,6 +20,7 @@ import numpy as np
 
 from leapfrog_gpu import MLP, Leapfrog, get_backend
 from leapfrog_gpu.backends import ops_numpy
+from leapfrog_gpu.tools import guarded
 
 SIZES = [33, 64, 31, 10]
 TOLERANCE = 1e-10
@@ -134,4 +135,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "smoke.py"))

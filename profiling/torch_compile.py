@@ -14,6 +14,7 @@ import sys
 
 from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.mlp.network import MLP
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import measure, runner, torch_anchor
 from leapfrog_gpu.tools.bench.runner import ratio, spread
 from leapfrog_gpu.tools.cli import integers, refusing_too_large
@@ -94,4 +95,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, PROG))

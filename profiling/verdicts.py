@@ -6,6 +6,9 @@ optimizer's best own step against torch.optim's (``--optimizer``); each ratio wi
     python profiling/verdicts.py profiling/results/device_check_.../bench.jsonl
 """
 
+import sys
+
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench.mlp import label
 from leapfrog_gpu.tools.cli import Parser
 
@@ -127,4 +130,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main, "verdicts.py"))

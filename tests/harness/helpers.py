@@ -1,7 +1,8 @@
 """What several test modules share: batches and host copies, the GPU skip, the CuPy stand-in, the book's
 names and ids for what a test compares, the kernel devices, the chaos suite, the commands run in this
-process, and the DAGs of the DagNet tests. Test modules import from here, never from each other
-(``tests/test_layout.py`` checks it); ``conftest.py`` keeps the fixtures and hooks only.
+process, an Nsight Systems export for overlap.py, and the DAGs of the DagNet tests. Test modules import from
+here, never from each other (``tests/test_layout.py`` checks it); ``conftest.py`` keeps the fixtures and hooks
+only.
 
 The commands' modules (``leapfrog_gpu.tools``) are imported where they are run: ``conftest.py`` imports
 this module for every run, most of which start no command.
@@ -12,6 +13,7 @@ import io
 import itertools
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 import types
@@ -475,6 +477,45 @@ def render_table(report, tmp_path):
     out = bench_table(path)
     return out, [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| N |")]
 
+
+# -- an Nsight Systems export, for profiling/overlap.py ----------------------------------------------
+
+NSYS_KERNELS = [(0, 100, 7, "gemv"), (100, 200, 7, "delta_hidden"), (300, 400, 7, "gemv"),
+                (50, 150, 13, "outer_f32"), (200, 300, 14, "outer_f32"), (350, 450, 14, "bias_sum_f32")]
+
+
+def build_export(path, with_nvtx=True, kernels=NSYS_KERNELS):
+    """Tables and columns as ``nsys export --type sqlite`` writes them (the ones overlap.py reads, plus
+    a few it must ignore), holding ``kernels``: (start, end, stream, name). By default, main stream 7:
+    kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13: [50, 150] (all of it overlaps main),
+    worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+            deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
+            correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
+            shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER, blockX INTEGER);
+    """)
+    names = {name: i for i, name in enumerate(dict.fromkeys(["backward", "forward"] + [k[3] for k in kernels]), 1)}
+    db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, name) for name, i in names.items()])
+    db.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, ?, 0, 0, ?, ?, 0, 1, 1)",
+        [(start, end, stream, names[name], names[name]) for start, end, stream, name in kernels],
+    )
+    if with_nvtx:
+        db.executescript("""
+            CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
+                rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
+                endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER);
+        """)
+        events = [(0, 250, 59, None, names["forward"]), (250, 450, 59, None, names["backward"]),
+                  (260, 300, 59, "backward", None),
+                  (10, None, 34, "a mark", None), (500, 900, 60, "update", None)]
+        db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES (?, ?, ?, ?, ?)", events)
+    db.commit()
+    db.close()
+    return path
 
 
 # -- DAGs of layers: a layer defined here, the networks, their data ----------------------------------

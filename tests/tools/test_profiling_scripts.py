@@ -22,6 +22,8 @@ from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.core.torch_io import INSTALL
 
+from helpers import NSYS_KERNELS, build_export
+
 pytestmark = pytest.mark.slow
 
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
@@ -32,44 +34,6 @@ import kernels  # noqa: E402
 import naumov_crossover  # noqa: E402
 import overlap  # noqa: E402
 import rnn_bench  # noqa: E402
-
-
-KERNELS = [(0, 100, 7, "gemv"), (100, 200, 7, "delta_hidden"), (300, 400, 7, "gemv"), (50, 150, 13, "outer_f32"),
-           (200, 300, 14, "outer_f32"), (350, 450, 14, "bias_sum_f32")]
-
-
-def build_export(path, with_nvtx=True, kernels=KERNELS):
-    """Tables and columns as ``nsys export --type sqlite`` writes them (the ones overlap.py reads, plus
-    a few it must ignore), holding ``kernels``: (start, end, stream, name). By default, main stream 7:
-    kernels over [0, 100], [100, 200], [300, 400] ns. Worker 13: [50, 150] (all of it overlaps main),
-    worker 14: [200, 300] and [350, 450] (a quarter overlaps)."""
-    db = sqlite3.connect(path)
-    db.executescript("""
-        CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
-            deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
-            correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
-            shortName INTEGER NOT NULL, mangledName INTEGER, gridX INTEGER, blockX INTEGER);
-    """)
-    names = {name: i for i, name in enumerate(dict.fromkeys(["backward", "forward"] + [k[3] for k in kernels]), 1)}
-    db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, name) for name, i in names.items()])
-    db.executemany(
-        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, ?, 0, 0, ?, ?, 0, 1, 1)",
-        [(start, end, stream, names[name], names[name]) for start, end, stream, name in kernels],
-    )
-    if with_nvtx:
-        db.executescript("""
-            CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
-                rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
-                endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER);
-        """)
-        events = [(0, 250, 59, None, names["forward"]), (250, 450, 59, None, names["backward"]),
-                  (260, 300, 59, "backward", None),
-                  (10, None, 34, "a mark", None), (500, 900, 60, "update", None)]
-        db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES (?, ?, ?, ?, ?)", events)
-    db.commit()
-    db.close()
-    return path
 
 
 def test_overlap_per_stream_and_worker_share(tmp_path):
@@ -89,7 +53,7 @@ def test_a_stream_of_nccl_kernels_alone_is_no_worker(tmp_path):
     """A data-parallel run's sums run on a stream of NCCL's kernels: listed, with its overlap, but out of the
     workers' share (it counted in it, as the timeline's communication stream does not)."""
     nccl = [(0, 400, 21, "ncclDevKernel_AllReduce_Sum_f32_RING_LL")]
-    result = overlap.report(build_export(tmp_path / "trace.sqlite", kernels=KERNELS + nccl), main_stream=7)
+    result = overlap.report(build_export(tmp_path / "trace.sqlite", kernels=NSYS_KERNELS + nccl), main_stream=7)
     streams = {s["stream"]: s for s in result["streams"]}
     assert streams[21]["overlap_with_main"] == pytest.approx(300 / 400)
     assert result["worker_overlap"] == pytest.approx((100 + 50) / 300)
@@ -144,7 +108,7 @@ def test_overlap_cli_prints_report_and_writes_json(tmp_path, capsys):
 def test_a_stream_never_busy_has_no_overlap_share(tmp_path, capsys):
     """A stream whose kernels all take no time (start = end) is busy 0 ns: its share of main is none ("-"), not a
     division by zero, and the workers' share is that of the others, (100 + 50) / 300."""
-    path = build_export(tmp_path / "trace.sqlite", kernels=KERNELS + [(500, 500, 15, "outer_f32")])
+    path = build_export(tmp_path / "trace.sqlite", kernels=NSYS_KERNELS + [(500, 500, 15, "outer_f32")])
     assert overlap.main([str(path)]) == 0
     streams = {s["stream"]: s for s in overlap.report(path)["streams"]}
     assert (streams[15]["busy_ms"], streams[15]["overlap_with_main"]) == (0, None)

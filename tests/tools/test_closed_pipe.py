@@ -91,18 +91,10 @@ TINY = ["--sizes", "8", "--layers", "2", "--batch", "1", "--repeats", "1"]
     ("kernel_model.py", ["--readme"]),
     ("overlap.py", ["{tmp}/trace.sqlite"]),
     ("naumov_crossover.py", ["--L", "2", "--N", "4", "--B", "1", "--repeats", "1", "--out", "{tmp}/naumov"]),
-    ("rnn_bench.py", ["--N", "4", "--tau", "4", "--B", "1", "--repeats", "1", "--repeats-long", "1", "--out",
-                      "{tmp}/rnn.json"]),
     ("dag_bench.py", ["--backend", "numpy", "--sizes", "3", "--depths", "4", "--batch", "2", "--repeats", "1",
                       "--warmup", "0", "--json", "{tmp}/dag.json"]),
     ("autotune_check.py", ["--backend", "numpy", *TINY]),
-    ("torch_compile.py", ["--backend", "numpy", *TINY]),
-    ("bench_timeline.py", ["--backend", "numpy", "--sizes", "12", "--layers", "3", "--batch", "1", "--k", "2",
-                           "--repeats", "1", "--timeline", "{tmp}/timeline.png"]),
     ("kernels.py", ["--backend", "numpy", "--shapes", "8:8:1", "--repeats", "1"]),
-    ("cpu_gemms.py", ["--size", "8", "--layers", "2", "--batch", "1", "--threads", "1", "--repeats", "1", "--rounds",
-                      "1"]),
-    ("after_effects.py", ["--size", "8", "--layers", "2", "--batch", "1", "--threads", "1", "--rounds", "1"]),
     ("rnn_float32.py", []),
     ("smoke.py", []),  # without a GPU: one line, that the device failed
     ("call_count.py", ["--sizes", "4", "--layers", "3", "--batch", "1", "--k", "2"]),  # these two on the stand-in
@@ -111,12 +103,10 @@ TINY = ["--sizes", "8", "--layers", "2", "--batch", "1", "--repeats", "1"]
 def test_a_profiling_script_whose_reader_is_gone_ends_quietly(tmp_path, script, args):
     """A profiling script that prints a table or a report, its stdout a pipe whose reader has gone before its first
     line (closed first: a table that fits a pipe's buffer is written whole before ``| head -1`` closes it): exit
-    status 141 and nothing on stderr (``tools.guarded``), not a BrokenPipeError's traceback. Not here: step_times.py,
-    which runs on older trees, without ``guarded``, and parallel_bench.py, whose stdout under mpiexec is mpiexec's."""
+    status 141 and nothing on stderr (``tools.guarded``), not a BrokenPipeError's traceback. The scripts that import
+    PyTorch first (seconds each) end as these do: ``test_every_profiling_script_ends_through_the_guard``."""
     if script == "plot_metrics.py":
         pytest.importorskip("matplotlib", reason="plot_metrics.py refuses to run without matplotlib first")
-    if script in ("torch_compile.py", "cpu_gemms.py", "after_effects.py"):
-        pytest.importorskip("torch", reason=f"{script} times PyTorch beside the package")
     build_export(tmp_path / "trace.sqlite")
     argv = [sys.executable, str(PROFILING / script), *(arg.format(tmp=tmp_path, results=RESULTS) for arg in args)]
     standin = os.pathsep.join(map(str, [HARNESS / "standin", HARNESS, os.environ.get("PYTHONPATH", "")]))
@@ -128,3 +118,13 @@ def test_a_profiling_script_whose_reader_is_gone_ends_quietly(tmp_path, script, 
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (CLOSED_PIPE, "")
+
+
+def test_every_profiling_script_ends_through_the_guard():
+    """Every profiling script run as a program ends through ``tools.guarded`` (a closed pipe, Ctrl-C, a full stdout:
+    one line or none, not a traceback), but image_env.py, whose two lines device_check.sh reads, and
+    parallel_bench.py, whose stdout under mpiexec is mpiexec's (step_times.py, a script of top-level lines, runs on
+    older trees, without ``guarded``, and prints one line at its end)."""
+    unguarded = sorted(path.name for path in PROFILING.glob("*.py") if 'if __name__ == "__main__":' in path.read_text()
+                       and "sys.exit(guarded(main, " not in path.read_text())
+    assert unguarded == ["image_env.py", "parallel_bench.py"]

@@ -285,7 +285,7 @@ def read_idx(path):
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except GZIP_DAMAGED as error:  # zlib's error too, for a damaged deflate stream
+        except GZIP_DAMAGED as error:
             raise DataError(f"{path} is not a readable gzip file ({named(error)}: {error})") from None
     if len(raw) < 4 or raw[:2] != b"\0\0" or raw[3] == 0:
         raise DataError(f"{path} is not an IDX file (bad magic number)")

@@ -31,6 +31,7 @@ implementations agree, so that a run stopped part-way keeps what it measured.
 import argparse
 import contextlib
 import json
+import math
 import sys
 from functools import partial
 
@@ -231,9 +232,10 @@ def gemv_blocks(text):
                  for pair in text.split(",")]
     except argparse.ArgumentTypeError:
         found = []
-    if not found or any(len(pair) != 2 or any(len(block) != 2 for block in pair) for pair in found):
-        raise argparse.ArgumentTypeError(f"must be a comma-separated list of FxR:CxS, each an integer >= 1; "
-                                         f"got {text!r}")
+    if not found or any(len(pair) != 2 or any(len(block) != 2 for block in pair) for pair in found) or \
+            len(set(found)) < len(found):
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of FxR:CxS, each an integer >= 1, each pair "
+                                         f"given once; got {text!r}")
     return found
 
 
@@ -248,6 +250,10 @@ def _gemv_block_shapes(forward, backward):
         launch.FORWARD_GEMV_BLOCK, launch.BACKWARD_GEMV_BLOCK = saved
 
 
+MODEL_FILE = "a file profiling/kernel_model.py --json wrote"
+"""What ``--model`` names."""
+
+
 def load_model(path):
     """``{(kernel, N, B, dtype): record}`` of a ``kernel_model.py --json`` file; a ``ValueError`` that names the file
     and what is wrong where its JSON is not of that layout."""
@@ -255,13 +261,21 @@ def load_model(path):
         found = json.load(source)
     records = found.get("kernels") if isinstance(found, dict) else None
     if not isinstance(records, list):
-        raise ValueError(f"{path} holds no \"kernels\" list: it is not a file profiling/kernel_model.py --json wrote")
+        raise ValueError(f"{path} holds no \"kernels\" list: it is not {MODEL_FILE}")
     for i, r in enumerate(records):
-        if not (isinstance(r, dict) and {"kernel", "N", "B", "dtype"} <= set(r) and isinstance(r.get("bound"), str)
-                and isinstance(r.get("predicted_us"), (int, float))):
-            raise ValueError(f"{path}: kernels[{i}] is no record of profiling/kernel_model.py --json (its kernel, N, "
-                             "B, dtype, bound and predicted_us)")
+        if not (isinstance(r, dict) and _model_record(r)):
+            raise ValueError(f"{path}: kernels[{i}] is no record of {MODEL_FILE} (its kernel and dtype, N and B "
+                             "integers >= 1, a bound's words and predicted_us, a time > 0)")
     return {(r["kernel"], r["N"], r["B"], r["dtype"]): r for r in records}
+
+
+def _model_record(r):
+    """Whether ``r`` holds what a row's prediction reads: kernel, dtype, N and B (integers >= 1), bound (words) and
+    predicted_us (a finite time > 0)."""
+    count, time_us = (lambda v: type(v) is int and v >= 1), r.get("predicted_us")
+    return (isinstance(r.get("kernel"), str) and isinstance(r.get("dtype"), str) and count(r.get("N"))
+            and count(r.get("B")) and isinstance(r.get("bound"), str) and bool(r["bound"].split())
+            and type(time_us) in (int, float) and math.isfinite(time_us) and time_us > 0)
 
 
 def model_kernel(table, r):
@@ -342,8 +356,7 @@ def main(argv=None):
     gemvs = [shape for shape in args.shapes if shape[2] == 1]
     results, chain = [], []
     try:
-        model = None if args.model is None else read_or_refuse(parser, args.model, load_model,
-                                                               "a file profiling/kernel_model.py --json wrote")
+        model = None if args.model is None else read_or_refuse(parser, args.model, load_model, MODEL_FILE)
     except ValueError as error:  # JSON of another layout (read_or_refuse says what is not JSON)
         parser.error(str(error))
 

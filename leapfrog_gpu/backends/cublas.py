@@ -110,11 +110,11 @@ class Blas:
         self.handle = 0
 
 
-def takes(out, a, x):
-    """Whether ``Blas.bind`` takes ``out = a x``: ``out`` with a unit stride along its rows, ``a`` (``w``, or ``w^T``
-    when transposed) and ``x`` each along its rows or its columns (``operand``)."""
+def takes(out, w, x, transpose=False):
+    """Whether ``Blas.bind`` takes ``out = w x`` (``w^T x`` when ``transpose``): ``out`` with a unit stride along its
+    rows, ``w`` (or ``w^T``) and ``x`` each along its rows or its columns (``operand``)."""
     rows = operand(out)
-    return bool(operand(a) and operand(x) and rows and rows[0])
+    return bool(operand(w.T if transpose else w) and operand(x) and rows and rows[0])
 
 
 def operand(a):

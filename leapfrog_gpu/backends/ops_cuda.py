@@ -81,7 +81,7 @@ class CudaOps:
         ``cupy.matmul`` shares CuPy's one handle among the streams, where cuBLAS promises the same bits only while
         one stream runs."""
         cupy, blas, a = self._cupy, self.blas, w.T if transpose else w
-        if blas is not None and cublas.takes(out, a, x):
+        if blas is not None and cublas.takes(out, w, x, transpose):
             if not worker:
                 return blas.bind(out, w, x, transpose, accumulate)
             bound = {}  # stream ptr -> the call bound on its handle

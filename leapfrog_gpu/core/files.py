@@ -13,9 +13,9 @@ import zlib
 GZIP_DAMAGED = (OSError, EOFError, zlib.error)
 """What ``gzip.decompress`` of a damaged gzip stream raises: gzip's own errors and zlib's (deflate)."""
 DAMAGED = (*GZIP_DAMAGED, ValueError, RuntimeError, zipfile.BadZipFile, lzma.LZMAError)
-"""What reading a damaged zip archive or gzip file may raise: zipfile's and gzip's own errors (zipfile's RuntimeError
-for an entry marked encrypted, its NotImplementedError for an unknown method), and those of the compressed stream
-inside, zlib's (deflate) and lzma's (bzip2's is an OSError)."""
+"""What reading a damaged zip archive may raise: zipfile's own errors (its RuntimeError for an entry marked encrypted,
+its NotImplementedError for an unknown method) and those of the compressed stream inside, zlib's (deflate, as in
+``GZIP_DAMAGED``) and lzma's (bzip2's is an OSError)."""
 
 
 def named(error):

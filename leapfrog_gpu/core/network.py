@@ -270,6 +270,7 @@ class Network(OneThreadAtATime, OptimizerState):
 
     def sgd_step(self, x, y, eta, schedule=None, *, graph=False, solver=None):
         """One SGD step on the batch: every parameter ``-= eta / B *`` its gradient (``train_step`` by ``SGD(eta)``)."""
+        self._check_open()  # first: no other fault of a closed network's matters
         self.train_step(x, y, optimizers.SGD(check_eta(eta)), schedule, graph=graph, solver=solver)
 
     # -- a dataset in batches (``core.fitting``) ---------------------------------------------------------------

@@ -156,19 +156,19 @@ def blas_thread_counts(text):
     return _run_by_openblas(integers(1, "BLAS thread count")(text))
 
 
-def refuse_blas_threads_on_cupy(p, args):
-    """``p.error`` (one line, exit status 2) for ``--blas-threads`` given with ``--backend cupy``, where no BLAS
-    thread runs."""
-    if args.backend == "cupy" and args.blas_threads is not None:
-        p.error("--blas-threads applies to the numpy backend only")
-
-
 def _run_by_openblas(counts):
     """``counts`` where OpenBLAS runs each, else an ``argparse.ArgumentTypeError`` (``host_blas.check_threads``)."""
     try:
         return [host_blas.check_threads(threads) for threads in counts]
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def refuse_blas_threads_on_cupy(p, args):
+    """``p.error`` (one line, exit status 2) for ``--blas-threads`` given with ``--backend cupy``, where no BLAS
+    thread runs."""
+    if args.backend == "cupy" and args.blas_threads is not None:
+        p.error("--blas-threads applies to the numpy backend only")
 
 
 def integer_or_auto(least):

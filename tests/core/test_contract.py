@@ -72,7 +72,9 @@ def test_a_closed_network_says_so_before_any_fault_of_what_it_is_given(network_n
     for use in (lambda: net.train_step(x, y, SGD(0.1)), lambda: net.train_step(x, y, Adam(1e300)),
                 lambda: net.train_step(x, y, "adam"), lambda: net.train_step(x, y, SGD(0.1), "leapfrog"),
                 lambda: net.train_step(x, y, SGD(0.1), clip=-1.0), lambda: net.set_optimizer_state("adam", {}),
-                lambda: net.fit(x, y, 1, 2, SGD(0.1), progress=False), lambda: net.fit(x, y, 0, 2, "adam", progress=False),
+                lambda: net.sgd_step(x, y, -1.0),
+                lambda: net.fit(x, y, 1, 2, SGD(0.1), progress=False),
+                lambda: net.fit(x, y, 0, 2, "adam", progress=False),
                 lambda: net.set_optimizer_state(SGD(0.1), {"step": 0})):
         with pytest.raises(RuntimeError, match=f"^this {network_name} is closed: build a new one$"):
             use()

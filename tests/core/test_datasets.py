@@ -100,6 +100,18 @@ def test_read_idx_rejects_malformed(tmp_path, mangle, message):
     assert str(path) in str(caught.value)
 
 
+def test_a_fault_of_no_gzip_stream_is_no_damaged_file(tmp_path, monkeypatch):
+    """What a damaged gzip stream raises is a DataError of one line; another error (a fault of the code, here a
+    ValueError or a RuntimeError of the decompressor) is raised as it is, not called a damaged file."""
+    path = tmp_path / "images.gz"
+    path.write_bytes(gzip.compress(b"\0\0\x08\x01\0\0\0\x01\x07"))
+    assert datasets.read_idx(path).tolist() == [7]
+    for fault in (ValueError, RuntimeError):
+        monkeypatch.setattr(gzip, "decompress", lambda raw, fault=fault: (_ for _ in ()).throw(fault("a fault")))
+        with pytest.raises(fault, match="^a fault$"):
+            datasets.read_idx(path)
+
+
 def test_missing_idx_file_is_named(tmp_path):
     write_idx(tmp_path, small_mnist())
     (tmp_path / datasets.MNIST_FILES["y_test"]).unlink()

@@ -12,6 +12,7 @@ import gzip
 import io
 import itertools
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -88,6 +89,14 @@ def central(f, array, h=1e-6):
 
 STANDIN_ORDERS = ("main-first", "workers-first", "random")
 """The orders of the stand-in's queues every CuPy test runs under (the host backend's deferred ones)."""
+
+
+def standin_env():
+    """The environment of a subprocess that imports the CuPy stand-in (and its nvmath) for CuPy: ``PYTHONPATH``
+    ``tests/harness/standin``, then ``tests/harness``, then what it was, if anything."""
+    harness = ROOT / "tests" / "harness"
+    paths = [str(harness / "standin"), str(harness)] + [path for path in [os.environ.get("PYTHONPATH")] if path]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def install_standin(monkeypatch, order, seed=0, nvmath=True):

@@ -1,6 +1,7 @@
 """A command whose reader goes (``leapfrog-train | head -3``) ends quietly: no traceback, exit status 141, as does
 every profiling script that prints a table or a report; one started with stdout closed runs, its lines dropped."""
 
+import ast
 import json
 import os
 import subprocess
@@ -9,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import build_export
+from helpers import build_export, standin_env
 from leapfrog_gpu.tools import CLOSED_PIPE
 
 pytestmark = pytest.mark.slow
 
 PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 RESULTS = PROFILING / "results"
-HARNESS = PROFILING.parent / "tests" / "harness"
 
 
 @pytest.mark.parametrize("module, argv", [
@@ -79,9 +79,6 @@ def test_a_profiling_table_whose_reader_goes_ends_quietly(tmp_path):
     assert (child.wait(timeout=120), stderr) == (CLOSED_PIPE, "")
 
 
-TINY = ["--sizes", "8", "--layers", "2", "--batch", "1", "--repeats", "1"]
-
-
 @pytest.mark.parametrize("script, args", [
     ("bench_table.py", ["{results}/bench_cpu.json"]),
     ("rnn_tables.py", ["{results}/rnn_bench_cpu_2026-12-03.json"]),
@@ -93,7 +90,7 @@ TINY = ["--sizes", "8", "--layers", "2", "--batch", "1", "--repeats", "1"]
     ("naumov_crossover.py", ["--L", "2", "--N", "4", "--B", "1", "--repeats", "1", "--out", "{tmp}/naumov"]),
     ("dag_bench.py", ["--backend", "numpy", "--sizes", "3", "--depths", "4", "--batch", "2", "--repeats", "1",
                       "--warmup", "0", "--json", "{tmp}/dag.json"]),
-    ("autotune_check.py", ["--backend", "numpy", *TINY]),
+    ("autotune_check.py", ["--backend", "numpy", "--sizes", "8", "--layers", "2", "--batch", "1", "--repeats", "1"]),
     ("kernels.py", ["--backend", "numpy", "--shapes", "8:8:1", "--repeats", "1"]),
     ("rnn_float32.py", []),
     ("smoke.py", []),  # without a GPU: one line, that the device failed
@@ -107,10 +104,10 @@ def test_a_profiling_script_whose_reader_is_gone_ends_quietly(tmp_path, script, 
     PyTorch first (seconds each) end as these do: ``test_every_profiling_script_ends_through_the_guard``."""
     if script == "plot_metrics.py":
         pytest.importorskip("matplotlib", reason="plot_metrics.py refuses to run without matplotlib first")
-    build_export(tmp_path / "trace.sqlite")
+    if script == "overlap.py":
+        build_export(tmp_path / "trace.sqlite")
     argv = [sys.executable, str(PROFILING / script), *(arg.format(tmp=tmp_path, results=RESULTS) for arg in args)]
-    standin = os.pathsep.join(map(str, [HARNESS / "standin", HARNESS, os.environ.get("PYTHONPATH", "")]))
-    env = {**os.environ, "PYTHONPATH": standin} if script in ("call_count.py", "graph_nodes.py") else None
+    env = standin_env() if script in ("call_count.py", "graph_nodes.py") else None
     read, write = os.pipe()
     os.close(read)
     try:
@@ -122,9 +119,16 @@ def test_a_profiling_script_whose_reader_is_gone_ends_quietly(tmp_path, script, 
 
 def test_every_profiling_script_ends_through_the_guard():
     """Every profiling script run as a program ends through ``tools.guarded`` (a closed pipe, Ctrl-C, a full stdout:
-    one line or none, not a traceback), but image_env.py, whose two lines device_check.sh reads, and
-    parallel_bench.py, whose stdout under mpiexec is mpiexec's (step_times.py, a script of top-level lines, runs on
-    older trees, without ``guarded``, and prints one line at its end)."""
-    unguarded = sorted(path.name for path in PROFILING.glob("*.py") if 'if __name__ == "__main__":' in path.read_text()
-                       and "sys.exit(guarded(main, " not in path.read_text())
-    assert unguarded == ["image_env.py", "parallel_bench.py"]
+    one line or none, not a traceback): its ``if __name__ == "__main__":`` block is ``sys.exit(guarded(main, ...))``
+    alone; but image_env.py, whose two lines device_check.sh reads, and parallel_bench.py, whose stdout under mpiexec
+    is mpiexec's (step_times.py, a script of top-level lines, runs on older trees, without ``guarded``, and prints one
+    line at its end)."""
+    def guarded_alone(body):
+        call = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
+        return ast.unparse(call).startswith("sys.exit(guarded(main, ") if isinstance(call, ast.Call) else False
+
+    blocks = {path.name: node.body for path in PROFILING.glob("*.py") for node in ast.parse(path.read_text()).body
+              if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"}
+    assert sorted(name for name, body in blocks.items() if not guarded_alone(body)) == ["image_env.py",
+                                                                                        "parallel_bench.py"]
+    assert len(blocks) > 10

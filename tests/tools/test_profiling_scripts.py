@@ -22,7 +22,7 @@ from leapfrog_gpu.backends.timing import Interval
 from leapfrog_gpu.tools import timeline
 from leapfrog_gpu.core.torch_io import INSTALL
 
-from helpers import NSYS_KERNELS, build_export
+from helpers import NSYS_KERNELS, build_export, standin_env
 
 pytestmark = pytest.mark.slow
 
@@ -850,8 +850,9 @@ MOST_BLAS = host_blas.most_threads()
     ("kernels.py", ["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
     ("kernels.py", ["--launches", "0"], "argument --launches: --launches must be an integer >= 1; got '0'"),
     *[("kernels.py", ["--backend", "numpy", "--shapes", "8:8:1", "--repeats", "1", "--gemv-blocks", blocks],
-       f"argument --gemv-blocks: must be a comma-separated list of FxR:CxS, each an integer >= 1; got '{blocks}'")
-      for blocks in ("abc", "0x0", "32x4:0x256", "32x4:8x256,32x8")],  # one the launcher refuses: a test above
+       f"argument --gemv-blocks: must be a comma-separated list of FxR:CxS, each an integer >= 1, each pair given "
+       f"once; got '{blocks}'")  # a pair the launcher refuses: a test above
+      for blocks in ("abc", "0x0", "32x4:0x256", "32x4:8x256,32x8", "32x4:8x256,32x4:8x256")],
     ("kernels.py", ["--jsonl", "gone/k.jsonl"], "--jsonl gone/k.jsonl: the folder {tmp}/gone does not exist"),
     ("kernels.py", ["--json", "gone/k.json"], "--json gone/k.json: the folder {tmp}/gone does not exist"),
     ("kernels.py", ["--model", "gone.json"], "cannot read gone.json (No such file or directory)"),
@@ -876,14 +877,18 @@ def test_a_scripts_bad_option_is_refused_in_one_line_before_it_measures(tmp_path
 
 
 NOT_A_MODEL = 'model.json holds no "kernels" list: it is not a file profiling/kernel_model.py --json wrote'
-NO_RECORD = ("model.json: kernels[0] is no record of profiling/kernel_model.py --json (its kernel, N, B, dtype, bound and "
-             "predicted_us)")
+NO_RECORD = ("model.json: kernels[0] is no record of a file profiling/kernel_model.py --json wrote (its kernel and "
+             "dtype, N and B integers >= 1, a bound's words and predicted_us, a time > 0)")
+RECORD = '{"kernel": "outer", "N": 16, "B": 1, "dtype": "float32", "bound": "memory (DRAM)", "predicted_us": 2.5'
 
 
 @pytest.mark.parametrize("text, line", [
     ("[1, 2]", NOT_A_MODEL), ("42", NOT_A_MODEL), ('{"card": "H200"}', NOT_A_MODEL), ('{"kernels": 3}', NOT_A_MODEL),
     ('{"kernels": [7]}', NO_RECORD),
     ('{"kernels": [{"kernel": "outer", "N": 16, "B": 1, "dtype": "float32", "bound": "memory"}]}', NO_RECORD),
+    *((f'{{"kernels": [{RECORD.replace(good, bad)}}}]}}', NO_RECORD)
+      for good, bad in ((": 2.5", ": 0"), (": 2.5", ": true"), (": 2.5", ": NaN"), ('"memory (DRAM)"', '""'),
+                        ('"N": 16', '"N": "16"'), ('"B": 1', '"B": 1.0'))),
 ])
 def test_kernels_refuses_a_model_of_another_layout_in_one_line_before_it_measures(tmp_path, monkeypatch, capsys, text,
                                                                                    line):
@@ -1078,12 +1083,9 @@ def test_a_script_refuses_a_json_it_cannot_write_before_measuring(tmp_path, scri
     measured (not a traceback once it is, the measurement lost); call_count.py on the CuPy stand-in, where it would
     count."""
     (tmp_path / "adir").mkdir()
-    harness = PROFILING.parent / "tests" / "harness"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(harness / "standin"), str(harness),
-                                                        os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(PROFILING / script), *SMALL[script], "--json", name],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=env if script == "call_count.py" else None)
+                          env=standin_env() if script == "call_count.py" else None)
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stdout + done.stderr
     assert done.stderr.endswith(f": error: {line.format(tmp=tmp_path)}\n"), done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["adir"] and not any((tmp_path / "adir").iterdir())

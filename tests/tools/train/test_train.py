@@ -765,7 +765,17 @@ def test_two_outputs_of_one_name_are_refused_before_anything_is_written(tmp_path
     assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
-def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_step(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def terminal_sigint():
+    """SIGINT handled by Python's own handler for the test, as in a terminal's job: a background job's (CI's, it may
+    be) ignores it, where a Ctrl-C outside the training loop would do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_step(tmp_path, monkeypatch, capsys,
+                                                                                      terminal_sigint):
     """The divergence rule's pass over the training set (a minute for a Newton-solved DagNet) comes before the
     metrics file is started: a Ctrl-C then leaves it as it was (it was emptied, and said "stopped at once")."""
     metrics = tmp_path / "metrics.jsonl"
@@ -782,7 +792,7 @@ def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_
 
 @pytest.mark.parametrize("where", ["data", "estimate"])
 def test_a_ctrl_c_that_cpython_swallowed_before_the_first_step_still_stops_the_run(tmp_path, monkeypatch, capsys,
-                                                                                    where):
+                                                                                    terminal_sigint, where):
     """CPython swallows an exception raised in a ``__del__`` (it says "Exception ignored in ..." and goes on): a
     Ctrl-C landing in one while the run set up was lost, and the run trained to its end with exit status 0. Here
     one lands in the ``__del__`` of an object dropped as the data load, or as the estimate is asked."""
@@ -792,19 +802,14 @@ def test_a_ctrl_c_that_cpython_swallowed_before_the_first_step_still_stops_the_r
 
     swallowed = []
     monkeypatch.setattr(sys, "unraisablehook", swallowed.append)  # where CPython reports what it swallowed
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's job, not a background one's
-    try:
-        if where == "data":
-            digits = datasets.digits
-            monkeypatch.setattr(datasets, "digits", lambda dtype: (Dropped(), digits(dtype))[1])
-        else:
-            ask = estimate.ask
-            monkeypatch.setattr(estimate, "ask", lambda *args: (Dropped(), ask(*args))[1])
-        status = cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run", "--metrics", tmp_path / "m.jsonl")
-        after = signal.getsignal(signal.SIGINT)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert after is signal.default_int_handler  # the command's own handler is gone with it
+    if where == "data":
+        digits = datasets.digits
+        monkeypatch.setattr(datasets, "digits", lambda dtype: (Dropped(), digits(dtype))[1])
+    else:
+        ask = estimate.ask
+        monkeypatch.setattr(estimate, "ask", lambda *args: (Dropped(), ask(*args))[1])
+    status = cli(*SMALL, "--epochs", 1, "--checkpoint-dir", tmp_path / "run", "--metrics", tmp_path / "m.jsonl")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the command's own handler is gone with it
     assert [report.exc_type for report in swallowed] == [KeyboardInterrupt]  # swallowed, as CPython does
     assert status == 130
     assert capsys.readouterr().err == "leapfrog-train: interrupted before the first step; nothing was written\n"

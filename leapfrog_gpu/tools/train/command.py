@@ -141,6 +141,7 @@ def _train(given, comm, made):
         config["ranks"] = comm.size
         dataset = models.dataset(config)
         samples, batch = dataset.x_train.shape[-1], config["batch_size"] * comm.size
+        per_epoch = math.ceil(samples / batch)  # steps
         if batch > samples:
             raise UsageError(f"--batch-size {config['batch_size']}{_on_ranks(comm.size)} is larger than the {samples} "
                              f"training samples of {dataset.name}; use at most {samples // comm.size}")
@@ -159,12 +160,12 @@ def _train(given, comm, made):
                 raise checkpoint.CheckpointError(f"the checkpoint was trained on other data than {dataset.name}'s here "
                                                  "(its data's SHA-256 differs): resume it on the data it was "
                                                  "trained on (--data, --data-dir)")
-            resuming.check_position(state, math.ceil(samples / batch), directory)
-        steps = math.ceil(samples / batch) * config["epochs"]
+            resuming.check_position(state, per_epoch, directory)
+        steps = per_epoch * config["epochs"]
         if steps > MOST_STEPS:  # a run no machine finishes, whose estimate overflowed a float
-            raise UsageError(f"--epochs {config['epochs']} of {plural(math.ceil(samples / batch), 'step')} make more "
-                             "than 2**63 - 1 steps, the most an optimizer's state counts: give --epochs "
-                             f"{MOST_STEPS // math.ceil(samples / batch)} or fewer")
+            raise UsageError(f"--epochs {config['epochs']} of {plural(per_epoch, 'step')} make more than 2**63 - 1 "
+                             f"steps, the most an optimizer's state counts: give --epochs {MOST_STEPS // per_epoch} "
+                             "or fewer")
         window = profile_window(config)
         if window and window[1] > steps:
             past = f"past this run's last step, {steps - 1} (steps count from 0)"

@@ -76,7 +76,7 @@ def main(argv=None):
         for sizes, batch in networks(args):
             records.append(check(args, sizes, batch))
             print(line(records[-1]), flush=True)
-    write(args, runner.command_line(PROG, argv), "records", records)
+            write(args, runner.command_line(PROG, argv), "records", records)
     return 0
 
 

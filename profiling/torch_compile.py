@@ -90,7 +90,7 @@ def main(argv=None):
             network = measure_network(args, sizes, batch)
             print(*map(line, network), sep="\n", flush=True)
             rows += network
-    write(args, runner.command_line(PROG, argv), "rows", rows)
+            write(args, runner.command_line(PROG, argv), "rows", rows)
     return 0
 
 

@@ -922,6 +922,17 @@ def test_sizes_a_script_cannot_hold_exit_2_with_one_line(script, args):
     assert ": error: not enough memory (Unable to allocate" in err or "larger than this machine can address" in err
 
 
+def test_a_grid_stopped_by_sizes_too_large_keeps_the_networks_it_measured(tmp_path):
+    """autotune_check.py writes ``--json`` after each network: the grid 8, then a width no machine holds, ends in
+    the one line of exit status 2 with the first network's record in the file (it used to write none)."""
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(PROFILING / "autotune_check.py"), "--backend", "numpy", "--sizes",
+                           "8,2000000000", "--layers", "2", "--batch", "1", "--repeats", "1", "--warmup", "0",
+                           "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.endswith(": ask for smaller sizes\n"), done.stderr
+    assert [(r["N"], r["L"], r["B"]) for r in json.loads(out.read_text())["records"]] == [(8, 2, 1)]
+
+
 @pytest.mark.parametrize("script", ["bench_table.py", "plot_metrics.py", "verdicts.py", "parallel_table.py",
                                     "rnn_tables.py"])
 @pytest.mark.parametrize("name, text, words", [

@@ -32,6 +32,8 @@ torch = pytest.importorskip("torch", reason="the comparisons with torch.optim ne
 
 STEPS = 12
 OPTIMIZERS = {
+    "decay": (lambda: SGD(0.05, weight_decay=0.01),  # no momentum: not the plain update, which has no decay
+              lambda p: torch.optim.SGD(p, lr=0.05, weight_decay=0.01, foreach=False)),
     "momentum": (lambda: SGD(0.05, momentum=0.9, dampening=0.1),
                  lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.1, foreach=False)),
     "nesterov+decay": (lambda: SGD(0.05, momentum=0.9, nesterov=True, weight_decay=0.01),

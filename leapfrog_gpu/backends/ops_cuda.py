@@ -207,9 +207,10 @@ class CudaOps:
 
     def momentum_update(self, param, nabla, buf, controls, momentum, dampening, nesterov, weight_decay):
         """torch.optim.SGD's step in one pass (``ops_numpy.momentum_update``); ``buf`` None without momentum (the
-        kernel then reads no buffer: ``nabla`` stands in its place)."""
+        kernel then touches no buffer: ``param``, which it writes, stands in its place, so that a launch is not
+        taken for a writer of ``nabla``)."""
         t = param.dtype.type
-        args = (param, nabla, nabla if buf is None else buf, controls, np.int64(param.size), t(momentum),
+        args = (param, nabla, param if buf is None else buf, controls, np.int64(param.size), t(momentum),
                 t(1 - dampening), np.int32(nesterov), t(weight_decay))  # 1 - d rounded once, as the twin's
         self._elementwise("momentum_update", param.size, param.dtype, args)
 

@@ -58,7 +58,8 @@ CASES = [(backend, name, schedule, mode) for backend in ("numpy", "cupy")
          if runs_on(backend, name, schedule, mode)]
 
 
-OPTIMIZERS = {"momentum": SGD(0.5, momentum=0.9, nesterov=True, weight_decay=0.01), "adam": Adam(0.01)}
+OPTIMIZERS = {"momentum": SGD(0.5, momentum=0.9, nesterov=True, weight_decay=0.01), "adam": Adam(0.01),
+              "decay": SGD(0.5, weight_decay=0.01)}
 OPTIMIZER_CASES = [(backend, name, schedule, mode, kind) for backend in ("numpy", "cupy") for mode in ("eager", "graph")
                    for name in NAMES for schedule in (Sequential(), Leapfrog(2), Leapfrog(2, fused=True),
                                                       *([Leapfrog(2, one_pass=True)] if name == "MLP" else []))
@@ -144,6 +145,19 @@ def test_no_two_launches_of_an_optimizer_step_race(backend, name, schedule, mode
         found, unseen = recorded_steps(made, name, schedule, mode, optimizer=OPTIMIZERS[kind], sizes=(4, 4, 1, 1))
     assert not found, f"{len(found)} races:\n{report(found)}"
     assert not unseen, "\n".join(unseen)
+
+
+def test_an_update_without_momentum_is_no_writer_of_its_gradient(monkeypatch):
+    """SGD with weight decay and no momentum on one worker and a reader of the same gradient on another: both only
+    read it, so no race (the update's kernel once took the gradient in place of the buffer it does not touch)."""
+    with cupy_backend(monkeypatch) as made, Recorder(made) as recorder:
+        ops, xp = made.ops, made.xp
+        nabla, w, other, controls = xp.ones(16), xp.zeros(16), xp.zeros(16), xp.zeros(8)
+        first, second = made.workers(2)
+        made.launch(first, "decayed update", ops.momentum_update, w, nabla, None, controls, 0.0, 0.0, False, 0.01)
+        made.launch(second, "plain update", ops.sgd_update, other, nabla, controls, None)
+        made.synchronize()
+    assert not (found := races(recorder)), report(found)
 
 
 CHECKED_OPTIMIZERS = {"momentum-dampened": SGD(0.5, momentum=0.9, dampening=0.5, weight_decay=0.01),

@@ -1,7 +1,7 @@
 """Networks that are DAGs of layers: ``DagNet`` (``network``), layers known by their Jacobians
-(``layers``), a layer of one's own checked against its forward pass (``layer_check``), the backward
-schedules of a DAG (``schedules``), the forward pass as a triangular solve (``forward``) and the DAG
-to and from a PyTorch module (``torch_io``).
+(``layers``; the Jacobian blocks they give, ``blocks``), a layer of one's own checked against its forward pass
+(``layer_check``), the backward schedules of a DAG (``schedules``), the forward pass as a triangular solve
+(``forward``) and the DAG to and from a PyTorch module (``torch_io``).
 """
 
 from .forward import ForwardJacobi, ForwardNewton

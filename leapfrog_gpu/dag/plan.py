@@ -21,7 +21,8 @@ import numpy as np
 from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
-from .layers import Add, Dense, from_products, input_products
+from .blocks import from_products
+from .layers import Add, Dense, input_products
 
 INPUT = "x"
 """The input node's name."""

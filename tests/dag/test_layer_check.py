@@ -9,7 +9,7 @@ import pytest
 
 from helpers import DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, Product
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
-from leapfrog_gpu.dag.layers import DenseBlock
+from leapfrog_gpu.dag.blocks import DenseBlock
 
 
 class InAnotherOrder(Gate):

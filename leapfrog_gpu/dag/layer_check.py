@@ -12,7 +12,7 @@ import numpy as np
 
 from ..backends.host import NumpyBackend
 from ..core.checks import check_count, check_real, shown
-from .layers import Layer, drawn_params, input_products
+from .layers import Layer, drawn_params, input_products, param_products
 
 STEP = 1e-6
 """The central differences' step, times 1 + |x|: truncation O(h^2), rounding O(eps / h), about 1e-10 each."""
@@ -53,10 +53,10 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
             raise ValueError(f"{layer!r}: forward gave an output of dtype {dtype} for inputs of float64: make it "
                              "compute in its inputs' dtype (a DagNet refuses an output of another dtype than its own)")
         g = layer.error(backend, params, saved, abar)
-        products = layer.vjp_params(backend, params, inputs, saved, g)
+        products = param_products(layer, backend, params, inputs, saved, g)
         checks = [(f"vjp_inputs(...)[{i}]", given, _gradient(cost, x))
                   for i, (given, x) in enumerate(zip(input_products(layer, backend, params, inputs, saved, g), inputs))]
-        checks += [(f"vjp_params(...)[{name!r}]", products.get(name), _gradient(cost, p))
+        checks += [(f"vjp_params(...)[{name!r}]", products[name], _gradient(cost, p))
                    for name, p in params.items()]
         checks += [(f"jacobian(..., i={i}).dense()", layer.jacobian(backend, params, inputs, saved, i).dense(),
                     _jacobian(output, x)) for i, x in enumerate(inputs)]

@@ -13,6 +13,7 @@ MLP's kernels (``backend.ops``), so that a chain of them computes what ``MLP`` c
 
 import math
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -92,6 +93,38 @@ def input_products(layer, backend, params, inputs, saved, g):
                          "product (n_i, B) per input, in the inputs' order")
     return products
 
+
+
+def param_products(layer, backend, params, inputs, saved, g):
+    """``layer.vjp_params``: dC/d parameter summed over the batch, by name, one for each of ``params`` and shaped as
+    it; a ValueError says what a layer of one's own gave otherwise (a gradient left out failed in the update, after
+    the updates of the nodes before it, and one of another shape was broadcast into it). The library's layers are
+    not checked."""
+    grads = layer.vjp_params(backend, params, inputs, saved, g)
+    if trusted(layer):
+        return grads
+    named = f"params names ({', '.join(map(repr, params))})"
+    if not isinstance(grads, Mapping):
+        raise ValueError(f"{layer!r}.vjp_params returned a {type(grads).__name__}: return a dict of one gradient by "
+                         f"name for each parameter that {named}")
+    for name in params:
+        if name not in grads:
+            raise ValueError(f"{layer!r}.vjp_params returned no gradient for {name!r}: return one, summed over the "
+                             f"batch, for each parameter that {named}")
+    for name, gradient in grads.items():
+        if name not in params:
+            raise ValueError(f"{layer!r}.vjp_params returned a gradient for {name!r}, which is no parameter: return "
+                             f"one for each parameter that {named}, and none other")
+        if np.shape(gradient) != params[name].shape:
+            raise ValueError(f"{layer!r}.vjp_params returned {name!r} of shape {np.shape(gradient)}; the parameter's "
+                             f"is {params[name].shape}: return dC/d{name} summed over the batch alone, shaped as "
+                             f"{name}")
+    return grads
+
+
+def trusted(layer):
+    """Whether ``layer`` is one of the library's (``LAYERS``, not a subclass), whose results are not checked."""
+    return type(layer) in TRUSTED
 
 class Dense(Layer):
     """Affine and sigma: z = w a_in + b, a = sigma(z) (eqs. (2)(3)); w (n, m) ~ N(0, 1/m), b ~ N(0, 1)."""
@@ -251,3 +284,6 @@ class LayerNorm(Layer):
 
 LAYERS = {layer.__name__: layer for layer in (Dense, Add, Concat, LayerNorm)}
 """The layers of a saved ``DagNet``, by name (``DagNet.architecture``)."""
+
+TRUSTED = frozenset(LAYERS.values())
+"""The library's layers, what they give is not checked (``trusted``); a subclass of one is a layer of one's own."""

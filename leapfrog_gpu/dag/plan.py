@@ -22,7 +22,7 @@ from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
 from .blocks import from_products
-from .layers import Add, Dense, input_products
+from .layers import Add, Dense, input_products, param_products
 
 INPUT = "x"
 """The input node's name."""
@@ -275,9 +275,11 @@ class DagPlan(plan.Plan):
             given[v] = given[v] + product if v in given else product  # v may read u more than once
 
     def _gradients(self, v):
-        """Node v's parameter gradients."""
-        grads = self.net.layer[v].vjp_params(self.backend, self.params[v], self._arguments(v), self.saved[v],
-                                             self.g[v])
+        """Node v's parameter gradients (``layers.param_products``: a ValueError, here naming v, where its layer gives
+        other names or shapes than its parameters', raised before any update of an unfused step)."""
+        with at_node(v):
+            grads = param_products(self.net.layer[v], self.backend, self.params[v], self._arguments(v),
+                                   self.saved[v], self.g[v])
         if self.reducer is not None:  # into the buffer the sums across ranks read
             for name, gradient in grads.items():
                 self.reducer.views[v][name][...] = gradient

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import (NETS, ForgetsAnInput, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net,
                      parameters)
-from helpers import DrawsTooFew, NamesTooFew, residual_net
+from helpers import DrawsTooFew, NamesTooFew, NoBias, SummedOverUnits, residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
@@ -437,6 +437,56 @@ def test_a_node_whose_init_draws_other_parameters_than_params_names_is_refused_n
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         DagNet(3, [("a", Dense(4, "tanh"), "x"), ("g", layer, "a"), ("out", Dense(2), "g")], backend="numpy")
 
+
+
+def gate_between(layer):
+    """x -> a = tanh(w_a x + b_a) -> g, ``layer`` (a ``Gate``) -> out = sigma(w_out g + b_out), in float64."""
+    return DagNet(3, [("a", Dense(4, "tanh"), "x"), ("g", layer, "a"), ("out", Dense(2), "g")], dtype="float64",
+                  backend="numpy")
+
+
+VJP_PARAMS_FAULTS = [
+    (NoBias(), "node 'g': NoBias().vjp_params returned no gradient for 'c': return one, summed over the batch, for "
+               "each parameter that params names ('v', 'c')"),
+    (SummedOverUnits(), "node 'g': SummedOverUnits().vjp_params returned 'c' of shape (); the parameter's is (4,): "
+                        "return dC/dc summed over the batch alone, shaped as c"),
+]
+
+
+@pytest.mark.parametrize("layer,message", VJP_PARAMS_FAULTS, ids=["left-out", "summed-over-units"])
+@pytest.mark.parametrize("optimizer", [SGD(0.1), Adam(0.1)], ids=repr)
+@pytest.mark.parametrize("schedule", [s for s in SCHEDULES if not s.fused], ids=repr)
+def test_a_layer_whose_vjp_params_is_not_one_gradient_per_parameter_is_refused_before_any_update(schedule, optimizer,
+                                                                                                  layer, message):
+    """A gradient left out raised a bare KeyError 'c' in g's update, after a's (the updates run in node order), with
+    the step count 0; one of another shape was broadcast into c's update, every unit moved by the same step. Both
+    are refused as g's gradients are made, before any update: every parameter is as before, bit for bit."""
+    x, y = np.random.default_rng(0).standard_normal((3, 2)), np.full((2, 2), 0.5)
+    with gate_between(layer) as net:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.gradients(x, y, schedule)
+        before = net.parameters()
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.train_step(x, y, optimizer, schedule)
+            net.synchronize()
+        after = net.parameters()
+        assert all(np.array_equal(after[v][name], before[v][name]) for v in before for name in before[v])
+        assert net.optimizer_state() == {"step": 0}
+
+
+@pytest.mark.parametrize("layer,message", VJP_PARAMS_FAULTS, ids=["left-out", "summed-over-units"])
+def test_a_fused_step_refuses_it_too_leaving_the_updates_of_the_nodes_done_before(layer, message):
+    """A fused step updates each node as soon as its products are made: out's update may run before g's gradients
+    (docs/optimizers.md: a failure between a fused step's updates leaves those that ran). g's and the step count
+    are as before."""
+    x, y = np.random.default_rng(0).standard_normal((3, 2)), np.full((2, 2), 0.5)
+    with gate_between(layer) as net:
+        before = net.parameters()
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.train_step(x, y, Adam(0.1), Leapfrog(2, fused=True))
+            net.synchronize()
+        assert all(np.array_equal(net.parameters()["g"][name], before["g"][name]) for name in before["g"])
+        assert net.optimizer_state() == {"step": 0}
 
 class Halves(Layer):
     """a = x / 2, cast to ``dtype`` where one is given (else in its input's dtype)."""

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, Product
+from helpers import DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, SummedOverUnits
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.blocks import DenseBlock
 
@@ -35,13 +35,6 @@ class TwiceTheInputs(Gate):
         return [2 * g * saved["t"]]
 
 
-class NoBias(Gate):
-    """vjp_params without c's."""
-
-    def vjp_params(self, backend, params, inputs, saved, g):
-        return {"v": super().vjp_params(backend, params, inputs, saved, g)["v"]}
-
-
 class WrongJacobian(Gate):
     """Right products, a Jacobian of their negatives (the block schedules read it, the chain does not)."""
 
@@ -64,7 +57,10 @@ class OneRowShort(Gate):
 @pytest.mark.parametrize("layer,message", [
     (TwiceTheInputs(), r"TwiceTheInputs\(\): vjp_inputs\(\.\.\.\)\[0\] differs from the central differences of its "
                        r"forward by 0\.\d+, relative to 1 \+ the largest, above rtol=1e-06$"),
-    (NoBias(), re.escape("NoBias(): vjp_params(...)['c'] has shape (); the derivatives' is (4,)")),
+    (NoBias(), re.escape("NoBias().vjp_params returned no gradient for 'c': return one, summed over the batch, for "
+                         "each parameter that params names ('v', 'c')") + "$"),
+    (SummedOverUnits(), re.escape("SummedOverUnits().vjp_params returned 'c' of shape (); the parameter's is (4,): "
+                                  "return dC/dc summed over the batch alone, shaped as c") + "$"),
     (WrongJacobian(), r"WrongJacobian\(\): jacobian\(\.\.\., i=0\)\.dense\(\) differs .* by [01]\.\d+, relative"),
     (OneRowShort(), re.escape("OneRowShort(): forward gave an output of shape (3, 3); size() says (4, 3)")),
     (InFloat32(), re.escape("InFloat32(): forward gave an output of dtype float32 for inputs of float64: make it "

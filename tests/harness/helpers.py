@@ -569,6 +569,20 @@ class NamesTooFew(Gate):
     params = ("v",)
 
 
+
+class NoBias(Gate):
+    """``vjp_params`` leaves c's gradient out."""
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {"v": super().vjp_params(backend, params, inputs, saved, g)["v"]}
+
+
+class SummedOverUnits(Gate):
+    """``vjp_params`` gives c's gradient summed over its units too: a number, where c is (n,)."""
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {**super().vjp_params(backend, params, inputs, saved, g), "c": g.sum()}
+
 class Product(layers.Layer):
     """A layer of two inputs the library does not have: a = x_0 * x_1, elementwise. It gives only its products."""
 

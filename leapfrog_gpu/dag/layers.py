@@ -83,14 +83,22 @@ def drawn_params(layer, rng, sizes):
 
 
 def input_products(layer, backend, params, inputs, saved, g):
-    """``layer.vjp_inputs``: one product (n_i, B) per input, in the inputs' order; a ValueError says what it gave
-    otherwise (zipped with the inputs, a missing product would be dropped, and its input's adjoint wrong)."""
+    """``layer.vjp_inputs``: one product (n_i, B) per input, in the inputs' order, shaped as its input; a ValueError
+    says what a layer of one's own gave otherwise (zipped with the inputs, a missing product would be dropped, and its
+    input's adjoint wrong; one of another shape failed in a NumPy broadcast, naming no node). The library's layers
+    are not checked."""
     products = layer.vjp_inputs(backend, params, inputs, saved, g)
+    if trusted(layer):
+        return products
     if not isinstance(products, (list, tuple)) or len(products) != len(inputs):
         got = (f"{len(products)} product{'s' * (len(products) != 1)}" if isinstance(products, (list, tuple)) else
                f"a {type(products).__name__}")
         raise ValueError(f"{layer!r}.vjp_inputs returned {got} for {len(inputs)} inputs: return a list of one "
                          "product (n_i, B) per input, in the inputs' order")
+    for i, (product, x) in enumerate(zip(products, inputs)):
+        if np.shape(product) != x.shape:
+            raise ValueError(f"{layer!r}.vjp_inputs returned a product of shape {np.shape(product)} for input {i}, "
+                             f"of shape {x.shape}: return dC/d input_{i}, shaped as input {i} (n_{i}, B)")
     return products
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import (NETS, ForgetsAnInput, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net,
                      parameters)
-from helpers import DrawsTooFew, NamesTooFew, NoBias, SummedOverUnits, residual_net
+from helpers import DrawsTooFew, NamesTooFew, NoBias, ShortProduct, SummedOverUnits, residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
@@ -487,6 +487,27 @@ def test_a_fused_step_refuses_it_too_leaving_the_updates_of_the_nodes_done_befor
             net.synchronize()
         assert all(np.array_equal(net.parameters()["g"][name], before["g"][name]) for name in before["g"])
         assert net.optimizer_state() == {"step": 0}
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=repr)
+def test_a_layer_whose_product_is_not_shaped_as_its_input_is_refused_naming_the_node(schedule):
+    """g's product for a (4, B) is (3, B): the chain's schedules failed in a NumPy broadcast as a's error read it, the
+    block schedules as they laid out its Jacobian, naming no node. Every schedule, and ForwardNewton (which builds
+    g's Jacobian from its products), refuses it as it is handed back, before any update of an unfused step."""
+    message = ("node 'g': ShortProduct().vjp_inputs returned a product of shape (3, 2) for input 0, of shape (4, 2): "
+               "return dC/d input_0, shaped as input 0 (n_0, B)")
+    x, y = np.random.default_rng(0).standard_normal((3, 2)), np.full((2, 2), 0.5)
+    with gate_between(ShortProduct()) as net:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.gradients(x, y, schedule)
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.feedforward(x, solver=ForwardNewton())
+        before = net.parameters()
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.train_step(x, y, SGD(0.1), schedule)
+            net.synchronize()
+        if not schedule.fused:
+            assert same(flat(net.parameters()), flat(before))
 
 class Halves(Layer):
     """a = x / 2, cast to ``dtype`` where one is given (else in its input's dtype)."""

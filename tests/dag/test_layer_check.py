@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, SummedOverUnits
+from helpers import DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct, SummedOverUnits
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.blocks import DenseBlock
 
@@ -103,6 +103,14 @@ class SizeFirst(LayerNorm):
 def test_widths_the_layer_refuses_are_refused_by_its_size_before_its_init_reads_them():
     with pytest.raises(ValueError, match=r"^LayerNorm takes one input of width >= 2; got widths \[4, 4\]$"):
         check_layer(SizeFirst(), [4, 4])
+
+
+def test_a_product_not_shaped_as_its_input_is_refused_with_both_shapes():
+    """It raised a NumPy broadcast error."""
+    message = ("ShortProduct().vjp_inputs returned a product of shape (3, 3) for input 0, of shape (4, 3): return "
+               "dC/d input_0, shaped as input 0 (n_0, B)")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_layer(ShortProduct(), [4])
 
 
 def test_a_product_too_few_is_refused_with_the_counts():

@@ -583,6 +583,13 @@ class SummedOverUnits(Gate):
     def vjp_params(self, backend, params, inputs, saved, g):
         return {**super().vjp_params(backend, params, inputs, saved, g), "c": g.sum()}
 
+
+class ShortProduct(Gate):
+    """``vjp_inputs`` hands back a product one row short of its input."""
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [(g * saved["t"])[:-1]]
+
 class Product(layers.Layer):
     """A layer of two inputs the library does not have: a = x_0 * x_1, elementwise. It gives only its products."""
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..backends.host import NumpyBackend
 from ..core.checks import check_count, check_real, shown
-from .layers import Layer, drawn_params, input_products, param_products
+from .layers import Layer, drawn_params, input_products, output_width, param_products
 
 STEP = 1e-6
 """The central differences' step, times 1 + |x|: truncation O(h^2), rounding O(eps / h), about 1e-10 each."""
@@ -33,7 +33,7 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
         raise ValueError("sizes must list the width of every input, at least one (a layer reads one input or more), "
                          "such as [4] or [4, 3]; got []")
     batch, rtol = check_count("batch", batch), check_real("rtol", rtol, "a number > 0", strict=True)
-    n = layer.size(sizes)  # its ValueError, before init reads widths that do not fit
+    n = output_width(layer, sizes, layer.size(sizes))  # its ValueError, before init reads widths unfit
     rng = np.random.default_rng(seed)
     params = {name: np.array(value, dtype=np.float64) for name, value in drawn_params(layer, rng, sizes).items()}
     inputs = [rng.uniform(-1, 1, (n_i, batch)) for n_i in sizes]

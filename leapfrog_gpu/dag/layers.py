@@ -71,6 +71,15 @@ class Layer:
         return f"{type(self).__name__}()"
 
 
+def output_width(layer, sizes, n):
+    """``n``, what ``layer.size(sizes)`` gave, as the output width, an int >= 1; else a TypeError (no integer: int()
+    cut 3.5 to 3, and failed on None) or a ValueError (below 1: refused only by the first pass's forward)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        error = ValueError if isinstance(n, numbers.Integral) and not isinstance(n, bool) else TypeError
+        raise error(f"{layer!r}.size({list(sizes)}) returned {shown(n)}: return the output width, an integer >= 1")
+    return int(n)
+
+
 def drawn_params(layer, rng, sizes):
     """``layer.init(rng, sizes)``, the parameters by name; a ValueError says where their names are not the ones its
     ``params`` gives (the network keeps those: a name init does not draw, or one it draws beyond them, is read

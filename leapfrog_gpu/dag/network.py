@@ -24,7 +24,7 @@ from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded, network_dtype
 from ..parallel import reducer
 from . import torch_io
-from .layers import LAYERS, Add, Dense, Layer, drawn_params
+from .layers import LAYERS, Add, Dense, Layer, drawn_params, output_width
 from .plan import INPUT, DagPlan, at_node
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
@@ -93,11 +93,14 @@ class DagNet(Network):
         self.output = sinks[0]
         self.n = {INPUT: int(n_input)}
         for v in self.order:
+            sizes = [self.n[u] for u in self.inputs[v]]
             try:
-                self.n[v] = int(self.layer[v].size([self.n[u] for u in self.inputs[v]]))
+                n = self.layer[v].size(sizes)
             except ValueError as error:
                 widths = [f"{u}: {self.n[u]}" for u in self.inputs[v]]
                 raise ValueError(f"node {v!r} ({self.layer[v]!r}) with inputs of widths {widths}: {error}") from None
+            with at_node(v):
+                self.n[v] = output_width(self.layer[v], sizes, n)
         out = self.layer[self.output]
         if self.cost == "cross_entropy" and not (isinstance(out, Dense) and out.activation == "sigmoid"):
             raise ValueError(f"cost 'cross_entropy' needs a Dense sigmoid output; node {self.output!r} is {out!r}")

@@ -46,11 +46,11 @@ def forward_node(net, v, params, inputs):
 
 @contextlib.contextmanager
 def at_node(v):
-    """A ValueError of the block, about node v's layer, raised again naming v."""
+    """A ValueError or a TypeError of the block, about node v's layer, raised again naming v."""
     try:
         yield
-    except ValueError as error:
-        raise ValueError(f"node {v!r}: {error}") from None
+    except (TypeError, ValueError) as error:
+        raise (ValueError if isinstance(error, ValueError) else TypeError)(f"node {v!r}: {error}") from None
 
 
 def vjp_inputs(net, v, params, inputs, saved, g):

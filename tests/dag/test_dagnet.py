@@ -9,7 +9,7 @@ import pytest
 
 from helpers import (NETS, ForgetsAnInput, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net,
                      parameters)
-from helpers import DrawsTooFew, NamesTooFew, NoBias, ShortProduct, SummedOverUnits, residual_net
+from helpers import DrawsTooFew, NamesTooFew, NoBias, ShortProduct, Sized, SummedOverUnits, residual_net
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
@@ -508,6 +508,17 @@ def test_a_layer_whose_product_is_not_shaped_as_its_input_is_refused_naming_the_
             net.synchronize()
         if not schedule.fused:
             assert same(flat(net.parameters()), flat(before))
+
+
+@pytest.mark.parametrize("width,error", [(3.5, TypeError), (None, TypeError), (True, TypeError), (0, ValueError)])
+def test_a_layer_whose_size_is_no_width_is_refused_as_the_network_is_built(width, error):
+    """int() cut 3.5 to 3, and the network trained; None raised int()'s TypeError, naming no node; 0 was taken, and
+    refused only by the first pass's forward. A NumPy integer is a width."""
+    message = f"node 'g': Sized({width!r}).size([4]) returned {width!r}: return the output width, an integer >= 1"
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        gate_between(Sized(width))
+    with gate_between(Sized(np.int64(4))) as net:
+        assert net.n["g"] == 4 and type(net.n["g"]) is int
 
 class Halves(Layer):
     """a = x / 2, cast to ``dtype`` where one is given (else in its input's dtype)."""

@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from helpers import DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct, SummedOverUnits
+from helpers import (DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct, Sized,
+                     SummedOverUnits)
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.blocks import DenseBlock
 
@@ -103,6 +104,14 @@ class SizeFirst(LayerNorm):
 def test_widths_the_layer_refuses_are_refused_by_its_size_before_its_init_reads_them():
     with pytest.raises(ValueError, match=r"^LayerNorm takes one input of width >= 2; got widths \[4, 4\]$"):
         check_layer(SizeFirst(), [4, 4])
+
+
+@pytest.mark.parametrize("width,error", [(3.5, TypeError), (None, TypeError), (0, ValueError)])
+def test_a_size_that_is_no_width_is_refused_with_what_it_gave(width, error):
+    """It raised a TypeError of NumPy's for 3.5 and None, and a shape mismatch for 0."""
+    message = f"Sized({width!r}).size([4]) returned {width!r}: return the output width, an integer >= 1"
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        check_layer(Sized(width), [4])
 
 
 def test_a_product_not_shaped_as_its_input_is_refused_with_both_shapes():

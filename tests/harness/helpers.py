@@ -590,6 +590,19 @@ class ShortProduct(Gate):
     def vjp_inputs(self, backend, params, inputs, saved, g):
         return [(g * saved["t"])[:-1]]
 
+
+class Sized(Gate):
+    """``size`` gives ``width``, whatever it is."""
+
+    def __init__(self, width):
+        self.width = width
+
+    def __repr__(self):
+        return f"Sized({self.width!r})"
+
+    def size(self, sizes):
+        return self.width
+
 class Product(layers.Layer):
     """A layer of two inputs the library does not have: a = x_0 * x_1, elementwise. It gives only its products."""
 

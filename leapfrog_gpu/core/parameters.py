@@ -57,11 +57,12 @@ def from_lists(groups):
 
 
 def array(what, value, shape, dtype, xp):
-    """``value`` as an array of ``shape`` in ``dtype``: real, finite, on the host or on ``xp``'s device."""
+    """``value`` as an array of ``shape`` (None: its own) in ``dtype``: real, finite, on the host or on ``xp``'s
+    device."""
     value = real_array(xp, what, value)
-    if len(shape) == 1 and tuple(value.shape) == (*shape, 1):
+    if shape is not None and len(shape) == 1 and tuple(value.shape) == (*shape, 1):
         value = value.reshape(shape)  # Nielsen's column of biases
-    if tuple(value.shape) != shape:
+    if shape is not None and tuple(value.shape) != shape:
         nielsen = f" or ({shape[0]}, 1)" if len(shape) == 1 else ""
         raise ValueError(f"{what} must have shape {shape}{nielsen}; got {tuple(value.shape)}")
     module = np if isinstance(value, np.ndarray) else xp

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..core import parameters
 from ..core.checks import check_real, shown
 from ..core.functions import OUTPUT_ACTIVATIONS, choose
 from .blocks import Diagonal, Factored, Slice, from_products
@@ -80,15 +81,20 @@ def output_width(layer, sizes, n):
     return int(n)
 
 
-def drawn_params(layer, rng, sizes):
-    """``layer.init(rng, sizes)``, the parameters by name; a ValueError says where their names are not the ones its
-    ``params`` gives (the network keeps those: a name init does not draw, or one it draws beyond them, is read
-    by name later and fails there, far from the layer)."""
+def drawn_params(layer, rng, sizes, dtype="float64", xp=np):
+    """``layer.init(rng, sizes)``, the parameters by name in the order of its ``params``, as ``xp`` arrays of
+    ``dtype``; a ValueError says where their names are not the ones its ``params`` gives (the network keeps those: a
+    name init does not draw, or one it draws beyond them, is read by name later and fails there, far from the layer),
+    and for a layer of one's own where one is not real (a TypeError) or not finite in ``dtype``, as
+    ``set_parameters`` says (``core.parameters.array``: a NaN drawn trained to NaN)."""
     drawn = layer.init(rng, sizes)
     if set(drawn) != set(layer.params):
         raise ValueError(f"{layer!r}.init drew the parameters {sorted(drawn)}, its params name {sorted(layer.params)}: "
                          "make init draw every parameter that params names, and none other")
-    return drawn
+    if trusted(layer):
+        return {name: xp.asarray(drawn[name], dtype=dtype) for name in layer.params}
+    return {name: xp.asarray(parameters.array(f"{layer!r}.init()[{name!r}]", drawn[name], None, dtype, xp))
+            for name in layer.params}
 
 
 def input_products(layer, backend, params, inputs, saved, g):

@@ -65,12 +65,11 @@ class DagNet(Network):
             self._build_graph(n_input, nodes, cost)
             rng = parameters.generator(seed)
             super().__init__(dtype, backend, check_finite)
-            xp = self.backend.xp
             self._params = {}
             for v in self.order:
+                sizes = [self.n[u] for u in self.inputs[v]]
                 with at_node(v):
-                    drawn = drawn_params(self.layer[v], rng, [self.n[u] for u in self.inputs[v]])
-                self._params[v] = {name: xp.asarray(drawn[name], dtype=self.dtype) for name in self.layer[v].params}
+                    self._params[v] = drawn_params(self.layer[v], rng, sizes, self.dtype, self.backend.xp)
         self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
         self.stats = {}
         self._join(comm)

@@ -9,7 +9,8 @@ import pytest
 
 from helpers import (NETS, ForgetsAnInput, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net,
                      parameters)
-from helpers import DrawsTooFew, NamesTooFew, NoBias, ShortProduct, Sized, SummedOverUnits, residual_net
+from helpers import (Drawing, DrawsTooFew, Gate, NamesTooFew, NoBias, ShortProduct, Sized, SummedOverUnits,
+                     residual_net)
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
@@ -519,6 +520,24 @@ def test_a_layer_whose_size_is_no_width_is_refused_as_the_network_is_built(width
         gate_between(Sized(width))
     with gate_between(Sized(np.int64(4))) as net:
         assert net.n["g"] == 4 and type(net.n["g"]) is int
+
+
+@pytest.mark.parametrize("value,dtype,error,what", [
+    (np.nan, "float64", ValueError, "contains NaN or Inf (as float64); every parameter must be finite"),
+    (1e300, "float32", ValueError, "contains NaN or Inf (as float32); every parameter must be finite"),
+    (1j, "float64", TypeError, "must hold real numbers (a float or integer dtype); got dtype complex128"),
+], ids=["nan", "beyond-float32", "complex"])
+def test_a_node_whose_init_draws_what_set_parameters_refuses_is_refused_as_it_is_built(value, dtype, error, what):
+    """The network took a NaN (its gradients NaN from the first pass), a value that is Inf in its dtype, and a
+    complex number less its imaginary part; it refuses each as set_parameters does, in the same words."""
+    nodes = [("a", Dense(4, "tanh"), "x"), ("g", Drawing(value), "a"), ("out", Dense(2), "g")]
+    message = f"node 'g': Drawing({value!r}).init()['c'] {what}"
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        DagNet(3, nodes, dtype=dtype, backend="numpy")
+    nodes[1] = ("g", Gate(), "a")
+    with DagNet(3, nodes, dtype=dtype, backend="numpy") as net:
+        with pytest.raises(error, match=f"^c of node 'g' {re.escape(what)}$"):
+            net.set_parameters({"g": {"c": np.full(4, value)}})
 
 class Halves(Layer):
     """a = x / 2, cast to ``dtype`` where one is given (else in its input's dtype)."""

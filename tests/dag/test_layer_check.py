@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import (DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct, Sized,
+from helpers import (Drawing, DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct, Sized,
                      SummedOverUnits)
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.blocks import DenseBlock
@@ -112,6 +112,13 @@ def test_a_size_that_is_no_width_is_refused_with_what_it_gave(width, error):
     message = f"Sized({width!r}).size([4]) returned {width!r}: return the output width, an integer >= 1"
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         check_layer(Sized(width), [4])
+
+
+def test_an_init_that_draws_a_nan_is_refused_as_set_parameters_would():
+    """It was reported as a derivative that differs by nan."""
+    message = "Drawing(nan).init()['c'] contains NaN or Inf (as float64); every parameter must be finite"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_layer(Drawing(np.nan), [4])
 
 
 def test_a_product_not_shaped_as_its_input_is_refused_with_both_shapes():

@@ -603,6 +603,19 @@ class Sized(Gate):
     def size(self, sizes):
         return self.width
 
+
+class Drawing(Gate):
+    """``init`` draws every element of c as ``value``."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return f"Drawing({self.value!r})"
+
+    def init(self, rng, sizes):
+        return {**super().init(rng, sizes), "c": np.full(sizes[0], self.value)}
+
 class Product(layers.Layer):
     """A layer of two inputs the library does not have: a = x_0 * x_1, elementwise. It gives only its products."""
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..backends.host import NumpyBackend
 from ..core.checks import check_count, check_real, shown
-from .layers import Layer, drawn_params, input_products, output_width, param_products
+from .layers import Layer, drawn_params, input_products, layer_output, output_width, param_products
 
 STEP = 1e-6
 """The central differences' step, times 1 + |x|: truncation O(h^2), rounding O(eps / h), about 1e-10 each."""
@@ -40,12 +40,12 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
     abar = rng.standard_normal((n, batch))
     with NumpyBackend(mode="serial") as backend:
         def output():
-            return np.asarray(layer.forward(backend, params, inputs)[0], dtype=np.float64)
+            return np.asarray(layer_output(layer, backend, params, inputs)[0], dtype=np.float64)
 
         def cost():  # the cost whose adjoint is abar
             return (abar * output()).sum()
 
-        a, saved = layer.forward(backend, params, inputs)
+        a, saved = layer_output(layer, backend, params, inputs)
         if np.shape(a) != (n, batch):
             raise ValueError(f"{layer!r}: forward gave an output of shape {np.shape(a)}; size() says ({n}, {batch})")
         dtype = getattr(a, "dtype", None)

@@ -97,6 +97,20 @@ def drawn_params(layer, rng, sizes, dtype="float64", xp=np):
             for name in layer.params}
 
 
+def layer_output(layer, backend, params, inputs):
+    """``layer.forward(backend, params, inputs)``, ``(a, saved)``; a ValueError of a layer of one's own raised again
+    with the shapes of its inputs and parameters (a parameter that init drew in another shape than forward reads
+    fails in a NumPy broadcast, whose words name neither)."""
+    try:
+        return layer.forward(backend, params, inputs)
+    except ValueError as error:
+        if trusted(layer):
+            raise
+        drawn = f" and parameters of shapes {({name: p.shape for name, p in params.items()})}, as init drew them"
+        raise ValueError(f"{layer!r}.forward failed on inputs of shapes {[x.shape for x in inputs]}"
+                         f"{drawn if params else ''}: {str(error).strip()}") from None
+
+
 def input_products(layer, backend, params, inputs, saved, g):
     """``layer.vjp_inputs``: one product (n_i, B) per input, in the inputs' order, shaped as its input; a ValueError
     says what a layer of one's own gave otherwise (zipped with the inputs, a missing product would be dropped, and its

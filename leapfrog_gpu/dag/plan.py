@@ -22,7 +22,7 @@ from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
 from .blocks import from_products
-from .layers import Add, Dense, input_products, param_products
+from .layers import Add, Dense, input_products, layer_output, param_products
 
 INPUT = "x"
 """The input node's name."""
@@ -31,8 +31,13 @@ INPUT = "x"
 def forward_node(net, v, params, inputs):
     """``(a_v, saved)``: node v's layer's forward of ``inputs`` (each (n_u, B)) on ``params``, v's parameters. A
     ValueError names a layer whose output is not (n_v, B), n_v its ``size`` (the nodes that read it would read
-    past its end), or not of the network's dtype (a node reading it would fail in its kernels, naming none)."""
-    a, saved = net.layer[v].forward(net.backend, params, inputs)
+    past its end), or not of the network's dtype (a node reading it would fail in its kernels, naming none); v is
+    named in a ValueError or a TypeError of its forward (``layers.layer_output``), as by ``at_node``, at no cost
+    before one is raised."""
+    try:
+        a, saved = layer_output(net.layer[v], net.backend, params, inputs)
+    except (TypeError, ValueError) as error:
+        raise (ValueError if isinstance(error, ValueError) else TypeError)(f"node {v!r}: {error}") from None
     want = (net.n[v], inputs[0].shape[1])
     got = tuple(a.shape) if hasattr(a, "shape") else f"none (a {type(a).__name__})"
     if got != want:

@@ -9,8 +9,8 @@ import pytest
 
 from helpers import (NETS, ForgetsAnInput, Product, batch, central, cli, deep_chain, dense_net, flat, gate_net,
                      parameters)
-from helpers import (Drawing, DrawsTooFew, Gate, NamesTooFew, NoBias, ShortProduct, Sized, SummedOverUnits,
-                     residual_net)
+from helpers import (Drawing, DrawsTooFew, DrawsWide, Gate, NamesTooFew, NoBias, ShortProduct, Sized,
+                     SummedOverUnits, residual_net)
 from helpers import dag_data as data
 from helpers import same_arrays as same
 from leapfrog_gpu.core import calibrate
@@ -538,6 +538,25 @@ def test_a_node_whose_init_draws_what_set_parameters_refuses_is_refused_as_it_is
     with DagNet(3, nodes, dtype=dtype, backend="numpy") as net:
         with pytest.raises(error, match=f"^c of node 'g' {re.escape(what)}$"):
             net.set_parameters({"g": {"c": np.full(4, value)}})
+
+
+@pytest.mark.parametrize("solver", [None, ForwardJacobi(), ForwardNewton()], ids=repr)
+def test_a_node_whose_init_draws_another_shape_than_forward_reads_is_named_with_the_shapes(solver):
+    """A shape init draws is known by what forward reads alone: its forward fails at the first pass, which raised
+    NumPy's broadcast error, naming neither the node nor the parameters. It names both, with their shapes, and a
+    step leaves every parameter as it was."""
+    message = ("node 'g': DrawsWide().forward failed on inputs of shapes [(4, 2)] and parameters of shapes "
+               "{'v': (5,), 'c': (5,)}, as init drew them: operands could not be broadcast together with shapes "
+               "(4,2) (5,1)")
+    x, y = np.random.default_rng(0).standard_normal((3, 2)), np.full((2, 2), 0.5)
+    with gate_between(DrawsWide()) as net:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.feedforward(x, solver=solver)
+        before = net.parameters()
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            net.train_step(x, y, Adam(0.1), Leapfrog(2, fused=True), solver=solver)
+            net.synchronize()
+        assert same(flat(net.parameters()), flat(before)) and net.optimizer_state() == {"step": 0}
 
 class Halves(Layer):
     """a = x / 2, cast to ``dtype`` where one is given (else in its input's dtype)."""

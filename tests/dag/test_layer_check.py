@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from helpers import (Drawing, DrawsTooFew, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct, Sized,
-                     SummedOverUnits)
+from helpers import (Drawing, DrawsTooFew, DrawsWide, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct,
+                     Sized, SummedOverUnits)
 from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
 from leapfrog_gpu.dag.blocks import DenseBlock
 
@@ -119,6 +119,14 @@ def test_an_init_that_draws_a_nan_is_refused_as_set_parameters_would():
     message = "Drawing(nan).init()['c'] contains NaN or Inf (as float64); every parameter must be finite"
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         check_layer(Drawing(np.nan), [4])
+
+
+def test_a_forward_that_fails_on_the_parameters_init_drew_is_named_with_their_shapes():
+    """It raised NumPy's broadcast error alone."""
+    message = ("DrawsWide().forward failed on inputs of shapes [(4, 3)] and parameters of shapes {'v': (5,), "
+               "'c': (5,)}, as init drew them: operands could not be broadcast together with shapes (4,3) (5,1)")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        check_layer(DrawsWide(), [4])
 
 
 def test_a_product_not_shaped_as_its_input_is_refused_with_both_shapes():

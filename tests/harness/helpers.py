@@ -616,6 +616,13 @@ class Drawing(Gate):
     def init(self, rng, sizes):
         return {**super().init(rng, sizes), "c": np.full(sizes[0], self.value)}
 
+
+class DrawsWide(Gate):
+    """``init`` draws v and c one element longer than the input is wide."""
+
+    def init(self, rng, sizes):
+        return super().init(rng, [sizes[0] + 1])
+
 class Product(layers.Layer):
     """A layer of two inputs the library does not have: a = x_0 * x_1, elementwise. It gives only its products."""
 

@@ -3,13 +3,14 @@ library and the tests' ``Gate`` pass; a layer with one wrong product, a wrong Ja
 is refused naming what is wrong (a DagNet trained on it silently, each schedule on its own wrong gradients)."""
 
 import re
+import warnings
 
 import numpy as np
 import pytest
 
 from helpers import (Drawing, DrawsTooFew, DrawsWide, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct,
                      Sized, SummedOverUnits)
-from leapfrog_gpu import Add, Concat, Dense, LayerNorm, check_layer
+from leapfrog_gpu import Add, Concat, Dense, Layer, LayerNorm, check_layer
 from leapfrog_gpu.dag.blocks import DenseBlock
 
 
@@ -55,14 +56,80 @@ class OneRowShort(Gate):
         return a[:-1], saved
 
 
+class OffByOnePercent(Gate):
+    """Right products, a Jacobian 1% too large."""
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        return DenseBlock(backend.xp, 1.01 * super().jacobian(backend, params, inputs, saved, i).dense())
+
+
+class Linear(Layer):
+    """a = w x, w (n, n): a Jacobian w that is not symmetric."""
+
+    params = ("w",)
+
+    def size(self, sizes):
+        return sizes[0]
+
+    def init(self, rng, sizes):
+        return {"w": rng.standard_normal((sizes[0], sizes[0]))}
+
+    def forward(self, backend, params, inputs):
+        return params["w"] @ inputs[0], {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [params["w"].T @ g]
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {"w": g @ inputs[0].T}
+
+
+class Transposed(Linear):
+    """Right products, the Jacobian's transpose w^T for every sample."""
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        return DenseBlock(backend.xp, np.repeat(params["w"].T[None], inputs[0].shape[1], axis=0))
+
+
+class MeanOverTheBatch(Gate):
+    """vjp_params averaged over the batch, where the network sums it."""
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {name: grad / g.shape[1] for name, grad in super().vjp_params(backend, params, inputs, saved, g).items()}
+
+
+class MixesSamples(Layer):
+    """a = x + its mean over the samples, with that map's exact products: no sample's output is its own."""
+
+    def size(self, sizes):
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        return inputs[0] + inputs[0].mean(axis=1, keepdims=True), {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g + g.mean(axis=1, keepdims=True)]
+
+
+
+def differs(layer, what, by=r"0\.\d+"):
+    """The refusal of ``what`` of ``layer``, differing by ``by`` (a pattern)."""
+    return (re.escape(f"{layer}: {what} differs from the central differences of its forward by ") + by
+            + re.escape(" beyond their rounding, relative to 1 + the largest, above rtol=1e-06") + "$")
+
+
 @pytest.mark.parametrize("layer,message", [
-    (TwiceTheInputs(), r"TwiceTheInputs\(\): vjp_inputs\(\.\.\.\)\[0\] differs from the central differences of its "
-                       r"forward by 0\.\d+, relative to 1 \+ the largest, above rtol=1e-06$"),
+    (TwiceTheInputs(), differs("TwiceTheInputs()", "vjp_inputs(...)[0]")),
+    (MeanOverTheBatch(), differs("MeanOverTheBatch()", "vjp_params(...)['v']")),
+    (OffByOnePercent(), differs("OffByOnePercent()", "jacobian(..., i=0).dense()", r"0\.00\d+")),
+    (Transposed(), differs("Transposed()", "jacobian(..., i=0).dense()")),
+    (MixesSamples(), re.escape("MixesSamples(): forward mixes the samples: moving sample 0 of input 0 moved the output "
+                               "of sample 1; a layer maps each sample (column) alone") + "$"),
     (NoBias(), re.escape("NoBias().vjp_params returned no gradient for 'c': return one, summed over the batch, for "
                          "each parameter that params names ('v', 'c')") + "$"),
     (SummedOverUnits(), re.escape("SummedOverUnits().vjp_params returned 'c' of shape (); the parameter's is (4,): "
                                   "return dC/dc summed over the batch alone, shaped as c") + "$"),
-    (WrongJacobian(), r"WrongJacobian\(\): jacobian\(\.\.\., i=0\)\.dense\(\) differs .* by [01]\.\d+, relative"),
+    (WrongJacobian(), differs("WrongJacobian()", "jacobian(..., i=0).dense()", r"[01]\.\d+")),
     (OneRowShort(), re.escape("OneRowShort(): forward gave an output of shape (3, 3); size() says (4, 3)")),
     (InFloat32(), re.escape("InFloat32(): forward gave an output of dtype float32 for inputs of float64: make it "
                             "compute in its inputs' dtype (a DagNet refuses an output of another dtype than its "
@@ -71,6 +138,48 @@ class OneRowShort(Gate):
 def test_a_layer_that_is_wrong_is_refused_naming_what(layer, message):
     with pytest.raises(ValueError, match=f"^{message}"):
         check_layer(layer, [4])
+
+
+class Offset(Layer):
+    """a = x + c, c a constant, with the exact product g (times ``scale``, 1 by default)."""
+
+    def __init__(self, c, scale=1.0):
+        self.c, self.scale = c, scale
+
+    def __repr__(self):
+        return f"Offset({self.c:g}, {self.scale:g})"
+
+    def size(self, sizes):
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        return inputs[0] + self.c, {}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [self.scale * g]
+
+
+@pytest.mark.parametrize("width", [4, 64])
+@pytest.mark.parametrize("c", [1e2, 1e4, 1e5, 1e6])
+def test_a_layer_of_large_outputs_passes_and_a_product_of_it_off_by_one_percent_does_not(c, width):
+    """The check differenced the cost sum(abar a), whose rounding grows with |a| and the width: it refused the exact
+    product from |c| = 1e4 at width 64 (by 4e-6) and 1e5 at width 4. It differences the outputs before contracting
+    them with abar, and allows for their rounding, about 4 eps |a| / h each: a product 1% off still differs by 0.008
+    (about half of 1% of |g|, relative to 1 + the largest)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its differences are fine enough that it need not warn
+        assert check_layer(Offset(c), [width]) is None
+        with pytest.raises(ValueError, match=differs(f"Offset({c:g}, 1.01)", "vjp_inputs(...)[0]", r"0\.00[5-9]\d*")):
+            check_layer(Offset(c, 1.01), [width])
+
+
+def test_outputs_too_large_for_the_step_are_said_to_hide_an_error():
+    """At |a| = 1e8 an output rounds by about 1e-8 against a difference of 2e-6: an error of 1% is not seen, and the
+    check says so."""
+    with pytest.warns(RuntimeWarning, match=r"^check_layer\(Offset\(1e\+08, 1.01\)\): the central differences of "
+                                            r"vjp_inputs\(\.\.\.\)\[0\] round by up to 0\.0\d+ relative to 1 \+ the "
+                                            r"largest .*: a difference below that is not seen$"):
+        check_layer(Offset(1e8, 1.01), [4])
 
 
 def test_bad_arguments():

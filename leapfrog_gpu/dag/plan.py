@@ -32,12 +32,11 @@ def forward_node(net, v, params, inputs):
     """``(a_v, saved)``: node v's layer's forward of ``inputs`` (each (n_u, B)) on ``params``, v's parameters. A
     ValueError names a layer whose output is not (n_v, B), n_v its ``size`` (the nodes that read it would read
     past its end), or not of the network's dtype (a node reading it would fail in its kernels, naming none); v is
-    named in a ValueError or a TypeError of its forward (``layers.layer_output``), as by ``at_node``, at no cost
-    before one is raised."""
+    named in a ValueError or a TypeError of its forward (``layers.layer_output``)."""
     try:
         a, saved = layer_output(net.layer[v], net.backend, params, inputs)
     except (TypeError, ValueError) as error:
-        raise (ValueError if isinstance(error, ValueError) else TypeError)(f"node {v!r}: {error}") from None
+        raise named(v, error) from None
     want = (net.n[v], inputs[0].shape[1])
     got = tuple(a.shape) if hasattr(a, "shape") else f"none (a {type(a).__name__})"
     if got != want:
@@ -51,18 +50,26 @@ def forward_node(net, v, params, inputs):
 
 @contextlib.contextmanager
 def at_node(v):
-    """A ValueError or a TypeError of the block, about node v's layer, raised again naming v."""
+    """A ValueError or a TypeError of the block, about node v's layer, raised again naming v (``named``)."""
     try:
         yield
     except (TypeError, ValueError) as error:
-        raise (ValueError if isinstance(error, ValueError) else TypeError)(f"node {v!r}: {error}") from None
+        raise named(v, error) from None
+
+
+def named(v, error):
+    """``error``, a ValueError or a TypeError about node v's layer, as one naming v: what ``at_node`` raises, for a
+    pass's hot path to raise from a plain ``try`` (no context manager to enter and leave at every node)."""
+    return (ValueError if isinstance(error, ValueError) else TypeError)(f"node {v!r}: {error}")
 
 
 def vjp_inputs(net, v, params, inputs, saved, g):
     """Node v's products to its inputs from its error g, one (n_u, B) per input (``layers.input_products``: a
-    ValueError, here naming v, where its layer gives another number)."""
-    with at_node(v):
+    ValueError, here naming v, where its layer gives another number or shape)."""
+    try:
         return input_products(net.layer[v], net.backend, params, inputs, saved, g)
+    except (TypeError, ValueError) as error:
+        raise named(v, error) from None
 
 
 def jacobian(net, v, params, inputs, saved, i):
@@ -282,9 +289,11 @@ class DagPlan(plan.Plan):
     def _gradients(self, v):
         """Node v's parameter gradients (``layers.param_products``: a ValueError, here naming v, where its layer gives
         other names or shapes than its parameters', raised before any update of an unfused step)."""
-        with at_node(v):
+        try:
             grads = param_products(self.net.layer[v], self.backend, self.params[v], self._arguments(v),
                                    self.saved[v], self.g[v])
+        except (TypeError, ValueError) as error:
+            raise named(v, error) from None
         if self.reducer is not None:  # into the buffer the sums across ranks read
             for name, gradient in grads.items():
                 self.reducer.views[v][name][...] = gradient

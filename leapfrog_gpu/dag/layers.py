@@ -33,11 +33,13 @@ class Layer:
     params = ()
 
     def size(self, sizes):
-        """The output width for input widths ``sizes``; raise a ValueError if they do not fit."""
+        """The output width for input widths ``sizes``, an integer >= 1 (``output_width``); raise a ValueError if
+        they do not fit."""
         raise NotImplementedError
 
     def init(self, rng, sizes):
-        """Initial parameters (NumPy float64 arrays by name, those ``params`` names) for input widths ``sizes``."""
+        """Initial parameters (NumPy float64 arrays by name, those ``params`` names, finite: ``drawn_params``) for
+        input widths ``sizes``."""
         return {}
 
     def forward(self, backend, params, inputs):
@@ -50,11 +52,13 @@ class Layer:
         return abar
 
     def vjp_inputs(self, backend, params, inputs, saved, g):
-        """dC/d input_i for every input i, from the error g: a list of (n_i, B), one per input (``input_products``)."""
+        """dC/d input_i for every input i, from the error g: a list of (n_i, B), one per input, each shaped as it
+        (``input_products``)."""
         raise NotImplementedError
 
     def vjp_params(self, backend, params, inputs, saved, g):
-        """dC/d parameter summed over the batch, from the error g: a dict by name."""
+        """dC/d parameter summed over the batch, from the error g: a dict by name, one for each parameter, shaped as
+        it (``param_products``)."""
         return {}
 
     def jacobian(self, backend, params, inputs, saved, i):
@@ -106,9 +110,10 @@ def layer_output(layer, backend, params, inputs):
     except ValueError as error:
         if trusted(layer):
             raise
-        drawn = f" and parameters of shapes {({name: p.shape for name, p in params.items()})}, as init drew them"
-        raise ValueError(f"{layer!r}.forward failed on inputs of shapes {[x.shape for x in inputs]}"
-                         f"{drawn if params else ''}: {str(error).strip()}") from None
+        shapes = {name: p.shape for name, p in params.items()}
+        drawn = f" and parameters of shapes {shapes}, as init drew them" if params else ""
+        raise ValueError(f"{layer!r}.forward failed on inputs of shapes {[x.shape for x in inputs]}{drawn}: "
+                         f"{str(error).strip()}") from None
 
 
 def input_products(layer, backend, params, inputs, saved, g):
@@ -129,7 +134,6 @@ def input_products(layer, backend, params, inputs, saved, g):
             raise ValueError(f"{layer!r}.vjp_inputs returned a product of shape {np.shape(product)} for input {i}, "
                              f"of shape {x.shape}: return dC/d input_{i}, shaped as input {i} (n_{i}, B)")
     return products
-
 
 
 def param_products(layer, backend, params, inputs, saved, g):
@@ -162,6 +166,7 @@ def param_products(layer, backend, params, inputs, saved, g):
 def trusted(layer):
     """Whether ``layer`` is one of the library's (``LAYERS``, not a subclass), whose results are not checked."""
     return type(layer) in TRUSTED
+
 
 class Dense(Layer):
     """Affine and sigma: z = w a_in + b, a = sigma(z) (eqs. (2)(3)); w (n, m) ~ N(0, 1/m), b ~ N(0, 1)."""

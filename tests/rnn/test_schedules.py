@@ -1,6 +1,7 @@
 """The recurrent network's schedules: Leapfrog(k) bitwise BPTT() over 30 SGD steps on real threads and in
-the deferred orders, every removed wait caught deterministically, the order of a traced step, the rounds
-each schedule reports against its formula, the counters, and NaumovRNN's memory check."""
+the deferred orders, TimeScan against the float64 reference at every tau from 1 to 9, every removed wait
+caught deterministically, the order of a traced step, the rounds each schedule reports against its formula,
+the counters, and NaumovRNN's memory check."""
 
 import functools
 
@@ -13,6 +14,7 @@ from leapfrog_gpu.backends import get_backend
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
 from leapfrog_gpu.core.triangular import ceil_log2
+from leapfrog_gpu.rnn import reference
 
 from helpers import rnn_lists
 
@@ -62,6 +64,26 @@ def test_the_scans_on_workers_are_bitwise_the_scans_on_the_main_stream(kind):
         assert same(trained(backend, kind(k=3, fused=True), steps=4), want)
     with get_backend("numpy", mode="deferred", order="workers-first") as backend:
         assert same(trained(backend, kind(k=2, fused=True), steps=4), want)
+
+
+@pytest.mark.parametrize("tau", range(1, 10))
+@pytest.mark.parametrize("scan", ["doubling", "reduction"])
+def test_timescan_matches_the_float64_reference_at_every_tau_up_to_9(scan, tau):
+    """Each round of the scans builds and reads products A_t A_{t+s} within bounds set by tau, and a bound off
+    by one is wrong at a single tau (the first round's products left out at tau = 3 alone): every tau from 1
+    to 9, output at every step and at the last, against the plain BPTT of ``rnn.reference``."""
+    sizes = [3, 4, 5, 2]
+    for output in ("every", "last"):
+        with RNN(sizes, output=output, dtype="float64", seed=tau, backend="numpy") as net:
+            x, y = batch(sizes, 3, tau, np.float64, tau=tau, output=output)
+            want = reference.backprop(net.weights, net.recurrent, net.biases, x, y, net.activation, net.cost,
+                                      net.output_activation, output)
+            got = rnn_lists(net.backprop(x, y, TimeScan(scan=scan)))
+            for name, got_list, want_list in zip(("nabla_b", "nabla_w", "nabla_u"), got, want):
+                assert len(got_list) == len(want_list)
+                for l, (g, w) in enumerate(zip(got_list, want_list), start=2):
+                    error = float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-300))  # u's: 0 at tau = 1
+                    assert error <= 1e-10, f"{output}: {name}[{l}] relative error {error:.1e}"
 
 
 # -- each wait removed, caught deterministically ----------------------------------------------------------

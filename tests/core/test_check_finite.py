@@ -1,12 +1,14 @@
 """``check_finite`` names the deepest gradient that holds NaN or Inf: a NaN in w^L reaches every gradient
 (delta^L, then every delta below it through (5)), and the refusal names ``nabla_w[L]``, on the NumPy
-backend and on the CuPy stand-in, eager and as a graph."""
+backend and on the CuPy stand-in, eager and as a graph; a recurrent network's step with a NaN in any one of
+its gradients alone, of every cell, is refused naming that gradient."""
 
 import numpy as np
 import pytest
 
 from helpers import STANDIN_ORDERS, batch, host, install_standin
-from leapfrog_gpu import MLP, Leapfrog, Sequential, reference
+from leapfrog_gpu import MLP, RNN, Leapfrog, Sequential, reference
+from leapfrog_gpu.rnn.plan import RNNPlan
 
 SIZES = [7, 13, 5, 11, 3]
 L = len(SIZES)
@@ -87,3 +89,41 @@ def test_gradients_behind_a_step_that_updated_say_the_check_refused_them():
         assert str(refused.value).endswith("holds NaN or Inf; check_finite=True refuses such gradients")
         for got, w in zip(host(net.weights), want):
             np.testing.assert_allclose(got, w, rtol=1e-12)
+
+
+def nan_in_one_gradient(monkeypatch, unit, name):
+    """Have every pass of an RNN write NaN into one element of its gradient of ``unit``'s ``name`` alone, on the
+    main stream, once the gradients are computed and before the check reads them."""
+    check = RNNPlan.check_gradients
+
+    def poisoned(plan, controls):
+        gradient = plan.gradient_arrays()[unit][name]
+        plan.backend.launch(plan.main, "nan", gradient.__setitem__, (-1,) * gradient.ndim, np.nan)
+        check(plan, controls)
+
+    monkeypatch.setattr(RNNPlan, "check_gradients", poisoned)
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2)], ids=repr)
+@pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
+def test_a_nan_in_any_one_recurrent_gradient_is_refused_naming_it(monkeypatch, cell, schedule):
+    """Every gradient the network has (one per parameter, as ``parameters()`` lists them, a GRU's b_hn
+    among them) is checked: a NaN in it alone refuses the step, names it, and leaves the parameters as
+    they were, bit for bit."""
+    sizes = [3, 4, 5, 2]
+    x, y = batch(sizes, 2, tau=3)
+    with RNN(sizes, cell=cell, output="every", dtype="float64", backend="numpy", check_finite=True) as net:
+        before = net.parameters()
+        names = [(unit, name) for unit, named in before.items() for name in named]
+        assert ("b_hn" in {name for _, name in names}) == (cell == "gru")
+        for unit, name in names:
+            with monkeypatch.context() as patch:
+                nan_in_one_gradient(patch, unit, name)
+                net.sgd_step(x, y, 0.5, schedule)
+                with pytest.raises(FloatingPointError) as refused:
+                    net.synchronize()
+            assert str(refused.value) == f"nabla_{name}[{unit}] holds NaN or Inf; update refused, parameters unchanged"
+            after = net.parameters()
+            for l in before:
+                for k in before[l]:
+                    assert np.array_equal(after[l][k], before[l][k]), (unit, name, l, k)

@@ -1,7 +1,8 @@
 """``check_finite`` names the deepest gradient that holds NaN or Inf: a NaN in w^L reaches every gradient
 (delta^L, then every delta below it through (5)), and the refusal names ``nabla_w[L]``, on the NumPy
-backend and on the CuPy stand-in, eager and as a graph; a recurrent network's step with a NaN in any one of
-its gradients alone, of every cell, is refused naming that gradient."""
+backend and on the CuPy stand-in, eager and as a graph; a -inf, +inf or NaN beside finite values in a
+gradient is refused as well; a recurrent network's step with a NaN in any one of its gradients alone, of
+every cell, is refused naming that gradient."""
 
 import numpy as np
 import pytest
@@ -27,12 +28,13 @@ def backend(request, monkeypatch):
         yield cupy_backend
 
 
-def nan_in_the_last_weights(net):
-    """Set w^L[1, 2] to NaN in ``net``'s own parameters (``set_parameters`` refuses a NaN, as a batch is
-    refused, so it goes in through the plan's view of them); return host copies of what they then hold."""
+def nan_in_the_last_weights(net, at=(1, 2), samples=3):
+    """Set w^L[at] to NaN in ``net``'s own parameters (``set_parameters`` refuses a NaN, as a batch is
+    refused, so it goes in through the view of them of the plan for ``samples``); return host copies of what
+    they then hold."""
     net.synchronize()
     xp = net.backend.xp
-    net.plan(3).w[net.L][1, 2] = np.nan  # on CuPy, on the current stream, which the network's do not wait for
+    net.plan(samples).w[net.L][at] = np.nan  # on CuPy, on the current stream, which the network's do not wait for
     if xp is not np:
         xp.cuda.Device().synchronize()
     return host(net.weights) + host(net.biases)
@@ -58,6 +60,32 @@ def test_the_refusal_names_the_deepest_bad_gradient(backend, schedule, graph):
         assert str(refused.value) == f"nabla_w[{L}] holds NaN or Inf; update refused, parameters unchanged"
         for got, want in zip(host(net.weights + net.biases), before):
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("bad", ["-inf", "+inf", "nan"])
+def test_one_bad_value_beside_finite_ones_is_refused(backend, bad):
+    """MLP [1, 2], quadratic cost, sigmoid output, w = b = 0: a = 1/2 and delta = (a - y) a (1 - a) = (1/2 - y) / 4
+    per sample. x = 3.4e38 on 16 samples: y_1 = 1 (or 0) makes nabla_w_1 = 16 · 3.4e38 · (1/2 - y_1) / 4 =
+    -6.8e38 (+6.8e38), past float32's largest, -inf (+inf), while y_2 = 1/2 keeps nabla_w_2 = 0; or y_1 = 1/2
+    and a NaN in w_2 make nabla_w_2 NaN beside nabla_w_1 = 0. Each is refused: a -inf beside 0 is neither the
+    largest value nor NaN."""
+    y_1, want = {"-inf": (1.0, [-np.inf, 0.0]), "+inf": (0.0, [np.inf, 0.0]), "nan": (0.5, [0.0, np.nan])}[bad]
+    x = np.full((1, 16), 3.4e38, dtype=np.float32)
+    y = np.array([[y_1] * 16, [0.5] * 16], dtype=np.float32)
+    for check_finite in (False, True):
+        with MLP([1, 2], dtype="float32", backend=backend, output_activation="sigmoid",
+                 check_finite=check_finite) as net:
+            net.set_parameters({2: {"w": np.zeros((2, 1)), "b": np.zeros(2)}})
+            before = nan_in_the_last_weights(net, (1, 0), 16) if bad == "nan" else host(net.weights + net.biases)
+            if not check_finite:  # the gradient is as the comment above has it
+                np.testing.assert_array_equal(host([net.gradients(x, y)[2]["w"]])[0], np.array([want]).T)
+                continue
+            net.sgd_step(x, y, 0.1)
+            with pytest.raises(FloatingPointError) as refused:
+                net.synchronize()
+            assert str(refused.value) == "nabla_w[2] holds NaN or Inf; update refused, parameters unchanged"
+            for got, was in zip(host(net.weights + net.biases), before):
+                np.testing.assert_array_equal(got, was)
 
 
 def test_gradients_say_the_check_refused_them_not_an_update(backend):

@@ -333,6 +333,29 @@ def test_the_adding_problem_marks_two_steps_and_scores_a_sixth_at_chance():
     assert abs(chance - 1 / 6) < 0.01 and abs(task.y_train.mean() - 1) < 0.01, chance
 
 
+@pytest.mark.parametrize("tau", range(2, 9))
+def test_the_adding_problem_marks_one_step_in_each_half_anywhere_in_it(tau):
+    """docs/rnn.md: one marker in each half, the first in steps 0 .. tau//2 - 1, the second in tau//2 .. tau - 1
+    (an odd tau's middle step in the second half), the target the sum of the two marked values; over 3750
+    sequences every step of each half is marked at least once (each with a chance of at least 1/4 a sequence):
+    a half drawn one step short leaves one of its steps never marked."""
+    task = datasets.adding(tau=tau, samples=3000, seed=tau, dtype="float64")
+    x = np.concatenate([task.x_train, task.x_test], axis=2)
+    y = np.concatenate([task.y_train, task.y_test], axis=1)
+    half, count = tau // 2, x.shape[2]
+    marked = {"first": np.zeros(half, int), "second": np.zeros(tau - half, int)}
+    for i in range(count):
+        steps = [t for t in range(tau) if x[t, 1, i] != 0]
+        assert all(x[t, 1, i] == 1 for t in steps) and len(steps) == 2, (i, steps)
+        first, second = steps
+        assert first < half <= second, (i, steps)
+        marked["first"][first] += 1
+        marked["second"][second - half] += 1
+        assert y[0, i] == pytest.approx(x[first, 0, i] + x[second, 0, i], rel=1e-12), i
+    for which, counts in marked.items():
+        assert np.all(counts > 0), f"{which} half: steps marked {counts.tolist()} times in {count} sequences"
+
+
 def test_the_teacher_rnn_is_the_rnn_its_docstring_draws():
     """The targets of ``RNN([3, 16, 5], seed=5)`` (tanh, identity output at every step), its biases scaled by 0.1,
     computed by the float64 reference on the task's inputs."""

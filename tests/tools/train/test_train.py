@@ -105,6 +105,39 @@ def test_resume_is_bitwise_exact(tmp_path):
     assert [json.loads(line)["epoch"] for line in (halves / "m.jsonl").read_text().splitlines()] == [1, 2]
 
 
+RESUMED_VALUES = {  # each option of options.RESUMED that takes a value, none at its default, over the two runs
+    "teacher": ["--data", "teacher", "--inputs", 6, "--outputs", 3, "--samples", 160, "--hidden", "3x8", "--activation",
+                "relu", "--dtype", "float64", "--seed", 3, "--batch-size", 24, "--lr", 0.005, "--k", 3],
+    "mnist": ["--data", "mnist", "--hidden", "2x8", "--activation", "sigmoid", "--cost", "quadratic", "--batch-size", 4,
+              "--lr", 0.3, "--schedule", "naumov-scan"],
+}
+
+
+@pytest.mark.parametrize("run", list(RESUMED_VALUES))
+def test_resume_takes_every_option_it_keeps_from_the_checkpoint(tmp_path, run):
+    """Resumed with none of its options given again (but --epochs), a run keeps the checkpoint's value of each option
+    ``--resume`` takes (``options.RESUMED``), none of them at its default: the same parameters bit for bit as the run
+    that went on, and the same options recorded, its --lr among them (resumed at the dataset's default, it trained
+    another run)."""
+    from leapfrog_gpu.tools.train.options import DEFAULTS, LR, RESUMED
+
+    given = {key for options in RESUMED_VALUES.values() for key in options if str(key).startswith("--")}
+    assert given | {"--data-dir", "--epochs"} >= {"--" + key.replace("_", "-") for key in RESUMED
+                                                  if DEFAULTS[key] is not False}
+    data = [] if run != "mnist" else ["--data-dir", _mnist_files(tmp_path, lambda arrays: None)]  # 9 samples
+    options = [*RESUMED_VALUES[run], *data, "--quiet"]
+    straight, halves = tmp_path / "straight", tmp_path / "halves"
+    assert cli(*options, "--epochs", 2, "--checkpoint-dir", straight) == 0
+    assert cli(*options, "--epochs", 1, "--checkpoint-dir", halves) == 0
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", halves, "--resume") == 0
+    (expected, expected_state), (got, state) = parameters(straight), parameters(halves)
+    assert_bitwise_equal(got, expected)
+    assert (state["epoch"], state["step"], state["rng"]) == (2, expected_state["step"], expected_state["rng"])
+    assert {key: state["config"][key] for key in RESUMED} == {key: expected_state["config"][key] for key in RESUMED}
+    lr = RESUMED_VALUES[run][RESUMED_VALUES[run].index("--lr") + 1]
+    assert state["config"]["lr"] == lr != LR[run]
+
+
 def interrupt_at_step(monkeypatch, step):
     """Ctrl-C as the run's ``step``-th step (from 1) starts, which the run meets as a second Ctrl-C (it stops at
     once), with a checkpoint saved as an interrupt handler saves it: after the last completed step."""

@@ -116,6 +116,36 @@ def test_a_run_resumed_from_its_state_after_any_step_goes_on_bit_for_bit():
     assert seen == list(range(16)) and records == [{"said": 1}, {"said": 2}]
 
 
+def test_a_run_resumed_from_its_state_at_an_epochs_end_draws_the_next_epochs_order(monkeypatch):
+    """A state taken as an epoch ends (step_in_epoch 0) holds the generator after that epoch's draw: resumed from it,
+    the run is the straight one bit for bit, and both see in epoch e the samples in the order of the e-th
+    permutation that ``default_rng(seed)`` draws (the state before the draw redrew the epoch just done)."""
+    x, labels = blobs(60)
+    index = {x[:, i].tobytes(): i for i in range(60)}
+    seen, train_step = [], MLP.train_step
+
+    def recorded(net, x_batch, *args, **kwargs):
+        seen.extend(index[x_batch[:, j].tobytes()] for j in range(x_batch.shape[-1]))
+        return train_step(net, x_batch, *args, **kwargs)
+
+    monkeypatch.setattr(MLP, "train_step", recorded)
+    rng = np.random.default_rng(5)
+    orders = [rng.permutation(60).tolist() for _ in range(3)]  # one permutation an epoch
+    with classifier() as straight:
+        fitting.Fitting(straight, x, labels, 3, 8, SGD(0.3), seed=5).run(progress=False)
+        want = host(straight.parameters())
+    assert seen == orders[0] + orders[1] + orders[2]
+    seen.clear()
+    with classifier() as net:
+        first = fitting.Fitting(net, x, labels, 1, 8, SGD(0.3), seed=5)
+        first.run(progress=False)
+        state = json.loads(json.dumps(first.state()))
+        assert (state["epoch"], state["step_in_epoch"], state["step"]) == (1, 0, 8)
+        fitting.Fitting(net, x, labels, 3, 8, SGD(0.3), seed=5, state=state).run(progress=False)
+        assert seen == orders[0] + orders[1] + orders[2]
+        assert_bitwise_equal(host(net.parameters()), want)
+
+
 def state_after(first, **changes):
     """``first.state()`` (a run of 60 samples, 8 a batch: 8 steps an epoch) with ``changes``; a key changed to None
     left out."""

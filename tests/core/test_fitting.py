@@ -10,6 +10,7 @@ import gc
 import inspect
 import io
 import json
+import math
 import sys
 import threading
 import weakref
@@ -389,6 +390,8 @@ def test_regression_targets_give_the_mean_squared_error():
 
 
 def test_an_rnn_with_an_output_at_every_step_scores_every_step():
+    """The accuracy over every step of every sequence; the loss the mean cost per sequence (docs/python.md), the cost
+    summed over the steps (docs/rnn.md), units and sequences, divided by the 7 sequences, not the 35 outputs."""
     rng = np.random.default_rng(4)
     x, labels = rng.standard_normal((5, 3, 7)), rng.integers(0, 3, (5, 7))
     with RNN([3, 6, 3], "tanh", "cross_entropy", "every", dtype="float64", seed=2, backend="numpy") as net:
@@ -397,6 +400,13 @@ def test_an_rnn_with_an_output_at_every_step_scores_every_step():
     assert outputs.shape == (5, 3, 7) and isinstance(outputs, np.ndarray)
     np.testing.assert_allclose(outputs, a, rtol=1e-12)
     assert scored["accuracy"] == np.mean(np.argmax(a, axis=1) == labels)  # over 5 steps x 7 sequences
+    total = 0.0
+    for t in range(5):
+        for unit in range(3):
+            for n in range(7):  # -y ln a - (1 - y) ln(1 - a), y = 1 for the step's label only
+                p = float(a[t, unit, n])
+                total -= math.log(p) if unit == labels[t, n] else math.log(1 - p)
+    assert scored["loss"] == pytest.approx(total / 7, rel=1e-12)
 
 
 def test_predict_is_feedforward_in_batches():

@@ -164,6 +164,27 @@ def test_a_graph_per_batch_size_and_schedule():
         assert len(net.plan(3).captured) == 3 and len(net.plan(5).captured) == 1
 
 
+def test_the_graphs_kept_are_those_of_the_8_batch_sizes_last_stepped():
+    """A network keeps the plans, and with them the graphs, of the 8 batch shapes it ran last (docs/python.md): a
+    step at a size among them replays its graph, and counts as the latest use. After B = 1..8 and B = 1 again, B = 9
+    lets B = 2's go, not B = 1's, whose next step captures nothing: a least-recently-used list written out over
+    the steps says which capture, and which plans are kept, in the order last used."""
+    sizes = [*range(1, 9), 1, 9, 1]
+    kept, want = [], []
+    for size in sizes:
+        want.append(int(size not in kept))  # a capture: no plan of that size kept
+        kept = ([b for b in kept if b != size] + [size])[-8:]
+    with NumpyBackend() as backend, MLP(SIZES, backend=backend) as net:
+        capture, captures = backend.capture, []
+        backend.capture = lambda body: captures.append(None) or capture(body)
+        got = []
+        for size in sizes:
+            before = len(captures)
+            net.sgd_step(*batch(SIZES, size), 0.1, Leapfrog(2), graph=True)
+            got.append(len(captures) - before)
+        assert got == want and list(net._plans) == kept == [3, 4, 5, 6, 7, 8, 9, 1]
+
+
 # -- a wait removed from the captured step is caught ------------------------------------------------
 
 

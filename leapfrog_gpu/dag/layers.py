@@ -13,14 +13,16 @@ MLP's kernels (``backend.ops``), so that a chain of them computes what ``MLP`` c
 
 import math
 import numbers
+import operator
 from collections.abc import Mapping
 
 import numpy as np
 
 from ..core import parameters
-from ..core.checks import check_real, shown
+from ..core.checks import check_real, shape_of, shown
 from ..core.functions import OUTPUT_ACTIVATIONS, choose
-from .blocks import Diagonal, Factored, Slice, from_products
+from .blocks import Block, DenseBlock, Diagonal, Factored, Slice, from_products  # noqa: F401 (Block, DenseBlock:
+# what a layer of one's own may give from jacobian, imported from here as before blocks.py held them)
 
 
 class Layer:
@@ -79,10 +81,14 @@ class Layer:
 def output_width(layer, sizes, n):
     """``n``, what ``layer.size(sizes)`` gave, as the output width, an int >= 1; else a TypeError (no integer: int()
     cut 3.5 to 3, and failed on None) or a ValueError (below 1: refused only by the first pass's forward)."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        error = ValueError if isinstance(n, numbers.Integral) and not isinstance(n, bool) else TypeError
+    try:
+        width = None if isinstance(n, bool) else operator.index(n)  # an int, NumPy's, or a 0-d array of one
+    except TypeError:
+        width = None
+    if width is None or width < 1:
+        error = TypeError if width is None else ValueError
         raise error(f"{layer!r}.size({list(sizes)}) returned {shown(n)}: return the output width, an integer >= 1")
-    return int(n)
+    return width
 
 
 def drawn_params(layer, rng, sizes, dtype="float64", xp=np):
@@ -102,18 +108,19 @@ def drawn_params(layer, rng, sizes, dtype="float64", xp=np):
 
 
 def layer_output(layer, backend, params, inputs):
-    """``layer.forward(backend, params, inputs)``, ``(a, saved)``; a ValueError of a layer of one's own raised again
-    with the shapes of its inputs and parameters (a parameter that init drew in another shape than forward reads
-    fails in a NumPy broadcast, whose words name neither)."""
+    """``layer.forward(backend, params, inputs)``, ``(a, saved)``; a ValueError or a TypeError of a layer of one's own
+    raised again (its own traceback chained) with the shapes of its inputs and parameters (a parameter that init drew
+    in another shape than forward reads fails in a NumPy broadcast, whose words name neither)."""
     try:
         return layer.forward(backend, params, inputs)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:
         if trusted(layer):
             raise
         shapes = {name: p.shape for name, p in params.items()}
         drawn = f" and parameters of shapes {shapes}, as init drew them" if params else ""
-        raise ValueError(f"{layer!r}.forward failed on inputs of shapes {[x.shape for x in inputs]}{drawn}: "
-                         f"{str(error).strip()}") from None
+        kind = ValueError if isinstance(error, ValueError) else TypeError
+        raise kind(f"{layer!r}.forward failed on inputs of shapes {[x.shape for x in inputs]}{drawn}: "
+                   f"{str(error).strip()}") from error
 
 
 def input_products(layer, backend, params, inputs, saved, g):
@@ -130,8 +137,8 @@ def input_products(layer, backend, params, inputs, saved, g):
         raise ValueError(f"{layer!r}.vjp_inputs returned {got} for {len(inputs)} inputs: return a list of one "
                          "product (n_i, B) per input, in the inputs' order")
     for i, (product, x) in enumerate(zip(products, inputs)):
-        if np.shape(product) != x.shape:
-            raise ValueError(f"{layer!r}.vjp_inputs returned a product of shape {np.shape(product)} for input {i}, "
+        if (shape := shape_of(f"vjp_inputs(...)[{i}]", product)) != x.shape:
+            raise ValueError(f"{layer!r}.vjp_inputs returned a product of shape {shape} for input {i}, "
                              f"of shape {x.shape}: return dC/d input_{i}, shaped as input {i} (n_{i}, B)")
     return products
 
@@ -144,23 +151,27 @@ def param_products(layer, backend, params, inputs, saved, g):
     grads = layer.vjp_params(backend, params, inputs, saved, g)
     if trusted(layer):
         return grads
-    named = f"params names ({', '.join(map(repr, params))})"
     if not isinstance(grads, Mapping):
-        raise ValueError(f"{layer!r}.vjp_params returned a {type(grads).__name__}: return a dict of one gradient by "
-                         f"name for each parameter that {named}")
+        raise TypeError(f"{layer!r}.vjp_params returned a {type(grads).__name__}: return a dict of one gradient by "
+                        f"name for each parameter that {_named(params)}")
     for name in params:
         if name not in grads:
             raise ValueError(f"{layer!r}.vjp_params returned no gradient for {name!r}: return one, summed over the "
-                             f"batch, for each parameter that {named}")
+                             f"batch, for each parameter that {_named(params)}")
     for name, gradient in grads.items():
         if name not in params:
             raise ValueError(f"{layer!r}.vjp_params returned a gradient for {name!r}, which is no parameter: return "
-                             f"one for each parameter that {named}, and none other")
-        if np.shape(gradient) != params[name].shape:
-            raise ValueError(f"{layer!r}.vjp_params returned {name!r} of shape {np.shape(gradient)}; the parameter's "
+                             f"one for each parameter that {_named(params)}, and none other")
+        if (shape := shape_of(f"vjp_params(...)[{name!r}]", gradient)) != params[name].shape:
+            raise ValueError(f"{layer!r}.vjp_params returned {name!r} of shape {shape}; the parameter's "
                              f"is {params[name].shape}: return dC/d{name} summed over the batch alone, shaped as "
                              f"{name}")
     return grads
+
+
+def _named(params):
+    """What a refusal of ``vjp_params`` says of the parameters: "params names ('w', 'b')"."""
+    return f"params names ({', '.join(map(repr, params))})"
 
 
 def trusted(layer):

@@ -95,9 +95,10 @@ class DagNet(Network):
             sizes = [self.n[u] for u in self.inputs[v]]
             try:
                 n = self.layer[v].size(sizes)
-            except ValueError as error:
+            except (TypeError, ValueError) as error:
                 widths = [f"{u}: {self.n[u]}" for u in self.inputs[v]]
-                raise ValueError(f"node {v!r} ({self.layer[v]!r}) with inputs of widths {widths}: {error}") from None
+                kind = ValueError if isinstance(error, ValueError) else TypeError
+                raise kind(f"node {v!r} ({self.layer[v]!r}) with inputs of widths {widths}: {error}") from error
             with at_node(v):
                 self.n[v] = output_width(self.layer[v], sizes, n)
         out = self.layer[self.output]

@@ -36,7 +36,7 @@ def forward_node(net, v, params, inputs):
     try:
         a, saved = layer_output(net.layer[v], net.backend, params, inputs)
     except (TypeError, ValueError) as error:
-        raise named(v, error) from None
+        raise named(v, error) from error
     want = (net.n[v], inputs[0].shape[1])
     got = tuple(a.shape) if hasattr(a, "shape") else f"none (a {type(a).__name__})"
     if got != want:
@@ -54,7 +54,7 @@ def at_node(v):
     try:
         yield
     except (TypeError, ValueError) as error:
-        raise named(v, error) from None
+        raise named(v, error) from error
 
 
 def named(v, error):
@@ -69,7 +69,7 @@ def vjp_inputs(net, v, params, inputs, saved, g):
     try:
         return input_products(net.layer[v], net.backend, params, inputs, saved, g)
     except (TypeError, ValueError) as error:
-        raise named(v, error) from None
+        raise named(v, error) from error
 
 
 def jacobian(net, v, params, inputs, saved, i):
@@ -293,7 +293,7 @@ class DagPlan(plan.Plan):
             grads = param_products(self.net.layer[v], self.backend, self.params[v], self._arguments(v),
                                    self.saved[v], self.g[v])
         except (TypeError, ValueError) as error:
-            raise named(v, error) from None
+            raise named(v, error) from error
         if self.reducer is not None:  # into the buffer the sums across ranks read
             for name, gradient in grads.items():
                 self.reducer.views[v][name][...] = gradient

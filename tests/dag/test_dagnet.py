@@ -518,8 +518,25 @@ def test_a_layer_whose_size_is_no_width_is_refused_as_the_network_is_built(width
     message = f"node 'g': Sized({width!r}).size([4]) returned {width!r}: return the output width, an integer >= 1"
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         gate_between(Sized(width))
-    with gate_between(Sized(np.int64(4))) as net:
-        assert net.n["g"] == 4 and type(net.n["g"]) is int
+    for width in (np.int64(4), np.array(4)):  # what int() took, an integer: NumPy's, or a 0-d array of one
+        with gate_between(Sized(width)) as net:
+            assert net.n["g"] == 4 and type(net.n["g"]) is int
+
+
+def test_an_error_of_a_layers_own_forward_names_the_node_and_keeps_its_own_traceback():
+    """A TypeError of a layer's forward is raised again naming the node and the forward, as a ValueError is, caused
+    by the layer's own error: its traceback, into the layer's code, is kept."""
+
+    class Typo(Gate):
+        def forward(self, backend, params, inputs):
+            return inputs[0] + "1", {}
+
+    x, y = batch([3, 2], 5)
+    with gate_between(Typo()) as net, pytest.raises(TypeError, match=r"^node 'g': Typo\(\)\.forward failed on inputs "
+                                                                      r"of shapes \[\(4, 5\)\] and parameters") as raised:
+        net.train_step(x, y, SGD(0.1))
+        net.synchronize()
+    assert isinstance(raised.value.__cause__, TypeError) and raised.value.__cause__.__traceback__ is not None
 
 
 @pytest.mark.parametrize("value,dtype,error,what", [
@@ -673,6 +690,28 @@ def test_dags_on_the_cupy_backend_match_numpy(standin, schedule):
             net.sgd_step(x, y, ETA, schedule)
         params = [p.get() for p in flat(net.parameters())]
     for a, b in zip(got + params, want + want_params):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2, fused=True), DagJacobi(k=2)], ids=repr)
+def test_a_layer_of_ones_own_trains_on_the_cupy_backend_as_on_numpy(standin, schedule):
+    """``Gate``'s products and gradients are the stand-in's device arrays, which the checks of their shapes read
+    (``np.shape`` of one raised a TypeError): three steps, then the parameters, as on the host."""
+    from leapfrog_gpu.backends.cuda import CupyBackend
+
+    x, y = batch([3, 2], 5)
+    with gate_between(Gate()) as host_net:
+        start = host_net.parameters()
+        for step in range(3):
+            host_net.train_step(x, y, SGD(0.1), Sequential())
+        want = flat(host_net.parameters())
+    with CupyBackend() as backend, DagNet(3, [("a", Dense(4, "tanh"), "x"), ("g", Gate(), "a"), ("out", Dense(2), "g")],
+                                          dtype="float64", backend=backend) as net:
+        net.set_parameters(start)
+        for step in range(3):
+            net.train_step(x, y, SGD(0.1), schedule)
+        got = [p.get() for p in flat(net.parameters())]
+    for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 

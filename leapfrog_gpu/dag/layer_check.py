@@ -21,12 +21,8 @@ for outputs a of order 1, and allowed for (``ROUNDING``) where they are larger."
 
 ROUNDING = 4 * np.finfo(np.float64).eps
 """What each output of ``forward`` may be off by, relative to it (a few roundings): a difference quotient of outputs
-a may be off by ROUNDING (|a(x + h)| + |a(x - h)|) / 2h, which a check allows for beyond ``rtol``."""
-
-BLUR = 1e-3
-"""Where that rounding passes a difference of this much, relative to 1 + the largest, ``check_layer`` warns: outputs
-of 1e8 at a step of 1e-6 hide an error of 1%."""
-
+a may be off by ROUNDING (|a(x + h)| + |a(x - h)|) / 2h, about 4 eps |a| / h, which a check allows for beyond
+``rtol`` (and says so where it passes ``rtol``)."""
 
 def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
     """Check ``layer`` on random inputs of widths ``sizes`` (one per input, at least one; widths its ``size``
@@ -77,17 +73,18 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
 def _compare(layer, checks, rtol):
     """Raise a ValueError for the first of ``checks``, ``(what, given, want, rounding)``, whose ``given`` is not of the
     shape of ``want``, or differs from it by more than ``rtol`` (1 + max |want|) beyond ``rounding``; warn, once, where
-    that rounding passes a difference of ``BLUR`` (1 + max |want|)."""
+    that rounding passes ``rtol`` (1 + max |want|): a difference that small is then not seen."""
     warned = False
     for what, given, want, rounding in checks:
         if given is None or np.shape(given) != want.shape:
             raise ValueError(f"{layer!r}: {what} has shape {np.shape(given)}; the derivatives' is {want.shape}")
         scale = 1 + np.max(np.abs(want), initial=0)
-        if np.max(rounding, initial=0) > BLUR * scale and not warned:
+        if np.max(rounding, initial=0) > rtol * scale and not warned:
             warned = True
             warnings.warn(f"check_layer({layer!r}): the central differences of {what} round by up to "
-                          f"{np.max(rounding) / scale:.2g} relative to 1 + the largest (outputs large against the step "
-                          f"h = {STEP:g} (1 + |x|)): a difference below that is not seen", RuntimeWarning, stacklevel=3)
+                          f"{np.max(rounding) / scale:.2g} relative to 1 + the largest, above rtol={rtol:g} (outputs "
+                          f"large against the step h = {STEP:g} (1 + |x|)): a difference below that is not seen",
+                          RuntimeWarning, stacklevel=3)
         beyond = np.maximum(np.abs(np.asarray(given) - want) - rounding, 0)  # NaN stays NaN
         error = float(np.max(beyond, initial=0) / scale)
         if not error <= rtol:
@@ -110,8 +107,13 @@ def _moved(output, x, index):
 
 def _rounding(up, down):
     """What a difference of the outputs ``up`` and ``down`` may be off by (``ROUNDING``); 0 where they are equal: an
-    output that does not move contributes nothing."""
-    return np.where(up != down, ROUNDING * (np.abs(up) + np.abs(down)), 0)
+    output that does not move contributes nothing (one too large to move at the step is not told from a constant)."""
+    return np.where(_differ(up, down), ROUNDING * (np.abs(up) + np.abs(down)), 0)
+
+
+def _differ(up, down):
+    """Where ``up`` and ``down`` differ, NaN and NaN alike (a forward that gives NaN moves nothing by it)."""
+    return (up != down) & ~(np.isnan(up) & np.isnan(down))
 
 
 def _gradient(output, abar, x):
@@ -142,7 +144,7 @@ def _alone(layer, i, output, x):
     Jacobian blocks, and its samples shared across ranks, are each sample's alone."""
     for k in range(x.shape[1]):
         up, down, _ = _moved(output, x, (slice(None), k))
-        others = np.flatnonzero((up != down).any(axis=0) & (np.arange(x.shape[1]) != k))
+        others = np.flatnonzero(_differ(up, down).any(axis=0) & (np.arange(x.shape[1]) != k))
         if others.size:
             raise ValueError(f"{layer!r}: forward mixes the samples: moving sample {k} of input {i} moved the output "
                              f"of sample {others[0]}; a layer maps each sample (column) alone")

@@ -46,7 +46,8 @@ def networks(args):
 
 
 def write(args, command, key, records):
-    """``records`` under ``key`` in ``--json`` FILE, if given, after the header of ``command`` on ``--backend``;
-    written anew after each network, so that a run stopped later (sizes too large, Ctrl-C) keeps what it measured."""
+    """``records`` under ``key`` in ``--json`` FILE, if given, after the header of ``command`` on ``--backend``; a
+    script that writes them anew after each network keeps what it measured when stopped later (sizes too large,
+    Ctrl-C)."""
     if args.json:
         runner.write_json(args.json, {**runner.header(command, args.backend), key: records})

@@ -31,15 +31,15 @@ OURS = {"leapfrog+fused k=1 graph": (Leapfrog(1, fused=True), True),
 
 def main(argv=None):
     p = Parser(prog="python profiling/after_effects.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", type=integer(1, "--size"), default=1024, help="N, every layer's width (default 1024)")
-    p.add_argument("--layers", type=integer(2, "--layers"), default=16, help="L, the layers (default 16)")
-    p.add_argument("--batch", type=integer(1, "--batch"), default=64, help="B (default 64)")
+    p.add_argument("--size", type=integer(1), default=1024, help="N, every layer's width (default 1024)")
+    p.add_argument("--layers", type=integer(2), default=16, help="L, the layers (default 16)")
+    p.add_argument("--batch", type=integer(1), default=64, help="B (default 64)")
     p.add_argument("--optimizer", choices=list(measure.OPTIMIZERS), default="adam", help="(default adam)")
     p.add_argument("--threads", type=blas_threads, default=2, help="BLAS threads, and PyTorch's (default 2)")
     p.add_argument("--timed", choices=[*(f"ours {name}" for name in OURS), "torch"],
                    default="ours leapfrog+fused k=1 graph",
                    help="the step timed: one of ours, or PyTorch's (default %(default)s)")
-    p.add_argument("--rounds", type=integer(1, "--rounds"), default=25,
+    p.add_argument("--rounds", type=integer(1), default=25,
                    help="rounds of every step before it (default 25)")
     p.add_argument("--json", type=path, metavar="FILE", help="write the medians to FILE")
     argv = sys.argv[1:] if argv is None else argv

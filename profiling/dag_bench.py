@@ -204,14 +204,14 @@ def parser():
     p.add_argument("--time", type=names(PASSES, "pass"), default=list(PASSES), metavar="PASS[,PASS...]",
                    help="what to time: backward (the backward schedules), forward (the pass node by node and by "
                         "the forward solvers), or both (default backward,forward)")
-    p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K",
+    p.add_argument("--k", type=integer(1), default=2, metavar="K",
                    help="worker streams of the backward schedules (default 2)")
-    p.add_argument("--memory-limit", type=integer(1, "--memory-limit"), default=64, metavar="MIB",
+    p.add_argument("--memory-limit", type=integer(1), default=64, metavar="MIB",
                    dest="memory_limit_mib", help="MiB the block solvers (dag-jacobi, dag-doubling, forward-newton) "
                                                  "may hold (default 64)")
-    p.add_argument("--max-block-depth", type=integer(1, "--max-block-depth"), default=32, metavar="D",
+    p.add_argument("--max-block-depth", type=integer(1), default=32, metavar="D",
                    help="the deepest D at which the block solvers run (default 32)")
-    p.add_argument("--blas-threads", type=integer(1, "--blas-threads"), default=1, metavar="N",
+    p.add_argument("--blas-threads", type=integer(1), default=1, metavar="N",
                    help="numpy backend: BLAS threads (default 1)")
     return p
 

@@ -48,7 +48,7 @@ def line(cost):
 def main(argv=None):
     parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("auto", "cupy"), default="cupy")
-    parser.add_argument("--repeats", type=integer(1, "--repeats"), default=20)
+    parser.add_argument("--repeats", type=integer(1), default=20)
     args = parser.parse_args(argv)
     refuse_without_gpu(parser, "this script (graphs of empty kernels, on the device)")
     with get_backend(args.backend) as backend:

@@ -25,8 +25,8 @@ def grid_parser(prog, doc, backend_help="", batch_help="batch sizes B", sizes=(2
     p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
                    help=f"{batch_help} (default 1,64)")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid", help="(default sigmoid)")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=20, metavar="N", help="(default 20)")
-    p.add_argument("--warmup", type=integer(0, "--warmup"), default=2, metavar="N", help=f"{warmup_help} (default 2)")
+    p.add_argument("--repeats", type=integer(1), default=20, metavar="N", help="(default 20)")
+    p.add_argument("--warmup", type=integer(0), default=2, metavar="N", help=f"{warmup_help} (default 2)")
     p.add_argument("--json", type=path, metavar="FILE", help=json_help)
     return p
 

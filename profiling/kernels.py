@@ -335,8 +335,8 @@ def main(argv=None):
     parser.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--shapes", type=shapes, default=SHAPES, metavar="n:m:B,...", help="(default: a fixed set)")
-    parser.add_argument("--repeats", type=integer(1, "--repeats"), default=20)
-    parser.add_argument("--launches", type=integer(1, "--launches"), default=LAUNCHES,
+    parser.add_argument("--repeats", type=integer(1), default=20)
+    parser.add_argument("--launches", type=integer(1), default=LAUNCHES,
                         help=f"launches back to back between one pair of events per repeat (default {LAUNCHES}): "
                              "the time per launch apart from the host's time to issue one")
     parser.add_argument("--gemv-blocks", type=gemv_blocks, default=[], metavar="FxR:CxS,...",

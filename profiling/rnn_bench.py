@@ -50,15 +50,15 @@ def main(argv=None):
                         default=["newton", "quasi-newton"])
     parser.add_argument("--time", type=names(bench_rnn.PARTS, "part"), default=["step"],
                         help="step, backward, or both (step,backward)")
-    parser.add_argument("--L", type=integer(3, "--L"), default=4,
+    parser.add_argument("--L", type=integer(3), default=4,
                         help="depth L: the input layer, L - 2 recurrent layers and the output layer (>= 3)")
-    parser.add_argument("--k", type=integer(1, "--k"), default=2, help="worker streams")
-    parser.add_argument("--repeats", type=integer(1, "--repeats"), default=15)
-    parser.add_argument("--repeats-long", type=integer(1, "--repeats-long"), default=5,
+    parser.add_argument("--k", type=integer(1), default=2, help="worker streams")
+    parser.add_argument("--repeats", type=integer(1), default=15)
+    parser.add_argument("--repeats-long", type=integer(1), default=5,
                         help="repeats at the longest tau")
     parser.add_argument("--max-gflop", type=number(0, strict=True), default=3.0,
                         help="skip a schedule whose chain does more (> 0)")
-    parser.add_argument("--threads", type=integer(1, "--threads"), default=1,
+    parser.add_argument("--threads", type=integer(1), default=1,
                         help="NumPy's BLAS threads and PyTorch's intra-op threads")
     parser.add_argument("--torch-threads", type=integers(1, "threads"), default=[],
                         help="PyTorch's step at each number of intra-op threads, a row each (default: --threads)")

@@ -677,7 +677,7 @@ def test_after_effects_times_the_step_after_each_step(tmp_path):
 def test_after_effects_refuses_bad_options():
     done = subprocess.run([sys.executable, str(PROFILING / "after_effects.py"), "--rounds", "0"],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.endswith("--rounds must be an integer >= 1; got '0'\n"), done.stderr
+    assert done.returncode == 2 and done.stderr.endswith("argument --rounds: must be an integer >= 1; got '0'\n"), done.stderr
 
 
 # -- graph_nodes.py ------------------------------------------------------------------------------------
@@ -847,8 +847,8 @@ MOST_BLAS = host_blas.most_threads()
                                         ">= 1; got 'abc'"),
     ("kernels.py", ["--shapes", "8:8"], "argument --shapes: must be a comma-separated list of n:m:B, each an integer "
                                         ">= 1; got '8:8'"),
-    ("kernels.py", ["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
-    ("kernels.py", ["--launches", "0"], "argument --launches: --launches must be an integer >= 1; got '0'"),
+    ("kernels.py", ["--repeats", "0"], "argument --repeats: must be an integer >= 1; got '0'"),
+    ("kernels.py", ["--launches", "0"], "argument --launches: must be an integer >= 1; got '0'"),
     *[("kernels.py", ["--backend", "numpy", "--shapes", "8:8:1", "--repeats", "1", "--gemv-blocks", blocks],
        f"argument --gemv-blocks: must be a comma-separated list of FxR:CxS, each an integer >= 1, each pair given "
        f"once; got '{blocks}'")  # a pair the launcher refuses: a test above
@@ -859,8 +859,8 @@ MOST_BLAS = host_blas.most_threads()
     ("kernel_model.py", ["--json", "gone/k.json"], "--json gone/k.json: the folder {tmp}/gone does not exist"),
     ("call_count.py", ["--activation", "foo"], "argument --activation: invalid choice: 'foo' (choose from "
                                                "'sigmoid', 'tanh', 'relu')"),
-    ("graph_nodes.py", ["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
-    ("graph_nodes.py", ["--repeats", "x"], "argument --repeats: --repeats must be an integer >= 1; got 'x'"),
+    ("graph_nodes.py", ["--repeats", "0"], "argument --repeats: must be an integer >= 1; got '0'"),
+    ("graph_nodes.py", ["--repeats", "x"], "argument --repeats: must be an integer >= 1; got 'x'"),
     ("after_effects.py", ["--threads", "0"], "argument --threads: must be an integer >= 1; got '0'"),
     pytest.param("after_effects.py", ["--threads", f"{(MOST_BLAS or 0) + 1}"],
                  f"argument --threads: {(MOST_BLAS or 0) + 1} is more threads than this OpenBLAS runs (at most "
@@ -1020,14 +1020,14 @@ def test_plot_metrics_refuses_a_chart_it_cannot_write_in_one_line(tmp_path, outp
 
 
 @pytest.mark.parametrize("args, line", [
-    (["--k", "0"], "argument --k: --k must be an integer >= 1; got '0'"),
-    (["--L", "2"], "argument --L: --L must be an integer >= 3; got '2'"),
+    (["--k", "0"], "argument --k: must be an integer >= 1; got '0'"),
+    (["--L", "2"], "argument --L: must be an integer >= 3; got '2'"),
     (["--N", "0"], "argument --N: every width must be >= 1; got '0'"),
     (["--tau", "8,0"], "argument --tau: every sequence length must be >= 1; got '8,0'"),
     (["--B", "x"], "argument --B: batch sizes must be a comma-separated list of integers; got 'x'"),
-    (["--repeats", "0"], "argument --repeats: --repeats must be an integer >= 1; got '0'"),
-    (["--repeats-long", "0"], "argument --repeats-long: --repeats-long must be an integer >= 1; got '0'"),
-    (["--threads", "0"], "argument --threads: --threads must be an integer >= 1; got '0'"),
+    (["--repeats", "0"], "argument --repeats: must be an integer >= 1; got '0'"),
+    (["--repeats-long", "0"], "argument --repeats-long: must be an integer >= 1; got '0'"),
+    (["--threads", "0"], "argument --threads: must be an integer >= 1; got '0'"),
     (["--out", "/nonexistent-folder/r.json"], "--out /nonexistent-folder/r.json: the folder /nonexistent-folder does "
                                               "not exist"),
     (["--out", "adir"], "--out adir: it is a folder; give a file's name"),

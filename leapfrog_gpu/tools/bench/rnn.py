@@ -236,7 +236,7 @@ def check(p, args):
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
     p = runner.parser(PROG, __doc__.split("\n\n")[0], "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)
-    p.add_argument("--layers", type=integer(3, "--layers"), default=4, metavar="L", help="depth L (default 4)")
+    p.add_argument("--layers", type=integer(3), default=4, metavar="L", help="depth L (default 4)")
     p.add_argument("--tau", type=integers(1, "sequence length"), default=[16, 64, 256, 1024], metavar="T[,T...]",
                    help="sequence lengths (default 16,64,256,1024)")
     solvers = [name for name in SOLVERS["rnn"] if name != "sequential"]  # BPTT's step is always timed
@@ -253,7 +253,7 @@ def parser():
                         f"from "
                         f"{', '.join(OPTIMIZERS)} at lr {ETA:g}: each measured in turn, its steps under a line that "
                         "names it but plain SGD's (default sgd)")
-    p.add_argument("--k", type=integer(1, "--k"), default=2, metavar="K", help="worker streams (default 2)")
+    p.add_argument("--k", type=integer(1), default=2, metavar="K", help="worker streams (default 2)")
     p.add_argument("--max-gflop", type=number(0, strict=True), default=3.0, metavar="G",
                    help="skip a schedule whose chain does more (and more than BPTT's), and a step parallel in time "
                         "whose one iteration does (default 3)")

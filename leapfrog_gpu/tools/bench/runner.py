@@ -234,9 +234,9 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
     p.add_argument("--schedule", type=names_type(model), default=list(schedules or names), metavar="NAME[,NAME...]",
                    help=f"schedules by name, from {', '.join(names)}; {names[0]} is always measured (default "
                         f"{','.join(schedules) if schedules else 'all'})")
-    p.add_argument("--repeats", type=integer(1, "--repeats"), default=repeats, metavar="N",
+    p.add_argument("--repeats", type=integer(1), default=repeats, metavar="N",
                    help=f"timed repeats of each row (default {repeats})")
-    p.add_argument("--warmup", type=integer(0, "--warmup"), default=warmup, metavar="N",
+    p.add_argument("--warmup", type=integer(0), default=warmup, metavar="N",
                    help=f"untimed runs first (default {warmup})")
     if torch:
         p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")

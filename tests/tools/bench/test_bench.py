@@ -169,7 +169,7 @@ def test_a_repeat_is_timed_right_after_one_of_its_own_on_the_host_only(monkeypat
                                "naumov-jacobi"),
     (["--schedule", "leapfrog,leapfrog"], "--schedule: MLP schedule 'leapfrog' is named twice; name each once"),
     (["--optimizer", "adam,adam"], "argument --optimizer: optimizer 'adam' is named twice; name each once"),
-    (["--repeats", "0"], "--repeats must be an integer >= 1"),
+    (["--repeats", "0"], "argument --repeats: must be an integer >= 1"),
     (["--dtype", "float16"], "invalid choice"),
     (["--json", "/nonexistent-folder/r.json"], "does not exist"),
     (["--jsonl", "/nonexistent-folder/r.jsonl"], "does not exist"),

@@ -309,6 +309,42 @@ def test_a_capture_is_launched_once_and_replays_with_fresh_events(backend):
     assert (fork.recorded, fork.completed, join.recorded, join.completed) == (4, 4, 4, 4)
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("mode", [*MODES, "serial"])
+def test_an_event_recorded_twice_in_a_capture_is_waited_on_at_its_latest_recording(mode):
+    """One event forks the worker off main and joins it back: recorded twice in the capture, so twice per launch, and
+    main's join waits on the second recording, the latest as of the wait (``cudaStreamWaitEvent``). Every replay
+    then runs each launch once, in order, in every host mode; a join that waited on a third recording would wait
+    for good (the threads mode is given 10 s, then released)."""
+    with NumpyBackend(**MODES.get(mode, {"mode": mode})) as backend:
+        (worker,) = backend.workers(1)
+        event, log = backend.event("E"), []
+
+        def body():
+            backend.launch(backend.main, "before", log.append, "before")
+            backend.record(backend.main, event)  # the fork: the event's first recording
+            backend.wait(worker, event)
+            backend.launch(worker, "worker", log.append, "worker")
+            backend.record(worker, event)  # the join: its second
+            backend.wait(backend.main, event)
+            backend.launch(backend.main, "after", log.append, "after")
+
+        graph = backend.capture(body)
+        for _ in range(3):
+            graph.launch()
+        finished = threading.Event()
+        backend.launch(backend.main, "finished", finished.set)
+        if backend.mode == "threads" and not finished.wait(10):
+            backend.release()  # main's thread waits for good: close() must not wait for it
+            pytest.fail("the replays deadlocked: main waits on a recording of E that never comes")
+        backend.synchronize()
+    assert log == ["before", "worker", "after"] * 4  # the capture's eager call, then three replays
+    assert graph.records == {event: 2}
+    waits = {stream.name: [item.generation for item in items if item.kind == "wait"] for stream, items in graph.streams}
+    assert waits == {"main": [2], "worker0": [1]}  # the join waits on the second recording, the fork on the first
+    assert event.recorded == event.completed == 2 * 4
+
+
 # -- what cannot be captured, and check_finite -----------------------------------------------------------
 
 

@@ -115,6 +115,24 @@ def test_events_follow_cuda_semantics():
                          ("worker0", "end", "after")]
 
 
+def test_a_wait_is_met_by_the_latest_recording_even_when_an_earlier_one_is_reached_after_it():
+    """Recorded on worker1, then on worker0: main's wait holds for the second recording (the latest as of the wait),
+    which workers-first reaches first, worker1 being held by a gate worker0 opens. Reaching the earlier recording
+    after it must not take the event back: the wait is met and ``after`` runs (it is no deadlock)."""
+    with NumpyBackend(mode="deferred", order="workers-first", trace=True) as backend:
+        (w0, w1), event, gate, seen = backend.workers(2), backend.event("E"), backend.event("gate"), []
+        backend.record(w0, gate)
+        backend.wait(w1, gate)
+        backend.record(w1, event)  # the first recording, reached last
+        backend.record(w0, event)  # the second, the one main's wait holds for
+        backend.wait(backend.main, event)
+        backend.launch(backend.main, "after", seen.append, "main ran")
+        backend.synchronize()
+        reached = [(stream, what) for stream, what, name in backend.trace if name == "E"]
+        assert reached == [("worker0", "record"), ("worker1", "record"), ("main", "wait")]
+        assert seen == ["main ran"] and event.recorded == event.completed == 2
+
+
 def test_a_host_copy_is_made_in_stream_order_and_on_the_caller_when_nothing_is_queued(monkeypatch):
     """``copy_in`` with threads: behind what is queued on its stream (a read queued before it sees the old values,
     one after it the new) and made before it returns; with nothing queued on any stream, made on the caller, no

@@ -323,12 +323,19 @@ def test_a_main_launch_inside_another_leaves_no_gap_and_no_worker_means_no_share
     assert result["worker_overlap"] is None and result["overlap_with_main"] == {}
 
 
+def main_alone(spans):
+    """A step per ``{step: span}`` (ns), main alone in it, busy for the whole span."""
+    return [i for n, span in spans.items() for i in step_of([("main", "z[2]", 10 * n, 10 * n + span)], n)]
+
+
 def test_summary_takes_medians_and_shows_the_median_step():
-    spans = {0: 1000, 1: 3000, 2: 2000}  # main alone, busy for the whole span
-    intervals = [i for n, span in spans.items() for i in step_of([("main", "z[2]", 10 * n, 10 * n + span)], n)]
-    summary = timeline.analyse(intervals)["summary"]
+    """The summary's span and busy time are the medians of the steps': one slow step (9000 ns among two of 1000, a
+    preempted one) leaves them at 1000 ns, where the mean would be 3667."""
+    summary = timeline.analyse(main_alone({0: 1000, 1: 3000, 2: 2000}))["summary"]
     assert summary["shown_step"] == 2 and summary["shown"] == "the median span" and summary["steps"] == 3
     assert summary["span_ms"] == pytest.approx(2000e-6) and summary["busy_ms"] == {"main": pytest.approx(2000e-6)}
+    skewed = timeline.analyse(main_alone({0: 1000, 1: 1000, 2: 9000}))["summary"]
+    assert skewed["span_ms"] == pytest.approx(0.001) and skewed["busy_ms"] == {"main": pytest.approx(0.001)}
     assert "worker time overlapping main: - (no worker stream)" in timeline.describe(summary)
     assert timeline.describe(summary).endswith("(medians of 3 steps)")
     assert timeline.describe({**summary, "steps": 1}).endswith("(medians of 1 step)")

@@ -60,6 +60,24 @@ def test_default_like_run_reaches_accuracy(tmp_path, capsys):
     assert lines[-1]["test_accuracy"] >= 0.93
 
 
+def test_each_epoch_line_says_the_losses_and_accuracy_of_its_metrics_record(tmp_path, capsys):
+    """``epoch e/E  train loss X  test loss Y  test accuracy Z%``: X and Y are the --metrics record's train_loss and
+    test_loss to 4 places, Z its test_accuracy in percent to 2, each after its own name."""
+    metrics = tmp_path / "metrics.jsonl"
+    assert cli("--hidden", "2x16", "--epochs", 2, "--metrics", metrics) == 0
+    said = [re.fullmatch(r"epoch (\d)/2  train loss (\S+)  test loss (\S+)  test accuracy (\S+)%  .* samples/s", line)
+            for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert len(said) == len(records) == 2 and all(said)
+    for line, record in zip(said, records):
+        epoch, train_loss, test_loss, accuracy = line.groups()
+        assert int(epoch) == record["epoch"]
+        assert float(train_loss) == round(record["train_loss"], 4), line[0]
+        assert float(test_loss) == round(record["test_loss"], 4), line[0]
+        assert float(accuracy) == pytest.approx(100 * record["test_accuracy"], abs=0.005), line[0]
+    assert any(round(r["train_loss"], 4) != round(r["test_loss"], 4) for r in records)  # apart: a swap would show
+
+
 def test_sequential_and_leapfrog_agree_bitwise_after_an_epoch(tmp_path):
     """(6)(7) move to worker streams but compute the same numbers: every parameter equal, bit for bit; ``--k auto``
     runs ``Leapfrog("auto")``, whichever k it chooses."""

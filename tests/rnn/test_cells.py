@@ -21,6 +21,8 @@ CELLS = ("gru", "lstm")
 NAMED = {"gru": "a GRU", "lstm": "an LSTM"}
 """Each cell with its article, as a message names it."""
 MODULES = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
+OUTPUTS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "identity": lambda z: z}
+"""torch's function for each output activation the tests give a gated RNN."""
 
 
 def torch_twin(net):
@@ -47,14 +49,14 @@ def torch_twin(net):
 
 def torch_pass(net, x, y):
     """PyTorch's output (as ``feedforward`` gives it) and gradients of the quadratic cost (as ``gradients``
-    gives them) for ``net``'s parameters."""
+    gives them) for ``net``'s parameters and output activation."""
     layers, linear = torch_twin(net)
     h = torch.from_numpy(x).permute(0, 2, 1)
     for layer in layers:
         h = layer(h)[0]
     if net.output == "last":
         h = h[-1]
-    out = torch.tanh(linear(h))
+    out = OUTPUTS[net.output_activation](linear(h))
     target = torch.from_numpy(y).permute(0, 2, 1) if net.output == "every" else torch.from_numpy(y).T
     (0.5 * ((out - target) ** 2).sum()).backward()
     grads = {}
@@ -123,14 +125,18 @@ def test_float32_layers_of_one_or_two_units_match_pytorch(cell, width):
 
 
 @pytest.mark.parametrize("cell", CELLS)
-def test_the_reference_matches_pytorch(cell):
+@pytest.mark.parametrize("output_activation", list(OUTPUTS))
+def test_the_reference_matches_pytorch(cell, output_activation):
+    """The reference and ``gradients`` against torch's autograd for each output activation: the output delta
+    takes that activation's derivative, not tanh's (which a tanh output alone cannot tell apart)."""
     sizes, tau = [3, 4, 5, 2], 6
     x, y = batch(sizes, 3, tau=tau)
-    with gated(cell, sizes) as net:
+    with gated(cell, sizes, output_activation=output_activation) as net:
         want_out, want = torch_pass(net, x, y)
         args = reference_args(net)
-    assert relative(gated_reference.feedforward(cell, *args, x, output="every"), want_out) < 1e-12
-    assert_close(gated_reference.backprop(cell, *args, x, y, output="every"), want, 1e-10)
+        assert_close(net.gradients(x, y), want, 1e-10)
+    assert relative(gated_reference.feedforward(cell, *args, x, output_activation, "every"), want_out) < 1e-12
+    assert_close(gated_reference.backprop(cell, *args, x, y, output_activation, "every"), want, 1e-10)
 
 
 def reference_args(net):

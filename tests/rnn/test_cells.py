@@ -266,6 +266,21 @@ def test_from_torch_splits_a_grus_hidden_bias():
         assert relative(net.feedforward(x), want) < 1e-12
 
 
+def test_from_torch_reads_a_bias_less_gru_with_zero_biases():
+    """A GRU without biases has no bias_hh to split: its b and b_hn are zeros, and the network computes what the
+    module computes (a b_hn of anything else would shift every candidate n)."""
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(3, 4, bias=False, dtype=torch.float64)
+    module = torch.nn.Sequential(gru, torch.nn.Linear(4, 2, dtype=torch.float64))
+    with RNN.from_torch(module, backend="numpy") as net:
+        params = net.parameters()
+        assert np.array_equal(params[2]["b"], np.zeros(12))
+        assert np.array_equal(params[2]["b_hn"], np.zeros(4))
+        x, _ = batch([3, 2], 2, tau=3)
+        want = module[1](gru(torch.from_numpy(x).permute(0, 2, 1))[0][-1]).detach().numpy().T
+        assert relative(net.feedforward(x), want) < 1e-12
+
+
 @pytest.mark.parametrize("module, message", [
     (lambda: torch.nn.LSTM(3, 4, proj_size=2), r"projects its hidden state \(proj_size=2\), which an RNN's LSTM "
                                                r"does not; read a module with proj_size=0"),

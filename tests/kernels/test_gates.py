@@ -5,7 +5,8 @@ As in test_kernels.py: the kernels run through ``CudaOps`` on the CPU harness (a
 without one), the twins as they are; outputs start as NaN, every step but t must come back bit for bit as it went
 in, and the tolerance per element is ``2 * e32 + 4 * eps * max(|x|, 1)``, e32 the largest error of the same maths in
 plain float32 NumPy against float64. Widths N and batches B are ragged: no multiple of the block, B in {1, 2, 31, 33};
-t = 0 (no state before it) and t = tau - 1. Pre-activations mix in saturating values (|z| = 30 and 100).
+every step t: t = 0 (no state before it), t = 1 (the first with a step before it) and t = tau - 1.
+Pre-activations mix in saturating values (|z| = 30 and 100).
 """
 
 import numpy as np
@@ -17,7 +18,7 @@ DTYPES = (np.float32, np.float64)
 WIDTHS = (1, 33, 257)
 BATCHES = (1, 2, 31, 33)
 TAU = 3
-STEPS = (0, TAU - 1)
+STEPS = tuple(range(TAU))
 
 
 def _random(rng, shape, dtype, scale=1.0, specials=(0.0,)):

@@ -273,6 +273,32 @@ def test_a_rank_without_samples_adds_zeros():
         assert relative_error(net.weights + net.biases, want) < 1e-12
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_two_mirrored_ranks_evaluate_what_one_process_does(rank):
+    """A mirrored rank scores its half of a set whose halves are alike, and its metric sums double as its gradients'
+    do (the other rank scores the same samples): ``evaluate``'s loss, mse and accuracy are one process's on the
+    whole set, each summed across the ranks (an mse of this rank's squared errors alone came out half of it). The
+    expected values are written out in float64 from ``feedforward`` of the whole set by a network alone."""
+
+    class Summing(Mirror):
+        def sum(self, values):
+            return 2 * np.array(values, dtype=np.float64)
+
+    x, y = batch(SIZES, 4, seed=5)
+    x, y = np.concatenate([x, x], axis=1), np.concatenate([y, y], axis=1)
+    labels = np.tile(np.array([0, 2, 1, 2]), 2)
+    with MLP(SIZES, dtype="float64", seed=3, backend="numpy") as alone:
+        a = alone.feedforward(x)
+    with MLP(SIZES, dtype="float64", seed=3, backend="numpy", comm=Summing(rank=rank)) as net:
+        scores, classes = net.evaluate(x, y), net.evaluate(x, labels)
+    assert scores.keys() == {"loss", "mse"} and classes.keys() == {"loss", "accuracy"}
+    assert np.isclose(scores["mse"], np.mean((a - y) ** 2), rtol=1e-14, atol=0)
+    assert np.isclose(scores["loss"], 0.5 * np.sum((a - y) ** 2) / 8, rtol=1e-14, atol=0)
+    one_hot = np.eye(3)[:, labels]
+    assert np.isclose(classes["loss"], 0.5 * np.sum((a - one_hot) ** 2) / 8, rtol=1e-14, atol=0)
+    assert classes["accuracy"] == np.mean(np.argmax(a, axis=0) == labels)
+
+
 def test_the_one_pass_sweep_is_refused():
     """It updates w^{l+1} inside the chain's (5), before any sum across ranks; fused=True updates behind them."""
     with MLP(SIZES, backend="numpy", comm=Mirror()) as net:

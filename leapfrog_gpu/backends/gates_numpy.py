@@ -18,11 +18,9 @@ def _before(sequence, t):
     return sequence[:, t - 1] if t else np.zeros_like(sequence[:, 0])
 
 
-def gru_forward(z, gates, hn, h, uh, b_hn, t, stream=None):
+def gru_forward(z, gates, hn, h, uh, b_hn, t):
     """The GRU's step t (kernels/gates.cu): r = sig(z_r + uh_r), u = sig(z_z + uh_z), hn = uh_n + b_hn,
-    n = tanh(z_n + r hn), h^t = (h^{t-1} - n) u + n; z, gates (3N, tau, B), hn and h (N, tau, B), uh (3N, B).
-    ``stream`` is unused: the host runs it where it is called."""
-    del stream
+    n = tanh(z_n + r hn), h^t = (h^{t-1} - n) u + n; z, gates (3N, tau, B), hn and h (N, tau, B), uh (3N, B)."""
     N = hn.shape[0]
     r, u = _sigmoid(z[:N, t] + uh[:N]), _sigmoid(z[N: 2 * N, t] + uh[N: 2 * N])
     hidden = uh[2 * N:] + b_hn[:, None]
@@ -31,11 +29,10 @@ def gru_forward(z, gates, hn, h, uh, b_hn, t, stream=None):
     gates[:N, t], gates[N: 2 * N, t], gates[2 * N:, t], hn[:, t] = r, u, candidate, hidden
 
 
-def gru_backward(delta, delta_u, delta_h, gates, hn, h, t, stream=None):
+def gru_backward(delta, delta_u, delta_h, gates, hn, h, t):
     """The GRU's backward step t from dh = delta_h^t: delta_n = dh (1 - u)(1 - n^2), delta_z = dh (h^{t-1} - n)
     u (1 - u), delta_r = delta_n hn r (1 - r) into delta (3N, tau, B), delta_u = (delta_r, delta_z, r delta_n),
     and delta_h^{t-1} += u dh at t > 0."""
-    del stream
     N = hn.shape[0]
     dh, r, u, candidate = delta_h[:, t], gates[:N, t], gates[N: 2 * N, t], gates[2 * N:, t]
     dn = dh * (1 - u) * (1 - candidate * candidate)
@@ -47,10 +44,9 @@ def gru_backward(delta, delta_u, delta_h, gates, hn, h, t, stream=None):
         delta_h[:, t - 1] += u * dh
 
 
-def lstm_forward(z, gates, c, h, t, stream=None):
+def lstm_forward(z, gates, c, h, t):
     """The LSTM's step t (kernels/gates.cu): i, f, o = sig(z_i, z_f, z_o), g = tanh(z_g), c^t = f c^{t-1} + i g,
     h^t = tanh(c^t) o; z and gates (4N, tau, B), c and h (N, tau, B)."""
-    del stream
     N = c.shape[0]
     i, f, g, o = _sigmoid(z[:N, t]), _sigmoid(z[N: 2 * N, t]), np.tanh(z[2 * N: 3 * N, t]), _sigmoid(z[3 * N:, t])
     cell = f * _before(c, t) + i * g
@@ -58,11 +54,10 @@ def lstm_forward(z, gates, c, h, t, stream=None):
     c[:, t], h[:, t] = cell, np.tanh(cell) * o
 
 
-def lstm_backward(delta, dc, delta_h, gates, c, t, stream=None):
+def lstm_backward(delta, dc, delta_h, gates, c, t):
     """The LSTM's backward step t from dh = delta_h^t and dc (N, B), the adjoint of c^t through c^{t+1}:
     dc += dh o (1 - tanh^2 c^t), delta_i = dc g i (1 - i), delta_f = dc c^{t-1} f (1 - f), delta_g = dc i (1 - g^2),
     delta_o = dh tanh(c^t) o (1 - o) into delta (4N, tau, B); then dc *= f."""
-    del stream
     N = c.shape[0]
     dh, i, f, g, o = delta_h[:, t], gates[:N, t], gates[N: 2 * N, t], gates[2 * N: 3 * N, t], gates[3 * N:, t]
     tanh_c = np.tanh(c[:, t])

@@ -221,34 +221,33 @@ class CudaOps:
                 t(eps), t(weight_decay), np.int32(decoupled))  # 1 - beta rounded once, as torch.optim's and the twin's
         self._elementwise("adam_update", param.size, param.dtype, args)
 
-    def _gates(self, name, state, t, args, stream):
-        """Launch ``name`` of kernels/gates.cu for step ``t`` of the (n, tau, B) sequence ``state``'s shape, on
-        ``stream`` (CuPy's current stream when None)."""
+    def _gates(self, name, state, t, args):
+        """Launch ``name`` of kernels/gates.cu for step ``t`` of the (n, tau, B) sequence ``state``'s shape, on CuPy's
+        current stream."""
         n, tau, batch = state.shape
         assert 0 <= t < tau, (t, tau)
         assert all(a.flags.c_contiguous for a in args), "the gated steps index whole, C-contiguous sequences"
         grid, block, options = launch.gates_launch(n, batch)
         kernel = self._kernel("gates.cu", name, state.dtype, options)
         ints = (np.int32(n), np.int32(t), np.int32(tau), np.int32(batch))
-        with stream if stream is not None else contextlib.nullcontext():
-            kernel(grid, block, (*args, *ints))
+        kernel(grid, block, (*args, *ints))
 
-    def gru_forward(self, z, gates, hn, h, uh, b_hn, t, stream=None):
+    def gru_forward(self, z, gates, hn, h, uh, b_hn, t):
         """The GRU's step t (kernels/gates.cu, ``ops_numpy.gru_forward``): gates, hn and h^t from z = w x + b
         (3N, tau, B), uh = u^l h^{t-1} (3N, B) and b_hn (N,)."""
-        self._gates("gru_forward", hn, t, (z, gates, hn, h, uh, b_hn), stream)
+        self._gates("gru_forward", hn, t, (z, gates, hn, h, uh, b_hn))
 
-    def gru_backward(self, delta, delta_u, delta_h, gates, hn, h, t, stream=None):
+    def gru_backward(self, delta, delta_u, delta_h, gates, hn, h, t):
         """The GRU's backward step t (``ops_numpy.gru_backward``): delta, delta_u and delta_h^{t-1} += u dh."""
-        self._gates("gru_backward", hn, t, (delta, delta_u, delta_h, gates, hn, h), stream)
+        self._gates("gru_backward", hn, t, (delta, delta_u, delta_h, gates, hn, h))
 
-    def lstm_forward(self, z, gates, c, h, t, stream=None):
+    def lstm_forward(self, z, gates, c, h, t):
         """The LSTM's step t (``ops_numpy.lstm_forward``): gates, c^t and h^t from z = w x + b + u h (4N, tau, B)."""
-        self._gates("lstm_forward", c, t, (z, gates, c, h), stream)
+        self._gates("lstm_forward", c, t, (z, gates, c, h))
 
-    def lstm_backward(self, delta, dc, delta_h, gates, c, t, stream=None):
+    def lstm_backward(self, delta, dc, delta_h, gates, c, t):
         """The LSTM's backward step t (``ops_numpy.lstm_backward``): delta, and dc (N, B) carried to step t - 1."""
-        self._gates("lstm_backward", c, t, (delta, dc, delta_h, gates, c), stream)
+        self._gates("lstm_backward", c, t, (delta, dc, delta_h, gates, c))
 
     def check_finite(self, controls, x, code):
         """``controls[1] = code`` if ``x`` holds a NaN or an Inf and ``controls[1]`` is still 0 (a strided view

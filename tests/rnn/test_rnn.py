@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import assert_bitwise_equal, batch, central
+from helpers import assert_bitwise_equal, batch, central, host, install_standin
 from leapfrog_gpu import BPTT, MLP, RNN, Leapfrog, NaumovJacobi, NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront
 from leapfrog_gpu.rnn import reference as reference_rnn
 from leapfrog_gpu.core.torch_io import INSTALL
@@ -345,18 +345,22 @@ def test_schedules_that_cannot_run_are_refused_naming_those_that_can():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the overflow, in the stream threads
+@pytest.mark.parametrize("on", ["numpy", "cupy"])
 @pytest.mark.parametrize("output, t", [("every", 1), ("last", 5)])
-def test_check_finite_names_the_delta_where_the_inf_first_appears(output, t):
+def test_check_finite_names_the_delta_where_the_inf_first_appears(output, t, on, monkeypatch):
     """An input of 1e300 at step t alone, w^2, w^3 of ones and w^4 of 1e10: the hidden states there are large
     but finite (3e300, 1.2e301), so u = 0 keeps the other steps finite, and the output a^{4,t} overflows.
     delta^{4,t} is then the first bad array in BPTT's order (the deepest layer, its last step first); with
-    ``output="last"`` (t = tau) it is the one delta^4. The refusal names it; the parameters stay as they were."""
+    ``output="last"`` (t = tau) it is the one delta^4. The refusal names it; the parameters stay as they were.
+    On the CuPy stand-in too, whose check reads each step's delta, a strided view of the (n, tau, B) sequence."""
+    if on == "cupy":
+        install_standin(monkeypatch, "main-first")
     sizes, tau, B = [3, 4, 5, 2], 5, 2
-    with RNN(sizes, "relu", output=output, dtype="float64", seed=2, backend="numpy", recurrent_norm=0,
+    with RNN(sizes, "relu", output=output, dtype="float64", seed=2, backend=on, recurrent_norm=0,
              output_activation="identity", check_finite=True) as net:
         weights = [np.ones((4, 3)), np.ones((5, 4)), np.full((2, 5), 1e10)]
         net.set_parameters(weights, net.recurrent, net.biases)
-        before = [np.array(p) for p in net.weights + net.recurrent + net.biases]
+        before = host(net.weights + net.recurrent + net.biases)
         x = np.random.default_rng(0).uniform(0.1, 1.0, (tau, sizes[0], B))
         x[t - 1] = 1e300
         y = np.zeros((tau, sizes[-1], B) if output == "every" else (sizes[-1], B))
@@ -365,4 +369,4 @@ def test_check_finite_names_the_delta_where_the_inf_first_appears(output, t):
             with pytest.raises(FloatingPointError) as refused:
                 net.synchronize()
         assert str(refused.value) == f"delta[4] at t = {t} holds NaN or Inf; update refused, parameters unchanged"
-        assert all(np.array_equal(p, q) for p, q in zip(net.weights + net.recurrent + net.biases, before))
+        assert all(np.array_equal(p, q) for p, q in zip(host(net.weights + net.recurrent + net.biases), before))

@@ -234,9 +234,12 @@ def read(path):
     except MemoryError as error:  # a header that claims a huge shape, or a file saved on a larger machine
         raise UnreadableFileError(f"{path} holds an array larger than this machine can hold ({_first_line(error)})",
                                   "load it on a machine with more memory if it is not damaged") from None
-    if not isinstance(state, dict):
+    if state is None:
         raise UnreadableFileError(f"{path} holds no network saved by leapfrog_gpu (an .npz archive without its "
                                   "'state')", "load it with numpy.load")
+    if not isinstance(state, dict):
+        raise UnreadableFileError(f"{path} is damaged (its 'state' is {shown(state)}, not the JSON object that save "
+                                  "writes)")
     version = state.get("format", FORMAT)  # none: an older leapfrog-train's checkpoint, which build refuses
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise UnreadableFileError(f"{path} is damaged (its format is {version!r}, not a version number: 1, 2, ...)")

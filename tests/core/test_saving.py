@@ -196,6 +196,10 @@ FILES = {
     "bzip2-damaged": lambda path: _compressed(path, zipfile.ZIP_BZIP2, 0, lambda byte: byte ^ 0xFF),
     "foreign": lambda path: np.savez(path, w2=np.ones((3, 2))),
     "pickled": lambda path: np.savez(path, state=np.array([{}], dtype=object), allow_pickle=True),
+    "state-a-number": lambda path: np.savez(path, state=np.array(5)),
+    "state-two-texts": lambda path: np.savez(path, state=np.array(["{}", "{}"])),
+    "state-not-json": lambda path: np.savez(path, state=np.array("{x")),
+    "state-a-list": lambda path: np.savez(path, state=np.array("[1]")),
     "no-format": lambda path: _rewritten(path, lambda state: {"sizes": [2, 3], "config": {}}),
     "newer": lambda path: _rewritten(path, lambda state: {**state, "format": 2}),
     "format-a-string": lambda path: _rewritten(path, lambda state: {**state, "format": "1"}),
@@ -235,6 +239,11 @@ REFUSALS = {
     "foreign": r"{path} holds no network saved by leapfrog_gpu \(an \.npz archive without its 'state'\): load it "
                r"with numpy\.load",
     "pickled": r"{path} is damaged \(ValueError: Object arrays cannot be loaded when allow_pickle=False\)",
+    "state-a-number": r"{path} is damaged \(TypeError: the JSON object must be str, bytes or bytearray, not int\)",
+    "state-two-texts": r"{path} is damaged \(ValueError: can only convert an array of size 1 to a Python scalar\)",
+    "state-not-json": r"{path} is damaged \(JSONDecodeError: Expecting property name enclosed in double quotes",
+    "state-a-list": r"{path} is damaged \(its 'state' is \[1\], not the JSON object that save writes\): save the "
+                    r"network again",
     "no-format": r"{path} holds no architecture to build a network from \(a checkpoint of an older leapfrog-train\?\):"
                  r" load it with leapfrog_gpu\.tools\.train\.models\.load",
     "newer": r"{path} is of format 2; this leapfrog_gpu reads format 1 and older: upgrade leapfrog_gpu to load it",

@@ -228,13 +228,14 @@ def read(path):
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
-        state = json.loads(arrays.pop("state").item()) if "state" in arrays else None
+        saved = "state" in arrays
+        state = json.loads(arrays.pop("state").item()) if saved else None
     except (*DAMAGED, TypeError, AttributeError) as error:
         raise UnreadableFileError(f"{path} is damaged ({named(error)}: {_first_line(error)})") from None
     except MemoryError as error:  # a header that claims a huge shape, or a file saved on a larger machine
         raise UnreadableFileError(f"{path} holds an array larger than this machine can hold ({_first_line(error)})",
                                   "load it on a machine with more memory if it is not damaged") from None
-    if state is None:
+    if not saved:
         raise UnreadableFileError(f"{path} holds no network saved by leapfrog_gpu (an .npz archive without its "
                                   "'state')", "load it with numpy.load")
     if not isinstance(state, dict):

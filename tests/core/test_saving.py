@@ -200,6 +200,7 @@ FILES = {
     "state-two-texts": lambda path: np.savez(path, state=np.array(["{}", "{}"])),
     "state-not-json": lambda path: np.savez(path, state=np.array("{x")),
     "state-a-list": lambda path: np.savez(path, state=np.array("[1]")),
+    "state-null": lambda path: np.savez(path, state=np.array("null")),
     "no-format": lambda path: _rewritten(path, lambda state: {"sizes": [2, 3], "config": {}}),
     "newer": lambda path: _rewritten(path, lambda state: {**state, "format": 2}),
     "format-a-string": lambda path: _rewritten(path, lambda state: {**state, "format": "1"}),
@@ -244,6 +245,7 @@ REFUSALS = {
     "state-not-json": r"{path} is damaged \(JSONDecodeError: Expecting property name enclosed in double quotes",
     "state-a-list": r"{path} is damaged \(its 'state' is \[1\], not the JSON object that save writes\): save the "
                     r"network again",
+    "state-null": r"{path} is damaged \(its 'state' is None, not the JSON object that save writes\)",
     "no-format": r"{path} holds no architecture to build a network from \(a checkpoint of an older leapfrog-train\?\):"
                  r" load it with leapfrog_gpu\.tools\.train\.models\.load",
     "newer": r"{path} is of format 2; this leapfrog_gpu reads format 1 and older: upgrade leapfrog_gpu to load it",

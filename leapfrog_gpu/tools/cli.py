@@ -139,11 +139,10 @@ def path(text):
     return text
 
 
-def integer(least, name=None, capped=True):
+def integer(least, capped=True):
     """An argument type: one integer >= ``least``, and unless not ``capped`` (a seed, a count of epochs) at most
-    ``MOST`` (``name``, if given, starts the error message; argparse itself names the option)."""
-    subject = "" if name is None else f"{name} "
-    return _scalar(int, lambda value: value >= least, f"{subject}must be an integer >= {least}", capped)
+    ``MOST`` (argparse names the option in its error message)."""
+    return _scalar(int, lambda value: value >= least, f"must be an integer >= {least}", capped)
 
 
 def blas_threads(text):

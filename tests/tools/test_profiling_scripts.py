@@ -677,7 +677,8 @@ def test_after_effects_times_the_step_after_each_step(tmp_path):
 def test_after_effects_refuses_bad_options():
     done = subprocess.run([sys.executable, str(PROFILING / "after_effects.py"), "--rounds", "0"],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.endswith("argument --rounds: must be an integer >= 1; got '0'\n"), done.stderr
+    refusal = "argument --rounds: must be an integer >= 1; got '0'\n"
+    assert done.returncode == 2 and done.stderr.endswith(refusal), done.stderr
 
 
 # -- graph_nodes.py ------------------------------------------------------------------------------------

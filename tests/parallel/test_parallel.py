@@ -275,21 +275,29 @@ def test_a_rank_without_samples_adds_zeros():
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_two_mirrored_ranks_evaluate_what_one_process_does(rank):
-    """A mirrored rank scores its half of a set whose halves are alike, and its metric sums double as its gradients'
-    do (the other rank scores the same samples): ``evaluate``'s loss, mse and accuracy are one process's on the
-    whole set, each summed across the ranks (an mse of this rank's squared errors alone came out half of it). The
-    expected values are written out in float64 from ``feedforward`` of the whole set by a network alone."""
+    """Two ranks, run in turn in one process: the other rank scores its half of 8 distinct samples first, and what
+    it sums is added to this rank's sums. ``evaluate``'s loss, mse and accuracy are then one process's on the whole
+    set (an mse of this rank's squared errors alone came out half of it; a rank scoring the other's half, or not
+    summing, or dividing by its own count, is off too). The expected values are written out in float64 from
+    ``feedforward`` of the whole set by a network alone."""
 
     class Summing(Mirror):
-        def sum(self, values):
-            return 2 * np.array(values, dtype=np.float64)
+        def __init__(self, rank, other=None):
+            super().__init__(rank=rank)
+            self.given, self.other = [], other
 
-    x, y = batch(SIZES, 4, seed=5)
-    x, y = np.concatenate([x, x], axis=1), np.concatenate([y, y], axis=1)
-    labels = np.tile(np.array([0, 2, 1, 2]), 2)
+        def sum(self, values):
+            self.given.append(np.array(values, dtype=np.float64))
+            return self.given[-1] + (self.other.pop(0) if self.other is not None else 0)
+
+    x, y = batch(SIZES, 8, seed=5)
+    labels = np.array([0, 2, 1, 2, 1, 0, 2, 1])
     with MLP(SIZES, dtype="float64", seed=3, backend="numpy") as alone:
         a = alone.feedforward(x)
-    with MLP(SIZES, dtype="float64", seed=3, backend="numpy", comm=Summing(rank=rank)) as net:
+    first = Summing(rank=1 - rank)
+    with MLP(SIZES, dtype="float64", seed=3, backend="numpy", comm=first) as other:
+        other.evaluate(x, y), other.evaluate(x, labels)
+    with MLP(SIZES, dtype="float64", seed=3, backend="numpy", comm=Summing(rank, list(first.given))) as net:
         scores, classes = net.evaluate(x, y), net.evaluate(x, labels)
     assert scores.keys() == {"loss", "mse"} and classes.keys() == {"loss", "accuracy"}
     assert np.isclose(scores["mse"], np.mean((a - y) ** 2), rtol=1e-14, atol=0)

@@ -21,7 +21,7 @@ CELLS = ("gru", "lstm")
 NAMED = {"gru": "a GRU", "lstm": "an LSTM"}
 """Each cell with its article, as a message names it."""
 MODULES = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
-OUTPUTS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "identity": lambda z: z}
+OUTPUTS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "identity": lambda z: z, "relu": torch.relu}
 """torch's function for each output activation the tests give a gated RNN."""
 
 

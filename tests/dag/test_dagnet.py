@@ -440,10 +440,10 @@ def test_a_node_whose_init_draws_other_parameters_than_params_names_is_refused_n
 
 
 
-def gate_between(layer):
+def gate_between(layer, backend="numpy"):
     """x -> a = tanh(w_a x + b_a) -> g, ``layer`` (a ``Gate``) -> out = sigma(w_out g + b_out), in float64."""
     return DagNet(3, [("a", Dense(4, "tanh"), "x"), ("g", layer, "a"), ("out", Dense(2), "g")], dtype="float64",
-                  backend="numpy")
+                  backend=backend)
 
 
 VJP_PARAMS_FAULTS = [
@@ -705,8 +705,7 @@ def test_a_layer_of_ones_own_trains_on_the_cupy_backend_as_on_numpy(standin, sch
         for step in range(3):
             host_net.train_step(x, y, SGD(0.1), Sequential())
         want = flat(host_net.parameters())
-    with CupyBackend() as backend, DagNet(3, [("a", Dense(4, "tanh"), "x"), ("g", Gate(), "a"), ("out", Dense(2), "g")],
-                                          dtype="float64", backend=backend) as net:
+    with CupyBackend() as backend, gate_between(Gate(), backend) as net:
         net.set_parameters(start)
         for step in range(3):
             net.train_step(x, y, SGD(0.1), schedule)

@@ -158,9 +158,11 @@ def test_a_checkpoint_that_does_not_fit_is_said_in_one_line_and_kept(tmp_path, s
 
 
 def test_sizes_no_rank_can_hold_are_said_in_one_line():
-    """The teacher's data of a layer of 2e9 units of 1e5 inputs each (PiB), which every rank draws alike."""
+    """The teacher's data of a layer of 2e9 units of 1e5 inputs each (PiB), which every rank draws alike (after its
+    samples: 16 of them, not the 1000 that take seconds to draw)."""
     returncode, out, err = mpirun.finish(mpirun.launch(2, *TRAIN, *TEACHER, "--hidden", "2000000000", "--inputs",
-                                                       100000, "--epochs", 1, "--yes"), timeout=60)
+                                                       100000, "--samples", 16, "--epochs", 1, "--yes"),
+                                         timeout=60)
     assert (returncode, out) == (2, "") and len(err.splitlines()) == 1, err
     assert re.fullmatch(r"leapfrog-train: error: not enough memory \(Unable to allocate .* PiB for an array with "
                         r"shape \(2000000000, 100000\) and data type float\d+\): ask for smaller sizes\n", err), err

@@ -38,11 +38,11 @@ def test_the_header_and_epoch_lines_fit_100_columns(capsys):
     assert max(map(len, out)) <= 100, out
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("schedule", ["bptt", "leapfrog"])
+@pytest.mark.parametrize("schedule, seed", [("leapfrog", 0), ("leapfrog", 1), ("leapfrog", 2), ("bptt", 0)])
 def test_the_teacher_task_trains_with_its_defaults_for_every_seed_and_schedule(capsys, seed, schedule):
-    """The defaults (20 epochs, lr 0.08/tau = 0.005): each run ends below a twentieth of the error of
-    always answering the mean target (about 0.23)."""
+    """The defaults (20 epochs, lr 0.08/tau = 0.005, the schedule leapfrog): each run ends below a twentieth of the
+    error of always answering the mean target (about 0.23). BPTT at one seed: its steps are leapfrog's to the bit
+    (``tests/rnn/test_schedules.py``)."""
     assert cli("--model", "rnn", "--data", "teacher", "--seed", seed, "--schedule", schedule, "--quiet") == 0
     done = re.fullmatch(r"done: 20 epochs, test mse (\d\.\d{4}), test loss \d\.\d{4}, \d+\.\d s\n",
                         capsys.readouterr().out)

@@ -81,7 +81,7 @@ def path_of(path):
     if os.fspath(path) == "":
         raise ValueError("the path is empty: give a file's name, such as 'model.npz'")
     path = Path(path)
-    if path.suffix == SUFFIX or not path.name or (path.exists() and not path.is_dir() and not regular(path)):
+    if path.name.endswith(SUFFIX) or not path.name or (path.exists() and not path.is_dir() and not regular(path)):
         return path
     return path.with_name(path.name + SUFFIX)
 

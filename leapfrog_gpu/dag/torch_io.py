@@ -244,7 +244,7 @@ class _Reader:
     def activate(self, node, activation, keywords=()):
         """Give the ``Dense`` node of the ``Linear`` whose output alone ``node`` reads its ``activation`` (through
         ``Identity`` modules that nothing else reads)."""
-        source = node.args[0] if node.args else None
+        source = self.argument(node, keywords)
         while self.passed_over(source) and len(source.users) == 1:
             source = source.args[0]
         name = self.of.get(source) if isinstance(source, self.torch.fx.Node) else None
@@ -254,7 +254,6 @@ class _Reader:
             read = "the input" if name == INPUT else f"node {getattr(source, 'name', source)!r}"
             raise self.refused(node, f"applies {activation} to {read}: a DagNet applies an activation only in a "
                                      "Dense node, to the output of its Linear that nothing else reads")
-        self.operand(node, keywords)
         self.nodes[name] = (Dense(layer.n, activation), self.nodes[name][1])
         self.of[node] = name
 
@@ -264,13 +263,15 @@ class _Reader:
                 and type(self.traced.get_submodule(node.target)) is self.torch.nn.Identity)
 
     def add(self, node):
-        if len(node.args) != 2 or node.kwargs:
+        given = {**dict(zip(("input", "other"), node.args)), **node.kwargs}
+        alpha = given.pop("alpha", 1)
+        if set(given) != {"input", "other"} or len(node.args) > 2 or type(alpha) not in (int, float) or alpha != 1:
             raise self.refused(node, f"takes {len(node.args)} arguments and keywords {sorted(node.kwargs)}: "
                                      "from_torch reads the sum of two tensors, without alpha")
-        first = node.args[0]
-        inputs = [self.read(node, value) for value in node.args]
+        first, second = given["input"], given["other"]
+        inputs = [self.read(node, value) for value in (first, second)]
         if (self.fx.get(inputs[0]) is first and type(self.nodes[inputs[0]][0]) is Add and len(first.users) == 1
-                and node.args[1] is not first):
+                and second is not first):
             inputs = self.nodes.pop(inputs[0])[1] + inputs[1:]  # ((a + b) + c): one Add, which sums in order
         self.add_node(node, Add(), inputs)
 
@@ -301,12 +302,17 @@ class _Reader:
             self.takes[name] = int(takes)
 
     def operand(self, node, keywords=()):
-        """The one node ``node`` reads, refusing other arguments and keywords but ``keywords``."""
-        extra = sorted(set(node.kwargs) - set(keywords))
-        if len(node.args) != 1 or extra:
-            raise self.refused(node, f"takes {len(node.args)} arguments and keywords {extra}: from_torch reads it "
-                                     "called on one tensor alone")
-        return self.read(node, node.args[0])
+        """The one node ``node`` reads (``argument``)."""
+        return self.read(node, self.argument(node, keywords))
+
+    def argument(self, node, keywords=()):
+        """``node``'s one argument, given alone or by the keyword ``input``, refusing other arguments and keywords
+        but ``keywords``."""
+        given = {**dict(zip(("input",), node.args)), **node.kwargs}
+        if len(node.args) > 1 or "input" not in given or set(given) - {"input", *keywords}:
+            raise self.refused(node, f"takes {len(node.args)} arguments and keywords {sorted(node.kwargs)}: "
+                                     "from_torch reads it called on one tensor alone")
+        return given["input"]
 
     def read(self, node, value):
         if not isinstance(value, self.torch.fx.Node):

@@ -33,6 +33,7 @@ against; ``rounds_formula`` gives the same rounds in closed form. The counters t
 of w^l and u^l and the elementwise work of its steps (``cells.WORK``).
 """
 
+import inspect
 
 from ..core import calibrate
 from ..core.functions import choose
@@ -50,7 +51,9 @@ class RNNSchedule(Schedule):
         super().__init__(k, fused)
 
     def __repr__(self):
-        options = ([f"k={self.k}"] if self.k else []) + (["fused=True"] if self.fused else [])
+        """``k`` is left out where it is 0 and the default (``BPTT()``), as ``Wavefront(k=0)`` is not ``Wavefront()``."""
+        default = inspect.signature(type(self)).parameters["k"].default
+        options = ([f"k={self.k}"] if self.k or self.k != default else []) + (["fused=True"] if self.fused else [])
         return f"{type(self).__name__}({', '.join(options)})"
 
     def check(self, sizes, tau, B, dtype, *, cell="elman"):

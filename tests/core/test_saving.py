@@ -172,6 +172,17 @@ def test_a_name_with_or_without_npz_names_one_file(tmp_path, monkeypatch):
             assert loaded.sizes == [2, 3]
 
 
+@pytest.mark.parametrize("name", [".npz", "m.NPZ", "h.npy", "d.", "c.npz.npz", "x.npzz", ".hidden"])
+def test_save_names_the_file_numpy_savez_names(tmp_path, name):
+    """The file numpy.savez writes for the same name, its suffix decided on the whole name (``Path(".npz").suffix``
+    is empty: ".npz" was written as ".npz.npz")."""
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "numpy").mkdir()
+    np.savez(tmp_path / "numpy" / name, a=np.zeros(1))
+    with MLP([2, 3], backend="numpy") as net:
+        assert net.save(tmp_path / "ours" / name).name == os.listdir(tmp_path / "numpy")[0]
+
+
 def test_a_data_parallel_network_loads_to_run_alone(tmp_path):
     with network("MLP", "numpy", comm=Mirror()) as net:
         net.save(tmp_path / "net")

@@ -104,6 +104,20 @@ class Doubled(nn.Module):
         return self.out(h + h + self.add(x))
 
 
+class Keywords(nn.Module):
+    """Tensors given by keyword: ``input=`` to activations (torch's and functional ones), ``other=`` and ``alpha=1`` to
+    sums (torch.add and the method)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.d = (nn.Linear(n, m) for n, m in [(3, 4), (4, 4), (4, 4), (4, 2)])
+
+    def forward(self, x):
+        h = torch.sigmoid(input=self.a(x))
+        h = torch.add(F.relu(input=self.b(h), inplace=False), other=h, alpha=1)
+        return self.d(h.add(other=torch.tanh(input=self.c(h))))
+
+
 def sequential():
     """A torch.nn.Sequential, traced as it is: nodes "0", "2", "4" and "5"."""
     return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 6), nn.Tanh(), nn.LayerNorm(6), nn.Linear(6, 3))
@@ -116,6 +130,7 @@ CASES = {
     "mixed": (Mixed, {v: v for v in "abcde"}),
     "sequential": (sequential, {"0": "0", "2": "2", "4": "4", "5": "5"}),
     "doubled": (Doubled, {"a": "a", "b": "b", "add_2": "add", "out": "out"}),
+    "keywords": (Keywords, {v: v for v in "abcd"}),
 }
 """Each hand-written module and where each of its network's nodes with parameters sits in it."""
 
@@ -427,6 +442,9 @@ REFUSALS = {
                             "node 'add' (call_function operator.add) reads 1.0, not a tensor"),
     "a sum with alpha": (calls(lambda m, x: m.out(torch.add(m.lin(x), x, alpha=2))),
                          "node 'add' (call_function torch.add) takes 2 arguments and keywords ['alpha']"),
+    "an activation given out=": (calls(lambda m, x: m.out(torch.sigmoid(m.lin(x), out=None))),
+                                 "node 'sigmoid' (call_function torch.sigmoid) takes 1 arguments and keywords ['out']: "
+                                 "from_torch reads it called on one tensor alone"),
     "a node that leads nowhere": (calls(lambda m, x: (m.lin(x), m.out(x))[1]),
                                   "node 'lin' (call_module lin: Linear) is read by no node and is not the output"),
     "a tuple": (calls(lambda m, x: (m.out(m.lin(x)), x)), "node 'output' (output output) returns a tuple"),

@@ -285,3 +285,14 @@ def test_leapfrog_auto_runs_bptt_where_no_hand_off_pays(monkeypatch, faster, wor
         net.synchronize()
         assert repr(calibrate.chosen(net.plan(4, 2))) == ("Sequential()" if faster is None else "Leapfrog(k=2)")
         assert f"workers={workers}" in repr(backend)
+
+
+@pytest.mark.parametrize("kind", [BPTT, Wavefront, TimeScan, NaumovRNN])
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_schedule_s_repr_makes_the_same_schedule(kind, k, fused):
+    """``eval(repr(s))`` is a schedule of s's class with its k and fused: a repr that left out a k other than its
+    class's default (``Wavefront(k=0)`` printed as ``Wavefront()``, which is k = 2) named another schedule."""
+    schedule = kind(k=k, fused=fused)
+    again = eval(repr(schedule), {cls.__name__: cls for cls in (BPTT, Wavefront, TimeScan, NaumovRNN)})
+    assert (type(again), again.k, again.fused) == (kind, k, fused), repr(schedule)

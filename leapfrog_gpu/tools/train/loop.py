@@ -90,8 +90,12 @@ def sigint_noted():
 def sigint_between_steps():
     """While active, SIGINT only sets ``flag["stop"]``, so the loop stops between two steps, not inside one. Further
     SIGINTs within ``SIGINT_GRACE`` seconds are the same Ctrl-C; a later one interrupts at once, or while
-    ``flag["saving"]``, once the checkpoint of the last completed step is written."""
+    ``flag["saving"]``, once the checkpoint of the last completed step is written. An ignored SIGINT (a background
+    job's, which the run's setup ignores too: ``sigint_noted``) stays ignored, as Python leaves it."""
     flag = {"stop": False, "since": None, "saving": False, "deferred": False}
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield flag
+        return
 
     def handler(signum, frame):
         now = time.monotonic()
@@ -135,6 +139,7 @@ class Training:
             raise Refused.of(error, every_rank=True) from None
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
+        self.kept = state and _checkpoint_at(state)  # the checkpoint in the folder: the one resumed, then written
         steps = profile_window(config)
         timeline = None if config["timeline"] is None or self.rank > 0 else {
             "path": config["timeline"], "label": f"{PROG} {self.schedule!r}",
@@ -161,8 +166,10 @@ class Training:
             if synchronize:
                 self.net.synchronize()
             with self.report.recorded(record):
-                if self.config["checkpoint_dir"] and self.rank == 0:
-                    self._checkpoint()
+                if self.config["checkpoint_dir"]:
+                    if self.rank == 0:
+                        self._checkpoint()
+                    self.kept = _checkpoint_at(self.fitting.state())
         finally:
             interrupt["saving"] = False
         if interrupt.get("deferred"):
@@ -216,8 +223,7 @@ class Training:
                     raise
                 except FloatingPointError as error:
                     self.profile.write()
-                    raise self._stopped(str(error), False, self.fitting.epoch,
-                                        getattr(error, "every_rank", False)) from None
+                    raise self._stopped(str(error), False, getattr(error, "every_rank", False)) from None
         finally:
             self.profile.close()
         return records[-1] if records else None
@@ -244,7 +250,7 @@ class Training:
         self.profile.write()
         why = None if self.divergence is None else self.divergence.check(metrics["train_loss"])
         if why:
-            raise self._stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", True, metrics["epoch"] - 1)
+            raise self._stopped(f"{why} (epoch {metrics['epoch']}, step {metrics['step']})", True)
         config = self.config
         record = {"model": config["model"], "data": config["data"], **metrics, "backend": self.net.backend.name,
                   "schedule": repr(self.schedule), "forward_solver": config["forward_solver"], "graph": config["graph"],
@@ -256,9 +262,9 @@ class Training:
                          f"{in_words(metrics)}  {metrics['samples_per_s']:,.0f} samples/s")
         return record
 
-    def _stopped(self, what, diverged, kept, every_rank=False):
-        """``Stopped`` by ``what``, with what to try after a run that ``diverged`` (else met a NaN or Inf), and that
-        the checkpoint of epoch ``kept`` is kept (0: none was written). The divergence rule reads the training loss
+    def _stopped(self, what, diverged, every_rank=False):
+        """``Stopped`` by ``what``, with what to try after a run that ``diverged`` (else met a NaN or Inf), and which
+        checkpoint is kept (``kept``: the last written, or the one resumed). The divergence rule reads the training loss
         summed over every rank, so under mpiexec every rank stops alike (``every_rank``: rank 0 alone says it), as it
         does at a NaN ``Fitting`` meets (in that loss, or in gradients summed across ranks; the latest batch's loss
         stops a run alone only)."""
@@ -268,10 +274,18 @@ class Training:
         hint = (f"try another --lr than {lr}, or add --allow-divergence to go on" if diverged
                 else f"try a smaller --lr than {lr}" + "".join(f" or {option}" for option in larger))
         if self.config["checkpoint_dir"]:
-            hint += f" (the checkpoint of epoch {kept} is kept as it was)" if kept else " (no checkpoint was written)"
+            hint += f" (the checkpoint {self.kept} is kept as it was)" if self.kept else " (no checkpoint was written)"
         stopped = Stopped(f"{what}: {hint}")
         stopped.every_rank = diverged or every_rank
         return stopped
+
+
+def _checkpoint_at(state):
+    """Which checkpoint ``state`` (``Fitting.state``) is, as a stopped run names the one it keeps: "of epoch 4" at an
+    epoch's end, else where it resumes, as an interrupted run says it: "at epoch 6, step 409"."""
+    if state["step_in_epoch"] == 0:
+        return f"of epoch {state['epoch']}"
+    return f"at epoch {state['epoch'] + 1}, step {state['step']}"
 
 
 class Report:

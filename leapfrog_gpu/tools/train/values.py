@@ -25,7 +25,7 @@ def hidden(text):
         if count > width:
             raise argparse.ArgumentTypeError(
                 f"{part.strip()}: {width} layers of {count} or {count} layers of {width}? write --hidden "
-                f"{','.join([str(count)] * width)} or --layers {width} --width {count}")
+                f"{','.join([str(count)] * width)} or --layers {count} --width {width}")
         widths += [width] * count
     return widths
 

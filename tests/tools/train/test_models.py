@@ -203,7 +203,7 @@ def test_check_finite_stops_on_a_non_finite_gradient_with_exit_3(tmp_path, capsy
 
 @pytest.mark.parametrize("model", ["resmlp", "rnn"])
 def test_ctrl_c_says_how_to_resume_and_the_resumed_run_is_the_uninterrupted_one(tmp_path, monkeypatch, capsys,
-                                                                                model):
+                                                                                model, terminal_sigint):
     run, straight = tmp_path / "a run", tmp_path / "straight"
     assert cli(*SMALL[model], "--epochs", 3, "--quiet", "--checkpoint-dir", straight) == 0
     network, calls = NETWORK[model], []

@@ -555,7 +555,8 @@ def test_rank_0_alone_prints_help_and_version_under_mpiexec(monkeypatch, capsys,
     assert "leapfrog-train" in capsys.readouterr().out.split("\n")[0]  # the version, or the usage's first line
 
 
-def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_is_said_on_a_line_of_its_own_not_on_the_progress_bar(tmp_path, monkeypatch, capsys,
+                                                                     terminal_sigint):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar is shown
     train_step, calls = MLP.train_step, []
 
@@ -662,6 +663,23 @@ def test_epochs_at_chance_level_are_counted_across_a_resume(tmp_path, capsys):
     assert capsys.readouterr().err == straight
 
 
+def test_a_run_resumed_from_the_middle_of_an_epoch_names_that_checkpoint_when_it_stops(tmp_path, monkeypatch, capsys):
+    """Interrupted 20 steps into epoch 5, resumed, then stopped at that epoch's end as learning nothing: the line
+    names the checkpoint in the folder, the one resumed, as the interrupted run named its position (it said "of
+    epoch 4", as if every checkpoint were an epoch's end)."""
+    interrupt_at_step(monkeypatch, 200)
+    assert cli(*LEARNING_NOTHING, "--checkpoint-dir", tmp_path) == 130
+    assert "interrupted at epoch 5, step 199 " in capsys.readouterr().err
+    monkeypatch.undo()
+    assert cli("--quiet", "--checkpoint-dir", tmp_path, "--resume") == 3
+    err = capsys.readouterr().err
+    assert err.startswith("leapfrog-train: error: the run learns nothing: ") and err.endswith(
+        "(epoch 5, step 225): try another --lr than 1e-09, or add --allow-divergence to go on (the checkpoint at "
+        "epoch 5, step 199 is kept as it was)\n"), err
+    state = parameters(tmp_path)[1]
+    assert (state["epoch"], state["step_in_epoch"], state["step"]) == (4, 19, 199)
+
+
 def test_fallback_to_numpy_says_why_once_and_in_the_header(cupy_without_gpu, capsys):
     assert cli("--hidden", "2x8", "--epochs", 1) == 0
     captured = capsys.readouterr()
@@ -691,14 +709,16 @@ def ctrl_c_at_the_first_step(*args, **kwargs):
     signal.raise_signal(signal.SIGINT)  # the header is all a run prints before it
 
 
-def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
+def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(cupy_without_gpu, capsys, monkeypatch,
+                                                                               terminal_sigint):
     monkeypatch.setattr(MLP, "train_step", ctrl_c_at_the_first_step)
     assert cli() == 130
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and max(len(line) for line in out) <= 100, out  # the header and the estimate
 
 
-def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu, capsys, monkeypatch):
+def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu, capsys, monkeypatch,
+                                                                terminal_sigint):
     """A deep network, a fused graph step on two worker streams: the header says all of it, each part of
     a line too wide on a line of its own."""
     monkeypatch.setattr(MLP, "train_step", ctrl_c_at_the_first_step)
@@ -721,7 +741,8 @@ def test_cupy_backend_errors_say_why_in_the_command_line_words(cupy_without_gpu,
         "pip install -e '.[cuda13]' (CUDA 13); or use --backend numpy")
 
 
-def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path, monkeypatch, capsys):
+def test_stop_and_resume_name_the_same_epoch_and_the_hint_is_a_command(tmp_path, monkeypatch, capsys,
+                                                                       terminal_sigint):
     run, train_step, calls = tmp_path / "first run", MLP.train_step, []  # a space: the hint must quote it
 
     def step_then_ctrl_c(net, *args, **kwargs):
@@ -758,7 +779,8 @@ def ctrl_c_at_step(step, apart=None):
     return step_and_ctrl_c
 
 
-def test_two_ctrl_cs_in_quick_succession_are_one_and_lose_no_step(tmp_path, monkeypatch, capsys):
+def test_two_ctrl_cs_in_quick_succession_are_one_and_lose_no_step(tmp_path, monkeypatch, capsys,
+                                                                  terminal_sigint):
     monkeypatch.setattr(MLP, "train_step", ctrl_c_at_step(61, 0.1))
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path) == 130
     assert "interrupted at epoch 2, step 61: checkpoint written" in capsys.readouterr().err
@@ -768,7 +790,20 @@ def test_two_ctrl_cs_in_quick_succession_are_one_and_lose_no_step(tmp_path, monk
     assert parameters(tmp_path)[1]["step"] == 90
 
 
-def test_a_later_ctrl_c_while_the_checkpoint_is_written_stops_after_it(tmp_path, monkeypatch, capsys):
+def test_an_ignored_sigint_stays_ignored_while_the_run_trains(tmp_path, monkeypatch, capsys):
+    """A run whose SIGINT is ignored (a background job's, as its setup leaves it) trains to its end through one: the
+    loop's own handler, put over it, stopped the run at the next step."""
+    monkeypatch.setattr(MLP, "train_step", ctrl_c_at_step(11))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path) == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert "interrupted" not in capsys.readouterr().err and parameters(tmp_path)[1]["step"] == 90
+
+
+def test_a_later_ctrl_c_while_the_checkpoint_is_written_stops_after_it(tmp_path, monkeypatch, capsys,
+                                                                       terminal_sigint):
     """Past the grace period a second Ctrl-C stops at once, but a checkpoint under way is finished first."""
     monkeypatch.setattr(train_loop, "SIGINT_GRACE", 0.0)
     save = checkpoint.save
@@ -814,15 +849,6 @@ def test_two_outputs_of_one_name_are_refused_before_anything_is_written(tmp_path
     assert cli(*SMALL, *outputs) == 2
     assert one_error_line(capsys) == f"leapfrog-train: error: {said}: give each its own"
     assert sorted(path.name for path in tmp_path.iterdir()) == []
-
-
-@pytest.fixture
-def terminal_sigint():
-    """SIGINT handled by Python's own handler for the test, as in a terminal's job: a background job's (CI's, it may
-    be) ignores it, where a Ctrl-C outside the training loop would do nothing."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_step(tmp_path, monkeypatch, capsys,
@@ -1010,6 +1036,20 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     assert train.configure(given)["hidden"] == hidden
 
 
+@pytest.mark.parametrize("text, count, width", [("128x4", 128, 4), ("9x3", 9, 3)])
+def test_an_either_way_hidden_is_refused_with_a_command_for_each_reading(text, count, width, capsys):
+    """``128x4``: the two commands the refusal gives are its two readings, 4 layers of 128 and 128 of 4 (both gave
+    4 of 128)."""
+    with pytest.raises(SystemExit):
+        train.build_parser().parse_args(["--hidden", text])
+    said = re.search(r"write (--hidden \S+) or (--layers \d+ --width \d+)$", capsys.readouterr().err.strip())
+    readings = []
+    for command in said.groups():
+        given = vars(train.build_parser().parse_args(command.split()))
+        readings.append(train.configure(given)["hidden"])
+    assert readings == [[count] * width, [width] * count]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--k", 0], "argument --k: must be an integer >= 1 or auto; got '0'"),
     (["--k", "many"], "argument --k: must be an integer >= 1 or auto; got 'many'"),
@@ -1036,9 +1076,9 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     (["--hidden", "0x5,8"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
     (["--hidden=-1x5,8"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
     (["--hidden", "128x4"], "argument --hidden: 128x4: 4 layers of 128 or 128 layers of 4? write --hidden "
-                            "128,128,128,128 or --layers 4 --width 128"),
+                            "128,128,128,128 or --layers 128 --width 4"),
     (["--hidden", "2x16,9x3"], "argument --hidden: 9x3: 3 layers of 9 or 9 layers of 3? write --hidden 9,9,9 or "
-                               "--layers 3 --width 9"),
+                               "--layers 9 --width 3"),
     (["--hidden", "8", "--layers", 2], "--hidden and --layers/--width say the same thing: give one of them"),
     (["--layers", 0], "argument --layers: must be an integer >= 1; got '0'"),
     (["--layers", 10**20, "--width", 4], "argument --layers: must be at most 2147483647; got '1000"),  # no list holds it

@@ -139,7 +139,7 @@ class Training:
             raise Refused.of(error, every_rank=True) from None
         self.interrupt = {}  # ``sigint_between_steps``'s flag while ``run`` runs
         self.divergence, self._resumed = None, state or {}  # the divergence rule, made as the run starts
-        self.kept = state and _checkpoint_at(state)  # the checkpoint in the folder: the one resumed, then written
+        self.kept = _checkpoint_at(state) if state else None  # the checkpoint in the folder: resumed, then written
         steps = profile_window(config)
         timeline = None if config["timeline"] is None or self.rank > 0 else {
             "path": config["timeline"], "label": f"{PROG} {self.schedule!r}",

@@ -156,27 +156,28 @@ def fused_update(w, delta, a, controls, scratch):
 
 
 def backward_update(delta, w_next, delta_next, sp, a, controls, update=None, rows=None):
-    """(5) and the update of w^{l+1} in one sweep over w^{l+1}: ``delta = ((w^{l+1})^T delta^{l+1}) * sp``
-    with w^{l+1} as it was, and, unless ``controls[1]``, ``update(block)`` of each block (a slice) of ``rows``
-    rows of w^{l+1} as soon as the sum has read it; by default the SGD update ``w^{l+1} -= controls[0] *
-    delta^{l+1} a^T`` (``rank_update``) on blocks of ``SWEEP`` bytes. ``a`` is a^l (m, B).
+    """(5) and the update of w^{l+1} in one sweep over w^{l+1}: ``delta = ((w^{l+1})^T delta^{l+1}) * sp`` with
+    w^{l+1} as it was, summed over blocks of ``SWEEP`` bytes of its rows, and, unless ``controls[1]``, ``update``
+    of each part (a slice) of at most ``rows`` rows of a block once the sum has read it; by default the SGD update
+    ``w^{l+1} -= controls[0] * delta^{l+1} a^T`` (``rank_update``) of the whole block. ``a`` is a^l (m, B).
 
     Each block is read for delta's sum, then updated in place while it is still in cache, so that w^{l+1}
-    is read once and written once. The sum runs in a fixed order: the first block's product, as
-    ``backward`` computes it, then each next block's added in row order by BLAS (beta = 1); so it is the
-    same bits whatever runs beside it, and bitwise (5)'s when w^{l+1} is one block, within a few ulps of it
-    otherwise. Nothing is allocated.
-    """
+    is read once and written once. The sum runs in a fixed order: the first block's product, as ``backward``
+    computes it, then each next block's added in row order by BLAS (beta = 1); so it is the same bits whatever
+    runs beside it and whatever ``rows`` (an optimizer's scratch), and bitwise (5)'s when w^{l+1} is one block,
+    within a few ulps of it otherwise. Nothing is allocated."""
+    blocks = sweep_rows(w_next)
     if update is None:
-        rows = sweep_rows(w_next)
+        rows = blocks
 
         def update(block):
             rank_update(w_next[block], delta_next[block], a, controls)
 
-    for block in row_blocks(w_next, rows):
+    for block in row_blocks(w_next, blocks):
         matmul(delta, w_next[block].T, delta_next[block], beta=1.0 if block.start else 0.0)
         if controls[1] == 0:
-            update(block)
+            for part in row_blocks(w_next[block], rows):
+                update(slice(block.start + part.start, block.start + part.stop))
     delta_hidden(delta, sp)
 
 

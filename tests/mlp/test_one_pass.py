@@ -133,6 +133,27 @@ def test_an_optimizers_sweep_in_halves_gives_the_same_bits_for_every_k(optimizer
                         f"k{k}, {order}")
 
 
+@pytest.mark.parametrize("optimizer", [Adam(0.01), SGD(0.3, momentum=0.9)], ids=repr)
+def test_an_optimizers_scratch_blocks_leave_delta_the_chain_s_in_one_sweep_block(optimizer, monkeypatch):
+    """Above B = 1 an optimizer updates w^{l+1} a scratch block at a time, fewer rows than the sum's block: delta^l
+    is still summed in the sum's blocks, bitwise (5)'s where w^{l+1} is one of them, and so b^l and its state are the
+    plain step's to the bit (the sum took the scratch's blocks: 116 of b^2's 257 apart after one Adam step at
+    [200, 257, 256, 10], B = 4, in float32)."""
+    monkeypatch.setattr(ops_numpy, "SCRATCH", 1 << 10)  # w^3 (40 x 30) two scratch blocks, one block of the sum
+    sizes = [20, 30, 40, 5]
+    got = {}
+    for one_pass in (False, True):
+        with MLP(sizes, dtype="float32", seed=5, backend="numpy") as net:
+            for step in range(3):
+                net.train_step(*batch(sizes, 4, seed=step), optimizer, Sequential(one_pass=one_pass))
+            got[one_pass] = net.parameters(), net.optimizer_state()
+    (plain, plain_state), (swept, swept_state) = got[False], got[True]
+    for l in plain:
+        assert np.array_equal(swept[l]["b"], plain[l]["b"]), l
+        for slot in set(plain_state) - {"step"}:
+            assert np.array_equal(swept_state[slot][l]["b"], plain_state[slot][l]["b"]), (slot, l)
+
+
 @pytest.mark.parametrize("n,m,size", [(7, 5, 1), (7, 5, 3), (300, 400, 1), (300, 400, 5), (1, 70000, 2),
                                       (40, 1, 3)], ids=lambda v: str(v))
 def test_the_sweep_against_backward_and_the_exact_update(n, m, size, monkeypatch):

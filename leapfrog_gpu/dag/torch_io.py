@@ -246,7 +246,7 @@ class _Reader:
         ``Identity`` modules that nothing else reads)."""
         source = self.argument(node, keywords)
         while self.passed_over(source) and len(source.users) == 1:
-            source = source.args[0]
+            source = self.argument(source)
         name = self.of.get(source) if isinstance(source, self.torch.fx.Node) else None
         layer = self.nodes[name][0] if name in self.nodes else None
         if not (type(layer) is Dense and layer.activation == "identity" and self.fx[name] is source
@@ -263,11 +263,12 @@ class _Reader:
                 and type(self.traced.get_submodule(node.target)) is self.torch.nn.Identity)
 
     def add(self, node):
-        given = {**dict(zip(("input", "other"), node.args)), **node.kwargs}
+        reads = "the sum of two tensors, alpha 1 or none"
+        given = self.arguments(node, ("input", "other"), ("alpha",), reads)
         alpha = given.pop("alpha", 1)
-        if set(given) != {"input", "other"} or len(node.args) > 2 or type(alpha) not in (int, float) or alpha != 1:
+        if set(given) != {"input", "other"} or type(alpha) not in (int, float) or alpha != 1:
             raise self.refused(node, f"takes {len(node.args)} arguments and keywords {sorted(node.kwargs)}: "
-                                     "from_torch reads the sum of two tensors, without alpha")
+                                     f"from_torch reads {reads}")
         first, second = given["input"], given["other"]
         inputs = [self.read(node, value) for value in (first, second)]
         if (self.fx.get(inputs[0]) is first and type(self.nodes[inputs[0]][0]) is Add and len(first.users) == 1
@@ -308,11 +309,21 @@ class _Reader:
     def argument(self, node, keywords=()):
         """``node``'s one argument, given alone or by the keyword ``input``, refusing other arguments and keywords
         but ``keywords``."""
-        given = {**dict(zip(("input",), node.args)), **node.kwargs}
-        if len(node.args) > 1 or "input" not in given or set(given) - {"input", *keywords}:
-            raise self.refused(node, f"takes {len(node.args)} arguments and keywords {sorted(node.kwargs)}: "
-                                     "from_torch reads it called on one tensor alone")
+        reads = "it called on one tensor alone"
+        given = self.arguments(node, ("input",), keywords, reads)
+        if "input" not in given:
+            raise self.refused(node, f"takes no tensor: from_torch reads {reads}")
         return given["input"]
+
+    def arguments(self, node, names, keywords, reads):
+        """``node``'s arguments by name, its positional ones ``names`` in order; more of them, a name given twice, or
+        a keyword but ``names`` and ``keywords`` is refused: from_torch ``reads`` another call."""
+        given = {**dict(zip(names, node.args)), **node.kwargs}
+        if len(node.args) > len(names) or len(given) < len(node.args) + len(node.kwargs) or \
+                set(given) - {*names, *keywords}:
+            raise self.refused(node, f"takes {len(node.args)} arguments and keywords {sorted(node.kwargs)}: "
+                                     f"from_torch reads {reads}")
+        return given
 
     def read(self, node, value):
         if not isinstance(value, self.torch.fx.Node):

@@ -17,7 +17,7 @@ outer products that nothing on the chain needs) run where the schedule's ``k`` s
 stream joins every busy worker before the update and the next pass (write after read). The schedules
 every network takes run here too: ``Sequential()`` is ``BPTT()``, and ``Leapfrog(k)`` is the BPTT chain with its k
 workers, bitwise equal to ``BPTT()`` (the same launches on the same data, on other streams);
-``Leapfrog("auto")`` calibrates k on each plan (``core.calibrate``), BPTT() where no hand-off pays. Layer by
+``Leapfrog("auto")`` calibrates k on each plan (``core.calibrate``), ``Sequential()`` where no hand-off pays. Layer by
 layer rather than time-blocked: a layer's three gradients are then each one product over tau*B
 columns, and they leave the chain whole while it runs the next layer.
 
@@ -51,7 +51,7 @@ class RNNSchedule(Schedule):
         super().__init__(k, fused)
 
     def __repr__(self):
-        """``k`` is left out where it is 0 and the default (``BPTT()``), as ``Wavefront(k=0)`` is not ``Wavefront()``."""
+        """``k`` left out where it is 0 and the default (``BPTT()``): ``Wavefront(k=0)`` is not ``Wavefront()``."""
         default = inspect.signature(type(self)).parameters["k"].default
         options = ([f"k={self.k}"] if self.k or self.k != default else []) + (["fused=True"] if self.fused else [])
         return f"{type(self).__name__}({', '.join(options)})"

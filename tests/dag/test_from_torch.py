@@ -105,17 +105,18 @@ class Doubled(nn.Module):
 
 
 class Keywords(nn.Module):
-    """Tensors given by keyword: ``input=`` to activations (torch's and functional ones), ``other=`` and ``alpha=1`` to
-    sums (torch.add and the method)."""
+    """Tensors given by keyword: ``input=`` to modules (an Identity passed over among them) and activations (torch's
+    and functional ones), ``other=`` and ``alpha=1`` to sums (torch.add and the method)."""
 
     def __init__(self):
         super().__init__()
         self.a, self.b, self.c, self.d = (nn.Linear(n, m) for n, m in [(3, 4), (4, 4), (4, 4), (4, 2)])
+        self.skip = nn.Identity()
 
     def forward(self, x):
-        h = torch.sigmoid(input=self.a(x))
+        h = torch.sigmoid(input=self.a(input=x))
         h = torch.add(F.relu(input=self.b(h), inplace=False), other=h, alpha=1)
-        return self.d(h.add(other=torch.tanh(input=self.c(h))))
+        return self.d(input=h.add(other=torch.tanh(input=self.skip(input=self.c(h)))))
 
 
 def sequential():
@@ -445,6 +446,9 @@ REFUSALS = {
     "an activation given out=": (calls(lambda m, x: m.out(torch.sigmoid(m.lin(x), out=None))),
                                  "node 'sigmoid' (call_function torch.sigmoid) takes 1 arguments and keywords ['out']: "
                                  "from_torch reads it called on one tensor alone"),
+    "a method's tensor given twice": (calls(lambda m, x: m.out(m.lin(x).relu(input=x))),
+                                      "node 'relu' (call_method relu) takes 1 arguments and keywords ['input']: "
+                                      "from_torch reads it called on one tensor alone"),
     "a node that leads nowhere": (calls(lambda m, x: (m.lin(x), m.out(x))[1]),
                                   "node 'lin' (call_module lin: Linear) is read by no node and is not the output"),
     "a tuple": (calls(lambda m, x: (m.out(m.lin(x)), x)), "node 'output' (output output) returns a tuple"),

@@ -154,6 +154,23 @@ def test_an_optimizers_scratch_blocks_leave_delta_the_chain_s_in_one_sweep_block
             assert np.array_equal(swept_state[slot][l]["b"], plain_state[slot][l]["b"]), (slot, l)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 40, 1000])
+def test_an_update_of_its_own_in_parts_of_some_rows_leaves_delta_the_one_block_sum(rows):
+    """The op with an update of its own (an optimizer's) in parts of ``rows`` rows: delta bitwise ``backward``'s
+    where w is one block of the sum, whatever ``rows``; each part updated once, in order, after the sum read it."""
+    rng = np.random.default_rng(rows)
+    w, delta_next = rng.standard_normal((40, 30)).astype(np.float32), rng.standard_normal((40, 4)).astype(np.float32)
+    a, sp = rng.random((30, 4)).astype(np.float32), rng.random((30, 4)).astype(np.float32)
+    want, got = np.full((30, 4), np.nan, np.float32), np.full((30, 4), np.nan, np.float32)
+    ops_numpy.backward(want, w, delta_next, sp)
+    parts = []
+    ops_numpy.backward_update(got, w, delta_next, sp, a, np.array([0.01, 0], np.float32),
+                              lambda part: parts.append((part.start, part.stop, np.isnan(got).all())), rows)
+    assert np.array_equal(got, want)
+    assert [(start, stop) for start, stop, _ in parts] == [(r, min(r + rows, 40)) for r in range(0, 40, rows)]
+    assert not any(unread for _, _, unread in parts)
+
+
 @pytest.mark.parametrize("n,m,size", [(7, 5, 1), (7, 5, 3), (300, 400, 1), (300, 400, 5), (1, 70000, 2),
                                       (40, 1, 3)], ids=lambda v: str(v))
 def test_the_sweep_against_backward_and_the_exact_update(n, m, size, monkeypatch):

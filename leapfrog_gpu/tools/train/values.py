@@ -10,9 +10,9 @@ from ..cli import at_most
 def hidden(text):
     """Hidden widths from ``"128,64,32"``, ``"6x128"`` (6 layers of 128) or a mix such as ``"2x128,64"``. ``AxB``
     means A layers of B only where 1 <= A <= B; ``"128x4"`` could be either way round and is refused, saying both."""
-    widths = []
-    for part in text.split(","):
-        count, x, width = part.strip().rpartition("x")
+    widths, parts = [], [part.strip() for part in text.split(",")]
+    for i, part in enumerate(parts):
+        count, x, width = part.rpartition("x")
         try:
             count, width = int(count) if x else 1, int(width)
         except ValueError:
@@ -23,9 +23,11 @@ def hidden(text):
         for value in (count, width):
             at_most(value, text)
         if count > width:
+            other = (f"--layers {count} --width {width}" if len(parts) == 1 else
+                     f"--hidden {','.join(parts[:i] + [str(width)] * count + parts[i + 1:])}")
             raise argparse.ArgumentTypeError(
-                f"{part.strip()}: {width} layers of {count} or {count} layers of {width}? write --hidden "
-                f"{','.join([str(count)] * width)} or --layers {count} --width {width}")
+                f"{part}: {width} layers of {count} or {count} layers of {width}? write --hidden "
+                f"{','.join(parts[:i] + [f'{width}x{count}'] + parts[i + 1:])} or {other}")
         widths += [width] * count
     return widths
 

@@ -664,7 +664,7 @@ def test_epochs_at_chance_level_are_counted_across_a_resume(tmp_path, capsys):
 
 
 def test_a_run_resumed_from_the_middle_of_an_epoch_names_that_checkpoint_when_it_stops(tmp_path, monkeypatch, capsys):
-    """Interrupted 20 steps into epoch 5, resumed, then stopped at that epoch's end as learning nothing: the line
+    """Interrupted 19 steps into epoch 5 (as its 20th starts), resumed, then stopped at that epoch's end as learning nothing: the line
     names the checkpoint in the folder, the one resumed, as the interrupted run named its position (it said "of
     epoch 4", as if every checkpoint were an epoch's end)."""
     interrupt_at_step(monkeypatch, 200)
@@ -1036,18 +1036,20 @@ def test_hidden_widths_explicit_counted_or_by_layers_and_width(args, hidden):
     assert train.configure(given)["hidden"] == hidden
 
 
-@pytest.mark.parametrize("text, count, width", [("128x4", 128, 4), ("9x3", 9, 3)])
-def test_an_either_way_hidden_is_refused_with_a_command_for_each_reading(text, count, width, capsys):
+@pytest.mark.parametrize("text, before, count, width, after", [("128x4", [], 128, 4, []), ("9x3", [], 9, 3, []),
+                                                              ("2x16,9x3,5", [16, 16], 9, 3, [5])])
+def test_an_either_way_hidden_is_refused_with_a_command_for_each_reading(text, before, count, width, after, capsys):
     """``128x4``: the two commands the refusal gives are its two readings, 4 layers of 128 and 128 of 4 (both gave
-    4 of 128)."""
+    4 of 128), with the other widths of the list kept (both dropped them)."""
     with pytest.raises(SystemExit):
         train.build_parser().parse_args(["--hidden", text])
-    said = re.search(r"write (--hidden \S+) or (--layers \d+ --width \d+)$", capsys.readouterr().err.strip())
+    said = re.search(r"write (--hidden \S+) or (--hidden \S+|--layers \d+ --width \d+)$",
+                     capsys.readouterr().err.strip())
     readings = []
     for command in said.groups():
         given = vars(train.build_parser().parse_args(command.split()))
         readings.append(train.configure(given)["hidden"])
-    assert readings == [[count] * width, [width] * count]
+    assert readings == [before + [count] * width + after, before + [width] * count + after]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -1075,10 +1077,10 @@ def test_an_either_way_hidden_is_refused_with_a_command_for_each_reading(text, c
     (["--hidden", "4x0"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
     (["--hidden", "0x5,8"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
     (["--hidden=-1x5,8"], "argument --hidden: must be widths >= 1 such as 128,64,32, 6x128 (6 layers of 128)"),
-    (["--hidden", "128x4"], "argument --hidden: 128x4: 4 layers of 128 or 128 layers of 4? write --hidden "
-                            "128,128,128,128 or --layers 128 --width 4"),
-    (["--hidden", "2x16,9x3"], "argument --hidden: 9x3: 3 layers of 9 or 9 layers of 3? write --hidden 9,9,9 or "
-                               "--layers 9 --width 3"),
+    (["--hidden", "128x4"], "argument --hidden: 128x4: 4 layers of 128 or 128 layers of 4? write --hidden 4x128 "
+                            "or --layers 128 --width 4"),
+    (["--hidden", "2x16,9x3"], "argument --hidden: 9x3: 3 layers of 9 or 9 layers of 3? write --hidden 2x16,3x9 or "
+                               "--hidden 2x16,3,3,3,3,3,3,3,3,3"),
     (["--hidden", "8", "--layers", 2], "--hidden and --layers/--width say the same thing: give one of them"),
     (["--layers", 0], "argument --layers: must be an integer >= 1; got '0'"),
     (["--layers", 10**20, "--width", 4], "argument --layers: must be at most 2147483647; got '1000"),  # no list holds it

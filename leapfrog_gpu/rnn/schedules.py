@@ -33,12 +33,19 @@ against; ``rounds_formula`` gives the same rounds in closed form. The counters t
 of w^l and u^l and the elementwise work of its steps (``cells.WORK``).
 """
 
+import functools
 import inspect
 
 from ..core import calibrate
 from ..core.functions import choose
 from ..core.schedules import Leapfrog, Schedule, Sequential
 from .cells import CELLS, GATES, WORK
+
+
+@functools.cache
+def _default_k(kind):
+    """The k of schedule class ``kind`` when none is given (read once: a graph step keys its graph by the repr)."""
+    return inspect.signature(kind).parameters["k"].default
 
 
 class RNNSchedule(Schedule):
@@ -52,8 +59,8 @@ class RNNSchedule(Schedule):
 
     def __repr__(self):
         """``k`` left out where it is 0 and the default (``BPTT()``): ``Wavefront(k=0)`` is not ``Wavefront()``."""
-        default = inspect.signature(type(self)).parameters["k"].default
-        options = ([f"k={self.k}"] if self.k or self.k != default else []) + (["fused=True"] if self.fused else [])
+        options = [f"k={self.k}"] if self.k or self.k != _default_k(type(self)) else []
+        options += ["fused=True"] if self.fused else []
         return f"{type(self).__name__}({', '.join(options)})"
 
     def check(self, sizes, tau, B, dtype, *, cell="elman"):

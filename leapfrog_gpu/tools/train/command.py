@@ -34,7 +34,7 @@ from ...core.optimizer_state import MOST_STEPS
 from . import checkpoint, estimate, models, resuming
 from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural, too_large
 from ..timeline import describe
-from .loop import Interrupted, Refused, Report, Stopped, Training, sigint_noted
+from .loop import Interrupted, Refused, Report, Stopped, Training, position, sigint_noted
 from .metrics import in_words
 from .refusals import outputs_refusal
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
@@ -261,7 +261,8 @@ def _run(config, dataset, net, report, state, why):
                        f"{plural(config['epochs'], 'epoch')} of {plural(training.fitting.steps_per_epoch, 'step')}, "
                        f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}"))
     if state is not None:
-        report.line(f"resumed at {_position(training)} from {checkpoint.path_in(config['checkpoint_dir'])}")
+        report.line(f"resumed at {position(training.fitting.state())} from "
+                    f"{checkpoint.path_in(config['checkpoint_dir'])}")
     if config["profile_steps"] and config["timeline"] is None and net.backend.name != "cupy" and training.rank == 0:
         print(fitted(f"{PROG}: note: the numpy backend has no CUDA profiler; --profile-steps only adds NVTX "
                      "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)"), file=sys.stderr)
@@ -284,7 +285,7 @@ def _run(config, dataset, net, report, state, why):
             saved = (f"checkpoint written to {checkpoint.path_in(directory)}; continue with --resume "
                      f"--checkpoint-dir {shlex.quote(str(directory))}" if directory
                      else "no --checkpoint-dir, so nothing was saved")
-            print(f"{PROG}: interrupted at {_position(training)}: {saved}", file=sys.stderr)
+            print(f"{PROG}: interrupted at {position(training.fitting.state())}: {saved}", file=sys.stderr)
             return 130
         except KeyboardInterrupt:  # a second Ctrl-C, which stops at once; under mpiexec, the first
             if training.rank > 0 or not training.interrupt:
@@ -292,7 +293,7 @@ def _run(config, dataset, net, report, state, why):
             path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
             saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
             every = "every rank stopped at once" if training.ranks > 1 else "stopped at once"
-            print(f"{PROG}: interrupted at {_position(training)} and {every}: {saved}", file=sys.stderr)
+            print(f"{PROG}: interrupted at {position(training.fitting.state())} and {every}: {saved}", file=sys.stderr)
             if training.ranks > 1:
                 raise StoppedEveryRank from None
             return 130
@@ -318,11 +319,6 @@ def _unwarned():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"(overflow|invalid value) encountered", RuntimeWarning)
         yield
-
-
-def _position(training):
-    """Where a run stands, as interrupting and resuming say it: the epoch under way (from 1) and the steps done."""
-    return f"epoch {training.fitting.epoch + 1}, step {training.fitting.step}"
 
 
 def _missing_folders(directory):

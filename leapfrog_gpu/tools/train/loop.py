@@ -280,12 +280,18 @@ class Training:
         return stopped
 
 
+def position(state):
+    """Where a run stands (``Fitting.state``), as interrupting and resuming say it: the epoch under way (from 1) and
+    the steps done, "epoch 6, step 409"."""
+    return f"epoch {state['epoch'] + 1}, step {state['step']}"
+
+
 def _checkpoint_at(state):
     """Which checkpoint ``state`` (``Fitting.state``) is, as a stopped run names the one it keeps: "of epoch 4" at an
-    epoch's end, else where it resumes, as an interrupted run says it: "at epoch 6, step 409"."""
+    epoch's end, else where it resumes (``position``): "at epoch 6, step 409"."""
     if state["step_in_epoch"] == 0:
         return f"of epoch {state['epoch']}"
-    return f"at epoch {state['epoch'] + 1}, step {state['step']}"
+    return f"at {position(state)}"
 
 
 class Report:

@@ -118,7 +118,7 @@ def mnist(path, dtype="float32"):
     or one ``.npz`` holding ``x_train, y_train, x_test, y_test`` (a directory with exactly one, or its
     path). Integer pixels are scaled from 0..255 to [0, 1]; float pixels are taken as they are."""
     dtype, path = check_dtype(dtype), Path(path)
-    if path.is_file() and path.suffix == ".npz":
+    if path.is_file() and path.name.endswith(".npz"):  # ".npz" itself too, which has no suffix
         return _mnist_npz(path, dtype)
     if not path.exists():
         raise DataError(f"MNIST path {path} does not exist")

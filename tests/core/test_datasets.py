@@ -63,11 +63,12 @@ def test_mnist_idx(tmp_path, gzipped):
     check_mnist(datasets.mnist(tmp_path), arrays)
 
 
-def test_mnist_npz_as_directory_and_as_file(tmp_path):
+@pytest.mark.parametrize("name", ["mnist.npz", ".npz"])  # ".npz" has no suffix to Path
+def test_mnist_npz_as_directory_and_as_file(tmp_path, name):
     arrays = small_mnist(seed=1)
-    np.savez(tmp_path / "mnist.npz", **arrays)
+    np.savez(tmp_path / name, **arrays)
     check_mnist(datasets.mnist(tmp_path), arrays)
-    check_mnist(datasets.mnist(tmp_path / "mnist.npz"), arrays)
+    check_mnist(datasets.mnist(tmp_path / name), arrays)
 
 
 def test_mnist_float64(tmp_path):

@@ -155,6 +155,16 @@ def dtypes(tensors):
     return [str(tensor.dtype).removeprefix("torch.") for tensor in tensors]
 
 
+def unread(cls, options, *read):
+    """``options``, the other arguments of the constructor of ``cls`` given to its ``from_torch``; a TypeError for
+    any of the arguments ``from_torch`` reads from the module (``read``)."""
+    given = [name for name in read if name in options]
+    if given:
+        raise TypeError(f"{cls.__name__}.from_torch reads {' and '.join(given)} from the module: drop "
+                        f"{', '.join(name + '=' for name in given)}")
+    return options
+
+
 def loaded(net, tensors):
     """``net``, given ``tensors`` as parameters, copied into its own buffers: lists of tensors in the order of
     its ``set_parameters``, or ``{unit: {name: tensor}}`` as its ``parameters()`` gives; closed before the

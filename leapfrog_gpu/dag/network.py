@@ -21,7 +21,7 @@ from ..core.checks import check_batch, check_count, shown
 from ..core.functions import COSTS, choose
 from ..core.network import Network
 from ..core.schedules import Leapfrog, Sequential
-from ..core.torch_io import loaded, network_dtype
+from ..core.torch_io import loaded, network_dtype, unread
 from ..parallel import reducer
 from . import torch_io
 from .layers import LAYERS, Add, Dense, Layer, drawn_params, output_width
@@ -184,6 +184,7 @@ class DagNet(Network):
         defaults to the module's; ``options`` are the other arguments of ``DagNet``. Anything else is refused
         with a ValueError naming the node and its op (``leapfrog_gpu.dag.torch_io.read_module``)."""
         n_input, nodes, found, tensors = torch_io.read_module(module)
+        options = unread(cls, options, "n_input", "nodes")
         return loaded(cls(n_input, nodes, cost, network_dtype(dtype, found), backend=backend, **options), tensors)
 
     # -- public passes ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from ..core.checks import check_batch, check_count, shown
 from ..core.convergence import Solver
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
-from ..core.torch_io import loaded, network_dtype
+from ..core.torch_io import loaded, network_dtype, unread
 from ..parallel import reducer
 from . import torch_io
 from .naumov import NaumovJacobi, NaumovScan
@@ -97,6 +97,7 @@ class MLP(Layered):
         parameters read from it, copied into the network's own buffers (training it never writes the module).
         ``dtype`` defaults to the module's; ``options`` are the other arguments of ``MLP``."""
         sizes, activation, output_activation, found, tensors = torch_io.read_module(module)
+        options = unread(cls, options, "sizes", "activation", "output_activation")
         return loaded(cls(sizes, activation, cost, network_dtype(dtype, found), backend=backend,
                           output_activation=output_activation, **options), tensors)
 

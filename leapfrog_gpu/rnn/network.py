@@ -18,12 +18,12 @@ import math
 
 import numpy as np
 
-from ..core import parameters, saving
+from ..core import parameters, saving, schedules
 from ..core.checks import check_count, check_finite_as, check_real, real_array
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
-from ..core.torch_io import loaded, network_dtype
+from ..core.torch_io import loaded, network_dtype, unread
 from ..parallel import reducer
 from . import torch_io
 from .cells import ACTIVATION, CELLS, GATED, GATES, STATE
@@ -75,6 +75,7 @@ class RNN(Layered):
     NOUN = "an RNN"
     LOAD = "net.set_parameters(weights, recurrent, biases), a GRU's with b_hn after them"
     SCHEDULES = (Sequential, Leapfrog, BPTT, Wavefront, TimeScan, NaumovRNN)
+    GATED_SCHEDULES = SCHEDULES[:-1]  # a gated cell's: NaumovRNN has no layer operators for its state Jacobians
     SOLVERS = "None (the forward step by step) or a TimeNewton()"
     CAPTURE_REFUSALS = {"cupy": "the recurrent pass runs its products as cupy.matmul calls (cuBLAS), which CuPy "
                                 "refuses during stream capture; use graph=False"}
@@ -207,6 +208,7 @@ class RNN(Layered):
         are the other arguments of ``RNN``. What an RNN cannot compute is refused, each with its reason
         (``leapfrog_gpu.rnn.torch_io.read_module``)."""
         sizes, cell, activation, output_activation, found, tensors = torch_io.read_module(module)
+        options = unread(cls, options, "sizes", "activation", "output_activation", "cell")
         return loaded(cls(sizes, activation, cost, output, network_dtype(dtype, found), backend=backend,
                           output_activation=output_activation, cell=cell, **options), tensors)
 
@@ -256,11 +258,13 @@ class RNN(Layered):
         return (tuple(x_shape[:1] + x_shape[2:]), 1) if self.output == "every" else (tuple(x_shape[2:]), 0)
 
     def _check_schedule(self, schedule):
-        """As ``Network``'s; a gated cell's layers also refuse ``NaumovRNN``, by name."""
-        schedule = super()._check_schedule(schedule)
+        """As ``Network``'s; a gated cell's layers also refuse ``NaumovRNN``, by name, and an error names the
+        schedules they run (``GATED_SCHEDULES``)."""
         if isinstance(schedule, NaumovRNN):
             schedule.refuse_gated(self.cell)
-        return schedule
+        if self.cell != "elman":
+            schedules.check(schedule, self.NOUN, self.GATED_SCHEDULES)
+        return super()._check_schedule(schedule)
 
     def _check_pass(self, schedule, shape):
         """A scan's memory check, before the plan of (tau, B) is made (``Leapfrog("auto")`` runs the BPTT

@@ -352,6 +352,22 @@ def test_from_torch_refuses_what_the_network_refuses(torch):
         MLP.from_torch(regression, backend="numpy")
 
 
+@pytest.mark.parametrize("kind, options, named", [
+    ("MLP", {"activation": "relu"}, "activation"), ("MLP", {"sizes": [3, 2], "output_activation": "relu"},
+                                                    "sizes and output_activation"),
+    ("RNN", {"cell": "gru"}, "cell"), ("RNN", {"activation": "relu", "sizes": [3, 2]}, "sizes and activation"),
+    ("DagNet", {"nodes": []}, "nodes"), ("DagNet", {"n_input": 3}, "n_input")])
+def test_from_torch_refuses_an_argument_it_reads_from_the_module_by_name(torch, kind, options, named):
+    """The arguments the module gives are refused in one line naming them, not as Python's "multiple values"."""
+    module = {"MLP": torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)),
+              "RNN": torch.nn.Sequential(torch.nn.RNN(3, 4), torch.nn.Linear(4, 2)),
+              "DagNet": torch.nn.Sequential(torch.nn.Linear(3, 2))}[kind]
+    network = {"MLP": MLP, "RNN": RNN, "DagNet": DagNet}[kind]
+    drop = ", ".join(f"{name}=" for name in named.split(" and "))
+    with pytest.raises(TypeError, match=rf"^{kind}\.from_torch reads {named} from the module: drop {drop}$"):
+        network.from_torch(module, backend="numpy", **options)
+
+
 # -- RNN ----------------------------------------------------------------------------------------------
 
 RNN_KINDS = [(activation, output, cost) for activation in ("tanh", "relu")

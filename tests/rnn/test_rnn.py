@@ -335,6 +335,13 @@ def test_schedules_that_cannot_run_are_refused_naming_those_that_can():
         with pytest.raises(TypeError, match=r"schedule must be a schedule object: Sequential\(\), Leapfrog\(k\), "
                                             r"BPTT\(\), Wavefront\(\), TimeScan\(\) or NaumovRNN\(\); got 'bptt'"):
             net.backprop(x, y, "bptt")
+    for cell in ("gru", "lstm"):  # NaumovRNN has no operators for a gated cell: neither named nor run
+        with RNN([3, 5, 2], cell=cell, backend="numpy") as net:
+            with pytest.raises(TypeError, match=r"an RNN cannot run NaumovScan\(.*\); it takes Sequential\(\), "
+                                                r"Leapfrog\(k\), BPTT\(\), Wavefront\(\) or TimeScan\(\)$"):
+                net.backprop(x, y, NaumovScan())
+            with pytest.raises(ValueError, match=r"^NaumovRNN builds the Elman cell's layer operators .* run BPTT"):
+                net.backprop(x, y, NaumovRNN())
     with MLP([3, 5, 2], backend="numpy") as mlp:
         for schedule in (BPTT(), Wavefront(), TimeScan(), NaumovRNN()):
             for run in (lambda: mlp.backprop(np.zeros(3), np.zeros(2), schedule),

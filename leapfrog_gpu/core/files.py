@@ -3,6 +3,7 @@ bench's results), what a regular file is (``regular``: one that can be replaced,
 damaged archive raises (``DAMAGED``; a gzip stream, ``GZIP_DAMAGED``)."""
 
 import contextlib
+import errno
 import lzma
 import os
 import secrets
@@ -31,11 +32,14 @@ def replaced_atomically(path, prefix="tmp"):
     or those the umask leaves of rw-rw-rw-), or is removed if the block raises. The file and the rename are synced to
     disk, so a reader, a run killed half-way or a machine that loses power finds the old file or the new one, never
     half of one. A symbolic link's target is written, the link kept (a link to no file too); a ``path`` that is no
-    file (``/dev/stdout``, a pipe) is written as it is."""
+    file (``/dev/stdout``, a pipe) is written as it is. A file this process may not write is refused with the
+    PermissionError ``open`` raises, before anything is written; the folder must let a file be made in it."""
     if os.path.exists(path) and not regular(path):
         yield os.fspath(path)
         return
     path = os.path.realpath(path)
+    if os.path.exists(path) and not os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
     folder = os.path.dirname(path)
     mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else None
     tmp = _created(folder, prefix)

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..backends import to_host
 from . import optimizers
-from .checks import check_backend, shown
+from .checks import all_finite, check_backend, shown
 from .files import DAMAGED, named, regular, replaced_atomically
 
 FORMAT = 1
@@ -103,11 +103,13 @@ STALE = 600
 def save(net, path, **more):
     """Write ``net`` to ``path`` (``path_of``: ``model`` and ``model.npz`` both write ``model.npz``) atomically: its
     architecture, parameters and optimizer state, and ``more`` (JSON-able values under keys of the caller's own) in
-    its state; return the path written. Whatever is refused (a network that cannot be written, a missing folder)
-    is refused before anything is written, and leaves a file already there as it was; so does a write that fails.
-    A folder (an existing one, or a name ending in a separator) is refused; a write the system refuses raises its
-    OSError, naming ``path`` (not the temporary file). Temporary files that a killed writer left beside it (untouched
-    for ``STALE`` seconds: another process may be writing one now) are removed once the new file is in place."""
+    its state; return the path written. Whatever is refused (a network that cannot be written or that holds NaN or
+    Inf, which ``load`` would refuse; a missing folder) is refused before anything is written, and leaves a file
+    already there as it was; so does a write that fails. A folder (an existing one, or a name ending in a separator)
+    is refused; a write the system refuses raises its OSError, naming ``path`` (not the temporary file): a file
+    ``open`` could not write, or a folder in which no file can be made (the new file is written beside ``path``).
+    Temporary files that a killed writer left beside it (untouched for ``STALE`` seconds: another process may be
+    writing one now) are removed once the new file is in place."""
     kind = type(net).__name__
     if KINDS.get(kind) is not type(net):
         raise TypeError(f"a {kind} cannot be saved: load builds {', '.join(NETWORKS)} again, and no subclass of "
@@ -127,8 +129,14 @@ def save(net, path, **more):
     state = {**more, "format": FORMAT, "network": kind, "architecture": net.architecture(),
              "optimizer": None if optimizer is None else
              {"kind": type(optimizer).__name__, "hyper": optimizer.hyper(), "step": steps}}
-    arrays = [(array_name(unit, name, slot), array) for slot, params in [(None, net.parameters()), *held.items()]
-              for unit, named in params.items() for name, array in named.items()]
+    found = [(unit, name, slot, array) for slot, params in [(None, net.parameters()), *held.items()]
+             for unit, named in params.items() for name, array in named.items()]
+    infinite = [f"{slot + ' of ' if slot else ''}{net._label(unit, name)}" for unit, name, slot, array in found
+                if not all_finite(net.backend.xp, array)]
+    if infinite:
+        raise ValueError(f"cannot save this {kind}: its {infinite[0]} holds NaN or Inf, and load takes finite "
+                         "parameters and state only: keep an earlier file, or train again from one")
+    arrays = [(array_name(unit, name, slot), array) for unit, name, slot, array in found]
     names = [name for name, _ in arrays] + ["state"]
     twice = [name for name in names if names.count(name) > 1 or f"{name}.npy" in names]
     if twice:

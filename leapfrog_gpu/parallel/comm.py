@@ -12,6 +12,7 @@ means that another rank died, failed or hangs; the watching rank then prints one
 job (``MPI_Abort``) rather than wait forever.
 """
 
+import atexit
 import contextlib
 import hashlib
 import json
@@ -228,7 +229,9 @@ class MpiCommunicator(Communicator):
             self.local_rank = node.Get_rank()
             node.Free()
         self._made = []  # (weak reference to the NumPy backend it serves, engine), in the order made
+        self._callers = []  # the threads that call those engines: the backends' communication streams
         self._nccl = None
+        atexit.register(_drain, self._made, self._callers)  # after mpi4py's own: it runs before MPI is finalized
 
     def allgather(self, value):
         data = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
@@ -285,6 +288,7 @@ class MpiCommunicator(Communicator):
                 with self.watch("duplicating the communicator"):
                     engine = collective.MpiSum(self._comm.Dup())
             self._made[slot:slot + 1] = [(weakref.ref(backend), engine)]
+            self._callers.append(backend.comm_stream().thread)  # None: the backend runs its streams on the caller
         return engine
 
     def watch(self, what):
@@ -337,6 +341,18 @@ class _Watchdog:
             if late:
                 self._expire(late[0])
                 return
+
+
+def _drain(made, callers):
+    """At exit, before MPI is finalized: the NumPy backends that ``made`` serves finish the sums they have queued (a
+    script's last step, not waited for), and the communication streams of those released already end (``callers``).
+    A stream still inside MPI as the process ends crashes it, or leaves the other ranks waiting for its sum."""
+    for served, _ in made:
+        if (backend := served()) is not None:
+            backend.close()
+    for thread in callers:
+        if thread is not None:
+            thread.join()
 
 
 def _flush():

@@ -653,6 +653,44 @@ def test_a_file_saved_over_keeps_its_mode(tmp_path, mode):
     assert stat.S_IMODE(path.stat().st_mode) == mode
 
 
+@pytest.mark.parametrize("root", [False, True], ids=["by-mode", "by-access"])
+def test_a_file_this_process_may_not_write_is_refused_as_open_refuses_it_and_kept(tmp_path, monkeypatch, root):
+    """A read-only file: the PermissionError of ``open(path, "wb")``, naming it, and its bytes kept (the rename used
+    to replace it). As root, who may write any file, the refusal is checked through ``os.access`` saying no."""
+    path = tmp_path / "model.npz"
+    with MLP([2, 3], backend="numpy") as net:
+        net.save(path)
+        kept = path.read_bytes()
+        path.chmod(0o444)
+        if root or os.access(path, os.W_OK):
+            access = os.access
+            monkeypatch.setattr(os, "access", lambda name, mode, **kw: mode != os.W_OK and access(name, mode, **kw))
+        net.sgd_step(*data(net), 1.0)
+        with pytest.raises(PermissionError) as refused:
+            net.save(path)
+    assert refused.value.filename == str(path) and path.read_bytes() == kept
+    assert sorted(tmp_path.iterdir()) == [path]  # no temporary file left
+
+
+@pytest.mark.parametrize("where", ["weights", "exp_avg_sq"])
+def test_a_network_holding_nan_or_inf_is_refused_before_anything_is_written(tmp_path, where):
+    """What load would refuse, save refuses first: a diverged parameter, or Adam's second moment overflowing float32
+    from gradients that are finite (as torch.optim's does), named; the file already there is kept."""
+    path = tmp_path / "model.npz"
+    with MLP([4, 3], activation="relu", output_activation="relu", backend="numpy") as net:
+        net.save(path)
+        kept = path.read_bytes()
+        x, y = np.full((4, 8), 1e12 if where == "exp_avg_sq" else 1e30), np.full((3, 8), 0.5)
+        net.train_step(x, y, Adam(0.01) if where == "exp_avg_sq" else SGD(1.0))
+        state = net.optimizer_state()
+        if where == "exp_avg_sq":
+            assert np.isinf(state["exp_avg_sq"][2]["w"]).any() and np.isfinite(net.weights[0]).all()
+        with pytest.raises(ValueError, match=rf"^cannot save this MLP: its {where + ' of ' if where != 'weights' else ''}"
+                                             r"weights of layer 2 holds NaN or Inf, and load takes finite "):
+            net.save(path)
+    assert path.read_bytes() == kept and sorted(tmp_path.iterdir()) == [path]
+
+
 def test_a_link_to_no_file_yet_stays_a_link_and_its_target_is_written(tmp_path):
     """A symbolic link whose target does not exist yet: the target is written, the link kept."""
     (tmp_path / "runs").mkdir()

@@ -629,6 +629,34 @@ def test_ctrl_c_stops_a_rank_waiting_in_a_collective_for_the_others(tmp_path, ca
     assert said.read_text() == "before the other rank joined"
 
 
+LAST_STEP_NOT_WAITED_FOR = """
+import sys, time
+import numpy as np
+from leapfrog_gpu import MLP, parallel
+comm = parallel.world(timeout=600)  # a rank left waiting fails the test by its guard, not by the watchdog
+net = MLP([16, 64, 4], backend="numpy", comm=comm)
+x, y = np.ones((16, 8)), np.zeros((4, 8))
+net.sgd_step(x, y, 0.1)
+net.synchronize()
+if comm.rank == 1:
+    time.sleep(0.5)  # rank 0's sums of the next step wait for this rank while rank 0's program ends
+net.sgd_step(x, y, 0.1)  # rank 0 ends with this step queued, as docs/data-parallel.md's example does
+if comm.rank == 1:
+    net.synchronize()
+    open(sys.argv[1], "w").write(str(float(net.weights[0].sum())))
+"""
+
+
+@mpirun.needs_mpi
+def test_a_program_that_ends_with_its_last_step_queued_ends_once_its_sums_are_done(tmp_path):
+    """The last step of a script, not waited for: its sums run before MPI is finalized (the communication stream,
+    inside MPI_Allreduce at exit, crashed the process or left the other rank waiting)."""
+    script, said = tmp_path / "last_step.py", tmp_path / "said"
+    script.write_text(LAST_STEP_NOT_WAITED_FOR)
+    mpirun.run(2, sys.executable, script, said, timeout=120)
+    assert np.isfinite(float(said.read_text()))
+
+
 FIT_ON_RANKS = """
 import json, sys
 import numpy as np

@@ -185,9 +185,9 @@ class Training:
                 checkpoint.save(directory, self.net, self.state())
         except Unwritten as error:
             raise Unwritten(f"{error}: {kept}") from None
-        except ValueError:  # core.saving refuses a path without its folder: removed while the run went on
+        except ValueError as error:  # core.saving refuses a network holding NaN or Inf, or a folder gone meanwhile
             if path.parent.is_dir():
-                raise
+                raise Unwritten(f"cannot write the checkpoint {path}: {error}; {kept}") from None
             raise Unwritten(f"cannot write the checkpoint {path} (its folder {path.parent} is gone)") from None
 
     def judge_divergence(self):

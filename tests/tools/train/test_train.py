@@ -384,6 +384,28 @@ def test_a_checkpoint_folder_removed_during_the_run_stops_it_in_one_line(tmp_pat
                                       f"(its folder {run} is gone)")
 
 
+def test_a_network_holding_inf_at_a_checkpoint_stops_the_run_in_one_line_and_keeps_the_one_before(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """What core.saving refuses to write (a network holding NaN or Inf, which load would refuse): exit status 5, one
+    line naming the array, the checkpoint of epoch 1 kept as it was (was a traceback, exit 1)."""
+    save, path = checkpoint.save, checkpoint.path_in(tmp_path)
+
+    def inf_at_epoch_2(directory, net, training):
+        if training["epoch"] == 2:
+            kept.append(path.read_bytes())
+            net._live()[2]["w"][0, 0] = np.inf  # as an overflow would leave it
+        return save(directory, net, training)
+
+    kept = []
+    monkeypatch.setattr(checkpoint, "save", inf_at_epoch_2)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path) == 5
+    assert one_error_line(capsys) == (f"leapfrog-train: error: cannot write the checkpoint {path}: cannot save this "
+                                      "MLP: its weights of layer 2 holds NaN or Inf, and load takes finite parameters "
+                                      "and state only: keep an earlier file, or train again from one; the one "
+                                      "written before is kept as it was")
+    assert path.read_bytes() == kept[0]
+
+
 def test_a_checkpoint_with_an_array_no_run_writes_is_refused_on_resume_and_kept(tmp_path, capsys):
     """As ``leapfrog_gpu.load`` refuses it: exit 2, one line, the file as it was (resumed, it was written over)."""
     assert cli(*SMALL, "--epochs", 1, "--optimizer", "adam", "--checkpoint-dir", tmp_path) == 0

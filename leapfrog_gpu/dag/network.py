@@ -124,7 +124,8 @@ class DagNet(Network):
 
     def structure(self):
         return {**super().structure(), "cost": self.cost,
-                "nodes": [[v, repr(self.layer[v]), self.inputs[v]] for v in self.order]}
+                "nodes": [[v, repr(self.layer[v]), repr(self.layer[v].options()), self.inputs[v]]
+                          for v in self.order]}
 
     def architecture(self):
         """What builds this network again (``core.saving``), JSON-able: its input width, its nodes as ``[name, layer,

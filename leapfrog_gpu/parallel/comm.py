@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import numbers
 import os
 import pickle
 import sys
@@ -48,7 +49,7 @@ def world(name="leapfrog_gpu", timeout=DEFAULT_TIMEOUT, bucket_bytes=DEFAULT_BUC
     others. Raises RuntimeError when a launcher started several processes but mpi4py is missing, or
     belongs to another MPI library than the launcher (each process would then train alone).
     """
-    launched = launcher_size()
+    launched, timeout = launcher_size(), _seconds(timeout)  # refused alike with one process and with several
     if launched <= 1:
         return Communicator(bucket_bytes=bucket_bytes)
     try:
@@ -82,10 +83,12 @@ class Communicator:
     rank, size, local_rank = 0, 1, 0
 
     def __init__(self, bucket_bytes=DEFAULT_BUCKET_BYTES):
-        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 0:
-            raise ValueError(f"bucket_bytes must be an integer >= 0 (0: one collective per layer); "
-                             f"got {bucket_bytes!r}")
-        self.bucket_bytes = bucket_bytes
+        said = f"bucket_bytes must be an integer >= 0 (0: one collective per layer); got {bucket_bytes!r}"
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, numbers.Integral):
+            raise TypeError(said)
+        if bucket_bytes < 0:
+            raise ValueError(said)
+        self.bucket_bytes = int(bucket_bytes)
         self.unpaired = None  # why the ranks' collectives no longer pair up (``unpair``), or None
 
     def __repr__(self):
@@ -219,10 +222,8 @@ class MpiCommunicator(Communicator):
         super().__init__(bucket_bytes)
         from mpi4py import MPI
 
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0; got {timeout!r}")
         self._mpi, self._comm = MPI, comm
-        self.rank, self.size, self.name, self.timeout = comm.Get_rank(), comm.Get_size(), name, float(timeout)
+        self.rank, self.size, self.name, self.timeout = comm.Get_rank(), comm.Get_size(), name, _seconds(timeout)
         self._watchdog = _Watchdog(self.timeout, self._give_up)
         with self.watch("setting up MPI"):
             node = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -341,6 +342,16 @@ class _Watchdog:
             if late:
                 self._expire(late[0])
                 return
+
+
+def _seconds(timeout):
+    """``timeout`` as a float of seconds > 0 (inf: never give up); a TypeError for what is no number, else a
+    ValueError."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds > 0; got {timeout!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a number of seconds > 0; got {timeout!r}")
+    return float(timeout)
 
 
 def _drain(made, callers):

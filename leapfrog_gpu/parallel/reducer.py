@@ -37,9 +37,9 @@ def building(comm):
 def attach(net, comm):
     """The communicator ``net`` sums its gradients over, or None when it runs alone.
 
-    With more than one rank: every rank must build the same network (``net.structure()``, compared by
-    digest; ValueError otherwise), the engine for its backend is set up, and rank 0's parameters replace
-    every rank's.
+    With more than one rank: every rank must build the same network (``net.structure()`` and ``check_finite``,
+    compared by digest; ValueError otherwise), the engine for its backend is set up, and rank 0's parameters
+    replace every rank's.
     """
     if comm is None:
         return None
@@ -48,7 +48,7 @@ def attach(net, comm):
     if not comm.reduces:
         return None
     layout = net.gradient_layout()
-    comm.check_same("network", {**net.structure(), "backend": net.backend.name,
+    comm.check_same("network", {**net.structure(), "check_finite": net.check_finite, "backend": net.backend.name,
                                 "buckets": buckets(layout, np.dtype(net.dtype).itemsize, comm.bucket_bytes)})
     comm.engine(net.backend)
     broadcast_parameters(net, comm)

@@ -5,6 +5,7 @@ of the communication stream fail its test when removed; one process alone is wha
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 
 import mpi_cases
 import mpirun
-from helpers import batch, batch_id, gpu, install_standin, schedule_id, to_numpy
+from helpers import Gate, batch, batch_id, gpu, install_standin, schedule_id, to_numpy
 from networks import Mirror, arrays, network, network_batch
 from leapfrog_gpu import (MLP, RNN, SGD, Adam, DagNet, Dense, ForwardNewton, Leapfrog, NaumovJacobi, NaumovScan,
                           Sequential, TimeNewton, reference)
@@ -157,6 +158,59 @@ def test_every_rank_must_build_the_same_network():
     with pytest.raises(ValueError, match=r"every rank must use the same network, but they differ in sizes: "
                                          r"\[9, 17, 5\] on rank 1, \[9, 17, 5, 13, 7, 3\] on rank 0"):
         MLP(SIZES, backend="numpy", comm=Other())
+
+
+@pytest.mark.parametrize("given, kind", [
+    ({"bucket_bytes": "1"}, TypeError), ({"bucket_bytes": 1.5}, TypeError), ({"bucket_bytes": True}, TypeError),
+    ({"bucket_bytes": -1}, ValueError), ({"timeout": "5"}, TypeError), ({"timeout": True}, TypeError),
+    ({"timeout": 0}, ValueError), ({"timeout": -1.0}, ValueError), ({"timeout": float("nan")}, ValueError)])
+def test_world_refuses_a_bad_argument_in_one_process_as_under_mpiexec(given, kind):
+    """A wrong type is a TypeError, a wrong value a ValueError, naming the argument; in one process as under
+    mpiexec (the timeout was checked only by MPI's communicator)."""
+    (name, value), = given.items()
+    with pytest.raises(kind, match=rf"^{name} must be .*; got {re.escape(repr(value))}$"):
+        parallel.world(**given)
+
+
+def test_ranks_that_differ_in_check_finite_are_refused():
+    """One rank checking its gradients and the other not would step apart at the first NaN (one refuses the update,
+    the other takes it), or leave a fused one waiting."""
+    class Other(Mirror):
+        def allgather(self, value):
+            if value is None:
+                return [None, None]
+            other = dict(value, check_finite=True) if isinstance(value, dict) else "another digest"
+            return [value, other]
+
+    with pytest.raises(ValueError, match=r"every rank must use the same network, but they differ in check_finite: "
+                                         r"True on rank 1, False on rank 0$"):
+        MLP(SIZES, backend="numpy", comm=Other())
+
+
+class Scaled(Gate):
+    """``Gate`` with an option, whose ``repr`` does not show it (the default ``Layer.__repr__``)."""
+
+    def __init__(self, factor=1.0):
+        self.factor = factor
+
+    def options(self):
+        return {"factor": self.factor}
+
+
+def test_ranks_tell_apart_layers_of_their_own_that_differ_in_an_option_alone():
+    """The digests the ranks compare differ for Scaled(1.0) and Scaled(5.0), whose reprs are alike."""
+    class Digests(Mirror):
+        def allgather(self, value):
+            if isinstance(value, str):
+                said.append(value)
+            return [value, value]
+
+    said = []
+    for factor in (1.0, 5.0):
+        assert repr(Scaled(factor)) == "Scaled()"
+        with DagNet(3, [("s", Scaled(factor), "x"), ("out", Dense(2), "s")], backend="numpy", comm=Digests()):
+            pass
+    assert len(said) == 2 and said[0] != said[1]
 
 
 def test_a_schedules_memory_is_checked_at_the_largest_share_on_every_rank():

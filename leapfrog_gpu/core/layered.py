@@ -25,7 +25,7 @@ class Layered(Network):
 
     def __init__(self, sizes, activation, cost, output_activation, dtype, backend, check_finite=False,
                  least=2, example="[784, 30, 10]", layers="input and output"):
-        self.sizes = check_sizes(sizes, least, example, layers)
+        self._sizes = tuple(check_sizes(sizes, least, example, layers))
         self.activation = choose("activation", activation, ACTIVATIONS)
         self.cost = choose("cost", cost, COSTS)
         self.output_activation = resolve_output_activation(activation, cost, output_activation)
@@ -67,6 +67,11 @@ class Layered(Network):
             w = rng.standard_normal((m, self.n[l - 1])) / math.sqrt(self.n[l - 1])
             self._w[l] = xp.asarray(w, dtype=self.dtype)
             self._b[l] = xp.asarray(rng.standard_normal(m), dtype=self.dtype)
+
+    @property
+    def sizes(self):
+        """The widths [n_1, ..., n_L]: a new list, whose changes reach no network."""
+        return list(self._sizes)
 
     @property
     def layer_numbers(self):

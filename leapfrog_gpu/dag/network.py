@@ -80,7 +80,7 @@ class DagNet(Network):
         n_input = check_count("n_input", n_input)
         self.cost = choose("cost", cost, COSTS)
         self.layer, self.inputs = _check_nodes(nodes)
-        self.order = _topological(self.layer, self.inputs)
+        self._order = tuple(_topological(self.layer, self.inputs))
         self.index = {INPUT: 1, **{v: i for i, v in enumerate(self.order, start=2)}}
         self.consumers = {v: [] for v in (INPUT, *self.order)}
         for v in self.order:
@@ -113,6 +113,11 @@ class DagNet(Network):
         comm = "" if self.comm is None else f", comm={self.comm!r}"
         return (f"DagNet({len(self.order)} nodes, depth {self.depth}, cost={self.cost!r}, dtype={self.dtype!r}, "
                 f"backend={self.backend!r}{comm})")
+
+    @property
+    def order(self):
+        """The nodes but the input, in topological order: a new list, whose changes reach no network."""
+        return list(self._order)
 
     @property
     def nodes(self):

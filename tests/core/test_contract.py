@@ -228,6 +228,20 @@ def test_copies_handed_out_stay_valid_after_a_step(network_name):
         assert any(not np.array_equal(flat(net.parameters())[key], value) for key, value in flat(kept).items())
 
 
+def test_the_shape_it_hands_out_is_a_copy_whose_changes_reach_no_network(network_name):
+    """``sizes`` (MLP, RNN) and ``order`` (DagNet), lists a caller may well change to build another network: the
+    network's repr, passes and file stay its own."""
+    with network(network_name, "numpy") as net:
+        name = "order" if network_name == "DagNet" else "sizes"
+        x, y = network_batch(network_name)
+        shape, shown, out, cost = getattr(net, name), repr(net), net.feedforward(x), net.evaluate(x, y)
+        handed = getattr(net, name)
+        handed.reverse()
+        handed.append(handed[0])
+        assert getattr(net, name) == shape and repr(net) == shown
+        assert np.array_equal(net.feedforward(x), out) and net.evaluate(x, y) == cost
+
+
 def _arrays(nested):
     if isinstance(nested, dict):
         return [a for value in nested.values() for a in _arrays(value)]

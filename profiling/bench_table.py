@@ -19,6 +19,7 @@ import sys
 
 from bench_timeline import stamping
 from leapfrog_gpu.tools import CLOSED_PIPE_STATUS, guarded
+from leapfrog_gpu.tools.bench.mlp import label as schedule
 from leapfrog_gpu.tools.bench.runner import noisy
 from leapfrog_gpu.tools.cli import UNWRITTEN, Parser, read_or_refuse
 from markdown_cells import label, number, percent, ratio, spread
@@ -65,8 +66,8 @@ def by_optimizer(records):
 
 
 def timeline_table(records):
-    """The ``--timeline`` analysis of the stamped records, one row each, by optimizer where they have more than
-    one."""
+    """The ``--timeline`` analysis of the stamped records, one row each (its schedule as the bench names it:
+    ``leapfrog+one-pass``), by optimizer where they have more than one."""
     by = by_optimizer(records)
     rows = [SPEEDUP, "", "| schedule | k | BLAS | step ms | stamping cost | busy ms, main / workers | worker time "
             "overlapping main | main idle ms | bwd speed-up vs seq |", "|" + "---:|" * 9]
@@ -76,7 +77,7 @@ def timeline_table(records):
             continue
         busy = " / ".join(f"{ms:.3f}" for ms in t["busy_ms"].values())
         rows.append("| " + " | ".join([
-            r["schedule"] + ("+fused" if r.get("fused") else "") + by(r), str(r["k"]),
+            schedule(r, best="") + by(r), str(r["k"]),
             str(r.get("blas_threads") or "–"),
             spread(t["step_ms_plain"]), stamping(t["cost"]), busy, percent(t["worker_overlap"]),
             number(t["main_idle_ms"]), ratio(r.get("backward_speedup")),

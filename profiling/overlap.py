@@ -4,9 +4,10 @@
 
 Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (start, end, deviceId, streamId, shortName -> ``StringIds``) and
 ``NVTX_EVENTS`` (push/pop and start/end ranges; their name in ``text`` or ``textId`` -> ``StringIds``).
-Reports, per (device, stream): kernels, busy time (the union of its kernel intervals) and the share of
-it that overlaps kernels on the main stream ("-" where it is never busy: kernels of zero length); and per
-NVTX range name: count and total time.
+Reports, per (device, stream): kernels, busy time (the union of its kernel intervals), the share of it that
+overlaps kernels on the main stream ("-" where it is never busy: kernels of zero length) and its four kernels of
+most total time (``top_kernels``); and per NVTX range name: count and total time (ranges without a name under
+``(unnamed)``).
 The main stream is ``--main-stream``, else the stream with the most kernels (the chain and the update
 launch more than all workers together). Busy time and overlap come from ``leapfrog_gpu.tools.timeline.overlap``,
 the function the stream timeline (``--timeline``, no profiler needed) uses, so both measure the same thing. The
@@ -23,6 +24,8 @@ from leapfrog_gpu.tools.cli import Parser, output_refusal, path
 from leapfrog_gpu.tools.timeline import length, overlap, union
 
 NVTX_RANGES = (59, 60)  # eventType of NvtxPushPopRange and NvtxStartEndRange
+UNNAMED = "(unnamed)"
+"""The name under which the ranges without one (``text`` and ``textId`` both NULL) are totalled."""
 
 
 def kernels(db):
@@ -81,10 +84,11 @@ def report(path, main_stream=None):
             "device": dev, "stream": stream, "main": key == (device, main_stream), "kernels": len(items),
             "busy_ms": busy[key] / 1e6,
             "overlap_with_main": None if shared[key] is None or not busy[key] else shared[key] / busy[key],
-            "top_kernels": sorted({name for _, _, name in items if name})[:4],
+            "top_kernels": top_kernels(items),
         })
     totals = {}
     for name, start, end in ranges:
+        name = UNNAMED if name is None else name
         count, ns = totals.get(name, (0, 0))
         totals[name] = (count + 1, ns + end - start)
     span = (min(r[2] for r in rows), max(r[3] for r in rows))
@@ -93,6 +97,16 @@ def report(path, main_stream=None):
         "worker_overlap": share,
         "nvtx": [{"name": name, "count": count, "total_ms": ns / 1e6} for name, (count, ns) in sorted(totals.items())],
     }
+
+
+def top_kernels(items, count=4):
+    """The names of the ``count`` kernels of ``items`` ``[(start, end, name)]`` that take the most time, summed over
+    their launches, the longest first (a kernel without a name left out)."""
+    totals = {}
+    for start, end, name in items:
+        if name:
+            totals[name] = totals.get(name, 0) + end - start
+    return sorted(totals, key=lambda name: (-totals[name], name))[:count]
 
 
 def _nccl(items):

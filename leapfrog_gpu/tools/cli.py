@@ -10,12 +10,14 @@ import json
 import math
 import os
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 from .. import __version__
 from ..parallel.launcher import launcher_rank
 from ..backends import cuda_status, host_blas
+from ..core.files import regular
 
 WIDTH = 100
 """Columns that a line of a command's own output (not a table's row) may take."""
@@ -107,18 +109,29 @@ def png_refusal(option, path, beside=""):
 
 def output_refusal(option, path):
     """Why ``option`` cannot write a file at ``path``, in one line, or ``None``: its folder exists, ``path`` is not
-    a folder itself, and its name is no longer than the folder's file system takes."""
+    a folder itself, its name is no longer than the folder's file system takes, a file there is one this process
+    may write, and a new file can be made in the folder (tried, not read from its permissions, which root passes
+    even in /proc), as ``core.files.replaced_atomically`` makes one. A device or a pipe is written as it is."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"{option} {path}: the folder {folder} does not exist"
     if os.path.isdir(path):
         return f"{option} {path}: it is a folder; give a file's name"
-    try:
+    with contextlib.suppress(OSError):  # a file system that does not say: the write itself will
         longest = os.pathconf(folder, "PC_NAME_MAX")
-    except OSError:  # a file system that does not say: the write itself will
+        if len(os.fsencode(os.path.basename(path))) > longest:
+            return f"{option} {path}: its name is longer than the {longest} bytes a file's name may have there"
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not regular(real):
         return None
-    if len(os.fsencode(os.path.basename(path))) > longest:
-        return f"{option} {path}: its name is longer than the {longest} bytes a file's name may have there"
+    if os.path.exists(real) and not os.access(real, os.W_OK):
+        return f"{option} {path}: the file is not writable; give another name, or make it writable"
+    try:
+        with tempfile.TemporaryFile(dir=os.path.dirname(real)):
+            pass
+    except OSError as error:
+        return f"{option} {path}: the folder {os.path.dirname(real)} is not writable ({error.strerror}); give a file " \
+               "in one that is"
     return None
 
 

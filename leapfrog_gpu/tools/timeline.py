@@ -5,7 +5,8 @@ Per step: each stream's busy time (the union of its intervals), the share of wor
 main-stream work (the worker streams': not the communication stream's, whose sums wait on the chain), and the
 idle gaps of the main stream, which runs the critical path (forward, chain, update): a gap there is time the chain
 waited, for a join or for the host. ``profiling/overlap.py`` measures an Nsight Systems trace with ``overlap``
-below, so both measure the same thing (there every stream but the main one counts, NCCL's too).
+below, so both measure the same thing (there too the share is the worker streams': every stream but the main one
+and those that run NCCL's kernels alone, a data-parallel run's sums).
 
     leapfrog-train --timeline t.png --profile-steps 10:15     # as profiling/bench_timeline.py --timeline t.png
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..core import launches
 from ..core.files import replaced_atomically
-from .cli import pip_install, plural, png_refusal
+from .cli import output_refusal, pip_install, plural, png_refusal
 
 MAIN = "main"
 GAPS_SHOWN = 3  # the longest idle gaps of the main stream kept per step
@@ -149,17 +150,18 @@ def describe(summary):
 
 
 def refusal(path):
-    """Why ``--timeline path`` cannot be written, in one line, or ``None``: the chart is a PNG in a folder that
-    exists and can be written, drawn by matplotlib, and neither it nor its .json is a folder."""
+    """Why ``--timeline path`` cannot be written, in one line, or ``None``: the chart is a PNG, neither it nor its
+    .json is a folder, it can be written there (``cli.output_refusal``: said now, not once the steps it stamps have
+    run), and matplotlib draws it."""
     why = png_refusal("--timeline", path, " (its intervals go beside it, in .json)")
-    folder = os.path.dirname(os.path.abspath(path))
-    if why or not os.path.isdir(folder):
-        return why or f"--timeline {path}: the folder {folder} does not exist"
-    if not os.access(folder, os.W_OK):  # said now, not once the steps it stamps have run
-        return f"--timeline {path}: the folder {folder} is not writable"
+    if why:
+        return why
     for written in (path, os.fspath(Path(path).with_suffix(".json"))):
         if os.path.isdir(written):
             return f"--timeline {path}: {written} is a folder; give the name of a file that is none"
+    why = output_refusal("--timeline", path)
+    if why:
+        return why
     try:
         import matplotlib  # noqa: F401
     except ImportError:

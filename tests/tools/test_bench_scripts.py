@@ -23,6 +23,7 @@ PROFILING = Path(__file__).resolve().parents[2] / "profiling"
 sys.path.insert(0, str(PROFILING))
 
 import autotune_check  # noqa: E402
+import bench_table as tables  # noqa: E402  (helpers.bench_table runs it as a script)
 import bench_timeline  # noqa: E402
 import parallel_bench  # noqa: E402
 import rnn_bench  # noqa: E402
@@ -155,6 +156,22 @@ def test_each_optimizer_is_stamped_by_its_own_steps_and_named_in_its_panels(tmp_
         rows = [line.split(" | ")[3 if cells == 18 else 0].strip("| ") for line in out
                 if line.startswith("| ") and line.count("|") == cells]
         assert rows[1:] == [f"sequential{best}, sgd", "leapfrog, sgd", f"sequential{best}, adam", "leapfrog, adam"]
+
+
+def test_the_timeline_table_names_a_one_pass_row_as_the_bench_does():
+    """A one-pass record carries ``fused: true`` too (its update is fused by the one pass): its timeline row reads
+    ``+one-pass``, as the bench's lines and the records' table say, not ``+fused``."""
+    def stamped(schedule, k, fused, one_pass):
+        timeline = {"busy_ms": {"main": 0.5}, "step_ms_plain": {"median": 1.0, "p20": 1.0, "p80": 1.0}, "cost": 1.0,
+                    "worker_overlap": None, "main_idle_ms": 0.1}
+        return {"N": 8, "L": 3, "B": 1, "schedule": schedule, "k": k, "fused": fused, "one_pass": one_pass,
+                "graph": False, "blas_threads": 1, "timeline": timeline}
+
+    records = [stamped("sequential", 0, True, True), stamped("leapfrog", 2, True, True),
+               stamped("leapfrog", 2, True, False), stamped("leapfrog", 2, False, False)]
+    rows = tables.timeline_table(records).splitlines()[4:]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [
+        "sequential+one-pass", "leapfrog+one-pass", "leapfrog+fused", "leapfrog"]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -118,6 +118,32 @@ def test_a_stream_never_busy_has_no_overlap_share(tmp_path, capsys):
     assert next(line for line in printed if line.startswith("     0      15 ")).split()[3:5] == ["0.000", "-"]
 
 
+def test_nvtx_ranges_without_a_name_are_totalled_under_their_own_label(tmp_path, capsys):
+    """A range whose ``text`` and ``textId`` are both NULL (nsys writes one for a range pushed without a message)
+    is reported as ``(unnamed)``, beside the named ones, not a TypeError from sorting None among the names."""
+    path = build_export(tmp_path / "trace.sqlite")
+    db = sqlite3.connect(path)
+    db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId) VALUES (?, ?, 59, NULL, NULL)",
+                   [(100, 130), (200, 210)])
+    db.commit()
+    db.close()
+    assert overlap.main([str(path), "--json", str(tmp_path / "o.json")]) == 0
+    totals = {r["name"]: (r["count"], r["total_ms"]) for r in json.loads((tmp_path / "o.json").read_text())["nvtx"]}
+    assert totals == {"forward": (1, pytest.approx(250e-6)), "backward": (2, pytest.approx(240e-6)),
+                      "update": (1, pytest.approx(400e-6)), "(unnamed)": (2, pytest.approx(40e-6))}
+    assert "(unnamed)                   2      0.000" in capsys.readouterr().out
+
+
+def test_a_streams_top_kernels_are_those_of_most_time_the_longest_first(tmp_path):
+    """Five kernels on the main stream, a: 5 + 10 ns, b 20, c 30, d 40, e 50: the four of most time are e, d, c, b
+    (not the first four names, a to d)."""
+    kernels = [(0, 5, 7, "a"), (5, 25, 7, "b"), (25, 55, 7, "c"), (55, 95, 7, "d"), (95, 145, 7, "e"),
+               (145, 155, 7, "a"), (0, 10, 13, "a")]
+    result = overlap.report(build_export(tmp_path / "trace.sqlite", kernels=kernels))
+    streams = {s["stream"]: s for s in result["streams"]}
+    assert streams[7]["top_kernels"] == ["e", "d", "c", "b"] and streams[13]["top_kernels"] == ["a"]
+
+
 @pytest.mark.parametrize("make", ["missing", "not sqlite", "no kernels table", "unknown stream", "json in no folder"])
 def test_overlap_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, make):
     """One line, exit status 2, and no report printed (a --json it cannot write is refused before)."""

@@ -3,7 +3,9 @@
 network's gradients named as such, on their unit's worker, and drawn so; and its analysis (busy time,
 worker overlap, idle gaps of the main stream) on intervals worked by hand."""
 
+import errno
 import json
+import os
 import threading
 import time
 
@@ -15,7 +17,7 @@ from leapfrog_gpu import MLP, RNN, Leapfrog, Sequential
 from leapfrog_gpu.backends import cuda_available, get_backend
 from leapfrog_gpu.backends.timing import Interval, Timeline
 from leapfrog_gpu.core import calibrate, launches
-from leapfrog_gpu.tools import timeline
+from leapfrog_gpu.tools import cli, timeline
 
 SIZES = [7, 13, 5, 11, 3]  # L = 5: layers 2..5
 L = len(SIZES)
@@ -381,8 +383,26 @@ def test_training_window_on_the_gpu(tmp_path):
 
 
 def test_a_folder_that_cannot_be_written_is_refused_before_any_step(tmp_path, monkeypatch):
-    """Said at the start, as --metrics and --checkpoint-dir are, not once the steps it stamps have run (exit 5)."""
+    """Said at the start, as --metrics and --checkpoint-dir are, not once the steps it stamps have run (exit 5): by
+    the check every command's outputs take (``cli.output_refusal``), which tries to make a file there, since root
+    passes any permission (``os.access``) but still cannot write in /proc."""
     assert timeline.refusal(str(tmp_path / "t.png")) is None
-    monkeypatch.setattr(timeline.os, "access", lambda path, mode: path != str(tmp_path))
+    if os.path.isdir("/proc/self"):
+        assert timeline.refusal("/proc/t.png").startswith("--timeline /proc/t.png: the folder /proc is not writable (")
+        assert timeline.refusal("/proc/t.png") == cli.output_refusal("--timeline", "/proc/t.png")
+
+    def refused(dir):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), dir)
+
+    monkeypatch.setattr(cli.tempfile, "TemporaryFile", lambda dir: refused(dir) if dir == str(tmp_path) else None)
     assert timeline.refusal(str(tmp_path / "t.png")) == (f"--timeline {tmp_path / 't.png'}: the folder {tmp_path} is "
-                                                          "not writable")
+                                                          f"not writable ({os.strerror(errno.EACCES)}); give a file in "
+                                                          "one that is")
+
+
+def test_the_overlap_of_an_nsys_trace_leaves_nccls_streams_out_as_the_docstrings_say():
+    """overlap.py's share, as the timeline's, counts the worker streams alone, not a stream of NCCL's kernels
+    (tests/tools/test_profiling_scripts.py measures it): both modules say so."""
+    said = " ".join(timeline.__doc__.split())
+    assert "every stream but the main one and those that run NCCL's kernels alone" in said
+    assert "NCCL's too" not in said

@@ -33,10 +33,10 @@ DURATION = ("The defaults measure 8 networks, from [256] * 8 at B = 1 to [1024] 
 MODEL_HELP = ("rnn: the recurrent network's backward pass and SGD step under each of its schedules against BPTT "
               "and PyTorch's, with options of its own (leapfrog-bench --model rnn --help; default mlp); a DagNet's "
               "are measured by python profiling/dag_bench.py")
-COLUMNS = (("", "k", 1), ("", "blas", 4), ("step", "ms", 7), ("bwd", "ms", 7), ("pred", "saving", 7),
+COLUMNS = (("", "k", 2), ("", "blas", 4), ("step", "ms", 7), ("bwd", "ms", 7), ("pred", "saving", 7),
            ("meas", "saving", 7), ("bwd", "vs seq", 6), ("step", "vs best", 7))
 """Each column after the schedule's: its title on two lines, and its width, set before any number is known
-(``1234.5!``, ``-112.5%``). The last two, and ``LAST``, are speed-ups, under ``SPEEDUP``."""
+(``1234.5!``, ``-112.5%``, k up to 99). The last two, and ``LAST``, are speed-ups, under ``SPEEDUP``."""
 LAST = {False: ("step", "vs floor", 8), True: ("graph", "vs eager", 8)}
 """The last column: the step's speed-up over its bytes floor, or with ``--graph`` over its eager twin."""
 SPEEDUP = "speed-up (> 1: faster)"
@@ -74,7 +74,9 @@ def parser():
     p.add_argument("--one-pass", action="store_true",
                    help="also time each sequential and leapfrog step with the one-pass backward (one_pass=True)")
     p.add_argument("--graph", action="store_true",
-                   help="also time each step as a graph (sgd_step(graph=True)), and PyTorch's as a CUDA graph on a GPU")
+                   help="also time each step as a graph (sgd_step(graph=True)), and PyTorch's as a CUDA graph on a "
+                        "GPU; a step the capture refuses (Naumov's schedules on CuPy) has no graph row, and a line "
+                        "under the table says so")
     p.add_argument("--activation", choices=tuple(ACTIVATIONS), default="sigmoid",
                    help="every layer's, and the PyTorch anchor's (default sigmoid)")
     p.add_argument("--plot", type=path, metavar="FILE.png",
@@ -140,12 +142,28 @@ def rows(args, case):
 def foot(args, state, records, about):
     """The legend and the plot."""
     print(fitted(LEGEND + LAST_LEGEND[args.graph]))
+    if args.graph and (eager := uncaptured(records)):
+        print(fitted(f"[graph]: no graph row for {', '.join(eager)}: the capture refuses "
+                     f"{'its step' if len(eager) == 1 else 'their steps'} on {args.backend} "
+                     "(leapfrog_gpu.core.capture.refusal)"))
     if args.plot:
         from .plot import plot
 
         with writing(f"--plot {args.plot}"):
             plot(records, args.plot, about)
         print(f"plot: {args.plot} (the speed-up of a pass against k, measured and as the model predicts)")
+
+
+def uncaptured(records):
+    """The labels of our eager rows in ``records`` without a graph twin (``--graph``): steps the capture refuses."""
+    def twin(r):
+        return tuple(r.get(key) for key in ("N", "L", "B", "optimizer", "schedule", "k", "fused", "one_pass",
+                                            "blas_threads"))
+
+    ours = [r for r in records if not r["schedule"].startswith("torch")]
+    graphs = {twin(r) for r in ours if r["graph"]}  # a twin refused as it ran is a row that says so
+    return list(dict.fromkeys(label(r, best="") for r in ours
+                              if not r["graph"] and "refused" not in r and twin(r) not in graphs))
 
 
 def columns(args):

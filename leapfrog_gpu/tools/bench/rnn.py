@@ -26,7 +26,7 @@ from .runner import OPTIMIZERS, at_rate, ratio
 PROG = "leapfrog-bench --model rnn"
 RECORDS = "rows"
 GRID = {"N": "sizes", "tau": "tau", "B": "batch"}
-ABOUT = ("layers", "k", "max_gflop")
+ABOUT = ("layers", "k", "max_gflop", "blas_threads")
 BASELINE = schedule_names("rnn")[0]
 TITLE = "speed-up vs bptt: BPTT's median time over the row's (a step: BPTT's step's), same network (> 1: faster)"
 """The line above the table: which way its speed-ups point."""
@@ -224,18 +224,23 @@ def rows(args, case):
 
 
 def check(p, args):
-    """Refuse what times nothing: an optimizer or a forward solver with ``--time backward`` alone, BLAS threads on
-    the cupy backend (as the MLP's suite does); then ``--blas-threads`` by default 1."""
-    if "step" not in args.time and (args.optimizer != ["sgd"] or args.forward_solver):
-        given = "--optimizer" if args.optimizer != ["sgd"] else "--forward-solver"
+    """Refuse what times nothing: an optimizer, a forward solver or PyTorch's threads with ``--time backward``
+    alone, PyTorch's threads with ``--no-torch``, BLAS threads on the cupy backend (as the MLP's suite does); then
+    ``--blas-threads`` by default 1."""
+    if "step" not in args.time and (args.optimizer != ["sgd"] or args.forward_solver or args.torch_threads):
+        given = "--optimizer" if args.optimizer != ["sgd"] else "--forward-solver" if args.forward_solver \
+            else "--torch-threads"
         p.error(f"{given} applies to the steps, and --time backward times the backward pass alone: add step to --time")
+    if args.no_torch and args.torch_threads:
+        p.error("--torch-threads applies to PyTorch's steps, which --no-torch skips: leave one of them out")
     refuse_blas_threads_on_cupy(p, args)
     args.blas_threads = args.blas_threads or 1
 
 
 def parser():
     """The command line of ``leapfrog-bench --model rnn``."""
-    p = runner.parser(PROG, __doc__.split("\n\n")[0], "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)
+    description = __doc__.split("\n\n")[0].replace("``", "")  # plain text, as --help shows it
+    p = runner.parser(PROG, description, "rnn", sizes=[8, 32, 128], batch=[1, 8], repeats=15, warmup=1)
     p.add_argument("--layers", type=integer(3), default=4, metavar="L", help="depth L (default 4)")
     p.add_argument("--tau", type=integers(1, "sequence length"), default=[16, 64, 256, 1024], metavar="T[,T...]",
                    help="sequence lengths (default 16,64,256,1024)")

@@ -60,12 +60,13 @@ def exit_statuses(outputs):
 def interleaved(backend, calls, repeats, warmup=1, settings=None, settle=None):
     """Each of ``calls`` (row -> a callable that runs one repeat and returns a dict to report, or None; or why
     the row is refused) timed on ``backend``: ``max(warmup, 1)`` untimed runs each, then ``repeats`` rounds that
-    run every call in turn, each round starting one call later (``timing.measure_interleaved``), with ``settle``
-    (by default on the host, where a call's threads leave after-effects; not on a GPU, whose device time a
-    device check counts) each timed run right after an untimed one of the same call, as a training loop runs
-    a step after itself; with ``settings`` (row -> ``(key, context factory)``: a BLAS setting), in blocks, key
-    after key (``timing.measure_in_blocks``). A call whose first run raises ``ValueError`` is refused. Returns, in the
-    order of ``calls``, row -> ``{"ms": ms (repeats,), **reported}`` or ``{"refused": why}``."""
+    run every call in turn, with ``settle`` (by default on the host, where a call's threads leave after-effects;
+    not on a GPU, whose device time a device check counts) each timed run right after an untimed one of the same
+    call, as a training loop runs a step after itself. Under one setting each round starts one call later
+    (``timing.measure_interleaved``); with ``settings`` (row -> ``(key, context factory)``: a BLAS setting) of more
+    than one key, as the MLP's on NumPy by default, in blocks, key after key (``timing.measure_in_blocks``), each
+    block's rounds in the same order, none rotated. A call whose first run raises ``ValueError`` is refused.
+    Returns, in the order of ``calls``, row -> ``{"ms": ms (repeats,), **reported}`` or ``{"refused": why}``."""
     settings = settings or {row: (None, contextlib.nullcontext) for row in calls}
     settle = backend.name != "cupy" if settle is None else settle
     results, reported = {row: {"refused": call} for row, call in calls.items() if isinstance(call, str)}, {}
@@ -166,9 +167,6 @@ def _run(suite, p, args, argv):
 
     def table():  # what --quiet holds back to the end: the head and every network measured
         print(*head, *(line for case in networks for line in lines(suite, args, case)), sep="\n")
-    if args.jsonl:
-        with writing(f"--jsonl {args.jsonl}"):
-            append_lines(args.jsonl, [about])
     if not args.quiet:
         print(*head, sep="\n", flush=True)
     try:
@@ -178,9 +176,9 @@ def _run(suite, p, args, argv):
                 bar.start(" ".join(value if isinstance(value, str) else f"{name}={value}"
                                    for name, value in key.items()))
                 networks.append(suite.case(args, state, key))
-                if args.jsonl:
+                if args.jsonl:  # the header with the first network's lines: a run refused before has written none
                     with writing(f"--jsonl {args.jsonl}"):
-                        append_lines(args.jsonl, networks[-1])
+                        append_lines(args.jsonl, [about] * (len(networks) == 1) + networks[-1])
                 bar.done([] if args.quiet else lines(suite, args, networks[-1]))
             records = [r for case in networks for r in case]
             if args.json:  # before the foot, whose plot may fail: the measurements are kept
@@ -237,7 +235,8 @@ def parser(prog, description, model, sizes, batch, repeats, warmup, torch=True, 
     p.add_argument("--repeats", type=integer(1), default=repeats, metavar="N",
                    help=f"timed repeats of each row (default {repeats})")
     p.add_argument("--warmup", type=integer(0), default=warmup, metavar="N",
-                   help=f"untimed runs first (default {warmup})")
+                   help=f"untimed runs of each row before its timed ones (default {warmup}); one runs even at 0, "
+                        "the first call checking whether the row runs or is refused")
     if torch:
         p.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchor")
     p.add_argument("--quiet", action="store_true",

@@ -1,6 +1,7 @@
 """leapfrog-bench on tiny sizes: every record field, the table, the JSON, the plot, and its CLI errors."""
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -548,10 +549,22 @@ def test_the_schedule_column_is_as_wide_as_the_longest_label_printed(capsys, arg
                        "--blas-threads", "1", "--repeats", "1", "--warmup", "0", "--no-torch", "--quiet", *argv]) == 0
     out = capsys.readouterr().out.splitlines()
     titles = next(line for line in out if line.startswith("schedule "))
-    width = titles.index("k  blas") - 2  # the schedule's column, then two spaces, then k's, one wide
+    width = titles.index("k  blas") - 3  # the schedule's column, then two spaces, then k's, two wide
     rows = [line for line in out if line.startswith(("sequential", "leapfrog"))]
     assert width == max(len(row.split()[0]) for row in rows), titles
-    assert all(row[width:width + 2] == "  " and row[width + 2] in "02" for row in rows), "\n".join(rows)
+    assert all(row[width:width + 3] == "   " and row[width + 3] in "02" for row in rows), "\n".join(rows)
+
+
+def test_a_k_of_two_digits_keeps_every_cell_under_its_title(capsys):
+    """k = 12 fills the k column (two wide): its cell ends where the title k does, and BLAS's where blas does."""
+    assert bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "12",
+                       "--schedule", "leapfrog", "--blas-threads", "1", "--repeats", "1", "--warmup", "0",
+                       "--no-torch", "--quiet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    titles = next(line for line in out if line.startswith("schedule "))
+    k, blas = titles.index(" k ") + 2, titles.index(" blas ") + 5  # where each title ends
+    row = next(line for line in out if line.startswith("leapfrog "))
+    assert (row[k - 3:k + 1], row[blas - 2:blas + 1]) == (" 12 ", " 1 "), "\n".join([titles, row])
 
 
 def test_help_gives_every_option_a_help_and_a_readable_metavar_and_lists_the_exit_statuses(capsys):
@@ -612,3 +625,100 @@ def test_a_saving_of_any_size_keeps_its_column_width():
     assert bench_mlp.percent(0.215) == "21.5%" and bench_mlp.percent(None) == "-"
     widths = {bottom: width for _, bottom, width in bench_mlp.COLUMNS}
     assert max(len(bench_mlp.percent(v)) for v in (-1e9, -9.99, -1.0, 0.0, 0.999, 1.0)) <= widths["saving"]
+
+
+# -- refusals before measuring, what --help and the output say -------------------------------------------------------
+
+
+@pytest.mark.parametrize("model, argv", [("mlp", ["--sizes", "2000000000", "--layers", "2", "--batch", "1"]),
+                                         ("rnn", ["--sizes", "1000", "--tau", "2000000000", "--batch", "1"])])
+def test_a_run_refused_before_its_first_network_writes_no_json_lines(tmp_path, capsys, model, argv):
+    """Sizes this machine cannot hold (exit 2): no --jsonl file made, and one there already left as it was (a
+    header line of a run that measured nothing would read as a run)."""
+    fresh, kept = tmp_path / "fresh.jsonl", tmp_path / "kept.jsonl"
+    kept.write_text('{"command": "an earlier run"}\n')
+    for path in (fresh, kept):
+        assert bench.main(["--model", model, "--backend", "numpy", "--no-torch", "--repeats", "1", "--quiet", *argv,
+                           "--jsonl", str(path)]) == 2
+    assert capsys.readouterr().err.count("ask for smaller sizes\n") == 2
+    assert not fresh.exists() and kept.read_text() == '{"command": "an earlier run"}\n'
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, in which no file can be made (Linux)")
+@pytest.mark.parametrize("option, name", [("--json", "r.json"), ("--jsonl", "r.jsonl"), ("--plot", "r.png")])
+def test_an_output_whose_folder_takes_no_file_is_refused_before_measuring(capsys, monkeypatch, option, name):
+    """/proc takes no new file, root's neither (whose permissions pass anywhere): refused in one line, exit 2,
+    before anything is measured (the run measured, then exited 5)."""
+    monkeypatch.setattr(bench_measure, "measure_network", lambda *args: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "1", "--repeats",
+                    "1", "--no-torch", "--quiet", option, f"/proc/{name}"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"leapfrog-bench: error: {option} /proc/{name}: the folder /proc is not writable ("), err
+    assert err.endswith("); give a file in one that is\n"), err
+
+
+def test_a_file_this_process_may_not_write_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    """A --jsonl file there already that may not be written (as root none is: its permission check is stood in
+    for): one line, exit 2, the file as it was."""
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("{}\n")
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: path != str(kept) and access(path, mode, **kw))
+    monkeypatch.setattr(bench_measure, "measure_network", lambda *args: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--backend", "numpy", "--sizes", "8", "--layers", "3", "--batch", "1", "--no-torch", "--quiet",
+                    "--jsonl", str(kept)])
+    assert exit_info.value.code == 2 and kept.read_text() == "{}\n"
+    assert capsys.readouterr().err == (f"leapfrog-bench: error: --jsonl {kept}: the file is not writable; give "
+                                       "another name, or make it writable\n")
+
+
+def test_in_blocks_each_round_runs_its_rows_in_one_order_as_the_docstring_says(monkeypatch):
+    """Rows under two BLAS settings are timed in blocks, a setting's rows in the same order every round (no
+    rotation, as under one setting): after each row's first call, a, b twice, then c twice."""
+    from leapfrog_gpu.backends import timing
+    from leapfrog_gpu.tools.bench import runner
+
+    calls = []
+    monkeypatch.setattr(timing, "_device_time", lambda backend, fn: (fn(), 1.0)[1])
+    backend = argparse.Namespace(name="cupy", synchronize=lambda: None)  # no settling run
+    settings = {"a": (1, contextlib.nullcontext), "b": (1, contextlib.nullcontext), "c": (2, contextlib.nullcontext)}
+    runner.interleaved(backend, {row: lambda row=row: calls.append(row) for row in "abc"}, 2, 1, settings)
+    assert calls == ["a", "b", "c", "a", "b", "a", "b", "c", "c"]
+    assert "each block's rounds in the same order, none rotated" in " ".join(runner.interleaved.__doc__.split())
+
+
+def test_warmup_0_still_runs_each_row_once_untimed_and_the_help_says_so(monkeypatch, capsys):
+    """The first call of a row checks whether it is refused: it runs whatever --warmup says, 0 included."""
+    from leapfrog_gpu.backends import timing
+    from leapfrog_gpu.tools.bench import runner
+
+    calls = []
+    monkeypatch.setattr(timing, "_device_time", lambda backend, fn: (fn(), 1.0)[1])
+    backend = argparse.Namespace(name="cupy", synchronize=lambda: None)
+    runner.interleaved(backend, {"a": lambda: calls.append("a")}, 2, warmup=0)
+    assert calls == ["a"] * 3  # one untimed, two timed
+    for model in ("mlp", "rnn"):
+        with pytest.raises(SystemExit):
+            bench.main(["--model", model, "--help"])
+        assert "one runs even at 0, the first call checking whether the row runs or is refused" in " ".join(
+            capsys.readouterr().out.split())
+
+
+def test_a_graph_the_capture_refuses_is_said_under_the_table_and_in_the_help(capsys, monkeypatch):
+    """On the CuPy stand-in naumov-scan's step cannot be captured: it has no [graph] row, and a line says so (its
+    rows were left out silently)."""
+    install_standin(monkeypatch, STANDIN_ORDERS[0])
+    assert bench.main(["--backend", "cupy", "--sizes", "8", "--layers", "3", "--batch", "1", "--k", "2",
+                       "--schedule", "leapfrog,naumov-scan", "--repeats", "1", "--warmup", "0", "--no-torch",
+                       "--graph", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert [row.split()[0] for row in out.splitlines() if "[graph]  " in row] == ["sequential[graph]",
+                                                                                  "leapfrog[graph]"]
+    assert "[graph]: no graph row for naumov-scan: the capture refuses its step on cupy" in " ".join(out.split())
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])
+    assert "a step the capture refuses (Naumov's schedules on CuPy) has no graph row, and a line under the table " \
+           "says so" in " ".join(capsys.readouterr().out.split())

@@ -115,11 +115,13 @@ def test_the_profiling_script_writes_its_json(tmp_path):
 def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "r.json"
     status = bench.main(["--model", "rnn", "--backend", "numpy", "--sizes", "3", "--tau", "4", "--batch", "1,2",
-                             "--repeats", "1", "--no-torch", "--json", str(out)])
+                             "--repeats", "1", "--no-torch", "--blas-threads", "2", "--json", str(out)])
     printed = capsys.readouterr().out
     assert status == 0 and printed.startswith("\n".join(bench_rnn.HEAD) + "\n")
     assert printed.count("\n") == 3 + 2 * 10 + 1  # the head, 10 rows a network, the line saying PyTorch was skipped
-    assert len(json.loads(out.read_text())["rows"]) == 20
+    report = json.loads(out.read_text())
+    assert len(report["rows"]) == 20
+    assert (report["layers"], report["k"], report["blas_threads"]) == (4, 2, 2)  # the header, as the options said
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -138,6 +140,9 @@ def test_the_command_prints_its_table_and_writes_json(tmp_path, capsys):
     (["--plot", "r.png"], "unrecognized arguments: --plot r.png"),
     (["--torch-threads", "1,1"], "argument --torch-threads: give each thread count once; got '1,1', with 1 twice"),
     (["--tau", "4,2,4"], "argument --tau: give each sequence length once; got '4,2,4', with 4 twice"),
+    (["--torch-threads", "2"], "--torch-threads applies to PyTorch's steps, which --no-torch skips: leave one of "
+                               "them out"),  # it timed nothing, as the MLP's --blas-threads on cupy would
+    (["--time", "backward", "--torch-threads", "2"], "--torch-threads applies to the steps, and --time backward"),
 ])
 def test_the_command_refuses_a_bad_option_in_one_line(capsys, argv, message):
     """After the options of a run of a second, which a bad option taken would be."""
@@ -154,6 +159,15 @@ def test_the_help_names_the_files_the_command_writes(capsys):
         with pytest.raises(SystemExit):
             bench.main(["--model", model, "--help"])
         assert ("--plot" in capsys.readouterr().out.split("exit status:")[1]) == plot
+
+
+def test_the_help_describes_the_benchmark_in_plain_text(capsys):
+    """The module docstring's first paragraph, without its ``markup``."""
+    with pytest.raises(SystemExit):
+        bench.main(["--model", "rnn", "--help"])
+    out = capsys.readouterr().out
+    assert "leapfrog-bench --model rnn: the recurrent network's backward pass and training step under each" in out
+    assert "``" not in out and "PyTorch's nn.RNN." in " ".join(out.split())
 
 
 def test_leapfrog_bench_takes_no_prefix_of_an_option_for_the_option(capsys):

@@ -66,7 +66,7 @@ def fit(net, x, y, epochs, batch_size, optimizer, schedule=None, *, validation=N
                     jsonl = stack.enter_context(Emptied(jsonl)) if first else None
                 except OSError as error:
                     raise ValueError(f"cannot write the metrics to {jsonl} ({error.strerror}): give jsonl the path "
-                                     "of a file in a folder that exists") from None
+                                     "of a file this process may write, in a folder that exists") from None
             elif jsonl is not None:
                 _check_text_out(jsonl)
         _same_on_every_rank(net, "fit", {"x": run.x, "y": run.y, "validation": run.validation}, epochs=epochs,
@@ -271,8 +271,8 @@ class Fitting:
         try:
             self.net.synchronize()
         except FloatingPointError as error:
-            self.step, self.step_in_epoch = self.step - 1, self.step_in_epoch - 1
-            raise _marked(FloatingPointError(f"at epoch {self.epoch + 1}, step {self.step}: {error}"), True) from None
+            refused, self.step, self.step_in_epoch = self.step, self.step - 1, self.step_in_epoch - 1  # from 1
+            raise _marked(FloatingPointError(f"at epoch {self.epoch + 1}, step {refused}: {error}"), True) from None
 
     def _finite(self, loss, every_rank=False):
         """``loss``, or a ``FloatingPointError`` if it is NaN or Inf, its ``every_rank`` as given: True for a loss

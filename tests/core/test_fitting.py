@@ -297,13 +297,13 @@ def test_data_parallel_a_non_finite_loss_stops_every_rank_at_the_epochs_end(monk
 
 
 def test_a_refused_update_stops_the_run_at_its_step():
-    """``check_finite``: w^2 x overflows at the first step, whose update is refused: the run stops there, the
-    parameters as they were."""
+    """``check_finite``: w^2 x overflows at the first step, whose update is refused: the run stops there, named
+    step 1 as the metrics count steps, the parameters as they were."""
     with MLP([2, 3, 2], activation="relu", dtype="float64", backend="numpy", output_activation="identity",
              check_finite=True) as net:
         net.set_parameters({2: {"w": np.full((3, 2), 1e200)}})
         before = host(net.parameters())
-        with pytest.raises(FloatingPointError, match=r"^at epoch 1, step 0: nabla_w\[3\] holds NaN or Inf; update "
+        with pytest.raises(FloatingPointError, match=r"^at epoch 1, step 1: nabla_w\[3\] holds NaN or Inf; update "
                                                      r"refused, parameters unchanged$"):
             net.fit(np.full((2, 6), 1e200), np.zeros((2, 6)), 2, 3, 0.1, progress=False)
         assert_bitwise_equal(host(net.parameters()), before)
@@ -327,7 +327,7 @@ def test_a_run_stopped_by_a_non_finite_loss_or_update_leaves_nothing_holding_the
             net.fit(x, y, 2, 3 if refused else 10, lr, progress=False)
         except FloatingPointError as error:
             raised = str(error)
-        assert raised.startswith("at epoch 1, step 0: nabla_w" if refused else "the training loss is")
+        assert raised.startswith("at epoch 1, step 1: nabla_w" if refused else "the training loss is")
         dropped = weakref.ref(net)
         del net
         assert dropped() is None
@@ -553,8 +553,8 @@ REFUSALS = [
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, seed="abc"), TypeError,
      "seed must be an integer >= 0 or None; got 'abc'"),
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl="missing/metrics.jsonl"), ValueError,
-     "cannot write the metrics to missing/metrics.jsonl (No such file or directory): give jsonl the path of a file in "
-     "a folder that exists"),
+     "cannot write the metrics to missing/metrics.jsonl (No such file or directory): give jsonl the path of a file "
+     "this process may write, in a folder that exists"),
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=999), TypeError,
      "jsonl must be a path or an open text file; got int"),
     (lambda net, x, labels: net.fit(x, labels, 1, 2, 0.1, jsonl=io.BytesIO()), TypeError,

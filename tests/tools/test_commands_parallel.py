@@ -114,7 +114,7 @@ def test_a_run_that_diverges_on_every_rank_is_said_in_one_line(tmp_path):
 @pytest.mark.parametrize("options, said", [
     (["--lr", 1e30], "the training loss is nan after epoch 1, step 23: try a smaller --lr than 1e+30"),
     (["--lr", 1e20, "--check-finite", "--hidden", "3x16"],
-     "at epoch 1, step 1: nabla_w[5] holds NaN or Inf; update refused, parameters unchanged: try a smaller --lr"),
+     "at epoch 1, step 2: nabla_w[5] holds NaN or Inf; update refused, parameters unchanged: try a smaller --lr"),
 ])
 def test_a_nan_that_every_rank_meets_is_said_in_one_line(options, said):
     """The training loss at an epoch's end is summed over every rank, and ``--check-finite`` checks the gradients

@@ -344,7 +344,8 @@ class Network(OneThreadAtATime, OptimizerState):
 
     def _check_open(self):
         if self._closed or self.backend.closed:
-            raise RuntimeError(f"this {type(self).__name__} is closed: build a new one")
+            raise RuntimeError(f"this {type(self).__name__} is closed: build a new one" if self._closed else
+                               f"the backend of this {type(self).__name__} is closed: build a new network")
 
     def _check_step(self, schedule, graph=False, solver=None):
         """The checks of a step: ``schedule`` (None: ``Sequential()``), ``graph``, ``solver``; returns the two."""

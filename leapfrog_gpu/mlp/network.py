@@ -107,6 +107,7 @@ class MLP(Layered):
         """Equations (1)-(3): return a copy of a^L, (n_L, B), for input ``x`` (n_1, B) or (n_1,); by
         ``solver`` (``ForwardJacobi`` or ``ForwardNewton``, which run it as its chain of ``Dense`` layers)."""
         if solver is not None:
+            self._check_open()  # first: no other fault of a closed network's matters
             if not (isinstance(solver, Solver) and solver.network == "DagNet"):
                 raise TypeError(f"solver must be None (the forward layer by layer), ForwardJacobi() or "
                                 f"ForwardNewton(); got {shown(solver)}")

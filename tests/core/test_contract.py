@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from leapfrog_gpu import (BPTT, SGD, Adam, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
-                          NaumovScan, Sequential, TimeScan, Wavefront)
+from leapfrog_gpu import (BPTT, SGD, Adam, DagDoubling, DagJacobi, ForwardJacobi, Leapfrog, LevelSets, NaumovJacobi,
+                          NaumovRNN, NaumovScan, Sequential, TimeScan, Wavefront)
 from leapfrog_gpu.backends.host import NumpyBackend
 from networks import UNITS, network, network_batch
 
@@ -55,10 +55,24 @@ def test_close_twice_and_use_after_close(network_name):
     net.close()
     net.close()  # a second close does nothing
     assert net.backend.closed
+    solved = [lambda: net.feedforward(x, solver=ForwardJacobi())] if network_name != "RNN" else []
     for use in (lambda: net.sgd_step(x, y, 0.1), lambda: net.backprop(x, y), lambda: net.parameters(),
-                lambda: net.synchronize()):
-        with pytest.raises(RuntimeError, match=f"this {network_name} is closed"):
+                lambda: net.synchronize(), *solved):
+        with pytest.raises(RuntimeError, match=f"^this {network_name} is closed: build a new one$"):
             use()
+
+
+def test_a_network_whose_given_backend_was_closed_says_so(network_name):
+    """Not that the network is closed (it is not: its backend is), nor, through a solver, the backend's own words."""
+    backend = NumpyBackend()
+    net = network(network_name, backend)
+    x, y = network_batch(network_name)
+    backend.close()
+    solved = [lambda: net.feedforward(x, solver=ForwardJacobi())] if network_name != "RNN" else []
+    for use in (lambda: net.sgd_step(x, y, 0.1), lambda: net.feedforward(x), *solved):
+        with pytest.raises(RuntimeError, match=f"^the backend of this {network_name} is closed: build a new network$"):
+            use()
+    net.close()
 
 
 def test_a_closed_network_says_so_before_any_fault_of_what_it_is_given(network_name):

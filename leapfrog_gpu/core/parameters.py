@@ -67,9 +67,12 @@ def array(what, value, shape, dtype, xp):
         raise ValueError(f"{what} must have shape {shape}{nielsen}; got {tuple(value.shape)}")
     module = np if isinstance(value, np.ndarray) else xp
     with np.errstate(over="ignore"):  # a value beyond dtype's range becomes Inf, refused below
-        value = module.asarray(value, dtype=dtype)
+        given, value = value, module.asarray(value, dtype=dtype)
     if not all_finite(xp, value):
-        raise ValueError(f"{what} contains NaN or Inf (as {dtype}); every parameter must be finite")
+        beyond = all_finite(xp, given)  # finite as given, not in dtype
+        raise ValueError(f"{what} contains NaN or Inf (as {dtype}); every parameter must be finite" +
+                         (f": a number beyond +-{float(np.finfo(dtype).max):.4g}, which float64 holds; build the "
+                          "network with dtype='float64'" if beyond else ""))
     return value
 
 

@@ -155,6 +155,7 @@ def test_a_non_finite_parameter_is_refused_by_name_and_nothing_changes(network_n
         with pytest.raises(ValueError, match=r"contains NaN or Inf \(as float32\)") as info:
             net.set_parameters(given)
         assert str(unit) in str(info.value)
+        assert str(info.value).endswith("build the network with dtype='float64'") == (bad == 1e39)  # where it helps
         assert_equal(net.parameters(), before)
 
 

@@ -541,7 +541,8 @@ def test_an_error_of_a_layers_own_forward_names_the_node_and_keeps_its_own_trace
 
 @pytest.mark.parametrize("value,dtype,error,what", [
     (np.nan, "float64", ValueError, "contains NaN or Inf (as float64); every parameter must be finite"),
-    (1e300, "float32", ValueError, "contains NaN or Inf (as float32); every parameter must be finite"),
+    (1e300, "float32", ValueError, "contains NaN or Inf (as float32); every parameter must be finite: a number "
+                                   "beyond +-3.403e+38, which float64 holds; build the network with dtype='float64'"),
     (1j, "float64", TypeError, "must hold real numbers (a float or integer dtype); got dtype complex128"),
 ], ids=["nan", "beyond-float32", "complex"])
 def test_a_node_whose_init_draws_what_set_parameters_refuses_is_refused_as_it_is_built(value, dtype, error, what):

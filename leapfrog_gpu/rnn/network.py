@@ -234,9 +234,9 @@ class RNN(Layered):
 
     # -- validation -----------------------------------------------------------------------------------
 
-    def _check_sequences(self, name, value, width, what, tau=None):
+    def _check_sequences(self, name, value, width, what, tau=None, also=""):
         """``value`` as (tau, width, B), from (tau, width, B) or (tau, width); ``tau`` given: it must match.
-        Returns it with the shape it was given, which errors show."""
+        Returns it with the shape it was given, which errors show (``also``: what else it may be, in words)."""
         value = real_array(self.backend.xp, name, value)
         given = tuple(value.shape)
         if value.ndim == 2:
@@ -244,7 +244,7 @@ class RNN(Layered):
         want = f"({'tau' if tau is None else tau}, {width}, B) or ({'tau' if tau is None else tau}, {width})"
         if value.ndim != 3 or value.shape[1] != width or (tau is not None and value.shape[0] != tau):
             raise ValueError(f"{name} ({what}) must have shape {want} for sizes {self.sizes}"
-                             f"{'' if tau is None else ', tau as in x'}; got {given}")
+                             f"{'' if tau is None else ', tau as in x'}{also}; got {given}")
         return value, given
 
     def _check_batch(self, x, y):
@@ -282,7 +282,8 @@ class RNN(Layered):
     def _check_y(self, y, tau, x_given):
         what = f"the target of layer L={self.L}"
         if self.output == "every":
-            y, given = self._check_sequences("y", y, self.n[self.L], what + " at every time step", tau)
+            y, given = self._check_sequences("y", y, self.n[self.L], what + " at every time step", tau,
+                                             f", or class labels of shape ({tau}, B) or ({tau},)")
             samples = y.shape[2]
         else:
             y = real_array(self.backend.xp, "y", y)
@@ -291,7 +292,8 @@ class RNN(Layered):
                 y = y.reshape(-1, 1)
             if y.ndim != 2 or y.shape[0] != self.n[self.L]:
                 raise ValueError(f"y ({what}, output='last') must have shape ({self.n[self.L]}, B) or "
-                                 f"({self.n[self.L]},) for sizes {self.sizes}; got {given}")
+                                 f"({self.n[self.L]},) for sizes {self.sizes}, or class labels of shape (B,); got "
+                                 f"{given}")
             samples = y.shape[1]
         batch = 1 if len(x_given) == 2 else x_given[2]
         if samples != batch:

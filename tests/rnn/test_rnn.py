@@ -288,7 +288,10 @@ def test_a_plan_of_no_sequence_is_refused_naming_its_argument(tau, batch, error)
     ("last", (4, 3), (2, 3), r"x and y must hold the same number of sequences B; got 1 in x of shape \(4, 3\) "
                              r"and 3 in y of shape \(2, 3\)$"),
     ("every", (4, 3), (4, 2, 3), r"got 1 in x of shape \(4, 3\) and 3 in y of shape \(4, 2, 3\)$"),
-    ("last", (4, 3, 2), (5,), r"must have shape \(2, B\) or \(2,\) for sizes \[3, 5, 2\]; got \(5,\)$"),
+    ("last", (4, 3, 2), (5,), r"must have shape \(2, B\) or \(2,\) for sizes \[3, 5, 2\], or class labels of shape "
+                              r"\(B,\); got \(5,\)$"),
+    ("every", (4, 3, 3), (3,), r"for sizes \[3, 5, 2\], tau as in x, or class labels of shape \(4, B\) or \(4,\); "
+                               r"got \(3,\)$"),
     ("last", (0, 3), (2,), r"x holds an empty batch: shape \(0, 3\), need tau >= 1 and B >= 1"),
     ("last", (4, 3, 3), (3, 3), r"y \(the target of layer L=3, output='last'\) must have shape \(2, B\) or \(2,\)"),
     ("every", (4, 3, 3), (2, 3), r"y \(the target of layer L=3 at every time step\) must have shape \(4, 2, B\)"),

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backends.host import NumpyBackend
 from ..core.checks import check_count, check_real, shown
-from .layers import Layer, drawn_params, input_products, layer_output, output_width, param_products
+from .layers import Layer, drawn_params, input_products, layer_output, output_width, param_products, undefined
 
 STEP = 1e-6
 """The central differences' step, times 1 + |x|: truncation O(h^2), about 1e-10; rounding O(eps |a| / h), about 1e-10
@@ -41,6 +41,8 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
         raise ValueError("sizes must list the width of every input, at least one (a layer reads one input or more), "
                          "such as [4] or [4, 3]; got []")
     batch, rtol = check_count("batch", batch), check_real("rtol", rtol, "a number > 0", strict=True)
+    if type(layer).forward is Layer.forward:  # as a DagNet refuses it
+        raise undefined(layer, "forward(backend, params, inputs)")
     n = output_width(layer, sizes, layer.size(sizes))  # its ValueError, before init reads widths unfit
     rng = np.random.default_rng(seed)
     params = {name: np.array(value, dtype=np.float64) for name, value in drawn_params(layer, rng, sizes).items()}
@@ -50,24 +52,70 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
         def output():
             return np.asarray(layer_output(layer, backend, params, inputs)[0], dtype=np.float64)
 
-        a, saved = layer_output(layer, backend, params, inputs)
+        a, saved = _untouched(layer, "forward", lambda: layer_output(layer, backend, params, inputs), inputs=inputs,
+                              params=params)
         if np.shape(a) != (n, batch):
             raise ValueError(f"{layer!r}: forward gave an output of shape {np.shape(a)}; size() says ({n}, {batch})")
         dtype = getattr(a, "dtype", None)
         if dtype != np.float64:
             raise ValueError(f"{layer!r}: forward gave an output of dtype {dtype} for inputs of float64: make it "
                              "compute in its inputs' dtype (a DagNet refuses an output of another dtype than its own)")
-        g = layer.error(backend, params, saved, abar)
-        products = param_products(layer, backend, params, inputs, saved, g)
+        if not np.array_equal(output(), a, equal_nan=True):
+            raise ValueError(f"{layer!r}: forward gave another output for the same inputs and parameters: a layer's "
+                             "forward is a function of them alone")
+        given = {"params": params, "saved": saved}
+        g = _untouched(layer, "error", lambda: layer.error(backend, params, saved, abar), abar=abar, **given)
+        given.update(inputs=inputs, g=g)
+        products = _untouched(layer, "vjp_params", lambda: param_products(layer, backend, params, inputs, saved, g),
+                              **given)
         for i, x in enumerate(inputs):
             _alone(layer, i, output, x)
-        checks = [(f"vjp_inputs(...)[{i}]", given, *_gradient(output, abar, x))
-                  for i, (given, x) in enumerate(zip(input_products(layer, backend, params, inputs, saved, g), inputs))]
+        checks = [(f"vjp_inputs(...)[{i}]", product, *_gradient(output, abar, x)) for i, (product, x) in enumerate(zip(
+            _untouched(layer, "vjp_inputs", lambda: input_products(layer, backend, params, inputs, saved, g),
+                       **given), inputs))]
         checks += [(f"vjp_params(...)[{name!r}]", products[name], *_gradient(output, abar, p))
                    for name, p in params.items()]
-        checks += [(f"jacobian(..., i={i}).dense()", layer.jacobian(backend, params, inputs, saved, i).dense(),
+        checks += [(f"jacobian(..., i={i}).dense()", _untouched(
+            layer, "jacobian", lambda i=i: layer.jacobian(backend, params, inputs, saved, i).dense(), **given),
                     *_jacobian(output, x)) for i, x in enumerate(inputs)]
     _compare(layer, checks, rtol)
+
+
+def _untouched(layer, method, call, **given):
+    """``call()``, which runs ``method`` of ``layer``; a ValueError where it wrote into one of the arrays it was
+    ``given`` (by name: an array, or a list, tuple or dict of them; anything else is not compared). A schedule may
+    hand one array to several layers (``Add`` does) and read it after, in an order of its own: a layer that writes
+    into one trains on gradients that differ from schedule to schedule."""
+    before = {name: _copied(value) for name, value in given.items()}
+    result = call()
+    for name, value in given.items():
+        if not _same(before[name], value):
+            raise ValueError(f"{layer!r}: {method} wrote into {name}, which it is given: a layer must not write into "
+                             "its inputs, parameters, saved arrays, abar or g; make new arrays")
+    return result
+
+
+def _copied(value):
+    """``value`` with every NumPy array in it copied (in lists, tuples and dicts)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (list, tuple)):
+        return [_copied(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    return value
+
+
+def _same(before, now):
+    """Whether the arrays in ``now`` hold what ``_copied`` kept of them in ``before``, NaN as NaN."""
+    if isinstance(now, np.ndarray):
+        return isinstance(before, np.ndarray) and before.shape == now.shape and np.array_equal(before, now,
+                                                                                             equal_nan=True)
+    if isinstance(now, (list, tuple)):
+        return len(before) == len(now) and all(_same(b, v) for b, v in zip(before, now))
+    if isinstance(now, dict):
+        return before.keys() == now.keys() and all(_same(before[key], now[key]) for key in now)
+    return True
 
 
 def _compare(layer, checks, rtol):
@@ -144,7 +192,8 @@ def _alone(layer, i, output, x):
     Jacobian blocks, and its samples shared across ranks, are each sample's alone."""
     for k in range(x.shape[1]):
         up, down, _ = _moved(output, x, (slice(None), k))
-        others = np.flatnonzero(_differ(up, down).any(axis=0) & (np.arange(x.shape[1]) != k))
+        moved = _differ(up, down) & ~(np.abs(up - down) <= ROUNDING * (np.abs(up) + np.abs(down)))  # beyond rounding:
+        others = np.flatnonzero(moved.any(axis=0) & (np.arange(x.shape[1]) != k))  # a max over the batch moves it
         if others.size:
             raise ValueError(f"{layer!r}: forward mixes the samples: moving sample {k} of input {i} moved the output "
                              f"of sample {others[0]}; a layer maps each sample (column) alone")

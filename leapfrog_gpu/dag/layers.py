@@ -37,7 +37,7 @@ class Layer:
     def size(self, sizes):
         """The output width for input widths ``sizes``, an integer >= 1 (``output_width``); raise a ValueError if
         they do not fit."""
-        raise NotImplementedError
+        raise undefined(self, "size(sizes)")
 
     def init(self, rng, sizes):
         """Initial parameters (NumPy float64 arrays by name, those ``params`` names, finite: ``drawn_params``) for
@@ -47,7 +47,7 @@ class Layer:
     def forward(self, backend, params, inputs):
         """Return ``(a, saved)``: the output (n, B) in its inputs' dtype, n what ``size`` gives (a ValueError names
         the node otherwise), and what the products need."""
-        raise NotImplementedError
+        raise undefined(self, "forward(backend, params, inputs)")
 
     def error(self, backend, params, saved, abar):
         """The layer's error g from the adjoint abar = dC/da, (n, B); by default abar itself."""
@@ -56,7 +56,7 @@ class Layer:
     def vjp_inputs(self, backend, params, inputs, saved, g):
         """dC/d input_i for every input i, from the error g: a list of (n_i, B), one per input, each shaped as it
         (``input_products``)."""
-        raise NotImplementedError
+        raise undefined(self, "vjp_inputs(backend, params, inputs, saved, g)")
 
     def vjp_params(self, backend, params, inputs, saved, g):
         """dC/d parameter summed over the batch, from the error g: a dict by name, one for each parameter, shaped as
@@ -76,6 +76,13 @@ class Layer:
 
     def __repr__(self):
         return f"{type(self).__name__}()"
+
+
+def undefined(layer, method):
+    """The TypeError of a layer of one's own that defines no ``method``, which every layer gives (the base ``Layer``
+    has none to inherit)."""
+    return TypeError(f"{type(layer).__name__} defines no {method}: a Layer of one's own defines size, forward and "
+                     "vjp_inputs")
 
 
 def output_width(layer, sizes, n):
@@ -140,6 +147,7 @@ def input_products(layer, backend, params, inputs, saved, g):
         if (shape := shape_of(f"vjp_inputs(...)[{i}]", product)) != x.shape:
             raise ValueError(f"{layer!r}.vjp_inputs returned a product of shape {shape} for input {i}, "
                              f"of shape {x.shape}: return dC/d input_{i}, shaped as input {i} (n_{i}, B)")
+        _check_array(layer, f"vjp_inputs returned for input {i}", product, x)
     return products
 
 
@@ -166,7 +174,20 @@ def param_products(layer, backend, params, inputs, saved, g):
             raise ValueError(f"{layer!r}.vjp_params returned {name!r} of shape {shape}; the parameter's "
                              f"is {params[name].shape}: return dC/d{name} summed over the batch alone, shaped as "
                              f"{name}")
+        _check_array(layer, f"vjp_params returned for {name!r}", gradient, params[name])
     return grads
+
+
+def _check_array(layer, what, product, like):
+    """A TypeError where ``product``, what ``layer`` returned (``what``), is not an array of the kind and dtype of
+    ``like``, the input or parameter it is the derivative by: a float or a list failed in the update, after the
+    updates of the nodes before it, and another dtype spread to the gradients of the nodes below it."""
+    if not isinstance(product, type(like)):
+        raise TypeError(f"{layer!r}.{what} a {type(product).__name__}: return an array of the backend's "
+                        f"(backend.xp), a {type(like).__module__}.{type(like).__name__}")
+    if product.dtype != like.dtype:
+        raise TypeError(f"{layer!r}.{what} an array of dtype {product.dtype}; the network's is {like.dtype}: "
+                        "compute in the dtype of its inputs and parameters")
 
 
 def _named(params):

@@ -24,7 +24,7 @@ from ..core.schedules import Leapfrog, Sequential
 from ..core.torch_io import loaded, network_dtype, unread
 from ..parallel import reducer
 from . import torch_io
-from .layers import LAYERS, Add, Dense, Layer, drawn_params, output_width
+from .layers import LAYERS, Add, Dense, Layer, drawn_params, output_width, undefined
 from .plan import INPUT, DagPlan, at_node
 from .schedules import DagDoubling, DagJacobi, LevelSets
 
@@ -285,6 +285,8 @@ def _check_nodes(nodes):
             raise ValueError(f"node {name!r} is given twice")
         if not isinstance(node_layer, Layer):
             raise TypeError(f"node {name!r}: its layer must implement leapfrog_gpu.dag.Layer; got {shown(node_layer)}")
+        if type(node_layer).forward is Layer.forward:  # said now, not at the first pass
+            raise TypeError(f"node {name!r}: {undefined(node_layer, 'forward(backend, params, inputs)')}")
         if not (isinstance(node_inputs, str) or isinstance(node_inputs, (list, tuple))
                 and all(isinstance(u, str) for u in node_inputs)):
             raise TypeError(f"node {name!r}: its inputs must be a node's name or a list of names ({INPUT!r} is "

@@ -475,6 +475,45 @@ def test_a_layer_whose_vjp_params_is_not_one_gradient_per_parameter_is_refused_b
         assert net.optimizer_state() == {"step": 0}
 
 
+class GivesLists(Gate):
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {name: grad.tolist() for name, grad in super().vjp_params(backend, params, inputs, saved, g).items()}
+
+
+class GivesFloat32(Gate):
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {name: grad.astype(np.float32) for name, grad in super().vjp_params(backend, params, inputs, saved,
+                                                                                    g).items()}
+
+
+class GivesAFloat32Product(Gate):
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [product.astype(np.float32) for product in super().vjp_inputs(backend, params, inputs, saved, g)]
+
+
+@pytest.mark.parametrize("layer, message", [
+    (GivesLists(), "vjp_params returned for 'v' a list: return an array of the backend's (backend.xp), a "
+                   "numpy.ndarray"),
+    (GivesFloat32(), "vjp_params returned for 'v' an array of dtype float32; the network's is float64: compute in "
+                     "the dtype of its inputs and parameters"),
+    (GivesAFloat32Product(), "vjp_inputs returned for input 0 an array of dtype float32; the network's is float64: "
+                             "compute in the dtype of its inputs and parameters")], ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize("schedule", [Sequential(), LevelSets(k=2)], ids=repr)
+def test_a_product_that_is_no_array_of_the_networks_dtype_is_refused_naming_the_node_before_any_update(schedule,
+                                                                                                     layer, message):
+    """A list (or a float) of the right shape failed in the update, after the updates of the nodes before it, naming
+    none; another dtype spread to the gradients of the nodes below."""
+    x, y = np.random.default_rng(0).standard_normal((3, 2)), np.full((2, 2), 0.5)
+    with gate_between(layer) as net:
+        before = net.parameters()
+        with pytest.raises(TypeError, match=f"^{re.escape(f'node {chr(39)}g{chr(39)}: {layer!r}.{message}')}$"):
+            net.train_step(x, y, Adam(0.1), schedule)
+            net.synchronize()
+        after = net.parameters()
+        assert all(np.array_equal(after[v][name], before[v][name]) for v in before for name in before[v])
+        assert net.optimizer_state() == {"step": 0}
+
+
 @pytest.mark.parametrize("layer,message", VJP_PARAMS_FAULTS, ids=["left-out", "summed-over-units"])
 def test_a_fused_step_refuses_it_too_leaving_the_updates_of_the_nodes_done_before(layer, message):
     """A fused step updates each node as soon as its products are made: out's update may run before g's gradients

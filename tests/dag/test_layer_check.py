@@ -10,7 +10,7 @@ import pytest
 
 from helpers import (Drawing, DrawsTooFew, DrawsWide, ForgetsAnInput, Gate, NamesTooFew, NoBias, Product, ShortProduct,
                      Sized, SummedOverUnits)
-from leapfrog_gpu import Add, Concat, Dense, Layer, LayerNorm, check_layer
+from leapfrog_gpu import Add, Concat, DagNet, Dense, Layer, LayerNorm, check_layer
 from leapfrog_gpu.dag.blocks import DenseBlock
 
 
@@ -280,3 +280,120 @@ def test_an_init_that_draws_other_parameters_than_params_names_is_refused_with_b
                "that params names, and none other")
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         check_layer(layer, [4])
+
+
+class ScalesGInPlace(Gate):
+    """vjp_inputs g * t written into g: right where vjp_params has read g before, wrong where it reads g after (the
+    order is the schedule's)."""
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        g *= saved["t"]
+        return [g]
+
+
+class ErrorInPlace(Gate):
+    """error 2 abar written into abar, which Add hands to each of its inputs alike."""
+
+    def error(self, backend, params, saved, abar):
+        abar *= 2
+        return abar
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        return [g * saved["t"] / 2]
+
+    def vjp_params(self, backend, params, inputs, saved, g):
+        return {name: grad / 2 for name, grad in super().vjp_params(backend, params, inputs, saved, g).items()}
+
+
+class ClipsItsInput(Gate):
+    def forward(self, backend, params, inputs):
+        np.clip(inputs[0], -0.5, 0.5, out=inputs[0])
+        return super().forward(backend, params, inputs)
+
+
+class DecaysV(Gate):
+    def vjp_params(self, backend, params, inputs, saved, g):
+        grads = super().vjp_params(backend, params, inputs, saved, g)
+        params["v"] *= 0.5
+        return grads
+
+
+@pytest.mark.parametrize("layer, method, argument", [
+    (ScalesGInPlace(), "vjp_inputs", "g"), (ErrorInPlace(), "error", "abar"), (ClipsItsInput(), "forward", "inputs"),
+    (DecaysV(), "vjp_params", "params")], ids=lambda value: type(value).__name__ if isinstance(value, Layer) else "")
+def test_a_layer_that_writes_into_what_it_is_given_is_refused_naming_the_method_and_the_argument(layer, method,
+                                                                                                argument):
+    """Its products may be right, as check_layer reads them, and wrong in a DagNet, whose schedules call the methods
+    in orders of their own and hand one array to several layers (the first passed)."""
+    with pytest.raises(ValueError, match=f"^{re.escape(repr(layer))}: {method} wrote into {argument}, which it is "
+                                         "given: a layer must not write into "):
+        check_layer(layer, [4])
+
+
+class Noisy(Gate):
+    """forward off by a rounding of its own at each call."""
+
+    calls = 0
+
+    def forward(self, backend, params, inputs):
+        a, saved = super().forward(backend, params, inputs)
+        Noisy.calls += 1
+        return a * (1 + 1e-15 * Noisy.calls), saved
+
+
+class SoftmaxOverTheBatchMax(Layer):
+    """A softmax of each sample, stabilised by the largest input of the whole batch: each sample's alone but for
+    roundings, which moving another sample changes."""
+
+    def size(self, sizes):
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        e = np.exp(inputs[0] - inputs[0].max())
+        s = e / e.sum(axis=0, keepdims=True)
+        return s, {"s": s}
+
+    def vjp_inputs(self, backend, params, inputs, saved, g):
+        s = saved["s"]
+        return [s * (g - (g * s).sum(axis=0, keepdims=True))]
+
+
+def test_a_forward_that_is_no_function_of_its_arguments_is_said_so_not_to_mix_the_samples():
+    with pytest.raises(ValueError, match=r"^Noisy\(\): forward gave another output for the same inputs and parameters"):
+        check_layer(Noisy(), [4])
+
+
+def test_a_forward_whose_samples_share_only_roundings_passes():
+    assert check_layer(SoftmaxOverTheBatchMax(), [4]) is None
+    with pytest.raises(ValueError, match=r"forward mixes the samples"):  # beyond roundings: refused as before
+        check_layer(MixesSamples(), [4])
+
+
+class NoMethods(Layer):
+    pass
+
+
+class NoVjp(Layer):
+    def size(self, sizes):
+        return sizes[0]
+
+    def forward(self, backend, params, inputs):
+        return 2 * inputs[0], {}
+
+
+def test_a_layer_missing_a_method_is_refused_naming_it():
+    """A bare NotImplementedError named neither: forward as the network is built, vjp_inputs at the first backward
+    pass of a node that reads another (of one that reads x alone it is never called)."""
+    said = "defines no {}: a Layer of one's own defines size, forward and vjp_inputs"
+    with pytest.raises(TypeError, match=re.escape("node 't': NoMethods " + said.format("forward(backend, params, "
+                                                                                            "inputs)"))):
+        DagNet(3, [("t", NoMethods(), "x"), ("o", Dense(2), "t")], backend="numpy")
+    with pytest.raises(TypeError, match=re.escape("NoMethods " + said.format("forward(backend, params, inputs)"))):
+        check_layer(NoMethods(), [3])
+    with DagNet(3, [("h", Dense(3), "x"), ("t", NoVjp(), "h"), ("o", Dense(2), "t")], backend="numpy") as net:
+        with pytest.raises(TypeError, match=re.escape("node 't': NoVjp " + said.format(
+                "vjp_inputs(backend, params, inputs, saved, g)"))):
+            net.gradients(np.ones((3, 4)), np.ones((2, 4)))
+    with pytest.raises(TypeError, match=re.escape("NoVjp " + said.format("vjp_inputs(backend, params, inputs, saved, "
+                                                                          "g)"))):
+        check_layer(NoVjp(), [3])

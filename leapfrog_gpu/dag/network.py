@@ -136,7 +136,7 @@ class DagNet(Network):
         """What builds this network again (``core.saving``), JSON-able: its input width, its nodes as ``[name, layer,
         options, inputs]`` (the layer's class name and ``Layer.options()``), its cost, dtype and ``check_finite``. A
         TypeError names a node of one's own ``Layer`` whose class takes the name of one of ``layers.LAYERS``, or
-        whose options are not JSON-able."""
+        whose options are not JSON-able or do not build it again (``_check_rebuilt``)."""
         for v in self.order:
             kind = type(self.layer[v])
             if kind.__name__ in LAYERS and LAYERS[kind.__name__] is not kind:
@@ -147,6 +147,7 @@ class DagNet(Network):
             except (TypeError, ValueError) as error:
                 raise TypeError(f"node {v!r}: the options() of its {kind.__name__}, which build it again, must be "
                                 f"JSON-able (numbers, strings, lists, dicts): {error}") from None
+            _check_rebuilt(v, self.layer[v])
         return {"n_input": self.n[INPUT], "cost": self.cost, "dtype": self.dtype, "check_finite": self.check_finite,
                 "nodes": [[v, type(self.layer[v]).__name__, self.layer[v].options(), self.inputs[v]]
                           for v in self.order]}
@@ -268,6 +269,24 @@ def skips(sizes, skip=2):
                 sizes[int(block_input.lstrip("s")) - 1] == sizes[l - 1]:
             made[l], read = block_input, f"s{l}"
     return made
+
+
+def _check_rebuilt(v, layer):
+    """A TypeError where ``type(layer)(**layer.options())``, as ``load`` builds node v's layer, fails, or builds one
+    whose settings (its attributes of numbers, strings, bools or None) differ: a layer that keeps the base
+    ``Layer.options()`` (none) would be loaded with its constructor's defaults, or not at all."""
+    kind, options = type(layer), layer.options()
+    remedy = "define options() to return the keyword arguments that build it, as load builds it"
+    try:
+        rebuilt = kind(**options)
+    except Exception as error:  # the constructor of one's own layer: whatever it raises, load would raise too
+        raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) fails ({error}): {remedy}") from None
+    given, again = getattr(layer, "__dict__", {}), getattr(rebuilt, "__dict__", {})
+    for name, value in given.items():
+        if isinstance(value, (bool, int, float, str, type(None))) and name in again and again[name] != value \
+                and value == value:  # NaN is its own
+            raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) builds one whose {name} is {again[name]!r}, "
+                            f"not {value!r}: {remedy}")
 
 
 def _check_nodes(nodes):

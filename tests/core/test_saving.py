@@ -412,6 +412,21 @@ def test_a_dagnet_of_ones_own_layers_loads_given_their_classes(tmp_path):
                     assert_bitwise_equal(loaded.parameters()[unit][name], array)
 
 
+class Unsaid(Gate):
+    """A ``Gate`` of a setting its constructor needs, and ``options()`` as ``Layer``'s: none, from which load
+    cannot build it."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+class UnsaidDefault(Gate):
+    """The same of a default setting, from which load builds it with the default."""
+
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+
 class Halved(Gate):
     """A ``Gate`` whose option names an entry of ``SCALES``, as a layer of one's own may look its options up."""
 
@@ -462,6 +477,13 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
         with pytest.raises(TypeError, match="^node 'g': the options\\(\\) of its Scaled, which build it again, must "
                                             "be JSON-able \\(numbers, strings, lists, dicts\\): Object of type object"):
             dag.save(path)
+    remedy = "define options() to return the keyword arguments that build it, as load builds it"
+    for layer, said in [(Unsaid(0.5), "Unsaid(**{}) fails (Unsaid.__init__() missing 1 required positional argument: "
+                                   "'scale')"),
+                        (UnsaidDefault(0.5), "UnsaidDefault(**{}) builds one whose scale is 1.0, not 0.5")]:
+        with DagNet(2, [("g", layer, "x")], backend="numpy") as dag:  # options() left as Layer's: none
+            with pytest.raises(TypeError, match=f"^{re.escape(f'node {chr(39)}g{chr(39)}: {said}: {remedy}')}$"):
+                dag.save(path)
 
     class Wider(MLP):
         pass

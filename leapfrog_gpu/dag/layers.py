@@ -119,7 +119,7 @@ def layer_output(layer, backend, params, inputs):
     raised again (its own traceback chained) with the shapes of its inputs and parameters (a parameter that init drew
     in another shape than forward reads fails in a NumPy broadcast, whose words name neither)."""
     try:
-        return layer.forward(backend, params, inputs)
+        given = layer.forward(backend, params, inputs)
     except (TypeError, ValueError) as error:
         if trusted(layer):
             raise
@@ -128,6 +128,11 @@ def layer_output(layer, backend, params, inputs):
         kind = ValueError if isinstance(error, ValueError) else TypeError
         raise kind(f"{layer!r}.forward failed on inputs of shapes {[x.shape for x in inputs]}{drawn}: "
                    f"{str(error).strip()}") from error
+    if not (isinstance(given, tuple) and len(given) == 2):
+        given = "an array" if hasattr(given, "shape") else shown(given)
+        raise TypeError(f"{layer!r}.forward returned {given}: return (a, saved), the output and what the products "
+                        "need (None, or {}, for nothing)")
+    return given
 
 
 def input_products(layer, backend, params, inputs, saved, g):

@@ -66,10 +66,14 @@ class DagNet(Network):
             rng = parameters.generator(seed)
             super().__init__(dtype, backend, check_finite)
             self._params = {}
-            for v in self.order:
-                sizes = [self.n[u] for u in self.inputs[v]]
-                with at_node(v):
-                    self._params[v] = drawn_params(self.layer[v], rng, sizes, self.dtype, self.backend.xp)
+            try:
+                for v in self.order:
+                    sizes = [self.n[u] for u in self.inputs[v]]
+                    with at_node(v):
+                        self._params[v] = drawn_params(self.layer[v], rng, sizes, self.dtype, self.backend.xp)
+            except BaseException:  # a layer's init refused: the backend's threads end now, not at a collection
+                self.close()
+                raise
         self.n_params = {v: sum(p.size for p in self._params[v].values()) for v in self.order}
         self.stats = {}
         self._join(comm)

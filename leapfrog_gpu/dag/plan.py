@@ -19,9 +19,10 @@ import weakref
 import numpy as np
 
 from ..core import plan
+from ..core.checks import shown
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
-from .blocks import from_products
+from .blocks import Block, from_products
 from .layers import Add, Dense, input_products, layer_output, param_products
 
 INPUT = "x"
@@ -76,7 +77,12 @@ def jacobian(net, v, params, inputs, saved, i):
     """Node v's Jacobian block of its input i (``Layer.jacobian``); a ValueError of its layer's names v (one built
     from products that are not one per input)."""
     with at_node(v):
-        return net.layer[v].jacobian(net.backend, params, inputs, saved, i)
+        block = net.layer[v].jacobian(net.backend, params, inputs, saved, i)
+        if not isinstance(block, Block):
+            given = "an array" if hasattr(block, "shape") else shown(block)
+            raise TypeError(f"{net.layer[v]!r}.jacobian returned {given}: return a block, DenseBlock (B, n, n_i), "
+                            "Diagonal, Factored or Slice")
+        return block
 
 
 class DagPlan(plan.Plan):

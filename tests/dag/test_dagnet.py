@@ -1,8 +1,10 @@
 """DagNet: a chain bitwise the MLP, DAGs against finite differences and PyTorch, the DAG schedules
 against the sequential order with the rounds of their formulas, and validation that says what is wrong."""
 
+import gc
 import math
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -473,6 +475,41 @@ def test_a_layer_whose_vjp_params_is_not_one_gradient_per_parameter_is_refused_b
         after = net.parameters()
         assert all(np.array_equal(after[v][name], before[v][name]) for v in before for name in before[v])
         assert net.optimizer_state() == {"step": 0}
+
+
+class ForgetsSaved(Gate):
+    def forward(self, backend, params, inputs):
+        return super().forward(backend, params, inputs)[0]
+
+
+class NoBlock(Gate):
+    def jacobian(self, backend, params, inputs, saved, i):
+        return None
+
+
+@pytest.mark.parametrize("layer, schedule, message", [
+    (ForgetsSaved(), Sequential(), "ForgetsSaved().forward returned an array: return (a, saved), the output and what "
+                                   "the products need (None, or {}, for nothing)"),
+    (NoBlock(), DagJacobi(k=2), "NoBlock().jacobian returned None: return a block, DenseBlock (B, n, n_i), Diagonal, "
+                                "Factored or Slice")], ids=["forward", "jacobian"])
+def test_a_layer_that_returns_no_result_of_the_protocol_is_refused_naming_the_node(layer, schedule, message):
+    """Python's "too many values to unpack" and an AttributeError of 'dense' named neither."""
+    x, y = np.random.default_rng(0).standard_normal((3, 2)), np.full((2, 2), 0.5)
+    with gate_between(layer) as net:
+        with pytest.raises(TypeError, match=f"^{re.escape(f'node {chr(39)}g{chr(39)}: {message}')}$"):
+            net.gradients(x, y, schedule)
+
+
+def test_a_network_whose_layer_refuses_its_init_leaves_no_thread_behind():
+    """Its backend's threads end as the constructor raises, not once the error, whose traceback holds the network,
+    is dropped and collected."""
+    gc.disable()
+    try:
+        with pytest.raises(ValueError, match="^node 'g': .*contains NaN or Inf") as refused:
+            gate_between(Drawing(np.nan))
+        assert refused.traceback and not [t for t in threading.enumerate() if t.name.startswith("leapfrog-")]
+    finally:
+        gc.enable()
 
 
 class GivesLists(Gate):

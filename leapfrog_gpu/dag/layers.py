@@ -87,7 +87,7 @@ def undefined(layer, method):
 
 def output_width(layer, sizes, n):
     """``n``, what ``layer.size(sizes)`` gave, as the output width, an int >= 1; else a TypeError (no integer: int()
-    cut 3.5 to 3, and failed on None) or a ValueError (below 1: refused only by the first pass's forward)."""
+    cut 3.5 to 3, and failed on None) or a ValueError (below 1), as the network is built."""
     try:
         width = None if isinstance(n, bool) else operator.index(n)  # an int, NumPy's, or a 0-d array of one
     except TypeError:

@@ -161,12 +161,14 @@ class DagNet(Network):
         """A network of ``architecture`` (``architecture()``'s) on ``backend``, its parameters drawn by seed 0; a node
         of one's own ``Layer`` is built by its class in ``layers``, found by its name (a ``saving.MissingLayer``,
         ``(what, remedy)``, where none is)."""
-        known, nodes = {**{kind.__name__: kind for kind in layers}, **LAYERS}, []
-        for name, layer, options, inputs in architecture.get("nodes", ()):
-            if layer not in known:
-                raise saving.MissingLayer(f"node {name!r} is a {layer}, a Layer of one's own",
-                                          f"give its class to load: load(path, layers=[{layer}])")
-            nodes.append((name, known[layer](**options), inputs))
+        known, given = {**{kind.__name__: kind for kind in layers}, **LAYERS}, architecture.get("nodes", ())
+        if missing := list(dict.fromkeys(layer for _, layer, _, _ in given if layer not in known)):
+            name = next(name for name, layer, _, _ in given if layer == missing[0])
+            others = f" (and {len(missing) - 1} more of one's own)" if len(missing) > 1 else ""
+            raise saving.MissingLayer(f"node {name!r} is a {missing[0]}, a Layer of one's own{others}",
+                                      f"give {'its class' if not others else 'their classes'} to load: "
+                                      f"load(path, layers=[{', '.join(missing)}])")
+        nodes = [(name, known[layer](**options), inputs) for name, layer, options, inputs in given]
         return cls(**{**architecture, "nodes": nodes}, backend=backend)
 
     def _label(self, v, name):

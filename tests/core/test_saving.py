@@ -397,6 +397,14 @@ def test_a_dagnet_of_ones_own_layers_loads_given_their_classes(tmp_path):
                                                                        "Scaled, a Layer of one's own: give its class "
                                                                        "to load: load(path, layers=[Scaled])")):
             leapfrog_gpu.load(path, backend="numpy", layers=[Gate])
+        with pytest.raises(saving.UnreadableFileError, match=re.escape(
+                f"{path} holds a DagNet whose node 'g' is a Scaled, a Layer of one's own (and 1 more of one's own): "
+                "give their classes to load: load(path, layers=[Scaled, Gate])")):  # every one, not one at a time
+            leapfrog_gpu.load(path, backend="numpy")
+        namesake = type("Scaled", (Gate,), {})
+        with pytest.raises(ValueError, match=r"^layers holds two classes named Scaled: a file names a node's class by "
+                                             r"its name alone, so give one of them$"):  # the last one was taken
+            leapfrog_gpu.load(path, backend="numpy", layers=[Gate, Scaled, namesake])
         for bad in ([Scaled(0.5)], Scaled, "Scaled", 5):  # a class, or a name, alone: no list
             with pytest.raises(TypeError, match=r"^layers must be a list of classes \(of one's own Layer, which a "
                                                 rf"saved DagNet's nodes are\); got {re.escape(repr(bad))}$"):

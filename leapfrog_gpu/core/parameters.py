@@ -69,7 +69,8 @@ def array(what, value, shape, dtype, xp):
     with np.errstate(over="ignore"):  # a value beyond dtype's range becomes Inf, refused below
         given, value = value, module.asarray(value, dtype=dtype)
     if not all_finite(xp, value):
-        beyond = all_finite(xp, given)  # finite as given, not in dtype
+        with np.errstate(over="ignore"):  # finite as given and in float64, not in float32
+            beyond = np.dtype(dtype) == np.float32 and all_finite(xp, module.asarray(given, dtype=np.float64))
         raise ValueError(f"{what} contains NaN or Inf (as {dtype}); every parameter must be finite" +
                          (f": a number beyond +-{float(np.finfo(dtype).max):.4g}, which float64 holds; build the "
                           "network with dtype='float64'" if beyond else ""))

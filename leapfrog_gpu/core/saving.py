@@ -195,6 +195,7 @@ def load(path, backend="auto", layers=()):
     if kinds is None or not all(isinstance(kind, type) for kind in kinds):
         raise TypeError(f"layers must be a list of classes (of one's own Layer, which a saved DagNet's nodes are); "
                         f"got {shown(layers)}")
+    kinds = list(dict.fromkeys(kinds))  # a class given twice is given once
     names = [kind.__name__ for kind in kinds]
     if twice := sorted({name for name in names if names.count(name) > 1}):
         raise ValueError(f"layers holds two classes named {twice[0]}: a file names a node's class by its name alone, "

@@ -29,9 +29,10 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
     refuses, its ValueError) and ``batch`` samples, with the parameters its ``init`` draws (by ``seed``), in
     float64: its ``vjp_inputs`` (of the ``error`` of a random adjoint), its ``vjp_params`` and each input's
     ``jacobian`` block against central differences of its ``forward`` (the outputs differenced before they are
-    contracted with the adjoint, their rounding allowed for: ``ROUNDING``). A ValueError names a forward that mixes
-    the samples, or the first that differs by more than ``rtol``, relative to 1 + the largest difference quotient;
-    returns None where all agree."""
+    contracted with the adjoint, their rounding allowed for: ``ROUNDING``). A ValueError names a method that changes
+    what it is given, a forward that gives another output for the same arguments or mixes the samples beyond
+    roundings, or the first that differs by more than ``rtol``, relative to 1 + the largest difference quotient; a
+    TypeError a layer that defines no forward. Returns None where all agree."""
     if not isinstance(layer, Layer):
         raise TypeError(f"check_layer checks a leapfrog_gpu.dag.Layer; got {type(layer).__name__}")
     if isinstance(sizes, numbers.Number) or not all(isinstance(n, numbers.Integral) for n in sizes):
@@ -90,8 +91,8 @@ def _untouched(layer, method, call, **given):
     result = call()
     for name, value in given.items():
         if not _same(before[name], value):
-            raise ValueError(f"{layer!r}: {method} wrote into {name}, which it is given: a layer must not write into "
-                             "its inputs, parameters, saved arrays, abar or g; make new arrays")
+            raise ValueError(f"{layer!r}: {method} changed {name}, which it is given: a layer must not write into "
+                             "or change its inputs, parameters, what forward saved, abar or g; make new ones")
     return result
 
 
@@ -109,8 +110,8 @@ def _copied(value):
 def _same(before, now):
     """Whether the arrays in ``now`` hold what ``_copied`` kept of them in ``before``, NaN as NaN."""
     if isinstance(now, np.ndarray):
-        return isinstance(before, np.ndarray) and before.shape == now.shape and np.array_equal(before, now,
-                                                                                             equal_nan=True)
+        return isinstance(before, np.ndarray) and before.shape == now.shape and np.array_equal(
+            before, now, equal_nan=now.dtype.kind in "fc")
     if isinstance(now, (list, tuple)):
         return len(before) == len(now) and all(_same(b, v) for b, v in zip(before, now))
     if isinstance(now, dict):

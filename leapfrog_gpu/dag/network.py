@@ -13,6 +13,7 @@ Heights: ``level[v]``, the longest path from the input to v in edges (the input 
 output's, the number of non-input nodes on the longest path (a chain of L layers: D = L - 1).
 """
 
+import inspect
 import json
 from collections.abc import Iterable, Mapping
 
@@ -165,9 +166,10 @@ class DagNet(Network):
         if missing := list(dict.fromkeys(layer for _, layer, _, _ in given if layer not in known)):
             name = next(name for name, layer, _, _ in given if layer == missing[0])
             others = f" (and {len(missing) - 1} more of one's own)" if len(missing) > 1 else ""
+            needed = list(dict.fromkeys(layer for _, layer, _, _ in given if layer not in LAYERS))  # given ones too
             raise saving.MissingLayer(f"node {name!r} is a {missing[0]}, a Layer of one's own{others}",
-                                      f"give {'its class' if not others else 'their classes'} to load: "
-                                      f"load(path, layers=[{', '.join(missing)}])")
+                                      f"give {'its class' if len(needed) == 1 else 'the classes of its own'} to "
+                                      f"load: load(path, layers=[{', '.join(needed)}])")
         nodes = [(name, known[layer](**options), inputs) for name, layer, options, inputs in given]
         return cls(**{**architecture, "nodes": nodes}, backend=backend)
 
@@ -279,8 +281,8 @@ def skips(sizes, skip=2):
 
 def _check_rebuilt(v, layer):
     """A TypeError where ``type(layer)(**layer.options())``, as ``load`` builds node v's layer, fails, or builds one
-    whose settings (its attributes of numbers, strings, bools or None) differ: a layer that keeps the base
-    ``Layer.options()`` (none) would be loaded with its constructor's defaults, or not at all."""
+    whose settings differ: an attribute named as an argument of its constructor and holding a number, a string, a
+    bool or None (a layer that keeps the base ``Layer.options()``, none, would be loaded with the defaults)."""
     kind, options = type(layer), layer.options()
     remedy = "define options() to return the keyword arguments that build it, as load builds it"
     try:
@@ -288,9 +290,9 @@ def _check_rebuilt(v, layer):
     except Exception as error:  # the constructor of one's own layer: whatever it raises, load would raise too
         raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) fails ({error}): {remedy}") from None
     given, again = getattr(layer, "__dict__", {}), getattr(rebuilt, "__dict__", {})
-    for name, value in given.items():
-        if isinstance(value, (bool, int, float, str, type(None))) and name in again and again[name] != value \
-                and value == value:  # NaN is its own
+    for name in inspect.signature(kind).parameters:
+        value = given.get(name)
+        if isinstance(value, (bool, int, float, str)) and name in again and again[name] != value and value == value:
             raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) builds one whose {name} is {again[name]!r}, "
                             f"not {value!r}: {remedy}")
 

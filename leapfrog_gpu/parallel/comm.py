@@ -36,6 +36,8 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds an MPI call may wait for the other ranks before the job is aborted."""
 PEER_LOST = 4
 """Exit status of a rank that gave up waiting for the others."""
+DRAIN_SECONDS = 5.0
+"""Seconds a rank that an exception ends waits for the sums it has queued before it ends the job."""
 ABORT_GRACE = 0.5
 """Seconds a rank waits between its last line and ``MPI_Abort``: mpiexec forwards each rank's stderr
 through a pipe, and an abort ends the job at once, which can lose the line still in the pipe."""
@@ -232,7 +234,7 @@ class MpiCommunicator(Communicator):
         self._made = []  # (weak reference to the NumPy backend it serves, engine), in the order made
         self._callers = []  # the threads that call those engines: the backends' communication streams
         self._nccl = None
-        atexit.register(_drain, self._made, self._callers)  # after mpi4py's own: it runs before MPI is finalized
+        atexit.register(_drain, self._made, self._callers, self.abort)  # before MPI_Finalize (mpi4py's Py_AtExit)
 
     def allgather(self, value):
         data = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
@@ -354,16 +356,21 @@ def _seconds(timeout):
     return float(timeout)
 
 
-def _drain(made, callers):
+def _drain(made, callers, abort):
     """At exit, before MPI is finalized: the NumPy backends that ``made`` serves finish the sums they have queued (a
     script's last step, not waited for), and the communication streams of those released already end (``callers``).
-    A stream still inside MPI as the process ends crashes it, or leaves the other ranks waiting for its sum."""
+    A stream still inside MPI as the process ends crashes it, or leaves the other ranks waiting for its sum. A program
+    that an exception ends may have queued other sums than the other ranks: its streams get ``DRAIN_SECONDS``, then
+    the job is ended (``abort``, the exception's traceback already printed)."""
+    failed = getattr(sys, "last_value", None) is not None  # set as an uncaught exception is printed
     for served, _ in made:
         if (backend := served()) is not None:
-            backend.close()
+            backend.release() if failed else backend.close()
     for thread in callers:
         if thread is not None:
-            thread.join()
+            thread.join(DRAIN_SECONDS if failed else None)
+            if thread.is_alive():
+                abort(1, quiet=True)
 
 
 def _flush():

@@ -110,8 +110,8 @@ def png_refusal(option, path, beside=""):
 def output_refusal(option, path):
     """Why ``option`` cannot write a file at ``path``, in one line, or ``None``: its folder exists, ``path`` is not
     a folder itself, its name is no longer than the folder's file system takes, a file there is one this process
-    may write, and a new file can be made in the folder (tried, not read from its permissions, which root passes
-    even in /proc), as ``core.files.replaced_atomically`` makes one. A device or a pipe is written as it is."""
+    may write, and where there is none yet a new file can be made in the folder (tried, not read from its
+    permissions, which root passes even in /proc). A device or a pipe (``/dev/stdout``) is written as it is."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         return f"{option} {path}: the folder {folder} does not exist"
@@ -121,17 +121,17 @@ def output_refusal(option, path):
         longest = os.pathconf(folder, "PC_NAME_MAX")
         if len(os.fsencode(os.path.basename(path))) > longest:
             return f"{option} {path}: its name is longer than the {longest} bytes a file's name may have there"
-    real = os.path.realpath(path)
-    if os.path.exists(real) and not regular(real):
+    if os.path.exists(path):
+        if regular(path) and not os.access(path, os.W_OK):
+            return f"{option} {path}: the file is not writable; give another name, or make it writable"
         return None
-    if os.path.exists(real) and not os.access(real, os.W_OK):
-        return f"{option} {path}: the file is not writable; give another name, or make it writable"
+    made = os.path.dirname(os.path.realpath(path))  # a link's target's folder, where the file will be made
     try:
-        with tempfile.TemporaryFile(dir=os.path.dirname(real)):
+        with tempfile.TemporaryFile(dir=made):
             pass
     except OSError as error:
-        return f"{option} {path}: the folder {os.path.dirname(real)} is not writable ({error.strerror}); give a file " \
-               "in one that is"
+        return f"{option} {path}: no file can be made in the folder {made} ({error.strerror}); give a file in one " \
+               "where one can"
     return None
 
 

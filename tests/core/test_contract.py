@@ -249,7 +249,7 @@ def test_the_shape_it_hands_out_is_a_copy_whose_changes_reach_no_network(network
     with network(network_name, "numpy") as net:
         name = "order" if network_name == "DagNet" else "sizes"
         x, y = network_batch(network_name)
-        shape, shown, out, cost = getattr(net, name), repr(net), net.feedforward(x), net.evaluate(x, y)
+        shape, shown, out, cost = list(getattr(net, name)), repr(net), net.feedforward(x), net.evaluate(x, y)
         handed = getattr(net, name)
         handed.reverse()
         handed.append(handed[0])

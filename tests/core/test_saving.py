@@ -393,14 +393,13 @@ def test_a_dagnet_of_ones_own_layers_loads_given_their_classes(tmp_path):
     with DagNet(3, nodes, dtype="float64", seed=5, backend="numpy") as net:
         net.train_step(x, y, Adam(0.01))
         path = net.save(tmp_path / "own")
-        with pytest.raises(saving.UnreadableFileError, match=re.escape(f"{path} holds a DagNet whose node 'g' is a "
-                                                                       "Scaled, a Layer of one's own: give its class "
-                                                                       "to load: load(path, layers=[Scaled])")):
-            leapfrog_gpu.load(path, backend="numpy", layers=[Gate])
-        with pytest.raises(saving.UnreadableFileError, match=re.escape(
-                f"{path} holds a DagNet whose node 'g' is a Scaled, a Layer of one's own (and 1 more of one's own): "
-                "give their classes to load: load(path, layers=[Scaled, Gate])")):  # every one, not one at a time
-            leapfrog_gpu.load(path, backend="numpy")
+        for given, more in [([Gate], ""), ([], " (and 1 more of one's own)")]:  # every class it needs, not one
+            with pytest.raises(saving.UnreadableFileError, match=re.escape(  # at a time, nor those left out
+                    f"{path} holds a DagNet whose node 'g' is a Scaled, a Layer of one's own{more}: give the classes "
+                    "of its own to load: load(path, layers=[Scaled, Gate])")):
+                leapfrog_gpu.load(path, backend="numpy", layers=given)
+        with leapfrog_gpu.load(path, backend="numpy", layers=[Gate, Scaled, Gate]):  # one class given twice is one
+            pass
         namesake = type("Scaled", (Gate,), {})
         with pytest.raises(ValueError, match=r"^layers holds two classes named Scaled: a file names a node's class by "
                                              r"its name alone, so give one of them$"):  # the last one was taken
@@ -433,6 +432,30 @@ class UnsaidDefault(Gate):
 
     def __init__(self, scale=1.0):
         self.scale = scale
+
+
+class Counting(Scaled):
+    """``Scaled`` keeping what is no setting of its own: its width once sized, and a count of its passes."""
+
+    def __init__(self, scale):
+        super().__init__(scale)
+        self.width, self.passes = None, 0
+
+    def size(self, sizes):
+        self.width = super().size(sizes)
+        return self.width
+
+    def forward(self, backend, params, inputs):
+        self.passes += 1
+        return super().forward(backend, params, inputs)
+
+
+def test_a_layer_that_keeps_state_beyond_its_settings_is_saved(tmp_path):
+    """What is compared with the layer its options() build again is its constructor's arguments alone."""
+    with DagNet(2, [("g", Counting(0.5), "x")], backend="numpy") as dag:
+        dag.feedforward(np.ones(2))
+        with leapfrog_gpu.load(dag.save(tmp_path / "counting"), backend="numpy", layers=[Counting]) as loaded:
+            assert loaded.layer["g"].scale == 0.5
 
 
 class Halved(Gate):
@@ -715,8 +738,9 @@ def test_a_network_holding_nan_or_inf_is_refused_before_anything_is_written(tmp_
         state = net.optimizer_state()
         if where == "exp_avg_sq":
             assert np.isinf(state["exp_avg_sq"][2]["w"]).any() and np.isfinite(net.weights[0]).all()
-        with pytest.raises(ValueError, match=rf"^cannot save this MLP: its {where + ' of ' if where != 'weights' else ''}"
-                                             r"weights of layer 2 holds NaN or Inf, and load takes finite "):
+        slot = where + " of " if where != "weights" else ""
+        with pytest.raises(ValueError, match=rf"^cannot save this MLP: its {slot}weights of layer 2 holds NaN or Inf, "
+                                             r"and load takes finite "):
             net.save(path)
     assert path.read_bytes() == kept and sorted(tmp_path.iterdir()) == [path]
 

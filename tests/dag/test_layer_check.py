@@ -325,7 +325,7 @@ def test_a_layer_that_writes_into_what_it_is_given_is_refused_naming_the_method_
                                                                                                 argument):
     """Its products may be right, as check_layer reads them, and wrong in a DagNet, whose schedules call the methods
     in orders of their own and hand one array to several layers (the first passed)."""
-    with pytest.raises(ValueError, match=f"^{re.escape(repr(layer))}: {method} wrote into {argument}, which it is "
+    with pytest.raises(ValueError, match=f"^{re.escape(repr(layer))}: {method} changed {argument}, which it is "
                                          "given: a layer must not write into "):
         check_layer(layer, [4])
 

@@ -711,6 +711,30 @@ def test_a_program_that_ends_with_its_last_step_queued_ends_once_its_sums_are_do
     assert np.isfinite(float(said.read_text()))
 
 
+ENDED_BY_AN_EXCEPTION_A_STEP_APART = """
+import numpy as np
+from leapfrog_gpu import MLP, parallel
+comm = parallel.world(timeout=float("inf"))  # no watchdog to end a wait
+net = MLP([16, 64, 4], backend="numpy", comm=comm)
+x, y = np.ones((16, 8)), np.zeros((4, 8))
+net.sgd_step(x, y, 0.1)
+net.synchronize()
+if comm.rank == 0:
+    net.sgd_step(x, y, 0.1)  # sums the other rank never joins
+raise KeyboardInterrupt
+"""
+
+
+@mpirun.needs_mpi
+def test_a_program_an_exception_ends_with_sums_no_other_rank_joins_ends_the_job(tmp_path):
+    """Rank 0's queued sums wait for rank 1, which an exception ends: rank 0 gives them a few seconds at exit
+    (``DRAIN_SECONDS``), then ends the job, rather than wait for ever or crash inside MPI."""
+    script = tmp_path / "apart.py"
+    script.write_text(ENDED_BY_AN_EXCEPTION_A_STEP_APART)
+    returncode, _, err = mpirun.finish(mpirun.launch(2, sys.executable, script), timeout=60)
+    assert returncode != 0 and err.count("\nKeyboardInterrupt\n") == 2 and "Segmentation" not in err, err
+
+
 FIT_ON_RANKS = """
 import json, sys
 import numpy as np

@@ -388,16 +388,17 @@ def test_a_folder_that_cannot_be_written_is_refused_before_any_step(tmp_path, mo
     passes any permission (``os.access``) but still cannot write in /proc."""
     assert timeline.refusal(str(tmp_path / "t.png")) is None
     if os.path.isdir("/proc/self"):
-        assert timeline.refusal("/proc/t.png").startswith("--timeline /proc/t.png: the folder /proc is not writable (")
+        assert timeline.refusal("/proc/t.png").startswith(
+            "--timeline /proc/t.png: no file can be made in the folder /proc (")
         assert timeline.refusal("/proc/t.png") == cli.output_refusal("--timeline", "/proc/t.png")
 
     def refused(dir):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), dir)
 
     monkeypatch.setattr(cli.tempfile, "TemporaryFile", lambda dir: refused(dir) if dir == str(tmp_path) else None)
-    assert timeline.refusal(str(tmp_path / "t.png")) == (f"--timeline {tmp_path / 't.png'}: the folder {tmp_path} is "
-                                                          f"not writable ({os.strerror(errno.EACCES)}); give a file in "
-                                                          "one that is")
+    assert timeline.refusal(str(tmp_path / "t.png")) == (f"--timeline {tmp_path / 't.png'}: no file can be made in "
+                                                          f"the folder {tmp_path} ({os.strerror(errno.EACCES)}); give "
+                                                          "a file in one where one can")
 
 
 def test_the_overlap_of_an_nsys_trace_leaves_nccls_streams_out_as_the_docstrings_say():

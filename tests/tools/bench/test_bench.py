@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import re
@@ -655,8 +656,9 @@ def test_an_output_whose_folder_takes_no_file_is_refused_before_measuring(capsys
                     "1", "--no-torch", "--quiet", option, f"/proc/{name}"])
     out, err = capsys.readouterr()
     assert exit_info.value.code == 2 and out == "" and err.count("\n") == 1
-    assert err.startswith(f"leapfrog-bench: error: {option} /proc/{name}: the folder /proc is not writable ("), err
-    assert err.endswith("); give a file in one that is\n"), err
+    assert err.startswith(f"leapfrog-bench: error: {option} /proc/{name}: no file can be made in the folder /proc ("), \
+        err
+    assert err.endswith("); give a file in one where one can\n"), err
 
 
 def test_a_file_this_process_may_not_write_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
@@ -673,6 +675,25 @@ def test_a_file_this_process_may_not_write_is_refused_before_measuring(tmp_path,
     assert exit_info.value.code == 2 and kept.read_text() == "{}\n"
     assert capsys.readouterr().err == (f"leapfrog-bench: error: --jsonl {kept}: the file is not writable; give "
                                        "another name, or make it writable\n")
+
+
+def test_a_pipe_or_a_file_there_already_is_taken_without_making_a_file_beside_it(tmp_path, monkeypatch):
+    """/dev/fd/N of a pipe (as /dev/stdout piped into another command) resolves to no path, and an existing file is
+    appended to or written in place: neither needs a new file in its folder, which is tried for a new name alone."""
+    from leapfrog_gpu.tools import cli
+
+    existing = tmp_path / "kept.jsonl"
+    existing.write_text("")
+    monkeypatch.setattr(cli.tempfile, "TemporaryFile", lambda dir: (_ for _ in ()).throw(
+        PermissionError(errno.EACCES, os.strerror(errno.EACCES))))  # as in a folder that takes no new file
+    read, write = os.pipe()
+    try:
+        assert cli.output_refusal("--json", f"/dev/fd/{write}") is None
+    finally:
+        os.close(read), os.close(write)
+    assert cli.output_refusal("--jsonl", str(existing)) is None
+    assert cli.output_refusal("--json", str(tmp_path / "new.json")).startswith(f"--json {tmp_path / 'new.json'}: "
+                                                                               "no file can be made in the folder ")
 
 
 def test_in_blocks_each_round_runs_its_rows_in_one_order_as_the_docstring_says(monkeypatch):

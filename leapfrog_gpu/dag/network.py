@@ -290,7 +290,11 @@ def _check_rebuilt(v, layer):
     except Exception as error:  # the constructor of one's own layer: whatever it raises, load would raise too
         raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) fails ({error}): {remedy}") from None
     given, again = getattr(layer, "__dict__", {}), getattr(rebuilt, "__dict__", {})
-    for name in inspect.signature(kind).parameters:
+    try:
+        arguments = inspect.signature(kind).parameters
+    except (TypeError, ValueError):  # a constructor Python cannot read: nothing to compare
+        arguments = ()
+    for name in arguments:
         value = given.get(name)
         if isinstance(value, (bool, int, float, str)) and name in again and again[name] != value and value == value:
             raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) builds one whose {name} is {again[name]!r}, "

@@ -71,14 +71,14 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
                               **given)
         for i, x in enumerate(inputs):
             _alone(layer, i, output, x)
-        checks = [(f"vjp_inputs(...)[{i}]", product, *_gradient(output, abar, x)) for i, (product, x) in enumerate(zip(
-            _untouched(layer, "vjp_inputs", lambda: input_products(layer, backend, params, inputs, saved, g),
-                       **given), inputs))]
+        to_inputs = _untouched(layer, "vjp_inputs", lambda: input_products(layer, backend, params, inputs, saved, g),
+                               **given)
+        blocks = [_untouched(layer, "jacobian", lambda i=i: layer.jacobian(backend, params, inputs, saved, i).dense(),
+                             **given) for i in range(len(inputs))]
+        checks = [(f"vjp_inputs(...)[{i}]", to_inputs[i], *_gradient(output, abar, x)) for i, x in enumerate(inputs)]
         checks += [(f"vjp_params(...)[{name!r}]", products[name], *_gradient(output, abar, p))
                    for name, p in params.items()]
-        checks += [(f"jacobian(..., i={i}).dense()", _untouched(
-            layer, "jacobian", lambda i=i: layer.jacobian(backend, params, inputs, saved, i).dense(), **given),
-                    *_jacobian(output, x)) for i, x in enumerate(inputs)]
+        checks += [(f"jacobian(..., i={i}).dense()", blocks[i], *_jacobian(output, x)) for i, x in enumerate(inputs)]
     _compare(layer, checks, rtol)
 
 

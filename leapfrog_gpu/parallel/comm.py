@@ -364,8 +364,12 @@ def _drain(made, callers, abort):
     the job is ended (``abort``, the exception's traceback already printed)."""
     failed = getattr(sys, "last_value", None) is not None  # set as an uncaught exception is printed
     for served, _ in made:
-        if (backend := served()) is not None:
-            backend.release() if failed else backend.close()
+        if (backend := served()) is None:
+            continue
+        if failed:
+            backend.release()  # no wait: its threads end behind what they have queued, waited for below
+        else:
+            backend.close()
     for thread in callers:
         if thread is not None:
             thread.join(DRAIN_SECONDS if failed else None)

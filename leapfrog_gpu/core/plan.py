@@ -10,8 +10,9 @@ those it ran eagerly first.
 
 What a network's pass gives (a unit is a layer or a node that has parameters): ``load(x, y)``,
 ``forward(solver)``, ``chain(schedule, controls)``, ``last_reader(unit)``, ``gradients(stream, unit,
-controls)``, ``update(stream, unit, controls)`` and ``joint_update(controls)`` (what ``core.driver`` runs),
-``check_gradients(controls)``, ``gradient_arrays()`` and ``output()``; ``units`` lists its units in order.
+controls)``, ``update(stream, unit, controls)``, ``joint_update(controls)`` and ``halved(schedule, controls)``
+(what ``core.driver`` runs), ``check_gradients(controls)``, ``gradient_arrays()`` and ``output()``; ``units``
+lists its units in order.
 """
 
 import numpy as np
@@ -84,6 +85,11 @@ class Plan:
         both wait for the unit's last reader; else the gradients run behind the unit's own event, the update
         (``update``) behind its last reader's."""
         return False
+
+    def halved(self, schedule, controls):
+        """The units whose update under ``schedule`` the main stream halves with their worker once its chain is done
+        (``core.driver``): a plan that lists any takes ``half`` ("top" or "bottom") in ``update``. None here."""
+        return ()
 
     def resolve(self, schedule):
         """The schedule whose chain runs ``schedule`` on this network (itself, but where a network runs a shared

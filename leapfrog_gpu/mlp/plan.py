@@ -20,6 +20,7 @@ So each weight matrix moves three times a step, read by (2), read and written by
 optimizer's state of it twice, in the sweep.
 """
 
+from ..backends import host_blas
 from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
@@ -225,18 +226,36 @@ class MLPPlan(plan.Plan):
         inline = self.batch == 1 and self.backend.name == "numpy"
         return self.sweep or inline or controls.optimizer.plain
 
-    def update(self, stream, l, controls):
+    def update(self, stream, l, controls, half=None):
         """Enqueue the update of layer l on ``stream`` by ``controls``: the plain SGD one, w^l -= eta/B
-        nabla_w^l and b^l alike, in one launch; another optimizer's of w^l then b^l (``core.optimizers``)."""
+        nabla_w^l and b^l alike, in one launch; another optimizer's of w^l then b^l (``core.optimizers``).
+        ``half`` ("top" or "bottom", another optimizer's: ``halved``): that half of w^l's rows alone, the bottom
+        one with b^l."""
         ops, optimizer, scratch = self.backend.ops, controls.optimizer, self.scratch[l]
         if optimizer.plain:
             self.backend.launch(stream, f"update[{l}]", ops.update, self.w[l], self.nabla_w[l], self.b[l],
                                 self.nabla_b[l], controls.array, scratch)
             return
-        self.backend.launch(stream, f"update[{l}]", _calls,
-                            *(optimizer.update(ops, param, nabla, controls.slots(l, name), controls.array, scratch)
-                              for name, param, nabla in (("w", self.w[l], self.nabla_w[l]),
-                                                         ("b", self.b[l], self.nabla_b[l]))))
+        rows, name = slice(None), f"update[{l}]"
+        if half is not None:
+            cut = (self.w[l].shape[0] + 1) // 2
+            rows = slice(0, cut) if half == "top" else slice(cut, None)
+            name = f"update[{l}] {half} half"
+        state = {slot: s[rows] for slot, s in controls.slots(l, "w").items()}
+        calls = [optimizer.update(ops, self.w[l][rows], self.nabla_w[l][rows], state, controls.array, scratch)]
+        if half != "top":
+            calls.append(optimizer.update(ops, self.b[l], self.nabla_b[l], controls.slots(l, "b"), controls.array,
+                                          scratch))
+        self.backend.launch(stream, name, _calls, *calls)
+
+    def halved(self, schedule, controls):
+        """The layers whose update the main stream halves with their worker once its chain is done (``core.driver``):
+        on the host under one worker, for an optimizer that writes nabla_w^l first, those whose w^l is long enough
+        to stream beside another core (``host_blas.RELEASE_MATRIX`` elements). The worker runs (7), a product as
+        long as the chain's (5), and the update besides: the main stream would wait for the rest at the join."""
+        if self.backend.name != "numpy" or schedule.k != 1 or self.joint_update(controls):
+            return ()
+        return [l for l in self.layer_numbers if self.w[l].size >= host_blas.RELEASE_MATRIX]
 
     def gradient_arrays(self):
         """``{l: {"w": nabla_w^l, "b": nabla_b^l}}``, the buffers themselves."""

@@ -279,3 +279,54 @@ def test_fused_gradients_wait_for_their_own_delta_and_the_update_for_the_last_re
         unit = next(unit for unit in plan.units if launch.endswith(f"[{unit}]"))
         together = joint is True or joint == kind
         assert event == (reader[unit] if launch.startswith("update") or together else f"E_{unit}"), launch
+
+
+LONG = [512, 512, 512, 8]
+"""An MLP whose w^2 and w^3 are long enough to halve (``MLPPlan.halved``: 2^18 elements), w^4 not."""
+
+
+def stream_record(trace, stream):
+    """What ``stream`` did in a ``trace``, in order: each launch's name, "wait X" and "record X" for events."""
+    return [name if what == "start" else f"{what} {name}" for s, what, name, *_ in trace if s == stream and what != "end"]
+
+
+def traced_step(sizes, optimizer, schedule, kind="MLP"):
+    """The trace of the second ``train_step`` of a float64 network of ``kind`` (the first makes its workers)."""
+    with NumpyBackend(trace=True) as backend:
+        net = MLP(sizes, dtype="float64", backend=backend, seed=1) if kind == "MLP" else make(kind, backend=backend)
+        x, y = data(net) if kind != "MLP" else batch(sizes, 3)
+        for _ in range(2):
+            backend.trace.clear()
+            net.train_step(x, y, optimizer, schedule)
+            net.synchronize()
+        return list(backend.trace)
+
+
+@pytest.mark.parametrize("optimizer", [Adam(), SGD(0.1, momentum=0.9)], ids=["adam", "momentum"])
+def test_one_worker_and_the_main_stream_update_a_long_layer_in_halves(optimizer):
+    """Under one worker on the host, with an optimizer that writes nabla_w first, a layer of 2^18 elements or more is
+    updated in halves: its worker updates the bottom rows (and b) behind the layer's last reader, and records G_l
+    after its gradients; the main stream, once its chain is done, waits for G_l and updates the top rows, the layers
+    in the order the worker frees them. A shorter layer is the worker's whole."""
+    trace = traced_step(LONG, optimizer, Leapfrog(1, fused=True))
+    assert stream_record(trace, "worker0") == [
+        "wait E_4", "gradients[4]", "wait E_3", "update[4]",
+        "wait E_3", "gradients[3]", "record G_3", "wait E_2", "update[3] bottom half",
+        "wait E_2", "gradients[2]", "record G_2", "update[2] bottom half", "record F_0"]
+    main = stream_record(trace, "main")
+    assert main[main.index("delta[2]"):] == ["delta[2]", "record E_2", "wait G_3", "update[3] top half", "wait G_2",
+                                              "update[2] top half", "wait F_0", "step done"]
+
+
+@pytest.mark.parametrize("kind, sizes, optimizer, schedule", [
+    ("MLP", SIZES, Adam(), Leapfrog(1, fused=True)),  # no layer long enough
+    ("MLP", LONG, Adam(), Leapfrog(2, fused=True)),  # two workers share the cores already
+    ("MLP", LONG, Adam(), Leapfrog(1)),  # unfused: every update on the main stream, after the join
+    ("MLP", LONG, SGD(0.1), Leapfrog(1, fused=True)),  # the plain step is made inside (7)
+    ("MLP", LONG, Adam(), Leapfrog(1, one_pass=True)),  # the sweep updates w
+    ("RNN", None, Adam(), Leapfrog(1, fused=True)),  # a network that halves nothing
+    ("DagNet", None, Adam(), Leapfrog(1, fused=True))],
+    ids=["short", "k2", "unfused", "plain-sgd", "one-pass", "rnn", "dag"])
+def test_no_update_is_halved_where_halving_would_not_pay(kind, sizes, optimizer, schedule):
+    trace = traced_step(sizes, optimizer, schedule, kind)
+    assert [entry for entry in trace if "half" in str(entry[2]) or str(entry[2]).startswith("G_")] == []

@@ -97,6 +97,31 @@ def test_twelve_steps_agree_with_torch_optim(network_name, kind, schedule):
         twelve_steps_agree(network_name, net, kind, SCHEDULES[schedule])
 
 
+HALVED = [512, 512, 8]
+"""An MLP whose w^2 the main stream and the worker update in halves under ``Leapfrog(1, fused=True)`` on the host
+(``MLPPlan.halved``: 512 * 512 elements), w^3 on the worker whole."""
+
+
+@pytest.mark.parametrize("kind", ["nesterov+decay", "adam", "adamw"])
+def test_an_update_in_halves_agrees_with_torch_optim_and_with_the_sequential_steps_to_the_bit(kind):
+    ours, theirs = OPTIMIZERS[kind]
+    rng = np.random.default_rng(5)
+    batches = [(rng.standard_normal((HALVED[0], 5)), rng.random((HALVED[-1], 5))) for _ in range(STEPS)]
+    got = {}
+    for schedule in (Leapfrog(1, fused=True), Sequential()):
+        with MLP(HALVED, dtype="float64", seed=1) as net:
+            module, torch_step = torch_training("MLP", net, theirs)
+            optimizer = ours()
+            for step, (x, y) in enumerate(batches):
+                net.train_step(x, y, optimizer, schedule, graph=not got and step >= STEPS // 2)  # captured, replayed
+                torch_step(x, y)
+            got[repr(schedule)] = [np.array(a) for named in net.parameters().values() for a in named.values()]
+            x = rng.standard_normal((HALVED[0], 7))
+            with torch.no_grad():
+                np.testing.assert_allclose(net.feedforward(x), module_output("MLP", module, x).numpy(), rtol=1e-10)
+    assert_bitwise(*got.values())
+
+
 @pytest.mark.parametrize("schedule", [*SCHEDULES.values(), Wavefront(), TimeScan()], ids=repr)
 @pytest.mark.parametrize("kind", ["nesterov+decay", "adam", "adamw"])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from helpers import assert_same, batch, batch_id, case_id, case_ids, gpu, layer_names, same
-from leapfrog_gpu import MLP, Leapfrog, Sequential
+from leapfrog_gpu import MLP, Adam, Leapfrog, Sequential
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
+from leapfrog_gpu.mlp.plan import MLPPlan
 
 STEPS = 50
 ETA = 0.5
@@ -183,6 +184,27 @@ def test_fused_update_waiting_only_for_its_own_delta_is_caught(monkeypatch):
     assert_same(deferred_run("workers-first", Leapfrog(2, fused=True)), want, DEFERRED, "with every wait")
     monkeypatch.setattr(plan.Plan, "last_reader", lambda self, l: l)
     assert not same(deferred_run("workers-first", Leapfrog(2, fused=True)), want)
+
+
+def halved_run(order, schedule, steps=2):
+    """The weights after ``steps`` Adam steps of an MLP whose w^2 is long enough to be updated in halves under one
+    worker (``MLPPlan.halved``), enqueued back to back on host streams that run in ``order``."""
+    sizes = [512, 512, 6]
+    with NumpyBackend(mode="deferred", order=order) as backend:
+        net = MLP(sizes, seed=2, backend=backend)
+        for step in range(steps):
+            net.train_step(*batch(sizes, 4, seed=step, dtype=np.float32), Adam(0.01), schedule)
+        return net.weights
+
+
+def test_an_update_in_halves_without_its_wait_is_caught(monkeypatch):
+    """The main stream's top half of w^2's update must wait for G_2, the worker's nabla_w^2: a main stream that runs
+    first without it updates by a gradient not yet written (NaN at the first step)."""
+    want = halved_run("workers-first", Sequential())
+    assert_same(halved_run("main-first", Leapfrog(1, fused=True)), want, ["w[2]", "w[3]"], "with every wait")
+    monkeypatch.setattr(MLPPlan, "event", lambda self, name: self.backend.event(name) if name.startswith("G_")
+                        else plan.Plan.event(self, name))
+    assert not same(halved_run("main-first", Leapfrog(1, fused=True)), want)
 
 
 def test_missing_join_is_caught(monkeypatch):

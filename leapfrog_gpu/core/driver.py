@@ -12,18 +12,18 @@ A network's pass (its ``core.plan.Plan``) says three things of its backward pass
 - ``plan.gradients(stream, unit, controls)``: enqueue the unit's gradients on ``stream``, and its update by
   ``controls`` when given; ``plan.update(stream, unit, controls, half=None)`` the update alone (of the ``"top"``
   or the ``"bottom"`` half of the unit's rows), ``plan.joint_update(controls)`` whether the gradients' pass
-  makes the update (so that it cannot come apart), and ``plan.halved(schedule, controls)`` the units whose
-  update the main stream halves with their worker.
+  makes the update (so that it cannot come apart), and ``plan.halved(schedule)`` the units whose update, where
+  it is apart from the gradients, the main stream halves with their worker.
 
-``run`` turns those into the hand-off (docs/design.md §2): the event E_u on the main stream at each yield,
-each unit's gradients on worker ``index(u) mod k`` behind E_u (read after write) and, fused, its update on
-that worker behind E of its last reader (write after read; the gradients too where the update is joint),
-each handed to the sums across ranks as it is enqueued, then the join (write after read: the update and the
-next pass rewrite what the workers read). A halved unit's worker updates the bottom half of its rows, and the
-main stream, once its chain is done, the top half, behind the event G_u that follows the unit's gradients: where a
-worker's unit is longer than the chain's, the main stream would otherwise wait at the join. With sums across ranks a
-fused update waits for its unit's sum: the worker writes the gradients alone, and the update follows the sum
-on the communication stream (``parallel.reducer``). ``backward`` adds what a step's pass needs around it:
+``run`` turns those into the hand-off (docs/design.md §2): the event E_u on the main stream at each yield, each
+unit's gradients on worker ``index(u) mod k`` behind E_u (read after write) and, fused, its update on that worker
+behind E of its last reader (write after read; the gradients too where the update is joint), each handed to the
+sums across ranks as it is enqueued, then the join (write after read: the update and the next pass rewrite what the
+workers read). A halved unit's worker updates the bottom half of its parameters, and the main stream, once its
+chain is done, the top half, behind the event G_u that follows the unit's gradients: where a worker's unit is
+longer than the chain's, the main stream would otherwise wait at the join. With sums across ranks a fused update
+waits for its unit's sum: the worker writes the gradients alone, and the update follows the sum on the
+communication stream (``parallel.reducer``). ``backward`` adds what a step's pass needs around it:
 ``Leapfrog("auto")`` resolved by its calibration, the NVTX range and the sums across ranks.
 """
 
@@ -65,9 +65,10 @@ def run(plan, schedule, controls=None):
 
 
 def _hand_off(plan, schedule, controls, hand):
-    """The chain of ``schedule`` on ``plan``, each unit's gradients handed off by ``hand`` as it becomes free."""
+    """The chain of ``schedule`` on ``plan``, each unit's gradients handed off by ``hand`` as it becomes free; then,
+    on the main stream, the top halves of the halved units' updates."""
     waiting = {}  # fused: the units whose update waits for a reader, by that reader
-    halved, tops = None, []  # the units whose update the main stream halves; those it takes the top half of, in order
+    halved, tops = plan.halved(schedule), []  # the units whose update the main stream halves; those it took, in order
     chain = plan.chain(schedule, controls)
     while True:
         try:
@@ -85,8 +86,6 @@ def _hand_off(plan, schedule, controls, hand):
             for done in freed:
                 _give(plan, hand.off(done, after=unit), done, controls)
             continue
-        if halved is None:  # asked once the chain has begun, which sets how the plan's pass updates
-            halved = plan.halved(schedule, controls)
         for done in freed:  # an update behind E of its unit's last reader
             if done != unit:
                 _update(plan, hand.off(done, after=unit), done, controls, halved, tops)

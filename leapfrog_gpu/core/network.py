@@ -217,7 +217,8 @@ class Network(OneThreadAtATime, OptimizerState):
         the step and raises any error it met. With a communicator every rank passes the same batch and
         computes on its share of the samples; B is the whole batch's size. ``solver``: the forward pass's,
         where the network takes one. Under a fused schedule each unit's update runs on its worker right after
-        its gradients; else every update runs after the join. ``clip``: scale the gradients first so that the
+        its gradients (a long layer's in halves with the main stream under one worker on the host); else every
+        update runs after the join. ``clip``: scale the gradients first so that the
         norm of the batch-mean gradient is at most ``clip`` (``torch.nn.utils.clip_grad_norm_``), which needs
         every gradient before any update: an unfused schedule only.
 

@@ -1,16 +1,16 @@
 """A network's pass at one batch shape: the streams it runs on, its events and its buffers, made once; and the
 pass and the step, written once over what each network's pass gives.
 
-The MLP's pass (``mlp.plan.MLPPlan``), the RNN's (``RNNPlan``) and the DAG's (``DagPlan``) are each one of
-these. Every buffer starts filled with NaN, so that a read before its write shows in the result; every event
-is made on first use and kept, so that a pass makes none after its first (``E_u``: the main stream is past
-what unit u's gradients wait for; ``F_j``: worker j is done; a network's own, as the MLP's ``S_l`` and
-``H_l``). ``captured`` holds the steps graph mode captured on this plan (``core.capture``), ``eager`` the keys of
-those it ran eagerly first.
+The MLP's pass (``mlp.plan.MLPPlan``), the RNN's (``RNNPlan``) and the DAG's (``DagPlan``) are each one of these.
+Every buffer starts filled with NaN, so that a read before its write shows in the result; every event is made on
+first use and kept, so that a pass makes none after its first (``E_u``: the main stream is past what unit u's
+gradients wait for; ``F_j``: worker j is done; ``G_u``: a halved unit's gradients are done; a network's own, as the
+MLP's ``S_l`` and ``H_l``). ``captured`` holds the steps graph mode captured on this plan (``core.capture``),
+``eager`` the keys of those it ran eagerly first.
 
 What a network's pass gives (a unit is a layer or a node that has parameters): ``load(x, y)``,
 ``forward(solver)``, ``chain(schedule, controls)``, ``last_reader(unit)``, ``gradients(stream, unit,
-controls)``, ``update(stream, unit, controls)``, ``joint_update(controls)`` and ``halved(schedule, controls)``
+controls)``, ``update(stream, unit, controls)``, ``joint_update(controls)`` and ``halved(schedule)``
 (what ``core.driver`` runs), ``check_gradients(controls)``, ``gradient_arrays()`` and ``output()``; ``units``
 lists its units in order.
 """
@@ -86,7 +86,7 @@ class Plan:
         (``update``) behind its last reader's."""
         return False
 
-    def halved(self, schedule, controls):
+    def halved(self, schedule):
         """The units whose update under ``schedule`` the main stream halves with their worker once its chain is done
         (``core.driver``): a plan that lists any takes ``half`` ("top" or "bottom") in ``update``. None here."""
         return ()

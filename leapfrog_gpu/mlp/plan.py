@@ -9,21 +9,25 @@ same launches.
 docs/design.md §1 numbers the equations, §2 gives the schedule and its hazards. Every per-layer quantity
 is a dict keyed by the layer number l = 2..L (a^1 is the input), a minibatch stored as columns.
 
-With ``fused=True`` the update of w^l runs on its worker right after (7) (the plain SGD one inside (7));
-since the main stream still reads w^l for delta^{l-1}, that layer is handed off behind E_{l-1} instead (the
-third hazard of docs/design.md §2). With ``one_pass=True`` (NumPy backend; it implies ``fused``) the main
-stream updates w^{l+1} by the step's optimizer inside (5) itself, in one sweep over w^{l+1} that reads each
-row block for delta^l and then updates it while it is in cache (``ops_numpy.backward_update``), and updates
-w^2, which no (5) reads, last: the chain never reads a block after its update; the workers keep (6) and the
-update of b^l (and, at B = 1, worker 0 an optimizer's sweep of the bottom half of each w's rows: ``halves``).
-So each weight matrix moves three times a step, read by (2), read and written by the sweep, and an
-optimizer's state of it twice, in the sweep.
+With ``fused=True`` the update of w^l runs on its worker right after (7) (the plain SGD one inside (7)); since the
+main stream still reads w^l for delta^{l-1}, that layer is handed off behind E_{l-1} instead (the third hazard of
+docs/design.md §2); under one worker on the host the main stream takes the top half of a long layer's update once
+its chain is done (``halved``). With ``one_pass=True`` (NumPy backend; it implies ``fused``) the main stream
+updates w^{l+1} by the step's optimizer inside (5) itself, in one sweep over w^{l+1} that reads each row block for
+delta^l and then updates it while it is in cache (``ops_numpy.backward_update``), and updates w^2, which no (5)
+reads, last: the chain never reads a block after its update; the workers keep (6) and the update of b^l (and, at
+B = 1, worker 0 an optimizer's sweep of the bottom half of each w's rows: ``halves``). So each weight matrix moves
+three times a step, read by (2), read and written by the sweep, and an optimizer's state of it twice, in the sweep.
 """
 
-from ..backends import host_blas
 from ..core import plan
 from ..core.schedules import Leapfrog, Sequential
 from ..parallel.reducer import Reducer
+
+HALVED = 1 << 18
+"""The fewest weights of a layer whose update the main stream halves with its one worker (``MLPPlan.halved``): at
+1024 x 1024 halving made an Adam step at B = 64 1.06-1.10x as fast, at 256 x 256 0.81x (the two launches and the
+wait cost more than half an update saves; docs/performance.md)."""
 
 
 class MLPPlan(plan.Plan):
@@ -229,33 +233,34 @@ class MLPPlan(plan.Plan):
     def update(self, stream, l, controls, half=None):
         """Enqueue the update of layer l on ``stream`` by ``controls``: the plain SGD one, w^l -= eta/B
         nabla_w^l and b^l alike, in one launch; another optimizer's of w^l then b^l (``core.optimizers``).
-        ``half`` ("top" or "bottom", another optimizer's: ``halved``): that half of w^l's rows alone, the bottom
-        one with b^l."""
+        ``half`` ("top" or "bottom", another optimizer's: ``halved``): that half of w^l's elements alone (its top
+        rows, its bottom rows), the bottom one with b^l."""
         ops, optimizer, scratch = self.backend.ops, controls.optimizer, self.scratch[l]
         if optimizer.plain:
             self.backend.launch(stream, f"update[{l}]", ops.update, self.w[l], self.nabla_w[l], self.b[l],
                                 self.nabla_b[l], controls.array, scratch)
             return
-        rows, name = slice(None), f"update[{l}]"
-        if half is not None:
-            cut = (self.w[l].shape[0] + 1) // 2
-            rows = slice(0, cut) if half == "top" else slice(cut, None)
+        w, nabla, state, name = self.w[l], self.nabla_w[l], controls.slots(l, "w"), f"update[{l}]"
+        if half is not None:  # an element-wise update of C-contiguous arrays: each half of their elements, in order
+            cut = w.size // 2
+            part = slice(0, cut) if half == "top" else slice(cut, None)
+            w, nabla = w.reshape(-1)[part], nabla.reshape(-1)[part]
+            state = {slot: s.reshape(-1)[part] for slot, s in state.items()}
             name = f"update[{l}] {half} half"
-        state = {slot: s[rows] for slot, s in controls.slots(l, "w").items()}
-        calls = [optimizer.update(ops, self.w[l][rows], self.nabla_w[l][rows], state, controls.array, scratch)]
+        calls = [optimizer.update(ops, w, nabla, state, controls.array, scratch)]
         if half != "top":
             calls.append(optimizer.update(ops, self.b[l], self.nabla_b[l], controls.slots(l, "b"), controls.array,
                                           scratch))
         self.backend.launch(stream, name, _calls, *calls)
 
-    def halved(self, schedule, controls):
-        """The layers whose update the main stream halves with their worker once its chain is done (``core.driver``):
-        on the host under one worker, for an optimizer that writes nabla_w^l first, those whose w^l is long enough
-        to stream beside another core (``host_blas.RELEASE_MATRIX`` elements). The worker runs (7), a product as
-        long as the chain's (5), and the update besides: the main stream would wait for the rest at the join."""
-        if self.backend.name != "numpy" or schedule.k != 1 or self.joint_update(controls):
+    def halved(self, schedule):
+        """The layers whose update the main stream halves with their worker once its chain is done (``core.driver``,
+        which asks only where an update follows its gradients apart from them): under ``Leapfrog(1)`` on the host,
+        those of ``HALVED`` weights or more. The worker runs (7), a product as long as the chain's (5), and the
+        update besides: the main stream would wait for the rest at the join."""
+        if self.backend.name != "numpy" or type(schedule) is not Leapfrog or schedule.k != 1:
             return ()
-        return [l for l in self.layer_numbers if self.w[l].size >= host_blas.RELEASE_MATRIX]
+        return [l for l in self.layer_numbers if self.w[l].size >= HALVED]
 
     def gradient_arrays(self):
         """``{l: {"w": nabla_w^l, "b": nabla_b^l}}``, the buffers themselves."""

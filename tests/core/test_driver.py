@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import batch, patched_ops
-from leapfrog_gpu import MLP, RNN, SGD, Adam, DagNet, Leapfrog, Sequential, reference
+from leapfrog_gpu import MLP, RNN, SGD, Adam, DagNet, Leapfrog, NaumovScan, Sequential, reference
 from leapfrog_gpu.backends import host_blas
 from leapfrog_gpu.backends.host import NumpyBackend
 from leapfrog_gpu.core import network as core_network
@@ -287,7 +287,8 @@ LONG = [512, 512, 512, 8]
 
 def stream_record(trace, stream):
     """What ``stream`` did in a ``trace``, in order: each launch's name, "wait X" and "record X" for events."""
-    return [name if what == "start" else f"{what} {name}" for s, what, name, *_ in trace if s == stream and what != "end"]
+    return [name if what == "start" else f"{what} {name}" for s, what, name, *_ in trace
+            if s == stream and what != "end"]
 
 
 def traced_step(sizes, optimizer, schedule, kind="MLP"):
@@ -324,9 +325,12 @@ def test_one_worker_and_the_main_stream_update_a_long_layer_in_halves(optimizer)
     ("MLP", LONG, Adam(), Leapfrog(1)),  # unfused: every update on the main stream, after the join
     ("MLP", LONG, SGD(0.1), Leapfrog(1, fused=True)),  # the plain step is made inside (7)
     ("MLP", LONG, Adam(), Leapfrog(1, one_pass=True)),  # the sweep updates w
+    ("MLP", LONG, Adam(), NaumovScan(k=1, fused=True)),  # another chain
     ("RNN", None, Adam(), Leapfrog(1, fused=True)),  # a network that halves nothing
     ("DagNet", None, Adam(), Leapfrog(1, fused=True))],
-    ids=["short", "k2", "unfused", "plain-sgd", "one-pass", "rnn", "dag"])
+    ids=["short", "k2", "unfused", "plain-sgd", "one-pass", "naumov", "rnn", "dag"])
 def test_no_update_is_halved_where_halving_would_not_pay(kind, sizes, optimizer, schedule):
+    """Halving is for one worker's ``Leapfrog`` on the host, a long layer and an update apart from its gradients:
+    anywhere else no launch is a half and no G_ event is recorded."""
     trace = traced_step(sizes, optimizer, schedule, kind)
     assert [entry for entry in trace if "half" in str(entry[2]) or str(entry[2]).startswith("G_")] == []

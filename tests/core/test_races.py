@@ -13,9 +13,10 @@ import pytest
 from helpers import install_standin, patched_ops
 from leapfrog_gpu import (BPTT, SGD, Adam, AdamW, DagDoubling, DagJacobi, Leapfrog, LevelSets, NaumovJacobi, NaumovRNN,
                           NaumovScan, RNN, Sequential, TimeScan, Wavefront)
-from leapfrog_gpu.backends import host_blas, ops_numpy
+from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.core import plan
 from leapfrog_gpu.core.handoff import Handoff
+from leapfrog_gpu.mlp import plan as mlp_plan
 from leapfrog_gpu.mlp.plan import MLPPlan
 from leapfrog_gpu.parallel.reducer import Reducer
 from networks import IN, NAMES, OUT, Mirror, network, network_batch
@@ -307,15 +308,15 @@ def test_a_sweep_in_halves_missing_a_wait_is_reported(monkeypatch, event, line):
     assert line in found, "\n".join(found)
 
 
-HALVED_CASES = [(kind, mode) for kind in ("momentum", "adam") for mode in ("eager", "graph")]
+HALVED_CASES = [(kind, mode) for kind in OPTIMIZERS for mode in ("eager", "graph")]
 
 
 @pytest.mark.parametrize("kind, mode", HALVED_CASES, ids=[f"{kind}-{mode}" for kind, mode in HALVED_CASES])
 def test_no_two_launches_of_an_update_in_halves_race(monkeypatch, kind, mode):
-    """Under one worker every layer's update in halves (``MLPPlan.halved``, its least length patched to one
-    element): the worker's bottom half behind the last reader, the main stream's top half behind G_l, once its
+    """Under one worker every layer's update in halves (``MLPPlan.halved``, its least length patched to two
+    elements): the worker's bottom half behind the last reader, the main stream's top half behind G_l, once its
     chain is done."""
-    monkeypatch.setattr(host_blas, "RELEASE_MATRIX", 1)
+    monkeypatch.setattr(mlp_plan, "HALVED", 2)
     with host_backend() as made:
         found, unseen = recorded_steps(made, "MLP", Leapfrog(1, fused=True), mode, optimizer=OPTIMIZERS[kind],
                                        sizes=(4, 4, 1, 1))
@@ -325,7 +326,7 @@ def test_no_two_launches_of_an_update_in_halves_race(monkeypatch, kind, mode):
 
 def test_a_top_half_that_does_not_wait_for_its_gradients_is_reported(monkeypatch):
     """The main stream's half of an update not waiting for G_l: it reads nabla_w^l while the worker writes it."""
-    monkeypatch.setattr(host_blas, "RELEASE_MATRIX", 1)
+    monkeypatch.setattr(mlp_plan, "HALVED", 2)
     monkeypatch.setattr(MLPPlan, "event", lambda self, name: self.backend.event(name) if name.startswith("G_")
                         else plan.Plan.event(self, name))
     with host_backend() as made:

@@ -135,11 +135,11 @@ class Network(OneThreadAtATime, OptimizerState):
     def set_parameters(self, params):
         """Copy ``params`` in: ``{unit: {name: array}}`` as ``parameters()`` gives, or any part of it; arrays
         (or nested lists) on the host or on this backend's device, of the shapes the network holds, finite.
-        All are checked before any is copied; an error names the parameter and changes nothing. Later writes
-        to the given arrays do not reach the network."""
+        All are checked, and the steps enqueued waited for (raising as ``synchronize``), before any is copied; an
+        error changes nothing. Later writes to the given arrays do not reach the network."""
         checked = parameters.check(params, self._live(), self.dtype, self.backend.xp, self._label)
         self._check_open()
-        self._wait()
+        self._synchronize()  # a refusal of check_finite pending: raised, not left to refuse the next step
         for target, value in checked:
             target[...] = self.backend.xp.asarray(value)
         self._wait()

@@ -51,7 +51,8 @@ class OptimizerState:
         every slot of every parameter, checked before any is copied; an error changes nothing. At step 0 a slot may
         be left out, and is then 0, as no step has made it (``{"step": 0}``: the state before any step). The state of
         another optimizer than the one held replaces it (plain SGD's none: the state held goes), once the steps
-        enqueued have run: the way from one optimizer to another."""
+        enqueued have run (raising as ``synchronize``, before anything changes): the way from one optimizer to
+        another."""
         self._check_open()  # first: no other fault of a closed network's matters
         optimizer = optimizers.check(optimizer)
         self._check_optimizer(optimizer, held=False)
@@ -85,8 +86,8 @@ class OptimizerState:
             if lacking:
                 raise ValueError(f"{slot} holds no {self._label(*lacking)}: a slot holds every parameter's, as "
                                  "optimizer_state() gives it")
+        self._synchronize()  # the steps enqueued run on the state they were given; a refusal pending is raised
         if self._rule is not None and optimizer.rule() != self._rule:
-            self._wait()  # the steps enqueued run on the state they were given
             self._rule = self._held = None
             self._steps = 0
         if optimizer.plain:

@@ -70,8 +70,11 @@ def blas_settings(backend, blas_threads=None):
         return [None]
     if blas_threads is None:
         return sorted({1, host_blas.all_threads()})
-    if not isinstance(blas_threads, (list, tuple)) or not blas_threads:
+    if not isinstance(blas_threads, (list, tuple)):
         raise TypeError(f"blas_threads must be None or a list of thread counts, each an integer >= 1; got "
-                        f"{blas_threads!r}")
+                        f"{shown(blas_threads)}")
+    if not blas_threads or len(set(blas_threads)) < len(blas_threads):
+        raise ValueError(f"blas_threads must list distinct thread counts, at least one, such as [1, 2]; got "
+                         f"{shown(blas_threads)}")
     return [host_blas.check_threads(check_count("blas_threads", threads), f"blas_threads {threads}")
             for threads in blas_threads]

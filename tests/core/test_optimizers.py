@@ -21,7 +21,7 @@ import pickle
 import numpy as np
 import pytest
 
-from helpers import to_numpy
+from helpers import same_arrays, to_numpy
 from networks import NAMES, arrays, network, network_batch
 from leapfrog_gpu import (MLP, SGD, Adam, AdamW, DagJacobi, ForwardNewton, Leapfrog, NaumovJacobi, NaumovScan,
                           Sequential, TimeNewton, TimeScan, Wavefront, load)
@@ -550,6 +550,39 @@ def test_updates_refused_by_check_finite_take_no_step(network_name, make, graph)
         slots = [slot for slot in want if slot != "step"]
         assert_bitwise(arrays(net.parameters()) + [a for slot in slots for a in arrays(got[slot])],
                        arrays(unbroken.parameters()) + [a for slot in slots for a in arrays(want[slot])])
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows
+@pytest.mark.parametrize("setter", ["set_parameters", "set_optimizer_state"])
+def test_a_refusal_pending_is_raised_by_a_setter_which_then_sets_nothing(network_name, setter):
+    """A step ``check_finite`` refused, not yet waited for: setting the parameters or the optimizer state (the reset
+    after a divergence) raises that refusal and changes nothing, as ``synchronize`` would; called again, it sets,
+    and the next step is, to the bit, that of a network that made the same calls and never met the bad batch."""
+    x, y = network_batch(network_name, 5, seed=0, dtype=np.float64)
+    with network(network_name, "numpy", dtype="float64", check_finite=True) as net, \
+            network(network_name, "numpy", dtype="float64") as unbroken:
+        optimizer = Adam(0.01)
+        for model in (net, unbroken):
+            model.train_step(x, y, optimizer)
+        kept = net.parameters()
+
+        def set_(model):
+            if setter == "set_parameters":
+                model.set_parameters(kept)
+            else:
+                model.set_optimizer_state(optimizer, {"step": 0})
+
+        net.train_step(x * 1e200, y, optimizer)
+        with pytest.raises(FloatingPointError, match="holds NaN or Inf; update refused"):
+            set_(net)
+        assert_bitwise(arrays(net.parameters()), arrays(kept))
+        assert net.optimizer_state()["step"] == 1
+        for model in (net, unbroken):
+            set_(model)
+            model.train_step(x, y, optimizer)
+        assert net.optimizer_state()["step"] == unbroken.optimizer_state()["step"] > 0
+        assert_bitwise(arrays(net.parameters()), arrays(unbroken.parameters()))
+        assert not same_arrays(arrays(net.parameters()), arrays(kept))
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the batch that overflows

@@ -146,6 +146,9 @@ def test_blas_settings():
     ({"warmup": -1}, ValueError, "warmup must be an integer >= 0; got -1"),
     ({"blas_threads": [0]}, ValueError, "blas_threads must be an integer >= 1; got 0"),
     ({"blas_threads": 2}, TypeError, "blas_threads must be None or a list of thread counts, each an integer >= 1"),
+    ({"blas_threads": [1, 1]}, ValueError, "blas_threads must list distinct thread counts, at least one, such as "
+                                           "[1, 2]; got [1, 1]"),  # rows twice in the table
+    ({"blas_threads": []}, ValueError, "blas_threads must list distinct thread counts"),  # as ks=[]
     ({"ks": None}, TypeError, "ks must be a list of worker stream counts, such as [1, 2, 4]; got None"),
     ({"ks": [2, 2]}, ValueError, "ks must list distinct worker stream counts, at least one, such as [1, 2, 4]; got "
                                  "[2, 2]"),  # a row twice in the table

@@ -255,11 +255,13 @@ def _run(config, dataset, net, report, state, why):
         return 0
     mode = (" as a graph" if config["graph"] else "") + (
         f", forward {config['forward_solver']}" if training.solver is not None else "")
+    optimizer = make_optimizer(config)
+    rule = f"lr {config['lr']}" if optimizer.plain else repr(optimizer)  # the plain step: its rate says it all
     report.line(fitted(f"{dataset} | {models.name(config)} {training.sizes} {config['activation']}, {config['cost']}, "
                        f"{config['dtype']}"))
     report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule!r}{mode} | "
                        f"{plural(config['epochs'], 'epoch')} of {plural(training.fitting.steps_per_epoch, 'step')}, "
-                       f"batch {config['batch_size']}{_on_ranks(training.ranks)}, lr {config['lr']}"))
+                       f"batch {config['batch_size']}{_on_ranks(training.ranks)}, {rule}"))
     if state is not None:
         report.line(f"resumed at {position(training.fitting.state())} from "
                     f"{checkpoint.path_in(config['checkpoint_dir'])}")

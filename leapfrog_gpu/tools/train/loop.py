@@ -232,7 +232,10 @@ class Training:
     def _step(self, n):
         """Around step ``n``: its profiling window; a step the network refuses as set up raises ``Refused`` (on every
         rank alike where the batch is whole: each rank's share of it is --batch-size, so each refuses it, and rank 0
-        alone says so), and Ctrl-C ``Interrupted`` once the step is counted."""
+        alone says so), and Ctrl-C ``Interrupted`` once the step is counted, or before it where Ctrl-C came between
+        two steps (as an epoch's end is evaluated)."""
+        if self.interrupt["stop"]:
+            raise Interrupted
         try:
             with self.profile.step(n):
                 yield

@@ -135,13 +135,16 @@ def momentum(config):
 
 def default_lr(config):
     """The learning rate of a run without ``--lr``: its dataset's under SGD (``LR``, ``RNN_TEACHER_LR``), times
-    1 - mu under a momentum mu in (0, 1) but on the adding problem (``MOMENTUM``); Adam's and AdamW's own (None)
-    but on the adding problem (``ADDING_LR``)."""
+    1 - mu under a momentum mu in (0, 1) but on the adding problem (``MOMENTUM``; a ``UsageError`` for mu >= 1,
+    there is no such rate); Adam's and AdamW's own (None) but on the adding problem (``ADDING_LR``)."""
     rnn = config["model"] == "rnn"
     if config["optimizer"] in ("adam", "adamw"):
         return ADDING_LR if rnn and config["data"] == "adding" else None
     lr = RNN_TEACHER_LR / config["tau"] if rnn and config["data"] == "teacher" else LR[config["data"]]
     mu = momentum(config)
+    if mu >= 1 and config["data"] != "adding":
+        raise UsageError(f"--momentum {written(mu)} leaves no default rate (the SGD rate times 1 - MU, which is not "
+                         f"above 0): give --lr ETA")
     if not 0 < mu < 1 or config["data"] == "adding":
         return lr
     return float(f"{lr * (1 - mu):.12g}")  # 0.01, not 0.009999999999999998

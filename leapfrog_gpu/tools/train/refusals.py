@@ -3,6 +3,7 @@
 ``--resume``, knowing which options the checkpoint's run had); and outputs that would write over each other or the
 data (``outputs_refusal``)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -97,17 +98,37 @@ def _refused(c, given, kept):
 def outputs_refusal(config):
     """Why a run refuses its outputs, in one line, or None: two that name one file (``cli.one_file_each``):
     ``--metrics``, the ``--timeline`` chart and its .json, the checkpoint in ``--checkpoint-dir``; one that would
-    write over the MNIST data, or into its folder a file that ``datasets.mnist`` would read as data from then on."""
+    write over the MNIST data, or into its folder a file that ``datasets.mnist`` would read as data from then on; a
+    ``--metrics`` file that holds something else (``_no_metrics``)."""
     timeline, directory = config["timeline"], config["checkpoint_dir"]
     outputs = [("--metrics", config["metrics"]), ("--timeline", timeline),
                ("--timeline's .json", timeline and Path(timeline).with_suffix(".json")),
                ("--checkpoint-dir's checkpoint", directory and path_in(directory))]
     why = one_file_each(outputs) or (_over_the_data(outputs, config["data_dir"]) if config["data"] == "mnist" else None)
+    why = why or _no_metrics(config["metrics"])
     folder = directory and os.path.realpath(directory)
     for option, path in outputs[:3]:  # a file where the run makes the checkpoint's folder, or a folder above it
         if folder and path and (folder + os.sep).startswith(os.path.realpath(path) + os.sep):
             why = why or f"{option} {path} is --checkpoint-dir's folder or one above it: give each its own"
     return why
+
+
+def _no_metrics(path):
+    """Why ``--metrics`` may not write to ``path``, or None: a file there already whose first line is no JSON object,
+    as every record is (a checkpoint, say), which a fresh run would empty and a resumed one append to."""
+    if not path or not os.path.isfile(path) or not os.path.getsize(path):
+        return None
+    try:
+        with open(path, "rb") as file:
+            first = json.loads(file.readline(1 << 20))
+    except OSError:
+        return None  # opening it to append says what is wrong
+    except ValueError:
+        first = None
+    if isinstance(first, dict):
+        return None
+    return f"--metrics {path} holds something other than metrics lines, which the run would write over: give " \
+           "another file"
 
 
 def _over_the_data(outputs, data):

@@ -364,6 +364,8 @@ def test_resume_takes_the_optimizers_values_given_again_and_names_them_against_o
     (["--optimizer", "momentum", "--momentum", 0, "--nesterov"], "--nesterov needs a momentum > 0"),
     (["--optimizer", "adamw", "--eps", "0"], r"--optimizer adamw: eps must be > 0 and finite; got 0\.0$"),
     (["--optimizer", "momentum", "--momentum", "nan"], "--optimizer momentum: momentum must be a finite number >= 0"),
+    (["--optimizer", "momentum", "--momentum", 1.5], r"--momentum 1\.5 leaves no default rate \(the SGD rate times "
+                                                     r"1 - MU, which is not above 0\): give --lr ETA$"),
     (["--optimizer", "adam", "--betas", "0.9"], r"--optimizer adam: betas must be a pair of numbers \(beta1, beta2\)"),
     (["--optimizer", "adam", "--weight-decay", "-0.1"], "--optimizer adam: weight_decay must be a finite number >= 0"),
     (["--optimizer", "adam", "--clip-grad-norm", 1, "--fused"], r"--clip-grad-norm 1\.0 needs every gradient before "
@@ -458,6 +460,7 @@ def test_momentum_learns_the_digits_at_its_default_rate(tmp_path, model):
     (["--model", "rnn", "--data", "adding", "--optimizer", "momentum"], options.LR["adding"]),
 ])
 def test_the_header_gives_the_rate_a_momentum_takes(capsys, args, rate):
+    """The header names the optimizer with its settings (the plain step: its rate alone), wrapped as it must."""
     assert cli(*args, "--epochs", 1) == 0
-    header = capsys.readouterr().out.splitlines()[1]
-    assert float(re.search(r"lr ([\d.e-]+)$", header).group(1)) == pytest.approx(rate, rel=1e-12), header
+    header = " ".join(capsys.readouterr().out.split("\nestimate:")[0].split())
+    assert float(re.search(r"SGD\(lr=([\d.e-]+), momentum=", header).group(1)) == pytest.approx(rate, rel=1e-12), header

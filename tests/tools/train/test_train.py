@@ -812,6 +812,27 @@ def test_two_ctrl_cs_in_quick_succession_are_one_and_lose_no_step(tmp_path, monk
     assert parameters(tmp_path)[1]["step"] == 90
 
 
+def test_ctrl_c_as_an_epoch_is_evaluated_stops_before_the_next_step(tmp_path, monkeypatch, capsys, terminal_sigint):
+    """Ctrl-C between two steps (here as the first epoch's end is scored) stops before the next one: the run used to
+    take one more step first."""
+    score, train_step, steps = fitting._score, MLP.train_step, []
+
+    def counted(net, *args, **kwargs):
+        steps.append(None)
+        return train_step(net, *args, **kwargs)
+
+    def ctrl_c_after_the_first_epoch(*args, **kwargs):
+        if len(steps) == 45:
+            signal.raise_signal(signal.SIGINT)
+        return score(*args, **kwargs)
+
+    monkeypatch.setattr(MLP, "train_step", counted)
+    monkeypatch.setattr(fitting, "_score", ctrl_c_after_the_first_epoch)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path) == 130
+    assert "interrupted at epoch 2, step 45: checkpoint written" in capsys.readouterr().err
+    assert parameters(tmp_path)[1]["step"] == 45
+
+
 def test_an_ignored_sigint_stays_ignored_while_the_run_trains(tmp_path, monkeypatch, capsys):
     """A run whose SIGINT is ignored (a background job's, as its setup leaves it) trains to its end through one: the
     loop's own handler, put over it, stopped the run at the next step."""
@@ -878,7 +899,7 @@ def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_
     """The divergence rule's pass over the training set (a minute for a Newton-solved DagNet) comes before the
     metrics file is started: a Ctrl-C then leaves it as it was (it was emptied, and said "stopped at once")."""
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("an earlier run's line\n")
+    metrics.write_text('{"from": "an earlier run"}\n')
 
     def interrupted(*args, **kwargs):
         signal.raise_signal(signal.SIGINT)
@@ -886,7 +907,7 @@ def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_
     monkeypatch.setattr(train_loop, "evaluate", interrupted)
     assert cli(*SMALL, "--metrics", metrics, "--checkpoint-dir", tmp_path / "run") == 130
     assert capsys.readouterr().err == "leapfrog-train: interrupted before the first step; nothing was written\n"
-    assert metrics.read_text() == "an earlier run's line\n" and not (tmp_path / "run").exists()
+    assert metrics.read_text() == '{"from": "an earlier run"}\n' and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("where", ["data", "estimate"])
@@ -1469,6 +1490,28 @@ def test_memory_limit_is_what_a_schedule_may_take_before_the_step_is_refused(cap
     assert re.fullmatch(r"leapfrog-train: error: TimeNewton needs \d+ bytes .* for sizes \[8, \d+, 10\] at "
                         r"tau=8, B=\d+ \(float32\), over the 1074 bytes \(1.0 KiB\) of --memory-limit; give a larger "
                         r"--memory-limit \(GiB\) or another --forward-solver", one_error_line(capsys))
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "text"])
+def test_metrics_refuses_a_file_that_holds_something_else(tmp_path, capsys, kind):
+    """A --metrics file there already whose first line is no JSON object (another run's checkpoint, a note) is
+    refused in one line and left as it was; one of metrics lines is taken (a fresh run empties it)."""
+    if kind == "checkpoint":
+        assert cli(*SMALL, "--quiet", "--epochs", 1, "--checkpoint-dir", tmp_path / "run") == 0
+        other = tmp_path / "run" / "checkpoint.npz"
+    else:
+        other = tmp_path / "notes.txt"
+        other.write_text("hello\n")
+    before = other.read_bytes()
+    capsys.readouterr()
+    assert cli(*SMALL, "--epochs", 1, "--metrics", other) == 2
+    assert one_error_line(capsys) == (f"leapfrog-train: error: --metrics {other} holds something other than metrics "
+                                      "lines, which the run would write over: give another file")
+    assert other.read_bytes() == before
+    lines = tmp_path / "metrics.jsonl"
+    for _ in range(2):
+        assert cli(*SMALL, "--quiet", "--epochs", 1, "--metrics", lines) == 0
+    assert len(lines.read_text().splitlines()) == 1
 
 
 def test_a_run_refused_as_set_up_leaves_no_metrics_file_it_made(tmp_path, capsys):

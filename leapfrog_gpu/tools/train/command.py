@@ -173,6 +173,12 @@ def _train(given, comm, made):
                 raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
             raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
                              "give --profile-steps A:B")
+        if window and saved is not None and window[1] <= state["step"]:
+            before = f"before step {state['step']}, where this run resumes"
+            if config["profile_steps"]:
+                raise UsageError(f"--profile-steps {window[0]}:{window[1]} ends {before}")
+            raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {before}: "
+                             "give --profile-steps A:B")
         if comm.rank == 0 and (why := outputs_refusal(config)):  # the one that writes them
             raise UsageError(why)
         if directory and comm.rank == 0:
@@ -299,16 +305,14 @@ def _run(config, dataset, net, report, state, why):
             if training.ranks > 1:
                 raise StoppedEveryRank from None
             return 130
-    window, recorded = training.profile.steps, training.profile.recorded
+    recorded = training.profile.recorded
     if training.profile.summary is not None:
         report.line(f"timeline of steps {recorded.start}..{recorded.stop - 1} in {config['timeline']} and its .json: "
                     f"{describe(training.profile.summary)}", always=True)
-    elif config["timeline"] is not None and training.rank == 0:
-        print(f"{PROG}: note: this run started at step {0 if state is None else state['step']}, after the timeline's "
-              f"steps {window.start}..{window.stop - 1}, so {config['timeline']} was not written", file=sys.stderr)
     if training.schedule.auto:
         report.line("--k auto chose " + ", ".join(f"{schedule!r} at batch {batch}"
-                                                  for batch, schedule in sorted(training.schedule.chosen.items())))
+                                                  for batch, schedule in sorted(training.schedule.chosen.items())),
+                    always=True)
     report.line(f"done: {plural(metrics['epoch'], 'epoch')}, {in_words(metrics)}, "
                 f"test loss {metrics['test_loss']:.4f}, {time.perf_counter() - started:.1f} s", always=True)
     return 0

@@ -103,9 +103,11 @@ def test_sequential_and_leapfrog_agree_bitwise_after_an_epoch(tmp_path):
     initial.close()
 
 
-def test_k_auto_says_what_it_chose_at_each_batch_size(capsys):
-    """1437 digits in batches of 32: 44 of 32 and a last of 29, each batch size calibrated on its first step."""
-    assert cli("--hidden", "5x24", "--epochs", 1, "--backend", "numpy", "--k", "auto") == 0
+@pytest.mark.parametrize("quiet", [[], ["--quiet"]], ids=["", "quiet"])
+def test_k_auto_says_what_it_chose_at_each_batch_size(capsys, quiet):
+    """1437 digits in batches of 32: 44 of 32 and a last of 29, each batch size calibrated on its first step; the
+    choice is part of the result, which --quiet keeps."""
+    assert cli("--hidden", "5x24", "--epochs", 1, "--backend", "numpy", "--k", "auto", *quiet) == 0
     chosen = r"(Sequential\(\)|Leapfrog\(k=[124]\))"
     assert re.search(rf"^--k auto chose {chosen} at batch 29, {chosen} at batch 32$", capsys.readouterr().out, re.M)
 
@@ -518,13 +520,22 @@ def test_a_timeline_that_cannot_be_written_stops_the_run_in_one_line(tmp_path, c
                                       "space left on device)")
 
 
-def test_a_resumed_run_past_the_timeline_window_says_it_wrote_nothing(tmp_path, capsys):
+def test_a_run_resumed_past_its_profiling_window_is_refused_before_it_trains(tmp_path, capsys):
+    """As a window past the run's last step is: the run used to train to its end, then say it wrote no timeline."""
     assert cli(*SMALL, "--epochs", 1, "--backend", "numpy", "--checkpoint-dir", tmp_path / "run") == 0
+    written = (tmp_path / "run" / "checkpoint.npz").read_bytes()
+    capsys.readouterr()
     assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--timeline",
-               tmp_path / "t.png") == 0
-    assert capsys.readouterr().err == (f"leapfrog-train: note: this run started at step 45, after the timeline's steps "
-                                       f"10..14, so {tmp_path / 't.png'} was not written\n")
-    assert not (tmp_path / "t.png").exists()
+               tmp_path / "t.png") == 2
+    assert one_error_line(capsys) == ("leapfrog-train: error: --timeline records steps 10..14 by default, before step "
+                                      "45, where this run resumes: give --profile-steps A:B")
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--profile-steps", "3:7") == 2
+    assert one_error_line(capsys) == "leapfrog-train: error: --profile-steps 3:7 ends before step 45, where this run " \
+                                     "resumes"
+    assert not (tmp_path / "t.png").exists() and (tmp_path / "run" / "checkpoint.npz").read_bytes() == written
+    assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--timeline",
+               tmp_path / "t.png", "--profile-steps", "50:53") == 0
+    assert (tmp_path / "t.png").exists()
 
 
 # -- what a newcomer meets ------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from ..parallel.reducer import Reducer
 
 HALVED = 1 << 18
 """The fewest weights of a layer whose update the main stream halves with its one worker (``MLPPlan.halved``): at
-1024 x 1024 halving made an Adam step at B = 64 1.06-1.10x as fast, at 256 x 256 0.81x (the two launches and the
-wait cost more than half an update saves; docs/performance.md)."""
+512 x 512 and 1024 x 1024 halving made an Adam step at B = 64 1.03-1.12x as fast, at 256 x 256 0.81x (the two
+launches and the wait cost more than half an update saves; docs/performance.md)."""
 
 
 class MLPPlan(plan.Plan):

@@ -73,8 +73,9 @@ def blas_settings(backend, blas_threads=None):
     if not isinstance(blas_threads, (list, tuple)):
         raise TypeError(f"blas_threads must be None or a list of thread counts, each an integer >= 1; got "
                         f"{shown(blas_threads)}")
-    if not blas_threads or len(set(blas_threads)) < len(blas_threads):
+    counts = [host_blas.check_threads(check_count("blas_threads", threads), f"blas_threads {threads}")
+              for threads in blas_threads]
+    if not counts or len(set(counts)) < len(counts):
         raise ValueError(f"blas_threads must list distinct thread counts, at least one, such as [1, 2]; got "
                          f"{shown(blas_threads)}")
-    return [host_blas.check_threads(check_count("blas_threads", threads), f"blas_threads {threads}")
-            for threads in blas_threads]
+    return counts

@@ -68,7 +68,8 @@ class MLP(Layered):
     def set_parameters(self, weights, biases=None):
         """Copy parameters in: ``weights`` and ``biases``, lists of w^l (n_l, n_{l-1}) and b^l (n_l,) or
         Nielsen's (n_l, 1) for l = 2..L; or, alone, the dict of ``parameters()`` (``Network.set_parameters``).
-        All are checked before any is copied; an error names the layer and changes nothing."""
+        All are checked, and the steps enqueued waited for (raising as ``synchronize``), before any is copied; an
+        error names the layer and changes nothing."""
         if biases is None and not isinstance(weights, (list, tuple)):
             return super().set_parameters(weights)
         layers = self.layer_numbers

@@ -150,8 +150,9 @@ class RNN(Layered):
     def set_parameters(self, weights, recurrent=None, biases=None, b_hn=None):
         """Copy parameters in: ``weights``, ``recurrent`` and ``biases``, lists in the shapes of
         ``self.weights``, ``self.recurrent``, ``self.biases`` (and for a GRU ``b_hn``, one (n_l,) array per
-        recurrent layer); or, alone, the dict of ``parameters()`` (``Network.set_parameters``). All are checked
-        before any is copied; an error names the parameter and changes nothing."""
+        recurrent layer); or, alone, the dict of ``parameters()`` (``Network.set_parameters``). All are checked,
+        and the steps enqueued waited for (raising as ``synchronize``), before any is copied; an error names the
+        parameter and changes nothing."""
         if recurrent is None and biases is None and b_hn is None and not isinstance(weights, (list, tuple)):
             return super().set_parameters(weights)
         if self.cell == "gru" and b_hn is None and recurrent is not None and biases is not None:

@@ -149,6 +149,7 @@ def test_blas_settings():
     ({"blas_threads": [1, 1]}, ValueError, "blas_threads must list distinct thread counts, at least one, such as "
                                            "[1, 2]; got [1, 1]"),  # rows twice in the table
     ({"blas_threads": []}, ValueError, "blas_threads must list distinct thread counts"),  # as ks=[]
+    ({"blas_threads": [0, 0]}, ValueError, "blas_threads must be an integer >= 1; got 0"),  # each count first
     ({"ks": None}, TypeError, "ks must be a list of worker stream counts, such as [1, 2, 4]; got None"),
     ({"ks": [2, 2]}, ValueError, "ks must list distinct worker stream counts, at least one, such as [1, 2, 4]; got "
                                  "[2, 2]"),  # a row twice in the table

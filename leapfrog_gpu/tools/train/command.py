@@ -173,7 +173,7 @@ def _train(given, comm, made):
                 raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
             raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
                              "give --profile-steps A:B")
-        if window and saved is not None and window[1] <= state["step"]:
+        if window and saved is not None and window[1] <= state["step"] < steps:  # at its end: "nothing to do"
             before = f"before step {state['step']}, where this run resumes"
             if config["profile_steps"]:
                 raise UsageError(f"--profile-steps {window[0]}:{window[1]} ends {before}")

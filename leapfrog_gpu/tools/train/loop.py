@@ -214,7 +214,7 @@ class Training:
             with sigint_between_steps() if self.ranks == 1 else contextlib.nullcontext({"stop": False}) as interrupt:
                 if isinstance(noted, SigintNoted) and noted.landed:  # one CPython swallowed
                     raise KeyboardInterrupt
-                self.interrupt = interrupt
+                self.interrupt, self.first = interrupt, self.fitting.step
                 try:
                     records = self.fitting.run(self._step, self._epoch, not self.report.quiet)
                 except Interrupted:  # the checkpoint is written while SIGINT is still this run's
@@ -233,8 +233,8 @@ class Training:
         """Around step ``n``: its profiling window; a step the network refuses as set up raises ``Refused`` (on every
         rank alike where the batch is whole: each rank's share of it is --batch-size, so each refuses it, and rank 0
         alone says so), and Ctrl-C ``Interrupted`` once the step is counted, or before it where Ctrl-C came between
-        two steps (as an epoch's end is evaluated)."""
-        if self.interrupt["stop"]:
+        two steps of this run (as an epoch's end is evaluated)."""
+        if self.interrupt["stop"] and n > self.first:
             raise Interrupted
         try:
             with self.profile.step(n):

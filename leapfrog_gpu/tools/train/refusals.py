@@ -114,21 +114,22 @@ def outputs_refusal(config):
 
 
 def _no_metrics(path):
-    """Why ``--metrics`` may not write to ``path``, or None: a file there already whose first line is no JSON object,
-    as every record is (a checkpoint, say), which a fresh run would empty and a resumed one append to."""
+    """Why ``--metrics`` may not write to ``path``, or None: a file there already whose first line is no epoch's
+    record, a JSON object with its "epoch" (a checkpoint, a timeline's .json, say), which a fresh run would empty and
+    a resumed one append to; or one that cannot be read to tell."""
     if not path or not os.path.isfile(path) or not os.path.getsize(path):
         return None
     try:
         with open(path, "rb") as file:
             first = json.loads(file.readline(1 << 20))
-    except OSError:
-        return None  # opening it to append says what is wrong
+    except OSError as error:
+        return f"--metrics {path}: cannot read it to tell that it holds metrics lines ({error.strerror})"
     except ValueError:
         first = None
-    if isinstance(first, dict):
+    if isinstance(first, dict) and "epoch" in first:
         return None
-    return f"--metrics {path} holds something other than metrics lines, which the run would write over: give " \
-           "another file"
+    return f"--metrics {path} holds something other than metrics lines, which the run would write over or append " \
+           "to: give another file"
 
 
 def _over_the_data(outputs, data):

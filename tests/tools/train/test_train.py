@@ -200,10 +200,11 @@ def test_a_run_resumed_before_its_first_epoch_ended_replaces_an_earlier_runs_met
     """Interrupted in its first epoch, a fresh run has written no record, and the --metrics file is still an earlier
     run's: resumed, the run is as fresh, and its first record replaces those lines (an unbroken run's file)."""
     run, metrics = tmp_path / "run", tmp_path / "metrics.jsonl"
-    metrics.write_text('{"from": "an earlier run"}\n')
+    metrics.write_text('{"epoch": 1, "from": "an earlier run"}\n')
     interrupt_at_step(monkeypatch, 11)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", run, "--metrics", metrics) == 130
-    assert parameters(run)[1]["epoch"] == 0 and metrics.read_text() == '{"from": "an earlier run"}\n'
+    assert parameters(run)[1]["epoch"] == 0
+    assert metrics.read_text() == '{"epoch": 1, "from": "an earlier run"}\n'
     monkeypatch.undo()
     capsys.readouterr()
     assert cli("--quiet", "--checkpoint-dir", run, "--resume", "--metrics", metrics) == 0
@@ -536,6 +537,9 @@ def test_a_run_resumed_past_its_profiling_window_is_refused_before_it_trains(tmp
     assert cli("--quiet", "--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--timeline",
                tmp_path / "t.png", "--profile-steps", "50:53") == 0
     assert (tmp_path / "t.png").exists()
+    capsys.readouterr()
+    assert cli("--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--profile-steps", "3:7") == 0
+    assert "nothing to do: the checkpoint has 2 of 2 epochs" in capsys.readouterr().out  # no run to refuse
 
 
 # -- what a newcomer meets ------------------------------------------------------------------------------
@@ -844,6 +848,22 @@ def test_ctrl_c_as_an_epoch_is_evaluated_stops_before_the_next_step(tmp_path, mo
     assert parameters(tmp_path)[1]["step"] == 45
 
 
+def test_ctrl_c_as_the_training_loop_starts_writes_no_checkpoint_of_step_0(tmp_path, monkeypatch, capsys,
+                                                                         terminal_sigint):
+    """Ctrl-C once the run holds SIGINT, before its first step (as the progress bar is made): the step runs and the
+    run stops after it, as after any step; no checkpoint of no step, which --resume would take."""
+    bar = fitting.Bar
+
+    def ctrl_c_then_bar(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return bar(*args, **kwargs)
+
+    monkeypatch.setattr(fitting, "Bar", ctrl_c_then_bar)
+    assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", tmp_path) == 130
+    assert "interrupted at epoch 1, step 1: checkpoint written" in capsys.readouterr().err
+    assert parameters(tmp_path)[1]["step"] == 1
+
+
 def test_an_ignored_sigint_stays_ignored_while_the_run_trains(tmp_path, monkeypatch, capsys):
     """A run whose SIGINT is ignored (a background job's, as its setup leaves it) trains to its end through one: the
     loop's own handler, put over it, stopped the run at the next step."""
@@ -910,7 +930,7 @@ def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_
     """The divergence rule's pass over the training set (a minute for a Newton-solved DagNet) comes before the
     metrics file is started: a Ctrl-C then leaves it as it was (it was emptied, and said "stopped at once")."""
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text('{"from": "an earlier run"}\n')
+    metrics.write_text('{"epoch": 1, "from": "an earlier run"}\n')
 
     def interrupted(*args, **kwargs):
         signal.raise_signal(signal.SIGINT)
@@ -918,7 +938,7 @@ def test_ctrl_c_while_the_loss_at_the_start_is_measured_is_one_before_the_first_
     monkeypatch.setattr(train_loop, "evaluate", interrupted)
     assert cli(*SMALL, "--metrics", metrics, "--checkpoint-dir", tmp_path / "run") == 130
     assert capsys.readouterr().err == "leapfrog-train: interrupted before the first step; nothing was written\n"
-    assert metrics.read_text() == '{"from": "an earlier run"}\n' and not (tmp_path / "run").exists()
+    assert metrics.read_text() == '{"epoch": 1, "from": "an earlier run"}\n' and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("where", ["data", "estimate"])
@@ -1503,13 +1523,17 @@ def test_memory_limit_is_what_a_schedule_may_take_before_the_step_is_refused(cap
                         r"--memory-limit \(GiB\) or another --forward-solver", one_error_line(capsys))
 
 
-@pytest.mark.parametrize("kind", ["checkpoint", "text"])
+@pytest.mark.parametrize("kind", ["checkpoint", "timeline", "text"])
 def test_metrics_refuses_a_file_that_holds_something_else(tmp_path, capsys, kind):
-    """A --metrics file there already whose first line is no JSON object (another run's checkpoint, a note) is
-    refused in one line and left as it was; one of metrics lines is taken (a fresh run empties it)."""
+    """A --metrics file there already whose first line is no epoch's record (another run's checkpoint or timeline
+    .json, a note) is refused in one line and left as it was; one of metrics lines is taken (a fresh run empties
+    it)."""
     if kind == "checkpoint":
         assert cli(*SMALL, "--quiet", "--epochs", 1, "--checkpoint-dir", tmp_path / "run") == 0
         other = tmp_path / "run" / "checkpoint.npz"
+    elif kind == "timeline":
+        assert cli(*SMALL, "--quiet", "--epochs", 1, "--timeline", tmp_path / "t.png") == 0
+        other = tmp_path / "t.json"
     else:
         other = tmp_path / "notes.txt"
         other.write_text("hello\n")
@@ -1517,7 +1541,7 @@ def test_metrics_refuses_a_file_that_holds_something_else(tmp_path, capsys, kind
     capsys.readouterr()
     assert cli(*SMALL, "--epochs", 1, "--metrics", other) == 2
     assert one_error_line(capsys) == (f"leapfrog-train: error: --metrics {other} holds something other than metrics "
-                                      "lines, which the run would write over: give another file")
+                                      "lines, which the run would write over or append to: give another file")
     assert other.read_bytes() == before
     lines = tmp_path / "metrics.jsonl"
     for _ in range(2):

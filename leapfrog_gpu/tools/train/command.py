@@ -167,17 +167,13 @@ def _train(given, comm, made):
                              f"steps, the most an optimizer's state counts: give --epochs {MOST_STEPS // per_epoch} "
                              "or fewer")
         window = profile_window(config)
-        if window and window[1] > steps:
-            past = f"past this run's last step, {steps - 1} (steps count from 0)"
+        # a resumed run at its end says "nothing to do"
+        if window and (window[1] > steps or saved is not None and window[1] <= state["step"] < steps):
+            verb, where = (("reaches", f"past this run's last step, {steps - 1} (steps count from 0)")
+                           if window[1] > steps else ("ends", f"before step {state['step']}, where this run resumes"))
             if config["profile_steps"]:
-                raise UsageError(f"--profile-steps {window[0]}:{window[1]} reaches {past}")
-            raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {past}: "
-                             "give --profile-steps A:B")
-        if window and saved is not None and window[1] <= state["step"] < steps:  # at its end: "nothing to do"
-            before = f"before step {state['step']}, where this run resumes"
-            if config["profile_steps"]:
-                raise UsageError(f"--profile-steps {window[0]}:{window[1]} ends {before}")
-            raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {before}: "
+                raise UsageError(f"--profile-steps {window[0]}:{window[1]} {verb} {where}")
+            raise UsageError(f"--timeline records steps {window[0]}..{window[1] - 1} by default, {where}: "
                              "give --profile-steps A:B")
         if comm.rank == 0 and (why := outputs_refusal(config)):  # the one that writes them
             raise UsageError(why)
@@ -261,7 +257,7 @@ def _run(config, dataset, net, report, state, why):
         return 0
     mode = (" as a graph" if config["graph"] else "") + (
         f", forward {config['forward_solver']}" if training.solver is not None else "")
-    optimizer = make_optimizer(config)
+    optimizer = training.fitting.optimizer
     rule = f"lr {config['lr']}" if optimizer.plain else repr(optimizer)  # the plain step: its rate says it all
     report.line(fitted(f"{dataset} | {models.name(config)} {training.sizes} {config['activation']}, {config['cost']}, "
                        f"{config['dtype']}"))

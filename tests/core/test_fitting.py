@@ -117,6 +117,28 @@ def test_a_run_resumed_from_its_state_after_any_step_goes_on_bit_for_bit():
     assert seen == list(range(16)) and records == [{"said": 1}, {"said": 2}]
 
 
+def test_an_epoch_resumed_after_its_last_step_reports_no_speed():
+    """Interrupted once an epoch's last step is counted, the run resumed runs no step of that epoch: its record says
+    no speed (None, not 0 samples/s); the next epoch's is a speed."""
+    x, labels = blobs(64)
+
+    @contextlib.contextmanager
+    def stop_after_step_7(n):
+        yield
+        if n == 7:
+            raise KeyboardInterrupt
+
+    with classifier() as net:
+        first = fitting.Fitting(net, x, labels, 2, 8, SGD(0.3))
+        with pytest.raises(KeyboardInterrupt):
+            first.run(step=stop_after_step_7, progress=False)
+        state = first.state()
+        assert (state["epoch"], state["step_in_epoch"], state["step"]) == (0, 8, 8)
+        records = fitting.Fitting(net, x, labels, 2, 8, SGD(0.3), state=state).run(progress=False)
+    assert [r["step"] for r in records] == [8, 16]
+    assert records[0]["samples_per_s"] is None and records[1]["samples_per_s"] > 0
+
+
 def test_a_run_resumed_from_its_state_at_an_epochs_end_draws_the_next_epochs_order(monkeypatch):
     """A state taken as an epoch ends (step_in_epoch 0) holds the generator after that epoch's draw: resumed from it,
     the run is the straight one bit for bit, and both see in epoch e the samples in the order of the e-th

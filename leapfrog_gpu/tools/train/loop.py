@@ -18,7 +18,7 @@ from ...core import files, triangular
 from ...core.fitting import Fitting, evaluate
 from ..cli import Unwritten, writing
 from . import checkpoint, models
-from .metrics import Divergence, chance_loss, in_words
+from .metrics import Divergence, chance_loss, in_words, speed
 from .options import PROG, make_optimizer, profile_window
 from .profiling import ProfileWindow
 from .values import dashed
@@ -262,7 +262,7 @@ class Training:
         epochs = config["epochs"]
         self.report.line(f"epoch {metrics['epoch']:>{len(str(epochs))}}/{epochs}  train loss "
                          f"{metrics['train_loss']:.4f}  test loss {metrics['test_loss']:.4f}  "
-                         f"{in_words(metrics)}  {metrics['samples_per_s']:,.0f} samples/s")
+                         f"{in_words(metrics)}  {speed(metrics['samples_per_s'])}")
         return record
 
     def _stopped(self, what, diverged, every_rank=False):

@@ -14,6 +14,12 @@ def in_words(metrics):
     return f"test mse {metrics['test_mse']:.4f}"
 
 
+def speed(samples_per_s):
+    """An epoch's speed as the command says it: ``1,234 samples/s``, or that it ran no step (a run resumed after the
+    epoch's last step, ``samples_per_s`` None)."""
+    return "no step run" if samples_per_s is None else f"{samples_per_s:,.0f} samples/s"
+
+
 def chance_loss(name, y):
     """Mean cost per sample of the best constant output for targets ``y`` (the samples their last axis):
     the mean target (for one-hot targets, the class frequencies). A network that scores no better has

@@ -29,6 +29,13 @@ def test_chance_loss_is_the_best_constant_output(cost):
         assert fitting.cost(cost, a, y, np.float64) / y.shape[1] > expected
 
 
+@pytest.mark.parametrize("samples_per_s, said", [(1234.4, "1,234 samples/s"), (0.4, "0 samples/s"),
+                                                   (None, "no step run")])
+def test_an_epochs_speed_in_words(samples_per_s, said):
+    """The epoch's line says its speed, or that it ran no step (resumed after its last: tests/core/test_fitting.py)."""
+    assert metrics.speed(samples_per_s) == said
+
+
 def test_divergence_growth_and_chance_level():
     def judge(losses, start=9.0, chance=3.25):
         rule = metrics.Divergence(start, chance)

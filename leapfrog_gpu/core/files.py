@@ -1,5 +1,5 @@
 """Files written whole or not at all (``replaced_atomically``: a network's file, a checkpoint, a timeline's chart, a
-bench's results), what a regular file is (``regular``: one that can be replaced, emptied or cut), and what reading a
+bench's results), what a regular file is (``regular``: one that can be replaced, emptied or cut; ``cuttable``, one open that may be), and what reading a
 damaged archive raises (``DAMAGED``; a gzip stream, ``GZIP_DAMAGED``)."""
 
 import contextlib
@@ -8,6 +8,7 @@ import lzma
 import os
 import secrets
 import stat
+import sys
 import zipfile
 import zlib
 
@@ -71,6 +72,23 @@ def regular(file):
     """Whether ``file``, a path or an open file, is a regular file: one that can be replaced, emptied or cut, where a
     pipe or a device cannot."""
     return stat.S_ISREG((os.fstat(file.fileno()) if hasattr(file, "fileno") else os.stat(file)).st_mode)
+
+
+def cuttable(file):
+    """Whether an open ``file`` can be emptied and cut: a regular file, and not the one standard output or error
+    writes to (``--metrics /dev/stdout > log``: cutting it would cut what the run printed there)."""
+    return regular(file) and standard_stream(file) is None
+
+
+def standard_stream(file):
+    """``sys.stdout`` or ``sys.stderr`` where it writes to the file that ``file``, a path or an open file, is, else
+    None."""
+    mine = os.fstat(file.fileno()) if hasattr(file, "fileno") else os.stat(file)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # replaced, closed or with no descriptor
+            if os.path.samestat(os.fstat(stream.fileno()), mine):
+                return stream
+    return None
 
 
 def _fsync(path):

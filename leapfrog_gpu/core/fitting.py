@@ -122,7 +122,7 @@ class Emptied:
                 os.remove(self.path)
 
     def write(self, text):
-        if not self.emptied and files.regular(self.file):  # a pipe or a device has nothing to empty
+        if not self.emptied and files.cuttable(self.file):  # a pipe, a device or stdout's file is not emptied
             self.file.truncate(0)
         self.emptied = True
         self.file.write(text)

@@ -16,6 +16,7 @@ rank 0 alone.
 
 import argparse
 import contextlib
+import io
 import math
 import os
 import shlex
@@ -30,6 +31,7 @@ from .. import PEERS_INTERRUPTED
 from ...dag.network import skips
 from ...parallel import reducer as data_parallel, comm as parallel
 from ...backends import get_backend
+from ...core import files
 from ...core.optimizer_state import MOST_STEPS
 from . import checkpoint, estimate, models, resuming
 from ..cli import UNWRITTEN, Unwritten, choose_backend, fitted, plural, too_large
@@ -364,6 +366,11 @@ def _open_metrics(path):
         file = open(path, "ab", buffering=0)
     except OSError as error:
         raise UsageError(f"--metrics {path}: {error.strerror}") from None
+    stream = files.standard_stream(file)
+    if stream is not None and files.regular(file):  # --metrics /dev/stdout > log: the lines go in turn, at one offset
+        file.close()
+        file = io.FileIO(os.dup(stream.fileno()), "wb", closefd=True)
+        file.name = path
     return _removed_if_empty(file, path) if made else file
 
 

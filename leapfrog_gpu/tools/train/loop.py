@@ -344,8 +344,8 @@ class Report:
                 line = line[self.metrics_file.write(line):]
 
     def _regular(self):
-        """Whether the ``--metrics`` file is a file, which can be emptied and cut (``core.files.regular``)."""
-        return self.metrics_file is not None and files.regular(self.metrics_file)
+        """Whether the ``--metrics`` file can be emptied and cut (``core.files.cuttable``)."""
+        return self.metrics_file is not None and files.cuttable(self.metrics_file)
 
     def line(self, text, always=False):
         """Print ``text`` above the progress bar unless quiet (``always``: even then)."""

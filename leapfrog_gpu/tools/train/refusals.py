@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ... import datasets
+from ...core import files
 from ...rnn.cells import ACTIVATION
 from ...rnn.scans import NaumovRNN
 from .. import timeline
@@ -116,8 +117,9 @@ def outputs_refusal(config):
 def _no_metrics(path):
     """Why ``--metrics`` may not write to ``path``, or None: a file there already whose first line is no epoch's
     record, a JSON object with its "epoch" (a checkpoint, a timeline's .json, say), which a fresh run would empty and
-    a resumed one append to; or one that cannot be read to tell."""
-    if not path or not os.path.isfile(path) or not os.path.getsize(path):
+    a resumed one append to; or one that cannot be read to tell. The file the run's output goes to (``--metrics
+    /dev/stdout >> log``) is neither emptied nor cut: its lines go among the others."""
+    if not path or not os.path.isfile(path) or not os.path.getsize(path) or files.standard_stream(path):
         return None
     try:
         with open(path, "rb") as file:

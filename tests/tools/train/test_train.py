@@ -371,6 +371,23 @@ def test_a_metrics_file_that_cannot_be_written_stops_the_run_in_one_line(tmp_pat
     assert one_error_line(capsys).endswith("(Input/output error): none was written before")
 
 
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd, a process's files by descriptor")
+def test_metrics_to_the_file_of_the_runs_own_output_go_among_its_lines(tmp_path, monkeypatch):
+    """``--metrics /dev/stdout > log`` and then ``>> log``: neither run empties or cuts the file stdout writes to, nor
+    refuses it for its lines of text; each record goes whole, right before its epoch's line."""
+    log = tmp_path / "log"
+    for mode in ("w", "a"):
+        with open(log, mode, encoding="utf-8") as out:
+            monkeypatch.setattr(sys, "stdout", out)
+            assert cli("--hidden", "2x16", "--epochs", 2, "--checkpoint-dir", tmp_path / mode,
+                       "--metrics", f"/dev/fd/{out.fileno()}") == 0
+    lines = log.read_text(encoding="utf-8").splitlines()
+    records = [(i, json.loads(line)) for i, line in enumerate(lines) if line.startswith("{")]
+    assert [record["epoch"] for _, record in records] == [1, 2, 1, 2]
+    assert all(lines[i + 1].startswith(f"epoch {record['epoch']}/2  ") for i, record in records)
+    assert sum(line.startswith("digits: ") for line in lines) == 2 and len(lines) == 2 * 8
+
+
 def test_a_checkpoint_folder_removed_during_the_run_stops_it_in_one_line(tmp_path, capsys, monkeypatch):
     """The folder gone before the second checkpoint (core.saving refuses a path without its folder): exit status 5,
     one line, as for a write that fails (was a traceback, exit 1)."""

@@ -254,8 +254,9 @@ def _run(config, dataset, net, report, state, why):
     started = time.perf_counter()
     training = Training(config, dataset, net, report, state)
     if training.fitting.epoch >= config["epochs"]:
-        report.line(f"nothing to do: the checkpoint has {training.fitting.epoch} of "
-                    f"{plural(config['epochs'], 'epoch')}", always=True)
+        done = training.fitting.epoch
+        report.line(f"nothing to do: the checkpoint has {plural(done, 'epoch')} done and --epochs is {config['epochs']}: "
+                    f"give --epochs above {done} to train on", always=True)
         return 0
     mode = (" as a graph" if config["graph"] else "") + (
         f", forward {config['forward_solver']}" if training.solver is not None else "")

@@ -556,7 +556,8 @@ def test_a_run_resumed_past_its_profiling_window_is_refused_before_it_trains(tmp
     assert (tmp_path / "t.png").exists()
     capsys.readouterr()
     assert cli("--epochs", 2, "--checkpoint-dir", tmp_path / "run", "--resume", "--profile-steps", "3:7") == 0
-    assert "nothing to do: the checkpoint has 2 of 2 epochs" in capsys.readouterr().out  # no run to refuse
+    assert ("nothing to do: the checkpoint has 2 epochs done and --epochs is 2: give --epochs above 2 to train on"
+            in capsys.readouterr().out)  # no run to refuse
 
 
 # -- what a newcomer meets ------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from ..timeline import describe
 from .loop import Interrupted, Refused, Report, Stopped, Training, position, sigint_noted
 from .metrics import in_words
 from .refusals import outputs_refusal
+from .values import dashed
 from .options import (DEFAULTS, PER_RANK, PROG, RESUMED, UsageError, build_parser, configure, make_optimizer,
                       model_named, profile_window)
 
@@ -141,6 +142,10 @@ def _train(given, comm, made):
             raise UsageError(f"the checkpoint was written by {written_by} rank(s) of --batch-size "
                              f"{saved['batch_size']}; resume it with as many ranks (mpiexec -n {written_by})")
         config["ranks"] = comm.size
+        alone = [f"--{dashed(key)}" for key in ("bucket_mb", "comm_timeout") if key in given and comm.size == 1]
+        if alone:
+            raise UsageError(f"{' and '.join(alone)} appl{'ies' if len(alone) == 1 else 'y'} to a run of several ranks "
+                             f"(mpiexec -n P, P >= 2); this one runs alone: drop {'it' if len(alone) == 1 else 'them'}")
         dataset = models.dataset(config)
         samples, batch = dataset.x_train.shape[-1], config["batch_size"] * comm.size
         per_epoch = math.ceil(samples / batch)  # steps

@@ -1153,6 +1153,9 @@ def test_an_either_way_hidden_is_refused_with_a_command_for_each_reading(text, b
                                              "runs its gradients on the main stream: drop --k"),
     (["--model", "rnn", "--k", 4, "--schedule", "bptt"], "--k applies to the schedules with worker streams; --schedule "
                                                          "bptt runs"),
+    (["--bucket-mb", 1], "--bucket-mb applies to a run of several ranks (mpiexec -n P, P >= 2); this one runs alone: "
+                         "drop it"),
+    (["--comm-timeout", 60, "--bucket-mb", 0], "--bucket-mb and --comm-timeout apply to a run of several ranks"),
     (["--batch-size", 0], "argument --batch-size: must be an integer >= 1; got '0'"),
     (["--lr", -0.5], "argument --lr: must be a finite number >= 0; got '-0.5'"),
     (["--lr", "inf"], "argument --lr: must be a finite number >= 0; got 'inf'"),

@@ -280,7 +280,7 @@ def _run(config, dataset, net, report, state, why):
                      "ranges (recorded under nsys, or with LEAPFROG_NVTX=1)"), file=sys.stderr)
     remaining = training.fitting.steps_per_epoch * config["epochs"] - training.fitting.step
     try:
-        with _unwarned():
+        with _unwarned(), report.after(estimate.SILENCE, "estimate: timing a step and a forward pass of the run ..."):
             calibrated = estimate.calibrate(config, dataset, net.backend, remaining)
     except ValueError as error:  # the run's own step, refused as set up: on every rank alike (one network each)
         raise Refused.of(error, every_rank=True) from None

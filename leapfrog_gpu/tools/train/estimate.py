@@ -16,6 +16,9 @@ from .options import PROG, UsageError, make_optimizer
 
 SLOWER = 10
 """How many times the leapfrog schedule's estimate a run may take before the command asks."""
+SILENCE = 3.0
+"""Seconds of calibration after which the command says that it is timing the run's step (a forward solver's pass
+can take many)."""
 WORTH_ASKING = 60.0
 """Seconds below which a run starts without asking, whatever its ratio: a second's run is no one's question, and
 the one step each estimate times can take ten times as long while other processes share the cores."""

@@ -352,3 +352,15 @@ class Report:
         if self.rank == 0 and (always or not self.quiet):
             with tqdm.external_write_mode(file=sys.stdout):
                 print(text, flush=True)
+
+    @contextlib.contextmanager
+    def after(self, seconds, text):
+        """Around a block that prints nothing, ``text`` printed as ``line`` prints it once the block has run for
+        ``seconds``, unless it ended before: what a long silence is doing."""
+        timer = threading.Timer(seconds, self.line, (text,))
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            timer.join()

@@ -60,6 +60,19 @@ def test_default_like_run_reaches_accuracy(tmp_path, capsys):
     assert lines[-1]["test_accuracy"] >= 0.93
 
 
+def test_a_long_calibration_says_what_it_is_doing(monkeypatch, capsys):
+    """A calibration that outlasts ``estimate.SILENCE`` is said once, before the estimate; one that ends in time is
+    not (the default run above: its line count), nor under --quiet."""
+    calibrate = estimate.calibrate
+    monkeypatch.setattr(estimate, "SILENCE", 0.05)
+    monkeypatch.setattr(estimate, "calibrate", lambda *args: time.sleep(0.5) or calibrate(*args))
+    assert cli("--hidden", "2x16", "--epochs", 1) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2:4] == ["estimate: timing a step and a forward pass of the run ...", "estimate: about 1 s for the run"]
+    assert cli("--hidden", "2x16", "--epochs", 1, "--quiet") == 0
+    assert "timing" not in capsys.readouterr().out
+
+
 def test_each_epoch_line_says_the_losses_and_accuracy_of_its_metrics_record(tmp_path, capsys):
     """``epoch e/E  train loss X  test loss Y  test accuracy Z%``: X and Y are the --metrics record's train_loss and
     test_loss to 4 places, Z its test_accuracy in percent to 2, each after its own name."""

@@ -281,8 +281,10 @@ def skips(sizes, skip=2):
 
 def _check_rebuilt(v, layer):
     """A TypeError where ``type(layer)(**layer.options())``, as ``load`` builds node v's layer, fails, or builds one
-    whose settings differ: an attribute named as an argument of its constructor and holding a number, a string, a
-    bool or None (a layer that keeps the base ``Layer.options()``, none, would be loaded with the defaults)."""
+    whose settings differ: an attribute named as an argument of its constructor (or so named after an underscore) and
+    holding what JSON writes (a number, a string, a bool, None, or lists, tuples and dicts of them) that JSON writes
+    otherwise on the layer built again (a layer that keeps the base ``Layer.options()``, none, would be loaded with
+    the defaults)."""
     kind, options = type(layer), layer.options()
     remedy = "define options() to return the keyword arguments that build it, as load builds it"
     try:
@@ -294,11 +296,19 @@ def _check_rebuilt(v, layer):
         arguments = inspect.signature(kind).parameters
     except (TypeError, ValueError):  # a constructor Python cannot read: nothing to compare
         arguments = ()
-    for name in arguments:
-        value = given.get(name)
-        if isinstance(value, (bool, int, float, str)) and name in again and again[name] != value and value == value:
+    for name in (attribute for argument in arguments for attribute in (argument, f"_{argument}")):
+        value = _as_json(given.get(name))
+        if value is not None and name in again and _as_json(again[name]) != value:
             raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) builds one whose {name} is {again[name]!r}, "
-                            f"not {value!r}: {remedy}")
+                            f"not {given[name]!r}: {remedy}")
+
+
+def _as_json(value):
+    """``value`` as JSON writes it (a tuple as a list), or None where JSON cannot."""
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 def _check_nodes(nodes):

@@ -434,6 +434,20 @@ class UnsaidDefault(Gate):
         self.scale = scale
 
 
+class UnsaidBounds(Gate):
+    """A default setting of a tuple, which options() do not say."""
+
+    def __init__(self, bounds=(-1.0, 1.0)):
+        self.bounds = tuple(bounds)
+
+
+class UnsaidPrivate(Gate):
+    """A default setting kept under its argument's name after an underscore, which options() do not say."""
+
+    def __init__(self, kind="tanh"):
+        self._kind = kind
+
+
 class Counting(Scaled):
     """``Scaled`` keeping what is no setting of its own: its width once sized, and a count of its passes."""
 
@@ -456,6 +470,19 @@ def test_a_layer_that_keeps_state_beyond_its_settings_is_saved(tmp_path):
         dag.feedforward(np.ones(2))
         with leapfrog_gpu.load(dag.save(tmp_path / "counting"), backend="numpy", layers=[Counting]) as loaded:
             assert loaded.layer["g"].scale == 0.5
+
+
+class SaidBounds(UnsaidBounds):
+    """``UnsaidBounds`` whose options() say its tuple as JSON does, a list."""
+
+    def options(self):
+        return {"bounds": list(self.bounds)}
+
+
+def test_a_layer_whose_options_say_a_tuple_as_a_list_is_saved(tmp_path):
+    with DagNet(2, [("g", SaidBounds((0.0, 0.1)), "x")], backend="numpy") as dag:
+        with leapfrog_gpu.load(dag.save(tmp_path / "said"), backend="numpy", layers=[SaidBounds]) as loaded:
+            assert loaded.layer["g"].bounds == (0.0, 0.1)
 
 
 class Halved(Gate):
@@ -511,7 +538,10 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
     remedy = "define options() to return the keyword arguments that build it, as load builds it"
     for layer, said in [(Unsaid(0.5), "Unsaid(**{}) fails (Unsaid.__init__() missing 1 required positional argument: "
                                    "'scale')"),
-                        (UnsaidDefault(0.5), "UnsaidDefault(**{}) builds one whose scale is 1.0, not 0.5")]:
+                        (UnsaidDefault(0.5), "UnsaidDefault(**{}) builds one whose scale is 1.0, not 0.5"),
+                        (UnsaidBounds([0, 0.1]), "UnsaidBounds(**{}) builds one whose bounds is (-1.0, 1.0), not "
+                                                 "(0, 0.1)"),
+                        (UnsaidPrivate("relu"), "UnsaidPrivate(**{}) builds one whose _kind is 'tanh', not 'relu'")]:
         with DagNet(2, [("g", layer, "x")], backend="numpy") as dag:  # options() left as Layer's: none
             with pytest.raises(TypeError, match=f"^{re.escape(f'node {chr(39)}g{chr(39)}: {said}: {remedy}')}$"):
                 dag.save(path)

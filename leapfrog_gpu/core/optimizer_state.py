@@ -56,10 +56,13 @@ class OptimizerState:
         self._check_open()  # first: no other fault of a closed network's matters
         optimizer = optimizers.check(optimizer)
         self._check_optimizer(optimizer, held=False)
-        steps = state.get("step") if isinstance(state, dict) else None
+        if not isinstance(state, dict):
+            raise TypeError(f"an optimizer state is a dict with 'step', as optimizer_state() gives it; got "
+                            f"{type(state).__name__}")
+        steps = state.get("step")
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 0 <= steps <= MOST_STEPS:
-            got = f"'step' {shown(steps)}" if isinstance(state, dict) else f"a {type(state).__name__}"
-            raise ValueError(f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got {got}")
+            raise (ValueError if isinstance(steps, numbers.Integral) and not isinstance(steps, bool) else TypeError)(
+                f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got 'step' {shown(steps)}")
         if optimizer.plain and steps:
             raise ValueError(f"{optimizer!r} keeps no state, whose count of steps stays 0 (optimizer_state() gives "
                              f"{{'step': 0}} after its steps); got 'step' {steps}: give {{'step': 0}}")
@@ -70,7 +73,7 @@ class OptimizerState:
         live, xp = self._live(), self.backend.xp
         checked = [(slot, target, value) for slot in optimizer.SLOTS if slot in state
                    for target, value in parameters.check(state[slot], live, self.dtype, xp,
-                                                         lambda u, n, s=slot: f"{s} of {self._label(u, n)}")]
+                                                         lambda u, n, s=slot: f"{s} of {self._label(u, n)}", slot)]
         where = {id(array): (unit, name) for unit, named in live.items() for name, array in named.items()}
         for slot, target, value in checked:
             if slot == "exp_avg_sq" and bool((value < 0).any()):

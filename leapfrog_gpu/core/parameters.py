@@ -18,23 +18,23 @@ from ..backends import to_host
 from .checks import all_finite, real_array, shown
 
 
-def check(params, live, dtype, xp, label):
+def check(params, live, dtype, xp, label, what="parameters"):
     """``[(target, value)]``: each array of ``params`` (``{unit: {name: value}}``, any subset of the units
     and names of ``live``, the network's own arrays) paired with the array it replaces, as an array of
     ``dtype`` on the host or on ``xp``'s device; or raise for the first that is wrong. ``label(unit, name)``
-    names a parameter in an error."""
+    names a parameter in an error, ``what`` the whole (an optimizer's slot: ``exp_avg``)."""
     if not isinstance(params, Mapping):
-        raise TypeError(f"parameters must be a dict {{unit: {{name: array}}}} as parameters() gives; "
+        raise TypeError(f"{what} must be a dict {{unit: {{name: array}}}} as parameters() gives; "
                         f"got {type(params).__name__}")
     checked = []
     for unit, named in params.items():
         if unit not in live:
             raise ValueError(f"no unit {unit!r} carries parameters; those that do are {_listing(live)}")
         if not isinstance(named, Mapping):
-            raise TypeError(f"the parameters of {unit!r} must be a dict {{name: array}}; got {type(named).__name__}")
+            raise TypeError(f"the {what} of {unit!r} must be a dict {{name: array}}; got {type(named).__name__}")
         for name, value in named.items():
             if name not in live[unit]:
-                raise ValueError(f"{unit!r} has no parameter {name!r}; it has {_listing(live[unit])}")
+                raise ValueError(f"unit {unit!r} has no parameter {name!r}; it has {_listing(live[unit])}")
             shape = tuple(live[unit][name].shape)
             checked.append((live[unit][name], array(label(unit, name), value, shape, dtype, xp)))
     return checked

@@ -917,9 +917,13 @@ def test_a_bad_state_is_refused_and_changes_nothing():
             with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', an int from 0 to 2\*\*63"):
                 net.set_optimizer_state(Adam(), {"step": steps})
         state["step"] = 1.0  # the state's arrays are not quoted: their reprs run over lines
-        for bad, got in ((state, "got 'step' 1.0$"), ([state], "got a list$")):
-            with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', .*" + got):
+        for bad, got in ((state, "an int from 0 to 2\\*\\*63 - 1; got 'step' 1.0$"), ({"step": "3"}, "got 'step' '3'$"),
+                         ([state], "as optimizer_state\\(\\) gives it; got list$"), (3, "gives it; got int$")):
+            with pytest.raises(TypeError, match=r"^an optimizer state is a dict with 'step', .*" + got):
                 net.set_optimizer_state(Adam(), bad)
+        with pytest.raises(TypeError, match=r"^exp_avg must be a dict \{unit: \{name: array\}\} as parameters\(\) gives; "
+                                            "got int$"):
+            net.set_optimizer_state(Adam(), {"step": 1, "exp_avg": 3, "exp_avg_sq": 3})
         assert net.optimizer_state() == {"step": 0}
 
 

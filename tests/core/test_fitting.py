@@ -541,6 +541,9 @@ REFUSALS = [
      "pass y.astype(int)"),
     (lambda net, x, labels: net.train_step(x, labels[:4], SGD(0.1)), ValueError,
      "y holds class labels of shape (4,); x's batch needs one per sample, shape (5,)"),
+    (lambda net, x, labels: net.train_step(x[:, 0], labels[:1], SGD(0.1)), ValueError,  # one sample, one label
+     "y holds class labels of shape (1,), a batch of one sample's, and x is one sample with no batch axis, whose "
+     "label is an int, shape (): give y of that shape, or x with its batch axis"),
     (lambda net, x, labels: net.train_step(x.T, labels, SGD(0.1)), ValueError,  # samples as rows: x is what is wrong
      "x must have shape (4, B) or (4,) for sizes [4, 6, 3]; got (5, 4)"),
     (lambda net, x, labels: net.train_step(x, labels[:4].astype(float), SGD(0.1)), ValueError,

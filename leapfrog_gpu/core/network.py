@@ -64,6 +64,7 @@ class Network(OneThreadAtATime, OptimizerState):
         self._plans, self.comm, self._closed, self._summing = {}, None, False, False
 
     def __enter__(self):
+        self._check_open()
         return self
 
     def __exit__(self, kind, *exc):
@@ -229,8 +230,7 @@ class Network(OneThreadAtATime, OptimizerState):
         ``graph=True`` runs the step as a graph (``core.capture``): the first call at a batch shape, schedule
         and optimizer rule runs the step and captures it (``Leapfrog("auto")``'s first at a batch size runs
         eagerly, choosing k); later calls copy the batch, lr and t in and launch that graph, with no planning in
-        between. A step that cannot be captured raises a ``ValueError``.
-        """
+        between. A step that cannot be captured raises a ``ValueError``."""
         self._check_open()  # first: no other fault of a closed network's matters
         optimizer = optimizers.check(optimizer)
         schedule, solver = self._check_step(schedule, graph, solver)

@@ -39,6 +39,7 @@ class OptimizerState:
         """A copy of the optimizer whose state this network holds, its lr that of the last step enqueued (once the
         steps have run, of the last that updated) or of the optimizer that set the state; None before a step that keeps
         a state: what ``core.saving`` writes beside the state."""
+        self._check_open()
         if self._rule is None:
             return None
         held = copy.copy(self._held)

@@ -57,7 +57,7 @@ def test_close_twice_and_use_after_close(network_name):
     assert net.backend.closed
     solved = [lambda: net.feedforward(x, solver=ForwardJacobi())] if network_name != "RNN" else []
     for use in (lambda: net.sgd_step(x, y, 0.1), lambda: net.backprop(x, y), lambda: net.parameters(),
-                lambda: net.synchronize(), *solved):
+                lambda: net.synchronize(), net.held_optimizer, net.__enter__, *solved):  # __enter__: with net
         with pytest.raises(RuntimeError, match=f"^this {network_name} is closed: build a new one$"):
             use()
 

@@ -7,6 +7,7 @@ the epoch lines and ``--metrics`` records, and the hints of a run that ends with
 import contextlib
 import datetime
 import json
+import os
 import signal
 import sys
 import threading
@@ -339,7 +340,14 @@ class Report:
         self.fresh = False
 
     def _write(self, line):
-        with writing(f"to --metrics {self.metrics_file.name}"):
+        file = self.metrics_file
+        try:  # a file removed, or its folder, takes the lines written to it along, unseen
+            there = os.path.samestat(os.stat(file.name), os.fstat(file.fileno()))
+        except OSError:
+            there = False
+        if not there:
+            raise Unwritten(f"cannot write to --metrics {file.name} (it was removed or replaced during the run)")
+        with writing(f"to --metrics {file.name}"):
             while line:  # an unbuffered write may take part of it
                 line = line[self.metrics_file.write(line):]
 

@@ -401,6 +401,31 @@ def test_metrics_to_the_file_of_the_runs_own_output_go_among_its_lines(tmp_path,
     assert sum(line.startswith("digits: ") for line in lines) == 2 and len(lines) == 2 * 8
 
 
+@pytest.mark.parametrize("removed", ["file", "folder", "replaced"])
+def test_a_metrics_file_removed_during_the_run_stops_it_in_one_line(tmp_path, capsys, monkeypatch, removed):
+    """The --metrics file, or its folder, removed or replaced after the first epoch's checkpoint: the next record is
+    not written to a file no one can read (exit 0, every line lost) but stops the run, exit 5, one line; the
+    checkpoint stays at the first epoch, where the file ended."""
+    folder, save = tmp_path / "out", checkpoint.save
+    folder.mkdir()
+    metrics = folder / "m.jsonl"
+
+    def save_then_remove(directory, net, training):
+        save(directory, net, training)
+        if removed == "folder":
+            shutil.rmtree(folder)
+        else:
+            metrics.unlink()
+            if removed == "replaced":
+                metrics.write_text("")
+
+    monkeypatch.setattr(checkpoint, "save", save_then_remove)
+    assert cli(*SMALL, "--epochs", 3, "--checkpoint-dir", tmp_path / "run", "--metrics", metrics) == 5
+    assert one_error_line(capsys) == (f"leapfrog-train: error: cannot write to --metrics {metrics} (it was removed or "
+                                      "replaced during the run)")
+    assert parameters(tmp_path / "run")[1]["epoch"] == 1
+
+
 def test_a_checkpoint_folder_removed_during_the_run_stops_it_in_one_line(tmp_path, capsys, monkeypatch):
     """The folder gone before the second checkpoint (core.saving refuses a path without its folder): exit status 5,
     one line, as for a write that fails (was a traceback, exit 1)."""

@@ -289,7 +289,8 @@ def build_parser(model=DEFAULTS["model"], exit_on_error=True):
         type=path, metavar="FILE")
     add("--checkpoint-dir", "write DIR/checkpoint.npz after every epoch", type=path, metavar="DIR")
     add("--resume", "continue from the checkpoint in --checkpoint-dir, with its options unless given (--no-graph, "
-                    "--no-fused, ...: not as it was)", action="store_true")
+                    "--no-fused, ...: not as it was); --metrics, --timeline, --quiet, --backend and the other options "
+                    "of output and machine are this run's: give them again", action="store_true")
     add("--profile-steps", "steps A..B-1: CUDA profiler start/stop (cupy), NVTX ranges, and the --timeline window",
         type=values.profile_steps, metavar="A:B")
     first, stop = TIMELINE_STEPS

@@ -96,7 +96,8 @@ def test_ctrl_c_under_mpiexec_is_said_in_one_line_by_rank_0(tmp_path):
     lines = err.splitlines()
     assert len(lines) == 1 and re.fullmatch(r"leapfrog-train: interrupted at epoch \d+, step \d+ and every rank "
                                             rf"stopped at once: {tmp_path}/checkpoint.npz holds the last checkpoint "
-                                            r"written", lines[0]), err
+                                            rf"written; continue from it with --resume --checkpoint-dir {tmp_path} "
+                                            r"under mpiexec -n 2", lines[0]), err
     checkpoint.load(tmp_path)
 
 

@@ -302,8 +302,12 @@ def _run(config, dataset, net, report, state, why):
         except KeyboardInterrupt:  # a second Ctrl-C, which stops at once; under mpiexec, the first
             if training.rank > 0 or not training.interrupt:
                 raise  # rank 0 says it for every rank, or it came before the first step (``main``)
-            path = config["checkpoint_dir"] and checkpoint.path_in(config["checkpoint_dir"])
-            saved = f"{path} holds the last checkpoint written" if path and path.exists() else "nothing was saved"
+            directory = config["checkpoint_dir"]
+            path = directory and checkpoint.path_in(directory)
+            saved = (f"{path} holds the last checkpoint written; continue from it with --resume --checkpoint-dir "
+                     f"{shlex.quote(str(directory))}{f' under mpiexec -n {training.ranks}' * (training.ranks > 1)}"
+                     if path and path.exists()
+                     else "nothing was saved")
             every = "every rank stopped at once" if training.ranks > 1 else "stopped at once"
             print(f"{PROG}: interrupted at {position(training.fitting.state())} and {every}: {saved}", file=sys.stderr)
             if training.ranks > 1:

@@ -201,7 +201,8 @@ def test_resume_from_the_middle_of_an_epoch(tmp_path, monkeypatch, capsys):
     interrupt_at_step(monkeypatch, 61)
     assert cli(*SMALL, "--epochs", 2, "--checkpoint-dir", interrupted) == 130  # as a second Ctrl-C: no traceback
     assert capsys.readouterr().err == ("leapfrog-train: interrupted at epoch 2, step 60 and stopped at once: "
-                                       f"{interrupted}/checkpoint.npz holds the last checkpoint written\n")
+                                       f"{interrupted}/checkpoint.npz holds the last checkpoint written; continue "
+                                       f"from it with --resume --checkpoint-dir {interrupted}\n")
     state = parameters(interrupted)[1]
     assert (state["epoch"], state["step_in_epoch"], state["step"]) == (1, 15, 60)
     monkeypatch.undo()

@@ -310,12 +310,15 @@ def configure(given, saved=None):
     ``UsageError`` of one line for what a run refuses."""
     kept = None if saved is None else {**LATER, **saved}
     config = defaults(*(given.get(key, (kept or DEFAULTS)[key]) for key in ("model", "data")))
-    given = hidden_given(given, (kept or config)["hidden"])
+    typed, given = given, hidden_given(given, (kept or config)["hidden"])
     if kept is not None:
         held = _in_effect(kept)
         for key in FIXED + OPTIMIZER + ("model", "skip", "tau", "cell"):
             if key in given and applies(key, kept) and given[key] != held[key]:
-                raise UsageError(f"{_as_given(key, given[key])} differs from the checkpoint's "
+                said = _as_given(key, given[key]) if key in typed else (  # --layers/--width: the widths they make
+                    f"{' '.join(_as_given(k, typed[k]) for k in ('layers', 'width') if k in typed)} "
+                    f"(--hidden {written(given[key])})")
+                raise UsageError(f"{said} differs from the checkpoint's "
                                  f"{written(held[key]) if not isinstance(held[key], bool) else 'run, without it'}; "
                                  "drop it to resume, or start a new --checkpoint-dir")
         config.update({key: kept[key] for key in RESUMED + tuple(LATER)})

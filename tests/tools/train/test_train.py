@@ -1386,6 +1386,10 @@ def test_checkpoint_errors(tmp_path, capsys):
     assert one_error_line(capsys) == (
         "leapfrog-train: error: --hidden 128,128,128,128 differs from the checkpoint's 24,24,24,24,24; "
         "drop it to resume, or start a new --checkpoint-dir")
+    assert cli("--layers", 2, "--checkpoint-dir", run, "--resume") == 2  # named as typed, with the widths they make
+    assert one_error_line(capsys) == (
+        "leapfrog-train: error: --layers 2 (--hidden 24,24) differs from the checkpoint's 24,24,24,24,24; "
+        "drop it to resume, or start a new --checkpoint-dir")
     assert cli("--checkpoint-dir", tmp_path / "empty", "--resume") == 2
     assert "no checkpoint to resume from" in one_error_line(capsys)
     checkpoint.path_in(run).write_bytes(b"PK\x03\x04 not really a zip")

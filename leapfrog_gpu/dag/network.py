@@ -281,10 +281,10 @@ def skips(sizes, skip=2):
 
 def _check_rebuilt(v, layer):
     """A TypeError where ``type(layer)(**layer.options())``, as ``load`` builds node v's layer, fails, or builds one
-    whose settings differ: an attribute named as an argument of its constructor (or so named after an underscore) and
-    holding what JSON writes (a number, a string, a bool, None, or lists, tuples and dicts of them) that JSON writes
-    otherwise on the layer built again (a layer that keeps the base ``Layer.options()``, none, would be loaded with
-    the defaults)."""
+    whose settings differ: an attribute that both hold, named as an argument of its constructor, and whose values are
+    what JSON writes (numbers, strings, bools, None, and lists, tuples and dicts of them) and differ as JSON reads
+    them back (a tuple as a list, 2 as 2.0; a layer that keeps the base ``Layer.options()``, none, would be loaded
+    with the defaults)."""
     kind, options = type(layer), layer.options()
     remedy = "define options() to return the keyword arguments that build it, as load builds it"
     try:
@@ -296,15 +296,15 @@ def _check_rebuilt(v, layer):
         arguments = inspect.signature(kind).parameters
     except (TypeError, ValueError):  # a constructor Python cannot read: nothing to compare
         arguments = ()
-    for name in (attribute for argument in arguments for attribute in (argument, f"_{argument}")):
-        value = _as_json(given.get(name))
-        if value is not None and name in again and _as_json(again[name]) != value:
+    for name in (name for name in arguments if name in given and name in again):
+        written = [_as_json(value) for value in (given[name], again[name])]
+        if None not in written and written[0] != written[1] and json.loads(written[0]) != json.loads(written[1]):
             raise TypeError(f"node {v!r}: {kind.__name__}(**{options!r}) builds one whose {name} is {again[name]!r}, "
                             f"not {given[name]!r}: {remedy}")
 
 
 def _as_json(value):
-    """``value`` as JSON writes it (a tuple as a list), or None where JSON cannot."""
+    """``value`` as JSON writes it, or None where JSON cannot."""
     try:
         return json.dumps(value, sort_keys=True)
     except (TypeError, ValueError):

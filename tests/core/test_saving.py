@@ -441,13 +441,6 @@ class UnsaidBounds(Gate):
         self.bounds = tuple(bounds)
 
 
-class UnsaidPrivate(Gate):
-    """A default setting kept under its argument's name after an underscore, which options() do not say."""
-
-    def __init__(self, kind="tanh"):
-        self._kind = kind
-
-
 class Counting(Scaled):
     """``Scaled`` keeping what is no setting of its own: its width once sized, and a count of its passes."""
 
@@ -479,10 +472,38 @@ class SaidBounds(UnsaidBounds):
         return {"bounds": list(self.bounds)}
 
 
-def test_a_layer_whose_options_say_a_tuple_as_a_list_is_saved(tmp_path):
-    with DagNet(2, [("g", SaidBounds((0.0, 0.1)), "x")], backend="numpy") as dag:
-        with leapfrog_gpu.load(dag.save(tmp_path / "said"), backend="numpy", layers=[SaidBounds]) as loaded:
-            assert loaded.layer["g"].bounds == (0.0, 0.1)
+class SaidAsFloat(Scaled):
+    """``Scaled`` whose options() say its scale as a float, however given."""
+
+    def options(self):
+        return {"scale": float(self.scale)}
+
+
+class Dropped(Scaled):
+    """``Scaled`` that drops its setting once sized: the layer built again holds it, the one saved does not."""
+
+    def size(self, sizes):
+        self.factor = self.scale
+        del self.scale
+        return super().size(sizes)
+
+    def options(self):
+        return {"scale": self.factor}
+
+    def forward(self, backend, params, inputs):
+        a, saved = Gate.forward(self, backend, params, inputs)
+        return a * self.factor, saved
+
+
+def test_a_layer_whose_options_build_its_settings_again_as_json_reads_them_is_saved(tmp_path):
+    """A tuple said as a list, an int as a float, and a setting the layer saved no longer holds build it again."""
+    for layer, same in [(SaidBounds((0.0, 0.1)), lambda g: g.bounds == (0.0, 0.1)),
+                        (SaidAsFloat(2), lambda g: g.scale == 2.0), (Dropped(0.5), lambda g: g.factor == 0.5)]:
+        with DagNet(2, [("g", layer, "x")], backend="numpy") as dag:
+            dag.feedforward(np.ones(2))
+            with leapfrog_gpu.load(dag.save(tmp_path / "said"), backend="numpy", layers=[type(layer)]) as loaded:
+                loaded.feedforward(np.ones(2))
+                assert same(loaded.layer["g"])
 
 
 class Halved(Gate):
@@ -540,8 +561,7 @@ def test_what_cannot_be_written_is_refused_by_name_and_writes_nothing(tmp_path):
                                    "'scale')"),
                         (UnsaidDefault(0.5), "UnsaidDefault(**{}) builds one whose scale is 1.0, not 0.5"),
                         (UnsaidBounds([0, 0.1]), "UnsaidBounds(**{}) builds one whose bounds is (-1.0, 1.0), not "
-                                                 "(0, 0.1)"),
-                        (UnsaidPrivate("relu"), "UnsaidPrivate(**{}) builds one whose _kind is 'tanh', not 'relu'")]:
+                                                 "(0, 0.1)")]:
         with DagNet(2, [("g", layer, "x")], backend="numpy") as dag:  # options() left as Layer's: none
             with pytest.raises(TypeError, match=f"^{re.escape(f'node {chr(39)}g{chr(39)}: {said}: {remedy}')}$"):
                 dag.save(path)

@@ -364,11 +364,22 @@ class Report:
     @contextlib.contextmanager
     def after(self, seconds, text):
         """Around a block that prints nothing, ``text`` printed as ``line`` prints it once the block has run for
-        ``seconds``, unless it ended before: what a long silence is doing."""
-        timer = threading.Timer(seconds, self.line, (text,))
+        ``seconds``, unless it ended before: what a long silence is doing. A print that fails (a closed stdout)
+        raises here once the block has ended, as the main thread's own would."""
+        failed = []
+
+        def say():
+            try:
+                self.line(text)
+            except OSError as error:
+                failed.append(error)
+
+        timer = threading.Timer(seconds, say)
         timer.start()
         try:
             yield
         finally:
             timer.cancel()
             timer.join()
+        if failed:
+            raise failed[0]

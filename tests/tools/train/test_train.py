@@ -73,6 +73,23 @@ def test_a_long_calibration_says_what_it_is_doing(monkeypatch, capsys):
     assert "timing" not in capsys.readouterr().out
 
 
+def test_a_calibrations_line_that_cannot_be_printed_stops_the_run_as_the_main_threads_would(monkeypatch):
+    """Its timer's print meeting a closed stdout raises in the command, once the calibration ends (where the entry
+    point makes it exit status 141 without a traceback), not in the timer's thread, the run going on."""
+    calibrate, line = estimate.calibrate, train_loop.Report.line
+    monkeypatch.setattr(estimate, "SILENCE", 0.05)
+    monkeypatch.setattr(estimate, "calibrate", lambda *args: time.sleep(0.5) or calibrate(*args))
+
+    def closed_at_timing(report, text, always=False):
+        if text.startswith("estimate: timing"):
+            raise BrokenPipeError(32, "Broken pipe")
+        line(report, text, always)
+
+    monkeypatch.setattr(train_loop.Report, "line", closed_at_timing)
+    with pytest.raises(BrokenPipeError):
+        cli("--hidden", "2x16", "--epochs", 1)
+
+
 def test_each_epoch_line_says_the_losses_and_accuracy_of_its_metrics_record(tmp_path, capsys):
     """``epoch e/E  train loss X  test loss Y  test accuracy Z%``: X and Y are the --metrics record's train_loss and
     test_loss to 4 places, Z its test_accuracy in percent to 2, each after its own name."""

@@ -1,6 +1,7 @@
 """Files written whole or not at all (``replaced_atomically``: a network's file, a checkpoint, a timeline's chart, a
-bench's results), what a regular file is (``regular``: one that can be replaced, emptied or cut; ``cuttable``, one open that may be), and what reading a
-damaged archive raises (``DAMAGED``; a gzip stream, ``GZIP_DAMAGED``)."""
+bench's results), what a regular file is (``regular``: one that can be replaced, emptied or cut; ``cuttable``: one
+open that may be), the file of stdout or stderr written beside it (``shared``), and what reading a damaged archive
+raises (``DAMAGED``; a gzip stream, ``GZIP_DAMAGED``)."""
 
 import contextlib
 import errno
@@ -89,6 +90,17 @@ def standard_stream(file):
             if os.path.samestat(os.fstat(stream.fileno()), mine):
                 return stream
     return None
+
+
+def shared(file, mode, **options):
+    """``(file, None)``, or where ``file`` is the regular file that stdout or stderr writes to, ``(that stream's
+    descriptor opened anew in mode, options as open's, stream)``, ``file`` closed: one offset for both, so that their
+    writes go in turn (flush the stream before writing the file) where two offsets would write over each other."""
+    stream = standard_stream(file) if regular(file) else None
+    if stream is None:
+        return file, None
+    file.close()
+    return open(os.dup(stream.fileno()), mode, closefd=True, **options), stream
 
 
 def _fsync(path):

@@ -106,11 +106,13 @@ def _check_text_out(file):
 class Emptied:
     """``fit``'s ``jsonl`` file at ``path``, open to append, emptied just before its first line: a run that fails before
     its first epoch is recorded (a step refused, a NaN, Ctrl-C) leaves an earlier run's file as it was, and removes a
-    file it made (a context manager: the file closes as the run ends)."""
+    file it made (a context manager: the file closes as the run ends). The file that stdout or stderr writes to (a
+    script's ``jsonl="/dev/stdout"``, its output to a file) is written beside it, never emptied (``files.shared``)."""
 
     def __init__(self, path):
         self.made = not os.path.lexists(path)
-        self.path, self.file, self.emptied = path, open(path, "a", encoding="utf-8"), False
+        self.file, self.stream = files.shared(open(path, "a", encoding="utf-8"), "w", encoding="utf-8")
+        self.path, self.emptied = path, False
 
     def __enter__(self):
         return self
@@ -122,9 +124,11 @@ class Emptied:
                 os.remove(self.path)
 
     def write(self, text):
-        if not self.emptied and files.cuttable(self.file):  # a pipe, a device or stdout's file is not emptied
+        if not self.emptied and files.cuttable(self.file):  # a pipe or a device has nothing to empty
             self.file.truncate(0)
         self.emptied = True
+        if self.stream is not None:
+            self.stream.flush()
         self.file.write(text)
 
     def flush(self):

@@ -11,6 +11,7 @@ import inspect
 import io
 import json
 import math
+import os
 import sys
 import threading
 import weakref
@@ -205,6 +206,22 @@ def test_a_state_no_run_of_these_reaches_is_refused_saying_what_and_changes_noth
             fitting.Fitting(net, x, labels, 2, 8, SGD(0.3), state=bad).run(progress=False)
         assert str(info.value).startswith(message) and "\n" not in str(info.value)
         assert_bitwise_equal(host(net.parameters()), before)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="needs /dev/fd, a process's files by descriptor")
+def test_metrics_lines_to_the_file_of_the_scripts_own_output_go_among_its_lines(tmp_path, monkeypatch):
+    """``jsonl="/dev/stdout"`` of a script whose output goes to a file (``> log``): the file is not emptied, and the
+    lines printed before and after fit (buffered) and its records go in turn, none over another."""
+    x, labels = blobs(40)
+    log = tmp_path / "log"
+    with open(log, "w", encoding="utf-8") as out, classifier() as net:
+        monkeypatch.setattr(sys, "stdout", out)
+        print("before")
+        net.fit(x, labels, 2, 16, 0.5, jsonl=f"/dev/fd/{out.fileno()}", progress=False)
+        print("after")
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "before" and lines[3] == "after" and len(lines) == 4
+    assert [json.loads(line)["epoch"] for line in lines[1:3]] == [1, 2]
 
 
 def test_the_metrics_lines_are_what_fit_returns(tmp_path):

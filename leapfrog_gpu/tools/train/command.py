@@ -16,7 +16,6 @@ rank 0 alone.
 
 import argparse
 import contextlib
-import io
 import math
 import os
 import shlex
@@ -376,11 +375,9 @@ def _open_metrics(path):
         file = open(path, "ab", buffering=0)
     except OSError as error:
         raise UsageError(f"--metrics {path}: {error.strerror}") from None
-    stream = files.standard_stream(file)
-    if stream is not None and files.regular(file):  # --metrics /dev/stdout > log: the lines go in turn, at one offset
-        file.close()
-        file = io.FileIO(os.dup(stream.fileno()), "wb", closefd=True)
-        file.name = path
+    file, stream = files.shared(file, "wb", buffering=0)  # --metrics /dev/stdout > log: lines in turn, one offset
+    if stream is not None:
+        file.name = path  # what its messages call it (its descriptor's number)
     return _removed_if_empty(file, path) if made else file
 
 

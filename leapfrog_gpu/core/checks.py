@@ -179,7 +179,8 @@ def _targets(xp, y, shape, axis, outputs, activation, dtype, noun):
                 raise ValueError(f"y of shape {given} is neither class labels for x's batch of {shape[axis]} samples, "
                                  f"shape {tuple(shape)}, nor its targets, shape "
                                  f"{(*shape[:axis], outputs, *shape[axis:])}")
-        if not shape and given == (1,) and outputs > 1 and real_array(xp, "y", y).dtype.kind in "iu":  # x: (n,)
+        if not shape and given == (1,) and outputs > 1 and activation in ACTIVATIONS and \
+                real_array(xp, "y", y).dtype.kind in "iu":  # x of shape (n,), one sample, its label of shape ()
             raise ValueError("y holds class labels of shape (1,), a batch of one sample's, and x is one sample with "
                              "no batch axis, whose label is an int, shape (): give y of that shape, or x with its "
                              "batch axis")

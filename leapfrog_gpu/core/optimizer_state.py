@@ -7,6 +7,7 @@ made, which the network then holds as if no step had come.
 
 import copy
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -57,10 +58,13 @@ class OptimizerState:
         self._check_open()  # first: no other fault of a closed network's matters
         optimizer = optimizers.check(optimizer)
         self._check_optimizer(optimizer, held=False)
-        if not isinstance(state, dict):
+        if not isinstance(state, Mapping):
             raise TypeError(f"an optimizer state is a dict with 'step', as optimizer_state() gives it; got "
                             f"{type(state).__name__}")
-        steps = state.get("step")
+        if "step" not in state:
+            raise ValueError(f"an optimizer state is a dict with 'step', as optimizer_state() gives it; got one "
+                             f"without it ({sorted(map(str, state))})")
+        steps = state["step"]
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 0 <= steps <= MOST_STEPS:
             raise (ValueError if isinstance(steps, numbers.Integral) and not isinstance(steps, bool) else TypeError)(
                 f"an optimizer state is a dict with 'step', an int from 0 to 2**63 - 1; got 'step' {shown(steps)}")

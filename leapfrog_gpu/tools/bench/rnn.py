@@ -92,7 +92,7 @@ def measure(N, tau, B, L=4, k=2, repeats=5, dtype="float32", backend="numpy", ma
         if anchors and "backward" in parts:
             timed[torch_row] = {"ms": next(iter(anchors.values())).backward_ms(repeats, blas_threads)}
     rows = [{"N": N, "tau": tau, "B": B, "L": L, "schedule": name, "k": streams, "repeats": repeats,
-             **({"cell": cell} if cell != "elman" else {}), **({"inputs": inputs} if inputs else {}),
+             "cell": cell, **({"inputs": inputs} if inputs else {}),
              **({"optimizer": optimizer} if name.startswith("step ") else {}),
              **({"median_s": float(np.median(timed[name].pop("ms"))) / 1e3} if "ms" in timed[name] else {}),
              **timed[name]} for name, streams, _ in rows]

@@ -107,6 +107,7 @@ def test_the_profiling_script_writes_its_json(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert {row["tau"] for row in report["rows"]} == {4, 5} and report["meta"]["threads"] == 1
+    assert {row["cell"] for row in report["rows"]} == {"elman"}  # every row names its cell, the default too
     names = ["step bptt", "step leapfrog", "step timescan", "step timescan+newton", "step timescan+quasi-newton"]
     assert [row["schedule"] for row in report["rows"] if row["tau"] == 4][:5] == names
     assert all(name in done.stdout for name in names)

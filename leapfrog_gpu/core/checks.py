@@ -4,6 +4,7 @@ rate, a batch of columns, targets given as class labels, an array on the host or
 One place for them, so that ``MLP``, ``RNN`` and ``DagNet`` refuse the same bad input in the same words.
 """
 
+import itertools
 import math
 import numbers
 import re
@@ -13,6 +14,8 @@ import numpy as np
 from ..backends import get_backend, resolve
 from .functions import ACTIVATIONS, DTYPES
 
+LONG = 12
+"""Widths that ``widths`` writes as a list; more are written by their runs."""
 MEMORY_LIMIT = 2**30
 """Bytes the extra buffers of a solver (Naumov's, the scans over time, the DAG's block schedules, Newton's
 blocks) may take for one network and batch size unless the user allows more."""
@@ -127,7 +130,7 @@ def check_batch(xp, name, value, rows, dtype, sizes=None):
     if value.ndim == 1:
         value = value.reshape(-1, 1)
     if value.ndim != 2 or value.shape[0] != rows:
-        network = "" if sizes is None else f" for sizes {sizes}"
+        network = "" if sizes is None else f" for sizes {widths(sizes)}"
         rows_given = value.ndim == 2 and value.shape[1] == rows  # samples as rows, as PyTorch has them
         raise ValueError(f"{name} must have shape ({rows}, B) or ({rows},){network}; got {given}"
                          + (f": samples are columns here, pass {name}.T" if rows_given else ""))
@@ -234,6 +237,22 @@ def finite(value):
 
 SHOWN = 200
 """The most characters of a value that a message quotes (``shown``)."""
+
+
+def widths(sizes):
+    """Layer widths as a message, a header or a repr writes them: the list, or where it holds more than ``LONG``
+    widths, its runs of one width as Python builds them: ``[4] + [1] * 2000 + [2]``."""
+    sizes = [int(width) for width in sizes]
+    if len(sizes) <= LONG:
+        return str(sizes)
+    parts, loose = [], []
+    for width, run in ((width, len(list(run))) for width, run in itertools.groupby(sizes)):
+        if run < 3:
+            loose += [width] * run
+            continue
+        parts += [str(loose)] * bool(loose) + [f"[{width}] * {run}"]
+        loose = []
+    return " + ".join(parts + [str(loose)] * bool(loose))
 
 
 def shown(value):

@@ -8,7 +8,7 @@ parameters in and out, the step controls) is ``core.network.Network``.
 """
 
 from ..core import parameters, saving
-from ..core.checks import check_batch, check_count, shown
+from ..core.checks import check_batch, check_count, shown, widths
 from ..core.convergence import Solver
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -62,7 +62,7 @@ class MLP(Layered):
 
     def __repr__(self):
         comm = "" if self.comm is None else f", comm={self.comm!r}"
-        return (f"MLP({self.sizes}, activation={self.activation!r}, cost={self.cost!r}{self._output_flag()}, "
+        return (f"MLP({widths(self.sizes)}, activation={self.activation!r}, cost={self.cost!r}{self._output_flag()}, "
                 f"dtype={self.dtype!r}, backend={self.backend!r}{comm})")
 
     def set_parameters(self, weights, biases=None):

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..core import parameters, saving, schedules
-from ..core.checks import check_count, check_finite_as, check_real, real_array
+from ..core.checks import check_count, check_finite_as, check_real, real_array, widths
 from ..core.functions import choose
 from ..core.layered import Layered
 from ..core.schedules import Leapfrog, Sequential
@@ -110,7 +110,7 @@ class RNN(Layered):
     def __repr__(self):
         cell = "" if self.cell == "elman" else f", cell={self.cell!r}"
         comm = "" if self.comm is None else f", comm={self.comm!r}"
-        return (f"RNN({self.sizes}, activation={self.activation!r}, cost={self.cost!r}{self._output_flag()}, "
+        return (f"RNN({widths(self.sizes)}, activation={self.activation!r}, cost={self.cost!r}{self._output_flag()}, "
                 f"output={self.output!r}{cell}, dtype={self.dtype!r}, backend={self.backend!r}{comm})")
 
     @property
@@ -244,7 +244,7 @@ class RNN(Layered):
             value = value.reshape(*value.shape, 1)
         want = f"({'tau' if tau is None else tau}, {width}, B) or ({'tau' if tau is None else tau}, {width})"
         if value.ndim != 3 or value.shape[1] != width or (tau is not None and value.shape[0] != tau):
-            raise ValueError(f"{name} ({what}) must have shape {want} for sizes {self.sizes}"
+            raise ValueError(f"{name} ({what}) must have shape {want} for sizes {widths(self.sizes)}"
                              f"{'' if tau is None else ', tau as in x'}{also}; got {given}")
         return value, given
 
@@ -293,7 +293,7 @@ class RNN(Layered):
                 y = y.reshape(-1, 1)
             if y.ndim != 2 or y.shape[0] != self.n[self.L]:
                 raise ValueError(f"y ({what}, output='last') must have shape ({self.n[self.L]}, B) or "
-                                 f"({self.n[self.L]},) for sizes {self.sizes}, or class labels of shape (B,); got "
+                                 f"({self.n[self.L]},) for sizes {widths(self.sizes)}, or class labels of shape (B,); got "
                                  f"{given}")
             samples = y.shape[1]
         batch = 1 if len(x_given) == 2 else x_given[2]

@@ -9,6 +9,7 @@ from networks import network, network_batch
 from leapfrog_gpu import (MLP, RNN, SGD, Adam, AdamW, DagJacobi, DagNet, Dense, ForwardJacobi, ForwardNewton, LayerNorm,
                           Leapfrog, NaumovJacobi, Sequential, TimeNewton, get_backend)
 from leapfrog_gpu.backends.host import NumpyBackend
+from leapfrog_gpu.core import checks
 
 SIZES = [4, 6, 3]
 
@@ -357,3 +358,22 @@ def test_samples_as_rows_are_told_to_transpose(net):
         net.gradients(np.ones((4, 5)), np.ones((5, 3)))
     with pytest.raises(ValueError, match=r"; got \(5, 7\)$"):
         net.feedforward(np.ones((5, 7)))
+
+
+@pytest.mark.parametrize("sizes, written", [
+    ([64, 128, 10], "[64, 128, 10]"),
+    ([7] * 12, str([7] * 12)),  # LONG widths: the list itself
+    ([7] * 13, "[7] * 13"),
+    ([4] + [1] * 2000 + [2], "[4] + [1] * 2000 + [2]"),
+    ([5, 5] + [6] * 3 + [7, 8] + [9] * 10, "[5, 5] + [6] * 3 + [7, 8] + [9] * 10"),
+    (list(range(1, 15)), str(list(range(1, 15)))),  # no run to shorten
+])
+def test_long_widths_are_written_by_their_runs_as_python_builds_them(sizes, written):
+    """A header or a message of a deep network says its widths in a line, and Python reads them back."""
+    assert checks.widths(sizes) == written and eval(written) == sizes
+
+
+def test_a_shape_error_of_a_deep_network_writes_its_widths_by_their_runs():
+    with RNN([4] + [1] * 500 + [2], backend="numpy") as deep:
+        with pytest.raises(ValueError, match=re.escape("for sizes [4] + [1] * 500 + [2]; got (4, 16, 8)")):
+            deep.feedforward(np.ones((4, 16, 8)))

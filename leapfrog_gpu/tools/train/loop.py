@@ -16,6 +16,7 @@ import time
 from tqdm import tqdm
 
 from ...core import files, triangular
+from ...core.checks import widths
 from ...core.fitting import Fitting, evaluate
 from ..cli import Unwritten, writing
 from . import checkpoint, models
@@ -144,7 +145,7 @@ class Training:
         steps = profile_window(config)
         timeline = None if config["timeline"] is None or self.rank > 0 else {
             "path": config["timeline"], "label": f"{PROG} {self.schedule!r}",
-            "title": f"{PROG}: {models.name(config)} {self.sizes} {config['activation']}, batch "
+            "title": f"{PROG}: {models.name(config)} {widths(self.sizes)} {config['activation']}, batch "
                      f"{config['batch_size']}, {self.schedule!r}, {config['dtype']}, {net.backend.name}",
             "about": {"program": PROG, "config": config, "sizes": self.sizes, "backend": repr(net.backend),
                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}}

@@ -830,13 +830,13 @@ def test_the_default_run_falling_back_to_numpy_prints_lines_within_100_columns(c
 
 def test_a_long_header_is_broken_at_its_bars_within_100_columns(cupy_without_gpu, capsys, monkeypatch,
                                                                 terminal_sigint):
-    """A deep network, a fused graph step on two worker streams: the header says all of it, each part of
-    a line too wide on a line of its own."""
+    """A deep network, a fused graph step on two worker streams: the header says all of it (the widths by their
+    runs), each part of a line too wide on a line of its own."""
     monkeypatch.setattr(MLP, "train_step", ctrl_c_at_the_first_step)
     assert cli("--hidden", "12x100", "--fused", "--graph", "--k", 2) == 130
     out = capsys.readouterr().out
     assert as_meant(out).splitlines() == [
-        f"digits: 1437 train, 360 test samples MLP {[64] + [100] * 12 + [10]} tanh, cross_entropy, float32",
+        "digits: 1437 train, 360 test samples | MLP [64] + [100] * 12 + [10] tanh, cross_entropy, float32",
         "numpy (auto: no usable GPU, see stderr) Leapfrog(k=2, fused=True) as a graph "
         "30 epochs of 45 steps, batch 32, lr 0.1", "estimate: about 1 s for the run"]
 

@@ -203,8 +203,8 @@ class Fitting:
     def run(self, step=None, epoch=None, progress=True, jsonl=None):
         """Train until ``epochs`` epochs are done; return each epoch's record: its metrics (``epoch``,
         ``step``, ``train_loss``; with validation data ``test_loss`` and ``test_accuracy`` or ``test_mse``, as
-        ``evaluate`` names them; ``samples_per_s`` and ``seconds`` of its steps, ``samples_per_s`` None where it ran none: resumed after its
-        last step), or what ``epoch`` made of them.
+        ``evaluate`` names them; ``samples_per_s`` and ``seconds`` of its steps, ``samples_per_s`` None where it ran
+        none: resumed after its last step), or what ``epoch`` made of them.
 
         ``step(n)``: a context manager entered around step n (counted from 0 over the run), left once the step
         is counted in the position. ``epoch(metrics)``: called after each epoch, the position at the next;

@@ -293,8 +293,8 @@ class RNN(Layered):
                 y = y.reshape(-1, 1)
             if y.ndim != 2 or y.shape[0] != self.n[self.L]:
                 raise ValueError(f"y ({what}, output='last') must have shape ({self.n[self.L]}, B) or "
-                                 f"({self.n[self.L]},) for sizes {widths(self.sizes)}, or class labels of shape (B,); got "
-                                 f"{given}")
+                                 f"({self.n[self.L]},) for sizes {widths(self.sizes)}, or class labels of shape (B,); "
+                                 f"got {given}")
             samples = y.shape[1]
         batch = 1 if len(x_given) == 2 else x_given[2]
         if samples != batch:

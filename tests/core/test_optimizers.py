@@ -921,11 +921,11 @@ def test_a_bad_state_is_refused_and_changes_nothing():
                          ([state], "as optimizer_state\\(\\) gives it; got list$"), (3, "gives it; got int$")):
             with pytest.raises(TypeError, match=r"^an optimizer state is a dict with 'step', .*" + got):
                 net.set_optimizer_state(Adam(), bad)
-        with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', as optimizer_state\(\) gives it; "
-                                             r"got one without it \(\['exp_avg', 'exp_avg_sq'\]\)$"):
+        with pytest.raises(ValueError, match=r"^an optimizer state is a dict with 'step', as optimizer_state\(\) gives "
+                                             r"it; got one without it \(\['exp_avg', 'exp_avg_sq'\]\)$"):
             net.set_optimizer_state(Adam(), {"exp_avg": {}, "exp_avg_sq": {}})
-        with pytest.raises(TypeError, match=r"^exp_avg must be a dict \{unit: \{name: array\}\} as parameters\(\) gives; "
-                                            "got int$"):
+        with pytest.raises(TypeError, match=r"^exp_avg must be a dict \{unit: \{name: array\}\} as parameters\(\) "
+                                            "gives; got int$"):
             net.set_optimizer_state(Adam(), {"step": 1, "exp_avg": 3, "exp_avg_sq": 3})
         assert net.optimizer_state() == {"step": 0}
 

@@ -154,15 +154,16 @@ def _train(given, comm, made):
                              f"training samples of {dataset.name}; use at most {samples // comm.size}")
         sizes = models.sizes(config, dataset)
         if config["model"] == "resmlp" and saved is None and not skips(sizes, config["skip"]):  # resumed: it is built
-            raise UsageError(f"--model resmlp of widths {widths(sizes)} and --skip {config['skip']} makes no skip connection "
-                             "(each block of --skip hidden layers adds its input where the widths agree, but the first "
-                             "and one ending at the output): give more hidden layers of one width or a smaller "
-                             "--skip, or use --model mlp")
+            raise UsageError(f"--model resmlp of widths {widths(sizes)} and --skip {config['skip']} makes no skip "
+                             "connection (each block of --skip hidden layers adds its input where the widths agree, "
+                             "but the first and one ending at the output): give more hidden layers of one width or a "
+                             "smaller --skip, or use --model mlp")
         config["cost"] = config["cost"] or ("cross_entropy" if dataset.classes else "quadratic")
         if saved is not None:
             if state["sizes"] != sizes:
-                raise checkpoint.CheckpointError(f"the checkpoint has sizes {widths(state['sizes'])}; the data give {widths(sizes)}: "
-                                                 "resume it on the data it was trained on (--data, --data-dir)")
+                raise checkpoint.CheckpointError(f"the checkpoint has sizes {widths(state['sizes'])}; the data give "
+                                                 f"{widths(sizes)}: resume it on the data it was trained on (--data, "
+                                                 "--data-dir)")
             if state.get("data") and state["data"] != dataset.digest:  # none: data drawn here (models.READ), or old
                 raise checkpoint.CheckpointError(f"the checkpoint was trained on other data than {dataset.name}'s here "
                                                  "(its data's SHA-256 differs): resume it on the data it was "
@@ -260,15 +261,15 @@ def _run(config, dataset, net, report, state, why):
     training = Training(config, dataset, net, report, state)
     if training.fitting.epoch >= config["epochs"]:
         done = training.fitting.epoch
-        report.line(f"nothing to do: the checkpoint has {plural(done, 'epoch')} done and --epochs is {config['epochs']}: "
-                    f"give --epochs above {done} to train on", always=True)
+        report.line(f"nothing to do: the checkpoint has {plural(done, 'epoch')} done and --epochs is "
+                    f"{config['epochs']}: give --epochs above {done} to train on", always=True)
         return 0
     mode = (" as a graph" if config["graph"] else "") + (
         f", forward {config['forward_solver']}" if training.solver is not None else "")
     optimizer = training.fitting.optimizer
     rule = f"lr {config['lr']}" if optimizer.plain else repr(optimizer)  # the plain step: its rate says it all
-    report.line(fitted(f"{dataset} | {models.name(config)} {widths(training.sizes)} {config['activation']}, {config['cost']}, "
-                       f"{config['dtype']}"))
+    report.line(fitted(f"{dataset} | {models.name(config)} {widths(training.sizes)} {config['activation']}, "
+                       f"{config['cost']}, {config['dtype']}"))
     report.line(fitted(f"{net.backend.name}{f' ({why})' if why else ''} {training.schedule!r}{mode} | "
                        f"{plural(config['epochs'], 'epoch')} of {plural(training.fitting.steps_per_epoch, 'step')}, "
                        f"batch {config['batch_size']}{_on_ranks(training.ranks)}, {rule}"))

@@ -11,12 +11,13 @@
 #   PYTHON_VERSION=3.11 WHEELS=/tmp/wheels bash profiling/fetch_wheels.sh
 #
 # The versions are those the test extras install (pyproject.toml), pinned so that a rerun fetches the same
-# files; the folder is emptied first, so that it holds one version of each. It must stay under LIMIT_MIB: what goes
-# to the GPU machine beside the checkout is kept under 64 MiB, and this folder is all of it. device_check.sh installs
+# files; they are fetched into a folder of their own, then take the place of the wheels in WHEELS, so that it holds
+# one version of each (a WHEELS that holds anything but wheels is refused, left as it is). It must stay under
+# LIMIT_MIB: what goes to the GPU machine beside the checkout is kept under 64 MiB, and this folder is all of it. device_check.sh installs
 # those the image lacks, and a cuda-* one where the image's is older than nvmath-python needs.
 set -euo pipefail
 
-if (($#)); then  # it takes no arguments: its settings are the variables above, and it empties WHEELS first
+if (($#)); then  # it takes no arguments: its settings are the variables above
     [[ $1 == -h || $1 == --help ]] && { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; }
     echo "fetch_wheels.sh: takes no arguments (got $1): set WHEELS, PYTHON or PYTHON_VERSION instead" >&2
     exit 2
@@ -34,19 +35,34 @@ for tag in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux
     PLATFORMS+=(--platform "${tag}_x86_64")
 done
 
-rm -rf "$WHEELS"
+if [[ -e $WHEELS && ! -d $WHEELS ]]; then
+    echo "fetch_wheels.sh: error: WHEELS=$WHEELS is not a folder: give a folder for the wheels" >&2
+    exit 2
+fi
+if [[ -d $WHEELS ]] && find "$WHEELS" -mindepth 1 ! \( -maxdepth 1 -type f -name '*.whl' \) | grep -q .; then
+    echo "fetch_wheels.sh: error: WHEELS=$WHEELS holds more than wheels, which this script would replace: give a" \
+         "folder of its wheels alone, or a new one" >&2
+    exit 2
+fi
 mkdir -p "$WHEELS"
-"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --implementation cp \
-    --python-version "$PYTHON_VERSION" "${PLATFORMS[@]}" -d "$WHEELS" "${PACKAGES[@]}"
-count=$(find "$WHEELS" -name '*.whl' | wc -l)
+fetched=$(mktemp -d)
+trap 'rm -rf "$fetched"' EXIT
+if ! "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --implementation cp \
+        --python-version "$PYTHON_VERSION" "${PLATFORMS[@]}" -d "$fetched" "${PACKAGES[@]}"; then
+    echo "fetch_wheels.sh: error: $PYTHON -m pip download failed (above); $WHEELS is left as it was" >&2
+    exit 1
+fi
+count=$(find "$fetched" -name '*.whl' | wc -l)
 if ((count != ${#PACKAGES[@]})); then
-    echo "fetch_wheels.sh: error: $count wheels in $WHEELS for ${#PACKAGES[@]} packages" >&2
+    echo "fetch_wheels.sh: error: $count wheels fetched for ${#PACKAGES[@]} packages; $WHEELS is left as it was" >&2
     exit 1
 fi
-kib=$(du -sk "$WHEELS" | cut -f1)
+kib=$(du -sk "$fetched" | cut -f1)
 if ((kib > LIMIT_MIB * 1024)); then
-    echo "fetch_wheels.sh: error: $WHEELS holds $((kib / 1024)) MiB, over $LIMIT_MIB MiB" >&2
+    echo "fetch_wheels.sh: error: the wheels take $((kib / 1024)) MiB, over $LIMIT_MIB MiB; $WHEELS is left as it was" >&2
     exit 1
 fi
+find "$WHEELS" -maxdepth 1 -type f -name '*.whl' -delete
+mv "$fetched"/*.whl "$WHEELS"/
 ls -1 "$WHEELS"
 echo "$count wheels, $((kib / 1024)).$(((kib % 1024) * 10 / 1024)) MiB in $WHEELS (CPython $PYTHON_VERSION)"

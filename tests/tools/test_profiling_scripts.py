@@ -853,6 +853,27 @@ def test_a_script_asked_for_help_or_for_what_it_does_not_do_says_so_and_changes_
     assert list(wheels.iterdir()) == [wheels / "kept.whl"]
 
 
+def test_fetch_wheels_leaves_its_folder_as_it_was_unless_the_wheels_came(tmp_path):
+    """A WHEELS holding more than wheels is refused, exit status 2 (it was emptied, whatever it held); a download
+    that fails (PYTHON=false) leaves the wheels there, exit status 1 and a line that says so."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "kept.whl").write_bytes(b"")
+    (wheels / "notes.txt").write_text("mine")
+
+    def fetch():
+        return subprocess.run(["bash", str(PROFILING / "fetch_wheels.sh")], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "WHEELS": str(wheels), "PYTHON": "false"})
+
+    done = fetch()
+    assert done.returncode == 2 and f"error: WHEELS={wheels} holds more than wheels" in done.stderr, done.stderr
+    assert sorted(path.name for path in wheels.iterdir()) == ["kept.whl", "notes.txt"]
+    (wheels / "notes.txt").unlink()
+    done = fetch()
+    assert done.returncode == 1 and f"pip download failed (above); {wheels} is left as it was" in done.stderr
+    assert [path.name for path in wheels.iterdir()] == ["kept.whl"]
+
+
 def test_the_markdown_cells_give_times_as_their_docstring_says():
     """Times in ms to 2 decimals below 10 ms and to 1 from 10 ms up (0.012 ms: 2 significant digits, 1234.5 ms: 5),
     as markdown_cells.py's docstring says (it said 3 significant digits)."""

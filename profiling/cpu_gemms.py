@@ -58,7 +58,9 @@ def main(argv=None):
     try:
         batches = [int(b) for b in args.batch.split(",")]
     except ValueError:
-        p.error(f"--batch must be integers separated by commas; got {args.batch!r}")
+        batches = []
+    if not batches or min(batches) < 1:
+        p.error(f"--batch must be integers >= 1 separated by commas; got {args.batch!r}")
     if args.side:
         print(json.dumps({str(b): SIDE[args.side](args.size, args.layers - 1, b, args.threads, args.repeats)
                           for b in batches}))

@@ -53,13 +53,12 @@ import json
 import math
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch
 from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench.traffic import step_bytes
-from leapfrog_gpu.tools.cli import Parser, output_refusal, path
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path, written_whole
 
 import card as cards
 import graph_nodes
@@ -357,8 +356,9 @@ def main(argv=None):
     rows = records(card=card)
     if args.json:
         steps = [step(rows, card, node, B=b) for b in STEP_BATCHES]
-        Path(args.json).write_text(json.dumps({"card": asdict(card), "node_us": node * 1e6, "kernels": rows,
-                                               "steps": steps}, indent=1) + "\n")
+        with written_whole(f"--json {args.json}", args.json) as out:
+            out.write(json.dumps({"card": asdict(card), "node_us": node * 1e6, "kernels": rows, "steps": steps},
+                                 indent=1) + "\n")
     print(readme() if args.readme else table(rows), end="" if args.readme else "\n")
     return 0
 

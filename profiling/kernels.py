@@ -40,7 +40,8 @@ import numpy as np
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch, timing
 from leapfrog_gpu.tools import guarded
-from leapfrog_gpu.tools.cli import Parser, integer, output_refusal, path, read_or_refuse, refusing_too_large
+from leapfrog_gpu.tools.cli import (Parser, integer, output_refusal, path, read_or_refuse, refusing_too_large, writing,
+                                   written_whole)
 import kernel_traffic as traffic
 from card import refuse_without_gpu
 
@@ -367,7 +368,7 @@ def main(argv=None):
         (results if table == "nabla_w" else chain).append(r)
         print((line if table == "nabla_w" else chain_line)(r, model is not None), flush=True)
         if args.jsonl:
-            with open(args.jsonl, "a", encoding="utf-8") as out:
+            with writing(f"--jsonl {args.jsonl}"), open(args.jsonl, "a", encoding="utf-8") as out:
                 out.write(json.dumps({"table": table, **r}) + "\n")
 
     with refusing_too_large(parser), get_backend(args.backend) as backend:
@@ -386,7 +387,7 @@ def main(argv=None):
         failed = [blocks for blocks in args.gemv_blocks
                   if not _other_gemv_blocks(backend, blocks, gemvs, args, show, copy)]
     if args.json:
-        with open(args.json, "w") as out:
+        with written_whole(f"--json {args.json}", args.json) as out:
             json.dump({"nabla_w": results, "chain": chain}, out, indent=1)
     if failed:
         print(f"{len(failed)} of the GEMV block shapes failed: {', '.join(map(_blocks_text, failed))}")

@@ -28,7 +28,7 @@ from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_c
 from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.runner import ratio
-from leapfrog_gpu.tools.cli import Parser, integers, number, pip_install
+from leapfrog_gpu.tools.cli import Parser, integers, number, output_refusal, pip_install, written_whole
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 HERE = Path(__file__).resolve().parent
@@ -146,7 +146,8 @@ def plot(rows, args, path):
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"backward pass on {args.backend} ({args.dtype}); naumov-jacobi from zero", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with written_whole(f"--out {path}", path, "wb") as out:
+        fig.savefig(out, format="png", dpi=90)
 
 
 def crossover(rows):
@@ -181,6 +182,9 @@ def main(argv=None):
         parser.error("--k, --repeats, --memory-limit and --blas-threads must be >= 1")
     if importlib.util.find_spec("matplotlib") is None:
         parser.error(f"the plot of time against L needs matplotlib: {pip_install('plot')}")
+    for suffix in (".json", ".png"):  # before the grid is measured, not after
+        if not args.out.name or (why := output_refusal("--out", args.out.with_suffix(suffix))):
+            parser.error(why if args.out.name else "--out must name a path stem, such as results/crossover")
     options = {"blas_threads": args.blas_threads} if args.backend == "numpy" else {}
     try:
         backend = get_backend(args.backend, **options)
@@ -194,9 +198,8 @@ def main(argv=None):
     wins = crossover(rows)
     print("\nnaumov-scan faster than sequential:",
           ", ".join(f"L={w['L']} N={w['N']} B={w['B']} ({ratio(w['speedup'])})" for w in wins) or "nowhere")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     settings = {key: (value.name if isinstance(value, Path) else value) for key, value in vars(args).items()}
-    with open(args.out.with_suffix(".json"), "w") as f:
+    with written_whole(f"--out {args.out.with_suffix('.json')}", args.out.with_suffix(".json")) as f:
         json.dump({"settings": settings, "machine": machine, "rows": rows, "scan_wins": wins}, f, indent=1)
     plot(rows, args, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}")

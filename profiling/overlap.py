@@ -20,7 +20,7 @@ import sqlite3
 import sys
 
 from leapfrog_gpu.tools import guarded
-from leapfrog_gpu.tools.cli import Parser, output_refusal, path
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path, written_whole
 from leapfrog_gpu.tools.timeline import length, overlap, union
 
 NVTX_RANGES = (59, 60)  # eventType of NvtxPushPopRange and NvtxStartEndRange
@@ -148,7 +148,7 @@ def main(argv=None):
         parser.error(str(error))
     print(text(result))
     if args.json:
-        with open(args.json, "w") as out:
+        with written_whole(f"--json {args.json}", args.json) as out:
             json.dump(result, out, indent=1)
     return 0
 

@@ -22,6 +22,7 @@ from leapfrog_gpu.backends import get_backend, timing
 from leapfrog_gpu.mlp import autotune
 from leapfrog_gpu.mlp.network import MLP
 from leapfrog_gpu.parallel import comm as parallel
+from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import measure, mlp as bench_mlp
 from leapfrog_gpu.tools.bench.runner import command_line, ratio, spread
 from leapfrog_gpu.tools.cli import integers, reals
@@ -156,4 +157,4 @@ def hidden(share):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, PROG))

@@ -15,7 +15,7 @@ import os
 import sys
 
 from leapfrog_gpu.tools import guarded
-from leapfrog_gpu.tools.cli import Parser, output_refusal, path, pip_install, read_or_refuse
+from leapfrog_gpu.tools.cli import Parser, output_refusal, path, pip_install, read_or_refuse, written_whole
 
 
 def read(path):
@@ -50,7 +50,8 @@ def plot(runs, path, title="", chance=None):
     axes[1].legend(fontsize="x-small", loc="upper right")
     fig.suptitle(title, fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    with written_whole(f"-o {path}", path, "wb") as out:
+        fig.savefig(out, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -9,7 +9,7 @@ half an hour on one CPU core).
 Each (N, tau, B) is measured by ``leapfrog_gpu.tools.bench.rnn.measure`` (the same as ``leapfrog-bench
 --model rnn``): the steps of BPTT, Leapfrog(k), TimeScan, the step parallel in time (``TimeNewton``,
 Newton and quasi-Newton, with TimeScan) and PyTorch's, interleaved, medians of ``--repeats`` repeats after
-a warm-up each, ``--repeats-long`` at the longest tau. NumPy's BLAS and PyTorch both run ``--threads``
+a warm-up each, ``--repeats-long`` at the longest tau of two or more. NumPy's BLAS and PyTorch both run ``--threads``
 threads (one by default: on a shared machine more threads only wait for each other), ``--torch-threads``
 PyTorch's step at each count too, a row each. ``--deer``: DEER's demo problem instead of the grid (``DEER``),
 its rows named ``DEER step ...`` and marked ``"problem": "deer"``. Writes the rows as JSON under
@@ -29,8 +29,8 @@ import numpy as np
 
 from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import rnn as bench_rnn, torch_anchor
-from leapfrog_gpu.core.files import replaced_atomically
-from leapfrog_gpu.tools.cli import Parser, integer, integers, names, number, output_refusal, path, unused
+from leapfrog_gpu.tools.cli import (Parser, integer, integers, names, number, output_refusal, path, unused,
+                                   written_whole)
 from leapfrog_gpu.tools.schedules import names_type
 
 HERE = Path(__file__).resolve().parent
@@ -55,7 +55,7 @@ def main(argv=None):
     parser.add_argument("--k", type=integer(1), default=2, help="worker streams")
     parser.add_argument("--repeats", type=integer(1), default=15)
     parser.add_argument("--repeats-long", type=integer(1), default=5,
-                        help="repeats at the longest tau")
+                        help="repeats at the longest tau, where --tau gives two or more")
     parser.add_argument("--max-gflop", type=number(0, strict=True), default=3.0,
                         help="skip a schedule whose chain does more (> 0)")
     parser.add_argument("--threads", type=integer(1), default=1,
@@ -91,8 +91,8 @@ def main(argv=None):
                 "schedules": args.schedule, "forward_solvers": args.forward_solver, "parts": args.time,
                 "cell": args.cell, "problem": "deer" if args.deer else "grid",
                 "seconds": round(time.perf_counter() - start, 1)}
-        with replaced_atomically(out) as path:
-            Path(path).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        with written_whole(f"--out {out}", out) as written:
+            written.write(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
         return meta
 
     print(*bench_rnn.HEAD, sep="\n")
@@ -100,7 +100,7 @@ def main(argv=None):
     for N in args.N:
         for tau in args.tau:
             for B in args.B:
-                repeats = args.repeats_long if tau == max(args.tau) else args.repeats
+                repeats = args.repeats_long if len(args.tau) > 1 and tau == max(args.tau) else args.repeats
                 for row in bench_rnn.measure(N, tau, B, args.L, args.k, repeats, max_gflop=args.max_gflop,
                                              torch=torch, blas_threads=args.threads, names=args.schedule,
                                              solvers=args.forward_solver, parts=args.time, cell=args.cell,

@@ -21,6 +21,7 @@ import numpy as np
 from leapfrog_gpu import MLP, Leapfrog, get_backend
 from leapfrog_gpu.backends import ops_numpy
 from leapfrog_gpu.tools import guarded
+from leapfrog_gpu.tools.cli import writing
 
 SIZES = [33, 64, 31, 10]
 TOLERANCE = 1e-10
@@ -97,7 +98,7 @@ def main(argv=None):
         line = f"smoke check: {check}: {'ok' if ok else 'FAILED'}{': ' if text else ''}{text}"
         print(line, flush=True)
         if args.summary:
-            with open(args.summary, "a", encoding="utf-8") as out:
+            with writing(f"--summary {args.summary}"), open(args.summary, "a", encoding="utf-8") as out:
                 out.write(line + "\n")
         if not ok:
             failed.append(check)

@@ -66,6 +66,13 @@ def guarded(main, prog):
         return UNWRITTEN
     except KeyboardInterrupt:  # where the command does not catch it itself (importing torch, or MPI, say)
         return _interrupted(prog, "interrupted (SIGINT)")
+    except Exception as error:  # a file the command could not write, where it does not say so itself: one line
+        from .cli import UNWRITTEN, Unwritten
+
+        if not isinstance(error, Unwritten):
+            raise
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return UNWRITTEN
     finally:
         if stdout is not None:
             sys.stdout = stdout.stream

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import __version__
 from ..parallel.launcher import launcher_rank
 from ..backends import cuda_status, host_blas
-from ..core.files import regular
+from ..core.files import regular, replaced_atomically
 
 WIDTH = 100
 """Columns that a line of a command's own output (not a table's row) may take."""
@@ -41,6 +41,15 @@ def writing(what):
         yield
     except OSError as error:
         raise Unwritten(f"cannot write {what} ({error.strerror or error})") from None
+
+
+@contextlib.contextmanager
+def written_whole(what, path, mode="w"):
+    """``path`` open for writing in ``mode`` ("w" or "wb") in the block, put in its place whole once the block ends or
+    not at all (``core.files.replaced_atomically``); an OSError (a full disk) raised as ``Unwritten`` of ``what``."""
+    text = {} if "b" in mode else {"encoding": "utf-8"}
+    with writing(what), replaced_atomically(path) as tmp, open(tmp, mode, **text) as out:
+        yield out
 
 
 class Parser(argparse.ArgumentParser):

@@ -1162,3 +1162,19 @@ def test_a_scripts_help_describes_it_in_whole_sentences(script):
     first = ast.get_docstring(ast.parse((PROFILING / script).read_text()), clean=False).split("\n\n")[0]
     assert "".join(described.split()) == "".join(first.split()), described  # argparse wraps it, at hyphens too
     assert described.endswith((".", "?")), described
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, whose every write fails (Linux)")
+def test_a_scripts_output_that_cannot_be_written_is_one_line_and_leaves_the_file_before_whole(tmp_path):
+    """kernel_model.py --json on a full disk (/dev/full; a file past ``ulimit -f``): exit status 5 and one line, as
+    leapfrog-bench's, and the file there before left whole (a traceback, and a file cut at the limit, before)."""
+    command = [sys.executable, str(PROFILING / "kernel_model.py"), "--card", "H200", "--json"]
+    done = subprocess.run([*command, "/dev/full"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (5, "kernel_model.py: error: cannot write --json /dev/full (No space "
+                                                 "left on device)\n"), done.stderr
+    kept = tmp_path / "model.json"
+    kept.write_text('{"before": true}\n')
+    done = subprocess.run(["bash", "-c", 'ulimit -f 20 && exec "$@"', "bash", *command, str(kept)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 5 and done.stderr.startswith(f"kernel_model.py: error: cannot write --json {kept} ")
+    assert kept.read_text() == '{"before": true}\n' and [p.name for p in tmp_path.iterdir()] == ["model.json"]

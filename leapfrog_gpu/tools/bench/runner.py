@@ -31,10 +31,9 @@ from ...backends import get_backend, timing
 from ...parallel import comm as parallel
 from ...core.functions import DTYPES
 from ...core.optimizers import SGD, Adam, AdamW
-from ...core.files import replaced_atomically
 from .. import CLOSED_PIPE_STATUS
 from ..cli import (UNWRITTEN, Parser, Unwritten, fitted, integer, integers, one_file_each, output_refusal,
-                   parse_args_on_a_backend, path, plural, too_large, unused, writing)
+                   parse_args_on_a_backend, path, plural, too_large, unused, writing, written_whole)
 from ..schedules import make_schedule, names_type, schedule_names
 from . import progress, torch_anchor
 
@@ -182,8 +181,7 @@ def _run(suite, p, args, argv):
                 bar.done([] if args.quiet else lines(suite, args, networks[-1]))
             records = [r for case in networks for r in case]
             if args.json:  # before the foot, whose plot may fail: the measurements are kept
-                with writing(f"--json {args.json}"):
-                    write_json(args.json, {**about, suite.RECORDS: records})
+                write_json(args.json, {**about, suite.RECORDS: records})
             if args.quiet:
                 table()
                 printed = True  # a Ctrl-C from here on prints them no more
@@ -256,9 +254,9 @@ def append_lines(path, records):
         out.writelines(json.dumps(r, default=_plain) + "\n" for r in records)
 
 
-def write_json(path, report):
-    """Write ``report`` to ``path`` through a temporary file, so a failed run leaves no half a file."""
-    with replaced_atomically(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+def write_json(path, report, option="--json"):
+    """Write ``report`` to ``path`` whole or not at all (``cli.written_whole``: ``Unwritten`` of ``option``)."""
+    with written_whole(f"{option} {path}", path) as out:
         out.write(json.dumps(report, indent=1, default=_plain) + "\n")
 
 

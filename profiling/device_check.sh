@@ -480,10 +480,19 @@ hide_what_the_image_lacks() {
 main() {
     DRY=
     case ${1:-} in
+        -h | --help) sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         --dry-run) DRY=1 ;;
         "") ;;
-        *) echo "device_check.sh: error: unknown option ${1}; use --dry-run or nothing" >&2; exit 2 ;;
+        *) echo "device_check.sh: error: unknown option ${1}; use --dry-run, --help or nothing" >&2; exit 2 ;;
     esac
+    if (($# > 1)); then
+        echo "device_check.sh: error: one option at most (got $*): --dry-run, --help or nothing" >&2
+        exit 2
+    fi
+    if [[ -n ${BUDGET:-} && ! $BUDGET =~ ^[0-9]+$ ]]; then
+        echo "device_check.sh: error: BUDGET=$BUDGET: give whole seconds, such as BUDGET=300" >&2
+        exit 2
+    fi
     if [[ -n $DRY ]]; then
         OUT=${OUT:-$(mktemp -d)}
     else

@@ -829,6 +829,8 @@ def test_rnn_float32_compares_every_gradient_with_the_reference_array_by_array()
 @pytest.mark.parametrize("script, args, status, words", [
     ("fetch_wheels.sh", ["--help"], 0, "Fill build/wheels (WHEELS) with the wheels device_check.sh installs"),
     ("fetch_wheels.sh", ["now"], 2, "fetch_wheels.sh: takes no arguments (got now): set WHEELS, PYTHON or "),
+    ("device_check.sh", ["--help"], 0, "The command for a GPU machine: every GPU question answered in two calls"),
+    ("device_check.sh", ["--dry-run", "--bogus"], 2, "device_check.sh: error: one option at most (got --dry-run "),
     ("step_times.py", ["--help"], 0, "usage: step_times.py [-h]"),
     ("image_env.py", ["--help"], 0, "usage: image_env.py [-h] PACKAGES_FILE"),
     ("image_env.py", ["nothing.txt"], 2, "image_env.py: error: nothing.txt is no file: give the image's package list"),

@@ -40,8 +40,8 @@ import numpy as np
 from leapfrog_gpu import get_backend
 from leapfrog_gpu.backends import launch, timing
 from leapfrog_gpu.tools import guarded
-from leapfrog_gpu.tools.cli import (Parser, integer, output_refusal, path, read_or_refuse, refusing_too_large, writing,
-                                   written_whole)
+from leapfrog_gpu.tools.cli import (Parser, integer, one_file_each, output_refusal, path, read_or_refuse,
+                                   refusing_too_large, writing, written_whole)
 import kernel_traffic as traffic
 from card import refuse_without_gpu
 
@@ -352,6 +352,8 @@ def main(argv=None):
     for option, named in (("--json", args.json), ("--jsonl", args.jsonl)):
         if named and (why := output_refusal(option, named)):
             parser.error(why)
+    if why := one_file_each([("--model", args.model), ("--json", args.json), ("--jsonl", args.jsonl)]):
+        parser.error(why)  # an output over the model read, or over the other output
     if args.backend == "cupy":
         refuse_without_gpu(parser, "--backend cupy", "--backend numpy runs the kernels' NumPy twins")
     gemvs = [shape for shape in args.shapes if shape[2] == 1]

@@ -20,7 +20,7 @@ import sqlite3
 import sys
 
 from leapfrog_gpu.tools import guarded
-from leapfrog_gpu.tools.cli import Parser, output_refusal, path, written_whole
+from leapfrog_gpu.tools.cli import Parser, one_file_each, output_refusal, path, written_whole
 from leapfrog_gpu.tools.timeline import length, overlap, union
 
 NVTX_RANGES = (59, 60)  # eventType of NvtxPushPopRange and NvtxStartEndRange
@@ -140,7 +140,8 @@ def main(argv=None):
     parser.add_argument("--main-stream", type=int, default=None)
     parser.add_argument("--json", type=path, metavar="FILE")
     args = parser.parse_args(argv)
-    if args.json and (why := output_refusal("--json", args.json)):
+    if args.json and (why := output_refusal("--json", args.json) or one_file_each([("the export", args.sqlite),
+                                                                                   ("--json", args.json)])):
         parser.error(why)
     try:
         result = report(args.sqlite, args.main_stream)

@@ -51,7 +51,7 @@ def plot(runs, path, title="", chance=None):
     fig.suptitle(title, fontsize="small")
     fig.tight_layout()
     with written_whole(f"-o {path}", path, "wb") as out:
-        fig.savefig(out, format="png", dpi=110, bbox_inches="tight")
+        fig.savefig(out, format=os.path.splitext(path)[1][1:].lower(), dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -12,6 +12,7 @@ refused by the schedule itself; both show in the table. Writes the rows as JSON 
 one panel per N.
 """
 
+import datetime
 import importlib.util
 import json
 import numbers
@@ -28,7 +29,7 @@ from leapfrog_gpu.mlp.naumov import jacobi_counters, scan_counters, sequential_c
 from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import runner
 from leapfrog_gpu.tools.bench.runner import ratio
-from leapfrog_gpu.tools.cli import Parser, integers, number, output_refusal, pip_install, written_whole
+from leapfrog_gpu.tools.cli import Parser, integers, number, output_refusal, pip_install, unused, written_whole
 from leapfrog_gpu.tools.schedules import make_schedule, names_type, schedule_names
 
 HERE = Path(__file__).resolve().parent
@@ -175,13 +176,18 @@ def main(argv=None):
                         help="skip a pass predicted above this (> 0)")
     parser.add_argument("--max-gbyte", type=number(0, strict=True), default=20.0,
                         help="skip a pass moving more than this (> 0)")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "naumov_crossover_cpu",
-                        help="path stem of the .json and .png written")
+    parser.add_argument("--out", type=Path, help="path stem of the .json and .png written (default "
+                                                 "results/naumov_crossover_{cpu,gpu}_<UTC date>, -2, -3 ... where "
+                                                 "a run of the day wrote it)")
     args = parser.parse_args(argv)
     if min(args.k, args.repeats, args.memory_limit, args.blas_threads) < 1:
         parser.error("--k, --repeats, --memory-limit and --blas-threads must be >= 1")
     if importlib.util.find_spec("matplotlib") is None:
         parser.error(f"the plot of time against L needs matplotlib: {pip_install('plot')}")
+    if args.out is None:
+        day = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+        device = "gpu" if args.backend == "cupy" else "cpu"
+        args.out = unused(HERE / "results" / f"naumov_crossover_{device}_{day}.json").with_suffix("")
     for suffix in (".json", ".png"):  # before the grid is measured, not after
         if not args.out.name or (why := output_refusal("--out", args.out.with_suffix(suffix))):
             parser.error(why if args.out.name else "--out must name a path stem, such as results/crossover")

@@ -75,6 +75,10 @@ def main(argv=None):
         parser.error(why)
     args.inputs = None
     if args.deer:
+        given = [f"--{key}" for key in DEER if parser.get_default(key) is not None and
+                 vars(args)[key] != parser.get_default(key)]
+        if given:
+            parser.error(f"--deer sets {', '.join(given)} itself: drop {'it' if len(given) == 1 else 'them'}")
         vars(args).update(DEER)
     torch, torch_note = None, torch_anchor.skipped(False)
     if torch_note is None:

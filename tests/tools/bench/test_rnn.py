@@ -99,6 +99,15 @@ def test_pytorchs_network_is_ours_its_gradients_and_its_step():
         assert not module.get_parameter("recurrent.bias_hh_l0").detach().numpy().any()  # held at zero: one bias a layer
 
 
+def test_the_profiling_scripts_deer_problem_refuses_the_options_it_sets(tmp_path):
+    """--deer sets N, tau, B, the cell, the schedules and the parts itself: one given beside it is refused (it was
+    dropped without a word)."""
+    done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_bench.py"), "--deer", "--N", "4", "--cell",
+                           "lstm", "--out", str(tmp_path / "deer.json")], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (2, "rnn_bench.py: error: --deer sets --N, --cell itself: drop them\n")
+    assert not list(tmp_path.iterdir())
+
+
 def test_the_profiling_script_writes_its_json(tmp_path):
     out = tmp_path / "rnn.json"
     done = subprocess.run([sys.executable, str(ROOT / "profiling" / "rnn_bench.py"), "--N", "3", "--tau", "4,5",

@@ -340,13 +340,15 @@ def main(argv=None):
     parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=path, metavar="FILE", help="write one JSON record per kernel and shape to FILE")
     parser.add_argument("--readme", action="store_true", help="print kernels/README.md (the H100 and H200)")
-    parser.add_argument("--card", choices=(*CARDS, "device"), default="H200",
-                        help="the card of the table and the JSON; device: this machine's GPU, with its copy "
-                             "bandwidth and a graph node's cost measured now")
+    parser.add_argument("--card", choices=(*CARDS, "device"),
+                        help="the card of the table and the JSON (default H200); device: this machine's GPU, with "
+                             "its copy bandwidth and a graph node's cost measured now")
     args = parser.parse_args(argv)
+    if args.readme and args.card is not None:
+        parser.error("--readme prints the tables of the H100 and the H200: drop --card")
     if args.json and (why := output_refusal("--json", args.json)):
         parser.error(why)
-    card, node = CARDS.get(args.card), NODE
+    card, node = CARDS.get(args.card or "H200"), NODE
     if card is None:
         cards.refuse_without_gpu(parser, "--card device", "--card H100 or H200 models a listed card")
         with get_backend("cupy") as backend:

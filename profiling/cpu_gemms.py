@@ -35,7 +35,7 @@ import numpy as np
 
 from leapfrog_gpu.tools import guarded
 from leapfrog_gpu.tools.bench import runner
-from leapfrog_gpu.tools.cli import Parser, output_refusal, path
+from leapfrog_gpu.tools.cli import Parser, integers, output_refusal, path
 
 SIDES = ("ours", "scipy", "torch", "pools-mixed", "pools-one", "beside")
 
@@ -44,7 +44,8 @@ def main(argv=None):
     p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=1024, help="N, the width of every layer (default 1024)")
     p.add_argument("--layers", type=int, default=16, help="L: L - 1 weight matrices (default 16)")
-    p.add_argument("--batch", default="1,64", help="batch sizes B, comma-separated (default 1,64)")
+    p.add_argument("--batch", type=integers(1, "batch size"), default=[1, 64], metavar="B[,B...]",
+                   help="batch sizes B, comma-separated (default 1,64)")
     p.add_argument("--threads", type=int, default=2, help="BLAS threads, and PyTorch's (default 2)")
     p.add_argument("--repeats", type=int, default=10, help="timed sweeps per round (default 10)")
     p.add_argument("--rounds", type=int, default=3, help="turns of each side (default 3)")
@@ -55,15 +56,9 @@ def main(argv=None):
         p.error("--size, --threads, --repeats and --rounds must be >= 1, --layers >= 2")
     if args.json and (why := output_refusal("--json", args.json)):
         p.error(why)
-    try:
-        batches = [int(b) for b in args.batch.split(",")]
-    except ValueError:
-        batches = []
-    if not batches or min(batches) < 1:
-        p.error(f"--batch must be integers >= 1 separated by commas; got {args.batch!r}")
     if args.side:
         print(json.dumps({str(b): SIDE[args.side](args.size, args.layers - 1, b, args.threads, args.repeats)
-                          for b in batches}))
+                          for b in args.batch}))
         return 0
     samples = {}
     for _ in range(args.rounds):
@@ -88,7 +83,7 @@ def main(argv=None):
 
 
 def _options(args):
-    return ["--size", str(args.size), "--layers", str(args.layers), "--batch", args.batch,
+    return ["--size", str(args.size), "--layers", str(args.layers), "--batch", ",".join(map(str, args.batch)),
             "--threads", str(args.threads), "--repeats", str(args.repeats)]
 
 

@@ -64,7 +64,7 @@
 # (it is no device for the GPU tests or for compute-sanitizer, PyTorch cannot use it), the part collects
 # instead of running, or skips, and says so in summary.txt. Every limit and the budget are multiplied by
 # LIMIT_SCALE: 1 in a real run, 10 in a dry run, where on a CPU shared with other work they catch a hang only.
-# Exit status: 0 when every part exited 0, else 1.
+# Exit status: 0 when every part exited 0, 2 for an option, BUDGET or LIMIT_SCALE it cannot take, else 1.
 set -uo pipefail  # no -e: a failed part is recorded in summary.txt and the next part runs
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -479,18 +479,22 @@ hide_what_the_image_lacks() {
 
 main() {
     DRY=
+    if (($# > 1)); then
+        echo "device_check.sh: error: one option at most (got $*): --dry-run, --help or nothing" >&2
+        exit 2
+    fi
     case ${1:-} in
         -h | --help) sed -n '2,/^set -/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         --dry-run) DRY=1 ;;
         "") ;;
         *) echo "device_check.sh: error: unknown option ${1}; use --dry-run, --help or nothing" >&2; exit 2 ;;
     esac
-    if (($# > 1)); then
-        echo "device_check.sh: error: one option at most (got $*): --dry-run, --help or nothing" >&2
+    if [[ -n ${BUDGET:-} && ! $BUDGET =~ ^[1-9][0-9]*$ ]]; then  # a leading 0 is octal to bash
+        echo "device_check.sh: error: BUDGET=$BUDGET: give whole seconds, such as BUDGET=300" >&2
         exit 2
     fi
-    if [[ -n ${BUDGET:-} && ! $BUDGET =~ ^[0-9]+$ ]]; then
-        echo "device_check.sh: error: BUDGET=$BUDGET: give whole seconds, such as BUDGET=300" >&2
+    if [[ -n ${LIMIT_SCALE:-} && ! $LIMIT_SCALE =~ ^[1-9][0-9]*$ ]]; then
+        echo "device_check.sh: error: LIMIT_SCALE=$LIMIT_SCALE: give a whole factor >= 1, such as LIMIT_SCALE=2" >&2
         exit 2
     fi
     if [[ -n $DRY ]]; then

@@ -13,8 +13,9 @@
 # The versions are those the test extras install (pyproject.toml), pinned so that a rerun fetches the same
 # files; they are fetched into a folder of their own, then take the place of the wheels in WHEELS, so that it holds
 # one version of each (a WHEELS that holds anything but wheels is refused, left as it is). It must stay under
-# LIMIT_MIB: what goes to the GPU machine beside the checkout is kept under 64 MiB, and this folder is all of it. device_check.sh installs
-# those the image lacks, and a cuda-* one where the image's is older than nvmath-python needs.
+# LIMIT_MIB: what goes to the GPU machine beside the checkout is kept under 64 MiB, and this folder is all of it.
+# device_check.sh installs those the image lacks, and a cuda-* one where the image's is older than nvmath-python
+# needs.
 set -euo pipefail
 
 if (($#)); then  # it takes no arguments: its settings are the variables above
@@ -39,17 +40,17 @@ if [[ -e $WHEELS && ! -d $WHEELS ]]; then
     echo "fetch_wheels.sh: error: WHEELS=$WHEELS is not a folder: give a folder for the wheels" >&2
     exit 2
 fi
-if [[ -d $WHEELS ]] && find "$WHEELS" -mindepth 1 ! \( -maxdepth 1 -type f -name '*.whl' \) | grep -q .; then
+if [[ -d $WHEELS ]] && find -H "$WHEELS" -mindepth 1 ! \( -maxdepth 1 -type f -name '*.whl' \) | grep -q .; then
     echo "fetch_wheels.sh: error: WHEELS=$WHEELS holds more than wheels, which this script would replace: give a" \
          "folder of its wheels alone, or a new one" >&2
     exit 2
 fi
-mkdir -p "$WHEELS"
-fetched=$(mktemp -d)
+mkdir -p "$(dirname "$WHEELS")"
+fetched=$(mktemp -d "$WHEELS.fetching.XXXXXX")  # beside it, on its file system: the wheels are renamed in
 trap 'rm -rf "$fetched"' EXIT
 if ! "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --implementation cp \
         --python-version "$PYTHON_VERSION" "${PLATFORMS[@]}" -d "$fetched" "${PACKAGES[@]}"; then
-    echo "fetch_wheels.sh: error: $PYTHON -m pip download failed (above); $WHEELS is left as it was" >&2
+    echo "fetch_wheels.sh: error: $PYTHON -m pip download failed; $WHEELS is left as it was" >&2
     exit 1
 fi
 count=$(find "$fetched" -name '*.whl' | wc -l)
@@ -59,10 +60,12 @@ if ((count != ${#PACKAGES[@]})); then
 fi
 kib=$(du -sk "$fetched" | cut -f1)
 if ((kib > LIMIT_MIB * 1024)); then
-    echo "fetch_wheels.sh: error: the wheels take $((kib / 1024)) MiB, over $LIMIT_MIB MiB; $WHEELS is left as it was" >&2
+    echo "fetch_wheels.sh: error: the wheels take $((kib / 1024)) MiB, over $LIMIT_MIB MiB;" \
+         "$WHEELS is left as it was" >&2
     exit 1
 fi
-find "$WHEELS" -maxdepth 1 -type f -name '*.whl' -delete
+mkdir -p "$WHEELS"
+find -H "$WHEELS" -maxdepth 1 -type f -name '*.whl' -delete
 mv "$fetched"/*.whl "$WHEELS"/
 ls -1 "$WHEELS"
 echo "$count wheels, $((kib / 1024)).$(((kib % 1024) * 10 / 1024)) MiB in $WHEELS (CPython $PYTHON_VERSION)"

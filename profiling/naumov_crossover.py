@@ -189,8 +189,9 @@ def main(argv=None):
         device = "gpu" if args.backend == "cupy" else "cpu"
         args.out = unused(HERE / "results" / f"naumov_crossover_{device}_{day}.json").with_suffix("")
     for suffix in (".json", ".png"):  # before the grid is measured, not after
-        if not args.out.name or (why := output_refusal("--out", args.out.with_suffix(suffix))):
-            parser.error(why if args.out.name else "--out must name a path stem, such as results/crossover")
+        named = args.out.name not in ("", ".", "..")
+        if not named or (why := output_refusal("--out", args.out.with_suffix(suffix))):
+            parser.error(why if named else "--out must name a path stem, such as results/crossover")
     options = {"blas_threads": args.blas_threads} if args.backend == "numpy" else {}
     try:
         backend = get_backend(args.backend, **options)

@@ -53,7 +53,7 @@ def main(argv=None):
     parser.add_argument("--L", type=integer(3), default=4,
                         help="depth L: the input layer, L - 2 recurrent layers and the output layer (>= 3)")
     parser.add_argument("--k", type=integer(1), default=2, help="worker streams")
-    parser.add_argument("--repeats", type=integer(1), default=15)
+    parser.add_argument("--repeats", type=integer(1), help="repeats at each tau (default 15; 5 with --deer)")
     parser.add_argument("--repeats-long", type=integer(1), default=5,
                         help="repeats at the longest tau, where --tau gives two or more")
     parser.add_argument("--max-gflop", type=number(0, strict=True), default=3.0,
@@ -74,6 +74,7 @@ def main(argv=None):
     if why := output_refusal("--out", out):
         parser.error(why)
     args.inputs = None
+    args.repeats = args.repeats or (5 if args.deer else 15)
     if args.deer:
         given = [f"--{key}" for key in DEER if parser.get_default(key) is not None and
                  vars(args)[key] != parser.get_default(key)]

@@ -241,7 +241,11 @@ SHOWN = 200
 
 def widths(sizes):
     """Layer widths as a message, a header or a repr writes them: the list, or where it holds more than ``LONG``
-    widths, its runs of one width as Python builds them: ``[4] + [1] * 2000 + [2]``."""
+    widths, its runs of one width as Python builds them: ``[4] + [1] * 2000 + [2]``; what is no list of integers (a
+    damaged file's) as ``shown`` quotes it."""
+    if not isinstance(sizes, (list, tuple)) or not all(isinstance(width, numbers.Integral) and
+                                                       not isinstance(width, bool) for width in sizes):
+        return shown(sizes)
     sizes = [int(width) for width in sizes]
     if len(sizes) <= LONG:
         return str(sizes)

@@ -42,7 +42,7 @@ layers (``rounds_formula``), against tau per layer for the sequential forward.
 import numpy as np
 
 from ..backends import ops_numpy
-from ..core.checks import MEMORY_LIMIT, all_finite, check_cap, check_flag, check_memory_limit, check_real
+from ..core.checks import MEMORY_LIMIT, all_finite, check_cap, check_flag, check_memory_limit, check_real, widths
 from ..core.convergence import Solver, relative
 from ..core.triangular import (check_memory, check_scan, resolve_scan, round_sizes, scan_round_work, scan_rounds,
                                suffix_scan)
@@ -117,7 +117,7 @@ class TimeNewton(Solver):
         (tau, B), cell = shape, "" if net.cell == "elman" else f" ({net.cell.upper()})"
         return check_memory(repr(self), self.memory_needed(net.sizes, tau, B, np.dtype(net.dtype).itemsize,
                                                            cell=net.cell), self.memory_limit,
-                            f"sizes {list(net.sizes)}{cell} at tau={tau}, B={B} ({net.dtype})",
+                            f"sizes {widths(list(net.sizes))}{cell} at tau={tau}, B={B} ({net.dtype})",
                             "the sequential forward (solver=None)", also=() if self.quasi else ("quasi=True",),
                             solver=True)
 

@@ -32,7 +32,7 @@ one batched ``matmul``.
 import numpy as np
 
 from ..core import triangular
-from ..core.checks import MEMORY_LIMIT, check_memory_limit
+from ..core.checks import MEMORY_LIMIT, check_memory_limit, widths
 from ..core.triangular import ceil_log2, check_scan, resolve_scan, round_sizes, scan_rounds
 from . import state_scan
 from .cells import GATED
@@ -66,7 +66,8 @@ class ScanSchedule(RNNSchedule):
         others = ", ".join(name for name in ("BPTT()", "Leapfrog(k)", "Wavefront()", "TimeScan()")
                            if not name.startswith(type(self).__name__))
         needed = self.memory_needed(sizes, tau, B, np.dtype(dtype).itemsize, cell=cell)
-        what = f"sizes {list(sizes)}{'' if cell == 'elman' else f' ({cell.upper()})'} at tau={tau}, B={B} ({dtype})"
+        gated = "" if cell == "elman" else f" ({cell.upper()})"
+        what = f"sizes {widths(list(sizes))}{gated} at tau={tau}, B={B} ({dtype})"
         triangular.check_memory(type(self).__name__, needed, self.memory_limit, what, others)
 
     def _buffers(self, p):

@@ -46,7 +46,8 @@ def guarded(main, prog):
     """The exit status of ``main()``, the command ``prog``, run behind a Ctrl-C guard (one line, not a traceback, and
     exit status 130), and ``CLOSED_PIPE`` without a traceback once stdout's reader has gone, or one line and exit
     status 5 once stdout cannot be written (a full disk); stdout then goes to devnull, so that Python's own flush at
-    exit does not raise again (the ``signal`` module's docs' advice)."""
+    exit does not raise again (the ``signal`` module's docs' advice). A file the command could not write and did not
+    say so itself (``cli.Unwritten``) is one line too, exit status 5."""
     stdout = sys.stdout = None if sys.stdout is None else _Stdout(sys.stdout)
     try:
         status = main()

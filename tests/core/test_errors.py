@@ -367,10 +367,12 @@ def test_samples_as_rows_are_told_to_transpose(net):
     ([4] + [1] * 2000 + [2], "[4] + [1] * 2000 + [2]"),
     ([5, 5] + [6] * 3 + [7, 8] + [9] * 10, "[5, 5] + [6] * 3 + [7, 8] + [9] * 10"),
     (list(range(1, 15)), str(list(range(1, 15)))),  # no run to shorten
+    (["a", "b"], "['a', 'b']"), ([64.5, 8, 10], "[64.5, 8, 10]"),  # a damaged checkpoint's, quoted as it is
 ])
 def test_long_widths_are_written_by_their_runs_as_python_builds_them(sizes, written):
     """A header or a message of a deep network says its widths in a line, and Python reads them back."""
     assert checks.widths(sizes) == written and eval(written) == sizes
+    assert checks.widths(None) == "None" and checks.widths(7) == "7"
 
 
 def test_a_shape_error_of_a_deep_network_writes_its_widths_by_their_runs():

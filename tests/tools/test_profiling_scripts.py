@@ -676,10 +676,13 @@ def test_cpu_gemms_times_every_product_of_each_side(tmp_path):
     assert "N=24 B=3, ms per layer" in done.stdout
 
 
-def test_cpu_gemms_refuses_bad_options():
-    done = subprocess.run([sys.executable, str(PROFILING / "cpu_gemms.py"), "--batch", "1,x"], capture_output=True,
+@pytest.mark.parametrize("batch, said", [("1,x", "argument --batch: batch sizes must be a comma-separated list of integers"),
+                                         ("0", "argument --batch: every batch size must be >= 1; got '0'")])
+def test_cpu_gemms_refuses_bad_options(batch, said):
+    """Batch sizes read as every script's (cli.integers): a size of 0 was a ZeroDivisionError in a worker."""
+    done = subprocess.run([sys.executable, str(PROFILING / "cpu_gemms.py"), "--batch", batch], capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode == 2 and "--batch must be integers" in done.stderr
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
 
 
 # -- after_effects.py ----------------------------------------------------------------------------------
@@ -831,6 +834,7 @@ def test_rnn_float32_compares_every_gradient_with_the_reference_array_by_array()
     ("fetch_wheels.sh", ["now"], 2, "fetch_wheels.sh: takes no arguments (got now): set WHEELS, PYTHON or "),
     ("device_check.sh", ["--help"], 0, "The command for a GPU machine: every GPU question answered in two calls"),
     ("device_check.sh", ["--dry-run", "--bogus"], 2, "device_check.sh: error: one option at most (got --dry-run "),
+    ("naumov_crossover.py", ["--out", "no/cross"], 2, "naumov_crossover.py: error: --out no/cross.json: the folder "),
     ("step_times.py", ["--help"], 0, "usage: step_times.py [-h]"),
     ("image_env.py", ["--help"], 0, "usage: image_env.py [-h] PACKAGES_FILE"),
     ("image_env.py", ["nothing.txt"], 2, "image_env.py: error: nothing.txt is no file: give the image's package list"),
@@ -872,8 +876,29 @@ def test_fetch_wheels_leaves_its_folder_as_it_was_unless_the_wheels_came(tmp_pat
     assert sorted(path.name for path in wheels.iterdir()) == ["kept.whl", "notes.txt"]
     (wheels / "notes.txt").unlink()
     done = fetch()
-    assert done.returncode == 1 and f"pip download failed (above); {wheels} is left as it was" in done.stderr
+    assert done.returncode == 1 and f"pip download failed; {wheels} is left as it was" in done.stderr
     assert [path.name for path in wheels.iterdir()] == ["kept.whl"]
+
+
+def test_fetch_wheels_replaces_the_wheels_of_its_folder_with_those_fetched(tmp_path):
+    """A pip that fetches one wheel per package (a stand-in, no index here): WHEELS, a link to a folder holding an
+    older wheel, ends with the new wheels alone, through the link; nothing is left beside it."""
+    real, link = tmp_path / "real", tmp_path / "wheels"
+    real.mkdir()
+    (real / "old-0.9-py3-none-any.whl").write_bytes(b"")
+    link.symlink_to(real)
+    pip = tmp_path / "pip.sh"  # "$PYTHON -m pip download ... -d DIR PACKAGES...": one file per package
+    pip.write_text('while (($#)); do [[ $1 == -d ]] && { dir=$2; shift; }; [[ $1 == *==* ]] && '
+                   'touch "$dir/${1%%==*}-${1##*==}-py3-none-any.whl"; shift; done\n')
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\nshift 3\nexec bash {pip} "$@"\n')
+    python.chmod(0o755)
+    done = subprocess.run(["bash", str(PROFILING / "fetch_wheels.sh")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WHEELS": str(link), "PYTHON": str(python)})
+    assert done.returncode == 0, done.stderr
+    names = sorted(path.name for path in real.iterdir())
+    assert len(names) == 8 and "scipy-openblas32-0.3.34.481.3-py3-none-any.whl" in names
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["pip.sh", "python", "real", "wheels"]
 
 
 def test_the_markdown_cells_give_times_as_their_docstring_says():

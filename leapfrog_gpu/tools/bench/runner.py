@@ -254,9 +254,9 @@ def append_lines(path, records):
         out.writelines(json.dumps(r, default=_plain) + "\n" for r in records)
 
 
-def write_json(path, report, option="--json"):
-    """Write ``report`` to ``path`` whole or not at all (``cli.written_whole``: ``Unwritten`` of ``option``)."""
-    with written_whole(f"{option} {path}", path) as out:
+def write_json(path, report):
+    """Write ``report`` to ``path`` whole or not at all (``cli.written_whole``: ``Unwritten`` of ``--json``)."""
+    with written_whole(f"--json {path}", path) as out:
         out.write(json.dumps(report, indent=1, default=_plain) + "\n")
 
 

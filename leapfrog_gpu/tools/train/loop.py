@@ -325,7 +325,7 @@ class Report:
         if record is None or file is None:
             yield
             return
-        start, line = file.tell() if self._regular() else None, (json.dumps(record) + "\n").encode()
+        start, line = file.tell() if self._cuttable() else None, (json.dumps(record) + "\n").encode()
         try:
             self._write(line)
             yield
@@ -350,9 +350,9 @@ class Report:
             raise Unwritten(f"cannot write to --metrics {file.name} (it was removed or replaced during the run)")
         with writing(f"to --metrics {file.name}"):
             while line:  # an unbuffered write may take part of it
-                line = line[self.metrics_file.write(line):]
+                line = line[file.write(line):]
 
-    def _regular(self):
+    def _cuttable(self):
         """Whether the ``--metrics`` file can be emptied and cut (``core.files.cuttable``)."""
         return self.metrics_file is not None and files.cuttable(self.metrics_file)
 

@@ -35,9 +35,13 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
     TypeError a layer that defines no forward. Returns None where all agree."""
     if not isinstance(layer, Layer):
         raise TypeError(f"check_layer checks a leapfrog_gpu.dag.Layer; got {type(layer).__name__}")
-    if isinstance(sizes, numbers.Number) or not all(isinstance(n, numbers.Integral) for n in sizes):
+    try:
+        widths = list(sizes)  # an iterator's, read once
+    except TypeError:  # not iterable: a number, None, a 0-d array
+        widths = None
+    if widths is None or not all(isinstance(n, numbers.Integral) for n in widths):
         raise TypeError(f"sizes must be a list of input widths, such as [4] or [4, 3]; got {shown(sizes)}")
-    sizes = [check_count("an input width", n) for n in sizes]
+    sizes = [check_count("an input width", n) for n in widths]
     if not sizes:
         raise ValueError("sizes must list the width of every input, at least one (a layer reads one input or more), "
                          "such as [4] or [4, 3]; got []")

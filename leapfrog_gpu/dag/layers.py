@@ -245,9 +245,10 @@ class Dense(Layer):
         return delta
 
     def vjp_inputs(self, backend, params, inputs, saved, g):
-        xp, w = backend.xp, params["w"]
-        out = xp.empty((w.shape[1], g.shape[1]), dtype=g.dtype, order=backend.batch_order)
-        return [xp.matmul(w.T, g, out=out)]
+        w = params["w"]
+        out = backend.xp.empty((w.shape[1], g.shape[1]), dtype=g.dtype, order=backend.batch_order)
+        backend.ops.bind_matmul(out, w, g, transpose=True)()  # the MLP's product of (5), as it calls it
+        return [out]
 
     def vjp_params(self, backend, params, inputs, saved, g):
         xp, ops, (a_in,) = backend.xp, backend.ops, inputs

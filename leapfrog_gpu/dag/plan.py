@@ -82,6 +82,11 @@ def jacobian(net, v, params, inputs, saved, i):
             given = "an array" if hasattr(block, "shape") else shown(block)
             raise TypeError(f"{net.layer[v]!r}.jacobian returned {given}: return a block, DenseBlock (B, n, n_i), "
                             "Diagonal, Factored or Slice")
+        n_i, batch = inputs[i].shape
+        if (block.batch, *block.shape) != (batch, net.n[v], n_i):
+            raise ValueError(f"{net.layer[v]!r}.jacobian of input {i} returned a block of (B, n, n_i) = "
+                             f"{(block.batch, *block.shape)}; this node's is {(batch, net.n[v], n_i)}: one (n, n_i) "
+                             "matrix per sample of the batch")
         return block
 
 

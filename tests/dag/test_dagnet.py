@@ -23,27 +23,32 @@ from leapfrog_gpu.dag import schedules as dag_schedules
 from leapfrog_gpu.dag.schedules import DagDoubling, DagJacobi, LevelSets
 from leapfrog_gpu.dag.forward import ForwardJacobi, ForwardNewton
 from leapfrog_gpu.dag.network import DagNet, chain, residual
+from leapfrog_gpu.dag.blocks import DenseBlock
 from leapfrog_gpu.dag.layers import Add, Concat, Dense, Layer, LayerNorm
 from leapfrog_gpu.core.torch_io import INSTALL
 
 SIZES = [9, 17, 5, 13, 7, 3]
+NARROW = [5, 9, 1, 6, 3]  # a hidden layer of width 1: the product (5) of the node above it has one row
 ETA = 0.5
 
 
-def chain_pair(backend, dtype="float32", cost="quadratic"):
-    mlp = MLP(SIZES, cost=cost, dtype=dtype, seed=11, backend=backend)
-    net = chain(SIZES, cost=cost, dtype=dtype, seed=11, backend=backend)
+def chain_pair(backend, dtype="float32", cost="quadratic", sizes=SIZES):
+    mlp = MLP(sizes, cost=cost, dtype=dtype, seed=11, backend=backend)
+    net = chain(sizes, cost=cost, dtype=dtype, seed=11, backend=backend)
     return mlp, net
 
 
 @pytest.mark.parametrize("cost", ["quadratic", "cross_entropy"])
 @pytest.mark.parametrize("schedule", [Sequential(), Leapfrog(2), Leapfrog(3, fused=True)], ids=repr)
 @pytest.mark.parametrize("size", [1, 7])
-def test_a_chain_is_bitwise_the_mlp(schedule, size, cost):
+@pytest.mark.parametrize("sizes", [SIZES, NARROW], ids=["wide", "narrow"])
+def test_a_chain_is_bitwise_the_mlp(sizes, schedule, size, cost):
+    """A Dense node reading a layer of width 1 made its product (5) by NumPy's matmul, which sums a one-row product
+    in another order than the MLP's BLAS call: its gradients differed from the MLP's in the last bit."""
     with NumpyBackend(mode="threads") as backend:
-        mlp, net = chain_pair(backend, cost=cost)
+        mlp, net = chain_pair(backend, cost=cost, sizes=sizes)
         for step in range(30):
-            x, y = batch(SIZES, size, seed=step, dtype=np.float32)
+            x, y = batch(sizes, size, seed=step, dtype=np.float32)
             nabla_b, nabla_w = mlp.backprop(x, y, Sequential())
             grads = net.backprop(x, y, schedule)
             for l, (b, w) in enumerate(zip(nabla_b, nabla_w), start=2):
@@ -487,6 +492,21 @@ class NoBlock(Gate):
         return None
 
 
+class OneSampleBlock(Gate):
+    """diag(tanh v), right, but given once for the whole batch: (1, n, n)."""
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        return DenseBlock(backend.xp, np.diag(saved["t"][:, 0])[None])
+
+
+class WideBlock(Gate):
+    """A matrix per sample, one column too many: (B, n, n + 1)."""
+
+    def jacobian(self, backend, params, inputs, saved, i):
+        n, batch = inputs[0].shape
+        return DenseBlock(backend.xp, np.zeros((batch, n, n + 1)))
+
+
 @pytest.mark.parametrize("layer, schedule, message", [
     (ForgetsSaved(), Sequential(), "ForgetsSaved().forward returned an array: return (a, saved), the output and what "
                                    "the products need (None, or {}, for nothing)"),
@@ -498,6 +518,22 @@ def test_a_layer_that_returns_no_result_of_the_protocol_is_refused_naming_the_no
     with gate_between(layer) as net:
         with pytest.raises(TypeError, match=f"^{re.escape(f'node {chr(39)}g{chr(39)}: {message}')}$"):
             net.gradients(x, y, schedule)
+
+
+@pytest.mark.parametrize("layer, given", [(OneSampleBlock(), (1, 4, 4)), (WideBlock(), (2, 4, 5))],
+                         ids=["one-sample", "wide"])
+def test_a_jacobian_block_not_shaped_as_the_nodes_is_refused_naming_the_node(layer, given):
+    """A block of one sample was broadcast over the batch, as if every sample's Jacobian were the first's; one of
+    another width failed in a NumPy broadcast as the block schedules laid it out, naming no node. Both are refused
+    as the block is handed back, by the schedules and the forward solver that read blocks."""
+    message = (f"node 'g': {layer!r}.jacobian of input 0 returned a block of (B, n, n_i) = {given}; this node's is "
+               "(2, 4, 4): one (n, n_i) matrix per sample of the batch")
+    x, y = np.random.default_rng(0).standard_normal((3, 2)), np.full((2, 2), 0.5)
+    with gate_between(layer) as net:
+        for solve in (lambda: net.gradients(x, y, DagJacobi(k=2)), lambda: net.gradients(x, y, DagDoubling(k=2)),
+                      lambda: net.feedforward(x, solver=ForwardNewton())):
+            with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+                solve()
 
 
 def test_a_network_whose_layer_refuses_its_init_leaves_no_thread_behind():

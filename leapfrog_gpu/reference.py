@@ -7,8 +7,12 @@ Gradients are summed over the batch. Equation numbers are those of docs/design.m
 
 import numpy as np
 
+ACTIVATIONS = ("sigmoid", "tanh", "relu", "identity")
+COSTS = ("quadratic", "cross_entropy")
+
 
 def sigma(name, z):
+    _check("activation", name, ACTIVATIONS)
     if name == "sigmoid":
         with np.errstate(over="ignore"):  # exp(-z) = inf gives sigma = 0, as it should
             return 1.0 / (1.0 + np.exp(-z))
@@ -20,6 +24,7 @@ def sigma(name, z):
 
 
 def sigma_prime(name, z):
+    _check("activation", name, ACTIVATIONS)
     if name == "sigmoid":
         s = sigma("sigmoid", z)
         return s * (1.0 - s)
@@ -28,6 +33,31 @@ def sigma_prime(name, z):
     if name == "relu":
         return (z > 0).astype(z.dtype)
     return np.ones_like(z)
+
+
+def _check(what, name, names):
+    """A ValueError where ``name`` is not one of ``names``: a misspelt activation is no identity."""
+    if name not in names:
+        raise ValueError(f"unknown {what} {name!r}: give one of {', '.join(names)}")
+
+
+def total_cost(cost, a, y):
+    """C of outputs ``a`` against ``y``, summed: quadratic 0.5 ||a - y||^2, or cross-entropy -y ln a - (1-y) ln(1-a)."""
+    _check("cost", cost, COSTS)
+    if cost == "quadratic":
+        return 0.5 * float(np.sum((a - y) ** 2))
+    return float(np.sum(-y * np.log(a) - (1.0 - y) * np.log(1.0 - a)))
+
+
+def output_error(cost, name, a, y, z):
+    """(4): delta^L = dC/da^L * sigma'(z^L). Quadratic: (a - y) * sigma'(z). Cross-entropy: dC/da =
+    (a - y) / (a (1 - a)), so a - y with a sigmoid output (whose sigma' is a (1 - a))."""
+    _check("cost", cost, COSTS)
+    if cost == "quadratic":
+        return (a - y) * sigma_prime(name, z)
+    if name == "sigmoid":
+        return a - y
+    return (a - y) / (a * (1.0 - a)) * sigma_prime(name, z)
 
 
 def activations_of(weights, activation, output_activation):
@@ -45,10 +75,7 @@ def feedforward(weights, biases, x, activation="sigmoid", output_activation="sig
 
 def cost(weights, biases, x, y, activation="sigmoid", cost="quadratic", output_activation="sigmoid"):
     """C summed over the batch: quadratic 0.5 ||a - y||^2, or cross-entropy -y ln a - (1-y) ln(1-a)."""
-    a = feedforward(weights, biases, x, activation, output_activation)
-    if cost == "quadratic":
-        return 0.5 * float(np.sum((a - y) ** 2))
-    return float(np.sum(-y * np.log(a) - (1.0 - y) * np.log(1.0 - a)))
+    return total_cost(cost, feedforward(weights, biases, x, activation, output_activation), y)
 
 
 def backprop(weights, biases, x, y, activation="sigmoid", cost="quadratic", output_activation="sigmoid"):
@@ -60,9 +87,7 @@ def backprop(weights, biases, x, y, activation="sigmoid", cost="quadratic", outp
         a = sigma(name, z)  # (3)
         zs.append(z)
         activations.append(a)
-    delta = activations[-1] - y  # (4), cross-entropy with a sigmoid output
-    if cost == "quadratic":
-        delta = delta * sigma_prime(names[-1], zs[-1])
+    delta = output_error(cost, names[-1], activations[-1], y, zs[-1])  # (4)
     nabla_b = [None] * len(weights)
     nabla_w = [None] * len(weights)
     nabla_b[-1] = delta.sum(axis=1)  # (6)

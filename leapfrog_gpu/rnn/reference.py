@@ -20,7 +20,7 @@ nabla_b^l = sum_t delta^{l,t}, each summed over the batch too.
 
 import numpy as np
 
-from ..reference import sigma, sigma_prime
+from ..reference import output_error, sigma, sigma_prime, total_cost
 
 
 def states(weights, recurrent, biases, x, activation, output_activation, output):
@@ -69,10 +69,7 @@ def cost(weights, recurrent, biases, x, y, activation="tanh", cost="quadratic", 
     _, a = states(weights, recurrent, biases, x, activation, output_activation, output)
     total = 0.0
     for t, target in targets(y, tau, output).items():
-        if cost == "quadratic":
-            total += 0.5 * float(np.sum((a[L, t] - target) ** 2))
-        else:
-            total += float(np.sum(-target * np.log(a[L, t]) - (1.0 - target) * np.log(1.0 - a[L, t])))
+        total += total_cost(cost, a[L, t], target)
     return total
 
 
@@ -87,9 +84,7 @@ def backprop(weights, recurrent, biases, x, y, activation="tanh", cost="quadrati
     z, a = states(weights, recurrent, biases, x, activation, output_activation, output)
     delta = {}
     for t, target in targets(y, tau, output).items():
-        delta[L, t] = a[L, t] - target  # (4), cross-entropy with a sigmoid output
-        if cost == "quadratic":
-            delta[L, t] = delta[L, t] * sigma_prime(output_activation, z[L, t])
+        delta[L, t] = output_error(cost, output_activation, a[L, t], target, z[L, t])  # (4)
     for l in range(L - 1, 1, -1):
         after = np.zeros_like(a[l, 0])  # delta^{l,tau+1} = 0
         for t in range(tau, 0, -1):

@@ -78,6 +78,37 @@ def test_feedforward_matches_reference(backend_name):
     assert relative_error(got, want) <= 1e-12
 
 
+@pytest.mark.parametrize("cost", COSTS)
+@pytest.mark.parametrize("output_activation", OUTPUT_ACTIVATIONS)
+def test_the_references_gradient_is_the_derivative_of_its_cost(cost, output_activation):
+    """Every cost with every output, those the networks refuse too: the reference took a^L - y for the
+    cross-entropy's (4) whatever the output, right for a sigmoid's alone. Small positive weights keep every output
+    in (0, 1), where the cross-entropy is finite."""
+    rng = np.random.default_rng(1)
+    weights = [rng.uniform(0.05, 0.2, (4, 3)), rng.uniform(0.05, 0.2, (2, 4))]
+    biases = [np.full(4, 0.1), np.full(2, 0.1)]
+    x, y = rng.uniform(0.1, 1.0, (3, 5)), rng.uniform(0.1, 0.9, (2, 5))
+    kind = dict(activation="tanh", cost=cost, output_activation=output_activation)
+    nabla_b, nabla_w = reference.backprop(weights, biases, x, y, **kind)
+    fd_b, fd_w = finite_differences(weights, biases, x, y, **kind)
+    for name, got, want in zip(["nabla_b^2", "nabla_b^3", "nabla_w^2", "nabla_w^3"], nabla_b + nabla_w, fd_b + fd_w):
+        assert relative_error(got, want) < 1e-7, f"{name}: relative error {relative_error(got, want):.3g}"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda w, b, x, y: reference.feedforward(w, b, x, "sigmoid", "sigmod"),
+     "unknown activation 'sigmod': give one of sigmoid, tanh, relu, identity"),
+    (lambda w, b, x, y: reference.backprop(w, b, x, y, activation="linear"),
+     "unknown activation 'linear': give one of sigmoid, tanh, relu, identity"),
+    (lambda w, b, x, y: reference.cost(w, b, x, y, cost="cross-entropy"),
+     "unknown cost 'cross-entropy': give one of quadratic, cross_entropy")], ids=["output", "hidden", "cost"])
+def test_the_reference_refuses_a_name_it_does_not_know(call, message):
+    """A misspelt activation was taken for the identity, a misspelt cost for the cross-entropy."""
+    x, y = batch([3, 4, 2], 2)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call([np.ones((4, 3)), np.ones((2, 4))], [np.zeros(4), np.zeros(2)], x, y)
+
+
 def test_one_dimensional_input_is_a_batch_of_one():
     x, y = batch(SIZES, 1)
     with MLP(SIZES, dtype="float64", backend="numpy") as net:

@@ -186,12 +186,7 @@ class Communicator:
         if failed:
             rank, (kind, message) = failed[0]
             alike = len(failed) == self.size and all(f == failed[0][1] for _, f in failed)
-            raised = kind(message if alike else f"rank {rank}: {message}")
-            raised.every_rank = True  # every rank raises it: nobody is left waiting
-            try:
-                raise raised
-            finally:
-                del raised  # held here, it would hold its traceback's frames and what they hold
+            _raise_on_every_rank(kind(message if alike else f"rank {rank}: {message}"))
 
     def check_same(self, what, description):
         """Raise ValueError on every rank unless all ranks give the same ``description`` (a JSON-able
@@ -208,7 +203,7 @@ class Communicator:
         keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
         differences = "; ".join(f"{key}: {other.get(key)!r} on rank {rank}, {first.get(key)!r} on rank 0"
                                 for key in keys)
-        raise ValueError(f"every rank must use the same {what}, but they differ in {differences}")
+        _raise_on_every_rank(ValueError(f"every rank must use the same {what}, but they differ in {differences}"))
 
 
 class MpiCommunicator(Communicator):
@@ -311,8 +306,8 @@ class MpiCommunicator(Communicator):
 
 
 class _Watchdog:
-    """Calls ``expire(what)`` from its own thread once a watched call has run for ``timeout`` seconds
-    (a thread blocked inside MPI cannot be interrupted otherwise)."""
+    """Calls ``expire(what)`` from its own thread once a watched call has run for ``timeout`` seconds (a thread
+    blocked inside MPI cannot be interrupted otherwise); the thread ends once no call is watched."""
 
     def __init__(self, timeout, expire):
         self.timeout, self._expire = timeout, expire
@@ -341,14 +336,25 @@ class _Watchdog:
             now = time.monotonic()
             with self._lock:
                 late = [what for deadline, what in self._open.values() if deadline <= now]
+                if not self._open:
+                    self._thread = None
+                    return
             if late:
                 self._expire(late[0])
                 return
 
 
+def _raise_on_every_rank(error):
+    """Raise ``error``, which every rank raises alike: none waits for another (uncaught, ``_drain`` lets it be)."""
+    error.every_rank = True
+    try:
+        raise error
+    finally:
+        del error  # held here, it would hold its traceback's frames and what they hold
+
+
 def _seconds(timeout):
-    """``timeout`` as a float of seconds > 0 (inf: never give up); a TypeError for what is no number, else a
-    ValueError."""
+    """``timeout`` as a float of seconds > 0 (inf: never give up); a TypeError for no number, else a ValueError."""
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(f"timeout must be a number of seconds > 0; got {timeout!r}")
     if not timeout > 0:
@@ -360,21 +366,24 @@ def _drain(made, callers, abort):
     """At exit, before MPI is finalized: the NumPy backends that ``made`` serves finish the sums they have queued (a
     script's last step, not waited for), and the communication streams of those released already end (``callers``).
     A stream still inside MPI as the process ends crashes it, or leaves the other ranks waiting for its sum. A program
-    that an exception ends may have queued other sums than the other ranks: its streams get ``DRAIN_SECONDS``, then
-    the job is ended (``abort``, the exception's traceback already printed)."""
-    failed = getattr(sys, "last_value", None) is not None  # set as an uncaught exception is printed
+    that an exception ends may have queued other sums than the other ranks, which may wait in calls it never joins:
+    its streams get ``DRAIN_SECONDS``, then the job is ended (``abort``, the traceback printed) unless every rank
+    raised the exception alike (``every_rank``)."""
+    failed = getattr(sys, "last_value", None)  # set as an uncaught exception is printed
     for served, _ in made:
         if (backend := served()) is None:
             continue
-        if failed:
+        if failed is not None:
             backend.release()  # no wait: its threads end behind what they have queued, waited for below
         else:
             backend.close()
     for thread in callers:
         if thread is not None:
-            thread.join(DRAIN_SECONDS if failed else None)
+            thread.join(None if failed is None else DRAIN_SECONDS)
             if thread.is_alive():
                 abort(1, quiet=True)
+    if failed is not None and not getattr(failed, "every_rank", False):
+        abort(1, quiet=True)
 
 
 def _flush():

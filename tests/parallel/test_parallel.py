@@ -644,6 +644,21 @@ def test_the_watchdog_gives_up_on_a_call_that_outlasts_its_deadline():
     assert expired == ["a sum nobody answers"]
 
 
+def test_the_watchdogs_thread_ends_once_no_call_is_watched_and_the_next_call_starts_another():
+    """It ran for ever, one thread per communicator, every ``world()`` of a program that made several."""
+    expired = []
+    watchdog = parallel._Watchdog(0.2, expired.append)
+    for call in ("a first sum", "a second sum"):
+        with watchdog.watch(call):
+            thread = watchdog._thread
+            assert thread.is_alive()
+        thread.join(timeout=60)  # a guard against a thread that never ends
+        assert not thread.is_alive() and watchdog._thread is None
+    with watchdog.watch("a sum nobody answers"):
+        time.sleep(1.0)
+    assert expired == ["a sum nobody answers"]
+
+
 INTERRUPTED_COLLECTIVE = """
 import signal, sys, time
 from pathlib import Path
@@ -733,6 +748,32 @@ def test_a_program_an_exception_ends_with_sums_no_other_rank_joins_ends_the_job(
     script.write_text(ENDED_BY_AN_EXCEPTION_A_STEP_APART)
     returncode, _, err = mpirun.finish(mpirun.launch(2, sys.executable, script), timeout=60)
     assert returncode != 0 and err.count("\nKeyboardInterrupt\n") == 2 and "Segmentation" not in err, err
+
+
+ENDED_BY_AN_EXCEPTION_ALONE = """
+import numpy as np
+from leapfrog_gpu import MLP, parallel
+comm = parallel.world(timeout=600)  # a rank left waiting fails the test by its guard, not by the watchdog
+net = MLP([16, 64, 4], backend="numpy", comm=comm)
+x, y = np.ones((16, 8)), np.zeros((4, 8))
+net.sgd_step(x, y, 0.1)
+net.synchronize()  # nothing queued on either rank
+if comm.rank == 1:
+    raise RuntimeError("rank 1 fails between two steps")
+net.sgd_step(x, y, 0.1)  # sums rank 1 never joins
+net.synchronize()
+"""
+
+
+@mpirun.needs_mpi
+def test_a_rank_an_exception_ends_with_no_sum_queued_ends_the_job(tmp_path):
+    """Rank 1 ended with nothing queued: it finalized MPI and left, and rank 0 waited in its next step's sums until
+    the communicator's timeout (120 s by default). It now ends the job as it ends."""
+    script = tmp_path / "alone.py"
+    script.write_text(ENDED_BY_AN_EXCEPTION_ALONE)
+    returncode, _, err = mpirun.finish(mpirun.launch(2, sys.executable, script), timeout=60)
+    assert returncode != 0 and "\nRuntimeError: rank 1 fails between two steps\n" in err, err
+    assert "has waited" not in err and "Segmentation" not in err, err
 
 
 FIT_ON_RANKS = """

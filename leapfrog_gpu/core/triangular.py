@@ -327,16 +327,23 @@ def jacobi(xp, A, X, X_next, limit, e=None, scratch=None, tol=0.0):
 
 def relative_change(xp, new, old, diff, sums):
     """max over blocks of ||new_i - old_i|| / ||new_i|| (Frobenius over the batch; 0/0 counts as 0, and NaN or Inf
-    in either as an infinite change), blocks along the first axis of ``new`` and ``old`` (n, B, N, 1). ``diff``
-    (their shape) and ``sums`` (2, n) are float64 scratch (squares of small deltas underflow in float32). Waits for
+    in either as an infinite change), blocks along the first axis of ``new`` and ``old`` (n, B, N, 1), each scaled
+    first by its largest magnitude in both, so that no square underflows (a block of deltas of 1e-170 squared to 0
+    in float64 and counted as unchanged). ``diff`` (their shape) and ``sums`` (3, n) are float64 scratch. Waits for
     the stream to read the result."""
+    axes, scale = (1, 2, 3), sums[2]
+    for i, x in enumerate((new, old)):
+        xp.abs(x, out=diff, dtype=np.float64)
+        xp.max(diff, axis=axes, out=sums[i])
+    xp.maximum(sums[0], sums[1], out=scale)  # NaN where either holds one
+    divisor = xp.maximum(scale, np.finfo(np.float64).tiny)[:, None, None, None]  # a block of zeros stays zeros
     xp.subtract(new, old, out=diff, dtype=np.float64)
-    xp.square(diff, out=diff)
-    xp.sum(diff, axis=(1, 2, 3), out=sums[0])
-    xp.square(new, out=diff, dtype=np.float64)
-    xp.sum(diff, axis=(1, 2, 3), out=sums[1])
-    num, den = to_host(sums)
-    if not (np.isfinite(num).all() and np.isfinite(den).all()):
+    xp.divide(diff, divisor, out=diff)
+    xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[0])
+    xp.divide(new, divisor, out=diff, dtype=np.float64)
+    xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[1])
+    num, den, scale = to_host(sums)
+    if not (np.isfinite(num).all() and np.isfinite(den).all() and np.isfinite(scale).all()):
         return math.inf
     changed = num > 0
     if not changed.any():
@@ -349,6 +356,7 @@ def relative_change(xp, new, old, diff, sums):
 def jacobi_work(sweeps, B, M, chain=0, change=0):
     """Flops and elements of ``sweeps`` sweeps at batch B: of x <- e + N x on one (M, M) matrix, or with
     ``chain`` > 0 of the chain's ``chain`` products of (M, M) blocks; with ``change`` > 0, each sweep's
-    relative change over ``change`` elements (a subtract and two sums of squares, 5 flops and elements each)."""
+    relative change over ``change`` elements (two magnitudes and their maxima, a subtract, two divisions by the
+    scale, two squares and their sums: 11 flops and elements each)."""
     sweep = matmul_work(chain * B, M, M, 1) if chain else _sum(matmul_work(B, M, M, 1), add_work(B, M))
-    return tuple(sweeps * (x + 5 * change) for x in sweep)
+    return tuple(sweeps * (x + 11 * change) for x in sweep)

@@ -154,7 +154,7 @@ class NaumovJacobi(NaumovSchedule):
     sweep's change, not the error, which the rest of the chain can amplify many times. ``max_sweeps`` caps
     either; ``stats["converged"]`` says that L-2 sweeps ran (exact) or the test was met.
     Buffers: (L-2)·B·N² elements for the Jacobians, 2(L-1)·B·N for two iterates; the change is taken
-    in float64 (squares of deep deltas underflow in float32): (L-1)·B·N + 2(L-1) float64 scratch.
+    in float64, each layer's scaled first (squares of deep deltas underflow): (L-1)·B·N + 3(L-1) float64 scratch.
 
     Args:
         tol: relative change at which a warm start stops, a number >= 0.
@@ -184,7 +184,7 @@ class NaumovJacobi(NaumovSchedule):
     @staticmethod
     def nbytes(layout, itemsize):
         n, B, N = layout.positions, layout.B, layout.N
-        return (layout.matrices * B * N**2 + 2 * n * B * N) * itemsize + (n * B * N + 2 * n) * 8
+        return (layout.matrices * B * N**2 + 2 * n * B * N) * itemsize + (n * B * N + 3 * n) * 8
 
     def graph_refusal(self, backend):
         if self.warm_start:
@@ -196,7 +196,7 @@ class NaumovJacobi(NaumovSchedule):
         n, B, N = layout.positions, layout.B, layout.N
         J = xp.zeros((n - 1, B, N, N), dtype=dtype)
         D = tuple(xp.zeros((n, B, N, 1), dtype=dtype) for _ in range(2))
-        diff, sums = xp.zeros((n, B, N, 1), dtype=np.float64), xp.zeros((2, n), dtype=np.float64)
+        diff, sums = xp.zeros((n, B, N, 1), dtype=np.float64), xp.zeros((3, n), dtype=np.float64)
         return {"J": J, "D": D, "diff": diff, "sums": sums, "current": 0}
 
     def chain(self, plan, controls=None):

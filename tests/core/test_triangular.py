@@ -143,7 +143,7 @@ def test_jacobi_on_the_chain_is_exact_after_n_minus_1_sweeps_and_a_warm_start_st
     last, sweeps, _ = triangular.jacobi(np, A, X, X_next, n - 1)
     assert sweeps == n - 1
     np.testing.assert_allclose(last, want, rtol=1e-12, atol=1e-12)
-    scratch = (np.zeros((n, B, N, 1)), np.zeros((2, n)))
+    scratch = (np.zeros((n, B, N, 1)), np.zeros((3, n)))
     warm, other = want.copy(), want.copy()
     last, sweeps, change = triangular.jacobi(np, A, warm, other, n - 1, scratch=scratch, tol=1e-9)
     assert sweeps == 1 and change <= 1e-12 and last is other
@@ -151,7 +151,7 @@ def test_jacobi_on_the_chain_is_exact_after_n_minus_1_sweeps_and_a_warm_start_st
 
 def test_relative_change_by_hand():
     new, old = np.zeros((3, 1, 2, 1)), np.zeros((3, 1, 2, 1))
-    scratch = (np.zeros((3, 1, 2, 1)), np.zeros((2, 3)))
+    scratch = (np.zeros((3, 1, 2, 1)), np.zeros((3, 3)))
     assert triangular.relative_change(np, new, old, *scratch) == 0.0  # 0/0 counts as 0
     new[0] = [[3.0], [4.0]]  # ||new_0|| = 5
     old[0] = [[3.0], [1.0]]  # ||new_0 - old_0|| = 3
@@ -163,6 +163,10 @@ def test_relative_change_by_hand():
     assert triangular.relative_change(np, new, old, *scratch) == np.inf
     old[2] = new[2] = [[np.inf], [1.0]]
     assert triangular.relative_change(np, new, old, *scratch) == np.inf
+    new[2], old[2] = [[3e-170], [4e-170]], 0.0  # a change of 1, in numbers whose squares are 0 in float64
+    assert triangular.relative_change(np, new, old, *scratch) == pytest.approx(1.0)  # not block 0's 0.6
+    new[0], old[0] = [[3e300], [4e300]], [[3e300], [1e300]]  # block 0 as before, in numbers whose squares are inf
+    assert triangular.relative_change(np, new, old, *scratch) == pytest.approx(1.0)
 
 
 def test_the_neumann_and_jacobi_counters_by_hand():
@@ -175,9 +179,9 @@ def test_the_neumann_and_jacobi_counters_by_hand():
         1, B * (2 * M ** 3 + M * M) + B * (2 * M * M + M), B * 4 * M * M + B * (M * M + 3 * M))
     assert triangular.neumann_work(1, B, M) == (0, 0, 0)
     assert triangular.jacobi_work(4, B, M) == (4 * B * (2 * M * M + M), 4 * B * (M * M + 3 * M))
-    # the chain: 3 products of (M, M) blocks by vectors a sweep; the change over 7 elements
-    assert triangular.jacobi_work(2, B, M, chain=3, change=7) == (2 * (3 * B * 2 * M * M + 35),
-                                                                  2 * (3 * B * (M * M + 2 * M) + 35))
+    # the chain: 3 products of (M, M) blocks by vectors a sweep; the change over 7 elements, 11 passes over each
+    assert triangular.jacobi_work(2, B, M, chain=3, change=7) == (2 * (3 * B * 2 * M * M + 77),
+                                                                  2 * (3 * B * (M * M + 2 * M) + 77))
 
 
 def test_the_memory_check_says_the_need_the_limit_and_what_to_use_instead():

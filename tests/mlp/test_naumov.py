@@ -179,6 +179,28 @@ def test_jacobi_warm_start_from_a_nan_iterate_sweeps_it_out():
                 assert relative_error(got[l]["w"], w) <= 1e-5 and relative_error(got[l]["b"], b) <= 1e-5, l
 
 
+def test_jacobi_warm_start_measures_the_change_of_deltas_whose_squares_underflow():
+    """A saturated layer (sigma' ~ 1e-174) makes the deltas below it ~1e-174, whose squares are 0 in float64: their
+    change counted as none, and a warm pass after a change of the weights above them stopped after one sweep,
+    "converged", with the gradients of layers 2 and 3 wholly wrong. Each layer's change is now scaled first."""
+    sizes = [3] * 7 + [2]
+    with MLP(sizes, dtype="float64", seed=0, backend="numpy") as net:
+        weights, biases = net.weights, net.biases
+        biases[3] = biases[3] - 400.0  # layer 5 saturates
+        net.set_parameters(weights, biases)
+        rng = np.random.default_rng(0)
+        x, y = rng.random((3, 2)), rng.random((2, 2))
+        warm = NaumovJacobi(tol=1e-6, warm_start=True)
+        net.backprop(x, y, warm)
+        weights[1], weights[2] = -3.0 * weights[1], -2.0 * weights[2]  # the deltas of layers 2-4 change wholly
+        net.set_parameters(weights, biases)
+        _, got = net.backprop(x, y, warm)
+        assert warm.stats["converged"] and warm.stats["sweeps"] > 1, warm.stats
+        want_b, want_w = reference.backprop([w.copy() for w in weights], [b.copy() for b in biases], x, y)
+        for l, (g, w) in enumerate(zip(got, want_w), start=2):
+            assert 0 < np.abs(w).max() and relative_error(g / np.abs(w).max(), w / np.abs(w).max()) <= 1e-6, l
+
+
 def digits_accuracy(schedule, epochs=10, B=16, eta=0.1, seed=0):
     """Nielsen-style SGD on scikit-learn's 8x8 digits; the test accuracy on the last 360 images."""
     from sklearn.datasets import load_digits

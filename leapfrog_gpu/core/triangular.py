@@ -328,20 +328,17 @@ def jacobi(xp, A, X, X_next, limit, e=None, scratch=None, tol=0.0):
 def relative_change(xp, new, old, diff, sums):
     """max over blocks of ||new_i - old_i|| / ||new_i|| (Frobenius over the batch; 0/0 counts as 0, and NaN or Inf
     in either as an infinite change), blocks along the first axis of ``new`` and ``old`` (n, B, N, 1), each scaled
-    first by its largest magnitude in both, so that no square underflows (a block of deltas of 1e-170 squared to 0
-    in float64 and counted as unchanged). ``diff`` (their shape) and ``sums`` (3, n) are float64 scratch. Waits for
-    the stream to read the result."""
+    first by its largest magnitude in ``new``, so that no square underflows (a block of deltas of 1e-170 squared to
+    0 in float64 and counted as unchanged; where old_i is far the larger, the change overflows to an infinite one).
+    ``diff`` (their shape) and ``sums`` (3, n) are float64 scratch. Waits for the stream to read the result."""
     axes, scale = (1, 2, 3), sums[2]
-    for i, x in enumerate((new, old)):
-        xp.abs(x, out=diff, dtype=np.float64)
-        xp.max(diff, axis=axes, out=sums[i])
-    xp.maximum(sums[0], sums[1], out=scale)  # NaN where either holds one
-    divisor = xp.maximum(scale, np.finfo(np.float64).tiny)[:, None, None, None]  # a block of zeros stays zeros
-    xp.subtract(new, old, out=diff, dtype=np.float64)
-    xp.divide(diff, divisor, out=diff)
-    xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[0])
-    xp.divide(new, divisor, out=diff, dtype=np.float64)
-    xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[1])
+    xp.max(xp.abs(new, out=diff, dtype=np.float64), axis=axes, out=scale)
+    xp.maximum(scale, np.finfo(np.float64).tiny, out=scale)  # a block of zeros stays zeros; NaN stays NaN
+    with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are read as an infinite change below
+        xp.divide(xp.subtract(new, old, out=diff, dtype=np.float64), scale[:, None, None, None], out=diff)
+        xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[0])
+        xp.divide(new, scale[:, None, None, None], out=diff, dtype=np.float64)
+        xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[1])
     num, den, scale = to_host(sums)
     if not (np.isfinite(num).all() and np.isfinite(den).all() and np.isfinite(scale).all()):
         return math.inf
@@ -356,7 +353,7 @@ def relative_change(xp, new, old, diff, sums):
 def jacobi_work(sweeps, B, M, chain=0, change=0):
     """Flops and elements of ``sweeps`` sweeps at batch B: of x <- e + N x on one (M, M) matrix, or with
     ``chain`` > 0 of the chain's ``chain`` products of (M, M) blocks; with ``change`` > 0, each sweep's
-    relative change over ``change`` elements (two magnitudes and their maxima, a subtract, two divisions by the
-    scale, two squares and their sums: 11 flops and elements each)."""
+    relative change over ``change`` elements (a magnitude and its maximum, a subtract, two divisions by the
+    scale, two squares and their sums: 9 flops and elements each)."""
     sweep = matmul_work(chain * B, M, M, 1) if chain else _sum(matmul_work(B, M, M, 1), add_work(B, M))
-    return tuple(sweeps * (x + 11 * change) for x in sweep)
+    return tuple(sweeps * (x + 9 * change) for x in sweep)

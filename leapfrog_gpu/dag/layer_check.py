@@ -8,6 +8,7 @@ disagree. ``check_layer`` compares each with central differences of ``forward``,
 
 import numbers
 import warnings
+from collections.abc import Mapping, Set
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def check_layer(layer, sizes, batch=3, seed=0, rtol=1e-6):
     if not isinstance(layer, Layer):
         raise TypeError(f"check_layer checks a leapfrog_gpu.dag.Layer; got {type(layer).__name__}")
     try:
-        widths = list(sizes)  # an iterator's, read once
+        widths = None if isinstance(sizes, (Set, Mapping)) else list(sizes)  # an iterator's, read once; no set's order
     except TypeError:  # not iterable: a number, None, a 0-d array
         widths = None
     if widths is None or not all(isinstance(n, numbers.Integral) for n in widths):

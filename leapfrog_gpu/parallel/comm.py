@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import math
 import numbers
 import os
 import pickle
@@ -119,8 +120,7 @@ class Communicator:
         return np.array(values, dtype=np.float64)
 
     def barrier(self):
-        """Return once every rank has called it; a rank that waits sleeps, and leaves the cores to the
-        others (a benchmark's idle ranks)."""
+        """Return once every rank has called it; a rank that waits sleeps, and leaves the cores to the others."""
 
     def use_own_device(self, backend):
         """Make this rank's own GPU current (its local rank, modulo the GPUs of its machine) when
@@ -186,7 +186,12 @@ class Communicator:
         if failed:
             rank, (kind, message) = failed[0]
             alike = len(failed) == self.size and all(f == failed[0][1] for _, f in failed)
-            _raise_on_every_rank(kind(message if alike else f"rank {rank}: {message}"))
+            raised = kind(message if alike else f"rank {rank}: {message}")
+            raised.every_rank = True  # every rank raises it: nobody is left waiting
+            try:
+                raise raised
+            finally:
+                del raised  # held here, it would hold its traceback's frames and what they hold
 
     def check_same(self, what, description):
         """Raise ValueError on every rank unless all ranks give the same ``description`` (a JSON-able
@@ -203,7 +208,7 @@ class Communicator:
         keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
         differences = "; ".join(f"{key}: {other.get(key)!r} on rank {rank}, {first.get(key)!r} on rank 0"
                                 for key in keys)
-        _raise_on_every_rank(ValueError(f"every rank must use the same {what}, but they differ in {differences}"))
+        raise ValueError(f"every rank must use the same {what}, but they differ in {differences}")
 
 
 class MpiCommunicator(Communicator):
@@ -226,10 +231,10 @@ class MpiCommunicator(Communicator):
             node = comm.Split_type(MPI.COMM_TYPE_SHARED)
             self.local_rank = node.Get_rank()
             node.Free()
-        self._made = []  # (weak reference to the NumPy backend it serves, engine), in the order made
+            parting = comm.Dup()  # the ranks' barrier at exit (``_drain``), apart from every other call
+        self._made, self._nccl = [], None  # _made: (weak reference to the NumPy backend it serves, engine), in order
         self._callers = []  # the threads that call those engines: the backends' communication streams
-        self._nccl = None
-        atexit.register(_drain, self._made, self._callers, self.abort)  # before MPI_Finalize (mpi4py's Py_AtExit)
+        atexit.register(_drain, self._made, self._callers, self.abort, parting)  # before mpi4py's MPI_Finalize
 
     def allgather(self, value):
         data = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
@@ -311,9 +316,7 @@ class _Watchdog:
 
     def __init__(self, timeout, expire):
         self.timeout, self._expire = timeout, expire
-        self._lock = threading.Lock()
-        self._open = {}
-        self._thread = None
+        self._lock, self._open, self._thread = threading.Lock(), {}, None
 
     @contextlib.contextmanager
     def watch(self, what):
@@ -321,8 +324,10 @@ class _Watchdog:
         with self._lock:
             self._open[token] = (time.monotonic() + self.timeout, what)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="leapfrog-watchdog", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="leapfrog-watchdog", daemon=True)
+                with contextlib.suppress(RuntimeError):  # Python 3.12.0-1 start none at exit: the call goes unwatched
+                    thread.start()
+                    self._thread = thread
         try:
             yield
         finally:
@@ -344,15 +349,6 @@ class _Watchdog:
                 return
 
 
-def _raise_on_every_rank(error):
-    """Raise ``error``, which every rank raises alike: none waits for another (uncaught, ``_drain`` lets it be)."""
-    error.every_rank = True
-    try:
-        raise error
-    finally:
-        del error  # held here, it would hold its traceback's frames and what they hold
-
-
 def _seconds(timeout):
     """``timeout`` as a float of seconds > 0 (inf: never give up); a TypeError for no number, else a ValueError."""
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
@@ -362,27 +358,26 @@ def _seconds(timeout):
     return float(timeout)
 
 
-def _drain(made, callers, abort):
-    """At exit, before MPI is finalized: the NumPy backends that ``made`` serves finish the sums they have queued (a
-    script's last step, not waited for), and the communication streams of those released already end (``callers``).
-    A stream still inside MPI as the process ends crashes it, or leaves the other ranks waiting for its sum. A program
-    that an exception ends may have queued other sums than the other ranks, which may wait in calls it never joins:
-    its streams get ``DRAIN_SECONDS``, then the job is ended (``abort``, the traceback printed) unless every rank
-    raised the exception alike (``every_rank``)."""
-    failed = getattr(sys, "last_value", None)  # set as an uncaught exception is printed
+def _drain(made, callers, abort, parting):
+    """At exit, before MPI is finalized: the backends that ``made`` serves finish their queued sums (a stream still in
+    MPI as the process ends crashes it) and the streams of those released end (``callers``); then the ranks meet in a
+    barrier over ``parting``. A program that an exception ends may have queued other sums than the others, which may
+    wait in calls it never joins: its streams get ``DRAIN_SECONDS``, and so do the others to reach the barrier (they
+    failed alike, or ended); else the job is ended (``abort``, the traceback printed)."""
+    failed = getattr(sys, "last_value", None) is not None  # set as an uncaught exception is printed
     for served, _ in made:
         if (backend := served()) is None:
             continue
-        if failed is not None:
+        if failed:
             backend.release()  # no wait: its threads end behind what they have queued, waited for below
         else:
             backend.close()
     for thread in callers:
         if thread is not None:
-            thread.join(None if failed is None else DRAIN_SECONDS)
+            thread.join(DRAIN_SECONDS if failed else None)
             if thread.is_alive():
                 abort(1, quiet=True)
-    if failed is not None and not getattr(failed, "every_rank", False):
+    if not _completed(parting.Ibarrier(), within=DRAIN_SECONDS if failed else math.inf):
         abort(1, quiet=True)
 
 
@@ -392,9 +387,14 @@ def _flush():
             stream.flush()
 
 
-def _completed(*requests):
+def _completed(*requests, within=math.inf):
     """Wait for the collectives ``requests``, asleep between tests: the cores go to the ranks still working, and Ctrl-C
     is raised at once, between two tests, where a blocking collective would hold it until every rank joins (every
-    collective of the program's thread waits so: ``allgather`` and ``bcast`` send their pickles as bytes)."""
+    collective of the program's thread waits so: ``allgather`` and ``bcast`` send their pickles as bytes). False
+    where they are not done ``within`` seconds."""
+    end = time.monotonic() + within
     while requests and not type(requests[0]).Testall(list(requests)):
+        if time.monotonic() > end:
+            return False
         time.sleep(1e-3)
+    return True

@@ -201,7 +201,7 @@ def test_outputs_too_large_for_the_step_are_said_to_hide_an_error():
 def test_bad_arguments():
     with pytest.raises(TypeError, match="^check_layer checks a leapfrog_gpu.dag.Layer; got type$"):
         check_layer(Gate, [4])
-    for sizes in (4, None, "4", [4.0]):  # None raised "'NoneType' object is not iterable"
+    for sizes in (4, None, "4", [4.0], {4}, {4: 1}):  # None raised "'NoneType' object is not iterable"
         with pytest.raises(TypeError, match=rf"^sizes must be a list of input widths, such as \[4\] or \[4, 3\]; "
                                             rf"got {re.escape(repr(sizes))}$"):
             check_layer(Gate(), sizes)

@@ -334,10 +334,11 @@ def relative_change(xp, new, old, diff, sums):
     axes, scale = (1, 2, 3), sums[2]
     xp.max(xp.abs(new, out=diff, dtype=np.float64), axis=axes, out=scale)
     xp.maximum(scale, np.finfo(np.float64).tiny, out=scale)  # a block of zeros stays zeros; NaN stays NaN
+    divisor = scale[:, None, None, None]  # a view: each block's scale over its elements
     with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf are read as an infinite change below
-        xp.divide(xp.subtract(new, old, out=diff, dtype=np.float64), scale[:, None, None, None], out=diff)
+        xp.divide(xp.subtract(new, old, out=diff, dtype=np.float64), divisor, out=diff)
         xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[0])
-        xp.divide(new, scale[:, None, None, None], out=diff, dtype=np.float64)
+        xp.divide(new, divisor, out=diff, dtype=np.float64)
         xp.sum(xp.square(diff, out=diff), axis=axes, out=sums[1])
     num, den, scale = to_host(sums)
     if not (np.isfinite(num).all() and np.isfinite(den).all() and np.isfinite(scale).all()):
